@@ -1,0 +1,33 @@
+// cli/common.h — helpers shared by the verbs: argument conversion, model opening, JSON printing.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/weight_source.h"
+
+namespace shardwise::cli {
+
+// "1,2,3" -> ids; throws Error on anything but comma-separated non-negative integers.
+std::vector<int32_t> parse_token_list(const std::string& text);
+
+// Thread count flag: 0 = all hardware threads.
+int resolve_threads(int threads);
+
+// Checks --device for verbs that run on the CPU only so far: auto/cpu pass, cuda/emu error.
+std::string resolve_cpu_device(const std::string& device);
+
+// Prints a JSON object on one line to stdout.
+void print_json(const nlohmann::json& j);
+
+// Each verb registers itself as a subcommand.
+void register_info(CLI::App& app);
+void register_synth(CLI::App& app);
+void register_logits(CLI::App& app);
+void register_run(CLI::App& app);
+
+}  // namespace shardwise::cli

@@ -1,0 +1,31 @@
+// cli/main.cpp — the `shardwise` binary: registers the verbs and turns errors into one line + exit 1.
+#include <cstdio>
+#include <exception>
+
+#include "cli/common.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"shardwise: run and plan LLM inference across CPU and GPU under a VRAM budget"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "shardwise 0.1.0");
+  shardwise::cli::register_info(app);
+  shardwise::cli::register_synth(app);
+  shardwise::cli::register_logits(app);
+  shardwise::cli::register_run(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const shardwise::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,128 @@
+// cli/verb_info.cpp — `shardwise info MODEL`: the model's shape, parameters and bytes per tensor kind.
+#include <cstdio>
+#include <map>
+#include <sys/stat.h>
+
+#include "cli/common.h"
+#include "core/error.h"
+#include "core/size.h"
+
+namespace shardwise::cli {
+namespace {
+
+struct InfoArgs {
+  std::string model;
+  bool json = false;
+};
+
+// A builtin name, .yaml or config.json needs no weights; synthetic: specs are described without
+// materialising them; files and directories are opened (and validated).
+ModelSpec spec_for_info(const std::string& model, std::string* origin, DType* dtype_out, bool* has_weights) {
+  const std::string synth = "synthetic:";
+  struct stat st;
+  *has_weights = false;
+  if (model.compare(0, synth.size(), synth) == 0) {
+    std::string rest = model.substr(synth.size());
+    std::string name = rest.substr(0, rest.find('?'));
+    ModelSpec s = resolve_spec(name);
+    auto p = rest.find("dtype=");
+    if (p != std::string::npos) s.dtype = parse_dtype(rest.substr(p + 6, rest.find('&', p) - p - 6));
+    *origin = model;
+    *dtype_out = s.dtype;
+    return s;
+  }
+  if (::stat(model.c_str(), &st) == 0 && !(model.size() > 5 && (model.rfind(".yaml") == model.size() - 5 ||
+                                                                 model.rfind(".json") == model.size() - 5))) {
+    auto src = open_weights(model);
+    *origin = src->origin();
+    *dtype_out = src->spec().dtype;
+    *has_weights = true;
+    return src->spec();
+  }
+  ModelSpec s = resolve_spec(model);
+  *origin = model;
+  *dtype_out = s.dtype;
+  return s;
+}
+
+void run_info(const InfoArgs& a) {
+  std::string origin;
+  DType dt;
+  bool has_weights;
+  ModelSpec s = spec_for_info(a.model, &origin, &dt, &has_weights);
+  std::map<std::string, uint64_t> bytes_by_kind;
+  uint64_t attn_shard = 0, ffn_shard = 0;
+  for (const auto& t : s.tensors()) {
+    bytes_by_kind[tensor_kind_name(t.kind)] += t.bytes;
+    if (t.layer == 0) {
+      const bool ffn = t.kind == TensorKind::FfnNorm || t.kind == TensorKind::FfnGate || t.kind == TensorKind::FfnUp ||
+                       t.kind == TensorKind::FfnDown || t.kind == TensorKind::MoeGate || t.kind == TensorKind::MoeUp ||
+                       t.kind == TensorKind::MoeDown;
+      (ffn ? ffn_shard : attn_shard) += t.bytes;
+    }
+  }
+  if (a.json) {
+    nlohmann::json j;
+    j["model"] = origin;
+    j["name"] = s.name;
+    j["family"] = family_name(s.family);
+    j["dtype"] = dtype_name(s.dtype);
+    j["hidden_size"] = s.hidden_size;
+    j["num_hidden_layers"] = s.num_hidden_layers;
+    j["num_attention_heads"] = s.num_attention_heads;
+    j["num_key_value_heads"] = s.num_key_value_heads;
+    j["head_dim"] = s.head_dim;
+    j["intermediate_size"] = s.intermediate_size;
+    j["vocab_size"] = s.vocab_size;
+    if (s.is_moe()) {
+      j["num_experts"] = s.num_experts;
+      j["num_experts_per_tok"] = s.num_experts_per_tok;
+      j["moe_intermediate_size"] = s.moe_intermediate_size;
+      j["norm_topk_prob"] = s.norm_topk_prob;
+    }
+    j["tie_word_embeddings"] = s.tie_word_embeddings;
+    j["rope_theta"] = s.rope_theta;
+    j["n_params"] = s.n_params();
+    j["total_bytes"] = s.total_bytes();
+    j["bytes_by_kind"] = bytes_by_kind;
+    j["layer0_attention_bytes"] = attn_shard;
+    j["layer0_ffn_bytes"] = ffn_shard;
+    j["kv_bytes_per_token_f32"] = s.kv_bytes_per_token(DType::F32);
+    j["kv_bytes_per_token_f16"] = s.kv_bytes_per_token(DType::F16);
+    print_json(j);
+    return;
+  }
+  std::printf("model      %s\n", origin.c_str());
+  std::printf("family     %s (%s)\n", family_name(s.family), s.name.c_str());
+  std::printf("dtype      %s\n", dtype_name(s.dtype));
+  std::printf("shape      %lld layers, hidden %lld, heads %lld/%lld kv, head_dim %lld, vocab %lld\n",
+              (long long)s.num_hidden_layers, (long long)s.hidden_size, (long long)s.num_attention_heads,
+              (long long)s.num_key_value_heads, (long long)s.head_dim, (long long)s.vocab_size);
+  if (s.is_moe())
+    std::printf("experts    %lld (top %lld%s), expert FFN %lld\n", (long long)s.num_experts,
+                (long long)s.num_experts_per_tok, s.norm_topk_prob ? ", renormalised" : "",
+                (long long)s.moe_intermediate_size);
+  else
+    std::printf("ffn        %lld\n", (long long)s.intermediate_size);
+  std::printf("params     %.3f B%s\n", static_cast<double>(s.n_params()) / 1e9,
+              s.tie_word_embeddings ? " (tied embeddings)" : "");
+  std::printf("bytes      %s (%llu)\n", format_bytes(s.total_bytes()).c_str(), (unsigned long long)s.total_bytes());
+  std::printf("per layer  attention shard %s, FFN shard %s\n", format_bytes(attn_shard).c_str(),
+              format_bytes(ffn_shard).c_str());
+  std::printf("KV/token   %s (f32), %s (f16)\n", format_bytes(s.kv_bytes_per_token(DType::F32)).c_str(),
+              format_bytes(s.kv_bytes_per_token(DType::F16)).c_str());
+  std::printf("by kind:\n");
+  for (const auto& kv : bytes_by_kind) std::printf("  %-16s %12s\n", kv.first.c_str(), format_bytes(kv.second).c_str());
+}
+
+}  // namespace
+
+void register_info(CLI::App& app) {
+  auto a = std::make_shared<InfoArgs>();
+  CLI::App* sub = app.add_subcommand("info", "Show a model's shape, parameters and bytes per tensor kind");
+  sub->add_option("model", a->model, "A .gguf file, an HF directory, synthetic:SPEC, or a builtin spec name")->required();
+  sub->add_flag("--json", a->json, "Print one JSON object");
+  sub->callback([a] { run_info(*a); });
+}
+
+}  // namespace shardwise::cli

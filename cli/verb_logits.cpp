@@ -1,0 +1,63 @@
+// cli/verb_logits.cpp — `shardwise logits`: logits of every position of a token sequence as .npy.
+#include <cstdio>
+
+#include "cli/common.h"
+#include "core/error.h"
+#include "core/npy.h"
+#include "core/thread_pool.h"
+#include "executor/model/cpu_model.h"
+#include "executor/reference/reference_model.h"
+#include "executor/session/kv_cache.h"
+
+namespace shardwise::cli {
+namespace {
+
+struct LogitsArgs {
+  std::string model, tokens, out, device = "auto", path = "fast";
+  int threads = 0;
+};
+
+void run_logits(const LogitsArgs& a) {
+  resolve_cpu_device(a.device);
+  std::vector<int32_t> ids = parse_token_list(a.tokens);
+  OpenOptions oo;
+  oo.threads = resolve_threads(a.threads);
+  auto src = open_weights(a.model, oo);
+  const ModelSpec& spec = src->spec();
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] >= spec.vocab_size)
+      fail("--tokens: id ", ids[i], " at position ", i, " is out of range for this model (vocabulary of ",
+           spec.vocab_size, ")");
+  const int64_t n = static_cast<int64_t>(ids.size());
+  std::vector<float> logits;
+  if (a.path == "reference") {
+    logits = reference_logits(*src, ids);
+  } else if (a.path == "fast") {
+    ThreadPool pool(oo.threads);
+    ModelWeights w = ModelWeights::from_source(*src);
+    CpuModel model(w, pool);
+    KvCache kv(spec, n);
+    logits.resize(static_cast<size_t>(n * spec.vocab_size));
+    model.forward(ids.data(), n, kv, logits.data(), true);
+  } else {
+    fail("--path '", a.path, "' is unknown (fast, reference)");
+  }
+  write_npy_f32(a.out, logits.data(), {n, spec.vocab_size});
+  std::fprintf(stderr, "wrote %s: float32 [%lld, %lld]\n", a.out.c_str(), (long long)n, (long long)spec.vocab_size);
+}
+
+}  // namespace
+
+void register_logits(CLI::App& app) {
+  auto a = std::make_shared<LogitsArgs>();
+  CLI::App* sub = app.add_subcommand("logits", "Write the logits of every position of a token sequence as .npy");
+  sub->add_option("--model", a->model, "A .gguf file, an HF directory or synthetic:SPEC")->required();
+  sub->add_option("--tokens", a->tokens, "Comma-separated token ids, used as given (no BOS added)")->required();
+  sub->add_option("--out", a->out, "Output .npy path (float32 [n_tokens, vocab])")->required();
+  sub->add_option("--device", a->device, "auto|cuda|emu|cpu (only cpu so far)");
+  sub->add_option("--threads", a->threads, "CPU threads (0 = all cores)");
+  sub->add_option("--path", a->path, "fast (the CPU fast path) or reference (the readable f64 reference)");
+  sub->callback([a] { run_logits(*a); });
+}
+
+}  // namespace shardwise::cli

@@ -1,0 +1,137 @@
+// cli/verb_run.cpp — `shardwise run`: generate text or tokens. CPU only until the executor lands;
+// the GPU/plan flags are accepted by name and refused with a clear message.
+#include <chrono>
+#include <cstdio>
+
+#include "cli/common.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "executor/model/cpu_model.h"
+#include "executor/session/generator.h"
+#include "executor/session/kv_cache.h"
+#include "executor/session/tokenizer.h"
+
+namespace shardwise::cli {
+namespace {
+
+struct RunArgs {
+  std::string model, prompt, tokens, device = "auto";
+  int64_t n_predict = 32;
+  int threads = 0;
+  int64_t ctx = 0;
+  int64_t batch = 512;
+  bool json = false;
+  SamplingParams sampling;
+  std::string vram_budget, schedule, pcie_cap, plan;
+};
+
+void run_run(RunArgs a) {
+  const std::string device = resolve_cpu_device(a.device);
+  for (const auto& gpu_flag : {std::make_pair("--vram-budget", &a.vram_budget), std::make_pair("--schedule", &a.schedule),
+                               std::make_pair("--pcie-cap", &a.pcie_cap), std::make_pair("--plan", &a.plan)})
+    if (!gpu_flag.second->empty())
+      fail(gpu_flag.first, " needs the GPU executor, which has not landed yet (this build runs on the CPU only)");
+  if (a.prompt.empty() == a.tokens.empty()) fail("give exactly one of --prompt TEXT or --tokens IDS");
+  if (a.n_predict < 0 || a.n_predict > (1 << 24)) fail("-n ", a.n_predict, " is out of range");
+  const int threads = resolve_threads(a.threads);
+
+  const auto t_load = std::chrono::steady_clock::now();
+  OpenOptions oo;
+  oo.threads = threads;
+  auto src = open_weights(a.model, oo);
+  const ModelSpec& spec = src->spec();
+  Tokenizer tok(*src);
+  std::vector<int32_t> prompt = a.tokens.empty() ? tok.encode(a.prompt, true) : parse_token_list(a.tokens);
+  for (size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] >= spec.vocab_size)
+      fail("--tokens: id ", prompt[i], " at position ", i, " is out of range for this model (vocabulary of ",
+           spec.vocab_size, ")");
+  const int64_t needed = static_cast<int64_t>(prompt.size()) + a.n_predict;
+  int64_t ctx = a.ctx;
+  if (ctx <= 0) ctx = std::max<int64_t>(needed, std::min<int64_t>(4096, spec.max_position_embeddings > 0 ? spec.max_position_embeddings : 4096));
+  if (ctx < needed)
+    fail("--ctx ", ctx, " is too small: the prompt has ", prompt.size(), " tokens and -n asks for ", a.n_predict,
+         " more (need ", needed, ")");
+  ThreadPool pool(threads);
+  ModelWeights weights = ModelWeights::from_source(*src);
+  CpuModel model(weights, pool);
+  KvCache kv(spec, ctx);
+  const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count();
+
+  GenerateOptions go;
+  go.n_predict = a.n_predict;
+  go.prefill_chunk = a.batch;
+  go.sampling = a.sampling;
+  if (tok.eos() >= 0) go.stop_ids.push_back(tok.eos());
+  std::function<void(int32_t)> on_token;
+  if (!a.json) {
+    on_token = [&](int32_t id) {
+      std::string p = tok.piece(id);
+      std::fwrite(p.data(), 1, p.size(), stdout);
+      std::fflush(stdout);
+    };
+  }
+  GenerateResult r = generate(model, kv, prompt, go, on_token);
+
+  if (a.json) {
+    nlohmann::json j;
+    j["model"] = src->origin();
+    j["device"] = device;
+    j["threads"] = threads;
+    j["ctx"] = ctx;
+    j["n_prompt_tokens"] = r.n_prompt;
+    j["generated_ids"] = r.generated;
+    j["text"] = tok.decode(r.generated);
+    j["ttft_ms"] = r.ttft_ms;
+    j["prefill_ms"] = r.prefill_ms;
+    j["prompt_tokens_per_s"] = r.prompt_tokens_per_s;
+    j["decode_ms"] = r.decode_ms;
+    j["decode_tokens_per_s"] = r.decode_tokens_per_s;
+    j["load_ms"] = load_ms;
+    j["kv_cache_bytes"] = kv.bytes();
+    nlohmann::json steps = nlohmann::json::array();
+    for (const auto& s : r.steps) steps.push_back({{"tokens", s.n_tokens}, {"ms", s.ms}});
+    j["steps"] = steps;
+    print_json(j);
+    return;
+  }
+  std::fputc('\n', stdout);
+  const double n_dec = static_cast<double>(r.generated.size()) - 1;
+  std::fprintf(stderr, "\nload time   = %10.2f ms\n", load_ms);
+  std::fprintf(stderr, "prompt eval = %10.2f ms / %5lld tokens (%8.2f ms per token, %8.2f tokens per second)\n",
+               r.prefill_ms, (long long)r.n_prompt, r.n_prompt ? r.prefill_ms / static_cast<double>(r.n_prompt) : 0.0,
+               r.prompt_tokens_per_s);
+  std::fprintf(stderr, "       eval = %10.2f ms / %5.0f runs   (%8.2f ms per token, %8.2f tokens per second)\n",
+               r.decode_ms, n_dec, n_dec > 0 ? r.decode_ms / n_dec : 0.0, r.decode_tokens_per_s);
+  std::fprintf(stderr, "       TTFT = %10.2f ms (%s, %d threads)\n", r.ttft_ms, device.c_str(), threads);
+}
+
+}  // namespace
+
+void register_run(CLI::App& app) {
+  auto a = std::make_shared<RunArgs>();
+  CLI::App* sub = app.add_subcommand("run", "Generate from a prompt (text or token ids)");
+  sub->add_option("--model", a->model, "A .gguf file, an HF directory or synthetic:SPEC")->required();
+  sub->add_option("-p,--prompt", a->prompt, "Prompt text (tokenised with the model's vocabulary; BOS per the model)");
+  sub->add_option("--tokens", a->tokens, "Prompt as comma-separated token ids, used as given (no BOS added)");
+  sub->add_option("-n,--n-predict", a->n_predict, "Tokens to generate");
+  sub->add_option("--threads", a->threads, "CPU threads (0 = all cores)");
+  sub->add_option("--ctx", a->ctx, "KV capacity in tokens (default: max(4096, prompt + n))");
+  sub->add_option("--batch", a->batch, "Prompt tokens per prefill step");
+  sub->add_option("--device", a->device, "auto|cuda|emu|cpu (only cpu so far)");
+  sub->add_flag("--greedy", a->sampling.greedy, "Greedy decoding (argmax)");
+  sub->add_option("--temp", a->sampling.temp, "Sampling temperature (<= 0: greedy)");
+  sub->add_option("--top-k", a->sampling.top_k, "Top-k (0: off)");
+  sub->add_option("--top-p", a->sampling.top_p, "Top-p (1: off)");
+  sub->add_option("--min-p", a->sampling.min_p, "Min-p (0: off)");
+  sub->add_option("--repeat-penalty", a->sampling.repeat_penalty, "Repeat penalty (1: off)");
+  sub->add_option("--seed", a->sampling.seed, "Sampling seed (same seed, same tokens)");
+  sub->add_flag("--json", a->json, "Print one JSON object at the end instead of streaming text");
+  sub->add_option("--vram-budget", a->vram_budget, "VRAM budget (GPU executor; not available yet)");
+  sub->add_option("--schedule", a->schedule, "auto|gpu-only|static|dynamic|layer-split|cpu-moe (not available yet)");
+  sub->add_option("--pcie-cap", a->pcie_cap, "PCIe bandwidth cap, e.g. 16GB/s (not available yet)");
+  sub->add_option("--plan", a->plan, "Execute a given plan file (not available yet)");
+  sub->callback([a] { run_run(*a); });
+}
+
+}  // namespace shardwise::cli

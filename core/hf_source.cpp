@@ -1,0 +1,165 @@
+// core/hf_source.cpp — weights from an HF directory: config.json + safetensors (single or sharded).
+// HF names are mapped to canonical (llama.cpp) names; per-expert tensors (or transformers 5's fused
+// gate_up_proj) are merged into {E, out, in} tensors, which costs one copy of the expert weights.
+#include <sys/stat.h>
+
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/host_buffer.h"
+#include "core/safetensors.h"
+#include "core/weight_source.h"
+
+namespace shardwise {
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, ": cannot open");
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+bool file_exists(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+class HfWeights : public WeightSource {
+ public:
+  explicit HfWeights(const std::string& dir) : st_(dir) {
+    origin_ = dir;
+    const std::string cfg = dir + "/config.json";
+    if (!file_exists(cfg)) fail(dir, ": no config.json (an HF model directory needs one)");
+    spec_ = spec_from_hf_config_json(read_file(cfg), cfg);
+    rope_style_ = RopeStyle::Neox;  // HF rotates halves
+    if (file_exists(dir + "/tokenizer.json")) tokenizer_.hf_tokenizer_json = dir + "/tokenizer.json";
+    map_tensors(dir);
+  }
+
+ private:
+  // Keeps a view, copying it to aligned memory when the file's layout leaves it misaligned.
+  TensorView aligned(const TensorView& v) {
+    const size_t align = v.dtype == DType::F32 ? 4 : 2;
+    if (reinterpret_cast<uintptr_t>(v.data) % align == 0) return v;
+    owned_.emplace_back(v.nbytes);
+    std::memcpy(owned_.back().data(), v.data, v.nbytes);
+    TensorView c = v;
+    c.data = owned_.back().data();
+    return c;
+  }
+
+  void map_tensors(const std::string& dir) {
+    const std::string ctx = dir;
+    std::set<std::string> used;
+    auto take = [&](const std::string& hf_name, const std::string& canon) {
+      const SafetensorsTensor* t = st_.find(hf_name);
+      if (!t) return false;
+      tensors_[canon] = aligned(st_.view(*t));
+      used.insert(hf_name);
+      return true;
+    };
+    if (!take("model.embed_tokens.weight", "token_embd.weight"))
+      fail(ctx, ": missing tensor 'model.embed_tokens.weight'");
+    take("model.norm.weight", "output_norm.weight");
+    bool has_head = st_.find("lm_head.weight") != nullptr;
+    if (spec_.tie_word_embeddings) {
+      if (has_head) used.insert("lm_head.weight");  // some exports store the tied copy too
+    } else if (!has_head) {
+      fail(ctx, ": missing tensor 'lm_head.weight' and config.json does not set tie_word_embeddings");
+    } else {
+      take("lm_head.weight", "output.weight");
+    }
+    static const std::pair<const char*, const char*> kLayerMap[] = {
+        {"input_layernorm.weight", "attn_norm"},        {"self_attn.q_proj.weight", "attn_q"},
+        {"self_attn.k_proj.weight", "attn_k"},          {"self_attn.v_proj.weight", "attn_v"},
+        {"self_attn.o_proj.weight", "attn_output"},     {"self_attn.q_norm.weight", "attn_q_norm"},
+        {"self_attn.k_norm.weight", "attn_k_norm"},     {"post_attention_layernorm.weight", "ffn_norm"},
+        {"mlp.gate_proj.weight", "ffn_gate"},           {"mlp.up_proj.weight", "ffn_up"},
+        {"mlp.down_proj.weight", "ffn_down"},           {"mlp.gate.weight", "ffn_gate_inp"},
+    };
+    for (int64_t l = 0; l < spec_.num_hidden_layers; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      const std::string c = "blk." + std::to_string(l) + ".";
+      for (const auto& m : kLayerMap) take(p + m.first, c + m.second + ".weight");
+      if (spec_.is_moe()) merge_experts(ctx, p, c, used);
+    }
+    for (const auto& kv : st_.tensors()) {
+      if (used.count(kv.first)) continue;
+      if (kv.first.find("rotary_emb.inv_freq") != std::string::npos) continue;  // old exports carry it
+      fail(ctx, ": unexpected tensor '", kv.first, "' for a ", family_name(spec_.family), " model");
+    }
+    check_complete(ctx);
+  }
+
+  void merge_experts(const std::string& ctx, const std::string& p, const std::string& c, std::set<std::string>& used) {
+    const int64_t E = spec_.num_experts, F = spec_.moe_intermediate_size, H = spec_.hidden_size;
+    // transformers 5 runtime layout: experts.gate_up_proj {E, 2F, H} (gate first), experts.down_proj {E, H, F}.
+    const SafetensorsTensor* fused = st_.find(p + "mlp.experts.gate_up_proj");
+    const SafetensorsTensor* fused_down = st_.find(p + "mlp.experts.down_proj");
+    if (fused || fused_down) {
+      if (!fused || !fused_down) fail(ctx, ": ", p, "mlp.experts needs both gate_up_proj and down_proj");
+      TensorView gu = st_.view(*fused), dn = st_.view(*fused_down);
+      if (gu.shape != Shape{E, 2 * F, H}) fail(ctx, ": tensor '", fused->name, "' has shape ", shape_str(gu.shape), ", expected ", shape_str({E, 2 * F, H}));
+      const uint64_t half = tensor_bytes(gu.dtype, {F, H});
+      TensorView g = alloc(gu.dtype, {E, F, H}), u = alloc(gu.dtype, {E, F, H});
+      for (int64_t e = 0; e < E; ++e) {
+        const uint8_t* src = static_cast<const uint8_t*>(gu.data) + static_cast<uint64_t>(e) * 2 * half;
+        std::memcpy(const_cast<uint8_t*>(static_cast<const uint8_t*>(g.data)) + e * half, src, half);
+        std::memcpy(const_cast<uint8_t*>(static_cast<const uint8_t*>(u.data)) + e * half, src + half, half);
+      }
+      tensors_[c + "ffn_gate_exps.weight"] = g;
+      tensors_[c + "ffn_up_exps.weight"] = u;
+      tensors_[c + "ffn_down_exps.weight"] = aligned(dn);
+      used.insert(fused->name);
+      used.insert(fused_down->name);
+      return;
+    }
+    static const std::pair<const char*, const char*> kProj[] = {
+        {"gate_proj", "ffn_gate_exps"}, {"up_proj", "ffn_up_exps"}, {"down_proj", "ffn_down_exps"}};
+    for (const auto& proj : kProj) {
+      const SafetensorsTensor* first = st_.find(p + "mlp.experts.0." + proj.first + ".weight");
+      if (!first) fail(ctx, ": missing tensor '", p, "mlp.experts.0.", proj.first, ".weight'");
+      TensorView v0 = st_.view(*first);
+      Shape merged = v0.shape;
+      merged.insert(merged.begin(), E);
+      TensorView out = alloc(v0.dtype, merged);
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string name = p + "mlp.experts." + std::to_string(e) + "." + proj.first + ".weight";
+        const SafetensorsTensor* t = st_.find(name);
+        if (!t) fail(ctx, ": missing tensor '", name, "'");
+        TensorView v = st_.view(*t);
+        if (v.dtype != v0.dtype || v.shape != v0.shape)
+          fail(ctx, ": tensor '", name, "' differs in dtype or shape from expert 0");
+        std::memcpy(const_cast<uint8_t*>(static_cast<const uint8_t*>(out.data)) + static_cast<uint64_t>(e) * v.nbytes, v.data, v.nbytes);
+        used.insert(name);
+      }
+      tensors_[c + proj.second + ".weight"] = out;
+    }
+  }
+
+  TensorView alloc(DType dt, const Shape& shape) {
+    TensorView v;
+    v.dtype = dt;
+    v.shape = shape;
+    v.nbytes = tensor_bytes(dt, shape);
+    owned_.emplace_back(v.nbytes);
+    v.data = owned_.back().data();
+    return v;
+  }
+
+  SafetensorsSet st_;
+  std::vector<HostBuffer> owned_;
+};
+
+}  // namespace
+
+std::unique_ptr<WeightSource> open_hf_weights(const std::string& dir) { return std::make_unique<HfWeights>(dir); }
+
+}  // namespace shardwise

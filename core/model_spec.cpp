@@ -1,0 +1,392 @@
+// core/model_spec.cpp — ModelSpec: validation, tensor list, and loading from YAML / HF config.json.
+#include "core/model_spec.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace shardwise {
+
+// Defined in the generated builtin_specs.cpp (configs/models/*.yaml embedded at build time).
+struct BuiltinSpecText {
+  const char* name;
+  const char* yaml;
+};
+extern const BuiltinSpecText kBuiltinSpecs[];
+extern const int kNumBuiltinSpecs;
+
+namespace {
+
+constexpr int64_t kMaxDim = int64_t(1) << 24;       // 16M: far above any real width
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxExperts = 65536;
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, ": cannot open");
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+const char* family_name(Family f) {
+  switch (f) {
+    case Family::Llama: return "llama";
+    case Family::Qwen3: return "qwen3";
+    case Family::Qwen3Moe: return "qwen3_moe";
+  }
+  return "?";
+}
+
+Family parse_family(const std::string& name, const std::string& context) {
+  if (name == "llama" || name == "mistral") return Family::Llama;
+  if (name == "qwen3") return Family::Qwen3;
+  if (name == "qwen3_moe" || name == "qwen3moe") return Family::Qwen3Moe;
+  fail(context, ": unknown model family/architecture '", name,
+       "' (supported: llama (also mistral), qwen3, qwen3_moe)");
+}
+
+const char* tensor_kind_name(TensorKind k) {
+  switch (k) {
+    case TensorKind::TokenEmbd: return "token_embd";
+    case TensorKind::OutputNorm: return "output_norm";
+    case TensorKind::Output: return "output";
+    case TensorKind::AttnNorm: return "attn_norm";
+    case TensorKind::AttnQ: return "attn_q";
+    case TensorKind::AttnK: return "attn_k";
+    case TensorKind::AttnV: return "attn_v";
+    case TensorKind::AttnOut: return "attn_output";
+    case TensorKind::AttnQNorm: return "attn_q_norm";
+    case TensorKind::AttnKNorm: return "attn_k_norm";
+    case TensorKind::FfnNorm: return "ffn_norm";
+    case TensorKind::FfnGate: return "ffn_gate";
+    case TensorKind::FfnUp: return "ffn_up";
+    case TensorKind::FfnDown: return "ffn_down";
+    case TensorKind::MoeRouter: return "ffn_gate_inp";
+    case TensorKind::MoeGate: return "ffn_gate_exps";
+    case TensorKind::MoeUp: return "ffn_up_exps";
+    case TensorKind::MoeDown: return "ffn_down_exps";
+  }
+  return "?";
+}
+
+void ModelSpec::validate(const std::string& ctx) const {
+  auto dim = [&](const char* field, int64_t v, int64_t lo, int64_t hi) {
+    if (v < lo || v > hi) fail(ctx, ": ", field, " = ", v, " is out of range [", lo, ", ", hi, "]");
+  };
+  dim("hidden_size", hidden_size, 1, kMaxDim);
+  dim("num_hidden_layers", num_hidden_layers, 1, kMaxLayers);
+  dim("num_attention_heads", num_attention_heads, 1, 65536);
+  dim("num_key_value_heads", num_key_value_heads, 1, num_attention_heads);
+  dim("head_dim", head_dim, 2, 65536);
+  dim("vocab_size", vocab_size, 1, kMaxDim);
+  if (num_attention_heads % num_key_value_heads != 0)
+    fail(ctx, ": num_attention_heads (", num_attention_heads, ") must be a multiple of num_key_value_heads (",
+         num_key_value_heads, ")");
+  if (head_dim % 2 != 0) fail(ctx, ": head_dim = ", head_dim, " must be even for RoPE");
+  if (q_dim() > kMaxDim) fail(ctx, ": num_attention_heads * head_dim = ", q_dim(), " is absurd");
+  if (is_moe()) {
+    dim("num_experts", num_experts, 1, kMaxExperts);
+    dim("num_experts_per_tok", num_experts_per_tok, 1, num_experts);
+    dim("moe_intermediate_size", moe_intermediate_size, 1, kMaxDim);
+  } else {
+    dim("intermediate_size", intermediate_size, 1, kMaxDim);
+  }
+  if (!(rope_theta > 0) || rope_theta > 1e12) fail(ctx, ": rope_theta = ", rope_theta, " must be positive");
+  if (!(rms_norm_eps > 0) || rms_norm_eps > 1) fail(ctx, ": rms_norm_eps = ", rms_norm_eps, " must be in (0, 1]");
+  // Total size guard: 2^50 bytes would be a petabyte model; anything near that is corrupt metadata.
+  double params = static_cast<double>(hidden_size) * static_cast<double>(vocab_size) * 2 +
+                  static_cast<double>(num_hidden_layers) * static_cast<double>(hidden_size) *
+                      (2.0 * static_cast<double>(q_dim() + kv_dim()) +
+                       3.0 * static_cast<double>(is_moe() ? num_experts * moe_intermediate_size : intermediate_size));
+  if (params > 1e14) fail(ctx, ": the dimensions describe ", params, " parameters, which is absurd");
+}
+
+DType ModelSpec::tensor_dtype(TensorKind kind, const Shape& shape) const {
+  if (shape.size() <= 1 || kind == TensorKind::MoeRouter) return DType::F32;
+  if (dtype_is_quantized(dtype) && shape.back() % dtype_block_elems(dtype) != 0) return DType::F16;
+  return dtype;
+}
+
+std::vector<TensorDesc> ModelSpec::tensors() const {
+  std::vector<TensorDesc> out;
+  auto add = [&](TensorKind kind, int layer, Shape shape, double flops_per_token) {
+    TensorDesc d;
+    d.kind = kind;
+    d.layer = layer;
+    d.name = layer < 0 ? std::string(tensor_kind_name(kind)) + ".weight"
+                       : "blk." + std::to_string(layer) + "." + tensor_kind_name(kind) + ".weight";
+    d.shape = std::move(shape);
+    d.dtype = tensor_dtype(kind, d.shape);
+    d.bytes = tensor_bytes(d.dtype, d.shape);
+    d.flops_per_token = flops_per_token;
+    out.push_back(std::move(d));
+  };
+  auto mm = [](int64_t rows, int64_t cols) { return 2.0 * static_cast<double>(rows) * static_cast<double>(cols); };
+  const int64_t H = hidden_size;
+  add(TensorKind::TokenEmbd, -1, {vocab_size, H}, 0.0);
+  for (int l = 0; l < static_cast<int>(num_hidden_layers); ++l) {
+    add(TensorKind::AttnNorm, l, {H}, 0.0);
+    add(TensorKind::AttnQ, l, {q_dim(), H}, mm(q_dim(), H));
+    add(TensorKind::AttnK, l, {kv_dim(), H}, mm(kv_dim(), H));
+    add(TensorKind::AttnV, l, {kv_dim(), H}, mm(kv_dim(), H));
+    if (has_qk_norm()) {
+      add(TensorKind::AttnQNorm, l, {head_dim}, 0.0);
+      add(TensorKind::AttnKNorm, l, {head_dim}, 0.0);
+    }
+    add(TensorKind::AttnOut, l, {H, q_dim()}, mm(H, q_dim()));
+    add(TensorKind::FfnNorm, l, {H}, 0.0);
+    if (is_moe()) {
+      const int64_t E = num_experts, F = moe_intermediate_size;
+      const double k = static_cast<double>(num_experts_per_tok);
+      add(TensorKind::MoeRouter, l, {E, H}, mm(E, H));
+      add(TensorKind::MoeGate, l, {E, F, H}, k * mm(F, H));
+      add(TensorKind::MoeUp, l, {E, F, H}, k * mm(F, H));
+      add(TensorKind::MoeDown, l, {E, H, F}, k * mm(H, F));
+    } else {
+      const int64_t F = intermediate_size;
+      add(TensorKind::FfnGate, l, {F, H}, mm(F, H));
+      add(TensorKind::FfnUp, l, {F, H}, mm(F, H));
+      add(TensorKind::FfnDown, l, {H, F}, mm(H, F));
+    }
+  }
+  add(TensorKind::OutputNorm, -1, {H}, 0.0);
+  if (!tie_word_embeddings) add(TensorKind::Output, -1, {vocab_size, H}, mm(vocab_size, H));
+  return out;
+}
+
+uint64_t ModelSpec::total_bytes() const {
+  uint64_t b = 0;
+  for (const auto& t : tensors()) b += t.bytes;
+  return b;
+}
+
+uint64_t ModelSpec::n_params() const {
+  uint64_t n = 0;
+  for (const auto& t : tensors()) n += static_cast<uint64_t>(shape_elems(t.shape));
+  return n;
+}
+
+uint64_t ModelSpec::kv_bytes_per_token(DType kv_dtype) const {
+  return static_cast<uint64_t>(num_hidden_layers) * 2 * dtype_row_bytes(kv_dtype, kv_dim());
+}
+
+// ---------------------------------------------------------------------------------------------
+// YAML
+
+namespace {
+
+template <typename T>
+T yaml_get(const YAML::Node& root, const char* key, const std::string& ctx, bool required, T fallback) {
+  YAML::Node n = root[key];
+  if (!n || n.IsNull()) {
+    if (required) fail(ctx, ": missing required field '", key, "'");
+    return fallback;
+  }
+  try {
+    return n.as<T>();
+  } catch (const YAML::Exception&) {
+    fail(ctx, ": field '", key, "' has an invalid value '", YAML::Dump(n), "'");
+  }
+}
+
+const char* kKnownYamlKeys[] = {
+    "name", "family", "dtype", "hidden_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size", "num_experts",
+    "num_local_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob", "rope_theta",
+    "rms_norm_eps", "tie_word_embeddings", "max_position_embeddings", "description",
+};
+
+}  // namespace
+
+ModelSpec parse_spec_yaml_text(const std::string& text, const std::string& ctx) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    fail(ctx, ": malformed YAML at line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg);
+  }
+  if (!root.IsMap()) fail(ctx, ": expected a mapping of model fields at the top level");
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    std::string key = it->first.as<std::string>();
+    bool known = false;
+    for (const char* k : kKnownYamlKeys) known = known || key == k;
+    if (!known) fail(ctx, ": unknown field '", key, "' (fields mirror HF config.json; see configs/models/)");
+  }
+  ModelSpec s;
+  s.name = yaml_get<std::string>(root, "name", ctx, false, "model");
+  s.family = parse_family(yaml_get<std::string>(root, "family", ctx, true, ""), ctx + ": field 'family'");
+  std::string dt = yaml_get<std::string>(root, "dtype", ctx, false, "f16");
+  try {
+    s.dtype = parse_dtype(dt);
+  } catch (const Error& e) {
+    fail(ctx, ": field 'dtype': ", e.what());
+  }
+  s.hidden_size = yaml_get<int64_t>(root, "hidden_size", ctx, true, 0);
+  s.num_hidden_layers = yaml_get<int64_t>(root, "num_hidden_layers", ctx, true, 0);
+  s.num_attention_heads = yaml_get<int64_t>(root, "num_attention_heads", ctx, true, 0);
+  s.num_key_value_heads = yaml_get<int64_t>(root, "num_key_value_heads", ctx, false, s.num_attention_heads);
+  s.head_dim = yaml_get<int64_t>(root, "head_dim", ctx, false,
+                                 s.num_attention_heads > 0 ? s.hidden_size / s.num_attention_heads : 0);
+  s.vocab_size = yaml_get<int64_t>(root, "vocab_size", ctx, true, 0);
+  s.intermediate_size = yaml_get<int64_t>(root, "intermediate_size", ctx, s.family != Family::Qwen3Moe, 0);
+  if (s.is_moe()) {
+    s.num_experts = yaml_get<int64_t>(root, "num_experts", ctx, false, 0);
+    if (s.num_experts == 0) s.num_experts = yaml_get<int64_t>(root, "num_local_experts", ctx, true, 0);
+    s.num_experts_per_tok = yaml_get<int64_t>(root, "num_experts_per_tok", ctx, true, 0);
+    s.moe_intermediate_size = yaml_get<int64_t>(root, "moe_intermediate_size", ctx, true, 0);
+    s.norm_topk_prob = yaml_get<bool>(root, "norm_topk_prob", ctx, false, true);
+  }
+  s.rope_theta = yaml_get<double>(root, "rope_theta", ctx, false, 10000.0);
+  s.rms_norm_eps = yaml_get<double>(root, "rms_norm_eps", ctx, false, 1e-5);
+  s.tie_word_embeddings = yaml_get<bool>(root, "tie_word_embeddings", ctx, false, false);
+  s.max_position_embeddings = yaml_get<int64_t>(root, "max_position_embeddings", ctx, false, 0);
+  s.validate(ctx);
+  return s;
+}
+
+ModelSpec load_spec_yaml(const std::string& path) { return parse_spec_yaml_text(read_text_file(path), path); }
+
+std::string spec_to_yaml(const ModelSpec& s) {
+  std::ostringstream os;
+  os << "name: " << s.name << "\n"
+     << "family: " << family_name(s.family) << "\n"
+     << "dtype: " << dtype_name(s.dtype) << "\n"
+     << "hidden_size: " << s.hidden_size << "\n"
+     << "num_hidden_layers: " << s.num_hidden_layers << "\n"
+     << "num_attention_heads: " << s.num_attention_heads << "\n"
+     << "num_key_value_heads: " << s.num_key_value_heads << "\n"
+     << "head_dim: " << s.head_dim << "\n";
+  if (s.is_moe())
+    os << "num_experts: " << s.num_experts << "\n"
+       << "num_experts_per_tok: " << s.num_experts_per_tok << "\n"
+       << "moe_intermediate_size: " << s.moe_intermediate_size << "\n"
+       << "norm_topk_prob: " << (s.norm_topk_prob ? "true" : "false") << "\n";
+  else
+    os << "intermediate_size: " << s.intermediate_size << "\n";
+  os << "vocab_size: " << s.vocab_size << "\n"
+     << "rope_theta: " << s.rope_theta << "\n"
+     << "rms_norm_eps: " << s.rms_norm_eps << "\n"
+     << "tie_word_embeddings: " << (s.tie_word_embeddings ? "true" : "false") << "\n";
+  if (s.max_position_embeddings > 0) os << "max_position_embeddings: " << s.max_position_embeddings << "\n";
+  return os.str();
+}
+
+// ---------------------------------------------------------------------------------------------
+// HF config.json
+
+ModelSpec spec_from_hf_config_json(const std::string& text, const std::string& ctx) {
+  using nlohmann::json;
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    fail(ctx, ": malformed JSON at byte ", e.byte, ": ", e.what());
+  }
+  if (!j.is_object()) fail(ctx, ": expected a JSON object");
+  // Multimodal configs nest the language model; not supported yet.
+  auto get_int = [&](const char* key, bool required, int64_t fallback) -> int64_t {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) {
+      if (required) fail(ctx, ": missing required field '", key, "'");
+      return fallback;
+    }
+    if (!it->is_number_integer()) fail(ctx, ": field '", key, "' must be an integer, got ", it->dump());
+    return it->get<int64_t>();
+  };
+  auto get_num = [&](const json& obj, const char* key, double fallback) -> double {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return fallback;
+    if (!it->is_number()) fail(ctx, ": field '", key, "' must be a number, got ", it->dump());
+    return it->get<double>();
+  };
+  auto get_bool = [&](const char* key, bool fallback) -> bool {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return fallback;
+    if (!it->is_boolean()) fail(ctx, ": field '", key, "' must be true or false, got ", it->dump());
+    return it->get<bool>();
+  };
+  std::string model_type = j.value("model_type", std::string());
+  if (model_type.empty()) fail(ctx, ": missing field 'model_type'");
+  ModelSpec s;
+  s.family = parse_family(model_type, ctx + ": field 'model_type'");
+  s.name = model_type;
+  s.hidden_size = get_int("hidden_size", true, 0);
+  s.num_hidden_layers = get_int("num_hidden_layers", true, 0);
+  s.num_attention_heads = get_int("num_attention_heads", true, 0);
+  s.num_key_value_heads = get_int("num_key_value_heads", false, s.num_attention_heads);
+  s.head_dim = get_int("head_dim", false, s.num_attention_heads > 0 ? s.hidden_size / s.num_attention_heads : 0);
+  s.vocab_size = get_int("vocab_size", true, 0);
+  s.intermediate_size = get_int("intermediate_size", s.family != Family::Qwen3Moe, 0);
+  s.max_position_embeddings = get_int("max_position_embeddings", false, 0);
+  if (s.is_moe()) {
+    s.num_experts = get_int("num_experts", false, 0);
+    if (s.num_experts == 0) s.num_experts = get_int("num_local_experts", true, 0);
+    s.num_experts_per_tok = get_int("num_experts_per_tok", true, 0);
+    s.moe_intermediate_size = get_int("moe_intermediate_size", true, 0);
+    s.norm_topk_prob = get_bool("norm_topk_prob", false);  // HF's Qwen3MoeConfig default is false
+    if (get_int("decoder_sparse_step", false, 1) != 1)
+      fail(ctx, ": decoder_sparse_step != 1 (dense layers between MoE layers) is not supported");
+    auto mlp_only = j.find("mlp_only_layers");
+    if (mlp_only != j.end() && mlp_only->is_array() && !mlp_only->empty())
+      fail(ctx, ": mlp_only_layers (dense layers in an MoE model) is not supported");
+  }
+  s.rms_norm_eps = get_num(j, "rms_norm_eps", 1e-6);
+  // transformers 4.x: rope_theta + rope_scaling; 5.x: rope_parameters {rope_theta, rope_type}.
+  s.rope_theta = get_num(j, "rope_theta", 10000.0);
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    if (!it->is_object()) fail(ctx, ": field '", key, "' must be an object");
+    s.rope_theta = get_num(*it, "rope_theta", s.rope_theta);
+    std::string type = it->value("rope_type", it->value("type", std::string("default")));
+    if (type != "default")
+      fail(ctx, ": ", key, ".rope_type '", type, "' is not supported (only default RoPE)");
+  }
+  s.tie_word_embeddings = get_bool("tie_word_embeddings", false);
+  if (get_bool("attention_bias", false)) fail(ctx, ": attention_bias = true is not supported for ", model_type);
+  if (get_bool("mlp_bias", false)) fail(ctx, ": mlp_bias = true is not supported for ", model_type);
+  std::string act = j.value("hidden_act", std::string("silu"));
+  if (act != "silu") fail(ctx, ": hidden_act '", act, "' is not supported (only silu)");
+  std::string torch_dtype = j.value("torch_dtype", j.value("dtype", std::string("float32")));
+  s.dtype = torch_dtype == "bfloat16" ? DType::BF16 : torch_dtype == "float16" ? DType::F16 : DType::F32;
+  s.validate(ctx);
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Builtins and resolution
+
+std::vector<std::string> builtin_spec_names() {
+  std::vector<std::string> names;
+  for (int i = 0; i < kNumBuiltinSpecs; ++i) names.emplace_back(kBuiltinSpecs[i].name);
+  return names;
+}
+
+ModelSpec builtin_spec(const std::string& name) {
+  for (int i = 0; i < kNumBuiltinSpecs; ++i)
+    if (name == kBuiltinSpecs[i].name)
+      return parse_spec_yaml_text(kBuiltinSpecs[i].yaml, "configs/models/" + name + ".yaml");
+  std::string known;
+  for (const auto& n : builtin_spec_names()) known += (known.empty() ? "" : ", ") + n;
+  fail("unknown model spec '", name, "' (builtin: ", known, "; or give a .yaml / config.json path)");
+}
+
+ModelSpec resolve_spec(const std::string& name_or_path) {
+  if (ends_with(name_or_path, ".yaml") || ends_with(name_or_path, ".yml")) return load_spec_yaml(name_or_path);
+  if (ends_with(name_or_path, ".json"))
+    return spec_from_hf_config_json(read_text_file(name_or_path), name_or_path);
+  return builtin_spec(name_or_path);
+}
+
+}  // namespace shardwise

@@ -1,0 +1,33 @@
+// core/progress.h — a progress bar with ETA on stderr for long work (synth, profile, sweep).
+// Draws only when stderr is a terminal, or prints a few plain lines otherwise; thread-safe add().
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+namespace shardwise {
+
+class Progress {
+ public:
+  Progress(std::string label, uint64_t total, bool enabled = true);
+  ~Progress();
+  void add(uint64_t n);
+  void finish();
+
+ private:
+  void draw(bool final);
+  std::string label_;
+  uint64_t total_;
+  std::atomic<uint64_t> done_{0};
+  bool enabled_;
+  bool tty_;
+  bool finished_ = false;
+  int last_decile_ = -1;
+  std::chrono::steady_clock::time_point start_, last_draw_;
+  std::mutex mu_;
+};
+
+}  // namespace shardwise

@@ -1,0 +1,89 @@
+// core/thread_pool.cpp — spin-then-sleep worker pool (see thread_pool.h).
+#include "core/thread_pool.h"
+
+#include <algorithm>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define SW_PAUSE() _mm_pause()
+#else
+#define SW_PAUSE() std::this_thread::yield()
+#endif
+
+namespace shardwise {
+
+int hardware_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads > 0 ? n_threads : hardware_threads()) {
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_.store(true);
+    epoch_.fetch_add(1);
+  }
+  cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::worker_loop(int index) {
+  uint64_t seen = 0;
+  for (;;) {
+    // Spin for a short while: consecutive loops of a decode step arrive microseconds apart.
+    int spins = 0;
+    while (epoch_.load(std::memory_order_acquire) == seen && spins < 20000) {
+      SW_PAUSE();
+      ++spins;
+    }
+    if (epoch_.load(std::memory_order_acquire) == seen) {
+      std::unique_lock<std::mutex> lock(mu_);
+      sleepers_.fetch_add(1);
+      cv_.wait(lock, [&] { return epoch_.load(std::memory_order_acquire) != seen; });
+      sleepers_.fetch_sub(1);
+    }
+    seen = epoch_.load(std::memory_order_acquire);
+    if (stop_.load()) return;
+    (*task_)(index);
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+void ThreadPool::run_on_all(const std::function<void(int)>& fn) {
+  if (n_threads_ == 1) {
+    fn(0);
+    return;
+  }
+  task_ = &fn;
+  pending_.store(n_threads_ - 1, std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    epoch_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  if (sleepers_.load() > 0) cv_.notify_all();
+  fn(0);
+  while (pending_.load(std::memory_order_acquire) != 0) SW_PAUSE();
+  task_ = nullptr;
+}
+
+void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  if (n_threads_ == 1 || n <= grain) {
+    fn(0, n, 0);
+    return;
+  }
+  // Chunks: about 4 per thread for balance, never smaller than grain.
+  const int64_t chunk = std::max(grain, (n + 4 * n_threads_ - 1) / (4 * n_threads_));
+  std::atomic<int64_t> next{0};
+  run_on_all([&](int t) {
+    for (;;) {
+      int64_t begin = next.fetch_add(chunk, std::memory_order_relaxed);
+      if (begin >= n) break;
+      fn(begin, std::min(n, begin + chunk), t);
+    }
+  });
+}
+
+}  // namespace shardwise

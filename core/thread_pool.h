@@ -1,0 +1,52 @@
+// core/thread_pool.h — a persistent pool of worker threads for data-parallel loops.
+// Decode steps issue hundreds of short parallel loops per token, so dispatch must cost
+// microseconds: workers spin briefly on an epoch counter before sleeping on a condition variable.
+// The calling thread takes part as worker 0. Not re-entrant: a task must not call parallel_for on
+// the same pool.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace shardwise {
+
+class ThreadPool {
+ public:
+  // n_threads total including the caller; 0 = hardware concurrency.
+  explicit ThreadPool(int n_threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+
+  // Runs fn(thread_index) once on each of the pool's threads and waits for all.
+  void run_on_all(const std::function<void(int)>& fn);
+
+  // Splits [0, n) into chunks of at least `grain` and runs fn(begin, end, thread_index) on them,
+  // dynamically balanced; waits for all. Runs inline when n is small or the pool has one thread.
+  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn);
+
+ private:
+  void worker_loop(int index);
+
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  const std::function<void(int)>* task_ = nullptr;
+  std::atomic<uint64_t> epoch_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::atomic<int> sleepers_{0};
+};
+
+// Number of hardware threads (>= 1).
+int hardware_threads();
+
+}  // namespace shardwise

@@ -1,0 +1,89 @@
+// core/weight_source.h — where a model's weights come from: a GGUF file, an HF directory
+// (config.json + safetensors), or a seeded synthetic source that needs no file.
+// Every source exposes the same thing: a validated ModelSpec, the RoPE pairing its Q/K rows
+// assume, tokenizer metadata when the file has it, and one TensorView per canonical tensor
+// (llama.cpp names, row-major shapes, see model_spec.h). Opening checks that every tensor the spec
+// needs is present with the right shape and a supported dtype, so later code can trust the views.
+// Sources never compute with the weights.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/model_spec.h"
+#include "core/tensor.h"
+
+namespace shardwise {
+
+class ThreadPool;
+
+// Tokenizer metadata carried by the model file (GGUF tokenizer.ggml.*); empty when absent.
+struct TokenizerInfo {
+  std::string model;  // "llama", "gpt2", ... ("" = none in the file)
+  std::string pre;
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> token_types;
+  std::vector<std::string> merges;
+  int64_t bos_id = -1;
+  int64_t eos_id = -1;
+  bool add_bos = false;
+  std::string hf_tokenizer_json;  // path of tokenizer.json for HF directories ("" = none)
+};
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+
+  const ModelSpec& spec() const { return spec_; }
+  RopeStyle rope_style() const { return rope_style_; }
+  const std::string& origin() const { return origin_; }  // path or synthetic:... text
+  const TokenizerInfo& tokenizer() const { return tokenizer_; }
+
+  // The canonical tensor; throws Error if the name is not part of the spec.
+  const TensorView& tensor(const std::string& name) const;
+  bool has_tensor(const std::string& name) const { return tensors_.count(name) != 0; }
+  const std::map<std::string, TensorView>& tensors() const { return tensors_; }
+  uint64_t weight_bytes() const;
+
+ protected:
+  // Checks that tensors_ holds exactly what spec_.tensors() lists, with matching shapes.
+  void check_complete(const std::string& context) const;
+
+  ModelSpec spec_;
+  RopeStyle rope_style_ = RopeStyle::Neox;
+  std::string origin_;
+  TokenizerInfo tokenizer_;
+  std::map<std::string, TensorView> tensors_;
+};
+
+struct OpenOptions {
+  int threads = 0;  // for synthetic generation and conversions; 0 = all hardware threads
+};
+
+// Opens "path/to/model.gguf", an HF directory, or "synthetic:SPEC[?dtype=D&seed=S&layers=L]"
+// (SPEC = builtin name or .yaml path). Throws Error with one clear line on any problem.
+std::unique_ptr<WeightSource> open_weights(const std::string& model, const OpenOptions& options = {});
+
+std::unique_ptr<WeightSource> open_gguf_weights(const std::string& path);
+std::unique_ptr<WeightSource> open_hf_weights(const std::string& dir);
+// Synthetic weights: deterministic in (spec, dtype, seed) and independent of the thread count.
+std::unique_ptr<WeightSource> make_synthetic_weights(const ModelSpec& spec, uint64_t seed, ThreadPool* pool,
+                                                     bool show_progress = false);
+// Parses the text after "synthetic:".
+std::unique_ptr<WeightSource> open_synthetic_weights(const std::string& text, const OpenOptions& options);
+
+// Writes a model as a GGUF file that llama.cpp can load, following its converter's conventions:
+// llama-family Q/K rows reordered for its RoPE pairing, 1-D tensors and the MoE router in f32,
+// experts merged. Matrices are converted to `dtype` (exactly, or by ggml's reference quantiser).
+void write_gguf(const WeightSource& source, const std::string& path, DType dtype, ThreadPool* pool = nullptr,
+                bool show_progress = false);
+
+// ModelSpec from GGUF metadata (exposed for tests and `info`).
+class GgufFile;
+ModelSpec spec_from_gguf(const GgufFile& file);
+
+}  // namespace shardwise

@@ -1,0 +1,57 @@
+// executor/cpu/kernels.h — the per-ISA CPU kernel table (ggml-backend style: a struct of function
+// pointers, one instance per SIMD level) and the dispatcher that picks one at run time.
+// Kernels are single-threaded; threading is the caller's (matmul.h). Every entry is tested
+// against the scalar reference in core/dtype.h on odd sizes at every ISA level the host offers.
+// Weights are used at their stored precision; accumulation is f32.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "executor/cpu/cpu_features.h"
+
+namespace shardwise {
+
+// Dot products of weight rows [r0, r1) with nt (1..kGemvMaxTokens) activation vectors:
+//   y[t * ldy + r] = sum_c W[r][c] * x[t * ldx + c]
+// W rows are `row_bytes` apart and hold `cols` elements of the kernel's dtype
+// (cols is a multiple of the block size).
+using GemvFn = void (*)(const void* w, uint64_t row_bytes, int64_t cols, int64_t r0, int64_t r1, const float* x,
+                        int64_t ldx, int nt, float* y, int64_t ldy);
+constexpr int kGemvMaxTokens = 4;
+
+// Converts n elements (a multiple of the block size) to f32.
+using DequantFn = void (*)(const void* src, float* dst, int64_t n);
+
+struct CpuKernels {
+  Isa isa;
+  GemvFn gemv[5];        // indexed by kernel_slot(dtype)
+  DequantFn dequant[5];  // indexed by kernel_slot(dtype)
+  // y[i] += a * x[i]
+  void (*axpy)(float a, const float* x, float* y, int64_t n);
+  // sum_i a[i] * b[i]
+  float (*dot_f32)(const float* a, const float* b, int64_t n);
+};
+
+inline int kernel_slot(DType t) {
+  switch (t) {
+    case DType::F32: return 0;
+    case DType::F16: return 1;
+    case DType::BF16: return 2;
+    case DType::Q8_0: return 3;
+    case DType::Q4_0: return 4;
+  }
+  return 0;
+}
+
+// Kernel tables per level; the AVX2/AVX-512 ones return nullptr when not compiled in.
+const CpuKernels* scalar_kernels();
+const CpuKernels* avx2_kernels();
+const CpuKernels* avx512_kernels();
+
+// The table for active_isa() (falls back to lower levels when one is missing).
+const CpuKernels& cpu_kernels();
+// The table for a given level (nullptr when this build or CPU lacks it).
+const CpuKernels* cpu_kernels_for(Isa isa);
+
+}  // namespace shardwise

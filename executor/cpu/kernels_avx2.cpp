@@ -1,0 +1,306 @@
+// executor/cpu/kernels_avx2.cpp — AVX2+FMA+F16C kernels (the baseline SIMD level, 8 f32 lanes).
+// The GEMV kernels are bandwidth kernels: each weight chunk is loaded and converted to f32 once and
+// FMA'd against all nt activation vectors; R rows are processed together so that activation loads
+// are shared and R*nt independent accumulators hide FMA latency. Quantised blocks accumulate an
+// unscaled partial dot product and apply the block scale with one FMA per block. Activations stay
+// f32 (never quantised), so results match an f32 reference to rounding.
+// kernels_avx512.cpp mirrors this file at 16 lanes; keep the two in step.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "executor/cpu/kernels.h"
+
+namespace shardwise {
+namespace {
+
+constexpr int kLanes = 8;
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float half_to_float(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// ---- float weight types: load kLanes elements starting at column c as f32 --------------------------
+
+struct LoadF32 {
+  static __m256 load(const uint8_t* row, int64_t c) { return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + c); }
+  static float load1(const uint8_t* row, int64_t c) {
+    float v;
+    std::memcpy(&v, row + 4 * c, 4);
+    return v;
+  }
+};
+
+struct LoadF16 {
+  static __m256 load(const uint8_t* row, int64_t c) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c)));
+  }
+  static float load1(const uint8_t* row, int64_t c) { return half_to_float(row + 2 * c); }
+};
+
+// bf16 is the high half of an f32: widen to 32 bits and shift into place (exact).
+struct LoadBF16 {
+  static __m256 load(const uint8_t* row, int64_t c) {
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  }
+  static float load1(const uint8_t* row, int64_t c) {
+    uint16_t h;
+    std::memcpy(&h, row + 2 * c, 2);
+    const uint32_t u = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+};
+
+// R rows starting at `w` (row stride row_bytes) times NT activation rows; U vectors per step per
+// (row, token) so that NT == 1 still has U*R independent FMA chains. y points at the first row.
+template <class L, int R, int NT, int U>
+inline void gemv_float_rows(const uint8_t* w, uint64_t row_bytes, int64_t cols, const float* x, int64_t ldx,
+                            float* y, int64_t ldy) {
+  __m256 acc[U][R][NT];
+#pragma GCC unroll 16
+  for (int u = 0; u < U; ++u)
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+      for (int t = 0; t < NT; ++t) acc[u][r][t] = _mm256_setzero_ps();
+  int64_t c = 0;
+  for (; c + U * kLanes <= cols; c += U * kLanes) {
+#pragma GCC unroll 16
+    for (int u = 0; u < U; ++u) {
+      __m256 xv[NT];
+#pragma GCC unroll 16
+      for (int t = 0; t < NT; ++t) xv[t] = _mm256_loadu_ps(x + t * ldx + c + u * kLanes);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        const __m256 wv = L::load(w + r * row_bytes, c + u * kLanes);
+#pragma GCC unroll 16
+        for (int t = 0; t < NT; ++t) acc[u][r][t] = _mm256_fmadd_ps(wv, xv[t], acc[u][r][t]);
+      }
+    }
+  }
+  for (; c + kLanes <= cols; c += kLanes) {
+    __m256 xv[NT];
+#pragma GCC unroll 16
+    for (int t = 0; t < NT; ++t) xv[t] = _mm256_loadu_ps(x + t * ldx + c);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m256 wv = L::load(w + r * row_bytes, c);
+#pragma GCC unroll 16
+      for (int t = 0; t < NT; ++t) acc[0][r][t] = _mm256_fmadd_ps(wv, xv[t], acc[0][r][t]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 16
+    for (int t = 0; t < NT; ++t) {
+      __m256 a = acc[0][r][t];
+#pragma GCC unroll 16
+      for (int u = 1; u < U; ++u) a = _mm256_add_ps(a, acc[u][r][t]);
+      float s = hsum(a);
+      for (int64_t cc = c; cc < cols; ++cc) s += L::load1(w + r * row_bytes, cc) * x[t * ldx + cc];
+      y[t * ldy + r] = s;
+    }
+  }
+}
+
+template <class L, int NT>
+void gemv_float_nt(const uint8_t* w, uint64_t row_bytes, int64_t cols, int64_t r0, int64_t r1, const float* x,
+                   int64_t ldx, float* y, int64_t ldy) {
+  // Accumulators: U*R*NT <= 8 of the 16 ymm registers.
+  constexpr int R = NT <= 2 ? 4 : 2;
+  constexpr int U = NT == 1 ? 2 : 1;
+  int64_t r = r0;
+  for (; r + R <= r1; r += R) gemv_float_rows<L, R, NT, U>(w + r * row_bytes, row_bytes, cols, x, ldx, y + r, ldy);
+  for (; r < r1; ++r) gemv_float_rows<L, 1, NT, 2>(w + r * row_bytes, row_bytes, cols, x, ldx, y + r, ldy);
+}
+
+template <class L>
+void gemv_float(const void* w, uint64_t row_bytes, int64_t cols, int64_t r0, int64_t r1, const float* x, int64_t ldx,
+                int nt, float* y, int64_t ldy) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  for (int t0 = 0; t0 < nt; t0 += kGemvMaxTokens) {
+    const float* xt = x + t0 * ldx;
+    float* yt = y + t0 * ldy;
+    switch (nt - t0) {
+      case 1: gemv_float_nt<L, 1>(wb, row_bytes, cols, r0, r1, xt, ldx, yt, ldy); break;
+      case 2: gemv_float_nt<L, 2>(wb, row_bytes, cols, r0, r1, xt, ldx, yt, ldy); break;
+      case 3: gemv_float_nt<L, 3>(wb, row_bytes, cols, r0, r1, xt, ldx, yt, ldy); break;
+      default: gemv_float_nt<L, 4>(wb, row_bytes, cols, r0, r1, xt, ldx, yt, ldy); break;
+    }
+  }
+}
+
+// ---- quantised weight types: decode one 32-element block into 4 vectors of unscaled values ----------
+
+struct DecodeQ8_0 {
+  static constexpr int64_t kBlockBytes = sizeof(BlockQ8_0);
+  static void decode(const uint8_t* blk, __m256 q[4]) {
+    const uint8_t* qs = blk + 2;
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k)
+      q[k] = _mm256_cvtepi32_ps(
+          _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8 * k))));
+  }
+};
+
+// Byte j holds element j (low nibble) and element j + 16 (high nibble). Widening bytes 0..7 and
+// 8..15 to 32-bit lanes first lets one AND / one shift extract each half without shuffles.
+struct DecodeQ4_0 {
+  static constexpr int64_t kBlockBytes = sizeof(BlockQ4_0);
+  static void decode(const uint8_t* blk, __m256 q[4]) {
+    const uint8_t* qs = blk + 2;
+    const __m256i v0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs)));
+    const __m256i v1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8)));
+    const __m256i m = _mm256_set1_epi32(0x0F), e8 = _mm256_set1_epi32(8);
+    q[0] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(v0, m), e8));
+    q[1] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(v1, m), e8));
+    q[2] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(v0, 4), e8));
+    q[3] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(v1, 4), e8));
+  }
+};
+
+template <class D, int R, int NT>
+inline void gemv_quant_rows(const uint8_t* w, uint64_t row_bytes, int64_t n_blocks, const float* x, int64_t ldx,
+                            float* y, int64_t ldy) {
+  __m256 acc[R][NT];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const float* xb = x + b * 32;
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* blk = w + r * row_bytes + b * D::kBlockBytes;
+      __m256 q[4];
+      D::decode(blk, q);
+      const __m256 d = _mm256_set1_ps(half_to_float(blk));
+#pragma GCC unroll 16
+      for (int t = 0; t < NT; ++t) {
+        const float* xt = xb + t * ldx;
+        __m256 p = _mm256_mul_ps(q[0], _mm256_loadu_ps(xt));
+        p = _mm256_fmadd_ps(q[1], _mm256_loadu_ps(xt + 8), p);
+        p = _mm256_fmadd_ps(q[2], _mm256_loadu_ps(xt + 16), p);
+        p = _mm256_fmadd_ps(q[3], _mm256_loadu_ps(xt + 24), p);
+        acc[r][t] = _mm256_fmadd_ps(p, d, acc[r][t]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int t = 0; t < NT; ++t) y[t * ldy + r] = hsum(acc[r][t]);
+}
+
+template <class D, int NT>
+void gemv_quant_nt(const uint8_t* w, uint64_t row_bytes, int64_t n_blocks, int64_t r0, int64_t r1, const float* x,
+                   int64_t ldx, float* y, int64_t ldy) {
+  constexpr int R = NT <= 2 ? 4 : 2;
+  int64_t r = r0;
+  for (; r + R <= r1; r += R) gemv_quant_rows<D, R, NT>(w + r * row_bytes, row_bytes, n_blocks, x, ldx, y + r, ldy);
+  for (; r < r1; ++r) gemv_quant_rows<D, 1, NT>(w + r * row_bytes, row_bytes, n_blocks, x, ldx, y + r, ldy);
+}
+
+template <class D>
+void gemv_quant(const void* w, uint64_t row_bytes, int64_t cols, int64_t r0, int64_t r1, const float* x, int64_t ldx,
+                int nt, float* y, int64_t ldy) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const int64_t n_blocks = cols / 32;
+  for (int t0 = 0; t0 < nt; t0 += kGemvMaxTokens) {
+    const float* xt = x + t0 * ldx;
+    float* yt = y + t0 * ldy;
+    switch (nt - t0) {
+      case 1: gemv_quant_nt<D, 1>(wb, row_bytes, n_blocks, r0, r1, xt, ldx, yt, ldy); break;
+      case 2: gemv_quant_nt<D, 2>(wb, row_bytes, n_blocks, r0, r1, xt, ldx, yt, ldy); break;
+      case 3: gemv_quant_nt<D, 3>(wb, row_bytes, n_blocks, r0, r1, xt, ldx, yt, ldy); break;
+      default: gemv_quant_nt<D, 4>(wb, row_bytes, n_blocks, r0, r1, xt, ldx, yt, ldy); break;
+    }
+  }
+}
+
+// ---- dequantisation (bit-exact with core's dequantize_row) -------------------------------------------
+
+void dequant_f32(const void* src, float* dst, int64_t n) { std::memcpy(dst, src, static_cast<size_t>(n) * 4); }
+
+template <class L>
+void dequant_float(const void* src, float* dst, int64_t n) {
+  const auto* s = static_cast<const uint8_t*>(src);
+  int64_t i = 0;
+  for (; i + 4 * kLanes <= n; i += 4 * kLanes) {
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) _mm256_storeu_ps(dst + i + k * kLanes, L::load(s, i + k * kLanes));
+  }
+  for (; i + kLanes <= n; i += kLanes) _mm256_storeu_ps(dst + i, L::load(s, i));
+  for (; i < n; ++i) dst[i] = L::load1(s, i);
+}
+
+template <class D>
+void dequant_quant(const void* src, float* dst, int64_t n) {
+  const auto* s = static_cast<const uint8_t*>(src);
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const uint8_t* blk = s + b * D::kBlockBytes;
+    __m256 q[4];
+    D::decode(blk, q);
+    const __m256 d = _mm256_set1_ps(half_to_float(blk));
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) _mm256_storeu_ps(dst + b * 32 + k * kLanes, _mm256_mul_ps(q[k], d));
+  }
+}
+
+// ---- f32 vector helpers -----------------------------------------------------------------------------
+
+void axpy_avx2(float a, const float* x, float* y, int64_t n) {
+  const __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 4 * kLanes <= n; i += 4 * kLanes) {
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      float* yk = y + i + k * kLanes;
+      _mm256_storeu_ps(yk, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i + k * kLanes), _mm256_loadu_ps(yk)));
+    }
+  }
+  for (; i + kLanes <= n; i += kLanes)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+float dot_avx2(const float* a, const float* b, int64_t n) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  int64_t i = 0;
+  for (; i + 4 * kLanes <= n; i += 4 * kLanes) {
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k)
+      acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + k * kLanes), _mm256_loadu_ps(b + i + k * kLanes), acc[k]);
+  }
+  for (; i + kLanes <= n; i += kLanes) acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc[0]);
+  float s = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+const CpuKernels kAvx2 = {
+    Isa::Avx2,
+    {gemv_float<LoadF32>, gemv_float<LoadF16>, gemv_float<LoadBF16>, gemv_quant<DecodeQ8_0>, gemv_quant<DecodeQ4_0>},
+    {dequant_f32, dequant_float<LoadF16>, dequant_float<LoadBF16>, dequant_quant<DecodeQ8_0>,
+     dequant_quant<DecodeQ4_0>},
+    axpy_avx2,
+    dot_avx2,
+};
+
+}  // namespace
+
+const CpuKernels* avx2_kernels() { return &kAvx2; }
+
+}  // namespace shardwise

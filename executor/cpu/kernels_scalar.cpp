@@ -1,0 +1,70 @@
+// executor/cpu/kernels_scalar.cpp — portable kernels: the fallback level and the baseline that the
+// SIMD levels are compared with. Plain loops with f32 accumulation.
+#include <vector>
+
+#include "executor/cpu/kernels.h"
+
+namespace shardwise {
+namespace {
+
+template <DType T>
+void gemv_scalar(const void* w, uint64_t row_bytes, int64_t cols, int64_t r0, int64_t r1, const float* x,
+                 int64_t ldx, int nt, float* y, int64_t ldy) {
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = r0; r < r1; ++r) {
+    dequantize_row(T, static_cast<const uint8_t*>(w) + static_cast<uint64_t>(r) * row_bytes, row.data(), cols);
+    for (int t = 0; t < nt; ++t) {
+      const float* xt = x + t * ldx;
+      float acc = 0.0f;
+      for (int64_t c = 0; c < cols; ++c) acc += row[c] * xt[c];
+      y[t * ldy + r] = acc;
+    }
+  }
+}
+
+template <DType T>
+void dequant_scalar(const void* src, float* dst, int64_t n) {
+  dequantize_row(T, src, dst, n);
+}
+
+void axpy_scalar(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+float dot_scalar(const float* a, const float* b, int64_t n) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+const CpuKernels kScalar = {
+    Isa::Scalar,
+    {gemv_scalar<DType::F32>, gemv_scalar<DType::F16>, gemv_scalar<DType::BF16>, gemv_scalar<DType::Q8_0>,
+     gemv_scalar<DType::Q4_0>},
+    {dequant_scalar<DType::F32>, dequant_scalar<DType::F16>, dequant_scalar<DType::BF16>,
+     dequant_scalar<DType::Q8_0>, dequant_scalar<DType::Q4_0>},
+    axpy_scalar,
+    dot_scalar,
+};
+
+}  // namespace
+
+const CpuKernels* scalar_kernels() { return &kScalar; }
+
+const CpuKernels* cpu_kernels_for(Isa isa) {
+  if (static_cast<int>(isa) > static_cast<int>(cpu_max_isa())) return nullptr;
+  switch (isa) {
+    case Isa::Scalar: return scalar_kernels();
+    case Isa::Avx2: return avx2_kernels();
+    case Isa::Avx512: return avx512_kernels();
+  }
+  return nullptr;
+}
+
+const CpuKernels& cpu_kernels() {
+  for (int level = static_cast<int>(active_isa()); level >= 0; --level)
+    if (const CpuKernels* k = cpu_kernels_for(static_cast<Isa>(level))) return *k;
+  return *scalar_kernels();
+}
+
+}  // namespace shardwise

@@ -1,0 +1,91 @@
+// executor/cpu/matmul.cpp — threading and the GEMM path for matmul.h.
+#include "executor/cpu/matmul.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "executor/cpu/kernels.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace shardwise {
+namespace {
+
+// Each pool thread calls single-threaded sgemm on its own tile; OpenBLAS must not spawn threads of
+// its own on top of ours.
+void init_blas_once() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+constexpr int64_t kGemmThreshold = 8;
+constexpr int64_t kTileRows = 64;       // weight rows dequantised per tile
+constexpr int64_t kTileTokens = 1024;   // tokens per sgemm call
+
+thread_local std::vector<float> t_tile;
+
+}  // namespace
+
+int64_t matmul_gemm_threshold() { return kGemmThreshold; }
+
+void matmul_raw(DType dtype, const void* w, int64_t rows, int64_t cols, const float* x, int64_t ldx,
+                int64_t n_tokens, float* y, int64_t ldy, ThreadPool& pool) {
+  if (rows == 0 || n_tokens == 0) return;
+  const CpuKernels& k = cpu_kernels();
+  const uint64_t row_bytes = dtype_row_bytes(dtype, cols);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  if (n_tokens < kGemmThreshold) {
+    GemvFn gemv = k.gemv[kernel_slot(dtype)];
+    // Row chunks of >= 16 rows keep per-chunk overhead small against a row's cost.
+    const int64_t grain = std::max<int64_t>(16, 4096 / std::max<int64_t>(1, cols / 256));
+    pool.parallel_for(rows, grain, [&](int64_t r0, int64_t r1, int) {
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += kGemvMaxTokens) {
+        const int nt = static_cast<int>(std::min<int64_t>(kGemvMaxTokens, n_tokens - t0));
+        gemv(w, row_bytes, cols, r0, r1, x + t0 * ldx, ldx, nt, y + t0 * ldy, ldy);
+      }
+    });
+    return;
+  }
+  init_blas_once();
+  DequantFn deq = k.dequant[kernel_slot(dtype)];
+  const int64_t n_tiles = (rows + kTileRows - 1) / kTileRows;
+  pool.parallel_for(n_tiles, 1, [&](int64_t tile0, int64_t tile1, int) {
+    std::vector<float>& tile = t_tile;
+    if (tile.size() < static_cast<size_t>(kTileRows * cols)) tile.resize(static_cast<size_t>(kTileRows * cols));
+    for (int64_t ti = tile0; ti < tile1; ++ti) {
+      const int64_t r0 = ti * kTileRows, nr = std::min(kTileRows, rows - r0);
+      if (dtype == DType::F32) {
+        // f32 weights need no conversion: multiply in place.
+        for (int64_t t0 = 0; t0 < n_tokens; t0 += kTileTokens) {
+          const int64_t nt = std::min(kTileTokens, n_tokens - t0);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nt), static_cast<int>(nr),
+                      static_cast<int>(cols), 1.0f, x + t0 * ldx, static_cast<int>(ldx),
+                      reinterpret_cast<const float*>(wb + static_cast<uint64_t>(r0) * row_bytes),
+                      static_cast<int>(cols), 0.0f, y + t0 * ldy + r0, static_cast<int>(ldy));
+        }
+        continue;
+      }
+      for (int64_t r = 0; r < nr; ++r)
+        deq(wb + static_cast<uint64_t>(r0 + r) * row_bytes, tile.data() + r * cols, cols);
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += kTileTokens) {
+        const int64_t nt = std::min(kTileTokens, n_tokens - t0);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nt), static_cast<int>(nr),
+                    static_cast<int>(cols), 1.0f, x + t0 * ldx, static_cast<int>(ldx), tile.data(),
+                    static_cast<int>(cols), 0.0f, y + t0 * ldy + r0, static_cast<int>(ldy));
+      }
+    }
+  });
+}
+
+void matmul(const TensorView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy,
+            ThreadPool& pool) {
+  SW_CHECK(w.shape.size() == 2, "matmul: weight must be 2-D, got ", shape_str(w.shape));
+  matmul_raw(w.dtype, w.data, w.shape[0], w.shape[1], x, ldx, n_tokens, y, ldy, pool);
+}
+
+}  // namespace shardwise

@@ -1,0 +1,174 @@
+// executor/reference/reference_model.cpp — the reference forward pass (see the header).
+#include "executor/reference/reference_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace shardwise {
+namespace {
+
+using Vec = std::vector<double>;
+
+// W (rows, cols) of any dtype times x [cols] -> [rows]; `slice` selects one expert of a 3-D tensor.
+Vec matvec(const TensorView& w, const Vec& x, int64_t slice = -1) {
+  TensorView m = slice >= 0 ? w.slice(slice) : w;
+  const int64_t rows = m.shape[0], cols = m.shape[1];
+  std::vector<float> row(static_cast<size_t>(cols));
+  Vec y(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_row(m.dtype, m.row(r), row.data(), cols);
+    double acc = 0;
+    for (int64_t c = 0; c < cols; ++c) acc += static_cast<double>(row[c]) * x[c];
+    y[r] = acc;
+  }
+  return y;
+}
+
+Vec to_vec(const TensorView& t) {
+  std::vector<float> f(static_cast<size_t>(shape_elems(t.shape)));
+  dequantize_row(t.dtype, t.data, f.data(), static_cast<int64_t>(f.size()));
+  return Vec(f.begin(), f.end());
+}
+
+Vec rms_norm(const Vec& x, const Vec& w, double eps, size_t offset = 0, size_t dim = 0) {
+  if (dim == 0) dim = x.size();
+  double ss = 0;
+  for (size_t i = 0; i < dim; ++i) ss += x[offset + i] * x[offset + i];
+  const double scale = 1.0 / std::sqrt(ss / static_cast<double>(dim) + eps);
+  Vec y(dim);
+  for (size_t i = 0; i < dim; ++i) y[i] = x[offset + i] * scale * w[i];
+  return y;
+}
+
+// Rotates each head of v (n_heads * head_dim) for position pos.
+void apply_rope(Vec& v, int64_t n_heads, int64_t hd, int64_t pos, double theta, RopeStyle style) {
+  const int64_t half = hd / 2;
+  for (int64_t h = 0; h < n_heads; ++h) {
+    double* x = v.data() + h * hd;
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = static_cast<double>(pos) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+      const double c = std::cos(angle), s = std::sin(angle);
+      // NeoX pairs dimension i with i + half; Normal pairs 2i with 2i + 1.
+      const int64_t a = style == RopeStyle::Neox ? i : 2 * i;
+      const int64_t b = style == RopeStyle::Neox ? i + half : 2 * i + 1;
+      const double xa = x[a], xb = x[b];
+      x[a] = xa * c - xb * s;
+      x[b] = xb * c + xa * s;
+    }
+  }
+}
+
+double silu(double g) { return g / (1.0 + std::exp(-g)); }
+
+Vec swiglu_ffn(const TensorView& gate, const TensorView& up, const TensorView& down, const Vec& x, int64_t slice) {
+  Vec g = matvec(gate, x, slice), u = matvec(up, x, slice);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
+  return matvec(down, g, slice);
+}
+
+}  // namespace
+
+std::vector<float> reference_logits(const WeightSource& src, const std::vector<int32_t>& tokens) {
+  const ModelSpec& sp = src.spec();
+  const int64_t n = static_cast<int64_t>(tokens.size()), H = sp.hidden_size, hd = sp.head_dim;
+  const int64_t n_heads = sp.num_attention_heads, n_kv = sp.num_key_value_heads, group = n_heads / n_kv;
+  const double eps = sp.rms_norm_eps;
+  auto T = [&](const std::string& name) -> const TensorView& { return src.tensor(name); };
+
+  // Residual stream per position, starting from the embedding rows.
+  std::vector<Vec> x(static_cast<size_t>(n));
+  const TensorView& emb = T("token_embd.weight");
+  for (int64_t t = 0; t < n; ++t) {
+    SW_CHECK(tokens[t] >= 0 && tokens[t] < sp.vocab_size, "token id ", tokens[t], " out of range");
+    std::vector<float> row(static_cast<size_t>(H));
+    dequantize_row(emb.dtype, emb.row(tokens[t]), row.data(), H);
+    x[t] = Vec(row.begin(), row.end());
+  }
+
+  for (int64_t l = 0; l < sp.num_hidden_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    // Attention: project every position, then let each attend to positions <= itself.
+    const Vec attn_norm = to_vec(T(p + "attn_norm.weight"));
+    std::vector<Vec> q(n), k(n), v(n);
+    for (int64_t t = 0; t < n; ++t) {
+      Vec xn = rms_norm(x[t], attn_norm, eps);
+      q[t] = matvec(T(p + "attn_q.weight"), xn);
+      k[t] = matvec(T(p + "attn_k.weight"), xn);
+      v[t] = matvec(T(p + "attn_v.weight"), xn);
+      if (sp.has_qk_norm()) {
+        const Vec qn = to_vec(T(p + "attn_q_norm.weight")), kn = to_vec(T(p + "attn_k_norm.weight"));
+        for (int64_t h = 0; h < n_heads; ++h) {
+          Vec r = rms_norm(q[t], qn, eps, static_cast<size_t>(h * hd), static_cast<size_t>(hd));
+          std::copy(r.begin(), r.end(), q[t].begin() + h * hd);
+        }
+        for (int64_t h = 0; h < n_kv; ++h) {
+          Vec r = rms_norm(k[t], kn, eps, static_cast<size_t>(h * hd), static_cast<size_t>(hd));
+          std::copy(r.begin(), r.end(), k[t].begin() + h * hd);
+        }
+      }
+      apply_rope(q[t], n_heads, hd, t, sp.rope_theta, src.rope_style());
+      apply_rope(k[t], n_kv, hd, t, sp.rope_theta, src.rope_style());
+    }
+    for (int64_t t = 0; t < n; ++t) {
+      Vec attn(static_cast<size_t>(n_heads * hd), 0.0);
+      for (int64_t h = 0; h < n_heads; ++h) {
+        const int64_t g = h / group;
+        Vec scores(static_cast<size_t>(t + 1));
+        for (int64_t j = 0; j <= t; ++j) {
+          double s = 0;
+          for (int64_t d = 0; d < hd; ++d) s += q[t][h * hd + d] * k[j][g * hd + d];
+          scores[j] = s / std::sqrt(static_cast<double>(hd));
+        }
+        const double m = *std::max_element(scores.begin(), scores.end());
+        double sum = 0;
+        for (double& s : scores) sum += (s = std::exp(s - m));
+        for (int64_t j = 0; j <= t; ++j)
+          for (int64_t d = 0; d < hd; ++d) attn[h * hd + d] += scores[j] / sum * v[j][g * hd + d];
+      }
+      Vec o = matvec(T(p + "attn_output.weight"), attn);
+      for (int64_t i = 0; i < H; ++i) x[t][i] += o[i];
+    }
+    // FFN (dense SwiGLU, or softmax-routed experts).
+    const Vec ffn_norm = to_vec(T(p + "ffn_norm.weight"));
+    for (int64_t t = 0; t < n; ++t) {
+      Vec xn = rms_norm(x[t], ffn_norm, eps);
+      Vec out(static_cast<size_t>(H), 0.0);
+      if (!sp.is_moe()) {
+        out = swiglu_ffn(T(p + "ffn_gate.weight"), T(p + "ffn_up.weight"), T(p + "ffn_down.weight"), xn, -1);
+      } else {
+        Vec logits = matvec(T(p + "ffn_gate_inp.weight"), xn);
+        const double m = *std::max_element(logits.begin(), logits.end());
+        double sum = 0;
+        for (double& z : logits) sum += (z = std::exp(z - m));
+        for (double& z : logits) z /= sum;
+        std::vector<int64_t> order(logits.size());
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
+        order.resize(static_cast<size_t>(sp.num_experts_per_tok));
+        double top_sum = 0;
+        for (int64_t e : order) top_sum += logits[e];
+        for (int64_t e : order) {
+          const double w = sp.norm_topk_prob ? logits[e] / top_sum : logits[e];
+          Vec y = swiglu_ffn(T(p + "ffn_gate_exps.weight"), T(p + "ffn_up_exps.weight"),
+                             T(p + "ffn_down_exps.weight"), xn, e);
+          for (int64_t i = 0; i < H; ++i) out[i] += w * y[i];
+        }
+      }
+      for (int64_t i = 0; i < H; ++i) x[t][i] += out[i];
+    }
+  }
+
+  const Vec out_norm = to_vec(T("output_norm.weight"));
+  const TensorView& head = sp.tie_word_embeddings ? emb : T("output.weight");
+  std::vector<float> logits(static_cast<size_t>(n * sp.vocab_size));
+  for (int64_t t = 0; t < n; ++t) {
+    Vec y = matvec(head, rms_norm(x[t], out_norm, eps));
+    for (int64_t i = 0; i < sp.vocab_size; ++i) logits[t * sp.vocab_size + i] = static_cast<float>(y[i]);
+  }
+  return logits;
+}
+
+}  // namespace shardwise

@@ -1,0 +1,64 @@
+// executor/session/generator.cpp — prefill + decode loop with timings.
+#include "executor/session/generator.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+#include "executor/model/cpu_model.h"
+#include "executor/session/kv_cache.h"
+
+namespace shardwise {
+namespace {
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+GenerateResult generate(CpuModel& model, KvCache& kv, const std::vector<int32_t>& prompt,
+                        const GenerateOptions& opt, const std::function<void(int32_t)>& on_token) {
+  SW_CHECK(!prompt.empty(), "the prompt is empty: give at least one token");
+  const int64_t vocab = model.spec().vocab_size;
+  for (int32_t id : prompt)
+    SW_CHECK(id >= 0 && id < vocab, "token id ", id, " is out of range for this model (vocabulary of ", vocab, ")");
+  const int64_t total = kv.n_past() + static_cast<int64_t>(prompt.size()) + std::max<int64_t>(0, opt.n_predict - 1);
+  SW_CHECK(total <= kv.capacity(), "the prompt (", prompt.size(), " tokens) plus ", opt.n_predict,
+           " generated tokens need a context of ", total, " but --ctx is ", kv.capacity());
+
+  GenerateResult r;
+  r.n_prompt = static_cast<int64_t>(prompt.size());
+  Sampler sampler(opt.sampling);
+  std::vector<int32_t> history = prompt;
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t chunk = std::max<int64_t>(1, opt.prefill_chunk);
+  for (size_t i = 0; i < prompt.size(); i += static_cast<size_t>(chunk)) {
+    const int64_t n = std::min<int64_t>(chunk, static_cast<int64_t>(prompt.size() - i));
+    const auto ts = std::chrono::steady_clock::now();
+    model.forward(prompt.data() + i, n, kv, logits.data(), false);
+    r.steps.push_back({n, ms_since(ts)});
+  }
+  r.prefill_ms = ms_since(t0);
+  if (opt.n_predict <= 0) return r;
+  int32_t next = sampler.sample(logits.data(), vocab, history);
+  r.ttft_ms = ms_since(t0);
+  const auto t_first = std::chrono::steady_clock::now();
+  for (;;) {
+    r.generated.push_back(next);
+    history.push_back(next);
+    if (on_token) on_token(next);
+    if (static_cast<int64_t>(r.generated.size()) >= opt.n_predict) break;
+    if (std::find(opt.stop_ids.begin(), opt.stop_ids.end(), next) != opt.stop_ids.end()) break;
+    const auto ts = std::chrono::steady_clock::now();
+    model.forward(&next, 1, kv, logits.data(), false);
+    r.steps.push_back({1, ms_since(ts)});
+    next = sampler.sample(logits.data(), vocab, history);
+  }
+  r.decode_ms = ms_since(t_first);
+  r.prompt_tokens_per_s = r.prefill_ms > 0 ? 1000.0 * static_cast<double>(r.n_prompt) / r.prefill_ms : 0;
+  const double n_dec = static_cast<double>(r.generated.size()) - 1;
+  r.decode_tokens_per_s = (n_dec > 0 && r.decode_ms > 0) ? 1000.0 * n_dec / r.decode_ms : 0;
+  return r;
+}
+
+}  // namespace shardwise

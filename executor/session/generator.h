@@ -1,0 +1,44 @@
+// executor/session/generator.h — a generation loop over the CPU model: prefill the prompt in
+// chunks, then decode token by token, with the timings llama.cpp users know (TTFT, prompt and
+// decode tokens/s).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "executor/session/sampling.h"
+
+namespace shardwise {
+
+class CpuModel;
+class KvCache;
+
+struct GenerateOptions {
+  int64_t n_predict = 32;       // tokens to generate (stops earlier at a stop token)
+  int64_t prefill_chunk = 512;  // prompt tokens per step
+  SamplingParams sampling;
+  std::vector<int32_t> stop_ids;  // e.g. EOS; generation ends after emitting one
+};
+
+struct StepTiming {
+  int64_t n_tokens;
+  double ms;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> generated;
+  int64_t n_prompt = 0;
+  double prefill_ms = 0;     // all prompt steps
+  double ttft_ms = 0;        // start to first generated token (prefill + first sample)
+  double decode_ms = 0;      // after the first token, until the last one
+  double prompt_tokens_per_s = 0;
+  double decode_tokens_per_s = 0;  // (generated - 1) / decode_ms
+  std::vector<StepTiming> steps;
+};
+
+// `on_token` (optional) is called with each generated id as soon as it is sampled.
+GenerateResult generate(CpuModel& model, KvCache& kv, const std::vector<int32_t>& prompt,
+                        const GenerateOptions& options, const std::function<void(int32_t)>& on_token = {});
+
+}  // namespace shardwise

@@ -1,0 +1,76 @@
+// executor/session/sampling.cpp — sampling chain (see sampling.h).
+#include "executor/session/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_set>
+
+namespace shardwise {
+
+int32_t argmax(const float* x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return static_cast<int32_t>(best);
+}
+
+Sampler::Sampler(const SamplingParams& params) : p_(params), rng_(params.seed) {}
+
+int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history) {
+  std::vector<float> l(logits, logits + vocab);
+  if (p_.repeat_penalty != 1.0f && p_.repeat_last_n != 0) {
+    const size_t n = p_.repeat_last_n < 0 ? history.size() : std::min<size_t>(history.size(), static_cast<size_t>(p_.repeat_last_n));
+    std::unordered_set<int32_t> seen(history.end() - static_cast<std::ptrdiff_t>(n), history.end());
+    for (int32_t id : seen) {
+      if (id < 0 || id >= vocab) continue;
+      l[id] = l[id] > 0 ? l[id] / p_.repeat_penalty : l[id] * p_.repeat_penalty;
+    }
+  }
+  if (p_.greedy || p_.temp <= 0.0f) return argmax(l.data(), vocab);
+
+  struct Cand {
+    int32_t id;
+    float logit;
+    float p;
+  };
+  std::vector<Cand> c(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i) c[i] = {static_cast<int32_t>(i), l[i], 0.0f};
+  auto by_logit = [](const Cand& a, const Cand& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); };
+  size_t keep = c.size();
+  if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < keep) keep = static_cast<size_t>(p_.top_k);
+  std::partial_sort(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(keep), c.end(), by_logit);
+  c.resize(keep);
+  auto normalize = [&](float temp) {
+    const float m = c.front().logit;
+    double s = 0;
+    for (auto& x : c) s += (x.p = std::exp((x.logit - m) / temp));
+    for (auto& x : c) x.p = static_cast<float>(x.p / s);
+  };
+  normalize(1.0f);
+  if (p_.top_p < 1.0f) {
+    double cum = 0;
+    size_t k = 0;
+    while (k < c.size()) {
+      cum += c[k].p;
+      ++k;
+      if (cum >= p_.top_p) break;
+    }
+    c.resize(std::max<size_t>(1, k));
+  }
+  if (p_.min_p > 0.0f) {
+    const float thr = c.front().p * p_.min_p;
+    size_t k = 0;
+    while (k < c.size() && c[k].p >= thr) ++k;
+    c.resize(std::max<size_t>(1, k));
+  }
+  normalize(p_.temp);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  double r = u(rng_), cum = 0;
+  for (const auto& x : c) {
+    cum += x.p;
+    if (r < cum) return x.id;
+  }
+  return c.back().id;
+}
+
+}  // namespace shardwise

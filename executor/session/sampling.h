@@ -1,0 +1,37 @@
+// executor/session/sampling.h — turning logits into the next token: greedy, or llama.cpp's chain
+// (repeat penalty -> top-k -> top-p -> min-p -> temperature -> draw) with a seeded generator, so a
+// given seed reproduces a generation exactly.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace shardwise {
+
+struct SamplingParams {
+  bool greedy = false;          // argmax (ties: lowest id); also used when temp <= 0
+  float temp = 0.8f;
+  int32_t top_k = 40;           // <= 0: off
+  float top_p = 0.95f;          // >= 1: off
+  float min_p = 0.05f;          // <= 0: off
+  float repeat_penalty = 1.0f;  // 1: off
+  int32_t repeat_last_n = 64;
+  uint64_t seed = 0xFFFFFFFFu;  // fixed default, so runs are reproducible unless a seed is given
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params);
+  // Picks a token from logits [vocab]; `history` = tokens so far (prompt + generated).
+  int32_t sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history);
+
+ private:
+  SamplingParams p_;
+  std::mt19937_64 rng_;
+};
+
+// Index of the largest value (lowest index on ties).
+int32_t argmax(const float* x, int64_t n);
+
+}  // namespace shardwise

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian packages shardwise builds and tests with. Idempotent: apt runs only when a
+# package is missing. Works as root or through sudo.
+set -euo pipefail
+
+PKGS=(
+  build-essential cmake make git pkg-config
+  libeigen3-dev libopenblas-dev libyaml-cpp-dev catch2 libbenchmark-dev nlohmann-json3-dev libcli11-dev
+  libgfortran-12-dev
+  pybind11-dev python3-pybind11 python3-dev python3-numpy python3-matplotlib python3-pandas
+  python3-yaml python3-pytest
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all ${#PKGS[@]} packages present"
+  exit 0
+fi
+echo "install_deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,24 @@
+// tests/test_util.h — helpers shared by the unit tests: fixture paths, temp files, random data.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace shardwise::test {
+
+// Folder of committed fixtures (tests/fixtures), from $SHARDWISE_FIXTURES.
+std::string fixtures_dir();
+// A fresh temporary directory for this test process (removed at exit).
+std::string temp_dir();
+std::string temp_path(const std::string& name);
+// Random floats in [lo, hi) from a seeded generator.
+std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f);
+// Writes bytes to a file.
+void write_file(const std::string& path, const std::string& bytes);
+std::string read_file(const std::string& path);
+// Runs a shell command; returns its exit status and fills `output` with stdout+stderr.
+int run_command(const std::string& command, std::string* output);
+
+}  // namespace shardwise::test

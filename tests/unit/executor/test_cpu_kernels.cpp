@@ -1,0 +1,404 @@
+// tests/unit/executor/test_cpu_kernels.cpp — every CPU kernel (kernels.h) at every ISA level this
+// host and build offer, and the threaded matmul() driver, against double-precision references
+// computed from core's dequantize_row (the reference path). A level the host lacks is reported
+// with a WARN line ("... not tested"); SHARDWISE_ISA caps the levels tested, as it caps dispatch.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "executor/cpu/cpu_features.h"
+#include "executor/cpu/kernels.h"
+#include "executor/cpu/matmul.h"
+#include "test_util.h"
+
+namespace shardwise {
+namespace {
+
+const DType kDTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
+const Isa kIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512};
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// f32 accumulation of exactly-converted weights: rounding grows with the magnitudes summed, so the
+// bound is relative to sum |w * x|, not to the (possibly cancelling) result.
+constexpr double kRtol = 1e-5;
+constexpr double kAtol = 1e-6;
+
+// SHARDWISE_ISA as cpu_features.cpp reads it (unset or unknown = no cap).
+Isa env_isa_cap() {
+  const char* e = std::getenv("SHARDWISE_ISA");
+  if (!e) return Isa::Avx512;
+  const std::string v = e;
+  if (v == "scalar") return Isa::Scalar;
+  if (v == "avx2") return Isa::Avx2;
+  return Isa::Avx512;
+}
+
+Isa min_isa(Isa a, Isa b) { return static_cast<int>(a) < static_cast<int>(b) ? a : b; }
+
+// Restores "no programmatic cap" when a test that moves it ends (also on failure).
+struct IsaCapGuard {
+  ~IsaCapGuard() { set_isa_cap(Isa::Avx512); }
+};
+
+// The kernel tables under test: every level the CPU and build offer, up to SHARDWISE_ISA. Levels
+// left out are reported, so a run on a host without AVX-512 says so instead of passing silently.
+std::vector<const CpuKernels*> levels_under_test() {
+  std::vector<const CpuKernels*> out;
+  for (Isa isa : kIsas) {
+    const CpuKernels* k = cpu_kernels_for(isa);
+    if (!k) {
+      WARN(isa_name(isa) << " kernels not available on this CPU/build (cpu max: " << isa_name(cpu_max_isa())
+                         << "): not tested");
+      continue;
+    }
+    if (static_cast<int>(isa) > static_cast<int>(env_isa_cap())) {
+      WARN(isa_name(isa) << " kernels capped by SHARDWISE_ISA: not tested");
+      continue;
+    }
+    REQUIRE(k->isa == isa);
+    out.push_back(k);
+  }
+  return out;
+}
+
+std::mt19937& rng() {
+  static std::mt19937 g(20261129u);
+  return g;
+}
+
+float uniform(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(rng()); }
+
+// Random finite non-zero-ish values with magnitudes that vary by block (so a kernel applying the
+// wrong block's scale or reading the wrong column is caught).
+std::vector<float> random_values(int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t b = 0; b < n; b += 32) {
+    const float scale = std::ldexp(1.0f, static_cast<int>(uniform(-3.0f, 3.0f)));
+    for (int64_t i = b; i < std::min(n, b + 32); ++i) {
+      float x = uniform(-1.0f, 1.0f);
+      if (std::fabs(x) < 1e-3f) x = 0.5f;
+      v[static_cast<size_t>(i)] = x * scale;
+    }
+  }
+  return v;
+}
+
+// One row of n elements in dtype t: float types converted from random values, quantised types as
+// random raw blocks (every code, including Q8_0's -128 that the quantiser never emits).
+void random_row(DType t, int64_t n, uint8_t* dst) {
+  if (!dtype_is_quantized(t)) {
+    const std::vector<float> v = random_values(n);
+    quantize_row(t, v.data(), dst, n);
+    return;
+  }
+  const int64_t bb = dtype_block_bytes(t);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (int64_t b = 0; b < n / 32; ++b) {
+    uint8_t* blk = dst + b * bb;
+    const uint16_t d = f32_to_f16(uniform(0.001f, 0.05f) * (byte(rng()) & 1 ? 1.0f : -1.0f));
+    std::memcpy(blk, &d, 2);
+    for (int64_t j = 2; j < bb; ++j) blk[j] = static_cast<uint8_t>(byte(rng()));
+  }
+}
+
+// A weight matrix with a row stride of row_bytes (>= the natural size; the gap is filled with 0xFF,
+// which decodes to NaN in every dtype, so a kernel that reads past a row's end is caught).
+struct Weights {
+  DType dtype;
+  int64_t rows, cols;
+  uint64_t row_bytes;
+  std::vector<uint8_t> storage;
+  std::vector<float> deq;  // (rows, cols), from core's dequantize_row
+  const uint8_t* data() const { return storage.data() + 4; }  // deliberately not 32-byte aligned
+};
+
+Weights make_weights(DType t, int64_t rows, int64_t cols, uint64_t pad_bytes) {
+  Weights w{t, rows, cols, dtype_row_bytes(t, cols) + pad_bytes, {}, {}};
+  w.storage.assign(4 + static_cast<size_t>(rows) * w.row_bytes + 64, 0xFF);
+  w.deq.resize(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = w.storage.data() + 4 + r * w.row_bytes;
+    random_row(t, cols, row);
+    dequantize_row(t, row, w.deq.data() + r * cols, cols);
+  }
+  return w;
+}
+
+// Activations: n_tokens rows of `cols` values, row stride ldx > cols; the gap holds NaN.
+std::vector<float> make_x(int64_t n_tokens, int64_t cols, int64_t ldx) {
+  std::vector<float> x(static_cast<size_t>(n_tokens * ldx + 1), kNaN);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const std::vector<float> v = random_values(cols);
+    std::copy(v.begin(), v.end(), x.begin() + 1 + t * ldx);
+  }
+  return x;  // data starts at x.data() + 1 (not vector-aligned)
+}
+
+// Compares y (row stride ldy) with the double reference for rows [r0, r1) and checks that every
+// other element of y is still NaN. Returns the number of mismatches; describes the first one.
+int64_t compare_with_reference(const Weights& w, const float* x, int64_t ldx, int64_t n_tokens, int64_t r0,
+                               int64_t r1, const std::vector<float>& y, int64_t ldy, std::string* first) {
+  int64_t bad = 0;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t r = 0; r < ldy; ++r) {
+      const float got = y[static_cast<size_t>(t * ldy + r)];
+      if (r < r0 || r >= r1) {
+        if (!std::isnan(got)) {
+          if (bad++ == 0) *first = str_cat("wrote outside its range: y[", t, "][", r, "] = ", got);
+        }
+        continue;
+      }
+      const float* wr = w.deq.data() + r * w.cols;
+      const float* xt = x + t * ldx;
+      double ref = 0.0, mag = 0.0;
+      for (int64_t c = 0; c < w.cols; ++c) {
+        const double p = static_cast<double>(wr[c]) * static_cast<double>(xt[c]);
+        ref += p;
+        mag += std::fabs(p);
+      }
+      const double tol = kAtol + kRtol * mag;
+      if (!(std::fabs(static_cast<double>(got) - ref) <= tol)) {
+        if (bad++ == 0)
+          *first = str_cat("y[", t, "][", r, "] = ", got, ", reference ", ref, " (tolerance ", tol, ")");
+      }
+    }
+  }
+  return bad;
+}
+
+// One gemv call with fresh activations, poisoned output and strides larger than needed.
+void check_gemv(const CpuKernels& k, const Weights& w, int nt, int64_t r0, int64_t r1) {
+  const int64_t ldx = w.cols + 13, ldy = w.rows + 5;
+  const std::vector<float> xbuf = make_x(nt, w.cols, ldx);
+  const float* x = xbuf.data() + 1;
+  std::vector<float> y(static_cast<size_t>(nt * ldy), kNaN);
+  k.gemv[kernel_slot(w.dtype)](w.data(), w.row_bytes, w.cols, r0, r1, x, ldx, nt, y.data(), ldy);
+  std::string first;
+  const int64_t bad = compare_with_reference(w, x, ldx, nt, r0, r1, y, ldy, &first);
+  INFO(isa_name(k.isa) << " gemv " << dtype_name(w.dtype) << " rows " << w.rows << " cols " << w.cols
+                       << " row_bytes " << w.row_bytes << " nt " << nt << " range [" << r0 << ", " << r1
+                       << "): " << first);
+  CHECK(bad == 0);
+}
+
+std::string hex_bits(const float* v, int64_t n) {
+  std::string s;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, v + i, 4);
+    s += str_cat(std::hex, u, " ");
+  }
+  return s;
+}
+
+// Dequantised values must equal core's bit for bit (NaNs only need to stay NaN) and nothing past n
+// may be written.
+void check_dequant(const CpuKernels& k, DType t, const uint8_t* src, int64_t n) {
+  std::vector<float> ref(static_cast<size_t>(n));
+  dequantize_row(t, src, ref.data(), n);
+  std::vector<float> got(static_cast<size_t>(n + 8), kNaN);
+  k.dequant[kernel_slot(t)](src, got.data(), n);
+  int64_t bad = 0, first = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool same = std::isnan(ref[i]) ? std::isnan(got[i]) : std::memcmp(&ref[i], &got[i], 4) == 0;
+    if (!same && bad++ == 0) first = i;
+  }
+  for (int64_t i = n; i < n + 8; ++i)
+    if (!std::isnan(got[i]) && bad++ == 0) first = i;
+  INFO(isa_name(k.isa) << " dequant " << dtype_name(t) << " n " << n << " first mismatch at " << first
+                       << (first >= 0 && first < n ? " got " + hex_bits(&got[first], 1) + "want " +
+                                                          hex_bits(&ref[first], 1)
+                                                    : std::string()));
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("gemv kernels match the double reference at every ISA level", "[cpu_kernels][gemv]") {
+  const std::vector<const CpuKernels*> levels = levels_under_test();
+  const int64_t kCols[] = {32, 96, 4096 + 32, 11520};
+  const int64_t kRows[] = {1, 7, 111, 500};
+  for (DType t : kDTypes) {
+    for (int64_t cols : kCols) {
+      for (int64_t rows : kRows) {
+        // Padded row strides on some shapes (contiguous on the rest, as matmul() passes them).
+        const uint64_t pad = (cols <= 96 || rows == 7) ? 3 * static_cast<uint64_t>(dtype_block_bytes(t)) : 0;
+        const Weights w = make_weights(t, rows, cols, pad);
+        for (const CpuKernels* k : levels) {
+          for (int nt = 1; nt <= kGemvMaxTokens; ++nt) {
+            check_gemv(*k, w, nt, 0, rows);
+            if (rows > 2) check_gemv(*k, w, nt, rows / 3, rows - 1);  // r0 > 0, r1 < rows
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("gemv handles float rows whose length is not a multiple of the vector width", "[cpu_kernels][gemv]") {
+  const std::vector<const CpuKernels*> levels = levels_under_test();
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    for (int64_t cols : {1, 7, 9, 17, 33, 1001}) {
+      const Weights w = make_weights(t, 9, cols, 6);
+      for (const CpuKernels* k : levels)
+        for (int nt = 1; nt <= kGemvMaxTokens; ++nt) check_gemv(*k, w, nt, 1, 9);
+    }
+  }
+}
+
+TEST_CASE("dequant kernels are bit-exact with core's dequantize_row", "[cpu_kernels][dequant]") {
+  const std::vector<const CpuKernels*> levels = levels_under_test();
+  for (DType t : kDTypes) {
+    for (int64_t n : {32, 96, 4096 + 32, 11520}) {
+      std::vector<uint8_t> src(dtype_row_bytes(t, n) + 3);
+      for (const CpuKernels* k : levels) {
+        random_row(t, n, src.data() + 3);  // fresh data, not aligned
+        check_dequant(*k, t, src.data() + 3, n);
+      }
+    }
+    if (!dtype_is_quantized(t)) {
+      for (int64_t n : {1, 7, 9, 31, 33, 1001}) {
+        std::vector<uint8_t> src(dtype_row_bytes(t, n) + 1);
+        for (const CpuKernels* k : levels) {
+          random_row(t, n, src.data() + 1);
+          check_dequant(*k, t, src.data() + 1, n);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("f16 and bf16 dequant are exact for every bit pattern", "[cpu_kernels][dequant]") {
+  const std::vector<const CpuKernels*> levels = levels_under_test();
+  std::vector<uint16_t> all(65536);
+  for (uint32_t i = 0; i < 65536; ++i) all[i] = static_cast<uint16_t>(i);  // zeros, subnormals, inf, NaN
+  for (const CpuKernels* k : levels) {
+    check_dequant(*k, DType::F16, reinterpret_cast<const uint8_t*>(all.data()), 65536);
+    check_dequant(*k, DType::BF16, reinterpret_cast<const uint8_t*>(all.data()), 65536);
+  }
+}
+
+TEST_CASE("axpy and dot_f32 match the double reference", "[cpu_kernels][f32]") {
+  const std::vector<const CpuKernels*> levels = levels_under_test();
+  for (const CpuKernels* k : levels) {
+    for (int64_t n : {1, 7, 8, 31, 33, 4097, 11520}) {
+      const std::vector<float> x = random_values(n + 1), y0 = random_values(n + 1);
+      const float a = uniform(-2.0f, 2.0f);
+      std::vector<float> y(y0.begin(), y0.end());
+      y.push_back(kNaN);  // guard: must not be touched
+      k->axpy(a, x.data() + 1, y.data() + 1, n);
+      int64_t bad = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double ref = static_cast<double>(y0[i + 1]) + static_cast<double>(a) * x[i + 1];
+        const double tol = 1e-6 * (std::fabs(static_cast<double>(a) * x[i + 1]) + std::fabs(y0[i + 1]));
+        if (!(std::fabs(y[i + 1] - ref) <= tol)) ++bad;
+      }
+      INFO(isa_name(k->isa) << " axpy n " << n);
+      CHECK(bad == 0);
+      CHECK(y[0] == y0[0]);
+      CHECK(std::isnan(y[n + 1]));
+
+      const std::vector<float> b = random_values(n + 1);
+      double ref = 0.0, mag = 0.0;
+      for (int64_t i = 0; i < n; ++i) {
+        ref += static_cast<double>(x[i + 1]) * b[i + 1];
+        mag += std::fabs(static_cast<double>(x[i + 1]) * b[i + 1]);
+      }
+      const float got = k->dot_f32(x.data() + 1, b.data() + 1, n);
+      INFO(isa_name(k->isa) << " dot_f32 n " << n << " got " << got << " reference " << ref);
+      CHECK(std::fabs(got - ref) <= kAtol + kRtol * mag);
+    }
+  }
+}
+
+TEST_CASE("matmul() matches the reference on the GEMV and GEMM paths", "[cpu_kernels][matmul]") {
+  IsaCapGuard guard;
+  const std::vector<const CpuKernels*> levels = levels_under_test();
+  ThreadPool pool(2);
+  const int64_t thr = matmul_gemm_threshold();
+  REQUIRE(thr > 1);
+  // GEMV below the threshold (several kGemvMaxTokens chunks included), GEMM from it on.
+  const std::vector<int64_t> tokens = {1, 2, 3, 4, 5, thr - 1, thr, thr + 1, 33, 130};
+  struct Shape2 {
+    int64_t rows, cols;
+  };
+  for (const CpuKernels* k : levels) {
+    REQUIRE(set_isa_cap(k->isa) == k->isa);
+    REQUIRE(cpu_kernels().isa == k->isa);
+    for (DType t : kDTypes) {
+      for (Shape2 s : {Shape2{131, 1056}, Shape2{500, 96}}) {
+        const Weights w = make_weights(t, s.rows, s.cols, 0);
+        TensorView view;
+        view.dtype = t;
+        view.shape = {s.rows, s.cols};
+        view.data = w.data();
+        view.nbytes = static_cast<uint64_t>(s.rows) * w.row_bytes;
+        for (int64_t nt : tokens) {
+          const int64_t ldx = s.cols + 5, ldy = s.rows + 3;
+          const std::vector<float> xbuf = make_x(nt, s.cols, ldx);
+          const float* x = xbuf.data() + 1;
+          std::vector<float> y(static_cast<size_t>(nt * ldy), kNaN);
+          matmul(view, x, ldx, nt, y.data(), ldy, pool);
+          std::string first;
+          const int64_t bad = compare_with_reference(w, x, ldx, nt, 0, s.rows, y, ldy, &first);
+          INFO(isa_name(k->isa) << " matmul " << dtype_name(t) << " rows " << s.rows << " cols " << s.cols
+                                << " tokens " << nt << (nt < thr ? " (gemv path): " : " (gemm path): ") << first);
+          CHECK(bad == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("set_isa_cap caps active_isa() and the dispatched table", "[cpu_kernels][isa]") {
+  IsaCapGuard guard;
+  const Isa env = env_isa_cap();
+  INFO("cpu max " << isa_name(cpu_max_isa()) << ", SHARDWISE_ISA cap " << isa_name(env));
+  CHECK(set_isa_cap(Isa::Avx512) == min_isa(cpu_max_isa(), env));
+  for (Isa cap : kIsas) {
+    const Isa expect = min_isa(min_isa(cpu_max_isa(), env), cap);
+    CHECK(set_isa_cap(cap) == expect);
+    CHECK(active_isa() == expect);
+    // cpu_kernels() serves the capped level (or the next lower one compiled in).
+    CHECK(static_cast<int>(cpu_kernels().isa) <= static_cast<int>(expect));
+    if (cpu_kernels_for(expect) != nullptr) CHECK(cpu_kernels().isa == expect);
+  }
+}
+
+// Run in a child process by the test below, with SHARDWISE_ISA set: the variable is read once per
+// process, so only a fresh process shows its effect.
+TEST_CASE("isa probe (child process of the SHARDWISE_ISA test)", "[.][isa_probe]") {
+  const Isa expect = min_isa(cpu_max_isa(), env_isa_cap());
+  INFO("SHARDWISE_ISA=" << (std::getenv("SHARDWISE_ISA") ? std::getenv("SHARDWISE_ISA") : "(unset)"));
+  CHECK(active_isa() == expect);
+  CHECK(cpu_kernels().isa == expect);
+  CHECK(set_isa_cap(Isa::Avx512) == expect);  // a programmatic cap cannot raise the level
+}
+
+TEST_CASE("SHARDWISE_ISA caps active_isa() in a fresh process", "[cpu_kernels][isa]") {
+  char self[4096];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  REQUIRE(len > 0);
+  self[len] = '\0';
+  for (const char* v : {"scalar", "avx2", "avx512"}) {
+    std::string out;
+    const int rc = test::run_command(str_cat("SHARDWISE_ISA=", v, " '", self, "' '[isa_probe]'"), &out);
+    INFO("SHARDWISE_ISA=" << v << ":\n" << out);
+    CHECK(rc == 0);
+  }
+}
+
+}  // namespace shardwise
