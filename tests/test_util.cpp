@@ -73,3 +73,53 @@ int run_command(const std::string& command, std::string* output) {
 }
 
 }  // namespace shardwise::test
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/npy.h"
+#include "core/thread_pool.h"
+#include "executor/model/cpu_model.h"
+#include "executor/session/kv_cache.h"
+
+namespace shardwise::test {
+
+std::vector<float> fast_logits(const WeightSource& source, const std::vector<int32_t>& tokens, int threads) {
+  ThreadPool pool(threads);
+  ModelWeights w = ModelWeights::from_source(source);
+  CpuModel model(w, pool);
+  KvCache kv(source.spec(), static_cast<int64_t>(tokens.size()));
+  std::vector<float> logits(tokens.size() * static_cast<size_t>(source.spec().vocab_size));
+  model.forward(tokens.data(), static_cast<int64_t>(tokens.size()), kv, logits.data(), true);
+  return logits;
+}
+
+double max_rel_error(const std::vector<float>& a, const std::vector<float>& ref, int64_t width) {
+  if (a.size() != ref.size()) return INFINITY;
+  double worst = 0;
+  for (size_t r = 0; r < ref.size() / static_cast<size_t>(width); ++r) {
+    double d = 0, m = 0;
+    for (int64_t i = 0; i < width; ++i) {
+      const size_t k = r * static_cast<size_t>(width) + static_cast<size_t>(i);
+      if (std::isnan(a[k])) return INFINITY;
+      d = std::max(d, std::fabs(static_cast<double>(a[k]) - ref[k]));
+      m = std::max(m, std::fabs(static_cast<double>(ref[k])));
+    }
+    worst = std::max(worst, d / m);
+  }
+  return worst;
+}
+
+std::vector<float> load_npy_floats(const std::string& path) {
+  NpyArray a = read_npy(path);
+  return std::vector<float>(a.values.begin(), a.values.end());
+}
+
+std::vector<int32_t> load_npy_ints(const std::string& path) {
+  NpyArray a = read_npy(path);
+  std::vector<int32_t> v;
+  for (double x : a.values) v.push_back(static_cast<int32_t>(x));
+  return v;
+}
+
+}  // namespace shardwise::test

@@ -22,3 +22,17 @@ std::string read_file(const std::string& path);
 int run_command(const std::string& command, std::string* output);
 
 }  // namespace shardwise::test
+
+#include "core/weight_source.h"
+
+namespace shardwise::test {
+
+// Logits [tokens, vocab] of the CPU fast path (one prefill step) with `threads` threads.
+std::vector<float> fast_logits(const WeightSource& source, const std::vector<int32_t>& tokens, int threads = 2);
+// max over rows of max|a-b| / max|ref| (the error metric), rows of `width`.
+double max_rel_error(const std::vector<float>& a, const std::vector<float>& ref, int64_t width);
+// Reads an .npy fixture as floats / ints.
+std::vector<float> load_npy_floats(const std::string& path);
+std::vector<int32_t> load_npy_ints(const std::string& path);
+
+}  // namespace shardwise::test

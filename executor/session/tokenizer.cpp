@@ -63,6 +63,7 @@ Tokenizer::Tokenizer(const WeightSource& src) {
       const int32_t type = id < info.token_types.size() ? info.token_types[id] : 1;
       std::string bytes;
       bool control = type == 2 || type == 3 || type == 5;  // unknown, control, unused
+      if (type == 2 && unk_ < 0) unk_ = static_cast<int32_t>(id);
       int byte = 0;
       if (kind_ == "spm" && type == 6 && parse_byte_token(t, &byte)) {
         bytes.assign(1, static_cast<char>(byte));
@@ -94,6 +95,7 @@ Tokenizer::Tokenizer(const WeightSource& src) {
         max_piece_ = std::max(max_piece_, bytes.size());
       }
     }
+    if (kind_ == "spm" && unk_ < 0) unk_ = 0;  // llama.cpp's SentencePiece default
     bos_ = static_cast<int32_t>(info.bos_id);
     eos_ = static_cast<int32_t>(info.eos_id);
     add_bos_ = info.add_bos && bos_ >= 0;
@@ -135,6 +137,7 @@ std::vector<int32_t> Tokenizer::encode(const std::string& text, bool add_special
     if (best < 0) {
       best = byte_token_[static_cast<unsigned char>(s[i])];
       best_len = 1;
+      if (best < 0) best = unk_;  // SentencePiece without byte fallback: <unk>, as llama.cpp does
       if (best < 0) fail("byte 0x", std::hex, int(static_cast<unsigned char>(s[i])), " has no token in this vocabulary");
     }
     ids.push_back(best);

@@ -38,7 +38,7 @@ class Tokenizer {
   std::unordered_map<std::string, int32_t> lookup_;  // decoded bytes -> id
   int32_t byte_token_[256];
   size_t max_piece_ = 1;
-  int32_t bos_ = -1, eos_ = -1;
+  int32_t bos_ = -1, eos_ = -1, unk_ = -1;
   bool add_bos_ = false;
   bool dummy_prefix_ = false;
 };

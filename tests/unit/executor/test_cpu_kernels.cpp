@@ -384,7 +384,7 @@ TEST_CASE("isa probe (child process of the SHARDWISE_ISA test)", "[.][isa_probe]
   const Isa expect = min_isa(cpu_max_isa(), env_isa_cap());
   INFO("SHARDWISE_ISA=" << (std::getenv("SHARDWISE_ISA") ? std::getenv("SHARDWISE_ISA") : "(unset)"));
   CHECK(active_isa() == expect);
-  CHECK(cpu_kernels().isa == expect);
+  if (cpu_kernels_for(expect) != nullptr) CHECK(cpu_kernels().isa == expect);
   CHECK(set_isa_cap(Isa::Avx512) == expect);  // a programmatic cap cannot raise the level
 }
 

@@ -1,0 +1,385 @@
+// microbench/cpu_kernels_bench.cpp — throughput of the CPU matmul path (executor/cpu): (a) decode
+// GEMV (1 token) and (b) prefill GEMM (512 tokens) through matmul() with T threads on the nemo8b FFN
+// shapes, rotating over a weight set larger than L3 so that (a) measures DRAM bandwidth; (c) each
+// single-threaded GEMV and dequant kernel at every ISA level on an L2-resident row set. Every
+// benchmark checks its result against the scalar kernel before timing and fails if it is wrong.
+// Reported: weight bytes/s (bytes_per_second), FLOP/s ("FLOPS"), threads used.
+//
+// Environment (the effective values are printed in the run's context):
+//   SHARDWISE_BENCH_THREADS        thread counts for (a) and (b), comma-separated; default "1,<hw threads>"
+//   SHARDWISE_BENCH_WEIGHT_SET_MB  size of the rotated weight set of (a) and (b) in MiB; default 640
+//                                  (the GPU host's L3 is 300 MB: smaller sets measure the cache)
+//   SHARDWISE_BENCH_HUGEPAGES      1: madvise(MADV_HUGEPAGE) on the weight set; default 0 (as the executor)
+//   SHARDWISE_ISA                  scalar|avx2|avx512: caps the level matmul() dispatches to in (a), (b)
+// Quick smoke run: shardwise_bench_cpu --benchmark_min_time=0.01
+#include <benchmark/benchmark.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/host_buffer.h"
+#include "core/thread_pool.h"
+#include "executor/cpu/cpu_features.h"
+#include "executor/cpu/kernels.h"
+#include "executor/cpu/matmul.h"
+
+namespace sw = shardwise;
+using sw::DType;
+
+namespace {
+
+// ---- configuration -----------------------------------------------------------------------------------
+
+struct Config {
+  std::vector<int> threads;
+  int64_t weight_set_mb = 640;
+  bool hugepages = false;
+};
+Config g_cfg;
+
+Config read_config() {
+  Config c;
+  if (const char* e = std::getenv("SHARDWISE_BENCH_THREADS")) {
+    std::stringstream ss(e);
+    std::string item;
+    while (std::getline(ss, item, ','))
+      if (!item.empty()) c.threads.push_back(std::max(1, std::atoi(item.c_str())));
+  }
+  if (c.threads.empty()) {
+    c.threads = {1};
+    if (sw::hardware_threads() > 1) c.threads.push_back(sw::hardware_threads());
+  }
+  if (const char* e = std::getenv("SHARDWISE_BENCH_WEIGHT_SET_MB")) c.weight_set_mb = std::max(1L, std::atol(e));
+  if (const char* e = std::getenv("SHARDWISE_BENCH_HUGEPAGES")) c.hugepages = std::atoi(e) != 0;
+  return c;
+}
+
+// ---- random data -------------------------------------------------------------------------------------
+
+uint64_t splitmix64(uint64_t& s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// One row of random non-zero weights built from random bits (fast enough for GBs): float types get
+// magnitudes in [2^-4, 2), quantised blocks a scale of about 2^-7 and random codes.
+void fill_row(DType t, uint8_t* dst, int64_t cols, uint64_t seed) {
+  uint64_t s = seed * 0x2545F4914F6CDD1Dull + 1;
+  switch (t) {
+    case DType::F32:
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint64_t u = splitmix64(s);
+        const uint32_t bits = static_cast<uint32_t>((u >> 63) << 31 | (123 + (u >> 32) % 5) << 23 | (u & 0x7FFFFF));
+        std::memcpy(dst + 4 * c, &bits, 4);
+      }
+      return;
+    case DType::F16:
+    case DType::BF16:
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint64_t u = splitmix64(s);
+        const uint16_t bits = t == DType::F16
+                                  ? static_cast<uint16_t>((u >> 63) << 15 | (11 + (u >> 32) % 5) << 10 | (u & 0x3FF))
+                                  : static_cast<uint16_t>((u >> 63) << 15 | (123 + (u >> 32) % 5) << 7 | (u & 0x7F));
+        std::memcpy(dst + 2 * c, &bits, 2);
+      }
+      return;
+    case DType::Q8_0:
+    case DType::Q4_0: {
+      const int64_t bb = sw::dtype_block_bytes(t);
+      for (int64_t b = 0; b < cols / 32; ++b) {
+        uint8_t* blk = dst + b * bb;
+        for (int64_t j = 2; j < bb; j += 8) {
+          const uint64_t u = splitmix64(s);
+          std::memcpy(blk + j, &u, static_cast<size_t>(std::min<int64_t>(8, bb - j)));
+        }
+        const uint64_t u = splitmix64(s);
+        const uint16_t d = static_cast<uint16_t>((u >> 63) << 15 | 8u << 10 | (u & 0x3FF));  // ±2^-7 * (1 + m)
+        std::memcpy(blk, &d, 2);
+      }
+      return;
+    }
+  }
+}
+
+std::vector<float> random_activations(int64_t n, uint64_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  uint64_t s = seed;
+  for (auto& x : v) {
+    const float f = static_cast<float>(splitmix64(s) >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+    x = f != 0.0f ? f : 0.5f;
+  }
+  return v;
+}
+
+// ---- thread pools and the rotated weight set ---------------------------------------------------------
+
+// One pool at a time, so that idle workers of another size never compete with the measured ones.
+sw::ThreadPool& pool_of(int threads) {
+  static std::unique_ptr<sw::ThreadPool> pool;
+  if (!pool || pool->size() != threads) {
+    pool.reset();
+    pool = std::make_unique<sw::ThreadPool>(threads);
+  }
+  return *pool;
+}
+
+// n matrices of one dtype and shape, >= SHARDWISE_BENCH_WEIGHT_SET_MB together, filled in parallel
+// (first touch by many threads). Benchmarks are registered grouped by (dtype, shape), so a set is
+// built once per group and the previous one is freed first.
+struct WeightSet {
+  DType dtype = DType::F32;
+  int64_t rows = 0, cols = 0;
+  uint64_t row_bytes = 0, matrix_bytes = 0, stride = 0;
+  int n = 0;
+  sw::HostBuffer buf;
+  const uint8_t* matrix(int i) const { return buf.data() + static_cast<uint64_t>(i) * stride; }
+};
+
+WeightSet& weight_set(DType t, int64_t rows, int64_t cols) {
+  static WeightSet ws;
+  if (ws.n > 0 && ws.dtype == t && ws.rows == rows && ws.cols == cols) return ws;
+  ws.buf = sw::HostBuffer();
+  ws.n = 0;
+  ws.dtype = t;
+  ws.rows = rows;
+  ws.cols = cols;
+  ws.row_bytes = sw::dtype_row_bytes(t, cols);
+  ws.matrix_bytes = ws.row_bytes * static_cast<uint64_t>(rows);
+  ws.stride = (ws.matrix_bytes + 4095) / 4096 * 4096;
+  const uint64_t set_bytes = static_cast<uint64_t>(g_cfg.weight_set_mb) << 20;
+  const int n = static_cast<int>(std::max<uint64_t>(1, (set_bytes + ws.matrix_bytes - 1) / ws.matrix_bytes));
+  ws.buf = sw::HostBuffer(ws.stride * static_cast<uint64_t>(n));
+  if (g_cfg.hugepages) ::madvise(ws.buf.data(), ws.buf.size(), MADV_HUGEPAGE);
+  sw::ThreadPool& pool = pool_of(sw::hardware_threads());
+  pool.parallel_for(static_cast<int64_t>(n) * rows, 64, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t m = i / rows, r = i % rows;
+      fill_row(t, ws.buf.data() + static_cast<uint64_t>(m) * ws.stride + static_cast<uint64_t>(r) * ws.row_bytes,
+               cols, static_cast<uint64_t>(i) + 1);
+    }
+  });
+  ws.n = n;
+  return ws;
+}
+
+// ---- check before timing -----------------------------------------------------------------------------
+
+// Compares y (tokens `check_tokens`, rows sampled evenly, at most 64) with the scalar kernel; the
+// tolerance is relative to sum |w * x| (f32 accumulation). Returns "" or a description of the error.
+std::string check_against_scalar(DType t, const uint8_t* w, uint64_t row_bytes, int64_t rows, int64_t cols,
+                                 const float* x, int64_t ldx, const float* y, int64_t ldy,
+                                 const std::vector<int64_t>& check_tokens) {
+  const sw::GemvFn ref = sw::scalar_kernels()->gemv[sw::kernel_slot(t)];
+  std::vector<float> wrow(static_cast<size_t>(cols)), expect(static_cast<size_t>(rows));
+  std::set<int64_t> sample;
+  for (int64_t i = 0; i < 64; ++i) sample.insert(rows > 1 ? i * (rows - 1) / 63 : 0);
+  for (int64_t r : sample) {
+    sw::dequantize_row(t, w + static_cast<uint64_t>(r) * row_bytes, wrow.data(), cols);
+    for (int64_t tok : check_tokens) {
+      const float* xt = x + tok * ldx;
+      ref(w, row_bytes, cols, r, r + 1, xt, ldx, 1, expect.data(), rows);
+      double mag = 0.0;
+      for (int64_t c = 0; c < cols; ++c) mag += std::fabs(static_cast<double>(wrow[c]) * xt[c]);
+      const float got = y[tok * ldy + r];
+      const double tol = 1e-6 + 1e-5 * mag;
+      if (!(std::fabs(static_cast<double>(got) - expect[r]) <= tol))
+        return sw::str_cat(sw::dtype_name(t), " row ", r, " token ", tok, ": got ", got, ", scalar kernel ", expect[r],
+                           " (tolerance ", tol, ")");
+    }
+  }
+  return "";
+}
+
+// Benchmarks are re-entered for each iteration-count estimate; the check runs on the first entry.
+bool first_entry(const std::string& key) {
+  static std::set<std::string> seen;
+  return seen.insert(key).second;
+}
+
+void set_counters(benchmark::State& state, uint64_t weight_bytes, double flops, int threads) {
+  const double it = static_cast<double>(state.iterations());
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(weight_bytes));
+  state.counters["FLOPS"] = benchmark::Counter(it * flops, benchmark::Counter::kIsRate);
+  state.counters["threads"] = threads;
+}
+
+// ---- (a) decode GEMV and (b) prefill GEMM through matmul() ---------------------------------------------
+
+struct FfnShape {
+  const char* name;
+  int64_t rows, cols;
+};
+// nemo8b (hidden 4096, FFN 11520): gate/up are {11520, 4096}, down is {4096, 11520}.
+const FfnShape kFfnShapes[] = {{"gate_up", 11520, 4096}, {"down", 4096, 11520}};
+const DType kDTypes[] = {DType::F16, DType::Q8_0, DType::Q4_0, DType::BF16, DType::F32};
+constexpr int64_t kPrefillTokens = 512;
+
+void bm_matmul(benchmark::State& state, const std::string& key, DType t, FfnShape shape, int64_t n_tokens,
+               int threads) {
+  WeightSet& ws = weight_set(t, shape.rows, shape.cols);
+  sw::ThreadPool& pool = pool_of(threads);
+  const std::vector<float> x = random_activations(n_tokens * shape.cols, 7);
+  std::vector<float> y(static_cast<size_t>(n_tokens * shape.rows), std::nanf(""));
+  if (first_entry(key)) {
+    sw::matmul_raw(t, ws.matrix(0), shape.rows, shape.cols, x.data(), shape.cols, n_tokens, y.data(), shape.rows,
+                   pool);
+    std::vector<int64_t> tokens = {0};
+    if (n_tokens > 1) tokens.insert(tokens.end(), {n_tokens / 2, n_tokens - 1});
+    const std::string err = check_against_scalar(t, ws.matrix(0), ws.row_bytes, shape.rows, shape.cols, x.data(),
+                                                 shape.cols, y.data(), shape.rows, tokens);
+    if (!err.empty()) {
+      state.SkipWithError(("matmul result differs from the scalar kernel: " + err).c_str());
+      return;
+    }
+  }
+  int i = 0;
+  for (auto _ : state) {
+    sw::matmul_raw(t, ws.matrix(i), shape.rows, shape.cols, x.data(), shape.cols, n_tokens, y.data(), shape.rows,
+                   pool);
+    benchmark::ClobberMemory();
+    if (++i == ws.n) i = 0;
+  }
+  set_counters(state, ws.matrix_bytes, 2.0 * static_cast<double>(n_tokens) * shape.rows * shape.cols, threads);
+  state.counters["weight_set_MiB"] = static_cast<double>(ws.n * ws.matrix_bytes) / (1 << 20);
+}
+
+// ---- (c) single-thread kernels per ISA level, L2-resident ------------------------------------------------
+
+constexpr int64_t kKernelCols = 4096;
+constexpr uint64_t kL2SetBytes = 1 << 20;  // weights per kernel benchmark (the Xeon's L2 is 2 MB per core)
+
+int64_t l2_rows(DType t) {
+  const uint64_t rb = sw::dtype_row_bytes(t, kKernelCols);
+  return std::max<int64_t>(4, static_cast<int64_t>(kL2SetBytes / rb) / 4 * 4);
+}
+
+std::vector<uint8_t> l2_weights(DType t, int64_t rows) {
+  const uint64_t rb = sw::dtype_row_bytes(t, kKernelCols);
+  std::vector<uint8_t> w(rb * static_cast<uint64_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) fill_row(t, w.data() + r * rb, kKernelCols, 1000 + static_cast<uint64_t>(r));
+  return w;
+}
+
+void bm_kernel_gemv(benchmark::State& state, const std::string& key, sw::Isa isa, DType t, int nt) {
+  const sw::CpuKernels* k = sw::cpu_kernels_for(isa);
+  const int64_t rows = l2_rows(t), cols = kKernelCols;
+  const uint64_t rb = sw::dtype_row_bytes(t, cols);
+  const std::vector<uint8_t> w = l2_weights(t, rows);
+  const std::vector<float> x = random_activations(nt * cols, 11);
+  std::vector<float> y(static_cast<size_t>(nt * rows), std::nanf(""));
+  const sw::GemvFn gemv = k->gemv[sw::kernel_slot(t)];
+  if (first_entry(key)) {
+    gemv(w.data(), rb, cols, 0, rows, x.data(), cols, nt, y.data(), rows);
+    std::vector<int64_t> tokens;
+    for (int tok = 0; tok < nt; ++tok) tokens.push_back(tok);
+    const std::string err = check_against_scalar(t, w.data(), rb, rows, cols, x.data(), cols, y.data(), rows, tokens);
+    if (!err.empty()) {
+      state.SkipWithError((std::string(sw::isa_name(isa)) + " gemv differs from the scalar kernel: " + err).c_str());
+      return;
+    }
+  }
+  for (auto _ : state) {
+    gemv(w.data(), rb, cols, 0, rows, x.data(), cols, nt, y.data(), rows);
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, rb * static_cast<uint64_t>(rows), 2.0 * static_cast<double>(nt) * rows * cols, 1);
+}
+
+void bm_kernel_dequant(benchmark::State& state, const std::string& key, sw::Isa isa, DType t) {
+  const sw::CpuKernels* k = sw::cpu_kernels_for(isa);
+  const int64_t rows = 64, cols = kKernelCols;  // one matmul tile (64 rows) of f32 output: 1 MiB
+  const uint64_t rb = sw::dtype_row_bytes(t, cols);
+  const std::vector<uint8_t> w = l2_weights(t, rows);
+  std::vector<float> out(static_cast<size_t>(rows * cols), std::nanf(""));
+  const sw::DequantFn deq = k->dequant[sw::kernel_slot(t)];
+  if (first_entry(key)) {
+    std::vector<float> ref(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      deq(w.data() + r * rb, out.data() + r * cols, cols);
+      sw::dequantize_row(t, w.data() + r * rb, ref.data(), cols);
+      if (std::memcmp(ref.data(), out.data() + r * cols, static_cast<size_t>(cols) * 4) != 0) {
+        state.SkipWithError(
+            sw::str_cat(sw::isa_name(isa), " dequant ", sw::dtype_name(t), " row ", r, " is not bit-exact").c_str());
+        return;
+      }
+    }
+  }
+  for (auto _ : state) {
+    for (int64_t r = 0; r < rows; ++r) deq(w.data() + r * rb, out.data() + r * cols, cols);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(rb) * rows);
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * rows * cols);
+  state.counters["threads"] = 1;
+}
+
+void register_all() {
+  // (a) and (b), grouped by (dtype, shape) so each weight set is built once.
+  for (DType t : kDTypes) {
+    for (const FfnShape& s : kFfnShapes) {
+      for (int64_t n_tokens : {int64_t{1}, kPrefillTokens}) {
+        for (int threads : g_cfg.threads) {
+          const std::string name = sw::str_cat(n_tokens == 1 ? "decode_gemv/" : "prefill_gemm/", sw::dtype_name(t), "/",
+                                               s.name, "_", s.rows, "x", s.cols, "/tokens:", n_tokens,
+                                               "/threads:", threads);
+          benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
+            bm_matmul(st, name, t, s, n_tokens, threads);
+          })->UseRealTime()->Unit(benchmark::kMillisecond);
+        }
+      }
+    }
+  }
+  // (c) every level this CPU and build offer.
+  for (sw::Isa isa : {sw::Isa::Scalar, sw::Isa::Avx2, sw::Isa::Avx512}) {
+    if (!sw::cpu_kernels_for(isa)) continue;
+    for (DType t : kDTypes) {
+      for (int nt : {1, sw::kGemvMaxTokens}) {
+        const std::string name =
+            sw::str_cat("kernel_gemv/", sw::isa_name(isa), "/", sw::dtype_name(t), "/", kKernelCols, "cols/nt:", nt);
+        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
+          bm_kernel_gemv(st, name, isa, t, nt);
+        })->Unit(benchmark::kMicrosecond);
+      }
+    }
+    for (DType t : kDTypes) {
+      if (t == DType::F32) continue;  // a memcpy
+      const std::string name = sw::str_cat("kernel_dequant/", sw::isa_name(isa), "/", sw::dtype_name(t), "/64x",
+                                           kKernelCols);
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
+        bm_kernel_dequant(st, name, isa, t);
+      })->Unit(benchmark::kMicrosecond);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  g_cfg = read_config();
+  std::string threads;
+  for (int t : g_cfg.threads) threads += (threads.empty() ? "" : ",") + std::to_string(t);
+  benchmark::AddCustomContext("shardwise_bench_threads", threads);
+  benchmark::AddCustomContext("shardwise_weight_set_mb", std::to_string(g_cfg.weight_set_mb));
+  benchmark::AddCustomContext("shardwise_hugepages", g_cfg.hugepages ? "1" : "0");
+  benchmark::AddCustomContext("shardwise_cpu_max_isa", sw::isa_name(sw::cpu_max_isa()));
+  benchmark::AddCustomContext("shardwise_matmul_isa", sw::isa_name(sw::cpu_kernels().isa));
+  benchmark::AddCustomContext("shardwise_gemm_threshold_tokens", std::to_string(sw::matmul_gemm_threshold()));
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
