@@ -104,7 +104,8 @@ void run_info(const InfoArgs& a) {
                 (long long)s.moe_intermediate_size);
   else
     std::printf("ffn        %lld\n", (long long)s.intermediate_size);
-  std::printf("params     %.3f B%s\n", static_cast<double>(s.n_params()) / 1e9,
+  const double params = static_cast<double>(s.n_params());
+  std::printf("params     %.3f %s%s\n", params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M",
               s.tie_word_embeddings ? " (tied embeddings)" : "");
   std::printf("bytes      %s (%llu)\n", format_bytes(s.total_bytes()).c_str(), (unsigned long long)s.total_bytes());
   std::printf("per layer  attention shard %s, FFN shard %s\n", format_bytes(attn_shard).c_str(),

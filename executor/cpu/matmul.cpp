@@ -24,7 +24,7 @@ void init_blas_once() {
 }
 
 constexpr int64_t kGemmThreshold = 8;
-constexpr int64_t kTileRows = 64;       // weight rows dequantised per tile
+constexpr int64_t kMaxTileRows = 64;    // weight rows dequantised per tile (64 x 4096 f32 = 1 MiB)
 constexpr int64_t kTileTokens = 1024;   // tokens per sgemm call
 
 thread_local std::vector<float> t_tile;
@@ -53,12 +53,15 @@ void matmul_raw(DType dtype, const void* w, int64_t rows, int64_t cols, const fl
   }
   init_blas_once();
   DequantFn deq = k.dequant[kernel_slot(dtype)];
-  const int64_t n_tiles = (rows + kTileRows - 1) / kTileRows;
+  // At least two tiles per thread (MoE experts have few rows), 16..64 rows each.
+  const int64_t per_thread = (rows + 2 * pool.size() - 1) / (2 * pool.size());
+  const int64_t tile_rows = std::max<int64_t>(16, std::min<int64_t>(kMaxTileRows, (per_thread + 15) / 16 * 16));
+  const int64_t n_tiles = (rows + tile_rows - 1) / tile_rows;
   pool.parallel_for(n_tiles, 1, [&](int64_t tile0, int64_t tile1, int) {
     std::vector<float>& tile = t_tile;
-    if (tile.size() < static_cast<size_t>(kTileRows * cols)) tile.resize(static_cast<size_t>(kTileRows * cols));
+    if (tile.size() < static_cast<size_t>(tile_rows * cols)) tile.resize(static_cast<size_t>(kMaxTileRows * cols));
     for (int64_t ti = tile0; ti < tile1; ++ti) {
-      const int64_t r0 = ti * kTileRows, nr = std::min(kTileRows, rows - r0);
+      const int64_t r0 = ti * tile_rows, nr = std::min(tile_rows, rows - r0);
       if (dtype == DType::F32) {
         // f32 weights need no conversion: multiply in place.
         for (int64_t t0 = 0; t0 < n_tokens; t0 += kTileTokens) {

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds the portable binaries for the GPU machine (DEVICE.md) and packs them, stripped, into
+# build-gpu/bundle.tar.xz (xz shares the statically linked OpenBLAS between binaries, so the
+# bundle stays a few MB). Pass build-gpu to the device call's `carry`.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+make gpu-build
+stage=build-gpu/stage
+rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib"
+for b in cli/shardwise tests/test_core tests/test_executor tests/test_cpu_kernels tests/test_cli tests/test_gpu \
+         microbench/shardwise_bench_cpu; do
+  [ -f "build-gpu/$b" ] && strip -o "$stage/bin/$(basename "$b")" "build-gpu/$b"
+done
+# Google Benchmark exists only as a shared library here; ship it next to the binaries.
+bm=$(ldd "$stage/bin/shardwise_bench_cpu" 2>/dev/null | awk '/libbenchmark/ {print $3}')
+[ -n "$bm" ] && cp "$bm" "$stage/lib/"
+tar -C "$stage" -cf - bin lib | xz -9 -T2 > build-gpu/bundle.tar.xz
+rm -rf "$stage"
+ls -la build-gpu/bundle.tar.xz
