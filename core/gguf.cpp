@@ -16,6 +16,12 @@ constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" little-endian
 constexpr int kMaxArrayDepth = 4;
 constexpr uint32_t kMaxDims = 4;  // GGML_MAX_DIMS
 constexpr uint64_t kMaxDimValue = uint64_t(1) << 40;
+// Limits far above any real file (a few hundred KVs and tensors, vocabularies of ~256K tokens) that
+// bound the memory the parsed metadata may take, whatever the counts in a corrupt file say.
+constexpr uint64_t kMaxTensors = uint64_t(1) << 20;
+constexpr uint64_t kMaxMetadataKvs = uint64_t(1) << 20;
+constexpr uint64_t kMaxMetadataElems = uint64_t(1) << 24;  // array elements over all keys
+constexpr uint64_t kReserveCap = uint64_t(1) << 16;        // grow beyond this only as data is read
 
 // Bounds-checked little-endian reader over the mapped file.
 class Cursor {
@@ -72,7 +78,7 @@ uint64_t min_encoded_size(GgufType t) {
 
 bool valid_type(uint32_t t) { return t <= 12; }
 
-GgufValue read_value(Cursor& c, GgufType type, int depth, const std::string& key) {
+GgufValue read_value(Cursor& c, GgufType type, int depth, const std::string& key, uint64_t* elems_left) {
   GgufValue v;
   v.type = type;
   switch (type) {
@@ -103,9 +109,13 @@ GgufValue read_value(Cursor& c, GgufType type, int depth, const std::string& key
       v.array_type = static_cast<GgufType>(et);
       if (n > c.remaining() / min_encoded_size(v.array_type))
         c.error_at(at, "metadata '", key, "': array of ", n, " ", gguf_type_name(v.array_type),
-                   " elements cannot fit in the ", c.remaining(), " bytes left");
-      v.array.reserve(static_cast<size_t>(n));
-      for (uint64_t i = 0; i < n; ++i) v.array.push_back(read_value(c, v.array_type, depth + 1, key));
+                   " elements cannot fit in the ", c.remaining(), " bytes left (the file is truncated or corrupt)");
+      if (n > *elems_left)
+        c.error_at(at, "metadata '", key, "': array of ", n, " elements exceeds the limit of ", kMaxMetadataElems,
+                   " metadata array elements per file (corrupt file?)");
+      *elems_left -= n;
+      v.array.reserve(static_cast<size_t>(std::min(n, kReserveCap)));
+      for (uint64_t i = 0; i < n; ++i) v.array.push_back(read_value(c, v.array_type, depth + 1, key, elems_left));
       break;
     }
   }
@@ -199,27 +209,35 @@ GgufFile::GgufFile(const std::string& path) : file_(std::make_unique<MappedFile>
   uint64_t n_tensors = c.read<uint64_t>("tensor count");
   uint64_t n_kv = c.read<uint64_t>("metadata count");
   // Each tensor info takes >= 8+1+4+8+4+8 bytes; each KV >= 8+1+4+1 bytes.
-  if (n_tensors > c.remaining() / 33) c.error_at(at, "tensor count ", n_tensors, " cannot fit in the file");
-  if (n_kv > c.remaining() / 14) c.error_at(at + 8, "metadata count ", n_kv, " cannot fit in the file");
+  if (n_tensors > c.remaining() / 33 || n_tensors > kMaxTensors)
+    c.error_at(at, "tensor count ", n_tensors, " cannot fit in the file (", c.remaining(),
+               " bytes left; the file is truncated or corrupt)");
+  if (n_kv > c.remaining() / 14 || n_kv > kMaxMetadataKvs)
+    c.error_at(at + 8, "metadata count ", n_kv, " cannot fit in the file (", c.remaining(),
+               " bytes left; the file is truncated or corrupt)");
+  if (n_tensors * 33 + n_kv * 14 > c.remaining())
+    c.error_at(at, "tensor count ", n_tensors, " and metadata count ", n_kv, " cannot both fit in the file (",
+               c.remaining(), " bytes left; the file is truncated or corrupt)");
 
+  uint64_t elems_left = kMaxMetadataElems;
   for (uint64_t k = 0; k < n_kv; ++k) {
     uint64_t kat = c.pos();
     std::string key = c.read_string("metadata key");
     uint64_t tat = c.pos();
     uint32_t t = c.read<uint32_t>("metadata value type");
     if (!valid_type(t)) c.error_at(tat, "metadata '", key, "': unknown value type ", t);
-    GgufValue v = read_value(c, static_cast<GgufType>(t), 0, key);
+    GgufValue v = read_value(c, static_cast<GgufType>(t), 0, key, &elems_left);
     if (kv_.count(key)) c.error_at(kat, "duplicate metadata key '", key, "'");
     kv_.emplace(std::move(key), std::move(v));
   }
   if (const GgufValue* a = find("general.alignment")) {
     int64_t al = a->as_int(path + ": metadata general.alignment");
     if (al <= 0 || al > 65536 || (al & (al - 1)) != 0)
-      fail(path, ": metadata general.alignment = ", al, " must be a power of two up to 65536");
+      fail(path, ": metadata general.alignment = ", al, " must be a power of two up to 65536 (the file is corrupt)");
     alignment_ = static_cast<uint64_t>(al);
   }
 
-  tensors_.reserve(static_cast<size_t>(n_tensors));
+  tensors_.reserve(static_cast<size_t>(std::min(n_tensors, kReserveCap)));
   for (uint64_t ti = 0; ti < n_tensors; ++ti) {
     GgufTensorInfo t;
     t.info_offset = c.pos();
@@ -230,10 +248,13 @@ GgufFile::GgufFile(const std::string& path) : file_(std::make_unique<MappedFile>
       c.error_at(dat, "tensor '", t.name, "': ", n_dims, " dimensions (must be 1..", kMaxDims, ")");
     uint64_t elems = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
+      const uint64_t nat = c.pos();
       uint64_t n = c.read<uint64_t>("tensor dimension");
       if (n == 0 || n > kMaxDimValue)
-        c.error_at(dat, "tensor '", t.name, "': dimension ", d, " = ", n, " is out of range");
-      if (elems > (uint64_t(1) << 50) / n) c.error_at(dat, "tensor '", t.name, "': element count overflows");
+        c.error_at(nat, "tensor '", t.name, "': dimension ", d, " (ne[", d, "]) = ", n, " is out of range (1..",
+                   kMaxDimValue, ")");
+      if (elems > (uint64_t(1) << 50) / n)
+        c.error_at(nat, "tensor '", t.name, "': element count exceeds 2^50 (the file is corrupt)");
       elems *= n;
       t.ne.push_back(n);
     }
@@ -251,8 +272,7 @@ GgufFile::GgufFile(const std::string& path) : file_(std::make_unique<MappedFile>
     if (t.offset % alignment_ != 0)
       c.error_at(oat, "tensor '", t.name, "': data offset ", t.offset, " is not a multiple of the alignment ",
                  alignment_);
-    t.shape.assign(t.ne.rbegin(), t.ne.rend());
-    for (auto& d : t.shape) (void)d;
+    t.shape.assign(t.ne.rbegin(), t.ne.rend());  // every ne <= 2^40, so the int64 shape is exact
     if (tensor_index_.count(t.name)) c.error_at(t.info_offset, "duplicate tensor name '", t.name, "'");
     tensor_index_[t.name] = tensors_.size();
     tensors_.push_back(std::move(t));
@@ -266,7 +286,7 @@ GgufFile::GgufFile(const std::string& path) : file_(std::make_unique<MappedFile>
   std::vector<const GgufTensorInfo*> by_offset;
   for (const auto& t : tensors_) {
     if (t.offset > data_size || t.nbytes > data_size - t.offset)
-      fail(path, ": tensor '", t.name, "' (info at offset ", t.info_offset, "): data [", t.offset, ", ",
+      fail(path, ": offset ", t.info_offset, ": tensor '", t.name, "': data [", t.offset, ", ",
            t.offset + t.nbytes, ") runs past the end of the data section (", data_size,
            " bytes; the file is truncated or corrupt)");
     by_offset.push_back(&t);
@@ -277,8 +297,9 @@ GgufFile::GgufFile(const std::string& path) : file_(std::make_unique<MappedFile>
     const auto* prev = by_offset[i - 1];
     const auto* cur = by_offset[i];
     if (cur->offset < prev->offset + prev->nbytes)
-      fail(path, ": tensor '", cur->name, "' data at ", cur->offset, " overlaps tensor '", prev->name, "' [",
-           prev->offset, ", ", prev->offset + prev->nbytes, ")");
+      fail(path, ": offset ", cur->info_offset, ": tensor '", cur->name, "': data [", cur->offset, ", ",
+           cur->offset + cur->nbytes, ") overlaps tensor '", prev->name, "' [", prev->offset, ", ",
+           prev->offset + prev->nbytes, ") (offsets relative to the data section; the file is corrupt)");
   }
 }
 
@@ -347,7 +368,7 @@ class FileOut {
   uint64_t pos_ = 0;
 };
 
-void write_value(FileOut& out, const GgufValue& v) {
+void write_value(FileOut& out, const GgufValue& v, const std::string& key) {
   switch (v.type) {
     case GgufType::U8: out.put<uint8_t>(static_cast<uint8_t>(v.u)); break;
     case GgufType::I8: out.put<int8_t>(static_cast<int8_t>(v.i)); break;
@@ -362,9 +383,16 @@ void write_value(FileOut& out, const GgufValue& v) {
     case GgufType::BOOL: out.put<uint8_t>(v.u ? 1 : 0); break;
     case GgufType::STRING: out.str(v.s); break;
     case GgufType::ARRAY:
+      SW_CHECK(static_cast<uint32_t>(v.array_type) <= 12, "gguf writer: metadata '", key,
+               "': invalid array element type ", static_cast<uint32_t>(v.array_type));
       out.put<uint32_t>(static_cast<uint32_t>(v.array_type));
       out.put<uint64_t>(v.array.size());
-      for (const auto& e : v.array) write_value(out, e);
+      for (const auto& e : v.array) {
+        // The file declares one element type per array; a mismatched element would corrupt it.
+        SW_CHECK(e.type == v.array_type, "gguf writer: metadata '", key, "': array of ", gguf_type_name(v.array_type),
+                 " holds a ", gguf_type_name(e.type), " element");
+        write_value(out, e, key);
+      }
       break;
   }
 }
@@ -382,6 +410,12 @@ void GgufWriter::set(const std::string& key, GgufValue value) {
 }
 
 void GgufWriter::add_tensor(const std::string& name, const TensorView& view) {
+  // The reader accepts 1..4 dimensions of at least one element; never write what it would refuse.
+  SW_CHECK(!view.shape.empty() && view.shape.size() <= kMaxDims, "gguf writer: tensor '", name, "' has ",
+           view.shape.size(), " dimensions (GGUF allows 1..", kMaxDims, ")");
+  for (int64_t d : view.shape)
+    SW_CHECK(d >= 1 && static_cast<uint64_t>(d) <= kMaxDimValue, "gguf writer: tensor '", name, "' has shape ",
+             shape_str(view.shape), " (every dimension must be 1..", kMaxDimValue, ")");
   SW_CHECK(view.nbytes == tensor_bytes(view.dtype, view.shape), "gguf writer: tensor '", name,
            "' has ", view.nbytes, " bytes but its shape needs ", tensor_bytes(view.dtype, view.shape));
   for (const auto& t : tensors_) SW_CHECK(t.first != name, "gguf writer: duplicate tensor '", name, "'");
@@ -389,8 +423,20 @@ void GgufWriter::add_tensor(const std::string& name, const TensorView& view) {
 }
 
 void GgufWriter::write(const std::string& path) const {
+  SW_CHECK(alignment_ > 0 && alignment_ <= 65536 && (alignment_ & (alignment_ - 1)) == 0, path,
+           ": gguf writer: alignment ", alignment_, " must be a power of two up to 65536");
+  for (const auto& kv : kv_) {
+    if (kv.first != "general.alignment") continue;
+    SW_CHECK(kv.second.is_integer() && kv.second.as_int(path + ": general.alignment") == static_cast<int64_t>(alignment_),
+             path, ": gguf writer: metadata general.alignment must equal the writer's alignment ", alignment_,
+             " (pass the alignment to the GgufWriter constructor)");
+  }
+  for (const auto& kv : kv_) {
+    SW_CHECK(static_cast<uint32_t>(kv.second.type) <= 12, path, ": gguf writer: metadata '", kv.first,
+             "' has an invalid type");
+  }
   const std::string tmp = path + ".tmp";
-  {
+  try {
     FileOut out(tmp);
     out.put<uint32_t>(kGgufMagic);
     out.put<uint32_t>(3);
@@ -401,7 +447,7 @@ void GgufWriter::write(const std::string& path) const {
     for (const auto& kv : kv_) {
       out.str(kv.first);
       out.put<uint32_t>(static_cast<uint32_t>(kv.second.type));
-      write_value(out, kv.second);
+      write_value(out, kv.second, kv.first);
     }
     if (alignment_ != 32 && !has_alignment) {
       out.str("general.alignment");
@@ -431,6 +477,9 @@ void GgufWriter::write(const std::string& path) const {
       out.pad_to(alignment_);
     }
     out.close();
+  } catch (...) {
+    std::remove(tmp.c_str());  // never leave a half-written file behind
+    throw;
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     int e = errno;

@@ -51,11 +51,19 @@ class GgufWeights : public WeightSource {
         for (const auto& e : v->array) tokenizer_.merges.push_back(e.as_string(ctx + " tokenizer.ggml.merges"));
     }
     const int64_t n = static_cast<int64_t>(tokenizer_.tokens.size());
+    // Per-token arrays are indexed by token id: a shorter one would be read out of bounds.
+    if (!tokenizer_.scores.empty() && static_cast<int64_t>(tokenizer_.scores.size()) != n)
+      fail(ctx, " tokenizer.ggml.scores has ", tokenizer_.scores.size(), " entries but tokenizer.ggml.tokens has ", n);
+    if (!tokenizer_.token_types.empty() && static_cast<int64_t>(tokenizer_.token_types.size()) != n)
+      fail(ctx, " tokenizer.ggml.token_type has ", tokenizer_.token_types.size(),
+           " entries but tokenizer.ggml.tokens has ", n);
     auto id = [&](const char* key) -> int64_t {
       const GgufValue* v = file_.find(key);
       if (!v) return -1;
       int64_t x = v->as_int(ctx + " " + key);
-      if (x < 0 || (n > 0 && x >= n)) fail(ctx, " ", key, " = ", x, " is not a token id of the vocabulary");
+      if (x < 0 || (n > 0 && x >= n) || x >= spec_.vocab_size)
+        fail(ctx, " ", key, " = ", x, " is not a token id of the vocabulary (", n > 0 ? n : spec_.vocab_size,
+             " tokens)");
       return x;
     };
     tokenizer_.bos_id = id("tokenizer.ggml.bos_token_id");
@@ -131,7 +139,40 @@ ModelSpec spec_from_gguf(const GgufFile& f) {
   s.tie_word_embeddings = f.find_tensor("output.weight") == nullptr;
   const GgufTensorInfo* q = f.find_tensor("blk.0.attn_q.weight");
   if (q && is_supported_dtype(q->type_id)) s.dtype = static_cast<DType>(q->type_id);
-  s.validate(ctx);
+  try {
+    s.validate(ctx);
+  } catch (const Error& e) {
+    // validate() speaks in config.json field names; point at the GGUF key that set the field.
+    static const std::pair<const char*, const char*> kKeys[] = {
+        {"hidden_size", "embedding_length"},
+        {"num_hidden_layers", "block_count"},
+        {"num_attention_heads", "attention.head_count"},
+        {"num_key_value_heads", "attention.head_count_kv"},
+        {"head_dim", "attention.key_length"},
+        {"intermediate_size", "feed_forward_length"},
+        {"vocab_size", "vocab_size"},
+        {"num_experts", "expert_count"},
+        {"num_experts_per_tok", "expert_used_count"},
+        {"moe_intermediate_size", "expert_feed_forward_length"},
+        {"rope_theta", "rope.freq_base"},
+        {"rms_norm_eps", "attention.layer_norm_rms_epsilon"},
+    };
+    const std::string msg = e.what();
+    auto is_word = [](char c) { return (c >= 'a' && c <= 'z') || c == '_'; };
+    std::string keys;
+    for (const auto& k : kKeys) {
+      const std::string field = k.first;
+      for (size_t p = msg.find(field); p != std::string::npos; p = msg.find(field, p + 1)) {
+        const size_t end = p + field.size();
+        if ((p == 0 || !is_word(msg[p - 1])) && (end == msg.size() || !is_word(msg[end]))) {
+          keys += (keys.empty() ? "" : ", ") + arch + "." + k.second;
+          break;
+        }
+      }
+    }
+    if (keys.empty()) throw;
+    fail(msg, " (GGUF metadata ", keys, ")");
+  }
   return s;
 }
 

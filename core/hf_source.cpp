@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -31,13 +32,25 @@ bool file_exists(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
+// The directory, once it is known to hold a config.json (checked before the safetensors are opened,
+// so a directory with neither names the config first).
+const std::string& checked_hf_dir(const std::string& dir) {
+  if (!file_exists(dir + "/config.json"))
+    fail(dir, ": no config.json (an HF model directory needs config.json and model.safetensors)");
+  return dir;
+}
+
 class HfWeights : public WeightSource {
  public:
-  explicit HfWeights(const std::string& dir) : st_(dir) {
+  explicit HfWeights(const std::string& dir) : st_(checked_hf_dir(dir)) {
     origin_ = dir;
     const std::string cfg = dir + "/config.json";
-    if (!file_exists(cfg)) fail(dir, ": no config.json (an HF model directory needs one)");
-    spec_ = spec_from_hf_config_json(read_file(cfg), cfg);
+    try {
+      spec_ = spec_from_hf_config_json(read_file(cfg), cfg);
+    } catch (const nlohmann::json::exception& e) {
+      // A field of an unexpected JSON type (e.g. "model_type": 5) surfaces as a json exception.
+      fail(cfg, ": ", e.what());
+    }
     rope_style_ = RopeStyle::Neox;  // HF rotates halves
     if (file_exists(dir + "/tokenizer.json")) tokenizer_.hf_tokenizer_json = dir + "/tokenizer.json";
     map_tensors(dir);
@@ -107,6 +120,7 @@ class HfWeights : public WeightSource {
       if (!fused || !fused_down) fail(ctx, ": ", p, "mlp.experts needs both gate_up_proj and down_proj");
       TensorView gu = st_.view(*fused), dn = st_.view(*fused_down);
       if (gu.shape != Shape{E, 2 * F, H}) fail(ctx, ": tensor '", fused->name, "' has shape ", shape_str(gu.shape), ", expected ", shape_str({E, 2 * F, H}));
+      if (dn.shape != Shape{E, H, F}) fail(ctx, ": tensor '", fused_down->name, "' has shape ", shape_str(dn.shape), ", expected ", shape_str({E, H, F}));
       const uint64_t half = tensor_bytes(gu.dtype, {F, H});
       TensorView g = alloc(gu.dtype, {E, F, H}), u = alloc(gu.dtype, {E, F, H});
       for (int64_t e = 0; e < E; ++e) {
@@ -127,6 +141,11 @@ class HfWeights : public WeightSource {
       const SafetensorsTensor* first = st_.find(p + "mlp.experts.0." + proj.first + ".weight");
       if (!first) fail(ctx, ": missing tensor '", p, "mlp.experts.0.", proj.first, ".weight'");
       TensorView v0 = st_.view(*first);
+      // Checked before allocating the merged tensor, whose size would otherwise come from the file.
+      const Shape expected = std::string(proj.first) == "down_proj" ? Shape{H, F} : Shape{F, H};
+      if (v0.shape != expected)
+        fail(ctx, ": tensor '", first->name, "' has shape ", shape_str(v0.shape), " but config.json needs ",
+             shape_str(expected));
       Shape merged = v0.shape;
       merged.insert(merged.begin(), E);
       TensorView out = alloc(v0.dtype, merged);

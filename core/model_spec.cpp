@@ -196,7 +196,9 @@ T yaml_get(const YAML::Node& root, const char* key, const std::string& ctx, bool
   try {
     return n.as<T>();
   } catch (const YAML::Exception&) {
-    fail(ctx, ": field '", key, "' has an invalid value '", YAML::Dump(n), "'");
+    YAML::Emitter e;
+    e << YAML::Flow << n;
+    fail(ctx, ": field '", key, "' has an invalid value '", e.c_str(), "'");
   }
 }
 
@@ -217,8 +219,12 @@ ModelSpec parse_spec_yaml_text(const std::string& text, const std::string& ctx) 
     fail(ctx, ": malformed YAML at line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg);
   }
   if (!root.IsMap()) fail(ctx, ": expected a mapping of model fields at the top level");
+  std::vector<std::string> seen;
   for (auto it = root.begin(); it != root.end(); ++it) {
     std::string key = it->first.as<std::string>();
+    for (const auto& k : seen)
+      if (k == key) fail(ctx, ": duplicate field '", key, "'");
+    seen.push_back(key);
     bool known = false;
     for (const char* k : kKnownYamlKeys) known = known || key == k;
     if (!known) fail(ctx, ": unknown field '", key, "' (fields mirror HF config.json; see configs/models/)");
@@ -310,13 +316,19 @@ ModelSpec spec_from_hf_config_json(const std::string& text, const std::string& c
     if (!it->is_number()) fail(ctx, ": field '", key, "' must be a number, got ", it->dump());
     return it->get<double>();
   };
+  auto get_str = [&](const nlohmann::json& obj, const char* key, const std::string& fallback) -> std::string {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return fallback;
+    if (!it->is_string()) fail(ctx, ": field '", key, "' must be a string, got ", it->dump());
+    return it->get<std::string>();
+  };
   auto get_bool = [&](const char* key, bool fallback) -> bool {
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) return fallback;
     if (!it->is_boolean()) fail(ctx, ": field '", key, "' must be true or false, got ", it->dump());
     return it->get<bool>();
   };
-  std::string model_type = j.value("model_type", std::string());
+  std::string model_type = get_str(j, "model_type", "");
   if (model_type.empty()) fail(ctx, ": missing field 'model_type'");
   ModelSpec s;
   s.family = parse_family(model_type, ctx + ": field 'model_type'");
@@ -349,16 +361,21 @@ ModelSpec spec_from_hf_config_json(const std::string& text, const std::string& c
     if (it == j.end() || it->is_null()) continue;
     if (!it->is_object()) fail(ctx, ": field '", key, "' must be an object");
     s.rope_theta = get_num(*it, "rope_theta", s.rope_theta);
-    std::string type = it->value("rope_type", it->value("type", std::string("default")));
+    std::string type = get_str(*it, "rope_type", get_str(*it, "type", "default"));
     if (type != "default")
       fail(ctx, ": ", key, ".rope_type '", type, "' is not supported (only default RoPE)");
   }
   s.tie_word_embeddings = get_bool("tie_word_embeddings", false);
   if (get_bool("attention_bias", false)) fail(ctx, ": attention_bias = true is not supported for ", model_type);
   if (get_bool("mlp_bias", false)) fail(ctx, ": mlp_bias = true is not supported for ", model_type);
-  std::string act = j.value("hidden_act", std::string("silu"));
+  std::string act = get_str(j, "hidden_act", "silu");
   if (act != "silu") fail(ctx, ": hidden_act '", act, "' is not supported (only silu)");
-  std::string torch_dtype = j.value("torch_dtype", j.value("dtype", std::string("float32")));
+  std::string torch_dtype = get_str(j, "torch_dtype", get_str(j, "dtype", "float32"));
+  auto layer_types = j.find("layer_types");
+  if (layer_types != j.end() && layer_types->is_array())
+    for (const auto& t : *layer_types)
+      if (!t.is_string() || t.get<std::string>() != "full_attention")
+        fail(ctx, ": layer_types contains ", t.dump(), " (only full attention is supported, no sliding window)");
   s.dtype = torch_dtype == "bfloat16" ? DType::BF16 : torch_dtype == "float16" ? DType::F16 : DType::F32;
   s.validate(ctx);
   return s;

@@ -71,11 +71,19 @@ SafetensorsSet::SafetensorsSet(const std::string& path_in) {
       files.insert(f);
     }
     const std::string dir = dirname_of(path);
-    for (const auto& f : files) load_file(dir + "/" + f);
+    for (const auto& f : files) {
+      try {
+        load_file(dir + "/" + f);
+      } catch (const Error& e) {
+        fail(e.what(), " (a shard listed in ", path, ")");
+      }
+    }
     for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+      const std::string shard = dir + "/" + it.value().get<std::string>();
       auto t = tensors_.find(it.key());
-      if (t == tensors_.end())
-        fail(path, ": tensor '", it.key(), "' is listed in weight_map but missing from ", it.value().get<std::string>());
+      if (t == tensors_.end() || t->second.file != shard)
+        fail(path, ": tensor '", it.key(), "' is listed in weight_map but missing from ", shard,
+             t == tensors_.end() ? std::string() : " (it is in " + t->second.file + ")");
     }
   } else {
     load_file(path);
@@ -88,8 +96,11 @@ void SafetensorsSet::load_file(const std::string& path) {
   if (f.size() < 8) fail(path, ": offset 0: file is ", f.size(), " bytes, too short for a safetensors header");
   uint64_t n = 0;
   std::memcpy(&n, f.data(), 8);
-  if (n > f.size() - 8 || n > kMaxHeaderBytes)
-    fail(path, ": offset 0: header length ", n, " runs past the end of the file (", f.size(), " bytes)");
+  if (n > f.size() - 8)
+    fail(path, ": offset 0: header length ", n, " runs past the end of the file (", f.size(),
+         " bytes; the file is truncated or not safetensors)");
+  if (n > kMaxHeaderBytes)
+    fail(path, ": offset 0: header length ", n, " exceeds the limit of ", kMaxHeaderBytes, " bytes (corrupt file?)");
   nlohmann::json h;
   try {
     h = nlohmann::json::parse(f.data() + 8, f.data() + 8 + n);
@@ -135,14 +146,16 @@ void SafetensorsSet::load_file(const std::string& path) {
            " needs ", elems * esize);
     t.data = f.data() + data_start + b;
     t.nbytes = en - b;
-    ranges.push_back({b, {en, t.name}});
+    if (en > b) ranges.push_back({b, {en, t.name}});  // empty tensors overlap nothing
     if (tensors_.count(t.name)) fail(ctx, ": tensor appears in more than one file");
     tensors_.emplace(t.name, std::move(t));
   }
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i)
     if (ranges[i].first < ranges[i - 1].second.first)
-      fail(path, ": tensor '", ranges[i].second.second, "' overlaps tensor '", ranges[i - 1].second.second, "'");
+      fail(path, ": tensor '", ranges[i].second.second, "': data_offsets [", ranges[i].first, ", ",
+           ranges[i].second.first, "] overlap tensor '", ranges[i - 1].second.second, "' [", ranges[i - 1].first, ", ",
+           ranges[i - 1].second.first, "] (the file is corrupt)");
 }
 
 const SafetensorsTensor* SafetensorsSet::find(const std::string& name) const {

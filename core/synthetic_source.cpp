@@ -173,10 +173,14 @@ std::unique_ptr<WeightSource> open_synthetic_weights(const std::string& text, co
     std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
     char* end = nullptr;
     if (key == "dtype") {
-      spec.dtype = parse_dtype(value);
+      try {
+        spec.dtype = parse_dtype(value);
+      } catch (const Error& e) {
+        fail(ctx, ": ", e.what());
+      }
     } else if (key == "seed") {
       seed = std::strtoull(value.c_str(), &end, 10);
-      if (value.empty() || *end) fail(ctx, ": seed '", value, "' must be a non-negative integer");
+      if (value.empty() || *end || value[0] == '-' || value[0] == '+') fail(ctx, ": seed '", value, "' must be a non-negative integer");
     } else if (key == "layers") {
       long long l = std::strtoll(value.c_str(), &end, 10);
       if (value.empty() || *end || l < 1) fail(ctx, ": layers '", value, "' must be a positive integer");

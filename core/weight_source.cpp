@@ -27,7 +27,8 @@ uint64_t WeightSource::weight_bytes() const {
 }
 
 void WeightSource::check_complete(const std::string& ctx) const {
-  for (const auto& d : spec_.tensors()) {
+  const std::vector<TensorDesc> descs = spec_.tensors();
+  for (const auto& d : descs) {
     auto it = tensors_.find(d.name);
     if (it == tensors_.end()) fail(ctx, ": missing tensor '", d.name, "' (", family_name(spec_.family), " needs it)");
     if (it->second.shape != d.shape)
@@ -36,10 +37,10 @@ void WeightSource::check_complete(const std::string& ctx) const {
     if (it->second.nbytes != tensor_bytes(it->second.dtype, it->second.shape))
       fail(ctx, ": tensor '", d.name, "' has ", it->second.nbytes, " bytes, inconsistent with its shape and dtype");
   }
-  if (tensors_.size() != spec_.tensors().size()) {
+  if (tensors_.size() != descs.size()) {
     for (const auto& kv : tensors_) {
       bool known = false;
-      for (const auto& d : spec_.tensors()) known = known || d.name == kv.first;
+      for (const auto& d : descs) known = known || d.name == kv.first;
       if (!known) fail(ctx, ": unexpected tensor '", kv.first, "' for a ", family_name(spec_.family), " model");
     }
   }

@@ -29,7 +29,22 @@ struct TempDir {
 
 std::string fixtures_dir() {
   const char* e = std::getenv("SHARDWISE_FIXTURES");
-  return e ? e : "tests/fixtures";
+  if (e && *e) return e;
+#ifdef SHARDWISE_DEFAULT_FIXTURES
+  return SHARDWISE_DEFAULT_FIXTURES;
+#else
+  return "tests/fixtures";
+#endif
+}
+
+std::string shardwise_bin() {
+  const char* e = std::getenv("SHARDWISE_BIN");
+  if (e && *e) return e;
+#ifdef SHARDWISE_DEFAULT_BIN
+  return SHARDWISE_DEFAULT_BIN;
+#else
+  throw std::runtime_error("SHARDWISE_BIN is not set (the test needs the shardwise binary)");
+#endif
 }
 
 std::string temp_dir() {

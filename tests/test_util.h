@@ -10,6 +10,8 @@ namespace shardwise::test {
 
 // Folder of committed fixtures (tests/fixtures), from $SHARDWISE_FIXTURES.
 std::string fixtures_dir();
+// The `shardwise` binary under test, from $SHARDWISE_BIN or the build.
+std::string shardwise_bin();
 // A fresh temporary directory for this test process (removed at exit).
 std::string temp_dir();
 std::string temp_path(const std::string& name);

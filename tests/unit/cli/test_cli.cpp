@@ -1,1 +1,276 @@
-// (being written)
+// Tests for the `shardwise` binary ($SHARDWISE_BIN): the verbs on fixtures and synthetic models,
+// and bad input, which must end with a non-zero exit and exactly one stderr line "error: ..."
+// (no stack trace, no abort, no sanitizer report).
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/gguf.h"
+#include "core/npy.h"
+#include "test_util.h"
+
+using namespace shardwise;
+using namespace shardwise::test;
+using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
+
+namespace {
+
+struct Result {
+  int rc = -1;  // -1: killed by a signal
+  std::string out;
+  std::string err;
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string bin() { return test::shardwise_bin(); }
+
+std::string fixture(const std::string& rel) { return fixtures_dir() + "/" + rel; }
+
+// Runs `shardwise ARGS` (ARGS already quoted as needed); stdout and stderr apart.
+Result shardwise_cli(const std::string& args) {
+  static int n = 0;
+  const std::string err_path = temp_path("cli_stderr_" + std::to_string(n++) + ".txt");
+  Result r;
+  // run_command merges stderr into stdout outside the subshell; inside, stderr goes to the file.
+  r.rc = run_command("(" + quote(bin()) + " " + args + " 2>" + quote(err_path) + ")", &r.out);
+  r.err = read_file(err_path);
+  return r;
+}
+
+std::vector<std::string> lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+// A failure the CLI handled: exit 1, nothing on stdout, one stderr line starting "error: ".
+void require_clean_error(const std::string& args, const std::vector<std::string>& parts = {}) {
+  const Result r = shardwise_cli(args);
+  INFO("shardwise " << args << "\nexit " << r.rc << "\nstdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.rc == 1);
+  CHECK(r.out.empty());
+  const auto ls = lines(r.err);
+  REQUIRE(ls.size() == 1);
+  CHECK_THAT(ls[0], StartsWith("error: "));
+  for (const auto& p : parts) CHECK_THAT(ls[0], Contains(p));
+}
+
+std::vector<int64_t> npy_ints(const std::string& path) {
+  const NpyArray a = read_npy(path);
+  std::vector<int64_t> v;
+  for (double x : a.values) v.push_back(static_cast<int64_t>(x));
+  return v;
+}
+
+std::string join(const std::vector<int64_t>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  return s;
+}
+
+// A small synthetic q8_0 model written by `synth` once per test process.
+const std::string& synth_model() {
+  static const std::string path = [] {
+    const std::string p = temp_path("cli_tiny_llama_q8_0.gguf");
+    const Result r = shardwise_cli("synth --spec tiny_llama --dtype q8_0 --seed 5 -o " + quote(p));
+    if (r.rc != 0) throw std::runtime_error("synth failed: " + r.err);
+    return p;
+  }();
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("cli: info on a GGUF fixture, as text and as JSON", "[cli]") {
+  const std::string gguf = fixture("llamacpp/gguf/llama_small.f16.gguf");
+  Result r = shardwise_cli("info " + quote(gguf));
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(r.err.empty());
+  CHECK_THAT(r.out, Contains("llama") && Contains("2 layers") && Contains("hidden 64") && Contains("vocab 160"));
+
+  r = shardwise_cli("info --json " + quote(gguf));
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"model", "name", "family", "dtype", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                          "num_key_value_heads", "head_dim", "vocab_size", "n_params", "total_bytes", "bytes_by_kind",
+                          "kv_bytes_per_token_f16", "kv_bytes_per_token_f32"})
+    CHECK(j.contains(key));
+  CHECK(j["family"] == "llama");
+  CHECK(j["dtype"] == "f16");
+  CHECK(j["num_hidden_layers"] == 2);
+  CHECK(j["hidden_size"] == 64);
+  CHECK(j["num_key_value_heads"] == 2);
+  CHECK(j["vocab_size"] == 160);
+  CHECK(j["total_bytes"].get<uint64_t>() > 0);
+  CHECK(j["bytes_by_kind"].contains("token_embd"));
+
+  r = shardwise_cli("info --json " + quote(fixture("hf/qwen3moe_norm")));
+  REQUIRE(r.rc == 0);
+  const auto m = nlohmann::json::parse(r.out);
+  CHECK(m["family"] == "qwen3_moe");
+  CHECK(m["num_experts"] == 12);
+  CHECK(m["num_experts_per_tok"] == 3);
+}
+
+TEST_CASE("cli: info on a builtin spec needs no weights", "[cli]") {
+  Result r = shardwise_cli("info nemo8b");
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.out, Contains("nemo8b") && Contains("40 layers"));
+  r = shardwise_cli("info --json nemo8b");
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["hidden_size"] == 4096);
+  CHECK(j["num_hidden_layers"] == 40);
+  CHECK(j["vocab_size"] == 131072);
+  CHECK(j["total_bytes"].get<uint64_t>() > (uint64_t(15) << 30));
+}
+
+TEST_CASE("cli: synth writes a GGUF that info and logits read", "[cli]") {
+  const std::string model = synth_model();
+  GgufFile f(model);
+  CHECK(f.find("general.architecture")->as_string("a") == "llama");
+  CHECK(f.find_tensor("blk.0.attn_q.weight")->type_id == 8);
+
+  Result r = shardwise_cli("info --json " + quote(model));
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["dtype"] == "q8_0");
+  CHECK(j["num_hidden_layers"] == 3);
+  CHECK(j["vocab_size"] == 256);
+
+  const std::string out = temp_path("cli_synth_logits.npy");
+  r = shardwise_cli("logits --model " + quote(model) + " --tokens 1,2,3,250 --out " + quote(out));
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const NpyArray a = read_npy(out);
+  CHECK(a.shape == std::vector<int64_t>{4, 256});
+  REQUIRE(a.values.size() == 4 * 256);
+  for (double v : a.values) REQUIRE(std::isfinite(v));
+  CHECK(a.values[0] != a.values[256]);  // positions differ
+}
+
+TEST_CASE("cli: logits of the HF fixture match transformers", "[cli][fixtures]") {
+  const std::string dir = fixture("hf/llama");
+  const auto prompt = npy_ints(dir + "/ref_prompt_ids.npy");
+  const NpyArray ref = read_npy(dir + "/ref_prompt_logits.npy");
+  const std::string out = temp_path("cli_hf_logits.npy");
+  const Result r = shardwise_cli("logits --model " + quote(dir) + " --tokens " + join(prompt) + " --out " + quote(out));
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const NpyArray a = read_npy(out);
+  REQUIRE(a.shape == std::vector<int64_t>{static_cast<int64_t>(prompt.size()), 211});
+  REQUIRE(a.values.size() == ref.values.size());
+  double max_ref = 0, max_diff = 0;
+  for (size_t i = 0; i < a.values.size(); ++i) {
+    max_ref = std::max(max_ref, std::fabs(ref.values[i]));
+    max_diff = std::max(max_diff, std::fabs(a.values[i] - ref.values[i]));
+  }
+  CHECK(max_diff / max_ref < 1e-3);
+}
+
+TEST_CASE("cli: run --json gives the documented keys and the reference greedy tokens", "[cli][fixtures]") {
+  const std::string dir = fixture("hf/llama");
+  const auto prompt = npy_ints(dir + "/ref_prompt_ids.npy");
+  const auto greedy = npy_ints(dir + "/ref_greedy_ids.npy");
+  REQUIRE(greedy.size() >= 4);
+  const Result r =
+      shardwise_cli("run --model " + quote(dir) + " --tokens " + join(prompt) + " -n 4 --greedy --json --device cpu");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"generated_ids", "n_prompt_tokens", "ttft_ms", "decode_tokens_per_s", "device"})
+    CHECK(j.contains(key));
+  CHECK(j["n_prompt_tokens"] == prompt.size());
+  CHECK(j["device"] == "cpu");
+  CHECK(j["ttft_ms"].get<double>() > 0);
+  CHECK(j["generated_ids"].get<std::vector<int64_t>>() == std::vector<int64_t>(greedy.begin(), greedy.begin() + 4));
+}
+
+TEST_CASE("cli: bad input gives exit 1 and one error line", "[cli][bad_input]") {
+  const std::string hf = quote(fixture("hf/llama"));
+  SECTION("a model path that does not exist") {
+    const std::string missing = temp_path("no/such/model.gguf");
+    require_clean_error("run --model " + quote(missing) + " --tokens 1 -n 1", {missing, "no such file"});
+    require_clean_error("logits --model " + quote(missing) + " --tokens 1 --out " + quote(temp_path("x.npy")),
+                        {missing});
+    require_clean_error("info " + quote(missing), {missing});
+  }
+  SECTION("a corrupt GGUF file") {
+    const std::string full = read_file(fixture("llamacpp/gguf/llama_small.f16.gguf"));
+    for (size_t keep : {size_t(3), size_t(1000), full.size() / 2, full.size() - 1}) {
+      const std::string path = temp_path("cli_truncated_" + std::to_string(keep) + ".gguf");
+      write_file(path, full.substr(0, keep));
+      require_clean_error("info " + quote(path), {path, "offset"});
+      require_clean_error("run --model " + quote(path) + " --tokens 1 -n 1", {path});
+    }
+    std::string flipped = full;
+    flipped[4] = 9;  // version 9
+    const std::string path = temp_path("cli_version9.gguf");
+    write_file(path, flipped);
+    require_clean_error("logits --model " + quote(path) + " --tokens 1 --out " + quote(temp_path("v9.npy")),
+                        {path, "version 9"});
+  }
+  SECTION("token ids out of range or malformed") {
+    require_clean_error("run --model " + hf + " --tokens 1,2,211 -n 1", {"211", "out of range", "211)"});
+    require_clean_error("logits --model " + hf + " --tokens 5000 --out " + quote(temp_path("t.npy")), {"5000"});
+    require_clean_error("run --model " + hf + " --tokens 1,,2 -n 1", {"--tokens", "item 2"});
+    require_clean_error("run --model " + hf + " --tokens abc -n 1", {"--tokens", "'abc'"});
+    require_clean_error("run --model " + hf + " --tokens 1,2, -n 1", {"--tokens"});
+    require_clean_error("run --model " + hf + " --tokens ' -1' -n 1", {"--tokens"});
+    require_clean_error("run --model " + hf + " --tokens 99999999999 -n 1", {"--tokens"});
+    require_clean_error("run --model " + hf + " --tokens 4294967297 -n 1", {"--tokens"});
+  }
+  SECTION("devices and GPU flags that are not available") {
+    require_clean_error("run --model " + hf + " --tokens 1,2 -n 1 --device tpu", {"--device", "tpu"});
+    require_clean_error("logits --model " + hf + " --tokens 1 --out " + quote(temp_path("d.npy")) + " --device tpu",
+                        {"tpu"});
+    require_clean_error("run --model " + hf + " --tokens 1,2 -n 1 --device cuda", {"--device cuda"});
+    require_clean_error("run --model " + hf + " --tokens 1,2 -n 1 --vram-budget 4G", {"--vram-budget"});
+    require_clean_error("run --model " + hf + " --tokens 1,2 -n 1 --schedule static", {"--schedule"});
+  }
+  SECTION("sizes out of range") {
+    require_clean_error("run --model " + hf + " --tokens 1,2,3 -n 4 --ctx 3", {"--ctx 3", "too small"});
+    require_clean_error("run --model " + hf + " --tokens 1 -n -1", {"-n -1"});
+    require_clean_error("run --model " + hf + " --tokens 1 -n 1 --threads -2", {"--threads"});
+    require_clean_error("run --model " + hf + " -n 1", {"--prompt", "--tokens"});
+  }
+  SECTION("bad synthetic strings and specs") {
+    require_clean_error("run --model 'synthetic:tiny_llama?layers=0' --tokens 1 -n 1", {"layers '0'"});
+    require_clean_error("run --model 'synthetic:nosuchspec' --tokens 1 -n 1", {"nosuchspec"});
+    require_clean_error("info 'synthetic:tiny_llama?dtype=q5_K'", {"q5_K"});
+    require_clean_error("synth --spec tiny_llama --dtype q5_K -o " + quote(temp_path("q5.gguf")), {"q5_K"});
+    require_clean_error("synth --spec nosuchspec -o " + quote(temp_path("n.gguf")), {"nosuchspec"});
+    const std::string yaml = temp_path("cli_bad.yaml");
+    write_file(yaml, "family: llama\nhidden_size: 64\nnum_hidden_layers: [1\n");
+    require_clean_error("info " + quote(yaml), {yaml, "line"});
+  }
+  SECTION("an unwritable output") {
+    const std::string out = temp_path("no/such/dir/out.npy");
+    require_clean_error("logits --model " + hf + " --tokens 1 --out " + quote(out), {out});
+  }
+}
+
+TEST_CASE("cli: missing required flags and unknown verbs exit non-zero", "[cli][bad_input]") {
+  for (const std::string& args : {std::string("run --tokens 1 -n 1"), std::string("logits --model x --tokens 1"),
+                                 std::string("synth -o x.gguf"), std::string("info"), std::string(""),
+                                 std::string("frobnicate"), std::string("run --model x --tokens 1 -n abc")}) {
+    const Result r = shardwise_cli(args);
+    INFO("shardwise " << args << "\nexit " << r.rc << "\nstderr: " << r.err);
+    CHECK(r.rc > 0);  // CLI11's own message and code; never a signal
+    CHECK(r.err.find("AddressSanitizer") == std::string::npos);
+    CHECK(r.err.find("terminate called") == std::string::npos);
+  }
+}
