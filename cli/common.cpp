@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <sys/stat.h>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -39,6 +40,41 @@ std::string resolve_cpu_device(const std::string& device) {
   if (device == "cuda" || device == "emu")
     fail("--device ", device, " is not available yet: the GPU/emulated executor has not landed; use --device cpu");
   fail("--device '", device, "' is unknown (auto, cuda, emu, cpu)");
+}
+
+// A builtin name, .yaml or config.json needs no weights; synthetic: specs are described without
+// materialising them; files and directories are opened (and validated).
+ModelSpec resolve_model_spec(const std::string& model, std::string* origin, DType* dtype_out, bool* has_weights) {
+  const std::string synth = "synthetic:";
+  struct stat st;
+  *has_weights = false;
+  if (model.compare(0, synth.size(), synth) == 0) {
+    std::string rest = model.substr(synth.size());
+    std::string name = rest.substr(0, rest.find('?'));
+    ModelSpec s = resolve_spec(name);
+    auto p = rest.find("dtype=");
+    if (p != std::string::npos) s.dtype = parse_dtype(rest.substr(p + 6, rest.find('&', p) - p - 6));
+    *origin = model;
+    *dtype_out = s.dtype;
+    return s;
+  }
+  if (::stat(model.c_str(), &st) == 0 && !(model.size() > 5 && (model.rfind(".yaml") == model.size() - 5 ||
+                                                                 model.rfind(".json") == model.size() - 5))) {
+    auto src = open_weights(model);
+    *origin = src->origin();
+    *dtype_out = src->spec().dtype;
+    *has_weights = true;
+    return src->spec();
+  }
+  const bool looks_like_path = model.find('/') != std::string::npos || model.size() > 5 &&
+      (model.compare(model.size() - 5, 5, ".gguf") == 0 || model.compare(model.size() - 5, 5, ".json") == 0 ||
+       model.compare(model.size() - 5, 5, ".yaml") == 0);
+  if (looks_like_path && ::stat(model.c_str(), &st) != 0)
+    fail(model, ": no such file or directory (MODEL is a .gguf file, an HF directory, synthetic:SPEC or a builtin spec)");
+  ModelSpec s = resolve_spec(model);
+  *origin = model;
+  *dtype_out = s.dtype;
+  return s;
 }
 
 void print_json(const nlohmann::json& j) {

@@ -21,6 +21,10 @@ int resolve_threads(int threads);
 // Checks --device for verbs that run on the CPU only so far: auto/cpu pass, cuda/emu error.
 std::string resolve_cpu_device(const std::string& device);
 
+// The spec of MODEL without loading weights when possible: a builtin name, .yaml or config.json;
+// synthetic:SPEC (not materialised); .gguf files and HF directories are opened and validated.
+ModelSpec resolve_model_spec(const std::string& model, std::string* origin, DType* dtype, bool* has_weights);
+
 // Prints a JSON object on one line to stdout.
 void print_json(const nlohmann::json& j);
 
@@ -29,5 +33,7 @@ void register_info(CLI::App& app);
 void register_synth(CLI::App& app);
 void register_logits(CLI::App& app);
 void register_run(CLI::App& app);
+void register_tokenize(CLI::App& app);
+void register_plan(CLI::App& app);
 
 }  // namespace shardwise::cli

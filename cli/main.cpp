@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
   shardwise::cli::register_synth(app);
   shardwise::cli::register_logits(app);
   shardwise::cli::register_run(app);
+  shardwise::cli::register_tokenize(app);
+  shardwise::cli::register_plan(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -15,46 +15,11 @@ struct InfoArgs {
   bool json = false;
 };
 
-// A builtin name, .yaml or config.json needs no weights; synthetic: specs are described without
-// materialising them; files and directories are opened (and validated).
-ModelSpec spec_for_info(const std::string& model, std::string* origin, DType* dtype_out, bool* has_weights) {
-  const std::string synth = "synthetic:";
-  struct stat st;
-  *has_weights = false;
-  if (model.compare(0, synth.size(), synth) == 0) {
-    std::string rest = model.substr(synth.size());
-    std::string name = rest.substr(0, rest.find('?'));
-    ModelSpec s = resolve_spec(name);
-    auto p = rest.find("dtype=");
-    if (p != std::string::npos) s.dtype = parse_dtype(rest.substr(p + 6, rest.find('&', p) - p - 6));
-    *origin = model;
-    *dtype_out = s.dtype;
-    return s;
-  }
-  if (::stat(model.c_str(), &st) == 0 && !(model.size() > 5 && (model.rfind(".yaml") == model.size() - 5 ||
-                                                                 model.rfind(".json") == model.size() - 5))) {
-    auto src = open_weights(model);
-    *origin = src->origin();
-    *dtype_out = src->spec().dtype;
-    *has_weights = true;
-    return src->spec();
-  }
-  const bool looks_like_path = model.find('/') != std::string::npos || model.size() > 5 &&
-      (model.compare(model.size() - 5, 5, ".gguf") == 0 || model.compare(model.size() - 5, 5, ".json") == 0 ||
-       model.compare(model.size() - 5, 5, ".yaml") == 0);
-  if (looks_like_path && ::stat(model.c_str(), &st) != 0)
-    fail(model, ": no such file or directory (MODEL is a .gguf file, an HF directory, synthetic:SPEC or a builtin spec)");
-  ModelSpec s = resolve_spec(model);
-  *origin = model;
-  *dtype_out = s.dtype;
-  return s;
-}
-
 void run_info(const InfoArgs& a) {
   std::string origin;
   DType dt;
   bool has_weights;
-  ModelSpec s = spec_for_info(a.model, &origin, &dt, &has_weights);
+  ModelSpec s = resolve_model_spec(a.model, &origin, &dt, &has_weights);
   std::map<std::string, uint64_t> bytes_by_kind;
   uint64_t attn_shard = 0, ffn_shard = 0;
   for (const auto& t : s.tensors()) {

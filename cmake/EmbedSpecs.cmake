@@ -1,7 +1,8 @@
-# Writes a C++ file holding every configs/models/*.yaml as a raw string (run at build time).
+# Writes a C++ file holding every YAML file of a folder as a raw string (run at build time).
+# -DOUT=file.cpp -DYAML_DIR=folder -DSYMBOL=kBuiltinSpecs
 file(GLOB yamls ${YAML_DIR}/*.yaml)
 list(SORT yamls)
-set(body "// Generated from configs/models/*.yaml; do not edit.\nnamespace shardwise {\nstruct BuiltinSpecText { const char* name; const char* yaml; };\nextern const BuiltinSpecText kBuiltinSpecs[] = {\n")
+set(body "// Generated from ${SYMBOL} YAML files; do not edit.\nnamespace shardwise {\nstruct BuiltinYamlText { const char* name; const char* yaml; };\nextern const BuiltinYamlText ${SYMBOL}[] = {\n")
 set(count 0)
 foreach(y ${yamls})
   get_filename_component(name ${y} NAME_WE)
@@ -9,6 +10,6 @@ foreach(y ${yamls})
   string(APPEND body "  {\"${name}\", R\"__yaml__(${text})__yaml__\"},\n")
   math(EXPR count "${count} + 1")
 endforeach()
-string(APPEND body "};\nextern const int kNumBuiltinSpecs = ${count};\n}  // namespace shardwise\n")
+string(APPEND body "};\nextern const int ${SYMBOL}Count = ${count};\n}  // namespace shardwise\n")
 file(WRITE ${OUT}.tmp "${body}")
 execute_process(COMMAND ${CMAKE_COMMAND} -E copy_if_different ${OUT}.tmp ${OUT})

@@ -7,17 +7,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/builtin_yaml.h"
 #include "core/error.h"
 
 namespace shardwise {
 
-// Defined in the generated builtin_specs.cpp (configs/models/*.yaml embedded at build time).
-struct BuiltinSpecText {
-  const char* name;
-  const char* yaml;
-};
-extern const BuiltinSpecText kBuiltinSpecs[];
-extern const int kNumBuiltinSpecs;
 
 namespace {
 
@@ -386,12 +380,12 @@ ModelSpec spec_from_hf_config_json(const std::string& text, const std::string& c
 
 std::vector<std::string> builtin_spec_names() {
   std::vector<std::string> names;
-  for (int i = 0; i < kNumBuiltinSpecs; ++i) names.emplace_back(kBuiltinSpecs[i].name);
+  for (int i = 0; i < kBuiltinSpecsCount; ++i) names.emplace_back(kBuiltinSpecs[i].name);
   return names;
 }
 
 ModelSpec builtin_spec(const std::string& name) {
-  for (int i = 0; i < kNumBuiltinSpecs; ++i)
+  for (int i = 0; i < kBuiltinSpecsCount; ++i)
     if (name == kBuiltinSpecs[i].name)
       return parse_spec_yaml_text(kBuiltinSpecs[i].yaml, "configs/models/" + name + ".yaml");
   std::string known;

@@ -1,0 +1,172 @@
+// cli/verb_plan.cpp — `shardwise plan`: the schedule explorer. For every tier, every schedule's
+// predicted step latency, tokens/s and VRAM, the chosen one marked; predicted TTFT for the context
+// and decode tokens/s; --explain lists shards with placement, bytes, time and why; --trace writes a
+// Chrome trace of a plan's simulated timeline; --save writes the full plan table (the executor's input).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "cli/common.h"
+#include "core/error.h"
+#include "core/hardware_spec.h"
+#include "core/size.h"
+#include "costmodel/cost_model.h"
+#include "planner/planner.h"
+
+namespace shardwise::cli {
+namespace {
+
+struct PlanArgs {
+  std::string model, hw, profile, budget, pcie_cap = "none", kv_dtype = "f32", trace, save, schedule, tier_text;
+  int threads = 0;
+  int64_t ctx = 4096;
+  bool json = false, explain = false;
+};
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  if (!out) fail(path, ": cannot create");
+  out << text;
+  if (!out) fail(path, ": write failed");
+}
+
+// Prefill of `ctx` tokens in chunks of one feasible tier (the fastest choice), and decode at tier 1.
+void predicted_latencies(const PlanTable& t, int64_t ctx, double* ttft_ms, int64_t* chunk, double* decode_tps) {
+  *ttft_ms = INFINITY;
+  *chunk = 0;
+  for (const auto& e : t.tiers) {
+    if (!e.feasible || e.chunk_tokens > 0) continue;
+    const double total = std::ceil(static_cast<double>(ctx) / static_cast<double>(e.tokens)) * e.chosen_plan().predicted_ms;
+    if (total < *ttft_ms) {
+      *ttft_ms = total;
+      *chunk = e.tokens;
+    }
+  }
+  const TierEntry& d = t.lookup(1);
+  *decode_tps = 1000.0 / d.chosen_plan().predicted_ms;
+}
+
+void run_plan(const PlanArgs& a) {
+  if (!a.profile.empty())
+    fail("--profile: measured profiles arrive with the profiler (`shardwise profile`); use --hw NAME|FILE for now");
+  if (a.hw.empty()) fail("give --hw NAME|FILE (builtin: cli1, cli2, cli3, h200-host) or --profile FILE");
+  if (a.budget.empty()) fail("give --vram-budget (e.g. 4G)");
+  std::string origin;
+  DType dt;
+  bool has_weights;
+  const ModelSpec spec = resolve_model_spec(a.model, &origin, &dt, &has_weights);
+  const HardwareSpec hw = resolve_hardware(a.hw);
+  PlannerConfig cfg;
+  cfg.budget_bytes = parse_size(a.budget, "--vram-budget");
+  cfg.ctx = a.ctx;
+  cfg.threads = a.threads == 0 ? hw.cpu_cores : a.threads;
+  if (cfg.threads < 1 || cfg.threads > 4096) fail("--threads ", a.threads, " is out of range");
+  cfg.kv_dtype = parse_dtype(a.kv_dtype);
+  cfg.model_name = origin;
+  const double cap = parse_bandwidth(a.pcie_cap, "--pcie-cap");
+  auto cost = make_analytic_cost_model(hw, cap);
+  const auto t0 = std::chrono::steady_clock::now();
+  PlanTable table = build_plan_table(spec, *cost, cfg);
+  table.pcie_cap_gbps = cap / 1e9;
+  const double plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  double ttft, tps;
+  int64_t chunk;
+  predicted_latencies(table, cfg.ctx, &ttft, &chunk, &tps);
+
+  if (!a.save.empty()) write_text(a.save, plan_table_to_json(table, 1));
+  int64_t focus_tier = a.tier_text.empty() ? 1 : parse_token_count(a.tier_text, "--tier");
+  const TierEntry& focus = table.lookup(focus_tier);
+  const Plan* focus_plan = a.schedule.empty() ? &focus.chosen_plan() : focus.find(parse_schedule(a.schedule));
+  if (!focus_plan) fail("--schedule ", a.schedule, " was not planned");
+  if (!a.trace.empty()) {
+    if (!focus_plan->feasible) fail("--trace: the ", schedule_name(focus_plan->schedule), " plan for ", focus.tokens,
+                                    " tokens is infeasible (", focus_plan->infeasible_reason, ")");
+    write_text(a.trace, chrome_trace_json(*focus_plan, std::string(schedule_name(focus_plan->schedule)) + " " +
+                                                           std::to_string(focus.tokens) + " tokens"));
+  }
+
+  if (a.json) {
+    nlohmann::json j;
+    j["model"] = origin;
+    j["machine"] = table.machine;
+    j["device"] = table.device;
+    j["budget_bytes"] = table.budget_bytes;
+    j["ctx"] = table.ctx;
+    j["threads"] = table.threads;
+    j["pcie_cap_gbps"] = table.pcie_cap_gbps;
+    j["kv_dtype"] = table.kv_dtype;
+    j["kv_layers_on_gpu"] = std::count(table.kv_on_gpu.begin(), table.kv_on_gpu.end(), true);
+    j["predicted_ttft_ms"] = ttft;
+    j["ttft_chunk_tokens"] = chunk;
+    j["predicted_decode_tokens_per_s"] = tps;
+    j["planning_ms"] = plan_ms;
+    nlohmann::json tiers = nlohmann::json::array();
+    for (const auto& e : table.tiers) {
+      nlohmann::json c = nlohmann::json::array();
+      for (const auto& p : e.candidates) {
+        nlohmann::json x = {{"schedule", schedule_name(p.schedule)}, {"feasible", p.feasible},
+                            {"predicted_ms", p.feasible ? p.predicted_ms : 0.0}, {"vram_bytes", p.vram_bytes}};
+        if (!p.feasible) x["reason"] = p.infeasible_reason;
+        else x["notes"] = p.notes;
+        c.push_back(x);
+      }
+      tiers.push_back({{"tokens", e.tokens}, {"chosen", e.feasible ? schedule_name(e.chosen) : "none"},
+                       {"feasible", e.feasible}, {"chunk_tokens", e.chunk_tokens}, {"candidates", c}});
+    }
+    j["tiers"] = tiers;
+    print_json(j);
+    return;
+  }
+  std::printf("plan  %s on %s, budget %s, ctx %lld, %d threads, PCIe cap %s, KV %s (%lld of %lld layers in VRAM)\n",
+              origin.c_str(), table.machine.c_str(), format_bytes(cfg.budget_bytes).c_str(), (long long)cfg.ctx,
+              cfg.threads, a.pcie_cap.c_str(), table.kv_dtype.c_str(),
+              (long long)std::count(table.kv_on_gpu.begin(), table.kv_on_gpu.end(), true), (long long)spec.num_hidden_layers);
+  std::printf("%7s", "tier");
+  for (const auto& p : table.tiers.front().candidates) std::printf(" | %-24s", schedule_name(p.schedule));
+  std::printf("\n");
+  for (const auto& e : table.tiers) {
+    std::printf("%7lld", (long long)e.tokens);
+    for (const auto& p : e.candidates) {
+      char cell[64];
+      if (!p.feasible) std::snprintf(cell, sizeof cell, "-");
+      else
+        std::snprintf(cell, sizeof cell, "%s%9.2fms %7.0ft/s %5.1fG",
+                      e.feasible && e.chunk_tokens == 0 && p.schedule == e.chosen ? "*" : " ",
+                      p.predicted_ms, 1000.0 * static_cast<double>(e.tokens) / p.predicted_ms,
+                      static_cast<double>(p.vram_bytes) / (1u << 30));
+      std::printf(" | %-24s", cell);
+    }
+    if (e.chunk_tokens > 0) std::printf(" -> chunks of %lld", (long long)e.chunk_tokens);
+    std::printf("\n");
+  }
+  std::printf("* = chosen (fastest of gpu-only/static/dynamic; layer-split and cpu-moe are llama.cpp-style baselines);\n"
+              "-> chunks of N: a step of this size runs faster as (or only fits as) steps of N tokens\n");
+  std::printf("predicted TTFT for a %lld-token prompt: %.1f ms (chunks of %lld); decode: %.2f tokens/s; planned in %.0f ms\n",
+              (long long)cfg.ctx, ttft, (long long)chunk, tps, plan_ms);
+  if (a.explain) std::printf("\n%s", explain_plan(*focus_plan, spec, *cost, cfg).c_str());
+}
+
+}  // namespace
+
+void register_plan(CLI::App& app) {
+  auto a = std::make_shared<PlanArgs>();
+  CLI::App* sub = app.add_subcommand("plan", "Plan every token tier under a VRAM budget and show the predictions");
+  sub->add_option("--model", a->model, "Builtin spec name, .yaml, .gguf, HF directory or synthetic:SPEC")->required();
+  sub->add_option("--hw", a->hw, "Machine: builtin (cli1, cli2, cli3, h200-host) or a hardware .yaml");
+  sub->add_option("--profile", a->profile, "Measured ProfileDB (takes precedence over --hw; arrives with `profile`)");
+  sub->add_option("--vram-budget", a->budget, "VRAM budget for everything the model allocates, e.g. 4G")->required();
+  sub->add_option("--threads", a->threads, "CPU threads (0 = the machine's cores)");
+  sub->add_option("--ctx", a->ctx, "KV capacity in tokens (steps are planned with the cache full)");
+  sub->add_option("--pcie-cap", a->pcie_cap, "PCIe bandwidth cap, e.g. 16GB/s, or none");
+  sub->add_option("--kv-dtype", a->kv_dtype, "KV cache element type (f32 = exact; f16 halves its size)");
+  sub->add_flag("--json", a->json, "Print one JSON object");
+  sub->add_flag("--explain", a->explain, "List the shards of one plan (--tier, --schedule) with placement and why");
+  sub->add_option("--trace", a->trace, "Write the Chrome trace of one plan's simulated timeline");
+  sub->add_option("--tier", a->tier_text, "Tier for --explain/--trace (default 1)");
+  sub->add_option("--schedule", a->schedule, "Schedule for --explain/--trace (default: the chosen one)");
+  sub->add_option("--save", a->save, "Write the full plan table (JSON) for `run --plan`");
+  sub->callback([a] { run_plan(*a); });
+}
+
+}  // namespace shardwise::cli

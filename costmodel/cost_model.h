@@ -1,0 +1,78 @@
+// costmodel/cost_model.h — how long an operation or a copy takes on a backend: the interface the
+// planner asks, and the analytic roofline built from a HardwareSpec datasheet.
+// Time of an op = max(bytes / bandwidth, FLOPs / rate · efficiency(shape)) + a fixed per-launch (or
+// per-dispatch) cost. CPU bandwidth depends on the thread count and drops while PCIe copies run
+// (DRAM contention, measured on the GPU machine). A later issue adds a measured ProfileDB behind the
+// same interface. This module never plans and never runs kernels.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/dtype.h"
+#include "core/hardware_spec.h"
+
+namespace shardwise {
+
+enum class Backend { Cpu, Gpu };
+const char* backend_name(Backend b);
+
+enum class OpKind {
+  Matmul,      // tokens x (rows, cols) weight
+  MoeExperts,  // routed SwiGLU experts: gate/up/down of the experts the tokens touch
+  Attention,   // score/softmax/value over a KV cache (no projections)
+  Norm,        // RMSNorm, per-head norms
+  Rope,
+  Elementwise, // residual adds, SwiGLU
+  Embed,       // gather embedding rows (host)
+};
+const char* op_kind_name(OpKind k);
+
+struct Op {
+  OpKind kind = OpKind::Matmul;
+  DType dtype = DType::F16;  // weight dtype (Matmul, MoeExperts); KV dtype (Attention)
+  int64_t tokens = 1;        // new tokens in the step
+  // Matmul: weight (rows, cols). MoeExperts: one expert's FFN width (rows) and hidden size (cols).
+  int64_t rows = 0, cols = 0;
+  int64_t n_experts = 0, top_k = 0;  // MoeExperts
+  // Attention: keys attended per query on average, cached keys read, and the head layout.
+  int64_t ctx = 0;
+  int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  int64_t elems = 0;  // Norm / Rope / Elementwise / Embed: f32 elements touched
+
+  double flops() const;
+  double weight_bytes() const;      // bytes of weights (or KV) that must be read
+  double activation_bytes() const;  // f32 inputs + outputs
+};
+
+// Expected number of distinct experts touched when n tokens each pick top_k of E experts
+// uniformly: E · (1 − (1 − k/E)^n). Prefill touches whole expert sets; decode touches ~k.
+double expected_distinct_experts(int64_t n_tokens, int64_t top_k, int64_t n_experts);
+
+enum class Direction { HostToDevice, DeviceToHost };
+
+struct ExecEnv {
+  Backend backend = Backend::Cpu;
+  int threads = 1;                 // CPU threads (ignored on the GPU)
+  double concurrent_pcie_gbps = 0; // copy traffic running meanwhile (lowers CPU DRAM bandwidth)
+};
+
+class CostModel {
+ public:
+  virtual ~CostModel() = default;
+  virtual double op_ms(const Op& op, const ExecEnv& env) const = 0;
+  // Time of one copy of `bytes` (pinned or pageable host memory), capped by the PCIe cap.
+  virtual double transfer_ms(uint64_t bytes, Direction dir, bool pinned = true) const = 0;
+  // Sustained copy rate in GB/s (after the cap), used to model contention.
+  virtual double pcie_gbps(Direction dir) const = 0;
+  virtual double sync_ms() const = 0;  // one host-device synchronisation
+  virtual int max_threads() const = 0;
+  virtual uint64_t vram_bytes() const = 0;
+  virtual std::string describe() const = 0;  // machine name + source of the numbers
+};
+
+// The datasheet roofline. pcie_cap_bytes_per_s = 0 means no cap.
+std::unique_ptr<CostModel> make_analytic_cost_model(const HardwareSpec& hw, double pcie_cap_bytes_per_s = 0);
+
+}  // namespace shardwise

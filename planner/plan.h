@@ -1,0 +1,137 @@
+// planner/plan.h — THE CONTRACT between planner and executor (DESIGN.md §3): plain data with a
+// versioned JSON round trip.
+// A Plan is one schedule for one token tier: where each shard's weights live (pinned in VRAM or on
+// the host), where it executes (GPU or CPU), which stream slot it uses, where each layer's KV cache
+// lives, the arena layout with offsets, and one ordered action list per resource (GPU compute, H2D
+// copy engine, D2H copy engine, CPU pool) with dependencies. The simulator times that list; the
+// executor runs it. A PlanTable holds, for every tier, every candidate plan with its prediction and
+// the chosen one; pinned shards keep their arena offsets in every tier (a canonical pinned prefix)
+// and KV placement is the same in every tier, so switching tiers never re-uploads what stays.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shardwise {
+
+constexpr int kPlanFormatVersion = 1;
+
+enum class Resource { GpuCompute = 0, H2D = 1, D2H = 2, Cpu = 3 };
+constexpr int kNumResources = 4;
+const char* resource_name(Resource r);
+
+enum class Schedule { GpuOnly, Static, Dynamic, LayerSplit, CpuMoe };
+const char* schedule_name(Schedule s);       // "gpu-only", "static", "dynamic", "layer-split", "cpu-moe"
+Schedule parse_schedule(const std::string& name);  // throws Error listing the names
+// The three the planner chooses among; the two baselines are reference rows.
+bool schedule_is_candidate(Schedule s);
+
+enum class ActionKind {
+  Embed,         // CPU: gather embedding rows of the step's tokens (host activations)
+  Compute,       // run a shard's block (part: full / attn_pre / attn_core / attn_post) on GPU or CPU
+  CopyWeights,   // H2D: a shard's weights (MoE: the routed experts) into a stream slot
+  CopyActivations,  // H2D or D2H: activations between host and device
+  CopyLogits,    // D2H: the step's row of logits
+};
+const char* action_kind_name(ActionKind k);
+
+enum class ComputePart { Full, AttnPre, AttnCore, AttnPost };
+const char* compute_part_name(ComputePart p);
+
+struct Action {
+  int id = 0;
+  Resource resource = Resource::Cpu;
+  ActionKind kind = ActionKind::Compute;
+  ComputePart part = ComputePart::Full;
+  int shard = -1;  // shard id, -1 for none
+  int layer = -1;
+  int slot = -1;   // stream slot of a CopyWeights (and of the Compute that reads it)
+  // A piece of a shard streamed in parts (the LM head, whose rows can exceed a slot): rows
+  // [row_begin, row_end) of its matrix; 0, 0 = the whole shard.
+  int64_t row_begin = 0, row_end = 0;
+  uint64_t bytes = 0;   // bytes moved (copies) or weight bytes read (compute)
+  double flops = 0;
+  std::vector<int> deps;  // ids of earlier actions that must finish first
+  std::string label;
+  // Filled by the simulator:
+  double start_ms = 0, end_ms = 0;
+};
+
+enum class WeightHome { Pinned, Host };
+enum class ExecDevice { Gpu, Cpu };
+
+struct ShardPlacement {
+  int shard = 0;
+  std::string name;
+  WeightHome home = WeightHome::Host;
+  ExecDevice exec = ExecDevice::Cpu;
+  bool streamed = false;     // host weights copied into a slot to run on the GPU
+  int64_t arena_offset = -1; // pinned: offset of its weights; KV on the GPU: offset of the cache
+  uint64_t bytes = 0;
+};
+
+struct ArenaRegion {
+  std::string name;  // "pinned", "slot0", "slot1", "scratch", "kv"
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
+
+struct Plan {
+  int version = kPlanFormatVersion;
+  Schedule schedule = Schedule::Static;
+  int64_t tier = 1;  // new tokens per step this plan is built for
+  bool feasible = false;
+  std::string infeasible_reason;
+  uint64_t budget_bytes = 0;
+  uint64_t vram_bytes = 0;  // arena bytes this plan uses (<= budget)
+  double predicted_ms = 0;
+  std::vector<ShardPlacement> placements;  // one per shard (embedding included, always host)
+  std::vector<ArenaRegion> arena;
+  std::vector<Action> actions;  // topological order; each resource runs its actions in this order
+  std::vector<bool> kv_on_gpu;  // per layer
+  int64_t pinned_prefix = 0;    // shards of the canonical order that are pinned
+  std::string notes;            // how the schedule was chosen (e.g. Dynamic's streamed set)
+};
+
+struct TierEntry {
+  int64_t tokens = 0;
+  Schedule chosen = Schedule::Static;
+  bool feasible = false;  // some candidate schedule fits this tier
+  // > 0: steps of this tier run faster as chunks of this smaller tier (or it is infeasible).
+  int64_t chunk_tokens = 0;
+  std::vector<Plan> candidates;
+  const Plan* find(Schedule s) const;
+  const Plan& chosen_plan() const;
+};
+
+struct PlanTable {
+  int version = kPlanFormatVersion;
+  std::string model;
+  std::string machine;  // cost model description
+  std::string device = "planned";  // plans are predictions: no device ran them
+  uint64_t budget_bytes = 0;
+  int64_t ctx = 0;
+  int threads = 1;
+  double pcie_cap_gbps = 0;  // 0 = none
+  std::string kv_dtype = "f32";
+  std::vector<int64_t> canonical_order;  // shard ids in pinned-prefix order
+  std::vector<uint64_t> canonical_offsets;  // arena offset of each, in that order
+  std::vector<bool> kv_on_gpu;
+  std::vector<TierEntry> tiers;
+
+  // The tier whose chosen plan runs a step of n new tokens: the smallest tier >= n (above the
+  // largest tier: the largest), followed to the smaller tier it runs as chunks of when that is
+  // faster or it is infeasible. If the result's tokens < n, the step runs in chunks of it.
+  const TierEntry& lookup(int64_t n_tokens) const;
+  const TierEntry* find_tier(int64_t tokens) const;
+};
+
+// JSON (the plan table and single plans). Throws Error naming the field on malformed input or an
+// unsupported version.
+std::string plan_to_json(const Plan& plan, int indent = -1);
+Plan plan_from_json(const std::string& text, const std::string& context);
+std::string plan_table_to_json(const PlanTable& table, int indent = -1);
+PlanTable plan_table_from_json(const std::string& text, const std::string& context);
+
+}  // namespace shardwise

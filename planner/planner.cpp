@@ -1,0 +1,844 @@
+// planner/planner.cpp — arena layout, the five schedule generators and the plan table.
+#include "planner/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/size.h"
+
+namespace shardwise {
+
+const std::vector<int64_t>& default_tiers() {
+  static const std::vector<int64_t> t = {1, 4, 16, 32, 64, 512, 1024, 2048, 4096, 8192, 16384};
+  return t;
+}
+
+namespace {
+
+constexpr uint64_t kAlign = 256;
+uint64_t align_up(uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+// Decisions shared by every tier of a table: the canonical pinned order with fixed offsets, and
+// which layers keep their KV cache in VRAM (the end of the arena).
+struct Layout {
+  ShardSet shards;
+  std::vector<int> canonical;        // attention shards by layer, FFN shards by layer, output
+  std::vector<uint64_t> prefix_end;  // prefix_end[p] = arena bytes of the first p canonical shards
+  std::vector<bool> kv_gpu;          // per layer
+  uint64_t kv_layer_bytes = 0;
+  uint64_t kv_region = 0;            // aligned bytes at the end of the arena
+};
+
+// The LM head can be streamed in row pieces of any slot size; this is the slot it gets when nothing
+// larger is streamed.
+constexpr uint64_t kOutputPieceBytes = 256ull << 20;
+
+// The slot size needed to stream these shards whole (the LM head only needs a piece).
+uint64_t largest_streamed(const ModelSpec& spec, const ShardSet& set, const std::vector<int>& ids, int64_t n) {
+  uint64_t m = 0;
+  for (int id : ids) {
+    const Shard& s = set.at(id);
+    if (s.kind == ShardKind::Output) m = std::max(m, std::min(s.bytes, kOutputPieceBytes));
+    else m = std::max(m, s.kind == ShardKind::Ffn ? ffn_bytes_touched(spec, s, n, true) : s.bytes);
+  }
+  return align_up(m);
+}
+
+// The layout with the first `kv_layers` layers' KV in VRAM.
+Layout make_layout(const ModelSpec& spec, const PlannerConfig& cfg, int kv_layers) {
+  Layout L;
+  L.shards = make_shards(spec, cfg.ctx, cfg.kv_dtype);
+  const ShardSet& S = L.shards;
+  for (int l = 0; l < S.n_layers; ++l) L.canonical.push_back(S.attention[l]);
+  for (int l = 0; l < S.n_layers; ++l) L.canonical.push_back(S.ffn[l]);
+  L.canonical.push_back(S.output);
+  L.prefix_end.assign(L.canonical.size() + 1, 0);
+  for (size_t i = 0; i < L.canonical.size(); ++i)
+    L.prefix_end[i + 1] = L.prefix_end[i] + align_up(S.at(L.canonical[i]).bytes);
+  L.kv_layer_bytes = S.n_layers > 0 ? S.at(S.kv[0]).bytes : 0;
+  const int k = std::max(0, std::min(kv_layers, S.n_layers));
+  L.kv_gpu.assign(static_cast<size_t>(S.n_layers), false);
+  for (int l = 0; l < k; ++l) L.kv_gpu[static_cast<size_t>(l)] = true;
+  L.kv_region = align_up(static_cast<uint64_t>(k) * L.kv_layer_bytes);
+  return L;
+}
+
+// KV layers the priority rule gives (every attention shard first, then KV layer by layer), keeping
+// room for a prefill step's scratch and two stream slots of the largest FFN shard; and the most
+// KV layers possible at all (each with its attention shard pinned, plus a prefill step's scratch).
+void kv_layer_bounds(const ModelSpec& spec, const PlannerConfig& cfg, int* priority_k, int* max_k) {
+  const Layout L = make_layout(spec, cfg, 0);
+  const ShardSet& S = L.shards;
+  const int64_t ref_tier = 512;
+  std::vector<int> ffns(S.ffn.begin(), S.ffn.end());
+  const uint64_t scratch = align_up(gpu_scratch_bytes(spec, ref_tier));
+  const uint64_t reserve = scratch + 2 * largest_streamed(spec, S, ffns, ref_tier);
+  const uint64_t attn_all = L.prefix_end[static_cast<size_t>(S.n_layers)];
+  const uint64_t kv = std::max<uint64_t>(1, L.kv_layer_bytes);
+  *priority_k = 0;
+  if (attn_all + reserve <= cfg.budget_bytes)
+    *priority_k = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(S.n_layers), (cfg.budget_bytes - attn_all - reserve) / kv));
+  *max_k = 0;
+  while (*max_k < S.n_layers &&
+         L.prefix_end[static_cast<size_t>(*max_k + 1)] + align_up(static_cast<uint64_t>(*max_k + 1) * L.kv_layer_bytes) + scratch <=
+             cfg.budget_bytes)
+    ++*max_k;
+}
+
+// Emits the action list of one step for given per-shard decisions (see plan.h for the vocabulary).
+class Builder {
+ public:
+  Builder(const ModelSpec& spec, const ShardSet& set, Plan& plan, int64_t n) : spec_(spec), set_(set), plan_(plan), n_(n) {}
+
+  // exec[id]: where each shard runs; slot[id]: -1, or the stream slot its weights are copied into;
+  // prefetch: how many streamed shards ahead copies may run (2 = double buffering).
+  // slot_bytes: size of a stream slot; a streamed LM head larger than a slot goes in row pieces.
+  void build(const std::vector<ExecDevice>& exec, const std::vector<int>& slot, const std::vector<bool>& kv_gpu,
+             int prefetch, uint64_t slot_bytes = 0) {
+    std::vector<int> order;
+    for (int l = 0; l < set_.n_layers; ++l) {
+      order.push_back(set_.attention[l]);
+      order.push_back(set_.ffn[l]);
+    }
+    order.push_back(set_.output);
+    for (int id : order) {
+      if (slot[id] < 0) continue;
+      const Shard& s = set_.at(id);
+      if (s.kind == ShardKind::Output && slot_bytes > 0 && s.bytes > slot_bytes) {
+        const int64_t V = spec_.vocab_size;
+        const uint64_t row_bytes = (s.bytes + static_cast<uint64_t>(V) - 1) / static_cast<uint64_t>(V);
+        const int64_t rows_per_piece = std::max<int64_t>(1, static_cast<int64_t>(slot_bytes / row_bytes));
+        for (int64_t r = 0; r < V; r += rows_per_piece) {
+          const int64_t r1 = std::min(V, r + rows_per_piece);
+          streamed_.push_back({id, r, r1, static_cast<uint64_t>(r1 - r) * row_bytes});
+        }
+      } else {
+        streamed_.push_back({id, 0, 0, s.kind == ShardKind::Ffn ? ffn_bytes_touched(spec_, s, n_, false) : s.bytes});
+      }
+    }
+    copy_action_.assign(streamed_.size(), -1);
+    compute_done_.assign(streamed_.size(), -1);
+    routing_.assign(static_cast<size_t>(set_.n_layers), -1);
+    prefetch_ = prefetch;
+    slot_ = &slot;
+
+    last_x_ = add(Resource::Cpu, ActionKind::Embed, -1, -1, residual_bytes(spec_, n_), "embed");
+    on_gpu_ = false;
+    emit_ready_copies();
+    for (int id : order) {
+      const Shard& s = set_.at(id);
+      const ExecDevice e = exec[id];
+      const int k = stream_index(id);
+      if (k >= 0) force_copy(k);
+      if (k >= 0 && streamed_[static_cast<size_t>(k)].row1 > 0) {  // LM head in pieces
+        to_gpu();
+        const int x = last_x_;
+        int last = -1;
+        for (size_t j = static_cast<size_t>(k); j < streamed_.size() && streamed_[j].shard == id; ++j) {
+          force_copy(static_cast<int>(j));
+          last = compute(Resource::GpuCompute, id, ComputePart::Full, {x, copy_action_[j]});
+          plan_.actions.back().row_begin = streamed_[j].row0;
+          plan_.actions.back().row_end = streamed_[j].row1;
+          plan_.actions.back().slot = static_cast<int>(j % 2);
+          plan_.actions.back().bytes = streamed_[j].bytes;
+          plan_.actions.back().label += "[" + std::to_string(streamed_[j].row0) + ":" + std::to_string(streamed_[j].row1) + "]";
+          compute_done_[j] = last;
+          emit_ready_copies();
+        }
+        last_x_ = add(Resource::D2H, ActionKind::CopyLogits, id, -1, logits_bytes(spec_), "logits", {last});
+        continue;
+      }
+      if (s.kind == ShardKind::Attention) {
+        const bool kvg = kv_gpu[static_cast<size_t>(s.layer)];
+        SW_CHECK(!(kvg && e == ExecDevice::Cpu), "plan: attention of layer ", s.layer, " on the CPU with its KV in VRAM");
+        if (e == ExecDevice::Gpu) {
+          to_gpu();
+          std::vector<int> deps = {last_x_};
+          if (k >= 0) deps.push_back(copy_action_[k]);
+          if (kvg) {
+            last_x_ = compute(Resource::GpuCompute, id, ComputePart::Full, deps);
+          } else {
+            const int pre = compute(Resource::GpuCompute, id, ComputePart::AttnPre, deps);
+            const int d2h = add(Resource::D2H, ActionKind::CopyActivations, id, s.layer, qkv_bytes(spec_, n_),
+                                s.name() + " q,k,v", {pre});
+            const int core = compute(Resource::Cpu, id, ComputePart::AttnCore, {d2h});
+            const int h2d = add(Resource::H2D, ActionKind::CopyActivations, id, s.layer, attn_out_bytes(spec_, n_),
+                                s.name() + " attn out", {core});
+            last_x_ = compute(Resource::GpuCompute, id, ComputePart::AttnPost, {h2d, pre});
+          }
+          if (spec_.is_moe())
+            routing_[static_cast<size_t>(s.layer)] =
+                add(Resource::D2H, ActionKind::CopyActivations, id, s.layer,
+                    static_cast<uint64_t>(n_ * spec_.num_experts_per_tok) * 8, s.name() + " routing", {last_x_});
+        } else {
+          to_host();
+          last_x_ = compute(Resource::Cpu, id, ComputePart::Full, {last_x_});
+          if (spec_.is_moe()) routing_[static_cast<size_t>(s.layer)] = last_x_;
+        }
+      } else {  // FFN or output
+        if (e == ExecDevice::Gpu) {
+          to_gpu();
+          std::vector<int> deps = {last_x_};
+          if (k >= 0) deps.push_back(copy_action_[k]);
+          last_x_ = compute(Resource::GpuCompute, id, ComputePart::Full, deps);
+        } else {
+          to_host();
+          last_x_ = compute(Resource::Cpu, id, ComputePart::Full, {last_x_});
+        }
+        if (s.kind == ShardKind::Output && e == ExecDevice::Gpu)
+          last_x_ = add(Resource::D2H, ActionKind::CopyLogits, id, -1, logits_bytes(spec_), "logits", {last_x_});
+      }
+      if (k >= 0) compute_done_[k] = last_x_;
+      emit_ready_copies();
+    }
+  }
+
+ private:
+  struct Piece {
+    int shard;
+    int64_t row0, row1;  // 0, 0 = the whole shard
+    uint64_t bytes;
+  };
+
+  int stream_index(int id) const {
+    for (size_t k = 0; k < streamed_.size(); ++k)
+      if (streamed_[k].shard == id) return static_cast<int>(k);
+    return -1;
+  }
+
+  int add(Resource r, ActionKind kind, int shard, int layer, uint64_t bytes, std::string label, std::vector<int> deps = {}) {
+    Action a;
+    a.id = static_cast<int>(plan_.actions.size());
+    a.resource = r;
+    a.kind = kind;
+    a.shard = shard;
+    a.layer = layer;
+    a.bytes = bytes;
+    a.label = std::move(label);
+    for (int d : deps)
+      if (d >= 0 && std::find(a.deps.begin(), a.deps.end(), d) == a.deps.end()) a.deps.push_back(d);
+    plan_.actions.push_back(std::move(a));
+    return plan_.actions.back().id;
+  }
+
+  int compute(Resource r, int shard, ComputePart part, std::vector<int> deps) {
+    const Shard& s = set_.at(shard);
+    std::string label = s.name();
+    if (part != ComputePart::Full) label += std::string(" ") + compute_part_name(part);
+    const uint64_t bytes = s.kind == ShardKind::Ffn ? ffn_bytes_touched(spec_, s, n_, false) : s.bytes;
+    const int id = add(r, ActionKind::Compute, shard, s.layer, part == ComputePart::AttnCore ? 0 : bytes, label, std::move(deps));
+    plan_.actions.back().part = part;
+    const int k = stream_index(shard);
+    plan_.actions.back().slot = k >= 0 ? k % std::max(1, prefetch_) : -1;
+    return id;
+  }
+
+  void to_gpu() {
+    if (on_gpu_) return;
+    last_x_ = add(Resource::H2D, ActionKind::CopyActivations, -1, -1, residual_bytes(spec_, n_), "x to gpu", {last_x_});
+    on_gpu_ = true;
+  }
+  void to_host() {
+    if (!on_gpu_) return;
+    last_x_ = add(Resource::D2H, ActionKind::CopyActivations, -1, -1, residual_bytes(spec_, n_), "x to host", {last_x_});
+    on_gpu_ = false;
+  }
+
+  // A copy may be issued once its slot's previous user has been issued (and, for experts, once the
+  // layer's routing is known); copies are issued in order.
+  bool copy_ready(size_t k) const {
+    if (k >= static_cast<size_t>(prefetch_) && compute_done_[k - static_cast<size_t>(prefetch_)] < 0) return false;
+    const Shard& s = set_.at(streamed_[k].shard);
+    if (spec_.is_moe() && s.kind == ShardKind::Ffn && routing_[static_cast<size_t>(s.layer)] < 0) return false;
+    return true;
+  }
+  void emit_ready_copies() {
+    while (next_copy_ < streamed_.size() && copy_ready(next_copy_)) emit_copy(next_copy_++);
+  }
+  void force_copy(int k) {
+    while (next_copy_ <= static_cast<size_t>(k)) emit_copy(next_copy_++);
+  }
+  void emit_copy(size_t k) {
+    const Piece& piece = streamed_[k];
+    const Shard& s = set_.at(piece.shard);
+    std::vector<int> deps;
+    if (k >= static_cast<size_t>(prefetch_)) deps.push_back(compute_done_[k - static_cast<size_t>(prefetch_)]);
+    if (spec_.is_moe() && s.kind == ShardKind::Ffn) deps.push_back(routing_[static_cast<size_t>(s.layer)]);
+    std::string label = s.name() + " weights";
+    if (piece.row1 > 0) label += "[" + std::to_string(piece.row0) + ":" + std::to_string(piece.row1) + "]";
+    copy_action_[k] = add(Resource::H2D, ActionKind::CopyWeights, s.id, s.layer, piece.bytes, label, deps);
+    plan_.actions.back().slot = static_cast<int>(k % static_cast<size_t>(std::max(1, prefetch_)));
+    plan_.actions.back().row_begin = piece.row0;
+    plan_.actions.back().row_end = piece.row1;
+  }
+
+  const ModelSpec& spec_;
+  const ShardSet& set_;
+  Plan& plan_;
+  int64_t n_;
+  const std::vector<int>* slot_ = nullptr;
+  std::vector<Piece> streamed_;
+  std::vector<int> copy_action_, compute_done_, routing_;
+  size_t next_copy_ = 0;
+  int prefetch_ = 2;
+  int last_x_ = -1;
+  bool on_gpu_ = false;
+};
+
+struct Ctx {
+  const ModelSpec& spec;
+  const CostModel& cost;
+  const PlannerConfig& cfg;
+  const Layout& L;
+};
+
+StepShape step_of(const Ctx& c, int64_t n) {
+  StepShape st;
+  st.tokens = n;
+  st.keys = c.cfg.ctx;
+  st.kv_dtype = c.cfg.kv_dtype;
+  st.threads = c.cfg.threads;
+  return st;
+}
+
+Plan infeasible(const Ctx& c, Schedule s, int64_t n, const std::string& why) {
+  Plan p;
+  p.schedule = s;
+  p.tier = n;
+  p.budget_bytes = c.cfg.budget_bytes;
+  p.feasible = false;
+  p.infeasible_reason = why;
+  p.kv_on_gpu = c.L.kv_gpu;
+  return p;
+}
+
+// Fills placements/arena for a canonical-prefix plan and simulates it.
+Plan finish_canonical(const Ctx& c, Schedule sched, int64_t n, size_t p, uint64_t slot_bytes,
+                      const std::vector<ExecDevice>& exec, const std::vector<int>& slot, int prefetch,
+                      const std::string& notes) {
+  const Layout& L = c.L;
+  const ShardSet& S = L.shards;
+  Plan plan;
+  plan.schedule = sched;
+  plan.tier = n;
+  plan.budget_bytes = c.cfg.budget_bytes;
+  plan.kv_on_gpu = L.kv_gpu;
+  plan.pinned_prefix = static_cast<int64_t>(p);
+  plan.notes = notes;
+  const uint64_t scratch = align_up(gpu_scratch_bytes(c.spec, n));
+  const uint64_t pinned = L.prefix_end[p];
+  uint64_t off = 0;
+  plan.arena.push_back({"pinned", off, pinned});
+  off += pinned;
+  if (slot_bytes > 0) {
+    plan.arena.push_back({"slot0", off, slot_bytes});
+    plan.arena.push_back({"slot1", off + slot_bytes, slot_bytes});
+    off += 2 * slot_bytes;
+  }
+  plan.arena.push_back({"scratch", off, scratch});
+  off += scratch;
+  const uint64_t kv_off = c.cfg.budget_bytes - L.kv_region;
+  if (L.kv_region > 0) plan.arena.push_back({"kv", kv_off, L.kv_region});
+  plan.vram_bytes = off + L.kv_region;
+  std::vector<int64_t> pinned_offset(S.shards.size(), -1);
+  for (size_t i = 0; i < p; ++i) pinned_offset[static_cast<size_t>(L.canonical[i])] = static_cast<int64_t>(L.prefix_end[i]);
+  for (const Shard& s : S.shards) {
+    ShardPlacement sp;
+    sp.shard = s.id;
+    sp.name = s.name();
+    sp.bytes = s.bytes;
+    if (s.kind == ShardKind::Kv) {
+      const bool g = L.kv_gpu[static_cast<size_t>(s.layer)];
+      sp.home = g ? WeightHome::Pinned : WeightHome::Host;
+      sp.exec = g ? ExecDevice::Gpu : ExecDevice::Cpu;
+      sp.arena_offset = g ? static_cast<int64_t>(kv_off + static_cast<uint64_t>(s.layer) * L.kv_layer_bytes) : -1;
+    } else if (s.kind == ShardKind::Embedding) {
+      sp.home = WeightHome::Host;
+      sp.exec = ExecDevice::Cpu;
+    } else {
+      sp.home = pinned_offset[static_cast<size_t>(s.id)] >= 0 ? WeightHome::Pinned : WeightHome::Host;
+      sp.exec = exec[static_cast<size_t>(s.id)];
+      sp.streamed = slot[static_cast<size_t>(s.id)] >= 0;
+      sp.arena_offset = sp.home == WeightHome::Pinned ? pinned_offset[static_cast<size_t>(s.id)]
+                        : sp.streamed ? static_cast<int64_t>(pinned + static_cast<uint64_t>(slot[static_cast<size_t>(s.id)]) * slot_bytes)
+                                      : -1;
+    }
+    plan.placements.push_back(sp);
+  }
+  if (plan.vram_bytes > c.cfg.budget_bytes) {
+    plan.feasible = false;
+    plan.infeasible_reason = "needs " + format_bytes(plan.vram_bytes) + " of VRAM";
+    return plan;
+  }
+  Builder(c.spec, S, plan, n).build(exec, slot, L.kv_gpu, prefetch, slot_bytes);
+  plan.predicted_ms = simulate(plan, c.spec, S, c.cost, step_of(c, n));
+  plan.feasible = true;
+  return plan;
+}
+
+// Room for the pinned prefix and stream slots in a tier.
+bool room_for(const Ctx& c, int64_t n, uint64_t* room) {
+  const uint64_t fixed = c.L.kv_region + align_up(gpu_scratch_bytes(c.spec, n));
+  if (fixed > c.cfg.budget_bytes) return false;
+  *room = c.cfg.budget_bytes - fixed;
+  return true;
+}
+
+Plan plan_gpu_only(const Ctx& c, int64_t n) {
+  const Layout& L = c.L;
+  const ShardSet& S = L.shards;
+  uint64_t room;
+  if (!room_for(c, n, &room)) return infeasible(c, Schedule::GpuOnly, n, "scratch and KV exceed the budget");
+  const size_t N = L.canonical.size();
+  // The longest prefix p such that prefix + two slots of the largest remaining shard fit.
+  std::vector<uint64_t> suffix_max(N + 1, 0);
+  for (size_t i = N; i-- > 0;) {
+    std::vector<int> one = {L.canonical[i]};
+    suffix_max[i] = std::max(suffix_max[i + 1], largest_streamed(c.spec, S, one, n));
+  }
+  for (size_t p = N + 1; p-- > 0;) {
+    if (L.prefix_end[p] + 2 * suffix_max[p] > room) continue;
+    std::vector<ExecDevice> exec(S.shards.size(), ExecDevice::Gpu);
+    std::vector<int> slot(S.shards.size(), -1);
+    int k = 0;
+    for (int l = 0; l < S.n_layers; ++l)
+      for (int id : {S.attention[l], S.ffn[l]})
+        if (std::find(L.canonical.begin(), L.canonical.begin() + static_cast<std::ptrdiff_t>(p), id) ==
+            L.canonical.begin() + static_cast<std::ptrdiff_t>(p))
+          slot[static_cast<size_t>(id)] = (k++) % 2;
+    if (std::find(L.canonical.begin(), L.canonical.begin() + static_cast<std::ptrdiff_t>(p), S.output) ==
+        L.canonical.begin() + static_cast<std::ptrdiff_t>(p))
+      slot[static_cast<size_t>(S.output)] = (k++) % 2;
+    char notes[128];
+    std::snprintf(notes, sizeof notes, "%zu of %zu shards pinned, %d streamed", p, N, k);
+    return finish_canonical(c, Schedule::GpuOnly, n, p, suffix_max[p], exec, slot, 2, notes);
+  }
+  return infeasible(c, Schedule::GpuOnly, n, "two stream slots of the largest shard do not fit");
+}
+
+size_t longest_prefix(const Layout& L, uint64_t room) {
+  size_t p = 0;
+  while (p < L.canonical.size() && L.prefix_end[p + 1] <= room) ++p;
+  return p;
+}
+
+// Static / Dynamic: pinned shards run on the GPU, the rest on the CPU, except the `streamed` ones.
+Plan plan_hybrid(const Ctx& c, int64_t n, Schedule sched, uint64_t slot_bytes, const std::vector<int>& stream_ids,
+                 size_t p, const std::string& notes) {
+  const Layout& L = c.L;
+  const ShardSet& S = L.shards;
+  std::vector<ExecDevice> exec(S.shards.size(), ExecDevice::Cpu);
+  std::vector<int> slot(S.shards.size(), -1);
+  for (size_t i = 0; i < p; ++i) exec[static_cast<size_t>(L.canonical[i])] = ExecDevice::Gpu;
+  for (int l = 0; l < S.n_layers; ++l)
+    if (L.kv_gpu[static_cast<size_t>(l)] && exec[static_cast<size_t>(S.attention[l])] != ExecDevice::Gpu)
+      return infeasible(c, sched, n, "layer " + std::to_string(l) + " keeps its KV in VRAM but its attention is not pinned");
+  int k = 0;
+  for (int id : stream_ids) {
+    exec[static_cast<size_t>(id)] = ExecDevice::Gpu;
+    slot[static_cast<size_t>(id)] = (k++) % 2;
+  }
+  return finish_canonical(c, sched, n, p, slot_bytes, exec, slot, 2, notes);
+}
+
+Plan plan_static(const Ctx& c, int64_t n) {
+  uint64_t room;
+  if (!room_for(c, n, &room)) return infeasible(c, Schedule::Static, n, "scratch and KV exceed the budget");
+  const size_t p = longest_prefix(c.L, room);
+  char notes[96];
+  std::snprintf(notes, sizeof notes, "%zu of %zu shards pinned", p, c.L.canonical.size());
+  return plan_hybrid(c, n, Schedule::Static, 0, {}, p, notes);
+}
+
+// Dynamic: for each slot size (the distinct sizes of streamable shards), the pinned prefix that
+// leaves room for two slots; then how many of the CPU shards to stream (1..all, spread evenly over
+// the layers so copies overlap the CPU work between them); the fastest simulated plan wins.
+Plan plan_dynamic(const Ctx& c, int64_t n) {
+  const Layout& L = c.L;
+  const ShardSet& S = L.shards;
+  uint64_t room;
+  if (!room_for(c, n, &room)) return infeasible(c, Schedule::Dynamic, n, "scratch and KV exceed the budget");
+  std::vector<uint64_t> sizes;
+  for (int id : L.canonical) {
+    const Shard& s = S.at(id);
+    if (s.kind == ShardKind::Attention) continue;  // attention stays with its KV: pinned or CPU
+    std::vector<int> one = {id};
+    sizes.push_back(largest_streamed(c.spec, S, one, n));
+  }
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  Plan best = infeasible(c, Schedule::Dynamic, n, "no CPU shard can be streamed within the budget");
+  for (uint64_t slot_bytes : sizes) {
+    if (2 * slot_bytes > room) continue;
+    const size_t p = longest_prefix(L, room - 2 * slot_bytes);
+    std::vector<int> candidates;  // CPU shards that fit the slot, in execution order
+    for (int l = 0; l < S.n_layers; ++l) {
+      const int id = S.ffn[l];
+      const bool pinned = std::find(L.canonical.begin(), L.canonical.begin() + static_cast<std::ptrdiff_t>(p), id) !=
+                          L.canonical.begin() + static_cast<std::ptrdiff_t>(p);
+      std::vector<int> one = {id};
+      if (!pinned && largest_streamed(c.spec, S, one, n) <= slot_bytes) candidates.push_back(id);
+    }
+    {
+      const int id = S.output;  // the LM head fits any slot in row pieces
+      const bool pinned = std::find(L.canonical.begin(), L.canonical.begin() + static_cast<std::ptrdiff_t>(p), id) !=
+                          L.canonical.begin() + static_cast<std::ptrdiff_t>(p);
+      if (!pinned) candidates.push_back(id);
+    }
+    const size_t U = candidates.size();
+    // How many to stream: every count up to 8, then about 12% apart, and all of them.
+    std::vector<size_t> counts;
+    for (size_t m = 1; m <= U; m = m < 8 ? m + 1 : std::max(m + 1, m * 9 / 8)) counts.push_back(m);
+    if (!counts.empty() && counts.back() != U) counts.push_back(U);
+    for (size_t m : counts) {
+      std::vector<int> pick;
+      for (size_t i = 0; i < m; ++i) pick.push_back(candidates[std::min(U - 1, (2 * i + 1) * U / (2 * m))]);
+      pick.erase(std::unique(pick.begin(), pick.end()), pick.end());
+      char notes[160];
+      std::snprintf(notes, sizeof notes, "%zu of %zu shards pinned, %zu of %zu CPU shards streamed (slot %s)", p,
+                    L.canonical.size(), pick.size(), U, format_bytes(slot_bytes).c_str());
+      Plan plan = plan_hybrid(c, n, Schedule::Dynamic, slot_bytes, pick, p, notes);
+      if (plan.feasible && (!best.feasible || plan.predicted_ms < best.predicted_ms)) best = std::move(plan);
+    }
+  }
+  return best;
+}
+
+// llama.cpp -ngl N: the last N whole layers (weights and KV) on the GPU, the output too when all
+// layers fit; for steps of >= 32 tokens the CPU layers' matmul weights are copied to the GPU and
+// run there, one at a time (attention over the host KV stays on the CPU).
+Plan plan_layer_split(const Ctx& c, int64_t n) {
+  const ModelSpec& spec = c.spec;
+  const ShardSet& S = c.L.shards;
+  const int Ln = S.n_layers;
+  const uint64_t kv = c.L.kv_layer_bytes;
+  const bool offload_batches = n >= 32;
+  uint64_t max_weight = 0;
+  for (int l = 0; l < Ln; ++l) max_weight = std::max({max_weight, S.at(S.attention[l]).bytes, S.at(S.ffn[l]).bytes});
+  // llama.cpp sizes its compute buffer for its micro-batch (512) at load time.
+  const uint64_t scratch = align_up(gpu_scratch_bytes(spec, std::max<int64_t>(n, 512)));
+  int N = Ln;
+  bool output_gpu = true;
+  auto need = [&](int layers, bool out) {
+    uint64_t b = scratch + (layers < Ln ? align_up(max_weight) : 0);
+    for (int l = Ln - layers; l < Ln; ++l) b += align_up(S.at(S.attention[l]).bytes) + align_up(S.at(S.ffn[l]).bytes) + align_up(kv);
+    if (out) b += align_up(S.at(S.output).bytes);
+    return b;
+  };
+  while (N >= 0 && need(N, output_gpu && N == Ln) > c.cfg.budget_bytes) {
+    if (output_gpu && N == Ln) output_gpu = false;
+    else --N;
+  }
+  if (N < 0) return infeasible(c, Schedule::LayerSplit, n, "the compute buffer alone exceeds the budget");
+  output_gpu = output_gpu && N == Ln;
+  const int first_gpu = Ln - N;
+  Plan plan;
+  plan.schedule = Schedule::LayerSplit;
+  plan.tier = n;
+  plan.budget_bytes = c.cfg.budget_bytes;
+  plan.kv_on_gpu.assign(static_cast<size_t>(Ln), false);
+  for (int l = first_gpu; l < Ln; ++l) plan.kv_on_gpu[static_cast<size_t>(l)] = true;
+  std::vector<ExecDevice> exec(S.shards.size(), ExecDevice::Cpu);
+  std::vector<int> slot(S.shards.size(), -1);
+  std::vector<int64_t> offset(S.shards.size(), -1);
+  uint64_t off = 0;
+  for (int l = first_gpu; l < Ln; ++l)
+    for (int id : {S.attention[l], S.ffn[l]}) {
+      exec[static_cast<size_t>(id)] = ExecDevice::Gpu;
+      offset[static_cast<size_t>(id)] = static_cast<int64_t>(off);
+      off += align_up(S.at(id).bytes);
+    }
+  if (output_gpu) {
+    exec[static_cast<size_t>(S.output)] = ExecDevice::Gpu;
+    offset[static_cast<size_t>(S.output)] = static_cast<int64_t>(off);
+    off += align_up(S.at(S.output).bytes);
+  }
+  plan.arena.push_back({"pinned", 0, off});
+  uint64_t slot_bytes = 0;
+  if (offload_batches && N < Ln) {
+    slot_bytes = align_up(max_weight);
+    plan.arena.push_back({"slot0", off, slot_bytes});
+    for (int l = 0; l < first_gpu; ++l)
+      for (int id : {S.attention[l], S.ffn[l]}) {
+        exec[static_cast<size_t>(id)] = ExecDevice::Gpu;
+        slot[static_cast<size_t>(id)] = 0;
+      }
+  }
+  plan.arena.push_back({"scratch", off + slot_bytes, scratch});
+  const uint64_t kv_region = align_up(static_cast<uint64_t>(N) * kv);
+  plan.arena.push_back({"kv", c.cfg.budget_bytes - kv_region, kv_region});
+  plan.vram_bytes = off + slot_bytes + scratch + kv_region;
+  for (const Shard& s : S.shards) {
+    ShardPlacement sp;
+    sp.shard = s.id;
+    sp.name = s.name();
+    sp.bytes = s.bytes;
+    if (s.kind == ShardKind::Kv) {
+      const bool g = plan.kv_on_gpu[static_cast<size_t>(s.layer)];
+      sp.home = g ? WeightHome::Pinned : WeightHome::Host;
+      sp.exec = g ? ExecDevice::Gpu : ExecDevice::Cpu;
+      sp.arena_offset = g ? static_cast<int64_t>(c.cfg.budget_bytes - kv_region + static_cast<uint64_t>(s.layer - first_gpu) * kv) : -1;
+    } else if (s.kind != ShardKind::Embedding) {
+      sp.home = offset[static_cast<size_t>(s.id)] >= 0 ? WeightHome::Pinned : WeightHome::Host;
+      sp.exec = exec[static_cast<size_t>(s.id)];
+      sp.streamed = slot[static_cast<size_t>(s.id)] >= 0;
+      sp.arena_offset = sp.streamed ? static_cast<int64_t>(off) : offset[static_cast<size_t>(s.id)];
+    }
+    plan.placements.push_back(sp);
+  }
+  char notes[128];
+  std::snprintf(notes, sizeof notes, "-ngl %d of %d layers%s%s", N, Ln, output_gpu ? " + output" : "",
+                offload_batches && N < Ln ? "; CPU layers' weights copied to the GPU for this batch" : "");
+  plan.notes = notes;
+  plan.pinned_prefix = 0;
+  Builder(spec, S, plan, n).build(exec, slot, plan.kv_on_gpu, 1);
+  plan.predicted_ms = simulate(plan, spec, S, c.cost, step_of(c, n));
+  plan.feasible = true;
+  return plan;
+}
+
+// llama.cpp --cpu-moe: every expert on the CPU, everything else (attention, router, output, all
+// KV) on the GPU.
+Plan plan_cpu_moe(const Ctx& c, int64_t n) {
+  const ModelSpec& spec = c.spec;
+  const ShardSet& S = c.L.shards;
+  if (!spec.is_moe()) return infeasible(c, Schedule::CpuMoe, n, "the model has no experts");
+  Plan plan;
+  plan.schedule = Schedule::CpuMoe;
+  plan.tier = n;
+  plan.budget_bytes = c.cfg.budget_bytes;
+  plan.kv_on_gpu.assign(static_cast<size_t>(S.n_layers), true);
+  std::vector<ExecDevice> exec(S.shards.size(), ExecDevice::Cpu);
+  std::vector<int> slot(S.shards.size(), -1);
+  std::vector<int64_t> offset(S.shards.size(), -1);
+  uint64_t off = 0;
+  for (int l = 0; l < S.n_layers; ++l) {
+    exec[static_cast<size_t>(S.attention[l])] = ExecDevice::Gpu;
+    offset[static_cast<size_t>(S.attention[l])] = static_cast<int64_t>(off);
+    off += align_up(S.at(S.attention[l]).bytes);
+  }
+  exec[static_cast<size_t>(S.output)] = ExecDevice::Gpu;
+  offset[static_cast<size_t>(S.output)] = static_cast<int64_t>(off);
+  off += align_up(S.at(S.output).bytes);
+  const uint64_t scratch = align_up(gpu_scratch_bytes(spec, std::max<int64_t>(n, 512)));
+  const uint64_t kv_region = align_up(static_cast<uint64_t>(S.n_layers) * c.L.kv_layer_bytes);
+  plan.vram_bytes = off + scratch + kv_region;
+  if (plan.vram_bytes > c.cfg.budget_bytes)
+    return infeasible(c, Schedule::CpuMoe, n, "attention, output and all KV need " + format_bytes(plan.vram_bytes));
+  plan.arena = {{"pinned", 0, off}, {"scratch", off, scratch}, {"kv", c.cfg.budget_bytes - kv_region, kv_region}};
+  for (const Shard& s : S.shards) {
+    ShardPlacement sp;
+    sp.shard = s.id;
+    sp.name = s.name();
+    sp.bytes = s.bytes;
+    if (s.kind == ShardKind::Kv) {
+      sp.home = WeightHome::Pinned;
+      sp.exec = ExecDevice::Gpu;
+      sp.arena_offset = static_cast<int64_t>(c.cfg.budget_bytes - kv_region + static_cast<uint64_t>(s.layer) * c.L.kv_layer_bytes);
+    } else if (s.kind != ShardKind::Embedding) {
+      sp.home = offset[static_cast<size_t>(s.id)] >= 0 ? WeightHome::Pinned : WeightHome::Host;
+      sp.exec = exec[static_cast<size_t>(s.id)];
+      sp.arena_offset = offset[static_cast<size_t>(s.id)];
+    }
+    plan.placements.push_back(sp);
+  }
+  plan.notes = "experts on the CPU, the rest on the GPU";
+  Builder(spec, S, plan, n).build(exec, slot, plan.kv_on_gpu, 2);
+  plan.predicted_ms = simulate(plan, spec, S, c.cost, step_of(c, n));
+  plan.feasible = true;
+  return plan;
+}
+
+Plan plan_one(const Ctx& c, Schedule s, int64_t n) {
+  switch (s) {
+    case Schedule::GpuOnly: return plan_gpu_only(c, n);
+    case Schedule::Static: return plan_static(c, n);
+    case Schedule::Dynamic: return plan_dynamic(c, n);
+    case Schedule::LayerSplit: return plan_layer_split(c, n);
+    case Schedule::CpuMoe: return plan_cpu_moe(c, n);
+  }
+  fail("unknown schedule");
+}
+
+// KV placement is fixed for the whole table, so it is chosen once: among the priority rule's choice
+// and a spread of alternatives up to the most KV layers that fit with their attention pinned, the
+// one whose plans give the shortest interactive request (a prefill of the context in 512-token
+// chunks plus 64 decode steps, each with the fastest of the three schedules).
+Layout choose_layout(const ModelSpec& spec, const CostModel& cost, const PlannerConfig& cfg) {
+  int priority_k = 0, max_k = 0;
+  kv_layer_bounds(spec, cfg, &priority_k, &max_k);
+  std::vector<int> ks = {priority_k, 0, max_k, max_k / 4, max_k / 2, (3 * max_k) / 4};
+  std::sort(ks.begin(), ks.end());
+  ks.erase(std::unique(ks.begin(), ks.end()), ks.end());
+  const int64_t prefill_tier = std::min<int64_t>(512, cfg.ctx);
+  Layout best;
+  double best_cost = INFINITY;
+  bool have = false;
+  for (int k : ks) {
+    Layout L = make_layout(spec, cfg, k);
+    const Ctx c{spec, cost, cfg, L};
+    double fastest_decode = INFINITY, fastest_prefill = INFINITY;
+    for (Schedule s : {Schedule::Static, Schedule::Dynamic, Schedule::GpuOnly}) {
+      const Plan d = plan_one(c, s, 1);
+      if (d.feasible) fastest_decode = std::min(fastest_decode, d.predicted_ms);
+      const Plan p = plan_one(c, s, prefill_tier);
+      if (p.feasible) fastest_prefill = std::min(fastest_prefill, p.predicted_ms);
+    }
+    if (!std::isfinite(fastest_decode)) continue;
+    if (!std::isfinite(fastest_prefill)) fastest_prefill = fastest_decode * static_cast<double>(prefill_tier);
+    const double request = std::ceil(static_cast<double>(cfg.ctx) / static_cast<double>(prefill_tier)) * fastest_prefill +
+                           64.0 * fastest_decode;
+    // Prefer the priority rule's choice on ties (within 0.5%).
+    if (!have || request < best_cost * (k == priority_k ? 1.005 : 0.995)) {
+      best = std::move(L);
+      best_cost = request;
+      have = true;
+    }
+  }
+  if (!have) return make_layout(spec, cfg, priority_k);
+  return best;
+}
+
+void check_config(const ModelSpec& spec, const PlannerConfig& cfg) {
+  spec.validate(cfg.model_name.empty() ? spec.name : cfg.model_name);
+  if (cfg.budget_bytes == 0) fail("--vram-budget must be positive");
+  if (cfg.ctx < 1 || cfg.ctx > (int64_t(1) << 24)) fail("--ctx ", cfg.ctx, " is out of range");
+  if (cfg.threads < 1 || cfg.threads > 4096) fail("--threads ", cfg.threads, " is out of range");
+  if (cfg.tiers.empty()) fail("no tiers to plan");
+  for (size_t i = 0; i < cfg.tiers.size(); ++i)
+    if (cfg.tiers[i] < 1 || (i && cfg.tiers[i] <= cfg.tiers[i - 1])) fail("tiers must be positive and ascending");
+}
+
+bool decode_feasible(const ModelSpec& spec, const CostModel& cost, PlannerConfig cfg, uint64_t budget) {
+  cfg.budget_bytes = budget;
+  const Layout L = make_layout(spec, cfg, 0);
+  const Ctx c{spec, cost, cfg, L};
+  const int64_t n = cfg.tiers.front();
+  for (Schedule s : {Schedule::Static, Schedule::GpuOnly})
+    if (plan_one(c, s, n).feasible) return true;
+  return false;
+}
+
+}  // namespace
+
+uint64_t minimum_budget(const ModelSpec& spec, const CostModel& cost, const PlannerConfig& config) {
+  uint64_t lo = 1 << 20, hi = 1ull << 50;
+  if (!decode_feasible(spec, cost, config, hi)) fail("no budget makes this model plannable");
+  while (hi - lo > (1 << 20)) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    if (decode_feasible(spec, cost, config, mid)) hi = mid;
+    else lo = mid;
+  }
+  return (hi + (1 << 20) - 1) / (1 << 20) * (1 << 20);
+}
+
+Plan build_plan(const ModelSpec& spec, const CostModel& cost, const PlannerConfig& cfg, Schedule s, int64_t tier) {
+  check_config(spec, cfg);
+  const Layout L = choose_layout(spec, cost, cfg);
+  const Ctx c{spec, cost, cfg, L};
+  return plan_one(c, s, tier);
+}
+
+PlanTable build_plan_table(const ModelSpec& spec, const CostModel& cost, const PlannerConfig& cfg) {
+  check_config(spec, cfg);
+  const Layout L = choose_layout(spec, cost, cfg);
+  const Ctx c{spec, cost, cfg, L};
+  PlanTable t;
+  t.model = cfg.model_name.empty() ? spec.name : cfg.model_name;
+  t.machine = cost.describe();
+  t.budget_bytes = cfg.budget_bytes;
+  t.ctx = cfg.ctx;
+  t.threads = cfg.threads;
+  t.kv_dtype = dtype_name(cfg.kv_dtype);
+  for (size_t i = 0; i < L.canonical.size(); ++i) {
+    t.canonical_order.push_back(L.canonical[i]);
+    t.canonical_offsets.push_back(L.prefix_end[i]);
+  }
+  t.kv_on_gpu = L.kv_gpu;
+  for (int64_t n : cfg.tiers) {
+    TierEntry e;
+    e.tokens = n;
+    double best = 0;
+    for (Schedule s : cfg.schedules) {
+      Plan p = plan_one(c, s, n);
+      if (p.feasible && schedule_is_candidate(s) && (!e.feasible || p.predicted_ms < best)) {
+        e.feasible = true;
+        e.chosen = s;
+        best = p.predicted_ms;
+      }
+      e.candidates.push_back(std::move(p));
+    }
+    t.tiers.push_back(std::move(e));
+  }
+  // A tier runs as chunks of a smaller one when that is predicted faster (or it does not fit).
+  for (size_t i = 0; i < t.tiers.size(); ++i) {
+    TierEntry& e = t.tiers[i];
+    double best = e.feasible ? e.chosen_plan().predicted_ms : INFINITY;
+    for (size_t j = 0; j < i; ++j) {
+      const TierEntry& s = t.tiers[j];
+      if (!s.feasible) continue;
+      const double chunks = std::ceil(static_cast<double>(e.tokens) / static_cast<double>(s.tokens)) * s.chosen_plan().predicted_ms;
+      if (chunks < best * 0.999) {
+        best = chunks;
+        e.chunk_tokens = s.tokens;
+      }
+    }
+  }
+  if (!t.tiers.front().feasible)
+    fail("a VRAM budget of ", format_bytes(cfg.budget_bytes), " is too small for ", t.model,
+         " at --ctx ", cfg.ctx, ": the smallest budget that works is ", format_bytes(minimum_budget(spec, cost, cfg)),
+         " (", minimum_budget(spec, cost, cfg), " bytes)");
+  return t;
+}
+
+std::string explain_plan(const Plan& plan, const ModelSpec& spec, const CostModel& cost, const PlannerConfig& cfg) {
+  std::ostringstream os;
+  const ShardSet S = make_shards(spec, cfg.ctx, cfg.kv_dtype);
+  StepShape st;
+  st.tokens = plan.tier;
+  st.keys = cfg.ctx;
+  st.kv_dtype = cfg.kv_dtype;
+  st.threads = cfg.threads;
+  os << schedule_name(plan.schedule) << " for " << plan.tier << " tokens: ";
+  if (!plan.feasible) {
+    os << "infeasible (" << plan.infeasible_reason << ")\n";
+    return os.str();
+  }
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%.3f ms predicted, %s of %s VRAM; %s\n", plan.predicted_ms,
+                format_bytes(plan.vram_bytes).c_str(), format_bytes(plan.budget_bytes).c_str(), plan.notes.c_str());
+  os << buf;
+  os << "arena:";
+  for (const auto& r : plan.arena) os << "  " << r.name << " @" << r.offset << " " << format_bytes(r.bytes);
+  os << "\n";
+  std::snprintf(buf, sizeof buf, "  %-12s %-7s %-4s %-9s %10s %10s  %s\n", "shard", "weights", "runs", "streamed",
+                "bytes", "time ms", "why");
+  os << buf;
+  std::vector<double> shard_ms(S.shards.size(), 0);
+  for (const Action& a : plan.actions)
+    if (a.kind == ActionKind::Compute && a.shard >= 0) shard_ms[static_cast<size_t>(a.shard)] += a.end_ms - a.start_ms;
+  for (const ShardPlacement& sp : plan.placements) {
+    const Shard& s = S.at(sp.shard);
+    std::string why;
+    if (s.kind == ShardKind::Embedding) why = "embedding rows are gathered on the host";
+    else if (s.kind == ShardKind::Kv) why = sp.exec == ExecDevice::Gpu ? "KV fits after all attention shards (priority attention > KV)"
+                                                                      : "KV on the host: attention core runs on the CPU";
+    else if (sp.home == WeightHome::Pinned) why = "pinned: inside the canonical prefix that fits";
+    else if (sp.streamed) why = "streamed into a slot; the copy overlaps other work";
+    else why = "host weights, CPU compute (no VRAM left)";
+    std::snprintf(buf, sizeof buf, "  %-12s %-7s %-4s %-9s %10s %10.3f  %s\n", sp.name.c_str(),
+                  sp.home == WeightHome::Pinned ? "vram" : "host", sp.exec == ExecDevice::Gpu ? "gpu" : "cpu",
+                  sp.streamed ? "yes" : "-", format_bytes(sp.bytes).c_str(), shard_ms[static_cast<size_t>(sp.shard)],
+                  why.c_str());
+    os << buf;
+  }
+  (void)cost;
+  (void)st;
+  return os.str();
+}
+
+}  // namespace shardwise

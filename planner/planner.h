@@ -1,0 +1,47 @@
+// planner/planner.h — builds the PlanTable: for every token tier, a plan per schedule (GPU-only,
+// Static, Dynamic, and the llama.cpp baselines layer-split and cpu-moe), each laid out in the VRAM
+// arena by priority (attention > KV > FFN > output), timed by the simulator, and the fastest of the
+// three schedules chosen. Pure CPU code: it reads a ModelSpec and a CostModel and runs nothing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "costmodel/cost_model.h"
+#include "planner/plan.h"
+#include "planner/shards.h"
+#include "planner/simulator.h"
+
+namespace shardwise {
+
+// The paper's tiers: {1, 4, 16, 32, 64, 512, 1K, 2K, 4K, 8K, 16K} new tokens per step.
+const std::vector<int64_t>& default_tiers();
+
+struct PlannerConfig {
+  uint64_t budget_bytes = 0;  // the arena: every device allocation for the model (DESIGN.md §6)
+  int64_t ctx = 4096;         // KV capacity in tokens; steps are planned with the cache full
+  int threads = 1;
+  DType kv_dtype = DType::F32;
+  std::vector<int64_t> tiers = default_tiers();
+  std::vector<Schedule> schedules = {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic, Schedule::LayerSplit,
+                                     Schedule::CpuMoe};
+  std::string model_name;
+};
+
+// Builds every tier. Throws Error naming the smallest budget that works when no schedule fits even
+// the decode tier.
+PlanTable build_plan_table(const ModelSpec& spec, const CostModel& cost, const PlannerConfig& config);
+
+// The smallest budget (bytes, rounded up to 1 MiB) for which some candidate schedule is feasible at
+// the decode tier.
+uint64_t minimum_budget(const ModelSpec& spec, const CostModel& cost, const PlannerConfig& config);
+
+// One plan (the table's fixed layout decisions are recomputed for the given config).
+Plan build_plan(const ModelSpec& spec, const CostModel& cost, const PlannerConfig& config, Schedule schedule,
+                int64_t tier);
+
+// Human-readable placement of each shard with bytes, predicted time and why.
+std::string explain_plan(const Plan& plan, const ModelSpec& spec, const CostModel& cost, const PlannerConfig& config);
+
+}  // namespace shardwise

@@ -1,0 +1,194 @@
+// planner/shards.cpp — shard grouping and per-shard ops (see shards.h).
+#include "planner/shards.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace shardwise {
+
+const char* shard_kind_name(ShardKind k) {
+  switch (k) {
+    case ShardKind::Attention: return "attn";
+    case ShardKind::Ffn: return "ffn";
+    case ShardKind::Kv: return "kv";
+    case ShardKind::Output: return "output";
+    case ShardKind::Embedding: return "embedding";
+  }
+  return "?";
+}
+
+std::string Shard::name() const {
+  if (layer < 0) return shard_kind_name(kind);
+  return "L" + std::to_string(layer) + "." + shard_kind_name(kind);
+}
+
+ShardSet make_shards(const ModelSpec& spec, int64_t ctx, DType kv_dtype) {
+  SW_CHECK(ctx >= 1, "context must be at least 1 token");
+  ShardSet set;
+  set.n_layers = static_cast<int>(spec.num_hidden_layers);
+  set.attention.assign(set.n_layers, -1);
+  set.ffn.assign(set.n_layers, -1);
+  set.kv.assign(set.n_layers, -1);
+  auto add = [&](ShardKind kind, int layer) -> Shard& {
+    Shard s;
+    s.id = static_cast<int>(set.shards.size());
+    s.kind = kind;
+    s.layer = layer;
+    set.shards.push_back(s);
+    return set.shards.back();
+  };
+  for (int l = 0; l < set.n_layers; ++l) {
+    set.attention[l] = add(ShardKind::Attention, l).id;
+    set.ffn[l] = add(ShardKind::Ffn, l).id;
+    Shard& kv = add(ShardKind::Kv, l);
+    kv.bytes = static_cast<uint64_t>(ctx) * 2 * dtype_row_bytes(kv_dtype, spec.kv_dim());
+    set.kv[l] = kv.id;
+  }
+  set.output = add(ShardKind::Output, -1).id;
+  set.embedding = add(ShardKind::Embedding, -1).id;
+  for (const TensorDesc& t : spec.tensors()) {
+    int id = -1;
+    switch (t.kind) {
+      case TensorKind::TokenEmbd: id = set.embedding; break;
+      case TensorKind::OutputNorm:
+      case TensorKind::Output: id = set.output; break;
+      case TensorKind::AttnNorm: case TensorKind::AttnQ: case TensorKind::AttnK: case TensorKind::AttnV:
+      case TensorKind::AttnOut: case TensorKind::AttnQNorm: case TensorKind::AttnKNorm: case TensorKind::MoeRouter:
+        id = set.attention[t.layer];
+        break;
+      case TensorKind::FfnNorm:
+        // MoE: the router (attention shard) needs the normed input, so routing is known before the
+        // experts' weights are fetched; dense: the norm stays with its FFN.
+        id = spec.is_moe() ? set.attention[t.layer] : set.ffn[t.layer];
+        break;
+      default: id = set.ffn[t.layer];
+    }
+    set.shards[id].bytes += t.bytes;
+    set.shards[id].tensors.push_back(t.name);
+  }
+  // A tied LM head reads the embedding table: the output shard needs its own copy of those bytes.
+  if (spec.tie_word_embeddings) {
+    for (const TensorDesc& t : spec.tensors())
+      if (t.kind == TensorKind::TokenEmbd) {
+        set.shards[set.output].bytes += t.bytes;
+        set.shards[set.output].tensors.push_back(t.name);
+      }
+  }
+  return set;
+}
+
+namespace {
+
+Op matmul(DType dt, int64_t n, int64_t rows, int64_t cols) {
+  Op op;
+  op.kind = OpKind::Matmul;
+  op.dtype = dt;
+  op.tokens = n;
+  op.rows = rows;
+  op.cols = cols;
+  return op;
+}
+
+Op simple(OpKind kind, int64_t n, int64_t elems) {
+  Op op;
+  op.kind = kind;
+  op.tokens = n;
+  op.elems = elems;
+  return op;
+}
+
+DType dtype_of(const ModelSpec& spec, TensorKind kind, const Shape& shape) { return spec.tensor_dtype(kind, shape); }
+
+}  // namespace
+
+AttentionOps attention_ops(const ModelSpec& s, const ShardSet&, int, int64_t n, int64_t keys, DType kv_dtype) {
+  AttentionOps a;
+  const int64_t H = s.hidden_size, QD = s.q_dim(), KVD = s.kv_dim();
+  a.pre.push_back(simple(OpKind::Norm, n, n * H));
+  a.pre.push_back(matmul(dtype_of(s, TensorKind::AttnQ, {QD, H}), n, QD, H));
+  a.pre.push_back(matmul(dtype_of(s, TensorKind::AttnK, {KVD, H}), n, KVD, H));
+  a.pre.push_back(matmul(dtype_of(s, TensorKind::AttnV, {KVD, H}), n, KVD, H));
+  if (s.has_qk_norm()) a.pre.push_back(simple(OpKind::Norm, n, n * (QD + KVD)));
+  a.pre.push_back(simple(OpKind::Rope, n, n * (QD + KVD)));
+  Op core;
+  core.kind = OpKind::Attention;
+  core.dtype = kv_dtype;
+  core.tokens = n;
+  core.ctx = keys;
+  core.n_heads = s.num_attention_heads;
+  core.n_kv_heads = s.num_key_value_heads;
+  core.head_dim = s.head_dim;
+  a.core.push_back(core);
+  a.post.push_back(matmul(dtype_of(s, TensorKind::AttnOut, {H, QD}), n, H, QD));
+  a.post.push_back(simple(OpKind::Elementwise, n, n * H));
+  if (s.is_moe()) {  // the router belongs to the attention shard (its output feeds the experts)
+    a.post.push_back(simple(OpKind::Norm, n, n * H));
+    a.post.push_back(matmul(DType::F32, n, s.num_experts, H));
+  }
+  return a;
+}
+
+std::vector<Op> ffn_ops(const ModelSpec& s, const ShardSet&, int, int64_t n) {
+  std::vector<Op> ops;
+  const int64_t H = s.hidden_size;
+  if (!s.is_moe()) ops.push_back(simple(OpKind::Norm, n, n * H));
+  if (s.is_moe()) {
+    Op e;
+    e.kind = OpKind::MoeExperts;
+    e.dtype = dtype_of(s, TensorKind::MoeUp, {s.num_experts, s.moe_intermediate_size, H});
+    e.tokens = n;
+    e.rows = s.moe_intermediate_size;
+    e.cols = H;
+    e.n_experts = s.num_experts;
+    e.top_k = s.num_experts_per_tok;
+    ops.push_back(e);
+    ops.push_back(simple(OpKind::Elementwise, n, n * s.num_experts_per_tok * (s.moe_intermediate_size + H)));
+  } else {
+    const int64_t F = s.intermediate_size;
+    ops.push_back(matmul(dtype_of(s, TensorKind::FfnGate, {F, H}), n, F, H));
+    ops.push_back(matmul(dtype_of(s, TensorKind::FfnUp, {F, H}), n, F, H));
+    ops.push_back(simple(OpKind::Elementwise, n, n * F));
+    ops.push_back(matmul(dtype_of(s, TensorKind::FfnDown, {H, F}), n, H, F));
+    ops.push_back(simple(OpKind::Elementwise, n, n * H));
+  }
+  return ops;
+}
+
+uint64_t ffn_bytes_touched(const ModelSpec& s, const Shard& ffn, int64_t n, bool worst_case) {
+  if (!s.is_moe()) return ffn.bytes;
+  const double e = worst_case ? static_cast<double>(std::min<int64_t>(s.num_experts, n * s.num_experts_per_tok))
+                              : expected_distinct_experts(n, s.num_experts_per_tok, s.num_experts);
+  return static_cast<uint64_t>(static_cast<double>(ffn.bytes) * e / static_cast<double>(s.num_experts) + 0.5);
+}
+
+std::vector<Op> output_ops(const ModelSpec& s, const ShardSet&) {
+  const TensorKind head = s.tie_word_embeddings ? TensorKind::TokenEmbd : TensorKind::Output;
+  return {simple(OpKind::Norm, 1, s.hidden_size),
+          matmul(dtype_of(s, head, {s.vocab_size, s.hidden_size}), 1, s.vocab_size, s.hidden_size)};
+}
+
+std::vector<Op> embed_ops(const ModelSpec& s, int64_t n) { return {simple(OpKind::Embed, n, n * s.hidden_size)}; }
+
+uint64_t residual_bytes(const ModelSpec& s, int64_t n) { return static_cast<uint64_t>(n * s.hidden_size) * 4; }
+uint64_t qkv_bytes(const ModelSpec& s, int64_t n) { return static_cast<uint64_t>(n * (s.q_dim() + 2 * s.kv_dim())) * 4; }
+uint64_t attn_out_bytes(const ModelSpec& s, int64_t n) { return static_cast<uint64_t>(n * s.q_dim()) * 4; }
+uint64_t logits_bytes(const ModelSpec& s) { return static_cast<uint64_t>(s.vocab_size) * 4; }
+
+uint64_t gpu_scratch_bytes(const ModelSpec& s, int64_t n) {
+  const uint64_t N = static_cast<uint64_t>(n);
+  const uint64_t H = static_cast<uint64_t>(s.hidden_size), QD = static_cast<uint64_t>(s.q_dim()),
+                 KVD = static_cast<uint64_t>(s.kv_dim());
+  const uint64_t ffn = s.is_moe() ? static_cast<uint64_t>(s.num_experts_per_tok * s.moe_intermediate_size)
+                                  : static_cast<uint64_t>(s.intermediate_size);
+  // x, normed x, FFN/attention output; q, attention output; k, v; gate and up; MoE gathers k copies.
+  uint64_t floats = N * (3 * H + 2 * QD + 2 * KVD + 2 * ffn);
+  if (s.is_moe()) floats += N * static_cast<uint64_t>(s.num_experts_per_tok) * H + N * static_cast<uint64_t>(s.num_experts);
+  // Flash-attention tiles: 64 queries x 128 keys x heads of scores and partial sums.
+  floats += 64ull * 128ull * static_cast<uint64_t>(s.num_attention_heads) * 2;
+  floats += static_cast<uint64_t>(s.vocab_size);  // one row of logits
+  const uint64_t workspace = 32ull << 20;        // cuBLAS workspace and kernel temporaries
+  return floats * 4 + workspace;
+}
+
+}  // namespace shardwise

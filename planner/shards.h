@@ -1,0 +1,66 @@
+// planner/shards.h — a model cut into sub-layer shards of uniform arithmetic intensity
+// (DESIGN.md §2): per layer an attention shard (attention norm, Q/K/V/O, q/k norms and, for MoE,
+// the FFN norm and the router, so a step knows which experts it needs before fetching them), an FFN shard (FFN norm and gate/up/down, or all experts of the layer) and a KV shard
+// (the layer's cache at the context capacity); plus the output shard (final norm + LM head) and the
+// embedding table (always on the host). Also the ops each shard runs for a step of n tokens, which
+// the cost model times.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/model_spec.h"
+#include "costmodel/cost_model.h"
+
+namespace shardwise {
+
+enum class ShardKind { Attention, Ffn, Kv, Output, Embedding };
+const char* shard_kind_name(ShardKind k);
+
+struct Shard {
+  int id = 0;
+  ShardKind kind = ShardKind::Attention;
+  int layer = -1;            // -1 for output and embedding
+  uint64_t bytes = 0;        // weight bytes (KV: cache bytes at the context capacity)
+  std::vector<std::string> tensors;  // canonical tensor names (empty for KV)
+  std::string name() const;  // "L3.attn", "L3.ffn", "L3.kv", "output", "embedding"
+};
+
+struct ShardSet {
+  std::vector<Shard> shards;  // index = id
+  int n_layers = 0;
+  std::vector<int> attention, ffn, kv;  // shard id per layer
+  int output = -1, embedding = -1;
+  const Shard& at(int id) const { return shards.at(static_cast<size_t>(id)); }
+};
+
+// kv_dtype is the cache element type (f32 keeps results exact against an f32 reference).
+ShardSet make_shards(const ModelSpec& spec, int64_t ctx, DType kv_dtype);
+
+// Ops of one step of n new tokens attending over `keys` cached keys (including the new ones).
+// Attention is split where the cache may live elsewhere: `pre` (norm, Q/K/V, q/k norms, RoPE,
+// router), `core` (scores, softmax, values over the cache) and `post` (O projection, residual).
+struct AttentionOps {
+  std::vector<Op> pre, core, post;
+};
+AttentionOps attention_ops(const ModelSpec& spec, const ShardSet& set, int layer, int64_t n, int64_t keys,
+                           DType kv_dtype);
+std::vector<Op> ffn_ops(const ModelSpec& spec, const ShardSet& set, int layer, int64_t n);
+// Bytes of an FFN shard a step of n tokens actually reads: MoE steps touch only the routed experts
+// (min(E, n·k) at most, E·(1−(1−k/E)^n) expected); dense steps read the whole shard.
+uint64_t ffn_bytes_touched(const ModelSpec& spec, const Shard& ffn, int64_t n, bool worst_case);
+// The LM head runs for the last token only (a step returns one row of logits).
+std::vector<Op> output_ops(const ModelSpec& spec, const ShardSet& set);
+std::vector<Op> embed_ops(const ModelSpec& spec, int64_t n);
+
+// Bytes of the f32 activations exchanged between devices.
+uint64_t residual_bytes(const ModelSpec& spec, int64_t n);        // x: n x hidden
+uint64_t qkv_bytes(const ModelSpec& spec, int64_t n);             // q, k, v of n tokens
+uint64_t attn_out_bytes(const ModelSpec& spec, int64_t n);        // n x q_dim
+uint64_t logits_bytes(const ModelSpec& spec);                     // one row of vocab
+// GPU working memory for a step of n tokens (activations, one layer at a time, attention tiles,
+// library workspace).
+uint64_t gpu_scratch_bytes(const ModelSpec& spec, int64_t n);
+
+}  // namespace shardwise

@@ -1,0 +1,36 @@
+// planner/simulator.h — predicts a plan's step latency by simulating its timeline over the four
+// resources (GPU compute stream, H2D copy engine, D2H copy engine, CPU pool): each resource runs
+// its actions in list order, an action starts when its resource is free and its dependencies have
+// finished. CPU actions slow down while copies run (DRAM contention): the simulation is repeated
+// with each CPU action's bandwidth lowered by the copy traffic that overlapped it in the previous
+// pass. The timeline is also written as a Chrome trace, so a predicted and a measured timeline can
+// be laid side by side.
+#pragma once
+
+#include <string>
+
+#include "costmodel/cost_model.h"
+#include "planner/plan.h"
+#include "planner/shards.h"
+
+namespace shardwise {
+
+struct StepShape {
+  int64_t tokens = 1;   // new tokens in the step
+  int64_t keys = 1;     // cached keys each query attends to (the KV fill)
+  DType kv_dtype = DType::F32;
+  int threads = 1;
+};
+
+// Fills start_ms/end_ms of every action and returns the step's makespan in ms.
+double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const CostModel& cost,
+                const StepShape& step, int contention_passes = 3);
+
+// Duration of one action alone (no contention), for explanations.
+double action_ms(const Action& a, const ModelSpec& spec, const ShardSet& shards, const CostModel& cost,
+                 const StepShape& step, double concurrent_pcie_gbps = 0);
+
+// Chrome trace ("traceEvents", one thread per resource) of a simulated plan.
+std::string chrome_trace_json(const Plan& plan, const std::string& title);
+
+}  // namespace shardwise

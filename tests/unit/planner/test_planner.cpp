@@ -1,0 +1,315 @@
+// Tests for costmodel/ and planner/: hand-checkable plans on a made-up machine, invariants over the
+// paper's configuration space, the action-list contract, JSON round trips and budget errors.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "core/hardware_spec.h"
+#include "costmodel/cost_model.h"
+#include "planner/planner.h"
+
+using namespace shardwise;
+using Catch::Matchers::Contains;
+
+namespace {
+
+constexpr uint64_t MiB = 1ull << 20, GiB = 1ull << 30;
+
+// A 2-layer llama in f16: attention shard 32 MiB, FFN shard 96 MiB, LM head 4 MiB.
+ModelSpec hand_model() {
+  return parse_spec_yaml_text(
+      "name: hand2\nfamily: llama\ndtype: f16\nhidden_size: 2048\nnum_hidden_layers: 2\nnum_attention_heads: 16\n"
+      "num_key_value_heads: 16\nhead_dim: 128\nintermediate_size: 8192\nvocab_size: 1024\n",
+      "hand2");
+}
+
+// CPU reads DRAM at 10 GB/s with any thread count and computes 100 GFLOP/s per thread; PCIe moves
+// 1 GB/s; the GPU is effectively infinite; no overheads, no contention.
+HardwareSpec hand_machine() {
+  return parse_hardware_yaml_text(
+      "name: hand\napproximate: false\n"
+      "cpu: {cores: 1, dram_read_gbps: {1: 10}, dram_contention: [[0, 1.0]], "
+      "matmul_gflops_per_thread: {f16: 100, f32: 100}, attention_gflops_per_thread: 1000000, op_overhead_us: 0}\n"
+      "pcie: {h2d_gbps: 1, d2h_gbps: 1, pageable_gbps: 1, latency_us: 0}\n"
+      "gpu: {name: ideal, vram: 1GB, mem_gbps: 1000000000, matmul_tflops: {f16: 1000000, f32: 1000000}, "
+      "attention_tflops: 1000000, launch_us: 0, sync_us: 0}\n",
+      "hand");
+}
+
+PlannerConfig config(uint64_t budget, int64_t ctx, int threads) {
+  PlannerConfig c;
+  c.budget_bytes = budget;
+  c.ctx = ctx;
+  c.threads = threads;
+  return c;
+}
+
+double chosen_ms(const PlanTable& t, int64_t tier) {
+  const TierEntry* e = t.find_tier(tier);
+  REQUIRE(e != nullptr);
+  REQUIRE(e->feasible);
+  return e->chosen_plan().predicted_ms;
+}
+
+}  // namespace
+
+TEST_CASE("cost model: roofline arithmetic and expected experts", "[costmodel]") {
+  auto cost = make_analytic_cost_model(hand_machine());
+  Op mm;
+  mm.kind = OpKind::Matmul;
+  mm.dtype = DType::F16;
+  mm.tokens = 1;
+  mm.rows = 4096;
+  mm.cols = 1024;
+  ExecEnv cpu{Backend::Cpu, 1, 0};
+  // 8 MiB of f16 weights at 10 GB/s (activations are 20 KB more).
+  CHECK(cost->op_ms(mm, cpu) == Approx((8.0 * MiB + 4.0 * (4096 + 1024)) / 10e9 * 1e3).epsilon(1e-6));
+  mm.tokens = 4096;  // compute-bound: 2·4096·4096·1024 FLOPs at 100 GFLOP/s · m/(m+6)
+  CHECK(cost->op_ms(mm, cpu) == Approx(2.0 * 4096 * 4096 * 1024 / (100e9 * 4096.0 / 4102.0) * 1e3).epsilon(1e-6));
+  CHECK(cost->transfer_ms(1000000000, Direction::HostToDevice) == Approx(1000.0));
+  auto capped = make_analytic_cost_model(hand_machine(), 0.5e9);
+  CHECK(capped->transfer_ms(1000000000, Direction::HostToDevice) == Approx(2000.0));
+  CHECK(expected_distinct_experts(1, 8, 128) == Approx(8.0));
+  CHECK(expected_distinct_experts(4096, 8, 128) == Approx(128.0).epsilon(1e-6));
+  CHECK(expected_distinct_experts(16, 8, 128) == Approx(128.0 * (1 - std::pow(120.0 / 128.0, 16))));
+}
+
+TEST_CASE("hand-checkable: decode reads FFNs on the CPU, prefill streams them", "[planner]") {
+  const ModelSpec spec = hand_model();
+  auto cost = make_analytic_cost_model(hand_machine());
+  {
+    // 256 MiB: the arena keeps 32 MiB of library workspace and 2 MiB of KV; Static pins both
+    // attention shards and one FFN (160 MiB); the second FFN (96 MiB) and the LM head (4 MiB) run
+    // on the CPU, which reads them at 10 GB/s: 10.5 ms (the GPU is infinitely fast, the residual's
+    // PCIe hops take microseconds). GPU-only must stream ~260 MiB at 1 GB/s: 272 ms.
+    const PlanTable t = build_plan_table(spec, *cost, config(256 * MiB, 64, 1));
+    const TierEntry& decode = *t.find_tier(1);
+    REQUIRE(decode.feasible);
+    const Plan* st = decode.find(Schedule::Static);
+    REQUIRE(st->feasible);
+    uint64_t cpu_bytes = 0;
+    for (const auto& sp : st->placements)
+      if (sp.exec == ExecDevice::Cpu && sp.name.find("ffn") != std::string::npos) cpu_bytes += sp.bytes;
+    CHECK(cpu_bytes == 96 * MiB + 2048 * 4);  // one FFN shard (+ its f32 norm)
+    const double expect_ms = (96.0 + 4.0) * MiB / 10e9 * 1e3;
+    CHECK(st->predicted_ms > expect_ms);
+    CHECK(st->predicted_ms < expect_ms * 1.02);
+    const Plan* go = decode.find(Schedule::GpuOnly);
+    REQUIRE(go->feasible);
+    uint64_t streamed = 0;
+    for (const auto& a : go->actions)
+      if (a.kind == ActionKind::CopyWeights) streamed += a.bytes;
+    CHECK(streamed >= 192 * MiB);
+    CHECK(go->predicted_ms >= static_cast<double>(streamed) / 1e9 * 1e3);
+    CHECK(decode.chosen == Schedule::Static);
+  }
+  {
+    // 300 MiB at 512 tokens: Static keeps one FFN on the CPU: 2·512·3·8192·2048 FLOPs at
+    // 100 GFLOP/s · 512/518 = 0.52 s; GPU-only streams everything (~260 MiB at 1 GB/s = 0.27 s).
+    PlannerConfig cfg = config(300 * MiB, 64, 1);
+    cfg.tiers = {1, 512};
+    const PlanTable t = build_plan_table(spec, *cost, cfg);
+    const TierEntry& prefill = *t.find_tier(512);
+    REQUIRE(prefill.feasible);
+    const Plan* st = prefill.find(Schedule::Static);
+    const Plan* go = prefill.find(Schedule::GpuOnly);
+    REQUIRE(st->feasible);
+    REQUIRE(go->feasible);
+    CHECK(st->predicted_ms == Approx(2.0 * 512 * 3 * 8192 * 2048 / (100e9 * 512.0 / 518.0) * 1e3).epsilon(0.05));
+    CHECK(go->predicted_ms == Approx(260.0 * MiB / 1e9 * 1e3).epsilon(0.05));
+    CHECK(prefill.chosen != Schedule::Static);
+  }
+}
+
+TEST_CASE("a budget that holds everything gives an all-resident plan without streaming", "[planner]") {
+  const ModelSpec spec = hand_model();
+  auto cost = make_analytic_cost_model(hand_machine());
+  const PlanTable t = build_plan_table(spec, *cost, config(4 * GiB, 256, 1));
+  for (const auto& e : t.tiers) {
+    const Plan* go = e.find(Schedule::GpuOnly);
+    INFO("tier " << e.tokens << ": " << go->infeasible_reason);
+    REQUIRE(go->feasible);
+    CHECK(go->pinned_prefix == static_cast<int64_t>(t.canonical_order.size()));
+    for (const auto& a : go->actions) CHECK(a.kind != ActionKind::CopyWeights);
+    for (bool kv : go->kv_on_gpu) CHECK(kv);
+  }
+}
+
+TEST_CASE("an impossible budget names the smallest budget that works", "[planner]") {
+  const ModelSpec spec = builtin_spec("nemo8b");
+  auto cost = make_analytic_cost_model(builtin_hardware("cli3"));
+  const PlannerConfig cfg = config(16 * MiB, 4096, 16);
+  const uint64_t min_b = minimum_budget(spec, *cost, cfg);
+  CHECK(min_b > 16 * MiB);
+  CHECK_THROWS_WITH(build_plan_table(spec, *cost, cfg), Contains("smallest budget") && Contains(std::to_string(min_b)));
+  CHECK_NOTHROW(build_plan_table(spec, *cost, config(min_b, 4096, 16)));
+}
+
+namespace {
+
+// Checks the contract of every feasible plan of a table.
+void check_table(const PlanTable& t, const ModelSpec& spec) {
+  std::map<int, int64_t> pinned_offset;  // shard -> offset, must agree across tiers and schedules
+  for (const auto& e : t.tiers) {
+    for (const Plan& p : e.candidates) {
+      if (!p.feasible) continue;
+      INFO(schedule_name(p.schedule) << " tier " << p.tier);
+      REQUIRE(p.vram_bytes <= t.budget_bytes);
+      // Arena regions inside the budget and disjoint.
+      std::vector<std::pair<uint64_t, uint64_t>> regions;
+      for (const auto& r : p.arena) {
+        REQUIRE(r.offset + r.bytes <= t.budget_bytes);
+        if (r.bytes) regions.push_back({r.offset, r.offset + r.bytes});
+      }
+      std::sort(regions.begin(), regions.end());
+      for (size_t i = 1; i < regions.size(); ++i) REQUIRE(regions[i].first >= regions[i - 1].second);
+      // Actions: ids are positions, deps point backwards, times are consistent.
+      for (size_t i = 0; i < p.actions.size(); ++i) {
+        const Action& a = p.actions[i];
+        REQUIRE(a.id == static_cast<int>(i));
+        for (int d : a.deps) {
+          REQUIRE(d < a.id);
+          REQUIRE(p.actions[static_cast<size_t>(d)].end_ms <= a.start_ms + 1e-9);
+        }
+        REQUIRE(a.end_ms >= a.start_ms);
+        REQUIRE(a.end_ms <= p.predicted_ms + 1e-9);
+        if (a.kind == ActionKind::Compute && a.resource == Resource::GpuCompute && a.slot >= 0 &&
+            (a.part == ComputePart::Full || a.part == ComputePart::AttnPre)) {
+          bool has_copy = false;
+          for (int d : a.deps) has_copy |= p.actions[static_cast<size_t>(d)].kind == ActionKind::CopyWeights &&
+                                           p.actions[static_cast<size_t>(d)].shard == a.shard;
+          REQUIRE(has_copy);
+        }
+      }
+      // One compute of each layer's FFN and attention, in layer order on its resource.
+      int ffn_computes = 0;
+      for (const auto& a : p.actions)
+        if (a.kind == ActionKind::Compute && a.layer >= 0 && a.part == ComputePart::Full &&
+            p.placements[static_cast<size_t>(a.shard)].name.find("ffn") != std::string::npos)
+          ++ffn_computes;
+      REQUIRE(ffn_computes == spec.num_hidden_layers);
+      if (p.schedule == Schedule::LayerSplit || p.schedule == Schedule::CpuMoe) continue;
+      REQUIRE(p.kv_on_gpu == t.kv_on_gpu);
+      for (const auto& sp : p.placements) {
+        if (sp.home != WeightHome::Pinned || sp.name.find("kv") != std::string::npos) continue;
+        auto it = pinned_offset.find(sp.shard);
+        if (it == pinned_offset.end()) pinned_offset[sp.shard] = sp.arena_offset;
+        else REQUIRE(it->second == sp.arena_offset);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("invariants over models, machines, budgets, threads and PCIe caps", "[planner]") {
+  for (const char* model : {"nemo8b", "qwen30b"}) {
+    const ModelSpec spec = builtin_spec(model);
+    for (const char* hw_name : {"cli3", "h200-host"}) {
+      const HardwareSpec hw = builtin_hardware(hw_name);
+      for (int64_t ctx : {4096, 16384}) {
+        double prev_decode = INFINITY, prev_prefill = INFINITY;
+        for (uint64_t budget : {2 * GiB, 4 * GiB, 8 * GiB, 16 * GiB, 40 * GiB}) {
+          auto cost = make_analytic_cost_model(hw);
+          PlannerConfig cfg = config(budget, ctx, 16);
+          cfg.tiers = {1, 16, 512, 4096};
+          INFO(model << " " << hw_name << " ctx " << ctx << " budget " << budget);
+          const PlanTable t = build_plan_table(spec, *cost, cfg);
+          check_table(t, spec);
+          // A larger budget never predicts slower for the chosen plan.
+          const double decode = t.lookup(1).chosen_plan().predicted_ms;
+          const double prefill = t.lookup(512).chosen_plan().predicted_ms * (512.0 / static_cast<double>(t.lookup(512).tokens));
+          CHECK(decode <= prev_decode * 1.001);
+          CHECK(prefill <= prev_prefill * 1.001);
+          prev_decode = decode;
+          prev_prefill = prefill;
+          // A lower PCIe cap never makes GPU-only faster; more threads never make Static slower.
+          auto capped = make_analytic_cost_model(hw, 16e9);
+          PlannerConfig one = cfg;
+          one.tiers = {1, 512};
+          const PlanTable tc = build_plan_table(spec, *capped, one);
+          const PlanTable tu = build_plan_table(spec, *cost, one);
+          for (int64_t tier : {1, 512}) {
+            const Plan* a = tc.find_tier(tier)->find(Schedule::GpuOnly);
+            const Plan* b = tu.find_tier(tier)->find(Schedule::GpuOnly);
+            if (a->feasible && b->feasible) CHECK(a->predicted_ms >= b->predicted_ms * 0.999);
+          }
+          PlannerConfig few = one;
+          few.threads = 1;
+          const PlanTable t1 = build_plan_table(spec, *cost, few);
+          for (int64_t tier : {1, 512}) {
+            const Plan* a = t1.find_tier(tier)->find(Schedule::Static);
+            const Plan* b = tu.find_tier(tier)->find(Schedule::Static);
+            if (a->feasible && b->feasible && t1.kv_on_gpu == tu.kv_on_gpu) CHECK(b->predicted_ms <= a->predicted_ms * 1.001);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("plan table JSON round trip and lookup", "[planner]") {
+  const ModelSpec spec = builtin_spec("qwen30b");
+  auto cost = make_analytic_cost_model(builtin_hardware("cli2"));
+  PlanTable t = build_plan_table(spec, *cost, config(4 * GiB, 4096, 8));
+  const std::string j = plan_table_to_json(t);
+  const PlanTable back = plan_table_from_json(j, "table.json");
+  CHECK(plan_table_to_json(back) == j);
+  const Plan& p = t.lookup(3).chosen_plan();
+  CHECK(plan_to_json(plan_from_json(plan_to_json(p), "plan.json")) == plan_to_json(p));
+  CHECK(t.lookup(3).tokens == 4);
+  CHECK(t.lookup(1).tokens == 1);
+  CHECK(t.lookup(600).tokens <= 1024);
+  CHECK(t.lookup(100000).tokens <= 16384);
+  CHECK_THROWS_WITH(plan_from_json("{\"version\": 99}", "p.json"), Contains("version 99"));
+  CHECK_THROWS_WITH(plan_from_json("{nope", "p.json"), Contains("p.json") && Contains("malformed"));
+  std::string bad = plan_to_json(p);
+  const auto pos = bad.find("\"deps\":[0");
+  REQUIRE(pos != std::string::npos);
+  bad.insert(pos + 8, "999999,");
+  CHECK_THROWS_WITH(plan_from_json(bad, "p.json"), Contains("dependency"));
+}
+
+TEST_CASE("planning every tier of qwen235b is fast", "[planner]") {
+  const ModelSpec spec = builtin_spec("qwen235b");
+  auto cost = make_analytic_cost_model(builtin_hardware("cli3"));
+  const auto t0 = std::chrono::steady_clock::now();
+  const PlanTable t = build_plan_table(spec, *cost, config(4 * GiB, 16384, 16));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  WARN("qwen235b, 11 tiers x 5 schedules planned in " << s << " s");
+  CHECK(s < 10.0);  // well under a second in a release build; sanitizer builds are slower
+  CHECK(t.lookup(1).feasible);
+}
+
+TEST_CASE("winner shares over the paper's configuration space (reported)", "[planner][report]") {
+  for (const char* hw_name : {"cli3", "h200-host"}) {
+    std::map<std::string, int> wins;
+    int total = 0;
+    for (const char* model : {"nemo8b", "qwen30b"}) {
+      const ModelSpec spec = builtin_spec(model);
+      for (double cap : {16e9, 0.0})
+        for (int threads : {1, 16})
+          for (int64_t ctx : {4096, 16384})
+            for (uint64_t budget : {2 * GiB, 4 * GiB, 8 * GiB, 16 * GiB}) {
+              auto cost = make_analytic_cost_model(builtin_hardware(hw_name), cap);
+              PlannerConfig cfg = config(budget, ctx, threads);
+              cfg.tiers = {1, 512};
+              const PlanTable t = build_plan_table(spec, *cost, cfg);
+              for (const auto& e : t.tiers)
+                if (e.feasible) {
+                  ++wins[schedule_name(e.chosen)];
+                  ++total;
+                }
+            }
+    }
+    std::ostringstream os;
+    os << hw_name << ": " << total << " (config, tier) decisions:";
+    for (const auto& w : wins) os << " " << w.first << " " << (100.0 * w.second / total) << "%";
+    WARN(os.str());
+    CHECK(total == 2 * 2 * 2 * 2 * 4 * 2);
+  }
+}
