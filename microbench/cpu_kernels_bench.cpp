@@ -3,7 +3,9 @@
 // shapes, rotating over a weight set larger than L3 so that (a) measures DRAM bandwidth; (c) each
 // single-threaded GEMV and dequant kernel at every ISA level on an L2-resident row set. Every
 // benchmark checks its result against the scalar kernel before timing and fails if it is wrong.
-// Reported: weight bytes/s (bytes_per_second), FLOP/s ("FLOPS"), threads used.
+// Reported: weight bytes/s (bytes_per_second in binary units, weight_bytes in SI units: 90G/s is
+// 90 GB/s), FLOP/s ("FLOPS"), threads used; roofline_stream_read is the plain streaming read of the
+// same kind of weight set, the bound for decode_gemv.
 //
 // Environment (the effective values are printed in the run's context):
 //   SHARDWISE_BENCH_THREADS        thread counts for (a) and (b), comma-separated; default "1,<hw threads>"
@@ -11,8 +13,13 @@
 //                                  (the GPU host's L3 is 300 MB: smaller sets measure the cache)
 //   SHARDWISE_BENCH_HUGEPAGES      1: madvise(MADV_HUGEPAGE) on the weight set; default 0 (as the executor)
 //   SHARDWISE_ISA                  scalar|avx2|avx512: caps the level matmul() dispatches to in (a), (b)
+//   OPENBLAS_CORETYPE              (OpenBLAS's own) the sgemm kernel set of (b). OpenBLAS 0.3.21 does not
+//                                  recognise the GPU host's Xeon and falls back to "Prescott" (SSE3),
+//                                  ~5x slower than OPENBLAS_CORETYPE=SkylakeX; the context line
+//                                  openblas_core shows which one ran.
 // Quick smoke run: shardwise_bench_cpu --benchmark_min_time=0.01
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -32,6 +39,8 @@
 #include "executor/cpu/cpu_features.h"
 #include "executor/cpu/kernels.h"
 #include "executor/cpu/matmul.h"
+
+extern "C" char* openblas_get_corename(void);
 
 namespace sw = shardwise;
 using sw::DType;
@@ -166,8 +175,8 @@ WeightSet& weight_set(DType t, int64_t rows, int64_t cols) {
   pool.parallel_for(static_cast<int64_t>(n) * rows, 64, [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) {
       const int64_t m = i / rows, r = i % rows;
-      fill_row(t, ws.buf.data() + static_cast<uint64_t>(m) * ws.stride + static_cast<uint64_t>(r) * ws.row_bytes,
-               cols, static_cast<uint64_t>(i) + 1);
+      fill_row(t, ws.buf.data() + static_cast<uint64_t>(m) * ws.stride + static_cast<uint64_t>(r) * ws.row_bytes, cols,
+               static_cast<uint64_t>(i) + 1);
     }
   });
   ws.n = n;
@@ -211,6 +220,9 @@ bool first_entry(const std::string& key) {
 void set_counters(benchmark::State& state, uint64_t weight_bytes, double flops, int threads) {
   const double it = static_cast<double>(state.iterations());
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(weight_bytes));
+  // bytes_per_second is printed in binary units (G = 2^30); weight_bytes in SI units (G = 10^9).
+  state.counters["weight_bytes"] =
+      benchmark::Counter(it * static_cast<double>(weight_bytes), benchmark::Counter::kIsRate);
   state.counters["FLOPS"] = benchmark::Counter(it * flops, benchmark::Counter::kIsRate);
   state.counters["threads"] = threads;
 }
@@ -233,8 +245,7 @@ void bm_matmul(benchmark::State& state, const std::string& key, DType t, FfnShap
   const std::vector<float> x = random_activations(n_tokens * shape.cols, 7);
   std::vector<float> y(static_cast<size_t>(n_tokens * shape.rows), std::nanf(""));
   if (first_entry(key)) {
-    sw::matmul_raw(t, ws.matrix(0), shape.rows, shape.cols, x.data(), shape.cols, n_tokens, y.data(), shape.rows,
-                   pool);
+    sw::matmul_raw(t, ws.matrix(0), shape.rows, shape.cols, x.data(), shape.cols, n_tokens, y.data(), shape.rows, pool);
     std::vector<int64_t> tokens = {0};
     if (n_tokens > 1) tokens.insert(tokens.end(), {n_tokens / 2, n_tokens - 1});
     const std::string err = check_against_scalar(t, ws.matrix(0), ws.row_bytes, shape.rows, shape.cols, x.data(),
@@ -246,12 +257,48 @@ void bm_matmul(benchmark::State& state, const std::string& key, DType t, FfnShap
   }
   int i = 0;
   for (auto _ : state) {
-    sw::matmul_raw(t, ws.matrix(i), shape.rows, shape.cols, x.data(), shape.cols, n_tokens, y.data(), shape.rows,
-                   pool);
+    sw::matmul_raw(t, ws.matrix(i), shape.rows, shape.cols, x.data(), shape.cols, n_tokens, y.data(), shape.rows, pool);
     benchmark::ClobberMemory();
     if (++i == ws.n) i = 0;
   }
   set_counters(state, ws.matrix_bytes, 2.0 * static_cast<double>(n_tokens) * shape.rows * shape.cols, threads);
+  state.counters["weight_set_MiB"] = static_cast<double>(ws.n * ws.matrix_bytes) / (1 << 20);
+}
+
+// Roofline for (a): a plain AVX2 streaming read of the same weight set, each thread one contiguous
+// part, so that decode_gemv bytes/s can be read as a fraction of what this machine's DRAM delivers.
+void bm_stream_read(benchmark::State& state, int threads) {
+  WeightSet& ws = weight_set(DType::F32, kFfnShapes[0].rows, kFfnShapes[0].cols);
+  sw::ThreadPool& pool = pool_of(threads);
+  std::vector<float> sums(static_cast<size_t>(threads) * 16);
+  int i = 0;
+  for (auto _ : state) {
+    const uint8_t* base = ws.matrix(i);
+    const uint64_t n_vec = ws.matrix_bytes / 32;
+    pool.run_on_all([&](int t) {
+      // Four streams per thread, as the GEMV kernels read four rows at a time.
+      const uint64_t v0 = n_vec * static_cast<uint64_t>(t) / threads, v1 = n_vec * (t + 1ull) / threads;
+      const uint64_t q = (v1 - v0) / 4;
+      const auto* p = reinterpret_cast<const float*>(base) + v0 * 8;
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      for (uint64_t v = 0; v < q; ++v) {
+        a0 = _mm256_add_ps(a0, _mm256_load_ps(p + v * 8));
+        a1 = _mm256_add_ps(a1, _mm256_load_ps(p + (q + v) * 8));
+        a2 = _mm256_add_ps(a2, _mm256_load_ps(p + (2 * q + v) * 8));
+        a3 = _mm256_add_ps(a3, _mm256_load_ps(p + (3 * q + v) * 8));
+      }
+      for (uint64_t v = v0 + 4 * q; v < v1; ++v)
+        a0 = _mm256_add_ps(a0, _mm256_load_ps(reinterpret_cast<const float*>(base) + v * 8));
+      _mm256_storeu_ps(&sums[static_cast<size_t>(t) * 16], _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    });
+    benchmark::DoNotOptimize(sums.data());
+    benchmark::ClobberMemory();
+    if (++i == ws.n) i = 0;
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(ws.matrix_bytes));
+  state.counters["weight_bytes"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * ws.matrix_bytes, benchmark::Counter::kIsRate);
+  state.counters["threads"] = threads;
   state.counters["weight_set_MiB"] = static_cast<double>(ws.n * ws.matrix_bytes) / (1 << 20);
 }
 
@@ -297,6 +344,38 @@ void bm_kernel_gemv(benchmark::State& state, const std::string& key, sw::Isa isa
   set_counters(state, rb * static_cast<uint64_t>(rows), 2.0 * static_cast<double>(nt) * rows * cols, 1);
 }
 
+// The same kernel on T threads at once, each on its own L2-resident rows: the compute bound of
+// decode_gemv with every core busy (all-core clocks), to set against roofline_stream_read.
+void bm_kernel_gemv_allcores(benchmark::State& state, const std::string& key, sw::Isa isa, DType t, int threads) {
+  const sw::CpuKernels* k = sw::cpu_kernels_for(isa);
+  const int64_t rows = l2_rows(t), cols = kKernelCols;
+  const uint64_t rb = sw::dtype_row_bytes(t, cols);
+  std::vector<std::vector<uint8_t>> w;
+  std::vector<std::vector<float>> y;
+  for (int i = 0; i < threads; ++i) {
+    w.push_back(l2_weights(t, rows));
+    y.emplace_back(static_cast<size_t>(rows), std::nanf(""));
+  }
+  const std::vector<float> x = random_activations(cols, 11);
+  const sw::GemvFn gemv = k->gemv[sw::kernel_slot(t)];
+  sw::ThreadPool& pool = pool_of(threads);
+  if (first_entry(key)) {
+    gemv(w[0].data(), rb, cols, 0, rows, x.data(), cols, 1, y[0].data(), rows);
+    const std::string err =
+        check_against_scalar(t, w[0].data(), rb, rows, cols, x.data(), cols, y[0].data(), rows, {0});
+    if (!err.empty()) {
+      state.SkipWithError((std::string(sw::isa_name(isa)) + " gemv differs from the scalar kernel: " + err).c_str());
+      return;
+    }
+  }
+  for (auto _ : state) {
+    pool.run_on_all([&](int i) { gemv(w[i].data(), rb, cols, 0, rows, x.data(), cols, 1, y[i].data(), rows); });
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, rb * static_cast<uint64_t>(rows) * threads, 2.0 * static_cast<double>(rows) * cols * threads,
+               threads);
+}
+
 void bm_kernel_dequant(benchmark::State& state, const std::string& key, sw::Isa isa, DType t) {
   const sw::CpuKernels* k = sw::cpu_kernels_for(isa);
   const int64_t rows = 64, cols = kKernelCols;  // one matmul tile (64 rows) of f32 output: 1 MiB
@@ -326,17 +405,27 @@ void bm_kernel_dequant(benchmark::State& state, const std::string& key, sw::Isa 
 }
 
 void register_all() {
-  // (a) and (b), grouped by (dtype, shape) so each weight set is built once.
+  // (a) and (b), grouped by (dtype, shape) so each weight set is built once; the roofline reads
+  // the f32 gate_up set, so it runs in that group.
   for (DType t : kDTypes) {
     for (const FfnShape& s : kFfnShapes) {
+      if (t == DType::F32 && &s == &kFfnShapes[0]) {
+        for (int threads : g_cfg.threads) {
+          const std::string name = sw::str_cat("roofline_stream_read/threads:", threads);
+          benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { bm_stream_read(st, threads); })
+              ->UseRealTime()
+              ->Unit(benchmark::kMillisecond);
+        }
+      }
       for (int64_t n_tokens : {int64_t{1}, kPrefillTokens}) {
         for (int threads : g_cfg.threads) {
-          const std::string name = sw::str_cat(n_tokens == 1 ? "decode_gemv/" : "prefill_gemm/", sw::dtype_name(t), "/",
-                                               s.name, "_", s.rows, "x", s.cols, "/tokens:", n_tokens,
-                                               "/threads:", threads);
-          benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
-            bm_matmul(st, name, t, s, n_tokens, threads);
-          })->UseRealTime()->Unit(benchmark::kMillisecond);
+          const std::string name =
+              sw::str_cat(n_tokens == 1 ? "decode_gemv/" : "prefill_gemm/", sw::dtype_name(t), "/", s.name, "_", s.rows,
+                          "x", s.cols, "/tokens:", n_tokens, "/threads:", threads);
+          benchmark::RegisterBenchmark(name.c_str(),
+                                       [=](benchmark::State& st) { bm_matmul(st, name, t, s, n_tokens, threads); })
+              ->UseRealTime()
+              ->Unit(benchmark::kMillisecond);
         }
       }
     }
@@ -353,10 +442,21 @@ void register_all() {
         })->Unit(benchmark::kMicrosecond);
       }
     }
+    const int max_threads = *std::max_element(g_cfg.threads.begin(), g_cfg.threads.end());
+    if (isa != sw::Isa::Scalar && max_threads > 1) {
+      for (DType t : kDTypes) {
+        const std::string name = sw::str_cat("kernel_gemv_allcores/", sw::isa_name(isa), "/", sw::dtype_name(t), "/",
+                                             kKernelCols, "cols/nt:1/threads:", max_threads);
+        benchmark::RegisterBenchmark(
+            name.c_str(), [=](benchmark::State& st) { bm_kernel_gemv_allcores(st, name, isa, t, max_threads); })
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
     for (DType t : kDTypes) {
       if (t == DType::F32) continue;  // a memcpy
-      const std::string name = sw::str_cat("kernel_dequant/", sw::isa_name(isa), "/", sw::dtype_name(t), "/64x",
-                                           kKernelCols);
+      const std::string name =
+          sw::str_cat("kernel_dequant/", sw::isa_name(isa), "/", sw::dtype_name(t), "/64x", kKernelCols);
       benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
         bm_kernel_dequant(st, name, isa, t);
       })->Unit(benchmark::kMicrosecond);
@@ -376,6 +476,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("shardwise_cpu_max_isa", sw::isa_name(sw::cpu_max_isa()));
   benchmark::AddCustomContext("shardwise_matmul_isa", sw::isa_name(sw::cpu_kernels().isa));
   benchmark::AddCustomContext("shardwise_gemm_threshold_tokens", std::to_string(sw::matmul_gemm_threshold()));
+  benchmark::AddCustomContext("openblas_core", openblas_get_corename());
   register_all();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
