@@ -4,8 +4,10 @@
 
 #include "cli/common.h"
 #include "core/error.h"
+#include "executor/cpu/blas_env.h"
 
 int main(int argc, char** argv) {
+  shardwise::ensure_fast_blas(argv);
   CLI::App app{"shardwise: run and plan LLM inference across CPU and GPU under a VRAM budget"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "shardwise 0.1.0");

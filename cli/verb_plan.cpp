@@ -21,7 +21,7 @@ struct PlanArgs {
   std::string model, hw, profile, budget, pcie_cap = "none", kv_dtype = "f32", trace, save, schedule, tier_text;
   int threads = 0;
   int64_t ctx = 4096;
-  bool json = false, explain = false;
+  bool json = false, explain = false, brief = false;
 };
 
 void write_text(const std::string& path, const std::string& text) {
@@ -118,6 +118,21 @@ void run_plan(const PlanArgs& a) {
     print_json(j);
     return;
   }
+  if (a.brief) {
+    // One line: the chosen schedules' predictions next to the llama.cpp-style layer split.
+    auto baseline = [&](int64_t tier) -> double {
+      const TierEntry* e = table.find_tier(tier);
+      const Plan* p = e ? e->find(Schedule::LayerSplit) : nullptr;
+      return p && p->feasible ? p->predicted_ms : INFINITY;
+    };
+    const TierEntry& d = table.lookup(1);
+    const TierEntry& pf = table.lookup(512);
+    const double ls_ttft = std::ceil(static_cast<double>(cfg.ctx) / 512.0) * baseline(512);
+    std::printf("%-8s %-10s %6s  decode %7.2f t/s (%-8s) | TTFT(%lld) %9.1f ms (%-8s) | layer-split: %6.2f t/s, %9.1f ms\n",
+                spec.name.c_str(), hw.name.c_str(), a.budget.c_str(), tps, schedule_name(d.chosen), (long long)cfg.ctx, ttft,
+                schedule_name(pf.chosen), 1000.0 / baseline(1), ls_ttft);
+    return;
+  }
   std::printf("plan  %s on %s, budget %s, ctx %lld, %d threads, PCIe cap %s, KV %s (%lld of %lld layers in VRAM)\n",
               origin.c_str(), table.machine.c_str(), format_bytes(cfg.budget_bytes).c_str(), (long long)cfg.ctx,
               cfg.threads, a.pcie_cap.c_str(), table.kv_dtype.c_str(),
@@ -161,6 +176,7 @@ void register_plan(CLI::App& app) {
   sub->add_option("--pcie-cap", a->pcie_cap, "PCIe bandwidth cap, e.g. 16GB/s, or none");
   sub->add_option("--kv-dtype", a->kv_dtype, "KV cache element type (f32 = exact; f16 halves its size)");
   sub->add_flag("--json", a->json, "Print one JSON object");
+  sub->add_flag("--brief", a->brief, "One line: predicted decode tokens/s and TTFT, chosen schedules, the layer-split baseline");
   sub->add_flag("--explain", a->explain, "List the shards of one plan (--tier, --schedule) with placement and why");
   sub->add_option("--trace", a->trace, "Write the Chrome trace of one plan's simulated timeline");
   sub->add_option("--tier", a->tier_text, "Tier for --explain/--trace (default 1)");

@@ -65,6 +65,7 @@ float bf16_to_f32(uint16_t h);
 uint16_t f32_to_bf16(float f);
 
 // Reference conversion of n elements to/from f32 (scalar; for tests, writers and slow paths).
+// src/dst must be aligned for their element or block type (2 bytes for f16/bf16/q8_0/q4_0).
 // quantize_row uses ggml's reference quantisers, so blocks are bit-identical to llama.cpp's.
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);

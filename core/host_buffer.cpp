@@ -17,6 +17,8 @@ HostBuffer::HostBuffer(uint64_t bytes) : size_(bytes) {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) fail("cannot allocate ", format_bytes(bytes), " of host memory (", std::strerror(errno), ")");
   data_ = static_cast<uint8_t*>(p);
+  // Weight buffers are streamed end to end: huge pages cut TLB misses (opt-in on many hosts).
+  if (bytes >= (2u << 20)) ::madvise(p, bytes, MADV_HUGEPAGE);
 }
 
 HostBuffer::~HostBuffer() {

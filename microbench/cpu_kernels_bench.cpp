@@ -37,6 +37,7 @@
 #include "core/host_buffer.h"
 #include "core/thread_pool.h"
 #include "executor/cpu/cpu_features.h"
+#include "executor/cpu/blas_env.h"
 #include "executor/cpu/kernels.h"
 #include "executor/cpu/matmul.h"
 
@@ -467,6 +468,7 @@ void register_all() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  sw::ensure_fast_blas(argv);
   g_cfg = read_config();
   std::string threads;
   for (int t : g_cfg.threads) threads += (threads.empty() ? "" : ",") + std::to_string(t);

@@ -19,3 +19,13 @@ echo "== generation (greedy, 48 tokens; the weights are random, so the text is t
 echo
 echo "== the same as JSON (what the oracle and scripts read) =="
 "$bin" run --model "$model" --prompt "The quick brown fox" -n 16 --greedy --json
+echo
+echo "== schedule explorer: predicted decode speed and time to first token (1K prompt) on the paper's machines =="
+for m in qwen30b nemo8b; do
+  for hw in cli1 cli2 cli3; do
+    for b in 2G 4G 8G; do "$bin" plan --model "$m" --hw "$hw" --vram-budget "$b" --ctx 1024 --brief; done
+  done
+done
+echo
+echo "== one plan table in full: qwen30b on cli3 with a 4G budget, 4K context =="
+"$bin" plan --model qwen30b --hw cli3 --vram-budget 4G --ctx 4096

@@ -41,8 +41,8 @@ void matmul_raw(DType dtype, const void* w, int64_t rows, int64_t cols, const fl
   const auto* wb = static_cast<const uint8_t*>(w);
   if (n_tokens < kGemmThreshold) {
     GemvFn gemv = k.gemv[kernel_slot(dtype)];
-    // Row chunks of >= 16 rows keep per-chunk overhead small against a row's cost.
-    const int64_t grain = std::max<int64_t>(16, 4096 / std::max<int64_t>(1, cols / 256));
+    // parallel_for cuts about 4 chunks per thread; 16 rows at least keeps the per-chunk cost small.
+    const int64_t grain = 16;
     pool.parallel_for(rows, grain, [&](int64_t r0, int64_t r1, int) {
       for (int64_t t0 = 0; t0 < n_tokens; t0 += kGemvMaxTokens) {
         const int nt = static_cast<int>(std::min<int64_t>(kGemvMaxTokens, n_tokens - t0));
