@@ -7,9 +7,11 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "executor/model/cpu_model.h"
+#include "executor/session/chat_template.h"
 #include "executor/session/generator.h"
 #include "executor/session/kv_cache.h"
 #include "executor/session/tokenizer.h"
+#include "executor/tokenizer/text_stream.h"
 
 namespace shardwise::cli {
 namespace {
@@ -22,8 +24,28 @@ struct RunArgs {
   int64_t batch = 512;
   bool json = false;
   SamplingParams sampling;
+  std::vector<std::string> stop;  // --stop: generation ends where one appears; it is not printed
+  bool chat = false, ignore_eos = false, no_display_prompt = false;
+  std::string system;
   std::string vram_budget, schedule, pcie_cap, plan;
 };
+
+// "\n", "\t", "\\" in --stop become newline, tab, backslash (llama.cpp's --escape).
+std::string process_escapes(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 1 < s.size()) {
+      const char c = s[i + 1];
+      if (c == 'n' || c == 't' || c == 'r' || c == '\\') {
+        out += c == 'n' ? '\n' : c == 't' ? '\t' : c == 'r' ? '\r' : '\\';
+        ++i;
+        continue;
+      }
+    }
+    out += s[i];
+  }
+  return out;
+}
 
 void run_run(RunArgs a) {
   const std::string device = resolve_cpu_device(a.device);
@@ -34,14 +56,36 @@ void run_run(RunArgs a) {
   if (a.prompt.empty() == a.tokens.empty()) fail("give exactly one of --prompt TEXT or --tokens IDS");
   if (a.n_predict < 0 || a.n_predict > (1 << 24)) fail("-n ", a.n_predict, " is out of range");
   const int threads = resolve_threads(a.threads);
+  a.sampling.validate();
+  for (auto& s : a.stop) s = process_escapes(s);
+  if (a.chat && !a.tokens.empty()) fail("--chat needs the user message as --prompt TEXT, not --tokens");
+  if (!a.system.empty() && !a.chat) fail("--system needs --chat");
 
   const auto t_load = std::chrono::steady_clock::now();
   OpenOptions oo;
   oo.threads = threads;
   auto src = open_weights(a.model, oo);
   const ModelSpec& spec = src->spec();
-  Tokenizer tok(*src);
-  std::vector<int32_t> prompt = a.tokens.empty() ? tok.encode(a.prompt, true) : parse_token_list(a.tokens);
+  // With --tokens a model whose vocabulary we cannot read still runs; its output is printed as ids.
+  std::unique_ptr<Tokenizer> tok;
+  try {
+    tok = std::make_unique<Tokenizer>(*src);
+  } catch (const Error& e) {
+    if (a.tokens.empty()) throw;
+    std::fprintf(stderr, "note: %s; printing token ids instead of text\n", e.what());
+  }
+  std::string prompt_text = a.prompt;
+  if (a.chat) {
+    const ChatChoice choice = choose_chat_format(tok->chat_template(), spec.family, *tok);
+    std::fprintf(stderr, "%s\n", choice.note.c_str());
+    std::vector<ChatMessage> messages;
+    if (!a.system.empty()) messages.push_back({"system", a.system});
+    messages.push_back({"user", a.prompt});
+    prompt_text = apply_chat_template(choice.format, messages);
+  }
+  // Prompt text follows the model's add-BOS setting; control tokens written in it are parsed.
+  std::vector<int32_t> prompt = a.tokens.empty() ? tok->encode(prompt_text, true, true) : parse_token_list(a.tokens);
+  if (prompt.empty()) fail("the prompt gives no tokens (and this model adds no BOS): give a non-empty --prompt");
   for (size_t i = 0; i < prompt.size(); ++i)
     if (prompt[i] >= spec.vocab_size)
       fail("--tokens: id ", prompt[i], " at position ", i, " is out of range for this model (vocabulary of ",
@@ -62,16 +106,29 @@ void run_run(RunArgs a) {
   go.n_predict = a.n_predict;
   go.prefill_chunk = a.batch;
   go.sampling = a.sampling;
-  if (tok.eos() >= 0) go.stop_ids.push_back(tok.eos());
-  std::function<void(int32_t)> on_token;
-  if (!a.json) {
-    on_token = [&](int32_t id) {
-      std::string p = tok.piece(id);
-      std::fwrite(p.data(), 1, p.size(), stdout);
-      std::fflush(stdout);
-    };
-  }
+  if (tok && !a.ignore_eos) go.stop_ids = tok->eog_ids();
+  // Text is streamed as it comes, holding back an incomplete UTF-8 sequence and anything that may
+  // be the start of a stop string; --json collects the same text.
+  tok::TextStream stream(a.stop);
+  auto print = [&](const std::string& s) {
+    if (a.json || s.empty()) return;
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fflush(stdout);
+  };
+  if (a.tokens.empty() && !a.chat && !a.no_display_prompt) print(a.prompt);  // as llama.cpp shows it
+  const std::function<void(int32_t)> on_token = [&](int32_t id) {
+    if (!tok) {
+      print(std::to_string(id) + " ");
+      return;
+    }
+    if (!a.ignore_eos && tok->is_eog(id)) return;  // the end token itself is not text
+    print(stream.push(tok->piece(id)));
+  };
+  go.stop_requested = [&] { return stream.stopped(); };
   GenerateResult r = generate(model, kv, prompt, go, on_token);
+  print(stream.finish());
+  const bool ended_by_eog = tok && !a.ignore_eos && !r.generated.empty() && tok->is_eog(r.generated.back());
+  const char* stop_reason = stream.stopped() ? "stop_string" : ended_by_eog ? "eos" : "length";
 
   if (a.json) {
     nlohmann::json j;
@@ -81,7 +138,9 @@ void run_run(RunArgs a) {
     j["ctx"] = ctx;
     j["n_prompt_tokens"] = r.n_prompt;
     j["generated_ids"] = r.generated;
-    j["text"] = tok.decode(r.generated);
+    if (tok) j["text"] = stream.text();
+    j["stop_reason"] = stop_reason;
+    if (stream.stopped()) j["stop_string"] = stream.stop_string();
     j["ttft_ms"] = r.ttft_ms;
     j["prefill_ms"] = r.prefill_ms;
     j["prompt_tokens_per_s"] = r.prompt_tokens_per_s;
@@ -120,12 +179,21 @@ void register_run(CLI::App& app) {
   sub->add_option("--batch", a->batch, "Prompt tokens per prefill step");
   sub->add_option("--device", a->device, "auto|cuda|emu|cpu (only cpu so far)");
   sub->add_flag("--greedy", a->sampling.greedy, "Greedy decoding (argmax)");
-  sub->add_option("--temp", a->sampling.temp, "Sampling temperature (<= 0: greedy)");
-  sub->add_option("--top-k", a->sampling.top_k, "Top-k (0: off)");
-  sub->add_option("--top-p", a->sampling.top_p, "Top-p (1: off)");
-  sub->add_option("--min-p", a->sampling.min_p, "Min-p (0: off)");
-  sub->add_option("--repeat-penalty", a->sampling.repeat_penalty, "Repeat penalty (1: off)");
+  sub->add_option("--temp", a->sampling.temp, "Sampling temperature (<= 0: greedy)")->capture_default_str();
+  sub->add_option("--top-k", a->sampling.top_k, "Top-k (0: off)")->capture_default_str();
+  sub->add_option("--top-p", a->sampling.top_p, "Top-p (1: off)")->capture_default_str();
+  sub->add_option("--min-p", a->sampling.min_p, "Min-p (0: off)")->capture_default_str();
+  sub->add_option("--repeat-penalty", a->sampling.repeat_penalty, "Repeat penalty (1: off)")->capture_default_str();
   sub->add_option("--seed", a->sampling.seed, "Sampling seed (same seed, same tokens)");
+  sub->add_option("--repeat-last-n", a->sampling.repeat_last_n, "Tokens the repeat penalty looks back over (0: off, -1: all)")->capture_default_str();
+  sub->add_option("--stop", a->stop,
+                  "Stop when this text appears (it is not printed); may be given several times; \\n, \\t and \\\\ are escapes")
+      ->allow_extra_args(false);
+  sub->add_flag("--chat", a->chat,
+                "Wrap --prompt in the model's chat template (its own if we recognise it, else a built-in one for the family)");
+  sub->add_option("--system", a->system, "System message for --chat");
+  sub->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past end-of-generation tokens");
+  sub->add_flag("--no-display-prompt", a->no_display_prompt, "Text mode: do not print the prompt before the generated text");
   sub->add_flag("--json", a->json, "Print one JSON object at the end instead of streaming text");
   sub->add_option("--vram-budget", a->vram_budget, "VRAM budget (GPU executor; not available yet)");
   sub->add_option("--schedule", a->schedule, "auto|gpu-only|static|dynamic|layer-split|cpu-moe (not available yet)");

@@ -68,10 +68,31 @@ class GgufWeights : public WeightSource {
     };
     tokenizer_.bos_id = id("tokenizer.ggml.bos_token_id");
     tokenizer_.eos_id = id("tokenizer.ggml.eos_token_id");
-    if (const GgufValue* v = file_.find("tokenizer.ggml.add_bos_token"))
+    // Optional ids are ignored when out of range (some converters write a padding id past the
+    // vocabulary); only BOS/EOS are required to be valid.
+    auto opt_id = [&](const char* key) -> int64_t {
+      const GgufValue* v = file_.find(key);
+      if (!v || !v->is_integer()) return -1;
+      const int64_t x = v->as_int(ctx + " " + key);
+      return (x >= 0 && x < (n > 0 ? n : spec_.vocab_size)) ? x : -1;
+    };
+    tokenizer_.unk_id = opt_id("tokenizer.ggml.unknown_token_id");
+    tokenizer_.pad_id = opt_id("tokenizer.ggml.padding_token_id");
+    tokenizer_.eot_id = opt_id("tokenizer.ggml.eot_token_id");
+    tokenizer_.eom_id = opt_id("tokenizer.ggml.eom_token_id");
+    if (const GgufValue* v = file_.find("tokenizer.ggml.add_bos_token")) {
       tokenizer_.add_bos = v->as_bool(ctx + " tokenizer.ggml.add_bos_token");
-    else
+      tokenizer_.add_bos_explicit = true;
+    } else {
       tokenizer_.add_bos = tokenizer_.model == "llama" && tokenizer_.bos_id >= 0;  // llama.cpp's SPM default
+    }
+    if (const GgufValue* v = file_.find("tokenizer.ggml.add_eos_token"))
+      tokenizer_.add_eos = v->as_bool(ctx + " tokenizer.ggml.add_eos_token");
+    if (const GgufValue* v = file_.find("tokenizer.ggml.add_space_prefix"))
+      tokenizer_.add_space_prefix = v->as_bool(ctx + " tokenizer.ggml.add_space_prefix") ? 1 : 0;
+    tokenizer_.chat_template = str("tokenizer.chat_template");
+    if (tokenizer_.add_eos && tokenizer_.eos_id < 0)
+      fail(ctx, " tokenizer.ggml.add_eos_token is true but tokenizer.ggml.eos_token_id is missing");
     if (n > 0 && n != spec_.vocab_size)
       fail(ctx, " tokenizer.ggml.tokens has ", n, " entries but the model's vocabulary has ", spec_.vocab_size);
   }

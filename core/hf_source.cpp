@@ -3,6 +3,7 @@
 // gate_up_proj) are merged into {E, out, in} tensors, which costs one copy of the expert weights.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -52,11 +53,84 @@ class HfWeights : public WeightSource {
       fail(cfg, ": ", e.what());
     }
     rope_style_ = RopeStyle::Neox;  // HF rotates halves
-    if (file_exists(dir + "/tokenizer.json")) tokenizer_.hf_tokenizer_json = dir + "/tokenizer.json";
+    read_tokenizer_metadata(dir);
     map_tensors(dir);
   }
 
  private:
+  // Tokenizer side files: tokenizer.json is parsed by the executor's tokenizer; here we take the
+  // flags and ids transformers keeps beside it (tokenizer_config.json, generation_config.json,
+  // config.json, chat_template.jinja). A malformed side file is an error naming it.
+  void read_tokenizer_metadata(const std::string& dir) {
+    if (file_exists(dir + "/tokenizer.json")) tokenizer_.hf_tokenizer_json = dir + "/tokenizer.json";
+    else if (file_exists(dir + "/tokenizer.model")) tokenizer_.hf_tokenizer_model = dir + "/tokenizer.model";
+    auto token_text = [](const nlohmann::json& v) -> std::string {
+      if (v.is_string()) return v.get<std::string>();
+      if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+      return std::string();
+    };
+    auto parse = [&](const std::string& path) -> nlohmann::json {
+      try {
+        return nlohmann::json::parse(read_file(path));
+      } catch (const nlohmann::json::exception& e) {
+        fail(path, ": not valid JSON: ", e.what());
+      }
+    };
+    const std::string tc = dir + "/tokenizer_config.json";
+    if (file_exists(tc)) {
+      const nlohmann::json j = parse(tc);
+      if (j.is_object()) {
+        if (j.contains("add_bos_token") && j["add_bos_token"].is_boolean()) {
+          tokenizer_.add_bos = j["add_bos_token"].get<bool>();
+          tokenizer_.add_bos_explicit = true;
+        }
+        if (j.contains("add_eos_token") && j["add_eos_token"].is_boolean()) tokenizer_.add_eos = j["add_eos_token"].get<bool>();
+        if (j.contains("bos_token")) tokenizer_.bos_token = token_text(j["bos_token"]);
+        if (j.contains("eos_token")) tokenizer_.eos_token = token_text(j["eos_token"]);
+        if (j.contains("chat_template")) {
+          const auto& t = j["chat_template"];
+          if (t.is_string()) {
+            tokenizer_.chat_template = t.get<std::string>();
+          } else if (t.is_array()) {  // [{"name": "default", "template": "..."}, ...]
+            for (const auto& e : t)
+              if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
+                tokenizer_.chat_template = e["template"].get<std::string>();
+          }
+        }
+      }
+    }
+    // transformers >= 4.43 saves the template in its own file.
+    if (tokenizer_.chat_template.empty() && file_exists(dir + "/chat_template.jinja"))
+      tokenizer_.chat_template = read_file(dir + "/chat_template.jinja");
+    auto ids = [](const nlohmann::json& v, std::vector<int64_t>* out) {
+      if (v.is_number_integer()) out->push_back(v.get<int64_t>());
+      if (v.is_array())
+        for (const auto& e : v)
+          if (e.is_number_integer()) out->push_back(e.get<int64_t>());
+    };
+    const nlohmann::json cfg = parse(dir + "/config.json");
+    if (cfg.is_object()) {
+      std::vector<int64_t> b, e;
+      if (cfg.contains("bos_token_id")) ids(cfg["bos_token_id"], &b);
+      if (cfg.contains("eos_token_id")) ids(cfg["eos_token_id"], &e);
+      if (!b.empty()) tokenizer_.bos_id = b.front();
+      if (!e.empty()) tokenizer_.eos_id = e.front();
+      for (int64_t x : e) tokenizer_.eog_ids.push_back(x);
+    }
+    const std::string gc = dir + "/generation_config.json";
+    if (file_exists(gc)) {
+      const nlohmann::json j = parse(gc);
+      if (j.is_object() && j.contains("eos_token_id")) ids(j["eos_token_id"], &tokenizer_.eog_ids);
+    }
+    auto in_vocab = [&](int64_t x) { return x >= 0 && x < spec_.vocab_size; };
+    if (!in_vocab(tokenizer_.bos_id)) tokenizer_.bos_id = -1;
+    if (!in_vocab(tokenizer_.eos_id)) tokenizer_.eos_id = -1;
+    std::vector<int64_t> eog;
+    for (int64_t x : tokenizer_.eog_ids)
+      if (in_vocab(x) && std::find(eog.begin(), eog.end(), x) == eog.end()) eog.push_back(x);
+    tokenizer_.eog_ids = eog;
+  }
+
   // Keeps a view, copying it to aligned memory when the file's layout leaves it misaligned.
   TensorView aligned(const TensorView& v) {
     const size_t align = v.dtype == DType::F32 ? 4 : 2;

@@ -11,12 +11,13 @@
 //   SHARDWISE_BENCH_THREADS        thread counts for (a) and (b), comma-separated; default "1,<hw threads>"
 //   SHARDWISE_BENCH_WEIGHT_SET_MB  size of the rotated weight set of (a) and (b) in MiB; default 640
 //                                  (the GPU host's L3 is 300 MB: smaller sets measure the cache)
-//   SHARDWISE_BENCH_HUGEPAGES      1: madvise(MADV_HUGEPAGE) on the weight set; default 0 (as the executor)
+//   SHARDWISE_BENCH_HUGEPAGES      1: madvise(MADV_HUGEPAGE) on the weight set (as the executor's weight
+//                                  buffers do); default 0
 //   SHARDWISE_ISA                  scalar|avx2|avx512: caps the level matmul() dispatches to in (a), (b)
 //   OPENBLAS_CORETYPE              (OpenBLAS's own) the sgemm kernel set of (b). OpenBLAS 0.3.21 does not
-//                                  recognise the GPU host's Xeon and falls back to "Prescott" (SSE3),
-//                                  ~5x slower than OPENBLAS_CORETYPE=SkylakeX; the context line
-//                                  openblas_core shows which one ran.
+//                                  recognise the GPU host's Xeon and falls back to "Prescott" (SSE3); like
+//                                  the CLI, this binary re-executes itself with SkylakeX/Haswell then
+//                                  (executor/cpu/blas_env.h); the context line openblas_core shows the set.
 // Quick smoke run: shardwise_bench_cpu --benchmark_min_time=0.01
 #include <benchmark/benchmark.h>
 #include <immintrin.h>

@@ -49,6 +49,7 @@ GenerateResult generate(CpuModel& model, KvCache& kv, const std::vector<int32_t>
     if (on_token) on_token(next);
     if (static_cast<int64_t>(r.generated.size()) >= opt.n_predict) break;
     if (std::find(opt.stop_ids.begin(), opt.stop_ids.end(), next) != opt.stop_ids.end()) break;
+    if (opt.stop_requested && opt.stop_requested()) break;
     const auto ts = std::chrono::steady_clock::now();
     model.forward(&next, 1, kv, logits.data(), false);
     r.steps.push_back({1, ms_since(ts)});

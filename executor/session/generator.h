@@ -19,6 +19,9 @@ struct GenerateOptions {
   int64_t prefill_chunk = 512;  // prompt tokens per step
   SamplingParams sampling;
   std::vector<int32_t> stop_ids;  // e.g. EOS; generation ends after emitting one
+  // Asked after each generated token (after on_token); true ends the generation there, e.g. when
+  // a stop string has appeared in the text.
+  std::function<bool()> stop_requested;
 };
 
 struct StepTiming {

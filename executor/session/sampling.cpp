@@ -5,6 +5,8 @@
 #include <cmath>
 #include <unordered_set>
 
+#include "core/error.h"
+
 namespace shardwise {
 
 int32_t argmax(const float* x, int64_t n) {
@@ -12,6 +14,16 @@ int32_t argmax(const float* x, int64_t n) {
   for (int64_t i = 1; i < n; ++i)
     if (x[i] > x[best]) best = i;
   return static_cast<int32_t>(best);
+}
+
+void SamplingParams::validate() const {
+  if (!std::isfinite(temp)) fail("--temp ", temp, " is not a number");
+  if (top_k < 0) fail("--top-k ", top_k, " is negative (0 turns it off)");
+  if (!(top_p > 0.0f && top_p <= 1.0f)) fail("--top-p ", top_p, " is outside (0, 1] (1 turns it off)");
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) fail("--min-p ", min_p, " is outside [0, 1] (0 turns it off)");
+  if (!(repeat_penalty > 0.0f) || !std::isfinite(repeat_penalty))
+    fail("--repeat-penalty ", repeat_penalty, " must be a positive number (1 turns it off)");
+  if (repeat_last_n < -1) fail("--repeat-last-n ", repeat_last_n, " must be -1 (all), 0 (off) or positive");
 }
 
 Sampler::Sampler(const SamplingParams& params) : p_(params), rng_(params.seed) {}
@@ -58,9 +70,10 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<in
     c.resize(std::max<size_t>(1, k));
   }
   if (p_.min_p > 0.0f) {
-    const float thr = c.front().p * p_.min_p;
+    // llama.cpp compares logits: keep logit >= max_logit + log(min_p).
+    const float min_logit = c.front().logit + std::log(p_.min_p);
     size_t k = 0;
-    while (k < c.size() && c[k].p >= thr) ++k;
+    while (k < c.size() && c[k].logit >= min_logit) ++k;
     c.resize(std::max<size_t>(1, k));
   }
   normalize(p_.temp);

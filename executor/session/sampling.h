@@ -1,6 +1,10 @@
 // executor/session/sampling.h — turning logits into the next token: greedy, or llama.cpp's chain
 // (repeat penalty -> top-k -> top-p -> min-p -> temperature -> draw) with a seeded generator, so a
-// given seed reproduces a generation exactly.
+// given seed reproduces a generation exactly. Semantics follow llama.cpp's samplers: the penalty
+// divides positive logits and multiplies negative ones of tokens seen in the last repeat_last_n
+// (prompt included); top-p keeps the smallest prefix whose probability reaches p; min-p keeps
+// tokens whose logit is within log(min_p) of the best; temperature <= 0 means argmax after the
+// penalty. One difference: the default seed is fixed (llama.cpp's default draws a random one).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +22,9 @@ struct SamplingParams {
   float repeat_penalty = 1.0f;  // 1: off
   int32_t repeat_last_n = 64;
   uint64_t seed = 0xFFFFFFFFu;  // fixed default, so runs are reproducible unless a seed is given
+
+  // Throws Error naming the flag for values outside their range (NaN, top-p outside (0, 1], ...).
+  void validate() const;
 };
 
 class Sampler {

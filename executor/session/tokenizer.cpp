@@ -1,161 +1,155 @@
-// executor/session/tokenizer.cpp — interim greedy tokenizer (see tokenizer.h for its limits).
+// executor/session/tokenizer.cpp — picks the vocabulary a model file carries (see tokenizer.h).
 #include "executor/session/tokenizer.h"
 
-#include <cstring>
+#include <algorithm>
+#include <cstdio>
 
 #include "core/error.h"
+#include "executor/tokenizer/pipeline.h"
+#include "executor/tokenizer/sources.h"
 
 namespace shardwise {
 namespace {
 
-// GPT-2's byte <-> printable code point table.
-std::vector<int32_t> gpt2_byte_to_codepoint() {
-  std::vector<int32_t> table(256, -1);
-  int32_t next = 256;
-  for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-    table[b] = printable ? b : next++;
-  }
-  return table;
-}
+// Token texts that end a turn or a document in the families people run (llama.cpp's list).
+const char* const kEndTokens[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                                  "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>"};
+const char* const kEotTokens[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<EOT>", "_<EOT>"};
 
-// Decodes UTF-8 into code points; returns false on invalid input.
-bool utf8_codepoints(const std::string& s, std::vector<int32_t>* out) {
-  for (size_t i = 0; i < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (len == 0 || i + len > s.size()) return false;
-    int32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
-    for (int k = 1; k < len; ++k) {
-      const unsigned char cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc >> 6) != 2) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    out->push_back(cp);
-    i += static_cast<size_t>(len);
-  }
-  return true;
-}
-
-bool parse_byte_token(const std::string& s, int* byte) {
-  if (s.size() != 6 || s.compare(0, 3, "<0x") != 0 || s[5] != '>') return false;
-  char* end = nullptr;
-  long v = std::strtol(s.substr(3, 2).c_str(), &end, 16);
-  if (*end != '\0') return false;
-  *byte = static_cast<int>(v);
-  return true;
-}
+constexpr int32_t kByteBase = 3;  // bytes vocabulary: <unk> <s> </s>, then byte b is id 3 + b
 
 }  // namespace
 
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
 Tokenizer::Tokenizer(const WeightSource& src) {
-  std::memset(byte_token_, -1, sizeof byte_token_);
   const TokenizerInfo& info = src.tokenizer();
-  const int64_t vocab = src.spec().vocab_size;
-  if (!info.tokens.empty() && (info.model == "llama" || info.model == "gpt2")) {
-    kind_ = info.model == "llama" ? "spm" : "gpt2";
-    dummy_prefix_ = kind_ == "spm";
-    const auto b2c = gpt2_byte_to_codepoint();
-    std::vector<int> c2b(512, -1);
-    for (int b = 0; b < 256; ++b) c2b[b2c[b]] = b;
-    for (size_t id = 0; id < info.tokens.size(); ++id) {
-      const std::string& t = info.tokens[id];
-      const int32_t type = id < info.token_types.size() ? info.token_types[id] : 1;
-      std::string bytes;
-      bool control = type == 2 || type == 3 || type == 5;  // unknown, control, unused
-      if (type == 2 && unk_ < 0) unk_ = static_cast<int32_t>(id);
-      int byte = 0;
-      if (kind_ == "spm" && type == 6 && parse_byte_token(t, &byte)) {
-        bytes.assign(1, static_cast<char>(byte));
-        byte_token_[byte] = static_cast<int32_t>(id);
-      } else if (kind_ == "spm") {
-        for (size_t i = 0; i < t.size(); ++i) {
-          if (t.compare(i, 3, "\xE2\x96\x81") == 0) {
-            bytes.push_back(' ');
-            i += 2;
-          } else {
-            bytes.push_back(t[i]);
-          }
-        }
-      } else {
-        std::vector<int32_t> cps;
-        if (utf8_codepoints(t, &cps)) {
-          for (int32_t cp : cps) {
-            if (cp >= 0 && cp < 512 && c2b[cp] >= 0) bytes.push_back(static_cast<char>(c2b[cp]));
-            else bytes.clear(), control = true;
-            if (control) break;
-          }
-        }
-        if (!control && bytes.size() == 1) byte_token_[static_cast<unsigned char>(bytes[0])] = static_cast<int32_t>(id);
-      }
-      pieces_.push_back(control ? std::string() : bytes);
-      is_control_.push_back(control);
-      if (!control && !bytes.empty() && !lookup_.count(bytes)) {
-        lookup_[bytes] = static_cast<int32_t>(id);
-        max_piece_ = std::max(max_piece_, bytes.size());
-      }
+  vocab_size_ = src.spec().vocab_size;
+  chat_template_ = info.chat_template;
+  tok::Pipeline p;
+  bool have = false;
+  if (info.hf_tokenizer_json.empty() && !info.hf_tokenizer_model.empty())
+    fail(info.hf_tokenizer_model,
+         ": SentencePiece model files are not supported, only tokenizer.json (transformers writes one with "
+         "AutoTokenizer.from_pretrained(dir).save_pretrained(dir)); or give token ids with --tokens");
+  if (!info.hf_tokenizer_json.empty()) {
+    p = tok::pipeline_from_tokenizer_json(info.hf_tokenizer_json, info);
+    kind_ = "hf-bpe";
+    have = true;
+  } else if (!info.tokens.empty() && !info.model.empty() && info.model != "none") {
+    p = tok::pipeline_from_gguf(info, src.origin());
+    kind_ = info.model == "llama" ? "spm" : info.model;
+    have = true;
+  }
+  if (!have) {
+    // No vocabulary: <unk> <s> </s>, then the 256 bytes. encode() reports when the model's
+    // vocabulary is too small for that.
+    kind_ = "bytes";
+    if (vocab_size_ >= kByteBase + 256) {
+      bos_ = 1;
+      eos_ = 2;
+      add_bos_ = true;
+      eog_ = {eos_};
     }
-    if (kind_ == "spm" && unk_ < 0) unk_ = 0;  // llama.cpp's SentencePiece default
-    bos_ = static_cast<int32_t>(info.bos_id);
-    eos_ = static_cast<int32_t>(info.eos_id);
-    add_bos_ = info.add_bos && bos_ >= 0;
     return;
   }
-  // No usable vocabulary: <unk> <s> </s>, then the 256 bytes; the rest decode to nothing.
-  kind_ = "bytes";
-  if (vocab < 3 + 256) return;  // encode() reports that text cannot be tokenised
-  for (int64_t id = 0; id < vocab; ++id) {
-    const bool is_byte = id >= 3 && id < 3 + 256;
-    pieces_.push_back(is_byte ? std::string(1, static_cast<char>(id - 3)) : std::string());
-    is_control_.push_back(!is_byte);
-    if (is_byte) byte_token_[id - 3] = static_cast<int32_t>(id);
+  if (static_cast<int64_t>(p.tokens.size()) > vocab_size_)
+    fail(p.origin, ": the tokenizer has ", p.tokens.size(), " tokens but the model's vocabulary is ", vocab_size_);
+  // HF files name BOS/EOS by text in tokenizer_config.json; config.json gives ids.
+  auto by_text = [&](const std::string& t) -> int32_t {
+    if (t.empty()) return -1;
+    for (size_t i = 0; i < p.tokens.size(); ++i)
+      if (p.tokens[i] == t) return static_cast<int32_t>(i);
+    return -1;
+  };
+  bos_ = by_text(info.bos_token);
+  if (bos_ < 0) bos_ = static_cast<int32_t>(info.bos_id);
+  eos_ = by_text(info.eos_token);
+  if (eos_ < 0) eos_ = static_cast<int32_t>(info.eos_id);
+  eot_ = static_cast<int32_t>(info.eot_id);
+  auto add_eog = [&](int64_t id) {
+    if (id >= 0 && id < vocab_size_ && std::find(eog_.begin(), eog_.end(), id) == eog_.end()) eog_.push_back(static_cast<int32_t>(id));
+  };
+  // Named end tokens count only as control tokens (GGUF type 3, HF special added tokens).
+  auto is_ctrl = [&](size_t i) { return i < p.attrs.size() && p.attrs[i] == tok::TokenAttr::Control; };
+  for (size_t i = 0; i < p.tokens.size(); ++i) {
+    for (const char* t : kEotTokens)
+      if (eot_ < 0 && p.tokens[i] == t && is_ctrl(i)) eot_ = static_cast<int32_t>(i);
   }
-  bos_ = 1;
-  eos_ = 2;
-  add_bos_ = true;
+  add_eog(eos_);
+  add_eog(eot_);
+  add_eog(info.eom_id);
+  for (int64_t id : info.eog_ids) add_eog(id);
+  for (size_t i = 0; i < p.tokens.size(); ++i)
+    for (const char* t : kEndTokens)
+      if (p.tokens[i] == t && is_ctrl(i)) add_eog(static_cast<int64_t>(i));
+  // The post-processor's first token is BOS even where no side file names it.
+  add_bos_ = !p.prefix_ids.empty();
+  if (add_bos_ && bos_ < 0) bos_ = p.prefix_ids.front();
+  engine_ = std::make_unique<tok::Engine>(std::move(p));
 }
 
-std::vector<int32_t> Tokenizer::encode(const std::string& text, bool add_special) const {
-  std::vector<int32_t> cps;
-  if (!utf8_codepoints(text, &cps)) fail("the prompt is not valid UTF-8");
-  if (pieces_.empty())
-    fail("this model has no tokenizer and its vocabulary is too small for byte tokens; pass --tokens instead");
+std::vector<int32_t> Tokenizer::encode(const std::string& text, bool add_special, bool parse_special) const {
+  const size_t bad = tok::utf8_invalid_offset(text);
+  if (bad != std::string::npos) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned>(static_cast<unsigned char>(text[bad])));
+    fail("the text is not valid UTF-8 (byte ", hex, " at offset ", bad, ")");
+  }
+  if (engine_) return engine_->encode(text, add_special, parse_special);
+  if (vocab_size_ < kByteBase + 256)
+    fail("this model has no tokenizer and its vocabulary (", vocab_size_,
+         " tokens) is too small for byte tokens; pass token ids with --tokens instead");
   std::vector<int32_t> ids;
   if (add_special && add_bos_) ids.push_back(bos_);
-  std::string s = (dummy_prefix_ && !text.empty()) ? " " + text : text;
-  size_t i = 0;
-  while (i < s.size()) {
-    int32_t best = -1;
-    size_t best_len = 0;
-    for (size_t len = std::min(max_piece_, s.size() - i); len >= 1 && best < 0; --len) {
-      auto it = lookup_.find(s.substr(i, len));
-      if (it != lookup_.end()) {
-        best = it->second;
-        best_len = len;
-      }
-    }
-    if (best < 0) {
-      best = byte_token_[static_cast<unsigned char>(s[i])];
-      best_len = 1;
-      if (best < 0) best = unk_;  // SentencePiece without byte fallback: <unk>, as llama.cpp does
-      if (best < 0) fail("byte 0x", std::hex, int(static_cast<unsigned char>(s[i])), " has no token in this vocabulary");
-    }
-    ids.push_back(best);
-    i += best_len;
-  }
+  for (unsigned char c : text) ids.push_back(kByteBase + c);
   return ids;
 }
 
 std::string Tokenizer::piece(int32_t id) const {
-  if (id < 0 || id >= static_cast<int32_t>(pieces_.size())) return std::string();
-  return pieces_[static_cast<size_t>(id)];
+  if (id < 0 || id >= vocab_size_) return std::string();
+  if (engine_) return static_cast<size_t>(id) < engine_->pipeline().tokens.size() ? engine_->piece(id) : std::string();
+  if (id >= kByteBase && id < kByteBase + 256) return std::string(1, static_cast<char>(id - kByteBase));
+  return std::string();
 }
 
-std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+std::string Tokenizer::token_text(int32_t id) const {
+  if (id < 0 || id >= vocab_size_) return std::string();
+  if (engine_) {
+    const auto& t = engine_->pipeline().tokens;
+    return static_cast<size_t>(id) < t.size() ? t[id] : std::string();
+  }
+  if (id == 0) return "<unk>";
+  if (id == 1) return "<s>";
+  if (id == 2) return "</s>";
+  if (id < kByteBase + 256) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", static_cast<unsigned>(id - kByteBase));
+    return buf;
+  }
+  return std::string();
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special) const {
+  if (engine_) return tok::utf8_sanitize(engine_->decode(ids, skip_special));
   std::string out;
   for (int32_t id : ids) out += piece(id);
-  if (dummy_prefix_ && !out.empty() && out[0] == ' ') out.erase(0, 1);
-  return out;
+  return tok::utf8_sanitize(out);
+}
+
+bool Tokenizer::is_eog(int32_t id) const { return std::find(eog_.begin(), eog_.end(), id) != eog_.end(); }
+
+bool Tokenizer::is_control(int32_t id) const {
+  if (id < 0 || id >= vocab_size_) return false;
+  if (!engine_) return id < kByteBase || id >= kByteBase + 256;
+  const auto& a = engine_->pipeline().attrs;
+  return static_cast<size_t>(id) < a.size() && (a[id] == tok::TokenAttr::Control || a[id] == tok::TokenAttr::Unknown);
+}
+
+int32_t Tokenizer::find_token(const std::string& text) const {
+  if (engine_) return engine_->find(text);
+  return -1;
 }
 
 }  // namespace shardwise

@@ -14,6 +14,8 @@ done
 # Google Benchmark exists only as a shared library here; ship it next to the binaries.
 bm=$(ldd "$stage/bin/shardwise_bench_cpu" 2>/dev/null | awk '/libbenchmark/ {print $3}')
 [ -n "$bm" ] && cp "$bm" "$stage/lib/"
-tar -C "$stage" -cf - bin lib | xz -9 -T2 > build-gpu/bundle.tar.xz
+# The device machine gets the working tree without git: record the revision the binaries come from.
+{ git rev-parse HEAD; git status --porcelain | grep -q . && echo "(with uncommitted changes)"; } > "$stage/REVISION" || true
+tar -C "$stage" -cf - bin lib REVISION | xz -9 -T2 > build-gpu/bundle.tar.xz
 rm -rf "$stage"
 ls -la build-gpu/bundle.tar.xz

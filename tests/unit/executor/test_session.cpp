@@ -1,4 +1,4 @@
-// Tests for the session pieces: sampling and the interim tokenizer.
+// Tests for the session pieces: sampling, and the byte-level fallback and GGUF SentencePiece vocabularies.
 #include <catch2/catch.hpp>
 
 #include "core/error.h"
