@@ -38,7 +38,7 @@ demo: build
 
 # Portable binaries for the GPU machine (static OpenBLAS/yaml-cpp/libstdc++, sm_90), see DEVICE.md.
 gpu-build: deps
-	@cmake -S . -B $(GPU_BUILD) -DCMAKE_BUILD_TYPE=Release -DSHARDWISE_CUDA=ON -DSHARDWISE_PORTABLE=ON $(CMAKE_FLAGS) > $(GPU_BUILD).configure.log 2>&1 || (cat $(GPU_BUILD).configure.log; exit 1)
+	@cmake -S . -B $(GPU_BUILD) -DCMAKE_BUILD_TYPE=Release -DSHARDWISE_CUDA=ON -DSHARDWISE_PORTABLE=ON -DSHARDWISE_BENCH=ON $(CMAKE_FLAGS) > $(GPU_BUILD).configure.log 2>&1 || (cat $(GPU_BUILD).configure.log; exit 1)
 	@cmake --build $(GPU_BUILD) -j $(JOBS)
 
 clean:

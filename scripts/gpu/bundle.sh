@@ -13,7 +13,7 @@ for b in cli/shardwise tests/test_core tests/test_executor tests/test_cpu_kernel
 done
 # Google Benchmark exists only as a shared library here; ship it next to the binaries.
 bm=$(ldd "$stage/bin/shardwise_bench_cpu" 2>/dev/null | awk '/libbenchmark/ {print $3}')
-[ -n "$bm" ] && cp "$bm" "$stage/lib/"
+if [ -n "$bm" ]; then cp "$bm" "$stage/lib/"; fi
 # The device machine gets the working tree without git: record the revision the binaries come from.
 { git rev-parse HEAD; git status --porcelain | grep -q . && echo "(with uncommitted changes)"; } > "$stage/REVISION" || true
 tar -C "$stage" -cf - bin lib REVISION | xz -9 -T2 > build-gpu/bundle.tar.xz
