@@ -7,7 +7,7 @@ cd "$(dirname "$0")/../.."
 make gpu-build
 stage=build-gpu/stage
 rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib"
-for b in cli/shardwise tests/test_core tests/test_executor tests/test_cpu_kernels tests/test_cli tests/test_gpu \
+for b in cli/shardwise tests/test_core tests/test_executor tests/test_cpu_kernels tests/test_cli tests/test_gpu tests/test_tokenizer \
          microbench/shardwise_bench_cpu; do
   [ -f "build-gpu/$b" ] && strip -o "$stage/bin/$(basename "$b")" "build-gpu/$b"
 done

@@ -3,7 +3,9 @@
 # the test suites (the CPU kernel suite at every ISA level the host offers, the GPU suite),
 # the CPU kernel benchmarks, and CPU-only generation on the peers' models. Writes into OUT.
 set -uo pipefail
-out=${1:?usage: foundation.sh OUT_DIR}
+out=${1:?usage: foundation.sh OUT_DIR [tests,bench,runs]}
+parts=${2:-tests,bench,runs}
+want() { [[ ",$parts," == *",$1,"* ]]; }
 root=/tmp/shardwise-bundle
 rm -rf "$root" && mkdir -p "$root" "$out/logs"
 tar -C "$root" -xJf build-gpu/bundle.tar.xz
@@ -25,18 +27,24 @@ run() {  # name, command...
   echo "== $name"
   if "$@" > "$out/logs/$name.log" 2>&1; then echo "   ok"; else echo "   FAILED (rc=$?)"; status=1; tail -20 "$out/logs/$name.log"; fi
 }
-run test_core "$bin/test_core"
-run test_executor "$bin/test_executor"
-run test_cli "$bin/test_cli"
-run test_gpu "$bin/test_gpu"
-for isa in scalar avx2 avx512; do run "test_cpu_kernels_$isa" env SHARDWISE_ISA=$isa "$bin/test_cpu_kernels" -s; done
-grep -h -E "not available|not tested" "$out"/logs/test_cpu_kernels_*.log | sort | uniq -c
+if want tests; then
+  run test_core "$bin/test_core"
+  run test_executor "$bin/test_executor"
+  run test_tokenizer "$bin/test_tokenizer"
+  run test_cli "$bin/test_cli"
+  run test_gpu "$bin/test_gpu"
+  for isa in scalar avx2 avx512; do run "test_cpu_kernels_$isa" env SHARDWISE_ISA=$isa "$bin/test_cpu_kernels" -s; done
+  grep -h -E "not available|not tested" "$out"/logs/test_cpu_kernels_*.log | sort | uniq -c
+fi
 
+if want bench; then
 echo "== CPU kernel benchmarks (1 and 16 threads)"
 SHARDWISE_BENCH_THREADS=1,16 SHARDWISE_BENCH_HUGEPAGES=1 "$bin/shardwise_bench_cpu" --benchmark_format=console \
   --benchmark_out="$out/bench_cpu.json" --benchmark_out_format=json > "$out/logs/bench_cpu.log" 2>&1 || status=1
 grep -E "decode|prefill|stream" "$out/logs/bench_cpu.log" | grep -v "^-" | head -40
+fi
 
+if want runs; then
 echo "== CPU-only generation (the peers' protocol: 960-token prompt, 16 threads)"
 prompt=$(python3 -c "import random; random.seed(0); print(','.join(str(random.randrange(3, 32000)) for _ in range(960)))")
 for m in "synthetic:nemo8b?dtype=f16&seed=1" "synthetic:qwen30b?dtype=q4_0&seed=1"; do
@@ -45,5 +53,6 @@ for m in "synthetic:nemo8b?dtype=f16&seed=1" "synthetic:qwen30b?dtype=q4_0&seed=
     > "$out/run_cpu_$name.json" 2> "$out/logs/run_cpu_$name.log" || status=1
   python3 -c "import json,sys; j=json.load(open('$out/run_cpu_$name.json')); print('$name', {k: round(j[k],1) for k in ('load_ms','ttft_ms','prompt_tokens_per_s','decode_tokens_per_s')})" || status=1
 done
+fi
 tar -C "$out" -czf "$out/logs.tgz" logs && rm -rf "$out/logs"
 exit $status
