@@ -120,6 +120,8 @@ class Builder {
         streamed_.push_back({id, 0, 0, s.kind == ShardKind::Ffn ? ffn_bytes_touched(spec_, s, n_, false) : s.bytes});
       }
     }
+    first_piece_.assign(set_.shards.size(), -1);
+    for (size_t k = streamed_.size(); k-- > 0;) first_piece_[static_cast<size_t>(streamed_[k].shard)] = static_cast<int>(k);
     copy_action_.assign(streamed_.size(), -1);
     compute_done_.assign(streamed_.size(), -1);
     routing_.assign(static_cast<size_t>(set_.n_layers), -1);
@@ -204,11 +206,7 @@ class Builder {
     uint64_t bytes;
   };
 
-  int stream_index(int id) const {
-    for (size_t k = 0; k < streamed_.size(); ++k)
-      if (streamed_[k].shard == id) return static_cast<int>(k);
-    return -1;
-  }
+  int stream_index(int id) const { return first_piece_[static_cast<size_t>(id)]; }
 
   int add(Resource r, ActionKind kind, int shard, int layer, uint64_t bytes, std::string label, std::vector<int> deps = {}) {
     Action a;
@@ -282,7 +280,7 @@ class Builder {
   int64_t n_;
   const std::vector<int>* slot_ = nullptr;
   std::vector<Piece> streamed_;
-  std::vector<int> copy_action_, compute_done_, routing_;
+  std::vector<int> first_piece_, copy_action_, compute_done_, routing_;
   size_t next_copy_ = 0;
   int prefetch_ = 2;
   int last_x_ = -1;

@@ -15,16 +15,34 @@ double ops_ms(const std::vector<Op>& ops, const CostModel& cost, const ExecEnv& 
   return t;
 }
 
-}  // namespace
+// The ops of every compute kind of one step, built once per simulation (shapes do not depend on
+// the layer), so that timing an action is arithmetic only.
+struct StepOps {
+  std::vector<Op> embed, attn_pre, attn_core, attn_post, ffn, output, output_norm, output_head;
+  StepOps(const ModelSpec& spec, const ShardSet& shards, const StepShape& step) {
+    embed = embed_ops(spec, step.tokens);
+    const int layer = shards.n_layers > 0 ? 0 : -1;
+    if (layer >= 0) {
+      AttentionOps a = attention_ops(spec, shards, layer, step.tokens, step.keys, step.kv_dtype);
+      attn_pre = std::move(a.pre);
+      attn_core = std::move(a.core);
+      attn_post = std::move(a.post);
+      ffn = ffn_ops(spec, shards, layer, step.tokens);
+    }
+    output = output_ops(spec, shards);
+    output_norm = {output.front()};
+    output_head = {output.back()};
+  }
+};
 
-double action_ms(const Action& a, const ModelSpec& spec, const ShardSet& shards, const CostModel& cost,
-                 const StepShape& step, double concurrent) {
+double timed(const Action& a, const StepOps& ops, const ShardSet& shards, const CostModel& cost, const StepShape& step,
+             double concurrent) {
   ExecEnv env;
   env.backend = a.resource == Resource::GpuCompute ? Backend::Gpu : Backend::Cpu;
   env.threads = step.threads;
   env.concurrent_pcie_gbps = concurrent;
   switch (a.kind) {
-    case ActionKind::Embed: return ops_ms(embed_ops(spec, step.tokens), cost, env);
+    case ActionKind::Embed: return ops_ms(ops.embed, cost, env);
     case ActionKind::CopyWeights:
     case ActionKind::CopyActivations:
     case ActionKind::CopyLogits:
@@ -33,63 +51,67 @@ double action_ms(const Action& a, const ModelSpec& spec, const ShardSet& shards,
   }
   const Shard& s = shards.at(a.shard);
   switch (s.kind) {
-    case ShardKind::Attention: {
-      const AttentionOps ops = attention_ops(spec, shards, s.layer, step.tokens, step.keys, step.kv_dtype);
+    case ShardKind::Attention:
       switch (a.part) {
-        case ComputePart::Full: return ops_ms(ops.pre, cost, env) + ops_ms(ops.core, cost, env) + ops_ms(ops.post, cost, env);
-        case ComputePart::AttnPre: return ops_ms(ops.pre, cost, env);
-        case ComputePart::AttnCore: return ops_ms(ops.core, cost, env);
-        case ComputePart::AttnPost: return ops_ms(ops.post, cost, env);
+        case ComputePart::Full:
+          return ops_ms(ops.attn_pre, cost, env) + ops_ms(ops.attn_core, cost, env) + ops_ms(ops.attn_post, cost, env);
+        case ComputePart::AttnPre: return ops_ms(ops.attn_pre, cost, env);
+        case ComputePart::AttnCore: return ops_ms(ops.attn_core, cost, env);
+        case ComputePart::AttnPost: return ops_ms(ops.attn_post, cost, env);
       }
       return 0;
-    }
-    case ShardKind::Ffn: return ops_ms(ffn_ops(spec, shards, s.layer, step.tokens), cost, env);
+    case ShardKind::Ffn: return ops_ms(ops.ffn, cost, env);
     case ShardKind::Output: {
-      std::vector<Op> ops = output_ops(spec, shards);
-      if (a.row_end > a.row_begin) {  // one piece of the LM head
-        ops.erase(ops.begin());       // the final norm runs once, with the first piece
-        ops.back().rows = a.row_end - a.row_begin;
-        double t = ops_ms(ops, cost, env);
-        if (a.row_begin == 0) t += ops_ms({output_ops(spec, shards).front()}, cost, env);
-        return t;
-      }
-      return ops_ms(ops, cost, env);
+      if (a.row_end <= a.row_begin) return ops_ms(ops.output, cost, env);
+      Op head = ops.output_head.front();  // one piece of the LM head; the norm runs with the first
+      head.rows = a.row_end - a.row_begin;
+      return cost.op_ms(head, env) + (a.row_begin == 0 ? ops_ms(ops.output_norm, cost, env) : 0.0);
     }
     default: fail("simulate: shard ", s.name(), " has no compute");
   }
+}
+
+}  // namespace
+
+double action_ms(const Action& a, const ModelSpec& spec, const ShardSet& shards, const CostModel& cost,
+                 const StepShape& step, double concurrent) {
+  return timed(a, StepOps(spec, shards, step), shards, cost, step, concurrent);
 }
 
 double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const CostModel& cost,
                 const StepShape& step, int passes) {
   std::vector<Action>& acts = plan.actions;
   const size_t n = acts.size();
-  // Durations without contention are fixed for everything but CPU work; cache them.
-  std::vector<double> base(n);
-  std::vector<bool> is_copy(n), is_cpu(n);
+  const StepOps ops(spec, shards, step);
+  std::vector<double> dur(n);
+  std::vector<size_t> cpu_work;
+  std::vector<size_t> copies[2];  // per copy engine, in list order = time order
   for (size_t i = 0; i < n; ++i) {
     SW_CHECK(acts[i].id == static_cast<int>(i), "simulate: action ids must be their positions");
-    base[i] = action_ms(acts[i], spec, shards, cost, step, 0);
-    is_copy[i] = acts[i].resource == Resource::H2D || acts[i].resource == Resource::D2H;
-    is_cpu[i] = acts[i].resource == Resource::Cpu && acts[i].kind == ActionKind::Compute;
+    dur[i] = timed(acts[i], ops, shards, cost, step, 0);
+    if (acts[i].resource == Resource::H2D) copies[0].push_back(i);
+    if (acts[i].resource == Resource::D2H) copies[1].push_back(i);
+    if (acts[i].resource == Resource::Cpu && acts[i].kind == ActionKind::Compute) cpu_work.push_back(i);
   }
-  std::vector<double> dur = base;
   double makespan = 0;
   for (int pass = 0; pass < std::max(1, passes); ++pass) {
     if (pass > 0) {
       // Copy traffic overlapping each CPU action in the previous pass lowers its DRAM bandwidth.
-      for (size_t i = 0; i < n; ++i) {
-        if (!is_cpu[i]) continue;
+      for (size_t i : cpu_work) {
         const double s = acts[i].start_ms, e = acts[i].end_ms;
         if (e <= s) continue;
         double moved_gb = 0;
-        for (size_t c = 0; c < n; ++c) {
-          if (!is_copy[c] || acts[c].end_ms <= acts[c].start_ms) continue;
-          const double ov = std::min(e, acts[c].end_ms) - std::max(s, acts[c].start_ms);
-          if (ov <= 0) continue;
-          moved_gb += static_cast<double>(acts[c].bytes) / 1e9 * ov / (acts[c].end_ms - acts[c].start_ms);
+        for (const auto& engine : copies) {
+          // Copies of one engine do not overlap each other: find the first ending after s.
+          auto it = std::partition_point(engine.begin(), engine.end(), [&](size_t c) { return acts[c].end_ms <= s; });
+          for (; it != engine.end() && acts[*it].start_ms < e; ++it) {
+            const Action& c = acts[*it];
+            if (c.end_ms <= c.start_ms) continue;
+            const double ov = std::min(e, c.end_ms) - std::max(s, c.start_ms);
+            if (ov > 0) moved_gb += static_cast<double>(c.bytes) / 1e9 * ov / (c.end_ms - c.start_ms);
+          }
         }
-        const double gbps = moved_gb / ((e - s) / 1e3);
-        dur[i] = action_ms(acts[i], spec, shards, cost, step, gbps);
+        dur[i] = timed(acts[i], ops, shards, cost, step, moved_gb / ((e - s) / 1e3));
       }
     }
     double free_at[kNumResources] = {0, 0, 0, 0};
