@@ -287,7 +287,7 @@ TEST_CASE("planning every tier of qwen235b is fast", "[planner]") {
 
 TEST_CASE("winner shares over the paper's configuration space (reported)", "[planner][report]") {
   for (const char* hw_name : {"cli3", "h200-host"}) {
-    std::map<std::string, int> wins;
+    std::map<int64_t, std::map<std::string, int>> wins;  // tier -> schedule -> count
     int total = 0;
     for (const char* model : {"nemo8b", "qwen30b"}) {
       const ModelSpec spec = builtin_spec(model);
@@ -301,14 +301,20 @@ TEST_CASE("winner shares over the paper's configuration space (reported)", "[pla
               const PlanTable t = build_plan_table(spec, *cost, cfg);
               for (const auto& e : t.tiers)
                 if (e.feasible) {
-                  ++wins[schedule_name(e.chosen)];
+                  ++wins[e.tokens][schedule_name(e.chosen)];
                   ++total;
                 }
             }
     }
     std::ostringstream os;
-    os << hw_name << ": " << total << " (config, tier) decisions:";
-    for (const auto& w : wins) os << " " << w.first << " " << (100.0 * w.second / total) << "%";
+    os << hw_name << ": " << total << " (configuration, tier) decisions.";
+    for (const auto& tier : wins) {
+      int n = 0;
+      for (const auto& w : tier.second) n += w.second;
+      os << " Tier " << tier.first << ":";
+      for (const auto& w : tier.second) os << " " << w.first << " " << (100.0 * w.second / n) << "%";
+      os << ".";
+    }
     WARN(os.str());
     CHECK(total == 2 * 2 * 2 * 2 * 4 * 2);
   }
