@@ -823,7 +823,7 @@ std::string explain_plan(const Plan& plan, const ModelSpec& spec, const CostMode
     const Shard& s = S.at(sp.shard);
     std::string why;
     if (s.kind == ShardKind::Embedding) why = "embedding rows are gathered on the host";
-    else if (s.kind == ShardKind::Kv) why = sp.exec == ExecDevice::Gpu ? "KV fits after all attention shards (priority attention > KV)"
+    else if (s.kind == ShardKind::Kv) why = sp.exec == ExecDevice::Gpu ? "KV in VRAM (fixed for the table: the split that simulated a prefill + 64 decode steps fastest)"
                                                                       : "KV on the host: attention core runs on the CPU";
     else if (sp.home == WeightHome::Pinned) why = "pinned: inside the canonical prefix that fits";
     else if (sp.streamed) why = "streamed into a slot; the copy overlaps other work";
