@@ -16,12 +16,14 @@ deps:
 
 build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DSHARDWISE_CUDA=AUTO $(CMAKE_FLAGS) > $(BUILD).configure.log 2>&1 || (cat $(BUILD).configure.log; exit 1)
-	@cmake --build $(BUILD) -j $(JOBS)
+	@echo "building $(BUILD)/ (log: $(BUILD).build.log)"
+	@cmake --build $(BUILD) -j $(JOBS) > $(BUILD).build.log 2>&1 || (tail -60 $(BUILD).build.log; exit 1)
 
 # Unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (CPU only; benchmarks off).
 build-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDWISE_SANITIZE=ON -DSHARDWISE_CUDA=OFF -DSHARDWISE_BENCH=OFF > $(ASAN_BUILD).configure.log 2>&1 || (cat $(ASAN_BUILD).configure.log; exit 1)
-	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+	@echo "building $(ASAN_BUILD)/ (log: $(ASAN_BUILD).build.log)"
+	@cmake --build $(ASAN_BUILD) -j $(JOBS) > $(ASAN_BUILD).build.log 2>&1 || (tail -60 $(ASAN_BUILD).build.log; exit 1)
 
 test: build build-asan
 	@echo "== tests ($(BUILD)) =="
@@ -42,4 +44,4 @@ gpu-build: deps
 	@cmake --build $(GPU_BUILD) -j $(JOBS)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(GPU_BUILD) *.configure.log
+	rm -rf $(BUILD) $(ASAN_BUILD) $(GPU_BUILD) *.configure.log *.build.log

@@ -48,12 +48,6 @@ PlannerConfig config(uint64_t budget, int64_t ctx, int threads) {
   return c;
 }
 
-double chosen_ms(const PlanTable& t, int64_t tier) {
-  const TierEntry* e = t.find_tier(tier);
-  REQUIRE(e != nullptr);
-  REQUIRE(e->feasible);
-  return e->chosen_plan().predicted_ms;
-}
 
 }  // namespace
 
