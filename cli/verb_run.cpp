@@ -98,8 +98,7 @@ void run_run(RunArgs a) {
          " more (need ", needed, ")");
   ThreadPool pool(threads);
   ModelWeights weights = ModelWeights::from_source(*src);
-  CpuModel model(weights, pool);
-  KvCache kv(spec, ctx);
+  CpuEngine engine(weights, pool, ctx);
   const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count();
 
   GenerateOptions go;
@@ -125,7 +124,7 @@ void run_run(RunArgs a) {
     print(stream.push(tok->piece(id)));
   };
   go.stop_requested = [&] { return stream.stopped(); };
-  GenerateResult r = generate(model, kv, prompt, go, on_token);
+  GenerateResult r = generate(engine, prompt, go, on_token);
   print(stream.finish());
   const bool ended_by_eog = tok && !a.ignore_eos && !r.generated.empty() && tok->is_eog(r.generated.back());
   const char* stop_reason = stream.stopped() ? "stop_string" : ended_by_eog ? "eos" : "length";
@@ -147,7 +146,7 @@ void run_run(RunArgs a) {
     j["decode_ms"] = r.decode_ms;
     j["decode_tokens_per_s"] = r.decode_tokens_per_s;
     j["load_ms"] = load_ms;
-    j["kv_cache_bytes"] = kv.bytes();
+    j["kv_cache_bytes"] = spec.kv_bytes_per_token(DType::F32) * static_cast<uint64_t>(ctx);
     nlohmann::json steps = nlohmann::json::array();
     for (const auto& s : r.steps) steps.push_back({{"tokens", s.n_tokens}, {"ms", s.ms}});
     j["steps"] = steps;

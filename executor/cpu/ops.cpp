@@ -40,14 +40,16 @@ void RopeAngles::compute(const int32_t* positions, int64_t n, int64_t head_dim, 
   }
 }
 
-void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const RopeAngles& angles, RopeStyle style) {
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const RopeAngles& angles, RopeStyle style,
+          int64_t row_stride) {
   const int64_t half = head_dim / 2;
+  if (row_stride == 0) row_stride = n_heads * head_dim;
   SW_CHECK(angles.half == half && angles.n_tokens >= n_tokens, "rope: angle table does not match the step");
   for (int64_t t = 0; t < n_tokens; ++t) {
     const float* cs = angles.cos.data() + t * half;
     const float* sn = angles.sin.data() + t * half;
     for (int64_t h = 0; h < n_heads; ++h) {
-      float* v = x + (t * n_heads + h) * head_dim;
+      float* v = x + t * row_stride + h * head_dim;
       if (style == RopeStyle::Neox) {
         for (int64_t i = 0; i < half; ++i) {
           const float a = v[i], b = v[i + half];

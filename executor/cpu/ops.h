@@ -27,8 +27,10 @@ struct RopeAngles {
   void compute(const int32_t* positions, int64_t n_tokens, int64_t head_dim, double theta);
 };
 
-// In-place rotary embedding of x [n_tokens, n_heads * head_dim] with the step's angles.
-void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const RopeAngles& angles, RopeStyle style);
+// In-place rotary embedding of x [n_tokens, n_heads * head_dim] with the step's angles; rows are
+// row_stride floats apart (0 = dense).
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const RopeAngles& angles, RopeStyle style,
+          int64_t row_stride = 0);
 
 // gate[i] = silu(gate[i]) * up[i]
 void swiglu(float* gate, const float* up, int64_t n);

@@ -1,27 +1,21 @@
-// executor/model/cpu_model.h — the CPU fast path of a transformer step, in shard-sized blocks.
-// A step takes n new tokens at given positions, appends their K/V to the cache and produces
-// logits. The blocks (embed, attention, FFN/MoE, output) are the units the planner places, so a
-// runtime can run any of them here while others run elsewhere. Families differ only inside the
-// blocks: llama.cpp (attention + dense FFN; qwen3 adds q/k norm), qwen3_moe.cpp (routed experts).
+// executor/model/cpu_model.h — the whole model on the CPU: a step runs every block of cpu_blocks.h in
+// order over the host weights and a host KV cache. The CPU-only path of `run` and `logits`, and the
+// model the emulated and CUDA schedules are checked against.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
-#include "executor/cpu/ops.h"
+#include "executor/model/cpu_blocks.h"
 #include "executor/model/model_weights.h"
+#include "executor/session/step_engine.h"
 
 namespace shardwise {
 
 class KvCache;
 class ThreadPool;
-
-// Per-step working memory, grown on demand and reused across steps.
-struct CpuScratch {
-  std::vector<float> norm, q, k, v, attn, gate, up, ffn_out, router, expert_in, expert_out;
-  std::vector<int32_t> positions;
-  RopeAngles rope;
-};
 
 class CpuModel {
  public:
@@ -33,20 +27,27 @@ class CpuModel {
   // all_logits, else only the last token's [1, vocab]. Advances kv.n_past() by n.
   void forward(const int32_t* tokens, int64_t n, KvCache& kv, float* logits, bool all_logits);
 
-  // --- blocks (x is the residual stream [n, hidden], updated in place) ---
-  void embed(const int32_t* tokens, int64_t n, float* x);
-  void prepare_step(const int32_t* positions, int64_t n);  // positions and RoPE angles of the step
-  void attention_block(int64_t layer, float* x, int64_t n, KvCache& kv);
-  void ffn_block(int64_t layer, float* x, int64_t n);
-  void output_block(const float* x, int64_t n, float* logits);  // final norm + LM head
-
  private:
-  void dense_ffn(const LayerWeights& lw, const float* xn, int64_t n, float* out);
-  void moe_ffn(const LayerWeights& lw, const float* xn, int64_t n, float* out);
-
   const ModelWeights& w_;
   ThreadPool& pool_;
-  CpuScratch s_;
+  CpuBlocks blocks_;
+  std::vector<float> x_, router_logits_;
+};
+
+// A CpuModel with its own KV cache, as a StepEngine for the generation loop.
+class CpuEngine : public StepEngine {
+ public:
+  CpuEngine(const ModelWeights& weights, ThreadPool& pool, int64_t ctx);
+  ~CpuEngine() override;
+  const ModelSpec& spec() const override { return model_.spec(); }
+  int64_t n_past() const override;
+  int64_t capacity() const override;
+  void step(const int32_t* tokens, int64_t n, float* last_logits) override;
+  std::string device() const override { return "cpu"; }
+
+ private:
+  CpuModel model_;
+  std::unique_ptr<KvCache> kv_;
 };
 
 }  // namespace shardwise

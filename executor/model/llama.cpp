@@ -1,52 +1,74 @@
-// executor/model/llama.cpp — attention block (llama; qwen3 adds per-head q/k RMSNorm) and the dense
-// SwiGLU FFN, on the CPU.
+// executor/model/llama.cpp — attention (llama; qwen3 adds per-head q/k RMSNorm) and the dense SwiGLU
+// FFN on the CPU.
+#include <cstring>
+
+#include "core/error.h"
 #include "core/thread_pool.h"
 #include "executor/cpu/attention.h"
 #include "executor/cpu/matmul.h"
-#include "executor/model/cpu_model.h"
-#include "executor/session/kv_cache.h"
+#include "executor/model/cpu_blocks.h"
 
 namespace shardwise {
 
-void CpuModel::attention_block(int64_t layer, float* x, int64_t n, KvCache& kv) {
-  const ModelSpec& sp = w_.spec;
-  const LayerWeights& lw = w_.layers.at(static_cast<size_t>(layer));
-  const int64_t H = sp.hidden_size, QD = sp.q_dim(), KVD = sp.kv_dim();
-  const float eps = static_cast<float>(sp.rms_norm_eps);
-  s_.norm.resize(static_cast<size_t>(n * H));
-  s_.q.resize(static_cast<size_t>(n * QD));
-  s_.attn.resize(static_cast<size_t>(n * QD));
-  s_.ffn_out.resize(static_cast<size_t>(n * H));
-
-  rms_norm(x, lw.attn_norm.data(), eps, s_.norm.data(), n, H);
-  matmul(lw.wq, s_.norm.data(), H, n, s_.q.data(), QD, pool_);
-  // K and V of the new tokens go straight into the cache rows of their positions.
-  const int64_t pos0 = s_.positions.at(0);
-  float* k_rows = kv.k(layer) + pos0 * KVD;
-  float* v_rows = kv.v(layer) + pos0 * KVD;
-  matmul(lw.wk, s_.norm.data(), H, n, k_rows, KVD, pool_);
-  matmul(lw.wv, s_.norm.data(), H, n, v_rows, KVD, pool_);
-  if (sp.has_qk_norm()) {
-    rms_norm_heads(s_.q.data(), n, sp.num_attention_heads, sp.head_dim, lw.q_norm.data(), eps);
-    rms_norm_heads(k_rows, n, sp.num_key_value_heads, sp.head_dim, lw.k_norm.data(), eps);
+void CpuBlocks::attention_pre(const LayerWeights& w, const float* x, int64_t n, float* qkv) {
+  const int64_t H = spec_.hidden_size, QD = spec_.q_dim(), KVD = spec_.kv_dim(), W = qkv_width();
+  const float eps = static_cast<float>(spec_.rms_norm_eps);
+  SW_CHECK(static_cast<int64_t>(positions_.size()) >= n, "attention: prepare_step was not called for this step");
+  norm_.resize(static_cast<size_t>(n * H));
+  rms_norm(x, w.attn_norm.data(), eps, norm_.data(), n, H);
+  // q, k, v side by side in each row of qkv.
+  matmul(w.wq, norm_.data(), H, n, qkv, W, pool_);
+  matmul(w.wk, norm_.data(), H, n, qkv + QD, W, pool_);
+  matmul(w.wv, norm_.data(), H, n, qkv + QD + KVD, W, pool_);
+  for (int64_t t = 0; t < n; ++t) {
+    float* q = qkv + t * W;
+    float* k = q + QD;
+    if (spec_.has_qk_norm()) {
+      rms_norm_heads(q, 1, spec_.num_attention_heads, spec_.head_dim, w.q_norm.data(), eps);
+      rms_norm_heads(k, 1, spec_.num_key_value_heads, spec_.head_dim, w.k_norm.data(), eps);
+    }
   }
-  rope(s_.q.data(), n, sp.num_attention_heads, sp.head_dim, s_.rope, w_.rope_style);
-  rope(k_rows, n, sp.num_key_value_heads, sp.head_dim, s_.rope, w_.rope_style);
-
-  attention(s_.q.data(), n, s_.positions.data(), kv.k(layer), kv.v(layer), pos0 + n,
-            {sp.num_attention_heads, sp.num_key_value_heads, sp.head_dim}, s_.attn.data(), pool_);
-  matmul(lw.wo, s_.attn.data(), QD, n, s_.ffn_out.data(), H, pool_);
-  add_inplace(x, s_.ffn_out.data(), n * H);
+  rope(qkv, n, spec_.num_attention_heads, spec_.head_dim, angles_, rope_, W);
+  rope(qkv + QD, n, spec_.num_key_value_heads, spec_.head_dim, angles_, rope_, W);
 }
 
-void CpuModel::dense_ffn(const LayerWeights& lw, const float* xn, int64_t n, float* out) {
-  const int64_t H = w_.spec.hidden_size, F = w_.spec.intermediate_size;
-  s_.gate.resize(static_cast<size_t>(n * F));
-  s_.up.resize(static_cast<size_t>(n * F));
-  matmul(lw.ffn_gate, xn, H, n, s_.gate.data(), F, pool_);
-  matmul(lw.ffn_up, xn, H, n, s_.up.data(), F, pool_);
-  swiglu(s_.gate.data(), s_.up.data(), n * F);
-  matmul(lw.ffn_down, s_.gate.data(), F, n, out, H, pool_);
+void CpuBlocks::attention_core(const float* qkv, int64_t n, float* k_cache, float* v_cache, float* attn) {
+  const int64_t QD = spec_.q_dim(), KVD = spec_.kv_dim(), W = qkv_width();
+  for (int64_t t = 0; t < n; ++t) {
+    const float* row = qkv + t * W;
+    std::memcpy(k_cache + (pos0_ + t) * KVD, row + QD, static_cast<size_t>(KVD) * sizeof(float));
+    std::memcpy(v_cache + (pos0_ + t) * KVD, row + QD + KVD, static_cast<size_t>(KVD) * sizeof(float));
+  }
+  // Gather q into a dense [n, q_dim] block for the attention kernel.
+  qkv_.resize(static_cast<size_t>(n * QD));
+  for (int64_t t = 0; t < n; ++t) std::memcpy(qkv_.data() + t * QD, qkv + t * W, static_cast<size_t>(QD) * sizeof(float));
+  shardwise::attention(qkv_.data(), n, positions_.data(), k_cache, v_cache, pos0_ + n,
+            {spec_.num_attention_heads, spec_.num_key_value_heads, spec_.head_dim}, attn, pool_);
+}
+
+void CpuBlocks::attention_post(const LayerWeights& w, float* x, const float* attn, int64_t n) {
+  const int64_t H = spec_.hidden_size, QD = spec_.q_dim();
+  out_.resize(static_cast<size_t>(n * H));
+  matmul(w.wo, attn, QD, n, out_.data(), H, pool_);
+  add_inplace(x, out_.data(), n * H);
+}
+
+void CpuBlocks::attention(const LayerWeights& w, float* x, int64_t n, float* k_cache, float* v_cache) {
+  std::vector<float> qkv(static_cast<size_t>(n * qkv_width()));
+  attn_.resize(static_cast<size_t>(n * spec_.q_dim()));
+  attention_pre(w, x, n, qkv.data());
+  attention_core(qkv.data(), n, k_cache, v_cache, attn_.data());
+  attention_post(w, x, attn_.data(), n);
+}
+
+void CpuBlocks::dense_ffn(const LayerWeights& w, const float* xn, int64_t n, float* out) {
+  const int64_t H = spec_.hidden_size, F = spec_.intermediate_size;
+  gate_.resize(static_cast<size_t>(n * F));
+  up_.resize(static_cast<size_t>(n * F));
+  matmul(w.ffn_gate, xn, H, n, gate_.data(), F, pool_);
+  matmul(w.ffn_up, xn, H, n, up_.data(), F, pool_);
+  swiglu(gate_.data(), up_.data(), n * F);
+  matmul(w.ffn_down, gate_.data(), F, n, out, H, pool_);
 }
 
 }  // namespace shardwise

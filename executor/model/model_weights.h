@@ -23,6 +23,9 @@ struct LayerWeights {
   TensorView router;                 // (n_experts, hidden)      MoE layers
   TensorView gate_exps, up_exps;     // (n_experts, expert_ffn, hidden)
   TensorView down_exps;              // (n_experts, hidden, expert_ffn)
+  // Optional per-expert matrices (e.g. only the routed experts copied into a stream slot); when
+  // non-empty they replace slices of the merged tensors above (nullptr = expert not present).
+  std::vector<const uint8_t*> gate_exp, up_exp, down_exp;
 };
 
 struct ModelWeights {

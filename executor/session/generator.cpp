@@ -5,8 +5,7 @@
 #include <chrono>
 
 #include "core/error.h"
-#include "executor/model/cpu_model.h"
-#include "executor/session/kv_cache.h"
+#include "executor/session/step_engine.h"
 
 namespace shardwise {
 namespace {
@@ -15,15 +14,15 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
-GenerateResult generate(CpuModel& model, KvCache& kv, const std::vector<int32_t>& prompt,
+GenerateResult generate(StepEngine& model, const std::vector<int32_t>& prompt,
                         const GenerateOptions& opt, const std::function<void(int32_t)>& on_token) {
   SW_CHECK(!prompt.empty(), "the prompt is empty: give at least one token");
   const int64_t vocab = model.spec().vocab_size;
   for (int32_t id : prompt)
     SW_CHECK(id >= 0 && id < vocab, "token id ", id, " is out of range for this model (vocabulary of ", vocab, ")");
-  const int64_t total = kv.n_past() + static_cast<int64_t>(prompt.size()) + std::max<int64_t>(0, opt.n_predict - 1);
-  SW_CHECK(total <= kv.capacity(), "the prompt (", prompt.size(), " tokens) plus ", opt.n_predict,
-           " generated tokens need a context of ", total, " but --ctx is ", kv.capacity());
+  const int64_t total = model.n_past() + static_cast<int64_t>(prompt.size()) + std::max<int64_t>(0, opt.n_predict - 1);
+  SW_CHECK(total <= model.capacity(), "the prompt (", prompt.size(), " tokens) plus ", opt.n_predict,
+           " generated tokens need a context of ", total, " but --ctx is ", model.capacity());
 
   GenerateResult r;
   r.n_prompt = static_cast<int64_t>(prompt.size());
@@ -35,7 +34,7 @@ GenerateResult generate(CpuModel& model, KvCache& kv, const std::vector<int32_t>
   for (size_t i = 0; i < prompt.size(); i += static_cast<size_t>(chunk)) {
     const int64_t n = std::min<int64_t>(chunk, static_cast<int64_t>(prompt.size() - i));
     const auto ts = std::chrono::steady_clock::now();
-    model.forward(prompt.data() + i, n, kv, logits.data(), false);
+    model.step(prompt.data() + i, n, logits.data());
     r.steps.push_back({n, ms_since(ts)});
   }
   r.prefill_ms = ms_since(t0);
@@ -51,7 +50,7 @@ GenerateResult generate(CpuModel& model, KvCache& kv, const std::vector<int32_t>
     if (std::find(opt.stop_ids.begin(), opt.stop_ids.end(), next) != opt.stop_ids.end()) break;
     if (opt.stop_requested && opt.stop_requested()) break;
     const auto ts = std::chrono::steady_clock::now();
-    model.forward(&next, 1, kv, logits.data(), false);
+    model.step(&next, 1, logits.data());
     r.steps.push_back({1, ms_since(ts)});
     next = sampler.sample(logits.data(), vocab, history);
   }

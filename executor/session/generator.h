@@ -1,4 +1,4 @@
-// executor/session/generator.h — a generation loop over the CPU model: prefill the prompt in
+// executor/session/generator.h — a generation loop over a StepEngine (CPU model or plan runtime): prefill the prompt in
 // chunks, then decode token by token, with the timings llama.cpp users know (TTFT, prompt and
 // decode tokens/s).
 #pragma once
@@ -11,8 +11,7 @@
 
 namespace shardwise {
 
-class CpuModel;
-class KvCache;
+class StepEngine;
 
 struct GenerateOptions {
   int64_t n_predict = 32;       // tokens to generate (stops earlier at a stop token)
@@ -41,7 +40,7 @@ struct GenerateResult {
 };
 
 // `on_token` (optional) is called with each generated id as soon as it is sampled.
-GenerateResult generate(CpuModel& model, KvCache& kv, const std::vector<int32_t>& prompt,
+GenerateResult generate(StepEngine& engine, const std::vector<int32_t>& prompt,
                         const GenerateOptions& options, const std::function<void(int32_t)>& on_token = {});
 
 }  // namespace shardwise

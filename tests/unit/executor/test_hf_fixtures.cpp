@@ -18,12 +18,11 @@ namespace {
 std::vector<int32_t> greedy(const WeightSource& src, const std::vector<int32_t>& prompt, int n) {
   ThreadPool pool(2);
   ModelWeights w = ModelWeights::from_source(src);
-  CpuModel model(w, pool);
-  KvCache kv(src.spec(), static_cast<int64_t>(prompt.size()) + n);
+  CpuEngine engine(w, pool, static_cast<int64_t>(prompt.size()) + n);
   GenerateOptions o;
   o.n_predict = n;
   o.sampling.greedy = true;
-  return generate(model, kv, prompt, o).generated;
+  return generate(engine, prompt, o).generated;
 }
 
 // Number of leading greedy steps whose reference top-2 gap is clear (>= 1e-3 of max |logit|).

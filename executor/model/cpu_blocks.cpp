@@ -1,0 +1,51 @@
+// executor/model/cpu_blocks.cpp — step set-up, the router and the output block (see cpu_blocks.h).
+#include "executor/model/cpu_blocks.h"
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "executor/cpu/matmul.h"
+
+namespace shardwise {
+
+CpuBlocks::CpuBlocks(const ModelSpec& spec, RopeStyle rope_style, ThreadPool& pool)
+    : spec_(spec), rope_(rope_style), pool_(pool) {}
+
+void CpuBlocks::prepare_step(int64_t pos0, int64_t n) {
+  SW_CHECK(pos0 >= 0 && n >= 1 && pos0 + n <= (int64_t(1) << 30), "step positions out of range");
+  pos0_ = pos0;
+  positions_.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) positions_[i] = static_cast<int32_t>(pos0 + i);
+  angles_.compute(positions_.data(), n, spec_.head_dim, spec_.rope_theta);
+}
+
+void CpuBlocks::router(const LayerWeights& w, const float* x, int64_t n, float* logits) {
+  const int64_t H = spec_.hidden_size;
+  norm_.resize(static_cast<size_t>(n * H));
+  rms_norm(x, w.ffn_norm.data(), static_cast<float>(spec_.rms_norm_eps), norm_.data(), n, H);
+  matmul(w.router, norm_.data(), H, n, logits, spec_.num_experts, pool_);
+}
+
+void CpuBlocks::ffn(const LayerWeights& w, float* x, int64_t n, const MoeRouting* routing) {
+  const int64_t H = spec_.hidden_size;
+  norm_.resize(static_cast<size_t>(n * H));
+  out_.resize(static_cast<size_t>(n * H));
+  rms_norm(x, w.ffn_norm.data(), static_cast<float>(spec_.rms_norm_eps), norm_.data(), n, H);
+  if (spec_.is_moe()) {
+    SW_CHECK(routing != nullptr, "MoE FFN block needs the tokens' routing");
+    moe_ffn(w, norm_.data(), n, *routing, out_.data());
+  } else {
+    dense_ffn(w, norm_.data(), n, out_.data());
+  }
+  add_inplace(x, out_.data(), n * H);
+}
+
+void CpuBlocks::output(const std::vector<float>& out_norm, const TensorView& head, const float* x_row, float* logits,
+                       int64_t r0, int64_t r1) {
+  const int64_t H = spec_.hidden_size;
+  SW_CHECK(r0 >= 0 && r1 <= head.shape.at(0) && r0 < r1, "output rows [", r0, ", ", r1, ") out of range");
+  norm_.resize(static_cast<size_t>(H));
+  rms_norm(x_row, out_norm.data(), static_cast<float>(spec_.rms_norm_eps), norm_.data(), 1, H);
+  matmul_raw(head.dtype, head.row(r0), r1 - r0, H, norm_.data(), H, 1, logits + r0, r1 - r0, pool_);
+}
+
+}  // namespace shardwise

@@ -1,0 +1,60 @@
+// executor/model/cpu_blocks.h — the blocks of a transformer step on the CPU (fast path), over
+// weights and KV-cache memory given by the caller: the units the planner places (attention — whole,
+// or split into pre / core / post when its cache lives elsewhere —, router, FFN/MoE, output). The
+// CPU-only model, the emulated device and the runtime's CPU side all run these same functions, so a
+// block computes the same numbers wherever it is scheduled on the host. Families differ only inside
+// the blocks: llama.cpp (attention, dense FFN; qwen3 adds q/k norm), qwen3_moe.cpp (routed experts).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "executor/cpu/ops.h"
+#include "executor/model/model_weights.h"
+#include "executor/model/moe_routing.h"
+
+namespace shardwise {
+
+class ThreadPool;
+
+class CpuBlocks {
+ public:
+  CpuBlocks(const ModelSpec& spec, RopeStyle rope_style, ThreadPool& pool);
+
+  const ModelSpec& spec() const { return spec_; }
+  int64_t qkv_width() const { return spec_.q_dim() + 2 * spec_.kv_dim(); }
+
+  // The step's tokens sit at positions pos0 .. pos0 + n - 1 (computes the RoPE angles once).
+  void prepare_step(int64_t pos0, int64_t n);
+
+  // x [n, hidden] is the residual stream, updated in place. Caches are [capacity, kv_dim] with row j
+  // holding position j; the step writes rows pos0 .. pos0 + n - 1 and attends to rows 0 .. pos.
+  void attention(const LayerWeights& w, float* x, int64_t n, float* k_cache, float* v_cache);
+  // The same, split: pre writes qkv [n, q_dim + 2 kv_dim] (normed, roped); core stores k, v in the
+  // cache and writes attn [n, q_dim]; post adds the output projection to x.
+  void attention_pre(const LayerWeights& w, const float* x, int64_t n, float* qkv);
+  void attention_core(const float* qkv, int64_t n, float* k_cache, float* v_cache, float* attn);
+  void attention_post(const LayerWeights& w, float* x, const float* attn, int64_t n);
+
+  // MoE: router logits [n, num_experts] of the FFN-normed x.
+  void router(const LayerWeights& w, const float* x, int64_t n, float* logits);
+  // x += FFN(ffn_norm(x)). MoE layers need the routing of these tokens (from router logits).
+  void ffn(const LayerWeights& w, float* x, int64_t n, const MoeRouting* routing);
+  // Final norm of one row + rows [r0, r1) of the LM head -> logits[r0 .. r1).
+  void output(const std::vector<float>& out_norm, const TensorView& head, const float* x_row, float* logits,
+              int64_t r0, int64_t r1);
+
+ private:
+  void dense_ffn(const LayerWeights& w, const float* xn, int64_t n, float* out);
+  void moe_ffn(const LayerWeights& w, const float* xn, int64_t n, const MoeRouting& routing, float* out);
+
+  ModelSpec spec_;
+  RopeStyle rope_;
+  ThreadPool& pool_;
+  int64_t pos0_ = 0;
+  std::vector<int32_t> positions_;
+  RopeAngles angles_;
+  std::vector<float> norm_, qkv_, attn_, out_, gate_, up_, expert_in_, expert_out_;
+};
+
+}  // namespace shardwise
