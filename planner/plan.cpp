@@ -61,6 +61,17 @@ const char* compute_part_name(ComputePart p) {
   return "?";
 }
 
+const char* payload_name(Payload p) {
+  switch (p) {
+    case Payload::None: return "none";
+    case Payload::Residual: return "residual";
+    case Payload::Qkv: return "qkv";
+    case Payload::AttnOut: return "attn_out";
+    case Payload::RouterLogits: return "router_logits";
+  }
+  return "?";
+}
+
 const Plan* TierEntry::find(Schedule s) const {
   for (const auto& p : candidates)
     if (p.schedule == s) return &p;
@@ -118,6 +129,11 @@ ActionKind parse_action_kind(const std::string& s) {
     if (s == action_kind_name(k)) return k;
   fail("unknown action kind '", s, "'");
 }
+Payload parse_payload(const std::string& s) {
+  for (Payload p : {Payload::None, Payload::Residual, Payload::Qkv, Payload::AttnOut, Payload::RouterLogits})
+    if (s == payload_name(p)) return p;
+  fail("unknown payload '", s, "'");
+}
 ComputePart parse_part(const std::string& s) {
   for (ComputePart p : {ComputePart::Full, ComputePart::AttnPre, ComputePart::AttnCore, ComputePart::AttnPost})
     if (s == compute_part_name(p)) return p;
@@ -149,7 +165,7 @@ json to_json(const Plan& p) {
   json acts = json::array();
   for (const auto& a : p.actions)
     acts.push_back({{"id", a.id}, {"resource", resource_name(a.resource)}, {"kind", action_kind_name(a.kind)},
-                    {"part", compute_part_name(a.part)}, {"shard", a.shard}, {"layer", a.layer}, {"slot", a.slot},
+                    {"part", compute_part_name(a.part)}, {"payload", payload_name(a.payload)}, {"shard", a.shard}, {"layer", a.layer}, {"slot", a.slot},
                     {"row_begin", a.row_begin}, {"row_end", a.row_end},
                     {"bytes", a.bytes}, {"flops", a.flops}, {"deps", a.deps}, {"label", a.label},
                     {"start_ms", a.start_ms}, {"end_ms", a.end_ms}});
@@ -208,6 +224,7 @@ Plan from_json(const json& j, const std::string& ctx) {
     x.resource = enum_from<Resource>(a, "resource", parse_resource, actx);
     x.kind = enum_from<ActionKind>(a, "kind", parse_action_kind, actx);
     x.part = enum_from<ComputePart>(a, "part", parse_part, actx);
+    x.payload = enum_from<Payload>(a, "payload", parse_payload, actx);
     x.shard = field<int>(a, "shard", actx);
     x.layer = field<int>(a, "layer", actx);
     x.slot = field<int>(a, "slot", actx);

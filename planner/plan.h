@@ -39,11 +39,17 @@ const char* action_kind_name(ActionKind k);
 enum class ComputePart { Full, AttnPre, AttnCore, AttnPost };
 const char* compute_part_name(ComputePart p);
 
+// What a CopyActivations moves: the residual stream x [n, hidden]; q, k, v [n, q_dim + 2 kv_dim]
+// of a split attention; its output [n, q_dim]; or an MoE layer's router logits [n, experts].
+enum class Payload { None, Residual, Qkv, AttnOut, RouterLogits };
+const char* payload_name(Payload p);
+
 struct Action {
   int id = 0;
   Resource resource = Resource::Cpu;
   ActionKind kind = ActionKind::Compute;
   ComputePart part = ComputePart::Full;
+  Payload payload = Payload::None;  // CopyActivations only
   int shard = -1;  // shard id, -1 for none
   int layer = -1;
   int slot = -1;   // stream slot of a CopyWeights (and of the Compute that reads it)

@@ -51,7 +51,7 @@ uint64_t largest_streamed(const ModelSpec& spec, const ShardSet& set, const std:
 // The layout with the first `kv_layers` layers' KV in VRAM.
 Layout make_layout(const ModelSpec& spec, const PlannerConfig& cfg, int kv_layers) {
   Layout L;
-  L.shards = make_shards(spec, cfg.ctx, cfg.kv_dtype);
+  L.shards = make_shards(spec, cfg.ctx, cfg.kv_dtype, &cfg.tensor_dtypes);
   const ShardSet& S = L.shards;
   for (int l = 0; l < S.n_layers; ++l) L.canonical.push_back(S.attention[l]);
   for (int l = 0; l < S.n_layers; ++l) L.canonical.push_back(S.ffn[l]);
@@ -167,29 +167,35 @@ class Builder {
             const int pre = compute(Resource::GpuCompute, id, ComputePart::AttnPre, deps);
             const int d2h = add(Resource::D2H, ActionKind::CopyActivations, id, s.layer, qkv_bytes(spec_, n_),
                                 s.name() + " q,k,v", {pre});
+            plan_.actions.back().payload = Payload::Qkv;
             const int core = compute(Resource::Cpu, id, ComputePart::AttnCore, {d2h});
             const int h2d = add(Resource::H2D, ActionKind::CopyActivations, id, s.layer, attn_out_bytes(spec_, n_),
                                 s.name() + " attn out", {core});
+            plan_.actions.back().payload = Payload::AttnOut;
             last_x_ = compute(Resource::GpuCompute, id, ComputePart::AttnPost, {h2d, pre});
           }
-          if (spec_.is_moe())
+          if (spec_.is_moe()) {  // router logits to the host, which routes (same code on every device)
             routing_[static_cast<size_t>(s.layer)] =
                 add(Resource::D2H, ActionKind::CopyActivations, id, s.layer,
-                    static_cast<uint64_t>(n_ * spec_.num_experts_per_tok) * 8, s.name() + " routing", {last_x_});
+                    static_cast<uint64_t>(n_ * spec_.num_experts) * 4, s.name() + " router logits", {last_x_});
+            plan_.actions.back().payload = Payload::RouterLogits;
+          }
         } else {
           to_host();
           last_x_ = compute(Resource::Cpu, id, ComputePart::Full, {last_x_});
           if (spec_.is_moe()) routing_[static_cast<size_t>(s.layer)] = last_x_;
         }
       } else {  // FFN or output
+        // An MoE FFN needs its layer's routing on the host (the router logits copy, or the CPU router).
+        const int routing = s.kind == ShardKind::Ffn && spec_.is_moe() ? routing_[static_cast<size_t>(s.layer)] : -1;
         if (e == ExecDevice::Gpu) {
           to_gpu();
-          std::vector<int> deps = {last_x_};
+          std::vector<int> deps = {last_x_, routing};
           if (k >= 0) deps.push_back(copy_action_[k]);
           last_x_ = compute(Resource::GpuCompute, id, ComputePart::Full, deps);
         } else {
           to_host();
-          last_x_ = compute(Resource::Cpu, id, ComputePart::Full, {last_x_});
+          last_x_ = compute(Resource::Cpu, id, ComputePart::Full, {last_x_, routing});
         }
         if (s.kind == ShardKind::Output && e == ExecDevice::Gpu)
           last_x_ = add(Resource::D2H, ActionKind::CopyLogits, id, -1, logits_bytes(spec_), "logits", {last_x_});
@@ -238,11 +244,13 @@ class Builder {
   void to_gpu() {
     if (on_gpu_) return;
     last_x_ = add(Resource::H2D, ActionKind::CopyActivations, -1, -1, residual_bytes(spec_, n_), "x to gpu", {last_x_});
+    plan_.actions.back().payload = Payload::Residual;
     on_gpu_ = true;
   }
   void to_host() {
     if (!on_gpu_) return;
     last_x_ = add(Resource::D2H, ActionKind::CopyActivations, -1, -1, residual_bytes(spec_, n_), "x to host", {last_x_});
+    plan_.actions.back().payload = Payload::Residual;
     on_gpu_ = false;
   }
 
@@ -509,7 +517,12 @@ Plan plan_dynamic(const Ctx& c, int64_t n) {
 // llama.cpp -ngl N: the last N whole layers (weights and KV) on the GPU, the output too when all
 // layers fit; for steps of >= 32 tokens the CPU layers' matmul weights are copied to the GPU and
 // run there, one at a time (attention over the host KV stays on the CPU).
+// llama.cpp's default micro-batch: larger steps run as several of these.
+constexpr int64_t kBaselineMicroBatch = 512;
+
 Plan plan_layer_split(const Ctx& c, int64_t n) {
+  if (n > kBaselineMicroBatch)
+    return infeasible(c, Schedule::LayerSplit, n, "llama.cpp runs steps above its 512-token micro-batch as several micro-batches");
   const ModelSpec& spec = c.spec;
   const ShardSet& S = c.L.shards;
   const int Ln = S.n_layers;
@@ -517,8 +530,8 @@ Plan plan_layer_split(const Ctx& c, int64_t n) {
   const bool offload_batches = n >= 32;
   uint64_t max_weight = 0;
   for (int l = 0; l < Ln; ++l) max_weight = std::max({max_weight, S.at(S.attention[l]).bytes, S.at(S.ffn[l]).bytes});
-  // llama.cpp sizes its compute buffer for its micro-batch (512) at load time.
-  const uint64_t scratch = align_up(gpu_scratch_bytes(spec, std::max<int64_t>(n, 512)));
+  // llama.cpp sizes its compute buffer for its micro-batch at load time.
+  const uint64_t scratch = align_up(gpu_scratch_bytes(spec, kBaselineMicroBatch));
   int N = Ln;
   bool output_gpu = true;
   auto need = [&](int layers, bool out) {
@@ -605,6 +618,8 @@ Plan plan_cpu_moe(const Ctx& c, int64_t n) {
   const ModelSpec& spec = c.spec;
   const ShardSet& S = c.L.shards;
   if (!spec.is_moe()) return infeasible(c, Schedule::CpuMoe, n, "the model has no experts");
+  if (n > kBaselineMicroBatch)
+    return infeasible(c, Schedule::CpuMoe, n, "llama.cpp runs steps above its 512-token micro-batch as several micro-batches");
   Plan plan;
   plan.schedule = Schedule::CpuMoe;
   plan.tier = n;
@@ -622,7 +637,7 @@ Plan plan_cpu_moe(const Ctx& c, int64_t n) {
   exec[static_cast<size_t>(S.output)] = ExecDevice::Gpu;
   offset[static_cast<size_t>(S.output)] = static_cast<int64_t>(off);
   off += align_up(S.at(S.output).bytes);
-  const uint64_t scratch = align_up(gpu_scratch_bytes(spec, std::max<int64_t>(n, 512)));
+  const uint64_t scratch = align_up(gpu_scratch_bytes(spec, kBaselineMicroBatch));
   const uint64_t kv_region = align_up(static_cast<uint64_t>(S.n_layers) * c.L.kv_layer_bytes);
   plan.vram_bytes = off + scratch + kv_region;
   if (plan.vram_bytes > c.cfg.budget_bytes)
@@ -795,7 +810,7 @@ PlanTable build_plan_table(const ModelSpec& spec, const CostModel& cost, const P
 
 std::string explain_plan(const Plan& plan, const ModelSpec& spec, const CostModel& cost, const PlannerConfig& cfg) {
   std::ostringstream os;
-  const ShardSet S = make_shards(spec, cfg.ctx, cfg.kv_dtype);
+  const ShardSet S = make_shards(spec, cfg.ctx, cfg.kv_dtype, &cfg.tensor_dtypes);
   StepShape st;
   st.tokens = plan.tier;
   st.keys = cfg.ctx;

@@ -27,6 +27,8 @@ struct PlannerConfig {
   std::vector<Schedule> schedules = {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic, Schedule::LayerSplit,
                                      Schedule::CpuMoe};
   std::string model_name;
+  // Storage dtypes of the actual weight file where they differ from the spec's rule (optional).
+  TensorDtypes tensor_dtypes;
 };
 
 // Builds every tier. Throws Error naming the smallest budget that works when no schedule fits even

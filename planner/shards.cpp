@@ -23,7 +23,73 @@ std::string Shard::name() const {
   return "L" + std::to_string(layer) + "." + shard_kind_name(kind);
 }
 
-ShardSet make_shards(const ModelSpec& spec, int64_t ctx, DType kv_dtype) {
+namespace {
+uint64_t align_shard(uint64_t x) { return (x + kShardAlign - 1) / kShardAlign * kShardAlign; }
+}  // namespace
+
+const ShardTensorPlace* ShardLayout::find(const std::string& name) const {
+  for (const auto& t : tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+ShardLayout shard_layout(const ModelSpec& spec, const Shard& shard, const TensorDtypes* dtypes) {
+  ShardLayout L;
+  std::map<std::string, TensorDesc> descs;
+  for (const TensorDesc& t : spec.tensors()) descs[t.name] = t;
+  auto dtype_of = [&](const TensorDesc& d) {
+    if (dtypes) {
+      auto it = dtypes->find(d.name);
+      if (it != dtypes->end()) return it->second;
+    }
+    return d.dtype;
+  };
+  uint64_t off = 0;
+  std::vector<const TensorDesc*> experts;
+  for (const std::string& name : shard.tensors) {
+    const TensorDesc& d = descs.at(name);
+    if (d.kind == TensorKind::MoeGate || d.kind == TensorKind::MoeUp || d.kind == TensorKind::MoeDown) {
+      experts.push_back(&d);
+      continue;
+    }
+    ShardTensorPlace p;
+    p.name = name;
+    // Vectors (norms) are always stored as f32 on the device.
+    p.dtype = d.shape.size() <= 1 ? DType::F32 : dtype_of(d);
+    p.shape = d.shape;
+    p.bytes = tensor_bytes(p.dtype, d.shape);
+    p.offset = off;
+    off += align_shard(p.bytes);
+    L.tensors.push_back(std::move(p));
+  }
+  if (!experts.empty()) {
+    SW_CHECK(experts.size() == 3, "shard ", shard.name(), ": expected gate, up and down expert tensors");
+    L.n_experts = spec.num_experts;
+    uint64_t within = 0;
+    for (const TensorDesc* d : experts) {
+      const DType dt = dtype_of(*d);
+      const Shape one(d->shape.begin() + 1, d->shape.end());
+      const uint64_t b = align_shard(tensor_bytes(dt, one));
+      if (d->kind == TensorKind::MoeGate) L.gate_dtype = dt;
+      if (d->kind == TensorKind::MoeUp) {
+        L.up_dtype = dt;
+        L.expert_up_offset = within;
+      }
+      if (d->kind == TensorKind::MoeDown) {
+        L.down_dtype = dt;
+        L.expert_down_offset = within;
+      }
+      within += b;
+    }
+    L.expert_stride = within;
+    off = align_shard(off);
+    off += static_cast<uint64_t>(L.n_experts) * L.expert_stride;
+  }
+  L.bytes = align_shard(off);
+  return L;
+}
+
+ShardSet make_shards(const ModelSpec& spec, int64_t ctx, DType kv_dtype, const TensorDtypes* dtypes) {
   SW_CHECK(ctx >= 1, "context must be at least 1 token");
   ShardSet set;
   set.n_layers = static_cast<int>(spec.num_hidden_layers);
@@ -64,17 +130,12 @@ ShardSet make_shards(const ModelSpec& spec, int64_t ctx, DType kv_dtype) {
         break;
       default: id = set.ffn[t.layer];
     }
-    set.shards[id].bytes += t.bytes;
     set.shards[id].tensors.push_back(t.name);
   }
   // A tied LM head reads the embedding table: the output shard needs its own copy of those bytes.
-  if (spec.tie_word_embeddings) {
-    for (const TensorDesc& t : spec.tensors())
-      if (t.kind == TensorKind::TokenEmbd) {
-        set.shards[set.output].bytes += t.bytes;
-        set.shards[set.output].tensors.push_back(t.name);
-      }
-  }
+  if (spec.tie_word_embeddings) set.shards[set.output].tensors.push_back("token_embd.weight");
+  for (Shard& s : set.shards)
+    if (s.kind != ShardKind::Kv) s.bytes = shard_layout(spec, s, dtypes).bytes;
   return set;
 }
 
@@ -157,9 +218,11 @@ std::vector<Op> ffn_ops(const ModelSpec& s, const ShardSet&, int, int64_t n) {
 
 uint64_t ffn_bytes_touched(const ModelSpec& s, const Shard& ffn, int64_t n, bool worst_case) {
   if (!s.is_moe()) return ffn.bytes;
+  // ffn.bytes = E experts of one (aligned) stride each.
+  const double stride = static_cast<double>(ffn.bytes) / static_cast<double>(s.num_experts);
   const double e = worst_case ? static_cast<double>(std::min<int64_t>(s.num_experts, n * s.num_experts_per_tok))
                               : expected_distinct_experts(n, s.num_experts_per_tok, s.num_experts);
-  return static_cast<uint64_t>(static_cast<double>(ffn.bytes) * e / static_cast<double>(s.num_experts) + 0.5);
+  return static_cast<uint64_t>(stride * (worst_case ? e : e) + 0.5);
 }
 
 std::vector<Op> output_ops(const ModelSpec& s, const ShardSet&) {

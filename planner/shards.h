@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -35,8 +36,35 @@ struct ShardSet {
   const Shard& at(int id) const { return shards.at(static_cast<size_t>(id)); }
 };
 
+// Storage dtypes of real files can differ from the spec's rule (e.g. a q8_0 file keeping some
+// tensors in f16); this map (canonical name -> dtype) overrides the rule where given.
+using TensorDtypes = std::map<std::string, DType>;
+
 // kv_dtype is the cache element type (f32 keeps results exact against an f32 reference).
-ShardSet make_shards(const ModelSpec& spec, int64_t ctx, DType kv_dtype);
+ShardSet make_shards(const ModelSpec& spec, int64_t ctx, DType kv_dtype, const TensorDtypes* dtypes = nullptr);
+
+// Where each tensor of a shard sits inside the shard's region of VRAM (its pinned place or a
+// stream slot): tensors in the shard's order, each at a 256-byte aligned offset. The experts of an
+// MoE FFN shard are stored expert by expert: expert j's gate, up and down rows at
+// j * expert_stride + {0, gate_offset... }; a slot holding only routed experts packs them the same way.
+constexpr uint64_t kShardAlign = 256;
+struct ShardTensorPlace {
+  std::string name;
+  DType dtype = DType::F32;
+  Shape shape;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
+struct ShardLayout {
+  std::vector<ShardTensorPlace> tensors;  // non-expert tensors
+  int64_t n_experts = 0;                  // MoE FFN shards only
+  uint64_t expert_stride = 0;             // bytes per expert (gate + up + down, aligned)
+  uint64_t expert_up_offset = 0, expert_down_offset = 0;  // within one expert's block
+  DType gate_dtype = DType::F32, up_dtype = DType::F32, down_dtype = DType::F32;
+  uint64_t bytes = 0;  // the whole shard's region
+  const ShardTensorPlace* find(const std::string& name) const;
+};
+ShardLayout shard_layout(const ModelSpec& spec, const Shard& shard, const TensorDtypes* dtypes = nullptr);
 
 // Ops of one step of n new tokens attending over `keys` cached keys (including the new ones).
 // Attention is split where the cache may live elsewhere: `pre` (norm, Q/K/V, q/k norms, RoPE,
