@@ -83,6 +83,7 @@ ShardLayout shard_layout(const ModelSpec& spec, const Shard& shard, const Tensor
     }
     L.expert_stride = within;
     off = align_shard(off);
+    L.expert_base = off;
     off += static_cast<uint64_t>(L.n_experts) * L.expert_stride;
   }
   L.bytes = align_shard(off);
@@ -125,7 +126,9 @@ ShardSet make_shards(const ModelSpec& spec, int64_t ctx, DType kv_dtype, const T
         break;
       case TensorKind::FfnNorm:
         // MoE: the router (attention shard) needs the normed input, so routing is known before the
-        // experts' weights are fetched; dense: the norm stays with its FFN.
+        // experts' weights are fetched; the experts need it too, so both shards carry this small
+        // vector. Dense: the norm stays with its FFN.
+        if (spec.is_moe()) set.shards[static_cast<size_t>(set.ffn[t.layer])].tensors.push_back(t.name);
         id = spec.is_moe() ? set.attention[t.layer] : set.ffn[t.layer];
         break;
       default: id = set.ffn[t.layer];
@@ -134,8 +137,13 @@ ShardSet make_shards(const ModelSpec& spec, int64_t ctx, DType kv_dtype, const T
   }
   // A tied LM head reads the embedding table: the output shard needs its own copy of those bytes.
   if (spec.tie_word_embeddings) set.shards[set.output].tensors.push_back("token_embd.weight");
-  for (Shard& s : set.shards)
-    if (s.kind != ShardKind::Kv) s.bytes = shard_layout(spec, s, dtypes).bytes;
+  for (Shard& s : set.shards) {
+    if (s.kind == ShardKind::Kv) continue;
+    const ShardLayout L = shard_layout(spec, s, dtypes);
+    s.bytes = L.bytes;
+    s.expert_base = L.expert_base;
+    s.expert_stride = L.expert_stride;
+  }
   return set;
 }
 
@@ -218,11 +226,9 @@ std::vector<Op> ffn_ops(const ModelSpec& s, const ShardSet&, int, int64_t n) {
 
 uint64_t ffn_bytes_touched(const ModelSpec& s, const Shard& ffn, int64_t n, bool worst_case) {
   if (!s.is_moe()) return ffn.bytes;
-  // ffn.bytes = E experts of one (aligned) stride each.
-  const double stride = static_cast<double>(ffn.bytes) / static_cast<double>(s.num_experts);
   const double e = worst_case ? static_cast<double>(std::min<int64_t>(s.num_experts, n * s.num_experts_per_tok))
                               : expected_distinct_experts(n, s.num_experts_per_tok, s.num_experts);
-  return static_cast<uint64_t>(stride * (worst_case ? e : e) + 0.5);
+  return ffn.expert_base + static_cast<uint64_t>(static_cast<double>(ffn.expert_stride) * e + 0.5);
 }
 
 std::vector<Op> output_ops(const ModelSpec& s, const ShardSet&) {
@@ -250,8 +256,12 @@ uint64_t gpu_scratch_bytes(const ModelSpec& s, int64_t n) {
   // Flash-attention tiles: 64 queries x 128 keys x heads of scores and partial sums.
   floats += 64ull * 128ull * static_cast<uint64_t>(s.num_attention_heads) * 2;
   floats += static_cast<uint64_t>(s.vocab_size);  // one row of logits
-  const uint64_t workspace = 32ull << 20;        // cuBLAS workspace and kernel temporaries
-  return floats * 4 + workspace;
+  floats += N * static_cast<uint64_t>(s.num_experts) + H;  // router logits, the LM head's norm
+  // Library workspace and kernel temporaries (e.g. a dequantised weight tile): 32 MiB for real
+  // models, less for small ones.
+  const uint64_t widest = static_cast<uint64_t>(std::max({s.intermediate_size, s.moe_intermediate_size, s.q_dim(), s.hidden_size}));
+  const uint64_t workspace = std::min<uint64_t>(32ull << 20, std::max<uint64_t>(1ull << 20, 64 * widest * H * 4 / 16));
+  return floats * 4 + workspace + 16 * 256;  // + alignment of the runtime's buffers
 }
 
 }  // namespace shardwise

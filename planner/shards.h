@@ -24,6 +24,8 @@ struct Shard {
   ShardKind kind = ShardKind::Attention;
   int layer = -1;            // -1 for output and embedding
   uint64_t bytes = 0;        // weight bytes (KV: cache bytes at the context capacity)
+  uint64_t expert_base = 0;    // MoE FFN: where the experts start in the shard's region
+  uint64_t expert_stride = 0;  // MoE FFN: bytes per expert
   std::vector<std::string> tensors;  // canonical tensor names (empty for KV)
   std::string name() const;  // "L3.attn", "L3.ffn", "L3.kv", "output", "embedding"
 };
@@ -45,8 +47,9 @@ ShardSet make_shards(const ModelSpec& spec, int64_t ctx, DType kv_dtype, const T
 
 // Where each tensor of a shard sits inside the shard's region of VRAM (its pinned place or a
 // stream slot): tensors in the shard's order, each at a 256-byte aligned offset. The experts of an
-// MoE FFN shard are stored expert by expert: expert j's gate, up and down rows at
-// j * expert_stride + {0, gate_offset... }; a slot holding only routed experts packs them the same way.
+// MoE FFN shard follow, expert by expert: expert j's gate, up and down at expert_base +
+// j * expert_stride + {0, expert_up_offset, expert_down_offset}; a slot holding only the routed experts
+// packs them the same way (j = their rank among the routed experts).
 constexpr uint64_t kShardAlign = 256;
 struct ShardTensorPlace {
   std::string name;
@@ -58,6 +61,7 @@ struct ShardTensorPlace {
 struct ShardLayout {
   std::vector<ShardTensorPlace> tensors;  // non-expert tensors
   int64_t n_experts = 0;                  // MoE FFN shards only
+  uint64_t expert_base = 0;               // offset of expert 0 (after the non-expert tensors)
   uint64_t expert_stride = 0;             // bytes per expert (gate + up + down, aligned)
   uint64_t expert_up_offset = 0, expert_down_offset = 0;  // within one expert's block
   DType gate_dtype = DType::F32, up_dtype = DType::F32, down_dtype = DType::F32;

@@ -1,0 +1,113 @@
+// executor/device/device.h — a compute device as the runtime sees it: one arena allocation (the VRAM
+// budget), three in-order queues (compute, H2D copies, D2H copies) with events between them, and the
+// model's blocks (DeviceKernels) enqueued on the compute queue. Implementations: CUDA
+// (executor/cuda/) and the host-emulated device (emu_device.cpp), which exists so that CI can test
+// the runtime's slots, events and arena without a GPU; its timings are never GPU numbers.
+// The runtime never dereferences device memory; devices never plan.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/model_spec.h"
+#include "executor/model/moe_routing.h"
+
+namespace shardwise {
+
+enum class Queue { Compute = 0, H2D = 1, D2H = 2 };
+constexpr int kNumQueues = 3;
+
+// A point in one queue's order: done once everything enqueued on that queue before it is done.
+struct Event {
+  int queue = -1;
+  uint64_t seq = 0;
+  bool valid() const { return queue >= 0; }
+};
+
+// A weight matrix in device memory: rows x cols of dtype, rows contiguous.
+struct DevMat {
+  DType dtype = DType::F32;
+  int64_t rows = 0, cols = 0;
+  const uint8_t* data = nullptr;
+};
+
+// One layer's weights in device memory (only what the block being run needs must be set).
+struct DevLayer {
+  const float* attn_norm = nullptr;  // [hidden] f32
+  const float* q_norm = nullptr;     // [head_dim] f32 (qwen3 families)
+  const float* k_norm = nullptr;
+  const float* ffn_norm = nullptr;   // [hidden] f32
+  DevMat wq, wk, wv, wo;
+  DevMat gate, up, down;             // dense FFN
+  DevMat router;                     // MoE: (experts, hidden)
+  // MoE: per expert, its gate/up (F x H) and down (H x F) matrices; nullptr = not on the device
+  // (then no token may be routed to it).
+  DType gate_dtype = DType::F32, up_dtype = DType::F32, down_dtype = DType::F32;
+  std::vector<const uint8_t*> gate_exp, up_exp, down_exp;
+};
+
+// The blocks of cpu_blocks.h over device memory, enqueued on the compute queue in call order.
+// Host arguments (routing) are copied at call time. Buffers: x [n, hidden]; qkv [n, q_dim + 2 kv_dim];
+// attn [n, q_dim]; logits [n, experts] or [rows]; caches [capacity, kv_dim] f32.
+class DeviceKernels {
+ public:
+  virtual ~DeviceKernels() = default;
+  // Device temporaries for the blocks come from this region (part of the plan's scratch).
+  virtual void set_workspace(uint8_t* dev, uint64_t bytes) = 0;
+  virtual void prepare_step(int64_t pos0, int64_t n) = 0;
+  virtual void attention(const DevLayer& w, float* x, int64_t n, float* k_cache, float* v_cache) = 0;
+  virtual void attention_pre(const DevLayer& w, const float* x, int64_t n, float* qkv) = 0;
+  virtual void attention_post(const DevLayer& w, float* x, const float* attn, int64_t n) = 0;
+  virtual void router(const DevLayer& w, const float* x, int64_t n, float* logits) = 0;
+  virtual void ffn(const DevLayer& w, float* x, int64_t n, const MoeRouting* routing) = 0;
+  // Final norm of x_row, then head rows [0, head.rows) into logits[0 ..) (the caller offsets both
+  // for a piece of the LM head).
+  virtual void output(const float* out_norm, const DevMat& head, const float* x_row, float* logits) = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual std::string kind() const = 0;  // "cuda" or "emu"
+  virtual std::string name() const = 0;  // e.g. "NVIDIA H200" / "emulated device"
+
+  // The arena: exactly `bytes` of device memory, allocated once. Throws Error when unavailable.
+  virtual uint8_t* allocate_arena(uint64_t bytes) = 0;
+  // Pins host memory for full-speed asynchronous copies; on failure warns and copies still work.
+  virtual void pin_host(const void* ptr, uint64_t bytes) = 0;
+  // Throttles copies to this rate (bytes/s; 0 = no cap), to emulate a slower PCIe link.
+  virtual void set_pcie_cap(double bytes_per_s) = 0;
+
+  virtual void copy_h2d(uint8_t* dev, const void* host, uint64_t bytes) = 0;  // on Queue::H2D
+  virtual void copy_d2h(void* host, const uint8_t* dev, uint64_t bytes) = 0;  // on Queue::D2H
+  // Copy of device memory on the compute queue (e.g. moving activations within the arena).
+  virtual void copy_d2d(uint8_t* dst, const uint8_t* src, uint64_t bytes) = 0;
+  virtual Event record(Queue q) = 0;
+  virtual void wait(Queue q, const Event& e) = 0;  // later work on q waits for e
+  virtual void host_wait(const Event& e) = 0;
+  virtual void synchronize() = 0;
+
+  // The model's blocks; set up once per model.
+  virtual DeviceKernels& kernels(const ModelSpec& spec, RopeStyle rope) = 0;
+
+  // Memory accounting (DESIGN.md §6): bytes taken by the context and modules (not in the budget),
+  // and the peak of device memory taken since the arena was allocated, measured from free memory.
+  virtual uint64_t context_bytes() const = 0;
+  virtual uint64_t device_peak_bytes() = 0;
+};
+
+struct EmuOptions {
+  uint64_t seed = 1;
+  int max_delay_us = 200;  // each queue sleeps a random 0..max before each item (0 = none)
+  // Test hook: the n-th call to wait() (counting from 1) is dropped, to prove that a missing
+  // dependency shows up as a wrong result. 0 = never.
+  int drop_wait = 0;
+};
+std::unique_ptr<Device> make_emu_device(const EmuOptions& options = {});
+// Throws Error when the build has no CUDA or the machine no GPU.
+std::unique_ptr<Device> make_cuda_device(int ordinal = 0);
+
+}  // namespace shardwise

@@ -1,0 +1,284 @@
+// executor/device/emu_device.cpp — the host-emulated device (see device.h): its own memory (one host
+// buffer as the arena), three worker threads as in-order queues, and the CPU blocks as its kernels.
+// Every queue sleeps a seeded random time before each item, so work that is not ordered by an event
+// runs in a random order and a missing dependency shows up as a wrong result.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "core/error.h"
+#include "core/host_buffer.h"
+#include "core/log.h"
+#include "core/thread_pool.h"
+#include "executor/device/device.h"
+#include "executor/model/cpu_blocks.h"
+
+namespace shardwise {
+namespace {
+
+class EmuQueue {
+ public:
+  EmuQueue(uint64_t seed, int max_delay_us) : rng_(seed), max_delay_us_(max_delay_us) {
+    worker_ = std::thread([this] { loop(); });
+  }
+  ~EmuQueue() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+  // Returns the item's sequence number (1-based).
+  uint64_t push(std::function<void()> fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    items_.push_back(std::move(fn));
+    cv_.notify_all();
+    return ++submitted_;
+  }
+  uint64_t submitted() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return submitted_;
+  }
+  void wait_done(uint64_t seq) {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return completed_ >= seq; });
+  }
+  bool done(uint64_t seq) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return completed_ >= seq;
+  }
+  std::exception_ptr take_error() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::exception_ptr e = error_;
+    error_ = nullptr;
+    return e;
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::function<void()> fn;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !items_.empty(); });
+        if (stop_ && items_.empty()) return;
+        fn = std::move(items_.front());
+        items_.pop_front();
+      }
+      if (max_delay_us_ > 0) {
+        std::uniform_int_distribution<int> d(0, max_delay_us_);
+        std::this_thread::sleep_for(std::chrono::microseconds(d(rng_)));
+      }
+      try {
+        fn();
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!error_) error_ = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++completed_;
+      }
+      done_cv_.notify_all();
+    }
+  }
+
+  std::mt19937_64 rng_;
+  int max_delay_us_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  std::deque<std::function<void()>> items_;
+  uint64_t submitted_ = 0, completed_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::thread worker_;
+};
+
+LayerWeights host_view(const DevLayer& d, const ModelSpec& spec) {
+  auto mat = [](const DevMat& m) {
+    TensorView v;
+    v.dtype = m.dtype;
+    v.shape = {m.rows, m.cols};
+    v.data = m.data;
+    v.nbytes = m.data ? tensor_bytes(m.dtype, v.shape) : 0;
+    return v;
+  };
+  auto vec = [](const float* p, int64_t n) { return p ? std::vector<float>(p, p + n) : std::vector<float>(); };
+  LayerWeights w;
+  w.attn_norm = vec(d.attn_norm, spec.hidden_size);
+  w.ffn_norm = vec(d.ffn_norm, spec.hidden_size);
+  w.q_norm = vec(d.q_norm, spec.head_dim);
+  w.k_norm = vec(d.k_norm, spec.head_dim);
+  w.wq = mat(d.wq);
+  w.wk = mat(d.wk);
+  w.wv = mat(d.wv);
+  w.wo = mat(d.wo);
+  w.ffn_gate = mat(d.gate);
+  w.ffn_up = mat(d.up);
+  w.ffn_down = mat(d.down);
+  w.router = mat(d.router);
+  if (spec.is_moe()) {
+    const int64_t E = spec.num_experts, F = spec.moe_intermediate_size, H = spec.hidden_size;
+    w.gate_exps.dtype = d.gate_dtype;
+    w.gate_exps.shape = {E, F, H};
+    w.up_exps.dtype = d.up_dtype;
+    w.up_exps.shape = {E, F, H};
+    w.down_exps.dtype = d.down_dtype;
+    w.down_exps.shape = {E, H, F};
+    w.gate_exp = d.gate_exp;
+    w.up_exp = d.up_exp;
+    w.down_exp = d.down_exp;
+  }
+  return w;
+}
+
+class EmuDevice;
+
+class EmuKernels : public DeviceKernels {
+ public:
+  EmuKernels(EmuQueue& q, const ModelSpec& spec, RopeStyle rope) : q_(q), spec_(spec), pool_(1), blocks_(spec, rope, pool_) {}
+  void set_workspace(uint8_t*, uint64_t) override {}  // the CPU blocks keep their own temporaries
+  void prepare_step(int64_t pos0, int64_t n) override {
+    q_.push([=] { blocks_.prepare_step(pos0, n); });
+  }
+  void attention(const DevLayer& w, float* x, int64_t n, float* k, float* v) override {
+    q_.push([=] { blocks_.attention(host_view(w, spec_), x, n, k, v); });
+  }
+  void attention_pre(const DevLayer& w, const float* x, int64_t n, float* qkv) override {
+    q_.push([=] { blocks_.attention_pre(host_view(w, spec_), x, n, qkv); });
+  }
+  void attention_post(const DevLayer& w, float* x, const float* attn, int64_t n) override {
+    q_.push([=] { blocks_.attention_post(host_view(w, spec_), x, attn, n); });
+  }
+  void router(const DevLayer& w, const float* x, int64_t n, float* logits) override {
+    q_.push([=] { blocks_.router(host_view(w, spec_), x, n, logits); });
+  }
+  void ffn(const DevLayer& w, float* x, int64_t n, const MoeRouting* routing) override {
+    std::shared_ptr<MoeRouting> r = routing ? std::make_shared<MoeRouting>(*routing) : nullptr;
+    q_.push([=] { blocks_.ffn(host_view(w, spec_), x, n, r.get()); });
+  }
+  void output(const float* out_norm, const DevMat& head, const float* x_row, float* logits) override {
+    q_.push([=] {
+      const std::vector<float> norm(out_norm, out_norm + spec_.hidden_size);
+      TensorView h;
+      h.dtype = head.dtype;
+      h.shape = {head.rows, head.cols};
+      h.data = head.data;
+      h.nbytes = tensor_bytes(head.dtype, h.shape);
+      blocks_.output(norm, h, x_row, logits, 0, head.rows);
+    });
+  }
+
+ private:
+  EmuQueue& q_;
+  ModelSpec spec_;
+  ThreadPool pool_;
+  CpuBlocks blocks_;
+};
+
+class EmuDevice : public Device {
+ public:
+  explicit EmuDevice(const EmuOptions& o) : opt_(o) {
+    for (int i = 0; i < kNumQueues; ++i)
+      queues_[i] = std::make_unique<EmuQueue>(o.seed * 7919 + static_cast<uint64_t>(i) * 104729, o.max_delay_us);
+  }
+  ~EmuDevice() override {
+    for (auto& q : queues_) q->wait_done(q->submitted());
+  }
+  std::string kind() const override { return "emu"; }
+  std::string name() const override { return "emulated device (host memory, randomised queue delays)"; }
+
+  uint8_t* allocate_arena(uint64_t bytes) override {
+    SW_CHECK(arena_.size() == 0, "emu: the arena is allocated once");
+    arena_ = HostBuffer(bytes);
+    return arena_.data();
+  }
+  void pin_host(const void*, uint64_t) override {}
+  void set_pcie_cap(double bps) override { cap_ = bps; }
+
+  void copy_h2d(uint8_t* dev, const void* host, uint64_t bytes) override {
+    check_in_arena(dev, bytes, "copy_h2d");
+    push(Queue::H2D, [=] { throttled_copy(dev, host, bytes); });
+  }
+  void copy_d2h(void* host, const uint8_t* dev, uint64_t bytes) override {
+    check_in_arena(dev, bytes, "copy_d2h");
+    push(Queue::D2H, [=] { throttled_copy(host, dev, bytes); });
+  }
+  void copy_d2d(uint8_t* dst, const uint8_t* src, uint64_t bytes) override {
+    check_in_arena(dst, bytes, "copy_d2d");
+    check_in_arena(src, bytes, "copy_d2d");
+    push(Queue::Compute, [=] { std::memmove(dst, src, bytes); });
+  }
+  Event record(Queue q) override {
+    Event e;
+    e.queue = static_cast<int>(q);
+    e.seq = queues_[static_cast<int>(q)]->submitted();
+    return e;
+  }
+  void wait(Queue q, const Event& e) override {
+    if (!e.valid() || e.queue == static_cast<int>(q)) return;  // same queue: already ordered
+    ++waits_;
+    if (opt_.drop_wait > 0 && waits_ == opt_.drop_wait) return;  // test hook: a missing dependency
+    EmuQueue* other = queues_[e.queue].get();
+    const uint64_t seq = e.seq;
+    push(q, [other, seq] { other->wait_done(seq); });
+  }
+  void host_wait(const Event& e) override {
+    if (!e.valid()) return;
+    queues_[e.queue]->wait_done(e.seq);
+    rethrow();
+  }
+  void synchronize() override {
+    for (auto& q : queues_) q->wait_done(q->submitted());
+    rethrow();
+  }
+  DeviceKernels& kernels(const ModelSpec& spec, RopeStyle rope) override {
+    if (!kernels_) kernels_ = std::make_unique<EmuKernels>(*queues_[0], spec, rope);
+    return *kernels_;
+  }
+  uint64_t context_bytes() const override { return 0; }
+  uint64_t device_peak_bytes() override { return arena_.size(); }
+
+ private:
+  void push(Queue q, std::function<void()> fn) { queues_[static_cast<int>(q)]->push(std::move(fn)); }
+  void check_in_arena(const void* p, uint64_t bytes, const char* what) const {
+    const uint8_t* b = arena_.data();
+    const uint8_t* x = static_cast<const uint8_t*>(p);
+    SW_CHECK(b != nullptr && x >= b && x + bytes <= b + arena_.size(), "emu ", what, ": ", bytes,
+             " bytes at arena offset ", static_cast<long long>(x - b), " fall outside the ", arena_.size(), "-byte arena");
+  }
+  void throttled_copy(void* dst, const void* src, uint64_t bytes) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(dst, src, bytes);
+    if (cap_ > 0) {
+      const auto due = t0 + std::chrono::duration<double>(static_cast<double>(bytes) / cap_);
+      std::this_thread::sleep_until(due);
+    }
+  }
+  void rethrow() {
+    for (auto& q : queues_)
+      if (std::exception_ptr e = q->take_error()) std::rethrow_exception(e);
+  }
+
+  EmuOptions opt_;
+  std::unique_ptr<EmuQueue> queues_[kNumQueues];
+  std::unique_ptr<EmuKernels> kernels_;
+  HostBuffer arena_;
+  double cap_ = 0;
+  int waits_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Device> make_emu_device(const EmuOptions& options) { return std::make_unique<EmuDevice>(options); }
+
+}  // namespace shardwise

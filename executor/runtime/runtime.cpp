@@ -1,0 +1,549 @@
+// executor/runtime/runtime.cpp — plan execution (see runtime.h).
+#include "executor/runtime/runtime.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/size.h"
+#include "core/thread_pool.h"
+#include "executor/cpu/ops.h"
+#include "executor/session/kv_cache.h"
+
+namespace shardwise {
+
+TensorDtypes tensor_dtypes_of(const WeightSource& source) {
+  TensorDtypes d;
+  for (const auto& kv : source.tensors()) d[kv.first] = kv.second.dtype;
+  return d;
+}
+
+// Host staging and per-step state.
+struct Runtime::Buffers {
+  std::vector<float> x, qkv, attn, logits;
+  std::vector<std::vector<float>> router;        // per layer [n, experts]
+  std::vector<std::unique_ptr<MoeRouting>> routing;  // per layer, filled when the routing is known
+  std::vector<std::vector<const uint8_t*>> expert_ptrs;  // per layer: streamed experts' device blocks
+  std::vector<float> out_norm_f32;
+};
+
+namespace {
+
+constexpr uint64_t kAlign = 256;
+uint64_t align_up(uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+const ArenaRegion* region(const Plan& p, const char* name) {
+  for (const auto& r : p.arena)
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
+Queue queue_of(Resource r) {
+  switch (r) {
+    case Resource::GpuCompute: return Queue::Compute;
+    case Resource::H2D: return Queue::H2D;
+    case Resource::D2H: return Queue::D2H;
+    case Resource::Cpu: break;
+  }
+  return Queue::Compute;
+}
+
+}  // namespace
+
+Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device& device, ThreadPool& pool,
+                 PlanTable table, const RuntimeOptions& options)
+    : source_(source), weights_(weights), device_(device), pool_(pool), table_(std::move(table)), options_(options),
+      spec_(source.spec()), cpu_(source.spec(), source.rope_style(), pool), buf_(std::make_unique<Buffers>()) {
+  SW_CHECK(table_.version == kPlanFormatVersion, "plan table version ", table_.version, " is not supported");
+  SW_CHECK(!table_.tiers.empty(), "the plan table has no tiers");
+  dtypes_ = tensor_dtypes_of(source);
+  const DType kv_dtype = parse_dtype(table_.kv_dtype);
+  SW_CHECK(kv_dtype == DType::F32, "the executor keeps the KV cache in f32 (plan table says ", table_.kv_dtype, ")");
+  shards_ = make_shards(spec_, table_.ctx, kv_dtype, &dtypes_);
+  for (const Shard& s : shards_.shards) layouts_.push_back(shard_layout(spec_, s, &dtypes_));
+  // The table must describe this model's shards.
+  for (const auto& tier : table_.tiers)
+    for (const Plan& p : tier.candidates) {
+      if (!p.feasible) continue;
+      SW_CHECK(p.placements.size() == shards_.shards.size(), "plan table: ", p.placements.size(),
+               " shard placements, but this model has ", shards_.shards.size(), " shards (a plan for another model?)");
+      for (const auto& sp : p.placements)
+        SW_CHECK(sp.bytes == shards_.at(sp.shard).bytes, "plan table: shard ", sp.name, " has ", sp.bytes,
+                 " bytes in the plan but ", shards_.at(sp.shard).bytes, " in this model (a plan for another file?)");
+      SW_CHECK(p.vram_bytes <= table_.budget_bytes, "plan table: a plan uses more than the budget");
+    }
+  if (options_.schedule) {
+    bool any = false;
+    for (const auto& tier : table_.tiers) {
+      const Plan* p = tier.find(*options_.schedule);
+      any = any || (p && p->feasible);
+    }
+    SW_CHECK(any, "--schedule ", schedule_name(*options_.schedule), " has no feasible plan at any tier for this budget");
+  }
+  // Host weights stay where the source keeps them; pin them so copies run at full PCIe speed.
+  for (const auto& kv : source.tensors()) device_.pin_host(kv.second.data, kv.second.nbytes);
+  device_.set_pcie_cap(options_.pcie_cap_bytes_per_s);
+  arena_ = device_.allocate_arena(table_.budget_bytes);
+  kernels_ = &device_.kernels(spec_, source.rope_style());
+  host_kv_ = std::make_unique<KvCache>(spec_, table_.ctx);
+  buf_->router.resize(static_cast<size_t>(spec_.num_hidden_layers));
+  buf_->routing.resize(static_cast<size_t>(spec_.num_hidden_layers));
+  buf_->expert_ptrs.resize(static_cast<size_t>(spec_.num_hidden_layers));
+  buf_->out_norm_f32 = weights_.output_norm;
+  device_.pin_host(buf_->out_norm_f32.data(), buf_->out_norm_f32.size() * sizeof(float));
+}
+
+Runtime::~Runtime() {
+  try {
+    device_.synchronize();
+  } catch (...) {
+  }
+}
+
+void Runtime::set_n_past(int64_t n) {
+  SW_CHECK(n >= 0 && n <= table_.ctx, "position ", n, " outside the context of ", table_.ctx);
+  n_past_ = n;
+}
+
+RuntimeMemory Runtime::memory() {
+  RuntimeMemory m;
+  m.budget_bytes = table_.budget_bytes;
+  m.arena_peak_bytes = arena_peak_;
+  m.device_peak_bytes = device_.device_peak_bytes();
+  m.context_bytes = device_.context_bytes();
+  m.uploaded_bytes = uploaded_;
+  return m;
+}
+
+const Plan& Runtime::plan_for(int64_t n, int64_t* chunk) const {
+  if (!options_.schedule) {
+    const TierEntry& e = table_.lookup(n);
+    *chunk = e.tokens;
+    return e.chosen_plan();
+  }
+  // A forced schedule: the smallest tier >= n where it is feasible, else its largest feasible tier.
+  const Plan* best = nullptr;
+  const Plan* largest = nullptr;
+  for (const auto& t : table_.tiers) {
+    const Plan* p = t.find(*options_.schedule);
+    if (!p || !p->feasible) continue;
+    if (t.tokens >= n && !best) best = p;
+    largest = p;
+  }
+  const Plan* p = best ? best : largest;
+  SW_CHECK(p != nullptr, "schedule ", schedule_name(*options_.schedule), " has no feasible plan");
+  *chunk = p->tier;
+  return *p;
+}
+
+void Runtime::step(const int32_t* tokens, int64_t n, float* last_logits) {
+  SW_CHECK(n >= 1, "a step needs at least one token");
+  SW_CHECK(n_past_ + n <= table_.ctx, "the context is full: ", n_past_, " + ", n, " tokens exceed --ctx ", table_.ctx);
+  for (int64_t i = 0; i < n; ++i)
+    SW_CHECK(tokens[i] >= 0 && tokens[i] < spec_.vocab_size, "token id ", tokens[i], " is out of range [0, ",
+             spec_.vocab_size, ")");
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t chunk = 0;
+  const Plan& plan = plan_for(n, &chunk);
+  int64_t chunks = 0;
+  for (int64_t i = 0; i < n; i += chunk) {
+    const int64_t m = std::min(chunk, n - i);
+    run_plan(plan, tokens + i, m, last_logits);
+    ++chunks;
+  }
+  RuntimeStep s;
+  s.tokens = n;
+  s.tier = plan.tier;
+  s.chunks = chunks;
+  s.schedule = plan.schedule;
+  s.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  steps_.push_back(s);
+}
+
+void Runtime::check_region(const uint8_t* p, uint64_t bytes, const char* what) const {
+  SW_CHECK(p >= arena_ && p + bytes <= arena_ + table_.budget_bytes, "runtime: ", what, " (", bytes,
+           " bytes) falls outside the arena: the plan does not fit its budget");
+}
+
+const uint8_t* Runtime::host_tensor(const std::string& name, uint64_t* bytes) const {
+  const TensorView& v = source_.tensor(name);
+  *bytes = v.nbytes;
+  return static_cast<const uint8_t*>(v.data);
+}
+
+// Copies a shard's tensors (or rows [row0, row1) of the LM head) into device memory at dst, laid out
+// as shard_layout says. Vectors go as f32 (from the arranged weights).
+void Runtime::copy_shard(const Shard& s, uint8_t* dst, int64_t row0, int64_t row1) {
+  const ShardLayout& L = layouts_[static_cast<size_t>(s.id)];
+  for (const ShardTensorPlace& t : L.tensors) {
+    const TensorView& src = source_.tensor(t.name);
+    if (t.shape.size() <= 1) {
+      // Norm vectors: the f32 copies arranged at load time.
+      const float* f = nullptr;
+      const std::string& n = t.name;
+      if (n == "output_norm.weight") f = weights_.output_norm.data();
+      else {
+        const int layer = s.layer;
+        const LayerWeights& lw = weights_.layers.at(static_cast<size_t>(layer));
+        if (n.find("attn_norm") != std::string::npos) f = lw.attn_norm.data();
+        else if (n.find("attn_q_norm") != std::string::npos) f = lw.q_norm.data();
+        else if (n.find("attn_k_norm") != std::string::npos) f = lw.k_norm.data();
+        else if (n.find("ffn_norm") != std::string::npos) f = lw.ffn_norm.data();
+      }
+      SW_CHECK(f != nullptr, "runtime: no f32 copy of ", n);
+      device_.copy_h2d(dst + t.offset, f, t.bytes);
+      continue;
+    }
+    if (row1 > row0) {  // a piece of the LM head: only its rows, at the start of the slot
+      if (t.name == "output.weight" || (spec_.tie_word_embeddings && t.name == "token_embd.weight")) {
+        const uint64_t rb = src.row_bytes();
+        device_.copy_h2d(dst, src.row(row0), static_cast<uint64_t>(row1 - row0) * rb);
+      }
+      continue;
+    }
+    SW_CHECK(src.nbytes == t.bytes, "runtime: tensor ", t.name, " has ", src.nbytes, " bytes, the layout expects ", t.bytes);
+    device_.copy_h2d(dst + t.offset, src.data, t.bytes);
+  }
+  if (L.n_experts > 0 && row1 <= row0) {  // all experts (pinned MoE FFN): expert by expert
+    const std::string p = "blk." + std::to_string(s.layer) + ".";
+    const TensorView& g = source_.tensor(p + "ffn_gate_exps.weight");
+    const TensorView& u = source_.tensor(p + "ffn_up_exps.weight");
+    const TensorView& d = source_.tensor(p + "ffn_down_exps.weight");
+    for (int64_t e = 0; e < L.n_experts; ++e) {
+      const TensorView ge = g.slice(e), ue = u.slice(e), de = d.slice(e);
+      uint8_t* base = dst + L.expert_base + static_cast<uint64_t>(e) * L.expert_stride;
+      device_.copy_h2d(base, ge.data, ge.nbytes);
+      device_.copy_h2d(base + L.expert_up_offset, ue.data, ue.nbytes);
+      device_.copy_h2d(base + L.expert_down_offset, de.data, de.nbytes);
+    }
+  }
+}
+
+void Runtime::ensure_resident(const Plan& plan) {
+  // Whatever this plan uses as slots or scratch no longer holds pinned weights afterwards.
+  for (const auto& r : plan.arena) {
+    if (r.name == "pinned" || r.name == "kv") continue;
+    for (auto it = resident_.begin(); it != resident_.end();) {
+      const uint64_t off = static_cast<uint64_t>(it->second), end = off + shards_.at(it->first).bytes;
+      if (off < r.offset + r.bytes && r.offset < end) it = resident_.erase(it);
+      else ++it;
+    }
+  }
+  bool uploaded = false;
+  for (const auto& sp : plan.placements) {
+    const Shard& s = shards_.at(sp.shard);
+    if (s.kind == ShardKind::Kv || s.kind == ShardKind::Embedding || sp.home != WeightHome::Pinned) continue;
+    auto it = resident_.find(sp.shard);
+    if (it != resident_.end() && it->second == sp.arena_offset) continue;
+    SW_CHECK(sp.arena_offset >= 0, "plan: pinned shard ", sp.name, " has no arena offset");
+    uint8_t* dst = arena_ + sp.arena_offset;
+    check_region(dst, s.bytes, "a pinned shard");
+    copy_shard(s, dst, 0, 0);
+    resident_[sp.shard] = sp.arena_offset;
+    uploaded_ += s.bytes;
+    uploaded = true;
+  }
+  if (uploaded) device_.wait(Queue::Compute, device_.record(Queue::H2D));
+}
+
+DevLayer Runtime::device_layer(int layer, const Plan& plan, const std::vector<uint8_t*>& base) const {
+  DevLayer w;
+  auto mat = [&](const ShardLayout& L, const uint8_t* b, const std::string& name) {
+    DevMat m;
+    const ShardTensorPlace* t = L.find(name);
+    if (!t || !b) return m;
+    m.dtype = t->dtype;
+    m.rows = t->shape.size() >= 2 ? t->shape[0] : 1;
+    m.cols = t->shape.back();
+    m.data = b + t->offset;
+    return m;
+  };
+  auto vec = [&](const ShardLayout& L, const uint8_t* b, const std::string& name) -> const float* {
+    const ShardTensorPlace* t = L.find(name);
+    return (t && b) ? reinterpret_cast<const float*>(b + t->offset) : nullptr;
+  };
+  const std::string p = "blk." + std::to_string(layer) + ".";
+  const int a = shards_.attention[static_cast<size_t>(layer)], f = shards_.ffn[static_cast<size_t>(layer)];
+  const ShardLayout& la = layouts_[static_cast<size_t>(a)];
+  const ShardLayout& lf = layouts_[static_cast<size_t>(f)];
+  const uint8_t* ba = base[static_cast<size_t>(a)];
+  const uint8_t* bf = base[static_cast<size_t>(f)];
+  w.attn_norm = vec(la, ba, p + "attn_norm.weight");
+  w.q_norm = vec(la, ba, p + "attn_q_norm.weight");
+  w.k_norm = vec(la, ba, p + "attn_k_norm.weight");
+  w.wq = mat(la, ba, p + "attn_q.weight");
+  w.wk = mat(la, ba, p + "attn_k.weight");
+  w.wv = mat(la, ba, p + "attn_v.weight");
+  w.wo = mat(la, ba, p + "attn_output.weight");
+  if (spec_.is_moe()) {
+    // Both shards carry the FFN norm: the router's copy when the attention shard is here, else the experts'.
+    w.ffn_norm = vec(la, ba, p + "ffn_norm.weight");
+    if (!w.ffn_norm) w.ffn_norm = vec(lf, bf, p + "ffn_norm.weight");
+    w.router = mat(la, ba, p + "ffn_gate_inp.weight");
+    w.gate_dtype = lf.gate_dtype;
+    w.up_dtype = lf.up_dtype;
+    w.down_dtype = lf.down_dtype;
+    const auto& streamed = buf_->expert_ptrs[static_cast<size_t>(layer)];
+    const int64_t E = spec_.num_experts;
+    w.gate_exp.assign(static_cast<size_t>(E), nullptr);
+    w.up_exp.assign(static_cast<size_t>(E), nullptr);
+    w.down_exp.assign(static_cast<size_t>(E), nullptr);
+    const bool pinned = plan.placements[static_cast<size_t>(f)].home == WeightHome::Pinned;
+    for (int64_t e = 0; e < E; ++e) {
+      const uint8_t* blk = pinned ? (bf ? bf + lf.expert_base + static_cast<uint64_t>(e) * lf.expert_stride : nullptr)
+                                  : (streamed.empty() ? nullptr : streamed[static_cast<size_t>(e)]);
+      if (!blk) continue;
+      w.gate_exp[static_cast<size_t>(e)] = blk;
+      w.up_exp[static_cast<size_t>(e)] = blk + lf.expert_up_offset;
+      w.down_exp[static_cast<size_t>(e)] = blk + lf.expert_down_offset;
+    }
+  } else {
+    w.ffn_norm = vec(lf, bf, p + "ffn_norm.weight");
+    w.gate = mat(lf, bf, p + "ffn_gate.weight");
+    w.up = mat(lf, bf, p + "ffn_up.weight");
+    w.down = mat(lf, bf, p + "ffn_down.weight");
+  }
+  return w;
+}
+
+void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float* logits_out) {
+  SW_CHECK(plan.feasible, "runtime: the ", schedule_name(plan.schedule), " plan for ", plan.tier,
+           " tokens is infeasible (", plan.infeasible_reason, ")");
+  SW_CHECK(n <= plan.tier, "runtime: ", n, " tokens exceed the plan's tier ", plan.tier);
+  if (!kv_fixed_) {
+    kv_on_gpu_ = plan.kv_on_gpu;
+    kv_fixed_ = true;
+  }
+  SW_CHECK(plan.kv_on_gpu == kv_on_gpu_, "runtime: this plan keeps the KV cache elsewhere than earlier steps (plans "
+                                         "of one table must share the KV placement)");
+  const ModelSpec& sp = spec_;
+  const int64_t H = sp.hidden_size, QD = sp.q_dim(), KVD = sp.kv_dim(), W = QD + 2 * KVD, V = sp.vocab_size;
+  const int64_t E = sp.is_moe() ? sp.num_experts : 0;
+  const int64_t pos0 = n_past_;
+  Buffers& b = *buf_;
+  b.x.resize(static_cast<size_t>(n * H));
+  b.qkv.resize(static_cast<size_t>(n * W));
+  b.attn.resize(static_cast<size_t>(n * QD));
+  b.logits.resize(static_cast<size_t>(V));
+  for (auto& r : b.routing) r.reset();
+  for (auto& e : b.expert_ptrs) e.clear();
+
+  // Device buffers at the start of the plan's scratch region; the rest is the kernels' workspace.
+  const ArenaRegion* scratch = region(plan, "scratch");
+  SW_CHECK(scratch != nullptr, "runtime: the plan has no scratch region");
+  uint8_t* s = arena_ + scratch->offset;
+  auto take = [&](uint64_t bytes) {
+    uint8_t* p = s;
+    s += align_up(bytes);
+    return p;
+  };
+  float* x_d = reinterpret_cast<float*>(take(static_cast<uint64_t>(n * H) * 4));
+  float* qkv_d = reinterpret_cast<float*>(take(static_cast<uint64_t>(n * W) * 4));
+  float* attn_d = reinterpret_cast<float*>(take(static_cast<uint64_t>(n * QD) * 4));
+  float* router_d = reinterpret_cast<float*>(take(static_cast<uint64_t>(std::max<int64_t>(1, n * E)) * 4));
+  float* logits_d = reinterpret_cast<float*>(take(static_cast<uint64_t>(V) * 4));
+  float* out_norm_d = reinterpret_cast<float*>(take(static_cast<uint64_t>(H) * 4));
+  const uint64_t used = static_cast<uint64_t>(s - (arena_ + scratch->offset));
+  SW_CHECK(used <= scratch->bytes, "runtime: the step's activations (", used, " bytes) exceed the plan's scratch (",
+           scratch->bytes, " bytes)");
+  kernels_->set_workspace(s, scratch->bytes - used);
+  arena_peak_ = std::max(arena_peak_, plan.vram_bytes);
+
+  ensure_resident(plan);
+  // Where each shard's weights are on the device for this step (slots are filled by copies).
+  std::vector<uint8_t*> base(shards_.shards.size(), nullptr);
+  for (const auto& p : plan.placements)
+    if (p.home == WeightHome::Pinned && p.arena_offset >= 0 && shards_.at(p.shard).kind != ShardKind::Kv)
+      base[static_cast<size_t>(p.shard)] = arena_ + p.arena_offset;
+  const ArenaRegion* slots[2] = {region(plan, "slot0"), region(plan, "slot1")};
+  auto kv_dev = [&](int layer, bool v) -> float* {
+    const auto& p = plan.placements[static_cast<size_t>(shards_.kv[static_cast<size_t>(layer)])];
+    SW_CHECK(p.arena_offset >= 0, "runtime: layer ", layer, " keeps its KV in VRAM but the plan gives no offset");
+    uint8_t* k = arena_ + p.arena_offset;
+    check_region(k, 2ull * static_cast<uint64_t>(table_.ctx * KVD) * 4, "a KV cache");
+    return reinterpret_cast<float*>(k) + (v ? table_.ctx * KVD : 0);
+  };
+
+  kernels_->prepare_step(pos0, n);
+  cpu_.prepare_step(pos0, n);
+  bool out_norm_uploaded = false;
+  std::vector<Event> ev(plan.actions.size());
+  auto route = [&](int layer) -> const MoeRouting& {
+    auto& r = b.routing[static_cast<size_t>(layer)];
+    if (!r) r = std::make_unique<MoeRouting>(route_tokens(b.router[static_cast<size_t>(layer)].data(), n, E,
+                                                           sp.num_experts_per_tok, sp.norm_topk_prob));
+    return *r;
+  };
+
+  for (const Action& a : plan.actions) {
+    const bool on_device = a.resource != Resource::Cpu;
+    // Dependencies: device work waits on other queues' events; CPU work waits on the host.
+    for (int d : a.deps) {
+      const Event& e = ev[static_cast<size_t>(d)];
+      if (!e.valid()) continue;  // CPU actions are done in program order
+      if (on_device) device_.wait(queue_of(a.resource), e);
+      else device_.host_wait(e);
+    }
+    const Shard* sh = a.shard >= 0 ? &shards_.at(a.shard) : nullptr;
+    const int layer = sh ? sh->layer : -1;
+    switch (a.kind) {
+      case ActionKind::Embed:
+        embed_rows(weights_.token_embd, tokens, n, b.x.data());
+        break;
+      case ActionKind::CopyActivations: {
+        const bool h2d = a.resource == Resource::H2D;
+        switch (a.payload) {
+          case Payload::Residual:
+            if (h2d) device_.copy_h2d(reinterpret_cast<uint8_t*>(x_d), b.x.data(), static_cast<uint64_t>(n * H) * 4);
+            else device_.copy_d2h(b.x.data(), reinterpret_cast<uint8_t*>(x_d), static_cast<uint64_t>(n * H) * 4);
+            break;
+          case Payload::Qkv:
+            SW_CHECK(!h2d, "runtime: q,k,v only go to the host");
+            device_.copy_d2h(b.qkv.data(), reinterpret_cast<uint8_t*>(qkv_d), static_cast<uint64_t>(n * W) * 4);
+            break;
+          case Payload::AttnOut:
+            SW_CHECK(h2d, "runtime: the attention output only goes to the device");
+            device_.copy_h2d(reinterpret_cast<uint8_t*>(attn_d), b.attn.data(), static_cast<uint64_t>(n * QD) * 4);
+            break;
+          case Payload::RouterLogits: {
+            auto& r = b.router[static_cast<size_t>(layer)];
+            r.resize(static_cast<size_t>(n * E));
+            device_.copy_d2h(r.data(), reinterpret_cast<uint8_t*>(router_d), static_cast<uint64_t>(n * E) * 4);
+            break;
+          }
+          case Payload::None:
+            fail("runtime: action ", a.id, " (", a.label, ") copies no known activation");
+        }
+        break;
+      }
+      case ActionKind::CopyWeights: {
+        SW_CHECK(sh && a.slot >= 0 && a.slot < 2 && slots[a.slot], "runtime: action ", a.id, " (", a.label,
+                 ") names no stream slot of the plan");
+        uint8_t* dst = arena_ + slots[a.slot]->offset;
+        const uint64_t cap = slots[a.slot]->bytes;
+        if (sh->kind == ShardKind::Ffn && sp.is_moe()) {
+          // Only the routed experts, packed in ascending order; the routing must be known now.
+          for (int d : a.deps) device_.host_wait(ev[static_cast<size_t>(d)]);
+          const MoeRouting& r = route(layer);
+          const ShardLayout& L = layouts_[static_cast<size_t>(sh->id)];
+          const std::string p = "blk." + std::to_string(layer) + ".";
+          const TensorView& g = source_.tensor(p + "ffn_gate_exps.weight");
+          const TensorView& u = source_.tensor(p + "ffn_up_exps.weight");
+          const TensorView& dn = source_.tensor(p + "ffn_down_exps.weight");
+          auto& ptrs = b.expert_ptrs[static_cast<size_t>(layer)];
+          ptrs.assign(static_cast<size_t>(E), nullptr);
+          // The FFN norm sits at its layout offset (before the experts); the experts follow, packed.
+          for (const ShardTensorPlace& t : L.tensors) {
+            SW_CHECK(t.shape.size() == 1, "runtime: unexpected tensor ", t.name, " in an MoE FFN shard");
+            device_.copy_h2d(dst + t.offset, weights_.layers[static_cast<size_t>(layer)].ffn_norm.data(), t.bytes);
+          }
+          uint64_t off = L.expert_base;
+          for (int64_t e = 0; e < E; ++e) {
+            if (r.tokens_of_expert[static_cast<size_t>(e)].empty()) continue;
+            SW_CHECK(off + L.expert_stride <= cap, "runtime: the routed experts of layer ", layer,
+                     " do not fit the stream slot (", cap, " bytes)");
+            uint8_t* blk = dst + off;
+            device_.copy_h2d(blk, g.slice(e).data, g.slice(e).nbytes);
+            device_.copy_h2d(blk + L.expert_up_offset, u.slice(e).data, u.slice(e).nbytes);
+            device_.copy_h2d(blk + L.expert_down_offset, dn.slice(e).data, dn.slice(e).nbytes);
+            ptrs[static_cast<size_t>(e)] = blk;
+            off += L.expert_stride;
+          }
+        } else {
+          const uint64_t need = a.row_end > a.row_begin ? a.bytes : sh->bytes;
+          SW_CHECK(need <= cap, "runtime: shard ", sh->name(), " (", need, " bytes) does not fit its stream slot (", cap, ")");
+          check_region(dst, need, "a stream slot");
+          copy_shard(*sh, dst, a.row_begin, a.row_end);
+        }
+        base[static_cast<size_t>(sh->id)] = dst;
+        break;
+      }
+      case ActionKind::Compute: {
+        SW_CHECK(sh != nullptr, "runtime: compute action ", a.id, " names no shard");
+        if (a.resource == Resource::GpuCompute) {
+          if (sh->kind == ShardKind::Attention) {
+            const DevLayer w = device_layer(layer, plan, base);
+            SW_CHECK(w.wq.data, "runtime: the weights of ", sh->name(), " are not on the device");
+            switch (a.part) {
+              case ComputePart::Full:
+                SW_CHECK(kv_on_gpu_[static_cast<size_t>(layer)], "runtime: ", sh->name(), " runs whole on the GPU but its KV is on the host");
+                kernels_->attention(w, x_d, n, kv_dev(layer, false), kv_dev(layer, true));
+                break;
+              case ComputePart::AttnPre: kernels_->attention_pre(w, x_d, n, qkv_d); break;
+              case ComputePart::AttnPost: kernels_->attention_post(w, x_d, attn_d, n); break;
+              case ComputePart::AttnCore: fail("runtime: the attention core over a host cache runs on the CPU");
+            }
+            if (sp.is_moe() && a.part != ComputePart::AttnPre) kernels_->router(w, x_d, n, router_d);
+          } else if (sh->kind == ShardKind::Ffn) {
+            if (sp.is_moe())  // the host routes: its copy of the router logits must have landed
+              for (int d : a.deps)
+                if (plan.actions[static_cast<size_t>(d)].payload == Payload::RouterLogits) device_.host_wait(ev[static_cast<size_t>(d)]);
+            const MoeRouting* r = sp.is_moe() ? &route(layer) : nullptr;
+            const DevLayer w = device_layer(layer, plan, base);
+            kernels_->ffn(w, x_d, n, r);
+          } else if (sh->kind == ShardKind::Output) {
+            const ShardLayout& L = layouts_[static_cast<size_t>(sh->id)];
+            const ShardTensorPlace* head = L.find(sp.tie_word_embeddings ? "token_embd.weight" : "output.weight");
+            const ShardTensorPlace* norm = L.find("output_norm.weight");
+            SW_CHECK(head && norm && base[static_cast<size_t>(sh->id)], "runtime: the LM head is not on the device");
+            const float* norm_d = nullptr;
+            DevMat m;
+            m.dtype = head->dtype;
+            m.cols = H;
+            int64_t r0 = 0;
+            if (a.row_end > a.row_begin) {  // a streamed piece: rows at the start of the slot
+              if (!out_norm_uploaded) {
+                device_.copy_h2d(reinterpret_cast<uint8_t*>(out_norm_d), b.out_norm_f32.data(), static_cast<uint64_t>(H) * 4);
+                device_.wait(Queue::Compute, device_.record(Queue::H2D));
+                out_norm_uploaded = true;
+              }
+              norm_d = out_norm_d;
+              m.rows = a.row_end - a.row_begin;
+              m.data = base[static_cast<size_t>(sh->id)];
+              r0 = a.row_begin;
+            } else {
+              norm_d = reinterpret_cast<const float*>(base[static_cast<size_t>(sh->id)] + norm->offset);
+              m.rows = V;
+              m.data = base[static_cast<size_t>(sh->id)] + head->offset;
+            }
+            kernels_->output(norm_d, m, x_d + (n - 1) * H, logits_d + r0);
+          }
+        } else {  // CPU
+          if (sh->kind == ShardKind::Attention) {
+            const LayerWeights& lw = weights_.layers[static_cast<size_t>(layer)];
+            if (a.part == ComputePart::AttnCore) {
+              cpu_.attention_core(b.qkv.data(), n, host_kv_->k(layer), host_kv_->v(layer), b.attn.data());
+            } else {
+              SW_CHECK(a.part == ComputePart::Full, "runtime: ", sh->name(), " part ", compute_part_name(a.part),
+                       " runs on the GPU, not the CPU");
+              SW_CHECK(!kv_on_gpu_[static_cast<size_t>(layer)], "runtime: ", sh->name(), " runs on the CPU but its KV is on the GPU");
+              cpu_.attention(lw, b.x.data(), n, host_kv_->k(layer), host_kv_->v(layer));
+              if (sp.is_moe()) {
+                auto& r = b.router[static_cast<size_t>(layer)];
+                r.resize(static_cast<size_t>(n * E));
+                cpu_.router(lw, b.x.data(), n, r.data());
+              }
+            }
+          } else if (sh->kind == ShardKind::Ffn) {
+            const MoeRouting* r = sp.is_moe() ? &route(layer) : nullptr;
+            cpu_.ffn(weights_.layers[static_cast<size_t>(layer)], b.x.data(), n, r);
+          } else if (sh->kind == ShardKind::Output) {
+            cpu_.output(weights_.output_norm, weights_.output, b.x.data() + (n - 1) * H, b.logits.data(), 0, V);
+          }
+        }
+        break;
+      }
+      case ActionKind::CopyLogits:
+        device_.copy_d2h(b.logits.data(), reinterpret_cast<uint8_t*>(logits_d), static_cast<uint64_t>(V) * 4);
+        break;
+    }
+    if (on_device) ev[static_cast<size_t>(a.id)] = device_.record(queue_of(a.resource));
+  }
+  device_.synchronize();
+  std::memcpy(logits_out, b.logits.data(), static_cast<size_t>(V) * sizeof(float));
+  n_past_ += n;
+}
+
+}  // namespace shardwise

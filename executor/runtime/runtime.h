@@ -1,0 +1,111 @@
+// executor/runtime/runtime.h — runs plans: real inference across the CPU and a device under a hard
+// VRAM budget. Per step it looks up the PlanTable by new tokens (larger steps run as chunks of a tier)
+// and executes that plan's action list: device work on the compute queue, weight and activation copies
+// on the copy queues, CPU shards on the thread pool, joined by events as the plan's dependencies say.
+// One arena of exactly the budget holds everything on the device, carved as the plan says; pinned
+// shards stay resident across steps and tiers (only missing ones are uploaded). The runtime makes no
+// placement decision of its own: it does what the plan says, or refuses it with a clear error.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/weight_source.h"
+#include "executor/device/device.h"
+#include "executor/model/cpu_blocks.h"
+#include "executor/model/model_weights.h"
+#include "executor/session/step_engine.h"
+#include "planner/plan.h"
+#include "planner/shards.h"
+
+namespace shardwise {
+
+class KvCache;
+class ThreadPool;
+
+struct RuntimeOptions {
+  std::optional<Schedule> schedule;  // run this schedule at every tier (baselines included); else the chosen one
+  double pcie_cap_bytes_per_s = 0;   // 0 = no cap
+};
+
+struct RuntimeStep {
+  int64_t tokens = 0;     // new tokens of the step
+  int64_t tier = 0;       // the plan's tier
+  int64_t chunks = 1;     // how many runs of that plan the step took
+  Schedule schedule = Schedule::Static;
+  double ms = 0;
+};
+
+struct RuntimeMemory {
+  uint64_t budget_bytes = 0;
+  uint64_t arena_peak_bytes = 0;   // the largest extent of the arena any executed plan used
+  uint64_t device_peak_bytes = 0;  // device memory taken since the arena was allocated (§6)
+  uint64_t context_bytes = 0;      // CUDA context and modules, outside the budget
+  uint64_t uploaded_bytes = 0;     // pinned-shard uploads so far
+};
+
+class Runtime : public StepEngine {
+ public:
+  // `weights` must be arranged from `source`; the plan table must have been built for this model
+  // (shard layout and dtypes are checked).
+  Runtime(const WeightSource& source, const ModelWeights& weights, Device& device, ThreadPool& pool,
+          PlanTable table, const RuntimeOptions& options);
+  ~Runtime() override;
+
+  const ModelSpec& spec() const override { return spec_; }
+  int64_t n_past() const override { return n_past_; }
+  int64_t capacity() const override { return table_.ctx; }
+  void step(const int32_t* tokens, int64_t n, float* last_logits) override;
+  std::string device() const override { return device_.kind(); }
+
+  // Drops the cache (positions restart at 0) without freeing anything.
+  void reset() { n_past_ = 0; }
+  // Positions already cached are kept as if filled (for measuring a step at a given context).
+  void set_n_past(int64_t n);
+
+  const PlanTable& table() const { return table_; }
+  const std::vector<RuntimeStep>& steps() const { return steps_; }
+  RuntimeMemory memory();
+  // Which plan a step of n tokens runs (and in chunks of how many tokens).
+  const Plan& plan_for(int64_t n, int64_t* chunk_tokens) const;
+
+ private:
+  struct Buffers;
+  void run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float* logits);
+  void ensure_resident(const Plan& plan);
+  DevLayer device_layer(int layer, const Plan& plan, const std::vector<uint8_t*>& shard_base) const;
+  const uint8_t* host_tensor(const std::string& name, uint64_t* bytes) const;
+  void copy_shard(const Shard& s, uint8_t* dst, int64_t row0, int64_t row1);
+  void check_region(const uint8_t* p, uint64_t bytes, const char* what) const;
+
+  const WeightSource& source_;
+  const ModelWeights& weights_;
+  Device& device_;
+  ThreadPool& pool_;
+  PlanTable table_;
+  RuntimeOptions options_;
+  ModelSpec spec_;
+  ShardSet shards_;
+  std::vector<ShardLayout> layouts_;
+  TensorDtypes dtypes_;
+  CpuBlocks cpu_;
+  DeviceKernels* kernels_ = nullptr;
+  std::unique_ptr<KvCache> host_kv_;
+  uint8_t* arena_ = nullptr;
+  std::map<int, int64_t> resident_;  // shard -> arena offset of its pinned copy
+  std::vector<bool> kv_on_gpu_;
+  bool kv_fixed_ = false;
+  int64_t n_past_ = 0;
+  uint64_t arena_peak_ = 0, uploaded_ = 0;
+  std::vector<RuntimeStep> steps_;
+  std::unique_ptr<Buffers> buf_;
+};
+
+// The actual storage dtypes of a source's tensors (for planning the real file).
+TensorDtypes tensor_dtypes_of(const WeightSource& source);
+
+}  // namespace shardwise

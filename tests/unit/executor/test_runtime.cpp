@@ -1,0 +1,215 @@
+// Tests for the plan runtime on the emulated device: every schedule and baseline, at budgets that
+// force streaming, produces the CPU reference's logits; switching tiers keeps pinned weights; a
+// dropped dependency shows up as a wrong result; bad plans are refused.
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/hardware_spec.h"
+#include "core/thread_pool.h"
+#include "costmodel/cost_model.h"
+#include "executor/device/device.h"
+#include "executor/model/cpu_model.h"
+#include "executor/runtime/runtime.h"
+#include "executor/session/kv_cache.h"
+#include "planner/planner.h"
+#include "test_util.h"
+
+using namespace shardwise;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// A model big enough that small budgets force every kind of placement, small enough for CI.
+ModelSpec test_model(const char* family, DType dt) {
+  std::string y = std::string("name: rt\nfamily: ") + family +
+                  "\nhidden_size: 256\nnum_hidden_layers: 4\nnum_attention_heads: 8\nnum_key_value_heads: 2\n"
+                  "head_dim: 32\nvocab_size: 512\nrope_theta: 10000\nrms_norm_eps: 1e-6\n";
+  if (std::string(family) == "qwen3_moe")
+    y += "num_experts: 8\nnum_experts_per_tok: 2\nmoe_intermediate_size: 128\nnorm_topk_prob: true\n";
+  else
+    y += "intermediate_size: 640\n";
+  ModelSpec s = parse_spec_yaml_text(y, "rt.yaml");
+  s.dtype = dt;
+  return s;
+}
+
+std::vector<int32_t> token_seq(int n, int64_t vocab, uint32_t seed) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back(static_cast<int32_t>((seed * 2654435761u + 40503u * static_cast<uint32_t>(i)) % vocab));
+  return t;
+}
+
+// Last-token logits after each step of `steps` (token counts), through the runtime.
+std::vector<float> run_steps(Runtime& rt, const std::vector<int32_t>& toks, const std::vector<int>& steps) {
+  std::vector<float> out;
+  std::vector<float> logits(static_cast<size_t>(rt.spec().vocab_size));
+  size_t at = 0;
+  for (int n : steps) {
+    rt.step(toks.data() + at, n, logits.data());
+    out.insert(out.end(), logits.begin(), logits.end());
+    at += static_cast<size_t>(n);
+  }
+  return out;
+}
+
+// The same through the CPU-only model.
+std::vector<float> reference_steps(const WeightSource& src, const std::vector<int32_t>& toks, const std::vector<int>& steps,
+                                   int64_t ctx) {
+  ThreadPool pool(2);
+  ModelWeights w = ModelWeights::from_source(src);
+  CpuEngine cpu(w, pool, ctx);
+  std::vector<float> out, logits(static_cast<size_t>(src.spec().vocab_size));
+  size_t at = 0;
+  for (int n : steps) {
+    cpu.step(toks.data() + at, n, logits.data());
+    out.insert(out.end(), logits.begin(), logits.end());
+    at += static_cast<size_t>(n);
+  }
+  return out;
+}
+
+PlanTable table_for(const WeightSource& src, uint64_t budget, int64_t ctx, std::vector<int64_t> tiers) {
+  auto cost = make_analytic_cost_model(builtin_hardware("cli2"));
+  PlannerConfig cfg;
+  cfg.budget_bytes = budget;
+  cfg.ctx = ctx;
+  cfg.threads = 2;
+  cfg.tiers = std::move(tiers);
+  cfg.tensor_dtypes = tensor_dtypes_of(src);
+  return build_plan_table(src.spec(), *cost, cfg);
+}
+
+}  // namespace
+
+TEST_CASE("runtime on the emulated device matches the CPU model for every schedule", "[runtime]") {
+  for (const char* family : {"llama", "qwen3", "qwen3_moe"}) {
+    for (DType dt : {DType::F16, DType::Q8_0}) {
+      const ModelSpec spec = test_model(family, dt);
+      ThreadPool pool(2);
+      auto src = make_synthetic_weights(spec, 17, &pool);
+      ModelWeights w = ModelWeights::from_source(*src);
+      const int64_t ctx = 64;
+      const std::vector<int> steps = {13, 1, 1, 5, 1, 16, 1};  // prefill, decode, a small batch, chunks
+      const auto toks = token_seq(40, spec.vocab_size, 3);
+      const auto ref = reference_steps(*src, toks, steps, ctx);
+      // Budgets from "almost nothing fits" to "everything fits".
+      const uint64_t model_bytes = spec.total_bytes();
+      int streamed_plans = 0;
+      for (double frac : {0.15, 0.5, 2.0}) {
+        const uint64_t min_b = [&] {
+          auto cost = make_analytic_cost_model(builtin_hardware("cli2"));
+          PlannerConfig c;
+          c.budget_bytes = 1;
+          c.ctx = ctx;
+          c.tiers = {1, 4, 16};
+          c.tensor_dtypes = tensor_dtypes_of(*src);
+          return minimum_budget(spec, *cost, c);
+        }();
+        const uint64_t budget = std::max<uint64_t>(min_b + (256u << 10), static_cast<uint64_t>(frac * static_cast<double>(model_bytes)));
+        const PlanTable table = table_for(*src, budget, ctx, {1, 4, 16});
+        for (Schedule s : {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic, Schedule::LayerSplit, Schedule::CpuMoe}) {
+          bool feasible = false;
+          for (const auto& t : table.tiers) feasible |= t.find(s) && t.find(s)->feasible;
+          if (!feasible) continue;
+          INFO(family << " " << dtype_name(dt) << " budget " << budget << " schedule " << schedule_name(s));
+          auto dev = make_emu_device({7, 50, 0});
+          RuntimeOptions o;
+          o.schedule = s;
+          Runtime rt(*src, w, *dev, pool, table, o);
+          const auto got = run_steps(rt, toks, steps);
+          int64_t chunk = 0;
+          for (const auto& a : rt.plan_for(1, &chunk).actions) streamed_plans += a.kind == ActionKind::CopyWeights;
+          CHECK(test::max_rel_error(got, ref, spec.vocab_size) <= 1e-4);
+          const RuntimeMemory m = rt.memory();
+          CHECK(m.arena_peak_bytes <= budget);
+          CHECK(m.device_peak_bytes <= budget);
+        }
+        // And the planner's own choice per tier.
+        auto dev = make_emu_device({11, 50, 0});
+        Runtime rt(*src, w, *dev, pool, table, {});
+        CHECK(test::max_rel_error(run_steps(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
+      }
+      CHECK(streamed_plans > 0);  // the small budgets made some plans stream weights
+    }
+  }
+}
+
+TEST_CASE("runtime: HF and llama.cpp fixtures on the emulated device", "[runtime][fixtures]") {
+  const std::string fx = test::fixtures_dir();
+  for (const std::string path : {fx + "/hf/llama", fx + "/hf/qwen3moe_nonorm", fx + "/llamacpp/gguf/llama_small.q8_0.gguf",
+                                 fx + "/llamacpp/gguf/qwen3moe_small.f16.gguf"}) {
+    auto src = open_weights(path);
+    ModelWeights w = ModelWeights::from_source(*src);
+    ThreadPool pool(2);
+    const auto toks = token_seq(12, src->spec().vocab_size, 5);
+    const std::vector<int> steps = {9, 1, 1, 1};
+    const auto ref = reference_steps(*src, toks, steps, 32);
+    const PlanTable table = table_for(*src, 2u << 20, 32, {1, 4, 16});
+    for (Schedule s : {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic}) {
+      bool feasible = false;
+      for (const auto& t : table.tiers) feasible |= t.find(s) && t.find(s)->feasible;
+      if (!feasible) continue;
+      INFO(path << " " << schedule_name(s));
+      auto dev = make_emu_device({3, 30, 0});
+      RuntimeOptions o;
+      o.schedule = s;
+      Runtime rt(*src, w, *dev, pool, table, o);
+      CHECK(test::max_rel_error(run_steps(rt, toks, steps), ref, src->spec().vocab_size) <= 1e-4);
+    }
+  }
+}
+
+TEST_CASE("a dropped dependency shows up as a wrong result", "[runtime]") {
+  const ModelSpec spec = test_model("llama", DType::F16);
+  ThreadPool pool(2);
+  auto src = make_synthetic_weights(spec, 5, &pool);
+  ModelWeights w = ModelWeights::from_source(*src);
+  const auto toks = token_seq(8, spec.vocab_size, 9);
+  const std::vector<int> steps = {8};
+  const auto ref = reference_steps(*src, toks, steps, 16);
+  // A budget where GPU-only streams most shards through the two slots.
+  const PlanTable table = table_for(*src, static_cast<uint64_t>(0.3 * static_cast<double>(spec.total_bytes())) + (4u << 20), 16, {1, 16});
+  RuntimeOptions o;
+  o.schedule = Schedule::GpuOnly;
+  {
+    auto dev = make_emu_device({1, 300, 0});
+    Runtime rt(*src, w, *dev, pool, table, o);
+    REQUIRE(test::max_rel_error(run_steps(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
+  }
+  int wrong = 0;
+  for (int drop = 1; drop <= 12; ++drop) {
+    auto dev = make_emu_device({static_cast<uint64_t>(drop), 300, drop});
+    Runtime rt(*src, w, *dev, pool, table, o);
+    const double err = test::max_rel_error(run_steps(rt, toks, steps), ref, spec.vocab_size);
+    if (!(err <= 1e-4)) ++wrong;
+  }
+  WARN(wrong << " of 12 runs with one dropped wait were wrong");
+  CHECK(wrong >= 3);
+}
+
+TEST_CASE("runtime: pinned weights survive tier switches; bad plans are refused", "[runtime]") {
+  const ModelSpec spec = test_model("qwen3", DType::F16);
+  ThreadPool pool(2);
+  auto src = make_synthetic_weights(spec, 2, &pool);
+  ModelWeights w = ModelWeights::from_source(*src);
+  const PlanTable table = table_for(*src, 64u << 20, 64, {1, 4, 16});
+  auto dev = make_emu_device({2, 10, 0});
+  Runtime rt(*src, w, *dev, pool, table, {});
+  const auto toks = token_seq(30, spec.vocab_size, 1);
+  std::vector<float> logits(static_cast<size_t>(spec.vocab_size));
+  rt.step(toks.data(), 16, logits.data());
+  const uint64_t after_first = rt.memory().uploaded_bytes;
+  CHECK(after_first > 0);
+  for (int i = 0; i < 4; ++i) rt.step(toks.data() + 16 + i, 1, logits.data());
+  rt.step(toks.data() + 20, 4, logits.data());
+  // Everything fits: nothing is uploaded twice.
+  CHECK(rt.memory().uploaded_bytes == after_first);
+  CHECK_THROWS_WITH(rt.step(toks.data(), 64, logits.data()), Contains("context is full"));
+  // A table for a different model is refused.
+  const ModelSpec other = test_model("qwen3", DType::Q8_0);
+  auto src2 = make_synthetic_weights(other, 2, &pool);
+  const PlanTable t2 = table_for(*src2, 64u << 20, 64, {1, 4, 16});
+  auto dev2 = make_emu_device({2, 10, 0});
+  CHECK_THROWS_WITH(Runtime(*src, w, *dev2, pool, t2, {}), Contains("another"));
+}
