@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "executor/cuda/cuda_device.h"
 
 namespace shardwise::cli {
 
@@ -38,7 +39,7 @@ int resolve_threads(int threads) {
 std::string resolve_cpu_device(const std::string& device) {
   if (device == "auto" || device == "cpu") return "cpu";
   if (device == "cuda" || device == "emu")
-    fail("--device ", device, " is not available yet: the GPU/emulated executor has not landed; use --device cpu");
+    fail("--device ", device, ": this verb runs on the CPU only (use `run` for the device executor)");
   fail("--device '", device, "' is unknown (auto, cuda, emu, cpu)");
 }
 
@@ -75,6 +76,12 @@ ModelSpec resolve_model_spec(const std::string& model, std::string* origin, DTyp
   *origin = model;
   *dtype_out = s.dtype;
   return s;
+}
+
+std::string resolve_device(const std::string& device) {
+  if (device == "auto") return cuda_device_count() > 0 ? "cuda" : "cpu";
+  if (device == "cuda" || device == "emu" || device == "cpu") return device;
+  fail("--device '", device, "' is unknown (auto, cuda, emu, cpu)");
 }
 
 void print_json(const nlohmann::json& j) {

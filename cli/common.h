@@ -20,6 +20,9 @@ int resolve_threads(int threads);
 
 // Checks --device for verbs that run on the CPU only so far: auto/cpu pass, cuda/emu error.
 std::string resolve_cpu_device(const std::string& device);
+// --device auto|cuda|emu|cpu -> "cuda", "emu" or "cpu" (auto = cuda when this build has CUDA and the
+// machine a GPU, else cpu).
+std::string resolve_device(const std::string& device);
 
 // The spec of MODEL without loading weights when possible: a builtin name, .yaml or config.json;
 // synthetic:SPEC (not materialised); .gguf files and HF directories are opened and validated.

@@ -1,12 +1,22 @@
-// cli/verb_run.cpp — `shardwise run`: generate text or tokens. CPU only until the executor lands;
-// the GPU/plan flags are accepted by name and refused with a clear message.
+// cli/verb_run.cpp — `shardwise run`: generate text or tokens, on the CPU alone or through the plan
+// runtime on a device (CUDA, or the emulated device) under a VRAM budget.
 #include <chrono>
 #include <cstdio>
 
 #include "cli/common.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include <fstream>
+#include <sstream>
+
+#include "core/hardware_spec.h"
+#include "core/size.h"
+#include "costmodel/cost_model.h"
+#include "executor/cuda/cuda_device.h"
+#include "executor/device/device.h"
 #include "executor/model/cpu_model.h"
+#include "executor/runtime/runtime.h"
+#include "planner/planner.h"
 #include "executor/session/chat_template.h"
 #include "executor/session/generator.h"
 #include "executor/session/kv_cache.h"
@@ -27,7 +37,7 @@ struct RunArgs {
   std::vector<std::string> stop;  // --stop: generation ends where one appears; it is not printed
   bool chat = false, ignore_eos = false, no_display_prompt = false;
   std::string system;
-  std::string vram_budget, schedule, pcie_cap, plan;
+  std::string vram_budget, schedule = "auto", pcie_cap = "none", plan, hw = "h200-host";
 };
 
 // "\n", "\t", "\\" in --stop become newline, tab, backslash (llama.cpp's --escape).
@@ -47,12 +57,21 @@ std::string process_escapes(const std::string& s) {
   return out;
 }
 
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, ": cannot open");
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
 void run_run(RunArgs a) {
-  const std::string device = resolve_cpu_device(a.device);
-  for (const auto& gpu_flag : {std::make_pair("--vram-budget", &a.vram_budget), std::make_pair("--schedule", &a.schedule),
-                               std::make_pair("--pcie-cap", &a.pcie_cap), std::make_pair("--plan", &a.plan)})
-    if (!gpu_flag.second->empty())
-      fail(gpu_flag.first, " needs the GPU executor, which has not landed yet (this build runs on the CPU only)");
+  const std::string device = resolve_device(a.device);
+  if (device == "cpu")
+    for (const auto& gpu_flag : {std::make_pair("--vram-budget", &a.vram_budget), std::make_pair("--plan", &a.plan)})
+      if (!gpu_flag.second->empty()) fail(gpu_flag.first, " needs a device: add --device cuda (or emu)");
+  if (device == "cpu" && a.schedule != "auto") fail("--schedule needs a device: add --device cuda (or emu)");
+  if (device == "emu" && a.vram_budget.empty() && a.plan.empty()) fail("--device emu needs --vram-budget (e.g. 1G)");
   if (a.prompt.empty() == a.tokens.empty()) fail("give exactly one of --prompt TEXT or --tokens IDS");
   if (a.n_predict < 0 || a.n_predict > (1 << 24)) fail("-n ", a.n_predict, " is out of range");
   const int threads = resolve_threads(a.threads);
@@ -98,7 +117,51 @@ void run_run(RunArgs a) {
          " more (need ", needed, ")");
   ThreadPool pool(threads);
   ModelWeights weights = ModelWeights::from_source(*src);
-  CpuEngine engine(weights, pool, ctx);
+  std::unique_ptr<StepEngine> engine;
+  std::unique_ptr<Device> dev;
+  Runtime* runtime = nullptr;
+  if (device == "cpu") {
+    engine = std::make_unique<CpuEngine>(weights, pool, ctx);
+  } else {
+    // Plan (or load a plan table), then run it on the device.
+    PlanTable table;
+    if (!a.plan.empty()) {
+      table = plan_table_from_json(read_text(a.plan), a.plan);
+      if (table.ctx < needed) fail(a.plan, ": the plan table's context (", table.ctx, ") is smaller than prompt + -n (", needed, ")");
+    } else {
+      uint64_t budget = 0;
+      if (!a.vram_budget.empty()) {
+        budget = parse_size(a.vram_budget, "--vram-budget");
+      } else {
+        const CudaDeviceInfo info = cuda_device_info(0);
+        const uint64_t reserve = 1ull << 30;  // context, modules and headroom
+        if (info.free_bytes <= reserve) fail("the GPU has too little free memory; give --vram-budget");
+        budget = info.free_bytes - reserve;
+      }
+      const HardwareSpec hw = resolve_hardware(a.hw);
+      auto cost = make_analytic_cost_model(hw, parse_bandwidth(a.pcie_cap, "--pcie-cap"));
+      PlannerConfig cfg;
+      cfg.budget_bytes = budget;
+      cfg.ctx = ctx;
+      cfg.threads = threads;
+      cfg.model_name = src->origin();
+      cfg.tensor_dtypes = tensor_dtypes_of(*src);
+      table = build_plan_table(spec, *cost, cfg);
+    }
+    RuntimeOptions ro;
+    if (a.schedule != "auto") ro.schedule = parse_schedule(a.schedule);
+    ro.pcie_cap_bytes_per_s = parse_bandwidth(a.pcie_cap, "--pcie-cap");
+    if (device == "emu") {
+      EmuOptions eo;
+      eo.max_delay_us = 0;  // no artificial delays for real runs
+      dev = make_emu_device(eo);
+    } else {
+      dev = make_cuda_device(0);
+    }
+    auto rt = std::make_unique<Runtime>(*src, weights, *dev, pool, std::move(table), ro);
+    runtime = rt.get();
+    engine = std::move(rt);
+  }
   const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count();
 
   GenerateOptions go;
@@ -124,7 +187,7 @@ void run_run(RunArgs a) {
     print(stream.push(tok->piece(id)));
   };
   go.stop_requested = [&] { return stream.stopped(); };
-  GenerateResult r = generate(engine, prompt, go, on_token);
+  GenerateResult r = generate(*engine, prompt, go, on_token);
   print(stream.finish());
   const bool ended_by_eog = tok && !a.ignore_eos && !r.generated.empty() && tok->is_eog(r.generated.back());
   const char* stop_reason = stream.stopped() ? "stop_string" : ended_by_eog ? "eos" : "length";
@@ -148,7 +211,30 @@ void run_run(RunArgs a) {
     j["load_ms"] = load_ms;
     j["kv_cache_bytes"] = spec.kv_bytes_per_token(DType::F32) * static_cast<uint64_t>(ctx);
     nlohmann::json steps = nlohmann::json::array();
-    for (const auto& s : r.steps) steps.push_back({{"tokens", s.n_tokens}, {"ms", s.ms}});
+    if (runtime) {
+      for (const auto& s : runtime->steps())
+        steps.push_back({{"tokens", s.tokens}, {"ms", s.ms}, {"tier", s.tier}, {"chunks", s.chunks},
+                         {"schedule", schedule_name(s.schedule)}});
+      const RuntimeMemory m = runtime->memory();
+      j["budget_bytes"] = m.budget_bytes;
+      j["arena_peak_bytes"] = m.arena_peak_bytes;
+      j["device_peak_bytes"] = m.device_peak_bytes;
+      j["context_bytes"] = m.context_bytes;
+      j["uploaded_bytes"] = m.uploaded_bytes;
+      nlohmann::json schedules = nlohmann::json::object();
+      for (const auto& t : runtime->table().tiers) {
+        int64_t chunk = 0;
+        try {
+          const Plan& p = runtime->plan_for(t.tokens, &chunk);
+          schedules[std::to_string(t.tokens)] = schedule_name(p.schedule);
+        } catch (const Error&) {
+        }
+      }
+      j["schedules"] = schedules;
+      j["gpu"] = dev->name();
+    } else {
+      for (const auto& s : r.steps) steps.push_back({{"tokens", s.n_tokens}, {"ms", s.ms}});
+    }
     j["steps"] = steps;
     print_json(j);
     return;
@@ -162,6 +248,20 @@ void run_run(RunArgs a) {
   std::fprintf(stderr, "       eval = %10.2f ms / %5.0f runs   (%8.2f ms per token, %8.2f tokens per second)\n",
                r.decode_ms, n_dec, n_dec > 0 ? r.decode_ms / n_dec : 0.0, r.decode_tokens_per_s);
   std::fprintf(stderr, "       TTFT = %10.2f ms (%s, %d threads)\n", r.ttft_ms, device.c_str(), threads);
+  if (runtime) {
+    const RuntimeMemory m = runtime->memory();
+    std::fprintf(stderr, "     memory = arena peak %s of a %s budget; device peak %s; context %s (outside the budget)\n",
+                 format_bytes(m.arena_peak_bytes).c_str(), format_bytes(m.budget_bytes).c_str(),
+                 format_bytes(m.device_peak_bytes).c_str(), format_bytes(m.context_bytes).c_str());
+    std::string used;
+    int64_t last_tier = -1;
+    for (const auto& s : runtime->steps())
+      if (s.tier != last_tier) {
+        used += (used.empty() ? "" : ", ") + std::to_string(s.tier) + ": " + schedule_name(s.schedule);
+        last_tier = s.tier;
+      }
+    std::fprintf(stderr, "  schedules = %s\n", used.c_str());
+  }
 }
 
 }  // namespace
@@ -176,7 +276,7 @@ void register_run(CLI::App& app) {
   sub->add_option("--threads", a->threads, "CPU threads (0 = all cores)");
   sub->add_option("--ctx", a->ctx, "KV capacity in tokens (default: max(4096, prompt + n))");
   sub->add_option("--batch", a->batch, "Prompt tokens per prefill step");
-  sub->add_option("--device", a->device, "auto|cuda|emu|cpu (only cpu so far)");
+  sub->add_option("--device", a->device, "auto|cuda|emu|cpu (auto: the GPU when there is one, else the CPU)");
   sub->add_flag("--greedy", a->sampling.greedy, "Greedy decoding (argmax)");
   sub->add_option("--temp", a->sampling.temp, "Sampling temperature (<= 0: greedy)")->capture_default_str();
   sub->add_option("--top-k", a->sampling.top_k, "Top-k (0: off)")->capture_default_str();
@@ -194,10 +294,14 @@ void register_run(CLI::App& app) {
   sub->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past end-of-generation tokens");
   sub->add_flag("--no-display-prompt", a->no_display_prompt, "Text mode: do not print the prompt before the generated text");
   sub->add_flag("--json", a->json, "Print one JSON object at the end instead of streaming text");
-  sub->add_option("--vram-budget", a->vram_budget, "VRAM budget (GPU executor; not available yet)");
-  sub->add_option("--schedule", a->schedule, "auto|gpu-only|static|dynamic|layer-split|cpu-moe (not available yet)");
-  sub->add_option("--pcie-cap", a->pcie_cap, "PCIe bandwidth cap, e.g. 16GB/s (not available yet)");
-  sub->add_option("--plan", a->plan, "Execute a given plan file (not available yet)");
+  sub->add_option("--vram-budget", a->vram_budget,
+                  "Everything the model allocates on the device (weights, KV, scratch, slots, workspaces), e.g. 4G; "
+                  "default on CUDA: free memory minus 1 GiB");
+  sub->add_option("--schedule", a->schedule, "auto (the planner's pick per tier) or gpu-only|static|dynamic|layer-split|cpu-moe")
+      ->capture_default_str();
+  sub->add_option("--pcie-cap", a->pcie_cap, "Throttle host-device copies to this rate, e.g. 16GB/s, or none")->capture_default_str();
+  sub->add_option("--plan", a->plan, "Execute this plan table (from `shardwise plan --save`) instead of planning");
+  sub->add_option("--hw", a->hw, "Machine the planner's cost model describes (builtin or .yaml)")->capture_default_str();
   sub->callback([a] { run_run(*a); });
 }
 
