@@ -49,11 +49,6 @@ __global__ void dequant_q4_0(const uint8_t* src, float* dst, int64_t n) {
 
 bool cuda_built() { return true; }
 
-// The CUDA implementation of the runtime's Device arrives with the CUDA kernels.
-std::unique_ptr<Device> make_cuda_device(int) {
-  fail("the CUDA device for the plan runtime is not implemented yet in this build; use --device emu or cpu");
-}
-
 int cuda_device_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {

@@ -1,0 +1,268 @@
+// executor/cuda/cuda_runtime_device.cu — the CUDA Device (see executor/device/device.h): the arena is
+// one cudaMalloc of exactly the budget; the three queues are non-blocking streams; events come from a
+// pool recycled at each synchronize(); host weights are registered (pinned) so copies run at PCIe
+// speed; a PCIe cap paces copies in 4 MiB chunks with host callbacks. The blocks' kernels live in
+// cuda_kernels.h; cuBLAS gets its workspace from the plan's scratch, never its own allocation.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/size.h"
+#include "executor/cuda/cuda_device.h"
+#include "executor/device/device.h"
+
+namespace shardwise {
+
+std::unique_ptr<DeviceKernels> make_cuda_kernels(const ModelSpec& spec, RopeStyle rope, cudaStream_t compute,
+                                                 cublasHandle_t blas);
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("CUDA: ", what, ": ", cudaGetErrorString(e));
+}
+
+// Paces one copy stream to a byte rate: a host callback after each chunk sleeps until the chunk's
+// share of time at the cap has passed.
+struct Pacer {
+  std::atomic<double> cap{0};  // bytes per second, 0 = none
+  std::mutex mu;
+  std::chrono::steady_clock::time_point credit = std::chrono::steady_clock::now();
+};
+
+struct PaceArg {
+  Pacer* pacer;
+  uint64_t bytes;
+};
+
+void CUDART_CB pace_callback(void* p) {
+  std::unique_ptr<PaceArg> a(static_cast<PaceArg*>(p));
+  const double cap = a->pacer->cap.load();
+  if (cap <= 0) return;
+  std::chrono::steady_clock::time_point until;
+  {
+    std::lock_guard<std::mutex> lock(a->pacer->mu);
+    const auto now = std::chrono::steady_clock::now();
+    a->pacer->credit = std::max(a->pacer->credit, now - std::chrono::milliseconds(1)) +
+                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                           std::chrono::duration<double>(static_cast<double>(a->bytes) / cap));
+    until = a->pacer->credit;
+  }
+  std::this_thread::sleep_until(until);
+}
+
+// Forwards the blocks, giving cuBLAS the first part of the workspace.
+class WorkspaceSplitKernels : public DeviceKernels {
+ public:
+  WorkspaceSplitKernels(std::unique_ptr<DeviceKernels> inner, cublasHandle_t blas) : inner_(std::move(inner)), blas_(blas) {}
+  void set_workspace(uint8_t* dev, uint64_t bytes) override {
+    const uint64_t w = std::min<uint64_t>(8ull << 20, bytes / 4) / 256 * 256;
+    if (cublasSetWorkspace(blas_, w ? dev : nullptr, w) != CUBLAS_STATUS_SUCCESS) fail("cuBLAS: cublasSetWorkspace failed");
+    inner_->set_workspace(dev + w, bytes - w);
+  }
+  void prepare_step(int64_t pos0, int64_t n) override { inner_->prepare_step(pos0, n); }
+  void attention(const DevLayer& w, float* x, int64_t n, float* k, float* v) override { inner_->attention(w, x, n, k, v); }
+  void attention_pre(const DevLayer& w, const float* x, int64_t n, float* qkv) override { inner_->attention_pre(w, x, n, qkv); }
+  void attention_post(const DevLayer& w, float* x, const float* attn, int64_t n) override { inner_->attention_post(w, x, attn, n); }
+  void router(const DevLayer& w, const float* x, int64_t n, float* logits) override { inner_->router(w, x, n, logits); }
+  void ffn(const DevLayer& w, float* x, int64_t n, const MoeRouting* r) override { inner_->ffn(w, x, n, r); }
+  void output(const float* norm, const DevMat& head, const float* x_row, float* logits) override {
+    inner_->output(norm, head, x_row, logits);
+  }
+
+ private:
+  std::unique_ptr<DeviceKernels> inner_;
+  cublasHandle_t blas_;
+};
+
+class CudaDevice : public Device {
+ public:
+  explicit CudaDevice(int ordinal) : ordinal_(ordinal) {
+    const int n = cuda_device_count();
+    if (n == 0) fail("--device cuda: no CUDA device is visible on this machine");
+    if (ordinal < 0 || ordinal >= n) fail("CUDA device ", ordinal, " does not exist (", n, " visible)");
+    check(cudaSetDevice(ordinal), "cudaSetDevice");
+    cudaDeviceProp p;
+    check(cudaGetDeviceProperties(&p, ordinal), "cudaGetDeviceProperties");
+    name_ = p.name;
+    for (auto& s : streams_) check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) fail("cuBLAS: cublasCreate failed");
+    if (cublasSetStream(blas_, streams_[0]) != CUBLAS_STATUS_SUCCESS) fail("cuBLAS: cublasSetStream failed");
+    // No TF32 or other reduced-precision modes: results must match the f32 reference.
+    cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH);
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    size_t free_b = 0, total_b = 0;
+    check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+    total_ = total_b;
+    context_ = total_b - free_b;  // context, modules and cuBLAS handle (assuming the GPU is ours)
+    free_after_setup_ = free_b;
+    min_free_ = free_b;
+  }
+  ~CudaDevice() override {
+    cudaDeviceSynchronize();
+    kernels_.reset();
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    for (const auto& r : registered_) cudaHostUnregister(reinterpret_cast<void*>(r.first));
+    if (arena_) cudaFree(arena_);
+    if (blas_) cublasDestroy(blas_);
+    for (auto& s : streams_) cudaStreamDestroy(s);
+  }
+
+  std::string kind() const override { return "cuda"; }
+  std::string name() const override { return name_; }
+
+  uint8_t* allocate_arena(uint64_t bytes) override {
+    SW_CHECK(arena_ == nullptr, "cuda: the arena is allocated once");
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      fail("--vram-budget ", format_bytes(bytes), ": the GPU cannot provide it (", cudaGetErrorString(e), "; ",
+           format_bytes(free_after_setup_), " free after the CUDA context)");
+    }
+    arena_ = static_cast<uint8_t*>(p);
+    arena_bytes_ = bytes;
+    sample_free();
+    return arena_;
+  }
+
+  void pin_host(const void* ptr, uint64_t bytes) override {
+    if (!ptr || bytes == 0) return;
+    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    uint64_t begin = reinterpret_cast<uint64_t>(ptr) / page * page;
+    const uint64_t end = (reinterpret_cast<uint64_t>(ptr) + bytes + page - 1) / page * page;
+    // Register only what no earlier range covers (adjacent tensors share pages).
+    while (begin < end) {
+      auto it = registered_.upper_bound(begin);
+      if (it != registered_.begin()) {
+        auto prev = std::prev(it);
+        if (prev->second > begin) {
+          begin = prev->second;
+          continue;
+        }
+      }
+      const uint64_t stop = it != registered_.end() ? std::min(end, it->first) : end;
+      if (stop > begin) register_range(begin, stop);
+      begin = stop;
+    }
+  }
+
+  void set_pcie_cap(double bps) override {
+    for (auto& p : pacers_) p.cap.store(bps);
+  }
+
+  void copy_h2d(uint8_t* dev, const void* host, uint64_t bytes) override { copy(1, dev, host, bytes, cudaMemcpyHostToDevice); }
+  void copy_d2h(void* host, const uint8_t* dev, uint64_t bytes) override { copy(2, host, dev, bytes, cudaMemcpyDeviceToHost); }
+  void copy_d2d(uint8_t* dst, const uint8_t* src, uint64_t bytes) override {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, streams_[0]), "cudaMemcpyAsync D2D");
+  }
+
+  Event record(Queue q) override {
+    if (next_event_ == events_.size()) {
+      cudaEvent_t e;
+      check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+      events_.push_back(e);
+    }
+    const size_t i = next_event_++;
+    check(cudaEventRecord(events_[i], streams_[static_cast<int>(q)]), "cudaEventRecord");
+    Event ev;
+    ev.queue = static_cast<int>(q);
+    ev.seq = i;
+    return ev;
+  }
+  void wait(Queue q, const Event& e) override {
+    if (!e.valid() || e.queue == static_cast<int>(q)) return;
+    check(cudaStreamWaitEvent(streams_[static_cast<int>(q)], events_.at(e.seq), 0), "cudaStreamWaitEvent");
+  }
+  void host_wait(const Event& e) override {
+    if (!e.valid()) return;
+    check(cudaEventSynchronize(events_.at(e.seq)), "cudaEventSynchronize");
+  }
+  void synchronize() override {
+    for (auto& s : streams_) check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    check(cudaGetLastError(), "a kernel launch");
+    next_event_ = 0;  // every recorded event is complete: recycle the pool
+    sample_free();
+  }
+
+  DeviceKernels& kernels(const ModelSpec& spec, RopeStyle rope) override {
+    if (!kernels_) kernels_ = std::make_unique<WorkspaceSplitKernels>(make_cuda_kernels(spec, rope, streams_[0], blas_), blas_);
+    return *kernels_;
+  }
+
+  uint64_t context_bytes() const override { return context_; }
+  uint64_t device_peak_bytes() override {
+    sample_free();
+    return free_after_setup_ > min_free_ ? free_after_setup_ - min_free_ : 0;
+  }
+
+ private:
+  void register_range(uint64_t begin, uint64_t end) {
+    void* p = reinterpret_cast<void*>(begin);
+    cudaError_t e = cudaHostRegister(p, end - begin, cudaHostRegisterDefault);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      // Read-only mappings (weights mmapped from a file) need the read-only flag.
+      e = cudaHostRegister(p, end - begin, cudaHostRegisterReadOnly);
+    }
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      if (!warned_pin_) {
+        log_warn("could not pin ", format_bytes(end - begin), " of host weights (", cudaGetErrorString(e),
+                 "): copies from them run at pageable speed");
+        warned_pin_ = true;
+      }
+      return;
+    }
+    registered_[begin] = end;
+  }
+
+  void copy(int q, void* dst, const void* src, uint64_t bytes, cudaMemcpyKind kind) {
+    Pacer& pacer = pacers_[q - 1];
+    if (pacer.cap.load() <= 0) {
+      check(cudaMemcpyAsync(dst, src, bytes, kind, streams_[q]), "cudaMemcpyAsync");
+      return;
+    }
+    const uint64_t chunk = 4ull << 20;
+    for (uint64_t off = 0; off < bytes; off += chunk) {
+      const uint64_t c = std::min(chunk, bytes - off);
+      check(cudaMemcpyAsync(static_cast<uint8_t*>(dst) + off, static_cast<const uint8_t*>(src) + off, c, kind, streams_[q]),
+            "cudaMemcpyAsync");
+      check(cudaLaunchHostFunc(streams_[q], pace_callback, new PaceArg{&pacer, c}), "cudaLaunchHostFunc");
+    }
+  }
+
+  void sample_free() {
+    size_t f = 0, t = 0;
+    if (cudaMemGetInfo(&f, &t) == cudaSuccess) min_free_ = std::min<uint64_t>(min_free_, f);
+  }
+
+  int ordinal_;
+  std::string name_;
+  cudaStream_t streams_[kNumQueues] = {};
+  cublasHandle_t blas_ = nullptr;
+  std::vector<cudaEvent_t> events_;
+  size_t next_event_ = 0;
+  std::unique_ptr<DeviceKernels> kernels_;
+  uint8_t* arena_ = nullptr;
+  uint64_t arena_bytes_ = 0, total_ = 0, context_ = 0, free_after_setup_ = 0, min_free_ = 0;
+  std::map<uint64_t, uint64_t> registered_;
+  bool warned_pin_ = false;
+  Pacer pacers_[2];
+};
+
+}  // namespace
+
+std::unique_ptr<Device> make_cuda_device(int ordinal) { return std::make_unique<CudaDevice>(ordinal); }
+
+}  // namespace shardwise
