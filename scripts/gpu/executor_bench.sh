@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine with the bundle from scripts/gpu/bundle.sh: the executor's benchmarks with
+# the peers' protocol (DEVICE.md): nemo8b f16 and qwen30b q4_0 (synthetic weights), 16 threads, 960- and
+# 4032-token prompts, 64 generated tokens, budgets 2G/4G/8G, every schedule, the baselines and auto;
+# plus the whole model on the GPU. Writes one JSON line per run (run --json + the plan's prediction)
+# into OUT/executor_runs.jsonl and a summary table to stdout.
+#   executor_bench.sh OUT [part]   part: all (default) | nemo8b | qwen30b | full
+set -uo pipefail
+out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full]}
+part=${2:-all}
+root=/tmp/shardwise-bundle
+if [ ! -x "$root/bin/shardwise" ]; then
+  rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz
+fi
+export LD_LIBRARY_PATH="$root/lib:${LD_LIBRARY_PATH:-}"
+bin="$root/bin/shardwise"
+mkdir -p "$out"
+runs="$out/executor_runs.jsonl"
+prompt() { python3 -c "import random; random.seed($1); print(','.join(str(random.randrange(3, 32000)) for _ in range($1)))"; }
+p960=$(prompt 960)
+p4032=$(prompt 4032)
+
+one() {  # model ctx budget schedule
+  local model=$1 ctx=$2 budget=$3 sched=$4 toks
+  [ "$ctx" = 1024 ] && toks=$p960 || toks=$p4032
+  local res
+  res=$("$bin" run --model "synthetic:$model" --tokens "$toks" -n 64 --greedy --threads 16 --ctx "$ctx" \
+        --device cuda --vram-budget "$budget" --schedule "$sched" --json 2> "$out/err.txt")
+  if [ -z "$res" ]; then
+    echo "{\"model\": \"$model\", \"ctx\": $ctx, \"budget\": \"$budget\", \"schedule\": \"$sched\", \"error\": $(python3 -c 'import json,sys; print(json.dumps(open(sys.argv[1]).read().strip()[-300:]))' "$out/err.txt")}" >> "$runs"
+    return
+  fi
+  printf '%s' "$res" > "$out/run.json"
+  "$bin" plan --model "$model" --hw h200-host --vram-budget "$budget" --ctx "$ctx" --threads 16 --json > "$out/plan.json" 2>/dev/null
+  python3 - "$model" "$ctx" "$budget" "$sched" "$out/run.json" "$out/plan.json" <<'PY' >> "$runs"
+import json, sys
+model, ctx, budget, sched = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+r = json.load(open(sys.argv[5]))
+try:
+    p = json.load(open(sys.argv[6]))
+except Exception:
+    p = {}
+pred = {}
+for t in p.get("tiers", []):
+    for c in t["candidates"]:
+        pred.setdefault(str(t["tokens"]), {})[c["schedule"]] = c["predicted_ms"] if c["feasible"] else None
+    pred.setdefault(str(t["tokens"]), {})["auto"] = pred[str(t["tokens"])].get(t["chosen"])
+r.pop("generated_ids", None); r.pop("text", None)
+row = {"model": model, "ctx": ctx, "budget": budget, "schedule": sched, "run": r,
+       "predicted_decode_ms": (pred.get("1") or {}).get(sched),
+       "predicted_prefill_512_ms": (pred.get("512") or {}).get(sched)}
+print(json.dumps(row))
+PY
+}
+
+models=()
+case $part in
+  all) models=(nemo8b qwen30b) ;;
+  nemo8b|qwen30b) models=($part) ;;
+  full) models=() ;;
+esac
+for m in "${models[@]}"; do
+  scheds="auto gpu-only static dynamic layer-split"
+  [ "$m" = qwen30b ] && scheds="$scheds cpu-moe"
+  for b in 2G 4G 8G; do for s in $scheds; do one "$m" 1024 "$b" "$s"; done; done
+  for s in $scheds; do one "$m" 4096 4G "$s"; done
+done
+if [ "$part" = all ] || [ "$part" = full ]; then
+  for m in nemo8b qwen30b; do one "$m" 1024 40G auto; done
+fi
+python3 - "$runs" <<'PY'
+import json, sys
+print(f"{'model':8} {'ctx':>5} {'budget':>6} {'schedule':12} {'TTFT s':>8} {'TPS':>8} {'arena':>8} {'dev peak':>9} {'meas/pred decode':>16}")
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "error" in r:
+        print(f"{r['model']:8} {r['ctx']:>5} {r['budget']:>6} {r['schedule']:12} ERROR {r['error'][-80:]}")
+        continue
+    x = r["run"]
+    tps = x.get("decode_tokens_per_s", 0)
+    ratio = ""
+    if r.get("predicted_decode_ms") and tps:
+        ratio = f"{(1000.0 / tps) / r['predicted_decode_ms']:.2f}"
+    print(f"{r['model']:8} {r['ctx']:>5} {r['budget']:>6} {r['schedule']:12} {x['ttft_ms']/1000:8.2f} {tps:8.2f} "
+          f"{x.get('arena_peak_bytes',0)/2**30:7.2f}G {x.get('device_peak_bytes',0)/2**30:8.2f}G {ratio:>16}")
+PY
