@@ -20,6 +20,15 @@ echo
 echo "== the same as JSON (what the oracle and scripts read) =="
 "$bin" run --model "$model" --prompt "The quick brown fox" -n 16 --greedy --json
 echo
+if command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L > /dev/null 2>&1; then
+  echo "== the same model through the plan runtime on the GPU, under a 256 MiB VRAM budget =="
+  "$bin" run --model "$model" --prompt "The quick brown fox" -n 48 --greedy --device cuda --vram-budget 256M
+else
+  echo "== no GPU here: the plan runtime on the emulated device, under a 256 MiB budget =="
+  echo "   (the emulated device checks plans, copies and memory; its timings are not GPU numbers)"
+  "$bin" run --model "$model" --prompt "The quick brown fox" -n 16 --greedy --device emu --vram-budget 256M
+fi
+echo
 echo "== schedule explorer: predicted decode speed and time to first token (1K prompt) on the paper's machines =="
 for m in qwen30b nemo8b; do
   for hw in cli1 cli2 cli3; do
