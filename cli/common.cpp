@@ -80,7 +80,12 @@ ModelSpec resolve_model_spec(const std::string& model, std::string* origin, DTyp
 
 std::string resolve_device(const std::string& device) {
   if (device == "auto") return cuda_device_count() > 0 ? "cuda" : "cpu";
-  if (device == "cuda" || device == "emu" || device == "cpu") return device;
+  if (device == "cuda") {
+    if (!cuda_built()) fail("--device cuda: this build has no CUDA backend (build with nvcc present, SHARDWISE_CUDA=ON)");
+    if (cuda_device_count() == 0) fail("--device cuda: no CUDA device is visible on this machine (try --device emu or cpu)");
+    return device;
+  }
+  if (device == "emu" || device == "cpu") return device;
   fail("--device '", device, "' is unknown (auto, cuda, emu, cpu)");
 }
 

@@ -109,9 +109,11 @@ class AnalyticCostModel : public CostModel {
       case OpKind::Matmul:
       case OpKind::MoeExperts: {
         const double bytes = op.weight_bytes() + op.activation_bytes();
-        const double per_launch = op.kind == OpKind::MoeExperts
-                                      ? 3.0 * expected_distinct_experts(op.tokens, op.top_k, op.n_experts)
-                                      : 1.0;
+        // The CPU runs decode-sized MoE steps as two parallel loops over all routed experts,
+        // larger ones as three threaded matmuls per expert.
+        const double per_launch = op.kind != OpKind::MoeExperts ? 1.0
+                                  : op.tokens <= 4 ? 2.0
+                                                   : 3.0 * expected_distinct_experts(op.tokens, op.top_k, op.n_experts);
         // Tokens per weight matrix decide GEMV (bandwidth) or GEMM (compute) behaviour.
         const double m = op.kind == OpKind::MoeExperts
                              ? static_cast<double>(op.tokens * op.top_k) /

@@ -47,6 +47,7 @@ class CpuBlocks {
  private:
   void dense_ffn(const LayerWeights& w, const float* xn, int64_t n, float* out);
   void moe_ffn(const LayerWeights& w, const float* xn, int64_t n, const MoeRouting& routing, float* out);
+  void moe_ffn_decode(const LayerWeights& w, const float* xn, int64_t n, const MoeRouting& routing, float* out);
 
   ModelSpec spec_;
   RopeStyle rope_;
