@@ -1,0 +1,490 @@
+// executor/cuda/attention.cu — causal GQA attention over f32 KV caches, f32 throughout (no tensor
+// cores: TF32 or f16 scores would break the 1e-4 logits contract). The score matrix is never
+// materialised: both kernels keep a running max, sum and output per query row (online softmax).
+//  - Decode (n <= 8): one warp per (key range, kv head, group of <= 4 query rows); lanes hold a
+//    contiguous slice of head_dim, so K and V rows are read with coalesced vector loads, and the
+//    keys of a long context are split across many warps (split-K) whose partial (max, sum, output)
+//    a second kernel combines.
+//  - Prefill: 64 query rows (tokens x heads of one kv group) per block of 256 threads; K (transposed)
+//    and V tiles in shared memory; each thread owns a 4 x 4 (or 4 x 2) tile of scores and a 4 x D/16
+//    tile of the output. Long contexts with few query tiles are split over keys as above.
+#include <algorithm>
+#include <limits>
+
+#include "executor/cuda/kernels.cuh"
+
+namespace shardwise {
+namespace cuda {
+namespace {
+
+constexpr int kDecodeWarps = 4;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+struct KArgs {
+  const float* q;
+  int64_t q_stride;
+  const float* k;
+  const float* v;
+  int64_t kv_stride;
+  float* out;
+  int64_t out_stride;
+  float* part_o;   // [splits][n * n_heads][D]     (split-K only)
+  float* part_ml;  // [splits][n * n_heads][2]: running max, sum
+  int32_t n, pos_first, n_heads, n_kv_heads, group;
+  int32_t n_splits, keys_per_split;
+  float scale;
+};
+
+template <int C>
+__device__ __forceinline__ void load_vec(const float* p, float* v) {
+  if constexpr (C % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < C; i += 4) {
+      const float4 f = *reinterpret_cast<const float4*>(p + i);
+      v[i] = f.x;
+      v[i + 1] = f.y;
+      v[i + 2] = f.z;
+      v[i + 3] = f.w;
+    }
+  } else if constexpr (C == 2) {
+    const float2 f = *reinterpret_cast<const float2*>(p);
+    v[0] = f.x;
+    v[1] = f.y;
+  } else {
+#pragma unroll
+    for (int i = 0; i < C; ++i) v[i] = p[i];
+  }
+}
+
+// Query row i of kv group g (rows of a group: token-major, then the group's heads).
+__device__ __forceinline__ void row_of(const KArgs& a, int g, int i, int& t, int& h) {
+  t = i / a.group;
+  h = g * a.group + i % a.group;
+}
+
+template <int D, int RB>
+__global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KArgs a) {
+  constexpr int C = D / 32;          // head_dim elements per lane
+  constexpr int U = C >= 8 ? 2 : 4;  // keys per step
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int split = blockIdx.x * kDecodeWarps + warp;
+  if (split >= a.n_splits) return;
+  const int g = blockIdx.y;
+  const int rows_g = a.n * a.group;
+  const int rows_all = a.n * a.n_heads;
+  const int i0 = blockIdx.z * RB;
+
+  float q[RB][C];
+  int pos[RB], row_id[RB], t_of[RB], h_of[RB];
+  int max_pos = -1;
+#pragma unroll
+  for (int r = 0; r < RB; ++r) {
+    const int i = i0 + r;
+    if (i < rows_g) {
+      row_of(a, g, i, t_of[r], h_of[r]);
+      pos[r] = a.pos_first + t_of[r];
+      row_id[r] = t_of[r] * a.n_heads + h_of[r];
+      load_vec<C>(a.q + static_cast<int64_t>(t_of[r]) * a.q_stride + static_cast<int64_t>(h_of[r]) * D + lane * C, q[r]);
+    } else {
+      pos[r] = -1;
+      row_id[r] = t_of[r] = h_of[r] = 0;
+#pragma unroll
+      for (int c = 0; c < C; ++c) q[r][c] = 0.0f;
+    }
+    max_pos = max(max_pos, pos[r]);
+  }
+  const int j_begin = split * a.keys_per_split;
+  const int j_end = min(j_begin + a.keys_per_split, max_pos + 1);
+
+  float m[RB], l[RB], o[RB][C];
+#pragma unroll
+  for (int r = 0; r < RB; ++r) {
+    m[r] = kNegInf;
+    l[r] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < C; ++c) o[r][c] = 0.0f;
+  }
+  const float* kb = a.k + static_cast<int64_t>(g) * D + lane * C;
+  const float* vb = a.v + static_cast<int64_t>(g) * D + lane * C;
+  for (int j = j_begin; j < j_end; j += U) {
+    float kr[U][C], vr[U][C];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t jj = min(j + u, j_end - 1);
+      load_vec<C>(kb + jj * a.kv_stride, kr[u]);
+      load_vec<C>(vb + jj * a.kv_stride, vr[u]);
+    }
+#pragma unroll
+    for (int r = 0; r < RB; ++r) {
+      float s[U];
+      float mx = m[r];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        float d = 0.0f;
+#pragma unroll
+        for (int c = 0; c < C; ++c) d = fmaf(q[r][c], kr[u][c], d);
+        d = warp_sum(d) * a.scale;
+        s[u] = (j + u < j_end && j + u <= pos[r]) ? d : kNegInf;
+        mx = fmaxf(mx, s[u]);
+      }
+      if (mx == kNegInf) continue;  // nothing visible to this row yet (warp-uniform)
+      const float corr = expf(m[r] - mx);  // 0 on the first keys (m = -inf)
+      float psum = 0.0f;
+#pragma unroll
+      for (int c = 0; c < C; ++c) o[r][c] *= corr;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const float p = expf(s[u] - mx);
+        psum += p;
+#pragma unroll
+        for (int c = 0; c < C; ++c) o[r][c] = fmaf(p, vr[u][c], o[r][c]);
+      }
+      l[r] = l[r] * corr + psum;
+      m[r] = mx;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < RB; ++r) {
+    if (pos[r] < 0) continue;
+    if (a.n_splits == 1) {
+      const float inv = 1.0f / l[r];
+      float* op = a.out + static_cast<int64_t>(t_of[r]) * a.out_stride + static_cast<int64_t>(h_of[r]) * D + lane * C;
+#pragma unroll
+      for (int c = 0; c < C; ++c) op[c] = o[r][c] * inv;
+    } else {
+      const int64_t pr = static_cast<int64_t>(split) * rows_all + row_id[r];
+      float* op = a.part_o + pr * D + lane * C;
+#pragma unroll
+      for (int c = 0; c < C; ++c) op[c] = o[r][c];
+      if (lane == 0) {
+        a.part_ml[pr * 2] = m[r];
+        a.part_ml[pr * 2 + 1] = l[r];
+      }
+    }
+  }
+}
+
+template <int D>
+struct Prefill {
+  static constexpr int MQ = 64;                  // query rows per block
+  static constexpr int BK = D <= 64 ? 64 : 32;   // keys per tile
+  static constexpr int MQP = MQ + 4;             // padded strides (16-byte aligned rows)
+  static constexpr int BKP = BK + 4;
+  static constexpr int KC = BK / 16;             // keys per thread in the score tile
+  static constexpr int DC = D / 16;              // output columns per thread
+  static constexpr int kSmemFloats = D * MQP + D * BKP + BK * D + BK * MQP;
+  // Output column c of thread tx: interleaved by 64 so that a quarter-warp's float4 reads of V are
+  // conflict-free.
+  __device__ static int col(int tx, int c) { return DC >= 4 ? (c / 4) * 64 + tx * 4 + (c % 4) : tx * DC + c; }
+};
+
+template <int D>
+__global__ void __launch_bounds__(256) attn_prefill_kernel(const KArgs a) {
+  using P = Prefill<D>;
+  extern __shared__ float4 smem_raw[];
+  float* Qs = reinterpret_cast<float*>(smem_raw);  // [D][MQP]  transposed queries
+  float* Ks = Qs + D * P::MQP;                     // [D][BKP]  transposed keys
+  float* Vs = Ks + D * P::BKP;                     // [BK][D]
+  float* Ps = Vs + P::BK * D;                      // [BK][MQP] probabilities, transposed
+  const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+  const int g = blockIdx.y, split = blockIdx.z;
+  const int rows_g = a.n * a.group;
+  const int rows_all = a.n * a.n_heads;
+  const int i_base = blockIdx.x * P::MQ;
+
+  for (int e = tid; e < P::MQ * (D / 4); e += 256) {
+    const int i = e % P::MQ, d4 = e / P::MQ, gi = i_base + i;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (gi < rows_g) {
+      int t, h;
+      row_of(a, g, gi, t, h);
+      v = *reinterpret_cast<const float4*>(a.q + static_cast<int64_t>(t) * a.q_stride + static_cast<int64_t>(h) * D + 4 * d4);
+    }
+    Qs[(4 * d4 + 0) * P::MQP + i] = v.x;
+    Qs[(4 * d4 + 1) * P::MQP + i] = v.y;
+    Qs[(4 * d4 + 2) * P::MQP + i] = v.z;
+    Qs[(4 * d4 + 3) * P::MQP + i] = v.w;
+  }
+  int pos[4];
+#pragma unroll
+  for (int ii = 0; ii < 4; ++ii) {
+    const int gi = i_base + ty * 4 + ii;
+    pos[ii] = gi < rows_g ? a.pos_first + gi / a.group : -1;
+  }
+  const int last_row = min(i_base + P::MQ, rows_g) - 1;
+  const int max_pos = a.pos_first + last_row / a.group;
+  const int k_begin = split * a.keys_per_split;
+  const int k_end = min(k_begin + a.keys_per_split, max_pos + 1);
+
+  float m[4], l[4], o[4][P::DC];
+#pragma unroll
+  for (int ii = 0; ii < 4; ++ii) {
+    m[ii] = kNegInf;
+    l[ii] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < P::DC; ++c) o[ii][c] = 0.0f;
+  }
+  const float* kg = a.k + static_cast<int64_t>(g) * D;
+  const float* vg = a.v + static_cast<int64_t>(g) * D;
+  __syncthreads();
+
+  for (int kt = k_begin; kt < k_end; kt += P::BK) {
+    // K tile, transposed. A warp reads 16 keys x 32 bytes (full sectors) and stores 16 consecutive
+    // keys for two rows of d, 16 banks apart: conflict-free.
+    for (int e = tid; e < P::BK * D / 4; e += 256) {
+      const int lane5 = e & 31, hi = e >> 5;
+      const int j = (lane5 & 15) + 16 * (hi % (P::BK / 16));
+      const int d4 = (lane5 >> 4) + 2 * (hi / (P::BK / 16));
+      const int key = kt + j;
+      float4 kv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (key < k_end) kv = *reinterpret_cast<const float4*>(kg + static_cast<int64_t>(key) * a.kv_stride + 4 * d4);
+      Ks[(4 * d4 + 0) * P::BKP + j] = kv.x;
+      Ks[(4 * d4 + 1) * P::BKP + j] = kv.y;
+      Ks[(4 * d4 + 2) * P::BKP + j] = kv.z;
+      Ks[(4 * d4 + 3) * P::BKP + j] = kv.w;
+    }
+    for (int e = tid; e < P::BK * D / 4; e += 256) {
+      const int j = e / (D / 4), d4 = e % (D / 4);
+      const int key = kt + j;
+      float4 vv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (key < k_end) vv = *reinterpret_cast<const float4*>(vg + static_cast<int64_t>(key) * a.kv_stride + 4 * d4);
+      *reinterpret_cast<float4*>(Vs + j * D + 4 * d4) = vv;
+    }
+    __syncthreads();
+
+    float s[4][P::KC];
+#pragma unroll
+    for (int ii = 0; ii < 4; ++ii)
+#pragma unroll
+      for (int jj = 0; jj < P::KC; ++jj) s[ii][jj] = 0.0f;
+#pragma unroll 8
+    for (int d = 0; d < D; ++d) {
+      const float4 qv = *reinterpret_cast<const float4*>(Qs + d * P::MQP + ty * 4);
+      const float qa[4] = {qv.x, qv.y, qv.z, qv.w};
+      float kk[P::KC];
+      load_vec<P::KC>(Ks + d * P::BKP + tx * P::KC, kk);
+#pragma unroll
+      for (int ii = 0; ii < 4; ++ii)
+#pragma unroll
+        for (int jj = 0; jj < P::KC; ++jj) s[ii][jj] = fmaf(qa[ii], kk[jj], s[ii][jj]);
+    }
+
+#pragma unroll
+    for (int ii = 0; ii < 4; ++ii) {
+      float tmax = kNegInf;
+#pragma unroll
+      for (int jj = 0; jj < P::KC; ++jj) {
+        const int key = kt + tx * P::KC + jj;
+        s[ii][jj] = (key < k_end && key <= pos[ii]) ? s[ii][jj] * a.scale : kNegInf;
+        tmax = fmaxf(tmax, s[ii][jj]);
+      }
+#pragma unroll
+      for (int o2 = 8; o2 > 0; o2 >>= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o2));
+      const float mnew = fmaxf(m[ii], tmax);
+      float corr = 1.0f, psum = 0.0f, p[P::KC];
+      if (mnew == kNegInf) {
+#pragma unroll
+        for (int jj = 0; jj < P::KC; ++jj) p[jj] = 0.0f;
+      } else {
+        corr = expf(m[ii] - mnew);
+#pragma unroll
+        for (int jj = 0; jj < P::KC; ++jj) {
+          p[jj] = expf(s[ii][jj] - mnew);
+          psum += p[jj];
+        }
+      }
+#pragma unroll
+      for (int o2 = 8; o2 > 0; o2 >>= 1) psum += __shfl_xor_sync(0xffffffffu, psum, o2);
+      l[ii] = l[ii] * corr + psum;
+      m[ii] = mnew;
+#pragma unroll
+      for (int c = 0; c < P::DC; ++c) o[ii][c] *= corr;
+#pragma unroll
+      for (int jj = 0; jj < P::KC; ++jj) Ps[(tx * P::KC + jj) * P::MQP + ty * 4 + ii] = p[jj];
+    }
+    __syncthreads();
+
+#pragma unroll 4
+    for (int j = 0; j < P::BK; ++j) {
+      const float4 pv = *reinterpret_cast<const float4*>(Ps + j * P::MQP + ty * 4);
+      const float pa[4] = {pv.x, pv.y, pv.z, pv.w};
+      float vv[P::DC];
+      if constexpr (P::DC >= 4) {
+#pragma unroll
+        for (int c4 = 0; c4 < P::DC / 4; ++c4) load_vec<4>(Vs + j * D + c4 * 64 + tx * 4, vv + 4 * c4);
+      } else {
+        load_vec<P::DC>(Vs + j * D + tx * P::DC, vv);
+      }
+#pragma unroll
+      for (int ii = 0; ii < 4; ++ii)
+#pragma unroll
+        for (int c = 0; c < P::DC; ++c) o[ii][c] = fmaf(pa[ii], vv[c], o[ii][c]);
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int ii = 0; ii < 4; ++ii) {
+    if (pos[ii] < 0) continue;
+    int t, h;
+    row_of(a, g, i_base + ty * 4 + ii, t, h);
+    if (a.n_splits == 1) {
+      const float inv = 1.0f / l[ii];
+      float* op = a.out + static_cast<int64_t>(t) * a.out_stride + static_cast<int64_t>(h) * D;
+#pragma unroll
+      for (int c = 0; c < P::DC; ++c) op[P::col(tx, c)] = o[ii][c] * inv;
+    } else {
+      const int64_t pr = static_cast<int64_t>(split) * rows_all + t * a.n_heads + h;
+      float* op = a.part_o + pr * D;
+#pragma unroll
+      for (int c = 0; c < P::DC; ++c) op[P::col(tx, c)] = o[ii][c];
+      if (tx == 0) {
+        a.part_ml[pr * 2] = m[ii];
+        a.part_ml[pr * 2 + 1] = l[ii];
+      }
+    }
+  }
+}
+
+// One block per (token, head): merges the splits' partial maxima, sums and outputs.
+__global__ void attn_combine_kernel(const KArgs a, int D) {
+  const int row = blockIdx.x;
+  const int t = row / a.n_heads, h = row % a.n_heads;
+  const int64_t rows_all = static_cast<int64_t>(a.n) * a.n_heads;
+  float mx = kNegInf;
+  for (int s = 0; s < a.n_splits; ++s) mx = fmaxf(mx, a.part_ml[(s * rows_all + row) * 2]);
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float l = 0.0f, acc = 0.0f;
+    for (int s = 0; s < a.n_splits; ++s) {
+      const int64_t pr = s * rows_all + row;
+      const float ms = a.part_ml[pr * 2];
+      if (ms == kNegInf) continue;
+      const float w = expf(ms - mx);
+      l = fmaf(a.part_ml[pr * 2 + 1], w, l);
+      acc = fmaf(a.part_o[pr * D + d], w, acc);
+    }
+    a.out[static_cast<int64_t>(t) * a.out_stride + static_cast<int64_t>(h) * D + d] = acc * (1.0f / l);
+  }
+}
+
+template <int D, int RB>
+void launch_decode(const KArgs& k, int row_groups, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>(ceil_div(k.n_splits, kDecodeWarps)), static_cast<unsigned>(k.n_kv_heads),
+                  static_cast<unsigned>(row_groups));
+  attn_decode_kernel<D, RB><<<grid, kDecodeWarps * 32, 0, s>>>(k);
+}
+
+template <int D>
+void decode_rb(int rb, const KArgs& k, int row_groups, cudaStream_t s) {
+  if (rb == 1) launch_decode<D, 1>(k, row_groups, s);
+  else if (rb == 2) launch_decode<D, 2>(k, row_groups, s);
+  else launch_decode<D, 4>(k, row_groups, s);
+}
+
+template <int D>
+void launch_prefill(const KArgs& k, cudaStream_t s) {
+  const int smem = Prefill<D>::kSmemFloats * 4;
+  static bool attr_set = false;  // per instantiation; setting it again is harmless
+  if (!attr_set) {
+    check(cudaFuncSetAttribute(attn_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+          "cudaFuncSetAttribute(attention prefill)");
+    attr_set = true;
+  }
+  const int rows_g = k.n * k.group;
+  const dim3 grid(static_cast<unsigned>(ceil_div(rows_g, Prefill<D>::MQ)), static_cast<unsigned>(k.n_kv_heads),
+                  static_cast<unsigned>(k.n_splits));
+  attn_prefill_kernel<D><<<grid, 256, smem, s>>>(k);
+}
+
+}  // namespace
+
+bool attention_head_dim_supported(int64_t hd) { return hd == 32 || hd == 64 || hd == 128 || hd == 256; }
+
+void attention(const Ctx& ctx, const AttnArgs& a) {
+  if (a.n <= 0) return;
+  const int D = a.head_dim;
+  SW_CHECK(attention_head_dim_supported(D), "CUDA attention: head_dim ", D,
+           " is not supported (32, 64, 128 or 256); run this model's attention on the CPU");
+  SW_CHECK(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0, "CUDA attention: ", a.n_heads,
+           " heads are not a multiple of ", a.n_kv_heads, " kv heads");
+  SW_CHECK(aligned16(a.q) && aligned16(a.k) && aligned16(a.v) && aligned16(a.out) && a.q_stride % 4 == 0 &&
+               a.kv_stride % 4 == 0 && a.out_stride % 4 == 0,
+           "CUDA attention: q, caches and output must be 16-byte aligned with strides a multiple of 4 floats");
+  const int64_t kv_len = static_cast<int64_t>(a.pos_first) + a.n;
+  SW_CHECK(kv_len < (int64_t(1) << 31) && static_cast<int64_t>(a.n) * a.n_heads < (int64_t(1) << 31),
+           "CUDA attention: too many positions");
+  KArgs k{};
+  k.q = a.q;
+  k.q_stride = a.q_stride;
+  k.k = a.k;
+  k.v = a.v;
+  k.kv_stride = a.kv_stride;
+  k.out = a.out;
+  k.out_stride = a.out_stride;
+  k.n = a.n;
+  k.pos_first = a.pos_first;
+  k.n_heads = a.n_heads;
+  k.n_kv_heads = a.n_kv_heads;
+  k.group = a.n_heads / a.n_kv_heads;
+  k.scale = 1.0f / sqrtf(static_cast<float>(D));  // as the CPU: 1 / sqrt(float(head_dim))
+
+  const bool decode = a.n <= kGemvMaxTokens;
+  const int64_t rows_g = static_cast<int64_t>(a.n) * k.group;
+  const int64_t rows_all = static_cast<int64_t>(a.n) * a.n_heads;
+  int rb = 4;
+  int64_t row_groups = 0, base_units = 0, min_keys = 0;
+  if (decode) {
+    rb = rows_g >= 4 ? 4 : (rows_g >= 2 ? 2 : 1);
+    row_groups = ceil_div(rows_g, rb);
+    base_units = static_cast<int64_t>(a.n_kv_heads) * row_groups;  // warps per split
+    min_keys = 64;
+  } else {
+    base_units = ceil_div(rows_g, Prefill<64>::MQ) * a.n_kv_heads;  // blocks per split
+    min_keys = 256;
+  }
+  const int64_t target = decode ? static_cast<int64_t>(ctx.sm_count) * 16 : static_cast<int64_t>(ctx.sm_count) * 2;
+  int64_t splits = std::max<int64_t>(1, std::min(ceil_div(target, base_units), ceil_div(kv_len, min_keys)));
+  splits = std::min<int64_t>(splits, 65535);
+  Workspace& ws = *ctx.ws;
+  WorkspaceScope scope(ws);
+  if (splits > 1) {
+    const uint64_t per_split = static_cast<uint64_t>(rows_all) * static_cast<uint64_t>(D + 2) * 4 + 512;
+    splits = std::min<int64_t>(splits, static_cast<int64_t>(ws.available() / per_split));
+  }
+  if (splits < 1) splits = 1;
+  const int64_t step = decode ? 4 : 64;
+  int64_t kps = ceil_div(ceil_div(kv_len, splits), step) * step;
+  splits = ceil_div(kv_len, kps);
+  k.n_splits = static_cast<int32_t>(splits);
+  k.keys_per_split = static_cast<int32_t>(kps);
+  if (splits > 1) {
+    k.part_o = ws.take<float>(static_cast<uint64_t>(splits * rows_all * D), "attention split partials");
+    k.part_ml = ws.take<float>(static_cast<uint64_t>(splits * rows_all * 2), "attention split partials");
+  }
+  SW_CHECK(a.n_kv_heads < 65536 && row_groups < 65536, "CUDA attention: too many heads or rows for one launch");
+  if (decode) {
+    switch (D) {
+      case 32: decode_rb<32>(rb, k, static_cast<int>(row_groups), ctx.stream); break;
+      case 64: decode_rb<64>(rb, k, static_cast<int>(row_groups), ctx.stream); break;
+      case 128: decode_rb<128>(rb, k, static_cast<int>(row_groups), ctx.stream); break;
+      default: decode_rb<256>(rb, k, static_cast<int>(row_groups), ctx.stream); break;
+    }
+    check_launch("attention decode kernel");
+  } else {
+    switch (D) {
+      case 32: launch_prefill<32>(k, ctx.stream); break;
+      case 64: launch_prefill<64>(k, ctx.stream); break;
+      case 128: launch_prefill<128>(k, ctx.stream); break;
+      default: launch_prefill<256>(k, ctx.stream); break;
+    }
+    check_launch("attention prefill kernel");
+  }
+  if (splits > 1) {
+    SW_CHECK(rows_all < (int64_t(1) << 31), "CUDA attention: too many rows");
+    attn_combine_kernel<<<static_cast<unsigned>(rows_all), std::min(D, 128), 0, ctx.stream>>>(k, D);
+    check_launch("attention combine kernel");
+  }
+}
+
+}  // namespace cuda
+}  // namespace shardwise

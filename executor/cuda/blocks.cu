@@ -1,0 +1,693 @@
+// executor/cuda/blocks.cu — DeviceKernels on CUDA (see cuda_kernels.h): the transformer blocks
+// composed from the kernel families of kernels.cuh, following cpu_blocks.cpp / llama.cpp /
+// qwen3_moe.cpp step by step. Blocks go through the step's tokens in chunks sized to the workspace
+// (every token's work is independent once K/V rows before it are in the cache, so chunking changes
+// no number). Decode-sized steps use fused GEMV passes (q/k/v in one launch, gate/up with SwiGLU in
+// one pass, MoE experts as tasks of one launch); MoE routing comes from the host and is uploaded
+// through a pinned staging ring whose buffers are reused only after their copy has completed.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "executor/cpu/ops.h"
+#include "executor/cuda/cuda_kernels.h"
+#include "executor/cuda/kernels.cuh"
+
+namespace shardwise {
+
+namespace cuda {
+__device__ float g_zero_one[2] = {0.0f, 1.0f};
+}  // namespace cuda
+
+namespace {
+
+using namespace cuda;
+
+// Pinned host buffers for host -> device tables, used round-robin; a buffer is refilled only after
+// the copy that last read it has completed (an event per buffer).
+class PinnedRing {
+ public:
+  static constexpr int kSlots = 4;
+  PinnedRing() = default;
+  PinnedRing(const PinnedRing&) = delete;
+  PinnedRing& operator=(const PinnedRing&) = delete;
+  ~PinnedRing() {
+    for (Slot& s : slots_) {
+      if (s.pending) cudaEventSynchronize(s.done);
+      if (s.host) cudaFreeHost(s.host);
+      if (s.done) cudaEventDestroy(s.done);
+    }
+  }
+  void* acquire(uint64_t bytes, cudaStream_t stream) {
+    current_ = next_;
+    next_ = (next_ + 1) % kSlots;
+    Slot& s = slots_[current_];
+    if (!s.done) check(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    if (s.pending) {
+      check(cudaEventSynchronize(s.done), "cudaEventSynchronize(staging)");
+      s.pending = false;
+    }
+    if (s.bytes < bytes) {
+      if (s.host) {
+        check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+        check(cudaFreeHost(s.host), "cudaFreeHost");
+        s.host = nullptr;
+        s.bytes = 0;
+      }
+      uint64_t cap = 64 << 10;
+      while (cap < bytes) cap *= 2;
+      check(cudaMallocHost(&s.host, cap), "cudaMallocHost(staging)");
+      s.bytes = cap;
+    }
+    return s.host;
+  }
+  // After the copy out of the buffer last acquired has been enqueued on `stream`.
+  void submitted(cudaStream_t stream) {
+    Slot& s = slots_[current_];
+    check(cudaEventRecord(s.done, stream), "cudaEventRecord(staging)");
+    s.pending = true;
+  }
+
+ private:
+  struct Slot {
+    void* host = nullptr;
+    uint64_t bytes = 0;
+    cudaEvent_t done = nullptr;
+    bool pending = false;
+  };
+  Slot slots_[kSlots];
+  int next_ = 0, current_ = 0;
+};
+
+MatRef mat(const DevMat& m, int64_t rows, int64_t cols, const char* name) {
+  SW_CHECK(m.data != nullptr, "CUDA blocks: weight ", name, " is not on the device");
+  SW_CHECK(m.rows == rows && m.cols == cols, "CUDA blocks: weight ", name, " is ", m.rows, " x ", m.cols,
+           ", expected ", rows, " x ", cols);
+  MatRef r;
+  r.dtype = m.dtype;
+  r.data = m.data;
+  r.rows = m.rows;
+  r.cols = m.cols;
+  return r;
+}
+
+// Workspace that one token of a block wants: its own buffers plus the matmul's split of x.
+uint64_t split_bytes(DType dtype, int64_t cols) { return matmul_bytes_per_token(dtype, cols); }
+
+class CudaKernels : public DeviceKernels {
+ public:
+  CudaKernels(const ModelSpec& spec, RopeStyle rope, cudaStream_t stream, cublasHandle_t blas)
+      : spec_(spec), rope_(rope) {
+    SW_CHECK(blas != nullptr, "CUDA blocks: no cuBLAS handle");
+    int dev = 0;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    int sms = 0;
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+    void* consts = nullptr;
+    check(cudaGetSymbolAddress(&consts, g_zero_one), "cudaGetSymbolAddress");
+    ctx_.stream = stream;
+    ctx_.blas = blas;
+    ctx_.ws = &ws_;
+    ctx_.sm_count = std::max(1, sms);
+    ctx_.dev_zero_one = static_cast<const float*>(consts);
+    eps_ = static_cast<float>(spec_.rms_norm_eps);
+  }
+  ~CudaKernels() override { cudaStreamSynchronize(ctx_.stream); }
+
+  void set_workspace(uint8_t* dev, uint64_t bytes) override {
+    ws_.reset(dev, bytes);
+    step_ready_ = false;
+    step_base_ = 0;
+  }
+
+  void prepare_step(int64_t pos0, int64_t n) override {
+    SW_CHECK(pos0 >= 0 && n >= 1 && pos0 + n <= (int64_t(1) << 30), "step positions out of range");
+    std::vector<int32_t> positions(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) positions[static_cast<size_t>(i)] = static_cast<int32_t>(pos0 + i);
+    // The CPU's own angle table (double-precision angles rounded to f32), so RoPE is bit-identical.
+    RopeAngles angles;
+    angles.compute(positions.data(), n, spec_.head_dim, spec_.rope_theta);
+    const int64_t half = spec_.head_dim / 2;
+    ws_.release(0);
+    float* table = ws_.take<float>(static_cast<uint64_t>(2 * n * half), "the step's RoPE angle table");
+    const uint64_t bytes = static_cast<uint64_t>(2 * n * half) * sizeof(float);
+    auto* host = static_cast<float*>(staging_.acquire(bytes, ctx_.stream));
+    std::memcpy(host, angles.cos.data(), static_cast<size_t>(n * half) * sizeof(float));
+    std::memcpy(host + n * half, angles.sin.data(), static_cast<size_t>(n * half) * sizeof(float));
+    check(cudaMemcpyAsync(table, host, bytes, cudaMemcpyHostToDevice, ctx_.stream), "cudaMemcpyAsync(RoPE table)");
+    staging_.submitted(ctx_.stream);
+    rope_cos_ = table;
+    rope_sin_ = table + n * half;
+    pos0_ = pos0;
+    n_step_ = n;
+    step_base_ = ws_.mark();
+    step_ready_ = true;
+  }
+
+  void attention(const DevLayer& w, float* x, int64_t n, float* k_cache, float* v_cache) override {
+    check_step(n, "attention");
+    SW_CHECK(k_cache != nullptr && v_cache != nullptr, "CUDA attention: no KV cache");
+    const int64_t H = spec_.hidden_size, QD = spec_.q_dim(), KVD = spec_.kv_dim(), W = QD + 2 * KVD;
+    const Proj p = projections(w);
+    const MatRef wo = mat(w.wo, H, QD, "attn_output");
+    WorkspaceScope scope(ws_);
+    const uint64_t per_token = 4 * static_cast<uint64_t>(H + W + QD) + 1024 +
+                               std::max(p.split_bytes, split_bytes(wo.dtype, QD)) +
+                               static_cast<uint64_t>(spec_.num_attention_heads) * (spec_.head_dim + 2) * 4;
+    const uint64_t fixed = std::max(p.fixed_bytes, matmul_fixed_bytes(wo.dtype, wo.rows, wo.cols));
+    const int64_t chunk = pick_chunk(n, per_token, fixed, "attention");
+    float* xn = ws_.take<float>(static_cast<uint64_t>(chunk * H), "attention: normed x");
+    float* qkv = ws_.take<float>(static_cast<uint64_t>(chunk * W), "attention: q, k, v");
+    float* attn = ws_.take<float>(static_cast<uint64_t>(chunk * QD), "attention: output");
+    for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+      const int64_t m = std::min(chunk, n - c0);
+      rms_norm(ctx_, x + c0 * H, H, w.attn_norm, eps_, xn, H, m, H);
+      project_qkv(p, xn, m, qkv);
+      rope_qk(w, qkv, c0, m, k_cache, v_cache);
+      AttnArgs a;
+      a.q = qkv;
+      a.q_stride = W;
+      a.k = k_cache;
+      a.v = v_cache;
+      a.kv_stride = KVD;
+      a.out = attn;
+      a.out_stride = QD;
+      a.n = static_cast<int32_t>(m);
+      a.pos_first = static_cast<int32_t>(pos0_ + c0);
+      a.n_heads = static_cast<int32_t>(spec_.num_attention_heads);
+      a.n_kv_heads = static_cast<int32_t>(spec_.num_key_value_heads);
+      a.head_dim = static_cast<int32_t>(spec_.head_dim);
+      cuda::attention(ctx_, a);
+      matmul(ctx_, wo, attn, QD, m, x + c0 * H, H, /*accumulate=*/true);
+    }
+  }
+
+  void attention_pre(const DevLayer& w, const float* x, int64_t n, float* qkv) override {
+    check_step(n, "attention_pre");
+    const int64_t H = spec_.hidden_size, W = spec_.q_dim() + 2 * spec_.kv_dim();
+    const Proj p = projections(w);
+    WorkspaceScope scope(ws_);
+    const int64_t chunk = pick_chunk(n, 4 * static_cast<uint64_t>(H) + 256 + p.split_bytes, p.fixed_bytes, "attention_pre");
+    float* xn = ws_.take<float>(static_cast<uint64_t>(chunk * H), "attention_pre: normed x");
+    for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+      const int64_t m = std::min(chunk, n - c0);
+      rms_norm(ctx_, x + c0 * H, H, w.attn_norm, eps_, xn, H, m, H);
+      project_qkv(p, xn, m, qkv + c0 * W);
+      rope_qk(w, qkv + c0 * W, c0, m, nullptr, nullptr);
+    }
+  }
+
+  void attention_post(const DevLayer& w, float* x, const float* attn, int64_t n) override {
+    const int64_t H = spec_.hidden_size, QD = spec_.q_dim();
+    const MatRef wo = mat(w.wo, H, QD, "attn_output");
+    WorkspaceScope scope(ws_);
+    matmul(ctx_, wo, attn, QD, n, x, H, /*accumulate=*/true);
+  }
+
+  void router(const DevLayer& w, const float* x, int64_t n, float* logits) override {
+    SW_CHECK(spec_.is_moe(), "CUDA router: the model has no experts");
+    const int64_t H = spec_.hidden_size, E = spec_.num_experts;
+    const MatRef wr = mat(w.router, E, H, "ffn_gate_inp (router)");
+    WorkspaceScope scope(ws_);
+    const int64_t chunk = pick_chunk(n, 4 * static_cast<uint64_t>(H) + 256 + split_bytes(wr.dtype, H),
+                                     matmul_fixed_bytes(wr.dtype, wr.rows, wr.cols), "router");
+    float* xn = ws_.take<float>(static_cast<uint64_t>(chunk * H), "router: normed x");
+    for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+      const int64_t m = std::min(chunk, n - c0);
+      rms_norm(ctx_, x + c0 * H, H, w.ffn_norm, eps_, xn, H, m, H);
+      matmul(ctx_, wr, xn, H, m, logits + c0 * E, E, /*accumulate=*/false);
+    }
+  }
+
+  void ffn(const DevLayer& w, float* x, int64_t n, const MoeRouting* routing) override {
+    if (n <= 0) return;
+    if (spec_.is_moe()) {
+      SW_CHECK(routing != nullptr, "MoE FFN block needs the tokens' routing");
+      moe_ffn(w, x, n, *routing);
+    } else {
+      dense_ffn(w, x, n);
+    }
+  }
+
+  void output(const float* out_norm, const DevMat& head, const float* x_row, float* logits) override {
+    const int64_t H = spec_.hidden_size;
+    SW_CHECK(head.cols == H && head.rows >= 1, "CUDA output: the LM head piece is ", head.rows, " x ", head.cols);
+    const MatRef hm = mat(head, head.rows, H, "output");
+    WorkspaceScope scope(ws_);
+    float* xn = ws_.take<float>(static_cast<uint64_t>(H), "output: normed row");
+    rms_norm(ctx_, x_row, H, out_norm, eps_, xn, H, 1, H);
+    matmul(ctx_, hm, xn, H, 1, logits, hm.rows, /*accumulate=*/false);
+  }
+
+ private:
+  struct Proj {
+    MatRef q, k, v;
+    uint64_t split_bytes = 0, fixed_bytes = 0;
+  };
+
+  Proj projections(const DevLayer& w) const {
+    const int64_t H = spec_.hidden_size;
+    Proj p;
+    p.q = mat(w.wq, spec_.q_dim(), H, "attn_q");
+    p.k = mat(w.wk, spec_.kv_dim(), H, "attn_k");
+    p.v = mat(w.wv, spec_.kv_dim(), H, "attn_v");
+    SW_CHECK(w.attn_norm != nullptr, "CUDA attention: attn_norm is not on the device");
+    for (const MatRef* m : {&p.q, &p.k, &p.v}) {
+      p.split_bytes = std::max(p.split_bytes, split_bytes(m->dtype, H));
+      p.fixed_bytes = std::max(p.fixed_bytes, matmul_fixed_bytes(m->dtype, m->rows, m->cols));
+    }
+    return p;
+  }
+
+  // q, k, v of m normed rows into qkv rows [q | k | v]: one GEMV launch for decode-sized steps.
+  void project_qkv(const Proj& p, const float* xn, int64_t m, float* qkv) {
+    const int64_t H = spec_.hidden_size, QD = spec_.q_dim(), KVD = spec_.kv_dim(), W = QD + 2 * KVD;
+    if (m <= kGemvMaxTokens && p.q.dtype == p.k.dtype && p.q.dtype == p.v.dtype) {
+      GemvTask t[3];
+      const MatRef* mats[3] = {&p.q, &p.k, &p.v};
+      const int64_t offs[3] = {0, QD, QD + KVD};
+      for (int i = 0; i < 3; ++i) {
+        t[i].w0 = mats[i]->data;
+        t[i].x = xn;
+        t[i].ldx = H;
+        t[i].y = qkv + offs[i];
+        t[i].ldy = W;
+        t[i].rows = static_cast<int32_t>(mats[i]->rows);
+        t[i].cols = static_cast<int32_t>(H);
+        t[i].nt = static_cast<int32_t>(m);
+      }
+      gemv(ctx_, p.q.dtype, GemvMode::Store, t, 3);
+      return;
+    }
+    matmul(ctx_, p.q, xn, H, m, qkv, W, false);
+    matmul(ctx_, p.k, xn, H, m, qkv + QD, W, false);
+    matmul(ctx_, p.v, xn, H, m, qkv + QD + KVD, W, false);
+  }
+
+  // Tokens c0 .. c0 + m - 1 of the step.
+  void rope_qk(const DevLayer& w, float* qkv, int64_t c0, int64_t m, float* k_cache, float* v_cache) {
+    const int64_t half = spec_.head_dim / 2;
+    QkRopeArgs r;
+    r.qkv = qkv;
+    r.stride = spec_.q_dim() + 2 * spec_.kv_dim();
+    r.n = static_cast<int32_t>(m);
+    r.n_heads = static_cast<int32_t>(spec_.num_attention_heads);
+    r.n_kv_heads = static_cast<int32_t>(spec_.num_key_value_heads);
+    r.head_dim = static_cast<int32_t>(spec_.head_dim);
+    if (spec_.has_qk_norm()) {
+      SW_CHECK(w.q_norm != nullptr && w.k_norm != nullptr, "CUDA attention: q_norm/k_norm are not on the device");
+      r.q_norm = w.q_norm;
+      r.k_norm = w.k_norm;
+    }
+    r.eps = eps_;
+    r.cos = rope_cos_ + c0 * half;
+    r.sin = rope_sin_ + c0 * half;
+    r.neox = rope_ == RopeStyle::Neox;
+    r.k_cache = k_cache;
+    r.v_cache = v_cache;
+    r.pos_first = static_cast<int32_t>(pos0_ + c0);
+    qk_norm_rope(ctx_, r);
+  }
+
+  void dense_ffn(const DevLayer& w, float* x, int64_t n) {
+    const int64_t H = spec_.hidden_size, F = spec_.intermediate_size;
+    const MatRef gate = mat(w.gate, F, H, "ffn_gate"), up = mat(w.up, F, H, "ffn_up"),
+                 down = mat(w.down, H, F, "ffn_down");
+    SW_CHECK(w.ffn_norm != nullptr, "CUDA FFN: ffn_norm is not on the device");
+    WorkspaceScope scope(ws_);
+    const uint64_t per_token = 4 * static_cast<uint64_t>(H + 2 * F) + 1024 +
+                               std::max({split_bytes(gate.dtype, H), split_bytes(up.dtype, H), split_bytes(down.dtype, F)});
+    const uint64_t fixed = std::max({matmul_fixed_bytes(gate.dtype, F, H), matmul_fixed_bytes(up.dtype, F, H),
+                                     matmul_fixed_bytes(down.dtype, H, F)});
+    const int64_t chunk = pick_chunk(n, per_token, fixed, "FFN");
+    float* xn = ws_.take<float>(static_cast<uint64_t>(chunk * H), "FFN: normed x");
+    float* g = ws_.take<float>(static_cast<uint64_t>(chunk * F), "FFN: gate");
+    float* u = ws_.take<float>(static_cast<uint64_t>(chunk * F), "FFN: up");
+    for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+      const int64_t m = std::min(chunk, n - c0);
+      rms_norm(ctx_, x + c0 * H, H, w.ffn_norm, eps_, xn, H, m, H);
+      if (gate.dtype == up.dtype && gemv_suits(gate.dtype, m)) {  // gate, up and SwiGLU in one pass
+        std::vector<GemvTask> tasks;
+        add_tasks(&tasks, gate.data, up.data, xn, H, g, F, m, F, H);
+        gemv(ctx_, gate.dtype, GemvMode::SwiGLU, tasks.data(), static_cast<int>(tasks.size()));
+      } else {
+        matmul(ctx_, gate, xn, H, m, g, F, false);
+        matmul(ctx_, up, xn, H, m, u, F, false);
+        swiglu(ctx_, g, u, m, F, F);
+      }
+      matmul(ctx_, down, g, F, m, x + c0 * H, H, /*accumulate=*/true);
+    }
+  }
+
+  struct ExpertRun {
+    int64_t expert = 0, slot = 0, m = 0;  // slots [slot, slot + m) hold its tokens, ascending
+    const uint8_t *gate = nullptr, *up = nullptr, *down = nullptr;
+  };
+
+  // The active experts (ascending) with their tokens in [t0, t1).
+  std::vector<ExpertRun> expert_runs(const DevLayer& w, const MoeRouting& r, int64_t n, int64_t t0, int64_t t1) const {
+    std::vector<ExpertRun> runs;
+    int64_t slot = 0;
+    for (int64_t e = 0; e < spec_.num_experts; ++e) {
+      const auto& toks = r.tokens_of_expert[static_cast<size_t>(e)];
+      const auto lo = std::lower_bound(toks.begin(), toks.end(), t0,
+                                       [](const RoutedToken& a, int64_t t) { return a.token < t; });
+      const auto hi = std::lower_bound(lo, toks.end(), t1, [](const RoutedToken& a, int64_t t) { return a.token < t; });
+      if (lo == hi) continue;
+      auto ptr = [&](const std::vector<const uint8_t*>& v) {
+        return static_cast<size_t>(e) < v.size() ? v[static_cast<size_t>(e)] : nullptr;
+      };
+      ExpertRun run;
+      run.expert = e;
+      run.slot = slot;
+      run.m = static_cast<int64_t>(hi - lo);
+      run.gate = ptr(w.gate_exp);
+      run.up = ptr(w.up_exp);
+      run.down = ptr(w.down_exp);
+      SW_CHECK(run.gate && run.up && run.down, "MoE: expert ", e, " is routed to but its weights are not present");
+      slot += run.m;
+      runs.push_back(run);
+    }
+    (void)n;
+    return runs;
+  }
+
+  void moe_ffn(const DevLayer& w, float* x, int64_t n, const MoeRouting& r) {
+    const int64_t E = spec_.num_experts;
+    SW_CHECK(static_cast<int64_t>(r.tokens_of_expert.size()) == E, "MoE routing has the wrong expert count");
+    SW_CHECK(w.ffn_norm != nullptr, "CUDA MoE: ffn_norm is not on the device");
+    int64_t entries = 0;
+    for (const auto& toks : r.tokens_of_expert) {
+      for (size_t i = 0; i < toks.size(); ++i) {
+        SW_CHECK(toks[i].token >= 0 && toks[i].token < n, "MoE routing names token ", toks[i].token, " of ", n);
+        SW_CHECK(i == 0 || toks[i - 1].token < toks[i].token, "MoE routing: an expert's tokens must be ascending");
+      }
+      entries += static_cast<int64_t>(toks.size());
+    }
+    if (n <= kGemvMaxTokens && entries <= kMoeInlineEntries) moe_decode(w, x, n, r);
+    else moe_chunked(w, x, n, r);
+  }
+
+  // Decode-sized steps: no uploads. Gate/up (+SwiGLU) of every expert in one GEMV launch, down in
+  // another, then the combine with its table inline in the kernel's parameters.
+  void moe_decode(const DevLayer& w, float* x, int64_t n, const MoeRouting& r) {
+    const int64_t H = spec_.hidden_size, F = spec_.moe_intermediate_size;
+    const std::vector<ExpertRun> runs = expert_runs(w, r, n, 0, n);
+    WorkspaceScope scope(ws_);
+    int64_t slots = 0;
+    for (const auto& run : runs) slots += run.m;
+    float* xn = ws_.take<float>(static_cast<uint64_t>(n * H), "MoE: normed x");
+    float* h = ws_.take<float>(static_cast<uint64_t>(std::max<int64_t>(slots, 1) * F), "MoE: expert hidden");
+    float* u = nullptr;
+    float* o = ws_.take<float>(static_cast<uint64_t>(std::max<int64_t>(slots, 1) * H), "MoE: expert outputs");
+    rms_norm(ctx_, x, H, w.ffn_norm, eps_, xn, H, n, H);
+    const bool fused = w.gate_dtype == w.up_dtype;
+    if (!fused) u = ws_.take<float>(static_cast<uint64_t>(std::max<int64_t>(slots, 1) * F), "MoE: expert up");
+    std::vector<GemvTask> gate_tasks, up_tasks, down_tasks;
+    MoeCombineArgs c;
+    std::vector<std::vector<std::pair<int32_t, float>>> per_token(static_cast<size_t>(n));
+    for (const auto& run : runs) {
+      const auto& toks = r.tokens_of_expert[static_cast<size_t>(run.expert)];
+      GemvTask t;
+      t.x = xn;
+      t.ldx = H;
+      t.rows = static_cast<int32_t>(F);
+      t.cols = static_cast<int32_t>(H);
+      t.nt = static_cast<int32_t>(run.m);
+      for (int64_t i = 0; i < run.m; ++i) {
+        t.tok[i] = static_cast<int32_t>(toks[static_cast<size_t>(i)].token);
+        per_token[static_cast<size_t>(toks[static_cast<size_t>(i)].token)].push_back(
+            {static_cast<int32_t>(run.slot + i), toks[static_cast<size_t>(i)].weight});
+      }
+      t.y = h + run.slot * F;
+      t.ldy = F;
+      t.w0 = run.gate;
+      t.w1 = run.up;
+      gate_tasks.push_back(t);
+      if (!fused) {
+        t.w0 = run.up;
+        t.w1 = nullptr;
+        t.y = u + run.slot * F;
+        up_tasks.push_back(t);
+      }
+      GemvTask d;
+      d.w0 = run.down;
+      d.x = h + run.slot * F;
+      d.ldx = F;
+      d.y = o + run.slot * H;
+      d.ldy = H;
+      d.rows = static_cast<int32_t>(H);
+      d.cols = static_cast<int32_t>(F);
+      d.nt = static_cast<int32_t>(run.m);
+      down_tasks.push_back(d);
+    }
+    if (!runs.empty()) {
+      if (fused) {
+        gemv(ctx_, w.gate_dtype, GemvMode::SwiGLU, gate_tasks.data(), static_cast<int>(gate_tasks.size()));
+      } else {
+        for (auto& t : gate_tasks) t.w1 = nullptr;
+        gemv(ctx_, w.gate_dtype, GemvMode::Store, gate_tasks.data(), static_cast<int>(gate_tasks.size()));
+        gemv(ctx_, w.up_dtype, GemvMode::Store, up_tasks.data(), static_cast<int>(up_tasks.size()));
+        swiglu(ctx_, h, u, slots, F, F);
+      }
+      gemv(ctx_, w.down_dtype, GemvMode::Store, down_tasks.data(), static_cast<int>(down_tasks.size()));
+    }
+    c.x = x;
+    c.ldx = H;
+    c.out = o;
+    c.ld_out = H;
+    c.n = static_cast<int32_t>(n);
+    c.width = static_cast<int32_t>(H);
+    int32_t k = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      c.inline_off[t] = k;
+      for (const auto& e : per_token[static_cast<size_t>(t)]) {
+        c.inline_slot[k] = e.first;
+        c.inline_weight[k] = e.second;
+        ++k;
+      }
+    }
+    c.inline_off[n] = k;
+    moe_combine(ctx_, c);
+  }
+
+  // Any step: tokens in chunks; per chunk the routed rows are gathered per expert (token lists
+  // uploaded through pinned staging), each expert's gate/up/down run as matmuls over its rows, and
+  // the weighted outputs are added to x in ascending expert order.
+  void moe_chunked(const DevLayer& w, float* x, int64_t n, const MoeRouting& r) {
+    const int64_t H = spec_.hidden_size, F = spec_.moe_intermediate_size, K = std::max<int64_t>(1, spec_.num_experts_per_tok);
+    WorkspaceScope scope(ws_);
+    const uint64_t per_token = 4 * static_cast<uint64_t>(H) + 1024 +
+                               static_cast<uint64_t>(K) * (8 * static_cast<uint64_t>(H + F) + 16) +
+                               std::max({split_bytes(w.gate_dtype, H), split_bytes(w.up_dtype, H), split_bytes(w.down_dtype, F)});
+    const uint64_t fixed = std::max({matmul_fixed_bytes(w.gate_dtype, F, H), matmul_fixed_bytes(w.up_dtype, F, H),
+                                     matmul_fixed_bytes(w.down_dtype, H, F)});
+    // Tokens may be routed to more than top-k experts only by a foreign routing; size by the real count.
+    int64_t max_per_token = K;
+    {
+      std::vector<int32_t> count(static_cast<size_t>(n), 0);
+      for (const auto& toks : r.tokens_of_expert)
+        for (const auto& t : toks) max_per_token = std::max<int64_t>(max_per_token, ++count[static_cast<size_t>(t.token)]);
+    }
+    const uint64_t per_token_real = per_token + static_cast<uint64_t>(max_per_token - K) * (8 * static_cast<uint64_t>(H + F) + 16);
+    const int64_t chunk = std::min<int64_t>(pick_chunk(n, per_token_real, fixed, "MoE FFN"), 65535 / max_per_token);
+    for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+      const int64_t t1 = std::min(n, t0 + chunk), m = t1 - t0;
+      WorkspaceScope chunk_scope(ws_);
+      const std::vector<ExpertRun> runs = expert_runs(w, r, n, t0, t1);
+      int64_t slots = 0;
+      for (const auto& run : runs) slots += run.m;
+      // Host tables: gather index per slot, then per token its (slot, weight) in ascending expert order.
+      std::vector<std::vector<std::pair<int32_t, float>>> per_token_entries(static_cast<size_t>(m));
+      std::vector<int32_t> table(static_cast<size_t>(slots + (m + 1) + slots), 0);
+      std::vector<float> weights(static_cast<size_t>(slots), 0.0f);
+      int32_t* gather_idx = table.data();
+      for (const auto& run : runs) {
+        const auto& toks = r.tokens_of_expert[static_cast<size_t>(run.expert)];
+        const auto lo = std::lower_bound(toks.begin(), toks.end(), t0,
+                                         [](const RoutedToken& a, int64_t t) { return a.token < t; });
+        for (int64_t i = 0; i < run.m; ++i) {
+          const RoutedToken& rt = *(lo + i);
+          gather_idx[run.slot + i] = static_cast<int32_t>(rt.token - t0);
+          per_token_entries[static_cast<size_t>(rt.token - t0)].push_back({static_cast<int32_t>(run.slot + i), rt.weight});
+        }
+      }
+      int32_t* off = table.data() + slots;
+      int32_t* slot_of = off + (m + 1);
+      int32_t k = 0;
+      for (int64_t t = 0; t < m; ++t) {
+        off[t] = k;
+        for (const auto& e : per_token_entries[static_cast<size_t>(t)]) {
+          slot_of[k] = e.first;
+          weights[static_cast<size_t>(k)] = e.second;
+          ++k;
+        }
+      }
+      off[m] = k;
+      const uint64_t table_bytes = table.size() * sizeof(int32_t), weight_bytes = weights.size() * sizeof(float);
+      uint8_t* dev_table = ws_.take<uint8_t>(align_up(table_bytes) + weight_bytes + 16, "MoE: routing tables");
+      auto* host = static_cast<uint8_t*>(staging_.acquire(align_up(table_bytes) + weight_bytes + 16, ctx_.stream));
+      std::memcpy(host, table.data(), table_bytes);
+      if (weight_bytes) std::memcpy(host + align_up(table_bytes), weights.data(), weight_bytes);
+      check(cudaMemcpyAsync(dev_table, host, align_up(table_bytes) + weight_bytes, cudaMemcpyHostToDevice, ctx_.stream),
+            "cudaMemcpyAsync(MoE tables)");
+      staging_.submitted(ctx_.stream);
+      const int32_t* d_gather = reinterpret_cast<const int32_t*>(dev_table);
+      const int32_t* d_off = d_gather + slots;
+      const int32_t* d_slot = d_off + (m + 1);
+      const float* d_weight = reinterpret_cast<const float*>(dev_table + align_up(table_bytes));
+
+      float* xn = ws_.take<float>(static_cast<uint64_t>(m * H), "MoE: normed x");
+      const uint64_t s1 = static_cast<uint64_t>(std::max<int64_t>(slots, 1));
+      float* xe = ws_.take<float>(s1 * H, "MoE: gathered rows");
+      float* g = ws_.take<float>(s1 * F, "MoE: expert gate");
+      float* u = ws_.take<float>(s1 * F, "MoE: expert up");
+      float* o = ws_.take<float>(s1 * H, "MoE: expert outputs");
+      rms_norm(ctx_, x + t0 * H, H, w.ffn_norm, eps_, xn, H, m, H);
+      if (slots > 0) gather_rows(ctx_, xn, H, d_gather, slots, H, xe, H);
+      // Experts with few rows go as 8-row GEMV tasks, many per launch (gate/up fused with SwiGLU);
+      // the others as matmuls of their own.
+      const bool fuse = w.gate_dtype == w.up_dtype;
+      std::vector<GemvTask> gate_up_tasks, down_tasks;
+      for (const auto& run : runs) {
+        if (fuse && gemv_suits(w.gate_dtype, run.m)) {
+          add_tasks(&gate_up_tasks, run.gate, run.up, xe + run.slot * H, H, g + run.slot * F, F, run.m, F, H);
+          continue;
+        }
+        const MatRef gm{w.gate_dtype, run.gate, F, H}, um{w.up_dtype, run.up, F, H};
+        matmul(ctx_, gm, xe + run.slot * H, H, run.m, g + run.slot * F, F, false);
+        matmul(ctx_, um, xe + run.slot * H, H, run.m, u + run.slot * F, F, false);
+        swiglu(ctx_, g + run.slot * F, u + run.slot * F, run.m, F, F);
+      }
+      if (!gate_up_tasks.empty())
+        gemv(ctx_, w.gate_dtype, GemvMode::SwiGLU, gate_up_tasks.data(), static_cast<int>(gate_up_tasks.size()));
+      for (const auto& run : runs) {
+        if (gemv_suits(w.down_dtype, run.m)) {
+          add_tasks(&down_tasks, run.down, nullptr, g + run.slot * F, F, o + run.slot * H, H, run.m, H, F);
+          continue;
+        }
+        const MatRef dm{w.down_dtype, run.down, H, F};
+        matmul(ctx_, dm, g + run.slot * F, F, run.m, o + run.slot * H, H, false);
+      }
+      if (!down_tasks.empty())
+        gemv(ctx_, w.down_dtype, GemvMode::Store, down_tasks.data(), static_cast<int>(down_tasks.size()));
+      MoeCombineArgs c;
+      c.x = x + t0 * H;
+      c.ldx = H;
+      c.out = o;
+      c.ld_out = H;
+      c.n = static_cast<int32_t>(m);
+      c.width = static_cast<int32_t>(H);
+      c.off = d_off;
+      c.slot = d_slot;
+      c.weight = d_weight;
+      moe_combine(ctx_, c);
+    }
+  }
+
+  // Whether m rows through this dtype are cheaper as GEMV passes than as a GEMM (as matmul decides).
+  static bool gemv_suits(DType dtype, int64_t m) {
+    return m <= kGemvMaxTokens || (dtype_is_quantized(dtype) && m <= 4 * kGemvMaxTokens);
+  }
+  // GEMV tasks of at most 8 consecutive rows of x (ldx) into rows of y (ldy).
+  static void add_tasks(std::vector<GemvTask>* tasks, const uint8_t* w0, const uint8_t* w1, const float* x, int64_t ldx,
+                        float* y, int64_t ldy, int64_t m, int64_t rows, int64_t cols) {
+    for (int64_t r0 = 0; r0 < m; r0 += kGemvMaxTokens) {
+      GemvTask t;
+      t.w0 = w0;
+      t.w1 = w1;
+      t.x = x + r0 * ldx;
+      t.ldx = ldx;
+      t.y = y + r0 * ldy;
+      t.ldy = ldy;
+      t.rows = static_cast<int32_t>(rows);
+      t.cols = static_cast<int32_t>(cols);
+      t.nt = static_cast<int32_t>(std::min<int64_t>(kGemvMaxTokens, m - r0));
+      tasks->push_back(t);
+    }
+  }
+
+  void check_step(int64_t n, const char* block) const {
+    SW_CHECK(step_ready_, "CUDA ", block, ": prepare_step was not called after set_workspace for this step");
+    SW_CHECK(n >= 1 && n <= n_step_, "CUDA ", block, ": ", n, " tokens but the step was prepared for ", n_step_);
+  }
+
+  // Tokens per chunk such that the chunk's buffers (per_token each) leave `fixed` bytes free.
+  int64_t pick_chunk(int64_t n, uint64_t per_token, uint64_t fixed, const char* block) const {
+    const uint64_t avail = ws_.available();
+    const uint64_t reserve = fixed + 8 * 256;  // + alignment of the buffers
+    SW_CHECK(avail >= reserve + per_token, "CUDA ", block, ": the workspace is too small: one token needs ",
+             reserve + per_token, " bytes, ", avail, " are free (give the blocks more scratch)");
+    int64_t chunk = std::min<int64_t>(n, static_cast<int64_t>((avail - reserve) / per_token));
+    chunk = std::min<int64_t>(chunk, 65535);
+    if (chunk < n && chunk > 64) chunk = chunk / 64 * 64;
+    return std::max<int64_t>(chunk, 1);
+  }
+
+  ModelSpec spec_;
+  RopeStyle rope_;
+  float eps_ = 1e-5f;
+  Ctx ctx_;
+  Workspace ws_;
+  PinnedRing staging_;
+  bool step_ready_ = false;
+  uint64_t step_base_ = 0;
+  int64_t pos0_ = 0, n_step_ = 0;
+  const float* rope_cos_ = nullptr;
+  const float* rope_sin_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceKernels> make_cuda_kernels(const ModelSpec& spec, RopeStyle rope, cudaStream_t compute,
+                                                 cublasHandle_t blas) {
+  return std::make_unique<CudaKernels>(spec, rope, compute, blas);
+}
+
+uint64_t cuda_kernels_workspace_bytes(const ModelSpec& s, int64_t n) {
+  const uint64_t N = static_cast<uint64_t>(std::max<int64_t>(n, 1));
+  const uint64_t H = static_cast<uint64_t>(s.hidden_size), QD = static_cast<uint64_t>(s.q_dim()),
+                 KVD = static_cast<uint64_t>(s.kv_dim()), W = QD + 2 * KVD;
+  const uint64_t F = static_cast<uint64_t>(s.is_moe() ? s.moe_intermediate_size : s.intermediate_size);
+  const uint64_t K = static_cast<uint64_t>(s.is_moe() ? std::max<int64_t>(1, s.num_experts_per_tok) : 1);
+  const uint64_t widest = std::max({H, QD, F});
+  const uint64_t split = matmul_bytes_per_token(DType::BF16, static_cast<int64_t>(widest));  // the widest split
+  const uint64_t rope = 2 * N * static_cast<uint64_t>(s.head_dim / 2) * 4 + 256;
+  const uint64_t attn = N * (4 * (H + W + QD) + 1024 + split +
+                             static_cast<uint64_t>(s.num_attention_heads) * static_cast<uint64_t>(s.head_dim + 2) * 4);
+  const uint64_t ffn = s.is_moe() ? N * (4 * H + 1024 + K * (8 * (H + F) + 16) + split) : N * (4 * (H + 2 * F) + 1024 + split);
+  const uint64_t fixed = 1024 + 128 * widest * 4 + 8 * 256;
+  // Split-K partials of decode attention for 64 key ranges (with less room it splits less).
+  const uint64_t partials =
+      64 * static_cast<uint64_t>(s.num_attention_heads) * static_cast<uint64_t>(s.head_dim + 2) * 4 * std::min<uint64_t>(N, 8);
+  return rope + std::max(attn, ffn) + fixed + partials;
+}
+
+void cuda_matmul(const DevMat& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy, bool accumulate,
+                 uint8_t* workspace, uint64_t workspace_bytes, cudaStream_t stream, cublasHandle_t blas) {
+  static float* consts = nullptr;
+  if (!consts) {
+    void* p = nullptr;
+    check(cudaGetSymbolAddress(&p, g_zero_one), "cudaGetSymbolAddress");
+    consts = static_cast<float*>(p);
+  }
+  Workspace ws;
+  ws.reset(workspace, workspace_bytes);
+  Ctx ctx;
+  ctx.stream = stream;
+  ctx.blas = blas;
+  ctx.ws = &ws;
+  int dev = 0, sms = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+  ctx.sm_count = std::max(1, sms);
+  ctx.dev_zero_one = consts;
+  MatRef m;
+  m.dtype = w.dtype;
+  m.data = w.data;
+  m.rows = w.rows;
+  m.cols = w.cols;
+  matmul(ctx, m, x, ldx, n, y, ldy, accumulate);
+}
+
+}  // namespace shardwise

@@ -1,0 +1,146 @@
+// executor/cuda/cuda_common.cuh — shared by the CUDA kernel files (never by CPU-only code): error
+// checks that turn CUDA/cuBLAS failures into shardwise::Error, device helpers for the GGUF block
+// dtypes and warp reductions, and the workspace bump allocator through which every device temporary
+// of the blocks is taken (the kernels never allocate device memory).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace shardwise {
+namespace cuda {
+
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("CUDA: ", what, ": ", cudaGetErrorString(e));
+}
+inline void check_blas(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) fail("cuBLAS: ", what, ": ", cublasGetStatusString(s));
+}
+// After a kernel launch: reports a bad configuration (or an earlier asynchronous error) by name.
+inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline uint64_t align_up(uint64_t x, uint64_t a = 256) { return (x + a - 1) / a * a; }
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// Device temporaries of one block call, carved from the region given to set_workspace. Stack-like:
+// a scope takes buffers and gives them back when it ends. All work is ordered on one stream, so a
+// buffer given back may be reused at once by later work.
+class Workspace {
+ public:
+  void reset(uint8_t* base, uint64_t bytes) {
+    base_ = base;
+    bytes_ = bytes;
+    used_ = 0;
+  }
+  uint64_t mark() const { return used_; }
+  void release(uint64_t mark) { used_ = mark; }
+  uint64_t capacity() const { return bytes_; }
+  uint64_t available() const {
+    const uint64_t u = align_up(used_);
+    return u >= bytes_ ? 0 : bytes_ - u;
+  }
+  template <typename T>
+  T* take(uint64_t count, const char* what) {
+    const uint64_t start = align_up(used_);
+    const uint64_t bytes = count * sizeof(T);
+    SW_CHECK(base_ != nullptr, "CUDA kernels: no workspace was set (call set_workspace before the blocks)");
+    SW_CHECK(start + bytes <= bytes_, "CUDA kernels: the workspace is too small for ", what, ": needs ", bytes,
+             " bytes, ", (start >= bytes_ ? 0 : bytes_ - start), " of ", bytes_, " are free (give the blocks more scratch)");
+    used_ = start + bytes;
+    return reinterpret_cast<T*>(base_ + start);
+  }
+
+ private:
+  uint8_t* base_ = nullptr;
+  uint64_t bytes_ = 0, used_ = 0;
+};
+
+struct WorkspaceScope {
+  explicit WorkspaceScope(Workspace& w) : ws(w), saved(w.mark()) {}
+  ~WorkspaceScope() { ws.release(saved); }
+  WorkspaceScope(const WorkspaceScope&) = delete;
+  WorkspaceScope& operator=(const WorkspaceScope&) = delete;
+  Workspace& ws;
+  uint64_t saved;
+};
+
+// What every launcher needs: the compute stream, the cuBLAS handle, the workspace and a few device
+// facts. Device scalars {0, 1} live in device memory for cuBLAS calls in device pointer mode.
+struct Ctx {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  Workspace* ws = nullptr;
+  int sm_count = 132;
+  const float* dev_zero_one = nullptr;  // [0.0f, 1.0f]
+};
+
+// ---- device helpers ----------------------------------------------------------------------------
+#ifdef __CUDACC__
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Streamed once (weights): bypass L1 so that activations stay there.
+__device__ __forceinline__ uint4 ld_stream_v4(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+__device__ __forceinline__ uint32_t ld_u16(const void* p) {
+  return static_cast<uint32_t>(__ldg(reinterpret_cast<const unsigned short*>(p)));
+}
+__device__ __forceinline__ float f16_bits_to_float(uint32_t bits) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+}
+__device__ __forceinline__ float bf16_bits_to_float(uint32_t bits) { return __uint_as_float(bits << 16); }
+
+// Exact int -> float for a byte of a word: 2^23 + byte as a float bit pattern, minus the bias.
+// byte k (0..3) of w: __byte_perm(w, 0x4B000000, 0x7540 | k) = 0x4B0000bb.
+template <int K>
+__device__ __forceinline__ float byte_magic(uint32_t w) {
+  return __int_as_float(static_cast<int>(__byte_perm(w, 0x4B000000u, 0x7540u | K)));
+}
+constexpr float kMagic = 8388608.0f;  // 2^23
+
+// One element of a weight row of any dtype (slow paths and tests).
+__device__ __forceinline__ float load_weight(DType t, const uint8_t* row, int64_t c) {
+  switch (t) {
+    case DType::F32: return reinterpret_cast<const float*>(row)[c];
+    case DType::F16: return f16_bits_to_float(ld_u16(row + 2 * c));
+    case DType::BF16: return bf16_bits_to_float(ld_u16(row + 2 * c));
+    case DType::Q8_0: {
+      const uint8_t* blk = row + (c / 32) * 34;
+      return f16_bits_to_float(ld_u16(blk)) * static_cast<float>(static_cast<int8_t>(blk[2 + c % 32]));
+    }
+    case DType::Q4_0: {
+      const uint8_t* blk = row + (c / 32) * 18;
+      const int j = static_cast<int>(c % 32);
+      const int q = j < 16 ? (blk[2 + j] & 0x0F) : (blk[2 + j - 16] >> 4);
+      return f16_bits_to_float(ld_u16(blk)) * static_cast<float>(q - 8);
+    }
+  }
+  return 0.0f;
+}
+
+#endif  // __CUDACC__
+
+}  // namespace cuda
+}  // namespace shardwise

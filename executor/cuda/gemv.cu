@@ -1,0 +1,399 @@
+// executor/cuda/gemv.cu — decode GEMV for every weight dtype: y = W x for up to 8 token vectors,
+// weights read once at their stored precision, products and sums in f32 (no activation rounding).
+// Each warp owns 2 rows of each matrix (2 x 2 for the fused gate/up SwiGLU pass) so that every
+// activation load from L1 serves several rows; lanes read consecutive 16-byte pieces (f32/f16/bf16)
+// or consecutive 4/8-element pieces of GGUF blocks (q8_0/q4_0: 2-byte loads, since blocks of 34/18
+// bytes are only 2-byte aligned), so every warp load is coalesced. Quantised codes become floats
+// by the exponent trick (2^23 + byte as bits, minus the bias), which is exact and cheaper than I2F.
+// Several matrices (q/k/v, MoE experts) go in one launch as tasks, so small matrices still fill the GPU.
+#include <algorithm>
+
+#include "executor/cuda/kernels.cuh"
+
+namespace shardwise {
+namespace cuda {
+namespace {
+
+constexpr int kWarps = 4;  // warps per block
+constexpr int kRows = 2;   // rows per warp, per matrix
+constexpr int kFastRowsPerBlock = kWarps * kRows;
+constexpr int kGenericRowsPerBlock = kWarps;  // generic kernel: one row per warp
+
+struct TaskDev {
+  const uint8_t* w0;
+  const uint8_t* w1;
+  const float* x;
+  float* y;
+  int64_t row_bytes, ldx, ldy;
+  int32_t rows, cols, nt, pad;
+  int32_t tok[kGemvMaxTokens];
+};
+
+struct Batch {
+  int32_t count, mode;
+  int32_t block_begin[kGemvMaxTasks + 1];
+  TaskDev task[kGemvMaxTasks];
+};
+static_assert(sizeof(Batch) < 4000, "GEMV batch must fit the 4 KB kernel parameter space");
+
+__device__ __forceinline__ int find_task(const Batch& b) {
+  int ti = 0;
+  while (ti + 1 < b.count && static_cast<int>(blockIdx.x) >= b.block_begin[ti + 1]) ++ti;
+  return ti;
+}
+
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+__device__ __forceinline__ void store_out(int mode, float* p, float a0, float a1) {
+  if (mode == static_cast<int>(GemvMode::Store)) *p = a0;
+  else if (mode == static_cast<int>(GemvMode::Accumulate)) *p = *p + a0;
+  else *p = silu_mul(a0, a1);
+}
+
+__device__ __forceinline__ void unpack_f16x8(const uint4& w, float* f) {
+  const uint32_t v[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 p = __half22float2(*reinterpret_cast<const __half2*>(&v[i]));
+    f[2 * i] = p.x;
+    f[2 * i + 1] = p.y;
+  }
+}
+__device__ __forceinline__ void unpack_bf16x8(const uint4& w, float* f) {
+  const uint32_t v[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(v[i] << 16);
+    f[2 * i + 1] = __uint_as_float(v[i] & 0xFFFF0000u);
+  }
+}
+
+// One lane's piece of a weight row per dtype: the raw bytes (loaded first, so that several pieces
+// are in flight), then their elements as floats and the x elements they multiply.
+template <DType T>
+struct Piece;
+
+template <>
+struct Piece<DType::F16> {
+  static constexpr int kElems = 8;  // 16 bytes
+  static constexpr bool kScaled = false;
+  uint4 raw;
+  __device__ __forceinline__ void load(const uint8_t* row, int u) { raw = ld_stream_v4(row + static_cast<int64_t>(u) * 16); }
+  __device__ __forceinline__ void unpack(float* w, float& d) const {
+    unpack_f16x8(raw, w);
+    d = 1.0f;
+  }
+};
+template <>
+struct Piece<DType::BF16> {
+  static constexpr int kElems = 8;
+  static constexpr bool kScaled = false;
+  uint4 raw;
+  __device__ __forceinline__ void load(const uint8_t* row, int u) { raw = ld_stream_v4(row + static_cast<int64_t>(u) * 16); }
+  __device__ __forceinline__ void unpack(float* w, float& d) const {
+    unpack_bf16x8(raw, w);
+    d = 1.0f;
+  }
+};
+template <>
+struct Piece<DType::F32> {
+  static constexpr int kElems = 4;
+  static constexpr bool kScaled = false;
+  uint4 raw;
+  __device__ __forceinline__ void load(const uint8_t* row, int u) { raw = ld_stream_v4(row + static_cast<int64_t>(u) * 16); }
+  __device__ __forceinline__ void unpack(float* w, float& d) const {
+    w[0] = __uint_as_float(raw.x);
+    w[1] = __uint_as_float(raw.y);
+    w[2] = __uint_as_float(raw.z);
+    w[3] = __uint_as_float(raw.w);
+    d = 1.0f;
+  }
+};
+// q8_0: 4 codes of a 34-byte block (8 pieces per block), read as two 2-byte loads (blocks are only
+// 2-byte aligned), plus the block's f16 scale.
+template <>
+struct Piece<DType::Q8_0> {
+  static constexpr int kElems = 4;
+  static constexpr bool kScaled = true;
+  uint32_t d_bits, q;
+  __device__ __forceinline__ void load(const uint8_t* row, int u) {
+    const uint8_t* bp = row + static_cast<int64_t>(u >> 3) * 34;
+    const int k = u & 7;
+    d_bits = ld_u16(bp);
+    q = ld_u16(bp + 2 + 4 * k) | (ld_u16(bp + 4 + 4 * k) << 16);
+  }
+  __device__ __forceinline__ void unpack(float* w, float& d) const {
+    const uint32_t b = q ^ 0x80808080u;  // signed codes biased to q + 128 for the exponent trick
+    w[0] = byte_magic<0>(b) - (kMagic + 128.0f);
+    w[1] = byte_magic<1>(b) - (kMagic + 128.0f);
+    w[2] = byte_magic<2>(b) - (kMagic + 128.0f);
+    w[3] = byte_magic<3>(b) - (kMagic + 128.0f);
+    d = f16_bits_to_float(d_bits);
+  }
+};
+// q4_0: 4 bytes of an 18-byte block (4 pieces per block) = elements 4k..4k+3 (low nibbles) and
+// 16+4k..16+4k+3 (high nibbles).
+template <>
+struct Piece<DType::Q4_0> {
+  static constexpr int kElems = 8;
+  static constexpr bool kScaled = true;
+  uint32_t d_bits, q;
+  __device__ __forceinline__ void load(const uint8_t* row, int u) {
+    const uint8_t* bp = row + static_cast<int64_t>(u >> 2) * 18;
+    const int k = u & 3;
+    d_bits = ld_u16(bp);
+    q = ld_u16(bp + 2 + 4 * k) | (ld_u16(bp + 4 + 4 * k) << 16);
+  }
+  __device__ __forceinline__ void unpack(float* w, float& d) const {
+    const uint32_t lo = q & 0x0F0F0F0Fu, hi = (q >> 4) & 0x0F0F0F0Fu;
+    w[0] = byte_magic<0>(lo) - (kMagic + 8.0f);
+    w[1] = byte_magic<1>(lo) - (kMagic + 8.0f);
+    w[2] = byte_magic<2>(lo) - (kMagic + 8.0f);
+    w[3] = byte_magic<3>(lo) - (kMagic + 8.0f);
+    w[4] = byte_magic<0>(hi) - (kMagic + 8.0f);
+    w[5] = byte_magic<1>(hi) - (kMagic + 8.0f);
+    w[6] = byte_magic<2>(hi) - (kMagic + 8.0f);
+    w[7] = byte_magic<3>(hi) - (kMagic + 8.0f);
+    d = f16_bits_to_float(d_bits);
+  }
+};
+
+// The x elements that piece u multiplies (16-byte loads; x rows are 16-byte aligned).
+template <DType T>
+__device__ __forceinline__ void load_x(const float* x, int u, float* xv) {
+  if constexpr (T == DType::Q4_0) {
+    const float* xb = x + static_cast<int64_t>(u >> 2) * 32 + 4 * (u & 3);
+    const float4 a = __ldg(reinterpret_cast<const float4*>(xb));
+    const float4 c = __ldg(reinterpret_cast<const float4*>(xb + 16));
+    xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w, xv[4] = c.x, xv[5] = c.y, xv[6] = c.z, xv[7] = c.w;
+  } else {
+    constexpr int E = Piece<T>::kElems;
+    const float4* xp = reinterpret_cast<const float4*>(x + static_cast<int64_t>(u) * E);
+#pragma unroll
+    for (int i = 0; i < E / 4; ++i) {
+      const float4 a = __ldg(xp + i);
+      xv[4 * i] = a.x, xv[4 * i + 1] = a.y, xv[4 * i + 2] = a.z, xv[4 * i + 3] = a.w;
+    }
+  }
+}
+
+// Fast path: rows 16-byte aligned for f32/f16/bf16 (cols a multiple of 4/8), 2-byte aligned blocks
+// for q8_0/q4_0, x rows 16-byte aligned. Each step issues the weight loads of kUnroll pieces per row
+// (clamped to the row, so always valid) before any arithmetic, to keep enough bytes in flight.
+template <DType T, int NT, int M>
+__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const __grid_constant__ Batch b) {
+  using P = Piece<T>;
+  constexpr int E = P::kElems;
+  constexpr int kUnroll = NT * M <= 2 ? 4 : 2;
+  const int ti = find_task(b);
+  const TaskDev& tk = b.task[ti];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row0 = ((static_cast<int>(blockIdx.x) - b.block_begin[ti]) * kWarps + warp) * kRows;
+  if (row0 >= tk.rows) return;
+  const int nt = tk.nt;
+
+  const uint8_t* wr[M][kRows];
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      wr[m][r] = (m == 0 ? tk.w0 : tk.w1) + static_cast<int64_t>(min(row0 + r, tk.rows - 1)) * tk.row_bytes;
+  const float* xr[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) xr[t] = tk.x + static_cast<int64_t>(tk.tok[t < nt ? t : 0]) * tk.ldx;
+
+  float acc[M][kRows][NT];
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t) acc[m][r][t] = 0.0f;
+
+  const int units = tk.cols / E;
+  for (int u0 = lane; u0 < units; u0 += 32 * kUnroll) {
+    P pc[kUnroll][M][kRows];
+#pragma unroll
+    for (int i = 0; i < kUnroll; ++i) {
+      const int u = min(u0 + 32 * i, units - 1);
+#pragma unroll
+      for (int m = 0; m < M; ++m)
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) pc[i][m][r].load(wr[m][r], u);
+    }
+#pragma unroll
+    for (int i = 0; i < kUnroll; ++i) {
+      const int u = u0 + 32 * i;
+      if (u >= units) break;
+      float w[M][kRows][E], d[M][kRows];
+#pragma unroll
+      for (int m = 0; m < M; ++m)
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) pc[i][m][r].unpack(w[m][r], d[m][r]);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        if (t < nt) {
+          float xv[E];
+          load_x<T>(xr[t], u, xv);
+#pragma unroll
+          for (int m = 0; m < M; ++m)
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+              if constexpr (P::kScaled) {  // block sum first, then its scale
+                float s = w[m][r][0] * xv[0];
+#pragma unroll
+                for (int e = 1; e < E; ++e) s = fmaf(w[m][r][e], xv[e], s);
+                acc[m][r][t] = fmaf(d[m][r], s, acc[m][r][t]);
+              } else {
+#pragma unroll
+                for (int e = 0; e < E; ++e) acc[m][r][t] = fmaf(w[m][r][e], xv[e], acc[m][r][t]);
+              }
+            }
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t) acc[m][r][t] = warp_sum(acc[m][r][t]);
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int row = row0 + r;
+      if (row >= tk.rows) break;
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+        if (t < nt) store_out(b.mode, tk.y + static_cast<int64_t>(t) * tk.ldy + row, acc[0][r][t], acc[M - 1][r][t]);
+    }
+  }
+}
+
+// Any dtype, any alignment (odd shapes): one row per warp, element loads, tokens at run time.
+template <DType T>
+__global__ void __launch_bounds__(kWarps * 32) gemv_generic_kernel(const __grid_constant__ Batch b) {
+  const int ti = find_task(b);
+  const TaskDev& tk = b.task[ti];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row = (static_cast<int>(blockIdx.x) - b.block_begin[ti]) * kWarps + warp;
+  if (row >= tk.rows) return;
+  const bool two = b.mode == static_cast<int>(GemvMode::SwiGLU);
+  const uint8_t* r0 = tk.w0 + static_cast<int64_t>(row) * tk.row_bytes;
+  const uint8_t* r1 = two ? tk.w1 + static_cast<int64_t>(row) * tk.row_bytes : r0;
+  const int nt = tk.nt;
+  float acc0[kGemvMaxTokens], acc1[kGemvMaxTokens];
+#pragma unroll
+  for (int t = 0; t < kGemvMaxTokens; ++t) acc0[t] = acc1[t] = 0.0f;
+  for (int c = lane; c < tk.cols; c += 32) {
+    const float w0 = load_weight(T, r0, c);
+    const float w1 = two ? load_weight(T, r1, c) : 0.0f;
+#pragma unroll
+    for (int t = 0; t < kGemvMaxTokens; ++t) {
+      if (t < nt) {
+        const float xv = tk.x[static_cast<int64_t>(tk.tok[t]) * tk.ldx + c];
+        acc0[t] = fmaf(w0, xv, acc0[t]);
+        acc1[t] = fmaf(w1, xv, acc1[t]);
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kGemvMaxTokens; ++t) {
+    if (t < nt) {
+      const float a0 = warp_sum(acc0[t]);
+      const float a1 = two ? warp_sum(acc1[t]) : 0.0f;
+      if (lane == 0) store_out(b.mode, tk.y + static_cast<int64_t>(t) * tk.ldy + row, a0, a1);
+    }
+  }
+}
+
+template <DType T, int M>
+void launch_fast(int nt_max, const Batch& b, int blocks, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>(blocks)), block(kWarps * 32);
+  if (nt_max <= 1) gemv_kernel<T, 1, M><<<grid, block, 0, s>>>(b);
+  else if (nt_max <= 2) gemv_kernel<T, 2, M><<<grid, block, 0, s>>>(b);
+  else if (nt_max <= 4) gemv_kernel<T, 4, M><<<grid, block, 0, s>>>(b);
+  else gemv_kernel<T, 8, M><<<grid, block, 0, s>>>(b);
+}
+
+template <DType T>
+void launch(bool fast, bool two, int nt_max, const Batch& b, int blocks, cudaStream_t s) {
+  if (!fast) gemv_generic_kernel<T><<<blocks, kWarps * 32, 0, s>>>(b);
+  else if (two) launch_fast<T, 2>(nt_max, b, blocks, s);
+  else launch_fast<T, 1>(nt_max, b, blocks, s);
+}
+
+bool fast_path_ok(DType dtype, const GemvTask& t, bool two) {
+  if (!aligned16(t.x) || t.ldx % 4 != 0) return false;
+  const uint64_t row_bytes = dtype_row_bytes(dtype, t.cols);
+  switch (dtype) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+      return row_bytes % 16 == 0 && aligned16(t.w0) && (!two || aligned16(t.w1));
+    case DType::Q8_0:
+    case DType::Q4_0:  // 2-byte loads: blocks are 2-byte aligned when the base is
+      return (reinterpret_cast<uintptr_t>(t.w0) & 1u) == 0 && (!two || (reinterpret_cast<uintptr_t>(t.w1) & 1u) == 0);
+  }
+  return false;
+}
+
+}  // namespace
+
+void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int count) {
+  const bool two = mode == GemvMode::SwiGLU;
+  for (int i0 = 0; i0 < count; i0 += kGemvMaxTasks) {
+    const int cnt = std::min(kGemvMaxTasks, count - i0);
+    bool fast = true;
+    int nt_max = 1;
+    for (int i = 0; i < cnt; ++i) {
+      const GemvTask& t = tasks[i0 + i];
+      SW_CHECK(t.nt >= 1 && t.nt <= kGemvMaxTokens, "CUDA gemv: ", t.nt, " tokens (1..", kGemvMaxTokens, " per pass)");
+      SW_CHECK(t.w0 != nullptr && t.x != nullptr && t.y != nullptr && (!two || t.w1 != nullptr),
+               "CUDA gemv: a task is missing its matrix or vectors");
+      SW_CHECK(t.rows >= 0 && t.cols > 0 && t.cols % dtype_block_elems(dtype) == 0, "CUDA gemv: ", t.cols,
+               " columns do not hold whole ", dtype_name(dtype), " blocks");
+      fast = fast && fast_path_ok(dtype, t, two);
+      nt_max = std::max(nt_max, static_cast<int>(t.nt));
+    }
+    Batch b{};
+    b.count = cnt;
+    b.mode = static_cast<int32_t>(mode);
+    const int rows_per_block = fast ? kFastRowsPerBlock : kGenericRowsPerBlock;
+    int64_t blocks = 0;
+    for (int i = 0; i < cnt; ++i) {
+      const GemvTask& t = tasks[i0 + i];
+      TaskDev& d = b.task[i];
+      d.w0 = t.w0;
+      d.w1 = two ? t.w1 : t.w0;
+      d.x = t.x;
+      d.y = t.y;
+      d.row_bytes = static_cast<int64_t>(dtype_row_bytes(dtype, t.cols));
+      d.ldx = t.ldx;
+      d.ldy = t.ldy;
+      d.rows = t.rows;
+      d.cols = t.cols;
+      d.nt = t.nt;
+      for (int k = 0; k < kGemvMaxTokens; ++k) d.tok[k] = t.tok[k];
+      b.block_begin[i] = static_cast<int32_t>(blocks);
+      blocks += ceil_div(t.rows, rows_per_block);
+    }
+    b.block_begin[cnt] = static_cast<int32_t>(blocks);
+    SW_CHECK(blocks < (int64_t(1) << 31), "CUDA gemv: too many rows in one launch");
+    if (blocks == 0) continue;
+    const int nb = static_cast<int>(blocks);
+    switch (dtype) {
+      case DType::F32: launch<DType::F32>(fast, two, nt_max, b, nb, ctx.stream); break;
+      case DType::F16: launch<DType::F16>(fast, two, nt_max, b, nb, ctx.stream); break;
+      case DType::BF16: launch<DType::BF16>(fast, two, nt_max, b, nb, ctx.stream); break;
+      case DType::Q8_0: launch<DType::Q8_0>(fast, two, nt_max, b, nb, ctx.stream); break;
+      case DType::Q4_0: launch<DType::Q4_0>(fast, two, nt_max, b, nb, ctx.stream); break;
+    }
+    check_launch("gemv kernel");
+  }
+}
+
+}  // namespace cuda
+}  // namespace shardwise

@@ -1,0 +1,126 @@
+// executor/cuda/kernels.cuh — the launchers of the CUDA kernel families that blocks.cu composes into
+// the model's blocks: GEMV (gemv.cu), matmul dispatch with exact cuBLAS GEMMs (gemm.cu), norms,
+// RoPE and element-wise/MoE helpers (norm_rope.cu), attention (attention.cu). All launch on ctx.stream
+// and take device temporaries only from ctx.ws. Activations and accumulation are f32 everywhere.
+#pragma once
+
+#include <cstdint>
+
+#include "executor/cuda/cuda_common.cuh"
+
+namespace shardwise {
+namespace cuda {
+
+// ---- GEMV (decode; gemv.cu) -------------------------------------------------------------------
+constexpr int kGemvMaxTokens = 8;  // tokens per pass of a GEMV (the decode path: n <= 8)
+constexpr int kGemvMaxTasks = 16;  // matrices per launch
+
+enum class GemvMode : int32_t {
+  Store = 0,       // y  = W x
+  Accumulate = 1,  // y += W x
+  SwiGLU = 2,      // y  = silu(W0 x) * (W1 x)   (gate and up of an FFN in one pass)
+};
+
+// One matrix-times-few-vectors product: y[t * ldy + r] (op)= sum_c W[r, c] * x[tok[t] * ldx + c].
+struct GemvTask {
+  const uint8_t* w0 = nullptr;  // (rows, cols), rows contiguous, of the launch's dtype
+  const uint8_t* w1 = nullptr;  // SwiGLU only: the up matrix, same shape and dtype as w0 (the gate)
+  const float* x = nullptr;
+  float* y = nullptr;
+  int64_t ldx = 0, ldy = 0;
+  int32_t rows = 0, cols = 0, nt = 0;  // nt tokens, 1..kGemvMaxTokens
+  int32_t tok[kGemvMaxTokens] = {0, 1, 2, 3, 4, 5, 6, 7};
+};
+
+// Runs `count` tasks of one dtype (any count; launches kGemvMaxTasks at a time).
+void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int count);
+
+// ---- matmul dispatch (gemm.cu) ----------------------------------------------------------------
+struct MatRef {
+  DType dtype = DType::F32;
+  const uint8_t* data = nullptr;
+  int64_t rows = 0, cols = 0;
+};
+
+// y[t * ldy + r] (+)= sum_c W[r, c] * x[t * ldx + c] for t < n. n <= 8: GEMV. Larger n: cuBLAS with
+// exact arithmetic — f32 weights: SGEMM (no TF32); f16: x split into two scaled f16 parts, two
+// tensor-core GEMMs with f32 accumulation; bf16: x split into three bf16 parts, three GEMMs;
+// q8_0/q4_0: tiles of weight rows dequantised to f32 + SGEMM (or GEMV passes for few tokens). Falls
+// back to GEMV passes of 8 tokens when the workspace has no room for the split activations.
+void matmul(const Ctx& ctx, const MatRef& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
+            bool accumulate);
+// Workspace bytes per token that the cuBLAS path of matmul wants for the split of x (0 for f32).
+uint64_t matmul_bytes_per_token(DType dtype, int64_t cols);
+// Workspace bytes matmul wants besides the per-token part (dequantised weight tiles, scalars).
+uint64_t matmul_fixed_bytes(DType dtype, int64_t rows, int64_t cols);
+
+// ---- norms, RoPE, element-wise, MoE helpers (norm_rope.cu) -------------------------------------
+// y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w for n rows of dim; y may alias x.
+void rms_norm(const Ctx& ctx, const float* x, int64_t ldx, const float* w, float eps, float* y, int64_t ldy,
+              int64_t n, int64_t dim);
+
+// After the q/k/v projections: per-head RMSNorm of q and k (optional), RoPE of q and k with the
+// host-computed angle table; with a cache, k and v rows go to cache rows pos_first + t (k is then not
+// written back to qkv), else k stays in qkv.
+struct QkRopeArgs {
+  float* qkv = nullptr;  // [n, q_dim + 2 kv_dim], row stride `stride`
+  int64_t stride = 0;
+  int32_t n = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  const float* q_norm = nullptr;  // [head_dim]; both null = no q/k norm
+  const float* k_norm = nullptr;
+  float eps = 0;
+  const float* cos = nullptr;  // [n, head_dim / 2] for these tokens
+  const float* sin = nullptr;
+  bool neox = true;
+  float* k_cache = nullptr;  // [capacity, kv_dim] (null = no cache write)
+  float* v_cache = nullptr;
+  int32_t pos_first = 0;
+};
+void qk_norm_rope(const Ctx& ctx, const QkRopeArgs& a);
+
+// gate[i] = silu(gate[i]) * up[i] for rows x width (rows `ld` apart).
+void swiglu(const Ctx& ctx, float* gate, const float* up, int64_t rows, int64_t width, int64_t ld);
+// dst[i] = src[idx[i]] for n rows of width.
+void gather_rows(const Ctx& ctx, const float* src, int64_t ld_src, const int32_t* idx, int64_t n, int64_t width,
+                 float* dst, int64_t ld_dst);
+
+// x[t] += sum over token t's experts (in ascending expert order) of weight * out[slot]; the sum is
+// formed first, then added, as the CPU does. Table: entries [off[t], off[t+1]) of slot/weight.
+constexpr int kMoeInlineEntries = 64;
+struct MoeCombineArgs {
+  float* x = nullptr;
+  int64_t ldx = 0;
+  const float* out = nullptr;  // [slots, width]
+  int64_t ld_out = 0;
+  int32_t n = 0, width = 0;
+  // Either a device table (off: n + 1 ints, slot/weight: off[n] entries) or, when off == nullptr,
+  // the inline table below (n <= kGemvMaxTokens, at most kMoeInlineEntries entries).
+  const int32_t* off = nullptr;
+  const int32_t* slot = nullptr;
+  const float* weight = nullptr;
+  int32_t inline_off[kGemvMaxTokens + 1] = {};
+  int32_t inline_slot[kMoeInlineEntries] = {};
+  float inline_weight[kMoeInlineEntries] = {};
+};
+void moe_combine(const Ctx& ctx, const MoeCombineArgs& a);
+
+// ---- attention (attention.cu) -----------------------------------------------------------------
+// Causal GQA attention of n queries (query t at position pos_first + t, attending cache rows
+// 0 .. pos_first + t) over f32 caches; scale 1/sqrt(head_dim); online softmax in f32. Decode-sized
+// steps split the keys across warps (split-K) and combine; larger steps run flash-style tiles.
+struct AttnArgs {
+  const float* q = nullptr;  // query t, head h at q + t * q_stride + h * head_dim
+  int64_t q_stride = 0;
+  const float* k = nullptr;  // cache row j at k + j * kv_stride (kv head g at + g * head_dim)
+  const float* v = nullptr;
+  int64_t kv_stride = 0;
+  float* out = nullptr;  // [n, n_heads * head_dim], row stride out_stride
+  int64_t out_stride = 0;
+  int32_t n = 0, pos_first = 0;
+  int32_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
+};
+void attention(const Ctx& ctx, const AttnArgs& a);
+bool attention_head_dim_supported(int64_t head_dim);
+
+}  // namespace cuda
+}  // namespace shardwise

@@ -1,0 +1,184 @@
+// executor/cuda/norm_rope.cu — RMSNorm, per-head q/k RMSNorm + RoPE (+ K/V cache rows), SwiGLU, row
+// gathers and the deterministic MoE combine. Each mirrors the CPU op's arithmetic (executor/cpu/ops.cpp):
+// x * scale * w in that order, RoPE's products and differences rounded separately (no FMA
+// contraction) with the host's angle table, expert outputs summed in ascending expert order before
+// the residual add. Only sums of squares differ in order from the CPU's SIMD dot.
+#include <algorithm>
+
+#include "executor/cuda/kernels.cuh"
+
+namespace shardwise {
+namespace cuda {
+namespace {
+
+constexpr int kMaxHeadDim = 512;
+
+__device__ float block_sum(float v, float* scratch /* [32] */) {
+  v = warp_sum(v);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = (blockDim.x + 31) >> 5;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float t = lane < warps ? scratch[lane] : 0.0f;
+  t = warp_sum(t);
+  __syncthreads();  // scratch may be reused by the caller
+  return t;
+}
+
+__global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* __restrict__ w, float eps, float* y,
+                                int64_t ldy, int dim) {
+  __shared__ float scratch[32];
+  const float* xr = x + static_cast<int64_t>(blockIdx.x) * ldx;
+  float* yr = y + static_cast<int64_t>(blockIdx.x) * ldy;
+  float ss = 0.0f;
+  for (int c = threadIdx.x; c < dim; c += blockDim.x) ss = fmaf(xr[c], xr[c], ss);
+  ss = block_sum(ss, scratch);
+  const float scale = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
+  for (int c = threadIdx.x; c < dim; c += blockDim.x) yr[c] = xr[c] * scale * w[c];
+}
+
+// Grid (tokens, head groups of 4); one warp per head: q heads, then k heads, then (with a cache) v heads.
+__global__ void __launch_bounds__(128) qk_rope_kernel(const __grid_constant__ QkRopeArgs a) {
+  __shared__ float buf[4][kMaxHeadDim];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int nh = a.n_heads, nkv = a.n_kv_heads, D = a.head_dim, half = D / 2;
+  const int total = nh + nkv + (a.k_cache ? nkv : 0);
+  const int hh = blockIdx.y * 4 + warp;
+  if (hh >= total) return;
+  const int64_t t = blockIdx.x;
+  const int64_t qd = static_cast<int64_t>(nh) * D, kvd = static_cast<int64_t>(nkv) * D;
+  float* row = a.qkv + t * a.stride;
+  const int64_t cache_row = (static_cast<int64_t>(a.pos_first) + t) * kvd;
+  if (hh >= nh + nkv) {  // v head: straight into the cache
+    const int g = hh - nh - nkv;
+    const float* src = row + qd + kvd + static_cast<int64_t>(g) * D;
+    float* dst = a.v_cache + cache_row + static_cast<int64_t>(g) * D;
+    for (int d = lane; d < D; d += 32) dst[d] = src[d];
+    return;
+  }
+  const bool is_q = hh < nh;
+  const int head = is_q ? hh : hh - nh;
+  float* src = is_q ? row + static_cast<int64_t>(head) * D : row + qd + static_cast<int64_t>(head) * D;
+  const float* nw = is_q ? a.q_norm : a.k_norm;
+  float* b = buf[warp];
+  float ss = 0.0f;
+  for (int d = lane; d < D; d += 32) {
+    const float v = src[d];
+    b[d] = v;
+    ss = fmaf(v, v, ss);
+  }
+  if (nw != nullptr) {
+    ss = warp_sum(ss);
+    const float scale = 1.0f / sqrtf(ss / static_cast<float>(D) + a.eps);
+    for (int d = lane; d < D; d += 32) b[d] = b[d] * scale * nw[d];
+  }
+  __syncwarp();
+  float* dst = src;
+  if (!is_q && a.k_cache != nullptr) dst = a.k_cache + cache_row + static_cast<int64_t>(head) * D;
+  const float* cs = a.cos + t * half;
+  const float* sn = a.sin + t * half;
+  for (int p = lane; p < half; p += 32) {
+    const int i0 = a.neox ? p : 2 * p;
+    const int i1 = a.neox ? p + half : 2 * p + 1;
+    const float x0 = b[i0], x1 = b[i1], c = cs[p], s = sn[p];
+    dst[i0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    dst[i1] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+  }
+}
+
+__global__ void swiglu_kernel(float* gate, const float* __restrict__ up, int64_t width, int64_t ld) {
+  const int64_t r = blockIdx.y;
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < width;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float g = gate[r * ld + c];
+    gate[r * ld + c] = g / (1.0f + expf(-g)) * up[r * ld + c];
+  }
+}
+
+__global__ void gather_rows_kernel(const float* __restrict__ src, int64_t ld_src, const int32_t* __restrict__ idx,
+                                   int64_t width, float* dst, int64_t ld_dst) {
+  const int64_t r = blockIdx.y;
+  const float* s = src + static_cast<int64_t>(idx[r]) * ld_src;
+  float* d = dst + r * ld_dst;
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < width;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    d[c] = s[c];
+}
+
+__global__ void moe_combine_kernel(const __grid_constant__ MoeCombineArgs a) {
+  const int t = blockIdx.y;
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= a.width) return;
+  const bool dev = a.off != nullptr;
+  const int e0 = dev ? a.off[t] : a.inline_off[t];
+  const int e1 = dev ? a.off[t + 1] : a.inline_off[t + 1];
+  float acc = 0.0f;
+  for (int e = e0; e < e1; ++e) {
+    const int slot = dev ? a.slot[e] : a.inline_slot[e];
+    const float w = dev ? a.weight[e] : a.inline_weight[e];
+    acc = __fadd_rn(acc, __fmul_rn(w, a.out[static_cast<int64_t>(slot) * a.ld_out + c]));
+  }
+  float* xp = a.x + static_cast<int64_t>(t) * a.ldx + c;
+  *xp = __fadd_rn(*xp, acc);
+}
+
+dim3 rows_grid(int64_t rows, int64_t width, int threads) {
+  SW_CHECK(rows < 65536, "CUDA kernels: ", rows, " rows in one launch (at most 65535)");
+  const int64_t bx = std::max<int64_t>(1, std::min<int64_t>(ceil_div(width, threads), 1024));
+  return dim3(static_cast<unsigned>(bx), static_cast<unsigned>(rows));
+}
+
+}  // namespace
+
+void rms_norm(const Ctx& ctx, const float* x, int64_t ldx, const float* w, float eps, float* y, int64_t ldy, int64_t n,
+              int64_t dim) {
+  if (n <= 0) return;
+  SW_CHECK(w != nullptr, "CUDA rms_norm: the norm weight is not on the device");
+  SW_CHECK(n < (int64_t(1) << 31) && dim < (int64_t(1) << 31), "CUDA rms_norm: too large");
+  const int threads = dim >= 1024 ? 256 : 128;
+  rms_norm_kernel<<<static_cast<unsigned>(n), threads, 0, ctx.stream>>>(x, ldx, w, eps, y, ldy, static_cast<int>(dim));
+  check_launch("rms_norm kernel");
+}
+
+void qk_norm_rope(const Ctx& ctx, const QkRopeArgs& a) {
+  if (a.n <= 0) return;
+  SW_CHECK(a.head_dim % 2 == 0 && a.head_dim <= kMaxHeadDim, "CUDA RoPE: head_dim ", a.head_dim,
+           " is not supported (even, at most ", kMaxHeadDim, ")");
+  SW_CHECK((a.q_norm == nullptr) == (a.k_norm == nullptr), "CUDA RoPE: q_norm and k_norm must both be given");
+  SW_CHECK(a.cos != nullptr && a.sin != nullptr, "CUDA RoPE: no angle table (prepare_step was not called)");
+  SW_CHECK((a.k_cache == nullptr) == (a.v_cache == nullptr), "CUDA RoPE: k and v caches go together");
+  const int total = a.n_heads + a.n_kv_heads + (a.k_cache ? a.n_kv_heads : 0);
+  const dim3 grid(static_cast<unsigned>(a.n), static_cast<unsigned>(ceil_div(total, 4)));
+  qk_rope_kernel<<<grid, 128, 0, ctx.stream>>>(a);
+  check_launch("q/k norm + RoPE kernel");
+}
+
+void swiglu(const Ctx& ctx, float* gate, const float* up, int64_t rows, int64_t width, int64_t ld) {
+  for (int64_t r0 = 0; r0 < rows; r0 += 65535) {
+    const int64_t m = std::min<int64_t>(65535, rows - r0);
+    swiglu_kernel<<<rows_grid(m, width, 256), 256, 0, ctx.stream>>>(gate + r0 * ld, up + r0 * ld, width, ld);
+    check_launch("swiglu kernel");
+  }
+}
+
+void gather_rows(const Ctx& ctx, const float* src, int64_t ld_src, const int32_t* idx, int64_t n, int64_t width,
+                 float* dst, int64_t ld_dst) {
+  for (int64_t r0 = 0; r0 < n; r0 += 65535) {
+    const int64_t m = std::min<int64_t>(65535, n - r0);
+    gather_rows_kernel<<<rows_grid(m, width, 256), 256, 0, ctx.stream>>>(src, ld_src, idx + r0, width,
+                                                                           dst + r0 * ld_dst, ld_dst);
+    check_launch("gather kernel");
+  }
+}
+
+void moe_combine(const Ctx& ctx, const MoeCombineArgs& a) {
+  if (a.n <= 0) return;
+  SW_CHECK(a.n < 65536, "CUDA MoE combine: ", a.n, " tokens in one launch (at most 65535)");
+  SW_CHECK(a.off != nullptr || a.n <= kGemvMaxTokens, "CUDA MoE combine: the inline table holds ", kGemvMaxTokens,
+           " tokens");
+  const dim3 grid(static_cast<unsigned>(ceil_div(a.width, 256)), static_cast<unsigned>(a.n));
+  moe_combine_kernel<<<grid, 256, 0, ctx.stream>>>(a);
+  check_launch("MoE combine kernel");
+}
+
+}  // namespace cuda
+}  // namespace shardwise

@@ -1,0 +1,647 @@
+// GPU suite, kernel part: every CUDA block (cuda_kernels.h) against the CPU blocks on the same
+// inputs, and the matmul (GEMV + exact cuBLAS GEMMs) against dequantize_row + double dot products,
+// over a table of odd shapes, every dtype, both RoPE styles, q/k norm on and off, dense and MoE,
+// decode and prefill token counts, fresh pos0 = 0 and a filled cache (pos0 = 300). Inputs are
+// fresh random numbers per check; outputs are poisoned with NaN first; cache rows the step must not
+// read are NaN too. Ends with a micro-benchmark printout (GEMV GB/s, GEMM TFLOP/s, attention).
+// Built only with CUDA (it uses the CUDA headers); runs on the GPU machine (see test_gpu.cpp).
+#include <catch2/catch.hpp>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/model_spec.h"
+#include "core/thread_pool.h"
+#include "core/weight_source.h"
+#include "executor/cpu/attention.h"
+#include "executor/cuda/cuda_kernels.h"
+#include "executor/cuda/kernels.cuh"
+#include "executor/model/cpu_blocks.h"
+#include "executor/model/model_weights.h"
+#include "executor/model/moe_routing.h"
+#include "test_util.h"
+
+using namespace shardwise;
+
+namespace {
+
+constexpr double kBlockTol = 1e-5;  // max|gpu - cpu| / max|cpu| per row (f32 accumulation both sides)
+
+void ck(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) FAIL(what << ": " << cudaGetErrorString(e));
+}
+
+struct Gpu {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  Gpu() {
+    ck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) FAIL("cublasCreate failed");
+    cublasSetStream(blas, stream);
+  }
+  ~Gpu() {
+    cublasDestroy(blas);
+    cudaStreamDestroy(stream);
+  }
+  void sync() { ck(cudaStreamSynchronize(stream), "cudaStreamSynchronize"); }
+};
+Gpu& gpu() {
+  static Gpu g;
+  return g;
+}
+
+// Device allocations of one test, freed at its end.
+class DevMem {
+ public:
+  DevMem() = default;
+  DevMem(const DevMem&) = delete;
+  DevMem& operator=(const DevMem&) = delete;
+  ~DevMem() {
+    for (void* p : ptrs_) cudaFree(p);
+  }
+  uint8_t* alloc(uint64_t bytes) {
+    void* p = nullptr;
+    ck(cudaMalloc(&p, std::max<uint64_t>(bytes, 256)), "cudaMalloc");
+    ptrs_.push_back(p);
+    return static_cast<uint8_t*>(p);
+  }
+  float* floats(size_t n) { return reinterpret_cast<float*>(alloc(n * sizeof(float))); }
+  template <typename T>
+  T* upload(const T* host, size_t n) {
+    T* d = reinterpret_cast<T*>(alloc(n * sizeof(T)));
+    ck(cudaMemcpy(d, host, n * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+    return d;
+  }
+  float* upload(const std::vector<float>& v) { return upload(v.data(), v.size()); }
+
+ private:
+  std::vector<void*> ptrs_;
+};
+
+void poison(float* d, size_t n) { ck(cudaMemset(d, 0xFF, n * sizeof(float)), "cudaMemset"); }  // all-ones = NaN
+void put(float* d, const std::vector<float>& h) {
+  ck(cudaMemcpy(d, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+}
+std::vector<float> get(const float* d, size_t n) {
+  std::vector<float> h(n);
+  gpu().sync();
+  ck(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  return h;
+}
+
+uint32_t g_seed = 12345;
+std::vector<float> fresh(size_t n, float lo = -1.0f, float hi = 1.0f) { return test::random_floats(n, ++g_seed, lo, hi); }
+
+// ---- model table ----------------------------------------------------------------------------------
+struct ModelCase {
+  const char* name;
+  const char* yaml;  // without dtype
+};
+
+// Odd shapes: hidden 96/100/200/256, q_dim != hidden, kv ratio 4, 2 and 1, head_dim 32/64/128, q/k
+// norm on (qwen3*) and off (llama), experts with odd FFN widths (3 quantised blocks per row).
+const ModelCase kModels[] = {
+    {"llama h96 hd32 kv4:1",
+     "name: t1\nfamily: llama\nhidden_size: 96\nnum_hidden_layers: 1\nnum_attention_heads: 4\n"
+     "num_key_value_heads: 1\nhead_dim: 32\nintermediate_size: 160\nvocab_size: 300\nrope_theta: 10000.0\n"
+     "rms_norm_eps: 1.0e-05\nmax_position_embeddings: 1024\n"},
+    {"qwen3 h200 hd64 kv1:1",
+     "name: t2\nfamily: qwen3\nhidden_size: 200\nnum_hidden_layers: 1\nnum_attention_heads: 4\n"
+     "num_key_value_heads: 4\nhead_dim: 64\nintermediate_size: 256\nvocab_size: 333\nrope_theta: 1000000.0\n"
+     "rms_norm_eps: 1.0e-06\nmax_position_embeddings: 1024\n"},
+    {"llama h100 hd64 kv2:1 (unaligned f16 rows)",
+     "name: t3\nfamily: llama\nhidden_size: 100\nnum_hidden_layers: 1\nnum_attention_heads: 2\n"
+     "num_key_value_heads: 1\nhead_dim: 64\nintermediate_size: 96\nvocab_size: 129\nrope_theta: 500000.0\n"
+     "rms_norm_eps: 1.0e-05\nmax_position_embeddings: 1024\n"},
+    {"qwen3_moe h256 hd128 kv4:1 8 experts top-3",
+     "name: t4\nfamily: qwen3_moe\nhidden_size: 256\nnum_hidden_layers: 1\nnum_attention_heads: 8\n"
+     "num_key_value_heads: 2\nhead_dim: 128\nnum_experts: 8\nnum_experts_per_tok: 3\nmoe_intermediate_size: 96\n"
+     "norm_topk_prob: true\nvocab_size: 250\nrope_theta: 1000000.0\nrms_norm_eps: 1.0e-06\nmax_position_embeddings: 1024\n"},
+    {"qwen3_moe h96 hd32 kv1:1 6 experts top-2 (no renorm)",
+     "name: t5\nfamily: qwen3_moe\nhidden_size: 96\nnum_hidden_layers: 1\nnum_attention_heads: 3\n"
+     "num_key_value_heads: 3\nhead_dim: 32\nnum_experts: 6\nnum_experts_per_tok: 2\nmoe_intermediate_size: 64\n"
+     "norm_topk_prob: false\nvocab_size: 100\nrope_theta: 10000.0\nrms_norm_eps: 1.0e-05\nmax_position_embeddings: 1024\n"},
+};
+
+const DType kDtypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
+
+ModelSpec spec_of(const ModelCase& mc, DType dt) {
+  std::string yaml = mc.yaml;
+  yaml += std::string("dtype: ") + dtype_name(dt) + "\n";
+  return parse_spec_yaml_text(yaml, mc.name);
+}
+
+// One layer's weights on the host (CPU blocks) and on the device (CUDA blocks).
+struct LayerPair {
+  std::unique_ptr<WeightSource> source;
+  ModelWeights host;
+  DevLayer dev;
+  DevMat head;
+  float* out_norm = nullptr;
+};
+
+DevMat dev_mat(DevMem& mem, const TensorView& t) {
+  DevMat m;
+  if (!t.data) return m;
+  m.dtype = t.dtype;
+  m.rows = t.shape.at(0);
+  m.cols = t.shape.at(1);
+  m.data = mem.upload(static_cast<const uint8_t*>(t.data), t.nbytes);
+  return m;
+}
+
+std::unique_ptr<LayerPair> make_layer(DevMem& mem, const ModelSpec& spec, ThreadPool& pool) {
+  auto lp = std::make_unique<LayerPair>();
+  lp->source = make_synthetic_weights(spec, 7, &pool);
+  lp->host = ModelWeights::from_source(*lp->source);
+  const LayerWeights& w = lp->host.layers.at(0);
+  DevLayer& d = lp->dev;
+  d.attn_norm = mem.upload(w.attn_norm);
+  d.ffn_norm = mem.upload(w.ffn_norm);
+  if (!w.q_norm.empty()) {
+    d.q_norm = mem.upload(w.q_norm);
+    d.k_norm = mem.upload(w.k_norm);
+  }
+  d.wq = dev_mat(mem, w.wq);
+  d.wk = dev_mat(mem, w.wk);
+  d.wv = dev_mat(mem, w.wv);
+  d.wo = dev_mat(mem, w.wo);
+  if (spec.is_moe()) {
+    d.router = dev_mat(mem, w.router);
+    const int64_t E = spec.num_experts;
+    d.gate_dtype = w.gate_exps.dtype;
+    d.up_dtype = w.up_exps.dtype;
+    d.down_dtype = w.down_exps.dtype;
+    const uint8_t* g = mem.upload(static_cast<const uint8_t*>(w.gate_exps.data), w.gate_exps.nbytes);
+    const uint8_t* u = mem.upload(static_cast<const uint8_t*>(w.up_exps.data), w.up_exps.nbytes);
+    const uint8_t* dn = mem.upload(static_cast<const uint8_t*>(w.down_exps.data), w.down_exps.nbytes);
+    for (int64_t e = 0; e < E; ++e) {
+      d.gate_exp.push_back(g + e * (w.gate_exps.nbytes / E));
+      d.up_exp.push_back(u + e * (w.up_exps.nbytes / E));
+      d.down_exp.push_back(dn + e * (w.down_exps.nbytes / E));
+    }
+  } else {
+    d.gate = dev_mat(mem, w.ffn_gate);
+    d.up = dev_mat(mem, w.ffn_up);
+    d.down = dev_mat(mem, w.ffn_down);
+  }
+  lp->head = dev_mat(mem, lp->host.output);
+  lp->out_norm = mem.upload(lp->host.output_norm);
+  return lp;
+}
+
+struct StepCase {
+  int64_t n, pos0;
+};
+const StepCase kSteps[] = {{1, 0}, {1, 300}, {3, 0}, {3, 300}, {8, 300}, {9, 0}, {9, 300}, {77, 0}, {77, 300}};
+constexpr int64_t kCapacity = 400;
+
+std::string where(const ModelCase& mc, DType dt, RopeStyle rope, const StepCase& s) {
+  return std::string(mc.name) + " " + dtype_name(dt) + (rope == RopeStyle::Neox ? " neox" : " normal") +
+         " n=" + std::to_string(s.n) + " pos0=" + std::to_string(s.pos0);
+}
+
+// Runs every block once on the CPU and the GPU for one (model, dtype, rope, step) and compares.
+void check_blocks(const ModelSpec& spec, LayerPair& lp, RopeStyle rope, const StepCase& s, uint8_t* ws,
+                  uint64_t ws_bytes, ThreadPool& pool, const std::string& label) {
+  Gpu& g = gpu();
+  DevMem mem;
+  const int64_t n = s.n, H = spec.hidden_size, QD = spec.q_dim(), KVD = spec.kv_dim(), W = QD + 2 * KVD;
+  const LayerWeights& hw = lp.host.layers.at(0);
+  CpuBlocks cpu(spec, rope, pool);
+  cpu.prepare_step(s.pos0, n);
+  std::unique_ptr<DeviceKernels> k = make_cuda_kernels(spec, rope, g.stream, g.blas);
+  k->set_workspace(ws, ws_bytes);
+  k->prepare_step(s.pos0, n);
+  INFO(label);
+
+  {  // attention: whole block with the cache; rows the step must not read are NaN
+    std::vector<float> x = fresh(static_cast<size_t>(n * H));
+    std::vector<float> kc = fresh(static_cast<size_t>(kCapacity * KVD)), vc = fresh(static_cast<size_t>(kCapacity * KVD));
+    for (size_t i = static_cast<size_t>(s.pos0 * KVD); i < kc.size(); ++i) kc[i] = vc[i] = std::nanf("");
+    float* dx = mem.upload(x);
+    float* dk = mem.upload(kc);
+    float* dv = mem.upload(vc);
+    cpu.attention(hw, x.data(), n, kc.data(), vc.data());
+    k->attention(lp.dev, dx, n, dk, dv);
+    CHECK(test::max_rel_error(get(dx, x.size()), x, H) <= kBlockTol);
+    const size_t r0 = static_cast<size_t>(s.pos0 * KVD), rn = static_cast<size_t>(n * KVD);
+    const std::vector<float> gk = get(dk + r0, rn), gv = get(dv + r0, rn);
+    CHECK(test::max_rel_error(gk, std::vector<float>(kc.begin() + r0, kc.begin() + r0 + rn), KVD) <= kBlockTol);
+    CHECK(test::max_rel_error(gv, std::vector<float>(vc.begin() + r0, vc.begin() + r0 + rn), KVD) <= kBlockTol);
+  }
+  {  // attention_pre: normed, roped q, k and v
+    std::vector<float> x = fresh(static_cast<size_t>(n * H)), qkv(static_cast<size_t>(n * W));
+    float* dx = mem.upload(x);
+    float* dq = mem.floats(qkv.size());
+    poison(dq, qkv.size());
+    cpu.attention_pre(hw, x.data(), n, qkv.data());
+    k->attention_pre(lp.dev, dx, n, dq);
+    CHECK(test::max_rel_error(get(dq, qkv.size()), qkv, W) <= kBlockTol);
+  }
+  {  // attention_post
+    std::vector<float> x = fresh(static_cast<size_t>(n * H)), attn = fresh(static_cast<size_t>(n * QD));
+    float* dx = mem.upload(x);
+    float* da = mem.upload(attn);
+    cpu.attention_post(hw, x.data(), attn.data(), n);
+    k->attention_post(lp.dev, dx, da, n);
+    CHECK(test::max_rel_error(get(dx, x.size()), x, H) <= kBlockTol);
+  }
+  if (spec.is_moe()) {  // router, then the experts with a routing from random logits
+    const int64_t E = spec.num_experts;
+    std::vector<float> x = fresh(static_cast<size_t>(n * H)), logits(static_cast<size_t>(n * E));
+    float* dx = mem.upload(x);
+    float* dl = mem.floats(logits.size());
+    poison(dl, logits.size());
+    cpu.router(hw, x.data(), n, logits.data());
+    k->router(lp.dev, dx, n, dl);
+    CHECK(test::max_rel_error(get(dl, logits.size()), logits, E) <= kBlockTol);
+
+    const std::vector<float> rl = fresh(static_cast<size_t>(n * E), -3.0f, 3.0f);
+    const MoeRouting routing = route_tokens(rl.data(), n, E, spec.num_experts_per_tok, spec.norm_topk_prob);
+    // Experts nobody is routed to need not be on the device.
+    DevLayer dl_sparse = lp.dev;
+    for (int64_t e = 0; e < E; ++e)
+      if (routing.tokens_of_expert[static_cast<size_t>(e)].empty())
+        dl_sparse.gate_exp[static_cast<size_t>(e)] = dl_sparse.up_exp[static_cast<size_t>(e)] =
+            dl_sparse.down_exp[static_cast<size_t>(e)] = nullptr;
+    std::vector<float> y = fresh(static_cast<size_t>(n * H));
+    float* dy = mem.upload(y);
+    float* dy2 = mem.upload(y);
+    cpu.ffn(hw, y.data(), n, &routing);
+    k->ffn(dl_sparse, dy, n, &routing);
+    k->ffn(lp.dev, dy2, n, &routing);
+    const std::vector<float> gy = get(dy, y.size()), gy2 = get(dy2, y.size());
+    CHECK(test::max_rel_error(gy, y, H) <= kBlockTol);
+    CHECK(std::memcmp(gy.data(), gy2.data(), gy.size() * sizeof(float)) == 0);  // deterministic
+  } else {
+    std::vector<float> x = fresh(static_cast<size_t>(n * H));
+    float* dx = mem.upload(x);
+    cpu.ffn(hw, x.data(), n, nullptr);
+    k->ffn(lp.dev, dx, n, nullptr);
+    CHECK(test::max_rel_error(get(dx, x.size()), x, H) <= kBlockTol);
+  }
+  if (n <= 3) {  // output: the whole LM head and a piece of it
+    const int64_t V = spec.vocab_size;
+    std::vector<float> xr = fresh(static_cast<size_t>(H)), logits(static_cast<size_t>(V));
+    float* dx = mem.upload(xr);
+    float* dl = mem.floats(logits.size());
+    poison(dl, logits.size());
+    cpu.output(lp.host.output_norm, lp.host.output, xr.data(), logits.data(), 0, V);
+    k->output(lp.out_norm, lp.head, dx, dl);
+    CHECK(test::max_rel_error(get(dl, logits.size()), logits, V) <= kBlockTol);
+    const int64_t r0 = V / 3, r1 = V - 5;
+    DevMat piece = lp.head;
+    piece.rows = r1 - r0;
+    piece.data += r0 * static_cast<int64_t>(dtype_row_bytes(piece.dtype, piece.cols));
+    poison(dl, logits.size());
+    std::fill(logits.begin(), logits.end(), 0.0f);
+    cpu.output(lp.host.output_norm, lp.host.output, xr.data(), logits.data(), r0, r1);
+    k->output(lp.out_norm, piece, dx, dl);
+    CHECK(test::max_rel_error(get(dl, static_cast<size_t>(r1 - r0)),
+                              std::vector<float>(logits.begin() + r0, logits.begin() + r1), r1 - r0) <= kBlockTol);
+  }
+  g.sync();
+}
+
+// ---- matmul reference ----------------------------------------------------------------------------
+std::vector<uint8_t> random_weights(DType dt, int64_t rows, int64_t cols, float scale) {
+  std::vector<uint8_t> w(dtype_row_bytes(dt, cols) * static_cast<size_t>(rows));
+  const std::vector<float> f = fresh(static_cast<size_t>(rows * cols), -scale, scale);
+  for (int64_t r = 0; r < rows; ++r)
+    quantize_row(dt, f.data() + r * cols, w.data() + r * dtype_row_bytes(dt, cols), cols);
+  return w;
+}
+
+// y_ref[t, r] = sum_c deq(W[r])[c] * x[t, c] in double (+ y0 when accumulating).
+std::vector<float> ref_matmul(DType dt, const std::vector<uint8_t>& w, int64_t rows, int64_t cols,
+                              const std::vector<float>& x, int64_t ldx, int64_t n, const std::vector<float>* y0) {
+  std::vector<float> deq(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) dequantize_row(dt, w.data() + r * dtype_row_bytes(dt, cols), deq.data() + r * cols, cols);
+  std::vector<float> y(static_cast<size_t>(n * rows));
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t r = 0; r < rows; ++r) {
+      double acc = 0;
+      for (int64_t c = 0; c < cols; ++c) acc += static_cast<double>(deq[r * cols + c]) * x[t * ldx + c];
+      y[t * rows + r] = static_cast<float>(acc + (y0 ? (*y0)[t * rows + r] : 0.0));
+    }
+  return y;
+}
+
+// A context for the internal kernel launchers (kernels.cuh).
+struct KernelCtx {
+  cuda::Workspace ws;
+  cuda::Ctx ctx;
+  KernelCtx(uint8_t* base, uint64_t bytes) {
+    ws.reset(base, bytes);
+    ctx.stream = gpu().stream;
+    ctx.blas = gpu().blas;
+    ctx.ws = &ws;
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&ctx.sm_count, cudaDevAttrMultiProcessorCount, dev);
+  }
+};
+
+cuda::AttnArgs attn_args(const float* q, const float* kc, const float* vc, float* out, int64_t n, int64_t pos0,
+                         int heads, int kv_heads, int hd) {
+  cuda::AttnArgs a;
+  a.q = q;
+  a.q_stride = static_cast<int64_t>(heads) * hd;
+  a.k = kc;
+  a.v = vc;
+  a.kv_stride = static_cast<int64_t>(kv_heads) * hd;
+  a.out = out;
+  a.out_stride = static_cast<int64_t>(heads) * hd;
+  a.n = static_cast<int32_t>(n);
+  a.pos_first = static_cast<int32_t>(pos0);
+  a.n_heads = heads;
+  a.n_kv_heads = kv_heads;
+  a.head_dim = hd;
+  return a;
+}
+
+double time_ms(const std::function<void()>& fn, int iters) {
+  Gpu& g = gpu();
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  fn();  // warm-up
+  cudaEventRecord(a, g.stream);
+  for (int i = 0; i < iters; ++i) fn();
+  cudaEventRecord(b, g.stream);
+  cudaEventSynchronize(b);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return ms / iters;
+}
+
+}  // namespace
+
+TEST_CASE("CUDA matmul (GEMV and exact GEMM) matches dequantised double dot products", "[gpu][kernels]") {
+  Gpu& g = gpu();
+  DevMem mem;
+  const uint64_t ws_bytes = 256ull << 20;
+  uint8_t* ws = mem.alloc(ws_bytes);
+  struct Shape {
+    int64_t rows, cols;
+  };
+  const Shape shapes[] = {{1, 32}, {37, 96}, {64, 100}, {300, 256}, {129, 4096}, {1000, 544}, {4096, 160}};
+  for (DType dt : kDtypes) {
+    for (const Shape& sh : shapes) {
+      if (sh.cols % dtype_block_elems(dt) != 0) continue;
+      const std::vector<uint8_t> w = random_weights(dt, sh.rows, sh.cols, 0.5f);
+      DevMat dm;
+      dm.dtype = dt;
+      dm.rows = sh.rows;
+      dm.cols = sh.cols;
+      dm.data = mem.upload(w.data(), w.size());
+      for (int64_t n : {1, 2, 3, 5, 8, 9, 33, 64, 200}) {
+        if (n == 200 && sh.rows * sh.cols > 300 * 256) continue;  // keeps the double reference quick
+        for (bool accumulate : {false, true}) {
+          for (int64_t pad : {int64_t(0), int64_t(4)}) {
+            const int64_t ldx = sh.cols + pad;
+            std::vector<float> x = fresh(static_cast<size_t>(n * ldx), -2.0f, 2.0f);
+            if (n > 8 && pad == 0) {  // a wide dynamic range across rows (exercises the f16 split's scaling)
+              for (int64_t c = 0; c < sh.cols; ++c) x[c] *= 1.0e5f;
+              for (int64_t c = 0; c < sh.cols; ++c) x[ldx + c] *= 1.0e-4f;
+            }
+            const std::vector<float> y0 = fresh(static_cast<size_t>(n * sh.rows));
+            const std::vector<float> ref = ref_matmul(dt, w, sh.rows, sh.cols, x, ldx, n, accumulate ? &y0 : nullptr);
+            float* dx = mem.upload(x);
+            float* dy = mem.floats(ref.size());
+            if (accumulate) put(dy, y0);
+            else poison(dy, ref.size());
+            cuda_matmul(dm, dx, ldx, n, dy, sh.rows, accumulate, ws, ws_bytes, g.stream, g.blas);
+            INFO(dtype_name(dt) << " " << sh.rows << "x" << sh.cols << " n=" << n << " ldx=" << ldx
+                                << (accumulate ? " accumulate" : " store"));
+            REQUIRE(test::max_rel_error(get(dy, ref.size()), ref, sh.rows) <= kBlockTol);
+          }
+        }
+      }
+    }
+  }
+  // A workspace too small for the split falls back to GEMV passes: same numbers.
+  const int64_t rows = 300, cols = 256, n = 40;
+  for (DType dt : kDtypes) {
+    const std::vector<uint8_t> w = random_weights(dt, rows, cols, 0.5f);
+    DevMat dm{dt, rows, cols, mem.upload(w.data(), w.size())};
+    const std::vector<float> x = fresh(static_cast<size_t>(n * cols));
+    const std::vector<float> ref = ref_matmul(dt, w, rows, cols, x, cols, n, nullptr);
+    float* dx = mem.upload(x);
+    float* dy = mem.floats(ref.size());
+    poison(dy, ref.size());
+    cuda_matmul(dm, dx, cols, n, dy, rows, false, ws, 4096, g.stream, g.blas);
+    INFO(dtype_name(dt) << " with a 4 KiB workspace");
+    REQUIRE(test::max_rel_error(get(dy, ref.size()), ref, rows) <= kBlockTol);
+  }
+}
+
+TEST_CASE("CUDA blocks match the CPU blocks (every dtype, RoPE style, step shape)", "[gpu][kernels]") {
+  DevMem mem;
+  const uint64_t ws_bytes = 128ull << 20;
+  uint8_t* ws = mem.alloc(ws_bytes);
+  ThreadPool pool(2);
+  for (const ModelCase& mc : kModels) {
+    for (DType dt : kDtypes) {
+      const ModelSpec spec = spec_of(mc, dt);
+      DevMem wmem;
+      std::unique_ptr<LayerPair> lp = make_layer(wmem, spec, pool);
+      for (RopeStyle rope : {RopeStyle::Neox, RopeStyle::Normal})
+        for (const StepCase& s : kSteps) check_blocks(spec, *lp, rope, s, ws, ws_bytes, pool, where(mc, dt, rope, s));
+    }
+  }
+}
+
+TEST_CASE("CUDA blocks go through long steps in chunks when the workspace is small", "[gpu][kernels]") {
+  DevMem mem;
+  ThreadPool pool(2);
+  for (const ModelCase& mc : {kModels[0], kModels[3]}) {
+    for (DType dt : {DType::F16, DType::Q4_0}) {
+      const ModelSpec spec = spec_of(mc, dt);
+      DevMem wmem;
+      std::unique_ptr<LayerPair> lp = make_layer(wmem, spec, pool);
+      const uint64_t ws_bytes = cuda_kernels_workspace_bytes(spec, 1);  // 77 tokens must go in chunks
+      uint8_t* ws = mem.alloc(ws_bytes);
+      check_blocks(spec, *lp, RopeStyle::Neox, {77, 300}, ws, ws_bytes, pool, where(mc, dt, RopeStyle::Neox, {77, 300}) + " small workspace");
+    }
+  }
+}
+
+TEST_CASE("CUDA attention matches the CPU at long contexts (deep split-K, tiled prefill)", "[gpu][kernels]") {
+  DevMem mem;
+  ThreadPool pool(0);
+  const uint64_t ws_bytes = 256ull << 20;
+  KernelCtx kc(mem.alloc(ws_bytes), ws_bytes);
+  struct Case {
+    int heads, kv_heads, hd;
+    int64_t n, pos0;
+  };
+  const Case cases[] = {{8, 2, 128, 1, 4095}, {8, 2, 128, 5, 4000}, {8, 8, 64, 1, 2999}, {8, 2, 128, 100, 3996},
+                        {4, 1, 32, 300, 0},   {2, 1, 256, 70, 1000}, {16, 4, 64, 8, 5000}};
+  for (const Case& c : cases) {
+    const int64_t kv_len = c.pos0 + c.n, QD = static_cast<int64_t>(c.heads) * c.hd, KVD = static_cast<int64_t>(c.kv_heads) * c.hd;
+    const std::vector<float> q = fresh(static_cast<size_t>(c.n * QD), -2.0f, 2.0f);
+    const std::vector<float> k = fresh(static_cast<size_t>(kv_len * KVD), -2.0f, 2.0f);
+    const std::vector<float> v = fresh(static_cast<size_t>(kv_len * KVD));
+    std::vector<int32_t> pos(static_cast<size_t>(c.n));
+    for (int64_t t = 0; t < c.n; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(c.pos0 + t);
+    std::vector<float> ref(static_cast<size_t>(c.n * QD));
+    shardwise::attention(q.data(), c.n, pos.data(), k.data(), v.data(), kv_len, {c.heads, c.kv_heads, c.hd}, ref.data(), pool);
+    float* dq = mem.upload(q);
+    float* dk = mem.upload(k);
+    float* dv = mem.upload(v);
+    float* dout = mem.floats(ref.size());
+    poison(dout, ref.size());
+    cuda::attention(kc.ctx, attn_args(dq, dk, dv, dout, c.n, c.pos0, c.heads, c.kv_heads, c.hd));
+    INFO("heads " << c.heads << "/" << c.kv_heads << " hd " << c.hd << " n=" << c.n << " pos0=" << c.pos0);
+    CHECK(test::max_rel_error(get(dout, ref.size()), ref, c.hd) <= kBlockTol);
+  }
+}
+
+TEST_CASE("CUDA blocks report a workspace that is too small or a missing expert", "[gpu][kernels]") {
+  DevMem mem;
+  ThreadPool pool(1);
+  const ModelSpec spec = spec_of(kModels[3], DType::F16);
+  DevMem wmem;
+  std::unique_ptr<LayerPair> lp = make_layer(wmem, spec, pool);
+  Gpu& g = gpu();
+  std::unique_ptr<DeviceKernels> k = make_cuda_kernels(spec, RopeStyle::Neox, g.stream, g.blas);
+  uint8_t* ws = mem.alloc(1 << 20);
+  float* x = mem.floats(static_cast<size_t>(4 * spec.hidden_size));
+  put(x, fresh(static_cast<size_t>(4 * spec.hidden_size)));
+  k->set_workspace(ws, 512);
+  CHECK_THROWS_AS(k->prepare_step(0, 100), Error);  // the RoPE table alone does not fit
+  k->set_workspace(ws, 4096);
+  k->prepare_step(0, 4);
+  CHECK_THROWS_AS(k->attention_pre(lp->dev, x, 4, x), Error);
+  k->set_workspace(ws, 1 << 20);
+  CHECK_THROWS_AS(k->attention_pre(lp->dev, x, 4, x), Error);  // set_workspace drops the step's table
+  const std::vector<float> rl = fresh(static_cast<size_t>(4 * spec.num_experts), -3.0f, 3.0f);
+  const MoeRouting routing = route_tokens(rl.data(), 4, spec.num_experts, spec.num_experts_per_tok, true);
+  DevLayer missing = lp->dev;
+  for (auto& p : missing.gate_exp) p = nullptr;
+  CHECK_THROWS_AS(k->ffn(missing, x, 4, &routing), Error);
+  g.sync();
+}
+
+TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][bench]") {
+  Gpu& g = gpu();
+  DevMem mem;
+  const uint64_t ws_bytes = 512ull << 20;
+  uint8_t* ws = mem.alloc(ws_bytes);
+  const double hbm_gbps = 4300.0;
+  std::printf("\n== CUDA kernel micro-benchmarks (roofline: ~%.0f GB/s HBM, cuBLAS f16 ~770 TFLOP/s, f32 FFMA ~60 TFLOP/s)\n",
+              hbm_gbps);
+  // Decode GEMV: copies rotate so that the 60 MB L2 holds none of the next matrix.
+  struct Mat {
+    int64_t rows, cols;
+  };
+  for (const Mat& m : {Mat{11520, 4096}, Mat{4096, 11520}}) {
+    for (DType dt : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::F32}) {
+      const uint64_t bytes = dtype_row_bytes(dt, m.cols) * static_cast<uint64_t>(m.rows);
+      const int copies = static_cast<int>(std::max<uint64_t>(2, (400ull << 20) / bytes));
+      const std::vector<uint8_t> w = random_weights(dt, m.rows, m.cols, 0.1f);
+      std::vector<DevMat> mats;
+      for (int i = 0; i < copies; ++i) mats.push_back(DevMat{dt, m.rows, m.cols, mem.upload(w.data(), w.size())});
+      // Check before timing.
+      const std::vector<float> x = fresh(static_cast<size_t>(8 * m.cols));
+      float* dx = mem.upload(x);
+      float* dy = mem.floats(static_cast<size_t>(8 * m.rows));
+      const std::vector<float> ref = ref_matmul(dt, w, m.rows, m.cols, x, m.cols, 1, nullptr);
+      cuda_matmul(mats[0], dx, m.cols, 1, dy, m.rows, false, ws, ws_bytes, g.stream, g.blas);
+      CHECK(test::max_rel_error(get(dy, ref.size()), ref, m.rows) <= kBlockTol);
+      for (int64_t n : {1, 4, 8}) {
+        int it = 0;
+        const double ms = time_ms(
+            [&] {
+              cuda_matmul(mats[static_cast<size_t>(it++ % copies)], dx, m.cols, n, dy, m.rows, false, ws, ws_bytes,
+                          g.stream, g.blas);
+            },
+            40);
+        const double gbps = static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
+        std::printf("GEMV %-5s %6lld x %-6lld n=%lld: %8.1f us  %7.0f GB/s  (%4.1f%% of HBM)\n", dtype_name(dt),
+                    static_cast<long long>(m.rows), static_cast<long long>(m.cols), static_cast<long long>(n), ms * 1e3,
+                    gbps, 100.0 * gbps / hbm_gbps);
+      }
+    }
+  }
+  // Prefill GEMM at 512 tokens (exact paths).
+  {
+    const int64_t rows = 11520, cols = 4096, n = 512;
+    const std::vector<float> x = fresh(static_cast<size_t>(n * cols));
+    float* dx = mem.upload(x);
+    float* dy = mem.floats(static_cast<size_t>(n * rows));
+    for (DType dt : {DType::F16, DType::BF16, DType::F32, DType::Q8_0, DType::Q4_0}) {
+      const std::vector<uint8_t> w = random_weights(dt, rows, cols, 0.1f);
+      DevMat dm{dt, rows, cols, mem.upload(w.data(), w.size())};
+      const double ms = time_ms([&] { cuda_matmul(dm, dx, cols, n, dy, rows, false, ws, ws_bytes, g.stream, g.blas); }, 10);
+      const double tflops = 2.0 * static_cast<double>(n * rows * cols) / (ms * 1e-3) / 1e12;
+      std::printf("GEMM %-5s %lld x %lld x %lld tokens: %8.3f ms  %6.1f TFLOP/s\n", dtype_name(dt),
+                  static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(n), ms, tflops);
+    }
+  }
+  // Attention (nemo8b shape: 32 heads, 8 kv heads, head_dim 128): decode at 4K context, prefill of 512.
+  {
+    const char* yaml =
+        "name: bench\nfamily: llama\ndtype: f16\nhidden_size: 4096\nnum_hidden_layers: 1\nnum_attention_heads: 32\n"
+        "num_key_value_heads: 8\nhead_dim: 128\nintermediate_size: 11520\nvocab_size: 1000\nrope_theta: 1000000.0\n"
+        "rms_norm_eps: 1.0e-05\nmax_position_embeddings: 8192\n";
+    const ModelSpec spec = parse_spec_yaml_text(yaml, "bench");
+    ThreadPool pool(16);
+    DevMem wmem;
+    std::unique_ptr<LayerPair> lp = make_layer(wmem, spec, pool);
+    const int64_t H = spec.hidden_size, KVD = spec.kv_dim(), cap = 4608;
+    float* kc = mem.floats(static_cast<size_t>(cap * KVD));
+    float* vc = mem.floats(static_cast<size_t>(cap * KVD));
+    put(kc, fresh(static_cast<size_t>(cap * KVD)));
+    put(vc, fresh(static_cast<size_t>(cap * KVD)));
+    {
+      KernelCtx kctx(ws, ws_bytes);
+      const int heads = static_cast<int>(spec.num_attention_heads), kvh = static_cast<int>(spec.num_key_value_heads);
+      const int hd = static_cast<int>(spec.head_dim);
+      for (int64_t n : {int64_t(1), int64_t(8), int64_t(512), int64_t(4096)}) {
+        const int64_t pos0 = 4096 - std::min<int64_t>(n, 4096);
+        float* q = mem.floats(static_cast<size_t>(n * spec.q_dim()));
+        float* out = mem.floats(static_cast<size_t>(n * spec.q_dim()));
+        put(q, fresh(static_cast<size_t>(n * spec.q_dim())));
+        const cuda::AttnArgs a = attn_args(q, kc, vc, out, n, pos0, heads, kvh, hd);
+        const double ms = time_ms([&] { cuda::attention(kctx.ctx, a); }, 10);
+        const double kv_bytes = 2.0 * static_cast<double>(pos0 + n) * static_cast<double>(KVD) * 4;
+        double flops = 0;  // scores and weighted sum: 4 * head_dim per (query, visible key, head)
+        for (int64_t t = 0; t < n; ++t) flops += 4.0 * hd * heads * static_cast<double>(pos0 + t + 1);
+        std::printf("attention kernel n=%-4lld context %lld: %8.3f ms  %6.0f GB/s of KV  %5.1f TFLOP/s\n",
+                    static_cast<long long>(n), static_cast<long long>(pos0 + n), ms, kv_bytes / (ms * 1e-3) / 1e9,
+                    flops / (ms * 1e-3) / 1e12);
+      }
+    }
+    std::unique_ptr<DeviceKernels> k = make_cuda_kernels(spec, RopeStyle::Neox, g.stream, g.blas);
+    for (int64_t n : {int64_t(1), int64_t(512)}) {
+      const int64_t pos0 = 4096 - n;
+      float* x = mem.floats(static_cast<size_t>(n * H));
+      put(x, fresh(static_cast<size_t>(n * H), -0.1f, 0.1f));
+      k->set_workspace(ws, ws_bytes);
+      k->prepare_step(pos0, n);
+      const double ms = time_ms([&] { k->attention(lp->dev, x, n, kc, vc); }, 10);
+      const double kv_gb = 2.0 * static_cast<double>(4096 * KVD) * 4 / 1e9;
+      std::printf("attention block (norm, qkv, rope, attention, o) n=%lld at context 4096: %8.3f ms  (KV read %.0f MB)\n",
+                  static_cast<long long>(n), ms, kv_gb * 1e3);
+      k->prepare_step(pos0, n);
+      const double fms = time_ms([&] { k->ffn(lp->dev, x, n, nullptr); }, 10);
+      std::printf("FFN block n=%lld: %8.3f ms\n", static_cast<long long>(n), fms);
+    }
+  }
+  std::fflush(stdout);
+}
