@@ -4,9 +4,9 @@
 # 4032-token prompts, 64 generated tokens, budgets 2G/4G/8G, every schedule, the baselines and auto;
 # plus the whole model on the GPU. Writes one JSON line per run (run --json + the plan's prediction)
 # into OUT/executor_runs.jsonl and a summary table to stdout.
-#   executor_bench.sh OUT [part]   part: all (default) | nemo8b | qwen30b | full
+#   executor_bench.sh OUT [part]   part: all (default) | nemo8b | qwen30b | full | quick
 set -uo pipefail
-out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full]}
+out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick]}
 part=${2:-all}
 root=/tmp/shardwise-bundle
 if [ ! -x "$root/bin/shardwise" ]; then
@@ -58,6 +58,8 @@ case $part in
   all) models=(nemo8b qwen30b) ;;
   nemo8b|qwen30b) models=($part) ;;
   full) models=() ;;
+  quick)  # one budget, the main schedules and the llama.cpp-style baseline, plus the whole model on the GPU
+    for m in nemo8b qwen30b; do for s in auto gpu-only static dynamic layer-split; do one "$m" 1024 4G "$s"; done; done ;;
 esac
 for m in "${models[@]}"; do
   scheds="auto gpu-only static dynamic layer-split"
@@ -65,7 +67,7 @@ for m in "${models[@]}"; do
   for b in 2G 4G 8G; do for s in $scheds; do one "$m" 1024 "$b" "$s"; done; done
   for s in $scheds; do one "$m" 4096 4G "$s"; done
 done
-if [ "$part" = all ] || [ "$part" = full ]; then
+if [ "$part" = all ] || [ "$part" = full ] || [ "$part" = quick ]; then
   for m in nemo8b qwen30b; do one "$m" 1024 40G auto; done
 fi
 python3 - "$runs" <<'PY'
