@@ -38,5 +38,6 @@ void register_logits(CLI::App& app);
 void register_run(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_plan(CLI::App& app);
+void register_sweep(CLI::App& app);  void register_report(CLI::App& app);
 
 }  // namespace shardwise::cli

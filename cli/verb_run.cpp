@@ -31,7 +31,7 @@ struct RunArgs {
   int64_t n_predict = 32;
   int threads = 0;
   int64_t ctx = 0;
-  int64_t batch = 512;
+  int64_t batch = 0;
   bool json = false;
   SamplingParams sampling;
   std::vector<std::string> stop;  // --stop: generation ends where one appears; it is not printed
@@ -166,7 +166,8 @@ void run_run(RunArgs a) {
 
   GenerateOptions go;
   go.n_predict = a.n_predict;
-  go.prefill_chunk = a.batch;
+  // On a device the plan table decides how a long prompt is cut (its tiers); --batch caps a step.
+  go.prefill_chunk = a.batch > 0 ? a.batch : (runtime ? 0 : 512);
   go.sampling = a.sampling;
   if (tok && !a.ignore_eos) go.stop_ids = tok->eog_ids();
   // Text is streamed as it comes, holding back an incomplete UTF-8 sequence and anything that may
@@ -275,7 +276,7 @@ void register_run(CLI::App& app) {
   sub->add_option("-n,--n-predict", a->n_predict, "Tokens to generate");
   sub->add_option("--threads", a->threads, "CPU threads (0 = all cores)");
   sub->add_option("--ctx", a->ctx, "KV capacity in tokens (default: max(4096, prompt + n))");
-  sub->add_option("--batch", a->batch, "Prompt tokens per prefill step");
+  sub->add_option("--batch", a->batch, "Prompt tokens per prefill step (0: 512 on the CPU; on a device, the plan table's tiers)");
   sub->add_option("--device", a->device, "auto|cuda|emu|cpu (auto: the GPU when there is one, else the CPU)");
   sub->add_flag("--greedy", a->sampling.greedy, "Greedy decoding (argmax)");
   sub->add_option("--temp", a->sampling.temp, "Sampling temperature (<= 0: greedy)")->capture_default_str();

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -93,6 +94,15 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
   buf_->expert_ptrs.resize(static_cast<size_t>(spec_.num_hidden_layers));
   buf_->out_norm_f32 = weights_.output_norm;
   device_.pin_host(buf_->out_norm_f32.data(), buf_->out_norm_f32.size() * sizeof(float));
+  trace_ = std::getenv("SHARDWISE_TRACE_ACTIONS") != nullptr;
+  // Load time, not the first step: upload what the decode plan pins (other tiers' plans pin a prefix
+  // of the same canonical order, or are baselines with their own layout).
+  int64_t chunk = 0;
+  const Plan& first = plan_for(1, &chunk);
+  if (first.feasible) {
+    ensure_resident(first);
+    device_.synchronize();
+  }
 }
 
 Runtime::~Runtime() {
@@ -379,6 +389,9 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
 
   for (const Action& a : plan.actions) {
     const bool on_device = a.resource != Resource::Cpu;
+    if (trace_)
+      log_message(LogLevel::Info, str_cat("action ", a.id, " ", resource_name(a.resource), " ", action_kind_name(a.kind), " ",
+                                          a.label, " bytes=", a.bytes, " slot=", a.slot));
     // Dependencies: device work waits on other queues' events; CPU work waits on the host.
     for (int d : a.deps) {
       const Event& e = ev[static_cast<size_t>(d)];

@@ -99,6 +99,7 @@ class Runtime : public StepEngine {
   std::map<int, int64_t> resident_;  // shard -> arena offset of its pinned copy
   std::vector<bool> kv_on_gpu_;
   bool kv_fixed_ = false;
+  bool trace_ = false;  // SHARDWISE_TRACE_ACTIONS: log each action before it runs
   int64_t n_past_ = 0;
   uint64_t arena_peak_ = 0, uploaded_ = 0;
   std::vector<RuntimeStep> steps_;

@@ -30,7 +30,8 @@ GenerateResult generate(StepEngine& model, const std::vector<int32_t>& prompt,
   std::vector<int32_t> history = prompt;
   std::vector<float> logits(static_cast<size_t>(vocab));
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t chunk = std::max<int64_t>(1, opt.prefill_chunk);
+  // 0 = hand the whole prompt to the engine (the plan runtime chunks it by its plan table).
+  const int64_t chunk = opt.prefill_chunk > 0 ? opt.prefill_chunk : static_cast<int64_t>(prompt.size());
   for (size_t i = 0; i < prompt.size(); i += static_cast<size_t>(chunk)) {
     const int64_t n = std::min<int64_t>(chunk, static_cast<int64_t>(prompt.size() - i));
     const auto ts = std::chrono::steady_clock::now();

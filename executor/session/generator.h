@@ -15,7 +15,7 @@ class StepEngine;
 
 struct GenerateOptions {
   int64_t n_predict = 32;       // tokens to generate (stops earlier at a stop token)
-  int64_t prefill_chunk = 512;  // prompt tokens per step
+  int64_t prefill_chunk = 512;  // prompt tokens per step (0 = the whole prompt in one step)
   SamplingParams sampling;
   std::vector<int32_t> stop_ids;  // e.g. EOS; generation ends after emitting one
   // Asked after each generated token (after on_token); true ends the generation there, e.g. when

@@ -1,0 +1,81 @@
+// cli/verb_sweep.cpp — `shardwise sweep`: run an experiment's oracle sweep (oracle/sweep.h) and print
+// a one-line JSON summary; progress and the predicted running time go to stderr.
+#include <cstdio>
+
+#include "cli/common.h"
+#include "core/error.h"
+#include "executor/cuda/cuda_device.h"
+#include "oracle/experiment.h"
+#include "oracle/sweep.h"
+
+namespace shardwise::cli {
+namespace {
+
+struct SweepArgs {
+  std::string file, out, shard = "0/1", device = "auto";
+  bool resume = false, predict = false, no_progress = false;
+  double max_minutes = 0;
+};
+
+void run_sweep_verb(const SweepArgs& a) {
+  const Experiment e = load_experiment(a.file);
+  SweepOptions o;
+  o.out_path = a.out;
+  o.resume = a.resume;
+  parse_shard(a.shard, &o.shard_index, &o.shard_count);
+  if (a.max_minutes < 0) fail("--max-minutes ", a.max_minutes, " must be positive (0 = no limit)");
+  o.max_minutes = a.max_minutes;
+  o.predict_only = a.predict;
+  o.progress = !a.no_progress;
+  if (a.device == "auto") {
+    o.device = cuda_device_count() > 0 ? "cuda" : "emu";
+    if (o.device == "emu") std::fprintf(stderr, "note: no GPU here: --device auto runs the emulated device\n");
+  } else if (a.device == "cuda") {
+    // Clear errors without CUDA or a GPU (predicting the GPU machine's running time needs neither).
+    o.device = a.predict ? "cuda" : resolve_device("cuda");
+  } else if (a.device == "emu") {
+    o.device = "emu";
+  } else {
+    fail("--device '", a.device, "': the oracle runs on cuda or emu (or auto)");
+  }
+  if (!o.predict_only && o.out_path.empty()) fail("give --out F.jsonl (or --predict to only print the predicted running time)");
+  const SweepResult r = run_sweep(e, o);
+  if (!o.predict_only) {
+    if (r.stopped_by_time)
+      std::fprintf(stderr, "stopped by --max-minutes after %.1f min: %d rows left; run again with --resume\n",
+                   r.elapsed_seconds / 60.0, r.rows_total - r.rows_present - r.rows_written);
+    else if (r.complete)
+      std::fprintf(stderr, "sweep complete: %d rows in %s\n", r.rows_total, o.out_path.c_str());
+  }
+  print_json({{"experiment", e.name},
+              {"configurations", r.configurations},
+              {"rows_total", r.rows_total},
+              {"rows_present", r.rows_present},
+              {"rows_written", r.rows_written},
+              {"rows_measured", r.rows_measured},
+              {"rows_left", r.rows_total - r.rows_present - r.rows_written},
+              {"complete", r.complete},
+              {"stopped_by_time", r.stopped_by_time},
+              {"predicted_s", r.predicted_seconds},
+              {"elapsed_s", r.elapsed_seconds},
+              {"device", o.device}});
+}
+
+}  // namespace
+
+void register_sweep(CLI::App& app) {
+  auto a = std::make_shared<SweepArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "sweep", "Run every candidate schedule of an experiment for real and record predicted vs measured (the oracle)");
+  sub->add_option("FILE", a->file, "Experiment YAML (experiments/*.yaml)")->required();
+  sub->add_option("--out", a->out, "Results file (JSON lines, appended crash-safely)");
+  sub->add_flag("--resume", a->resume, "Continue an existing results file: rows already there are skipped");
+  sub->add_option("--shard", a->shard, "Run only shard i of n (i/n, numbered from 0): configurations with index % n == i");
+  sub->add_option("--max-minutes", a->max_minutes, "Stop cleanly between rows before this many minutes pass (0 = no limit)");
+  sub->add_option("--device", a->device, "auto|cuda|emu (emu: the host-emulated device; its timings are not GPU numbers)");
+  sub->add_flag("--predict", a->predict, "Plan every configuration and print the predicted running time; run nothing");
+  sub->add_flag("--no-progress", a->no_progress, "No progress bar");
+  sub->callback([a] { run_sweep_verb(*a); });
+}
+
+}  // namespace shardwise::cli
