@@ -59,7 +59,7 @@ case $part in
   nemo8b|qwen30b) models=($part) ;;
   full) models=() ;;
   quick)  # one budget, the main schedules and the llama.cpp-style baseline, plus the whole model on the GPU
-    for m in nemo8b qwen30b; do for s in auto gpu-only static dynamic layer-split; do one "$m" 1024 4G "$s"; done; done ;;
+    for m in ${QUICK_MODELS:-nemo8b qwen30b}; do for s in auto gpu-only static dynamic layer-split; do one "$m" 1024 4G "$s"; done; done ;;
 esac
 for m in "${models[@]}"; do
   scheds="auto gpu-only static dynamic layer-split"
@@ -68,7 +68,7 @@ for m in "${models[@]}"; do
   for s in $scheds; do one "$m" 4096 4G "$s"; done
 done
 if [ "$part" = all ] || [ "$part" = full ] || [ "$part" = quick ]; then
-  for m in nemo8b qwen30b; do one "$m" 1024 40G auto; done
+  for m in ${QUICK_MODELS:-nemo8b qwen30b}; do one "$m" 1024 40G auto; done
 fi
 python3 - "$runs" <<'PY'
 import json, sys
