@@ -15,7 +15,7 @@ deps:
 	@./scripts/install_deps.sh
 
 build: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DSHARDWISE_CUDA=AUTO $(CMAKE_FLAGS) > $(BUILD).configure.log 2>&1 || (cat $(BUILD).configure.log; exit 1)
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DSHARDWISE_CUDA=AUTO -DSHARDWISE_PYTHON=ON $(CMAKE_FLAGS) > $(BUILD).configure.log 2>&1 || (cat $(BUILD).configure.log; exit 1)
 	@echo "building $(BUILD)/ (log: $(BUILD).build.log)"
 	@cmake --build $(BUILD) -j $(JOBS) > $(BUILD).build.log 2>&1 || (tail -60 $(BUILD).build.log; exit 1)
 

@@ -9,7 +9,7 @@ PKGS=(
   libgfortran-12-dev
   libpcre2-dev libutf8proc-dev
   pybind11-dev python3-pybind11 python3-dev python3-numpy python3-matplotlib python3-pandas
-  python3-yaml python3-pytest
+  python3-yaml python3-pytest jupyter-nbconvert python3-nbclient python3-ipykernel
 )
 
 missing=()

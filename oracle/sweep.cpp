@@ -1,0 +1,660 @@
+// oracle/sweep.cpp — the sweep runner: plan every configuration, predict the running time, then
+// measure every feasible (tier, schedule) through the Runtime and append rows.
+#include "oracle/sweep.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "core/builtin_yaml.h"
+#include "core/error.h"
+#include "core/hardware_spec.h"
+#include "core/log.h"
+#include "core/progress.h"
+#include "core/size.h"
+#include "core/thread_pool.h"
+#include "core/weight_source.h"
+#include "costmodel/cost_model.h"
+#include "executor/cuda/cuda_device.h"
+#include "executor/device/device.h"
+#include "executor/model/model_weights.h"
+#include "executor/runtime/runtime.h"
+#include "oracle/results.h"
+#include "planner/planner.h"
+
+namespace shardwise {
+
+extern const char* const kOracleBuildGitRev;  // generated at build time (oracle/git_rev.cmake)
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, ": cannot open");
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+bool is_synthetic(const std::string& weights) { return weights.compare(0, 10, "synthetic:") == 0; }
+
+// Assumptions behind the running-time prediction where no plan says anything: host weights are
+// synthesised (or read) at ~2 GB/s, and each CUDA device set-up (context, arena, registering the
+// model's host memory for DMA) costs 0.3 s plus the model's bytes at ~10 GB/s. The ETA corrects them
+// by what it observes.
+constexpr double kLoadBytesPerS = 2e9;
+constexpr double kRegisterBytesPerS = 10e9;
+constexpr double kDeviceSetupS = 0.3;
+
+// One row's plan: what the planner predicted and decided.
+struct RowPlan {
+  int64_t tier = 0;
+  Schedule schedule = Schedule::Static;
+  bool feasible = false;
+  std::string reason;        // why infeasible / skipped
+  double predicted_ms = 0;
+  uint64_t vram_bytes = 0;
+  bool chosen = false;
+  std::string planner_choice;  // the chosen schedule at this tier ("none": no candidate fits)
+  bool skip = false;           // predicted above measure.max_step_ms
+};
+
+struct ConfigPlan {
+  Configuration config;
+  bool plannable = true;
+  std::string error;
+  std::vector<RowPlan> rows;  // excluded rows omitted
+  uint64_t model_bytes = 0;
+  std::string machine;        // cost model description
+};
+
+PlannerConfig planner_config(const Experiment& e, const Configuration& c, const TensorDtypes& dtypes) {
+  PlannerConfig cfg;
+  cfg.budget_bytes = c.budget_bytes;
+  cfg.ctx = c.ctx;
+  cfg.threads = c.threads;
+  cfg.kv_dtype = parse_dtype(e.kv_dtype);
+  cfg.tiers = c.tiers;
+  // All five, so `chosen` is the planner's real pick whatever the experiment measures.
+  cfg.schedules = {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic, Schedule::LayerSplit, Schedule::CpuMoe};
+  cfg.model_name = c.weights;
+  cfg.tensor_dtypes = dtypes;
+  return cfg;
+}
+
+ConfigPlan plan_config(const Experiment& e, const Configuration& c, const ModelSpec& spec, const TensorDtypes& dtypes,
+                       const HardwareSpec& hw, PlanTable* table_out = nullptr) {
+  ConfigPlan p;
+  p.config = c;
+  p.model_bytes = spec.total_bytes();
+  auto cost = make_analytic_cost_model(hw, c.pcie_cap_bytes_per_s);
+  p.machine = cost->describe();
+  PlanTable table;
+  try {
+    table = build_plan_table(spec, *cost, planner_config(e, c, dtypes));
+  } catch (const Error& err) {
+    p.plannable = false;
+    p.error = err.what();
+  }
+  table.pcie_cap_gbps = c.pcie_cap_bytes_per_s / 1e9;
+  for (int64_t tier : c.tiers) {
+    const TierEntry* entry = p.plannable ? table.find_tier(tier) : nullptr;
+    for (Schedule s : c.schedules) {
+      if (c.row_excluded(tier, s)) continue;
+      RowPlan r;
+      r.tier = tier;
+      r.schedule = s;
+      r.planner_choice = entry && entry->feasible ? schedule_name(entry->chosen) : "none";
+      const Plan* plan = entry ? entry->find(s) : nullptr;
+      if (!p.plannable) {
+        r.reason = p.error;
+      } else if (!plan) {
+        r.reason = "not planned";
+      } else {
+        r.feasible = plan->feasible;
+        r.reason = plan->infeasible_reason;
+        r.predicted_ms = plan->predicted_ms;
+        r.vram_bytes = plan->vram_bytes;
+        r.chosen = entry->feasible && schedule_is_candidate(s) && entry->chosen == s;
+        if (r.feasible && e.measure.max_step_ms > 0 && r.predicted_ms > e.measure.max_step_ms) {
+          r.skip = true;
+          char buf[160];
+          std::snprintf(buf, sizeof buf, "predicted %.0f ms per step exceeds measure.max_step_ms (%.0f ms)", r.predicted_ms,
+                        e.measure.max_step_ms);
+          r.reason = buf;
+        }
+      }
+      p.rows.push_back(r);
+    }
+  }
+  if (table_out) *table_out = std::move(table);
+  return p;
+}
+
+struct Measurement {
+  std::vector<double> warmup_ms, samples_ms;
+  double median_ms = 0, spread_ms = 0;
+  int64_t plan_tier = 0, chunk_tokens = 0, chunks = 0;
+};
+
+// One step of `tier` new tokens over a cache filled to ctx: set_n_past(ctx - tier), then step.
+Measurement measure_row(Runtime& rt, int64_t ctx, int64_t tier, const std::vector<int32_t>& tokens, const MeasureSettings& m,
+                        std::vector<float>& logits) {
+  Measurement r;
+  auto once = [&] {
+    rt.set_n_past(ctx - tier);
+    rt.step(tokens.data(), tier, logits.data());
+    const RuntimeStep& s = rt.steps().back();
+    r.plan_tier = s.tier;
+    r.chunks = s.chunks;
+    return s.ms;
+  };
+  for (int i = 0; i < m.warmup; ++i) r.warmup_ms.push_back(once());
+  double spent_ms = 0;
+  for (;;) {
+    r.samples_ms.push_back(once());
+    spent_ms += r.samples_ms.back();
+    const int n = static_cast<int>(r.samples_ms.size());
+    if (n >= m.max_repeats) break;
+    const double med = median_of(r.samples_ms);
+    if (n >= m.min_repeats && med > 0 && iqr_of(r.samples_ms) / med <= m.target_spread) break;
+    if (spent_ms >= m.row_seconds * 1000.0 && n >= m.expensive_repeats) break;
+  }
+  r.median_ms = median_of(r.samples_ms);
+  r.spread_ms = iqr_of(r.samples_ms);
+  int64_t chunk = 0;
+  rt.plan_for(tier, &chunk);
+  r.chunk_tokens = chunk;
+  return r;
+}
+
+std::vector<int32_t> step_tokens(int64_t n, int64_t vocab, uint64_t seed) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& v : t) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    v = static_cast<int32_t>(x % static_cast<uint64_t>(vocab));
+  }
+  return t;
+}
+
+struct LoadedModel {
+  int index = -1;
+  std::unique_ptr<WeightSource> source;
+  std::unique_ptr<ModelWeights> weights;
+  TensorDtypes dtypes;
+  double load_ms = 0;
+};
+
+std::string fmt_minutes(double s) {
+  char buf[64];
+  if (s < 120) std::snprintf(buf, sizeof buf, "%.0f s", s);
+  else std::snprintf(buf, sizeof buf, "%.1f min", s / 60.0);
+  return buf;
+}
+
+}  // namespace
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double iqr_of(std::vector<double> v) {
+  if (v.size() < 2) return 0;
+  std::sort(v.begin(), v.end());
+  auto q = [&](double p) {
+    const double pos = p * static_cast<double>(v.size() - 1);
+    const size_t i = static_cast<size_t>(std::floor(pos));
+    const double f = pos - static_cast<double>(i);
+    return i + 1 < v.size() ? v[i] + f * (v[i + 1] - v[i]) : v[i];
+  };
+  return q(0.75) - q(0.25);
+}
+
+int planned_repeats(const MeasureSettings& m, double step_ms) {
+  // The loop above with a small spread: min_repeats, unless row_seconds runs out first.
+  int n = m.min_repeats;
+  if (step_ms > 0) {
+    const int by_time = static_cast<int>(std::ceil(m.row_seconds * 1000.0 / step_ms));
+    n = std::min(n, std::max(by_time, m.expensive_repeats));
+  }
+  return std::max(1, n);
+}
+
+double predicted_row_seconds(const MeasureSettings& m, double step_ms) {
+  return (m.warmup + planned_repeats(m, step_ms)) * step_ms / 1000.0;
+}
+
+std::string profile_hash(const std::string& hardware, double pcie_cap_bytes_per_s) {
+  // A builtin by its name and embedded text; a file by its text only (not where it lies).
+  std::string text;
+  for (int i = 0; i < kBuiltinHardwareCount; ++i)
+    if (hardware == kBuiltinHardware[i].name) text = str_cat("builtin:", hardware, "\n", kBuiltinHardware[i].yaml);
+  if (text.empty()) text = "file:\n" + read_text(hardware);
+  return fnv1a_hex(str_cat(text, "\npcie_cap_bytes_per_s=", std::llround(pcie_cap_bytes_per_s)));
+}
+
+std::string build_git_rev() {
+  const char* env = std::getenv("SHARDWISE_GIT_REV");
+  if (env && *env) return env;
+  return kOracleBuildGitRev && *kOracleBuildGitRev ? kOracleBuildGitRev : "unknown";
+}
+
+std::string machine_fingerprint(const std::string& device) {
+  std::string cpu = "unknown CPU";
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.compare(0, 10, "model name") == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) cpu = line.substr(colon + 2);
+      break;
+    }
+  std::string gpu = "emulated device (host memory)";
+  if (device == "cuda") {
+    const CudaDeviceInfo info = cuda_device_info(0);
+    gpu = info.name + ", " + format_bytes(info.total_bytes);
+  }
+  return str_cat(cpu, " x", std::thread::hardware_concurrency(), " | ", gpu);
+}
+
+SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
+  const auto t_start = Clock::now();
+  SweepResult res;
+  if (o.device != "cuda" && o.device != "emu") fail("--device '", o.device, "': the oracle runs on cuda or emu");
+  if (o.shard_count < 1 || o.shard_index < 0 || o.shard_index >= o.shard_count) fail("--shard: bad shard ", o.shard_index, "/", o.shard_count);
+  const std::string git_rev = build_git_rev();
+  const HardwareSpec hw = resolve_hardware(e.hardware_path);
+
+  // The configurations of this shard.
+  std::vector<Configuration> all = expand_configurations(e, &res.dropped);
+  std::vector<Configuration> mine;
+  for (const auto& c : all)
+    if (c.index % o.shard_count == o.shard_index) mine.push_back(c);
+
+  // Existing rows (resume) and the checks that keep one file to one experiment and one revision.
+  ExistingResults existing;
+  if (!o.predict_only) {
+    existing = read_results(o.out_path);
+    const bool has_content = !existing.rows.empty() || !existing.sweeps.empty() || existing.bad_lines > 0;
+    if (has_content && !o.resume)
+      fail(o.out_path, " already holds results: pass --resume to continue it, or choose another --out");
+    for (const auto& s : existing.sweeps)
+      if (s.value("experiment_hash", "") != e.hash())
+        fail(o.out_path, ": written by a different experiment (", s.value("experiment", "?"), ", hash ",
+             s.value("experiment_hash", "?"), "; this one is ", e.name, ", hash ", e.hash(),
+             "): a changed experiment needs a new --out");
+    for (const auto& r : existing.rows) {
+      if (r.value("git_rev", "") != git_rev)
+        fail(o.out_path, ": rows were measured by revision ", r.value("git_rev", "?"), " and this binary is ", git_rev,
+             ": a changed cost model or executor means re-running the sweep into a new --out");
+      if (r.value("device", "") != o.device)
+        fail(o.out_path, ": rows were measured on device ", r.value("device", "?"), ", this call uses --device ", o.device);
+    }
+    if (existing.bad_lines > 0) log_warn(o.out_path, ": skipped ", existing.bad_lines, " torn or unparsable line(s)");
+  }
+
+  // Plan every configuration first: the predictions, the rows and the running-time estimate.
+  const auto t_plan = Clock::now();
+  std::map<int, ModelSpec> specs;
+  std::map<int, TensorDtypes> plan_dtypes;
+  std::map<int, std::unique_ptr<WeightSource>> opened;  // file models opened for planning, reused to run
+  std::vector<ConfigPlan> plans;
+  std::map<std::string, std::string> config_profile;
+  for (const auto& c : mine) {
+    if (!specs.count(c.model)) {
+      if (is_synthetic(c.open_path)) {
+        specs[c.model] = experiment_model_spec(c.open_path);
+      } else {
+        auto src = open_weights(c.open_path);
+        specs[c.model] = src->spec();
+        plan_dtypes[c.model] = tensor_dtypes_of(*src);
+        opened[c.model] = std::move(src);
+      }
+    }
+    ConfigPlan p = plan_config(e, c, specs[c.model], plan_dtypes[c.model], hw);
+    if (!p.plannable && e.filters.plannable) {
+      res.dropped.push_back(str_cat(c.model_name, " budget ", c.budget_text, " ctx ", c.ctx, " threads ", c.threads, " cap ",
+                                    c.pcie_cap_text, ": filtered (plannable: ", p.error, ")"));
+      continue;
+    }
+    config_profile[c.config_id] = profile_hash(e.hardware_path, c.pcie_cap_bytes_per_s);
+    plans.push_back(std::move(p));
+  }
+  const double plan_s = seconds_since(t_plan);
+  for (const auto& r : existing.rows) {
+    auto it = config_profile.find(r.value("config_id", ""));
+    if (it != config_profile.end() && r.value("profile_hash", "") != it->second)
+      fail(o.out_path, ": rows of configuration ", it->first, " were predicted with profile ", r.value("profile_hash", "?"),
+           " and the cost model now gives ", it->second, ": a changed profile means re-running the sweep into a new --out");
+  }
+
+  // What is left, and how long it should take.
+  res.configurations = static_cast<int>(plans.size());
+  double load_s = 0, setup_s = 0, steps_s = 0;
+  int measured_left = 0;
+  std::map<int, bool> model_needed;
+  auto row_done = [&](const Configuration& c, const RowPlan& r) {
+    return existing.keys.count(RowKey{c.config_id, r.tier, schedule_name(r.schedule)}) != 0;
+  };
+  // Predicted seconds of a schedule's runtime set-up and of a row (used for the ETA and --max-minutes).
+  const double cap_min_gbps = hw.pcie_h2d_gbps;
+  auto setup_seconds = [&](const ConfigPlan& p, const RowPlan& r) {
+    const double pcie = p.config.pcie_cap_bytes_per_s > 0 ? std::min(p.config.pcie_cap_bytes_per_s, cap_min_gbps * 1e9) : cap_min_gbps * 1e9;
+    const double reg = o.device == "cuda" ? kDeviceSetupS + static_cast<double>(p.model_bytes) / kRegisterBytesPerS : 0.01;
+    return reg + static_cast<double>(r.vram_bytes) / pcie;
+  };
+  for (const auto& p : plans) {
+    std::map<Schedule, bool> runtime_counted;
+    for (const auto& r : p.rows) {
+      ++res.rows_total;
+      if (row_done(p.config, r)) {
+        ++res.rows_present;
+        continue;
+      }
+      if (!r.feasible || r.skip) continue;
+      ++measured_left;
+      model_needed[p.config.model] = true;
+      if (!runtime_counted[r.schedule]) {
+        runtime_counted[r.schedule] = true;
+        setup_s += setup_seconds(p, r);
+      }
+      steps_s += predicted_row_seconds(e.measure, r.predicted_ms);
+    }
+  }
+  for (const auto& m : model_needed) load_s += static_cast<double>(specs[m.first].total_bytes()) / kLoadBytesPerS;
+  res.predicted_seconds = load_s + setup_s + steps_s;
+  const int rows_left = res.rows_total - res.rows_present;
+  std::fprintf(stderr,
+               "sweep %s: %d configurations%s (%zu dropped), %d rows: %d present, %d to write (%d to measure)\n"
+               "  predicted running time %s on %s: model loads %s, device set-up %s, steps %s (planning took %.1f s)\n",
+               e.name.c_str(), res.configurations,
+               o.shard_count > 1 ? str_cat(" in shard ", o.shard_index, "/", o.shard_count).c_str() : "", res.dropped.size(),
+               res.rows_total, res.rows_present, rows_left, measured_left, fmt_minutes(res.predicted_seconds).c_str(),
+               hw.name.c_str(), fmt_minutes(load_s).c_str(), fmt_minutes(setup_s).c_str(), fmt_minutes(steps_s).c_str(), plan_s);
+  if (o.device == "emu")
+    std::fprintf(stderr, "  device emu: the emulated device runs on the CPU; its timings are not GPU numbers\n");
+  for (const auto& d : res.dropped) log_info("dropped ", d);
+  if (o.predict_only || rows_left == 0) {
+    res.complete = rows_left == 0;
+    res.elapsed_seconds = seconds_since(t_start);
+    return res;
+  }
+
+  // Run.
+  const std::string machine = machine_fingerprint(o.device);
+  const std::string gpu_name = o.device == "cuda" ? cuda_device_info(0).name : "emulated device";
+  ResultsWriter out(o.out_path);
+  out.append(json{{"record", "sweep"},
+                  {"experiment", e.name},
+                  {"experiment_path", e.path},
+                  {"experiment_hash", e.hash()},
+                  {"effective_config", json::parse(e.effective_json())},
+                  {"yaml", e.text},
+                  {"git_rev", git_rev},
+                  {"machine", machine},
+                  {"device", o.device},
+                  {"shard", str_cat(o.shard_index, "/", o.shard_count)},
+                  {"max_minutes", o.max_minutes},
+                  {"started", utc_now()},
+                  {"configurations", res.configurations},
+                  {"rows_total", res.rows_total},
+                  {"rows_present", res.rows_present},
+                  {"predicted_s", res.predicted_seconds},
+                  {"dropped", res.dropped}});
+
+  Progress progress("sweep", static_cast<uint64_t>(std::max(1.0, res.predicted_seconds * 1000.0)), o.progress);
+  // Observed / predicted time of the work done so far; corrects the estimate used by --max-minutes.
+  double done_predicted_s = 0, done_actual_s = 0;
+  auto calibrated = [&](double predicted_s) {
+    const double ratio = done_predicted_s > 1e-3 ? done_actual_s / done_predicted_s : 1.0;
+    return predicted_s * std::max(ratio, 0.05);
+  };
+  const double limit_s = o.max_minutes > 0 ? o.max_minutes * 60.0 : INFINITY;
+  bool did_work = false;
+  auto out_of_time = [&](double predicted_s) {
+    const double need = calibrated(predicted_s);
+    if (seconds_since(t_start) + need <= limit_s) return false;
+    if (!did_work) {
+      log_warn("the next step is predicted to take ", fmt_minutes(need), ", past --max-minutes; running it anyway");
+      return false;
+    }
+    res.stopped_by_time = true;
+    return true;
+  };
+
+  LoadedModel model;
+  auto base_row = [&](const ConfigPlan& p, const RowPlan& r) {
+    const Configuration& c = p.config;
+    json j{{"record", "row"},
+           {"config_id", c.config_id},
+           {"experiment", e.name},
+           {"model", c.model_name},
+           {"weights", c.weights},
+           {"budget", c.budget_text},
+           {"budget_bytes", c.budget_bytes},
+           {"ctx", c.ctx},
+           {"threads", c.threads},
+           {"pcie_cap", c.pcie_cap_text},
+           {"pcie_cap_gbps", c.pcie_cap_bytes_per_s / 1e9},
+           {"tier", r.tier},
+           {"schedule", schedule_name(r.schedule)},
+           {"candidate", schedule_is_candidate(r.schedule)},
+           {"feasible", r.feasible},
+           {"predicted_ms", r.feasible ? json(r.predicted_ms) : json(nullptr)},
+           {"measured_ms", nullptr},
+           {"measured_spread_ms", nullptr},
+           {"vram_bytes", r.vram_bytes},
+           {"chosen", r.chosen},
+           {"planner_choice", r.planner_choice},
+           {"machine", machine},
+           {"device", o.device},
+           {"gpu", gpu_name},
+           {"hardware", p.machine},
+           {"profile_hash", config_profile[c.config_id]},
+           {"git_rev", git_rev},
+           {"kv_dtype", e.kv_dtype},
+           {"shard", str_cat(o.shard_index, "/", o.shard_count)}};
+    return j;
+  };
+  auto write_row = [&](json j) {
+    j["time"] = utc_now();
+    out.append(j);
+    ++res.rows_written;
+  };
+
+  for (const auto& p : plans) {
+    const Configuration& c = p.config;
+    std::vector<const RowPlan*> todo;
+    for (const auto& r : p.rows)
+      if (!row_done(c, r)) todo.push_back(&r);
+    if (todo.empty()) continue;
+    if (res.stopped_by_time) break;
+
+    // Rows that are not run are written at once.
+    bool any_to_measure = false;
+    for (const RowPlan* r : todo) any_to_measure |= r->feasible && !r->skip;
+
+    PlanTable table;
+    std::unique_ptr<ThreadPool> pool;
+    if (any_to_measure) {
+      // Load the model once per sweep (configurations are ordered model by model).
+      if (model.index != c.model) {
+        if (out_of_time(static_cast<double>(specs[c.model].total_bytes()) / kLoadBytesPerS)) break;
+        const auto t0 = Clock::now();
+        model = LoadedModel{};
+        if (opened.count(c.model)) {
+          model.source = std::move(opened[c.model]);
+        } else {
+          OpenOptions oo;
+          oo.threads = 0;
+          model.source = open_weights(c.open_path, oo);
+        }
+        model.weights = std::make_unique<ModelWeights>(ModelWeights::from_source(*model.source));
+        model.dtypes = tensor_dtypes_of(*model.source);
+        model.index = c.model;
+        model.load_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        const double predicted = static_cast<double>(specs[c.model].total_bytes()) / kLoadBytesPerS;
+        done_predicted_s += predicted;
+        done_actual_s += model.load_ms / 1000.0;
+        progress.add(static_cast<uint64_t>(predicted * 1000.0));
+        log_info("loaded ", c.model_name, " (", c.weights, ") in ", model.load_ms / 1000.0, " s");
+      }
+      // Re-plan with the loaded file's dtypes; the predictions must be those announced.
+      const ConfigPlan again = plan_config(e, c, model.source->spec(), model.dtypes, hw, &table);
+      for (size_t i = 0; i < again.rows.size() && i < p.rows.size(); ++i)
+        if (again.rows[i].feasible != p.rows[i].feasible || std::fabs(again.rows[i].predicted_ms - p.rows[i].predicted_ms) > 1e-6 * (1 + p.rows[i].predicted_ms))
+          log_warn(c.config_id, ": re-planning with the loaded weights changed the prediction of ", schedule_name(p.rows[i].schedule),
+                   " at tier ", p.rows[i].tier, " (", p.rows[i].predicted_ms, " -> ", again.rows[i].predicted_ms, " ms)");
+      pool = std::make_unique<ThreadPool>(c.threads);
+    }
+
+    for (Schedule s : c.schedules) {
+      std::vector<const RowPlan*> rows;
+      for (const RowPlan* r : todo)
+        if (r->schedule == s) rows.push_back(r);
+      if (rows.empty()) continue;
+      std::vector<const RowPlan*> runnable;
+      for (const RowPlan* r : rows) {
+        if (r->feasible && !r->skip) {
+          runnable.push_back(r);
+          continue;
+        }
+        json j = base_row(p, *r);
+        j["status"] = !r->feasible ? "infeasible" : "skipped";
+        j["reason"] = r->reason;
+        write_row(j);
+      }
+      if (runnable.empty() || res.stopped_by_time) continue;
+      if (out_of_time(setup_seconds(p, *runnable.front()) + predicted_row_seconds(e.measure, runnable.front()->predicted_ms))) break;
+
+      // One device and one runtime for this configuration × schedule.
+      const auto t_setup = Clock::now();
+      std::unique_ptr<Device> device;
+      std::unique_ptr<Runtime> rt;
+      std::string setup_error;
+      try {
+        if (o.device == "cuda") {
+          device = make_cuda_device(0);
+        } else {
+          EmuOptions eo;
+          eo.max_delay_us = 0;
+          device = make_emu_device(eo);
+        }
+        RuntimeOptions ro;
+        ro.schedule = s;
+        ro.pcie_cap_bytes_per_s = c.pcie_cap_bytes_per_s;
+        rt = std::make_unique<Runtime>(*model.source, *model.weights, *device, *pool, table, ro);
+      } catch (const std::exception& err) {
+        setup_error = err.what();
+      }
+      const double setup_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_setup).count();
+      {
+        const double predicted = setup_seconds(p, *runnable.front());
+        done_predicted_s += predicted;
+        done_actual_s += setup_ms / 1000.0;
+        progress.add(static_cast<uint64_t>(predicted * 1000.0));
+      }
+      std::vector<float> logits(static_cast<size_t>(model.source->spec().vocab_size));
+      for (size_t i = 0; i < runnable.size(); ++i) {
+        const RowPlan* r = runnable[i];
+        const double predicted_s = predicted_row_seconds(e.measure, r->predicted_ms);
+        if (i > 0 && out_of_time(predicted_s)) break;
+        json j = base_row(p, *r);
+        j["setup_ms"] = setup_ms;
+        j["model_load_ms"] = model.load_ms;
+        const auto t_row = Clock::now();
+        if (!setup_error.empty()) {
+          j["status"] = "error";
+          j["reason"] = setup_error;
+        } else {
+          try {
+            const auto tokens = step_tokens(r->tier, model.source->spec().vocab_size, e.token_seed);
+            const Measurement m = measure_row(*rt, c.ctx, r->tier, tokens, e.measure, logits);
+            const RuntimeMemory mem = rt->memory();
+            j["status"] = "measured";
+            j["reason"] = "";
+            j["measured_ms"] = m.median_ms;
+            j["measured_spread_ms"] = m.spread_ms;
+            j["measured_min_ms"] = *std::min_element(m.samples_ms.begin(), m.samples_ms.end());
+            j["measured_max_ms"] = *std::max_element(m.samples_ms.begin(), m.samples_ms.end());
+            j["samples_ms"] = m.samples_ms;
+            j["warmup_ms"] = m.warmup_ms;
+            j["repeats"] = m.samples_ms.size();
+            j["plan_tier"] = m.plan_tier;
+            j["chunk_tokens"] = m.chunk_tokens;
+            j["chunks"] = m.chunks;
+            j["arena_peak_bytes"] = mem.arena_peak_bytes;
+            j["device_peak_bytes"] = mem.device_peak_bytes;
+            j["context_bytes"] = mem.context_bytes;
+            j["uploaded_bytes"] = mem.uploaded_bytes;
+            if (m.plan_tier != r->tier)
+              log_warn(c.config_id, ": ", schedule_name(s), " at tier ", r->tier, " ran the plan of tier ", m.plan_tier);
+            ++res.rows_measured;
+          } catch (const std::exception& err) {
+            j["status"] = "error";
+            j["reason"] = err.what();
+          }
+        }
+        write_row(j);
+        did_work = true;
+        done_predicted_s += predicted_s;
+        done_actual_s += seconds_since(t_row);
+        progress.add(static_cast<uint64_t>(predicted_s * 1000.0));
+      }
+      rt.reset();
+      device.reset();
+      if (res.stopped_by_time) break;
+    }
+  }
+  progress.finish();
+
+  // Complete when every row of the shard is in the file now.
+  const ExistingResults now = read_results(o.out_path);
+  int present = 0;
+  for (const auto& p : plans)
+    for (const auto& r : p.rows) present += now.keys.count(RowKey{p.config.config_id, r.tier, schedule_name(r.schedule)}) != 0;
+  res.complete = present == res.rows_total;
+  res.elapsed_seconds = seconds_since(t_start);
+  out.append(json{{"record", "sweep_end"},
+                  {"experiment", e.name},
+                  {"shard", str_cat(o.shard_index, "/", o.shard_count)},
+                  {"rows_written", res.rows_written},
+                  {"rows_measured", res.rows_measured},
+                  {"rows_left", res.rows_total - present},
+                  {"complete", res.complete},
+                  {"stopped_by_time", res.stopped_by_time},
+                  {"elapsed_s", res.elapsed_seconds},
+                  {"ended", utc_now()}});
+  return res;
+}
+
+}  // namespace shardwise

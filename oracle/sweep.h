@@ -1,0 +1,70 @@
+// oracle/sweep.h — the oracle: for every configuration of an experiment, build the plan table with
+// the cost model (the predictions), then run each feasible (tier, schedule) through the executor's
+// Runtime for real — one step of `tier` new tokens over a KV cache filled to ctx, after warm-up,
+// repeated until the spread is small (fewer repeats for expensive steps) — and append one JSONL row
+// per (configuration, tier, schedule) with the DESIGN.md §6 keys.
+// Crash-safe and resumable (results.h), splittable (--shard i/n), time-boxed (--max-minutes, stops
+// between rows), with its own running-time prediction computed from the plans before it starts.
+// Each model is loaded once per sweep; every configuration is re-planned; one Device and one
+// Runtime per configuration × schedule, destroyed after.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "oracle/experiment.h"
+
+namespace shardwise {
+
+struct SweepOptions {
+  std::string out_path;        // the JSONL file (not needed with predict_only)
+  bool resume = false;         // continue an existing file, skipping rows present
+  int shard_index = 0;         // --shard i/n: this process runs configurations with index % n == i
+  int shard_count = 1;
+  double max_minutes = 0;      // stop cleanly between rows once the next would end past this; 0 = none
+  std::string device = "emu";  // "cuda" or "emu" (the emulated device: timings are not GPU numbers)
+  bool predict_only = false;   // plan and print the predicted running time; run nothing
+  bool progress = true;        // progress bar with ETA on stderr
+};
+
+struct SweepResult {
+  int configurations = 0;       // in this shard, after exclusions and filters
+  int rows_total = 0;           // rows of this shard
+  int rows_present = 0;         // already in the file when the sweep started
+  int rows_written = 0;         // by this call
+  int rows_measured = 0;        // ... of which were run on the device
+  bool complete = false;        // every row of the shard is in the file
+  bool stopped_by_time = false; // --max-minutes ended the call
+  double predicted_seconds = 0; // the rows left, predicted before starting
+  double elapsed_seconds = 0;
+  std::vector<std::string> dropped;  // configurations removed by exclusions/filters, and why
+};
+
+// Runs (or with predict_only, plans) the sweep. Progress and messages go to stderr.
+SweepResult run_sweep(const Experiment& experiment, const SweepOptions& options);
+
+// The identity of the cost model's inputs, written into every row. Until the profiler exists this
+// hashes the HardwareSpec (the builtin's embedded YAML text, or the file's text) and the PCIe cap;
+// the profiler issue replaces it with the ProfileDB's hash.
+std::string profile_hash(const std::string& hardware, double pcie_cap_bytes_per_s);
+
+// The revision the binary was built from ("<sha>" or "<sha>-dirty"), $SHARDWISE_GIT_REV when set,
+// else "unknown".
+std::string build_git_rev();
+
+// "CPU model ×cores | GPU name, memory" — the machine the rows were measured on.
+std::string machine_fingerprint(const std::string& device);
+
+// How a row is measured, given its step time in ms (predicted or observed): the number of repeats
+// the rules settle on when the spread is already small, and the seconds the row takes including
+// warm-up.
+int planned_repeats(const MeasureSettings& m, double step_ms);
+double predicted_row_seconds(const MeasureSettings& m, double step_ms);
+
+// Interquartile range (linear interpolation between order statistics, as numpy's default) and
+// median of samples.
+double median_of(std::vector<double> v);
+double iqr_of(std::vector<double> v);
+
+}  // namespace shardwise

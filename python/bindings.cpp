@@ -1,0 +1,226 @@
+// python/bindings.cpp — the compiled half of the Python package `shardwise` (shardwise._native):
+// specs, hardware, plan tables and the oracle's experiment expansion, marshalled to Python objects.
+// Thin on purpose: every function calls one library function; no logic of its own lives here.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+
+#include "core/error.h"
+#include "core/hardware_spec.h"
+#include "core/model_spec.h"
+#include "core/size.h"
+#include "costmodel/cost_model.h"
+#include "oracle/experiment.h"
+#include "oracle/sweep.h"
+#include "planner/plan.h"
+#include "planner/planner.h"
+#include "planner/simulator.h"
+
+namespace py = pybind11;
+using namespace shardwise;
+
+namespace {
+
+// Sizes and bandwidths are accepted as numbers (bytes, bytes/s) or as text ("4G", "16GB/s", "none").
+uint64_t size_arg(const py::object& v, const char* what) {
+  if (py::isinstance<py::str>(v)) return parse_size(v.cast<std::string>(), what);
+  return v.cast<uint64_t>();
+}
+double bandwidth_arg(const py::object& v, const char* what) {
+  if (v.is_none()) return 0;
+  if (py::isinstance<py::str>(v)) return parse_bandwidth(v.cast<std::string>(), what);
+  return v.cast<double>();
+}
+ModelSpec spec_arg(const py::object& v) {
+  if (py::isinstance<py::str>(v)) return resolve_spec(v.cast<std::string>());
+  return v.cast<ModelSpec>();
+}
+HardwareSpec hw_arg(const py::object& v) {
+  if (py::isinstance<py::str>(v)) return resolve_hardware(v.cast<std::string>());
+  return v.cast<HardwareSpec>();
+}
+
+PlannerConfig planner_config(int64_t budget, int64_t ctx, int threads, const std::vector<int64_t>& tiers,
+                             const std::string& kv_dtype, const std::string& name) {
+  PlannerConfig c;
+  c.budget_bytes = static_cast<uint64_t>(budget);
+  c.ctx = ctx;
+  c.threads = threads;
+  if (!tiers.empty()) c.tiers = tiers;
+  c.kv_dtype = parse_dtype(kv_dtype);
+  c.model_name = name;
+  return c;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "shardwise: specs, hardware, plan tables and predictions (compiled part of the shardwise package)";
+  py::register_exception<Error>(m, "Error", PyExc_ValueError);
+
+  py::class_<ModelSpec>(m, "ModelSpec")
+      .def_readonly("name", &ModelSpec::name)
+      .def_property_readonly("family", [](const ModelSpec& s) { return family_name(s.family); })
+      .def_property_readonly("dtype", [](const ModelSpec& s) { return dtype_name(s.dtype); })
+      .def_readonly("hidden_size", &ModelSpec::hidden_size)
+      .def_readonly("num_hidden_layers", &ModelSpec::num_hidden_layers)
+      .def_readonly("num_attention_heads", &ModelSpec::num_attention_heads)
+      .def_readonly("num_key_value_heads", &ModelSpec::num_key_value_heads)
+      .def_readonly("head_dim", &ModelSpec::head_dim)
+      .def_readonly("intermediate_size", &ModelSpec::intermediate_size)
+      .def_readonly("vocab_size", &ModelSpec::vocab_size)
+      .def_readonly("num_experts", &ModelSpec::num_experts)
+      .def_readonly("num_experts_per_tok", &ModelSpec::num_experts_per_tok)
+      .def_readonly("moe_intermediate_size", &ModelSpec::moe_intermediate_size)
+      .def_property_readonly("is_moe", &ModelSpec::is_moe)
+      .def_property_readonly("total_bytes", &ModelSpec::total_bytes)
+      .def_property_readonly("n_params", &ModelSpec::n_params)
+      .def("kv_bytes_per_token", [](const ModelSpec& s, const std::string& dt) { return s.kv_bytes_per_token(parse_dtype(dt)); },
+           py::arg("kv_dtype") = "f32")
+      .def("with_dtype", [](ModelSpec s, const std::string& dt) { s.dtype = parse_dtype(dt); return s; }, py::arg("dtype"))
+      .def("to_yaml", &spec_to_yaml)
+      .def("__repr__", [](const ModelSpec& s) {
+        return "<ModelSpec " + s.name + " " + family_name(s.family) + " " + dtype_name(s.dtype) + " " + format_bytes(s.total_bytes()) + ">";
+      });
+
+  py::class_<HardwareSpec>(m, "HardwareSpec")
+      .def_readonly("name", &HardwareSpec::name)
+      .def_readonly("description", &HardwareSpec::description)
+      .def_readonly("approximate", &HardwareSpec::approximate)
+      .def_readonly("cpu_cores", &HardwareSpec::cpu_cores)
+      .def_readonly("gpu_name", &HardwareSpec::gpu_name)
+      .def_readonly("vram_bytes", &HardwareSpec::vram_bytes)
+      .def_readonly("gpu_mem_gbps", &HardwareSpec::gpu_mem_gbps)
+      .def_readonly("pcie_h2d_gbps", &HardwareSpec::pcie_h2d_gbps)
+      .def_readonly("pcie_d2h_gbps", &HardwareSpec::pcie_d2h_gbps)
+      .def_readonly("dram_read_gbps", &HardwareSpec::dram_read_gbps)
+      .def("dram_gbps", &HardwareSpec::dram_gbps, py::arg("threads"), py::arg("pcie_gbps") = 0.0)
+      .def("__repr__", [](const HardwareSpec& h) { return "<HardwareSpec " + h.name + ": " + h.description + ">"; });
+
+  py::class_<ShardPlacement>(m, "ShardPlacement")
+      .def_readonly("shard", &ShardPlacement::shard)
+      .def_readonly("name", &ShardPlacement::name)
+      .def_property_readonly("home", [](const ShardPlacement& p) { return p.home == WeightHome::Pinned ? "pinned" : "host"; })
+      .def_property_readonly("exec", [](const ShardPlacement& p) { return p.exec == ExecDevice::Gpu ? "gpu" : "cpu"; })
+      .def_readonly("streamed", &ShardPlacement::streamed)
+      .def_readonly("arena_offset", &ShardPlacement::arena_offset)
+      .def_readonly("bytes", &ShardPlacement::bytes);
+
+  py::class_<ArenaRegion>(m, "ArenaRegion")
+      .def_readonly("name", &ArenaRegion::name)
+      .def_readonly("offset", &ArenaRegion::offset)
+      .def_readonly("bytes", &ArenaRegion::bytes);
+
+  py::class_<Plan>(m, "Plan")
+      .def_property_readonly("schedule", [](const Plan& p) { return schedule_name(p.schedule); })
+      .def_readonly("tier", &Plan::tier)
+      .def_readonly("feasible", &Plan::feasible)
+      .def_readonly("infeasible_reason", &Plan::infeasible_reason)
+      .def_readonly("budget_bytes", &Plan::budget_bytes)
+      .def_readonly("vram_bytes", &Plan::vram_bytes)
+      .def_readonly("predicted_ms", &Plan::predicted_ms)
+      .def_readonly("notes", &Plan::notes)
+      .def_readonly("placements", &Plan::placements)
+      .def_readonly("arena", &Plan::arena)
+      .def_readonly("kv_on_gpu", &Plan::kv_on_gpu)
+      .def_property_readonly("n_actions", [](const Plan& p) { return p.actions.size(); })
+      .def("to_json", [](const Plan& p) { return plan_to_json(p); })
+      .def("chrome_trace", [](const Plan& p, const std::string& title) { return chrome_trace_json(p, title); }, py::arg("title") = "")
+      .def("__repr__", [](const Plan& p) {
+        return str_cat("<Plan ", schedule_name(p.schedule), " tier ", p.tier, p.feasible ? str_cat(" ", p.predicted_ms, " ms") : " infeasible", ">");
+      });
+
+  py::class_<TierEntry>(m, "TierEntry")
+      .def_readonly("tokens", &TierEntry::tokens)
+      .def_property_readonly("chosen", [](const TierEntry& e) { return e.feasible ? schedule_name(e.chosen) : "none"; })
+      .def_readonly("feasible", &TierEntry::feasible)
+      .def_readonly("chunk_tokens", &TierEntry::chunk_tokens)
+      .def_readonly("candidates", &TierEntry::candidates)
+      .def("find", [](const TierEntry& e, const std::string& s) -> py::object {
+        const Plan* p = e.find(parse_schedule(s));
+        return p ? py::cast(*p) : py::none();
+      });
+
+  py::class_<PlanTable>(m, "PlanTable")
+      .def_readonly("model", &PlanTable::model)
+      .def_readonly("machine", &PlanTable::machine)
+      .def_readonly("device", &PlanTable::device)
+      .def_readonly("budget_bytes", &PlanTable::budget_bytes)
+      .def_readonly("ctx", &PlanTable::ctx)
+      .def_readonly("threads", &PlanTable::threads)
+      .def_readonly("pcie_cap_gbps", &PlanTable::pcie_cap_gbps)
+      .def_readonly("kv_dtype", &PlanTable::kv_dtype)
+      .def_readonly("kv_on_gpu", &PlanTable::kv_on_gpu)
+      .def_readonly("tiers", &PlanTable::tiers)
+      .def("lookup", [](const PlanTable& t, int64_t n) { return t.lookup(n); }, py::arg("n_tokens"))
+      .def("to_json", [](const PlanTable& t, int indent) { return plan_table_to_json(t, indent); }, py::arg("indent") = -1);
+
+  m.def("builtin_specs", &builtin_spec_names, "Names of the builtin model specs");
+  m.def("builtin_hardware", &builtin_hardware_names, "Names of the builtin machines");
+  m.def("load_spec", &resolve_spec, py::arg("name_or_path"), "A builtin spec name, a model .yaml or an HF config.json");
+  m.def("weights_spec", &experiment_model_spec, py::arg("weights"),
+        "The spec of synthetic:SPEC?dtype=&layers= (computed) or of a .gguf / HF directory (opened)");
+  m.def("load_hardware", &resolve_hardware, py::arg("name_or_path"), "A builtin machine (cli1, cli2, cli3, h200-host) or a hardware .yaml");
+  m.def("parse_size", [](const std::string& s) { return parse_size(s); }, py::arg("text"));
+  m.def("parse_bandwidth", [](const std::string& s) { return parse_bandwidth(s); }, py::arg("text"));
+  m.def("default_tiers", &default_tiers);
+
+  m.def(
+      "plan",
+      [](const py::object& model, const py::object& hardware, const py::object& budget, int64_t ctx, int threads,
+         const py::object& pcie_cap, const std::vector<int64_t>& tiers, const std::string& kv_dtype) {
+        const ModelSpec spec = spec_arg(model);
+        const HardwareSpec hw = hw_arg(hardware);
+        const double cap = bandwidth_arg(pcie_cap, "pcie_cap");
+        auto cost = make_analytic_cost_model(hw, cap);
+        PlanTable t = build_plan_table(spec, *cost,
+                                       planner_config(static_cast<int64_t>(size_arg(budget, "budget")), ctx,
+                                                      threads > 0 ? threads : hw.cpu_cores, tiers, kv_dtype, spec.name));
+        t.pcie_cap_gbps = cap / 1e9;
+        return t;
+      },
+      py::arg("model"), py::arg("hardware"), py::arg("budget"), py::arg("ctx") = 4096, py::arg("threads") = 0,
+      py::arg("pcie_cap") = py::none(), py::arg("tiers") = std::vector<int64_t>{}, py::arg("kv_dtype") = "f32",
+      "Build the plan table (every tier, every schedule) with the analytic cost model of `hardware`");
+
+  m.def(
+      "minimum_budget",
+      [](const py::object& model, const py::object& hardware, int64_t ctx, int threads, const py::object& pcie_cap) {
+        const HardwareSpec hw = hw_arg(hardware);
+        auto cost = make_analytic_cost_model(hw, bandwidth_arg(pcie_cap, "pcie_cap"));
+        return minimum_budget(spec_arg(model), *cost, planner_config(1, ctx, threads > 0 ? threads : hw.cpu_cores, {}, "f32", ""));
+      },
+      py::arg("model"), py::arg("hardware"), py::arg("ctx") = 4096, py::arg("threads") = 0, py::arg("pcie_cap") = py::none(),
+      "The smallest VRAM budget (bytes) for which some schedule fits the decode tier");
+
+  // The oracle's experiment handling (for notebooks: what a sweep will run).
+  m.def("experiment_config", [](const std::string& path) { return load_experiment(path).effective_json(); }, py::arg("path"),
+        "The effective configuration of an experiment YAML, as JSON text");
+  m.def(
+      "expand_experiment",
+      [](const std::string& path) {
+        const Experiment e = load_experiment(path);
+        py::list out;
+        for (const Configuration& c : expand_configurations(e)) {
+          py::dict d;
+          d["config_id"] = c.config_id;
+          d["model"] = c.model_name;
+          d["weights"] = c.weights;
+          d["budget"] = c.budget_text;
+          d["budget_bytes"] = c.budget_bytes;
+          d["ctx"] = c.ctx;
+          d["threads"] = c.threads;
+          d["pcie_cap"] = c.pcie_cap_text;
+          d["pcie_cap_gbps"] = c.pcie_cap_bytes_per_s / 1e9;
+          out.append(d);
+        }
+        return out;
+      },
+      py::arg("path"), "The configurations of an experiment YAML (after exclusions and the budget filter)");
+  m.def("config_id", &make_config_id, py::arg("weights"), py::arg("budget_bytes"), py::arg("ctx"), py::arg("threads"),
+        py::arg("pcie_cap_bytes_per_s"));
+  m.def("profile_hash", &profile_hash, py::arg("hardware"), py::arg("pcie_cap_bytes_per_s") = 0.0);
+  m.def("git_rev", &build_git_rev);
+}

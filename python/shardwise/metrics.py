@@ -1,0 +1,244 @@
+"""Planner-accuracy metrics over oracle rows (a DataFrame from ``results.load_results``).
+
+A *decision* is one (configuration, tier): the planner picks one of the three candidate schedules
+(gpu-only, static, dynamic); the oracle measured each of them. Definitions:
+
+- pick: the candidate row with ``chosen``; best: the measured candidate with the lowest
+  ``measured_ms``; second: the next one.
+- evaluable: the pick was measured and every feasible candidate was measured, or was not run
+  (``skipped``: predicted above the sweep's max_step_ms) with a prediction at least
+  ``SKIP_MARGIN`` x the best measured time (so only a prediction off by that factor could flip it).
+- agree: pick == best. tie: not agree, but measured(pick) - measured(best) <= max(spread(pick),
+  spread(best)), the spreads being the interquartile ranges of the repeats — counted separately.
+- top-1 agreement: agree / evaluable (ties are not counted as agreement; "top-1 with ties" is shown).
+- close contest: at least two candidates measured and second / best - 1 <= CLOSE (5%).
+- regret: measured(pick) / measured(best) - 1.
+- prediction error of a row: |predicted - measured| / measured (signed: predicted / measured - 1).
+- rank correlation: Spearman and Kendall (tau-b) between predicted and measured times, pooled over
+  all measured rows, and Kendall per decision over every measured schedule (baselines included).
+- baseline speedup: measured(baseline) / measured(pick) at a tier: at tier 1 the decode
+  tokens/s ratio (TPS), at larger tiers the prefill step time ratio (TTFT).
+"""
+import numpy as np
+import pandas as pd
+
+from .results import BASELINES, CANDIDATES
+
+TARGETS = {"top1": 0.95, "median_error": 0.10, "max_regret": 0.05}
+CLOSE = 0.05
+SKIP_MARGIN = 2.0
+CONFIG_COLS = ["config_id", "model", "budget_bytes", "ctx", "threads", "pcie_cap"]
+
+
+# --- rank statistics (no scipy needed) ---------------------------------------------------------
+def _ranks(x):
+    return pd.Series(np.asarray(x, dtype=float)).rank(method="average").to_numpy()
+
+
+def spearman(x, y):
+    """Spearman's rho (Pearson correlation of average ranks); nan with fewer than 2 points."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(x) < 2:
+        return float("nan")
+    rx, ry = _ranks(x), _ranks(y)
+    if rx.std() == 0 or ry.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def kendall(x, y):
+    """Kendall's tau-b (ties in either variable handled); nan with fewer than 2 points."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    n = len(x)
+    if n < 2:
+        return float("nan")
+    dx = np.sign(x[:, None] - x[None, :])
+    dy = np.sign(y[:, None] - y[None, :])
+    iu = np.triu_indices(n, 1)
+    s = (dx * dy)[iu].sum()
+    n0 = len(iu[0])
+    tx = (dx[iu] == 0).sum()
+    ty = (dy[iu] == 0).sum()
+    denom = np.sqrt((n0 - tx) * (n0 - ty))
+    return float(s / denom) if denom > 0 else float("nan")
+
+
+# --- decisions ---------------------------------------------------------------------------------
+def measured(df):
+    return df[(df["status"] == "measured") & df["measured_ms"].notna()]
+
+
+def decisions(df):
+    """One row per (configuration, tier) where some candidate is feasible: pick, best, agreement,
+    tie, close contest, regret, and why a decision is not evaluable."""
+    out = []
+    cand = df[df["schedule"].isin(CANDIDATES)]
+    for (cid, tier), g in cand.groupby(["config_id", "tier"], sort=False):
+        first = g.iloc[0]
+        d = {c: first[c] for c in CONFIG_COLS}
+        d["tier"] = int(tier)
+        picks = g[g["chosen"]]
+        feasible = g[g["status"] != "infeasible"]
+        if len(picks) == 0 or len(feasible) == 0:
+            continue  # no candidate fits: nothing was decided
+        pick = picks.iloc[0]
+        m = measured(g).sort_values("measured_ms")
+        d.update(pick=pick["schedule"], n_feasible=len(feasible), n_measured=len(m), pick_predicted_ms=pick["predicted_ms"])
+        for s in CANDIDATES:
+            r = g[g["schedule"] == s]
+            d[f"predicted_{s}"] = r["predicted_ms"].iloc[0] if len(r) else np.nan
+            d[f"measured_{s}"] = r["measured_ms"].iloc[0] if len(r) else np.nan
+        d["predicted_order"] = " < ".join(feasible.sort_values("predicted_ms")["schedule"])
+        d["measured_order"] = " < ".join(m["schedule"])
+        not_run = feasible[~feasible.index.isin(m.index)]
+        why = ""
+        if pick["status"] != "measured":
+            why = f"the pick ({pick['schedule']}) was not measured ({pick['status']}: {pick.get('reason', '')})"
+        elif len(m) == 0:
+            why = "no candidate was measured"
+        else:
+            best_ms = m["measured_ms"].iloc[0]
+            for _, r in not_run.iterrows():
+                if r["status"] == "skipped" and r["predicted_ms"] >= SKIP_MARGIN * best_ms:
+                    continue
+                why = f"{r['schedule']} was not measured ({r['status']}: {r.get('reason', '')})"
+                break
+        d["evaluable"] = why == ""
+        d["not_evaluable_reason"] = why
+        if len(m):
+            best = m.iloc[0]
+            d["best"] = best["schedule"]
+            d["best_ms"] = best["measured_ms"]
+            d["pick_ms"] = pick["measured_ms"] if pick["status"] == "measured" else np.nan
+            d["second_ms"] = m["measured_ms"].iloc[1] if len(m) > 1 else np.nan
+            d["agree"] = d["best"] == d["pick"]
+            spread = max(best["measured_spread_ms"] or 0.0, pick["measured_spread_ms"] if pick["status"] == "measured" else 0.0)
+            d["tie"] = (not d["agree"]) and bool(d["pick_ms"] - d["best_ms"] <= spread)
+            d["contested"] = len(m) >= 2
+            d["close"] = bool(len(m) >= 2 and d["second_ms"] / d["best_ms"] - 1 <= CLOSE)
+            d["regret"] = d["pick_ms"] / d["best_ms"] - 1
+            all_m = measured(df[(df["config_id"] == cid) & (df["tier"] == tier)])
+            d["kendall"] = kendall(all_m["predicted_ms"], all_m["measured_ms"]) if len(all_m) >= 3 else np.nan
+        else:
+            d.update(best=None, best_ms=np.nan, pick_ms=np.nan, second_ms=np.nan, agree=False, tie=False,
+                     contested=False, close=False, regret=np.nan, kendall=np.nan)
+        out.append(d)
+    cols = CONFIG_COLS + ["tier", "pick", "best", "agree", "tie", "contested", "close", "regret", "evaluable",
+                          "not_evaluable_reason", "n_feasible", "n_measured", "pick_ms", "best_ms", "second_ms",
+                          "pick_predicted_ms", "kendall", "predicted_order", "measured_order"]
+    res = pd.DataFrame(out)
+    if res.empty:
+        return pd.DataFrame(columns=cols)
+    return res[cols + [c for c in res.columns if c not in cols]]
+
+
+def prediction_errors(df):
+    """Measured rows with ``error`` = |pred - meas| / meas and ``signed_error`` = pred / meas - 1."""
+    m = measured(df).copy()
+    m = m[m["predicted_ms"].notna() & (m["measured_ms"] > 0)]
+    m["signed_error"] = m["predicted_ms"] / m["measured_ms"] - 1
+    m["error"] = m["signed_error"].abs()
+    return m
+
+
+def error_summary(df):
+    """Per schedule: rows, median and p90 of the error, median signed error (bias), and whether the
+    median meets the target (candidates only)."""
+    e = prediction_errors(df)
+    rows = []
+    for s in list(CANDIDATES) + list(BASELINES):
+        g = e[e["schedule"] == s]
+        if len(g) == 0:
+            continue
+        rows.append({"schedule": s, "rows": len(g), "median_error": g["error"].median(),
+                     "p90_error": g["error"].quantile(0.9), "median_signed_error": g["signed_error"].median(),
+                     "candidate": s in CANDIDATES,
+                     "meets_target": bool(g["error"].median() <= TARGETS["median_error"])})
+    return pd.DataFrame(rows, columns=["schedule", "rows", "median_error", "p90_error", "median_signed_error",
+                                       "candidate", "meets_target"])
+
+
+def error_breakdown(df, by):
+    """Median error per schedule and value of a configuration field (where errors concentrate)."""
+    e = prediction_errors(df)
+    if e.empty:
+        return pd.DataFrame()
+    return e.pivot_table(index=by, columns="schedule", values="error", aggfunc="median")
+
+
+def winner_shares(dec):
+    """Share of evaluable decisions each candidate wins (measured) and is picked (planner)."""
+    d = dec[dec["evaluable"]]
+    n = max(len(d), 1)
+    return pd.DataFrame({"measured_best": [(d["best"] == s).sum() / n for s in CANDIDATES],
+                         "planner_pick": [(d["pick"] == s).sum() / n for s in CANDIDATES]}, index=list(CANDIDATES))
+
+
+def baseline_speedups(df, dec):
+    """Per decision and baseline: measured(baseline) / measured(pick); metric TPS at tier 1, TTFT above."""
+    m = measured(df)
+    rows = []
+    for _, d in dec.iterrows():
+        if not np.isfinite(d["pick_ms"]):
+            continue
+        for b in BASELINES:
+            r = m[(m["config_id"] == d["config_id"]) & (m["tier"] == d["tier"]) & (m["schedule"] == b)]
+            if len(r):
+                rows.append({**{c: d[c] for c in CONFIG_COLS}, "tier": d["tier"], "baseline": b,
+                             "metric": "TPS" if d["tier"] == 1 else "TTFT", "pick": d["pick"],
+                             "speedup": r["measured_ms"].iloc[0] / d["pick_ms"]})
+    return pd.DataFrame(rows, columns=CONFIG_COLS + ["tier", "baseline", "metric", "pick", "speedup"])
+
+
+def speedup_summary(sp):
+    """Geometric mean, min and max speedup per model, baseline and tier."""
+    if sp.empty:
+        return pd.DataFrame(columns=["model", "baseline", "metric", "tier", "decisions", "geomean", "min", "max"])
+    g = sp.groupby(["model", "baseline", "metric", "tier"])["speedup"]
+    return pd.DataFrame({"decisions": g.size(), "geomean": g.apply(lambda s: float(np.exp(np.log(s).mean()))),
+                         "min": g.min(), "max": g.max()}).reset_index()
+
+
+def summarize(df):
+    """The headline numbers and the target checks, as a dict."""
+    dec = decisions(df)
+    ev = dec[dec["evaluable"]]
+    n = len(ev)
+    e = prediction_errors(df)
+    errs = error_summary(df)
+    cand_errs = errs[errs["candidate"]] if len(errs) else errs
+    s = {
+        "rows": len(df),
+        "configurations": df["config_id"].nunique() if len(df) else 0,
+        "rows_measured": int((df["status"] == "measured").sum()) if len(df) else 0,
+        "rows_infeasible": int((df["status"] == "infeasible").sum()) if len(df) else 0,
+        "rows_skipped": int((df["status"] == "skipped").sum()) if len(df) else 0,
+        "rows_error": int((df["status"] == "error").sum()) if len(df) else 0,
+        "decisions": len(dec),
+        "evaluable": n,
+        "agree": int(ev["agree"].sum()),
+        "ties": int(ev["tie"].sum()),
+        "top1": float(ev["agree"].mean()) if n else float("nan"),
+        "top1_with_ties": float((ev["agree"] | ev["tie"]).mean()) if n else float("nan"),
+        "contested": int(ev["contested"].sum()),
+        "top1_contested": float(ev[ev["contested"]]["agree"].mean()) if ev["contested"].any() else float("nan"),
+        "close": int(ev["close"].sum()),
+        "top1_close": float(ev[ev["close"]]["agree"].mean()) if ev["close"].any() else float("nan"),
+        "mean_regret": float(ev["regret"].mean()) if n else float("nan"),
+        "max_regret": float(ev["regret"].max()) if n else float("nan"),
+        "spearman": spearman(e["predicted_ms"], e["measured_ms"]) if len(e) else float("nan"),
+        "kendall": kendall(e["predicted_ms"], e["measured_ms"]) if len(e) else float("nan"),
+        "mean_decision_kendall": float(dec["kendall"].mean()) if dec["kendall"].notna().any() else float("nan"),
+        "median_error": {r["schedule"]: float(r["median_error"]) for _, r in errs.iterrows()},
+        "p90_error": {r["schedule"]: float(r["p90_error"]) for _, r in errs.iterrows()},
+    }
+    s["targets"] = {
+        "top1": {"value": s["top1"], "target": TARGETS["top1"], "met": bool(n and s["top1"] >= TARGETS["top1"])},
+        "median_error": {"value": float(cand_errs["median_error"].max()) if len(cand_errs) else float("nan"),
+                         "target": TARGETS["median_error"],
+                         "met": bool(len(cand_errs) and (cand_errs["median_error"] <= TARGETS["median_error"]).all()),
+                         "missed_by": [r["schedule"] for _, r in cand_errs.iterrows() if not r["meets_target"]]},
+        "max_regret": {"value": s["max_regret"], "target": TARGETS["max_regret"],
+                       "met": bool(n and s["max_regret"] <= TARGETS["max_regret"])},
+    }
+    return s

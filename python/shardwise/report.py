@@ -1,0 +1,262 @@
+"""``python3 -m shardwise.report RESULTS --out DIR``: the planner-accuracy report (DIR/report.md and
+PNGs) of an oracle results file; ``shardwise report`` runs this. Definitions are in metrics.py."""
+import argparse
+import math
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; before pyplot is imported by plots
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from . import metrics, plots  # noqa: E402
+from .results import CANDIDATES, is_emulated, load_results  # noqa: E402
+
+EMU_WARNING = ("> **Emulated device.** These rows were measured on the host-emulated device (`--device emu`): "
+               "it runs the plans on the CPU, so its timings are **not GPU numbers** and say nothing about the "
+               "planner's accuracy on a real machine. They exercise the pipeline only.")
+
+
+def _pct(x):
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
+
+
+def _num(x, fmt="{:.3g}"):
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
+
+
+def _table(df, floatfmt="{:.3g}"):
+    """A DataFrame as a Markdown table (no tabulate dependency)."""
+    if df is None or len(df) == 0:
+        return "(none)\n"
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(str(c) for c in cols) + " |", "|" + "---|" * len(cols)]
+    for _, r in df.iterrows():
+        cells = []
+        for c in cols:
+            v = r[c]
+            if isinstance(v, (float, np.floating)):
+                cells.append("" if np.isnan(v) else floatfmt.format(v))
+            else:
+                cells.append(str(v))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _bytes(n):
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def _config_label(r):
+    return (f"{r['model']} budget {_bytes(r['budget_bytes'])}, ctx {r['ctx']}, {r['threads']} threads, "
+            f"cap {r['pcie_cap']}, tier {r['tier']}")
+
+
+def _why(d):
+    """Which of the two schedules that traded places (the pick and the measured best) had the prediction
+    most off: the cause of the inversion."""
+    ratios = {}
+    for s in {d.get("pick"), d.get("best")} & set(CANDIDATES):
+        p, m = d.get(f"predicted_{s}"), d.get(f"measured_{s}")
+        if p is not None and m is not None and np.isfinite(p) and np.isfinite(m) and m > 0:
+            ratios[s] = p / m
+    if not ratios:
+        return ""
+    worst = max(ratios, key=lambda s: abs(math.log(ratios[s])))
+    r = ratios[worst]
+    direction = "under" if r < 1 else "over"
+    return f"{worst} {direction}-predicted ({100 * (r - 1):+.0f}%)"
+
+
+def _decision_rows(dec):
+    rows = []
+    for _, d in dec.iterrows():
+        row = {"configuration": _config_label(d), "pick": d["pick"], "best": d["best"],
+               "regret": _pct(d["regret"])}
+        for s in CANDIDATES:
+            p, m = d.get(f"predicted_{s}"), d.get(f"measured_{s}")
+            row[s] = f"{_num(p, '{:.1f}')} / {_num(m, '{:.1f}')}"
+        row["why"] = _why(d)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def build_report(df, out_dir, title=None):
+    """Writes out_dir/report.md and the PNGs; returns the path of report.md."""
+    os.makedirs(out_dir, exist_ok=True)
+    s = metrics.summarize(df)
+    dec = metrics.decisions(df)
+    ev = dec[dec["evaluable"]]
+    errs = metrics.error_summary(df)
+    shares = metrics.winner_shares(dec)
+    sp = metrics.baseline_speedups(df, dec)
+    sps = metrics.speedup_summary(sp)
+    sweeps = df.attrs.get("sweeps", [])
+    name = title or (sweeps[0].get("experiment") if sweeps else None) or os.path.basename(df.attrs.get("path", "results"))
+    emu = is_emulated(df)
+
+    pngs = {
+        "scatter": plots.scatter_predicted_vs_measured(df, os.path.join(out_dir, "predicted_vs_measured.png"),
+                                                       "emulated device: not GPU numbers" if emu else ""),
+        "winners": plots.winner_shares_plot(shares, os.path.join(out_dir, "winner_shares.png")),
+        "regret": plots.regret_plot(dec, os.path.join(out_dir, "regret.png")),
+        "errors": plots.error_plot(df, os.path.join(out_dir, "prediction_error.png")),
+        "speedups": plots.speedups_plot(sps, os.path.join(out_dir, "baseline_speedups.png")),
+    }
+    rel = {k: os.path.basename(v) for k, v in pngs.items()}
+
+    L = []
+    w = L.append
+    w(f"# Planner accuracy: {name}\n")
+    if emu:
+        w(EMU_WARNING + "\n")
+    w(f"Source: `{df.attrs.get('path', '?')}` — {s['rows']} rows over {s['configurations']} configurations "
+      f"({s['rows_measured']} measured, {s['rows_infeasible']} infeasible, {s['rows_skipped']} skipped as too slow, "
+      f"{s['rows_error']} errors); {s['decisions']} decisions (configuration × tier), {s['evaluable']} evaluable.\n")
+    def uniq(col):
+        return ", ".join(f"`{v}`" for v in sorted(df[col].dropna().astype(str).unique())) if len(df) else "-"
+    w(f"- device: {uniq('device')}; machine: {uniq('machine')}")
+    if "hardware" in df.columns:
+        w(f"- cost model: {uniq('hardware')}; profile hash: {uniq('profile_hash')}")
+    w(f"- git revision: {uniq('git_rev')}")
+    if df.attrs.get("bad_lines") or df.attrs.get("duplicates"):
+        w(f"- {df.attrs.get('bad_lines', 0)} torn/unparsable line(s) skipped, {df.attrs.get('duplicates', 0)} duplicate row(s) dropped")
+    if sweeps:
+        w(f"- {len(sweeps)} sweep call(s); experiment hash `{sweeps[-1].get('experiment_hash', '?')}`")
+    w("")
+
+    # Targets.
+    t = s["targets"]
+    w("## Targets\n")
+    trows = pd.DataFrame([
+        {"metric": "top-1 agreement", "value": _pct(t["top1"]["value"]), "target": "≥ 95%", "met": "yes" if t["top1"]["met"] else "**no**"},
+        {"metric": "median per-schedule error (worst candidate)", "value": _pct(t["median_error"]["value"]), "target": "≤ 10%",
+         "met": "yes" if t["median_error"]["met"] else "**no**"},
+        {"metric": "max regret", "value": _pct(t["max_regret"]["value"]), "target": "≤ 5%", "met": "yes" if t["max_regret"]["met"] else "**no**"},
+    ])
+    w(_table(trows))
+    missed = [k for k, v in t.items() if not v["met"]]
+    if emu and missed:
+        w("_Targets are judged on emulated timings here, which the cost model does not describe; misses are expected._\n")
+
+    # Top-1.
+    w("## Top-1 agreement\n")
+    w(f"The planner's pick was the measured-best candidate in **{s['agree']} of {s['evaluable']}** evaluable decisions "
+      f"({_pct(s['top1'])}). {s['ties']} more were ties within the measured spread (interquartile range of the repeats) — "
+      f"{_pct(s['top1_with_ties'])} counting them. Contested decisions (≥ 2 candidates measured): {s['contested']}, "
+      f"top-1 {_pct(s['top1_contested'])}.\n")
+    ties = ev[ev["tie"]]
+    if len(ties):
+        w("Ties (pick within the spread of the best):\n")
+        w(_table(_decision_rows(ties)))
+    wrong = ev[~ev["agree"] & ~ev["tie"]]
+    if len(wrong):
+        w("Disagreements (predicted / measured ms per candidate; *why* names the schedule whose prediction was most off):\n")
+        w(_table(_decision_rows(wrong)))
+    w("## Close contests\n")
+    w(f"Decisions whose best two candidates were within {int(metrics.CLOSE * 100)}% of each other: **{s['close']}**; "
+      f"the planner picked the best in {_pct(s['top1_close'])} of them.\n")
+    w("## Regret\n")
+    w(f"Measured time of the pick / best measured − 1 over evaluable decisions: mean **{_pct(s['mean_regret'])}**, "
+      f"max **{_pct(s['max_regret'])}**.\n")
+    w(f"![regret]({rel['regret']})\n")
+    w("## Rank correlation\n")
+    w(f"Predicted vs measured step times, pooled over all measured rows: Spearman **{_num(s['spearman'])}**, "
+      f"Kendall τ-b **{_num(s['kendall'])}**; Kendall per decision over every measured schedule (baselines included), "
+      f"mean **{_num(s['mean_decision_kendall'])}**.\n")
+    w("## Per-schedule prediction error\n")
+    w("|predicted − measured| / measured over measured rows; signed = predicted / measured − 1.\n")
+    e_tab = errs.copy()
+    for c in ("median_error", "p90_error", "median_signed_error"):
+        e_tab[c] = e_tab[c].map(_pct)
+    w(_table(e_tab))
+    w(f"![errors]({rel['errors']})\n")
+    w(f"![scatter]({rel['scatter']})\n")
+    for by in ("threads", "pcie_cap", "ctx", "tier", "model"):
+        bd = metrics.error_breakdown(df, by)
+        if len(bd) > 1:
+            w(f"Median error by {by}:\n")
+            w(_table(bd.reset_index().applymap(lambda v: _pct(v) if isinstance(v, float) else v)))
+    w("## Winner shares\n")
+    sh = shares.reset_index().rename(columns={"index": "schedule"})
+    w(_table(sh.assign(measured_best=sh["measured_best"].map(_pct), planner_pick=sh["planner_pick"].map(_pct))))
+    w("(the paper: Static ~72%, Dynamic ~18%, GPU-only ~10%)\n")
+    w(f"![winners]({rel['winners']})\n")
+    w("## Baseline speedups\n")
+    w("Measured time of the baseline / measured time of the planner's pick: at tier 1 the decode tokens/s ratio (TPS), "
+      "at the prefill tier the step-time ratio that scales TTFT.\n")
+    w(_table(sps))
+    w(f"![speedups]({rel['speedups']})\n")
+
+    # Not measured.
+    w("## Rows not measured\n")
+    nm = df[df["status"] != "measured"]
+    if len(nm):
+        cnt = nm.groupby(["status", "schedule"]).size().reset_index(name="rows")
+        w(_table(cnt))
+        errors = nm[nm["status"] == "error"]
+        if len(errors):
+            w("Errors (the executor failed; these rows need a fix and a re-run):\n")
+            w(_table(errors.assign(configuration=errors.apply(_config_label, axis=1))[["configuration", "schedule", "reason"]]))
+    else:
+        w("(all rows measured)\n")
+    ne = dec[~dec["evaluable"]]
+    if len(ne):
+        w(f"Decisions not evaluable ({len(ne)}): a candidate could not be compared.\n")
+        w(_table(ne.assign(configuration=ne.apply(_config_label, axis=1))[["configuration", "pick", "not_evaluable_reason"]]))
+
+    # Where the targets are missed, and why.
+    w("## Where targets are missed\n")
+    if not missed:
+        w("Every target is met.\n")
+    if "top1" in missed:
+        w(f"- **Top-1 agreement** {_pct(s['top1'])} < 95%: {len(wrong)} wrong decision(s) and {s['ties']} tie(s), listed above.")
+        causes = pd.Series([_why(d).split(" ")[0] + " " + _why(d).split(" ")[1] for _, d in wrong.iterrows() if _why(d)])
+        if len(causes):
+            w("  Most frequent cause: " + "; ".join(f"{k} ({v}×)" for k, v in causes.value_counts().items()) + ".")
+    if "median_error" in missed:
+        for sch in t["median_error"]["missed_by"]:
+            r = errs[errs["schedule"] == sch].iloc[0]
+            e = metrics.prediction_errors(df)
+            e = e[e["schedule"] == sch]
+            worst_by = []
+            for by in ("threads", "pcie_cap", "ctx", "tier", "model"):
+                g = e.groupby(by)["error"].median()
+                if len(g) > 1:
+                    worst_by.append(f"{by}={g.idxmax()} ({_pct(g.max())})")
+            bias = "over-predicts" if r["median_signed_error"] > 0 else "under-predicts"
+            w(f"- **{sch}** median error {_pct(r['median_error'])} > 10%: the cost model {bias} it "
+              f"(median signed error {_pct(r['median_signed_error'])}); worst groups: {', '.join(worst_by) or 'n/a'}.")
+    if "max_regret" in missed:
+        worst = ev.sort_values("regret", ascending=False).head(5)
+        w(f"- **Max regret** {_pct(s['max_regret'])} > 5%: worst decisions:")
+        w("")
+        w(_table(_decision_rows(worst)))
+    if missed:
+        w("\nFix the cost model (never tune it to these rows) and re-run the sweep into a new file.\n")
+    path = os.path.join(out_dir, "report.md")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(L) + "\n")
+    return path
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="shardwise report", description=__doc__)
+    ap.add_argument("results", help="oracle results (JSON lines from `shardwise sweep`)")
+    ap.add_argument("--out", required=True, help="output folder for report.md and PNGs")
+    ap.add_argument("--title", default=None)
+    a = ap.parse_args(argv)
+    df = load_results(a.results)
+    path = build_report(df, a.out, a.title)
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

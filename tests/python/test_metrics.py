@@ -1,0 +1,72 @@
+"""Metrics on hand-made rows whose right numbers are known (conftest.known_rows)."""
+import math
+
+import pytest
+
+from shardwise import metrics
+from shardwise.results import load_results
+
+
+def test_rank_statistics():
+    assert metrics.kendall([1, 2, 3], [1, 3, 2]) == pytest.approx(1 / 3)
+    assert metrics.spearman([1, 2, 3], [1, 3, 2]) == pytest.approx(0.5)
+    assert metrics.kendall([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert metrics.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # tau-b with a tie: x = 1,2,2  y = 1,2,3 -> (2 concordant, 0 discordant) / sqrt(2 * 3)
+    assert metrics.kendall([1, 2, 2], [1, 2, 3]) == pytest.approx(2 / math.sqrt(6))
+    assert math.isnan(metrics.kendall([1], [1]))
+
+
+def test_decisions(known_jsonl):
+    df = load_results(known_jsonl)
+    dec = metrics.decisions(df).set_index(["config_id", "tier"])
+    assert len(dec) == 5
+    a1, a512, b1, b512, c1 = (dec.loc[k] for k in [("A", 1), ("A", 512), ("B", 1), ("B", 512), ("C", 1)])
+    assert a1["agree"] and a1["regret"] == 0 and not a1["close"]
+    assert a512["pick"] == "gpu-only" and a512["best"] == "static" and not a512["agree"] and not a512["tie"]
+    assert a512["regret"] == pytest.approx(3 / 97) and a512["close"]
+    assert b1["tie"] and not b1["agree"] and b1["close"] and b1["regret"] == pytest.approx(0.025)
+    assert b512["evaluable"] and b512["agree"]  # the skipped gpu-only was predicted 16x the best
+    assert not c1["evaluable"] and "static" in c1["not_evaluable_reason"] and "error" in c1["not_evaluable_reason"]
+
+
+def test_summary_numbers(known_jsonl):
+    s = metrics.summarize(load_results(known_jsonl))
+    assert s["decisions"] == 5 and s["evaluable"] == 4
+    assert s["agree"] == 2 and s["ties"] == 1
+    assert s["top1"] == pytest.approx(0.5)
+    assert s["top1_with_ties"] == pytest.approx(0.75)
+    assert s["close"] == 2 and s["top1_close"] == pytest.approx(0.0)
+    assert s["mean_regret"] == pytest.approx((3 / 97 + 0.025) / 4)
+    assert s["max_regret"] == pytest.approx(3 / 97)
+    assert s["median_error"]["gpu-only"] == pytest.approx((0 + 0.5 / 20.5) / 2)
+    assert s["median_error"]["static"] == pytest.approx((10 / 310 + 1 / 20) / 2)
+    assert s["median_error"]["dynamic"] == pytest.approx(10 / 130)
+    assert s["rows_skipped"] == 1 and s["rows_error"] == 1
+    t = s["targets"]
+    assert not t["top1"]["met"] and t["median_error"]["met"] and t["max_regret"]["met"]
+
+
+def test_shares_and_speedups(known_jsonl):
+    df = load_results(known_jsonl)
+    dec = metrics.decisions(df)
+    sh = metrics.winner_shares(dec)
+    assert sh.loc["static", "measured_best"] == pytest.approx(1.0)
+    assert sh.loc["gpu-only", "planner_pick"] == pytest.approx(0.5)
+    sp = metrics.baseline_speedups(df, dec)
+    got = {(r.config_id, r.tier): (r.metric, r.speedup) for r in sp.itertuples()}
+    assert got[("A", 1)] == ("TPS", pytest.approx(2.0))
+    assert got[("A", 512)] == ("TTFT", pytest.approx(2.0))
+    summ = metrics.speedup_summary(sp)
+    assert set(summ["metric"]) == {"TPS", "TTFT"}
+
+
+def test_error_summary_flags_a_bad_schedule(tmp_path):
+    from conftest import row
+    import json
+    p = tmp_path / "bad.jsonl"
+    rows = [row(f"c{i}", 1, "static", 10, 20, chosen=True) for i in range(5)]  # static predicted 2x too fast
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    s = metrics.summarize(load_results(p))
+    assert s["median_error"]["static"] == pytest.approx(0.5)
+    assert not s["targets"]["median_error"]["met"] and s["targets"]["median_error"]["missed_by"] == ["static"]

@@ -1,0 +1,71 @@
+"""The compiled module: specs, hardware, plans (checked against `shardwise plan --json`), experiments."""
+import json
+import os
+import subprocess
+
+import pytest
+
+import shardwise
+from shardwise import plans
+
+
+def test_module_loads():
+    assert shardwise.HAVE_NATIVE, shardwise._native_error
+    assert {"nemo8b", "qwen30b"} <= set(shardwise.builtin_specs())
+    assert {"cli1", "cli2", "cli3", "h200-host"} <= set(shardwise.builtin_hardware())
+    s = shardwise.load_spec("nemo8b")
+    assert s.family == "llama" and s.num_hidden_layers == 40 and s.hidden_size == 4096
+    assert 15e9 < s.total_bytes < 17e9
+    q = shardwise.weights_spec("synthetic:qwen30b?dtype=q4_0&seed=1")
+    assert q.is_moe and q.dtype == "q4_0" and q.num_experts == 128
+    hw = shardwise.load_hardware("cli3")
+    assert hw.cpu_cores >= 1 and hw.vram_bytes > 0
+    assert shardwise.parse_size("4G") == 4 << 30 and shardwise.parse_bandwidth("16GB/s") == 16e9
+    with pytest.raises(shardwise.Error, match="nemo9b"):
+        shardwise.load_spec("nemo9b")
+
+
+def test_plan_matches_the_cli():
+    spec = shardwise.load_spec("qwen30b").with_dtype("q4_0")
+    t = shardwise.plan(spec, "cli3", "4G", ctx=4096, threads=16, pcie_cap="16GB/s")
+    assert [e.tokens for e in t.tiers] == shardwise.default_tiers()
+    assert t.budget_bytes == 4 << 30 and t.threads == 16 and t.pcie_cap_gbps == pytest.approx(16)
+    for e in t.tiers:
+        feas = [p for p in e.candidates if p.feasible and p.schedule in ("gpu-only", "static", "dynamic")]
+        if feas:
+            assert e.chosen == min(feas, key=lambda p: p.predicted_ms).schedule
+            assert all(p.vram_bytes <= t.budget_bytes for p in e.candidates)
+    pred = plans.predictions(t)
+    assert pred.shape == (11, 5)
+    assert plans.chosen(t)[1] == t.lookup(1).chosen
+    # The same numbers as the CLI.
+    out = subprocess.run([os.environ["SHARDWISE_BIN"], "plan", "--model", "synthetic:qwen30b?dtype=q4_0", "--hw", "cli3",
+                          "--vram-budget", "4G", "--ctx", "4096", "--threads", "16", "--pcie-cap", "16GB/s", "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    j = json.loads(out)
+    for te, je in zip(t.tiers, j["tiers"]):
+        assert te.chosen == je["chosen"]
+        for p, c in zip(te.candidates, je["candidates"]):
+            assert p.schedule == c["schedule"] and p.feasible == c["feasible"]
+            if p.feasible:
+                assert p.predicted_ms == pytest.approx(c["predicted_ms"], rel=1e-9)
+    assert 0 < shardwise.minimum_budget(spec, "cli3", ctx=4096, threads=16) < 4 << 30
+    assert json.loads(t.to_json())["budget_bytes"] == 4 << 30
+
+
+def test_experiment_expansion(repo):
+    cfgs = shardwise.expand_experiment(str(repo / "experiments" / "smoke.yaml"))
+    assert len(cfgs) > 10 and len({c["config_id"] for c in cfgs}) == len(cfgs)
+    c = cfgs[0]
+    assert c["config_id"] == shardwise.config_id(c["weights"], c["budget_bytes"], c["ctx"], c["threads"], c["pcie_cap_gbps"] * 1e9)
+    assert shardwise.config_id("synthetic:nemo8b?dtype=f16&seed=1", 4 << 30, 4096, 16, 16e9) == "674ca5c8da1d4933"
+    eff = json.loads(shardwise.experiment_config(str(repo / "experiments" / "planner_accuracy.yaml")))
+    assert eff["tiers"] == [1, 512] and eff["hardware"] == "h200-host"
+    assert shardwise.git_rev()
+
+
+def test_profile_hash_matches_the_sweep(smoke_results):
+    df = shardwise.load_results(smoke_results)
+    r = df.iloc[0]
+    cap = 0.0 if r["pcie_cap"] == "none" else shardwise.parse_bandwidth(r["pcie_cap"])
+    assert shardwise.profile_hash("cli3", cap) == r["profile_hash"]

@@ -1,0 +1,46 @@
+"""Report generation: Markdown + PNGs, the emulated-device warning, the missed-target section, the CLI verb."""
+import json
+import os
+import subprocess
+
+from conftest import known_rows
+from shardwise.report import build_report, main
+from shardwise.results import load_results
+
+PNGS = ["predicted_vs_measured.png", "winner_shares.png", "regret.png", "prediction_error.png", "baseline_speedups.png"]
+
+
+def test_report_on_known_rows(tmp_path, known_jsonl):
+    out = tmp_path / "rep"
+    path = build_report(load_results(known_jsonl), str(out))
+    md = open(path).read()
+    for p in PNGS:
+        assert (out / p).stat().st_size > 1000, p
+        assert f"({p})" in md
+    assert "Emulated device" not in md
+    assert "**2 of 4**" in md  # top-1
+    assert "## Where targets are missed" in md and "**Top-1 agreement** 50.0% < 95%" in md
+    assert "Ties" in md and "Disagreements" in md
+    assert "static over-predicted (+55%)" in md  # A/512: static 150 predicted, 97 measured made the planner miss it
+    assert "boom" in md  # the error row is listed
+    assert "| A" not in md  # configurations are described, not just ids
+
+
+def test_report_says_emu_is_not_gpu(tmp_path):
+    p = tmp_path / "emu.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in known_rows(device="emu")))
+    assert main([str(p), "--out", str(tmp_path / "r")]) == 0
+    md = open(tmp_path / "r" / "report.md").read()
+    assert "not GPU numbers" in md
+
+
+def test_cli_report_on_the_smoke_sweep(tmp_path, smoke_results):
+    out = tmp_path / "smoke_report"
+    bin_ = os.environ["SHARDWISE_BIN"]
+    r = subprocess.run([bin_, "report", smoke_results, "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    md = (out / "report.md").read_text()
+    assert md.startswith("# Planner accuracy: smoke")
+    assert "not GPU numbers" in md
+    for p in PNGS:
+        assert (out / p).exists()

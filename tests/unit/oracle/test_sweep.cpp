@@ -1,0 +1,264 @@
+// Tests for `shardwise sweep` on the emulated device, run as a child process: a sweep killed with
+// SIGKILL and resumed has no duplicate and no missing row; --shard i/n partitions the rows;
+// --max-minutes stops cleanly between rows; files of another experiment or revision are refused.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <thread>
+#include <tuple>
+
+#include "test_util.h"
+
+using namespace shardwise;
+using Catch::Matchers::Contains;
+using json = nlohmann::json;
+
+namespace {
+
+std::string repo_root() { return test::fixtures_dir() + "/../.."; }
+std::string smoke_yaml() { return repo_root() + "/experiments/smoke.yaml"; }
+
+struct Child {
+  int rc = -1;  // exit status; -1: killed by a signal
+  std::string out, err;
+};
+
+// Starts `shardwise ARGS` with stdout/stderr into files; `env` entries are set in the child.
+pid_t spawn(const std::vector<std::string>& args, const std::string& out, const std::string& err,
+            const std::vector<std::pair<std::string, std::string>>& env = {}) {
+  const std::string bin = test::shardwise_bin();
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    if (!freopen(out.c_str(), "w", stdout) || !freopen(err.c_str(), "w", stderr)) _exit(127);
+    for (const auto& kv : env) setenv(kv.first.c_str(), kv.second.c_str(), 1);
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(bin.c_str()));
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(bin.c_str(), argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+Child finish(pid_t pid, const std::string& out, const std::string& err) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  Child c;
+  c.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  c.out = test::read_file(out);
+  c.err = test::read_file(err);
+  return c;
+}
+
+Child run(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env = {}) {
+  static int n = 0;
+  const std::string out = test::temp_path("sweep_out_" + std::to_string(n) + ".txt");
+  const std::string err = test::temp_path("sweep_err_" + std::to_string(n++) + ".txt");
+  return finish(spawn(args, out, err, env), out, err);
+}
+
+struct Rows {
+  std::vector<json> rows, sweeps, ends;
+  int bad = 0;
+  std::multiset<std::tuple<std::string, int64_t, std::string>> keys;
+};
+
+Rows read_rows(const std::string& path) {
+  Rows r;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    json j;
+    try {
+      j = json::parse(line);
+    } catch (const json::exception&) {
+      ++r.bad;
+      continue;
+    }
+    const std::string kind = j.value("record", "");
+    if (kind == "row") {
+      r.keys.emplace(j["config_id"].get<std::string>(), j["tier"].get<int64_t>(), j["schedule"].get<std::string>());
+      r.rows.push_back(j);
+    } else if (kind == "sweep") {
+      r.sweeps.push_back(j);
+    } else if (kind == "sweep_end") {
+      r.ends.push_back(j);
+    }
+  }
+  return r;
+}
+
+int count_row_lines(const std::string& path) {
+  std::ifstream in(path);
+  int n = 0;
+  for (std::string line; std::getline(in, line);) n += line.find("\"record\":\"row\"") != std::string::npos;
+  return n;
+}
+
+bool no_duplicates(const Rows& r) { return std::set<std::tuple<std::string, int64_t, std::string>>(r.keys.begin(), r.keys.end()).size() == r.keys.size(); }
+
+json summary(const Child& c) {
+  INFO("stdout: " << c.out << "\nstderr: " << c.err);
+  REQUIRE(c.rc == 0);
+  return json::parse(c.out);
+}
+
+// A small experiment: one model, 4 configurations, quick on the emulated device.
+std::string small_yaml(const std::string& name, const std::string& extra = "") {
+  const std::string path = test::temp_path(name + ".yaml");
+  test::write_file(path, "name: " + name + "\nhardware: cli3\nmodels:\n  - name: smoke_llama\n    weights: \"synthetic:" + repo_root() +
+                             "/experiments/models/smoke_llama.yaml?dtype=f16&seed=1\"\n"
+                             "budgets: [\"70%\", 10M]\nctx: [64]\nthreads: [1, 2]\npcie_caps: [none]\ntiers: [1, 16]\n"
+                             "measure: {warmup: 1, min_repeats: 2, max_repeats: 3, row_seconds: 0.05, expensive_repeats: 1}\n" +
+                             extra);
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("sweep: killed with SIGKILL mid-sweep, --resume leaves no duplicate and no missing row", "[oracle][sweep]") {
+  const std::string out = test::temp_path("kill.jsonl");
+  const std::string o = test::temp_path("kill_stdout.txt"), e = test::temp_path("kill_stderr.txt");
+  const pid_t pid = spawn({"sweep", smoke_yaml(), "--device", "emu", "--out", out, "--no-progress"}, o, e);
+  // Kill once some rows are in, well before the end.
+  bool killed = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120)) {
+    if (count_row_lines(out) >= 40) {
+      kill(pid, SIGKILL);
+      killed = true;
+      break;
+    }
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) break;  // finished before we could kill it
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  const Child first = finish(pid, o, e);
+  INFO("stderr of the killed sweep: " << first.err);
+  REQUIRE(killed);
+  CHECK(first.rc == -1);
+  const Rows before = read_rows(out);
+  CHECK(no_duplicates(before));
+  CHECK(before.ends.empty());  // it never got to finish
+  // A write torn by a crash: resume must skip it and keep the next line whole.
+  {
+    std::ofstream f(out, std::ios::app);
+    f << "{\"record\":\"row\",\"config_id\":\"torn";
+  }
+  const json s = summary(run({"sweep", smoke_yaml(), "--device", "emu", "--out", out, "--resume", "--no-progress"}));
+  CHECK(s["complete"] == true);
+  CHECK(s["rows_present"].get<size_t>() == before.rows.size());
+  const Rows after = read_rows(out);
+  CHECK(after.bad == 1);
+  CHECK(no_duplicates(after));
+  CHECK(after.rows.size() == s["rows_total"].get<size_t>());
+  for (const auto& k : before.keys) CHECK(after.keys.count(k) == 1);
+  CHECK(after.sweeps.size() == 2);
+  // Every §6 key in every row.
+  for (const auto& r : after.rows)
+    for (const char* key : {"config_id", "model", "budget_bytes", "ctx", "threads", "pcie_cap", "tier", "schedule", "predicted_ms",
+                            "measured_ms", "measured_spread_ms", "vram_bytes", "chosen", "machine", "device", "profile_hash", "git_rev"})
+      CHECK(r.contains(key));
+  // And a third call has nothing left to do.
+  const json again = summary(run({"sweep", smoke_yaml(), "--device", "emu", "--out", out, "--resume", "--no-progress"}));
+  CHECK(again["rows_written"] == 0);
+  CHECK(read_rows(out).rows.size() == after.rows.size());
+}
+
+TEST_CASE("sweep: --shard i/n splits the rows: shards are disjoint and their union is the full sweep", "[oracle][sweep]") {
+  const std::string yaml = small_yaml("shards");
+  const std::string full = test::temp_path("full.jsonl");
+  const json sf = summary(run({"sweep", yaml, "--device", "emu", "--out", full, "--no-progress"}));
+  CHECK(sf["complete"] == true);
+  const Rows all = read_rows(full);
+  REQUIRE(all.rows.size() > 8);
+  std::multiset<std::tuple<std::string, int64_t, std::string>> joined;
+  std::map<std::string, int> shards_of_config;
+  const std::string shared = test::temp_path("shared.jsonl");
+  for (int i = 0; i < 3; ++i) {
+    const std::string part = test::temp_path("shard" + std::to_string(i) + ".jsonl");
+    const std::string shard = std::to_string(i) + "/3";
+    const json s = summary(run({"sweep", yaml, "--device", "emu", "--out", part, "--shard", shard, "--no-progress"}));
+    CHECK(s["complete"] == true);
+    const Rows r = read_rows(part);
+    std::set<std::string> configs;
+    for (const auto& row : r.rows) {
+      configs.insert(row["config_id"].get<std::string>());
+      CHECK(row["shard"] == shard);
+    }
+    for (const auto& c : configs) ++shards_of_config[c];
+    joined.insert(r.keys.begin(), r.keys.end());
+    // Shards may also share one file (each line is one O_APPEND write).
+    summary(run({"sweep", yaml, "--device", "emu", "--out", shared, "--shard", shard, "--resume", "--no-progress"}));
+  }
+  CHECK(joined == all.keys);  // union = full set, and no key twice (disjoint)
+  for (const auto& kv : shards_of_config) CHECK(kv.second == 1);
+  const Rows sh = read_rows(shared);
+  CHECK(sh.keys == all.keys);
+  CHECK(no_duplicates(sh));
+}
+
+TEST_CASE("sweep: --max-minutes stops cleanly between rows and --resume completes", "[oracle][sweep]") {
+  const std::string yaml = small_yaml("timebox");
+  const std::string out = test::temp_path("timebox.jsonl");
+  const json s = summary(run({"sweep", yaml, "--device", "emu", "--out", out, "--max-minutes", "0.00005", "--no-progress"}));
+  CHECK(s["stopped_by_time"] == true);
+  CHECK(s["complete"] == false);
+  CHECK(s["rows_written"].get<int>() >= 1);
+  CHECK(s["rows_left"].get<int>() > 0);
+  const Rows part = read_rows(out);
+  CHECK(part.bad == 0);  // only whole lines
+  REQUIRE(part.ends.size() == 1);
+  CHECK(part.ends[0]["stopped_by_time"] == true);
+  CHECK(part.rows.size() == s["rows_written"].get<size_t>());
+  const json r = summary(run({"sweep", yaml, "--device", "emu", "--out", out, "--resume", "--no-progress"}));
+  CHECK(r["complete"] == true);
+  const Rows all = read_rows(out);
+  CHECK(no_duplicates(all));
+  CHECK(all.rows.size() == r["rows_total"].get<size_t>());
+}
+
+TEST_CASE("sweep: refuses to mix experiments or revisions in one file and --predict runs nothing", "[oracle][sweep]") {
+  const std::string yaml = small_yaml("mix");
+  const std::string out = test::temp_path("mix.jsonl");
+  summary(run({"sweep", yaml, "--device", "emu", "--out", out, "--no-progress", "--max-minutes", "0.00005"}));
+  Child c = run({"sweep", yaml, "--device", "emu", "--out", out, "--no-progress"});
+  CHECK(c.rc == 1);
+  CHECK_THAT(c.err, Contains("--resume"));
+  c = run({"sweep", yaml, "--device", "emu", "--out", out, "--resume", "--no-progress"}, {{"SHARDWISE_GIT_REV", "0123abc"}});
+  CHECK(c.rc == 1);
+  CHECK_THAT(c.err, Contains("revision"));
+  const std::string other = small_yaml("mix", "exclude: [{threads: 2}]\n");
+  c = run({"sweep", other, "--device", "emu", "--out", out, "--resume", "--no-progress"});
+  CHECK(c.rc == 1);
+  CHECK_THAT(c.err, Contains("different experiment"));
+  // Predict: the plan-based running time, no file.
+  const std::string none = test::temp_path("never.jsonl");
+  c = run({"sweep", smoke_yaml(), "--device", "emu", "--predict", "--out", none});
+  CHECK(c.rc == 0);
+  CHECK_THAT(c.err, Contains("predicted running time"));
+  CHECK(test::read_file(none).empty());
+  // Field errors reach the user as one line naming the file and field.
+  const std::string bad = test::temp_path("bad.yaml");
+  test::write_file(bad, "name: x\nhardware: cli3\nmodels: [\"synthetic:tiny_llama\"]\nbudgets: [4Q]\nctx: [64]\nthreads: [1]\n"
+                        "pcie_caps: [none]\ntiers: [1]\n");
+  c = run({"sweep", bad, "--device", "emu", "--out", none});
+  CHECK(c.rc == 1);
+  CHECK_THAT(c.err, Contains(bad + ": budgets[0]"));
+  c = run({"sweep", smoke_yaml(), "--device", "cpu", "--out", none});
+  CHECK(c.rc == 1);
+  CHECK_THAT(c.err, Contains("cuda or emu"));
+  c = run({"report", test::temp_path("missing.jsonl"), "--out", test::temp_path("r")});
+  CHECK(c.rc == 1);
+  CHECK_THAT(c.err, Contains("no such file"));
+}
