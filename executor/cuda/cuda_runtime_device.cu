@@ -188,6 +188,16 @@ class CudaDevice : public Device {
     if (!e.valid()) return;
     check(cudaEventSynchronize(events_.at(e.seq)), "cudaEventSynchronize");
   }
+  bool event_done(const Event& e) override {
+    if (!e.valid()) return true;
+    const cudaError_t r = cudaEventQuery(events_.at(e.seq));
+    if (r == cudaErrorNotReady) {
+      cudaGetLastError();
+      return false;
+    }
+    check(r, "cudaEventQuery");
+    return true;
+  }
   void synchronize() override {
     for (auto& s : streams_) check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
     check(cudaGetLastError(), "a kernel launch");

@@ -88,6 +88,7 @@ class Device {
   virtual Event record(Queue q) = 0;
   virtual void wait(Queue q, const Event& e) = 0;  // later work on q waits for e
   virtual void host_wait(const Event& e) = 0;
+  virtual bool event_done(const Event& e) = 0;  // non-blocking: has e completed?
   virtual void synchronize() = 0;
 
   // The model's blocks; set up once per model.

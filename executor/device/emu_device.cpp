@@ -237,6 +237,7 @@ class EmuDevice : public Device {
     queues_[e.queue]->wait_done(e.seq);
     rethrow();
   }
+  bool event_done(const Event& e) override { return !e.valid() || queues_[e.queue]->done(e.seq); }
   void synchronize() override {
     for (auto& q : queues_) q->wait_done(q->submitted());
     rethrow();

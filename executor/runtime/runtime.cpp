@@ -387,7 +387,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
     return *r;
   };
 
-  for (const Action& a : plan.actions) {
+  auto execute = [&](const Action& a) {
     const bool on_device = a.resource != Resource::Cpu;
     if (trace_)
       log_message(LogLevel::Info, str_cat("action ", a.id, " ", resource_name(a.resource), " ", action_kind_name(a.kind), " ",
@@ -437,8 +437,10 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
         uint8_t* dst = arena_ + slots[a.slot]->offset;
         const uint64_t cap = slots[a.slot]->bytes;
         if (sh->kind == ShardKind::Ffn && sp.is_moe()) {
-          // Only the routed experts, packed in ascending order; the routing must be known now.
-          for (int d : a.deps) device_.host_wait(ev[static_cast<size_t>(d)]);
+          // Only the routed experts, packed in ascending order; the routing must be on the host now
+          // (the slot's previous user is waited for on the device, like any dependency).
+          for (int d : a.deps)
+            if (plan.actions[static_cast<size_t>(d)].payload == Payload::RouterLogits) device_.host_wait(ev[static_cast<size_t>(d)]);
           const MoeRouting& r = route(layer);
           const ShardLayout& L = layouts_[static_cast<size_t>(sh->id)];
           const std::string p = "blk." + std::to_string(layer) + ".";
@@ -553,6 +555,63 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
         break;
     }
     if (on_device) ev[static_cast<size_t>(a.id)] = device_.record(queue_of(a.resource));
+  };
+
+  // Issue order. The host thread is both the CPU worker and the one that enqueues device work, so
+  // device actions are enqueued as early as their dependencies allow — before a long CPU shard that
+  // precedes them in the list — keeping each queue in list order: weight copies for later layers
+  // then run while the CPU computes. Work that needs the host to know a layer's routing is only
+  // enqueued once that routing has arrived (or when nothing else can proceed).
+  const size_t N = plan.actions.size();
+  std::vector<std::vector<int>> order(kNumResources);
+  for (const Action& a : plan.actions) order[static_cast<size_t>(a.resource)].push_back(a.id);
+  std::vector<size_t> next(kNumResources, 0);
+  std::vector<char> settled(N, 0);  // device action enqueued, or CPU action finished
+  auto needs_routing = [&](const Action& a) {
+    if (!sp.is_moe() || a.shard < 0 || shards_.at(a.shard).kind != ShardKind::Ffn) return false;
+    return a.kind == ActionKind::CopyWeights || (a.kind == ActionKind::Compute && a.resource == Resource::GpuCompute);
+  };
+  auto routing_arrived = [&](const Action& a) {
+    for (int d : a.deps)
+      if (plan.actions[static_cast<size_t>(d)].payload == Payload::RouterLogits && !device_.event_done(ev[static_cast<size_t>(d)]))
+        return false;
+    return true;
+  };
+  for (size_t finished = 0; finished < N;) {
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (Resource r : {Resource::GpuCompute, Resource::H2D, Resource::D2H}) {
+        auto& q = order[static_cast<size_t>(r)];
+        size_t& i = next[static_cast<size_t>(r)];
+        while (i < q.size()) {
+          const Action& a = plan.actions[static_cast<size_t>(q[i])];
+          bool ready = true;
+          for (int d : a.deps) ready = ready && settled[static_cast<size_t>(d)];
+          if (!ready || (needs_routing(a) && !routing_arrived(a))) break;
+          execute(a);
+          settled[static_cast<size_t>(a.id)] = 1;
+          ++finished;
+          ++i;
+          progress = true;
+        }
+      }
+    }
+    // The earliest action not yet settled: a CPU action (its dependencies are all settled), or a
+    // device action waiting only for its routing to reach the host.
+    int earliest = -1;
+    for (int r = 0; r < kNumResources; ++r)
+      if (next[static_cast<size_t>(r)] < order[static_cast<size_t>(r)].size()) {
+        const int id = order[static_cast<size_t>(r)][next[static_cast<size_t>(r)]];
+        if (earliest < 0 || id < earliest) earliest = id;
+      }
+    if (earliest < 0) break;
+    const Action& a = plan.actions[static_cast<size_t>(earliest)];
+    if (a.resource != Resource::Cpu)
+      for (int d : a.deps) device_.host_wait(ev[static_cast<size_t>(d)]);
+    execute(a);
+    settled[static_cast<size_t>(a.id)] = 1;
+    ++finished;
+    ++next[static_cast<size_t>(a.resource)];
   }
   device_.synchronize();
   std::memcpy(logits_out, b.logits.data(), static_cast<size_t>(V) * sizeof(float));
