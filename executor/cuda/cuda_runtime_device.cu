@@ -237,10 +237,26 @@ class CudaDevice : public Device {
     registered_[begin] = end;
   }
 
+  // Names what was copied when a copy fails (which side is outside the arena, pinned or not).
+  [[noreturn]] void copy_failed(cudaError_t e, const void* dst, const void* src, uint64_t bytes, cudaMemcpyKind kind) {
+    cudaGetLastError();
+    const void* dev = kind == cudaMemcpyHostToDevice ? dst : src;
+    const void* host = kind == cudaMemcpyHostToDevice ? src : dst;
+    const uint8_t* d = static_cast<const uint8_t*>(dev);
+    const bool in_arena = arena_ && d >= arena_ && d + bytes <= arena_ + arena_bytes_;
+    const uint64_t h = reinterpret_cast<uint64_t>(host);
+    auto it = registered_.upper_bound(h);
+    const bool pinned = it != registered_.begin() && std::prev(it)->second > h;
+    fail("CUDA: cudaMemcpyAsync ", kind == cudaMemcpyHostToDevice ? "H2D" : "D2H", " of ", bytes, " bytes: ",
+         cudaGetErrorString(e), " (device side ", in_arena ? "inside" : "OUTSIDE", " the arena at offset ",
+         static_cast<long long>(d - arena_), ", host side ", pinned ? "pinned" : "pageable", " at ", host, ")");
+  }
+
   void copy(int q, void* dst, const void* src, uint64_t bytes, cudaMemcpyKind kind) {
     Pacer& pacer = pacers_[q - 1];
     if (pacer.cap.load() <= 0) {
-      check(cudaMemcpyAsync(dst, src, bytes, kind, streams_[q]), "cudaMemcpyAsync");
+      const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, streams_[q]);
+      if (e != cudaSuccess) copy_failed(e, dst, src, bytes, kind);
       return;
     }
     const uint64_t chunk = 4ull << 20;

@@ -186,6 +186,14 @@ const uint8_t* Runtime::host_tensor(const std::string& name, uint64_t* bytes) co
 // Copies a shard's tensors (or rows [row0, row1) of the LM head) into device memory at dst, laid out
 // as shard_layout says. Vectors go as f32 (from the arranged weights).
 void Runtime::copy_shard(const Shard& s, uint8_t* dst, int64_t row0, int64_t row1) {
+  try {
+    copy_shard_tensors(s, dst, row0, row1);
+  } catch (const Error& e) {
+    fail("uploading shard ", s.name(), " to arena offset ", static_cast<long long>(dst - arena_), ": ", e.what());
+  }
+}
+
+void Runtime::copy_shard_tensors(const Shard& s, uint8_t* dst, int64_t row0, int64_t row1) {
   const ShardLayout& L = layouts_[static_cast<size_t>(s.id)];
   for (const ShardTensorPlace& t : L.tensors) {
     const TensorView& src = source_.tensor(t.name);

@@ -80,6 +80,7 @@ class Runtime : public StepEngine {
   DevLayer device_layer(int layer, const Plan& plan, const std::vector<uint8_t*>& shard_base) const;
   const uint8_t* host_tensor(const std::string& name, uint64_t* bytes) const;
   void copy_shard(const Shard& s, uint8_t* dst, int64_t row0, int64_t row1);
+  void copy_shard_tensors(const Shard& s, uint8_t* dst, int64_t row0, int64_t row1);
   void check_region(const uint8_t* p, uint64_t bytes, const char* what) const;
 
   const WeightSource& source_;
