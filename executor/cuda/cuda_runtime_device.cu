@@ -252,7 +252,23 @@ class CudaDevice : public Device {
          static_cast<long long>(d - arena_), ", host side ", pinned ? "pinned" : "pageable", " at ", host, ")");
   }
 
+  // A pinned host range must lie inside one registration: split a copy where the host side crosses
+  // from one registered range (or unregistered memory) into another.
   void copy(int q, void* dst, const void* src, uint64_t bytes, cudaMemcpyKind kind) {
+    const uint64_t host = reinterpret_cast<uint64_t>(kind == cudaMemcpyHostToDevice ? src : dst);
+    uint64_t done = 0;
+    while (done < bytes) {
+      const uint64_t at = host + done;
+      uint64_t piece = bytes - done;
+      auto it = registered_.upper_bound(at);
+      if (it != registered_.begin() && std::prev(it)->second > at) piece = std::min(piece, std::prev(it)->second - at);
+      else if (it != registered_.end()) piece = std::min(piece, it->first - at);
+      copy_piece(q, static_cast<uint8_t*>(dst) + done, static_cast<const uint8_t*>(src) + done, piece, kind);
+      done += piece;
+    }
+  }
+
+  void copy_piece(int q, void* dst, const void* src, uint64_t bytes, cudaMemcpyKind kind) {
     Pacer& pacer = pacers_[q - 1];
     if (pacer.cap.load() <= 0) {
       const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, streams_[q]);
@@ -262,8 +278,8 @@ class CudaDevice : public Device {
     const uint64_t chunk = 4ull << 20;
     for (uint64_t off = 0; off < bytes; off += chunk) {
       const uint64_t c = std::min(chunk, bytes - off);
-      check(cudaMemcpyAsync(static_cast<uint8_t*>(dst) + off, static_cast<const uint8_t*>(src) + off, c, kind, streams_[q]),
-            "cudaMemcpyAsync");
+      const cudaError_t e = cudaMemcpyAsync(static_cast<uint8_t*>(dst) + off, static_cast<const uint8_t*>(src) + off, c, kind, streams_[q]);
+      if (e != cudaSuccess) copy_failed(e, static_cast<uint8_t*>(dst) + off, static_cast<const uint8_t*>(src) + off, c, kind);
       check(cudaLaunchHostFunc(streams_[q], pace_callback, new PaceArg{&pacer, c}), "cudaLaunchHostFunc");
     }
   }

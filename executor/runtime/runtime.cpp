@@ -84,7 +84,21 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
     SW_CHECK(any, "--schedule ", schedule_name(*options_.schedule), " has no feasible plan at any tier for this budget");
   }
   // Host weights stay where the source keeps them; pin them so copies run at full PCIe speed.
-  for (const auto& kv : source.tensors()) device_.pin_host(kv.second.data, kv.second.nbytes);
+  // Merged into maximal contiguous ranges first: one registration per buffer, not per tensor.
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (const auto& kv : source.tensors()) {
+    const uint64_t b = reinterpret_cast<uint64_t>(kv.second.data);
+    ranges.push_back({b, b + kv.second.nbytes});
+  }
+  std::sort(ranges.begin(), ranges.end());
+  const uint64_t page = 4096;
+  for (size_t i = 0; i < ranges.size();) {
+    uint64_t b = ranges[i].first / page * page, e = ranges[i].second;
+    size_t j = i + 1;
+    while (j < ranges.size() && ranges[j].first / page * page <= (e + page - 1) / page * page) e = std::max(e, ranges[j++].second);
+    device_.pin_host(reinterpret_cast<const void*>(b), e - b);
+    i = j;
+  }
   device_.set_pcie_cap(options_.pcie_cap_bytes_per_s);
   arena_ = device_.allocate_arena(table_.budget_bytes);
   kernels_ = &device_.kernels(spec_, source.rope_style());
