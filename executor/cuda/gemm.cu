@@ -99,7 +99,11 @@ dim3 row_grid(int64_t rows, int64_t cols, int threads) {
 // Prepares the shared handle for our calls: our stream, device-side scalars, no TF32, no reduced
 // precision in split-K reductions.
 void blas_begin(const Ctx& ctx) {
-  check_blas(cublasSetStream(ctx.blas, ctx.stream), "cublasSetStream");
+  // cublasSetStream resets the handle's workspace to cuBLAS's own pool (a 32 MiB allocation outside
+  // the arena): only set it when it differs (the device sets it once).
+  cudaStream_t current = nullptr;
+  check_blas(cublasGetStream(ctx.blas, &current), "cublasGetStream");
+  if (current != ctx.stream) check_blas(cublasSetStream(ctx.blas, ctx.stream), "cublasSetStream");
   check_blas(cublasSetPointerMode(ctx.blas, CUBLAS_POINTER_MODE_DEVICE), "cublasSetPointerMode");
   check_blas(cublasSetMathMode(ctx.blas, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
                                                                    CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
