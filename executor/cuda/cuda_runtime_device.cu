@@ -123,6 +123,14 @@ class CudaDevice : public Device {
 
   uint8_t* allocate_arena(uint64_t bytes) override {
     SW_CHECK(arena_ == nullptr, "cuda: the arena is allocated once");
+    // The set-up ends here: the context, modules, the cuBLAS handle and the driver's page tables for
+    // the pinned host weights (about 2 MiB of device memory per GiB pinned) are context_bytes; from
+    // now on only the arena may take device memory.
+    size_t free_b = 0, total_b = 0;
+    check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+    context_ = total_b - free_b;
+    free_after_setup_ = free_b;
+    min_free_ = free_b;
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, bytes);
     if (e != cudaSuccess) {
