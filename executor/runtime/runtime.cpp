@@ -100,8 +100,10 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
     i = j;
   }
   device_.set_pcie_cap(options_.pcie_cap_bytes_per_s);
-  arena_ = device_.allocate_arena(table_.budget_bytes);
+  // The kernels' host staging is part of the set-up (pinned host memory costs the driver device
+  // page tables); after the arena nothing else may take device memory.
   kernels_ = &device_.kernels(spec_, source.rope_style());
+  arena_ = device_.allocate_arena(table_.budget_bytes);
   host_kv_ = std::make_unique<KvCache>(spec_, table_.ctx);
   buf_->router.resize(static_cast<size_t>(spec_.num_hidden_layers));
   buf_->routing.resize(static_cast<size_t>(spec_.num_hidden_layers));
