@@ -5,6 +5,7 @@
 
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/file_util.h"
 #include "core/thread_pool.h"
 #include <fstream>
 #include <sstream>
@@ -57,13 +58,6 @@ std::string process_escapes(const std::string& s) {
   return out;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open");
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
 
 void run_run(RunArgs a) {
   const std::string device = resolve_device(a.device);
@@ -126,7 +120,7 @@ void run_run(RunArgs a) {
     // Plan (or load a plan table), then run it on the device.
     PlanTable table;
     if (!a.plan.empty()) {
-      table = plan_table_from_json(read_text(a.plan), a.plan);
+      table = plan_table_from_json(read_text_file(a.plan), a.plan);
       if (table.ctx < needed) fail(a.plan, ": the plan table's context (", table.ctx, ") is smaller than prompt + -n (", needed, ")");
     } else {
       uint64_t budget = 0;

@@ -9,6 +9,7 @@
 
 #include "core/builtin_yaml.h"
 #include "core/error.h"
+#include "core/file_util.h"
 #include "core/size.h"
 
 namespace shardwise {
@@ -182,13 +183,7 @@ HardwareSpec parse_hardware_yaml_text(const std::string& text, const std::string
   return h;
 }
 
-HardwareSpec load_hardware_yaml(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open");
-  std::ostringstream os;
-  os << in.rdbuf();
-  return parse_hardware_yaml_text(os.str(), path);
-}
+HardwareSpec load_hardware_yaml(const std::string& path) { return parse_hardware_yaml_text(read_text_file(path), path); }
 
 std::vector<std::string> builtin_hardware_names() {
   std::vector<std::string> v;

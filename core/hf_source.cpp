@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_util.h"
 #include "core/host_buffer.h"
 #include "core/safetensors.h"
 #include "core/weight_source.h"
@@ -20,13 +21,6 @@
 namespace shardwise {
 namespace {
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open");
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
 
 bool file_exists(const std::string& p) {
   struct stat st;
@@ -47,7 +41,7 @@ class HfWeights : public WeightSource {
     origin_ = dir;
     const std::string cfg = dir + "/config.json";
     try {
-      spec_ = spec_from_hf_config_json(read_file(cfg), cfg);
+      spec_ = spec_from_hf_config_json(read_text_file(cfg), cfg);
     } catch (const nlohmann::json::exception& e) {
       // A field of an unexpected JSON type (e.g. "model_type": 5) surfaces as a json exception.
       fail(cfg, ": ", e.what());
@@ -71,7 +65,7 @@ class HfWeights : public WeightSource {
     };
     auto parse = [&](const std::string& path) -> nlohmann::json {
       try {
-        return nlohmann::json::parse(read_file(path));
+        return nlohmann::json::parse(read_text_file(path));
       } catch (const nlohmann::json::exception& e) {
         fail(path, ": not valid JSON: ", e.what());
       }
@@ -101,7 +95,7 @@ class HfWeights : public WeightSource {
     }
     // transformers >= 4.43 saves the template in its own file.
     if (tokenizer_.chat_template.empty() && file_exists(dir + "/chat_template.jinja"))
-      tokenizer_.chat_template = read_file(dir + "/chat_template.jinja");
+      tokenizer_.chat_template = read_text_file(dir + "/chat_template.jinja");
     auto ids = [](const nlohmann::json& v, std::vector<int64_t>* out) {
       if (v.is_number_integer()) out->push_back(v.get<int64_t>());
       if (v.is_array())

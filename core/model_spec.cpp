@@ -9,6 +9,7 @@
 
 #include "core/builtin_yaml.h"
 #include "core/error.h"
+#include "core/file_util.h"
 
 namespace shardwise {
 
@@ -19,13 +20,6 @@ constexpr int64_t kMaxDim = int64_t(1) << 24;       // 16M: far above any real w
 constexpr int64_t kMaxLayers = 4096;
 constexpr int64_t kMaxExperts = 65536;
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open");
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_util.h"
 
 namespace shardwise {
 namespace {
@@ -50,13 +51,10 @@ SafetensorsSet::SafetensorsSet(const std::string& path_in) {
   }
   const std::string suffix = ".json";
   if (path.size() > suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0) {
-    std::ifstream in(path);
-    if (!in) fail(path, ": cannot open");
-    std::stringstream ss;
-    ss << in.rdbuf();
+    const std::string text = read_text_file(path);
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(ss.str());
+      j = nlohmann::json::parse(text);
     } catch (const nlohmann::json::parse_error& e) {
       fail(path, ": malformed JSON at byte ", e.byte);
     }

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_util.h"
 #include "core/hardware_spec.h"
 #include "core/size.h"
 #include "core/weight_source.h"
@@ -410,13 +411,7 @@ Experiment parse_experiment_text(const std::string& text, const std::string& pat
   return e;
 }
 
-Experiment load_experiment(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open");
-  std::ostringstream os;
-  os << in.rdbuf();
-  return parse_experiment_text(os.str(), path);
-}
+Experiment load_experiment(const std::string& path) { return parse_experiment_text(read_text_file(path), path); }
 
 std::string Experiment::effective_json() const {
   nlohmann::ordered_json j;

@@ -17,6 +17,7 @@
 
 #include "core/builtin_yaml.h"
 #include "core/error.h"
+#include "core/file_util.h"
 #include "core/hardware_spec.h"
 #include "core/log.h"
 #include "core/progress.h"
@@ -51,13 +52,6 @@ std::string utc_now() {
   return buf;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open");
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
 
 bool is_synthetic(const std::string& weights) { return weights.compare(0, 10, "synthetic:") == 0; }
 
@@ -258,7 +252,7 @@ std::string profile_hash(const std::string& hardware, double pcie_cap_bytes_per_
   std::string text;
   for (int i = 0; i < kBuiltinHardwareCount; ++i)
     if (hardware == kBuiltinHardware[i].name) text = str_cat("builtin:", hardware, "\n", kBuiltinHardware[i].yaml);
-  if (text.empty()) text = "file:\n" + read_text(hardware);
+  if (text.empty()) text = "file:\n" + read_text_file(hardware);
   return fnv1a_hex(str_cat(text, "\npcie_cap_bytes_per_s=", std::llround(pcie_cap_bytes_per_s)));
 }
 

@@ -322,6 +322,38 @@ Plan infeasible(const Ctx& c, Schedule s, int64_t n, const std::string& why) {
   return p;
 }
 
+// Every shard's placement: pinned weights at pinned_offset (or -1), where each runs, which are
+// streamed (into slot_offset[slot]), and each layer's KV cache in VRAM at kv_offset (or -1 = host).
+std::vector<ShardPlacement> place_shards(const ShardSet& S, const std::vector<int64_t>& pinned_offset,
+                                         const std::vector<ExecDevice>& exec, const std::vector<int>& slot,
+                                         const std::vector<int64_t>& slot_offset, const std::vector<int64_t>& kv_offset) {
+  std::vector<ShardPlacement> out;
+  for (const Shard& s : S.shards) {
+    ShardPlacement sp;
+    sp.shard = s.id;
+    sp.name = s.name();
+    sp.bytes = s.bytes;
+    const size_t i = static_cast<size_t>(s.id);
+    if (s.kind == ShardKind::Kv) {
+      const int64_t off = kv_offset[static_cast<size_t>(s.layer)];
+      sp.home = off >= 0 ? WeightHome::Pinned : WeightHome::Host;
+      sp.exec = off >= 0 ? ExecDevice::Gpu : ExecDevice::Cpu;
+      sp.arena_offset = off;
+    } else if (s.kind == ShardKind::Embedding) {
+      sp.home = WeightHome::Host;
+      sp.exec = ExecDevice::Cpu;
+    } else {
+      sp.home = pinned_offset[i] >= 0 ? WeightHome::Pinned : WeightHome::Host;
+      sp.exec = exec[i];
+      sp.streamed = slot[i] >= 0;
+      sp.arena_offset = sp.home == WeightHome::Pinned ? pinned_offset[i]
+                        : sp.streamed ? slot_offset.at(static_cast<size_t>(slot[i])) : -1;
+    }
+    out.push_back(sp);
+  }
+  return out;
+}
+
 // Fills placements/arena for a canonical-prefix plan and simulates it.
 Plan finish_canonical(const Ctx& c, Schedule sched, int64_t n, size_t p, uint64_t slot_bytes,
                       const std::vector<ExecDevice>& exec, const std::vector<int>& slot, int prefetch,
@@ -352,29 +384,11 @@ Plan finish_canonical(const Ctx& c, Schedule sched, int64_t n, size_t p, uint64_
   plan.vram_bytes = off + L.kv_region;
   std::vector<int64_t> pinned_offset(S.shards.size(), -1);
   for (size_t i = 0; i < p; ++i) pinned_offset[static_cast<size_t>(L.canonical[i])] = static_cast<int64_t>(L.prefix_end[i]);
-  for (const Shard& s : S.shards) {
-    ShardPlacement sp;
-    sp.shard = s.id;
-    sp.name = s.name();
-    sp.bytes = s.bytes;
-    if (s.kind == ShardKind::Kv) {
-      const bool g = L.kv_gpu[static_cast<size_t>(s.layer)];
-      sp.home = g ? WeightHome::Pinned : WeightHome::Host;
-      sp.exec = g ? ExecDevice::Gpu : ExecDevice::Cpu;
-      sp.arena_offset = g ? static_cast<int64_t>(kv_off + static_cast<uint64_t>(s.layer) * L.kv_layer_bytes) : -1;
-    } else if (s.kind == ShardKind::Embedding) {
-      sp.home = WeightHome::Host;
-      sp.exec = ExecDevice::Cpu;
-    } else {
-      sp.home = pinned_offset[static_cast<size_t>(s.id)] >= 0 ? WeightHome::Pinned : WeightHome::Host;
-      sp.exec = exec[static_cast<size_t>(s.id)];
-      sp.streamed = slot[static_cast<size_t>(s.id)] >= 0;
-      sp.arena_offset = sp.home == WeightHome::Pinned ? pinned_offset[static_cast<size_t>(s.id)]
-                        : sp.streamed ? static_cast<int64_t>(pinned + static_cast<uint64_t>(slot[static_cast<size_t>(s.id)]) * slot_bytes)
-                                      : -1;
-    }
-    plan.placements.push_back(sp);
-  }
+  std::vector<int64_t> kv_offset(static_cast<size_t>(S.n_layers), -1);
+  for (int l = 0; l < S.n_layers; ++l)
+    if (L.kv_gpu[static_cast<size_t>(l)]) kv_offset[static_cast<size_t>(l)] = static_cast<int64_t>(kv_off + static_cast<uint64_t>(l) * L.kv_layer_bytes);
+  const std::vector<int64_t> slot_offset = {static_cast<int64_t>(pinned), static_cast<int64_t>(pinned + slot_bytes)};
+  plan.placements = place_shards(S, pinned_offset, exec, slot, slot_offset, kv_offset);
   if (plan.vram_bytes > c.cfg.budget_bytes) {
     plan.feasible = false;
     plan.infeasible_reason = "needs " + format_bytes(plan.vram_bytes) + " of VRAM";
@@ -583,24 +597,10 @@ Plan plan_layer_split(const Ctx& c, int64_t n) {
   const uint64_t kv_region = align_up(static_cast<uint64_t>(N) * kv);
   plan.arena.push_back({"kv", c.cfg.budget_bytes - kv_region, kv_region});
   plan.vram_bytes = off + slot_bytes + scratch + kv_region;
-  for (const Shard& s : S.shards) {
-    ShardPlacement sp;
-    sp.shard = s.id;
-    sp.name = s.name();
-    sp.bytes = s.bytes;
-    if (s.kind == ShardKind::Kv) {
-      const bool g = plan.kv_on_gpu[static_cast<size_t>(s.layer)];
-      sp.home = g ? WeightHome::Pinned : WeightHome::Host;
-      sp.exec = g ? ExecDevice::Gpu : ExecDevice::Cpu;
-      sp.arena_offset = g ? static_cast<int64_t>(c.cfg.budget_bytes - kv_region + static_cast<uint64_t>(s.layer - first_gpu) * kv) : -1;
-    } else if (s.kind != ShardKind::Embedding) {
-      sp.home = offset[static_cast<size_t>(s.id)] >= 0 ? WeightHome::Pinned : WeightHome::Host;
-      sp.exec = exec[static_cast<size_t>(s.id)];
-      sp.streamed = slot[static_cast<size_t>(s.id)] >= 0;
-      sp.arena_offset = sp.streamed ? static_cast<int64_t>(off) : offset[static_cast<size_t>(s.id)];
-    }
-    plan.placements.push_back(sp);
-  }
+  std::vector<int64_t> kv_offset(static_cast<size_t>(Ln), -1);
+  for (int l = first_gpu; l < Ln; ++l)
+    kv_offset[static_cast<size_t>(l)] = static_cast<int64_t>(c.cfg.budget_bytes - kv_region + static_cast<uint64_t>(l - first_gpu) * kv);
+  plan.placements = place_shards(S, offset, exec, slot, {static_cast<int64_t>(off)}, kv_offset);
   char notes[128];
   std::snprintf(notes, sizeof notes, "-ngl %d of %d layers%s%s", N, Ln, output_gpu ? " + output" : "",
                 offload_batches && N < Ln ? "; CPU layers' weights copied to the GPU for this batch" : "");
@@ -643,22 +643,10 @@ Plan plan_cpu_moe(const Ctx& c, int64_t n) {
   if (plan.vram_bytes > c.cfg.budget_bytes)
     return infeasible(c, Schedule::CpuMoe, n, "attention, output and all KV need " + format_bytes(plan.vram_bytes));
   plan.arena = {{"pinned", 0, off}, {"scratch", off, scratch}, {"kv", c.cfg.budget_bytes - kv_region, kv_region}};
-  for (const Shard& s : S.shards) {
-    ShardPlacement sp;
-    sp.shard = s.id;
-    sp.name = s.name();
-    sp.bytes = s.bytes;
-    if (s.kind == ShardKind::Kv) {
-      sp.home = WeightHome::Pinned;
-      sp.exec = ExecDevice::Gpu;
-      sp.arena_offset = static_cast<int64_t>(c.cfg.budget_bytes - kv_region + static_cast<uint64_t>(s.layer) * c.L.kv_layer_bytes);
-    } else if (s.kind != ShardKind::Embedding) {
-      sp.home = offset[static_cast<size_t>(s.id)] >= 0 ? WeightHome::Pinned : WeightHome::Host;
-      sp.exec = exec[static_cast<size_t>(s.id)];
-      sp.arena_offset = offset[static_cast<size_t>(s.id)];
-    }
-    plan.placements.push_back(sp);
-  }
+  std::vector<int64_t> kv_offset(static_cast<size_t>(S.n_layers), -1);
+  for (int l = 0; l < S.n_layers; ++l)
+    kv_offset[static_cast<size_t>(l)] = static_cast<int64_t>(c.cfg.budget_bytes - kv_region + static_cast<uint64_t>(l) * c.L.kv_layer_bytes);
+  plan.placements = place_shards(S, offset, exec, slot, {}, kv_offset);
   plan.notes = "experts on the CPU, the rest on the GPU";
   Builder(spec, S, plan, n).build(exec, slot, plan.kv_on_gpu, 2);
   plan.predicted_ms = simulate(plan, spec, S, c.cost, step_of(c, n));

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_util.h"
 #include "executor/tokenizer/sources.h"
 
 namespace shardwise::tok {
@@ -13,13 +14,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open");
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
 
 std::string type_of(const json& j) { return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : ""; }
 
@@ -221,7 +215,7 @@ Pipeline pipeline_from_tokenizer_json(const std::string& path, const TokenizerIn
   const Ctx c{path};
   json j;
   try {
-    j = json::parse(read_text(path));
+    j = json::parse(read_text_file(path));
   } catch (const json::exception& e) {
     fail(path, ": not valid JSON: ", e.what());
   }
