@@ -282,7 +282,14 @@ void Runtime::ensure_resident(const Plan& plan) {
   if (uploaded) device_.wait(Queue::Compute, device_.record(Queue::H2D));
 }
 
-DevLayer Runtime::device_layer(int layer, const Plan& plan, const std::vector<uint8_t*>& base) const {
+// Only the tensors of the shard being run: a stream slot is protected by the plan's dependencies for
+// the actions of the shard copied into it and no others (the next copy into the slot waits for that
+// shard's compute only). So an MoE FFN takes the FFN norm from its own shard, never from the attention
+// shard's copy: with the attention shard streamed, the next shard's copy into that slot may already
+// be overwriting it while the experts run (found as a rare wrong result of gpu-only on the emulated
+// device; on a GPU it is the same race between the H2D copy and the FFN kernel).
+DevLayer Runtime::device_layer(int layer, ShardKind kind, const Plan& plan, const std::vector<uint8_t*>& base) const {
+  SW_CHECK(kind == ShardKind::Attention || kind == ShardKind::Ffn, "runtime: device_layer of a non-layer shard");
   DevLayer w;
   auto mat = [&](const ShardLayout& L, const uint8_t* b, const std::string& name) {
     DevMat m;
@@ -299,23 +306,28 @@ DevLayer Runtime::device_layer(int layer, const Plan& plan, const std::vector<ui
     return (t && b) ? reinterpret_cast<const float*>(b + t->offset) : nullptr;
   };
   const std::string p = "blk." + std::to_string(layer) + ".";
-  const int a = shards_.attention[static_cast<size_t>(layer)], f = shards_.ffn[static_cast<size_t>(layer)];
-  const ShardLayout& la = layouts_[static_cast<size_t>(a)];
+  if (kind == ShardKind::Attention) {
+    const int a = shards_.attention[static_cast<size_t>(layer)];
+    const ShardLayout& la = layouts_[static_cast<size_t>(a)];
+    const uint8_t* ba = base[static_cast<size_t>(a)];
+    w.attn_norm = vec(la, ba, p + "attn_norm.weight");
+    w.q_norm = vec(la, ba, p + "attn_q_norm.weight");
+    w.k_norm = vec(la, ba, p + "attn_k_norm.weight");
+    w.wq = mat(la, ba, p + "attn_q.weight");
+    w.wk = mat(la, ba, p + "attn_k.weight");
+    w.wv = mat(la, ba, p + "attn_v.weight");
+    w.wo = mat(la, ba, p + "attn_output.weight");
+    if (spec_.is_moe()) {  // the router and its copy of the FFN norm belong to the attention shard
+      w.ffn_norm = vec(la, ba, p + "ffn_norm.weight");
+      w.router = mat(la, ba, p + "ffn_gate_inp.weight");
+    }
+    return w;
+  }
+  const int f = shards_.ffn[static_cast<size_t>(layer)];
   const ShardLayout& lf = layouts_[static_cast<size_t>(f)];
-  const uint8_t* ba = base[static_cast<size_t>(a)];
   const uint8_t* bf = base[static_cast<size_t>(f)];
-  w.attn_norm = vec(la, ba, p + "attn_norm.weight");
-  w.q_norm = vec(la, ba, p + "attn_q_norm.weight");
-  w.k_norm = vec(la, ba, p + "attn_k_norm.weight");
-  w.wq = mat(la, ba, p + "attn_q.weight");
-  w.wk = mat(la, ba, p + "attn_k.weight");
-  w.wv = mat(la, ba, p + "attn_v.weight");
-  w.wo = mat(la, ba, p + "attn_output.weight");
+  w.ffn_norm = vec(lf, bf, p + "ffn_norm.weight");
   if (spec_.is_moe()) {
-    // Both shards carry the FFN norm: the router's copy when the attention shard is here, else the experts'.
-    w.ffn_norm = vec(la, ba, p + "ffn_norm.weight");
-    if (!w.ffn_norm) w.ffn_norm = vec(lf, bf, p + "ffn_norm.weight");
-    w.router = mat(la, ba, p + "ffn_gate_inp.weight");
     w.gate_dtype = lf.gate_dtype;
     w.up_dtype = lf.up_dtype;
     w.down_dtype = lf.down_dtype;
@@ -334,7 +346,6 @@ DevLayer Runtime::device_layer(int layer, const Plan& plan, const std::vector<ui
       w.down_exp[static_cast<size_t>(e)] = blk + lf.expert_down_offset;
     }
   } else {
-    w.ffn_norm = vec(lf, bf, p + "ffn_norm.weight");
     w.gate = mat(lf, bf, p + "ffn_gate.weight");
     w.up = mat(lf, bf, p + "ffn_up.weight");
     w.down = mat(lf, bf, p + "ffn_down.weight");
@@ -503,7 +514,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
         SW_CHECK(sh != nullptr, "runtime: compute action ", a.id, " names no shard");
         if (a.resource == Resource::GpuCompute) {
           if (sh->kind == ShardKind::Attention) {
-            const DevLayer w = device_layer(layer, plan, base);
+            const DevLayer w = device_layer(layer, ShardKind::Attention, plan, base);
             SW_CHECK(w.wq.data, "runtime: the weights of ", sh->name(), " are not on the device");
             switch (a.part) {
               case ComputePart::Full:
@@ -520,7 +531,8 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
               for (int d : a.deps)
                 if (plan.actions[static_cast<size_t>(d)].payload == Payload::RouterLogits) device_.host_wait(ev[static_cast<size_t>(d)]);
             const MoeRouting* r = sp.is_moe() ? &route(layer) : nullptr;
-            const DevLayer w = device_layer(layer, plan, base);
+            const DevLayer w = device_layer(layer, ShardKind::Ffn, plan, base);
+            SW_CHECK(w.ffn_norm, "runtime: the weights of ", sh->name(), " are not on the device");
             kernels_->ffn(w, x_d, n, r);
           } else if (sh->kind == ShardKind::Output) {
             const ShardLayout& L = layouts_[static_cast<size_t>(sh->id)];

@@ -77,7 +77,8 @@ class Runtime : public StepEngine {
   struct Buffers;
   void run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float* logits);
   void ensure_resident(const Plan& plan);
-  DevLayer device_layer(int layer, const Plan& plan, const std::vector<uint8_t*>& shard_base) const;
+  // The device weights a compute of layer's `kind` shard reads: only that shard's own tensors.
+  DevLayer device_layer(int layer, ShardKind kind, const Plan& plan, const std::vector<uint8_t*>& shard_base) const;
   const uint8_t* host_tensor(const std::string& name, uint64_t* bytes) const;
   void copy_shard(const Shard& s, uint8_t* dst, int64_t row0, int64_t row1);
   void copy_shard_tensors(const Shard& s, uint8_t* dst, int64_t row0, int64_t row1);
