@@ -8,9 +8,17 @@
 //  - Prefill: 64 query rows (tokens x heads of one kv group) per block of 256 threads; K (transposed)
 //    and V tiles in shared memory; each thread owns a 4 x 4 (or 4 x 2) tile of scores and a 4 x D/16
 //    tile of the output. Long contexts with few query tiles are split over keys as above.
+// Every head_dim from 1 to 256 runs: the kernels are compiled for D = 32, 64, 128 and 256 and a
+// head_dim hd runs with the next D, the elements hd .. D-1 of q, k and v read as 0 (so scores and
+// outputs are unchanged) and outputs beyond hd never written. The FULL variant (hd == D with 16-byte
+// aligned q/k/v rows) keeps the plain vector loads; the other variant guards its loads, in float4
+// pieces when hd % 4 == 0 and the rows are 16-byte aligned (a uniform flag), element by element
+// otherwise (per-head offsets h * hd are then not 16-byte aligned).
 #include <algorithm>
+#include <atomic>
 #include <limits>
 
+#include "executor/cuda/cuda_kernels.h"
 #include "executor/cuda/kernels.cuh"
 
 namespace shardwise {
@@ -28,10 +36,12 @@ struct KArgs {
   int64_t kv_stride;
   float* out;
   int64_t out_stride;
-  float* part_o;   // [splits][n * n_heads][D]     (split-K only)
+  float* part_o;   // [splits][n * n_heads][hd]    (split-K only)
   float* part_ml;  // [splits][n * n_heads][2]: running max, sum
   int32_t n, pos_first, n_heads, n_kv_heads, group;
   int32_t n_splits, keys_per_split;
+  int32_t hd;    // the real head_dim (<= the kernel's D)
+  int32_t vec4;  // non-FULL variant: hd % 4 == 0 and q/k/v rows 16-byte aligned (float4 pieces)
   float scale;
 };
 
@@ -56,17 +66,58 @@ __device__ __forceinline__ void load_vec(const float* p, float* v) {
   }
 }
 
+// 4 floats of a head row, elements d0 .. d0 + 3 (p points at element d0); elements at or beyond hd
+// read as 0. FULL: all in range and 16-byte aligned. vec4 (then hd % 4 == 0 and d0 % 4 == 0): the 4
+// are all in or all out, and 16-byte aligned.
+template <bool FULL>
+__device__ __forceinline__ float4 load4(const float* p, int d0, int hd, bool vec4) {
+  if constexpr (FULL) {
+    return *reinterpret_cast<const float4*>(p);
+  } else {
+    if (vec4) return d0 < hd ? *reinterpret_cast<const float4*>(p) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float4 r;
+    r.x = d0 < hd ? p[0] : 0.0f;
+    r.y = d0 + 1 < hd ? p[1] : 0.0f;
+    r.z = d0 + 2 < hd ? p[2] : 0.0f;
+    r.w = d0 + 3 < hd ? p[3] : 0.0f;
+    return r;
+  }
+}
+
+// C consecutive floats of a head row starting at element d0 (p points at it), as load4.
+template <int C, bool FULL>
+__device__ __forceinline__ void load_head(const float* p, int d0, int hd, bool vec4, float* v) {
+  if constexpr (FULL) {
+    load_vec<C>(p, v);
+  } else if constexpr (C % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < C; i += 4) {
+      const float4 f = load4<false>(p + i, d0 + i, hd, vec4);
+      v[i] = f.x;
+      v[i + 1] = f.y;
+      v[i + 2] = f.z;
+      v[i + 3] = f.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < C; ++i) v[i] = d0 + i < hd ? p[i] : 0.0f;
+  }
+}
+
 // Query row i of kv group g (rows of a group: token-major, then the group's heads).
 __device__ __forceinline__ void row_of(const KArgs& a, int g, int i, int& t, int& h) {
   t = i / a.group;
   h = g * a.group + i % a.group;
 }
 
-template <int D, int RB>
+template <int D, int RB, bool FULL>
 __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KArgs a) {
-  constexpr int C = D / 32;          // head_dim elements per lane
+  constexpr int C = D / 32;          // head_dim elements per lane (of the padded D)
   constexpr int U = C >= 8 ? 2 : 4;  // keys per step
+  const int hd = FULL ? D : a.hd;
+  const bool vec4 = a.vec4 != 0;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int d0 = lane * C;           // this lane's first element
   const int split = blockIdx.x * kDecodeWarps + warp;
   if (split >= a.n_splits) return;
   const int g = blockIdx.y;
@@ -84,7 +135,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KA
       row_of(a, g, i, t_of[r], h_of[r]);
       pos[r] = a.pos_first + t_of[r];
       row_id[r] = t_of[r] * a.n_heads + h_of[r];
-      load_vec<C>(a.q + static_cast<int64_t>(t_of[r]) * a.q_stride + static_cast<int64_t>(h_of[r]) * D + lane * C, q[r]);
+      load_head<C, FULL>(a.q + static_cast<int64_t>(t_of[r]) * a.q_stride + static_cast<int64_t>(h_of[r]) * hd + d0, d0,
+                         hd, vec4, q[r]);
     } else {
       pos[r] = -1;
       row_id[r] = t_of[r] = h_of[r] = 0;
@@ -104,15 +156,15 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KA
 #pragma unroll
     for (int c = 0; c < C; ++c) o[r][c] = 0.0f;
   }
-  const float* kb = a.k + static_cast<int64_t>(g) * D + lane * C;
-  const float* vb = a.v + static_cast<int64_t>(g) * D + lane * C;
+  const float* kb = a.k + static_cast<int64_t>(g) * hd + d0;
+  const float* vb = a.v + static_cast<int64_t>(g) * hd + d0;
   for (int j = j_begin; j < j_end; j += U) {
     float kr[U][C], vr[U][C];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t jj = min(j + u, j_end - 1);
-      load_vec<C>(kb + jj * a.kv_stride, kr[u]);
-      load_vec<C>(vb + jj * a.kv_stride, vr[u]);
+      load_head<C, FULL>(kb + jj * a.kv_stride, d0, hd, vec4, kr[u]);
+      load_head<C, FULL>(vb + jj * a.kv_stride, d0, hd, vec4, vr[u]);
     }
 #pragma unroll
     for (int r = 0; r < RB; ++r) {
@@ -148,14 +200,16 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KA
     if (pos[r] < 0) continue;
     if (a.n_splits == 1) {
       const float inv = 1.0f / l[r];
-      float* op = a.out + static_cast<int64_t>(t_of[r]) * a.out_stride + static_cast<int64_t>(h_of[r]) * D + lane * C;
+      float* op = a.out + static_cast<int64_t>(t_of[r]) * a.out_stride + static_cast<int64_t>(h_of[r]) * hd + d0;
 #pragma unroll
-      for (int c = 0; c < C; ++c) op[c] = o[r][c] * inv;
+      for (int c = 0; c < C; ++c)
+        if (FULL || d0 + c < hd) op[c] = o[r][c] * inv;
     } else {
       const int64_t pr = static_cast<int64_t>(split) * rows_all + row_id[r];
-      float* op = a.part_o + pr * D + lane * C;
+      float* op = a.part_o + pr * hd + d0;
 #pragma unroll
-      for (int c = 0; c < C; ++c) op[c] = o[r][c];
+      for (int c = 0; c < C; ++c)
+        if (FULL || d0 + c < hd) op[c] = o[r][c];
       if (lane == 0) {
         a.part_ml[pr * 2] = m[r];
         a.part_ml[pr * 2 + 1] = l[r];
@@ -178,9 +232,11 @@ struct Prefill {
   __device__ static int col(int tx, int c) { return DC >= 4 ? (c / 4) * 64 + tx * 4 + (c % 4) : tx * DC + c; }
 };
 
-template <int D>
+template <int D, bool FULL>
 __global__ void __launch_bounds__(256) attn_prefill_kernel(const KArgs a) {
   using P = Prefill<D>;
+  const int hd = FULL ? D : a.hd;
+  const bool vec4 = a.vec4 != 0;
   extern __shared__ float4 smem_raw[];
   float* Qs = reinterpret_cast<float*>(smem_raw);  // [D][MQP]  transposed queries
   float* Ks = Qs + D * P::MQP;                     // [D][BKP]  transposed keys
@@ -198,7 +254,7 @@ __global__ void __launch_bounds__(256) attn_prefill_kernel(const KArgs a) {
     if (gi < rows_g) {
       int t, h;
       row_of(a, g, gi, t, h);
-      v = *reinterpret_cast<const float4*>(a.q + static_cast<int64_t>(t) * a.q_stride + static_cast<int64_t>(h) * D + 4 * d4);
+      v = load4<FULL>(a.q + static_cast<int64_t>(t) * a.q_stride + static_cast<int64_t>(h) * hd + 4 * d4, 4 * d4, hd, vec4);
     }
     Qs[(4 * d4 + 0) * P::MQP + i] = v.x;
     Qs[(4 * d4 + 1) * P::MQP + i] = v.y;
@@ -224,8 +280,8 @@ __global__ void __launch_bounds__(256) attn_prefill_kernel(const KArgs a) {
 #pragma unroll
     for (int c = 0; c < P::DC; ++c) o[ii][c] = 0.0f;
   }
-  const float* kg = a.k + static_cast<int64_t>(g) * D;
-  const float* vg = a.v + static_cast<int64_t>(g) * D;
+  const float* kg = a.k + static_cast<int64_t>(g) * hd;
+  const float* vg = a.v + static_cast<int64_t>(g) * hd;
   __syncthreads();
 
   for (int kt = k_begin; kt < k_end; kt += P::BK) {
@@ -237,7 +293,7 @@ __global__ void __launch_bounds__(256) attn_prefill_kernel(const KArgs a) {
       const int d4 = (lane5 >> 4) + 2 * (hi / (P::BK / 16));
       const int key = kt + j;
       float4 kv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (key < k_end) kv = *reinterpret_cast<const float4*>(kg + static_cast<int64_t>(key) * a.kv_stride + 4 * d4);
+      if (key < k_end) kv = load4<FULL>(kg + static_cast<int64_t>(key) * a.kv_stride + 4 * d4, 4 * d4, hd, vec4);
       Ks[(4 * d4 + 0) * P::BKP + j] = kv.x;
       Ks[(4 * d4 + 1) * P::BKP + j] = kv.y;
       Ks[(4 * d4 + 2) * P::BKP + j] = kv.z;
@@ -247,7 +303,7 @@ __global__ void __launch_bounds__(256) attn_prefill_kernel(const KArgs a) {
       const int j = e / (D / 4), d4 = e % (D / 4);
       const int key = kt + j;
       float4 vv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (key < k_end) vv = *reinterpret_cast<const float4*>(vg + static_cast<int64_t>(key) * a.kv_stride + 4 * d4);
+      if (key < k_end) vv = load4<FULL>(vg + static_cast<int64_t>(key) * a.kv_stride + 4 * d4, 4 * d4, hd, vec4);
       *reinterpret_cast<float4*>(Vs + j * D + 4 * d4) = vv;
     }
     __syncthreads();
@@ -330,14 +386,16 @@ __global__ void __launch_bounds__(256) attn_prefill_kernel(const KArgs a) {
     row_of(a, g, i_base + ty * 4 + ii, t, h);
     if (a.n_splits == 1) {
       const float inv = 1.0f / l[ii];
-      float* op = a.out + static_cast<int64_t>(t) * a.out_stride + static_cast<int64_t>(h) * D;
+      float* op = a.out + static_cast<int64_t>(t) * a.out_stride + static_cast<int64_t>(h) * hd;
 #pragma unroll
-      for (int c = 0; c < P::DC; ++c) op[P::col(tx, c)] = o[ii][c] * inv;
+      for (int c = 0; c < P::DC; ++c)
+        if (FULL || P::col(tx, c) < hd) op[P::col(tx, c)] = o[ii][c] * inv;
     } else {
       const int64_t pr = static_cast<int64_t>(split) * rows_all + t * a.n_heads + h;
-      float* op = a.part_o + pr * D;
+      float* op = a.part_o + pr * hd;
 #pragma unroll
-      for (int c = 0; c < P::DC; ++c) op[P::col(tx, c)] = o[ii][c];
+      for (int c = 0; c < P::DC; ++c)
+        if (FULL || P::col(tx, c) < hd) op[P::col(tx, c)] = o[ii][c];
       if (tx == 0) {
         a.part_ml[pr * 2] = m[ii];
         a.part_ml[pr * 2 + 1] = l[ii];
@@ -346,14 +404,15 @@ __global__ void __launch_bounds__(256) attn_prefill_kernel(const KArgs a) {
   }
 }
 
-// One block per (token, head): merges the splits' partial maxima, sums and outputs.
-__global__ void attn_combine_kernel(const KArgs a, int D) {
+// One block per (token, head): merges the splits' partial maxima, sums and outputs (hd of them).
+__global__ void attn_combine_kernel(const KArgs a) {
+  const int hd = a.hd;
   const int row = blockIdx.x;
   const int t = row / a.n_heads, h = row % a.n_heads;
   const int64_t rows_all = static_cast<int64_t>(a.n) * a.n_heads;
   float mx = kNegInf;
   for (int s = 0; s < a.n_splits; ++s) mx = fmaxf(mx, a.part_ml[(s * rows_all + row) * 2]);
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
     float l = 0.0f, acc = 0.0f;
     for (int s = 0; s < a.n_splits; ++s) {
       const int64_t pr = s * rows_all + row;
@@ -361,55 +420,78 @@ __global__ void attn_combine_kernel(const KArgs a, int D) {
       if (ms == kNegInf) continue;
       const float w = expf(ms - mx);
       l = fmaf(a.part_ml[pr * 2 + 1], w, l);
-      acc = fmaf(a.part_o[pr * D + d], w, acc);
+      acc = fmaf(a.part_o[pr * hd + d], w, acc);
     }
-    a.out[static_cast<int64_t>(t) * a.out_stride + static_cast<int64_t>(h) * D + d] = acc * (1.0f / l);
+    a.out[static_cast<int64_t>(t) * a.out_stride + static_cast<int64_t>(h) * hd + d] = acc * (1.0f / l);
   }
 }
 
-template <int D, int RB>
+template <int D, int RB, bool FULL>
 void launch_decode(const KArgs& k, int row_groups, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(ceil_div(k.n_splits, kDecodeWarps)), static_cast<unsigned>(k.n_kv_heads),
                   static_cast<unsigned>(row_groups));
-  attn_decode_kernel<D, RB><<<grid, kDecodeWarps * 32, 0, s>>>(k);
+  attn_decode_kernel<D, RB, FULL><<<grid, kDecodeWarps * 32, 0, s>>>(k);
 }
 
-template <int D>
+template <int D, bool FULL>
 void decode_rb(int rb, const KArgs& k, int row_groups, cudaStream_t s) {
-  if (rb == 1) launch_decode<D, 1>(k, row_groups, s);
-  else if (rb == 2) launch_decode<D, 2>(k, row_groups, s);
-  else launch_decode<D, 4>(k, row_groups, s);
+  if (rb == 1) launch_decode<D, 1, FULL>(k, row_groups, s);
+  else if (rb == 2) launch_decode<D, 2, FULL>(k, row_groups, s);
+  else launch_decode<D, 4, FULL>(k, row_groups, s);
 }
 
 template <int D>
+void decode_d(bool full, int rb, const KArgs& k, int row_groups, cudaStream_t s) {
+  if (full) decode_rb<D, true>(rb, k, row_groups, s);
+  else decode_rb<D, false>(rb, k, row_groups, s);
+}
+
+template <int D, bool FULL>
 void launch_prefill(const KArgs& k, cudaStream_t s) {
   const int smem = Prefill<D>::kSmemFloats * 4;
-  static bool attr_set = false;  // per instantiation; setting it again is harmless
-  if (!attr_set) {
-    check(cudaFuncSetAttribute(attn_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+  // The attribute belongs to the kernel on the current device: set it once per device (per
+  // instantiation; setting it again would be harmless).
+  static std::atomic<uint64_t> attr_set{0};  // bit per device id < 64
+  int dev = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  const uint64_t bit = dev >= 0 && dev < 64 ? uint64_t(1) << dev : 0;
+  if (bit == 0 || (attr_set.load(std::memory_order_acquire) & bit) == 0) {
+    check(cudaFuncSetAttribute(attn_prefill_kernel<D, FULL>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
           "cudaFuncSetAttribute(attention prefill)");
-    attr_set = true;
+    attr_set.fetch_or(bit, std::memory_order_release);
   }
   const int rows_g = k.n * k.group;
   const dim3 grid(static_cast<unsigned>(ceil_div(rows_g, Prefill<D>::MQ)), static_cast<unsigned>(k.n_kv_heads),
                   static_cast<unsigned>(k.n_splits));
-  attn_prefill_kernel<D><<<grid, 256, smem, s>>>(k);
+  attn_prefill_kernel<D, FULL><<<grid, 256, smem, s>>>(k);
 }
+
+template <int D>
+void prefill_d(bool full, const KArgs& k, cudaStream_t s) {
+  if (full) launch_prefill<D, true>(k, s);
+  else launch_prefill<D, false>(k, s);
+}
+
+// The kernels' padded head size for a head_dim of 1 .. 256.
+int padded_head_dim(int hd) { return hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 128 ? 128 : 256; }
 
 }  // namespace
 
-bool attention_head_dim_supported(int64_t hd) { return hd == 32 || hd == 64 || hd == 128 || hd == 256; }
+bool attention_head_dim_supported(int64_t hd) { return hd >= 1 && hd <= kMaxAttentionHeadDim; }
 
 void attention(const Ctx& ctx, const AttnArgs& a) {
   if (a.n <= 0) return;
-  const int D = a.head_dim;
-  SW_CHECK(attention_head_dim_supported(D), "CUDA attention: head_dim ", D,
-           " is not supported (32, 64, 128 or 256); run this model's attention on the CPU");
-  SW_CHECK(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0, "CUDA attention: ", a.n_heads,
+  const int hd = a.head_dim;
+  SW_CHECK(attention_head_dim_supported(hd), "CUDA attention: head_dim ", hd, " is not supported (1 to ",
+           kMaxAttentionHeadDim, ")");
+  SW_CHECK(a.n_heads > 0 && a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0, "CUDA attention: ", a.n_heads,
            " heads are not a multiple of ", a.n_kv_heads, " kv heads");
-  SW_CHECK(aligned16(a.q) && aligned16(a.k) && aligned16(a.v) && aligned16(a.out) && a.q_stride % 4 == 0 &&
-               a.kv_stride % 4 == 0 && a.out_stride % 4 == 0,
-           "CUDA attention: q, caches and output must be 16-byte aligned with strides a multiple of 4 floats");
+  SW_CHECK(a.q != nullptr && a.k != nullptr && a.v != nullptr && a.out != nullptr, "CUDA attention: a null pointer");
+  const int D = padded_head_dim(hd);
+  // Vector loads need 16-byte aligned q/k/v rows and per-head offsets (h * hd, hd % 4 == 0); outputs
+  // are stored element by element (no alignment needed). Anything else takes the guarded loads.
+  const bool rows16 = aligned16(a.q) && aligned16(a.k) && aligned16(a.v) && a.q_stride % 4 == 0 && a.kv_stride % 4 == 0;
+  const bool full = hd == D && rows16;
   const int64_t kv_len = static_cast<int64_t>(a.pos_first) + a.n;
   SW_CHECK(kv_len < (int64_t(1) << 31) && static_cast<int64_t>(a.n) * a.n_heads < (int64_t(1) << 31),
            "CUDA attention: too many positions");
@@ -426,7 +508,9 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
   k.n_heads = a.n_heads;
   k.n_kv_heads = a.n_kv_heads;
   k.group = a.n_heads / a.n_kv_heads;
-  k.scale = 1.0f / sqrtf(static_cast<float>(D));  // as the CPU: 1 / sqrt(float(head_dim))
+  k.hd = hd;
+  k.vec4 = (!full && hd % 4 == 0 && rows16) ? 1 : 0;
+  k.scale = 1.0f / sqrtf(static_cast<float>(hd));  // as the CPU: 1 / sqrt(float(head_dim))
 
   const bool decode = a.n <= kGemvMaxTokens;
   const int64_t rows_g = static_cast<int64_t>(a.n) * k.group;
@@ -448,7 +532,7 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
   Workspace& ws = *ctx.ws;
   WorkspaceScope scope(ws);
   if (splits > 1) {
-    const uint64_t per_split = static_cast<uint64_t>(rows_all) * static_cast<uint64_t>(D + 2) * 4 + 512;
+    const uint64_t per_split = static_cast<uint64_t>(rows_all) * static_cast<uint64_t>(hd + 2) * 4 + 512;
     splits = std::min<int64_t>(splits, static_cast<int64_t>(ws.available() / per_split));
   }
   if (splits < 1) splits = 1;
@@ -458,33 +542,68 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
   k.n_splits = static_cast<int32_t>(splits);
   k.keys_per_split = static_cast<int32_t>(kps);
   if (splits > 1) {
-    k.part_o = ws.take<float>(static_cast<uint64_t>(splits * rows_all * D), "attention split partials");
+    k.part_o = ws.take<float>(static_cast<uint64_t>(splits * rows_all * hd), "attention split partials");
     k.part_ml = ws.take<float>(static_cast<uint64_t>(splits * rows_all * 2), "attention split partials");
   }
   SW_CHECK(a.n_kv_heads < 65536 && row_groups < 65536, "CUDA attention: too many heads or rows for one launch");
   if (decode) {
     switch (D) {
-      case 32: decode_rb<32>(rb, k, static_cast<int>(row_groups), ctx.stream); break;
-      case 64: decode_rb<64>(rb, k, static_cast<int>(row_groups), ctx.stream); break;
-      case 128: decode_rb<128>(rb, k, static_cast<int>(row_groups), ctx.stream); break;
-      default: decode_rb<256>(rb, k, static_cast<int>(row_groups), ctx.stream); break;
+      case 32: decode_d<32>(full, rb, k, static_cast<int>(row_groups), ctx.stream); break;
+      case 64: decode_d<64>(full, rb, k, static_cast<int>(row_groups), ctx.stream); break;
+      case 128: decode_d<128>(full, rb, k, static_cast<int>(row_groups), ctx.stream); break;
+      default: decode_d<256>(full, rb, k, static_cast<int>(row_groups), ctx.stream); break;
     }
     check_launch("attention decode kernel");
   } else {
     switch (D) {
-      case 32: launch_prefill<32>(k, ctx.stream); break;
-      case 64: launch_prefill<64>(k, ctx.stream); break;
-      case 128: launch_prefill<128>(k, ctx.stream); break;
-      default: launch_prefill<256>(k, ctx.stream); break;
+      case 32: prefill_d<32>(full, k, ctx.stream); break;
+      case 64: prefill_d<64>(full, k, ctx.stream); break;
+      case 128: prefill_d<128>(full, k, ctx.stream); break;
+      default: prefill_d<256>(full, k, ctx.stream); break;
     }
     check_launch("attention prefill kernel");
   }
   if (splits > 1) {
     SW_CHECK(rows_all < (int64_t(1) << 31), "CUDA attention: too many rows");
-    attn_combine_kernel<<<static_cast<unsigned>(rows_all), std::min(D, 128), 0, ctx.stream>>>(k, D);
+    attn_combine_kernel<<<static_cast<unsigned>(rows_all), std::min(hd, 128), 0, ctx.stream>>>(k);
     check_launch("attention combine kernel");
   }
 }
 
 }  // namespace cuda
+
+void cuda_attention(const float* q, const float* k_cache, const float* v_cache, float* out, int64_t n,
+                    int64_t pos_first, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, uint8_t* workspace,
+                    uint64_t workspace_bytes, cudaStream_t stream) {
+  SW_CHECK(n >= 0 && pos_first >= 0 && pos_first + n < (int64_t(1) << 31), "cuda_attention: positions ", pos_first,
+           " + ", n, " out of range");
+  SW_CHECK(n_heads > 0 && n_kv_heads > 0 && n_heads < 65536 && n_kv_heads < 65536 && head_dim > 0 &&
+               head_dim <= cuda::kMaxAttentionHeadDim,
+           "cuda_attention: bad shape: ", n_heads, " heads, ", n_kv_heads, " kv heads, head_dim ", head_dim);
+  if (n == 0) return;
+  cuda::Workspace ws;
+  ws.reset(workspace, workspace != nullptr ? workspace_bytes : 0);
+  cuda::Ctx ctx;  // as the blocks build theirs (blocks.cu); attention needs no cuBLAS
+  ctx.stream = stream;
+  ctx.ws = &ws;
+  int dev = 0, sms = 0;
+  cuda::check(cudaGetDevice(&dev), "cudaGetDevice");
+  cuda::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+  ctx.sm_count = std::max(1, sms);
+  cuda::AttnArgs a;
+  a.q = q;
+  a.q_stride = n_heads * head_dim;
+  a.k = k_cache;
+  a.v = v_cache;
+  a.kv_stride = n_kv_heads * head_dim;
+  a.out = out;
+  a.out_stride = n_heads * head_dim;
+  a.n = static_cast<int32_t>(n);
+  a.pos_first = static_cast<int32_t>(pos_first);
+  a.n_heads = static_cast<int32_t>(n_heads);
+  a.n_kv_heads = static_cast<int32_t>(n_kv_heads);
+  a.head_dim = static_cast<int32_t>(head_dim);
+  cuda::attention(ctx, a);
+}
+
 }  // namespace shardwise

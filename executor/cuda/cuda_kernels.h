@@ -33,4 +33,20 @@ uint64_t cuda_kernels_workspace_bytes(const ModelSpec& spec, int64_t n_tokens);
 void cuda_matmul(const DevMat& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy, bool accumulate,
                  uint8_t* workspace, uint64_t workspace_bytes, cudaStream_t stream, cublasHandle_t blas);
 
+// Attention over a KV cache (the kernel the attention block uses), for profilers and tests: q
+// [n, n_heads * head_dim] (row stride n_heads * head_dim), caches with rows 0 .. pos_first + n - 1 of
+// n_kv_heads * head_dim f32 each, out [n, n_heads * head_dim]; query t at position pos_first + t
+// attends cache rows 0 .. pos_first + t (causal GQA, scale 1/sqrt(head_dim)); head_dim 1 .. 256.
+// Temporaries (split-K partials) from [workspace, + workspace_bytes): less room only means fewer key
+// splits (none with 0 bytes). Enqueued on stream; nothing waits.
+void cuda_attention(const float* q, const float* k_cache, const float* v_cache, float* out, int64_t n,
+                    int64_t pos_first, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, uint8_t* workspace,
+                    uint64_t workspace_bytes, cudaStream_t stream);
+
+// The element-wise kernels of the blocks, likewise: RMSNorm of n rows of dim, y[t] = x[t] /
+// sqrt(mean(x[t]^2) + eps) * w (y may alias x), and SwiGLU gate = silu(gate) * up over n rows of
+// width (dense). Enqueued on stream.
+void cuda_rms_norm(const float* x, const float* w, float eps, float* y, int64_t n, int64_t dim, cudaStream_t stream);
+void cuda_swiglu(float* gate, const float* up, int64_t n, int64_t width, cudaStream_t stream);
+
 }  // namespace shardwise

@@ -108,6 +108,10 @@ void moe_combine(const Ctx& ctx, const MoeCombineArgs& a);
 // Causal GQA attention of n queries (query t at position pos_first + t, attending cache rows
 // 0 .. pos_first + t) over f32 caches; scale 1/sqrt(head_dim); online softmax in f32. Decode-sized
 // steps split the keys across warps (split-K) and combine; larger steps run flash-style tiles.
+// Any head_dim of 1 .. kMaxAttentionHeadDim (kernels for 32/64/128/256, smaller head_dims padded
+// with zeros); any pointer alignment and stride (16-byte aligned rows with head_dim in {32, 64, 128,
+// 256} take the vectorised loads, head_dim % 4 == 0 with aligned rows float4 pieces, else scalars).
+constexpr int kMaxAttentionHeadDim = 256;
 struct AttnArgs {
   const float* q = nullptr;  // query t, head h at q + t * q_stride + h * head_dim
   int64_t q_stride = 0;
@@ -120,6 +124,7 @@ struct AttnArgs {
   int32_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
 };
 void attention(const Ctx& ctx, const AttnArgs& a);
+// Whether attention runs this head_dim (1 .. kMaxAttentionHeadDim).
 bool attention_head_dim_supported(int64_t head_dim);
 
 }  // namespace cuda

@@ -5,6 +5,7 @@
 // the residual add. Only sums of squares differ in order from the CPU's SIMD dot.
 #include <algorithm>
 
+#include "executor/cuda/cuda_kernels.h"
 #include "executor/cuda/kernels.cuh"
 
 namespace shardwise {
@@ -181,4 +182,20 @@ void moe_combine(const Ctx& ctx, const MoeCombineArgs& a) {
 }
 
 }  // namespace cuda
+
+void cuda_rms_norm(const float* x, const float* w, float eps, float* y, int64_t n, int64_t dim, cudaStream_t stream) {
+  SW_CHECK(n >= 0 && dim > 0, "cuda_rms_norm: ", n, " rows of ", dim);
+  cuda::Ctx ctx;  // the element-wise kernels need only the stream
+  ctx.stream = stream;
+  cuda::rms_norm(ctx, x, dim, w, eps, y, dim, n, dim);
+}
+
+void cuda_swiglu(float* gate, const float* up, int64_t n, int64_t width, cudaStream_t stream) {
+  SW_CHECK(n >= 0 && width >= 0, "cuda_swiglu: ", n, " rows of ", width);
+  if (n == 0 || width == 0) return;
+  cuda::Ctx ctx;
+  ctx.stream = stream;
+  cuda::swiglu(ctx, gate, up, n, width, width);
+}
+
 }  // namespace shardwise

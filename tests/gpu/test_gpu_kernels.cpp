@@ -24,6 +24,7 @@
 #include "core/thread_pool.h"
 #include "core/weight_source.h"
 #include "executor/cpu/attention.h"
+#include "executor/cpu/ops.h"
 #include "executor/cuda/cuda_kernels.h"
 #include "executor/cuda/kernels.cuh"
 #include "executor/model/cpu_blocks.h"
@@ -36,6 +37,10 @@ using namespace shardwise;
 namespace {
 
 constexpr double kBlockTol = 1e-5;  // max|gpu - cpu| / max|cpu| per row (f32 accumulation both sides)
+// Matmul outputs: max over outputs of |gpu - ref| / (sum_c |W[r, c] x[c]| (+ |y0|)), the scale of an f32
+// dot product's rounding error (a per-output or per-row relative error is ill-conditioned when the
+// terms cancel, e.g. a 1-row matrix, or y0 + Wx near 0 when accumulating).
+constexpr double kDotTol = 1e-5;
 
 void ck(cudaError_t e, const char* what) {
   if (e != cudaSuccess) FAIL(what << ": " << cudaGetErrorString(e));
@@ -108,8 +113,9 @@ struct ModelCase {
   const char* yaml;  // without dtype
 };
 
-// Odd shapes: hidden 96/100/200/256, q_dim != hidden, kv ratio 4, 2 and 1, head_dim 32/64/128, q/k
-// norm on (qwen3*) and off (llama), experts with odd FFN widths (3 quantised blocks per row).
+// Odd shapes: hidden 96/100/200/256, q_dim != hidden, kv ratio 4, 3, 2 and 1, head_dim 32/64/128 and
+// the padded ones 24/80/10 (10: heads not 16-byte aligned, element-wise loads), q/k norm on (qwen3*) and
+// off (llama), experts with odd FFN widths (3 quantised blocks per row).
 const ModelCase kModels[] = {
     {"llama h96 hd32 kv4:1",
      "name: t1\nfamily: llama\nhidden_size: 96\nnum_hidden_layers: 1\nnum_attention_heads: 4\n"
@@ -131,6 +137,18 @@ const ModelCase kModels[] = {
      "name: t5\nfamily: qwen3_moe\nhidden_size: 96\nnum_hidden_layers: 1\nnum_attention_heads: 3\n"
      "num_key_value_heads: 3\nhead_dim: 32\nnum_experts: 6\nnum_experts_per_tok: 2\nmoe_intermediate_size: 64\n"
      "norm_topk_prob: false\nvocab_size: 100\nrope_theta: 10000.0\nrms_norm_eps: 1.0e-05\nmax_position_embeddings: 1024\n"},
+    {"qwen3 h96 hd24 kv2:1",
+     "name: t6\nfamily: qwen3\nhidden_size: 96\nnum_hidden_layers: 1\nnum_attention_heads: 4\n"
+     "num_key_value_heads: 2\nhead_dim: 24\nintermediate_size: 128\nvocab_size: 130\nrope_theta: 1000000.0\n"
+     "rms_norm_eps: 1.0e-06\nmax_position_embeddings: 1024\n"},
+    {"llama h160 hd80 kv1:1",
+     "name: t7\nfamily: llama\nhidden_size: 160\nnum_hidden_layers: 1\nnum_attention_heads: 2\n"
+     "num_key_value_heads: 2\nhead_dim: 80\nintermediate_size: 96\nvocab_size: 101\nrope_theta: 10000.0\n"
+     "rms_norm_eps: 1.0e-05\nmax_position_embeddings: 1024\n"},
+    {"llama h64 hd10 kv3:1 (unaligned heads)",
+     "name: t8\nfamily: llama\nhidden_size: 64\nnum_hidden_layers: 1\nnum_attention_heads: 6\n"
+     "num_key_value_heads: 2\nhead_dim: 10\nintermediate_size: 64\nvocab_size: 77\nrope_theta: 10000.0\n"
+     "rms_norm_eps: 1.0e-05\nmax_position_embeddings: 1024\n"},
 };
 
 const DType kDtypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
@@ -323,19 +341,47 @@ std::vector<uint8_t> random_weights(DType dt, int64_t rows, int64_t cols, float 
   return w;
 }
 
-// y_ref[t, r] = sum_c deq(W[r])[c] * x[t, c] in double (+ y0 when accumulating).
-std::vector<float> ref_matmul(DType dt, const std::vector<uint8_t>& w, int64_t rows, int64_t cols,
-                              const std::vector<float>& x, int64_t ldx, int64_t n, const std::vector<float>* y0) {
+// y[t, r] = sum_c deq(W[r])[c] * x[t, c] in double (+ y0 when accumulating), and beside it the sum of
+// the terms' magnitudes, mag[t, r] = sum_c |deq(W[r])[c] * x[t, c]| (+ |y0|).
+struct MatmulRef {
+  std::vector<float> y;
+  std::vector<double> mag;
+  size_t size() const { return y.size(); }
+};
+MatmulRef ref_matmul(DType dt, const std::vector<uint8_t>& w, int64_t rows, int64_t cols, const std::vector<float>& x,
+                     int64_t ldx, int64_t n, const std::vector<float>* y0) {
   std::vector<float> deq(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r) dequantize_row(dt, w.data() + r * dtype_row_bytes(dt, cols), deq.data() + r * cols, cols);
-  std::vector<float> y(static_cast<size_t>(n * rows));
+  MatmulRef ref;
+  ref.y.resize(static_cast<size_t>(n * rows));
+  ref.mag.resize(static_cast<size_t>(n * rows));
   for (int64_t t = 0; t < n; ++t)
     for (int64_t r = 0; r < rows; ++r) {
-      double acc = 0;
-      for (int64_t c = 0; c < cols; ++c) acc += static_cast<double>(deq[r * cols + c]) * x[t * ldx + c];
-      y[t * rows + r] = static_cast<float>(acc + (y0 ? (*y0)[t * rows + r] : 0.0));
+      double acc = 0, mag = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        const double term = static_cast<double>(deq[r * cols + c]) * x[t * ldx + c];
+        acc += term;
+        mag += std::fabs(term);
+      }
+      const double add = y0 ? static_cast<double>((*y0)[t * rows + r]) : 0.0;
+      ref.y[t * rows + r] = static_cast<float>(acc + add);
+      ref.mag[t * rows + r] = mag + std::fabs(add);
     }
-  return y;
+  return ref;
+}
+
+// max over outputs of |got - ref| / mag (see kDotTol); NaN or a wrong zero-magnitude output is inf.
+double dot_error(const std::vector<float>& got, const MatmulRef& ref) {
+  if (got.size() != ref.y.size()) return INFINITY;
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(got[i])) return INFINITY;
+    const double d = std::fabs(static_cast<double>(got[i]) - ref.y[i]);
+    if (d == 0) continue;
+    if (!(ref.mag[i] > 0)) return INFINITY;
+    worst = std::max(worst, d / ref.mag[i]);
+  }
+  return worst;
 }
 
 // A context for the internal kernel launchers (kernels.cuh).
@@ -419,7 +465,7 @@ TEST_CASE("CUDA matmul (GEMV and exact GEMM) matches dequantised double dot prod
               for (int64_t c = 0; c < sh.cols; ++c) x[ldx + c] *= 1.0e-4f;
             }
             const std::vector<float> y0 = fresh(static_cast<size_t>(n * sh.rows));
-            const std::vector<float> ref = ref_matmul(dt, w, sh.rows, sh.cols, x, ldx, n, accumulate ? &y0 : nullptr);
+            const MatmulRef ref = ref_matmul(dt, w, sh.rows, sh.cols, x, ldx, n, accumulate ? &y0 : nullptr);
             float* dx = mem.upload(x);
             float* dy = mem.floats(ref.size());
             if (accumulate) put(dy, y0);
@@ -427,7 +473,7 @@ TEST_CASE("CUDA matmul (GEMV and exact GEMM) matches dequantised double dot prod
             cuda_matmul(dm, dx, ldx, n, dy, sh.rows, accumulate, ws, ws_bytes, g.stream, g.blas);
             INFO(dtype_name(dt) << " " << sh.rows << "x" << sh.cols << " n=" << n << " ldx=" << ldx
                                 << (accumulate ? " accumulate" : " store"));
-            REQUIRE(test::max_rel_error(get(dy, ref.size()), ref, sh.rows) <= kBlockTol);
+            REQUIRE(dot_error(get(dy, ref.size()), ref) <= kDotTol);
           }
         }
       }
@@ -439,13 +485,13 @@ TEST_CASE("CUDA matmul (GEMV and exact GEMM) matches dequantised double dot prod
     const std::vector<uint8_t> w = random_weights(dt, rows, cols, 0.5f);
     DevMat dm{dt, rows, cols, mem.upload(w.data(), w.size())};
     const std::vector<float> x = fresh(static_cast<size_t>(n * cols));
-    const std::vector<float> ref = ref_matmul(dt, w, rows, cols, x, cols, n, nullptr);
+    const MatmulRef ref = ref_matmul(dt, w, rows, cols, x, cols, n, nullptr);
     float* dx = mem.upload(x);
     float* dy = mem.floats(ref.size());
     poison(dy, ref.size());
     cuda_matmul(dm, dx, cols, n, dy, rows, false, ws, 4096, g.stream, g.blas);
     INFO(dtype_name(dt) << " with a 4 KiB workspace");
-    REQUIRE(test::max_rel_error(get(dy, ref.size()), ref, rows) <= kBlockTol);
+    REQUIRE(dot_error(get(dy, ref.size()), ref) <= kDotTol);
   }
 }
 
@@ -511,6 +557,155 @@ TEST_CASE("CUDA attention matches the CPU at long contexts (deep split-K, tiled 
   }
 }
 
+TEST_CASE("CUDA attention matches the CPU for any head_dim (padded kernels, unaligned rows)", "[gpu][kernels]") {
+  DevMem mem;
+  ThreadPool pool(0);
+  const uint64_t ws_bytes = 64ull << 20;
+  KernelCtx kc(mem.alloc(ws_bytes), ws_bytes);
+  // Device layout of a case: q, caches and out start `off` floats into their allocations, rows are
+  // the dense width plus `pad` floats (the padding and everything beyond a head's head_dim elements
+  // must stay untouched: they are poisoned and checked bit for bit).
+  struct Case {
+    int heads, kv_heads, hd;
+    int64_t n, pos0;
+    int off = 0, pad = 0;
+  };
+  std::vector<Case> cases;
+  for (int hd : {8, 24, 48, 80, 96}) {
+    cases.push_back({4, 4, hd, 1, 37});     // decode, GQA 1
+    cases.push_back({6, 2, hd, 3, 100});    // decode, GQA 3, odd n
+    cases.push_back({8, 2, hd, 5, 1500});   // decode, deep split-K
+    cases.push_back({4, 1, hd, 77, 0});     // prefill, GQA 4, odd n, fresh cache
+    cases.push_back({3, 3, hd, 33, 300});   // prefill, GQA 1, filled cache
+    cases.push_back({4, 2, hd, 129, 2000}); // prefill over a long context (split over keys)
+  }
+  // head_dim % 4 != 0 (element-wise loads), the other padded sizes, the edges of each kernel size.
+  for (int hd : {1, 2, 6, 10, 30, 33, 62, 100, 130, 200, 254, 256}) {
+    cases.push_back({4, 2, hd, 1, 300});
+    cases.push_back({2, 1, hd, 3, 0});
+    cases.push_back({4, 2, hd, 21, 250});
+  }
+  // Unaligned or padded rows at the vectorised sizes and at hd % 4 == 0 fall back to guarded loads.
+  for (int hd : {32, 64, 128, 256, 48}) {
+    cases.push_back({4, 2, hd, 1, 500, 1, 0});
+    cases.push_back({4, 2, hd, 9, 70, 0, 2});
+    cases.push_back({4, 1, hd, 40, 10, 3, 5});
+  }
+  cases.push_back({8, 2, 64, 3, 200, 0, 4});  // padded rows that stay 16-byte aligned: vector loads
+  for (const Case& c : cases) {
+    const int64_t kv_len = c.pos0 + c.n, QD = static_cast<int64_t>(c.heads) * c.hd, KVD = static_cast<int64_t>(c.kv_heads) * c.hd;
+    const int64_t qs = QD + c.pad, kvs = KVD + c.pad;
+    const std::vector<float> q = fresh(static_cast<size_t>(c.n * QD), -2.0f, 2.0f);
+    const std::vector<float> k = fresh(static_cast<size_t>(kv_len * KVD), -2.0f, 2.0f);
+    const std::vector<float> v = fresh(static_cast<size_t>(kv_len * KVD));
+    std::vector<int32_t> pos(static_cast<size_t>(c.n));
+    for (int64_t t = 0; t < c.n; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(c.pos0 + t);
+    std::vector<float> ref(static_cast<size_t>(c.n * QD));
+    shardwise::attention(q.data(), c.n, pos.data(), k.data(), v.data(), kv_len, {c.heads, c.kv_heads, c.hd}, ref.data(), pool);
+    // Strided device copies (padding NaN).
+    auto strided = [&](const std::vector<float>& src, int64_t rows, int64_t width, int64_t stride) {
+      std::vector<float> dst(static_cast<size_t>(c.off + rows * stride), std::nanf(""));
+      for (int64_t r = 0; r < rows; ++r)
+        std::copy(src.begin() + r * width, src.begin() + (r + 1) * width, dst.begin() + c.off + r * stride);
+      return dst;
+    };
+    const std::vector<float> hq = strided(q, c.n, QD, qs), hk = strided(k, kv_len, KVD, kvs), hv = strided(v, kv_len, KVD, kvs);
+    float* dq = mem.upload(hq);
+    float* dk = mem.upload(hk);
+    float* dv = mem.upload(hv);
+    const size_t out_floats = static_cast<size_t>(c.off + c.n * qs);
+    float* dout = mem.floats(out_floats);
+    poison(dout, out_floats);
+    cuda::AttnArgs a = attn_args(dq + c.off, dk + c.off, dv + c.off, dout + c.off, c.n, c.pos0, c.heads, c.kv_heads, c.hd);
+    a.q_stride = qs;
+    a.kv_stride = kvs;
+    a.out_stride = qs;
+    cuda::attention(kc.ctx, a);
+    const std::vector<float> raw = get(dout, out_floats);
+    std::vector<float> got(ref.size());
+    bool untouched = true;
+    for (size_t i = 0; i < raw.size(); ++i) {
+      const int64_t j = static_cast<int64_t>(i) - c.off;
+      if (j >= 0 && j % qs < QD) {
+        got[static_cast<size_t>(j / qs * QD + j % qs)] = raw[i];
+      } else {
+        uint32_t bits;
+        std::memcpy(&bits, &raw[i], 4);
+        untouched &= bits == 0xFFFFFFFFu;
+      }
+    }
+    INFO("heads " << c.heads << "/" << c.kv_heads << " hd " << c.hd << " n=" << c.n << " pos0=" << c.pos0
+                  << " offset " << c.off << " pad " << c.pad);
+    // Per head (as the long-context cases); heads of 1 or 2 elements per token row, where one output
+    // can be near 0 by cancellation.
+    CHECK(test::max_rel_error(got, ref, c.hd >= 8 ? c.hd : QD) <= kBlockTol);
+    CHECK(untouched);
+  }
+}
+
+TEST_CASE("CUDA exported kernels for profilers: cuda_attention, cuda_rms_norm, cuda_swiglu", "[gpu][kernels]") {
+  Gpu& g = gpu();
+  DevMem mem;
+  ThreadPool pool(0);
+  {  // attention with and without room for split-K partials
+    struct Case {
+      int64_t heads, kv_heads, hd, n, pos0;
+      uint64_t ws_bytes;
+    };
+    const Case cases[] = {{8, 2, 128, 1, 3000, 16u << 20}, {8, 2, 128, 1, 3000, 0},  {4, 4, 80, 5, 700, 16u << 20},
+                          {6, 2, 48, 64, 400, 16u << 20},  {6, 2, 48, 64, 400, 0}, {4, 1, 64, 300, 0, 16u << 20}};
+    uint8_t* ws = mem.alloc(16u << 20);
+    for (const Case& c : cases) {
+      const int64_t kv_len = c.pos0 + c.n, QD = c.heads * c.hd, KVD = c.kv_heads * c.hd;
+      const std::vector<float> q = fresh(static_cast<size_t>(c.n * QD), -2.0f, 2.0f);
+      const std::vector<float> k = fresh(static_cast<size_t>(kv_len * KVD), -2.0f, 2.0f);
+      const std::vector<float> v = fresh(static_cast<size_t>(kv_len * KVD));
+      std::vector<int32_t> pos(static_cast<size_t>(c.n));
+      for (int64_t t = 0; t < c.n; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(c.pos0 + t);
+      std::vector<float> ref(static_cast<size_t>(c.n * QD));
+      shardwise::attention(q.data(), c.n, pos.data(), k.data(), v.data(), kv_len, {c.heads, c.kv_heads, c.hd}, ref.data(),
+                           pool);
+      float* dq = mem.upload(q);
+      float* dk = mem.upload(k);
+      float* dv = mem.upload(v);
+      float* dout = mem.floats(ref.size());
+      poison(dout, ref.size());
+      cuda_attention(dq, dk, dv, dout, c.n, c.pos0, c.heads, c.kv_heads, c.hd, c.ws_bytes ? ws : nullptr, c.ws_bytes,
+                     g.stream);
+      INFO("cuda_attention heads " << c.heads << "/" << c.kv_heads << " hd " << c.hd << " n=" << c.n << " pos0=" << c.pos0
+                                   << " workspace " << c.ws_bytes);
+      CHECK(test::max_rel_error(get(dout, ref.size()), ref, c.hd) <= kBlockTol);
+    }
+  }
+  for (int64_t dim : {int64_t(1), int64_t(96), int64_t(1000), int64_t(4096)}) {  // RMSNorm, out of place and in place
+    const int64_t n = 7;
+    const std::vector<float> x = fresh(static_cast<size_t>(n * dim), -3.0f, 3.0f), w = fresh(static_cast<size_t>(dim));
+    std::vector<float> ref(x.size());
+    rms_norm(x.data(), w.data(), 1e-5f, ref.data(), n, dim);
+    float* dx = mem.upload(x);
+    float* dw = mem.upload(w);
+    float* dy = mem.floats(x.size());
+    poison(dy, x.size());
+    cuda_rms_norm(dx, dw, 1e-5f, dy, n, dim, g.stream);
+    INFO("cuda_rms_norm dim " << dim);
+    CHECK(test::max_rel_error(get(dy, ref.size()), ref, dim) <= kBlockTol);
+    cuda_rms_norm(dx, dw, 1e-5f, dx, n, dim, g.stream);
+    CHECK(test::max_rel_error(get(dx, ref.size()), ref, dim) <= kBlockTol);
+  }
+  for (int64_t width : {int64_t(1), int64_t(333), int64_t(11520)}) {  // SwiGLU
+    const int64_t n = 5;
+    std::vector<float> gate = fresh(static_cast<size_t>(n * width), -6.0f, 6.0f);
+    const std::vector<float> up = fresh(static_cast<size_t>(n * width));
+    float* dg = mem.upload(gate);
+    float* du = mem.upload(up);
+    swiglu(gate.data(), up.data(), n * width);
+    cuda_swiglu(dg, du, n, width, g.stream);
+    INFO("cuda_swiglu width " << width);
+    CHECK(test::max_rel_error(get(dg, gate.size()), gate, width) <= kBlockTol);
+  }
+  g.sync();
+}
+
 TEST_CASE("CUDA blocks report a workspace that is too small or a missing expert", "[gpu][kernels]") {
   DevMem mem;
   ThreadPool pool(1);
@@ -560,9 +755,9 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
       const std::vector<float> x = fresh(static_cast<size_t>(8 * m.cols));
       float* dx = mem.upload(x);
       float* dy = mem.floats(static_cast<size_t>(8 * m.rows));
-      const std::vector<float> ref = ref_matmul(dt, w, m.rows, m.cols, x, m.cols, 1, nullptr);
+      const MatmulRef ref = ref_matmul(dt, w, m.rows, m.cols, x, m.cols, 1, nullptr);
       cuda_matmul(mats[0], dx, m.cols, 1, dy, m.rows, false, ws, ws_bytes, g.stream, g.blas);
-      CHECK(test::max_rel_error(get(dy, ref.size()), ref, m.rows) <= kBlockTol);
+      CHECK(dot_error(get(dy, ref.size()), ref) <= kDotTol);
       for (int64_t n : {1, 4, 8}) {
         int it = 0;
         const double ms = time_ms(

@@ -91,12 +91,7 @@ TEST_CASE("CUDA runtime reproduces the CPU reference for every schedule", "[gpu]
                                      "synthetic:tiny_qwen3?dtype=bf16&seed=4"};
   ThreadPool pool(4);
   for (const auto& m : models) {
-    auto src = open_weights(m);
-    const int64_t hd = src->spec().head_dim;
-    if (hd != 32 && hd != 64 && hd != 128 && hd != 256) {
-      WARN(m << ": head_dim " << hd << " is not supported by the CUDA attention kernels (32/64/128/256): not run");
-      continue;
-    }
+    auto src = open_weights(m);  // any head_dim runs (the HF fixtures have 8, 16, 24 and 32, tiny_llama 48)
     ModelWeights w = ModelWeights::from_source(*src);
     const int64_t ctx = 48;
     const auto toks = seq(40, src->spec().vocab_size, 7);
