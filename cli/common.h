@@ -38,6 +38,8 @@ void register_logits(CLI::App& app);
 void register_run(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_plan(CLI::App& app);
-void register_sweep(CLI::App& app);  void register_report(CLI::App& app);
+void register_sweep(CLI::App& app);
+void register_report(CLI::App& app);
+void register_profile(CLI::App& app);
 
 }  // namespace shardwise::cli

@@ -17,7 +17,9 @@ int main(int argc, char** argv) {
   shardwise::cli::register_run(app);
   shardwise::cli::register_tokenize(app);
   shardwise::cli::register_plan(app);
-  shardwise::cli::register_sweep(app);  shardwise::cli::register_report(app);
+  shardwise::cli::register_sweep(app);
+  shardwise::cli::register_report(app);
+  shardwise::cli::register_profile(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -11,7 +11,9 @@
 #include "core/error.h"
 #include "core/hardware_spec.h"
 #include "core/size.h"
+#include "core/log.h"
 #include "costmodel/cost_model.h"
+#include "costmodel/profile_db.h"
 #include "planner/planner.h"
 
 namespace shardwise::cli {
@@ -47,25 +49,49 @@ void predicted_latencies(const PlanTable& t, int64_t ctx, double* ttft_ms, int64
   *decode_tps = 1000.0 / d.chosen_plan().predicted_ms;
 }
 
+// The cost model: a measured profile when given (it takes precedence over --hw, which then only
+// stands in for the GPU of a CPU-only profile), else the datasheet of --hw. `label` names the machine
+// in one word (--brief).
+std::unique_ptr<CostModel> make_cost_model(const PlanArgs& a, double cap, std::string* label) {
+  if (a.profile.empty()) {
+    const HardwareSpec hw = resolve_hardware(a.hw);
+    *label = hw.name;
+    return make_analytic_cost_model(hw, cap);
+  }
+  const ProfileDB db = load_profile(a.profile);
+  MeasuredOptions mo;
+  mo.pcie_cap_bytes_per_s = cap;
+  HardwareSpec fallback;
+  if (!a.hw.empty()) {
+    if (db.has_gpu()) {
+      log_info("--hw ", a.hw, " is not used: the profile ", a.profile, " has GPU rows (--profile takes precedence)");
+    } else {
+      fallback = resolve_hardware(a.hw);
+      mo.gpu_fallback = &fallback;
+    }
+  }
+  const auto slash = a.profile.find_last_of('/');
+  *label = slash == std::string::npos ? a.profile : a.profile.substr(slash + 1);
+  return make_measured_cost_model(db, mo);
+}
+
 void run_plan(const PlanArgs& a) {
-  if (!a.profile.empty())
-    fail("--profile: measured profiles arrive with the profiler (`shardwise profile`); use --hw NAME|FILE for now");
-  if (a.hw.empty()) fail("give --hw NAME|FILE (builtin: cli1, cli2, cli3, h200-host) or --profile FILE");
+  if (a.hw.empty() && a.profile.empty()) fail("give --hw NAME|FILE (builtin: cli1, cli2, cli3, h200-host) or --profile FILE");
   if (a.budget.empty()) fail("give --vram-budget (e.g. 4G)");
   std::string origin;
   DType dt;
   bool has_weights;
   const ModelSpec spec = resolve_model_spec(a.model, &origin, &dt, &has_weights);
-  const HardwareSpec hw = resolve_hardware(a.hw);
+  const double cap = parse_bandwidth(a.pcie_cap, "--pcie-cap");
+  std::string machine_label;
+  auto cost = make_cost_model(a, cap, &machine_label);
   PlannerConfig cfg;
   cfg.budget_bytes = parse_size(a.budget, "--vram-budget");
   cfg.ctx = a.ctx;
-  cfg.threads = a.threads == 0 ? hw.cpu_cores : a.threads;
+  cfg.threads = a.threads == 0 ? cost->max_threads() : a.threads;
   if (cfg.threads < 1 || cfg.threads > 4096) fail("--threads ", a.threads, " is out of range");
   cfg.kv_dtype = parse_dtype(a.kv_dtype);
   cfg.model_name = origin;
-  const double cap = parse_bandwidth(a.pcie_cap, "--pcie-cap");
-  auto cost = make_analytic_cost_model(hw, cap);
   const auto t0 = std::chrono::steady_clock::now();
   PlanTable table = build_plan_table(spec, *cost, cfg);
   table.pcie_cap_gbps = cap / 1e9;
@@ -129,7 +155,7 @@ void run_plan(const PlanArgs& a) {
     const TierEntry& pf = table.lookup(512);
     const double ls_ttft = std::ceil(static_cast<double>(cfg.ctx) / 512.0) * baseline(512);
     std::printf("%-8s %-10s %6s  decode %7.2f t/s (%-8s) | TTFT(%lld) %9.1f ms (%-8s) | layer-split: %6.2f t/s, %9.1f ms\n",
-                spec.name.c_str(), hw.name.c_str(), a.budget.c_str(), tps, schedule_name(d.chosen), (long long)cfg.ctx, ttft,
+                spec.name.c_str(), machine_label.c_str(), a.budget.c_str(), tps, schedule_name(d.chosen), (long long)cfg.ctx, ttft,
                 schedule_name(pf.chosen), 1000.0 / baseline(1), ls_ttft);
     return;
   }
@@ -168,8 +194,10 @@ void register_plan(CLI::App& app) {
   auto a = std::make_shared<PlanArgs>();
   CLI::App* sub = app.add_subcommand("plan", "Plan every token tier under a VRAM budget and show the predictions");
   sub->add_option("--model", a->model, "Builtin spec name, .yaml, .gguf, HF directory or synthetic:SPEC")->required();
-  sub->add_option("--hw", a->hw, "Machine: builtin (cli1, cli2, cli3, h200-host) or a hardware .yaml");
-  sub->add_option("--profile", a->profile, "Measured ProfileDB (takes precedence over --hw; arrives with `profile`)");
+  sub->add_option("--hw", a->hw,
+                  "Machine: builtin (cli1, cli2, cli3, h200-host) or a hardware .yaml; with a CPU-only --profile, the GPU "
+                  "that stands in for the missing GPU rows");
+  sub->add_option("--profile", a->profile, "Measured ProfileDB from `shardwise profile` (takes precedence over --hw)");
   sub->add_option("--vram-budget", a->budget, "VRAM budget for everything the model allocates, e.g. 4G")->required();
   sub->add_option("--threads", a->threads, "CPU threads (0 = the machine's cores)");
   sub->add_option("--ctx", a->ctx, "KV capacity in tokens (steps are planned with the cache full)");

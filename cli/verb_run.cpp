@@ -13,6 +13,7 @@
 #include "core/hardware_spec.h"
 #include "core/size.h"
 #include "costmodel/cost_model.h"
+#include "costmodel/profile_db.h"
 #include "executor/cuda/cuda_device.h"
 #include "executor/device/device.h"
 #include "executor/model/cpu_model.h"
@@ -38,7 +39,8 @@ struct RunArgs {
   std::vector<std::string> stop;  // --stop: generation ends where one appears; it is not printed
   bool chat = false, ignore_eos = false, no_display_prompt = false;
   std::string system;
-  std::string vram_budget, schedule = "auto", pcie_cap = "none", plan, hw = "h200-host";
+  std::string vram_budget, schedule = "auto", pcie_cap = "none", plan, hw = "h200-host", profile;
+  bool hw_given = false;  // --hw on the command line (not the default): may stand in for a CPU-only profile's GPU
 };
 
 // "\n", "\t", "\\" in --stop become newline, tab, backslash (llama.cpp's --escape).
@@ -132,8 +134,21 @@ void run_run(RunArgs a) {
         if (info.free_bytes <= reserve) fail("the GPU has too little free memory; give --vram-budget");
         budget = info.free_bytes - reserve;
       }
-      const HardwareSpec hw = resolve_hardware(a.hw);
-      auto cost = make_analytic_cost_model(hw, parse_bandwidth(a.pcie_cap, "--pcie-cap"));
+      const double cap = parse_bandwidth(a.pcie_cap, "--pcie-cap");
+      std::unique_ptr<CostModel> cost;
+      if (a.profile.empty()) {
+        cost = make_analytic_cost_model(resolve_hardware(a.hw), cap);
+      } else {  // a measured profile takes precedence over --hw
+        const ProfileDB db = load_profile(a.profile);
+        MeasuredOptions mo;
+        mo.pcie_cap_bytes_per_s = cap;
+        HardwareSpec fallback;
+        if (!db.has_gpu() && a.hw_given) {
+          fallback = resolve_hardware(a.hw);
+          mo.gpu_fallback = &fallback;
+        }
+        cost = make_measured_cost_model(db, mo);
+      }
       PlannerConfig cfg;
       cfg.budget_bytes = budget;
       cfg.ctx = ctx;
@@ -296,8 +311,13 @@ void register_run(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--pcie-cap", a->pcie_cap, "Throttle host-device copies to this rate, e.g. 16GB/s, or none")->capture_default_str();
   sub->add_option("--plan", a->plan, "Execute this plan table (from `shardwise plan --save`) instead of planning");
-  sub->add_option("--hw", a->hw, "Machine the planner's cost model describes (builtin or .yaml)")->capture_default_str();
-  sub->callback([a] { run_run(*a); });
+  CLI::Option* hw = sub->add_option("--hw", a->hw, "Machine the planner's cost model describes (builtin or .yaml)")->capture_default_str();
+  sub->add_option("--profile", a->profile,
+                  "Measured ProfileDB (`shardwise profile`) the planner's cost model answers from; takes precedence over --hw");
+  sub->callback([a, hw] {
+    a->hw_given = hw->count() > 0;
+    run_run(*a);
+  });
 }
 
 }  // namespace shardwise::cli

@@ -18,13 +18,14 @@
 #include "core/hardware_spec.h"
 #include "core/size.h"
 #include "core/weight_source.h"
+#include "costmodel/profile_db.h"
 
 namespace shardwise {
 namespace {
 
-const std::vector<std::string> kTopKeys = {"name",   "description", "hardware", "models",     "budgets",
-                                           "ctx",    "threads",     "pcie_caps", "tiers",     "schedules",
-                                           "kv_dtype", "token_seed", "measure",  "filters",   "exclude"};
+const std::vector<std::string> kTopKeys = {"name",   "description", "hardware", "profile",   "models",
+                                           "budgets", "ctx",        "threads",  "pcie_caps", "tiers",
+                                           "schedules", "kv_dtype", "token_seed", "measure", "filters", "exclude"};
 const std::vector<std::string> kMeasureKeys = {"warmup",     "min_repeats", "max_repeats",      "target_spread",
                                                "row_seconds", "expensive_repeats", "max_step_ms"};
 const std::vector<std::string> kFilterKeys = {"budget_below_model", "plannable"};
@@ -242,10 +243,26 @@ Experiment parse_experiment_text(const std::string& text, const std::string& pat
   if (e.name.size() > 5 && is_yaml_path(e.name)) e.name = e.name.substr(0, e.name.rfind('.'));
   if (root["description"]) e.description = scalar(c, root["description"], "description");
 
-  // Cost model.
-  e.hardware = scalar(c, need("hardware"), "hardware");
-  e.hardware_path = is_yaml_path(e.hardware) ? resolve_relative(e.hardware, path) : e.hardware;
-  wrap(c, "hardware", [&] { return resolve_hardware(e.hardware_path); });
+  // Cost model: a measured profile, else (or, for a CPU-only profile, also) a hardware datasheet.
+  if (root["profile"] && !root["profile"].IsNull()) {
+    e.profile = scalar(c, root["profile"], "profile");
+    if (e.profile.empty()) c.fail_at("profile", "must name a ProfileDB file (from `shardwise profile`)");
+    e.profile_path = resolve_relative(e.profile, path);
+    if (!file_exists(e.profile_path))
+      c.fail_at("profile", "cannot open ", e.profile, " (looked from the working directory and next to ", path, ")");
+  }
+  if (e.profile.empty() || (root["hardware"] && !root["hardware"].IsNull())) {
+    e.hardware = scalar(c, need("hardware"), "hardware");
+    e.hardware_path = is_yaml_path(e.hardware) ? resolve_relative(e.hardware, path) : e.hardware;
+    wrap(c, "hardware", [&] { return resolve_hardware(e.hardware_path); });
+  }
+  if (!e.profile.empty()) {
+    const ProfileDB db = wrap(c, "profile", [&] { return load_profile(e.profile_path); });
+    if (!db.has_gpu() && e.hardware.empty())
+      c.fail_at("profile", "the profile ", e.profile_path,
+                " has no GPU rows (measured on a machine without a GPU): add `hardware: NAME` to stand in for the GPU, or use a "
+                "GPU profile");
+  }
 
   // Models.
   std::set<std::string> names;
@@ -418,6 +435,7 @@ std::string Experiment::effective_json() const {
   j["name"] = name;
   j["description"] = description;
   j["hardware"] = hardware;
+  if (!profile.empty()) j["profile"] = profile;  // absent for datasheet experiments (their hash is unchanged)
   nlohmann::ordered_json ms = nlohmann::ordered_json::array();
   for (const auto& m : models) ms.push_back({{"name", m.name}, {"weights", m.weights}});  // as written: no paths of this machine
   j["models"] = ms;

@@ -76,6 +76,11 @@ struct Experiment {
   std::string description;
   std::string hardware;       // cost model: builtin machine name or hardware YAML path, as written
   std::string hardware_path;  // the same with a relative path resolved against the experiment file
+  // Measured cost model (`profile: PATH`, a ProfileDB from `shardwise profile`): used instead of
+  // `hardware` when present; `hardware` is then optional and only stands in for the GPU of a
+  // CPU-only profile.
+  std::string profile;        // as written
+  std::string profile_path;   // resolved against the experiment file
   std::vector<ExperimentModel> models;
   std::vector<ExperimentBudget> budgets;
   std::vector<int64_t> ctxs;

@@ -25,6 +25,7 @@
 #include "core/thread_pool.h"
 #include "core/weight_source.h"
 #include "costmodel/cost_model.h"
+#include "costmodel/profile_db.h"
 #include "executor/cuda/cuda_device.h"
 #include "executor/device/device.h"
 #include "executor/model/model_weights.h"
@@ -99,12 +100,47 @@ PlannerConfig planner_config(const Experiment& e, const Configuration& c, const 
   return cfg;
 }
 
+// The experiment's cost model: a measured profile (with the hardware datasheet standing in for the
+// GPU of a CPU-only profile), or the hardware datasheet.
+struct CostSource {
+  bool measured = false;
+  HardwareSpec hw;  // the datasheet (measured: only when the experiment names one)
+  bool has_hw = false;
+  ProfileDB db;
+  std::string name;  // for messages
+
+  explicit CostSource(const Experiment& e) {
+    has_hw = !e.hardware_path.empty();
+    if (has_hw) hw = resolve_hardware(e.hardware_path);
+    measured = !e.profile_path.empty();
+    if (measured) db = load_profile(e.profile_path);
+    name = measured ? str_cat("profile ", e.profile) : hw.name;
+  }
+  std::unique_ptr<CostModel> make(double pcie_cap_bytes_per_s) const {
+    if (!measured) return make_analytic_cost_model(hw, pcie_cap_bytes_per_s);
+    MeasuredOptions mo;
+    mo.pcie_cap_bytes_per_s = pcie_cap_bytes_per_s;
+    if (!db.has_gpu() && has_hw) mo.gpu_fallback = &hw;
+    return make_measured_cost_model(db, mo);
+  }
+  // The identity of the cost model's inputs for rows (see sweep.h): the datasheet path is unchanged;
+  // a profile is its content hash (plus the datasheet standing in for a missing GPU) and the cap.
+  std::string hash(const Experiment& e, double pcie_cap_bytes_per_s) const {
+    if (!measured) return profile_hash(e.hardware_path, pcie_cap_bytes_per_s);
+    std::string text = "profile:" + profile_hash(db);
+    if (!db.has_gpu() && has_hw) text += "\ngpu_fallback:" + profile_hash(e.hardware_path, 0);
+    return fnv1a_hex(str_cat(text, "\npcie_cap_bytes_per_s=", std::llround(pcie_cap_bytes_per_s)));
+  }
+  // Uncapped host-to-device rate (GB/s), for the running-time estimate.
+  double pcie_h2d_gbps() const { return measured ? make(0)->pcie_gbps(Direction::HostToDevice) : hw.pcie_h2d_gbps; }
+};
+
 ConfigPlan plan_config(const Experiment& e, const Configuration& c, const ModelSpec& spec, const TensorDtypes& dtypes,
-                       const HardwareSpec& hw, PlanTable* table_out = nullptr) {
+                       const CostSource& source, PlanTable* table_out = nullptr) {
   ConfigPlan p;
   p.config = c;
   p.model_bytes = spec.total_bytes();
-  auto cost = make_analytic_cost_model(hw, c.pcie_cap_bytes_per_s);
+  auto cost = source.make(c.pcie_cap_bytes_per_s);
   p.machine = cost->describe();
   PlanTable table;
   try {
@@ -286,7 +322,7 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
   if (o.device != "cuda" && o.device != "emu") fail("--device '", o.device, "': the oracle runs on cuda or emu");
   if (o.shard_count < 1 || o.shard_index < 0 || o.shard_index >= o.shard_count) fail("--shard: bad shard ", o.shard_index, "/", o.shard_count);
   const std::string git_rev = build_git_rev();
-  const HardwareSpec hw = resolve_hardware(e.hardware_path);
+  const CostSource cost_source(e);
 
   // The configurations of this shard.
   std::vector<Configuration> all = expand_configurations(e, &res.dropped);
@@ -334,13 +370,13 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
         opened[c.model] = std::move(src);
       }
     }
-    ConfigPlan p = plan_config(e, c, specs[c.model], plan_dtypes[c.model], hw);
+    ConfigPlan p = plan_config(e, c, specs[c.model], plan_dtypes[c.model], cost_source);
     if (!p.plannable && e.filters.plannable) {
       res.dropped.push_back(str_cat(c.model_name, " budget ", c.budget_text, " ctx ", c.ctx, " threads ", c.threads, " cap ",
                                     c.pcie_cap_text, ": filtered (plannable: ", p.error, ")"));
       continue;
     }
-    config_profile[c.config_id] = profile_hash(e.hardware_path, c.pcie_cap_bytes_per_s);
+    config_profile[c.config_id] = cost_source.hash(e, c.pcie_cap_bytes_per_s);
     plans.push_back(std::move(p));
   }
   const double plan_s = seconds_since(t_plan);
@@ -360,7 +396,7 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
     return existing.keys.count(RowKey{c.config_id, r.tier, schedule_name(r.schedule)}) != 0;
   };
   // Predicted seconds of a schedule's runtime set-up and of a row (used for the ETA and --max-minutes).
-  const double cap_min_gbps = hw.pcie_h2d_gbps;
+  const double cap_min_gbps = cost_source.pcie_h2d_gbps();
   auto setup_seconds = [&](const ConfigPlan& p, const RowPlan& r) {
     const double pcie = p.config.pcie_cap_bytes_per_s > 0 ? std::min(p.config.pcie_cap_bytes_per_s, cap_min_gbps * 1e9) : cap_min_gbps * 1e9;
     const double reg = o.device == "cuda" ? kDeviceSetupS + static_cast<double>(p.model_bytes) / kRegisterBytesPerS : 0.01;
@@ -393,7 +429,7 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
                e.name.c_str(), res.configurations,
                o.shard_count > 1 ? str_cat(" in shard ", o.shard_index, "/", o.shard_count).c_str() : "", res.dropped.size(),
                res.rows_total, res.rows_present, rows_left, measured_left, fmt_minutes(res.predicted_seconds).c_str(),
-               hw.name.c_str(), fmt_minutes(load_s).c_str(), fmt_minutes(setup_s).c_str(), fmt_minutes(steps_s).c_str(), plan_s);
+               cost_source.name.c_str(), fmt_minutes(load_s).c_str(), fmt_minutes(setup_s).c_str(), fmt_minutes(steps_s).c_str(), plan_s);
   if (o.device == "emu")
     std::fprintf(stderr, "  device emu: the emulated device runs on the CPU; its timings are not GPU numbers\n");
   for (const auto& d : res.dropped) log_info("dropped ", d);
@@ -523,7 +559,7 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
         log_info("loaded ", c.model_name, " (", c.weights, ") in ", model.load_ms / 1000.0, " s");
       }
       // Re-plan with the loaded file's dtypes; the predictions must be those announced.
-      const ConfigPlan again = plan_config(e, c, model.source->spec(), model.dtypes, hw, &table);
+      const ConfigPlan again = plan_config(e, c, model.source->spec(), model.dtypes, cost_source, &table);
       for (size_t i = 0; i < again.rows.size() && i < p.rows.size(); ++i)
         if (again.rows[i].feasible != p.rows[i].feasible || std::fabs(again.rows[i].predicted_ms - p.rows[i].predicted_ms) > 1e-6 * (1 + p.rows[i].predicted_ms))
           log_warn(c.config_id, ": re-planning with the loaded weights changed the prediction of ", schedule_name(p.rows[i].schedule),

@@ -12,6 +12,7 @@
 #include "core/model_spec.h"
 #include "core/size.h"
 #include "costmodel/cost_model.h"
+#include "costmodel/profile_db.h"
 #include "oracle/experiment.h"
 #include "oracle/sweep.h"
 #include "planner/plan.h"
@@ -25,6 +26,7 @@ namespace {
 
 // Sizes and bandwidths are accepted as numbers (bytes, bytes/s) or as text ("4G", "16GB/s", "none").
 uint64_t size_arg(const py::object& v, const char* what) {
+  if (v.is_none()) throw Error(str_cat("give ", what, " (bytes, or text such as \"4G\")"));
   if (py::isinstance<py::str>(v)) return parse_size(v.cast<std::string>(), what);
   return v.cast<uint64_t>();
 }
@@ -40,6 +42,131 @@ ModelSpec spec_arg(const py::object& v) {
 HardwareSpec hw_arg(const py::object& v) {
   if (py::isinstance<py::str>(v)) return resolve_hardware(v.cast<std::string>());
   return v.cast<HardwareSpec>();
+}
+
+// The cost model of the plan functions: a measured profile (path) when given, where `hardware`
+// (optional then) only stands in for the GPU of a CPU-only profile; else the datasheet `hardware`.
+std::unique_ptr<CostModel> cost_arg(const py::object& hardware, const py::object& profile, double cap) {
+  if (profile.is_none()) {
+    if (hardware.is_none()) throw Error("give hardware= (a builtin machine or a hardware .yaml) or profile= (a ProfileDB file)");
+    return make_analytic_cost_model(hw_arg(hardware), cap);
+  }
+  const ProfileDB db = load_profile(profile.cast<std::string>());
+  MeasuredOptions mo;
+  mo.pcie_cap_bytes_per_s = cap;
+  HardwareSpec fallback;
+  if (!hardware.is_none() && !db.has_gpu()) {
+    fallback = hw_arg(hardware);
+    mo.gpu_fallback = &fallback;
+  }
+  return make_measured_cost_model(db, mo);
+}
+
+py::dict fingerprint_dict(const MachineFingerprint& m) {
+  py::dict d;
+  d["cpu_model"] = m.cpu_model;
+  d["cpu_cores"] = m.cpu_cores;
+  d["isa"] = m.isa;
+  d["dram_bytes"] = m.dram_bytes;
+  d["gpu_name"] = m.gpu_name;
+  d["gpu_driver"] = m.gpu_driver;
+  d["vram_bytes"] = m.vram_bytes;
+  return d;
+}
+
+// A ProfileDB as plain Python data (lists of dicts, ready for pandas.DataFrame).
+py::dict profile_dict(const std::string& path) {
+  const ProfileDB db = load_profile(path);
+  py::dict d;
+  d["path"] = path;
+  d["hash"] = profile_hash(db);
+  d["version"] = db.version;
+  d["device"] = db.device;
+  d["created"] = db.created;
+  d["git_rev"] = db.git_rev;
+  d["quick"] = db.quick;
+  d["machine"] = fingerprint_dict(db.machine);
+  d["threads"] = db.threads;
+  d["pcie_caps_gbps"] = db.pcie_caps_gbps;
+  d["sync_ms"] = db.sync_ms;
+  d["launch_ms"] = db.launch_ms;
+  py::dict counts;
+  int64_t cpu = 0, gpu = 0, contention = 0;
+  py::list ops;
+  for (const OpSample& s : db.ops) {
+    (s.backend == Backend::Cpu ? cpu : gpu) += 1;
+    contention += s.contention ? 1 : 0;
+    py::dict o;
+    o["backend"] = backend_name(s.backend);
+    o["threads"] = s.threads;
+    o["contention"] = s.contention;
+    o["concurrent_gbps"] = s.concurrent_gbps;
+    o["kind"] = op_kind_name(s.op.kind);
+    o["dtype"] = dtype_name(s.op.dtype);
+    o["tokens"] = s.op.tokens;
+    o["rows"] = s.op.rows;
+    o["cols"] = s.op.cols;
+    o["n_experts"] = s.op.n_experts;
+    o["top_k"] = s.op.top_k;
+    o["ctx"] = s.op.ctx;
+    o["n_heads"] = s.op.n_heads;
+    o["n_kv_heads"] = s.op.n_kv_heads;
+    o["head_dim"] = s.op.head_dim;
+    o["elems"] = s.op.elems;
+    o["bytes"] = s.op.weight_bytes() + s.op.activation_bytes();
+    o["flops"] = s.op.flops();
+    o["ms"] = s.ms;
+    o["spread"] = s.spread;
+    o["repeats"] = s.repeats;
+    ops.append(o);
+  }
+  counts["ops"] = db.ops.size();
+  counts["cpu_ops"] = cpu;
+  counts["gpu_ops"] = gpu;
+  counts["contention_ops"] = contention;
+  counts["transfers"] = db.transfers.size();
+  counts["dram"] = db.dram.size();
+  counts["fits"] = db.fits.size();
+  d["counts"] = counts;
+  d["ops"] = ops;
+  py::list transfers, dram, fits;
+  for (const TransferSample& t : db.transfers) {
+    py::dict x;
+    x["dir"] = t.dir == Direction::HostToDevice ? "h2d" : "d2h";
+    x["pinned"] = t.pinned;
+    x["cap_gbps"] = t.cap_gbps;
+    x["bytes"] = t.bytes;
+    x["ms"] = t.ms;
+    x["spread"] = t.spread;
+    x["repeats"] = t.repeats;
+    transfers.append(x);
+  }
+  for (const DramSample& s : db.dram) {
+    py::dict x;
+    x["threads"] = s.threads;
+    x["contention"] = s.contention;
+    x["concurrent_gbps"] = s.concurrent_gbps;
+    x["gbps"] = s.gbps;
+    dram.append(x);
+  }
+  for (const RooflineFit& f : db.fits) {
+    py::dict x;
+    x["backend"] = backend_name(f.backend);
+    x["kind"] = op_kind_name(f.kind);
+    x["dtype"] = dtype_name(f.dtype);
+    x["threads"] = f.threads;
+    x["contention"] = f.contention;
+    x["peak_gflops"] = f.peak_gflops;
+    x["bw_gbps"] = f.bw_gbps;
+    x["overhead_ms"] = f.overhead_ms;
+    x["points"] = f.points;
+    x["median_rel_err"] = f.median_rel_err;
+    fits.append(x);
+  }
+  d["transfers"] = transfers;
+  d["dram"] = dram;
+  d["fits"] = fits;
+  return d;
 }
 
 PlannerConfig planner_config(int64_t budget, int64_t ctx, int threads, const std::vector<int64_t>& tiers,
@@ -170,29 +297,31 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "plan",
       [](const py::object& model, const py::object& hardware, const py::object& budget, int64_t ctx, int threads,
-         const py::object& pcie_cap, const std::vector<int64_t>& tiers, const std::string& kv_dtype) {
+         const py::object& pcie_cap, const std::vector<int64_t>& tiers, const std::string& kv_dtype, const py::object& profile) {
         const ModelSpec spec = spec_arg(model);
-        const HardwareSpec hw = hw_arg(hardware);
         const double cap = bandwidth_arg(pcie_cap, "pcie_cap");
-        auto cost = make_analytic_cost_model(hw, cap);
+        auto cost = cost_arg(hardware, profile, cap);
         PlanTable t = build_plan_table(spec, *cost,
                                        planner_config(static_cast<int64_t>(size_arg(budget, "budget")), ctx,
-                                                      threads > 0 ? threads : hw.cpu_cores, tiers, kv_dtype, spec.name));
+                                                      threads > 0 ? threads : cost->max_threads(), tiers, kv_dtype, spec.name));
         t.pcie_cap_gbps = cap / 1e9;
         return t;
       },
-      py::arg("model"), py::arg("hardware"), py::arg("budget"), py::arg("ctx") = 4096, py::arg("threads") = 0,
+      py::arg("model"), py::arg("hardware") = py::none(), py::arg("budget") = py::none(), py::arg("ctx") = 4096, py::arg("threads") = 0,
       py::arg("pcie_cap") = py::none(), py::arg("tiers") = std::vector<int64_t>{}, py::arg("kv_dtype") = "f32",
-      "Build the plan table (every tier, every schedule) with the analytic cost model of `hardware`");
+      py::arg("profile") = py::none(),
+      "Build the plan table (every tier, every schedule) with the analytic cost model of `hardware`, or with the measured "
+      "`profile` (a ProfileDB path; `hardware` then only stands in for the GPU of a CPU-only profile)");
 
   m.def(
       "minimum_budget",
-      [](const py::object& model, const py::object& hardware, int64_t ctx, int threads, const py::object& pcie_cap) {
-        const HardwareSpec hw = hw_arg(hardware);
-        auto cost = make_analytic_cost_model(hw, bandwidth_arg(pcie_cap, "pcie_cap"));
-        return minimum_budget(spec_arg(model), *cost, planner_config(1, ctx, threads > 0 ? threads : hw.cpu_cores, {}, "f32", ""));
+      [](const py::object& model, const py::object& hardware, int64_t ctx, int threads, const py::object& pcie_cap,
+         const py::object& profile) {
+        auto cost = cost_arg(hardware, profile, bandwidth_arg(pcie_cap, "pcie_cap"));
+        return minimum_budget(spec_arg(model), *cost, planner_config(1, ctx, threads > 0 ? threads : cost->max_threads(), {}, "f32", ""));
       },
-      py::arg("model"), py::arg("hardware"), py::arg("ctx") = 4096, py::arg("threads") = 0, py::arg("pcie_cap") = py::none(),
+      py::arg("model"), py::arg("hardware") = py::none(), py::arg("ctx") = 4096, py::arg("threads") = 0, py::arg("pcie_cap") = py::none(),
+      py::arg("profile") = py::none(),
       "The smallest VRAM budget (bytes) for which some schedule fits the decode tier");
 
   // The oracle's experiment handling (for notebooks: what a sweep will run).
@@ -221,6 +350,10 @@ PYBIND11_MODULE(_native, m) {
       py::arg("path"), "The configurations of an experiment YAML (after exclusions and the budget filter)");
   m.def("config_id", &make_config_id, py::arg("weights"), py::arg("budget_bytes"), py::arg("ctx"), py::arg("threads"),
         py::arg("pcie_cap_bytes_per_s"));
-  m.def("profile_hash", &profile_hash, py::arg("hardware"), py::arg("pcie_cap_bytes_per_s") = 0.0);
+  m.def("profile_hash", static_cast<std::string (*)(const std::string&, double)>(&profile_hash), py::arg("hardware"),
+        py::arg("pcie_cap_bytes_per_s") = 0.0, "The profile_hash of sweep rows planned with a hardware datasheet");
+  m.def("load_profile", &profile_dict, py::arg("path"),
+        "A measured ProfileDB (`shardwise profile`) as a dict: path, hash, device, machine (fingerprint), threads, "
+        "pcie_caps_gbps, sync_ms, counts, and the ops, transfers, dram and fits as lists of dicts (pandas-ready)");
   m.def("git_rev", &build_git_rev);
 }

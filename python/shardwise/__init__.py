@@ -5,6 +5,8 @@ DataFrames with the planner-accuracy metrics and plots (pure Python: ``results``
 
     import shardwise
     t = shardwise.plan("nemo8b", "cli3", "4G", ctx=4096, threads=16, pcie_cap="16GB/s")
+    t = shardwise.plan("nemo8b", budget="4G", profile="h200.profile.json")   # measured cost model
+    p = shardwise.load_profile("h200.profile.json")   # fingerprint, counts, fits, ops (lists of dicts)
     shardwise.plans.predictions(t)          # tier x schedule predicted ms
     df = shardwise.load_results("experiments/results/planner_accuracy/oracle.jsonl")
     shardwise.metrics.summarize(df)
@@ -17,6 +19,7 @@ try:
         Error, ModelSpec, HardwareSpec, Plan, PlanTable, TierEntry,
         builtin_specs, builtin_hardware, load_spec, weights_spec, load_hardware, parse_size, parse_bandwidth,
         default_tiers, plan, minimum_budget, experiment_config, expand_experiment, config_id, profile_hash, git_rev,
+        load_profile,
     )
     from . import plans  # noqa: F401
     HAVE_NATIVE = True

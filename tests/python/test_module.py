@@ -60,7 +60,7 @@ def test_experiment_expansion(repo):
     assert c["config_id"] == shardwise.config_id(c["weights"], c["budget_bytes"], c["ctx"], c["threads"], c["pcie_cap_gbps"] * 1e9)
     assert shardwise.config_id("synthetic:nemo8b?dtype=f16&seed=1", 4 << 30, 4096, 16, 16e9) == "674ca5c8da1d4933"
     eff = json.loads(shardwise.experiment_config(str(repo / "experiments" / "planner_accuracy.yaml")))
-    assert eff["tiers"] == [1, 512] and eff["hardware"] == "h200-host"
+    assert eff["tiers"] == [1, 512] and eff["profile"].endswith("h200-host.profile.json")
     assert shardwise.git_rev()
 
 

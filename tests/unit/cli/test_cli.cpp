@@ -274,3 +274,48 @@ TEST_CASE("cli: missing required flags and unknown verbs exit non-zero", "[cli][
     CHECK(r.err.find("terminate called") == std::string::npos);
   }
 }
+
+// The profiler on this machine: a quick CPU-only profile that `plan --profile` accepts for CPU
+// timings and refuses for GPU ones; --validate measures cases outside the grid.
+TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use", "[cli][profile]") {
+  const std::string db = temp_path("quick.profile.json");
+  const Result r = shardwise_cli("profile --quick --device cpu --threads 1,2 --no-progress --out " + quote(db));
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["device"] == "cpu");
+  CHECK(j["gpu_rows"] == 0);
+  CHECK(j["op_rows"].get<int>() > 50);
+  CHECK(j["threads"] == nlohmann::json::array({1, 2}));
+  const std::string text = read_file(db);
+  CHECK(text.size() < 200 * 1024);
+  // Every op class the planner asks for on the CPU was measured at both thread counts.
+  const auto p = nlohmann::json::parse(text);
+  CHECK(p["version"] == 1);
+  // A GPU plan from a CPU-only profile is an error naming the profile ...
+  const Result plan = shardwise_cli("plan --model nemo4b --profile " + quote(db) + " --vram-budget 2G --threads 2 --ctx 1024");
+  CHECK(plan.rc == 1);
+  CHECK_THAT(plan.err, Contains("no GPU rows"));
+  // ... unless a datasheet answers the GPU side (with a warning).
+  const Result plan2 =
+      shardwise_cli("plan --model nemo4b --profile " + quote(db) + " --hw cli2 --vram-budget 2G --threads 2 --ctx 1024 --json");
+  INFO(plan2.err);
+  REQUIRE(plan2.rc == 0);
+  CHECK(nlohmann::json::parse(plan2.out)["predicted_decode_tokens_per_s"].get<double>() > 0);
+  // Validation: cases the grid never saw, predicted vs measured.
+  const Result v = shardwise_cli("profile --validate " + quote(db) + " --quick --no-progress");
+  INFO(v.err);
+  REQUIRE(v.rc == 0);
+  CHECK_THAT(v.out, Contains("all cpu"));
+  CHECK_THAT(v.out, Contains("cpu matmul t2"));
+}
+
+TEST_CASE("cli: profile bad input", "[cli][profile][bad_input]") {
+  require_clean_error("profile --quick --threads 0 --device cpu --out x.json", {"--threads"});
+  require_clean_error("profile --quick --device tpu --out x.json", {"--device"});
+  require_clean_error("profile --quick --device cpu", {"--out"});
+  const std::string bad = temp_path("bad.profile.json");
+  write_file(bad, "{\"version\": 1, \"device\": \"cpu\"");
+  require_clean_error("profile --validate " + quote(bad), {"bad.profile.json"});
+  require_clean_error("plan --model nemo4b --profile " + quote(bad) + " --vram-budget 2G", {"bad.profile.json"});
+}

@@ -1,0 +1,414 @@
+// costmodel/measured_cost_model.cpp — the CostModel that answers from a measured ProfileDB (see
+// profile_db.h for the rules). Everything is indexed once in the constructor (classes by a packed
+// key, shapes by a hash, per-token-count least-squares fits solved up front), so a query is a few
+// hash lookups, binary searches and logarithms: the planner asks ~10^5 times per plan table.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "costmodel/profile_math.h"
+
+namespace shardwise {
+namespace {
+
+using namespace profile_math;
+
+uint64_t class_key(Backend b, OpKind k, DType d, int threads, bool contention) {
+  return (static_cast<uint64_t>(b) << 60) | (static_cast<uint64_t>(contention) << 59) | (static_cast<uint64_t>(k) << 52) |
+         (static_cast<uint64_t>(d) << 32) | static_cast<uint32_t>(threads);
+}
+
+// Every Op field but `tokens` that the kind uses; element-wise kinds have one curve in `elems`.
+using ShapeKey = std::array<int64_t, 4>;
+struct ShapeHash {
+  size_t operator()(const ShapeKey& s) const {
+    uint64_t h = 14695981039346656037ull;
+    for (int64_t v : s) {
+      h ^= static_cast<uint64_t>(v);
+      h *= 1099511628211ull;
+    }
+    return static_cast<size_t>(h);
+  }
+};
+ShapeKey shape_key(const Op& op) {
+  switch (op.kind) {
+    case OpKind::Matmul: return {op.rows, op.cols, 0, 0};
+    case OpKind::MoeExperts: return {op.rows, op.cols, op.n_experts, op.top_k};
+    case OpKind::Attention: return {op.ctx, op.n_heads, op.n_kv_heads, op.head_dim};
+    default: return {0, 0, 0, 0};
+  }
+}
+
+// Log-log interpolation between (x1, y1) and (x2, y2).
+double loglog(double x, double x1, double y1, double x2, double y2) {
+  const double f = (std::log(x) - std::log(x1)) / (std::log(x2) - std::log(x1));
+  return y1 * std::exp(f * (std::log(y2) - std::log(y1)));
+}
+
+// Measured times of one shape, ascending in x (tokens; elems for element-wise kinds).
+struct Curve {
+  Op proto;  // the shape (tokens of the first point)
+  std::vector<double> x, ms;
+  // x must lie in [x.front(), x.back()]; a measured x gives its time exactly.
+  double at(double v) const {
+    const size_t i = static_cast<size_t>(std::lower_bound(x.begin(), x.end(), v) - x.begin());
+    if (x[i] == v) return ms[i];
+    return loglog(v, x[i - 1], ms[i - 1], x[i], ms[i]);
+  }
+  bool covers(double v) const { return v >= x.front() && v <= x.back(); }
+};
+
+// ms = c + a·bytes + b·flops over the shapes measured at one token count, or c + max(a·bytes,
+// b·flops) where that fits them better (shapes on both sides of the ridge at this count).
+struct TokenFit {
+  double tokens, c, a, b;
+  bool max_form;
+  double at(const Op& op) const {
+    Op q = op;
+    q.tokens = static_cast<int64_t>(tokens);
+    const double mem = a * op_bytes(q), comp = b * q.flops();
+    return c + (max_form ? std::max(mem, comp) : mem + comp);
+  }
+};
+
+struct Class {
+  bool by_elems = false;
+  std::unordered_map<ShapeKey, Curve, ShapeHash> shapes;
+  std::vector<TokenFit> token_fits;  // ascending tokens; only counts with >= 3 shapes and a fit
+  RooflineFit fit;
+  double concurrent_gbps = 0;  // contention classes: median PCIe rate the rows ran with
+
+  double ms(const Op& op) const {
+    if (by_elems) {
+      const Curve& c = shapes.begin()->second;
+      const double e = static_cast<double>(op.elems);
+      if (c.covers(e)) return c.at(e);
+      return roofline_ms(fit, op_bytes(op), op.flops());
+    }
+    const double n = static_cast<double>(op.tokens);
+    // Between two measured token counts the ratio measured / fitted roofline is interpolated
+    // (log-log), not the time itself: exact at the measured counts, and it follows the roofline's
+    // bend where the op turns from memory- to compute-bound between them.
+    auto roof = [&](double tokens) {
+      Op q = op;
+      q.tokens = static_cast<int64_t>(tokens);
+      return roofline_ms(fit, op_bytes(q), q.flops());
+    };
+    auto between = [&](double x1, double y1, double x2, double y2) {
+      const double r1 = roof(x1), r2 = roof(x2), rq = roof(n);
+      if (r1 > 0 && r2 > 0 && rq > 0 && std::isfinite(r1) && std::isfinite(r2) && std::isfinite(rq))
+        return rq * loglog(n, x1, y1 / r1, x2, y2 / r2);
+      return loglog(n, x1, y1, x2, y2);
+    };
+    auto it = shapes.find(shape_key(op));
+    if (it != shapes.end() && it->second.covers(n)) {
+      const Curve& c = it->second;
+      const size_t i = static_cast<size_t>(std::lower_bound(c.x.begin(), c.x.end(), n) - c.x.begin());
+      if (c.x[i] == n) return c.ms[i];
+      return between(c.x[i - 1], c.ms[i - 1], c.x[i], c.ms[i]);
+    }
+    if (!token_fits.empty() && n >= token_fits.front().tokens && n <= token_fits.back().tokens) {
+      const auto hi = std::lower_bound(token_fits.begin(), token_fits.end(), n,
+                                       [](const TokenFit& f, double v) { return f.tokens < v; });
+      const double t2 = hi->at(op);
+      if (hi->tokens == n) {
+        if (t2 > 0 && std::isfinite(t2)) return t2;
+      } else {
+        const auto lo = hi - 1;
+        const double t1 = lo->at(op);
+        if (t1 > 0 && t2 > 0 && std::isfinite(t1) && std::isfinite(t2)) return between(lo->tokens, t1, hi->tokens, t2);
+      }
+    }
+    return roofline_ms(fit, op_bytes(op), op.flops());
+  }
+};
+
+// Measured copies of one (direction, pinned) under the model's cap, ascending in bytes.
+struct CopyCurve {
+  std::vector<double> bytes, ms;
+  double cap_gbps = 0;  // uncapped rows held to the model's cap (0: none, or rows measured under it)
+  double ms_at(double b) const {
+    double t;
+    const size_t n = bytes.size();
+    if (b <= bytes.front()) {
+      // Below the smallest size: the first segment's log-log slope, between flat (latency) and linear.
+      double s = n > 1 ? std::log(ms[1] / ms[0]) / std::log(bytes[1] / bytes[0]) : 1.0;
+      s = std::min(1.0, std::max(0.0, s));
+      t = ms[0] * std::pow(b / bytes[0], s);
+    } else if (b >= bytes.back()) {
+      t = ms.back() * b / bytes.back();  // at the largest size's rate
+    } else {
+      const size_t i = static_cast<size_t>(std::lower_bound(bytes.begin(), bytes.end(), b) - bytes.begin());
+      t = bytes[i] == b ? ms[i] : loglog(b, bytes[i - 1], ms[i - 1], bytes[i], ms[i]);
+    }
+    return cap_gbps > 0 ? std::max(t, b / (cap_gbps * 1e6)) : t;
+  }
+  double gbps() const { return bytes.back() / ms.back() / 1e6; }
+};
+
+// A sweep builds one model per configuration: say it once per process.
+void warn_once(const std::string& message) {
+  static std::mutex mu;
+  static std::set<std::string> said;
+  std::lock_guard<std::mutex> lock(mu);
+  if (said.insert(message).second) log_warn(message);
+}
+
+// Sorted (x, y) pairs with equal x merged by their geometric mean.
+void sort_merge(std::vector<std::pair<double, double>>& v, std::vector<double>* xs, std::vector<double>* ys) {
+  std::sort(v.begin(), v.end());
+  for (size_t i = 0; i < v.size();) {
+    size_t j = i;
+    double log_sum = 0;
+    while (j < v.size() && v[j].first == v[i].first) log_sum += std::log(v[j++].second);
+    xs->push_back(v[i].first);
+    ys->push_back(j - i == 1 ? v[i].second : std::exp(log_sum / static_cast<double>(j - i)));
+    i = j;
+  }
+}
+
+class MeasuredCostModel : public CostModel {
+ public:
+  MeasuredCostModel(const ProfileDB& db, const MeasuredOptions& o)
+      : origin_(db.origin.empty() ? std::string("(unnamed)") : db.origin), has_gpu_(db.has_gpu()), sync_ms_(db.sync_ms),
+        cap_gbps_(o.pcie_cap_bytes_per_s / 1e9), vram_(db.machine.vram_bytes) {
+    if (!(o.pcie_cap_bytes_per_s >= 0) || !std::isfinite(o.pcie_cap_bytes_per_s)) fail("PCIe cap must not be negative");
+    for (int t : db.threads) max_threads_ = std::max(max_threads_, t);
+    describe_ = str_cat("profile ", db.machine.gpu_name.empty() || !has_gpu_ ? db.machine.cpu_model : db.machine.gpu_name, " (",
+                        profile_hash(db), ")");
+    if (!has_gpu_ && o.gpu_fallback) {
+      fallback_ = make_analytic_cost_model(*o.gpu_fallback, o.pcie_cap_bytes_per_s);
+      vram_ = o.gpu_fallback->vram_bytes;
+      describe_ += str_cat(" with the GPU of ", o.gpu_fallback->name, " (datasheet)");
+      warn_once(str_cat("the profile ", origin_, " was measured without a GPU: GPU ops and copies are predicted from the datasheet of ",
+                        o.gpu_fallback->name, " (analytic, not measured)"));
+    }
+    index_ops(db, o.use_contention);
+    if (has_gpu_) index_copies(db);
+  }
+
+  double op_ms(const Op& op, const ExecEnv& env) const override {
+    const DType dt = class_dtype(op);
+    if (env.backend == Backend::Gpu) {
+      if (!has_gpu_) return gpu_fallback().op_ms(op, env);
+      return find_class(Backend::Gpu, op.kind, dt, 0, false).ms(op);
+    }
+    auto fam = cpu_threads_.find(class_key(Backend::Cpu, op.kind, dt, 0, false));
+    if (sized_by_elems(op.kind))
+      for (OpKind proxy : {OpKind::Elementwise, OpKind::Norm, OpKind::Rope, OpKind::Embed})
+        if (fam == cpu_threads_.end()) fam = cpu_threads_.find(class_key(Backend::Cpu, proxy, dt, 0, false));
+    if (fam == cpu_threads_.end()) missing_class(Backend::Cpu, op.kind, dt);
+    const std::vector<int>& T = fam->second;
+    const int t = std::max(1, env.threads);
+    if (t <= T.front()) return cpu_ms(op, dt, T.front(), env.concurrent_pcie_gbps);
+    if (t >= T.back()) return cpu_ms(op, dt, T.back(), env.concurrent_pcie_gbps);
+    const size_t i = static_cast<size_t>(std::lower_bound(T.begin(), T.end(), t) - T.begin());
+    if (T[i] == t) return cpu_ms(op, dt, t, env.concurrent_pcie_gbps);
+    return loglog(t, T[i - 1], cpu_ms(op, dt, T[i - 1], env.concurrent_pcie_gbps), T[i],
+                  cpu_ms(op, dt, T[i], env.concurrent_pcie_gbps));
+  }
+
+  double transfer_ms(uint64_t bytes, Direction dir, bool pinned) const override {
+    if (!has_gpu_) return gpu_fallback().transfer_ms(bytes, dir, pinned);
+    if (bytes == 0) return 0;
+    return copy_curve(dir, pinned).ms_at(static_cast<double>(bytes));
+  }
+
+  double pcie_gbps(Direction dir) const override {
+    if (!has_gpu_) return gpu_fallback().pcie_gbps(dir);
+    return copy_curve(dir, true).gbps();
+  }
+
+  double sync_ms() const override {
+    if (!has_gpu_) return gpu_fallback().sync_ms();
+    return sync_ms_;
+  }
+  int max_threads() const override { return max_threads_; }
+  uint64_t vram_bytes() const override { return vram_; }
+  std::string describe() const override { return describe_; }
+
+ private:
+  const CostModel& gpu_fallback() const {
+    if (!fallback_)
+      fail("the profile ", origin_, " has no GPU rows (measured on a machine without a GPU): plan with --hw NAME or a GPU profile");
+    return *fallback_;
+  }
+
+  [[noreturn]] void missing_class(Backend b, OpKind k, DType dt) const {
+    std::string have;
+    for (const auto& [key, c] : measured_)
+      if (static_cast<Backend>(key >> 60) == b) {
+        const std::string name = c;
+        if (have.find(name) == std::string::npos) have += (have.empty() ? "" : ", ") + name;
+      }
+    fail("the profile ", origin_, " has no ", backend_name(b), " measurements of ", op_kind_name(k),
+         sized_by_elems(k) ? "" : str_cat(" ", dtype_name(dt)), " (it measured: ", have.empty() ? "nothing" : have,
+         "): re-run `shardwise profile` with a profiler that covers it, or plan a model whose dtypes were measured");
+  }
+
+  const Class& find_class(Backend b, OpKind k, DType dt, int threads, bool contention) const {
+    auto it = classes_.find(class_key(b, k, dt, threads, contention));
+    if (it != classes_.end()) return it->second;
+    // The f32 streaming ops stand in for each other (the profiler times rope and embed on the CPU only).
+    if (sized_by_elems(k))
+      for (OpKind proxy : {OpKind::Elementwise, OpKind::Norm, OpKind::Rope, OpKind::Embed}) {
+        it = classes_.find(class_key(b, proxy, dt, threads, contention));
+        if (it != classes_.end()) return it->second;
+      }
+    missing_class(b, k, dt);
+  }
+
+  // CPU time with exactly `threads` (a profiled count), blended towards the contention rows.
+  double cpu_ms(const Op& op, DType dt, int threads, double concurrent_gbps) const {
+    const double alone = find_class(Backend::Cpu, op.kind, dt, threads, false).ms(op);
+    if (concurrent_gbps <= 0) return alone;
+    auto it = classes_.find(class_key(Backend::Cpu, op.kind, dt, threads, true));
+    if (it == classes_.end()) return alone;
+    const Class& c = it->second;
+    const double w = c.concurrent_gbps > 0 ? std::min(1.0, concurrent_gbps / c.concurrent_gbps) : 1.0;
+    return alone + w * (c.ms(op) - alone);
+  }
+
+  const CopyCurve& copy_curve(Direction dir, bool pinned) const {
+    const CopyCurve& c = copies_[dir == Direction::HostToDevice ? 0 : 1][pinned ? 0 : 1];
+    if (c.bytes.empty())
+      fail("the profile ", origin_, " has no ", dir == Direction::HostToDevice ? "host-to-device" : "device-to-host",
+           " copies measured", cap_gbps_ > 0 ? str_cat(" uncapped or at ", cap_gbps_, " GB/s") : "",
+           ": re-run `shardwise profile` on the GPU machine");
+    return c;
+  }
+
+  void index_ops(const ProfileDB& db, bool use_contention) {
+    std::map<uint64_t, std::vector<const OpSample*>> rows;
+    for (const OpSample& s : db.ops) {
+      if (s.contention && (!use_contention || s.backend == Backend::Gpu)) continue;  // GPU rows under DRAM load: not modelled
+      if (s.backend == Backend::Gpu && !has_gpu_) continue;
+      const DType dt = class_dtype(s.op);
+      rows[class_key(s.backend, s.op.kind, dt, s.threads, s.contention)].push_back(&s);
+      if (!s.contention) {
+        const std::string name = sized_by_elems(s.op.kind) ? op_kind_name(s.op.kind) : str_cat(op_kind_name(s.op.kind), " ", dtype_name(dt));
+        measured_[class_key(s.backend, s.op.kind, dt, 0, false)] = name;
+      }
+    }
+    // The fits: those stored, else fitted now (a profile written without them).
+    std::map<uint64_t, RooflineFit> fits;
+    for (const RooflineFit& f : db.fits) fits[class_key(f.backend, f.kind, f.dtype, f.threads, f.contention)] = f;
+    bool missing = false;
+    for (const auto& r : rows) missing |= !fits.count(r.first);
+    if (missing) {
+      ProfileDB copy = db;
+      fit_profile(copy);
+      for (const RooflineFit& f : copy.fits) fits.emplace(class_key(f.backend, f.kind, f.dtype, f.threads, f.contention), f);
+    }
+
+    for (auto& [key, samples] : rows) {
+      Class c;
+      const OpSample& first = *samples.front();
+      c.by_elems = sized_by_elems(first.op.kind);
+      c.fit = fits.at(key);
+      std::unordered_map<ShapeKey, std::vector<std::pair<double, double>>, ShapeHash> pts;
+      std::vector<double> rates;
+      for (const OpSample* s : samples) {
+        const ShapeKey k = shape_key(s->op);
+        if (!c.shapes.count(k)) c.shapes[k].proto = s->op;
+        pts[k].emplace_back(static_cast<double>(c.by_elems ? s->op.elems : s->op.tokens), s->ms);
+        rates.push_back(s->concurrent_gbps);
+      }
+      for (auto& [k, v] : pts) sort_merge(v, &c.shapes[k].x, &c.shapes[k].ms);
+      std::nth_element(rates.begin(), rates.begin() + rates.size() / 2, rates.end());
+      c.concurrent_gbps = rates[rates.size() / 2];
+      if (!c.by_elems) index_token_fits(c);
+      classes_.emplace(key, std::move(c));
+      if (first.backend == Backend::Cpu && !first.contention) {
+        auto& T = cpu_threads_[class_key(Backend::Cpu, first.op.kind, class_dtype(first.op), 0, false)];
+        T.insert(std::lower_bound(T.begin(), T.end(), first.threads), first.threads);
+      }
+    }
+  }
+
+  // At every token count measured for >= 3 shapes: ms = c + a·bytes + b·flops, non-negative least
+  // squares in relative error (weights 1/ms), columns scaled to [0, 1]; or the roofline form where
+  // its relative error is smaller.
+  static void index_token_fits(Class& c) {
+    std::map<double, std::vector<std::pair<const Curve*, double>>> by_tokens;  // tokens -> (shape, ms)
+    for (const auto& [k, curve] : c.shapes)
+      for (size_t i = 0; i < curve.x.size(); ++i) by_tokens[curve.x[i]].emplace_back(&curve, curve.ms[i]);
+    for (const auto& [n, pts] : by_tokens) {
+      if (pts.size() < 3) continue;
+      std::vector<double> B, F;
+      double sb = 0, sf = 0;
+      for (const auto& p : pts) {
+        Op q = p.first->proto;
+        q.tokens = static_cast<int64_t>(n);
+        B.push_back(op_bytes(q));
+        F.push_back(q.flops());
+        sb = std::max(sb, B.back());
+        sf = std::max(sf, F.back());
+      }
+      if (sb <= 0 || sf <= 0) continue;
+      Eigen::MatrixX3d A(pts.size(), 3);
+      for (size_t i = 0; i < pts.size(); ++i) {
+        const double w = 1.0 / pts[i].second;
+        A(i, 0) = w;
+        A(i, 1) = B[i] / sb * w;
+        A(i, 2) = F[i] / sf * w;
+      }
+      const Nnls3 s = nnls3_design(A, Eigen::VectorXd::Ones(pts.size()), {true, true, true});
+      std::vector<FitPoint> fp;
+      for (size_t i = 0; i < pts.size(); ++i) fp.push_back({B[i], F[i], pts[i].second});
+      const RooflineParams r = fit_roofline(fp);
+      if (s.ok && s.objective <= r.rel_sse) c.token_fits.push_back({n, s.x(0), s.x(1) / sb, s.x(2) / sf, false});
+      else c.token_fits.push_back({n, r.o, r.x, r.y, true});
+    }
+  }
+
+  void index_copies(const ProfileDB& db) {
+    for (int d = 0; d < 2; ++d)
+      for (int p = 0; p < 2; ++p) {
+        const Direction dir = d == 0 ? Direction::HostToDevice : Direction::DeviceToHost;
+        const bool pinned = p == 0;
+        // Rows measured under this very cap, else the uncapped rows held to the cap.
+        std::vector<std::pair<double, double>> capped, free;
+        for (const TransferSample& t : db.transfers) {
+          if (t.dir != dir || t.pinned != pinned) continue;
+          if (cap_gbps_ > 0 && std::fabs(t.cap_gbps - cap_gbps_) <= 1e-3 * cap_gbps_)
+            capped.emplace_back(static_cast<double>(t.bytes), t.ms);
+          else if (t.cap_gbps == 0)
+            free.emplace_back(static_cast<double>(t.bytes),
+                              cap_gbps_ > 0 ? std::max(t.ms, static_cast<double>(t.bytes) / (cap_gbps_ * 1e6)) : t.ms);
+        }
+        auto& pts = capped.empty() ? free : capped;
+        if (!pts.empty()) sort_merge(pts, &copies_[d][p].bytes, &copies_[d][p].ms);
+        copies_[d][p].cap_gbps = capped.empty() ? cap_gbps_ : 0;
+      }
+    // Pageable copies not measured: the pinned ones (a pageable copy is never faster).
+    for (int d = 0; d < 2; ++d)
+      if (copies_[d][1].bytes.empty()) copies_[d][1] = copies_[d][0];
+  }
+
+  std::string origin_;
+  bool has_gpu_;
+  double sync_ms_;
+  double cap_gbps_;
+  uint64_t vram_;
+  int max_threads_ = 1;
+  std::string describe_;
+  std::unique_ptr<CostModel> fallback_;
+  std::unordered_map<uint64_t, Class> classes_;
+  std::unordered_map<uint64_t, std::vector<int>> cpu_threads_;  // profiled thread counts of each CPU class (alone)
+  std::map<uint64_t, std::string> measured_;                     // class (threads 0, alone) -> "matmul q4_0"
+  CopyCurve copies_[2][2];                                       // [h2d, d2h][pinned, pageable]
+};
+
+}  // namespace
+
+std::unique_ptr<CostModel> make_measured_cost_model(const ProfileDB& db, const MeasuredOptions& options) {
+  return std::make_unique<MeasuredCostModel>(db, options);
+}
+
+}  // namespace shardwise

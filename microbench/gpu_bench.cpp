@@ -1,0 +1,333 @@
+// microbench/gpu_bench.cpp — GpuBench over CUDA (see gpu_bench.h). Built only with CUDA.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "core/error.h"
+#include "core/host_buffer.h"
+#include "core/thread_pool.h"
+#include "executor/cuda/cuda_kernels.h"
+#include "executor/device/device.h"
+#include "executor/model/moe_routing.h"
+#include "microbench/gpu_bench.h"
+#include "microbench/random_fill.h"
+
+namespace shardwise {
+namespace {
+
+void ck(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("profile (GPU): ", what, ": ", cudaGetErrorString(e));
+}
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+class CudaBench final : public GpuBench {
+ public:
+  explicit CudaBench(uint64_t set_bytes) : set_bytes_(set_bytes) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) fail("profile: no CUDA device (use --device cpu)");
+    ck(cudaSetDevice(0), "cudaSetDevice");
+    cudaDeviceProp p{};
+    ck(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
+    name_ = p.name;
+    vram_ = p.totalGlobalMem;
+    ck(cudaDriverGetVersion(&driver_), "cudaDriverGetVersion");
+    ck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) fail("profile: cublasCreate failed");
+    ck(cudaEventCreate(&e0_), "cudaEventCreate");
+    ck(cudaEventCreate(&e1_), "cudaEventCreate");
+    ck(cudaMalloc(&set_, set_bytes_), "cudaMalloc weight set");
+    ws_bytes_ = 512ull << 20;
+    ck(cudaMalloc(&ws_, ws_bytes_), "cudaMalloc workspace");
+  }
+  ~CudaBench() override {
+    if (traffic_.joinable()) stop_copy_traffic();
+    for (void* p : {static_cast<void*>(set_), static_cast<void*>(ws_), static_cast<void*>(act_), static_cast<void*>(moe_),
+                    static_cast<void*>(kv_), static_cast<void*>(tr_dev_)})
+      if (p) cudaFree(p);
+    if (tr_host_) cudaFreeHost(tr_host_);
+    cudaEventDestroy(e0_);
+    cudaEventDestroy(e1_);
+    cublasDestroy(blas_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return name_; }
+  int driver_version() const override { return driver_; }
+  uint64_t vram_bytes() const override { return vram_; }
+
+  double time_op(const Op& op) override {
+    switch (op.kind) {
+      case OpKind::Matmul: return matmul(op);
+      case OpKind::Attention: return attention(op);
+      case OpKind::MoeExperts: return moe(op);
+      case OpKind::Norm: return norm(op);
+      case OpKind::Elementwise: return elementwise(op);
+      default: fail("profile: no GPU runner for ", op_kind_name(op.kind));
+    }
+  }
+
+  double sync_ms() override {
+    ck(cudaStreamSynchronize(stream_), "sync");
+    const auto t0 = Clock::now();
+    ck(cudaStreamSynchronize(stream_), "sync");
+    return ms_since(t0);
+  }
+
+  double launch_ms() override {
+    float* x = activations(2 * 4096);
+    ck(cudaStreamSynchronize(stream_), "sync");
+    const int n = 20;
+    const auto t0 = Clock::now();
+    for (int i = 0; i < n; ++i) cuda_swiglu(x, x + 4096, 1, 32, stream_);
+    ck(cudaStreamSynchronize(stream_), "sync");
+    return ms_since(t0) / n;
+  }
+
+  double time_copy(Direction dir, bool pinned, uint64_t bytes, double cap) override {
+    ensure_copy_device(bytes);
+    dev_->set_pcie_cap(cap);
+    void* host = pinned ? pinned_.data() : pageable_.data();
+    const auto t0 = Clock::now();
+    if (dir == Direction::HostToDevice) dev_->copy_h2d(arena_, host, bytes);
+    else dev_->copy_d2h(host, arena_, bytes);
+    dev_->synchronize();
+    return ms_since(t0);
+  }
+
+  void start_copy_traffic() override {
+    if (traffic_.joinable()) fail("profile: copy traffic already running");
+    const uint64_t chunk = 256ull << 20;
+    if (!tr_host_) {
+      ck(cudaHostAlloc(&tr_host_, 2 * chunk, cudaHostAllocDefault), "cudaHostAlloc (copy traffic)");
+      std::memset(tr_host_, 1, 2 * chunk);
+      ck(cudaMalloc(&tr_dev_, 2 * chunk), "cudaMalloc (copy traffic)");
+      ck(cudaStreamCreateWithFlags(&tr_s_[0], cudaStreamNonBlocking), "cudaStreamCreate");
+      ck(cudaStreamCreateWithFlags(&tr_s_[1], cudaStreamNonBlocking), "cudaStreamCreate");
+    }
+    stop_.store(false);
+    moved_ = 0;
+    traffic_ = std::thread([this, chunk] {
+      ck(cudaSetDevice(0), "cudaSetDevice");
+      const auto t0 = Clock::now();
+      uint64_t moved = 0;
+      while (!stop_.load()) {
+        cudaMemcpyAsync(tr_dev_, tr_host_, chunk, cudaMemcpyHostToDevice, tr_s_[0]);
+        cudaMemcpyAsync(static_cast<uint8_t*>(tr_host_) + chunk, static_cast<uint8_t*>(tr_dev_) + chunk, chunk,
+                        cudaMemcpyDeviceToHost, tr_s_[1]);
+        cudaStreamSynchronize(tr_s_[0]);
+        cudaStreamSynchronize(tr_s_[1]);
+        moved += 2 * chunk;
+      }
+      traffic_ms_ = ms_since(t0);
+      moved_ = moved;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the engines are busy before timing starts
+  }
+
+  double stop_copy_traffic() override {
+    if (!traffic_.joinable()) return 0;
+    stop_.store(true);
+    traffic_.join();
+    return traffic_ms_ > 0 ? static_cast<double>(moved_) / (traffic_ms_ * 1e6) : 0;
+  }
+
+ private:
+  template <class F>
+  double timed(F&& f) {
+    ck(cudaEventRecord(e0_, stream_), "cudaEventRecord");
+    f();
+    ck(cudaEventRecord(e1_, stream_), "cudaEventRecord");
+    ck(cudaEventSynchronize(e1_), "cudaEventSynchronize");
+    float ms = 0;
+    ck(cudaEventElapsedTime(&ms, e0_, e1_), "cudaEventElapsedTime");
+    return ms;
+  }
+
+  void use(DType dt) {
+    if (filled_ == static_cast<int>(dt)) return;
+    const std::vector<uint8_t> pat = random_pattern(dt, 2000 + static_cast<uint64_t>(dt));
+    // Pattern once, then doubling device-to-device copies.
+    const uint64_t pb = std::min<uint64_t>(pat.size(), set_bytes_);
+    ck(cudaMemcpy(set_, pat.data(), pb, cudaMemcpyHostToDevice), "fill weight set");
+    uint64_t have = pb;
+    while (have < set_bytes_) {
+      const uint64_t n = std::min(have, set_bytes_ - have) / pb * pb;
+      if (n == 0) break;
+      ck(cudaMemcpy(set_ + have, set_, n, cudaMemcpyDeviceToDevice), "fill weight set");
+      have += n;
+    }
+    filled_ = static_cast<int>(dt);
+  }
+
+  const uint8_t* next(uint64_t bytes) {
+    const uint64_t copies = std::max<uint64_t>(1, set_bytes_ / bytes);
+    return set_ + (turn_++ % copies) * bytes;
+  }
+
+  float* activations(uint64_t floats) {
+    if (floats > act_floats_) {
+      if (act_) cudaFree(act_);
+      ck(cudaMalloc(&act_, floats * sizeof(float)), "cudaMalloc activations");
+      std::vector<float> h(floats);
+      for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<float>((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+      ck(cudaMemcpy(act_, h.data(), floats * sizeof(float), cudaMemcpyHostToDevice), "activations");
+      act_floats_ = floats;
+    }
+    return act_;
+  }
+
+  double matmul(const Op& op) {
+    use(op.dtype);
+    const uint64_t wb = static_cast<uint64_t>(op.rows) * dtype_row_bytes(op.dtype, op.cols);
+    SW_CHECK(wb <= set_bytes_, "profile: matrix larger than the GPU weight set");
+    float* x = activations(static_cast<uint64_t>(op.tokens) * static_cast<uint64_t>(op.cols + op.rows));
+    float* y = x + op.tokens * op.cols;
+    DevMat w{op.dtype, op.rows, op.cols, next(wb)};
+    return timed([&] { cuda_matmul(w, x, op.cols, op.tokens, y, op.rows, false, ws_, ws_bytes_, stream_, blas_); });
+  }
+
+  double attention(const Op& op) {
+    const uint64_t kvd = static_cast<uint64_t>(op.n_kv_heads * op.head_dim), qd = static_cast<uint64_t>(op.n_heads * op.head_dim);
+    const uint64_t rows = static_cast<uint64_t>(op.ctx + op.tokens);
+    if (2 * rows * kvd > kv_floats_) {
+      if (kv_) cudaFree(kv_);
+      kv_floats_ = 2 * rows * kvd;
+      ck(cudaMalloc(&kv_, kv_floats_ * sizeof(float)), "cudaMalloc KV");
+      ck(cudaMemset(kv_, 0x3c, kv_floats_ * sizeof(float)), "KV fill");  // 0.0115 everywhere: finite, non-zero
+    }
+    float* q = activations(2 * static_cast<uint64_t>(op.tokens) * qd);
+    float* out = q + op.tokens * qd;
+    return timed([&] {
+      cuda_attention(q, kv_, kv_ + rows * kvd, out, op.tokens, op.ctx, op.n_heads, op.n_kv_heads, op.head_dim, ws_, ws_bytes_,
+                     stream_);
+    });
+  }
+
+  // The MoE FFN block (norm, routed experts, combine) of a qwen3_moe layer, tokens routed at random.
+  double moe(const Op& op) {
+    const uint64_t one = static_cast<uint64_t>(op.rows) * dtype_row_bytes(op.dtype, op.cols);
+    const uint64_t down = static_cast<uint64_t>(op.cols) * dtype_row_bytes(op.dtype, op.rows);
+    const uint64_t total = static_cast<uint64_t>(op.n_experts) * (2 * one + down);
+    const std::string key = std::to_string(static_cast<int>(op.dtype)) + "/" + std::to_string(op.n_experts) + "/" +
+                            std::to_string(op.rows) + "/" + std::to_string(op.cols) + "/" + std::to_string(op.top_k);
+    if (key != moe_key_) {
+      if (moe_) cudaFree(moe_);
+      ck(cudaMalloc(&moe_, total + static_cast<uint64_t>(op.cols) * 4), "cudaMalloc experts");
+      const std::vector<uint8_t> pat = random_pattern(op.dtype, 3000);
+      for (uint64_t off = 0; off < total; off += pat.size())
+        ck(cudaMemcpy(moe_ + off, pat.data(), std::min<uint64_t>(pat.size(), total - off), cudaMemcpyHostToDevice), "experts");
+      std::vector<float> ones(static_cast<size_t>(op.cols), 1.0f);
+      ck(cudaMemcpy(moe_ + total, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice), "ffn norm");
+      ModelSpec spec;
+      spec.family = Family::Qwen3Moe;
+      spec.hidden_size = op.cols;
+      spec.moe_intermediate_size = op.rows;
+      spec.num_experts = op.n_experts;
+      spec.num_experts_per_tok = op.top_k;
+      spec.num_attention_heads = 1;
+      spec.num_key_value_heads = 1;
+      spec.head_dim = 32;
+      spec.num_hidden_layers = 1;
+      spec.dtype = op.dtype;
+      moe_spec_ = spec;
+      kernels_ = make_cuda_kernels(spec, RopeStyle::Neox, stream_, blas_);
+      layer_ = DevLayer();
+      layer_.ffn_norm = reinterpret_cast<const float*>(moe_ + total);
+      layer_.gate_dtype = layer_.up_dtype = layer_.down_dtype = op.dtype;
+      for (int64_t e = 0; e < op.n_experts; ++e) {
+        layer_.gate_exp.push_back(moe_ + static_cast<uint64_t>(e) * one);
+        layer_.up_exp.push_back(moe_ + static_cast<uint64_t>(op.n_experts) * one + static_cast<uint64_t>(e) * one);
+        layer_.down_exp.push_back(moe_ + 2 * static_cast<uint64_t>(op.n_experts) * one + static_cast<uint64_t>(e) * down);
+      }
+      moe_key_ = key;
+    }
+    std::vector<float> logits(static_cast<size_t>(op.tokens * op.n_experts));
+    uint64_t s = 0x9e3779b97f4a7c15ull * (++moe_turn_);
+    for (auto& l : logits) {
+      s ^= s << 13;
+      s ^= s >> 7;
+      s ^= s << 17;
+      l = static_cast<float>(s % 10007) / 5003.5f - 1.0f;
+    }
+    const MoeRouting routing = route_tokens(logits.data(), op.tokens, op.n_experts, op.top_k, true);
+    const uint64_t need = cuda_kernels_workspace_bytes(moe_spec_, op.tokens);
+    const uint64_t ws = std::min(need, ws_bytes_);
+    float* x = activations(static_cast<uint64_t>(op.tokens * op.cols));
+    kernels_->set_workspace(ws_, ws);
+    kernels_->prepare_step(0, op.tokens);
+    return timed([&] { kernels_->ffn(layer_, x, op.tokens, &routing); });
+  }
+
+  double norm(const Op& op) {
+    const int64_t dim = 4096, rows = std::max<int64_t>(1, op.elems / dim);
+    float* x = activations(static_cast<uint64_t>(2 * rows * dim + dim));
+    return timed([&] { cuda_rms_norm(x, x + 2 * rows * dim, 1e-6f, x + rows * dim, rows, dim, stream_); });
+  }
+
+  double elementwise(const Op& op) {
+    float* x = activations(static_cast<uint64_t>(2 * op.elems));
+    return timed([&] { cuda_swiglu(x, x + op.elems, 1, op.elems, stream_); });
+  }
+
+  void ensure_copy_device(uint64_t bytes) {
+    if (dev_ && bytes <= copy_bytes_) return;
+    SW_CHECK(!dev_, "profile: copies larger than the first size's buffers");
+    copy_bytes_ = std::max<uint64_t>(bytes, 1ull << 30);
+    dev_ = make_cuda_device(0);
+    arena_ = dev_->allocate_arena(copy_bytes_);
+    pinned_ = HostBuffer(copy_bytes_);
+    pageable_ = HostBuffer(copy_bytes_);
+    std::memset(pinned_.data(), 7, copy_bytes_);
+    std::memset(pageable_.data(), 9, copy_bytes_);
+    dev_->pin_host(pinned_.data(), copy_bytes_);
+  }
+
+  uint64_t set_bytes_;
+  std::string name_;
+  uint64_t vram_ = 0;
+  int driver_ = 0;
+  cudaStream_t stream_{};
+  cublasHandle_t blas_{};
+  cudaEvent_t e0_{}, e1_{};
+  uint8_t* set_ = nullptr;
+  uint8_t* ws_ = nullptr;
+  uint64_t ws_bytes_ = 0;
+  float* act_ = nullptr;
+  uint64_t act_floats_ = 0;
+  float* kv_ = nullptr;
+  uint64_t kv_floats_ = 0;
+  uint8_t* moe_ = nullptr;
+  std::string moe_key_;
+  ModelSpec moe_spec_;
+  std::unique_ptr<DeviceKernels> kernels_;
+  DevLayer layer_;
+  uint64_t moe_turn_ = 0;
+  int filled_ = -1;
+  uint64_t turn_ = 0;
+  // copies through the executor's device
+  std::unique_ptr<Device> dev_;
+  uint8_t* arena_ = nullptr;
+  uint64_t copy_bytes_ = 0;
+  HostBuffer pinned_, pageable_;
+  // background traffic
+  void* tr_host_ = nullptr;
+  uint8_t* tr_dev_ = nullptr;
+  cudaStream_t tr_s_[2]{};
+  std::thread traffic_;
+  std::atomic<bool> stop_{false};
+  uint64_t moved_ = 0;
+  double traffic_ms_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<GpuBench> GpuBench::open(uint64_t weight_set_bytes) { return std::make_unique<CudaBench>(weight_set_bytes); }
+
+}  // namespace shardwise

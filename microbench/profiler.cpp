@@ -1,0 +1,854 @@
+// microbench/profiler.cpp — the measurement grid, the CPU runners (the executor's own kernels) and
+// the validation cases (see profiler.h).
+#include "microbench/profiler.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "core/error.h"
+#include "core/host_buffer.h"
+#include "core/log.h"
+#include "core/progress.h"
+#include "core/thread_pool.h"
+#include "executor/cpu/attention.h"
+#include "executor/cpu/cpu_features.h"
+#include "executor/cpu/matmul.h"
+#include "executor/cpu/ops.h"
+#include "executor/cuda/cuda_device.h"
+#include "executor/model/cpu_blocks.h"
+#include "executor/model/moe_routing.h"
+#include "microbench/gpu_bench.h"
+#include "microbench/random_fill.h"
+
+namespace shardwise {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// ---- repeats -------------------------------------------------------------------------------------
+
+struct Stat {
+  double ms = 0, spread = 0;
+  int repeats = 0;
+};
+
+struct Policy {
+  int min_reps = 3, max_reps = 12;
+  double min_total_ms = 20;
+};
+
+// A warm-up run, then repeats until min_reps and min_total_ms are reached (or max_reps); a noisy
+// result (spread > 25%) gets one more round and the median over both.
+Stat measure(const std::function<double()>& once, const Policy& p) {
+  once();
+  std::vector<double> t;
+  double total = 0;
+  auto round = [&] {
+    const size_t start = t.size();
+    while (static_cast<int>(t.size() - start) < p.max_reps) {
+      const double ms = once();
+      t.push_back(ms);
+      total += ms;
+      if (static_cast<int>(t.size() - start) >= p.min_reps && total >= p.min_total_ms) break;
+    }
+  };
+  round();
+  auto stats = [&] {
+    std::vector<double> s = t;
+    std::sort(s.begin(), s.end());
+    Stat r;
+    r.ms = s[s.size() / 2];
+    if (s.size() % 2 == 0) r.ms = 0.5 * (s[s.size() / 2 - 1] + s[s.size() / 2]);
+    r.spread = r.ms > 0 ? (s.back() - s.front()) / r.ms : 0;
+    r.repeats = static_cast<int>(s.size());
+    return r;
+  };
+  Stat r = stats();
+  if (r.spread > 0.25 && t.size() < 40) {
+    total = 0;
+    round();
+    r = stats();
+  }
+  return r;
+}
+
+// ---- random weights of every dtype ------------------------------------------------------------------
+
+void fill_floats(std::vector<float>& v, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (auto& x : v) x = u(rng);
+}
+
+// A rotated weight set: copies of one matrix laid out back to back over a buffer larger than the LLC.
+class WeightSet {
+ public:
+  WeightSet(uint64_t bytes, ThreadPool& pool) : buf_(bytes), pool_(pool) {
+    madvise(buf_.data(), buf_.size(), MADV_HUGEPAGE);  // as the executor's weight buffers
+  }
+  void use(DType dt) {
+    if (filled_ == static_cast<int>(dt)) return;
+    fill_random(dt, buf_.data(), buf_.size(), 1000 + static_cast<uint64_t>(dt), pool_);
+    filled_ = static_cast<int>(dt);
+  }
+  // The next copy of a matrix of `bytes` (whole blocks), rotating.
+  const uint8_t* next(uint64_t bytes) {
+    const uint64_t copies = std::max<uint64_t>(1, buf_.size() / bytes);
+    const uint64_t i = (turn_++) % copies;
+    return buf_.data() + i * bytes;
+  }
+  uint64_t size() const { return buf_.size(); }
+  uint8_t* data() { return buf_.data(); }
+
+ private:
+  HostBuffer buf_;
+  ThreadPool& pool_;
+  int filled_ = -1;
+  uint64_t turn_ = 0;
+};
+
+// ---- CPU runners (the executor's kernels) ------------------------------------------------------------
+
+class CpuRunner {
+ public:
+  CpuRunner(uint64_t weight_set_bytes, int max_threads) : fill_pool_(max_threads), weights_(weight_set_bytes, fill_pool_) {}
+
+  ThreadPool& pool(int threads) {
+    auto it = pools_.find(threads);
+    if (it == pools_.end()) it = pools_.emplace(threads, std::make_unique<ThreadPool>(threads)).first;
+    return *it->second;
+  }
+
+  // One timed run (wall clock, ms).
+  double once(const Op& op, int threads) {
+    ThreadPool& p = pool(threads);
+    switch (op.kind) {
+      case OpKind::Matmul: return matmul(op, p);
+      case OpKind::Attention: return attention(op, p);
+      case OpKind::MoeExperts: return moe(op, p);
+      case OpKind::Norm: return norm(op);
+      case OpKind::Rope: return rope_op(op);
+      case OpKind::Elementwise: return elementwise(op);
+      case OpKind::Embed: return embed(op);
+    }
+    fail("profile: no CPU runner for ", op_kind_name(op.kind));
+  }
+
+  // Streaming read of a buffer larger than the LLC with `threads` threads (GB/s).
+  double dram_gbps(int threads) {
+    ThreadPool& p = pool(threads);
+    weights_.use(DType::F32);
+    const uint64_t n = weights_.size() / sizeof(float);
+    const float* a = reinterpret_cast<const float*>(weights_.data());
+    std::vector<double> sums(static_cast<size_t>(threads) * 8, 0.0);
+    auto once = [&] {
+      const auto t0 = Clock::now();
+      p.parallel_for(static_cast<int64_t>(n / 4096), 64, [&](int64_t b, int64_t e, int t) {
+        float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (int64_t i = b * 4096; i < e * 4096; i += 4) {
+          s0 += a[i];
+          s1 += a[i + 1];
+          s2 += a[i + 2];
+          s3 += a[i + 3];
+        }
+        sums[static_cast<size_t>(t) * 8] += s0 + s1 + s2 + s3;
+      });
+      return ms_since(t0);
+    };
+    const Stat s = measure(once, {3, 6, 50});
+    return static_cast<double>(weights_.size()) / (s.ms * 1e6);
+  }
+
+ private:
+  void ensure(std::vector<float>& v, uint64_t n, uint64_t seed) {
+    if (v.size() < n) {
+      v.resize(n);
+      fill_floats(v, seed);
+    }
+  }
+
+  double matmul(const Op& op, ThreadPool& p) {
+    weights_.use(op.dtype);
+    const uint64_t wb = static_cast<uint64_t>(op.rows) * dtype_row_bytes(op.dtype, op.cols);
+    ensure(x_, static_cast<uint64_t>(op.tokens * op.cols), 1);
+    ensure(y_, static_cast<uint64_t>(op.tokens * op.rows), 2);
+    const uint8_t* w = weights_.next(wb);
+    const auto t0 = Clock::now();
+    matmul_raw(op.dtype, w, op.rows, op.cols, x_.data(), op.cols, op.tokens, y_.data(), op.rows, p);
+    return ms_since(t0);
+  }
+
+  double attention(const Op& op, ThreadPool& p) {
+    const int64_t kvd = op.n_kv_heads * op.head_dim, qd = op.n_heads * op.head_dim;
+    const int64_t kv_len = op.ctx + op.tokens;
+    ensure(k_, static_cast<uint64_t>(kv_len * kvd), 3);
+    ensure(v_, static_cast<uint64_t>(kv_len * kvd), 4);
+    ensure(x_, static_cast<uint64_t>(op.tokens * qd), 1);
+    ensure(y_, static_cast<uint64_t>(op.tokens * qd), 2);
+    pos_.resize(static_cast<size_t>(op.tokens));
+    for (int64_t t = 0; t < op.tokens; ++t) pos_[static_cast<size_t>(t)] = static_cast<int32_t>(op.ctx + t);
+    const AttentionShape shape{op.n_heads, op.n_kv_heads, op.head_dim};
+    const auto t0 = Clock::now();
+    shardwise::attention(x_.data(), op.tokens, pos_.data(), k_.data(), v_.data(), kv_len, shape, y_.data(), p);
+    return ms_since(t0);
+  }
+
+  // The FFN block of a qwen3_moe layer with `tokens` routed uniformly at random (top_k of n_experts).
+  double moe(const Op& op, ThreadPool& p) {
+    const std::string key = std::to_string(static_cast<int>(op.dtype)) + "/" + std::to_string(op.n_experts) + "/" +
+                            std::to_string(op.rows) + "/" + std::to_string(op.cols);
+    if (key != moe_key_) {
+      moe_buf_ = HostBuffer();
+      const uint64_t one = static_cast<uint64_t>(op.rows) * dtype_row_bytes(op.dtype, op.cols);  // gate or up
+      const uint64_t down = static_cast<uint64_t>(op.cols) * dtype_row_bytes(op.dtype, op.rows);
+      const uint64_t per = static_cast<uint64_t>(op.n_experts);
+      moe_buf_ = HostBuffer(per * (2 * one + down));
+      fill_random(op.dtype, moe_buf_.data(), moe_buf_.size(), 77, fill_pool_);
+      moe_layer_ = LayerWeights();
+      moe_layer_.ffn_norm.assign(static_cast<size_t>(op.cols), 1.0f);
+      auto view = [&](uint64_t off, Shape s) {
+        TensorView v;
+        v.dtype = op.dtype;
+        v.shape = std::move(s);
+        v.nbytes = tensor_bytes(op.dtype, v.shape);
+        v.data = moe_buf_.data() + off;
+        return v;
+      };
+      moe_layer_.gate_exps = view(0, {op.n_experts, op.rows, op.cols});
+      moe_layer_.up_exps = view(per * one, {op.n_experts, op.rows, op.cols});
+      moe_layer_.down_exps = view(2 * per * one, {op.n_experts, op.cols, op.rows});
+      moe_key_ = key;
+    }
+    ModelSpec spec;
+    spec.family = Family::Qwen3Moe;
+    spec.hidden_size = op.cols;
+    spec.moe_intermediate_size = op.rows;
+    spec.num_experts = op.n_experts;
+    spec.num_experts_per_tok = op.top_k;
+    spec.num_attention_heads = 1;
+    spec.num_key_value_heads = 1;
+    spec.head_dim = 2;
+    spec.num_hidden_layers = 1;
+    spec.dtype = op.dtype;
+    auto it = blocks_.find(&p);
+    if (it == blocks_.end() || it->second.first != moe_key_) {
+      blocks_.erase(&p);
+      it = blocks_.emplace(&p, std::make_pair(moe_key_, std::make_unique<CpuBlocks>(spec, RopeStyle::Neox, p))).first;
+    }
+    std::vector<float> logits(static_cast<size_t>(op.tokens * op.n_experts));
+    fill_floats(logits, 5 + static_cast<uint64_t>(++moe_turn_));
+    const MoeRouting routing = route_tokens(logits.data(), op.tokens, op.n_experts, op.top_k, true);
+    ensure(x_, static_cast<uint64_t>(op.tokens * op.cols), 1);
+    const auto t0 = Clock::now();
+    it->second.second->ffn(moe_layer_, x_.data(), op.tokens, &routing);
+    const double ms = ms_since(t0);
+    fill_floats(x_, 1);  // keep the residual stream bounded
+    return ms;
+  }
+
+  // Norm: RMSNorm over rows of 4096 (the per-row width only changes the row count).
+  double norm(const Op& op) {
+    const int64_t dim = 4096, rows = std::max<int64_t>(1, op.elems / dim);
+    ensure(x_, static_cast<uint64_t>(rows * dim), 1);
+    ensure(y_, static_cast<uint64_t>(rows * dim), 2);
+    ensure(w_, static_cast<uint64_t>(dim), 6);
+    const auto t0 = Clock::now();
+    rms_norm(x_.data(), w_.data(), 1e-6f, y_.data(), rows, dim);
+    return ms_since(t0);
+  }
+
+  double rope_op(const Op& op) {
+    const int64_t hd = 128, heads = 32, width = heads * hd;
+    const int64_t n = std::max<int64_t>(1, op.elems / width);
+    ensure(y_, static_cast<uint64_t>(n * width), 2);
+    if (angles_.n_tokens != n) {
+      pos_.resize(static_cast<size_t>(n));
+      for (int64_t t = 0; t < n; ++t) pos_[static_cast<size_t>(t)] = static_cast<int32_t>(1000 + t);
+      angles_.compute(pos_.data(), n, hd, 1e6);
+    }
+    const auto t0 = Clock::now();
+    rope(y_.data(), n, heads, hd, angles_, RopeStyle::Neox);
+    const double ms = ms_since(t0);
+    fill_floats(y_, 2);
+    return ms;
+  }
+
+  double elementwise(const Op& op) {
+    ensure(x_, static_cast<uint64_t>(op.elems), 1);
+    ensure(y_, static_cast<uint64_t>(op.elems), 2);
+    const auto t0 = Clock::now();
+    swiglu(y_.data(), x_.data(), op.elems);
+    const double ms = ms_since(t0);
+    fill_floats(y_, 2);
+    return ms;
+  }
+
+  double embed(const Op& op) {
+    weights_.use(DType::F16);
+    const int64_t h = 4096, n = std::max<int64_t>(1, op.elems / h);
+    TensorView table;
+    table.dtype = DType::F16;
+    table.shape = {static_cast<int64_t>(std::min<uint64_t>(weights_.size() / (h * 2), 131072)), h};
+    table.nbytes = tensor_bytes(DType::F16, table.shape);
+    table.data = weights_.data();
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % table.shape[0]);
+    ensure(y_, static_cast<uint64_t>(n * h), 2);
+    const auto t0 = Clock::now();
+    embed_rows(table, ids.data(), n, y_.data());
+    return ms_since(t0);
+  }
+
+  ThreadPool fill_pool_;
+  WeightSet weights_;
+  std::map<int, std::unique_ptr<ThreadPool>> pools_;
+  std::vector<float> x_, y_, k_, v_, w_;
+  std::vector<int32_t> pos_;
+  RopeAngles angles_;
+  HostBuffer moe_buf_;
+  std::string moe_key_;
+  LayerWeights moe_layer_;
+  std::map<ThreadPool*, std::pair<std::string, std::unique_ptr<CpuBlocks>>> blocks_;
+  uint64_t moe_turn_ = 0;
+};
+
+// ---- the grid ----------------------------------------------------------------------------------------
+
+struct MatShape {
+  int64_t rows, cols;
+};
+struct AttnLayout {
+  int64_t heads, kv_heads, head_dim;
+};
+struct MoeShape {
+  int64_t experts, top_k, ffn, hidden;
+};
+
+Op matmul_op(DType dt, int64_t tokens, MatShape s) {
+  Op op;
+  op.kind = OpKind::Matmul;
+  op.dtype = dt;
+  op.tokens = tokens;
+  op.rows = s.rows;
+  op.cols = s.cols;
+  return op;
+}
+Op attention_op(int64_t tokens, int64_t ctx, AttnLayout l) {
+  Op op;
+  op.kind = OpKind::Attention;
+  op.dtype = DType::F32;
+  op.tokens = tokens;
+  op.ctx = ctx;
+  op.n_heads = l.heads;
+  op.n_kv_heads = l.kv_heads;
+  op.head_dim = l.head_dim;
+  return op;
+}
+Op moe_op(DType dt, int64_t tokens, MoeShape m) {
+  Op op;
+  op.kind = OpKind::MoeExperts;
+  op.dtype = dt;
+  op.tokens = tokens;
+  op.rows = m.ffn;
+  op.cols = m.hidden;
+  op.n_experts = m.experts;
+  op.top_k = m.top_k;
+  return op;
+}
+Op simple_op(OpKind k, int64_t elems) {
+  Op op;
+  op.kind = k;
+  op.tokens = std::max<int64_t>(1, elems / 4096);
+  op.elems = elems;
+  return op;
+}
+
+const std::vector<DType> kDtypes = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
+
+struct Grid {
+  std::vector<MatShape> mat;
+  std::vector<int64_t> cpu_tokens, gpu_tokens;
+  std::vector<AttnLayout> attn;
+  std::vector<int64_t> attn_tokens, ctxs;
+  std::vector<MoeShape> moe;
+  std::vector<int64_t> moe_tokens;
+  std::vector<int64_t> elems;
+  std::vector<uint64_t> copy_sizes;
+  uint64_t cpu_weight_set = 0, gpu_weight_set = 0;
+  double point_limit_ms = 0;       // a shape's larger token counts are skipped past this
+  std::vector<MatShape> contention_mat;
+  std::vector<int64_t> contention_tokens;
+};
+
+// Shapes of the builtin families' tensors (nemo8b, qwen30b); nemo4b and qwen235b are kept for
+// validation and must not appear here.
+Grid make_grid(bool quick) {
+  Grid g;
+  if (quick) {
+    g.mat = {{256, 512}, {512, 256}, {1024, 512}, {128, 1024}};
+    g.cpu_tokens = g.gpu_tokens = {1, 4, 16, 64};
+    g.attn = {{8, 2, 64}, {8, 8, 32}};
+    g.attn_tokens = {1, 16};
+    g.ctxs = {256, 1024};
+    g.moe = {{16, 4, 128, 256}};
+    g.moe_tokens = {1, 16};
+    g.elems = {4096, 65536, 1 << 20};
+    g.copy_sizes = {1 << 16, 1 << 20, 1 << 24};
+    g.cpu_weight_set = 48ull << 20;
+    g.gpu_weight_set = 256ull << 20;
+    g.point_limit_ms = 20;
+    g.contention_mat = {{1024, 512}};
+    g.contention_tokens = {1, 16};
+  } else {
+    g.mat = {{4096, 4096}, {1024, 4096}, {11520, 4096}, {4096, 11520}, {4096, 2048}, {512, 2048},
+             {2048, 4096}, {768, 2048},  {2048, 768},   {128, 2048},   {32768, 2048}};
+    g.cpu_tokens = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048};
+    g.gpu_tokens = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192};
+    g.attn = {{32, 8, 128}, {32, 4, 128}, {16, 16, 128}, {32, 32, 64}};
+    g.attn_tokens = {1, 4, 16, 64, 256, 1024};
+    g.ctxs = {512, 2048, 8192, 32768, 65536};
+    g.moe = {{128, 8, 768, 2048}, {64, 4, 1024, 2048}, {32, 2, 2048, 1024}};
+    g.moe_tokens = {1, 4, 16, 64, 256, 1024};
+    g.elems = {4096, 65536, 1 << 20, 1 << 23};
+    g.copy_sizes = {1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1ull << 30};
+    g.cpu_weight_set = 768ull << 20;  // > 2x the GPU host's 300 MB L3
+    g.gpu_weight_set = 2ull << 30;    // > 30x the H200's L2
+    g.point_limit_ms = 60;
+    g.contention_mat = {{4096, 4096}, {11520, 4096}, {768, 2048}, {512, 2048}};
+    g.contention_tokens = {1, 4, 16, 64, 256, 1024};
+  }
+  return g;
+}
+
+std::string read_first(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key, 0) == 0) {
+      auto c = line.find(':');
+      if (c == std::string::npos) continue;
+      std::string v = line.substr(c + 1);
+      v.erase(0, v.find_first_not_of(" \t"));
+      return v;
+    }
+  return "";
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+MachineFingerprint fingerprint(GpuBench* gpu) {
+  MachineFingerprint m;
+  m.cpu_model = read_first("/proc/cpuinfo", "model name");
+  if (m.cpu_model.empty()) m.cpu_model = "unknown CPU";
+  m.cpu_cores = static_cast<int>(std::thread::hardware_concurrency());
+  m.isa = isa_name(active_isa());
+  m.dram_bytes = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
+  if (gpu) {
+    m.gpu_name = gpu->name();
+    m.gpu_driver = gpu->driver_version();
+    m.vram_bytes = gpu->vram_bytes();
+  }
+  return m;
+}
+
+std::unique_ptr<GpuBench> open_gpu(const std::string& device, uint64_t set_bytes) {
+  if (device == "cpu") return nullptr;
+  if (device != "auto" && device != "cuda") fail("--device ", device, ": use auto, cuda or cpu");
+  if (device == "auto" && cuda_device_count() == 0) return nullptr;
+  return GpuBench::open(set_bytes);
+}
+
+std::vector<int> resolve_threads(std::vector<int> t) {
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (t.empty()) t = hw > 1 ? std::vector<int>{1, hw} : std::vector<int>{1};
+  for (int x : t)
+    if (x < 1 || x > 4096) fail("--threads ", x, " is out of range (1..4096)");
+  std::sort(t.begin(), t.end());
+  t.erase(std::unique(t.begin(), t.end()), t.end());
+  return t;
+}
+
+// Runs a list of ops on one backend, skipping a series' larger sizes once a point exceeds the limit.
+struct Measurer {
+  CpuRunner* cpu = nullptr;
+  GpuBench* gpu = nullptr;
+  Progress* progress = nullptr;
+  double limit_ms = 60;
+  Policy policy;
+
+  // Measures ops in order; `series` gives each op's series key (ops of a series in ascending cost).
+  void run(std::vector<OpSample>& out, const std::vector<Op>& ops, const std::vector<std::string>& series, Backend b,
+           int threads, bool contention, double concurrent_gbps) {
+    std::map<std::string, bool> skip;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      progress->add(1);
+      if (skip[series[i]]) continue;
+      const Op& op = ops[i];
+      auto once = [&] { return b == Backend::Cpu ? cpu->once(op, threads) : gpu->time_op(op); };
+      const double first = once();
+      if (first > limit_ms) {  // too expensive to repeat: keep the single run, skip the larger ones
+        OpSample s{b, b == Backend::Cpu ? threads : 0, contention, concurrent_gbps, op, first, 0, 1};
+        out.push_back(s);
+        skip[series[i]] = true;
+        continue;
+      }
+      const Stat st = measure(once, policy);
+      out.push_back({b, b == Backend::Cpu ? threads : 0, contention, concurrent_gbps, op, st.ms, st.spread, st.repeats});
+    }
+  }
+};
+
+std::string series_key(const Op& op) {
+  std::ostringstream s;
+  s << static_cast<int>(op.kind) << '/' << static_cast<int>(op.dtype) << '/' << op.rows << '/' << op.cols << '/'
+    << op.n_experts << '/' << op.n_heads << '/' << op.n_kv_heads << '/' << op.head_dim;
+  if (op.kind == OpKind::Attention) s << "/t" << op.tokens;  // attention series run over ctx
+  return s.str();
+}
+
+void op_lists(const Grid& g, Backend b, std::vector<Op>* ops) {
+  const auto& toks = b == Backend::Cpu ? g.cpu_tokens : g.gpu_tokens;
+  for (DType dt : kDtypes)
+    for (const MatShape& s : g.mat)
+      for (int64_t t : toks) ops->push_back(matmul_op(dt, t, s));
+  for (const AttnLayout& l : g.attn)
+    for (int64_t t : g.attn_tokens)
+      for (int64_t c : g.ctxs) {
+        if (l.heads == l.kv_heads && c > 16384) continue;  // MHA caches of 64K positions: GBs, no new information
+        ops->push_back(attention_op(t, c, l));
+      }
+  for (DType dt : kDtypes)
+    for (const MoeShape& m : g.moe)
+      for (int64_t t : g.moe_tokens) ops->push_back(moe_op(dt, t, m));
+  for (OpKind k : {OpKind::Norm, OpKind::Elementwise})
+    for (int64_t e : g.elems) ops->push_back(simple_op(k, e));
+  if (b == Backend::Cpu)
+    for (OpKind k : {OpKind::Rope, OpKind::Embed})
+      for (int64_t e : g.elems) ops->push_back(simple_op(k, e));
+}
+
+std::vector<Op> contention_ops(const Grid& g) {
+  std::vector<Op> ops;
+  for (DType dt : kDtypes)
+    for (const MatShape& s : g.contention_mat)
+      for (int64_t t : g.contention_tokens) ops.push_back(matmul_op(dt, t, s));
+  for (DType dt : {DType::F16, DType::Q4_0})
+    for (int64_t t : g.moe_tokens) ops.push_back(moe_op(dt, t, g.moe.front()));
+  for (int64_t t : g.attn_tokens)
+    for (int64_t c : g.ctxs)
+      if (c <= 8192) ops.push_back(attention_op(t, c, g.attn.front()));
+  return ops;
+}
+
+std::vector<std::string> keys_of(const std::vector<Op>& ops) {
+  std::vector<std::string> k;
+  for (const Op& op : ops) k.push_back(series_key(op));
+  return k;
+}
+
+}  // namespace
+
+ProfileDB run_profile(const ProfileOptions& o) {
+  const Grid g = make_grid(o.quick);
+  const std::vector<int> threads = resolve_threads(o.threads);
+  std::vector<double> caps = o.pcie_caps_bytes_per_s;
+  if (caps.empty()) caps = {0};
+  auto gpu = open_gpu(o.device, g.gpu_weight_set);
+  const int max_threads = threads.back();
+  CpuRunner cpu(g.cpu_weight_set, max_threads);
+
+  ProfileDB db;
+  db.device = gpu ? "cuda" : "cpu";
+  db.machine = fingerprint(gpu.get());
+  db.created = utc_now();
+  db.git_rev = o.git_rev;
+  db.quick = o.quick;
+  db.threads = threads;
+  for (double c : caps) db.pcie_caps_gbps.push_back(c / 1e9);
+
+  std::vector<Op> cpu_ops, gpu_ops;
+  op_lists(g, Backend::Cpu, &cpu_ops);
+  if (gpu) op_lists(g, Backend::Gpu, &gpu_ops);
+  const std::vector<Op> cont = contention_ops(g);
+  std::vector<Op> gpu_cont;  // GPU kernels while the CPU streams DRAM: decode and a prefill size
+  if (gpu)
+    for (DType dt : {DType::F16, DType::Q4_0})
+      for (const MatShape& s : g.contention_mat)
+        for (int64_t t : {int64_t(1), int64_t(256)}) gpu_cont.push_back(matmul_op(dt, t, s));
+  const uint64_t copies = gpu ? static_cast<uint64_t>(g.copy_sizes.size() * (2 + 2 * caps.size())) : 0;
+  const uint64_t total = static_cast<uint64_t>(cpu_ops.size() * threads.size() + (gpu ? cont.size() * threads.size() : 0) +
+                                               gpu_ops.size() + gpu_cont.size()) + copies + threads.size() * 2;
+  Progress progress(o.quick ? "profile (quick)" : "profile", total, o.progress);
+  Measurer m{&cpu, gpu.get(), &progress, g.point_limit_ms, o.quick ? Policy{2, 6, 5} : Policy{}};
+
+  // DRAM bandwidth, alone and (with a GPU) under copy traffic.
+  for (int t : threads) {
+    db.dram.push_back({t, false, 0, cpu.dram_gbps(t)});
+    progress.add(1);
+    if (gpu) {
+      gpu->start_copy_traffic();
+      const double bw = cpu.dram_gbps(t);
+      const double rate = gpu->stop_copy_traffic();
+      db.dram.push_back({t, true, rate, bw});
+    }
+    progress.add(1);
+  }
+  // CPU ops alone, then a subset under copy traffic.
+  const auto cpu_keys = keys_of(cpu_ops), cont_keys = keys_of(cont);
+  for (int t : threads) m.run(db.ops, cpu_ops, cpu_keys, Backend::Cpu, t, false, 0);
+  if (gpu)
+    for (int t : threads) {
+      // The traffic's rate is measured over the whole block; rows carry it.
+      std::vector<OpSample> rows;
+      gpu->start_copy_traffic();
+      m.run(rows, cont, cont_keys, Backend::Cpu, t, true, 0);
+      const double rate = gpu->stop_copy_traffic();
+      for (auto& r : rows) r.concurrent_gbps = rate;
+      db.ops.insert(db.ops.end(), rows.begin(), rows.end());
+    }
+  if (gpu) {
+    m.run(db.ops, gpu_ops, keys_of(gpu_ops), Backend::Gpu, 0, false, 0);
+    // GPU kernels while all CPU threads stream DRAM.
+    std::atomic<bool> stop{false};
+    std::thread reader([&] {
+      while (!stop.load()) cpu.dram_gbps(max_threads);
+    });
+    std::vector<OpSample> rows;
+    m.run(rows, gpu_cont, keys_of(gpu_cont), Backend::Gpu, 0, true, 0);
+    stop.store(true);
+    reader.join();
+    db.ops.insert(db.ops.end(), rows.begin(), rows.end());
+    db.sync_ms = measure([&] { return gpu->sync_ms(); }, {5, 50, 1}).ms;
+    db.launch_ms = measure([&] { return gpu->launch_ms(); }, {5, 50, 1}).ms;
+    // Copies: pinned at every cap, pageable uncapped, both directions.
+    for (Direction d : {Direction::HostToDevice, Direction::DeviceToHost}) {
+      for (double cap : caps)
+        for (uint64_t bytes : g.copy_sizes) {
+          const Stat s = measure([&] { return gpu->time_copy(d, true, bytes, cap); }, {3, 10, 30});
+          db.transfers.push_back({d, true, cap / 1e9, bytes, s.ms, s.spread, s.repeats});
+          progress.add(1);
+        }
+      for (uint64_t bytes : g.copy_sizes) {
+        const Stat s = measure([&] { return gpu->time_copy(d, false, bytes, 0); }, {3, 10, 30});
+        db.transfers.push_back({d, false, 0, bytes, s.ms, s.spread, s.repeats});
+        progress.add(1);
+      }
+    }
+  }
+  progress.finish();
+  fit_profile(db);
+  return db;
+}
+
+// ---- validation --------------------------------------------------------------------------------------
+
+double ValidationCase::rel_error() const { return measured_ms > 0 ? std::fabs(predicted_ms - measured_ms) / measured_ms : 0; }
+
+namespace {
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double idx = p * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(idx)), hi = static_cast<size_t>(std::ceil(idx));
+  return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
+}
+
+ValidationClass summarize(const std::string& name, const std::vector<const ValidationCase*>& cs) {
+  ValidationClass c;
+  c.op_class = name;
+  c.cases = static_cast<int>(cs.size());
+  std::vector<double> e;
+  for (auto* x : cs) e.push_back(x->rel_error());
+  c.median_error = percentile(e, 0.5);
+  c.p90_error = percentile(e, 0.9);
+  return c;
+}
+
+bool same_shape(const Op& a, const Op& b) {
+  return a.kind == b.kind && a.dtype == b.dtype && a.tokens == b.tokens && a.rows == b.rows && a.cols == b.cols &&
+         a.n_experts == b.n_experts && a.top_k == b.top_k && a.ctx == b.ctx && a.n_heads == b.n_heads &&
+         a.n_kv_heads == b.n_kv_heads && a.head_dim == b.head_dim && a.elems == b.elems;
+}
+
+std::string label_of(const Op& op) {
+  std::ostringstream s;
+  switch (op.kind) {
+    case OpKind::Matmul: s << dtype_name(op.dtype) << " " << op.rows << "x" << op.cols << " t" << op.tokens; break;
+    case OpKind::MoeExperts:
+      s << dtype_name(op.dtype) << " E" << op.n_experts << " k" << op.top_k << " " << op.rows << "x" << op.cols << " t"
+        << op.tokens;
+      break;
+    case OpKind::Attention:
+      s << op.n_heads << "/" << op.n_kv_heads << "x" << op.head_dim << " ctx" << op.ctx << " t" << op.tokens;
+      break;
+    default: s << op.elems << " elems";
+  }
+  return s.str();
+}
+
+}  // namespace
+
+std::string ValidationReport::text() const {
+  std::ostringstream s;
+  char line[256];
+  s << "per op class (relative error |predicted - measured| / measured):\n";
+  std::snprintf(line, sizeof line, "  %-28s %6s %10s %10s\n", "class", "cases", "median", "p90");
+  s << line;
+  for (const auto& c : classes) {
+    std::snprintf(line, sizeof line, "  %-28s %6d %9.1f%% %9.1f%%\n", c.op_class.c_str(), c.cases, 100 * c.median_error,
+                  100 * c.p90_error);
+    s << line;
+  }
+  for (const auto* c : {&all_cpu, &all_gpu}) {
+    if (c->cases == 0) continue;
+    std::snprintf(line, sizeof line, "  %-28s %6d %9.1f%% %9.1f%%   (targets: median <= 10%%, p90 <= 25%%)\n",
+                  c->op_class.c_str(), c->cases, 100 * c->median_error, 100 * c->p90_error);
+    s << line;
+  }
+  if (!contention_with.empty()) {
+    s << "CPU work while the copy engines stream (hybrid condition), median error: with contention data "
+      << std::to_string(100 * contention_median_with).substr(0, 5) << "%, without "
+      << std::to_string(100 * contention_median_without).substr(0, 5) << "%\n";
+  }
+  s << "cases:\n";
+  for (const auto& c : cases) {
+    std::snprintf(line, sizeof line, "  %-22s %-34s predicted %9.4f ms measured %9.4f ms  %+6.1f%%\n", c.op_class.c_str(),
+                  c.label.c_str(), c.predicted_ms, c.measured_ms, 100 * (c.predicted_ms - c.measured_ms) / c.measured_ms);
+    s << line;
+  }
+  for (size_t i = 0; i < contention_with.size(); ++i) {
+    const auto& w = contention_with[i];
+    std::snprintf(line, sizeof line, "  contention %-34s measured %9.4f ms  with %9.4f (%+5.1f%%)  without %9.4f (%+5.1f%%)\n",
+                  w.label.c_str(), w.measured_ms, w.predicted_ms, 100 * (w.predicted_ms - w.measured_ms) / w.measured_ms,
+                  contention_without[i].predicted_ms,
+                  100 * (contention_without[i].predicted_ms - w.measured_ms) / w.measured_ms);
+    s << line;
+  }
+  return s.str();
+}
+
+ValidationReport validate_profile(const ProfileDB& db, const ProfileOptions& o) {
+  // nemo4b and qwen235b shapes (configs/models), token counts and a context the grid never has.
+  const std::vector<MatShape> mats = o.quick ? std::vector<MatShape>{{384, 512}, {768, 256}}
+                                             : std::vector<MatShape>{{4096, 3072}, {1024, 3072}, {3072, 4096}, {9216, 3072},
+                                                                     {3072, 9216}, {8192, 4096}, {512, 4096}, {4096, 8192}};
+  const std::vector<int64_t> toks = o.quick ? std::vector<int64_t>{3, 24} : std::vector<int64_t>{3, 24, 96, 768, 3000};
+  const std::vector<AttnLayout> layouts = o.quick ? std::vector<AttnLayout>{{8, 4, 64}}
+                                                  : std::vector<AttnLayout>{{32, 8, 128}, {64, 4, 128}};
+  const int64_t ctx = o.quick ? 600 : 24576;
+  const std::vector<MoeShape> moes = o.quick ? std::vector<MoeShape>{{16, 4, 192, 256}} : std::vector<MoeShape>{{128, 8, 1536, 4096}};
+  const std::vector<DType> dts = o.quick ? std::vector<DType>{DType::F16, DType::Q4_0}
+                                         : std::vector<DType>{DType::F16, DType::Q8_0, DType::Q4_0};
+
+  std::vector<Op> ops;
+  for (DType dt : dts)
+    for (const MatShape& s : mats)
+      for (int64_t t : toks) ops.push_back(matmul_op(dt, t, s));
+  for (const AttnLayout& l : layouts)
+    for (int64_t t : toks)
+      if (t <= 768) ops.push_back(attention_op(t, ctx, l));
+  for (DType dt : {DType::F16, DType::Q4_0})
+    for (const MoeShape& m : moes)
+      for (int64_t t : toks)
+        if (t <= 768) ops.push_back(moe_op(dt, t, m));
+  for (const Op& op : ops)
+    for (const OpSample& s : db.ops)
+      if (same_shape(op, s.op)) fail("validation case ", label_of(op), " is in the profile's grid: it would not test anything");
+
+  const Grid g = make_grid(o.quick);
+  auto gpu = db.has_gpu() ? open_gpu("cuda", g.gpu_weight_set) : nullptr;
+  CpuRunner cpu(o.quick ? (64ull << 20) : (768ull << 20), db.threads.back());
+  MeasuredOptions mo;
+  auto model = make_measured_cost_model(db, mo);
+  mo.use_contention = false;
+  auto model_nc = make_measured_cost_model(db, mo);
+  const Policy pol = o.quick ? Policy{2, 5, 5} : Policy{3, 8, 20};
+  const double limit = o.quick ? 40 : 400;  // skip cases predicted to take longer than this per run
+
+  ValidationReport r;
+  const size_t n_total = ops.size() * (db.threads.size() + (gpu ? 1 : 0)) + (gpu ? ops.size() / 3 : 0);
+  Progress progress("validate", n_total, o.progress);
+  auto run_case = [&](Backend b, int threads, const Op& op) {
+    progress.add(1);
+    ExecEnv env;
+    env.backend = b;
+    env.threads = threads;
+    const double pred = model->op_ms(op, env);
+    if (pred > limit) return;
+    const Stat st = measure([&] { return b == Backend::Cpu ? cpu.once(op, threads) : gpu->time_op(op); }, pol);
+    std::string cls = std::string(backend_name(b)) + " " + op_kind_name(op.kind);
+    if (b == Backend::Cpu) cls += " t" + std::to_string(threads);
+    r.cases.push_back({cls, label_of(op), pred, st.ms});
+  };
+  for (int t : db.threads)
+    for (const Op& op : ops) run_case(Backend::Cpu, t, op);
+  if (gpu)
+    for (const Op& op : ops) run_case(Backend::Gpu, 0, op);
+  // Hybrid condition: CPU matmuls and experts while the copy engines stream weights.
+  if (gpu) {
+    const int t = db.threads.back();
+    std::vector<Op> hyb;
+    for (const Op& op : ops)
+      if ((op.kind == OpKind::Matmul || op.kind == OpKind::MoeExperts) && op.tokens <= 96) hyb.push_back(op);
+    std::vector<std::pair<Op, Stat>> measured;
+    gpu->start_copy_traffic();
+    for (const Op& op : hyb) {
+      progress.add(1);
+      ExecEnv env{Backend::Cpu, t, 0};
+      if (model_nc->op_ms(op, env) > limit) continue;
+      measured.emplace_back(op, measure([&] { return cpu.once(op, t); }, pol));
+    }
+    const double rate = gpu->stop_copy_traffic();
+    std::vector<double> ew, en;
+    for (auto& [op, st] : measured) {
+      ExecEnv env{Backend::Cpu, t, rate};
+      const std::string cls = "cpu " + std::string(op_kind_name(op.kind)) + " t" + std::to_string(t);
+      r.contention_with.push_back({cls, label_of(op), model->op_ms(op, env), st.ms});
+      r.contention_without.push_back({cls, label_of(op), model_nc->op_ms(op, env), st.ms});
+      ew.push_back(r.contention_with.back().rel_error());
+      en.push_back(r.contention_without.back().rel_error());
+    }
+    r.contention_median_with = percentile(ew, 0.5);
+    r.contention_median_without = percentile(en, 0.5);
+  }
+  progress.finish();
+  std::map<std::string, std::vector<const ValidationCase*>> by;
+  std::vector<const ValidationCase*> cpu_all, gpu_all;
+  for (const auto& c : r.cases) {
+    const std::string base = c.op_class.substr(0, c.op_class.rfind(" t") == std::string::npos ? c.op_class.size()
+                                                                                               : c.op_class.rfind(" t"));
+    by[c.op_class].push_back(&c);
+    (c.op_class.rfind("cpu", 0) == 0 ? cpu_all : gpu_all).push_back(&c);
+    (void)base;
+  }
+  for (auto& [k, v] : by) r.classes.push_back(summarize(k, v));
+  r.all_cpu = summarize("all cpu", cpu_all);
+  r.all_gpu = summarize("all gpu", gpu_all);
+  return r;
+}
+
+}  // namespace shardwise

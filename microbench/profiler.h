@@ -1,0 +1,59 @@
+// microbench/profiler.h — `shardwise profile`: measures this machine's kernels (the executor's own CPU
+// and CUDA kernels), copies and DRAM bandwidth, alone and under PCIe / DRAM contention, over a grid
+// of model-family shapes, token counts and thread counts, and returns a fitted ProfileDB; and
+// validates a profile on cases its grid never saw (other models' shapes, other token counts, a
+// longer context), reporting predicted against measured per op class.
+//
+// Good practice followed: weight sets larger than the last-level cache where DRAM is the point,
+// rotated; random non-zero data of each dtype; a warm-up run, then repeats until enough time has
+// passed; the median and the spread (max - min) / median recorded; noisy points re-run once.
+// Expensive points are skipped adaptively (a shape's larger token counts once one repeat exceeds the
+// per-point limit): the fit extrapolates there. Nothing here plans.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "costmodel/profile_db.h"
+
+namespace shardwise {
+
+struct ProfileOptions {
+  std::vector<int> threads;                  // empty: {1, all hardware threads}
+  std::vector<double> pcie_caps_bytes_per_s = {0};  // 0 = none
+  bool quick = false;                        // a small grid (~30 s), for tests and CPU-only demos
+  std::string device = "auto";               // auto | cuda | cpu
+  bool progress = true;                      // bar with ETA on stderr
+  std::string git_rev;                       // recorded in the profile
+};
+
+ProfileDB run_profile(const ProfileOptions& options);
+
+// Predicted against measured, per case and per op class.
+struct ValidationCase {
+  std::string op_class;  // e.g. "cpu matmul q4_0 t16", "gpu attention"
+  std::string label;     // shape and token count
+  double predicted_ms = 0, measured_ms = 0;
+  double rel_error() const;  // |predicted - measured| / measured
+};
+struct ValidationClass {
+  std::string op_class;
+  int cases = 0;
+  double median_error = 0, p90_error = 0;
+};
+struct ValidationReport {
+  std::vector<ValidationCase> cases;
+  std::vector<ValidationClass> classes;  // per backend x op kind
+  ValidationClass all_cpu, all_gpu;
+  // CPU shards measured while the copy engines stream (the hybrid schedules' condition), predicted
+  // with and without the profile's contention rows.
+  std::vector<ValidationCase> contention_with, contention_without;
+  double contention_median_with = 0, contention_median_without = 0;
+  std::string text() const;  // the printed table
+};
+
+// Measures the validation cases on this machine with the profile's thread counts and predicts them
+// from `db`. The cases must not be in the profile's grid (checked: an Error if one is).
+ValidationReport validate_profile(const ProfileDB& db, const ProfileOptions& options);
+
+}  // namespace shardwise

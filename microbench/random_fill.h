@@ -1,0 +1,44 @@
+// microbench/random_fill.h — benchmark data: buffers tiled with a valid random pattern of a dtype
+// (non-zero values in [-1, 1), a whole number of blocks), so that matrices placed at block
+// boundaries anywhere in the buffer are valid data of that dtype. Used by the CPU and GPU sides.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+
+namespace shardwise {
+
+// The pattern: 32K elements of dtype.
+inline std::vector<uint8_t> random_pattern(DType dt, uint64_t seed) {
+  const int64_t elems = 32 * 1024;
+  std::vector<float> src(static_cast<size_t>(elems));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (auto& v : src) {
+    v = u(rng);
+    if (v == 0.0f) v = 0.5f;
+  }
+  std::vector<uint8_t> pattern(dtype_row_bytes(dt, elems));
+  quantize_row(dt, src.data(), pattern.data(), elems);
+  return pattern;
+}
+
+inline void fill_random(DType dt, uint8_t* buf, uint64_t bytes, uint64_t seed, ThreadPool& pool) {
+  const std::vector<uint8_t> pattern = random_pattern(dt, seed);
+  const uint64_t pb = pattern.size();
+  const int64_t tiles = static_cast<int64_t>((bytes + pb - 1) / pb);
+  pool.parallel_for(tiles, 16, [&](int64_t a, int64_t b, int) {
+    for (int64_t i = a; i < b; ++i) {
+      const uint64_t off = static_cast<uint64_t>(i) * pb;
+      std::memcpy(buf + off, pattern.data(), std::min<uint64_t>(pb, bytes - off));
+    }
+  });
+}
+
+}  // namespace shardwise

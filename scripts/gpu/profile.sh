@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine with the bundle from scripts/gpu/bundle.sh: the full profile of the machine
+# (`shardwise profile`, threads 1 and 16, PCIe uncapped and capped at 16 GB/s), then its validation on
+# cases the grid never saw (`shardwise profile --validate`). Writes into OUT: h200-host.profile.json,
+# profile.log, validation.txt, validation.json, machine.txt.
+#   profile.sh OUT
+set -uo pipefail
+out=${1:?usage: profile.sh OUT}
+mkdir -p "$out"
+root=/tmp/shardwise-bundle
+if [ ! -x "$root/bin/shardwise" ]; then
+  rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
+fi
+export LD_LIBRARY_PATH="$root/lib:${LD_LIBRARY_PATH:-}"
+bin="$root/bin/shardwise"
+{
+  echo "date: $(date -u +%FT%TZ)"; echo "revision: $(tr '\n' ' ' < "$root/REVISION" 2>/dev/null || echo unknown)"
+  lscpu | grep -E "Model name|^CPU\(s\)"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+} > "$out/machine.txt" 2>&1
+cat "$out/machine.txt"
+echo "== profile"
+start=$(date +%s)
+timeout ${PROFILE_TIMEOUT:-420} "$bin" profile --out "$out/h200-host.profile.json" --threads 1,16 --pcie-cap none,16GB/s --device cuda \
+  > "$out/profile_summary.json" 2> "$out/profile.log"
+echo "rc=$? in $(( $(date +%s) - start )) s"; tail -3 "$out/profile.log"; cat "$out/profile_summary.json"
+ls -la "$out/h200-host.profile.json"
+echo "== validation"
+start=$(date +%s)
+timeout ${VALIDATE_TIMEOUT:-300} "$bin" profile --validate "$out/h200-host.profile.json" --json-out "$out/validation.json" --no-progress \
+  > "$out/validation.txt" 2>&1
+echo "rc=$? in $(( $(date +%s) - start )) s"
+grep -v "^  \(cpu\|gpu\|contention\) " "$out/validation.txt" | head -40
