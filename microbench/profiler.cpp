@@ -503,19 +503,26 @@ struct Measurer {
   void run(std::vector<OpSample>& out, const std::vector<Op>& ops, const std::vector<std::string>& series, Backend b,
            int threads, bool contention, double concurrent_gbps) {
     std::map<std::string, bool> skip;
+    std::map<std::string, int64_t> layout_limit;  // attention: token count whose smallest context was too slow
     for (size_t i = 0; i < ops.size(); ++i) {
       progress->add(1);
       if (skip[series[i]]) continue;
       const Op& op = ops[i];
+      const std::string layout = op.kind == OpKind::Attention ? series[i].substr(0, series[i].rfind("/t")) : "";
+      if (!layout.empty() && layout_limit.count(layout) && op.tokens > layout_limit[layout]) continue;
       auto once = [&] { return b == Backend::Cpu ? cpu->once(op, threads) : gpu->time_op(op); };
       const double first = once();
       if (first > limit_ms) {  // too expensive to repeat: keep the single run, skip the larger ones
         OpSample s{b, b == Backend::Cpu ? threads : 0, contention, concurrent_gbps, op, first, 0, 1};
         out.push_back(s);
         skip[series[i]] = true;
+        // The first (smallest) context of this token count was already too slow: larger token
+        // counts of the layout would be slower still.
+        if (!layout.empty() && (i == 0 || series[i - 1] != series[i]) && !layout_limit.count(layout)) layout_limit[layout] = op.tokens;
         continue;
       }
-      const Stat st = measure(once, policy);
+      // GPU times (CUDA events) are stable: fewer milliseconds of repeats suffice.
+      const Stat st = measure(once, b == Backend::Gpu ? Policy{policy.min_reps, policy.max_reps, policy.min_total_ms / 4} : policy);
       out.push_back({b, b == Backend::Cpu ? threads : 0, contention, concurrent_gbps, op, st.ms, st.spread, st.repeats});
     }
   }
