@@ -90,11 +90,12 @@ Stat measure(const std::function<double()>& once, const Policy& p) {
 
 // ---- random weights of every dtype ------------------------------------------------------------------
 
-void fill_floats(std::vector<float>& v, uint64_t seed) {
+void fill_floats(float* v, uint64_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (auto& x : v) x = u(rng);
+  for (uint64_t i = 0; i < n; ++i) v[i] = u(rng);
 }
+void fill_floats(std::vector<float>& v, uint64_t seed) { fill_floats(v.data(), v.size(), seed); }
 
 // A rotated weight set: copies of one matrix laid out back to back over a buffer larger than the LLC.
 class WeightSet {
@@ -135,9 +136,11 @@ class CpuRunner {
     return *it->second;
   }
 
-  // One timed run (wall clock, ms).
+  // One timed run (wall clock, ms). The pool's workers are woken first (untimed), as they are
+  // between the blocks of a step: otherwise a short op would time their wake-up from sleep.
   double once(const Op& op, int threads) {
     ThreadPool& p = pool(threads);
+    cur_ = &p;
     switch (op.kind) {
       case OpKind::Matmul: return matmul(op, p);
       case OpKind::Attention: return attention(op, p);
@@ -176,6 +179,12 @@ class CpuRunner {
   }
 
  private:
+  // Wakes the pool's workers (untimed) right before the clock starts.
+  Clock::time_point start() {
+    if (cur_) cur_->run_on_all([](int) {});
+    return Clock::now();
+  }
+
   void ensure(std::vector<float>& v, uint64_t n, uint64_t seed) {
     if (v.size() < n) {
       v.resize(n);
@@ -189,7 +198,7 @@ class CpuRunner {
     ensure(x_, static_cast<uint64_t>(op.tokens * op.cols), 1);
     ensure(y_, static_cast<uint64_t>(op.tokens * op.rows), 2);
     const uint8_t* w = weights_.next(wb);
-    const auto t0 = Clock::now();
+    const auto t0 = start();
     matmul_raw(op.dtype, w, op.rows, op.cols, x_.data(), op.cols, op.tokens, y_.data(), op.rows, p);
     return ms_since(t0);
   }
@@ -204,7 +213,7 @@ class CpuRunner {
     pos_.resize(static_cast<size_t>(op.tokens));
     for (int64_t t = 0; t < op.tokens; ++t) pos_[static_cast<size_t>(t)] = static_cast<int32_t>(op.ctx + t);
     const AttentionShape shape{op.n_heads, op.n_kv_heads, op.head_dim};
-    const auto t0 = Clock::now();
+    const auto t0 = start();
     shardwise::attention(x_.data(), op.tokens, pos_.data(), k_.data(), v_.data(), kv_len, shape, y_.data(), p);
     return ms_since(t0);
   }
@@ -255,10 +264,10 @@ class CpuRunner {
     fill_floats(logits, 5 + static_cast<uint64_t>(++moe_turn_));
     const MoeRouting routing = route_tokens(logits.data(), op.tokens, op.n_experts, op.top_k, true);
     ensure(x_, static_cast<uint64_t>(op.tokens * op.cols), 1);
-    const auto t0 = Clock::now();
+    const auto t0 = start();
     it->second.second->ffn(moe_layer_, x_.data(), op.tokens, &routing);
     const double ms = ms_since(t0);
-    fill_floats(x_, 1);  // keep the residual stream bounded
+    fill_floats(x_.data(), static_cast<uint64_t>(op.tokens * op.cols), 1);  // keep the residual stream bounded
     return ms;
   }
 
@@ -268,7 +277,7 @@ class CpuRunner {
     ensure(x_, static_cast<uint64_t>(rows * dim), 1);
     ensure(y_, static_cast<uint64_t>(rows * dim), 2);
     ensure(w_, static_cast<uint64_t>(dim), 6);
-    const auto t0 = Clock::now();
+    const auto t0 = start();
     rms_norm(x_.data(), w_.data(), 1e-6f, y_.data(), rows, dim);
     return ms_since(t0);
   }
@@ -282,20 +291,20 @@ class CpuRunner {
       for (int64_t t = 0; t < n; ++t) pos_[static_cast<size_t>(t)] = static_cast<int32_t>(1000 + t);
       angles_.compute(pos_.data(), n, hd, 1e6);
     }
-    const auto t0 = Clock::now();
+    const auto t0 = start();
     rope(y_.data(), n, heads, hd, angles_, RopeStyle::Neox);
     const double ms = ms_since(t0);
-    fill_floats(y_, 2);
+    fill_floats(y_.data(), static_cast<uint64_t>(n * width), 2);
     return ms;
   }
 
   double elementwise(const Op& op) {
     ensure(x_, static_cast<uint64_t>(op.elems), 1);
     ensure(y_, static_cast<uint64_t>(op.elems), 2);
-    const auto t0 = Clock::now();
+    const auto t0 = start();
     swiglu(y_.data(), x_.data(), op.elems);
     const double ms = ms_since(t0);
-    fill_floats(y_, 2);
+    fill_floats(y_.data(), static_cast<uint64_t>(op.elems), 2);
     return ms;
   }
 
@@ -310,13 +319,14 @@ class CpuRunner {
     std::vector<int32_t> ids(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % table.shape[0]);
     ensure(y_, static_cast<uint64_t>(n * h), 2);
-    const auto t0 = Clock::now();
+    const auto t0 = start();
     embed_rows(table, ids.data(), n, y_.data());
     return ms_since(t0);
   }
 
   ThreadPool fill_pool_;
   WeightSet weights_;
+  ThreadPool* cur_ = nullptr;
   std::map<int, std::unique_ptr<ThreadPool>> pools_;
   std::vector<float> x_, y_, k_, v_, w_;
   std::vector<int32_t> pos_;
@@ -787,7 +797,8 @@ ValidationReport validate_profile(const ProfileDB& db, const ProfileOptions& o) 
       if (same_shape(op, s.op)) fail("validation case ", label_of(op), " is in the profile's grid: it would not test anything");
 
   const Grid g = make_grid(o.quick);
-  auto gpu = db.has_gpu() ? open_gpu("cuda", g.gpu_weight_set) : nullptr;
+  // --device cpu validates the CPU rows only (e.g. a GPU profile on a machine without its GPU).
+  auto gpu = db.has_gpu() && o.device != "cpu" ? open_gpu("cuda", g.gpu_weight_set) : nullptr;
   CpuRunner cpu(o.quick ? (64ull << 20) : (768ull << 20), db.threads.back());
   MeasuredOptions mo;
   auto model = make_measured_cost_model(db, mo);
