@@ -821,11 +821,15 @@ ValidationReport validate_profile(const ProfileDB& db, const ProfileOptions& o) 
     std::string cls = std::string(backend_name(b)) + " " + op_kind_name(op.kind);
     if (b == Backend::Cpu) cls += " t" + std::to_string(threads);
     r.cases.push_back({cls, label_of(op), pred, st.ms});
+    if (!o.progress)  // a log of each case as it ends: what was measured survives a failure later on
+      std::fprintf(stderr, "validate: %s %s predicted %.4f ms measured %.4f ms\n", cls.c_str(), label_of(op).c_str(), pred,
+                   st.ms);
   };
   for (int t : db.threads)
     for (const Op& op : ops) run_case(Backend::Cpu, t, op);
   if (gpu)
     for (const Op& op : ops) run_case(Backend::Gpu, 0, op);
+  if (!o.progress && gpu) std::fprintf(stderr, "validate: CPU work under copy traffic\n");
   // Hybrid condition: CPU matmuls and experts while the copy engines stream weights.
   if (gpu) {
     const int t = db.threads.back();

@@ -2,7 +2,7 @@
 # Runs on the GPU machine with the bundle from scripts/gpu/bundle.sh: the full profile of the machine
 # (`shardwise profile`, threads 1 and 16, PCIe uncapped and capped at 16 GB/s), then its validation on
 # cases the grid never saw (`shardwise profile --validate`). Writes into OUT: h200-host.profile.json,
-# profile.log, validation.txt, validation.json, machine.txt.
+# profile.log, validation.txt, validation.json, validation.log (each case as it ends), machine.txt.
 #   profile.sh OUT
 set -uo pipefail
 out=${1:?usage: profile.sh OUT}
@@ -28,6 +28,6 @@ ls -la "$out/h200-host.profile.json"
 echo "== validation"
 start=$(date +%s)
 timeout ${VALIDATE_TIMEOUT:-300} "$bin" profile --validate "$out/h200-host.profile.json" --json-out "$out/validation.json" --no-progress \
-  > "$out/validation.txt" 2>&1
+  > "$out/validation.txt" 2> "$out/validation.log"
 echo "rc=$? in $(( $(date +%s) - start )) s"
 grep -v "^  \(cpu\|gpu\|contention\) " "$out/validation.txt" | head -40
