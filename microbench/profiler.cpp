@@ -439,7 +439,7 @@ Grid make_grid(bool quick) {
     g.copy_sizes = {1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1ull << 30};
     g.cpu_weight_set = 768ull << 20;  // > 2x the GPU host's 300 MB L3
     g.gpu_weight_set = 2ull << 30;    // > 30x the H200's L2
-    g.point_limit_ms = 60;
+    g.point_limit_ms = 40;  // the first full profile took 311 s at 60 ms (target: 3 min)
     g.contention_mat = {{4096, 4096}, {11520, 4096}, {768, 2048}, {512, 2048}};
     g.contention_tokens = {1, 4, 16, 64, 256, 1024};
   }
@@ -619,7 +619,7 @@ ProfileDB run_profile(const ProfileOptions& o) {
   const uint64_t total = static_cast<uint64_t>(cpu_ops.size() * threads.size() + (gpu ? cont.size() * threads.size() : 0) +
                                                gpu_ops.size() + gpu_cont.size()) + copies + threads.size() * 2;
   Progress progress(o.quick ? "profile (quick)" : "profile", total, o.progress);
-  Measurer m{&cpu, gpu.get(), &progress, g.point_limit_ms, o.quick ? Policy{2, 6, 5} : Policy{}};
+  Measurer m{&cpu, gpu.get(), &progress, g.point_limit_ms, o.quick ? Policy{2, 6, 5} : Policy{3, 12, 12}};
 
   // DRAM bandwidth, alone and (with a GPU) under copy traffic.
   for (int t : threads) {
