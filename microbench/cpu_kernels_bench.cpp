@@ -5,7 +5,8 @@
 // benchmark checks its result against the scalar kernel before timing and fails if it is wrong.
 // Reported: weight bytes/s (bytes_per_second in binary units, weight_bytes in SI units: 90G/s is
 // 90 GB/s), FLOP/s ("FLOPS"), threads used; roofline_stream_read is the plain streaming read of the
-// same kind of weight set, the bound for decode_gemv.
+// same kind of weight set, the bound for decode_gemv; (d) attention() decode and prefill with T threads
+// (FLOPS and kv_bytes: K and V bytes of the cache read per call).
 //
 // Environment (the effective values are printed in the run's context):
 //   SHARDWISE_BENCH_THREADS        thread counts for (a) and (b), comma-separated; default "1,<hw threads>"
@@ -38,6 +39,7 @@
 #include "core/host_buffer.h"
 #include "core/thread_pool.h"
 #include "executor/cpu/cpu_features.h"
+#include "executor/cpu/attention.h"
 #include "executor/cpu/blas_env.h"
 #include "executor/cpu/kernels.h"
 #include "executor/cpu/matmul.h"
@@ -406,7 +408,96 @@ void bm_kernel_dequant(benchmark::State& state, const std::string& key, sw::Isa 
   state.counters["threads"] = 1;
 }
 
+// ---- (d) attention (executor/cpu/attention.h) ------------------------------------------------------------
+// nemo8b-like heads (32 query heads, 8 KV heads, head_dim 128). decode: 1 query at the end of a ctx-row
+// cache; prefill: 512 new queries at positions ctx-512..ctx-1 (causal). FLOPS counts 4 * head_dim per
+// (query head, attended key) (QK^T and PV); kv_bytes is the K and V rows read once per KV head.
+
+struct AttnCase {
+  const char* name;
+  int64_t n_tokens, ctx;
+};
+const AttnCase kAttnCases[] = {{"decode", 1, 4096}, {"decode", 1, 32768}, {"prefill", 512, 4096}};
+constexpr int64_t kAttnHeads = 32, kAttnKvHeads = 8, kAttnHeadDim = 128;
+
+// Double-precision attention of query t, head h (the reference of the check before timing).
+void attention_ref_row(const float* q, const int32_t* pos, const float* k, const float* v, int64_t t, int64_t h,
+                       double* out) {
+  const int64_t hd = kAttnHeadDim, g = h / (kAttnHeads / kAttnKvHeads), kvs = kAttnKvHeads * hd;
+  const float* qv = q + t * kAttnHeads * hd + h * hd;
+  const int64_t n = pos[t] + 1;
+  std::vector<double> s(static_cast<size_t>(n));
+  double m = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) {
+    double d = 0;
+    for (int64_t c = 0; c < hd; ++c) d += static_cast<double>(qv[c]) * k[j * kvs + g * hd + c];
+    s[j] = d / std::sqrt(static_cast<double>(hd));
+    m = std::max(m, s[j]);
+  }
+  double l = 0;
+  for (int64_t c = 0; c < hd; ++c) out[c] = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const double p = std::exp(s[j] - m);
+    l += p;
+    for (int64_t c = 0; c < hd; ++c) out[c] += p * v[j * kvs + g * hd + c];
+  }
+  for (int64_t c = 0; c < hd; ++c) out[c] /= l;
+}
+
+void bm_attention(benchmark::State& state, const std::string& key, AttnCase c, int threads) {
+  const int64_t hd = kAttnHeadDim, kvs = kAttnKvHeads * hd;
+  sw::ThreadPool& pool = pool_of(threads);
+  const std::vector<float> q = random_activations(c.n_tokens * kAttnHeads * hd, 21);
+  const std::vector<float> k = random_activations(c.ctx * kvs, 22);
+  const std::vector<float> v = random_activations(c.ctx * kvs, 23);
+  std::vector<int32_t> pos(static_cast<size_t>(c.n_tokens));
+  double keys = 0;
+  for (int64_t t = 0; t < c.n_tokens; ++t) {
+    pos[t] = static_cast<int32_t>(c.ctx - c.n_tokens + t);
+    keys += pos[t] + 1.0;
+  }
+  std::vector<float> out(q.size(), std::nanf(""));
+  const sw::AttentionShape shape{kAttnHeads, kAttnKvHeads, hd};
+  if (first_entry(key)) {
+    sw::attention(q.data(), c.n_tokens, pos.data(), k.data(), v.data(), c.ctx, shape, out.data(), pool);
+    std::vector<double> ref(static_cast<size_t>(hd));
+    for (int64_t t : {int64_t{0}, c.n_tokens - 1}) {
+      for (int64_t h : {int64_t{0}, int64_t{13}, kAttnHeads - 1}) {
+        attention_ref_row(q.data(), pos.data(), k.data(), v.data(), t, h, ref.data());
+        for (int64_t d = 0; d < hd; ++d) {
+          const float got = out[(t * kAttnHeads + h) * hd + d];
+          if (!(std::fabs(got - ref[d]) <= 1e-5)) {
+            state.SkipWithError(sw::str_cat("attention token ", t, " head ", h, " dim ", d, ": got ", got,
+                                            ", reference ", ref[d]).c_str());
+            return;
+          }
+        }
+      }
+    }
+  }
+  for (auto _ : state) {
+    sw::attention(q.data(), c.n_tokens, pos.data(), k.data(), v.data(), c.ctx, shape, out.data(), pool);
+    benchmark::ClobberMemory();
+  }
+  const double it = static_cast<double>(state.iterations());
+  const double kv_bytes = 2.0 * static_cast<double>(c.ctx) * kvs * 4;
+  state.SetBytesProcessed(static_cast<int64_t>(it * kv_bytes));
+  state.counters["kv_bytes"] = benchmark::Counter(it * kv_bytes, benchmark::Counter::kIsRate);
+  state.counters["FLOPS"] = benchmark::Counter(it * 4.0 * kAttnHeads * hd * keys, benchmark::Counter::kIsRate);
+  state.counters["threads"] = threads;
+}
+
 void register_all() {
+  // (d) attention
+  for (const AttnCase& c : kAttnCases) {
+    for (int threads : g_cfg.threads) {
+      const std::string name = sw::str_cat("attention/", c.name, "/heads:", kAttnHeads, "x", kAttnKvHeads, "x",
+                                           kAttnHeadDim, "/tokens:", c.n_tokens, "/ctx:", c.ctx, "/threads:", threads);
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { bm_attention(st, name, c, threads); })
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
   // (a) and (b), grouped by (dtype, shape) so each weight set is built once; the roofline reads
   // the f32 gate_up set, so it runs in that group.
   for (DType t : kDTypes) {

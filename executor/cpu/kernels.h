@@ -20,6 +20,30 @@ using GemvFn = void (*)(const void* w, uint64_t row_bytes, int64_t cols, int64_t
                         int64_t ldx, int nt, float* y, int64_t ldy);
 constexpr int kGemvMaxTokens = 4;
 
+// Attention tile kernel (attention.cpp drives it; kernels_attention.h implements it). Online softmax of
+// nr (<= kAttnMaxRows) query rows that share one KV head over keys [j_begin, j_end), in tiles of
+// kAttnKeyTile keys: row r attends keys j < limit[r] (causal), scores are (q_r . k_j) * scale, and the
+// running max m[r], sum l[r] and unnormalised output acc[r * hd ..] (f32) are updated in place
+// (start from m = -inf, l = 0, acc = 0; the result is acc / l).
+constexpr int kAttnMaxRows = 64;
+constexpr int64_t kAttnKeyTile = 64;
+struct AttnArgs {
+  const float* const* q;  // nr query rows of hd floats
+  const int64_t* limit;   // nr key limits
+  int nr;
+  const float* k;  // key j at k + j * ld
+  const float* v;  // value j at v + j * ld
+  int64_t ld;
+  int64_t j_begin, j_end;
+  int64_t hd;
+  float scale;
+  float* m;
+  float* l;
+  float* acc;
+  float* scratch;  // nr * kAttnKeyTile floats
+};
+using AttnFn = void (*)(const AttnArgs& a);
+
 // Converts n elements (a multiple of the block size) to f32.
 using DequantFn = void (*)(const void* src, float* dst, int64_t n);
 
@@ -31,6 +55,7 @@ struct CpuKernels {
   void (*axpy)(float a, const float* x, float* y, int64_t n);
   // sum_i a[i] * b[i]
   float (*dot_f32)(const float* a, const float* b, int64_t n);
+  AttnFn attn;
 };
 
 inline int kernel_slot(DType t) {

@@ -406,6 +406,76 @@ float dot_avx2(const float* a, const float* b, int64_t n) {
   return s;
 }
 
+// ---- attention tile kernel (kernels_attention.h) ------------------------------------------------------
+
+// exp(x) for x <= 0 (Cephes expf, about 1 ulp); x is clamped at -87 (result ~1e-38, not 0).
+inline __m256 exp256(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 p = _mm256_set1_ps(1.9875691500E-4f);
+  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(1.3981999507E-3f));
+  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(8.3334519073E-3f));
+  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(4.1665795894E-2f));
+  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(1.6666665459E-1f));
+  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(5.0000001201E-1f));
+  const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(x, x), x), _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+inline __m256i lane_mask(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+struct Avx2Attn {
+  using V = __m256;
+  static constexpr int kW = kLanes, kKB = 2, kCH = 2;
+  static V zero() { return _mm256_setzero_ps(); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static V loadm(const float* p, int n) { return _mm256_maskload_ps(p, lane_mask(n)); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static void storem(float* p, V v, int n) { _mm256_maskstore_ps(p, lane_mask(n), v); }
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V exp(V x) { return exp256(x); }
+  static float exp1(float x) { return _mm256_cvtss_f32(exp256(_mm256_set1_ps(x))); }
+  static float hsum(V v) { return shardwise::hsum(v); }
+  static float hmax(V v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+  // out[i] = hsum(a[i]); 8 vectors are reduced together with horizontal adds.
+  static void reduce(const V* a, int n, float* out) {
+    if (n != 8) {
+      for (int i = 0; i < n; ++i) out[i] = hsum(a[i]);
+      return;
+    }
+    const V u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    const V u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31)));
+  }
+};
+
+}  // namespace
+}  // namespace shardwise
+
+#include "executor/cpu/kernels_attention.h"
+
+namespace shardwise {
+namespace {
+
+void attn_avx2(const AttnArgs& a) {
+  attn_impl::attn<Avx2Attn>(a);
+}
+
 const CpuKernels kAvx2 = {
     Isa::Avx2,
     {gemv_float<LoadF32>, gemv_float<LoadF16>, gemv_float<LoadBF16>, gemv_quant<DecodeQ8_0>, gemv_quant<DecodeQ4_0>},
@@ -413,6 +483,7 @@ const CpuKernels kAvx2 = {
      dequant_quant<DecodeQ4_0>},
     axpy_avx2,
     dot_avx2,
+    attn_avx2,
 };
 
 }  // namespace

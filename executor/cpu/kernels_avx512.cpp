@@ -368,6 +368,85 @@ float dot_avx512(const float* a, const float* b, int64_t n) {
   return hsum(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
 }
 
+// ---- attention tile kernel (kernels_attention.h) ------------------------------------------------------
+
+// exp(x) for x <= 0 (Cephes expf: range reduction by ln 2 in two parts, degree-5 polynomial, about
+// 1 ulp); scalef gives 0 for x below the f32 range (and for -inf).
+inline __m512 exp512(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+  const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
+  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), x);
+  __m512 p = _mm512_set1_ps(1.9875691500E-4f);
+  p = _mm512_fmadd_ps(p, x, _mm512_set1_ps(1.3981999507E-3f));
+  p = _mm512_fmadd_ps(p, x, _mm512_set1_ps(8.3334519073E-3f));
+  p = _mm512_fmadd_ps(p, x, _mm512_set1_ps(4.1665795894E-2f));
+  p = _mm512_fmadd_ps(p, x, _mm512_set1_ps(1.6666665459E-1f));
+  p = _mm512_fmadd_ps(p, x, _mm512_set1_ps(5.0000001201E-1f));
+  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(x, x), x), _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(y, fx);
+}
+
+struct Avx512Attn {
+  using V = __m512;
+  static constexpr int kW = kLanes, kKB = 4, kCH = 4;
+  static V zero() { return _mm512_setzero_ps(); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static V loadm(const float* p, int n) { return _mm512_maskz_loadu_ps(tail_mask(n), p); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static void storem(float* p, V v, int n) { _mm512_mask_storeu_ps(p, tail_mask(n), v); }
+  static V set1(float x) { return _mm512_set1_ps(x); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V exp(V x) { return exp512(x); }
+  static float exp1(float x) { return _mm512_cvtss_f32(exp512(_mm512_set1_ps(x))); }
+  static float hsum(V v) { return shardwise::hsum(v); }
+  static float hmax(V v) {
+    v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+    const __m256 h = _mm512_castps512_ps256(v);
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+  // out[i] = hsum(a[i]); 16 vectors are reduced together (transposing adds, then one permute).
+  static void reduce(const V* a, int n, float* out) {
+    if (n != 16) {
+      for (int i = 0; i < n; ++i) out[i] = hsum(a[i]);
+      return;
+    }
+    V b[8], c[4];
+    for (int k = 0; k < 8; ++k)
+      b[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x44),
+                           _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xEE));
+    for (int k = 0; k < 4; ++k)
+      c[k] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * k], b[2 * k + 1], 0x88),
+                           _mm512_shuffle_f32x4(b[2 * k], b[2 * k + 1], 0xDD));
+    const V t0 = _mm512_add_ps(_mm512_unpacklo_ps(c[0], c[1]), _mm512_unpackhi_ps(c[0], c[1]));
+    const V t1 = _mm512_add_ps(_mm512_unpacklo_ps(c[2], c[3]), _mm512_unpackhi_ps(c[2], c[3]));
+    const V r = _mm512_add_ps(_mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(3, 2, 3, 2)));
+    // lane 4m + p holds the sum of a[4p + m]
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_storeu_ps(out, _mm512_permutexvar_ps(idx, r));
+  }
+};
+
+}  // namespace
+}  // namespace shardwise
+
+#include "executor/cpu/kernels_attention.h"
+
+namespace shardwise {
+namespace {
+
+void attn_avx512(const AttnArgs& a) {
+  attn_impl::attn<Avx512Attn>(a);
+}
+
 const CpuKernels kAvx512 = {
     Isa::Avx512,
     {gemv_float<LoadF32>, gemv_float<LoadF16>, gemv_float<LoadBF16>, gemv_quant<DecodeQ8_0>, gemv_quant<DecodeQ4_0>},
@@ -375,6 +454,7 @@ const CpuKernels kAvx512 = {
      dequant_quant<DecodeQ4_0>},
     axpy_avx512,
     dot_avx512,
+    attn_avx512,
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 // executor/cpu/kernels_scalar.cpp — portable kernels: the fallback level and the baseline that the
 // SIMD levels are compared with. Plain loops with f32 accumulation.
+#include <cmath>
 #include <vector>
 
 #include "executor/cpu/kernels.h"
@@ -37,6 +38,43 @@ float dot_scalar(const float* a, const float* b, int64_t n) {
   return s;
 }
 
+// Attention tile kernel (kernels_attention.h) on one-lane "vectors".
+struct ScalarAttn {
+  using V = float;
+  static constexpr int kW = 1, kKB = 1, kCH = 1;
+  static V zero() { return 0.0f; }
+  static V load(const float* p) { return *p; }
+  static V loadm(const float* p, int n) { return n > 0 ? *p : 0.0f; }
+  static void store(float* p, V v) { *p = v; }
+  static void storem(float* p, V v, int n) {
+    if (n > 0) *p = v;
+  }
+  static V set1(float x) { return x; }
+  static V add(V a, V b) { return a + b; }
+  static V mul(V a, V b) { return a * b; }
+  static V max(V a, V b) { return a > b ? a : b; }
+  static V fma(V a, V b, V c) { return a * b + c; }
+  static V exp(V x) { return std::exp(x); }
+  static float exp1(float x) { return std::exp(x); }
+  static float hsum(V v) { return v; }
+  static float hmax(V v) { return v; }
+  static void reduce(const V* a, int n, float* out) {
+    for (int i = 0; i < n; ++i) out[i] = a[i];
+  }
+};
+
+}  // namespace
+}  // namespace shardwise
+
+#include "executor/cpu/kernels_attention.h"
+
+namespace shardwise {
+namespace {
+
+void attn_scalar(const AttnArgs& a) {
+  attn_impl::attn<ScalarAttn>(a);
+}
+
 const CpuKernels kScalar = {
     Isa::Scalar,
     {gemv_scalar<DType::F32>, gemv_scalar<DType::F16>, gemv_scalar<DType::BF16>, gemv_scalar<DType::Q8_0>,
@@ -45,6 +83,7 @@ const CpuKernels kScalar = {
      dequant_scalar<DType::Q8_0>, dequant_scalar<DType::Q4_0>},
     axpy_scalar,
     dot_scalar,
+    attn_scalar,
 };
 
 }  // namespace

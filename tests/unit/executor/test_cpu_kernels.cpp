@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "executor/cpu/attention.h"
 #include "executor/cpu/cpu_features.h"
 #include "executor/cpu/kernels.h"
 #include "executor/cpu/matmul.h"
@@ -363,6 +364,137 @@ TEST_CASE("matmul() matches the reference on the GEMV and GEMM paths", "[cpu_ker
         }
       }
     }
+  }
+}
+
+// ---- attention() (executor/cpu/attention.h) against a double-precision reference ----------------------
+
+struct AttnCase {
+  int64_t heads, kv_heads, hd, n_tokens, pos0, kv_len;  // queries at pos0 .. pos0 + n_tokens - 1
+};
+
+// f64 softmax(q k^T / sqrt(hd)) v for every (token, head), plus the magnitude that f32 rounding is
+// relative to: sum_j p_j |v_j[d]| / l (the weighted sum) times 1 + max_j sum_e |q_e k_j[e]| / sqrt(hd)
+// (a score's rounding, relative to its magnitude, scales p_j by 1 + that error).
+void attention_ref(const AttnCase& c, const std::vector<float>& q, const std::vector<int32_t>& pos,
+                   const std::vector<float>& k, const std::vector<float>& v, std::vector<double>& out,
+                   std::vector<double>& mag) {
+  const int64_t hd = c.hd, group = c.heads / c.kv_heads, kvs = c.kv_heads * hd;
+  out.assign(static_cast<size_t>(c.n_tokens * c.heads * hd), 0.0);
+  mag = out;
+  for (int64_t t = 0; t < c.n_tokens; ++t)
+    for (int64_t h = 0; h < c.heads; ++h) {
+      const int64_t g = h / group, n = pos[t] + 1;
+      const float* qv = &q[(t * c.heads + h) * hd];
+      std::vector<double> sc(static_cast<size_t>(n));
+      double m = -INFINITY, l = 0.0, smag = 0.0;
+      for (int64_t j = 0; j < n; ++j) {
+        double d = 0.0, a = 0.0;
+        for (int64_t e = 0; e < hd; ++e) {
+          d += static_cast<double>(qv[e]) * k[j * kvs + g * hd + e];
+          a += std::fabs(static_cast<double>(qv[e]) * k[j * kvs + g * hd + e]);
+        }
+        sc[j] = d / std::sqrt(static_cast<double>(hd));
+        smag = std::max(smag, a / std::sqrt(static_cast<double>(hd)));
+        m = std::max(m, sc[j]);
+      }
+      double* o = &out[(t * c.heads + h) * hd];
+      double* mg = &mag[(t * c.heads + h) * hd];
+      for (int64_t j = 0; j < n; ++j) {
+        const double p = std::exp(sc[j] - m);
+        l += p;
+        for (int64_t e = 0; e < hd; ++e) {
+          o[e] += p * v[j * kvs + g * hd + e];
+          mg[e] += p * std::fabs(v[j * kvs + g * hd + e]);
+        }
+      }
+      for (int64_t e = 0; e < hd; ++e) {
+        o[e] /= l;
+        mg[e] *= (1.0 + smag) / l;
+      }
+    }
+}
+
+// Runs attention() at every ISA level on `threads` threads and compares with the reference.
+// Cache rows at and beyond the last query's position are NaN: they must never be read into a result.
+void check_attention(const AttnCase& c, int threads) {
+  const int64_t hd = c.hd, kvs = c.kv_heads * hd;
+  std::vector<float> q = random_values(c.n_tokens * c.heads * hd);
+  for (float& x : q) x *= 2.0f;  // sharper softmax
+  std::vector<float> k = random_values(c.kv_len * kvs), v = random_values(c.kv_len * kvs);
+  std::vector<int32_t> pos(static_cast<size_t>(c.n_tokens));
+  for (int64_t t = 0; t < c.n_tokens; ++t) pos[t] = static_cast<int32_t>(c.pos0 + t);
+  for (int64_t j = c.pos0 + c.n_tokens; j < c.kv_len; ++j)
+    for (int64_t e = 0; e < kvs; ++e) k[j * kvs + e] = v[j * kvs + e] = kNaN;
+  std::vector<double> ref, mag;
+  attention_ref(c, q, pos, k, v, ref, mag);
+  ThreadPool pool(threads);
+  IsaCapGuard guard;
+  for (const CpuKernels* kern : levels_under_test()) {
+    set_isa_cap(kern->isa);
+    std::vector<float> out(q.size(), kNaN);
+    attention(q.data(), c.n_tokens, pos.data(), k.data(), v.data(), c.kv_len, {c.heads, c.kv_heads, hd}, out.data(),
+              pool);
+    double worst = 0.0;
+    size_t worst_i = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      const double err = std::fabs(out[i] - ref[i]) / (kRtol * mag[i] + kAtol);
+      if (!(err <= worst)) {
+        worst = err;
+        worst_i = i;
+      }
+    }
+    INFO(isa_name(kern->isa) << " heads " << c.heads << "/" << c.kv_heads << " head_dim " << hd << " tokens "
+                             << c.n_tokens << " at " << c.pos0 << " kv_len " << c.kv_len << " threads " << threads
+                             << ": element " << worst_i << " got " << out[worst_i] << " reference " << ref[worst_i]
+                             << " (error / tolerance " << worst << ")");
+    CHECK(worst <= 1.0);
+  }
+}
+
+TEST_CASE("attention matches the double reference for every head_dim and GQA group", "[cpu_kernels][attention]") {
+  // head_dim 8 .. 128 (below, at and between vector widths); groups 1..8 (and odd head counts).
+  const int64_t hds[] = {8, 16, 24, 32, 40, 48, 64, 128};
+  const int64_t groups[][2] = {{1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 5}, {6, 2}, {7, 1}, {8, 1}, {12, 3}};
+  for (int64_t hd : hds)
+    for (const auto& g : groups) check_attention({g[0], g[1], hd, 3, 0, 3}, 2);
+}
+
+TEST_CASE("attention: prefill chunks at positions not starting at 0", "[cpu_kernels][attention]") {
+  check_attention({8, 2, 64, 37, 0, 37}, 3);       // prompt, causal inside one chunk
+  check_attention({6, 3, 48, 21, 50, 71}, 2);      // second chunk over a cached prefix
+  check_attention({4, 1, 24, 100, 129, 300}, 4);   // many token blocks; cache longer than used
+  check_attention({32, 8, 128, 70, 1000, 1070}, 3);  // nemo8b-like heads
+  check_attention({3, 3, 16, 9, 4000, 4009}, 1);   // short chunk over a long cache: key range split
+}
+
+TEST_CASE("attention: decode over long contexts with many threads", "[cpu_kernels][attention]") {
+  for (int threads : {1, 2, 5, 16}) {
+    check_attention({32, 8, 128, 1, 4999, 5000}, threads);
+    check_attention({7, 1, 40, 2, 9000, 9100}, threads);
+  }
+  check_attention({2, 2, 8, 1, 20000, 20001}, 3);
+  check_attention({8, 1, 128, 1, 511, 512}, 4);  // exactly one split chunk
+  check_attention({8, 1, 128, 1, 512, 513}, 4);  // one key into the second chunk
+}
+
+TEST_CASE("attention results do not depend on the thread count", "[cpu_kernels][attention]") {
+  const AttnCase c{8, 2, 64, 5, 3000, 3005};
+  const int64_t hd = c.hd, kvs = c.kv_heads * hd;
+  const std::vector<float> q = random_values(c.n_tokens * c.heads * hd), k = random_values(c.kv_len * kvs),
+                           v = random_values(c.kv_len * kvs);
+  std::vector<int32_t> pos(static_cast<size_t>(c.n_tokens));
+  for (int64_t t = 0; t < c.n_tokens; ++t) pos[t] = static_cast<int32_t>(c.pos0 + t);
+  std::vector<float> first;
+  for (int threads : {1, 2, 3, 8}) {
+    ThreadPool pool(threads);
+    std::vector<float> out(q.size(), kNaN);
+    attention(q.data(), c.n_tokens, pos.data(), k.data(), v.data(), c.kv_len, {c.heads, c.kv_heads, hd}, out.data(),
+              pool);
+    if (first.empty())
+      first = out;
+    else
+      CHECK(std::memcmp(first.data(), out.data(), out.size() * sizeof(float)) == 0);
   }
 }
 

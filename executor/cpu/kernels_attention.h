@@ -1,0 +1,226 @@
+// executor/cpu/kernels_attention.h — the attention tile kernel (CpuKernels::attn), written once as a
+// template over a per-ISA SIMD traits struct T and included by kernels_scalar/avx2/avx512.cpp, each of
+// which defines its traits first. Everything is in an anonymous namespace (as the AVX-512 file's notes
+// require: no inline code shared between files compiled with different flags).
+//
+// One call runs the online softmax of nr query rows (the GQA group's heads of a few tokens, all on
+// the same KV head) over keys [j_begin, j_end) in tiles of kAttnKeyTile keys. Per tile:
+//   S = Q K^T       register-tiled RB rows x KB keys, f32 FMAs along head_dim, then a transposing
+//                   horizontal reduction of the RB*KB accumulators;
+//   P = exp(S*scale - m_new), running max m, sum l, correction exp(m_old - m_new);
+//   O = O * corr + P V  register-tiled RB rows x CH vectors of head_dim, broadcast P, FMAs.
+// Each K and V row is read once per tile for all nr rows.
+//
+// Traits T provide: V (vector type), kW (lanes), kKB (keys per S block), kCH (vectors per PV block),
+// zero, load, loadm (first n < kW lanes, rest 0), store, storem, set1, add, mul, max, fma(a, b, c) =
+// a * b + c, hmax, hsum, exp (for x <= 0; large negative x gives ~0), reduce(acc, n, out) (out[i] =
+// hsum(acc[i]) for i < n).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "executor/cpu/kernels.h"
+
+namespace shardwise {
+namespace {
+
+namespace attn_impl {
+
+constexpr int kRB = 4;  // query rows per register block
+
+inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// s[i * kAttnKeyTile + kk + j] = q_i . k_{kk+j} for RB rows, KB keys.
+template <class T, int RB, int KB>
+inline void scores_block(const float* const* q, const float* k, int64_t ld, int64_t hd, float* s, int64_t kk) {
+  using V = typename T::V;
+  constexpr int W = T::kW;
+  V acc[RB * KB];
+#pragma GCC unroll 32
+  for (int i = 0; i < RB * KB; ++i) acc[i] = T::zero();
+  const float* kr[KB];
+#pragma GCC unroll 8
+  for (int j = 0; j < KB; ++j) kr[j] = k + (kk + j) * ld;
+  int64_t d = 0;
+  for (; d + W <= hd; d += W) {
+    V qv[RB];
+#pragma GCC unroll 8
+    for (int i = 0; i < RB; ++i) qv[i] = T::load(q[i] + d);
+#pragma GCC unroll 8
+    for (int j = 0; j < KB; ++j) {
+      const V kv = T::load(kr[j] + d);
+#pragma GCC unroll 8
+      for (int i = 0; i < RB; ++i) acc[i * KB + j] = T::fma(qv[i], kv, acc[i * KB + j]);
+    }
+  }
+  if (d < hd) {
+    const int n = static_cast<int>(hd - d);
+    V qv[RB];
+#pragma GCC unroll 8
+    for (int i = 0; i < RB; ++i) qv[i] = T::loadm(q[i] + d, n);
+#pragma GCC unroll 8
+    for (int j = 0; j < KB; ++j) {
+      const V kv = T::loadm(kr[j] + d, n);
+#pragma GCC unroll 8
+      for (int i = 0; i < RB; ++i) acc[i * KB + j] = T::fma(qv[i], kv, acc[i * KB + j]);
+    }
+  }
+  float out[RB * KB];
+  T::reduce(acc, RB * KB, out);
+#pragma GCC unroll 8
+  for (int i = 0; i < RB; ++i)
+#pragma GCC unroll 8
+    for (int j = 0; j < KB; ++j) s[i * kAttnKeyTile + kk + j] = out[i * KB + j];
+}
+
+// S for RB rows over keys [0, nk) of the tile.
+template <class T, int RB>
+inline void scores_rows(const float* const* q, const float* k, int64_t ld, int64_t hd, int64_t nk, float* s) {
+  constexpr int KB = T::kKB;
+  int64_t kk = 0;
+  for (; kk + KB <= nk; kk += KB) scores_block<T, RB, KB>(q, k, ld, hd, s, kk);
+  for (; kk < nk; ++kk) scores_block<T, RB, 1>(q, k, ld, hd, s, kk);
+}
+
+// o_i[d0 .. d0 + CH*W (or n lanes of one vector)) = o_i * corr_i + sum_j p_i[j] v_j, for RB rows.
+template <class T, int RB, int CH, bool kTail>
+inline void pv_block(const float* p, const float* corr, const float* v, int64_t ld, int64_t nk, float* const* o,
+                     int64_t d0, int n) {
+  using V = typename T::V;
+  constexpr int W = T::kW;
+  V acc[RB][CH];
+#pragma GCC unroll 8
+  for (int i = 0; i < RB; ++i) {
+    const V c = T::set1(corr[i]);
+#pragma GCC unroll 8
+    for (int c2 = 0; c2 < CH; ++c2)
+      acc[i][c2] = T::mul(c, kTail ? T::loadm(o[i] + d0, n) : T::load(o[i] + d0 + c2 * W));
+  }
+  for (int64_t j = 0; j < nk; ++j) {
+    V vv[CH];
+#pragma GCC unroll 8
+    for (int c2 = 0; c2 < CH; ++c2) vv[c2] = kTail ? T::loadm(v + j * ld + d0, n) : T::load(v + j * ld + d0 + c2 * W);
+#pragma GCC unroll 8
+    for (int i = 0; i < RB; ++i) {
+      const V pv = T::set1(p[i * kAttnKeyTile + j]);
+#pragma GCC unroll 8
+      for (int c2 = 0; c2 < CH; ++c2) acc[i][c2] = T::fma(pv, vv[c2], acc[i][c2]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < RB; ++i)
+#pragma GCC unroll 8
+    for (int c2 = 0; c2 < CH; ++c2) {
+      if (kTail)
+        T::storem(o[i] + d0, acc[i][c2], n);
+      else
+        T::store(o[i] + d0 + c2 * W, acc[i][c2]);
+    }
+}
+
+template <class T, int RB>
+inline void pv_rows(const float* p, const float* corr, const float* v, int64_t ld, int64_t nk, int64_t hd,
+                    float* const* o) {
+  constexpr int W = T::kW, CH = T::kCH;
+  int64_t d = 0;
+  for (; d + CH * W <= hd; d += CH * W) pv_block<T, RB, CH, false>(p, corr, v, ld, nk, o, d, W);
+  for (; d + W <= hd; d += W) pv_block<T, RB, 1, false>(p, corr, v, ld, nk, o, d, W);
+  if (d < hd) pv_block<T, RB, 1, true>(p, corr, v, ld, nk, o, d, static_cast<int>(hd - d));
+}
+
+// Running max, correction and probabilities of one row over its nv valid keys of the tile (s holds
+// the raw dot products; p[nv, nk_pad) is zeroed).
+template <class T>
+inline void softmax_row(float* s, int64_t nv, int64_t nk_pad, float scale, float* m, float* l, float* corr) {
+  using V = typename T::V;
+  constexpr int W = T::kW;
+  if (nv <= 0) {
+    *corr = 1.0f;
+    for (int64_t j = 0; j < nk_pad; ++j) s[j] = 0.0f;
+    return;
+  }
+  const V vs = T::set1(scale);
+  V vmax = T::set1(-INFINITY);
+  int64_t j = 0;
+  for (; j + W <= nv; j += W) {
+    const V x = T::mul(T::load(s + j), vs);
+    T::store(s + j, x);
+    vmax = T::max(vmax, x);
+  }
+  float tmax = T::hmax(vmax);
+  for (; j < nv; ++j) {
+    s[j] *= scale;
+    tmax = s[j] > tmax ? s[j] : tmax;
+  }
+  const float m_old = *m, m_new = m_old > tmax ? m_old : tmax;
+  const V neg_m = T::set1(-m_new);
+  V vsum = T::zero();
+  j = 0;
+  for (; j + W <= nv; j += W) {
+    const V e = T::exp(T::add(T::load(s + j), neg_m));
+    T::store(s + j, e);
+    vsum = T::add(vsum, e);
+  }
+  float tile_sum = T::hsum(vsum);
+  if (j < nv) {
+    const int n = static_cast<int>(nv - j);
+    float tmp[T::kW];
+    T::store(tmp, T::exp(T::add(T::loadm(s + j, n), neg_m)));
+    for (int i = 0; i < n; ++i) {
+      s[j + i] = tmp[i];
+      tile_sum += tmp[i];
+    }
+  }
+  const float c = m_old == -INFINITY ? 0.0f : T::exp1(m_old - m_new);
+  *l = *l * c + tile_sum;
+  *corr = c;
+  *m = m_new;
+  for (j = nv; j < nk_pad; ++j) s[j] = 0.0f;
+}
+
+template <class T>
+void attn(const AttnArgs& a) {
+  const int nr = a.nr;
+  const int64_t hd = a.hd, ld = a.ld;
+  float* const s = a.scratch;  // nr * kAttnKeyTile
+  float corr[kAttnMaxRows];
+  float* o[kAttnMaxRows];
+  for (int r = 0; r < nr; ++r) o[r] = a.acc + r * hd;
+  int64_t max_limit = 0;
+  for (int r = 0; r < nr; ++r) max_limit = imax(max_limit, a.limit[r]);
+  const int64_t j_end = imin(a.j_end, max_limit);
+  for (int64_t j0 = a.j_begin; j0 < j_end; j0 += kAttnKeyTile) {
+    const int64_t nk = imin(kAttnKeyTile, j_end - j0);
+    const float* k = a.k + j0 * ld;
+    const float* v = a.v + j0 * ld;
+    int r = 0;
+    for (; r < nr; r += kRB) {
+      const int rb = static_cast<int>(imin(kRB, nr - r));
+      int64_t nkb = 0;  // keys any row of the block attends
+      for (int i = 0; i < rb; ++i) nkb = imax(nkb, imin(nk, a.limit[r + i] - j0));
+      if (nkb <= 0) {
+        for (int i = 0; i < rb; ++i) corr[r + i] = 1.0f;
+        continue;
+      }
+      float* sb = s + r * kAttnKeyTile;
+      if (rb == kRB)
+        scores_rows<T, kRB>(a.q + r, k, ld, hd, nkb, sb);
+      else
+        for (int i = 0; i < rb; ++i) scores_rows<T, 1>(a.q + r + i, k, ld, hd, nkb, sb + i * kAttnKeyTile);
+      for (int i = 0; i < rb; ++i) {
+        const int64_t nv = imax(0, imin(nk, a.limit[r + i] - j0));
+        softmax_row<T>(sb + i * kAttnKeyTile, nv, nkb, a.scale, a.m + r + i, a.l + r + i, corr + r + i);
+      }
+      if (rb == kRB)
+        pv_rows<T, kRB>(sb, corr + r, v, ld, nkb, hd, o + r);
+      else
+        for (int i = 0; i < rb; ++i) pv_rows<T, 1>(sb + i * kAttnKeyTile, corr + r + i, v, ld, nkb, hd, o + r + i);
+    }
+  }
+}
+
+}  // namespace attn_impl
+}  // namespace
+}  // namespace shardwise
