@@ -28,6 +28,10 @@ double expected_distinct_experts(int64_t n, int64_t k, int64_t e) {
   return static_cast<double>(e) * (1.0 - std::pow(1.0 - p, static_cast<double>(n)));
 }
 
+double Op::experts_touched() const {
+  return active_experts > 0 ? active_experts : expected_distinct_experts(tokens, top_k, n_experts);
+}
+
 double Op::flops() const {
   const double m = static_cast<double>(tokens);
   switch (kind) {
@@ -44,7 +48,7 @@ double Op::weight_bytes() const {
   switch (kind) {
     case OpKind::Matmul: return static_cast<double>(rows) * static_cast<double>(dtype_row_bytes(dtype, cols));
     case OpKind::MoeExperts:
-      return expected_distinct_experts(tokens, top_k, n_experts) * 3.0 * static_cast<double>(rows) *
+      return experts_touched() * 3.0 * static_cast<double>(rows) *
              static_cast<double>(dtype_row_bytes(dtype, cols));
     case OpKind::Attention:
       // The keys and values of the cache, read once per step (tiles of queries share them).
@@ -113,11 +117,11 @@ class AnalyticCostModel : public CostModel {
         // larger ones as three threaded matmuls per expert.
         const double per_launch = op.kind != OpKind::MoeExperts ? 1.0
                                   : op.tokens <= 4 ? 2.0
-                                                   : 3.0 * expected_distinct_experts(op.tokens, op.top_k, op.n_experts);
+                                                   : 3.0 * op.experts_touched();
         // Tokens per weight matrix decide GEMV (bandwidth) or GEMM (compute) behaviour.
         const double m = op.kind == OpKind::MoeExperts
                              ? static_cast<double>(op.tokens * op.top_k) /
-                                   std::max(1.0, expected_distinct_experts(op.tokens, op.top_k, op.n_experts))
+                                   std::max(1.0, op.experts_touched())
                              : static_cast<double>(op.tokens);
         // Below 8 tokens the SIMD GEMV kernels stream the weights once (no GEMM tiling to fill).
         const double rate = threads * hw_.cpu_matmul_gflops(op.dtype) * 1e9 * (m < 8 ? 1.0 : gemm_efficiency(m, 6.0));
@@ -148,7 +152,7 @@ class AnalyticCostModel : public CostModel {
         const double bytes = op.weight_bytes() + op.activation_bytes();
         const double m = op.kind == OpKind::MoeExperts
                              ? static_cast<double>(op.tokens * op.top_k) /
-                                   std::max(1.0, expected_distinct_experts(op.tokens, op.top_k, op.n_experts))
+                                   std::max(1.0, op.experts_touched())
                              : static_cast<double>(op.tokens);
         const double rate = hw_.gpu_matmul_tflops_for(op.dtype) * 1e12 * gemm_efficiency(m, 64.0);
         const double launches = op.kind == OpKind::MoeExperts ? 3.0 : 1.0;

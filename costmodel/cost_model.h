@@ -40,6 +40,11 @@ struct Op {
   int64_t ctx = 0;
   int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
   int64_t elems = 0;  // Norm / Rope / Elementwise / Embed: f32 elements touched
+  // MoeExperts: distinct experts the step's tokens are routed to, per layer, where the model's routing
+  // was measured; 0 = tokens pick experts uniformly at random (expected_distinct_experts).
+  double active_experts = 0;
+
+  double experts_touched() const;   // MoeExperts: active_experts, or the uniform expectation
 
   double flops() const;
   double weight_bytes() const;      // bytes of weights (or KV) that must be read

@@ -193,6 +193,20 @@ class MeasuredCostModel : public CostModel {
   }
 
   double op_ms(const Op& op, const ExecEnv& env) const override {
+    // The profile's MoE rows were measured with uniform random routing. A step whose routing was
+    // measured to touch other expert counts scales that time by the class roofline's ratio (fewer
+    // experts: fewer weight bytes for the same tokens and FLOPs).
+    if (op.kind == OpKind::MoeExperts && op.active_experts > 0) {
+      Op uniform = op;
+      uniform.active_experts = 0;
+      const double base = op_ms(uniform, env);
+      const Class& c = env.backend == Backend::Gpu && has_gpu_
+                           ? find_class(Backend::Gpu, op.kind, op.dtype, 0, false)
+                           : find_class(Backend::Cpu, op.kind, op.dtype, nearest_threads(op, env.threads), false);
+      const double r_op = roofline_ms(c.fit, op_bytes(op), op.flops());
+      const double r_uni = roofline_ms(c.fit, op_bytes(uniform), uniform.flops());
+      return r_uni > 0 && std::isfinite(r_op / r_uni) ? base * r_op / r_uni : base;
+    }
     const DType dt = class_dtype(op);
     if (env.backend == Backend::Gpu) {
       if (!has_gpu_) return gpu_fallback().op_ms(op, env);
@@ -237,6 +251,16 @@ class MeasuredCostModel : public CostModel {
     if (!fallback_)
       fail("the profile ", origin_, " has no GPU rows (measured on a machine without a GPU): plan with --hw NAME or a GPU profile");
     return *fallback_;
+  }
+
+  // The profiled thread count of op's CPU class nearest to `threads` (for its roofline).
+  int nearest_threads(const Op& op, int threads) const {
+    auto fam = cpu_threads_.find(class_key(Backend::Cpu, op.kind, class_dtype(op), 0, false));
+    if (fam == cpu_threads_.end()) missing_class(Backend::Cpu, op.kind, class_dtype(op));
+    int best = fam->second.front();
+    for (int t : fam->second)
+      if (std::abs(t - threads) < std::abs(best - threads)) best = t;
+    return best;
   }
 
   [[noreturn]] void missing_class(Backend b, OpKind k, DType dt) const {

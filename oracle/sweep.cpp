@@ -28,6 +28,7 @@
 #include "costmodel/profile_db.h"
 #include "executor/cuda/cuda_device.h"
 #include "executor/device/device.h"
+#include "executor/model/cpu_model.h"
 #include "executor/model/model_weights.h"
 #include "executor/runtime/runtime.h"
 #include "oracle/results.h"
@@ -84,10 +85,23 @@ struct ConfigPlan {
   std::vector<RowPlan> rows;  // excluded rows omitted
   uint64_t model_bytes = 0;
   std::string machine;        // cost model description
+  std::map<int64_t, double> experts_per_layer;  // MoE: distinct experts per layer the plan assumed, per tier
 };
 
-PlannerConfig planner_config(const Experiment& e, const Configuration& c, const TensorDtypes& dtypes) {
+// An MoE model's measured routing (executor: measure_experts_touched): distinct experts per layer
+// that n consecutive tokens are routed to, at the experiment's tiers.
+struct Routing {
+  std::vector<int64_t> tokens;
+  std::vector<double> experts;
+};
+
+PlannerConfig planner_config(const Experiment& e, const Configuration& c, const TensorDtypes& dtypes,
+                             const Routing* routing = nullptr) {
   PlannerConfig cfg;
+  if (routing) {
+    cfg.routing_tokens = routing->tokens;
+    cfg.routing_experts = routing->experts;
+  }
   cfg.budget_bytes = c.budget_bytes;
   cfg.ctx = c.ctx;
   cfg.threads = c.threads;
@@ -136,7 +150,7 @@ struct CostSource {
 };
 
 ConfigPlan plan_config(const Experiment& e, const Configuration& c, const ModelSpec& spec, const TensorDtypes& dtypes,
-                       const CostSource& source, PlanTable* table_out = nullptr) {
+                       const CostSource& source, const Routing* routing, PlanTable* table_out = nullptr) {
   ConfigPlan p;
   p.config = c;
   p.model_bytes = spec.total_bytes();
@@ -144,7 +158,13 @@ ConfigPlan plan_config(const Experiment& e, const Configuration& c, const ModelS
   p.machine = cost->describe();
   PlanTable table;
   try {
-    table = build_plan_table(spec, *cost, planner_config(e, c, dtypes));
+    const PlannerConfig cfg = planner_config(e, c, dtypes, routing);
+    if (spec.is_moe())
+      for (int64_t t : c.tiers) {
+        const double d = routing_experts_for(spec, cfg, t);
+        p.experts_per_layer[t] = d > 0 ? d : expected_distinct_experts(t, spec.num_experts_per_tok, spec.num_experts);
+      }
+    table = build_plan_table(spec, *cost, cfg);
   } catch (const Error& err) {
     p.plannable = false;
     p.error = err.what();
@@ -357,6 +377,7 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
   std::map<int, ModelSpec> specs;
   std::map<int, TensorDtypes> plan_dtypes;
   std::map<int, std::unique_ptr<WeightSource>> opened;  // file models opened for planning, reused to run
+  std::map<int, Routing> routing;                        // MoE models: measured before planning
   std::vector<ConfigPlan> plans;
   std::map<std::string, std::string> config_profile;
   for (const auto& c : mine) {
@@ -369,8 +390,33 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
         plan_dtypes[c.model] = tensor_dtypes_of(*src);
         opened[c.model] = std::move(src);
       }
+      // How many experts a step's tokens really touch decides what streaming costs: measure it on the
+      // weights (one CPU pass over the steps' own tokens), rather than assume uniform routing.
+      if (specs[c.model].is_moe() && !o.predict_only) {
+        const auto t0 = Clock::now();
+        OpenOptions oo;
+        oo.threads = 0;
+        std::unique_ptr<WeightSource> tmp;
+        const WeightSource* src = opened.count(c.model) ? opened[c.model].get() : (tmp = open_weights(c.open_path, oo)).get();
+        const ModelWeights w = ModelWeights::from_source(*src);
+        ThreadPool pool(0);
+        int64_t n = 64;
+        for (int64_t t : c.tiers) n = std::max(n, t);
+        n = std::min<int64_t>(n, 1024);
+        Routing r;
+        r.tokens = c.tiers;
+        std::sort(r.tokens.begin(), r.tokens.end());
+        r.experts = measure_experts_touched(w, pool, step_tokens(n, w.spec.vocab_size, e.token_seed), r.tokens);
+        std::string curve;
+        for (size_t i = 0; i < r.tokens.size(); ++i) curve += str_cat(i ? ", " : "", r.tokens[i], ": ", r.experts[i]);
+        log_info(c.model_name, ": routing measured on ", n, " tokens in ",
+                 std::chrono::duration<double>(Clock::now() - t0).count(), " s — distinct experts per layer by step tokens {",
+                 curve, "} of ", w.spec.num_experts);
+        routing[c.model] = std::move(r);
+      }
     }
-    ConfigPlan p = plan_config(e, c, specs[c.model], plan_dtypes[c.model], cost_source);
+    ConfigPlan p = plan_config(e, c, specs[c.model], plan_dtypes[c.model], cost_source,
+                               routing.count(c.model) ? &routing[c.model] : nullptr);
     if (!p.plannable && e.filters.plannable) {
       res.dropped.push_back(str_cat(c.model_name, " budget ", c.budget_text, " ctx ", c.ctx, " threads ", c.threads, " cap ",
                                     c.pcie_cap_text, ": filtered (plannable: ", p.error, ")"));
@@ -513,6 +559,8 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
            {"git_rev", git_rev},
            {"kv_dtype", e.kv_dtype},
            {"shard", str_cat(o.shard_index, "/", o.shard_count)}};
+    auto ex = p.experts_per_layer.find(r.tier);
+    if (ex != p.experts_per_layer.end()) j["moe_experts_per_layer"] = ex->second;  // what the prediction assumed
     return j;
   };
   auto write_row = [&](json j) {
@@ -559,7 +607,8 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
         log_info("loaded ", c.model_name, " (", c.weights, ") in ", model.load_ms / 1000.0, " s");
       }
       // Re-plan with the loaded file's dtypes; the predictions must be those announced.
-      const ConfigPlan again = plan_config(e, c, model.source->spec(), model.dtypes, cost_source, &table);
+      const ConfigPlan again = plan_config(e, c, model.source->spec(), model.dtypes, cost_source,
+                                           routing.count(c.model) ? &routing[c.model] : nullptr, &table);
       for (size_t i = 0; i < again.rows.size() && i < p.rows.size(); ++i)
         if (again.rows[i].feasible != p.rows[i].feasible || std::fabs(again.rows[i].predicted_ms - p.rows[i].predicted_ms) > 1e-6 * (1 + p.rows[i].predicted_ms))
           log_warn(c.config_id, ": re-planning with the loaded weights changed the prediction of ", schedule_name(p.rows[i].schedule),

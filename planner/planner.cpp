@@ -92,7 +92,8 @@ void kv_layer_bounds(const ModelSpec& spec, const PlannerConfig& cfg, int* prior
 // Emits the action list of one step for given per-shard decisions (see plan.h for the vocabulary).
 class Builder {
  public:
-  Builder(const ModelSpec& spec, const ShardSet& set, Plan& plan, int64_t n) : spec_(spec), set_(set), plan_(plan), n_(n) {}
+  Builder(const ModelSpec& spec, const ShardSet& set, Plan& plan, int64_t n, double experts)
+      : spec_(spec), set_(set), plan_(plan), n_(n), experts_(experts) {}
 
   // exec[id]: where each shard runs; slot[id]: -1, or the stream slot its weights are copied into;
   // prefetch: how many streamed shards ahead copies may run (2 = double buffering).
@@ -117,7 +118,7 @@ class Builder {
           streamed_.push_back({id, r, r1, static_cast<uint64_t>(r1 - r) * row_bytes});
         }
       } else {
-        streamed_.push_back({id, 0, 0, s.kind == ShardKind::Ffn ? ffn_bytes_touched(spec_, s, n_, false) : s.bytes});
+        streamed_.push_back({id, 0, 0, s.kind == ShardKind::Ffn ? ffn_bytes_touched(spec_, s, n_, false, experts_) : s.bytes});
       }
     }
     first_piece_.assign(set_.shards.size(), -1);
@@ -233,7 +234,7 @@ class Builder {
     const Shard& s = set_.at(shard);
     std::string label = s.name();
     if (part != ComputePart::Full) label += std::string(" ") + compute_part_name(part);
-    const uint64_t bytes = s.kind == ShardKind::Ffn ? ffn_bytes_touched(spec_, s, n_, false) : s.bytes;
+    const uint64_t bytes = s.kind == ShardKind::Ffn ? ffn_bytes_touched(spec_, s, n_, false, experts_) : s.bytes;
     const int id = add(r, ActionKind::Compute, shard, s.layer, part == ComputePart::AttnCore ? 0 : bytes, label, std::move(deps));
     plan_.actions.back().part = part;
     const int k = stream_index(shard);
@@ -286,6 +287,7 @@ class Builder {
   const ShardSet& set_;
   Plan& plan_;
   int64_t n_;
+  double experts_;  // measured distinct experts per layer for n_ tokens (0 = uniform routing)
   const std::vector<int>* slot_ = nullptr;
   std::vector<Piece> streamed_;
   std::vector<int> first_piece_, copy_action_, compute_done_, routing_;
@@ -294,6 +296,39 @@ class Builder {
   int last_x_ = -1;
   bool on_gpu_ = false;
 };
+
+}  // namespace
+
+double routing_experts_for(const ModelSpec& spec, const PlannerConfig& cfg, int64_t n) {
+  if (!spec.is_moe() || cfg.routing_tokens.empty() || n < 1) return 0;
+  const auto& T = cfg.routing_tokens;
+  const auto& E = cfg.routing_experts;
+  if (T.size() != E.size()) fail("planner: the routing curve has ", T.size(), " token counts and ", E.size(), " expert counts");
+  for (size_t i = 0; i < T.size(); ++i) {
+    if (T[i] < 1 || !(E[i] > 0) || !std::isfinite(E[i]) || (i > 0 && T[i] <= T[i - 1]))
+      fail("planner: the routing curve must have ascending token counts >= 1 and positive expert counts (entry ", i, ")");
+  }
+  double e;
+  if (n <= T.front()) {
+    e = E.front();
+  } else if (n >= T.back()) {
+    e = E.back();
+  } else {
+    const size_t i = static_cast<size_t>(std::lower_bound(T.begin(), T.end(), n) - T.begin());
+    if (T[i] == n) {
+      e = E[i];
+    } else {
+      const double f = std::log(static_cast<double>(n) / static_cast<double>(T[i - 1])) /
+                       std::log(static_cast<double>(T[i]) / static_cast<double>(T[i - 1]));
+      e = E[i - 1] * std::pow(E[i] / E[i - 1], f);
+    }
+  }
+  const double k = static_cast<double>(std::min(spec.num_experts_per_tok, spec.num_experts));
+  const double most = static_cast<double>(std::min<int64_t>(spec.num_experts, n * spec.num_experts_per_tok));
+  return std::min(most, std::max(k, e));
+}
+
+namespace {
 
 struct Ctx {
   const ModelSpec& spec;
@@ -305,6 +340,7 @@ struct Ctx {
 StepShape step_of(const Ctx& c, int64_t n) {
   StepShape st;
   st.tokens = n;
+  st.active_experts = routing_experts_for(c.spec, c.cfg, n);
   st.keys = c.cfg.ctx;
   st.kv_dtype = c.cfg.kv_dtype;
   st.threads = c.cfg.threads;
@@ -394,7 +430,7 @@ Plan finish_canonical(const Ctx& c, Schedule sched, int64_t n, size_t p, uint64_
     plan.infeasible_reason = "needs " + format_bytes(plan.vram_bytes) + " of VRAM";
     return plan;
   }
-  Builder(c.spec, S, plan, n).build(exec, slot, L.kv_gpu, prefetch, slot_bytes);
+  Builder(c.spec, S, plan, n, routing_experts_for(c.spec, c.cfg, n)).build(exec, slot, L.kv_gpu, prefetch, slot_bytes);
   plan.predicted_ms = simulate(plan, c.spec, S, c.cost, step_of(c, n));
   plan.feasible = true;
   return plan;
@@ -606,7 +642,7 @@ Plan plan_layer_split(const Ctx& c, int64_t n) {
                 offload_batches && N < Ln ? "; CPU layers' weights copied to the GPU for this batch" : "");
   plan.notes = notes;
   plan.pinned_prefix = 0;
-  Builder(spec, S, plan, n).build(exec, slot, plan.kv_on_gpu, 1);
+  Builder(spec, S, plan, n, routing_experts_for(spec, c.cfg, n)).build(exec, slot, plan.kv_on_gpu, 1);
   plan.predicted_ms = simulate(plan, spec, S, c.cost, step_of(c, n));
   plan.feasible = true;
   return plan;
@@ -648,7 +684,7 @@ Plan plan_cpu_moe(const Ctx& c, int64_t n) {
     kv_offset[static_cast<size_t>(l)] = static_cast<int64_t>(c.cfg.budget_bytes - kv_region + static_cast<uint64_t>(l) * c.L.kv_layer_bytes);
   plan.placements = place_shards(S, offset, exec, slot, {}, kv_offset);
   plan.notes = "experts on the CPU, the rest on the GPU";
-  Builder(spec, S, plan, n).build(exec, slot, plan.kv_on_gpu, 2);
+  Builder(spec, S, plan, n, routing_experts_for(spec, c.cfg, n)).build(exec, slot, plan.kv_on_gpu, 2);
   plan.predicted_ms = simulate(plan, spec, S, c.cost, step_of(c, n));
   plan.feasible = true;
   return plan;
@@ -801,6 +837,7 @@ std::string explain_plan(const Plan& plan, const ModelSpec& spec, const CostMode
   const ShardSet S = make_shards(spec, cfg.ctx, cfg.kv_dtype, &cfg.tensor_dtypes);
   StepShape st;
   st.tokens = plan.tier;
+  st.active_experts = routing_experts_for(spec, cfg, plan.tier);
   st.keys = cfg.ctx;
   st.kv_dtype = cfg.kv_dtype;
   st.threads = cfg.threads;

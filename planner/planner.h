@@ -29,7 +29,17 @@ struct PlannerConfig {
   std::string model_name;
   // Storage dtypes of the actual weight file where they differ from the spec's rule (optional).
   TensorDtypes tensor_dtypes;
+  // MoE models: the weights' measured routing — mean distinct experts per layer that n consecutive
+  // tokens are routed to, at ascending token counts (executor: measure_experts_touched). Empty =
+  // tokens pick experts uniformly at random. It sets how many experts a step streams and computes.
+  std::vector<int64_t> routing_tokens;
+  std::vector<double> routing_experts;
 };
+
+// Distinct experts per layer that a step of n tokens touches under cfg's routing (interpolated in
+// log tokens between measured counts, held within [top_k, min(E, n·top_k)]), or 0 when the routing
+// is not measured (the uniform expectation applies). Errors on a malformed curve.
+double routing_experts_for(const ModelSpec& spec, const PlannerConfig& cfg, int64_t n);
 
 // Builds every tier. Throws Error naming the smallest budget that works when no schedule fits even
 // the decode tier.

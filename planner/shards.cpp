@@ -198,7 +198,7 @@ AttentionOps attention_ops(const ModelSpec& s, const ShardSet&, int, int64_t n, 
   return a;
 }
 
-std::vector<Op> ffn_ops(const ModelSpec& s, const ShardSet&, int, int64_t n) {
+std::vector<Op> ffn_ops(const ModelSpec& s, const ShardSet&, int, int64_t n, double active_experts) {
   std::vector<Op> ops;
   const int64_t H = s.hidden_size;
   if (!s.is_moe()) ops.push_back(simple(OpKind::Norm, n, n * H));
@@ -211,6 +211,7 @@ std::vector<Op> ffn_ops(const ModelSpec& s, const ShardSet&, int, int64_t n) {
     e.cols = H;
     e.n_experts = s.num_experts;
     e.top_k = s.num_experts_per_tok;
+    e.active_experts = active_experts;
     ops.push_back(e);
     ops.push_back(simple(OpKind::Elementwise, n, n * s.num_experts_per_tok * (s.moe_intermediate_size + H)));
   } else {
@@ -224,10 +225,11 @@ std::vector<Op> ffn_ops(const ModelSpec& s, const ShardSet&, int, int64_t n) {
   return ops;
 }
 
-uint64_t ffn_bytes_touched(const ModelSpec& s, const Shard& ffn, int64_t n, bool worst_case) {
+uint64_t ffn_bytes_touched(const ModelSpec& s, const Shard& ffn, int64_t n, bool worst_case, double active_experts) {
   if (!s.is_moe()) return ffn.bytes;
-  const double e = worst_case ? static_cast<double>(std::min<int64_t>(s.num_experts, n * s.num_experts_per_tok))
-                              : expected_distinct_experts(n, s.num_experts_per_tok, s.num_experts);
+  const double e = worst_case         ? static_cast<double>(std::min<int64_t>(s.num_experts, n * s.num_experts_per_tok))
+                   : active_experts > 0 ? active_experts
+                                        : expected_distinct_experts(n, s.num_experts_per_tok, s.num_experts);
   return ffn.expert_base + static_cast<uint64_t>(static_cast<double>(ffn.expert_stride) * e + 0.5);
 }
 

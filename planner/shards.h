@@ -78,10 +78,12 @@ struct AttentionOps {
 };
 AttentionOps attention_ops(const ModelSpec& spec, const ShardSet& set, int layer, int64_t n, int64_t keys,
                            DType kv_dtype);
-std::vector<Op> ffn_ops(const ModelSpec& spec, const ShardSet& set, int layer, int64_t n);
+// active_experts: MoE distinct experts per layer the step touches (0 = the uniform expectation).
+std::vector<Op> ffn_ops(const ModelSpec& spec, const ShardSet& set, int layer, int64_t n, double active_experts = 0);
 // Bytes of an FFN shard a step of n tokens actually reads: MoE steps touch only the routed experts
-// (min(E, n·k) at most, E·(1−(1−k/E)^n) expected); dense steps read the whole shard.
-uint64_t ffn_bytes_touched(const ModelSpec& spec, const Shard& ffn, int64_t n, bool worst_case);
+// (min(E, n·k) at most; expected: active_experts where the routing was measured, else
+// E·(1−(1−k/E)^n)); dense steps read the whole shard.
+uint64_t ffn_bytes_touched(const ModelSpec& spec, const Shard& ffn, int64_t n, bool worst_case, double active_experts = 0);
 // The LM head runs for the last token only (a step returns one row of logits).
 std::vector<Op> output_ops(const ModelSpec& spec, const ShardSet& set);
 std::vector<Op> embed_ops(const ModelSpec& spec, int64_t n);

@@ -27,7 +27,7 @@ struct StepOps {
       attn_pre = std::move(a.pre);
       attn_core = std::move(a.core);
       attn_post = std::move(a.post);
-      ffn = ffn_ops(spec, shards, layer, step.tokens);
+      ffn = ffn_ops(spec, shards, layer, step.tokens, step.active_experts);
     }
     output = output_ops(spec, shards);
     output_norm = {output.front()};

@@ -20,6 +20,7 @@ struct StepShape {
   int64_t keys = 1;     // cached keys each query attends to (the KV fill)
   DType kv_dtype = DType::F32;
   int threads = 1;
+  double active_experts = 0;  // MoE: distinct experts per layer the step touches (0 = uniform routing)
 };
 
 // Fills start_ms/end_ms of every action and returns the step's makespan in ms.

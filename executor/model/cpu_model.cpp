@@ -26,6 +26,7 @@ void CpuModel::forward(const int32_t* tokens, int64_t n, KvCache& kv, float* log
       router_logits_.resize(static_cast<size_t>(n * sp.num_experts));
       blocks_.router(lw, x_.data(), n, router_logits_.data());
       const MoeRouting r = route_tokens(router_logits_.data(), n, sp.num_experts, sp.num_experts_per_tok, sp.norm_topk_prob);
+      if (observer_) observer_(l, r);
       blocks_.ffn(lw, x_.data(), n, &r);
     } else {
       blocks_.ffn(lw, x_.data(), n, nullptr);
@@ -38,6 +39,47 @@ void CpuModel::forward(const int32_t* tokens, int64_t n, KvCache& kv, float* log
   } else {
     blocks_.output(w_.output_norm, w_.output, x_.data() + (n - 1) * H, logits, 0, V);
   }
+}
+
+std::vector<double> measure_experts_touched(const ModelWeights& w, ThreadPool& pool, const std::vector<int32_t>& tokens,
+                                            const std::vector<int64_t>& counts) {
+  const ModelSpec& sp = w.spec;
+  if (!sp.is_moe()) return {};
+  SW_CHECK(!tokens.empty(), "measure_experts_touched: no tokens");
+  const int64_t n = static_cast<int64_t>(tokens.size()), k = sp.num_experts_per_tok;
+  for (int32_t t : tokens) SW_CHECK(t >= 0 && t < sp.vocab_size, "measure_experts_touched: token ", t, " out of range");
+  CpuModel model(w, pool);
+  KvCache kv(sp, n);
+  std::vector<std::vector<int32_t>> ids(static_cast<size_t>(sp.num_hidden_layers));  // [layer][token * k + j]
+  model.set_routing_observer([&](int64_t layer, const MoeRouting& r) {
+    auto& v = ids[static_cast<size_t>(layer)];
+    v.insert(v.end(), r.expert_ids.begin(), r.expert_ids.end());
+  });
+  std::vector<float> logits(static_cast<size_t>(sp.vocab_size));
+  model.forward(tokens.data(), n, kv, logits.data(), false);
+  std::vector<double> out;
+  std::vector<char> seen(static_cast<size_t>(sp.num_experts));
+  for (int64_t c : counts) {
+    SW_CHECK(c >= 1, "measure_experts_touched: token count ", c, " must be positive");
+    const int64_t win = std::min(c, n);
+    double sum = 0;
+    int64_t windows = 0;
+    for (const auto& v : ids) {
+      for (int64_t s = 0; s + win <= n; s += win) {
+        std::fill(seen.begin(), seen.end(), 0);
+        int64_t d = 0;
+        for (int64_t i = s * k; i < (s + win) * k; ++i) {
+          char& f = seen[static_cast<size_t>(v[static_cast<size_t>(i)])];
+          d += f == 0;
+          f = 1;
+        }
+        sum += static_cast<double>(d);
+        ++windows;
+      }
+    }
+    out.push_back(windows > 0 ? sum / static_cast<double>(windows) : 0.0);
+  }
+  return out;
 }
 
 CpuEngine::CpuEngine(const ModelWeights& weights, ThreadPool& pool, int64_t ctx)

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,12 +28,26 @@ class CpuModel {
   // all_logits, else only the last token's [1, vocab]. Advances kv.n_past() by n.
   void forward(const int32_t* tokens, int64_t n, KvCache& kv, float* logits, bool all_logits);
 
+  // MoE models: called with each layer's routing of each step (for statistics; must not throw).
+  void set_routing_observer(std::function<void(int64_t layer, const MoeRouting&)> observer) {
+    observer_ = std::move(observer);
+  }
+
  private:
   const ModelWeights& w_;
   ThreadPool& pool_;
   CpuBlocks blocks_;
   std::vector<float> x_, router_logits_;
+  std::function<void(int64_t, const MoeRouting&)> observer_;
 };
+
+// MoE models: the mean number of distinct experts per layer that `n` consecutive tokens are routed
+// to, for each n in `counts` — measured by a CPU forward pass of `tokens` (one step) through the
+// model and averaged over the layers and over the non-overlapping windows of n tokens (a count above
+// tokens.size() uses all of them). What the planner needs to know how many experts a step streams;
+// tokens picking experts uniformly would give E·(1−(1−k/E)^n). Empty for dense models.
+std::vector<double> measure_experts_touched(const ModelWeights& weights, ThreadPool& pool,
+                                            const std::vector<int32_t>& tokens, const std::vector<int64_t>& counts);
 
 // A CpuModel with its own KV cache, as a StepEngine for the generation loop.
 class CpuEngine : public StepEngine {

@@ -1,6 +1,7 @@
 // Tests for the CPU fast path against the f64 reference on synthetic models of every family and
 // dtype: full prefill, chunked prefill and token-by-token decode over the KV cache must agree.
 #include <catch2/catch.hpp>
+#include <set>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -96,4 +97,39 @@ TEST_CASE("context overflow and bad token ids are clear errors", "[forward]") {
   CHECK_THROWS_WITH(model.forward(toks.data(), 5, kv, logits.data(), true), Contains("--ctx"));
   std::vector<int32_t> bad = {1, static_cast<int32_t>(s.vocab_size)};
   CHECK_THROWS_WITH(model.forward(bad.data(), 2, kv, logits.data(), true), Contains("out of range"));
+}
+
+TEST_CASE("measured MoE routing: distinct experts per layer by token count", "[forward][routing]") {
+  ThreadPool pool(2);
+  auto src = open_weights(test::fixtures_dir() + "/hf/qwen3moe_nonorm");
+  ModelWeights w = ModelWeights::from_source(*src);
+  const ModelSpec& s = w.spec;
+  REQUIRE(s.is_moe());
+  const int64_t k = s.num_experts_per_tok, E = s.num_experts;
+  std::vector<int32_t> toks;
+  for (int i = 0; i < 24; ++i) toks.push_back(static_cast<int32_t>((i * 7919 + 3) % s.vocab_size));
+  const std::vector<int64_t> counts = {1, 2, 6, 24, 100};
+  const auto d = measure_experts_touched(w, pool, toks, counts);
+  REQUIRE(d.size() == counts.size());
+  CHECK(d[0] == Approx(static_cast<double>(k)));  // one token: exactly its top-k
+  for (size_t i = 0; i < d.size(); ++i) {
+    CHECK(d[i] >= static_cast<double>(k) - 1e-9);
+    CHECK(d[i] <= static_cast<double>(std::min<int64_t>(E, std::min<int64_t>(counts[i], 24) * k)) + 1e-9);
+    if (i > 0) CHECK(d[i] >= d[i - 1] - 1e-9);
+  }
+  CHECK(d[4] == d[3]);  // more than the tokens measured: all of them
+  // All 24 tokens: the mean over layers of the experts the observer saw in one forward pass.
+  CpuModel m(w, pool);
+  KvCache kv(s, 24);
+  std::vector<std::set<int32_t>> seen(static_cast<size_t>(s.num_hidden_layers));
+  m.set_routing_observer([&](int64_t l, const MoeRouting& r) { seen[static_cast<size_t>(l)].insert(r.expert_ids.begin(), r.expert_ids.end()); });
+  std::vector<float> logits(static_cast<size_t>(s.vocab_size));
+  m.forward(toks.data(), 24, kv, logits.data(), false);
+  double mean = 0;
+  for (const auto& x : seen) mean += static_cast<double>(x.size());
+  CHECK(d[3] == Approx(mean / static_cast<double>(seen.size())));
+  // Dense models have no routing.
+  const ModelSpec dense = builtin_spec("tiny_llama");
+  auto dsrc = make_synthetic_weights(dense, 1, &pool);
+  CHECK(measure_experts_touched(ModelWeights::from_source(*dsrc), pool, toks, counts).empty());
 }

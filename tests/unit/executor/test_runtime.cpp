@@ -137,7 +137,7 @@ TEST_CASE("runtime on the emulated device matches the CPU model for every schedu
 
 TEST_CASE("runtime: HF and llama.cpp fixtures on the emulated device", "[runtime][fixtures]") {
   const std::string fx = test::fixtures_dir();
-  for (const std::string path : {fx + "/hf/llama", fx + "/hf/qwen3moe_nonorm", fx + "/llamacpp/gguf/llama_small.q8_0.gguf",
+  for (const std::string& path : {fx + "/hf/llama", fx + "/hf/qwen3moe_nonorm", fx + "/llamacpp/gguf/llama_small.q8_0.gguf",
                                  fx + "/llamacpp/gguf/qwen3moe_small.f16.gguf"}) {
     auto src = open_weights(path);
     ModelWeights w = ModelWeights::from_source(*src);

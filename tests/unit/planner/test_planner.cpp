@@ -313,3 +313,65 @@ TEST_CASE("winner shares over the paper's configuration space (reported)", "[pla
     CHECK(total == 2 * 2 * 2 * 2 * 4 * 2);
   }
 }
+
+TEST_CASE("measured MoE routing: the curve, and what a step streams and costs", "[planner][routing]") {
+  const ModelSpec moe = builtin_spec("qwen30b");  // 128 experts, top-8
+  PlannerConfig cfg = config(4 * GiB, 4096, 16);
+  cfg.tiers = {1, 512};
+  CHECK(routing_experts_for(moe, cfg, 512) == 0);  // not measured: the uniform expectation applies
+  cfg.routing_tokens = {1, 16, 512};
+  cfg.routing_experts = {8, 20, 40};
+  CHECK(routing_experts_for(moe, cfg, 1) == 8);
+  CHECK(routing_experts_for(moe, cfg, 512) == 40);
+  CHECK(routing_experts_for(moe, cfg, 4096) == 40);                                         // beyond: the last count
+  CHECK(routing_experts_for(moe, cfg, 64) == Approx(20 * std::pow(2.0, std::log(4.0) / std::log(32.0))));  // log-log
+  CHECK(routing_experts_for(moe, cfg, 2) == Approx(8 * std::pow(20.0 / 8.0, 0.25)).epsilon(1e-9));
+  CHECK(routing_experts_for(hand_model(), cfg, 512) == 0);  // dense models have no routing
+  PlannerConfig bad = cfg;
+  bad.routing_experts = {8, 20};
+  CHECK_THROWS_WITH(routing_experts_for(moe, bad, 4), Contains("routing curve"));
+  bad.routing_experts = {8, 0, 40};
+  CHECK_THROWS_WITH(routing_experts_for(moe, bad, 4), Contains("routing curve"));
+  // Held within [k, min(E, n·k)]: 2 tokens cannot touch more than 16 experts.
+  PlannerConfig wide = cfg;
+  wide.routing_experts = {100, 120, 128};
+  CHECK(routing_experts_for(moe, wide, 2) == 16);
+
+  // A GPU-only prefill streams the routed experts only: with 40 experts per layer measured (instead
+  // of all 128 for 512 uniform tokens) each FFN copy carries the non-expert part plus 40 experts, and
+  // the step is predicted faster.
+  auto cost = make_analytic_cost_model(builtin_hardware("cli3"), 16e9);
+  PlannerConfig uni = cfg;
+  uni.routing_tokens.clear();
+  uni.routing_experts.clear();
+  const Plan p_uni = build_plan(moe, *cost, uni, Schedule::GpuOnly, 512);
+  const Plan p_meas = build_plan(moe, *cost, cfg, Schedule::GpuOnly, 512);
+  REQUIRE(p_uni.feasible);
+  REQUIRE(p_meas.feasible);
+  const ShardSet S = make_shards(moe, cfg.ctx, cfg.kv_dtype);
+  const Shard& ffn = S.at(S.ffn.back());
+  uint64_t copied_uni = 0, copied_meas = 0;
+  for (const Action& a : p_uni.actions)
+    if (a.kind == ActionKind::CopyWeights && a.shard == ffn.id) copied_uni += a.bytes;
+  for (const Action& a : p_meas.actions)
+    if (a.kind == ActionKind::CopyWeights && a.shard == ffn.id) copied_meas += a.bytes;
+  CHECK(copied_meas == ffn_bytes_touched(moe, ffn, 512, false, 40.0));
+  CHECK(copied_uni == ffn_bytes_touched(moe, ffn, 512, false));
+  CHECK(copied_meas < copied_uni);
+  CHECK(p_meas.predicted_ms < 0.6 * p_uni.predicted_ms);
+  // Decode is unchanged: one token touches top-k experts either way.
+  CHECK(build_plan(moe, *cost, cfg, Schedule::GpuOnly, 1).predicted_ms ==
+        Approx(build_plan(moe, *cost, uni, Schedule::GpuOnly, 1).predicted_ms).epsilon(1e-9));
+  // The experts op carries the measured count, and the cost model reads fewer expert bytes.
+  Op e;
+  e.kind = OpKind::MoeExperts;
+  e.dtype = DType::Q4_0;
+  e.tokens = 512;
+  e.rows = 768;
+  e.cols = 2048;
+  e.n_experts = 128;
+  e.top_k = 8;
+  const double w_uni = e.weight_bytes();
+  e.active_experts = 40;
+  CHECK(e.weight_bytes() == Approx(w_uni * 40.0 / expected_distinct_experts(512, 8, 128)));
+}
