@@ -67,9 +67,10 @@ ModelSpec resolve_model_spec(const std::string& model, std::string* origin, DTyp
     *has_weights = true;
     return src->spec();
   }
-  const bool looks_like_path = model.find('/') != std::string::npos || model.size() > 5 &&
-      (model.compare(model.size() - 5, 5, ".gguf") == 0 || model.compare(model.size() - 5, 5, ".json") == 0 ||
-       model.compare(model.size() - 5, 5, ".yaml") == 0);
+  const bool looks_like_path = model.find('/') != std::string::npos ||
+                               (model.size() > 5 && (model.compare(model.size() - 5, 5, ".gguf") == 0 ||
+                                                     model.compare(model.size() - 5, 5, ".json") == 0 ||
+                                                     model.compare(model.size() - 5, 5, ".yaml") == 0));
   if (looks_like_path && ::stat(model.c_str(), &st) != 0)
     fail(model, ": no such file or directory (MODEL is a .gguf file, an HF directory, synthetic:SPEC or a builtin spec)");
   ModelSpec s = resolve_spec(model);

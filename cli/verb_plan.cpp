@@ -14,6 +14,9 @@
 #include "core/log.h"
 #include "costmodel/cost_model.h"
 #include "costmodel/profile_db.h"
+#include "core/thread_pool.h"
+#include "executor/model/cpu_model.h"
+#include "oracle/sweep.h"
 #include "planner/planner.h"
 
 namespace shardwise::cli {
@@ -22,7 +25,8 @@ namespace {
 struct PlanArgs {
   std::string model, hw, profile, budget, pcie_cap = "none", kv_dtype = "f32", trace, save, schedule, tier_text;
   int threads = 0;
-  int64_t ctx = 4096;
+  int64_t ctx = 4096, routing_tokens = 0;
+  uint64_t token_seed = 1;
   bool json = false, explain = false, brief = false;
 };
 
@@ -92,6 +96,24 @@ void run_plan(const PlanArgs& a) {
   if (cfg.threads < 1 || cfg.threads > 4096) fail("--threads ", a.threads, " is out of range");
   cfg.kv_dtype = parse_dtype(a.kv_dtype);
   cfg.model_name = origin;
+  if (a.routing_tokens != 0) {
+    // Plan with the weights' own MoE routing, measured on the oracle's step tokens (a CPU pass).
+    if (a.routing_tokens < 1 || a.routing_tokens > 16384) fail("--routing-tokens ", a.routing_tokens, " must be 1..16384");
+    if (!spec.is_moe()) fail("--routing-tokens: ", a.model, " is not a mixture-of-experts model");
+    if (!has_weights && a.model.rfind("synthetic:", 0) != 0)
+      fail("--routing-tokens needs weights (a .gguf, an HF directory or synthetic:SPEC), not only a shape");
+    auto src = open_weights(a.model);
+    const ModelWeights w = ModelWeights::from_source(*src);
+    ThreadPool pool(cfg.threads);
+    cfg.routing_tokens = cfg.tiers;
+    cfg.routing_experts =
+        measure_experts_touched(w, pool, step_tokens(a.routing_tokens, spec.vocab_size, a.token_seed), cfg.routing_tokens);
+    std::string curve;
+    for (size_t i = 0; i < cfg.routing_tokens.size(); ++i)
+      curve += str_cat(i ? ", " : "", cfg.routing_tokens[i], ": ", cfg.routing_experts[i]);
+    std::fprintf(stderr, "routing measured on %lld tokens: distinct experts per layer by step tokens {%s} of %lld\n",
+                 static_cast<long long>(a.routing_tokens), curve.c_str(), static_cast<long long>(spec.num_experts));
+  }
   const auto t0 = std::chrono::steady_clock::now();
   PlanTable table = build_plan_table(spec, *cost, cfg);
   table.pcie_cap_gbps = cap / 1e9;
@@ -203,6 +225,9 @@ void register_plan(CLI::App& app) {
   sub->add_option("--ctx", a->ctx, "KV capacity in tokens (steps are planned with the cache full)");
   sub->add_option("--pcie-cap", a->pcie_cap, "PCIe bandwidth cap, e.g. 16GB/s, or none");
   sub->add_option("--kv-dtype", a->kv_dtype, "KV cache element type (f32 = exact; f16 halves its size)");
+  sub->add_option("--routing-tokens", a->routing_tokens,
+                  "MoE: measure the weights' routing on N tokens (a CPU pass) and plan with it instead of uniform routing");
+  sub->add_option("--token-seed", a->token_seed, "Seed of the --routing-tokens tokens (as the oracle's token_seed)");
   sub->add_flag("--json", a->json, "Print one JSON object");
   sub->add_flag("--brief", a->brief, "One line: predicted decode tokens/s and TTFT, chosen schedules, the layer-split baseline");
   sub->add_flag("--explain", a->explain, "List the shards of one plan (--tier, --schedule) with placement and why");

@@ -194,18 +194,24 @@ class MeasuredCostModel : public CostModel {
 
   double op_ms(const Op& op, const ExecEnv& env) const override {
     // The profile's MoE rows were measured with uniform random routing. A step whose routing was
-    // measured to touch other expert counts scales that time by the class roofline's ratio (fewer
-    // experts: fewer weight bytes for the same tokens and FLOPs).
-    if (op.kind == OpKind::MoeExperts && op.active_experts > 0) {
+    // measured to touch d experts runs d experts of m = n·k/d routed tokens each: the time of one
+    // expert at m tokens comes from the uniform row whose tokens-per-expert is also m (its time over
+    // its expected distinct experts; per-expert launches and GEMM efficiency included), times d.
+    if (op.kind == OpKind::MoeExperts && op.active_experts > 0 && op.top_k > 0 && op.n_experts > 0) {
+      const double d = op.active_experts, k = static_cast<double>(op.top_k);
+      const double m = std::max(1.0, static_cast<double>(op.tokens) * k / d);
+      auto per_expert_tokens = [&](double n) { return n * k / expected_distinct_experts(static_cast<int64_t>(n), op.top_k, op.n_experts); };
+      double lo = 1, hi = 1;
+      while (per_expert_tokens(hi) < m && hi < 1e9) hi *= 2;
+      for (int i = 0; i < 60 && hi - lo > 0.5; ++i) {
+        const double mid = 0.5 * (lo + hi);
+        (per_expert_tokens(mid) < m ? lo : hi) = mid;
+      }
       Op uniform = op;
       uniform.active_experts = 0;
-      const double base = op_ms(uniform, env);
-      const Class& c = env.backend == Backend::Gpu && has_gpu_
-                           ? find_class(Backend::Gpu, op.kind, op.dtype, 0, false)
-                           : find_class(Backend::Cpu, op.kind, op.dtype, nearest_threads(op, env.threads), false);
-      const double r_op = roofline_ms(c.fit, op_bytes(op), op.flops());
-      const double r_uni = roofline_ms(c.fit, op_bytes(uniform), uniform.flops());
-      return r_uni > 0 && std::isfinite(r_op / r_uni) ? base * r_op / r_uni : base;
+      uniform.tokens = std::max<int64_t>(1, static_cast<int64_t>(std::llround(hi)));
+      const double du = expected_distinct_experts(uniform.tokens, op.top_k, op.n_experts);
+      return du > 0 ? d * op_ms(uniform, env) / du : op_ms(uniform, env);
     }
     const DType dt = class_dtype(op);
     if (env.backend == Backend::Gpu) {
@@ -251,16 +257,6 @@ class MeasuredCostModel : public CostModel {
     if (!fallback_)
       fail("the profile ", origin_, " has no GPU rows (measured on a machine without a GPU): plan with --hw NAME or a GPU profile");
     return *fallback_;
-  }
-
-  // The profiled thread count of op's CPU class nearest to `threads` (for its roofline).
-  int nearest_threads(const Op& op, int threads) const {
-    auto fam = cpu_threads_.find(class_key(Backend::Cpu, op.kind, class_dtype(op), 0, false));
-    if (fam == cpu_threads_.end()) missing_class(Backend::Cpu, op.kind, class_dtype(op));
-    int best = fam->second.front();
-    for (int t : fam->second)
-      if (std::abs(t - threads) < std::abs(best - threads)) best = t;
-    return best;
   }
 
   [[noreturn]] void missing_class(Backend b, OpKind k, DType dt) const {

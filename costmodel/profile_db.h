@@ -16,7 +16,9 @@
 //      t = overhead + max(bytes / bandwidth, flops / peak).
 // CPU times depend on PCIe traffic running meanwhile: rows measured under contention record the
 // copy rate they ran with, and a query with concurrent_pcie_gbps = g blends alone and contention
-// times by min(1, g / that rate). Thread counts not profiled interpolate between the two nearest
+// times by min(1, g / that rate). MoE steps whose routing was measured (Op::active_experts) are d
+// experts of n·k/d tokens each, each costed as one expert of a uniform row with that many tokens
+// per expert. Thread counts not profiled interpolate between the two nearest
 // profiled counts (in log threads); outside them the nearest count is used. Norm, Rope, Elementwise
 // and Embed are keyed by kind only (their size is `elems`: steps 1 and 3 in log elems), and stand in
 // for each other when one was not measured on a backend (the profiler times rope and embed on the

@@ -310,6 +310,18 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
   CHECK_THAT(v.out, Contains("cpu matmul t2"));
 }
 
+TEST_CASE("cli: plan --routing-tokens measures an MoE model's routing and plans with it", "[cli][routing]") {
+  const std::string moe = fixture("hf/qwen3moe_nonorm");
+  const Result r = shardwise_cli("plan --model " + quote(moe) + " --hw cli3 --vram-budget 8M --ctx 64 --threads 2 --routing-tokens 16 --json");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.err, Contains("routing measured on 16 tokens"));
+  CHECK(nlohmann::json::parse(r.out)["predicted_decode_tokens_per_s"].get<double>() > 0);
+  require_clean_error("plan --model tiny_llama --hw cli3 --vram-budget 1G --routing-tokens 16", {"not a mixture-of-experts"});
+  require_clean_error("plan --model qwen30b --hw cli3 --vram-budget 4G --routing-tokens 16", {"needs weights"});
+  require_clean_error("plan --model " + quote(moe) + " --hw cli3 --vram-budget 8M --routing-tokens -3", {"--routing-tokens"});
+}
+
 TEST_CASE("cli: profile bad input", "[cli][profile][bad_input]") {
   require_clean_error("profile --quick --threads 0 --device cpu --out x.json", {"--threads"});
   require_clean_error("profile --quick --device tpu --out x.json", {"--device"});

@@ -692,3 +692,35 @@ TEST_CASE("profile model: plans a model, fast enough for the planner", "[profile
       }
   }
 }
+
+TEST_CASE("profile model: MoE steps with measured routing cost d experts of n·k/d tokens each", "[profile][routing]") {
+  const ProfileDB db = stored(synthetic_profile());
+  auto model = make_measured_cost_model(db);
+  for (Backend b : {Backend::Cpu, Backend::Gpu}) {
+    const ExecEnv env{b, 16, 0};
+    // Routing measured to be what uniform routing expects: the same time as the uniform row.
+    for (int64_t n : {int64_t(1), int64_t(16), int64_t(64)}) {
+      Op u = moe(DType::Q4_0, n, 128, 8, 768, 2048);
+      Op m = u;
+      m.active_experts = expected_distinct_experts(n, 8, 128);
+      CHECK(model->op_ms(m, env) == Approx(model->op_ms(u, env)).epsilon(0.02));
+    }
+    // 512 tokens on 16 experts: 16 experts of 256 tokens each = 16 × (the time of a uniform step
+    // whose experts get 256 tokens each, over its expected distinct experts).
+    Op m = moe(DType::Q4_0, 512, 128, 8, 768, 2048);
+    m.active_experts = 16;
+    const double got = model->op_ms(m, env);
+    int64_t n_eq = 1;
+    while (static_cast<double>(n_eq) * 8 / expected_distinct_experts(n_eq, 8, 128) < 256) ++n_eq;
+    const Op eq = moe(DType::Q4_0, n_eq, 128, 8, 768, 2048);
+    const double expect = 16 * model->op_ms(eq, env) / expected_distinct_experts(n_eq, 8, 128);
+    CHECK(got == Approx(expect).epsilon(0.02));
+    // Compute-bound: about the uniform time (the same FLOPs in fewer, larger GEMMs).
+    CHECK(got < 1.05 * model->op_ms(moe(DType::Q4_0, 512, 128, 8, 768, 2048), env));
+    // Memory-bound: 16 tokens all on the same 8 experts read far fewer weights than ~83 experts.
+    Op few = moe(DType::Q4_0, 16, 128, 8, 768, 2048);
+    const double uniform16 = model->op_ms(few, env);
+    few.active_experts = 8;
+    CHECK(model->op_ms(few, env) < 0.5 * uniform16);
+  }
+}
