@@ -4,9 +4,14 @@
 // (every token's work is independent once K/V rows before it are in the cache, so chunking changes
 // no number). Decode-sized steps use fused GEMV passes (q/k/v in one launch, gate/up with SwiGLU in
 // one pass, MoE experts as tasks of one launch); MoE routing comes from the host and is uploaded
-// through a pinned staging ring whose buffers are reused only after their copy has completed.
+// through a pinned staging ring whose buffers are reused only after their copy has completed. At the
+// end, the set-up's warm-up (cuda_kernels_warm_up): every kernel the blocks can launch, run once
+// before the arena so that lazy module loading takes no device memory afterwards.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <exception>
+#include <utility>
 #include <vector>
 
 #include "executor/cpu/ops.h"
@@ -61,6 +66,27 @@ class PinnedRing {
     }
     return s.host;
   }
+  // Every buffer (and its event) now, of at least `bytes`: part of the set-up, so that steps up to
+  // that size never allocate pinned memory (whose device page tables count once the arena exists).
+  void reserve(uint64_t bytes) {
+    for (Slot& s : slots_) {
+      if (!s.done) check(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+      if (s.bytes >= bytes) continue;
+      if (s.pending) {
+        check(cudaEventSynchronize(s.done), "cudaEventSynchronize(staging)");
+        s.pending = false;
+      }
+      if (s.host) {
+        check(cudaFreeHost(s.host), "cudaFreeHost");
+        s.host = nullptr;
+        s.bytes = 0;
+      }
+      uint64_t cap = 64 << 10;
+      while (cap < bytes) cap *= 2;
+      check(cudaMallocHost(&s.host, cap), "cudaMallocHost(staging)");
+      s.bytes = cap;
+    }
+  }
   // After the copy out of the buffer last acquired has been enqueued on `stream`.
   void submitted(cudaStream_t stream) {
     Slot& s = slots_[current_];
@@ -94,6 +120,8 @@ MatRef mat(const DevMat& m, int64_t rows, int64_t cols, const char* name) {
 // Workspace that one token of a block wants: its own buffers plus the matmul's split of x.
 uint64_t split_bytes(DType dtype, int64_t cols) { return matmul_bytes_per_token(dtype, cols); }
 
+class WarmUp;
+
 class CudaKernels : public DeviceKernels {
  public:
   CudaKernels(const ModelSpec& spec, RopeStyle rope, cudaStream_t stream, cublasHandle_t blas)
@@ -113,6 +141,15 @@ class CudaKernels : public DeviceKernels {
     eps_ = static_cast<float>(spec_.rms_norm_eps);
   }
   ~CudaKernels() override { cudaStreamSynchronize(ctx_.stream); }
+
+  // Pinned staging for steps of up to n tokens (RoPE table, MoE routing tables), allocated now.
+  void reserve_staging(int64_t n) {
+    const uint64_t N = static_cast<uint64_t>(std::max<int64_t>(n, 1));
+    const uint64_t K = static_cast<uint64_t>(std::max<int64_t>(1, spec_.num_experts_per_tok));
+    const uint64_t rope = 2 * N * static_cast<uint64_t>(spec_.head_dim / 2) * sizeof(float);
+    const uint64_t moe = spec_.is_moe() ? align_up((2 * N * K + N + 1) * sizeof(int32_t)) + N * K * sizeof(float) + 16 : 0;
+    staging_.reserve(std::max(rope, moe));
+  }
 
   void set_workspace(uint8_t* dev, uint64_t bytes) override {
     ws_.reset(dev, bytes);
@@ -624,6 +661,8 @@ class CudaKernels : public DeviceKernels {
     return std::max<int64_t>(chunk, 1);
   }
 
+  friend class WarmUp;
+
   ModelSpec spec_;
   RopeStyle rope_;
   float eps_ = 1e-5f;
@@ -637,11 +676,436 @@ class CudaKernels : public DeviceKernels {
   const float* rope_sin_ = nullptr;
 };
 
+// ---- warm-up (cuda_kernels_warm_up) -------------------------------------------------------------
+// With lazy module loading, the first launch of each kernel (ours and cuBLAS's) makes the driver load
+// it, growing its memory in 2 MiB steps; a kernel's first launch may also size the local-memory pool
+// and cuBLAS does one-time set-up on first use of a configuration. The warm-up makes all of that
+// happen before the arena: it runs the real blocks of a one-layer copy of the model (same family,
+// head_dim, top-k, RoPE; its own matrix shapes when they are small, else shrunk ones) on every weight
+// dtype, at token counts that take every branch of the blocks (GEMV token buckets, GEMM paths,
+// decode/prefill attention with and without key splits, MoE decode and chunked paths with experts on
+// both GEMV and GEMM), and then every launcher variant directly (so that what the blocks choose from
+// data, such as alignment, the token bucket or the key splits, cannot leave a kernel out), plus
+// matmul's exact cuBLAS calls (same handle, modes, transposes, types) on the blocks' matrix shapes,
+// strides and output offsets for every token count 9..64 and some up to 256, with both cuBLAS
+// workspace sizes that steps of small models get. cuBLAS picks its kernel by shape, so its coverage
+// is exact only for these counts (and for the model's own shapes, i.e. models whose largest matrix is
+// small); our kernels depend only on dtype, head_dim bucket and the variants swept, so they are all
+// covered. All of it in one temporary cudaMalloc, freed before returning.
+
+constexpr int64_t kWarmMaxElems = 256 * 1024;  // largest matrix run at the model's own shape (1 MiB as f32)
+// Steps of the block runs, in order (positions accumulate): prefill with quantised GEMMs (> 32
+// tokens), then every GEMV token bucket (1, 2, 3-4, 5-8), then f16/bf16/f32 GEMMs (9..32 tokens);
+// 78 positions in all, so the later decode steps split the keys (> 64) and combine.
+constexpr int64_t kWarmSteps[] = {33, 1, 2, 3, 5, 8, 9, 17};
+constexpr int64_t kWarmMaxStep = 33;
+constexpr int64_t kWarmKvRows = 88;  // >= the sum of kWarmSteps
+// cuBLAS workspaces the GEMMs run with: those cuda_blas_workspace_bytes gives below 8 MiB (cuBLAS
+// leaves out algorithms that need more workspace than it has, so its choices depend on the size).
+constexpr uint64_t kBlasWorkspaces[] = {8ull << 20, 2ull << 20, 256ull << 10};  // descending
+constexpr uint64_t kWarmBlasWorkspaces[] = {2ull << 20, 256ull << 10};
+// Steps up to this many tokens find their pinned staging allocated at set-up.
+constexpr int64_t kStagingReserveTokens = 512;
+constexpr DType kAllDtypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
+
+int64_t ffn_width(const ModelSpec& s) { return s.is_moe() ? s.moe_intermediate_size : s.intermediate_size; }
+
+int64_t largest_matrix(const ModelSpec& s) {
+  const int64_t H = s.hidden_size;
+  int64_t m = std::max({s.q_dim() * H, s.kv_dim() * H, ffn_width(s) * H});
+  if (s.is_moe()) m = std::max(m, s.num_experts * H);
+  return m;
+}
+
+// The one-layer model the warm-up runs: the model's own shapes when its largest matrix has at most
+// kWarmMaxElems elements; else hidden and FFN widths above 384 become 128 + width % 256 (which keeps
+// their divisibility by the 32-element quantised blocks and the 16-byte alignment of rows), at most 64
+// experts, and if still too large one kv head (and at most 2 query heads). head_dim, top-k, family,
+// eps and RoPE are always the model's: the kernels are instantiated per head_dim bucket and dtype.
+ModelSpec warm_spec(const ModelSpec& s, bool* exact) {
+  ModelSpec w = s;
+  w.num_hidden_layers = 1;
+  *exact = largest_matrix(s) <= kWarmMaxElems;
+  if (*exact) return w;
+  auto shrink = [](int64_t d) { return d <= 384 ? d : 128 + d % 256; };
+  w.hidden_size = shrink(s.hidden_size);
+  w.intermediate_size = shrink(s.intermediate_size);
+  w.moe_intermediate_size = shrink(s.moe_intermediate_size);
+  if (s.is_moe()) w.num_experts = std::min(s.num_experts, std::max<int64_t>(64, s.num_experts_per_tok));
+  if (largest_matrix(w) > kWarmMaxElems) {
+    const int64_t group = s.num_attention_heads / std::max<int64_t>(1, s.num_key_value_heads);
+    w.num_key_value_heads = 1;
+    w.num_attention_heads = std::max<int64_t>(1, std::min<int64_t>(group, 2));
+    if (largest_matrix(w) > kWarmMaxElems) w.num_attention_heads = 1;
+  }
+  return w;
+}
+
+// A matrix of dtype t with `cols` columns, as a file can hold it (quantised blocks must divide the row).
+DType fit(DType t, int64_t cols) { return dtype_is_quantized(t) && cols % dtype_block_elems(t) != 0 ? DType::F16 : t; }
+
+class WarmUp {
+  // A matmul as the blocks call it: rows x cols, output rows ldy apart from y_offset on.
+  struct Gemm {
+    int64_t rows, cols, ldy, y_offset;
+    bool operator==(const Gemm& o) const { return rows == o.rows && cols == o.cols && ldy == o.ldy && y_offset == o.y_offset; }
+  };
+
+ public:
+  WarmUp(const ModelSpec& model, RopeStyle rope, cudaStream_t stream, cublasHandle_t blas, CudaWarmUpStats* st)
+      : s_(warm_spec(model, &st->exact_shapes)), k_(s_, rope, stream, blas), st_(st) {
+    const int64_t H = s_.hidden_size, QD = s_.q_dim(), KVD = s_.kv_dim(), F = ffn_width(s_), hd = s_.head_dim;
+    const int64_t E = s_.is_moe() ? s_.num_experts : 1;
+    SW_CHECK(H > 0 && QD > 0 && KVD > 0 && hd > 0 && F > 0 && E > 0, "warm-up: the model has an empty dimension");
+    SW_CHECK(largest_matrix(s_) <= 4 * kWarmMaxElems, "warm-up: the model's shapes cannot be shrunk to a small copy");
+    // The LM head only runs as a one-token GEMV, whose kernel does not depend on the row count.
+    head_rows_ = std::max<int64_t>(1, std::min<int64_t>({s_.vocab_size, 256, kWarmMaxElems / H}));
+    // The matmuls of the blocks as they call them (the LM head only ever runs as a one-token GEMV):
+    // rows x cols, and where the output goes (q, k and v into rows of qkv, W apart; every other
+    // output, MoE experts' too, into rows of its own width). Inputs are always rows of cols.
+    const int64_t W = QD + 2 * KVD;
+    const Gemm all[] = {{QD, H, W, 0}, {KVD, H, W, QD}, {KVD, H, W, QD + KVD}, {H, QD, H, 0},
+                        {F, H, F, 0},  {H, F, H, 0},    {s_.is_moe() ? E : F, H, s_.is_moe() ? E : F, 0}};
+    for (const Gemm& g : all)
+      if (std::find(gemms_.begin(), gemms_.end(), g) == gemms_.end()) gemms_.push_back(g);
+    int64_t widest = std::max<int64_t>(256, W);  // the GEMV sweep's matrices are 8 x 256
+    for (const Gemm& g : gemms_) widest = std::max({widest, g.rows, g.cols});
+    // Token counts of the cuBLAS sweep: every count up to 64 (steps of small tiers, their remainders,
+    // MoE experts' row counts), then a few larger ones, as far as the temporary memory allows.
+    sweep_tokens_ = std::max<int64_t>(kWarmMaxStep, std::min<int64_t>(256, kWarmMaxElems / widest));
+    for (int64_t n = kGemvMaxTokens + 1; n <= 64; ++n)
+      if (n <= sweep_tokens_) ladder_.push_back(n);
+    for (int64_t n : {65, 80, 96, 112, 128, 129, 160, 192, 224, 256})
+      if (n <= sweep_tokens_) ladder_.push_back(n);
+
+    // Temporary workspace of the blocks: a step of kWarmMaxStep tokens in one chunk, and the matmul
+    // sweep in one chunk (split activations for the largest token count, a dequantised tile of all rows).
+    uint64_t sweep_ws = 0;
+    for (const Gemm& g : gemms_)
+      sweep_ws = std::max({sweep_ws, matmul_bytes_per_token(DType::BF16, g.cols) * static_cast<uint64_t>(sweep_tokens_),
+                           static_cast<uint64_t>(g.rows) * (static_cast<uint64_t>(g.cols) * 4 + 256)});
+    ws_bytes_ = align_up(std::max(cuda_kernels_workspace_bytes(s_, kWarmMaxStep), sweep_ws + 4096) + (256u << 10));
+    const uint64_t T = kWarmMaxStep, f = sizeof(float);
+    uint64_t total = 0;
+    auto carve = [&total](uint64_t bytes) {
+      const uint64_t off = total;
+      total += align_up(std::max<uint64_t>(bytes, 256));
+      return off;
+    };
+    const uint64_t o_blas = carve(kWarmBlasWorkspaces[0]);
+    const uint64_t o_ws = carve(ws_bytes_);
+    const uint64_t o_pool = carve(std::max<uint64_t>(
+        {static_cast<uint64_t>(largest_matrix(s_)) * f, static_cast<uint64_t>(head_rows_ * H) * f, 64u << 10}));
+    const uint64_t o_norm = carve(static_cast<uint64_t>(std::max<int64_t>({H, hd, 512})) * f);
+    const uint64_t o_x = carve(T * static_cast<uint64_t>(H) * f);
+    const uint64_t o_qkv = carve(T * static_cast<uint64_t>(W) * f);
+    const uint64_t o_attn = carve(T * static_cast<uint64_t>(QD) * f);
+    const uint64_t o_rlog = carve(T * static_cast<uint64_t>(E) * f);
+    const uint64_t o_logits = carve(static_cast<uint64_t>(std::max<int64_t>(head_rows_, 64)) * f);
+    const uint64_t o_kc = carve(static_cast<uint64_t>(kWarmKvRows * KVD) * f);
+    const uint64_t o_vc = carve(static_cast<uint64_t>(kWarmKvRows * KVD) * f);
+    const uint64_t o_sx = carve((static_cast<uint64_t>(sweep_tokens_ * widest) + 16) * f);
+    const uint64_t o_sy = carve((static_cast<uint64_t>(sweep_tokens_ * widest) + 16) * f);
+    const uint64_t o_aq = carve((kAttnRows * static_cast<uint64_t>(hd) + 16) * f);
+    const uint64_t o_ak = carve(kAttnKeys * static_cast<uint64_t>(hd) * f);
+    const uint64_t o_av = carve(kAttnKeys * static_cast<uint64_t>(hd) * f);
+    const uint64_t o_ao = carve(kAttnRows * static_cast<uint64_t>(hd) * f);
+    const uint64_t o_idx = carve(256);
+    void* p = nullptr;  // the only allocation; the destructor frees it
+    const cudaError_t e = cudaMalloc(&p, total);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      fail("warm-up: cudaMalloc of ", total, " temporary bytes: ", cudaGetErrorString(e));
+    }
+    base_ = static_cast<uint8_t*>(p);
+    total_ = total;
+    st_->temp_bytes = total;
+    blas_ws_ = base_ + o_blas;
+    ws_ = base_ + o_ws;
+    pool_ = base_ + o_pool;
+    auto fl = [this](uint64_t off) { return reinterpret_cast<float*>(base_ + off); };
+    norm_ = fl(o_norm), x_ = fl(o_x), qkv_ = fl(o_qkv), attn_ = fl(o_attn), rlog_ = fl(o_rlog), logits_ = fl(o_logits);
+    kc_ = fl(o_kc), vc_ = fl(o_vc), sx_ = fl(o_sx), sy_ = fl(o_sy);
+    aq_ = fl(o_aq), ak_ = fl(o_ak), av_ = fl(o_av), ao_ = fl(o_ao);
+    idx_ = reinterpret_cast<int32_t*>(base_ + o_idx);
+  }
+  WarmUp(const WarmUp&) = delete;
+  WarmUp& operator=(const WarmUp&) = delete;
+
+  // The warm-up for the model of `k`, on its stream and cuBLAS handle (a kernels object of its own).
+  static void run_for(const CudaKernels& k, CudaWarmUpStats* st) {
+    WarmUp w(k.spec_, k.rope_, k.ctx_.stream, k.ctx_.blas, st);
+    w.run();
+  }
+  ~WarmUp() {
+    // Nothing may still use the buffer, and cuBLAS must not keep a pointer into it.
+    cudaStreamSynchronize(k_.ctx_.stream);
+    cublasSetWorkspace(k_.ctx_.blas, nullptr, 0);
+    cublasSetPointerMode(k_.ctx_.blas, CUBLAS_POINTER_MODE_HOST);
+    if (base_) cudaFree(base_);
+  }
+
+  void run() {
+    check(cudaMemsetAsync(base_, 0, total_, k_.ctx_.stream), "cudaMemsetAsync(warm-up)");
+    sweep_launchers();
+    for (uint64_t blas_ws : kWarmBlasWorkspaces) {
+      check_blas(cublasSetWorkspace(k_.ctx_.blas, blas_ws_, blas_ws), "cublasSetWorkspace(warm-up)");
+      for (DType t : kAllDtypes) run_blocks(t);
+      sweep_matmuls();
+    }
+    check(cudaStreamSynchronize(k_.ctx_.stream), "cudaStreamSynchronize(warm-up)");
+    check(cudaGetLastError(), "a warm-up kernel");
+  }
+
+ private:
+  static constexpr uint64_t kAttnRows = 9;    // attention sweep: up to 9 query rows (prefill)
+  static constexpr uint64_t kAttnKeys = 112;  // and cache rows up to position 100 + 4
+
+  bool rope_ok() const { return s_.head_dim % 2 == 0 && s_.head_dim <= 512; }
+  bool attention_ok() const { return rope_ok() && attention_head_dim_supported(s_.head_dim); }
+
+  DevMat matrix(DType t, int64_t rows, int64_t cols) const {
+    DevMat m;
+    m.dtype = fit(t, cols);
+    m.rows = rows;
+    m.cols = cols;
+    m.data = pool_;
+    return m;
+  }
+
+  // Every matrix of the layer in dtype t (where its row holds whole blocks), all reading the same
+  // zeroed pool; every norm the same zeroed vector (zeros stay finite through every block).
+  DevLayer layer(DType t) const {
+    const int64_t H = s_.hidden_size, QD = s_.q_dim(), KVD = s_.kv_dim(), F = ffn_width(s_);
+    DevLayer w;
+    w.attn_norm = w.q_norm = w.k_norm = w.ffn_norm = norm_;
+    w.wq = matrix(t, QD, H);
+    w.wk = matrix(t, KVD, H);
+    w.wv = matrix(t, KVD, H);
+    w.wo = matrix(t, H, QD);
+    if (s_.is_moe()) {
+      w.router = matrix(t, s_.num_experts, H);
+      w.gate_dtype = w.up_dtype = fit(t, H);
+      w.down_dtype = fit(t, F);
+      w.gate_exp.assign(static_cast<size_t>(s_.num_experts), pool_);
+      w.up_exp.assign(static_cast<size_t>(s_.num_experts), pool_);
+      w.down_exp.assign(static_cast<size_t>(s_.num_experts), pool_);
+    } else {
+      w.gate = matrix(t, F, H);
+      w.up = matrix(t, F, H);
+      w.down = matrix(t, H, F);
+    }
+    return w;
+  }
+
+  // Token t goes to expert 0 (so that one expert has every token: GEMM paths from 9 / 33 tokens) and
+  // to top-k - 1 others in rotation (a few tokens each: the GEMV task paths).
+  MoeRouting routing(int64_t n) const {
+    const int64_t E = s_.num_experts, K = std::max<int64_t>(1, std::min(s_.num_experts_per_tok, E));
+    MoeRouting r;
+    r.tokens_of_expert.assign(static_cast<size_t>(E), {});
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t j = 0; j < K; ++j) {
+        const int64_t e = j == 0 ? 0 : 1 + (t + j - 1) % (E - 1);
+        r.tokens_of_expert[static_cast<size_t>(e)].push_back({t, 1.0f / static_cast<float>(K)});
+        r.expert_ids.push_back(static_cast<int32_t>(e));
+        r.weights.push_back(1.0f / static_cast<float>(K));
+      }
+    for (const auto& toks : r.tokens_of_expert) r.n_active_experts += toks.empty() ? 0 : 1;
+    return r;
+  }
+
+  // The blocks as the runtime calls them, step after step, with every matrix in dtype t (the other
+  // token counts of the GEMMs come from sweep_matmuls, with the blocks' strides and offsets).
+  void run_blocks(DType t) {
+    const DevLayer w = layer(t);
+    int64_t pos = 0;
+    for (int64_t n : kWarmSteps) {
+      step(w, t, pos, n);
+      pos += n;
+    }
+  }
+  void step(const DevLayer& w, DType t, int64_t pos, int64_t n) {
+    const int64_t H = s_.hidden_size;
+    k_.set_workspace(ws_, ws_bytes_);
+    k_.prepare_step(pos, n);
+    if (attention_ok()) k_.attention(w, x_, n, kc_, vc_);
+    if (rope_ok()) k_.attention_pre(w, x_, n, qkv_);
+    k_.attention_post(w, x_, attn_, n);
+    if (s_.is_moe()) {
+      k_.router(w, x_, n, rlog_);
+      const MoeRouting r = routing(n);
+      k_.ffn(w, x_, n, &r);
+    } else {
+      k_.ffn(w, x_, n, nullptr);
+    }
+    k_.output(norm_, matrix(t, head_rows_, H), x_ + (n - 1) * H, logits_);
+    ++st_->steps;
+  }
+
+  // matmul's cuBLAS paths on every matrix shape of the model, for every float dtype and a ladder of
+  // token counts (quantised weights take SGEMMs of the same shapes on a dequantised tile: their
+  // dequantise kernels once each).
+  void sweep_matmuls() {
+    k_.set_workspace(ws_, ws_bytes_);
+    for (const Gemm& g : gemms_) {
+      for (DType t : {DType::F32, DType::F16, DType::BF16})
+        for (int64_t n : ladder_) mm(t, g, n);
+      for (DType t : {DType::Q8_0, DType::Q4_0})
+        if (g.cols % dtype_block_elems(t) == 0) mm(t, g, 4 * kGemvMaxTokens + 1);
+    }
+  }
+  void mm(DType t, const Gemm& g, int64_t n) {
+    MatRef m;
+    m.dtype = t;
+    m.data = pool_;
+    m.rows = g.rows;
+    m.cols = g.cols;
+    matmul(k_.ctx_, m, sx_, g.cols, n, sy_ + g.y_offset, g.ldy, /*accumulate=*/false);
+    ++st_->matmuls;
+  }
+
+  // Every launcher variant whose choice depends on data rather than on the model's composition.
+  void sweep_launchers() {
+    k_.set_workspace(ws_, ws_bytes_);
+    const Ctx& c = k_.ctx_;
+    // GEMV: every dtype, the fast kernels for each token bucket, plain and fused SwiGLU, and the
+    // generic kernel (x not 16-byte aligned).
+    for (DType t : kAllDtypes) {
+      GemvTask g;
+      g.w0 = pool_;
+      g.x = sx_;
+      g.ldx = 256;
+      g.y = sy_;
+      g.ldy = 8;
+      g.rows = 8;
+      g.cols = 256;
+      for (int nt : {1, 2, 4, 8})
+        for (GemvMode mode : {GemvMode::Store, GemvMode::SwiGLU}) {
+          g.nt = nt;
+          g.w1 = mode == GemvMode::SwiGLU ? pool_ : nullptr;
+          gemv(c, t, mode, &g, 1);
+          ++st_->launches;
+        }
+      g.nt = 1;
+      g.w1 = nullptr;
+      g.x = sx_ + 1;
+      gemv(c, t, GemvMode::Store, &g, 1);
+      ++st_->launches;
+    }
+    // Attention for the model's head_dim: decode with 1, 2 and 4 query rows per warp (one head, so
+    // rows = tokens) past 64 keys (split keys, then the combine kernel), prefill; with aligned rows
+    // (the unguarded kernels when head_dim is 32/64/128/256) and with q off by one float (guarded).
+    if (attention_ok()) {
+      const int64_t hd = s_.head_dim;
+      const bool padded = !(hd == 32 || hd == 64 || hd == 128 || hd == 256);
+      for (int misalign : {0, 1}) {
+        if (misalign && padded) break;  // padded head_dims only have the guarded kernels
+        for (int n : {1, 2, 4, 9}) {
+          AttnArgs a;
+          a.q = aq_ + misalign;
+          a.q_stride = hd;
+          a.k = ak_;
+          a.v = av_;
+          a.kv_stride = hd;
+          a.out = ao_;
+          a.out_stride = hd;
+          a.n = n;
+          a.pos_first = n <= kGemvMaxTokens ? 100 : 0;
+          a.n_heads = 1;
+          a.n_kv_heads = 1;
+          a.head_dim = static_cast<int32_t>(hd);
+          attention(c, a);
+          ++st_->launches;
+        }
+      }
+    }
+    // The element-wise kernels (the blocks use them too; here regardless of the composition).
+    const int64_t H = s_.hidden_size;
+    rms_norm(c, sx_, H, norm_, k_.eps_, sy_, H, 1, H);
+    if (rope_ok()) {
+      QkRopeArgs r;
+      r.qkv = qkv_;
+      r.stride = s_.q_dim() + 2 * s_.kv_dim();
+      r.n = 1;
+      r.n_heads = static_cast<int32_t>(s_.num_attention_heads);
+      r.n_kv_heads = static_cast<int32_t>(s_.num_key_value_heads);
+      r.head_dim = static_cast<int32_t>(s_.head_dim);
+      r.q_norm = r.k_norm = norm_;
+      r.eps = k_.eps_;
+      r.cos = r.sin = norm_;
+      r.k_cache = kc_;
+      r.v_cache = vc_;
+      qk_norm_rope(c, r);
+    }
+    swiglu(c, sy_, sx_, 1, 64, 64);
+    gather_rows(c, sx_, 64, idx_, 1, 64, sy_, 64);
+    MoeCombineArgs m;  // inline table, then a device table (both empty: no entries)
+    m.x = sy_;
+    m.ldx = 64;
+    m.out = sx_;
+    m.ld_out = 64;
+    m.n = 1;
+    m.width = 64;
+    moe_combine(c, m);
+    m.off = idx_;
+    m.slot = idx_;
+    m.weight = reinterpret_cast<const float*>(idx_);
+    moe_combine(c, m);
+    check(cudaMemcpyAsync(sy_, sx_, 256, cudaMemcpyDeviceToDevice, c.stream), "cudaMemcpyAsync(warm-up)");
+    st_->launches += 8;
+  }
+
+  ModelSpec s_;
+  CudaKernels k_;
+  CudaWarmUpStats* st_;
+  int64_t head_rows_ = 1, sweep_tokens_ = kWarmMaxStep;
+  std::vector<Gemm> gemms_;
+  std::vector<int64_t> ladder_;
+  uint64_t ws_bytes_ = 0, total_ = 0;
+  uint8_t* base_ = nullptr;
+  uint8_t* blas_ws_ = nullptr;
+  uint8_t* ws_ = nullptr;
+  uint8_t* pool_ = nullptr;
+  float *norm_ = nullptr, *x_ = nullptr, *qkv_ = nullptr, *attn_ = nullptr, *rlog_ = nullptr, *logits_ = nullptr;
+  float *kc_ = nullptr, *vc_ = nullptr, *sx_ = nullptr, *sy_ = nullptr;
+  float *aq_ = nullptr, *ak_ = nullptr, *av_ = nullptr, *ao_ = nullptr;
+  int32_t* idx_ = nullptr;
+};
+
 }  // namespace
 
 std::unique_ptr<DeviceKernels> make_cuda_kernels(const ModelSpec& spec, RopeStyle rope, cudaStream_t compute,
                                                  cublasHandle_t blas) {
   return std::make_unique<CudaKernels>(spec, rope, compute, blas);
+}
+
+CudaWarmUpStats cuda_kernels_warm_up(DeviceKernels& kernels) {
+  CudaWarmUpStats st;
+  auto* k = dynamic_cast<CudaKernels*>(&kernels);
+  if (k == nullptr) {
+    st.error = "not the CUDA blocks of make_cuda_kernels";
+    return st;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    WarmUp::run_for(*k, &st);
+  } catch (const std::exception& e) {
+    st.error = e.what();
+  }
+  try {
+    k->reserve_staging(kStagingReserveTokens);
+  } catch (const std::exception& e) {
+    if (st.error.empty()) st.error = e.what();
+  }
+  st.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+uint64_t cuda_blas_workspace_bytes(uint64_t bytes) {
+  for (uint64_t w : kBlasWorkspaces)
+    if (w <= bytes / 4) return w;
+  return bytes / 4 / 256 * 256;  // a region below 1 MiB (never a planned step's: its scratch has more)
 }
 
 uint64_t cuda_kernels_workspace_bytes(const ModelSpec& s, int64_t n) {

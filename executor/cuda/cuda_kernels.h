@@ -2,8 +2,9 @@
 // DeviceKernels (device.h), computing the same function as the CPU blocks (cpu_blocks.h) with f32
 // activations and accumulation (logits within 1e-4 of the CPU reference; no f16/bf16 rounding of
 // activations, no TF32). Owns: its kernels, a small pinned staging ring for host tables (RoPE angles,
-// MoE token lists). Never allocates device memory: every temporary comes from the region given to
-// set_workspace, and an Error names what did not fit. Work is enqueued on the given stream in call
+// MoE token lists). The blocks never allocate device memory: every temporary comes from the region
+// given to set_workspace, and an Error names what did not fit (only the set-up's warm-up,
+// cuda_kernels_warm_up, takes a temporary buffer of its own, and frees it before the arena exists). Work is enqueued on the given stream in call
 // order; nothing waits for the GPU except pinned-staging reuse (and its rare growth).
 // Only .cu/.cpp files of the CUDA build include this header (it needs the CUDA headers).
 #pragma once
@@ -13,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "executor/device/device.h"
 
@@ -23,6 +25,40 @@ namespace shardwise {
 // set_workspace in each step (the step's RoPE table lives at the start of the workspace).
 std::unique_ptr<DeviceKernels> make_cuda_kernels(const ModelSpec& spec, RopeStyle rope, cudaStream_t compute,
                                                  cublasHandle_t blas);
+
+// The part of a workspace region of `bytes` that cuBLAS gets (its workspace; the blocks get the rest):
+// the largest of 8 MiB, 2 MiB and 256 KiB that is at most a quarter of the region (below 1 MiB, a
+// quarter). cuBLAS picks its kernels by its workspace too, so it takes few sizes, which the warm-up
+// runs (256 KiB and 2 MiB; 8 MiB only comes with real models' scratch, where the warm-up's shrunk
+// shapes cannot reproduce cuBLAS's choices anyway).
+uint64_t cuda_blas_workspace_bytes(uint64_t bytes);
+
+// What cuda_kernels_warm_up did.
+struct CudaWarmUpStats {
+  bool exact_shapes = false;  // the blocks ran on the model's own matrix shapes (else on shrunk ones)
+  uint64_t temp_bytes = 0;    // device memory it allocated (one cudaMalloc) and freed again
+  int64_t steps = 0;          // block steps run (every block of the model per step)
+  int64_t matmuls = 0;        // matmul calls of the cuBLAS sweep
+  int64_t launches = 0;       // direct launcher calls of the variant sweep
+  double ms = 0;              // wall time, including the driver's and cuBLAS's loading
+  std::string error;          // empty when every part ran
+};
+
+// Part of the set-up before the arena (CudaDevice::kernels): makes every kernel the blocks of
+// `kernels` (from make_cuda_kernels) can launch for their model load now, and do its one-time work,
+// so that no first launch takes device memory after the arena (lazy module loading loads each kernel,
+// ours and cuBLAS's, at its first launch and grows the driver's memory in 2 MiB steps). It runs the
+// real blocks of a one-layer copy of the model (its own shapes when small, else shrunk, always with
+// its head_dim, top-k and RoPE) in every weight dtype over token counts that take every branch, each
+// launcher variant that data decide (GEMV token bucket and alignment, attention row grouping, aligned
+// or guarded loads, key splits) directly, and matmul's exact cuBLAS calls with the blocks' shapes,
+// strides and offsets for every token count 9..64 (and some up to 256) and the two cuBLAS workspace
+// sizes below 8 MiB (cuBLAS's kernels for other token counts or shrunk shapes may still differ).
+// Also allocates the kernels' pinned staging for steps of up to 512 tokens. Temporary device memory (a few MiB) is allocated and
+// freed here; the stream is synchronized; the cuBLAS handle is left with no workspace (set_workspace
+// gives it one). Never throws: a failure is reported in `error` (the kernels still work; first
+// launches may then take device memory after the arena).
+CudaWarmUpStats cuda_kernels_warm_up(DeviceKernels& kernels);
 
 // Workspace bytes with which steps of up to n_tokens run each block in one piece (less works too:
 // blocks then go through the tokens in chunks; the minimum is about the size for one token).

@@ -2,7 +2,8 @@
 // one cudaMalloc of exactly the budget; the three queues are non-blocking streams; events come from a
 // pool recycled at each synchronize(); host weights are registered (pinned) so copies run at PCIe
 // speed; a PCIe cap paces copies in 4 MiB chunks with host callbacks. The blocks' kernels live in
-// cuda_kernels.h; cuBLAS gets its workspace from the plan's scratch, never its own allocation.
+// cuda_kernels.h and are warmed up (loaded, cuBLAS set up) when created, before the arena; cuBLAS
+// gets its workspace from the plan's scratch, never its own allocation.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <unistd.h>
@@ -19,12 +20,10 @@
 #include "core/log.h"
 #include "core/size.h"
 #include "executor/cuda/cuda_device.h"
+#include "executor/cuda/cuda_kernels.h"
 #include "executor/device/device.h"
 
 namespace shardwise {
-
-std::unique_ptr<DeviceKernels> make_cuda_kernels(const ModelSpec& spec, RopeStyle rope, cudaStream_t compute,
-                                                 cublasHandle_t blas);
 
 namespace {
 
@@ -66,7 +65,7 @@ class WorkspaceSplitKernels : public DeviceKernels {
  public:
   WorkspaceSplitKernels(std::unique_ptr<DeviceKernels> inner, cublasHandle_t blas) : inner_(std::move(inner)), blas_(blas) {}
   void set_workspace(uint8_t* dev, uint64_t bytes) override {
-    const uint64_t w = std::min<uint64_t>(8ull << 20, bytes / 4) / 256 * 256;
+    const uint64_t w = cuda_blas_workspace_bytes(bytes);
     if (cublasSetWorkspace(blas_, w ? dev : nullptr, w) != CUBLAS_STATUS_SUCCESS) fail("cuBLAS: cublasSetWorkspace failed");
     inner_->set_workspace(dev + w, bytes - w);
   }
@@ -213,8 +212,28 @@ class CudaDevice : public Device {
     sample_free();
   }
 
+  // The set-up of the blocks includes their warm-up: every kernel they can launch is loaded (and
+  // cuBLAS's configurations set up) now, in temporary memory freed again, so that the measured set-up
+  // that ends at allocate_arena holds the driver's growth for them, and no first launch after the
+  // arena takes device memory (CUDA loads modules lazily by default).
   DeviceKernels& kernels(const ModelSpec& spec, RopeStyle rope) override {
-    if (!kernels_) kernels_ = std::make_unique<WorkspaceSplitKernels>(make_cuda_kernels(spec, rope, streams_[0], blas_), blas_);
+    if (!kernels_) {
+      std::unique_ptr<DeviceKernels> k = make_cuda_kernels(spec, rope, streams_[0], blas_);
+      if (arena_) {
+        log_warn("cuda: the model's kernels are set up after the arena: their first launches may take device memory "
+                 "beyond the budget");
+      } else {
+        const CudaWarmUpStats st = cuda_kernels_warm_up(*k);
+        if (!st.error.empty())
+          log_warn("cuda: the kernel warm-up failed (", st.error, "): kernels not loaded yet may take device memory "
+                   "after the arena");
+        else
+          log_debug("cuda: kernel warm-up: ", st.steps, " block steps, ", st.matmuls, " matmuls, ", st.launches,
+                    " launcher calls on ", st.exact_shapes ? "the model's" : "shrunk", " shapes in ",
+                    format_bytes(st.temp_bytes), " of temporary memory, ", st.ms, " ms");
+      }
+      kernels_ = std::make_unique<WorkspaceSplitKernels>(std::move(k), blas_);
+    }
     return *kernels_;
   }
 

@@ -1,8 +1,18 @@
-// GPU suite, runtime part: the CUDA device's queues, events, arena and PCIe cap, and the plan runtime
-// on CUDA against the CPU reference for every schedule (runs on the GPU machine; see test_gpu.cpp).
+// GPU suite, runtime part: the CUDA device's queues, events, arena and PCIe cap, the plan runtime
+// on CUDA against the CPU reference for every schedule, and the budget contract (device memory taken
+// after the arena <= the budget) including a model's first step in a fresh process, whose kernels
+// the set-up's warm-up must have loaded (runs on the GPU machine; see test_gpu.cpp).
 #include <catch2/catch.hpp>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "core/hardware_spec.h"
 #include "core/host_buffer.h"
@@ -13,6 +23,11 @@
 #include "executor/runtime/runtime.h"
 #include "planner/planner.h"
 #include "test_util.h"
+#ifdef SHARDWISE_HAVE_CUDA
+#include "executor/cuda/cuda_kernels.h"
+#endif
+
+extern char** environ;
 
 using namespace shardwise;
 
@@ -33,6 +48,69 @@ std::vector<float> steps_of(StepEngine& e, const std::vector<int32_t>& toks, con
     at += static_cast<size_t>(n);
   }
   return out;
+}
+
+// The budget contract (DESIGN.md §6): device memory taken since the arena was allocated never
+// exceeds the budget. The arena is one cudaMalloc of exactly the budget, which the driver backs in
+// 2 MiB granules (a budget that is not a multiple of that takes the next one); there is no other
+// allowance: not for the first launch of a kernel, nor for cuBLAS (the set-up loads them all).
+void check_device_peak(const RuntimeMemory& mem, uint64_t budget) {
+  const uint64_t granule = 2u << 20;
+  INFO("device peak " << mem.device_peak_bytes << " bytes, budget " << budget << " bytes, context " << mem.context_bytes
+                      << " bytes");
+  CHECK(mem.device_peak_bytes <= (budget + granule - 1) / granule * granule);
+}
+
+// The plan table of the runtime tests: ctx 48, tiers 1/4/16/32, budget `frac` of the weights (at
+// least the minimum budget plus 256 KiB).
+PlanTable test_table(const WeightSource& src, double frac, PlannerConfig* cfg_out) {
+  auto cost = make_analytic_cost_model(builtin_hardware("h200-host"));
+  PlannerConfig cfg;
+  cfg.ctx = 48;
+  cfg.threads = 4;
+  cfg.tiers = {1, 4, 16, 32};
+  cfg.tensor_dtypes = tensor_dtypes_of(src);
+  cfg.budget_bytes = 1;
+  const uint64_t min_b = minimum_budget(src.spec(), *cost, cfg);
+  cfg.budget_bytes = std::max<uint64_t>(min_b + (256u << 10), static_cast<uint64_t>(frac * static_cast<double>(src.weight_bytes())));
+  *cfg_out = cfg;
+  return build_plan_table(src.spec(), *cost, cfg);
+}
+
+bool feasible(const PlanTable& table, Schedule s) {
+  bool any = false;
+  for (const auto& t : table.tiers) any |= t.find(s) && t.find(s)->feasible;
+  return any;
+}
+
+// A model's first step in this process: "model|schedule|budget fraction" in this variable selects the
+// child's case (the parent runs each case in a fresh process: modules loaded by earlier tests of a
+// process would hide what a first step loads).
+constexpr const char* kFreshTest = "CUDA runtime first step of a fresh process stays within the budget";
+constexpr const char* kFreshEnv = "SHARDWISE_TEST_FRESH_RUN";
+
+// Runs this test binary again with only `test` selected and `var` (NAME=value) in its environment;
+// returns its exit status (Catch's: the number of failed assertions), or -1 if it could not run.
+int run_child(const std::string& test, const std::string& var) {
+  std::vector<char> exe(4096, '\0');
+  const ssize_t len = readlink("/proc/self/exe", exe.data(), exe.size() - 1);
+  if (len <= 0) return -1;
+  const std::string prefix = var.substr(0, var.find('=') + 1);
+  std::vector<std::string> vars;
+  for (char** e = environ; e && *e; ++e)
+    if (std::strncmp(*e, prefix.c_str(), prefix.size()) != 0) vars.emplace_back(*e);
+  vars.push_back(var);
+  std::vector<char*> envp;
+  for (auto& v : vars) envp.push_back(&v[0]);
+  envp.push_back(nullptr);
+  std::string name = test;
+  char* argv[] = {exe.data(), &name[0], nullptr};
+  pid_t pid = 0;
+  if (posix_spawn(&pid, exe.data(), nullptr, nullptr, argv, envp.data()) != 0) return -1;
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return -1;
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
 }  // namespace
@@ -99,20 +177,11 @@ TEST_CASE("CUDA runtime reproduces the CPU reference for every schedule", "[gpu]
     CpuEngine cpu(w, pool, ctx);
     const auto ref = steps_of(cpu, toks, steps);
     for (double frac : {0.3, 3.0}) {
-      auto cost = make_analytic_cost_model(builtin_hardware("h200-host"));
       PlannerConfig cfg;
-      cfg.ctx = ctx;
-      cfg.threads = 4;
-      cfg.tiers = {1, 4, 16, 32};
-      cfg.tensor_dtypes = tensor_dtypes_of(*src);
-      cfg.budget_bytes = 1;
-      const uint64_t min_b = minimum_budget(src->spec(), *cost, cfg);
-      cfg.budget_bytes = std::max<uint64_t>(min_b + (256u << 10), static_cast<uint64_t>(frac * static_cast<double>(src->weight_bytes())));
-      const PlanTable table = build_plan_table(src->spec(), *cost, cfg);
+      const PlanTable table = test_table(*src, frac, &cfg);
+      REQUIRE(cfg.ctx == ctx);
       for (Schedule s : {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic, Schedule::LayerSplit, Schedule::CpuMoe}) {
-        bool feasible = false;
-        for (const auto& t : table.tiers) feasible |= t.find(s) && t.find(s)->feasible;
-        if (!feasible) continue;
+        if (!feasible(table, s)) continue;
         INFO(m << " budget " << cfg.budget_bytes << " " << schedule_name(s));
         auto dev = make_cuda_device(0);
         RuntimeOptions o;
@@ -122,11 +191,120 @@ TEST_CASE("CUDA runtime reproduces the CPU reference for every schedule", "[gpu]
         CHECK(test::max_rel_error(got, ref, src->spec().vocab_size) <= 1e-4);
         const RuntimeMemory mem = rt.memory();
         CHECK(mem.arena_peak_bytes <= cfg.budget_bytes);
-        // Nothing but the arena is allocated (DESIGN.md §6); the driver hands out device memory in
-        // 2 MiB granules, so a budget that is not a multiple of that is rounded up by it.
-        const uint64_t granule = 2u << 20;
-        CHECK(mem.device_peak_bytes <= (cfg.budget_bytes + granule - 1) / granule * granule);
+        check_device_peak(mem, cfg.budget_bytes);  // strict for every run, the first one in the process too
       }
     }
   }
 }
+
+// The first step of a model in a fresh process: nothing has loaded any kernel before the runtime's
+// set-up, so every kernel and cuBLAS configuration the step uses must come from the warm-up (before
+// the arena), or the device peak exceeds the budget. Each case runs in a child process of its own.
+TEST_CASE(kFreshTest, "[gpu]") {
+  const char* run = std::getenv(kFreshEnv);
+  if (run == nullptr) {  // the parent: one fresh process per case
+    const std::string fx = test::fixtures_dir();
+    const std::vector<std::string> cases = {
+        fx + "/llamacpp/gguf/qwen3moe_small.f16.gguf|gpu-only|3.0",  // measured 6 MiB over a 4 MiB budget before
+        "synthetic:tiny_qwen3?dtype=bf16&seed=4|gpu-only|3.0",       // ditto, 6 MiB over 4 MiB (2.25 MiB budget)
+        fx + "/llamacpp/gguf/llama_small.q8_0.gguf|gpu-only|3.0",
+        fx + "/hf/mistral|gpu-only|3.0",
+        "synthetic:tiny_moe?dtype=q8_0&seed=4|dynamic|0.3",
+        "synthetic:tiny_llama?dtype=q4_0&seed=4|static|0.3",
+    };
+    for (const auto& c : cases) {
+      INFO("fresh process: " << c);
+      CHECK(run_child(kFreshTest, std::string(kFreshEnv) + "=" + c) == 0);
+    }
+    return;
+  }
+  // The child: model | schedule | budget fraction.
+  const std::string spec = run;
+  const size_t a = spec.find('|'), b = spec.rfind('|');
+  REQUIRE((a != std::string::npos && b > a));
+  const std::string m = spec.substr(0, a);
+  const Schedule sched = parse_schedule(spec.substr(a + 1, b - a - 1));
+  const double frac = std::stod(spec.substr(b + 1));
+  INFO(m << " " << schedule_name(sched) << " at " << frac << " of the weights");
+  ThreadPool pool(4);
+  auto src = open_weights(m);
+  ModelWeights w = ModelWeights::from_source(*src);
+  PlannerConfig cfg;
+  const PlanTable table = test_table(*src, frac, &cfg);
+  REQUIRE(feasible(table, sched));
+  const auto toks = seq(40, src->spec().vocab_size, 7);
+  const std::vector<int> steps = {17, 1, 4, 9, 1};
+  CpuEngine cpu(w, pool, cfg.ctx);
+  const auto ref = steps_of(cpu, toks, steps);
+
+  auto dev = make_cuda_device(0);
+  RuntimeOptions o;
+  o.schedule = sched;
+  Runtime rt(*src, w, *dev, pool, table, o);
+  const int64_t V = src->spec().vocab_size;
+  std::vector<float> got, l(static_cast<size_t>(V));
+  size_t at = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    rt.step(toks.data() + at, steps[i], l.data());
+    got.insert(got.end(), l.begin(), l.end());
+    at += static_cast<size_t>(steps[i]);
+    INFO("after step " << i << " (" << steps[i] << " tokens)");
+    check_device_peak(rt.memory(), cfg.budget_bytes);  // the first step (a prefill) most of all
+  }
+  CHECK(test::max_rel_error(got, ref, V) <= 1e-4);
+  const RuntimeMemory mem = rt.memory();
+  CHECK(mem.arena_peak_bytes <= cfg.budget_bytes);
+  WARN(m << " " << schedule_name(sched) << ": budget " << cfg.budget_bytes << ", device peak " << mem.device_peak_bytes
+         << ", context " << mem.context_bytes << " bytes");
+}
+
+#ifdef SHARDWISE_HAVE_CUDA
+// The set-up's warm-up itself: runs clean, in little temporary memory and well under a second, for
+// the fixtures (their own shapes) and for real models' specs (shrunk shapes), and frees what it took.
+TEST_CASE("CUDA kernel warm-up runs every block of a model cheaply", "[gpu]") {
+  struct Case {
+    std::string name;
+    ModelSpec spec;
+    RopeStyle rope;
+  };
+  std::vector<Case> cases;
+  const std::string fx = test::fixtures_dir();
+  for (const std::string& m : {fx + "/hf/llama", fx + "/hf/qwen3", fx + "/hf/qwen3moe_norm",
+                              fx + "/llamacpp/gguf/qwen3moe_small.f16.gguf", std::string("synthetic:tiny_qwen3?dtype=bf16&seed=4")}) {
+    auto src = open_weights(m);
+    cases.push_back({m, src->spec(), src->rope_style()});
+  }
+  for (const char* b : {"nemo8b", "qwen30b", "qwen235b"}) cases.push_back({b, builtin_spec(b), RopeStyle::Neox});
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  cublasHandle_t blas = nullptr;
+  REQUIRE(cublasCreate(&blas) == CUBLAS_STATUS_SUCCESS);
+  REQUIRE(cublasSetStream(blas, stream) == CUBLAS_STATUS_SUCCESS);
+  for (const Case& c : cases) {
+    INFO(c.name);
+    std::unique_ptr<DeviceKernels> k = make_cuda_kernels(c.spec, c.rope, stream, blas);
+    const CudaWarmUpStats st = cuda_kernels_warm_up(*k);
+    WARN(c.name << ": " << (st.exact_shapes ? "own" : "shrunk") << " shapes, " << st.steps << " steps, " << st.matmuls
+                << " matmuls, " << st.launches << " launcher calls, " << st.temp_bytes << " temporary bytes, " << st.ms
+                << " ms");
+    REQUIRE(st.error.empty());
+    CHECK(st.steps > 0);
+    CHECK(st.matmuls > 0);
+    CHECK(st.temp_bytes <= (16u << 20));
+    CHECK(st.ms < 1000.0);
+    // Again, for a new kernels object of the same model: everything is loaded, and the temporary
+    // memory is given back, so the device's free memory drops by less than that temporary memory.
+    size_t free0 = 0, free1 = 0, total = 0;
+    REQUIRE(cudaMemGetInfo(&free0, &total) == cudaSuccess);
+    k = make_cuda_kernels(c.spec, c.rope, stream, blas);
+    const CudaWarmUpStats again = cuda_kernels_warm_up(*k);
+    REQUIRE(again.error.empty());
+    REQUIRE(cudaMemGetInfo(&free1, &total) == cudaSuccess);
+    const uint64_t drop = free0 > free1 ? free0 - free1 : 0;
+    WARN(c.name << ": second warm-up " << again.ms << " ms, free memory dropped by " << drop << " bytes");
+    CHECK(drop < again.temp_bytes);
+  }
+  cublasDestroy(blas);
+  cudaStreamDestroy(stream);
+}
+#endif
