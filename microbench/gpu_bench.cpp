@@ -15,7 +15,7 @@
 #include "executor/device/device.h"
 #include "executor/model/moe_routing.h"
 #include "microbench/gpu_bench.h"
-#include "microbench/random_fill.h"
+#include "microbench/bench_data.h"
 
 namespace shardwise {
 namespace {
@@ -225,17 +225,7 @@ class CudaBench final : public GpuBench {
         ck(cudaMemcpy(moe_ + off, pat.data(), std::min<uint64_t>(pat.size(), total - off), cudaMemcpyHostToDevice), "experts");
       std::vector<float> ones(static_cast<size_t>(op.cols), 1.0f);
       ck(cudaMemcpy(moe_ + total, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice), "ffn norm");
-      ModelSpec spec;
-      spec.family = Family::Qwen3Moe;
-      spec.hidden_size = op.cols;
-      spec.moe_intermediate_size = op.rows;
-      spec.num_experts = op.n_experts;
-      spec.num_experts_per_tok = op.top_k;
-      spec.num_attention_heads = 1;
-      spec.num_key_value_heads = 1;
-      spec.head_dim = 32;
-      spec.num_hidden_layers = 1;
-      spec.dtype = op.dtype;
+      const ModelSpec spec = moe_block_spec(op);
       moe_spec_ = spec;
       kernels_ = make_cuda_kernels(spec, RopeStyle::Neox, stream_, blas_);
       layer_ = DevLayer();

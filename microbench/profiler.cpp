@@ -33,7 +33,7 @@
 #include "executor/model/cpu_blocks.h"
 #include "executor/model/moe_routing.h"
 #include "microbench/gpu_bench.h"
-#include "microbench/random_fill.h"
+#include "microbench/bench_data.h"
 
 namespace shardwise {
 namespace {
@@ -244,17 +244,7 @@ class CpuRunner {
       moe_layer_.down_exps = view(2 * per * one, {op.n_experts, op.cols, op.rows});
       moe_key_ = key;
     }
-    ModelSpec spec;
-    spec.family = Family::Qwen3Moe;
-    spec.hidden_size = op.cols;
-    spec.moe_intermediate_size = op.rows;
-    spec.num_experts = op.n_experts;
-    spec.num_experts_per_tok = op.top_k;
-    spec.num_attention_heads = 1;
-    spec.num_key_value_heads = 1;
-    spec.head_dim = 2;
-    spec.num_hidden_layers = 1;
-    spec.dtype = op.dtype;
+    const ModelSpec spec = moe_block_spec(op);
     auto it = blocks_.find(&p);
     if (it == blocks_.end() || it->second.first != moe_key_) {
       blocks_.erase(&p);

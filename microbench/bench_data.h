@@ -1,6 +1,7 @@
-// microbench/random_fill.h — benchmark data: buffers tiled with a valid random pattern of a dtype
-// (non-zero values in [-1, 1), a whole number of blocks), so that matrices placed at block
-// boundaries anywhere in the buffer are valid data of that dtype. Used by the CPU and GPU sides.
+// microbench/bench_data.h — what the CPU and GPU sides of the profiler both time on: buffers tiled
+// with a valid random pattern of a dtype (non-zero values in [-1, 1), a whole number of blocks), so
+// that matrices placed at block boundaries anywhere in the buffer are valid data of that dtype; and
+// the one-layer model whose FFN block stands for a MoeExperts op.
 #pragma once
 
 #include <algorithm>
@@ -10,7 +11,9 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/model_spec.h"
 #include "core/thread_pool.h"
+#include "costmodel/cost_model.h"
 
 namespace shardwise {
 
@@ -39,6 +42,23 @@ inline void fill_random(DType dt, uint8_t* buf, uint64_t bytes, uint64_t seed, T
       std::memcpy(buf + off, pattern.data(), std::min<uint64_t>(pb, bytes - off));
     }
   });
+}
+
+// A qwen3_moe layer with the op's experts (rows = expert FFN width, cols = hidden size); its
+// attention is a placeholder (one head of 32) that the MoE FFN block never touches.
+inline ModelSpec moe_block_spec(const Op& op) {
+  ModelSpec spec;
+  spec.family = Family::Qwen3Moe;
+  spec.hidden_size = op.cols;
+  spec.moe_intermediate_size = op.rows;
+  spec.num_experts = op.n_experts;
+  spec.num_experts_per_tok = op.top_k;
+  spec.num_attention_heads = 1;
+  spec.num_key_value_heads = 1;
+  spec.head_dim = 32;
+  spec.num_hidden_layers = 1;
+  spec.dtype = op.dtype;
+  return spec;
 }
 
 }  // namespace shardwise
