@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One device call of a GPU session, by stage, each within a 10-minute call (bundle from
+# scripts/gpu/bundle.sh carried as build-gpu/bundle.tar.xz). Writes into OUT; copy what comes back into
+# experiments/results/ (the stage says where).
+#   session.sh OUT check     GPU suite (kernels, device, runtime incl. first-step device peak), ~1-2 min,
+#                            then the profile and its validation (scripts/gpu/profile.sh)
+#                            -> experiments/results/profile/, executor test logs
+#   session.sh OUT study [PREVIOUS.jsonl]
+#                            the planner-accuracy sweep for the call's remaining minutes (resumable)
+#                            -> a new experiments/results/planner_accuracy_<date>/ folder
+#   session.sh OUT bench     the executor's peer protocol (scripts/gpu/executor_bench.sh all)
+set -uo pipefail
+out=${1:?usage: session.sh OUT check|study|bench [PREVIOUS.jsonl]}
+stage=${2:?usage: session.sh OUT check|study|bench [PREVIOUS.jsonl]}
+mkdir -p "$out"
+root=/tmp/shardwise-bundle
+rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
+export LD_LIBRARY_PATH="$root/lib:${LD_LIBRARY_PATH:-}" SHARDWISE_FIXTURES="$PWD/tests/fixtures" SHARDWISE_BIN="$root/bin/shardwise"
+t0=$(date +%s)
+case $stage in
+  check)
+    echo "== GPU suite"
+    timeout 150 "$root/bin/test_gpu" "~[bench]" > "$out/test_gpu.log" 2>&1; echo "rc=$?"; tail -3 "$out/test_gpu.log"
+    grep -B2 -A8 "FAILED" "$out/test_gpu.log" | head -40
+    left=$(( 560 - ($(date +%s) - t0) ))
+    PROFILE_TIMEOUT=$(( left * 55 / 100 )) VALIDATE_TIMEOUT=$(( left * 40 / 100 )) bash scripts/gpu/profile.sh "$out/profile"
+    ;;
+  study)
+    bash scripts/gpu/oracle_study.sh "$out" "${3:-none}" 9
+    ;;
+  bench)
+    timeout 560 bash scripts/gpu/executor_bench.sh "$out" all
+    ;;
+  *) echo "unknown stage $stage"; exit 2 ;;
+esac
