@@ -106,6 +106,10 @@ struct EmuOptions {
   // Test hook: the n-th call to wait() (counting from 1) is dropped, to prove that a missing
   // dependency shows up as a wrong result. 0 = never.
   int drop_wait = 0;
+  // Per-queue multipliers of max_delay_us (compute, H2D, D2H): unequal speeds let one queue run many
+  // items ahead of another, which equal random delays rarely do (that is how a slot reused too early
+  // shows up). {1, 1, 1} = equal.
+  double queue_scale[kNumQueues] = {1, 1, 1};
 };
 std::unique_ptr<Device> make_emu_device(const EmuOptions& options = {});
 // Throws Error when the build has no CUDA or the machine no GPU.

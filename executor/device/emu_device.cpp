@@ -189,7 +189,8 @@ class EmuDevice : public Device {
  public:
   explicit EmuDevice(const EmuOptions& o) : opt_(o) {
     for (int i = 0; i < kNumQueues; ++i)
-      queues_[i] = std::make_unique<EmuQueue>(o.seed * 7919 + static_cast<uint64_t>(i) * 104729, o.max_delay_us);
+      queues_[i] = std::make_unique<EmuQueue>(o.seed * 7919 + static_cast<uint64_t>(i) * 104729,
+                                              static_cast<int>(o.max_delay_us * std::max(0.0, o.queue_scale[i])));
   }
   ~EmuDevice() override {
     for (auto& q : queues_) q->wait_done(q->submitted());
