@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `make demo`: the main job on an embedded default. Synthesises a ~0.4B-parameter llama-shaped model
 # (builtin spec small_llama, seeded, q8_0), writes it as GGUF, shows its shape and runs real
-# generation on the CPU with every core, printing TTFT and tokens/s.
+# generation on the CPU with every core, printing TTFT and tokens/s; then the plan runtime under a
+# VRAM budget (GPU, or the emulated device), the schedule explorer, and a plan from this machine's
+# quick profile.
 set -euo pipefail
 build=${1:-build}
 bin="$build/cli/shardwise"
@@ -38,3 +40,14 @@ done
 echo
 echo "== one plan table in full: qwen30b on cli3 with a 4G budget, 4K context =="
 "$bin" plan --model qwen30b --hw cli3 --vram-budget 4G --ctx 4096
+echo
+profile="$out/this_machine.profile.json"
+if command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L > /dev/null 2>&1; then
+  echo "== this machine measured (shardwise profile --quick), then qwen30b planned from the measurements =="
+  "$bin" profile --quick --out "$profile" --no-progress
+  "$bin" plan --model qwen30b --profile "$profile" --vram-budget 4G --ctx 4096 --brief
+else
+  echo "== this machine's CPU measured (shardwise profile --quick), GPU side from the cli3 datasheet =="
+  "$bin" profile --quick --device cpu --out "$profile" --no-progress
+  "$bin" plan --model qwen30b --profile "$profile" --hw cli3 --vram-budget 4G --ctx 4096 --brief
+fi
