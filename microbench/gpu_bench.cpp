@@ -48,6 +48,13 @@ class CudaBench final : public GpuBench {
   }
   ~CudaBench() override {
     if (traffic_.joinable()) stop_copy_traffic();
+    cudaDeviceSynchronize();
+    // Whatever uses the stream and the cuBLAS handle goes first: the MoE blocks synchronise their
+    // stream when destroyed (a destroyed stream there ended a validation run with SIGSEGV).
+    kernels_.reset();
+    dev_.reset();
+    for (cudaStream_t s : tr_s_)
+      if (s) cudaStreamDestroy(s);
     for (void* p : {static_cast<void*>(set_), static_cast<void*>(ws_), static_cast<void*>(act_), static_cast<void*>(moe_),
                     static_cast<void*>(kv_), static_cast<void*>(tr_dev_)})
       if (p) cudaFree(p);

@@ -833,6 +833,8 @@ ValidationReport validate_profile(const ProfileDB& db, const ProfileOptions& o) 
       ExecEnv env{Backend::Cpu, t, 0};
       if (model_nc->op_ms(op, env) > limit) continue;
       measured.emplace_back(op, measure([&] { return cpu.once(op, t); }, pol));
+      if (!o.progress)
+        std::fprintf(stderr, "validate: under copy traffic %s measured %.4f ms\n", label_of(op).c_str(), measured.back().second.ms);
     }
     const double rate = gpu->stop_copy_traffic();
     std::vector<double> ew, en;
