@@ -113,8 +113,8 @@ void run_run(RunArgs a) {
          " more (need ", needed, ")");
   ThreadPool pool(threads);
   ModelWeights weights = ModelWeights::from_source(*src);
+  std::unique_ptr<Device> dev;  // declared first: the runtime (in engine) synchronises it when destroyed
   std::unique_ptr<StepEngine> engine;
-  std::unique_ptr<Device> dev;
   Runtime* runtime = nullptr;
   if (device == "cpu") {
     engine = std::make_unique<CpuEngine>(weights, pool, ctx);

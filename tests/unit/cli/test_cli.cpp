@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/npy.h"
+#include "core/size.h"
 #include "test_util.h"
 
 using namespace shardwise;
@@ -320,6 +321,21 @@ TEST_CASE("cli: plan --routing-tokens measures an MoE model's routing and plans 
   require_clean_error("plan --model tiny_llama --hw cli3 --vram-budget 1G --routing-tokens 16", {"not a mixture-of-experts"});
   require_clean_error("plan --model qwen30b --hw cli3 --vram-budget 4G --routing-tokens 16", {"needs weights"});
   require_clean_error("plan --model " + quote(moe) + " --hw cli3 --vram-budget 8M --routing-tokens -3", {"--routing-tokens"});
+}
+
+TEST_CASE("cli: run --device emu plans under a budget, generates the CPU path tokens and exits cleanly", "[cli][runtime]") {
+  const std::string moe = fixture("hf/qwen3moe_nonorm");
+  const Result cpu = shardwise_cli("run --model " + quote(moe) + " --tokens 1,2,3,4,5 -n 6 --greedy --threads 2 --json");
+  REQUIRE(cpu.rc == 0);
+  for (const char* budget : {"3M", "64M"}) {
+    const Result r = shardwise_cli("run --model " + quote(moe) + " --tokens 1,2,3,4,5 -n 6 --greedy --threads 2 --json --device emu --vram-budget " +
+                                   budget);
+    INFO(budget << ": " << r.err);
+    REQUIRE(r.rc == 0);  // also: no crash when the runtime and its device are torn down
+    const auto j = nlohmann::json::parse(r.out), jc = nlohmann::json::parse(cpu.out);
+    CHECK(j["generated_ids"] == jc["generated_ids"]);
+    CHECK(j["device_peak_bytes"].get<uint64_t>() <= parse_size(budget, "budget"));
+  }
 }
 
 TEST_CASE("cli: profile bad input", "[cli][profile][bad_input]") {
