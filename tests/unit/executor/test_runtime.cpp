@@ -69,6 +69,17 @@ std::vector<float> reference_steps(const WeightSource& src, const std::vector<in
   return out;
 }
 
+// The smallest budget the planner accepts for tiers {1, 4, 16} (on the cli2 cost model).
+uint64_t min_budget_for(const WeightSource& src, int64_t ctx) {
+  auto cost = make_analytic_cost_model(builtin_hardware("cli2"));
+  PlannerConfig c;
+  c.budget_bytes = 1;
+  c.ctx = ctx;
+  c.tiers = {1, 4, 16};
+  c.tensor_dtypes = tensor_dtypes_of(src);
+  return minimum_budget(src.spec(), *cost, c);
+}
+
 PlanTable table_for(const WeightSource& src, uint64_t budget, int64_t ctx, std::vector<int64_t> tiers) {
   auto cost = make_analytic_cost_model(builtin_hardware("cli2"));
   PlannerConfig cfg;
@@ -97,15 +108,7 @@ TEST_CASE("runtime on the emulated device matches the CPU model for every schedu
       const uint64_t model_bytes = spec.total_bytes();
       int streamed_plans = 0;
       for (double frac : {0.15, 0.5, 2.0}) {
-        const uint64_t min_b = [&] {
-          auto cost = make_analytic_cost_model(builtin_hardware("cli2"));
-          PlannerConfig c;
-          c.budget_bytes = 1;
-          c.ctx = ctx;
-          c.tiers = {1, 4, 16};
-          c.tensor_dtypes = tensor_dtypes_of(*src);
-          return minimum_budget(spec, *cost, c);
-        }();
+        const uint64_t min_b = min_budget_for(*src, ctx);
         const uint64_t budget = std::max<uint64_t>(min_b + (256u << 10), static_cast<uint64_t>(frac * static_cast<double>(model_bytes)));
         const PlanTable table = table_for(*src, budget, ctx, {1, 4, 16});
         for (Schedule s : {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic, Schedule::LayerSplit, Schedule::CpuMoe}) {
@@ -231,19 +234,14 @@ TEST_CASE("runtime: gpu-only MoE experts never read the attention shard's stream
   const auto toks = token_seq(40, spec.vocab_size, 3);
   const auto ref = reference_steps(*src, toks, steps, ctx);
   // The budget the first test case fails at (its smallest: the minimum plus 256 KiB).
-  auto cost = make_analytic_cost_model(builtin_hardware("cli2"));
-  PlannerConfig c;
-  c.budget_bytes = 1;
-  c.ctx = ctx;
-  c.tiers = {1, 4, 16};
-  c.tensor_dtypes = tensor_dtypes_of(*src);
-  const uint64_t budget = minimum_budget(spec, *cost, c) + (256u << 10);
+  const uint64_t budget = min_budget_for(*src, ctx) + (256u << 10);
   const PlanTable table = table_for(*src, budget, ctx, {1, 4, 16});
   RuntimeOptions o;
   o.schedule = Schedule::GpuOnly;
   // The race needs an attention shard and its layer's experts both streamed: check that the plans
   // still stream them (else this test no longer tests anything).
-  const ShardSet shards = make_shards(spec, ctx, DType::F32, &c.tensor_dtypes);
+  const TensorDtypes dtypes = tensor_dtypes_of(*src);
+  const ShardSet shards = make_shards(spec, ctx, DType::F32, &dtypes);
   int feasible = 0;
   for (const auto& t : table.tiers) {
     const Plan* p = t.find(Schedule::GpuOnly);
@@ -291,13 +289,7 @@ TEST_CASE("runtime: queues at unequal speeds keep every schedule exact", "[runti
     const std::vector<int> steps = {13, 1, 1, 5, 1, 16, 1};
     const auto toks = token_seq(40, spec.vocab_size, 9);
     const auto ref = reference_steps(*src, toks, steps, ctx);
-    auto cost = make_analytic_cost_model(builtin_hardware("cli2"));
-    PlannerConfig c;
-    c.budget_bytes = 1;
-    c.ctx = ctx;
-    c.tiers = {1, 4, 16};
-    c.tensor_dtypes = tensor_dtypes_of(*src);
-    const uint64_t min_b = minimum_budget(spec, *cost, c);
+    const uint64_t min_b = min_budget_for(*src, ctx);
     for (uint64_t budget : {min_b + (256u << 10), std::max<uint64_t>(min_b + (256u << 10), spec.total_bytes() / 2)}) {
       const PlanTable table = table_for(*src, budget, ctx, {1, 4, 16});
       for (Schedule s : {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic, Schedule::LayerSplit, Schedule::CpuMoe}) {
