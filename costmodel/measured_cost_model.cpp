@@ -105,6 +105,13 @@ struct Class {
         return rq * loglog(n, x1, y1 / r1, x2, y2 / r2);
       return loglog(n, x1, y1, x2, y2);
     };
+    // Beyond the largest measured token count the ratio measured / fitted roofline at that count is
+    // kept: the class's fit is a compromise over all its shapes, the largest point is this shape's.
+    auto beyond = [&](double x, double y) {
+      const double rx = roof(x), rq = roof(n);
+      if (rx > 0 && rq > 0 && y > 0 && std::isfinite(rx) && std::isfinite(rq) && std::isfinite(y)) return rq * (y / rx);
+      return roofline_ms(fit, op_bytes(op), op.flops());
+    };
     auto it = shapes.find(shape_key(op));
     if (it != shapes.end() && it->second.covers(n)) {
       const Curve& c = it->second;
@@ -112,6 +119,7 @@ struct Class {
       if (c.x[i] == n) return c.ms[i];
       return between(c.x[i - 1], c.ms[i - 1], c.x[i], c.ms[i]);
     }
+    if (it != shapes.end() && n > it->second.x.back()) return beyond(it->second.x.back(), it->second.ms.back());
     if (!token_fits.empty() && n >= token_fits.front().tokens && n <= token_fits.back().tokens) {
       const auto hi = std::lower_bound(token_fits.begin(), token_fits.end(), n,
                                        [](const TokenFit& f, double v) { return f.tokens < v; });
@@ -124,6 +132,7 @@ struct Class {
         if (t1 > 0 && t2 > 0 && std::isfinite(t1) && std::isfinite(t2)) return between(lo->tokens, t1, hi->tokens, t2);
       }
     }
+    if (!token_fits.empty() && n > token_fits.back().tokens) return beyond(token_fits.back().tokens, token_fits.back().at(op));
     return roofline_ms(fit, op_bytes(op), op.flops());
   }
 };

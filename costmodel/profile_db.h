@@ -12,7 +12,10 @@
 //      counts, a least-squares fit t = c + a·bytes + b·flops over that count's shapes (≥ 3; or
 //      t = c + max(a·bytes, b·flops) where that fits them better: shapes on both sides of the ridge),
 //      then interpolated between the two counts as in 1;
-//   3. outside the measured token range, or too few points: the class's fitted roofline
+//   3. above the largest measured token count (of the shape in 1, of the fits in 2): the roofline at
+//      the query times the ratio measured / roofline at that largest count (the class's fit is a
+//      compromise over all shapes; the largest point says how far this shape is from it);
+//   4. below the smallest count, or too few points: the class's fitted roofline
 //      t = overhead + max(bytes / bandwidth, flops / peak).
 // CPU times depend on PCIe traffic running meanwhile: rows measured under contention record the
 // copy rate they ran with, and a query with concurrent_pcie_gbps = g blends alone and contention

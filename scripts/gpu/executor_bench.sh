@@ -14,6 +14,9 @@ if [ ! -x "$root/bin/shardwise" ]; then
 fi
 export LD_LIBRARY_PATH="$root/lib:${LD_LIBRARY_PATH:-}"
 bin="$root/bin/shardwise"
+# The planner's cost model: the machine's measured profile (PROFILE=FILE to use another one).
+profile=${PROFILE:-experiments/results/profile/h200-host.profile.json}
+[ -f "$profile" ] || { echo "no profile $profile"; exit 2; }
 mkdir -p "$out"
 runs="$out/executor_runs.jsonl"
 prompt() { python3 -c "import random; random.seed($1); print(','.join(str(random.randrange(3, 32000)) for _ in range($1)))"; }
@@ -25,13 +28,13 @@ one() {  # model ctx budget schedule
   [ "$ctx" = 1024 ] && toks=$p960 || toks=$p4032
   local res
   res=$("$bin" run --model "synthetic:$model" --tokens "$toks" -n 64 --greedy --threads 16 --ctx "$ctx" \
-        --device cuda --vram-budget "$budget" --schedule "$sched" --json 2> "$out/err.txt")
+        --device cuda --vram-budget "$budget" --schedule "$sched" --profile "$profile" --json 2> "$out/err.txt")
   if [ -z "$res" ]; then
     echo "{\"model\": \"$model\", \"ctx\": $ctx, \"budget\": \"$budget\", \"schedule\": \"$sched\", \"error\": $(python3 -c 'import json,sys; print(json.dumps(open(sys.argv[1]).read().strip()[-300:]))' "$out/err.txt")}" >> "$runs"
     return
   fi
   printf '%s' "$res" > "$out/run.json"
-  "$bin" plan --model "$model" --hw h200-host --vram-budget "$budget" --ctx "$ctx" --threads 16 --json > "$out/plan.json" 2>/dev/null
+  "$bin" plan --model "$model" --profile "$profile" --vram-budget "$budget" --ctx "$ctx" --threads 16 --json > "$out/plan.json" 2>/dev/null
   python3 - "$model" "$ctx" "$budget" "$sched" "$out/run.json" "$out/plan.json" <<'PY' >> "$runs"
 import json, sys
 model, ctx, budget, sched = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]

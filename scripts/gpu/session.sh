@@ -5,13 +5,15 @@
 #   session.sh OUT check     GPU suite (kernels, device, runtime incl. first-step device peak), ~1-2 min,
 #                            then the profile and its validation (scripts/gpu/profile.sh)
 #                            -> experiments/results/profile/, executor test logs
+#   session.sh OUT profile   the profile and its validation only, then executor_bench.sh quick with
+#                            the new profile for the minutes left
 #   session.sh OUT study [PREVIOUS.jsonl]
 #                            the planner-accuracy sweep for the call's remaining minutes (resumable)
 #                            -> a new experiments/results/planner_accuracy_<date>/ folder
 #   session.sh OUT bench     the executor's peer protocol (scripts/gpu/executor_bench.sh all)
 set -uo pipefail
-out=${1:?usage: session.sh OUT check|study|bench [PREVIOUS.jsonl]}
-stage=${2:?usage: session.sh OUT check|study|bench [PREVIOUS.jsonl]}
+out=${1:?usage: session.sh OUT check|profile|study|bench [PREVIOUS.jsonl]}
+stage=${2:?usage: session.sh OUT check|profile|study|bench [PREVIOUS.jsonl]}
 mkdir -p "$out"
 root=/tmp/shardwise-bundle
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
@@ -24,6 +26,13 @@ case $stage in
     grep -B2 -A8 "FAILED" "$out/test_gpu.log" | head -40
     left=$(( 560 - ($(date +%s) - t0) ))
     PROFILE_TIMEOUT=$(( left * 55 / 100 )) VALIDATE_TIMEOUT=$(( left * 40 / 100 )) bash scripts/gpu/profile.sh "$out/profile"
+    ;;
+  profile)  # re-profile and validate (no GPU suite), then the quick peer rows with the time left
+    PROFILE_TIMEOUT=240 VALIDATE_TIMEOUT=150 bash scripts/gpu/profile.sh "$out/profile"
+    left=$(( 560 - ($(date +%s) - t0) ))
+    if [ "$left" -gt 60 ] && [ -f "$out/profile/h200-host.profile.json" ]; then
+      PROFILE="$out/profile/h200-host.profile.json" timeout "$left" bash scripts/gpu/executor_bench.sh "$out" quick
+    fi
     ;;
   study)
     bash scripts/gpu/oracle_study.sh "$out" "${3:-none}" 9
