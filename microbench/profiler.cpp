@@ -129,7 +129,10 @@ class WeightSet {
 
 class CpuRunner {
  public:
-  CpuRunner(uint64_t weight_set_bytes, int max_threads) : fill_pool_(max_threads), weights_(weight_set_bytes, fill_pool_) {}
+  // Data is filled by the largest measuring pool itself: a second pool of as many threads would
+  // spin its workers after each fill on the cores the measured threads need.
+  CpuRunner(uint64_t weight_set_bytes, int max_threads)
+      : fill_pool_(pool(max_threads)), weights_(weight_set_bytes, fill_pool_) {}
 
   ThreadPool& pool(int threads) {
     auto it = pools_.find(threads);
@@ -345,10 +348,10 @@ class CpuRunner {
     return per_run(t0);
   }
 
-  ThreadPool fill_pool_;
+  std::map<int, std::unique_ptr<ThreadPool>> pools_;  // by thread count; declared before its users
+  ThreadPool& fill_pool_;
   WeightSet weights_;
   ThreadPool* cur_ = nullptr;
-  std::map<int, std::unique_ptr<ThreadPool>> pools_;
   std::vector<float> x_, y_, k_, v_, w_;
   std::vector<int32_t> pos_;
   RopeAngles angles_;

@@ -65,6 +65,25 @@ constexpr double kLoadBytesPerS = 2e9;
 constexpr double kRegisterBytesPerS = 10e9;
 constexpr double kDeviceSetupS = 0.3;
 
+// 16 hex digits identifying what a plan makes the executor do: its placements, KV homes and
+// actions with their dependencies, but not its schedule's name, notes or predictions. Two
+// candidates with one signature (Dynamic with nothing worth running on the CPU is GPU-only) are the
+// same computation: the report counts them as one.
+std::string plan_signature(const Plan& plan) {
+  std::ostringstream s;
+  for (const ShardPlacement& p : plan.placements)
+    s << 'p' << p.shard << ',' << static_cast<int>(p.home) << ',' << static_cast<int>(p.exec) << ',' << p.streamed << ','
+      << p.arena_offset << ',' << p.bytes << ';';
+  for (bool kv : plan.kv_on_gpu) s << (kv ? 'G' : 'H');
+  for (const Action& a : plan.actions) {
+    s << "\na" << a.id << ',' << static_cast<int>(a.resource) << ',' << static_cast<int>(a.kind) << ',' << static_cast<int>(a.part)
+      << ',' << static_cast<int>(a.payload) << ',' << a.shard << ',' << a.layer << ',' << a.slot << ',' << a.row_begin << ','
+      << a.row_end << ',' << a.bytes << ':';
+    for (int d : a.deps) s << d << ',';
+  }
+  return fnv1a_hex(s.str());
+}
+
 // One row's plan: what the planner predicted and decided.
 struct RowPlan {
   int64_t tier = 0;
@@ -73,6 +92,7 @@ struct RowPlan {
   std::string reason;        // why infeasible / skipped
   double predicted_ms = 0;
   uint64_t vram_bytes = 0;
+  std::string plan_signature;  // what the executor runs, whatever the schedule's name (plan_signature())
   bool chosen = false;
   std::string planner_choice;  // the chosen schedule at this tier ("none": no candidate fits)
   bool skip = false;           // predicted above measure.max_step_ms
@@ -188,6 +208,7 @@ ConfigPlan plan_config(const Experiment& e, const Configuration& c, const ModelS
         r.reason = plan->infeasible_reason;
         r.predicted_ms = plan->predicted_ms;
         r.vram_bytes = plan->vram_bytes;
+        if (plan->feasible) r.plan_signature = plan_signature(*plan);
         r.chosen = entry->feasible && schedule_is_candidate(s) && entry->chosen == s;
         if (r.feasible && e.measure.max_step_ms > 0 && r.predicted_ms > e.measure.max_step_ms) {
           r.skip = true;
@@ -550,6 +571,7 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
            {"measured_ms", nullptr},
            {"measured_spread_ms", nullptr},
            {"vram_bytes", r.vram_bytes},
+           {"plan_signature", r.plan_signature.empty() ? json(nullptr) : json(r.plan_signature)},
            {"chosen", r.chosen},
            {"planner_choice", r.planner_choice},
            {"machine", machine},

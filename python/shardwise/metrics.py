@@ -8,8 +8,11 @@ A *decision* is one (configuration, tier): the planner picks one of the three ca
 - evaluable: the pick was measured and every feasible candidate was measured, or was not run
   (``skipped``: predicted above the sweep's max_step_ms) with a prediction at least
   ``SKIP_MARGIN`` x the best measured time (so only a prediction off by that factor could flip it).
-- agree: pick == best. tie: not agree, but measured(pick) - measured(best) <= max(spread(pick),
-  spread(best)), the spreads being the interquartile ranges of the repeats — counted separately.
+- agree: pick == best, or the pick's plan is the best's plan (the same ``plan_signature``: e.g.
+  Dynamic with nothing worth running on the CPU is GPU-only; their measured times differ only by
+  noise) — these are counted as ``same_plan`` and listed separately. tie: not agree, but
+  measured(pick) - measured(best) <= max(spread(pick), spread(best)), the spreads being the
+  interquartile ranges of the repeats — counted separately.
 - top-1 agreement: agree / evaluable (ties are not counted as agreement; "top-1 with ties" is shown).
 - close contest: at least two candidates measured and second / best - 1 <= CLOSE (5%).
 - regret: measured(pick) / measured(best) - 1.
@@ -111,7 +114,9 @@ def decisions(df):
             d["best_ms"] = best["measured_ms"]
             d["pick_ms"] = pick["measured_ms"] if pick["status"] == "measured" else np.nan
             d["second_ms"] = m["measured_ms"].iloc[1] if len(m) > 1 else np.nan
-            d["agree"] = d["best"] == d["pick"]
+            sig_pick, sig_best = pick.get("plan_signature"), best.get("plan_signature")
+            d["same_plan"] = bool(d["best"] != d["pick"] and isinstance(sig_pick, str) and sig_pick == sig_best)
+            d["agree"] = d["best"] == d["pick"] or d["same_plan"]
             spread = max(best["measured_spread_ms"] or 0.0, pick["measured_spread_ms"] if pick["status"] == "measured" else 0.0)
             d["tie"] = (not d["agree"]) and bool(d["pick_ms"] - d["best_ms"] <= spread)
             d["contested"] = len(m) >= 2
@@ -120,10 +125,10 @@ def decisions(df):
             all_m = measured(df[(df["config_id"] == cid) & (df["tier"] == tier)])
             d["kendall"] = kendall(all_m["predicted_ms"], all_m["measured_ms"]) if len(all_m) >= 3 else np.nan
         else:
-            d.update(best=None, best_ms=np.nan, pick_ms=np.nan, second_ms=np.nan, agree=False, tie=False,
+            d.update(best=None, best_ms=np.nan, pick_ms=np.nan, second_ms=np.nan, agree=False, same_plan=False, tie=False,
                      contested=False, close=False, regret=np.nan, kendall=np.nan)
         out.append(d)
-    cols = CONFIG_COLS + ["tier", "pick", "best", "agree", "tie", "contested", "close", "regret", "evaluable",
+    cols = CONFIG_COLS + ["tier", "pick", "best", "agree", "same_plan", "tie", "contested", "close", "regret", "evaluable",
                           "not_evaluable_reason", "n_feasible", "n_measured", "pick_ms", "best_ms", "second_ms",
                           "pick_predicted_ms", "kendall", "predicted_order", "measured_order"]
     res = pd.DataFrame(out)
@@ -217,6 +222,7 @@ def summarize(df):
         "decisions": len(dec),
         "evaluable": n,
         "agree": int(ev["agree"].sum()),
+        "same_plan": int(ev["same_plan"].sum()),
         "ties": int(ev["tie"].sum()),
         "top1": float(ev["agree"].mean()) if n else float("nan"),
         "top1_with_ties": float((ev["agree"] | ev["tie"]).mean()) if n else float("nan"),

@@ -151,6 +151,11 @@ def build_report(df, out_dir, title=None):
       f"({_pct(s['top1'])}). {s['ties']} more were ties within the measured spread (interquartile range of the repeats) — "
       f"{_pct(s['top1_with_ties'])} counting them. Contested decisions (≥ 2 candidates measured): {s['contested']}, "
       f"top-1 {_pct(s['top1_contested'])}.\n")
+    same = ev[ev["same_plan"]]
+    if len(same):
+        w(f"Of the agreements, {len(same)} picked a schedule whose plan is the measured best's plan (the same "
+          "`plan_signature`: one computation under two names, measured twice):\n")
+        w(_table(_decision_rows(same)))
     ties = ev[ev["tie"]]
     if len(ties):
         w("Ties (pick within the spread of the best):\n")

@@ -70,3 +70,23 @@ def test_error_summary_flags_a_bad_schedule(tmp_path):
     s = metrics.summarize(load_results(p))
     assert s["median_error"]["static"] == pytest.approx(0.5)
     assert not s["targets"]["median_error"]["met"] and s["targets"]["median_error"]["missed_by"] == ["static"]
+
+
+def test_same_plan_under_two_names_counts_as_agreement(tmp_path):
+    """Dynamic whose plan is GPU-only's (one plan_signature) measured 1% faster than the picked
+    gpu-only: the same computation, so an agreement listed as same_plan; a different signature with
+    the same numbers stays a disagreement."""
+    from conftest import row
+    import json
+    p = tmp_path / "same.jsonl"
+    rows = [row("S", 1, "gpu-only", 10, 10.1, 0.01, chosen=True, plan_signature="aa"), row("S", 1, "static", 12, 13, 0.01, plan_signature="bb"),
+            row("S", 1, "dynamic", 10, 10.0, 0.01, plan_signature="aa"),
+            row("D", 1, "gpu-only", 10, 10.1, 0.01, chosen=True, plan_signature="cc"), row("D", 1, "static", 12, 13, 0.01, plan_signature="dd"),
+            row("D", 1, "dynamic", 10, 10.0, 0.01, plan_signature="ee")]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    df = load_results(p)
+    dec = metrics.decisions(df).set_index("config_id")
+    assert dec.loc["S", "agree"] and dec.loc["S", "same_plan"] and dec.loc["S", "best"] == "dynamic"
+    assert not dec.loc["D", "agree"] and not dec.loc["D", "same_plan"] and not dec.loc["D", "tie"]
+    s = metrics.summarize(df)
+    assert s["agree"] == 1 and s["same_plan"] == 1 and s["top1"] == pytest.approx(0.5)
