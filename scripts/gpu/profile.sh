@@ -15,7 +15,9 @@ export LD_LIBRARY_PATH="$root/lib:${LD_LIBRARY_PATH:-}"
 bin="$root/bin/shardwise"
 {
   echo "date: $(date -u +%FT%TZ)"; echo "revision: $(tr '\n' ' ' < "$root/REVISION" 2>/dev/null || echo unknown)"
-  lscpu | grep -E "Model name|^CPU\(s\)"
+  lscpu | grep -E "Model name|^CPU\(s\)|NUMA node|Hypervisor|Thread\(s\) per core"
+  echo "transparent_hugepage: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"
+  echo "cpu time since boot (user nice system idle iowait irq softirq steal): $(head -1 /proc/stat)"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 } > "$out/machine.txt" 2>&1
 cat "$out/machine.txt"
