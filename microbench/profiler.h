@@ -11,6 +11,7 @@
 // per-point limit): the fit extrapolates there. Nothing here plans.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,12 @@ struct ProfileOptions {
 };
 
 ProfileDB run_profile(const ProfileOptions& options);
+
+// The first run of a grid point, as the adaptive skipping judges it: a run over limit_ms is run
+// again and the faster of the two counts. A shape's first launch can load a library kernel lazily
+// (cuBLAS took 68 ms for its first 16-token f16 GEMM on the H200: that single run stood in the
+// profile for ~20 µs, and every tier above 4 tokens was planned as chunks of 4).
+double first_run_ms(const std::function<double()>& once, double limit_ms);
 
 // Predicted against measured, per case and per op class.
 struct ValidationCase {
