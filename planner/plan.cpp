@@ -15,6 +15,7 @@ const char* resource_name(Resource r) {
     case Resource::H2D: return "h2d";
     case Resource::D2H: return "d2h";
     case Resource::Cpu: return "cpu";
+    case Resource::H2DAct: return "h2d_act";
   }
   return "?";
 }
@@ -119,7 +120,7 @@ E enum_from(const json& j, const char* field, E (*parse)(const std::string&), co
 }
 
 Resource parse_resource(const std::string& s) {
-  for (Resource r : {Resource::GpuCompute, Resource::H2D, Resource::D2H, Resource::Cpu})
+  for (Resource r : {Resource::GpuCompute, Resource::H2D, Resource::D2H, Resource::Cpu, Resource::H2DAct})
     if (s == resource_name(r)) return r;
   fail("unknown resource '", s, "'");
 }

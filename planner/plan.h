@@ -17,8 +17,11 @@ namespace shardwise {
 
 constexpr int kPlanFormatVersion = 1;
 
-enum class Resource { GpuCompute = 0, H2D = 1, D2H = 2, Cpu = 3 };
-constexpr int kNumResources = 4;
+// H2D carries weights; H2DAct the small host-to-device activation copies (a CPU shard's output going
+// back to the GPU), on a queue of their own so that they never wait behind a weight copy for a later
+// shard (the link is shared: both draw on one PCIe cap).
+enum class Resource { GpuCompute = 0, H2D = 1, D2H = 2, Cpu = 3, H2DAct = 4 };
+constexpr int kNumResources = 5;
 const char* resource_name(Resource r);
 
 enum class Schedule { GpuOnly, Static, Dynamic, LayerSplit, CpuMoe };

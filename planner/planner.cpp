@@ -170,7 +170,7 @@ class Builder {
                                 s.name() + " q,k,v", {pre});
             plan_.actions.back().payload = Payload::Qkv;
             const int core = compute(Resource::Cpu, id, ComputePart::AttnCore, {d2h});
-            const int h2d = add(Resource::H2D, ActionKind::CopyActivations, id, s.layer, attn_out_bytes(spec_, n_),
+            const int h2d = add(Resource::H2DAct, ActionKind::CopyActivations, id, s.layer, attn_out_bytes(spec_, n_),
                                 s.name() + " attn out", {core});
             plan_.actions.back().payload = Payload::AttnOut;
             last_x_ = compute(Resource::GpuCompute, id, ComputePart::AttnPost, {h2d, pre});
@@ -244,7 +244,7 @@ class Builder {
 
   void to_gpu() {
     if (on_gpu_) return;
-    last_x_ = add(Resource::H2D, ActionKind::CopyActivations, -1, -1, residual_bytes(spec_, n_), "x to gpu", {last_x_});
+    last_x_ = add(Resource::H2DAct, ActionKind::CopyActivations, -1, -1, residual_bytes(spec_, n_), "x to gpu", {last_x_});
     plan_.actions.back().payload = Payload::Residual;
     on_gpu_ = true;
   }

@@ -85,12 +85,13 @@ double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const
   const StepOps ops(spec, shards, step);
   std::vector<double> dur(n);
   std::vector<size_t> cpu_work;
-  std::vector<size_t> copies[2];  // per copy engine, in list order = time order
+  std::vector<size_t> copies[3];  // per copy queue (weights, activations to the GPU, to the host), in list order = time order
   for (size_t i = 0; i < n; ++i) {
     SW_CHECK(acts[i].id == static_cast<int>(i), "simulate: action ids must be their positions");
     dur[i] = timed(acts[i], ops, shards, cost, step, 0);
     if (acts[i].resource == Resource::H2D) copies[0].push_back(i);
     if (acts[i].resource == Resource::D2H) copies[1].push_back(i);
+    if (acts[i].resource == Resource::H2DAct) copies[2].push_back(i);
     if (acts[i].resource == Resource::Cpu && acts[i].kind == ActionKind::Compute) cpu_work.push_back(i);
   }
   double makespan = 0;
@@ -114,7 +115,7 @@ double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const
         dur[i] = timed(acts[i], ops, shards, cost, step, moved_gb / ((e - s) / 1e3));
       }
     }
-    double free_at[kNumResources] = {0, 0, 0, 0};
+    double free_at[kNumResources] = {};
     makespan = 0;
     for (size_t i = 0; i < n; ++i) {
       Action& a = acts[i];

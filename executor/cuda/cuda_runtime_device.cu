@@ -1,5 +1,5 @@
 // executor/cuda/cuda_runtime_device.cu — the CUDA Device (see executor/device/device.h): the arena is
-// one cudaMalloc of exactly the budget; the three queues are non-blocking streams; events come from a
+// one cudaMalloc of exactly the budget; the four queues are non-blocking streams (the two host-to-device ones share the cap's pacer); events come from a
 // pool recycled at each synchronize(); host weights are registered (pinned) so copies run at PCIe
 // speed; a PCIe cap paces copies in 4 MiB chunks with host callbacks. The blocks' kernels live in
 // cuda_kernels.h and are warmed up (loaded, cuBLAS set up) when created, before the arena; cuBLAS
@@ -168,7 +168,10 @@ class CudaDevice : public Device {
     for (auto& p : pacers_) p.cap.store(bps);
   }
 
-  void copy_h2d(uint8_t* dev, const void* host, uint64_t bytes) override { copy(1, dev, host, bytes, cudaMemcpyHostToDevice); }
+  void copy_h2d(uint8_t* dev, const void* host, uint64_t bytes, Queue q) override {
+    SW_CHECK(q == Queue::H2D || q == Queue::H2DAct, "CUDA: copy_h2d on a queue that does not copy to the device");
+    copy(static_cast<int>(q), dev, host, bytes, cudaMemcpyHostToDevice);
+  }
   void copy_d2h(void* host, const uint8_t* dev, uint64_t bytes) override { copy(2, host, dev, bytes, cudaMemcpyDeviceToHost); }
   void copy_d2d(uint8_t* dst, const uint8_t* src, uint64_t bytes) override {
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, streams_[0]), "cudaMemcpyAsync D2D");
@@ -296,7 +299,8 @@ class CudaDevice : public Device {
   }
 
   void copy_piece(int q, void* dst, const void* src, uint64_t bytes, cudaMemcpyKind kind) {
-    Pacer& pacer = pacers_[q - 1];
+    // Both host-to-device queues share one pacer: the cap is the link's.
+    Pacer& pacer = pacers_[q == static_cast<int>(Queue::D2H) ? 1 : 0];
     if (pacer.cap.load() <= 0) {
       const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, streams_[q]);
       if (e != cudaSuccess) copy_failed(e, dst, src, bytes, kind);

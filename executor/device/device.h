@@ -1,5 +1,6 @@
 // executor/device/device.h — a compute device as the runtime sees it: one arena allocation (the VRAM
-// budget), three in-order queues (compute, H2D copies, D2H copies) with events between them, and the
+// budget), four in-order queues (compute, H2D weight copies, D2H copies, H2D activation copies) with
+// events between them, and the
 // model's blocks (DeviceKernels) enqueued on the compute queue. Implementations: CUDA
 // (executor/cuda/) and the host-emulated device (emu_device.cpp), which exists so that CI can test
 // the runtime's slots, events and arena without a GPU; its timings are never GPU numbers.
@@ -17,8 +18,9 @@
 
 namespace shardwise {
 
-enum class Queue { Compute = 0, H2D = 1, D2H = 2 };
-constexpr int kNumQueues = 3;
+// H2DAct: small activation uploads, which must not queue behind weight copies (planner/plan.h).
+enum class Queue { Compute = 0, H2D = 1, D2H = 2, H2DAct = 3 };
+constexpr int kNumQueues = 4;
 
 // A point in one queue's order: done once everything enqueued on that queue before it is done.
 struct Event {
@@ -81,7 +83,8 @@ class Device {
   // Throttles copies to this rate (bytes/s; 0 = no cap), to emulate a slower PCIe link.
   virtual void set_pcie_cap(double bytes_per_s) = 0;
 
-  virtual void copy_h2d(uint8_t* dev, const void* host, uint64_t bytes) = 0;  // on Queue::H2D
+  // On Queue::H2D, or Queue::H2DAct for activations (both draw on the one PCIe cap).
+  virtual void copy_h2d(uint8_t* dev, const void* host, uint64_t bytes, Queue q = Queue::H2D) = 0;
   virtual void copy_d2h(void* host, const uint8_t* dev, uint64_t bytes) = 0;  // on Queue::D2H
   // Copy of device memory on the compute queue (e.g. moving activations within the arena).
   virtual void copy_d2d(uint8_t* dst, const uint8_t* src, uint64_t bytes) = 0;
@@ -106,10 +109,10 @@ struct EmuOptions {
   // Test hook: the n-th call to wait() (counting from 1) is dropped, to prove that a missing
   // dependency shows up as a wrong result. 0 = never.
   int drop_wait = 0;
-  // Per-queue multipliers of max_delay_us (compute, H2D, D2H): unequal speeds let one queue run many
+  // Per-queue multipliers of max_delay_us (compute, H2D, D2H, H2DAct): unequal speeds let one queue run many
   // items ahead of another, which equal random delays rarely do (that is how a slot reused too early
   // shows up). {1, 1, 1} = equal.
-  double queue_scale[kNumQueues] = {1, 1, 1};
+  double queue_scale[kNumQueues] = {1, 1, 1, 1};
 };
 std::unique_ptr<Device> make_emu_device(const EmuOptions& options = {});
 // Throws Error when the build has no CUDA or the machine no GPU.

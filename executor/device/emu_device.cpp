@@ -206,9 +206,10 @@ class EmuDevice : public Device {
   void pin_host(const void*, uint64_t) override {}
   void set_pcie_cap(double bps) override { cap_ = bps; }
 
-  void copy_h2d(uint8_t* dev, const void* host, uint64_t bytes) override {
+  void copy_h2d(uint8_t* dev, const void* host, uint64_t bytes, Queue q) override {
     check_in_arena(dev, bytes, "copy_h2d");
-    push(Queue::H2D, [=] { throttled_copy(dev, host, bytes); });
+    SW_CHECK(q == Queue::H2D || q == Queue::H2DAct, "emu: copy_h2d on a queue that does not copy to the device");
+    push(q, [=] { throttled_copy(dev, host, bytes); });
   }
   void copy_d2h(void* host, const uint8_t* dev, uint64_t bytes) override {
     check_in_arena(dev, bytes, "copy_d2h");

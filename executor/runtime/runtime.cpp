@@ -46,6 +46,7 @@ Queue queue_of(Resource r) {
     case Resource::GpuCompute: return Queue::Compute;
     case Resource::H2D: return Queue::H2D;
     case Resource::D2H: return Queue::D2H;
+    case Resource::H2DAct: return Queue::H2DAct;
     case Resource::Cpu: break;
   }
   return Queue::Compute;
@@ -441,10 +442,11 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
         embed_rows(weights_.token_embd, tokens, n, b.x.data());
         break;
       case ActionKind::CopyActivations: {
-        const bool h2d = a.resource == Resource::H2D;
+        const bool h2d = a.resource == Resource::H2D || a.resource == Resource::H2DAct;
+        const Queue up = queue_of(a.resource);
         switch (a.payload) {
           case Payload::Residual:
-            if (h2d) device_.copy_h2d(reinterpret_cast<uint8_t*>(x_d), b.x.data(), static_cast<uint64_t>(n * H) * 4);
+            if (h2d) device_.copy_h2d(reinterpret_cast<uint8_t*>(x_d), b.x.data(), static_cast<uint64_t>(n * H) * 4, up);
             else device_.copy_d2h(b.x.data(), reinterpret_cast<uint8_t*>(x_d), static_cast<uint64_t>(n * H) * 4);
             break;
           case Payload::Qkv:
@@ -453,7 +455,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
             break;
           case Payload::AttnOut:
             SW_CHECK(h2d, "runtime: the attention output only goes to the device");
-            device_.copy_h2d(reinterpret_cast<uint8_t*>(attn_d), b.attn.data(), static_cast<uint64_t>(n * QD) * 4);
+            device_.copy_h2d(reinterpret_cast<uint8_t*>(attn_d), b.attn.data(), static_cast<uint64_t>(n * QD) * 4, up);
             break;
           case Payload::RouterLogits: {
             auto& r = b.router[static_cast<size_t>(layer)];
@@ -616,7 +618,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
   for (size_t finished = 0; finished < N;) {
     for (bool progress = true; progress;) {
       progress = false;
-      for (Resource r : {Resource::GpuCompute, Resource::H2D, Resource::D2H}) {
+      for (Resource r : {Resource::GpuCompute, Resource::H2D, Resource::D2H, Resource::H2DAct}) {
         auto& q = order[static_cast<size_t>(r)];
         size_t& i = next[static_cast<size_t>(r)];
         while (i < q.size()) {

@@ -279,7 +279,7 @@ TEST_CASE("runtime: gpu-only MoE experts never read the attention shard's stream
 TEST_CASE("runtime: queues at unequal speeds keep every schedule exact", "[runtime]") {
   // One queue running many items ahead of another is what exposes a slot or buffer reused too early
   // (equal random delays rarely do): compute slow with copies instant, copies slow, D2H slow.
-  const double skews[][kNumQueues] = {{4, 0, 0}, {0, 4, 1}, {0, 1, 4}};
+  const double skews[][kNumQueues] = {{4, 0, 0, 0}, {0, 4, 1, 0}, {0, 1, 4, 4}};
   for (const char* family : {"llama", "qwen3", "qwen3_moe"}) {
     const ModelSpec spec = test_model(family, DType::Q8_0);
     ThreadPool pool(2);
