@@ -1,7 +1,8 @@
 // executor/cuda/cuda_runtime_device.cu — the CUDA Device (see executor/device/device.h): the arena is
-// one cudaMalloc of exactly the budget; the four queues are non-blocking streams (the two host-to-device ones share the cap's pacer); events come from a
+// one cudaMalloc of exactly the budget; the four queues are non-blocking streams; events come from a
 // pool recycled at each synchronize(); host weights are registered (pinned) so copies run at PCIe
-// speed; a PCIe cap paces copies in 4 MiB chunks with host callbacks. The blocks' kernels live in
+// speed; a PCIe cap paces copies in 4 MiB chunks with host callbacks (the two host-to-device
+// streams share one pacer: the cap is the link's). The blocks' kernels live in
 // cuda_kernels.h and are warmed up (loaded, cuBLAS set up) when created, before the arena; cuBLAS
 // gets its workspace from the plan's scratch, never its own allocation.
 #include <cublas_v2.h>
