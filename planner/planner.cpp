@@ -175,7 +175,10 @@ class Builder {
             plan_.actions.back().payload = Payload::AttnOut;
             last_x_ = compute(Resource::GpuCompute, id, ComputePart::AttnPost, {h2d, pre});
           }
-          if (spec_.is_moe()) {  // router logits to the host, which routes (same code on every device)
+          const int f = set_.ffn[static_cast<size_t>(s.layer)];
+          if (spec_.is_moe() && exec[f] == ExecDevice::Gpu && slot[f] < 0 && n_ <= kDeviceRoutingMaxTokens) {
+            routing_[static_cast<size_t>(s.layer)] = last_x_;  // the GPU routes from its own logits
+          } else if (spec_.is_moe()) {  // router logits to the host, which routes (same code on every device)
             routing_[static_cast<size_t>(s.layer)] =
                 add(Resource::D2H, ActionKind::CopyActivations, id, s.layer,
                     static_cast<uint64_t>(n_ * spec_.num_experts) * 4, s.name() + " router logits", {last_x_});

@@ -148,7 +148,8 @@ class CudaKernels : public DeviceKernels {
     const uint64_t K = static_cast<uint64_t>(std::max<int64_t>(1, spec_.num_experts_per_tok));
     const uint64_t rope = 2 * N * static_cast<uint64_t>(spec_.head_dim / 2) * sizeof(float);
     const uint64_t moe = spec_.is_moe() ? align_up((2 * N * K + N + 1) * sizeof(int32_t)) + N * K * sizeof(float) + 16 : 0;
-    staging_.reserve(std::max(rope, moe));
+    const uint64_t tables = spec_.is_moe() ? 3 * static_cast<uint64_t>(spec_.num_experts) * sizeof(const uint8_t*) : 0;  // ffn_routed
+    staging_.reserve(std::max({rope, moe, tables}));
   }
 
   void set_workspace(uint8_t* dev, uint64_t bytes) override {
@@ -264,6 +265,128 @@ class CudaKernels : public DeviceKernels {
     } else {
       dense_ffn(w, x, n);
     }
+  }
+
+  // Decode-sized MoE step routed on the device: top-k from the logits the router left there, then
+  // gate/up (+SwiGLU) and down as GEMV tasks whose expert matrices the kernels look up by the chosen
+  // ids in pointer tables (uploaded through pinned staging, no synchronisation), then the combine
+  // with the device-written table. Nothing waits for the host.
+  void ffn_routed(const DevLayer& w, float* x, int64_t n, const float* logits) override {
+    if (n <= 0) return;
+    const int64_t H = spec_.hidden_size, F = spec_.moe_intermediate_size, E = spec_.num_experts,
+                  K = spec_.num_experts_per_tok;
+    SW_CHECK(spec_.is_moe(), "CUDA: device routing for a dense FFN");
+    SW_CHECK(n <= kGemvMaxTokens, "CUDA MoE: device routing of ", n, " tokens (at most ", kGemvMaxTokens, ")");
+    SW_CHECK(K >= 1 && K <= kMoeTopkMaxK && K <= E, "CUDA MoE: top-", K, " of ", E, " experts on the device");
+    SW_CHECK(w.ffn_norm != nullptr && logits != nullptr, "CUDA MoE: ffn_norm or the router logits are not on the device");
+    SW_CHECK(static_cast<int64_t>(w.gate_exp.size()) == E && static_cast<int64_t>(w.up_exp.size()) == E &&
+                 static_cast<int64_t>(w.down_exp.size()) == E,
+             "CUDA MoE: device routing needs every expert's matrices");
+    auto entry_fast = [](DType t, const uint8_t* p) {
+      return dtype_is_quantized(t) ? (reinterpret_cast<uintptr_t>(p) & 1u) == 0 : aligned16(p);
+    };
+    bool fast_gate = true, fast_up = true, fast_down = true;
+    for (int64_t e = 0; e < E; ++e) {
+      const size_t i = static_cast<size_t>(e);
+      SW_CHECK(w.gate_exp[i] && w.up_exp[i] && w.down_exp[i], "CUDA MoE: expert ", e,
+               " is not resident (device routing needs every expert)");
+      fast_gate = fast_gate && entry_fast(w.gate_dtype, w.gate_exp[i]);
+      fast_up = fast_up && entry_fast(w.up_dtype, w.up_exp[i]);
+      fast_down = fast_down && entry_fast(w.down_dtype, w.down_exp[i]);
+    }
+    WorkspaceScope scope(ws_);
+    const int64_t S = n * K;  // one slot per (token, chosen expert)
+    const uint64_t tbytes = 3 * static_cast<uint64_t>(E) * sizeof(const uint8_t*);
+    uint8_t* dtab = ws_.take<uint8_t>(tbytes, "MoE: expert tables");
+    auto* host = static_cast<const uint8_t**>(staging_.acquire(tbytes, ctx_.stream));
+    for (int64_t e = 0; e < E; ++e) {
+      host[e] = w.gate_exp[static_cast<size_t>(e)];
+      host[E + e] = w.up_exp[static_cast<size_t>(e)];
+      host[2 * E + e] = w.down_exp[static_cast<size_t>(e)];
+    }
+    check(cudaMemcpyAsync(dtab, host, tbytes, cudaMemcpyHostToDevice, ctx_.stream), "cudaMemcpyAsync(MoE expert tables)");
+    staging_.submitted(ctx_.stream);
+    const auto* tg = reinterpret_cast<const uint8_t*>(dtab);
+    const auto* tu = tg + E * sizeof(const uint8_t*);
+    const auto* td = tg + 2 * E * sizeof(const uint8_t*);
+    int32_t* ids = ws_.take<int32_t>(static_cast<uint64_t>(S), "MoE: routed experts");
+    float* wts = ws_.take<float>(static_cast<uint64_t>(S), "MoE: routing weights");
+    int32_t* off = ws_.take<int32_t>(static_cast<uint64_t>(n + 1), "MoE: combine offsets");
+    int32_t* slot = ws_.take<int32_t>(static_cast<uint64_t>(S), "MoE: combine slots");
+    float* xn = ws_.take<float>(static_cast<uint64_t>(n * H), "MoE: normed x");
+    float* h = ws_.take<float>(static_cast<uint64_t>(S * F), "MoE: expert hidden");
+    const bool fused = w.gate_dtype == w.up_dtype;
+    float* u = fused ? nullptr : ws_.take<float>(static_cast<uint64_t>(S * F), "MoE: expert up");
+    float* o = ws_.take<float>(static_cast<uint64_t>(S * H), "MoE: expert outputs");
+    rms_norm(ctx_, x, H, w.ffn_norm, eps_, xn, H, n, H);
+    MoeTopkArgs ta;
+    ta.logits = logits;
+    ta.n = static_cast<int32_t>(n);
+    ta.n_experts = static_cast<int32_t>(E);
+    ta.top_k = static_cast<int32_t>(K);
+    ta.renormalize = spec_.norm_topk_prob;
+    ta.ids = ids;
+    ta.weights = wts;
+    ta.off = off;
+    ta.slot = slot;
+    moe_topk(ctx_, ta);
+    std::vector<GemvTask> gate_tasks, up_tasks, down_tasks;
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t j = 0; j < K; ++j) {
+        const int64_t i = t * K + j;
+        GemvTask g;
+        g.x = xn;
+        g.ldx = H;
+        g.rows = static_cast<int32_t>(F);
+        g.cols = static_cast<int32_t>(H);
+        g.nt = 1;
+        g.tok[0] = static_cast<int32_t>(t);
+        g.y = h + i * F;
+        g.ldy = F;
+        g.sel = ids + i;
+        g.w0 = tg;
+        g.w1 = fused ? tu : nullptr;
+        g.sel_fast = fused ? fast_gate && fast_up : fast_gate;
+        gate_tasks.push_back(g);
+        if (!fused) {
+          GemvTask q = g;
+          q.w0 = tu;
+          q.y = u + i * F;
+          q.sel_fast = fast_up;
+          up_tasks.push_back(q);
+        }
+        GemvTask d;
+        d.x = h + i * F;
+        d.ldx = F;
+        d.rows = static_cast<int32_t>(H);
+        d.cols = static_cast<int32_t>(F);
+        d.nt = 1;
+        d.y = o + i * H;
+        d.ldy = H;
+        d.sel = ids + i;
+        d.w0 = td;
+        d.sel_fast = fast_down;
+        down_tasks.push_back(d);
+      }
+    if (fused) {
+      gemv(ctx_, w.gate_dtype, GemvMode::SwiGLU, gate_tasks.data(), static_cast<int>(gate_tasks.size()));
+    } else {
+      gemv(ctx_, w.gate_dtype, GemvMode::Store, gate_tasks.data(), static_cast<int>(gate_tasks.size()));
+      gemv(ctx_, w.up_dtype, GemvMode::Store, up_tasks.data(), static_cast<int>(up_tasks.size()));
+      swiglu(ctx_, h, u, S, F, F);
+    }
+    gemv(ctx_, w.down_dtype, GemvMode::Store, down_tasks.data(), static_cast<int>(down_tasks.size()));
+    MoeCombineArgs c;
+    c.x = x;
+    c.ldx = H;
+    c.out = o;
+    c.ld_out = H;
+    c.n = static_cast<int32_t>(n);
+    c.width = static_cast<int32_t>(H);
+    c.off = off;
+    c.slot = slot;
+    c.weight = wts;
+    moe_combine(ctx_, c);
   }
 
   void output(const float* out_norm, const DevMat& head, const float* x_row, float* logits) override {
@@ -1052,8 +1175,18 @@ class WarmUp {
     m.slot = idx_;
     m.weight = reinterpret_cast<const float*>(idx_);
     moe_combine(c, m);
+    MoeTopkArgs tk;  // device routing's top-k: 2 of 32 experts over one row of zeros
+    tk.logits = sx_;
+    tk.n = 1;
+    tk.n_experts = 32;
+    tk.top_k = 2;
+    tk.ids = idx_ + 8;
+    tk.weights = sy_;
+    tk.off = idx_ + 16;
+    tk.slot = idx_ + 24;
+    moe_topk(c, tk);
     check(cudaMemcpyAsync(sy_, sx_, 256, cudaMemcpyDeviceToDevice, c.stream), "cudaMemcpyAsync(warm-up)");
-    st_->launches += 8;
+    st_->launches += 9;
   }
 
   ModelSpec s_;

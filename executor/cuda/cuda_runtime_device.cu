@@ -76,6 +76,7 @@ class WorkspaceSplitKernels : public DeviceKernels {
   void attention_post(const DevLayer& w, float* x, const float* attn, int64_t n) override { inner_->attention_post(w, x, attn, n); }
   void router(const DevLayer& w, const float* x, int64_t n, float* logits) override { inner_->router(w, x, n, logits); }
   void ffn(const DevLayer& w, float* x, int64_t n, const MoeRouting* r) override { inner_->ffn(w, x, n, r); }
+  void ffn_routed(const DevLayer& w, float* x, int64_t n, const float* l) override { inner_->ffn_routed(w, x, n, l); }
   void output(const float* norm, const DevMat& head, const float* x_row, float* logits) override {
     inner_->output(norm, head, x_row, logits);
   }

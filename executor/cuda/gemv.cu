@@ -27,6 +27,7 @@ struct TaskDev {
   int64_t row_bytes, ldx, ldy;
   int32_t rows, cols, nt, pad;
   int32_t tok[kGemvMaxTokens];
+  const int32_t* sel;  // set: w0/w1 are device tables of matrix pointers, entry *sel is used
 };
 
 struct Batch {
@@ -35,6 +36,18 @@ struct Batch {
   TaskDev task[kGemvMaxTasks];
 };
 static_assert(sizeof(Batch) < 4000, "GEMV batch must fit the 4 KB kernel parameter space");
+
+// The task's matrices: its own, or the entries its selector picks from device tables.
+__device__ __forceinline__ void task_matrices(const TaskDev& tk, const uint8_t** w0, const uint8_t** w1) {
+  if (tk.sel == nullptr) {
+    *w0 = tk.w0;
+    *w1 = tk.w1;
+    return;
+  }
+  const int e = *tk.sel;
+  *w0 = reinterpret_cast<const uint8_t* const*>(tk.w0)[e];
+  *w1 = reinterpret_cast<const uint8_t* const*>(tk.w1)[e];
+}
 
 __device__ __forceinline__ int find_task(const Batch& b) {
   int ti = 0;
@@ -192,12 +205,14 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const __grid_constant
   if (row0 >= tk.rows) return;
   const int nt = tk.nt;
 
+  const uint8_t *mw0, *mw1;
+  task_matrices(tk, &mw0, &mw1);
   const uint8_t* wr[M][kRows];
 #pragma unroll
   for (int m = 0; m < M; ++m)
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
-      wr[m][r] = (m == 0 ? tk.w0 : tk.w1) + static_cast<int64_t>(min(row0 + r, tk.rows - 1)) * tk.row_bytes;
+      wr[m][r] = (m == 0 ? mw0 : mw1) + static_cast<int64_t>(min(row0 + r, tk.rows - 1)) * tk.row_bytes;
   const float* xr[NT];
 #pragma unroll
   for (int t = 0; t < NT; ++t) xr[t] = tk.x + static_cast<int64_t>(tk.tok[t < nt ? t : 0]) * tk.ldx;
@@ -281,8 +296,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_generic_kernel(const __grid_
   const int row = (static_cast<int>(blockIdx.x) - b.block_begin[ti]) * kWarps + warp;
   if (row >= tk.rows) return;
   const bool two = b.mode == static_cast<int>(GemvMode::SwiGLU);
-  const uint8_t* r0 = tk.w0 + static_cast<int64_t>(row) * tk.row_bytes;
-  const uint8_t* r1 = two ? tk.w1 + static_cast<int64_t>(row) * tk.row_bytes : r0;
+  const uint8_t *mw0, *mw1;
+  task_matrices(tk, &mw0, &mw1);
+  const uint8_t* r0 = mw0 + static_cast<int64_t>(row) * tk.row_bytes;
+  const uint8_t* r1 = two ? mw1 + static_cast<int64_t>(row) * tk.row_bytes : r0;
   const int nt = tk.nt;
   float acc0[kGemvMaxTokens], acc1[kGemvMaxTokens];
 #pragma unroll
@@ -328,6 +345,10 @@ void launch(bool fast, bool two, int nt_max, const Batch& b, int blocks, cudaStr
 bool fast_path_ok(DType dtype, const GemvTask& t, bool two) {
   if (!aligned16(t.x) || t.ldx % 4 != 0) return false;
   const uint64_t row_bytes = dtype_row_bytes(dtype, t.cols);
+  if (t.sel) {  // the caller checked the tables' entries
+    const bool rows_ok = dtype_is_quantized(dtype) || row_bytes % 16 == 0;
+    return t.sel_fast && rows_ok;
+  }
   switch (dtype) {
     case DType::F32:
     case DType::F16:
@@ -376,6 +397,7 @@ void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int
       d.rows = t.rows;
       d.cols = t.cols;
       d.nt = t.nt;
+      d.sel = t.sel;
       for (int k = 0; k < kGemvMaxTokens; ++k) d.tok[k] = t.tok[k];
       b.block_begin[i] = static_cast<int32_t>(blocks);
       blocks += ceil_div(t.rows, rows_per_block);

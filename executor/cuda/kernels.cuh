@@ -30,6 +30,11 @@ struct GemvTask {
   int64_t ldx = 0, ldy = 0;
   int32_t rows = 0, cols = 0, nt = 0;  // nt tokens, 1..kGemvMaxTokens
   int32_t tok[kGemvMaxTokens] = {0, 1, 2, 3, 4, 5, 6, 7};
+  // Matrices chosen on the device (MoE experts routed there): when sel is set, w0 (and w1) point to
+  // device tables of matrix pointers and the kernel uses entry *sel of each; sel_fast says whether
+  // every entry meets the fast kernel's alignment (the launcher cannot look into device tables).
+  const int32_t* sel = nullptr;
+  bool sel_fast = false;
 };
 
 // Runs `count` tasks of one dtype (any count; launches kGemvMaxTasks at a time).
@@ -103,6 +108,22 @@ struct MoeCombineArgs {
   float inline_weight[kMoeInlineEntries] = {};
 };
 void moe_combine(const Ctx& ctx, const MoeCombineArgs& a);
+
+// Top-k routing on the device, as moe_routing.h on the host: per token, softmax over its router
+// logits, the top_k largest (ties: lower expert first), weights renormalised when asked; the k
+// experts are written in ascending expert order (the order the combine adds them, as the CPU
+// does). Also writes the combine's table: off[t] = t * top_k (n + 1 entries), slot[i] = i.
+struct MoeTopkArgs {
+  const float* logits = nullptr;  // [n, n_experts]
+  int32_t n = 0, n_experts = 0, top_k = 0;
+  bool renormalize = true;
+  int32_t* ids = nullptr;      // [n, top_k]
+  float* weights = nullptr;    // [n, top_k]
+  int32_t* off = nullptr;      // [n + 1]
+  int32_t* slot = nullptr;     // [n, top_k]
+};
+constexpr int kMoeTopkMaxK = 32;
+void moe_topk(const Ctx& ctx, const MoeTopkArgs& a);
 
 // ---- attention (attention.cu) -----------------------------------------------------------------
 // Causal GQA attention of n queries (query t at position pos_first + t, attending cache rows

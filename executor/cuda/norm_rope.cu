@@ -122,6 +122,68 @@ __global__ void moe_combine_kernel(const __grid_constant__ MoeCombineArgs a) {
   *xp = __fadd_rn(*xp, acc);
 }
 
+// One warp per token: softmax over the logits in shared memory, then top_k rounds of a warp
+// argmax (largest probability, lowest expert on ties), each removing its winner.
+__global__ void __launch_bounds__(32) moe_topk_kernel(const MoeTopkArgs a) {
+  extern __shared__ float p[];
+  __shared__ int32_t sel_id[kMoeTopkMaxK];
+  __shared__ float sel_p[kMoeTopkMaxK];
+  const int t = blockIdx.x, lane = threadIdx.x, E = a.n_experts, K = a.top_k;
+  const float* l = a.logits + static_cast<int64_t>(t) * E;
+  float m = -INFINITY;
+  for (int e = lane; e < E; e += 32) m = fmaxf(m, l[e]);
+  m = warp_max(m);
+  float s = 0.0f;
+  for (int e = lane; e < E; e += 32) {
+    const float v = expf(l[e] - m);
+    p[e] = v;
+    s += v;
+  }
+  s = warp_sum(s);
+  for (int e = lane; e < E; e += 32) p[e] = p[e] / s;
+  __syncwarp();
+  for (int j = 0; j < K; ++j) {
+    float best = -1.0f;
+    int bi = 0x7fffffff;
+    for (int e = lane; e < E; e += 32) {
+      const float v = p[e];
+      if (v > best || (v == best && e < bi)) best = v, bi = e;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (ov > best || (ov == best && oi < bi)) best = ov, bi = oi;
+    }
+    if (lane == 0) {
+      sel_id[j] = bi;
+      sel_p[j] = best;
+      p[bi] = -2.0f;  // below every probability: never picked again
+    }
+    __syncwarp();
+  }
+  if (lane != 0) return;
+  float sum = 0.0f;
+  for (int j = 0; j < K; ++j) sum += sel_p[j];  // in the host's order: descending probability
+  for (int j = 1; j < K; ++j)                   // then ascending expert order
+    for (int i = j; i > 0 && sel_id[i - 1] > sel_id[i]; --i) {
+      const int32_t ti = sel_id[i];
+      sel_id[i] = sel_id[i - 1];
+      sel_id[i - 1] = ti;
+      const float tp = sel_p[i];
+      sel_p[i] = sel_p[i - 1];
+      sel_p[i - 1] = tp;
+    }
+  for (int j = 0; j < K; ++j) {
+    const int i = t * K + j;
+    a.ids[i] = sel_id[j];
+    a.weights[i] = a.renormalize ? sel_p[j] / sum : sel_p[j];
+    a.slot[i] = i;
+  }
+  a.off[t] = t * K;
+  if (t == a.n - 1) a.off[a.n] = a.n * K;
+}
+
 dim3 rows_grid(int64_t rows, int64_t width, int threads) {
   SW_CHECK(rows < 65536, "CUDA kernels: ", rows, " rows in one launch (at most 65535)");
   const int64_t bx = std::max<int64_t>(1, std::min<int64_t>(ceil_div(width, threads), 1024));
@@ -169,6 +231,16 @@ void gather_rows(const Ctx& ctx, const float* src, int64_t ld_src, const int32_t
                                                                            dst + r0 * ld_dst, ld_dst);
     check_launch("gather kernel");
   }
+}
+
+void moe_topk(const Ctx& ctx, const MoeTopkArgs& a) {
+  if (a.n <= 0) return;
+  SW_CHECK(a.n < (1 << 30) && a.top_k >= 1 && a.top_k <= kMoeTopkMaxK && a.top_k <= a.n_experts,
+           "CUDA MoE top-k: ", a.top_k, " of ", a.n_experts, " experts (at most ", kMoeTopkMaxK, ")");
+  SW_CHECK(a.n_experts <= 12288, "CUDA MoE top-k: ", a.n_experts, " experts do not fit shared memory");
+  SW_CHECK(a.logits && a.ids && a.weights && a.off && a.slot, "CUDA MoE top-k: a buffer is missing");
+  moe_topk_kernel<<<static_cast<unsigned>(a.n), 32, static_cast<size_t>(a.n_experts) * sizeof(float), ctx.stream>>>(a);
+  check_launch("MoE top-k kernel");
 }
 
 void moe_combine(const Ctx& ctx, const MoeCombineArgs& a) {

@@ -65,6 +65,10 @@ class DeviceKernels {
   virtual void attention_post(const DevLayer& w, float* x, const float* attn, int64_t n) = 0;
   virtual void router(const DevLayer& w, const float* x, int64_t n, float* logits) = 0;
   virtual void ffn(const DevLayer& w, float* x, int64_t n, const MoeRouting* routing) = 0;
+  // MoE FFN routed on the device from router logits already there ([n, experts], from router()):
+  // the same top-k as moe_routing.h, then as ffn(). Every expert of the layer must be resident, and
+  // n <= kDeviceRoutingMaxTokens (planner/plan.h): decode steps skip the host round trip per layer.
+  virtual void ffn_routed(const DevLayer& w, float* x, int64_t n, const float* router_logits) = 0;
   // Final norm of x_row, then head rows [0, head.rows) into logits[0 ..) (the caller offsets both
   // for a piece of the LM head).
   virtual void output(const float* out_norm, const DevMat& head, const float* x_row, float* logits) = 0;

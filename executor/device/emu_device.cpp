@@ -166,6 +166,12 @@ class EmuKernels : public DeviceKernels {
     std::shared_ptr<MoeRouting> r = routing ? std::make_shared<MoeRouting>(*routing) : nullptr;
     q_.push([=] { blocks_.ffn(host_view(w, spec_), x, n, r.get()); });
   }
+  void ffn_routed(const DevLayer& w, float* x, int64_t n, const float* logits) override {
+    q_.push([=] {
+      const MoeRouting r = route_tokens(logits, n, spec_.num_experts, spec_.num_experts_per_tok, spec_.norm_topk_prob);
+      blocks_.ffn(host_view(w, spec_), x, n, &r);
+    });
+  }
   void output(const float* out_norm, const DevMat& head, const float* x_row, float* logits) override {
     q_.push([=] {
       const std::vector<float> norm(out_norm, out_norm + spec_.hidden_size);

@@ -415,6 +415,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
   kernels_->prepare_step(pos0, n);
   cpu_.prepare_step(pos0, n);
   bool out_norm_uploaded = false;
+  int logits_on_device = -1;  // the layer whose router logits router_d holds
   std::vector<Event> ev(plan.actions.size());
   auto route = [&](int layer) -> const MoeRouting& {
     auto& r = b.routing[static_cast<size_t>(layer)];
@@ -527,15 +528,31 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
               case ComputePart::AttnPost: kernels_->attention_post(w, x_d, attn_d, n); break;
               case ComputePart::AttnCore: fail("runtime: the attention core over a host cache runs on the CPU");
             }
-            if (sp.is_moe() && a.part != ComputePart::AttnPre) kernels_->router(w, x_d, n, router_d);
+            if (sp.is_moe() && a.part != ComputePart::AttnPre) {
+              kernels_->router(w, x_d, n, router_d);
+              logits_on_device = layer;
+            }
           } else if (sh->kind == ShardKind::Ffn) {
-            if (sp.is_moe())  // the host routes: its copy of the router logits must have landed
+            // MoE: routed on the device when the plan copies no router logits for this FFN and this
+            // layer's logits are the last the GPU computed (planner kDeviceRoutingMaxTokens); else the
+            // host routes, once its copy of the logits (or the CPU's router) is there.
+            bool host_copy = false;
+            if (sp.is_moe())
               for (int d : a.deps)
-                if (plan.actions[static_cast<size_t>(d)].payload == Payload::RouterLogits) device_.host_wait(ev[static_cast<size_t>(d)]);
-            const MoeRouting* r = sp.is_moe() ? &route(layer) : nullptr;
+                if (plan.actions[static_cast<size_t>(d)].payload == Payload::RouterLogits) {
+                  device_.host_wait(ev[static_cast<size_t>(d)]);
+                  host_copy = true;
+                }
             const DevLayer w = device_layer(layer, ShardKind::Ffn, plan, base);
             SW_CHECK(w.ffn_norm, "runtime: the weights of ", sh->name(), " are not on the device");
-            kernels_->ffn(w, x_d, n, r);
+            if (sp.is_moe() && !host_copy && logits_on_device == layer) {
+              SW_CHECK(n <= kDeviceRoutingMaxTokens, "runtime: ", sh->name(), " routes on the device for ", n,
+                       " tokens (at most ", kDeviceRoutingMaxTokens, ")");
+              kernels_->ffn_routed(w, x_d, n, router_d);
+            } else {
+              const MoeRouting* r = sp.is_moe() ? &route(layer) : nullptr;
+              kernels_->ffn(w, x_d, n, r);
+            }
           } else if (sh->kind == ShardKind::Output) {
             const ShardLayout& L = layouts_[static_cast<size_t>(sh->id)];
             const ShardTensorPlace* head = L.find(sp.tie_word_embeddings ? "token_embd.weight" : "output.weight");
