@@ -65,14 +65,18 @@ struct Curve {
 
 // ms = c + a·bytes + b·flops over the shapes measured at one token count, or c + max(a·bytes,
 // b·flops) where that fits them better (shapes on both sides of the ridge at this count).
+// GPU matmuls add d·cols: a GEMV launch gives each row to one warp, which walks the row serially,
+// so with few rows per SM the time follows the row length more than the bytes (leave-one-shape-out
+// on the H200 profile's GPU matmul rows: p90 error 27% -> 20%; no gain on the CPU rows).
 struct TokenFit {
   double tokens, c, a, b;
   bool max_form;
+  double d = 0;
   double at(const Op& op) const {
     Op q = op;
     q.tokens = static_cast<int64_t>(tokens);
     const double mem = a * op_bytes(q), comp = b * q.flops();
-    return c + (max_form ? std::max(mem, comp) : mem + comp);
+    return c + (max_form ? std::max(mem, comp) : mem + comp + d * static_cast<double>(op.cols));
   }
 };
 
@@ -351,7 +355,7 @@ class MeasuredCostModel : public CostModel {
       for (auto& [k, v] : pts) sort_merge(v, &c.shapes[k].x, &c.shapes[k].ms);
       std::nth_element(rates.begin(), rates.begin() + rates.size() / 2, rates.end());
       c.concurrent_gbps = rates[rates.size() / 2];
-      if (!c.by_elems) index_token_fits(c);
+      if (!c.by_elems) index_token_fits(c, first.backend == Backend::Gpu && first.op.kind == OpKind::Matmul);
       classes_.emplace(key, std::move(c));
       if (first.backend == Backend::Cpu && !first.contention) {
         auto& T = cpu_threads_[class_key(Backend::Cpu, first.op.kind, class_dtype(first.op), 0, false)];
@@ -363,36 +367,45 @@ class MeasuredCostModel : public CostModel {
   // At every token count measured for >= 3 shapes: ms = c + a·bytes + b·flops, non-negative least
   // squares in relative error (weights 1/ms), columns scaled to [0, 1]; or the roofline form where
   // its relative error is smaller.
-  static void index_token_fits(Class& c) {
+  static void index_token_fits(Class& c, bool row_length_term) {
     std::map<double, std::vector<std::pair<const Curve*, double>>> by_tokens;  // tokens -> (shape, ms)
     for (const auto& [k, curve] : c.shapes)
       for (size_t i = 0; i < curve.x.size(); ++i) by_tokens[curve.x[i]].emplace_back(&curve, curve.ms[i]);
     for (const auto& [n, pts] : by_tokens) {
       if (pts.size() < 3) continue;
-      std::vector<double> B, F;
-      double sb = 0, sf = 0;
+      std::vector<double> B, F, K;
+      double sb = 0, sf = 0, sk = 0;
       for (const auto& p : pts) {
         Op q = p.first->proto;
         q.tokens = static_cast<int64_t>(n);
         B.push_back(op_bytes(q));
         F.push_back(q.flops());
+        K.push_back(static_cast<double>(q.cols));
         sb = std::max(sb, B.back());
         sf = std::max(sf, F.back());
+        sk = std::max(sk, K.back());
       }
       if (sb <= 0 || sf <= 0) continue;
-      Eigen::MatrixX3d A(pts.size(), 3);
+      const bool with_k = row_length_term && sk > 0 && pts.size() >= 4;
+      Eigen::MatrixXd A(pts.size(), with_k ? 4 : 3);
       for (size_t i = 0; i < pts.size(); ++i) {
         const double w = 1.0 / pts[i].second;
         A(i, 0) = w;
         A(i, 1) = B[i] / sb * w;
         A(i, 2) = F[i] / sf * w;
+        if (with_k) A(i, 3) = K[i] / sk * w;
       }
-      const Nnls3 s = nnls3_design(A, Eigen::VectorXd::Ones(pts.size()), {true, true, true});
+      const Nnls s = nnls_design(A, Eigen::VectorXd::Ones(pts.size()));
       std::vector<FitPoint> fp;
       for (size_t i = 0; i < pts.size(); ++i) fp.push_back({B[i], F[i], pts[i].second});
       const RooflineParams r = fit_roofline(fp);
-      if (s.ok && s.objective <= r.rel_sse) c.token_fits.push_back({n, s.x(0), s.x(1) / sb, s.x(2) / sf, false});
-      else c.token_fits.push_back({n, r.o, r.x, r.y, true});
+      if (s.ok && s.objective <= r.rel_sse) {
+        TokenFit f{n, s.x(0), s.x(1) / sb, s.x(2) / sf, false};
+        if (with_k) f.d = s.x(3) / sk;
+        c.token_fits.push_back(f);
+      } else {
+        c.token_fits.push_back({n, r.o, r.x, r.y, true});
+      }
     }
   }
 

@@ -9,7 +9,8 @@
 //      roofline (step 3) interpolated log-log in tokens, times the roofline at the query (exact at
 //      measured counts; follows the bend where the op turns compute-bound between them);
 //   2. other shapes within the measured token range: at each of the two bracketing measured token
-//      counts, a least-squares fit t = c + a·bytes + b·flops over that count's shapes (≥ 3; or
+//      counts, a least-squares fit t = c + a·bytes + b·flops (+ d·cols for GPU matmuls, whose GEMV
+//      warps walk a row serially) over that count's shapes (≥ 3; or
 //      t = c + max(a·bytes, b·flops) where that fits them better: shapes on both sides of the ridge),
 //      then interpolated between the two counts as in 1;
 //   3. above the largest measured token count (of the shape in 1, of the fits in 2): the roofline at

@@ -86,6 +86,40 @@ Nnls3 nnls3_design(const Eigen::MatrixX3d& A, const Eigen::VectorXd& b, const st
   return best;
 }
 
+Nnls nnls_design(const Eigen::MatrixXd& A, const Eigen::VectorXd& b) {
+  const int m = static_cast<int>(A.cols());
+  SW_CHECK(m >= 1 && m <= 6, "nnls_design: ", m, " unknowns (1..6)");
+  Nnls best;
+  best.x = Eigen::VectorXd::Zero(m);
+  const double tie = 1e-12 * std::max(1.0, b.squaredNorm());
+  // Larger supports first, so that a tie keeps the larger one.
+  std::vector<int> masks;
+  for (int mask = 1; mask < (1 << m); ++mask) masks.push_back(mask);
+  std::stable_sort(masks.begin(), masks.end(), [](int a, int c) { return __builtin_popcount(a) > __builtin_popcount(c); });
+  for (int mask : masks) {
+    std::vector<int> idx;
+    for (int j = 0; j < m; ++j)
+      if (mask & (1 << j)) idx.push_back(j);
+    const int k = static_cast<int>(idx.size());
+    if (A.rows() < k) continue;
+    Eigen::MatrixXd As(A.rows(), k);
+    for (int a = 0; a < k; ++a) As.col(a) = A.col(idx[static_cast<size_t>(a)]);
+    Eigen::ColPivHouseholderQR<Eigen::MatrixXd> qr(As);
+    qr.setThreshold(1e-10);
+    if (qr.rank() < k) continue;
+    const Eigen::VectorXd z = qr.solve(b);
+    if (!z.allFinite() || (z.array() < 0).any()) continue;
+    const double obj = (As * z - b).squaredNorm();
+    if (!best.ok || obj < best.objective - tie) {
+      best.ok = true;
+      best.objective = obj;
+      best.x.setZero();
+      for (int a = 0; a < k; ++a) best.x(idx[static_cast<size_t>(a)]) = z(a);
+    }
+  }
+  return best;
+}
+
 namespace {
 
 double relative_sse(const std::vector<FitPoint>& pts, const RooflineParams& q) {

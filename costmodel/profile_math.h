@@ -53,4 +53,12 @@ Nnls3 nnls3_normal(const Eigen::Matrix3d& N, const Eigen::Vector3d& r, double bb
 // The same on the design matrix (n × 3) itself, solved by column-pivoting QR (better conditioned).
 Nnls3 nnls3_design(const Eigen::MatrixX3d& A, const Eigen::VectorXd& b, const std::array<bool, 3>& usable);
 
+// The same for a design matrix of up to 6 columns (every support enumerated).
+struct Nnls {
+  bool ok = false;
+  Eigen::VectorXd x;
+  double objective = 0;
+};
+Nnls nnls_design(const Eigen::MatrixXd& A, const Eigen::VectorXd& b);
+
 }  // namespace shardwise::profile_math
