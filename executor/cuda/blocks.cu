@@ -268,9 +268,10 @@ class CudaKernels : public DeviceKernels {
   }
 
   // Decode-sized MoE step routed on the device: top-k from the logits the router left there, then
-  // gate/up (+SwiGLU) and down as GEMV tasks whose expert matrices the kernels look up by the chosen
-  // ids in pointer tables (uploaded through pinned staging, no synchronisation), then the combine
-  // with the device-written table. Nothing waits for the host.
+  // gate/up (+SwiGLU) and down as GEMV tasks whose expert matrices the kernels find from the chosen
+  // ids — at base + id * stride when the experts lie evenly (a pinned shard), else in pointer tables
+  // uploaded through pinned staging — then the combine with the device-written table. Nothing
+  // waits for the host.
   void ffn_routed(const DevLayer& w, float* x, int64_t n, const float* logits) override {
     if (n <= 0) return;
     const int64_t H = spec_.hidden_size, F = spec_.moe_intermediate_size, E = spec_.num_experts,
@@ -296,19 +297,33 @@ class CudaKernels : public DeviceKernels {
     }
     WorkspaceScope scope(ws_);
     const int64_t S = n * K;  // one slot per (token, chosen expert)
-    const uint64_t tbytes = 3 * static_cast<uint64_t>(E) * sizeof(const uint8_t*);
-    uint8_t* dtab = ws_.take<uint8_t>(tbytes, "MoE: expert tables");
-    auto* host = static_cast<const uint8_t**>(staging_.acquire(tbytes, ctx_.stream));
-    for (int64_t e = 0; e < E; ++e) {
-      host[e] = w.gate_exp[static_cast<size_t>(e)];
-      host[E + e] = w.up_exp[static_cast<size_t>(e)];
-      host[2 * E + e] = w.down_exp[static_cast<size_t>(e)];
+    // Evenly laid out experts: matrix e at v[0] + e * stride.
+    auto stride_of = [&](const std::vector<const uint8_t*>& v) -> int64_t {
+      if (E == 1) return 1;
+      const int64_t s = v[1] - v[0];
+      if (s <= 0) return 0;
+      for (int64_t e = 2; e < E; ++e)
+        if (v[static_cast<size_t>(e)] - v[0] != e * s) return 0;
+      return s;
+    };
+    const int64_t sg = stride_of(w.gate_exp), su = stride_of(w.up_exp), sd = stride_of(w.down_exp);
+    const bool even = sg > 0 && su > 0 && sd > 0 && (sg == su || w.gate_dtype != w.up_dtype);
+    const uint8_t *tg = w.gate_exp[0], *tu = w.up_exp[0], *td = w.down_exp[0];
+    if (!even) {  // pointer tables
+      const uint64_t tbytes = 3 * static_cast<uint64_t>(E) * sizeof(const uint8_t*);
+      uint8_t* dtab = ws_.take<uint8_t>(tbytes, "MoE: expert tables");
+      auto* host = static_cast<const uint8_t**>(staging_.acquire(tbytes, ctx_.stream));
+      for (int64_t e = 0; e < E; ++e) {
+        host[e] = w.gate_exp[static_cast<size_t>(e)];
+        host[E + e] = w.up_exp[static_cast<size_t>(e)];
+        host[2 * E + e] = w.down_exp[static_cast<size_t>(e)];
+      }
+      check(cudaMemcpyAsync(dtab, host, tbytes, cudaMemcpyHostToDevice, ctx_.stream), "cudaMemcpyAsync(MoE expert tables)");
+      staging_.submitted(ctx_.stream);
+      tg = dtab;
+      tu = tg + E * sizeof(const uint8_t*);
+      td = tg + 2 * E * sizeof(const uint8_t*);
     }
-    check(cudaMemcpyAsync(dtab, host, tbytes, cudaMemcpyHostToDevice, ctx_.stream), "cudaMemcpyAsync(MoE expert tables)");
-    staging_.submitted(ctx_.stream);
-    const auto* tg = reinterpret_cast<const uint8_t*>(dtab);
-    const auto* tu = tg + E * sizeof(const uint8_t*);
-    const auto* td = tg + 2 * E * sizeof(const uint8_t*);
     int32_t* ids = ws_.take<int32_t>(static_cast<uint64_t>(S), "MoE: routed experts");
     float* wts = ws_.take<float>(static_cast<uint64_t>(S), "MoE: routing weights");
     int32_t* off = ws_.take<int32_t>(static_cast<uint64_t>(n + 1), "MoE: combine offsets");
@@ -344,6 +359,7 @@ class CudaKernels : public DeviceKernels {
         g.y = h + i * F;
         g.ldy = F;
         g.sel = ids + i;
+        g.sel_stride = even ? sg : 0;
         g.w0 = tg;
         g.w1 = fused ? tu : nullptr;
         g.sel_fast = fused ? fast_gate && fast_up : fast_gate;
@@ -351,6 +367,7 @@ class CudaKernels : public DeviceKernels {
         if (!fused) {
           GemvTask q = g;
           q.w0 = tu;
+          q.sel_stride = even ? su : 0;
           q.y = u + i * F;
           q.sel_fast = fast_up;
           up_tasks.push_back(q);
@@ -364,6 +381,7 @@ class CudaKernels : public DeviceKernels {
         d.y = o + i * H;
         d.ldy = H;
         d.sel = ids + i;
+        d.sel_stride = even ? sd : 0;
         d.w0 = td;
         d.sel_fast = fast_down;
         down_tasks.push_back(d);

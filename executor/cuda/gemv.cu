@@ -27,7 +27,8 @@ struct TaskDev {
   int64_t row_bytes, ldx, ldy;
   int32_t rows, cols, nt, pad;
   int32_t tok[kGemvMaxTokens];
-  const int32_t* sel;  // set: w0/w1 are device tables of matrix pointers, entry *sel is used
+  const int32_t* sel;  // set: matrix *sel, at w0/w1 + *sel * sel_stride, or from the tables w0/w1
+  int64_t sel_stride;
 };
 
 struct Batch {
@@ -45,6 +46,11 @@ __device__ __forceinline__ void task_matrices(const TaskDev& tk, const uint8_t**
     return;
   }
   const int e = *tk.sel;
+  if (tk.sel_stride > 0) {
+    *w0 = tk.w0 + static_cast<int64_t>(e) * tk.sel_stride;
+    *w1 = tk.w1 + static_cast<int64_t>(e) * tk.sel_stride;
+    return;
+  }
   *w0 = reinterpret_cast<const uint8_t* const*>(tk.w0)[e];
   *w1 = reinterpret_cast<const uint8_t* const*>(tk.w1)[e];
 }
@@ -398,6 +404,7 @@ void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int
       d.cols = t.cols;
       d.nt = t.nt;
       d.sel = t.sel;
+      d.sel_stride = t.sel_stride;
       for (int k = 0; k < kGemvMaxTokens; ++k) d.tok[k] = t.tok[k];
       b.block_begin[i] = static_cast<int32_t>(blocks);
       blocks += ceil_div(t.rows, rows_per_block);

@@ -30,10 +30,12 @@ struct GemvTask {
   int64_t ldx = 0, ldy = 0;
   int32_t rows = 0, cols = 0, nt = 0;  // nt tokens, 1..kGemvMaxTokens
   int32_t tok[kGemvMaxTokens] = {0, 1, 2, 3, 4, 5, 6, 7};
-  // Matrices chosen on the device (MoE experts routed there): when sel is set, w0 (and w1) point to
-  // device tables of matrix pointers and the kernel uses entry *sel of each; sel_fast says whether
-  // every entry meets the fast kernel's alignment (the launcher cannot look into device tables).
+  // Matrices chosen on the device (MoE experts routed there): when sel is set, the kernel uses matrix
+  // e = *sel: at w0 + e * sel_stride (and w1 + e * sel_stride) when sel_stride > 0 (experts laid out
+  // evenly, as a pinned shard holds them), else entry e of the device pointer tables w0 (and w1).
+  // sel_fast says whether every candidate matrix meets the fast kernel's alignment.
   const int32_t* sel = nullptr;
+  int64_t sel_stride = 0;
   bool sel_fast = false;
 };
 

@@ -302,6 +302,29 @@ void check_blocks(const ModelSpec& spec, LayerPair& lp, RopeStyle rope, const St
     const std::vector<float> gy = get(dy, y.size()), gy2 = get(dy2, y.size());
     CHECK(test::max_rel_error(gy, y, H) <= kBlockTol);
     CHECK(std::memcmp(gy.data(), gy2.data(), gy.size() * sizeof(float)) == 0);  // deterministic
+    if (n <= 8) {  // routed on the device from the same logits: as the host routing, both layouts
+      std::vector<float> z = fresh(static_cast<size_t>(n * H));
+      const std::vector<float> z0 = z;
+      float* dz = mem.upload(z0);
+      float* drl = mem.upload(rl);
+      cpu.ffn(hw, z.data(), n, &routing);
+      k->ffn_routed(lp.dev, dz, n, drl);  // the layer's experts lie evenly: base + id * stride
+      CHECK(test::max_rel_error(get(dz, z.size()), z, H) <= kBlockTol);
+      if (E > 1) {  // experts in another order: found through pointer tables
+        DevLayer swapped = lp.dev;
+        std::swap(swapped.gate_exp[0], swapped.gate_exp[1]);
+        std::swap(swapped.up_exp[0], swapped.up_exp[1]);
+        std::swap(swapped.down_exp[0], swapped.down_exp[1]);
+        // Expert ids 0 and 1 now name each other's matrices: swapping their logits gives the same
+        // computation as the reference above.
+        std::vector<float> rl_sw = rl;
+        for (int64_t t = 0; t < n; ++t) std::swap(rl_sw[static_cast<size_t>(t * E)], rl_sw[static_cast<size_t>(t * E + 1)]);
+        float* drl_sw = mem.upload(rl_sw);
+        float* dz2 = mem.upload(z0);
+        k->ffn_routed(swapped, dz2, n, drl_sw);
+        CHECK(test::max_rel_error(get(dz2, z.size()), z, H) <= kBlockTol);
+      }
+    }
   } else {
     std::vector<float> x = fresh(static_cast<size_t>(n * H));
     float* dx = mem.upload(x);
