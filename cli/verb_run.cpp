@@ -2,6 +2,7 @@
 // runtime on a device (CUDA, or the emulated device) under a VRAM budget.
 #include <chrono>
 #include <cstdio>
+#include <map>
 
 #include "cli/common.h"
 #include "core/error.h"
@@ -40,8 +41,59 @@ struct RunArgs {
   bool chat = false, ignore_eos = false, no_display_prompt = false;
   std::string system;
   std::string vram_budget, schedule = "auto", pcie_cap = "none", plan, hw = "h200-host", profile;
+  std::string timeline;  // --timeline FILE: Chrome trace of the first plan runs, measured and predicted
+  int timeline_runs = 4;
   bool hw_given = false;  // --hw on the command line (not the default): may stand in for a CPU-only profile's GPU
 };
+
+// The measured timeline of the first plan runs next to the planner's simulated one for the same
+// plans, as a Chrome trace (chrome://tracing, Perfetto): one process per run and kind, one thread
+// per resource. Returns a one-line summary.
+std::string write_timeline(const Runtime& rt, const std::string& path) {
+  nlohmann::json events = nlohmann::json::array();
+  std::map<int, std::pair<double, double>> span;  // run -> measured end, predicted end
+  auto name_process = [&](int pid, const std::string& name) {
+    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", name}}}});
+    for (int r = 0; r < kNumResources; ++r)
+      events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", r},
+                        {"args", {{"name", resource_name(static_cast<Resource>(r))}}}});
+  };
+  int last_run = -1;
+  for (const TimelineEntry& t : rt.timeline()) {
+    if (t.run != last_run) {
+      last_run = t.run;
+      const std::string what = str_cat("run ", t.run, ": tier ", t.tier, ", ", schedule_name(t.schedule));
+      name_process(2 * t.run, what + " (measured)");
+      name_process(2 * t.run + 1, what + " (predicted)");
+      for (const auto& tier : rt.table().tiers)
+        if (tier.tokens == t.tier)
+          if (const Plan* p = tier.find(t.schedule))
+            for (const Action& a : p->actions) {
+              events.push_back({{"name", a.label}, {"cat", action_kind_name(a.kind)}, {"ph", "X"}, {"pid", 2 * t.run + 1},
+                                {"tid", static_cast<int>(a.resource)}, {"ts", a.start_ms * 1e3},
+                                {"dur", (a.end_ms - a.start_ms) * 1e3}, {"args", {{"id", a.id}, {"bytes", a.bytes}}}});
+              span[t.run].second = std::max(span[t.run].second, a.end_ms);
+            }
+    }
+    events.push_back({{"name", t.label}, {"ph", "X"}, {"pid", 2 * t.run}, {"tid", static_cast<int>(t.resource)},
+                      {"ts", t.start_ms * 1e3}, {"dur", (t.end_ms - t.start_ms) * 1e3}, {"args", {{"id", t.action}}}});
+    span[t.run].first = std::max(span[t.run].first, t.end_ms);
+  }
+  nlohmann::json j;
+  j["traceEvents"] = events;
+  j["displayTimeUnit"] = "ms";
+  std::ofstream out(path);
+  if (!out) fail("--timeline ", path, ": cannot write the file (check the directory and permissions)");
+  out << j.dump();
+  if (!out) fail("--timeline ", path, ": writing failed");
+  std::string s = str_cat("timeline: ", span.size(), " plan runs -> ", path, " (measured / predicted ms:");
+  char buf[64];
+  for (const auto& [run, ms] : span) {
+    std::snprintf(buf, sizeof buf, " %.2f/%.2f", ms.first, ms.second);
+    s += buf;
+  }
+  return s + ")";
+}
 
 // "\n", "\t", "\\" in --stop become newline, tab, backslash (llama.cpp's --escape).
 std::string process_escapes(const std::string& s) {
@@ -63,6 +115,11 @@ std::string process_escapes(const std::string& s) {
 
 void run_run(RunArgs a) {
   const std::string device = resolve_device(a.device);
+  if (!a.timeline.empty()) {  // before any work: a run that cannot write its timeline is refused
+    if (device == "cpu") fail("--timeline needs a device run (--device cuda or emu): the CPU path has no plan");
+    std::ofstream probe(a.timeline);
+    if (!probe) fail("--timeline ", a.timeline, ": cannot write the file (check the directory and permissions)");
+  }
   if (device == "cpu")
     for (const auto& gpu_flag : {std::make_pair("--vram-budget", &a.vram_budget), std::make_pair("--plan", &a.plan)})
       if (!gpu_flag.second->empty()) fail(gpu_flag.first, " needs a device: add --device cuda (or emu)");
@@ -160,6 +217,7 @@ void run_run(RunArgs a) {
     RuntimeOptions ro;
     if (a.schedule != "auto") ro.schedule = parse_schedule(a.schedule);
     ro.pcie_cap_bytes_per_s = parse_bandwidth(a.pcie_cap, "--pcie-cap");
+    if (!a.timeline.empty()) ro.timeline_runs = a.timeline_runs;
     if (device == "emu") {
       EmuOptions eo;
       eo.max_delay_us = 0;  // no artificial delays for real runs
@@ -201,6 +259,7 @@ void run_run(RunArgs a) {
   print(stream.finish());
   const bool ended_by_eog = tok && !a.ignore_eos && !r.generated.empty() && tok->is_eog(r.generated.back());
   const char* stop_reason = stream.stopped() ? "stop_string" : ended_by_eog ? "eos" : "length";
+  if (!a.timeline.empty() && runtime) std::fprintf(stderr, "%s\n", write_timeline(*runtime, a.timeline).c_str());
 
   if (a.json) {
     nlohmann::json j;
@@ -311,6 +370,12 @@ void register_run(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--pcie-cap", a->pcie_cap, "Throttle host-device copies to this rate, e.g. 16GB/s, or none")->capture_default_str();
   sub->add_option("--plan", a->plan, "Execute this plan table (from `shardwise plan --save`) instead of planning");
+  sub->add_option("--timeline", a->timeline,
+                  "Write a Chrome trace of the first plan runs: each action measured (queue timestamps, host clock) "
+                  "next to the planner's simulated timeline of the same plan");
+  sub->add_option("--timeline-runs", a->timeline_runs, "Plan runs --timeline records (a chunked prefill counts each chunk)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   CLI::Option* hw = sub->add_option("--hw", a->hw, "Machine the planner's cost model describes (builtin or .yaml)")->capture_default_str();
   sub->add_option("--profile", a->profile,
                   "Measured ProfileDB (`shardwise profile`) the planner's cost model answers from; takes precedence over --hw");

@@ -113,6 +113,8 @@ class CudaDevice : public Device {
     cudaDeviceSynchronize();
     kernels_.reset();
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    for (cudaEvent_t e : stamps_) cudaEventDestroy(e);
+    if (origin_) cudaEventDestroy(origin_);
     for (const auto& r : registered_) cudaHostUnregister(reinterpret_cast<void*>(r.first));
     if (arena_) cudaFree(arena_);
     if (blas_) cublasDestroy(blas_);
@@ -209,6 +211,31 @@ class CudaDevice : public Device {
     }
     check(r, "cudaEventQuery");
     return true;
+  }
+  void begin_timeline() override {
+    if (!origin_) check(cudaEventCreate(&origin_), "cudaEventCreate(timeline)");
+    check(cudaEventRecord(origin_, streams_[0]), "cudaEventRecord(timeline)");
+    check(cudaEventSynchronize(origin_), "cudaEventSynchronize(timeline)");
+    next_stamp_ = 0;
+  }
+  Event timestamp(Queue q) override {
+    if (next_stamp_ == stamps_.size()) {
+      cudaEvent_t e;
+      check(cudaEventCreate(&e), "cudaEventCreate(timeline)");
+      stamps_.push_back(e);
+    }
+    const size_t i = next_stamp_++;
+    check(cudaEventRecord(stamps_[i], streams_[static_cast<int>(q)]), "cudaEventRecord(timeline)");
+    Event ev;
+    ev.queue = static_cast<int>(q);
+    ev.seq = i;
+    return ev;
+  }
+  double timestamp_ms(const Event& e) override {
+    SW_CHECK(origin_ && e.seq < next_stamp_, "CUDA: timestamp ", e.seq, " was not recorded since begin_timeline()");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, origin_, stamps_[e.seq]), "cudaEventElapsedTime");
+    return ms;
   }
   void synchronize() override {
     for (auto& s : streams_) check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
@@ -327,6 +354,9 @@ class CudaDevice : public Device {
   cudaStream_t streams_[kNumQueues] = {};
   cublasHandle_t blas_ = nullptr;
   std::vector<cudaEvent_t> events_;
+  std::vector<cudaEvent_t> stamps_;  // timing events of the step timeline
+  size_t next_stamp_ = 0;
+  cudaEvent_t origin_ = nullptr;
   size_t next_event_ = 0;
   std::unique_ptr<DeviceKernels> kernels_;
   uint8_t* arena_ = nullptr;

@@ -98,6 +98,14 @@ class Device {
   virtual bool event_done(const Event& e) = 0;  // non-blocking: has e completed?
   virtual void synchronize() = 0;
 
+  // Measured step timelines (`run --timeline`): begin_timeline() sets time 0 (call it with every
+  // queue idle); timestamp(q) is a point on queue q, reached once the queue gets there (it is not an
+  // event to wait on); timestamp_ms() reads it after synchronize(), in ms since time 0, on a clock
+  // that the host's steady clock started at begin_timeline() matches to within microseconds.
+  virtual void begin_timeline() = 0;
+  virtual Event timestamp(Queue q) = 0;
+  virtual double timestamp_ms(const Event& e) = 0;
+
   // The model's blocks; set up once per model.
   virtual DeviceKernels& kernels(const ModelSpec& spec, RopeStyle rope) = 0;
 

@@ -250,6 +250,32 @@ class EmuDevice : public Device {
     for (auto& q : queues_) q->wait_done(q->submitted());
     rethrow();
   }
+  void begin_timeline() override {
+    std::lock_guard<std::mutex> lock(stamp_mu_);
+    stamps_.clear();
+    t0_ = std::chrono::steady_clock::now();
+  }
+  Event timestamp(Queue q) override {
+    size_t i = 0;
+    {
+      std::lock_guard<std::mutex> lock(stamp_mu_);
+      i = stamps_.size();
+      stamps_.push_back(-1.0);
+    }
+    push(q, [this, i] {
+      std::lock_guard<std::mutex> lock(stamp_mu_);
+      stamps_[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
+    });
+    Event e;
+    e.queue = static_cast<int>(q);
+    e.seq = i;
+    return e;
+  }
+  double timestamp_ms(const Event& e) override {
+    std::lock_guard<std::mutex> lock(stamp_mu_);
+    SW_CHECK(e.seq < stamps_.size() && stamps_[e.seq] >= 0, "emu: timestamp ", e.seq, " was not reached");
+    return stamps_[e.seq];
+  }
   DeviceKernels& kernels(const ModelSpec& spec, RopeStyle rope) override {
     if (!kernels_) kernels_ = std::make_unique<EmuKernels>(*queues_[0], spec, rope);
     return *kernels_;
@@ -284,6 +310,9 @@ class EmuDevice : public Device {
   HostBuffer arena_;
   double cap_ = 0;
   int waits_ = 0;
+  std::mutex stamp_mu_;
+  std::deque<double> stamps_;
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace

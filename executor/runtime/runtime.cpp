@@ -424,6 +424,21 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
     return *r;
   };
 
+  // The measured timeline of this run (options_.timeline_runs): queue timestamps around device
+  // actions, host clock around CPU ones, both from time 0 here (every queue idle after the last run).
+  const bool timed = plan_runs_ < options_.timeline_runs;
+  std::vector<Event> t_start, t_end;
+  std::vector<double> h_start, h_end;
+  std::chrono::steady_clock::time_point host0;
+  if (timed) {
+    device_.begin_timeline();
+    host0 = std::chrono::steady_clock::now();
+    t_start.resize(plan.actions.size());
+    t_end.resize(plan.actions.size());
+    h_start.assign(plan.actions.size(), 0);
+    h_end.assign(plan.actions.size(), 0);
+  }
+  auto host_ms = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host0).count(); };
   auto execute = [&](const Action& a) {
     const bool on_device = a.resource != Resource::Cpu;
     if (trace_)
@@ -438,6 +453,10 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
     }
     const Shard* sh = a.shard >= 0 ? &shards_.at(a.shard) : nullptr;
     const int layer = sh ? sh->layer : -1;
+    if (timed) {
+      if (on_device) t_start[static_cast<size_t>(a.id)] = device_.timestamp(queue_of(a.resource));
+      else h_start[static_cast<size_t>(a.id)] = host_ms();
+    }
     switch (a.kind) {
       case ActionKind::Embed:
         embed_rows(weights_.token_embd, tokens, n, b.x.data());
@@ -609,6 +628,10 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
         device_.copy_d2h(b.logits.data(), reinterpret_cast<uint8_t*>(logits_d), static_cast<uint64_t>(V) * 4);
         break;
     }
+    if (timed) {
+      if (on_device) t_end[static_cast<size_t>(a.id)] = device_.timestamp(queue_of(a.resource));
+      else h_end[static_cast<size_t>(a.id)] = host_ms();
+    }
     if (on_device) ev[static_cast<size_t>(a.id)] = device_.record(queue_of(a.resource));
   };
 
@@ -669,6 +692,22 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
     ++next[static_cast<size_t>(a.resource)];
   }
   device_.synchronize();
+  if (timed)
+    for (const Action& a : plan.actions) {
+      const size_t i = static_cast<size_t>(a.id);
+      TimelineEntry t;
+      t.run = plan_runs_;
+      t.tier = plan.tier;
+      t.schedule = plan.schedule;
+      t.action = a.id;
+      t.resource = a.resource;
+      t.label = a.label;
+      const bool dev = a.resource != Resource::Cpu;
+      t.start_ms = dev ? device_.timestamp_ms(t_start[i]) : h_start[i];
+      t.end_ms = dev ? device_.timestamp_ms(t_end[i]) : h_end[i];
+      timeline_.push_back(std::move(t));
+    }
+  ++plan_runs_;
   std::memcpy(logits_out, b.logits.data(), static_cast<size_t>(V) * sizeof(float));
   n_past_ += n;
 }

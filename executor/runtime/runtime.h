@@ -30,6 +30,21 @@ class ThreadPool;
 struct RuntimeOptions {
   std::optional<Schedule> schedule;  // run this schedule at every tier (baselines included); else the chosen one
   double pcie_cap_bytes_per_s = 0;   // 0 = no cap
+  // Record when every action of the first `timeline_runs` plan runs started and ended (device
+  // actions by timestamps on their queue, CPU actions by the host clock): `run --timeline`. Costs two
+  // timestamps per device action while recording; 0 = off.
+  int timeline_runs = 0;
+};
+
+// One action of one plan run, measured: ms since the run began.
+struct TimelineEntry {
+  int run = 0;       // plan runs counted from the first step (a chunked step runs its plan several times)
+  int64_t tier = 0;  // the plan's tier and schedule
+  Schedule schedule = Schedule::Static;
+  int action = 0;    // the action's id in that plan
+  Resource resource = Resource::Cpu;
+  std::string label;
+  double start_ms = 0, end_ms = 0;
 };
 
 struct RuntimeStep {
@@ -69,6 +84,7 @@ class Runtime : public StepEngine {
 
   const PlanTable& table() const { return table_; }
   const std::vector<RuntimeStep>& steps() const { return steps_; }
+  const std::vector<TimelineEntry>& timeline() const { return timeline_; }
   RuntimeMemory memory();
   // Which plan a step of n tokens runs (and in chunks of how many tokens).
   const Plan& plan_for(int64_t n, int64_t* chunk_tokens) const;
@@ -105,6 +121,8 @@ class Runtime : public StepEngine {
   int64_t n_past_ = 0;
   uint64_t arena_peak_ = 0, uploaded_ = 0;
   std::vector<RuntimeStep> steps_;
+  std::vector<TimelineEntry> timeline_;
+  int plan_runs_ = 0;
   std::unique_ptr<Buffers> buf_;
 };
 

@@ -3,6 +3,8 @@
 // (no stack trace, no abort, no sanitizer report).
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <fstream>
+#include <map>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -337,6 +339,42 @@ TEST_CASE("cli: run --device emu plans under a budget, generates the CPU path to
     CHECK(j["generated_ids"] == jc["generated_ids"]);
     CHECK(j["device_peak_bytes"].get<uint64_t>() <= parse_size(budget, "budget"));
   }
+}
+
+TEST_CASE("cli: run --timeline writes measured and predicted timelines of the first plan runs", "[cli][runtime]") {
+  const std::string moe = fixture("hf/qwen3moe_nonorm");
+  const std::string path = test::temp_dir() + "/timeline.json";
+  const Result r = shardwise_cli("run --model " + quote(moe) + " --tokens 1,2,3,4,5 -n 4 --greedy --threads 2 --device emu "
+                                 "--vram-budget 3M --timeline " + quote(path) + " --timeline-runs 3");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(r.err.find("timeline: 3 plan runs") != std::string::npos);
+  std::ifstream in(path);
+  const auto j = nlohmann::json::parse(in);
+  std::map<int, int> spans;  // pid -> complete events
+  std::map<int, std::string> names;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] == "X") {
+      ++spans[e["pid"].get<int>()];
+      CHECK(e["dur"].get<double>() >= 0);
+    } else if (e["name"] == "process_name") {
+      names[e["pid"].get<int>()] = e["args"]["name"].get<std::string>();
+    }
+  }
+  REQUIRE(names.size() == 6);  // 3 runs, measured and predicted
+  for (int run = 0; run < 3; ++run) {
+    CHECK(names[2 * run].find("(measured)") != std::string::npos);
+    CHECK(names[2 * run + 1].find("(predicted)") != std::string::npos);
+    CHECK(spans[2 * run] > 0);
+    CHECK(spans[2 * run] == spans[2 * run + 1]);  // every action of the plan, both ways
+  }
+  // Bad input: one line, non-zero exit, nothing run.
+  const Result cpu = shardwise_cli("run --model " + quote(moe) + " --tokens 1,2 -n 2 --device cpu --timeline " + quote(path));
+  CHECK(cpu.rc != 0);
+  CHECK(cpu.err.find("--timeline needs a device run") != std::string::npos);
+  const Result nowhere = shardwise_cli("run --model " + quote(moe) + " --tokens 1,2 -n 2 --device emu --vram-budget 3M --timeline /nonexistent-dir/t.json");
+  CHECK(nowhere.rc != 0);
+  CHECK(nowhere.err.find("cannot write") != std::string::npos);
 }
 
 TEST_CASE("profile: a first run over the point limit is run again before it decides to skip", "[profile]") {

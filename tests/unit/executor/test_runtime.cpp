@@ -208,6 +208,50 @@ TEST_CASE("runtime: MoE decode routes on the device when the layer's experts are
   }
 }
 
+TEST_CASE("runtime: the measured timeline covers every action and respects every dependency", "[runtime][timeline]") {
+  for (const char* family : {"llama", "qwen3_moe"}) {
+    const ModelSpec spec = test_model(family, DType::F16);
+    ThreadPool pool(2);
+    auto src = make_synthetic_weights(spec, 31, &pool);
+    ModelWeights w = ModelWeights::from_source(*src);
+    const int64_t ctx = 64;
+    const auto toks = token_seq(20, spec.vocab_size, 6);
+    const std::vector<int> steps = {6, 1, 1};
+    const PlanTable table = table_for(*src, static_cast<uint64_t>(0.4 * static_cast<double>(spec.total_bytes())) + (4u << 20), ctx, {1, 4, 16});
+    for (Schedule s : {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic}) {
+      bool feasible = false;
+      for (const auto& t : table.tiers) feasible |= t.find(s) && t.find(s)->feasible;
+      if (!feasible) continue;
+      INFO(family << " " << schedule_name(s));
+      auto dev = make_emu_device({13, 80, 0});
+      RuntimeOptions o;
+      o.schedule = s;
+      o.timeline_runs = 2;  // the first two plan runs of three steps
+      Runtime rt(*src, w, *dev, pool, table, o);
+      run_steps(rt, toks, steps);
+      const auto& tl = rt.timeline();
+      int64_t chunk = 0;
+      const Plan& p6 = rt.plan_for(6, &chunk);
+      const Plan& p1 = rt.plan_for(1, &chunk);
+      REQUIRE(tl.size() == p6.actions.size() + p1.actions.size());
+      for (int run = 0; run < 2; ++run) {
+        const Plan& p = run == 0 ? p6 : p1;
+        std::vector<const TimelineEntry*> by_id(p.actions.size(), nullptr);
+        for (const auto& t : tl)
+          if (t.run == run) by_id.at(static_cast<size_t>(t.action)) = &t;
+        for (const Action& a : p.actions) {
+          const TimelineEntry* t = by_id[static_cast<size_t>(a.id)];
+          REQUIRE(t != nullptr);
+          CHECK(t->resource == a.resource);
+          CHECK(t->start_ms >= 0);
+          CHECK(t->end_ms >= t->start_ms);
+          for (int d : a.deps) CHECK(t->start_ms >= by_id[static_cast<size_t>(d)]->end_ms);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("a dropped dependency shows up as a wrong result", "[runtime]") {
   const ModelSpec spec = test_model("llama", DType::F16);
   ThreadPool pool(2);
