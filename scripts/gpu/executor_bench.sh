@@ -27,8 +27,15 @@ one() {  # model ctx budget schedule
   local model=$1 ctx=$2 budget=$3 sched=$4 toks
   [ "$ctx" = 1024 ] && toks=$p960 || toks=$p4032
   local res
+  # auto and dynamic rows and the whole model also record the measured timeline of their first runs
+  # (prefill chunks, then decode steps) next to the predicted one: timelines/*.json, tarred at the end.
+  local tl=()
+  if [ "$sched" = auto ] || [ "$sched" = dynamic ]; then
+    mkdir -p "$out/timelines"
+    tl=(--timeline "$out/timelines/${model}_${ctx}_${budget}_${sched}.json" --timeline-runs 6)
+  fi
   res=$("$bin" run --model "synthetic:$model" --tokens "$toks" -n 64 --greedy --threads 16 --ctx "$ctx" \
-        --device cuda --vram-budget "$budget" --schedule "$sched" --profile "$profile" --json 2> "$out/err.txt")
+        --device cuda --vram-budget "$budget" --schedule "$sched" --profile "$profile" --json "${tl[@]}" 2> "$out/err.txt")
   if [ -z "$res" ]; then
     echo "{\"model\": \"$model\", \"ctx\": $ctx, \"budget\": \"$budget\", \"schedule\": \"$sched\", \"error\": $(python3 -c 'import json,sys; print(json.dumps(open(sys.argv[1]).read().strip()[-300:]))' "$out/err.txt")}" >> "$runs"
     return
@@ -73,6 +80,7 @@ done
 if [ "$part" = all ] || [ "$part" = full ] || [ "$part" = quick ]; then
   for m in ${QUICK_MODELS:-nemo8b qwen30b}; do one "$m" 1024 40G auto; done
 fi
+[ -d "$out/timelines" ] && tar -C "$out" -czf "$out/timelines.tgz" timelines && rm -rf "$out/timelines"
 python3 - "$runs" <<'PY'
 import json, sys
 print(f"{'model':8} {'ctx':>5} {'budget':>6} {'schedule':12} {'TTFT s':>8} {'TPS':>8} {'arena':>8} {'dev peak':>9} {'meas/pred decode':>16}")
