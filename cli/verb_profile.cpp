@@ -7,6 +7,7 @@
 
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/file_util.h"
 #include "core/size.h"
 #include "costmodel/profile_db.h"
 #include "microbench/profiler.h"
@@ -16,7 +17,7 @@ namespace shardwise::cli {
 namespace {
 
 struct ProfileArgs {
-  std::string out, threads, caps = "none", device = "auto", validate, json_out;
+  std::string out, threads, caps = "none", device = "auto", validate, json_out, rescore;
   bool quick = false, no_progress = false;
 };
 
@@ -52,11 +53,44 @@ ProfileOptions options_of(const ProfileArgs& a) {
   return o;
 }
 
+// The measured times of an earlier `--validate --json-out` file, for --rescore.
+ProfileOptions::Recorded recorded_validation(const std::string& path) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_text_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, ": not JSON (", e.what(), "); give a file written by `profile --validate ... --json-out`");
+  }
+  if (!j.is_object() || !j.contains("cases") || !j["cases"].is_array())
+    fail(path, ": field 'cases' is missing; give a file written by `profile --validate ... --json-out`");
+  ProfileOptions::Recorded r;
+  auto take = [&](const nlohmann::json& list, const char* field, std::map<std::pair<std::string, std::string>, double>* out) {
+    size_t i = 0;
+    for (const auto& c : list) {
+      if (!c.is_object() || !c.contains("class") || !c["class"].is_string() || !c.contains("case") || !c["case"].is_string() ||
+          !c.contains("measured_ms") || !c["measured_ms"].is_number() || !(c["measured_ms"].get<double>() > 0))
+        fail(path, ": ", field, "[", i, "] needs 'class', 'case' and a positive 'measured_ms'");
+      (*out)[{c["class"].get<std::string>(), c["case"].get<std::string>()}] = c["measured_ms"].get<double>();
+      ++i;
+    }
+  };
+  take(j["cases"], "cases", &r.cases);
+  if (j.contains("contention") && j["contention"].is_array() && !j["contention"].empty()) {
+    if (!j.contains("contention_gbps") || !j["contention_gbps"].is_number() || !(j["contention_gbps"].get<double>() > 0))
+      fail(path, ": field 'contention_gbps' must be the positive copy rate the contention cases ran under");
+    take(j["contention"], "contention", &r.contention);
+    r.contention_gbps = j["contention_gbps"].get<double>();
+  }
+  return r;
+}
+
 void run_profile_verb(const ProfileArgs& a) {
   ProfileOptions o = options_of(a);
+  if (!a.rescore.empty() && a.validate.empty()) fail("--rescore needs --validate FILE (the profile to predict from)");
   if (!a.validate.empty()) {
     const ProfileDB db = load_profile(a.validate);
     if (!a.threads.empty()) fail("--validate uses the profile's own thread counts; drop --threads");
+    if (!a.rescore.empty()) o.recorded = recorded_validation(a.rescore);
     const ValidationReport r = validate_profile(db, o);
     std::printf("validation of %s (%s, %s%s) on cases its grid never saw\n", a.validate.c_str(),
                 db.machine.cpu_model.c_str(), db.has_gpu() ? db.machine.gpu_name.c_str() : "no GPU",
@@ -76,8 +110,18 @@ void run_profile_verb(const ProfileArgs& a) {
       j["classes"] = classes;
       j["cpu"] = {{"cases", r.all_cpu.cases}, {"median_error", r.all_cpu.median_error}, {"p90_error", r.all_cpu.p90_error}};
       j["gpu"] = {{"cases", r.all_gpu.cases}, {"median_error", r.all_gpu.median_error}, {"p90_error", r.all_gpu.p90_error}};
-      j["contention_median_error_with"] = r.contention_median_with;
-      j["contention_median_error_without"] = r.contention_median_without;
+      const bool any = !r.contention_with.empty();
+      j["contention_median_error_with"] = any ? nlohmann::json(r.contention_median_with) : nlohmann::json(nullptr);
+      j["contention_median_error_without"] = any ? nlohmann::json(r.contention_median_without) : nlohmann::json(nullptr);
+      j["contention_gbps"] = r.contention_gbps;
+      auto cont = nlohmann::json::array();
+      for (size_t i = 0; i < r.contention_with.size(); ++i)
+        cont.push_back({{"class", r.contention_with[i].op_class}, {"case", r.contention_with[i].label},
+                        {"measured_ms", r.contention_with[i].measured_ms},
+                        {"predicted_with_ms", r.contention_with[i].predicted_ms},
+                        {"predicted_without_ms", r.contention_without[i].predicted_ms}});
+      j["contention"] = cont;
+      if (!a.rescore.empty()) j["rescored_from"] = a.rescore;
       std::ofstream f(a.json_out);
       if (!f) fail(a.json_out, ": cannot create");
       f << j.dump(1) << "\n";
@@ -116,6 +160,9 @@ void register_profile(CLI::App& app) {
   c->add_flag("--quick", a->quick, "small grid (~30 s): for tests and CPU-only demos");
   c->add_option("--validate", a->validate, "measure cases this profile never saw and print predicted vs measured");
   c->add_option("--json-out", a->json_out, "with --validate: also write the results as JSON");
+  c->add_option("--rescore", a->rescore,
+                "with --validate: take the measured times from this earlier --json-out file and predict them again "
+                "(e.g. after a cost-model change); measures nothing");
   c->add_flag("--no-progress", a->no_progress, "no progress bar");
   c->callback([a] { run_profile_verb(*a); });
 }

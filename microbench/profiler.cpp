@@ -828,9 +828,13 @@ ValidationReport validate_profile(const ProfileDB& db, const ProfileOptions& o) 
       if (same_shape(op, s.op)) fail("validation case ", label_of(op), " is in the profile's grid: it would not test anything");
 
   const Grid g = make_grid(o.quick);
+  const ProfileOptions::Recorded* rec = o.recorded ? &*o.recorded : nullptr;
   // --device cpu validates the CPU rows only (e.g. a GPU profile on a machine without its GPU).
-  auto gpu = db.has_gpu() && o.device != "cpu" ? open_gpu("cuda", g.gpu_weight_set) : nullptr;
-  CpuRunner cpu(o.quick ? (64ull << 20) : (768ull << 20), db.threads.back());
+  // Rescoring measures nothing: no runner, and GPU cases wherever the recorded run had them.
+  auto gpu = !rec && db.has_gpu() && o.device != "cpu" ? open_gpu("cuda", g.gpu_weight_set) : nullptr;
+  const bool with_gpu = rec ? db.has_gpu() && o.device != "cpu" : gpu != nullptr;
+  std::unique_ptr<CpuRunner> cpu_runner =
+      rec ? nullptr : std::make_unique<CpuRunner>(o.quick ? (64ull << 20) : (768ull << 20), db.threads.back());
   MeasuredOptions mo;
   auto model = make_measured_cost_model(db, mo);
   mo.use_contention = false;
@@ -839,45 +843,57 @@ ValidationReport validate_profile(const ProfileDB& db, const ProfileOptions& o) 
   const double limit = o.quick ? 40 : 400;  // skip cases predicted to take longer than this per run
 
   ValidationReport r;
-  const size_t n_total = ops.size() * (db.threads.size() + (gpu ? 1 : 0)) + (gpu ? ops.size() / 3 : 0);
-  Progress progress("validate", n_total, o.progress);
+  const size_t n_total = ops.size() * (db.threads.size() + (with_gpu ? 1 : 0)) + (with_gpu ? ops.size() / 3 : 0);
+  Progress progress("validate", n_total, o.progress && !rec);
   auto run_case = [&](Backend b, int threads, const Op& op) {
     progress.add(1);
     ExecEnv env;
     env.backend = b;
     env.threads = threads;
     const double pred = model->op_ms(op, env);
-    if (pred > limit) return;
-    const Stat st = measure([&] { return b == Backend::Cpu ? cpu.once(op, threads) : gpu->time_op(op); }, pol);
     std::string cls = std::string(backend_name(b)) + " " + op_kind_name(op.kind);
     if (b == Backend::Cpu) cls += " t" + std::to_string(threads);
-    r.cases.push_back({cls, label_of(op), pred, st.ms});
-    if (!o.progress)  // a log of each case as it ends: what was measured survives a failure later on
-      std::fprintf(stderr, "validate: %s %s predicted %.4f ms measured %.4f ms\n", cls.c_str(), label_of(op).c_str(), pred,
-                   st.ms);
+    double ms = 0;
+    if (rec) {
+      const auto it = rec->cases.find({cls, label_of(op)});
+      if (it == rec->cases.end()) return;
+      ms = it->second;
+    } else {
+      if (pred > limit) return;
+      ms = measure([&] { return b == Backend::Cpu ? cpu_runner->once(op, threads) : gpu->time_op(op); }, pol).ms;
+    }
+    r.cases.push_back({cls, label_of(op), pred, ms});
+    if (!o.progress && !rec)  // a log of each case as it ends: what was measured survives a failure later on
+      std::fprintf(stderr, "validate: %s %s predicted %.4f ms measured %.4f ms\n", cls.c_str(), label_of(op).c_str(), pred, ms);
   };
   for (int t : db.threads)
     for (const Op& op : ops) run_case(Backend::Cpu, t, op);
-  if (gpu)
+  if (with_gpu)
     for (const Op& op : ops) run_case(Backend::Gpu, 0, op);
   if (!o.progress && gpu) std::fprintf(stderr, "validate: CPU work under copy traffic\n");
   // Hybrid condition: CPU matmuls and experts while the copy engines stream weights.
-  if (gpu) {
+  if (with_gpu && (!rec || !rec->contention.empty())) {
     const int t = db.threads.back();
     std::vector<Op> hyb;
     for (const Op& op : ops)
       if ((op.kind == OpKind::Matmul || op.kind == OpKind::MoeExperts) && op.tokens <= 96) hyb.push_back(op);
     std::vector<std::pair<Op, Stat>> measured;
-    gpu->start_copy_traffic();
+    if (gpu) gpu->start_copy_traffic();
     for (const Op& op : hyb) {
       progress.add(1);
       ExecEnv env{Backend::Cpu, t, 0};
+      if (rec) {
+        const auto it = rec->contention.find({"cpu " + std::string(op_kind_name(op.kind)) + " t" + std::to_string(t), label_of(op)});
+        if (it != rec->contention.end()) measured.emplace_back(op, Stat{it->second, 0, 0});
+        continue;
+      }
       if (model_nc->op_ms(op, env) > limit) continue;
-      measured.emplace_back(op, measure([&] { return cpu.once(op, t); }, pol));
+      measured.emplace_back(op, measure([&] { return cpu_runner->once(op, t); }, pol));
       if (!o.progress)
         std::fprintf(stderr, "validate: under copy traffic %s measured %.4f ms\n", label_of(op).c_str(), measured.back().second.ms);
     }
-    const double rate = gpu->stop_copy_traffic();
+    const double rate = gpu ? gpu->stop_copy_traffic() : rec->contention_gbps;
+    r.contention_gbps = rate;
     std::vector<double> ew, en;
     for (auto& [op, st] : measured) {
       ExecEnv env{Backend::Cpu, t, rate};

@@ -12,7 +12,10 @@
 #pragma once
 
 #include <functional>
+#include <map>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "costmodel/profile_db.h"
@@ -26,6 +29,14 @@ struct ProfileOptions {
   std::string device = "auto";               // auto | cuda | cpu
   bool progress = true;                      // bar with ETA on stderr
   std::string git_rev;                       // recorded in the profile
+  // --validate --rescore: the measured times of an earlier validation, by (class, case) — and its
+  // CPU cases under copy traffic with the copy rate they ran under. The predictions are made again
+  // (e.g. by a changed cost model) and nothing is measured; cases without a recorded time are left out.
+  struct Recorded {
+    std::map<std::pair<std::string, std::string>, double> cases, contention;
+    double contention_gbps = 0;
+  };
+  std::optional<Recorded> recorded;
 };
 
 ProfileDB run_profile(const ProfileOptions& options);
@@ -56,6 +67,7 @@ struct ValidationReport {
   // with and without the profile's contention rows.
   std::vector<ValidationCase> contention_with, contention_without;
   double contention_median_with = 0, contention_median_without = 0;
+  double contention_gbps = 0;  // the copy rate the contention cases ran under
   std::string text() const;  // the printed table
 };
 

@@ -307,11 +307,28 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
   REQUIRE(plan2.rc == 0);
   CHECK(nlohmann::json::parse(plan2.out)["predicted_decode_tokens_per_s"].get<double>() > 0);
   // Validation: cases the grid never saw, predicted vs measured.
-  const Result v = shardwise_cli("profile --validate " + quote(db) + " --quick --no-progress");
+  const std::string vj = temp_path("quick.validation.json");
+  const Result v = shardwise_cli("profile --validate " + quote(db) + " --quick --no-progress --json-out " + quote(vj));
   INFO(v.err);
   REQUIRE(v.rc == 0);
   CHECK_THAT(v.out, Contains("all cpu"));
   CHECK_THAT(v.out, Contains("cpu matmul t2"));
+  // Rescoring those measurements with the same profile reproduces every prediction and error.
+  const std::string rj = temp_path("quick.rescored.json");
+  const Result rs = shardwise_cli("profile --validate " + quote(db) + " --quick --rescore " + quote(vj) + " --json-out " + quote(rj));
+  INFO(rs.err);
+  REQUIRE(rs.rc == 0);
+  const auto a = nlohmann::json::parse(read_file(vj)), b = nlohmann::json::parse(read_file(rj));
+  REQUIRE(a["cases"].size() > 10);
+  CHECK(a["cases"] == b["cases"]);
+  CHECK(a["cpu"] == b["cpu"]);
+  CHECK(b["rescored_from"] == vj);
+  // Bad input: one line each.
+  require_clean_error("profile --rescore " + quote(vj), {"--rescore needs --validate"});
+  require_clean_error("profile --validate " + quote(db) + " --quick --rescore " + quote(db), {"'cases' is missing"});
+  std::ofstream(temp_path("bad.validation.json")) << R"({"cases": [{"class": "cpu matmul t1", "case": "x", "measured_ms": -1}]})";
+  require_clean_error("profile --validate " + quote(db) + " --quick --rescore " + quote(temp_path("bad.validation.json")),
+                      {"cases[0]", "measured_ms"});
 }
 
 TEST_CASE("cli: plan --routing-tokens measures an MoE model's routing and plans with it", "[cli][routing]") {
