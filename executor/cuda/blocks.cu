@@ -394,6 +394,12 @@ class CudaKernels : public DeviceKernels {
       swiglu(ctx_, h, u, S, F, F);
     }
     gemv(ctx_, w.down_dtype, GemvMode::Store, down_tasks.data(), static_cast<int>(down_tasks.size()));
+    combine_from_table(x, o, n, off, slot, wts);
+  }
+
+  // x[t] += token t's weighted expert outputs (rows of o), from a device table (see MoeCombineArgs).
+  void combine_from_table(float* x, const float* o, int64_t n, const int32_t* off, const int32_t* slot, const float* weight) {
+    const int64_t H = spec_.hidden_size;
     MoeCombineArgs c;
     c.x = x;
     c.ldx = H;
@@ -403,7 +409,7 @@ class CudaKernels : public DeviceKernels {
     c.width = static_cast<int32_t>(H);
     c.off = off;
     c.slot = slot;
-    c.weight = wts;
+    c.weight = weight;
     moe_combine(ctx_, c);
   }
 
@@ -749,17 +755,7 @@ class CudaKernels : public DeviceKernels {
       }
       if (!down_tasks.empty())
         gemv(ctx_, w.down_dtype, GemvMode::Store, down_tasks.data(), static_cast<int>(down_tasks.size()));
-      MoeCombineArgs c;
-      c.x = x + t0 * H;
-      c.ldx = H;
-      c.out = o;
-      c.ld_out = H;
-      c.n = static_cast<int32_t>(m);
-      c.width = static_cast<int32_t>(H);
-      c.off = d_off;
-      c.slot = d_slot;
-      c.weight = d_weight;
-      moe_combine(ctx_, c);
+      combine_from_table(x + t0 * H, o, m, d_off, d_slot, d_weight);
     }
   }
 
