@@ -423,7 +423,7 @@ struct Grid {
   std::vector<AttnLayout> attn;
   std::vector<int64_t> attn_tokens, ctxs;
   std::vector<MoeShape> moe;
-  std::vector<int64_t> moe_tokens;
+  std::vector<int64_t> moe_tokens, gpu_moe_tokens;
   std::vector<int64_t> elems;
   std::vector<uint64_t> copy_sizes;
   uint64_t cpu_weight_set = 0, gpu_weight_set = 0;
@@ -443,7 +443,7 @@ Grid make_grid(bool quick) {
     g.attn_tokens = {1, 16};
     g.ctxs = {256, 1024};
     g.moe = {{16, 4, 128, 256}};
-    g.moe_tokens = {1, 16};
+    g.moe_tokens = g.gpu_moe_tokens = {1, 16};
     g.elems = {4096, 65536, 1 << 20};
     g.copy_sizes = {1 << 16, 1 << 20, 1 << 24};
     g.cpu_weight_set = 48ull << 20;
@@ -461,6 +461,10 @@ Grid make_grid(bool quick) {
     g.ctxs = {512, 2048, 8192, 32768, 65536};
     g.moe = {{128, 8, 768, 2048}, {64, 4, 1024, 2048}, {32, 2, 2048, 1024}, {128, 8, 1024, 4096}, {64, 6, 2048, 2560}};
     g.moe_tokens = {1, 4, 16, 64, 256, 1024};
+    // The GPU runs MoE prefills whose routers send hundreds of tokens to each expert (the synthetic
+    // qwen30b sends ~430 of 512 tokens x 8 to each of ~10 experts; a real one 256 per expert at a
+    // 4K chunk): uniform rows up to 8192 tokens (512 per expert of 128) cover them.
+    g.gpu_moe_tokens = {1, 4, 16, 64, 256, 1024, 4096, 8192};
     g.elems = {4096, 65536, 1 << 20, 1 << 23};
     g.copy_sizes = {1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1ull << 30};
     g.cpu_weight_set = 768ull << 20;  // > 2x the GPU host's 300 MB L3
@@ -585,7 +589,7 @@ void op_lists(const Grid& g, Backend b, std::vector<Op>* ops) {
       }
   for (DType dt : kDtypes)
     for (const MoeShape& m : g.moe)
-      for (int64_t t : g.moe_tokens) ops->push_back(moe_op(dt, t, m));
+      for (int64_t t : b == Backend::Cpu ? g.moe_tokens : g.gpu_moe_tokens) ops->push_back(moe_op(dt, t, m));
   for (OpKind k : {OpKind::Norm, OpKind::Elementwise})
     for (int64_t e : g.elems) ops->push_back(simple_op(k, e));
   if (b == Backend::Cpu)
