@@ -1,7 +1,7 @@
 // executor/device/device.h — a compute device as the runtime sees it: one arena allocation (the VRAM
 // budget), four in-order queues (compute, H2D weight copies, D2H copies, H2D activation copies) with
-// events between them, and the
-// model's blocks (DeviceKernels) enqueued on the compute queue. Implementations: CUDA
+// events between them, timestamps for measured timelines, and the model's blocks (DeviceKernels)
+// enqueued on the compute queue. Implementations: CUDA
 // (executor/cuda/) and the host-emulated device (emu_device.cpp), which exists so that CI can test
 // the runtime's slots, events and arena without a GPU; its timings are never GPU numbers.
 // The runtime never dereferences device memory; devices never plan.
