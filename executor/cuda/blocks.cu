@@ -48,21 +48,10 @@ class PinnedRing {
     next_ = (next_ + 1) % kSlots;
     Slot& s = slots_[current_];
     if (!s.done) check(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-    if (s.pending) {
-      check(cudaEventSynchronize(s.done), "cudaEventSynchronize(staging)");
-      s.pending = false;
-    }
+    settle(s);
     if (s.bytes < bytes) {
-      if (s.host) {
-        check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-        check(cudaFreeHost(s.host), "cudaFreeHost");
-        s.host = nullptr;
-        s.bytes = 0;
-      }
-      uint64_t cap = 64 << 10;
-      while (cap < bytes) cap *= 2;
-      check(cudaMallocHost(&s.host, cap), "cudaMallocHost(staging)");
-      s.bytes = cap;
+      if (s.host) check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      grow(s, bytes);
     }
     return s.host;
   }
@@ -72,19 +61,8 @@ class PinnedRing {
     for (Slot& s : slots_) {
       if (!s.done) check(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
       if (s.bytes >= bytes) continue;
-      if (s.pending) {
-        check(cudaEventSynchronize(s.done), "cudaEventSynchronize(staging)");
-        s.pending = false;
-      }
-      if (s.host) {
-        check(cudaFreeHost(s.host), "cudaFreeHost");
-        s.host = nullptr;
-        s.bytes = 0;
-      }
-      uint64_t cap = 64 << 10;
-      while (cap < bytes) cap *= 2;
-      check(cudaMallocHost(&s.host, cap), "cudaMallocHost(staging)");
-      s.bytes = cap;
+      settle(s);
+      grow(s, bytes);
     }
   }
   // After the copy out of the buffer last acquired has been enqueued on `stream`.
@@ -101,6 +79,24 @@ class PinnedRing {
     cudaEvent_t done = nullptr;
     bool pending = false;
   };
+  // Waits for the copy that last read the slot's buffer.
+  static void settle(Slot& s) {
+    if (!s.pending) return;
+    check(cudaEventSynchronize(s.done), "cudaEventSynchronize(staging)");
+    s.pending = false;
+  }
+  // A new buffer of at least `bytes` (powers of two from 64 KiB) in place of the slot's (settled) one.
+  static void grow(Slot& s, uint64_t bytes) {
+    if (s.host) {
+      check(cudaFreeHost(s.host), "cudaFreeHost");
+      s.host = nullptr;
+      s.bytes = 0;
+    }
+    uint64_t cap = 64 << 10;
+    while (cap < bytes) cap *= 2;
+    check(cudaMallocHost(&s.host, cap), "cudaMallocHost(staging)");
+    s.bytes = cap;
+  }
   Slot slots_[kSlots];
   int next_ = 0, current_ = 0;
 };
