@@ -4,7 +4,8 @@
 # experiments/results/ (the stage says where).
 #   session.sh OUT check     GPU suite (kernels, device, runtime incl. first-step device peak), ~1-2 min,
 #                            then the profile and its validation (scripts/gpu/profile.sh)
-#                            -> experiments/results/profile/, executor test logs
+#                            -> experiments/results/profile/, executor test logs; then the first minutes
+#                            of the planner-accuracy study planned from that profile (OUT/study/)
 #   session.sh OUT profile   the profile and its validation only, then executor_bench.sh quick with
 #                            the new profile for the minutes left
 #   session.sh OUT study [PREVIOUS.jsonl]
@@ -24,8 +25,17 @@ case $stage in
     echo "== GPU suite"
     timeout 150 "$root/bin/test_gpu" "~[bench]" > "$out/test_gpu.log" 2>&1; echo "rc=$?"; tail -3 "$out/test_gpu.log"
     grep -B2 -A8 "FAILED" "$out/test_gpu.log" | head -40
+    PROFILE_TIMEOUT=220 VALIDATE_TIMEOUT=170 bash scripts/gpu/profile.sh "$out/profile"
+    # The minutes left start the planner-accuracy study with the fresh profile: a copy of the experiment
+    # whose `profile:` (results/profile/h200-host.profile.json, unchanged text, so the same experiment
+    # hash) resolves next to the copy, to the profile just measured. Continue it with
+    # `session.sh OUT study OUT/study/oracle.jsonl` once that profile is committed in its place.
     left=$(( 560 - ($(date +%s) - t0) ))
-    PROFILE_TIMEOUT=$(( left * 55 / 100 )) VALIDATE_TIMEOUT=$(( left * 40 / 100 )) bash scripts/gpu/profile.sh "$out/profile"
+    if [ "$left" -gt 120 ] && [ -f "$out/profile/h200-host.profile.json" ]; then
+      exp=/tmp/shardwise-study && rm -rf "$exp" && mkdir -p "$exp/results/profile"
+      cp experiments/planner_accuracy.yaml "$exp/" && cp "$out/profile/h200-host.profile.json" "$exp/results/profile/"
+      bash scripts/gpu/oracle_study.sh "$out/study" none "$(awk "BEGIN {print ($left - 50) / 60}")" "$exp/planner_accuracy.yaml"
+    fi
     ;;
   profile)  # re-profile and validate (no GPU suite), then the quick peer rows with the time left
     PROFILE_TIMEOUT=240 VALIDATE_TIMEOUT=150 bash scripts/gpu/profile.sh "$out/profile"
