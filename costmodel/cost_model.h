@@ -20,7 +20,9 @@ const char* backend_name(Backend b);
 
 enum class OpKind {
   Matmul,      // tokens x (rows, cols) weight
-  MoeExperts,  // routed SwiGLU experts: gate/up/down of the experts the tokens touch
+  MoeExperts,  // the whole routed MoE block as the blocks run it (the profiler times CpuBlocks::ffn and
+               // DeviceKernels::ffn): FFN norm, gate/up/down of the experts the tokens touch, their
+               // SwiGLU and the weighted combine into the residual
   Attention,   // score/softmax/value over a KV cache (no projections)
   Norm,        // RMSNorm, per-head norms
   Rope,

@@ -249,7 +249,13 @@ class MeasuredCostModel : public CostModel {
   double transfer_ms(uint64_t bytes, Direction dir, bool pinned) const override {
     if (!has_gpu_) return gpu_fallback().transfer_ms(bytes, dir, pinned);
     if (bytes == 0) return 0;
-    return copy_curve(dir, pinned).ms_at(static_cast<double>(bytes));
+    const CopyCurve& c = copy_curve(dir, pinned);
+    const double b = static_cast<double>(bytes);
+    // Below the smallest size measured under the cap, copies run unpaced (the executor holds only
+    // copies of 64 KiB and more to the cap, the profiler's smallest size): the uncapped rows time them.
+    const CopyCurve& u = unpaced_[dir == Direction::HostToDevice ? 0 : 1][pinned ? 0 : 1];
+    if (c.cap_gbps == 0 && cap_gbps_ > 0 && !u.bytes.empty() && b < c.bytes.front()) return u.ms_at(b);
+    return c.ms_at(b);
   }
 
   double pcie_gbps(Direction dir) const override {
@@ -427,10 +433,19 @@ class MeasuredCostModel : public CostModel {
         auto& pts = capped.empty() ? free : capped;
         if (!pts.empty()) sort_merge(pts, &copies_[d][p].bytes, &copies_[d][p].ms);
         copies_[d][p].cap_gbps = capped.empty() ? cap_gbps_ : 0;
+        if (!capped.empty()) {
+          std::vector<std::pair<double, double>> plain;
+          for (const TransferSample& t : db.transfers)
+            if (t.dir == dir && t.pinned == pinned && t.cap_gbps == 0) plain.emplace_back(static_cast<double>(t.bytes), t.ms);
+          if (!plain.empty()) sort_merge(plain, &unpaced_[d][p].bytes, &unpaced_[d][p].ms);
+        }
       }
     // Pageable copies not measured: the pinned ones (a pageable copy is never faster).
     for (int d = 0; d < 2; ++d)
-      if (copies_[d][1].bytes.empty()) copies_[d][1] = copies_[d][0];
+      if (copies_[d][1].bytes.empty()) {
+        copies_[d][1] = copies_[d][0];
+        unpaced_[d][1] = unpaced_[d][0];
+      }
   }
 
   std::string origin_;
@@ -445,6 +460,7 @@ class MeasuredCostModel : public CostModel {
   std::unordered_map<uint64_t, std::vector<int>> cpu_threads_;  // profiled thread counts of each CPU class (alone)
   std::map<uint64_t, std::string> measured_;                     // class (threads 0, alone) -> "matmul q4_0"
   CopyCurve copies_[2][2];                                       // [h2d, d2h][pinned, pageable]
+  CopyCurve unpaced_[2][2];  // with rows measured under the cap: the uncapped rows (copies below their sizes)
 };
 
 }  // namespace

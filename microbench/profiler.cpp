@@ -473,6 +473,14 @@ Grid make_grid(bool quick) {
     g.contention_mat = {{4096, 4096}, {11520, 4096}, {768, 2048}, {512, 2048}};
     g.contention_tokens = {1, 4, 16, 64, 256, 1024};
   }
+  // CPU matmuls switch from the GEMV kernels to dequantise+sgemm at matmul_gemm_threshold() tokens,
+  // ~3x slower at the switch on the GPU host (16 threads, f16 4096x4096: 16 tokens 0.78 ms by GEMV,
+  // 32 tokens 2.26 ms by sgemm): measure the last GEMV count too, so that counts between the grid's
+  // powers of two interpolate on the kernel that runs them, never across the switch.
+  const int64_t last_gemv = matmul_gemm_threshold() - 1;
+  if (last_gemv > g.cpu_tokens.front() && last_gemv < g.cpu_tokens.back() &&
+      !std::binary_search(g.cpu_tokens.begin(), g.cpu_tokens.end(), last_gemv))
+    g.cpu_tokens.insert(std::lower_bound(g.cpu_tokens.begin(), g.cpu_tokens.end(), last_gemv), last_gemv);
   return g;
 }
 

@@ -22,6 +22,8 @@
 #include "core/model_spec.h"
 #include "costmodel/profile_db.h"
 #include "planner/planner.h"
+#include "planner/shards.h"
+#include "planner/simulator.h"
 
 using namespace shardwise;
 using Catch::Matchers::Contains;
@@ -620,6 +622,14 @@ TEST_CASE("profile model: copies interpolate in size, follow the cap, and give t
   auto capped = make_measured_cost_model(db, o16);
   CHECK(capped->transfer_ms(1 << 24, h2d, true) == ms_of(1 << 24, h2d, true, 16));
   CHECK(capped->pcie_gbps(d2h) == Approx(16).epsilon(0.04));
+  // Below the smallest size measured under the cap the executor does not pace copies (an activation
+  // row takes the link's latency on any link): the uncapped rows time them, not the capped rows'
+  // slope (which differs: 64 KiB to 256 KiB is latency-bound uncapped, rate-bound capped).
+  for (uint64_t small : {512ull, 8192ull, 32768ull}) {
+    CHECK(capped->transfer_ms(small, h2d, true) == Approx(free->transfer_ms(small, h2d, true)).epsilon(1e-12));
+    CHECK(capped->transfer_ms(small, d2h, true) == Approx(free->transfer_ms(small, d2h, true)).epsilon(1e-12));
+  }
+  CHECK(capped->transfer_ms(1 << 16, h2d, true) == ms_of(1 << 16, h2d, true, 16));
   // An unmeasured cap: the uncapped rows, never faster than the cap.
   MeasuredOptions o10;
   o10.pcie_cap_bytes_per_s = 10e9;
@@ -733,6 +743,34 @@ TEST_CASE("profile model: MoE steps with measured routing cost d experts of n·k
     few.active_experts = 8;
     CHECK(model->op_ms(few, env) < 0.5 * uniform16);
   }
+}
+
+TEST_CASE("profile model: an MoE FFN shard costs the profile's MoE row, the whole block and nothing on top", "[profile][routing]") {
+  // The profiler times CpuBlocks::ffn / DeviceKernels::ffn: norm, experts, SwiGLU and combine. The
+  // planner's FFN shard of an MoE layer must cost exactly that row (an element-wise op added on top
+  // counted the SwiGLU and combine twice: Static over-predicted in planner_accuracy_v3).
+  const ProfileDB db = stored(synthetic_profile());
+  auto model = make_measured_cost_model(db);
+  ModelSpec spec = resolve_spec("qwen30b");
+  spec.dtype = DType::Q4_0;
+  REQUIRE(spec.num_experts == 128);
+  REQUIRE(spec.num_experts_per_tok == 8);
+  REQUIRE(spec.moe_intermediate_size == 768);
+  REQUIRE(spec.hidden_size == 2048);
+  const ShardSet shards = make_shards(spec, 1024, DType::F32);
+  Action a;
+  a.kind = ActionKind::Compute;
+  a.shard = shards.ffn.at(3);
+  for (Resource r : {Resource::Cpu, Resource::GpuCompute})
+    for (int64_t n : {int64_t(1), int64_t(16), int64_t(64)}) {
+      a.resource = r;
+      StepShape step;
+      step.tokens = n;
+      step.keys = 512;
+      step.threads = 16;
+      const ExecEnv env{r == Resource::Cpu ? Backend::Cpu : Backend::Gpu, 16, 0};
+      CHECK(action_ms(a, spec, shards, *model, step, 0) == model->op_ms(moe(DType::Q4_0, n, 128, 8, 768, 2048), env));
+    }
 }
 
 TEST_CASE("profile model: GPU matmul fits follow the row length (one warp walks a row)", "[profile]") {
