@@ -302,15 +302,24 @@ class MeasuredCostModel : public CostModel {
     missing_class(b, k, dt);
   }
 
-  // CPU time with exactly `threads` (a profiled count), blended towards the contention rows.
+  // CPU time with exactly `threads` (a profiled count) while copies move `concurrent_gbps` through
+  // host DRAM. The CPU and the copy engines share the DRAM: a contention row read the op's bytes at
+  // B_c = bytes / t_c while copies moved g_c beside it, so the DRAM served C = B_c + g_c; with g of
+  // copies the op gets C - g: t(g) = max(t_alone, bytes / (C - g)), the contention row at g = g_c.
+  // (A blend linear in g put a decode FFN under one-way streaming at 68 GB/s on the H200 host where
+  // the executor's timeline measured 94: executor/timelines_d9df277, C ~ 148 GB/s both times.)
   double cpu_ms(const Op& op, DType dt, int threads, double concurrent_gbps) const {
     const double alone = find_class(Backend::Cpu, op.kind, dt, threads, false).ms(op);
     if (concurrent_gbps <= 0) return alone;
     auto it = classes_.find(class_key(Backend::Cpu, op.kind, dt, threads, true));
     if (it == classes_.end()) return alone;
     const Class& c = it->second;
-    const double w = c.concurrent_gbps > 0 ? std::min(1.0, concurrent_gbps / c.concurrent_gbps) : 1.0;
-    return alone + w * (c.ms(op) - alone);
+    const double contended = c.ms(op);
+    const double gb = op_bytes(op) / 1e9;
+    if (c.concurrent_gbps <= 0 || gb <= 0 || !(contended > alone)) return std::max(alone, contended);
+    const double g = std::min(concurrent_gbps, c.concurrent_gbps);
+    const double dram_gbps = gb / (contended / 1e3) + c.concurrent_gbps;
+    return std::max(alone, gb / (dram_gbps - g) * 1e3);
   }
 
   const CopyCurve& copy_curve(Direction dir, bool pinned) const {
