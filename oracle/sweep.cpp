@@ -675,6 +675,8 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
         ro.schedule = s;
         ro.pcie_cap_bytes_per_s = c.pcie_cap_bytes_per_s;
         rt = std::make_unique<Runtime>(*model.source, *model.weights, *device, *pool, table, ro);
+        // The rows step over a cache filled to ctx without a prefill: give the host caches data.
+        rt->fill_host_cache(c.ctx, e.token_seed);
       } catch (const std::exception& err) {
         setup_error = err.what();
       }

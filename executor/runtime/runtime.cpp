@@ -134,6 +134,26 @@ void Runtime::set_n_past(int64_t n) {
   n_past_ = n;
 }
 
+void Runtime::fill_host_cache(int64_t n, uint64_t seed) {
+  SW_CHECK(n >= 0 && n <= table_.ctx, "fill_host_cache: ", n, " positions outside the context of ", table_.ctx);
+  const std::vector<bool>& on_gpu = kv_fixed_ ? kv_on_gpu_ : table_.kv_on_gpu;  // every plan of the table keeps it there
+  const int64_t L = spec_.num_hidden_layers, kvd = spec_.kv_dim();
+  pool_.parallel_for(2 * L, 1, [&](int64_t i0, int64_t i1, int) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t layer = i / 2;
+      if (static_cast<size_t>(layer) < on_gpu.size() && on_gpu[static_cast<size_t>(layer)]) continue;
+      float* p = i % 2 ? host_kv_->v(layer) : host_kv_->k(layer);
+      uint64_t x = (seed + 1) * 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(i + 1) * 0xbf58476d1ce4e5b9ull;
+      for (int64_t j = 0, end = n * kvd; j < end; ++j) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        p[j] = static_cast<float>(static_cast<int64_t>(x >> 40) - (int64_t(1) << 23)) / static_cast<float>(int64_t(1) << 23);
+      }
+    }
+  });
+}
+
 RuntimeMemory Runtime::memory() {
   RuntimeMemory m;
   m.budget_bytes = table_.budget_bytes;
