@@ -53,8 +53,8 @@ case $stage in
     timeout 560 bash scripts/gpu/executor_bench.sh "$out" all
     ;;
   targeted)  # the targeted re-runs of the study's most-missed decisions, ~3.5 min; one archive back
-    bash scripts/gpu/oracle_study.sh "$out/targeted/decode16" none 2.0 experiments/planner_accuracy_decode16.yaml
-    bash scripts/gpu/oracle_study.sh "$out/targeted/cpu_attention" none 0.8 experiments/planner_accuracy_cpu_attention.yaml
+    bash scripts/gpu/oracle_study.sh "$out/targeted/decode16" none 1.7 experiments/planner_accuracy_decode16.yaml
+    bash scripts/gpu/oracle_study.sh "$out/targeted/cpu_attention" none 0.6 experiments/planner_accuracy_cpu_attention.yaml
     tar -C "$out" -czf "$out/targeted.tgz" targeted && rm -rf "$out/targeted"
     ;;
   *) echo "unknown stage $stage"; exit 2 ;;
