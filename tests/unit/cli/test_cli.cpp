@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "executor/cpu/matmul.h"
 #include "core/gguf.h"
 #include "core/npy.h"
 #include "core/size.h"
@@ -296,6 +297,14 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
   // Every op class the planner asks for on the CPU was measured at both thread counts.
   const auto p = nlohmann::json::parse(text);
   CHECK(p["version"] == 1);
+  // CPU matmuls are measured on both sides of the GEMV -> dequantise+sgemm switch, so no token count
+  // interpolates across it.
+  const int64_t gemm_from = matmul_gemm_threshold();
+  bool last_gemv = false;
+  for (const auto& op : p["ops"])
+    if (op["backend"] == "cpu" && op["kind"] == "matmul")
+      for (const auto& pt : op["points"]) last_gemv |= pt[0].get<int64_t>() == gemm_from - 1;
+  CHECK(last_gemv);
   // A GPU plan from a CPU-only profile is an error naming the profile ...
   const Result plan = shardwise_cli("plan --model nemo4b --profile " + quote(db) + " --vram-budget 2G --threads 2 --ctx 1024");
   CHECK(plan.rc == 1);
