@@ -19,8 +19,11 @@
 //   4. below the smallest count, or too few points: the class's fitted roofline
 //      t = overhead + max(bytes / bandwidth, flops / peak).
 // CPU times depend on PCIe traffic running meanwhile: rows measured under contention record the
-// copy rate they ran with, and a query with concurrent_pcie_gbps = g blends alone and contention
-// times by min(1, g / that rate). MoE steps whose routing was measured (Op::active_experts) are d
+// copy rate g_c they ran with; the CPU and the copies share host DRAM, which served the op's bytes at
+// bytes / t_contention plus g_c, so a query with concurrent_pcie_gbps = g leaves the op that minus g:
+// t = max(t_alone, bytes / (bytes / t_contention + g_c − g)) (g ≤ g_c). Copies: the measured rows of
+// the model's PCIe cap (else the uncapped rows held to the cap); below the smallest size measured
+// under the cap the uncapped rows (the executor paces only copies of 64 KiB and more). MoE steps whose routing was measured (Op::active_experts) are d
 // experts of n·k/d tokens each, each costed as one expert of a uniform row with that many tokens
 // per expert. Thread counts not profiled interpolate between the two nearest
 // profiled counts (in log threads); outside them the nearest count is used. Norm, Rope, Elementwise

@@ -56,6 +56,8 @@ struct CpuKernels {
   // sum_i a[i] * b[i]
   float (*dot_f32)(const float* a, const float* b, int64_t n);
   AttnFn attn;
+  // gate[i] = silu(gate[i]) * up[i] (vector exp: ~1 ulp from std::exp)
+  void (*swiglu)(float* gate, const float* up, int64_t n);
 };
 
 inline int kernel_slot(DType t) {

@@ -476,6 +476,25 @@ void attn_avx2(const AttnArgs& a) {
   attn_impl::attn<Avx2Attn>(a);
 }
 
+// silu(g) * u with sigmoid(g) = (g < 0 ? e : 1) / (1 + e), e = exp(-|g|) (exp256's domain).
+inline __m256 swiglu256(__m256 g, __m256 u) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_andnot_ps(_mm256_set1_ps(-0.0f), g)));
+  const __m256 neg = _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_LT_OQ);
+  const __m256 s = _mm256_div_ps(_mm256_blendv_ps(one, e, neg), _mm256_add_ps(one, e));
+  return _mm256_mul_ps(_mm256_mul_ps(g, s), u);
+}
+
+void swiglu_avx2(float* gate, const float* up, int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    _mm256_storeu_ps(gate + i, swiglu256(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+  if (i < n) {
+    const __m256i m = lane_mask(static_cast<int>(n - i));
+    _mm256_maskstore_ps(gate + i, m, swiglu256(_mm256_maskload_ps(gate + i, m), _mm256_maskload_ps(up + i, m)));
+  }
+}
+
 const CpuKernels kAvx2 = {
     Isa::Avx2,
     {gemv_float<LoadF32>, gemv_float<LoadF16>, gemv_float<LoadBF16>, gemv_quant<DecodeQ8_0>, gemv_quant<DecodeQ4_0>},
@@ -484,6 +503,7 @@ const CpuKernels kAvx2 = {
     axpy_avx2,
     dot_avx2,
     attn_avx2,
+    swiglu_avx2,
 };
 
 }  // namespace

@@ -447,6 +447,26 @@ void attn_avx512(const AttnArgs& a) {
   attn_impl::attn<Avx512Attn>(a);
 }
 
+// silu(g) * u with sigmoid(g) = (g < 0 ? e : 1) / (1 + e), e = exp(-|g|): the exponent stays <= 0
+// (exp512's domain) and nothing overflows for large |g|.
+inline __m512 swiglu512(__m512 g, __m512 u) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(g)));
+  const __mmask16 neg = _mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_LT_OQ);
+  const __m512 s = _mm512_div_ps(_mm512_mask_blend_ps(neg, one, e), _mm512_add_ps(one, e));
+  return _mm512_mul_ps(_mm512_mul_ps(g, s), u);
+}
+
+void swiglu_avx512(float* gate, const float* up, int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    _mm512_storeu_ps(gate + i, swiglu512(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i)));
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm512_mask_storeu_ps(gate + i, m, swiglu512(_mm512_maskz_loadu_ps(m, gate + i), _mm512_maskz_loadu_ps(m, up + i)));
+  }
+}
+
 const CpuKernels kAvx512 = {
     Isa::Avx512,
     {gemv_float<LoadF32>, gemv_float<LoadF16>, gemv_float<LoadBF16>, gemv_quant<DecodeQ8_0>, gemv_quant<DecodeQ4_0>},
@@ -455,6 +475,7 @@ const CpuKernels kAvx512 = {
     axpy_avx512,
     dot_avx512,
     attn_avx512,
+    swiglu_avx512,
 };
 
 }  // namespace

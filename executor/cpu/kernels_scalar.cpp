@@ -75,6 +75,13 @@ void attn_scalar(const AttnArgs& a) {
   attn_impl::attn<ScalarAttn>(a);
 }
 
+void swiglu_scalar(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
 const CpuKernels kScalar = {
     Isa::Scalar,
     {gemv_scalar<DType::F32>, gemv_scalar<DType::F16>, gemv_scalar<DType::BF16>, gemv_scalar<DType::Q8_0>,
@@ -84,6 +91,7 @@ const CpuKernels kScalar = {
     axpy_scalar,
     dot_scalar,
     attn_scalar,
+    swiglu_scalar,
 };
 
 }  // namespace

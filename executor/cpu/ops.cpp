@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "executor/cpu/kernels.h"
 
 namespace shardwise {
@@ -67,11 +68,12 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const R
   }
 }
 
-void swiglu(float* gate, const float* up, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
+void swiglu(float* gate, const float* up, int64_t n) { cpu_kernels().swiglu(gate, up, n); }
+
+void swiglu(float* gate, const float* up, int64_t n, ThreadPool& pool) {
+  constexpr int64_t kGrain = 16384;  // ~5 us of work per chunk: below that one thread does it all
+  if (n < 2 * kGrain || pool.size() <= 1) return swiglu(gate, up, n);
+  pool.parallel_for(n, kGrain, [&](int64_t a, int64_t b, int) { cpu_kernels().swiglu(gate + a, up + a, b - a); });
 }
 
 void softmax(float* x, int64_t n) {

@@ -32,8 +32,10 @@ struct RopeAngles {
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const RopeAngles& angles, RopeStyle style,
           int64_t row_stride = 0);
 
-// gate[i] = silu(gate[i]) * up[i]
+// gate[i] = silu(gate[i]) * up[i] (the ISA's vector kernel); the pool form splits long rows (a
+// prefill's n·F) across its threads.
 void swiglu(float* gate, const float* up, int64_t n);
+void swiglu(float* gate, const float* up, int64_t n, ThreadPool& pool);
 
 // In-place softmax over n values (max-subtracted, f32).
 void softmax(float* x, int64_t n);

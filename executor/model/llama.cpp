@@ -67,7 +67,7 @@ void CpuBlocks::dense_ffn(const LayerWeights& w, const float* xn, int64_t n, flo
   up_.resize(static_cast<size_t>(n * F));
   matmul(w.ffn_gate, xn, H, n, gate_.data(), F, pool_);
   matmul(w.ffn_up, xn, H, n, up_.data(), F, pool_);
-  swiglu(gate_.data(), up_.data(), n * F);
+  swiglu(gate_.data(), up_.data(), n * F, pool_);
   matmul(w.ffn_down, gate_.data(), F, n, out, H, pool_);
 }
 

@@ -42,7 +42,7 @@ void CpuBlocks::moe_ffn(const LayerWeights& w, const float* xn, int64_t n, const
     }
     matmul_raw(w.gate_exps.dtype, g, F, H, expert_in_.data(), H, m, gate_.data(), F, pool_);
     matmul_raw(w.up_exps.dtype, u, F, H, expert_in_.data(), H, m, up_.data(), F, pool_);
-    swiglu(gate_.data(), up_.data(), m * F);
+    swiglu(gate_.data(), up_.data(), m * F, pool_);
     matmul_raw(w.down_exps.dtype, d, H, F, gate_.data(), F, m, expert_out_.data(), H, pool_);
     for (int64_t i = 0; i < m; ++i) {
       float* o = out + toks[i].token * H;

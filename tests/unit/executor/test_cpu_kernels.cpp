@@ -21,6 +21,7 @@
 #include "executor/cpu/attention.h"
 #include "executor/cpu/cpu_features.h"
 #include "executor/cpu/kernels.h"
+#include "executor/cpu/ops.h"
 #include "executor/cpu/matmul.h"
 #include "test_util.h"
 
@@ -326,6 +327,41 @@ TEST_CASE("axpy and dot_f32 match the double reference", "[cpu_kernels][f32]") {
       CHECK(std::fabs(got - ref) <= kAtol + kRtol * mag);
     }
   }
+}
+
+TEST_CASE("swiglu matches the double reference at every ISA level, tails and large |gate| included", "[cpu_kernels][f32]") {
+  for (const CpuKernels* k : levels_under_test()) {
+    for (int64_t n : {1, 7, 8, 15, 16, 17, 33, 4097, 11520}) {
+      std::vector<float> g0 = random_values(n + 1), u = random_values(n + 1);
+      for (auto& v : g0) v *= 12.0f;  // sigmoid's both tails
+      if (n > 8) {
+        g0[1] = 95.0f;  // exp(-g) below the f32 range / exp(g) above it
+        g0[2] = -95.0f;
+        g0[3] = 0.0f;
+        g0[4] = -0.0f;
+      }
+      std::vector<float> g(g0);
+      g.push_back(kNaN);  // guard: must not be touched
+      k->swiglu(g.data() + 1, u.data() + 1, n);
+      int64_t bad = 0;
+      for (int64_t i = 1; i <= n; ++i) {
+        const double x = g0[static_cast<size_t>(i)];
+        const double ref = x / (1.0 + std::exp(-x)) * u[static_cast<size_t>(i)];
+        if (!(std::fabs(g[static_cast<size_t>(i)] - ref) <= 1e-6 * std::fabs(ref) + 1e-30)) ++bad;
+      }
+      INFO(isa_name(k->isa) << " swiglu n " << n);
+      CHECK(bad == 0);
+      CHECK(g[0] == g0[0]);
+      CHECK(std::isnan(g[static_cast<size_t>(n + 1)]));
+    }
+  }
+  // The pool form splits long rows and gives the same values.
+  ThreadPool pool(2);
+  const int64_t n = 100003;
+  std::vector<float> a = random_values(n), b(a), u = random_values(n);
+  swiglu(a.data(), u.data(), n);
+  swiglu(b.data(), u.data(), n, pool);
+  CHECK(a == b);
 }
 
 TEST_CASE("matmul() matches the reference on the GEMV and GEMM paths", "[cpu_kernels][matmul]") {
