@@ -120,20 +120,29 @@ class CudaBench final : public GpuBench {
     }
     stop_.store(false);
     moved_ = 0;
+    // The thread driving the copies sleeps while they run (blocking-sync events): a thread spinning
+    // in cudaStreamSynchronize took one of the cores the measured pool needs, so a 16-thread op had a
+    // time-shared straggler (16-thread rows under traffic up to 2.8x their alone time, 0.4 ms even for
+    // 1 MB of weights), where the executor's own host thread computes while its copies run.
     traffic_ = std::thread([this, chunk] {
       ck(cudaSetDevice(0), "cudaSetDevice");
+      cudaEvent_t done[2];
+      for (auto& e : done) ck(cudaEventCreateWithFlags(&e, cudaEventBlockingSync | cudaEventDisableTiming), "cudaEventCreate");
       const auto t0 = Clock::now();
       uint64_t moved = 0;
       while (!stop_.load()) {
         cudaMemcpyAsync(tr_dev_, tr_host_, chunk, cudaMemcpyHostToDevice, tr_s_[0]);
         cudaMemcpyAsync(static_cast<uint8_t*>(tr_host_) + chunk, static_cast<uint8_t*>(tr_dev_) + chunk, chunk,
                         cudaMemcpyDeviceToHost, tr_s_[1]);
-        cudaStreamSynchronize(tr_s_[0]);
-        cudaStreamSynchronize(tr_s_[1]);
+        cudaEventRecord(done[0], tr_s_[0]);
+        cudaEventRecord(done[1], tr_s_[1]);
+        cudaEventSynchronize(done[0]);
+        cudaEventSynchronize(done[1]);
         moved += 2 * chunk;
       }
       traffic_ms_ = ms_since(t0);
       moved_ = moved;
+      for (auto& e : done) cudaEventDestroy(e);
     });
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the engines are busy before timing starts
   }
