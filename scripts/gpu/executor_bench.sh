@@ -27,10 +27,10 @@ one() {  # model ctx budget schedule
   local model=$1 ctx=$2 budget=$3 sched=$4 toks
   [ "$ctx" = 1024 ] && toks=$p960 || toks=$p4032
   local res
-  # auto and dynamic rows and the whole model also record the measured timeline of their first runs
+  # auto, static and dynamic rows and the whole model also record the measured timeline of their first runs
   # (prefill chunks, then decode steps) next to the predicted one: timelines/*.json, tarred at the end.
   local tl=()
-  if [ "$sched" = auto ] || [ "$sched" = dynamic ]; then
+  if [ "$sched" = auto ] || [ "$sched" = dynamic ] || [ "$sched" = static ]; then
     mkdir -p "$out/timelines"
     tl=(--timeline "$out/timelines/${model}_${ctx}_${budget}_${sched}.json" --timeline-runs 6)
   fi
