@@ -6,7 +6,9 @@
 // Reported: weight bytes/s (bytes_per_second in binary units, weight_bytes in SI units: 90G/s is
 // 90 GB/s), FLOP/s ("FLOPS"), threads used; roofline_stream_read is the plain streaming read of the
 // same kind of weight set, the bound for decode_gemv; (d) attention() decode and prefill with T threads
-// (FLOPS and kv_bytes: K and V bytes of the cache read per call).
+// (FLOPS and kv_bytes: K and V bytes of the cache read per call); (e) the MoE FFN block of one decode
+// token (qwen30b: 8 of 128 experts of 768x2048, q4_0) through CpuBlocks::ffn, weight bytes of the
+// routed experts per second, to read against decode_gemv's rate.
 //
 // Environment (the effective values are printed in the run's context):
 //   SHARDWISE_BENCH_THREADS        thread counts for (a) and (b), comma-separated; default "1,<hw threads>"
@@ -43,6 +45,9 @@
 #include "executor/cpu/blas_env.h"
 #include "executor/cpu/kernels.h"
 #include "executor/cpu/matmul.h"
+#include "executor/model/cpu_blocks.h"
+#include "executor/model/moe_routing.h"
+#include "microbench/bench_data.h"
 
 extern "C" char* openblas_get_corename(void);
 
@@ -487,7 +492,89 @@ void bm_attention(benchmark::State& state, const std::string& key, AttnCase c, i
   state.counters["threads"] = threads;
 }
 
+// (e) One decode token through the MoE FFN block: 8 of 128 experts (qwen30b's shapes, q4_0), a
+// fresh random routing each iteration (the experts of a step come from DRAM, as in a real step).
+void bm_moe_decode(benchmark::State& state, const std::string& key, int threads) {
+  sw::Op op;
+  op.kind = sw::OpKind::MoeExperts;
+  op.dtype = DType::Q4_0;
+  op.rows = 768;
+  op.cols = 2048;
+  op.n_experts = 128;
+  op.top_k = 8;
+  op.tokens = 1;
+  const sw::ModelSpec spec = sw::moe_block_spec(op);
+  sw::ThreadPool& pool = pool_of(threads);
+  const uint64_t one = static_cast<uint64_t>(op.rows) * sw::dtype_row_bytes(op.dtype, op.cols);
+  const uint64_t down = static_cast<uint64_t>(op.cols) * sw::dtype_row_bytes(op.dtype, op.rows);
+  static sw::HostBuffer experts;  // shared by the thread counts: 340 MB
+  if (experts.size() == 0) {
+    experts = sw::HostBuffer(static_cast<uint64_t>(op.n_experts) * (2 * one + down));
+    sw::fill_random(op.dtype, experts.data(), experts.size(), 91, pool);
+  }
+  sw::LayerWeights w;
+  w.ffn_norm.assign(static_cast<size_t>(op.cols), 1.0f);
+  auto view = [&](uint64_t off, sw::Shape sh) {
+    sw::TensorView v;
+    v.dtype = op.dtype;
+    v.shape = std::move(sh);
+    v.nbytes = sw::tensor_bytes(op.dtype, v.shape);
+    v.data = experts.data() + off;
+    return v;
+  };
+  const uint64_t E = static_cast<uint64_t>(op.n_experts);
+  w.gate_exps = view(0, {op.n_experts, op.rows, op.cols});
+  w.up_exps = view(E * one, {op.n_experts, op.rows, op.cols});
+  w.down_exps = view(2 * E * one, {op.n_experts, op.cols, op.rows});
+  sw::CpuBlocks blocks(spec, sw::RopeStyle::Neox, pool);
+  std::vector<float> x = random_activations(op.cols, 5), logits(static_cast<size_t>(op.n_experts));
+  uint64_t seed = 1;
+  auto routing = [&] {
+    for (auto& l : logits) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      l = static_cast<float>(seed >> 40) / static_cast<float>(1 << 24);
+    }
+    return sw::route_tokens(logits.data(), 1, op.n_experts, op.top_k, true);
+  };
+  if (first_entry(key)) {  // the block on this ISA against the scalar kernels
+    const sw::MoeRouting r = routing();
+    std::vector<float> a(x), b(x);
+    blocks.ffn(w, a.data(), 1, &r);
+    const sw::Isa was = sw::active_isa();
+    sw::set_isa_cap(sw::Isa::Scalar);
+    blocks.ffn(w, b.data(), 1, &r);
+    sw::set_isa_cap(was);
+    double err = 0, mag = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      err = std::max(err, std::fabs(static_cast<double>(a[i]) - b[i]));
+      mag = std::max(mag, std::fabs(static_cast<double>(b[i])));
+    }
+    if (!(err <= 1e-4 * mag + 1e-6)) {
+      state.SkipWithError(sw::str_cat("MoE block differs from the scalar kernels: max |diff| ", err, " of ", mag).c_str());
+      return;
+    }
+  }
+  std::vector<float> xi(x);
+  for (auto _ : state) {
+    state.PauseTiming();
+    const sw::MoeRouting r = routing();
+    std::copy(x.begin(), x.end(), xi.begin());
+    state.ResumeTiming();
+    blocks.ffn(w, xi.data(), 1, &r);
+    benchmark::ClobberMemory();
+  }
+  const uint64_t touched = static_cast<uint64_t>(op.top_k) * (2 * one + down);
+  set_counters(state, touched, 2.0 * 3.0 * op.top_k * op.rows * op.cols, threads);
+}
+
 void register_all() {
+  // (e) the MoE decode block
+  for (int threads : g_cfg.threads) {
+    const std::string name = sw::str_cat("moe_decode/q4_0/128x768x2048_top8/tokens:1/threads:", threads);
+    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { bm_moe_decode(st, name, threads); })
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
   // (d) attention
   for (const AttnCase& c : kAttnCases) {
     for (int threads : g_cfg.threads) {

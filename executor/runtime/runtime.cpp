@@ -137,18 +137,29 @@ void Runtime::set_n_past(int64_t n) {
 void Runtime::fill_host_cache(int64_t n, uint64_t seed) {
   SW_CHECK(n >= 0 && n <= table_.ctx, "fill_host_cache: ", n, " positions outside the context of ", table_.ctx);
   const std::vector<bool>& on_gpu = kv_fixed_ ? kv_on_gpu_ : table_.kv_on_gpu;  // every plan of the table keeps it there
-  const int64_t L = spec_.num_hidden_layers, kvd = spec_.kv_dim();
-  pool_.parallel_for(2 * L, 1, [&](int64_t i0, int64_t i1, int) {
+  // A seeded 256 KiB pattern copied over every host-resident cache (gigabytes at a 16K context: copies
+  // of a pattern run at memory speed, where generating every value would cost seconds per runtime).
+  std::vector<float> pattern(65536);
+  uint64_t x = (seed + 1) * 0x9e3779b97f4a7c15ull;
+  for (float& v : pattern) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    v = static_cast<float>(static_cast<int64_t>(x >> 40) - (int64_t(1) << 23)) / static_cast<float>(int64_t(1) << 23);
+  }
+  const int64_t L = spec_.num_hidden_layers, floats = n * spec_.kv_dim();
+  const int64_t P = static_cast<int64_t>(pattern.size()), pieces = (floats + P - 1) / P;
+  pool_.parallel_for(2 * L * pieces, 1, [&](int64_t i0, int64_t i1, int) {
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t layer = i / 2;
+      const int64_t half = i / pieces, piece = i % pieces, layer = half / 2;
       if (static_cast<size_t>(layer) < on_gpu.size() && on_gpu[static_cast<size_t>(layer)]) continue;
-      float* p = i % 2 ? host_kv_->v(layer) : host_kv_->k(layer);
-      uint64_t x = (seed + 1) * 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(i + 1) * 0xbf58476d1ce4e5b9ull;
-      for (int64_t j = 0, end = n * kvd; j < end; ++j) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        p[j] = static_cast<float>(static_cast<int64_t>(x >> 40) - (int64_t(1) << 23)) / static_cast<float>(int64_t(1) << 23);
+      float* p = (half % 2 ? host_kv_->v(layer) : host_kv_->k(layer)) + piece * P;
+      // Shifted by the layer and side, so that K and V of different layers differ.
+      const int64_t shift = (half * 4099) % P, len = std::min(P, floats - piece * P);
+      for (int64_t j = 0; j < len;) {
+        const int64_t from = (shift + j) % P, run = std::min(len - j, P - from);
+        std::memcpy(p + j, pattern.data() + from, static_cast<size_t>(run) * sizeof(float));
+        j += run;
       }
     }
   });
