@@ -1,6 +1,7 @@
 // oracle/sweep.h — the oracle: for every configuration of an experiment, build the plan table with
 // the cost model (the predictions), then run each feasible (tier, schedule) through the executor's
-// Runtime for real — one step of `tier` new tokens over a KV cache filled to ctx, after warm-up,
+// Runtime for real — one step of `tier` new tokens over a KV cache filled to ctx (host-resident
+// caches written with seeded data first, Runtime::fill_host_cache, as a prefill would), after warm-up,
 // repeated until the spread is small (fewer repeats for expensive steps) — and append one JSONL row
 // per (configuration, tier, schedule) with the DESIGN.md §6 keys.
 // Crash-safe and resumable (results.h), splittable (--shard i/n), time-boxed (--max-minutes, stops
