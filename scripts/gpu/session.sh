@@ -27,7 +27,7 @@ case $stage in
     echo "== GPU suite"
     timeout 150 "$root/bin/test_gpu" "~[bench]" > "$out/test_gpu.log" 2>&1; echo "rc=$?"; tail -3 "$out/test_gpu.log"
     grep -B2 -A8 "FAILED" "$out/test_gpu.log" | head -40
-    PROFILE_TIMEOUT=220 VALIDATE_TIMEOUT=170 bash scripts/gpu/profile.sh "$out/profile"
+    PROFILE_TIMEOUT=260 VALIDATE_TIMEOUT=170 bash scripts/gpu/profile.sh "$out/profile"
     # The minutes left start the planner-accuracy study with the fresh profile: a copy of the experiment
     # whose `profile:` (results/profile/h200-host.profile.json, unchanged text, so the same experiment
     # hash) resolves next to the copy, to the profile just measured. Continue it with
