@@ -395,6 +395,15 @@ class CudaKernels : public DeviceKernels {
 
   // x[t] += token t's weighted expert outputs (rows of o), from a device table (see MoeCombineArgs).
   void combine_from_table(float* x, const float* o, int64_t n, const int32_t* off, const int32_t* slot, const float* weight) {
+    MoeCombineArgs c = combine_args(x, o, n);
+    c.off = off;
+    c.slot = slot;
+    c.weight = weight;
+    moe_combine(ctx_, c);
+  }
+
+  // The combine of n tokens' expert outputs o (rows of hidden width) into x; the table is the caller's.
+  MoeCombineArgs combine_args(float* x, const float* o, int64_t n) const {
     const int64_t H = spec_.hidden_size;
     MoeCombineArgs c;
     c.x = x;
@@ -403,10 +412,7 @@ class CudaKernels : public DeviceKernels {
     c.ld_out = H;
     c.n = static_cast<int32_t>(n);
     c.width = static_cast<int32_t>(H);
-    c.off = off;
-    c.slot = slot;
-    c.weight = weight;
-    moe_combine(ctx_, c);
+    return c;
   }
 
   void output(const float* out_norm, const DevMat& head, const float* x_row, float* logits) override {
@@ -584,7 +590,6 @@ class CudaKernels : public DeviceKernels {
     const bool fused = w.gate_dtype == w.up_dtype;
     if (!fused) u = ws_.take<float>(static_cast<uint64_t>(std::max<int64_t>(slots, 1) * F), "MoE: expert up");
     std::vector<GemvTask> gate_tasks, up_tasks, down_tasks;
-    MoeCombineArgs c;
     std::vector<std::vector<std::pair<int32_t, float>>> per_token(static_cast<size_t>(n));
     for (const auto& run : runs) {
       const auto& toks = r.tokens_of_expert[static_cast<size_t>(run.expert)];
@@ -632,12 +637,7 @@ class CudaKernels : public DeviceKernels {
       }
       gemv(ctx_, w.down_dtype, GemvMode::Store, down_tasks.data(), static_cast<int>(down_tasks.size()));
     }
-    c.x = x;
-    c.ldx = H;
-    c.out = o;
-    c.ld_out = H;
-    c.n = static_cast<int32_t>(n);
-    c.width = static_cast<int32_t>(H);
+    MoeCombineArgs c = combine_args(x, o, n);
     int32_t k = 0;
     for (int64_t t = 0; t < n; ++t) {
       c.inline_off[t] = k;
