@@ -92,6 +92,10 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
     ranges.push_back({b, b + kv.second.nbytes});
   }
   std::sort(ranges.begin(), ranges.end());
+  // SHARDWISE_PIN_HOST=0 leaves the host weights pageable (a diagnostic: pinning may change how
+  // the kernel maps them, and with it the CPU's read rate).
+  const char* pin_env = std::getenv("SHARDWISE_PIN_HOST");
+  if (pin_env && std::string(pin_env) == "0") ranges.clear();
   const uint64_t page = 4096;
   for (size_t i = 0; i < ranges.size();) {
     uint64_t b = ranges[i].first / page * page, e = ranges[i].second;

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine with the bundle from scripts/gpu/bundle.sh: measured timelines (next to
+# the planner's simulated ones) of single configurations the planner-accuracy study got wrong, to see
+# which action ran longer than predicted. One archive back: OUT/probe.tgz.
+#   timeline_probe.sh OUT "MODEL BUDGET CTX THREADS CAP SCHEDULE" ...
+# MODEL is a synthetic spec (e.g. "synthetic:nemo8b?dtype=f16&seed=1"); a 256-token prompt, 8 new
+# tokens, the first 4 plan runs recorded (the prefill step, then decode steps).
+set -uo pipefail
+out=${1:?usage: timeline_probe.sh OUT "MODEL BUDGET CTX THREADS CAP SCHEDULE" ...}
+shift
+root=/tmp/shardwise-bundle
+if [ ! -x "$root/bin/shardwise" ]; then
+  rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz
+fi
+export LD_LIBRARY_PATH="$root/lib:${LD_LIBRARY_PATH:-}"
+bin="$root/bin/shardwise"
+profile=${PROFILE:-experiments/results/profile/h200-host.profile.json}
+mkdir -p "$out/probe"
+toks=$(python3 -c "import random; random.seed(256); print(','.join(str(random.randrange(3, 32000)) for _ in range(256)))")
+for cfg in "$@"; do
+  read -r model budget ctx threads cap sched <<< "$cfg"
+  name=$(echo "${model#synthetic:}_${budget}_${ctx}_t${threads}_${cap}_${sched}" | tr -c 'A-Za-z0-9_.\n-' '_')
+  echo "== $name"
+  timeout 120 "$bin" run --model "$model" --tokens "$toks" -n 8 --greedy --threads "$threads" --ctx "$ctx" \
+    --device cuda --vram-budget "$budget" --pcie-cap "$cap" --schedule "$sched" --profile "$profile" --json \
+    --timeline "$out/probe/$name.json" --timeline-runs 4 > "$out/probe/$name.run.json" 2> "$out/probe/$name.err"
+  echo "rc=$? $(tail -c 300 "$out/probe/$name.err")"
+done
+tar -C "$out" -czf "$out/probe.tgz" probe && rm -rf "$out/probe"
