@@ -1,8 +1,9 @@
 // executor/cuda/cuda_runtime_device.cu — the CUDA Device (see executor/device/device.h): the arena is
 // one cudaMalloc of exactly the budget; the four queues are non-blocking streams; events come from a
 // pool recycled at each synchronize(); host weights are registered (pinned) so copies run at PCIe
-// speed; a PCIe cap paces copies in 4 MiB chunks with host callbacks (the two host-to-device
-// streams share one pacer: the cap is the link's; copies under 64 KiB are charged, not held). The blocks' kernels live in
+// speed; a PCIe cap paces copies in chunks of 4 MiB or more with a waiting kernel on the copy's stream
+// (the two host-to-device streams share one pacer: the cap is the link's; copies under 64 KiB are
+// charged, not held). The blocks' kernels live in
 // cuda_kernels.h and are warmed up (loaded, cuBLAS set up) when created, before the arena; cuBLAS
 // gets its workspace from the plan's scratch, never its own allocation.
 #include <cublas_v2.h>
@@ -32,41 +33,46 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail("CUDA: ", what, ": ", cudaGetErrorString(e));
 }
 
-// Paces one copy stream to a byte rate: a host callback after each chunk sleeps until the chunk's
-// share of time at the cap has passed.
+// Paces copies to a byte rate on the device itself: after each chunk a one-thread kernel on the
+// copy's stream takes the chunk's share of time at the cap from a credit clock in device memory
+// (the GPU's global timer) and waits until it has passed, so the stream's next copy starts no
+// earlier than a link of that rate would allow. (Host callbacks did this before: a callback thread
+// sleeping between chunks needs a core to wake on, and with the 16 cores busy in a CPU shard each
+// wake came late — a 270 MiB shard at 16 GB/s took 51 ms instead of 17.7; and two streamed shards'
+// 136 callbacks filled the driver's queue, so the host thread, which computes the CPU shards,
+// stalled 20 ms at the step's start: executor/timelines_probe_b750698.)
 struct Pacer {
-  std::atomic<double> cap{0};  // bytes per second, 0 = none
-  std::atomic<uint64_t> owed{0};  // bytes of unpaced small copies, charged to the next paced chunk
-  std::mutex mu;
-  std::chrono::steady_clock::time_point credit = std::chrono::steady_clock::now();
+  std::atomic<double> cap{0};       // bytes per second, 0 = none
+  std::atomic<uint64_t> owed{0};    // bytes of unpaced small copies, charged to the next paced chunk
+  unsigned long long* credit = nullptr;  // device: global-timer ns at which the link is free again
 };
 
-// Copies below this size are not held by a callback of their own: on any link they take about the
-// link's latency (an activation row, router logits), and a host callback after each would add its
-// own ~0.1 ms that no real slower link has. Their bytes count against the next paced chunk, so the
-// average rate stays at the cap. The profiler's smallest copy (64 KiB) is paced: its capped rows
-// time what a paced copy costs, and the cost model times smaller copies by the uncapped rows.
+// Copies below this size are not held: on any link they take about the link's latency (an
+// activation row, router logits), and holding each would add a launch of its own that no real
+// slower link has. Their bytes count against the next paced chunk, so the average rate stays at
+// the cap. The profiler's smallest copy (64 KiB) is paced: its capped rows time what a paced copy
+// costs, and the cost model times smaller copies by the uncapped rows.
 constexpr uint64_t kPacedMinBytes = 64ull << 10;
 
-struct PaceArg {
-  Pacer* pacer;
-  uint64_t bytes;
-};
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 
-void CUDART_CB pace_callback(void* p) {
-  std::unique_ptr<PaceArg> a(static_cast<PaceArg*>(p));
-  const double cap = a->pacer->cap.load();
-  if (cap <= 0) return;
-  std::chrono::steady_clock::time_point until;
-  {
-    std::lock_guard<std::mutex> lock(a->pacer->mu);
-    const auto now = std::chrono::steady_clock::now();
-    a->pacer->credit = std::max(a->pacer->credit, now - std::chrono::milliseconds(1)) +
-                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                           std::chrono::duration<double>(static_cast<double>(a->bytes) / cap));
-    until = a->pacer->credit;
-  }
-  std::this_thread::sleep_until(until);
+// The link is busy until `credit`; this chunk adds `ns` to it (from now if the link was idle for
+// more than a millisecond, so an idle link does not bank unlimited credit) and the stream waits
+// until then. Streams sharing one pacer (the two host-to-device ones) update the clock atomically.
+__global__ void pace_kernel(unsigned long long* credit, unsigned long long ns) {
+  const unsigned long long now = global_ns();
+  const unsigned long long floor = now > 1000000ull ? now - 1000000ull : 0ull;
+  unsigned long long old = *reinterpret_cast<volatile unsigned long long*>(credit), assumed, until;
+  do {
+    assumed = old;
+    until = (assumed > floor ? assumed : floor) + ns;
+    old = atomicCAS(credit, assumed, until);
+  } while (old != assumed);
+  while (global_ns() < until) __nanosleep(2000);
 }
 
 // Forwards the blocks, giving cuBLAS the first part of the workspace.
@@ -104,7 +110,17 @@ class CudaDevice : public Device {
     cudaDeviceProp p;
     check(cudaGetDeviceProperties(&p, ordinal), "cudaGetDeviceProperties");
     name_ = p.name;
-    for (auto& s : streams_) check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    // The copy queues get the higher priority: a pacing kernel on them must find an SM between the
+    // compute queue's blocks, not after them.
+    int least = 0, greatest = 0;
+    check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+    for (int q = 0; q < kNumQueues; ++q)
+      check(cudaStreamCreateWithPriority(&streams_[q], cudaStreamNonBlocking, q == 0 ? least : greatest), "cudaStreamCreate");
+    void* credits = nullptr;
+    check(cudaMalloc(&credits, 2 * sizeof(unsigned long long)), "cudaMalloc (pacer)");
+    check(cudaMemset(credits, 0, 2 * sizeof(unsigned long long)), "cudaMemset (pacer)");
+    pacers_[0].credit = static_cast<unsigned long long*>(credits);
+    pacers_[1].credit = pacers_[0].credit + 1;
     if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) fail("cuBLAS: cublasCreate failed");
     if (cublasSetStream(blas_, streams_[0]) != CUBLAS_STATUS_SUCCESS) fail("cuBLAS: cublasSetStream failed");
     // No TF32 or other reduced-precision modes: results must match the f32 reference.
@@ -125,6 +141,7 @@ class CudaDevice : public Device {
     if (origin_) cudaEventDestroy(origin_);
     for (const auto& r : registered_) cudaHostUnregister(reinterpret_cast<void*>(r.first));
     if (arena_) cudaFree(arena_);
+    if (pacers_[0].credit) cudaFree(pacers_[0].credit);
     if (blas_) cublasDestroy(blas_);
     for (auto& s : streams_) cudaStreamDestroy(s);
   }
@@ -343,7 +360,9 @@ class CudaDevice : public Device {
       if (e != cudaSuccess) copy_failed(e, dst, src, bytes, kind);
       return;
     }
-    const uint64_t chunk = 4ull << 20;
+    // Chunks of 4 MiB (a quarter millisecond at 16 GB/s), at most 32 per copy: a 270 MiB shard
+    // is paced in 8.4 MiB steps, and its copy adds 64 entries to the stream's queue, not 136.
+    const uint64_t chunk = std::max<uint64_t>(4ull << 20, (bytes + 31) / 32);
     for (uint64_t off = 0; off < bytes; off += chunk) {
       const uint64_t c = std::min(chunk, bytes - off);
       const cudaError_t e = cudaMemcpyAsync(static_cast<uint8_t*>(dst) + off, static_cast<const uint8_t*>(src) + off, c, kind, streams_[q]);
@@ -352,7 +371,9 @@ class CudaDevice : public Device {
         pacer.owed.fetch_add(c);
         continue;
       }
-      check(cudaLaunchHostFunc(streams_[q], pace_callback, new PaceArg{&pacer, c + pacer.owed.exchange(0)}), "cudaLaunchHostFunc");
+      const double ns = static_cast<double>(c + pacer.owed.exchange(0)) / pacer.cap.load() * 1e9;
+      pace_kernel<<<1, 1, 0, streams_[q]>>>(pacer.credit, static_cast<unsigned long long>(ns));
+      check(cudaGetLastError(), "the pacing kernel launch");
     }
   }
 
