@@ -490,7 +490,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
     const int layer = sh ? sh->layer : -1;
     if (timed) {
       if (on_device) t_start[static_cast<size_t>(a.id)] = device_.timestamp(queue_of(a.resource));
-      else h_start[static_cast<size_t>(a.id)] = host_ms();
+      h_start[static_cast<size_t>(a.id)] = host_ms();
     }
     switch (a.kind) {
       case ActionKind::Embed:
@@ -664,8 +664,8 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
         break;
     }
     if (timed) {
+      h_end[static_cast<size_t>(a.id)] = host_ms();
       if (on_device) t_end[static_cast<size_t>(a.id)] = device_.timestamp(queue_of(a.resource));
-      else h_end[static_cast<size_t>(a.id)] = host_ms();
     }
     if (on_device) ev[static_cast<size_t>(a.id)] = device_.record(queue_of(a.resource));
   };
@@ -740,6 +740,10 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
       const bool dev = a.resource != Resource::Cpu;
       t.start_ms = dev ? device_.timestamp_ms(t_start[i]) : h_start[i];
       t.end_ms = dev ? device_.timestamp_ms(t_end[i]) : h_end[i];
+      if (dev) {
+        t.enqueue_start_ms = h_start[i];
+        t.enqueue_end_ms = h_end[i];
+      }
       timeline_.push_back(std::move(t));
     }
   ++plan_runs_;

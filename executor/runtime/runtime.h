@@ -45,6 +45,9 @@ struct TimelineEntry {
   Resource resource = Resource::Cpu;
   std::string label;
   double start_ms = 0, end_ms = 0;
+  // Device actions: when the host began and finished enqueuing the action (host clock, same time 0);
+  // -1 for CPU actions. A device action that starts as soon as it is enqueued was waiting for the host.
+  double enqueue_start_ms = -1, enqueue_end_ms = -1;
 };
 
 struct RuntimeStep {

@@ -246,6 +246,13 @@ TEST_CASE("runtime: the measured timeline covers every action and respects every
           CHECK(t->start_ms >= 0);
           CHECK(t->end_ms >= t->start_ms);
           for (int d : a.deps) CHECK(t->start_ms >= by_id[static_cast<size_t>(d)]->end_ms);
+          if (a.resource == Resource::Cpu) {
+            CHECK(t->enqueue_start_ms == -1);
+          } else {  // a device action cannot start before the host enqueued it
+            CHECK(t->enqueue_start_ms >= 0);
+            CHECK(t->enqueue_end_ms >= t->enqueue_start_ms);
+            CHECK(t->start_ms >= t->enqueue_start_ms - 0.05);
+          }
         }
       }
     }
