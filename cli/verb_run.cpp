@@ -43,6 +43,7 @@ struct RunArgs {
   std::string vram_budget, schedule = "auto", pcie_cap = "none", plan, hw = "h200-host", profile;
   std::string timeline;  // --timeline FILE: Chrome trace of the first plan runs, measured and predicted
   int timeline_runs = 4;
+  bool cuda_graphs = false;  // --cuda-graphs: decode steps of device-resident plans as one CUDA graph each
   bool hw_given = false;  // --hw on the command line (not the default): may stand in for a CPU-only profile's GPU
 };
 
@@ -226,6 +227,7 @@ void run_run(RunArgs a) {
     if (a.schedule != "auto") ro.schedule = parse_schedule(a.schedule);
     ro.pcie_cap_bytes_per_s = parse_bandwidth(a.pcie_cap, "--pcie-cap");
     if (!a.timeline.empty()) ro.timeline_runs = a.timeline_runs;
+    ro.cuda_graphs = a.cuda_graphs;
     if (device == "emu") {
       EmuOptions eo;
       eo.max_delay_us = 0;  // no artificial delays for real runs
@@ -298,6 +300,7 @@ void run_run(RunArgs a) {
       j["device_peak_bytes"] = m.device_peak_bytes;
       j["context_bytes"] = m.context_bytes;
       j["uploaded_bytes"] = m.uploaded_bytes;
+      j["graph_launches"] = runtime->graph_launches();
       nlohmann::json schedules = nlohmann::json::object();
       for (const auto& t : runtime->table().tiers) {
         int64_t chunk = 0;
@@ -384,6 +387,9 @@ void register_run(CLI::App& app) {
   sub->add_option("--timeline-runs", a->timeline_runs, "Plan runs --timeline records (a chunked prefill counts each chunk)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
+  sub->add_flag("--cuda-graphs", a->cuda_graphs,
+                "Run each decode step (<= 8 tokens) of a device-resident plan (whole model and KV in VRAM) as one CUDA "
+                "graph: one launch instead of one per kernel (not the --timeline runs)");
   CLI::Option* hw = sub->add_option("--hw", a->hw, "Machine the planner's cost model describes (builtin or .yaml)")->capture_default_str();
   sub->add_option("--profile", a->profile,
                   "Measured ProfileDB (`shardwise profile`) the planner's cost model answers from; takes precedence over --hw");

@@ -136,6 +136,7 @@ class CudaDevice : public Device {
   ~CudaDevice() override {
     cudaDeviceSynchronize();
     kernels_.reset();
+    for (auto& g : graphs_) cudaGraphExecDestroy(g.second);
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
     for (cudaEvent_t e : stamps_) cudaEventDestroy(e);
     if (origin_) cudaEventDestroy(origin_);
@@ -262,6 +263,47 @@ class CudaDevice : public Device {
     check(cudaEventElapsedTime(&ms, origin_, stamps_[e.seq]), "cudaEventElapsedTime");
     return ms;
   }
+  bool begin_capture(Queue q) override {
+    // Relaxed: calls that are not stream work (a cudaGetLastError after a launch) stay legal.
+    check(cudaStreamBeginCapture(streams_[static_cast<int>(q)], cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+    return true;
+  }
+  void end_capture(Queue q, uint64_t key) override {
+    cudaStream_t s = streams_[static_cast<int>(q)];
+    cudaGraph_t g = nullptr;
+    const cudaError_t e = cudaStreamEndCapture(s, &g);
+    if (e != cudaSuccess || g == nullptr) {
+      cudaGetLastError();
+      fail("CUDA: capturing a decode step as a graph failed (", cudaGetErrorString(e),
+           "): a block did something a graph cannot hold; run without --cuda-graphs");
+    }
+    auto it = graphs_.find(key);
+    if (it != graphs_.end()) {
+      // Same kernels, new parameters (positions, split counts): update in place; a changed shape
+      // (another kernel, a node more) needs a new executable.
+      cudaGraphExecUpdateResultInfo info;
+      if (cudaGraphExecUpdate(it->second, g, &info) != cudaSuccess) {
+        cudaGetLastError();
+        cudaGraphExecDestroy(it->second);
+        graphs_.erase(it);
+        it = graphs_.end();
+      }
+    }
+    if (it == graphs_.end()) {
+      cudaGraphExec_t x = nullptr;
+      const cudaError_t ie = cudaGraphInstantiate(&x, g, 0);
+      if (ie != cudaSuccess) {
+        cudaGraphDestroy(g);
+        check(ie, "cudaGraphInstantiate");
+      }
+      it = graphs_.emplace(key, x).first;
+    }
+    cudaGraphDestroy(g);
+    check(cudaGraphLaunch(it->second, s), "cudaGraphLaunch");
+    ++graph_launches_;
+  }
+  uint64_t graph_launches() const override { return graph_launches_; }
+
   void synchronize() override {
     for (auto& s : streams_) check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
     check(cudaGetLastError(), "a kernel launch");
@@ -397,6 +439,8 @@ class CudaDevice : public Device {
   std::map<uint64_t, uint64_t> registered_;
   bool warned_pin_ = false;
   Pacer pacers_[2];
+  std::map<uint64_t, cudaGraphExec_t> graphs_;  // end_capture's executables by the runtime's key
+  uint64_t graph_launches_ = 0;
 };
 
 }  // namespace

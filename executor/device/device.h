@@ -106,6 +106,23 @@ class Device {
   virtual Event timestamp(Queue q) = 0;
   virtual double timestamp_ms(const Event& e) = 0;
 
+  // Graphs (CUDA graphs; the runtime's decode steps of device-resident plans, runtime.h): work
+  // enqueued on q between begin_capture and end_capture is recorded, not run; end_capture turns it
+  // into an executable graph — the one kept under `key` updated in place when only kernel
+  // parameters changed (positions, sizes), else a new one — and launches it on q. While capturing,
+  // no other queue and not the host may wait for q (record(q) is not a point to wait on until
+  // end_capture). begin_capture returns false where the device has no graphs; then nothing is
+  // recorded and the work runs as usual.
+  virtual bool begin_capture(Queue q) {
+    (void)q;
+    return false;
+  }
+  virtual void end_capture(Queue q, uint64_t key) {
+    (void)q;
+    (void)key;
+  }
+  virtual uint64_t graph_launches() const { return 0; }
+
   // The model's blocks; set up once per model.
   virtual DeviceKernels& kernels(const ModelSpec& spec, RopeStyle rope) = 0;
 

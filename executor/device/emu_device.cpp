@@ -1,7 +1,9 @@
 // executor/device/emu_device.cpp — the host-emulated device (see device.h): its own memory (one host
 // buffer as the arena), three worker threads as in-order queues, and the CPU blocks as its kernels.
 // Every queue sleeps a seeded random time before each item, so work that is not ordered by an event
-// runs in a random order and a missing dependency shows up as a wrong result.
+// runs in a random order and a missing dependency shows up as a wrong result. Graphs: a capture keeps
+// the compute queue's items and runs them as one item at end_capture; a wait that CUDA forbids during
+// a capture (on an event recorded inside it, or by the capturing queue on another) is an error.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -13,6 +15,7 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include "core/error.h"
 #include "core/host_buffer.h"
@@ -37,12 +40,32 @@ class EmuQueue {
     cv_.notify_all();
     worker_.join();
   }
-  // Returns the item's sequence number (1-based).
+  // Returns the item's sequence number (1-based); while capturing, the item is kept for the graph.
   uint64_t push(std::function<void()> fn) {
     std::lock_guard<std::mutex> lock(mu_);
+    if (capturing_) {
+      captured_.push_back(std::move(fn));
+      return submitted_;
+    }
     items_.push_back(std::move(fn));
     cv_.notify_all();
     return ++submitted_;
+  }
+  void begin_capture() {
+    std::lock_guard<std::mutex> lock(mu_);
+    SW_CHECK(!capturing_, "emu: a capture is already open on this queue");
+    capturing_ = true;
+    captured_.clear();
+  }
+  std::vector<std::function<void()>> end_capture() {
+    std::lock_guard<std::mutex> lock(mu_);
+    SW_CHECK(capturing_, "emu: end_capture without begin_capture");
+    capturing_ = false;
+    return std::move(captured_);
+  }
+  bool capturing() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return capturing_;
   }
   uint64_t submitted() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -99,6 +122,8 @@ class EmuQueue {
   std::deque<std::function<void()>> items_;
   uint64_t submitted_ = 0, completed_ = 0;
   bool stop_ = false;
+  bool capturing_ = false;
+  std::vector<std::function<void()>> captured_;
   std::exception_ptr error_;
   std::thread worker_;
 };
@@ -229,11 +254,16 @@ class EmuDevice : public Device {
   Event record(Queue q) override {
     Event e;
     e.queue = static_cast<int>(q);
-    e.seq = queues_[static_cast<int>(q)]->submitted();
+    // An event recorded while its queue captures is no point to wait on (as in CUDA): marked, and
+    // a wait on it is an error.
+    e.seq = queues_[static_cast<int>(q)]->capturing() ? kCapturedEvent : queues_[static_cast<int>(q)]->submitted();
     return e;
   }
   void wait(Queue q, const Event& e) override {
     if (!e.valid() || e.queue == static_cast<int>(q)) return;  // same queue: already ordered
+    check_waitable(e);
+    // As CUDA: a capturing queue may not wait for another queue's work recorded outside the capture.
+    SW_CHECK(!queues_[static_cast<int>(q)]->capturing(), "emu: a queue waits for another queue during a graph capture");
     ++waits_;
     if (opt_.drop_wait > 0 && waits_ == opt_.drop_wait) return;  // test hook: a missing dependency
     EmuQueue* other = queues_[e.queue].get();
@@ -242,11 +272,30 @@ class EmuDevice : public Device {
   }
   void host_wait(const Event& e) override {
     if (!e.valid()) return;
+    check_waitable(e);
     queues_[e.queue]->wait_done(e.seq);
     rethrow();
   }
-  bool event_done(const Event& e) override { return !e.valid() || queues_[e.queue]->done(e.seq); }
+  bool event_done(const Event& e) override {
+    if (!e.valid()) return true;
+    check_waitable(e);
+    return queues_[e.queue]->done(e.seq);
+  }
+  // A graph: the captured items run as one item of the queue.
+  bool begin_capture(Queue q) override {
+    queues_[static_cast<int>(q)]->begin_capture();
+    return true;
+  }
+  void end_capture(Queue q, uint64_t) override {
+    auto items = std::make_shared<std::vector<std::function<void()>>>(queues_[static_cast<int>(q)]->end_capture());
+    push(q, [items] {
+      for (auto& fn : *items) fn();
+    });
+    ++graph_launches_;
+  }
+  uint64_t graph_launches() const override { return graph_launches_; }
   void synchronize() override {
+    for (auto& q : queues_) SW_CHECK(!q->capturing(), "emu: synchronize during a graph capture");
     for (auto& q : queues_) q->wait_done(q->submitted());
     rethrow();
   }
@@ -285,6 +334,10 @@ class EmuDevice : public Device {
 
  private:
   void push(Queue q, std::function<void()> fn) { queues_[static_cast<int>(q)]->push(std::move(fn)); }
+  static constexpr uint64_t kCapturedEvent = ~0ull;
+  void check_waitable(const Event& e) {
+    SW_CHECK(e.seq != kCapturedEvent, "emu: waited for an event recorded during a graph capture (it marks no point yet)");
+  }
   void check_in_arena(const void* p, uint64_t bytes, const char* what) const {
     const uint8_t* b = arena_.data();
     const uint8_t* x = static_cast<const uint8_t*>(p);
@@ -310,6 +363,7 @@ class EmuDevice : public Device {
   HostBuffer arena_;
   double cap_ = 0;
   int waits_ = 0;
+  uint64_t graph_launches_ = 0;
   std::mutex stamp_mu_;
   std::deque<double> stamps_;
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();

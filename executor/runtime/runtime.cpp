@@ -474,11 +474,39 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
     h_end.assign(plan.actions.size(), 0);
   }
   auto host_ms = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host0).count(); };
+
+  // CUDA graphs (options_.cuda_graphs): consecutive GPU compute actions are captured as one graph,
+  // launched when anything else comes next; their events are then the one recorded after the graph.
+  bool graph_plan = options_.cuda_graphs && !timed && n <= kDeviceRoutingMaxTokens;
+  for (const Action& a : plan.actions) {
+    if (!graph_plan) break;
+    const bool cpu_work = a.resource == Resource::Cpu && a.kind != ActionKind::Embed;
+    graph_plan = !cpu_work && a.kind != ActionKind::CopyWeights && a.payload != Payload::RouterLogits;
+  }
+  bool capturing = false;
+  std::vector<int> captured;  // actions inside the open capture
+  auto end_capture = [&] {
+    if (!capturing) return;
+    device_.end_capture(Queue::Compute, (static_cast<uint64_t>(reinterpret_cast<uintptr_t>(&plan)) << 12) ^
+                                            static_cast<uint64_t>(captured.front()));
+    const Event g = device_.record(Queue::Compute);
+    for (int id : captured) ev[static_cast<size_t>(id)] = g;
+    captured.clear();
+    capturing = false;
+  };
   auto execute = [&](const Action& a) {
     const bool on_device = a.resource != Resource::Cpu;
     if (trace_)
       log_message(LogLevel::Info, str_cat("action ", a.id, " ", resource_name(a.resource), " ", action_kind_name(a.kind), " ",
                                           a.label, " bytes=", a.bytes, " slot=", a.slot));
+    // A capture holds only GPU compute actions that wait for nothing outside it.
+    const bool graphable = graph_plan && a.resource == Resource::GpuCompute && a.kind == ActionKind::Compute;
+    bool outside_dep = false;
+    for (int d : a.deps) {
+      const Event& e = ev[static_cast<size_t>(d)];
+      outside_dep = outside_dep || (e.valid() && e.queue != static_cast<int>(Queue::Compute));
+    }
+    if (capturing && (!graphable || outside_dep)) end_capture();
     // Dependencies: device work waits on other queues' events; CPU work waits on the host.
     for (int d : a.deps) {
       const Event& e = ev[static_cast<size_t>(d)];
@@ -486,6 +514,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
       if (on_device) device_.wait(queue_of(a.resource), e);
       else device_.host_wait(e);
     }
+    if (graphable && !capturing) capturing = device_.begin_capture(Queue::Compute);
     const Shard* sh = a.shard >= 0 ? &shards_.at(a.shard) : nullptr;
     const int layer = sh ? sh->layer : -1;
     if (timed) {
@@ -667,7 +696,8 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
       h_end[static_cast<size_t>(a.id)] = host_ms();
       if (on_device) t_end[static_cast<size_t>(a.id)] = device_.timestamp(queue_of(a.resource));
     }
-    if (on_device) ev[static_cast<size_t>(a.id)] = device_.record(queue_of(a.resource));
+    if (capturing && graphable) captured.push_back(a.id);
+    else if (on_device) ev[static_cast<size_t>(a.id)] = device_.record(queue_of(a.resource));
   };
 
   // Issue order. The host thread is both the CPU worker and the one that enqueues device work, so
@@ -718,6 +748,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
         if (earliest < 0 || id < earliest) earliest = id;
       }
     if (earliest < 0) break;
+    end_capture();  // the host is about to wait or compute: what was captured must be running
     const Action& a = plan.actions[static_cast<size_t>(earliest)];
     if (a.resource != Resource::Cpu)
       for (int d : a.deps) device_.host_wait(ev[static_cast<size_t>(d)]);
@@ -726,6 +757,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
     ++finished;
     ++next[static_cast<size_t>(a.resource)];
   }
+  end_capture();
   device_.synchronize();
   if (timed)
     for (const Action& a : plan.actions) {

@@ -34,6 +34,11 @@ struct RuntimeOptions {
   // actions by timestamps on their queue, CPU actions by the host clock): `run --timeline`. Costs two
   // timestamps per device action while recording; 0 = off.
   int timeline_runs = 0;
+  // Decode steps (n <= kDeviceRoutingMaxTokens) of device-resident plans — every shard's weights and
+  // the KV in VRAM, no CPU work but the embedding rows, no weight copies — run their GPU work as one
+  // CUDA graph per step (captured each step, the executable updated in place): one launch instead of
+  // one per kernel. Timeline runs are not captured (their timestamps sit between the kernels).
+  bool cuda_graphs = false;
 };
 
 // One action of one plan run, measured: ms since the run began.
@@ -95,6 +100,7 @@ class Runtime : public StepEngine {
   const std::vector<RuntimeStep>& steps() const { return steps_; }
   const std::vector<TimelineEntry>& timeline() const { return timeline_; }
   RuntimeMemory memory();
+  uint64_t graph_launches() const { return device_.graph_launches(); }
   // Which plan a step of n tokens runs (and in chunks of how many tokens).
   const Plan& plan_for(int64_t n, int64_t* chunk_tokens) const;
 

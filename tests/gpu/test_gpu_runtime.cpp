@@ -283,6 +283,41 @@ TEST_CASE("CUDA runtime reproduces the CPU reference for every schedule", "[gpu]
 // The first step of a model in a fresh process: nothing has loaded any kernel before the runtime's
 // set-up, so every kernel and cuBLAS configuration the step uses must come from the warm-up (before
 // the arena), or the device peak exceeds the budget. Each case runs in a child process of its own.
+TEST_CASE("CUDA runtime: decode steps as graphs give the same logits bit for bit", "[gpu]") {
+  // Device-resident plans (the whole model in VRAM): every decode-sized step (<= 8 tokens) is one
+  // graph, captured each step and updated in place; prefill steps run kernel by kernel. The graph
+  // executables are the driver's: their device memory is reported here (the budget contract's
+  // check names the peak).
+  const std::string fx = test::fixtures_dir();
+  ThreadPool pool(4);
+  for (const std::string m : {fx + "/hf/llama", fx + "/hf/qwen3moe_norm", std::string("synthetic:tiny_llama?dtype=q4_0&seed=4"),
+                              std::string("synthetic:tiny_moe?dtype=q8_0&seed=4")}) {
+    auto src = open_weights(m);
+    ModelWeights w = ModelWeights::from_source(*src);
+    const auto toks = seq(40, src->spec().vocab_size, 9);
+    const std::vector<int> steps = {17, 1, 1, 4, 1, 9, 1, 1};  // 6 decode-sized steps
+    PlannerConfig cfg;
+    const PlanTable table = test_table(*src, 3.0, &cfg);
+    std::vector<float> plain;
+    for (bool graphs : {false, true}) {
+      INFO(m << (graphs ? " with graphs" : " without graphs"));
+      auto dev = make_cuda_device(0);
+      RuntimeOptions o;
+      o.schedule = Schedule::GpuOnly;
+      o.cuda_graphs = graphs;
+      Runtime rt(*src, w, *dev, pool, table, o);
+      const auto got = steps_of(rt, toks, steps);
+      CHECK(rt.graph_launches() == (graphs ? 6u : 0u));
+      const RuntimeMemory mem = rt.memory();
+      WARN(m << (graphs ? " graphs" : " plain") << ": device peak " << mem.device_peak_bytes << " bytes for a budget of "
+             << cfg.budget_bytes);
+      check_device_peak(mem, cfg.budget_bytes);
+      if (!graphs) plain = got;
+      else CHECK(got == plain);
+    }
+  }
+}
+
 TEST_CASE(kFreshTest, "[gpu]") {
   const char* run = std::getenv(kFreshEnv);
   if (run == nullptr) {  // the parent: one fresh process per case

@@ -367,6 +367,20 @@ TEST_CASE("cli: run --device emu plans under a budget, generates the CPU path to
   }
 }
 
+TEST_CASE("cli: run --cuda-graphs runs decode steps of a device-resident plan as graphs, same tokens", "[cli][runtime]") {
+  const std::string model = fixture("hf/llama");
+  const std::string base = "run --model " + quote(model) + " --tokens 1,2,3,4,5,6,7,8,9,10,11,12 -n 5 --greedy --threads 2 --json --device emu "
+                           "--vram-budget 64M";
+  const Result plain = shardwise_cli(base), graphs = shardwise_cli(base + " --cuda-graphs");
+  INFO(plain.err << graphs.err);
+  REQUIRE(plain.rc == 0);
+  REQUIRE(graphs.rc == 0);
+  const auto jp = nlohmann::json::parse(plain.out), jg = nlohmann::json::parse(graphs.out);
+  CHECK(jg["generated_ids"] == jp["generated_ids"]);
+  CHECK(jp["graph_launches"].get<uint64_t>() == 0);
+  CHECK(jg["graph_launches"].get<uint64_t>() == 4);  // the 12-token prompt runs kernel by kernel; 4 decode steps
+}
+
 TEST_CASE("cli: run --timeline writes measured and predicted timelines of the first plan runs", "[cli][runtime]") {
   const std::string moe = fixture("hf/qwen3moe_nonorm");
   const std::string path = test::temp_dir() + "/timeline.json";

@@ -208,6 +208,48 @@ TEST_CASE("runtime: MoE decode routes on the device when the layer's experts are
   }
 }
 
+TEST_CASE("runtime: decode steps of device-resident plans run as one graph each, exactly", "[runtime][graphs]") {
+  // The emulated device holds the CUDA rules of a capture: no queue and not the host may wait for
+  // work recorded inside it, nor the capturing queue for another queue — a runtime that broke them
+  // fails here with an error, one that left a captured action's event unset gives wrong logits.
+  for (const char* family : {"llama", "qwen3_moe"}) {
+    const ModelSpec spec = test_model(family, DType::Q8_0);
+    ThreadPool pool(2);
+    auto src = make_synthetic_weights(spec, 31, &pool);
+    ModelWeights w = ModelWeights::from_source(*src);
+    const int64_t ctx = 64;
+    const std::vector<int> steps = {13, 1, 1, 4, 1, 9, 1, 1};  // 6 decode-sized steps (<= 8 tokens)
+    const auto toks = token_seq(40, spec.vocab_size, 6);
+    const auto ref = reference_steps(*src, toks, steps, ctx);
+    INFO(family);
+    const PlanTable all = table_for(*src, 4 * spec.total_bytes() + (64u << 20), ctx, {1, 4, 16});
+    std::vector<float> plain;
+    for (bool graphs : {false, true}) {
+      RuntimeOptions o;
+      o.schedule = Schedule::GpuOnly;
+      o.cuda_graphs = graphs;
+      auto dev = make_emu_device({5, 60, 0, {3, 1, 1, 1}});
+      Runtime rt(*src, w, *dev, pool, all, o);
+      const auto got = run_steps(rt, toks, steps);
+      CHECK(test::max_rel_error(got, ref, spec.vocab_size) <= 1e-4);
+      CHECK(rt.graph_launches() == (graphs ? 6u : 0u));
+      if (!graphs) plain = got;
+      else CHECK(got == plain);  // the same kernels in the same order: bit for bit
+    }
+    // Streamed weights (and for MoE the host's routing) keep the step off graphs; still exact.
+    const PlanTable small = table_for(*src, static_cast<uint64_t>(0.3 * static_cast<double>(spec.total_bytes())) + (4u << 20), ctx, {1, 4, 16});
+    for (Schedule s : {Schedule::GpuOnly, Schedule::Static}) {
+      RuntimeOptions o;
+      o.schedule = s;
+      o.cuda_graphs = true;
+      auto dev = make_emu_device({6, 60, 0});
+      Runtime rt(*src, w, *dev, pool, small, o);
+      CHECK(test::max_rel_error(run_steps(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
+      CHECK(rt.graph_launches() == 0);
+    }
+  }
+}
+
 TEST_CASE("runtime: the measured timeline covers every action and respects every dependency", "[runtime][timeline]") {
   for (const char* family : {"llama", "qwen3_moe"}) {
     const ModelSpec spec = test_model(family, DType::F16);
