@@ -4,7 +4,9 @@
 # 4032-token prompts, 64 generated tokens, budgets 2G/4G/8G, every schedule, the baselines and auto;
 # plus the whole model on the GPU. Writes one JSON line per run (run --json + the plan's prediction)
 # into OUT/executor_runs.jsonl and a summary table to stdout.
-#   executor_bench.sh OUT [part]   part: all (default) | nemo8b | qwen30b | full | quick
+#   executor_bench.sh OUT [part]   part: all (default) | nemo8b | qwen30b | full | quick | graphs
+# graphs: the whole model on the GPU, decode kernel by kernel and as CUDA graphs (--cuda-graphs), and
+# the plain run's timeline (its summary says when the host had enqueued the last device action).
 set -uo pipefail
 out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick]}
 part=${2:-all}
@@ -23,14 +25,16 @@ prompt() { python3 -c "import random; random.seed($1); print(','.join(str(random
 p960=$(prompt 960)
 p4032=$(prompt 4032)
 
-one() {  # model ctx budget schedule
-  local model=$1 ctx=$2 budget=$3 sched=$4 toks
+one() {  # model ctx budget schedule [graphs]
+  local model=$1 ctx=$2 budget=$3 sched=$4 graphs=${5:-} toks
   [ "$ctx" = 1024 ] && toks=$p960 || toks=$p4032
   local res
   # auto, static and dynamic rows and the whole model also record the measured timeline of their first runs
   # (prefill chunks, then decode steps) next to the predicted one: timelines/*.json, tarred at the end.
   local tl=()
-  if [ "$sched" = auto ] || [ "$sched" = dynamic ] || [ "$sched" = static ]; then
+  if [ -n "$graphs" ]; then
+    tl=(--cuda-graphs)
+  elif [ "$sched" = auto ] || [ "$sched" = dynamic ] || [ "$sched" = static ]; then
     mkdir -p "$out/timelines"
     tl=(--timeline "$out/timelines/${model}_${ctx}_${budget}_${sched}.json" --timeline-runs 6)
   fi
@@ -42,9 +46,10 @@ one() {  # model ctx budget schedule
   fi
   printf '%s' "$res" > "$out/run.json"
   "$bin" plan --model "$model" --profile "$profile" --vram-budget "$budget" --ctx "$ctx" --threads 16 --json > "$out/plan.json" 2>/dev/null
-  python3 - "$model" "$ctx" "$budget" "$sched" "$out/run.json" "$out/plan.json" <<'PY' >> "$runs"
+  python3 - "$model" "$ctx" "$budget" "$sched" "$out/run.json" "$out/plan.json" "$graphs" <<'PY' >> "$runs"
 import json, sys
 model, ctx, budget, sched = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+graphs = len(sys.argv) > 7 and sys.argv[7] != ""
 r = json.load(open(sys.argv[5]))
 try:
     p = json.load(open(sys.argv[6]))
@@ -56,7 +61,7 @@ for t in p.get("tiers", []):
         pred.setdefault(str(t["tokens"]), {})[c["schedule"]] = c["predicted_ms"] if c["feasible"] else None
     pred.setdefault(str(t["tokens"]), {})["auto"] = pred[str(t["tokens"])].get(t["chosen"])
 r.pop("generated_ids", None); r.pop("text", None)
-row = {"model": model, "ctx": ctx, "budget": budget, "schedule": sched, "run": r,
+row = {"model": model, "ctx": ctx, "budget": budget, "schedule": sched, "cuda_graphs": graphs, "run": r,
        "predicted_decode_ms": (pred.get("1") or {}).get(sched),
        "predicted_prefill_512_ms": (pred.get("512") or {}).get(sched)}
 print(json.dumps(row))
@@ -68,6 +73,8 @@ case $part in
   all) models=(nemo8b qwen30b) ;;
   nemo8b|qwen30b) models=($part) ;;
   full) models=() ;;
+  graphs)
+    for m in nemo8b qwen30b; do one "$m" 1024 40G auto; one "$m" 1024 40G auto graphs; done ;;
   quick)  # one budget, the main schedules and the llama.cpp-style baseline, plus the whole model on the GPU
     for m in ${QUICK_MODELS:-nemo8b qwen30b}; do for s in auto gpu-only static dynamic layer-split; do one "$m" 1024 4G "$s"; done; done ;;
 esac
@@ -94,6 +101,7 @@ for line in open(sys.argv[1]):
     ratio = ""
     if r.get("predicted_decode_ms") and tps:
         ratio = f"{(1000.0 / tps) / r['predicted_decode_ms']:.2f}"
-    print(f"{r['model']:8} {r['ctx']:>5} {r['budget']:>6} {r['schedule']:12} {x['ttft_ms']/1000:8.2f} {tps:8.2f} "
+    sched = r['schedule'] + ("+graphs" if r.get("cuda_graphs") else "")
+    print(f"{r['model']:8} {r['ctx']:>5} {r['budget']:>6} {sched:12} {x['ttft_ms']/1000:8.2f} {tps:8.2f} "
           f"{x.get('arena_peak_bytes',0)/2**30:7.2f}G {x.get('device_peak_bytes',0)/2**30:8.2f}G {ratio:>16}")
 PY

@@ -12,11 +12,13 @@
 #                            the planner-accuracy sweep for the call's remaining minutes (resumable)
 #                            -> a new experiments/results/planner_accuracy_<date>/ folder
 #   session.sh OUT bench     the executor's peer protocol (scripts/gpu/executor_bench.sh all)
+#   session.sh OUT graphs    the whole model decoding kernel by kernel and as CUDA graphs, ~1 min
+#                            (executor_bench.sh graphs) -> graphs.tgz
 #   session.sh OUT targeted  experiments/planner_accuracy_decode16.yaml and _cpu_attention.yaml, the
 #                            study's most-missed decisions re-measured (~3.5 min) -> targeted.tgz
 set -uo pipefail
-out=${1:?usage: session.sh OUT check|profile|study|bench|targeted [PREVIOUS.jsonl]}
-stage=${2:?usage: session.sh OUT check|profile|study|bench|targeted [PREVIOUS.jsonl]}
+out=${1:?usage: session.sh OUT check|profile|study|bench|graphs|targeted [PREVIOUS.jsonl]}
+stage=${2:?usage: session.sh OUT check|profile|study|bench|graphs|targeted [PREVIOUS.jsonl]}
 mkdir -p "$out"
 root=/tmp/shardwise-bundle
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
@@ -51,6 +53,10 @@ case $stage in
     ;;
   bench)
     timeout 560 bash scripts/gpu/executor_bench.sh "$out" all
+    ;;
+  graphs)
+    timeout 300 bash scripts/gpu/executor_bench.sh "$out/graphs" graphs
+    tar -C "$out" -czf "$out/graphs.tgz" graphs && rm -rf "$out/graphs"
     ;;
   targeted)  # the targeted re-runs of the study's most-missed decisions, ~3.5 min; one archive back
     bash scripts/gpu/oracle_study.sh "$out/targeted/decode16" none 1.7 experiments/planner_accuracy_decode16.yaml
