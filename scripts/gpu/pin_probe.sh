@@ -12,7 +12,7 @@ bin="$root/bin/shardwise"
 profile=experiments/results/profile/h200-host.profile.json
 d="$out/pin" && mkdir -p "$d"
 { cat /sys/kernel/mm/transparent_hugepage/enabled /sys/kernel/mm/transparent_hugepage/defrag; grep -E "Movable|HugePages|MemFree|MemTotal" /proc/meminfo;
-  awk '/^Node/ {z=$4} /present/ {print z, $0}' /proc/zoneinfo; cat /proc/cmdline; } > "$d/machine.txt" 2>&1
+  awk '/^Node/ {z=$4} /present/ {print z, $0}' /proc/zoneinfo; } > "$d/machine.txt" 2>&1
 toks=$(python3 -c "import random; random.seed(256); print(','.join(str(random.randrange(3, 32000)) for _ in range(256)))")
 for pin in 1 0; do
   n="static_pin$pin"
