@@ -506,7 +506,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
       const Event& e = ev[static_cast<size_t>(d)];
       outside_dep = outside_dep || (e.valid() && e.queue != static_cast<int>(Queue::Compute));
     }
-    if (capturing && (!graphable || outside_dep)) end_capture();
+    if (capturing && (!graphable || outside_dep || captured.size() >= static_cast<size_t>(kGraphMaxActions))) end_capture();
     // Dependencies: device work waits on other queues' events; CPU work waits on the host.
     for (int d : a.deps) {
       const Event& e = ev[static_cast<size_t>(d)];

@@ -38,8 +38,11 @@ struct RuntimeOptions {
   // the KV in VRAM, no CPU work but the embedding rows, no weight copies — run their GPU work as one
   // CUDA graph per step (captured each step, the executable updated in place): one launch instead of
   // one per kernel. Timeline runs are not captured (their timestamps sit between the kernels).
+  // A graph holds at most kGraphMaxActions actions: the host captures the next graph while the
+  // device runs the last one, instead of capturing the whole step before anything runs.
   bool cuda_graphs = false;
 };
+constexpr int kGraphMaxActions = 8;
 
 // One action of one plan run, measured: ms since the run began.
 struct TimelineEntry {

@@ -307,7 +307,8 @@ TEST_CASE("CUDA runtime: decode steps as graphs give the same logits bit for bit
       o.cuda_graphs = graphs;
       Runtime rt(*src, w, *dev, pool, table, o);
       const auto got = steps_of(rt, toks, steps);
-      CHECK(rt.graph_launches() == (graphs ? 6u : 0u));
+      if (graphs) CHECK(rt.graph_launches() >= 6u);  // per decode step, a graph per kGraphMaxActions compute actions
+      else CHECK(rt.graph_launches() == 0u);
       const RuntimeMemory mem = rt.memory();
       WARN(m << (graphs ? " graphs" : " plain") << ": device peak " << mem.device_peak_bytes << " bytes for a budget of "
              << cfg.budget_bytes);
