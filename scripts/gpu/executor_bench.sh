@@ -10,14 +10,7 @@
 set -uo pipefail
 out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick]}
 part=${2:-all}
-root=/tmp/shardwise-bundle
-if [ ! -x "$root/bin/shardwise" ]; then
-  rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz
-fi
-export LD_LIBRARY_PATH="$root/lib:${LD_LIBRARY_PATH:-}"
-bin="$root/bin/shardwise"
-# The planner's cost model: the machine's measured profile (PROFILE=FILE to use another one).
-profile=${PROFILE:-experiments/results/profile/h200-host.profile.json}
+source "$(dirname "$0")/bundle_env.sh"
 [ -f "$profile" ] || { echo "no profile $profile"; exit 2; }
 mkdir -p "$out"
 runs="$out/executor_runs.jsonl"

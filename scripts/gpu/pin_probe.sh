@@ -5,11 +5,7 @@
 # /proc/PID/smaps_rollup after loading, and keeps the measured timelines. One archive: OUT/pin.tgz.
 set -uo pipefail
 out=${1:?usage: pin_probe.sh OUT}
-root=/tmp/shardwise-bundle
-rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz
-export LD_LIBRARY_PATH="$root/lib:${LD_LIBRARY_PATH:-}"
-bin="$root/bin/shardwise"
-profile=experiments/results/profile/h200-host.profile.json
+source "$(dirname "$0")/bundle_env.sh"
 d="$out/pin" && mkdir -p "$d"
 { cat /sys/kernel/mm/transparent_hugepage/enabled /sys/kernel/mm/transparent_hugepage/defrag; grep -E "Movable|HugePages|MemFree|MemTotal" /proc/meminfo;
   awk '/^Node/ {z=$4} /present/ {print z, $0}' /proc/zoneinfo; } > "$d/machine.txt" 2>&1

@@ -8,13 +8,7 @@
 set -uo pipefail
 out=${1:?usage: timeline_probe.sh OUT "MODEL BUDGET CTX THREADS CAP SCHEDULE" ...}
 shift
-root=/tmp/shardwise-bundle
-if [ ! -x "$root/bin/shardwise" ]; then
-  rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz
-fi
-export LD_LIBRARY_PATH="$root/lib:${LD_LIBRARY_PATH:-}"
-bin="$root/bin/shardwise"
-profile=${PROFILE:-experiments/results/profile/h200-host.profile.json}
+source "$(dirname "$0")/bundle_env.sh"
 mkdir -p "$out/probe"
 toks=$(python3 -c "import random; random.seed(256); print(','.join(str(random.randrange(3, 32000)) for _ in range(256)))")
 for cfg in "$@"; do
