@@ -521,7 +521,7 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
     rb = rows_g >= 4 ? 4 : (rows_g >= 2 ? 2 : 1);
     row_groups = ceil_div(rows_g, rb);
     base_units = static_cast<int64_t>(a.n_kv_heads) * row_groups;  // warps per split
-    min_keys = 64;
+    min_keys = a.decode_min_keys > 0 ? a.decode_min_keys : 64;
   } else {
     base_units = ceil_div(rows_g, Prefill<64>::MQ) * a.n_kv_heads;  // blocks per split
     min_keys = 256;

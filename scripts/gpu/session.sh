@@ -13,7 +13,7 @@
 #                            -> a new experiments/results/planner_accuracy_<date>/ folder
 #   session.sh OUT bench     the executor's peer protocol (scripts/gpu/executor_bench.sh all)
 #   session.sh OUT graphs    the whole model decoding kernel by kernel and as CUDA graphs, ~1 min
-#                            (executor_bench.sh graphs) -> graphs.tgz
+#                            (executor_bench.sh graphs), then the CUDA kernel benchmarks -> graphs.tgz
 #   session.sh OUT targeted  experiments/planner_accuracy_decode16.yaml and _cpu_attention.yaml, the
 #                            study's most-missed decisions re-measured (~3.5 min) -> targeted.tgz
 set -uo pipefail
@@ -54,8 +54,10 @@ case $stage in
   bench)
     timeout 560 bash scripts/gpu/executor_bench.sh "$out" all
     ;;
-  graphs)
+  graphs)  # + the CUDA kernel benchmarks (test_gpu [bench]: GEMV rates, decode attention by keys per warp)
     timeout 300 bash scripts/gpu/executor_bench.sh "$out/graphs" graphs
+    timeout 180 "$root/bin/test_gpu" "[bench]" > "$out/graphs/kernel_bench.log" 2>&1; echo "kernel bench rc=$?"
+    grep -E "attention decode|GEMV" "$out/graphs/kernel_bench.log" | head -40
     tar -C "$out" -czf "$out/graphs.tgz" graphs && rm -rf "$out/graphs"
     ;;
   targeted)  # the targeted re-runs of the study's most-missed decisions, ~3.5 min; one archive back

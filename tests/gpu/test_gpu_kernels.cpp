@@ -844,6 +844,21 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
                     static_cast<long long>(n), static_cast<long long>(pos0 + n), ms, kv_bytes / (ms * 1e-3) / 1e9,
                     flops / (ms * 1e-3) / 1e12);
       }
+      // Decode at the peer protocol's 1K and at 4K context by the split-K kernel's keys per warp:
+      // fewer keys, more warps (at 1K and 64 keys, 16 splits x 8 kv heads = 32 blocks on 132 SMs)
+      // against a longer combine.
+      for (int64_t context : {int64_t(1024), int64_t(4096)})
+        for (int32_t keys : {16, 32, 64, 128}) {
+          float* q = mem.floats(static_cast<size_t>(spec.q_dim()));
+          float* out = mem.floats(static_cast<size_t>(spec.q_dim()));
+          put(q, fresh(static_cast<size_t>(spec.q_dim())));
+          cuda::AttnArgs a = attn_args(q, kc, vc, out, 1, context - 1, heads, kvh, hd);
+          a.decode_min_keys = keys;
+          const double ms = time_ms([&] { cuda::attention(kctx.ctx, a); }, 20);
+          std::printf("attention decode context %5lld, >= %3d keys per warp: %8.4f ms  %6.0f GB/s of KV\n",
+                      static_cast<long long>(context), keys, ms,
+                      2.0 * static_cast<double>(context) * static_cast<double>(KVD) * 4 / (ms * 1e-3) / 1e9);
+        }
     }
     std::unique_ptr<DeviceKernels> k = make_cuda_kernels(spec, RopeStyle::Neox, g.stream, g.blas);
     for (int64_t n : {int64_t(1), int64_t(512)}) {
