@@ -133,6 +133,7 @@ void run_run(RunArgs a) {
     for (const auto& gpu_flag : {std::make_pair("--vram-budget", &a.vram_budget), std::make_pair("--plan", &a.plan)})
       if (!gpu_flag.second->empty()) fail(gpu_flag.first, " needs a device: add --device cuda (or emu)");
   if (device == "cpu" && a.schedule != "auto") fail("--schedule needs a device: add --device cuda (or emu)");
+  if (device == "cpu" && a.cuda_graphs) fail("--cuda-graphs needs a device: add --device cuda (or emu)");
   if (device == "emu" && a.vram_budget.empty() && a.plan.empty()) fail("--device emu needs --vram-budget (e.g. 1G)");
   if (a.prompt.empty() == a.tokens.empty()) fail("give exactly one of --prompt TEXT or --tokens IDS");
   if (a.n_predict < 0 || a.n_predict > (1 << 24)) fail("-n ", a.n_predict, " is out of range");

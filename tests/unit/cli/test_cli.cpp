@@ -381,6 +381,9 @@ TEST_CASE("cli: run --cuda-graphs runs decode steps of a device-resident plan as
   // The 12-token prompt runs kernel by kernel; 4 decode steps of one graph each (the fixture's 3
   // layers: 7 GPU compute actions, within one graph's kGraphMaxActions).
   CHECK(jg["graph_launches"].get<uint64_t>() == 4);
+  const Result cpu = shardwise_cli("run --model " + quote(model) + " --tokens 1,2 -n 2 --device cpu --cuda-graphs");
+  CHECK(cpu.rc != 0);
+  CHECK(cpu.err.find("--cuda-graphs needs a device") != std::string::npos);
 }
 
 TEST_CASE("cli: run --timeline writes measured and predicted timelines of the first plan runs", "[cli][runtime]") {
