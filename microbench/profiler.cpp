@@ -316,7 +316,7 @@ class CpuRunner {
       const auto t0 = start();
       it->second.second->ffn(moe_layer_, x_.data(), op.tokens, &routing);
       ms += ms_since(t0);
-      evict_experts(routing, one, down);
+      evict_experts(routing, one, down, p);
     }
     ms /= reps_;
     fill_floats(x_.data(), static_cast<uint64_t>(op.tokens * op.cols), 1);  // keep the residual stream bounded
@@ -324,15 +324,17 @@ class CpuRunner {
   }
 
   // Drops the routed experts' weights from every cache level: cache-line flushes where the ISA has
-  // them (x86: clflush), elsewhere a read of the weight set, which is larger than the LLC.
-  void evict_experts(const MoeRouting& routing, uint64_t one, uint64_t down) {
+  // them (x86: clflush), elsewhere a read of the weight set, which is larger than the LLC. On the
+  // measured pool itself: the larger fill pool's workers would spin on the cores (about a
+  // millisecond after each loop) while a 1-thread row runs.
+  void evict_experts(const MoeRouting& routing, uint64_t one, uint64_t down, ThreadPool& pool) {
     std::vector<int64_t> active;
     for (size_t e = 0; e < routing.tokens_of_expert.size(); ++e)
       if (!routing.tokens_of_expert[e].empty()) active.push_back(static_cast<int64_t>(e));
 #if defined(__x86_64__) || defined(__i386__)
     const uint64_t n_exp = static_cast<uint64_t>(routing.tokens_of_expert.size());
     const uint8_t* base = moe_buf_.data();
-    fill_pool_.parallel_for(static_cast<int64_t>(active.size()), 1, [&](int64_t b, int64_t e, int) {
+    pool.parallel_for(static_cast<int64_t>(active.size()), 1, [&](int64_t b, int64_t e, int) {
       auto flush = [](const uint8_t* p, uint64_t n) {
         for (uint64_t i = 0; i < n; i += 64) _mm_clflush(p + i);
       };
@@ -350,8 +352,8 @@ class CpuRunner {
     weights_.use(DType::F32);
     const float* a = reinterpret_cast<const float*>(weights_.data());
     const int64_t n = static_cast<int64_t>(weights_.size() / sizeof(float));
-    std::vector<float> sums(static_cast<size_t>(fill_pool_.size()) * 16, 0.0f);
-    fill_pool_.parallel_for(n / 4096, 64, [&](int64_t b, int64_t e, int t) {
+    std::vector<float> sums(static_cast<size_t>(pool.size()) * 16, 0.0f);
+    pool.parallel_for(n / 4096, 64, [&](int64_t b, int64_t e, int t) {
       float s = 0;
       for (int64_t i = b * 4096; i < e * 4096; i += 16) s += a[i];
       sums[static_cast<size_t>(t) * 16] += s;
