@@ -176,22 +176,9 @@ class CpuRunner {
   // Streaming read of a buffer larger than the LLC with `threads` threads (GB/s).
   double dram_gbps(int threads) {
     ThreadPool& p = pool(threads);
-    weights_.use(DType::F32);
-    const uint64_t n = weights_.size() / sizeof(float);
-    const float* a = reinterpret_cast<const float*>(weights_.data());
-    std::vector<double> sums(static_cast<size_t>(threads) * 8, 0.0);
     auto once = [&] {
       const auto t0 = Clock::now();
-      p.parallel_for(static_cast<int64_t>(n / 4096), 64, [&](int64_t b, int64_t e, int t) {
-        float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        for (int64_t i = b * 4096; i < e * 4096; i += 4) {
-          s0 += a[i];
-          s1 += a[i + 1];
-          s2 += a[i + 2];
-          s3 += a[i + 3];
-        }
-        sums[static_cast<size_t>(t) * 8] += s0 + s1 + s2 + s3;
-      });
+      read_weight_set(p);
       return ms_since(t0);
     };
     const Stat s = measure(once, {3, 6, 50});
@@ -349,17 +336,29 @@ class CpuRunner {
 #else
     (void)one;
     (void)down;
-    weights_.use(DType::F32);
-    const float* a = reinterpret_cast<const float*>(weights_.data());
-    const int64_t n = static_cast<int64_t>(weights_.size() / sizeof(float));
-    std::vector<float> sums(static_cast<size_t>(pool.size()) * 16, 0.0f);
-    pool.parallel_for(n / 4096, 64, [&](int64_t b, int64_t e, int t) {
-      float s = 0;
-      for (int64_t i = b * 4096; i < e * 4096; i += 16) s += a[i];
-      sums[static_cast<size_t>(t) * 16] += s;
-    });
-    evict_sink_ += sums[0];
+    read_weight_set(pool);
 #endif
+  }
+
+  // Reads every float of the weight set (> the LLC) once with the pool's threads; returns their sum.
+  double read_weight_set(ThreadPool& p) {
+    weights_.use(DType::F32);
+    const uint64_t n = weights_.size() / sizeof(float);
+    const float* a = reinterpret_cast<const float*>(weights_.data());
+    std::vector<double> sums(static_cast<size_t>(p.size()) * 8, 0.0);
+    p.parallel_for(static_cast<int64_t>(n / 4096), 64, [&](int64_t b, int64_t e, int t) {
+      float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      for (int64_t i = b * 4096; i < e * 4096; i += 4) {
+        s0 += a[i];
+        s1 += a[i + 1];
+        s2 += a[i + 2];
+        s3 += a[i + 3];
+      }
+      sums[static_cast<size_t>(t) * 8] += s0 + s1 + s2 + s3;
+    });
+    double total = 0;
+    for (double v : sums) total += v;
+    return total;
   }
 
   // Norm: RMSNorm over rows of 4096 (the per-row width only changes the row count).
@@ -427,7 +426,6 @@ class CpuRunner {
   LayerWeights moe_layer_;
   std::map<ThreadPool*, std::pair<std::string, std::unique_ptr<CpuBlocks>>> blocks_;
   uint64_t moe_turn_ = 0;
-  float evict_sink_ = 0;
   int reps_ = 1;                                  // runs in the current burst
   std::unordered_map<std::string, double> last_ms_;  // the previous sample per op and thread count
 };

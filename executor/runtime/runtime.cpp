@@ -501,12 +501,14 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
                                           a.label, " bytes=", a.bytes, " slot=", a.slot));
     // A capture holds only GPU compute actions that wait for nothing outside it.
     const bool graphable = graph_plan && a.resource == Resource::GpuCompute && a.kind == ActionKind::Compute;
-    bool outside_dep = false;
-    for (int d : a.deps) {
-      const Event& e = ev[static_cast<size_t>(d)];
-      outside_dep = outside_dep || (e.valid() && e.queue != static_cast<int>(Queue::Compute));
+    if (capturing) {
+      bool outside_dep = false;
+      for (int d : a.deps) {
+        const Event& e = ev[static_cast<size_t>(d)];
+        outside_dep = outside_dep || (e.valid() && e.queue != static_cast<int>(Queue::Compute));
+      }
+      if (!graphable || outside_dep || captured.size() >= static_cast<size_t>(kGraphMaxActions)) end_capture();
     }
-    if (capturing && (!graphable || outside_dep || captured.size() >= static_cast<size_t>(kGraphMaxActions))) end_capture();
     // Dependencies: device work waits on other queues' events; CPU work waits on the host.
     for (int d : a.deps) {
       const Event& e = ev[static_cast<size_t>(d)];

@@ -208,7 +208,7 @@ TEST_CASE("runtime: MoE decode routes on the device when the layer's experts are
   }
 }
 
-TEST_CASE("runtime: decode steps of device-resident plans run as one graph each, exactly", "[runtime][graphs]") {
+TEST_CASE("runtime: decode steps of device-resident plans run as graphs, exactly", "[runtime][graphs]") {
   // The emulated device holds the CUDA rules of a capture: no queue and not the host may wait for
   // work recorded inside it, nor the capturing queue for another queue — a runtime that broke them
   // fails here with an error, one that left a captured action's event unset gives wrong logits.
