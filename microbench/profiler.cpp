@@ -303,25 +303,30 @@ class CpuRunner {
       const auto t0 = start();
       it->second.second->ffn(moe_layer_, x_.data(), op.tokens, &routing);
       ms += ms_since(t0);
-      evict_experts(routing, one, down, p);
+      evict_experts(routing, one, down);
     }
     ms /= reps_;
     fill_floats(x_.data(), static_cast<uint64_t>(op.tokens * op.cols), 1);  // keep the residual stream bounded
     return ms;
   }
 
-  // Drops the routed experts' weights from every cache level: cache-line flushes where the ISA has
-  // them (x86: clflush), elsewhere a read of the weight set, which is larger than the LLC. On the
-  // measured pool itself: the larger fill pool's workers would spin on the cores (about a
-  // millisecond after each loop) while a 1-thread row runs.
-  void evict_experts(const MoeRouting& routing, uint64_t one, uint64_t down, ThreadPool& pool) {
+  // Drops the routed experts' weights from every cache level before the next run: cache-line
+  // flushes where the ISA has them (x86: clflush), elsewhere a read of the weight set, which is
+  // larger than the LLC. A run that touched more than the weight set (several times the LLC: f32/f16
+  // experts of qwen30b's shape at 16 tokens touch ~2 GB) evicted itself and is not flushed. The
+  // flush runs on the fill pool (every core: one thread flushing 2 GB took ~1 s a run and the whole
+  // profile past its time), and the caller then sleeps until the fill pool's workers have stopped
+  // spinning (ThreadPool: ~1 ms), so that they do not share the cores with a 1-thread row.
+  void evict_experts(const MoeRouting& routing, uint64_t one, uint64_t down) {
     std::vector<int64_t> active;
     for (size_t e = 0; e < routing.tokens_of_expert.size(); ++e)
       if (!routing.tokens_of_expert[e].empty()) active.push_back(static_cast<int64_t>(e));
+    const uint64_t touched = static_cast<uint64_t>(active.size()) * (2 * one + down);
+    if (touched > weights_.size()) return;
 #if defined(__x86_64__) || defined(__i386__)
     const uint64_t n_exp = static_cast<uint64_t>(routing.tokens_of_expert.size());
     const uint8_t* base = moe_buf_.data();
-    pool.parallel_for(static_cast<int64_t>(active.size()), 1, [&](int64_t b, int64_t e, int) {
+    fill_pool_.parallel_for(static_cast<int64_t>(active.size()), 1, [&](int64_t b, int64_t e, int) {
       auto flush = [](const uint8_t* p, uint64_t n) {
         for (uint64_t i = 0; i < n; i += 64) _mm_clflush(p + i);
       };
@@ -336,8 +341,9 @@ class CpuRunner {
 #else
     (void)one;
     (void)down;
-    read_weight_set(pool);
+    read_weight_set(fill_pool_);
 #endif
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
   }
 
   // Reads every float of the weight set (> the LLC) once with the pool's threads; returns their sum.

@@ -65,7 +65,7 @@ void check_device_peak(const RuntimeMemory& mem, uint64_t budget) {
 
 // The plan table of the runtime tests: ctx 48, tiers 1/4/16/32, budget `frac` of the weights (at
 // least the minimum budget plus 256 KiB).
-PlanTable test_table(const WeightSource& src, double frac, PlannerConfig* cfg_out) {
+PlanTable test_table(const WeightSource& src, double frac, PlannerConfig* cfg_out, uint64_t extra_bytes = 0) {
   auto cost = make_analytic_cost_model(builtin_hardware("h200-host"));
   PlannerConfig cfg;
   cfg.ctx = 48;
@@ -74,7 +74,7 @@ PlanTable test_table(const WeightSource& src, double frac, PlannerConfig* cfg_ou
   cfg.tensor_dtypes = tensor_dtypes_of(src);
   cfg.budget_bytes = 1;
   const uint64_t min_b = minimum_budget(src.spec(), *cost, cfg);
-  cfg.budget_bytes = std::max<uint64_t>(min_b + (256u << 10), static_cast<uint64_t>(frac * static_cast<double>(src.weight_bytes())));
+  cfg.budget_bytes = std::max<uint64_t>(min_b + (256u << 10), static_cast<uint64_t>(frac * static_cast<double>(src.weight_bytes()))) + extra_bytes;
   *cfg_out = cfg;
   return build_plan_table(src.spec(), *cost, cfg);
 }
@@ -297,7 +297,9 @@ TEST_CASE("CUDA runtime: decode steps as graphs give the same logits bit for bit
     const auto toks = seq(40, src->spec().vocab_size, 9);
     const std::vector<int> steps = {17, 1, 1, 4, 1, 9, 1, 1};  // 6 decode-sized steps
     PlannerConfig cfg;
-    const PlanTable table = test_table(*src, 3.0, &cfg);
+    // Room for everything on the device: at 3x the weights alone the fixtures' KV went to the host
+    // (CPU attention), and a plan with CPU work runs no graphs.
+    const PlanTable table = test_table(*src, 3.0, &cfg, 64u << 20);
     std::vector<float> plain;
     for (bool graphs : {false, true}) {
       INFO(m << (graphs ? " with graphs" : " without graphs"));
@@ -306,6 +308,9 @@ TEST_CASE("CUDA runtime: decode steps as graphs give the same logits bit for bit
       o.schedule = Schedule::GpuOnly;
       o.cuda_graphs = graphs;
       Runtime rt(*src, w, *dev, pool, table, o);
+      int64_t chunk = 0;
+      for (const Action& a : rt.plan_for(1, &chunk).actions)  // the premise: a device-resident decode plan
+        REQUIRE((a.resource != Resource::Cpu || a.kind == ActionKind::Embed));
       const auto got = steps_of(rt, toks, steps);
       if (graphs) CHECK(rt.graph_launches() >= 6u);  // per decode step, a graph per kGraphMaxActions compute actions
       else CHECK(rt.graph_launches() == 0u);
