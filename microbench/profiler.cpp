@@ -303,7 +303,7 @@ class CpuRunner {
       const auto t0 = start();
       it->second.second->ffn(moe_layer_, x_.data(), op.tokens, &routing);
       ms += ms_since(t0);
-      evict_experts(routing, one, down);
+      evict_experts(routing, one, down, p);
     }
     ms /= reps_;
     fill_floats(x_.data(), static_cast<uint64_t>(op.tokens * op.cols), 1);  // keep the residual stream bounded
@@ -314,10 +314,11 @@ class CpuRunner {
   // flushes where the ISA has them (x86: clflush), elsewhere a read of the weight set, which is
   // larger than the LLC. A run that touched more than the weight set (several times the LLC: f32/f16
   // experts of qwen30b's shape at 16 tokens touch ~2 GB) evicted itself and is not flushed. The
-  // flush runs on the fill pool (every core: one thread flushing 2 GB took ~1 s a run and the whole
-  // profile past its time), and the caller then sleeps until the fill pool's workers have stopped
-  // spinning (ThreadPool: ~1 ms), so that they do not share the cores with a 1-thread row.
-  void evict_experts(const MoeRouting& routing, uint64_t one, uint64_t down) {
+  // flush runs on the measured pool when it has at least half the cores, else on the fill pool
+  // (one thread flushing 2 GB took ~1 s a run and the whole profile past its time), and then the
+  // caller sleeps until the fill pool's workers have stopped spinning (ThreadPool: ~1 ms), so that
+  // they do not share the cores with a 1-thread row.
+  void evict_experts(const MoeRouting& routing, uint64_t one, uint64_t down, ThreadPool& measured) {
     std::vector<int64_t> active;
     for (size_t e = 0; e < routing.tokens_of_expert.size(); ++e)
       if (!routing.tokens_of_expert[e].empty()) active.push_back(static_cast<int64_t>(e));
@@ -326,7 +327,8 @@ class CpuRunner {
 #if defined(__x86_64__) || defined(__i386__)
     const uint64_t n_exp = static_cast<uint64_t>(routing.tokens_of_expert.size());
     const uint8_t* base = moe_buf_.data();
-    fill_pool_.parallel_for(static_cast<int64_t>(active.size()), 1, [&](int64_t b, int64_t e, int) {
+    ThreadPool& flusher = 2 * measured.size() >= fill_pool_.size() ? measured : fill_pool_;
+    flusher.parallel_for(static_cast<int64_t>(active.size()), 1, [&](int64_t b, int64_t e, int) {
       auto flush = [](const uint8_t* p, uint64_t n) {
         for (uint64_t i = 0; i < n; i += 64) _mm_clflush(p + i);
       };
@@ -341,9 +343,10 @@ class CpuRunner {
 #else
     (void)one;
     (void)down;
-    read_weight_set(fill_pool_);
+    ThreadPool& flusher = 2 * measured.size() >= fill_pool_.size() ? measured : fill_pool_;
+    read_weight_set(flusher);
 #endif
-    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    if (&flusher != &measured) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
 
   // Reads every float of the weight set (> the LLC) once with the pool's threads; returns their sum.
@@ -624,7 +627,16 @@ struct Measurer {
            int threads, bool contention, double concurrent_gbps) {
     std::map<std::string, bool> skip;
     std::map<std::string, int64_t> layout_limit;  // attention: token count whose smallest context was too slow
+    std::map<OpKind, double> seconds;              // where the profile's time goes, logged per block
+    const auto block0 = Clock::now();
+    struct Tally {
+      std::map<OpKind, double>& s;
+      OpKind k;
+      Clock::time_point t0 = Clock::now();
+      ~Tally() { s[k] += ms_since(t0) / 1e3; }
+    };
     for (size_t i = 0; i < ops.size(); ++i) {
+      Tally tally{seconds, ops[i].kind};
       progress->add(1);
       if (skip[series[i]]) continue;
       const Op& op = ops[i];
@@ -645,6 +657,17 @@ struct Measurer {
       const Stat st = measure(once, b == Backend::Gpu ? Policy{policy.min_reps, policy.max_reps, policy.min_total_ms / 4} : policy);
       out.push_back({b, b == Backend::Cpu ? threads : 0, contention, concurrent_gbps, op, st.ms, st.spread, st.repeats});
     }
+    std::ostringstream line;
+    line << "profile: " << (b == Backend::Cpu ? "cpu " : "gpu ");
+    if (b == Backend::Cpu) line << threads << (threads == 1 ? " thread" : " threads");
+    line << (contention ? " under contention" : "") << ": " << ops.size() << " ops in " << ms_since(block0) / 1e3 << " s (";
+    const char* sep = "";
+    for (const auto& [k, sec] : seconds) {
+      line << sep << op_kind_name(k) << " " << sec << " s";
+      sep = ", ";
+    }
+    line << ")";
+    log_message(LogLevel::Info, line.str());
   }
 };
 
@@ -776,6 +799,7 @@ ProfileDB run_profile(const ProfileOptions& o) {
     db.sync_ms = measure([&] { return gpu->sync_ms(); }, {5, 50, 1}).ms;
     db.launch_ms = measure([&] { return gpu->launch_ms(); }, {5, 50, 1}).ms;
     // Copies: pinned at every cap, pageable uncapped, both directions.
+    const auto copies0 = Clock::now();
     for (Direction d : {Direction::HostToDevice, Direction::DeviceToHost}) {
       for (double cap : caps)
         for (uint64_t bytes : g.copy_sizes) {
@@ -789,6 +813,7 @@ ProfileDB run_profile(const ProfileOptions& o) {
         progress.add(1);
       }
     }
+    log_message(LogLevel::Info, str_cat("profile: copies in ", ms_since(copies0) / 1e3, " s"));
   }
   progress.finish();
   fit_profile(db);
