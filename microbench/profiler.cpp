@@ -20,9 +20,6 @@
 #include <sstream>
 #include <thread>
 #include <unordered_map>
-#if defined(__x86_64__) || defined(__i386__)
-#include <emmintrin.h>
-#endif
 
 #include "core/error.h"
 #include "core/host_buffer.h"
@@ -256,97 +253,71 @@ class CpuRunner {
   }
 
   // The FFN block of a qwen3_moe layer with `tokens` routed uniformly at random (top_k of n_experts).
+  // Each run reads its experts from DRAM, as a step does (every layer has its own experts and a step
+  // passes gigabytes between two reads of one). Reused run after run, qwen30b's 8 decode experts (21 MB
+  // at q4_0) and even its whole 340 MB expert set stayed in the GPU host's 300 MB L3 (validation:
+  // -15...-69%); flushing them after each run (clflush) cost the profile 100 s. Instead the layer has
+  // replicas over at least twice the weight set (> the LLC), and each run takes the next replica and
+  // a fresh routing (both untimed): between two reads of one expert's bytes pass ~2x the weight set.
   double moe(const Op& op, ThreadPool& p) {
     const std::string key = std::to_string(static_cast<int>(op.dtype)) + "/" + std::to_string(op.n_experts) + "/" +
                             std::to_string(op.rows) + "/" + std::to_string(op.cols);
     if (key != moe_key_) {
       moe_buf_ = HostBuffer();
+      moe_layers_.clear();
       const uint64_t one = static_cast<uint64_t>(op.rows) * dtype_row_bytes(op.dtype, op.cols);  // gate or up
       const uint64_t down = static_cast<uint64_t>(op.cols) * dtype_row_bytes(op.dtype, op.rows);
       const uint64_t per = static_cast<uint64_t>(op.n_experts);
-      moe_buf_ = HostBuffer(per * (2 * one + down));
-      fill_random(op.dtype, moe_buf_.data(), moe_buf_.size(), 77, fill_pool_);
-      moe_layer_ = LayerWeights();
-      moe_layer_.ffn_norm.assign(static_cast<size_t>(op.cols), 1.0f);
-      auto view = [&](uint64_t off, Shape s) {
-        TensorView v;
-        v.dtype = op.dtype;
-        v.shape = std::move(s);
-        v.nbytes = tensor_bytes(op.dtype, v.shape);
-        v.data = moe_buf_.data() + off;
-        return v;
-      };
-      moe_layer_.gate_exps = view(0, {op.n_experts, op.rows, op.cols});
-      moe_layer_.up_exps = view(per * one, {op.n_experts, op.rows, op.cols});
-      moe_layer_.down_exps = view(2 * per * one, {op.n_experts, op.cols, op.rows});
+      const uint64_t set = per * (2 * one + down);
+      const uint64_t replicas = std::max<uint64_t>(1, (2 * weights_.size() + set - 1) / set);
+      moe_buf_ = HostBuffer(replicas * set);
+      fill_random(op.dtype, moe_buf_.data(), set, 77, fill_pool_);
+      uint8_t* base = moe_buf_.data();
+      fill_pool_.parallel_for(static_cast<int64_t>((replicas - 1) * 64), 1, [&](int64_t b, int64_t e, int) {
+        for (int64_t i = b; i < e; ++i) {  // replica 1 + i / 64, its (i % 64)-th 64th
+          const uint64_t r = 1 + static_cast<uint64_t>(i) / 64, part = static_cast<uint64_t>(i) % 64;
+          const uint64_t lo = set * part / 64, hi = set * (part + 1) / 64;
+          std::memcpy(base + r * set + lo, base + lo, hi - lo);
+        }
+      });
+      for (uint64_t r = 0; r < replicas; ++r) {
+        LayerWeights l;
+        l.ffn_norm.assign(static_cast<size_t>(op.cols), 1.0f);
+        auto view = [&](uint64_t off, Shape s) {
+          TensorView v;
+          v.dtype = op.dtype;
+          v.shape = std::move(s);
+          v.nbytes = tensor_bytes(op.dtype, v.shape);
+          v.data = base + r * set + off;
+          return v;
+        };
+        l.gate_exps = view(0, {op.n_experts, op.rows, op.cols});
+        l.up_exps = view(per * one, {op.n_experts, op.rows, op.cols});
+        l.down_exps = view(2 * per * one, {op.n_experts, op.cols, op.rows});
+        moe_layers_.push_back(std::move(l));
+      }
       moe_key_ = key;
     }
     const ModelSpec spec = moe_block_spec(op);
-    const uint64_t one = static_cast<uint64_t>(op.rows) * dtype_row_bytes(op.dtype, op.cols);
-    const uint64_t down = static_cast<uint64_t>(op.cols) * dtype_row_bytes(op.dtype, op.rows);
     auto it = blocks_.find(&p);
     if (it == blocks_.end() || it->second.first != moe_key_) {
       blocks_.erase(&p);
       it = blocks_.emplace(&p, std::make_pair(moe_key_, std::make_unique<CpuBlocks>(spec, RopeStyle::Neox, p))).first;
     }
     std::vector<float> logits(static_cast<size_t>(op.tokens * op.n_experts));
-    fill_floats(logits, 5 + static_cast<uint64_t>(++moe_turn_));
-    const MoeRouting routing = route_tokens(logits.data(), op.tokens, op.n_experts, op.top_k, true);
     ensure(x_, static_cast<uint64_t>(op.tokens * op.cols), 1);
-    // Each run reads its experts from DRAM, as a step does (every layer has its own experts and a
-    // step passes gigabytes between two reads of one): the experts it touched leave the caches
-    // before the next run (untimed). Reused run after run, qwen30b's 8 decode experts (21 MB at
-    // q4_0) and even its whole 340 MB expert set stayed in the GPU host's 300 MB L3: the rows of
-    // that shape ran up to 2x faster than a larger expert shape's per byte (validation: -15...-69%).
     double ms = 0;
     for (int r = 0; r < reps_; ++r) {
+      fill_floats(logits, 5 + static_cast<uint64_t>(++moe_turn_));
+      const MoeRouting routing = route_tokens(logits.data(), op.tokens, op.n_experts, op.top_k, true);
+      const LayerWeights& layer = moe_layers_[static_cast<size_t>(moe_turn_ % moe_layers_.size())];
       const auto t0 = start();
-      it->second.second->ffn(moe_layer_, x_.data(), op.tokens, &routing);
+      it->second.second->ffn(layer, x_.data(), op.tokens, &routing);
       ms += ms_since(t0);
-      evict_experts(routing, one, down, p);
     }
     ms /= reps_;
     fill_floats(x_.data(), static_cast<uint64_t>(op.tokens * op.cols), 1);  // keep the residual stream bounded
     return ms;
-  }
-
-  // Drops the routed experts' weights from every cache level before the next run: cache-line
-  // flushes where the ISA has them (x86: clflush), elsewhere a read of the weight set, which is
-  // larger than the LLC. A run that touched more than the weight set (several times the LLC: f32/f16
-  // experts of qwen30b's shape at 16 tokens touch ~2 GB) evicted itself and is not flushed. The
-  // flush runs on the measured pool when it has at least half the cores, else on the fill pool
-  // (one thread flushing 2 GB took ~1 s a run and the whole profile past its time), and then the
-  // caller sleeps until the fill pool's workers have stopped spinning (ThreadPool: ~1 ms), so that
-  // they do not share the cores with a 1-thread row.
-  void evict_experts(const MoeRouting& routing, uint64_t one, uint64_t down, ThreadPool& measured) {
-    std::vector<int64_t> active;
-    for (size_t e = 0; e < routing.tokens_of_expert.size(); ++e)
-      if (!routing.tokens_of_expert[e].empty()) active.push_back(static_cast<int64_t>(e));
-    const uint64_t touched = static_cast<uint64_t>(active.size()) * (2 * one + down);
-    if (touched > weights_.size()) return;
-#if defined(__x86_64__) || defined(__i386__)
-    const uint64_t n_exp = static_cast<uint64_t>(routing.tokens_of_expert.size());
-    const uint8_t* base = moe_buf_.data();
-    ThreadPool& flusher = 2 * measured.size() >= fill_pool_.size() ? measured : fill_pool_;
-    flusher.parallel_for(static_cast<int64_t>(active.size()), 1, [&](int64_t b, int64_t e, int) {
-      auto flush = [](const uint8_t* p, uint64_t n) {
-        for (uint64_t i = 0; i < n; i += 64) _mm_clflush(p + i);
-      };
-      for (int64_t i = b; i < e; ++i) {
-        const uint64_t x = static_cast<uint64_t>(active[static_cast<size_t>(i)]);
-        flush(base + x * one, one);                          // gate
-        flush(base + n_exp * one + x * one, one);            // up
-        flush(base + 2 * n_exp * one + x * down, down);      // down
-      }
-    });
-    _mm_mfence();
-#else
-    (void)one;
-    (void)down;
-    ThreadPool& flusher = 2 * measured.size() >= fill_pool_.size() ? measured : fill_pool_;
-    read_weight_set(flusher);
-#endif
-    if (&flusher != &measured) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
 
   // Reads every float of the weight set (> the LLC) once with the pool's threads; returns their sum.
@@ -430,9 +401,9 @@ class CpuRunner {
   std::vector<float> x_, y_, k_, v_, w_;
   std::vector<int32_t> pos_;
   RopeAngles angles_;
-  HostBuffer moe_buf_;
+  HostBuffer moe_buf_;                            // the MoE layer's replicas, back to back
   std::string moe_key_;
-  LayerWeights moe_layer_;
+  std::vector<LayerWeights> moe_layers_;          // views of the replicas
   std::map<ThreadPool*, std::pair<std::string, std::unique_ptr<CpuBlocks>>> blocks_;
   uint64_t moe_turn_ = 0;
   int reps_ = 1;                                  // runs in the current burst

@@ -5,8 +5,8 @@
 # plus the whole model on the GPU. Writes one JSON line per run (run --json + the plan's prediction)
 # into OUT/executor_runs.jsonl and a summary table to stdout.
 #   executor_bench.sh OUT [part]   part: all (default) | nemo8b | qwen30b | full | quick | graphs
-# graphs: the whole model on the GPU, decode kernel by kernel and as CUDA graphs (--cuda-graphs), and
-# the plain run's timeline (its summary says when the host had enqueued the last device action).
+# graphs: the whole model on the GPU, decode kernel by kernel (--no-cuda-graphs) and as CUDA graphs (the
+# default), and the plain run's timeline (its summary says when the host had enqueued the last device action).
 set -uo pipefail
 out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick]}
 part=${2:-all}
@@ -18,18 +18,18 @@ prompt() { python3 -c "import random; random.seed($1); print(','.join(str(random
 p960=$(prompt 960)
 p4032=$(prompt 4032)
 
-one() {  # model ctx budget schedule [graphs]
+one() {  # model ctx budget schedule [graphs|nographs]
   local model=$1 ctx=$2 budget=$3 sched=$4 graphs=${5:-} toks
   [ "$ctx" = 1024 ] && toks=$p960 || toks=$p4032
   local res
   # auto, static and dynamic rows and the whole model also record the measured timeline of their first runs
   # (prefill chunks, then decode steps) next to the predicted one: timelines/*.json, tarred at the end.
   local tl=()
-  if [ -n "$graphs" ]; then
-    tl=(--cuda-graphs)
-  elif [ "$sched" = auto ] || [ "$sched" = dynamic ] || [ "$sched" = static ]; then
+  # graphs: no timeline (every decode step a graph); nographs: kernel by kernel (--no-cuda-graphs)
+  [ "$graphs" = nographs ] && tl=(--no-cuda-graphs)
+  if [ "$graphs" != graphs ] && { [ "$sched" = auto ] || [ "$sched" = dynamic ] || [ "$sched" = static ]; }; then
     mkdir -p "$out/timelines"
-    tl=(--timeline "$out/timelines/${model}_${ctx}_${budget}_${sched}.json" --timeline-runs 6)
+    tl+=(--timeline "$out/timelines/${model}_${ctx}_${budget}_${sched}.json" --timeline-runs 6)
   fi
   res=$("$bin" run --model "synthetic:$model" --tokens "$toks" -n 64 --greedy --threads 16 --ctx "$ctx" \
         --device cuda --vram-budget "$budget" --schedule "$sched" --profile "$profile" --json "${tl[@]}" 2> "$out/err.txt")
@@ -42,7 +42,7 @@ one() {  # model ctx budget schedule [graphs]
   python3 - "$model" "$ctx" "$budget" "$sched" "$out/run.json" "$out/plan.json" "$graphs" <<'PY' >> "$runs"
 import json, sys
 model, ctx, budget, sched = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-graphs = len(sys.argv) > 7 and sys.argv[7] != ""
+graphs = not (len(sys.argv) > 7 and sys.argv[7] == "nographs")  # graphs are run's default
 r = json.load(open(sys.argv[5]))
 try:
     p = json.load(open(sys.argv[6]))
@@ -67,7 +67,7 @@ case $part in
   nemo8b|qwen30b) models=($part) ;;
   full) models=() ;;
   graphs)
-    for m in nemo8b qwen30b; do one "$m" 1024 40G auto; one "$m" 1024 40G auto graphs; done ;;
+    for m in nemo8b qwen30b; do one "$m" 1024 40G auto nographs; one "$m" 1024 40G auto graphs; done ;;
   quick)  # one budget, the main schedules and the llama.cpp-style baseline, plus the whole model on the GPU
     for m in ${QUICK_MODELS:-nemo8b qwen30b}; do for s in auto gpu-only static dynamic layer-split; do one "$m" 1024 4G "$s"; done; done ;;
 esac
@@ -94,7 +94,7 @@ for line in open(sys.argv[1]):
     ratio = ""
     if r.get("predicted_decode_ms") and tps:
         ratio = f"{(1000.0 / tps) / r['predicted_decode_ms']:.2f}"
-    sched = r['schedule'] + ("+graphs" if r.get("cuda_graphs") else "")
+    sched = r['schedule'] + ("" if r.get("cuda_graphs", True) else "-graphs")
     print(f"{r['model']:8} {r['ctx']:>5} {r['budget']:>6} {sched:12} {x['ttft_ms']/1000:8.2f} {tps:8.2f} "
           f"{x.get('arena_peak_bytes',0)/2**30:7.2f}G {x.get('device_peak_bytes',0)/2**30:8.2f}G {ratio:>16}")
 PY

@@ -367,23 +367,30 @@ TEST_CASE("cli: run --device emu plans under a budget, generates the CPU path to
   }
 }
 
-TEST_CASE("cli: run --cuda-graphs runs decode steps of a device-resident plan as graphs, same tokens", "[cli][runtime]") {
+TEST_CASE("cli: run runs decode steps of a device-resident plan as CUDA graphs by default, same tokens", "[cli][runtime]") {
   const std::string model = fixture("hf/llama");
   const std::string base = "run --model " + quote(model) + " --tokens 1,2,3,4,5,6,7,8,9,10,11,12 -n 5 --greedy --threads 2 --json --device emu "
                            "--vram-budget 64M";
-  const Result plain = shardwise_cli(base), graphs = shardwise_cli(base + " --cuda-graphs");
-  INFO(plain.err << graphs.err);
+  const Result plain = shardwise_cli(base + " --no-cuda-graphs"), graphs = shardwise_cli(base + " --cuda-graphs"),
+               dflt = shardwise_cli(base);
+  INFO(plain.err << graphs.err << dflt.err);
   REQUIRE(plain.rc == 0);
   REQUIRE(graphs.rc == 0);
-  const auto jp = nlohmann::json::parse(plain.out), jg = nlohmann::json::parse(graphs.out);
+  REQUIRE(dflt.rc == 0);
+  const auto jp = nlohmann::json::parse(plain.out), jg = nlohmann::json::parse(graphs.out), jd = nlohmann::json::parse(dflt.out);
   CHECK(jg["generated_ids"] == jp["generated_ids"]);
+  CHECK(jd["generated_ids"] == jp["generated_ids"]);
   CHECK(jp["graph_launches"].get<uint64_t>() == 0);
   // The 12-token prompt runs kernel by kernel; 4 decode steps of one graph each (the fixture's 3
   // layers: 7 GPU compute actions, within one graph's kGraphMaxActions).
   CHECK(jg["graph_launches"].get<uint64_t>() == 4);
+  CHECK(jd["graph_launches"].get<uint64_t>() == 4);
   const Result cpu = shardwise_cli("run --model " + quote(model) + " --tokens 1,2 -n 2 --device cpu --cuda-graphs");
   CHECK(cpu.rc != 0);
   CHECK(cpu.err.find("--cuda-graphs needs a device") != std::string::npos);
+  const Result both = shardwise_cli(base + " --cuda-graphs --no-cuda-graphs");
+  CHECK(both.rc != 0);
+  CHECK(both.err.find("give one of --cuda-graphs and --no-cuda-graphs") != std::string::npos);
 }
 
 TEST_CASE("cli: run --timeline writes measured and predicted timelines of the first plan runs", "[cli][runtime]") {
