@@ -143,6 +143,29 @@ TEST_CASE("a budget that holds everything gives an all-resident plan without str
   }
 }
 
+TEST_CASE("the LM head is pinned before MoE experts, whose decode reads a small share of them", "[planner]") {
+  // qwen30b at 4G: the pinned order attention > KV > FFN > output leaves the 175 MB q4_0 LM head on the
+  // CPU (read whole every step) while 340 MB layers of experts (8 of 128 read per token) stay pinned.
+  // The table's layout pins it right after the attention shards, and its decode is predicted faster.
+  const ModelSpec moe = builtin_spec("qwen30b");
+  auto cost = make_analytic_cost_model(builtin_hardware("h200-host"));
+  PlannerConfig cfg = config(4 * GiB, 1024, 16);
+  cfg.tiers = {1, 512};
+  const PlanTable t = build_plan_table(moe, *cost, cfg);
+  const ShardSet S = make_shards(moe, cfg.ctx, cfg.kv_dtype);
+  REQUIRE(t.canonical_order.size() == static_cast<size_t>(2 * S.n_layers + 1));
+  CHECK(t.canonical_order[static_cast<size_t>(S.n_layers)] == S.output);
+  const Plan* st = t.find_tier(1)->find(Schedule::Static);
+  REQUIRE(st->feasible);
+  CHECK(st->placements[static_cast<size_t>(S.output)].home == WeightHome::Pinned);
+  CHECK(st->placements[static_cast<size_t>(S.output)].exec == ExecDevice::Gpu);
+  // A dense model's decode reads every FFN byte as it reads the LM head's: nemo8b at 2G keeps the
+  // paper's order (its 1 GiB f16 LM head pinned early would only displace as many FFN bytes).
+  const PlanTable dense = build_plan_table(builtin_spec("nemo8b"), *cost, config(2 * GiB, 1024, 16));
+  const ShardSet D = make_shards(builtin_spec("nemo8b"), 1024, cfg.kv_dtype);
+  CHECK(dense.canonical_order.back() == D.output);
+}
+
 TEST_CASE("an impossible budget names the smallest budget that works", "[planner]") {
   const ModelSpec spec = builtin_spec("nemo8b");
   auto cost = make_analytic_cost_model(builtin_hardware("cli3"));
@@ -369,9 +392,17 @@ TEST_CASE("measured MoE routing: the curve, and what a step streams and costs", 
   CHECK(copied_uni == ffn_bytes_touched(moe, ffn, 512, false));
   CHECK(copied_meas < copied_uni);
   CHECK(p_meas.predicted_ms < 0.6 * p_uni.predicted_ms);
-  // Decode is unchanged: one token touches top-k experts either way.
-  CHECK(build_plan(moe, *cost, cfg, Schedule::GpuOnly, 1).predicted_ms ==
-        Approx(build_plan(moe, *cost, uni, Schedule::GpuOnly, 1).predicted_ms).epsilon(1e-9));
+  // Decode streams the same experts: one token touches top-k either way. (The predicted step may
+  // differ: the table's layout — KV layers, the LM head's place — is chosen for a whole request,
+  // whose prefill the measured routing makes cheaper.)
+  for (const PlannerConfig* c : {&cfg, &uni}) {
+    const Plan d = build_plan(moe, *cost, *c, Schedule::GpuOnly, 1);
+    REQUIRE(d.feasible);
+    uint64_t copied = 0;
+    for (const Action& a : d.actions)
+      if (a.kind == ActionKind::CopyWeights && a.shard == ffn.id) copied += a.bytes;
+    CHECK(copied == ffn_bytes_touched(moe, ffn, 1, false));
+  }
   // The experts op carries the measured count, and the cost model reads fewer expert bytes.
   Op e;
   e.kind = OpKind::MoeExperts;
