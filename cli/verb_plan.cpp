@@ -24,7 +24,7 @@ namespace {
 
 struct PlanArgs {
   std::string model, hw, profile, budget, pcie_cap = "none", kv_dtype = "f32", trace, save, schedule, tier_text;
-  int threads = 0;
+  int threads = 0, kv_layers = -1;
   int64_t ctx = 4096, routing_tokens = 0;
   uint64_t token_seed = 1;
   bool json = false, explain = false, brief = false;
@@ -95,6 +95,7 @@ void run_plan(const PlanArgs& a) {
   cfg.threads = a.threads == 0 ? cost->max_threads() : a.threads;
   if (cfg.threads < 1 || cfg.threads > 4096) fail("--threads ", a.threads, " is out of range");
   cfg.kv_dtype = parse_dtype(a.kv_dtype);
+  cfg.kv_layers = a.kv_layers;
   cfg.model_name = origin;
   if (a.routing_tokens != 0) {
     // Plan with the weights' own MoE routing, measured on the oracle's step tokens (a CPU pass).
@@ -225,6 +226,9 @@ void register_plan(CLI::App& app) {
   sub->add_option("--ctx", a->ctx, "KV capacity in tokens (steps are planned with the cache full)");
   sub->add_option("--pcie-cap", a->pcie_cap, "PCIe bandwidth cap, e.g. 16GB/s, or none");
   sub->add_option("--kv-dtype", a->kv_dtype, "KV cache element type (f32 = exact; f16 halves its size)");
+  sub->add_option("--kv-layers", a->kv_layers,
+                  "Layers whose KV stays in VRAM (the first N; their attention is streamed where not pinned); "
+                  "default -1: chosen by simulating a request");
   sub->add_option("--routing-tokens", a->routing_tokens,
                   "MoE: measure the weights' routing on N tokens (a CPU pass) and plan with it instead of uniform routing");
   sub->add_option("--token-seed", a->token_seed, "Seed of the --routing-tokens tokens (as the oracle's token_seed)");

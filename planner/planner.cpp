@@ -74,9 +74,12 @@ Layout make_layout(const ModelSpec& spec, const PlannerConfig& cfg, int kv_layer
 }
 
 // KV layers the priority rule gives (every attention shard first, then KV layer by layer), keeping
-// room for a prefill step's scratch and two stream slots of the largest FFN shard; and the most
-// KV layers possible at all (each with its attention shard pinned, plus a prefill step's scratch).
-void kv_layer_bounds(const ModelSpec& spec, const PlannerConfig& cfg, int* priority_k, int* max_k) {
+// room for a prefill step's scratch and two stream slots of the largest FFN shard; the most KV
+// layers possible with their attention shards pinned (plus a prefill step's scratch); and the most
+// KV layers with their attention streamed where not pinned (a prefill step's scratch and two slots
+// of the largest streamed shard beside them): GPU-only and Dynamic steps stream such a layer's
+// attention into a slot, Static cannot run them.
+void kv_layer_bounds(const ModelSpec& spec, const PlannerConfig& cfg, int* priority_k, int* max_k, int* max_k_streamed) {
   const Layout L = make_layout(spec, cfg, 0);
   const ShardSet& S = L.shards;
   const int64_t ref_tier = 512;
@@ -93,6 +96,13 @@ void kv_layer_bounds(const ModelSpec& spec, const PlannerConfig& cfg, int* prior
          L.prefix_end[static_cast<size_t>(*max_k + 1)] + align_up(static_cast<uint64_t>(*max_k + 1) * L.kv_layer_bytes) + scratch <=
              cfg.budget_bytes)
     ++*max_k;
+  std::vector<int> weights(S.ffn.begin(), S.ffn.end());
+  weights.insert(weights.end(), S.attention.begin(), S.attention.end());
+  const uint64_t slots = 2 * largest_streamed(spec, S, weights, ref_tier);
+  *max_k_streamed = *max_k;
+  while (*max_k_streamed < S.n_layers &&
+         align_up(static_cast<uint64_t>(*max_k_streamed + 1) * L.kv_layer_bytes) + scratch + slots <= cfg.budget_bytes)
+    ++*max_k_streamed;
 }
 
 // Emits the action list of one step for given per-shard decisions (see plan.h for the vocabulary).
@@ -499,14 +509,14 @@ Plan plan_hybrid(const Ctx& c, int64_t n, Schedule sched, uint64_t slot_bytes, c
   std::vector<ExecDevice> exec(S.shards.size(), ExecDevice::Cpu);
   std::vector<int> slot(S.shards.size(), -1);
   for (size_t i = 0; i < p; ++i) exec[static_cast<size_t>(L.canonical[i])] = ExecDevice::Gpu;
-  for (int l = 0; l < S.n_layers; ++l)
-    if (L.kv_gpu[static_cast<size_t>(l)] && exec[static_cast<size_t>(S.attention[l])] != ExecDevice::Gpu)
-      return infeasible(c, sched, n, "layer " + std::to_string(l) + " keeps its KV in VRAM but its attention is not pinned");
   int k = 0;
   for (int id : stream_ids) {
     exec[static_cast<size_t>(id)] = ExecDevice::Gpu;
     slot[static_cast<size_t>(id)] = (k++) % 2;
   }
+  for (int l = 0; l < S.n_layers; ++l)
+    if (L.kv_gpu[static_cast<size_t>(l)] && exec[static_cast<size_t>(S.attention[l])] != ExecDevice::Gpu)
+      return infeasible(c, sched, n, "layer " + std::to_string(l) + " keeps its KV in VRAM but its attention is neither pinned nor streamed");
   return finish_canonical(c, sched, n, p, slot_bytes, exec, slot, 2, notes);
 }
 
@@ -519,9 +529,18 @@ Plan plan_static(const Ctx& c, int64_t n) {
   return plan_hybrid(c, n, Schedule::Static, 0, {}, p, notes);
 }
 
+// Position of a shard in a step's execution (attention, FFN layer by layer, then the LM head).
+int exec_rank(const ShardSet& S, int id) {
+  const Shard& s = S.at(id);
+  if (s.kind == ShardKind::Output) return 2 * S.n_layers;
+  return 2 * s.layer + (s.kind == ShardKind::Ffn ? 1 : 0);
+}
+
 // Dynamic: for each slot size (the distinct sizes of streamable shards), the pinned prefix that
 // leaves room for two slots; then how many of the CPU shards to stream (1..all, spread evenly over
-// the layers so copies overlap the CPU work between them); the fastest simulated plan wins.
+// the layers so copies overlap the CPU work between them); the fastest simulated plan wins. An
+// attention shard runs where its layer's KV is: pinned or CPU, or, for a layer whose KV is in VRAM
+// but whose attention is not pinned, streamed (always).
 Plan plan_dynamic(const Ctx& c, int64_t n) {
   const Layout& L = c.L;
   const ShardSet& S = L.shards;
@@ -530,7 +549,7 @@ Plan plan_dynamic(const Ctx& c, int64_t n) {
   std::vector<uint64_t> sizes;
   for (int id : L.canonical) {
     const Shard& s = S.at(id);
-    if (s.kind == ShardKind::Attention) continue;  // attention stays with its KV: pinned or CPU
+    if (s.kind == ShardKind::Attention && !L.kv_gpu[static_cast<size_t>(s.layer)]) continue;
     std::vector<int> one = {id};
     sizes.push_back(largest_streamed(c.spec, S, one, n));
   }
@@ -540,6 +559,20 @@ Plan plan_dynamic(const Ctx& c, int64_t n) {
   for (uint64_t slot_bytes : sizes) {
     if (2 * slot_bytes > room) continue;
     const size_t p = longest_prefix(L, room - 2 * slot_bytes);
+    auto pinned_at = [&](int id) {
+      return std::find(L.canonical.begin(), L.canonical.begin() + static_cast<std::ptrdiff_t>(p), id) !=
+             L.canonical.begin() + static_cast<std::ptrdiff_t>(p);
+    };
+    std::vector<int> forced;  // attention of KV-in-VRAM layers that is not pinned
+    bool fits = true;
+    for (int l = 0; l < S.n_layers; ++l) {
+      const int id = S.attention[l];
+      if (!L.kv_gpu[static_cast<size_t>(l)] || pinned_at(id)) continue;
+      forced.push_back(id);
+      std::vector<int> one = {id};
+      fits = fits && largest_streamed(c.spec, S, one, n) <= slot_bytes;
+    }
+    if (!fits) continue;
     std::vector<int> candidates;  // CPU shards that fit the slot, in execution order
     for (int l = 0; l < S.n_layers; ++l) {
       const int id = S.ffn[l];
@@ -555,17 +588,24 @@ Plan plan_dynamic(const Ctx& c, int64_t n) {
       if (!pinned) candidates.push_back(id);
     }
     const size_t U = candidates.size();
-    // How many to stream: every count up to 8, then about 12% apart, and all of them.
+    // How many to stream: every count up to 8, then about 12% apart, and all of them (none, where
+    // attention shards must be streamed anyway).
     std::vector<size_t> counts;
+    if (!forced.empty()) counts.push_back(0);
     for (size_t m = 1; m <= U; m = m < 8 ? m + 1 : std::max(m + 1, m * 9 / 8)) counts.push_back(m);
-    if (!counts.empty() && counts.back() != U) counts.push_back(U);
+    if (U > 0 && counts.back() != U) counts.push_back(U);
     for (size_t m : counts) {
       std::vector<int> pick;
       for (size_t i = 0; i < m; ++i) pick.push_back(candidates[std::min(U - 1, (2 * i + 1) * U / (2 * m))]);
       pick.erase(std::unique(pick.begin(), pick.end()), pick.end());
-      char notes[160];
-      std::snprintf(notes, sizeof notes, "%zu of %zu shards pinned, %zu of %zu CPU shards streamed (slot %s)", p,
-                    L.canonical.size(), pick.size(), U, format_bytes(slot_bytes).c_str());
+      const size_t optional = pick.size();
+      pick.insert(pick.end(), forced.begin(), forced.end());
+      std::sort(pick.begin(), pick.end(), [&](int a, int b) { return exec_rank(S, a) < exec_rank(S, b); });
+      char notes[200];
+      std::snprintf(notes, sizeof notes, "%zu of %zu shards pinned, %zu of %zu CPU shards streamed%s (slot %s)", p,
+                    L.canonical.size(), optional, U,
+                    forced.empty() ? "" : (", attention of " + std::to_string(forced.size()) + " KV-in-VRAM layers streamed").c_str(),
+                    format_bytes(slot_bytes).c_str());
       Plan plan = plan_hybrid(c, n, Schedule::Dynamic, slot_bytes, pick, p, notes);
       if (plan.feasible && (!best.feasible || plan.predicted_ms < best.predicted_ms)) best = std::move(plan);
     }
@@ -712,16 +752,30 @@ Plan plan_one(const Ctx& c, Schedule s, int64_t n) {
 
 // KV placement and the LM head's place in the pinned order are fixed for the whole table, so they
 // are chosen once: among the priority rule's choice (attention > KV > FFN > output) and a spread of
-// alternatives — KV layers up to the most that fit with their attention pinned, the LM head before
-// or after the FFN shards — the one whose plans give the shortest interactive request (a prefill of
-// the context in 512-token chunks plus 64 decode steps, each with the fastest of the three schedules).
+// alternatives — KV layers up to the most that fit with their attention pinned, and up to the most
+// that fit at all (their attention streamed where not pinned); the LM head before or after the FFN
+// shards — the one whose plans give the shortest interactive request: a prompt filling the context
+// (in 512-token chunks or one step of the largest tier within it, whichever is faster) plus 64
+// decode steps, each step with the fastest of the three schedules.
 Layout choose_layout(const ModelSpec& spec, const CostModel& cost, const PlannerConfig& cfg) {
-  int priority_k = 0, max_k = 0;
-  kv_layer_bounds(spec, cfg, &priority_k, &max_k);
-  std::vector<int> ks = {priority_k, 0, max_k, max_k / 4, max_k / 2, (3 * max_k) / 4};
+  int priority_k = 0, max_k = 0, max_k_streamed = 0;
+  kv_layer_bounds(spec, cfg, &priority_k, &max_k, &max_k_streamed);
+  std::vector<int> ks = {priority_k, 0, max_k, max_k / 4, max_k / 2, (3 * max_k) / 4, max_k_streamed,
+                         (max_k + max_k_streamed) / 2};
+  if (cfg.kv_layers >= 0) {  // given: only the LM head's place is chosen
+    priority_k = static_cast<int>(std::min<int64_t>(cfg.kv_layers, spec.num_hidden_layers));
+    ks = {priority_k};
+  }
   std::sort(ks.begin(), ks.end());
   ks.erase(std::unique(ks.begin(), ks.end()), ks.end());
-  const int64_t prefill_tier = std::min<int64_t>(512, cfg.ctx);
+  // The prompt's prefill: in chunks of 512 tokens, or in one step of the largest tier within the
+  // context (its copies of streamed weights made once instead of once per chunk), whichever is faster.
+  const int64_t chunk = std::min<int64_t>(512, cfg.ctx);
+  int64_t whole = 0;  // the largest tier within the context, above the chunk
+  for (int64_t t : cfg.tiers)
+    if (t <= cfg.ctx && t > chunk) whole = std::max(whole, t);
+  std::vector<int64_t> prefill_tiers = {chunk};
+  if (whole > 0) prefill_tiers.push_back(whole);
   Layout best;
   double best_cost = INFINITY;
   bool have = false;
@@ -729,17 +783,22 @@ Layout choose_layout(const ModelSpec& spec, const CostModel& cost, const Planner
     for (bool early : {false, true}) {
       Layout L = make_layout(spec, cfg, k, early);
       const Ctx c{spec, cost, cfg, L};
-      double fastest_decode = INFINITY, fastest_prefill = INFINITY;
+      double fastest_decode = INFINITY, prefill = INFINITY;
       for (Schedule s : {Schedule::Static, Schedule::Dynamic, Schedule::GpuOnly}) {
         const Plan d = plan_one(c, s, 1);
         if (d.feasible) fastest_decode = std::min(fastest_decode, d.predicted_ms);
-        const Plan p = plan_one(c, s, prefill_tier);
-        if (p.feasible) fastest_prefill = std::min(fastest_prefill, p.predicted_ms);
       }
       if (!std::isfinite(fastest_decode)) continue;
-      if (!std::isfinite(fastest_prefill)) fastest_prefill = fastest_decode * static_cast<double>(prefill_tier);
-      const double request = std::ceil(static_cast<double>(cfg.ctx) / static_cast<double>(prefill_tier)) * fastest_prefill +
-                             64.0 * fastest_decode;
+      for (int64_t t : prefill_tiers) {
+        double fastest = INFINITY;
+        for (Schedule s : {Schedule::Static, Schedule::Dynamic, Schedule::GpuOnly}) {
+          const Plan p = plan_one(c, s, t);
+          if (p.feasible) fastest = std::min(fastest, p.predicted_ms);
+        }
+        if (std::isfinite(fastest)) prefill = std::min(prefill, std::ceil(static_cast<double>(cfg.ctx) / static_cast<double>(t)) * fastest);
+      }
+      if (!std::isfinite(prefill)) prefill = fastest_decode * static_cast<double>(cfg.ctx);
+      const double request = prefill + 64.0 * fastest_decode;
       // Prefer the priority rule's choice on ties (within 0.5%).
       if (!have || request < best_cost * (k == priority_k && !early ? 1.005 : 0.995)) {
         best = std::move(L);
@@ -758,6 +817,8 @@ void check_config(const ModelSpec& spec, const PlannerConfig& cfg) {
   if (cfg.ctx < 1 || cfg.ctx > (int64_t(1) << 24)) fail("--ctx ", cfg.ctx, " is out of range");
   if (cfg.threads < 1 || cfg.threads > 4096) fail("--threads ", cfg.threads, " is out of range");
   if (cfg.tiers.empty()) fail("no tiers to plan");
+  if (cfg.kv_layers < -1 || cfg.kv_layers > spec.num_hidden_layers)
+    fail("KV layers in VRAM: ", cfg.kv_layers, " is out of range (0..", spec.num_hidden_layers, ", or -1 to choose)");
   for (size_t i = 0; i < cfg.tiers.size(); ++i)
     if (cfg.tiers[i] < 1 || (i && cfg.tiers[i] <= cfg.tiers[i - 1])) fail("tiers must be positive and ascending");
 }

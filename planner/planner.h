@@ -34,6 +34,9 @@ struct PlannerConfig {
   // tokens pick experts uniformly at random. It sets how many experts a step streams and computes.
   std::vector<int64_t> routing_tokens;
   std::vector<double> routing_experts;
+  // KV layers kept in VRAM (the first ones; where their attention is not pinned, GPU-only and Dynamic
+  // steps stream it, Static cannot run). -1: chosen with the LM head's place by simulating a request.
+  int kv_layers = -1;
 };
 
 // Distinct experts per layer that a step of n tokens touches under cfg's routing (interpolated in

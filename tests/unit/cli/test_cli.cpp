@@ -340,6 +340,17 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
                       {"cases[0]", "measured_ms"});
 }
 
+TEST_CASE("cli: plan --kv-layers keeps the first N layers' KV in VRAM", "[cli]") {
+  for (int n : {10, 40}) {
+    const Result r = shardwise_cli("plan --model nemo8b --hw h200-host --vram-budget 2G --ctx 1024 --threads 16 --json --kv-layers " +
+                                   std::to_string(n));
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    CHECK(nlohmann::json::parse(r.out)["kv_layers_on_gpu"].get<int>() == n);
+  }
+  require_clean_error("plan --model nemo8b --hw h200-host --vram-budget 2G --ctx 1024 --kv-layers 41", {"out of range"});
+}
+
 TEST_CASE("cli: plan --routing-tokens measures an MoE model's routing and plans with it", "[cli][routing]") {
   const std::string moe = fixture("hf/qwen3moe_nonorm");
   const Result r = shardwise_cli("plan --model " + quote(moe) + " --hw cli3 --vram-budget 8M --ctx 64 --threads 2 --routing-tokens 16 --json");

@@ -208,6 +208,55 @@ TEST_CASE("runtime: MoE decode routes on the device when the layer's experts are
   }
 }
 
+TEST_CASE("runtime: Dynamic streams the attention of KV-in-VRAM layers that are not pinned, exactly", "[runtime]") {
+  for (const char* family : {"llama", "qwen3_moe"}) {
+    const ModelSpec spec = test_model(family, DType::Q8_0);
+    ThreadPool pool(2);
+    auto src = make_synthetic_weights(spec, 41, &pool);
+    ModelWeights w = ModelWeights::from_source(*src);
+    const int64_t ctx = 64;
+    const std::vector<int> steps = {13, 1, 1, 4, 1, 20, 1};
+    const auto toks = token_seq(41, spec.vocab_size, 8);
+    const auto ref = reference_steps(*src, toks, steps, ctx);
+    INFO(family);
+    auto cost = make_analytic_cost_model(builtin_hardware("cli2"));
+    bool found = false;
+    for (double frac : {0.06, 0.1, 0.15, 0.25, 0.35, 0.45, 0.55, 0.65}) {
+      PlannerConfig cfg;
+      cfg.budget_bytes = static_cast<uint64_t>(frac * static_cast<double>(spec.total_bytes())) + (2u << 20);
+      cfg.ctx = ctx;
+      cfg.threads = 2;
+      cfg.tiers = {1, 4, 16};
+      cfg.tensor_dtypes = tensor_dtypes_of(*src);
+      cfg.kv_layers = static_cast<int>(spec.num_hidden_layers);
+      PlanTable t;
+      try {
+        t = build_plan_table(spec, *cost, cfg);
+      } catch (const Error&) {
+        continue;
+      }
+      const Plan* dyn = t.find_tier(1)->find(Schedule::Dynamic);
+      if (!dyn->feasible) continue;
+      bool streams_attention = false;
+      for (const Action& a : dyn->actions)
+        streams_attention |= a.kind == ActionKind::CopyWeights && a.shard >= 0 &&
+                             dyn->placements[static_cast<size_t>(a.shard)].name.find("attn") != std::string::npos;
+      if (!streams_attention) continue;
+      found = true;
+      INFO("budget " << cfg.budget_bytes);
+      for (Schedule s : {Schedule::Dynamic, Schedule::GpuOnly}) {
+        if (!t.find_tier(1)->find(s)->feasible) continue;  // GPU-only: two slots of an FFN beside all KV
+        RuntimeOptions o;
+        o.schedule = s;
+        auto dev = make_emu_device({7, 60, 0});
+        Runtime rt(*src, w, *dev, pool, t, o);
+        CHECK(test::max_rel_error(run_steps(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
+      }
+    }
+    CHECK(found);
+  }
+}
+
 TEST_CASE("runtime: decode steps of device-resident plans run as graphs, exactly", "[runtime][graphs]") {
   // The emulated device holds the CUDA rules of a capture: no queue and not the host may wait for
   // work recorded inside it, nor the capturing queue for another queue — a runtime that broke them
