@@ -170,8 +170,9 @@ py::dict profile_dict(const std::string& path) {
 }
 
 PlannerConfig planner_config(int64_t budget, int64_t ctx, int threads, const std::vector<int64_t>& tiers,
-                             const std::string& kv_dtype, const std::string& name) {
+                             const std::string& kv_dtype, const std::string& name, int kv_layers = -1) {
   PlannerConfig c;
+  c.kv_layers = kv_layers;
   c.budget_bytes = static_cast<uint64_t>(budget);
   c.ctx = ctx;
   c.threads = threads;
@@ -297,21 +298,24 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "plan",
       [](const py::object& model, const py::object& hardware, const py::object& budget, int64_t ctx, int threads,
-         const py::object& pcie_cap, const std::vector<int64_t>& tiers, const std::string& kv_dtype, const py::object& profile) {
+         const py::object& pcie_cap, const std::vector<int64_t>& tiers, const std::string& kv_dtype, const py::object& profile,
+         int kv_layers) {
         const ModelSpec spec = spec_arg(model);
         const double cap = bandwidth_arg(pcie_cap, "pcie_cap");
         auto cost = cost_arg(hardware, profile, cap);
         PlanTable t = build_plan_table(spec, *cost,
                                        planner_config(static_cast<int64_t>(size_arg(budget, "budget")), ctx,
-                                                      threads > 0 ? threads : cost->max_threads(), tiers, kv_dtype, spec.name));
+                                                      threads > 0 ? threads : cost->max_threads(), tiers, kv_dtype, spec.name,
+                                                      kv_layers));
         t.pcie_cap_gbps = cap / 1e9;
         return t;
       },
       py::arg("model"), py::arg("hardware") = py::none(), py::arg("budget") = py::none(), py::arg("ctx") = 4096, py::arg("threads") = 0,
       py::arg("pcie_cap") = py::none(), py::arg("tiers") = std::vector<int64_t>{}, py::arg("kv_dtype") = "f32",
-      py::arg("profile") = py::none(),
+      py::arg("profile") = py::none(), py::arg("kv_layers") = -1,
       "Build the plan table (every tier, every schedule) with the analytic cost model of `hardware`, or with the measured "
-      "`profile` (a ProfileDB path; `hardware` then only stands in for the GPU of a CPU-only profile)");
+      "`profile` (a ProfileDB path; `hardware` then only stands in for the GPU of a CPU-only profile); `kv_layers`: how many "
+      "layers keep their KV in VRAM (-1: chosen by simulating a request)");
 
   m.def(
       "minimum_budget",

@@ -53,6 +53,19 @@ def test_plan_matches_the_cli():
     assert json.loads(t.to_json())["budget_bytes"] == 4 << 30
 
 
+def test_plan_kv_layers():
+    # nemo8b at 2G/1K on the GPU host's datasheet: left to choose, every layer's KV in VRAM; a fixed
+    # split of 10 layers keeps exactly those, and Static can run it (their attention is pinned).
+    spec = shardwise.load_spec("nemo8b")
+    chosen = shardwise.plan(spec, "h200-host", "2G", ctx=1024, threads=16)
+    assert all(chosen.kv_on_gpu)
+    ten = shardwise.plan(spec, "h200-host", "2G", ctx=1024, threads=16, kv_layers=10)
+    assert sum(ten.kv_on_gpu) == 10 and ten.kv_on_gpu[:10] == [True] * 10
+    assert ten.lookup(1).chosen in ("static", "dynamic", "gpu-only")
+    with pytest.raises(shardwise.Error, match="out of range"):
+        shardwise.plan(spec, "h200-host", "2G", ctx=1024, threads=16, kv_layers=41)
+
+
 def test_experiment_expansion(repo):
     cfgs = shardwise.expand_experiment(str(repo / "experiments" / "smoke.yaml"))
     assert len(cfgs) > 10 and len({c["config_id"] for c in cfgs}) == len(cfgs)
