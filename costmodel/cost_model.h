@@ -73,6 +73,13 @@ class CostModel {
   virtual double transfer_ms(uint64_t bytes, Direction dir, bool pinned = true) const = 0;
   // Sustained copy rate in GB/s (after the cap), used to model contention.
   virtual double pcie_gbps(Direction dir) const = 0;
+  // How much longer a copy takes while CPU work reads `cpu_dram_gbps` from host DRAM beside it (>= 1;
+  // 1 where the machine's numbers do not say).
+  virtual double copy_slowdown(Direction dir, double cpu_dram_gbps) const {
+    (void)dir;
+    (void)cpu_dram_gbps;
+    return 1.0;
+  }
   virtual double sync_ms() const = 0;  // one host-device synchronisation
   virtual int max_threads() const = 0;
   virtual uint64_t vram_bytes() const = 0;

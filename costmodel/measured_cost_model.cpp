@@ -203,6 +203,7 @@ class MeasuredCostModel : public CostModel {
     }
     index_ops(db, o.use_contention);
     if (has_gpu_) index_copies(db);
+    if (has_gpu_ && o.use_contention) index_copy_contention(db);
   }
 
   double op_ms(const Op& op, const ExecEnv& env) const override {
@@ -261,6 +262,22 @@ class MeasuredCostModel : public CostModel {
   double pcie_gbps(Direction dir) const override {
     if (!has_gpu_) return gpu_fallback().pcie_gbps(dir);
     return copy_curve(dir, true).gbps();
+  }
+
+  // The copy engines under CPU DRAM traffic: the profile's DRAM rows with copy traffic measured the
+  // traffic's rate beside the CPU pool streaming DRAM; from the fewest threads to the most it fell by
+  // s (H200 host: 98.1 -> 83.0 GB/s, s = 15%) while the pool read B_c (54.1 GB/s). A copy beside CPU
+  // work reading b GB/s runs at its uncapped rate times 1 - s·min(1, b / B_c); a cap below that still
+  // holds. (A Dynamic nemo8b decode's FFN copies ran at 0.91x their prediction beside CPU FFNs reading
+  // ~39 GB/s: executor/timelines_72883f4.)
+  double copy_slowdown(Direction dir, double cpu_dram_gbps) const override {
+    if (!has_gpu_ || copy_drop_ <= 0 || copy_drop_cpu_gbps_ <= 0 || !(cpu_dram_gbps > 0)) return 1.0;
+    const double f = 1.0 - copy_drop_ * std::min(1.0, cpu_dram_gbps / copy_drop_cpu_gbps_);
+    const int d = dir == Direction::HostToDevice ? 0 : 1;
+    const double free = uncapped_gbps_[d];
+    const double now = copy_curve(dir, true).gbps();  // after the cap
+    if (!(free > 0) || !(now > 0)) return 1.0 / f;
+    return std::max(1.0, now / std::min(now, free * f));
   }
 
   double sync_ms() const override {
@@ -449,6 +466,15 @@ class MeasuredCostModel : public CostModel {
           if (!plain.empty()) sort_merge(plain, &unpaced_[d][p].bytes, &unpaced_[d][p].ms);
         }
       }
+    // The uncapped pinned rate of each direction (its largest copy).
+    for (const TransferSample& t : db.transfers)
+      if (t.pinned && t.cap_gbps == 0 && t.ms > 0) {
+        const int d = t.dir == Direction::HostToDevice ? 0 : 1;
+        if (t.bytes >= uncapped_bytes_[d]) {
+          uncapped_bytes_[d] = t.bytes;
+          uncapped_gbps_[d] = static_cast<double>(t.bytes) / (t.ms * 1e6);
+        }
+      }
     // Pageable copies not measured: the pinned ones (a pageable copy is never faster).
     for (int d = 0; d < 2; ++d)
       if (copies_[d][1].bytes.empty()) {
@@ -457,11 +483,27 @@ class MeasuredCostModel : public CostModel {
       }
   }
 
+  void index_copy_contention(const ProfileDB& db) {
+    const DramSample* lo = nullptr;
+    const DramSample* hi = nullptr;
+    for (const DramSample& d : db.dram) {
+      if (!d.contention || !(d.concurrent_gbps > 0)) continue;
+      if (!lo || d.threads < lo->threads) lo = &d;
+      if (!hi || d.threads > hi->threads) hi = &d;
+    }
+    if (!lo || !hi || hi->threads <= lo->threads) return;
+    copy_drop_ = std::max(0.0, 1.0 - hi->concurrent_gbps / lo->concurrent_gbps);
+    copy_drop_cpu_gbps_ = hi->gbps;
+  }
+
   std::string origin_;
   bool has_gpu_;
   double sync_ms_;
   double cap_gbps_;
   uint64_t vram_;
+  double uncapped_gbps_[2] = {0, 0};  // pinned, by direction
+  uint64_t uncapped_bytes_[2] = {0, 0};
+  double copy_drop_ = 0, copy_drop_cpu_gbps_ = 0;  // copy_slowdown's s and B_c
   int max_threads_ = 1;
   std::string describe_;
   std::unique_ptr<CostModel> fallback_;

@@ -83,12 +83,12 @@ double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const
   std::vector<Action>& acts = plan.actions;
   const size_t n = acts.size();
   const StepOps ops(spec, shards, step);
-  std::vector<double> dur(n);
+  std::vector<double> dur(n), dur_alone(n);
   std::vector<size_t> cpu_work;
   std::vector<size_t> copies[3];  // per copy queue (weights, activations to the GPU, to the host), in list order = time order
   for (size_t i = 0; i < n; ++i) {
     SW_CHECK(acts[i].id == static_cast<int>(i), "simulate: action ids must be their positions");
-    dur[i] = timed(acts[i], ops, shards, cost, step, 0);
+    dur[i] = dur_alone[i] = timed(acts[i], ops, shards, cost, step, 0);
     if (acts[i].resource == Resource::H2D) copies[0].push_back(i);
     if (acts[i].resource == Resource::D2H) copies[1].push_back(i);
     if (acts[i].resource == Resource::H2DAct) copies[2].push_back(i);
@@ -114,6 +114,22 @@ double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const
         }
         dur[i] = timed(acts[i], ops, shards, cost, step, moved_gb / ((e - s) / 1e3));
       }
+      // CPU work reading DRAM beside each copy in the previous pass slows the copy.
+      for (int q = 0; q < 3; ++q)
+        for (size_t c : copies[q]) {
+          const double s = acts[c].start_ms, e = acts[c].end_ms;
+          if (e <= s) continue;
+          double read_gb = 0;
+          auto it = std::partition_point(cpu_work.begin(), cpu_work.end(), [&](size_t w) { return acts[w].end_ms <= s; });
+          for (; it != cpu_work.end() && acts[*it].start_ms < e; ++it) {
+            const Action& w = acts[*it];
+            if (w.end_ms <= w.start_ms) continue;
+            const double ov = std::min(e, w.end_ms) - std::max(s, w.start_ms);
+            if (ov > 0) read_gb += static_cast<double>(w.bytes) / 1e9 * ov / (w.end_ms - w.start_ms);
+          }
+          const Direction dir = q == 1 ? Direction::DeviceToHost : Direction::HostToDevice;
+          dur[c] = dur_alone[c] * cost.copy_slowdown(dir, read_gb / ((e - s) / 1e3));
+        }
     }
     double free_at[kNumResources] = {};
     makespan = 0;

@@ -1,9 +1,10 @@
 // planner/simulator.h — predicts a plan's step latency by simulating its timeline over the four
 // resources (GPU compute stream, H2D copy engine, D2H copy engine, CPU pool): each resource runs
 // its actions in list order, an action starts when its resource is free and its dependencies have
-// finished. CPU actions slow down while copies run (DRAM contention): the simulation is repeated
-// with each CPU action's bandwidth lowered by the copy traffic that overlapped it in the previous
-// pass. The timeline is also written as a Chrome trace, so a predicted and a measured timeline can
+// finished. CPU actions slow down while copies run, and copies while CPU work reads DRAM (DRAM
+// contention): the simulation is repeated with each CPU action's bandwidth lowered by the copy
+// traffic that overlapped it in the previous pass, and each copy slowed by the CPU's DRAM reads
+// beside it (CostModel::copy_slowdown). The timeline is also written as a Chrome trace, so a predicted and a measured timeline can
 // be laid side by side.
 #pragma once
 

@@ -604,6 +604,38 @@ TEST_CASE("profile model: CPU ops share host DRAM with the copies running meanwh
   CHECK(model->op_ms(g, {Backend::Gpu, 1, 40}) == find_sample(db, Backend::Gpu, 0, false, g).ms);
 }
 
+TEST_CASE("profile model: copies slow down beside CPU work reading DRAM, as the DRAM rows measured", "[profile]") {
+  ProfileDB db = stored(synthetic_profile());
+  const Direction h2d = Direction::HostToDevice, d2h = Direction::DeviceToHost;
+  // The synthetic rows measured the same copy traffic at every thread count: no slowdown.
+  CHECK(make_measured_cost_model(db)->copy_slowdown(h2d, 50) == 1.0);
+  // Copy traffic at 100 GB/s beside one thread, 80 beside 16 threads reading 50 GB/s: s = 20%.
+  for (DramSample& d : db.dram)
+    if (d.contention) {
+      d.concurrent_gbps = d.threads == 1 ? 100 : 80;
+      if (d.threads == 16) d.gbps = 50;
+    }
+  auto model = make_measured_cost_model(db);
+  CHECK(model->copy_slowdown(h2d, 0) == 1.0);
+  CHECK(model->copy_slowdown(h2d, 25) == Approx(1.0 / 0.9).epsilon(1e-12));
+  CHECK(model->copy_slowdown(d2h, 50) == Approx(1.0 / 0.8).epsilon(1e-12));
+  CHECK(model->copy_slowdown(h2d, 200) == Approx(1.0 / 0.8).epsilon(1e-12));  // at most the 16-thread row's
+  // A 16 GB/s cap far below the link's ~55 GB/s still holds: 0.8 x 55 > 16.
+  MeasuredOptions o16;
+  o16.pcie_cap_bytes_per_s = 16e9;
+  CHECK(make_measured_cost_model(db, o16)->copy_slowdown(h2d, 50) == 1.0);
+  // Not with a cap just under the link: 50 GB/s of 55 becomes 44.
+  MeasuredOptions o50;
+  o50.pcie_cap_bytes_per_s = 50e9;
+  auto near = make_measured_cost_model(db, o50);
+  CHECK(near->copy_slowdown(h2d, 50) == Approx(near->pcie_gbps(h2d) / (0.8 * make_measured_cost_model(db)->pcie_gbps(h2d))).epsilon(0.02));
+  CHECK(near->copy_slowdown(h2d, 50) > 1.1);
+  // Without the contention rows (use_contention = false) copies keep their rate.
+  MeasuredOptions no;
+  no.use_contention = false;
+  CHECK(make_measured_cost_model(db, no)->copy_slowdown(h2d, 50) == 1.0);
+}
+
 TEST_CASE("profile model: copies interpolate in size, follow the cap, and give the sustained rate", "[profile]") {
   const ProfileDB db = stored(synthetic_profile());
   auto ms_of = [&](uint64_t bytes, Direction d, bool pinned, double cap) {

@@ -11,6 +11,7 @@
 #include "core/hardware_spec.h"
 #include "costmodel/cost_model.h"
 #include "planner/planner.h"
+#include "planner/simulator.h"
 
 using namespace shardwise;
 using Catch::Matchers::Contains;
@@ -204,6 +205,61 @@ TEST_CASE("KV in VRAM for layers whose attention is not pinned: GPU-only and Dyn
   PlannerConfig bad = cfg;
   bad.kv_layers = 41;
   CHECK_THROWS_WITH(build_plan_table(spec, *cost, bad), Contains("out of range"));
+}
+
+namespace {
+// A machine whose copies run 25% slower while CPU work reads DRAM beside them.
+class SlowCopiesBesideCpu : public CostModel {
+ public:
+  explicit SlowCopiesBesideCpu(const CostModel& base) : base_(base) {}
+  double op_ms(const Op& op, const ExecEnv& env) const override { return base_.op_ms(op, env); }
+  double transfer_ms(uint64_t bytes, Direction dir, bool pinned) const override { return base_.transfer_ms(bytes, dir, pinned); }
+  double pcie_gbps(Direction dir) const override { return base_.pcie_gbps(dir); }
+  double copy_slowdown(Direction, double cpu_dram_gbps) const override { return cpu_dram_gbps > 0 ? 1.25 : 1.0; }
+  double sync_ms() const override { return base_.sync_ms(); }
+  int max_threads() const override { return base_.max_threads(); }
+  uint64_t vram_bytes() const override { return base_.vram_bytes(); }
+  std::string describe() const override { return base_.describe(); }
+
+ private:
+  const CostModel& base_;
+};
+}  // namespace
+
+TEST_CASE("simulation: copies beside CPU work take the cost model's slowdown", "[planner][simulate]") {
+  const ModelSpec spec = builtin_spec("nemo8b");
+  auto base = make_analytic_cost_model(builtin_hardware("h200-host"));
+  const SlowCopiesBesideCpu slow(*base);
+  PlannerConfig cfg = config(4 * GiB, 1024, 16);
+  cfg.tiers = {1};
+  cfg.kv_layers = 0;
+  const Plan d0 = build_plan(spec, *base, cfg, Schedule::Dynamic, 1);
+  REQUIRE(d0.feasible);
+  // The same plan simulated on the slower machine: its weight copies 25% longer where CPU FFNs run
+  // beside them.
+  Plan d1 = d0;
+  StepShape step;
+  step.tokens = 1;
+  step.keys = cfg.ctx;
+  step.threads = cfg.threads;
+  const ShardSet S = make_shards(spec, cfg.ctx, cfg.kv_dtype);
+  const double slow_ms = simulate(d1, spec, S, slow, step);
+  Plan again = d0;
+  CHECK(simulate(again, spec, S, *base, step) == Approx(d0.predicted_ms).epsilon(1e-12));  // the planner's simulation
+  int slowed = 0;
+  for (size_t i = 0; i < d0.actions.size(); ++i) {
+    const Action& a = d0.actions[i];
+    const Action& b = d1.actions[i];
+    if (a.kind != ActionKind::CopyWeights) continue;
+    const double ta = a.end_ms - a.start_ms, tb = b.end_ms - b.start_ms;
+    CHECK((tb == Approx(ta) || tb == Approx(1.25 * ta)));
+    slowed += tb == Approx(1.25 * ta);
+  }
+  CHECK(slowed > 0);
+  CHECK(slow_ms > d0.predicted_ms);
+  // GPU-only runs no CPU work beside its copies: unchanged.
+  CHECK(build_plan(spec, slow, cfg, Schedule::GpuOnly, 1).predicted_ms ==
+        Approx(build_plan(spec, *base, cfg, Schedule::GpuOnly, 1).predicted_ms).epsilon(1e-12));
 }
 
 TEST_CASE("an impossible budget names the smallest budget that works", "[planner]") {
