@@ -776,37 +776,45 @@ Layout choose_layout(const ModelSpec& spec, const CostModel& cost, const Planner
     if (t <= cfg.ctx && t > chunk) whole = std::max(whole, t);
   std::vector<int64_t> prefill_tiers = {chunk};
   if (whole > 0) prefill_tiers.push_back(whole);
+  auto request_ms = [&](const Layout& L) -> double {
+    const Ctx c{spec, cost, cfg, L};
+    double fastest_decode = INFINITY, prefill = INFINITY;
+    for (Schedule s : {Schedule::Static, Schedule::Dynamic, Schedule::GpuOnly}) {
+      const Plan d = plan_one(c, s, 1);
+      if (d.feasible) fastest_decode = std::min(fastest_decode, d.predicted_ms);
+    }
+    if (!std::isfinite(fastest_decode)) return INFINITY;
+    for (int64_t t : prefill_tiers) {
+      double fastest = INFINITY;
+      for (Schedule s : {Schedule::Static, Schedule::Dynamic, Schedule::GpuOnly}) {
+        const Plan p = plan_one(c, s, t);
+        if (p.feasible) fastest = std::min(fastest, p.predicted_ms);
+      }
+      if (std::isfinite(fastest)) prefill = std::min(prefill, std::ceil(static_cast<double>(cfg.ctx) / static_cast<double>(t)) * fastest);
+    }
+    if (!std::isfinite(prefill)) prefill = fastest_decode * static_cast<double>(cfg.ctx);
+    return prefill + 64.0 * fastest_decode;
+  };
   Layout best;
   double best_cost = INFINITY;
   bool have = false;
-  for (int k : ks) {
-    for (bool early : {false, true}) {
-      Layout L = make_layout(spec, cfg, k, early);
-      const Ctx c{spec, cost, cfg, L};
-      double fastest_decode = INFINITY, prefill = INFINITY;
-      for (Schedule s : {Schedule::Static, Schedule::Dynamic, Schedule::GpuOnly}) {
-        const Plan d = plan_one(c, s, 1);
-        if (d.feasible) fastest_decode = std::min(fastest_decode, d.predicted_ms);
-      }
-      if (!std::isfinite(fastest_decode)) continue;
-      for (int64_t t : prefill_tiers) {
-        double fastest = INFINITY;
-        for (Schedule s : {Schedule::Static, Schedule::Dynamic, Schedule::GpuOnly}) {
-          const Plan p = plan_one(c, s, t);
-          if (p.feasible) fastest = std::min(fastest, p.predicted_ms);
-        }
-        if (std::isfinite(fastest)) prefill = std::min(prefill, std::ceil(static_cast<double>(cfg.ctx) / static_cast<double>(t)) * fastest);
-      }
-      if (!std::isfinite(prefill)) prefill = fastest_decode * static_cast<double>(cfg.ctx);
-      const double request = prefill + 64.0 * fastest_decode;
-      // Prefer the priority rule's choice on ties (within 0.5%).
-      if (!have || request < best_cost * (k == priority_k && !early ? 1.005 : 0.995)) {
-        best = std::move(L);
-        best_cost = request;
-        have = true;
-      }
+  int best_k = priority_k;
+  auto consider = [&](int k, bool early) {
+    Layout L = make_layout(spec, cfg, k, early);
+    const double request = request_ms(L);
+    if (!std::isfinite(request)) return;
+    // Prefer the priority rule's choice on ties (within 0.5%).
+    if (!have || request < best_cost * (k == priority_k && !early ? 1.005 : 0.995)) {
+      best = std::move(L);
+      best_cost = request;
+      best_k = k;
+      have = true;
     }
-  }
+  };
+  // The KV split with the LM head last, then the LM head early with the split chosen (planning cost:
+  // each layout plans every schedule at three tiers).
+  for (int k : ks) consider(k, false);
+  consider(best_k, true);
   if (!have) return make_layout(spec, cfg, priority_k);
   return best;
 }
