@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
@@ -16,6 +17,16 @@
 #include "costmodel/cost_model.h"
 
 namespace shardwise {
+
+// Every shape field of an op, as a map key: the CPU and GPU runners size each op's burst from its
+// previous sample under this key.
+inline std::string op_shape_key(const Op& op) {
+  std::string k;
+  for (int64_t v : {static_cast<int64_t>(op.kind), static_cast<int64_t>(op.dtype), op.tokens, op.rows, op.cols, op.n_experts,
+                    op.top_k, op.ctx, op.n_heads, op.n_kv_heads, op.head_dim, op.elems})
+    k += std::to_string(v) + '/';
+  return k;
+}
 
 // The pattern: 32K elements of dtype.
 inline std::vector<uint8_t> random_pattern(DType dt, uint64_t seed) {

@@ -78,7 +78,7 @@ class CudaBench final : public GpuBench {
   // 76 µs. The burst size comes from the op's previous sample (the first runs alone); the MoE block
   // (host-routed, uploads its routing) runs alone.
   double time_op(const Op& op) override {
-    const std::string key = burst_key(op);
+    const std::string key = op_shape_key(op);
     const auto prev = last_ms_.find(key);
     reps_ = 1;
     if (op.kind != OpKind::MoeExperts && prev != last_ms_.end() && prev->second > 0)
@@ -173,13 +173,6 @@ class CudaBench final : public GpuBench {
  private:
   static constexpr double kBurstMs = 0.25;  // a short kernel's burst lasts about this long
   static constexpr int kMaxBurst = 32;
-  static std::string burst_key(const Op& op) {
-    std::string k;
-    for (int64_t v : {static_cast<int64_t>(op.kind), static_cast<int64_t>(op.dtype), op.tokens, op.rows, op.cols, op.n_experts,
-                      op.top_k, op.ctx, op.n_heads, op.n_kv_heads, op.head_dim, op.elems})
-      k += std::to_string(v) + '/';
-    return k;
-  }
 
   // Milliseconds per launch of a burst of reps_ launches of f between two events.
   template <class F>

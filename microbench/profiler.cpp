@@ -149,7 +149,7 @@ class CpuRunner {
   double once(const Op& op, int threads) {
     ThreadPool& p = pool(threads);
     cur_ = &p;
-    const std::string key = burst_key(op, threads);
+    const std::string key = std::to_string(threads) + "/" + op_shape_key(op);
     const auto prev = last_ms_.find(key);
     const int cap = max_burst(op.kind);
     reps_ = 1;
@@ -188,13 +188,6 @@ class CpuRunner {
   // run few times per burst so their data stays in range; the others up to 64.
   static int max_burst(OpKind k) {
     return k == OpKind::MoeExperts || k == OpKind::Elementwise || k == OpKind::Rope ? 4 : 64;
-  }
-  static std::string burst_key(const Op& op, int threads) {
-    std::ostringstream s;
-    s << threads << '/' << static_cast<int>(op.kind) << '/' << static_cast<int>(op.dtype) << '/' << op.tokens << '/'
-      << op.rows << '/' << op.cols << '/' << op.n_experts << '/' << op.top_k << '/' << op.ctx << '/' << op.n_heads << '/'
-      << op.n_kv_heads << '/' << op.head_dim << '/' << op.elems;
-    return s.str();
   }
 
   // Wakes the pool's workers (untimed) right before the clock starts.

@@ -576,17 +576,10 @@ Plan plan_dynamic(const Ctx& c, int64_t n) {
     std::vector<int> candidates;  // CPU shards that fit the slot, in execution order
     for (int l = 0; l < S.n_layers; ++l) {
       const int id = S.ffn[l];
-      const bool pinned = std::find(L.canonical.begin(), L.canonical.begin() + static_cast<std::ptrdiff_t>(p), id) !=
-                          L.canonical.begin() + static_cast<std::ptrdiff_t>(p);
       std::vector<int> one = {id};
-      if (!pinned && largest_streamed(c.spec, S, one, n) <= slot_bytes) candidates.push_back(id);
+      if (!pinned_at(id) && largest_streamed(c.spec, S, one, n) <= slot_bytes) candidates.push_back(id);
     }
-    {
-      const int id = S.output;  // the LM head fits any slot in row pieces
-      const bool pinned = std::find(L.canonical.begin(), L.canonical.begin() + static_cast<std::ptrdiff_t>(p), id) !=
-                          L.canonical.begin() + static_cast<std::ptrdiff_t>(p);
-      if (!pinned) candidates.push_back(id);
-    }
+    if (!pinned_at(S.output)) candidates.push_back(S.output);  // the LM head fits any slot in row pieces
     const size_t U = candidates.size();
     // How many to stream: every count up to 8, then about 12% apart, and all of them (none, where
     // attention shards must be streamed anyway).

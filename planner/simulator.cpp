@@ -71,6 +71,20 @@ double timed(const Action& a, const StepOps& ops, const ShardSet& shards, const 
   }
 }
 
+// GB that the actions of one resource (`ids`, in list order = time order: they do not overlap each
+// other) move or read within [s, e), each spread evenly over its own duration.
+double overlap_gb(const std::vector<Action>& acts, const std::vector<size_t>& ids, double s, double e) {
+  double gb = 0;
+  auto it = std::partition_point(ids.begin(), ids.end(), [&](size_t i) { return acts[i].end_ms <= s; });
+  for (; it != ids.end() && acts[*it].start_ms < e; ++it) {
+    const Action& a = acts[*it];
+    if (a.end_ms <= a.start_ms) continue;
+    const double ov = std::min(e, a.end_ms) - std::max(s, a.start_ms);
+    if (ov > 0) gb += static_cast<double>(a.bytes) / 1e9 * ov / (a.end_ms - a.start_ms);
+  }
+  return gb;
+}
+
 }  // namespace
 
 double action_ms(const Action& a, const ModelSpec& spec, const ShardSet& shards, const CostModel& cost,
@@ -102,16 +116,7 @@ double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const
         const double s = acts[i].start_ms, e = acts[i].end_ms;
         if (e <= s) continue;
         double moved_gb = 0;
-        for (const auto& engine : copies) {
-          // Copies of one engine do not overlap each other: find the first ending after s.
-          auto it = std::partition_point(engine.begin(), engine.end(), [&](size_t c) { return acts[c].end_ms <= s; });
-          for (; it != engine.end() && acts[*it].start_ms < e; ++it) {
-            const Action& c = acts[*it];
-            if (c.end_ms <= c.start_ms) continue;
-            const double ov = std::min(e, c.end_ms) - std::max(s, c.start_ms);
-            if (ov > 0) moved_gb += static_cast<double>(c.bytes) / 1e9 * ov / (c.end_ms - c.start_ms);
-          }
-        }
+        for (const auto& engine : copies) moved_gb += overlap_gb(acts, engine, s, e);
         dur[i] = timed(acts[i], ops, shards, cost, step, moved_gb / ((e - s) / 1e3));
       }
       // CPU work reading DRAM beside each copy in the previous pass slows the copy.
@@ -119,14 +124,7 @@ double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const
         for (size_t c : copies[q]) {
           const double s = acts[c].start_ms, e = acts[c].end_ms;
           if (e <= s) continue;
-          double read_gb = 0;
-          auto it = std::partition_point(cpu_work.begin(), cpu_work.end(), [&](size_t w) { return acts[w].end_ms <= s; });
-          for (; it != cpu_work.end() && acts[*it].start_ms < e; ++it) {
-            const Action& w = acts[*it];
-            if (w.end_ms <= w.start_ms) continue;
-            const double ov = std::min(e, w.end_ms) - std::max(s, w.start_ms);
-            if (ov > 0) read_gb += static_cast<double>(w.bytes) / 1e9 * ov / (w.end_ms - w.start_ms);
-          }
+          const double read_gb = overlap_gb(acts, cpu_work, s, e);
           const Direction dir = q == 1 ? Direction::DeviceToHost : Direction::HostToDevice;
           dur[c] = dur_alone[c] * cost.copy_slowdown(dir, read_gb / ((e - s) / 1e3));
         }
