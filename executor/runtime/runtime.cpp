@@ -519,9 +519,9 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
     if (graphable && !capturing) capturing = device_.begin_capture(Queue::Compute);
     const Shard* sh = a.shard >= 0 ? &shards_.at(a.shard) : nullptr;
     const int layer = sh ? sh->layer : -1;
-    if (timed) {
-      if (on_device) t_start[static_cast<size_t>(a.id)] = device_.timestamp(queue_of(a.resource));
+    if (timed) {  // the host clock first: the queue may pass its timestamp before the host reads a clock
       h_start[static_cast<size_t>(a.id)] = host_ms();
+      if (on_device) t_start[static_cast<size_t>(a.id)] = device_.timestamp(queue_of(a.resource));
     }
     switch (a.kind) {
       case ActionKind::Embed:
