@@ -194,6 +194,25 @@ class CudaDevice : public Device {
     }
   }
 
+  void unpin_host(const void* ptr, uint64_t bytes) override {
+    if (!ptr || bytes == 0) return;
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    const uint64_t begin = reinterpret_cast<uint64_t>(ptr) / page * page;
+    const uint64_t end = (reinterpret_cast<uint64_t>(ptr) + bytes + page - 1) / page * page;
+    for (auto it = registered_.lower_bound(begin); it != registered_.end() && it->first < end;) {
+      cudaHostUnregister(reinterpret_cast<void*>(it->first));
+      cudaGetLastError();
+      it = registered_.erase(it);
+    }
+  }
+
+  uint64_t pinned_host_bytes() const override {
+    uint64_t sum = 0;
+    for (const auto& r : registered_) sum += r.second - r.first;
+    return sum;
+  }
+
   void set_pcie_cap(double bps) override {
     for (auto& p : pacers_) p.cap.store(bps);
   }

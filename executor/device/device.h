@@ -84,6 +84,11 @@ class Device {
   virtual uint8_t* allocate_arena(uint64_t bytes) = 0;
   // Pins host memory for full-speed asynchronous copies; on failure warns and copies still work.
   virtual void pin_host(const void* ptr, uint64_t bytes) = 0;
+  // Waits for every queue, then unpins what pin_host pinned inside [ptr, ptr + bytes). Memory that is
+  // freed while pinned must be unpinned first: the driver would keep copying to its old pages.
+  virtual void unpin_host(const void* ptr, uint64_t bytes) = 0;
+  // Host bytes pinned now (whole pages), for tests of who pins what.
+  virtual uint64_t pinned_host_bytes() const = 0;
   // Throttles copies to this rate (bytes/s; 0 = no cap), to emulate a slower PCIe link.
   virtual void set_pcie_cap(double bytes_per_s) = 0;
 

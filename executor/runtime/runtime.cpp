@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/host_buffer.h"
 #include "core/log.h"
 #include "core/size.h"
 #include "core/thread_pool.h"
@@ -21,13 +22,26 @@ TensorDtypes tensor_dtypes_of(const WeightSource& source) {
   return d;
 }
 
-// Host staging and per-step state.
+// Host staging and per-step state. The activations that cross PCIe (x, q/k/v, attention output,
+// router logits, logits) live in one page-aligned block sized for the largest tier and pinned:
+// copies from pageable memory go through the driver's staging buffer (a 16 KiB decode hop took
+// ~12 us, a 1 MiB prefill hop ~200 us on the H200 host, against ~5 and ~20 pinned).
 struct Runtime::Buffers {
-  std::vector<float> x, qkv, attn, logits;
-  std::vector<std::vector<float>> router;        // per layer [n, experts]
+  HostBuffer staging;
+  int64_t max_tokens = 0;
+  float *x = nullptr, *qkv = nullptr, *attn = nullptr, *logits = nullptr;
+  float* out_norm_f32 = nullptr;  // the output norm's weights, uploaded for a device LM head
+  std::vector<float*> router;  // per layer [max_tokens, experts] (MoE only)
+  Device* pinned_by = nullptr;  // unpins the staging before it is unmapped (also when set-up throws)
+  ~Buffers() {
+    if (!pinned_by) return;
+    try {
+      pinned_by->unpin_host(staging.data(), staging.size());
+    } catch (...) {
+    }
+  }
   std::vector<std::unique_ptr<MoeRouting>> routing;  // per layer, filled when the routing is known
   std::vector<std::vector<const uint8_t*>> expert_ptrs;  // per layer: streamed experts' device blocks
-  std::vector<float> out_norm_f32;
 };
 
 namespace {
@@ -104,17 +118,45 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
     device_.pin_host(reinterpret_cast<const void*>(b), e - b);
     i = j;
   }
+  // The activations' host staging, pinned like the weights (before the arena: pinning costs the
+  // driver device memory for page tables).
+  {
+    Buffers& b = *buf_;
+    for (const auto& t : table_.tiers) b.max_tokens = std::max(b.max_tokens, t.tokens);
+    b.max_tokens = std::max<int64_t>(1, b.max_tokens);
+    const int64_t n = b.max_tokens, L = spec_.num_hidden_layers, E = spec_.is_moe() ? spec_.num_experts : 0;
+    const uint64_t sizes[5] = {static_cast<uint64_t>(n * spec_.hidden_size),
+                               static_cast<uint64_t>(n * (spec_.q_dim() + 2 * spec_.kv_dim())),
+                               static_cast<uint64_t>(n * spec_.q_dim()), static_cast<uint64_t>(spec_.vocab_size),
+                               static_cast<uint64_t>(weights_.output_norm.size())};
+    auto floats = [](uint64_t count) { return (count + 63) / 64 * 64; };  // 256-byte aligned parts
+    uint64_t total = 0;
+    for (uint64_t c : sizes) total += floats(c);
+    total += static_cast<uint64_t>(L) * floats(static_cast<uint64_t>(n * E));
+    b.staging = HostBuffer(total * sizeof(float));
+    float* p = reinterpret_cast<float*>(b.staging.data());
+    float** parts[5] = {&b.x, &b.qkv, &b.attn, &b.logits, &b.out_norm_f32};
+    for (int i = 0; i < 5; ++i) {
+      *parts[i] = p;
+      p += floats(sizes[i]);
+    }
+    b.router.assign(static_cast<size_t>(L), nullptr);
+    for (int64_t l = 0; E > 0 && l < L; ++l) {
+      b.router[static_cast<size_t>(l)] = p;
+      p += floats(static_cast<uint64_t>(n * E));
+    }
+    std::copy(weights_.output_norm.begin(), weights_.output_norm.end(), b.out_norm_f32);
+    device_.pin_host(b.staging.data(), b.staging.size());
+    b.pinned_by = &device_;
+  }
   device_.set_pcie_cap(options_.pcie_cap_bytes_per_s);
   // The kernels' host staging is part of the set-up (pinned host memory costs the driver device
   // page tables); after the arena nothing else may take device memory.
   kernels_ = &device_.kernels(spec_, source.rope_style());
   arena_ = device_.allocate_arena(table_.budget_bytes);
   host_kv_ = std::make_unique<KvCache>(spec_, table_.ctx);
-  buf_->router.resize(static_cast<size_t>(spec_.num_hidden_layers));
   buf_->routing.resize(static_cast<size_t>(spec_.num_hidden_layers));
   buf_->expert_ptrs.resize(static_cast<size_t>(spec_.num_hidden_layers));
-  buf_->out_norm_f32 = weights_.output_norm;
-  device_.pin_host(buf_->out_norm_f32.data(), buf_->out_norm_f32.size() * sizeof(float));
   trace_ = std::getenv("SHARDWISE_TRACE_ACTIONS") != nullptr;
   // Load time, not the first step: upload what the decode plan pins (other tiers' plans pin a prefix
   // of the same canonical order, or are baselines with their own layout).
@@ -404,10 +446,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
   const int64_t E = sp.is_moe() ? sp.num_experts : 0;
   const int64_t pos0 = n_past_;
   Buffers& b = *buf_;
-  b.x.resize(static_cast<size_t>(n * H));
-  b.qkv.resize(static_cast<size_t>(n * W));
-  b.attn.resize(static_cast<size_t>(n * QD));
-  b.logits.resize(static_cast<size_t>(V));
+  SW_CHECK(n <= b.max_tokens, "runtime: ", n, " tokens exceed the host staging's ", b.max_tokens);
   for (auto& r : b.routing) r.reset();
   for (auto& e : b.expert_ptrs) e.clear();
 
@@ -454,7 +493,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
   std::vector<Event> ev(plan.actions.size());
   auto route = [&](int layer) -> const MoeRouting& {
     auto& r = b.routing[static_cast<size_t>(layer)];
-    if (!r) r = std::make_unique<MoeRouting>(route_tokens(b.router[static_cast<size_t>(layer)].data(), n, E,
+    if (!r) r = std::make_unique<MoeRouting>(route_tokens(b.router[static_cast<size_t>(layer)], n, E,
                                                            sp.num_experts_per_tok, sp.norm_topk_prob));
     return *r;
   };
@@ -525,28 +564,27 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
     }
     switch (a.kind) {
       case ActionKind::Embed:
-        embed_rows(weights_.token_embd, tokens, n, b.x.data());
+        embed_rows(weights_.token_embd, tokens, n, b.x);
         break;
       case ActionKind::CopyActivations: {
         const bool h2d = a.resource == Resource::H2D || a.resource == Resource::H2DAct;
         const Queue up = queue_of(a.resource);
         switch (a.payload) {
           case Payload::Residual:
-            if (h2d) device_.copy_h2d(reinterpret_cast<uint8_t*>(x_d), b.x.data(), static_cast<uint64_t>(n * H) * 4, up);
-            else device_.copy_d2h(b.x.data(), reinterpret_cast<uint8_t*>(x_d), static_cast<uint64_t>(n * H) * 4);
+            if (h2d) device_.copy_h2d(reinterpret_cast<uint8_t*>(x_d), b.x, static_cast<uint64_t>(n * H) * 4, up);
+            else device_.copy_d2h(b.x, reinterpret_cast<uint8_t*>(x_d), static_cast<uint64_t>(n * H) * 4);
             break;
           case Payload::Qkv:
             SW_CHECK(!h2d, "runtime: q,k,v only go to the host");
-            device_.copy_d2h(b.qkv.data(), reinterpret_cast<uint8_t*>(qkv_d), static_cast<uint64_t>(n * W) * 4);
+            device_.copy_d2h(b.qkv, reinterpret_cast<uint8_t*>(qkv_d), static_cast<uint64_t>(n * W) * 4);
             break;
           case Payload::AttnOut:
             SW_CHECK(h2d, "runtime: the attention output only goes to the device");
-            device_.copy_h2d(reinterpret_cast<uint8_t*>(attn_d), b.attn.data(), static_cast<uint64_t>(n * QD) * 4, up);
+            device_.copy_h2d(reinterpret_cast<uint8_t*>(attn_d), b.attn, static_cast<uint64_t>(n * QD) * 4, up);
             break;
           case Payload::RouterLogits: {
-            auto& r = b.router[static_cast<size_t>(layer)];
-            r.resize(static_cast<size_t>(n * E));
-            device_.copy_d2h(r.data(), reinterpret_cast<uint8_t*>(router_d), static_cast<uint64_t>(n * E) * 4);
+            device_.copy_d2h(b.router[static_cast<size_t>(layer)], reinterpret_cast<uint8_t*>(router_d),
+                             static_cast<uint64_t>(n * E) * 4);
             break;
           }
           case Payload::None:
@@ -650,7 +688,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
             int64_t r0 = 0;
             if (a.row_end > a.row_begin) {  // a streamed piece: rows at the start of the slot
               if (!out_norm_uploaded) {
-                device_.copy_h2d(reinterpret_cast<uint8_t*>(out_norm_d), b.out_norm_f32.data(), static_cast<uint64_t>(H) * 4);
+                device_.copy_h2d(reinterpret_cast<uint8_t*>(out_norm_d), b.out_norm_f32, static_cast<uint64_t>(H) * 4);
                 device_.wait(Queue::Compute, device_.record(Queue::H2D));
                 out_norm_uploaded = true;
               }
@@ -669,29 +707,27 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
           if (sh->kind == ShardKind::Attention) {
             const LayerWeights& lw = weights_.layers[static_cast<size_t>(layer)];
             if (a.part == ComputePart::AttnCore) {
-              cpu_.attention_core(b.qkv.data(), n, host_kv_->k(layer), host_kv_->v(layer), b.attn.data());
+              cpu_.attention_core(b.qkv, n, host_kv_->k(layer), host_kv_->v(layer), b.attn);
             } else {
               SW_CHECK(a.part == ComputePart::Full, "runtime: ", sh->name(), " part ", compute_part_name(a.part),
                        " runs on the GPU, not the CPU");
               SW_CHECK(!kv_on_gpu_[static_cast<size_t>(layer)], "runtime: ", sh->name(), " runs on the CPU but its KV is on the GPU");
-              cpu_.attention(lw, b.x.data(), n, host_kv_->k(layer), host_kv_->v(layer));
+              cpu_.attention(lw, b.x, n, host_kv_->k(layer), host_kv_->v(layer));
               if (sp.is_moe()) {
-                auto& r = b.router[static_cast<size_t>(layer)];
-                r.resize(static_cast<size_t>(n * E));
-                cpu_.router(lw, b.x.data(), n, r.data());
+                cpu_.router(lw, b.x, n, b.router[static_cast<size_t>(layer)]);
               }
             }
           } else if (sh->kind == ShardKind::Ffn) {
             const MoeRouting* r = sp.is_moe() ? &route(layer) : nullptr;
-            cpu_.ffn(weights_.layers[static_cast<size_t>(layer)], b.x.data(), n, r);
+            cpu_.ffn(weights_.layers[static_cast<size_t>(layer)], b.x, n, r);
           } else if (sh->kind == ShardKind::Output) {
-            cpu_.output(weights_.output_norm, weights_.output, b.x.data() + (n - 1) * H, b.logits.data(), 0, V);
+            cpu_.output(weights_.output_norm, weights_.output, b.x + (n - 1) * H, b.logits, 0, V);
           }
         }
         break;
       }
       case ActionKind::CopyLogits:
-        device_.copy_d2h(b.logits.data(), reinterpret_cast<uint8_t*>(logits_d), static_cast<uint64_t>(V) * 4);
+        device_.copy_d2h(b.logits, reinterpret_cast<uint8_t*>(logits_d), static_cast<uint64_t>(V) * 4);
         break;
     }
     if (timed) {
@@ -781,7 +817,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
       timeline_.push_back(std::move(t));
     }
   ++plan_runs_;
-  std::memcpy(logits_out, b.logits.data(), static_cast<size_t>(V) * sizeof(float));
+  std::memcpy(logits_out, b.logits, static_cast<size_t>(V) * sizeof(float));
   n_past_ += n;
 }
 

@@ -280,6 +280,31 @@ TEST_CASE("CUDA runtime reproduces the CPU reference for every schedule", "[gpu]
   }
 }
 
+// The activations that cross PCIe are staged in pinned host memory while a runtime lives, and
+// unpinned before it is freed (the next runtime's staging may be mapped at the same address).
+TEST_CASE("CUDA runtime: the activation staging is pinned while the runtime lives and unpinned after", "[gpu]") {
+  ThreadPool pool(4);
+  auto src = open_weights("synthetic:tiny_moe?dtype=q8_0&seed=5");
+  ModelWeights w = ModelWeights::from_source(*src);
+  PlannerConfig cfg;
+  const PlanTable table = test_table(*src, 0.3, &cfg);
+  const auto toks = seq(12, src->spec().vocab_size, 3);
+  std::vector<float> out[2];
+  for (int run = 0; run < 2; ++run) {  // the second runtime's staging is perhaps at the first one's address
+    auto dev = make_cuda_device(0);
+    const uint64_t before = dev->pinned_host_bytes();
+    uint64_t during = 0;
+    {
+      Runtime rt(*src, w, *dev, pool, table, {});
+      during = dev->pinned_host_bytes();
+      CHECK(during > before);
+      out[run] = steps_of(rt, toks, {8, 1, 1});
+    }
+    CHECK(dev->pinned_host_bytes() < during);  // the weights stay pinned (by this device), the staging does not
+  }
+  CHECK(test::max_rel_error(out[1], out[0], src->spec().vocab_size) <= 1e-6);
+}
+
 // The first step of a model in a fresh process: nothing has loaded any kernel before the runtime's
 // set-up, so every kernel and cuBLAS configuration the step uses must come from the warm-up (before
 // the arena), or the device peak exceeds the budget. Each case runs in a child process of its own.
@@ -290,7 +315,7 @@ TEST_CASE("CUDA runtime: decode steps as graphs give the same logits bit for bit
   // check names the peak).
   const std::string fx = test::fixtures_dir();
   ThreadPool pool(4);
-  for (const std::string m : {fx + "/hf/llama", fx + "/hf/qwen3moe_norm", std::string("synthetic:tiny_llama?dtype=q4_0&seed=4"),
+  for (const std::string& m : {fx + "/hf/llama", fx + "/hf/qwen3moe_norm", std::string("synthetic:tiny_llama?dtype=q4_0&seed=4"),
                               std::string("synthetic:tiny_moe?dtype=q8_0&seed=4")}) {
     auto src = open_weights(m);
     ModelWeights w = ModelWeights::from_source(*src);

@@ -416,6 +416,43 @@ TEST_CASE("runtime: pinned weights survive tier switches; bad plans are refused"
   CHECK_THROWS_WITH(Runtime(*src, w, *dev2, pool, t2, {}), Contains("another"));
 }
 
+
+// The activations crossing PCIe are staged in pinned host memory sized for the largest tier; the
+// runtime unpins it before unmapping it (a freed range left registered would have the driver copy
+// to its old pages), also when its set-up throws after pinning.
+TEST_CASE("runtime: the pinned activation staging is unpinned when the runtime goes, also after a failed set-up",
+          "[runtime]") {
+  for (const char* family : {"llama", "qwen3_moe"}) {
+    INFO(family);
+    const ModelSpec spec = test_model(family, DType::F16);
+    ThreadPool pool(2);
+    auto src = make_synthetic_weights(spec, 4, &pool);
+    ModelWeights w = ModelWeights::from_source(*src);
+    const PlanTable table = table_for(*src, 64u << 20, 64, {1, 4, 16});
+    auto dev = make_emu_device({3, 10, 0});
+    REQUIRE(dev->pinned_host_bytes() == 0);
+    uint64_t with_runtime = 0;
+    {
+      Runtime rt(*src, w, *dev, pool, table, {});
+      with_runtime = dev->pinned_host_bytes();
+      // A second runtime on this device fails at its arena, after pinning its own staging.
+      CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, table, {}), Contains("arena"));
+      CHECK(dev->pinned_host_bytes() == with_runtime);
+      const auto toks = token_seq(20, spec.vocab_size, 2);
+      std::vector<float> logits(static_cast<size_t>(spec.vocab_size));
+      rt.step(toks.data(), 16, logits.data());
+      rt.step(toks.data() + 16, 1, logits.data());
+      CHECK(std::isfinite(logits[0]));
+      CHECK(dev->pinned_host_bytes() == with_runtime);  // steps pin nothing more
+    }
+    // What stays pinned is the weights (the source outlives the runtime): less than before by at
+    // least the staging of 16 tokens' x, q/k/v and attention output and the logits.
+    const uint64_t staged = static_cast<uint64_t>(
+        16 * (spec.hidden_size + spec.q_dim() + 2 * spec.kv_dim() + spec.q_dim()) + spec.vocab_size) * 4;
+    CHECK(dev->pinned_host_bytes() > 0);
+    CHECK(dev->pinned_host_bytes() + staged <= with_runtime);
+  }
+}
 // Regression: on an MoE model, gpu-only at the smallest budget streams both shards of every layer
 // (attention into one slot, the routed experts into the other). The experts' block read the FFN norm
 // from the attention shard's slot, which the plan only protects until the attention has run: the copy
