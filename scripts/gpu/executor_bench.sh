@@ -5,6 +5,7 @@
 # plus the whole model on the GPU. Writes one JSON line per run (run --json + the plan's prediction)
 # into OUT/executor_runs.jsonl and a summary table to stdout.
 #   executor_bench.sh OUT [part]   part: all (default) | nemo8b | qwen30b | full | quick | graphs
+#   (CELLS="1024:2G 4096:4G" limits all/nemo8b/qwen30b to those ctx:budget cells)
 # graphs: the whole model on the GPU, decode kernel by kernel (--no-cuda-graphs) and as CUDA graphs (the
 # default), and the plain run's timeline (its summary says when the host had enqueued the last device action).
 set -uo pipefail
@@ -71,11 +72,13 @@ case $part in
   quick)  # one budget, the main schedules and the llama.cpp-style baseline, plus the whole model on the GPU
     for m in ${QUICK_MODELS:-nemo8b qwen30b}; do for s in auto gpu-only static dynamic layer-split; do one "$m" 1024 4G "$s"; done; done ;;
 esac
+# CELLS="ctx:budget ..." picks cells of the protocol (default: all four), e.g. to split a model's rows
+# over two calls of the device's 10-minute limit; rows are appended as they finish either way.
+cells=${CELLS:-1024:2G 1024:4G 1024:8G 4096:4G}
 for m in "${models[@]}"; do
   scheds="auto gpu-only static dynamic layer-split"
   [ "$m" = qwen30b ] && scheds="$scheds cpu-moe"
-  for b in 2G 4G 8G; do for s in $scheds; do one "$m" 1024 "$b" "$s"; done; done
-  for s in $scheds; do one "$m" 4096 4G "$s"; done
+  for c in $cells; do for s in $scheds; do one "$m" "${c%%:*}" "${c##*:}" "$s"; done; done
 done
 if [ "$part" = all ] || [ "$part" = full ] || [ "$part" = quick ]; then
   for m in ${QUICK_MODELS:-nemo8b qwen30b}; do one "$m" 1024 40G auto; done
