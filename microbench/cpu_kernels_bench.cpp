@@ -425,17 +425,20 @@ struct AttnCase {
 const AttnCase kAttnCases[] = {{"decode", 1, 4096}, {"decode", 1, 32768}, {"prefill", 512, 4096}};
 constexpr int64_t kAttnHeads = 32, kAttnKvHeads = 8, kAttnHeadDim = 128;
 
-// Double-precision attention of query t, head h (the reference of the check before timing).
+// Double-precision attention of query t, head h (the reference of the check before timing); K and V in
+// the layout of `s` (strides set).
 void attention_ref_row(const float* q, const int32_t* pos, const float* k, const float* v, int64_t t, int64_t h,
-                       double* out) {
-  const int64_t hd = kAttnHeadDim, g = h / (kAttnHeads / kAttnKvHeads), kvs = kAttnKvHeads * hd;
+                       const sw::AttentionShape& shape, double* out) {
+  const int64_t hd = kAttnHeadDim, g = h / (kAttnHeads / kAttnKvHeads), kvs = shape.kv_row_stride;
+  k += g * shape.kv_head_stride;
+  v += g * shape.kv_head_stride;
   const float* qv = q + t * kAttnHeads * hd + h * hd;
   const int64_t n = pos[t] + 1;
   std::vector<double> s(static_cast<size_t>(n));
   double m = -INFINITY;
   for (int64_t j = 0; j < n; ++j) {
     double d = 0;
-    for (int64_t c = 0; c < hd; ++c) d += static_cast<double>(qv[c]) * k[j * kvs + g * hd + c];
+    for (int64_t c = 0; c < hd; ++c) d += static_cast<double>(qv[c]) * k[j * kvs + c];
     s[j] = d / std::sqrt(static_cast<double>(hd));
     m = std::max(m, s[j]);
   }
@@ -444,7 +447,7 @@ void attention_ref_row(const float* q, const int32_t* pos, const float* k, const
   for (int64_t j = 0; j < n; ++j) {
     const double p = std::exp(s[j] - m);
     l += p;
-    for (int64_t c = 0; c < hd; ++c) out[c] += p * v[j * kvs + g * hd + c];
+    for (int64_t c = 0; c < hd; ++c) out[c] += p * v[j * kvs + c];
   }
   for (int64_t c = 0; c < hd; ++c) out[c] /= l;
 }
@@ -462,13 +465,13 @@ void bm_attention(benchmark::State& state, const std::string& key, AttnCase c, i
     keys += pos[t] + 1.0;
   }
   std::vector<float> out(q.size(), std::nanf(""));
-  const sw::AttentionShape shape{kAttnHeads, kAttnKvHeads, hd};
+  const sw::AttentionShape shape = sw::head_major({kAttnHeads, kAttnKvHeads, hd}, c.ctx);  // as the host KV cache
   if (first_entry(key)) {
     sw::attention(q.data(), c.n_tokens, pos.data(), k.data(), v.data(), c.ctx, shape, out.data(), pool);
     std::vector<double> ref(static_cast<size_t>(hd));
     for (int64_t t : {int64_t{0}, c.n_tokens - 1}) {
       for (int64_t h : {int64_t{0}, int64_t{13}, kAttnHeads - 1}) {
-        attention_ref_row(q.data(), pos.data(), k.data(), v.data(), t, h, ref.data());
+        attention_ref_row(q.data(), pos.data(), k.data(), v.data(), t, h, shape, ref.data());
         for (int64_t d = 0; d < hd; ++d) {
           const float got = out[(t * kAttnHeads + h) * hd + d];
           if (!(std::fabs(got - ref[d]) <= 1e-5)) {

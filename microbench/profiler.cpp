@@ -235,7 +235,7 @@ class CpuRunner {
     ensure(y_, static_cast<uint64_t>(op.tokens * qd), 2);
     pos_.resize(static_cast<size_t>(op.tokens));
     for (int64_t t = 0; t < op.tokens; ++t) pos_[static_cast<size_t>(t)] = static_cast<int32_t>(op.ctx + t);
-    const AttentionShape shape{op.n_heads, op.n_kv_heads, op.head_dim};
+    const AttentionShape shape = head_major({op.n_heads, op.n_kv_heads, op.head_dim}, kv_len);  // as KvCache
     const auto t0 = start();
     for (int r = 0; r < reps_; ++r) {
       const float* k = rotate ? reinterpret_cast<const float*>(weights_.next(kv_bytes)) : k_.data();

@@ -52,10 +52,18 @@ std::vector<float>& partials() {
 
 }  // namespace
 
+AttentionShape head_major(AttentionShape s, int64_t capacity) {
+  s.kv_row_stride = s.head_dim;
+  s.kv_head_stride = capacity * s.head_dim;
+  return s;
+}
+
 void attention(const float* q, int64_t n_tokens, const int32_t* positions, const float* k, const float* v,
                int64_t kv_len, const AttentionShape& s, float* out, ThreadPool& pool) {
   const int64_t hd = s.head_dim, group = s.n_heads / s.n_kv_heads;
-  const int64_t q_stride = s.n_heads * hd, kv_stride = s.n_kv_heads * hd;
+  const int64_t q_stride = s.n_heads * hd;
+  const int64_t kv_stride = s.kv_row_stride > 0 ? s.kv_row_stride : s.n_kv_heads * hd;
+  const int64_t head_stride = s.kv_head_stride > 0 ? s.kv_head_stride : hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (int64_t t = 0; t < n_tokens; ++t)
     SW_CHECK(positions[t] >= 0 && positions[t] < kv_len, "attention: position ", positions[t],
@@ -119,8 +127,8 @@ void attention(const float* q, int64_t n_tokens, const int32_t* positions, const
       a.q = sc.q.data();
       a.limit = sc.limit.data();
       a.nr = nr;
-      a.k = k + it.g * hd;
-      a.v = v + it.g * hd;
+      a.k = k + it.g * head_stride;
+      a.v = v + it.g * head_stride;
       a.ld = kv_stride;
       a.j_begin = chunk * chunk_keys;
       a.j_end = std::min(max_keys, a.j_begin + chunk_keys);

@@ -13,10 +13,20 @@ struct AttentionShape {
   int64_t n_heads;
   int64_t n_kv_heads;
   int64_t head_dim;
+  // The caches' layout, in floats: KV head g's row of position j starts at g * head_stride + j *
+  // row_stride. 0, 0: rows of all heads side by side ([kv_len, n_kv_heads * head_dim]).
+  int64_t kv_row_stride = 0;
+  int64_t kv_head_stride = 0;
 };
 
+// The layout of a cache of `capacity` positions that keeps each KV head's rows contiguous
+// ([n_kv_heads, capacity, head_dim]): a head's keys then stream from DRAM like one array (side by
+// side, each 512-byte row of a head starts a new 4 KiB page, and decode attention of a long host
+// context ran at ~40% of the read bandwidth).
+AttentionShape head_major(AttentionShape s, int64_t capacity);
+
 // q:   [n_tokens, n_heads * head_dim], already normed/roped.
-// k,v: caches [>= kv_len, n_kv_heads * head_dim]; cache row j holds position j.
+// k,v: caches in shape's layout holding >= kv_len positions.
 // Query t (at positions[t]) attends to cache rows 0..positions[t] (which must be < kv_len).
 // out: [n_tokens, n_heads * head_dim]. Scale 1/sqrt(head_dim).
 void attention(const float* q, int64_t n_tokens, const int32_t* positions, const float* k, const float* v,

@@ -27,8 +27,14 @@ class CpuBlocks {
   // The step's tokens sit at positions pos0 .. pos0 + n - 1 (computes the RoPE angles once).
   void prepare_step(int64_t pos0, int64_t n);
 
-  // x [n, hidden] is the residual stream, updated in place. Caches are [capacity, kv_dim] with row j
-  // holding position j; the step writes rows pos0 .. pos0 + n - 1 and attends to rows 0 .. pos.
+  // The caches' layout: capacity > 0: each KV head's rows contiguous, [n_kv_heads, capacity,
+  // head_dim] (host caches: KvCache); 0 (the default): [capacity, kv_dim], the heads of a position
+  // side by side (as the device caches).
+  void set_kv_capacity(int64_t capacity) { kv_capacity_ = capacity; }
+
+  // x [n, hidden] is the residual stream, updated in place. Caches hold position j at row j (of each
+  // head, or of all heads: set_kv_capacity); the step writes positions pos0 .. pos0 + n - 1 and
+  // attends to positions 0 .. pos.
   void attention(const LayerWeights& w, float* x, int64_t n, float* k_cache, float* v_cache);
   // The same, split: pre writes qkv [n, q_dim + 2 kv_dim] (normed, roped); core stores k, v in the
   // cache and writes attn [n, q_dim]; post adds the output projection to x.
@@ -53,6 +59,7 @@ class CpuBlocks {
   RopeStyle rope_;
   ThreadPool& pool_;
   int64_t pos0_ = 0;
+  int64_t kv_capacity_ = 0;  // > 0: head-major caches of this many positions
   std::vector<int32_t> positions_;
   RopeAngles angles_;
   std::vector<float> norm_, qkv_, attn_, out_, gate_, up_, expert_in_, expert_out_;

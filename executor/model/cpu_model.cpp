@@ -19,6 +19,7 @@ void CpuModel::forward(const int32_t* tokens, int64_t n, KvCache& kv, float* log
   x_.resize(static_cast<size_t>(n * H));
   embed_rows(w_.token_embd, tokens, n, x_.data());
   blocks_.prepare_step(kv.n_past(), n);
+  blocks_.set_kv_capacity(kv.capacity());  // KvCache is head-major
   for (int64_t l = 0; l < sp.num_hidden_layers; ++l) {
     const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
     blocks_.attention(lw, x_.data(), n, kv.k(l), kv.v(l));

@@ -34,16 +34,23 @@ void CpuBlocks::attention_pre(const LayerWeights& w, const float* x, int64_t n, 
 
 void CpuBlocks::attention_core(const float* qkv, int64_t n, float* k_cache, float* v_cache, float* attn) {
   const int64_t QD = spec_.q_dim(), KVD = spec_.kv_dim(), W = qkv_width();
+  AttentionShape shape{spec_.num_attention_heads, spec_.num_key_value_heads, spec_.head_dim};
+  if (kv_capacity_ > 0) {
+    SW_CHECK(pos0_ + n <= kv_capacity_, "attention: positions up to ", pos0_ + n, " exceed the cache's ", kv_capacity_);
+    shape = head_major(shape, kv_capacity_);
+  }
+  const int64_t hd = spec_.head_dim, row = kv_capacity_ > 0 ? hd : KVD, head = kv_capacity_ > 0 ? kv_capacity_ * hd : hd;
   for (int64_t t = 0; t < n; ++t) {
-    const float* row = qkv + t * W;
-    std::memcpy(k_cache + (pos0_ + t) * KVD, row + QD, static_cast<size_t>(KVD) * sizeof(float));
-    std::memcpy(v_cache + (pos0_ + t) * KVD, row + QD + KVD, static_cast<size_t>(KVD) * sizeof(float));
+    const float* r = qkv + t * W;
+    for (int64_t g = 0; g < spec_.num_key_value_heads; ++g) {
+      std::memcpy(k_cache + g * head + (pos0_ + t) * row, r + QD + g * hd, static_cast<size_t>(hd) * sizeof(float));
+      std::memcpy(v_cache + g * head + (pos0_ + t) * row, r + QD + KVD + g * hd, static_cast<size_t>(hd) * sizeof(float));
+    }
   }
   // Gather q into a dense [n, q_dim] block for the attention kernel.
   qkv_.resize(static_cast<size_t>(n * QD));
   for (int64_t t = 0; t < n; ++t) std::memcpy(qkv_.data() + t * QD, qkv + t * W, static_cast<size_t>(QD) * sizeof(float));
-  shardwise::attention(qkv_.data(), n, positions_.data(), k_cache, v_cache, pos0_ + n,
-            {spec_.num_attention_heads, spec_.num_key_value_heads, spec_.head_dim}, attn, pool_);
+  shardwise::attention(qkv_.data(), n, positions_.data(), k_cache, v_cache, pos0_ + n, shape, attn, pool_);
 }
 
 void CpuBlocks::attention_post(const LayerWeights& w, float* x, const float* attn, int64_t n) {

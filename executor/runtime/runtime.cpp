@@ -155,6 +155,7 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
   kernels_ = &device_.kernels(spec_, source.rope_style());
   arena_ = device_.allocate_arena(table_.budget_bytes);
   host_kv_ = std::make_unique<KvCache>(spec_, table_.ctx);
+  cpu_.set_kv_capacity(host_kv_->capacity());  // the CPU blocks here only see host caches
   buf_->routing.resize(static_cast<size_t>(spec_.num_hidden_layers));
   buf_->expert_ptrs.resize(static_cast<size_t>(spec_.num_hidden_layers));
   trace_ = std::getenv("SHARDWISE_TRACE_ACTIONS") != nullptr;

@@ -1,5 +1,6 @@
-// executor/session/kv_cache.h — the KV cache of one sequence on the host: per layer, K and V
-// rows [capacity, kv_dim] in f32 (exact against an f32 reference). Row j holds position j.
+// executor/session/kv_cache.h — the KV cache of one sequence on the host: per layer, K and V in f32
+// (exact against an f32 reference), head-major: [n_kv_heads, capacity, head_dim], row j of a head
+// holding position j (CpuBlocks::set_kv_capacity(capacity()) reads and writes it so).
 #pragma once
 
 #include <cstdint>

@@ -534,6 +534,40 @@ TEST_CASE("attention results do not depend on the thread count", "[cpu_kernels][
   }
 }
 
+// The host KV cache keeps each KV head's rows contiguous (head_major) with a capacity beyond the
+// filled positions; attention over that layout must give the same bits as over rows side by side.
+TEST_CASE("attention: head-major caches give the same results as rows of all heads side by side",
+          "[cpu_kernels][attention]") {
+  struct Case {
+    int64_t heads, kv_heads, hd, n_tokens, pos0, capacity;
+  };
+  for (const Case& c : {Case{32, 8, 128, 1, 3000, 4096}, Case{8, 2, 40, 37, 0, 64}, Case{6, 3, 48, 21, 50, 100},
+                        Case{7, 1, 24, 2, 9000, 9002}, Case{4, 4, 8, 5, 600, 605}}) {
+    const int64_t hd = c.hd, kvs = c.kv_heads * hd, kv_len = c.pos0 + c.n_tokens;
+    const std::vector<float> q = random_values(c.n_tokens * c.heads * hd), k = random_values(kv_len * kvs),
+                             v = random_values(kv_len * kvs);
+    // The same keys and values, head-major over `capacity` positions; the rows past kv_len are NaN.
+    std::vector<float> kh(static_cast<size_t>(c.kv_heads * c.capacity * hd), kNaN), vh(kh.size(), kNaN);
+    for (int64_t g = 0; g < c.kv_heads; ++g)
+      for (int64_t j = 0; j < kv_len; ++j)
+        for (int64_t e = 0; e < hd; ++e) {
+          kh[static_cast<size_t>((g * c.capacity + j) * hd + e)] = k[static_cast<size_t>(j * kvs + g * hd + e)];
+          vh[static_cast<size_t>((g * c.capacity + j) * hd + e)] = v[static_cast<size_t>(j * kvs + g * hd + e)];
+        }
+    std::vector<int32_t> pos(static_cast<size_t>(c.n_tokens));
+    for (int64_t t = 0; t < c.n_tokens; ++t) pos[t] = static_cast<int32_t>(c.pos0 + t);
+    ThreadPool pool(3);
+    std::vector<float> side(q.size(), kNaN), major(q.size(), kNaN);
+    const AttentionShape shape{c.heads, c.kv_heads, hd};
+    attention(q.data(), c.n_tokens, pos.data(), k.data(), v.data(), kv_len, shape, side.data(), pool);
+    attention(q.data(), c.n_tokens, pos.data(), kh.data(), vh.data(), kv_len, head_major(shape, c.capacity),
+              major.data(), pool);
+    INFO("heads " << c.heads << "/" << c.kv_heads << " head_dim " << hd << " tokens " << c.n_tokens << " at " << c.pos0);
+    CHECK(std::all_of(side.begin(), side.end(), [](float x) { return std::isfinite(x); }));
+    CHECK(std::memcmp(side.data(), major.data(), side.size() * sizeof(float)) == 0);
+  }
+}
+
 TEST_CASE("set_isa_cap caps active_isa() and the dispatched table", "[cpu_kernels][isa]") {
   IsaCapGuard guard;
   const Isa env = env_isa_cap();
