@@ -52,6 +52,14 @@ std::string display_piece(const Tokenizer& tok, int32_t id) {
 void run_tokenize(const TokenizeArgs& a) {
   if (a.has_text == a.has_file) fail("give exactly one of --text TEXT or --file PATH");
   const std::string text = a.file.empty() ? a.text : read_text_file(a.file);
+  if (!a.file.empty()) {  // the tokenizer names the offset; this names the file too
+    const size_t bad = tok::utf8_invalid_offset(text);
+    if (bad != std::string::npos) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned char>(text[bad]));
+      fail("--file ", a.file, ": not valid UTF-8 (byte ", hex, " at offset ", bad, ")");
+    }
+  }
   std::unique_ptr<WeightSource> src;
   if (a.model.compare(0, 10, "synthetic:") == 0) {
     std::string origin;

@@ -189,6 +189,24 @@ def mutate_text(text, rng):
     return "\n".join(lines)
 
 
+def random_text(rng):
+    """Prompt text: valid UTF-8 of every width, invalid sequences, control characters, special-token
+    fragments and long runs (what a user's prompt file may hold)."""
+    pieces = ["Hello", " world", "\n", "\t", "  ", "<|im_start|>", "<|im_end|>", "<s>", "</s>", "<|endoftext|>",
+              "Ä", "ß", "日本語", "🙂", "\u200b", "\ufeff", "\x00", "\x7f", "123", "'s", "'ll", "\r\n",
+              "▁", "Ġ", "a" * 300, " " * 50]
+    out = b""
+    for _ in range(rng.randint(0, 30)):
+        r = rng.random()
+        if r < 0.6:
+            out += rng.choice(pieces).encode("utf-8")
+        elif r < 0.63:
+            out += bytes(rng.randrange(256) for _ in range(rng.randint(1, 6)))  # often invalid UTF-8
+        else:
+            out += chr(rng.randrange(0x20, 0x110000)).encode("utf-8", "surrogatepass")
+    return out
+
+
 class Case:
     def __init__(self, name, files, argv):
         self.name, self.files, self.argv = name, files, argv
@@ -218,7 +236,7 @@ def main():
     ap.add_argument("--cases", type=int, default=200, help="mutated inputs per target")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--targets", default="gguf,hf_config,safetensors,tokenizer,plan,profile,experiment,model_yaml")
+    ap.add_argument("--targets", default="gguf,hf_config,safetensors,tokenizer,text,plan,profile,experiment,model_yaml")
     ap.add_argument("--timeout", type=float, default=20.0)
     ap.add_argument("--verbose", action="store_true", help="also print every rejection's error line")
     a = ap.parse_args()
@@ -323,6 +341,13 @@ def main():
                 yield Case("tokenizer", files, ["tokenize", "--model", src, "--text", "Hello, world! 123 ÄÖ <|im_start|>"])
                 with open(os.path.join(src, "tokenizer.json"), "w", encoding="utf-8") as s:
                     s.write(orig)
+            if "text" in names:
+                f = os.path.join(work, "prompt.txt")
+                model = rng.choice(ggufs + tok_models)
+                verb = rng.choice([["tokenize", "--model", model, "--file", f],
+                                   ["tokenize", "--model", model, "--file", f, "--add-special", "--json"],
+                                   ["tokenize", "--model", model, "--file", f, "--no-parse-special", "--ids"]])
+                yield Case("text", {f: random_text(rng)}, verb)
             if "plan" in names:
                 f = os.path.join(work, "p.json")
                 with open(base_plan) as s:

@@ -726,6 +726,16 @@ TEST_CASE("cli: tokenize and run with text", "[tokenizer][cli]") {
   CHECK(json::parse(out)["ids"] == json::array({1, 3 + 'a', 3 + 'b'}));
   CHECK(run("tokenize --model '" + model + "' --text \"$(printf 'bad \\377')\" --json", &out) == 1);
   CHECK_THAT(read_file(err), Contains("not valid UTF-8"));
+  // From a file: the one error line names the file, the byte and its offset.
+  const std::string bad_file = temp_path("cli_bad_utf8.txt");
+  {
+    std::FILE* f = std::fopen(bad_file.c_str(), "wb");
+    REQUIRE(f);
+    std::fputs("fine text, then \xC3(", f);
+    std::fclose(f);
+  }
+  CHECK(run("tokenize --model '" + model + "' --file '" + bad_file + "'", &out) == 1);
+  CHECK_THAT(read_file(err), Contains(bad_file) && Contains("0xC3") && Contains("offset 16"));
 
   // run: text in, text out, with the documented JSON keys.
   REQUIRE(run("run --model '" + model + "' --prompt 'Hello world' -n 6 --greedy --ignore-eos --json --threads 2", &out) == 0);
