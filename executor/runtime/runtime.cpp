@@ -89,6 +89,7 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
         SW_CHECK(sp.bytes == shards_.at(sp.shard).bytes, "plan table: shard ", sp.name, " has ", sp.bytes,
                  " bytes in the plan but ", shards_.at(sp.shard).bytes, " in this model (a plan for another file?)");
       SW_CHECK(p.vram_bytes <= table_.budget_bytes, "plan table: a plan uses more than the budget");
+      validate_plan(p);
     }
   if (options_.schedule) {
     bool any = false;
@@ -265,6 +266,46 @@ void Runtime::step(const int32_t* tokens, int64_t n, float* last_logits) {
   s.schedule = plan.schedule;
   s.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   steps_.push_back(s);
+}
+
+// Everything a plan indexes or sizes is checked against this model and budget before any step runs
+// (a plan file is input: a row range, offset or slot out of range must be an error, not a read
+// outside the arena). The JSON reader has checked ids, dependency order and field types.
+void Runtime::validate_plan(const Plan& p) const {
+  const std::string where = str_cat("plan table: the ", schedule_name(p.schedule), " plan of tier ", p.tier);
+  const uint64_t budget = table_.budget_bytes;
+  auto inside = [budget](uint64_t off, uint64_t bytes) { return off <= budget && bytes <= budget - off; };
+  const int64_t n_shards = static_cast<int64_t>(shards_.shards.size()), L = spec_.num_hidden_layers;
+  const ArenaRegion* slot_region[2] = {nullptr, nullptr};
+  for (const ArenaRegion& r : p.arena) {
+    SW_CHECK(inside(r.offset, r.bytes), where, ": arena region '", r.name, "' at ", r.offset, " (", r.bytes,
+             " bytes) lies outside the budget of ", budget, " bytes");
+    if (r.name == "slot0") slot_region[0] = &r;
+    if (r.name == "slot1") slot_region[1] = &r;
+  }
+  for (const ShardPlacement& sp : p.placements) {
+    SW_CHECK(sp.shard >= 0 && sp.shard < n_shards, where, ": placement of shard ", sp.shard, " (this model has ",
+             n_shards, ")");
+    if (sp.arena_offset >= 0)
+      SW_CHECK(inside(static_cast<uint64_t>(sp.arena_offset), sp.bytes), where, ": shard ", sp.name, " at arena offset ",
+               sp.arena_offset, " (", sp.bytes, " bytes) lies outside the budget of ", budget, " bytes");
+  }
+  SW_CHECK(static_cast<int64_t>(p.kv_on_gpu.size()) == L, where, ": kv_on_gpu names ", p.kv_on_gpu.size(),
+           " layers, this model has ", L);
+  const TensorView& head = source_.tensor(spec_.tie_word_embeddings ? "token_embd.weight" : "output.weight");
+  for (const Action& a : p.actions) {
+    const std::string act = str_cat(where, ": action ", a.id, " (", a.label, ")");
+    SW_CHECK(a.shard >= -1 && a.shard < n_shards, act, " names shard ", a.shard, " of ", n_shards);
+    SW_CHECK(a.layer >= -1 && a.layer < L, act, " names layer ", a.layer, " of ", L);
+    SW_CHECK(a.slot >= -1 && a.slot <= 1, act, " names stream slot ", a.slot, " (0 or 1)");
+    if (a.row_end > a.row_begin) {  // a piece of the LM head, in a stream slot
+      SW_CHECK(a.shard >= 0 && shards_.at(a.shard).kind == ShardKind::Output && a.row_end <= spec_.vocab_size, act,
+               " streams rows [", a.row_begin, ", ", a.row_end, ") of the LM head's ", spec_.vocab_size);
+      const uint64_t piece = static_cast<uint64_t>(a.row_end - a.row_begin) * head.row_bytes();
+      SW_CHECK(a.slot >= 0 && slot_region[a.slot] && piece <= slot_region[a.slot]->bytes, act, ": its ", piece,
+               " bytes of LM head rows do not fit a stream slot of the plan");
+    }
+  }
 }
 
 void Runtime::check_region(const uint8_t* p, uint64_t bytes, const char* what) const {

@@ -116,6 +116,7 @@ class Runtime : public StepEngine {
   const uint8_t* host_tensor(const std::string& name, uint64_t* bytes) const;
   void copy_shard(const Shard& s, uint8_t* dst, int64_t row0, int64_t row1);
   void copy_shard_tensors(const Shard& s, uint8_t* dst, int64_t row0, int64_t row1);
+  void validate_plan(const Plan& p) const;
   void check_region(const uint8_t* p, uint64_t bytes, const char* what) const;
 
   const WeightSource& source_;

@@ -3,6 +3,7 @@
 // dropped dependency shows up as a wrong result; bad plans are refused.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <functional>
 
 #include "core/error.h"
 #include "core/hardware_spec.h"
@@ -453,6 +454,54 @@ TEST_CASE("runtime: the pinned activation staging is unpinned when the runtime g
     CHECK(dev->pinned_host_bytes() + staged <= with_runtime);
   }
 }
+// A plan table is input (run --plan FILE): every row range, offset and slot it names is checked
+// against the model and the budget when the runtime loads it, with one error naming the plan, the
+// action and the value; none of these may reach a kernel (found by tests/fuzz: a row_end of 2^40 on
+// the LM head's piece read past the arena).
+TEST_CASE("runtime: plans naming rows, offsets, slots or shards outside the model or budget are refused", "[runtime]") {
+  const ModelSpec spec = test_model("llama", DType::F16);
+  ThreadPool pool(2);
+  auto src = make_synthetic_weights(spec, 6, &pool);
+  ModelWeights w = ModelWeights::from_source(*src);
+  const PlanTable table = table_for(*src, min_budget_for(*src, 32), 32, {1, 4, 16});
+  // The first feasible plan's LM head computation (a piece of it when streamed in pieces).
+  int ti = -1, ci = -1, ai = -1;
+  for (size_t t = 0; t < table.tiers.size() && ai < 0; ++t)
+    for (size_t c = 0; c < table.tiers[t].candidates.size() && ai < 0; ++c) {
+      const Plan& p = table.tiers[t].candidates[c];
+      if (!p.feasible) continue;
+      for (const Action& a : p.actions)
+        if (a.kind == ActionKind::Compute && a.label.rfind("output", 0) == 0) {
+          ti = static_cast<int>(t), ci = static_cast<int>(c), ai = a.id;
+          break;
+        }
+    }
+  REQUIRE(ai >= 0);
+  {
+    auto dev = make_emu_device({1, 0, 0});
+    CHECK_NOTHROW(Runtime(*src, w, *dev, pool, table, {}));  // the unedited table loads
+  }
+  auto refused = [&](const std::function<void(Plan&)>& edit, const std::string& says) {
+    PlanTable bad = table;
+    edit(bad.tiers[static_cast<size_t>(ti)].candidates[static_cast<size_t>(ci)]);
+    auto dev = make_emu_device({1, 0, 0});
+    CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, bad, {}), Contains(says));
+  };
+  const size_t a = static_cast<size_t>(ai);
+  refused([&](Plan& p) { p.actions[a].row_end = int64_t(1) << 40; }, "rows [");
+  refused([&](Plan& p) { p.actions[a].row_end = spec.vocab_size + 1; }, "of the LM head's");
+  refused([&](Plan& p) { p.actions[a].slot = 2; }, "stream slot 2");
+  refused([&](Plan& p) { p.actions[a].shard = 100000; }, "names shard 100000");
+  refused([&](Plan& p) { p.actions[a].layer = static_cast<int>(spec.num_hidden_layers); }, "names layer");
+  refused([&](Plan& p) { p.arena.back().offset = table.budget_bytes; }, "lies outside the budget");
+  refused([&](Plan& p) { p.arena.back().bytes = ~uint64_t(0); }, "lies outside the budget");
+  refused([&](Plan& p) {
+    for (ShardPlacement& sp : p.placements)
+      if (sp.arena_offset >= 0) sp.arena_offset = static_cast<int64_t>(table.budget_bytes);
+  }, "lies outside the budget");
+  refused([&](Plan& p) { p.kv_on_gpu.pop_back(); }, "kv_on_gpu names");
+}
+
 // Regression: on an MoE model, gpu-only at the smallest budget streams both shards of every layer
 // (attention into one slot, the routed experts into the other). The experts' block read the FFN norm
 // from the attention shard's slot, which the plan only protects until the attention has run: the copy
