@@ -283,9 +283,10 @@ void Runtime::validate_plan(const Plan& p) const {
     if (r.name == "slot0") slot_region[0] = &r;
     if (r.name == "slot1") slot_region[1] = &r;
   }
-  for (const ShardPlacement& sp : p.placements) {
-    SW_CHECK(sp.shard >= 0 && sp.shard < n_shards, where, ": placement of shard ", sp.shard, " (this model has ",
-             n_shards, ")");
+  for (size_t i = 0; i < p.placements.size(); ++i) {
+    const ShardPlacement& sp = p.placements[i];
+    SW_CHECK(sp.shard == static_cast<int>(i), where, ": placement ", i, " is of shard ", sp.shard,
+             " (placements are listed by shard id, this model has ", n_shards, ")");
     if (sp.arena_offset >= 0)
       SW_CHECK(inside(static_cast<uint64_t>(sp.arena_offset), sp.bytes), where, ": shard ", sp.name, " at arena offset ",
                sp.arena_offset, " (", sp.bytes, " bytes) lies outside the budget of ", budget, " bytes");

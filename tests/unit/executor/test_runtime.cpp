@@ -500,6 +500,14 @@ TEST_CASE("runtime: plans naming rows, offsets, slots or shards outside the mode
       if (sp.arena_offset >= 0) sp.arena_offset = static_cast<int64_t>(table.budget_bytes);
   }, "lies outside the budget");
   refused([&](Plan& p) { p.kv_on_gpu.pop_back(); }, "kv_on_gpu names");
+  refused([&](Plan& p) {  // two shards of equal size (two layers' attention) named in each other's place
+    for (size_t i = 0; i < p.placements.size(); ++i)
+      for (size_t j = i + 1; j < p.placements.size(); ++j)
+        if (p.placements[i].bytes == p.placements[j].bytes && p.placements[i].name != p.placements[j].name) {
+          std::swap(p.placements[i].shard, p.placements[j].shard);
+          return;
+        }
+  }, "placements are listed by shard id");
 }
 
 // Regression: on an MoE model, gpu-only at the smallest budget streams both shards of every layer
