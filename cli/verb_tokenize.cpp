@@ -52,14 +52,6 @@ std::string display_piece(const Tokenizer& tok, int32_t id) {
 void run_tokenize(const TokenizeArgs& a) {
   if (a.has_text == a.has_file) fail("give exactly one of --text TEXT or --file PATH");
   const std::string text = a.file.empty() ? a.text : read_text_file(a.file);
-  if (!a.file.empty()) {  // the tokenizer names the offset; this names the file too
-    const size_t bad = tok::utf8_invalid_offset(text);
-    if (bad != std::string::npos) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned char>(text[bad]));
-      fail("--file ", a.file, ": not valid UTF-8 (byte ", hex, " at offset ", bad, ")");
-    }
-  }
   std::unique_ptr<WeightSource> src;
   if (a.model.compare(0, 10, "synthetic:") == 0) {
     std::string origin;
@@ -70,7 +62,13 @@ void run_tokenize(const TokenizeArgs& a) {
     src = open_weights(a.model);
   }
   const Tokenizer tok(*src);
-  const std::vector<int32_t> ids = tok.encode(text, a.add_special, !a.no_parse_special);
+  std::vector<int32_t> ids;
+  try {
+    ids = tok.encode(text, a.add_special, !a.no_parse_special);
+  } catch (const Error& e) {  // the tokenizer names the byte and its offset; this names the file
+    if (a.file.empty()) throw;
+    fail("--file ", a.file, ": ", e.what());
+  }
   if (a.json) {
     nlohmann::json j;
     j["ids"] = ids;

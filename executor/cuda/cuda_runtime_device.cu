@@ -24,6 +24,7 @@
 #include "executor/cuda/cuda_device.h"
 #include "executor/cuda/cuda_kernels.h"
 #include "executor/device/device.h"
+#include "executor/device/pinned_ranges.h"
 
 namespace shardwise {
 
@@ -140,7 +141,7 @@ class CudaDevice : public Device {
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
     for (cudaEvent_t e : stamps_) cudaEventDestroy(e);
     if (origin_) cudaEventDestroy(origin_);
-    for (const auto& r : registered_) cudaHostUnregister(reinterpret_cast<void*>(r.first));
+    for (const auto& r : pinned_.ranges()) cudaHostUnregister(reinterpret_cast<void*>(r.first));
     if (arena_) cudaFree(arena_);
     if (pacers_[0].credit) cudaFree(pacers_[0].credit);
     if (blas_) cublasDestroy(blas_);
@@ -174,44 +175,19 @@ class CudaDevice : public Device {
   }
 
   void pin_host(const void* ptr, uint64_t bytes) override {
-    if (!ptr || bytes == 0) return;
-    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-    uint64_t begin = reinterpret_cast<uint64_t>(ptr) / page * page;
-    const uint64_t end = (reinterpret_cast<uint64_t>(ptr) + bytes + page - 1) / page * page;
-    // Register only what no earlier range covers (adjacent tensors share pages).
-    while (begin < end) {
-      auto it = registered_.upper_bound(begin);
-      if (it != registered_.begin()) {
-        auto prev = std::prev(it);
-        if (prev->second > begin) {
-          begin = prev->second;
-          continue;
-        }
-      }
-      const uint64_t stop = it != registered_.end() ? std::min(end, it->first) : end;
-      if (stop > begin) register_range(begin, stop);
-      begin = stop;
-    }
+    pinned_.add(ptr, bytes, [this](uint64_t begin, uint64_t end) { return register_range(begin, end); });
   }
 
   void unpin_host(const void* ptr, uint64_t bytes) override {
     if (!ptr || bytes == 0) return;
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-    const uint64_t begin = reinterpret_cast<uint64_t>(ptr) / page * page;
-    const uint64_t end = (reinterpret_cast<uint64_t>(ptr) + bytes + page - 1) / page * page;
-    for (auto it = registered_.lower_bound(begin); it != registered_.end() && it->first < end;) {
-      cudaHostUnregister(reinterpret_cast<void*>(it->first));
+    pinned_.remove(ptr, bytes, [](uint64_t begin) {
+      cudaHostUnregister(reinterpret_cast<void*>(begin));
       cudaGetLastError();
-      it = registered_.erase(it);
-    }
+    });
   }
 
-  uint64_t pinned_host_bytes() const override {
-    uint64_t sum = 0;
-    for (const auto& r : registered_) sum += r.second - r.first;
-    return sum;
-  }
+  uint64_t pinned_host_bytes() const override { return pinned_.bytes(); }
 
   void set_pcie_cap(double bps) override {
     for (auto& p : pacers_) p.cap.store(bps);
@@ -362,7 +338,7 @@ class CudaDevice : public Device {
   }
 
  private:
-  void register_range(uint64_t begin, uint64_t end) {
+  bool register_range(uint64_t begin, uint64_t end) {
     void* p = reinterpret_cast<void*>(begin);
     cudaError_t e = cudaHostRegister(p, end - begin, cudaHostRegisterDefault);
     if (e != cudaSuccess) {
@@ -377,9 +353,9 @@ class CudaDevice : public Device {
                  "): copies from them run at pageable speed");
         warned_pin_ = true;
       }
-      return;
+      return false;
     }
-    registered_[begin] = end;
+    return true;
   }
 
   // Names what was copied when a copy fails (which side is outside the arena, pinned or not).
@@ -390,8 +366,7 @@ class CudaDevice : public Device {
     const uint8_t* d = static_cast<const uint8_t*>(dev);
     const bool in_arena = arena_ && d >= arena_ && d + bytes <= arena_ + arena_bytes_;
     const uint64_t h = reinterpret_cast<uint64_t>(host);
-    auto it = registered_.upper_bound(h);
-    const bool pinned = it != registered_.begin() && std::prev(it)->second > h;
+    const bool pinned = pinned_.pinned(h);
     fail("CUDA: cudaMemcpyAsync ", kind == cudaMemcpyHostToDevice ? "H2D" : "D2H", " of ", bytes, " bytes: ",
          cudaGetErrorString(e), " (device side ", in_arena ? "inside" : "OUTSIDE", " the arena at offset ",
          static_cast<long long>(d - arena_), ", host side ", pinned ? "pinned" : "pageable", " at ", host, ")");
@@ -404,10 +379,7 @@ class CudaDevice : public Device {
     uint64_t done = 0;
     while (done < bytes) {
       const uint64_t at = host + done;
-      uint64_t piece = bytes - done;
-      auto it = registered_.upper_bound(at);
-      if (it != registered_.begin() && std::prev(it)->second > at) piece = std::min(piece, std::prev(it)->second - at);
-      else if (it != registered_.end()) piece = std::min(piece, it->first - at);
+      const uint64_t piece = pinned_.run_from(at, bytes - done);
       copy_piece(q, static_cast<uint8_t*>(dst) + done, static_cast<const uint8_t*>(src) + done, piece, kind);
       done += piece;
     }
@@ -455,7 +427,7 @@ class CudaDevice : public Device {
   std::unique_ptr<DeviceKernels> kernels_;
   uint8_t* arena_ = nullptr;
   uint64_t arena_bytes_ = 0, total_ = 0, context_ = 0, free_after_setup_ = 0, min_free_ = 0;
-  std::map<uint64_t, uint64_t> registered_;
+  PinnedRanges pinned_{static_cast<uint64_t>(sysconf(_SC_PAGESIZE))};  // registered with the driver
   bool warned_pin_ = false;
   Pacer pacers_[2];
   std::map<uint64_t, cudaGraphExec_t> graphs_;  // end_capture's executables by the runtime's key

@@ -12,7 +12,6 @@
 #include <deque>
 #include <exception>
 #include <functional>
-#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -23,6 +22,7 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "executor/device/device.h"
+#include "executor/device/pinned_ranges.h"
 #include "executor/model/cpu_blocks.h"
 
 namespace shardwise {
@@ -237,31 +237,13 @@ class EmuDevice : public Device {
   }
   // Nothing to pin in host memory; the ranges are only recorded, like CUDA's registrations.
   void pin_host(const void* ptr, uint64_t bytes) override {
-    if (!ptr || bytes == 0) return;
-    const uint64_t page = 4096, b = reinterpret_cast<uint64_t>(ptr) / page * page;
-    const uint64_t e = (reinterpret_cast<uint64_t>(ptr) + bytes + page - 1) / page * page;
-    for (uint64_t at = b; at < e;) {  // only what no earlier range covers
-      auto it = pinned_.upper_bound(at);
-      if (it != pinned_.begin() && std::prev(it)->second > at) {
-        at = std::prev(it)->second;
-        continue;
-      }
-      const uint64_t stop = it != pinned_.end() ? std::min(e, it->first) : e;
-      if (stop > at) pinned_[at] = stop;
-      at = stop;
-    }
+    pinned_.add(ptr, bytes, [](uint64_t, uint64_t) { return true; });
   }
   void unpin_host(const void* ptr, uint64_t bytes) override {
     synchronize();
-    const uint64_t page = 4096, b = reinterpret_cast<uint64_t>(ptr) / page * page;
-    const uint64_t e = (reinterpret_cast<uint64_t>(ptr) + bytes + page - 1) / page * page;
-    for (auto it = pinned_.lower_bound(b); it != pinned_.end() && it->first < e;) it = pinned_.erase(it);
+    pinned_.remove(ptr, bytes, [](uint64_t) {});
   }
-  uint64_t pinned_host_bytes() const override {
-    uint64_t sum = 0;
-    for (const auto& r : pinned_) sum += r.second - r.first;
-    return sum;
-  }
+  uint64_t pinned_host_bytes() const override { return pinned_.bytes(); }
   void set_pcie_cap(double bps) override { cap_ = bps; }
 
   void copy_h2d(uint8_t* dev, const void* host, uint64_t bytes, Queue q) override {
@@ -387,7 +369,7 @@ class EmuDevice : public Device {
   EmuOptions opt_;
   std::unique_ptr<EmuQueue> queues_[kNumQueues];
   std::unique_ptr<EmuKernels> kernels_;
-  std::map<uint64_t, uint64_t> pinned_;  // pin_host's page ranges: begin -> end
+  PinnedRanges pinned_{4096};
   HostBuffer arena_;
   double cap_ = 0;
   int waits_ = 0;

@@ -34,17 +34,19 @@ void CpuBlocks::attention_pre(const LayerWeights& w, const float* x, int64_t n, 
 
 void CpuBlocks::attention_core(const float* qkv, int64_t n, float* k_cache, float* v_cache, float* attn) {
   const int64_t QD = spec_.q_dim(), KVD = spec_.kv_dim(), W = qkv_width();
-  AttentionShape shape{spec_.num_attention_heads, spec_.num_key_value_heads, spec_.head_dim};
+  const int64_t hd = spec_.head_dim;
+  AttentionShape shape{spec_.num_attention_heads, spec_.num_key_value_heads, hd, KVD, hd};  // side by side
   if (kv_capacity_ > 0) {
     SW_CHECK(pos0_ + n <= kv_capacity_, "attention: positions up to ", pos0_ + n, " exceed the cache's ", kv_capacity_);
     shape = head_major(shape, kv_capacity_);
   }
-  const int64_t hd = spec_.head_dim, row = kv_capacity_ > 0 ? hd : KVD, head = kv_capacity_ > 0 ? kv_capacity_ * hd : hd;
   for (int64_t t = 0; t < n; ++t) {
     const float* r = qkv + t * W;
+    const int64_t at = (pos0_ + t) * shape.kv_row_stride;
     for (int64_t g = 0; g < spec_.num_key_value_heads; ++g) {
-      std::memcpy(k_cache + g * head + (pos0_ + t) * row, r + QD + g * hd, static_cast<size_t>(hd) * sizeof(float));
-      std::memcpy(v_cache + g * head + (pos0_ + t) * row, r + QD + KVD + g * hd, static_cast<size_t>(hd) * sizeof(float));
+      const int64_t off = g * shape.kv_head_stride + at;
+      std::memcpy(k_cache + off, r + QD + g * hd, static_cast<size_t>(hd) * sizeof(float));
+      std::memcpy(v_cache + off, r + QD + KVD + g * hd, static_cast<size_t>(hd) * sizeof(float));
     }
   }
   // Gather q into a dense [n, q_dim] block for the attention kernel.
