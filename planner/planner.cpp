@@ -34,16 +34,13 @@ struct Layout {
   uint64_t kv_region = 0;            // aligned bytes at the end of the arena
 };
 
-// The LM head can be streamed in row pieces of any slot size; this is the slot it gets when nothing
-// larger is streamed.
-constexpr uint64_t kOutputPieceBytes = 256ull << 20;
-
 // The slot size needed to stream these shards whole (the LM head only needs a piece).
-uint64_t largest_streamed(const ModelSpec& spec, const ShardSet& set, const std::vector<int>& ids, int64_t n) {
+uint64_t largest_streamed(const ModelSpec& spec, const PlannerConfig& cfg, const ShardSet& set, const std::vector<int>& ids,
+                          int64_t n) {
   uint64_t m = 0;
   for (int id : ids) {
     const Shard& s = set.at(id);
-    if (s.kind == ShardKind::Output) m = std::max(m, std::min(s.bytes, kOutputPieceBytes));
+    if (s.kind == ShardKind::Output) m = std::max(m, std::min(s.bytes, cfg.lm_head_piece_bytes));
     else m = std::max(m, s.kind == ShardKind::Ffn ? ffn_bytes_touched(spec, s, n, true) : s.bytes);
   }
   return align_up(m);
@@ -85,7 +82,7 @@ void kv_layer_bounds(const ModelSpec& spec, const PlannerConfig& cfg, int* prior
   const int64_t ref_tier = 512;
   std::vector<int> ffns(S.ffn.begin(), S.ffn.end());
   const uint64_t scratch = align_up(gpu_scratch_bytes(spec, ref_tier));
-  const uint64_t reserve = scratch + 2 * largest_streamed(spec, S, ffns, ref_tier);
+  const uint64_t reserve = scratch + 2 * largest_streamed(spec, cfg, S, ffns, ref_tier);
   const uint64_t attn_all = L.prefix_end[static_cast<size_t>(S.n_layers)];
   const uint64_t kv = std::max<uint64_t>(1, L.kv_layer_bytes);
   *priority_k = 0;
@@ -98,7 +95,7 @@ void kv_layer_bounds(const ModelSpec& spec, const PlannerConfig& cfg, int* prior
     ++*max_k;
   std::vector<int> weights(S.ffn.begin(), S.ffn.end());
   weights.insert(weights.end(), S.attention.begin(), S.attention.end());
-  const uint64_t slots = 2 * largest_streamed(spec, S, weights, ref_tier);
+  const uint64_t slots = 2 * largest_streamed(spec, cfg, S, weights, ref_tier);
   *max_k_streamed = *max_k;
   while (*max_k_streamed < S.n_layers &&
          align_up(static_cast<uint64_t>(*max_k_streamed + 1) * L.kv_layer_bytes) + scratch + slots <= cfg.budget_bytes)
@@ -473,7 +470,7 @@ Plan plan_gpu_only(const Ctx& c, int64_t n) {
   std::vector<uint64_t> suffix_max(N + 1, 0);
   for (size_t i = N; i-- > 0;) {
     std::vector<int> one = {L.canonical[i]};
-    suffix_max[i] = std::max(suffix_max[i + 1], largest_streamed(c.spec, S, one, n));
+    suffix_max[i] = std::max(suffix_max[i + 1], largest_streamed(c.spec, c.cfg, S, one, n));
   }
   for (size_t p = N + 1; p-- > 0;) {
     if (L.prefix_end[p] + 2 * suffix_max[p] > room) continue;
@@ -551,7 +548,7 @@ Plan plan_dynamic(const Ctx& c, int64_t n) {
     const Shard& s = S.at(id);
     if (s.kind == ShardKind::Attention && !L.kv_gpu[static_cast<size_t>(s.layer)]) continue;
     std::vector<int> one = {id};
-    sizes.push_back(largest_streamed(c.spec, S, one, n));
+    sizes.push_back(largest_streamed(c.spec, c.cfg, S, one, n));
   }
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
@@ -570,14 +567,14 @@ Plan plan_dynamic(const Ctx& c, int64_t n) {
       if (!L.kv_gpu[static_cast<size_t>(l)] || pinned_at(id)) continue;
       forced.push_back(id);
       std::vector<int> one = {id};
-      fits = fits && largest_streamed(c.spec, S, one, n) <= slot_bytes;
+      fits = fits && largest_streamed(c.spec, c.cfg, S, one, n) <= slot_bytes;
     }
     if (!fits) continue;
     std::vector<int> candidates;  // CPU shards that fit the slot, in execution order
     for (int l = 0; l < S.n_layers; ++l) {
       const int id = S.ffn[l];
       std::vector<int> one = {id};
-      if (!pinned_at(id) && largest_streamed(c.spec, S, one, n) <= slot_bytes) candidates.push_back(id);
+      if (!pinned_at(id) && largest_streamed(c.spec, c.cfg, S, one, n) <= slot_bytes) candidates.push_back(id);
     }
     if (!pinned_at(S.output)) candidates.push_back(S.output);  // the LM head fits any slot in row pieces
     const size_t U = candidates.size();
@@ -818,6 +815,7 @@ void check_config(const ModelSpec& spec, const PlannerConfig& cfg) {
   if (cfg.ctx < 1 || cfg.ctx > (int64_t(1) << 24)) fail("--ctx ", cfg.ctx, " is out of range");
   if (cfg.threads < 1 || cfg.threads > 4096) fail("--threads ", cfg.threads, " is out of range");
   if (cfg.tiers.empty()) fail("no tiers to plan");
+  if (cfg.lm_head_piece_bytes < 4096) fail("LM head piece of ", cfg.lm_head_piece_bytes, " bytes: at least 4096");
   if (cfg.kv_layers < -1 || cfg.kv_layers > spec.num_hidden_layers)
     fail("KV layers in VRAM: ", cfg.kv_layers, " is out of range (0..", spec.num_hidden_layers, ", or -1 to choose)");
   for (size_t i = 0; i < cfg.tiers.size(); ++i)

@@ -37,6 +37,9 @@ struct PlannerConfig {
   // KV layers kept in VRAM (the first ones; where their attention is not pinned, GPU-only and Dynamic
   // steps stream it, Static cannot run). -1: chosen with the LM head's place by simulating a request.
   int kv_layers = -1;
+  // The LM head can be streamed in row pieces of any slot size; this is the slot it needs when
+  // nothing larger is streamed (a larger head streams in pieces of at most this).
+  uint64_t lm_head_piece_bytes = 256ull << 20;
 };
 
 // Distinct experts per layer that a step of n tokens touches under cfg's routing (interpolated in

@@ -287,9 +287,19 @@ void Runtime::validate_plan(const Plan& p) const {
     const ShardPlacement& sp = p.placements[i];
     SW_CHECK(sp.shard == static_cast<int>(i), where, ": placement ", i, " is of shard ", sp.shard,
              " (placements are listed by shard id, this model has ", n_shards, ")");
-    if (sp.arena_offset >= 0)
+    if (sp.arena_offset < 0) continue;
+    if (sp.home == WeightHome::Pinned) {  // pinned weights, or a layer's KV cache in VRAM
       SW_CHECK(inside(static_cast<uint64_t>(sp.arena_offset), sp.bytes), where, ": shard ", sp.name, " at arena offset ",
                sp.arena_offset, " (", sp.bytes, " bytes) lies outside the budget of ", budget, " bytes");
+    } else if (sp.streamed) {
+      // Copied into a stream slot: its offset is the slot's. Its bytes may exceed the slot (the LM head
+      // goes in row pieces, a routed MoE FFN copies only the experts it touches); each copy is checked.
+      const ArenaRegion* slot = nullptr;
+      for (const ArenaRegion* r : slot_region)
+        if (r && static_cast<uint64_t>(sp.arena_offset) == r->offset) slot = r;
+      SW_CHECK(slot != nullptr, where, ": streamed shard ", sp.name, " names arena offset ", sp.arena_offset,
+               ", which is no stream slot's");
+    }
   }
   SW_CHECK(static_cast<int64_t>(p.kv_on_gpu.size()) == L, where, ": kv_on_gpu names ", p.kv_on_gpu.size(),
            " layers, this model has ", L);
@@ -335,6 +345,7 @@ void Runtime::copy_shard_tensors(const Shard& s, uint8_t* dst, int64_t row0, int
   for (const ShardTensorPlace& t : L.tensors) {
     const TensorView& src = source_.tensor(t.name);
     if (t.shape.size() <= 1) {
+      if (row1 > row0) continue;  // a piece of the LM head carries only rows (its norm goes to scratch)
       // Norm vectors: the f32 copies arranged at load time.
       const float* f = nullptr;
       const std::string& n = t.name;
@@ -737,7 +748,11 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
               }
               norm_d = out_norm_d;
               m.rows = a.row_end - a.row_begin;
-              m.data = base[static_cast<size_t>(sh->id)];
+              // This piece's own slot: the copy of the next piece, into the other slot, may have been
+              // issued before this compute (base[] names the slot the shard was copied into last).
+              SW_CHECK(a.slot >= 0 && a.slot < 2 && slots[a.slot], "runtime: action ", a.id, " (", a.label,
+                       ") names no stream slot of the plan");
+              m.data = arena_ + slots[a.slot]->offset;
               r0 = a.row_begin;
             } else {
               norm_d = reinterpret_cast<const float*>(base[static_cast<size_t>(sh->id)] + norm->offset);

@@ -497,7 +497,7 @@ TEST_CASE("runtime: plans naming rows, offsets, slots or shards outside the mode
   refused([&](Plan& p) { p.arena.back().bytes = ~uint64_t(0); }, "lies outside the budget");
   refused([&](Plan& p) {
     for (ShardPlacement& sp : p.placements)
-      if (sp.arena_offset >= 0) sp.arena_offset = static_cast<int64_t>(table.budget_bytes);
+      if (sp.arena_offset >= 0 && sp.home == WeightHome::Pinned) sp.arena_offset = static_cast<int64_t>(table.budget_bytes);
   }, "lies outside the budget");
   refused([&](Plan& p) { p.kv_on_gpu.pop_back(); }, "kv_on_gpu names");
   refused([&](Plan& p) {  // two shards of equal size (two layers' attention) named in each other's place
@@ -508,6 +508,63 @@ TEST_CASE("runtime: plans naming rows, offsets, slots or shards outside the mode
           return;
         }
   }, "placements are listed by shard id");
+}
+
+// Regression (the H200 study of badb9e5: every nemo8b plan at 2G refused): a streamed LM head larger
+// than the space from its stream slot to the end of the budget is valid — it goes in row pieces — and
+// the load-time checks must accept it. And each piece's GEMV must read its own slot: the copy of the
+// next piece (into the other slot) is issued before it, so "the slot the head was copied into last"
+// is the wrong one (every piece but the last computed from its successor's rows).
+TEST_CASE("runtime: an LM head larger than the budget streams in row pieces, loads and runs exactly", "[runtime]") {
+  ModelSpec spec = test_model("llama", DType::F16);
+  spec.vocab_size = 16384;  // an 8 MiB LM head; the layers are ~5 MiB
+  ThreadPool pool(2);
+  auto src = make_synthetic_weights(spec, 7, &pool);
+  ModelWeights w = ModelWeights::from_source(*src);
+  const int64_t ctx = 32;
+  auto cost = make_analytic_cost_model(builtin_hardware("cli2"));
+  PlannerConfig cfg;
+  cfg.ctx = ctx;
+  cfg.threads = 2;
+  cfg.tiers = {1, 4, 16};
+  cfg.tensor_dtypes = tensor_dtypes_of(*src);
+  cfg.lm_head_piece_bytes = 1 << 20;  // as nemo8b's 1 GiB head against 256 MiB pieces
+  const uint64_t head_bytes = static_cast<uint64_t>(spec.vocab_size) * static_cast<uint64_t>(spec.hidden_size) * 2;
+  cfg.budget_bytes = head_bytes - (1 << 20);
+  const PlanTable table = build_plan_table(spec, *cost, cfg);
+  bool pieces = false;
+  for (const auto& tier : table.tiers)
+    for (const Plan& p : tier.candidates)
+      for (const Action& a : p.actions) pieces = pieces || (p.feasible && a.row_end > a.row_begin);
+  REQUIRE(pieces);
+  const std::vector<int32_t> toks = token_seq(24, spec.vocab_size, 3);
+  const std::vector<int> steps = {16, 4, 1, 1, 1};
+  const std::vector<float> ref = reference_steps(*src, toks, steps, ctx);
+  {  // a streamed shard must name a stream slot's offset
+    PlanTable bad = table;
+    int edited = 0;
+    for (auto& tier : bad.tiers)
+      for (Plan& p : tier.candidates)
+        for (ShardPlacement& sp : p.placements)
+          if (p.feasible && sp.streamed) sp.arena_offset += 64, ++edited;
+    REQUIRE(edited > 0);
+    auto dev = make_emu_device({1, 0, 0});
+    CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, bad, {}), Contains("which is no stream slot's"));
+  }
+  int ran = 0;
+  for (Schedule sched : {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic}) {
+    bool feasible = false;
+    for (const auto& t : table.tiers) feasible |= t.find(sched) && t.find(sched)->feasible;
+    if (!feasible) continue;
+    INFO("schedule " << schedule_name(sched));
+    auto dev = make_emu_device({5, 50, 0});
+    RuntimeOptions opt;
+    opt.schedule = sched;
+    Runtime rt(*src, w, *dev, pool, table, opt);
+    CHECK(test::max_rel_error(run_steps(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
+    ++ran;
+  }
+  CHECK(ran >= 2);
 }
 
 // Regression: on an MoE model, gpu-only at the smallest budget streams both shards of every layer
