@@ -37,8 +37,7 @@ else
 fi
 n=$(ls "$out"/sweep_*.log 2>/dev/null | wc -l)
 log="$out/sweep_$n.log"
-# The sweep's own estimate first (plans only), then the call.
-"$bin" sweep "$experiment" --device cuda --predict 2>&1 | head -2
+# (The call's log starts with the sweep's own estimate; a separate --predict would plan everything twice.)
 "$bin" sweep "$experiment" --device cuda --out "$results" --resume --max-minutes "$minutes" --no-progress \
   > "$out/summary_$n.json" 2> "$log"
 rc=$?
