@@ -1,11 +1,13 @@
 // cli/verb_profile.cpp — `shardwise profile`: measure this machine (microbench/profiler.h) into a
 // ProfileDB file, or with --validate FILE measure cases that profile never saw and print predicted
-// against measured per op class (--json-out writes the same as JSON).
+// against measured per op class (--json-out writes the same as JSON), or with --check FILE tell
+// whether this machine is the one FILE describes (a few of its rows measured again).
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
 #include "cli/common.h"
+#include "cli/machine_check.h"
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/size.h"
@@ -17,8 +19,9 @@ namespace shardwise::cli {
 namespace {
 
 struct ProfileArgs {
-  std::string out, threads, caps = "none", device = "auto", validate, json_out, rescore;
+  std::string out, threads, caps = "none", device = "auto", validate, json_out, rescore, check;
   bool quick = false, no_progress = false;
+  double tolerance = 0.15;
 };
 
 std::vector<std::string> split_list(const std::string& text) {
@@ -87,6 +90,16 @@ ProfileOptions::Recorded recorded_validation(const std::string& path) {
 void run_profile_verb(const ProfileArgs& a) {
   ProfileOptions o = options_of(a);
   if (!a.rescore.empty() && a.validate.empty()) fail("--rescore needs --validate FILE (the profile to predict from)");
+  if (!a.check.empty()) {
+    if (!a.validate.empty() || !a.out.empty()) fail("--check runs alone: drop --validate and --out");
+    if (!(a.tolerance > 0 && a.tolerance < 10)) fail("--tolerance ", a.tolerance, " must be in (0, 10)");
+    const ProfileDB db = load_profile(a.check);
+    const MachineCheck mc = check_machine(db);
+    require_same_machine(mc, a.check, a.tolerance, "profile this machine (shardwise profile --out FILE)");
+    std::fputs(mc.text().c_str(), stderr);
+    print_json(machine_check_json(mc, a.check, a.tolerance));
+    return;
+  }
   if (!a.validate.empty()) {
     const ProfileDB db = load_profile(a.validate);
     if (!a.threads.empty()) fail("--validate uses the profile's own thread counts; drop --threads");
@@ -159,6 +172,10 @@ void register_profile(CLI::App& app) {
   c->add_option("--device", a->device, "auto | cuda | cpu (cpu: a profile without GPU rows)");
   c->add_flag("--quick", a->quick, "small grid (~30 s): for tests and CPU-only demos");
   c->add_option("--validate", a->validate, "measure cases this profile never saw and print predicted vs measured");
+  c->add_option("--check", a->check,
+                "re-measure a few of this profile's CPU rows (DRAM read, f16 matmul) and fail if this machine is "
+                "not the one it describes");
+  c->add_option("--tolerance", a->tolerance, "with --check: the factor allowed either way, as a fraction (0.15)");
   c->add_option("--json-out", a->json_out, "with --validate: also write the results as JSON");
   c->add_option("--rescore", a->rescore,
                 "with --validate: take the measured times from this earlier --json-out file and predict them again "

@@ -3,6 +3,8 @@
 #include <cstdio>
 
 #include "cli/common.h"
+#include "cli/machine_check.h"
+#include "costmodel/profile_db.h"
 #include "core/error.h"
 #include "executor/cuda/cuda_device.h"
 #include "oracle/experiment.h"
@@ -13,8 +15,9 @@ namespace {
 
 struct SweepArgs {
   std::string file, out, shard = "0/1", device = "auto";
+  std::string machine_check = "auto";
   bool resume = false, predict = false, no_progress = false;
-  double max_minutes = 0;
+  double max_minutes = 0, machine_tolerance = 0.15;
 };
 
 void run_sweep_verb(const SweepArgs& a) {
@@ -39,6 +42,26 @@ void run_sweep_verb(const SweepArgs& a) {
     fail("--device '", a.device, "': the oracle runs on cuda or emu (or auto)");
   }
   if (!o.predict_only && o.out_path.empty()) fail("give --out F.jsonl (or --predict to only print the predicted running time)");
+  // Rows measured on a machine other than the profile's test that machine, not the planner: on the
+  // GPU (where a study's calls may land on different machines of one kind) a few of the profile's
+  // rows are measured again first, and the sweep refuses a machine that differs.
+  if (a.machine_check != "auto" && a.machine_check != "on" && a.machine_check != "off")
+    fail("--machine-check '", a.machine_check, "': give auto, on or off");
+  if (!(a.machine_tolerance > 0 && a.machine_tolerance < 10))
+    fail("--machine-tolerance ", a.machine_tolerance, " must be in (0, 10)");
+  const bool check = !o.predict_only && !e.profile_path.empty() &&
+                     (a.machine_check == "on" || (a.machine_check == "auto" && o.device == "cuda"));
+  if (a.machine_check == "on" && e.profile_path.empty())
+    fail("--machine-check on: ", a.file, " names no profile to check against");
+  if (check) {
+    const ProfileDB db = load_profile(e.profile_path);
+    const MachineCheck mc = check_machine(db);
+    o.machine_check_json = machine_check_json(mc, e.profile, a.machine_tolerance).dump();
+    require_same_machine(mc, e.profile, a.machine_tolerance,
+                         "its predictions would not describe this machine; profile it (shardwise profile) and point the "
+                         "experiment at that profile, or pass --machine-check off to measure anyway");
+    std::fputs(mc.text().c_str(), stderr);
+  }
   const SweepResult r = run_sweep(e, o);
   if (!o.predict_only) {
     if (r.stopped_by_time)
@@ -75,6 +98,11 @@ void register_sweep(CLI::App& app) {
   sub->add_option("--device", a->device, "auto|cuda|emu (emu: the host-emulated device; its timings are not GPU numbers)");
   sub->add_flag("--predict", a->predict, "Plan every configuration and print the predicted running time; run nothing");
   sub->add_flag("--no-progress", a->no_progress, "No progress bar");
+  sub->add_option("--machine-check", a->machine_check,
+                  "auto|on|off: measure a few of the experiment's profile rows again first and refuse a machine that "
+                  "differs (auto: on with --device cuda)");
+  sub->add_option("--machine-tolerance", a->machine_tolerance,
+                  "The factor --machine-check allows either way, as a fraction (0.15)");
   sub->callback([a] { run_sweep_verb(*a); });
 }
 

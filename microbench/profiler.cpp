@@ -784,6 +784,71 @@ ProfileDB run_profile(const ProfileOptions& o) {
   return db;
 }
 
+// ---- machine check ---------------------------------------------------------------------------------
+
+double MachineCheckRow::slowdown() const {
+  if (profile_value <= 0 || measured_value <= 0) return 1;
+  return is_rate ? profile_value / measured_value : measured_value / profile_value;
+}
+
+bool MachineCheck::within(double tolerance) const {
+  return max_slowdown <= 1 + tolerance && min_slowdown >= 1 / (1 + tolerance);
+}
+
+std::string MachineCheck::text() const {
+  std::ostringstream os;
+  os << "machine check against the profile (this machine / the profile's; > 1: slower here):\n";
+  char line[256];
+  for (const MachineCheckRow& r : rows) {
+    std::snprintf(line, sizeof line, "  %-44s profile %10.4f %s  here %10.4f %s  %.3fx\n", r.what.c_str(), r.profile_value,
+                  r.is_rate ? "GB/s" : "ms  ", r.measured_value, r.is_rate ? "GB/s" : "ms  ", r.slowdown());
+    os << line;
+  }
+  return os.str();
+}
+
+MachineCheck check_machine(const ProfileDB& db) {
+  SW_CHECK(!db.threads.empty(), "machine check: the profile ", db.origin, " names no thread counts");
+  const Grid g = make_grid(db.quick);
+  const int max_threads = *std::max_element(db.threads.begin(), db.threads.end());
+  SW_CHECK(max_threads >= 1 && max_threads <= 4096, "machine check: the profile's thread count ", max_threads, " is out of range");
+  CpuRunner cpu(g.cpu_weight_set, max_threads);
+  const Policy pol = db.quick ? Policy{2, 6, 5} : Policy{3, 12, 12};
+  MachineCheck mc;
+  for (int t : db.threads) {
+    for (const DramSample& d : db.dram)
+      if (d.threads == t && !d.contention) {
+        mc.rows.push_back({str_cat("dram read t", t), t, d.gbps, cpu.dram_gbps(t), true});
+        break;
+      }
+    // The profile's f16 matmul rows at this thread count (alone, not under copy traffic).
+    const OpSample* gemv = nullptr;
+    const OpSample* gemm = nullptr;
+    for (const OpSample& s : db.ops) {
+      if (s.backend != Backend::Cpu || s.contention || s.threads != t || s.op.kind != OpKind::Matmul ||
+          s.op.dtype != DType::F16 || s.ms <= 0)
+        continue;
+      const uint64_t w = static_cast<uint64_t>(s.op.rows) * static_cast<uint64_t>(s.op.cols);
+      if (s.op.tokens == 1 && (!gemv || w > static_cast<uint64_t>(gemv->op.rows) * static_cast<uint64_t>(gemv->op.cols))) gemv = &s;
+      if (s.op.tokens > 1 && s.ms < 300 && (!gemm || s.op.tokens > gemm->op.tokens || (s.op.tokens == gemm->op.tokens && s.ms > gemm->ms)))
+        gemm = &s;
+    }
+    for (const OpSample* s : {gemv, gemm}) {
+      if (!s) continue;
+      const Stat st = measure([&] { return cpu.once(s->op, t); }, pol);
+      mc.rows.push_back({str_cat("cpu matmul f16 ", s->op.rows, "x", s->op.cols, " t", t, " x", s->op.tokens), t, s->ms, st.ms, false});
+    }
+  }
+  SW_CHECK(!mc.rows.empty(), "machine check: the profile ", db.origin, " has no DRAM or f16 CPU matmul rows to compare with");
+  mc.max_slowdown = 0;
+  mc.min_slowdown = 1e300;
+  for (const MachineCheckRow& r : mc.rows) {
+    mc.max_slowdown = std::max(mc.max_slowdown, r.slowdown());
+    mc.min_slowdown = std::min(mc.min_slowdown, r.slowdown());
+  }
+  return mc;
+}
+
 // ---- validation --------------------------------------------------------------------------------------
 
 double ValidationCase::rel_error() const { return measured_ms > 0 ? std::fabs(predicted_ms - measured_ms) / measured_ms : 0; }

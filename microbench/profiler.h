@@ -75,4 +75,28 @@ struct ValidationReport {
 // from `db`. The cases must not be in the profile's grid (checked: an Error if one is).
 ValidationReport validate_profile(const ProfileDB& db, const ProfileOptions& options);
 
+// Is this the machine the profile describes? Re-measures, with the profiler's own runner and
+// policy, a few of the profile's rows: DRAM read bandwidth and, per thread count, the f16 matmul at
+// one token over the largest matrix (DRAM-bound) and at the largest token count measured in under
+// 300 ms (compute-bound). A few seconds. Two GPU machines of one kind can differ (the planner-accuracy
+// study of 48a78b2 ran its CPU work 1.3-1.9x slower than the profile's machine, rows of the same
+// configurations measured on the profile's machine did not): rows measured on another machine test
+// the machine, not the planner.
+struct MachineCheckRow {
+  std::string what;  // "dram read t16", "cpu matmul f16 5120x4096 t1 x1"
+  int threads = 1;
+  double profile_value = 0, measured_value = 0;
+  bool is_rate = false;  // GB/s (higher is faster), else milliseconds
+  // How much slower this machine is than the profile's (< 1: faster).
+  double slowdown() const;
+};
+struct MachineCheck {
+  std::vector<MachineCheckRow> rows;
+  double max_slowdown = 1, min_slowdown = 1;
+  // Every row within a factor of (1 + tolerance) of the profile, either way.
+  bool within(double tolerance) const;
+  std::string text() const;
+};
+MachineCheck check_machine(const ProfileDB& db);
+
 }  // namespace shardwise

@@ -527,7 +527,8 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
                   {"rows_total", res.rows_total},
                   {"rows_present", res.rows_present},
                   {"predicted_s", res.predicted_seconds},
-                  {"dropped", res.dropped}});
+                  {"dropped", res.dropped},
+                  {"machine_check", o.machine_check_json.empty() ? json(nullptr) : json::parse(o.machine_check_json)}});
 
   Progress progress("sweep", static_cast<uint64_t>(std::max(1.0, res.predicted_seconds * 1000.0)), o.progress);
   // Observed / predicted time of the work done so far; corrects the estimate used by --max-minutes.

@@ -27,6 +27,9 @@ struct SweepOptions {
   std::string device = "emu";  // "cuda" or "emu" (the emulated device: timings are not GPU numbers)
   bool predict_only = false;   // plan and print the predicted running time; run nothing
   bool progress = true;        // progress bar with ETA on stderr
+  // The machine check made before this call (cli: microbench's check_machine against the
+  // experiment's profile), as JSON text; recorded in the sweep's header record. Empty: none made.
+  std::string machine_check_json;
 };
 
 struct SweepResult {

@@ -332,7 +332,40 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
   CHECK(a["cases"] == b["cases"]);
   CHECK(a["cpu"] == b["cpu"]);
   CHECK(b["rescored_from"] == vj);
+  // --check: the profile's machine is this one (a generous tolerance: CI's cores are shared) ...
+  const Result c = shardwise_cli("profile --check " + quote(db) + " --tolerance 3");
+  INFO(c.err);
+  REQUIRE(c.rc == 0);
+  const auto cj = nlohmann::json::parse(c.out);
+  CHECK(cj["same_machine"] == true);
+  REQUIRE(cj["rows"].size() >= 4);  // DRAM read and two matmuls, at 1 and 2 threads
+  for (const auto& row : cj["rows"]) CHECK(row["here"].get<double>() > 0);
+  // ... and a profile whose machine read DRAM and ran matmuls 20x faster is refused, naming the row.
+  {
+    auto fast = nlohmann::json::parse(text);
+    for (auto& d : fast["dram"]) d["gbps"] = d["gbps"].get<double>() * 20;
+    for (auto& op : fast["ops"])
+      if (op["backend"] == "cpu" && op["kind"] == "matmul")
+        for (auto& pt : op["points"]) pt[3] = pt[3].get<double>() / 20;
+    const std::string fdb = temp_path("fast.profile.json");
+    std::ofstream(fdb) << fast.dump();
+    require_clean_error("profile --check " + quote(fdb), {"machine check: this machine is", "slower than", "fast.profile.json"});
+    // A sweep whose experiment names that profile refuses to measure here, before writing anything.
+    const std::string root = test::fixtures_dir() + "/../..";
+    std::string y = read_file(root + "/experiments/smoke.yaml");
+    const size_t hw = y.find("hardware: cli3");
+    REQUIRE(hw != std::string::npos);
+    y.insert(hw, "profile: fast.profile.json\n");  // CPU rows measured; cli3 stands in for the GPU
+    for (size_t at; (at = y.find("synthetic:models/")) != std::string::npos;)
+      y.replace(at, std::string("synthetic:models/").size(), "synthetic:" + root + "/experiments/models/");
+    const std::string exp = temp_path("fast_experiment.yaml"), rows = temp_path("fast_rows.jsonl");
+    std::ofstream(exp) << y;
+    require_clean_error("sweep " + quote(exp) + " --device emu --machine-check on --no-progress --out " + quote(rows),
+                        {"machine check: this machine is", "--machine-check off"});
+    CHECK_FALSE(std::ifstream(rows).good());
+  }
   // Bad input: one line each.
+  require_clean_error("profile --check " + quote(db) + " --tolerance 0", {"--tolerance"});
   require_clean_error("profile --rescore " + quote(vj), {"--rescore needs --validate"});
   require_clean_error("profile --validate " + quote(db) + " --quick --rescore " + quote(db), {"'cases' is missing"});
   std::ofstream(temp_path("bad.validation.json")) << R"({"cases": [{"class": "cpu matmul t1", "case": "x", "measured_ms": -1}]})";
