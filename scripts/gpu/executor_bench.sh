@@ -15,6 +15,10 @@ source "$(dirname "$0")/bundle_env.sh"
 [ -f "$profile" ] || { echo "no profile $profile"; exit 2; }
 mkdir -p "$out"
 runs="$out/executor_runs.jsonl"
+# Is this the machine the profile describes? (Recorded, not enforced: the runs measure the executor
+# either way; the predictions beside them only hold on the profile's machine.)
+"$bin" profile --check "$profile" > "$out/machine_check.json" 2> "$out/machine_check.txt" ||
+  echo "WARNING: $(tail -1 "$out/machine_check.txt")"
 prompt() { python3 -c "import random; random.seed($1); print(','.join(str(random.randrange(3, 32000)) for _ in range($1)))"; }
 p960=$(prompt 960)
 p4032=$(prompt 4032)
@@ -83,6 +87,7 @@ done
 if [ "$part" = all ] || [ "$part" = full ] || [ "$part" = quick ]; then
   for m in ${QUICK_MODELS:-nemo8b qwen30b}; do one "$m" 1024 40G auto; done
 fi
+rm -f "$out/err.txt" "$out/run.json" "$out/plan.json"  # scratch of one run each; at most 8 files come back
 [ -d "$out/timelines" ] && tar -C "$out" -czf "$out/timelines.tgz" timelines && rm -rf "$out/timelines"
 python3 - "$runs" <<'PY'
 import json, sys
