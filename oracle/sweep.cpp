@@ -59,10 +59,12 @@ bool is_synthetic(const std::string& weights) { return weights.compare(0, 10, "s
 
 // Assumptions behind the running-time prediction where no plan says anything: host weights are
 // synthesised (or read) at ~2 GB/s, and each CUDA device set-up (context, arena, registering the
-// model's host memory for DMA) costs 0.3 s plus the model's bytes at ~10 GB/s. The ETA corrects them
+// model's host memory for DMA) costs 0.3 s plus the model's bytes at ~30 GB/s (the H200 host: 224
+// set-ups of study v5, 16-17 GB models, took 0.82 s median, barely more with more VRAM to fill —
+// 10 GB/s had predicted 2 s each and made --max-minutes stop calls early). The ETA corrects them
 // by what it observes.
 constexpr double kLoadBytesPerS = 2e9;
-constexpr double kRegisterBytesPerS = 10e9;
+constexpr double kRegisterBytesPerS = 30e9;
 constexpr double kDeviceSetupS = 0.3;
 
 // 16 hex digits identifying what a plan makes the executor do: its placements, KV homes and
@@ -147,26 +149,41 @@ struct CostSource {
     has_hw = !e.hardware_path.empty();
     if (has_hw) hw = resolve_hardware(e.hardware_path);
     measured = !e.profile_path.empty();
-    if (measured) db = load_profile(e.profile_path);
+    if (measured) {
+      db = load_profile(e.profile_path);
+      db_hash = profile_hash(db);
+    }
     name = measured ? str_cat("profile ", e.profile) : hw.name;
   }
-  std::unique_ptr<CostModel> make(double pcie_cap_bytes_per_s) const {
-    if (!measured) return make_analytic_cost_model(hw, pcie_cap_bytes_per_s);
-    MeasuredOptions mo;
-    mo.pcie_cap_bytes_per_s = pcie_cap_bytes_per_s;
-    if (!db.has_gpu() && has_hw) mo.gpu_fallback = &hw;
-    return make_measured_cost_model(db, mo);
+  // One cost model per PCIe cap, built on first use (a measured one indexes and fits the whole
+  // profile: rebuilding it for each of a study's configurations was a fifth of the planning).
+  const CostModel& make(double pcie_cap_bytes_per_s) const {
+    std::unique_ptr<CostModel>& m = models_[std::llround(pcie_cap_bytes_per_s)];
+    if (m) return *m;
+    if (!measured) {
+      m = make_analytic_cost_model(hw, pcie_cap_bytes_per_s);
+    } else {
+      MeasuredOptions mo;
+      mo.pcie_cap_bytes_per_s = pcie_cap_bytes_per_s;
+      if (!db.has_gpu() && has_hw) mo.gpu_fallback = &hw;
+      m = make_measured_cost_model(db, mo);
+    }
+    return *m;
   }
   // The identity of the cost model's inputs for rows (see sweep.h): the datasheet path is unchanged;
   // a profile is its content hash (plus the datasheet standing in for a missing GPU) and the cap.
   std::string hash(const Experiment& e, double pcie_cap_bytes_per_s) const {
     if (!measured) return profile_hash(e.hardware_path, pcie_cap_bytes_per_s);
-    std::string text = "profile:" + profile_hash(db);
+    std::string text = "profile:" + db_hash;
     if (!db.has_gpu() && has_hw) text += "\ngpu_fallback:" + profile_hash(e.hardware_path, 0);
     return fnv1a_hex(str_cat(text, "\npcie_cap_bytes_per_s=", std::llround(pcie_cap_bytes_per_s)));
   }
   // Uncapped host-to-device rate (GB/s), for the running-time estimate.
-  double pcie_h2d_gbps() const { return measured ? make(0)->pcie_gbps(Direction::HostToDevice) : hw.pcie_h2d_gbps; }
+  double pcie_h2d_gbps() const { return measured ? make(0).pcie_gbps(Direction::HostToDevice) : hw.pcie_h2d_gbps; }
+
+ private:
+  std::string db_hash;
+  mutable std::map<long long, std::unique_ptr<CostModel>> models_;
 };
 
 ConfigPlan plan_config(const Experiment& e, const Configuration& c, const ModelSpec& spec, const TensorDtypes& dtypes,
@@ -174,8 +191,8 @@ ConfigPlan plan_config(const Experiment& e, const Configuration& c, const ModelS
   ConfigPlan p;
   p.config = c;
   p.model_bytes = spec.total_bytes();
-  auto cost = source.make(c.pcie_cap_bytes_per_s);
-  p.machine = cost->describe();
+  const CostModel& cost = source.make(c.pcie_cap_bytes_per_s);
+  p.machine = cost.describe();
   PlanTable table;
   try {
     const PlannerConfig cfg = planner_config(e, c, dtypes, routing);
@@ -184,7 +201,7 @@ ConfigPlan plan_config(const Experiment& e, const Configuration& c, const ModelS
         const double d = routing_experts_for(spec, cfg, t);
         p.experts_per_layer[t] = d > 0 ? d : expected_distinct_experts(t, spec.num_experts_per_tok, spec.num_experts);
       }
-    table = build_plan_table(spec, *cost, cfg);
+    table = build_plan_table(spec, cost, cfg);
   } catch (const Error& err) {
     p.plannable = false;
     p.error = err.what();

@@ -51,9 +51,12 @@ uint64_t largest_streamed(const ModelSpec& spec, const PlannerConfig& cfg, const
 // shard's bytes (MoE: top_k of the experts), a byte of VRAM given to the LM head saves more of a step
 // (qwen30b at 4G: its 175 MB LM head ran 2.5 ms per token on the CPU, an MoE layer's 340 MB of experts
 // 0.33 ms).
-Layout make_layout(const ModelSpec& spec, const PlannerConfig& cfg, int kv_layers, bool lm_head_early = false) {
+// shards: make_shards of this spec and config when the caller has it (choose_layout builds a layout
+// per candidate KV split from one).
+Layout make_layout(const ModelSpec& spec, const PlannerConfig& cfg, int kv_layers, bool lm_head_early = false,
+                   const ShardSet* shards = nullptr) {
   Layout L;
-  L.shards = make_shards(spec, cfg.ctx, cfg.kv_dtype, &cfg.tensor_dtypes);
+  L.shards = shards ? *shards : make_shards(spec, cfg.ctx, cfg.kv_dtype, &cfg.tensor_dtypes);
   const ShardSet& S = L.shards;
   for (int l = 0; l < S.n_layers; ++l) L.canonical.push_back(S.attention[l]);
   if (lm_head_early) L.canonical.push_back(S.output);
@@ -789,8 +792,9 @@ Layout choose_layout(const ModelSpec& spec, const CostModel& cost, const Planner
   double best_cost = INFINITY;
   bool have = false;
   int best_k = priority_k;
+  const ShardSet shards = make_shards(spec, cfg.ctx, cfg.kv_dtype, &cfg.tensor_dtypes);
   auto consider = [&](int k, bool early) {
-    Layout L = make_layout(spec, cfg, k, early);
+    Layout L = make_layout(spec, cfg, k, early, &shards);
     const double request = request_ms(L);
     if (!std::isfinite(request)) return;
     // Prefer the priority rule's choice on ties (within 0.5%).
@@ -805,7 +809,7 @@ Layout choose_layout(const ModelSpec& spec, const CostModel& cost, const Planner
   // each layout plans every schedule at three tiers).
   for (int k : ks) consider(k, false);
   consider(best_k, true);
-  if (!have) return make_layout(spec, cfg, priority_k);
+  if (!have) return make_layout(spec, cfg, priority_k, false, &shards);
   return best;
 }
 

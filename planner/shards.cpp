@@ -33,10 +33,20 @@ const ShardTensorPlace* ShardLayout::find(const std::string& name) const {
   return nullptr;
 }
 
-ShardLayout shard_layout(const ModelSpec& spec, const Shard& shard, const TensorDtypes* dtypes) {
-  ShardLayout L;
-  std::map<std::string, TensorDesc> descs;
+namespace {
+
+using TensorDescs = std::map<std::string, TensorDesc>;
+
+TensorDescs descs_of(const ModelSpec& spec) {
+  TensorDescs descs;
   for (const TensorDesc& t : spec.tensors()) descs[t.name] = t;
+  return descs;
+}
+
+// shard_layout over the spec's tensors indexed by name (make_shards indexes them once for all
+// shards: building the index per shard was most of the planner's time).
+ShardLayout layout_from(const ModelSpec& spec, const TensorDescs& descs, const Shard& shard, const TensorDtypes* dtypes) {
+  ShardLayout L;
   auto dtype_of = [&](const TensorDesc& d) {
     if (dtypes) {
       auto it = dtypes->find(d.name);
@@ -90,6 +100,12 @@ ShardLayout shard_layout(const ModelSpec& spec, const Shard& shard, const Tensor
   return L;
 }
 
+}  // namespace
+
+ShardLayout shard_layout(const ModelSpec& spec, const Shard& shard, const TensorDtypes* dtypes) {
+  return layout_from(spec, descs_of(spec), shard, dtypes);
+}
+
 ShardSet make_shards(const ModelSpec& spec, int64_t ctx, DType kv_dtype, const TensorDtypes* dtypes) {
   SW_CHECK(ctx >= 1, "context must be at least 1 token");
   ShardSet set;
@@ -137,9 +153,10 @@ ShardSet make_shards(const ModelSpec& spec, int64_t ctx, DType kv_dtype, const T
   }
   // A tied LM head reads the embedding table: the output shard needs its own copy of those bytes.
   if (spec.tie_word_embeddings) set.shards[set.output].tensors.push_back("token_embd.weight");
+  const TensorDescs descs = descs_of(spec);
   for (Shard& s : set.shards) {
     if (s.kind == ShardKind::Kv) continue;
-    const ShardLayout L = shard_layout(spec, s, dtypes);
+    const ShardLayout L = layout_from(spec, descs, s, dtypes);
     s.bytes = L.bytes;
     s.expert_base = L.expert_base;
     s.expert_stride = L.expert_stride;
