@@ -431,7 +431,35 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
       }
       // How many experts a step's tokens really touch decides what streaming costs: measure it on the
       // weights (one CPU pass over the steps' own tokens), rather than assume uniform routing.
-      if (specs[c.model].is_moe() && !o.predict_only) {
+      // The file's earlier calls recorded what they measured (the same weights and tokens: the
+      // experiment hash is checked above): reuse it rather than spend the seconds again.
+      int64_t n = 64;
+      for (int64_t t : c.tiers) n = std::max(n, t);
+      n = std::min<int64_t>(n, 1024);
+      std::vector<int64_t> curve_tokens = c.tiers;
+      std::sort(curve_tokens.begin(), curve_tokens.end());
+      const Routing* recorded = nullptr;
+      Routing from_file;
+      if (specs[c.model].is_moe() && !o.predict_only)
+        for (auto it = existing.sweeps.rbegin(); it != existing.sweeps.rend() && !recorded; ++it) {
+          const json* r = nullptr;
+          if (it->contains("routing") && (*it)["routing"].is_object() && (*it)["routing"].contains(c.model_name))
+            r = &(*it)["routing"][c.model_name];
+          if (!r || !r->is_object() || r->value("measured_on_tokens", int64_t(-1)) != n || !r->contains("tokens") ||
+              !r->contains("experts") || !(*r)["tokens"].is_array() || !(*r)["experts"].is_array())
+            continue;
+          try {
+            from_file.tokens = (*r)["tokens"].get<std::vector<int64_t>>();
+            from_file.experts = (*r)["experts"].get<std::vector<double>>();
+          } catch (const std::exception&) {
+            continue;
+          }
+          if (from_file.tokens == curve_tokens && from_file.experts.size() == curve_tokens.size()) recorded = &from_file;
+        }
+      if (recorded) {
+        log_info(c.model_name, ": routing as measured by an earlier call of ", o.out_path);
+        routing[c.model] = *recorded;
+      } else if (specs[c.model].is_moe() && !o.predict_only) {
         const auto t0 = Clock::now();
         OpenOptions oo;
         oo.threads = 0;
@@ -439,12 +467,8 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
         const WeightSource* src = opened.count(c.model) ? opened[c.model].get() : (tmp = open_weights(c.open_path, oo)).get();
         const ModelWeights w = ModelWeights::from_source(*src);
         ThreadPool pool(0);
-        int64_t n = 64;
-        for (int64_t t : c.tiers) n = std::max(n, t);
-        n = std::min<int64_t>(n, 1024);
         Routing r;
-        r.tokens = c.tiers;
-        std::sort(r.tokens.begin(), r.tokens.end());
+        r.tokens = curve_tokens;
         r.experts = measure_experts_touched(w, pool, step_tokens(n, w.spec.vocab_size, e.token_seed), r.tokens);
         std::string curve;
         for (size_t i = 0; i < r.tokens.size(); ++i) curve += str_cat(i ? ", " : "", r.tokens[i], ": ", r.experts[i]);
@@ -525,6 +549,16 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
   }
 
   // Run.
+  // The routing each MoE model was planned with, by model name (a later --resume call reuses it).
+  json routing_record = json::object();
+  for (const auto& c : mine)
+    if (routing.count(c.model) && !routing_record.contains(c.model_name)) {
+      int64_t n = 64;
+      for (int64_t t : c.tiers) n = std::max(n, t);
+      routing_record[c.model_name] = {{"tokens", routing[c.model].tokens},
+                                      {"experts", routing[c.model].experts},
+                                      {"measured_on_tokens", std::min<int64_t>(n, 1024)}};
+    }
   const std::string machine = machine_fingerprint(o.device);
   const std::string gpu_name = o.device == "cuda" ? cuda_device_info(0).name : "emulated device";
   ResultsWriter out(o.out_path);
@@ -545,6 +579,7 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
                   {"rows_present", res.rows_present},
                   {"predicted_s", res.predicted_seconds},
                   {"dropped", res.dropped},
+                  {"routing", routing_record},
                   {"machine_check", o.machine_check_json.empty() ? json(nullptr) : json::parse(o.machine_check_json)}});
 
   Progress progress("sweep", static_cast<uint64_t>(std::max(1.0, res.predicted_seconds * 1000.0)), o.progress);

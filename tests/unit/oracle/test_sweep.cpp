@@ -155,15 +155,24 @@ TEST_CASE("sweep: killed with SIGKILL mid-sweep, --resume leaves no duplicate an
     std::ofstream f(out, std::ios::app);
     f << "{\"record\":\"row\",\"config_id\":\"torn";
   }
-  const json s = summary(run({"sweep", smoke_yaml(), "--device", "emu", "--out", out, "--resume", "--no-progress"}));
+  const Child second = run({"sweep", smoke_yaml(), "--device", "emu", "--out", out, "--resume", "--no-progress"});
+  const json s = summary(second);
   CHECK(s["complete"] == true);
+  // The MoE model's routing: measured once, by the first call, recorded in its header and reused.
+  CHECK_THAT(second.err, Contains("smoke_moe: routing as measured by an earlier call"));
+  CHECK_THAT(second.err, !Contains("smoke_moe: routing measured on"));
   CHECK(s["rows_present"].get<size_t>() == before.rows.size());
   const Rows after = read_rows(out);
   CHECK(after.bad == 1);
   CHECK(no_duplicates(after));
   CHECK(after.rows.size() == s["rows_total"].get<size_t>());
   for (const auto& k : before.keys) CHECK(after.keys.count(k) == 1);
-  CHECK(after.sweeps.size() == 2);
+  REQUIRE(after.sweeps.size() == 2);
+  const json& routing = after.sweeps[0]["routing"]["smoke_moe"];
+  CHECK(routing["tokens"] == json::array({1, 16}));
+  CHECK(routing["experts"].size() == 2);
+  CHECK(routing == after.sweeps[1]["routing"]["smoke_moe"]);
+  CHECK_FALSE(after.sweeps[0]["routing"].contains("smoke_llama"));  // dense: nothing to measure
   // Every §6 key in every row.
   for (const auto& r : after.rows)
     for (const char* key : {"config_id", "model", "budget_bytes", "ctx", "threads", "pcie_cap", "tier", "schedule", "predicted_ms",
