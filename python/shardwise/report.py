@@ -87,6 +87,26 @@ def _decision_rows(dec):
     return pd.DataFrame(rows)
 
 
+def _machine_lines(sweeps):
+    """Per sweep call, whether it ran on the machine its profile describes (`sweep --device cuda` checks
+    a few of the profile's rows first and records it; calls of older binaries made no check)."""
+    lines = []
+    for i, sw in enumerate(sweeps):
+        if sw.get("device") not in (None, "cuda"):
+            continue
+        mc = sw.get("machine_check")
+        when = sw.get("started", "?")
+        if not isinstance(mc, dict):
+            lines.append(f"- call {i + 1} ({when}): **no machine check** — its rows may come from a machine the "
+                         "profile does not describe")
+            continue
+        same = bool(mc.get("same_machine"))
+        lines.append(f"- call {i + 1} ({when}): machine check {'passed' if same else '**failed**'} — "
+                     f"{_num(mc.get('min_slowdown'))}x to {_num(mc.get('max_slowdown'))}x the profile's times "
+                     f"(tolerance {_pct(mc.get('tolerance', 0))})")
+    return lines
+
+
 def build_report(df, out_dir, title=None):
     """Writes out_dir/report.md and the PNGs; returns the path of report.md."""
     os.makedirs(out_dir, exist_ok=True)
@@ -129,6 +149,9 @@ def build_report(df, out_dir, title=None):
         w(f"- {df.attrs.get('bad_lines', 0)} torn/unparsable line(s) skipped, {df.attrs.get('duplicates', 0)} duplicate row(s) dropped")
     if sweeps:
         w(f"- {len(sweeps)} sweep call(s); experiment hash `{sweeps[-1].get('experiment_hash', '?')}`")
+    if not emu:
+        for line in _machine_lines(sweeps):
+            w(line)
     w("")
 
     # Targets.

@@ -44,3 +44,18 @@ def test_cli_report_on_the_smoke_sweep(tmp_path, smoke_results):
     assert "not GPU numbers" in md
     for p in PNGS:
         assert (out / p).exists()
+
+
+def test_report_says_which_calls_checked_the_machine(tmp_path):
+    p = tmp_path / "calls.jsonl"
+    check = {"same_machine": True, "min_slowdown": 0.97, "max_slowdown": 1.04, "tolerance": 0.15, "rows": []}
+    with open(p, "w") as f:
+        f.write(json.dumps({"record": "sweep", "experiment": "known", "experiment_hash": "h", "device": "cuda",
+                            "started": "T1", "machine_check": check}) + "\n")
+        f.write(json.dumps({"record": "sweep", "experiment": "known", "experiment_hash": "h", "device": "cuda",
+                            "started": "T2"}) + "\n")
+        for r in known_rows():
+            f.write(json.dumps(r) + "\n")
+    md = open(build_report(load_results(str(p)), str(tmp_path / "r"))).read()
+    assert "call 1 (T1): machine check passed" in md and "1.04x" in md
+    assert "call 2 (T2): **no machine check**" in md
