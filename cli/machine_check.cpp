@@ -16,8 +16,11 @@ nlohmann::json machine_check_json(const MachineCheck& mc, const std::string& pro
                     {"profile", r.profile_value},
                     {"here", r.measured_value},
                     {"slowdown", r.slowdown()}});
+  auto by_threads = nlohmann::json::object();
+  for (const auto& [t, g] : mc.slowdown_by_threads) by_threads[std::to_string(t)] = g;
   return {{"profile", profile_path},
           {"rows", rows},
+          {"slowdown_by_threads", by_threads},
           {"max_slowdown", mc.max_slowdown},
           {"min_slowdown", mc.min_slowdown},
           {"tolerance", tolerance},
@@ -27,13 +30,15 @@ nlohmann::json machine_check_json(const MachineCheck& mc, const std::string& pro
 void require_same_machine(const MachineCheck& mc, const std::string& profile_path, double tolerance,
                           const std::string& what_to_do) {
   if (mc.within(tolerance)) return;
-  const MachineCheckRow* worst = nullptr;
+  int threads = 0;
+  double f = 1;
+  for (const auto& [t, g] : mc.slowdown_by_threads)
+    if (std::fabs(std::log(g)) > std::fabs(std::log(f))) threads = t, f = g;
+  std::string rows;
   for (const MachineCheckRow& r : mc.rows)
-    if (!worst || std::fabs(std::log(r.slowdown())) > std::fabs(std::log(worst->slowdown()))) worst = &r;
-  const double f = worst->slowdown();
+    if (r.threads == threads) rows += str_cat(rows.empty() ? "" : ", ", r.what, " ", r.slowdown(), "x");
   fail("machine check: this machine is ", f >= 1 ? f : 1 / f, "x ", f >= 1 ? "slower" : "faster", " than ", profile_path,
-       "'s on ", worst->what, " (", worst->measured_value, " ", worst->is_rate ? "GB/s" : "ms", " here, ",
-       worst->profile_value, " in the profile; tolerance ", tolerance * 100, "%): ", what_to_do);
+       "'s at ", threads, " thread", threads == 1 ? "" : "s", " (", rows, "; tolerance ", tolerance * 100, "%): ", what_to_do);
 }
 
 }  // namespace shardwise::cli

@@ -21,7 +21,7 @@ namespace {
 struct ProfileArgs {
   std::string out, threads, caps = "none", device = "auto", validate, json_out, rescore, check;
   bool quick = false, no_progress = false;
-  double tolerance = 0.15;
+  double tolerance = 0.2;
 };
 
 std::vector<std::string> split_list(const std::string& text) {
@@ -175,7 +175,7 @@ void register_profile(CLI::App& app) {
   c->add_option("--check", a->check,
                 "re-measure a few of this profile's CPU rows (DRAM read, f16 matmul) and fail if this machine is "
                 "not the one it describes");
-  c->add_option("--tolerance", a->tolerance, "with --check: the factor allowed either way, as a fraction (0.15)");
+  c->add_option("--tolerance", a->tolerance, "with --check: the factor allowed either way, as a fraction (0.2)");
   c->add_option("--json-out", a->json_out, "with --validate: also write the results as JSON");
   c->add_option("--rescore", a->rescore,
                 "with --validate: take the measured times from this earlier --json-out file and predict them again "

@@ -17,7 +17,7 @@ struct SweepArgs {
   std::string file, out, shard = "0/1", device = "auto";
   std::string machine_check = "auto";
   bool resume = false, predict = false, no_progress = false;
-  double max_minutes = 0, machine_tolerance = 0.15;
+  double max_minutes = 0, machine_tolerance = 0.2;
 };
 
 void run_sweep_verb(const SweepArgs& a) {
@@ -102,7 +102,7 @@ void register_sweep(CLI::App& app) {
                   "auto|on|off: measure a few of the experiment's profile rows again first and refuse a machine that "
                   "differs (auto: on with --device cuda)");
   sub->add_option("--machine-tolerance", a->machine_tolerance,
-                  "The factor --machine-check allows either way, as a fraction (0.15)");
+                  "The factor --machine-check allows either way, as a fraction (0.2)");
   sub->callback([a] { run_sweep_verb(*a); });
 }
 

@@ -798,6 +798,11 @@ bool MachineCheck::within(double tolerance) const {
 std::string MachineCheck::text() const {
   std::ostringstream os;
   os << "machine check against the profile (this machine / the profile's; > 1: slower here):\n";
+  for (const auto& [t, g] : slowdown_by_threads) {
+    char head[96];
+    std::snprintf(head, sizeof head, "  %d thread%s: %.3fx (geometric mean of its rows)\n", t, t == 1 ? "" : "s", g);
+    os << head;
+  }
   char line[256];
   for (const MachineCheckRow& r : rows) {
     std::snprintf(line, sizeof line, "  %-44s profile %10.4f %s  here %10.4f %s  %.3fx\n", r.what.c_str(), r.profile_value,
@@ -840,11 +845,18 @@ MachineCheck check_machine(const ProfileDB& db) {
     }
   }
   SW_CHECK(!mc.rows.empty(), "machine check: the profile ", db.origin, " has no DRAM or f16 CPU matmul rows to compare with");
+  std::map<int, std::pair<double, int>> logs;  // threads -> (sum of log slowdowns, rows)
+  for (const MachineCheckRow& r : mc.rows) {
+    logs[r.threads].first += std::log(r.slowdown());
+    ++logs[r.threads].second;
+  }
   mc.max_slowdown = 0;
   mc.min_slowdown = 1e300;
-  for (const MachineCheckRow& r : mc.rows) {
-    mc.max_slowdown = std::max(mc.max_slowdown, r.slowdown());
-    mc.min_slowdown = std::min(mc.min_slowdown, r.slowdown());
+  for (const auto& [t, l] : logs) {
+    const double g = std::exp(l.first / l.second);
+    mc.slowdown_by_threads[t] = g;
+    mc.max_slowdown = std::max(mc.max_slowdown, g);
+    mc.min_slowdown = std::min(mc.min_slowdown, g);
   }
   return mc;
 }

@@ -92,8 +92,12 @@ struct MachineCheckRow {
 };
 struct MachineCheck {
   std::vector<MachineCheckRow> rows;
+  // Per thread count, the geometric mean of its rows' slowdowns (one row can be off on the profile's
+  // own machine: run_badb9e5's one-thread matmul grid sat 17-40% from its validation a minute later);
+  // the largest and smallest of those means.
+  std::map<int, double> slowdown_by_threads;
   double max_slowdown = 1, min_slowdown = 1;
-  // Every row within a factor of (1 + tolerance) of the profile, either way.
+  // Every thread count's mean within a factor of (1 + tolerance) of the profile, either way.
   bool within(double tolerance) const;
   std::string text() const;
 };

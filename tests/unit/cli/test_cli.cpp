@@ -340,6 +340,7 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
     REQUIRE(mc.rows.size() >= 4);
     for (const MachineCheckRow& row : mc.rows) CHECK((row.measured_value > 0 && row.profile_value > 0));
     CHECK(mc.max_slowdown >= mc.min_slowdown);
+    CHECK(mc.slowdown_by_threads.size() == 2);  // 1 and 2 threads
     CHECK_THAT(mc.text(), Contains("dram read t1") && Contains("cpu matmul f16"));
     const Result c = shardwise_cli("profile --check " + quote(db) + " --tolerance 9.9");
     if (c.rc == 0) {
