@@ -833,6 +833,10 @@ MachineCheck check_machine(const ProfileDB& db) {
       if (s.backend != Backend::Cpu || s.contention || s.threads != t || s.op.kind != OpKind::Matmul ||
           s.op.dtype != DType::F16 || s.ms <= 0)
         continue;
+      // The profile is input: only shapes the profiler's own runner can hold (its grid's always can).
+      const uint64_t weight_bytes = static_cast<uint64_t>(s.op.rows) * static_cast<uint64_t>(s.op.cols) * 2;
+      const uint64_t act_bytes = static_cast<uint64_t>(s.op.tokens) * static_cast<uint64_t>(s.op.rows + s.op.cols) * 4;
+      if (weight_bytes > g.cpu_weight_set / 2 || act_bytes > (256ull << 20)) continue;
       const uint64_t w = static_cast<uint64_t>(s.op.rows) * static_cast<uint64_t>(s.op.cols);
       if (s.op.tokens == 1 && (!gemv || w > static_cast<uint64_t>(gemv->op.rows) * static_cast<uint64_t>(gemv->op.cols))) gemv = &s;
       if (s.op.tokens > 1 && s.ms < 300 && (!gemm || s.op.tokens > gemm->op.tokens || (s.op.tokens == gemm->op.tokens && s.ms > gemm->ms)))
