@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -115,7 +116,24 @@ struct ConfigPlan {
 struct Routing {
   std::vector<int64_t> tokens;
   std::vector<double> experts;
+  int64_t measured_on = 0;  // the step tokens it was measured on
 };
+
+// The routing an earlier call of this results file recorded for a model (same weights and tokens: the
+// experiment hash is checked before), if it was measured on the same token counts.
+std::optional<Routing> recorded_routing(const std::vector<json>& sweeps, const std::string& model,
+                                        const std::vector<int64_t>& tokens, int64_t measured_on) {
+  for (auto it = sweeps.rbegin(); it != sweeps.rend(); ++it) {
+    try {  // a header of another shape (an older binary, an edited file) is passed over
+      const json& r = it->at("routing").at(model);
+      if (r.at("measured_on_tokens").get<int64_t>() != measured_on) continue;
+      Routing got{r.at("tokens").get<std::vector<int64_t>>(), r.at("experts").get<std::vector<double>>(), measured_on};
+      if (got.tokens == tokens && got.experts.size() == tokens.size()) return got;
+    } catch (const std::exception&) {
+    }
+  }
+  return std::nullopt;
+}
 
 PlannerConfig planner_config(const Experiment& e, const Configuration& c, const TensorDtypes& dtypes,
                              const Routing* routing = nullptr) {
@@ -431,31 +449,15 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
       }
       // How many experts a step's tokens really touch decides what streaming costs: measure it on the
       // weights (one CPU pass over the steps' own tokens), rather than assume uniform routing.
-      // The file's earlier calls recorded what they measured (the same weights and tokens: the
-      // experiment hash is checked above): reuse it rather than spend the seconds again.
+      // An earlier call of this file recorded what it measured: reuse it rather than spend the
+      // seconds again.
       int64_t n = 64;
       for (int64_t t : c.tiers) n = std::max(n, t);
       n = std::min<int64_t>(n, 1024);
       std::vector<int64_t> curve_tokens = c.tiers;
       std::sort(curve_tokens.begin(), curve_tokens.end());
-      const Routing* recorded = nullptr;
-      Routing from_file;
-      if (specs[c.model].is_moe() && !o.predict_only)
-        for (auto it = existing.sweeps.rbegin(); it != existing.sweeps.rend() && !recorded; ++it) {
-          const json* r = nullptr;
-          if (it->contains("routing") && (*it)["routing"].is_object() && (*it)["routing"].contains(c.model_name))
-            r = &(*it)["routing"][c.model_name];
-          if (!r || !r->is_object() || r->value("measured_on_tokens", int64_t(-1)) != n || !r->contains("tokens") ||
-              !r->contains("experts") || !(*r)["tokens"].is_array() || !(*r)["experts"].is_array())
-            continue;
-          try {
-            from_file.tokens = (*r)["tokens"].get<std::vector<int64_t>>();
-            from_file.experts = (*r)["experts"].get<std::vector<double>>();
-          } catch (const std::exception&) {
-            continue;
-          }
-          if (from_file.tokens == curve_tokens && from_file.experts.size() == curve_tokens.size()) recorded = &from_file;
-        }
+      std::optional<Routing> recorded;
+      if (specs[c.model].is_moe() && !o.predict_only) recorded = recorded_routing(existing.sweeps, c.model_name, curve_tokens, n);
       if (recorded) {
         log_info(c.model_name, ": routing as measured by an earlier call of ", o.out_path);
         routing[c.model] = *recorded;
@@ -469,6 +471,7 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
         ThreadPool pool(0);
         Routing r;
         r.tokens = curve_tokens;
+        r.measured_on = n;
         r.experts = measure_experts_touched(w, pool, step_tokens(n, w.spec.vocab_size, e.token_seed), r.tokens);
         std::string curve;
         for (size_t i = 0; i < r.tokens.size(); ++i) curve += str_cat(i ? ", " : "", r.tokens[i], ": ", r.experts[i]);
@@ -553,11 +556,8 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
   json routing_record = json::object();
   for (const auto& c : mine)
     if (routing.count(c.model) && !routing_record.contains(c.model_name)) {
-      int64_t n = 64;
-      for (int64_t t : c.tiers) n = std::max(n, t);
-      routing_record[c.model_name] = {{"tokens", routing[c.model].tokens},
-                                      {"experts", routing[c.model].experts},
-                                      {"measured_on_tokens", std::min<int64_t>(n, 1024)}};
+      const Routing& r = routing[c.model];
+      routing_record[c.model_name] = {{"tokens", r.tokens}, {"experts", r.experts}, {"measured_on_tokens", r.measured_on}};
     }
   const std::string machine = machine_fingerprint(o.device);
   const std::string gpu_name = o.device == "cuda" ? cuda_device_info(0).name : "emulated device";

@@ -43,8 +43,8 @@ TensorDescs descs_of(const ModelSpec& spec) {
   return descs;
 }
 
-// shard_layout over the spec's tensors indexed by name (make_shards indexes them once for all
-// shards: building the index per shard was most of the planner's time).
+// One shard's layout over the spec's tensors indexed by name (indexed once for all shards: building
+// the index per shard was most of the planner's time).
 ShardLayout layout_from(const ModelSpec& spec, const TensorDescs& descs, const Shard& shard, const TensorDtypes* dtypes) {
   ShardLayout L;
   auto dtype_of = [&](const TensorDesc& d) {
@@ -102,8 +102,12 @@ ShardLayout layout_from(const ModelSpec& spec, const TensorDescs& descs, const S
 
 }  // namespace
 
-ShardLayout shard_layout(const ModelSpec& spec, const Shard& shard, const TensorDtypes* dtypes) {
-  return layout_from(spec, descs_of(spec), shard, dtypes);
+std::vector<ShardLayout> shard_layouts(const ModelSpec& spec, const ShardSet& set, const TensorDtypes* dtypes) {
+  const TensorDescs descs = descs_of(spec);
+  std::vector<ShardLayout> out;
+  out.reserve(set.shards.size());
+  for (const Shard& s : set.shards) out.push_back(layout_from(spec, descs, s, dtypes));
+  return out;
 }
 
 ShardSet make_shards(const ModelSpec& spec, int64_t ctx, DType kv_dtype, const TensorDtypes* dtypes) {

@@ -68,7 +68,8 @@ struct ShardLayout {
   uint64_t bytes = 0;  // the whole shard's region
   const ShardTensorPlace* find(const std::string& name) const;
 };
-ShardLayout shard_layout(const ModelSpec& spec, const Shard& shard, const TensorDtypes* dtypes = nullptr);
+// Every shard's layout, indexed by shard id (KV shards: empty).
+std::vector<ShardLayout> shard_layouts(const ModelSpec& spec, const ShardSet& set, const TensorDtypes* dtypes = nullptr);
 
 // Ops of one step of n new tokens attending over `keys` cached keys (including the new ones).
 // Attention is split where the cache may live elsewhere: `pre` (norm, Q/K/V, q/k norms, RoPE,

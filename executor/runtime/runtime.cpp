@@ -78,7 +78,7 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
   const DType kv_dtype = parse_dtype(table_.kv_dtype);
   SW_CHECK(kv_dtype == DType::F32, "the executor keeps the KV cache in f32 (plan table says ", table_.kv_dtype, ")");
   shards_ = make_shards(spec_, table_.ctx, kv_dtype, &dtypes_);
-  for (const Shard& s : shards_.shards) layouts_.push_back(shard_layout(spec_, s, &dtypes_));
+  layouts_ = shard_layouts(spec_, shards_, &dtypes_);
   // The table must describe this model's shards.
   for (const auto& tier : table_.tiers)
     for (const Plan& p : tier.candidates) {

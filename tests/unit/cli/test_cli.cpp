@@ -387,6 +387,12 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
     require_clean_error("sweep " + quote(exp) + " --device emu --machine-check on --no-progress --out " + quote(rows),
                         {"machine check: this machine is", "--machine-check off"});
     CHECK_FALSE(std::ifstream(rows).good());
+    // Bad values of the check's options, and asking for a check with no profile to check against.
+    const std::string smoke = root + "/experiments/smoke.yaml";
+    require_clean_error("sweep " + quote(exp) + " --device emu --machine-check maybe --out " + quote(rows), {"--machine-check 'maybe'"});
+    require_clean_error("sweep " + quote(exp) + " --device emu --machine-tolerance 0 --out " + quote(rows), {"--machine-tolerance"});
+    require_clean_error("sweep " + quote(smoke) + " --device emu --machine-check on --out " + quote(rows), {"names no profile"});
+    CHECK_FALSE(std::ifstream(rows).good());
   }
   // Bad input: one line each.
   require_clean_error("profile --check " + quote(db) + " --tolerance 0", {"--tolerance"});
