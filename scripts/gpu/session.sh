@@ -6,6 +6,9 @@
 #                            then the profile and its validation (scripts/gpu/profile.sh)
 #                            -> experiments/results/profile/, executor test logs; then the first minutes
 #                            of the planner-accuracy study planned from that profile (OUT/study/)
+#   session.sh OUT fast      GPU suite, then `profile --check` of the committed profile: on the machine it
+#                            describes, the planner-accuracy study starts at once with it (OUT/study/);
+#                            on another machine, as `check` (re-profile, then the study's first minutes)
 #   session.sh OUT profile   the profile and its validation only, then executor_bench.sh quick with
 #                            the new profile for the minutes left
 #   session.sh OUT study [PREVIOUS.jsonl]
@@ -17,28 +20,46 @@
 #   session.sh OUT targeted  experiments/planner_accuracy_decode16.yaml and _cpu_attention.yaml, the
 #                            study's most-missed decisions re-measured (~3.5 min) -> targeted.tgz
 set -uo pipefail
-out=${1:?usage: session.sh OUT check|profile|study|bench|graphs|targeted [PREVIOUS.jsonl]}
-stage=${2:?usage: session.sh OUT check|profile|study|bench|graphs|targeted [PREVIOUS.jsonl]}
+out=${1:?usage: session.sh OUT check|fast|profile|study|bench|graphs|targeted [PREVIOUS.jsonl]}
+stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|graphs|targeted [PREVIOUS.jsonl]}
 mkdir -p "$out"
 root=/tmp/shardwise-bundle
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
 export LD_LIBRARY_PATH="$root/lib:${LD_LIBRARY_PATH:-}" SHARDWISE_FIXTURES="$PWD/tests/fixtures" SHARDWISE_BIN="$root/bin/shardwise"
 t0=$(date +%s)
+# The profile and its validation, then the planner-accuracy study's first minutes with that profile: a
+# copy of the experiment whose `profile:` (results/profile/h200-host.profile.json, unchanged text, so the
+# same experiment hash) resolves next to the copy, to the profile just measured. Continue it with
+# `session.sh OUT study OUT/study/oracle.jsonl` once that profile is committed in its place.
+gpu_suite() {  # kernels, device, runtime incl. first-step device peak (~1.5 min)
+  echo "== GPU suite"
+  timeout 150 "$root/bin/test_gpu" "~[bench]" > "$out/test_gpu.log" 2>&1; echo "rc=$?"; tail -3 "$out/test_gpu.log"
+  grep -B2 -A8 "FAILED" "$out/test_gpu.log" | head -40
+}
+profile_then_study() {
+  PROFILE_TIMEOUT=260 VALIDATE_TIMEOUT=170 bash scripts/gpu/profile.sh "$out/profile"
+  local left=$(( 560 - ($(date +%s) - t0) ))
+  if [ "$left" -gt 120 ] && [ -f "$out/profile/h200-host.profile.json" ]; then
+    local exp=/tmp/shardwise-study && rm -rf "$exp" && mkdir -p "$exp/results/profile"
+    cp experiments/planner_accuracy.yaml "$exp/" && cp "$out/profile/h200-host.profile.json" "$exp/results/profile/"
+    bash scripts/gpu/oracle_study.sh "$out/study" none "$(awk "BEGIN {print ($left - 50) / 60}")" "$exp/planner_accuracy.yaml"
+  fi
+}
 case $stage in
   check)
-    echo "== GPU suite"
-    timeout 150 "$root/bin/test_gpu" "~[bench]" > "$out/test_gpu.log" 2>&1; echo "rc=$?"; tail -3 "$out/test_gpu.log"
-    grep -B2 -A8 "FAILED" "$out/test_gpu.log" | head -40
-    PROFILE_TIMEOUT=260 VALIDATE_TIMEOUT=170 bash scripts/gpu/profile.sh "$out/profile"
-    # The minutes left start the planner-accuracy study with the fresh profile: a copy of the experiment
-    # whose `profile:` (results/profile/h200-host.profile.json, unchanged text, so the same experiment
-    # hash) resolves next to the copy, to the profile just measured. Continue it with
-    # `session.sh OUT study OUT/study/oracle.jsonl` once that profile is committed in its place.
-    left=$(( 560 - ($(date +%s) - t0) ))
-    if [ "$left" -gt 120 ] && [ -f "$out/profile/h200-host.profile.json" ]; then
-      exp=/tmp/shardwise-study && rm -rf "$exp" && mkdir -p "$exp/results/profile"
-      cp experiments/planner_accuracy.yaml "$exp/" && cp "$out/profile/h200-host.profile.json" "$exp/results/profile/"
-      bash scripts/gpu/oracle_study.sh "$out/study" none "$(awk "BEGIN {print ($left - 50) / 60}")" "$exp/planner_accuracy.yaml"
+    gpu_suite
+    profile_then_study
+    ;;
+  fast)
+    gpu_suite
+    committed=experiments/results/profile/h200-host.profile.json
+    if "$root/bin/shardwise" profile --check "$committed" > "$out/machine_check.json" 2> "$out/machine_check.txt"; then
+      echo "== the committed profile describes this machine: $(tail -1 "$out/machine_check.txt")"
+      left=$(( 560 - ($(date +%s) - t0) ))
+      bash scripts/gpu/oracle_study.sh "$out/study" none "$(awk "BEGIN {print ($left - 30) / 60}")"
+    else
+      echo "== another machine: $(tail -1 "$out/machine_check.txt"); re-profiling"
+      profile_then_study
     fi
     ;;
   profile)  # re-profile and validate (no GPU suite), then the quick peer rows with the time left
