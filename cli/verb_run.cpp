@@ -226,6 +226,9 @@ void run_run(RunArgs a) {
       cfg.threads = threads;
       cfg.model_name = src->origin();
       cfg.tensor_dtypes = tensor_dtypes_of(*src);
+      // A forced schedule gets a table of its own: the layout (KV in VRAM, the LM head's place) best
+      // for it, not the one best for the planner's mix of schedules, in which it may not fit at all.
+      if (a.schedule != "auto") cfg.schedules = {parse_schedule(a.schedule)};
       table = build_plan_table(spec, *cost, cfg);
     }
     RuntimeOptions ro;

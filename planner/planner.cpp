@@ -769,17 +769,23 @@ Layout choose_layout(const ModelSpec& spec, const CostModel& cost, const Planner
     if (t <= cfg.ctx && t > chunk) whole = std::max(whole, t);
   std::vector<int64_t> prefill_tiers = {chunk};
   if (whole > 0) prefill_tiers.push_back(whole);
+  // The layout serves the schedules the table may pick: a table of one schedule (`run --schedule
+  // static`) gets the layout best for that one, not one in which it cannot run.
+  std::vector<Schedule> candidates;
+  for (Schedule s : {Schedule::Static, Schedule::Dynamic, Schedule::GpuOnly})
+    if (std::find(cfg.schedules.begin(), cfg.schedules.end(), s) != cfg.schedules.end()) candidates.push_back(s);
+  if (candidates.empty()) candidates = {Schedule::Static, Schedule::Dynamic, Schedule::GpuOnly};
   auto request_ms = [&](const Layout& L) -> double {
     const Ctx c{spec, cost, cfg, L};
     double fastest_decode = INFINITY, prefill = INFINITY;
-    for (Schedule s : {Schedule::Static, Schedule::Dynamic, Schedule::GpuOnly}) {
+    for (Schedule s : candidates) {
       const Plan d = plan_one(c, s, 1);
       if (d.feasible) fastest_decode = std::min(fastest_decode, d.predicted_ms);
     }
     if (!std::isfinite(fastest_decode)) return INFINITY;
     for (int64_t t : prefill_tiers) {
       double fastest = INFINITY;
-      for (Schedule s : {Schedule::Static, Schedule::Dynamic, Schedule::GpuOnly}) {
+      for (Schedule s : candidates) {
         const Plan p = plan_one(c, s, t);
         if (p.feasible) fastest = std::min(fastest, p.predicted_ms);
       }

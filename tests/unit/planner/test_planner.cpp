@@ -1,6 +1,7 @@
 // Tests for costmodel/ and planner/: hand-checkable plans on a made-up machine, invariants over the
 // paper's configuration space, the action-list contract, JSON round trips and budget errors.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -205,6 +206,29 @@ TEST_CASE("KV in VRAM for layers whose attention is not pinned: GPU-only and Dyn
   PlannerConfig bad = cfg;
   bad.kv_layers = 41;
   CHECK_THROWS_WITH(build_plan_table(spec, *cost, bad), Contains("out of range"));
+}
+
+TEST_CASE("a table of one schedule takes the layout best for it (run --schedule static)", "[planner]") {
+  // nemo8b at 2G/1K: the mixed table keeps every layer's KV in VRAM (test above), where Static cannot
+  // run; `run --schedule static` plans a table of Static alone, which must choose a layout it can run
+  // in: the layers whose attention is not pinned keep their KV on the host (CPU attention).
+  const ModelSpec spec = builtin_spec("nemo8b");
+  auto cost = make_analytic_cost_model(builtin_hardware("h200-host"));
+  PlannerConfig cfg = config(2 * GiB, 1024, 16);
+  cfg.tiers = {1, 512, 1024};
+  const PlanTable mixed = build_plan_table(spec, *cost, cfg);
+  REQUIRE_FALSE(mixed.find_tier(1)->find(Schedule::Static)->feasible);  // the premise
+  PlannerConfig only = cfg;
+  only.schedules = {Schedule::Static};
+  const PlanTable st = build_plan_table(spec, *cost, only);
+  const Plan* p = st.find_tier(1)->find(Schedule::Static);
+  REQUIRE(p != nullptr);
+  REQUIRE(p->feasible);
+  CHECK(st.find_tier(1)->chosen == Schedule::Static);
+  CHECK(std::find(st.kv_on_gpu.begin(), st.kv_on_gpu.end(), false) != st.kv_on_gpu.end());
+  // A table of Dynamic alone may keep the mixed layout: Dynamic runs in it.
+  only.schedules = {Schedule::Dynamic};
+  CHECK(build_plan_table(spec, *cost, only).find_tier(1)->find(Schedule::Dynamic)->feasible);
 }
 
 namespace {
