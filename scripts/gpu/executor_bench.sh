@@ -4,12 +4,13 @@
 # 4032-token prompts, 64 generated tokens, budgets 2G/4G/8G, every schedule, the baselines and auto;
 # plus the whole model on the GPU. Writes one JSON line per run (run --json + the plan's prediction)
 # into OUT/executor_runs.jsonl and a summary table to stdout.
-#   executor_bench.sh OUT [part]   part: all (default) | nemo8b | qwen30b | full | quick | graphs
+#   executor_bench.sh OUT [part]   part: all (default) | nemo8b | qwen30b | full | quick | graphs | timelines
 #   (CELLS="1024:2G 4096:4G" limits all/nemo8b/qwen30b to those ctx:budget cells)
 # graphs: the whole model on the GPU, decode kernel by kernel (--no-cuda-graphs) and as CUDA graphs (the
-# default), and the plain run's timeline (its summary says when the host had enqueued the last device action).
+# default). timelines: auto/static/dynamic at 1K/4G with the measured timeline of their first 6 runs
+# (its summary says when the host had enqueued the last device action); their TPS is not a peer row's.
 set -uo pipefail
-out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick]}
+out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick|graphs|timelines]}
 part=${2:-all}
 source "$(dirname "$0")/bundle_env.sh"
 [ -f "$profile" ] || { echo "no profile $profile"; exit 2; }
@@ -23,16 +24,18 @@ prompt() { python3 -c "import random; random.seed($1); print(','.join(str(random
 p960=$(prompt 960)
 p4032=$(prompt 4032)
 
-one() {  # model ctx budget schedule [graphs|nographs]
+one() {  # model ctx budget schedule [graphs|nographs|timeline]
   local model=$1 ctx=$2 budget=$3 sched=$4 graphs=${5:-} toks
   [ "$ctx" = 1024 ] && toks=$p960 || toks=$p4032
   local res
-  # auto, static and dynamic rows and the whole model also record the measured timeline of their first runs
-  # (prefill chunks, then decode steps) next to the predicted one: timelines/*.json, tarred at the end.
+  # Rows of the `timelines` part record the measured timeline of their first runs (prefill chunks, then
+  # decode steps) next to the predicted one: timelines/*.json, tarred at the end. Only there: recording
+  # slowed nemo8b's Dynamic decode steps by 25-40% (results/executor/README.md, sixth session), so the
+  # peer rows run untimed.
   local tl=()
-  # graphs: no timeline (every decode step a graph); nographs: kernel by kernel (--no-cuda-graphs)
+  # graphs: kernel by kernel (--no-cuda-graphs) or as graphs; timelines are never graphs
   [ "$graphs" = nographs ] && tl=(--no-cuda-graphs)
-  if [ "$graphs" != graphs ] && { [ "$sched" = auto ] || [ "$sched" = dynamic ] || [ "$sched" = static ]; }; then
+  if [ "$graphs" = timeline ]; then
     mkdir -p "$out/timelines"
     tl+=(--timeline "$out/timelines/${model}_${ctx}_${budget}_${sched}.json" --timeline-runs 6)
   fi
@@ -47,7 +50,7 @@ one() {  # model ctx budget schedule [graphs|nographs]
   python3 - "$model" "$ctx" "$budget" "$sched" "$out/run.json" "$out/plan.json" "$graphs" <<'PY' >> "$runs"
 import json, sys
 model, ctx, budget, sched = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-graphs = not (len(sys.argv) > 7 and sys.argv[7] == "nographs")  # graphs are run's default
+graphs = not (len(sys.argv) > 7 and sys.argv[7] in ("nographs", "timeline"))  # graphs are run's default
 r = json.load(open(sys.argv[5]))
 try:
     p = json.load(open(sys.argv[6]))
@@ -59,7 +62,8 @@ for t in p.get("tiers", []):
         pred.setdefault(str(t["tokens"]), {})[c["schedule"]] = c["predicted_ms"] if c["feasible"] else None
     pred.setdefault(str(t["tokens"]), {})["auto"] = pred[str(t["tokens"])].get(t["chosen"])
 r.pop("generated_ids", None); r.pop("text", None)
-row = {"model": model, "ctx": ctx, "budget": budget, "schedule": sched, "cuda_graphs": graphs, "run": r,
+row = {"model": model, "ctx": ctx, "budget": budget, "schedule": sched, "cuda_graphs": graphs,
+       "timeline": len(sys.argv) > 7 and sys.argv[7] == "timeline", "run": r,
        "predicted_decode_ms": (pred.get("1") or {}).get(sched),
        "predicted_prefill_512_ms": (pred.get("512") or {}).get(sched)}
 print(json.dumps(row))
@@ -73,6 +77,8 @@ case $part in
   full) models=() ;;
   graphs)
     for m in nemo8b qwen30b; do one "$m" 1024 40G auto nographs; one "$m" 1024 40G auto graphs; done ;;
+  timelines)  # the measured timelines of auto, static and dynamic at 1K/4G (these rows' TPS are perturbed)
+    for m in ${QUICK_MODELS:-nemo8b qwen30b}; do for s in auto static dynamic; do one "$m" 1024 4G "$s" timeline; done; done ;;
   quick)  # one budget, the main schedules and the llama.cpp-style baseline, plus the whole model on the GPU
     for m in ${QUICK_MODELS:-nemo8b qwen30b}; do for s in auto gpu-only static dynamic layer-split; do one "$m" 1024 4G "$s"; done; done ;;
 esac

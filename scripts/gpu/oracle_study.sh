@@ -9,6 +9,8 @@
 #     PREVIOUS  results of earlier calls to continue (default: experiments/results/planner_accuracy/oracle.jsonl
 #               when it exists; copy each call's OUT/oracle.jsonl there so the next call carries it)
 #     MINUTES   --max-minutes for this call (default 9)
+#   SWEEP_ARGS="..." adds options to the sweep (e.g. --machine-check off: measure even where the machine
+#   check refuses the profile; the rows' sweep header records that no check ran)
 set -uo pipefail
 out=${1:?usage: oracle_study.sh OUT [PREVIOUS.jsonl] [MINUTES] [EXPERIMENT.yaml]}
 prev=${2:-experiments/results/planner_accuracy/oracle.jsonl}
@@ -38,7 +40,7 @@ fi
 n=$(ls "$out"/sweep_*.log 2>/dev/null | wc -l)
 log="$out/sweep_$n.log"
 # (The call's log starts with the sweep's own estimate; a separate --predict would plan everything twice.)
-"$bin" sweep "$experiment" --device cuda --out "$results" --resume --max-minutes "$minutes" --no-progress \
+"$bin" sweep "$experiment" --device cuda --out "$results" --resume --max-minutes "$minutes" --no-progress ${SWEEP_ARGS:-} \
   > "$out/summary_$n.json" 2> "$log"
 rc=$?
 tail -5 "$log"
