@@ -18,7 +18,10 @@ nlohmann::json machine_check_json(const MachineCheck& mc, const std::string& pro
                     {"slowdown", r.slowdown()}});
   auto by_threads = nlohmann::json::object();
   for (const auto& [t, g] : mc.slowdown_by_threads) by_threads[std::to_string(t)] = g;
+  auto first = nlohmann::json::object();
+  for (const auto& [t, g] : mc.first_slowdown_by_threads) first[std::to_string(t)] = g;
   return {{"profile", profile_path},
+          {"first_slowdown_by_threads", first},
           {"rows", rows},
           {"slowdown_by_threads", by_threads},
           {"max_slowdown", mc.max_slowdown},
@@ -37,8 +40,10 @@ void require_same_machine(const MachineCheck& mc, const std::string& profile_pat
   std::string rows;
   for (const MachineCheckRow& r : mc.rows)
     if (r.threads == threads) rows += str_cat(rows.empty() ? "" : ", ", r.what, " ", r.slowdown(), "x");
+  const auto first = mc.first_slowdown_by_threads.find(threads);
+  const std::string twice = first == mc.first_slowdown_by_threads.end() ? "" : str_cat(", and ", first->second, "x when first measured");
   fail("machine check: this machine is ", f >= 1 ? f : 1 / f, "x ", f >= 1 ? "slower" : "faster", " than ", profile_path,
-       "'s at ", threads, " thread", threads == 1 ? "" : "s", " (", rows, "; tolerance ", tolerance * 100, "%): ", what_to_do);
+       "'s at ", threads, " thread", threads == 1 ? "" : "s", " (", rows, twice, "; tolerance ", tolerance * 100, "%): ", what_to_do);
 }
 
 }  // namespace shardwise::cli

@@ -55,7 +55,7 @@ void run_sweep_verb(const SweepArgs& a) {
     fail("--machine-check on: ", a.file, " names no profile to check against");
   if (check) {
     const ProfileDB db = load_profile(e.profile_path);
-    const MachineCheck mc = check_machine(db);
+    const MachineCheck mc = check_machine(db, a.machine_tolerance);
     o.machine_check_json = machine_check_json(mc, e.profile, a.machine_tolerance).dump();
     require_same_machine(mc, e.profile, a.machine_tolerance,
                          "its predictions would not describe this machine; profile it (shardwise profile) and point the "

@@ -341,6 +341,10 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
     for (const MachineCheckRow& row : mc.rows) CHECK((row.measured_value > 0 && row.profile_value > 0));
     CHECK(mc.max_slowdown >= mc.min_slowdown);
     CHECK(mc.slowdown_by_threads.size() == 2);  // 1 and 2 threads
+    CHECK(mc.first_slowdown_by_threads.empty());  // no tolerance given: measured once
+    // With a tolerance, only a thread count whose first mean fell outside it was measured again.
+    const MachineCheck tol = check_machine(load_profile(db), 9.9);
+    for (const auto& [t, first] : tol.first_slowdown_by_threads) CHECK((first > 10.9 || first < 1 / 10.9));
     CHECK_THAT(mc.text(), Contains("dram read t1") && Contains("cpu matmul f16"));
     const Result c = shardwise_cli("profile --check " + quote(db) + " --tolerance 9.9");
     if (c.rc == 0) {
@@ -373,7 +377,15 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
         for (auto& pt : op["points"]) pt[3] = pt[3].get<double>() / 1000;
     const std::string fdb = temp_path("fast.profile.json");
     std::ofstream(fdb) << fast.dump();
-    require_clean_error("profile --check " + quote(fdb), {"machine check: this machine is", "slower than", "fast.profile.json"});
+    require_clean_error("profile --check " + quote(fdb),
+                        {"machine check: this machine is", "slower than", "fast.profile.json", "when first measured"});
+    // Refused only after a second measurement of each thread count outside the tolerance (a passing
+    // moment of the machine is measured once more; a different machine differs twice).
+    const MachineCheck twice = check_machine(load_profile(fdb), 0.2);
+    CHECK(twice.first_slowdown_by_threads.size() == 2);
+    for (const auto& [t, first] : twice.first_slowdown_by_threads) CHECK(first > 1.2);
+    CHECK(twice.slowdown_by_threads.at(1) > 1.2);
+    CHECK_THAT(twice.text(), Contains("measured again: the first time"));
     // A sweep whose experiment names that profile refuses to measure here, before writing anything.
     const std::string root = test::fixtures_dir() + "/../..";
     std::string y = read_file(root + "/experiments/smoke.yaml");
