@@ -509,13 +509,18 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
   };
   // Predicted seconds of a schedule's runtime set-up and of a row (used for the ETA and --max-minutes).
   const double cap_min_gbps = cost_source.pcie_h2d_gbps();
-  auto setup_seconds = [&](const ConfigPlan& p, const RowPlan& r) {
+  // One device and runtime per configuration (its candidates share the set-up); each schedule's first
+  // step uploads what its plans pin.
+  auto setup_seconds = [&](const ConfigPlan& p) {
+    return o.device == "cuda" ? kDeviceSetupS + static_cast<double>(p.model_bytes) / kRegisterBytesPerS : 0.01;
+  };
+  auto upload_seconds = [&](const ConfigPlan& p, const RowPlan& r) {
     const double pcie = p.config.pcie_cap_bytes_per_s > 0 ? std::min(p.config.pcie_cap_bytes_per_s, cap_min_gbps * 1e9) : cap_min_gbps * 1e9;
-    const double reg = o.device == "cuda" ? kDeviceSetupS + static_cast<double>(p.model_bytes) / kRegisterBytesPerS : 0.01;
-    return reg + static_cast<double>(r.vram_bytes) / pcie;
+    return static_cast<double>(r.vram_bytes) / pcie;
   };
   for (const auto& p : plans) {
     std::map<Schedule, bool> runtime_counted;
+    bool setup_counted = false;
     for (const auto& r : p.rows) {
       ++res.rows_total;
       if (row_done(p.config, r)) {
@@ -525,9 +530,13 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
       if (!r.feasible || r.skip) continue;
       ++measured_left;
       model_needed[p.config.model] = true;
+      if (!setup_counted) {
+        setup_counted = true;
+        setup_s += setup_seconds(p);
+      }
       if (!runtime_counted[r.schedule]) {
         runtime_counted[r.schedule] = true;
-        setup_s += setup_seconds(p, r);
+        setup_s += upload_seconds(p, r);
       }
       steps_s += predicted_row_seconds(e.measure, r.predicted_ms);
     }
@@ -692,7 +701,12 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
       pool = std::make_unique<ThreadPool>(c.threads);
     }
 
+    std::unique_ptr<Device> device;
+    std::unique_ptr<Runtime> rt;
+    std::string setup_error;
+    double setup_ms = 0;
     for (Schedule s : c.schedules) {
+      std::string schedule_error;
       std::vector<const RowPlan*> rows;
       for (const RowPlan* r : todo)
         if (r->schedule == s) rows.push_back(r);
@@ -709,35 +723,47 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
         write_row(j);
       }
       if (runnable.empty() || res.stopped_by_time) continue;
-      if (out_of_time(setup_seconds(p, *runnable.front()) + predicted_row_seconds(e.measure, runnable.front()->predicted_ms))) break;
+      const double first_row_s = upload_seconds(p, *runnable.front()) + predicted_row_seconds(e.measure, runnable.front()->predicted_ms);
+      if (out_of_time((device ? 0.0 : setup_seconds(p)) + first_row_s)) break;
 
-      // One device and one runtime for this configuration × schedule.
-      const auto t_setup = Clock::now();
-      std::unique_ptr<Device> device;
-      std::unique_ptr<Runtime> rt;
-      std::string setup_error;
-      try {
-        if (o.device == "cuda") {
-          device = make_cuda_device(0);
-        } else {
-          EmuOptions eo;
-          eo.max_delay_us = 0;
-          device = make_emu_device(eo);
+      // One device and one runtime for the configuration, set up for its first schedule with rows to
+      // measure; the later schedules switch it (Runtime::set_schedule). Candidates measured in one
+      // set-up: separate set-ups had measured one plan under two names up to ~6% apart
+      // (results/planner_accuracy_v6/README.md).
+      if (!device && setup_error.empty()) {
+        const auto t_setup = Clock::now();
+        try {
+          if (o.device == "cuda") {
+            device = make_cuda_device(0);
+          } else {
+            EmuOptions eo;
+            eo.max_delay_us = 0;
+            device = make_emu_device(eo);
+          }
+          RuntimeOptions ro;
+          ro.schedule = s;
+          ro.pcie_cap_bytes_per_s = c.pcie_cap_bytes_per_s;
+          rt = std::make_unique<Runtime>(*model.source, *model.weights, *device, *pool, table, ro);
+          // The rows step over a cache filled to ctx without a prefill: give the host caches data.
+          rt->fill_host_cache(c.ctx, e.token_seed);
+        } catch (const std::exception& err) {
+          setup_error = err.what();
         }
-        RuntimeOptions ro;
-        ro.schedule = s;
-        ro.pcie_cap_bytes_per_s = c.pcie_cap_bytes_per_s;
-        rt = std::make_unique<Runtime>(*model.source, *model.weights, *device, *pool, table, ro);
-        // The rows step over a cache filled to ctx without a prefill: give the host caches data.
-        rt->fill_host_cache(c.ctx, e.token_seed);
-      } catch (const std::exception& err) {
-        setup_error = err.what();
-      }
-      const double setup_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_setup).count();
-      {
-        const double predicted = setup_seconds(p, *runnable.front());
+        setup_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_setup).count();
+        const double predicted = setup_seconds(p);
         done_predicted_s += predicted;
         done_actual_s += setup_ms / 1000.0;
+        progress.add(static_cast<uint64_t>(predicted * 1000.0));
+      } else if (rt) {
+        try {
+          rt->set_schedule(s);
+        } catch (const std::exception& err) {
+          schedule_error = err.what();
+        }
+      }
+      {  // this schedule's uploads of what its plans pin (made by its first row's warm-up)
+        const double predicted = upload_seconds(p, *runnable.front());
+        done_predicted_s += predicted;
         progress.add(static_cast<uint64_t>(predicted * 1000.0));
       }
       std::vector<float> logits(static_cast<size_t>(model.source->spec().vocab_size));
@@ -749,9 +775,9 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
         j["setup_ms"] = setup_ms;
         j["model_load_ms"] = model.load_ms;
         const auto t_row = Clock::now();
-        if (!setup_error.empty()) {
+        if (!setup_error.empty() || !schedule_error.empty()) {
           j["status"] = "error";
-          j["reason"] = setup_error;
+          j["reason"] = setup_error.empty() ? schedule_error : setup_error;
         } else {
           try {
             const auto tokens = step_tokens(r->tier, model.source->spec().vocab_size, e.token_seed);
@@ -787,10 +813,10 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
         done_actual_s += seconds_since(t_row);
         progress.add(static_cast<uint64_t>(predicted_s * 1000.0));
       }
-      rt.reset();
-      device.reset();
       if (res.stopped_by_time) break;
     }
+    rt.reset();  // before the device it runs on
+    device.reset();
   }
   progress.finish();
 

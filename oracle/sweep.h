@@ -7,7 +7,9 @@
 // Crash-safe and resumable (results.h), splittable (--shard i/n), time-boxed (--max-minutes, stops
 // between rows), with its own running-time prediction computed from the plans before it starts.
 // Each model is loaded once per sweep; every configuration is re-planned; one Device and one
-// Runtime per configuration × schedule, destroyed after.
+// Runtime per configuration, switched from schedule to schedule (Runtime::set_schedule) and destroyed
+// after: a configuration's candidates are measured in one set-up (rows' setup_ms is that set-up's,
+// device_peak_bytes the peak since it; arena_peak_bytes and uploaded_bytes are the schedule's own).
 #pragma once
 
 #include <cstdint>

@@ -91,14 +91,7 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
       SW_CHECK(p.vram_bytes <= table_.budget_bytes, "plan table: a plan uses more than the budget");
       validate_plan(p);
     }
-  if (options_.schedule) {
-    bool any = false;
-    for (const auto& tier : table_.tiers) {
-      const Plan* p = tier.find(*options_.schedule);
-      any = any || (p && p->feasible);
-    }
-    SW_CHECK(any, "--schedule ", schedule_name(*options_.schedule), " has no feasible plan at any tier for this budget");
-  }
+  if (options_.schedule) require_feasible(*options_.schedule);
   // Host weights stay where the source keeps them; pin them so copies run at full PCIe speed.
   // Merged into maximal contiguous ranges first: one registration per buffer, not per tensor.
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
@@ -221,6 +214,22 @@ RuntimeMemory Runtime::memory() {
   m.context_bytes = device_.context_bytes();
   m.uploaded_bytes = uploaded_;
   return m;
+}
+
+void Runtime::require_feasible(Schedule s) const {
+  bool any = false;
+  for (const auto& tier : table_.tiers) {
+    const Plan* p = tier.find(s);
+    any = any || (p && p->feasible);
+  }
+  SW_CHECK(any, "--schedule ", schedule_name(s), " has no feasible plan at any tier for this budget");
+}
+
+void Runtime::set_schedule(std::optional<Schedule> schedule) {
+  if (schedule) require_feasible(*schedule);
+  options_.schedule = schedule;
+  arena_peak_ = 0;
+  uploaded_ = 0;
 }
 
 const Plan& Runtime::plan_for(int64_t n, int64_t* chunk) const {

@@ -99,6 +99,13 @@ class Runtime : public StepEngine {
   // caches need no fill (the arena is backed memory). Does not move n_past.
   void fill_host_cache(int64_t n, uint64_t seed);
 
+  // Runs `schedule` at every tier from the next step on (nullopt: the table's choice per tier), as
+  // RuntimeOptions::schedule does from the start: the oracle measures every candidate of a
+  // configuration in one set-up. What stays pinned stays; the next step uploads what the new plans
+  // pin and the old ones did not. Resets arena_peak_bytes and uploaded_bytes (this schedule's).
+  // Errors if the schedule has no feasible plan at any tier.
+  void set_schedule(std::optional<Schedule> schedule);
+
   const PlanTable& table() const { return table_; }
   const std::vector<RuntimeStep>& steps() const { return steps_; }
   const std::vector<TimelineEntry>& timeline() const { return timeline_; }
@@ -117,6 +124,7 @@ class Runtime : public StepEngine {
   void copy_shard(const Shard& s, uint8_t* dst, int64_t row0, int64_t row1);
   void copy_shard_tensors(const Shard& s, uint8_t* dst, int64_t row0, int64_t row1);
   void validate_plan(const Plan& p) const;
+  void require_feasible(Schedule s) const;
   void check_region(const uint8_t* p, uint64_t bytes, const char* what) const;
 
   const WeightSource& source_;

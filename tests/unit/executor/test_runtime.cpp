@@ -391,6 +391,73 @@ TEST_CASE("a dropped dependency shows up as a wrong result", "[runtime]") {
   CHECK(wrong >= 3);
 }
 
+TEST_CASE("runtime: switching schedules between steps keeps every step exact (the oracle's one set-up)", "[runtime]") {
+  // The sweep measures all candidates of a configuration with one runtime, switching its schedule
+  // (Runtime::set_schedule): the plans of different schedules pin different prefixes and put their
+  // stream slots over each other's pinned shards, so every switch must re-upload what the last
+  // schedule's slots overwrote.
+  for (const char* family : {"llama", "qwen3_moe"}) {
+    const ModelSpec spec = test_model(family, DType::F16);
+    ThreadPool pool(2);
+    auto src = make_synthetic_weights(spec, 23, &pool);
+    ModelWeights w = ModelWeights::from_source(*src);
+    const int64_t ctx = 64;
+    const std::vector<int> steps = {13, 1, 1, 5, 1, 16, 1, 1, 1, 1};
+    const auto toks = token_seq(41, spec.vocab_size, 5);
+    const auto ref = reference_steps(*src, toks, steps, ctx);
+    for (double frac : {0.15, 0.5}) {
+      const uint64_t budget = std::max<uint64_t>(min_budget_for(*src, ctx) + (256u << 10),
+                                                 static_cast<uint64_t>(frac * static_cast<double>(spec.total_bytes())));
+      const PlanTable table = table_for(*src, budget, ctx, {1, 4, 16});
+      std::vector<Schedule> feasible;
+      for (Schedule s : {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic, Schedule::LayerSplit, Schedule::CpuMoe}) {
+        bool any = false;
+        for (const auto& t : table.tiers) any |= t.find(s) && t.find(s)->feasible;
+        if (any) feasible.push_back(s);
+      }
+      INFO(family << " budget " << budget << ": " << feasible.size() << " feasible schedules");
+      REQUIRE(feasible.size() >= 2);
+      auto dev = make_emu_device({13, 50, 0});
+      RuntimeOptions o;
+      o.schedule = feasible.front();
+      Runtime rt(*src, w, *dev, pool, table, o);
+      std::vector<float> got, logits(static_cast<size_t>(spec.vocab_size));
+      size_t at = 0;
+      uint64_t reuploaded = 0;
+      for (size_t i = 0; i < steps.size(); ++i) {
+        const Schedule s = feasible[i % feasible.size()];
+        if (i > 0) rt.set_schedule(s);
+        rt.step(toks.data() + at, steps[i], logits.data());
+        got.insert(got.end(), logits.begin(), logits.end());
+        at += static_cast<size_t>(steps[i]);
+        CHECK(rt.steps().back().schedule == s);
+        const RuntimeMemory m = rt.memory();
+        CHECK(m.arena_peak_bytes <= budget);
+        if (i >= feasible.size()) reuploaded += m.uploaded_bytes;  // a schedule's second turn
+      }
+      CHECK(test::max_rel_error(got, ref, spec.vocab_size) <= 1e-4);
+      // Back to the table's own choice per tier.
+      rt.set_schedule(std::nullopt);
+      rt.reset();
+      CHECK(test::max_rel_error(run_steps(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
+      if (frac < 0.2) CHECK(reuploaded > 0);  // slots had overwritten pinned shards: uploaded again
+    }
+  }
+  // A schedule without a feasible plan is refused, and the runtime keeps its schedule.
+  const ModelSpec spec = test_model("llama", DType::F16);
+  ThreadPool pool(2);
+  auto src = make_synthetic_weights(spec, 3, &pool);
+  ModelWeights w = ModelWeights::from_source(*src);
+  const PlanTable table = table_for(*src, 64u << 20, 64, {1, 4, 16});  // everything fits
+  auto dev = make_emu_device({3, 10, 0});
+  Runtime rt(*src, w, *dev, pool, table, {});
+  CHECK_THROWS_WITH(rt.set_schedule(Schedule::CpuMoe), Contains("no feasible plan"));
+  std::vector<float> logits(static_cast<size_t>(spec.vocab_size));
+  const auto toks = token_seq(4, spec.vocab_size, 1);
+  rt.step(toks.data(), 4, logits.data());
+  CHECK(rt.steps().back().schedule != Schedule::CpuMoe);
+}
+
 TEST_CASE("runtime: pinned weights survive tier switches; bad plans are refused", "[runtime]") {
   const ModelSpec spec = test_model("qwen3", DType::F16);
   ThreadPool pool(2);

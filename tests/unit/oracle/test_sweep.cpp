@@ -191,6 +191,23 @@ TEST_CASE("sweep: --shard i/n splits the rows: shards are disjoint and their uni
   CHECK(sf["complete"] == true);
   const Rows all = read_rows(full);
   REQUIRE(all.rows.size() > 8);
+  // A configuration's candidates are measured in one set-up: its measured rows share one setup_ms,
+  // and each row's arena peak is its own schedule's (within the budget).
+  std::map<std::string, std::set<double>> setups;
+  std::map<std::string, std::set<std::string>> schedules;
+  for (const auto& r : all.rows) {
+    if (r["status"] != "measured") continue;
+    setups[r["config_id"].get<std::string>()].insert(r["setup_ms"].get<double>());
+    schedules[r["config_id"].get<std::string>()].insert(r["schedule"].get<std::string>());
+    CHECK(r["arena_peak_bytes"].get<uint64_t>() <= r["budget_bytes"].get<uint64_t>());
+    CHECK(r["arena_peak_bytes"].get<uint64_t>() > 0);
+  }
+  int shared_setups = 0;
+  for (const auto& [config, times] : setups) {
+    CHECK(times.size() == 1);
+    shared_setups += schedules[config].size() >= 2;
+  }
+  CHECK(shared_setups > 0);
   std::multiset<std::tuple<std::string, int64_t, std::string>> joined;
   std::map<std::string, int> shards_of_config;
   const std::string shared = test::temp_path("shared.jsonl");
