@@ -58,6 +58,7 @@ const char* compute_part_name(ComputePart p) {
     case ComputePart::AttnPre: return "attn_pre";
     case ComputePart::AttnCore: return "attn_core";
     case ComputePart::AttnPost: return "attn_post";
+    case ComputePart::AttnStaged: return "attn_staged";
   }
   return "?";
 }
@@ -69,6 +70,8 @@ const char* payload_name(Payload p) {
     case Payload::Qkv: return "qkv";
     case Payload::AttnOut: return "attn_out";
     case Payload::RouterLogits: return "router_logits";
+    case Payload::KvPast: return "kv_past";
+    case Payload::KvNew: return "kv_new";
   }
   return "?";
 }
@@ -131,12 +134,13 @@ ActionKind parse_action_kind(const std::string& s) {
   fail("unknown action kind '", s, "'");
 }
 Payload parse_payload(const std::string& s) {
-  for (Payload p : {Payload::None, Payload::Residual, Payload::Qkv, Payload::AttnOut, Payload::RouterLogits})
+  for (Payload p : {Payload::None, Payload::Residual, Payload::Qkv, Payload::AttnOut, Payload::RouterLogits, Payload::KvPast,
+                    Payload::KvNew})
     if (s == payload_name(p)) return p;
   fail("unknown payload '", s, "'");
 }
 ComputePart parse_part(const std::string& s) {
-  for (ComputePart p : {ComputePart::Full, ComputePart::AttnPre, ComputePart::AttnCore, ComputePart::AttnPost})
+  for (ComputePart p : {ComputePart::Full, ComputePart::AttnPre, ComputePart::AttnCore, ComputePart::AttnPost, ComputePart::AttnStaged})
     if (s == compute_part_name(p)) return p;
   fail("unknown compute part '", s, "'");
 }

@@ -44,12 +44,18 @@ enum class ActionKind {
 };
 const char* action_kind_name(ActionKind k);
 
-enum class ComputePart { Full, AttnPre, AttnCore, AttnPost };
+// attn_staged: the whole attention block on the GPU for a layer whose KV cache is on the host, over a
+// copy of that cache staged in the arena (the "kv staging" region): the cached K, V go up (payload
+// kv_past), the step's new K, V rows come back (kv_new). A prefill then runs every layer's attention
+// on the GPU whatever the decode layout keeps on the host.
+enum class ComputePart { Full, AttnPre, AttnCore, AttnPost, AttnStaged };
 const char* compute_part_name(ComputePart p);
 
 // What a CopyActivations moves: the residual stream x [n, hidden]; q, k, v [n, q_dim + 2 kv_dim]
-// of a split attention; its output [n, q_dim]; or an MoE layer's router logits [n, experts].
-enum class Payload { None, Residual, Qkv, AttnOut, RouterLogits };
+// of a split attention; its output [n, q_dim]; an MoE layer's router logits [n, experts]; a host
+// cache's K and V rows [0, n_past) into the kv staging (kv_past); or the step's new K and V rows
+// from it back to the host cache (kv_new, [n, 2 kv_dim]).
+enum class Payload { None, Residual, Qkv, AttnOut, RouterLogits, KvPast, KvNew };
 const char* payload_name(Payload p);
 
 struct Action {

@@ -111,6 +111,13 @@ class Builder {
   Builder(const ModelSpec& spec, const ShardSet& set, Plan& plan, int64_t n, double experts)
       : spec_(spec), set_(set), plan_(plan), n_(n), experts_(experts) {}
 
+  // GPU attention of layers whose KV is on the host runs over the layer's cache staged in the arena
+  // (`past_tokens` cached positions go up, the step's rows come back), not split with a CPU core.
+  void stage_host_kv(int64_t past_tokens) {
+    stage_ = true;
+    past_tokens_ = past_tokens;
+  }
+
   // exec[id]: where each shard runs; slot[id]: -1, or the stream slot its weights are copied into;
   // prefetch: how many streamed shards ahead copies may run (2 = double buffering).
   // slot_bytes: size of a stream slot; a streamed LM head larger than a slot goes in row pieces.
@@ -180,6 +187,16 @@ class Builder {
           if (k >= 0) deps.push_back(copy_action_[k]);
           if (kvg) {
             last_x_ = compute(Resource::GpuCompute, id, ComputePart::Full, deps);
+          } else if (stage_) {
+            const uint64_t row = 2 * static_cast<uint64_t>(spec_.kv_dim()) * 4;  // K and V of one position, f32
+            const int up = add(Resource::H2DAct, ActionKind::CopyActivations, id, s.layer, static_cast<uint64_t>(past_tokens_) * row,
+                               s.name() + " kv past", {last_staged_});
+            plan_.actions.back().payload = Payload::KvPast;
+            deps.push_back(up);
+            last_x_ = compute(Resource::GpuCompute, id, ComputePart::AttnStaged, deps);
+            last_staged_ = add(Resource::D2H, ActionKind::CopyActivations, id, s.layer, static_cast<uint64_t>(n_) * row,
+                               s.name() + " kv new", {last_x_});
+            plan_.actions.back().payload = Payload::KvNew;
           } else {
             const int pre = compute(Resource::GpuCompute, id, ComputePart::AttnPre, deps);
             const int d2h = add(Resource::D2H, ActionKind::CopyActivations, id, s.layer, qkv_bytes(spec_, n_),
@@ -314,6 +331,9 @@ class Builder {
   int prefetch_ = 2;
   int last_x_ = -1;
   bool on_gpu_ = false;
+  bool stage_ = false;        // attention of host-KV layers on the GPU runs staged (attn_staged)
+  int64_t past_tokens_ = 0;   // cached positions a staged layer uploads (the cache planned full)
+  int last_staged_ = -1;      // the last staged layer's kv_new copy: the staging is free after it
 };
 
 }  // namespace
@@ -354,7 +374,16 @@ struct Ctx {
   const CostModel& cost;
   const PlannerConfig& cfg;
   const Layout& L;
+  // Attention of host-KV layers that runs on the GPU: over a copy of the host cache staged in the
+  // arena (attn_staged), instead of split with its core on the CPU. Plans are made both ways.
+  bool stage = false;
 };
+
+// The "kv staging" region: one layer's K and V as the device attends to them (position-major) and as
+// they cross PCIe (head-major, like the host cache).
+uint64_t staging_bytes(const Ctx& c) { return c.stage ? 2 * align_up(c.L.kv_layer_bytes) : 0; }
+
+bool has_host_kv(const Layout& L) { return std::find(L.kv_gpu.begin(), L.kv_gpu.end(), false) != L.kv_gpu.end(); }
 
 StepShape step_of(const Ctx& c, int64_t n) {
   StepShape st;
@@ -434,6 +463,10 @@ Plan finish_canonical(const Ctx& c, Schedule sched, int64_t n, size_t p, uint64_
   }
   plan.arena.push_back({"scratch", off, scratch});
   off += scratch;
+  if (c.stage) {
+    plan.arena.push_back({"kv staging", off, staging_bytes(c)});
+    off += staging_bytes(c);
+  }
   const uint64_t kv_off = c.cfg.budget_bytes - L.kv_region;
   if (L.kv_region > 0) plan.arena.push_back({"kv", kv_off, L.kv_region});
   plan.vram_bytes = off + L.kv_region;
@@ -449,7 +482,9 @@ Plan finish_canonical(const Ctx& c, Schedule sched, int64_t n, size_t p, uint64_
     plan.infeasible_reason = "needs " + format_bytes(plan.vram_bytes) + " of VRAM";
     return plan;
   }
-  Builder(c.spec, S, plan, n, routing_experts_for(c.spec, c.cfg, n)).build(exec, slot, L.kv_gpu, prefetch, slot_bytes);
+  Builder builder(c.spec, S, plan, n, routing_experts_for(c.spec, c.cfg, n));
+  if (c.stage) builder.stage_host_kv(std::max<int64_t>(0, c.cfg.ctx - n));
+  builder.build(exec, slot, L.kv_gpu, prefetch, slot_bytes);
   plan.predicted_ms = simulate(plan, c.spec, S, c.cost, step_of(c, n));
   plan.feasible = true;
   return plan;
@@ -457,7 +492,7 @@ Plan finish_canonical(const Ctx& c, Schedule sched, int64_t n, size_t p, uint64_
 
 // Room for the pinned prefix and stream slots in a tier.
 bool room_for(const Ctx& c, int64_t n, uint64_t* room) {
-  const uint64_t fixed = c.L.kv_region + align_up(gpu_scratch_bytes(c.spec, n));
+  const uint64_t fixed = c.L.kv_region + align_up(gpu_scratch_bytes(c.spec, n)) + staging_bytes(c);
   if (fixed > c.cfg.budget_bytes) return false;
   *room = c.cfg.budget_bytes - fixed;
   return true;
@@ -732,11 +767,35 @@ Plan plan_cpu_moe(const Ctx& c, int64_t n) {
   return plan;
 }
 
-Plan plan_one(const Ctx& c, Schedule s, int64_t n) {
+Plan plan_candidate(const Ctx& c, Schedule s, int64_t n) {
   switch (s) {
     case Schedule::GpuOnly: return plan_gpu_only(c, n);
     case Schedule::Static: return plan_static(c, n);
     case Schedule::Dynamic: return plan_dynamic(c, n);
+    default: fail("plan_candidate: ", schedule_name(s), " is a baseline");
+  }
+}
+
+Plan plan_one(const Ctx& c, Schedule s, int64_t n) {
+  switch (s) {
+    case Schedule::GpuOnly:
+    case Schedule::Static:
+    case Schedule::Dynamic: {
+      // With KV on the host, the GPU attention of those layers either splits (its core on the CPU)
+      // or runs staged; the faster plan, which a larger staged region may make infeasible.
+      using HK = PlannerConfig::HostKvAttention;
+      Plan split = plan_candidate(c, s, n);
+      if (!has_host_kv(c.L) || c.cfg.host_kv_attention == HK::Split) return split;
+      Ctx staged = c;
+      staged.stage = true;
+      Plan st = plan_candidate(staged, s, n);
+      bool stages = false;
+      for (const Action& a : st.actions) stages = stages || a.part == ComputePart::AttnStaged;
+      if (stages && st.feasible &&
+          (c.cfg.host_kv_attention == HK::Staged || !split.feasible || st.predicted_ms < split.predicted_ms))
+        return st;
+      return split;
+    }
     case Schedule::LayerSplit: return plan_layer_split(c, n);
     case Schedule::CpuMoe: return plan_cpu_moe(c, n);
   }

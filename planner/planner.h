@@ -40,6 +40,11 @@ struct PlannerConfig {
   // The LM head can be streamed in row pieces of any slot size; this is the slot it needs when
   // nothing larger is streamed (a larger head streams in pieces of at most this).
   uint64_t lm_head_piece_bytes = 256ull << 20;
+  // Attention on the GPU of a layer whose KV is on the host: split (its core on the CPU over the host
+  // cache) or staged (the cache copied to the arena, attended on the GPU, its new rows copied back):
+  // Choose plans both and keeps the faster; Split and Staged force one where it fits (tests, studies).
+  enum class HostKvAttention { Choose, Split, Staged };
+  HostKvAttention host_kv_attention = HostKvAttention::Choose;
 };
 
 // Distinct experts per layer that a step of n tokens touches under cfg's routing (interpolated in

@@ -54,6 +54,7 @@ double timed(const Action& a, const StepOps& ops, const ShardSet& shards, const 
     case ShardKind::Attention:
       switch (a.part) {
         case ComputePart::Full:
+        case ComputePart::AttnStaged:  // (its layout conversions move the staged K, V once: HBM, negligible)
           return ops_ms(ops.attn_pre, cost, env) + ops_ms(ops.attn_core, cost, env) + ops_ms(ops.attn_post, cost, env);
         case ComputePart::AttnPre: return ops_ms(ops.attn_pre, cost, env);
         case ComputePart::AttnCore: return ops_ms(ops.attn_core, cost, env);

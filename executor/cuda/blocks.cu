@@ -178,6 +178,12 @@ class CudaKernels : public DeviceKernels {
     step_ready_ = true;
   }
 
+  void kv_layout(const float* src, float* dst, int64_t capacity, int64_t p0, int64_t p1, bool to_positions) override {
+    if (p1 == p0) return;
+    cuda::kv_layout(ctx_, src, dst, capacity, static_cast<int32_t>(spec_.num_key_value_heads), static_cast<int32_t>(spec_.head_dim),
+                    p0, p1, to_positions);
+  }
+
   void attention(const DevLayer& w, float* x, int64_t n, float* k_cache, float* v_cache) override {
     check_step(n, "attention");
     SW_CHECK(k_cache != nullptr && v_cache != nullptr, "CUDA attention: no KV cache");
@@ -1173,6 +1179,8 @@ class WarmUp {
     }
     swiglu(c, sy_, sx_, 1, 64, 64);
     gather_rows(c, sx_, 64, idx_, 1, 64, sy_, 64);
+    kv_layout(c, sx_, sy_, 2, 1, 16, 0, 2, true);  // a staged host cache's layout, both ways
+    kv_layout(c, sy_, sx_, 2, 1, 16, 0, 2, false);
     MoeCombineArgs m;  // inline table, then a device table (both empty: no entries)
     m.x = sy_;
     m.ldx = 64;
@@ -1196,7 +1204,7 @@ class WarmUp {
     tk.slot = idx_ + 24;
     moe_topk(c, tk);
     check(cudaMemcpyAsync(sy_, sx_, 256, cudaMemcpyDeviceToDevice, c.stream), "cudaMemcpyAsync(warm-up)");
-    st_->launches += 9;
+    st_->launches += 11;
   }
 
   ModelSpec s_;

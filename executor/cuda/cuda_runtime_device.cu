@@ -87,6 +87,9 @@ class WorkspaceSplitKernels : public DeviceKernels {
   }
   void prepare_step(int64_t pos0, int64_t n) override { inner_->prepare_step(pos0, n); }
   void attention(const DevLayer& w, float* x, int64_t n, float* k, float* v) override { inner_->attention(w, x, n, k, v); }
+  void kv_layout(const float* src, float* dst, int64_t capacity, int64_t p0, int64_t p1, bool to_positions) override {
+    inner_->kv_layout(src, dst, capacity, p0, p1, to_positions);
+  }
   void attention_pre(const DevLayer& w, const float* x, int64_t n, float* qkv) override { inner_->attention_pre(w, x, n, qkv); }
   void attention_post(const DevLayer& w, float* x, const float* attn, int64_t n) override { inner_->attention_post(w, x, attn, n); }
   void router(const DevLayer& w, const float* x, int64_t n, float* logits) override { inner_->router(w, x, n, logits); }

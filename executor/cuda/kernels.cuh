@@ -87,6 +87,10 @@ void qk_norm_rope(const Ctx& ctx, const QkRopeArgs& a);
 
 // gate[i] = silu(gate[i]) * up[i] for rows x width (rows `ld` apart).
 void swiglu(const Ctx& ctx, float* gate, const float* up, int64_t rows, int64_t width, int64_t ld);
+// Positions [p0, p1) of a K or V cache of `capacity` positions, head-major [heads, capacity, hd] <->
+// position-major [capacity, heads * hd] (to_positions: head-major src into position-major dst).
+void kv_layout(const Ctx& ctx, const float* src, float* dst, int64_t capacity, int32_t heads, int32_t hd, int64_t p0,
+               int64_t p1, bool to_positions);
 // dst[i] = src[idx[i]] for n rows of width.
 void gather_rows(const Ctx& ctx, const float* src, int64_t ld_src, const int32_t* idx, int64_t n, int64_t width,
                  float* dst, int64_t ld_dst);

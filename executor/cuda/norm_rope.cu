@@ -105,6 +105,20 @@ __global__ void gather_rows_kernel(const float* __restrict__ src, int64_t ld_src
     d[c] = s[c];
 }
 
+// One thread per element of rows [p0, p1): grid (kv_dim blocks of 256, rows).
+__global__ void kv_layout_kernel(const float* __restrict__ src, float* __restrict__ dst, int64_t capacity, int32_t heads,
+                                 int32_t hd, int64_t p0, bool to_positions) {
+  const int64_t p = p0 + blockIdx.y;
+  const int64_t kvd = static_cast<int64_t>(heads) * hd;
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < kvd;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t h = c / hd, d = c % hd;
+    const int64_t head_at = (h * capacity + p) * hd + d, pos_at = p * kvd + c;
+    if (to_positions) dst[pos_at] = src[head_at];
+    else dst[head_at] = src[pos_at];
+  }
+}
+
 __global__ void moe_combine_kernel(const __grid_constant__ MoeCombineArgs a) {
   const int t = blockIdx.y;
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -230,6 +244,18 @@ void gather_rows(const Ctx& ctx, const float* src, int64_t ld_src, const int32_t
     gather_rows_kernel<<<rows_grid(m, width, 256), 256, 0, ctx.stream>>>(src, ld_src, idx + r0, width,
                                                                            dst + r0 * ld_dst, ld_dst);
     check_launch("gather kernel");
+  }
+}
+
+void kv_layout(const Ctx& ctx, const float* src, float* dst, int64_t capacity, int32_t heads, int32_t hd, int64_t p0,
+               int64_t p1, bool to_positions) {
+  SW_CHECK(0 <= p0 && p0 <= p1 && p1 <= capacity && heads > 0 && hd > 0, "kv_layout: positions [", p0, ", ", p1, ") of ",
+           capacity);
+  const int64_t width = static_cast<int64_t>(heads) * hd;
+  for (int64_t r0 = p0; r0 < p1; r0 += 65535) {
+    const int64_t m = std::min<int64_t>(65535, p1 - r0);
+    kv_layout_kernel<<<rows_grid(m, width, 256), 256, 0, ctx.stream>>>(src, dst, capacity, heads, hd, r0, to_positions);
+    check_launch("kv layout kernel");
   }
 }
 

@@ -72,6 +72,11 @@ class DeviceKernels {
   // Final norm of x_row, then head rows [0, head.rows) into logits[0 ..) (the caller offsets both
   // for a piece of the LM head).
   virtual void output(const float* out_norm, const DevMat& head, const float* x_row, float* logits) = 0;
+  // Positions [p0, p1) of one K or V cache of `capacity` positions between the host's head-major
+  // layout [kv_heads, capacity, head_dim] (kv_cache.h) and the device's position-major one
+  // [capacity, kv_dim]: to_positions copies head-major src into position-major dst, else the reverse.
+  // A step's attention over a host cache staged on the device (plan.h, attn_staged).
+  virtual void kv_layout(const float* src, float* dst, int64_t capacity, int64_t p0, int64_t p1, bool to_positions) = 0;
 };
 
 class Device {

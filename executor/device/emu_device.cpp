@@ -176,6 +176,19 @@ class EmuKernels : public DeviceKernels {
   void prepare_step(int64_t pos0, int64_t n) override {
     q_.push([=] { blocks_.prepare_step(pos0, n); });
   }
+  void kv_layout(const float* src, float* dst, int64_t capacity, int64_t p0, int64_t p1, bool to_positions) override {
+    const int64_t hd = spec_.head_dim, heads = spec_.num_key_value_heads, kvd = heads * hd;
+    SW_CHECK(0 <= p0 && p0 <= p1 && p1 <= capacity, "emu kv_layout: positions [", p0, ", ", p1, ") of ", capacity);
+    if (p1 == p0) return;
+    q_.push([=] {
+      for (int64_t p = p0; p < p1; ++p)
+        for (int64_t h = 0; h < heads; ++h) {
+          const int64_t head_at = (h * capacity + p) * hd, pos_at = p * kvd + h * hd;
+          if (to_positions) std::memcpy(dst + pos_at, src + head_at, static_cast<size_t>(hd) * sizeof(float));
+          else std::memcpy(dst + head_at, src + pos_at, static_cast<size_t>(hd) * sizeof(float));
+        }
+    });
+  }
   void attention(const DevLayer& w, float* x, int64_t n, float* k, float* v) override {
     q_.push([=] { blocks_.attention(host_view(w, spec_), x, n, k, v); });
   }

@@ -33,9 +33,14 @@ struct Runtime::Buffers {
   float* out_norm_f32 = nullptr;  // the output norm's weights, uploaded for a device LM head
   std::vector<float*> router;  // per layer [max_tokens, experts] (MoE only)
   Device* pinned_by = nullptr;  // unpins the staging before it is unmapped (also when set-up throws)
+  // The host KV cache, pinned when a plan stages it on the device (attn_staged); unpinned here, before
+  // the cache is unmapped (buf_ is the runtime's last member: destroyed before host_kv_).
+  const void* kv_pinned = nullptr;
+  uint64_t kv_pinned_bytes = 0;
   ~Buffers() {
     if (!pinned_by) return;
     try {
+      if (kv_pinned) pinned_by->unpin_host(kv_pinned, kv_pinned_bytes);
       pinned_by->unpin_host(staging.data(), staging.size());
     } catch (...) {
     }
@@ -142,13 +147,24 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
     std::copy(weights_.output_norm.begin(), weights_.output_norm.end(), b.out_norm_f32);
     device_.pin_host(b.staging.data(), b.staging.size());
     b.pinned_by = &device_;
+    // The host KV cache: pinned too where a plan copies its rows (a staged attention).
+    host_kv_ = std::make_unique<KvCache>(spec_, table_.ctx);
+    bool stages = false;
+    for (const auto& t : table_.tiers)
+      for (const auto& p : t.candidates)
+        if (p.feasible)
+          for (const Action& a : p.actions) stages = stages || a.payload == Payload::KvPast || a.payload == Payload::KvNew;
+    if (stages && host_kv_->bytes() > 0) {
+      device_.pin_host(host_kv_->k(0), host_kv_->bytes());
+      b.kv_pinned = host_kv_->k(0);
+      b.kv_pinned_bytes = host_kv_->bytes();
+    }
   }
   device_.set_pcie_cap(options_.pcie_cap_bytes_per_s);
   // The kernels' host staging is part of the set-up (pinned host memory costs the driver device
   // page tables); after the arena nothing else may take device memory.
   kernels_ = &device_.kernels(spec_, source.rope_style());
   arena_ = device_.allocate_arena(table_.budget_bytes);
-  host_kv_ = std::make_unique<KvCache>(spec_, table_.ctx);
   cpu_.set_kv_capacity(host_kv_->capacity());  // the CPU blocks here only see host caches
   buf_->routing.resize(static_cast<size_t>(spec_.num_hidden_layers));
   buf_->expert_ptrs.resize(static_cast<size_t>(spec_.num_hidden_layers));
@@ -286,11 +302,13 @@ void Runtime::validate_plan(const Plan& p) const {
   auto inside = [budget](uint64_t off, uint64_t bytes) { return off <= budget && bytes <= budget - off; };
   const int64_t n_shards = static_cast<int64_t>(shards_.shards.size()), L = spec_.num_hidden_layers;
   const ArenaRegion* slot_region[2] = {nullptr, nullptr};
+  const ArenaRegion* staging = nullptr;
   for (const ArenaRegion& r : p.arena) {
     SW_CHECK(inside(r.offset, r.bytes), where, ": arena region '", r.name, "' at ", r.offset, " (", r.bytes,
              " bytes) lies outside the budget of ", budget, " bytes");
     if (r.name == "slot0") slot_region[0] = &r;
     if (r.name == "slot1") slot_region[1] = &r;
+    if (r.name == "kv staging") staging = &r;
   }
   for (size_t i = 0; i < p.placements.size(); ++i) {
     const ShardPlacement& sp = p.placements[i];
@@ -318,6 +336,14 @@ void Runtime::validate_plan(const Plan& p) const {
     SW_CHECK(a.shard >= -1 && a.shard < n_shards, act, " names shard ", a.shard, " of ", n_shards);
     SW_CHECK(a.layer >= -1 && a.layer < L, act, " names layer ", a.layer, " of ", L);
     SW_CHECK(a.slot >= -1 && a.slot <= 1, act, " names stream slot ", a.slot, " (0 or 1)");
+    const bool stages = a.part == ComputePart::AttnStaged || a.payload == Payload::KvPast || a.payload == Payload::KvNew;
+    if (stages) {  // a host cache staged on the device: its layer's KV on the host, the region for K and V twice
+      SW_CHECK(a.layer >= 0 && !p.kv_on_gpu[static_cast<size_t>(a.layer)], act, " stages the host cache of layer ", a.layer,
+               ", which the plan keeps in VRAM");
+      const uint64_t need = 4 * static_cast<uint64_t>(table_.ctx) * static_cast<uint64_t>(spec_.kv_dim()) * 4;
+      SW_CHECK(staging && staging->bytes >= need, act, " stages a host cache, but the plan's 'kv staging' region has ",
+               staging ? staging->bytes : 0, " of the ", need, " bytes it needs");
+    }
     if (a.row_end > a.row_begin) {  // a piece of the LM head, in a stream slot
       SW_CHECK(a.shard >= 0 && shards_.at(a.shard).kind == ShardKind::Output && a.row_end <= spec_.vocab_size, act,
                " streams rows [", a.row_begin, ", ", a.row_end, ") of the LM head's ", spec_.vocab_size);
@@ -549,6 +575,32 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
     return reinterpret_cast<float*>(k) + (v ? table_.ctx * KVD : 0);
   };
 
+  // A host cache staged for a layer's attention on the GPU (attn_staged): K then V, position-major as
+  // the device attends to them, then K then V head-major as they cross PCIe (kv_cache.h's layout).
+  const ArenaRegion* staging = region(plan, "kv staging");
+  const int64_t cap = table_.ctx, hd = sp.head_dim, kv_heads = sp.num_key_value_heads;
+  auto staged = [&](int part) -> float* {  // 0, 1: K, V position-major; 2, 3: K, V head-major
+    SW_CHECK(staging != nullptr, "runtime: the plan stages a host cache but has no 'kv staging' region");
+    const uint64_t one = static_cast<uint64_t>(cap * KVD) * 4;
+    SW_CHECK(4 * one <= staging->bytes, "runtime: the plan's 'kv staging' region (", staging->bytes, " bytes) holds no ",
+             "layer's K and V twice (", 4 * one, ")");
+    return reinterpret_cast<float*>(arena_ + staging->offset + static_cast<uint64_t>(part) * one);
+  };
+  // Rows [p0, p1) of every head between a host cache and the head-major half of the staging.
+  auto copy_heads = [&](int layer, bool up, int64_t p0, int64_t p1, Queue q) {
+    if (p1 <= p0) return;
+    for (int which = 0; which < 2; ++which) {
+      float* host = which == 0 ? host_kv_->k(layer) : host_kv_->v(layer);
+      float* dev = staged(2 + which);
+      for (int64_t h = 0; h < kv_heads; ++h) {
+        const int64_t at = (h * cap + p0) * hd;
+        const uint64_t bytes = static_cast<uint64_t>((p1 - p0) * hd) * 4;
+        if (up) device_.copy_h2d(reinterpret_cast<uint8_t*>(dev + at), host + at, bytes, q);
+        else device_.copy_d2h(host + at, reinterpret_cast<uint8_t*>(dev + at), bytes);
+      }
+    }
+  };
+
   kernels_->prepare_step(pos0, n);
   cpu_.prepare_step(pos0, n);
   bool out_norm_uploaded = false;
@@ -650,6 +702,14 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
                              static_cast<uint64_t>(n * E) * 4);
             break;
           }
+          case Payload::KvPast:  // the cached rows [0, pos0) of the layer's host cache, into the staging
+            SW_CHECK(h2d && !kv_on_gpu_[static_cast<size_t>(layer)], "runtime: ", a.label, " stages a cache that is not on the host");
+            copy_heads(layer, true, 0, pos0, up);
+            break;
+          case Payload::KvNew:  // the step's rows back into the layer's host cache
+            SW_CHECK(!h2d && !kv_on_gpu_[static_cast<size_t>(layer)], "runtime: ", a.label, " returns rows of a cache not on the host");
+            copy_heads(layer, false, pos0, pos0 + n, Queue::D2H);
+            break;
           case Payload::None:
             fail("runtime: action ", a.id, " (", a.label, ") copies no known activation");
         }
@@ -713,6 +773,14 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
               case ComputePart::AttnPre: kernels_->attention_pre(w, x_d, n, qkv_d); break;
               case ComputePart::AttnPost: kernels_->attention_post(w, x_d, attn_d, n); break;
               case ComputePart::AttnCore: fail("runtime: the attention core over a host cache runs on the CPU");
+              case ComputePart::AttnStaged:  // over the host cache staged on the device, its new rows back
+                SW_CHECK(!kv_on_gpu_[static_cast<size_t>(layer)], "runtime: ", sh->name(), " stages a cache that is in VRAM");
+                kernels_->kv_layout(staged(2), staged(0), cap, 0, pos0, true);
+                kernels_->kv_layout(staged(3), staged(1), cap, 0, pos0, true);
+                kernels_->attention(w, x_d, n, staged(0), staged(1));
+                kernels_->kv_layout(staged(0), staged(2), cap, pos0, pos0 + n, false);
+                kernels_->kv_layout(staged(1), staged(3), cap, pos0, pos0 + n, false);
+                break;
             }
             if (sp.is_moe() && a.part != ComputePart::AttnPre) {
               kernels_->router(w, x_d, n, router_d);

@@ -280,6 +280,48 @@ TEST_CASE("CUDA runtime reproduces the CPU reference for every schedule", "[gpu]
   }
 }
 
+// Attention over a host KV cache staged in the arena (attn_staged): the cached rows go up per head,
+// the kv_layout kernel lays them out for the device, the step's rows go back — on every head_dim the
+// fixtures have, dense and MoE, from an empty cache and over a filled one.
+TEST_CASE("CUDA runtime: attention staged over host KV caches reproduces the CPU reference", "[gpu]") {
+  const std::string fx = test::fixtures_dir();
+  const std::vector<std::string> models = {fx + "/hf/qwen3", fx + "/hf/llama", fx + "/hf/qwen3moe_norm",
+                                           "synthetic:tiny_llama?dtype=q4_0&seed=4"};
+  ThreadPool pool(4);
+  auto cost = make_analytic_cost_model(builtin_hardware("h200-host"));
+  int staged_runs = 0;
+  for (const auto& m : models) {
+    auto src = open_weights(m);
+    ModelWeights w = ModelWeights::from_source(*src);
+    const int64_t ctx = 48;
+    const auto toks = seq(40, src->spec().vocab_size, 11);
+    const std::vector<int> steps = {17, 1, 4, 1, 9, 1};
+    CpuEngine cpu(w, pool, ctx);
+    const auto ref = steps_of(cpu, toks, steps);
+    PlannerConfig cfg;
+    test_table(*src, 3.0, &cfg);
+    cfg.kv_layers = 1;
+    cfg.host_kv_attention = PlannerConfig::HostKvAttention::Staged;
+    const PlanTable table = build_plan_table(src->spec(), *cost, cfg);
+    for (Schedule s : {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic}) {
+      if (!feasible(table, s)) continue;
+      bool stages = false;
+      for (const auto& t : table.tiers)
+        if (const Plan* p = t.find(s); p && p->feasible)
+          for (const Action& a : p->actions) stages = stages || a.part == ComputePart::AttnStaged;
+      INFO(m << " " << schedule_name(s) << (stages ? " (staged)" : ""));
+      staged_runs += stages;
+      auto dev = make_cuda_device(0);
+      RuntimeOptions o;
+      o.schedule = s;
+      Runtime rt(*src, w, *dev, pool, table, o);
+      CHECK(test::max_rel_error(steps_of(rt, toks, steps), ref, src->spec().vocab_size) <= 1e-4);
+      check_device_peak(rt.memory(), cfg.budget_bytes);
+    }
+  }
+  CHECK(staged_runs >= 4);
+}
+
 // The activations that cross PCIe are staged in pinned host memory while a runtime lives, and
 // unpinned before it is freed (the next runtime's staging may be mapped at the same address).
 TEST_CASE("CUDA runtime: the activation staging is pinned while the runtime lives and unpinned after", "[gpu]") {

@@ -54,11 +54,17 @@ def test_plan_matches_the_cli():
 
 
 def test_plan_kv_layers():
-    # nemo8b at 2G/1K on the GPU host's datasheet: left to choose, every layer's KV in VRAM; a fixed
-    # split of 10 layers keeps exactly those, and Static can run it (their attention is pinned).
+    # nemo8b at 2G/1K on the GPU host's datasheet: whatever the chosen layout keeps on the host, the
+    # 1024-token prefill attends on the GPU (over host caches staged in the arena), never with its core
+    # on the CPU; a fixed split of 10 layers keeps exactly those, and Static can run it (their
+    # attention is pinned).
     spec = shardwise.load_spec("nemo8b")
     chosen = shardwise.plan(spec, "h200-host", "2G", ctx=1024, threads=16)
-    assert all(chosen.kv_on_gpu)
+    e = chosen.lookup(1024)
+    prefill = next(p for p in e.candidates if p.schedule == e.chosen)
+    parts = [a["part"] for a in json.loads(prefill.to_json())["actions"] if a["kind"] == "compute"]
+    assert "attn_core" not in parts
+    assert ("attn_staged" in parts) == (not all(chosen.kv_on_gpu))
     ten = shardwise.plan(spec, "h200-host", "2G", ctx=1024, threads=16, kv_layers=10)
     assert sum(ten.kv_on_gpu) == 10 and ten.kv_on_gpu[:10] == [True] * 10
     assert ten.lookup(1).chosen in ("static", "dynamic", "gpu-only")

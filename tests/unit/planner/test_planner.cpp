@@ -200,12 +200,89 @@ TEST_CASE("KV in VRAM for layers whose attention is not pinned: GPU-only and Dyn
   const Plan* pre = all.find_tier(1024)->find(Schedule::GpuOnly);
   REQUIRE(pre->feasible);
   for (const Action& a : pre->actions) CHECK((a.resource != Resource::Cpu || a.kind == ActionKind::Embed));
-  // Left to choose, the table takes this layout: the prefill saves more than decode loses.
-  const PlanTable chosen = build_plan_table(spec, *cost, cfg);
+  // Left to choose with the attention of host-KV layers split, the table takes this layout: the
+  // prefill saves more than decode loses. (Staged, the prefill runs on the GPU whatever the layout:
+  // test "GPU attention over a host KV cache runs staged where that is faster".)
+  PlannerConfig split_cfg = cfg;
+  split_cfg.host_kv_attention = PlannerConfig::HostKvAttention::Split;
+  const PlanTable chosen = build_plan_table(spec, *cost, split_cfg);
   CHECK(chosen.kv_on_gpu == all.kv_on_gpu);
   PlannerConfig bad = cfg;
   bad.kv_layers = 41;
   CHECK_THROWS_WITH(build_plan_table(spec, *cost, bad), Contains("out of range"));
+}
+
+TEST_CASE("GPU attention over a host KV cache runs staged where that is faster", "[planner]") {
+  // nemo8b at 2G/1K with the KV of 10 of 40 layers in VRAM: split, a 1024-token GPU-only prefill runs
+  // the other 30 layers' attention core on the CPU; staged, it copies each such layer's cache to the
+  // arena, attends on the GPU and copies the step's rows back.
+  const ModelSpec spec = builtin_spec("nemo8b");
+  auto cost = make_analytic_cost_model(builtin_hardware("h200-host"));
+  PlannerConfig cfg = config(2 * GiB, 1024, 16);
+  cfg.tiers = {1, 512, 1024};
+  cfg.kv_layers = 10;
+  PlannerConfig split_cfg = cfg;
+  split_cfg.host_kv_attention = PlannerConfig::HostKvAttention::Split;
+  const PlanTable chosen = build_plan_table(spec, *cost, cfg), split = build_plan_table(spec, *cost, split_cfg);
+  auto count = [](const Plan& p, ComputePart part) {
+    int k = 0;
+    for (const Action& a : p.actions) k += a.part == part && a.kind == ActionKind::Compute;
+    return k;
+  };
+  const Plan* st = chosen.find_tier(1024)->find(Schedule::GpuOnly);
+  const Plan* sp = split.find_tier(1024)->find(Schedule::GpuOnly);
+  REQUIRE(st->feasible);
+  REQUIRE(sp->feasible);
+  CHECK(count(*st, ComputePart::AttnStaged) == 30);
+  CHECK(count(*st, ComputePart::AttnCore) == 0);
+  CHECK(count(*sp, ComputePart::AttnStaged) == 0);
+  CHECK(count(*sp, ComputePart::AttnCore) == 30);
+  CHECK(st->predicted_ms < sp->predicted_ms);
+  CHECK(st->vram_bytes <= cfg.budget_bytes);
+  const ShardSet S = make_shards(spec, cfg.ctx, cfg.kv_dtype);
+  const uint64_t layer_kv = S.at(S.kv[0]).bytes;
+  bool region = false;
+  for (const ArenaRegion& r : st->arena) region = region || (r.name == "kv staging" && r.bytes >= 2 * layer_kv);
+  CHECK(region);
+  for (const ArenaRegion& r : sp->arena) CHECK(r.name != "kv staging");
+  // Each staged layer: its cached rows up (none at tier 1024: the step fills the 1024-token cache),
+  // the compute after them, the step's rows back; the next layer's upload waits for that copy back.
+  const uint64_t row = 2 * static_cast<uint64_t>(spec.kv_dim()) * 4;
+  int last_new = -1, staged_layers = 0;
+  for (const Action& a : st->actions) {
+    if (a.payload == Payload::KvPast) {
+      CHECK(a.bytes == 0);
+      CHECK(a.resource == Resource::H2DAct);
+      if (last_new >= 0) CHECK(std::find(a.deps.begin(), a.deps.end(), last_new) != a.deps.end());
+    }
+    if (a.payload == Payload::KvNew) {
+      CHECK(a.bytes == 1024 * row);
+      CHECK(a.resource == Resource::D2H);
+      const Action& c = st->actions[static_cast<size_t>(a.deps.at(0))];
+      CHECK(c.part == ComputePart::AttnStaged);
+      CHECK(c.layer == a.layer);
+      CHECK_FALSE(chosen.kv_on_gpu[static_cast<size_t>(a.layer)]);
+      last_new = a.id;
+      ++staged_layers;
+    }
+  }
+  CHECK(staged_layers == 30);
+  // At tier 512 the other 512 cached positions go up.
+  for (const Action& a : chosen.find_tier(512)->find(Schedule::GpuOnly)->actions)
+    if (a.payload == Payload::KvPast) CHECK(a.bytes == 512 * row);
+  // Forced staged, the decode tier stages too; and the plans survive the JSON round trip.
+  PlannerConfig staged_cfg = cfg;
+  staged_cfg.host_kv_attention = PlannerConfig::HostKvAttention::Staged;
+  const PlanTable forced = build_plan_table(spec, *cost, staged_cfg);
+  CHECK(count(*forced.find_tier(1)->find(Schedule::GpuOnly), ComputePart::AttnStaged) == 30);
+  const PlanTable back = plan_table_from_json(plan_table_to_json(forced), "round trip");
+  const Plan* f = forced.find_tier(1)->find(Schedule::GpuOnly);
+  const Plan* g = back.find_tier(1)->find(Schedule::GpuOnly);
+  REQUIRE(f->actions.size() == g->actions.size());
+  for (size_t i = 0; i < f->actions.size(); ++i) {
+    CHECK(f->actions[i].part == g->actions[i].part);
+    CHECK(f->actions[i].payload == g->actions[i].payload);
+  }
 }
 
 TEST_CASE("a table of one schedule takes the layout best for it (run --schedule static)", "[planner]") {
@@ -216,6 +293,7 @@ TEST_CASE("a table of one schedule takes the layout best for it (run --schedule 
   auto cost = make_analytic_cost_model(builtin_hardware("h200-host"));
   PlannerConfig cfg = config(2 * GiB, 1024, 16);
   cfg.tiers = {1, 512, 1024};
+  cfg.host_kv_attention = PlannerConfig::HostKvAttention::Split;  // the layout of the test above
   const PlanTable mixed = build_plan_table(spec, *cost, cfg);
   REQUIRE_FALSE(mixed.find_tier(1)->find(Schedule::Static)->feasible);  // the premise
   PlannerConfig only = cfg;
