@@ -195,12 +195,23 @@ DType dtype_of(const ModelSpec& spec, TensorKind kind, const Shape& shape) { ret
 AttentionOps attention_ops(const ModelSpec& s, const ShardSet&, int, int64_t n, int64_t keys, DType kv_dtype) {
   AttentionOps a;
   const int64_t H = s.hidden_size, QD = s.q_dim(), KVD = s.kv_dim();
+  const DType dq = dtype_of(s, TensorKind::AttnQ, {QD, H}), dk = dtype_of(s, TensorKind::AttnK, {KVD, H}),
+              dv = dtype_of(s, TensorKind::AttnV, {KVD, H});
   a.pre.push_back(simple(OpKind::Norm, n, n * H));
-  a.pre.push_back(matmul(dtype_of(s, TensorKind::AttnQ, {QD, H}), n, QD, H));
-  a.pre.push_back(matmul(dtype_of(s, TensorKind::AttnK, {KVD, H}), n, KVD, H));
-  a.pre.push_back(matmul(dtype_of(s, TensorKind::AttnV, {KVD, H}), n, KVD, H));
+  a.pre.push_back(matmul(dq, n, QD, H));
+  a.pre.push_back(matmul(dk, n, KVD, H));
+  a.pre.push_back(matmul(dv, n, KVD, H));
   if (s.has_qk_norm()) a.pre.push_back(simple(OpKind::Norm, n, n * (QD + KVD)));
   a.pre.push_back(simple(OpKind::Rope, n, n * (QD + KVD)));
+  a.pre_gpu.push_back(simple(OpKind::Norm, n, n * H));
+  if (n <= kGpuFusedQkvTokens && dq == dk && dq == dv) {
+    a.pre_gpu.push_back(matmul(dq, n, QD + 2 * KVD, H));
+  } else {
+    a.pre_gpu.push_back(matmul(dq, n, QD, H));
+    a.pre_gpu.push_back(matmul(dk, n, KVD, H));
+    a.pre_gpu.push_back(matmul(dv, n, KVD, H));
+  }
+  a.pre_gpu.push_back(simple(OpKind::Rope, n, n * (QD + KVD)));  // q/k norms inside
   Op core;
   core.kind = OpKind::Attention;
   core.dtype = kv_dtype;

@@ -74,9 +74,13 @@ std::vector<ShardLayout> shard_layouts(const ModelSpec& spec, const ShardSet& se
 // Ops of one step of n new tokens attending over `keys` cached keys (including the new ones).
 // Attention is split where the cache may live elsewhere: `pre` (norm, Q/K/V, q/k norms, RoPE,
 // router), `core` (scores, softmax, values over the cache) and `post` (O projection, residual).
+// pre_gpu is `pre` as the GPU runs it: q/k norms and RoPE (with the K/V cache write) are one kernel,
+// and a step of at most kGpuFusedQkvTokens tokens projects Q, K and V in one batched GEMV when their
+// dtypes agree (executor/cuda). The CPU computes them one by one.
 struct AttentionOps {
-  std::vector<Op> pre, core, post;
+  std::vector<Op> pre, pre_gpu, core, post;
 };
+constexpr int64_t kGpuFusedQkvTokens = 8;
 AttentionOps attention_ops(const ModelSpec& spec, const ShardSet& set, int layer, int64_t n, int64_t keys,
                            DType kv_dtype);
 // active_experts: MoE distinct experts per layer the step touches (0 = the uniform expectation).

@@ -18,13 +18,14 @@ double ops_ms(const std::vector<Op>& ops, const CostModel& cost, const ExecEnv& 
 // The ops of every compute kind of one step, built once per simulation (shapes do not depend on
 // the layer), so that timing an action is arithmetic only.
 struct StepOps {
-  std::vector<Op> embed, attn_pre, attn_core, attn_post, ffn, output, output_norm, output_head;
+  std::vector<Op> embed, attn_pre, attn_pre_gpu, attn_core, attn_post, ffn, output, output_norm, output_head;
   StepOps(const ModelSpec& spec, const ShardSet& shards, const StepShape& step) {
     embed = embed_ops(spec, step.tokens);
     const int layer = shards.n_layers > 0 ? 0 : -1;
     if (layer >= 0) {
       AttentionOps a = attention_ops(spec, shards, layer, step.tokens, step.keys, step.kv_dtype);
       attn_pre = std::move(a.pre);
+      attn_pre_gpu = std::move(a.pre_gpu);
       attn_core = std::move(a.core);
       attn_post = std::move(a.post);
       ffn = ffn_ops(spec, shards, layer, step.tokens, step.active_experts);
@@ -51,16 +52,18 @@ double timed(const Action& a, const StepOps& ops, const ShardSet& shards, const 
   }
   const Shard& s = shards.at(a.shard);
   switch (s.kind) {
-    case ShardKind::Attention:
+    case ShardKind::Attention: {
+      const std::vector<Op>& pre = env.backend == Backend::Gpu ? ops.attn_pre_gpu : ops.attn_pre;
       switch (a.part) {
         case ComputePart::Full:
         case ComputePart::AttnStaged:  // (its layout conversions move the staged K, V once: HBM, negligible)
-          return ops_ms(ops.attn_pre, cost, env) + ops_ms(ops.attn_core, cost, env) + ops_ms(ops.attn_post, cost, env);
-        case ComputePart::AttnPre: return ops_ms(ops.attn_pre, cost, env);
+          return ops_ms(pre, cost, env) + ops_ms(ops.attn_core, cost, env) + ops_ms(ops.attn_post, cost, env);
+        case ComputePart::AttnPre: return ops_ms(pre, cost, env);
         case ComputePart::AttnCore: return ops_ms(ops.attn_core, cost, env);
         case ComputePart::AttnPost: return ops_ms(ops.attn_post, cost, env);
       }
       return 0;
+    }
     case ShardKind::Ffn: return ops_ms(ops.ffn, cost, env);
     case ShardKind::Output: {
       if (a.row_end <= a.row_begin) return ops_ms(ops.output, cost, env);

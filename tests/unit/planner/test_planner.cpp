@@ -12,6 +12,7 @@
 #include "core/hardware_spec.h"
 #include "costmodel/cost_model.h"
 #include "planner/planner.h"
+#include "planner/shards.h"
 #include "planner/simulator.h"
 
 using namespace shardwise;
@@ -210,6 +211,48 @@ TEST_CASE("KV in VRAM for layers whose attention is not pinned: GPU-only and Dyn
   PlannerConfig bad = cfg;
   bad.kv_layers = 41;
   CHECK_THROWS_WITH(build_plan_table(spec, *cost, bad), Contains("out of range"));
+}
+
+TEST_CASE("a GPU attention block is costed as the GPU runs it: fused Q/K/V GEMV, q/k norms inside RoPE", "[planner]") {
+  // The CUDA blocks project Q, K and V in one batched GEMV for steps of up to kGpuFusedQkvTokens
+  // tokens (same dtype) and apply the q/k norms in the RoPE kernel: costing them as 5-6 launches
+  // predicted qwen30b's decode attention block at 94 us where it ran in 75 (executor README, sixth
+  // session). The CPU runs them one by one.
+  const ModelSpec spec = builtin_spec("qwen30b");
+  const ShardSet S = make_shards(spec, 1024, DType::F32);
+  const int64_t QD = spec.q_dim(), KVD = spec.kv_dim(), H = spec.hidden_size;
+  const AttentionOps one = attention_ops(spec, S, 0, 1, 1024, DType::F32);
+  REQUIRE(spec.has_qk_norm());
+  CHECK(one.pre.size() == 6);  // norm, q, k, v, q/k norms, RoPE
+  REQUIRE(one.pre_gpu.size() == 3);  // norm, q|k|v, q/k norms + RoPE
+  CHECK(one.pre_gpu[1].kind == OpKind::Matmul);
+  CHECK(one.pre_gpu[1].rows == QD + 2 * KVD);
+  CHECK(one.pre_gpu[1].cols == H);
+  CHECK(one.pre_gpu[2].kind == OpKind::Rope);
+  const AttentionOps many = attention_ops(spec, S, 0, kGpuFusedQkvTokens + 1, 1024, DType::F32);
+  CHECK(many.pre_gpu.size() == 5);  // GEMMs one by one; the norms still inside RoPE
+  // The simulator times a GPU attention action from pre_gpu, a CPU one from pre.
+  auto cost = make_analytic_cost_model(builtin_hardware("h200-host"));
+  StepShape st;
+  st.tokens = 1;
+  st.keys = 1024;
+  st.threads = 16;
+  Action a;
+  a.kind = ActionKind::Compute;
+  a.shard = S.attention[0];
+  a.part = ComputePart::AttnPre;
+  ExecEnv gpu;
+  gpu.backend = Backend::Gpu;
+  gpu.threads = 16;
+  ExecEnv cpu = gpu;
+  cpu.backend = Backend::Cpu;
+  double g = 0, c = 0;
+  for (const Op& op : one.pre_gpu) g += cost->op_ms(op, gpu);
+  for (const Op& op : one.pre) c += cost->op_ms(op, cpu);
+  a.resource = Resource::GpuCompute;
+  CHECK(action_ms(a, spec, S, *cost, st) == Approx(g).epsilon(1e-12));
+  a.resource = Resource::Cpu;
+  CHECK(action_ms(a, spec, S, *cost, st) == Approx(c).epsilon(1e-12));
 }
 
 TEST_CASE("GPU attention over a host KV cache runs staged where that is faster", "[planner]") {
