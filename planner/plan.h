@@ -92,7 +92,7 @@ struct ShardPlacement {
 };
 
 struct ArenaRegion {
-  std::string name;  // "pinned", "slot0", "slot1", "scratch", "kv"
+  std::string name;  // "pinned", "slot0", "slot1", "scratch", "kv staging" (attn_staged), "kv"
   uint64_t offset = 0;
   uint64_t bytes = 0;
 };
