@@ -137,6 +137,28 @@ def decisions(df):
     return res[cols + [c for c in res.columns if c not in cols]]
 
 
+def repeatability(df):
+    """The oracle's resolution: candidates of one decision whose plans are the same computation (the same
+    plan_signature under two schedule names, each measured in its own runs). One row per such group:
+    configuration, tier, the schedules and their measured times, and `spread` = slowest / fastest - 1."""
+    cols = CONFIG_COLS + ["tier", "schedules", "measured_ms", "spread"]
+    if "plan_signature" not in df.columns:
+        return pd.DataFrame(columns=cols)
+    m = measured(df)
+    m = m[m["plan_signature"].apply(lambda v: isinstance(v, str) and v != "")]
+    out = []
+    for (cid, tier, sig), g in m.groupby(["config_id", "tier", "plan_signature"], sort=False):
+        if len(g) < 2:
+            continue
+        first = g.iloc[0]
+        d = {c: first[c] for c in CONFIG_COLS}
+        d.update(tier=int(tier), schedules=" = ".join(g["schedule"]), measured_ms=" / ".join(f"{v:.4g}" for v in g["measured_ms"]),
+                 spread=float(g["measured_ms"].max() / g["measured_ms"].min() - 1))
+        out.append(d)
+    res = pd.DataFrame(out)
+    return res[cols] if len(res) else pd.DataFrame(columns=cols)
+
+
 def prediction_errors(df):
     """Measured rows with ``error`` = |pred - meas| / meas and ``signed_error`` = pred / meas - 1."""
     m = measured(df).copy()

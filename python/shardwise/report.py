@@ -190,6 +190,20 @@ def build_report(df, out_dir, title=None):
     w("## Close contests\n")
     w(f"Decisions whose best two candidates were within {int(metrics.CLOSE * 100)}% of each other: **{s['close']}**; "
       f"the planner picked the best in {_pct(s['top1_close'])} of them.\n")
+    rep = metrics.repeatability(df)
+    w("## Measurement resolution\n")
+    if len(rep):
+        q = rep["spread"].quantile([0.5, 0.9]).tolist()
+        w(f"{len(rep)} plans were measured twice or more under different schedule names (the same `plan_signature`: "
+          f"one computation). Their measured times differ by median **{_pct(q[0])}**, p90 **{_pct(q[1])}**, max "
+          f"**{_pct(rep['spread'].max())}**: differences between candidates below about the p90 are within what these "
+          "measurements resolve. The largest:\n")
+        top = rep.sort_values("spread", ascending=False).head(5).copy()
+        top.insert(0, "configuration", [_config_label(r) for _, r in top.iterrows()])
+        top["spread"] = top["spread"].map(_pct)
+        w(_table(top[["configuration", "schedules", "measured_ms", "spread"]]))
+    else:
+        w("No plan was measured under two schedule names, so the measurements' repeatability is not known from these rows.\n")
     w("## Regret\n")
     w(f"Measured time of the pick / best measured − 1 over evaluable decisions: mean **{_pct(s['mean_regret'])}**, "
       f"max **{_pct(s['max_regret'])}**.\n")

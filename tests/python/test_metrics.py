@@ -1,4 +1,5 @@
 """Metrics on hand-made rows whose right numbers are known (conftest.known_rows)."""
+import json
 import math
 
 import pytest
@@ -90,3 +91,23 @@ def test_same_plan_under_two_names_counts_as_agreement(tmp_path):
     assert not dec.loc["D", "agree"] and not dec.loc["D", "same_plan"] and not dec.loc["D", "tie"]
     s = metrics.summarize(df)
     assert s["agree"] == 1 and s["same_plan"] == 1 and s["top1"] == pytest.approx(0.5)
+
+
+def test_repeatability_of_one_plan_under_two_names(tmp_path):
+    from conftest import row
+    rows = [row("D", 1, "gpu-only", 100, 100, 0.5, chosen=True, plan_signature="x"),
+            row("D", 1, "dynamic", 100, 106, 0.5, plan_signature="x"),
+            row("D", 1, "static", 90, 120, 0.5, plan_signature="y"),
+            row("D", 512, "gpu-only", 300, 300, 1.0, chosen=True, plan_signature="z"),
+            row("D", 512, "dynamic", 300, None, plan_signature="z", status="error")]
+    p = tmp_path / "rep.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rep = metrics.repeatability(load_results(p))
+    assert len(rep) == 1  # tier 512's second name was not measured
+    r = rep.iloc[0]
+    assert r["tier"] == 1 and r["schedules"] == "gpu-only = dynamic"
+    assert r["spread"] == pytest.approx(0.06)
+    # Without signatures there is nothing to compare.
+    q = tmp_path / "nosig.jsonl"
+    q.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "plan_signature"}) + "\n" for r in rows))
+    assert len(metrics.repeatability(load_results(q))) == 0

@@ -24,6 +24,19 @@ def test_report_on_known_rows(tmp_path, known_jsonl):
     assert "static over-predicted (+55%)" in md  # A/512: static 150 predicted, 97 measured made the planner miss it
     assert "boom" in md  # the error row is listed
     assert "| A" not in md  # configurations are described, not just ids
+    assert "## Measurement resolution" in md and "not known from these rows" in md  # no plan_signature here
+
+
+def test_report_states_the_measurements_resolution(tmp_path):
+    from conftest import row
+    rows = [row("D", 1, "gpu-only", 100, 100, 0.5, chosen=True, plan_signature="x"),
+            row("D", 1, "dynamic", 100, 106, 0.5, plan_signature="x"),
+            row("D", 1, "static", 90, 120, 0.5, plan_signature="y")]
+    p = tmp_path / "rep.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    md = open(build_report(load_results(p), str(tmp_path / "r"))).read()
+    assert "## Measurement resolution" in md
+    assert "1 plans were measured twice" in md and "max **6.0%**" in md and "gpu-only = dynamic" in md
 
 
 def test_report_says_emu_is_not_gpu(tmp_path):
