@@ -24,6 +24,7 @@ namespace {
 
 struct PlanArgs {
   std::string model, hw, profile, budget, pcie_cap = "none", kv_dtype = "f32", trace, save, schedule, tier_text;
+  std::string host_kv_attention = "choose";
   int threads = 0, kv_layers = -1;
   int64_t ctx = 4096, routing_tokens = 0;
   uint64_t token_seed = 1;
@@ -96,6 +97,7 @@ void run_plan(const PlanArgs& a) {
   if (cfg.threads < 1 || cfg.threads > 4096) fail("--threads ", a.threads, " is out of range");
   cfg.kv_dtype = parse_dtype(a.kv_dtype);
   cfg.kv_layers = a.kv_layers;
+  cfg.host_kv_attention = parse_host_kv_attention(a.host_kv_attention);
   cfg.model_name = origin;
   if (a.routing_tokens != 0) {
     // Plan with the weights' own MoE routing, measured on the oracle's step tokens (a CPU pass).
@@ -229,6 +231,10 @@ void register_plan(CLI::App& app) {
   sub->add_option("--kv-layers", a->kv_layers,
                   "Layers whose KV stays in VRAM (the first N; their attention is streamed where not pinned); "
                   "default -1: chosen by simulating a request");
+  sub->add_option("--host-kv-attention", a->host_kv_attention,
+                  "GPU attention of layers whose KV is on the host: choose (the faster), split (core on the CPU) or "
+                  "staged (the cache copied to the GPU)")
+      ->capture_default_str();
   sub->add_option("--routing-tokens", a->routing_tokens,
                   "MoE: measure the weights' routing on N tokens (a CPU pass) and plan with it instead of uniform routing");
   sub->add_option("--token-seed", a->token_seed, "Seed of the --routing-tokens tokens (as the oracle's token_seed)");

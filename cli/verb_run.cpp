@@ -41,6 +41,7 @@ struct RunArgs {
   bool chat = false, ignore_eos = false, no_display_prompt = false;
   std::string system;
   std::string vram_budget, schedule = "auto", pcie_cap = "none", plan, hw = "h200-host", profile;
+  std::string host_kv_attention = "choose";
   std::string timeline;  // --timeline FILE: Chrome trace of the first plan runs, measured and predicted
   int timeline_runs = 4;
   // Decode steps of device-resident plans as CUDA graphs: on by default on a device (measured on the
@@ -139,6 +140,7 @@ void run_run(RunArgs a) {
   if (device == "cpu" && a.cuda_graphs) fail("--cuda-graphs needs a device: add --device cuda (or emu)");
   if (a.cuda_graphs && a.no_cuda_graphs) fail("give one of --cuda-graphs and --no-cuda-graphs");
   if (device == "emu" && a.vram_budget.empty() && a.plan.empty()) fail("--device emu needs --vram-budget (e.g. 1G)");
+  parse_host_kv_attention(a.host_kv_attention);  // one line for a bad value, whatever plans the run
   if (a.prompt.empty() == a.tokens.empty()) fail("give exactly one of --prompt TEXT or --tokens IDS");
   if (a.n_predict < 0 || a.n_predict > (1 << 24)) fail("-n ", a.n_predict, " is out of range");
   const int threads = resolve_threads(a.threads);
@@ -229,6 +231,7 @@ void run_run(RunArgs a) {
       // A forced schedule gets a table of its own: the layout (KV in VRAM, the LM head's place) best
       // for it, not the one best for the planner's mix of schedules, in which it may not fit at all.
       if (a.schedule != "auto") cfg.schedules = {parse_schedule(a.schedule)};
+      cfg.host_kv_attention = parse_host_kv_attention(a.host_kv_attention);
       table = build_plan_table(spec, *cost, cfg);
     }
     RuntimeOptions ro;
@@ -388,6 +391,10 @@ void register_run(CLI::App& app) {
   sub->add_option("--schedule", a->schedule, "auto (the planner's pick per tier) or gpu-only|static|dynamic|layer-split|cpu-moe")
       ->capture_default_str();
   sub->add_option("--pcie-cap", a->pcie_cap, "Throttle host-device copies to this rate, e.g. 16GB/s, or none")->capture_default_str();
+  sub->add_option("--host-kv-attention", a->host_kv_attention,
+                  "GPU attention of layers whose KV is on the host: choose (the faster), split (core on the CPU) or "
+                  "staged (the cache copied to the GPU)")
+      ->capture_default_str();
   sub->add_option("--plan", a->plan, "Execute this plan table (from `shardwise plan --save`) instead of planning");
   sub->add_option("--timeline", a->timeline,
                   "Write a Chrome trace of the first plan runs: each action measured (queue timestamps, host clock) "

@@ -903,6 +903,13 @@ bool decode_feasible(const ModelSpec& spec, const CostModel& cost, PlannerConfig
 
 }  // namespace
 
+PlannerConfig::HostKvAttention parse_host_kv_attention(const std::string& text) {
+  if (text == "choose") return PlannerConfig::HostKvAttention::Choose;
+  if (text == "split") return PlannerConfig::HostKvAttention::Split;
+  if (text == "staged") return PlannerConfig::HostKvAttention::Staged;
+  fail("--host-kv-attention '", text, "': give choose, split or staged");
+}
+
 uint64_t minimum_budget(const ModelSpec& spec, const CostModel& cost, const PlannerConfig& config) {
   uint64_t lo = 1 << 20, hi = 1ull << 50;
   if (!decode_feasible(spec, cost, config, hi)) fail("no budget makes this model plannable");

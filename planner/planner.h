@@ -47,6 +47,9 @@ struct PlannerConfig {
   HostKvAttention host_kv_attention = HostKvAttention::Choose;
 };
 
+// "choose" | "split" | "staged" (the CLI's --host-kv-attention); errors on anything else.
+PlannerConfig::HostKvAttention parse_host_kv_attention(const std::string& text);
+
 // Distinct experts per layer that a step of n tokens touches under cfg's routing (interpolated in
 // log tokens between measured counts, held within [top_k, min(E, n·top_k)]), or 0 when the routing
 // is not measured (the uniform expectation applies). Errors on a malformed curve.

@@ -70,6 +70,13 @@ def test_plan_kv_layers():
     assert ten.lookup(1).chosen in ("static", "dynamic", "gpu-only")
     with pytest.raises(shardwise.Error, match="out of range"):
         shardwise.plan(spec, "h200-host", "2G", ctx=1024, threads=16, kv_layers=41)
+    # The attention of those 30 host-KV layers in a 1024-token prefill: split costs more than staged.
+    def prefill(how):
+        t = shardwise.plan(spec, "h200-host", "2G", ctx=1024, threads=16, kv_layers=10, host_kv_attention=how)
+        return next(p for p in t.lookup(1024).candidates if p.schedule == "gpu-only").predicted_ms
+    assert prefill("staged") < prefill("split")
+    with pytest.raises(shardwise.Error, match="host-kv-attention"):
+        shardwise.plan(spec, "h200-host", "2G", ctx=1024, threads=16, host_kv_attention="maybe")
 
 
 def test_experiment_expansion(repo):

@@ -426,6 +426,29 @@ TEST_CASE("cli: plan --kv-layers keeps the first N layers' KV in VRAM", "[cli]")
   require_clean_error("plan --model nemo8b --hw h200-host --vram-budget 2G --ctx 1024 --kv-layers 41", {"out of range"});
 }
 
+TEST_CASE("cli: plan/run --host-kv-attention splits or stages the attention over host KV caches", "[cli]") {
+  // nemo8b 2G/1K with 30 of 40 layers' KV on the host: a 1024-token GPU-only prefill is faster staged.
+  auto prefill_ms = [](const std::string& how) {
+    const Result r = shardwise_cli("plan --model nemo8b --hw h200-host --vram-budget 2G --ctx 1024 --threads 16 --kv-layers 10 "
+                                   "--json --host-kv-attention " + how);
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    for (const auto& t : j["tiers"])
+      if (t["tokens"] == 1024)
+        for (const auto& c : t["candidates"])
+          if (c["schedule"] == "gpu-only") return c["predicted_ms"].get<double>();
+    FAIL("no gpu-only plan at tier 1024");
+    return 0.0;
+  };
+  const double split = prefill_ms("split"), staged = prefill_ms("staged"), choose = prefill_ms("choose");
+  CHECK(staged < split);
+  CHECK(choose == Approx(staged));
+  require_clean_error("plan --model nemo8b --hw h200-host --vram-budget 2G --host-kv-attention maybe", {"--host-kv-attention 'maybe'"});
+  require_clean_error("run --model " + quote(fixture("hf/llama")) + " --device emu --vram-budget 1G --tokens 1,2 -n 1 "
+                      "--host-kv-attention sometimes", {"--host-kv-attention 'sometimes'"});
+}
+
 TEST_CASE("cli: plan --routing-tokens measures an MoE model's routing and plans with it", "[cli][routing]") {
   const std::string moe = fixture("hf/qwen3moe_nonorm");
   const Result r = shardwise_cli("plan --model " + quote(moe) + " --hw cli3 --vram-budget 8M --ctx 64 --threads 2 --routing-tokens 16 --json");
