@@ -5,7 +5,8 @@
 # plus the whole model on the GPU. Writes one JSON line per run (run --json + the plan's prediction)
 # into OUT/executor_runs.jsonl and a summary table to stdout.
 #   executor_bench.sh OUT [part]   part: all (default) | nemo8b | qwen30b | full | quick | graphs | timelines
-#   (CELLS="1024:2G 4096:4G" limits all/nemo8b/qwen30b to those ctx:budget cells)
+#   (CELLS="1024:2G 4096:4G" limits all/nemo8b/qwen30b to those ctx:budget cells; HOST_KV_ATTENTION=split|staged
+#   plans and runs every row with that attention over host KV caches, default choose)
 # graphs: the whole model on the GPU, decode kernel by kernel (--no-cuda-graphs) and as CUDA graphs (the
 # default). timelines: auto/static/dynamic at 1K/4G with the measured timeline of their first 6 runs
 # (its summary says when the host had enqueued the last device action); their TPS is not a peer row's.
@@ -40,15 +41,17 @@ one() {  # model ctx budget schedule [graphs|nographs|timeline]
     tl+=(--timeline "$out/timelines/${model}_${ctx}_${budget}_${sched}.json" --timeline-runs 6)
   fi
   res=$("$bin" run --model "synthetic:$model" --tokens "$toks" -n 64 --greedy --threads 16 --ctx "$ctx" \
-        --device cuda --vram-budget "$budget" --schedule "$sched" --profile "$profile" --json "${tl[@]}" 2> "$out/err.txt")
+        --device cuda --vram-budget "$budget" --schedule "$sched" --profile "$profile" --json "${tl[@]}" \
+        --host-kv-attention "${HOST_KV_ATTENTION:-choose}" 2> "$out/err.txt")
   if [ -z "$res" ]; then
     echo "{\"model\": \"$model\", \"ctx\": $ctx, \"budget\": \"$budget\", \"schedule\": \"$sched\", \"error\": $(python3 -c 'import json,sys; print(json.dumps(open(sys.argv[1]).read().strip()[-300:]))' "$out/err.txt")}" >> "$runs"
     return
   fi
   printf '%s' "$res" > "$out/run.json"
-  "$bin" plan --model "$model" --profile "$profile" --vram-budget "$budget" --ctx "$ctx" --threads 16 --json > "$out/plan.json" 2>/dev/null
+  "$bin" plan --model "$model" --profile "$profile" --vram-budget "$budget" --ctx "$ctx" --threads 16 --json \
+    --host-kv-attention "${HOST_KV_ATTENTION:-choose}" > "$out/plan.json" 2>/dev/null
   python3 - "$model" "$ctx" "$budget" "$sched" "$out/run.json" "$out/plan.json" "$graphs" <<'PY' >> "$runs"
-import json, sys
+import json, os, sys
 model, ctx, budget, sched = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 graphs = not (len(sys.argv) > 7 and sys.argv[7] in ("nographs", "timeline"))  # graphs are run's default
 r = json.load(open(sys.argv[5]))
@@ -63,6 +66,7 @@ for t in p.get("tiers", []):
     pred.setdefault(str(t["tokens"]), {})["auto"] = pred[str(t["tokens"])].get(t["chosen"])
 r.pop("generated_ids", None); r.pop("text", None)
 row = {"model": model, "ctx": ctx, "budget": budget, "schedule": sched, "cuda_graphs": graphs,
+       "host_kv_attention": os.environ.get("HOST_KV_ATTENTION", "choose"),
        "timeline": len(sys.argv) > 7 and sys.argv[7] == "timeline", "run": r,
        "predicted_decode_ms": (pred.get("1") or {}).get(sched),
        "predicted_prefill_512_ms": (pred.get("512") or {}).get(sched)}
