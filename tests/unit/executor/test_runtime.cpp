@@ -94,6 +94,22 @@ PlanTable table_for(const WeightSource& src, uint64_t budget, int64_t ctx, std::
   return build_plan_table(src.spec(), *cost, cfg);
 }
 
+// Some tier of the table has a feasible plan of schedule s.
+bool feasible_at_some_tier(const PlanTable& table, Schedule s) {
+  for (const auto& t : table.tiers)
+    if (const Plan* p = t.find(s); p && p->feasible) return true;
+  return false;
+}
+
+// Some feasible plan of schedule s runs a host-KV layer's attention staged (plan.h, attn_staged).
+bool stages_somewhere(const PlanTable& table, Schedule s) {
+  for (const auto& t : table.tiers)
+    if (const Plan* p = t.find(s); p && p->feasible)
+      for (const Action& a : p->actions)
+        if (a.part == ComputePart::AttnStaged) return true;
+  return false;
+}
+
 }  // namespace
 
 TEST_CASE("runtime on the emulated device matches the CPU model for every schedule", "[runtime]") {
@@ -115,9 +131,7 @@ TEST_CASE("runtime on the emulated device matches the CPU model for every schedu
         const uint64_t budget = std::max<uint64_t>(min_b + (256u << 10), static_cast<uint64_t>(frac * static_cast<double>(model_bytes)));
         const PlanTable table = table_for(*src, budget, ctx, {1, 4, 16});
         for (Schedule s : {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic, Schedule::LayerSplit, Schedule::CpuMoe}) {
-          bool feasible = false;
-          for (const auto& t : table.tiers) feasible |= t.find(s) && t.find(s)->feasible;
-          if (!feasible) continue;
+          if (!feasible_at_some_tier(table, s)) continue;
           INFO(family << " " << dtype_name(dt) << " budget " << budget << " schedule " << schedule_name(s));
           auto dev = make_emu_device({7, 50, 0});
           RuntimeOptions o;
@@ -153,9 +167,7 @@ TEST_CASE("runtime: HF and llama.cpp fixtures on the emulated device", "[runtime
     const auto ref = reference_steps(*src, toks, steps, 32);
     const PlanTable table = table_for(*src, 2u << 20, 32, {1, 4, 16});
     for (Schedule s : {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic}) {
-      bool feasible = false;
-      for (const auto& t : table.tiers) feasible |= t.find(s) && t.find(s)->feasible;
-      if (!feasible) continue;
+      if (!feasible_at_some_tier(table, s)) continue;
       INFO(path << " " << schedule_name(s));
       auto dev = make_emu_device({3, 30, 0});
       RuntimeOptions o;
@@ -323,9 +335,7 @@ TEST_CASE("runtime: the measured timeline covers every action and respects every
     const std::vector<int> steps = {6, 1, 1};
     const PlanTable table = table_for(*src, static_cast<uint64_t>(0.4 * static_cast<double>(spec.total_bytes())) + (4u << 20), ctx, {1, 4, 16});
     for (Schedule s : {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic}) {
-      bool feasible = false;
-      for (const auto& t : table.tiers) feasible |= t.find(s) && t.find(s)->feasible;
-      if (!feasible) continue;
+      if (!feasible_at_some_tier(table, s)) continue;
       INFO(family << " " << schedule_name(s));
       auto dev = make_emu_device({13, 80, 0});
       RuntimeOptions o;
@@ -430,13 +440,8 @@ TEST_CASE("runtime: attention staged over a host KV cache matches the CPU refere
     const PlanTable table = build_plan_table(spec, *cost, cfg);
     int staged_plans = 0;
     for (Schedule s : {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic}) {
-      bool feasible = false, stages = false;
-      for (const auto& t : table.tiers)
-        if (const Plan* p = t.find(s); p && p->feasible) {
-          feasible = true;
-          for (const Action& a : p->actions) stages = stages || a.part == ComputePart::AttnStaged;
-        }
-      if (!feasible) continue;
+      if (!feasible_at_some_tier(table, s)) continue;
+      const bool stages = stages_somewhere(table, s);
       staged_plans += stages;
       INFO(family << " " << schedule_name(s) << (stages ? " (staged)" : ""));
       auto dev = make_emu_device({19, 50, 0});
@@ -470,9 +475,7 @@ TEST_CASE("runtime: switching schedules between steps keeps every step exact (th
       const PlanTable table = table_for(*src, budget, ctx, {1, 4, 16});
       std::vector<Schedule> feasible;
       for (Schedule s : {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic, Schedule::LayerSplit, Schedule::CpuMoe}) {
-        bool any = false;
-        for (const auto& t : table.tiers) any |= t.find(s) && t.find(s)->feasible;
-        if (any) feasible.push_back(s);
+        if (feasible_at_some_tier(table, s)) feasible.push_back(s);
       }
       INFO(family << " budget " << budget << ": " << feasible.size() << " feasible schedules");
       REQUIRE(feasible.size() >= 2);
@@ -679,9 +682,7 @@ TEST_CASE("runtime: an LM head larger than the budget streams in row pieces, loa
   }
   int ran = 0;
   for (Schedule sched : {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic}) {
-    bool feasible = false;
-    for (const auto& t : table.tiers) feasible |= t.find(sched) && t.find(sched)->feasible;
-    if (!feasible) continue;
+    if (!feasible_at_some_tier(table, sched)) continue;
     INFO("schedule " << schedule_name(sched));
     auto dev = make_emu_device({5, 50, 0});
     RuntimeOptions opt;
@@ -769,9 +770,7 @@ TEST_CASE("runtime: queues at unequal speeds keep every schedule exact", "[runti
     for (uint64_t budget : {min_b + (256u << 10), std::max<uint64_t>(min_b + (256u << 10), spec.total_bytes() / 2)}) {
       const PlanTable table = table_for(*src, budget, ctx, {1, 4, 16});
       for (Schedule s : {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic, Schedule::LayerSplit, Schedule::CpuMoe}) {
-        bool feasible = false;
-        for (const auto& t : table.tiers) feasible |= t.find(s) && t.find(s)->feasible;
-        if (!feasible) continue;
+        if (!feasible_at_some_tier(table, s)) continue;
         for (int k = 0; k < 3; ++k) {
           INFO(family << " budget " << budget << " schedule " << schedule_name(s) << " skew " << k);
           EmuOptions eo;
