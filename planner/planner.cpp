@@ -896,7 +896,13 @@ bool decode_feasible(const ModelSpec& spec, const CostModel& cost, PlannerConfig
   const Layout L = make_layout(spec, cfg, 0);
   const Ctx c{spec, cost, cfg, L};
   const int64_t n = cfg.tiers.front();
-  for (Schedule s : {Schedule::Static, Schedule::GpuOnly})
+  // The schedules the table may pick at its first tier (the candidates the config names; a table of
+  // baselines alone picks among them); Static and GPU-only need the least VRAM of the candidates.
+  std::vector<Schedule> pickable;
+  for (Schedule s : cfg.schedules)
+    if (schedule_is_candidate(s)) pickable.push_back(s);
+  if (pickable.empty()) pickable = cfg.schedules;
+  for (Schedule s : pickable)
     if (plan_one(c, s, n).feasible) return true;
   return false;
 }
@@ -944,13 +950,16 @@ PlanTable build_plan_table(const ModelSpec& spec, const CostModel& cost, const P
     t.canonical_offsets.push_back(L.prefix_end[i]);
   }
   t.kv_on_gpu = L.kv_gpu;
+  // A table of baselines alone (`run --schedule layer-split`) picks among them; otherwise they are
+  // reference rows, never picked.
+  const bool baselines_only = std::none_of(cfg.schedules.begin(), cfg.schedules.end(), schedule_is_candidate);
   for (int64_t n : cfg.tiers) {
     TierEntry e;
     e.tokens = n;
     double best = 0;
     for (Schedule s : cfg.schedules) {
       Plan p = plan_one(c, s, n);
-      if (p.feasible && schedule_is_candidate(s) && (!e.feasible || p.predicted_ms < best)) {
+      if (p.feasible && (baselines_only || schedule_is_candidate(s)) && (!e.feasible || p.predicted_ms < best)) {
         e.feasible = true;
         e.chosen = s;
         best = p.predicted_ms;
@@ -973,10 +982,22 @@ PlanTable build_plan_table(const ModelSpec& spec, const CostModel& cost, const P
       }
     }
   }
-  if (!t.tiers.front().feasible)
-    fail("a VRAM budget of ", format_bytes(cfg.budget_bytes), " is too small for ", t.model,
-         " at --ctx ", cfg.ctx, ": the smallest budget that works is ", format_bytes(minimum_budget(spec, cost, cfg)),
-         " (", minimum_budget(spec, cost, cfg), " bytes)");
+  if (!t.tiers.front().feasible) {
+    // Too small a budget, or schedules that cannot run at any (Dynamic alone where everything fits).
+    uint64_t smallest = 0;
+    try {
+      smallest = minimum_budget(spec, cost, cfg);
+    } catch (const Error&) {
+    }
+    if (smallest > cfg.budget_bytes)
+      fail("a VRAM budget of ", format_bytes(cfg.budget_bytes), " is too small for ", t.model, " at --ctx ", cfg.ctx,
+           ": the smallest budget that works is ", format_bytes(smallest), " (", smallest, " bytes)");
+    std::string why;
+    for (const Plan& p : t.tiers.front().candidates)
+      why += str_cat(why.empty() ? "" : "; ", schedule_name(p.schedule), ": ", p.infeasible_reason);
+    fail("no plan for ", t.tiers.front().tokens, " tokens of ", t.model, " under a VRAM budget of ",
+         format_bytes(cfg.budget_bytes), " at --ctx ", cfg.ctx, " (", why, ")");
+  }
   return t;
 }
 

@@ -476,6 +476,28 @@ TEST_CASE("cli: run --device emu plans under a budget, generates the CPU path to
   }
 }
 
+TEST_CASE("cli: run --schedule X runs every step with X (candidates and baselines), the CPU path's tokens", "[cli][runtime]") {
+  const std::string moe = fixture("hf/qwen3moe_nonorm");
+  const std::string common = "run --model " + quote(moe) + " --tokens 1,2,3,4,5 -n 6 --greedy --threads 2 --json ";
+  const Result cpu = shardwise_cli(common);
+  REQUIRE(cpu.rc == 0);
+  for (const char* s : {"gpu-only", "static", "dynamic", "layer-split", "cpu-moe"}) {
+    const Result r = shardwise_cli(common + "--device emu --vram-budget 64M --schedule " + s);
+    INFO(s << ": " << r.err);
+    if (std::string(s) == "dynamic") {  // the whole model fits: nothing for Dynamic to stream, said so
+      CHECK(r.rc == 1);
+      CHECK_THAT(r.err, Contains("no plan for 1 tokens") && Contains("dynamic: no CPU shard"));
+      CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+      continue;
+    }
+    REQUIRE(r.rc == 0);
+    const auto j = nlohmann::json::parse(r.out), jc = nlohmann::json::parse(cpu.out);
+    CHECK(j["generated_ids"] == jc["generated_ids"]);
+    REQUIRE(j["steps"].size() >= 2);
+    for (const auto& st : j["steps"]) CHECK(st["schedule"] == s);
+  }
+}
+
 TEST_CASE("cli: run runs decode steps of a device-resident plan as CUDA graphs by default, same tokens", "[cli][runtime]") {
   const std::string model = fixture("hf/llama");
   const std::string base = "run --model " + quote(model) + " --tokens 1,2,3,4,5,6,7,8,9,10,11,12 -n 5 --greedy --threads 2 --json --device emu "

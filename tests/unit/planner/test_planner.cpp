@@ -352,6 +352,34 @@ TEST_CASE("a table of one schedule takes the layout best for it (run --schedule 
   CHECK(build_plan_table(spec, *cost, only).find_tier(1)->find(Schedule::Dynamic)->feasible);
 }
 
+TEST_CASE("a table of baselines alone picks among them (run --schedule layer-split)", "[planner]") {
+  // Baselines are reference rows in a mixed table, never picked; a table of layer-split alone must
+  // pick it, or every tier is infeasible and the error names a 'smallest budget' below the budget given.
+  const ModelSpec spec = builtin_spec("nemo8b");
+  auto cost = make_analytic_cost_model(builtin_hardware("h200-host"));
+  PlannerConfig cfg = config(2 * GiB, 1024, 16);
+  cfg.tiers = {1, 512, 1024};
+  cfg.schedules = {Schedule::LayerSplit};
+  const PlanTable t = build_plan_table(spec, *cost, cfg);
+  for (const int64_t n : {int64_t(1), int64_t(512)}) {
+    INFO("tier " << n);
+    REQUIRE(t.find_tier(n)->feasible);
+    CHECK(t.find_tier(n)->chosen == Schedule::LayerSplit);
+  }
+  CHECK_FALSE(t.find_tier(1024)->find(Schedule::LayerSplit)->feasible);  // above llama.cpp's micro-batch
+  CHECK(t.find_tier(1024)->chunk_tokens == 512);  // runs as two 512-token steps
+  // The smallest budget is the baseline's own: the table builds there and not 2 MiB below.
+  const uint64_t min_b = minimum_budget(spec, *cost, cfg);
+  PlannerConfig at = cfg;
+  at.budget_bytes = min_b;
+  CHECK_NOTHROW(build_plan_table(spec, *cost, at));
+  at.budget_bytes = min_b - 2 * MiB;
+  CHECK_THROWS_WITH(build_plan_table(spec, *cost, at), Contains("smallest budget") && Contains(std::to_string(min_b)));
+  // In a mixed table the baseline stays a reference row.
+  cfg.schedules = {Schedule::Static, Schedule::LayerSplit};
+  CHECK(build_plan_table(spec, *cost, cfg).find_tier(1)->chosen == Schedule::Static);
+}
+
 namespace {
 // A machine whose copies run 25% slower while CPU work reads DRAM beside them.
 class SlowCopiesBesideCpu : public CostModel {
