@@ -96,6 +96,7 @@ struct RowPlan {
   double predicted_ms = 0;
   uint64_t vram_bytes = 0;
   std::string plan_signature;  // what the executor runs, whatever the schedule's name (plan_signature())
+  int kv_layers_gpu = -1;      // layers whose KV cache the plan keeps in VRAM (-1: no feasible plan)
   bool chosen = false;
   std::string planner_choice;  // the chosen schedule at this tier ("none": no candidate fits)
   bool skip = false;           // predicted above measure.max_step_ms
@@ -243,7 +244,10 @@ ConfigPlan plan_config(const Experiment& e, const Configuration& c, const ModelS
         r.reason = plan->infeasible_reason;
         r.predicted_ms = plan->predicted_ms;
         r.vram_bytes = plan->vram_bytes;
-        if (plan->feasible) r.plan_signature = plan_signature(*plan);
+        if (plan->feasible) {
+          r.plan_signature = plan_signature(*plan);
+          r.kv_layers_gpu = static_cast<int>(std::count(plan->kv_on_gpu.begin(), plan->kv_on_gpu.end(), true));
+        }
         r.chosen = entry->feasible && schedule_is_candidate(s) && entry->chosen == s;
         if (r.feasible && e.measure.max_step_ms > 0 && r.predicted_ms > e.measure.max_step_ms) {
           r.skip = true;
@@ -634,6 +638,7 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
            {"measured_spread_ms", nullptr},
            {"vram_bytes", r.vram_bytes},
            {"plan_signature", r.plan_signature.empty() ? json(nullptr) : json(r.plan_signature)},
+           {"kv_layers_gpu", r.kv_layers_gpu < 0 ? json(nullptr) : json(r.kv_layers_gpu)},
            {"chosen", r.chosen},
            {"planner_choice", r.planner_choice},
            {"machine", machine},
@@ -729,7 +734,12 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
       // One device and one runtime for the configuration, set up for its first schedule with rows to
       // measure; the later schedules switch it (Runtime::set_schedule). Candidates measured in one
       // set-up: separate set-ups had measured one plan under two names up to ~6% apart
-      // (results/planner_accuracy_v6/README.md).
+      // (results/planner_accuracy_v6/README.md). A baseline keeping the KV cache elsewhere than the
+      // candidates (layer-split) gets a set-up of its own.
+      if (rt && !rt->keeps_kv_as(s)) {
+        rt.reset();
+        device.reset();
+      }
       if (!device && setup_error.empty()) {
         const auto t_setup = Clock::now();
         try {

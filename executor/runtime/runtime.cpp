@@ -193,7 +193,7 @@ void Runtime::set_n_past(int64_t n) {
 
 void Runtime::fill_host_cache(int64_t n, uint64_t seed) {
   SW_CHECK(n >= 0 && n <= table_.ctx, "fill_host_cache: ", n, " positions outside the context of ", table_.ctx);
-  const std::vector<bool>& on_gpu = kv_fixed_ ? kv_on_gpu_ : table_.kv_on_gpu;  // every plan of the table keeps it there
+  const std::vector<bool>& on_gpu = kv_fixed_ ? kv_on_gpu_ : kv_placement(options_.schedule);
   // A seeded 256 KiB pattern copied over every host-resident cache (gigabytes at a 16K context: copies
   // of a pattern run at memory speed, where generating every value would cost seconds per runtime).
   std::vector<float> pattern(65536);
@@ -241,8 +241,22 @@ void Runtime::require_feasible(Schedule s) const {
   SW_CHECK(any, "--schedule ", schedule_name(s), " has no feasible plan at any tier for this budget");
 }
 
+const std::vector<bool>& Runtime::kv_placement(std::optional<Schedule> schedule) const {
+  for (const auto& tier : table_.tiers) {
+    const Plan* p = schedule ? tier.find(*schedule) : (tier.feasible ? &tier.chosen_plan() : nullptr);
+    if (p && p->feasible) return p->kv_on_gpu;
+  }
+  return table_.kv_on_gpu;
+}
+
+bool Runtime::keeps_kv_as(std::optional<Schedule> schedule) const {
+  return kv_placement(schedule) == (kv_fixed_ ? kv_on_gpu_ : kv_placement(options_.schedule));
+}
+
 void Runtime::set_schedule(std::optional<Schedule> schedule) {
   if (schedule) require_feasible(*schedule);
+  SW_CHECK(keeps_kv_as(schedule), "runtime: the ", schedule ? schedule_name(*schedule) : "table's", " plans keep the KV "
+           "cache elsewhere than this runtime does; set up another runtime for them");
   options_.schedule = schedule;
   arena_peak_ = 0;
   uploaded_ = 0;

@@ -103,8 +103,13 @@ class Runtime : public StepEngine {
   // RuntimeOptions::schedule does from the start: the oracle measures every candidate of a
   // configuration in one set-up. What stays pinned stays; the next step uploads what the new plans
   // pin and the old ones did not. Resets arena_peak_bytes and uploaded_bytes (this schedule's).
-  // Errors if the schedule has no feasible plan at any tier.
+  // Errors if the schedule has no feasible plan at any tier, or if its plans keep the KV cache
+  // elsewhere than this runtime's (see keeps_kv_as).
   void set_schedule(std::optional<Schedule> schedule);
+  // Whether `schedule`'s plans (nullopt: the table's choices) keep each layer's KV cache where this
+  // runtime keeps it. The candidates of a table share one placement; a baseline (layer-split,
+  // cpu-moe) has its own, and needs a runtime of its own.
+  bool keeps_kv_as(std::optional<Schedule> schedule) const;
 
   const PlanTable& table() const { return table_; }
   const std::vector<RuntimeStep>& steps() const { return steps_; }
@@ -125,6 +130,8 @@ class Runtime : public StepEngine {
   void copy_shard_tensors(const Shard& s, uint8_t* dst, int64_t row0, int64_t row1);
   void validate_plan(const Plan& p) const;
   void require_feasible(Schedule s) const;
+  // Where the plans of `schedule` (nullopt: the table's choices) keep each layer's KV cache.
+  const std::vector<bool>& kv_placement(std::optional<Schedule> schedule) const;
   void check_region(const uint8_t* p, uint64_t bytes, const char* what) const;
 
   const WeightSource& source_;

@@ -788,6 +788,47 @@ TEST_CASE("runtime: queues at unequal speeds keep every schedule exact", "[runti
   }
 }
 
+TEST_CASE("runtime: a schedule keeping the KV cache elsewhere is refused by set_schedule, runs in its own runtime",
+          "[runtime]") {
+  // layer-split keeps the KV of its last N layers in VRAM, the candidates of a table the first k: at a
+  // budget where they differ, one runtime cannot serve both (its caches are placed once).
+  const ModelSpec spec = test_model("llama", DType::F16);
+  ThreadPool pool(2);
+  auto src = make_synthetic_weights(spec, 29, &pool);
+  ModelWeights w = ModelWeights::from_source(*src);
+  const int64_t ctx = 1024;  // llama.cpp's 512-token compute buffer dwarfs this model: budgets of MiBs
+  const std::vector<int> steps = {9, 1, 1};
+  const auto toks = token_seq(11, spec.vocab_size, 4);
+  const auto ref = reference_steps(*src, toks, steps, ctx);
+  int differing = 0;
+  for (uint64_t mib = 8; mib <= 24; mib += 2) {
+    const uint64_t budget = mib << 20;
+    if (budget < min_budget_for(*src, ctx)) continue;
+    const PlanTable table = table_for(*src, budget, ctx, {1, 4, 16});
+    const Plan* ls = nullptr;
+    for (const auto& t : table.tiers)
+      if (const Plan* p = t.find(Schedule::LayerSplit); p && p->feasible) ls = p;
+    if (!ls || ls->kv_on_gpu == table.kv_on_gpu) continue;
+    ++differing;
+    INFO("budget " << budget);
+    auto dev = make_emu_device({11, 50, 0});
+    Runtime rt(*src, w, *dev, pool, table, {});
+    CHECK(rt.keeps_kv_as(std::nullopt));
+    CHECK_FALSE(rt.keeps_kv_as(Schedule::LayerSplit));
+    CHECK_THROWS_WITH(rt.set_schedule(Schedule::LayerSplit), Contains("KV cache elsewhere"));
+    CHECK(test::max_rel_error(run_steps(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);  // still the table's
+    auto dev2 = make_emu_device({11, 50, 0});
+    RuntimeOptions o;
+    o.schedule = Schedule::LayerSplit;
+    Runtime own(*src, w, *dev2, pool, table, o);
+    CHECK(own.keeps_kv_as(Schedule::LayerSplit));
+    CHECK_FALSE(own.keeps_kv_as(std::nullopt));
+    CHECK(test::max_rel_error(run_steps(own, toks, steps), ref, spec.vocab_size) <= 1e-4);
+    CHECK(own.steps().back().schedule == Schedule::LayerSplit);
+  }
+  CHECK(differing > 0);  // the premise: some budget makes the placements differ
+}
+
 TEST_CASE("runtime: fill_host_cache gives the host caches data that a step over them reads", "[runtime]") {
   // The oracle measures a step over a cache filled to ctx without a prefill; pages never written would
   // be read as the shared zero page, from cache. The fill must reach exactly the caches on the host.

@@ -191,15 +191,16 @@ TEST_CASE("sweep: --shard i/n splits the rows: shards are disjoint and their uni
   CHECK(sf["complete"] == true);
   const Rows all = read_rows(full);
   REQUIRE(all.rows.size() > 8);
-  // A configuration's candidates are measured in one set-up: its measured rows share one setup_ms,
+  // A configuration's candidates are measured in one set-up: their measured rows share one setup_ms,
   // and each row's arena peak is its own schedule's (within the budget).
   std::map<std::string, std::set<double>> setups;
   std::map<std::string, std::set<std::string>> schedules;
   for (const auto& r : all.rows) {
     if (r["status"] != "measured") continue;
+    CHECK(r["arena_peak_bytes"].get<uint64_t>() <= r["budget_bytes"].get<uint64_t>());
+    if (r["candidate"] != true) continue;
     setups[r["config_id"].get<std::string>()].insert(r["setup_ms"].get<double>());
     schedules[r["config_id"].get<std::string>()].insert(r["schedule"].get<std::string>());
-    CHECK(r["arena_peak_bytes"].get<uint64_t>() <= r["budget_bytes"].get<uint64_t>());
     CHECK(r["arena_peak_bytes"].get<uint64_t>() > 0);
   }
   int shared_setups = 0;
@@ -232,6 +233,44 @@ TEST_CASE("sweep: --shard i/n splits the rows: shards are disjoint and their uni
   const Rows sh = read_rows(shared);
   CHECK(sh.keys == all.keys);
   CHECK(no_duplicates(sh));
+}
+
+TEST_CASE("sweep: a baseline keeping the KV cache elsewhere than the candidates is measured in a set-up of its own",
+          "[oracle][sweep]") {
+  // layer-split keeps the KV of its GPU layers in VRAM and the rest on the host, whatever layout the
+  // table chose for the candidates; switching the candidates' runtime to it was an error in every such
+  // row (the study's layer-split rows of nemo8b).
+  const std::string path = test::temp_path("kv_elsewhere.yaml");
+  test::write_file(path, "name: kv_elsewhere\nhardware: cli3\nmodels:\n  - name: smoke_llama\n    weights: \"synthetic:" + repo_root() +
+                             "/experiments/models/smoke_llama.yaml?dtype=f16&seed=1\"\n"
+                             "budgets: [12M, 16M, 20M]\nctx: [1024]\nthreads: [1]\npcie_caps: [none]\ntiers: [1, 16]\n"
+                             "measure: {warmup: 1, min_repeats: 2, max_repeats: 3, row_seconds: 0.05, expensive_repeats: 1}\n");
+  const std::string out = test::temp_path("kv_elsewhere.jsonl");
+  const json s = summary(run({"sweep", path, "--device", "emu", "--out", out, "--no-progress"}));
+  CHECK(s["complete"] == true);
+  const Rows all = read_rows(out);
+  std::map<std::string, std::set<int>> kv_layers;  // per configuration, over its measured rows
+  std::map<std::string, std::map<bool, std::set<double>>> setups;  // per configuration: candidate? -> setup_ms
+  int measured_layer_split = 0;
+  for (const auto& r : all.rows) {
+    INFO(r.dump());
+    CHECK(r["status"] != "error");
+    if (r["status"] != "measured") continue;
+    const std::string id = r["config_id"].get<std::string>();
+    kv_layers[id].insert(r["kv_layers_gpu"].get<int>());
+    setups[id][r["candidate"].get<bool>()].insert(r["setup_ms"].get<double>());
+    measured_layer_split += r["schedule"] == "layer-split";
+  }
+  CHECK(measured_layer_split > 0);
+  int elsewhere = 0;  // configurations whose measured rows keep the KV in two placements
+  for (const auto& [id, counts] : kv_layers) {
+    if (counts.size() < 2) continue;
+    ++elsewhere;
+    CHECK(setups[id][true].size() == 1);  // the candidates share one set-up, the baseline has its own
+    REQUIRE(setups[id][false].size() == 1);
+    CHECK(*setups[id][false].begin() != *setups[id][true].begin());
+  }
+  CHECK(elsewhere > 0);  // the premise: some budget here makes layer-split keep the KV elsewhere
 }
 
 TEST_CASE("sweep: --max-minutes stops cleanly between rows and --resume completes", "[oracle][sweep]") {
