@@ -112,8 +112,11 @@ __device__ __forceinline__ void row_of(const KArgs& a, int g, int i, int& t, int
 
 template <int D, int RB, bool FULL>
 __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KArgs a) {
+  pdl_begin();
   constexpr int C = D / 32;          // head_dim elements per lane (of the padded D)
-  constexpr int U = C >= 8 ? 2 : 4;  // keys per step
+  // Keys per step: their K and V rows are loaded together (4-8 KiB per warp in flight), so a warp's
+  // keys cost a few memory round trips rather than one per 2-4 keys (decode is latency-bound).
+  constexpr int U = C >= 8 ? 4 : 8;
   const int hd = FULL ? D : a.hd;
   const bool vec4 = a.vec4 != 0;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -234,6 +237,7 @@ struct Prefill {
 
 template <int D, bool FULL>
 __global__ void __launch_bounds__(256) attn_prefill_kernel(const KArgs a) {
+  pdl_begin();
   using P = Prefill<D>;
   const int hd = FULL ? D : a.hd;
   const bool vec4 = a.vec4 != 0;
@@ -406,6 +410,7 @@ __global__ void __launch_bounds__(256) attn_prefill_kernel(const KArgs a) {
 
 // One block per (token, head): merges the splits' partial maxima, sums and outputs (hd of them).
 __global__ void attn_combine_kernel(const KArgs a) {
+  pdl_begin();
   const int hd = a.hd;
   const int row = blockIdx.x;
   const int t = row / a.n_heads, h = row % a.n_heads;
@@ -430,7 +435,7 @@ template <int D, int RB, bool FULL>
 void launch_decode(const KArgs& k, int row_groups, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(ceil_div(k.n_splits, kDecodeWarps)), static_cast<unsigned>(k.n_kv_heads),
                   static_cast<unsigned>(row_groups));
-  attn_decode_kernel<D, RB, FULL><<<grid, kDecodeWarps * 32, 0, s>>>(k);
+  launch_kernel("attention decode kernel", attn_decode_kernel<D, RB, FULL>, grid, dim3(kDecodeWarps * 32), 0, s, k);
 }
 
 template <int D, bool FULL>
@@ -463,7 +468,7 @@ void launch_prefill(const KArgs& k, cudaStream_t s) {
   const int rows_g = k.n * k.group;
   const dim3 grid(static_cast<unsigned>(ceil_div(rows_g, Prefill<D>::MQ)), static_cast<unsigned>(k.n_kv_heads),
                   static_cast<unsigned>(k.n_splits));
-  attn_prefill_kernel<D, FULL><<<grid, 256, smem, s>>>(k);
+  launch_kernel("attention prefill kernel", attn_prefill_kernel<D, FULL>, grid, dim3(256), static_cast<size_t>(smem), s, k);
 }
 
 template <int D>
@@ -521,7 +526,7 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
     rb = rows_g >= 4 ? 4 : (rows_g >= 2 ? 2 : 1);
     row_groups = ceil_div(rows_g, rb);
     base_units = static_cast<int64_t>(a.n_kv_heads) * row_groups;  // warps per split
-    min_keys = a.decode_min_keys > 0 ? a.decode_min_keys : 64;
+    min_keys = a.decode_min_keys > 0 ? a.decode_min_keys : 32;
   } else {
     base_units = ceil_div(rows_g, Prefill<64>::MQ) * a.n_kv_heads;  // blocks per split
     min_keys = 256;
@@ -565,8 +570,8 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
   }
   if (splits > 1) {
     SW_CHECK(rows_all < (int64_t(1) << 31), "CUDA attention: too many rows");
-    attn_combine_kernel<<<static_cast<unsigned>(rows_all), std::min(hd, 128), 0, ctx.stream>>>(k);
-    check_launch("attention combine kernel");
+    launch_kernel("attention combine kernel", attn_combine_kernel, dim3(static_cast<unsigned>(rows_all)),
+                  dim3(std::min(hd, 128)), 0, ctx.stream, k);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -25,6 +26,30 @@ inline void check_blas(cublasStatus_t s, const char* what) {
 }
 // After a kernel launch: reports a bad configuration (or an earlier asynchronous error) by name.
 inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
+
+// Programmatic dependent launch (sm_90+): a kernel started by launch_kernel() may be scheduled while the
+// kernel before it in the stream still runs; it waits (pdl_wait) before it touches memory, so it sees
+// everything that kernel wrote, and that kernel never sees its writes. What overlaps is the launch
+// and the block scheduling of one kernel with the tail of the last: decode steps run hundreds of
+// small kernels back to back. Other dependencies (events, copies) are unchanged. SHARDWISE_PDL=0, or a
+// device below sm_90, launches them as plain launches.
+bool pdl_enabled();
+
+template <typename... Params, typename... Args>
+void launch_kernel(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+            Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  check(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), what);
+}
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline uint64_t align_up(uint64_t x, uint64_t a = 256) { return (x + a - 1) / a * a; }
@@ -84,6 +109,25 @@ struct Ctx {
 
 // ---- device helpers ----------------------------------------------------------------------------
 #ifdef __CUDACC__
+
+// The first statement of every kernel started by launch_kernel(): waits until the kernel before it in the
+// stream has finished and its writes are visible (a no-op for plain launches), then lets the next
+// kernel be scheduled (it waits in turn before touching memory). A kernel may read, before its
+// pdl_wait, memory that no kernel writes (weights: only copies write them, ordered by events).
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_begin() {
+  pdl_wait();
+  pdl_trigger();
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

@@ -196,6 +196,19 @@ __device__ __forceinline__ void load_x(const float* x, int u, float* xv) {
   }
 }
 
+// The weight pieces of one step of the fast path: kUnroll per row, clamped to the row (always valid).
+template <typename P, int U, int M>
+__device__ __forceinline__ void load_pieces(P (&pc)[U][M][kRows], const uint8_t* const (&wr)[M][kRows], int u0, int units) {
+#pragma unroll
+  for (int i = 0; i < U; ++i) {
+    const int u = min(u0 + 32 * i, units - 1);
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) pc[i][m][r].load(wr[m][r], u);
+  }
+}
+
 // Fast path: rows 16-byte aligned for f32/f16/bf16 (cols a multiple of 4/8), 2-byte aligned blocks
 // for q8_0/q4_0, x rows 16-byte aligned. Each step issues the weight loads of kUnroll pieces per row
 // (clamped to the row, so always valid) before any arithmetic, to keep enough bytes in flight.
@@ -208,8 +221,15 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const __grid_constant
   const TaskDev& tk = b.task[ti];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row0 = ((static_cast<int>(blockIdx.x) - b.block_begin[ti]) * kWarps + warp) * kRows;
-  if (row0 >= tk.rows) return;
+  if (row0 >= tk.rows) {
+    pdl_begin();
+    return;
+  }
   const int nt = tk.nt;
+  // Weights named directly are loaded before waiting for the kernel before this one (programmatic
+  // dependent launch), so the first loads overlap its tail; a selector is that kernel's output.
+  const bool early = tk.sel == nullptr;
+  if (!early) pdl_wait();
 
   const uint8_t *mw0, *mw1;
   task_matrices(tk, &mw0, &mw1);
@@ -232,16 +252,12 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const __grid_constant
       for (int t = 0; t < NT; ++t) acc[m][r][t] = 0.0f;
 
   const int units = tk.cols / E;
+  P pc[kUnroll][M][kRows];
+  if (units > 0) load_pieces<P, kUnroll, M>(pc, wr, lane, units);  // the first step's weights
+  if (early) pdl_wait();
+  pdl_trigger();
   for (int u0 = lane; u0 < units; u0 += 32 * kUnroll) {
-    P pc[kUnroll][M][kRows];
-#pragma unroll
-    for (int i = 0; i < kUnroll; ++i) {
-      const int u = min(u0 + 32 * i, units - 1);
-#pragma unroll
-      for (int m = 0; m < M; ++m)
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) pc[i][m][r].load(wr[m][r], u);
-    }
+    if (u0 != lane) load_pieces<P, kUnroll, M>(pc, wr, u0, units);
 #pragma unroll
     for (int i = 0; i < kUnroll; ++i) {
       const int u = u0 + 32 * i;
@@ -296,6 +312,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const __grid_constant
 // Any dtype, any alignment (odd shapes): one row per warp, element loads, tokens at run time.
 template <DType T>
 __global__ void __launch_bounds__(kWarps * 32) gemv_generic_kernel(const __grid_constant__ Batch b) {
+  pdl_begin();
   const int ti = find_task(b);
   const TaskDev& tk = b.task[ti];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -335,15 +352,15 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_generic_kernel(const __grid_
 template <DType T, int M>
 void launch_fast(int nt_max, const Batch& b, int blocks, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(blocks)), block(kWarps * 32);
-  if (nt_max <= 1) gemv_kernel<T, 1, M><<<grid, block, 0, s>>>(b);
-  else if (nt_max <= 2) gemv_kernel<T, 2, M><<<grid, block, 0, s>>>(b);
-  else if (nt_max <= 4) gemv_kernel<T, 4, M><<<grid, block, 0, s>>>(b);
-  else gemv_kernel<T, 8, M><<<grid, block, 0, s>>>(b);
+  if (nt_max <= 1) launch_kernel("GEMV kernel", gemv_kernel<T, 1, M>, grid, block, 0, s, b);
+  else if (nt_max <= 2) launch_kernel("GEMV kernel", gemv_kernel<T, 2, M>, grid, block, 0, s, b);
+  else if (nt_max <= 4) launch_kernel("GEMV kernel", gemv_kernel<T, 4, M>, grid, block, 0, s, b);
+  else launch_kernel("GEMV kernel", gemv_kernel<T, 8, M>, grid, block, 0, s, b);
 }
 
 template <DType T>
 void launch(bool fast, bool two, int nt_max, const Batch& b, int blocks, cudaStream_t s) {
-  if (!fast) gemv_generic_kernel<T><<<blocks, kWarps * 32, 0, s>>>(b);
+  if (!fast) launch_kernel("GEMV kernel", gemv_generic_kernel<T>, dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), 0, s, b);
   else if (two) launch_fast<T, 2>(nt_max, b, blocks, s);
   else launch_fast<T, 1>(nt_max, b, blocks, s);
 }

@@ -4,6 +4,8 @@
 // contraction) with the host's angle table, expert outputs summed in ascending expert order before
 // the residual add. Only sums of squares differ in order from the CPU's SIMD dot.
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "executor/cuda/cuda_kernels.h"
 #include "executor/cuda/kernels.cuh"
@@ -27,6 +29,7 @@ __device__ float block_sum(float v, float* scratch /* [32] */) {
 
 __global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* __restrict__ w, float eps, float* y,
                                 int64_t ldy, int dim) {
+  pdl_begin();
   __shared__ float scratch[32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * ldx;
   float* yr = y + static_cast<int64_t>(blockIdx.x) * ldy;
@@ -39,6 +42,7 @@ __global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* __rest
 
 // Grid (tokens, head groups of 4); one warp per head: q heads, then k heads, then (with a cache) v heads.
 __global__ void __launch_bounds__(128) qk_rope_kernel(const __grid_constant__ QkRopeArgs a) {
+  pdl_begin();
   __shared__ float buf[4][kMaxHeadDim];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int nh = a.n_heads, nkv = a.n_kv_heads, D = a.head_dim, half = D / 2;
@@ -87,6 +91,7 @@ __global__ void __launch_bounds__(128) qk_rope_kernel(const __grid_constant__ Qk
 }
 
 __global__ void swiglu_kernel(float* gate, const float* __restrict__ up, int64_t width, int64_t ld) {
+  pdl_begin();
   const int64_t r = blockIdx.y;
   for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < width;
        c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -97,6 +102,7 @@ __global__ void swiglu_kernel(float* gate, const float* __restrict__ up, int64_t
 
 __global__ void gather_rows_kernel(const float* __restrict__ src, int64_t ld_src, const int32_t* __restrict__ idx,
                                    int64_t width, float* dst, int64_t ld_dst) {
+  pdl_begin();
   const int64_t r = blockIdx.y;
   const float* s = src + static_cast<int64_t>(idx[r]) * ld_src;
   float* d = dst + r * ld_dst;
@@ -108,6 +114,7 @@ __global__ void gather_rows_kernel(const float* __restrict__ src, int64_t ld_src
 // One thread per element of rows [p0, p1): grid (kv_dim blocks of 256, rows).
 __global__ void kv_layout_kernel(const float* __restrict__ src, float* __restrict__ dst, int64_t capacity, int32_t heads,
                                  int32_t hd, int64_t p0, bool to_positions) {
+  pdl_begin();
   const int64_t p = p0 + blockIdx.y;
   const int64_t kvd = static_cast<int64_t>(heads) * hd;
   for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < kvd;
@@ -120,6 +127,7 @@ __global__ void kv_layout_kernel(const float* __restrict__ src, float* __restric
 }
 
 __global__ void moe_combine_kernel(const __grid_constant__ MoeCombineArgs a) {
+  pdl_begin();
   const int t = blockIdx.y;
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c >= a.width) return;
@@ -139,6 +147,7 @@ __global__ void moe_combine_kernel(const __grid_constant__ MoeCombineArgs a) {
 // One warp per token: softmax over the logits in shared memory, then top_k rounds of a warp
 // argmax (largest probability, lowest expert on ties), each removing its winner.
 __global__ void __launch_bounds__(32) moe_topk_kernel(const MoeTopkArgs a) {
+  pdl_begin();
   extern __shared__ float p[];
   __shared__ int32_t sel_id[kMoeTopkMaxK];
   __shared__ float sel_p[kMoeTopkMaxK];
@@ -206,14 +215,29 @@ dim3 rows_grid(int64_t rows, int64_t width, int threads) {
 
 }  // namespace
 
+bool pdl_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("SHARDWISE_PDL");
+    if (env != nullptr && std::string(env) == "0") return false;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+      cudaGetLastError();  // not sticky: clear it
+      return false;
+    }
+    return major >= 9;
+  }();
+  return enabled;
+}
+
 void rms_norm(const Ctx& ctx, const float* x, int64_t ldx, const float* w, float eps, float* y, int64_t ldy, int64_t n,
               int64_t dim) {
   if (n <= 0) return;
   SW_CHECK(w != nullptr, "CUDA rms_norm: the norm weight is not on the device");
   SW_CHECK(n < (int64_t(1) << 31) && dim < (int64_t(1) << 31), "CUDA rms_norm: too large");
   const int threads = dim >= 1024 ? 256 : 128;
-  rms_norm_kernel<<<static_cast<unsigned>(n), threads, 0, ctx.stream>>>(x, ldx, w, eps, y, ldy, static_cast<int>(dim));
-  check_launch("rms_norm kernel");
+  launch_kernel("rms_norm kernel", rms_norm_kernel, dim3(static_cast<unsigned>(n)), dim3(threads), 0, ctx.stream, x, ldx, w,
+                eps, y, ldy, static_cast<int>(dim));
 }
 
 void qk_norm_rope(const Ctx& ctx, const QkRopeArgs& a) {
@@ -225,15 +249,14 @@ void qk_norm_rope(const Ctx& ctx, const QkRopeArgs& a) {
   SW_CHECK((a.k_cache == nullptr) == (a.v_cache == nullptr), "CUDA RoPE: k and v caches go together");
   const int total = a.n_heads + a.n_kv_heads + (a.k_cache ? a.n_kv_heads : 0);
   const dim3 grid(static_cast<unsigned>(a.n), static_cast<unsigned>(ceil_div(total, 4)));
-  qk_rope_kernel<<<grid, 128, 0, ctx.stream>>>(a);
-  check_launch("q/k norm + RoPE kernel");
+  launch_kernel("q/k norm + RoPE kernel", qk_rope_kernel, grid, dim3(128), 0, ctx.stream, a);
 }
 
 void swiglu(const Ctx& ctx, float* gate, const float* up, int64_t rows, int64_t width, int64_t ld) {
   for (int64_t r0 = 0; r0 < rows; r0 += 65535) {
     const int64_t m = std::min<int64_t>(65535, rows - r0);
-    swiglu_kernel<<<rows_grid(m, width, 256), 256, 0, ctx.stream>>>(gate + r0 * ld, up + r0 * ld, width, ld);
-    check_launch("swiglu kernel");
+    launch_kernel("swiglu kernel", swiglu_kernel, rows_grid(m, width, 256), dim3(256), 0, ctx.stream, gate + r0 * ld,
+                  up + r0 * ld, width, ld);
   }
 }
 
@@ -241,9 +264,8 @@ void gather_rows(const Ctx& ctx, const float* src, int64_t ld_src, const int32_t
                  float* dst, int64_t ld_dst) {
   for (int64_t r0 = 0; r0 < n; r0 += 65535) {
     const int64_t m = std::min<int64_t>(65535, n - r0);
-    gather_rows_kernel<<<rows_grid(m, width, 256), 256, 0, ctx.stream>>>(src, ld_src, idx + r0, width,
-                                                                           dst + r0 * ld_dst, ld_dst);
-    check_launch("gather kernel");
+    launch_kernel("gather kernel", gather_rows_kernel, rows_grid(m, width, 256), dim3(256), 0, ctx.stream, src, ld_src,
+                  idx + r0, width, dst + r0 * ld_dst, ld_dst);
   }
 }
 
@@ -254,8 +276,8 @@ void kv_layout(const Ctx& ctx, const float* src, float* dst, int64_t capacity, i
   const int64_t width = static_cast<int64_t>(heads) * hd;
   for (int64_t r0 = p0; r0 < p1; r0 += 65535) {
     const int64_t m = std::min<int64_t>(65535, p1 - r0);
-    kv_layout_kernel<<<rows_grid(m, width, 256), 256, 0, ctx.stream>>>(src, dst, capacity, heads, hd, r0, to_positions);
-    check_launch("kv layout kernel");
+    launch_kernel("kv layout kernel", kv_layout_kernel, rows_grid(m, width, 256), dim3(256), 0, ctx.stream, src, dst,
+                  capacity, heads, hd, r0, to_positions);
   }
 }
 
@@ -265,8 +287,8 @@ void moe_topk(const Ctx& ctx, const MoeTopkArgs& a) {
            "CUDA MoE top-k: ", a.top_k, " of ", a.n_experts, " experts (at most ", kMoeTopkMaxK, ")");
   SW_CHECK(a.n_experts <= 12288, "CUDA MoE top-k: ", a.n_experts, " experts do not fit shared memory");
   SW_CHECK(a.logits && a.ids && a.weights && a.off && a.slot, "CUDA MoE top-k: a buffer is missing");
-  moe_topk_kernel<<<static_cast<unsigned>(a.n), 32, static_cast<size_t>(a.n_experts) * sizeof(float), ctx.stream>>>(a);
-  check_launch("MoE top-k kernel");
+  launch_kernel("MoE top-k kernel", moe_topk_kernel, dim3(static_cast<unsigned>(a.n)), dim3(32),
+                static_cast<size_t>(a.n_experts) * sizeof(float), ctx.stream, a);
 }
 
 void moe_combine(const Ctx& ctx, const MoeCombineArgs& a) {
@@ -275,8 +297,7 @@ void moe_combine(const Ctx& ctx, const MoeCombineArgs& a) {
   SW_CHECK(a.off != nullptr || a.n <= kGemvMaxTokens, "CUDA MoE combine: the inline table holds ", kGemvMaxTokens,
            " tokens");
   const dim3 grid(static_cast<unsigned>(ceil_div(a.width, 256)), static_cast<unsigned>(a.n));
-  moe_combine_kernel<<<grid, 256, 0, ctx.stream>>>(a);
-  check_launch("MoE combine kernel");
+  launch_kernel("MoE combine kernel", moe_combine_kernel, grid, dim3(256), 0, ctx.stream, a);
 }
 
 }  // namespace cuda

@@ -8,7 +8,8 @@
 #   (CELLS="1024:2G 4096:4G" limits all/nemo8b/qwen30b to those ctx:budget cells; HOST_KV_ATTENTION=split|staged
 #   plans and runs every row with that attention over host KV caches, default choose)
 # graphs: the whole model on the GPU, decode kernel by kernel (--no-cuda-graphs) and as CUDA graphs (the
-# default). timelines: auto/static/dynamic at 1K/4G with the measured timeline of their first 6 runs
+# default), and as graphs without programmatic dependent launch (SHARDWISE_PDL=0; rows record "pdl").
+# timelines: auto/static/dynamic at 1K/4G with the measured timeline of their first 6 runs
 # (its summary says when the host had enqueued the last device action); their TPS is not a peer row's.
 set -uo pipefail
 out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick|graphs|timelines]}
@@ -67,6 +68,7 @@ for t in p.get("tiers", []):
 r.pop("generated_ids", None); r.pop("text", None)
 row = {"model": model, "ctx": ctx, "budget": budget, "schedule": sched, "cuda_graphs": graphs,
        "host_kv_attention": os.environ.get("HOST_KV_ATTENTION", "choose"),
+       "pdl": os.environ.get("SHARDWISE_PDL", "1") != "0",
        "timeline": len(sys.argv) > 7 and sys.argv[7] == "timeline", "run": r,
        "predicted_decode_ms": (pred.get("1") or {}).get(sched),
        "predicted_prefill_512_ms": (pred.get("512") or {}).get(sched)}
@@ -80,7 +82,10 @@ case $part in
   nemo8b|qwen30b) models=($part) ;;
   full) models=() ;;
   graphs)
-    for m in nemo8b qwen30b; do one "$m" 1024 40G auto nographs; one "$m" 1024 40G auto graphs; done ;;
+    for m in nemo8b qwen30b; do
+      one "$m" 1024 40G auto nographs; one "$m" 1024 40G auto graphs
+      SHARDWISE_PDL=0 one "$m" 1024 40G auto graphs  # without programmatic dependent launch
+    done ;;
   timelines)  # the measured timelines of auto, static and dynamic at 1K/4G (these rows' TPS are perturbed)
     for m in ${QUICK_MODELS:-nemo8b qwen30b}; do for s in auto static dynamic; do one "$m" 1024 4G "$s" timeline; done; done ;;
   quick)  # one budget, the main schedules and the llama.cpp-style baseline, plus the whole model on the GPU
@@ -123,7 +128,7 @@ for line in open(sys.argv[1]):
     peers = PEERS.get((r["model"], r["ctx"], r["budget"]), [])
     vs_tps = f"{tps / max(p[1] for p in peers):.2f}x" if peers and tps else ""
     vs_ttft = ("ahead" if x["ttft_ms"] / 1000 <= min(p[0] for p in peers) else "behind") if peers else ""
-    sched = r['schedule'] + ("" if r.get("cuda_graphs", True) else "-graphs")
+    sched = r['schedule'] + ("" if r.get("cuda_graphs", True) else "-graphs") + ("" if r.get("pdl", True) else "-pdl")
     print(f"{r['model']:8} {r['ctx']:>5} {r['budget']:>6} {sched:12} {x['ttft_ms']/1000:8.2f} {tps:8.2f} "
           f"{x.get('arena_peak_bytes',0)/2**30:7.2f}G {x.get('device_peak_bytes',0)/2**30:8.2f}G {ratio:>16} {vs_tps:>13} {vs_ttft:>12}")
 PY
