@@ -89,6 +89,15 @@ double overlap_gb(const std::vector<Action>& acts, const std::vector<size_t>& id
   return gb;
 }
 
+// Fraction of [s, e) during which the actions `ids` of one resource (in time order) are running.
+double busy_fraction(const std::vector<Action>& acts, const std::vector<size_t>& ids, double s, double e) {
+  if (e <= s) return 0;
+  double busy = 0;
+  auto it = std::partition_point(ids.begin(), ids.end(), [&](size_t i) { return acts[i].end_ms <= s; });
+  for (; it != ids.end() && acts[*it].start_ms < e; ++it) busy += std::max(0.0, std::min(e, acts[*it].end_ms) - std::max(s, acts[*it].start_ms));
+  return std::min(1.0, busy / (e - s));
+}
+
 }  // namespace
 
 double action_ms(const Action& a, const ModelSpec& spec, const ShardSet& shards, const CostModel& cost,
@@ -123,14 +132,18 @@ double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const
         for (const auto& engine : copies) moved_gb += overlap_gb(acts, engine, s, e);
         dur[i] = timed(acts[i], ops, shards, cost, step, moved_gb / ((e - s) / 1e3));
       }
-      // CPU work reading DRAM beside each copy in the previous pass slows the copy.
+      // CPU work reading DRAM beside each copy in the previous pass slows the copy. The two
+      // host-to-device queues (weights, activations and staged KV) share the link: while the other
+      // runs, each gets half of it, so a copy whose window the other queue filled for a fraction f
+      // takes 1 / (1 - f/2) times as long.
       for (int q = 0; q < 3; ++q)
         for (size_t c : copies[q]) {
           const double s = acts[c].start_ms, e = acts[c].end_ms;
           if (e <= s) continue;
           const double read_gb = overlap_gb(acts, cpu_work, s, e);
           const Direction dir = q == 1 ? Direction::DeviceToHost : Direction::HostToDevice;
-          dur[c] = dur_alone[c] * cost.copy_slowdown(dir, read_gb / ((e - s) / 1e3));
+          const double shared = q == 1 ? 0.0 : busy_fraction(acts, copies[q == 0 ? 2 : 0], s, e);
+          dur[c] = dur_alone[c] * cost.copy_slowdown(dir, read_gb / ((e - s) / 1e3)) / (1.0 - 0.5 * shared);
         }
     }
     double free_at[kNumResources] = {};

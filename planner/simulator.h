@@ -4,7 +4,8 @@
 // finished. CPU actions slow down while copies run, and copies while CPU work reads DRAM (DRAM
 // contention): the simulation is repeated with each CPU action's bandwidth lowered by the copy
 // traffic that overlapped it in the previous pass, and each copy slowed by the CPU's DRAM reads
-// beside it (CostModel::copy_slowdown). The timeline is also written as a Chrome trace, so a predicted and a measured timeline can
+// beside it (CostModel::copy_slowdown); the two host-to-device queues (weights; activations and
+// staged KV caches) share the link, each copy slowed by the other queue's traffic beside it. The timeline is also written as a Chrome trace, so a predicted and a measured timeline can
 // be laid side by side.
 #pragma once
 

@@ -424,15 +424,52 @@ TEST_CASE("simulation: copies beside CPU work take the cost model's slowdown", "
     const Action& a = d0.actions[i];
     const Action& b = d1.actions[i];
     if (a.kind != ActionKind::CopyWeights) continue;
+    // (Beside the activation queue's copies each also shares the link, so not exactly 1.25x.)
     const double ta = a.end_ms - a.start_ms, tb = b.end_ms - b.start_ms;
-    CHECK((tb == Approx(ta) || tb == Approx(1.25 * ta)));
-    slowed += tb == Approx(1.25 * ta);
+    CHECK(tb >= ta * 0.999);
+    CHECK(tb <= ta * 1.25 * 1.05);
+    slowed += tb >= 1.2 * ta;
   }
   CHECK(slowed > 0);
   CHECK(slow_ms > d0.predicted_ms);
   // GPU-only runs no CPU work beside its copies: unchanged.
   CHECK(build_plan(spec, slow, cfg, Schedule::GpuOnly, 1).predicted_ms ==
         Approx(build_plan(spec, *base, cfg, Schedule::GpuOnly, 1).predicted_ms).epsilon(1e-12));
+}
+
+TEST_CASE("simulation: the two host-to-device queues share the link", "[planner][simulate]") {
+  // Weights go on one queue, activations and staged KV caches on another; the executor paces both
+  // as one link (and without a cap the link is one). Two equal copies side by side take twice one.
+  const ModelSpec spec = builtin_spec("nemo8b");
+  auto cost = make_analytic_cost_model(builtin_hardware("h200-host"));
+  const ShardSet S = make_shards(spec, 1024, DType::F32);
+  StepShape step;
+  auto copy = [](int id, Resource r, uint64_t bytes) {
+    Action a;
+    a.id = id;
+    a.resource = r;
+    a.kind = r == Resource::H2D ? ActionKind::CopyWeights : ActionKind::CopyActivations;
+    a.bytes = bytes;
+    return a;
+  };
+  const uint64_t big = 256ull << 20;
+  const double alone = cost->transfer_ms(big, Direction::HostToDevice);
+  Plan p;
+  p.actions = {copy(0, Resource::H2D, big), copy(1, Resource::H2DAct, big)};
+  CHECK(simulate(p, spec, S, *cost, step) == Approx(2 * alone).epsilon(1e-9));
+  // A tenth beside it: the big copy finishes when the link has moved both (1.1x, within 1%).
+  p.actions = {copy(0, Resource::H2D, big), copy(1, Resource::H2DAct, big / 10)};
+  CHECK(simulate(p, spec, S, *cost, step, 8) == Approx(1.1 * alone).epsilon(0.01));
+  // A device-to-host copy uses the other direction: no sharing.
+  p.actions = {copy(0, Resource::H2D, big), copy(1, Resource::D2H, big)};
+  const double d2h = cost->transfer_ms(big, Direction::DeviceToHost);
+  CHECK(simulate(p, spec, S, *cost, step) == Approx(std::max(alone, d2h)).epsilon(1e-9));
+  // One after the other (a dependency): no overlap, no sharing.
+  p.actions = {copy(0, Resource::H2D, big), copy(1, Resource::H2DAct, big)};
+  p.actions[1].deps = {0};
+  CHECK(simulate(p, spec, S, *cost, step) == Approx(2 * alone).epsilon(1e-9));
+  p.actions[1].bytes = big / 2;
+  CHECK(simulate(p, spec, S, *cost, step) == Approx(alone + cost->transfer_ms(big / 2, Direction::HostToDevice)).epsilon(1e-9));
 }
 
 TEST_CASE("an impossible budget names the smallest budget that works", "[planner]") {
@@ -503,6 +540,7 @@ void check_table(const PlanTable& t, const ModelSpec& spec) {
 }  // namespace
 
 TEST_CASE("invariants over models, machines, budgets, threads and PCIe caps", "[planner]") {
+  int compared_caps = 0;
   for (const char* model : {"nemo8b", "qwen30b"}) {
     const ModelSpec spec = builtin_spec(model);
     for (const char* hw_name : {"cli3", "h200-host"}) {
@@ -532,7 +570,11 @@ TEST_CASE("invariants over models, machines, budgets, threads and PCIe caps", "[
           for (int64_t tier : {1, 512}) {
             const Plan* a = tc.find_tier(tier)->find(Schedule::GpuOnly);
             const Plan* b = tu.find_tier(tier)->find(Schedule::GpuOnly);
-            if (a->feasible && b->feasible) CHECK(a->predicted_ms >= b->predicted_ms * 0.999);
+            // (in one layout: each table picks its own, and GPU-only is slow in some that others win)
+            if (a->feasible && b->feasible && tc.kv_on_gpu == tu.kv_on_gpu) {
+              CHECK(a->predicted_ms >= b->predicted_ms * 0.999);
+              ++compared_caps;
+            }
           }
           PlannerConfig few = one;
           few.threads = 1;
@@ -546,6 +588,7 @@ TEST_CASE("invariants over models, machines, budgets, threads and PCIe caps", "[
       }
     }
   }
+  CHECK(compared_caps > 40);  // of 80 (model x machine x ctx x budget x tier)
 }
 
 TEST_CASE("plan table JSON round trip and lookup", "[planner]") {
