@@ -17,11 +17,12 @@
 #   session.sh OUT bench     the executor's peer protocol (scripts/gpu/executor_bench.sh all)
 #   session.sh OUT graphs    the whole model decoding kernel by kernel and as CUDA graphs, ~1 min
 #                            (executor_bench.sh graphs), then the CUDA kernel benchmarks -> graphs.tgz
+#   session.sh OUT kernels   GPU suite, then the graphs stage (after a change to the CUDA kernels), ~5 min
 #   session.sh OUT targeted  experiments/planner_accuracy_decode16.yaml and _cpu_attention.yaml, the
 #                            study's most-missed decisions re-measured (~3.5 min) -> targeted.tgz
 set -uo pipefail
-out=${1:?usage: session.sh OUT check|fast|profile|study|bench|graphs|targeted [PREVIOUS.jsonl]}
-stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|graphs|targeted [PREVIOUS.jsonl]}
+out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|graphs|targeted [PREVIOUS.jsonl]}
+stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|graphs|targeted [PREVIOUS.jsonl]}
 mkdir -p "$out"
 root=/tmp/shardwise-bundle
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
@@ -74,6 +75,13 @@ case $stage in
     ;;
   bench)
     timeout 560 bash scripts/gpu/executor_bench.sh "$out" all
+    ;;
+  kernels)  # after a change to the CUDA kernels: the GPU suite, then the graphs stage below
+    gpu_suite
+    timeout 300 bash scripts/gpu/executor_bench.sh "$out/graphs" graphs
+    timeout 180 "$root/bin/test_gpu" "[bench]" > "$out/graphs/kernel_bench.log" 2>&1; echo "kernel bench rc=$?"
+    grep -E "attention decode|GEMV" "$out/graphs/kernel_bench.log" | head -40
+    tar -C "$out" -czf "$out/graphs.tgz" graphs && rm -rf "$out/graphs"
     ;;
   graphs)  # + the CUDA kernel benchmarks (test_gpu [bench]: GEMV rates, decode attention by keys per warp)
     timeout 300 bash scripts/gpu/executor_bench.sh "$out/graphs" graphs
