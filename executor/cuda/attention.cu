@@ -114,9 +114,9 @@ template <int D, int RB, bool FULL>
 __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KArgs a) {
   pdl_begin();
   constexpr int C = D / 32;          // head_dim elements per lane (of the padded D)
-  // Keys per step: their K and V rows are loaded together (4-8 KiB per warp in flight), so a warp's
-  // keys cost a few memory round trips rather than one per 2-4 keys (decode is latency-bound).
-  constexpr int U = C >= 8 ? 4 : 8;
+  // Keys per step. 8 (4 at head_dim 256) measured slower than this: 56 vs 44 us at 4K context, n = 1
+  // (results/executor/kernel_bench_ecc5548.log).
+  constexpr int U = C >= 8 ? 2 : 4;
   const int hd = FULL ? D : a.hd;
   const bool vec4 = a.vec4 != 0;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -526,7 +526,7 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
     rb = rows_g >= 4 ? 4 : (rows_g >= 2 ? 2 : 1);
     row_groups = ceil_div(rows_g, rb);
     base_units = static_cast<int64_t>(a.n_kv_heads) * row_groups;  // warps per split
-    min_keys = a.decode_min_keys > 0 ? a.decode_min_keys : 32;
+    min_keys = a.decode_min_keys > 0 ? a.decode_min_keys : 64;
   } else {
     base_units = ceil_div(rows_g, Prefill<64>::MQ) * a.n_kv_heads;  // blocks per split
     min_keys = 256;

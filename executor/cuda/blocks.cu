@@ -1137,7 +1137,7 @@ class WarmUp {
       ++st_->launches;
     }
     // Attention for the model's head_dim: decode with 1, 2 and 4 query rows per warp (one head, so
-    // rows = tokens) past 32 keys (split keys, then the combine kernel), prefill; with aligned rows
+    // rows = tokens) past 64 keys (split keys, then the combine kernel), prefill; with aligned rows
     // (the unguarded kernels when head_dim is 32/64/128/256) and with q off by one float (guarded).
     if (attention_ok()) {
       const int64_t hd = s_.head_dim;

@@ -4,7 +4,7 @@
 # 4032-token prompts, 64 generated tokens, budgets 2G/4G/8G, every schedule, the baselines and auto;
 # plus the whole model on the GPU. Writes one JSON line per run (run --json + the plan's prediction)
 # into OUT/executor_runs.jsonl and a summary table to stdout.
-#   executor_bench.sh OUT [part]   part: all (default) | nemo8b | qwen30b | full | quick | graphs | timelines
+#   executor_bench.sh OUT [part]   part: all (default) | nemo8b | qwen30b | full | quick | graphs | pdl | timelines
 #   (CELLS="1024:2G 4096:4G" limits all/nemo8b/qwen30b to those ctx:budget cells; HOST_KV_ATTENTION=split|staged
 #   plans and runs every row with that attention over host KV caches, default choose)
 # graphs: the whole model on the GPU, decode kernel by kernel (--no-cuda-graphs) and as CUDA graphs (the
@@ -12,7 +12,7 @@
 # timelines: auto/static/dynamic at 1K/4G with the measured timeline of their first 6 runs
 # (its summary says when the host had enqueued the last device action); their TPS is not a peer row's.
 set -uo pipefail
-out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick|graphs|timelines]}
+out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick|graphs|pdl|timelines]}
 part=${2:-all}
 source "$(dirname "$0")/bundle_env.sh"
 [ -f "$profile" ] || { echo "no profile $profile"; exit 2; }
@@ -85,6 +85,12 @@ case $part in
     for m in nemo8b qwen30b; do
       one "$m" 1024 40G auto nographs; one "$m" 1024 40G auto graphs
       SHARDWISE_PDL=0 one "$m" 1024 40G auto graphs  # without programmatic dependent launch
+    done ;;
+  pdl)  # programmatic dependent launch on and off, alternating, with and without graphs, twice
+    for rep in 1 2; do
+      for m in nemo8b qwen30b; do
+        for g in graphs nographs; do one "$m" 1024 40G auto $g; SHARDWISE_PDL=0 one "$m" 1024 40G auto $g; done
+      done
     done ;;
   timelines)  # the measured timelines of auto, static and dynamic at 1K/4G (these rows' TPS are perturbed)
     for m in ${QUICK_MODELS:-nemo8b qwen30b}; do for s in auto static dynamic; do one "$m" 1024 4G "$s" timeline; done; done ;;
