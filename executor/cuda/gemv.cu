@@ -7,6 +7,8 @@
 // by the exponent trick (2^23 + byte as bits, minus the bias), which is exact and cheaper than I2F.
 // Several matrices (q/k/v, MoE experts) go in one launch as tasks, so small matrices still fill the GPU.
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "executor/cuda/kernels.cuh"
 
@@ -33,6 +35,7 @@ struct TaskDev {
 
 struct Batch {
   int32_t count, mode;
+  int32_t early;  // load the first weight pieces before waiting for the previous kernel (see gemv_kernel)
   int32_t block_begin[kGemvMaxTasks + 1];
   TaskDev task[kGemvMaxTasks];
 };
@@ -228,7 +231,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const __grid_constant
   const int nt = tk.nt;
   // Weights named directly are loaded before waiting for the kernel before this one (programmatic
   // dependent launch), so the first loads overlap its tail; a selector is that kernel's output.
-  const bool early = tk.sel == nullptr;
+  const bool early = b.early != 0 && tk.sel == nullptr;
   if (!early) pdl_wait();
 
   const uint8_t *mw0, *mw1;
@@ -384,6 +387,16 @@ bool fast_path_ok(DType dtype, const GemvTask& t, bool two) {
   return false;
 }
 
+// SHARDWISE_GEMV_EARLY=0: the fast GEMV waits for the previous kernel before its first weight loads (a
+// diagnostic beside SHARDWISE_PDL=0).
+bool early_weight_loads() {
+  static const bool on = [] {
+    const char* env = std::getenv("SHARDWISE_GEMV_EARLY");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return on;
+}
+
 }  // namespace
 
 void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int count) {
@@ -405,6 +418,7 @@ void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int
     Batch b{};
     b.count = cnt;
     b.mode = static_cast<int32_t>(mode);
+    b.early = early_weight_loads() ? 1 : 0;
     const int rows_per_block = fast ? kFastRowsPerBlock : kGenericRowsPerBlock;
     int64_t blocks = 0;
     for (int i = 0; i < cnt; ++i) {
