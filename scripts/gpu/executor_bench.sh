@@ -69,6 +69,8 @@ r.pop("generated_ids", None); r.pop("text", None)
 row = {"model": model, "ctx": ctx, "budget": budget, "schedule": sched, "cuda_graphs": graphs,
        "host_kv_attention": os.environ.get("HOST_KV_ATTENTION", "choose"),
        "pdl": os.environ.get("SHARDWISE_PDL", "1") != "0",
+       "gemv_early": os.environ.get("SHARDWISE_GEMV_EARLY", "1") != "0",
+       "gemv_trigger": os.environ.get("SHARDWISE_GEMV_TRIGGER", "start"),
        "timeline": len(sys.argv) > 7 and sys.argv[7] == "timeline", "run": r,
        "predicted_decode_ms": (pred.get("1") or {}).get(sched),
        "predicted_prefill_512_ms": (pred.get("512") or {}).get(sched)}

@@ -18,11 +18,13 @@
 #   session.sh OUT graphs    the whole model decoding kernel by kernel and as CUDA graphs, ~1 min
 #                            (executor_bench.sh graphs), then the CUDA kernel benchmarks -> graphs.tgz
 #   session.sh OUT kernels   GPU suite, then the graphs stage (after a change to the CUDA kernels), ~5 min
+#   session.sh OUT pdl       kernel benchmarks and whole-model decode by where the GEMV lets the next
+#                            kernel start (programmatic dependent launch), ~4 min -> pdl.tgz
 #   session.sh OUT targeted  experiments/planner_accuracy_decode16.yaml and _cpu_attention.yaml, the
 #                            study's most-missed decisions re-measured (~3.5 min) -> targeted.tgz
 set -uo pipefail
-out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|graphs|targeted [PREVIOUS.jsonl]}
-stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|graphs|targeted [PREVIOUS.jsonl]}
+out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted [PREVIOUS.jsonl]}
+stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted [PREVIOUS.jsonl]}
 mkdir -p "$out"
 root=/tmp/shardwise-bundle
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
@@ -82,6 +84,17 @@ case $stage in
     timeout 180 "$root/bin/test_gpu" "[bench]" > "$out/graphs/kernel_bench.log" 2>&1; echo "kernel bench rc=$?"
     grep -E "attention decode|GEMV" "$out/graphs/kernel_bench.log" | head -40
     tar -C "$out" -czf "$out/graphs.tgz" graphs && rm -rf "$out/graphs"
+    ;;
+  pdl)  # programmatic dependent launch variants, ~4 min: the kernel benchmarks with the GEMV letting the
+        # next kernel start at its start (default), after its weight loop, and without PDL; then the
+        # whole model decoding with PDL on and off (executor_bench.sh pdl) with the late trigger
+    mkdir -p "$out/pdl"
+    timeout 80 "$root/bin/test_gpu" "[bench]" > "$out/pdl/kernel_bench_start.log" 2>&1
+    SHARDWISE_GEMV_TRIGGER=late timeout 80 "$root/bin/test_gpu" "[bench]" > "$out/pdl/kernel_bench_late.log" 2>&1
+    SHARDWISE_PDL=0 timeout 80 "$root/bin/test_gpu" "[bench]" > "$out/pdl/kernel_bench_nopdl.log" 2>&1
+    for v in start late nopdl; do echo "$v"; grep -E "(f16|q4_0) .*n=1|FFN block n=1" "$out/pdl/kernel_bench_$v.log"; done
+    SHARDWISE_GEMV_TRIGGER=late timeout 200 bash scripts/gpu/executor_bench.sh "$out/pdl/late" pdl
+    tar -C "$out" -czf "$out/pdl.tgz" pdl && rm -rf "$out/pdl"
     ;;
   graphs)  # + the CUDA kernel benchmarks (test_gpu [bench]: GEMV rates, decode attention by keys per warp)
     timeout 300 bash scripts/gpu/executor_bench.sh "$out/graphs" graphs
