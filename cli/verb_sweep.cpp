@@ -1,12 +1,14 @@
 // cli/verb_sweep.cpp — `shardwise sweep`: run an experiment's oracle sweep (oracle/sweep.h) and print
 // a one-line JSON summary; progress and the predicted running time go to stderr.
 #include <cstdio>
+#include <memory>
 
 #include "cli/common.h"
 #include "cli/machine_check.h"
 #include "costmodel/profile_db.h"
 #include "core/error.h"
 #include "executor/cuda/cuda_device.h"
+#include "microbench/profiler.h"
 #include "oracle/experiment.h"
 #include "oracle/sweep.h"
 
@@ -15,7 +17,7 @@ namespace {
 
 struct SweepArgs {
   std::string file, out, shard = "0/1", device = "auto";
-  std::string machine_check = "auto";
+  std::string machine_check = "auto", machine_probe = "auto";
   bool resume = false, predict = false, no_progress = false;
   double max_minutes = 0, machine_tolerance = 0.2;
 };
@@ -62,6 +64,21 @@ void run_sweep_verb(const SweepArgs& a) {
                          "experiment at that profile, or pass --machine-check off to measure anyway");
     std::fputs(mc.text().c_str(), stderr);
   }
+  // The machine drifts within minutes (one-thread CPU speed by 1.2-1.5x between a study's calls and
+  // within them): each configuration's rows record the machine's state just before they were measured.
+  if (a.machine_probe != "auto" && a.machine_probe != "on" && a.machine_probe != "off")
+    fail("--machine-probe '", a.machine_probe, "': give auto, on or off");
+  if (a.machine_probe == "on" && e.profile_path.empty())
+    fail("--machine-probe on: ", a.file, " names no profile to compare the machine with");
+  const bool probe = !o.predict_only && !e.profile_path.empty() &&
+                     (a.machine_probe == "on" || (a.machine_probe == "auto" && o.device == "cuda"));
+  std::unique_ptr<ProfileDB> probe_db;
+  std::unique_ptr<MachineProbe> prober;
+  if (probe) {
+    probe_db = std::make_unique<ProfileDB>(load_profile(e.profile_path));
+    prober = std::make_unique<MachineProbe>(*probe_db);
+    o.probe_machine = [&prober](int threads) { return prober->slowdown(threads); };
+  }
   const SweepResult r = run_sweep(e, o);
   if (!o.predict_only) {
     if (r.stopped_by_time)
@@ -101,6 +118,9 @@ void register_sweep(CLI::App& app) {
   sub->add_option("--machine-check", a->machine_check,
                   "auto|on|off: measure a few of the experiment's profile rows again first and refuse a machine that "
                   "differs (auto: on with --device cuda)");
+  sub->add_option("--machine-probe", a->machine_probe,
+                  "auto|on|off: before each configuration, measure how much slower the machine is than the profile at "
+                  "its thread count (about a second; rows' machine_slowdown; auto: on with --device cuda)");
   sub->add_option("--machine-tolerance", a->machine_tolerance,
                   "The factor --machine-check allows either way, as a fraction (0.2)");
   sub->callback([a] { run_sweep_verb(*a); });

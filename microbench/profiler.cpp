@@ -893,6 +893,28 @@ MachineCheck check_machine(const ProfileDB& db, double tolerance) {
   return mc;
 }
 
+struct MachineProbe::Impl {
+  const ProfileDB& db;
+  Grid g;
+  CpuRunner cpu;
+  Impl(const ProfileDB& d, const Grid& grid, int max_threads) : db(d), g(grid), cpu(grid.cpu_weight_set, max_threads) {}
+};
+
+MachineProbe::MachineProbe(const ProfileDB& db) {
+  SW_CHECK(!db.threads.empty(), "machine probe: the profile ", db.origin, " names no thread counts");
+  const int max_threads = *std::max_element(db.threads.begin(), db.threads.end());
+  SW_CHECK(max_threads >= 1 && max_threads <= 4096, "machine probe: the profile's thread count ", max_threads, " is out of range");
+  impl_ = std::make_unique<Impl>(db, make_grid(db.quick), max_threads);
+}
+
+MachineProbe::~MachineProbe() = default;
+
+double MachineProbe::slowdown(int threads) {
+  if (std::find(impl_->db.threads.begin(), impl_->db.threads.end(), threads) == impl_->db.threads.end()) return 0;
+  const std::vector<MachineCheckRow> rows = check_rows(impl_->db, impl_->g, impl_->cpu, Policy{2, 6, 5}, threads);
+  return rows.empty() ? 0 : geometric_slowdown(rows);
+}
+
 // ---- validation --------------------------------------------------------------------------------------
 
 double ValidationCase::rel_error() const { return measured_ms > 0 ? std::fabs(predicted_ms - measured_ms) / measured_ms : 0; }

@@ -13,6 +13,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -109,5 +110,24 @@ struct MachineCheck {
 // profile and within 10% ten minutes later (results/profile/README.md, run_c1d949b), where a
 // different machine differs both times. tolerance <= 0: one measurement.
 MachineCheck check_machine(const ProfileDB& db, double tolerance = 0);
+
+// The check's rows at one thread count, measured once with fewer repeats (about a second), by a
+// runner kept between calls: the oracle probes the machine before each configuration, because the
+// machine's CPU speed drifts within minutes (results/profile/README.md, run_0991d3e). `db` must
+// outlive the probe.
+class MachineProbe {
+ public:
+  explicit MachineProbe(const ProfileDB& db);
+  ~MachineProbe();
+  MachineProbe(const MachineProbe&) = delete;
+  MachineProbe& operator=(const MachineProbe&) = delete;
+  // Geometric mean of the rows' slowdowns against the profile at `threads` (> 1: this machine is
+  // slower now); 0 when the profile has no rows at that thread count.
+  double slowdown(int threads);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace shardwise

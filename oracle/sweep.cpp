@@ -659,6 +659,7 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
     ++res.rows_written;
   };
 
+  double probe_s = 2.0;  // the last machine probe's duration (a guess before the first)
   for (const auto& p : plans) {
     const Configuration& c = p.config;
     std::vector<const RowPlan*> todo;
@@ -704,6 +705,13 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
           log_warn(c.config_id, ": re-planning with the loaded weights changed the prediction of ", schedule_name(p.rows[i].schedule),
                    " at tier ", p.rows[i].tier, " (", p.rows[i].predicted_ms, " -> ", again.rows[i].predicted_ms, " ms)");
       pool = std::make_unique<ThreadPool>(c.threads);
+    }
+    double machine_slowdown = 0;  // 0: not probed
+    if (any_to_measure && o.probe_machine) {
+      if (out_of_time(probe_s)) break;
+      const auto t_probe = Clock::now();
+      machine_slowdown = o.probe_machine(c.threads);
+      probe_s = seconds_since(t_probe);
     }
 
     std::unique_ptr<Device> device;
@@ -782,6 +790,7 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
         const double predicted_s = predicted_row_seconds(e.measure, r->predicted_ms);
         if (i > 0 && out_of_time(predicted_s)) break;
         json j = base_row(p, *r);
+        j["machine_slowdown"] = machine_slowdown > 0 ? json(machine_slowdown) : json(nullptr);
         j["setup_ms"] = setup_ms;
         j["model_load_ms"] = model.load_ms;
         const auto t_row = Clock::now();

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,11 @@ struct SweepOptions {
   // The machine check made before this call (cli: microbench's check_machine against the
   // experiment's profile), as JSON text; recorded in the sweep's header record. Empty: none made.
   std::string machine_check_json;
+  // Before a configuration's rows are measured: how much slower the machine is now than the profile
+  // at the configuration's thread count (cli: microbench's MachineProbe, about a second), written into
+  // its rows as machine_slowdown, so that a report can tell the machine's drift from the planner's
+  // error. Empty: not probed (the rows' machine_slowdown is null).
+  std::function<double(int threads)> probe_machine;
 };
 
 struct SweepResult {

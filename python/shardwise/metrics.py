@@ -87,6 +87,9 @@ def decisions(df):
         pick = picks.iloc[0]
         m = measured(g).sort_values("measured_ms")
         d.update(pick=pick["schedule"], n_feasible=len(feasible), n_measured=len(m), pick_predicted_ms=pick["predicted_ms"])
+        probed = pd.to_numeric(g["machine_slowdown"], errors="coerce") if "machine_slowdown" in g.columns else pd.Series(dtype=float)
+        probed = probed[probed > 0]
+        d["machine_slowdown"] = float(probed.iloc[0]) if len(probed) else np.nan
         for s in CANDIDATES:
             r = g[g["schedule"] == s]
             d[f"predicted_{s}"] = r["predicted_ms"].iloc[0] if len(r) else np.nan
@@ -154,6 +157,24 @@ def repeatability(df):
         d = {c: first[c] for c in CONFIG_COLS}
         d.update(tier=int(tier), schedules=" = ".join(g["schedule"]), measured_ms=" / ".join(f"{v:.4g}" for v in g["measured_ms"]),
                  spread=float(g["measured_ms"].max() / g["measured_ms"].min() - 1))
+        out.append(d)
+    res = pd.DataFrame(out)
+    return res[cols] if len(res) else pd.DataFrame(columns=cols)
+
+
+def machine_drift(df):
+    """The machine's state when each configuration was measured (``sweep --machine-probe``: how much slower
+    than the profile, at the configuration's thread count, just before its rows). One row per probed
+    configuration: CONFIG_COLS + ``machine_slowdown``; empty when nothing was probed."""
+    cols = CONFIG_COLS + ["machine_slowdown"]
+    if "machine_slowdown" not in df.columns:
+        return pd.DataFrame(columns=cols)
+    m = df[pd.to_numeric(df["machine_slowdown"], errors="coerce") > 0]
+    out = []
+    for cid, g in m.groupby("config_id", sort=False):
+        first = g.iloc[0]
+        d = {c: first[c] for c in CONFIG_COLS}
+        d["machine_slowdown"] = float(first["machine_slowdown"])
         out.append(d)
     res = pd.DataFrame(out)
     return res[cols] if len(res) else pd.DataFrame(columns=cols)

@@ -83,6 +83,9 @@ def _decision_rows(dec):
             p, m = d.get(f"predicted_{s}"), d.get(f"measured_{s}")
             row[s] = f"{_num(p, '{:.1f}')} / {_num(m, '{:.1f}')}"
         row["why"] = _why(d)
+        slow = d.get("machine_slowdown")
+        if slow is not None and np.isfinite(slow):
+            row["machine"] = f"{slow:.2f}x"
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -204,6 +207,26 @@ def build_report(df, out_dir, title=None):
         w(_table(top[["configuration", "schedules", "measured_ms", "spread"]]))
     else:
         w("No plan was measured under two schedule names, so the measurements' repeatability is not known from these rows.\n")
+    w("## Machine drift\n")
+    drift = metrics.machine_drift(df)
+    if len(drift):
+        sl = drift["machine_slowdown"]
+        by_t = ", ".join(f"{int(t)} threads {_num(g.median())}x ({_num(g.min())}-{_num(g.max())}x)"
+                         for t, g in drift.groupby("threads")["machine_slowdown"])
+        w(f"{len(drift)} configurations were probed just before their rows were measured (`sweep --machine-probe`: the "
+          f"profile's DRAM and matmul check rows at the configuration's thread count): the machine took median "
+          f"**{_num(sl.median())}x** the profile's times (min {_num(sl.min())}x, max {_num(sl.max())}x); by thread count: "
+          f"{by_t}. The decision tables' *machine* column is that factor.\n")
+        probed = ev[ev["machine_slowdown"].notna()] if "machine_slowdown" in ev.columns else ev.iloc[0:0]
+        off = probed[(probed["machine_slowdown"] > 1.1) | (probed["machine_slowdown"] < 1 / 1.1)]
+        wrong_probed = probed[~probed["agree"] & ~probed["tie"]]
+        wrong_off = wrong_probed[wrong_probed.index.isin(off.index)]
+        w(f"{len(off)} of {len(probed)} probed decisions were measured while the machine was more than 10% off its "
+          f"profile, {len(wrong_off)} of the {len(wrong_probed)} probed disagreements among them: there the miss may be "
+          "the machine's rather than the planner's.\n")
+    else:
+        w("The configurations were not probed (`sweep --machine-probe`), so how far the machine drifted from its profile "
+          "while these rows were measured is not known from them.\n")
     w("## Regret\n")
     w(f"Measured time of the pick / best measured − 1 over evaluable decisions: mean **{_pct(s['mean_regret'])}**, "
       f"max **{_pct(s['max_regret'])}**.\n")

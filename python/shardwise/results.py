@@ -14,7 +14,8 @@ ROW_KEYS = ["config_id", "model", "budget_bytes", "ctx", "threads", "pcie_cap", 
             "measured_ms", "measured_spread_ms", "vram_bytes", "chosen", "machine", "device", "profile_hash", "git_rev"]
 # Written by the sweep as well; filled with defaults when absent (e.g. in hand-made files).
 EXTRA_DEFAULTS = {"status": None, "reason": "", "feasible": True, "candidate": None, "planner_choice": None,
-                  "repeats": np.nan, "budget": None, "experiment": None, "plan_signature": None}
+                  "repeats": np.nan, "budget": None, "experiment": None, "plan_signature": None,
+                  "machine_slowdown": np.nan}
 CANDIDATES = ("gpu-only", "static", "dynamic")
 BASELINES = ("layer-split", "cpu-moe")
 

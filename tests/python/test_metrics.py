@@ -2,6 +2,8 @@
 import json
 import math
 
+import numpy as np
+
 import pytest
 
 from shardwise import metrics
@@ -111,3 +113,19 @@ def test_repeatability_of_one_plan_under_two_names(tmp_path):
     q = tmp_path / "nosig.jsonl"
     q.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "plan_signature"}) + "\n" for r in rows))
     assert len(metrics.repeatability(load_results(q))) == 0
+
+
+def test_machine_drift_per_configuration(tmp_path):
+    from conftest import row
+    rows = [row("D", 1, "static", 100, 100, chosen=True, machine_slowdown=1.25),
+            row("D", 512, "static", 100, 100, chosen=True, machine_slowdown=1.25),
+            row("E", 1, "static", 100, 100, chosen=True, machine_slowdown=None),
+            row("F", 1, "static", 100, None, chosen=True, status="skipped")]
+    p = tmp_path / "drift.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    df = load_results(p)
+    drift = metrics.machine_drift(df)
+    assert list(drift["config_id"]) == ["D"] and drift["machine_slowdown"].iloc[0] == 1.25
+    dec = metrics.decisions(df).set_index(["config_id", "tier"])
+    assert dec.loc[("D", 512), "machine_slowdown"] == 1.25
+    assert np.isnan(dec.loc[("E", 1), "machine_slowdown"])

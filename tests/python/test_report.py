@@ -39,6 +39,27 @@ def test_report_states_the_measurements_resolution(tmp_path):
     assert "1 plans were measured twice" in md and "max **6.0%**" in md and "gpu-only = dynamic" in md
 
 
+def test_report_states_the_machines_drift(tmp_path):
+    from conftest import row
+    rows = [row("D", 1, "static", 100, 100, 0.5, chosen=True, machine_slowdown=1.3, threads=1),
+            row("D", 1, "dynamic", 90, 80, 0.5, machine_slowdown=1.3, threads=1),
+            row("E", 1, "static", 100, 100, 0.5, chosen=True, machine_slowdown=1.02),
+            row("E", 1, "dynamic", 110, 110, 0.5, machine_slowdown=1.02),
+            row("F", 1, "static", 100, 100, 0.5, chosen=True)]  # not probed
+    p = tmp_path / "drift.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    md = open(build_report(load_results(p), str(tmp_path / "r"))).read()
+    assert "## Machine drift" in md
+    assert "2 configurations were probed" in md and "1 threads 1.3x" in md and "16 threads 1.02x" in md
+    assert "1 of 2 probed decisions were measured while the machine was more than 10% off" in md
+    assert "1 of the 1 probed disagreements" in md  # D: static picked, dynamic faster, at 1.3x
+    assert "| 1.30x |" in md  # the disagreements table's machine column
+    none = tmp_path / "none.jsonl"
+    none.write_text("".join(json.dumps(r) + "\n" for r in known_rows()))
+    md = open(build_report(load_results(none), str(tmp_path / "n"))).read()
+    assert "were not probed" in md
+
+
 def test_report_says_emu_is_not_gpu(tmp_path):
     p = tmp_path / "emu.jsonl"
     p.write_text("".join(json.dumps(r) + "\n" for r in known_rows(device="emu")))

@@ -342,6 +342,13 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
     CHECK(mc.max_slowdown >= mc.min_slowdown);
     CHECK(mc.slowdown_by_threads.size() == 2);  // 1 and 2 threads
     CHECK(mc.first_slowdown_by_threads.empty());  // no tolerance given: measured once
+    // The oracle's per-configuration probe: the same rows at one thread count, a positive factor;
+    // 0 for a thread count the profile has no rows at.
+    const ProfileDB pdb = load_profile(db);
+    MachineProbe probe(pdb);
+    const double s1 = probe.slowdown(1), s2 = probe.slowdown(2);
+    CHECK((s1 > 0 && std::isfinite(s1) && s2 > 0 && std::isfinite(s2)));
+    CHECK(probe.slowdown(3) == 0);
     // With a tolerance, only a thread count whose first mean fell outside it was measured again.
     const MachineCheck tol = check_machine(load_profile(db), 9.9);
     for (const auto& [t, first] : tol.first_slowdown_by_threads) CHECK((first > 10.9 || first < 1 / 10.9));
@@ -399,11 +406,33 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
     require_clean_error("sweep " + quote(exp) + " --device emu --machine-check on --no-progress --out " + quote(rows),
                         {"machine check: this machine is", "--machine-check off"});
     CHECK_FALSE(std::ifstream(rows).good());
+    // With the check off and the probe on, each configuration's measured rows record how much slower
+    // the machine was than that profile at their thread count just before (about 1000x); without the
+    // probe, null.
+    for (const char* mode : {"on", "off"}) {
+      const std::string probed = temp_path(std::string("probed_") + mode + ".jsonl");
+      const Result pr = shardwise_cli("sweep " + quote(exp) + " --device emu --machine-check off --machine-probe " + mode +
+                                      " --no-progress --max-minutes 0.08 --out " + quote(probed));
+      INFO(mode << ": " << pr.err);
+      REQUIRE(pr.rc == 0);
+      int measured = 0;
+      std::ifstream in(probed);
+      for (std::string line; std::getline(in, line);) {
+        const auto j = nlohmann::json::parse(line);
+        if (j.value("record", "") != "row" || j["status"] != "measured") continue;
+        ++measured;
+        if (std::string(mode) == "on") CHECK(j["machine_slowdown"].get<double>() > 100);
+        else CHECK(j["machine_slowdown"].is_null());
+      }
+      CHECK(measured > 0);
+    }
+    require_clean_error("sweep " + quote(exp) + " --device emu --machine-probe maybe --out " + quote(rows), {"--machine-probe 'maybe'"});
     // Bad values of the check's options, and asking for a check with no profile to check against.
     const std::string smoke = root + "/experiments/smoke.yaml";
     require_clean_error("sweep " + quote(exp) + " --device emu --machine-check maybe --out " + quote(rows), {"--machine-check 'maybe'"});
     require_clean_error("sweep " + quote(exp) + " --device emu --machine-tolerance 0 --out " + quote(rows), {"--machine-tolerance"});
     require_clean_error("sweep " + quote(smoke) + " --device emu --machine-check on --out " + quote(rows), {"names no profile"});
+    require_clean_error("sweep " + quote(smoke) + " --device emu --machine-probe on --out " + quote(rows), {"names no profile"});
     CHECK_FALSE(std::ifstream(rows).good());
   }
   // Bad input: one line each.
