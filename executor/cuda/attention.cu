@@ -16,7 +16,9 @@
 // otherwise (per-head offsets h * hd are then not 16-byte aligned).
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 #include "executor/cuda/cuda_kernels.h"
 #include "executor/cuda/kernels.cuh"
@@ -213,6 +215,132 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KA
 #pragma unroll
       for (int c = 0; c < C; ++c)
         if (FULL || d0 + c < hd) op[c] = o[r][c];
+      if (lane == 0) {
+        a.part_ml[pr * 2] = m[r];
+        a.part_ml[pr * 2 + 1] = l[r];
+      }
+    }
+  }
+}
+
+// Decode with lanes over keys (AttnArgs::decode_kernel 2; FULL rows only): a warp takes its keys 32 at a
+// time, lane l computing the scores of key j0 + l for its RB query rows (the rows in shared memory, K row
+// read whole by its lane), then one warp max and one warp sum per row for the 32 keys (the kernel above
+// reduces over lanes once per key), then the weighted V rows with lanes over head_dim again (each key's
+// probability broadcast by a shuffle, V rows read 8 at a time). Partials as the kernel above.
+template <int D, int RB>
+__global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_keys_kernel(const KArgs a) {
+  pdl_begin();
+  constexpr int C = D / 32;   // output elements per lane
+  constexpr int V4 = D / 4;   // float4 pieces of a head row
+  constexpr int UV = 8;       // V rows loaded together
+  __shared__ float4 qs[kDecodeWarps][RB][V4];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int split = blockIdx.x * kDecodeWarps + warp;
+  if (split >= a.n_splits) return;
+  const int g = blockIdx.y;
+  const int rows_g = a.n * a.group;
+  const int rows_all = a.n * a.n_heads;
+  const int i0 = blockIdx.z * RB;
+
+  int pos[RB], row_id[RB], t_of[RB], h_of[RB];
+  int max_pos = -1;
+#pragma unroll
+  for (int r = 0; r < RB; ++r) {
+    const int i = i0 + r;
+    if (i < rows_g) {
+      row_of(a, g, i, t_of[r], h_of[r]);
+      pos[r] = a.pos_first + t_of[r];
+      row_id[r] = t_of[r] * a.n_heads + h_of[r];
+      const float4* qp = reinterpret_cast<const float4*>(a.q + static_cast<int64_t>(t_of[r]) * a.q_stride +
+                                                         static_cast<int64_t>(h_of[r]) * D);
+      for (int d = lane; d < V4; d += 32) qs[warp][r][d] = qp[d];
+    } else {
+      pos[r] = -1;
+      row_id[r] = t_of[r] = h_of[r] = 0;
+      for (int d = lane; d < V4; d += 32) qs[warp][r][d] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    max_pos = max(max_pos, pos[r]);
+  }
+  __syncwarp();
+  const int j_begin = split * a.keys_per_split;
+  const int j_end = min(j_begin + a.keys_per_split, max_pos + 1);
+
+  float m[RB], l[RB], o[RB][C];
+#pragma unroll
+  for (int r = 0; r < RB; ++r) {
+    m[r] = kNegInf;
+    l[r] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < C; ++c) o[r][c] = 0.0f;
+  }
+  const float* kb = a.k + static_cast<int64_t>(g) * D;
+  const float* vb = a.v + static_cast<int64_t>(g) * D + lane * C;
+  for (int j0 = j_begin; j0 < j_end; j0 += 32) {
+    const int j = j0 + lane;
+    const bool valid = j < j_end;
+    const float4* kr = reinterpret_cast<const float4*>(kb + static_cast<int64_t>(valid ? j : j_end - 1) * a.kv_stride);
+    float s[RB];
+#pragma unroll
+    for (int r = 0; r < RB; ++r) s[r] = 0.0f;
+#pragma unroll 8
+    for (int d = 0; d < V4; ++d) {
+      const float4 k4 = __ldg(kr + d);
+#pragma unroll
+      for (int r = 0; r < RB; ++r) {
+        const float4 q4 = qs[warp][r][d];
+        s[r] = fmaf(q4.x, k4.x, s[r]);
+        s[r] = fmaf(q4.y, k4.y, s[r]);
+        s[r] = fmaf(q4.z, k4.z, s[r]);
+        s[r] = fmaf(q4.w, k4.w, s[r]);
+      }
+    }
+    float p[RB];
+#pragma unroll
+    for (int r = 0; r < RB; ++r) {
+      const bool vis = valid && j <= pos[r];
+      const float sc = vis ? s[r] * a.scale : kNegInf;
+      const float mx = warp_max(sc);
+      p[r] = 0.0f;
+      if (mx == kNegInf) continue;  // no key of these 32 visible to this row (warp-uniform)
+      const float m_new = fmaxf(m[r], mx);
+      const float corr = expf(m[r] - m_new);  // 0 on the first keys (m = -inf)
+      p[r] = vis ? expf(sc - m_new) : 0.0f;
+      l[r] = l[r] * corr + warp_sum(p[r]);
+#pragma unroll
+      for (int c = 0; c < C; ++c) o[r][c] *= corr;
+      m[r] = m_new;
+    }
+    const int nk = min(32, j_end - j0);
+    for (int u0 = 0; u0 < nk; u0 += UV) {
+      float v[UV][C];
+#pragma unroll
+      for (int u = 0; u < UV; ++u) load_vec<C>(vb + static_cast<int64_t>(j0 + min(u0 + u, nk - 1)) * a.kv_stride, v[u]);
+#pragma unroll
+      for (int u = 0; u < UV; ++u) {
+        if (u0 + u >= nk) break;  // warp-uniform
+#pragma unroll
+        for (int r = 0; r < RB; ++r) {
+          const float pu = __shfl_sync(0xffffffffu, p[r], u0 + u);
+#pragma unroll
+          for (int c = 0; c < C; ++c) o[r][c] = fmaf(pu, v[u][c], o[r][c]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < RB; ++r) {
+    if (pos[r] < 0) continue;
+    if (a.n_splits == 1) {
+      const float inv = 1.0f / l[r];
+      float* op = a.out + static_cast<int64_t>(t_of[r]) * a.out_stride + static_cast<int64_t>(h_of[r]) * D + lane * C;
+#pragma unroll
+      for (int c = 0; c < C; ++c) op[c] = o[r][c] * inv;
+    } else {
+      const int64_t pr = static_cast<int64_t>(split) * rows_all + row_id[r];
+      float* op = a.part_o + pr * D + lane * C;
+#pragma unroll
+      for (int c = 0; c < C; ++c) op[c] = o[r][c];
       if (lane == 0) {
         a.part_ml[pr * 2] = m[r];
         a.part_ml[pr * 2 + 1] = l[r];
@@ -438,6 +566,30 @@ void launch_decode(const KArgs& k, int row_groups, cudaStream_t s) {
   launch_kernel("attention decode kernel", attn_decode_kernel<D, RB, FULL>, grid, dim3(kDecodeWarps * 32), 0, s, k);
 }
 
+template <int D, int RB>
+void launch_decode_keys(const KArgs& k, int row_groups, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>(ceil_div(k.n_splits, kDecodeWarps)), static_cast<unsigned>(k.n_kv_heads),
+                  static_cast<unsigned>(row_groups));
+  launch_kernel("attention decode kernel (lanes over keys)", attn_decode_keys_kernel<D, RB>, grid, dim3(kDecodeWarps * 32), 0,
+                s, k);
+}
+
+template <int D>
+void decode_keys_rb(int rb, const KArgs& k, int row_groups, cudaStream_t s) {
+  if (rb == 1) launch_decode_keys<D, 1>(k, row_groups, s);
+  else if (rb == 2) launch_decode_keys<D, 2>(k, row_groups, s);
+  else launch_decode_keys<D, 4>(k, row_groups, s);
+}
+
+// SHARDWISE_ATTN_DECODE=keys: the lanes-over-keys decode kernel by default (AttnArgs::decode_kernel).
+bool decode_keys_default() {
+  static const bool on = [] {
+    const char* env = std::getenv("SHARDWISE_ATTN_DECODE");
+    return env != nullptr && std::string(env) == "keys";
+  }();
+  return on;
+}
+
 template <int D, bool FULL>
 void decode_rb(int rb, const KArgs& k, int row_groups, cudaStream_t s) {
   if (rb == 1) launch_decode<D, 1, FULL>(k, row_groups, s);
@@ -517,7 +669,9 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
   k.vec4 = (!full && hd % 4 == 0 && rows16) ? 1 : 0;
   k.scale = 1.0f / sqrtf(static_cast<float>(hd));  // as the CPU: 1 / sqrt(float(head_dim))
 
+  SW_CHECK(a.decode_kernel >= 0 && a.decode_kernel <= 2, "CUDA attention: decode kernel ", a.decode_kernel, " (0, 1 or 2)");
   const bool decode = a.n <= kGemvMaxTokens;
+  const bool keys_kernel = decode && full && (a.decode_kernel == 2 || (a.decode_kernel == 0 && decode_keys_default()));
   const int64_t rows_g = static_cast<int64_t>(a.n) * k.group;
   const int64_t rows_all = static_cast<int64_t>(a.n) * a.n_heads;
   int rb = 4;
@@ -541,7 +695,7 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
     splits = std::min<int64_t>(splits, static_cast<int64_t>(ws.available() / per_split));
   }
   if (splits < 1) splits = 1;
-  const int64_t step = decode ? 4 : 64;
+  const int64_t step = keys_kernel ? 32 : decode ? 4 : 64;
   int64_t kps = ceil_div(ceil_div(kv_len, splits), step) * step;
   splits = ceil_div(kv_len, kps);
   k.n_splits = static_cast<int32_t>(splits);
@@ -551,7 +705,14 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
     k.part_ml = ws.take<float>(static_cast<uint64_t>(splits * rows_all * 2), "attention split partials");
   }
   SW_CHECK(a.n_kv_heads < 65536 && row_groups < 65536, "CUDA attention: too many heads or rows for one launch");
-  if (decode) {
+  if (keys_kernel) {
+    switch (D) {
+      case 32: decode_keys_rb<32>(rb, k, static_cast<int>(row_groups), ctx.stream); break;
+      case 64: decode_keys_rb<64>(rb, k, static_cast<int>(row_groups), ctx.stream); break;
+      case 128: decode_keys_rb<128>(rb, k, static_cast<int>(row_groups), ctx.stream); break;
+      default: decode_keys_rb<256>(rb, k, static_cast<int>(row_groups), ctx.stream); break;
+    }
+  } else if (decode) {
     switch (D) {
       case 32: decode_d<32>(full, rb, k, static_cast<int>(row_groups), ctx.stream); break;
       case 64: decode_d<64>(full, rb, k, static_cast<int>(row_groups), ctx.stream); break;

@@ -152,6 +152,10 @@ struct AttnArgs {
   // Decode (n <= 8): the fewest keys one warp of the split-K kernel takes (0: the default, 64). The
   // kernel benchmark sweeps it; the blocks leave it at 0.
   int32_t decode_min_keys = 0;
+  // Decode kernel: 0 the default (SHARDWISE_ATTN_DECODE=keys selects 2, else 1), 1 lanes over head_dim
+  // (a warp reduction per key), 2 lanes over keys (a warp reduction per 32 keys; head_dim 32/64/128/256
+  // with 16-byte aligned rows only, else 1). The GPU suite checks both; the kernel benchmark times both.
+  int32_t decode_kernel = 0;
 };
 void attention(const Ctx& ctx, const AttnArgs& a);
 // Whether attention runs this head_dim (1 .. kMaxAttentionHeadDim).

@@ -85,15 +85,18 @@ case $stage in
     grep -E "attention decode|GEMV" "$out/graphs/kernel_bench.log" | head -40
     tar -C "$out" -czf "$out/graphs.tgz" graphs && rm -rf "$out/graphs"
     ;;
-  pdl)  # programmatic dependent launch variants, ~4 min: the kernel benchmarks with the GEMV letting the
-        # next kernel start at its start (default), after its weight loop, and without PDL; then the
-        # whole model decoding with PDL on and off (executor_bench.sh pdl) with the late trigger
+  pdl)  # programmatic dependent launch variants, ~5 min: the kernel benchmarks with the GEMV letting the
+        # next kernel start at its start (default), after its weight loop, and without PDL (each times
+        # both decode attention kernels); the whole model decoding with PDL on and off (executor_bench.sh
+        # pdl) with the late trigger; the whole model with the lanes-over-keys attention kernel
     mkdir -p "$out/pdl"
     timeout 80 "$root/bin/test_gpu" "[bench]" > "$out/pdl/kernel_bench_start.log" 2>&1
     SHARDWISE_GEMV_TRIGGER=late timeout 80 "$root/bin/test_gpu" "[bench]" > "$out/pdl/kernel_bench_late.log" 2>&1
     SHARDWISE_PDL=0 timeout 80 "$root/bin/test_gpu" "[bench]" > "$out/pdl/kernel_bench_nopdl.log" 2>&1
     for v in start late nopdl; do echo "$v"; grep -E "(f16|q4_0) .*n=1|FFN block n=1" "$out/pdl/kernel_bench_$v.log"; done
     SHARDWISE_GEMV_TRIGGER=late timeout 200 bash scripts/gpu/executor_bench.sh "$out/pdl/late" pdl
+    # the lanes-over-keys decode attention kernel in the whole model (the kernel benchmarks time both)
+    SHARDWISE_ATTN_DECODE=keys timeout 100 bash scripts/gpu/executor_bench.sh "$out/pdl/keys" graphs
     tar -C "$out" -czf "$out/pdl.tgz" pdl && rm -rf "$out/pdl"
     ;;
   graphs)  # + the CUDA kernel benchmarks (test_gpu [bench]: GEMV rates, decode attention by keys per warp)

@@ -573,11 +573,41 @@ TEST_CASE("CUDA attention matches the CPU at long contexts (deep split-K, tiled 
     float* dk = mem.upload(k);
     float* dv = mem.upload(v);
     float* dout = mem.floats(ref.size());
-    poison(dout, ref.size());
-    cuda::attention(kc.ctx, attn_args(dq, dk, dv, dout, c.n, c.pos0, c.heads, c.kv_heads, c.hd));
-    INFO("heads " << c.heads << "/" << c.kv_heads << " hd " << c.hd << " n=" << c.n << " pos0=" << c.pos0);
-    CHECK(test::max_rel_error(get(dout, ref.size()), ref, c.hd) <= kBlockTol);
+    for (int kernel : {1, 2}) {  // both decode kernels (prefill steps ignore the choice)
+      poison(dout, ref.size());
+      cuda::AttnArgs a = attn_args(dq, dk, dv, dout, c.n, c.pos0, c.heads, c.kv_heads, c.hd);
+      a.decode_kernel = kernel;
+      cuda::attention(kc.ctx, a);
+      INFO("heads " << c.heads << "/" << c.kv_heads << " hd " << c.hd << " n=" << c.n << " pos0=" << c.pos0 << " decode kernel "
+                    << kernel);
+      CHECK(test::max_rel_error(get(dout, ref.size()), ref, c.hd) <= kBlockTol);
+    }
   }
+  // Short contexts (one split, partial chunks of 32 keys) at every head size of the lanes-over-keys kernel.
+  for (int hd : {32, 64, 128, 256})
+  for (int64_t kv_len : {int64_t(1), int64_t(31), int64_t(33), int64_t(100)})
+    for (int n : {1, 3, 8}) {
+      const int heads = 8, kv_heads = 2;
+      if (kv_len < n) continue;
+      const int64_t pos0 = kv_len - n, QD = heads * hd, KVD = kv_heads * hd;
+      const std::vector<float> q = fresh(static_cast<size_t>(n * QD), -2.0f, 2.0f);
+      const std::vector<float> k = fresh(static_cast<size_t>(kv_len * KVD), -2.0f, 2.0f);
+      const std::vector<float> v = fresh(static_cast<size_t>(kv_len * KVD));
+      std::vector<int32_t> pos(static_cast<size_t>(n));
+      for (int t = 0; t < n; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(pos0 + t);
+      std::vector<float> ref(static_cast<size_t>(n * QD));
+      shardwise::attention(q.data(), n, pos.data(), k.data(), v.data(), kv_len, {heads, kv_heads, hd}, ref.data(), pool);
+      float* dout = mem.floats(ref.size());
+      for (int keys : {0, 32}) {
+        poison(dout, ref.size());
+        cuda::AttnArgs a = attn_args(mem.upload(q), mem.upload(k), mem.upload(v), dout, n, pos0, heads, kv_heads, hd);
+        a.decode_kernel = 2;
+        a.decode_min_keys = keys;
+        cuda::attention(kc.ctx, a);
+        INFO("lanes over keys: hd " << hd << " kv_len " << kv_len << " n=" << n << " min keys " << keys);
+        CHECK(test::max_rel_error(get(dout, ref.size()), ref, hd) <= kBlockTol);
+      }
+    }
 }
 
 TEST_CASE("CUDA attention matches the CPU for any head_dim (padded kernels, unaligned rows)", "[gpu][kernels]") {
@@ -638,31 +668,34 @@ TEST_CASE("CUDA attention matches the CPU for any head_dim (padded kernels, unal
     float* dv = mem.upload(hv);
     const size_t out_floats = static_cast<size_t>(c.off + c.n * qs);
     float* dout = mem.floats(out_floats);
-    poison(dout, out_floats);
-    cuda::AttnArgs a = attn_args(dq + c.off, dk + c.off, dv + c.off, dout + c.off, c.n, c.pos0, c.heads, c.kv_heads, c.hd);
-    a.q_stride = qs;
-    a.kv_stride = kvs;
-    a.out_stride = qs;
-    cuda::attention(kc.ctx, a);
-    const std::vector<float> raw = get(dout, out_floats);
-    std::vector<float> got(ref.size());
-    bool untouched = true;
-    for (size_t i = 0; i < raw.size(); ++i) {
-      const int64_t j = static_cast<int64_t>(i) - c.off;
-      if (j >= 0 && j % qs < QD) {
-        got[static_cast<size_t>(j / qs * QD + j % qs)] = raw[i];
-      } else {
-        uint32_t bits;
-        std::memcpy(&bits, &raw[i], 4);
-        untouched &= bits == 0xFFFFFFFFu;
+    for (int kernel : {1, 2}) {  // the lanes-over-keys decode kernel where the rows allow it, else the other
+      poison(dout, out_floats);
+      cuda::AttnArgs a = attn_args(dq + c.off, dk + c.off, dv + c.off, dout + c.off, c.n, c.pos0, c.heads, c.kv_heads, c.hd);
+      a.q_stride = qs;
+      a.kv_stride = kvs;
+      a.out_stride = qs;
+      a.decode_kernel = kernel;
+      cuda::attention(kc.ctx, a);
+      const std::vector<float> raw = get(dout, out_floats);
+      std::vector<float> got(ref.size());
+      bool untouched = true;
+      for (size_t i = 0; i < raw.size(); ++i) {
+        const int64_t j = static_cast<int64_t>(i) - c.off;
+        if (j >= 0 && j % qs < QD) {
+          got[static_cast<size_t>(j / qs * QD + j % qs)] = raw[i];
+        } else {
+          uint32_t bits;
+          std::memcpy(&bits, &raw[i], 4);
+          untouched &= bits == 0xFFFFFFFFu;
+        }
       }
+      INFO("heads " << c.heads << "/" << c.kv_heads << " hd " << c.hd << " n=" << c.n << " pos0=" << c.pos0
+                    << " offset " << c.off << " pad " << c.pad << " decode kernel " << kernel);
+      // Per head (as the long-context cases); heads of 1 or 2 elements per token row, where one output
+      // can be near 0 by cancellation.
+      CHECK(test::max_rel_error(got, ref, c.hd >= 8 ? c.hd : QD) <= kBlockTol);
+      CHECK(untouched);
     }
-    INFO("heads " << c.heads << "/" << c.kv_heads << " hd " << c.hd << " n=" << c.n << " pos0=" << c.pos0
-                  << " offset " << c.off << " pad " << c.pad);
-    // Per head (as the long-context cases); heads of 1 or 2 elements per token row, where one output
-    // can be near 0 by cancellation.
-    CHECK(test::max_rel_error(got, ref, c.hd >= 8 ? c.hd : QD) <= kBlockTol);
-    CHECK(untouched);
   }
 }
 
@@ -847,18 +880,31 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
       // Decode at the peer protocol's 1K and at 4K context by the split-K kernel's keys per warp:
       // fewer keys, more warps (at 1K and 64 keys, 16 splits x 8 kv heads = 32 blocks on 132 SMs)
       // against a longer combine.
+      for (int kernel : {1, 2})
       for (int64_t context : {int64_t(1024), int64_t(4096)})
         for (int32_t keys : {16, 32, 64, 128}) {
+          if (kernel == 2 && keys < 32) continue;  // it takes keys 32 at a time
           float* q = mem.floats(static_cast<size_t>(spec.q_dim()));
           float* out = mem.floats(static_cast<size_t>(spec.q_dim()));
           put(q, fresh(static_cast<size_t>(spec.q_dim())));
           cuda::AttnArgs a = attn_args(q, kc, vc, out, 1, context - 1, heads, kvh, hd);
           a.decode_min_keys = keys;
+          a.decode_kernel = kernel;
           const double ms = time_ms([&] { cuda::attention(kctx.ctx, a); }, 20);
-          std::printf("attention decode context %5lld, >= %3d keys per warp: %8.4f ms  %6.0f GB/s of KV\n",
-                      static_cast<long long>(context), keys, ms,
+          std::printf("attention decode (%s) context %5lld, >= %3d keys per warp: %8.4f ms  %6.0f GB/s of KV\n",
+                      kernel == 1 ? "lanes over dims" : "lanes over keys", static_cast<long long>(context), keys, ms,
                       2.0 * static_cast<double>(context) * static_cast<double>(KVD) * 4 / (ms * 1e-3) / 1e9);
         }
+      // 8 tokens (speculative-decoding-sized steps) at 4K context, both kernels.
+      for (int kernel : {1, 2}) {
+        float* q = mem.floats(static_cast<size_t>(8 * spec.q_dim()));
+        float* out = mem.floats(static_cast<size_t>(8 * spec.q_dim()));
+        put(q, fresh(static_cast<size_t>(8 * spec.q_dim())));
+        cuda::AttnArgs a = attn_args(q, kc, vc, out, 8, 4088, heads, kvh, hd);
+        a.decode_kernel = kernel;
+        const double ms = time_ms([&] { cuda::attention(kctx.ctx, a); }, 20);
+        std::printf("attention decode (%s) n=8 context 4096: %8.4f ms\n", kernel == 1 ? "lanes over dims" : "lanes over keys", ms);
+      }
     }
     std::unique_ptr<DeviceKernels> k = make_cuda_kernels(spec, RopeStyle::Neox, g.stream, g.blas);
     for (int64_t n : {int64_t(1), int64_t(512)}) {
