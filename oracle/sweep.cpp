@@ -65,6 +65,7 @@ bool is_synthetic(const std::string& weights) { return weights.compare(0, 10, "s
 // 10 GB/s had predicted 2 s each and made --max-minutes stop calls early). The ETA corrects them
 // by what it observes.
 constexpr double kLoadBytesPerS = 2e9;
+constexpr double kProbeSeconds = 1.5;  // one machine probe (SweepOptions::probe_machine): an estimate, not measured yet
 constexpr double kRegisterBytesPerS = 30e9;
 constexpr double kDeviceSetupS = 0.3;
 
@@ -505,7 +506,7 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
 
   // What is left, and how long it should take.
   res.configurations = static_cast<int>(plans.size());
-  double load_s = 0, setup_s = 0, steps_s = 0;
+  double load_s = 0, setup_s = 0, steps_s = 0, probe_total_s = 0;
   int measured_left = 0;
   std::map<int, bool> model_needed;
   auto row_done = [&](const Configuration& c, const RowPlan& r) {
@@ -537,6 +538,7 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
       if (!setup_counted) {
         setup_counted = true;
         setup_s += setup_seconds(p);
+        if (o.probe_machine) probe_total_s += kProbeSeconds;
       }
       if (!runtime_counted[r.schedule]) {
         runtime_counted[r.schedule] = true;
@@ -546,15 +548,16 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
     }
   }
   for (const auto& m : model_needed) load_s += static_cast<double>(specs[m.first].total_bytes()) / kLoadBytesPerS;
-  res.predicted_seconds = load_s + setup_s + steps_s;
+  res.predicted_seconds = load_s + setup_s + steps_s + probe_total_s;
   const int rows_left = res.rows_total - res.rows_present;
   std::fprintf(stderr,
                "sweep %s: %d configurations%s (%zu dropped), %d rows: %d present, %d to write (%d to measure)\n"
-               "  predicted running time %s on %s: model loads %s, device set-up %s, steps %s (planning took %.1f s)\n",
+               "  predicted running time %s on %s: model loads %s, device set-up %s, steps %s%s (planning took %.1f s)\n",
                e.name.c_str(), res.configurations,
                o.shard_count > 1 ? str_cat(" in shard ", o.shard_index, "/", o.shard_count).c_str() : "", res.dropped.size(),
                res.rows_total, res.rows_present, rows_left, measured_left, fmt_minutes(res.predicted_seconds).c_str(),
-               cost_source.name.c_str(), fmt_minutes(load_s).c_str(), fmt_minutes(setup_s).c_str(), fmt_minutes(steps_s).c_str(), plan_s);
+               cost_source.name.c_str(), fmt_minutes(load_s).c_str(), fmt_minutes(setup_s).c_str(), fmt_minutes(steps_s).c_str(),
+               probe_total_s > 0 ? str_cat(", machine probes ", fmt_minutes(probe_total_s)).c_str() : "", plan_s);
   if (o.device == "emu")
     std::fprintf(stderr, "  device emu: the emulated device runs on the CPU; its timings are not GPU numbers\n");
   for (const auto& d : res.dropped) log_info("dropped ", d);
@@ -659,7 +662,7 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
     ++res.rows_written;
   };
 
-  double probe_s = 2.0;  // the last machine probe's duration (a guess before the first)
+  double probe_s = kProbeSeconds;  // the last machine probe's duration (the guess before the first)
   for (const auto& p : plans) {
     const Configuration& c = p.config;
     std::vector<const RowPlan*> todo;
@@ -712,6 +715,9 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
       const auto t_probe = Clock::now();
       machine_slowdown = o.probe_machine(c.threads);
       probe_s = seconds_since(t_probe);
+      done_predicted_s += kProbeSeconds;
+      done_actual_s += probe_s;
+      progress.add(static_cast<uint64_t>(kProbeSeconds * 1000.0));
     }
 
     std::unique_ptr<Device> device;
