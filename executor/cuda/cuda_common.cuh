@@ -1,7 +1,8 @@
 // executor/cuda/cuda_common.cuh — shared by the CUDA kernel files (never by CPU-only code): error
-// checks that turn CUDA/cuBLAS failures into shardwise::Error, device helpers for the GGUF block
-// dtypes and warp reductions, and the workspace bump allocator through which every device temporary
-// of the blocks is taken (the kernels never allocate device memory).
+// checks that turn CUDA/cuBLAS failures into shardwise::Error, the launcher of the blocks' kernels
+// (programmatic dependent launch) and its device side, device helpers for the GGUF block dtypes and
+// warp reductions, and the workspace bump allocator through which every device temporary of the
+// blocks is taken (the kernels never allocate device memory).
 #pragma once
 
 #include <cublas_v2.h>
