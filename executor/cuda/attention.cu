@@ -112,6 +112,48 @@ __device__ __forceinline__ void row_of(const KArgs& a, int g, int i, int& t, int
   h = g * a.group + i % a.group;
 }
 
+// A decode warp's running state per query row: max, sum and output slice, all empty.
+template <int RB, int C>
+__device__ __forceinline__ void init_decode_state(float (&m)[RB], float (&l)[RB], float (&o)[RB][C]) {
+#pragma unroll
+  for (int r = 0; r < RB; ++r) {
+    m[r] = kNegInf;
+    l[r] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < C; ++c) o[r][c] = 0.0f;
+  }
+}
+
+// Writes a decode warp's rows (elements d0 .. d0 + C - 1 of each, those below hd): the normalised
+// output when there is one split, else the split's partial output, max and sum for the combine kernel.
+template <int RB, int C, bool FULL>
+__device__ __forceinline__ void store_decode_rows(const KArgs& a, int split, int lane, int d0, int hd, const int (&pos)[RB],
+                                                  const int (&t_of)[RB], const int (&h_of)[RB], const int (&row_id)[RB],
+                                                  const float (&m)[RB], const float (&l)[RB], const float (&o)[RB][C]) {
+  const int rows_all = a.n * a.n_heads;
+#pragma unroll
+  for (int r = 0; r < RB; ++r) {
+    if (pos[r] < 0) continue;
+    if (a.n_splits == 1) {
+      const float inv = 1.0f / l[r];
+      float* op = a.out + static_cast<int64_t>(t_of[r]) * a.out_stride + static_cast<int64_t>(h_of[r]) * hd + d0;
+#pragma unroll
+      for (int c = 0; c < C; ++c)
+        if (FULL || d0 + c < hd) op[c] = o[r][c] * inv;
+    } else {
+      const int64_t pr = static_cast<int64_t>(split) * rows_all + row_id[r];
+      float* op = a.part_o + pr * hd + d0;
+#pragma unroll
+      for (int c = 0; c < C; ++c)
+        if (FULL || d0 + c < hd) op[c] = o[r][c];
+      if (lane == 0) {
+        a.part_ml[pr * 2] = m[r];
+        a.part_ml[pr * 2 + 1] = l[r];
+      }
+    }
+  }
+}
+
 template <int D, int RB, bool FULL>
 __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KArgs a) {
   pdl_begin();
@@ -127,7 +169,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KA
   if (split >= a.n_splits) return;
   const int g = blockIdx.y;
   const int rows_g = a.n * a.group;
-  const int rows_all = a.n * a.n_heads;
   const int i0 = blockIdx.z * RB;
 
   float q[RB][C];
@@ -154,13 +195,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KA
   const int j_end = min(j_begin + a.keys_per_split, max_pos + 1);
 
   float m[RB], l[RB], o[RB][C];
-#pragma unroll
-  for (int r = 0; r < RB; ++r) {
-    m[r] = kNegInf;
-    l[r] = 0.0f;
-#pragma unroll
-    for (int c = 0; c < C; ++c) o[r][c] = 0.0f;
-  }
+  init_decode_state<RB, C>(m, l, o);
   const float* kb = a.k + static_cast<int64_t>(g) * hd + d0;
   const float* vb = a.v + static_cast<int64_t>(g) * hd + d0;
   for (int j = j_begin; j < j_end; j += U) {
@@ -200,27 +235,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KA
       m[r] = mx;
     }
   }
-#pragma unroll
-  for (int r = 0; r < RB; ++r) {
-    if (pos[r] < 0) continue;
-    if (a.n_splits == 1) {
-      const float inv = 1.0f / l[r];
-      float* op = a.out + static_cast<int64_t>(t_of[r]) * a.out_stride + static_cast<int64_t>(h_of[r]) * hd + d0;
-#pragma unroll
-      for (int c = 0; c < C; ++c)
-        if (FULL || d0 + c < hd) op[c] = o[r][c] * inv;
-    } else {
-      const int64_t pr = static_cast<int64_t>(split) * rows_all + row_id[r];
-      float* op = a.part_o + pr * hd + d0;
-#pragma unroll
-      for (int c = 0; c < C; ++c)
-        if (FULL || d0 + c < hd) op[c] = o[r][c];
-      if (lane == 0) {
-        a.part_ml[pr * 2] = m[r];
-        a.part_ml[pr * 2 + 1] = l[r];
-      }
-    }
-  }
+  store_decode_rows<RB, C, FULL>(a, split, lane, d0, hd, pos, t_of, h_of, row_id, m, l, o);
 }
 
 // Decode with lanes over keys (AttnArgs::decode_kernel 2; FULL rows only): a warp takes its keys 32 at a
@@ -240,7 +255,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_keys_kernel(con
   if (split >= a.n_splits) return;
   const int g = blockIdx.y;
   const int rows_g = a.n * a.group;
-  const int rows_all = a.n * a.n_heads;
   const int i0 = blockIdx.z * RB;
 
   int pos[RB], row_id[RB], t_of[RB], h_of[RB];
@@ -267,13 +281,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_keys_kernel(con
   const int j_end = min(j_begin + a.keys_per_split, max_pos + 1);
 
   float m[RB], l[RB], o[RB][C];
-#pragma unroll
-  for (int r = 0; r < RB; ++r) {
-    m[r] = kNegInf;
-    l[r] = 0.0f;
-#pragma unroll
-    for (int c = 0; c < C; ++c) o[r][c] = 0.0f;
-  }
+  init_decode_state<RB, C>(m, l, o);
   const float* kb = a.k + static_cast<int64_t>(g) * D;
   const float* vb = a.v + static_cast<int64_t>(g) * D + lane * C;
   for (int j0 = j_begin; j0 < j_end; j0 += 32) {
@@ -328,25 +336,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_keys_kernel(con
       }
     }
   }
-#pragma unroll
-  for (int r = 0; r < RB; ++r) {
-    if (pos[r] < 0) continue;
-    if (a.n_splits == 1) {
-      const float inv = 1.0f / l[r];
-      float* op = a.out + static_cast<int64_t>(t_of[r]) * a.out_stride + static_cast<int64_t>(h_of[r]) * D + lane * C;
-#pragma unroll
-      for (int c = 0; c < C; ++c) op[c] = o[r][c] * inv;
-    } else {
-      const int64_t pr = static_cast<int64_t>(split) * rows_all + row_id[r];
-      float* op = a.part_o + pr * D + lane * C;
-#pragma unroll
-      for (int c = 0; c < C; ++c) op[c] = o[r][c];
-      if (lane == 0) {
-        a.part_ml[pr * 2] = m[r];
-        a.part_ml[pr * 2 + 1] = l[r];
-      }
-    }
-  }
+  store_decode_rows<RB, C, true>(a, split, lane, lane * C, D, pos, t_of, h_of, row_id, m, l, o);
 }
 
 template <int D>
