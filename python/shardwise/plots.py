@@ -87,6 +87,28 @@ def error_plot(df, path):
     return _save(fig, path)
 
 
+def drift_plot(df, path):
+    """Signed prediction error of each measured candidate row against the machine's slowdown when its
+    configuration was measured (``machine_slowdown``), per thread count: errors that follow the drift are
+    the machine's, not the planner's."""
+    e = prediction_errors(df)
+    e = e[e["schedule"].isin(CANDIDATES)]
+    if "machine_slowdown" in e.columns:
+        e = e[e["machine_slowdown"].astype(float) > 0]
+    else:
+        e = e.iloc[0:0]
+    fig, ax = plt.subplots(figsize=(5.6, 3.6))
+    for t, g in e.groupby("threads"):
+        ax.scatter(g["machine_slowdown"].astype(float), g["signed_error"] * 100, s=12, alpha=0.7, label=f"{t} threads")
+    ax.axvline(1.0, color="k", lw=0.6)
+    ax.axhline(0, color="k", lw=0.6)
+    ax.set_xlabel("machine slowdown against the profile (x)")
+    ax.set_ylabel("predicted / measured - 1 (%)")
+    if len(e):
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
 def speedups_plot(summary, path):
     """Geometric-mean speedup of the planner's pick over each baseline, per model and metric."""
     fig, ax = plt.subplots(figsize=(6, 3.2))

@@ -132,6 +132,8 @@ def build_report(df, out_dir, title=None):
         "errors": plots.error_plot(df, os.path.join(out_dir, "prediction_error.png")),
         "speedups": plots.speedups_plot(sps, os.path.join(out_dir, "baseline_speedups.png")),
     }
+    if len(metrics.machine_drift(df)):
+        pngs["drift"] = plots.drift_plot(df, os.path.join(out_dir, "machine_drift.png"))
     rel = {k: os.path.basename(v) for k, v in pngs.items()}
 
     L = []
@@ -224,6 +226,7 @@ def build_report(df, out_dir, title=None):
         w(f"{len(off)} of {len(probed)} probed decisions were measured while the machine was more than 10% off its "
           f"profile, {len(wrong_off)} of the {len(wrong_probed)} probed disagreements among them: there the miss may be "
           "the machine's rather than the planner's.\n")
+        w(f"![drift]({rel['drift']})\n")
     else:
         w("The configurations were not probed (`sweep --machine-probe`), so how far the machine drifted from its profile "
           "while these rows were measured is not known from them.\n")

@@ -54,10 +54,11 @@ def test_report_states_the_machines_drift(tmp_path):
     assert "1 of 2 probed decisions were measured while the machine was more than 10% off" in md
     assert "1 of the 1 probed disagreements" in md  # D: static picked, dynamic faster, at 1.3x
     assert "| 1.30x |" in md  # the disagreements table's machine column
+    assert "![drift](machine_drift.png)" in md and (tmp_path / "r" / "machine_drift.png").stat().st_size > 1000
     none = tmp_path / "none.jsonl"
     none.write_text("".join(json.dumps(r) + "\n" for r in known_rows()))
     md = open(build_report(load_results(none), str(tmp_path / "n"))).read()
-    assert "were not probed" in md
+    assert "were not probed" in md and not (tmp_path / "n" / "machine_drift.png").exists()
 
 
 def test_report_says_emu_is_not_gpu(tmp_path):
