@@ -181,3 +181,35 @@ std::unique_ptr<CostModel> make_analytic_cost_model(const HardwareSpec& hw, doub
 }
 
 }  // namespace shardwise
+
+namespace shardwise {
+namespace {
+
+class CpuScaledCostModel : public CostModel {
+ public:
+  CpuScaledCostModel(const CostModel& base, double factor) : base_(base), factor_(factor) {}
+  double op_ms(const Op& op, const ExecEnv& env) const override {
+    const double ms = base_.op_ms(op, env);
+    return env.backend == Backend::Cpu ? ms * factor_ : ms;
+  }
+  double transfer_ms(uint64_t bytes, Direction dir, bool pinned) const override { return base_.transfer_ms(bytes, dir, pinned); }
+  double pcie_gbps(Direction dir) const override { return base_.pcie_gbps(dir); }
+  double copy_slowdown(Direction dir, double cpu_dram_gbps) const override { return base_.copy_slowdown(dir, cpu_dram_gbps); }
+  double sync_ms() const override { return base_.sync_ms(); }
+  int max_threads() const override { return base_.max_threads(); }
+  uint64_t vram_bytes() const override { return base_.vram_bytes(); }
+  std::string describe() const override { return str_cat(base_.describe(), ", CPU x", factor_); }
+
+ private:
+  const CostModel& base_;
+  double factor_;
+};
+
+}  // namespace
+
+std::unique_ptr<CostModel> make_cpu_scaled_cost_model(const CostModel& base, double cpu_factor) {
+  SW_CHECK(cpu_factor > 0 && std::isfinite(cpu_factor), "CPU cost factor ", cpu_factor, " must be positive");
+  return std::make_unique<CpuScaledCostModel>(base, cpu_factor);
+}
+
+}  // namespace shardwise

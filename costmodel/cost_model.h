@@ -89,4 +89,9 @@ class CostModel {
 // The datasheet roofline. pcie_cap_bytes_per_s = 0 means no cap.
 std::unique_ptr<CostModel> make_analytic_cost_model(const HardwareSpec& hw, double pcie_cap_bytes_per_s = 0);
 
+// `base` with every CPU op `cpu_factor` times as long (GPU ops and copies unchanged): the profile's
+// machine as it ran at some moment (the oracle's machine probe measures that factor). `base` must
+// outlive the result.
+std::unique_ptr<CostModel> make_cpu_scaled_cost_model(const CostModel& base, double cpu_factor);
+
 }  // namespace shardwise

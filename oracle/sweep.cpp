@@ -710,11 +710,19 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
       pool = std::make_unique<ThreadPool>(c.threads);
     }
     double machine_slowdown = 0;  // 0: not probed
+    // The configuration's cost model with its CPU work scaled by the probe: each row's plan predicted
+    // again for the machine as it ran (predicted_ms_at_probe), to tell its drift from the model's error.
+    std::unique_ptr<CostModel> at_probe;
+    PlannerConfig at_probe_cfg;
     if (any_to_measure && o.probe_machine) {
       if (out_of_time(probe_s)) break;
       const auto t_probe = Clock::now();
       machine_slowdown = o.probe_machine(c.threads);
       probe_s = seconds_since(t_probe);
+      if (machine_slowdown > 0 && p.plannable) {
+        at_probe_cfg = planner_config(e, c, model.dtypes, routing.count(c.model) ? &routing[c.model] : nullptr);
+        at_probe = make_cpu_scaled_cost_model(cost_source.make(c.pcie_cap_bytes_per_s), machine_slowdown);
+      }
       done_predicted_s += kProbeSeconds;
       done_actual_s += probe_s;
       progress.add(static_cast<uint64_t>(kProbeSeconds * 1000.0));
@@ -797,6 +805,11 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
         if (i > 0 && out_of_time(predicted_s)) break;
         json j = base_row(p, *r);
         j["machine_slowdown"] = machine_slowdown > 0 ? json(machine_slowdown) : json(nullptr);
+        j["predicted_ms_at_probe"] = nullptr;
+        if (at_probe)
+          if (const TierEntry* te = table.find_tier(r->tier))
+            if (const Plan* pl = te->find(r->schedule); pl && pl->feasible)
+              j["predicted_ms_at_probe"] = repredict(*pl, model.source->spec(), *at_probe, at_probe_cfg);
         j["setup_ms"] = setup_ms;
         j["model_load_ms"] = model.load_ms;
         const auto t_row = Clock::now();

@@ -1001,6 +1001,18 @@ PlanTable build_plan_table(const ModelSpec& spec, const CostModel& cost, const P
   return t;
 }
 
+double repredict(const Plan& plan, const ModelSpec& spec, const CostModel& cost, const PlannerConfig& cfg) {
+  SW_CHECK(plan.feasible, "repredict: the ", schedule_name(plan.schedule), " plan for ", plan.tier, " tokens is infeasible");
+  Plan copy = plan;
+  StepShape st;
+  st.tokens = plan.tier;
+  st.active_experts = routing_experts_for(spec, cfg, plan.tier);
+  st.keys = cfg.ctx;
+  st.kv_dtype = cfg.kv_dtype;
+  st.threads = cfg.threads;
+  return simulate(copy, spec, make_shards(spec, cfg.ctx, cfg.kv_dtype, &cfg.tensor_dtypes), cost, st);
+}
+
 std::string explain_plan(const Plan& plan, const ModelSpec& spec, const CostModel& cost, const PlannerConfig& cfg) {
   std::ostringstream os;
   const ShardSet S = make_shards(spec, cfg.ctx, cfg.kv_dtype, &cfg.tensor_dtypes);

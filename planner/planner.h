@@ -67,6 +67,11 @@ uint64_t minimum_budget(const ModelSpec& spec, const CostModel& cost, const Plan
 Plan build_plan(const ModelSpec& spec, const CostModel& cost, const PlannerConfig& config, Schedule schedule,
                 int64_t tier);
 
+// The step time of `plan` (made for `config`) predicted again with another cost model: the same
+// actions simulated anew (the oracle re-predicts a measured plan for the machine's state when it was
+// measured). With the cost model the plan was made with, plan.predicted_ms.
+double repredict(const Plan& plan, const ModelSpec& spec, const CostModel& cost, const PlannerConfig& config);
+
 // Human-readable placement of each shard with bytes, predicted time and why.
 std::string explain_plan(const Plan& plan, const ModelSpec& spec, const CostModel& cost, const PlannerConfig& config);
 

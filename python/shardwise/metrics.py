@@ -90,6 +90,11 @@ def decisions(df):
         probed = pd.to_numeric(g["machine_slowdown"], errors="coerce") if "machine_slowdown" in g.columns else pd.Series(dtype=float)
         probed = probed[probed > 0]
         d["machine_slowdown"] = float(probed.iloc[0]) if len(probed) else np.nan
+        # The pick had the planner known the machine's state (every feasible candidate predicted again
+        # with the probe's CPU factor; None where one was not).
+        again = pd.to_numeric(feasible["predicted_ms_at_probe"], errors="coerce") if "predicted_ms_at_probe" in feasible.columns \
+            else pd.Series(np.nan, index=feasible.index)
+        d["pick_at_probe"] = feasible.loc[again.idxmin(), "schedule"] if len(again) and again.notna().all() else None
         for s in CANDIDATES:
             r = g[g["schedule"] == s]
             d[f"predicted_{s}"] = r["predicted_ms"].iloc[0] if len(r) else np.nan
@@ -120,6 +125,11 @@ def decisions(df):
             sig_pick, sig_best = pick.get("plan_signature"), best.get("plan_signature")
             d["same_plan"] = bool(d["best"] != d["pick"] and isinstance(sig_pick, str) and sig_pick == sig_best)
             d["agree"] = d["best"] == d["pick"] or d["same_plan"]
+            if d["pick_at_probe"] is not None:
+                sig_p = g[g["schedule"] == d["pick_at_probe"]]["plan_signature"].iloc[0] if "plan_signature" in g.columns else None
+                d["agree_at_probe"] = bool(d["pick_at_probe"] == d["best"] or (isinstance(sig_p, str) and sig_p == sig_best))
+            else:
+                d["agree_at_probe"] = None
             spread = max(best["measured_spread_ms"] or 0.0, pick["measured_spread_ms"] if pick["status"] == "measured" else 0.0)
             d["tie"] = (not d["agree"]) and bool(d["pick_ms"] - d["best_ms"] <= spread)
             d["contested"] = len(m) >= 2
@@ -129,7 +139,7 @@ def decisions(df):
             d["kendall"] = kendall(all_m["predicted_ms"], all_m["measured_ms"]) if len(all_m) >= 3 else np.nan
         else:
             d.update(best=None, best_ms=np.nan, pick_ms=np.nan, second_ms=np.nan, agree=False, same_plan=False, tie=False,
-                     contested=False, close=False, regret=np.nan, kendall=np.nan)
+                     contested=False, close=False, regret=np.nan, kendall=np.nan, agree_at_probe=None)
         out.append(d)
     cols = CONFIG_COLS + ["tier", "pick", "best", "agree", "same_plan", "tie", "contested", "close", "regret", "evaluable",
                           "not_evaluable_reason", "n_feasible", "n_measured", "pick_ms", "best_ms", "second_ms",

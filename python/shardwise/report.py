@@ -226,6 +226,22 @@ def build_report(df, out_dir, title=None):
         w(f"{len(off)} of {len(probed)} probed decisions were measured while the machine was more than 10% off its "
           f"profile, {len(wrong_off)} of the {len(wrong_probed)} probed disagreements among them: there the miss may be "
           "the machine's rather than the planner's.\n")
+        cal = probed[probed["agree_at_probe"].notna()] if "agree_at_probe" in probed.columns else probed.iloc[0:0]
+        if len(cal):
+            n_cal = int(cal["agree_at_probe"].astype(bool).sum())
+            n_now = int(cal["agree"].astype(bool).sum())
+            w(f"Each measured plan was also predicted again with its configuration's CPU factor "
+              f"(`predicted_ms_at_probe`): with those predictions the planner would have picked the measured best in "
+              f"**{n_cal} of {len(cal)}** such decisions ({_pct(n_cal / len(cal))}), against {n_now} with the profile as it "
+              "is — the difference is what the machine's drift cost, the rest is the cost model's.\n")
+            e = metrics.prediction_errors(df)
+            e = e[e["schedule"].isin(CANDIDATES)]
+            again = pd.to_numeric(e["predicted_ms_at_probe"], errors="coerce") if "predicted_ms_at_probe" in e.columns else None
+            if again is not None and again.notna().any():
+                e = e[again.notna()]
+                err_at = (pd.to_numeric(e["predicted_ms_at_probe"]) / e["measured_ms"] - 1).abs()
+                w(f"Median prediction error of those rows: {_pct(e['error'].median())} with the profile, "
+                  f"{_pct(err_at.median())} with the probe's factor.\n")
         w(f"![drift]({rel['drift']})\n")
     else:
         w("The configurations were not probed (`sweep --machine-probe`), so how far the machine drifted from its profile "

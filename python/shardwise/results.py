@@ -15,7 +15,7 @@ ROW_KEYS = ["config_id", "model", "budget_bytes", "ctx", "threads", "pcie_cap", 
 # Written by the sweep as well; filled with defaults when absent (e.g. in hand-made files).
 EXTRA_DEFAULTS = {"status": None, "reason": "", "feasible": True, "candidate": None, "planner_choice": None,
                   "repeats": np.nan, "budget": None, "experiment": None, "plan_signature": None,
-                  "machine_slowdown": np.nan}
+                  "machine_slowdown": np.nan, "predicted_ms_at_probe": np.nan}
 CANDIDATES = ("gpu-only", "static", "dynamic")
 BASELINES = ("layer-split", "cpu-moe")
 

@@ -41,10 +41,10 @@ def test_report_states_the_measurements_resolution(tmp_path):
 
 def test_report_states_the_machines_drift(tmp_path):
     from conftest import row
-    rows = [row("D", 1, "static", 100, 100, 0.5, chosen=True, machine_slowdown=1.3, threads=1),
-            row("D", 1, "dynamic", 90, 80, 0.5, machine_slowdown=1.3, threads=1),
-            row("E", 1, "static", 100, 100, 0.5, chosen=True, machine_slowdown=1.02),
-            row("E", 1, "dynamic", 110, 110, 0.5, machine_slowdown=1.02),
+    rows = [row("D", 1, "static", 100, 100, 0.5, chosen=True, machine_slowdown=1.3, threads=1, predicted_ms_at_probe=130),
+            row("D", 1, "dynamic", 90, 80, 0.5, machine_slowdown=1.3, threads=1, predicted_ms_at_probe=85),
+            row("E", 1, "static", 100, 100, 0.5, chosen=True, machine_slowdown=1.02, predicted_ms_at_probe=102),
+            row("E", 1, "dynamic", 110, 110, 0.5, machine_slowdown=1.02, predicted_ms_at_probe=112),
             row("F", 1, "static", 100, 100, 0.5, chosen=True)]  # not probed
     p = tmp_path / "drift.jsonl"
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -54,6 +54,9 @@ def test_report_states_the_machines_drift(tmp_path):
     assert "1 of 2 probed decisions were measured while the machine was more than 10% off" in md
     assert "1 of the 1 probed disagreements" in md  # D: static picked, dynamic faster, at 1.3x
     assert "| 1.30x |" in md  # the disagreements table's machine column
+    # With the probe's factor the planner would have picked dynamic at D (85 < 130): 2 of 2, against 1.
+    assert "picked the measured best in **2 of 2**" in md and "against 1 with the profile" in md
+    assert "0.0% with the profile, 4.1% with the probe's factor" in md  # 0/12.5/0/0% and 30/6.25/2/1.8%: medians
     assert "![drift](machine_drift.png)" in md and (tmp_path / "r" / "machine_drift.png").stat().st_size > 1000
     none = tmp_path / "none.jsonl"
     none.write_text("".join(json.dumps(r) + "\n" for r in known_rows()))

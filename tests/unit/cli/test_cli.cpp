@@ -415,16 +415,27 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
                                       " --no-progress --max-minutes 0.08 --out " + quote(probed));
       INFO(mode << ": " << pr.err);
       REQUIRE(pr.rc == 0);
-      int measured = 0;
+      int measured = 0, cpu_bound = 0;
       std::ifstream in(probed);
       for (std::string line; std::getline(in, line);) {
         const auto j = nlohmann::json::parse(line);
         if (j.value("record", "") != "row" || j["status"] != "measured") continue;
         ++measured;
-        if (std::string(mode) == "on") CHECK(j["machine_slowdown"].get<double>() > 100);
-        else CHECK(j["machine_slowdown"].is_null());
+        if (std::string(mode) == "on") {
+          CHECK(j["machine_slowdown"].get<double>() > 100);
+          // Each row's plan predicted again with the CPU's work scaled by the probe: much slower where
+          // CPU work is on the critical path, hardly faster anywhere (slower CPU work reads DRAM at a
+          // lower rate beside the copies, which then run a little faster).
+          const double again = j["predicted_ms_at_probe"].get<double>(), pred = j["predicted_ms"].get<double>();
+          CHECK(again >= pred * 0.99);
+          cpu_bound += again > 10 * pred;
+        } else {
+          CHECK(j["machine_slowdown"].is_null());
+          CHECK(j["predicted_ms_at_probe"].is_null());
+        }
       }
       CHECK(measured > 0);
+      if (std::string(mode) == "on") CHECK(cpu_bound > 0);
     }
     require_clean_error("sweep " + quote(exp) + " --device emu --machine-probe maybe --out " + quote(rows), {"--machine-probe 'maybe'"});
     // Bad values of the check's options, and asking for a check with no profile to check against.

@@ -472,6 +472,33 @@ TEST_CASE("simulation: the two host-to-device queues share the link", "[planner]
   CHECK(simulate(p, spec, S, *cost, step) == Approx(alone + cost->transfer_ms(big / 2, Direction::HostToDevice)).epsilon(1e-9));
 }
 
+TEST_CASE("repredict: a plan simulated again gives its prediction; with slower CPU work, slower", "[planner][simulate]") {
+  int scaled_up = 0;
+  for (const char* model : {"nemo8b", "qwen30b"}) {
+    const ModelSpec spec = builtin_spec(model);
+    auto base = make_analytic_cost_model(builtin_hardware("h200-host"), 16e9);
+    const auto slow = make_cpu_scaled_cost_model(*base, 2.0);
+    for (uint64_t budget : {2 * GiB, 8 * GiB}) {
+      PlannerConfig cfg = config(budget, 4096, 16);
+      cfg.tiers = {1, 512};
+      const PlanTable t = build_plan_table(spec, *base, cfg);
+      for (const auto& e : t.tiers)
+        for (const Plan& p : e.candidates) {
+          if (!p.feasible) continue;
+          INFO(model << " " << budget << " " << schedule_name(p.schedule) << " tier " << p.tier);
+          CHECK(repredict(p, spec, *base, cfg) == Approx(p.predicted_ms).epsilon(1e-9));
+          const double s = repredict(p, spec, *slow, cfg);
+          CHECK(s >= p.predicted_ms * 0.99);  // (slower CPU work beside copies slows them less)
+          CHECK(s <= 2.0 * p.predicted_ms * (1 + 1e-9));
+          scaled_up += s > 1.2 * p.predicted_ms;
+        }
+    }
+  }
+  CHECK(scaled_up > 4);  // plans with CPU work on their critical path
+  auto base = make_analytic_cost_model(builtin_hardware("cli3"));
+  CHECK_THROWS_WITH(make_cpu_scaled_cost_model(*base, 0), Contains("must be positive"));
+}
+
 TEST_CASE("an impossible budget names the smallest budget that works", "[planner]") {
   const ModelSpec spec = builtin_spec("nemo8b");
   auto cost = make_analytic_cost_model(builtin_hardware("cli3"));
