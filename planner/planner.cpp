@@ -385,15 +385,18 @@ uint64_t staging_bytes(const Ctx& c) { return c.stage ? 2 * align_up(c.L.kv_laye
 
 bool has_host_kv(const Layout& L) { return std::find(L.kv_gpu.begin(), L.kv_gpu.end(), false) != L.kv_gpu.end(); }
 
-StepShape step_of(const Ctx& c, int64_t n) {
+// The shape of a step of n new tokens over a full cache, as the config plans it.
+StepShape step_shape(const ModelSpec& spec, const PlannerConfig& cfg, int64_t n) {
   StepShape st;
   st.tokens = n;
-  st.active_experts = routing_experts_for(c.spec, c.cfg, n);
-  st.keys = c.cfg.ctx;
-  st.kv_dtype = c.cfg.kv_dtype;
-  st.threads = c.cfg.threads;
+  st.active_experts = routing_experts_for(spec, cfg, n);
+  st.keys = cfg.ctx;
+  st.kv_dtype = cfg.kv_dtype;
+  st.threads = cfg.threads;
   return st;
 }
+
+StepShape step_of(const Ctx& c, int64_t n) { return step_shape(c.spec, c.cfg, n); }
 
 Plan infeasible(const Ctx& c, Schedule s, int64_t n, const std::string& why) {
   Plan p;
@@ -1004,24 +1007,13 @@ PlanTable build_plan_table(const ModelSpec& spec, const CostModel& cost, const P
 double repredict(const Plan& plan, const ModelSpec& spec, const CostModel& cost, const PlannerConfig& cfg) {
   SW_CHECK(plan.feasible, "repredict: the ", schedule_name(plan.schedule), " plan for ", plan.tier, " tokens is infeasible");
   Plan copy = plan;
-  StepShape st;
-  st.tokens = plan.tier;
-  st.active_experts = routing_experts_for(spec, cfg, plan.tier);
-  st.keys = cfg.ctx;
-  st.kv_dtype = cfg.kv_dtype;
-  st.threads = cfg.threads;
-  return simulate(copy, spec, make_shards(spec, cfg.ctx, cfg.kv_dtype, &cfg.tensor_dtypes), cost, st);
+  return simulate(copy, spec, make_shards(spec, cfg.ctx, cfg.kv_dtype, &cfg.tensor_dtypes), cost, step_shape(spec, cfg, plan.tier));
 }
 
 std::string explain_plan(const Plan& plan, const ModelSpec& spec, const CostModel& cost, const PlannerConfig& cfg) {
   std::ostringstream os;
   const ShardSet S = make_shards(spec, cfg.ctx, cfg.kv_dtype, &cfg.tensor_dtypes);
-  StepShape st;
-  st.tokens = plan.tier;
-  st.active_experts = routing_experts_for(spec, cfg, plan.tier);
-  st.keys = cfg.ctx;
-  st.kv_dtype = cfg.kv_dtype;
-  st.threads = cfg.threads;
+  const StepShape st = step_shape(spec, cfg, plan.tier);
   os << schedule_name(plan.schedule) << " for " << plan.tier << " tokens: ";
   if (!plan.feasible) {
     os << "infeasible (" << plan.infeasible_reason << ")\n";
