@@ -4,7 +4,7 @@
 # 4032-token prompts, 64 generated tokens, budgets 2G/4G/8G, every schedule, the baselines and auto;
 # plus the whole model on the GPU. Writes one JSON line per run (run --json + the plan's prediction)
 # into OUT/executor_runs.jsonl and a summary table to stdout.
-#   executor_bench.sh OUT [part]   part: all (default) | nemo8b | qwen30b | full | quick | graphs | pdl | timelines
+#   executor_bench.sh OUT [part]   part: all (default) | nemo8b | qwen30b | full | quick | graphs | pdl | same-plan | timelines
 #   (CELLS="1024:2G 4096:4G" limits all/nemo8b/qwen30b to those ctx:budget cells; HOST_KV_ATTENTION=split|staged
 #   plans and runs every row with that attention over host KV caches, default choose)
 # graphs: the whole model on the GPU, decode kernel by kernel (--no-cuda-graphs) and as CUDA graphs (the
@@ -12,7 +12,7 @@
 # timelines: auto/static/dynamic at 1K/4G with the measured timeline of their first 6 runs
 # (its summary says when the host had enqueued the last device action); their TPS is not a peer row's.
 set -uo pipefail
-out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick|graphs|pdl|timelines]}
+out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick|graphs|pdl|same-plan|timelines]}
 part=${2:-all}
 source "$(dirname "$0")/bundle_env.sh"
 [ -f "$profile" ] || { echo "no profile $profile"; exit 2; }
@@ -95,6 +95,10 @@ case $part in
         for g in graphs nographs; do one "$m" 1024 40G auto $g; SHARDWISE_PDL=0 one "$m" 1024 40G auto $g; done
       done
     done ;;
+  same-plan)  # qwen30b 1K/2G: auto decoded with Static at 23.8 ms per token where --schedule static ran the
+              # same plan at 20.9 (seventh session): each twice, alternating, then both with timelines
+    for rep in 1 2; do one qwen30b 1024 2G auto; one qwen30b 1024 2G static; done
+    one qwen30b 1024 2G auto timeline; one qwen30b 1024 2G static timeline ;;
   timelines)  # the measured timelines of auto, static and dynamic at 1K/4G (these rows' TPS are perturbed)
     for m in ${QUICK_MODELS:-nemo8b qwen30b}; do for s in auto static dynamic; do one "$m" 1024 4G "$s" timeline; done; done ;;
   quick)  # one budget, the main schedules and the llama.cpp-style baseline, plus the whole model on the GPU
