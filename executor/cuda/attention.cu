@@ -571,14 +571,6 @@ void decode_keys_rb(int rb, const KArgs& k, int row_groups, cudaStream_t s) {
   else launch_decode_keys<D, 4>(k, row_groups, s);
 }
 
-// SHARDWISE_ATTN_DECODE=keys: the lanes-over-keys decode kernel by default (AttnArgs::decode_kernel).
-bool decode_keys_default() {
-  static const bool on = [] {
-    const char* env = std::getenv("SHARDWISE_ATTN_DECODE");
-    return env != nullptr && std::string(env) == "keys";
-  }();
-  return on;
-}
 
 template <int D, bool FULL>
 void decode_rb(int rb, const KArgs& k, int row_groups, cudaStream_t s) {
@@ -625,6 +617,14 @@ int padded_head_dim(int hd) { return hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 128 ?
 }  // namespace
 
 bool attention_head_dim_supported(int64_t hd) { return hd >= 1 && hd <= kMaxAttentionHeadDim; }
+
+bool decode_keys_default() {
+  static const bool on = [] {
+    const char* env = std::getenv("SHARDWISE_ATTN_DECODE");
+    return env != nullptr && std::string(env) == "keys";
+  }();
+  return on;
+}
 
 void attention(const Ctx& ctx, const AttnArgs& a) {
   if (a.n <= 0) return;

@@ -1137,7 +1137,8 @@ class WarmUp {
       ++st_->launches;
     }
     // Attention for the model's head_dim: decode with 1, 2 and 4 query rows per warp (one head, so
-    // rows = tokens) past 64 keys (split keys, then the combine kernel), by both decode kernels, prefill; with aligned rows
+    // rows = tokens) past 64 keys (split keys, then the combine kernel), by the decode kernel the blocks use
+    // (both when SHARDWISE_ATTN_DECODE=keys), prefill; with aligned rows
     // (the unguarded kernels when head_dim is 32/64/128/256) and with q off by one float (guarded).
     if (attention_ok()) {
       const int64_t hd = s_.head_dim;
@@ -1145,6 +1146,7 @@ class WarmUp {
       for (int misalign : {0, 1}) {
         if (misalign && padded) break;  // padded head_dims only have the guarded kernels
         for (int v : {1, 2, 4, 9, -1, -2, -4}) {  // negative: decode with the lanes-over-keys kernel
+          if (v < 0 && !decode_keys_default()) break;  // only when the blocks use it (not yet the default)
           const int n = v < 0 ? -v : v;
           AttnArgs a;
           a.decode_kernel = v < 0 ? 2 : 1;

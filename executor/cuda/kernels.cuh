@@ -160,6 +160,8 @@ struct AttnArgs {
 void attention(const Ctx& ctx, const AttnArgs& a);
 // Whether attention runs this head_dim (1 .. kMaxAttentionHeadDim).
 bool attention_head_dim_supported(int64_t head_dim);
+// SHARDWISE_ATTN_DECODE=keys: decode_kernel 0 means the lanes-over-keys kernel (else lanes over dims).
+bool decode_keys_default();
 
 }  // namespace cuda
 }  // namespace shardwise
