@@ -44,39 +44,34 @@ void run_sweep_verb(const SweepArgs& a) {
     fail("--device '", a.device, "': the oracle runs on cuda or emu (or auto)");
   }
   if (!o.predict_only && o.out_path.empty()) fail("give --out F.jsonl (or --predict to only print the predicted running time)");
+  // auto|on|off options that measure the machine against the experiment's profile (auto: on with the GPU).
+  auto machine_option = [&](const std::string& value, const char* flag, const char* needs) {
+    if (value != "auto" && value != "on" && value != "off") fail(flag, " '", value, "': give auto, on or off");
+    if (value == "on" && e.profile_path.empty()) fail(flag, " on: ", a.file, " names no profile ", needs);
+    return !o.predict_only && !e.profile_path.empty() && (value == "on" || (value == "auto" && o.device == "cuda"));
+  };
   // Rows measured on a machine other than the profile's test that machine, not the planner: on the
   // GPU (where a study's calls may land on different machines of one kind) a few of the profile's
   // rows are measured again first, and the sweep refuses a machine that differs.
-  if (a.machine_check != "auto" && a.machine_check != "on" && a.machine_check != "off")
-    fail("--machine-check '", a.machine_check, "': give auto, on or off");
+  const bool check = machine_option(a.machine_check, "--machine-check", "to check against");
+  // The machine drifts within minutes (one-thread CPU speed by 1.2-1.5x between a study's calls and
+  // within them): each configuration's rows record the machine's state just before they were measured.
+  const bool probe = machine_option(a.machine_probe, "--machine-probe", "to compare the machine with");
   if (!(a.machine_tolerance > 0 && a.machine_tolerance < 10))
     fail("--machine-tolerance ", a.machine_tolerance, " must be in (0, 10)");
-  const bool check = !o.predict_only && !e.profile_path.empty() &&
-                     (a.machine_check == "on" || (a.machine_check == "auto" && o.device == "cuda"));
-  if (a.machine_check == "on" && e.profile_path.empty())
-    fail("--machine-check on: ", a.file, " names no profile to check against");
+  std::unique_ptr<ProfileDB> db;
+  if (check || probe) db = std::make_unique<ProfileDB>(load_profile(e.profile_path));
   if (check) {
-    const ProfileDB db = load_profile(e.profile_path);
-    const MachineCheck mc = check_machine(db, a.machine_tolerance);
+    const MachineCheck mc = check_machine(*db, a.machine_tolerance);
     o.machine_check_json = machine_check_json(mc, e.profile, a.machine_tolerance).dump();
     require_same_machine(mc, e.profile, a.machine_tolerance,
                          "its predictions would not describe this machine; profile it (shardwise profile) and point the "
                          "experiment at that profile, or pass --machine-check off to measure anyway");
     std::fputs(mc.text().c_str(), stderr);
   }
-  // The machine drifts within minutes (one-thread CPU speed by 1.2-1.5x between a study's calls and
-  // within them): each configuration's rows record the machine's state just before they were measured.
-  if (a.machine_probe != "auto" && a.machine_probe != "on" && a.machine_probe != "off")
-    fail("--machine-probe '", a.machine_probe, "': give auto, on or off");
-  if (a.machine_probe == "on" && e.profile_path.empty())
-    fail("--machine-probe on: ", a.file, " names no profile to compare the machine with");
-  const bool probe = !o.predict_only && !e.profile_path.empty() &&
-                     (a.machine_probe == "on" || (a.machine_probe == "auto" && o.device == "cuda"));
-  std::unique_ptr<ProfileDB> probe_db;
   std::unique_ptr<MachineProbe> prober;
   if (probe) {
-    probe_db = std::make_unique<ProfileDB>(load_profile(e.profile_path));
-    prober = std::make_unique<MachineProbe>(*probe_db);
+    prober = std::make_unique<MachineProbe>(*db);
     o.probe_machine = [&prober](int threads) { return prober->slowdown(threads); };
   }
   const SweepResult r = run_sweep(e, o);

@@ -16,9 +16,7 @@
 // otherwise (per-head offsets h * hd are then not 16-byte aligned).
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <limits>
-#include <string>
 
 #include "executor/cuda/cuda_kernels.h"
 #include "executor/cuda/kernels.cuh"
@@ -619,10 +617,7 @@ int padded_head_dim(int hd) { return hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 128 ?
 bool attention_head_dim_supported(int64_t hd) { return hd >= 1 && hd <= kMaxAttentionHeadDim; }
 
 bool decode_keys_default() {
-  static const bool on = [] {
-    const char* env = std::getenv("SHARDWISE_ATTN_DECODE");
-    return env != nullptr && std::string(env) == "keys";
-  }();
+  static const bool on = env_is("SHARDWISE_ATTN_DECODE", "keys");
   return on;
 }
 

@@ -7,8 +7,6 @@
 // by the exponent trick (2^23 + byte as bits, minus the bias), which is exact and cheaper than I2F.
 // Several matrices (q/k/v, MoE experts) go in one launch as tasks, so small matrices still fill the GPU.
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "executor/cuda/kernels.cuh"
 
@@ -392,20 +390,14 @@ bool fast_path_ok(DType dtype, const GemvTask& t, bool two) {
 // SHARDWISE_GEMV_EARLY=0: the fast GEMV waits for the previous kernel before its first weight loads (a
 // diagnostic beside SHARDWISE_PDL=0).
 bool early_weight_loads() {
-  static const bool on = [] {
-    const char* env = std::getenv("SHARDWISE_GEMV_EARLY");
-    return env == nullptr || std::string(env) != "0";
-  }();
+  static const bool on = !env_is("SHARDWISE_GEMV_EARLY", "0");
   return on;
 }
 // SHARDWISE_GEMV_TRIGGER=late: the fast GEMV lets the next kernel be scheduled after its weight loop
 // rather than at its start. Triggered at the start, the 4096 x 11520 f16 GEMV ran back to back at 0.8x
 // its speed without PDL (results/executor/README.md, seventh session); late is to be measured.
 bool late_trigger() {
-  static const bool on = [] {
-    const char* env = std::getenv("SHARDWISE_GEMV_TRIGGER");
-    return env != nullptr && std::string(env) == "late";
-  }();
+  static const bool on = env_is("SHARDWISE_GEMV_TRIGGER", "late");
   return on;
 }
 

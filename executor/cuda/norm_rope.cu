@@ -4,8 +4,6 @@
 // contraction) with the host's angle table, expert outputs summed in ascending expert order before
 // the residual add. Only sums of squares differ in order from the CPU's SIMD dot.
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "executor/cuda/cuda_kernels.h"
 #include "executor/cuda/kernels.cuh"
@@ -217,8 +215,7 @@ dim3 rows_grid(int64_t rows, int64_t width, int threads) {
 
 bool pdl_enabled() {
   static const bool enabled = [] {
-    const char* env = std::getenv("SHARDWISE_PDL");
-    if (env != nullptr && std::string(env) == "0") return false;
+    if (env_is("SHARDWISE_PDL", "0")) return false;
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
