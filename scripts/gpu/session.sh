@@ -19,7 +19,8 @@
 #                            (executor_bench.sh graphs), then the CUDA kernel benchmarks -> graphs.tgz
 #   session.sh OUT kernels   GPU suite, then the graphs stage (after a change to the CUDA kernels), ~5 min
 #   session.sh OUT pdl       kernel benchmarks and whole-model decode by where the GEMV lets the next
-#                            kernel start (programmatic dependent launch), ~4 min -> pdl.tgz
+#                            kernel start (programmatic dependent launch), then qwen30b 1K/2G auto vs
+#                            static (executor_bench.sh same-plan), ~6 min -> pdl.tgz
 #   session.sh OUT targeted  experiments/planner_accuracy_decode16.yaml and _cpu_attention.yaml, the
 #                            study's most-missed decisions re-measured (~3.5 min) -> targeted.tgz
 set -uo pipefail
@@ -34,7 +35,8 @@ t0=$(date +%s)
 # copy of the experiment whose `profile:` (results/profile/h200-host.profile.json, unchanged text, so the
 # same experiment hash) resolves next to the copy, to the profile just measured. Continue it with
 # `session.sh OUT study OUT/study/oracle.jsonl` once that profile is committed in its place.
-gpu_suite() {  # kernels, device, runtime incl. first-step device peak (~1.5 min)
+gpu_suite() {  # kernels, device, runtime incl. first-step device peak (~1 min; SUITE=0 skips it)
+  [ "${SUITE:-1}" = 0 ] && { echo "== GPU suite skipped (SUITE=0)"; return; }
   echo "== GPU suite"
   timeout 150 "$root/bin/test_gpu" "~[bench]" > "$out/test_gpu.log" 2>&1; echo "rc=$?"; tail -3 "$out/test_gpu.log"
   grep -B2 -A8 "FAILED" "$out/test_gpu.log" | head -40
@@ -85,18 +87,16 @@ case $stage in
     grep -E "attention decode|GEMV" "$out/graphs/kernel_bench.log" | head -40
     tar -C "$out" -czf "$out/graphs.tgz" graphs && rm -rf "$out/graphs"
     ;;
-  pdl)  # programmatic dependent launch variants, ~5 min: the kernel benchmarks with the GEMV letting the
-        # next kernel start at its start (default), after its weight loop, and without PDL (each times
-        # both decode attention kernels); the whole model decoding with PDL on and off (executor_bench.sh
-        # pdl) with the late trigger; the whole model with the lanes-over-keys attention kernel
+  pdl)  # where the GEMV lets the next kernel start (programmatic dependent launch), ~5 min: the kernel
+        # benchmarks with the trigger at the GEMV's start and after its weight loop (default); the whole
+        # model decoding with the late trigger, PDL on and off (executor_bench.sh pdl); then qwen30b 1K/2G
+        # auto against --schedule static (executor_bench.sh same-plan)
     mkdir -p "$out/pdl"
-    timeout 80 "$root/bin/test_gpu" "[bench]" > "$out/pdl/kernel_bench_start.log" 2>&1
-    SHARDWISE_GEMV_TRIGGER=late timeout 80 "$root/bin/test_gpu" "[bench]" > "$out/pdl/kernel_bench_late.log" 2>&1
-    SHARDWISE_PDL=0 timeout 80 "$root/bin/test_gpu" "[bench]" > "$out/pdl/kernel_bench_nopdl.log" 2>&1
-    for v in start late nopdl; do echo "$v"; grep -E "(f16|q4_0) .*n=1|FFN block n=1" "$out/pdl/kernel_bench_$v.log"; done
-    SHARDWISE_GEMV_TRIGGER=late timeout 200 bash scripts/gpu/executor_bench.sh "$out/pdl/late" pdl
-    # the lanes-over-keys decode attention kernel in the whole model (the kernel benchmarks time both)
-    SHARDWISE_ATTN_DECODE=keys timeout 100 bash scripts/gpu/executor_bench.sh "$out/pdl/keys" graphs
+    SHARDWISE_GEMV_TRIGGER=start timeout 80 "$root/bin/test_gpu" "[bench]" > "$out/pdl/kernel_bench_start.log" 2>&1
+    timeout 80 "$root/bin/test_gpu" "[bench]" > "$out/pdl/kernel_bench_late.log" 2>&1
+    for v in start late; do echo "$v"; grep -E "(f16|q4_0) .*n=1|FFN block n=1" "$out/pdl/kernel_bench_$v.log"; done
+    timeout 200 bash scripts/gpu/executor_bench.sh "$out/pdl/late" pdl
+    timeout 150 bash scripts/gpu/executor_bench.sh "$out/pdl/same-plan" same-plan
     tar -C "$out" -czf "$out/pdl.tgz" pdl && rm -rf "$out/pdl"
     ;;
   graphs)  # + the CUDA kernel benchmarks (test_gpu [bench]: GEMV rates, decode attention by keys per warp)
