@@ -4,7 +4,10 @@
 //  - Decode (n <= 8): one warp per (key range, kv head, group of <= 4 query rows); lanes hold a
 //    contiguous slice of head_dim, so K and V rows are read with coalesced vector loads, and the
 //    keys of a long context are split across many warps (split-K) whose partial (max, sum, output)
-//    a second kernel combines.
+//    a second kernel combines (a block per query row: threads over splits, then over head_dim). The
+//    pipelined variant (the default) issues the loads of a warp's next keys before the math of the
+//    current ones: a warp's loop is a chain of DRAM round trips otherwise (at 1K context, 16 of them of
+//    ~1 us for 22 us per call, whatever the split).
 //  - Prefill: 64 query rows (tokens x heads of one kv group) per block of 256 threads; K (transposed)
 //    and V tiles in shared memory; each thread owns a 4 x 4 (or 4 x 2) tile of scores and a 4 x D/16
 //    tile of the output. Long contexts with few query tiles are split over keys as above.
@@ -152,7 +155,7 @@ __device__ __forceinline__ void store_decode_rows(const KArgs& a, int split, int
   }
 }
 
-template <int D, int RB, bool FULL>
+template <int D, int RB, bool FULL, bool PIPE>
 __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KArgs a) {
   pdl_begin();
   constexpr int C = D / 32;          // head_dim elements per lane (of the padded D)
@@ -196,14 +199,23 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KA
   init_decode_state<RB, C>(m, l, o);
   const float* kb = a.k + static_cast<int64_t>(g) * hd + d0;
   const float* vb = a.v + static_cast<int64_t>(g) * hd + d0;
-  for (int j = j_begin; j < j_end; j += U) {
-    float kr[U][C], vr[U][C];
+  // K and V rows of keys j .. j + U - 1 (past j_end: the last key again, never used).
+  auto load_keys = [&](int j, float (&kr)[U][C], float (&vr)[U][C]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t jj = min(j + u, j_end - 1);
       load_head<C, FULL>(kb + jj * a.kv_stride, d0, hd, vec4, kr[u]);
       load_head<C, FULL>(vb + jj * a.kv_stride, d0, hd, vec4, vr[u]);
     }
+  };
+  float kr[U][C], vr[U][C];
+  if constexpr (PIPE) {
+    if (j_begin < j_end) load_keys(j_begin, kr, vr);
+  }
+  for (int j = j_begin; j < j_end; j += U) {
+    float kn[U][C], vn[U][C];  // PIPE: the next keys, in flight during this step's math
+    if constexpr (PIPE) load_keys(j + U < j_end ? j + U : j, kn, vn);
+    else load_keys(j, kr, vr);
 #pragma unroll
     for (int r = 0; r < RB; ++r) {
       float s[U];
@@ -232,109 +244,17 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KA
       l[r] = l[r] * corr + psum;
       m[r] = mx;
     }
+    if constexpr (PIPE) {
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          kr[u][c] = kn[u][c];
+          vr[u][c] = vn[u][c];
+        }
+    }
   }
   store_decode_rows<RB, C, FULL>(a, split, lane, d0, hd, pos, t_of, h_of, row_id, m, l, o);
-}
-
-// Decode with lanes over keys (AttnArgs::decode_kernel 2; FULL rows only): a warp takes its keys 32 at a
-// time, lane l computing the scores of key j0 + l for its RB query rows (the rows in shared memory, K row
-// read whole by its lane), then one warp max and one warp sum per row for the 32 keys (the kernel above
-// reduces over lanes once per key), then the weighted V rows with lanes over head_dim again (each key's
-// probability broadcast by a shuffle, V rows read 8 at a time). Partials as the kernel above.
-template <int D, int RB>
-__global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_keys_kernel(const KArgs a) {
-  pdl_begin();
-  constexpr int C = D / 32;   // output elements per lane
-  constexpr int V4 = D / 4;   // float4 pieces of a head row
-  constexpr int UV = 8;       // V rows loaded together
-  __shared__ float4 qs[kDecodeWarps][RB][V4];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int split = blockIdx.x * kDecodeWarps + warp;
-  if (split >= a.n_splits) return;
-  const int g = blockIdx.y;
-  const int rows_g = a.n * a.group;
-  const int i0 = blockIdx.z * RB;
-
-  int pos[RB], row_id[RB], t_of[RB], h_of[RB];
-  int max_pos = -1;
-#pragma unroll
-  for (int r = 0; r < RB; ++r) {
-    const int i = i0 + r;
-    if (i < rows_g) {
-      row_of(a, g, i, t_of[r], h_of[r]);
-      pos[r] = a.pos_first + t_of[r];
-      row_id[r] = t_of[r] * a.n_heads + h_of[r];
-      const float4* qp = reinterpret_cast<const float4*>(a.q + static_cast<int64_t>(t_of[r]) * a.q_stride +
-                                                         static_cast<int64_t>(h_of[r]) * D);
-      for (int d = lane; d < V4; d += 32) qs[warp][r][d] = qp[d];
-    } else {
-      pos[r] = -1;
-      row_id[r] = t_of[r] = h_of[r] = 0;
-      for (int d = lane; d < V4; d += 32) qs[warp][r][d] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-    max_pos = max(max_pos, pos[r]);
-  }
-  __syncwarp();
-  const int j_begin = split * a.keys_per_split;
-  const int j_end = min(j_begin + a.keys_per_split, max_pos + 1);
-
-  float m[RB], l[RB], o[RB][C];
-  init_decode_state<RB, C>(m, l, o);
-  const float* kb = a.k + static_cast<int64_t>(g) * D;
-  const float* vb = a.v + static_cast<int64_t>(g) * D + lane * C;
-  for (int j0 = j_begin; j0 < j_end; j0 += 32) {
-    const int j = j0 + lane;
-    const bool valid = j < j_end;
-    const float4* kr = reinterpret_cast<const float4*>(kb + static_cast<int64_t>(valid ? j : j_end - 1) * a.kv_stride);
-    float s[RB];
-#pragma unroll
-    for (int r = 0; r < RB; ++r) s[r] = 0.0f;
-#pragma unroll 8
-    for (int d = 0; d < V4; ++d) {
-      const float4 k4 = __ldg(kr + d);
-#pragma unroll
-      for (int r = 0; r < RB; ++r) {
-        const float4 q4 = qs[warp][r][d];
-        s[r] = fmaf(q4.x, k4.x, s[r]);
-        s[r] = fmaf(q4.y, k4.y, s[r]);
-        s[r] = fmaf(q4.z, k4.z, s[r]);
-        s[r] = fmaf(q4.w, k4.w, s[r]);
-      }
-    }
-    float p[RB];
-#pragma unroll
-    for (int r = 0; r < RB; ++r) {
-      const bool vis = valid && j <= pos[r];
-      const float sc = vis ? s[r] * a.scale : kNegInf;
-      const float mx = warp_max(sc);
-      p[r] = 0.0f;
-      if (mx == kNegInf) continue;  // no key of these 32 visible to this row (warp-uniform)
-      const float m_new = fmaxf(m[r], mx);
-      const float corr = expf(m[r] - m_new);  // 0 on the first keys (m = -inf)
-      p[r] = vis ? expf(sc - m_new) : 0.0f;
-      l[r] = l[r] * corr + warp_sum(p[r]);
-#pragma unroll
-      for (int c = 0; c < C; ++c) o[r][c] *= corr;
-      m[r] = m_new;
-    }
-    const int nk = min(32, j_end - j0);
-    for (int u0 = 0; u0 < nk; u0 += UV) {
-      float v[UV][C];
-#pragma unroll
-      for (int u = 0; u < UV; ++u) load_vec<C>(vb + static_cast<int64_t>(j0 + min(u0 + u, nk - 1)) * a.kv_stride, v[u]);
-#pragma unroll
-      for (int u = 0; u < UV; ++u) {
-        if (u0 + u >= nk) break;  // warp-uniform
-#pragma unroll
-        for (int r = 0; r < RB; ++r) {
-          const float pu = __shfl_sync(0xffffffffu, p[r], u0 + u);
-#pragma unroll
-          for (int c = 0; c < C; ++c) o[r][c] = fmaf(pu, v[u][c], o[r][c]);
-        }
-      }
-    }
-  }
-  store_decode_rows<RB, C, true>(a, split, lane, lane * C, D, pos, t_of, h_of, row_id, m, l, o);
 }
 
 template <int D>
@@ -524,63 +444,85 @@ __global__ void __launch_bounds__(256) attn_prefill_kernel(const KArgs a) {
   }
 }
 
-// One block per (token, head): merges the splits' partial maxima, sums and outputs (hd of them).
-__global__ void attn_combine_kernel(const KArgs a) {
+// One block per (token, head): merges the splits' partial maxima, sums and outputs. Threads go over the
+// splits for the maximum and the weights (kCombineChunk splits at a time, weights in shared memory), then
+// over head_dim (<= 2 elements each) for the weighted sum of the partial outputs, whose loads are
+// independent: the splits are not a chain of round trips.
+constexpr int kCombineThreads = 128;
+constexpr int kCombineChunk = 128;
+static_assert(kMaxAttentionHeadDim <= 2 * kCombineThreads, "attn_combine_kernel: 2 output elements per thread");
+
+__device__ __forceinline__ float block_reduce(float v, bool is_max, float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = is_max ? warp_max(v) : warp_sum(v);
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  float r = red[0];
+#pragma unroll
+  for (int w = 1; w < kCombineThreads / 32; ++w) r = is_max ? fmaxf(r, red[w]) : r + red[w];
+  __syncthreads();  // red is reused
+  return r;
+}
+
+__global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(const KArgs a) {
   pdl_begin();
-  const int hd = a.hd;
+  __shared__ float w_sh[kCombineChunk];
+  __shared__ float red[kCombineThreads / 32];
+  const int hd = a.hd, tid = threadIdx.x;
   const int row = blockIdx.x;
   const int t = row / a.n_heads, h = row % a.n_heads;
   const int64_t rows_all = static_cast<int64_t>(a.n) * a.n_heads;
   float mx = kNegInf;
-  for (int s = 0; s < a.n_splits; ++s) mx = fmaxf(mx, a.part_ml[(s * rows_all + row) * 2]);
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float l = 0.0f, acc = 0.0f;
-    for (int s = 0; s < a.n_splits; ++s) {
-      const int64_t pr = s * rows_all + row;
+  for (int s = tid; s < a.n_splits; s += kCombineThreads) mx = fmaxf(mx, a.part_ml[(s * rows_all + row) * 2]);
+  mx = block_reduce(mx, true, red);
+  const int d0 = tid, d1 = tid + kCombineThreads;
+  float acc0 = 0.0f, acc1 = 0.0f, lsum = 0.0f;
+  for (int c0 = 0; c0 < a.n_splits; c0 += kCombineChunk) {
+    const int cn = min(kCombineChunk, a.n_splits - c0);
+    if (tid < cn) {
+      const int64_t pr = (c0 + tid) * rows_all + row;
       const float ms = a.part_ml[pr * 2];
-      if (ms == kNegInf) continue;
-      const float w = expf(ms - mx);
-      l = fmaf(a.part_ml[pr * 2 + 1], w, l);
-      acc = fmaf(a.part_o[pr * hd + d], w, acc);
+      const float w = ms == kNegInf ? 0.0f : expf(ms - mx);  // a split that saw no key adds nothing
+      w_sh[tid] = w;
+      if (w != 0.0f) lsum = fmaf(a.part_ml[pr * 2 + 1], w, lsum);
     }
-    a.out[static_cast<int64_t>(t) * a.out_stride + static_cast<int64_t>(h) * hd + d] = acc * (1.0f / l);
+    __syncthreads();
+#pragma unroll 8
+    for (int s = 0; s < cn; ++s) {
+      const float w = w_sh[s];
+      if (w == 0.0f) continue;  // uniform over the block
+      const float* po = a.part_o + ((c0 + s) * rows_all + row) * hd;
+      if (d0 < hd) acc0 = fmaf(po[d0], w, acc0);
+      if (d1 < hd) acc1 = fmaf(po[d1], w, acc1);
+    }
+    __syncthreads();
   }
+  const float inv = 1.0f / block_reduce(lsum, false, red);
+  float* op = a.out + static_cast<int64_t>(t) * a.out_stride + static_cast<int64_t>(h) * hd;
+  if (d0 < hd) op[d0] = acc0 * inv;
+  if (d1 < hd) op[d1] = acc1 * inv;
 }
 
-template <int D, int RB, bool FULL>
+template <int D, int RB, bool FULL, bool PIPE>
 void launch_decode(const KArgs& k, int row_groups, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(ceil_div(k.n_splits, kDecodeWarps)), static_cast<unsigned>(k.n_kv_heads),
                   static_cast<unsigned>(row_groups));
-  launch_kernel("attention decode kernel", attn_decode_kernel<D, RB, FULL>, grid, dim3(kDecodeWarps * 32), 0, s, k);
+  launch_kernel("attention decode kernel", attn_decode_kernel<D, RB, FULL, PIPE>, grid, dim3(kDecodeWarps * 32), 0, s, k);
 }
 
-template <int D, int RB>
-void launch_decode_keys(const KArgs& k, int row_groups, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>(ceil_div(k.n_splits, kDecodeWarps)), static_cast<unsigned>(k.n_kv_heads),
-                  static_cast<unsigned>(row_groups));
-  launch_kernel("attention decode kernel (lanes over keys)", attn_decode_keys_kernel<D, RB>, grid, dim3(kDecodeWarps * 32), 0,
-                s, k);
-}
-
-template <int D>
-void decode_keys_rb(int rb, const KArgs& k, int row_groups, cudaStream_t s) {
-  if (rb == 1) launch_decode_keys<D, 1>(k, row_groups, s);
-  else if (rb == 2) launch_decode_keys<D, 2>(k, row_groups, s);
-  else launch_decode_keys<D, 4>(k, row_groups, s);
-}
-
-
-template <int D, bool FULL>
+template <int D, bool FULL, bool PIPE>
 void decode_rb(int rb, const KArgs& k, int row_groups, cudaStream_t s) {
-  if (rb == 1) launch_decode<D, 1, FULL>(k, row_groups, s);
-  else if (rb == 2) launch_decode<D, 2, FULL>(k, row_groups, s);
-  else launch_decode<D, 4, FULL>(k, row_groups, s);
+  if (rb == 1) launch_decode<D, 1, FULL, PIPE>(k, row_groups, s);
+  else if (rb == 2) launch_decode<D, 2, FULL, PIPE>(k, row_groups, s);
+  else launch_decode<D, 4, FULL, PIPE>(k, row_groups, s);
 }
 
 template <int D>
-void decode_d(bool full, int rb, const KArgs& k, int row_groups, cudaStream_t s) {
-  if (full) decode_rb<D, true>(rb, k, row_groups, s);
-  else decode_rb<D, false>(rb, k, row_groups, s);
+void decode_d(bool full, bool pipe, int rb, const KArgs& k, int row_groups, cudaStream_t s) {
+  if (full && pipe) decode_rb<D, true, true>(rb, k, row_groups, s);
+  else if (full) decode_rb<D, true, false>(rb, k, row_groups, s);
+  else if (pipe) decode_rb<D, false, true>(rb, k, row_groups, s);
+  else decode_rb<D, false, false>(rb, k, row_groups, s);
 }
 
 template <int D, bool FULL>
@@ -616,8 +558,8 @@ int padded_head_dim(int hd) { return hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 128 ?
 
 bool attention_head_dim_supported(int64_t hd) { return hd >= 1 && hd <= kMaxAttentionHeadDim; }
 
-bool decode_keys_default() {
-  static const bool on = env_is("SHARDWISE_ATTN_DECODE", "keys");
+bool decode_pipelined_default() {
+  static const bool on = !env_is("SHARDWISE_ATTN_DECODE", "plain");
   return on;
 }
 
@@ -656,7 +598,7 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
 
   SW_CHECK(a.decode_kernel >= 0 && a.decode_kernel <= 2, "CUDA attention: decode kernel ", a.decode_kernel, " (0, 1 or 2)");
   const bool decode = a.n <= kGemvMaxTokens;
-  const bool keys_kernel = decode && full && (a.decode_kernel == 2 || (a.decode_kernel == 0 && decode_keys_default()));
+  const bool pipe = a.decode_kernel == 2 || (a.decode_kernel == 0 && decode_pipelined_default());
   const int64_t rows_g = static_cast<int64_t>(a.n) * k.group;
   const int64_t rows_all = static_cast<int64_t>(a.n) * a.n_heads;
   int rb = 4;
@@ -680,7 +622,7 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
     splits = std::min<int64_t>(splits, static_cast<int64_t>(ws.available() / per_split));
   }
   if (splits < 1) splits = 1;
-  const int64_t step = keys_kernel ? 32 : decode ? 4 : 64;
+  const int64_t step = decode ? 4 : 64;
   int64_t kps = ceil_div(ceil_div(kv_len, splits), step) * step;
   splits = ceil_div(kv_len, kps);
   k.n_splits = static_cast<int32_t>(splits);
@@ -690,19 +632,12 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
     k.part_ml = ws.take<float>(static_cast<uint64_t>(splits * rows_all * 2), "attention split partials");
   }
   SW_CHECK(a.n_kv_heads < 65536 && row_groups < 65536, "CUDA attention: too many heads or rows for one launch");
-  if (keys_kernel) {
+  if (decode) {
     switch (D) {
-      case 32: decode_keys_rb<32>(rb, k, static_cast<int>(row_groups), ctx.stream); break;
-      case 64: decode_keys_rb<64>(rb, k, static_cast<int>(row_groups), ctx.stream); break;
-      case 128: decode_keys_rb<128>(rb, k, static_cast<int>(row_groups), ctx.stream); break;
-      default: decode_keys_rb<256>(rb, k, static_cast<int>(row_groups), ctx.stream); break;
-    }
-  } else if (decode) {
-    switch (D) {
-      case 32: decode_d<32>(full, rb, k, static_cast<int>(row_groups), ctx.stream); break;
-      case 64: decode_d<64>(full, rb, k, static_cast<int>(row_groups), ctx.stream); break;
-      case 128: decode_d<128>(full, rb, k, static_cast<int>(row_groups), ctx.stream); break;
-      default: decode_d<256>(full, rb, k, static_cast<int>(row_groups), ctx.stream); break;
+      case 32: decode_d<32>(full, pipe, rb, k, static_cast<int>(row_groups), ctx.stream); break;
+      case 64: decode_d<64>(full, pipe, rb, k, static_cast<int>(row_groups), ctx.stream); break;
+      case 128: decode_d<128>(full, pipe, rb, k, static_cast<int>(row_groups), ctx.stream); break;
+      default: decode_d<256>(full, pipe, rb, k, static_cast<int>(row_groups), ctx.stream); break;
     }
     check_launch("attention decode kernel");
   } else {
@@ -717,7 +652,7 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
   if (splits > 1) {
     SW_CHECK(rows_all < (int64_t(1) << 31), "CUDA attention: too many rows");
     launch_kernel("attention combine kernel", attn_combine_kernel, dim3(static_cast<unsigned>(rows_all)),
-                  dim3(std::min(hd, 128)), 0, ctx.stream, k);
+                  dim3(kCombineThreads), 0, ctx.stream, k);
   }
 }
 

@@ -1137,19 +1137,16 @@ class WarmUp {
       ++st_->launches;
     }
     // Attention for the model's head_dim: decode with 1, 2 and 4 query rows per warp (one head, so
-    // rows = tokens) past 64 keys (split keys, then the combine kernel), by the decode kernel the blocks use
-    // (both when SHARDWISE_ATTN_DECODE=keys), prefill; with aligned rows
+    // rows = tokens) past 64 keys (split keys, then the combine kernel) by the decode kernel the blocks
+    // use, prefill; with aligned rows
     // (the unguarded kernels when head_dim is 32/64/128/256) and with q off by one float (guarded).
     if (attention_ok()) {
       const int64_t hd = s_.head_dim;
       const bool padded = !(hd == 32 || hd == 64 || hd == 128 || hd == 256);
       for (int misalign : {0, 1}) {
         if (misalign && padded) break;  // padded head_dims only have the guarded kernels
-        for (int v : {1, 2, 4, 9, -1, -2, -4}) {  // negative: decode with the lanes-over-keys kernel
-          if (v < 0 && !decode_keys_default()) break;  // only when the blocks use it (not yet the default)
-          const int n = v < 0 ? -v : v;
+        for (int n : {1, 2, 4, 9}) {
           AttnArgs a;
-          a.decode_kernel = v < 0 ? 2 : 1;
           a.q = aq_ + misalign;
           a.q_stride = hd;
           a.k = ak_;

@@ -152,16 +152,16 @@ struct AttnArgs {
   // Decode (n <= 8): the fewest keys one warp of the split-K kernel takes (0: the default, 64). The
   // kernel benchmark sweeps it; the blocks leave it at 0.
   int32_t decode_min_keys = 0;
-  // Decode kernel: 0 the default (SHARDWISE_ATTN_DECODE=keys selects 2, else 1), 1 lanes over head_dim
-  // (a warp reduction per key), 2 lanes over keys (a warp reduction per 32 keys; head_dim 32/64/128/256
-  // with 16-byte aligned rows only, else 1). The GPU suite checks both; the kernel benchmark times both.
+  // Decode kernel: 0 the default (2; SHARDWISE_ATTN_DECODE=plain selects 1), 1 each step's keys loaded
+  // then used, 2 pipelined (the next step's keys loaded before this step's math). The GPU suite checks
+  // both; the kernel benchmark times both.
   int32_t decode_kernel = 0;
 };
 void attention(const Ctx& ctx, const AttnArgs& a);
 // Whether attention runs this head_dim (1 .. kMaxAttentionHeadDim).
 bool attention_head_dim_supported(int64_t head_dim);
-// SHARDWISE_ATTN_DECODE=keys: decode_kernel 0 means the lanes-over-keys kernel (else lanes over dims).
-bool decode_keys_default();
+// decode_kernel 0 means the pipelined decode kernel (SHARDWISE_ATTN_DECODE=plain: the other).
+bool decode_pipelined_default();
 
 }  // namespace cuda
 }  // namespace shardwise

@@ -71,7 +71,7 @@ row = {"model": model, "ctx": ctx, "budget": budget, "schedule": sched, "cuda_gr
        "pdl": os.environ.get("SHARDWISE_PDL", "1") != "0",
        "gemv_early": os.environ.get("SHARDWISE_GEMV_EARLY", "1") != "0",
        "gemv_trigger": os.environ.get("SHARDWISE_GEMV_TRIGGER", "late"),
-       "attn_decode": os.environ.get("SHARDWISE_ATTN_DECODE", "dims"),
+       "attn_decode": os.environ.get("SHARDWISE_ATTN_DECODE", "pipelined"),
        "timeline": len(sys.argv) > 7 and sys.argv[7] == "timeline", "run": r,
        "predicted_decode_ms": (pred.get("1") or {}).get(sched),
        "predicted_prefill_512_ms": (pred.get("512") or {}).get(sched)}

@@ -80,9 +80,11 @@ case $stage in
   bench)
     timeout 560 bash scripts/gpu/executor_bench.sh "$out" all
     ;;
-  kernels)  # after a change to the CUDA kernels: the GPU suite, then the graphs stage below
+  kernels)  # after a change to the CUDA kernels: the GPU suite, then the graphs stage below, and the whole
+            # model again with the plain decode attention kernel (SHARDWISE_ATTN_DECODE=plain)
     gpu_suite
     timeout 300 bash scripts/gpu/executor_bench.sh "$out/graphs" graphs
+    SHARDWISE_ATTN_DECODE=plain timeout 150 bash scripts/gpu/executor_bench.sh "$out/graphs/plain" graphs
     timeout 180 "$root/bin/test_gpu" "[bench]" > "$out/graphs/kernel_bench.log" 2>&1; echo "kernel bench rc=$?"
     grep -E "attention decode|GEMV" "$out/graphs/kernel_bench.log" | head -40
     tar -C "$out" -czf "$out/graphs.tgz" graphs && rm -rf "$out/graphs"

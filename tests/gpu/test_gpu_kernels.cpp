@@ -583,7 +583,32 @@ TEST_CASE("CUDA attention matches the CPU at long contexts (deep split-K, tiled 
       CHECK(test::max_rel_error(get(dout, ref.size()), ref, c.hd) <= kBlockTol);
     }
   }
-  // Short contexts (one split, partial chunks of 32 keys) at every head size of the lanes-over-keys kernel.
+  // More splits than the combine kernel takes at a time (128): one kv head, 16 keys per warp over 20K
+  // keys (about 1000 splits), a partial last chunk; head_dim 256 (two output elements per combine thread) and 80.
+  for (int hd : {256, 80}) {
+    const int heads = 3, kv_heads = 1;
+    const int64_t n = 2, pos0 = 20000, kv_len = pos0 + n, QD = heads * hd, KVD = kv_heads * hd;
+    const std::vector<float> q = fresh(static_cast<size_t>(n * QD), -2.0f, 2.0f);
+    const std::vector<float> k = fresh(static_cast<size_t>(kv_len * KVD), -2.0f, 2.0f);
+    const std::vector<float> v = fresh(static_cast<size_t>(kv_len * KVD));
+    const std::vector<int32_t> pos = {static_cast<int32_t>(pos0), static_cast<int32_t>(pos0 + 1)};
+    std::vector<float> ref(static_cast<size_t>(n * QD));
+    shardwise::attention(q.data(), n, pos.data(), k.data(), v.data(), kv_len, {heads, kv_heads, hd}, ref.data(), pool);
+    float* dout = mem.floats(ref.size());
+    float* dq = mem.upload(q);
+    float* dk = mem.upload(k);
+    float* dv = mem.upload(v);
+    for (int kernel : {1, 2}) {
+      poison(dout, ref.size());
+      cuda::AttnArgs a = attn_args(dq, dk, dv, dout, n, pos0, heads, kv_heads, hd);
+      a.decode_kernel = kernel;
+      a.decode_min_keys = 16;
+      cuda::attention(kc.ctx, a);
+      INFO("many splits: hd " << hd << " decode kernel " << kernel);
+      CHECK(test::max_rel_error(get(dout, ref.size()), ref, hd) <= kBlockTol);
+    }
+  }
+  // Short contexts (one split, partial steps of keys) at every full head size, both decode kernels.
   for (int hd : {32, 64, 128, 256})
   for (int64_t kv_len : {int64_t(1), int64_t(31), int64_t(33), int64_t(100)})
     for (int n : {1, 3, 8}) {
@@ -598,13 +623,14 @@ TEST_CASE("CUDA attention matches the CPU at long contexts (deep split-K, tiled 
       std::vector<float> ref(static_cast<size_t>(n * QD));
       shardwise::attention(q.data(), n, pos.data(), k.data(), v.data(), kv_len, {heads, kv_heads, hd}, ref.data(), pool);
       float* dout = mem.floats(ref.size());
+      for (int kernel : {1, 2})
       for (int keys : {0, 32}) {
         poison(dout, ref.size());
         cuda::AttnArgs a = attn_args(mem.upload(q), mem.upload(k), mem.upload(v), dout, n, pos0, heads, kv_heads, hd);
-        a.decode_kernel = 2;
+        a.decode_kernel = kernel;
         a.decode_min_keys = keys;
         cuda::attention(kc.ctx, a);
-        INFO("lanes over keys: hd " << hd << " kv_len " << kv_len << " n=" << n << " min keys " << keys);
+        INFO("decode kernel " << kernel << ": hd " << hd << " kv_len " << kv_len << " n=" << n << " min keys " << keys);
         CHECK(test::max_rel_error(get(dout, ref.size()), ref, hd) <= kBlockTol);
       }
     }
@@ -668,7 +694,7 @@ TEST_CASE("CUDA attention matches the CPU for any head_dim (padded kernels, unal
     float* dv = mem.upload(hv);
     const size_t out_floats = static_cast<size_t>(c.off + c.n * qs);
     float* dout = mem.floats(out_floats);
-    for (int kernel : {1, 2}) {  // the lanes-over-keys decode kernel where the rows allow it, else the other
+    for (int kernel : {1, 2}) {  // both decode kernels (plain, pipelined)
       poison(dout, out_floats);
       cuda::AttnArgs a = attn_args(dq + c.off, dk + c.off, dv + c.off, dout + c.off, c.n, c.pos0, c.heads, c.kv_heads, c.hd);
       a.q_stride = qs;
@@ -883,7 +909,6 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
       for (int kernel : {1, 2})
       for (int64_t context : {int64_t(1024), int64_t(4096)})
         for (int32_t keys : {16, 32, 64, 128}) {
-          if (kernel == 2 && keys < 32) continue;  // it takes keys 32 at a time
           float* q = mem.floats(static_cast<size_t>(spec.q_dim()));
           float* out = mem.floats(static_cast<size_t>(spec.q_dim()));
           put(q, fresh(static_cast<size_t>(spec.q_dim())));
@@ -892,7 +917,7 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
           a.decode_kernel = kernel;
           const double ms = time_ms([&] { cuda::attention(kctx.ctx, a); }, 20);
           std::printf("attention decode (%s) context %5lld, >= %3d keys per warp: %8.4f ms  %6.0f GB/s of KV\n",
-                      kernel == 1 ? "lanes over dims" : "lanes over keys", static_cast<long long>(context), keys, ms,
+                      kernel == 1 ? "plain" : "pipelined", static_cast<long long>(context), keys, ms,
                       2.0 * static_cast<double>(context) * static_cast<double>(KVD) * 4 / (ms * 1e-3) / 1e9);
         }
       // 8 tokens (speculative-decoding-sized steps) at 4K context, both kernels.
@@ -903,7 +928,7 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
         cuda::AttnArgs a = attn_args(q, kc, vc, out, 8, 4088, heads, kvh, hd);
         a.decode_kernel = kernel;
         const double ms = time_ms([&] { cuda::attention(kctx.ctx, a); }, 20);
-        std::printf("attention decode (%s) n=8 context 4096: %8.4f ms\n", kernel == 1 ? "lanes over dims" : "lanes over keys", ms);
+        std::printf("attention decode (%s) n=8 context 4096: %8.4f ms\n", kernel == 1 ? "plain" : "pipelined", ms);
       }
     }
     std::unique_ptr<DeviceKernels> k = make_cuda_kernels(spec, RopeStyle::Neox, g.stream, g.blas);
