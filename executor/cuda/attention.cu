@@ -18,6 +18,7 @@
 // pieces when hd % 4 == 0 and the rows are 16-byte aligned (a uniform flag), element by element
 // otherwise (per-head offsets h * hd are then not 16-byte aligned).
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <limits>
 
@@ -445,62 +446,64 @@ __global__ void __launch_bounds__(256) attn_prefill_kernel(const KArgs a) {
 }
 
 // One block per (token, head): merges the splits' partial maxima, sums and outputs. Threads go over the
-// splits for the maximum and the weights (kCombineChunk splits at a time, weights in shared memory), then
-// over head_dim (<= 2 elements each) for the weighted sum of the partial outputs, whose loads are
-// independent: the splits are not a chain of round trips.
-constexpr int kCombineThreads = 128;
-constexpr int kCombineChunk = 128;
-static_assert(kMaxAttentionHeadDim <= 2 * kCombineThreads, "attn_combine_kernel: 2 output elements per thread");
-
-__device__ __forceinline__ float block_reduce(float v, bool is_max, float* red) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = is_max ? warp_max(v) : warp_sum(v);
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  float r = red[0];
-#pragma unroll
-  for (int w = 1; w < kCombineThreads / 32; ++w) r = is_max ? fmaxf(r, red[w]) : r + red[w];
-  __syncthreads();  // red is reused
-  return r;
-}
+// splits for the maximum; then each warp takes every kCombineWarps-th split, its lanes over head_dim
+// (<= 8 elements each), so a warp's loads of one split are independent of the last split's; the warps'
+// sums are added in shared memory.
+constexpr int kCombineWarps = 4;
+constexpr int kCombineThreads = kCombineWarps * 32;
+constexpr int kCombineElems = kMaxAttentionHeadDim / 32;  // head_dim elements per lane
 
 __global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(const KArgs a) {
   pdl_begin();
-  __shared__ float w_sh[kCombineChunk];
-  __shared__ float red[kCombineThreads / 32];
-  const int hd = a.hd, tid = threadIdx.x;
+  __shared__ float red[kCombineWarps];
+  __shared__ float o_sh[kCombineWarps][kMaxAttentionHeadDim];
+  const int hd = a.hd, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int row = blockIdx.x;
   const int t = row / a.n_heads, h = row % a.n_heads;
   const int64_t rows_all = static_cast<int64_t>(a.n) * a.n_heads;
   float mx = kNegInf;
   for (int s = tid; s < a.n_splits; s += kCombineThreads) mx = fmaxf(mx, a.part_ml[(s * rows_all + row) * 2]);
-  mx = block_reduce(mx, true, red);
-  const int d0 = tid, d1 = tid + kCombineThreads;
-  float acc0 = 0.0f, acc1 = 0.0f, lsum = 0.0f;
-  for (int c0 = 0; c0 < a.n_splits; c0 += kCombineChunk) {
-    const int cn = min(kCombineChunk, a.n_splits - c0);
-    if (tid < cn) {
-      const int64_t pr = (c0 + tid) * rows_all + row;
-      const float ms = a.part_ml[pr * 2];
-      const float w = ms == kNegInf ? 0.0f : expf(ms - mx);  // a split that saw no key adds nothing
-      w_sh[tid] = w;
-      if (w != 0.0f) lsum = fmaf(a.part_ml[pr * 2 + 1], w, lsum);
-    }
-    __syncthreads();
-#pragma unroll 8
-    for (int s = 0; s < cn; ++s) {
-      const float w = w_sh[s];
-      if (w == 0.0f) continue;  // uniform over the block
-      const float* po = a.part_o + ((c0 + s) * rows_all + row) * hd;
-      if (d0 < hd) acc0 = fmaf(po[d0], w, acc0);
-      if (d1 < hd) acc1 = fmaf(po[d1], w, acc1);
-    }
-    __syncthreads();
+  mx = warp_max(mx);
+  if (lane == 0) red[warp] = mx;
+  __syncthreads();
+  mx = red[0];
+#pragma unroll
+  for (int w = 1; w < kCombineWarps; ++w) mx = fmaxf(mx, red[w]);
+  __syncthreads();  // red is reused below
+
+  float acc[kCombineElems], lsum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kCombineElems; ++i) acc[i] = 0.0f;
+#pragma unroll 2
+  for (int s = warp; s < a.n_splits; s += kCombineWarps) {
+    const int64_t pr = s * rows_all + row;
+    const float* po = a.part_o + pr * hd;
+    float v[kCombineElems];
+#pragma unroll
+    for (int i = 0; i < kCombineElems; ++i) v[i] = lane + 32 * i < hd ? po[lane + 32 * i] : 0.0f;
+    const float ms = a.part_ml[pr * 2];
+    if (ms == kNegInf) continue;  // a split that saw no key adds nothing (uniform over the warp)
+    const float w = expf(ms - mx);
+    lsum = fmaf(a.part_ml[pr * 2 + 1], w, lsum);
+#pragma unroll
+    for (int i = 0; i < kCombineElems; ++i) acc[i] = fmaf(v[i], w, acc[i]);
   }
-  const float inv = 1.0f / block_reduce(lsum, false, red);
+#pragma unroll
+  for (int i = 0; i < kCombineElems; ++i)
+    if (lane + 32 * i < hd) o_sh[warp][lane + 32 * i] = acc[i];
+  if (lane == 0) red[warp] = lsum;
+  __syncthreads();
+  float l = red[0];
+#pragma unroll
+  for (int w = 1; w < kCombineWarps; ++w) l += red[w];
+  const float inv = 1.0f / l;
   float* op = a.out + static_cast<int64_t>(t) * a.out_stride + static_cast<int64_t>(h) * hd;
-  if (d0 < hd) op[d0] = acc0 * inv;
-  if (d1 < hd) op[d1] = acc1 * inv;
+  for (int d = tid; d < hd; d += kCombineThreads) {
+    float o = o_sh[0][d];
+#pragma unroll
+    for (int w = 1; w < kCombineWarps; ++w) o += o_sh[w][d];
+    op[d] = o * inv;
+  }
 }
 
 template <int D, int RB, bool FULL, bool PIPE>
@@ -607,7 +610,11 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
     rb = rows_g >= 4 ? 4 : (rows_g >= 2 ? 2 : 1);
     row_groups = ceil_div(rows_g, rb);
     base_units = static_cast<int64_t>(a.n_kv_heads) * row_groups;  // warps per split
-    min_keys = a.decode_min_keys > 0 ? a.decode_min_keys : 64;
+    // A warp's loop grows with its keys and the combine with the splits (keys x splits = context):
+    // about sqrt(context) of each. Measured with the pipelined kernel: 32 keys best at 1K (18 us; 21
+    // at 64), 64 at 4K (34 us; 43 at 32, 39 at 128): results/executor/kernels_f0fc0a5/.
+    min_keys = a.decode_min_keys > 0 ? a.decode_min_keys
+                                     : std::max<int64_t>(16, static_cast<int64_t>(std::sqrt(static_cast<double>(kv_len))));
   } else {
     base_units = ceil_div(rows_g, Prefill<64>::MQ) * a.n_kv_heads;  // blocks per split
     min_keys = 256;

@@ -149,8 +149,8 @@ struct AttnArgs {
   int64_t out_stride = 0;
   int32_t n = 0, pos_first = 0;
   int32_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
-  // Decode (n <= 8): the fewest keys one warp of the split-K kernel takes (0: the default, 64). The
-  // kernel benchmark sweeps it; the blocks leave it at 0.
+  // Decode (n <= 8): the fewest keys one warp of the split-K kernel takes (0: the default, about
+  // sqrt(context)). The kernel benchmark sweeps it; the blocks leave it at 0.
   int32_t decode_min_keys = 0;
   // Decode kernel: 0 the default (2; SHARDWISE_ATTN_DECODE=plain selects 1), 1 each step's keys loaded
   // then used, 2 pipelined (the next step's keys loaded before this step's math). The GPU suite checks

@@ -908,7 +908,7 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
       // against a longer combine.
       for (int kernel : {1, 2})
       for (int64_t context : {int64_t(1024), int64_t(4096)})
-        for (int32_t keys : {16, 32, 64, 128}) {
+        for (int32_t keys : {0, 16, 32, 64, 128}) {  // 0: the default (about sqrt(context))
           float* q = mem.floats(static_cast<size_t>(spec.q_dim()));
           float* out = mem.floats(static_cast<size_t>(spec.q_dim()));
           put(q, fresh(static_cast<size_t>(spec.q_dim())));
@@ -916,8 +916,9 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
           a.decode_min_keys = keys;
           a.decode_kernel = kernel;
           const double ms = time_ms([&] { cuda::attention(kctx.ctx, a); }, 20);
-          std::printf("attention decode (%s) context %5lld, >= %3d keys per warp: %8.4f ms  %6.0f GB/s of KV\n",
-                      kernel == 1 ? "plain" : "pipelined", static_cast<long long>(context), keys, ms,
+          std::printf("attention decode (%s) context %5lld, >= %3s keys per warp: %8.4f ms  %6.0f GB/s of KV\n",
+                      kernel == 1 ? "plain" : "pipelined", static_cast<long long>(context),
+                      keys == 0 ? "dft" : std::to_string(keys).c_str(), ms,
                       2.0 * static_cast<double>(context) * static_cast<double>(KVD) * 4 / (ms * 1e-3) / 1e9);
         }
       // 8 tokens (speculative-decoding-sized steps) at 4K context, both kernels.
