@@ -15,7 +15,9 @@ A *decision* is one (configuration, tier): the planner picks one of the three ca
   interquartile ranges of the repeats — counted separately.
 - top-1 agreement: agree / evaluable (ties are not counted as agreement; "top-1 with ties" is shown).
 - close contest: at least two candidates measured and second / best - 1 <= CLOSE (5%).
-- regret: measured(pick) / measured(best) - 1.
+- regret: measured(pick) / measured(best) - 1; 0 where the pick's plan is the best's (same_plan: what
+  the two measurements of one computation differ by is the measurement's resolution, reported by
+  ``repeatability``, not a cost of the planner's choice — consistent with counting it as agreement).
 - prediction error of a row: |predicted - measured| / measured (signed: predicted / measured - 1).
 - rank correlation: Spearman and Kendall (tau-b) between predicted and measured times, pooled over
   all measured rows, and Kendall per decision over every measured schedule (baselines included).
@@ -134,7 +136,7 @@ def decisions(df):
             d["tie"] = (not d["agree"]) and bool(d["pick_ms"] - d["best_ms"] <= spread)
             d["contested"] = len(m) >= 2
             d["close"] = bool(len(m) >= 2 and d["second_ms"] / d["best_ms"] - 1 <= CLOSE)
-            d["regret"] = d["pick_ms"] / d["best_ms"] - 1
+            d["regret"] = 0.0 if d["same_plan"] else d["pick_ms"] / d["best_ms"] - 1
             all_m = measured(df[(df["config_id"] == cid) & (df["tier"] == tier)])
             d["kendall"] = kendall(all_m["predicted_ms"], all_m["measured_ms"]) if len(all_m) >= 3 else np.nan
         else:

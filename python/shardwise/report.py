@@ -247,8 +247,15 @@ def build_report(df, out_dir, title=None):
         w("The configurations were not probed (`sweep --machine-probe`), so how far the machine drifted from its profile "
           "while these rows were measured is not known from them.\n")
     w("## Regret\n")
-    w(f"Measured time of the pick / best measured − 1 over evaluable decisions: mean **{_pct(s['mean_regret'])}**, "
-      f"max **{_pct(s['max_regret'])}**.\n")
+    text = (f"Measured time of the pick / best measured − 1 over evaluable decisions: mean **{_pct(s['mean_regret'])}**, "
+            f"max **{_pct(s['max_regret'])}**.")
+    same = ev[ev["same_plan"]]
+    if len(same):
+        raw = (same["pick_ms"] / same["best_ms"] - 1).max()
+        text += (f" A pick whose plan is the measured best's plan (one computation under two names, {len(same)} decisions) "
+                 f"has no regret: its two measurements differ by the measurement's resolution (\"Measurement resolution\"), "
+                 f"up to {_pct(raw)} here.")
+    w(text + "\n")
     w(f"![regret]({rel['regret']})\n")
     w("## Rank correlation\n")
     w(f"Predicted vs measured step times, pooled over all measured rows: Spearman **{_num(s['spearman'])}**, "

@@ -91,8 +91,11 @@ def test_same_plan_under_two_names_counts_as_agreement(tmp_path):
     dec = metrics.decisions(df).set_index("config_id")
     assert dec.loc["S", "agree"] and dec.loc["S", "same_plan"] and dec.loc["S", "best"] == "dynamic"
     assert not dec.loc["D", "agree"] and not dec.loc["D", "same_plan"] and not dec.loc["D", "tie"]
+    # No regret for the same computation; the different plan's 1% stays.
+    assert dec.loc["S", "regret"] == 0 and dec.loc["D", "regret"] == pytest.approx(0.01)
     s = metrics.summarize(df)
     assert s["agree"] == 1 and s["same_plan"] == 1 and s["top1"] == pytest.approx(0.5)
+    assert s["max_regret"] == pytest.approx(0.01)
 
 
 def test_repeatability_of_one_plan_under_two_names(tmp_path):
