@@ -1,7 +1,7 @@
 // executor/cuda/cuda_runtime_device.cu — the CUDA Device (see executor/device/device.h): the arena is
 // one cudaMalloc of exactly the budget; the four queues are non-blocking streams; events come from a
 // pool recycled at each synchronize(); host weights are registered (pinned) so copies run at PCIe
-// speed; a PCIe cap paces copies in chunks of 4 MiB or more with a waiting kernel on the copy's stream
+// speed; a PCIe cap paces copies in chunks of 4 MiB or more with waiting kernels on the copy's stream
 // (the two host-to-device streams share one pacer: the cap is the link's; copies under 64 KiB are
 // charged, not held). The blocks' kernels live in
 // cuda_kernels.h and are warmed up (loaded, cuBLAS set up) when created, before the arena; cuBLAS
@@ -34,14 +34,19 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail("CUDA: ", what, ": ", cudaGetErrorString(e));
 }
 
-// Paces copies to a byte rate on the device itself: after each chunk a one-thread kernel on the
-// copy's stream takes the chunk's share of time at the cap from a credit clock in device memory
-// (the GPU's global timer) and waits until it has passed, so the stream's next copy starts no
-// earlier than a link of that rate would allow. (Host callbacks did this before: a callback thread
-// sleeping between chunks needs a core to wake on, and with the 16 cores busy in a CPU shard each
-// wake came late — a 270 MiB shard at 16 GB/s took 51 ms instead of 17.7; and two streamed shards'
-// 136 callbacks filled the driver's queue, so the host thread, which computes the CPU shards,
-// stalled 20 ms at the step's start: executor/timelines_probe_b750698.)
+// Paces copies to a byte rate on the device itself, as a link of that rate would carry them: before each
+// chunk a one-thread kernel on the copy's stream reserves the link for the chunk's time at the cap, from
+// when the link is free (the end of the last reservation, on either host-to-device stream: they share the
+// link) or now if it is idle, and holds the stream until the reservation starts; the copy then runs at
+// the real link's speed, and whatever lets others see it arrive (an event, a timeline stamp, a
+// synchronisation) is held by a second kernel until the reservation's end. An idle link banks no credit:
+// a copy issued after the link was idle takes its full time at the cap from its start. (The pacer before
+// this one waited after each chunk from the last reservation's end or up to 1 ms in the past, so copies
+// issued after a gap — qwen30b's routed experts, each layer's issued once its router's result is back —
+// arrived as if the link had carried them during the gap: 62.4 ms measured per decode step where the
+// link alone needs 62.4 ms and the step's GPU work between the copies another 6.3: results/
+// planner_accuracy_v8/README.md. Before that, host callbacks slept between chunks and woke late when the
+// cores were busy: executor/timelines_probe_b750698.)
 struct Pacer {
   std::atomic<double> cap{0};       // bytes per second, 0 = none
   std::atomic<uint64_t> owed{0};    // bytes of unpaced small copies, charged to the next paced chunk
@@ -61,19 +66,25 @@ __device__ __forceinline__ unsigned long long global_ns() {
   return t;
 }
 
-// The link is busy until `credit`; this chunk adds `ns` to it (from now if the link was idle for
-// more than a millisecond, so an idle link does not bank unlimited credit) and the stream waits
-// until then. Streams sharing one pacer (the two host-to-device ones) update the clock atomically.
-__global__ void pace_kernel(unsigned long long* credit, unsigned long long ns) {
+// Reserves [start, start + ns) of the link, start = max(the link's free time, now), records the end in
+// `tail` (the stream's) and waits until start, so the chunk copied next on the stream starts no earlier
+// than the capped link would start it.
+__global__ void pace_reserve_kernel(unsigned long long* credit, unsigned long long* tail, unsigned long long ns) {
   const unsigned long long now = global_ns();
-  const unsigned long long floor = now > 1000000ull ? now - 1000000ull : 0ull;
-  unsigned long long old = *reinterpret_cast<volatile unsigned long long*>(credit), assumed, until;
+  unsigned long long old = *reinterpret_cast<volatile unsigned long long*>(credit), assumed, start;
   do {
     assumed = old;
-    until = (assumed > floor ? assumed : floor) + ns;
-    old = atomicCAS(credit, assumed, until);
+    start = assumed > now ? assumed : now;
+    old = atomicCAS(credit, assumed, start + ns);
   } while (old != assumed);
-  while (global_ns() < until) __nanosleep(2000);
+  *tail = start + ns;
+  while (global_ns() < start) __nanosleep(1000);
+}
+
+// Holds the stream until its last reserved chunk would have arrived over the capped link.
+__global__ void pace_tail_kernel(const unsigned long long* tail) {
+  const unsigned long long until = *reinterpret_cast<const volatile unsigned long long*>(tail);
+  while (global_ns() < until) __nanosleep(1000);
 }
 
 // Forwards the blocks, giving cuBLAS the first part of the workspace.
@@ -120,11 +131,12 @@ class CudaDevice : public Device {
     check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
     for (int q = 0; q < kNumQueues; ++q)
       check(cudaStreamCreateWithPriority(&streams_[q], cudaStreamNonBlocking, q == 0 ? least : greatest), "cudaStreamCreate");
-    void* credits = nullptr;
-    check(cudaMalloc(&credits, 2 * sizeof(unsigned long long)), "cudaMalloc (pacer)");
-    check(cudaMemset(credits, 0, 2 * sizeof(unsigned long long)), "cudaMemset (pacer)");
+    void* credits = nullptr;  // the two pacers' link clocks, then one reservation end per queue
+    check(cudaMalloc(&credits, (2 + kNumQueues) * sizeof(unsigned long long)), "cudaMalloc (pacer)");
+    check(cudaMemset(credits, 0, (2 + kNumQueues) * sizeof(unsigned long long)), "cudaMemset (pacer)");
     pacers_[0].credit = static_cast<unsigned long long*>(credits);
     pacers_[1].credit = pacers_[0].credit + 1;
+    tails_ = pacers_[0].credit + 2;
     if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) fail("cuBLAS: cublasCreate failed");
     if (cublasSetStream(blas_, streams_[0]) != CUBLAS_STATUS_SUCCESS) fail("cuBLAS: cublasSetStream failed");
     // No TF32 or other reduced-precision modes: results must match the f32 reference.
@@ -212,6 +224,7 @@ class CudaDevice : public Device {
       events_.push_back(e);
     }
     const size_t i = next_event_++;
+    hold_tail(static_cast<int>(q));
     check(cudaEventRecord(events_[i], streams_[static_cast<int>(q)]), "cudaEventRecord");
     Event ev;
     ev.queue = static_cast<int>(q);
@@ -249,6 +262,7 @@ class CudaDevice : public Device {
       stamps_.push_back(e);
     }
     const size_t i = next_stamp_++;
+    hold_tail(static_cast<int>(q));
     check(cudaEventRecord(stamps_[i], streams_[static_cast<int>(q)]), "cudaEventRecord(timeline)");
     Event ev;
     ev.queue = static_cast<int>(q);
@@ -303,6 +317,7 @@ class CudaDevice : public Device {
   uint64_t graph_launches() const override { return graph_launches_; }
 
   void synchronize() override {
+    for (int q = 0; q < kNumQueues; ++q) hold_tail(q);
     for (auto& s : streams_) check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
     check(cudaGetLastError(), "a kernel launch");
     next_event_ = 0;  // every recorded event is complete: recycle the pool
@@ -401,16 +416,27 @@ class CudaDevice : public Device {
     const uint64_t chunk = std::max<uint64_t>(4ull << 20, (bytes + 31) / 32);
     for (uint64_t off = 0; off < bytes; off += chunk) {
       const uint64_t c = std::min(chunk, bytes - off);
+      if (bytes >= kPacedMinBytes) {
+        const double ns = static_cast<double>(c + pacer.owed.exchange(0)) / pacer.cap.load() * 1e9;
+        pace_reserve_kernel<<<1, 1, 0, streams_[q]>>>(pacer.credit, tails_ + q, static_cast<unsigned long long>(ns));
+        check(cudaGetLastError(), "the pacing kernel launch");
+      }
       const cudaError_t e = cudaMemcpyAsync(static_cast<uint8_t*>(dst) + off, static_cast<const uint8_t*>(src) + off, c, kind, streams_[q]);
       if (e != cudaSuccess) copy_failed(e, static_cast<uint8_t*>(dst) + off, static_cast<const uint8_t*>(src) + off, c, kind);
       if (bytes < kPacedMinBytes) {
         pacer.owed.fetch_add(c);
         continue;
       }
-      const double ns = static_cast<double>(c + pacer.owed.exchange(0)) / pacer.cap.load() * 1e9;
-      pace_kernel<<<1, 1, 0, streams_[q]>>>(pacer.credit, static_cast<unsigned long long>(ns));
-      check(cudaGetLastError(), "the pacing kernel launch");
+      tail_pending_[q] = true;
     }
+  }
+
+  // Whatever is enqueued on queue q next (an event, a timeline stamp) waits until q's paced copies would
+  // have arrived over the capped link.
+  void hold_tail(int q) {
+    if (!tail_pending_[q].exchange(false)) return;
+    pace_tail_kernel<<<1, 1, 0, streams_[q]>>>(tails_ + q);
+    check(cudaGetLastError(), "the pacing kernel launch");
   }
 
   void sample_free() {
@@ -421,6 +447,8 @@ class CudaDevice : public Device {
   int ordinal_;
   std::string name_;
   cudaStream_t streams_[kNumQueues] = {};
+  unsigned long long* tails_ = nullptr;         // device: per queue, the end of its last link reservation
+  std::atomic<bool> tail_pending_[kNumQueues] = {};  // a paced copy since the queue's last tail kernel
   cublasHandle_t blas_ = nullptr;
   std::vector<cudaEvent_t> events_;
   std::vector<cudaEvent_t> stamps_;  // timing events of the step timeline

@@ -231,9 +231,10 @@ def build_report(df, out_dir, title=None):
             n_cal = int(cal["agree_at_probe"].astype(bool).sum())
             n_now = int(cal["agree"].astype(bool).sum())
             w(f"Each measured plan was also predicted again with its configuration's CPU factor "
-              f"(`predicted_ms_at_probe`): with those predictions the planner would have picked the measured best in "
-              f"**{n_cal} of {len(cal)}** such decisions ({_pct(n_cal / len(cal))}), against {n_now} with the profile as it "
-              "is — the difference is what the machine's drift cost, the rest is the cost model's.\n")
+              f"(`predicted_ms_at_probe`; not the candidates skipped as too slow, which have no re-prediction): with those "
+              f"predictions the planner would have picked the measured best in **{n_cal} of the {len(cal)}** decisions "
+              f"whose every feasible candidate was re-predicted ({_pct(n_cal / len(cal))}), against {n_now} of them with the "
+              "profile as it is — the difference is what the machine's drift cost, the rest is the cost model's.\n")
             e = metrics.prediction_errors(df)
             e = e[e["schedule"].isin(CANDIDATES)]
             again = pd.to_numeric(e["predicted_ms_at_probe"], errors="coerce") if "predicted_ms_at_probe" in e.columns else None

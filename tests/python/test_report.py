@@ -55,7 +55,7 @@ def test_report_states_the_machines_drift(tmp_path):
     assert "1 of the 1 probed disagreements" in md  # D: static picked, dynamic faster, at 1.3x
     assert "| 1.30x |" in md  # the disagreements table's machine column
     # With the probe's factor the planner would have picked dynamic at D (85 < 130): 2 of 2, against 1.
-    assert "picked the measured best in **2 of 2**" in md and "against 1 with the profile" in md
+    assert "picked the measured best in **2 of the 2** decisions" in md and "against 1 of them with the profile" in md
     assert "0.0% with the profile, 4.1% with the probe's factor" in md  # 0/12.5/0/0% and 30/6.25/2/1.8%: medians
     assert "![drift](machine_drift.png)" in md and (tmp_path / "r" / "machine_drift.png").stat().st_size > 1000
     none = tmp_path / "none.jsonl"
