@@ -446,6 +446,26 @@ Op moe_op(DType dt, int64_t tokens, MoeShape m) {
   op.top_k = m.top_k;
   return op;
 }
+// The step size at which a CPU MoE block's experts switch, on average, from the GEMV kernels to
+// dequantise+sgemm (matmul_raw per expert: matmul_gemm_threshold() tokens each, a step of n tokens
+// giving each expert n * top_k / n_experts). The per-token cost drops there (weights read once per
+// expert, not once per 4 tokens), so a series that ends below it extrapolates the GEMV regime's cost
+// into the GEMM one: qwen30b's 16-thread rows ended at 256 tokens (the 40 ms point limit) and its
+// 512-token steps were predicted 1.7-1.8x their time (planner_accuracy_v8: Static at the prefill tier).
+int64_t moe_gemm_anchor(const MoeShape& m) {
+  return (matmul_gemm_threshold() * m.experts + m.top_k - 1) / m.top_k;
+}
+bool is_moe_gemm_anchor(const Op& op) {
+  return op.kind == OpKind::MoeExperts && op.top_k > 0 &&
+         op.tokens == moe_gemm_anchor({op.n_experts, op.top_k, op.rows, op.cols});
+}
+// A CPU MoE shape's token counts: the grid's, and its GEMM switch.
+std::vector<int64_t> cpu_moe_tokens(const std::vector<int64_t>& grid, const MoeShape& m) {
+  std::vector<int64_t> t = grid;
+  const int64_t a = moe_gemm_anchor(m);
+  if (!std::binary_search(t.begin(), t.end(), a)) t.insert(std::lower_bound(t.begin(), t.end(), a), a);
+  return t;
+}
 Op simple_op(OpKind k, int64_t elems) {
   Op op;
   op.kind = k;
@@ -580,6 +600,7 @@ std::vector<int> resolve_threads(std::vector<int> t) {
 
 // Runs a list of ops on one backend, skipping a series' larger sizes once a point exceeds the limit.
 struct Measurer {
+  static constexpr double kAnchorLimits = 4;
   CpuRunner* cpu = nullptr;
   GpuBench* gpu = nullptr;
   Progress* progress = nullptr;
@@ -599,15 +620,27 @@ struct Measurer {
       Clock::time_point t0 = Clock::now();
       ~Tally() { s[k] += ms_since(t0) / 1e3; }
     };
+    std::map<std::string, std::pair<double, double>> last;  // per series: the last measured (tokens, ms)
     for (size_t i = 0; i < ops.size(); ++i) {
       Tally tally{seconds, ops[i].kind};
       progress->add(1);
-      if (skip[series[i]]) continue;
       const Op& op = ops[i];
+      if (skip[series[i]]) {
+        // A CPU MoE series past the limit still gets one run at its GEMM switch (is_moe_gemm_anchor)
+        // where that costs at most kAnchorLimits point limits at the last point's time per token.
+        const auto lp = last.find(series[i]);
+        if (b != Backend::Cpu || !is_moe_gemm_anchor(op) || lp == last.end() || lp->second.first <= 0 ||
+            lp->second.second / lp->second.first * static_cast<double>(op.tokens) > kAnchorLimits * limit_ms)
+          continue;
+        const double ms = first_run_ms([&] { return cpu->once(op, threads); }, limit_ms);
+        out.push_back({b, threads, contention, concurrent_gbps, op, ms, 0, 1});
+        continue;
+      }
       const std::string layout = op.kind == OpKind::Attention ? series[i].substr(0, series[i].rfind("/t")) : "";
       if (!layout.empty() && layout_limit.count(layout) && op.tokens > layout_limit[layout]) continue;
       auto once = [&] { return b == Backend::Cpu ? cpu->once(op, threads) : gpu->time_op(op); };
       const double first = first_run_ms(once, limit_ms);
+      last[series[i]] = {static_cast<double>(op.tokens), first};
       if (first > limit_ms) {  // too expensive to repeat: keep the single run, skip the larger ones
         OpSample s{b, b == Backend::Cpu ? threads : 0, contention, concurrent_gbps, op, first, 0, 1};
         out.push_back(s);
@@ -656,7 +689,7 @@ void op_lists(const Grid& g, Backend b, std::vector<Op>* ops) {
       }
   for (DType dt : kDtypes)
     for (const MoeShape& m : g.moe)
-      for (int64_t t : b == Backend::Cpu ? g.moe_tokens : g.gpu_moe_tokens) ops->push_back(moe_op(dt, t, m));
+      for (int64_t t : b == Backend::Cpu ? cpu_moe_tokens(g.moe_tokens, m) : g.gpu_moe_tokens) ops->push_back(moe_op(dt, t, m));
   for (OpKind k : {OpKind::Norm, OpKind::Elementwise})
     for (int64_t e : g.elems) ops->push_back(simple_op(k, e));
   if (b == Backend::Cpu)
@@ -670,7 +703,7 @@ std::vector<Op> contention_ops(const Grid& g) {
     for (const MatShape& s : g.contention_mat)
       for (int64_t t : g.contention_tokens) ops.push_back(matmul_op(dt, t, s));
   for (DType dt : {DType::F16, DType::Q4_0})
-    for (int64_t t : g.moe_tokens) ops.push_back(moe_op(dt, t, g.moe.front()));
+    for (int64_t t : cpu_moe_tokens(g.moe_tokens, g.moe.front())) ops.push_back(moe_op(dt, t, g.moe.front()));
   for (int64_t t : g.attn_tokens)
     for (int64_t c : g.ctxs)
       if (c <= 8192) ops.push_back(attention_op(t, c, g.attn.front()));
