@@ -117,6 +117,19 @@ int run_child(const std::string& test, const std::string& var) {
 
 }  // namespace
 
+// A CUDA device with an arena of `arena_bytes` and a pinned host buffer of `host_bytes` filled with `fill`
+// (the set-up of the PCIe cap cases).
+struct PinnedLink {
+  std::unique_ptr<Device> dev;
+  uint8_t* arena;
+  HostBuffer host;
+  PinnedLink(uint64_t arena_bytes, uint64_t host_bytes, int fill)
+      : dev(make_cuda_device(0)), arena(dev->allocate_arena(arena_bytes)), host(host_bytes) {
+    std::memset(host.data(), fill, host_bytes);
+    dev->pin_host(host.data(), host_bytes);
+  }
+};
+
 TEST_CASE("CUDA device: copies, events and the arena", "[gpu]") {
   auto dev = make_cuda_device(0);
   uint8_t* arena = dev->allocate_arena(64u << 20);
@@ -137,12 +150,11 @@ TEST_CASE("CUDA device: copies, events and the arena", "[gpu]") {
 }
 
 TEST_CASE("CUDA device: the PCIe cap holds within 5% at 8, 16 and 32 GB/s", "[gpu]") {
-  auto dev = make_cuda_device(0);
   const uint64_t bytes = 1ull << 30;
-  uint8_t* arena = dev->allocate_arena(bytes);
-  HostBuffer host(bytes);
-  std::memset(host.data(), 1, bytes);
-  dev->pin_host(host.data(), bytes);
+  PinnedLink link(bytes, bytes, 1);
+  auto& dev = link.dev;
+  uint8_t* arena = link.arena;
+  HostBuffer& host = link.host;
   for (double cap : {8e9, 16e9, 32e9}) {
     dev->set_pcie_cap(cap);
     dev->copy_h2d(arena, host.data(), 64u << 20);  // warm up
@@ -167,12 +179,11 @@ TEST_CASE("CUDA device: under a PCIe cap, copies under 64 KiB are not held but s
   // An activation row on a capped link takes about the link's latency, not a host callback's: 200
   // synchronised 8 KiB round trips take about as long capped as uncapped. Their bytes are charged to
   // the next paced copy, so a stream of small copies between large ones stays at the cap.
-  auto dev = make_cuda_device(0);
   const uint64_t bytes = 256ull << 20;
-  uint8_t* arena = dev->allocate_arena(bytes);
-  HostBuffer host(bytes);
-  std::memset(host.data(), 3, bytes);
-  dev->pin_host(host.data(), bytes);
+  PinnedLink link(bytes, bytes, 3);
+  auto& dev = link.dev;
+  uint8_t* arena = link.arena;
+  HostBuffer& host = link.host;
   auto small_round_trips = [&](double cap) {
     dev->set_pcie_cap(cap);
     dev->copy_h2d(arena, host.data(), 8192);
@@ -209,12 +220,11 @@ TEST_CASE("CUDA device: a capped link banks no credit while idle", "[gpu]") {
   // link. The pacer before counted up to 1 ms of idle link as already carried: a synchronised 1 MiB copy
   // at 16 GB/s took 39 us instead of 65.5 (the profile's capped row), and qwen30b's routed experts, each
   // layer's issued once its router's result was back, arrived as if the link had carried them meanwhile.
-  auto dev = make_cuda_device(0);
   const uint64_t bytes = 1u << 20;
-  uint8_t* arena = dev->allocate_arena(4 * bytes);
-  HostBuffer host(4 * bytes);
-  std::memset(host.data(), 7, 4 * bytes);
-  dev->pin_host(host.data(), 4 * bytes);
+  PinnedLink link(4 * bytes, 4 * bytes, 7);
+  auto& dev = link.dev;
+  uint8_t* arena = link.arena;
+  HostBuffer& host = link.host;
   dev->set_pcie_cap(16e9);
   dev->copy_h2d(arena, host.data(), bytes);
   dev->synchronize();
@@ -241,12 +251,11 @@ TEST_CASE("CUDA device: paced copies neither stall the host nor slow down while 
   // Two 270 MiB shards (nemo8b FFNs) streamed at 16 GB/s while the host's cores all compute, as in
   // a Dynamic decode step. With host-callback pacing the enqueue stalled the host ~20 ms and the
   // copies ran at 5-11 GB/s (each callback's wake-up waited for a core).
-  auto dev = make_cuda_device(0);
   const uint64_t shard = 270ull << 20;
-  uint8_t* arena = dev->allocate_arena(2 * shard);
-  HostBuffer host(2 * shard);
-  std::memset(host.data(), 5, 2 * shard);
-  dev->pin_host(host.data(), 2 * shard);
+  PinnedLink link(2 * shard, 2 * shard, 5);
+  auto& dev = link.dev;
+  uint8_t* arena = link.arena;
+  HostBuffer& host = link.host;
   dev->set_pcie_cap(16e9);
   dev->copy_h2d(arena, host.data(), 1u << 20);
   dev->synchronize();
