@@ -87,6 +87,14 @@ struct Class {
   RooflineFit fit;
   double concurrent_gbps = 0;  // contention classes: median PCIe rate the rows ran with
 
+  // The largest token count measured for the op's shape (else for any shape at a fitted count); 0: none.
+  double last_tokens(const Op& op) const {
+    if (by_elems) return 0;
+    auto it = shapes.find(shape_key(op));
+    if (it != shapes.end()) return it->second.x.back();
+    return token_fits.empty() ? 0.0 : token_fits.back().tokens;
+  }
+
   double ms(const Op& op) const {
     if (by_elems) {
       const Curve& c = shapes.begin()->second;
@@ -207,6 +215,43 @@ class MeasuredCostModel : public CostModel {
   }
 
   double op_ms(const Op& op, const ExecEnv& env) const override {
+    // Past the MoE rows' largest measured count (uniform routing, n_last tokens: d_last experts of
+    // m_last tokens each), an expert's time at m tokens is the last row's per expert times how much
+    // the expert's three matmuls (gate, up: rows x cols; down: cols x rows) grow from m_last to m
+    // tokens in the profile's matmul rows: those measure the GEMM's efficiency rising with tokens,
+    // which the MoE rows' roofline fit, kept from their last count, did not (qwen30b q4_0 on the
+    // H200 host's 16 threads: rows to 512 tokens = 32 per expert; a 512-token step on 9.6 measured
+    // experts runs 427 per expert and was predicted 1.6x its time: planner_accuracy_v9).
+    if (op.kind == OpKind::MoeExperts && op.top_k > 0 && op.n_experts > 0) {
+      const double k = static_cast<double>(op.top_k);
+      const double d = op.active_experts > 0 ? op.active_experts : expected_distinct_experts(op.tokens, op.top_k, op.n_experts);
+      const double m = std::max(1.0, static_cast<double>(op.tokens) * k / d);
+      auto past_rows = [&](const ExecEnv& e) {
+        const double n = moe_last_tokens(op, e);
+        return n >= 1 && m > n * k / expected_distinct_experts(static_cast<int64_t>(n), op.top_k, op.n_experts) * (1 + 1e-9);
+      };
+      int t_lo = 0, t_hi = 0;
+      if (between_thread_counts(op, env, &t_lo, &t_hi)) {  // each profiled count with its own rows, then log-log in threads
+        ExecEnv lo = env, hi = env;
+        lo.threads = t_lo;
+        hi.threads = t_hi;
+        if (past_rows(lo) || past_rows(hi)) return loglog(env.threads, t_lo, op_ms(op, lo), t_hi, op_ms(op, hi));
+      }
+      const double n_last = moe_last_tokens(op, env);
+      if (n_last >= 1 && d > 0) {
+        const double d_last = expected_distinct_experts(static_cast<int64_t>(n_last), op.top_k, op.n_experts);
+        const double m_last = n_last * k / d_last;
+        if (m > m_last * (1 + 1e-9)) {
+          const double c_last = expert_matmuls_ms(op, m_last, env), c_m = expert_matmuls_ms(op, m, env);
+          if (c_last > 0 && c_m > 0 && std::isfinite(c_last) && std::isfinite(c_m)) {
+            Op last = op;
+            last.active_experts = 0;
+            last.tokens = static_cast<int64_t>(n_last);
+            return d * op_ms(last, env) / d_last * (c_m / c_last);
+          }
+        }
+      }
+    }
     // The profile's MoE rows were measured with uniform random routing. A step whose routing was
     // measured to touch d experts runs d experts of m = n·k/d routed tokens each: the time of one
     // expert at m tokens comes from the uniform row whose tokens-per-expert is also m (its time over
@@ -289,6 +334,61 @@ class MeasuredCostModel : public CostModel {
   std::string describe() const override { return describe_; }
 
  private:
+  // The largest uniform token count the profile measured for this MoE op on env's backend at
+  // env.threads (a profiled count, or below the fewest / above the most); 0 when the rows do not say.
+  double moe_last_tokens(const Op& op, const ExecEnv& env) const {
+    const DType dt = class_dtype(op);
+    int threads = 0;
+    if (env.backend == Backend::Gpu) {
+      if (!has_gpu_) return 0;
+    } else {
+      auto fam = cpu_threads_.find(class_key(Backend::Cpu, op.kind, dt, 0, false));
+      if (fam == cpu_threads_.end()) return 0;
+      threads = std::min(std::max(env.threads, fam->second.front()), fam->second.back());
+    }
+    auto it = classes_.find(class_key(env.backend, op.kind, dt, threads, false));
+    return it == classes_.end() ? 0.0 : it->second.last_tokens(op);
+  }
+
+  // The profiled CPU thread counts around env.threads when it lies strictly between two, else false.
+  bool between_thread_counts(const Op& op, const ExecEnv& env, int* lo, int* hi) const {
+    if (env.backend != Backend::Cpu) return false;
+    auto fam = cpu_threads_.find(class_key(Backend::Cpu, op.kind, class_dtype(op), 0, false));
+    if (fam == cpu_threads_.end()) return false;
+    const std::vector<int>& T = fam->second;
+    const int t = std::max(1, env.threads);
+    if (t <= T.front() || t >= T.back()) return false;
+    const size_t i = static_cast<size_t>(std::lower_bound(T.begin(), T.end(), t) - T.begin());
+    if (T[i] == t) return false;
+    *lo = T[i - 1];
+    *hi = T[i];
+    return true;
+  }
+
+  // One expert's three matmuls at m tokens (log-log between the integer counts around m), from the
+  // profile's matmul rows of the MoE's weight dtype; 0 where the profile has none.
+  double expert_matmuls_ms(const Op& moe, double m, const ExecEnv& env) const {
+    const DType dt = class_dtype(moe);
+    if (env.backend == Backend::Gpu ? !has_gpu_ || !classes_.count(class_key(Backend::Gpu, OpKind::Matmul, dt, 0, false))
+                                    : !cpu_threads_.count(class_key(Backend::Cpu, OpKind::Matmul, dt, 0, false)))
+      return 0;
+    auto at = [&](int64_t n) {
+      Op gate;
+      gate.kind = OpKind::Matmul;
+      gate.dtype = moe.dtype;
+      gate.tokens = n;
+      gate.rows = moe.rows;
+      gate.cols = moe.cols;
+      Op down = gate;
+      down.rows = moe.cols;
+      down.cols = moe.rows;
+      return 2 * op_ms(gate, env) + op_ms(down, env);
+    };
+    const double lo = std::max(1.0, std::floor(m)), hi = std::max(1.0, std::ceil(m));
+    if (hi == lo) return at(static_cast<int64_t>(lo));
+    return loglog(m, lo, at(static_cast<int64_t>(lo)), hi, at(static_cast<int64_t>(hi)));
+  }
+
   const CostModel& gpu_fallback() const {
     if (!fallback_)
       fail("the profile ", origin_, " has no GPU rows (measured on a machine without a GPU): plan with --hw NAME or a GPU profile");

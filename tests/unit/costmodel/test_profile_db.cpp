@@ -789,6 +789,55 @@ TEST_CASE("profile model: MoE steps with measured routing cost d experts of n·k
   }
 }
 
+TEST_CASE("profile model: past the MoE rows, an expert's time grows as its three matmuls measured", "[profile][routing]") {
+  // A CPU whose GEMMs get cheaper per token with more tokens (time = 0.1 ms + 0.01 ms x n^0.7 per
+  // matmul), and whose MoE block is its experts' three matmuls plus 10% (routing, SwiGLU, combine).
+  // The MoE rows end at 64 tokens at 1 thread and 512 at 16 (a 40 ms point limit stops them): 4 and
+  // 32 tokens per expert. A step of 512 tokens on 9.6 experts runs 427 tokens per expert.
+  auto mm = [](double n, int threads) { return (0.1 + 0.01 * std::pow(n, 0.7)) * 16.0 / threads; };
+  auto expert = [&](double m, int threads) { return 1.1 * 3 * mm(m, threads); };
+  ProfileDB db;
+  db.device = "cpu";
+  db.machine = {"Test CPU GEMM", 16, "avx512", 64ull << 30, "", 0, 0};
+  db.created = "2026-01-02T03:04:05Z";
+  db.git_rev = "abc123";
+  db.threads = {1, 16};
+  db.pcie_caps_gbps = {0};
+  for (int t : db.threads) {
+    for (const auto& shape : std::vector<std::pair<int64_t, int64_t>>{{768, 2048}, {2048, 768}, {1024, 2048}, {2048, 1024}})
+      for (int64_t n : kCpuTokens) db.ops.push_back({Backend::Cpu, t, false, 0, matmul(DType::Q4_0, n, shape.first, shape.second), mm(n, t), 0.02, 5});
+    for (int64_t n : {int64_t(1), int64_t(4), int64_t(16), int64_t(64), int64_t(256), int64_t(512)}) {
+      if (t == 1 && n > 64) continue;
+      const double d = expected_distinct_experts(n, 8, 128);
+      db.ops.push_back({Backend::Cpu, t, false, 0, moe(DType::Q4_0, n, 128, 8, 768, 2048), d * expert(n * 8 / d, t), 0.02, 5});
+    }
+    db.dram.push_back({t, false, 0, cpu_bw_gbps(t)});
+  }
+  fit_profile(db);
+  auto model = make_measured_cost_model(stored(db));
+  for (int t : {1, 16}) {
+    const ExecEnv env{Backend::Cpu, t, 0};
+    Op step = moe(DType::Q4_0, 512, 128, 8, 768, 2048);
+    step.active_experts = 9.6;
+    const double truth = 9.6 * expert(512 * 8 / 9.6, t);
+    INFO("threads " << t << ": predicted " << model->op_ms(step, env) << " ms, truth " << truth);
+    CHECK(model->op_ms(step, env) == Approx(truth).epsilon(0.03));
+    // Uniform routing past the rows: 2048 tokens on ~128 experts of 128 tokens each.
+    const double d = expected_distinct_experts(2048, 8, 128);
+    CHECK(model->op_ms(moe(DType::Q4_0, 2048, 128, 8, 768, 2048), env) == Approx(d * expert(2048 * 8 / d, t)).epsilon(0.03));
+    // Within the rows nothing changes: a measured row is its own time.
+    const double d64 = expected_distinct_experts(64, 8, 128);
+    CHECK(model->op_ms(moe(DType::Q4_0, 64, 128, 8, 768, 2048), env) == Approx(d64 * expert(64 * 8 / d64, t)).epsilon(0.01));
+  }
+  // Between the profiled thread counts each count answers with its own rows; the result lies between.
+  Op step = moe(DType::Q4_0, 512, 128, 8, 768, 2048);
+  step.active_experts = 9.6;
+  const double t4 = model->op_ms(step, {Backend::Cpu, 4, 0});
+  CHECK(t4 < model->op_ms(step, {Backend::Cpu, 1, 0}));
+  CHECK(t4 > model->op_ms(step, {Backend::Cpu, 16, 0}));
+  CHECK(t4 == Approx(9.6 * expert(512 * 8 / 9.6, 4)).epsilon(0.05));
+}
+
 TEST_CASE("profile model: an MoE FFN shard costs the profile's MoE row, the whole block and nothing on top", "[profile][routing]") {
   // The profiler times CpuBlocks::ffn / DeviceKernels::ffn: norm, experts, SwiGLU and combine. The
   // planner's FFN shard of an MoE layer must cost exactly that row (an element-wise op added on top
