@@ -193,6 +193,9 @@ class CpuScaledCostModel : public CostModel {
     return env.backend == Backend::Cpu ? ms * factor_ : ms;
   }
   double transfer_ms(uint64_t bytes, Direction dir, bool pinned) const override { return base_.transfer_ms(bytes, dir, pinned); }
+  double transfer_burst_ms(uint64_t bytes, int copies, Direction dir) const override {
+    return base_.transfer_burst_ms(bytes, copies, dir);
+  }
   double pcie_gbps(Direction dir) const override { return base_.pcie_gbps(dir); }
   double copy_slowdown(Direction dir, double cpu_dram_gbps) const override { return base_.copy_slowdown(dir, cpu_dram_gbps); }
   double sync_ms() const override { return base_.sync_ms(); }

@@ -6,6 +6,7 @@
 // same interface. This module never plans and never runs kernels.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -71,6 +72,13 @@ class CostModel {
   virtual double op_ms(const Op& op, const ExecEnv& env) const = 0;
   // Time of one copy of `bytes` (pinned or pageable host memory), capped by the PCIe cap.
   virtual double transfer_ms(uint64_t bytes, Direction dir, bool pinned = true) const = 0;
+  // Time of `bytes` moved as `copies` equal copies issued back to back into one queue (the routed
+  // experts of one MoE layer: three matrices each), pinned. Where the machine's numbers do not time
+  // such bursts: one copy of all the bytes.
+  virtual double transfer_burst_ms(uint64_t bytes, int copies, Direction dir) const {
+    (void)copies;
+    return transfer_ms(bytes, dir, true);
+  }
   // Sustained copy rate in GB/s (after the cap), used to model contention.
   virtual double pcie_gbps(Direction dir) const = 0;
   // How much longer a copy takes while CPU work reads `cpu_dram_gbps` from host DRAM beside it (>= 1;

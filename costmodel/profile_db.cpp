@@ -9,6 +9,7 @@
 //    "ops":[{"backend":"cpu","threads":16,"contention":false,"kind":"matmul","dtype":"q4_0",
 //            "columns":["tokens","rows","cols","ms","spread","repeats"],"points":[[1,4096,4096,0.3141,0.02,20],…]},…],
 //    "transfers":[{"dir":"h2d","pinned":true,"cap_gbps":0,"columns":["bytes","ms","spread","repeats"],"points":[…]},…],
+//                 (a group of back-to-back copies adds "burst":N, N >= 2: ms is per copy of N issued together)
 //    "dram":[{"threads":16,"contention":true,"concurrent_gbps":101.2,"gbps":88.1},…],
 //    "fits":[{"backend":"cpu","kind":"matmul","dtype":"q4_0","threads":16,"contention":false,"peak_gflops":…,
 //             "bw_gbps":…,"overhead_ms":…,"points":…,"median_rel_err":…},…]}
@@ -172,8 +173,8 @@ std::string canonical_json(const ProfileDB& db, bool with_created) {
   text += ",\n\"ops\":" + list_text(op_groups);
 
   // Transfers.
-  std::map<std::tuple<int, bool, double>, std::vector<const TransferSample*>> tgroups;
-  for (const TransferSample& t : db.transfers) tgroups[{static_cast<int>(t.dir), !t.pinned, t.cap_gbps}].push_back(&t);
+  std::map<std::tuple<int, bool, double, int>, std::vector<const TransferSample*>> tgroups;
+  for (const TransferSample& t : db.transfers) tgroups[{static_cast<int>(t.dir), !t.pinned, t.cap_gbps, t.burst}].push_back(&t);
   std::vector<std::string> t_groups;
   for (auto& [key, rows] : tgroups) {
     const TransferSample& f = *rows.front();
@@ -181,6 +182,7 @@ std::string canonical_json(const ProfileDB& db, bool with_created) {
     h["dir"] = dir_name(f.dir);
     h["pinned"] = f.pinned;
     h["cap_gbps"] = f.cap_gbps;
+    if (f.burst > 1) h["burst"] = f.burst;  // absent for single copies: older profiles keep their hash
     h["columns"] = kTransferColumns;
     std::vector<const TransferSample*> sorted = rows;
     std::stable_sort(sorted.begin(), sorted.end(), [](const TransferSample* a, const TransferSample* b) {
@@ -395,7 +397,7 @@ void read_op_group(const Reader& r, const json& g, const std::string& where, Pro
 }
 
 void read_transfer_group(const Reader& r, const json& g, const std::string& where, ProfileDB& db) {
-  r.check_keys(g, where, {"dir", "pinned", "cap_gbps", "columns", "points"});
+  r.check_keys(g, where, {"dir", "pinned", "cap_gbps", "burst", "columns", "points"});
   TransferSample base;
   const std::string dir = r.str(r.get(g, "dir", where), where + ".dir");
   if (dir == "h2d") base.dir = Direction::HostToDevice;
@@ -406,6 +408,7 @@ void read_transfer_group(const Reader& r, const json& g, const std::string& wher
   bool listed = false;
   for (double c : db.pcie_caps_gbps) listed |= std::fabs(c - base.cap_gbps) <= 1e-9 * std::max(1.0, c);
   if (!listed) r.bad(where + ".cap_gbps", base.cap_gbps, " is not one of the profile's `pcie_caps_gbps`");
+  if (g.contains("burst")) base.burst = static_cast<int>(r.integer(g.at("burst"), where + ".burst", 2, 4096));
   r.columns(r.get(g, "columns", where), where + ".columns", kTransferColumns);
   const json& pts = r.array(r.get(g, "points", where), where + ".points");
   if (pts.empty()) r.bad(where + ".points", "must not be empty");

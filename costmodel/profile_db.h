@@ -23,9 +23,11 @@
 // bytes / t_contention plus g_c, so a query with concurrent_pcie_gbps = g leaves the op that minus g:
 // t = max(t_alone, bytes / (bytes / t_contention + g_c − g)) (g ≤ g_c). Copies: the measured rows of
 // the model's PCIe cap (else the uncapped rows held to the cap); below the smallest size measured
-// under the cap the uncapped rows (the executor paces only copies of 64 KiB and more). MoE steps whose routing was measured (Op::active_experts) are d
+// under the cap the uncapped rows (the executor paces only copies of 64 KiB and more); a burst of
+// copies (the routed experts of one MoE layer) at the `burst` rows' time per copy, never faster than
+// its bytes as one copy. MoE steps whose routing was measured (Op::active_experts) are d
 // experts of n·k/d tokens each, each costed as one expert of a uniform row with that many tokens
-// per expert. Thread counts not profiled interpolate between the two nearest
+// per expert; past the MoE rows' largest count an expert grows as its three matmuls' rows. Thread counts not profiled interpolate between the two nearest
 // profiled counts (in log threads); outside them the nearest count is used. Norm, Rope, Elementwise
 // and Embed are keyed by kind only (their size is `elems`: steps 1 and 3 in log elems), and stand in
 // for each other when one was not measured on a backend (the profiler times rope and embed on the
@@ -76,6 +78,9 @@ struct TransferSample {
   uint64_t bytes = 0;
   double ms = 0, spread = 0;
   int repeats = 0;
+  // > 1: `burst` copies of `bytes` issued back to back before one synchronisation, `ms` per copy (the
+  // copy engine's cost per transfer without the synchronisation's latency); 1: one copy, synchronised.
+  int burst = 1;
 };
 
 // Host DRAM read bandwidth of the CPU pool (a streaming read larger than the last-level cache).

@@ -124,6 +124,21 @@ class CudaBench final : public GpuBench {
     return ms_since(t0);
   }
 
+  double time_copy_burst(Direction dir, uint64_t bytes, int count) override {
+    ensure_copy_device(bytes * static_cast<uint64_t>(count));
+    dev_->set_pcie_cap(0);
+    uint8_t* host = static_cast<uint8_t*>(pinned_.data());
+    uint8_t* dev = static_cast<uint8_t*>(arena_);
+    const auto t0 = Clock::now();
+    for (int i = 0; i < count; ++i) {
+      const uint64_t off = static_cast<uint64_t>(i) * bytes;
+      if (dir == Direction::HostToDevice) dev_->copy_h2d(dev + off, host + off, bytes);
+      else dev_->copy_d2h(host + off, dev + off, bytes);
+    }
+    dev_->synchronize();
+    return ms_since(t0) / count;
+  }
+
   void start_copy_traffic() override {
     if (traffic_.joinable()) fail("profile: copy traffic already running");
     const uint64_t chunk = 256ull << 20;

@@ -37,6 +37,10 @@ class GpuBench {
   // One copy of `bytes` through the executor's copy path (pinned or pageable host memory) under a
   // PCIe cap (bytes/s, 0 = none), wall-clock including the synchronisation.
   virtual double time_copy(Direction dir, bool pinned, uint64_t bytes, double cap_bytes_per_s) = 0;
+  // `count` copies of `bytes` each from pinned host memory to consecutive places, uncapped, issued back
+  // to back through the same path, then one synchronisation: wall-clock per copy (what a copy costs in
+  // a queue of many, as the routed experts of an MoE layer go).
+  virtual double time_copy_burst(Direction dir, uint64_t bytes, int count) = 0;
 
   // Background copies of pinned buffers both ways, continuously, until stop; stop returns the rate
   // achieved meanwhile (GB/s, both directions together).

@@ -41,6 +41,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+constexpr int kBurstCopies = 16;  // copies per burst row (a qwen30b layer's routed experts go as 24)
 
 // ---- repeats -------------------------------------------------------------------------------------
 
@@ -485,6 +486,7 @@ struct Grid {
   std::vector<int64_t> moe_tokens, gpu_moe_tokens;
   std::vector<int64_t> elems;
   std::vector<uint64_t> copy_sizes;
+  std::vector<uint64_t> burst_sizes;  // h2d bursts of kBurstCopies back-to-back copies (the routed experts' copies)
   uint64_t cpu_weight_set = 0, gpu_weight_set = 0;
   double point_limit_ms = 0;       // a shape's larger token counts are skipped past this
   std::vector<MatShape> contention_mat;
@@ -505,6 +507,7 @@ Grid make_grid(bool quick) {
     g.moe_tokens = g.gpu_moe_tokens = {1, 16};
     g.elems = {4096, 65536, 1 << 20};
     g.copy_sizes = {1 << 16, 1 << 20, 1 << 24};
+    g.burst_sizes = {1 << 20};
     g.cpu_weight_set = 48ull << 20;
     g.gpu_weight_set = 256ull << 20;
     g.point_limit_ms = 20;
@@ -526,6 +529,7 @@ Grid make_grid(bool quick) {
     g.gpu_moe_tokens = {1, 4, 16, 64, 256, 1024, 4096, 8192};
     g.elems = {4096, 65536, 1 << 20, 1 << 23};
     g.copy_sizes = {1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1ull << 30};
+    g.burst_sizes = {1 << 16, 1 << 18, 1 << 20, 1 << 22};
     g.cpu_weight_set = 768ull << 20;  // > 2x the GPU host's 300 MB L3
     g.gpu_weight_set = 2ull << 30;    // > 30x the H200's L2
     g.point_limit_ms = 40;  // the first full profile took 311 s at 60 ms (target: 3 min)
@@ -750,7 +754,7 @@ ProfileDB run_profile(const ProfileOptions& o) {
     for (DType dt : {DType::F16, DType::Q4_0})
       for (const MatShape& s : g.contention_mat)
         for (int64_t t : {int64_t(1), int64_t(256)}) gpu_cont.push_back(matmul_op(dt, t, s));
-  const uint64_t copies = gpu ? static_cast<uint64_t>(g.copy_sizes.size() * (2 + 2 * caps.size())) : 0;
+  const uint64_t copies = gpu ? static_cast<uint64_t>(g.copy_sizes.size() * (2 + 2 * caps.size()) + g.burst_sizes.size()) : 0;
   const uint64_t total = static_cast<uint64_t>(cpu_ops.size() * threads.size() + (gpu ? cont.size() * threads.size() : 0) +
                                                gpu_ops.size() + gpu_cont.size()) + copies + threads.size() * 2;
   Progress progress(o.quick ? "profile (quick)" : "profile", total, o.progress);
@@ -809,6 +813,13 @@ ProfileDB run_profile(const ProfileOptions& o) {
         db.transfers.push_back({d, false, 0, bytes, s.ms, s.spread, s.repeats});
         progress.add(1);
       }
+    }
+    for (uint64_t bytes : g.burst_sizes) {
+      const Stat s = measure([&] { return gpu->time_copy_burst(Direction::HostToDevice, bytes, kBurstCopies); }, {3, 10, 30});
+      TransferSample t{Direction::HostToDevice, true, 0, bytes, s.ms, s.spread, s.repeats};
+      t.burst = kBurstCopies;
+      db.transfers.push_back(t);
+      progress.add(1);
     }
     log_message(LogLevel::Info, str_cat("profile: copies in ", ms_since(copies0) / 1e3, " s"));
   }

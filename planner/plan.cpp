@@ -172,7 +172,7 @@ json to_json(const Plan& p) {
     acts.push_back({{"id", a.id}, {"resource", resource_name(a.resource)}, {"kind", action_kind_name(a.kind)},
                     {"part", compute_part_name(a.part)}, {"payload", payload_name(a.payload)}, {"shard", a.shard}, {"layer", a.layer}, {"slot", a.slot},
                     {"row_begin", a.row_begin}, {"row_end", a.row_end},
-                    {"bytes", a.bytes}, {"flops", a.flops}, {"deps", a.deps}, {"label", a.label},
+                    {"bytes", a.bytes}, {"copies", a.copies}, {"flops", a.flops}, {"deps", a.deps}, {"label", a.label},
                     {"start_ms", a.start_ms}, {"end_ms", a.end_ms}});
   j["actions"] = acts;
   return j;
@@ -237,6 +237,10 @@ Plan from_json(const json& j, const std::string& ctx) {
     x.row_end = field<int64_t>(a, "row_end", actx);
     if (x.row_begin < 0 || x.row_end < x.row_begin) fail(actx, " ", x.id, ": row range [", x.row_begin, ", ", x.row_end, ") is invalid");
     x.bytes = field<uint64_t>(a, "bytes", actx);
+    if (a.contains("copies")) {  // plans saved before it: one copy
+      x.copies = field<int>(a, "copies", actx);
+      if (x.copies < 1 || x.copies > (1 << 20)) fail(actx, " ", x.id, ": copies ", x.copies, " must be in [1, 1048576]");
+    }
     x.flops = field<double>(a, "flops", actx);
     x.deps = field<std::vector<int>>(a, "deps", actx);
     x.label = field<std::string>(a, "label", actx);

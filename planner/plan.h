@@ -71,6 +71,7 @@ struct Action {
   // [row_begin, row_end) of its matrix; 0, 0 = the whole shard.
   int64_t row_begin = 0, row_end = 0;
   uint64_t bytes = 0;   // bytes moved (copies) or weight bytes read (compute)
+  int copies = 1;       // CopyWeights: separate copies the bytes go as (a routed MoE FFN: 3 per expert + its norm)
   double flops = 0;
   std::vector<int> deps;  // ids of earlier actions that must finish first
   std::string label;

@@ -314,6 +314,11 @@ class Builder {
     std::string label = s.name() + " weights";
     if (piece.row1 > 0) label += "[" + std::to_string(piece.row0) + ":" + std::to_string(piece.row1) + "]";
     copy_action_[k] = add(Resource::H2D, ActionKind::CopyWeights, s.id, s.layer, piece.bytes, label, deps);
+    if (spec_.is_moe() && s.kind == ShardKind::Ffn) {  // the runtime copies each routed expert's gate, up, down and the norm
+      const double experts = experts_ > 0 ? experts_
+                                          : expected_distinct_experts(n_, spec_.num_experts_per_tok, spec_.num_experts);
+      plan_.actions.back().copies = 1 + static_cast<int>(std::llround(3 * std::max(1.0, experts)));
+    }
     plan_.actions.back().slot = static_cast<int>(k % static_cast<size_t>(std::max(1, prefetch_)));
     plan_.actions.back().row_begin = piece.row0;
     plan_.actions.back().row_end = piece.row1;

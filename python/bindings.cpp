@@ -139,6 +139,7 @@ py::dict profile_dict(const std::string& path) {
     x["ms"] = t.ms;
     x["spread"] = t.spread;
     x["repeats"] = t.repeats;
+    x["burst"] = t.burst;  // > 1: ms per copy of that many issued back to back
     transfers.append(x);
   }
   for (const DramSample& s : db.dram) {

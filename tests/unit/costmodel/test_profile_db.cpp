@@ -684,6 +684,55 @@ TEST_CASE("profile model: copies interpolate in size, follow the cap, and give t
   CHECK(cap10->transfer_ms(3ull << 29, d2h, true) >= (3ull << 29) / 10e6);
 }
 
+TEST_CASE("profile model: copies issued back to back cost the burst rows per copy, never less than one copy", "[profile]") {
+  const Direction h2d = Direction::HostToDevice;
+  ProfileDB db = synthetic_profile();
+  const std::string before = profile_to_json(db);
+  auto plain = make_measured_cost_model(stored(db));
+  // Without burst rows: the bytes as one copy.
+  CHECK(plain->transfer_burst_ms(24ull << 20, 24, h2d) == plain->transfer_ms(24ull << 20, h2d, true));
+  // Bursts whose copies cost 3 us more each than their bytes at 55 GB/s.
+  for (uint64_t b : {uint64_t(1) << 16, uint64_t(1) << 18, uint64_t(1) << 20, uint64_t(1) << 22}) {
+    TransferSample t{h2d, true, 0, b, 0.003 + static_cast<double>(b) / 55e6, 0.01, 10};
+    t.burst = 16;
+    db.transfers.push_back(t);
+  }
+  const std::string text = profile_to_json(db);
+  CHECK_THAT(text, Contains("\"burst\":16"));
+  CHECK(before.find("burst") == std::string::npos);  // single copies write no key: older profiles keep their hash
+  const ProfileDB back = profile_from_json(text, "bursts.json");
+  int bursts = 0;
+  for (const TransferSample& t : back.transfers) bursts += t.burst == 16;
+  CHECK(bursts == 4);
+  CHECK(profile_to_json(back) == text);
+
+  auto model = make_measured_cost_model(back);
+  // The burst rows do not move the single-copy curve or the sustained rate.
+  CHECK(model->transfer_ms(1 << 20, h2d, true) == plain->transfer_ms(1 << 20, h2d, true));
+  CHECK(model->pcie_gbps(h2d) == plain->pcie_gbps(h2d));
+  const double per = 0.003 + static_cast<double>(1 << 20) / 55e6;
+  CHECK(model->transfer_burst_ms(24ull << 20, 24, h2d) == Approx(24 * per).epsilon(1e-3));
+  CHECK(model->transfer_burst_ms(24ull << 20, 24, h2d) > 1.05 * plain->transfer_burst_ms(24ull << 20, 24, h2d));
+  CHECK(model->transfer_burst_ms(1 << 20, 1, h2d) == model->transfer_ms(1 << 20, h2d, true));
+  // Under a cap the link's rate bounds the burst: never faster than all its bytes at the cap.
+  MeasuredOptions capped;
+  capped.pcie_cap_bytes_per_s = 16e9;
+  auto slow = make_measured_cost_model(back, capped);
+  CHECK(slow->transfer_burst_ms(24ull << 20, 24, h2d) == Approx((24ull << 20) / 16e6).epsilon(0.05));  // the rows measured at the cap (3% noise)
+  CHECK(slow->transfer_burst_ms(24ull << 20, 24, h2d) > 1.2 * model->transfer_burst_ms(24ull << 20, 24, h2d));
+  CHECK(slow->transfer_burst_ms(24ull << 20, 24, h2d) == Approx(slow->transfer_ms(24ull << 20, h2d, true)).epsilon(1e-12));
+
+  // A bad burst count is one clear line.
+  nlohmann::json j = nlohmann::json::parse(text);
+  size_t g = 0;
+  while (!j["transfers"][g].contains("burst")) ++g;
+  j["transfers"][g]["burst"] = 1;
+  const std::string msg = error_of([&] { profile_from_json(j.dump(), "bad.json"); });
+  CHECK_THAT(msg, Contains("bad.json"));
+  CHECK_THAT(msg, Contains("transfers[" + std::to_string(g) + "].burst"));
+  CHECK(msg.find('\n') == std::string::npos);
+}
+
 TEST_CASE("profile model: a CPU-only profile refuses GPU questions unless a datasheet stands in", "[profile][bad_input]") {
   ProfileDB db = stored(synthetic_profile(false));
   db.origin = "laptop.json";

@@ -399,6 +399,27 @@ class SlowCopiesBesideCpu : public CostModel {
 };
 }  // namespace
 
+namespace {
+// A machine whose copies issued in bursts take twice as long as their bytes in one copy.
+class SlowBursts : public CostModel {
+ public:
+  explicit SlowBursts(const CostModel& base) : base_(base) {}
+  double op_ms(const Op& op, const ExecEnv& env) const override { return base_.op_ms(op, env); }
+  double transfer_ms(uint64_t bytes, Direction dir, bool pinned) const override { return base_.transfer_ms(bytes, dir, pinned); }
+  double transfer_burst_ms(uint64_t bytes, int copies, Direction dir) const override {
+    return copies > 1 ? 2 * base_.transfer_ms(bytes, dir, true) : base_.transfer_ms(bytes, dir, true);
+  }
+  double pcie_gbps(Direction dir) const override { return base_.pcie_gbps(dir); }
+  double sync_ms() const override { return base_.sync_ms(); }
+  int max_threads() const override { return base_.max_threads(); }
+  uint64_t vram_bytes() const override { return base_.vram_bytes(); }
+  std::string describe() const override { return base_.describe(); }
+
+ private:
+  const CostModel& base_;
+};
+}  // namespace
+
 TEST_CASE("simulation: copies beside CPU work take the cost model's slowdown", "[planner][simulate]") {
   const ModelSpec spec = builtin_spec("nemo8b");
   auto base = make_analytic_cost_model(builtin_hardware("h200-host"));
@@ -742,6 +763,36 @@ TEST_CASE("measured MoE routing: the curve, and what a step streams and costs", 
       if (a.kind == ActionKind::CopyWeights && a.shard == ffn.id) copied += a.bytes;
     CHECK(copied == ffn_bytes_touched(moe, ffn, 1, false));
   }
+  // Each routed FFN copy says how many copies the runtime issues for it (gate, up and down of every
+  // routed expert, and the norm), and the simulation prices them as a burst of that many.
+  auto ffn_copies = [&](const Plan& p) {
+    std::vector<int> c;
+    for (const Action& a : p.actions)
+      if (a.kind == ActionKind::CopyWeights && a.shard == ffn.id) c.push_back(a.copies);
+    return c;
+  };
+  CHECK(ffn_copies(p_meas) == std::vector<int>{1 + 3 * 40});
+  CHECK(ffn_copies(p_uni) == std::vector<int>{1 + static_cast<int>(std::llround(3 * expected_distinct_experts(512, 8, 128)))});
+  const Plan d1 = build_plan(moe, *cost, uni, Schedule::GpuOnly, 1);
+  CHECK(ffn_copies(d1) == std::vector<int>{1 + 3 * 8});
+  const SlowBursts slow(*cost);
+  Plan d1_slow = d1;
+  StepShape shape;
+  shape.tokens = 1;
+  shape.keys = uni.ctx;
+  shape.threads = uni.threads;
+  shape.kv_dtype = uni.kv_dtype;
+  const double fast_ms = simulate(d1_slow, moe, S, *cost, shape);
+  const double slow_ms = simulate(d1_slow, moe, S, slow, shape);
+  int bursts = 0;
+  for (const Action& a : d1_slow.actions)
+    if (a.kind == ActionKind::CopyWeights && a.copies > 1 && a.layer > 0) {  // (layer 0's may share the link with the input)
+      ++bursts;
+      CHECK(a.end_ms - a.start_ms == Approx(2 * cost->transfer_ms(a.bytes, Direction::HostToDevice)).epsilon(1e-12));
+    }
+  CHECK(bursts > 0);
+  CHECK(slow_ms > fast_ms);
+
   // The experts op carries the measured count, and the cost model reads fewer expert bytes.
   Op e;
   e.kind = OpKind::MoeExperts;
