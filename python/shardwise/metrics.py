@@ -201,6 +201,26 @@ def prediction_errors(df):
     return m
 
 
+def error_at_probe_summary(df):
+    """Per candidate schedule, over the measured rows that were also predicted with their configuration's
+    machine-probe factor (``predicted_ms_at_probe``): rows, median error with the profile as it is and
+    with the probe's factor. Empty where the sweep did not probe."""
+    cols = ["schedule", "rows", "median_error", "median_error_at_probe"]
+    e = prediction_errors(df)
+    if "predicted_ms_at_probe" not in e.columns:
+        return pd.DataFrame(columns=cols)
+    again = pd.to_numeric(e["predicted_ms_at_probe"], errors="coerce")
+    e = e[again.notna() & (again > 0)].copy()
+    e["error_at_probe"] = (pd.to_numeric(e["predicted_ms_at_probe"]) / e["measured_ms"] - 1).abs()
+    rows = []
+    for s in CANDIDATES:
+        g = e[e["schedule"] == s]
+        if len(g):
+            rows.append({"schedule": s, "rows": len(g), "median_error": g["error"].median(),
+                         "median_error_at_probe": g["error_at_probe"].median()})
+    return pd.DataFrame(rows, columns=cols)
+
+
 def error_summary(df):
     """Per schedule: rows, median and p90 of the error, median signed error (bias), and whether the
     median meets the target (candidates only)."""

@@ -170,6 +170,12 @@ def build_report(df, out_dir, title=None):
     ])
     w(_table(trows))
     missed = [k for k, v in t.items() if not v["met"]]
+    at_probe = metrics.error_at_probe_summary(df)
+    if "median_error" in missed and len(at_probe):
+        worst = at_probe.sort_values("median_error_at_probe").iloc[-1]
+        w(f"With each configuration's machine-probe factor (the machine as it ran, `predicted_ms_at_probe`; "
+          f"\"Machine drift\") the worst candidate's median error is {_pct(worst['median_error_at_probe'])} "
+          f"({worst['schedule']}, {int(worst['rows'])} rows).\n")
     if emu and missed:
         w("_Targets are judged on emulated timings here, which the cost model does not describe; misses are expected._\n")
 
@@ -242,7 +248,11 @@ def build_report(df, out_dir, title=None):
                 e = e[again.notna()]
                 err_at = (pd.to_numeric(e["predicted_ms_at_probe"]) / e["measured_ms"] - 1).abs()
                 w(f"Median prediction error of those rows: {_pct(e['error'].median())} with the profile, "
-                  f"{_pct(err_at.median())} with the probe's factor.\n")
+                  f"{_pct(err_at.median())} with the probe's factor. By schedule:\n")
+                tab = at_probe.copy()
+                tab["median_error"] = tab["median_error"].map(_pct)
+                tab["median_error_at_probe"] = tab["median_error_at_probe"].map(_pct)
+                w(_table(tab))
         w(f"![drift]({rel['drift']})\n")
     else:
         w("The configurations were not probed (`sweep --machine-probe`), so how far the machine drifted from its profile "
