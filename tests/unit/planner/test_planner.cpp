@@ -381,35 +381,18 @@ TEST_CASE("a table of baselines alone picks among them (run --schedule layer-spl
 }
 
 namespace {
-// A machine whose copies run 25% slower while CPU work reads DRAM beside them.
-class SlowCopiesBesideCpu : public CostModel {
+// A machine like `base` but for its copies: `beside_cpu` times slower while CPU work reads DRAM beside
+// them, and bursts of copies (the routed experts) `burst` times their bytes as one copy.
+class SlowerCopies : public CostModel {
  public:
-  explicit SlowCopiesBesideCpu(const CostModel& base) : base_(base) {}
-  double op_ms(const Op& op, const ExecEnv& env) const override { return base_.op_ms(op, env); }
-  double transfer_ms(uint64_t bytes, Direction dir, bool pinned) const override { return base_.transfer_ms(bytes, dir, pinned); }
-  double pcie_gbps(Direction dir) const override { return base_.pcie_gbps(dir); }
-  double copy_slowdown(Direction, double cpu_dram_gbps) const override { return cpu_dram_gbps > 0 ? 1.25 : 1.0; }
-  double sync_ms() const override { return base_.sync_ms(); }
-  int max_threads() const override { return base_.max_threads(); }
-  uint64_t vram_bytes() const override { return base_.vram_bytes(); }
-  std::string describe() const override { return base_.describe(); }
-
- private:
-  const CostModel& base_;
-};
-}  // namespace
-
-namespace {
-// A machine whose copies issued in bursts take twice as long as their bytes in one copy.
-class SlowBursts : public CostModel {
- public:
-  explicit SlowBursts(const CostModel& base) : base_(base) {}
+  SlowerCopies(const CostModel& base, double beside_cpu, double burst) : base_(base), beside_cpu_(beside_cpu), burst_(burst) {}
   double op_ms(const Op& op, const ExecEnv& env) const override { return base_.op_ms(op, env); }
   double transfer_ms(uint64_t bytes, Direction dir, bool pinned) const override { return base_.transfer_ms(bytes, dir, pinned); }
   double transfer_burst_ms(uint64_t bytes, int copies, Direction dir) const override {
-    return copies > 1 ? 2 * base_.transfer_ms(bytes, dir, true) : base_.transfer_ms(bytes, dir, true);
+    return (copies > 1 ? burst_ : 1.0) * base_.transfer_ms(bytes, dir, true);
   }
   double pcie_gbps(Direction dir) const override { return base_.pcie_gbps(dir); }
+  double copy_slowdown(Direction, double cpu_dram_gbps) const override { return cpu_dram_gbps > 0 ? beside_cpu_ : 1.0; }
   double sync_ms() const override { return base_.sync_ms(); }
   int max_threads() const override { return base_.max_threads(); }
   uint64_t vram_bytes() const override { return base_.vram_bytes(); }
@@ -417,13 +400,14 @@ class SlowBursts : public CostModel {
 
  private:
   const CostModel& base_;
+  double beside_cpu_, burst_;
 };
 }  // namespace
 
 TEST_CASE("simulation: copies beside CPU work take the cost model's slowdown", "[planner][simulate]") {
   const ModelSpec spec = builtin_spec("nemo8b");
   auto base = make_analytic_cost_model(builtin_hardware("h200-host"));
-  const SlowCopiesBesideCpu slow(*base);
+  const SlowerCopies slow(*base, 1.25, 1.0);  // 25% slower beside CPU work
   PlannerConfig cfg = config(4 * GiB, 1024, 16);
   cfg.tiers = {1};
   cfg.kv_layers = 0;
@@ -775,7 +759,7 @@ TEST_CASE("measured MoE routing: the curve, and what a step streams and costs", 
   CHECK(ffn_copies(p_uni) == std::vector<int>{1 + static_cast<int>(std::llround(3 * expected_distinct_experts(512, 8, 128)))});
   const Plan d1 = build_plan(moe, *cost, uni, Schedule::GpuOnly, 1);
   CHECK(ffn_copies(d1) == std::vector<int>{1 + 3 * 8});
-  const SlowBursts slow(*cost);
+  const SlowerCopies slow(*cost, 1.0, 2.0);  // bursts twice their bytes as one copy
   Plan d1_slow = d1;
   StepShape shape;
   shape.tokens = 1;
