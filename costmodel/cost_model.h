@@ -6,7 +6,6 @@
 // same interface. This module never plans and never runs kernels.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>

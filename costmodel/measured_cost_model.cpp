@@ -44,6 +44,11 @@ ShapeKey shape_key(const Op& op) {
   }
 }
 
+// Routed tokens per distinct expert of an MoE step of n tokens under uniform random routing.
+double uniform_tokens_per_expert(double n, const Op& moe) {
+  return n * static_cast<double>(moe.top_k) / expected_distinct_experts(static_cast<int64_t>(n), moe.top_k, moe.n_experts);
+}
+
 // Log-log interpolation between (x1, y1) and (x2, y2).
 double loglog(double x, double x1, double y1, double x2, double y2) {
   const double f = (std::log(x) - std::log(x1)) / (std::log(x2) - std::log(x1));
@@ -223,32 +228,27 @@ class MeasuredCostModel : public CostModel {
     // H200 host's 16 threads: rows to 512 tokens = 32 per expert; a 512-token step on 9.6 measured
     // experts runs 427 per expert and was predicted 1.6x its time: planner_accuracy_v9).
     if (op.kind == OpKind::MoeExperts && op.top_k > 0 && op.n_experts > 0) {
-      const double k = static_cast<double>(op.top_k);
       const double d = op.active_experts > 0 ? op.active_experts : expected_distinct_experts(op.tokens, op.top_k, op.n_experts);
-      const double m = std::max(1.0, static_cast<double>(op.tokens) * k / d);
-      auto past_rows = [&](const ExecEnv& e) {
-        const double n = moe_last_tokens(op, e);
-        return n >= 1 && m > n * k / expected_distinct_experts(static_cast<int64_t>(n), op.top_k, op.n_experts) * (1 + 1e-9);
-      };
+      const double m = std::max(1.0, static_cast<double>(op.tokens) * static_cast<double>(op.top_k) / d);
+      auto past_rows = [&](double n_last) { return n_last >= 1 && m > uniform_tokens_per_expert(n_last, op) * (1 + 1e-9); };
       int t_lo = 0, t_hi = 0;
       if (between_thread_counts(op, env, &t_lo, &t_hi)) {  // each profiled count with its own rows, then log-log in threads
         ExecEnv lo = env, hi = env;
         lo.threads = t_lo;
         hi.threads = t_hi;
-        if (past_rows(lo) || past_rows(hi)) return loglog(env.threads, t_lo, op_ms(op, lo), t_hi, op_ms(op, hi));
+        if (past_rows(moe_last_tokens(op, lo)) || past_rows(moe_last_tokens(op, hi)))
+          return loglog(env.threads, t_lo, op_ms(op, lo), t_hi, op_ms(op, hi));
       }
       const double n_last = moe_last_tokens(op, env);
-      if (n_last >= 1 && d > 0) {
+      if (past_rows(n_last)) {
         const double d_last = expected_distinct_experts(static_cast<int64_t>(n_last), op.top_k, op.n_experts);
-        const double m_last = n_last * k / d_last;
-        if (m > m_last * (1 + 1e-9)) {
-          const double c_last = expert_matmuls_ms(op, m_last, env), c_m = expert_matmuls_ms(op, m, env);
-          if (c_last > 0 && c_m > 0 && std::isfinite(c_last) && std::isfinite(c_m)) {
-            Op last = op;
-            last.active_experts = 0;
-            last.tokens = static_cast<int64_t>(n_last);
-            return d * op_ms(last, env) / d_last * (c_m / c_last);
-          }
+        const double m_last = uniform_tokens_per_expert(n_last, op);
+        const double c_last = expert_matmuls_ms(op, m_last, env), c_m = expert_matmuls_ms(op, m, env);
+        if (c_last > 0 && c_m > 0 && std::isfinite(c_last) && std::isfinite(c_m)) {
+          Op last = op;
+          last.active_experts = 0;
+          last.tokens = static_cast<int64_t>(n_last);
+          return d * op_ms(last, env) / d_last * (c_m / c_last);
         }
       }
     }
@@ -259,12 +259,11 @@ class MeasuredCostModel : public CostModel {
     if (op.kind == OpKind::MoeExperts && op.active_experts > 0 && op.top_k > 0 && op.n_experts > 0) {
       const double d = op.active_experts, k = static_cast<double>(op.top_k);
       const double m = std::max(1.0, static_cast<double>(op.tokens) * k / d);
-      auto per_expert_tokens = [&](double n) { return n * k / expected_distinct_experts(static_cast<int64_t>(n), op.top_k, op.n_experts); };
       double lo = 1, hi = 1;
-      while (per_expert_tokens(hi) < m && hi < 1e9) hi *= 2;
+      while (uniform_tokens_per_expert(hi, op) < m && hi < 1e9) hi *= 2;
       for (int i = 0; i < 60 && hi - lo > 0.5; ++i) {
         const double mid = 0.5 * (lo + hi);
-        (per_expert_tokens(mid) < m ? lo : hi) = mid;
+        (uniform_tokens_per_expert(mid, op) < m ? lo : hi) = mid;
       }
       Op uniform = op;
       uniform.active_experts = 0;

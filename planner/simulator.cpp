@@ -44,9 +44,8 @@ double timed(const Action& a, const StepOps& ops, const ShardSet& shards, const 
   env.concurrent_pcie_gbps = concurrent;
   switch (a.kind) {
     case ActionKind::Embed: return ops_ms(ops.embed, cost, env);
-    case ActionKind::CopyWeights:
-      if (a.copies > 1) return cost.transfer_burst_ms(a.bytes, a.copies, Direction::HostToDevice);
-      return cost.transfer_ms(a.bytes, Direction::HostToDevice);
+    case ActionKind::CopyWeights:  // a routed MoE FFN goes as several copies; transfer_burst_ms of one is transfer_ms
+      return cost.transfer_burst_ms(a.bytes, a.copies, Direction::HostToDevice);
     case ActionKind::CopyActivations:
     case ActionKind::CopyLogits:
       return cost.transfer_ms(a.bytes, a.resource == Resource::D2H ? Direction::DeviceToHost : Direction::HostToDevice);
