@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <regex>
 #include <iostream>
 #include <map>
 #include <set>
@@ -643,6 +644,17 @@ TEST_CASE("plan table JSON round trip and lookup", "[planner]") {
   REQUIRE(pos != std::string::npos);
   bad.insert(pos + 8, "999999,");
   CHECK_THROWS_WITH(plan_from_json(bad, "p.json"), Contains("dependency"));
+  // `copies` (how many copies a weight copy goes as): out of range is refused; plans saved before it
+  // had one load as one copy each.
+  const std::string good = plan_to_json(p);
+  const auto c = good.find("\"copies\":");
+  REQUIRE(c != std::string::npos);
+  const auto c_end = good.find(',', c);
+  CHECK_THROWS_WITH(plan_from_json(good.substr(0, c) + "\"copies\":0" + good.substr(c_end), "p.json"),
+                    Contains("p.json") && Contains("copies 0"));
+  const std::string old_plan = std::regex_replace(good, std::regex("\"copies\":[0-9]+,"), "");
+  REQUIRE(old_plan.find("copies") == std::string::npos);
+  for (const Action& a : plan_from_json(old_plan, "old.json").actions) CHECK(a.copies == 1);
 }
 
 TEST_CASE("planning every tier of qwen235b is fast", "[planner]") {
