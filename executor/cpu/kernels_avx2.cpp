@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <new>
 
@@ -17,10 +18,21 @@ namespace shardwise {
 namespace {
 
 constexpr int kLanes = 8;
-// Software prefetch distance along each weight row. R rows stream at once, and the hardware
-// prefetchers ramp up per 4 KiB page; prefetching 16 lines ahead measured ~20% faster for a
-// single-thread f16 GEMV from DRAM (0 disables).
-constexpr int kPrefetchBytes = 1024;
+
+// Weight prefetch of the GEMV kernels. A kernel reads R rows (row_bytes apart) side by side, then
+// the next R rows: each row's reads continue in the same row of the next group. The piece at p,
+// `off` bytes into its row, prefetches d = gemv_prefetch_bytes() / R further along that path, i.e.
+// the group's reads run gemv_prefetch_bytes() ahead in all. The hardware prefetchers see R short
+// interleaved streams that restart at every group and ramp up too late for short rows (a q4_0
+// expert row is 1152 bytes); a distance within the row only (1024 bytes, before) left the decode
+// q4_0 GEMV from DRAM at half its speed in cache. The last group's prefetches run past its rows,
+// into memory the caller's next rows usually are (the next chunk of the same matrix).
+template <int R>
+inline void prefetch_ahead(const uint8_t* p, int64_t off, int64_t row_bytes, int64_t d) {
+  const int64_t ahead = off + d >= row_bytes ? d + (R - 1) * row_bytes : d;
+  // As an address, not a pointer: the target may lie past the caller's buffer (a prefetch never faults).
+  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(ahead)), _MM_HINT_T0);
+}
 
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -76,7 +88,8 @@ struct LoadBF16 {
 // (row, token) so that NT == 1 still has U*R independent FMA chains. y points at the first row.
 template <class L, int R, int NT, int U>
 inline void gemv_float_rows(const uint8_t* w, uint64_t row_bytes, int64_t cols, const float* x, int64_t ldx, float* y,
-                            int64_t ldy) {
+                            int64_t ldy, int64_t ahead) {
+  const int64_t pf = ahead / R, rb = static_cast<int64_t>(row_bytes);
   __m256 acc[U][R][NT];
 #pragma GCC unroll 16
   for (int u = 0; u < U; ++u)
@@ -93,9 +106,10 @@ inline void gemv_float_rows(const uint8_t* w, uint64_t row_bytes, int64_t cols, 
       for (int t = 0; t < NT; ++t) xv[t] = _mm256_loadu_ps(x + t * ldx + c + u * kLanes);
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
-        if (kPrefetchBytes > 0 && (u * kLanes * L::kBytes) % 64 == 0)
-          _mm_prefetch(reinterpret_cast<const char*>(w + r * row_bytes + (c + u * kLanes) * L::kBytes) + kPrefetchBytes,
-                       _MM_HINT_T0);
+        if (pf > 0 && (u * kLanes * L::kBytes) % 64 == 0) {
+          const int64_t off = (c + u * kLanes) * L::kBytes;
+          prefetch_ahead<R>(w + r * rb + off, off, rb, pf);
+        }
         const __m256 wv = L::load(w + r * row_bytes, c + u * kLanes);
 #pragma GCC unroll 16
         for (int t = 0; t < NT; ++t) acc[u][r][t] = _mm256_fmadd_ps(wv, xv[t], acc[u][r][t]);
@@ -133,9 +147,11 @@ void gemv_float_nt(const uint8_t* w, uint64_t row_bytes, int64_t cols, int64_t r
   // Accumulators: U*R*NT <= 8 of the 16 ymm registers.
   constexpr int R = NT <= 2 ? 4 : 2;
   constexpr int U = NT == 1 ? 2 : 1;
+  const int64_t ahead = gemv_prefetch_bytes();
   int64_t r = r0;
-  for (; r + R <= r1; r += R) gemv_float_rows<L, R, NT, U>(w + r * row_bytes, row_bytes, cols, x, ldx, y + r, ldy);
-  for (; r < r1; ++r) gemv_float_rows<L, 1, NT, 2>(w + r * row_bytes, row_bytes, cols, x, ldx, y + r, ldy);
+  for (; r + R <= r1; r += R)
+    gemv_float_rows<L, R, NT, U>(w + r * row_bytes, row_bytes, cols, x, ldx, y + r, ldy, ahead);
+  for (; r < r1; ++r) gemv_float_rows<L, 1, NT, 2>(w + r * row_bytes, row_bytes, cols, x, ldx, y + r, ldy, ahead);
 }
 
 template <class L>
@@ -231,7 +247,8 @@ inline void convert_scales(uint16_t (*dh)[kScaleChunk], float (*ds)[kScaleChunk]
 // x yields (q - 8) * x summed by lane.
 template <class D, int R, int NT>
 inline void gemv_quant_rows(const uint8_t* w, uint64_t row_bytes, int64_t n_blocks, const float* x, int64_t ldx,
-                            const float* xs, float* y, int64_t ldy) {
+                            const float* xs, float* y, int64_t ldy, int64_t ahead) {
+  const int64_t pf = ahead / R, rb = static_cast<int64_t>(row_bytes);
   alignas(64) uint16_t dh[R][kScaleChunk] = {};
   alignas(64) float ds[2][R][kScaleChunk];  // this chunk's scales and the next one's
   __m256 acc[R][NT];
@@ -257,7 +274,7 @@ inline void gemv_quant_rows(const uint8_t* w, uint64_t row_bytes, int64_t n_bloc
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         const uint8_t* blk = w + r * row_bytes + b * D::kBlockBytes;
-        if (kPrefetchBytes > 0) _mm_prefetch(reinterpret_cast<const char*>(blk) + kPrefetchBytes, _MM_HINT_T0);
+        if (pf > 0) prefetch_ahead<R>(blk, b * D::kBlockBytes, rb, pf);
         __m256 q[4];
         if constexpr (D::kBiased)
           D::decode_biased(blk, q);
@@ -291,9 +308,11 @@ template <class D, int NT>
 void gemv_quant_nt(const uint8_t* w, uint64_t row_bytes, int64_t n_blocks, int64_t r0, int64_t r1, const float* x,
                    int64_t ldx, const float* xs, float* y, int64_t ldy) {
   constexpr int R = NT <= 2 ? 4 : 2;
+  const int64_t ahead = gemv_prefetch_bytes();
   int64_t r = r0;
-  for (; r + R <= r1; r += R) gemv_quant_rows<D, R, NT>(w + r * row_bytes, row_bytes, n_blocks, x, ldx, xs, y + r, ldy);
-  for (; r < r1; ++r) gemv_quant_rows<D, 1, NT>(w + r * row_bytes, row_bytes, n_blocks, x, ldx, xs, y + r, ldy);
+  for (; r + R <= r1; r += R)
+    gemv_quant_rows<D, R, NT>(w + r * row_bytes, row_bytes, n_blocks, x, ldx, xs, y + r, ldy, ahead);
+  for (; r < r1; ++r) gemv_quant_rows<D, 1, NT>(w + r * row_bytes, row_bytes, n_blocks, x, ldx, xs, y + r, ldy, ahead);
 }
 
 // Per-thread scratch for the xs sums: grows to the largest call, freed at thread exit.

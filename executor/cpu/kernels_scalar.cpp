@@ -1,8 +1,13 @@
 // executor/cpu/kernels_scalar.cpp — portable kernels: the fallback level and the baseline that the
-// SIMD levels are compared with. Plain loops with f32 accumulation.
+// SIMD levels are compared with. Plain loops with f32 accumulation. Also the level dispatcher and the
+// GEMV prefetch distance's setting (kernels.h).
+#include <atomic>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
+#include "core/error.h"
 #include "executor/cpu/kernels.h"
 
 namespace shardwise {
@@ -97,6 +102,42 @@ const CpuKernels kScalar = {
 }  // namespace
 
 const CpuKernels* scalar_kernels() { return &kScalar; }
+
+namespace {
+
+// SHARDWISE_GEMV_PREFETCH as bytes, -1 when unset, -2 when malformed or out of range.
+int64_t prefetch_env() {
+  const char* e = std::getenv("SHARDWISE_GEMV_PREFETCH");
+  if (e == nullptr) return -1;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(e, &end, 10);
+  if (errno != 0 || end == e || *end != '\0' || v < 0 || v > kGemvPrefetchMax) return -2;
+  return static_cast<int64_t>(v);
+}
+
+std::atomic<int64_t> g_prefetch_override{-1};
+
+}  // namespace
+
+int64_t gemv_prefetch_bytes() {
+  const int64_t set = g_prefetch_override.load(std::memory_order_relaxed);
+  if (set >= 0) return set;
+  static const int64_t env = prefetch_env();
+  return env >= 0 ? env : kGemvPrefetchBytes;
+}
+
+int64_t set_gemv_prefetch_bytes(int64_t bytes) {
+  SW_CHECK(bytes <= kGemvPrefetchMax, "GEMV prefetch distance ", bytes, " bytes is over ", kGemvPrefetchMax);
+  const int64_t old = gemv_prefetch_bytes();
+  g_prefetch_override.store(bytes < 0 ? -1 : bytes, std::memory_order_relaxed);
+  return old;
+}
+
+void check_cpu_kernel_env() {
+  SW_CHECK(prefetch_env() != -2, "SHARDWISE_GEMV_PREFETCH=", std::getenv("SHARDWISE_GEMV_PREFETCH"),
+           ": expected a byte count from 0 to ", kGemvPrefetchMax, " (or leave it unset for ", kGemvPrefetchBytes, ")");
+}
 
 const CpuKernels* cpu_kernels_for(Isa isa) {
   if (static_cast<int>(isa) > static_cast<int>(cpu_max_isa())) return nullptr;

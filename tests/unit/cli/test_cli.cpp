@@ -462,6 +462,23 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
                       {"cases[0]", "measured_ms"});
 }
 
+TEST_CASE("cli: a malformed SHARDWISE_GEMV_PREFETCH is one error line, before any verb runs", "[cli]") {
+  for (const char* v : {"abc", "-1", "99999999", "12k"}) {
+    const std::string err_path = temp_path("cli_prefetch_env.txt");
+    std::string out;
+    const int rc = run_command(str_cat("(SHARDWISE_GEMV_PREFETCH='", v, "' ", quote(bin()), " info nemo8b 2>", quote(err_path), ")"), &out);
+    const std::string err = read_file(err_path);
+    INFO("SHARDWISE_GEMV_PREFETCH=" << v << "\nexit " << rc << "\nstdout: " << out << "\nstderr: " << err);
+    CHECK(rc == 1);
+    CHECK(out.empty());
+    const auto ls = lines(err);
+    REQUIRE(ls.size() == 1);
+    CHECK_THAT(ls[0], StartsWith("error: SHARDWISE_GEMV_PREFETCH="));
+  }
+  std::string out;
+  CHECK(run_command(str_cat("SHARDWISE_GEMV_PREFETCH=0 ", quote(bin()), " info nemo8b"), &out) == 0);
+}
+
 TEST_CASE("cli: plan --kv-layers keeps the first N layers' KV in VRAM", "[cli]") {
   for (int n : {10, 40}) {
     const Result r = shardwise_cli("plan --model nemo8b --hw h200-host --vram-budget 2G --ctx 1024 --threads 16 --json --kv-layers " +

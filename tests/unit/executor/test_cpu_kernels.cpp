@@ -262,6 +262,44 @@ TEST_CASE("gemv handles float rows whose length is not a multiple of the vector 
   }
 }
 
+TEST_CASE("gemv results do not depend on the weight prefetch distance", "[cpu_kernels][gemv]") {
+  struct Restore {
+    int64_t was = set_gemv_prefetch_bytes(-1);
+    ~Restore() { set_gemv_prefetch_bytes(was); }
+  } restore;
+  CHECK(gemv_prefetch_bytes() >= 0);
+  CHECK(set_gemv_prefetch_bytes(64) >= 0);
+  CHECK(gemv_prefetch_bytes() == 64);
+  CHECK_THROWS_AS(set_gemv_prefetch_bytes(kGemvPrefetchMax + 1), Error);
+  CHECK(gemv_prefetch_bytes() == 64);
+  const std::vector<const CpuKernels*> levels = levels_under_test();
+  for (DType t : kDTypes) {
+    // Short rows (the distance wraps into the next group at once) and long ones; a row range that
+    // ends before the matrix does, so prefetches run past the rows the call reads.
+    for (int64_t cols : {int64_t{64}, int64_t{4096 + 32}}) {
+      const Weights w = make_weights(t, 37, cols, 0);
+      const int64_t ldx = cols + 5, ldy = w.rows;
+      for (int nt : {1, kGemvMaxTokens}) {
+        const std::vector<float> xbuf = make_x(nt, cols, ldx);
+        const float* x = xbuf.data() + 1;
+        for (const CpuKernels* k : levels) {
+          std::vector<float> base;
+          for (int64_t d : {int64_t{0}, int64_t{64}, kGemvPrefetchBytes, kGemvPrefetchMax}) {
+            set_gemv_prefetch_bytes(d);
+            std::vector<float> y(static_cast<size_t>(nt * ldy), kNaN);
+            k->gemv[kernel_slot(t)](w.data(), w.row_bytes, cols, 3, 30, x, ldx, nt, y.data(), ldy);
+            std::string first;
+            INFO(isa_name(k->isa) << " " << dtype_name(t) << " cols " << cols << " nt " << nt << " distance " << d);
+            CHECK(compare_with_reference(w, x, ldx, nt, 3, 30, y, ldy, &first) == 0);
+            if (base.empty()) base = y;
+            else CHECK(std::memcmp(base.data(), y.data(), y.size() * sizeof(float)) == 0);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("dequant kernels are bit-exact with core's dequantize_row", "[cpu_kernels][dequant]") {
   const std::vector<const CpuKernels*> levels = levels_under_test();
   for (DType t : kDTypes) {
