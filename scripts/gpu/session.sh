@@ -23,9 +23,12 @@
 #                            static (executor_bench.sh same-plan), ~6 min -> pdl.tgz
 #   session.sh OUT targeted  experiments/planner_accuracy_decode16.yaml and _cpu_attention.yaml, the
 #                            study's most-missed decisions re-measured (~3.5 min) -> targeted.tgz
+#   session.sh OUT cpu       the CPU decode GEMVs and MoE block (shardwise_bench_cpu, 1 and 16 threads) at
+#                            each weight prefetch distance (SHARDWISE_GEMV_PREFETCH), ~2 min, then the GPU
+#                            suite -> cpu_prefetch.tgz
 set -uo pipefail
-out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted [PREVIOUS.jsonl]}
-stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted [PREVIOUS.jsonl]}
+out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu [PREVIOUS.jsonl]}
+stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu [PREVIOUS.jsonl]}
 mkdir -p "$out"
 root=/tmp/shardwise-bundle
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
@@ -111,6 +114,20 @@ case $stage in
     bash scripts/gpu/oracle_study.sh "$out/targeted/decode16" none 1.7 experiments/planner_accuracy_decode16.yaml
     bash scripts/gpu/oracle_study.sh "$out/targeted/cpu_attention" none 0.6 experiments/planner_accuracy_cpu_attention.yaml
     tar -C "$out" -czf "$out/targeted.tgz" targeted && rm -rf "$out/targeted"
+    ;;
+  cpu)  # weight prefetch distance of the CPU GEMV kernels (kernels_avx2.cpp): decode GEMVs from DRAM and the
+        # MoE decode block at 1 and 16 threads, each distance in its own process (0 = no software prefetch)
+    mkdir -p "$out/cpu_prefetch"
+    for d in 0 1024 2048 4096 8192 16384 32768; do
+      SHARDWISE_GEMV_PREFETCH=$d SHARDWISE_BENCH_THREADS=1,16 SHARDWISE_BENCH_HUGEPAGES=1 timeout 100 \
+        "$root/bin/shardwise_bench_cpu" --benchmark_filter='moe_decode|decode_gemv/(q4_0|q8_0|f16|bf16)/.*tokens:1/|roofline' \
+        --benchmark_min_time=0.2 --benchmark_out="$out/cpu_prefetch/bench_$d.json" --benchmark_out_format=json \
+        > "$out/cpu_prefetch/bench_$d.log" 2>&1
+      echo "== prefetch $d bytes (rc=$?)"; grep -E "^(moe|decode|roofline)" "$out/cpu_prefetch/bench_$d.log" | awk '{print $1, $2, $3, $8}'
+    done
+    gpu_suite
+    mv "$out/test_gpu.log" "$out/cpu_prefetch/" 2>/dev/null
+    tar -C "$out" -czf "$out/cpu_prefetch.tgz" cpu_prefetch && rm -rf "$out/cpu_prefetch"
     ;;
   *) echo "unknown stage $stage"; exit 2 ;;
 esac
