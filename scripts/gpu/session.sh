@@ -23,12 +23,15 @@
 #                            static (executor_bench.sh same-plan), ~6 min -> pdl.tgz
 #   session.sh OUT targeted  experiments/planner_accuracy_decode16.yaml and _cpu_attention.yaml, the
 #                            study's most-missed decisions re-measured (~3.5 min) -> targeted.tgz
+#   session.sh OUT peers-study MODEL PREVIOUS.jsonl
+#                            the peer protocol of MODEL (executor_bench.sh MODEL -> protocol.tgz), then the
+#                            planner-accuracy study continued from PREVIOUS for the call's remaining minutes
 #   session.sh OUT cpu       the CPU decode GEMVs and MoE block (shardwise_bench_cpu, 1 and 16 threads) at
 #                            each weight prefetch distance (SHARDWISE_GEMV_PREFETCH), ~2 min, then the GPU
 #                            suite -> cpu_prefetch.tgz
 set -uo pipefail
-out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu [PREVIOUS.jsonl]}
-stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu [PREVIOUS.jsonl]}
+out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|peers-study [MODEL] [PREVIOUS.jsonl]}
+stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|peers-study [MODEL] [PREVIOUS.jsonl]}
 mkdir -p "$out"
 root=/tmp/shardwise-bundle
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
@@ -114,6 +117,12 @@ case $stage in
     bash scripts/gpu/oracle_study.sh "$out/targeted/decode16" none 1.7 experiments/planner_accuracy_decode16.yaml
     bash scripts/gpu/oracle_study.sh "$out/targeted/cpu_attention" none 0.6 experiments/planner_accuracy_cpu_attention.yaml
     tar -C "$out" -czf "$out/targeted.tgz" targeted && rm -rf "$out/targeted"
+    ;;
+  peers-study)
+    timeout 300 bash scripts/gpu/executor_bench.sh "$out/protocol" "${3:?model}"
+    tar -C "$out" -czf "$out/protocol.tgz" protocol && rm -rf "$out/protocol"
+    left=$(( 570 - ($(date +%s) - t0) ))
+    [ "$left" -gt 90 ] && bash scripts/gpu/oracle_study.sh "$out/study" "${4:?previous rows}" "$(awk "BEGIN {print ($left - 40) / 60}")"
     ;;
   cpu)  # weight prefetch distance of the CPU GEMV kernels (kernels_avx2.cpp): decode GEMVs from DRAM and the
         # MoE decode block at 1 and 16 threads, each distance in its own process (0 = no software prefetch)
