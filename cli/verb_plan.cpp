@@ -23,7 +23,7 @@ namespace shardwise::cli {
 namespace {
 
 struct PlanArgs {
-  std::string model, hw, profile, budget, pcie_cap = "none", kv_dtype = "f32", trace, save, schedule, tier_text;
+  std::string model, hw, profile, budget, pcie_cap = "none", kv_dtype = "f32", trace, save, schedule, tier_text, only;
   std::string host_kv_attention = "choose";
   int threads = 0, kv_layers = -1;
   int64_t ctx = 4096, routing_tokens = 0;
@@ -99,6 +99,8 @@ void run_plan(const PlanArgs& a) {
   cfg.kv_layers = a.kv_layers;
   cfg.host_kv_attention = parse_host_kv_attention(a.host_kv_attention);
   cfg.model_name = origin;
+  // One schedule's own table, as `run --schedule S` plans it (its best layout, not the mix's).
+  if (!a.only.empty()) cfg.schedules = {parse_schedule(a.only)};
   if (a.routing_tokens != 0) {
     // Plan with the weights' own MoE routing, measured on the oracle's step tokens (a CPU pass).
     if (a.routing_tokens < 1 || a.routing_tokens > 16384) fail("--routing-tokens ", a.routing_tokens, " must be 1..16384");
@@ -245,6 +247,9 @@ void register_plan(CLI::App& app) {
   sub->add_option("--tier", a->tier_text, "Tier for --explain/--trace (default 1)");
   sub->add_option("--schedule", a->schedule, "Schedule for --explain/--trace (default: the chosen one)");
   sub->add_option("--save", a->save, "Write the full plan table (JSON) for `run --plan`");
+  sub->add_option("--only", a->only,
+                  "Plan the table of one schedule alone, with the layout best for it, as `run --schedule` does "
+                  "(gpu-only|static|dynamic|layer-split|cpu-moe)");
   sub->callback([a] { run_plan(*a); });
 }
 

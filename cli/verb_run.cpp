@@ -312,16 +312,20 @@ void run_run(RunArgs a) {
       j["context_bytes"] = m.context_bytes;
       j["uploaded_bytes"] = m.uploaded_bytes;
       j["graph_launches"] = runtime->graph_launches();
-      nlohmann::json schedules = nlohmann::json::object();
+      // Per tier: the schedule that runs it and the plan's predicted step time, from the table this run
+      // executed (a forced schedule's own table, whose layout may differ from the planner's mix).
+      nlohmann::json schedules = nlohmann::json::object(), predicted = nlohmann::json::object();
       for (const auto& t : runtime->table().tiers) {
         int64_t chunk = 0;
         try {
           const Plan& p = runtime->plan_for(t.tokens, &chunk);
           schedules[std::to_string(t.tokens)] = schedule_name(p.schedule);
+          predicted[std::to_string(t.tokens)] = p.predicted_ms;
         } catch (const Error&) {
         }
       }
       j["schedules"] = schedules;
+      j["predicted_step_ms"] = predicted;
       j["gpu"] = dev->name();
     } else {
       for (const auto& s : r.steps) steps.push_back({{"tokens", s.n_tokens}, {"ms", s.ms}});

@@ -73,7 +73,10 @@ row = {"model": model, "ctx": ctx, "budget": budget, "schedule": sched, "cuda_gr
        "gemv_trigger": os.environ.get("SHARDWISE_GEMV_TRIGGER", "late"),
        "attn_decode": os.environ.get("SHARDWISE_ATTN_DECODE", "pipelined"),
        "timeline": len(sys.argv) > 7 and sys.argv[7] == "timeline", "run": r,
-       "predicted_decode_ms": (pred.get("1") or {}).get(sched),
+       # The run's own table's prediction (a forced schedule plans a table of its own, whose layout may
+       # differ from the planner's mix); the mixed table's for runs of binaries before it was recorded.
+       "predicted_decode_ms": (r.get("predicted_step_ms") or {}).get("1", (pred.get("1") or {}).get(sched)),
+       "predicted_decode_ms_mixed_table": (pred.get("1") or {}).get(sched),
        "predicted_prefill_512_ms": (pred.get("512") or {}).get(sched)}
 print(json.dumps(row))
 PY

@@ -559,6 +559,13 @@ TEST_CASE("cli: run --schedule X runs every step with X (candidates and baseline
     CHECK(j["generated_ids"] == jc["generated_ids"]);
     REQUIRE(j["steps"].size() >= 2);
     for (const auto& st : j["steps"]) CHECK(st["schedule"] == s);
+    // The prediction of every tier the run's own table has, from that table (the schedule it ran).
+    REQUIRE(j["predicted_step_ms"].is_object());
+    CHECK(j["predicted_step_ms"].size() == j["schedules"].size());
+    for (const auto& [tier, ms] : j["predicted_step_ms"].items()) {
+      CHECK(j["schedules"][tier] == s);
+      CHECK(ms.get<double>() > 0);
+    }
   }
 }
 
