@@ -490,6 +490,23 @@ TEST_CASE("cli: plan --kv-layers keeps the first N layers' KV in VRAM", "[cli]")
   require_clean_error("plan --model nemo8b --hw h200-host --vram-budget 2G --ctx 1024 --kv-layers 41", {"out of range"});
 }
 
+TEST_CASE("cli: plan --only S plans one schedule's own table, as run --schedule S does", "[cli]") {
+  const std::string base = "plan --model qwen30b --hw h200-host --vram-budget 4G --ctx 4096 --threads 16 --json";
+  const Result mixed = shardwise_cli(base), only = shardwise_cli(base + " --only static");
+  INFO(mixed.err << only.err);
+  REQUIRE(mixed.rc == 0);
+  REQUIRE(only.rc == 0);
+  const auto jm = nlohmann::json::parse(mixed.out), jo = nlohmann::json::parse(only.out);
+  for (const auto& t : jo["tiers"]) {
+    REQUIRE(t["candidates"].size() == 1);
+    CHECK(t["candidates"][0]["schedule"] == "static");
+  }
+  // Its own layout, here not the mix's (for a whole request Static keeps less KV in VRAM, making room
+  // for pinned FFNs that its long CPU prefill needs more).
+  CHECK(jo["kv_layers_on_gpu"] != jm["kv_layers_on_gpu"]);
+  require_clean_error(base + " --only fastest", {"fastest"});
+}
+
 TEST_CASE("cli: plan/run --host-kv-attention splits or stages the attention over host KV caches", "[cli]") {
   // nemo8b 2G/1K with 30 of 40 layers' KV on the host: a 1024-token GPU-only prefill is faster staged.
   auto prefill_ms = [](const std::string& how) {
