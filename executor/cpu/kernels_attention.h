@@ -32,9 +32,18 @@ constexpr int kRB = 4;  // query rows per register block
 inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 
+// The K and V rows of the next tile are prefetched while this tile's are read (pf: that tile's offset
+// in floats, 0 for none), one prefetch per 64-byte line: consecutive keys are a whole cache row apart
+// (ld floats: every KV head of a position), a stride the hardware prefetchers do not follow across
+// pages, so without it each key's first line is a DRAM round trip (decode attention over a long host
+// cache read its KV at about half the bandwidth of a streaming read).
+inline void prefetch_line(const float* p, int64_t pf) {
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(pf) * 4u), 0, 3);
+}
+
 // s[i * kAttnKeyTile + kk + j] = q_i . k_{kk+j} for RB rows, KB keys.
 template <class T, int RB, int KB>
-inline void scores_block(const float* const* q, const float* k, int64_t ld, int64_t hd, float* s, int64_t kk) {
+inline void scores_block(const float* const* q, const float* k, int64_t ld, int64_t hd, float* s, int64_t kk, int64_t pf) {
   using V = typename T::V;
   constexpr int W = T::kW;
   V acc[RB * KB];
@@ -50,6 +59,7 @@ inline void scores_block(const float* const* q, const float* k, int64_t ld, int6
     for (int i = 0; i < RB; ++i) qv[i] = T::load(q[i] + d);
 #pragma GCC unroll 8
     for (int j = 0; j < KB; ++j) {
+      if (pf != 0 && (d * 4) % 64 == 0) prefetch_line(kr[j] + d, pf);
       const V kv = T::load(kr[j] + d);
 #pragma GCC unroll 8
       for (int i = 0; i < RB; ++i) acc[i * KB + j] = T::fma(qv[i], kv, acc[i * KB + j]);
@@ -77,17 +87,17 @@ inline void scores_block(const float* const* q, const float* k, int64_t ld, int6
 
 // S for RB rows over keys [0, nk) of the tile.
 template <class T, int RB>
-inline void scores_rows(const float* const* q, const float* k, int64_t ld, int64_t hd, int64_t nk, float* s) {
+inline void scores_rows(const float* const* q, const float* k, int64_t ld, int64_t hd, int64_t nk, float* s, int64_t pf) {
   constexpr int KB = T::kKB;
   int64_t kk = 0;
-  for (; kk + KB <= nk; kk += KB) scores_block<T, RB, KB>(q, k, ld, hd, s, kk);
-  for (; kk < nk; ++kk) scores_block<T, RB, 1>(q, k, ld, hd, s, kk);
+  for (; kk + KB <= nk; kk += KB) scores_block<T, RB, KB>(q, k, ld, hd, s, kk, pf);
+  for (; kk < nk; ++kk) scores_block<T, RB, 1>(q, k, ld, hd, s, kk, pf);
 }
 
 // o_i[d0 .. d0 + CH*W (or n lanes of one vector)) = o_i * corr_i + sum_j p_i[j] v_j, for RB rows.
 template <class T, int RB, int CH, bool kTail>
 inline void pv_block(const float* p, const float* corr, const float* v, int64_t ld, int64_t nk, float* const* o,
-                     int64_t d0, int n) {
+                     int64_t d0, int n, int64_t pf) {
   using V = typename T::V;
   constexpr int W = T::kW;
   V acc[RB][CH];
@@ -101,7 +111,10 @@ inline void pv_block(const float* p, const float* corr, const float* v, int64_t 
   for (int64_t j = 0; j < nk; ++j) {
     V vv[CH];
 #pragma GCC unroll 8
-    for (int c2 = 0; c2 < CH; ++c2) vv[c2] = kTail ? T::loadm(v + j * ld + d0, n) : T::load(v + j * ld + d0 + c2 * W);
+    for (int c2 = 0; c2 < CH; ++c2) {
+      if (pf != 0 && ((d0 + c2 * W) * 4) % 64 == 0) prefetch_line(v + j * ld + d0 + c2 * W, pf);
+      vv[c2] = kTail ? T::loadm(v + j * ld + d0, n) : T::load(v + j * ld + d0 + c2 * W);
+    }
 #pragma GCC unroll 8
     for (int i = 0; i < RB; ++i) {
       const V pv = T::set1(p[i * kAttnKeyTile + j]);
@@ -122,12 +135,12 @@ inline void pv_block(const float* p, const float* corr, const float* v, int64_t 
 
 template <class T, int RB>
 inline void pv_rows(const float* p, const float* corr, const float* v, int64_t ld, int64_t nk, int64_t hd,
-                    float* const* o) {
+                    float* const* o, int64_t pf) {
   constexpr int W = T::kW, CH = T::kCH;
   int64_t d = 0;
-  for (; d + CH * W <= hd; d += CH * W) pv_block<T, RB, CH, false>(p, corr, v, ld, nk, o, d, W);
-  for (; d + W <= hd; d += W) pv_block<T, RB, 1, false>(p, corr, v, ld, nk, o, d, W);
-  if (d < hd) pv_block<T, RB, 1, true>(p, corr, v, ld, nk, o, d, static_cast<int>(hd - d));
+  for (; d + CH * W <= hd; d += CH * W) pv_block<T, RB, CH, false>(p, corr, v, ld, nk, o, d, W, pf);
+  for (; d + W <= hd; d += W) pv_block<T, RB, 1, false>(p, corr, v, ld, nk, o, d, W, pf);
+  if (d < hd) pv_block<T, RB, 1, true>(p, corr, v, ld, nk, o, d, static_cast<int>(hd - d), pf);
 }
 
 // Running max, correction and probabilities of one row over its nv valid keys of the tile (s holds
@@ -195,8 +208,12 @@ void attn(const AttnArgs& a) {
     const int64_t nk = imin(kAttnKeyTile, j_end - j0);
     const float* k = a.k + j0 * ld;
     const float* v = a.v + j0 * ld;
+    // The next tile's rows, prefetched by the first row block only (the others read this tile's rows
+    // again from cache).
+    const int64_t pf_next = j0 + kAttnKeyTile < j_end ? kAttnKeyTile * ld : 0;
     int r = 0;
     for (; r < nr; r += kRB) {
+      const int64_t pf = r == 0 ? pf_next : 0;
       const int rb = static_cast<int>(imin(kRB, nr - r));
       int64_t nkb = 0;  // keys any row of the block attends
       for (int i = 0; i < rb; ++i) nkb = imax(nkb, imin(nk, a.limit[r + i] - j0));
@@ -206,17 +223,18 @@ void attn(const AttnArgs& a) {
       }
       float* sb = s + r * kAttnKeyTile;
       if (rb == kRB)
-        scores_rows<T, kRB>(a.q + r, k, ld, hd, nkb, sb);
+        scores_rows<T, kRB>(a.q + r, k, ld, hd, nkb, sb, pf);
       else
-        for (int i = 0; i < rb; ++i) scores_rows<T, 1>(a.q + r + i, k, ld, hd, nkb, sb + i * kAttnKeyTile);
+        for (int i = 0; i < rb; ++i) scores_rows<T, 1>(a.q + r + i, k, ld, hd, nkb, sb + i * kAttnKeyTile, i == 0 ? pf : 0);
       for (int i = 0; i < rb; ++i) {
         const int64_t nv = imax(0, imin(nk, a.limit[r + i] - j0));
         softmax_row<T>(sb + i * kAttnKeyTile, nv, nkb, a.scale, a.m + r + i, a.l + r + i, corr + r + i);
       }
       if (rb == kRB)
-        pv_rows<T, kRB>(sb, corr + r, v, ld, nkb, hd, o + r);
+        pv_rows<T, kRB>(sb, corr + r, v, ld, nkb, hd, o + r, pf);
       else
-        for (int i = 0; i < rb; ++i) pv_rows<T, 1>(sb + i * kAttnKeyTile, corr + r + i, v, ld, nkb, hd, o + r + i);
+        for (int i = 0; i < rb; ++i)
+          pv_rows<T, 1>(sb + i * kAttnKeyTile, corr + r + i, v, ld, nkb, hd, o + r + i, i == 0 ? pf : 0);
     }
   }
 }
