@@ -4,7 +4,9 @@
 # which action ran longer than predicted. One archive back: OUT/probe.tgz.
 #   timeline_probe.sh OUT "MODEL BUDGET CTX THREADS CAP SCHEDULE" ...
 # MODEL is a synthetic spec (e.g. "synthetic:nemo8b?dtype=f16&seed=1"); a 256-token prompt, 8 new
-# tokens, the first 4 plan runs recorded (the prefill step, then decode steps).
+# tokens, the first 4 plan runs recorded (the prefill step, then decode steps). BATCH=64 cuts the
+# prompt into steps of 64 tokens (`run --batch`): the recorded runs are then four 64-token steps (the
+# study's 64-token rows, e.g. qwen30b GPU-only under-predicted ~25%: results/moe_prefill_cpu_eb86ed1/).
 set -uo pipefail
 out=${1:?usage: timeline_probe.sh OUT "MODEL BUDGET CTX THREADS CAP SCHEDULE" ...}
 shift
@@ -13,11 +15,11 @@ mkdir -p "$out/probe"
 toks=$(python3 -c "import random; random.seed(256); print(','.join(str(random.randrange(3, 32000)) for _ in range(256)))")
 for cfg in "$@"; do
   read -r model budget ctx threads cap sched <<< "$cfg"
-  name=$(echo "${model#synthetic:}_${budget}_${ctx}_t${threads}_${cap}_${sched}" | tr -c 'A-Za-z0-9_.\n-' '_')
+  name=$(echo "${model#synthetic:}_${budget}_${ctx}_t${threads}_${cap}_${sched}${BATCH:+_b$BATCH}" | tr -c 'A-Za-z0-9_.\n-' '_')
   echo "== $name"
   timeout 120 "$bin" run --model "$model" --tokens "$toks" -n 8 --greedy --threads "$threads" --ctx "$ctx" \
     --device cuda --vram-budget "$budget" --pcie-cap "$cap" --schedule "$sched" --profile "$profile" --json \
-    --timeline "$out/probe/$name.json" --timeline-runs 4 > "$out/probe/$name.run.json" 2> "$out/probe/$name.err"
+    --timeline "$out/probe/$name.json" --timeline-runs 4 ${BATCH:+--batch "$BATCH"} > "$out/probe/$name.run.json" 2> "$out/probe/$name.err"
   echo "rc=$? $(tail -c 300 "$out/probe/$name.err")"
 done
 tar -C "$out" -czf "$out/probe.tgz" probe && rm -rf "$out/probe"
