@@ -25,6 +25,7 @@ namespace {
 struct PlanArgs {
   std::string model, hw, profile, budget, pcie_cap = "none", kv_dtype = "f32", trace, save, schedule, tier_text, only;
   std::string host_kv_attention = "choose";
+  int moe_split = -1;
   int threads = 0, kv_layers = -1;
   int64_t ctx = 4096, routing_tokens = 0;
   uint64_t token_seed = 1;
@@ -98,6 +99,7 @@ void run_plan(const PlanArgs& a) {
   cfg.kv_dtype = parse_dtype(a.kv_dtype);
   cfg.kv_layers = a.kv_layers;
   cfg.host_kv_attention = parse_host_kv_attention(a.host_kv_attention);
+  cfg.moe_cpu_experts = a.moe_split;
   cfg.model_name = origin;
   // One schedule's own table, as `run --schedule S` plans it (its best layout, not the mix's).
   if (!a.only.empty()) cfg.schedules = {parse_schedule(a.only)};
@@ -237,6 +239,9 @@ void register_plan(CLI::App& app) {
                   "GPU attention of layers whose KV is on the host: choose (the faster), split (core on the CPU) or "
                   "staged (the cache copied to the GPU)")
       ->capture_default_str();
+  sub->add_option("--moe-split", a->moe_split,
+                  "MoE, Dynamic: experts per token that the CPU computes while the GPU runs the others (copied), "
+                  "in each CPU FFN layer: -1 chooses (default), 0 never splits, N splits with N");
   sub->add_option("--routing-tokens", a->routing_tokens,
                   "MoE: measure the weights' routing on N tokens (a CPU pass) and plan with it instead of uniform routing");
   sub->add_option("--token-seed", a->token_seed, "Seed of the --routing-tokens tokens (as the oracle's token_seed)");

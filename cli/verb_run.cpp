@@ -42,6 +42,7 @@ struct RunArgs {
   std::string system;
   std::string vram_budget, schedule = "auto", pcie_cap = "none", plan, hw = "h200-host", profile;
   std::string host_kv_attention = "choose";
+  int moe_split = -1;
   std::string timeline;  // --timeline FILE: Chrome trace of the first plan runs, measured and predicted
   int timeline_runs = 4;
   // Decode steps of device-resident plans as CUDA graphs: on by default on a device (measured on the
@@ -232,6 +233,7 @@ void run_run(RunArgs a) {
       // for it, not the one best for the planner's mix of schedules, in which it may not fit at all.
       if (a.schedule != "auto") cfg.schedules = {parse_schedule(a.schedule)};
       cfg.host_kv_attention = parse_host_kv_attention(a.host_kv_attention);
+      cfg.moe_cpu_experts = a.moe_split;
       table = build_plan_table(spec, *cost, cfg);
     }
     RuntimeOptions ro;
@@ -399,6 +401,9 @@ void register_run(CLI::App& app) {
                   "GPU attention of layers whose KV is on the host: choose (the faster), split (core on the CPU) or "
                   "staged (the cache copied to the GPU)")
       ->capture_default_str();
+  sub->add_option("--moe-split", a->moe_split,
+                  "MoE, Dynamic: experts per token that the CPU computes while the GPU runs the others (copied), "
+                  "in each CPU FFN layer: -1 chooses (default), 0 never splits, N splits with N");
   sub->add_option("--plan", a->plan, "Execute this plan table (from `shardwise plan --save`) instead of planning");
   sub->add_option("--timeline", a->timeline,
                   "Write a Chrome trace of the first plan runs: each action measured (queue timestamps, host clock) "

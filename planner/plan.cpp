@@ -59,6 +59,8 @@ const char* compute_part_name(ComputePart p) {
     case ComputePart::AttnCore: return "attn_core";
     case ComputePart::AttnPost: return "attn_post";
     case ComputePart::AttnStaged: return "attn_staged";
+    case ComputePart::MoeCpuShare: return "moe_cpu_share";
+    case ComputePart::MoeGpuShare: return "moe_gpu_share";
   }
   return "?";
 }
@@ -72,6 +74,7 @@ const char* payload_name(Payload p) {
     case Payload::RouterLogits: return "router_logits";
     case Payload::KvPast: return "kv_past";
     case Payload::KvNew: return "kv_new";
+    case Payload::MoePartial: return "moe_partial";
   }
   return "?";
 }
@@ -135,12 +138,13 @@ ActionKind parse_action_kind(const std::string& s) {
 }
 Payload parse_payload(const std::string& s) {
   for (Payload p : {Payload::None, Payload::Residual, Payload::Qkv, Payload::AttnOut, Payload::RouterLogits, Payload::KvPast,
-                    Payload::KvNew})
+                    Payload::KvNew, Payload::MoePartial})
     if (s == payload_name(p)) return p;
   fail("unknown payload '", s, "'");
 }
 ComputePart parse_part(const std::string& s) {
-  for (ComputePart p : {ComputePart::Full, ComputePart::AttnPre, ComputePart::AttnCore, ComputePart::AttnPost, ComputePart::AttnStaged})
+  for (ComputePart p : {ComputePart::Full, ComputePart::AttnPre, ComputePart::AttnCore, ComputePart::AttnPost, ComputePart::AttnStaged,
+                        ComputePart::MoeCpuShare, ComputePart::MoeGpuShare})
     if (s == compute_part_name(p)) return p;
   fail("unknown compute part '", s, "'");
 }
@@ -172,7 +176,7 @@ json to_json(const Plan& p) {
     acts.push_back({{"id", a.id}, {"resource", resource_name(a.resource)}, {"kind", action_kind_name(a.kind)},
                     {"part", compute_part_name(a.part)}, {"payload", payload_name(a.payload)}, {"shard", a.shard}, {"layer", a.layer}, {"slot", a.slot},
                     {"row_begin", a.row_begin}, {"row_end", a.row_end},
-                    {"bytes", a.bytes}, {"copies", a.copies}, {"flops", a.flops}, {"deps", a.deps}, {"label", a.label},
+                    {"bytes", a.bytes}, {"copies", a.copies}, {"cpu_experts", a.cpu_experts}, {"flops", a.flops}, {"deps", a.deps}, {"label", a.label},
                     {"start_ms", a.start_ms}, {"end_ms", a.end_ms}});
   j["actions"] = acts;
   return j;
@@ -240,6 +244,10 @@ Plan from_json(const json& j, const std::string& ctx) {
     if (a.contains("copies")) {  // plans saved before it: one copy
       x.copies = field<int>(a, "copies", actx);
       if (x.copies < 1 || x.copies > (1 << 20)) fail(actx, " ", x.id, ": copies ", x.copies, " must be in [1, 1048576]");
+    }
+    if (a.contains("cpu_experts")) {  // plans saved before it: no split
+      x.cpu_experts = field<int>(a, "cpu_experts", actx);
+      if (x.cpu_experts < 0 || x.cpu_experts > 4096) fail(actx, " ", x.id, ": cpu_experts ", x.cpu_experts, " must be in [0, 4096]");
     }
     x.flops = field<double>(a, "flops", actx);
     x.deps = field<std::vector<int>>(a, "deps", actx);

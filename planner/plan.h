@@ -48,14 +48,19 @@ const char* action_kind_name(ActionKind k);
 // copy of that cache staged in the arena (the "kv staging" region): the cached K, V go up (payload
 // kv_past), the step's new K, V rows come back (kv_new). A prefill then runs every layer's attention
 // on the GPU whatever the decode layout keeps on the host.
-enum class ComputePart { Full, AttnPre, AttnCore, AttnPost, AttnStaged };
+// moe_cpu_share / moe_gpu_share: an MoE FFN whose routed experts are split between the CPU and the GPU
+// (Dynamic): the CPU computes `cpu_experts` of each token's top_k experts from host memory into a
+// partial sum (payload moe_partial goes up), while the others are copied into a stream slot and run on
+// the GPU, which adds the CPU's partial (split_routing in executor/model/moe_routing.h says which).
+enum class ComputePart { Full, AttnPre, AttnCore, AttnPost, AttnStaged, MoeCpuShare, MoeGpuShare };
 const char* compute_part_name(ComputePart p);
 
 // What a CopyActivations moves: the residual stream x [n, hidden]; q, k, v [n, q_dim + 2 kv_dim]
 // of a split attention; its output [n, q_dim]; an MoE layer's router logits [n, experts]; a host
 // cache's K and V rows [0, n_past) into the kv staging (kv_past); or the step's new K and V rows
-// from it back to the host cache (kv_new, [n, 2 kv_dim]).
-enum class Payload { None, Residual, Qkv, AttnOut, RouterLogits, KvPast, KvNew };
+// from it back to the host cache (kv_new, [n, 2 kv_dim]); an MoE layer's CPU share of its experts'
+// weighted outputs (moe_partial, [n, hidden]).
+enum class Payload { None, Residual, Qkv, AttnOut, RouterLogits, KvPast, KvNew, MoePartial };
 const char* payload_name(Payload p);
 
 struct Action {
@@ -72,6 +77,9 @@ struct Action {
   int64_t row_begin = 0, row_end = 0;
   uint64_t bytes = 0;   // bytes moved (copies) or weight bytes read (compute)
   int copies = 1;       // CopyWeights: separate copies the bytes go as (a routed MoE FFN: 3 per expert + its norm)
+  // An MoE FFN split between CPU and GPU (its CopyWeights and both share computes): how many of each
+  // token's top_k routed experts the CPU computes; 0 = no split.
+  int cpu_experts = 0;
   double flops = 0;
   std::vector<int> deps;  // ids of earlier actions that must finish first
   std::string label;

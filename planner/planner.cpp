@@ -111,6 +111,11 @@ class Builder {
   Builder(const ModelSpec& spec, const ShardSet& set, Plan& plan, int64_t n, double experts)
       : spec_(spec), set_(set), plan_(plan), n_(n), experts_(experts) {}
 
+  // MoE FFN shards (by id) whose routed experts are split: the CPU computes share[id] of each token's
+  // top_k from host memory while the rest are copied into the shard's stream slot and run on the GPU
+  // (plan.h moe_cpu_share / moe_gpu_share). Such a shard is executed on the GPU with a slot.
+  void split_experts(std::vector<int> share) { share_ = std::move(share); }
+
   // GPU attention of layers whose KV is on the host runs over the layer's cache staged in the arena
   // (`past_tokens` cached positions go up, the step's rows come back), not split with a CPU core.
   void stage_host_kv(int64_t past_tokens) {
@@ -141,7 +146,7 @@ class Builder {
           streamed_.push_back({id, r, r1, static_cast<uint64_t>(r1 - r) * row_bytes});
         }
       } else {
-        streamed_.push_back({id, 0, 0, s.kind == ShardKind::Ffn ? ffn_bytes_touched(spec_, s, n_, false, experts_) : s.bytes});
+        streamed_.push_back({id, 0, 0, s.kind == ShardKind::Ffn ? share_bytes(s, false) : s.bytes});
       }
     }
     first_piece_.assign(set_.shards.size(), -1);
@@ -225,7 +230,25 @@ class Builder {
       } else {  // FFN or output
         // An MoE FFN needs its layer's routing on the host (the router logits copy, or the CPU router).
         const int routing = s.kind == ShardKind::Ffn && spec_.is_moe() ? routing_[static_cast<size_t>(s.layer)] : -1;
-        if (e == ExecDevice::Gpu) {
+        if (e == ExecDevice::Gpu && share_of(id) > 0) {  // experts split: the CPU's share beside the GPU's
+          to_gpu();
+          const int c = share_of(id);
+          const int xh = add(Resource::D2H, ActionKind::CopyActivations, id, s.layer, residual_bytes(spec_, n_),
+                             s.name() + " x for the cpu share", {last_x_});
+          plan_.actions.back().payload = Payload::Residual;
+          const int cpu = compute(Resource::Cpu, id, ComputePart::MoeCpuShare, {xh, routing});
+          plan_.actions.back().cpu_experts = c;
+          plan_.actions.back().slot = -1;
+          plan_.actions.back().bytes = share_bytes(s, true);
+          const int up = add(Resource::H2DAct, ActionKind::CopyActivations, id, s.layer, residual_bytes(spec_, n_),
+                             s.name() + " cpu share", {cpu});
+          plan_.actions.back().payload = Payload::MoePartial;
+          // After the host's copy of x (the GPU share adds to x).
+          std::vector<int> deps = {last_x_, routing, xh, up};
+          if (k >= 0) deps.push_back(copy_action_[k]);
+          last_x_ = compute(Resource::GpuCompute, id, ComputePart::MoeGpuShare, deps);
+          plan_.actions.back().cpu_experts = c;
+        } else if (e == ExecDevice::Gpu) {
           to_gpu();
           std::vector<int> deps = {last_x_, routing};
           if (k >= 0) deps.push_back(copy_action_[k]);
@@ -250,6 +273,17 @@ class Builder {
   };
 
   int stream_index(int id) const { return first_piece_[static_cast<size_t>(id)]; }
+  int share_of(int id) const { return static_cast<size_t>(id) < share_.size() ? share_[static_cast<size_t>(id)] : 0; }
+  // Bytes of an FFN shard a step reads: all it touches, or for a split MoE layer the CPU's share of
+  // its experts (cpu) or the GPU's, with the norm (!cpu).
+  uint64_t share_bytes(const Shard& s, bool cpu) const {
+    const uint64_t all = ffn_bytes_touched(spec_, s, n_, false, experts_);
+    const int c = share_of(s.id);
+    if (c <= 0 || !spec_.is_moe()) return all;
+    const double k = static_cast<double>(std::max<int64_t>(1, spec_.num_experts_per_tok));
+    const double experts = static_cast<double>(all - s.expert_base);
+    return cpu ? static_cast<uint64_t>(experts * c / k + 0.5) : s.expert_base + static_cast<uint64_t>(experts * (k - c) / k + 0.5);
+  }
 
   int add(Resource r, ActionKind kind, int shard, int layer, uint64_t bytes, std::string label, std::vector<int> deps = {}) {
     Action a;
@@ -270,7 +304,7 @@ class Builder {
     const Shard& s = set_.at(shard);
     std::string label = s.name();
     if (part != ComputePart::Full) label += std::string(" ") + compute_part_name(part);
-    const uint64_t bytes = s.kind == ShardKind::Ffn ? ffn_bytes_touched(spec_, s, n_, false, experts_) : s.bytes;
+    const uint64_t bytes = s.kind == ShardKind::Ffn ? share_bytes(s, false) : s.bytes;
     const int id = add(r, ActionKind::Compute, shard, s.layer, part == ComputePart::AttnCore ? 0 : bytes, label, std::move(deps));
     plan_.actions.back().part = part;
     const int k = stream_index(shard);
@@ -317,7 +351,10 @@ class Builder {
     if (spec_.is_moe() && s.kind == ShardKind::Ffn) {  // the runtime copies each routed expert's gate, up, down and the norm
       const double experts = experts_ > 0 ? experts_
                                           : expected_distinct_experts(n_, spec_.num_experts_per_tok, spec_.num_experts);
-      plan_.actions.back().copies = 1 + static_cast<int>(std::llround(3 * std::max(1.0, experts)));
+      const int c = share_of(s.id);  // a split layer copies the GPU's share
+      const double k = static_cast<double>(std::max<int64_t>(1, spec_.num_experts_per_tok));
+      plan_.actions.back().copies = 1 + static_cast<int>(std::llround(3 * std::max(1.0, experts * (k - c) / k)));
+      plan_.actions.back().cpu_experts = c;
     }
     plan_.actions.back().slot = static_cast<int>(k % static_cast<size_t>(std::max(1, prefetch_)));
     plan_.actions.back().row_begin = piece.row0;
@@ -329,6 +366,7 @@ class Builder {
   Plan& plan_;
   int64_t n_;
   double experts_;  // measured distinct experts per layer for n_ tokens (0 = uniform routing)
+  std::vector<int> share_;  // split_experts
   const std::vector<int>* slot_ = nullptr;
   std::vector<Piece> streamed_;
   std::vector<int> first_piece_, copy_action_, compute_done_, routing_;
@@ -449,7 +487,7 @@ std::vector<ShardPlacement> place_shards(const ShardSet& S, const std::vector<in
 // Fills placements/arena for a canonical-prefix plan and simulates it.
 Plan finish_canonical(const Ctx& c, Schedule sched, int64_t n, size_t p, uint64_t slot_bytes,
                       const std::vector<ExecDevice>& exec, const std::vector<int>& slot, int prefetch,
-                      const std::string& notes) {
+                      const std::string& notes, const std::vector<int>& share = {}) {
   const Layout& L = c.L;
   const ShardSet& S = L.shards;
   Plan plan;
@@ -492,6 +530,7 @@ Plan finish_canonical(const Ctx& c, Schedule sched, int64_t n, size_t p, uint64_
   }
   Builder builder(c.spec, S, plan, n, routing_experts_for(c.spec, c.cfg, n));
   if (c.stage) builder.stage_host_kv(std::max<int64_t>(0, c.cfg.ctx - n));
+  if (!share.empty()) builder.split_experts(share);
   builder.build(exec, slot, L.kv_gpu, prefetch, slot_bytes);
   plan.predicted_ms = simulate(plan, c.spec, S, c.cost, step_of(c, n));
   plan.feasible = true;
@@ -546,7 +585,7 @@ size_t longest_prefix(const Layout& L, uint64_t room) {
 
 // Static / Dynamic: pinned shards run on the GPU, the rest on the CPU, except the `streamed` ones.
 Plan plan_hybrid(const Ctx& c, int64_t n, Schedule sched, uint64_t slot_bytes, const std::vector<int>& stream_ids,
-                 size_t p, const std::string& notes) {
+                 size_t p, const std::string& notes, const std::vector<int>& share = {}) {
   const Layout& L = c.L;
   const ShardSet& S = L.shards;
   std::vector<ExecDevice> exec(S.shards.size(), ExecDevice::Cpu);
@@ -560,7 +599,7 @@ Plan plan_hybrid(const Ctx& c, int64_t n, Schedule sched, uint64_t slot_bytes, c
   for (int l = 0; l < S.n_layers; ++l)
     if (L.kv_gpu[static_cast<size_t>(l)] && exec[static_cast<size_t>(S.attention[l])] != ExecDevice::Gpu)
       return infeasible(c, sched, n, "layer " + std::to_string(l) + " keeps its KV in VRAM but its attention is neither pinned nor streamed");
-  return finish_canonical(c, sched, n, p, slot_bytes, exec, slot, 2, notes);
+  return finish_canonical(c, sched, n, p, slot_bytes, exec, slot, 2, notes, share);
 }
 
 Plan plan_static(const Ctx& c, int64_t n) {
@@ -631,6 +670,7 @@ Plan plan_dynamic(const Ctx& c, int64_t n) {
     for (size_t m = 1; m <= U; m = m < 8 ? m + 1 : std::max(m + 1, m * 9 / 8)) counts.push_back(m);
     if (U > 0 && counts.back() != U) counts.push_back(U);
     for (size_t m : counts) {
+      if (c.cfg.moe_cpu_experts > 0) break;  // a share given: only the split plans below
       std::vector<int> pick;
       for (size_t i = 0; i < m; ++i) pick.push_back(candidates[std::min(U - 1, (2 * i + 1) * U / (2 * m))]);
       pick.erase(std::unique(pick.begin(), pick.end()), pick.end());
@@ -643,6 +683,28 @@ Plan plan_dynamic(const Ctx& c, int64_t n) {
                     forced.empty() ? "" : (", attention of " + std::to_string(forced.size()) + " KV-in-VRAM layers streamed").c_str(),
                     format_bytes(slot_bytes).c_str());
       Plan plan = plan_hybrid(c, n, Schedule::Dynamic, slot_bytes, pick, p, notes);
+      if (plan.feasible && (!best.feasible || plan.predicted_ms < best.predicted_ms)) best = std::move(plan);
+    }
+    // MoE: every CPU FFN layer's routed experts split, c of each token's k computed by the CPU from
+    // host memory while the others are copied and run on the GPU (a layer's copy cannot start before
+    // its routing is known, so streaming a whole layer never overlaps the CPU's work on it; splitting
+    // it does).
+    const int64_t K = c.spec.is_moe() ? c.spec.num_experts_per_tok : 0;
+    std::vector<int> ffns;
+    for (int id : candidates)
+      if (S.at(id).kind == ShardKind::Ffn) ffns.push_back(id);
+    const int64_t want = c.cfg.moe_cpu_experts;
+    for (int64_t share = 1; share < K && !ffns.empty() && want != 0; ++share) {
+      if (want > 0 && share != want) continue;
+      std::vector<int> pick = ffns, split(S.shards.size(), 0);
+      for (int id : ffns) split[static_cast<size_t>(id)] = static_cast<int>(share);
+      pick.insert(pick.end(), forced.begin(), forced.end());
+      std::sort(pick.begin(), pick.end(), [&](int a, int b) { return exec_rank(S, a) < exec_rank(S, b); });
+      char notes[200];
+      std::snprintf(notes, sizeof notes, "%zu of %zu shards pinned, the experts of %zu CPU FFN layers split: %lld of %lld per token on the CPU (slot %s)",
+                    p, L.canonical.size(), ffns.size(), static_cast<long long>(share), static_cast<long long>(K),
+                    format_bytes(slot_bytes).c_str());
+      Plan plan = plan_hybrid(c, n, Schedule::Dynamic, slot_bytes, pick, p, notes, split);
       if (plan.feasible && (!best.feasible || plan.predicted_ms < best.predicted_ms)) best = std::move(plan);
     }
   }
@@ -897,6 +959,10 @@ void check_config(const ModelSpec& spec, const PlannerConfig& cfg) {
     fail("KV layers in VRAM: ", cfg.kv_layers, " is out of range (0..", spec.num_hidden_layers, ", or -1 to choose)");
   for (size_t i = 0; i < cfg.tiers.size(); ++i)
     if (cfg.tiers[i] < 1 || (i && cfg.tiers[i] <= cfg.tiers[i - 1])) fail("tiers must be positive and ascending");
+  if (cfg.moe_cpu_experts < -1 || (cfg.moe_cpu_experts > 0 && (!spec.is_moe() || cfg.moe_cpu_experts >= spec.num_experts_per_tok)))
+    fail("--moe-split ", cfg.moe_cpu_experts, ": ",
+         spec.is_moe() ? str_cat("1 .. ", spec.num_experts_per_tok - 1, " experts per token on the CPU, 0 (never) or -1 (choose)")
+                       : std::string("the model has no experts (use 0 or -1)"));
 }
 
 bool decode_feasible(const ModelSpec& spec, const CostModel& cost, PlannerConfig cfg, uint64_t budget) {

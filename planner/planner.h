@@ -45,6 +45,10 @@ struct PlannerConfig {
   // Choose plans both and keeps the faster; Split and Staged force one where it fits (tests, studies).
   enum class HostKvAttention { Choose, Split, Staged };
   HostKvAttention host_kv_attention = HostKvAttention::Choose;
+  // MoE, Dynamic: its CPU FFN layers' routed experts may be split (plan.h moe_cpu_share): -1 lets the
+  // planner try every share of the top_k per token with the CPU; 0 never splits; N (1 .. top_k - 1)
+  // makes every Dynamic plan split with that share (tests, studies).
+  int moe_cpu_experts = -1;
 };
 
 // "choose" | "split" | "staged" (the CLI's --host-kv-attention); errors on anything else.

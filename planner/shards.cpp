@@ -288,7 +288,8 @@ uint64_t gpu_scratch_bytes(const ModelSpec& s, int64_t n) {
                                   : static_cast<uint64_t>(s.intermediate_size);
   // x, normed x, FFN/attention output; q, attention output; k, v; gate and up; MoE gathers k copies.
   uint64_t floats = N * (3 * H + 2 * QD + 2 * KVD + 2 * ffn);
-  if (s.is_moe()) floats += N * static_cast<uint64_t>(s.num_experts_per_tok) * H + N * static_cast<uint64_t>(s.num_experts);
+  // MoE: k gathered copies, router logits, and a split layer's CPU share (plan.h moe_gpu_share).
+  if (s.is_moe()) floats += N * static_cast<uint64_t>(s.num_experts_per_tok) * H + N * static_cast<uint64_t>(s.num_experts) + N * H;
   // Flash-attention tiles: 64 queries x 128 keys x heads of scores and partial sums.
   floats += 64ull * 128ull * static_cast<uint64_t>(s.num_attention_heads) * 2;
   floats += static_cast<uint64_t>(s.vocab_size);  // one row of logits

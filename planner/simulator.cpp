@@ -62,10 +62,23 @@ double timed(const Action& a, const StepOps& ops, const ShardSet& shards, const 
         case ComputePart::AttnPre: return ops_ms(pre, cost, env);
         case ComputePart::AttnCore: return ops_ms(ops.attn_core, cost, env);
         case ComputePart::AttnPost: return ops_ms(ops.attn_post, cost, env);
+        case ComputePart::MoeCpuShare:
+        case ComputePart::MoeGpuShare: fail("simulate: ", s.name(), " is attention, not an MoE FFN to share");
       }
       return 0;
     }
-    case ShardKind::Ffn: return ops_ms(ops.ffn, cost, env);
+    case ShardKind::Ffn: {
+      // A share of an MoE layer split between CPU and GPU: its part of the experts' work (the block's
+      // time is the experts': one token's k experts are k equal sets of three matmuls).
+      const double all = ops_ms(ops.ffn, cost, env);
+      double k = 1;
+      for (const Op& op : ops.ffn)
+        if (op.kind == OpKind::MoeExperts) k = std::max<double>(1, static_cast<double>(op.top_k));
+      const double c = std::min<double>(a.cpu_experts, k);
+      if (a.part == ComputePart::MoeCpuShare) return all * c / k;
+      if (a.part == ComputePart::MoeGpuShare) return all * (k - c) / k;
+      return all;
+    }
     case ShardKind::Output: {
       if (a.row_end <= a.row_begin) return ops_ms(ops.output, cost, env);
       Op head = ops.output_head.front();  // one piece of the LM head; the norm runs with the first

@@ -425,6 +425,8 @@ class CudaKernels : public DeviceKernels {
     return c;
   }
 
+  void add(float* x, const float* y, int64_t count) override { cuda::add(ctx_, x, y, count); }
+
   void output(const float* out_norm, const DevMat& head, const float* x_row, float* logits) override {
     const int64_t H = spec_.hidden_size;
     SW_CHECK(head.cols == H && head.rows >= 1, "CUDA output: the LM head piece is ", head.rows, " x ", head.cols);
@@ -1183,6 +1185,7 @@ class WarmUp {
       qk_norm_rope(c, r);
     }
     swiglu(c, sy_, sx_, 1, 64, 64);
+    add(c, sy_, sx_, 64);
     gather_rows(c, sx_, 64, idx_, 1, 64, sy_, 64);
     kv_layout(c, sx_, sy_, 2, 1, 16, 0, 2, true);  // a staged host cache's layout, both ways
     kv_layout(c, sy_, sx_, 2, 1, 16, 0, 2, false);
@@ -1209,7 +1212,7 @@ class WarmUp {
     tk.slot = idx_ + 24;
     moe_topk(c, tk);
     check(cudaMemcpyAsync(sy_, sx_, 256, cudaMemcpyDeviceToDevice, c.stream), "cudaMemcpyAsync(warm-up)");
-    st_->launches += 11;
+    st_->launches += 12;
   }
 
   ModelSpec s_;

@@ -106,6 +106,7 @@ class WorkspaceSplitKernels : public DeviceKernels {
   void router(const DevLayer& w, const float* x, int64_t n, float* logits) override { inner_->router(w, x, n, logits); }
   void ffn(const DevLayer& w, float* x, int64_t n, const MoeRouting* r) override { inner_->ffn(w, x, n, r); }
   void ffn_routed(const DevLayer& w, float* x, int64_t n, const float* l) override { inner_->ffn_routed(w, x, n, l); }
+  void add(float* x, const float* y, int64_t count) override { inner_->add(x, y, count); }
   void output(const float* norm, const DevMat& head, const float* x_row, float* logits) override {
     inner_->output(norm, head, x_row, logits);
   }

@@ -85,6 +85,8 @@ struct QkRopeArgs {
 };
 void qk_norm_rope(const Ctx& ctx, const QkRopeArgs& a);
 
+// x[i] += y[i] for i < n.
+void add(const Ctx& ctx, float* x, const float* y, int64_t n);
 // gate[i] = silu(gate[i]) * up[i] for rows x width (rows `ld` apart).
 void swiglu(const Ctx& ctx, float* gate, const float* up, int64_t rows, int64_t width, int64_t ld);
 // Positions [p0, p1) of a K or V cache of `capacity` positions, head-major [heads, capacity, hd] <->

@@ -88,6 +88,12 @@ __global__ void __launch_bounds__(128) qk_rope_kernel(const __grid_constant__ Qk
   }
 }
 
+__global__ void add_kernel(float* x, const float* __restrict__ y, int64_t n) {
+  pdl_begin();
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    x[i] += y[i];
+}
+
 __global__ void swiglu_kernel(float* gate, const float* __restrict__ up, int64_t width, int64_t ld) {
   pdl_begin();
   const int64_t r = blockIdx.y;
@@ -247,6 +253,12 @@ void qk_norm_rope(const Ctx& ctx, const QkRopeArgs& a) {
   const int total = a.n_heads + a.n_kv_heads + (a.k_cache ? a.n_kv_heads : 0);
   const dim3 grid(static_cast<unsigned>(a.n), static_cast<unsigned>(ceil_div(total, 4)));
   launch_kernel("q/k norm + RoPE kernel", qk_rope_kernel, grid, dim3(128), 0, ctx.stream, a);
+}
+
+void add(const Ctx& ctx, float* x, const float* y, int64_t n) {
+  if (n <= 0) return;
+  const int64_t blocks = std::min<int64_t>(1024, (n + 255) / 256);
+  launch_kernel("add kernel", add_kernel, dim3(static_cast<unsigned>(blocks)), dim3(256), 0, ctx.stream, x, y, n);
 }
 
 void swiglu(const Ctx& ctx, float* gate, const float* up, int64_t rows, int64_t width, int64_t ld) {

@@ -69,6 +69,8 @@ class DeviceKernels {
   // the same top-k as moe_routing.h, then as ffn(). Every expert of the layer must be resident, and
   // n <= kDeviceRoutingMaxTokens (planner/plan.h): decode steps skip the host round trip per layer.
   virtual void ffn_routed(const DevLayer& w, float* x, int64_t n, const float* router_logits) = 0;
+  // x[i] += y[i], i < count (an MoE layer's CPU share added to the GPU's, plan.h moe_gpu_share).
+  virtual void add(float* x, const float* y, int64_t count) = 0;
   // Final norm of x_row, then head rows [0, head.rows) into logits[0 ..) (the caller offsets both
   // for a piece of the LM head).
   virtual void output(const float* out_norm, const DevMat& head, const float* x_row, float* logits) = 0;

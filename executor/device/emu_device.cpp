@@ -22,6 +22,7 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "executor/device/device.h"
+#include "executor/cpu/ops.h"
 #include "executor/device/pinned_ranges.h"
 #include "executor/model/cpu_blocks.h"
 
@@ -210,6 +211,9 @@ class EmuKernels : public DeviceKernels {
       const MoeRouting r = route_tokens(logits, n, spec_.num_experts, spec_.num_experts_per_tok, spec_.norm_topk_prob);
       blocks_.ffn(host_view(w, spec_), x, n, &r);
     });
+  }
+  void add(float* x, const float* y, int64_t count) override {
+    q_.push([=] { add_inplace(x, y, count); });
   }
   void output(const float* out_norm, const DevMat& head, const float* x_row, float* logits) override {
     q_.push([=] {

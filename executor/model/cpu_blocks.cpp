@@ -39,6 +39,14 @@ void CpuBlocks::ffn(const LayerWeights& w, float* x, int64_t n, const MoeRouting
   add_inplace(x, out_.data(), n * H);
 }
 
+void CpuBlocks::moe_share(const LayerWeights& w, const float* x, int64_t n, const MoeRouting& routing, float* out) {
+  const int64_t H = spec_.hidden_size;
+  SW_CHECK(spec_.is_moe(), "moe_share: the model has no experts");
+  norm_.resize(static_cast<size_t>(n * H));
+  rms_norm(x, w.ffn_norm.data(), static_cast<float>(spec_.rms_norm_eps), norm_.data(), n, H);
+  moe_ffn(w, norm_.data(), n, routing, out);
+}
+
 void CpuBlocks::output(const std::vector<float>& out_norm, const TensorView& head, const float* x_row, float* logits,
                        int64_t r0, int64_t r1) {
   const int64_t H = spec_.hidden_size;

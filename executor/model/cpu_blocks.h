@@ -46,6 +46,9 @@ class CpuBlocks {
   void router(const LayerWeights& w, const float* x, int64_t n, float* logits);
   // x += FFN(ffn_norm(x)). MoE layers need the routing of these tokens (from router logits).
   void ffn(const LayerWeights& w, float* x, int64_t n, const MoeRouting* routing);
+  // MoE: out = the routed experts' weighted outputs of ffn_norm(x), over the experts `routing` names
+  // (a CPU share of the layer, split_routing); x is not changed.
+  void moe_share(const LayerWeights& w, const float* x, int64_t n, const MoeRouting& routing, float* out);
   // Final norm of one row + rows [r0, r1) of the LM head -> logits[r0 .. r1).
   void output(const std::vector<float>& out_norm, const TensorView& head, const float* x_row, float* logits,
               int64_t r0, int64_t r1);

@@ -41,4 +41,26 @@ MoeRouting route_tokens(const float* logits, int64_t n, int64_t E, int64_t k, bo
   return r;
 }
 
+MoeSplit split_routing(const MoeRouting& r, int64_t cpu_experts, int64_t top_k) {
+  MoeSplit s;
+  const size_t E = r.tokens_of_expert.size();
+  s.cpu.tokens_of_expert.resize(E);
+  s.gpu.tokens_of_expert.resize(E);
+  int64_t pairs = 0;
+  for (const auto& v : r.tokens_of_expert) pairs += static_cast<int64_t>(v.size());
+  const int64_t k = std::max<int64_t>(1, top_k), c = std::clamp<int64_t>(cpu_experts, 0, k);
+  // The CPU's share of the pairs, rounded to the nearest (one token: exactly c of its k experts).
+  const int64_t want = (pairs * c + k / 2) / k;
+  int64_t taken = 0;
+  for (size_t e = 0; e < E; ++e) {
+    const auto& v = r.tokens_of_expert[e];
+    if (v.empty()) continue;
+    const bool cpu = taken < want;
+    (cpu ? s.cpu : s.gpu).tokens_of_expert[e] = v;
+    (cpu ? s.cpu : s.gpu).n_active_experts += 1;
+    if (cpu) taken += static_cast<int64_t>(v.size());
+  }
+  return s;
+}
+
 }  // namespace shardwise

@@ -30,6 +30,7 @@ struct Runtime::Buffers {
   HostBuffer staging;
   int64_t max_tokens = 0;
   float *x = nullptr, *qkv = nullptr, *attn = nullptr, *logits = nullptr;
+  float* partial = nullptr;  // an MoE layer's CPU share [max_tokens, hidden] (plan.h moe_cpu_share)
   float* out_norm_f32 = nullptr;  // the output norm's weights, uploaded for a device LM head
   std::vector<float*> router;  // per layer [max_tokens, experts] (MoE only)
   Device* pinned_by = nullptr;  // unpins the staging before it is unmapped (also when set-up throws)
@@ -46,6 +47,7 @@ struct Runtime::Buffers {
     }
   }
   std::vector<std::unique_ptr<MoeRouting>> routing;  // per layer, filled when the routing is known
+  std::vector<std::unique_ptr<MoeSplit>> split;       // per layer: its routing split CPU / GPU (moe shares)
   std::vector<std::vector<const uint8_t*>> expert_ptrs;  // per layer: streamed experts' device blocks
 };
 
@@ -124,18 +126,19 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
     for (const auto& t : table_.tiers) b.max_tokens = std::max(b.max_tokens, t.tokens);
     b.max_tokens = std::max<int64_t>(1, b.max_tokens);
     const int64_t n = b.max_tokens, L = spec_.num_hidden_layers, E = spec_.is_moe() ? spec_.num_experts : 0;
-    const uint64_t sizes[5] = {static_cast<uint64_t>(n * spec_.hidden_size),
+    const uint64_t sizes[6] = {static_cast<uint64_t>(n * spec_.hidden_size),
                                static_cast<uint64_t>(n * (spec_.q_dim() + 2 * spec_.kv_dim())),
                                static_cast<uint64_t>(n * spec_.q_dim()), static_cast<uint64_t>(spec_.vocab_size),
-                               static_cast<uint64_t>(weights_.output_norm.size())};
+                               static_cast<uint64_t>(weights_.output_norm.size()),
+                               static_cast<uint64_t>(E > 0 ? n * spec_.hidden_size : 0)};
     auto floats = [](uint64_t count) { return (count + 63) / 64 * 64; };  // 256-byte aligned parts
     uint64_t total = 0;
     for (uint64_t c : sizes) total += floats(c);
     total += static_cast<uint64_t>(L) * floats(static_cast<uint64_t>(n * E));
     b.staging = HostBuffer(total * sizeof(float));
     float* p = reinterpret_cast<float*>(b.staging.data());
-    float** parts[5] = {&b.x, &b.qkv, &b.attn, &b.logits, &b.out_norm_f32};
-    for (int i = 0; i < 5; ++i) {
+    float** parts[6] = {&b.x, &b.qkv, &b.attn, &b.logits, &b.out_norm_f32, &b.partial};
+    for (int i = 0; i < 6; ++i) {
       *parts[i] = p;
       p += floats(sizes[i]);
     }
@@ -167,6 +170,7 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
   arena_ = device_.allocate_arena(table_.budget_bytes);
   cpu_.set_kv_capacity(host_kv_->capacity());  // the CPU blocks here only see host caches
   buf_->routing.resize(static_cast<size_t>(spec_.num_hidden_layers));
+  buf_->split.resize(static_cast<size_t>(spec_.num_hidden_layers));
   buf_->expert_ptrs.resize(static_cast<size_t>(spec_.num_hidden_layers));
   trace_ = std::getenv("SHARDWISE_TRACE_ACTIONS") != nullptr;
   // Load time, not the first step: upload what the decode plan pins (other tiers' plans pin a prefix
@@ -358,6 +362,17 @@ void Runtime::validate_plan(const Plan& p) const {
       SW_CHECK(staging && staging->bytes >= need, act, " stages a host cache, but the plan's 'kv staging' region has ",
                staging ? staging->bytes : 0, " of the ", need, " bytes it needs");
     }
+    const bool share = a.part == ComputePart::MoeCpuShare || a.part == ComputePart::MoeGpuShare;
+    if (share || a.cpu_experts > 0) {  // an MoE layer split between CPU and GPU
+      SW_CHECK(spec_.is_moe() && a.shard >= 0 && shards_.at(a.shard).kind == ShardKind::Ffn, act,
+               " splits experts of a shard that is no MoE FFN");
+      SW_CHECK(a.cpu_experts >= 1 && a.cpu_experts < spec_.num_experts_per_tok, act, ": cpu_experts ", a.cpu_experts,
+               " must be 1 .. ", spec_.num_experts_per_tok - 1, " (of the model's ", spec_.num_experts_per_tok, " per token)");
+      SW_CHECK(a.part != ComputePart::MoeCpuShare || a.resource == Resource::Cpu, act, ": a CPU share runs on the CPU");
+      SW_CHECK(a.part != ComputePart::MoeGpuShare || a.resource == Resource::GpuCompute, act, ": a GPU share runs on the GPU");
+    }
+    SW_CHECK(a.payload != Payload::MoePartial || (spec_.is_moe() && (a.resource == Resource::H2DAct || a.resource == Resource::H2D)),
+             act, ": an MoE share goes up to the GPU, in a model with experts");
     if (a.row_end > a.row_begin) {  // a piece of the LM head, in a stream slot
       SW_CHECK(a.shard >= 0 && shards_.at(a.shard).kind == ShardKind::Output && a.row_end <= spec_.vocab_size, act,
                " streams rows [", a.row_begin, ", ", a.row_end, ") of the LM head's ", spec_.vocab_size);
@@ -551,6 +566,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
   Buffers& b = *buf_;
   SW_CHECK(n <= b.max_tokens, "runtime: ", n, " tokens exceed the host staging's ", b.max_tokens);
   for (auto& r : b.routing) r.reset();
+  for (auto& r : b.split) r.reset();
   for (auto& e : b.expert_ptrs) e.clear();
 
   // Device buffers at the start of the plan's scratch region; the rest is the kernels' workspace.
@@ -568,6 +584,9 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
   float* router_d = reinterpret_cast<float*>(take(static_cast<uint64_t>(std::max<int64_t>(1, n * E)) * 4));
   float* logits_d = reinterpret_cast<float*>(take(static_cast<uint64_t>(V) * 4));
   float* out_norm_d = reinterpret_cast<float*>(take(static_cast<uint64_t>(H) * 4));
+  bool shares = false;  // an MoE layer split between CPU and GPU: the CPU share's device copy
+  for (const Action& a : plan.actions) shares = shares || a.payload == Payload::MoePartial;
+  float* partial_d = shares ? reinterpret_cast<float*>(take(static_cast<uint64_t>(n * H) * 4)) : nullptr;
   const uint64_t used = static_cast<uint64_t>(s - (arena_ + scratch->offset));
   SW_CHECK(used <= scratch->bytes, "runtime: the step's activations (", used, " bytes) exceed the plan's scratch (",
            scratch->bytes, " bytes)");
@@ -625,6 +644,11 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
     if (!r) r = std::make_unique<MoeRouting>(route_tokens(b.router[static_cast<size_t>(layer)], n, E,
                                                            sp.num_experts_per_tok, sp.norm_topk_prob));
     return *r;
+  };
+  auto split = [&](int layer, int cpu_experts) -> const MoeSplit& {
+    auto& sp_ = b.split[static_cast<size_t>(layer)];
+    if (!sp_) sp_ = std::make_unique<MoeSplit>(split_routing(route(layer), cpu_experts, sp.num_experts_per_tok));
+    return *sp_;
   };
 
   // The measured timeline of this run (options_.timeline_runs): queue timestamps around device
@@ -720,6 +744,10 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
             SW_CHECK(h2d && !kv_on_gpu_[static_cast<size_t>(layer)], "runtime: ", a.label, " stages a cache that is not on the host");
             copy_heads(layer, true, 0, pos0, up);
             break;
+          case Payload::MoePartial:  // an MoE layer's CPU share of the experts' outputs, up to the GPU
+            SW_CHECK(h2d && partial_d, "runtime: action ", a.id, " (", a.label, ") moves an MoE share the wrong way");
+            device_.copy_h2d(reinterpret_cast<uint8_t*>(partial_d), b.partial, static_cast<uint64_t>(n * H) * 4, up);
+            break;
           case Payload::KvNew:  // the step's rows back into the layer's host cache
             SW_CHECK(!h2d && !kv_on_gpu_[static_cast<size_t>(layer)], "runtime: ", a.label, " returns rows of a cache not on the host");
             copy_heads(layer, false, pos0, pos0 + n, Queue::D2H);
@@ -739,7 +767,8 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
           // (the slot's previous user is waited for on the device, like any dependency).
           for (int d : a.deps)
             if (plan.actions[static_cast<size_t>(d)].payload == Payload::RouterLogits) device_.host_wait(ev[static_cast<size_t>(d)]);
-          const MoeRouting& r = route(layer);
+          // A layer split between CPU and GPU copies only the GPU's share of the routed experts.
+          const MoeRouting& r = a.cpu_experts > 0 ? split(layer, a.cpu_experts).gpu : route(layer);
           const ShardLayout& L = layouts_[static_cast<size_t>(sh->id)];
           const std::string p = "blk." + std::to_string(layer) + ".";
           const TensorView& g = source_.tensor(p + "ffn_gate_exps.weight");
@@ -787,6 +816,8 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
               case ComputePart::AttnPre: kernels_->attention_pre(w, x_d, n, qkv_d); break;
               case ComputePart::AttnPost: kernels_->attention_post(w, x_d, attn_d, n); break;
               case ComputePart::AttnCore: fail("runtime: the attention core over a host cache runs on the CPU");
+              case ComputePart::MoeCpuShare:
+              case ComputePart::MoeGpuShare: fail("runtime: ", sh->name(), " is attention, not an MoE FFN to share");
               case ComputePart::AttnStaged:  // over the host cache staged on the device, its new rows back
                 SW_CHECK(!kv_on_gpu_[static_cast<size_t>(layer)], "runtime: ", sh->name(), " stages a cache that is in VRAM");
                 kernels_->kv_layout(staged(2), staged(0), cap, 0, pos0, true);
@@ -813,7 +844,13 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
                 }
             const DevLayer w = device_layer(layer, ShardKind::Ffn, plan, base);
             SW_CHECK(w.ffn_norm, "runtime: the weights of ", sh->name(), " are not on the device");
-            if (sp.is_moe() && !host_copy && logits_on_device == layer) {
+            if (a.part == ComputePart::MoeGpuShare) {  // the GPU's experts, then the CPU's share added
+              // (the routing is the host's: its router logits copied, or the CPU's attention routed)
+              SW_CHECK(sp.is_moe() && a.cpu_experts > 0 && partial_d, "runtime: ", sh->name(),
+                       " runs a GPU share of its experts without the CPU's share");
+              kernels_->ffn(w, x_d, n, &split(layer, a.cpu_experts).gpu);
+              kernels_->add(x_d, partial_d, n * H);
+            } else if (sp.is_moe() && !host_copy && logits_on_device == layer) {
               SW_CHECK(n <= kDeviceRoutingMaxTokens, "runtime: ", sh->name(), " routes on the device for ", n,
                        " tokens (at most ", kDeviceRoutingMaxTokens, ")");
               kernels_->ffn_routed(w, x_d, n, router_d);
@@ -866,6 +903,9 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
                 cpu_.router(lw, b.x, n, b.router[static_cast<size_t>(layer)]);
               }
             }
+          } else if (sh->kind == ShardKind::Ffn && a.part == ComputePart::MoeCpuShare) {
+            SW_CHECK(sp.is_moe() && a.cpu_experts > 0, "runtime: ", sh->name(), " runs a CPU share of no experts");
+            cpu_.moe_share(weights_.layers[static_cast<size_t>(layer)], b.x, n, split(layer, a.cpu_experts).cpu, b.partial);
           } else if (sh->kind == ShardKind::Ffn) {
             const MoeRouting* r = sp.is_moe() ? &route(layer) : nullptr;
             cpu_.ffn(weights_.layers[static_cast<size_t>(layer)], b.x, n, r);

@@ -19,6 +19,8 @@
 #include "core/hardware_spec.h"
 #include "core/host_buffer.h"
 #include "core/thread_pool.h"
+#include "core/weight_source.h"
+#include "core/model_spec.h"
 #include "costmodel/cost_model.h"
 #include "executor/device/device.h"
 #include "executor/model/cpu_model.h"
@@ -361,6 +363,49 @@ TEST_CASE("CUDA runtime: attention staged over host KV caches reproduces the CPU
     }
   }
   CHECK(staged_runs >= 4);
+}
+
+TEST_CASE("CUDA runtime: MoE experts split between CPU and GPU (Dynamic) reproduce the CPU reference", "[gpu]") {
+  // Every CPU FFN layer of the Dynamic plans split with each share: the GPU's experts copied and run
+  // (the device MoE path with part of each token's experts), the CPU's partial uploaded and added. A
+  // model whose experts outweigh the scratch, so that a small budget leaves FFN layers on the CPU.
+  for (DType dt : {DType::F16, DType::Q4_0}) {
+    ModelSpec spec = parse_spec_yaml_text(
+        "name: split\nfamily: qwen3_moe\nhidden_size: 256\nnum_hidden_layers: 4\nnum_attention_heads: 8\n"
+        "num_key_value_heads: 2\nhead_dim: 32\nvocab_size: 512\nrope_theta: 10000\nrms_norm_eps: 1e-6\n"
+        "num_experts: 8\nnum_experts_per_tok: 3\nmoe_intermediate_size: 128\nnorm_topk_prob: true\n",
+        "split.yaml");
+    spec.dtype = dt;
+    ThreadPool pool(4);
+    auto src = make_synthetic_weights(spec, 37, &pool);
+    ModelWeights w = ModelWeights::from_source(*src);
+    const auto toks = seq(40, spec.vocab_size, 12);
+    const std::vector<int> steps = {17, 1, 4, 1, 9, 1};
+    CpuEngine cpu(w, pool, 48);
+    const auto ref = steps_of(cpu, toks, steps);
+    auto cost = make_analytic_cost_model(builtin_hardware("h200-host"));
+    int split_runs = 0;
+    for (int share = 1; share < spec.num_experts_per_tok; ++share) {
+      PlannerConfig cfg;
+      test_table(*src, 0.0, &cfg, src->weight_bytes() / 8);
+      cfg.moe_cpu_experts = share;
+      const PlanTable table = build_plan_table(spec, *cost, cfg);
+      int shares = 0;
+      for (const auto& t : table.tiers)
+        if (const Plan* p = t.find(Schedule::Dynamic); p && p->feasible)
+          for (const Action& a : p->actions) shares += a.part == ComputePart::MoeGpuShare;
+      INFO(dtype_name(dt) << " share " << share << ": " << shares << " split layers in the table");
+      REQUIRE(shares > 0);
+      auto dev = make_cuda_device(0);
+      RuntimeOptions o;
+      o.schedule = Schedule::Dynamic;
+      Runtime rt(*src, w, *dev, pool, table, o);
+      CHECK(test::max_rel_error(steps_of(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
+      check_device_peak(rt.memory(), cfg.budget_bytes);
+      ++split_runs;
+    }
+    CHECK(split_runs == spec.num_experts_per_tok - 1);
+  }
 }
 
 // The activations that cross PCIe are staged in pinned host memory while a runtime lives, and

@@ -455,6 +455,59 @@ TEST_CASE("runtime: attention staged over a host KV cache matches the CPU refere
   }
 }
 
+TEST_CASE("runtime: an MoE layer's experts split between CPU and GPU (Dynamic) match the CPU reference", "[runtime][moe]") {
+  // Every CPU FFN layer of the Dynamic plans split with share c: the CPU computes c of each token's 2
+  // experts from host memory while the GPU's are copied and run, then adds the CPU's partial — decode
+  // and prefill steps, queues with random delays (a missing dependency would read a stale partial or x).
+  const ModelSpec spec = test_model("qwen3_moe", DType::F16);
+  ThreadPool pool(2);
+  auto src = make_synthetic_weights(spec, 31, &pool);
+  ModelWeights w = ModelWeights::from_source(*src);
+  const int64_t ctx = 64;
+  const std::vector<int> steps = {13, 1, 5, 16, 1, 3, 1};
+  const auto toks = token_seq(40, spec.vocab_size, 13);
+  const auto ref = reference_steps(*src, toks, steps, ctx);
+  auto cost = make_analytic_cost_model(builtin_hardware("cli2"));
+  PlannerConfig cfg;
+  cfg.budget_bytes = min_budget_for(*src, ctx) + spec.total_bytes() / 8;  // some FFNs stay on the host
+  cfg.ctx = ctx;
+  cfg.threads = 2;
+  cfg.tiers = {1, 4, 16};
+  cfg.tensor_dtypes = tensor_dtypes_of(*src);
+  cfg.moe_cpu_experts = 1;
+  const PlanTable table = build_plan_table(spec, *cost, cfg);
+  int cpu_shares = 0, gpu_shares = 0, partials = 0;
+  for (const auto& t : table.tiers)
+    if (const Plan* p = t.find(Schedule::Dynamic); p && p->feasible)
+      for (const Action& a : p->actions) {
+        cpu_shares += a.part == ComputePart::MoeCpuShare;
+        gpu_shares += a.part == ComputePart::MoeGpuShare;
+        partials += a.payload == Payload::MoePartial;
+        if (a.part == ComputePart::MoeCpuShare || a.part == ComputePart::MoeGpuShare) CHECK(a.cpu_experts == 1);
+      }
+  REQUIRE(cpu_shares > 0);  // the premise: the budget leaves CPU FFN layers to split
+  CHECK(gpu_shares == cpu_shares);
+  CHECK(partials == cpu_shares);
+  for (uint64_t seed : {23u, 24u}) {
+    auto dev = make_emu_device({seed, 60, 0});
+    RuntimeOptions o;
+    o.schedule = Schedule::Dynamic;
+    Runtime rt(*src, w, *dev, pool, table, o);
+    CHECK(test::max_rel_error(run_steps(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
+    CHECK(rt.memory().arena_peak_bytes <= cfg.budget_bytes);
+  }
+  // A plan that splits a dense model's FFN, or names a share of all top_k, is refused at load.
+  PlanTable bad = table;
+  for (auto& t : bad.tiers)
+    for (auto& p : t.candidates)
+      for (auto& a : p.actions)
+        if (a.part == ComputePart::MoeCpuShare) a.cpu_experts = static_cast<int>(spec.num_experts_per_tok);
+  auto dev = make_emu_device({1, 0, 0});
+  RuntimeOptions o;
+  o.schedule = Schedule::Dynamic;
+  CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, bad, o), Contains("cpu_experts 2 must be 1 .. 1"));
+}
+
 TEST_CASE("runtime: switching schedules between steps keeps every step exact (the oracle's one set-up)", "[runtime]") {
   // The sweep measures all candidates of a configuration with one runtime, switching its schedule
   // (Runtime::set_schedule): the plans of different schedules pin different prefixes and put their

@@ -170,6 +170,66 @@ TEST_CASE("the LM head is pinned before MoE experts, whose decode reads a small 
   CHECK(dense.canonical_order.back() == D.output);
 }
 
+TEST_CASE("Dynamic splits an MoE layer's experts between CPU and GPU where that overlaps their work", "[planner][moe]") {
+  // qwen30b at 4G on the h200-host datasheet: a CPU FFN layer's 8 routed experts take the CPU ~0.3 ms;
+  // copying a layer's experts takes longer (and waits for its routing), so streaming whole layers never
+  // overlaps the CPU's work, while c experts on the CPU beside 8 - c copied and run on the GPU do.
+  const ModelSpec moe = builtin_spec("qwen30b");
+  auto cost = make_analytic_cost_model(builtin_hardware("h200-host"));
+  PlannerConfig cfg = config(4 * GiB, 4096, 16);
+  cfg.tiers = {1};
+  const ShardSet S = make_shards(moe, cfg.ctx, cfg.kv_dtype);
+  auto shares = [&](const Plan& p, int* c) {
+    int n = 0;
+    for (const Action& a : p.actions)
+      if (a.part == ComputePart::MoeCpuShare) {
+        ++n;
+        *c = a.cpu_experts;
+      }
+    return n;
+  };
+  const PlanTable t = build_plan_table(moe, *cost, cfg);
+  const Plan* st = t.find_tier(1)->find(Schedule::Static);
+  const Plan* dy = t.find_tier(1)->find(Schedule::Dynamic);
+  REQUIRE(st->feasible);
+  REQUIRE(dy->feasible);
+  int c = 0;
+  const int split = shares(*dy, &c);
+  int cpu_ffn = 0;
+  for (int l = 0; l < S.n_layers; ++l) cpu_ffn += st->placements[static_cast<size_t>(S.ffn[l])].exec == ExecDevice::Cpu;
+  CHECK(split == cpu_ffn);  // every layer Static runs on the CPU
+  CHECK(c >= 1);
+  CHECK(c < moe.num_experts_per_tok);
+  CHECK(dy->predicted_ms < 0.95 * st->predicted_ms);
+  CHECK(t.find_tier(1)->chosen == Schedule::Dynamic);
+  // Each split layer: the CPU share waits for x's copy and the routing, the GPU share for the CPU's
+  // partial and the copy of the GPU's experts, which holds 3 (k - c) copies and the norm.
+  for (const Action& a : dy->actions) {
+    if (a.part != ComputePart::MoeGpuShare) continue;
+    bool partial = false, weights = false;
+    for (int d : a.deps) {
+      const Action& b = dy->actions[static_cast<size_t>(d)];
+      partial = partial || b.payload == Payload::MoePartial;
+      if (b.kind == ActionKind::CopyWeights) {
+        weights = true;
+        CHECK(b.cpu_experts == c);
+        CHECK(b.copies == 1 + 3 * (moe.num_experts_per_tok - c));
+      }
+    }
+    CHECK(partial);
+    CHECK(weights);
+  }
+  // The split survives a JSON round trip; 0 never splits; a share of every expert is refused.
+  CHECK(plan_to_json(plan_from_json(plan_to_json(*dy), "plan.json")) == plan_to_json(*dy));
+  cfg.moe_cpu_experts = 0;
+  const PlanTable none = build_plan_table(moe, *cost, cfg);
+  CHECK(shares(*none.find_tier(1)->find(Schedule::Dynamic), &c) == 0);
+  cfg.moe_cpu_experts = 8;
+  CHECK_THROWS_WITH(build_plan_table(moe, *cost, cfg), Contains("--moe-split 8: 1 .. 7"));
+  cfg.moe_cpu_experts = 1;
+  CHECK_THROWS_WITH(build_plan_table(builtin_spec("nemo8b"), *cost, cfg), Contains("no experts"));
+}
+
 TEST_CASE("KV in VRAM for layers whose attention is not pinned: GPU-only and Dynamic stream that attention", "[planner]") {
   // nemo8b at 2G/1K: pinning attention for every KV-in-VRAM layer allowed KV for 15 of 40 layers, so
   // a 1024-token prefill ran 25 layers' attention on the CPU (876 ms predicted with the GPU host's
@@ -544,20 +604,33 @@ void check_table(const PlanTable& t, const ModelSpec& spec) {
         REQUIRE(a.end_ms >= a.start_ms);
         REQUIRE(a.end_ms <= p.predicted_ms + 1e-9);
         if (a.kind == ActionKind::Compute && a.resource == Resource::GpuCompute && a.slot >= 0 &&
-            (a.part == ComputePart::Full || a.part == ComputePart::AttnPre)) {
+            (a.part == ComputePart::Full || a.part == ComputePart::AttnPre || a.part == ComputePart::MoeGpuShare)) {
           bool has_copy = false;
           for (int d : a.deps) has_copy |= p.actions[static_cast<size_t>(d)].kind == ActionKind::CopyWeights &&
                                            p.actions[static_cast<size_t>(d)].shard == a.shard;
           REQUIRE(has_copy);
         }
       }
-      // One compute of each layer's FFN and attention, in layer order on its resource.
-      int ffn_computes = 0;
-      for (const auto& a : p.actions)
-        if (a.kind == ActionKind::Compute && a.layer >= 0 && a.part == ComputePart::Full &&
-            p.placements[static_cast<size_t>(a.shard)].name.find("ffn") != std::string::npos)
-          ++ffn_computes;
-      REQUIRE(ffn_computes == spec.num_hidden_layers);
+      // One compute of each layer's FFN and attention, in layer order on its resource; a layer whose
+      // experts are split (Dynamic, MoE) has one CPU share and one GPU share of the same split instead.
+      int ffn_computes = 0, cpu_shares = 0, gpu_shares = 0;
+      for (const auto& a : p.actions) {
+        if (a.kind != ActionKind::Compute || a.layer < 0 || p.placements[static_cast<size_t>(a.shard)].name.find("ffn") == std::string::npos)
+          continue;
+        ffn_computes += a.part == ComputePart::Full;
+        cpu_shares += a.part == ComputePart::MoeCpuShare;
+        gpu_shares += a.part == ComputePart::MoeGpuShare;
+        if (a.part == ComputePart::MoeCpuShare) REQUIRE(a.resource == Resource::Cpu);
+        if (a.part == ComputePart::MoeGpuShare) REQUIRE(a.resource == Resource::GpuCompute);
+        if (a.part != ComputePart::Full) {
+          REQUIRE(p.schedule == Schedule::Dynamic);
+          REQUIRE(spec.is_moe());
+          REQUIRE(a.cpu_experts >= 1);
+          REQUIRE(a.cpu_experts < spec.num_experts_per_tok);
+        }
+      }
+      REQUIRE(cpu_shares == gpu_shares);
+      REQUIRE(ffn_computes + cpu_shares == spec.num_hidden_layers);
       if (p.schedule == Schedule::LayerSplit || p.schedule == Schedule::CpuMoe) continue;
       REQUIRE(p.kv_on_gpu == t.kv_on_gpu);
       for (const auto& sp : p.placements) {
