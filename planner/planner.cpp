@@ -1081,6 +1081,15 @@ double repredict(const Plan& plan, const ModelSpec& spec, const CostModel& cost,
   return simulate(copy, spec, make_shards(spec, cfg.ctx, cfg.kv_dtype, &cfg.tensor_dtypes), cost, step_shape(spec, cfg, plan.tier));
 }
 
+namespace {
+// How many of each token's experts the CPU computes in a split MoE layer (0: not split).
+int split_share(const Plan& plan, int shard) {
+  for (const Action& a : plan.actions)
+    if (a.shard == shard && a.part == ComputePart::MoeCpuShare) return a.cpu_experts;
+  return 0;
+}
+}  // namespace
+
 std::string explain_plan(const Plan& plan, const ModelSpec& spec, const CostModel& cost, const PlannerConfig& cfg) {
   std::ostringstream os;
   const ShardSet S = make_shards(spec, cfg.ctx, cfg.kv_dtype, &cfg.tensor_dtypes);
@@ -1110,6 +1119,9 @@ std::string explain_plan(const Plan& plan, const ModelSpec& spec, const CostMode
     else if (s.kind == ShardKind::Kv) why = sp.exec == ExecDevice::Gpu ? "KV in VRAM (fixed for the table: the split that simulated a prefill + 64 decode steps fastest)"
                                                                       : "KV on the host: attention core runs on the CPU";
     else if (sp.home == WeightHome::Pinned) why = "pinned: inside the canonical prefix that fits";
+    else if (split_share(plan, sp.shard) > 0)
+      why = str_cat("experts split: ", split_share(plan, sp.shard), " of ", spec.num_experts_per_tok,
+                    " per token on the CPU from host memory, the rest streamed");
     else if (sp.streamed) why = "streamed into a slot; the copy overlaps other work";
     else why = "host weights, CPU compute (no VRAM left)";
     std::snprintf(buf, sizeof buf, "  %-12s %-7s %-4s %-9s %10s %10.3f  %s\n", sp.name.c_str(),

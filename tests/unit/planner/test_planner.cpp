@@ -219,6 +219,7 @@ TEST_CASE("Dynamic splits an MoE layer's experts between CPU and GPU where that 
     CHECK(partial);
     CHECK(weights);
   }
+  CHECK_THAT(explain_plan(*dy, moe, *cost, cfg), Contains(str_cat("experts split: ", c, " of 8 per token on the CPU")));
   // The split survives a JSON round trip; 0 never splits; a share of every expert is refused.
   CHECK(plan_to_json(plan_from_json(plan_to_json(*dy), "plan.json")) == plan_to_json(*dy));
   cfg.moe_cpu_experts = 0;
