@@ -414,8 +414,9 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
                         {"machine check: this machine is", "--machine-check off"});
     CHECK_FALSE(std::ifstream(rows).good());
     // With the check off and the probe on, each configuration's measured rows record how much slower
-    // the machine was than that profile at their thread count just before (about 1000x); without the
-    // probe, null.
+    // the machine was than that profile at their thread count just before (about 1000x, give or take
+    // how loaded the machine was while the profile above was measured and now: a busy 2-core CI machine
+    // measured 99.6x once); without the probe, null.
     for (const char* mode : {"on", "off"}) {
       const std::string probed = temp_path(std::string("probed_") + mode + ".jsonl");
       const Result pr = shardwise_cli("sweep " + quote(exp) + " --device emu --machine-check off --machine-probe " + mode +
@@ -429,7 +430,7 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
         if (j.value("record", "") != "row" || j["status"] != "measured") continue;
         ++measured;
         if (std::string(mode) == "on") {
-          CHECK(j["machine_slowdown"].get<double>() > 100);
+          CHECK(j["machine_slowdown"].get<double>() > 20);
           // Each row's plan predicted again with the CPU's work scaled by the probe: much slower where
           // CPU work is on the critical path, hardly faster anywhere (slower CPU work reads DRAM at a
           // lower rate beside the copies, which then run a little faster).
