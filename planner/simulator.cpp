@@ -71,13 +71,12 @@ double timed(const Action& a, const StepOps& ops, const ShardSet& shards, const 
       // A share of an MoE layer split between CPU and GPU: its part of the experts' work (the block's
       // time is the experts': one token's k experts are k equal sets of three matmuls).
       const double all = ops_ms(ops.ffn, cost, env);
+      if (a.part != ComputePart::MoeCpuShare && a.part != ComputePart::MoeGpuShare) return all;
       double k = 1;
       for (const Op& op : ops.ffn)
         if (op.kind == OpKind::MoeExperts) k = std::max<double>(1, static_cast<double>(op.top_k));
       const double c = std::min<double>(a.cpu_experts, k);
-      if (a.part == ComputePart::MoeCpuShare) return all * c / k;
-      if (a.part == ComputePart::MoeGpuShare) return all * (k - c) / k;
-      return all;
+      return a.part == ComputePart::MoeCpuShare ? all * c / k : all * (k - c) / k;
     }
     case ShardKind::Output: {
       if (a.row_end <= a.row_begin) return ops_ms(ops.output, cost, env);
