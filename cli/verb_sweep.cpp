@@ -16,7 +16,7 @@ namespace shardwise::cli {
 namespace {
 
 struct SweepArgs {
-  std::string file, out, shard = "0/1", device = "auto";
+  std::string file, out, shard = "0/1", device = "auto", routing_from;
   std::string machine_check = "auto", machine_probe = "auto";
   bool resume = false, predict = false, no_progress = false;
   double max_minutes = 0, machine_tolerance = 0.2;
@@ -31,6 +31,7 @@ void run_sweep_verb(const SweepArgs& a) {
   if (a.max_minutes < 0) fail("--max-minutes ", a.max_minutes, " must be positive (0 = no limit)");
   o.max_minutes = a.max_minutes;
   o.predict_only = a.predict;
+  o.routing_from = a.routing_from;
   o.progress = !a.no_progress;
   if (a.device == "auto") {
     o.device = cuda_device_count() > 0 ? "cuda" : "emu";
@@ -108,7 +109,12 @@ void register_sweep(CLI::App& app) {
   sub->add_option("--shard", a->shard, "Run only shard i of n (i/n, numbered from 0): configurations with index % n == i");
   sub->add_option("--max-minutes", a->max_minutes, "Stop cleanly between rows before this many minutes pass (0 = no limit)");
   sub->add_option("--device", a->device, "auto|cuda|emu (emu: the host-emulated device; its timings are not GPU numbers)");
-  sub->add_flag("--predict", a->predict, "Plan every configuration and print the predicted running time; run nothing");
+  sub->add_flag("--predict", a->predict,
+                "Plan every configuration and print the predicted running time; run nothing. With --out: write each "
+                "row's prediction to that new file (re-predict a study: scripts/analysis/repredict.py)");
+  sub->add_option("--routing-from", a->routing_from,
+                  "MoE models: plan with the routing a results file of this experiment recorded (as --resume does) "
+                  "instead of measuring it");
   sub->add_flag("--no-progress", a->no_progress, "No progress bar");
   sub->add_option("--machine-check", a->machine_check,
                   "auto|on|off: measure a few of the experiment's profile rows again first and refuse a machine that "

@@ -414,6 +414,8 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
 
   // Existing rows (resume) and the checks that keep one file to one experiment and one revision.
   ExistingResults existing;
+  if (o.predict_only && !o.out_path.empty() && std::ifstream(o.out_path).good())
+    fail(o.out_path, " exists: --predict writes a new file of predictions, choose another --out");
   if (!o.predict_only) {
     existing = read_results(o.out_path);
     const bool has_content = !existing.rows.empty() || !existing.sweeps.empty() || existing.bad_lines > 0;
@@ -442,6 +444,7 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
   std::map<int, Routing> routing;                        // MoE models: measured before planning
   std::vector<ConfigPlan> plans;
   std::map<std::string, std::string> config_profile;
+  std::unique_ptr<ExistingResults> routing_source;       // o.routing_from, read once
   for (const auto& c : mine) {
     if (!specs.count(c.model)) {
       if (is_synthetic(c.open_path)) {
@@ -462,9 +465,18 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
       std::vector<int64_t> curve_tokens = c.tiers;
       std::sort(curve_tokens.begin(), curve_tokens.end());
       std::optional<Routing> recorded;
-      if (specs[c.model].is_moe() && !o.predict_only) recorded = recorded_routing(existing.sweeps, c.model_name, curve_tokens, n);
+      if (specs[c.model].is_moe() && !o.routing_from.empty()) {
+        if (!routing_source) routing_source = std::make_unique<ExistingResults>(read_results(o.routing_from));
+        recorded = recorded_routing(routing_source->sweeps, c.model_name, curve_tokens, n);
+        if (!recorded)
+          fail(o.routing_from, ": no sweep record holds ", c.model_name, "'s routing measured on ", n,
+               " tokens for this experiment's tiers: give the results file of a sweep of this experiment");
+      }
+      if (specs[c.model].is_moe() && !o.predict_only && !recorded)
+        recorded = recorded_routing(existing.sweeps, c.model_name, curve_tokens, n);
       if (recorded) {
-        log_info(c.model_name, ": routing as measured by an earlier call of ", o.out_path);
+        log_info(c.model_name, ": routing as measured by an earlier call of ",
+                 o.routing_from.empty() ? o.out_path : o.routing_from);
         routing[c.model] = *recorded;
       } else if (specs[c.model].is_moe() && !o.predict_only) {
         const auto t0 = Clock::now();
@@ -561,6 +573,35 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
   if (o.device == "emu")
     std::fprintf(stderr, "  device emu: the emulated device runs on the CPU; its timings are not GPU numbers\n");
   for (const auto& d : res.dropped) log_info("dropped ", d);
+  if (o.predict_only && !o.out_path.empty()) {  // one prediction record per row, a new file
+    ResultsWriter pred(o.out_path);
+    const std::string rev = build_git_rev();
+    for (const auto& p : plans)
+      for (const auto& r : p.rows) {
+        json j{{"record", "prediction"},
+               {"config_id", p.config.config_id},
+               {"experiment", e.name},
+               {"model", p.config.model_name},
+               {"budget", p.config.budget_text},
+               {"ctx", p.config.ctx},
+               {"threads", p.config.threads},
+               {"pcie_cap", p.config.pcie_cap_text},
+               {"tier", r.tier},
+               {"schedule", schedule_name(r.schedule)},
+               {"candidate", schedule_is_candidate(r.schedule)},
+               {"feasible", r.feasible},
+               {"predicted_ms", r.feasible ? json(r.predicted_ms) : json(nullptr)},
+               {"plan_signature", r.plan_signature.empty() ? json(nullptr) : json(r.plan_signature)},
+               {"chosen", r.chosen},
+               {"planner_choice", r.planner_choice},
+               {"hardware", p.machine},
+               {"profile_hash", config_profile[p.config.config_id]},
+               {"git_rev", rev}};
+        pred.append(j);
+        ++res.rows_written;
+      }
+    std::fprintf(stderr, "%d predictions written to %s\n", res.rows_written, o.out_path.c_str());
+  }
   if (o.predict_only || rows_left == 0) {
     res.complete = rows_left == 0;
     res.elapsed_seconds = seconds_since(t_start);

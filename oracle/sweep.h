@@ -22,13 +22,19 @@
 namespace shardwise {
 
 struct SweepOptions {
-  std::string out_path;        // the JSONL file (not needed with predict_only)
+  std::string out_path;        // the JSONL file; with predict_only (optional) one prediction per row
+  // MoE models: plan with the routing recorded in this results file's sweep records (a study's own
+  // measurement), instead of measuring it again (needed with predict_only to re-predict a study).
+  std::string routing_from;
   bool resume = false;         // continue an existing file, skipping rows present
   int shard_index = 0;         // --shard i/n: this process runs configurations with index % n == i
   int shard_count = 1;
   double max_minutes = 0;      // stop cleanly between rows once the next would end past this; 0 = none
   std::string device = "emu";  // "cuda" or "emu" (the emulated device: timings are not GPU numbers)
-  bool predict_only = false;   // plan and print the predicted running time; run nothing
+  // Plan and print the predicted running time; run nothing. With out_path: write one "prediction"
+  // record per row (the row's keys without measurements) — a study's rows re-predicted by this
+  // binary's cost model (scripts/analysis/repredict.py compares them with the study's measurements).
+  bool predict_only = false;
   bool progress = true;        // progress bar with ETA on stderr
   // The machine check made before this call (cli: microbench's check_machine against the
   // experiment's profile), as JSON text; recorded in the sweep's header record. Empty: none made.

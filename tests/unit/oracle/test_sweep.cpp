@@ -307,12 +307,15 @@ TEST_CASE("sweep: refuses to mix experiments or revisions in one file and --pred
   c = run({"sweep", other, "--device", "emu", "--out", out, "--resume", "--no-progress"});
   CHECK(c.rc == 1);
   CHECK_THAT(c.err, Contains("different experiment"));
-  // Predict: the plan-based running time, no file.
+  // Predict: the plan-based running time, nothing run; an --out that exists is refused (it writes a
+  // new file of predictions: the next test case).
   const std::string none = test::temp_path("never.jsonl");
-  c = run({"sweep", smoke_yaml(), "--device", "emu", "--predict", "--out", none});
+  c = run({"sweep", smoke_yaml(), "--device", "emu", "--predict"});
   CHECK(c.rc == 0);
   CHECK_THAT(c.err, Contains("predicted running time"));
-  CHECK(test::read_file(none).empty());
+  c = run({"sweep", smoke_yaml(), "--device", "emu", "--predict", "--out", out});
+  CHECK(c.rc == 1);
+  CHECK_THAT(c.err, Contains(out + " exists"));
   // Field errors reach the user as one line naming the file and field.
   const std::string bad = test::temp_path("bad.yaml");
   test::write_file(bad, "name: x\nhardware: cli3\nmodels: [\"synthetic:tiny_llama\"]\nbudgets: [4Q]\nctx: [64]\nthreads: [1]\n"
@@ -326,4 +329,51 @@ TEST_CASE("sweep: refuses to mix experiments or revisions in one file and --pred
   c = run({"report", test::temp_path("missing.jsonl"), "--out", test::temp_path("r")});
   CHECK(c.rc == 1);
   CHECK_THAT(c.err, Contains("no such file"));
+}
+
+TEST_CASE("sweep: --predict --out re-predicts a study's rows with the routing it recorded", "[oracle][sweep]") {
+  // An MoE model: its plans depend on the routing the sweep measures on the weights at its start.
+  const std::string yaml = test::temp_path("repredict.yaml");
+  test::write_file(yaml, "name: repredict\nhardware: cli3\nmodels:\n  - name: smoke_moe\n    weights: \"synthetic:" + repo_root() +
+                             "/experiments/models/smoke_moe.yaml?dtype=q8_0&seed=1\"\n"
+                             "budgets: [\"70%\"]\nctx: [64]\nthreads: [1]\npcie_caps: [none, 16GB/s]\ntiers: [1, 16]\n"
+                             "measure: {warmup: 1, min_repeats: 2, max_repeats: 3, row_seconds: 0.05, expensive_repeats: 1}\n");
+  const std::string study = test::temp_path("repredict_study.jsonl"), pred = test::temp_path("repredict_pred.jsonl");
+  std::remove(study.c_str());
+  std::remove(pred.c_str());
+  const json s = summary(run({"sweep", yaml, "--device", "emu", "--out", study, "--no-progress"}));
+  REQUIRE(s["complete"] == true);
+  const Rows rows = read_rows(study);
+  REQUIRE(rows.sweeps.size() == 1);
+  REQUIRE(rows.sweeps[0]["routing"].contains("smoke_moe"));
+  Child c = run({"sweep", yaml, "--device", "emu", "--predict", "--routing-from", study, "--out", pred});
+  INFO(c.err);
+  REQUIRE(c.rc == 0);
+  CHECK_THAT(c.err, Contains("smoke_moe: routing as measured by an earlier call of " + study));
+  std::map<std::tuple<std::string, int64_t, std::string>, json> by_key;
+  std::ifstream in(pred);
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line);
+    CHECK(j["record"] == "prediction");
+    CHECK(j.value("measured_ms", json()).is_null());
+    by_key[{j["config_id"].get<std::string>(), j["tier"].get<int64_t>(), j["schedule"].get<std::string>()}] = j;
+  }
+  REQUIRE(by_key.size() == rows.rows.size());  // every row of the experiment, once
+  // The same binary with the same routing predicts every row exactly as the sweep did.
+  int predicted = 0;
+  for (const json& r : rows.rows) {
+    const auto it = by_key.find({r["config_id"].get<std::string>(), r["tier"].get<int64_t>(), r["schedule"].get<std::string>()});
+    REQUIRE(it != by_key.end());
+    CHECK(it->second["plan_signature"] == r["plan_signature"]);
+    CHECK(it->second["planner_choice"] == r["planner_choice"]);
+    CHECK(it->second["feasible"] == r["feasible"]);
+    if (!r["predicted_ms"].is_number()) continue;
+    CHECK(it->second["predicted_ms"].get<double>() == Approx(r["predicted_ms"].get<double>()).epsilon(1e-12));
+    ++predicted;
+  }
+  CHECK(predicted > 0);
+  // A file that recorded no routing for the MoE model: one line naming it and the model.
+  c = run({"sweep", yaml, "--device", "emu", "--predict", "--routing-from", pred, "--out", test::temp_path("repredict_2.jsonl")});
+  CHECK(c.rc == 1);
+  CHECK_THAT(c.err, Contains(pred + ": no sweep record holds smoke_moe's routing"));
 }
