@@ -414,6 +414,8 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
 
   // Existing rows (resume) and the checks that keep one file to one experiment and one revision.
   ExistingResults existing;
+  if (!o.routing_from.empty() && !std::ifstream(o.routing_from).good())
+    fail(o.routing_from, ": no such file (--routing-from: a results file of `shardwise sweep` of this experiment)");
   if (o.predict_only && !o.out_path.empty() && std::ifstream(o.out_path).good())
     fail(o.out_path, " exists: --predict writes a new file of predictions, choose another --out");
   if (!o.predict_only) {

@@ -26,12 +26,15 @@
 #   session.sh OUT peers-study MODEL PREVIOUS.jsonl
 #                            the peer protocol of MODEL (executor_bench.sh MODEL -> protocol.tgz), then the
 #                            planner-accuracy study continued from PREVIOUS for the call's remaining minutes
+#   session.sh OUT probes    measured timelines beside the simulated ones (timeline_probe.sh) of the split decode
+#                            steps study v11 under-predicted and of qwen30b's 512-token GPU-only step, ~4 min
+#                            -> probe.tgz (experiments/results/executor/timelines_probe_<rev>/)
 #   session.sh OUT cpu       the CPU decode GEMVs and MoE block (shardwise_bench_cpu, 1 and 16 threads) at
 #                            each weight prefetch distance (SHARDWISE_GEMV_PREFETCH), ~2 min, then the GPU
 #                            suite -> cpu_prefetch.tgz
 set -uo pipefail
-out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|peers-study [MODEL] [PREVIOUS.jsonl]}
-stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|peers-study [MODEL] [PREVIOUS.jsonl]}
+out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|peers-study [MODEL] [PREVIOUS.jsonl]}
+stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|peers-study [MODEL] [PREVIOUS.jsonl]}
 mkdir -p "$out"
 root=/tmp/shardwise-bundle
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
@@ -123,6 +126,16 @@ case $stage in
     tar -C "$out" -czf "$out/protocol.tgz" protocol && rm -rf "$out/protocol"
     left=$(( 570 - ($(date +%s) - t0) ))
     [ "$left" -gt 90 ] && bash scripts/gpu/oracle_study.sh "$out/study" "${4:?previous rows}" "$(awk "BEGIN {print ($left - 40) / 60}")"
+    ;;
+  probes)  # study v11's split decode rows (Dynamic under-predicted 11-20%: c = 7 of 8 under a 16 GB/s cap,
+            # c = 1 with one thread, the 1K/4G peer cell) and the qwen30b 512-token GPU-only step (15-21% slower
+            # than in v10 at the same prediction): measured timelines next to the simulated ones
+    q="synthetic:qwen30b?dtype=q4_0&seed=1"
+    timeout 250 bash scripts/gpu/timeline_probe.sh "$out" "$q 2G 4096 16 16GB/s dynamic" "$q 2G 4096 1 none dynamic" \
+      "$q 4G 1024 16 none dynamic" "$q 4G 1024 16 none static"
+    mv "$out/probe.tgz" "$out/probe_split.tgz"
+    BATCH=512 PROMPT=1024 timeout 150 bash scripts/gpu/timeline_probe.sh "$out" "$q 4G 4096 16 none gpu-only"
+    mv "$out/probe.tgz" "$out/probe_prefill.tgz"
     ;;
   cpu)  # weight prefetch distance of the CPU GEMV kernels (kernels_avx2.cpp): decode GEMVs from DRAM and the
         # MoE decode block at 1 and 16 threads, each distance in its own process (0 = no software prefetch)

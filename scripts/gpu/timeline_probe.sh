@@ -7,15 +7,16 @@
 # tokens, the first 4 plan runs recorded (the prefill step, then decode steps). BATCH=64 cuts the
 # prompt into steps of 64 tokens (`run --batch`): the recorded runs are then four 64-token steps (the
 # study's 64-token rows, e.g. qwen30b GPU-only under-predicted ~25%: results/moe_prefill_cpu_eb86ed1/).
+# PROMPT=N sets the prompt's length (256; with BATCH=512, PROMPT=1024 records 512-token steps).
 set -uo pipefail
 out=${1:?usage: timeline_probe.sh OUT "MODEL BUDGET CTX THREADS CAP SCHEDULE" ...}
 shift
 source "$(dirname "$0")/bundle_env.sh"
 mkdir -p "$out/probe"
-toks=$(python3 -c "import random; random.seed(256); print(','.join(str(random.randrange(3, 32000)) for _ in range(256)))")
+toks=$(python3 -c "import random; random.seed(256); print(','.join(str(random.randrange(3, 32000)) for _ in range(${PROMPT:-256})))")
 for cfg in "$@"; do
   read -r model budget ctx threads cap sched <<< "$cfg"
-  name=$(echo "${model#synthetic:}_${budget}_${ctx}_t${threads}_${cap}_${sched}${BATCH:+_b$BATCH}" | tr -c 'A-Za-z0-9_.\n-' '_')
+  name=$(echo "${model#synthetic:}_${budget}_${ctx}_t${threads}_${cap}_${sched}${BATCH:+_b$BATCH}${PROMPT:+_p$PROMPT}" | tr -c 'A-Za-z0-9_.\n-' '_')
   echo "== $name"
   timeout 120 "$bin" run --model "$model" --tokens "$toks" -n 8 --greedy --threads "$threads" --ctx "$ctx" \
     --device cuda --vram-budget "$budget" --pcie-cap "$cap" --schedule "$sched" --profile "$profile" --json \

@@ -376,4 +376,8 @@ TEST_CASE("sweep: --predict --out re-predicts a study's rows with the routing it
   c = run({"sweep", yaml, "--device", "emu", "--predict", "--routing-from", pred, "--out", test::temp_path("repredict_2.jsonl")});
   CHECK(c.rc == 1);
   CHECK_THAT(c.err, Contains(pred + ": no sweep record holds smoke_moe's routing"));
+  const std::string missing = test::temp_path("repredict_missing.jsonl");
+  c = run({"sweep", yaml, "--device", "emu", "--predict", "--routing-from", missing});
+  CHECK(c.rc == 1);
+  CHECK_THAT(c.err, Contains(missing + ": no such file"));
 }
