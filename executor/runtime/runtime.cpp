@@ -381,6 +381,34 @@ void Runtime::validate_plan(const Plan& p) const {
                " bytes of LM head rows do not fit a stream slot of the plan");
     }
   }
+  // An MoE layer split between CPU and GPU: one CPU share, one GPU share and one partial copied up, all of
+  // the same c, as its experts' copy (else experts would be computed twice or not at all).
+  struct Split {
+    int cpu = 0, gpu = 0, partial = 0;
+  };
+  std::vector<Split> splits(static_cast<size_t>(L));
+  for (const Action& a : p.actions) {
+    if (a.layer < 0 || a.layer >= L) continue;
+    Split& sp = splits[static_cast<size_t>(a.layer)];
+    sp.cpu += a.part == ComputePart::MoeCpuShare;
+    sp.gpu += a.part == ComputePart::MoeGpuShare;
+    sp.partial += a.payload == Payload::MoePartial;
+  }
+  for (int64_t l = 0; l < L; ++l) {
+    const Split& sp = splits[static_cast<size_t>(l)];
+    if (sp.cpu + sp.gpu + sp.partial == 0) continue;
+    SW_CHECK(sp.cpu == 1 && sp.gpu == 1 && sp.partial == 1, where, ": layer ", l, " splits its experts with ", sp.cpu,
+             " CPU share(s), ", sp.gpu, " GPU share(s) and ", sp.partial, " partial copy(ies): a split layer has one of each");
+    int c = -1;
+    bool same = true;
+    for (const Action& a : p.actions)
+      if (a.layer == l && a.shard >= 0 && a.shard < n_shards && shards_.at(a.shard).kind == ShardKind::Ffn &&
+          (a.part == ComputePart::MoeCpuShare || a.part == ComputePart::MoeGpuShare || a.kind == ActionKind::CopyWeights)) {
+        if (c < 0) c = a.cpu_experts;
+        same = same && a.cpu_experts == c;
+      }
+    SW_CHECK(same, where, ": layer ", l, "'s shares and expert copy name different cpu_experts: they must split the same way");
+  }
 }
 
 void Runtime::check_region(const uint8_t* p, uint64_t bytes, const char* what) const {

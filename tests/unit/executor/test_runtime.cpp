@@ -506,6 +506,28 @@ TEST_CASE("runtime: an MoE layer's experts split between CPU and GPU (Dynamic) m
   RuntimeOptions o;
   o.schedule = Schedule::Dynamic;
   CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, bad, o), Contains("cpu_experts 2 must be 1 .. 1"));
+  // A split layer whose CPU share is gone (run whole instead: its experts would be computed twice), or
+  // whose expert copy brings every routed expert while the shares split them, is refused at load.
+  bad = table;
+  for (auto& t : bad.tiers)
+    for (auto& p : t.candidates)
+      for (auto& a : p.actions)
+        if (a.part == ComputePart::MoeCpuShare) {
+          a.part = ComputePart::Full;
+          a.cpu_experts = 0;
+        }
+  CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, bad, o), Contains("0 CPU share(s), 1 GPU share(s) and 1 partial copy(ies)"));
+  bad = table;
+  int copies = 0;
+  for (auto& t : bad.tiers)
+    for (auto& p : t.candidates)
+      for (auto& a : p.actions)
+        if (a.kind == ActionKind::CopyWeights && a.cpu_experts > 0) {
+          a.cpu_experts = 0;
+          ++copies;
+        }
+  REQUIRE(copies > 0);  // the premise: some split layer's experts are copied
+  CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, bad, o), Contains("name different cpu_experts"));
 }
 
 TEST_CASE("runtime: switching schedules between steps keeps every step exact (the oracle's one set-up)", "[runtime]") {
