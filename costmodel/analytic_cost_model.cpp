@@ -199,6 +199,7 @@ class CpuScaledCostModel : public CostModel {
   double pcie_gbps(Direction dir) const override { return base_.pcie_gbps(dir); }
   double copy_slowdown(Direction dir, double cpu_dram_gbps) const override { return base_.copy_slowdown(dir, cpu_dram_gbps); }
   double sync_ms() const override { return base_.sync_ms(); }
+  double copy_issue_ms() const override { return base_.copy_issue_ms(); }
   int max_threads() const override { return base_.max_threads(); }
   uint64_t vram_bytes() const override { return base_.vram_bytes(); }
   std::string describe() const override { return str_cat(base_.describe(), ", CPU x", factor_); }

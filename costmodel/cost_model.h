@@ -88,6 +88,10 @@ class CostModel {
     return 1.0;
   }
   virtual double sync_ms() const = 0;  // one host-device synchronisation
+  // Host time to enqueue one weight copy (under this model's PCIe cap, a paced one): an MoE layer's
+  // expert copies are issued by the host thread once their routing is known, before it can compute.
+  // 0 where the machine's numbers do not say.
+  virtual double copy_issue_ms() const { return 0; }
   virtual int max_threads() const = 0;
   virtual uint64_t vram_bytes() const = 0;
   virtual std::string describe() const = 0;  // machine name + source of the numbers

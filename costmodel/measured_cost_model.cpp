@@ -202,6 +202,7 @@ class MeasuredCostModel : public CostModel {
  public:
   MeasuredCostModel(const ProfileDB& db, const MeasuredOptions& o)
       : origin_(db.origin.empty() ? std::string("(unnamed)") : db.origin), has_gpu_(db.has_gpu()), sync_ms_(db.sync_ms),
+        issue_ms_(db.copy_issue_ms), paced_issue_ms_(db.paced_copy_issue_ms),
         cap_gbps_(o.pcie_cap_bytes_per_s / 1e9), vram_(db.machine.vram_bytes) {
     if (!(o.pcie_cap_bytes_per_s >= 0) || !std::isfinite(o.pcie_cap_bytes_per_s)) fail("PCIe cap must not be negative");
     for (int t : db.threads) max_threads_ = std::max(max_threads_, t);
@@ -339,6 +340,10 @@ class MeasuredCostModel : public CostModel {
   double sync_ms() const override {
     if (!has_gpu_) return gpu_fallback().sync_ms();
     return sync_ms_;
+  }
+  double copy_issue_ms() const override {
+    if (!has_gpu_) return gpu_fallback().copy_issue_ms();
+    return cap_gbps_ > 0 ? paced_issue_ms_ : issue_ms_;
   }
   int max_threads() const override { return max_threads_; }
   uint64_t vram_bytes() const override { return vram_; }
@@ -618,6 +623,7 @@ class MeasuredCostModel : public CostModel {
   std::string origin_;
   bool has_gpu_;
   double sync_ms_;
+  double issue_ms_, paced_issue_ms_;  // ProfileDB copy_issue_ms, paced_copy_issue_ms
   double cap_gbps_;
   uint64_t vram_;
   double uncapped_gbps_[2] = {0, 0};  // pinned, by direction

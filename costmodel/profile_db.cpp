@@ -129,6 +129,8 @@ std::string canonical_json(const ProfileDB& db, bool with_created) {
   settings["pcie_caps_gbps"] = caps;
   settings["sync_ms"] = round4(db.sync_ms);
   settings["launch_ms"] = round4(db.launch_ms);
+  if (db.copy_issue_ms > 0) settings["copy_issue_ms"] = round4(db.copy_issue_ms);  // (absent: not measured)
+  if (db.paced_copy_issue_ms > 0) settings["paced_copy_issue_ms"] = round4(db.paced_copy_issue_ms);
   std::string s = settings.dump();
   text += ",\n\"machine\":" + m.dump() + ",\n" + s.substr(1, s.size() - 2);
 
@@ -450,7 +452,7 @@ ProfileDB profile_from_json(const std::string& text, const std::string& origin) 
           "): re-run `shardwise profile` with this build");
   r.check_keys(root, "",
                {"format", "version", "device", "created", "git_rev", "quick", "machine", "threads", "pcie_caps_gbps",
-                "sync_ms", "launch_ms", "ops", "transfers", "dram", "fits"});
+                "sync_ms", "launch_ms", "copy_issue_ms", "paced_copy_issue_ms", "ops", "transfers", "dram", "fits"});
 
   ProfileDB db;
   db.origin = origin;
@@ -491,6 +493,12 @@ ProfileDB profile_from_json(const std::string& text, const std::string& origin) 
   }
   db.sync_ms = r.number(r.get(root, "sync_ms", ""), "sync_ms", 0, kMaxMs);
   db.launch_ms = r.number(r.get(root, "launch_ms", ""), "launch_ms", 0, kMaxMs);
+  for (auto [key, value] : {std::pair<const char*, double*>{"copy_issue_ms", &db.copy_issue_ms},
+                            std::pair<const char*, double*>{"paced_copy_issue_ms", &db.paced_copy_issue_ms}})
+    if (root.contains(key)) {  // optional: profiles measured before it have none
+      *value = r.number(root.at(key), key, 0, kMaxMs);
+      if (!db.has_gpu() && *value > 0) r.bad(key, "a copy's issue time in a profile whose device is cpu");
+    }
 
   const json& ops = r.array(r.get(root, "ops", ""), "ops");
   for (size_t i = 0; i < ops.size(); ++i) read_op_group(r, ops[i], "ops[" + std::to_string(i) + "]", db);

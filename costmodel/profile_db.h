@@ -117,6 +117,11 @@ struct ProfileDB {
   std::vector<double> pcie_caps_gbps;  // the PCIe caps measured (0 = none)
   double sync_ms = 0;               // one host-device synchronisation (GPU profiles)
   double launch_ms = 0;             // one empty kernel launch (GPU profiles)
+  // Host time to enqueue one pinned 1 MiB host-to-device copy through the executor's copy path, in a
+  // burst, uncapped and under a PCIe cap (each paced copy also launches its pacing kernel): what the
+  // host spends issuing an MoE layer's expert copies once their routing is known. GPU profiles; 0 = not
+  // measured (profiles before it), the cost model then charges nothing.
+  double copy_issue_ms = 0, paced_copy_issue_ms = 0;
   std::vector<OpSample> ops;
   std::vector<TransferSample> transfers;
   std::vector<DramSample> dram;

@@ -139,6 +139,24 @@ class CudaBench final : public GpuBench {
     return ms_since(t0) / count;
   }
 
+  double copy_issue_ms(double cap, int count) override {
+    const uint64_t bytes = 1ull << 20;
+    ensure_copy_device(bytes * static_cast<uint64_t>(count));
+    dev_->set_pcie_cap(cap);
+    dev_->synchronize();
+    uint8_t* host = static_cast<uint8_t*>(pinned_.data());
+    uint8_t* dev = static_cast<uint8_t*>(arena_);
+    const auto t0 = Clock::now();
+    for (int i = 0; i < count; ++i) {
+      const uint64_t off = static_cast<uint64_t>(i) * bytes;
+      dev_->copy_h2d(dev + off, host + off, bytes);
+    }
+    const double ms = ms_since(t0) / count;
+    dev_->synchronize();
+    dev_->set_pcie_cap(0);
+    return ms;
+  }
+
   void start_copy_traffic() override {
     if (traffic_.joinable()) fail("profile: copy traffic already running");
     const uint64_t chunk = 256ull << 20;

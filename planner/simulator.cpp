@@ -168,6 +168,7 @@ double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const
     if (acts[i].resource == Resource::H2DAct) copies[2].push_back(i);
     if (acts[i].resource == Resource::Cpu && acts[i].kind == ActionKind::Compute) cpu_work.push_back(i);
   }
+  const double issue_ms = cost.copy_issue_ms();
   double makespan = 0;
   for (int pass = 0; pass < std::max(1, passes); ++pass) {
     if (pass > 0) {
@@ -197,10 +198,19 @@ double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const
     makespan = 0;
     for (size_t i = 0; i < n; ++i) {
       Action& a = acts[i];
-      double start = free_at[static_cast<int>(a.resource)];
+      double ready = 0;
       for (int d : a.deps) {
         SW_CHECK(d >= 0 && d < a.id, "simulate: action ", a.id, " depends on a later action ", d);
-        start = std::max(start, acts[static_cast<size_t>(d)].end_ms);
+        ready = std::max(ready, acts[static_cast<size_t>(d)].end_ms);
+      }
+      double start = std::max(free_at[static_cast<int>(a.resource)], ready);
+      if (issue_ms > 0 && a.kind == ActionKind::CopyWeights && a.copies > 1) {
+        // A routed MoE layer's expert copies: the host thread enqueues them itself once their routing
+        // is known (and it is done with the CPU work before), computing nothing meanwhile; the first
+        // copy starts after its own enqueue (runtime.cpp's issue order).
+        const double host = std::max(free_at[static_cast<int>(Resource::Cpu)], ready);
+        free_at[static_cast<int>(Resource::Cpu)] = host + a.copies * issue_ms;
+        start = std::max(start, host + issue_ms);
       }
       a.start_ms = start;
       a.end_ms = start + dur[i];

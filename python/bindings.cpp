@@ -90,6 +90,8 @@ py::dict profile_dict(const std::string& path) {
   d["pcie_caps_gbps"] = db.pcie_caps_gbps;
   d["sync_ms"] = db.sync_ms;
   d["launch_ms"] = db.launch_ms;
+  d["copy_issue_ms"] = db.copy_issue_ms;
+  d["paced_copy_issue_ms"] = db.paced_copy_issue_ms;
   py::dict counts;
   int64_t cpu = 0, gpu = 0, contention = 0;
   py::list ops;

@@ -293,6 +293,23 @@ TEST_CASE("profile db: the JSON round trip is lossless and the full GPU-machine 
   changed.machine.gpu_name = "Other GPU";
   CHECK(profile_hash(changed) != profile_hash(back));
 
+  // A copy's issue time: absent from a profile that did not measure it (its text and hash as before),
+  // written and read back where measured, and what the cost model charges per copy (paced under a cap).
+  CHECK(back.copy_issue_ms == 0);
+  CHECK(text.find("copy_issue_ms") == std::string::npos);
+  ProfileDB issued = back;
+  issued.copy_issue_ms = 0.0018;
+  issued.paced_copy_issue_ms = 0.0045;
+  const ProfileDB issued_back = profile_from_json(profile_to_json(issued), "p.json");
+  CHECK(issued_back.copy_issue_ms == Approx(0.0018));
+  CHECK(issued_back.paced_copy_issue_ms == Approx(0.0045));
+  CHECK(profile_hash(issued) != profile_hash(back));
+  MeasuredOptions mo;
+  CHECK(make_measured_cost_model(issued_back, mo)->copy_issue_ms() == Approx(0.0018));
+  mo.pcie_cap_bytes_per_s = 16e9;
+  CHECK(make_measured_cost_model(issued_back, mo)->copy_issue_ms() == Approx(0.0045));
+  CHECK(make_measured_cost_model(back, mo)->copy_issue_ms() == 0);
+
   // Saved atomically (no temporary left behind) and loaded back.
   const std::string dir = temp_dir();
   const std::string path = dir + "/machine.profile.json";
@@ -355,6 +372,8 @@ TEST_CASE("profile db: bad files give one clear line naming the file and the fie
   expect(edited([](nlohmann::json& j) { j["threads"] = nlohmann::json::array({16, 1}); }), {"field threads[1]", "ascending"});
   expect(edited([](nlohmann::json& j) { j["extra"] = 1; }), {"field extra: unknown field"});
   expect(edited([](nlohmann::json& j) { j["sync_ms"] = std::numeric_limits<double>::infinity(); }), {"field sync_ms"});
+  expect(edited([](nlohmann::json& j) { j["copy_issue_ms"] = -1; }), {"field copy_issue_ms"});
+  expect(edited([](nlohmann::json& j) { j["paced_copy_issue_ms"] = "fast"; }), {"field paced_copy_issue_ms"});
   // A quantised matmul whose width is not whole blocks would break the byte arithmetic later.
   expect(edited([](nlohmann::json& j) {
            for (auto& g : j["ops"])

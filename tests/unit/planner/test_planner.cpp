@@ -498,10 +498,12 @@ TEST_CASE("a table of baselines alone picks among them (run --schedule layer-spl
 
 namespace {
 // A machine like `base` but for its copies: `beside_cpu` times slower while CPU work reads DRAM beside
-// them, and bursts of copies (the routed experts) `burst` times their bytes as one copy.
+// them, bursts of copies (the routed experts) `burst` times their bytes as one copy, and (issue_ms >= 0)
+// that much host time to enqueue each.
 class SlowerCopies : public CostModel {
  public:
-  SlowerCopies(const CostModel& base, double beside_cpu, double burst) : base_(base), beside_cpu_(beside_cpu), burst_(burst) {}
+  SlowerCopies(const CostModel& base, double beside_cpu, double burst, double issue_ms = -1)
+      : base_(base), beside_cpu_(beside_cpu), burst_(burst), issue_ms_(issue_ms) {}
   double op_ms(const Op& op, const ExecEnv& env) const override { return base_.op_ms(op, env); }
   double transfer_ms(uint64_t bytes, Direction dir, bool pinned) const override { return base_.transfer_ms(bytes, dir, pinned); }
   double transfer_burst_ms(uint64_t bytes, int copies, Direction dir) const override {
@@ -510,15 +512,55 @@ class SlowerCopies : public CostModel {
   double pcie_gbps(Direction dir) const override { return base_.pcie_gbps(dir); }
   double copy_slowdown(Direction, double cpu_dram_gbps) const override { return cpu_dram_gbps > 0 ? beside_cpu_ : 1.0; }
   double sync_ms() const override { return base_.sync_ms(); }
+  double copy_issue_ms() const override { return issue_ms_ >= 0 ? issue_ms_ : base_.copy_issue_ms(); }
   int max_threads() const override { return base_.max_threads(); }
   uint64_t vram_bytes() const override { return base_.vram_bytes(); }
   std::string describe() const override { return base_.describe(); }
 
  private:
   const CostModel& base_;
-  double beside_cpu_, burst_;
+  double beside_cpu_, burst_, issue_ms_;
 };
 }  // namespace
+
+TEST_CASE("simulation: the host enqueues a routed MoE layer's expert copies before its CPU share", "[planner][simulate]") {
+  // runtime.cpp's issue order: once a layer's routing is on the host, the host thread enqueues the GPU
+  // share's expert copies (one call each), then computes the CPU share.
+  const ModelSpec spec = builtin_spec("qwen30b");
+  auto base = make_analytic_cost_model(builtin_hardware("h200-host"));
+  PlannerConfig cfg = config(4 * GiB, 4096, 16);
+  cfg.tiers = {1};
+  const ShardSet S = make_shards(spec, cfg.ctx, cfg.kv_dtype);
+  const PlanTable t = build_plan_table(spec, *base, cfg);
+  const Plan* dy = t.find_tier(1)->find(Schedule::Dynamic);
+  REQUIRE(dy->feasible);
+  StepShape step;
+  step.tokens = 1;
+  step.keys = cfg.ctx;
+  step.threads = cfg.threads;
+  const double issue = 0.01;  // 10 us a copy: large, to see it
+  const SlowerCopies issuing(*base, 1.0, 1.0, issue), free_issue(*base, 1.0, 1.0, 0.0);
+  Plan with = *dy, without = *dy;
+  const double t_with = simulate(with, spec, S, issuing, step), t_without = simulate(without, spec, S, free_issue, step);
+  int shares = 0;
+  for (const Action& a : with.actions) {
+    if (a.part != ComputePart::MoeCpuShare) continue;
+    const Action* copy = nullptr;
+    for (const Action& b : with.actions)
+      if (b.kind == ActionKind::CopyWeights && b.layer == a.layer) copy = &b;
+    REQUIRE(copy != nullptr);
+    double routed = 0;  // when the copy's dependencies (the routing) were done
+    for (int d : copy->deps) routed = std::max(routed, with.actions[static_cast<size_t>(d)].end_ms);
+    CHECK(copy->copies > 1);
+    CHECK(a.start_ms >= routed + copy->copies * issue - 1e-9);
+    CHECK(copy->start_ms >= routed + issue - 1e-9);
+    ++shares;
+  }
+  CHECK(shares > 0);
+  CHECK(t_with > t_without);
+  // With no issue time the schedule is the planner's own.
+  CHECK(t_without == Approx(dy->predicted_ms).epsilon(1e-9));
+}
 
 TEST_CASE("simulation: copies beside CPU work take the cost model's slowdown", "[planner][simulate]") {
   const ModelSpec spec = builtin_spec("nemo8b");
