@@ -29,12 +29,15 @@
 #   session.sh OUT probes    measured timelines beside the simulated ones (timeline_probe.sh) of the split decode
 #                            steps study v11 under-predicted and of qwen30b's 512-token GPU-only step, ~4 min
 #                            -> probe.tgz (experiments/results/executor/timelines_probe_<rev>/)
+#   session.sh OUT ab        this bundle's shardwise against an older one (build-gpu/shardwise_<rev>.xz from
+#                            scripts/gpu/old_binary.sh REV, carried too), alternating: qwen30b's 512-token
+#                            GPU-only prefill and the 1K/4G decode, ~3 min -> ab.tgz
 #   session.sh OUT cpu       the CPU decode GEMVs and MoE block (shardwise_bench_cpu, 1 and 16 threads) at
 #                            each weight prefetch distance (SHARDWISE_GEMV_PREFETCH), ~2 min, then the GPU
 #                            suite -> cpu_prefetch.tgz
 set -uo pipefail
-out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|peers-study [MODEL] [PREVIOUS.jsonl]}
-stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|peers-study [MODEL] [PREVIOUS.jsonl]}
+out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|peers-study [MODEL] [PREVIOUS.jsonl]}
+stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|peers-study [MODEL] [PREVIOUS.jsonl]}
 mkdir -p "$out"
 root=/tmp/shardwise-bundle
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
@@ -136,6 +139,15 @@ case $stage in
     mv "$out/probe.tgz" "$out/probe_split.tgz"
     BATCH=512 PROMPT=1024 timeout 150 bash scripts/gpu/timeline_probe.sh "$out" "$q 4G 4096 16 none gpu-only"
     mv "$out/probe.tgz" "$out/probe_prefill.tgz"
+    ;;
+  ab)  # is qwen30b's 512-token GPU-only step slower with these binaries than with the older ones (study v11)?
+    old=$(ls build-gpu/shardwise_*.xz 2>/dev/null | head -1)
+    [ -n "$old" ] || { echo "no build-gpu/shardwise_<rev>.xz: scripts/gpu/old_binary.sh REV, then carry it"; exit 2; }
+    q="--model synthetic:qwen30b?dtype=q4_0&seed=1 --threads 16"
+    # Both plan from one profile the older binary can read (run_9c7d304's: no copy-issue fields).
+    PROFILE=experiments/results/profile/run_9c7d304/h200-host.profile.json timeout 520 bash scripts/gpu/ab_binaries.sh "$out/ab" "$old" \
+      "$q --vram-budget 4G --ctx 4096 --schedule gpu-only --batch 512" "$q --vram-budget 4G --ctx 1024"
+    tar -C "$out" -czf "$out/ab.tgz" ab && rm -rf "$out/ab"
     ;;
   cpu)  # weight prefetch distance of the CPU GEMV kernels (kernels_avx2.cpp): decode GEMVs from DRAM and the
         # MoE decode block at 1 and 16 threads, each distance in its own process (0 = no software prefetch)
