@@ -27,7 +27,7 @@ const std::vector<std::string> kTopKeys = {"name",   "description", "hardware", 
                                            "budgets", "ctx",        "threads",  "pcie_caps", "tiers",
                                            "schedules", "kv_dtype", "token_seed", "measure", "filters", "exclude"};
 const std::vector<std::string> kMeasureKeys = {"warmup",     "min_repeats", "max_repeats",      "target_spread",
-                                               "row_seconds", "expensive_repeats", "max_step_ms"};
+                                               "row_seconds", "expensive_repeats", "max_step_ms", "rounds"};
 const std::vector<std::string> kFilterKeys = {"budget_below_model", "plannable"};
 const std::vector<std::string> kRuleKeys = {"model", "budget", "ctx", "threads", "pcie_cap", "tier", "schedule"};
 
@@ -360,6 +360,7 @@ Experiment parse_experiment_text(const std::string& text, const std::string& pat
     if (m["expensive_repeats"])
       s.expensive_repeats = static_cast<int>(as_int(c, m["expensive_repeats"], "measure.expensive_repeats", 1, 1000));
     if (m["max_step_ms"]) s.max_step_ms = as_double(c, m["max_step_ms"], "measure.max_step_ms", 0, 1e9);
+    if (m["rounds"]) s.rounds = static_cast<int>(as_int(c, m["rounds"], "measure.rounds", 1, 10));
     if (s.max_repeats < s.min_repeats)
       c.fail_at("measure.max_repeats", s.max_repeats, " is below measure.min_repeats (", s.min_repeats, ")");
     if (s.expensive_repeats > s.min_repeats)
@@ -458,6 +459,7 @@ std::string Experiment::effective_json() const {
                   {"row_seconds", measure.row_seconds},
                   {"expensive_repeats", measure.expensive_repeats},
                   {"max_step_ms", measure.max_step_ms}};
+  if (measure.rounds != 1) j["measure"]["rounds"] = measure.rounds;  // (absent: one, as before it existed)
   j["filters"] = {{"budget_below_model", filters.budget_below_model}, {"plannable", filters.plannable}};
   nlohmann::ordered_json ex = nlohmann::ordered_json::array();
   for (const auto& r : exclude) {

@@ -48,6 +48,12 @@ struct MeasureSettings {
   double row_seconds = 2.0;
   int expensive_repeats = 2;
   double max_step_ms = 0;
+  // The candidate schedules of a configuration are measured in this many rounds (gpu-only, static,
+  // dynamic, then again ...), each with its share of the repeats (and its own warm-up), and a row's
+  // figures are over all its rounds: the machine's drift over the configuration's seconds then falls on
+  // every candidate alike instead of on whichever ran last (16-thread CPU decode moved up to 15% between
+  // two measurements of one plan seconds apart: planner_accuracy_v11). Baselines run once.
+  int rounds = 1;
 };
 
 // Drops configurations (or single rows): the rule matches when every field it names matches one of

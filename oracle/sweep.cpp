@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -269,7 +270,39 @@ struct Measurement {
   std::vector<double> warmup_ms, samples_ms;
   double median_ms = 0, spread_ms = 0;
   int64_t plan_tier = 0, chunk_tokens = 0, chunks = 0;
+  // Another round's measurement of the same row: its samples join these, the figures are over all.
+  void add(const Measurement& m) {
+    warmup_ms.insert(warmup_ms.end(), m.warmup_ms.begin(), m.warmup_ms.end());
+    samples_ms.insert(samples_ms.end(), m.samples_ms.begin(), m.samples_ms.end());
+    median_ms = median_of(samples_ms);
+    spread_ms = iqr_of(samples_ms);
+    plan_tier = m.plan_tier;
+    chunk_tokens = m.chunk_tokens;
+    chunks = m.chunks;
+  }
 };
+
+// Rounds a row is measured in: measure.rounds for a candidate whose repeats are not cut by row_seconds
+// (an expensive step, already measured only a few times, is measured once: another round would cost
+// another warm-up step), else one.
+int row_rounds(const MeasureSettings& m, const RowPlan& r) {
+  if (!schedule_is_candidate(r.schedule) || m.rounds <= 1) return 1;
+  return planned_repeats(m, r.predicted_ms) >= m.min_repeats ? m.rounds : 1;
+}
+
+// One round's share of a row's measurement: its repeats, its seconds (each round warms up itself:
+// switching schedules re-uploads what the plans pin).
+MeasureSettings round_share(const MeasureSettings& m, int rounds) {
+  if (rounds <= 1) return m;
+  auto part = [rounds](int n) { return std::max(1, (n + rounds - 1) / rounds); };
+  MeasureSettings r = m;
+  r.min_repeats = part(m.min_repeats);
+  r.max_repeats = std::max(r.min_repeats, part(m.max_repeats));
+  r.expensive_repeats = std::min(r.min_repeats, part(m.expensive_repeats));
+  r.row_seconds = m.row_seconds / rounds;
+  r.rounds = 1;
+  return r;
+}
 
 // One step of `tier` new tokens over a cache filled to ctx: set_n_past(ctx - tier), then step.
 Measurement measure_row(Runtime& rt, int64_t ctx, int64_t tier, const std::vector<int32_t>& tokens, const MeasureSettings& m,
@@ -554,11 +587,13 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
         setup_s += setup_seconds(p);
         if (o.probe_machine) probe_total_s += kProbeSeconds;
       }
+      // A candidate runs in measure.rounds rounds, each warming up after its schedule's uploads.
+      const int rounds = row_rounds(e.measure, r);
       if (!runtime_counted[r.schedule]) {
         runtime_counted[r.schedule] = true;
-        setup_s += upload_seconds(p, r);
+        setup_s += (schedule_is_candidate(r.schedule) ? std::max(1, e.measure.rounds) : 1) * upload_seconds(p, r);
       }
-      steps_s += predicted_row_seconds(e.measure, r.predicted_ms);
+      steps_s += rounds * predicted_row_seconds(round_share(e.measure, rounds), r.predicted_ms);
     }
   }
   for (const auto& m : model_needed) load_s += static_cast<double>(specs[m.first].total_bytes()) / kLoadBytesPerS;
@@ -775,11 +810,27 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
     std::unique_ptr<Runtime> rt;
     std::string setup_error;
     double setup_ms = 0;
-    for (Schedule s : c.schedules) {
+    // Passes over the schedules: the candidates measure.rounds times, each of their rows in its rounds
+    // (row_rounds) with its share of the repeats, then the baselines once. A row is written after its
+    // last round (a call stopped in between measures it again on --resume).
+    struct Pass {
+      Schedule schedule;
+      int round;
+    };
+    std::vector<Pass> passes;
+    for (int k = 0; k < std::max(1, e.measure.rounds); ++k)
+      for (Schedule s : c.schedules)
+        if (schedule_is_candidate(s)) passes.push_back({s, k});
+    for (Schedule s : c.schedules)
+      if (!schedule_is_candidate(s)) passes.push_back({s, 0});
+    std::map<const RowPlan*, Measurement> earlier;  // rows' measurements of the rounds before
+    std::set<const RowPlan*> written;
+    for (const Pass& pass : passes) {
+      const Schedule s = pass.schedule;
       std::string schedule_error;
       std::vector<const RowPlan*> rows;
       for (const RowPlan* r : todo)
-        if (r->schedule == s) rows.push_back(r);
+        if (r->schedule == s && !written.count(r) && pass.round < row_rounds(e.measure, *r)) rows.push_back(r);
       if (rows.empty()) continue;
       std::vector<const RowPlan*> runnable;
       for (const RowPlan* r : rows) {
@@ -791,9 +842,12 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
         j["status"] = !r->feasible ? "infeasible" : "skipped";
         j["reason"] = r->reason;
         write_row(j);
+        written.insert(r);
       }
       if (runnable.empty() || res.stopped_by_time) continue;
-      const double first_row_s = upload_seconds(p, *runnable.front()) + predicted_row_seconds(e.measure, runnable.front()->predicted_ms);
+      const RowPlan& first = *runnable.front();
+      const double first_row_s =
+          upload_seconds(p, first) + predicted_row_seconds(round_share(e.measure, row_rounds(e.measure, first)), first.predicted_ms);
       if (out_of_time((device ? 0.0 : setup_seconds(p)) + first_row_s)) break;
 
       // One device and one runtime for the configuration, set up for its first schedule with rows to
@@ -844,7 +898,10 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
       std::vector<float> logits(static_cast<size_t>(model.source->spec().vocab_size));
       for (size_t i = 0; i < runnable.size(); ++i) {
         const RowPlan* r = runnable[i];
-        const double predicted_s = predicted_row_seconds(e.measure, r->predicted_ms);
+        const int r_rounds = row_rounds(e.measure, *r);
+        const bool last_round = pass.round == r_rounds - 1;
+        const MeasureSettings ms = round_share(e.measure, r_rounds);
+        const double predicted_s = predicted_row_seconds(ms, r->predicted_ms);
         if (i > 0 && out_of_time(predicted_s)) break;
         json j = base_row(p, *r);
         j["machine_slowdown"] = machine_slowdown > 0 ? json(machine_slowdown) : json(nullptr);
@@ -855,40 +912,50 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
               j["predicted_ms_at_probe"] = repredict(*pl, model.source->spec(), *at_probe, at_probe_cfg);
         j["setup_ms"] = setup_ms;
         j["model_load_ms"] = model.load_ms;
+        j["rounds"] = r_rounds;
         const auto t_row = Clock::now();
+        bool write = true;
         if (!setup_error.empty() || !schedule_error.empty()) {
           j["status"] = "error";
           j["reason"] = setup_error.empty() ? schedule_error : setup_error;
         } else {
           try {
             const auto tokens = step_tokens(r->tier, model.source->spec().vocab_size, e.token_seed);
-            const Measurement m = measure_row(*rt, c.ctx, r->tier, tokens, e.measure, logits);
-            const RuntimeMemory mem = rt->memory();
-            j["status"] = "measured";
-            j["reason"] = "";
-            j["measured_ms"] = m.median_ms;
-            j["measured_spread_ms"] = m.spread_ms;
-            j["measured_min_ms"] = *std::min_element(m.samples_ms.begin(), m.samples_ms.end());
-            j["measured_max_ms"] = *std::max_element(m.samples_ms.begin(), m.samples_ms.end());
-            j["samples_ms"] = m.samples_ms;
-            j["warmup_ms"] = m.warmup_ms;
-            j["repeats"] = m.samples_ms.size();
-            j["plan_tier"] = m.plan_tier;
-            j["chunk_tokens"] = m.chunk_tokens;
-            j["chunks"] = m.chunks;
-            j["arena_peak_bytes"] = mem.arena_peak_bytes;
-            j["device_peak_bytes"] = mem.device_peak_bytes;
-            j["context_bytes"] = mem.context_bytes;
-            j["uploaded_bytes"] = mem.uploaded_bytes;
-            if (m.plan_tier != r->tier)
-              log_warn(c.config_id, ": ", schedule_name(s), " at tier ", r->tier, " ran the plan of tier ", m.plan_tier);
-            ++res.rows_measured;
+            Measurement& m = earlier[r];
+            m.add(measure_row(*rt, c.ctx, r->tier, tokens, ms, logits));
+            write = last_round;
+            if (write) {
+              const RuntimeMemory mem = rt->memory();
+              j["status"] = "measured";
+              j["reason"] = "";
+              j["measured_ms"] = m.median_ms;
+              j["measured_spread_ms"] = m.spread_ms;
+              j["measured_min_ms"] = *std::min_element(m.samples_ms.begin(), m.samples_ms.end());
+              j["measured_max_ms"] = *std::max_element(m.samples_ms.begin(), m.samples_ms.end());
+              j["samples_ms"] = m.samples_ms;
+              j["warmup_ms"] = m.warmup_ms;
+              j["repeats"] = m.samples_ms.size();
+              j["plan_tier"] = m.plan_tier;
+              j["chunk_tokens"] = m.chunk_tokens;
+              j["chunks"] = m.chunks;
+              j["arena_peak_bytes"] = mem.arena_peak_bytes;
+              j["device_peak_bytes"] = mem.device_peak_bytes;
+              j["context_bytes"] = mem.context_bytes;
+              j["uploaded_bytes"] = mem.uploaded_bytes;
+              if (m.plan_tier != r->tier)
+                log_warn(c.config_id, ": ", schedule_name(s), " at tier ", r->tier, " ran the plan of tier ", m.plan_tier);
+              ++res.rows_measured;
+            }
           } catch (const std::exception& err) {
             j["status"] = "error";
             j["reason"] = err.what();
+            write = true;
           }
         }
-        write_row(j);
+        if (write) {
+          write_row(j);
+          written.insert(r);
+        }
         did_work = true;
         done_predicted_s += predicted_s;
         done_actual_s += seconds_since(t_row);

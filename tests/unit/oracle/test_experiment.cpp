@@ -80,6 +80,13 @@ TEST_CASE("experiment: a valid file parses with defaults filled in", "[oracle]")
   CHECK(e.hash() != parse(with("tiers", "[1, 4]")).hash());
   // The effective config is JSON with every field.
   CHECK_THAT(e.effective_json(), Contains("\"max_step_ms\""));
+  // Measurement rounds: one unless given; one round written as before rounds existed (same hash).
+  CHECK(e.measure.rounds == 1);
+  CHECK_THAT(e.effective_json(), !Contains("rounds"));
+  const Experiment two = parse(with("measure", "{rounds: 2}"));
+  CHECK(two.measure.rounds == 2);
+  CHECK(two.hash() != parse(with("measure", "{rounds: 1}")).hash());
+  CHECK(parse(with("measure", "{rounds: 1}")).hash() == parse(with("measure", "{warmup: 1}")).hash());
 }
 
 TEST_CASE("experiment: every field error names the file and the field", "[oracle]") {
@@ -105,6 +112,7 @@ TEST_CASE("experiment: every field error names the file and the field", "[oracle
       {with("measure", "{min_repeats: 5, max_repeats: 3}"), "measure.max_repeats", "below"},
       {with("measure", "{warmup: -1}"), "measure.warmup", "out of range"},
       {with("measure", "{repeats: 3}"), "measure.repeats", "unknown field"},
+      {with("measure", "{rounds: 0}"), "measure.rounds", "out of range"},
       {with("filters", "{budget_below_model: maybe}"), "filters.budget_below_model", "true or false"},
       {with("exclude", "[{model: c}]"), "exclude[0].model", "not one of the models"},
       {with("exclude", "[{budget: 3M}]"), "exclude[0].budget", "not one of the budgets"},

@@ -381,3 +381,39 @@ TEST_CASE("sweep: --predict --out re-predicts a study's rows with the routing it
   CHECK(c.rc == 1);
   CHECK_THAT(c.err, Contains(missing + ": no such file"));
 }
+
+TEST_CASE("sweep: measure.rounds measures the candidates round by round, each row over all its rounds", "[oracle][sweep]") {
+  const std::string yaml = small_yaml("rounds", "schedules: [gpu-only, static, dynamic, layer-split]\n");
+  std::string y = test::read_file(yaml);
+  const std::string m = "measure: {warmup: 1, min_repeats: 2, max_repeats: 3, row_seconds: 0.05, expensive_repeats: 1}";
+  const size_t at = y.find(m);
+  REQUIRE(at != std::string::npos);
+  y.replace(at, m.size(), "measure: {warmup: 1, min_repeats: 4, max_repeats: 4, row_seconds: 10, expensive_repeats: 1, rounds: 2}");
+  const std::string b = "budgets: [\"70%\", 10M]";
+  REQUIRE(y.find(b) != std::string::npos);
+  y.replace(y.find(b), b.size(), "budgets: [15M]");  // where the layer-split baseline fits
+  test::write_file(yaml, y);
+  const std::string out = test::temp_path("rounds.jsonl");
+  std::remove(out.c_str());
+  const json s = summary(run({"sweep", yaml, "--device", "emu", "--out", out, "--no-progress"}));
+  REQUIRE(s["complete"] == true);
+  const Rows rows = read_rows(out);
+  CHECK(no_duplicates(rows));
+  int candidates = 0, baselines = 0;
+  for (const json& r : rows.rows) {
+    if (r["status"] != "measured") continue;
+    const bool candidate = r["candidate"].get<bool>();
+    INFO(r["schedule"] << " tier " << r["tier"]);
+    // Candidates: two rounds of 2 repeats (4 / 2), each after its own warm-up step; baselines: one of 4.
+    CHECK(r["rounds"] == (candidate ? 2 : 1));
+    CHECK(r["warmup_ms"].size() == (candidate ? 2u : 1u));
+    CHECK(r["samples_ms"].size() == 4u);
+    CHECK(r["repeats"] == 4);
+    std::vector<double> v = r["samples_ms"].get<std::vector<double>>();
+    std::sort(v.begin(), v.end());
+    CHECK(r["measured_ms"].get<double>() == Approx((v[1] + v[2]) / 2));  // the median of all rounds' samples
+    (candidate ? candidates : baselines) += 1;
+  }
+  CHECK(candidates > 0);
+  CHECK(baselines > 0);
+}
