@@ -9,7 +9,9 @@
 // Each model is loaded once per sweep; every configuration is re-planned; one Device and one
 // Runtime per configuration, switched from schedule to schedule (Runtime::set_schedule) and destroyed
 // after: a configuration's candidates are measured in one set-up (rows' setup_ms is that set-up's,
-// device_peak_bytes the peak since it; arena_peak_bytes and uploaded_bytes are the schedule's own).
+// device_peak_bytes the peak since it; arena_peak_bytes and uploaded_bytes are the schedule's own),
+// in measure.rounds rounds (the candidates one after the other, then again; a row's figures over all
+// its rounds), the baselines after them once.
 #pragma once
 
 #include <cstdint>
