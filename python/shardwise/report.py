@@ -150,6 +150,10 @@ def build_report(df, out_dir, title=None):
     if "hardware" in df.columns:
         w(f"- cost model: {uniq('hardware')}; profile hash: {uniq('profile_hash')}")
     w(f"- git revision: {uniq('git_rev')}")
+    if "rounds" in df.columns and (df["rounds"].dropna() > 1).any():
+        many = df[df["rounds"] > 1]
+        w(f"- measured in rounds: {len(many)} candidate rows in {int(many['rounds'].max())} rounds each (a configuration's "
+          "candidates one after the other, then again; each row's figures over all its rounds), the others once")
     if df.attrs.get("bad_lines") or df.attrs.get("duplicates"):
         w(f"- {df.attrs.get('bad_lines', 0)} torn/unparsable line(s) skipped, {df.attrs.get('duplicates', 0)} duplicate row(s) dropped")
     if sweeps:

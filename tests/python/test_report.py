@@ -113,3 +113,17 @@ def test_report_says_what_the_machines_drift_leaves_of_a_missed_error_target(tmp
     md = open(build_report(load_results(p), str(tmp_path / "r"))).read()
     assert "| median per-schedule error (worst candidate) | 25.0% | ≤ 10% | **no** |" in md
     assert "the worst candidate's median error is 3.6% (dynamic, 2 rows)" in md  # 3.1% and 4.2%: median 3.6%
+
+
+def test_report_says_which_rows_were_measured_in_rounds(tmp_path):
+    from conftest import row
+    rows = [row("D", 1, "gpu-only", 100, 100, 0.5, chosen=True, rounds=2),
+            row("D", 1, "static", 90, 120, 0.5, rounds=2),
+            row("D", 1, "layer-split", 200, 210, 0.5, rounds=1)]
+    p = tmp_path / "rep.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    md = open(build_report(load_results(p), str(tmp_path / "r"))).read()
+    assert "measured in rounds: 2 candidate rows in 2 rounds each" in md
+    # Rows of one round (or of binaries before rounds existed): nothing said.
+    p.write_text("".join(json.dumps(r) + "\n" for r in [row("D", 1, "gpu-only", 100, 100, 0.5, chosen=True)]))
+    assert "measured in rounds" not in open(build_report(load_results(p), str(tmp_path / "s"))).read()
