@@ -122,18 +122,32 @@ struct Routing {
   int64_t measured_on = 0;  // the step tokens it was measured on
 };
 
-// The routing an earlier call of this results file recorded for a model (same weights and tokens: the
-// experiment hash is checked before), if it was measured on the same token counts.
+// The routing an earlier call of this results file (`path`) recorded for a model (same weights and
+// tokens: the experiment hash is checked before), if it was measured on the same token counts. A count
+// no routing of this model can have (n tokens touch between top_k and min(experts, n·top_k) distinct
+// experts) is refused: the file is not this model's, or was edited.
 std::optional<Routing> recorded_routing(const std::vector<json>& sweeps, const std::string& model,
-                                        const std::vector<int64_t>& tokens, int64_t measured_on) {
+                                        const std::vector<int64_t>& tokens, int64_t measured_on, const ModelSpec& spec,
+                                        const std::string& path) {
   for (auto it = sweeps.rbegin(); it != sweeps.rend(); ++it) {
+    Routing got;
     try {  // a header of another shape (an older binary, an edited file) is passed over
       const json& r = it->at("routing").at(model);
       if (r.at("measured_on_tokens").get<int64_t>() != measured_on) continue;
-      Routing got{r.at("tokens").get<std::vector<int64_t>>(), r.at("experts").get<std::vector<double>>(), measured_on};
-      if (got.tokens == tokens && got.experts.size() == tokens.size()) return got;
+      got = Routing{r.at("tokens").get<std::vector<int64_t>>(), r.at("experts").get<std::vector<double>>(), measured_on};
     } catch (const std::exception&) {
+      continue;
     }
+    if (got.tokens != tokens || got.experts.size() != tokens.size()) continue;
+    const int64_t k = std::min(spec.num_experts_per_tok, spec.num_experts);
+    for (size_t i = 0; i < got.tokens.size(); ++i) {
+      const double most = static_cast<double>(std::min<int64_t>(spec.num_experts, got.tokens[i] * k));
+      SW_CHECK(std::isfinite(got.experts[i]) && got.experts[i] >= static_cast<double>(k) - 1e-9 && got.experts[i] <= most + 1e-9,
+               path, ": the routing recorded for ", model, " has ", got.experts[i], " distinct experts per layer at ",
+               got.tokens[i], " tokens, which no routing of this model has (", k, " .. ", most,
+               "): give the results file of a sweep of this experiment");
+    }
+    return got;
   }
   return std::nullopt;
 }
@@ -502,13 +516,13 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
       std::optional<Routing> recorded;
       if (specs[c.model].is_moe() && !o.routing_from.empty()) {
         if (!routing_source) routing_source = std::make_unique<ExistingResults>(read_results(o.routing_from));
-        recorded = recorded_routing(routing_source->sweeps, c.model_name, curve_tokens, n);
+        recorded = recorded_routing(routing_source->sweeps, c.model_name, curve_tokens, n, specs[c.model], o.routing_from);
         if (!recorded)
           fail(o.routing_from, ": no sweep record holds ", c.model_name, "'s routing measured on ", n,
                " tokens for this experiment's tiers: give the results file of a sweep of this experiment");
       }
       if (specs[c.model].is_moe() && !o.predict_only && !recorded)
-        recorded = recorded_routing(existing.sweeps, c.model_name, curve_tokens, n);
+        recorded = recorded_routing(existing.sweeps, c.model_name, curve_tokens, n, specs[c.model], o.out_path);
       if (recorded) {
         log_info(c.model_name, ": routing as measured by an earlier call of ",
                  o.routing_from.empty() ? o.out_path : o.routing_from);

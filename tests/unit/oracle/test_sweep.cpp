@@ -376,6 +376,21 @@ TEST_CASE("sweep: --predict --out re-predicts a study's rows with the routing it
   c = run({"sweep", yaml, "--device", "emu", "--predict", "--routing-from", pred, "--out", test::temp_path("repredict_2.jsonl")});
   CHECK(c.rc == 1);
   CHECK_THAT(c.err, Contains(pred + ": no sweep record holds smoke_moe's routing"));
+  // A recorded routing no routing of the model can have (more distinct experts than it has): one line.
+  {
+    std::string text = test::read_file(study);
+    const size_t r = text.find("\"experts\":[");
+    REQUIRE(r != std::string::npos);
+    text.insert(r + std::string("\"experts\":[").size(), "1e300,");
+    const size_t close = text.find(']', r + 13 + 6);
+    const size_t comma = text.rfind(',', close);
+    text.erase(comma, close - comma);  // as many counts as before: the first now 1e300
+    const std::string edited = test::temp_path("repredict_edited.jsonl");
+    test::write_file(edited, text);
+    c = run({"sweep", yaml, "--device", "emu", "--predict", "--routing-from", edited});
+    CHECK(c.rc == 1);
+    CHECK_THAT(c.err, Contains(edited + ": the routing recorded for smoke_moe has 1e+300 distinct experts"));
+  }
   const std::string missing = test::temp_path("repredict_missing.jsonl");
   c = run({"sweep", yaml, "--device", "emu", "--predict", "--routing-from", missing});
   CHECK(c.rc == 1);
