@@ -127,11 +127,18 @@ struct Routing {
 // no routing of this model can have (n tokens touch between top_k and min(experts, n·top_k) distinct
 // experts) is refused: the file is not this model's, or was edited.
 std::optional<Routing> recorded_routing(const std::vector<json>& sweeps, const std::string& model,
-                                        const std::vector<int64_t>& tokens, int64_t measured_on, const ModelSpec& spec,
-                                        const std::string& path) {
+                                        const std::string& weights, uint64_t token_seed, const std::vector<int64_t>& tokens,
+                                        int64_t measured_on, const ModelSpec& spec, const std::string& path) {
   for (auto it = sweeps.rbegin(); it != sweeps.rend(); ++it) {
     Routing got;
     try {  // a header of another shape (an older binary, an edited file) is passed over
+      // Measured on the same weights and tokens (another experiment may name other weights alike).
+      const json& cfg = it->at("effective_config");
+      if (cfg.at("token_seed").get<uint64_t>() != token_seed) continue;
+      bool same_weights = false;
+      for (const json& m : cfg.at("models"))
+        same_weights = same_weights || (m.at("name").get<std::string>() == model && m.at("weights").get<std::string>() == weights);
+      if (!same_weights) continue;
       const json& r = it->at("routing").at(model);
       if (r.at("measured_on_tokens").get<int64_t>() != measured_on) continue;
       got = Routing{r.at("tokens").get<std::vector<int64_t>>(), r.at("experts").get<std::vector<double>>(), measured_on};
@@ -516,13 +523,15 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
       std::optional<Routing> recorded;
       if (specs[c.model].is_moe() && !o.routing_from.empty()) {
         if (!routing_source) routing_source = std::make_unique<ExistingResults>(read_results(o.routing_from));
-        recorded = recorded_routing(routing_source->sweeps, c.model_name, curve_tokens, n, specs[c.model], o.routing_from);
+        recorded = recorded_routing(routing_source->sweeps, c.model_name, c.weights, e.token_seed, curve_tokens, n, specs[c.model],
+                                    o.routing_from);
         if (!recorded)
           fail(o.routing_from, ": no sweep record holds ", c.model_name, "'s routing measured on ", n,
-               " tokens for this experiment's tiers: give the results file of a sweep of this experiment");
+               " tokens of token_seed ", e.token_seed, " for this experiment's tiers and weights (", c.weights,
+               "): give the results file of a sweep of this experiment");
       }
       if (specs[c.model].is_moe() && !o.predict_only && !recorded)
-        recorded = recorded_routing(existing.sweeps, c.model_name, curve_tokens, n, specs[c.model], o.out_path);
+        recorded = recorded_routing(existing.sweeps, c.model_name, c.weights, e.token_seed, curve_tokens, n, specs[c.model], o.out_path);
       if (recorded) {
         log_info(c.model_name, ": routing as measured by an earlier call of ",
                  o.routing_from.empty() ? o.out_path : o.routing_from);

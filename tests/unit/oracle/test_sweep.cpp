@@ -391,6 +391,19 @@ TEST_CASE("sweep: --predict --out re-predicts a study's rows with the routing it
     CHECK(c.rc == 1);
     CHECK_THAT(c.err, Contains(edited + ": the routing recorded for smoke_moe has 1e+300 distinct experts"));
   }
+  // The same model name with other weights (seed 2): the study's routing is not theirs.
+  {
+    std::string other = test::read_file(yaml);
+    const size_t at = other.find("seed=1");
+    REQUIRE(at != std::string::npos);
+    other.replace(at, 6, "seed=2");
+    const std::string other_yaml = test::temp_path("repredict_seed2.yaml");
+    test::write_file(other_yaml, other);
+    c = run({"sweep", other_yaml, "--device", "emu", "--predict", "--routing-from", study});
+    CHECK(c.rc == 1);
+    CHECK_THAT(c.err, Contains(study + ": no sweep record holds smoke_moe's routing"));
+    CHECK_THAT(c.err, Contains("seed=2"));
+  }
   const std::string missing = test::temp_path("repredict_missing.jsonl");
   c = run({"sweep", yaml, "--device", "emu", "--predict", "--routing-from", missing});
   CHECK(c.rc == 1);
