@@ -5,8 +5,11 @@
 // contention): the simulation is repeated with each CPU action's bandwidth lowered by the copy
 // traffic that overlapped it in the previous pass, and each copy slowed by the CPU's DRAM reads
 // beside it (CostModel::copy_slowdown); the two host-to-device queues (weights; activations and
-// staged KV caches) share the link, each copy slowed by the other queue's traffic beside it. The timeline is also written as a Chrome trace, so a predicted and a measured timeline can
-// be laid side by side.
+// staged KV caches) share the link, each copy slowed by the other queue's traffic beside it. The CPU
+// resource is also the host thread that enqueues device work: a routed MoE layer's expert copies take it
+// CostModel::copy_issue_ms per copy once their routing is known, before its next CPU action. A split
+// MoE layer's shares each cost the block's fixed part once plus their experts' part. The timeline is also
+// written as a Chrome trace, so a predicted and a measured timeline can be laid side by side.
 #pragma once
 
 #include <string>
