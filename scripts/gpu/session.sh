@@ -32,12 +32,13 @@
 #   session.sh OUT ab        this bundle's shardwise against an older one (build-gpu/shardwise_<rev>.xz from
 #                            scripts/gpu/old_binary.sh REV, carried too), alternating: qwen30b's 512-token
 #                            GPU-only prefill and the 1K/4G decode, ~3 min -> ab.tgz
+#   session.sh OUT diagnose  probes, then ab in the minutes left
 #   session.sh OUT cpu       the CPU decode GEMVs and MoE block (shardwise_bench_cpu, 1 and 16 threads) at
 #                            each weight prefetch distance (SHARDWISE_GEMV_PREFETCH), ~2 min, then the GPU
 #                            suite -> cpu_prefetch.tgz
 set -uo pipefail
-out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|peers-study [MODEL] [PREVIOUS.jsonl]}
-stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|peers-study [MODEL] [PREVIOUS.jsonl]}
+out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|peers-study [MODEL] [PREVIOUS.jsonl]}
+stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|peers-study [MODEL] [PREVIOUS.jsonl]}
 mkdir -p "$out"
 root=/tmp/shardwise-bundle
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
@@ -139,6 +140,11 @@ case $stage in
     mv "$out/probe.tgz" "$out/probe_split.tgz"
     BATCH=512 PROMPT=1024 timeout 150 bash scripts/gpu/timeline_probe.sh "$out" "$q 4G 4096 16 none gpu-only"
     mv "$out/probe.tgz" "$out/probe_prefill.tgz"
+    ;;
+  diagnose)  # probes, then ab with the minutes left (one call instead of two)
+    bash "$0" "$out" probes
+    left=$(( 570 - ($(date +%s) - t0) ))
+    if [ "$left" -gt 150 ]; then timeout "$left" bash "$0" "$out" ab; else echo "== ab skipped: ${left} s left"; fi
     ;;
   ab)  # is qwen30b's 512-token GPU-only step slower with these binaries than with the older ones (study v11)?
     old=$(ls build-gpu/shardwise_*.xz 2>/dev/null | head -1)
