@@ -16,32 +16,6 @@ double ops_ms(const std::vector<Op>& ops, const CostModel& cost, const ExecEnv& 
   return t;
 }
 
-// The ops of every compute kind of one step, built once per simulation (shapes do not depend on
-// the layer), so that timing an action is arithmetic only.
-struct StepOps {
-  std::vector<Op> embed, attn_pre, attn_pre_gpu, attn_core, attn_post, ffn, output, output_norm, output_head;
-  Op share_add;  // a split MoE layer's GPU share adds the CPU's partial: one f32 add over the step's rows
-  StepOps(const ModelSpec& spec, const ShardSet& shards, const StepShape& step) {
-    share_add.kind = OpKind::Elementwise;
-    share_add.dtype = DType::F32;
-    share_add.tokens = step.tokens;
-    share_add.elems = step.tokens * spec.hidden_size;
-    embed = embed_ops(spec, step.tokens);
-    const int layer = shards.n_layers > 0 ? 0 : -1;
-    if (layer >= 0) {
-      AttentionOps a = attention_ops(spec, shards, layer, step.tokens, step.keys, step.kv_dtype);
-      attn_pre = std::move(a.pre);
-      attn_pre_gpu = std::move(a.pre_gpu);
-      attn_core = std::move(a.core);
-      attn_post = std::move(a.post);
-      ffn = ffn_ops(spec, shards, layer, step.tokens, step.active_experts);
-    }
-    output = output_ops(spec, shards);
-    output_norm = {output.front()};
-    output_head = {output.back()};
-  }
-};
-
 // The part of an MoE block's time that does not grow with its experts (launches or the pool's dispatch,
 // the norm, the routing tables, the combine): from the block's times at 1 and 4 tokens, whose experts
 // each carry about one token, T(n) = a + d(n)·b for d(n) distinct experts gives a = T1 - d1·b with
@@ -60,6 +34,41 @@ double moe_fixed_ms(const Op& moe, const CostModel& cost, const ExecEnv& env) {
   if (!std::isfinite(b) || !std::isfinite(t1)) return 0;
   return std::clamp(t1 - d1 * b, 0.0, t1);
 }
+
+// The ops of every compute kind of one step, built once per simulation (shapes do not depend on
+// the layer), so that timing an action is arithmetic only.
+struct StepOps {
+  std::vector<Op> embed, attn_pre, attn_pre_gpu, attn_core, attn_post, ffn, output, output_norm, output_head;
+  Op share_add;  // a split MoE layer's GPU share adds the CPU's partial: one f32 add over the step's rows
+  double moe_fixed[2] = {0, 0};  // moe_fixed_ms of the step's MoE block on the CPU, on the GPU (alone)
+  StepOps(const ModelSpec& spec, const ShardSet& shards, const StepShape& step, const CostModel& cost) {
+    share_add.kind = OpKind::Elementwise;
+    share_add.dtype = DType::F32;
+    share_add.tokens = step.tokens;
+    share_add.elems = step.tokens * spec.hidden_size;
+    embed = embed_ops(spec, step.tokens);
+    const int layer = shards.n_layers > 0 ? 0 : -1;
+    if (layer >= 0) {
+      AttentionOps a = attention_ops(spec, shards, layer, step.tokens, step.keys, step.kv_dtype);
+      attn_pre = std::move(a.pre);
+      attn_pre_gpu = std::move(a.pre_gpu);
+      attn_core = std::move(a.core);
+      attn_post = std::move(a.post);
+      ffn = ffn_ops(spec, shards, layer, step.tokens, step.active_experts);
+    }
+    output = output_ops(spec, shards);
+    output_norm = {output.front()};
+    output_head = {output.back()};
+    for (const Op& op : ffn)
+      if (op.kind == OpKind::MoeExperts)
+        for (Backend b : {Backend::Cpu, Backend::Gpu}) {
+          ExecEnv env;
+          env.backend = b;
+          env.threads = step.threads;
+          moe_fixed[b == Backend::Gpu] = moe_fixed_ms(op, cost, env);
+        }
+  }
+};
 
 double timed(const Action& a, const StepOps& ops, const ShardSet& shards, const CostModel& cost, const StepShape& step,
              double concurrent) {
@@ -93,11 +102,11 @@ double timed(const Action& a, const StepOps& ops, const ShardSet& shards, const 
       return 0;
     }
     case ShardKind::Ffn: {
-      const double all = ops_ms(ops.ffn, cost, env);
-      if (a.part != ComputePart::MoeCpuShare && a.part != ComputePart::MoeGpuShare) return all;
+      if (a.part != ComputePart::MoeCpuShare && a.part != ComputePart::MoeGpuShare) return ops_ms(ops.ffn, cost, env);
       // A share of an MoE layer split between CPU and GPU: the block's fixed part whole (each share runs
-      // the block's kernels or loops once) and its part of the experts' work (one token's k experts are
-      // k equal sets of three matmuls); the GPU's share also adds the CPU's partial.
+      // the block's kernels or loops once; launches and dispatch, timed without contention) and its part
+      // of the experts' work (one token's k experts are k equal sets of three matmuls); the GPU's share
+      // also adds the CPU's partial.
       double t = 0;
       for (const Op& op : ops.ffn) {
         const double whole = cost.op_ms(op, env);
@@ -107,7 +116,7 @@ double timed(const Action& a, const StepOps& ops, const ShardSet& shards, const 
         }
         const double k = std::max<double>(1, static_cast<double>(op.top_k));
         const double c = std::min<double>(a.cpu_experts, k);
-        const double fixed = std::min(whole, moe_fixed_ms(op, cost, env));
+        const double fixed = std::min(whole, ops.moe_fixed[env.backend == Backend::Gpu]);
         t += fixed + (whole - fixed) * (a.part == ComputePart::MoeCpuShare ? c : k - c) / k;
       }
       return a.part == ComputePart::MoeGpuShare ? t + cost.op_ms(ops.share_add, env) : t;
@@ -149,14 +158,14 @@ double busy_fraction(const std::vector<Action>& acts, const std::vector<size_t>&
 
 double action_ms(const Action& a, const ModelSpec& spec, const ShardSet& shards, const CostModel& cost,
                  const StepShape& step, double concurrent) {
-  return timed(a, StepOps(spec, shards, step), shards, cost, step, concurrent);
+  return timed(a, StepOps(spec, shards, step, cost), shards, cost, step, concurrent);
 }
 
 double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const CostModel& cost,
                 const StepShape& step, int passes) {
   std::vector<Action>& acts = plan.actions;
   const size_t n = acts.size();
-  const StepOps ops(spec, shards, step);
+  const StepOps ops(spec, shards, step, cost);
   std::vector<double> dur(n), dur_alone(n);
   std::vector<size_t> cpu_work;
   std::vector<size_t> copies[3];  // per copy queue (weights, activations to the GPU, to the host), in list order = time order
