@@ -384,7 +384,8 @@ void Runtime::validate_plan(const Plan& p) const {
   // An MoE layer split between CPU and GPU: one CPU share, one GPU share and one partial copied up, all of
   // the same c, as its experts' copy (else experts would be computed twice or not at all).
   struct Split {
-    int cpu = 0, gpu = 0, partial = 0;
+    int cpu = 0, gpu = 0, partial = 0, c = -1;  // c: the cpu_experts its shares and expert copy name
+    bool same_c = true;
   };
   std::vector<Split> splits(static_cast<size_t>(L));
   for (const Action& a : p.actions) {
@@ -393,21 +394,18 @@ void Runtime::validate_plan(const Plan& p) const {
     sp.cpu += a.part == ComputePart::MoeCpuShare;
     sp.gpu += a.part == ComputePart::MoeGpuShare;
     sp.partial += a.payload == Payload::MoePartial;
+    const bool names_c = a.part == ComputePart::MoeCpuShare || a.part == ComputePart::MoeGpuShare ||
+                         (a.kind == ActionKind::CopyWeights && a.shard >= 0 && shards_.at(a.shard).kind == ShardKind::Ffn);
+    if (!names_c) continue;
+    if (sp.c < 0) sp.c = a.cpu_experts;
+    sp.same_c = sp.same_c && a.cpu_experts == sp.c;
   }
   for (int64_t l = 0; l < L; ++l) {
     const Split& sp = splits[static_cast<size_t>(l)];
     if (sp.cpu + sp.gpu + sp.partial == 0) continue;
     SW_CHECK(sp.cpu == 1 && sp.gpu == 1 && sp.partial == 1, where, ": layer ", l, " splits its experts with ", sp.cpu,
              " CPU share(s), ", sp.gpu, " GPU share(s) and ", sp.partial, " partial copy(ies): a split layer has one of each");
-    int c = -1;
-    bool same = true;
-    for (const Action& a : p.actions)
-      if (a.layer == l && a.shard >= 0 && a.shard < n_shards && shards_.at(a.shard).kind == ShardKind::Ffn &&
-          (a.part == ComputePart::MoeCpuShare || a.part == ComputePart::MoeGpuShare || a.kind == ActionKind::CopyWeights)) {
-        if (c < 0) c = a.cpu_experts;
-        same = same && a.cpu_experts == c;
-      }
-    SW_CHECK(same, where, ": layer ", l, "'s shares and expert copy name different cpu_experts: they must split the same way");
+    SW_CHECK(sp.same_c, where, ": layer ", l, "'s shares and expert copy name different cpu_experts: they must split the same way");
   }
 }
 
