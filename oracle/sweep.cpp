@@ -452,6 +452,44 @@ std::string machine_fingerprint(const std::string& device) {
   return str_cat(cpu, " x", std::thread::hardware_concurrency(), " | ", gpu);
 }
 
+namespace {
+
+// A row's keys that say what was planned and predicted (the results row and the --predict record share
+// them): its configuration, tier, schedule and the plan's prediction.
+json planned_keys(const Experiment& e, const ConfigPlan& p, const RowPlan& r, const std::string& profile_hash,
+                  const std::string& git_rev) {
+  const Configuration& c = p.config;
+  json j{{"config_id", c.config_id},
+         {"experiment", e.name},
+         {"model", c.model_name},
+         {"weights", c.weights},
+         {"budget", c.budget_text},
+         {"budget_bytes", c.budget_bytes},
+         {"ctx", c.ctx},
+         {"threads", c.threads},
+         {"pcie_cap", c.pcie_cap_text},
+         {"pcie_cap_gbps", c.pcie_cap_bytes_per_s / 1e9},
+         {"tier", r.tier},
+         {"schedule", schedule_name(r.schedule)},
+         {"candidate", schedule_is_candidate(r.schedule)},
+         {"feasible", r.feasible},
+         {"predicted_ms", r.feasible ? json(r.predicted_ms) : json(nullptr)},
+         {"vram_bytes", r.vram_bytes},
+         {"plan_signature", r.plan_signature.empty() ? json(nullptr) : json(r.plan_signature)},
+         {"kv_layers_gpu", r.kv_layers_gpu < 0 ? json(nullptr) : json(r.kv_layers_gpu)},
+         {"chosen", r.chosen},
+         {"planner_choice", r.planner_choice},
+         {"hardware", p.machine},
+         {"profile_hash", profile_hash},
+         {"git_rev", git_rev},
+         {"kv_dtype", e.kv_dtype}};
+  auto ex = p.experts_per_layer.find(r.tier);
+  if (ex != p.experts_per_layer.end()) j["moe_experts_per_layer"] = ex->second;  // what the prediction assumed
+  return j;
+}
+
+}  // namespace
+
 SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
   const auto t_start = Clock::now();
   SweepResult res;
@@ -635,28 +673,10 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
   for (const auto& d : res.dropped) log_info("dropped ", d);
   if (o.predict_only && !o.out_path.empty()) {  // one prediction record per row, a new file
     ResultsWriter pred(o.out_path);
-    const std::string rev = build_git_rev();
     for (const auto& p : plans)
       for (const auto& r : p.rows) {
-        json j{{"record", "prediction"},
-               {"config_id", p.config.config_id},
-               {"experiment", e.name},
-               {"model", p.config.model_name},
-               {"budget", p.config.budget_text},
-               {"ctx", p.config.ctx},
-               {"threads", p.config.threads},
-               {"pcie_cap", p.config.pcie_cap_text},
-               {"tier", r.tier},
-               {"schedule", schedule_name(r.schedule)},
-               {"candidate", schedule_is_candidate(r.schedule)},
-               {"feasible", r.feasible},
-               {"predicted_ms", r.feasible ? json(r.predicted_ms) : json(nullptr)},
-               {"plan_signature", r.plan_signature.empty() ? json(nullptr) : json(r.plan_signature)},
-               {"chosen", r.chosen},
-               {"planner_choice", r.planner_choice},
-               {"hardware", p.machine},
-               {"profile_hash", config_profile[p.config.config_id]},
-               {"git_rev", rev}};
+        json j = planned_keys(e, p, r, config_profile[p.config.config_id], git_rev);
+        j["record"] = "prediction";
         pred.append(j);
         ++res.rows_written;
       }
@@ -721,40 +741,14 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
 
   LoadedModel model;
   auto base_row = [&](const ConfigPlan& p, const RowPlan& r) {
-    const Configuration& c = p.config;
-    json j{{"record", "row"},
-           {"config_id", c.config_id},
-           {"experiment", e.name},
-           {"model", c.model_name},
-           {"weights", c.weights},
-           {"budget", c.budget_text},
-           {"budget_bytes", c.budget_bytes},
-           {"ctx", c.ctx},
-           {"threads", c.threads},
-           {"pcie_cap", c.pcie_cap_text},
-           {"pcie_cap_gbps", c.pcie_cap_bytes_per_s / 1e9},
-           {"tier", r.tier},
-           {"schedule", schedule_name(r.schedule)},
-           {"candidate", schedule_is_candidate(r.schedule)},
-           {"feasible", r.feasible},
-           {"predicted_ms", r.feasible ? json(r.predicted_ms) : json(nullptr)},
-           {"measured_ms", nullptr},
-           {"measured_spread_ms", nullptr},
-           {"vram_bytes", r.vram_bytes},
-           {"plan_signature", r.plan_signature.empty() ? json(nullptr) : json(r.plan_signature)},
-           {"kv_layers_gpu", r.kv_layers_gpu < 0 ? json(nullptr) : json(r.kv_layers_gpu)},
-           {"chosen", r.chosen},
-           {"planner_choice", r.planner_choice},
-           {"machine", machine},
-           {"device", o.device},
-           {"gpu", gpu_name},
-           {"hardware", p.machine},
-           {"profile_hash", config_profile[c.config_id]},
-           {"git_rev", git_rev},
-           {"kv_dtype", e.kv_dtype},
-           {"shard", str_cat(o.shard_index, "/", o.shard_count)}};
-    auto ex = p.experts_per_layer.find(r.tier);
-    if (ex != p.experts_per_layer.end()) j["moe_experts_per_layer"] = ex->second;  // what the prediction assumed
+    json j = planned_keys(e, p, r, config_profile[p.config.config_id], git_rev);
+    j["record"] = "row";
+    j["measured_ms"] = nullptr;
+    j["measured_spread_ms"] = nullptr;
+    j["machine"] = machine;
+    j["device"] = o.device;
+    j["gpu"] = gpu_name;
+    j["shard"] = str_cat(o.shard_index, "/", o.shard_count);
     return j;
   };
   auto write_row = [&](json j) {
