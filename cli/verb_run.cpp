@@ -1,5 +1,7 @@
 // cli/verb_run.cpp — `shardwise run`: generate text or tokens, on the CPU alone or through the plan
 // runtime on a device (CUDA, or the emulated device) under a VRAM budget.
+#include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -45,6 +47,7 @@ struct RunArgs {
   int moe_split = -1;
   std::string timeline;  // --timeline FILE: Chrome trace of the first plan runs, measured and predicted
   int timeline_runs = 4;
+  std::string profiler_runs;  // --profiler-runs A:B: plan runs [A, B) inside the device's profiler range
   // Decode steps of device-resident plans as CUDA graphs: on by default on a device (measured on the
   // GPU machine: whole-model decode +4.5% nemo8b, +8.5% qwen30b); --no-cuda-graphs turns them off.
   bool cuda_graphs = false;     // --cuda-graphs given
@@ -241,6 +244,23 @@ void run_run(RunArgs a) {
     ro.pcie_cap_bytes_per_s = parse_bandwidth(a.pcie_cap, "--pcie-cap");
     if (!a.timeline.empty()) ro.timeline_runs = a.timeline_runs;
     ro.cuda_graphs = !a.no_cuda_graphs;
+    if (!a.profiler_runs.empty()) {
+      const auto colon = a.profiler_runs.find(':');
+      auto parse_int = [](const std::string& t, int64_t* v) {
+        char* e = nullptr;
+        errno = 0;
+        const long long x = std::strtoll(t.c_str(), &e, 10);
+        if (t.empty() || errno != 0 || *e != '\0') return false;
+        *v = x;
+        return true;
+      };
+      int64_t first = -1, end = -1;
+      const bool ok = colon != std::string::npos && parse_int(a.profiler_runs.substr(0, colon), &first) &&
+                      parse_int(a.profiler_runs.substr(colon + 1), &end) && first >= 0 && end > first && end <= 1000000;
+      SW_CHECK(ok, "--profiler-runs '", a.profiler_runs, "': expected A:B with 0 <= A < B (plan runs [A, B), e.g. 3:5)");
+      ro.profiler_runs_begin = static_cast<int>(first);
+      ro.profiler_runs_end = static_cast<int>(end);
+    }
     if (device == "emu") {
       EmuOptions eo;
       eo.max_delay_us = 0;  // no artificial delays for real runs
@@ -411,6 +431,9 @@ void register_run(CLI::App& app) {
   sub->add_option("--timeline-runs", a->timeline_runs, "Plan runs --timeline records (a chunked prefill counts each chunk)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
+  sub->add_option("--profiler-runs", a->profiler_runs,
+                  "A:B: plan runs [A, B) (a chunked prefill counts each chunk) run between cudaProfilerStart and "
+                  "cudaProfilerStop, for a profiler started with its recording off (ncu --profile-from-start off)");
   sub->add_flag("--cuda-graphs", a->cuda_graphs,
                 "Run each decode step (<= 8 tokens) of a device-resident plan (whole model and KV in VRAM) as CUDA graphs "
                 "of up to 8 blocks: one launch instead of one per kernel (not the --timeline runs); the default on a device");

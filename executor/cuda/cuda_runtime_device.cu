@@ -7,6 +7,7 @@
 // cuda_kernels.h and are warmed up (loaded, cuBLAS set up) when created, before the arena; cuBLAS
 // gets its workspace from the plan's scratch, never its own allocation.
 #include <cublas_v2.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <unistd.h>
 
@@ -316,6 +317,7 @@ class CudaDevice : public Device {
     ++graph_launches_;
   }
   uint64_t graph_launches() const override { return graph_launches_; }
+  void profiler_range(bool on) override { check(on ? cudaProfilerStart() : cudaProfilerStop(), "cudaProfilerStart/Stop"); }
 
   void synchronize() override {
     for (int q = 0; q < kNumQueues; ++q) hold_tail(q);

@@ -135,6 +135,10 @@ class Device {
   }
   virtual uint64_t graph_launches() const { return 0; }
 
+  // Marks where an external profiler (Nsight Compute's --profile-from-start off) should record: on
+  // from the next enqueued work until profiler_range(false). A diagnostic; devices without one ignore it.
+  virtual void profiler_range(bool on) { (void)on; }
+
   // The model's blocks; set up once per model.
   virtual DeviceKernels& kernels(const ModelSpec& spec, RopeStyle rope) = 0;
 

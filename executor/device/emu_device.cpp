@@ -320,6 +320,13 @@ class EmuDevice : public Device {
     ++graph_launches_;
   }
   uint64_t graph_launches() const override { return graph_launches_; }
+  // No profiler to drive: the range is checked (on, then off) and logged, so a run can show which
+  // plan runs a real device's profiler would have recorded.
+  void profiler_range(bool on) override {
+    SW_CHECK(on != profiling_, "emu: profiler range turned ", on ? "on" : "off", " twice");
+    profiling_ = on;
+    log_info("emulated device: profiler range ", on ? "on" : "off");
+  }
   void synchronize() override {
     for (auto& q : queues_) SW_CHECK(!q->capturing(), "emu: synchronize during a graph capture");
     for (auto& q : queues_) q->wait_done(q->submitted());
@@ -391,6 +398,7 @@ class EmuDevice : public Device {
   double cap_ = 0;
   int waits_ = 0;
   uint64_t graph_launches_ = 0;
+  bool profiling_ = false;
   std::mutex stamp_mu_;
   std::deque<double> stamps_;
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();

@@ -680,6 +680,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
   // The measured timeline of this run (options_.timeline_runs): queue timestamps around device
   // actions, host clock around CPU ones, both from time 0 here (every queue idle after the last run).
   const bool timed = plan_runs_ < options_.timeline_runs;
+  if (plan_runs_ == options_.profiler_runs_begin) device_.profiler_range(true);
   std::vector<Event> t_start, t_end;
   std::vector<double> h_start, h_end;
   std::chrono::steady_clock::time_point host0;
@@ -1032,6 +1033,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
       timeline_.push_back(std::move(t));
     }
   ++plan_runs_;
+  if (plan_runs_ == options_.profiler_runs_end) device_.profiler_range(false);
   std::memcpy(logits_out, b.logits, static_cast<size_t>(V) * sizeof(float));
   n_past_ += n;
 }

@@ -34,6 +34,9 @@ struct RuntimeOptions {
   // actions by timestamps on their queue, CPU actions by the host clock): `run --timeline`. Costs two
   // timestamps per device action while recording; 0 = off.
   int timeline_runs = 0;
+  // Plan runs [profiler_runs_begin, profiler_runs_end) run inside the device's profiler range
+  // (Device::profiler_range): an external profiler that starts with recording off sees only them.
+  int profiler_runs_begin = -1, profiler_runs_end = -1;
   // Decode steps (n <= kDeviceRoutingMaxTokens) of device-resident plans — every shard's weights and
   // the KV in VRAM, no CPU work but the embedding rows, no weight copies — run their GPU work as one
   // CUDA graph per step (captured each step, the executable updated in place): one launch instead of

@@ -33,6 +33,9 @@
 #                            scripts/gpu/old_binary.sh REV, carried too), alternating: qwen30b's 512-token
 #                            GPU-only prefill and the 1K/4G decode, ~3 min -> ab.tgz
 #   session.sh OUT diagnose  probes, then ab in the minutes left
+#   session.sh OUT kprof     per-kernel GPU time (Nsight Compute) of qwen30b's 512-token GPU-only step under this
+#                            binary's plan table and an older binary's, and of nemo8b's whole-model decode, ~5 min
+#                            -> kprof.tgz (kernel_profile.sh)
 #   session.sh OUT cpu       the CPU decode GEMVs and MoE block (shardwise_bench_cpu, 1 and 16 threads) at
 #                            each weight prefetch distance (SHARDWISE_GEMV_PREFETCH), ~2 min, then the GPU
 #                            suite -> cpu_prefetch.tgz
@@ -152,8 +155,11 @@ case $stage in
     q="--model synthetic:qwen30b?dtype=q4_0&seed=1 --threads 16"
     # Both plan from one profile the older binary can read (run_9c7d304's: no copy-issue fields).
     PROFILE=experiments/results/profile/run_9c7d304/h200-host.profile.json timeout 520 bash scripts/gpu/ab_binaries.sh "$out/ab" "$old" \
-      "$q --vram-budget 4G --ctx 4096 --schedule gpu-only --batch 512" "$q --vram-budget 4G --ctx 1024"
+      "$q --vram-budget 4G --ctx 4096 --schedule gpu-only --batch 512" "$q --vram-budget 4G --ctx 2048"
     tar -C "$out" -czf "$out/ab.tgz" ab && rm -rf "$out/ab"
+    ;;
+  kprof)  # per-kernel GPU time under Nsight Compute (kernel_profile.sh)
+    bash scripts/gpu/kernel_profile.sh "$out"
     ;;
   cpu)  # weight prefetch distance of the CPU GEMV kernels (kernels_avx2.cpp): decode GEMVs from DRAM and the
         # MoE decode block at 1 and 16 threads, each distance in its own process (0 = no software prefetch)

@@ -613,6 +613,31 @@ TEST_CASE("cli: run runs decode steps of a device-resident plan as CUDA graphs b
   CHECK(both.err.find("give one of --cuda-graphs and --no-cuda-graphs") != std::string::npos);
 }
 
+TEST_CASE("cli: run --profiler-runs brackets plan runs [A, B) with the device's profiler range", "[cli][runtime]") {
+  const std::string moe = fixture("hf/qwen3moe_nonorm");
+  const std::string base = "run --model " + quote(moe) + " --tokens 1,2,3,4,5 -n 4 --greedy --threads 2 --device emu --vram-budget 3M";
+  const Result r = shardwise_cli(base + " --profiler-runs 1:3");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const auto on = r.err.find("profiler range on"), off = r.err.find("profiler range off");
+  REQUIRE(on != std::string::npos);
+  REQUIRE(off != std::string::npos);
+  CHECK(on < off);
+  CHECK(r.err.find("profiler range on", on + 1) == std::string::npos);  // once each
+  CHECK(r.err.find("profiler range off", off + 1) == std::string::npos);
+  // A window past the last plan run opens no range (4 tokens: the prefill and 3 decode steps).
+  const Result late = shardwise_cli(base + " --profiler-runs 4:6");
+  REQUIRE(late.rc == 0);
+  CHECK(late.err.find("profiler range") == std::string::npos);
+  CHECK(late.out == r.out);  // the same tokens either way
+  for (const char* bad : {"3:1", "2", "a:b", "-1:2", "1:"}) {
+    const Result b = shardwise_cli(base + " --profiler-runs " + bad);
+    INFO(bad << ": " << b.err);
+    CHECK(b.rc != 0);
+    CHECK(b.err.find("--profiler-runs") != std::string::npos);
+  }
+}
+
 TEST_CASE("cli: run --timeline writes measured and predicted timelines of the first plan runs", "[cli][runtime]") {
   const std::string moe = fixture("hf/qwen3moe_nonorm");
   const std::string path = test::temp_dir() + "/timeline.json";
