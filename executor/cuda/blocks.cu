@@ -199,7 +199,8 @@ class CudaKernels : public DeviceKernels {
                                std::max(p.split_bytes, split_bytes(wo.dtype, QD)) +
                                static_cast<uint64_t>(spec_.num_attention_heads) * (spec_.head_dim + 2) * 4;
     const uint64_t fixed = std::max(p.fixed_bytes, matmul_fixed_bytes(wo.dtype, wo.rows, wo.cols));
-    const int64_t chunk = pick_chunk(n, per_token, fixed, "attention");
+    const uint64_t tile = std::max(p.tile_bytes, matmul_tile_bytes(wo.dtype, wo.rows, wo.cols));
+    const int64_t chunk = pick_chunk(n, per_token, fixed, "attention", tile);
     float* xn = ws_.take<float>(static_cast<uint64_t>(chunk * H), "attention: normed x");
     float* qkv = ws_.take<float>(static_cast<uint64_t>(chunk * W), "attention: q, k, v");
     float* attn = ws_.take<float>(static_cast<uint64_t>(chunk * QD), "attention: output");
@@ -231,7 +232,7 @@ class CudaKernels : public DeviceKernels {
     const int64_t H = spec_.hidden_size, W = spec_.q_dim() + 2 * spec_.kv_dim();
     const Proj p = projections(w);
     WorkspaceScope scope(ws_);
-    const int64_t chunk = pick_chunk(n, 4 * static_cast<uint64_t>(H) + 256 + p.split_bytes, p.fixed_bytes, "attention_pre");
+    const int64_t chunk = pick_chunk(n, 4 * static_cast<uint64_t>(H) + 256 + p.split_bytes, p.fixed_bytes, "attention_pre", p.tile_bytes);
     float* xn = ws_.take<float>(static_cast<uint64_t>(chunk * H), "attention_pre: normed x");
     for (int64_t c0 = 0; c0 < n; c0 += chunk) {
       const int64_t m = std::min(chunk, n - c0);
@@ -254,7 +255,8 @@ class CudaKernels : public DeviceKernels {
     const MatRef wr = mat(w.router, E, H, "ffn_gate_inp (router)");
     WorkspaceScope scope(ws_);
     const int64_t chunk = pick_chunk(n, 4 * static_cast<uint64_t>(H) + 256 + split_bytes(wr.dtype, H),
-                                     matmul_fixed_bytes(wr.dtype, wr.rows, wr.cols), "router");
+                                     matmul_fixed_bytes(wr.dtype, wr.rows, wr.cols), "router",
+                                     matmul_tile_bytes(wr.dtype, wr.rows, wr.cols));
     float* xn = ws_.take<float>(static_cast<uint64_t>(chunk * H), "router: normed x");
     for (int64_t c0 = 0; c0 < n; c0 += chunk) {
       const int64_t m = std::min(chunk, n - c0);
@@ -440,7 +442,7 @@ class CudaKernels : public DeviceKernels {
  private:
   struct Proj {
     MatRef q, k, v;
-    uint64_t split_bytes = 0, fixed_bytes = 0;
+    uint64_t split_bytes = 0, fixed_bytes = 0, tile_bytes = 0;
   };
 
   Proj projections(const DevLayer& w) const {
@@ -453,6 +455,7 @@ class CudaKernels : public DeviceKernels {
     for (const MatRef* m : {&p.q, &p.k, &p.v}) {
       p.split_bytes = std::max(p.split_bytes, split_bytes(m->dtype, H));
       p.fixed_bytes = std::max(p.fixed_bytes, matmul_fixed_bytes(m->dtype, m->rows, m->cols));
+      p.tile_bytes = std::max(p.tile_bytes, matmul_tile_bytes(m->dtype, m->rows, m->cols));
     }
     return p;
   }
@@ -517,7 +520,9 @@ class CudaKernels : public DeviceKernels {
                                std::max({split_bytes(gate.dtype, H), split_bytes(up.dtype, H), split_bytes(down.dtype, F)});
     const uint64_t fixed = std::max({matmul_fixed_bytes(gate.dtype, F, H), matmul_fixed_bytes(up.dtype, F, H),
                                      matmul_fixed_bytes(down.dtype, H, F)});
-    const int64_t chunk = pick_chunk(n, per_token, fixed, "FFN");
+    const uint64_t tile = std::max({matmul_tile_bytes(gate.dtype, F, H), matmul_tile_bytes(up.dtype, F, H),
+                                    matmul_tile_bytes(down.dtype, H, F)});
+    const int64_t chunk = pick_chunk(n, per_token, fixed, "FFN", tile);
     float* xn = ws_.take<float>(static_cast<uint64_t>(chunk * H), "FFN: normed x");
     float* g = ws_.take<float>(static_cast<uint64_t>(chunk * F), "FFN: gate");
     float* u = ws_.take<float>(static_cast<uint64_t>(chunk * F), "FFN: up");
@@ -674,6 +679,8 @@ class CudaKernels : public DeviceKernels {
                                std::max({split_bytes(w.gate_dtype, H), split_bytes(w.up_dtype, H), split_bytes(w.down_dtype, F)});
     const uint64_t fixed = std::max({matmul_fixed_bytes(w.gate_dtype, F, H), matmul_fixed_bytes(w.up_dtype, F, H),
                                      matmul_fixed_bytes(w.down_dtype, H, F)});
+    const uint64_t tile = std::max({matmul_tile_bytes(w.gate_dtype, F, H), matmul_tile_bytes(w.up_dtype, F, H),
+                                    matmul_tile_bytes(w.down_dtype, H, F)});
     // Tokens may be routed to more than top-k experts only by a foreign routing; size by the real count.
     int64_t max_per_token = K;
     {
@@ -682,7 +689,7 @@ class CudaKernels : public DeviceKernels {
         for (const auto& t : toks) max_per_token = std::max<int64_t>(max_per_token, ++count[static_cast<size_t>(t.token)]);
     }
     const uint64_t per_token_real = per_token + static_cast<uint64_t>(max_per_token - K) * (8 * static_cast<uint64_t>(H + F) + 16);
-    const int64_t chunk = std::min<int64_t>(pick_chunk(n, per_token_real, fixed, "MoE FFN"), 65535 / max_per_token);
+    const int64_t chunk = std::min<int64_t>(pick_chunk(n, per_token_real, fixed, "MoE FFN", tile), 65535 / max_per_token);
     for (int64_t t0 = 0; t0 < n; t0 += chunk) {
       const int64_t t1 = std::min(n, t0 + chunk), m = t1 - t0;
       WorkspaceScope chunk_scope(ws_);
@@ -794,16 +801,29 @@ class CudaKernels : public DeviceKernels {
     SW_CHECK(n >= 1 && n <= n_step_, "CUDA ", block, ": ", n, " tokens but the step was prepared for ", n_step_);
   }
 
-  // Tokens per chunk such that the chunk's buffers (per_token each) leave `fixed` bytes free.
-  int64_t pick_chunk(int64_t n, uint64_t per_token, uint64_t fixed, const char* block) const {
+  // Tokens per chunk such that the chunk's buffers (per_token each) leave `fixed` bytes free — or
+  // `preferred` (whole dequantised matrices, matmul_tile_bytes) where that still leaves room for
+  // min(n, 64) tokens. Chunks short of n are balanced (equal, multiples of 64 where over 64), so a step
+  // is not one big chunk and a small remainder that runs every matrix again.
+  int64_t pick_chunk(int64_t n, uint64_t per_token, uint64_t fixed, const char* block, uint64_t preferred = 0) const {
     const uint64_t avail = ws_.available();
-    const uint64_t reserve = fixed + 8 * 256;  // + alignment of the buffers
+    const uint64_t align = 8 * 256;  // alignment of the buffers
+    if (preferred > fixed && avail >= preferred + align + per_token * static_cast<uint64_t>(std::min<int64_t>(n, 64)))
+      fixed = preferred;
+    const uint64_t reserve = fixed + align;
     SW_CHECK(avail >= reserve + per_token, "CUDA ", block, ": the workspace is too small: one token needs ",
              reserve + per_token, " bytes, ", avail, " are free (give the blocks more scratch)");
     int64_t chunk = std::min<int64_t>(n, static_cast<int64_t>((avail - reserve) / per_token));
     chunk = std::min<int64_t>(chunk, 65535);
     if (chunk < n && chunk > 64) chunk = chunk / 64 * 64;
-    return std::max<int64_t>(chunk, 1);
+    chunk = std::max<int64_t>(chunk, 1);
+    if (chunk < n) {  // the same number of chunks, as equal as the rounding allows (never larger)
+      const int64_t pieces = (n + chunk - 1) / chunk;
+      int64_t even = (n + pieces - 1) / pieces;
+      if (chunk >= 64 && even > 64) even = (even + 63) / 64 * 64;
+      chunk = std::min(chunk, even);
+    }
+    return chunk;
   }
 
   friend class WarmUp;

@@ -17,6 +17,7 @@ namespace {
 
 constexpr int64_t kQuantGemvMaxTokens = 32;  // q8_0/q4_0: up to 4 GEMV passes beat dequant + SGEMM
 constexpr int64_t kMinDequantTileRows = 16;
+constexpr int64_t kMaxDequantTileRows = 8192;
 constexpr float kLoScale = 4096.0f;  // 2^12: the f16 low part is stored scaled up
 
 __global__ void absmax_kernel(const float* __restrict__ x, int64_t ldx, int64_t cols, unsigned* out) {
@@ -159,6 +160,12 @@ uint64_t matmul_fixed_bytes(DType dtype, int64_t rows, int64_t cols) {
   return 1024 + align_up(static_cast<uint64_t>(std::min<int64_t>(rows, 128) * cols) * 4);
 }
 
+uint64_t matmul_tile_bytes(DType dtype, int64_t rows, int64_t cols) {
+  if (!dtype_is_quantized(dtype)) return matmul_fixed_bytes(dtype, rows, cols);
+  // matmul's tile: available / (cols * 4 + 256) rows, after its scalars (256 bytes with alignment)
+  return 1024 + static_cast<uint64_t>(std::min(rows, kMaxDequantTileRows)) * (static_cast<uint64_t>(cols) * 4 + 256);
+}
+
 void matmul(const Ctx& ctx, const MatRef& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
             bool accumulate) {
   if (n <= 0 || w.rows <= 0) return;
@@ -238,7 +245,7 @@ void matmul(const Ctx& ctx, const MatRef& w, const float* x, int64_t ldx, int64_
     case DType::Q4_0: {
       const uint64_t row_floats = static_cast<uint64_t>(K);
       int64_t tile = std::min<int64_t>(w.rows, static_cast<int64_t>(ws.available() / (row_floats * 4 + 256)));
-      tile = std::min<int64_t>(tile, 8192);
+      tile = std::min<int64_t>(tile, kMaxDequantTileRows);
       if (tile < std::min<int64_t>(w.rows, kMinDequantTileRows)) {
         gemv_passes(ctx, w, x, ldx, n, y, ldy, accumulate);
         return;

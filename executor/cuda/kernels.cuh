@@ -60,6 +60,10 @@ void matmul(const Ctx& ctx, const MatRef& w, const float* x, int64_t ldx, int64_
 uint64_t matmul_bytes_per_token(DType dtype, int64_t cols);
 // Workspace bytes matmul wants besides the per-token part (dequantised weight tiles, scalars).
 uint64_t matmul_fixed_bytes(DType dtype, int64_t rows, int64_t cols);
+// Workspace bytes with which matmul dequantises the whole matrix at once (its rows up to its tile cap):
+// narrower tiles make cuBLAS take split-K kernels for each, ~1.5x the time of one wide GEMM (qwen30b's
+// experts at 192 rows: results/executor/kprof_feb1d50/). Same as matmul_fixed_bytes for float weights.
+uint64_t matmul_tile_bytes(DType dtype, int64_t rows, int64_t cols);
 
 // ---- norms, RoPE, element-wise, MoE helpers (norm_rope.cu) -------------------------------------
 // y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w for n rows of dim; y may alias x.

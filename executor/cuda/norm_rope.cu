@@ -25,12 +25,52 @@ __device__ float block_sum(float v, float* scratch /* [32] */) {
   return t;
 }
 
+// One block per row. Rows whose float4s fit kNormUnroll per thread (the launcher sizes the block so)
+// are read once into registers, x and w together, so a thread's loads are all in flight at once: a
+// decode step's norm is one row, and a loop of dependent loads made it ~11 us of DRAM round trips on
+// the H200 (Nsight Compute, results/executor/kprof_feb1d50/). Other rows (odd sizes, misaligned,
+// very wide) take the general loop.
+constexpr int kNormUnroll = 4;
+
+__device__ __forceinline__ float sum_sq(const float4& a) { return a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w; }
+
 __global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* __restrict__ w, float eps, float* y,
                                 int64_t ldy, int dim) {
   pdl_begin();
   __shared__ float scratch[32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * ldx;
   float* yr = y + static_cast<int64_t>(blockIdx.x) * ldy;
+  const int n4 = dim / 4, stride = static_cast<int>(blockDim.x);
+  const bool vec = dim % 4 == 0 && n4 <= kNormUnroll * stride &&
+                   ((reinterpret_cast<uintptr_t>(xr) | reinterpret_cast<uintptr_t>(yr) | reinterpret_cast<uintptr_t>(w)) & 15) == 0;
+  if (vec) {
+    const float4* x4 = reinterpret_cast<const float4*>(xr);
+    const float4* w4 = reinterpret_cast<const float4*>(w);
+    float4 xv[kNormUnroll], wv[kNormUnroll];
+    float ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kNormUnroll; ++i) {
+      const int c = static_cast<int>(threadIdx.x) + i * stride;
+      if (c < n4) {
+        xv[i] = x4[c];
+        wv[i] = w4[c];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kNormUnroll; ++i)
+      if (static_cast<int>(threadIdx.x) + i * stride < n4) ss += sum_sq(xv[i]);
+    ss = block_sum(ss, scratch);
+    const float scale = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
+    float4* y4 = reinterpret_cast<float4*>(yr);
+#pragma unroll
+    for (int i = 0; i < kNormUnroll; ++i) {
+      const int c = static_cast<int>(threadIdx.x) + i * stride;
+      if (c < n4)
+        y4[c] = make_float4(xv[i].x * scale * wv[i].x, xv[i].y * scale * wv[i].y, xv[i].z * scale * wv[i].z,
+                            xv[i].w * scale * wv[i].w);
+    }
+    return;
+  }
   float ss = 0.0f;
   for (int c = threadIdx.x; c < dim; c += blockDim.x) ss = fmaf(xr[c], xr[c], ss);
   ss = block_sum(ss, scratch);
@@ -238,7 +278,9 @@ void rms_norm(const Ctx& ctx, const float* x, int64_t ldx, const float* w, float
   if (n <= 0) return;
   SW_CHECK(w != nullptr, "CUDA rms_norm: the norm weight is not on the device");
   SW_CHECK(n < (int64_t(1) << 31) && dim < (int64_t(1) << 31), "CUDA rms_norm: too large");
-  const int threads = dim >= 1024 ? 256 : 128;
+  // Enough threads that a row's float4s fit kNormUnroll per thread (up to 16384 floats), at least 128.
+  const int64_t per_pass = 4 * kNormUnroll;
+  const int threads = static_cast<int>(std::min<int64_t>(1024, std::max<int64_t>(128, (dim + per_pass - 1) / per_pass + 31) / 32 * 32));
   launch_kernel("rms_norm kernel", rms_norm_kernel, dim3(static_cast<unsigned>(n)), dim3(threads), 0, ctx.stream, x, ldx, w,
                 eps, y, ldy, static_cast<int>(dim));
 }

@@ -22,7 +22,8 @@ if [ -n "$old" ]; then
   /tmp/shardwise-old plan "${q[@]}" --save /tmp/plan_old.json > /dev/null 2> "$out/kprof/plan_old.err"
 fi
 echo "== qwen30b 512-token GPU-only steps, this binary, each plan table, alternating"
-for round in 1 2; do
+rounds="1 2"; [ -f /tmp/plan_old.json ] || rounds=1  # nothing to alternate with
+for round in $rounds; do
   for p in new old; do
     [ -f /tmp/plan_$p.json ] || continue
     timeout 120 "$bin" run "${q[@]}" "${r[@]}" --plan /tmp/plan_$p.json > "$out/kprof/run_${p}_$round.json" 2> "$out/kprof/run_$p.err"
