@@ -214,13 +214,13 @@ __device__ __forceinline__ void load_pieces(P (&pc)[U][M][kRows], const uint8_t*
 // Fast path: rows 16-byte aligned for f32/f16/bf16 (cols a multiple of 4/8), 2-byte aligned blocks
 // for q8_0/q4_0, x rows 16-byte aligned. Each step issues the weight loads of kUnroll pieces per row
 // (clamped to the row, so always valid) before any arithmetic, to keep enough bytes in flight.
-// U: pieces per row in flight (4 for one or two vectors x matrices, 2 beyond; 8 for one of each where
-// wide_unroll(): as many bytes in flight per warp as the fused gate/up pass).
-template <DType T, int NT, int M, int U = (NT * M <= 2 ? 4 : 2)>
+template <DType T, int NT, int M>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const __grid_constant__ Batch b) {
   using P = Piece<T>;
   constexpr int E = P::kElems;
-  constexpr int kUnroll = U;
+  // Pieces per row in flight. 8 for one vector through one matrix measured slower in the whole model
+  // (nemo8b 170-173 against 175-179 tokens/s, qwen30b 250-252 against 263-270: results/executor/decode_5fc4a62/).
+  constexpr int kUnroll = NT * M <= 2 ? 4 : 2;
   const int ti = find_task(b);
   const TaskDev& tk = b.task[ti];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -354,13 +354,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_generic_kernel(const __grid_
   }
 }
 
-bool wide_unroll();
-
 template <DType T, int M>
 void launch_fast(int nt_max, const Batch& b, int blocks, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(blocks)), block(kWarps * 32);
-  if (nt_max <= 1 && M == 1 && wide_unroll()) launch_kernel("GEMV kernel", gemv_kernel<T, 1, 1, 8>, grid, block, 0, s, b);
-  else if (nt_max <= 1) launch_kernel("GEMV kernel", gemv_kernel<T, 1, M>, grid, block, 0, s, b);
+  if (nt_max <= 1) launch_kernel("GEMV kernel", gemv_kernel<T, 1, M>, grid, block, 0, s, b);
   else if (nt_max <= 2) launch_kernel("GEMV kernel", gemv_kernel<T, 2, M>, grid, block, 0, s, b);
   else if (nt_max <= 4) launch_kernel("GEMV kernel", gemv_kernel<T, 4, M>, grid, block, 0, s, b);
   else launch_kernel("GEMV kernel", gemv_kernel<T, 8, M>, grid, block, 0, s, b);
@@ -404,13 +401,6 @@ bool early_weight_loads() {
 // 28.6 us (results/executor/pdl_33c0ce1/, eighth session).
 bool late_trigger() {
   static const bool on = !env_is("SHARDWISE_GEMV_TRIGGER", "start");
-  return on;
-}
-// One vector through one matrix (decode's q/k/v, o and down projections) keeps 8 pieces per row in flight
-// (SHARDWISE_GEMV_UNROLL=4: 4, as before): with 4, nemo8b's o and down projections read 2.6 and 3.0 TB/s
-// where the fused gate/up pass, twice the bytes in flight, read 3.8 (results/executor/kprof_feb1d50/).
-bool wide_unroll() {
-  static const bool on = !env_is("SHARDWISE_GEMV_UNROLL", "4");
   return on;
 }
 

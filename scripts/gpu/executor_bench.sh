@@ -12,7 +12,7 @@
 # timelines: auto/static/dynamic at 1K/4G with the measured timeline of their first 6 runs
 # (its summary says when the host had enqueued the last device action); their TPS is not a peer row's.
 set -uo pipefail
-out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick|graphs|pdl|unroll|same-plan|timelines]}
+out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick|graphs|pdl|same-plan|timelines]}
 part=${2:-all}
 source "$(dirname "$0")/bundle_env.sh"
 [ -f "$profile" ] || { echo "no profile $profile"; exit 2; }
@@ -71,7 +71,6 @@ row = {"model": model, "ctx": ctx, "budget": budget, "schedule": sched, "cuda_gr
        "pdl": os.environ.get("SHARDWISE_PDL", "1") != "0",
        "gemv_early": os.environ.get("SHARDWISE_GEMV_EARLY", "1") != "0",
        "gemv_trigger": os.environ.get("SHARDWISE_GEMV_TRIGGER", "late"),
-       "gemv_unroll": int(os.environ.get("SHARDWISE_GEMV_UNROLL", "8")),
        "attn_decode": os.environ.get("SHARDWISE_ATTN_DECODE", "pipelined"),
        "timeline": len(sys.argv) > 7 and sys.argv[7] == "timeline", "run": r,
        # The run's own table's prediction (a forced schedule plans a table of its own, whose layout may
@@ -98,11 +97,6 @@ case $part in
       for m in nemo8b qwen30b; do
         for g in graphs nographs; do one "$m" 1024 40G auto $g; SHARDWISE_PDL=0 one "$m" 1024 40G auto $g; done
       done
-    done ;;
-  unroll)  # one-vector GEMVs with 8 pieces per row in flight (the default) and 4 (SHARDWISE_GEMV_UNROLL=4),
-           # the whole model at 1K as graphs, alternating, twice
-    for rep in 1 2; do
-      for m in nemo8b qwen30b; do one "$m" 1024 40G auto graphs; SHARDWISE_GEMV_UNROLL=4 one "$m" 1024 40G auto graphs; done
     done ;;
   same-plan)  # qwen30b 1K/2G: auto decoded with Static at 23.8 ms per token where --schedule static ran the
               # same plan at 20.9 (seventh session): each twice, alternating, then both with timelines

@@ -33,8 +33,6 @@
 #                            scripts/gpu/old_binary.sh REV, carried too), alternating: qwen30b's 512-token
 #                            GPU-only prefill and the 1K/4G decode, ~3 min -> ab.tgz
 #   session.sh OUT diagnose  probes, then ab in the minutes left
-#   session.sh OUT decode    GPU suite, whole-model decode and kernel benchmarks by GEMV unroll (8, 4), then kprof
-#                            -> decode.tgz, kprof.tgz
 #   session.sh OUT kprof     per-kernel GPU time (Nsight Compute) of qwen30b's 512-token GPU-only step under this
 #                            binary's plan table and an older binary's, and of nemo8b's whole-model decode, ~5 min
 #                            -> kprof.tgz (kernel_profile.sh)
@@ -159,21 +157,6 @@ case $stage in
     PROFILE=experiments/results/profile/run_9c7d304/h200-host.profile.json timeout 520 bash scripts/gpu/ab_binaries.sh "$out/ab" "$old" \
       "$q --vram-budget 4G --ctx 4096 --schedule gpu-only --batch 512" "$q --vram-budget 4G --ctx 2048"
     tar -C "$out" -czf "$out/ab.tgz" ab && rm -rf "$out/ab"
-    ;;
-  decode)  # after a change to the decode kernels: the GPU suite, whole-model decode by GEMV unroll
-           # (executor_bench.sh unroll), the kernel benchmarks at both unrolls, then kernel_profile.sh (~7 min)
-    gpu_suite
-    timeout 200 bash scripts/gpu/executor_bench.sh "$out/decode" unroll
-    timeout 120 "$root/bin/test_gpu" "[bench]" > "$out/decode/kernel_bench.log" 2>&1; echo "kernel bench rc=$?"
-    SHARDWISE_GEMV_UNROLL=4 timeout 120 "$root/bin/test_gpu" "[bench]" > "$out/decode/kernel_bench_unroll4.log" 2>&1
-    grep -E "GEMV (f16|q4_0) .*n=1:" "$out/decode/kernel_bench.log" "$out/decode/kernel_bench_unroll4.log"
-    python3 -c "
-import json,sys
-for l in open(sys.argv[1]):
-    r=json.loads(l); print(r['model'], 'unroll', r.get('gemv_unroll'), 'TPS', r['run'].get('decode_tokens_per_s'), 'TTFT', r['run'].get('ttft_ms'))" "$out/decode/executor_runs.jsonl"
-    left=$(( 580 - ($(date +%s) - t0) ))
-    [ "$left" -gt 200 ] && timeout "$left" bash scripts/gpu/kernel_profile.sh "$out" || echo "== kprof skipped: ${left} s left"
-    tar -C "$out" -czf "$out/decode.tgz" decode && rm -rf "$out/decode"
     ;;
   kprof)  # per-kernel GPU time under Nsight Compute (kernel_profile.sh)
     bash scripts/gpu/kernel_profile.sh "$out"
