@@ -23,6 +23,7 @@
 #                            static (executor_bench.sh same-plan), ~6 min -> pdl.tgz
 #   session.sh OUT targeted  experiments/planner_accuracy_decode16.yaml and _cpu_attention.yaml, the
 #                            study's most-missed decisions re-measured (~3.5 min) -> targeted.tgz
+#   session.sh OUT peers MODEL...  the peer protocol of each MODEL (executor_bench.sh MODEL) -> protocol.tgz
 #   session.sh OUT peers-study MODEL PREVIOUS.jsonl
 #                            the peer protocol of MODEL (executor_bench.sh MODEL -> protocol.tgz), then the
 #                            planner-accuracy study continued from PREVIOUS for the call's remaining minutes
@@ -127,6 +128,15 @@ case $stage in
     bash scripts/gpu/oracle_study.sh "$out/targeted/decode16" none 1.7 experiments/planner_accuracy_decode16.yaml
     bash scripts/gpu/oracle_study.sh "$out/targeted/cpu_attention" none 0.6 experiments/planner_accuracy_cpu_attention.yaml
     tar -C "$out" -czf "$out/targeted.tgz" targeted && rm -rf "$out/targeted"
+    ;;
+  peers)  # the peer protocol of each MODEL in turn (NEMO_CELLS="ctx:budget ..." limits nemo8b's cells), ~3.5 min
+          # for qwen30b's four cells -> protocol.tgz
+    shift 2
+    for m in "$@"; do
+      cells=${CELLS:-}; [ "$m" = nemo8b ] && cells=${NEMO_CELLS:-$cells}
+      CELLS=$cells timeout $(( 580 - ($(date +%s) - t0) )) bash scripts/gpu/executor_bench.sh "$out/protocol" "$m"
+    done
+    tar -C "$out" -czf "$out/protocol.tgz" protocol && rm -rf "$out/protocol"
     ;;
   peers-study)
     timeout 300 bash scripts/gpu/executor_bench.sh "$out/protocol" "${3:?model}"
