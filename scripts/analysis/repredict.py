@@ -9,8 +9,8 @@ study recorded). A measurement only describes a plan that did not change: rows w
 from the measured one are counted and left out; a decision is re-scored only if the new pick's plan was
 measured (under any schedule name: one signature is one computation). This estimates what a changed cost
 model would have picked; it does not replace re-running the study (rows' git_rev stays the study's).
-Prints Markdown: per-schedule prediction error before / after, top-1 and regret before / after, and every
-decision whose pick changed.
+Prints Markdown: per-schedule prediction error before / after, top-1 and regret before / after, every
+decision whose pick changed, and the decisions the new picks still miss.
 """
 import json
 import statistics
@@ -82,7 +82,7 @@ def main(argv):
         if r.get("candidate"):
             decisions.setdefault((r["config_id"], r["tier"]), []).append(r)
     old_ok = new_ok = scored = 0
-    regrets_old, regrets_new, moved = [], [], []
+    regrets_old, regrets_new, moved, missed = [], [], [], []
     for (cid, tier), rs in sorted(decisions.items()):
         best = min(rs, key=lambda r: r["measured_ms"])
         by_sig = {}
@@ -101,10 +101,12 @@ def main(argv):
         regrets_new.append(t_new / best["measured_ms"] - 1)
         old_ok += t_old == best["measured_ms"]
         new_ok += t_new == best["measured_ms"]
+        r0 = rs[0]
+        where = f"{r0['model']} {r0['budget']} {r0['ctx']} {r0['threads']} {r0['pcie_cap']} {tier}"
+        if t_new != best["measured_ms"]:
+            missed.append((regrets_new[-1], f"| {where} | {new_pick} ({pct(regrets_new[-1])}) | {best['schedule']} |"))
         if new_pick != old_pick:
-            r0 = rs[0]
-            moved.append(f"| {r0['model']} {r0['budget']} {r0['ctx']} {r0['threads']} {r0['pcie_cap']} {tier} "
-                         f"| {old_pick} ({pct(regrets_old[-1])}) | {new_pick} ({pct(regrets_new[-1])}) | {best['schedule']} |")
+            moved.append(f"| {where} | {old_pick} ({pct(regrets_old[-1])}) | {new_pick} ({pct(regrets_new[-1])}) | {best['schedule']} |")
     print(f"\nDecisions whose old and new picks were both measured: {scored} of {len(decisions)}.\n")
     print("| | before | after |")
     print("|---|---|---|")
@@ -117,6 +119,11 @@ def main(argv):
         print("| decision (model budget ctx threads cap tier) | before | after | measured best |")
         print("|---|---|---|---|")
         print("\n".join(moved))
+    if missed:
+        print("\nDecisions the new picks still miss, by regret:\n")
+        print("| decision (model budget ctx threads cap tier) | pick (regret) | measured best |")
+        print("|---|---|---|")
+        print("\n".join(line for _, line in sorted(missed, key=lambda m: -m[0])))
 
 
 if __name__ == "__main__":

@@ -50,6 +50,24 @@ def test_errors_and_picks_before_and_after(tmp_path):
     assert "| top-1 (the pick measured best) | 1 (50.0%) | 2 (100.0%) |" in out
     assert "| regret max | 25.0% | 0.0% |" in out
     assert "| m 2G 4096 16 none 1 | dynamic (25.0%) | static (0.0%) | static |" in out
+    assert "still miss" not in out  # both new picks are the measured best
+
+
+def test_decisions_still_missed_are_listed_by_regret(tmp_path):
+    study = write(tmp_path / "s.jsonl",
+                  study_rows("a", "dynamic", {"static": (20, 10, "S"), "dynamic": (16, 11, "D")})
+                  + study_rows("b", "dynamic", {"static": (20, 10, "S2"), "dynamic": (16, 15, "D2")})
+                  + study_rows("c", "static", {"static": (10, 10, "S3"), "dynamic": (12, 12, "D3")}))
+    pred = write(tmp_path / "p.jsonl",
+                 pred_rows("a", "dynamic", {"static": (20, "S"), "dynamic": (16, "D")})
+                 + pred_rows("b", "dynamic", {"static": (20, "S2"), "dynamic": (16, "D2")})
+                 + pred_rows("c", "static", {"static": (10, "S3"), "dynamic": (12, "D3")}))
+    r = run(study, pred)
+    assert r.returncode == 0, r.stderr
+    missed = r.stdout.split("still miss, by regret:")[1]
+    lines = [l for l in missed.splitlines() if l.startswith("| m ")]
+    assert lines == ["| m 2G 4096 16 none 1 | dynamic (50.0%) | static |",  # b: 15 / 10
+                     "| m 2G 4096 16 none 1 | dynamic (10.0%) | static |"]  # a: 11 / 10; c is right
 
 
 def test_bad_input_is_one_line(tmp_path):
