@@ -9,6 +9,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/error.h"
 #include "core/host_buffer.h"
@@ -146,11 +147,13 @@ class CudaBench final : public GpuBench {
     dev_->synchronize();
     uint8_t* host = static_cast<uint8_t*>(pinned_.data());
     uint8_t* dev = static_cast<uint8_t*>(arena_);
-    const auto t0 = Clock::now();
+    std::vector<Device::HostCopy> copies(static_cast<size_t>(count));
     for (int i = 0; i < count; ++i) {
       const uint64_t off = static_cast<uint64_t>(i) * bytes;
-      dev_->copy_h2d(dev + off, host + off, bytes);
+      copies[static_cast<size_t>(i)] = {dev + off, host + off, bytes};
     }
+    const auto t0 = Clock::now();
+    dev_->copy_h2d_batch(copies.data(), copies.size());  // as the runtime issues a layer's experts
     const double ms = ms_since(t0) / count;
     dev_->synchronize();
     dev_->set_pcie_cap(0);

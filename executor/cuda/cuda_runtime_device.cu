@@ -214,6 +214,56 @@ class CudaDevice : public Device {
     SW_CHECK(q == Queue::H2D || q == Queue::H2DAct, "CUDA: copy_h2d on a queue that does not copy to the device");
     copy(static_cast<int>(q), dev, host, bytes, cudaMemcpyHostToDevice);
   }
+  // One cudaMemcpyBatchAsync for the whole batch when every piece is pinned (else, or where the batched
+  // call is refused, one copy at a time as copy_h2d does); under a cap one pacing step reserves the link
+  // for the batch's bytes, as one copy of that size would.
+  void copy_h2d_batch(const HostCopy* copies, size_t count, Queue q) override {
+    SW_CHECK(q == Queue::H2D || q == Queue::H2DAct, "CUDA: copy_h2d_batch on a queue that does not copy to the device");
+    const int qi = static_cast<int>(q);
+    batch_dst_.clear();
+    batch_src_.clear();
+    batch_size_.clear();
+    bool pinned = true;
+    uint64_t total = 0;
+    for (size_t i = 0; i < count && pinned; ++i)
+      for (uint64_t done = 0; done < copies[i].bytes && pinned;) {
+        const uint64_t at = reinterpret_cast<uint64_t>(copies[i].host) + done;
+        const uint64_t piece = pinned_.run_from(at, copies[i].bytes - done);
+        pinned = pinned_.pinned(at);
+        batch_dst_.push_back(copies[i].dev + done);
+        batch_src_.push_back(static_cast<const uint8_t*>(copies[i].host) + done);
+        batch_size_.push_back(piece);
+        total += piece;
+        done += piece;
+      }
+    if (!pinned || batch_size_.size() < 2) {
+      for (size_t i = 0; i < count; ++i) copy(qi, copies[i].dev, copies[i].host, copies[i].bytes, cudaMemcpyHostToDevice);
+      return;
+    }
+    Pacer& pacer = pacers_[0];
+    if (pacer.cap.load() > 0) {
+      if (total >= kPacedMinBytes) {
+        const double ns = static_cast<double>(total + pacer.owed.exchange(0)) / pacer.cap.load() * 1e9;
+        pace_reserve_kernel<<<1, 1, 0, streams_[qi]>>>(pacer.credit, tails_ + qi, static_cast<unsigned long long>(ns));
+        check(cudaGetLastError(), "the pacing kernel launch");
+        tail_pending_[qi] = true;
+      } else {
+        pacer.owed.fetch_add(total);
+      }
+    }
+    cudaMemcpyAttributes attr{};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    size_t first = 0;
+    const size_t n = batch_size_.size();
+    if (cudaMemcpyBatchAsync(batch_dst_.data(), batch_src_.data(), batch_size_.data(), n, &attr, &first, 1, streams_[qi]) ==
+        cudaSuccess)
+      return;
+    cudaGetLastError();  // a driver without batched copies: the same pieces one at a time
+    for (size_t i = 0; i < n; ++i) {
+      const cudaError_t e = cudaMemcpyAsync(batch_dst_[i], batch_src_[i], batch_size_[i], cudaMemcpyHostToDevice, streams_[qi]);
+      if (e != cudaSuccess) copy_failed(e, batch_dst_[i], batch_src_[i], batch_size_[i], cudaMemcpyHostToDevice);
+    }
+  }
   void copy_d2h(void* host, const uint8_t* dev, uint64_t bytes) override { copy(2, host, dev, bytes, cudaMemcpyDeviceToHost); }
   void copy_d2d(uint8_t* dst, const uint8_t* src, uint64_t bytes) override {
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, streams_[0]), "cudaMemcpyAsync D2D");
@@ -465,6 +515,9 @@ class CudaDevice : public Device {
   bool warned_pin_ = false;
   Pacer pacers_[2];
   std::map<uint64_t, cudaGraphExec_t> graphs_;  // end_capture's executables by the runtime's key
+  std::vector<void*> batch_dst_;  // copy_h2d_batch's pieces (kept: no allocation per layer)
+  std::vector<const void*> batch_src_;
+  std::vector<size_t> batch_size_;
   uint64_t graph_launches_ = 0;
 };
 

@@ -101,6 +101,17 @@ class Device {
 
   // On Queue::H2D, or Queue::H2DAct for activations (both draw on the one PCIe cap).
   virtual void copy_h2d(uint8_t* dev, const void* host, uint64_t bytes, Queue q = Queue::H2D) = 0;
+  // Several host-to-device copies on q, in one request where the device has one (CUDA: one batched
+  // call; under a PCIe cap one pacing step for the batch), so that issuing a layer's routed experts
+  // costs the host one call, not one per matrix. Same effect as copy_h2d on each, in order.
+  struct HostCopy {
+    uint8_t* dev = nullptr;
+    const void* host = nullptr;
+    uint64_t bytes = 0;
+  };
+  virtual void copy_h2d_batch(const HostCopy* copies, size_t count, Queue q = Queue::H2D) {
+    for (size_t i = 0; i < count; ++i) copy_h2d(copies[i].dev, copies[i].host, copies[i].bytes, q);
+  }
   virtual void copy_d2h(void* host, const uint8_t* dev, uint64_t bytes) = 0;  // on Queue::D2H
   // Copy of device memory on the compute queue (e.g. moving activations within the arena).
   virtual void copy_d2d(uint8_t* dst, const uint8_t* src, uint64_t bytes) = 0;

@@ -804,9 +804,12 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
           auto& ptrs = b.expert_ptrs[static_cast<size_t>(layer)];
           ptrs.assign(static_cast<size_t>(E), nullptr);
           // The FFN norm sits at its layout offset (before the experts); the experts follow, packed.
+          // All of it goes as one batch of copies (Device::copy_h2d_batch).
+          std::vector<Device::HostCopy> copies;
+          copies.reserve(L.tensors.size() + 3 * static_cast<size_t>(E));
           for (const ShardTensorPlace& t : L.tensors) {
             SW_CHECK(t.shape.size() == 1, "runtime: unexpected tensor ", t.name, " in an MoE FFN shard");
-            device_.copy_h2d(dst + t.offset, weights_.layers[static_cast<size_t>(layer)].ffn_norm.data(), t.bytes);
+            copies.push_back({dst + t.offset, weights_.layers[static_cast<size_t>(layer)].ffn_norm.data(), t.bytes});
           }
           uint64_t off = L.expert_base;
           for (int64_t e = 0; e < E; ++e) {
@@ -814,12 +817,13 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
             SW_CHECK(off + L.expert_stride <= cap, "runtime: the routed experts of layer ", layer,
                      " do not fit the stream slot (", cap, " bytes)");
             uint8_t* blk = dst + off;
-            device_.copy_h2d(blk, g.slice(e).data, g.slice(e).nbytes);
-            device_.copy_h2d(blk + L.expert_up_offset, u.slice(e).data, u.slice(e).nbytes);
-            device_.copy_h2d(blk + L.expert_down_offset, dn.slice(e).data, dn.slice(e).nbytes);
+            copies.push_back({blk, g.slice(e).data, g.slice(e).nbytes});
+            copies.push_back({blk + L.expert_up_offset, u.slice(e).data, u.slice(e).nbytes});
+            copies.push_back({blk + L.expert_down_offset, dn.slice(e).data, dn.slice(e).nbytes});
             ptrs[static_cast<size_t>(e)] = blk;
             off += L.expert_stride;
           }
+          device_.copy_h2d_batch(copies.data(), copies.size());
         } else {
           const uint64_t need = a.row_end > a.row_begin ? a.bytes : sh->bytes;
           SW_CHECK(need <= cap, "runtime: shard ", sh->name(), " (", need, " bytes) does not fit its stream slot (", cap, ")");

@@ -151,6 +151,54 @@ TEST_CASE("CUDA device: copies, events and the arena", "[gpu]") {
   CHECK(dev->context_bytes() > 0);
 }
 
+TEST_CASE("CUDA device: a batch of copies lands as its copies one by one, capped at the cap's rate", "[gpu]") {
+  // 24 copies of odd sizes from a pinned buffer (one batched call) and, in a second batch, one from
+  // pageable memory among them (the batch goes copy by copy), to scattered places; read back.
+  const uint64_t host_bytes = 96ull << 20;
+  PinnedLink link(256ull << 20, host_bytes, 0);
+  auto& dev = link.dev;
+  for (uint64_t i = 0; i < host_bytes; ++i) link.host.data()[i] = static_cast<uint8_t>(i * 131 + (i >> 11));
+  std::vector<uint8_t> pageable(3 << 20);
+  for (size_t i = 0; i < pageable.size(); ++i) pageable[i] = static_cast<uint8_t>(i * 7 + 1);
+  for (double cap : {0.0, 16e9}) {
+    for (bool with_pageable : {false, true}) {
+      dev->set_pcie_cap(cap);
+      std::vector<Device::HostCopy> copies;
+      uint64_t src = 0, dst = 0, total = 0;
+      for (int i = 0; i < 24; ++i) {
+        const uint64_t bytes = (1ull << 20) + static_cast<uint64_t>(i) * 4099;
+        const bool page = with_pageable && i == 7;
+        copies.push_back({link.arena + dst, page ? static_cast<const void*>(pageable.data())
+                                                 : static_cast<const void*>(link.host.data() + src), bytes});
+        src += bytes + 12345;
+        dst += bytes + 4096 * static_cast<uint64_t>(i % 5) + 2;
+        total += bytes;
+      }
+      REQUIRE(src <= host_bytes);
+      const auto t0 = std::chrono::steady_clock::now();
+      dev->copy_h2d_batch(copies.data(), copies.size());
+      const Event done = dev->record(Queue::H2D);
+      dev->host_wait(done);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::vector<uint8_t> back(copies.back().bytes);
+      for (const auto& c : copies) {
+        back.resize(c.bytes);
+        dev->copy_d2h(back.data(), c.dev, c.bytes);
+        dev->synchronize();
+        INFO("cap " << cap << " pageable " << with_pageable);
+        CHECK(std::memcmp(back.data(), c.host, c.bytes) == 0);
+      }
+      if (cap > 0) {  // the batch's bytes arrive no faster than the cap allows, and not much slower
+        const double rate = static_cast<double>(total) / s;
+        WARN("batch of 24 copies at a " << cap / 1e9 << " GB/s cap: " << rate / 1e9 << " GB/s");
+        CHECK(rate <= cap * 1.05);
+        CHECK(rate >= cap * 0.8);
+      }
+    }
+  }
+  dev->set_pcie_cap(0);
+}
+
 TEST_CASE("CUDA device: the PCIe cap holds within 5% at 8, 16 and 32 GB/s", "[gpu]") {
   const uint64_t bytes = 1ull << 30;
   PinnedLink link(bytes, bytes, 1);
