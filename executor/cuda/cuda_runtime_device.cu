@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -217,9 +219,18 @@ class CudaDevice : public Device {
   // One cudaMemcpyBatchAsync for the whole batch when every piece is pinned (else, or where the batched
   // call is refused, one copy at a time as copy_h2d does); under a cap one pacing step reserves the link
   // for the batch's bytes, as one copy of that size would.
+  // SHARDWISE_COPY_BATCH=0: every copy of a batch on its own (as before), to measure what batching saves.
   void copy_h2d_batch(const HostCopy* copies, size_t count, Queue q) override {
     SW_CHECK(q == Queue::H2D || q == Queue::H2DAct, "CUDA: copy_h2d_batch on a queue that does not copy to the device");
     const int qi = static_cast<int>(q);
+    static const bool batched = [] {
+      const char* v = std::getenv("SHARDWISE_COPY_BATCH");
+      return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    if (!batched) {
+      for (size_t i = 0; i < count; ++i) copy(qi, copies[i].dev, copies[i].host, copies[i].bytes, cudaMemcpyHostToDevice);
+      return;
+    }
     batch_dst_.clear();
     batch_src_.clear();
     batch_size_.clear();
