@@ -34,6 +34,8 @@
 #                            scripts/gpu/old_binary.sh REV, carried too), alternating: qwen30b's 512-token
 #                            GPU-only prefill and the 1K/4G decode, ~3 min -> ab.tgz
 #   session.sh OUT diagnose  probes, then ab in the minutes left
+#   session.sh OUT qgemm     quantised GEMMs through tensor cores against the f32 path: suite, kernel benchmarks,
+#                            qwen30b 512-token steps and the 1K/4G cell by mode, ~5 min -> qgemm.tgz
 #   session.sh OUT kprof     per-kernel GPU time (Nsight Compute) of qwen30b's 512-token GPU-only step under this
 #                            binary's plan table and an older binary's, and of nemo8b's whole-model decode, ~5 min
 #                            -> kprof.tgz (kernel_profile.sh)
@@ -167,6 +169,37 @@ case $stage in
     PROFILE=experiments/results/profile/run_9c7d304/h200-host.profile.json timeout 520 bash scripts/gpu/ab_binaries.sh "$out/ab" "$old" \
       "$q --vram-budget 4G --ctx 4096 --schedule gpu-only --batch 512" "$q --vram-budget 4G --ctx 2048"
     tar -C "$out" -czf "$out/ab.tgz" ab && rm -rf "$out/ab"
+    ;;
+  qgemm)  # quantised GEMMs through tensor cores (SHARDWISE_QUANT_GEMM=f16) against the f32 path: the GPU suite
+          # (its f16-part cases), kernel benchmarks, then qwen30b's 512-token GPU-only steps and the 1K/4G cell's
+          # TTFT and decode, each mode alternating, twice (~5 min) -> qgemm.tgz
+    gpu_suite
+    mkdir -p "$out/qgemm"
+    timeout 150 "$root/bin/test_gpu" "[bench]" > "$out/qgemm/kernel_bench.log" 2>&1; grep "GEMM q" "$out/qgemm/kernel_bench.log"
+    p1024=$(python3 -c "import random; random.seed(1024); print(','.join(str(random.randrange(3, 32000)) for _ in range(1024)))")
+    p960=$(python3 -c "import random; random.seed(960); print(','.join(str(random.randrange(3, 32000)) for _ in range(960)))")
+    prof=experiments/results/profile/h200-host.profile.json
+    for round in 1 2; do
+      for mode in f32 f16; do
+        SHARDWISE_QUANT_GEMM=$mode timeout 120 "$root/bin/shardwise" run --model "synthetic:qwen30b?dtype=q4_0&seed=1" --threads 16 \
+          --device cuda --vram-budget 4G --ctx 4096 --schedule gpu-only --batch 512 --tokens "$p1024" -n 8 --greedy --json \
+          --profile "$prof" > "$out/qgemm/step512_${mode}_$round.json" 2> "$out/qgemm/err.txt"
+        SHARDWISE_QUANT_GEMM=$mode timeout 120 "$root/bin/shardwise" run --model "synthetic:qwen30b?dtype=q4_0&seed=1" --threads 16 \
+          --device cuda --vram-budget 4G --ctx 1024 --tokens "$p960" -n 64 --greedy --json \
+          --profile "$prof" > "$out/qgemm/cell_1k4g_${mode}_$round.json" 2>> "$out/qgemm/err.txt"
+        python3 - "$mode" "$round" "$out/qgemm/step512_${mode}_$round.json" "$out/qgemm/cell_1k4g_${mode}_$round.json" <<'PY'
+import json, sys
+mode, rnd, a, b = sys.argv[1:5]
+try:
+    s = json.load(open(a)); c = json.load(open(b))
+    print(mode, rnd, "512-token steps ms", [round(x["ms"], 1) for x in s["steps"] if x["tokens"] == 512],
+          "| 1K/4G TTFT", round(c["ttft_ms"] / 1000, 3), "s, TPS", round(c["decode_tokens_per_s"], 2), "tokens", c["generated_ids"][:4])
+except Exception as e:
+    print(mode, rnd, "failed:", e)
+PY
+      done
+    done
+    tar -C "$out" -czf "$out/qgemm.tgz" qgemm && rm -rf "$out/qgemm"
     ;;
   kprof)  # per-kernel GPU time under Nsight Compute (kernel_profile.sh)
     bash scripts/gpu/kernel_profile.sh "$out"
