@@ -35,7 +35,8 @@
 #                            GPU-only prefill and the 1K/4G decode, ~3 min -> ab.tgz
 #   session.sh OUT diagnose  probes, then ab in the minutes left
 #   session.sh OUT qgemm     quantised GEMMs through tensor cores against the f32 path: suite, kernel benchmarks,
-#                            qwen30b 512-token steps and the 1K/4G cell by mode, ~5 min -> qgemm.tgz
+#                            qwen30b 512-token steps and the 1K/4G cell by mode; then batched expert copies
+#                            against one call per copy (1K/4G Dynamic at 16 GB/s), ~7 min -> qgemm.tgz
 #   session.sh OUT kprof     per-kernel GPU time (Nsight Compute) of qwen30b's 512-token GPU-only step under this
 #                            binary's plan table and an older binary's, and of nemo8b's whole-model decode, ~5 min
 #                            -> kprof.tgz (kernel_profile.sh)
@@ -197,6 +198,20 @@ try:
 except Exception as e:
     print(mode, rnd, "failed:", e)
 PY
+      done
+    done
+    # Batched expert copies (Device::copy_h2d_batch) against one call per copy (SHARDWISE_COPY_BATCH=0): the
+    # 1K/4G cell's Dynamic decode (split layers) under a 16 GB/s cap, where a paced copy cost the host 8.1 us
+    for round in 1 2; do
+      for batch in 1 0; do
+        SHARDWISE_COPY_BATCH=$batch timeout 120 "$root/bin/shardwise" run --model "synthetic:qwen30b?dtype=q4_0&seed=1" \
+          --threads 16 --device cuda --vram-budget 4G --ctx 1024 --pcie-cap 16GB/s --schedule dynamic --tokens "$p960" -n 64 \
+          --greedy --json --profile "$prof" > "$out/qgemm/copybatch_${batch}_$round.json" 2>> "$out/qgemm/err.txt"
+        python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1])); st = sorted(s['ms'] for s in r['steps'] if s['tokens'] == 1)
+print('copy batch', sys.argv[2], 'round', sys.argv[3], 'TPS %.2f, median step %.2f ms' % (r['decode_tokens_per_s'], st[len(st) // 2]))
+" "$out/qgemm/copybatch_${batch}_$round.json" "$batch" "$round" || echo "copy batch $batch round $round failed"
       done
     done
     tar -C "$out" -czf "$out/qgemm.tgz" qgemm && rm -rf "$out/qgemm"
