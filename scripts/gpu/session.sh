@@ -58,7 +58,7 @@ t0=$(date +%s)
 gpu_suite() {  # kernels, device, runtime incl. first-step device peak (~1 min; SUITE=0 skips it)
   [ "${SUITE:-1}" = 0 ] && { echo "== GPU suite skipped (SUITE=0)"; return; }
   echo "== GPU suite"
-  timeout 150 "$root/bin/test_gpu" "~[bench]" > "$out/test_gpu.log" 2>&1; echo "rc=$?"; tail -3 "$out/test_gpu.log"
+  timeout 200 "$root/bin/test_gpu" "~[bench]" > "$out/test_gpu.log" 2>&1; echo "rc=$?"; tail -3 "$out/test_gpu.log"
   grep -B2 -A8 "FAILED" "$out/test_gpu.log" | head -40
 }
 profile_then_study() {
