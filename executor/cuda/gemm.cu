@@ -302,9 +302,10 @@ uint64_t matmul_fixed_bytes(DType dtype, int64_t rows, int64_t cols) {
 
 uint64_t matmul_tile_bytes(DType dtype, int64_t rows, int64_t cols) {
   if (!dtype_is_quantized(dtype)) return matmul_fixed_bytes(dtype, rows, cols);
-  // matmul's tile: available / (cols * 4 + 256) rows, after its scalars (256 bytes with alignment)
-  // f32 tile: cols * 4 + 256 per row; f16 parts: align_up(cols, 8) * 4 + 512 (quant_matmul_f16)
-  return 1024 + static_cast<uint64_t>(std::min(rows, kMaxDequantTileRows)) * (align_up(static_cast<uint64_t>(cols), 8) * 4 + 512);
+  // Per row: the f32 tile's cols * 4 + 256 (matmul: available / that), the f16 parts' align_up(cols, 8) *
+  // 4 + 512 (quant_matmul_f16); after the scalars (256 bytes with alignment).
+  const uint64_t per_row = quant_gemm_f16() ? align_up(static_cast<uint64_t>(cols), 8) * 4 + 512 : static_cast<uint64_t>(cols) * 4 + 256;
+  return 1024 + static_cast<uint64_t>(std::min(rows, kMaxDequantTileRows)) * per_row;
 }
 
 void matmul(const Ctx& ctx, const MatRef& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
