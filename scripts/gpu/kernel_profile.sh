@@ -3,7 +3,8 @@
 # every kernel of chosen plan runs (`run --profiler-runs A:B`, kernels serialised, so no overlap between
 # them) — and qwen30b's 512-token GPU-only step run from this binary's plan table and from an older
 # binary's (build-gpu/shardwise_<rev>.xz, carried), which differ only in their scratch region's size.
-# One archive back: OUT/kprof.tgz.
+# One archive back: OUT/kprof.tgz, a NAME.kernels.csv per profiled run (id, kernel, grid, block, duration_us;
+# as in experiments/results/executor/kprof_feb1d50/), which scripts/analysis/kernel_summary.py tabulates.
 #   kernel_profile.sh OUT
 set -uo pipefail
 out=${1:?usage: kernel_profile.sh OUT}
@@ -35,6 +36,21 @@ kern() {  # name run-args... (plan runs chosen with --profiler-runs inside them)
   timeout 240 "$ncu" --profile-from-start off --metrics gpu__time_duration.sum --csv --cache-control none \
     --clock-control none "$bin" run "$@" > "$out/kprof/$name.csv" 2> "$out/kprof/$name.err"
   echo "$name rc=$? $(grep -c gpu__time_duration "$out/kprof/$name.csv") kernels"
+  # ncu's long format (one row per metric, with the command line) -> one row per launch
+  python3 - "$out/kprof/$name.csv" "$out/kprof/$name.kernels.csv" <<'PY' && rm -f "$out/kprof/$name.csv"
+import csv, re, sys
+src, dst = sys.argv[1:3]
+rows = csv.DictReader(l for l in open(src) if l.startswith('"'))
+with open(dst, "w", newline="") as f:
+    w = csv.writer(f)
+    w.writerow(["id", "kernel", "grid", "block", "duration_us"])
+    for r in rows:
+        if r.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        v = float(r["Metric Value"].replace(",", ""))
+        scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}[r["Metric Unit"]]
+        w.writerow([r["ID"], re.sub(r"\(.*", "", r["Kernel Name"]), r["Grid Size"], r["Block Size"], f"{v * scale:.3f}"])
+PY
 }
 echo "== kernels"
 kern qwen30b_step512_newplan "${q[@]}" "${r[@]}" --plan /tmp/plan_new.json --profiler-runs 1:2
