@@ -49,6 +49,7 @@ struct Runtime::Buffers {
   std::vector<std::unique_ptr<MoeRouting>> routing;  // per layer, filled when the routing is known
   std::vector<std::unique_ptr<MoeSplit>> split;       // per layer: its routing split CPU / GPU (moe shares)
   std::vector<std::vector<const uint8_t*>> expert_ptrs;  // per layer: streamed experts' device blocks
+  std::vector<Device::HostCopy> expert_copies;            // a layer's batch of expert copies (reused)
 };
 
 namespace {
@@ -805,8 +806,8 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
           ptrs.assign(static_cast<size_t>(E), nullptr);
           // The FFN norm sits at its layout offset (before the experts); the experts follow, packed.
           // All of it goes as one batch of copies (Device::copy_h2d_batch).
-          std::vector<Device::HostCopy> copies;
-          copies.reserve(L.tensors.size() + 3 * static_cast<size_t>(E));
+          std::vector<Device::HostCopy>& copies = b.expert_copies;
+          copies.clear();
           for (const ShardTensorPlace& t : L.tensors) {
             SW_CHECK(t.shape.size() == 1, "runtime: unexpected tensor ", t.name, " in an MoE FFN shard");
             copies.push_back({dst + t.offset, weights_.layers[static_cast<size_t>(layer)].ffn_norm.data(), t.bytes});
