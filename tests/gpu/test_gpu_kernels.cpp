@@ -457,6 +457,26 @@ double time_ms(const std::function<void()>& fn, int iters) {
   return ms / iters;
 }
 
+// One matmul against the double reference: n tokens of x (row stride ldx; `wide`: rows 0 and 1 scaled by
+// 1e5 and 1e-4, a dynamic range that exercises the f16 splits' scaling), stored or accumulated.
+void check_matmul(Gpu& g, DevMem& mem, const DevMat& dm, const std::vector<uint8_t>& w, int64_t ldx, int64_t n,
+                  bool accumulate, bool wide, uint8_t* ws, uint64_t ws_bytes, const std::string& label) {
+  std::vector<float> x = fresh(static_cast<size_t>(n * ldx), -2.0f, 2.0f);
+  if (wide) {
+    for (int64_t c = 0; c < dm.cols; ++c) x[c] *= 1.0e5f;
+    for (int64_t c = 0; c < dm.cols; ++c) x[ldx + c] *= 1.0e-4f;
+  }
+  const std::vector<float> y0 = fresh(static_cast<size_t>(n * dm.rows));
+  const MatmulRef ref = ref_matmul(dm.dtype, w, dm.rows, dm.cols, x, ldx, n, accumulate ? &y0 : nullptr);
+  float* dx = mem.upload(x);
+  float* dy = mem.floats(ref.size());
+  if (accumulate) put(dy, y0);
+  else poison(dy, ref.size());
+  cuda_matmul(dm, dx, ldx, n, dy, dm.rows, accumulate, ws, ws_bytes, g.stream, g.blas);
+  INFO(label << " n=" << n << " ldx=" << ldx << (accumulate ? " accumulate" : " store"));
+  REQUIRE(dot_error(get(dy, ref.size()), ref) <= kDotTol);
+}
+
 }  // namespace
 
 TEST_CASE("CUDA matmul (GEMV and exact GEMM) matches dequantised double dot products", "[gpu][kernels]") {
@@ -480,24 +500,9 @@ TEST_CASE("CUDA matmul (GEMV and exact GEMM) matches dequantised double dot prod
       for (int64_t n : {1, 2, 3, 5, 8, 9, 33, 64, 200}) {
         if (n == 200 && sh.rows * sh.cols > 300 * 256) continue;  // keeps the double reference quick
         for (bool accumulate : {false, true}) {
-          for (int64_t pad : {int64_t(0), int64_t(4)}) {
-            const int64_t ldx = sh.cols + pad;
-            std::vector<float> x = fresh(static_cast<size_t>(n * ldx), -2.0f, 2.0f);
-            if (n > 8 && pad == 0) {  // a wide dynamic range across rows (exercises the f16 split's scaling)
-              for (int64_t c = 0; c < sh.cols; ++c) x[c] *= 1.0e5f;
-              for (int64_t c = 0; c < sh.cols; ++c) x[ldx + c] *= 1.0e-4f;
-            }
-            const std::vector<float> y0 = fresh(static_cast<size_t>(n * sh.rows));
-            const MatmulRef ref = ref_matmul(dt, w, sh.rows, sh.cols, x, ldx, n, accumulate ? &y0 : nullptr);
-            float* dx = mem.upload(x);
-            float* dy = mem.floats(ref.size());
-            if (accumulate) put(dy, y0);
-            else poison(dy, ref.size());
-            cuda_matmul(dm, dx, ldx, n, dy, sh.rows, accumulate, ws, ws_bytes, g.stream, g.blas);
-            INFO(dtype_name(dt) << " " << sh.rows << "x" << sh.cols << " n=" << n << " ldx=" << ldx
-                                << (accumulate ? " accumulate" : " store"));
-            REQUIRE(dot_error(get(dy, ref.size()), ref) <= kDotTol);
-          }
+          for (int64_t pad : {int64_t(0), int64_t(4)})
+            check_matmul(g, mem, dm, w, sh.cols + pad, n, accumulate, n > 8 && pad == 0, ws, ws_bytes,
+                         std::string(dtype_name(dt)) + " " + std::to_string(sh.rows) + "x" + std::to_string(sh.cols));
         }
       }
     }
@@ -543,22 +548,10 @@ TEST_CASE("CUDA quantised GEMMs through tensor cores (f16 parts) match dequantis
         DevMat dm{dt, sh.rows, sh.cols, mem.upload(w.data(), w.size())};
         for (int64_t n : {33, 64, 200}) {
           if (n == 200 && sh.rows * sh.cols > 300 * 256) continue;
-          for (bool accumulate : {false, true}) {
-            const int64_t ldx = sh.cols + (n == 64 ? 4 : 0);
-            std::vector<float> x = fresh(static_cast<size_t>(n * ldx), -2.0f, 2.0f);
-            for (int64_t c = 0; c < sh.cols; ++c) x[c] *= 1.0e5f;  // a wide dynamic range across rows
-            for (int64_t c = 0; c < sh.cols; ++c) x[ldx + c] *= 1.0e-4f;
-            const std::vector<float> y0 = fresh(static_cast<size_t>(n * sh.rows));
-            const MatmulRef ref = ref_matmul(dt, w, sh.rows, sh.cols, x, ldx, n, accumulate ? &y0 : nullptr);
-            float* dx = mem.upload(x);
-            float* dy = mem.floats(ref.size());
-            if (accumulate) put(dy, y0);
-            else poison(dy, ref.size());
-            cuda_matmul(dm, dx, ldx, n, dy, sh.rows, accumulate, ws, ws_bytes, g.stream, g.blas);
-            INFO(dtype_name(dt) << " scale " << scale << " " << sh.rows << "x" << sh.cols << " n=" << n
-                                << (accumulate ? " accumulate" : " store"));
-            REQUIRE(dot_error(get(dy, ref.size()), ref) <= kDotTol);
-          }
+          for (bool accumulate : {false, true})
+            check_matmul(g, mem, dm, w, sh.cols + (n == 64 ? 4 : 0), n, accumulate, true, ws, ws_bytes,
+                         std::string(dtype_name(dt)) + " scale " + std::to_string(scale) + " " + std::to_string(sh.rows) +
+                             "x" + std::to_string(sh.cols));
         }
       }
     }
