@@ -88,9 +88,9 @@ class CostModel {
     return 1.0;
   }
   virtual double sync_ms() const = 0;  // one host-device synchronisation
-  // Host time per weight copy enqueued in a batch (under this model's PCIe cap, a paced one): an MoE
-  // layer's expert copies are issued by the host thread as one batch once their routing is known,
-  // before it can compute; they start once the batch is enqueued.
+  // Host time to enqueue one weight copy (under this model's PCIe cap, a paced one): an MoE layer's
+  // expert copies are issued by the host thread one by one once their routing is known, before it can
+  // compute; each starts once it is enqueued.
   // 0 where the machine's numbers do not say.
   virtual double copy_issue_ms() const { return 0; }
   virtual int max_threads() const = 0;

@@ -117,11 +117,11 @@ struct ProfileDB {
   std::vector<double> pcie_caps_gbps;  // the PCIe caps measured (0 = none)
   double sync_ms = 0;               // one host-device synchronisation (GPU profiles)
   double launch_ms = 0;             // one empty kernel launch (GPU profiles)
-  // Host time per pinned 1 MiB host-to-device copy when a burst of them is enqueued as one batch
-  // (Device::copy_h2d_batch), uncapped and under a PCIe cap (one pacing step per batch): what the host
-  // spends issuing an MoE layer's expert copies once their routing is known. GPU profiles; 0 = not
-  // measured (profiles before it), the cost model then charges nothing. Profiles of binaries before the
-  // batch (run_27782a7) measured one call per copy: 2.5 us, paced 8.1 us.
+  // Host time per pinned 1 MiB host-to-device copy when a burst of them is enqueued through the
+  // runtime's path (Device::copy_h2d_batch: one call per copy), uncapped and under a PCIe cap (each paced
+  // copy also launches its pacing kernel): what the host spends issuing an MoE layer's expert copies once
+  // their routing is known. GPU profiles; 0 = not measured (profiles before it), the cost model then
+  // charges nothing. run_27782a7 measured 2.5 us, paced 8.1 us.
   double copy_issue_ms = 0, paced_copy_issue_ms = 0;
   std::vector<OpSample> ops;
   std::vector<TransferSample> transfers;

@@ -41,8 +41,8 @@ class GpuBench {
   // to back through the same path, then one synchronisation: wall-clock per copy (what a copy costs in
   // a queue of many, as the routed experts of an MoE layer go).
   virtual double time_copy_burst(Direction dir, uint64_t bytes, int count) = 0;
-  // Host time (ms) per copy to enqueue `count` 1 MiB pinned host-to-device copies as one batch through
-  // the executor's path (Device::copy_h2d_batch) under a PCIe cap (bytes/s, 0 = none): the enqueue
+  // Host time (ms) per copy to enqueue `count` 1 MiB pinned host-to-device copies through the
+  // executor's path for a layer's experts (Device::copy_h2d_batch) under a PCIe cap (bytes/s, 0 = none): the enqueue
   // only, the copies then waited for.
   virtual double copy_issue_ms(double cap_bytes_per_s, int count) = 0;
 

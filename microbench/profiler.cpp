@@ -799,8 +799,8 @@ ProfileDB run_profile(const ProfileOptions& o) {
     db.ops.insert(db.ops.end(), rows.begin(), rows.end());
     db.sync_ms = measure([&] { return gpu->sync_ms(); }, {5, 50, 1}).ms;
     db.launch_ms = measure([&] { return gpu->launch_ms(); }, {5, 50, 1}).ms;
-    // What the host spends enqueueing an MoE layer's expert copies as the runtime does, one batch
-    // (uncapped, and paced under the smallest cap measured).
+    // What the host spends enqueueing an MoE layer's expert copies as the runtime does (uncapped, and
+    // paced under the smallest cap measured).
     db.copy_issue_ms = measure([&] { return gpu->copy_issue_ms(0, kBurstCopies); }, {5, 20, 1}).ms;
     for (double cap : caps)
       if (cap > 0 && db.paced_copy_issue_ms == 0)

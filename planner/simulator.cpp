@@ -215,11 +215,12 @@ double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const
       double start = std::max(free_at[static_cast<int>(a.resource)], ready);
       if (issue_ms > 0 && a.kind == ActionKind::CopyWeights && a.copies > 1) {
         // A routed MoE layer's expert copies: the host thread enqueues them itself once their routing
-        // is known (and it is done with the CPU work before), computing nothing meanwhile, as one batch
-        // (Device::copy_h2d_batch) whose copies start once it is enqueued (runtime.cpp's issue order).
+        // is known (and it is done with the CPU work before), computing nothing meanwhile, one by one
+        // (Device::copy_h2d_batch); the first starts after its own enqueue (runtime.cpp's issue order),
+        // the copy engine then keeps ahead of the host's issue.
         const double host = std::max(free_at[static_cast<int>(Resource::Cpu)], ready);
         free_at[static_cast<int>(Resource::Cpu)] = host + a.copies * issue_ms;
-        start = std::max(start, host + a.copies * issue_ms);
+        start = std::max(start, host + issue_ms);
       }
       a.start_ms = start;
       a.end_ms = start + dur[i];

@@ -101,9 +101,9 @@ class Device {
 
   // On Queue::H2D, or Queue::H2DAct for activations (both draw on the one PCIe cap).
   virtual void copy_h2d(uint8_t* dev, const void* host, uint64_t bytes, Queue q = Queue::H2D) = 0;
-  // Several host-to-device copies on q, in one request where the device has one (CUDA: one batched
-  // call; under a PCIe cap one pacing step for the batch), so that issuing a layer's routed experts
-  // costs the host one call, not one per matrix. Same effect as copy_h2d on each, in order.
+  // Several host-to-device copies on q (a layer's routed experts), with the same effect as copy_h2d on
+  // each, in order. CUDA issues them one call per copy, or, with SHARDWISE_COPY_BATCH=1, as one batched
+  // call with one pacing step under a PCIe cap (measured slower on the H200 host; kept to re-measure).
   struct HostCopy {
     uint8_t* dev = nullptr;
     const void* host = nullptr;
@@ -173,5 +173,8 @@ struct EmuOptions {
 std::unique_ptr<Device> make_emu_device(const EmuOptions& options = {});
 // Throws Error when the build has no CUDA or the machine no GPU.
 std::unique_ptr<Device> make_cuda_device(int ordinal = 0);
+// CUDA devices' copy_h2d_batch as one cudaMemcpyBatchAsync (on) or one call per copy (off, the
+// default; SHARDWISE_COPY_BATCH=1 turns it on). Process-wide, for tests and measurements.
+void cuda_set_copy_batch(bool on);
 
 }  // namespace shardwise

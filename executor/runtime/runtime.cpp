@@ -805,7 +805,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
           auto& ptrs = b.expert_ptrs[static_cast<size_t>(layer)];
           ptrs.assign(static_cast<size_t>(E), nullptr);
           // The FFN norm sits at its layout offset (before the experts); the experts follow, packed.
-          // All of it goes as one batch of copies (Device::copy_h2d_batch).
+          // All of it goes through Device::copy_h2d_batch.
           std::vector<Device::HostCopy>& copies = b.expert_copies;
           copies.clear();
           for (const ShardTensorPlace& t : L.tensors) {

@@ -152,16 +152,19 @@ TEST_CASE("CUDA device: copies, events and the arena", "[gpu]") {
 }
 
 TEST_CASE("CUDA device: a batch of copies lands as its copies one by one, capped at the cap's rate", "[gpu]") {
-  // 24 copies of odd sizes from a pinned buffer (one batched call) and, in a second batch, one from
-  // pageable memory among them (the batch goes copy by copy), to scattered places; read back.
+  // 24 copies of odd sizes from a pinned buffer and, in a second batch, one from pageable memory among
+  // them, to scattered places; read back. Both ways of issuing them: one call per copy (the default)
+  // and one batched call (cuda_set_copy_batch; a batch with pageable memory goes copy by copy).
   const uint64_t host_bytes = 96ull << 20;
   PinnedLink link(256ull << 20, host_bytes, 0);
   auto& dev = link.dev;
   for (uint64_t i = 0; i < host_bytes; ++i) link.host.data()[i] = static_cast<uint8_t>(i * 131 + (i >> 11));
   std::vector<uint8_t> pageable(3 << 20);
   for (size_t i = 0; i < pageable.size(); ++i) pageable[i] = static_cast<uint8_t>(i * 7 + 1);
+  for (bool batched : {false, true})
   for (double cap : {0.0, 16e9}) {
     for (bool with_pageable : {false, true}) {
+      cuda_set_copy_batch(batched);
       dev->set_pcie_cap(cap);
       std::vector<Device::HostCopy> copies;
       uint64_t src = 0, dst = 0, total = 0;
@@ -185,17 +188,19 @@ TEST_CASE("CUDA device: a batch of copies lands as its copies one by one, capped
         back.resize(c.bytes);
         dev->copy_d2h(back.data(), c.dev, c.bytes);
         dev->synchronize();
-        INFO("cap " << cap << " pageable " << with_pageable);
+        INFO("batched " << batched << " cap " << cap << " pageable " << with_pageable);
         CHECK(std::memcmp(back.data(), c.host, c.bytes) == 0);
       }
       if (cap > 0) {  // the batch's bytes arrive no faster than the cap allows, and not much slower
         const double rate = static_cast<double>(total) / s;
-        WARN("batch of 24 copies at a " << cap / 1e9 << " GB/s cap: " << rate / 1e9 << " GB/s");
+        WARN((batched ? "one batched call" : "one call per copy") << ", 24 copies at a " << cap / 1e9
+             << " GB/s cap: " << rate / 1e9 << " GB/s");
         CHECK(rate <= cap * 1.05);
         CHECK(rate >= cap * 0.8);
       }
     }
   }
+  cuda_set_copy_batch(false);
   dev->set_pcie_cap(0);
 }
 
