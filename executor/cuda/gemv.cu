@@ -6,7 +6,12 @@
 // bytes are only 2-byte aligned), so every warp load is coalesced. Quantised codes become floats
 // by the exponent trick (2^23 + byte as bits, minus the bias), which is exact and cheaper than I2F.
 // Several matrices (q/k/v, MoE experts) go in one launch as tasks, so small matrices still fill the GPU.
+// A launch with few rows for the GPU (fewer warps than half its slots) splits each row pair's columns
+// among the block's warps instead (k-split), each warp's partial sums added in warp order through shared
+// memory: 4x the weight bytes in flight per row, for o and down projections of 4096 rows.
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 
 #include "executor/cuda/kernels.cuh"
 
@@ -35,6 +40,7 @@ struct Batch {
   int32_t count, mode;
   int32_t early;  // load the first weight pieces before waiting for the previous kernel (see gemv_kernel)
   int32_t late;   // let the next kernel be scheduled after the weight loop, not at the start
+  int32_t ksplit; // the block's warps share its kRows rows (per matrix), each a quarter of the columns
   int32_t block_begin[kGemvMaxTasks + 1];
   TaskDev task[kGemvMaxTasks];
 };
@@ -224,11 +230,17 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const __grid_constant
   const int ti = find_task(b);
   const TaskDev& tk = b.task[ti];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int row0 = ((static_cast<int>(blockIdx.x) - b.block_begin[ti]) * kWarps + warp) * kRows;
+  const bool ks = b.ksplit != 0;
+  // k-split: every warp of the block on the same rows (so a block leaves, or stays, as a whole), warp w
+  // from piece 32 * kUnroll * w in steps of the block's.
+  const int row0 = ks ? (static_cast<int>(blockIdx.x) - b.block_begin[ti]) * kRows
+                      : ((static_cast<int>(blockIdx.x) - b.block_begin[ti]) * kWarps + warp) * kRows;
   if (row0 >= tk.rows) {
     pdl_begin();
     return;
   }
+  const int first = lane + (ks ? 32 * kUnroll * warp : 0);
+  const int stride = 32 * kUnroll * (ks ? kWarps : 1);
   const int nt = tk.nt;
   // Weights named directly are loaded before waiting for the kernel before this one (programmatic
   // dependent launch), so the first loads overlap its tail; a selector is that kernel's output.
@@ -257,11 +269,11 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const __grid_constant
 
   const int units = tk.cols / E;
   P pc[kUnroll][M][kRows];
-  if (units > 0) load_pieces<P, kUnroll, M>(pc, wr, lane, units);  // the first step's weights
+  if (units > 0) load_pieces<P, kUnroll, M>(pc, wr, first, units);  // the first step's weights
   if (early) pdl_wait();
   if (!b.late) pdl_trigger();
-  for (int u0 = lane; u0 < units; u0 += 32 * kUnroll) {
-    if (u0 != lane) load_pieces<P, kUnroll, M>(pc, wr, u0, units);
+  for (int u0 = first; u0 < units; u0 += stride) {
+    if (u0 != first) load_pieces<P, kUnroll, M>(pc, wr, u0, units);
 #pragma unroll
     for (int i = 0; i < kUnroll; ++i) {
       const int u = u0 + 32 * i;
@@ -302,6 +314,29 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const __grid_constant
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
       for (int t = 0; t < NT; ++t) acc[m][r][t] = warp_sum(acc[m][r][t]);
+  if (ks) {  // the warps' partial sums, added in warp order (the same result on every run)
+    __shared__ float part[kWarps][M][kRows][NT];
+    if (lane == 0)
+#pragma unroll
+      for (int m = 0; m < M; ++m)
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+#pragma unroll
+          for (int t = 0; t < NT; ++t) part[warp][m][r][t] = acc[m][r][t];
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          float s = part[0][m][r][t];
+#pragma unroll
+          for (int w = 1; w < kWarps; ++w) s += part[w][m][r][t];
+          acc[m][r][t] = s;
+        }
+  }
   if (lane == 0) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
@@ -404,7 +439,34 @@ bool late_trigger() {
   return on;
 }
 
+// k-split (see the top): 0 never, 1 where a launch has fewer row-pair warps than half the GPU's warp slots
+// (32 per SM) and rows long enough for every warp of a block to have a step of pieces, 2 always (tests).
+// SHARDWISE_GEMV_KSPLIT=0 / always, or cuda_set_gemv_ksplit.
+std::atomic<int> g_gemv_ksplit{-1};
+int gemv_ksplit_mode() {
+  int v = g_gemv_ksplit.load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = env_is("SHARDWISE_GEMV_KSPLIT", "0") ? 0 : env_is("SHARDWISE_GEMV_KSPLIT", "always") ? 2 : 1;
+    g_gemv_ksplit.store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
+// Elements per lane piece of the fast path (Piece<T>::kElems).
+int piece_elems(DType dtype) {
+  switch (dtype) {
+    case DType::F16:
+    case DType::BF16:
+    case DType::Q4_0: return 8;
+    case DType::F32:
+    case DType::Q8_0: return 4;
+  }
+  return 4;
+}
+
 }  // namespace
+
+void set_gemv_ksplit(int mode) { g_gemv_ksplit.store(mode < 0 ? 0 : mode > 2 ? 2 : mode, std::memory_order_relaxed); }
 
 void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int count) {
   const bool two = mode == GemvMode::SwiGLU;
@@ -427,7 +489,18 @@ void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int
     b.mode = static_cast<int32_t>(mode);
     b.early = early_weight_loads() ? 1 : 0;
     b.late = late_trigger() ? 1 : 0;
-    const int rows_per_block = fast ? kFastRowsPerBlock : kGenericRowsPerBlock;
+    if (fast) {
+      const int ks_mode = gemv_ksplit_mode();
+      int64_t warps = 0, min_units = INT64_MAX;
+      for (int i = 0; i < cnt; ++i) {
+        warps += ceil_div(tasks[i0 + i].rows, kRows);
+        min_units = std::min<int64_t>(min_units, tasks[i0 + i].cols / piece_elems(dtype));
+      }
+      const int unroll = nt_max * (two ? 2 : 1) <= 2 ? 4 : 2;  // gemv_kernel's kUnroll
+      b.ksplit = ks_mode == 2 || (ks_mode == 1 && warps < static_cast<int64_t>(ctx.sm_count) * 32 &&
+                                  min_units >= static_cast<int64_t>(kWarps) * 32 * unroll);
+    }
+    const int rows_per_block = !fast ? kGenericRowsPerBlock : b.ksplit ? kRows : kFastRowsPerBlock;
     int64_t blocks = 0;
     for (int i = 0; i < cnt; ++i) {
       const GemvTask& t = tasks[i0 + i];

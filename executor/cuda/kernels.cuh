@@ -41,6 +41,9 @@ struct GemvTask {
 
 // Runs `count` tasks of one dtype (any count; launches kGemvMaxTasks at a time).
 void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int count);
+// Where launches split rows' columns among a block's warps: 0 never, 1 launches with few rows (the
+// default), 2 always; cuda_set_gemv_ksplit (cuda_kernels.h).
+void set_gemv_ksplit(int mode);
 
 // ---- matmul dispatch (gemm.cu) ----------------------------------------------------------------
 struct MatRef {

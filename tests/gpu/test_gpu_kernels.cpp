@@ -606,6 +606,50 @@ TEST_CASE("CUDA blocks match the CPU blocks (every dtype, RoPE style, step shape
   }
 }
 
+// Decode GEMVs split each row's columns among a block's warps in every launch (2), or never (0), for the
+// guard's lifetime; the default (1) splits launches of few rows only.
+struct GemvKsplit {
+  explicit GemvKsplit(int mode) { cuda_set_gemv_ksplit(mode); }
+  ~GemvKsplit() { cuda_set_gemv_ksplit(1); }
+};
+
+TEST_CASE("CUDA GEMVs with rows split among a block's warps (k-split) and without match", "[gpu][kernels]") {
+  // Forced both ways, every dtype, odd shapes (rows shorter than a warp's step: warps with nothing to add),
+  // 1..8 tokens; then the blocks (fused gate/up, MoE experts by selector) with every launch split.
+  Gpu& g = gpu();
+  DevMem mem;
+  const uint64_t ws_bytes = 64ull << 20;
+  uint8_t* ws = mem.alloc(ws_bytes);
+  struct Shape {
+    int64_t rows, cols;
+  };
+  const Shape shapes[] = {{1, 32}, {37, 96}, {300, 256}, {129, 4096}, {3, 11520}, {1000, 544}};
+  for (int mode : {2, 0}) {
+    const GemvKsplit split(mode);
+    for (DType dt : kDtypes)
+      for (const Shape& sh : shapes) {
+        if (sh.cols % dtype_block_elems(dt) != 0) continue;
+        const std::vector<uint8_t> w = random_weights(dt, sh.rows, sh.cols, 0.5f);
+        DevMat dm{dt, sh.rows, sh.cols, mem.upload(w.data(), w.size())};
+        for (int64_t n : {1, 2, 3, 5, 8})
+          for (bool accumulate : {false, true})
+            check_matmul(g, mem, dm, w, sh.cols + (n == 3 ? 4 : 0), n, accumulate, false, ws, ws_bytes,
+                         std::string(mode == 2 ? "k-split " : "no k-split ") + dtype_name(dt) + " " +
+                             std::to_string(sh.rows) + "x" + std::to_string(sh.cols));
+      }
+  }
+  const GemvKsplit split(2);
+  ThreadPool pool(2);
+  for (const ModelCase& mc : kModels)
+    for (DType dt : {DType::F16, DType::Q4_0}) {
+      const ModelSpec spec = spec_of(mc, dt);
+      DevMem wmem;
+      std::unique_ptr<LayerPair> lp = make_layer(wmem, spec, pool);
+      for (const StepCase& s : kSteps)
+        if (s.n <= 8) check_blocks(spec, *lp, RopeStyle::Neox, s, ws, ws_bytes, pool, where(mc, dt, RopeStyle::Neox, s) + " (k-split)");
+    }
+}
+
 TEST_CASE("CUDA blocks go through long steps in chunks when the workspace is small", "[gpu][kernels]") {
   DevMem mem;
   ThreadPool pool(2);
@@ -898,7 +942,8 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
   struct Mat {
     int64_t rows, cols;
   };
-  for (const Mat& m : {Mat{11520, 4096}, Mat{4096, 11520}}) {
+  // Few-row matrices (4096 rows: o and down) also without the k-split ("no ks"), to see what it does.
+  for (const Mat& m : {Mat{11520, 4096}, Mat{4096, 11520}, Mat{4096, 4096}}) {
     for (DType dt : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::F32}) {
       const uint64_t bytes = dtype_row_bytes(dt, m.cols) * static_cast<uint64_t>(m.rows);
       const int copies = static_cast<int>(std::max<uint64_t>(2, (400ull << 20) / bytes));
@@ -912,18 +957,22 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
       const MatmulRef ref = ref_matmul(dt, w, m.rows, m.cols, x, m.cols, 1, nullptr);
       cuda_matmul(mats[0], dx, m.cols, 1, dy, m.rows, false, ws, ws_bytes, g.stream, g.blas);
       CHECK(dot_error(get(dy, ref.size()), ref) <= kDotTol);
-      for (int64_t n : {1, 4, 8}) {
-        int it = 0;
-        const double ms = time_ms(
-            [&] {
-              cuda_matmul(mats[static_cast<size_t>(it++ % copies)], dx, m.cols, n, dy, m.rows, false, ws, ws_bytes,
-                          g.stream, g.blas);
-            },
-            40);
-        const double gbps = static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
-        std::printf("GEMV %-5s %6lld x %-6lld n=%lld: %8.1f us  %7.0f GB/s  (%4.1f%% of HBM)\n", dtype_name(dt),
-                    static_cast<long long>(m.rows), static_cast<long long>(m.cols), static_cast<long long>(n), ms * 1e3,
-                    gbps, 100.0 * gbps / hbm_gbps);
+      for (int ks : {1, 0}) {
+        if (ks == 0 && m.rows > 4096) continue;
+        const GemvKsplit split(ks);
+        for (int64_t n : {1, 4, 8}) {
+          int it = 0;
+          const double ms = time_ms(
+              [&] {
+                cuda_matmul(mats[static_cast<size_t>(it++ % copies)], dx, m.cols, n, dy, m.rows, false, ws, ws_bytes,
+                            g.stream, g.blas);
+              },
+              40);
+          const double gbps = static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
+          std::printf("GEMV %-5s %6lld x %-6lld n=%lld%s: %8.1f us  %7.0f GB/s  (%4.1f%% of HBM)\n", dtype_name(dt),
+                      static_cast<long long>(m.rows), static_cast<long long>(m.cols), static_cast<long long>(n),
+                      ks ? "" : " no ks", ms * 1e3, gbps, 100.0 * gbps / hbm_gbps);
+        }
       }
     }
   }
