@@ -4,10 +4,7 @@
 //  - Decode (n <= 8): one warp per (key range, kv head, group of <= 4 query rows); lanes hold a
 //    contiguous slice of head_dim, so K and V rows are read with coalesced vector loads, and the
 //    keys of a long context are split across many warps (split-K) whose partial (max, sum, output)
-//    are combined by the last block of each (kv head, row group) to finish (an arrival counter per pair
-//    in device memory, which that block resets; splits added in split order, so any block computes the
-//    same), or by a second kernel (a block per query row: AttnArgs::combine, SHARDWISE_ATTN_COMBINE=kernel).
-//    Both: threads over splits for the maximum, then over head_dim. The
+//    a second kernel combines (a block per query row: threads over splits, then over head_dim). The
 //    pipelined variant (the default) issues the loads of a warp's next keys before the math of the
 //    current ones: a warp's loop is a chain of DRAM round trips otherwise (at 1K context, 16 of them of
 //    ~1 us for 22 us per call, whatever the split).
@@ -35,12 +32,6 @@ namespace {
 constexpr int kDecodeWarps = 4;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// The fused combine's arrival counters: kArrivalCounters (kv head, row group) pairs per slot.
-constexpr int kArrivalSlots = 16;
-constexpr int kArrivalCounters = 1024;
-__device__ unsigned g_attn_arrivals[kArrivalSlots * kArrivalCounters];
-std::atomic<uint32_t> g_slots_taken{1};  // bit per slot; slot 0 belongs to cuda_attention
-
 struct KArgs {
   const float* q;
   int64_t q_stride;
@@ -51,7 +42,6 @@ struct KArgs {
   int64_t out_stride;
   float* part_o;   // [splits][n * n_heads][hd]    (split-K only)
   float* part_ml;  // [splits][n * n_heads][2]: running max, sum
-  unsigned* arrivals;  // decode: a counter per (kv head, row group), 0 between launches; null: combine kernel
   int32_t n, pos_first, n_heads, n_kv_heads, group;
   int32_t n_splits, keys_per_split;
   int32_t hd;    // the real head_dim (<= the kernel's D)
@@ -166,104 +156,6 @@ __device__ __forceinline__ void store_decode_rows(const KArgs& a, int split, int
   }
 }
 
-// One block per (token, head): merges the splits' partial maxima, sums and outputs. Threads go over the
-// splits for the maximum; then each warp takes every kCombineWarps-th split, its lanes over head_dim
-// (<= 8 elements each), so a warp's loads of one split are independent of the last split's; the warps'
-// sums are added in shared memory.
-constexpr int kCombineWarps = 4;
-constexpr int kCombineThreads = kCombineWarps * 32;
-constexpr int kCombineElems = kMaxAttentionHeadDim / 32;  // head_dim elements per lane
-
-struct CombineShared {
-  float red[kCombineWarps];
-  float o[kCombineWarps][kMaxAttentionHeadDim];
-};
-
-// Combines query row `row` (token t, head h) from the splits' partials; a block of kCombineThreads, all of
-// which call it. Partials are read past L1 (__ldcg): in the fused combine other SMs wrote them just now.
-__device__ void combine_row(const KArgs& a, int row, CombineShared& sh) {
-  float* red = sh.red;
-  auto& o_sh = sh.o;
-  const int hd = a.hd, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int t = row / a.n_heads, h = row % a.n_heads;
-  const int64_t rows_all = static_cast<int64_t>(a.n) * a.n_heads;
-  float mx = kNegInf;
-  for (int s = tid; s < a.n_splits; s += kCombineThreads) mx = fmaxf(mx, __ldcg(a.part_ml + (s * rows_all + row) * 2));
-  mx = warp_max(mx);
-  if (lane == 0) red[warp] = mx;
-  __syncthreads();
-  mx = red[0];
-#pragma unroll
-  for (int w = 1; w < kCombineWarps; ++w) mx = fmaxf(mx, red[w]);
-  __syncthreads();  // red is reused below
-
-  float acc[kCombineElems], lsum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kCombineElems; ++i) acc[i] = 0.0f;
-#pragma unroll 2
-  for (int s = warp; s < a.n_splits; s += kCombineWarps) {
-    const int64_t pr = s * rows_all + row;
-    const float* po = a.part_o + pr * hd;
-    float v[kCombineElems];
-#pragma unroll
-    for (int i = 0; i < kCombineElems; ++i) v[i] = lane + 32 * i < hd ? __ldcg(po + lane + 32 * i) : 0.0f;
-    const float ms = __ldcg(a.part_ml + pr * 2);
-    if (ms == kNegInf) continue;  // a split that saw no key adds nothing (uniform over the warp)
-    const float w = expf(ms - mx);
-    lsum = fmaf(__ldcg(a.part_ml + pr * 2 + 1), w, lsum);
-#pragma unroll
-    for (int i = 0; i < kCombineElems; ++i) acc[i] = fmaf(v[i], w, acc[i]);
-  }
-#pragma unroll
-  for (int i = 0; i < kCombineElems; ++i)
-    if (lane + 32 * i < hd) o_sh[warp][lane + 32 * i] = acc[i];
-  if (lane == 0) red[warp] = lsum;
-  __syncthreads();
-  float l = red[0];
-#pragma unroll
-  for (int w = 1; w < kCombineWarps; ++w) l += red[w];
-  const float inv = 1.0f / l;
-  float* op = a.out + static_cast<int64_t>(t) * a.out_stride + static_cast<int64_t>(h) * hd;
-  for (int d = tid; d < hd; d += kCombineThreads) {
-    float o = o_sh[0][d];
-#pragma unroll
-    for (int w = 1; w < kCombineWarps; ++w) o += o_sh[w][d];
-    op[d] = o * inv;
-  }
-  __syncthreads();  // sh is reused by the next row
-}
-
-__global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(const KArgs a) {
-  pdl_begin();
-  __shared__ CombineShared sh;
-  combine_row(a, blockIdx.x, sh);
-}
-
-// The fused combine: after its warps stored their partials, a decode block counts itself in for its
-// (kv head, row group); the last to arrive (atomicInc wraps the counter back to 0 for the next launch)
-// combines the group's rows. Every warp of the block calls it.
-template <int RB>
-__device__ __forceinline__ void arrive_and_combine(const KArgs& a, int g, int i0) {
-  static_assert(kDecodeWarps == kCombineWarps, "the decode block combines as the combine kernel's block");
-  __shared__ CombineShared sh;
-  __shared__ bool last;
-  __threadfence();  // this block's partials, visible to the block that combines
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned n = gridDim.x;
-    last = atomicInc(a.arrivals + blockIdx.z * gridDim.y + blockIdx.y, n - 1) == n - 1;
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const int rows_g = a.n * a.group;
-  for (int r = 0; r < RB && i0 + r < rows_g; ++r) {
-    int t, h;
-    row_of(a, g, i0 + r, t, h);
-    combine_row(a, t * a.n_heads + h, sh);
-  }
-}
-
 template <int D, int RB, bool FULL, bool PIPE>
 __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KArgs a) {
   pdl_begin();
@@ -276,13 +168,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KA
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int d0 = lane * C;           // this lane's first element
   const int split = blockIdx.x * kDecodeWarps + warp;
+  if (split >= a.n_splits) return;
   const int g = blockIdx.y;
   const int rows_g = a.n * a.group;
   const int i0 = blockIdx.z * RB;
-  if (split >= a.n_splits) {  // a warp past the last split (still part of its block's arrival)
-    if (a.arrivals != nullptr) arrive_and_combine<RB>(a, g, i0);
-    return;
-  }
 
   float q[RB][C];
   int pos[RB], row_id[RB], t_of[RB], h_of[RB];
@@ -367,7 +256,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KA
     }
   }
   store_decode_rows<RB, C, FULL>(a, split, lane, d0, hd, pos, t_of, h_of, row_id, m, l, o);
-  if (a.arrivals != nullptr) arrive_and_combine<RB>(a, g, i0);
 }
 
 template <int D>
@@ -557,6 +445,66 @@ __global__ void __launch_bounds__(256) attn_prefill_kernel(const KArgs a) {
   }
 }
 
+// One block per (token, head): merges the splits' partial maxima, sums and outputs. Threads go over the
+// splits for the maximum; then each warp takes every kCombineWarps-th split, its lanes over head_dim
+// (<= 8 elements each), so a warp's loads of one split are independent of the last split's; the warps'
+// sums are added in shared memory.
+constexpr int kCombineWarps = 4;
+constexpr int kCombineThreads = kCombineWarps * 32;
+constexpr int kCombineElems = kMaxAttentionHeadDim / 32;  // head_dim elements per lane
+
+__global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(const KArgs a) {
+  pdl_begin();
+  __shared__ float red[kCombineWarps];
+  __shared__ float o_sh[kCombineWarps][kMaxAttentionHeadDim];
+  const int hd = a.hd, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int row = blockIdx.x;
+  const int t = row / a.n_heads, h = row % a.n_heads;
+  const int64_t rows_all = static_cast<int64_t>(a.n) * a.n_heads;
+  float mx = kNegInf;
+  for (int s = tid; s < a.n_splits; s += kCombineThreads) mx = fmaxf(mx, a.part_ml[(s * rows_all + row) * 2]);
+  mx = warp_max(mx);
+  if (lane == 0) red[warp] = mx;
+  __syncthreads();
+  mx = red[0];
+#pragma unroll
+  for (int w = 1; w < kCombineWarps; ++w) mx = fmaxf(mx, red[w]);
+  __syncthreads();  // red is reused below
+
+  float acc[kCombineElems], lsum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kCombineElems; ++i) acc[i] = 0.0f;
+#pragma unroll 2
+  for (int s = warp; s < a.n_splits; s += kCombineWarps) {
+    const int64_t pr = s * rows_all + row;
+    const float* po = a.part_o + pr * hd;
+    float v[kCombineElems];
+#pragma unroll
+    for (int i = 0; i < kCombineElems; ++i) v[i] = lane + 32 * i < hd ? po[lane + 32 * i] : 0.0f;
+    const float ms = a.part_ml[pr * 2];
+    if (ms == kNegInf) continue;  // a split that saw no key adds nothing (uniform over the warp)
+    const float w = expf(ms - mx);
+    lsum = fmaf(a.part_ml[pr * 2 + 1], w, lsum);
+#pragma unroll
+    for (int i = 0; i < kCombineElems; ++i) acc[i] = fmaf(v[i], w, acc[i]);
+  }
+#pragma unroll
+  for (int i = 0; i < kCombineElems; ++i)
+    if (lane + 32 * i < hd) o_sh[warp][lane + 32 * i] = acc[i];
+  if (lane == 0) red[warp] = lsum;
+  __syncthreads();
+  float l = red[0];
+#pragma unroll
+  for (int w = 1; w < kCombineWarps; ++w) l += red[w];
+  const float inv = 1.0f / l;
+  float* op = a.out + static_cast<int64_t>(t) * a.out_stride + static_cast<int64_t>(h) * hd;
+  for (int d = tid; d < hd; d += kCombineThreads) {
+    float o = o_sh[0][d];
+#pragma unroll
+    for (int w = 1; w < kCombineWarps; ++w) o += o_sh[w][d];
+    op[d] = o * inv;
+  }
+}
 
 template <int D, int RB, bool FULL, bool PIPE>
 void launch_decode(const KArgs& k, int row_groups, cudaStream_t s) {
@@ -612,36 +560,6 @@ int padded_head_dim(int hd) { return hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 128 ?
 }  // namespace
 
 bool attention_head_dim_supported(int64_t hd) { return hd >= 1 && hd <= kMaxAttentionHeadDim; }
-
-unsigned* attention_arrivals(int slot) {
-  SW_CHECK(slot >= 0 && slot < kArrivalSlots, "CUDA attention: arrival slot ", slot, " (0 to ", kArrivalSlots - 1, ")");
-  void* p = nullptr;
-  check(cudaGetSymbolAddress(&p, g_attn_arrivals), "cudaGetSymbolAddress(attention arrivals)");
-  return static_cast<unsigned*>(p) + static_cast<int64_t>(slot) * kArrivalCounters;
-}
-
-int acquire_attention_slot() {
-  uint32_t taken = g_slots_taken.load();
-  for (;;) {
-    int slot = -1;
-    for (int s = 1; s < kArrivalSlots; ++s)
-      if ((taken & (1u << s)) == 0) {
-        slot = s;
-        break;
-      }
-    if (slot < 0) return -1;
-    if (g_slots_taken.compare_exchange_weak(taken, taken | (1u << slot))) return slot;
-  }
-}
-
-void release_attention_slot(int slot) {
-  if (slot > 0 && slot < kArrivalSlots) g_slots_taken.fetch_and(~(1u << slot));
-}
-
-bool combine_kernel_default() {
-  static const bool on = env_is("SHARDWISE_ATTN_COMBINE", "kernel");
-  return on;
-}
 
 bool decode_pipelined_default() {
   static const bool on = !env_is("SHARDWISE_ATTN_DECODE", "plain");
@@ -720,11 +638,6 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
     k.part_o = ws.take<float>(static_cast<uint64_t>(splits * rows_all * hd), "attention split partials");
     k.part_ml = ws.take<float>(static_cast<uint64_t>(splits * rows_all * 2), "attention split partials");
   }
-  SW_CHECK(a.combine >= 0 && a.combine <= 2, "CUDA attention: combine ", a.combine, " (0, 1 or 2)");
-  const int combine = a.combine != 0 ? a.combine : (combine_kernel_default() ? 1 : 2);
-  if (decode && splits > 1 && combine == 2 && ctx.attn_arrivals != nullptr &&
-      static_cast<int64_t>(a.n_kv_heads) * row_groups <= kArrivalCounters)
-    k.arrivals = ctx.attn_arrivals;
   SW_CHECK(a.n_kv_heads < 65536 && row_groups < 65536, "CUDA attention: too many heads or rows for one launch");
   if (decode) {
     switch (D) {
@@ -743,7 +656,7 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
     }
     check_launch("attention prefill kernel");
   }
-  if (splits > 1 && k.arrivals == nullptr) {
+  if (splits > 1) {
     SW_CHECK(rows_all < (int64_t(1) << 31), "CUDA attention: too many rows");
     launch_kernel("attention combine kernel", attn_combine_kernel, dim3(static_cast<unsigned>(rows_all)),
                   dim3(kCombineThreads), 0, ctx.stream, k);
@@ -770,7 +683,6 @@ void cuda_attention(const float* q, const float* k_cache, const float* v_cache, 
   cuda::check(cudaGetDevice(&dev), "cudaGetDevice");
   cuda::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
   ctx.sm_count = std::max(1, sms);
-  ctx.attn_arrivals = cuda::attention_arrivals(0);
   cuda::AttnArgs a;
   a.q = q;
   a.q_stride = n_heads * head_dim;

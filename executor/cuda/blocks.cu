@@ -138,14 +138,9 @@ class CudaKernels : public DeviceKernels {
     ctx_.ws = &ws_;
     ctx_.sm_count = std::max(1, sms);
     ctx_.dev_zero_one = static_cast<const float*>(consts);
-    attn_slot_ = acquire_attention_slot();  // none left: the attention's splits go through the combine kernel
-    if (attn_slot_ >= 0) ctx_.attn_arrivals = attention_arrivals(attn_slot_);
     eps_ = static_cast<float>(spec_.rms_norm_eps);
   }
-  ~CudaKernels() override {
-    cudaStreamSynchronize(ctx_.stream);
-    release_attention_slot(attn_slot_);
-  }
+  ~CudaKernels() override { cudaStreamSynchronize(ctx_.stream); }
 
   // Pinned staging for steps of up to n tokens (RoPE table, MoE routing tables), allocated now.
   void reserve_staging(int64_t n) {
@@ -837,7 +832,6 @@ class CudaKernels : public DeviceKernels {
   RopeStyle rope_;
   float eps_ = 1e-5f;
   Ctx ctx_;
-  int attn_slot_ = -1;  // the fused attention combine's counters (acquire_attention_slot)
   Workspace ws_;
   PinnedRing staging_;
   bool step_ready_ = false;

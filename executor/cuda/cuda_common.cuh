@@ -115,9 +115,6 @@ struct Ctx {
   Workspace* ws = nullptr;
   int sm_count = 132;
   const float* dev_zero_one = nullptr;  // [0.0f, 1.0f]
-  // Decode attention's arrival counters for this stream's launches (attention_arrivals), or null: the
-  // splits are then combined by a kernel of their own.
-  unsigned* attn_arrivals = nullptr;
 };
 
 // ---- device helpers ----------------------------------------------------------------------------

@@ -167,19 +167,8 @@ struct AttnArgs {
   // then used, 2 pipelined (the next step's keys loaded before this step's math). The GPU suite checks
   // both; the kernel benchmark times both.
   int32_t decode_kernel = 0;
-  // Decode split-K: 0 the default (2 where Ctx::attn_arrivals is set; SHARDWISE_ATTN_COMBINE=kernel
-  // selects 1), 1 a combine kernel after the decode kernel, 2 the last block of each (kv head, row group)
-  // combines (no second launch; falls back to 1 without counters or with too many groups).
-  int32_t combine = 0;
 };
 void attention(const Ctx& ctx, const AttnArgs& a);
-// Arrival counters for the fused combine, in device memory of the current device (zero between launches).
-// A slot serves one stream's launches at a time: two attention launches that may overlap (different
-// streams) need different slots. Slot 0 is cuda_attention's; acquire_attention_slot gives one of the
-// others (-1 when all are taken: the combine kernel then), release_attention_slot returns it.
-unsigned* attention_arrivals(int slot);
-int acquire_attention_slot();
-void release_attention_slot(int slot);
 // Whether attention runs this head_dim (1 .. kMaxAttentionHeadDim).
 bool attention_head_dim_supported(int64_t head_dim);
 // decode_kernel 0 means the pipelined decode kernel (SHARDWISE_ATTN_DECODE=plain: the other).

@@ -12,7 +12,7 @@
 # timelines: auto/static/dynamic at 1K/4G with the measured timeline of their first 6 runs
 # (its summary says when the host had enqueued the last device action); their TPS is not a peer row's.
 set -uo pipefail
-out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick|graphs|pdl|ksplit|combine|same-plan|timelines]}
+out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick|graphs|pdl|ksplit|same-plan|timelines]}
 part=${2:-all}
 source "$(dirname "$0")/bundle_env.sh"
 [ -f "$profile" ] || { echo "no profile $profile"; exit 2; }
@@ -73,7 +73,6 @@ row = {"model": model, "ctx": ctx, "budget": budget, "schedule": sched, "cuda_gr
        "gemv_trigger": os.environ.get("SHARDWISE_GEMV_TRIGGER", "late"),
        "attn_decode": os.environ.get("SHARDWISE_ATTN_DECODE", "pipelined"),
        "gemv_ksplit": os.environ.get("SHARDWISE_GEMV_KSPLIT", "auto"),
-       "attn_combine": os.environ.get("SHARDWISE_ATTN_COMBINE", "last block"),
        "timeline": len(sys.argv) > 7 and sys.argv[7] == "timeline", "run": r,
        # The run's own table's prediction (a forced schedule plans a table of its own, whose layout may
        # differ from the planner's mix); the mixed table's for runs of binaries before it was recorded.
@@ -103,10 +102,6 @@ case $part in
   ksplit)  # decode GEMVs of few rows split among a block's warps (the default) or not, alternating, three times
     for rep in 1 2 3; do
       for m in nemo8b qwen30b; do one "$m" 1024 40G auto graphs; SHARDWISE_GEMV_KSPLIT=0 one "$m" 1024 40G auto graphs; done
-    done ;;
-  combine)  # decode attention's splits combined by the last block (the default) or by a kernel, alternating, three times
-    for rep in 1 2 3; do
-      for m in nemo8b qwen30b; do one "$m" 1024 40G auto graphs; SHARDWISE_ATTN_COMBINE=kernel one "$m" 1024 40G auto graphs; done
     done ;;
   same-plan)  # qwen30b 1K/2G: auto decoded with Static at 23.8 ms per token where --schedule static ran the
               # same plan at 20.9 (seventh session): each twice, alternating, then both with timelines

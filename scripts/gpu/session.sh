@@ -42,14 +42,12 @@
 #                            -> kprof.tgz (kernel_profile.sh)
 #   session.sh OUT ksplit    decode GEMVs of few rows split among a block's warps or not: GPU suite, kernel
 #                            benchmarks, whole-model decode each way, three times (~5 min) -> ksplit.tgz
-#   session.sh OUT combine   decode attention's splits combined by the last block or by a kernel, as ksplit
-#                            (~5 min) -> combine.tgz
 #   session.sh OUT cpu       the CPU decode GEMVs and MoE block (shardwise_bench_cpu, 1 and 16 threads) at
 #                            each weight prefetch distance (SHARDWISE_GEMV_PREFETCH), ~2 min, then the GPU
 #                            suite -> cpu_prefetch.tgz
 set -uo pipefail
-out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|combine|peers|peers-study [MODEL] [PREVIOUS.jsonl]}
-stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|combine|peers|peers-study [MODEL] [PREVIOUS.jsonl]}
+out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study [MODEL] [PREVIOUS.jsonl]}
+stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study [MODEL] [PREVIOUS.jsonl]}
 mkdir -p "$out"
 root=/tmp/shardwise-bundle
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
@@ -223,24 +221,23 @@ print('copy batch', sys.argv[2], 'round', sys.argv[3], 'TPS %.2f, median step %.
   kprof)  # per-kernel GPU time under Nsight Compute (kernel_profile.sh)
     bash scripts/gpu/kernel_profile.sh "$out"
     ;;
-  ksplit|combine)  # ksplit: decode GEMVs of few rows with each row's columns split among a block's warps (default)
-                   # or not (SHARDWISE_GEMV_KSPLIT=0); combine: decode attention's splits combined by the last
-                   # block (default) or a kernel (SHARDWISE_ATTN_COMBINE=kernel). The GPU suite, the kernel
-                   # benchmarks, the whole model decoding each way, alternating, three times (~5 min) -> STAGE.tgz
+  ksplit)  # decode GEMVs of few rows with each row's columns split among a block's warps (default) or not
+           # (SHARDWISE_GEMV_KSPLIT=0): the GPU suite (its k-split case), the kernel benchmarks (GEMV rows with
+           # and without), the whole model decoding each way, alternating, three times (~5 min) -> ksplit.tgz
     gpu_suite
-    mkdir -p "$out/$stage"
-    timeout 150 "$root/bin/test_gpu" "[bench]" > "$out/$stage/kernel_bench.log" 2>&1; echo "kernel bench rc=$?"
-    grep -E "^GEMV .*(4096 x 4096|4096 x 11520)|combined by" "$out/$stage/kernel_bench.log" | head -40
-    timeout 300 bash scripts/gpu/executor_bench.sh "$out/$stage" "$stage"
-    python3 - "$out/$stage/executor_runs.jsonl" <<'PY'
+    mkdir -p "$out/ksplit"
+    timeout 150 "$root/bin/test_gpu" "[bench]" > "$out/ksplit/kernel_bench.log" 2>&1; echo "kernel bench rc=$?"
+    grep -E "^GEMV .*(4096 x 4096|4096 x 11520)" "$out/ksplit/kernel_bench.log" | head -40
+    timeout 300 bash scripts/gpu/executor_bench.sh "$out/ksplit" ksplit
+    python3 - "$out/ksplit/executor_runs.jsonl" <<'PY'
 import json, sys
 for l in open(sys.argv[1]):
     r = json.loads(l); run = r.get("run") or {}
     st = sorted(s["ms"] for s in run.get("steps", []) if s.get("tokens") == 1)
-    print(r["model"], "ksplit", r.get("gemv_ksplit"), "combine", r.get("attn_combine"), "TPS %.1f" % run.get("decode_tokens_per_s", 0),
-          "median step %.3f ms" % (st[len(st) // 2] if st else 0))
+    print(r["model"], "ksplit", r.get("gemv_ksplit"), "TPS %.1f" % run.get("decode_tokens_per_s", 0),
+          "median step %.3f ms" % (st[len(st) // 2] if st else 0), "tokens", (run.get("generated_ids") or [])[:3])
 PY
-    tar -C "$out" -czf "$out/$stage.tgz" "$stage" && rm -rf "$out/$stage"
+    tar -C "$out" -czf "$out/ksplit.tgz" ksplit && rm -rf "$out/ksplit"
     ;;
   cpu)  # weight prefetch distance of the CPU GEMV kernels (kernels_avx2.cpp): decode GEMVs from DRAM and the
         # MoE decode block at 1 and 16 threads, each distance in its own process (0 = no software prefetch)

@@ -411,10 +411,7 @@ double dot_error(const std::vector<float>& got, const MatmulRef& ref) {
 struct KernelCtx {
   cuda::Workspace ws;
   cuda::Ctx ctx;
-  int slot = cuda::acquire_attention_slot();  // the fused split-K combine's counters, as the blocks have
   KernelCtx(uint8_t* base, uint64_t bytes) {
-    REQUIRE(slot > 0);
-    ctx.attn_arrivals = cuda::attention_arrivals(slot);
     ws.reset(base, bytes);
     ctx.stream = gpu().stream;
     ctx.blas = gpu().blas;
@@ -423,12 +420,6 @@ struct KernelCtx {
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&ctx.sm_count, cudaDevAttrMultiProcessorCount, dev);
   }
-  ~KernelCtx() {
-    cudaStreamSynchronize(ctx.stream);
-    cuda::release_attention_slot(slot);
-  }
-  KernelCtx(const KernelCtx&) = delete;
-  KernelCtx& operator=(const KernelCtx&) = delete;
 };
 
 cuda::AttnArgs attn_args(const float* q, const float* kc, const float* vc, float* out, int64_t n, int64_t pos0,
@@ -698,16 +689,13 @@ TEST_CASE("CUDA attention matches the CPU at long contexts (deep split-K, tiled 
     float* dk = mem.upload(k);
     float* dv = mem.upload(v);
     float* dout = mem.floats(ref.size());
-    // Both decode kernels, each combined by a kernel and by the last block (prefill steps ignore both).
-    for (int kernel : {1, 2})
-    for (int combine : {1, 2}) {
+    for (int kernel : {1, 2}) {  // both decode kernels (prefill steps ignore the choice)
       poison(dout, ref.size());
       cuda::AttnArgs a = attn_args(dq, dk, dv, dout, c.n, c.pos0, c.heads, c.kv_heads, c.hd);
       a.decode_kernel = kernel;
-      a.combine = combine;
       cuda::attention(kc.ctx, a);
       INFO("heads " << c.heads << "/" << c.kv_heads << " hd " << c.hd << " n=" << c.n << " pos0=" << c.pos0 << " decode kernel "
-                    << kernel << " combine " << combine);
+                    << kernel);
       CHECK(test::max_rel_error(get(dout, ref.size()), ref, c.hd) <= kBlockTol);
     }
   }
@@ -726,15 +714,13 @@ TEST_CASE("CUDA attention matches the CPU at long contexts (deep split-K, tiled 
     float* dq = mem.upload(q);
     float* dk = mem.upload(k);
     float* dv = mem.upload(v);
-    for (int kernel : {1, 2})
-    for (int combine : {1, 2}) {
+    for (int kernel : {1, 2}) {
       poison(dout, ref.size());
       cuda::AttnArgs a = attn_args(dq, dk, dv, dout, n, pos0, heads, kv_heads, hd);
       a.decode_kernel = kernel;
       a.decode_min_keys = 16;
-      a.combine = combine;
       cuda::attention(kc.ctx, a);
-      INFO("many splits: hd " << hd << " decode kernel " << kernel << " combine " << combine);
+      INFO("many splits: hd " << hd << " decode kernel " << kernel);
       CHECK(test::max_rel_error(get(dout, ref.size()), ref, hd) <= kBlockTol);
     }
   }
@@ -1062,18 +1048,6 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
                       kernel == 1 ? "plain" : "pipelined", static_cast<long long>(context),
                       keys == 0 ? "dft" : std::to_string(keys).c_str(), ms,
                       2.0 * static_cast<double>(context) * static_cast<double>(KVD) * 4 / (ms * 1e-3) / 1e9);
-        }
-      // The splits combined by the last block of each kv head (fused) or by a kernel of their own.
-      for (int64_t context : {int64_t(1024), int64_t(4096)})
-        for (int combine : {2, 1}) {
-          float* q = mem.floats(static_cast<size_t>(spec.q_dim()));
-          float* out = mem.floats(static_cast<size_t>(spec.q_dim()));
-          put(q, fresh(static_cast<size_t>(spec.q_dim())));
-          cuda::AttnArgs a = attn_args(q, kc, vc, out, 1, context - 1, heads, kvh, hd);
-          a.combine = combine;
-          const double ms = time_ms([&] { cuda::attention(kctx.ctx, a); }, 20);
-          std::printf("attention decode combined by %s, context %5lld: %8.4f ms\n", combine == 2 ? "the last block" : "a kernel",
-                      static_cast<long long>(context), ms);
         }
       // 8 tokens (speculative-decoding-sized steps) at 4K context, both kernels.
       for (int kernel : {1, 2}) {
