@@ -61,6 +61,7 @@ const char* compute_part_name(ComputePart p) {
     case ComputePart::AttnStaged: return "attn_staged";
     case ComputePart::MoeCpuShare: return "moe_cpu_share";
     case ComputePart::MoeGpuShare: return "moe_gpu_share";
+    case ComputePart::MoeShareAdd: return "moe_share_add";
   }
   return "?";
 }
@@ -144,7 +145,7 @@ Payload parse_payload(const std::string& s) {
 }
 ComputePart parse_part(const std::string& s) {
   for (ComputePart p : {ComputePart::Full, ComputePart::AttnPre, ComputePart::AttnCore, ComputePart::AttnPost, ComputePart::AttnStaged,
-                        ComputePart::MoeCpuShare, ComputePart::MoeGpuShare})
+                        ComputePart::MoeCpuShare, ComputePart::MoeGpuShare, ComputePart::MoeShareAdd})
     if (s == compute_part_name(p)) return p;
   fail("unknown compute part '", s, "'");
 }

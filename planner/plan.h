@@ -48,11 +48,13 @@ const char* action_kind_name(ActionKind k);
 // copy of that cache staged in the arena (the "kv staging" region): the cached K, V go up (payload
 // kv_past), the step's new K, V rows come back (kv_new). A prefill then runs every layer's attention
 // on the GPU whatever the decode layout keeps on the host.
-// moe_cpu_share / moe_gpu_share: an MoE FFN whose routed experts are split between the CPU and the GPU
-// (Dynamic): the CPU computes `cpu_experts` of each token's top_k experts from host memory into a
-// partial sum (payload moe_partial goes up), while the others are copied into a stream slot and run on
-// the GPU, which adds the CPU's partial (split_routing in executor/model/moe_routing.h says which).
-enum class ComputePart { Full, AttnPre, AttnCore, AttnPost, AttnStaged, MoeCpuShare, MoeGpuShare };
+// moe_cpu_share / moe_gpu_share / moe_share_add: an MoE FFN whose routed experts are split between the
+// CPU and the GPU (Dynamic): the CPU computes `cpu_experts` of each token's top_k experts from host memory
+// into a partial sum (payload moe_partial goes up), while the others are copied into a stream slot and run
+// on the GPU into x meanwhile (moe_gpu_share, enqueued before the CPU's share, after x went down for it);
+// moe_share_add then adds the CPU's partial to x (split_routing in executor/model/moe_routing.h says which
+// experts go where).
+enum class ComputePart { Full, AttnPre, AttnCore, AttnPost, AttnStaged, MoeCpuShare, MoeGpuShare, MoeShareAdd };
 const char* compute_part_name(ComputePart p);
 
 // What a CopyActivations moves: the residual stream x [n, hidden]; q, k, v [n, q_dim + 2 kv_dim]

@@ -183,6 +183,7 @@ class Builder {
         last_x_ = add(Resource::D2H, ActionKind::CopyLogits, id, -1, logits_bytes(spec_), "logits", {last});
         continue;
       }
+      int slot_user = -1;  // the compute after which the shard's stream slot is free (default: its last)
       if (s.kind == ShardKind::Attention) {
         const bool kvg = kv_gpu[static_cast<size_t>(s.layer)];
         SW_CHECK(!(kvg && e == ExecDevice::Cpu), "plan: attention of layer ", s.layer, " on the CPU with its KV in VRAM");
@@ -236,6 +237,12 @@ class Builder {
           const int xh = add(Resource::D2H, ActionKind::CopyActivations, id, s.layer, residual_bytes(spec_, n_),
                              s.name() + " x for the cpu share", {last_x_});
           plan_.actions.back().payload = Payload::Residual;
+          // The GPU's experts into x, after x went down for the CPU's share, enqueued before the host
+          // computes that share so that the two run at once; the CPU's partial is added after both.
+          std::vector<int> deps = {last_x_, routing, xh};
+          if (k >= 0) deps.push_back(copy_action_[k]);
+          const int gpu = compute(Resource::GpuCompute, id, ComputePart::MoeGpuShare, deps);
+          plan_.actions.back().cpu_experts = c;
           const int cpu = compute(Resource::Cpu, id, ComputePart::MoeCpuShare, {xh, routing});
           plan_.actions.back().cpu_experts = c;
           plan_.actions.back().slot = -1;
@@ -243,11 +250,11 @@ class Builder {
           const int up = add(Resource::H2DAct, ActionKind::CopyActivations, id, s.layer, residual_bytes(spec_, n_),
                              s.name() + " cpu share", {cpu});
           plan_.actions.back().payload = Payload::MoePartial;
-          // After the host's copy of x (the GPU share adds to x).
-          std::vector<int> deps = {last_x_, routing, xh, up};
-          if (k >= 0) deps.push_back(copy_action_[k]);
-          last_x_ = compute(Resource::GpuCompute, id, ComputePart::MoeGpuShare, deps);
+          last_x_ = compute(Resource::GpuCompute, id, ComputePart::MoeShareAdd, {gpu, up});
           plan_.actions.back().cpu_experts = c;
+          plan_.actions.back().slot = -1;
+          plan_.actions.back().bytes = 0;
+          slot_user = gpu;  // the stream slot is free once the GPU's experts ran
         } else if (e == ExecDevice::Gpu) {
           to_gpu();
           std::vector<int> deps = {last_x_, routing};
@@ -260,7 +267,7 @@ class Builder {
         if (s.kind == ShardKind::Output && e == ExecDevice::Gpu)
           last_x_ = add(Resource::D2H, ActionKind::CopyLogits, id, -1, logits_bytes(spec_), "logits", {last_x_});
       }
-      if (k >= 0) compute_done_[k] = last_x_;
+      if (k >= 0) compute_done_[k] = slot_user >= 0 ? slot_user : last_x_;
       emit_ready_copies();
     }
   }

@@ -97,16 +97,17 @@ double timed(const Action& a, const StepOps& ops, const ShardSet& shards, const 
         case ComputePart::AttnCore: return ops_ms(ops.attn_core, cost, env);
         case ComputePart::AttnPost: return ops_ms(ops.attn_post, cost, env);
         case ComputePart::MoeCpuShare:
-        case ComputePart::MoeGpuShare: fail("simulate: ", s.name(), " is attention, not an MoE FFN to share");
+        case ComputePart::MoeGpuShare:
+        case ComputePart::MoeShareAdd: fail("simulate: ", s.name(), " is attention, not an MoE FFN to share");
       }
       return 0;
     }
     case ShardKind::Ffn: {
+      if (a.part == ComputePart::MoeShareAdd) return cost.op_ms(ops.share_add, env);  // the CPU's partial added
       if (a.part != ComputePart::MoeCpuShare && a.part != ComputePart::MoeGpuShare) return ops_ms(ops.ffn, cost, env);
       // A share of an MoE layer split between CPU and GPU: the block's fixed part whole (each share runs
       // the block's kernels or loops once; launches and dispatch, timed without contention) and its part
-      // of the experts' work (one token's k experts are k equal sets of three matmuls); the GPU's share
-      // also adds the CPU's partial.
+      // of the experts' work (one token's k experts are k equal sets of three matmuls).
       double t = 0;
       for (const Op& op : ops.ffn) {
         const double whole = cost.op_ms(op, env);
@@ -119,7 +120,7 @@ double timed(const Action& a, const StepOps& ops, const ShardSet& shards, const 
         const double fixed = std::min(whole, ops.moe_fixed[env.backend == Backend::Gpu]);
         t += fixed + (whole - fixed) * (a.part == ComputePart::MoeCpuShare ? c : k - c) / k;
       }
-      return a.part == ComputePart::MoeGpuShare ? t + cost.op_ms(ops.share_add, env) : t;
+      return t;
     }
     case ShardKind::Output: {
       if (a.row_end <= a.row_begin) return ops_ms(ops.output, cost, env);

@@ -363,7 +363,8 @@ void Runtime::validate_plan(const Plan& p) const {
       SW_CHECK(staging && staging->bytes >= need, act, " stages a host cache, but the plan's 'kv staging' region has ",
                staging ? staging->bytes : 0, " of the ", need, " bytes it needs");
     }
-    const bool share = a.part == ComputePart::MoeCpuShare || a.part == ComputePart::MoeGpuShare;
+    const bool share = a.part == ComputePart::MoeCpuShare || a.part == ComputePart::MoeGpuShare ||
+                       a.part == ComputePart::MoeShareAdd;
     if (share || a.cpu_experts > 0) {  // an MoE layer split between CPU and GPU
       SW_CHECK(spec_.is_moe() && a.shard >= 0 && shards_.at(a.shard).kind == ShardKind::Ffn, act,
                " splits experts of a shard that is no MoE FFN");
@@ -371,6 +372,7 @@ void Runtime::validate_plan(const Plan& p) const {
                " must be 1 .. ", spec_.num_experts_per_tok - 1, " (of the model's ", spec_.num_experts_per_tok, " per token)");
       SW_CHECK(a.part != ComputePart::MoeCpuShare || a.resource == Resource::Cpu, act, ": a CPU share runs on the CPU");
       SW_CHECK(a.part != ComputePart::MoeGpuShare || a.resource == Resource::GpuCompute, act, ": a GPU share runs on the GPU");
+      SW_CHECK(a.part != ComputePart::MoeShareAdd || a.resource == Resource::GpuCompute, act, ": a CPU share is added on the GPU");
     }
     SW_CHECK(a.payload != Payload::MoePartial || (spec_.is_moe() && (a.resource == Resource::H2DAct || a.resource == Resource::H2D)),
              act, ": an MoE share goes up to the GPU, in a model with experts");
@@ -382,10 +384,10 @@ void Runtime::validate_plan(const Plan& p) const {
                " bytes of LM head rows do not fit a stream slot of the plan");
     }
   }
-  // An MoE layer split between CPU and GPU: one CPU share, one GPU share and one partial copied up, all of
-  // the same c, as its experts' copy (else experts would be computed twice or not at all).
+  // An MoE layer split between CPU and GPU: one CPU share, one GPU share, one partial copied up and added,
+  // all of the same c, as its experts' copy (else experts would be computed twice or not at all).
   struct Split {
-    int cpu = 0, gpu = 0, partial = 0, c = -1;  // c: the cpu_experts its shares and expert copy name
+    int cpu = 0, gpu = 0, partial = 0, add = 0, c = -1;  // c: the cpu_experts its shares and expert copy name
     bool same_c = true;
   };
   std::vector<Split> splits(static_cast<size_t>(L));
@@ -395,7 +397,8 @@ void Runtime::validate_plan(const Plan& p) const {
     sp.cpu += a.part == ComputePart::MoeCpuShare;
     sp.gpu += a.part == ComputePart::MoeGpuShare;
     sp.partial += a.payload == Payload::MoePartial;
-    const bool names_c = a.part == ComputePart::MoeCpuShare || a.part == ComputePart::MoeGpuShare ||
+    sp.add += a.part == ComputePart::MoeShareAdd;
+    const bool names_c = a.part == ComputePart::MoeCpuShare || a.part == ComputePart::MoeGpuShare || a.part == ComputePart::MoeShareAdd ||
                          (a.kind == ActionKind::CopyWeights && a.shard >= 0 && shards_.at(a.shard).kind == ShardKind::Ffn);
     if (!names_c) continue;
     if (sp.c < 0) sp.c = a.cpu_experts;
@@ -403,9 +406,10 @@ void Runtime::validate_plan(const Plan& p) const {
   }
   for (int64_t l = 0; l < L; ++l) {
     const Split& sp = splits[static_cast<size_t>(l)];
-    if (sp.cpu + sp.gpu + sp.partial == 0) continue;
-    SW_CHECK(sp.cpu == 1 && sp.gpu == 1 && sp.partial == 1, where, ": layer ", l, " splits its experts with ", sp.cpu,
-             " CPU share(s), ", sp.gpu, " GPU share(s) and ", sp.partial, " partial copy(ies): a split layer has one of each");
+    if (sp.cpu + sp.gpu + sp.partial + sp.add == 0) continue;
+    SW_CHECK(sp.cpu == 1 && sp.gpu == 1 && sp.partial == 1 && sp.add == 1, where, ": layer ", l, " splits its experts with ",
+             sp.cpu, " CPU share(s), ", sp.gpu, " GPU share(s), ", sp.partial, " partial copy(ies) and ", sp.add,
+             " add(s): a split layer has one of each (a plan saved before the GPU share ran beside the CPU's: plan again)");
     SW_CHECK(sp.same_c, where, ": layer ", l, "'s shares and expert copy name different cpu_experts: they must split the same way");
   }
 }
@@ -849,7 +853,8 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
               case ComputePart::AttnPost: kernels_->attention_post(w, x_d, attn_d, n); break;
               case ComputePart::AttnCore: fail("runtime: the attention core over a host cache runs on the CPU");
               case ComputePart::MoeCpuShare:
-              case ComputePart::MoeGpuShare: fail("runtime: ", sh->name(), " is attention, not an MoE FFN to share");
+              case ComputePart::MoeGpuShare:
+              case ComputePart::MoeShareAdd: fail("runtime: ", sh->name(), " is attention, not an MoE FFN to share");
               case ComputePart::AttnStaged:  // over the host cache staged on the device, its new rows back
                 SW_CHECK(!kv_on_gpu_[static_cast<size_t>(layer)], "runtime: ", sh->name(), " stages a cache that is in VRAM");
                 kernels_->kv_layout(staged(2), staged(0), cap, 0, pos0, true);
@@ -876,11 +881,13 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
                 }
             const DevLayer w = device_layer(layer, ShardKind::Ffn, plan, base);
             SW_CHECK(w.ffn_norm, "runtime: the weights of ", sh->name(), " are not on the device");
-            if (a.part == ComputePart::MoeGpuShare) {  // the GPU's experts, then the CPU's share added
+            if (a.part == ComputePart::MoeGpuShare) {  // the GPU's experts into x, while the CPU computes its share
               // (the routing is the host's: its router logits copied, or the CPU's attention routed)
-              SW_CHECK(sp.is_moe() && a.cpu_experts > 0 && partial_d, "runtime: ", sh->name(),
-                       " runs a GPU share of its experts without the CPU's share");
+              SW_CHECK(sp.is_moe() && a.cpu_experts > 0, "runtime: ", sh->name(), " runs a GPU share of no experts");
               kernels_->ffn(w, x_d, n, &split(layer, a.cpu_experts).gpu);
+            } else if (a.part == ComputePart::MoeShareAdd) {  // then the CPU's share added
+              SW_CHECK(sp.is_moe() && a.cpu_experts > 0 && partial_d, "runtime: ", sh->name(),
+                       " adds a CPU share of its experts that was never computed");
               kernels_->add(x_d, partial_d, n * H);
             } else if (sp.is_moe() && !host_copy && logits_on_device == layer) {
               SW_CHECK(n <= kDeviceRoutingMaxTokens, "runtime: ", sh->name(), " routes on the device for ", n,

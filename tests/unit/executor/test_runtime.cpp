@@ -476,18 +476,21 @@ TEST_CASE("runtime: an MoE layer's experts split between CPU and GPU (Dynamic) m
   cfg.tensor_dtypes = tensor_dtypes_of(*src);
   cfg.moe_cpu_experts = 1;
   const PlanTable table = build_plan_table(spec, *cost, cfg);
-  int cpu_shares = 0, gpu_shares = 0, partials = 0;
+  int cpu_shares = 0, gpu_shares = 0, partials = 0, adds = 0;
   for (const auto& t : table.tiers)
     if (const Plan* p = t.find(Schedule::Dynamic); p && p->feasible)
       for (const Action& a : p->actions) {
         cpu_shares += a.part == ComputePart::MoeCpuShare;
         gpu_shares += a.part == ComputePart::MoeGpuShare;
         partials += a.payload == Payload::MoePartial;
-        if (a.part == ComputePart::MoeCpuShare || a.part == ComputePart::MoeGpuShare) CHECK(a.cpu_experts == 1);
+        adds += a.part == ComputePart::MoeShareAdd;
+        if (a.part == ComputePart::MoeCpuShare || a.part == ComputePart::MoeGpuShare || a.part == ComputePart::MoeShareAdd)
+          CHECK(a.cpu_experts == 1);
       }
   REQUIRE(cpu_shares > 0);  // the premise: the budget leaves CPU FFN layers to split
   CHECK(gpu_shares == cpu_shares);
   CHECK(partials == cpu_shares);
+  CHECK(adds == cpu_shares);
   for (uint64_t seed : {23u, 24u}) {
     auto dev = make_emu_device({seed, 60, 0});
     RuntimeOptions o;
@@ -516,7 +519,14 @@ TEST_CASE("runtime: an MoE layer's experts split between CPU and GPU (Dynamic) m
           a.part = ComputePart::Full;
           a.cpu_experts = 0;
         }
-  CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, bad, o), Contains("0 CPU share(s), 1 GPU share(s) and 1 partial copy(ies)"));
+  CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, bad, o), Contains("0 CPU share(s), 1 GPU share(s), 1 partial copy(ies) and 1 add(s)"));
+  // A plan saved before the GPU share ran beside the CPU's (the share added the partial itself): refused.
+  bad = table;
+  for (auto& t : bad.tiers)
+    for (auto& p : t.candidates)
+      for (auto& a : p.actions)
+        if (a.part == ComputePart::MoeShareAdd) a.part = ComputePart::Full;
+  CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, bad, o), Contains("0 add(s)"));
   bad = table;
   int copies = 0;
   for (auto& t : bad.tiers)

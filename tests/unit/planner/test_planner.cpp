@@ -204,23 +204,46 @@ TEST_CASE("Dynamic splits an MoE layer's experts between CPU and GPU where that 
   // GPU's also the add; on the H200 host's profile by 12-14% at 1K and 4K contexts).
   CHECK(dy->predicted_ms < st->predicted_ms);
   CHECK(t.find_tier(1)->chosen == Schedule::Dynamic);
-  // Each split layer: the CPU share waits for x's copy and the routing, the GPU share for the CPU's
-  // partial and the copy of the GPU's experts, which holds 3 (k - c) copies and the norm.
+  // Each split layer: the CPU share waits for x's copy and the routing; the GPU share for x's copy (it
+  // then adds to x) and the copy of the GPU's experts, which holds 3 (k - c) copies and the norm, not for
+  // the CPU (it comes first in the host's order, so the two run at once); the add for both.
+  int adds = 0;
   for (const Action& a : dy->actions) {
+    if (a.part == ComputePart::MoeShareAdd) {
+      ++adds;
+      bool partial = false, gpu_share = false;
+      for (int d : a.deps) {
+        const Action& b = dy->actions[static_cast<size_t>(d)];
+        partial = partial || b.payload == Payload::MoePartial;
+        gpu_share = gpu_share || (b.part == ComputePart::MoeGpuShare && b.layer == a.layer);
+      }
+      CHECK(partial);
+      CHECK(gpu_share);
+      CHECK(a.resource == Resource::GpuCompute);
+      continue;
+    }
     if (a.part != ComputePart::MoeGpuShare) continue;
-    bool partial = false, weights = false;
+    bool partial = false, weights = false, x_down = false;
     for (int d : a.deps) {
       const Action& b = dy->actions[static_cast<size_t>(d)];
       partial = partial || b.payload == Payload::MoePartial;
+      x_down = x_down || (b.payload == Payload::Residual && b.resource == Resource::D2H && b.layer == a.layer);
       if (b.kind == ActionKind::CopyWeights) {
         weights = true;
         CHECK(b.cpu_experts == c);
         CHECK(b.copies == 1 + 3 * (moe.num_experts_per_tok - c));
       }
     }
-    CHECK(partial);
+    CHECK_FALSE(partial);
     CHECK(weights);
+    CHECK(x_down);
+    const Action& next = dy->actions[static_cast<size_t>(a.id) + 1];
+    CHECK(next.part == ComputePart::MoeCpuShare);
+    CHECK(next.layer == a.layer);
+    // Simulated, the GPU's experts run while the CPU computes its share.
+    CHECK(a.start_ms < next.end_ms);
   }
+  CHECK(adds == split);
   CHECK_THAT(explain_plan(*dy, moe, *cost, cfg), Contains(str_cat("experts split: ", c, " of 8 per token on the CPU")));
   // The split survives a JSON round trip; 0 never splits; a share of every expert is refused.
   CHECK(plan_to_json(plan_from_json(plan_to_json(*dy), "plan.json")) == plan_to_json(*dy));
@@ -319,7 +342,7 @@ TEST_CASE("a GPU attention block is costed as the GPU runs it: fused Q/K/V GEMV,
   CHECK(action_ms(a, spec, S, *cost, st) == Approx(c).epsilon(1e-12));
 }
 
-TEST_CASE("a split MoE layer's shares each pay the block's fixed part once, the GPU's the partial's add", "[planner]") {
+TEST_CASE("a split MoE layer's shares each pay the block's fixed part once; the partial's add is an f32 add", "[planner]") {
   // The share of c of k experts is not c/k of the block: the block's launches (GPU) or the pool's
   // dispatch (CPU) run once per share whatever its experts. The fixed part comes from the block's 1- and
   // 4-token times (their experts carry ~1 token each); the analytic model's is its launch overheads.
@@ -348,7 +371,7 @@ TEST_CASE("a split MoE layer's shares each pay the block's fixed part once, the 
     auto experts = [&](int c) { return r == Resource::Cpu ? c : static_cast<int>(k) - c; };
     const double per_expert = (t(r, share, 1) - t(r, share, 2)) / (experts(1) - experts(2));
     REQUIRE(per_expert > 0);
-    const double fixed = t(r, share, 1) - experts(1) * per_expert;  // (the GPU's with the add)
+    const double fixed = t(r, share, 1) - experts(1) * per_expert;
     for (int c = 1; c < k; ++c) {
       INFO((r == Resource::Cpu ? "cpu" : "gpu") << " share, c = " << c);
       // Linear in its experts, from a fixed part that is positive and smaller than the whole block.
@@ -358,9 +381,12 @@ TEST_CASE("a split MoE layer's shares each pay the block's fixed part once, the 
     CHECK(fixed > 0);
     CHECK(fixed < whole);
   }
-  // The GPU share extended to all k experts is the whole block and the add (one f32 add over the rows).
+  // The GPU share extended to all k experts is the whole block; the CPU's partial is added by an action of
+  // its own (one f32 add over the rows), whatever c.
   const double g1 = t(Resource::GpuCompute, ComputePart::MoeGpuShare, 1), g2 = t(Resource::GpuCompute, ComputePart::MoeGpuShare, 2);
-  const double add = g1 + (g1 - g2) - t(Resource::GpuCompute, ComputePart::Full, 0);  // k experts: one more than c = 1
+  CHECK(g1 + (g1 - g2) == Approx(t(Resource::GpuCompute, ComputePart::Full, 0)).epsilon(1e-9));  // k experts: one more than c = 1
+  const double add = t(Resource::GpuCompute, ComputePart::MoeShareAdd, 3);
+  CHECK(add == t(Resource::GpuCompute, ComputePart::MoeShareAdd, 1));
   Op add_op;
   add_op.kind = OpKind::Elementwise;
   add_op.dtype = DType::F32;
