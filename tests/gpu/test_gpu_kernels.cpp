@@ -457,6 +457,10 @@ double time_ms(const std::function<void()>& fn, int iters) {
   return ms / iters;
 }
 
+struct MatShape {  // a matrix of the matmul cases
+  int64_t rows, cols;
+};
+
 // One matmul against the double reference: n tokens of x (row stride ldx; `wide`: rows 0 and 1 scaled by
 // 1e5 and 1e-4, a dynamic range that exercises the f16 splits' scaling), stored or accumulated.
 void check_matmul(Gpu& g, DevMem& mem, const DevMat& dm, const std::vector<uint8_t>& w, int64_t ldx, int64_t n,
@@ -484,12 +488,9 @@ TEST_CASE("CUDA matmul (GEMV and exact GEMM) matches dequantised double dot prod
   DevMem mem;
   const uint64_t ws_bytes = 256ull << 20;
   uint8_t* ws = mem.alloc(ws_bytes);
-  struct Shape {
-    int64_t rows, cols;
-  };
-  const Shape shapes[] = {{1, 32}, {37, 96}, {64, 100}, {300, 256}, {129, 4096}, {1000, 544}, {4096, 160}};
+  const MatShape shapes[] = {{1, 32}, {37, 96}, {64, 100}, {300, 256}, {129, 4096}, {1000, 544}, {4096, 160}};
   for (DType dt : kDtypes) {
-    for (const Shape& sh : shapes) {
+    for (const MatShape& sh : shapes) {
       if (sh.cols % dtype_block_elems(dt) != 0) continue;
       const std::vector<uint8_t> w = random_weights(dt, sh.rows, sh.cols, 0.5f);
       DevMat dm;
@@ -537,13 +538,10 @@ TEST_CASE("CUDA quantised GEMMs through tensor cores (f16 parts) match dequantis
   const uint64_t ws_bytes = 256ull << 20;
   uint8_t* ws = mem.alloc(ws_bytes);
   const QuantGemmF16 f16_parts;
-  struct Shape {
-    int64_t rows, cols;
-  };
-  const Shape shapes[] = {{37, 96}, {300, 256}, {129, 4096}, {1000, 544}, {4096, 160}};
+  const MatShape shapes[] = {{37, 96}, {300, 256}, {129, 4096}, {1000, 544}, {4096, 160}};
   for (DType dt : {DType::Q8_0, DType::Q4_0}) {
     for (float scale : {0.5f, 2.0e-5f, 3.0e4f}) {
-      for (const Shape& sh : shapes) {
+      for (const MatShape& sh : shapes) {
         const std::vector<uint8_t> w = random_weights(dt, sh.rows, sh.cols, scale);
         DevMat dm{dt, sh.rows, sh.cols, mem.upload(w.data(), w.size())};
         for (int64_t n : {33, 64, 200}) {
@@ -620,14 +618,11 @@ TEST_CASE("CUDA GEMVs with rows split among a block's warps (k-split) and withou
   DevMem mem;
   const uint64_t ws_bytes = 64ull << 20;
   uint8_t* ws = mem.alloc(ws_bytes);
-  struct Shape {
-    int64_t rows, cols;
-  };
-  const Shape shapes[] = {{1, 32}, {37, 96}, {300, 256}, {129, 4096}, {3, 11520}, {1000, 544}};
+  const MatShape shapes[] = {{1, 32}, {37, 96}, {300, 256}, {129, 4096}, {3, 11520}, {1000, 544}};
   for (int mode : {2, 0}) {
     const GemvKsplit split(mode);
     for (DType dt : kDtypes)
-      for (const Shape& sh : shapes) {
+      for (const MatShape& sh : shapes) {
         if (sh.cols % dtype_block_elems(dt) != 0) continue;
         const std::vector<uint8_t> w = random_weights(dt, sh.rows, sh.cols, 0.5f);
         DevMat dm{dt, sh.rows, sh.cols, mem.upload(w.data(), w.size())};
