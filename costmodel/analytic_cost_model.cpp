@@ -93,6 +93,7 @@ class AnalyticCostModel : public CostModel {
   }
 
   double sync_ms() const override { return hw_.gpu_sync_us / 1e3; }
+  double launch_ms() const override { return hw_.gpu_launch_us / 1e3; }
   int max_threads() const override { return hw_.cpu_cores; }
   uint64_t vram_bytes() const override { return hw_.vram_bytes; }
   std::string describe() const override {
@@ -200,6 +201,7 @@ class CpuScaledCostModel : public CostModel {
   double copy_slowdown(Direction dir, double cpu_dram_gbps) const override { return base_.copy_slowdown(dir, cpu_dram_gbps); }
   double sync_ms() const override { return base_.sync_ms(); }
   double copy_issue_ms() const override { return base_.copy_issue_ms(); }
+  double launch_ms() const override { return base_.launch_ms(); }
   int max_threads() const override { return base_.max_threads(); }
   uint64_t vram_bytes() const override { return base_.vram_bytes(); }
   std::string describe() const override { return str_cat(base_.describe(), ", CPU x", factor_); }

@@ -93,6 +93,9 @@ class CostModel {
   // compute; each starts once it is enqueued.
   // 0 where the machine's numbers do not say.
   virtual double copy_issue_ms() const { return 0; }
+  // Host time to enqueue one kernel: what the host spends issuing a split MoE layer's GPU share before
+  // it can compute the CPU's (steps with host routing run kernel by kernel). 0 where not measured.
+  virtual double launch_ms() const { return 0; }
   virtual int max_threads() const = 0;
   virtual uint64_t vram_bytes() const = 0;
   virtual std::string describe() const = 0;  // machine name + source of the numbers

@@ -202,6 +202,7 @@ class MeasuredCostModel : public CostModel {
  public:
   MeasuredCostModel(const ProfileDB& db, const MeasuredOptions& o)
       : origin_(db.origin.empty() ? std::string("(unnamed)") : db.origin), has_gpu_(db.has_gpu()), sync_ms_(db.sync_ms),
+        launch_ms_(db.launch_ms),
         issue_ms_(db.copy_issue_ms), paced_issue_ms_(db.paced_copy_issue_ms),
         cap_gbps_(o.pcie_cap_bytes_per_s / 1e9), vram_(db.machine.vram_bytes) {
     if (!(o.pcie_cap_bytes_per_s >= 0) || !std::isfinite(o.pcie_cap_bytes_per_s)) fail("PCIe cap must not be negative");
@@ -344,6 +345,10 @@ class MeasuredCostModel : public CostModel {
   double copy_issue_ms() const override {
     if (!has_gpu_) return gpu_fallback().copy_issue_ms();
     return cap_gbps_ > 0 ? paced_issue_ms_ : issue_ms_;
+  }
+  double launch_ms() const override {
+    if (!has_gpu_) return gpu_fallback().launch_ms();
+    return launch_ms_;
   }
   int max_threads() const override { return max_threads_; }
   uint64_t vram_bytes() const override { return vram_; }
@@ -622,7 +627,7 @@ class MeasuredCostModel : public CostModel {
 
   std::string origin_;
   bool has_gpu_;
-  double sync_ms_;
+  double sync_ms_, launch_ms_;
   double issue_ms_, paced_issue_ms_;  // ProfileDB copy_issue_ms, paced_copy_issue_ms
   double cap_gbps_;
   uint64_t vram_;

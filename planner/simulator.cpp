@@ -178,7 +178,11 @@ double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const
     if (acts[i].resource == Resource::H2DAct) copies[2].push_back(i);
     if (acts[i].resource == Resource::Cpu && acts[i].kind == ActionKind::Compute) cpu_work.push_back(i);
   }
-  const double issue_ms = cost.copy_issue_ms();
+  const double issue_ms = cost.copy_issue_ms(), launch_ms = cost.launch_ms();
+  // Kernels of a split layer's GPU share as the CUDA MoE block runs a decode step (executor/cuda/blocks.cu
+  // moe_decode: the norm, the experts' gate/up and down GEMVs, the weighted combine); longer steps launch
+  // more, and this stays their lower bound.
+  constexpr int kGpuShareLaunches = 4;
   double makespan = 0;
   for (int pass = 0; pass < std::max(1, passes); ++pass) {
     if (pass > 0) {
@@ -222,6 +226,18 @@ double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const
         const double host = std::max(free_at[static_cast<int>(Resource::Cpu)], ready);
         free_at[static_cast<int>(Resource::Cpu)] = host + a.copies * issue_ms;
         start = std::max(start, host + issue_ms);
+      }
+      if (launch_ms > 0 && a.part == ComputePart::MoeGpuShare) {
+        // A split layer's GPU share: the host enqueues its kernels once the routing is on the host (the
+        // device waits for the rest), before it computes the CPU's share (runtime.cpp's issue order).
+        double routed = 0;
+        for (int d : a.deps) {
+          const Action& b = acts[static_cast<size_t>(d)];
+          if (b.payload == Payload::RouterLogits || b.resource == Resource::Cpu) routed = std::max(routed, b.end_ms);
+        }
+        const double host = std::max(free_at[static_cast<int>(Resource::Cpu)], routed);
+        free_at[static_cast<int>(Resource::Cpu)] = host + kGpuShareLaunches * launch_ms;
+        start = std::max(start, host + launch_ms);
       }
       a.start_ms = start;
       a.end_ms = start + dur[i];

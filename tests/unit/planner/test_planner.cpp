@@ -539,6 +539,7 @@ class SlowerCopies : public CostModel {
   double copy_slowdown(Direction, double cpu_dram_gbps) const override { return cpu_dram_gbps > 0 ? beside_cpu_ : 1.0; }
   double sync_ms() const override { return base_.sync_ms(); }
   double copy_issue_ms() const override { return issue_ms_ >= 0 ? issue_ms_ : base_.copy_issue_ms(); }
+  double launch_ms() const override { return base_.launch_ms(); }
   int max_threads() const override { return base_.max_threads(); }
   uint64_t vram_bytes() const override { return base_.vram_bytes(); }
   std::string describe() const override { return base_.describe(); }
@@ -549,9 +550,11 @@ class SlowerCopies : public CostModel {
 };
 }  // namespace
 
-TEST_CASE("simulation: the host enqueues a routed MoE layer's expert copies before its CPU share", "[planner][simulate]") {
+TEST_CASE("simulation: the host enqueues a routed MoE layer's expert copies and GPU share before its CPU share",
+          "[planner][simulate]") {
   // runtime.cpp's issue order: once a layer's routing is on the host, the host thread enqueues the GPU
-  // share's expert copies one by one (the first starts once it is enqueued), then computes the CPU share.
+  // share's expert copies one by one (the first starts once it is enqueued) and its kernels, then computes
+  // the CPU share.
   const ModelSpec spec = builtin_spec("qwen30b");
   auto base = make_analytic_cost_model(builtin_hardware("h200-host"));
   PlannerConfig cfg = config(4 * GiB, 4096, 16);
@@ -565,6 +568,8 @@ TEST_CASE("simulation: the host enqueues a routed MoE layer's expert copies befo
   step.keys = cfg.ctx;
   step.threads = cfg.threads;
   const double issue = 0.01;  // 10 us a copy: large, to see it
+  const double launch = base->launch_ms();  // the datasheet's kernel launch
+  REQUIRE(launch > 0);
   const SlowerCopies issuing(*base, 1.0, 1.0, issue), free_issue(*base, 1.0, 1.0, 0.0);
   Plan with = *dy, without = *dy;
   const double t_with = simulate(with, spec, S, issuing, step), t_without = simulate(without, spec, S, free_issue, step);
@@ -577,15 +582,18 @@ TEST_CASE("simulation: the host enqueues a routed MoE layer's expert copies befo
     REQUIRE(copy != nullptr);
     double routed = 0;  // when the copy's dependencies (the routing) were done
     for (int d : copy->deps) routed = std::max(routed, with.actions[static_cast<size_t>(d)].end_ms);
+    const Action& gpu = with.actions[static_cast<size_t>(a.id) - 1];  // enqueued just before the CPU share
+    REQUIRE(gpu.part == ComputePart::MoeGpuShare);
     CHECK(copy->copies > 1);
-    CHECK(a.start_ms >= routed + copy->copies * issue - 1e-9);
+    CHECK(a.start_ms >= routed + copy->copies * issue + 2 * launch - 1e-9);  // the GPU share's kernels issued first
+    CHECK(gpu.start_ms >= routed + copy->copies * issue + launch - 1e-9);
     CHECK(copy->start_ms >= routed + issue - 1e-9);
     CHECK(copy->start_ms < routed + copy->copies * issue - 1e-9);
     ++shares;
   }
   CHECK(shares > 0);
   CHECK(t_with > t_without);
-  // With no issue time the schedule is the planner's own.
+  // With no copy issue time the schedule is the planner's own.
   CHECK(t_without == Approx(dy->predicted_ms).epsilon(1e-9));
 }
 
