@@ -113,13 +113,18 @@ void run_plan(const PlanArgs& a) {
     const ModelWeights w = ModelWeights::from_source(*src);
     ThreadPool pool(cfg.threads);
     cfg.routing_tokens = cfg.tiers;
-    cfg.routing_experts =
-        measure_experts_touched(w, pool, step_tokens(a.routing_tokens, spec.vocab_size, a.token_seed), cfg.routing_tokens);
+    const std::vector<int32_t> toks = step_tokens(a.routing_tokens, spec.vocab_size, a.token_seed);
+    cfg.routing_experts = measure_experts_touched(w, pool, toks, cfg.routing_tokens);
+    const double next = measure_next_layer_routing(w, pool, toks);
     std::string curve;
     for (size_t i = 0; i < cfg.routing_tokens.size(); ++i)
       curve += str_cat(i ? ", " : "", cfg.routing_tokens[i], ": ", cfg.routing_experts[i]);
     std::fprintf(stderr, "routing measured on %lld tokens: distinct experts per layer by step tokens {%s} of %lld\n",
                  static_cast<long long>(a.routing_tokens), curve.c_str(), static_cast<long long>(spec.num_experts));
+    if (std::isfinite(next))
+      std::fprintf(stderr,
+                   "next layer's experts picked by its router from this layer's MoE input: %.1f%% (uniform guessing: %.1f%%)\n",
+                   100.0 * next, 100.0 * static_cast<double>(spec.num_experts_per_tok) / static_cast<double>(spec.num_experts));
   }
   const auto t0 = std::chrono::steady_clock::now();
   PlanTable table = build_plan_table(spec, *cost, cfg);

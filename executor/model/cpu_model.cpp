@@ -1,6 +1,8 @@
 // executor/model/cpu_model.cpp — the CPU-only step driver (see cpu_model.h).
 #include "executor/model/cpu_model.h"
 
+#include <cmath>
+
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "executor/session/kv_cache.h"
@@ -25,6 +27,7 @@ void CpuModel::forward(const int32_t* tokens, int64_t n, KvCache& kv, float* log
     blocks_.attention(lw, x_.data(), n, kv.k(l), kv.v(l));
     if (sp.is_moe()) {
       router_logits_.resize(static_cast<size_t>(n * sp.num_experts));
+      if (input_observer_) input_observer_(l, x_.data(), n);
       blocks_.router(lw, x_.data(), n, router_logits_.data());
       const MoeRouting r = route_tokens(router_logits_.data(), n, sp.num_experts, sp.num_experts_per_tok, sp.norm_topk_prob);
       if (observer_) observer_(l, r);
@@ -81,6 +84,40 @@ std::vector<double> measure_experts_touched(const ModelWeights& w, ThreadPool& p
     out.push_back(windows > 0 ? sum / static_cast<double>(windows) : 0.0);
   }
   return out;
+}
+
+double measure_next_layer_routing(const ModelWeights& w, ThreadPool& pool, const std::vector<int32_t>& tokens) {
+  const ModelSpec& sp = w.spec;
+  if (!sp.is_moe() || sp.num_hidden_layers < 2) return std::nan("");
+  SW_CHECK(!tokens.empty(), "measure_next_layer_routing: no tokens");
+  const int64_t n = static_cast<int64_t>(tokens.size()), k = sp.num_experts_per_tok, E = sp.num_experts;
+  for (int32_t t : tokens) SW_CHECK(t >= 0 && t < sp.vocab_size, "measure_next_layer_routing: token ", t, " out of range");
+  CpuModel model(w, pool);
+  CpuBlocks next_router(sp, w.rope_style, pool);
+  KvCache kv(sp, n);
+  // Layer l's MoE input through layer l + 1's router: the guess; layer l + 1's routing: the truth.
+  std::vector<std::vector<int32_t>> guess(static_cast<size_t>(sp.num_hidden_layers)), truth(guess.size());
+  std::vector<float> logits(static_cast<size_t>(n * E));
+  model.set_moe_input_observer([&](int64_t l, const float* x, int64_t m) {
+    if (l + 1 >= sp.num_hidden_layers) return;
+    next_router.router(w.layers[static_cast<size_t>(l + 1)], x, m, logits.data());
+    guess[static_cast<size_t>(l + 1)] = route_tokens(logits.data(), m, E, k, sp.norm_topk_prob).expert_ids;
+  });
+  model.set_routing_observer([&](int64_t l, const MoeRouting& r) { truth[static_cast<size_t>(l)] = r.expert_ids; });
+  std::vector<float> out(static_cast<size_t>(sp.vocab_size));
+  model.forward(tokens.data(), n, kv, out.data(), false);
+  double hits = 0, total = 0;
+  for (int64_t l = 1; l < sp.num_hidden_layers; ++l) {
+    const auto& g = guess[static_cast<size_t>(l)];
+    const auto& t = truth[static_cast<size_t>(l)];
+    SW_CHECK(g.size() == static_cast<size_t>(n * k) && t.size() == g.size(), "measure_next_layer_routing: layer ", l,
+             " routed ", t.size(), " entries, guessed ", g.size(), " (", n * k, " expected)");
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t a = 0; a < k; ++a)
+        for (int64_t b = 0; b < k; ++b) hits += t[static_cast<size_t>(i * k + a)] == g[static_cast<size_t>(i * k + b)];
+    total += static_cast<double>(n * k);
+  }
+  return hits / total;
 }
 
 CpuEngine::CpuEngine(const ModelWeights& weights, ThreadPool& pool, int64_t ctx)

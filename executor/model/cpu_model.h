@@ -32,6 +32,11 @@ class CpuModel {
   void set_routing_observer(std::function<void(int64_t layer, const MoeRouting&)> observer) {
     observer_ = std::move(observer);
   }
+  // MoE models: called with each layer's MoE input (the residual stream after its attention, [n, hidden])
+  // before its router runs (for statistics; must not throw).
+  void set_moe_input_observer(std::function<void(int64_t layer, const float* x, int64_t n)> observer) {
+    input_observer_ = std::move(observer);
+  }
 
  private:
   const ModelWeights& w_;
@@ -39,6 +44,7 @@ class CpuModel {
   CpuBlocks blocks_;
   std::vector<float> x_, router_logits_;
   std::function<void(int64_t, const MoeRouting&)> observer_;
+  std::function<void(int64_t, const float*, int64_t)> input_observer_;
 };
 
 // MoE models: the mean number of distinct experts per layer that `n` consecutive tokens are routed
@@ -48,6 +54,13 @@ class CpuModel {
 // tokens picking experts uniformly would give E·(1−(1−k/E)^n). Empty for dense models.
 std::vector<double> measure_experts_touched(const ModelWeights& weights, ThreadPool& pool,
                                             const std::vector<int32_t>& tokens, const std::vector<int64_t>& counts);
+
+// MoE models: how well a layer's MoE input predicts the next layer's routing — the fraction of each
+// token's top-k experts at layer l + 1 that layer l + 1's router (and FFN norm) picks from layer l's MoE
+// input, averaged over tokens and layer pairs, in a CPU forward pass of `tokens` (one step). What copying
+// the next layer's experts ahead of its routing (speculative expert prefetch) would get right; 1 when the
+// residual stream does not change between the layers' routers. NaN for dense or one-layer models.
+double measure_next_layer_routing(const ModelWeights& weights, ThreadPool& pool, const std::vector<int32_t>& tokens);
 
 // A CpuModel with its own KV cache, as a StepEngine for the generation loop.
 class CpuEngine : public StepEngine {

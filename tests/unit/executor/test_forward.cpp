@@ -1,6 +1,8 @@
 // Tests for the CPU fast path against the f64 reference on synthetic models of every family and
 // dtype: full prefill, chunked prefill and token-by-token decode over the KV cache must agree.
 #include <catch2/catch.hpp>
+#include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "core/error.h"
@@ -132,4 +134,34 @@ TEST_CASE("measured MoE routing: distinct experts per layer by token count", "[f
   const ModelSpec dense = builtin_spec("tiny_llama");
   auto dsrc = make_synthetic_weights(dense, 1, &pool);
   CHECK(measure_experts_touched(ModelWeights::from_source(*dsrc), pool, toks, counts).empty());
+  CHECK(std::isnan(measure_next_layer_routing(ModelWeights::from_source(*dsrc), pool, toks)));
+}
+
+TEST_CASE("measured MoE routing: the next layer's experts guessed from this layer's MoE input", "[forward][routing]") {
+  ThreadPool pool(2);
+  auto src = open_weights(test::fixtures_dir() + "/hf/qwen3moe_nonorm");
+  const ModelWeights w = ModelWeights::from_source(*src);
+  const ModelSpec& s = w.spec;
+  REQUIRE(s.num_hidden_layers >= 2);
+  std::vector<int32_t> toks;
+  for (int i = 0; i < 24; ++i) toks.push_back(static_cast<int32_t>((i * 7919 + 3) % s.vocab_size));
+  // The fixture's layers differ: some guesses miss, some hit (uniform guessing gets k / E).
+  const double real = measure_next_layer_routing(w, pool, toks);
+  CHECK(real > 0.0);
+  CHECK(real < 1.0);
+  // Layers whose attention and experts add nothing (zero output projections) and that share layer 0's
+  // router and FFN norm route every token alike: every guess is right.
+  ModelWeights same = w;
+  const LayerWeights& l0 = w.layers[0];
+  std::vector<uint8_t> zeros(std::max(l0.wo.nbytes, l0.down_exps.nbytes), 0);
+  for (LayerWeights& l : same.layers) {
+    l.router = l0.router;
+    l.ffn_norm = l0.ffn_norm;
+    l.wo.data = zeros.data();
+    l.down_exps.data = zeros.data();
+    l.down_exp.clear();
+  }
+  CHECK(measure_next_layer_routing(same, pool, toks) == 1.0);
+  // The measure follows the layers: the same weights give the same fraction.
+  CHECK(measure_next_layer_routing(w, pool, toks) == real);
 }
