@@ -14,8 +14,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -24,6 +22,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/size.h"
+#include "executor/cuda/cuda_common.cuh"
 #include "executor/cuda/cuda_device.h"
 #include "executor/cuda/cuda_kernels.h"
 #include "executor/device/device.h"
@@ -123,16 +122,7 @@ class WorkspaceSplitKernels : public DeviceKernels {
 // layer's experts in one batched call decoded slower (1K/4G Dynamic at 16 GB/s: 18.9 / 19.3 ms per step
 // against 16.6 / 18.3 copy by copy, results/executor/qgemm_118cca5/), and one by one the first copy starts
 // as soon as it is enqueued.
-std::atomic<int> g_copy_batch{-1};
-bool copy_batch() {
-  int v = g_copy_batch.load(std::memory_order_relaxed);
-  if (v < 0) {
-    const char* e = std::getenv("SHARDWISE_COPY_BATCH");
-    v = e != nullptr && std::strcmp(e, "1") == 0 ? 1 : 0;
-    g_copy_batch.store(v, std::memory_order_relaxed);
-  }
-  return v == 1;
-}
+cuda::Switch g_copy_batch([] { return cuda::env_is("SHARDWISE_COPY_BATCH", "1") ? 1 : 0; });
 
 class CudaDevice : public Device {
  public:
@@ -231,37 +221,19 @@ class CudaDevice : public Device {
     SW_CHECK(q == Queue::H2D || q == Queue::H2DAct, "CUDA: copy_h2d on a queue that does not copy to the device");
     copy(static_cast<int>(q), dev, host, bytes, cudaMemcpyHostToDevice);
   }
-  // One cudaMemcpyBatchAsync for the whole batch when every piece is pinned (else, or where the batched
-  // call is refused, one copy at a time as copy_h2d does); under a cap one pacing step reserves the link
-  // for the batch's bytes, as one copy of that size would.
-  // SHARDWISE_COPY_BATCH=0: every copy of a batch on its own (as before), to measure what batching saves.
+  // One call per copy, as copy_h2d (the default). With SHARDWISE_COPY_BATCH=1 (cuda_set_copy_batch): one
+  // cudaMemcpyBatchAsync for the whole batch when every piece is pinned (else, or where the batched call is
+  // refused, one copy at a time); under a cap one pacing step reserves the link for the batch's bytes, as
+  // one copy of that size would.
   void copy_h2d_batch(const HostCopy* copies, size_t count, Queue q) override {
     SW_CHECK(q == Queue::H2D || q == Queue::H2DAct, "CUDA: copy_h2d_batch on a queue that does not copy to the device");
     const int qi = static_cast<int>(q);
-    if (!copy_batch()) {
+    if (g_copy_batch.get() != 1 || !batch_pinned_pieces(copies, count)) {
       for (size_t i = 0; i < count; ++i) copy(qi, copies[i].dev, copies[i].host, copies[i].bytes, cudaMemcpyHostToDevice);
       return;
     }
-    batch_dst_.clear();
-    batch_src_.clear();
-    batch_size_.clear();
-    bool pinned = true;
     uint64_t total = 0;
-    for (size_t i = 0; i < count && pinned; ++i)
-      for (uint64_t done = 0; done < copies[i].bytes && pinned;) {
-        const uint64_t at = reinterpret_cast<uint64_t>(copies[i].host) + done;
-        const uint64_t piece = pinned_.run_from(at, copies[i].bytes - done);
-        pinned = pinned_.pinned(at);
-        batch_dst_.push_back(copies[i].dev + done);
-        batch_src_.push_back(static_cast<const uint8_t*>(copies[i].host) + done);
-        batch_size_.push_back(piece);
-        total += piece;
-        done += piece;
-      }
-    if (!pinned || batch_size_.size() < 2) {
-      for (size_t i = 0; i < count; ++i) copy(qi, copies[i].dev, copies[i].host, copies[i].bytes, cudaMemcpyHostToDevice);
-      return;
-    }
+    for (size_t b : batch_size_) total += b;
     Pacer& pacer = pacers_[0];
     if (pacer.cap.load() > 0) {
       if (total >= kPacedMinBytes) {
@@ -285,6 +257,24 @@ class CudaDevice : public Device {
       const cudaError_t e = cudaMemcpyAsync(batch_dst_[i], batch_src_[i], batch_size_[i], cudaMemcpyHostToDevice, streams_[qi]);
       if (e != cudaSuccess) copy_failed(e, batch_dst_[i], batch_src_[i], batch_size_[i], cudaMemcpyHostToDevice);
     }
+  }
+  // The batch's pieces (split where pinned runs end) into batch_dst_/src_/size_: false when a piece is not
+  // pinned or there is only one (then the batch goes copy by copy).
+  bool batch_pinned_pieces(const HostCopy* copies, size_t count) {
+    batch_dst_.clear();
+    batch_src_.clear();
+    batch_size_.clear();
+    for (size_t i = 0; i < count; ++i)
+      for (uint64_t done = 0; done < copies[i].bytes;) {
+        const uint64_t at = reinterpret_cast<uint64_t>(copies[i].host) + done;
+        if (!pinned_.pinned(at)) return false;
+        const uint64_t piece = pinned_.run_from(at, copies[i].bytes - done);
+        batch_dst_.push_back(copies[i].dev + done);
+        batch_src_.push_back(static_cast<const uint8_t*>(copies[i].host) + done);
+        batch_size_.push_back(piece);
+        done += piece;
+      }
+    return batch_size_.size() >= 2;
   }
   void copy_d2h(void* host, const uint8_t* dev, uint64_t bytes) override { copy(2, host, dev, bytes, cudaMemcpyDeviceToHost); }
   void copy_d2d(uint8_t* dst, const uint8_t* src, uint64_t bytes) override {
@@ -546,6 +536,6 @@ class CudaDevice : public Device {
 }  // namespace
 
 std::unique_ptr<Device> make_cuda_device(int ordinal) { return std::make_unique<CudaDevice>(ordinal); }
-void cuda_set_copy_batch(bool on) { g_copy_batch.store(on ? 1 : 0, std::memory_order_relaxed); }
+void cuda_set_copy_batch(bool on) { g_copy_batch.set(on ? 1 : 0); }
 
 }  // namespace shardwise

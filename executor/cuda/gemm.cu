@@ -203,15 +203,8 @@ void gemv_passes(const Ctx& ctx, const MatRef& w, const float* x, int64_t ldx, i
 // dequantised tile and the activations each split into two f16 parts, three f16 GEMMs with f32
 // accumulation (hi.hi, lo.hi, hi.lo; lo.lo is below 2^-22 of the product). Off by default until measured
 // on the GPU machine against the f32 path (dequantised f32 tiles through SGEMM).
-std::atomic<int> g_quant_gemm_f16{-1};
-bool quant_gemm_f16() {
-  int v = g_quant_gemm_f16.load(std::memory_order_relaxed);
-  if (v < 0) {
-    v = env_is("SHARDWISE_QUANT_GEMM", "f16") ? 1 : 0;
-    g_quant_gemm_f16.store(v, std::memory_order_relaxed);
-  }
-  return v == 1;
-}
+Switch g_quant_gemm_f16([] { return env_is("SHARDWISE_QUANT_GEMM", "f16") ? 1 : 0; });
+bool quant_gemm_f16() { return g_quant_gemm_f16.get() == 1; }
 
 // The f16x3 path for n > kQuantGemvMaxTokens tokens; false (nothing done) when the workspace cannot hold
 // a 64-row tile and 33 tokens' split.
@@ -282,7 +275,7 @@ bool quant_matmul_f16(const Ctx& ctx, const MatRef& w, const float* x, int64_t l
 
 }  // namespace
 
-void set_quant_gemm_f16(bool on) { g_quant_gemm_f16.store(on ? 1 : 0, std::memory_order_relaxed); }
+void set_quant_gemm_f16(bool on) { g_quant_gemm_f16.set(on ? 1 : 0); }
 
 uint64_t matmul_bytes_per_token(DType dtype, int64_t cols) {
   const uint64_t ld = align_up(static_cast<uint64_t>(cols), 8);

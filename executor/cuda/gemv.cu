@@ -204,6 +204,9 @@ __device__ __forceinline__ void load_x(const float* x, int u, float* xv) {
   }
 }
 
+// Pieces per row in flight per step of the fast path, for NT tokens through M matrices.
+__host__ __device__ constexpr int gemv_unroll(int nt, int m) { return nt * m <= 2 ? 4 : 2; }
+
 // The weight pieces of one step of the fast path: kUnroll per row, clamped to the row (always valid).
 template <typename P, int U, int M>
 __device__ __forceinline__ void load_pieces(P (&pc)[U][M][kRows], const uint8_t* const (&wr)[M][kRows], int u0, int units) {
@@ -226,7 +229,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const __grid_constant
   constexpr int E = P::kElems;
   // Pieces per row in flight. 8 for one vector through one matrix measured slower in the whole model
   // (nemo8b 170-173 against 175-179 tokens/s, qwen30b 250-252 against 263-270: results/executor/decode_5fc4a62/).
-  constexpr int kUnroll = NT * M <= 2 ? 4 : 2;
+  constexpr int kUnroll = gemv_unroll(NT, M);
   const int ti = find_task(b);
   const TaskDev& tk = b.task[ti];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -442,31 +445,23 @@ bool late_trigger() {
 // k-split (see the top): 0 never, 1 where a launch has fewer row-pair warps than half the GPU's warp slots
 // (32 per SM) and rows long enough for every warp of a block to have a step of pieces, 2 always (tests).
 // SHARDWISE_GEMV_KSPLIT=0 / always, or cuda_set_gemv_ksplit.
-std::atomic<int> g_gemv_ksplit{-1};
-int gemv_ksplit_mode() {
-  int v = g_gemv_ksplit.load(std::memory_order_relaxed);
-  if (v < 0) {
-    v = env_is("SHARDWISE_GEMV_KSPLIT", "0") ? 0 : env_is("SHARDWISE_GEMV_KSPLIT", "always") ? 2 : 1;
-    g_gemv_ksplit.store(v, std::memory_order_relaxed);
-  }
-  return v;
-}
+Switch g_gemv_ksplit([] { return env_is("SHARDWISE_GEMV_KSPLIT", "0") ? 0 : env_is("SHARDWISE_GEMV_KSPLIT", "always") ? 2 : 1; });
 
-// Elements per lane piece of the fast path (Piece<T>::kElems).
+// Elements per lane piece of the fast path.
 int piece_elems(DType dtype) {
   switch (dtype) {
-    case DType::F16:
-    case DType::BF16:
-    case DType::Q4_0: return 8;
-    case DType::F32:
-    case DType::Q8_0: return 4;
+    case DType::F16: return Piece<DType::F16>::kElems;
+    case DType::BF16: return Piece<DType::BF16>::kElems;
+    case DType::Q4_0: return Piece<DType::Q4_0>::kElems;
+    case DType::F32: return Piece<DType::F32>::kElems;
+    case DType::Q8_0: return Piece<DType::Q8_0>::kElems;
   }
-  return 4;
+  return 1;
 }
 
 }  // namespace
 
-void set_gemv_ksplit(int mode) { g_gemv_ksplit.store(mode < 0 ? 0 : mode > 2 ? 2 : mode, std::memory_order_relaxed); }
+void set_gemv_ksplit(int mode) { g_gemv_ksplit.set(mode < 0 ? 0 : mode > 2 ? 2 : mode); }
 
 void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int count) {
   const bool two = mode == GemvMode::SwiGLU;
@@ -490,13 +485,13 @@ void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int
     b.early = early_weight_loads() ? 1 : 0;
     b.late = late_trigger() ? 1 : 0;
     if (fast) {
-      const int ks_mode = gemv_ksplit_mode();
+      const int ks_mode = g_gemv_ksplit.get();
       int64_t warps = 0, min_units = INT64_MAX;
       for (int i = 0; i < cnt; ++i) {
         warps += ceil_div(tasks[i0 + i].rows, kRows);
         min_units = std::min<int64_t>(min_units, tasks[i0 + i].cols / piece_elems(dtype));
       }
-      const int unroll = nt_max * (two ? 2 : 1) <= 2 ? 4 : 2;  // gemv_kernel's kUnroll
+      const int unroll = gemv_unroll(nt_max, two ? 2 : 1);  // as the kernel's (nt_max <= its NT, same side of 2)
       b.ksplit = ks_mode == 2 || (ks_mode == 1 && warps < static_cast<int64_t>(ctx.sm_count) * 32 &&
                                   min_units >= static_cast<int64_t>(kWarps) * 32 * unroll);
     }
