@@ -186,7 +186,7 @@ void run_plan(const PlanArgs& a) {
       return p && p->feasible ? p->predicted_ms : INFINITY;
     };
     const TierEntry& d = table.lookup(1);
-    const TierEntry& pf = table.lookup(512);
+    const TierEntry& pf = table.lookup(chunk > 0 ? chunk : 512);  // the tier the TTFT goes in chunks of
     const double ls_ttft = std::ceil(static_cast<double>(cfg.ctx) / 512.0) * baseline(512);
     std::printf("%-8s %-10s %6s  decode %7.2f t/s (%-8s) | TTFT(%lld) %9.1f ms (%-8s) | layer-split: %6.2f t/s, %9.1f ms\n",
                 spec.name.c_str(), machine_label.c_str(), a.budget.c_str(), tps, schedule_name(d.chosen), (long long)cfg.ctx, ttft,

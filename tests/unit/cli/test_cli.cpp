@@ -491,6 +491,25 @@ TEST_CASE("cli: plan --kv-layers keeps the first N layers' KV in VRAM", "[cli]")
   require_clean_error("plan --model nemo8b --hw h200-host --vram-budget 2G --ctx 1024 --kv-layers 41", {"out of range"});
 }
 
+TEST_CASE("cli: plan --brief names the schedules of the tiers its decode and TTFT come from", "[cli]") {
+  // qwen30b 2G/1K: the prompt goes in one 1024-token step (GPU-only) while the 512-token tier picks Dynamic.
+  const std::string base = "plan --model qwen30b --hw h200-host --vram-budget 2G --ctx 1024 --threads 16";
+  const Result brief = shardwise_cli(base + " --brief"), json = shardwise_cli(base + " --json");
+  INFO(brief.err << json.err);
+  REQUIRE(brief.rc == 0);
+  REQUIRE(json.rc == 0);
+  const auto j = nlohmann::json::parse(json.out);
+  std::string decode, prefill;
+  for (const auto& t : j["tiers"]) {
+    if (t["tokens"] == 1) decode = t["chosen"];
+    if (t["tokens"] == j["ttft_chunk_tokens"]) prefill = t["chosen"];
+  }
+  REQUIRE(!decode.empty());
+  REQUIRE(!prefill.empty());
+  CHECK_THAT(brief.out, Contains("t/s (" + decode));
+  CHECK_THAT(brief.out, Contains(" ms (" + prefill));
+}
+
 TEST_CASE("cli: plan --only S plans one schedule's own table, as run --schedule S does", "[cli]") {
   const std::string base = "plan --model qwen30b --hw h200-host --vram-budget 4G --ctx 4096 --threads 16 --json";
   const Result mixed = shardwise_cli(base), only = shardwise_cli(base + " --only static");
