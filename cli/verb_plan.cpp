@@ -28,6 +28,7 @@ struct PlanArgs {
   int moe_split = -1;
   int threads = 0, kv_layers = -1;
   int64_t ctx = 4096, routing_tokens = 0;
+  double next_layer_hits = -1;  // --next-layer-hits; < 0: as measured by --routing-tokens, else none
   uint64_t token_seed = 1;
   bool json = false, explain = false, brief = false;
 };
@@ -116,6 +117,7 @@ void run_plan(const PlanArgs& a) {
     const std::vector<int32_t> toks = step_tokens(a.routing_tokens, spec.vocab_size, a.token_seed);
     cfg.routing_experts = measure_experts_touched(w, pool, toks, cfg.routing_tokens);
     const double next = measure_next_layer_routing(w, pool, toks);
+    if (std::isfinite(next)) cfg.next_layer_hits = next;  // plans may prefetch experts on the guess
     std::string curve;
     for (size_t i = 0; i < cfg.routing_tokens.size(); ++i)
       curve += str_cat(i ? ", " : "", cfg.routing_tokens[i], ": ", cfg.routing_experts[i]);
@@ -125,6 +127,10 @@ void run_plan(const PlanArgs& a) {
       std::fprintf(stderr,
                    "next layer's experts picked by its router from this layer's MoE input: %.1f%% (uniform guessing: %.1f%%)\n",
                    100.0 * next, 100.0 * static_cast<double>(spec.num_experts_per_tok) / static_cast<double>(spec.num_experts));
+  }
+  if (a.next_layer_hits != -1) {  // given
+    if (!(a.next_layer_hits >= 0 && a.next_layer_hits <= 1)) fail("--next-layer-hits ", a.next_layer_hits, " must be a fraction in [0, 1]");
+    cfg.next_layer_hits = a.next_layer_hits;
   }
   const auto t0 = std::chrono::steady_clock::now();
   PlanTable table = build_plan_table(spec, *cost, cfg);
@@ -249,6 +255,9 @@ void register_plan(CLI::App& app) {
                   "in each CPU FFN layer: -1 chooses (default), 0 never splits, N splits with N");
   sub->add_option("--routing-tokens", a->routing_tokens,
                   "MoE: measure the weights' routing on N tokens (a CPU pass) and plan with it instead of uniform routing");
+  sub->add_option("--next-layer-hits", a->next_layer_hits,
+                  "MoE: the fraction of each layer's experts its router guesses a layer early (what --routing-tokens "
+                  "measures): plans may copy streamed experts on that guess; 0 never guesses");
   sub->add_option("--token-seed", a->token_seed, "Seed of the --routing-tokens tokens (as the oracle's token_seed)");
   sub->add_flag("--json", a->json, "Print one JSON object");
   sub->add_flag("--brief", a->brief, "One line: predicted decode tokens/s and TTFT, chosen schedules, the layer-split baseline");

@@ -1,6 +1,7 @@
 // cli/verb_run.cpp — `shardwise run`: generate text or tokens, on the CPU alone or through the plan
 // runtime on a device (CUDA, or the emulated device) under a VRAM budget.
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <chrono>
 #include <cstdio>
@@ -22,6 +23,7 @@
 #include "executor/model/cpu_model.h"
 #include "executor/runtime/runtime.h"
 #include "planner/planner.h"
+#include "planner/shards.h"
 #include "executor/session/chat_template.h"
 #include "executor/session/generator.h"
 #include "executor/session/kv_cache.h"
@@ -45,6 +47,7 @@ struct RunArgs {
   std::string vram_budget, schedule = "auto", pcie_cap = "none", plan, hw = "h200-host", profile;
   std::string host_kv_attention = "choose";
   int moe_split = -1;
+  std::string next_layer_hits = "auto";  // --next-layer-hits
   std::string timeline;  // --timeline FILE: Chrome trace of the first plan runs, measured and predicted
   int timeline_runs = 4;
   std::string profiler_runs;  // --profiler-runs A:B: plan runs [A, B) inside the device's profiler range
@@ -58,6 +61,27 @@ struct RunArgs {
 // The measured timeline of the first plan runs next to the planner's simulated one for the same
 // plans, as a Chrome trace (chrome://tracing, Perfetto): one process per run and kind, one thread
 // per resource. Returns a one-line summary.
+// --next-layer-hits: the fraction of each token's experts a layer's router picks from the layer before's
+// MoE input (measure_next_layer_routing) — what speculative expert prefetch gets right. "auto" measures
+// it on the prompt's first tokens (the caller does so only where a plan streams experts); "off" (or a
+// dense model) gives 0: no guesses.
+double next_layer_guess(const std::string& mode, const ModelWeights& w, ThreadPool& pool, const std::vector<int32_t>& prompt) {
+  if (mode == "off" || !w.spec.is_moe()) return 0;
+  if (mode != "auto") {
+    char* end = nullptr;
+    errno = 0;
+    const double f = std::strtod(mode.c_str(), &end);
+    SW_CHECK(!mode.empty() && errno == 0 && *end == '\0' && std::isfinite(f) && f > 0 && f <= 1, "--next-layer-hits '", mode,
+             "': expected auto, off or a fraction in (0, 1]");
+    return f;
+  }
+  if (prompt.empty()) return 0;
+  constexpr size_t kProbeTokens = 4;  // ~k·4 experts per layer read once on the CPU: ~0.1 s for qwen30b
+  const std::vector<int32_t> probe(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(std::min(prompt.size(), kProbeTokens)));
+  const double f = measure_next_layer_routing(w, pool, probe);
+  return std::isfinite(f) ? f : 0;
+}
+
 std::string write_timeline(const Runtime& rt, const std::string& path) {
   nlohmann::json events = nlohmann::json::array();
   std::map<int, std::pair<double, double>> span;  // run -> measured end, predicted end
@@ -190,6 +214,7 @@ void run_run(RunArgs a) {
          " more (need ", needed, ")");
   ThreadPool pool(threads);
   ModelWeights weights = ModelWeights::from_source(*src);
+  double next_layer_hits = 0;  // what the planner was told of guessing each layer's experts a layer early
   std::unique_ptr<Device> dev;  // declared first: the runtime (in engine) synchronises it when destroyed
   std::unique_ptr<StepEngine> engine;
   Runtime* runtime = nullptr;
@@ -237,7 +262,21 @@ void run_run(RunArgs a) {
       if (a.schedule != "auto") cfg.schedules = {parse_schedule(a.schedule)};
       cfg.host_kv_attention = parse_host_kv_attention(a.host_kv_attention);
       cfg.moe_cpu_experts = a.moe_split;
+      if (a.next_layer_hits != "auto") next_layer_hits = next_layer_guess(a.next_layer_hits, weights, pool, prompt);
+      cfg.next_layer_hits = next_layer_hits;
       table = build_plan_table(spec, *cost, cfg);
+      // auto: where some plan streams an MoE layer's experts, measure the guess and plan again with it.
+      bool streams_experts = false;
+      const ShardSet shards = make_shards(spec, ctx, DType::F32);
+      for (const auto& t : table.tiers)
+        for (const Plan& p : t.candidates)
+          for (const ShardPlacement& pl : p.placements)
+            streams_experts = streams_experts || (p.feasible && spec.is_moe() && pl.streamed && shards.at(pl.shard).kind == ShardKind::Ffn);
+      if (a.next_layer_hits == "auto" && streams_experts) {
+        next_layer_hits = next_layer_guess("auto", weights, pool, prompt);
+        cfg.next_layer_hits = next_layer_hits;
+        if (next_layer_hits > 0) table = build_plan_table(spec, *cost, cfg);
+      }
     }
     RuntimeOptions ro;
     if (a.schedule != "auto") ro.schedule = parse_schedule(a.schedule);
@@ -334,6 +373,11 @@ void run_run(RunArgs a) {
       j["context_bytes"] = m.context_bytes;
       j["uploaded_bytes"] = m.uploaded_bytes;
       j["graph_launches"] = runtime->graph_launches();
+      const RuntimeGuesses g = runtime->guesses();
+      j["next_layer_hits"] = next_layer_hits;
+      j["guessed_experts"] = g.guessed;
+      j["guess_hits"] = g.hits;
+      j["guessed_layers_routed_experts"] = g.routed;
       // Per tier: the schedule that runs it and the plan's predicted step time, from the table this run
       // executed (a forced schedule's own table, whose layout may differ from the planner's mix).
       nlohmann::json schedules = nlohmann::json::object(), predicted = nlohmann::json::object();
@@ -378,6 +422,12 @@ void run_run(RunArgs a) {
         last_tier = s.tier;
       }
     std::fprintf(stderr, "  schedules = %s\n", used.c_str());
+    const RuntimeGuesses g = runtime->guesses();
+    if (g.guessed > 0)
+      std::fprintf(stderr, "   prefetch = %llu of %llu experts copied on a guess were routed (%.1f%% of the %llu routed; planned with %.1f%%)\n",
+                   static_cast<unsigned long long>(g.hits), static_cast<unsigned long long>(g.guessed),
+                   g.routed ? 100.0 * static_cast<double>(g.hits) / static_cast<double>(g.routed) : 0.0,
+                   static_cast<unsigned long long>(g.routed), 100.0 * next_layer_hits);
   }
 }
 
@@ -424,6 +474,10 @@ void register_run(CLI::App& app) {
   sub->add_option("--moe-split", a->moe_split,
                   "MoE, Dynamic: experts per token that the CPU computes while the GPU runs the others (copied), "
                   "in each CPU FFN layer: -1 chooses (default), 0 never splits, N splits with N");
+  sub->add_option("--next-layer-hits", a->next_layer_hits,
+                  "MoE: how well a layer's router, applied a layer early, guesses its experts — plans may then copy "
+                  "streamed experts on that guess while the layer before runs: auto measures it on the prompt's first "
+                  "tokens (a CPU pass, where a plan streams experts), off never guesses, or a fraction in (0, 1]");
   sub->add_option("--plan", a->plan, "Execute this plan table (from `shardwise plan --save`) instead of planning");
   sub->add_option("--timeline", a->timeline,
                   "Write a Chrome trace of the first plan runs: each action measured (queue timestamps, host clock) "

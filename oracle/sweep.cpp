@@ -120,7 +120,12 @@ struct Routing {
   std::vector<int64_t> tokens;
   std::vector<double> experts;
   int64_t measured_on = 0;  // the step tokens it was measured on
+  // The fraction of each token's experts a layer's router picks from the layer before's MoE input
+  // (measure_next_layer_routing, on the first kNextLayerTokens of those tokens): what speculative expert
+  // prefetch gets right. 0 in records of binaries before it: no speculation.
+  double next_layer_hits = 0;
 };
+constexpr int64_t kNextLayerTokens = 64;
 
 // The routing an earlier call of this results file (`path`) recorded for a model (same weights and
 // tokens: the experiment hash is checked before), if it was measured on the same token counts. A count
@@ -141,7 +146,11 @@ std::optional<Routing> recorded_routing(const std::vector<json>& sweeps, const s
       if (!same_weights) continue;
       const json& r = it->at("routing").at(model);
       if (r.at("measured_on_tokens").get<int64_t>() != measured_on) continue;
-      got = Routing{r.at("tokens").get<std::vector<int64_t>>(), r.at("experts").get<std::vector<double>>(), measured_on};
+      got = Routing{r.at("tokens").get<std::vector<int64_t>>(), r.at("experts").get<std::vector<double>>(), measured_on,
+                    r.contains("next_layer_hits") ? r.at("next_layer_hits").get<double>() : 0.0};
+      if (!std::isfinite(got.next_layer_hits) || got.next_layer_hits < 0 || got.next_layer_hits > 1)
+        fail(path, ": the routing recorded for ", model, " guesses ", got.next_layer_hits,
+             " of the next layer's experts (a fraction in [0, 1]): give the results file of a sweep of this experiment");
     } catch (const std::exception&) {
       continue;
     }
@@ -165,6 +174,7 @@ PlannerConfig planner_config(const Experiment& e, const Configuration& c, const 
   if (routing) {
     cfg.routing_tokens = routing->tokens;
     cfg.routing_experts = routing->experts;
+    cfg.next_layer_hits = routing->next_layer_hits;
   }
   cfg.budget_bytes = c.budget_bytes;
   cfg.ctx = c.ctx;
@@ -585,12 +595,16 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
         Routing r;
         r.tokens = curve_tokens;
         r.measured_on = n;
-        r.experts = measure_experts_touched(w, pool, step_tokens(n, w.spec.vocab_size, e.token_seed), r.tokens);
+        const std::vector<int32_t> toks = step_tokens(n, w.spec.vocab_size, e.token_seed);
+        r.experts = measure_experts_touched(w, pool, toks, r.tokens);
+        const double next = measure_next_layer_routing(
+            w, pool, std::vector<int32_t>(toks.begin(), toks.begin() + std::min<std::ptrdiff_t>(kNextLayerTokens, static_cast<std::ptrdiff_t>(toks.size()))));
+        r.next_layer_hits = std::isfinite(next) ? next : 0;
         std::string curve;
         for (size_t i = 0; i < r.tokens.size(); ++i) curve += str_cat(i ? ", " : "", r.tokens[i], ": ", r.experts[i]);
         log_info(c.model_name, ": routing measured on ", n, " tokens in ",
                  std::chrono::duration<double>(Clock::now() - t0).count(), " s — distinct experts per layer by step tokens {",
-                 curve, "} of ", w.spec.num_experts);
+                 curve, "} of ", w.spec.num_experts, "; the next layer's experts guessed at ", 100 * r.next_layer_hits, "%");
         routing[c.model] = std::move(r);
       }
     }
@@ -694,7 +708,8 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
   for (const auto& c : mine)
     if (routing.count(c.model) && !routing_record.contains(c.model_name)) {
       const Routing& r = routing[c.model];
-      routing_record[c.model_name] = {{"tokens", r.tokens}, {"experts", r.experts}, {"measured_on_tokens", r.measured_on}};
+      routing_record[c.model_name] = {{"tokens", r.tokens}, {"experts", r.experts}, {"measured_on_tokens", r.measured_on},
+                                      {"next_layer_hits", r.next_layer_hits}};
     }
   const std::string machine = machine_fingerprint(o.device);
   const std::string gpu_name = o.device == "cuda" ? cuda_device_info(0).name : "emulated device";

@@ -62,6 +62,7 @@ const char* compute_part_name(ComputePart p) {
     case ComputePart::MoeCpuShare: return "moe_cpu_share";
     case ComputePart::MoeGpuShare: return "moe_gpu_share";
     case ComputePart::MoeShareAdd: return "moe_share_add";
+    case ComputePart::RouterNext: return "router_next";
   }
   return "?";
 }
@@ -76,6 +77,7 @@ const char* payload_name(Payload p) {
     case Payload::KvPast: return "kv_past";
     case Payload::KvNew: return "kv_new";
     case Payload::MoePartial: return "moe_partial";
+    case Payload::RouterGuess: return "router_guess";
   }
   return "?";
 }
@@ -139,13 +141,13 @@ ActionKind parse_action_kind(const std::string& s) {
 }
 Payload parse_payload(const std::string& s) {
   for (Payload p : {Payload::None, Payload::Residual, Payload::Qkv, Payload::AttnOut, Payload::RouterLogits, Payload::KvPast,
-                    Payload::KvNew, Payload::MoePartial})
+                    Payload::KvNew, Payload::MoePartial, Payload::RouterGuess})
     if (s == payload_name(p)) return p;
   fail("unknown payload '", s, "'");
 }
 ComputePart parse_part(const std::string& s) {
   for (ComputePart p : {ComputePart::Full, ComputePart::AttnPre, ComputePart::AttnCore, ComputePart::AttnPost, ComputePart::AttnStaged,
-                        ComputePart::MoeCpuShare, ComputePart::MoeGpuShare, ComputePart::MoeShareAdd})
+                        ComputePart::MoeCpuShare, ComputePart::MoeGpuShare, ComputePart::MoeShareAdd, ComputePart::RouterNext})
     if (s == compute_part_name(p)) return p;
   fail("unknown compute part '", s, "'");
 }
@@ -177,7 +179,7 @@ json to_json(const Plan& p) {
     acts.push_back({{"id", a.id}, {"resource", resource_name(a.resource)}, {"kind", action_kind_name(a.kind)},
                     {"part", compute_part_name(a.part)}, {"payload", payload_name(a.payload)}, {"shard", a.shard}, {"layer", a.layer}, {"slot", a.slot},
                     {"row_begin", a.row_begin}, {"row_end", a.row_end},
-                    {"bytes", a.bytes}, {"copies", a.copies}, {"cpu_experts", a.cpu_experts}, {"flops", a.flops}, {"deps", a.deps}, {"label", a.label},
+                    {"bytes", a.bytes}, {"copies", a.copies}, {"cpu_experts", a.cpu_experts}, {"speculative", a.speculative}, {"flops", a.flops}, {"deps", a.deps}, {"label", a.label},
                     {"start_ms", a.start_ms}, {"end_ms", a.end_ms}});
   j["actions"] = acts;
   return j;
@@ -250,6 +252,8 @@ Plan from_json(const json& j, const std::string& ctx) {
       x.cpu_experts = field<int>(a, "cpu_experts", actx);
       if (x.cpu_experts < 0 || x.cpu_experts > 4096) fail(actx, " ", x.id, ": cpu_experts ", x.cpu_experts, " must be in [0, 4096]");
     }
+    if (a.contains("speculative")) x.speculative = field<bool>(a, "speculative", actx);  // plans saved before it: none
+    if (x.speculative && x.kind != ActionKind::CopyWeights) fail(actx, " ", x.id, ": only a weight copy can be speculative");
     x.flops = field<double>(a, "flops", actx);
     x.deps = field<std::vector<int>>(a, "deps", actx);
     x.label = field<std::string>(a, "label", actx);

@@ -54,15 +54,21 @@ const char* action_kind_name(ActionKind k);
 // on the GPU into x meanwhile (moe_gpu_share, enqueued before the CPU's share, after x went down for it);
 // moe_share_add then adds the CPU's partial to x (split_routing in executor/model/moe_routing.h says which
 // experts go where).
-enum class ComputePart { Full, AttnPre, AttnCore, AttnPost, AttnStaged, MoeCpuShare, MoeGpuShare, MoeShareAdd };
+// router_next: speculative expert prefetch. On the GPU, right after layer l - 1's attention, layer l's
+// router (its attention shard's, which must be on the device) applied to x as it is then, before layer
+// l - 1's FFN: a guess at layer l's routing (payload router_guess goes down to the host), from which a
+// CopyWeights marked `speculative` copies layer l's guessed experts while layer l - 1 still runs; layer
+// l's own CopyWeights then copies only the routed experts the guess missed.
+enum class ComputePart { Full, AttnPre, AttnCore, AttnPost, AttnStaged, MoeCpuShare, MoeGpuShare, MoeShareAdd, RouterNext };
 const char* compute_part_name(ComputePart p);
 
 // What a CopyActivations moves: the residual stream x [n, hidden]; q, k, v [n, q_dim + 2 kv_dim]
 // of a split attention; its output [n, q_dim]; an MoE layer's router logits [n, experts]; a host
 // cache's K and V rows [0, n_past) into the kv staging (kv_past); or the step's new K and V rows
 // from it back to the host cache (kv_new, [n, 2 kv_dim]); an MoE layer's CPU share of its experts'
-// weighted outputs (moe_partial, [n, hidden]).
-enum class Payload { None, Residual, Qkv, AttnOut, RouterLogits, KvPast, KvNew, MoePartial };
+// weighted outputs (moe_partial, [n, hidden]); a router_next's guessed logits of its layer
+// (router_guess, [n, experts]).
+enum class Payload { None, Residual, Qkv, AttnOut, RouterLogits, KvPast, KvNew, MoePartial, RouterGuess };
 const char* payload_name(Payload p);
 
 struct Action {
@@ -82,6 +88,9 @@ struct Action {
   // An MoE FFN split between CPU and GPU (its CopyWeights and both share computes): how many of each
   // token's top_k routed experts the CPU computes; 0 = no split.
   int cpu_experts = 0;
+  // CopyWeights of a streamed MoE FFN: the experts its layer's router_guess picks (the layer's later,
+  // non-speculative CopyWeights into the same slot then copies only the routed experts still missing).
+  bool speculative = false;
   double flops = 0;
   std::vector<int> deps;  // ids of earlier actions that must finish first
   std::string label;

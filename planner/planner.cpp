@@ -123,6 +123,18 @@ class Builder {
     past_tokens_ = past_tokens;
   }
 
+  // Speculative expert prefetch (plan.h router_next): a streamed, unsplit MoE FFN on the GPU whose
+  // attention is pinned on the GPU, after a layer whose attention runs on the GPU, has its experts
+  // guessed from the layer before and copied while that layer runs; `hit` (0..1] is the fraction of
+  // the routed experts the guess gets (PlannerConfig::next_layer_hits), the rest are copied after the
+  // layer's own routing.
+  void speculate(double hit) { hit_ = std::clamp(hit, 0.0, 1.0); }
+  bool speculates() const {
+    for (int g : guess_)
+      if (g >= 0) return true;
+    return false;
+  }
+
   // exec[id]: where each shard runs; slot[id]: -1, or the stream slot its weights are copied into;
   // prefetch: how many streamed shards ahead copies may run (2 = double buffering).
   // slot_bytes: size of a stream slot; a streamed LM head larger than a slot goes in row pieces.
@@ -152,8 +164,16 @@ class Builder {
     first_piece_.assign(set_.shards.size(), -1);
     for (size_t k = streamed_.size(); k-- > 0;) first_piece_[static_cast<size_t>(streamed_[k].shard)] = static_cast<int>(k);
     copy_action_.assign(streamed_.size(), -1);
+    guess_copy_.assign(streamed_.size(), -1);
     compute_done_.assign(streamed_.size(), -1);
     routing_.assign(static_cast<size_t>(set_.n_layers), -1);
+    guess_.assign(static_cast<size_t>(set_.n_layers), -1);
+    wants_guess_.assign(static_cast<size_t>(set_.n_layers), false);
+    for (int l = 1; hit_ > 0 && spec_.is_moe() && l < set_.n_layers; ++l) {
+      const int f = set_.ffn[static_cast<size_t>(l)], at = set_.attention[static_cast<size_t>(l)];
+      wants_guess_[static_cast<size_t>(l)] = slot[f] >= 0 && exec[f] == ExecDevice::Gpu && share_of(f) == 0 && slot[at] < 0 &&
+                                             exec[at] == ExecDevice::Gpu && exec[set_.attention[static_cast<size_t>(l - 1)]] == ExecDevice::Gpu;
+    }
     prefetch_ = prefetch;
     slot_ = &slot;
 
@@ -222,6 +242,16 @@ class Builder {
                 add(Resource::D2H, ActionKind::CopyActivations, id, s.layer,
                     static_cast<uint64_t>(n_ * spec_.num_experts) * 4, s.name() + " router logits", {last_x_});
             plan_.actions.back().payload = Payload::RouterLogits;
+          }
+          // The next layer's routing guessed from x as it is now, with that layer's router.
+          if (s.layer + 1 < set_.n_layers && wants_guess_[static_cast<size_t>(s.layer + 1)]) {
+            const int next = set_.attention[static_cast<size_t>(s.layer + 1)];
+            const int g = compute(Resource::GpuCompute, next, ComputePart::RouterNext, {last_x_});
+            plan_.actions.back().bytes = router_bytes();
+            guess_[static_cast<size_t>(s.layer + 1)] =
+                add(Resource::D2H, ActionKind::CopyActivations, next, s.layer + 1,
+                    static_cast<uint64_t>(n_ * spec_.num_experts) * 4, set_.at(next).name() + " router guess", {g});
+            plan_.actions.back().payload = Payload::RouterGuess;
           }
         } else {
           to_host();
@@ -333,18 +363,56 @@ class Builder {
   }
 
   // A copy may be issued once its slot's previous user has been issued (and, for experts, once the
-  // layer's routing is known); copies are issued in order.
+  // layer's routing is known); copies are issued in order. A layer whose experts are guessed first
+  // copies the guess once the guess is known, then what it missed once the routing is.
+  bool slot_free(size_t k) const { return k < static_cast<size_t>(prefetch_) || compute_done_[k - static_cast<size_t>(prefetch_)] >= 0; }
+  int layer_of(size_t k) const { return set_.at(streamed_[k].shard).layer; }
+  bool guessed(size_t k) const {
+    const Shard& s = set_.at(streamed_[k].shard);
+    return s.kind == ShardKind::Ffn && wants_guess_[static_cast<size_t>(s.layer)];
+  }
   bool copy_ready(size_t k) const {
-    if (k >= static_cast<size_t>(prefetch_) && compute_done_[k - static_cast<size_t>(prefetch_)] < 0) return false;
+    if (!slot_free(k)) return false;
     const Shard& s = set_.at(streamed_[k].shard);
     if (spec_.is_moe() && s.kind == ShardKind::Ffn && routing_[static_cast<size_t>(s.layer)] < 0) return false;
     return true;
   }
   void emit_ready_copies() {
-    while (next_copy_ < streamed_.size() && copy_ready(next_copy_)) emit_copy(next_copy_++);
+    while (next_copy_ < streamed_.size()) {
+      const size_t k = next_copy_;
+      if (guessed(k) && guess_copy_[k] < 0) {
+        if (!slot_free(k) || guess_[static_cast<size_t>(layer_of(k))] < 0) return;
+        emit_guess(k);
+      }
+      if (!copy_ready(k)) return;
+      emit_copy(next_copy_++);
+    }
   }
   void force_copy(int k) {
-    while (next_copy_ <= static_cast<size_t>(k)) emit_copy(next_copy_++);
+    while (next_copy_ <= static_cast<size_t>(k)) {
+      const size_t j = next_copy_;
+      if (guessed(j) && guess_copy_[j] < 0 && guess_[static_cast<size_t>(layer_of(j))] >= 0) emit_guess(j);
+      emit_copy(next_copy_++);
+    }
+  }
+  // Expected distinct routed experts of an MoE FFN in this step, and the GPU's part of each token's k.
+  double routed_experts() const {
+    return experts_ > 0 ? experts_ : expected_distinct_experts(n_, spec_.num_experts_per_tok, spec_.num_experts);
+  }
+  uint64_t router_bytes() const {
+    return static_cast<uint64_t>(spec_.num_experts * spec_.hidden_size) * 4 + static_cast<uint64_t>(spec_.hidden_size) * 4;
+  }
+  void emit_guess(size_t k) {
+    const Piece& piece = streamed_[k];
+    const Shard& s = set_.at(piece.shard);
+    std::vector<int> deps = {guess_[static_cast<size_t>(s.layer)]};
+    if (k >= static_cast<size_t>(prefetch_)) deps.push_back(compute_done_[k - static_cast<size_t>(prefetch_)]);
+    // As many experts as the routing will pick (the guess picks top_k per token too), and the norm.
+    guess_copy_[k] = add(Resource::H2D, ActionKind::CopyWeights, s.id, s.layer, piece.bytes, s.name() + " guessed experts", deps);
+    Action& a = plan_.actions.back();
+    a.speculative = true;
+    a.copies = 1 + static_cast<int>(std::llround(3 * std::max(1.0, routed_experts())));
+    a.slot = static_cast<int>(k % static_cast<size_t>(std::max(1, prefetch_)));
   }
   void emit_copy(size_t k) {
     const Piece& piece = streamed_[k];
@@ -352,15 +420,20 @@ class Builder {
     std::vector<int> deps;
     if (k >= static_cast<size_t>(prefetch_)) deps.push_back(compute_done_[k - static_cast<size_t>(prefetch_)]);
     if (spec_.is_moe() && s.kind == ShardKind::Ffn) deps.push_back(routing_[static_cast<size_t>(s.layer)]);
-    std::string label = s.name() + " weights";
+    const bool after_guess = guess_copy_[k] >= 0;
+    if (after_guess) deps.push_back(guess_copy_[k]);
+    std::string label = s.name() + (after_guess ? " missed experts" : " weights");
     if (piece.row1 > 0) label += "[" + std::to_string(piece.row0) + ":" + std::to_string(piece.row1) + "]";
-    copy_action_[k] = add(Resource::H2D, ActionKind::CopyWeights, s.id, s.layer, piece.bytes, label, deps);
+    // After a guess: the routed experts it missed (1 - hit of them), no norm.
+    const double miss = after_guess ? 1.0 - hit_ : 1.0;
+    const uint64_t bytes = after_guess ? static_cast<uint64_t>(static_cast<double>(piece.bytes - s.expert_base) * miss + 0.5) : piece.bytes;
+    copy_action_[k] = add(Resource::H2D, ActionKind::CopyWeights, s.id, s.layer, bytes, label, deps);
     if (spec_.is_moe() && s.kind == ShardKind::Ffn) {  // the runtime copies each routed expert's gate, up, down and the norm
-      const double experts = experts_ > 0 ? experts_
-                                          : expected_distinct_experts(n_, spec_.num_experts_per_tok, spec_.num_experts);
       const int c = share_of(s.id);  // a split layer copies the GPU's share
       const double k = static_cast<double>(std::max<int64_t>(1, spec_.num_experts_per_tok));
-      plan_.actions.back().copies = 1 + static_cast<int>(std::llround(3 * std::max(1.0, experts * (k - c) / k)));
+      plan_.actions.back().copies =
+          after_guess ? std::max(1, static_cast<int>(std::llround(3 * routed_experts() * miss)))
+                      : 1 + static_cast<int>(std::llround(3 * std::max(1.0, routed_experts() * (k - c) / k)));
       plan_.actions.back().cpu_experts = c;
     }
     plan_.actions.back().slot = static_cast<int>(k % static_cast<size_t>(std::max(1, prefetch_)));
@@ -377,6 +450,10 @@ class Builder {
   const std::vector<int>* slot_ = nullptr;
   std::vector<Piece> streamed_;
   std::vector<int> first_piece_, copy_action_, compute_done_, routing_;
+  double hit_ = 0;                 // speculate()
+  std::vector<int> guess_copy_;    // per streamed piece: its speculative copy, -1 = none (yet)
+  std::vector<int> guess_;         // per layer: its router_guess copy to the host, -1 = none (yet)
+  std::vector<bool> wants_guess_;  // per layer: its experts are guessed (speculate())
   size_t next_copy_ = 0;
   int prefetch_ = 2;
   int last_x_ = -1;
@@ -535,12 +612,28 @@ Plan finish_canonical(const Ctx& c, Schedule sched, int64_t n, size_t p, uint64_
     plan.infeasible_reason = "needs " + format_bytes(plan.vram_bytes) + " of VRAM";
     return plan;
   }
-  Builder builder(c.spec, S, plan, n, routing_experts_for(c.spec, c.cfg, n));
-  if (c.stage) builder.stage_host_kv(std::max<int64_t>(0, c.cfg.ctx - n));
-  if (!share.empty()) builder.split_experts(share);
-  builder.build(exec, slot, L.kv_gpu, prefetch, slot_bytes);
-  plan.predicted_ms = simulate(plan, c.spec, S, c.cost, step_of(c, n));
-  plan.feasible = true;
+  const Plan laid_out = plan;
+  auto build = [&](Plan& p, double hit) {
+    Builder builder(c.spec, S, p, n, routing_experts_for(c.spec, c.cfg, n));
+    if (c.stage) builder.stage_host_kv(std::max<int64_t>(0, c.cfg.ctx - n));
+    if (!share.empty()) builder.split_experts(share);
+    builder.speculate(hit);
+    builder.build(exec, slot, L.kv_gpu, prefetch, slot_bytes);
+    p.predicted_ms = simulate(p, c.spec, S, c.cost, step_of(c, n));
+    p.feasible = true;
+    return builder.speculates();
+  };
+  build(plan, 0);
+  const double hit = c.cfg.next_layer_hits;
+  SW_CHECK(std::isfinite(hit) && hit >= 0 && hit <= 1, "planner: next_layer_hits ", hit, " must be within [0, 1]");
+  if (hit > 0 && c.spec.is_moe()) {  // with speculative expert prefetch where it applies; the faster is kept
+    Plan guessed = laid_out;
+    if (build(guessed, hit) && (guessed.predicted_ms < plan.predicted_ms || c.cfg.always_speculate)) {
+      guessed.notes += (guessed.notes.empty() ? "" : "; ") + str_cat("experts prefetched on the layer before's guess (",
+                                                                       static_cast<int>(std::lround(hit * 100)), "% hits)");
+      return guessed;
+    }
+  }
   return plan;
 }
 

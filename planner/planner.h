@@ -34,6 +34,13 @@ struct PlannerConfig {
   // tokens pick experts uniformly at random. It sets how many experts a step streams and computes.
   std::vector<int64_t> routing_tokens;
   std::vector<double> routing_experts;
+  // MoE models: the fraction of each token's routed experts that the layer before's router input,
+  // put through this layer's router, picks (executor: measure_next_layer_routing). > 0: GPU-only and
+  // Dynamic plans are also made with speculative expert prefetch (plan.h router_next) and the faster
+  // kept; 0 = not measured, no speculation.
+  double next_layer_hits = 0;
+  // Tests and studies: keep the speculative plan wherever speculation applies, faster or not.
+  bool always_speculate = false;
   // KV layers kept in VRAM (the first ones; where their attention is not pinned, GPU-only and Dynamic
   // steps stream it, Static cannot run). -1: chosen with the LM head's place by simulating a request.
   int kv_layers = -1;

@@ -39,6 +39,7 @@ double moe_fixed_ms(const Op& moe, const CostModel& cost, const ExecEnv& env) {
 // the layer), so that timing an action is arithmetic only.
 struct StepOps {
   std::vector<Op> embed, attn_pre, attn_pre_gpu, attn_core, attn_post, ffn, output, output_norm, output_head;
+  std::vector<Op> router;  // MoE: the FFN norm and the router (the end of attn_post; alone: router_next)
   Op share_add;  // a split MoE layer's GPU share adds the CPU's partial: one f32 add over the step's rows
   double moe_fixed[2] = {0, 0};  // moe_fixed_ms of the step's MoE block on the CPU, on the GPU (alone)
   StepOps(const ModelSpec& spec, const ShardSet& shards, const StepShape& step, const CostModel& cost) {
@@ -54,6 +55,7 @@ struct StepOps {
       attn_pre_gpu = std::move(a.pre_gpu);
       attn_core = std::move(a.core);
       attn_post = std::move(a.post);
+      if (spec.is_moe() && attn_post.size() >= 2) router.assign(attn_post.end() - 2, attn_post.end());
       ffn = ffn_ops(spec, shards, layer, step.tokens, step.active_experts);
     }
     output = output_ops(spec, shards);
@@ -96,6 +98,7 @@ double timed(const Action& a, const StepOps& ops, const ShardSet& shards, const 
         case ComputePart::AttnPre: return ops_ms(pre, cost, env);
         case ComputePart::AttnCore: return ops_ms(ops.attn_core, cost, env);
         case ComputePart::AttnPost: return ops_ms(ops.attn_post, cost, env);
+        case ComputePart::RouterNext: return ops_ms(ops.router, cost, env);
         case ComputePart::MoeCpuShare:
         case ComputePart::MoeGpuShare:
         case ComputePart::MoeShareAdd: fail("simulate: ", s.name(), " is attention, not an MoE FFN to share");

@@ -302,13 +302,14 @@ PYBIND11_MODULE(_native, m) {
       "plan",
       [](const py::object& model, const py::object& hardware, const py::object& budget, int64_t ctx, int threads,
          const py::object& pcie_cap, const std::vector<int64_t>& tiers, const std::string& kv_dtype, const py::object& profile,
-         int kv_layers, const std::string& host_kv_attention) {
+         int kv_layers, const std::string& host_kv_attention, double next_layer_hits) {
         const ModelSpec spec = spec_arg(model);
         const double cap = bandwidth_arg(pcie_cap, "pcie_cap");
         auto cost = cost_arg(hardware, profile, cap);
         PlannerConfig cfg = planner_config(static_cast<int64_t>(size_arg(budget, "budget")), ctx,
                                            threads > 0 ? threads : cost->max_threads(), tiers, kv_dtype, spec.name, kv_layers);
         cfg.host_kv_attention = parse_host_kv_attention(host_kv_attention);
+        cfg.next_layer_hits = next_layer_hits;
         PlanTable t = build_plan_table(spec, *cost, cfg);
         t.pcie_cap_gbps = cap / 1e9;
         return t;
@@ -316,10 +317,12 @@ PYBIND11_MODULE(_native, m) {
       py::arg("model"), py::arg("hardware") = py::none(), py::arg("budget") = py::none(), py::arg("ctx") = 4096, py::arg("threads") = 0,
       py::arg("pcie_cap") = py::none(), py::arg("tiers") = std::vector<int64_t>{}, py::arg("kv_dtype") = "f32",
       py::arg("profile") = py::none(), py::arg("kv_layers") = -1, py::arg("host_kv_attention") = "choose",
+      py::arg("next_layer_hits") = 0.0,
       "Build the plan table (every tier, every schedule) with the analytic cost model of `hardware`, or with the measured "
       "`profile` (a ProfileDB path; `hardware` then only stands in for the GPU of a CPU-only profile); `kv_layers`: how many "
       "layers keep their KV in VRAM (-1: chosen by simulating a request); `host_kv_attention`: choose | split | staged, how "
-      "the GPU attends to a host KV cache");
+      "the GPU attends to a host KV cache; `next_layer_hits`: MoE, the fraction of each layer's experts its router guesses "
+      "a layer early (0: no speculative expert prefetch)");
 
   m.def(
       "minimum_budget",

@@ -33,6 +33,7 @@ struct Runtime::Buffers {
   float* partial = nullptr;  // an MoE layer's CPU share [max_tokens, hidden] (plan.h moe_cpu_share)
   float* out_norm_f32 = nullptr;  // the output norm's weights, uploaded for a device LM head
   std::vector<float*> router;  // per layer [max_tokens, experts] (MoE only)
+  std::vector<float*> guess;   // per layer [max_tokens, experts]: its guessed router logits (router_guess), if any plan has them
   Device* pinned_by = nullptr;  // unpins the staging before it is unmapped (also when set-up throws)
   // The host KV cache, pinned when a plan stages it on the device (attn_staged); unpinned here, before
   // the cache is unmapped (buf_ is the runtime's last member: destroyed before host_kv_).
@@ -50,6 +51,9 @@ struct Runtime::Buffers {
   std::vector<std::unique_ptr<MoeSplit>> split;       // per layer: its routing split CPU / GPU (moe shares)
   std::vector<std::vector<const uint8_t*>> expert_ptrs;  // per layer: streamed experts' device blocks
   std::vector<Device::HostCopy> expert_copies;            // a layer's batch of expert copies (reused)
+  std::vector<char> taken;                                 // a stream slot's expert places in use (reused)
+  std::vector<float> inverted;                             // RuntimeOptions::guess_test (reused)
+  RuntimeGuesses guesses;                                  // speculative expert prefetch so far
 };
 
 namespace {
@@ -133,9 +137,14 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
                                static_cast<uint64_t>(weights_.output_norm.size()),
                                static_cast<uint64_t>(E > 0 ? n * spec_.hidden_size : 0)};
     auto floats = [](uint64_t count) { return (count + 63) / 64 * 64; };  // 256-byte aligned parts
+    bool guesses = false;  // a plan prefetches experts on a guess (plan.h router_next)
+    for (const auto& t : table_.tiers)
+      for (const auto& p : t.candidates)
+        if (p.feasible)
+          for (const Action& a : p.actions) guesses = guesses || a.payload == Payload::RouterGuess;
     uint64_t total = 0;
     for (uint64_t c : sizes) total += floats(c);
-    total += static_cast<uint64_t>(L) * floats(static_cast<uint64_t>(n * E));
+    total += static_cast<uint64_t>(guesses ? 2 * L : L) * floats(static_cast<uint64_t>(n * E));
     b.staging = HostBuffer(total * sizeof(float));
     float* p = reinterpret_cast<float*>(b.staging.data());
     float** parts[6] = {&b.x, &b.qkv, &b.attn, &b.logits, &b.out_norm_f32, &b.partial};
@@ -144,9 +153,14 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
       p += floats(sizes[i]);
     }
     b.router.assign(static_cast<size_t>(L), nullptr);
+    b.guess.assign(static_cast<size_t>(L), nullptr);
     for (int64_t l = 0; E > 0 && l < L; ++l) {
       b.router[static_cast<size_t>(l)] = p;
       p += floats(static_cast<uint64_t>(n * E));
+      if (guesses) {
+        b.guess[static_cast<size_t>(l)] = p;
+        p += floats(static_cast<uint64_t>(n * E));
+      }
     }
     std::copy(weights_.output_norm.begin(), weights_.output_norm.end(), b.out_norm_f32);
     device_.pin_host(b.staging.data(), b.staging.size());
@@ -189,6 +203,29 @@ Runtime::~Runtime() {
     device_.synchronize();
   } catch (...) {
   }
+}
+
+RuntimeGuesses Runtime::guesses() const { return buf_->guesses; }
+
+// RuntimeOptions::guess_test: logits [n, experts] whose top_k per token are the lowest of `g` (Lowest), or
+// the first half of g's top_k and the rest of its lowest (Mixed), written into `out`.
+const float* Runtime::test_guess(const float* g, int64_t n, std::vector<float>& out) const {
+  const int64_t E = spec_.num_experts, k = spec_.num_experts_per_tok;
+  out.assign(static_cast<size_t>(n * E), -1e30f);
+  std::vector<float> neg(static_cast<size_t>(n * E));
+  for (int64_t i = 0; i < n * E; ++i) neg[static_cast<size_t>(i)] = -g[i];
+  const MoeRouting top = route_tokens(g, n, E, k, false), low = route_tokens(neg.data(), n, E, k, false);
+  const int64_t from_top = options_.guess_test == RuntimeOptions::GuessTest::Mixed ? (k + 1) / 2 : 0;
+  for (int64_t t = 0; t < n; ++t) {
+    float* row = out.data() + t * E;
+    int64_t placed = 0;
+    for (int64_t j = 0; j < from_top; ++j) row[top.expert_ids[static_cast<size_t>(t * k + j)]] = 1e3f - static_cast<float>(placed++);
+    for (int64_t j = 0; placed < k && j < k; ++j) {
+      float& v = row[low.expert_ids[static_cast<size_t>(t * k + j)]];
+      if (v < 0) v = 1e3f - static_cast<float>(placed++);
+    }
+  }
+  return out.data();
 }
 
 void Runtime::set_n_past(int64_t n) {
@@ -376,6 +413,31 @@ void Runtime::validate_plan(const Plan& p) const {
     }
     SW_CHECK(a.payload != Payload::MoePartial || (spec_.is_moe() && (a.resource == Resource::H2DAct || a.resource == Resource::H2D)),
              act, ": an MoE share goes up to the GPU, in a model with experts");
+    if (a.part == ComputePart::RouterNext)
+      SW_CHECK(spec_.is_moe() && a.kind == ActionKind::Compute && a.resource == Resource::GpuCompute && a.shard >= 0 &&
+                   shards_.at(a.shard).kind == ShardKind::Attention && a.layer == shards_.at(a.shard).layer,
+               act, ": a guess at a layer's routing runs on the GPU with that layer's attention shard (its router), in a model with experts");
+    if (a.payload == Payload::RouterGuess)
+      SW_CHECK(spec_.is_moe() && a.resource == Resource::D2H && a.layer >= 0, act, ": guessed router logits go to the host");
+    if (a.speculative) {  // the guessed experts: a streamed MoE FFN, not split, after its layer's guess
+      SW_CHECK(a.kind == ActionKind::CopyWeights && spec_.is_moe() && a.shard >= 0 && shards_.at(a.shard).kind == ShardKind::Ffn &&
+                   a.cpu_experts == 0,
+               act, ": only an unsplit MoE FFN's experts are copied on a guess");
+      bool guessed = false;
+      for (int d : a.deps) {
+        const Action& g = p.actions[static_cast<size_t>(d)];
+        guessed = guessed || (g.payload == Payload::RouterGuess && g.layer == a.layer);
+      }
+      SW_CHECK(guessed, act, ": a speculative copy depends on its layer's guessed router logits (router_guess)");
+      // The layer's own copy follows into the same slot and waits for this one (it fills in the misses).
+      int own = 0;
+      for (const Action& b : p.actions)
+        if (b.id > a.id && b.kind == ActionKind::CopyWeights && !b.speculative && b.shard == a.shard &&
+            std::find(b.deps.begin(), b.deps.end(), a.id) != b.deps.end())
+          own += b.slot == a.slot ? 1 : 1000;
+      SW_CHECK(own == 1, act, ": a speculative copy is followed by exactly one copy of the same shard into the same slot "
+                              "that depends on it (the routed experts it missed)");
+    }
     if (a.row_end > a.row_begin) {  // a piece of the LM head, in a stream slot
       SW_CHECK(a.shard >= 0 && shards_.at(a.shard).kind == ShardKind::Output && a.row_end <= spec_.vocab_size, act,
                " streams rows [", a.row_begin, ", ", a.row_end, ") of the LM head's ", spec_.vocab_size);
@@ -618,6 +680,9 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
   bool shares = false;  // an MoE layer split between CPU and GPU: the CPU share's device copy
   for (const Action& a : plan.actions) shares = shares || a.payload == Payload::MoePartial;
   float* partial_d = shares ? reinterpret_cast<float*>(take(static_cast<uint64_t>(n * H) * 4)) : nullptr;
+  bool guesses = false;  // router_next: the next layer's guessed router logits
+  for (const Action& a : plan.actions) guesses = guesses || a.part == ComputePart::RouterNext;
+  float* guess_d = guesses ? reinterpret_cast<float*>(take(static_cast<uint64_t>(std::max<int64_t>(1, n * E)) * 4)) : nullptr;
   const uint64_t used = static_cast<uint64_t>(s - (arena_ + scratch->offset));
   SW_CHECK(used <= scratch->bytes, "runtime: the step's activations (", used, " bytes) exceed the plan's scratch (",
            scratch->bytes, " bytes)");
@@ -776,6 +841,11 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
             SW_CHECK(h2d && !kv_on_gpu_[static_cast<size_t>(layer)], "runtime: ", a.label, " stages a cache that is not on the host");
             copy_heads(layer, true, 0, pos0, up);
             break;
+          case Payload::RouterGuess:  // a layer's guessed router logits (router_next), down to the host
+            SW_CHECK(!h2d && guess_d && b.guess[static_cast<size_t>(a.layer)], "runtime: action ", a.id, " (", a.label,
+                     ") copies guessed router logits no router_next computed");
+            device_.copy_d2h(b.guess[static_cast<size_t>(a.layer)], reinterpret_cast<uint8_t*>(guess_d), static_cast<uint64_t>(n * E) * 4);
+            break;
           case Payload::MoePartial:  // an MoE layer's CPU share of the experts' outputs, up to the GPU
             SW_CHECK(h2d && partial_d, "runtime: action ", a.id, " (", a.label, ") moves an MoE share the wrong way");
             device_.copy_h2d(reinterpret_cast<uint8_t*>(partial_d), b.partial, static_cast<uint64_t>(n * H) * 4, up);
@@ -796,39 +866,72 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
         const uint64_t cap = slots[a.slot]->bytes;
         if (sh->kind == ShardKind::Ffn && sp.is_moe()) {
           // Only the routed experts, packed in ascending order; the routing must be on the host now
-          // (the slot's previous user is waited for on the device, like any dependency).
-          for (int d : a.deps)
-            if (plan.actions[static_cast<size_t>(d)].payload == Payload::RouterLogits) device_.host_wait(ev[static_cast<size_t>(d)]);
+          // (the slot's previous user is waited for on the device, like any dependency). A speculative
+          // copy takes the experts its layer's guessed logits pick; the layer's own copy after it only
+          // the routed experts the guess missed, into the places of the guesses not routed.
+          bool after_guess = false;
+          for (int d : a.deps) {
+            const Action& dep = plan.actions[static_cast<size_t>(d)];
+            if (dep.payload == Payload::RouterLogits || dep.payload == Payload::RouterGuess) device_.host_wait(ev[static_cast<size_t>(d)]);
+            after_guess = after_guess || (dep.speculative && dep.shard == a.shard);
+          }
+          std::unique_ptr<MoeRouting> guess;
+          if (a.speculative) {
+            const float* g = b.guess[static_cast<size_t>(layer)];
+            SW_CHECK(g != nullptr, "runtime: ", a.label, " has no guessed router logits");
+            if (options_.guess_test != RuntimeOptions::GuessTest::Router) g = test_guess(g, n, b.inverted);
+            guess = std::make_unique<MoeRouting>(route_tokens(g, n, E, sp.num_experts_per_tok, sp.norm_topk_prob));
+          }
           // A layer split between CPU and GPU copies only the GPU's share of the routed experts.
-          const MoeRouting& r = a.cpu_experts > 0 ? split(layer, a.cpu_experts).gpu : route(layer);
+          const MoeRouting& r = guess ? *guess : a.cpu_experts > 0 ? split(layer, a.cpu_experts).gpu : route(layer);
           const ShardLayout& L = layouts_[static_cast<size_t>(sh->id)];
           const std::string p = "blk." + std::to_string(layer) + ".";
           const TensorView& g = source_.tensor(p + "ffn_gate_exps.weight");
           const TensorView& u = source_.tensor(p + "ffn_up_exps.weight");
           const TensorView& dn = source_.tensor(p + "ffn_down_exps.weight");
           auto& ptrs = b.expert_ptrs[static_cast<size_t>(layer)];
-          ptrs.assign(static_cast<size_t>(E), nullptr);
           // The FFN norm sits at its layout offset (before the experts); the experts follow, packed.
           // All of it goes through Device::copy_h2d_batch.
           std::vector<Device::HostCopy>& copies = b.expert_copies;
           copies.clear();
-          for (const ShardTensorPlace& t : L.tensors) {
-            SW_CHECK(t.shape.size() == 1, "runtime: unexpected tensor ", t.name, " in an MoE FFN shard");
-            copies.push_back({dst + t.offset, weights_.layers[static_cast<size_t>(layer)].ffn_norm.data(), t.bytes});
+          const uint64_t places = cap > L.expert_base && L.expert_stride > 0 ? (cap - L.expert_base) / L.expert_stride : 0;
+          std::vector<char>& taken = b.taken;
+          taken.assign(static_cast<size_t>(places), 0);
+          auto routed = [&](int64_t e) { return !r.tokens_of_expert[static_cast<size_t>(e)].empty(); };
+          if (after_guess && ptrs.size() == static_cast<size_t>(E)) {  // keep the guesses that were right
+            for (int64_t e = 0; e < E; ++e) {
+              const uint8_t*& q = ptrs[static_cast<size_t>(e)];
+              if (!q) continue;
+              b.guesses.guessed += 1;
+              if (!routed(e)) {
+                q = nullptr;
+                continue;
+              }
+              b.guesses.hits += 1;
+              taken[static_cast<size_t>((q - dst - L.expert_base) / L.expert_stride)] = 1;
+            }
+          } else {
+            ptrs.assign(static_cast<size_t>(E), nullptr);
+            for (const ShardTensorPlace& t : L.tensors) {
+              SW_CHECK(t.shape.size() == 1, "runtime: unexpected tensor ", t.name, " in an MoE FFN shard");
+              copies.push_back({dst + t.offset, weights_.layers[static_cast<size_t>(layer)].ffn_norm.data(), t.bytes});
+            }
           }
-          uint64_t off = L.expert_base;
+          if (after_guess)
+            for (int64_t e = 0; e < E; ++e) b.guesses.routed += routed(e) ? 1 : 0;
+          uint64_t place = 0;
           for (int64_t e = 0; e < E; ++e) {
-            if (r.tokens_of_expert[static_cast<size_t>(e)].empty()) continue;
-            SW_CHECK(off + L.expert_stride <= cap, "runtime: the routed experts of layer ", layer,
-                     " do not fit the stream slot (", cap, " bytes)");
-            uint8_t* blk = dst + off;
+            if (!routed(e) || ptrs[static_cast<size_t>(e)]) continue;
+            while (place < places && taken[static_cast<size_t>(place)]) ++place;
+            SW_CHECK(place < places, "runtime: the routed experts of layer ", layer, " do not fit the stream slot (", cap, " bytes)");
+            taken[static_cast<size_t>(place)] = 1;
+            uint8_t* blk = dst + L.expert_base + place * L.expert_stride;
             copies.push_back({blk, g.slice(e).data, g.slice(e).nbytes});
             copies.push_back({blk + L.expert_up_offset, u.slice(e).data, u.slice(e).nbytes});
             copies.push_back({blk + L.expert_down_offset, dn.slice(e).data, dn.slice(e).nbytes});
             ptrs[static_cast<size_t>(e)] = blk;
-            off += L.expert_stride;
           }
-          device_.copy_h2d_batch(copies.data(), copies.size());
+          if (!copies.empty()) device_.copy_h2d_batch(copies.data(), copies.size());
         } else {
           const uint64_t need = a.row_end > a.row_begin ? a.bytes : sh->bytes;
           SW_CHECK(need <= cap, "runtime: shard ", sh->name(), " (", need, " bytes) does not fit its stream slot (", cap, ")");
@@ -841,7 +944,11 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
       case ActionKind::Compute: {
         SW_CHECK(sh != nullptr, "runtime: compute action ", a.id, " names no shard");
         if (a.resource == Resource::GpuCompute) {
-          if (sh->kind == ShardKind::Attention) {
+          if (a.part == ComputePart::RouterNext) {  // this layer's router on x as the layer before left it: a guess
+            const DevLayer w = device_layer(layer, ShardKind::Attention, plan, base);
+            SW_CHECK(w.router.data && w.ffn_norm && guess_d, "runtime: the router of ", sh->name(), " is not on the device");
+            kernels_->router(w, x_d, n, guess_d);
+          } else if (sh->kind == ShardKind::Attention) {
             const DevLayer w = device_layer(layer, ShardKind::Attention, plan, base);
             SW_CHECK(w.wq.data, "runtime: the weights of ", sh->name(), " are not on the device");
             switch (a.part) {
@@ -855,6 +962,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
               case ComputePart::MoeCpuShare:
               case ComputePart::MoeGpuShare:
               case ComputePart::MoeShareAdd: fail("runtime: ", sh->name(), " is attention, not an MoE FFN to share");
+              case ComputePart::RouterNext: break;  // (above)
               case ComputePart::AttnStaged:  // over the host cache staged on the device, its new rows back
                 SW_CHECK(!kv_on_gpu_[static_cast<size_t>(layer)], "runtime: ", sh->name(), " stages a cache that is in VRAM");
                 kernels_->kv_layout(staged(2), staged(0), cap, 0, pos0, true);
@@ -982,7 +1090,9 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
   };
   auto routing_arrived = [&](const Action& a) {
     for (int d : a.deps)
-      if (plan.actions[static_cast<size_t>(d)].payload == Payload::RouterLogits && !device_.event_done(ev[static_cast<size_t>(d)]))
+      if ((plan.actions[static_cast<size_t>(d)].payload == Payload::RouterLogits ||
+           plan.actions[static_cast<size_t>(d)].payload == Payload::RouterGuess) &&
+          !device_.event_done(ev[static_cast<size_t>(d)]))
         return false;
     return true;
   };

@@ -44,6 +44,11 @@ struct RuntimeOptions {
   // A graph holds at most kGraphMaxActions actions: the host captures the next graph while the
   // device runs the last one, instead of capturing the whole step before anything runs.
   bool cuda_graphs = false;
+  // Tests of speculative expert prefetch (plan.h router_next): guess each token's experts with the
+  // lowest guessed logits (Lowest: nearly every guess misses), or half of them with the highest and half
+  // with the lowest (Mixed: hits and misses in one layer), instead of the router's top_k.
+  enum class GuessTest { Router, Lowest, Mixed };
+  GuessTest guess_test = GuessTest::Router;
 };
 constexpr int kGraphMaxActions = 8;
 
@@ -67,6 +72,12 @@ struct RuntimeStep {
   int64_t chunks = 1;     // how many runs of that plan the step took
   Schedule schedule = Schedule::Static;
   double ms = 0;
+};
+
+// Speculative expert prefetch so far (plan.h router_next): experts copied on a guess, how many of them
+// the layer's routing then picked, and how many experts those layers' routing picked in all.
+struct RuntimeGuesses {
+  uint64_t guessed = 0, hits = 0, routed = 0;
 };
 
 struct RuntimeMemory {
@@ -119,6 +130,7 @@ class Runtime : public StepEngine {
   const std::vector<TimelineEntry>& timeline() const { return timeline_; }
   RuntimeMemory memory();
   uint64_t graph_launches() const { return device_.graph_launches(); }
+  RuntimeGuesses guesses() const;
   // Which plan a step of n tokens runs (and in chunks of how many tokens).
   const Plan& plan_for(int64_t n, int64_t* chunk_tokens) const;
 
@@ -136,6 +148,7 @@ class Runtime : public StepEngine {
   // Where the plans of `schedule` (nullopt: the table's choices) keep each layer's KV cache.
   const std::vector<bool>& kv_placement(std::optional<Schedule> schedule) const;
   void check_region(const uint8_t* p, uint64_t bytes, const char* what) const;
+  const float* test_guess(const float* g, int64_t n, std::vector<float>& out) const;
 
   const WeightSource& source_;
   const ModelWeights& weights_;

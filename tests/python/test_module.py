@@ -79,6 +79,22 @@ def test_plan_kv_layers():
         shardwise.plan(spec, "h200-host", "2G", ctx=1024, threads=16, host_kv_attention="maybe")
 
 
+def test_plan_with_speculative_expert_prefetch():
+    # qwen30b's GPU-only decode at 4G streams its experts: with the next layer's experts guessed (98% right)
+    # they are copied a layer early, and the step is predicted faster; the plan's actions say so.
+    spec = shardwise.load_spec("qwen30b")
+    def gpu_only(hits):
+        t = shardwise.plan(spec, "h200-host", "4G", ctx=1024, threads=16, tiers=[1], next_layer_hits=hits)
+        return next(p for p in t.lookup(1).candidates if p.schedule == "gpu-only")
+    plain, guessed = gpu_only(0.0), gpu_only(0.98)
+    assert guessed.predicted_ms < 0.95 * plain.predicted_ms
+    acts = json.loads(guessed.to_json())["actions"]
+    assert any(a["speculative"] for a in acts) and any(a["part"] == "router_next" for a in acts)
+    assert not any(a["speculative"] for a in json.loads(plain.to_json())["actions"])
+    with pytest.raises(shardwise.Error, match="next_layer_hits"):
+        gpu_only(2.0)
+
+
 def test_experiment_expansion(repo):
     cfgs = shardwise.expand_experiment(str(repo / "experiments" / "smoke.yaml"))
     assert len(cfgs) > 10 and len({c["config_id"] for c in cfgs}) == len(cfgs)

@@ -562,6 +562,40 @@ TEST_CASE("cli: plan --routing-tokens measures an MoE model's routing and plans 
   require_clean_error("plan --model " + quote(moe) + " --hw cli3 --vram-budget 8M --routing-tokens -3", {"--routing-tokens"});
 }
 
+TEST_CASE("cli: plan/run --next-layer-hits: experts copied on the layer before's guess", "[cli][routing]") {
+  // qwen30b's GPU-only decode at 4G streams its experts; told that 98% of the guesses hit, the plan copies
+  // them a layer early and is predicted faster.
+  const std::string base = "plan --model qwen30b --hw h200-host --vram-budget 4G --ctx 1024 --threads 16 --only gpu-only --json";
+  const Result plain = shardwise_cli(base), guessed = shardwise_cli(base + " --next-layer-hits 0.98");
+  INFO(plain.err << guessed.err);
+  REQUIRE(plain.rc == 0);
+  REQUIRE(guessed.rc == 0);
+  const auto jp = nlohmann::json::parse(plain.out), jg = nlohmann::json::parse(guessed.out);
+  CHECK(jg["predicted_decode_tokens_per_s"].get<double>() > 1.1 * jp["predicted_decode_tokens_per_s"].get<double>());
+  for (const auto& t : jg["tiers"])
+    if (t["tokens"] == 1) CHECK_THAT(t["candidates"][0]["notes"].get<std::string>(), Contains("98% hits"));
+  require_clean_error(base + " --next-layer-hits 1.5", {"--next-layer-hits 1.5 must be a fraction"});
+  // run: auto measures the guess on the prompt's first tokens where the model exceeds the budget, and the
+  // tokens are the CPU path's whatever is guessed.
+  const std::string moe = fixture("hf/qwen3moe_nonorm");
+  const std::string common = "run --model " + quote(moe) + " --tokens 1,2,3,4,5 -n 6 --greedy --threads 2 --json ";
+  const Result cpu = shardwise_cli(common);
+  REQUIRE(cpu.rc == 0);
+  for (const char* hits : {"auto", "1", "off"}) {
+    const Result r = shardwise_cli(common + "--device emu --vram-budget 3M --schedule gpu-only --next-layer-hits " + hits);
+    INFO(hits << ": " << r.err);
+    REQUIRE(r.rc == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    CHECK(j["generated_ids"] == nlohmann::json::parse(cpu.out)["generated_ids"]);
+    const double h = j["next_layer_hits"].get<double>();
+    if (std::string(hits) == "auto") CHECK((h > 0 && h <= 1));
+    if (std::string(hits) == "1") CHECK(h == 1.0);
+    if (std::string(hits) == "off") CHECK(h == 0.0);
+    CHECK(j["guess_hits"].get<uint64_t>() <= j["guessed_experts"].get<uint64_t>());
+  }
+  require_clean_error(common + "--device emu --vram-budget 3M --next-layer-hits often", {"--next-layer-hits 'often'"});
+}
+
 TEST_CASE("cli: run --device emu plans under a budget, generates the CPU path tokens and exits cleanly", "[cli][runtime]") {
   const std::string moe = fixture("hf/qwen3moe_nonorm");
   const Result cpu = shardwise_cli("run --model " + quote(moe) + " --tokens 1,2,3,4,5 -n 6 --greedy --threads 2 --json");

@@ -546,6 +546,80 @@ TEST_CASE("runtime: an MoE layer's experts split between CPU and GPU (Dynamic) m
   CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, bad, o), Contains("name different cpu_experts"));
 }
 
+TEST_CASE("runtime: experts prefetched on the layer before's guess match the CPU reference, guesses right or wrong",
+          "[runtime][moe]") {
+  // GPU-only streams every MoE FFN; with speculative expert prefetch (plan.h router_next) each layer's
+  // guessed experts are copied into its slot while the layer before runs, and its own copy then brings
+  // only the routed experts the guess missed into the places of the guesses not routed. Guessing with
+  // the router, with the lowest logits (nearly all wrong) and half and half, under random queue delays.
+  const ModelSpec spec = test_model("qwen3_moe", DType::F16);
+  ThreadPool pool(2);
+  auto src = make_synthetic_weights(spec, 37, &pool);
+  ModelWeights w = ModelWeights::from_source(*src);
+  const int64_t ctx = 64;
+  const std::vector<int> steps = {13, 1, 5, 16, 1, 3, 1};
+  const auto toks = token_seq(40, spec.vocab_size, 17);
+  const auto ref = reference_steps(*src, toks, steps, ctx);
+  auto cost = make_analytic_cost_model(builtin_hardware("cli2"));
+  PlannerConfig cfg;
+  cfg.budget_bytes = min_budget_for(*src, ctx) + spec.total_bytes() / 3;  // the attention pinned, experts streamed
+  cfg.ctx = ctx;
+  cfg.threads = 2;
+  cfg.tiers = {1, 4, 16};
+  cfg.tensor_dtypes = tensor_dtypes_of(*src);
+  cfg.schedules = {Schedule::GpuOnly};
+  cfg.next_layer_hits = 1.0;
+  cfg.always_speculate = true;  // (this tiny model's copies are too short for the guess to pay)
+  const PlanTable table = build_plan_table(spec, *cost, cfg);
+  int speculative = 0;
+  for (const auto& t : table.tiers)
+    if (const Plan* p = t.find(Schedule::GpuOnly); p && p->feasible)
+      for (const Action& a : p->actions) speculative += a.speculative;
+  REQUIRE(speculative > 0);  // the premise: the plans copy experts on guesses
+  using G = RuntimeOptions::GuessTest;
+  for (G mode : {G::Router, G::Lowest, G::Mixed})
+    for (uint64_t seed : {41u, 42u}) {
+      EmuOptions eo;
+      eo.seed = seed;
+      eo.max_delay_us = 60;
+      if (seed == 42u) eo.queue_scale[static_cast<int>(Queue::H2D)] = 6;  // copies slow: a missing wait reads old experts
+      auto dev = make_emu_device(eo);
+      RuntimeOptions o;
+      o.schedule = Schedule::GpuOnly;
+      o.guess_test = mode;
+      Runtime rt(*src, w, *dev, pool, table, o);
+      INFO("seed " << seed << ", guess " << static_cast<int>(mode));
+      CHECK(test::max_rel_error(run_steps(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
+      const RuntimeGuesses g = rt.guesses();
+      CHECK(g.guessed > 0);
+      CHECK(g.hits <= g.guessed);
+      CHECK(g.hits <= g.routed);
+      if (mode == G::Lowest) CHECK(g.hits < g.routed / 2);  // most routed experts were copied after the routing
+      else CHECK(g.hits > 0);
+      if (mode == G::Mixed) CHECK(g.hits < g.routed);  // hits kept in their places, misses beside them
+    }
+  // A speculative copy without its layer's guess, or without the layer's own copy after it, is refused.
+  auto dev = make_emu_device({1, 0, 0});
+  RuntimeOptions o;
+  o.schedule = Schedule::GpuOnly;
+  PlanTable bad = table;
+  for (auto& t : bad.tiers)
+    for (auto& p : t.candidates)
+      for (auto& a : p.actions)
+        if (a.speculative) a.deps.erase(std::remove_if(a.deps.begin(), a.deps.end(), [&](int d) {
+                                          return p.actions[static_cast<size_t>(d)].payload == Payload::RouterGuess;
+                                        }), a.deps.end());
+  CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, bad, o), Contains("depends on its layer's guessed router logits"));
+  bad = table;
+  for (auto& t : bad.tiers)
+    for (auto& p : t.candidates)
+      for (size_t i = 0; i < p.actions.size(); ++i)
+        if (p.actions[i].speculative)
+          for (size_t j = i + 1; j < p.actions.size(); ++j)
+            if (p.actions[j].kind == ActionKind::CopyWeights && p.actions[j].shard == p.actions[i].shard) p.actions[j].slot = 1 - p.actions[j].slot;
+  CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, bad, o), Contains("into the same slot"));
+}
+
 TEST_CASE("runtime: switching schedules between steps keeps every step exact (the oracle's one set-up)", "[runtime]") {
   // The sweep measures all candidates of a configuration with one runtime, switching its schedule
   // (Runtime::set_schedule): the plans of different schedules pin different prefixes and put their

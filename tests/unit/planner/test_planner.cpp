@@ -256,6 +256,88 @@ TEST_CASE("Dynamic splits an MoE layer's experts between CPU and GPU where that 
   CHECK_THROWS_WITH(build_plan_table(builtin_spec("nemo8b"), *cost, cfg), Contains("no experts"));
 }
 
+TEST_CASE("speculative expert prefetch: a streamed MoE layer's experts are copied on the layer before's guess", "[planner][moe]") {
+  // qwen30b's GPU-only decode at 4G streams every layer's routed experts, and each copy waits for its
+  // layer's routing. With the next layer's routing guessed (next_layer_hits), each layer's guessed
+  // experts are copied while the layer before runs, then only the misses: the copy engine stays busy.
+  const ModelSpec moe = builtin_spec("qwen30b");
+  auto cost = make_analytic_cost_model(builtin_hardware("h200-host"));
+  PlannerConfig cfg = config(4 * GiB, 1024, 16);
+  cfg.tiers = {1};
+  cfg.schedules = {Schedule::GpuOnly};
+  const ShardSet S = make_shards(moe, cfg.ctx, cfg.kv_dtype);
+  const Plan plain = build_plan(moe, *cost, cfg, Schedule::GpuOnly, 1);
+  REQUIRE(plain.feasible);
+  for (const Action& a : plain.actions) {  // no measured guess rate: no speculation
+    CHECK(!a.speculative);
+    CHECK(a.part != ComputePart::RouterNext);
+  }
+  cfg.next_layer_hits = 0.98;
+  const Plan guessed = build_plan(moe, *cost, cfg, Schedule::GpuOnly, 1);
+  REQUIRE(guessed.feasible);
+  CHECK(guessed.predicted_ms < 0.9 * plain.predicted_ms);
+  CHECK_THAT(guessed.notes, Contains("98% hits"));
+  // Per guessed layer: its router on the GPU right after the layer before's attention (before that
+  // layer's FFN), the guess down, a speculative copy of about as many bytes as the plain copy, then the
+  // misses (2% of the experts' bytes) after the layer's own routing; the H2D queue runs the layer
+  // before's misses, then this layer's guess, then its misses.
+  std::map<int, const Action*> next, down, spec, miss;
+  for (const Action& a : guessed.actions) {
+    if (a.part == ComputePart::RouterNext) next[a.layer] = &a;
+    if (a.payload == Payload::RouterGuess) down[a.layer] = &a;
+    if (a.kind == ActionKind::CopyWeights && a.speculative) spec[a.layer] = &a;
+    if (a.kind == ActionKind::CopyWeights && !a.speculative && a.shard >= 0 && S.at(a.shard).kind == ShardKind::Ffn) miss[a.layer] = &a;
+  }
+  // Every layer after the first whose FFN is streamed (its attention pinned: attention comes first in the
+  // pinned order) is guessed; nothing comes before layer 0 to guess from.
+  size_t streamed = 0;
+  for (int l = 1; l < S.n_layers; ++l)
+    streamed += guessed.placements[static_cast<size_t>(S.ffn[static_cast<size_t>(l)])].streamed &&
+                guessed.placements[static_cast<size_t>(S.attention[static_cast<size_t>(l)])].home == WeightHome::Pinned;
+  REQUIRE(streamed >= static_cast<size_t>(S.n_layers / 2));  // the premise: most layers' experts are streamed
+  CHECK(spec.size() == streamed);
+  CHECK(spec.count(0) == 0);
+  for (const auto& [l, sp] : spec) {
+    INFO("layer " << l);
+    REQUIRE(next.count(l));
+    REQUIRE(down.count(l));
+    REQUIRE(miss.count(l));
+    const Action& g = *next.at(l);
+    CHECK(g.resource == Resource::GpuCompute);
+    CHECK(g.shard == S.attention[static_cast<size_t>(l)]);
+    CHECK(std::find(down.at(l)->deps.begin(), down.at(l)->deps.end(), g.id) != down.at(l)->deps.end());
+    CHECK(std::find(sp->deps.begin(), sp->deps.end(), down.at(l)->id) != sp->deps.end());
+    CHECK(std::find(miss.at(l)->deps.begin(), miss.at(l)->deps.end(), sp->id) != miss.at(l)->deps.end());
+    CHECK(sp->slot == miss.at(l)->slot);
+    // The guess runs before the layer before's FFN (which changes x) on the one compute queue.
+    for (const Action& a : guessed.actions)
+      if (a.resource == Resource::GpuCompute && a.layer == l - 1 && a.shard == S.ffn[static_cast<size_t>(l - 1)]) CHECK(g.id < a.id);
+    if (miss.count(l - 1)) {
+      CHECK(miss.at(l - 1)->id < sp->id);
+    }
+    CHECK(sp->id < miss.at(l)->id);
+    const uint64_t experts = sp->bytes - S.at(sp->shard).expert_base;
+    CHECK(miss.at(l)->bytes < experts / 20);
+    CHECK(miss.at(l)->end_ms > sp->end_ms);
+  }
+  // The same plan at 0 hits would copy every expert twice: it is not chosen over the plain one, and a
+  // guess rate outside [0, 1] is refused.
+  cfg.next_layer_hits = 1e-6;
+  CHECK(build_plan(moe, *cost, cfg, Schedule::GpuOnly, 1).predicted_ms == Approx(plain.predicted_ms));
+  cfg.next_layer_hits = 1.5;
+  CHECK_THROWS_WITH(build_plan(moe, *cost, cfg, Schedule::GpuOnly, 1), Contains("next_layer_hits 1.5 must be within [0, 1]"));
+  // The JSON round trip keeps what is speculative.
+  const Plan back = plan_from_json(plan_to_json(guessed), "test");
+  size_t n = 0;
+  for (size_t i = 0; i < back.actions.size(); ++i) {
+    CHECK(back.actions[i].speculative == guessed.actions[i].speculative);
+    CHECK(back.actions[i].part == guessed.actions[i].part);
+    CHECK(back.actions[i].payload == guessed.actions[i].payload);
+    n += back.actions[i].speculative;
+  }
+  CHECK(n == spec.size());
+}
+
 TEST_CASE("KV in VRAM for layers whose attention is not pinned: GPU-only and Dynamic stream that attention", "[planner]") {
   // nemo8b at 2G/1K: pinning attention for every KV-in-VRAM layer allowed KV for 15 of 40 layers, so
   // a 1024-token prefill ran 25 layers' attention on the CPU (876 ms predicted with the GPU host's
