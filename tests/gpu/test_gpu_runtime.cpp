@@ -461,6 +461,53 @@ TEST_CASE("CUDA runtime: MoE experts split between CPU and GPU (Dynamic) reprodu
   }
 }
 
+TEST_CASE("CUDA runtime: experts copied on the layer before's guess (speculative prefetch) reproduce the CPU reference", "[gpu]") {
+  // GPU-only plans that guess each streamed MoE layer's experts with its router a layer early (plan.h
+  // router_next): the guess's logits computed and copied down, the guessed experts copied, then the
+  // misses into the unused guesses' places — with the router's guess, nearly all wrong and half wrong.
+  for (DType dt : {DType::F16, DType::Q4_0}) {
+    ModelSpec spec = parse_spec_yaml_text(
+        "name: guess\nfamily: qwen3_moe\nhidden_size: 256\nnum_hidden_layers: 4\nnum_attention_heads: 8\n"
+        "num_key_value_heads: 2\nhead_dim: 32\nvocab_size: 512\nrope_theta: 10000\nrms_norm_eps: 1e-6\n"
+        "num_experts: 8\nnum_experts_per_tok: 3\nmoe_intermediate_size: 128\nnorm_topk_prob: true\n",
+        "guess.yaml");
+    spec.dtype = dt;
+    ThreadPool pool(4);
+    auto src = make_synthetic_weights(spec, 41, &pool);
+    ModelWeights w = ModelWeights::from_source(*src);
+    const auto toks = seq(40, spec.vocab_size, 13);
+    const std::vector<int> steps = {17, 1, 4, 1, 9, 1};
+    CpuEngine cpu(w, pool, 48);
+    const auto ref = steps_of(cpu, toks, steps);
+    auto cost = make_analytic_cost_model(builtin_hardware("h200-host"));
+    PlannerConfig cfg;
+    test_table(*src, 0.0, &cfg, src->weight_bytes() / 3);
+    cfg.schedules = {Schedule::GpuOnly};
+    cfg.next_layer_hits = 1.0;
+    cfg.always_speculate = true;
+    const PlanTable table = build_plan_table(spec, *cost, cfg);
+    int speculative = 0;
+    for (const auto& t : table.tiers)
+      if (const Plan* p = t.find(Schedule::GpuOnly); p && p->feasible)
+        for (const Action& a : p->actions) speculative += a.speculative;
+    INFO(dtype_name(dt) << ": " << speculative << " speculative copies in the table");
+    REQUIRE(speculative > 0);
+    using G = RuntimeOptions::GuessTest;
+    for (G mode : {G::Router, G::Lowest, G::Mixed}) {
+      auto dev = make_cuda_device(0);
+      RuntimeOptions o;
+      o.schedule = Schedule::GpuOnly;
+      o.guess_test = mode;
+      Runtime rt(*src, w, *dev, pool, table, o);
+      INFO("guess " << static_cast<int>(mode));
+      CHECK(test::max_rel_error(steps_of(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
+      check_device_peak(rt.memory(), cfg.budget_bytes);
+      CHECK(rt.guesses().guessed > 0);
+      if (mode == G::Mixed) CHECK(rt.guesses().hits < rt.guesses().routed);
+    }
+  }
+}
+
 // The activations that cross PCIe are staged in pinned host memory while a runtime lives, and
 // unpinned before it is freed (the next runtime's staging may be mapped at the same address).
 TEST_CASE("CUDA runtime: the activation staging is pinned while the runtime lives and unpinned after", "[gpu]") {
