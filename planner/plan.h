@@ -57,8 +57,9 @@ const char* action_kind_name(ActionKind k);
 // router_next: speculative expert prefetch. On the GPU, right after layer l - 1's attention, layer l's
 // router (its attention shard's, which must be on the device) applied to x as it is then, before layer
 // l - 1's FFN: a guess at layer l's routing (payload router_guess goes down to the host), from which a
-// CopyWeights marked `speculative` copies layer l's guessed experts while layer l - 1 still runs; layer
-// l's own CopyWeights then copies only the routed experts the guess missed.
+// CopyWeights marked `speculative` copies layer l's guessed experts (of a split layer, the GPU's share of
+// them, with its cpu_experts) while layer l - 1 still runs; layer l's own CopyWeights then copies only the
+// routed experts the guess missed.
 enum class ComputePart { Full, AttnPre, AttnCore, AttnPost, AttnStaged, MoeCpuShare, MoeGpuShare, MoeShareAdd, RouterNext };
 const char* compute_part_name(ComputePart p);
 

@@ -123,7 +123,8 @@ class Builder {
     past_tokens_ = past_tokens;
   }
 
-  // Speculative expert prefetch (plan.h router_next): a streamed, unsplit MoE FFN on the GPU whose
+  // Speculative expert prefetch (plan.h router_next): a streamed MoE FFN on the GPU (of a split layer, its
+  // GPU's share) whose
   // attention is pinned on the GPU, after a layer whose attention runs on the GPU, has its experts
   // guessed from the layer before and copied while that layer runs; `hit` (0..1] is the fraction of
   // the routed experts the guess gets (PlannerConfig::next_layer_hits), the rest are copied after the
@@ -171,7 +172,7 @@ class Builder {
     wants_guess_.assign(static_cast<size_t>(set_.n_layers), false);
     for (int l = 1; hit_ > 0 && spec_.is_moe() && l < set_.n_layers; ++l) {
       const int f = set_.ffn[static_cast<size_t>(l)], at = set_.attention[static_cast<size_t>(l)];
-      wants_guess_[static_cast<size_t>(l)] = slot[f] >= 0 && exec[f] == ExecDevice::Gpu && share_of(f) == 0 && slot[at] < 0 &&
+      wants_guess_[static_cast<size_t>(l)] = slot[f] >= 0 && exec[f] == ExecDevice::Gpu && slot[at] < 0 &&
                                              exec[at] == ExecDevice::Gpu && exec[set_.attention[static_cast<size_t>(l - 1)]] == ExecDevice::Gpu;
     }
     prefetch_ = prefetch;
@@ -399,6 +400,10 @@ class Builder {
   double routed_experts() const {
     return experts_ > 0 ? experts_ : expected_distinct_experts(n_, spec_.num_experts_per_tok, spec_.num_experts);
   }
+  double gpu_experts(const Shard& s) const {
+    const double k = static_cast<double>(std::max<int64_t>(1, spec_.num_experts_per_tok));
+    return routed_experts() * (k - share_of(s.id)) / k;
+  }
   uint64_t router_bytes() const {
     return static_cast<uint64_t>(spec_.num_experts * spec_.hidden_size) * 4 + static_cast<uint64_t>(spec_.hidden_size) * 4;
   }
@@ -407,11 +412,13 @@ class Builder {
     const Shard& s = set_.at(piece.shard);
     std::vector<int> deps = {guess_[static_cast<size_t>(s.layer)]};
     if (k >= static_cast<size_t>(prefetch_)) deps.push_back(compute_done_[k - static_cast<size_t>(prefetch_)]);
-    // As many experts as the routing will pick (the guess picks top_k per token too), and the norm.
+    // As many experts as the routing will pick (the guess picks top_k per token too; of a split layer,
+    // the GPU's share of them), and the norm.
     guess_copy_[k] = add(Resource::H2D, ActionKind::CopyWeights, s.id, s.layer, piece.bytes, s.name() + " guessed experts", deps);
     Action& a = plan_.actions.back();
     a.speculative = true;
-    a.copies = 1 + static_cast<int>(std::llround(3 * std::max(1.0, routed_experts())));
+    a.cpu_experts = share_of(s.id);
+    a.copies = 1 + static_cast<int>(std::llround(3 * std::max(1.0, gpu_experts(s))));
     a.slot = static_cast<int>(k % static_cast<size_t>(std::max(1, prefetch_)));
   }
   void emit_copy(size_t k) {
@@ -429,12 +436,10 @@ class Builder {
     const uint64_t bytes = after_guess ? static_cast<uint64_t>(static_cast<double>(piece.bytes - s.expert_base) * miss + 0.5) : piece.bytes;
     copy_action_[k] = add(Resource::H2D, ActionKind::CopyWeights, s.id, s.layer, bytes, label, deps);
     if (spec_.is_moe() && s.kind == ShardKind::Ffn) {  // the runtime copies each routed expert's gate, up, down and the norm
-      const int c = share_of(s.id);  // a split layer copies the GPU's share
-      const double k = static_cast<double>(std::max<int64_t>(1, spec_.num_experts_per_tok));
-      plan_.actions.back().copies =
-          after_guess ? std::max(1, static_cast<int>(std::llround(3 * routed_experts() * miss)))
-                      : 1 + static_cast<int>(std::llround(3 * std::max(1.0, routed_experts() * (k - c) / k)));
-      plan_.actions.back().cpu_experts = c;
+      // (a split layer the GPU's share of them)
+      plan_.actions.back().copies = after_guess ? std::max(1, static_cast<int>(std::llround(3 * gpu_experts(s) * miss)))
+                                                : 1 + static_cast<int>(std::llround(3 * std::max(1.0, gpu_experts(s))));
+      plan_.actions.back().cpu_experts = share_of(s.id);
     }
     plan_.actions.back().slot = static_cast<int>(k % static_cast<size_t>(std::max(1, prefetch_)));
     plan_.actions.back().row_begin = piece.row0;

@@ -419,10 +419,9 @@ void Runtime::validate_plan(const Plan& p) const {
                act, ": a guess at a layer's routing runs on the GPU with that layer's attention shard (its router), in a model with experts");
     if (a.payload == Payload::RouterGuess)
       SW_CHECK(spec_.is_moe() && a.resource == Resource::D2H && a.layer >= 0, act, ": guessed router logits go to the host");
-    if (a.speculative) {  // the guessed experts: a streamed MoE FFN, not split, after its layer's guess
-      SW_CHECK(a.kind == ActionKind::CopyWeights && spec_.is_moe() && a.shard >= 0 && shards_.at(a.shard).kind == ShardKind::Ffn &&
-                   a.cpu_experts == 0,
-               act, ": only an unsplit MoE FFN's experts are copied on a guess");
+    if (a.speculative) {  // the guessed experts (of a split layer, the GPU's share of them), after the layer's guess
+      SW_CHECK(a.kind == ActionKind::CopyWeights && spec_.is_moe() && a.shard >= 0 && shards_.at(a.shard).kind == ShardKind::Ffn,
+               act, ": only an MoE FFN's experts are copied on a guess");
       bool guessed = false;
       for (int d : a.deps) {
         const Action& g = p.actions[static_cast<size_t>(d)];
@@ -881,6 +880,8 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
             SW_CHECK(g != nullptr, "runtime: ", a.label, " has no guessed router logits");
             if (options_.guess_test != RuntimeOptions::GuessTest::Router) g = test_guess(g, n, b.inverted);
             guess = std::make_unique<MoeRouting>(route_tokens(g, n, E, sp.num_experts_per_tok, sp.norm_topk_prob));
+            if (a.cpu_experts > 0)  // a split layer: the GPU's share of the guess
+              guess = std::make_unique<MoeRouting>(split_routing(*guess, a.cpu_experts, sp.num_experts_per_tok).gpu);
           }
           // A layer split between CPU and GPU copies only the GPU's share of the routed experts.
           const MoeRouting& r = guess ? *guess : a.cpu_experts > 0 ? split(layer, a.cpu_experts).gpu : route(layer);

@@ -548,7 +548,7 @@ TEST_CASE("runtime: an MoE layer's experts split between CPU and GPU (Dynamic) m
 
 TEST_CASE("runtime: experts prefetched on the layer before's guess match the CPU reference, guesses right or wrong",
           "[runtime][moe]") {
-  // GPU-only streams every MoE FFN; with speculative expert prefetch (plan.h router_next) each layer's
+  // Streamed MoE FFNs; with speculative expert prefetch (plan.h router_next) each layer's
   // guessed experts are copied into its slot while the layer before runs, and its own copy then brings
   // only the routed experts the guess missed into the places of the guesses not routed. Guessing with
   // the router, with the lowest logits (nearly all wrong) and half and half, under random queue delays.
@@ -567,37 +567,50 @@ TEST_CASE("runtime: experts prefetched on the layer before's guess match the CPU
   cfg.threads = 2;
   cfg.tiers = {1, 4, 16};
   cfg.tensor_dtypes = tensor_dtypes_of(*src);
-  cfg.schedules = {Schedule::GpuOnly};
   cfg.next_layer_hits = 1.0;
   cfg.always_speculate = true;  // (this tiny model's copies are too short for the guess to pay)
-  const PlanTable table = build_plan_table(spec, *cost, cfg);
-  int speculative = 0;
-  for (const auto& t : table.tiers)
-    if (const Plan* p = t.find(Schedule::GpuOnly); p && p->feasible)
-      for (const Action& a : p->actions) speculative += a.speculative;
-  REQUIRE(speculative > 0);  // the premise: the plans copy experts on guesses
-  using G = RuntimeOptions::GuessTest;
-  for (G mode : {G::Router, G::Lowest, G::Mixed})
-    for (uint64_t seed : {41u, 42u}) {
-      EmuOptions eo;
-      eo.seed = seed;
-      eo.max_delay_us = 60;
-      if (seed == 42u) eo.queue_scale[static_cast<int>(Queue::H2D)] = 6;  // copies slow: a missing wait reads old experts
-      auto dev = make_emu_device(eo);
-      RuntimeOptions o;
-      o.schedule = Schedule::GpuOnly;
-      o.guess_test = mode;
-      Runtime rt(*src, w, *dev, pool, table, o);
-      INFO("seed " << seed << ", guess " << static_cast<int>(mode));
-      CHECK(test::max_rel_error(run_steps(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
-      const RuntimeGuesses g = rt.guesses();
-      CHECK(g.guessed > 0);
-      CHECK(g.hits <= g.guessed);
-      CHECK(g.hits <= g.routed);
-      if (mode == G::Lowest) CHECK(g.hits < g.routed / 2);  // most routed experts were copied after the routing
-      else CHECK(g.hits > 0);
-      if (mode == G::Mixed) CHECK(g.hits < g.routed);  // hits kept in their places, misses beside them
-    }
+  // GPU-only (whole layers' experts guessed), and Dynamic with its CPU layers split (the GPU's share guessed).
+  PlanTable table;
+  for (Schedule sched : {Schedule::GpuOnly, Schedule::Dynamic}) {
+    cfg.schedules = {sched};
+    cfg.moe_cpu_experts = sched == Schedule::Dynamic ? 1 : -1;
+    const PlanTable t = build_plan_table(spec, *cost, cfg);
+    if (sched == Schedule::GpuOnly) table = t;
+    int speculative = 0, split = 0;
+    for (const auto& tier : t.tiers)
+      if (const Plan* p = tier.find(sched); p && p->feasible)
+        for (const Action& a : p->actions) {
+          speculative += a.speculative;
+          split += a.speculative && a.cpu_experts == 1;
+        }
+    INFO(schedule_name(sched));
+    REQUIRE(speculative > 0);  // the premise: the plans copy experts on guesses
+    if (sched == Schedule::Dynamic) REQUIRE(split > 0);  // ... split layers' GPU shares among them
+    using G = RuntimeOptions::GuessTest;
+    for (G mode : {G::Router, G::Lowest, G::Mixed})
+      for (uint64_t seed : {41u, 42u}) {
+        EmuOptions eo;
+        eo.seed = seed;
+        eo.max_delay_us = 60;
+        if (seed == 42u) eo.queue_scale[static_cast<int>(Queue::H2D)] = 6;  // copies slow: a missing wait reads old experts
+        auto dev = make_emu_device(eo);
+        RuntimeOptions o;
+        o.schedule = sched;
+        o.guess_test = mode;
+        Runtime rt(*src, w, *dev, pool, t, o);
+        INFO("seed " << seed << ", guess " << static_cast<int>(mode));
+        CHECK(test::max_rel_error(run_steps(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
+        const RuntimeGuesses g = rt.guesses();
+        CHECK(g.guessed > 0);
+        // A guess picks as many experts per token as the routing (of a split layer, the GPU's share of them).
+        CHECK(g.guessed * 4 <= g.routed * 5);
+        CHECK(g.hits <= g.guessed);
+        CHECK(g.hits <= g.routed);
+        if (mode == G::Lowest) CHECK(g.hits < g.routed / 2);  // most routed experts were copied after the routing
+        else CHECK(g.hits > 0);
+        if (mode == G::Mixed) CHECK(g.hits < g.routed);  // hits kept in their places, misses beside them
+      }
+  }
   // A speculative copy without its layer's guess, or without the layer's own copy after it, is refused.
   auto dev = make_emu_device({1, 0, 0});
   RuntimeOptions o;
