@@ -81,6 +81,17 @@ PlanTable test_table(const WeightSource& src, double frac, PlannerConfig* cfg_ou
   return build_plan_table(src.spec(), *cost, cfg);
 }
 
+// A small MoE model whose experts outweigh the scratch (8 experts, 3 per token), in `dt`.
+ModelSpec small_moe(const char* name, DType dt) {
+  ModelSpec spec = parse_spec_yaml_text(
+      std::string("name: ") + name + "\nfamily: qwen3_moe\nhidden_size: 256\nnum_hidden_layers: 4\nnum_attention_heads: 8\n"
+      "num_key_value_heads: 2\nhead_dim: 32\nvocab_size: 512\nrope_theta: 10000\nrms_norm_eps: 1e-6\n"
+      "num_experts: 8\nnum_experts_per_tok: 3\nmoe_intermediate_size: 128\nnorm_topk_prob: true\n",
+      std::string(name) + ".yaml");
+  spec.dtype = dt;
+  return spec;
+}
+
 bool feasible(const PlanTable& table, Schedule s) {
   bool any = false;
   for (const auto& t : table.tiers) any |= t.find(s) && t.find(s)->feasible;
@@ -423,12 +434,7 @@ TEST_CASE("CUDA runtime: MoE experts split between CPU and GPU (Dynamic) reprodu
   // (the device MoE path with part of each token's experts), the CPU's partial uploaded and added. A
   // model whose experts outweigh the scratch, so that a small budget leaves FFN layers on the CPU.
   for (DType dt : {DType::F16, DType::Q4_0}) {
-    ModelSpec spec = parse_spec_yaml_text(
-        "name: split\nfamily: qwen3_moe\nhidden_size: 256\nnum_hidden_layers: 4\nnum_attention_heads: 8\n"
-        "num_key_value_heads: 2\nhead_dim: 32\nvocab_size: 512\nrope_theta: 10000\nrms_norm_eps: 1e-6\n"
-        "num_experts: 8\nnum_experts_per_tok: 3\nmoe_intermediate_size: 128\nnorm_topk_prob: true\n",
-        "split.yaml");
-    spec.dtype = dt;
+    const ModelSpec spec = small_moe("split", dt);
     ThreadPool pool(4);
     auto src = make_synthetic_weights(spec, 37, &pool);
     ModelWeights w = ModelWeights::from_source(*src);
@@ -466,12 +472,7 @@ TEST_CASE("CUDA runtime: experts copied on the layer before's guess (speculative
   // router_next): the guess's logits computed and copied down, the guessed experts copied, then the
   // misses into the unused guesses' places — with the router's guess, nearly all wrong and half wrong.
   for (DType dt : {DType::F16, DType::Q4_0}) {
-    ModelSpec spec = parse_spec_yaml_text(
-        "name: guess\nfamily: qwen3_moe\nhidden_size: 256\nnum_hidden_layers: 4\nnum_attention_heads: 8\n"
-        "num_key_value_heads: 2\nhead_dim: 32\nvocab_size: 512\nrope_theta: 10000\nrms_norm_eps: 1e-6\n"
-        "num_experts: 8\nnum_experts_per_tok: 3\nmoe_intermediate_size: 128\nnorm_topk_prob: true\n",
-        "guess.yaml");
-    spec.dtype = dt;
+    const ModelSpec spec = small_moe("guess", dt);
     ThreadPool pool(4);
     auto src = make_synthetic_weights(spec, 41, &pool);
     ModelWeights w = ModelWeights::from_source(*src);
