@@ -546,6 +546,45 @@ TEST_CASE("runtime: an MoE layer's experts split between CPU and GPU (Dynamic) m
   CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, bad, o), Contains("name different cpu_experts"));
 }
 
+namespace {
+// A device that forwards everything to another and counts the host's waits on the weight-copy queue's
+// events: the host needs to wait only for routing (copied down) and for what CPU work reads; waiting
+// on a weight copy stalls the host for a layer's bytes while later copies could be enqueued.
+class CopyWaitCounter : public Device {
+ public:
+  explicit CopyWaitCounter(Device& d) : d_(d) {}
+  int host_waits_on_copies = 0;
+  std::string kind() const override { return d_.kind(); }
+  std::string name() const override { return d_.name(); }
+  uint8_t* allocate_arena(uint64_t bytes) override { return d_.allocate_arena(bytes); }
+  void pin_host(const void* ptr, uint64_t bytes) override { d_.pin_host(ptr, bytes); }
+  void unpin_host(const void* ptr, uint64_t bytes) override { d_.unpin_host(ptr, bytes); }
+  uint64_t pinned_host_bytes() const override { return d_.pinned_host_bytes(); }
+  void set_pcie_cap(double bytes_per_s) override { d_.set_pcie_cap(bytes_per_s); }
+  void copy_h2d(uint8_t* dev, const void* host, uint64_t bytes, Queue q) override { d_.copy_h2d(dev, host, bytes, q); }
+  void copy_h2d_batch(const HostCopy* copies, size_t count, Queue q) override { d_.copy_h2d_batch(copies, count, q); }
+  void copy_d2h(void* host, const uint8_t* dev, uint64_t bytes) override { d_.copy_d2h(host, dev, bytes); }
+  void copy_d2d(uint8_t* dst, const uint8_t* src, uint64_t bytes) override { d_.copy_d2d(dst, src, bytes); }
+  Event record(Queue q) override { return d_.record(q); }
+  void wait(Queue q, const Event& e) override { d_.wait(q, e); }
+  void host_wait(const Event& e) override {
+    host_waits_on_copies += e.queue == static_cast<int>(Queue::H2D);
+    d_.host_wait(e);
+  }
+  bool event_done(const Event& e) override { return d_.event_done(e); }
+  void synchronize() override { d_.synchronize(); }
+  void begin_timeline() override { d_.begin_timeline(); }
+  Event timestamp(Queue q) override { return d_.timestamp(q); }
+  double timestamp_ms(const Event& e) override { return d_.timestamp_ms(e); }
+  DeviceKernels& kernels(const ModelSpec& spec, RopeStyle rope) override { return d_.kernels(spec, rope); }
+  uint64_t context_bytes() const override { return d_.context_bytes(); }
+  uint64_t device_peak_bytes() override { return d_.device_peak_bytes(); }
+
+ private:
+  Device& d_;
+};
+}  // namespace
+
 TEST_CASE("runtime: experts prefetched on the layer before's guess match the CPU reference, guesses right or wrong",
           "[runtime][moe]") {
   // Streamed MoE FFNs; with speculative expert prefetch (plan.h router_next) each layer's
@@ -610,6 +649,21 @@ TEST_CASE("runtime: experts prefetched on the layer before's guess match the CPU
         else CHECK(g.hits > 0);
         if (mode == G::Mixed) CHECK(g.hits < g.routed);  // hits kept in their places, misses beside them
       }
+    // The host never waits for a weight copy: with the routing slow to come down (so the miss copies
+    // are the host's earliest work, waiting for it) and copies slow, the next layer's guess is still
+    // enqueued while this layer's guessed experts are being copied.
+    EmuOptions eo;
+    eo.seed = 43;
+    eo.max_delay_us = 60;
+    eo.queue_scale[static_cast<int>(Queue::H2D)] = 6;
+    eo.queue_scale[static_cast<int>(Queue::D2H)] = 3;
+    auto emu = make_emu_device(eo);
+    CopyWaitCounter dev(*emu);
+    RuntimeOptions o;
+    o.schedule = sched;
+    Runtime rt(*src, w, dev, pool, t, o);
+    CHECK(test::max_rel_error(run_steps(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
+    CHECK(dev.host_waits_on_copies == 0);
   }
   // A speculative copy without its layer's guess, or without the layer's own copy after it, is refused.
   auto dev = make_emu_device({1, 0, 0});
