@@ -19,7 +19,7 @@ struct SweepArgs {
   std::string file, out, shard = "0/1", device = "auto", routing_from;
   std::string machine_check = "auto", machine_probe = "auto";
   bool resume = false, predict = false, no_progress = false;
-  double max_minutes = 0, machine_tolerance = 0.2;
+  double max_minutes = 0, machine_tolerance = 0.2, calm = 0.3;
 };
 
 void run_sweep_verb(const SweepArgs& a) {
@@ -75,6 +75,8 @@ void run_sweep_verb(const SweepArgs& a) {
     prober = std::make_unique<MachineProbe>(*db);
     o.probe_machine = [&prober](int threads) { return prober->slowdown(threads); };
   }
+  if (!(a.calm >= 0 && a.calm < 10)) fail("--calm ", a.calm, " must be in [0, 10) (0: never wait)");
+  o.calm_slowdown = a.calm;
   const SweepResult r = run_sweep(e, o);
   if (!o.predict_only) {
     if (r.stopped_by_time)
@@ -122,6 +124,9 @@ void register_sweep(CLI::App& app) {
   sub->add_option("--machine-probe", a->machine_probe,
                   "auto|on|off: before each configuration, measure how much slower the machine is than the profile at "
                   "its thread count (about a second; rows' machine_slowdown; auto: on with --device cuda)");
+  sub->add_option("--calm", a->calm,
+                  "With the machine probe: a configuration probed more than this fraction slower than the profile "
+                  "(0.3: 1.3x) waits 15 s and is probed again, up to 3 times, before it is measured (0: never wait)");
   sub->add_option("--machine-tolerance", a->machine_tolerance,
                   "The factor --machine-check allows either way, as a fraction (0.2)");
   sub->callback([a] { run_sweep_verb(*a); });

@@ -148,13 +148,15 @@ std::optional<Routing> recorded_routing(const std::vector<json>& sweeps, const s
       if (r.at("measured_on_tokens").get<int64_t>() != measured_on) continue;
       got = Routing{r.at("tokens").get<std::vector<int64_t>>(), r.at("experts").get<std::vector<double>>(), measured_on,
                     r.contains("next_layer_hits") ? r.at("next_layer_hits").get<double>() : 0.0};
-      if (!std::isfinite(got.next_layer_hits) || got.next_layer_hits < 0 || got.next_layer_hits > 1)
-        fail(path, ": the routing recorded for ", model, " guesses ", got.next_layer_hits,
-             " of the next layer's experts (a fraction in [0, 1]): give the results file of a sweep of this experiment");
     } catch (const std::exception&) {
       continue;
     }
     if (got.tokens != tokens || got.experts.size() != tokens.size()) continue;
+    // Checked outside the try above, which passes over headers of other shapes: a guess rate outside
+    // [0, 1] is this model's record edited or corrupt, refused, not silently re-measured.
+    if (!std::isfinite(got.next_layer_hits) || got.next_layer_hits < 0 || got.next_layer_hits > 1)
+      fail(path, ": the routing recorded for ", model, " guesses ", got.next_layer_hits,
+           " of the next layer's experts (a fraction in [0, 1]): give the results file of a sweep of this experiment");
     const int64_t k = std::min(spec.num_experts_per_tok, spec.num_experts);
     for (size_t i = 0; i < got.tokens.size(); ++i) {
       const double most = static_cast<double>(std::min<int64_t>(spec.num_experts, got.tokens[i] * k));
@@ -820,6 +822,7 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
       pool = std::make_unique<ThreadPool>(c.threads);
     }
     double machine_slowdown = 0;  // 0: not probed
+    std::vector<double> machine_probes;  // every probe of this configuration, the last one's is machine_slowdown
     // The configuration's cost model with its CPU work scaled by the probe: each row's plan predicted
     // again for the machine as it ran (predicted_ms_at_probe), to tell its drift from the model's error.
     std::unique_ptr<CostModel> at_probe;
@@ -829,6 +832,15 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
       const auto t_probe = Clock::now();
       machine_slowdown = o.probe_machine(c.threads);
       probe_s = seconds_since(t_probe);
+      machine_probes.push_back(machine_slowdown);
+      for (int retry = 0; o.calm_slowdown > 0 && machine_slowdown > 1 + o.calm_slowdown && retry < o.calm_retries; ++retry) {
+        if (seconds_since(t_start) + o.calm_pause_s + probe_s >= limit_s) break;  // no time to wait: measured as it is
+        log_info(c.config_id, ": the machine is ", machine_slowdown, "x slower than its profile at ", c.threads,
+                 " thread(s); waiting ", o.calm_pause_s, " s for it to calm (", retry + 1, " of ", o.calm_retries, ")");
+        std::this_thread::sleep_for(std::chrono::duration<double>(o.calm_pause_s));
+        machine_slowdown = o.probe_machine(c.threads);
+        machine_probes.push_back(machine_slowdown);
+      }
       if (machine_slowdown > 0 && p.plannable) {
         at_probe_cfg = planner_config(e, c, model.dtypes, routing.count(c.model) ? &routing[c.model] : nullptr);
         at_probe = make_cpu_scaled_cost_model(cost_source.make(c.pcie_cap_bytes_per_s), machine_slowdown);
@@ -937,6 +949,7 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
         if (i > 0 && out_of_time(predicted_s)) break;
         json j = base_row(p, *r);
         j["machine_slowdown"] = machine_slowdown > 0 ? json(machine_slowdown) : json(nullptr);
+        j["machine_probes"] = machine_probes;
         j["predicted_ms_at_probe"] = nullptr;
         if (at_probe)
           if (const TierEntry* te = table.find_tier(r->tier))

@@ -10,11 +10,14 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
 #include <tuple>
 
+#include "oracle/experiment.h"
+#include "oracle/sweep.h"
 #include "test_util.h"
 
 using namespace shardwise;
@@ -391,6 +394,17 @@ TEST_CASE("sweep: --predict --out re-predicts a study's rows with the routing it
     CHECK(c.rc == 1);
     CHECK_THAT(c.err, Contains(edited + ": the routing recorded for smoke_moe has 1e+300 distinct experts"));
   }
+  // A recorded guess rate of the next layer's experts outside [0, 1]: one line, not a silent re-measure.
+  {
+    const std::string text = test::read_file(study);
+    const std::regex hits("\"next_layer_hits\":[-0-9.eE+]+");
+    REQUIRE(std::regex_search(text, hits));
+    const std::string edited = test::temp_path("repredict_hits.jsonl");
+    test::write_file(edited, std::regex_replace(text, hits, "\"next_layer_hits\":1.5"));
+    c = run({"sweep", yaml, "--device", "emu", "--predict", "--routing-from", edited});
+    CHECK(c.rc == 1);
+    CHECK_THAT(c.err, Contains(edited + ": the routing recorded for smoke_moe guesses 1.5 of the next layer's experts"));
+  }
   // The same model name with other weights (seed 2): the study's routing is not theirs.
   {
     std::string other = test::read_file(yaml);
@@ -444,4 +458,58 @@ TEST_CASE("sweep: measure.rounds measures the candidates round by round, each ro
   }
   CHECK(candidates > 0);
   CHECK(baselines > 0);
+}
+
+TEST_CASE("sweep: a configuration probed on a disturbed machine waits for it to calm, then is measured", "[oracle][sweep]") {
+  // The machine probe before each configuration (SweepOptions::probe_machine; here scripted): probed
+  // more than calm_slowdown slower than the profile, the sweep pauses and probes again, up to
+  // calm_retries times, then measures; a machine that stays slow is measured anyway. Rows record every
+  // probe of their configuration; a machine faster than its profile never waits.
+  const std::string yaml = small_yaml("calm");
+  std::string y = test::read_file(yaml);
+  const std::string b = "budgets: [\"70%\", 10M]";
+  REQUIRE(y.find(b) != std::string::npos);
+  y.replace(y.find(b), b.size(), "budgets: [\"70%\", \"60%\"]");  // four configurations, each with rows to measure
+  test::write_file(yaml, y);
+  const Experiment e = load_experiment(yaml);
+  const std::vector<double> script = {2.0, 1.9, 1.05, 1.1, 2.0, 2.0, 2.0, 2.0, 0.7};
+  for (double calm : {0.3, 0.0}) {
+    INFO("calm " << calm);
+    size_t calls = 0;
+    SweepOptions o;
+    o.out_path = test::temp_path("calm.jsonl");
+    std::remove(o.out_path.c_str());
+    o.device = "emu";
+    o.progress = false;
+    o.probe_machine = [&](int) { return script[std::min(calls++, script.size() - 1)]; };
+    o.calm_slowdown = calm;
+    o.calm_retries = 3;
+    o.calm_pause_s = 0.01;
+    const SweepResult r = run_sweep(e, o);
+    REQUIRE(r.complete);
+    std::vector<std::string> order;
+    std::map<std::string, std::vector<double>> probes;
+    for (const json& row : read_rows(o.out_path).rows) {
+      if (row["status"] != "measured") continue;
+      const std::string id = row["config_id"].get<std::string>();
+      const auto p = row["machine_probes"].get<std::vector<double>>();
+      REQUIRE(!p.empty());
+      CHECK(row["machine_slowdown"].get<double>() == p.back());
+      if (!probes.count(id)) order.push_back(id);
+      else CHECK(probes[id] == p);  // one probe series per configuration
+      probes[id] = p;
+    }
+    REQUIRE(order.size() == 4);
+    size_t total = 0;
+    for (const auto& id : order) total += probes[id].size();
+    CHECK(total == calls);
+    if (calm > 0) {
+      CHECK(probes[order[0]] == std::vector<double>{2.0, 1.9, 1.05});      // waited twice, measured calm
+      CHECK(probes[order[1]] == std::vector<double>{1.1});                 // within 1.3x: at once
+      CHECK(probes[order[2]] == std::vector<double>{2.0, 2.0, 2.0, 2.0});  // stayed slow: measured after 3 waits
+      CHECK(probes[order[3]] == std::vector<double>{0.7});                 // faster than its profile: at once
+    } else {
+      for (size_t i = 0; i < order.size(); ++i) CHECK(probes[order[i]] == std::vector<double>{script[i]});
+    }
+  }
 }

@@ -336,6 +336,14 @@ TEST_CASE("speculative expert prefetch: a streamed MoE layer's experts are copie
     n += back.actions[i].speculative;
   }
   CHECK(n == spec.size());
+  // A saved plan marking anything but a weight copy speculative is refused with the action named.
+  const std::string saved = plan_to_json(guessed);
+  const std::regex compute_action("(\"kind\":\"compute\"[^{}]*\"speculative\":)false");
+  std::smatch m;
+  REQUIRE(std::regex_search(saved, m, compute_action));
+  const std::string edited = saved.substr(0, static_cast<size_t>(m.position(0))) + m[1].str() + "true" + m.suffix().str();
+  CHECK_THROWS_WITH(plan_from_json(edited, "edited.json"),
+                    Contains("edited.json") && Contains("only a weight copy can be speculative"));
 }
 
 TEST_CASE("KV in VRAM for layers whose attention is not pinned: GPU-only and Dynamic stream that attention", "[planner]") {
