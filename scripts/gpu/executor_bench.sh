@@ -5,6 +5,7 @@
 # plus the whole model on the GPU. Writes one JSON line per run (run --json + the plan's prediction)
 # into OUT/executor_runs.jsonl and a summary table to stdout.
 #   executor_bench.sh OUT [part]   part: all (default) | nemo8b | qwen30b | full | quick | graphs | pdl | same-plan | timelines
+#   | prefetch (qwen30b auto and gpu-only with and without speculative expert prefetch)
 #   (CELLS="1024:2G 4096:4G" limits all/nemo8b/qwen30b to those ctx:budget cells; HOST_KV_ATTENTION=split|staged
 #   plans and runs every row with that attention over host KV caches, default choose)
 # graphs: the whole model on the GPU, decode kernel by kernel (--no-cuda-graphs) and as CUDA graphs (the
@@ -12,7 +13,7 @@
 # timelines: auto/static/dynamic at 1K/4G with the measured timeline of their first 6 runs
 # (its summary says when the host had enqueued the last device action); their TPS is not a peer row's.
 set -uo pipefail
-out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick|graphs|pdl|ksplit|same-plan|timelines]}
+out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick|graphs|pdl|ksplit|same-plan|timelines|prefetch]}
 part=${2:-all}
 source "$(dirname "$0")/bundle_env.sh"
 [ -f "$profile" ] || { echo "no profile $profile"; exit 2; }
@@ -43,7 +44,7 @@ one() {  # model ctx budget schedule [graphs|nographs|timeline]
   fi
   res=$("$bin" run --model "synthetic:$model" --tokens "$toks" -n 64 --greedy --threads 16 --ctx "$ctx" \
         --device cuda --vram-budget "$budget" --schedule "$sched" --profile "$profile" --json "${tl[@]}" \
-        --host-kv-attention "${HOST_KV_ATTENTION:-choose}" 2> "$out/err.txt")
+        --host-kv-attention "${HOST_KV_ATTENTION:-choose}" ${RUN_ARGS:-} 2> "$out/err.txt")
   if [ -z "$res" ]; then
     echo "{\"model\": \"$model\", \"ctx\": $ctx, \"budget\": \"$budget\", \"schedule\": \"$sched\", \"error\": $(python3 -c 'import json,sys; print(json.dumps(open(sys.argv[1]).read().strip()[-300:]))' "$out/err.txt")}" >> "$runs"
     return
@@ -73,7 +74,7 @@ row = {"model": model, "ctx": ctx, "budget": budget, "schedule": sched, "cuda_gr
        "gemv_trigger": os.environ.get("SHARDWISE_GEMV_TRIGGER", "late"),
        "attn_decode": os.environ.get("SHARDWISE_ATTN_DECODE", "pipelined"),
        "gemv_ksplit": os.environ.get("SHARDWISE_GEMV_KSPLIT", "auto"),
-       "timeline": len(sys.argv) > 7 and sys.argv[7] == "timeline", "run": r,
+       "timeline": len(sys.argv) > 7 and sys.argv[7] == "timeline", "run_args": os.environ.get("RUN_ARGS", ""), "run": r,
        # The run's own table's prediction (a forced schedule plans a table of its own, whose layout may
        # differ from the planner's mix); the mixed table's for runs of binaries before it was recorded.
        "predicted_decode_ms": (r.get("predicted_step_ms") or {}).get("1", (pred.get("1") or {}).get(sched)),
@@ -109,6 +110,13 @@ case $part in
     one qwen30b 1024 2G auto timeline; one qwen30b 1024 2G static timeline ;;
   timelines)  # the measured timelines of auto, static and dynamic at 1K/4G (these rows' TPS are perturbed)
     for m in ${QUICK_MODELS:-nemo8b qwen30b}; do for s in auto static dynamic; do one "$m" 1024 4G "$s" timeline; done; done ;;
+  prefetch)  # speculative expert prefetch (run --next-layer-hits auto, the default) against none (off): qwen30b's
+             # cells, auto and gpu-only each way, alternating; the 1K/2G cell three times
+    for c in ${PREFETCH_CELLS:-1024:2G 1024:4G 1024:8G 4096:4G 1024:2G 1024:2G}; do
+      for s in auto gpu-only; do
+        one qwen30b "${c%%:*}" "${c##*:}" "$s"; RUN_ARGS="--next-layer-hits off" one qwen30b "${c%%:*}" "${c##*:}" "$s"
+      done
+    done ;;
   quick)  # one budget, the main schedules and the llama.cpp-style baseline, plus the whole model on the GPU
     for m in ${QUICK_MODELS:-nemo8b qwen30b}; do for s in auto gpu-only static dynamic layer-split; do one "$m" 1024 4G "$s"; done; done ;;
 esac
@@ -158,7 +166,10 @@ for line in open(sys.argv[1]):
     peers = PEERS.get((r["model"], r["ctx"], r["budget"]), [])
     vs_tps = f"{tps / max(p[1] for p in peers):.2f}x" if peers and tps else ""
     vs_ttft = ("ahead" if x["ttft_ms"] / 1000 <= min(p[0] for p in peers) else "behind") if peers else ""
-    sched = r['schedule'] + ("" if r.get("cuda_graphs", True) else "-graphs") + ("" if r.get("pdl", True) else "-pdl")
+    sched = r['schedule'] + ("" if r.get("cuda_graphs", True) else "-graphs") + ("" if r.get("pdl", True) else "-pdl") \
+        + ("-nopf" if "--next-layer-hits off" in r.get("run_args", "") else "")
     print(f"{r['model']:8} {r['ctx']:>5} {r['budget']:>6} {sched:12} {x['ttft_ms']/1000:8.2f} {tps:8.2f} {med_tps:8.2f} "
-          f"{x.get('arena_peak_bytes',0)/2**30:7.2f}G {x.get('device_peak_bytes',0)/2**30:8.2f}G {ratio:>16} {vs_tps:>13} {vs_ttft:>12}")
+          f"{x.get('arena_peak_bytes',0)/2**30:7.2f}G {x.get('device_peak_bytes',0)/2**30:8.2f}G {ratio:>16} {vs_tps:>13} {vs_ttft:>12}"
+          + (f"  guessed {x.get('guess_hits', 0)}/{x.get('guessed_experts', 0)} (hits {x.get('next_layer_hits', 0):.2f})"
+             if x.get("guessed_experts") else ""))
 PY

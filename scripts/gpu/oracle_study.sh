@@ -17,6 +17,8 @@ prev=${2:-experiments/results/planner_accuracy/oracle.jsonl}
 minutes=${3:-9}
 experiment=${4:-experiments/planner_accuracy.yaml}
 mkdir -p "$out"
+# A previous file named but not there (not carried, mistyped) would silently start the study over.
+if [ -n "${2:-}" ] && [ "$2" != none ] && [ ! -f "$2" ]; then echo "no $2: give the previous results file, or none to start anew"; exit 2; fi
 
 # The bundle: always the one carried with this call (a warm machine may hold an older one).
 root=/tmp/shardwise-bundle

@@ -27,6 +27,9 @@
 #   session.sh OUT peers-study MODEL PREVIOUS.jsonl
 #                            the peer protocol of MODEL (executor_bench.sh MODEL -> protocol.tgz), then the
 #                            planner-accuracy study continued from PREVIOUS for the call's remaining minutes
+#   session.sh OUT prefetch-study PREVIOUS.jsonl
+#                            qwen30b's peer cells, auto and gpu-only with and without speculative expert
+#                            prefetch (executor_bench.sh prefetch -> prefetch.tgz), then the study continued
 #   session.sh OUT probes    measured timelines beside the simulated ones (timeline_probe.sh) of the split decode
 #                            steps study v11 under-predicted and of qwen30b's 512-token GPU-only step, ~4 min
 #                            -> probe.tgz (experiments/results/executor/timelines_probe_<rev>/)
@@ -46,8 +49,8 @@
 #                            each weight prefetch distance (SHARDWISE_GEMV_PREFETCH), ~2 min, then the GPU
 #                            suite -> cpu_prefetch.tgz
 set -uo pipefail
-out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study [MODEL] [PREVIOUS.jsonl]}
-stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study [MODEL] [PREVIOUS.jsonl]}
+out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|prefetch-study [MODEL] [PREVIOUS.jsonl]}
+stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|prefetch-study [MODEL] [PREVIOUS.jsonl]}
 mkdir -p "$out"
 root=/tmp/shardwise-bundle
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
@@ -148,6 +151,13 @@ case $stage in
     tar -C "$out" -czf "$out/protocol.tgz" protocol && rm -rf "$out/protocol"
     left=$(( 570 - ($(date +%s) - t0) ))
     [ "$left" -gt 90 ] && bash scripts/gpu/oracle_study.sh "$out/study" "${4:?previous rows}" "$(awk "BEGIN {print ($left - 40) / 60}")"
+    ;;
+  prefetch-study)  # qwen30b auto and gpu-only with and without speculative expert prefetch (executor_bench.sh
+                   # prefetch, ~3.5 min -> prefetch.tgz), then the planner-accuracy study continued from PREVIOUS
+    timeout "${PREFETCH_S:-270}" bash scripts/gpu/executor_bench.sh "$out/prefetch" prefetch
+    tar -C "$out" -czf "$out/prefetch.tgz" prefetch && rm -rf "$out/prefetch"
+    left=$(( 570 - ($(date +%s) - t0) ))
+    [ "$left" -gt 90 ] && bash scripts/gpu/oracle_study.sh "$out/study" "${3:?previous rows}" "$(awk "BEGIN {print ($left - 40) / 60}")"
     ;;
   probes)  # study v11's split decode rows (Dynamic under-predicted 11-20%: c = 7 of 8 under a 16 GB/s cap,
             # c = 1 with one thread, the 1K/4G peer cell) and the qwen30b 512-token GPU-only step (15-21% slower
