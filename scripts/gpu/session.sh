@@ -27,6 +27,7 @@
 #   session.sh OUT peers-study MODEL PREVIOUS.jsonl
 #                            the peer protocol of MODEL (executor_bench.sh MODEL -> protocol.tgz), then the
 #                            planner-accuracy study continued from PREVIOUS for the call's remaining minutes
+#   session.sh OUT fast-prefetch  the GPU suite, the prefetch rows below, then a new study for the minutes left
 #   session.sh OUT prefetch-study PREVIOUS.jsonl
 #                            qwen30b's peer cells, auto and gpu-only with and without speculative expert
 #                            prefetch (executor_bench.sh prefetch -> prefetch.tgz), then the study continued
@@ -49,8 +50,8 @@
 #                            each weight prefetch distance (SHARDWISE_GEMV_PREFETCH), ~2 min, then the GPU
 #                            suite -> cpu_prefetch.tgz
 set -uo pipefail
-out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|prefetch-study [MODEL] [PREVIOUS.jsonl]}
-stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|prefetch-study [MODEL] [PREVIOUS.jsonl]}
+out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study [MODEL] [PREVIOUS.jsonl]}
+stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study [MODEL] [PREVIOUS.jsonl]}
 mkdir -p "$out"
 root=/tmp/shardwise-bundle
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
@@ -151,6 +152,14 @@ case $stage in
     tar -C "$out" -czf "$out/protocol.tgz" protocol && rm -rf "$out/protocol"
     left=$(( 570 - ($(date +%s) - t0) ))
     [ "$left" -gt 90 ] && bash scripts/gpu/oracle_study.sh "$out/study" "${4:?previous rows}" "$(awk "BEGIN {print ($left - 40) / 60}")"
+    ;;
+  fast-prefetch)  # the GPU suite, the prefetch rows (executor_bench.sh prefetch, PREFETCH_S, ~3.5 min -> prefetch.tgz),
+                  # then, on the profile's machine, a new planner-accuracy study for the minutes left (OUT/study/)
+    gpu_suite
+    timeout "${PREFETCH_S:-210}" bash scripts/gpu/executor_bench.sh "$out/prefetch" prefetch
+    tar -C "$out" -czf "$out/prefetch.tgz" prefetch && rm -rf "$out/prefetch"
+    left=$(( 570 - ($(date +%s) - t0) ))
+    [ "$left" -gt 90 ] && bash scripts/gpu/oracle_study.sh "$out/study" none "$(awk "BEGIN {print ($left - 40) / 60}")"
     ;;
   prefetch-study)  # qwen30b auto and gpu-only with and without speculative expert prefetch (executor_bench.sh
                    # prefetch, ~3.5 min -> prefetch.tgz), then the planner-accuracy study continued from PREVIOUS
