@@ -177,8 +177,10 @@ def repeatability(df):
 def machine_drift(df):
     """The machine's state when each configuration was measured (``sweep --machine-probe``: how much slower
     than the profile, at the configuration's thread count, just before its rows). One row per probed
-    configuration: CONFIG_COLS + ``machine_slowdown``; empty when nothing was probed."""
-    cols = CONFIG_COLS + ["machine_slowdown"]
+    configuration: CONFIG_COLS + ``machine_slowdown`` (the last probe's) + ``probes`` (how many times it was
+    probed: more than once where the sweep waited for a slow machine to calm, ``sweep --calm``; rows of
+    sweeps before it record one); empty when nothing was probed."""
+    cols = CONFIG_COLS + ["machine_slowdown", "probes"]
     if "machine_slowdown" not in df.columns:
         return pd.DataFrame(columns=cols)
     m = df[pd.to_numeric(df["machine_slowdown"], errors="coerce") > 0]
@@ -187,6 +189,8 @@ def machine_drift(df):
         first = g.iloc[0]
         d = {c: first[c] for c in CONFIG_COLS}
         d["machine_slowdown"] = float(first["machine_slowdown"])
+        p = first["machine_probes"] if "machine_probes" in g.columns else None
+        d["probes"] = len(p) if isinstance(p, (list, tuple)) and len(p) else 1
         out.append(d)
     res = pd.DataFrame(out)
     return res[cols] if len(res) else pd.DataFrame(columns=cols)

@@ -229,6 +229,12 @@ def build_report(df, out_dir, title=None):
           f"profile's DRAM and matmul check rows at the configuration's thread count): the machine took median "
           f"**{_num(sl.median())}x** the profile's times (min {_num(sl.min())}x, max {_num(sl.max())}x); by thread count: "
           f"{by_t}. The decision tables' *machine* column is that factor.\n")
+        waited = drift[drift["probes"] > 1]
+        if len(waited):
+            w(f"{len(waited)} configurations found the machine slow and waited for it to calm before their rows were "
+              f"measured (`sweep --calm`: a pause, then probed again; {int((waited['probes'] - 1).sum())} waits in all); "
+              f"their last probes, the factor they were measured at: "
+              + ", ".join(f"{_num(x)}x" for x in waited["machine_slowdown"]) + ".\n")
         probed = ev[ev["machine_slowdown"].notna()] if "machine_slowdown" in ev.columns else ev.iloc[0:0]
         off = probed[(probed["machine_slowdown"] > 1.1) | (probed["machine_slowdown"] < 1 / 1.1)]
         wrong_probed = probed[~probed["agree"] & ~probed["tie"]]

@@ -129,6 +129,15 @@ def test_machine_drift_per_configuration(tmp_path):
     df = load_results(p)
     drift = metrics.machine_drift(df)
     assert list(drift["config_id"]) == ["D"] and drift["machine_slowdown"].iloc[0] == 1.25
+    assert drift["probes"].iloc[0] == 1  # rows without machine_probes (sweeps before --calm): probed once
+    # A configuration the sweep waited for: every probe recorded, the last one is its factor.
+    waited = [row("G", 1, "static", 100, 100, chosen=True, machine_slowdown=1.05, machine_probes=[1.6, 1.4, 1.05]),
+              row("H", 1, "static", 100, 100, chosen=True, machine_slowdown=1.1, machine_probes=[1.1])]
+    q = tmp_path / "waited.jsonl"
+    q.write_text("".join(json.dumps(r) + "\n" for r in waited))
+    drift = metrics.machine_drift(load_results(q)).set_index("config_id")
+    assert drift.loc["G", "probes"] == 3 and drift.loc["G", "machine_slowdown"] == 1.05
+    assert drift.loc["H", "probes"] == 1
     dec = metrics.decisions(df).set_index(["config_id", "tier"])
     assert dec.loc[("D", 512), "machine_slowdown"] == 1.25
     assert np.isnan(dec.loc[("E", 1), "machine_slowdown"])

@@ -60,6 +60,15 @@ def test_report_states_the_machines_drift(tmp_path):
     assert "| static | 2 | 0.0% | 16.0% |" in md and "| dynamic | 2 | 6.2% | 4.0% |" in md  # by schedule
     assert "worst candidate's median error is" not in md  # the median-error target is met here
     assert "![drift](machine_drift.png)" in md and (tmp_path / "r" / "machine_drift.png").stat().st_size > 1000
+    assert "waited for it to calm" not in md  # each configuration probed once
+    # D waited twice for the machine (sweep --calm): the report says how many configurations waited and
+    # the factor each was measured at in the end.
+    for r in rows[:2]:
+        r["machine_probes"] = [1.7, 1.5, 1.3]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    md = open(build_report(load_results(p), str(tmp_path / "w"))).read()
+    assert "1 configurations found the machine slow and waited for it to calm" in md and "2 waits in all" in md
+    assert "measured at: 1.3x." in md
     none = tmp_path / "none.jsonl"
     none.write_text("".join(json.dumps(r) + "\n" for r in known_rows()))
     md = open(build_report(load_results(none), str(tmp_path / "n"))).read()
