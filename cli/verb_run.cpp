@@ -49,7 +49,7 @@ struct RunArgs {
   int moe_split = -1;
   std::string next_layer_hits = "auto";  // --next-layer-hits
   std::string timeline;  // --timeline FILE: Chrome trace of the first plan runs, measured and predicted
-  int timeline_runs = 4;
+  std::string timeline_runs = "4";  // --timeline-runs N (the first N) or A:B (runs [A, B))
   std::string profiler_runs;  // --profiler-runs A:B: plan runs [A, B) inside the device's profiler range
   // Decode steps of device-resident plans as CUDA graphs: on by default on a device (measured on the
   // GPU machine: whole-model decode +4.5% nemo8b, +8.5% qwen30b); --no-cuda-graphs turns them off.
@@ -58,9 +58,6 @@ struct RunArgs {
   bool hw_given = false;  // --hw on the command line (not the default): may stand in for a CPU-only profile's GPU
 };
 
-// The measured timeline of the first plan runs next to the planner's simulated one for the same
-// plans, as a Chrome trace (chrome://tracing, Perfetto): one process per run and kind, one thread
-// per resource. Returns a one-line summary.
 // --next-layer-hits: the fraction of each token's experts a layer's router picks from the layer before's
 // MoE input (measure_next_layer_routing) — what speculative expert prefetch gets right. "auto" measures
 // it on the prompt's first tokens (the caller does so only where a plan streams experts); "off" (or a
@@ -82,6 +79,9 @@ double next_layer_guess(const std::string& mode, const ModelWeights& w, ThreadPo
   return std::isfinite(f) ? f : 0;
 }
 
+// The measured timeline of the recorded plan runs next to the planner's simulated one for the same
+// plans, as a Chrome trace (chrome://tracing, Perfetto): one process per run and kind, one thread
+// per resource. Returns a one-line summary.
 std::string write_timeline(const Runtime& rt, const std::string& path) {
   nlohmann::json events = nlohmann::json::array();
   std::map<int, std::pair<double, double>> span;  // run -> measured end, predicted end
@@ -281,18 +281,28 @@ void run_run(RunArgs a) {
     RuntimeOptions ro;
     if (a.schedule != "auto") ro.schedule = parse_schedule(a.schedule);
     ro.pcie_cap_bytes_per_s = parse_bandwidth(a.pcie_cap, "--pcie-cap");
-    if (!a.timeline.empty()) ro.timeline_runs = a.timeline_runs;
+    auto parse_int = [](const std::string& t, int64_t* v) {
+      char* e = nullptr;
+      errno = 0;
+      const long long x = std::strtoll(t.c_str(), &e, 10);
+      if (t.empty() || errno != 0 || *e != '\0') return false;
+      *v = x;
+      return true;
+    };
+    if (!a.timeline.empty()) {
+      const auto colon = a.timeline_runs.find(':');
+      int64_t first = 0, end = -1;
+      const bool ok = colon == std::string::npos
+                          ? parse_int(a.timeline_runs, &end)
+                          : parse_int(a.timeline_runs.substr(0, colon), &first) && parse_int(a.timeline_runs.substr(colon + 1), &end);
+      SW_CHECK(ok && first >= 0 && end > first && end - first <= 1000 && end <= 1000000, "--timeline-runs '", a.timeline_runs,
+               "': expected N (the first N plan runs) or A:B (runs [A, B)), at most 1000 runs");
+      ro.timeline_first = static_cast<int>(first);
+      ro.timeline_runs = static_cast<int>(end - first);
+    }
     ro.cuda_graphs = !a.no_cuda_graphs;
     if (!a.profiler_runs.empty()) {
       const auto colon = a.profiler_runs.find(':');
-      auto parse_int = [](const std::string& t, int64_t* v) {
-        char* e = nullptr;
-        errno = 0;
-        const long long x = std::strtoll(t.c_str(), &e, 10);
-        if (t.empty() || errno != 0 || *e != '\0') return false;
-        *v = x;
-        return true;
-      };
       int64_t first = -1, end = -1;
       const bool ok = colon != std::string::npos && parse_int(a.profiler_runs.substr(0, colon), &first) &&
                       parse_int(a.profiler_runs.substr(colon + 1), &end) && first >= 0 && end > first && end <= 1000000;
@@ -482,9 +492,10 @@ void register_run(CLI::App& app) {
   sub->add_option("--timeline", a->timeline,
                   "Write a Chrome trace of the first plan runs: each action measured (queue timestamps, host clock) "
                   "next to the planner's simulated timeline of the same plan");
-  sub->add_option("--timeline-runs", a->timeline_runs, "Plan runs --timeline records (a chunked prefill counts each chunk)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1000));
+  sub->add_option("--timeline-runs", a->timeline_runs,
+                  "Plan runs --timeline records: N (the first N) or A:B (runs [A, B), counted from 0: the prefill's, "
+                  "then one per decode step; a chunked prefill counts each chunk)")
+      ->capture_default_str();
   sub->add_option("--profiler-runs", a->profiler_runs,
                   "A:B: plan runs [A, B) (a chunked prefill counts each chunk) run between cudaProfilerStart and "
                   "cudaProfilerStop, for a profiler started with its recording off (ncu --profile-from-start off)");

@@ -748,7 +748,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
 
   // The measured timeline of this run (options_.timeline_runs): queue timestamps around device
   // actions, host clock around CPU ones, both from time 0 here (every queue idle after the last run).
-  const bool timed = plan_runs_ < options_.timeline_runs;
+  const bool timed = plan_runs_ >= options_.timeline_first && plan_runs_ < options_.timeline_first + options_.timeline_runs;
   if (plan_runs_ == options_.profiler_runs_begin) device_.profiler_range(true);
   std::vector<Event> t_start, t_end;
   std::vector<double> h_start, h_end;

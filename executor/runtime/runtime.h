@@ -30,10 +30,12 @@ class ThreadPool;
 struct RuntimeOptions {
   std::optional<Schedule> schedule;  // run this schedule at every tier (baselines included); else the chosen one
   double pcie_cap_bytes_per_s = 0;   // 0 = no cap
-  // Record when every action of the first `timeline_runs` plan runs started and ended (device
-  // actions by timestamps on their queue, CPU actions by the host clock): `run --timeline`. Costs two
-  // timestamps per device action while recording; 0 = off.
+  // Record when every action of `timeline_runs` plan runs from run `timeline_first` on (counted from
+  // 0) started and ended (device actions by timestamps on their queue, CPU actions by the host clock):
+  // `run --timeline`. Costs two timestamps per device action while recording; 0 = off. Starting past
+  // the first runs records steady decode steps instead of the prefill and the first, colder ones.
   int timeline_runs = 0;
+  int timeline_first = 0;
   // Plan runs [profiler_runs_begin, profiler_runs_end) run inside the device's profiler range
   // (Device::profiler_range): an external profiler that starts with recording off sees only them.
   int profiler_runs_begin = -1, profiler_runs_end = -1;

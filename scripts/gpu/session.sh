@@ -34,6 +34,8 @@
 #   session.sh OUT probes    measured timelines beside the simulated ones (timeline_probe.sh) of the split decode
 #                            steps study v11 under-predicted and of qwen30b's 512-token GPU-only step, ~4 min
 #                            -> probe.tgz (experiments/results/executor/timelines_probe_<rev>/)
+#   session.sh OUT split-probes  steady decode steps of Dynamic's uncapped split layers in the protocol's 1K
+#                            cells, measured beside the simulated ones, with and without the prefetch, ~3 min
 #   session.sh OUT ab        this bundle's shardwise against an older one (build-gpu/shardwise_<rev>.xz from
 #                            scripts/gpu/old_binary.sh REV, carried too), alternating: qwen30b's 512-token
 #                            GPU-only prefill and the 1K/4G decode, ~3 min -> ab.tgz
@@ -50,8 +52,8 @@
 #                            each weight prefetch distance (SHARDWISE_GEMV_PREFETCH), ~2 min, then the GPU
 #                            suite -> cpu_prefetch.tgz
 set -uo pipefail
-out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study [MODEL] [PREVIOUS.jsonl]}
-stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study [MODEL] [PREVIOUS.jsonl]}
+out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes [MODEL] [PREVIOUS.jsonl]}
+stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes [MODEL] [PREVIOUS.jsonl]}
 mkdir -p "$out"
 root=/tmp/shardwise-bundle
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
@@ -177,6 +179,20 @@ case $stage in
     mv "$out/probe.tgz" "$out/probe_split.tgz"
     BATCH=512 PROMPT=1024 timeout 150 bash scripts/gpu/timeline_probe.sh "$out" "$q 4G 4096 16 none gpu-only"
     mv "$out/probe.tgz" "$out/probe_prefill.tgz"
+    ;;
+  split-probes)  # Dynamic's split decode, uncapped, where studies v12/v13 and the protocol measured 60-110 us per split
+                 # layer more than predicted: the protocol's 1K cells (a 960-token prompt fills the cache as the
+                 # prediction assumes), steady decode steps (runs 6-11 of 14 tokens) recorded beside the simulated
+                 # ones, without the prefetch (1 and 16 threads, 4G and 8G, and under a 16 GB/s cap where the model
+                 # is right), then with it (Dynamic, and GPU-only at 2G), ~3 min -> probe_split_steady.tgz
+                 # (scripts/analysis/timeline_gap.py reads them)
+    q="synthetic:qwen30b?dtype=q4_0&seed=1"
+    PROMPT=960 N=14 RUNS=6:12 NAME_SUFFIX=_nopf RUN_ARGS="--next-layer-hits off" timeout 250 bash scripts/gpu/timeline_probe.sh \
+      "$out/nopf" "$q 4G 1024 16 none dynamic" "$q 4G 1024 1 none dynamic" "$q 8G 1024 16 none dynamic" "$q 4G 1024 16 16GB/s dynamic"
+    PROMPT=960 N=14 RUNS=6:12 timeout 150 bash scripts/gpu/timeline_probe.sh "$out/pf" "$q 4G 1024 16 none dynamic" \
+      "$q 2G 1024 16 none gpu-only"
+    mkdir -p "$out/split" && tar -C "$out/split" -xzf "$out/nopf/probe.tgz" && tar -C "$out/split" -xzf "$out/pf/probe.tgz"
+    tar -C "$out" -czf "$out/probe_split_steady.tgz" split && rm -rf "$out/split" "$out/nopf" "$out/pf"
     ;;
   diagnose)  # probes, then ab with the minutes left (one call instead of two)
     bash "$0" "$out" probes

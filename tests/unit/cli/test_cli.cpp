@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <set>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -717,6 +718,25 @@ TEST_CASE("cli: run --timeline writes measured and predicted timelines of the fi
     CHECK(names[2 * run + 1].find("(predicted)") != std::string::npos);
     CHECK(spans[2 * run] > 0);
     CHECK(spans[2 * run] == spans[2 * run + 1]);  // every action of the plan, both ways
+  }
+  // Runs from the third on (steady decode steps): --timeline-runs A:B records runs [A, B) only.
+  const Result later = shardwise_cli("run --model " + quote(moe) + " --tokens 1,2,3,4,5 -n 6 --greedy --threads 2 --device emu "
+                                     "--vram-budget 3M --timeline " + quote(path) + " --timeline-runs 2:5");
+  INFO(later.err);
+  REQUIRE(later.rc == 0);
+  CHECK(later.err.find("timeline: 3 plan runs") != std::string::npos);
+  std::ifstream in2(path);
+  const auto trace = nlohmann::json::parse(in2);
+  std::set<std::string> runs;
+  for (const auto& e : trace["traceEvents"])
+    if (e["name"] == "process_name") runs.insert(e["args"]["name"].get<std::string>().substr(0, 6));
+  CHECK(runs == std::set<std::string>{"run 2:", "run 3:", "run 4:"});
+  for (const char* bad : {"3:1", "0", "2:2", "a", "1:", "-1:2"}) {
+    const Result b = shardwise_cli("run --model " + quote(moe) + " --tokens 1,2 -n 2 --device emu --vram-budget 3M --timeline " +
+                                   quote(path) + " --timeline-runs " + bad);
+    INFO(bad << ": " << b.err);
+    CHECK(b.rc != 0);
+    CHECK(b.err.find("--timeline-runs") != std::string::npos);
   }
   // Bad input: one line, non-zero exit, nothing run.
   const Result cpu = shardwise_cli("run --model " + quote(moe) + " --tokens 1,2 -n 2 --device cpu --timeline " + quote(path));

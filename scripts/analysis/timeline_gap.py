@@ -1,0 +1,136 @@
+#!/usr/bin/python3
+"""Where a measured step's time went against its prediction, from `shardwise run --timeline` traces
+(each recorded plan run twice: "(measured)" and "(predicted)", the same action labels).
+
+  /usr/bin/python3 scripts/analysis/timeline_gap.py TRACE.json [...] [--runs A:B]
+
+For each trace: every recorded run's makespan, measured / predicted; then, over the decode runs (tier 1),
+the layers grouped by what they hold (a split MoE layer: a CPU share beside a GPU share; a streamed FFN;
+one on the GPU or CPU alone): the median layer period (its first action's start to the next layer's)
+measured and predicted, and per action of such a layer (its label without "L<n>.") the median start,
+relative to the layer's first action, and duration, measured and predicted — the step where the measured layer
+falls behind its prediction is the one to explain.
+"""
+import json
+import re
+import statistics
+import sys
+from collections import defaultdict
+
+LAYER = re.compile(r"^L(\d+)\.(.*)$")
+
+
+def runs_of(trace):
+    """{run: {"tier", "measured": [events], "predicted": [events]}} from one Chrome trace."""
+    names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "process_name"}
+    out = {}
+    for pid, name in names.items():
+        m = re.match(r"run (\d+): tier (\d+), (\S+) \((measured|predicted)\)", name)
+        if not m:
+            continue
+        r = out.setdefault(int(m.group(1)), {"tier": int(m.group(2)), "schedule": m.group(3), "measured": [], "predicted": []})
+        r[m.group(4)] = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e["pid"] == pid]
+    return out
+
+
+def by_layer(events):
+    """{layer: {action: (start us, dur us)}}; the first of a label if it repeats."""
+    layers = defaultdict(dict)
+    for e in events:
+        m = LAYER.match(e["name"])
+        if m:
+            layers[int(m.group(1))].setdefault(m.group(2), (e["ts"], e["dur"]))
+    return layers
+
+
+def start(actions):
+    """A layer's start: its first action's (its attention's, or the copy of its streamed attention)."""
+    return min(ts for ts, _ in actions.values())
+
+
+def kind(actions):
+    if any("moe_cpu_share" in a for a in actions):
+        return "split MoE layer"
+    if any(a.endswith("weights") or a.endswith("guessed experts") for a in actions):
+        return "streamed FFN"
+    return "resident"
+
+
+def med(v):
+    return statistics.median(v) if v else float("nan")
+
+
+def report(path, runs_filter=None):
+    try:
+        trace = json.load(open(path))
+        runs = runs_of(trace)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        sys.exit(f"timeline_gap: {path}: not a `shardwise run --timeline` trace ({e}): give the file --timeline wrote")
+    print(f"## {path}\n")
+    print("| run | tier | schedule | measured ms | predicted ms | measured / predicted |\n|---|---|---|---|---|---|")
+    for run in sorted(runs):
+        r = runs[run]
+        if not r["measured"] or not r["predicted"]:
+            continue
+        m = max(e["ts"] + e["dur"] for e in r["measured"]) / 1e3
+        p = max(e["ts"] + e["dur"] for e in r["predicted"]) / 1e3
+        print(f"| {run} | {r['tier']} | {r['schedule']} | {m:.2f} | {p:.2f} | {m / p:.2f} |")
+    print()
+    periods = defaultdict(lambda: ([], []))  # kind -> (measured, predicted) layer periods, us
+    actions = defaultdict(lambda: defaultdict(lambda: ([], [], [], [])))  # kind -> action -> starts/durs
+    for run in sorted(runs):
+        r = runs[run]
+        if r["tier"] != 1 or (runs_filter and not (runs_filter[0] <= run < runs_filter[1])):
+            continue
+        lm, lp = by_layer(r["measured"]), by_layer(r["predicted"])
+        for layer in sorted(lm):
+            if layer not in lp:
+                continue
+            k = kind(lm[layer])
+            m0, p0 = start(lm[layer]), start(lp[layer])
+            nxt = layer + 1
+            if nxt in lm and nxt in lp:
+                periods[k][0].append(start(lm[nxt]) - m0)
+                periods[k][1].append(start(lp[nxt]) - p0)
+            for a, (ts, dur) in lm[layer].items():
+                if a in lp[layer]:
+                    s = actions[k][a]
+                    s[0].append(ts - m0), s[1].append(lp[layer][a][0] - p0), s[2].append(dur), s[3].append(lp[layer][a][1])
+    if not periods:
+        print("(no decode runs recorded)\n")
+        return
+    print("Decode layers (tier 1), medians over the recorded runs, microseconds:\n")
+    print("| layers | count | period measured | period predicted | measured - predicted |\n|---|---|---|---|---|")
+    for k, (m, p) in sorted(periods.items()):
+        print(f"| {k} | {len(m)} | {med(m):.1f} | {med(p):.1f} | {med(m) - med(p):+.1f} |")
+    print()
+    for k, acts in sorted(actions.items()):
+        print(f"{k}: each action's start (from the layer's first action) and duration, measured / predicted\n")
+        print("| action | start | duration |\n|---|---|---|")
+        for a, (sm, sp, dm, dp) in sorted(acts.items(), key=lambda kv: med(kv[1][1])):
+            print(f"| {a} | {med(sm):.1f} / {med(sp):.1f} | {med(dm):.1f} / {med(dp):.1f} |")
+        print()
+
+
+def main(argv):
+    runs_filter = None
+    paths = []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--runs":
+            a, b = argv[i + 1].split(":")
+            runs_filter = (int(a), int(b))
+            i += 2
+            continue
+        paths.append(argv[i])
+        i += 1
+    if not paths:
+        print(__doc__)
+        return 2
+    for p in paths:
+        report(p, runs_filter)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
