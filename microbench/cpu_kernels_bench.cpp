@@ -497,7 +497,7 @@ void bm_attention(benchmark::State& state, const std::string& key, AttnCase c, i
 
 // (e) One decode token through the MoE FFN block: 8 of 128 experts (qwen30b's shapes, q4_0), a
 // fresh random routing each iteration (the experts of a step come from DRAM, as in a real step).
-void bm_moe_decode(benchmark::State& state, const std::string& key, int threads) {
+void bm_moe_decode(benchmark::State& state, const std::string& key, int threads, int cpu_experts = 0) {
   sw::Op op;
   op.kind = sw::OpKind::MoeExperts;
   op.dtype = DType::Q4_0;
@@ -557,17 +557,24 @@ void bm_moe_decode(benchmark::State& state, const std::string& key, int threads)
       return;
     }
   }
-  std::vector<float> xi(x);
+  std::vector<float> xi(x), partial(x.size());
   for (auto _ : state) {
     state.PauseTiming();
     const sw::MoeRouting r = routing();
+    // A CPU share of a split layer (Dynamic): cpu_experts of the token's top_k, the rest on the GPU.
+    const sw::MoeRouting share = cpu_experts > 0 ? sw::split_routing(r, cpu_experts, op.top_k).cpu : sw::MoeRouting{};
     std::copy(x.begin(), x.end(), xi.begin());
     state.ResumeTiming();
-    blocks.ffn(w, xi.data(), 1, &r);
+    if (cpu_experts > 0) blocks.moe_share(w, xi.data(), 1, share, partial.data());
+    else blocks.ffn(w, xi.data(), 1, &r);
     benchmark::ClobberMemory();
   }
-  const uint64_t touched = static_cast<uint64_t>(op.top_k) * (2 * one + down);
-  set_counters(state, touched, 2.0 * 3.0 * op.top_k * op.rows * op.cols, threads);
+  const int64_t k = cpu_experts > 0 ? cpu_experts : op.top_k;
+  const uint64_t touched = static_cast<uint64_t>(k) * (2 * one + down);
+  set_counters(state, touched, 2.0 * 3.0 * static_cast<double>(k) * op.rows * op.cols, threads);
+  // The simulator times a share of c experts as c / top_k of the block (beyond its fixed part): this
+  // row's time against that, per expert.
+  state.counters["experts"] = static_cast<double>(k);
 }
 
 void register_all() {
@@ -577,6 +584,13 @@ void register_all() {
     benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { bm_moe_decode(st, name, threads); })
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
+    // A split layer's CPU share (Dynamic decode): 1, 2 and 5 of the token's 8 experts.
+    for (int c : {1, 2, 5}) {
+      const std::string share = sw::str_cat("moe_share/q4_0/128x768x2048_top8/tokens:1/cpu_experts:", c, "/threads:", threads);
+      benchmark::RegisterBenchmark(share.c_str(), [=](benchmark::State& st) { bm_moe_decode(st, share, threads, c); })
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
   }
   // (d) attention
   for (const AttnCase& c : kAttnCases) {
