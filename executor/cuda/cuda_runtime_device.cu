@@ -228,8 +228,13 @@ class CudaDevice : public Device {
   void copy_h2d_batch(const HostCopy* copies, size_t count, Queue q) override {
     SW_CHECK(q == Queue::H2D || q == Queue::H2DAct, "CUDA: copy_h2d_batch on a queue that does not copy to the device");
     const int qi = static_cast<int>(q);
+    for (size_t i = 0; i < count; ++i) check_rows(copies[i]);
     if (g_copy_batch.get() != 1 || !batch_pinned_pieces(copies, count)) {
-      for (size_t i = 0; i < count; ++i) copy(qi, copies[i].dev, copies[i].host, copies[i].bytes, cudaMemcpyHostToDevice);
+      for (size_t i = 0; i < count; ++i) {
+        const HostCopy& c = copies[i];
+        if (c.rows == 1) copy(qi, c.dev, c.host, c.bytes, cudaMemcpyHostToDevice);
+        else copy_rows(qi, c);
+      }
       return;
     }
     uint64_t total = 0;
@@ -265,16 +270,34 @@ class CudaDevice : public Device {
     batch_src_.clear();
     batch_size_.clear();
     for (size_t i = 0; i < count; ++i)
-      for (uint64_t done = 0; done < copies[i].bytes;) {
-        const uint64_t at = reinterpret_cast<uint64_t>(copies[i].host) + done;
-        if (!pinned_.pinned(at)) return false;
-        const uint64_t piece = pinned_.run_from(at, copies[i].bytes - done);
-        batch_dst_.push_back(copies[i].dev + done);
-        batch_src_.push_back(static_cast<const uint8_t*>(copies[i].host) + done);
-        batch_size_.push_back(piece);
-        done += piece;
+      for (uint64_t r = 0; r < copies[i].rows; ++r) {  // a strided copy's rows as pieces of their own
+        uint8_t* dev = copies[i].dev + r * copies[i].dev_pitch;
+        const uint8_t* host = static_cast<const uint8_t*>(copies[i].host) + r * copies[i].host_pitch;
+        for (uint64_t done = 0; done < copies[i].bytes;) {
+          const uint64_t at = reinterpret_cast<uint64_t>(host) + done;
+          if (!pinned_.pinned(at)) return false;
+          const uint64_t piece = pinned_.run_from(at, copies[i].bytes - done);
+          batch_dst_.push_back(dev + done);
+          batch_src_.push_back(host + done);
+          batch_size_.push_back(piece);
+          done += piece;
+        }
       }
     return batch_size_.size() >= 2;
+  }
+  // A strided copy: one cudaMemcpy2DAsync where its rows' whole host range is one pinned run and no cap
+  // paces the link (the pacer reserves the link per contiguous chunk); else row by row.
+  void copy_rows(int q, const HostCopy& c) {
+    const uint64_t host = reinterpret_cast<uint64_t>(c.host);
+    const uint64_t extent = (c.rows - 1) * c.host_pitch + c.bytes;
+    if (pacers_[0].cap.load() > 0 || !pinned_.pinned(host) || pinned_.run_from(host, extent) < extent) {
+      for (uint64_t r = 0; r < c.rows; ++r)
+        copy(q, c.dev + r * c.dev_pitch, static_cast<const uint8_t*>(c.host) + r * c.host_pitch, c.bytes, cudaMemcpyHostToDevice);
+      return;
+    }
+    const cudaError_t e =
+        cudaMemcpy2DAsync(c.dev, c.dev_pitch, c.host, c.host_pitch, c.bytes, c.rows, cudaMemcpyHostToDevice, streams_[q]);
+    if (e != cudaSuccess) copy_failed(e, c.dev, c.host, extent, cudaMemcpyHostToDevice);
   }
   void copy_d2h(void* host, const uint8_t* dev, uint64_t bytes) override { copy(2, host, dev, bytes, cudaMemcpyDeviceToHost); }
   void copy_d2d(uint8_t* dst, const uint8_t* src, uint64_t bytes) override {

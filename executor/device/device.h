@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/model_spec.h"
 #include "executor/model/moe_routing.h"
 
@@ -104,13 +105,29 @@ class Device {
   // Several host-to-device copies on q (a layer's routed experts), with the same effect as copy_h2d on
   // each, in order. CUDA issues them one call per copy, or, with SHARDWISE_COPY_BATCH=1, as one batched
   // call with one pacing step under a PCIe cap (measured slower on the H200 host; kept to re-measure).
+  // A copy of `rows` rows of `bytes` each: row i from host + i * host_pitch to dev + i * dev_pitch (both
+  // pitches at least `bytes` when rows > 1) — e.g. an expert's gate, up and down slices, which lie at one
+  // distance from each other in three same-sized tensors, as one strided copy (CUDA: cudaMemcpy2DAsync where
+  // the rows' host range is pinned and no cap paces the link; else row by row). rows = 1: one plain copy.
   struct HostCopy {
     uint8_t* dev = nullptr;
     const void* host = nullptr;
     uint64_t bytes = 0;
+    uint64_t rows = 1, host_pitch = 0, dev_pitch = 0;
   };
   virtual void copy_h2d_batch(const HostCopy* copies, size_t count, Queue q = Queue::H2D) {
-    for (size_t i = 0; i < count; ++i) copy_h2d(copies[i].dev, copies[i].host, copies[i].bytes, q);
+    for (size_t i = 0; i < count; ++i) {
+      const HostCopy& c = copies[i];
+      check_rows(c);
+      for (uint64_t r = 0; r < c.rows; ++r)
+        copy_h2d(c.dev + r * c.dev_pitch, static_cast<const uint8_t*>(c.host) + r * c.host_pitch, c.bytes, q);
+    }
+  }
+  // Refuses a strided copy whose rows would overlap (a pitch below the row's bytes).
+  static void check_rows(const HostCopy& c) {
+    SW_CHECK(c.rows >= 1 && (c.rows == 1 || (c.host_pitch >= c.bytes && c.dev_pitch >= c.bytes)), "device: a copy of ",
+             c.rows, " rows of ", c.bytes, " bytes with pitches ", c.host_pitch, " (host) and ", c.dev_pitch,
+             " (device) would overlap its own rows");
   }
   virtual void copy_d2h(void* host, const uint8_t* dev, uint64_t bytes) = 0;  // on Queue::D2H
   // Copy of device memory on the compute queue (e.g. moving activations within the arena).

@@ -80,6 +80,50 @@ Queue queue_of(Resource r) {
 
 }  // namespace
 
+void push_expert_copies(std::vector<Device::HostCopy>& out, uint8_t* blk, const ShardLayout& L, const TensorView& g,
+                        const TensorView& u, const TensorView& d, bool strided) {
+  struct Part {
+    uint8_t* dev;
+    const void* host;
+    uint64_t bytes;
+  };
+  Part p[3] = {{blk, g.data, g.nbytes}, {blk + L.expert_up_offset, u.data, u.nbytes}, {blk + L.expert_down_offset, d.data, d.nbytes}};
+  auto single = [&](int i) { out.push_back({p[i].dev, p[i].host, p[i].bytes}); };
+  if (!strided) {
+    for (int i = 0; i < 3; ++i) single(i);
+    return;
+  }
+  std::sort(p, p + 3, [](const Part& a, const Part& b) { return a.dev < b.dev; });
+  auto at = [](const void* q) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(q)); };
+  // Parts i..j (consecutive in the place) as one strided copy: one size, one host and one place distance,
+  // each at least the size (rows that do not overlap).
+  auto joins = [&](int i, int j) {
+    const int64_t w = static_cast<int64_t>(p[i].bytes);
+    const int64_t hp = at(p[i + 1].host) - at(p[i].host), dp = p[i + 1].dev - p[i].dev;
+    if (hp < w || dp < w) return false;
+    for (int k = i + 1; k <= j; ++k)
+      if (static_cast<int64_t>(p[k].bytes) != w || at(p[k].host) - at(p[k - 1].host) != hp || p[k].dev - p[k - 1].dev != dp)
+        return false;
+    return true;
+  };
+  auto rows = [&](int i, int j) {
+    out.push_back({p[i].dev, p[i].host, p[i].bytes, static_cast<uint64_t>(j - i + 1),
+                   static_cast<uint64_t>(at(p[i + 1].host) - at(p[i].host)), static_cast<uint64_t>(p[i + 1].dev - p[i].dev)});
+  };
+  if (joins(0, 2)) {
+    rows(0, 2);
+  } else if (joins(0, 1)) {
+    rows(0, 1);
+    single(2);
+  } else if (joins(1, 2)) {
+    single(0);
+    rows(1, 2);
+  } else {
+    for (int i = 0; i < 3; ++i) single(i);
+  }
+}
+
+
 Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device& device, ThreadPool& pool,
                  PlanTable table, const RuntimeOptions& options)
     : source_(source), weights_(weights), device_(device), pool_(pool), table_(std::move(table)), options_(options),
@@ -188,6 +232,13 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
   buf_->split.resize(static_cast<size_t>(spec_.num_hidden_layers));
   buf_->expert_ptrs.resize(static_cast<size_t>(spec_.num_hidden_layers));
   trace_ = std::getenv("SHARDWISE_TRACE_ACTIONS") != nullptr;
+  strided_expert_copies_ = options_.strided_expert_copies;
+  if (const char* ec = std::getenv("SHARDWISE_EXPERT_COPY")) {
+    const std::string v = ec;
+    SW_CHECK(v == "strided" || v == "split", "SHARDWISE_EXPERT_COPY=", v,
+             ": give strided (an expert's slices as one strided copy where they allow) or split (three copies)");
+    strided_expert_copies_ = v == "strided";
+  }
   // Load time, not the first step: upload what the decode plan pins (other tiers' plans pin a prefix
   // of the same canonical order, or are baselines with their own layout).
   int64_t chunk = 0;
@@ -928,9 +979,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
             SW_CHECK(place < places, "runtime: the routed experts of layer ", layer, " do not fit the stream slot (", cap, " bytes)");
             taken[static_cast<size_t>(place)] = 1;
             uint8_t* blk = dst + L.expert_base + place * L.expert_stride;
-            copies.push_back({blk, g.slice(e).data, g.slice(e).nbytes});
-            copies.push_back({blk + L.expert_up_offset, u.slice(e).data, u.slice(e).nbytes});
-            copies.push_back({blk + L.expert_down_offset, dn.slice(e).data, dn.slice(e).nbytes});
+            push_expert_copies(copies, blk, L, g.slice(e), u.slice(e), dn.slice(e), strided_expert_copies_);
             ptrs[static_cast<size_t>(e)] = blk;
           }
           if (!copies.empty()) device_.copy_h2d_batch(copies.data(), copies.size());

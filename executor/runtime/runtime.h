@@ -51,8 +51,21 @@ struct RuntimeOptions {
   // with the lowest (Mixed: hits and misses in one layer), instead of the router's top_k.
   enum class GuessTest { Router, Lowest, Mixed };
   GuessTest guess_test = GuessTest::Router;
+  // Each streamed routed expert's gate, up and down slices as few strided copies as their host distances
+  // allow (one in a synthetic model, two in llama.cpp's files; Device::HostCopy rows) instead of three.
+  // Opt-in until measured on the GPU (the planner still times three copies); SHARDWISE_EXPERT_COPY=strided
+  // or split overrides it.
+  bool strided_expert_copies = false;
 };
 constexpr int kGraphMaxActions = 8;
+
+// A routed expert's gate, up and down slices (g, u, d: the expert's slices of its layer's host tensors)
+// into its place `blk` in a stream slot laid out as L: three copies, or with `strided` as few strided
+// copies (Device::HostCopy rows) as their distances allow — slices of one size at one distance from each
+// other on the host and in the place go as one. A synthetic model's storage (gate, up, down back to back)
+// gives one; llama.cpp's files (down, gate, up) give two (gate and up, then down).
+void push_expert_copies(std::vector<Device::HostCopy>& out, uint8_t* blk, const ShardLayout& L, const TensorView& g,
+                        const TensorView& u, const TensorView& d, bool strided);
 
 // One action of one plan run, measured: ms since the run began.
 struct TimelineEntry {
@@ -170,6 +183,7 @@ class Runtime : public StepEngine {
   std::vector<bool> kv_on_gpu_;
   bool kv_fixed_ = false;
   bool trace_ = false;  // SHARDWISE_TRACE_ACTIONS: log each action before it runs
+  bool strided_expert_copies_ = false;  // options_ or SHARDWISE_EXPERT_COPY
   int64_t n_past_ = 0;
   uint64_t arena_peak_ = 0, uploaded_ = 0;
   std::vector<RuntimeStep> steps_;

@@ -5,7 +5,8 @@
 # plus the whole model on the GPU. Writes one JSON line per run (run --json + the plan's prediction)
 # into OUT/executor_runs.jsonl and a summary table to stdout.
 #   executor_bench.sh OUT [part]   part: all (default) | nemo8b | qwen30b | full | quick | graphs | pdl | same-plan | timelines
-#   | prefetch (qwen30b auto and gpu-only with and without speculative expert prefetch)
+#   | prefetch (qwen30b auto and gpu-only with and without speculative expert prefetch) | strided (one strided
+#   copy per streamed expert against three)
 #   (CELLS="1024:2G 4096:4G" limits all/nemo8b/qwen30b to those ctx:budget cells; HOST_KV_ATTENTION=split|staged
 #   plans and runs every row with that attention over host KV caches, default choose)
 # graphs: the whole model on the GPU, decode kernel by kernel (--no-cuda-graphs) and as CUDA graphs (the
@@ -13,7 +14,7 @@
 # timelines: auto/static/dynamic at 1K/4G with the measured timeline of their first 6 runs
 # (its summary says when the host had enqueued the last device action); their TPS is not a peer row's.
 set -uo pipefail
-out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick|graphs|pdl|ksplit|same-plan|timelines|prefetch]}
+out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick|graphs|pdl|ksplit|same-plan|timelines|prefetch|strided]}
 part=${2:-all}
 source "$(dirname "$0")/bundle_env.sh"
 [ -f "$profile" ] || { echo "no profile $profile"; exit 2; }
@@ -74,6 +75,7 @@ row = {"model": model, "ctx": ctx, "budget": budget, "schedule": sched, "cuda_gr
        "gemv_trigger": os.environ.get("SHARDWISE_GEMV_TRIGGER", "late"),
        "attn_decode": os.environ.get("SHARDWISE_ATTN_DECODE", "pipelined"),
        "gemv_ksplit": os.environ.get("SHARDWISE_GEMV_KSPLIT", "auto"),
+       "expert_copy": os.environ.get("SHARDWISE_EXPERT_COPY", "split"),
        "timeline": len(sys.argv) > 7 and sys.argv[7] == "timeline", "run_args": os.environ.get("RUN_ARGS", ""), "run": r,
        # The run's own table's prediction (a forced schedule plans a table of its own, whose layout may
        # differ from the planner's mix); the mixed table's for runs of binaries before it was recorded.
@@ -115,6 +117,16 @@ case $part in
     for c in ${PREFETCH_CELLS:-1024:2G 1024:4G 1024:8G 4096:4G 1024:2G 1024:2G}; do
       for s in auto gpu-only; do
         one qwen30b "${c%%:*}" "${c##*:}" "$s"; RUN_ARGS="--next-layer-hits off" one qwen30b "${c%%:*}" "${c##*:}" "$s"
+      done
+    done ;;
+  strided)  # each streamed expert as one strided copy (SHARDWISE_EXPERT_COPY=strided) against three (split):
+            # qwen30b gpu-only and auto at 1K/2G and 1K/4G, alternating, twice
+    for rep in 1 2; do
+      for c in 1024:2G 1024:4G; do
+        for sch in gpu-only auto; do
+          SHARDWISE_EXPERT_COPY=split one qwen30b "${c%%:*}" "${c##*:}" "$sch"
+          SHARDWISE_EXPERT_COPY=strided one qwen30b "${c%%:*}" "${c##*:}" "$sch"
+        done
       done
     done ;;
   quick)  # one budget, the main schedules and the llama.cpp-style baseline, plus the whole model on the GPU
@@ -167,7 +179,8 @@ for line in open(sys.argv[1]):
     vs_tps = f"{tps / max(p[1] for p in peers):.2f}x" if peers and tps else ""
     vs_ttft = ("ahead" if x["ttft_ms"] / 1000 <= min(p[0] for p in peers) else "behind") if peers else ""
     sched = r['schedule'] + ("" if r.get("cuda_graphs", True) else "-graphs") + ("" if r.get("pdl", True) else "-pdl") \
-        + ("-nopf" if "--next-layer-hits off" in r.get("run_args", "") else "")
+        + ("-nopf" if "--next-layer-hits off" in r.get("run_args", "") else "") \
+        + ("-strided" if r.get("expert_copy") == "strided" else "")
     print(f"{r['model']:8} {r['ctx']:>5} {r['budget']:>6} {sched:12} {x['ttft_ms']/1000:8.2f} {tps:8.2f} {med_tps:8.2f} "
           f"{x.get('arena_peak_bytes',0)/2**30:7.2f}G {x.get('device_peak_bytes',0)/2**30:8.2f}G {ratio:>16} {vs_tps:>13} {vs_ttft:>12}"
           + (f"  guessed {x.get('guess_hits', 0)}/{x.get('guessed_experts', 0)} (hits {x.get('next_layer_hits', 0):.2f})"

@@ -34,6 +34,7 @@
 #   session.sh OUT probes    measured timelines beside the simulated ones (timeline_probe.sh) of the split decode
 #                            steps study v11 under-predicted and of qwen30b's 512-token GPU-only step, ~4 min
 #                            -> probe.tgz (experiments/results/executor/timelines_probe_<rev>/)
+#   session.sh OUT strided   GPU suite, then streamed experts as one strided copy each against three, ~4 min
 #   session.sh OUT split-probes  steady decode steps of Dynamic's uncapped split layers in the protocol's 1K
 #                            cells, measured beside the simulated ones, with and without the prefetch, ~3 min
 #   session.sh OUT ab        this bundle's shardwise against an older one (build-gpu/shardwise_<rev>.xz from
@@ -52,8 +53,8 @@
 #                            each weight prefetch distance (SHARDWISE_GEMV_PREFETCH), ~2 min, then the GPU
 #                            suite -> cpu_prefetch.tgz
 set -uo pipefail
-out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes [MODEL] [PREVIOUS.jsonl]}
-stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes [MODEL] [PREVIOUS.jsonl]}
+out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|strided [MODEL] [PREVIOUS.jsonl]}
+stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|strided [MODEL] [PREVIOUS.jsonl]}
 mkdir -p "$out"
 root=/tmp/shardwise-bundle
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
@@ -179,6 +180,12 @@ case $stage in
     mv "$out/probe.tgz" "$out/probe_split.tgz"
     BATCH=512 PROMPT=1024 timeout 150 bash scripts/gpu/timeline_probe.sh "$out" "$q 4G 4096 16 none gpu-only"
     mv "$out/probe.tgz" "$out/probe_prefill.tgz"
+    ;;
+  strided)  # the GPU suite (its strided-copy case), then each streamed expert as one strided copy against three
+            # (executor_bench.sh strided: qwen30b gpu-only and auto, 1K/2G and 1K/4G, twice), ~4 min -> strided.tgz
+    gpu_suite
+    timeout 300 bash scripts/gpu/executor_bench.sh "$out/strided" strided
+    tar -C "$out" -czf "$out/strided.tgz" strided && rm -rf "$out/strided"
     ;;
   split-probes)  # Dynamic's split decode, uncapped, where studies v12/v13 and the protocol measured 60-110 us per split
                  # layer more than predicted: the protocol's 1K cells (a 960-token prompt fills the cache as the

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <functional>
+#include <map>
 
 #include "core/error.h"
 #include "core/hardware_spec.h"
@@ -554,6 +555,7 @@ class CopyWaitCounter : public Device {
  public:
   explicit CopyWaitCounter(Device& d) : d_(d) {}
   int host_waits_on_copies = 0;
+  std::map<uint64_t, int> batch_copies_by_rows;  // copy_h2d_batch's copies (Device::HostCopy) by their rows
   std::string kind() const override { return d_.kind(); }
   std::string name() const override { return d_.name(); }
   uint8_t* allocate_arena(uint64_t bytes) override { return d_.allocate_arena(bytes); }
@@ -562,7 +564,10 @@ class CopyWaitCounter : public Device {
   uint64_t pinned_host_bytes() const override { return d_.pinned_host_bytes(); }
   void set_pcie_cap(double bytes_per_s) override { d_.set_pcie_cap(bytes_per_s); }
   void copy_h2d(uint8_t* dev, const void* host, uint64_t bytes, Queue q) override { d_.copy_h2d(dev, host, bytes, q); }
-  void copy_h2d_batch(const HostCopy* copies, size_t count, Queue q) override { d_.copy_h2d_batch(copies, count, q); }
+  void copy_h2d_batch(const HostCopy* copies, size_t count, Queue q) override {
+    for (size_t i = 0; i < count; ++i) batch_copies_by_rows[copies[i].rows] += 1;
+    d_.copy_h2d_batch(copies, count, q);
+  }
   void copy_d2h(void* host, const uint8_t* dev, uint64_t bytes) override { d_.copy_d2h(host, dev, bytes); }
   void copy_d2d(uint8_t* dst, const uint8_t* src, uint64_t bytes) override { d_.copy_d2d(dst, src, bytes); }
   Event record(Queue q) override { return d_.record(q); }
@@ -685,6 +690,108 @@ TEST_CASE("runtime: experts prefetched on the layer before's guess match the CPU
           for (size_t j = i + 1; j < p.actions.size(); ++j)
             if (p.actions[j].kind == ActionKind::CopyWeights && p.actions[j].shard == p.actions[i].shard) p.actions[j].slot = 1 - p.actions[j].slot;
   CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, bad, o), Contains("into the same slot"));
+}
+
+TEST_CASE("runtime: strided expert copies keep every step exact (one copy per expert in a synthetic model)", "[runtime][moe]") {
+  // RuntimeOptions::strided_expert_copies: a streamed routed expert's gate, up and down slices go as
+  // strided copies (Device::HostCopy rows) where their host distances allow. A synthetic model stores a
+  // layer's gate, up and down expert tensors back to back: one copy of three rows per expert.
+  const ModelSpec spec = test_model("qwen3_moe", DType::F16);
+  ThreadPool pool(2);
+  auto src = make_synthetic_weights(spec, 43, &pool);
+  ModelWeights w = ModelWeights::from_source(*src);
+  const int64_t ctx = 48;
+  const std::vector<int> steps = {9, 1, 4, 1, 1};
+  const auto toks = token_seq(16, spec.vocab_size, 9);
+  const auto ref = reference_steps(*src, toks, steps, ctx);
+  const PlanTable table = table_for(*src, min_budget_for(*src, ctx) + spec.total_bytes() / 4, ctx, {1, 4, 16});  // experts streamed
+  for (Schedule s : {Schedule::GpuOnly, Schedule::Dynamic}) {
+    if (!feasible_at_some_tier(table, s)) continue;
+    for (bool strided : {false, true}) {
+      INFO(schedule_name(s) << (strided ? " strided" : " split"));
+      EmuOptions eo;
+      eo.seed = 47;
+      eo.max_delay_us = 40;
+      eo.queue_scale[static_cast<int>(Queue::H2D)] = 4;  // copies slow: a row landing late reads old experts
+      auto emu = make_emu_device(eo);
+      CopyWaitCounter dev(*emu);
+      RuntimeOptions o;
+      o.schedule = s;
+      o.strided_expert_copies = strided;
+      Runtime rt(*src, w, dev, pool, table, o);
+      CHECK(test::max_rel_error(run_steps(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
+      const auto& by_rows = dev.batch_copies_by_rows;
+      if (strided) {
+        CHECK(by_rows.count(3));  // the experts, one copy each
+        CHECK(!by_rows.count(2));
+      } else {
+        CHECK(by_rows.count(1));
+        CHECK(by_rows.size() == 1);
+      }
+    }
+  }
+  // A strided copy whose rows would overlap is refused with one line.
+  auto dev = make_emu_device({1, 0, 0});
+  uint8_t* arena = dev->allocate_arena(1 << 16);
+  std::vector<uint8_t> host(1 << 16);
+  const Device::HostCopy overlap{arena, host.data(), 4096, 3, 1024, 4096};
+  CHECK_THROWS_WITH(dev->copy_h2d_batch(&overlap, 1), Contains("would overlap its own rows"));
+}
+
+TEST_CASE("push_expert_copies: an expert's slices as few strided copies as their host distances allow", "[runtime][moe]") {
+  // A place of gate, up, down (128-byte slices, 128 apart) and three host tensors of 8 experts each; the
+  // expert's slices where the tensors lie in a synthetic model's order, llama.cpp's, or apart.
+  ShardLayout L;
+  L.expert_up_offset = 128;
+  L.expert_down_offset = 256;
+  std::vector<uint8_t> host(1 << 16), place(384);
+  const uint64_t T = 8 * 128;  // one tensor's bytes
+  auto view = [&](uint64_t off, uint64_t bytes = 128) {
+    TensorView v;
+    v.data = host.data() + off;
+    v.nbytes = bytes;
+    return v;
+  };
+  auto copies = [&](uint64_t g, uint64_t u, uint64_t d, bool strided, uint64_t bytes_d = 128) {
+    std::vector<Device::HostCopy> out;
+    push_expert_copies(out, place.data(), L, view(g), view(u), view(d, bytes_d), strided);
+    uint64_t bytes = 0;
+    for (const auto& c : out) bytes += c.bytes * c.rows;
+    CHECK(bytes == 256 + bytes_d);  // every byte once
+    return out;
+  };
+  const uint64_t e = 3 * 128;  // expert 3's slices
+  // Split: three copies whatever the layout.
+  CHECK(copies(e, T + e, 2 * T + e, false).size() == 3);
+  // gate, up, down back to back: one copy of three rows, T apart on the host, 128 in the place.
+  auto one = copies(e, T + e, 2 * T + e, true);
+  REQUIRE(one.size() == 1);
+  CHECK(one[0].rows == 3);
+  CHECK(one[0].host_pitch == T);
+  CHECK(one[0].dev_pitch == 128);
+  CHECK(one[0].dev == place.data());
+  CHECK(one[0].host == host.data() + e);
+  // llama.cpp's down, gate, up: gate and up as one copy of two rows, down alone.
+  auto two = copies(T + e, 2 * T + e, e, true);
+  REQUIRE(two.size() == 2);
+  CHECK(two[0].rows == 2);
+  CHECK(two[0].dev == place.data());
+  CHECK(two[0].host == host.data() + T + e);
+  CHECK(two[1].rows == 1);
+  CHECK(two[1].dev == place.data() + 256);
+  CHECK(two[1].host == host.data() + e);
+  // up, down back to back after a gate elsewhere: gate alone, then up and down as one.
+  auto tail = copies(5 * T + e, e, T + e, true);
+  REQUIRE(tail.size() == 2);
+  CHECK(tail[0].rows == 1);
+  CHECK(tail[1].rows == 2);
+  // Unequal distances: the pair at one distance as one copy, the third alone.
+  CHECK(copies(e, T + e, 3 * T + e, true).size() == 2);
+  CHECK(copies(e, T + e, 2 * T + e, true, 64).size() == 2);  // down of another size alone
+  // Host addresses falling in the place's order (no row after the one before), or rows closer than their
+  // size: three copies.
+  CHECK(copies(2 * T + e, T + e, e, true).size() == 3);
+  CHECK(copies(e, e + 64, e + 128, true).size() == 3);
 }
 
 TEST_CASE("runtime: switching schedules between steps keeps every step exact (the oracle's one set-up)", "[runtime]") {
