@@ -134,6 +134,7 @@ class CudaDevice : public Device {
     cudaDeviceProp p;
     check(cudaGetDeviceProperties(&p, ordinal), "cudaGetDeviceProperties");
     name_ = p.name;
+    if (p.memPitch > 0) max_pitch_ = static_cast<uint64_t>(p.memPitch);
     // The copy queues get the higher priority: a pacing kernel on them must find an SM between the
     // compute queue's blocks, not after them.
     int least = 0, greatest = 0;
@@ -285,18 +286,28 @@ class CudaDevice : public Device {
       }
     return batch_size_.size() >= 2;
   }
-  // A strided copy: one cudaMemcpy2DAsync where its rows' whole host range is one pinned run and no cap
-  // paces the link (the pacer reserves the link per contiguous chunk); else row by row.
+  // A strided copy: one cudaMemcpy2DAsync where its rows' whole host range is one pinned run, no cap paces
+  // the link (the pacer reserves the link per contiguous chunk) and its pitches are within the device's
+  // largest (a layer's expert tensor over 2 GiB apart); else row by row.
   void copy_rows(int q, const HostCopy& c) {
     const uint64_t host = reinterpret_cast<uint64_t>(c.host);
     const uint64_t extent = (c.rows - 1) * c.host_pitch + c.bytes;
-    if (pacers_[0].cap.load() > 0 || !pinned_.pinned(host) || pinned_.run_from(host, extent) < extent) {
+    auto row_by_row = [&] {
       for (uint64_t r = 0; r < c.rows; ++r)
         copy(q, c.dev + r * c.dev_pitch, static_cast<const uint8_t*>(c.host) + r * c.host_pitch, c.bytes, cudaMemcpyHostToDevice);
+    };
+    if (pacers_[0].cap.load() > 0 || !pinned_.pinned(host) || pinned_.run_from(host, extent) < extent ||
+        c.host_pitch > max_pitch_ || c.dev_pitch > max_pitch_ || c.bytes > max_pitch_) {
+      row_by_row();
       return;
     }
     const cudaError_t e =
         cudaMemcpy2DAsync(c.dev, c.dev_pitch, c.host, c.host_pitch, c.bytes, c.rows, cudaMemcpyHostToDevice, streams_[q]);
+    if (e == cudaErrorInvalidPitchValue) {  // a pitch this device does not take after all: row by row
+      cudaGetLastError();
+      row_by_row();
+      return;
+    }
     if (e != cudaSuccess) copy_failed(e, c.dev, c.host, extent, cudaMemcpyHostToDevice);
   }
   void copy_d2h(void* host, const uint8_t* dev, uint64_t bytes) override { copy(2, host, dev, bytes, cudaMemcpyDeviceToHost); }
@@ -554,6 +565,7 @@ class CudaDevice : public Device {
   std::vector<const void*> batch_src_;
   std::vector<size_t> batch_size_;
   uint64_t graph_launches_ = 0;
+  uint64_t max_pitch_ = (1ull << 31) - 1;  // cudaDevAttrMaxPitch, read at set-up
 };
 
 }  // namespace
