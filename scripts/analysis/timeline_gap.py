@@ -21,15 +21,27 @@ LAYER = re.compile(r"^L(\d+)\.(.*)$")
 
 
 def runs_of(trace):
-    """{run: {"tier", "measured": [events], "predicted": [events]}} from one Chrome trace."""
-    names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "process_name"}
+    """{run: {"tier", "measured": [events], "predicted": [events]}} from one Chrome trace; ValueError
+    naming the event where the trace is not what `shardwise run --timeline` writes."""
+    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
+        raise ValueError("no 'traceEvents' list")
+    events = trace["traceEvents"]
+    for i, e in enumerate(events):
+        if not isinstance(e, dict):
+            raise ValueError(f"traceEvents[{i}] is not an object")
+        if e.get("ph") == "X" and not (isinstance(e.get("name"), str) and
+                                       all(isinstance(e.get(k), (int, float)) for k in ("ts", "dur"))):
+            raise ValueError(f"traceEvents[{i}]: a complete event needs a name, ts and dur")
+    names = {e.get("pid"): e.get("args", {}).get("name", "") for e in events if e.get("name") == "process_name"}
     out = {}
     for pid, name in names.items():
-        m = re.match(r"run (\d+): tier (\d+), (\S+) \((measured|predicted)\)", name)
+        m = re.match(r"run (\d+): tier (\d+), (\S+) \((measured|predicted)\)", str(name))
         if not m:
             continue
         r = out.setdefault(int(m.group(1)), {"tier": int(m.group(2)), "schedule": m.group(3), "measured": [], "predicted": []})
-        r[m.group(4)] = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e["pid"] == pid]
+        r[m.group(4)] = [e for e in events if e.get("ph") == "X" and e.get("pid") == pid]
+    if not out:
+        raise ValueError("no recorded runs ('run N: tier T, SCHEDULE (measured)' processes)")
     return out
 
 
@@ -62,9 +74,11 @@ def med(v):
 
 def report(path, runs_filter=None):
     try:
-        trace = json.load(open(path))
-        runs = runs_of(trace)
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        with open(path) as f:
+            runs = runs_of(json.load(f))
+    except OSError as e:
+        sys.exit(f"timeline_gap: {path}: cannot read ({e.strerror})")
+    except (ValueError, AttributeError) as e:
         sys.exit(f"timeline_gap: {path}: not a `shardwise run --timeline` trace ({e}): give the file --timeline wrote")
     print(f"## {path}\n")
     print("| run | tier | schedule | measured ms | predicted ms | measured / predicted |\n|---|---|---|---|---|---|")
@@ -118,8 +132,10 @@ def main(argv):
     i = 0
     while i < len(argv):
         if argv[i] == "--runs":
-            a, b = argv[i + 1].split(":")
-            runs_filter = (int(a), int(b))
+            m = re.fullmatch(r"(\d+):(\d+)", argv[i + 1] if i + 1 < len(argv) else "")
+            if not m or int(m.group(1)) >= int(m.group(2)):
+                sys.exit("timeline_gap: --runs takes A:B, the recorded runs [A, B) with A < B (e.g. --runs 4:12)")
+            runs_filter = (int(m.group(1)), int(m.group(2)))
             i += 2
             continue
         paths.append(argv[i])

@@ -37,6 +37,7 @@
 #   session.sh OUT strided   GPU suite, then streamed experts as one strided copy each against three, ~4 min
 #   session.sh OUT split-probes  steady decode steps of Dynamic's uncapped split layers in the protocol's 1K
 #                            cells, measured beside the simulated ones, with and without the prefetch, ~3 min
+#   session.sh OUT measure   GPU suite, then strided and split-probes, ~8 min
 #   session.sh OUT ab        this bundle's shardwise against an older one (build-gpu/shardwise_<rev>.xz from
 #                            scripts/gpu/old_binary.sh REV, carried too), alternating: qwen30b's 512-token
 #                            GPU-only prefill and the 1K/4G decode, ~3 min -> ab.tgz
@@ -53,8 +54,8 @@
 #                            each weight prefetch distance (SHARDWISE_GEMV_PREFETCH), ~2 min, then the GPU
 #                            suite -> cpu_prefetch.tgz
 set -uo pipefail
-out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|strided [MODEL] [PREVIOUS.jsonl]}
-stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|strided [MODEL] [PREVIOUS.jsonl]}
+out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|strided|measure [MODEL] [PREVIOUS.jsonl]}
+stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|strided|measure [MODEL] [PREVIOUS.jsonl]}
 mkdir -p "$out"
 root=/tmp/shardwise-bundle
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
@@ -200,6 +201,13 @@ case $stage in
       "$q 2G 1024 16 none gpu-only"
     mkdir -p "$out/split" && tar -C "$out/split" -xzf "$out/nopf/probe.tgz" && tar -C "$out/split" -xzf "$out/pf/probe.tgz"
     tar -C "$out" -czf "$out/probe_split_steady.tgz" split && rm -rf "$out/split" "$out/nopf" "$out/pf"
+    ;;
+  measure)  # the GPU suite, then strided (without its suite) and split-probes in one call, ~8 min -> strided.tgz,
+            # probe_split_steady.tgz
+    gpu_suite
+    SUITE=0 timeout 270 bash "$0" "$out" strided
+    left=$(( 580 - ($(date +%s) - t0) ))
+    if [ "$left" -gt 120 ]; then timeout "$left" bash "$0" "$out" split-probes; else echo "== split-probes skipped: ${left} s left"; fi
     ;;
   diagnose)  # probes, then ab with the minutes left (one call instead of two)
     bash "$0" "$out" probes

@@ -451,6 +451,8 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
     const std::string smoke = root + "/experiments/smoke.yaml";
     require_clean_error("sweep " + quote(exp) + " --device emu --machine-check maybe --out " + quote(rows), {"--machine-check 'maybe'"});
     require_clean_error("sweep " + quote(exp) + " --device emu --machine-tolerance 0 --out " + quote(rows), {"--machine-tolerance"});
+    for (const char* calm : {"-0.1", "10", "nan"})
+      require_clean_error("sweep " + quote(exp) + " --device emu --calm " + calm + " --out " + quote(rows), {"--calm"});
     require_clean_error("sweep " + quote(smoke) + " --device emu --machine-check on --out " + quote(rows), {"names no profile"});
     require_clean_error("sweep " + quote(smoke) + " --device emu --machine-probe on --out " + quote(rows), {"names no profile"});
     CHECK_FALSE(std::ifstream(rows).good());
@@ -479,6 +481,33 @@ TEST_CASE("cli: a malformed SHARDWISE_GEMV_PREFETCH is one error line, before an
   }
   std::string out;
   CHECK(run_command(str_cat("SHARDWISE_GEMV_PREFETCH=0 ", quote(bin()), " info nemo8b"), &out) == 0);
+}
+
+TEST_CASE("cli: an unknown SHARDWISE_EXPERT_COPY is one error line; strided and split both give the CPU path's tokens", "[cli]") {
+  const std::string moe = fixture("hf/qwen3moe_nonorm");
+  const std::string common = str_cat(" ", quote(bin()), " run --model ", quote(moe), " --tokens 1,2,3,4,5 -n 4 --greedy --threads 2 --json");
+  std::string cpu_out;
+  REQUIRE(run_command(common + " 2>/dev/null", &cpu_out) == 0);
+  const auto cpu_ids = nlohmann::json::parse(cpu_out)["generated_ids"];
+  const std::string args = common + " --device emu --vram-budget 3M --schedule gpu-only";  // every expert streamed
+  for (const char* v : {"strided2", "", "STRIDED"}) {
+    const std::string err_path = temp_path("cli_expert_copy_env.txt");
+    std::string out;
+    const int rc = run_command(str_cat("(SHARDWISE_EXPERT_COPY='", v, "'", args, " 2>", quote(err_path), ")"), &out);
+    const std::string err = read_file(err_path);
+    INFO("SHARDWISE_EXPERT_COPY=" << v << "\nexit " << rc << "\nstdout: " << out << "\nstderr: " << err);
+    CHECK(rc == 1);
+    CHECK(out.empty());
+    const auto ls = lines(err);
+    REQUIRE(ls.size() == 1);
+    CHECK_THAT(ls[0], StartsWith("error: SHARDWISE_EXPERT_COPY="));
+  }
+  for (const char* v : {"strided", "split"}) {
+    std::string out;
+    INFO("SHARDWISE_EXPERT_COPY=" << v);
+    REQUIRE(run_command(str_cat("SHARDWISE_EXPERT_COPY=", v, args, " 2>/dev/null"), &out) == 0);
+    CHECK(nlohmann::json::parse(out)["generated_ids"] == cpu_ids);
+  }
 }
 
 TEST_CASE("cli: plan --kv-layers keeps the first N layers' KV in VRAM", "[cli]") {
