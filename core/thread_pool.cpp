@@ -2,6 +2,7 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <exception>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -50,8 +51,18 @@ void ThreadPool::worker_loop(int index) {
   }
 }
 
+void ThreadPool::set_caller_work(std::function<void()> work) { caller_work_ = std::move(work); }
+
+void ThreadPool::run_caller_work() {
+  if (!caller_work_) return;
+  const std::function<void()> work = std::move(caller_work_);
+  caller_work_ = nullptr;
+  work();
+}
+
 void ThreadPool::run_on_all(const std::function<void(int)>& fn) {
   if (n_threads_ == 1) {
+    run_caller_work();
     fn(0);
     return;
   }
@@ -62,15 +73,23 @@ void ThreadPool::run_on_all(const std::function<void(int)>& fn) {
     epoch_.fetch_add(1, std::memory_order_acq_rel);
   }
   if (sleepers_.load() > 0) cv_.notify_all();
+  std::exception_ptr failed;  // the workers use fn until they are done: rethrown only after that
+  try {
+    run_caller_work();
+  } catch (...) {
+    failed = std::current_exception();
+  }
   fn(0);
   while (pending_.load(std::memory_order_acquire) != 0) SW_PAUSE();
   task_ = nullptr;
+  if (failed) std::rethrow_exception(failed);
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   if (n_threads_ == 1 || n <= grain) {
+    run_caller_work();
     fn(0, n, 0);
     return;
   }

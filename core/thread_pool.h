@@ -32,12 +32,21 @@ class ThreadPool {
   // dynamically balanced; waits for all. Runs inline when n is small or the pool has one thread.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn);
 
+  // Host work to overlap with the next loop: that loop (run_on_all or parallel_for, from the calling
+  // thread) wakes the workers, runs `work` on the caller, then the caller's own share — the workers
+  // take the chunks the caller has no time for. A pool of one thread, or a loop run inline, runs it
+  // first. An exception from it is rethrown once the loop is done. `work` must not use this pool.
+  void set_caller_work(std::function<void()> work);
+  // Runs the caller work no loop has taken (e.g. the task started no loop), and clears it.
+  void run_caller_work();
+
  private:
   void worker_loop(int index);
 
   int n_threads_;
   std::vector<std::thread> workers_;
   const std::function<void(int)>* task_ = nullptr;
+  std::function<void()> caller_work_;
   std::atomic<uint64_t> epoch_{0};
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
