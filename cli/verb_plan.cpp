@@ -17,6 +17,7 @@
 #include "core/thread_pool.h"
 #include "executor/model/cpu_model.h"
 #include "oracle/sweep.h"
+#include "executor/runtime/runtime.h"
 #include "planner/planner.h"
 
 namespace shardwise::cli {
@@ -102,6 +103,12 @@ void run_plan(const PlanArgs& a) {
   cfg.host_kv_attention = parse_host_kv_attention(a.host_kv_attention);
   cfg.moe_cpu_experts = a.moe_split;
   cfg.model_name = origin;
+  // The copies `run` would make of a streamed expert: as the file lays its experts out, or (a synthetic
+  // or builtin spec) as synthetic weights do.
+  if (spec.is_moe()) {
+    const bool strided = expert_copies_strided(RuntimeOptions{}.strided_expert_copies);
+    cfg.expert_copies = has_weights ? expert_copies_of(*open_weights(a.model), strided) : synthetic_expert_copies(spec, strided);
+  }
   // One schedule's own table, as `run --schedule S` plans it (its best layout, not the mix's).
   if (!a.only.empty()) cfg.schedules = {parse_schedule(a.only)};
   if (a.routing_tokens != 0) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 
 #if defined(__F16C__)
@@ -101,6 +102,20 @@ void fill_quant(DType dt, uint8_t* out, int64_t b0, int64_t b1, uint64_t key, Te
   }
 }
 
+}  // namespace
+
+std::map<std::string, uint64_t> synthetic_tensor_offsets(const ModelSpec& spec) {
+  std::map<std::string, uint64_t> at;
+  uint64_t offset = 0;
+  for (const auto& d : spec.tensors()) {
+    at[d.name] = offset;
+    offset += (d.bytes + 63) / 64 * 64;  // each tensor 64-byte aligned
+  }
+  return at;
+}
+
+namespace {
+
 class SyntheticWeights : public WeightSource {
  public:
   SyntheticWeights(const ModelSpec& spec, uint64_t seed, ThreadPool* pool, bool show_progress) {
@@ -109,16 +124,15 @@ class SyntheticWeights : public WeightSource {
     rope_style_ = RopeStyle::Neox;
     origin_ = "synthetic:" + spec.name + "?dtype=" + dtype_name(spec.dtype) + "&seed=" + std::to_string(seed);
     const std::vector<TensorDesc> descs = spec_.tensors();
+    const std::map<std::string, uint64_t> at = synthetic_tensor_offsets(spec_);
     uint64_t total = 0;
     for (const auto& d : descs) total += d.bytes;
     storage_ = HostBuffer(total + 64 * descs.size());
     ThreadPool local(1);
     ThreadPool& tp = pool ? *pool : local;
     Progress progress("synthesise " + spec.name, total, show_progress);
-    uint64_t offset = 0;
     for (const auto& d : descs) {
-      uint8_t* out = storage_.data() + offset;
-      offset += (d.bytes + 63) / 64 * 64;
+      uint8_t* out = storage_.data() + at.at(d.name);
       const uint64_t key = splitmix64(seed ^ hash_name(d.name));
       const TensorRecipe r = recipe_for(d, spec_);
       const bool quant = dtype_is_quantized(d.dtype);

@@ -85,6 +85,9 @@ std::unique_ptr<WeightSource> open_hf_weights(const std::string& dir);
 // Synthetic weights: deterministic in (spec, dtype, seed) and independent of the thread count.
 std::unique_ptr<WeightSource> make_synthetic_weights(const ModelSpec& spec, uint64_t seed, ThreadPool* pool,
                                                      bool show_progress = false);
+// Where make_synthetic_weights puts each tensor of `spec`: byte offsets into its one storage block, in
+// the spec's tensor order (no weights are made).
+std::map<std::string, uint64_t> synthetic_tensor_offsets(const ModelSpec& spec);
 // Parses the text after "synthetic:".
 std::unique_ptr<WeightSource> open_synthetic_weights(const std::string& text, const OpenOptions& options);
 

@@ -170,7 +170,14 @@ std::optional<Routing> recorded_routing(const std::vector<json>& sweeps, const s
   return std::nullopt;
 }
 
-PlannerConfig planner_config(const Experiment& e, const Configuration& c, const TensorDtypes& dtypes,
+// What the planner needs of a model's file beyond its spec: its tensors' storage dtypes and how many
+// copies the runtime makes of a streamed expert.
+struct FileFacts {
+  TensorDtypes dtypes;
+  int expert_copies = 3;
+};
+
+PlannerConfig planner_config(const Experiment& e, const Configuration& c, const FileFacts& file,
                              const Routing* routing = nullptr) {
   PlannerConfig cfg;
   if (routing) {
@@ -186,7 +193,8 @@ PlannerConfig planner_config(const Experiment& e, const Configuration& c, const 
   // All five, so `chosen` is the planner's real pick whatever the experiment measures.
   cfg.schedules = {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic, Schedule::LayerSplit, Schedule::CpuMoe};
   cfg.model_name = c.weights;
-  cfg.tensor_dtypes = dtypes;
+  cfg.tensor_dtypes = file.dtypes;
+  cfg.expert_copies = file.expert_copies;
   return cfg;
 }
 
@@ -240,7 +248,7 @@ struct CostSource {
   mutable std::map<long long, std::unique_ptr<CostModel>> models_;
 };
 
-ConfigPlan plan_config(const Experiment& e, const Configuration& c, const ModelSpec& spec, const TensorDtypes& dtypes,
+ConfigPlan plan_config(const Experiment& e, const Configuration& c, const ModelSpec& spec, const FileFacts& file,
                        const CostSource& source, const Routing* routing, PlanTable* table_out = nullptr) {
   ConfigPlan p;
   p.config = c;
@@ -249,7 +257,7 @@ ConfigPlan plan_config(const Experiment& e, const Configuration& c, const ModelS
   p.machine = cost.describe();
   PlanTable table;
   try {
-    const PlannerConfig cfg = planner_config(e, c, dtypes, routing);
+    const PlannerConfig cfg = planner_config(e, c, file, routing);
     if (spec.is_moe())
       for (int64_t t : c.tiers) {
         const double d = routing_experts_for(spec, cfg, t);
@@ -373,7 +381,7 @@ struct LoadedModel {
   int index = -1;
   std::unique_ptr<WeightSource> source;
   std::unique_ptr<ModelWeights> weights;
-  TensorDtypes dtypes;
+  FileFacts file;
   double load_ms = 0;
 };
 
@@ -545,7 +553,8 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
   // Plan every configuration first: the predictions, the rows and the running-time estimate.
   const auto t_plan = Clock::now();
   std::map<int, ModelSpec> specs;
-  std::map<int, TensorDtypes> plan_dtypes;
+  std::map<int, FileFacts> plan_files;
+  const bool strided = expert_copies_strided(RuntimeOptions{}.strided_expert_copies);
   std::map<int, std::unique_ptr<WeightSource>> opened;  // file models opened for planning, reused to run
   std::map<int, Routing> routing;                        // MoE models: measured before planning
   std::vector<ConfigPlan> plans;
@@ -555,10 +564,11 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
     if (!specs.count(c.model)) {
       if (is_synthetic(c.open_path)) {
         specs[c.model] = experiment_model_spec(c.open_path);
+        plan_files[c.model].expert_copies = synthetic_expert_copies(specs[c.model], strided);
       } else {
         auto src = open_weights(c.open_path);
         specs[c.model] = src->spec();
-        plan_dtypes[c.model] = tensor_dtypes_of(*src);
+        plan_files[c.model] = {tensor_dtypes_of(*src), expert_copies_of(*src, strided)};
         opened[c.model] = std::move(src);
       }
       // How many experts a step's tokens really touch decides what streaming costs: measure it on the
@@ -610,7 +620,7 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
         routing[c.model] = std::move(r);
       }
     }
-    ConfigPlan p = plan_config(e, c, specs[c.model], plan_dtypes[c.model], cost_source,
+    ConfigPlan p = plan_config(e, c, specs[c.model], plan_files[c.model], cost_source,
                                routing.count(c.model) ? &routing[c.model] : nullptr);
     if (!p.plannable && e.filters.plannable) {
       res.dropped.push_back(str_cat(c.model_name, " budget ", c.budget_text, " ctx ", c.ctx, " threads ", c.threads, " cap ",
@@ -803,7 +813,7 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
           model.source = open_weights(c.open_path, oo);
         }
         model.weights = std::make_unique<ModelWeights>(ModelWeights::from_source(*model.source));
-        model.dtypes = tensor_dtypes_of(*model.source);
+        model.file = {tensor_dtypes_of(*model.source), expert_copies_of(*model.source, strided)};
         model.index = c.model;
         model.load_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
         const double predicted = static_cast<double>(specs[c.model].total_bytes()) / kLoadBytesPerS;
@@ -813,7 +823,7 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
         log_info("loaded ", c.model_name, " (", c.weights, ") in ", model.load_ms / 1000.0, " s");
       }
       // Re-plan with the loaded file's dtypes; the predictions must be those announced.
-      const ConfigPlan again = plan_config(e, c, model.source->spec(), model.dtypes, cost_source,
+      const ConfigPlan again = plan_config(e, c, model.source->spec(), model.file, cost_source,
                                            routing.count(c.model) ? &routing[c.model] : nullptr, &table);
       for (size_t i = 0; i < again.rows.size() && i < p.rows.size(); ++i)
         if (again.rows[i].feasible != p.rows[i].feasible || std::fabs(again.rows[i].predicted_ms - p.rows[i].predicted_ms) > 1e-6 * (1 + p.rows[i].predicted_ms))
@@ -842,7 +852,7 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
         machine_probes.push_back(machine_slowdown);
       }
       if (machine_slowdown > 0 && p.plannable) {
-        at_probe_cfg = planner_config(e, c, model.dtypes, routing.count(c.model) ? &routing[c.model] : nullptr);
+        at_probe_cfg = planner_config(e, c, model.file, routing.count(c.model) ? &routing[c.model] : nullptr);
         at_probe = make_cpu_scaled_cost_model(cost_source.make(c.pcie_cap_bytes_per_s), machine_slowdown);
       }
       done_predicted_s += kProbeSeconds;

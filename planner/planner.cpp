@@ -116,6 +116,12 @@ class Builder {
   // (plan.h moe_cpu_share / moe_gpu_share). Such a shard is executed on the GPU with a slot.
   void split_experts(std::vector<int> share) { share_ = std::move(share); }
 
+  // The copies the runtime makes of each streamed routed expert (PlannerConfig::expert_copies).
+  Builder& expert_copies(int per_expert) {
+    per_expert_ = per_expert;
+    return *this;
+  }
+
   // GPU attention of layers whose KV is on the host runs over the layer's cache staged in the arena
   // (`past_tokens` cached positions go up, the step's rows come back), not split with a CPU core.
   void stage_host_kv(int64_t past_tokens) {
@@ -418,7 +424,7 @@ class Builder {
     Action& a = plan_.actions.back();
     a.speculative = true;
     a.cpu_experts = share_of(s.id);
-    a.copies = 1 + static_cast<int>(std::llround(3 * std::max(1.0, gpu_experts(s))));
+    a.copies = 1 + static_cast<int>(std::llround(per_expert_ * std::max(1.0, gpu_experts(s))));
     a.slot = static_cast<int>(k % static_cast<size_t>(std::max(1, prefetch_)));
   }
   void emit_copy(size_t k) {
@@ -437,8 +443,9 @@ class Builder {
     copy_action_[k] = add(Resource::H2D, ActionKind::CopyWeights, s.id, s.layer, bytes, label, deps);
     if (spec_.is_moe() && s.kind == ShardKind::Ffn) {  // the runtime copies each routed expert's gate, up, down and the norm
       // (a split layer the GPU's share of them)
-      plan_.actions.back().copies = after_guess ? std::max(1, static_cast<int>(std::llround(3 * gpu_experts(s) * miss)))
-                                                : 1 + static_cast<int>(std::llround(3 * std::max(1.0, gpu_experts(s))));
+      const int per = per_expert_;
+      plan_.actions.back().copies = after_guess ? std::max(1, static_cast<int>(std::llround(per * gpu_experts(s) * miss)))
+                                                : 1 + static_cast<int>(std::llround(per * std::max(1.0, gpu_experts(s))));
       plan_.actions.back().cpu_experts = share_of(s.id);
     }
     plan_.actions.back().slot = static_cast<int>(k % static_cast<size_t>(std::max(1, prefetch_)));
@@ -448,6 +455,7 @@ class Builder {
 
   const ModelSpec& spec_;
   const ShardSet& set_;
+  int per_expert_ = 3;
   Plan& plan_;
   int64_t n_;
   double experts_;  // measured distinct experts per layer for n_ tokens (0 = uniform routing)
@@ -620,6 +628,7 @@ Plan finish_canonical(const Ctx& c, Schedule sched, int64_t n, size_t p, uint64_
   const Plan laid_out = plan;
   auto build = [&](Plan& p, double hit) {
     Builder builder(c.spec, S, p, n, routing_experts_for(c.spec, c.cfg, n));
+    builder.expert_copies(c.cfg.expert_copies);
     if (c.stage) builder.stage_host_kv(std::max<int64_t>(0, c.cfg.ctx - n));
     if (!share.empty()) builder.split_experts(share);
     builder.speculate(hit);
@@ -894,7 +903,7 @@ Plan plan_layer_split(const Ctx& c, int64_t n) {
                 offload_batches && N < Ln ? "; CPU layers' weights copied to the GPU for this batch" : "");
   plan.notes = notes;
   plan.pinned_prefix = 0;
-  Builder(spec, S, plan, n, routing_experts_for(spec, c.cfg, n)).build(exec, slot, plan.kv_on_gpu, 1);
+  Builder(spec, S, plan, n, routing_experts_for(spec, c.cfg, n)).expert_copies(c.cfg.expert_copies).build(exec, slot, plan.kv_on_gpu, 1);
   plan.predicted_ms = simulate(plan, spec, S, c.cost, step_of(c, n));
   plan.feasible = true;
   return plan;
@@ -936,7 +945,7 @@ Plan plan_cpu_moe(const Ctx& c, int64_t n) {
     kv_offset[static_cast<size_t>(l)] = static_cast<int64_t>(c.cfg.budget_bytes - kv_region + static_cast<uint64_t>(l) * c.L.kv_layer_bytes);
   plan.placements = place_shards(S, offset, exec, slot, {}, kv_offset);
   plan.notes = "experts on the CPU, the rest on the GPU";
-  Builder(spec, S, plan, n, routing_experts_for(spec, c.cfg, n)).build(exec, slot, plan.kv_on_gpu, 2);
+  Builder(spec, S, plan, n, routing_experts_for(spec, c.cfg, n)).expert_copies(c.cfg.expert_copies).build(exec, slot, plan.kv_on_gpu, 2);
   plan.predicted_ms = simulate(plan, spec, S, c.cost, step_of(c, n));
   plan.feasible = true;
   return plan;
@@ -1068,6 +1077,8 @@ void check_config(const ModelSpec& spec, const PlannerConfig& cfg) {
     fail("--moe-split ", cfg.moe_cpu_experts, ": ",
          spec.is_moe() ? str_cat("1 .. ", spec.num_experts_per_tok - 1, " experts per token on the CPU, 0 (never) or -1 (choose)")
                        : std::string("the model has no experts (use 0 or -1)"));
+  if (cfg.expert_copies < 1 || cfg.expert_copies > 3)
+    fail("expert copies ", cfg.expert_copies, ": each routed expert is copied as 1 to 3 copies (gate, up, down)");
 }
 
 bool decode_feasible(const ModelSpec& spec, const CostModel& cost, PlannerConfig cfg, uint64_t budget) {

@@ -56,6 +56,9 @@ struct PlannerConfig {
   // planner try every share of the top_k per token with the CPU; 0 never splits; N (1 .. top_k - 1)
   // makes every Dynamic plan split with that share (tests, studies).
   int moe_cpu_experts = -1;
+  // MoE: the copies the runtime makes of each streamed routed expert, each timed with its per-copy cost:
+  // its gate, up and down (3), or fewer as strided copies (executor runtime.h expert_copies_of).
+  int expert_copies = 3;
 };
 
 // "choose" | "split" | "staged" (the CLI's --host-kv-attention); errors on anything else.

@@ -186,6 +186,20 @@ double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const
   // moe_decode: the norm, the experts' gate/up and down GEMVs, the weighted combine); longer steps launch
   // more, and this stays their lower bound.
   constexpr int kGpuShareLaunches = 4;
+  // With a pool of more than one thread, a split layer's CPU share starts before the host enqueues the
+  // layer's routed expert copies and GPU share: the host thread enqueues them while the pool's other
+  // threads compute (runtime.cpp, ThreadPool::set_caller_work), so that work lengthens the share by its
+  // time over the threads instead of delaying it. One thread enqueues first, then computes.
+  const bool host_beside_share = step.threads > 1;
+  std::vector<int> share_of_layer;  // a layer's MoeCpuShare action, -1 if none
+  for (const Action& a : acts)
+    if (a.part == ComputePart::MoeCpuShare && a.resource == Resource::Cpu && a.layer >= 0) {
+      if (share_of_layer.size() <= static_cast<size_t>(a.layer)) share_of_layer.resize(static_cast<size_t>(a.layer) + 1, -1);
+      share_of_layer[static_cast<size_t>(a.layer)] = a.id;
+    }
+  auto share_of = [&](const Action& a) {
+    return a.layer >= 0 && static_cast<size_t>(a.layer) < share_of_layer.size() ? share_of_layer[static_cast<size_t>(a.layer)] : -1;
+  };
   double makespan = 0;
   for (int pass = 0; pass < std::max(1, passes); ++pass) {
     if (pass > 0) {
@@ -212,6 +226,8 @@ double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const
         }
     }
     double free_at[kNumResources] = {};
+    double caller_free = 0;                // the host thread, enqueuing beside a CPU share
+    std::vector<double> caller_work(n, 0);  // per CPU share: the host's enqueue work beside it, ms
     makespan = 0;
     for (size_t i = 0; i < n; ++i) {
       Action& a = acts[i];
@@ -221,7 +237,31 @@ double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const
         ready = std::max(ready, acts[static_cast<size_t>(d)].end_ms);
       }
       double start = std::max(free_at[static_cast<int>(a.resource)], ready);
-      if (issue_ms > 0 && a.kind == ActionKind::CopyWeights && a.copies > 1) {
+      // This layer's CPU share, when the host enqueues this action beside it: the layer's routed expert
+      // copies (before the share in the list, all its dependencies earlier still) and its GPU share.
+      int beside = -1;
+      if (host_beside_share && a.cpu_experts > 0 && !a.speculative &&
+          (a.kind == ActionKind::CopyWeights || a.part == ComputePart::MoeGpuShare)) {
+        beside = share_of(a);
+      }
+      if (beside >= 0) {
+        const Action& share = acts[static_cast<size_t>(beside)];
+        double share_start = share.start_ms;
+        if (beside > a.id) {  // the share comes later in the list: when its dependencies so far are done
+          share_start = free_at[static_cast<int>(Resource::Cpu)];  // (routing and x, copied down beside each other)
+          for (int d : share.deps)
+            if (d < a.id) share_start = std::max(share_start, acts[static_cast<size_t>(d)].end_ms);
+          for (int d : a.deps) {
+            const Action& b = acts[static_cast<size_t>(d)];
+            if (b.payload == Payload::RouterLogits || b.resource == Resource::Cpu) share_start = std::max(share_start, b.end_ms);
+          }
+        }
+        const double host = std::max(caller_free, share_start);
+        const double work = a.kind == ActionKind::CopyWeights ? a.copies * issue_ms : kGpuShareLaunches * launch_ms;
+        caller_free = host + work;
+        if (a.kind == ActionKind::CopyWeights || beside > a.id) caller_work[static_cast<size_t>(beside)] += work;
+        start = std::max(start, host + (a.kind == ActionKind::CopyWeights ? issue_ms : launch_ms));
+      } else if (issue_ms > 0 && a.kind == ActionKind::CopyWeights && a.copies > 1) {
         // A routed MoE layer's expert copies: the host thread enqueues them itself once their routing
         // is known (and it is done with the CPU work before), computing nothing meanwhile, one by one
         // (Device::copy_h2d_batch); the first starts after its own enqueue (runtime.cpp's issue order),
@@ -230,7 +270,7 @@ double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const
         free_at[static_cast<int>(Resource::Cpu)] = host + a.copies * issue_ms;
         start = std::max(start, host + issue_ms);
       }
-      if (launch_ms > 0 && a.part == ComputePart::MoeGpuShare) {
+      if (beside < 0 && launch_ms > 0 && a.part == ComputePart::MoeGpuShare) {
         // A split layer's GPU share: the host enqueues its kernels once the routing is on the host (the
         // device waits for the rest), before it computes the CPU's share (runtime.cpp's issue order).
         double routed = 0;
@@ -242,8 +282,11 @@ double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const
         free_at[static_cast<int>(Resource::Cpu)] = host + kGpuShareLaunches * launch_ms;
         start = std::max(start, host + launch_ms);
       }
+      double d_i = dur[i];
+      if (host_beside_share && a.part == ComputePart::MoeCpuShare && a.resource == Resource::Cpu)
+        d_i += caller_work[i] / step.threads;  // the caller joins late
       a.start_ms = start;
-      a.end_ms = start + dur[i];
+      a.end_ms = start + d_i;
       free_at[static_cast<int>(a.resource)] = a.end_ms;
       makespan = std::max(makespan, a.end_ms);
     }

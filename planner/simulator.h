@@ -7,7 +7,9 @@
 // beside it (CostModel::copy_slowdown); the two host-to-device queues (weights; activations and
 // staged KV caches) share the link, each copy slowed by the other queue's traffic beside it. The CPU
 // resource is also the host thread that enqueues device work: a routed MoE layer's expert copies take it
-// CostModel::copy_issue_ms per copy once their routing is known, before its next CPU action. A split
+// CostModel::copy_issue_ms per copy once their routing is known, before its next CPU action — except
+// with more than one thread, where a split MoE layer's CPU share starts first and the host enqueues the
+// layer's copies and GPU share beside it (lengthening the share by that work over the threads). A split
 // MoE layer's shares each cost the block's fixed part once plus their experts' part. The timeline is also
 // written as a Chrome trace, so a predicted and a measured timeline can be laid side by side.
 #pragma once

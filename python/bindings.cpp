@@ -13,6 +13,7 @@
 #include "core/size.h"
 #include "costmodel/cost_model.h"
 #include "costmodel/profile_db.h"
+#include "executor/runtime/runtime.h"
 #include "oracle/experiment.h"
 #include "oracle/sweep.h"
 #include "planner/plan.h"
@@ -310,6 +311,8 @@ PYBIND11_MODULE(_native, m) {
                                            threads > 0 ? threads : cost->max_threads(), tiers, kv_dtype, spec.name, kv_layers);
         cfg.host_kv_attention = parse_host_kv_attention(host_kv_attention);
         cfg.next_layer_hits = next_layer_hits;
+        // A streamed expert's copies as `shardwise run` makes them of synthetic weights of this spec.
+        if (spec.is_moe()) cfg.expert_copies = synthetic_expert_copies(spec, expert_copies_strided(RuntimeOptions{}.strided_expert_copies));
         PlanTable t = build_plan_table(spec, *cost, cfg);
         t.pcie_cap_gbps = cap / 1e9;
         return t;

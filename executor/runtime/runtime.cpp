@@ -123,6 +123,54 @@ void push_expert_copies(std::vector<Device::HostCopy>& out, uint8_t* blk, const 
   }
 }
 
+bool expert_copies_strided(bool preferred) {
+  const char* ec = std::getenv("SHARDWISE_EXPERT_COPY");
+  if (!ec) return preferred;
+  const std::string v = ec;
+  SW_CHECK(v == "strided" || v == "split", "SHARDWISE_EXPERT_COPY=", v,
+           ": give strided (an expert's slices as one strided copy where they allow) or split (three copies)");
+  return v == "strided";
+}
+
+namespace {
+// push_expert_copies of layer 0's expert 0, whose merged gate, up and down tensors are g, u and d (their
+// data only located, never read), into the planner's layout of that layer's FFN.
+int count_expert_copies(const ModelSpec& spec, const TensorDtypes* dtypes, const TensorView& g, const TensorView& u,
+                        const TensorView& d, bool strided) {
+  const ShardSet shards = make_shards(spec, 1, DType::F32, dtypes);
+  const std::vector<ShardLayout> layouts = shard_layouts(spec, shards, dtypes);
+  if (shards.ffn.empty()) return 3;
+  std::vector<Device::HostCopy> copies;
+  uint8_t* place = reinterpret_cast<uint8_t*>(uintptr_t{1} << 40);  // a place, never written
+  push_expert_copies(copies, place, layouts.at(static_cast<size_t>(shards.ffn[0])), g.slice(0), u.slice(0), d.slice(0), strided);
+  return static_cast<int>(copies.size());
+}
+}  // namespace
+
+int expert_copies_of(const WeightSource& source, bool strided) {
+  const ModelSpec& spec = source.spec();
+  if (!spec.is_moe() || !strided) return 3;
+  const TensorDtypes dtypes = tensor_dtypes_of(source);
+  return count_expert_copies(spec, &dtypes, source.tensor("blk.0.ffn_gate_exps.weight"), source.tensor("blk.0.ffn_up_exps.weight"),
+                             source.tensor("blk.0.ffn_down_exps.weight"), strided);
+}
+
+int synthetic_expert_copies(const ModelSpec& spec, bool strided) {
+  if (!spec.is_moe() || !strided) return 3;
+  const std::map<std::string, uint64_t> at = synthetic_tensor_offsets(spec);
+  TensorView v[3];
+  const char* names[3] = {"blk.0.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight", "blk.0.ffn_down_exps.weight"};
+  for (const TensorDesc& t : spec.tensors())
+    for (int i = 0; i < 3; ++i)
+      if (t.name == names[i]) {
+        v[i].dtype = t.dtype;
+        v[i].shape = t.shape;
+        v[i].nbytes = t.bytes;
+        v[i].data = reinterpret_cast<const void*>((uintptr_t{1} << 44) + at.at(t.name));  // located, never read
+      }
+  for (const TensorView& t : v) SW_CHECK(t.data != nullptr, "synthetic_expert_copies: ", spec.name, " has no layer-0 experts");
+  return count_expert_copies(spec, nullptr, v[0], v[1], v[2], strided);
+}
 
 Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device& device, ThreadPool& pool,
                  PlanTable table, const RuntimeOptions& options)
@@ -232,13 +280,13 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
   buf_->split.resize(static_cast<size_t>(spec_.num_hidden_layers));
   buf_->expert_ptrs.resize(static_cast<size_t>(spec_.num_hidden_layers));
   trace_ = std::getenv("SHARDWISE_TRACE_ACTIONS") != nullptr;
-  strided_expert_copies_ = options_.strided_expert_copies;
-  if (const char* ec = std::getenv("SHARDWISE_EXPERT_COPY")) {
-    const std::string v = ec;
-    SW_CHECK(v == "strided" || v == "split", "SHARDWISE_EXPERT_COPY=", v,
-             ": give strided (an expert's slices as one strided copy where they allow) or split (three copies)");
-    strided_expert_copies_ = v == "strided";
+  if (const char* sf = std::getenv("SHARDWISE_SHARE_FIRST")) {  // for measuring what starting the share first gains
+    const std::string v = sf;
+    SW_CHECK(v == "0" || v == "1", "SHARDWISE_SHARE_FIRST=", v,
+             ": give 1 (a split layer's CPU share starts, the host enqueues beside it; the default) or 0 (enqueues first)");
+    share_first_ = v == "1";
   }
+  strided_expert_copies_ = expert_copies_strided(options_.strided_expert_copies);
   // Load time, not the first step: upload what the decode plan pins (other tiers' plans pin a prefix
   // of the same canonical order, or are baselines with their own layout).
   int64_t chunk = 0;
@@ -1147,7 +1195,21 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
         return false;
     return true;
   };
-  for (size_t finished = 0; finished < N;) {
+  size_t finished = 0;
+  // The CPU's next action when it is a split layer's share and the pool has other threads to start it
+  // on (below); nullptr otherwise.
+  auto next_share = [&]() -> const Action* {
+    const size_t ci = next[static_cast<size_t>(Resource::Cpu)];
+    const auto& cq = order[static_cast<size_t>(Resource::Cpu)];
+    if (!share_first_ || pool_.size() <= 1 || ci >= cq.size()) return nullptr;
+    const Action& c = plan.actions[static_cast<size_t>(cq[ci])];
+    return c.part == ComputePart::MoeCpuShare ? &c : nullptr;
+  };
+  // Every device action whose dependencies are enqueued (and routing arrived); with `hold`, not the
+  // routed work of the layer whose CPU share comes next (it is enqueued beside that share; a copy on
+  // the layer's guess is not held: it was to be in flight before the routing).
+  auto issue_ready = [&](bool hold) {
+    const Action* share = hold ? next_share() : nullptr;
     for (bool progress = true; progress;) {
       progress = false;
       for (Resource r : {Resource::GpuCompute, Resource::H2D, Resource::D2H, Resource::H2DAct}) {
@@ -1157,7 +1219,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
           const Action& a = plan.actions[static_cast<size_t>(q[i])];
           bool ready = true;
           for (int d : a.deps) ready = ready && settled[static_cast<size_t>(d)];
-          if (!ready || (needs_routing(a) && !routing_arrived(a))) break;
+          if (!ready || (needs_routing(a) && (!routing_arrived(a) || (share && !a.speculative && a.layer == share->layer)))) break;
           execute(a);
           settled[static_cast<size_t>(a.id)] = 1;
           ++finished;
@@ -1166,6 +1228,40 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
         }
       }
     }
+  };
+  auto wait_routing = [&](const Action& a) {  // the host waits for a device action's routing only
+    for (int d : a.deps) {
+      const Payload p = plan.actions[static_cast<size_t>(d)].payload;
+      if (p == Payload::RouterLogits || p == Payload::RouterGuess) device_.host_wait(ev[static_cast<size_t>(d)]);
+    }
+  };
+  // A split layer's CPU share, once its dependencies are in, starts at once; the host enqueues the
+  // device work that is ready (the layer's routed expert copy and GPU share among it) while the pool's
+  // other threads compute (ThreadPool::set_caller_work). Enqueued first, a layer's copies and GPU-share
+  // kernels held its CPU share back by ~70 us (qwen30b 4G/1K decode, the sixteenth session). One thread
+  // enqueues first, then computes.
+  auto start_share = [&]() {
+    const Action* c = next_share();
+    if (!c) return false;
+    for (int d : c->deps)
+      if (!settled[static_cast<size_t>(d)]) return false;
+    end_capture();
+    pool_.set_caller_work([&] { issue_ready(false); });
+    try {
+      execute(*c);
+    } catch (...) {
+      pool_.set_caller_work(nullptr);  // it names this step's locals
+      throw;
+    }
+    pool_.run_caller_work();
+    settled[static_cast<size_t>(c->id)] = 1;
+    ++finished;
+    ++next[static_cast<size_t>(Resource::Cpu)];
+    return true;
+  };
+  while (finished < N) {
+    issue_ready(true);
+    if (start_share()) continue;
     // The earliest action not yet settled: a CPU action (its dependencies are all settled), or a
     // device action waiting only for its routing to reach the host.
     int earliest = -1;
@@ -1182,11 +1278,9 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
     // the next layer's guess was enqueued only after it, with the host's wake-up between every layer's
     // copies (GPU-only decode with the prefetch measured 3-50% slower than without, the fifteenth session).
     const Action& a = plan.actions[static_cast<size_t>(earliest)];
-    if (a.resource != Resource::Cpu)
-      for (int d : a.deps) {
-        const Payload p = plan.actions[static_cast<size_t>(d)].payload;
-        if (p == Payload::RouterLogits || p == Payload::RouterGuess) device_.host_wait(ev[static_cast<size_t>(d)]);
-      }
+    if (a.resource != Resource::Cpu) {
+      wait_routing(a);
+    }
     execute(a);
     settled[static_cast<size_t>(a.id)] = 1;
     ++finished;

@@ -6,7 +6,8 @@
 # into OUT/executor_runs.jsonl and a summary table to stdout.
 #   executor_bench.sh OUT [part]   part: all (default) | nemo8b | qwen30b | full | quick | graphs | pdl | same-plan | timelines
 #   | prefetch (qwen30b auto and gpu-only with and without speculative expert prefetch) | strided (one strided
-#   copy per streamed expert against three)
+#   copy per streamed expert against three) | share-first (a split layer's CPU share started before the
+#   host enqueues its copies, against after)
 #   (CELLS="1024:2G 4096:4G" limits all/nemo8b/qwen30b to those ctx:budget cells; HOST_KV_ATTENTION=split|staged
 #   plans and runs every row with that attention over host KV caches, default choose)
 # graphs: the whole model on the GPU, decode kernel by kernel (--no-cuda-graphs) and as CUDA graphs (the
@@ -14,7 +15,7 @@
 # timelines: auto/static/dynamic at 1K/4G with the measured timeline of their first 6 runs
 # (its summary says when the host had enqueued the last device action); their TPS is not a peer row's.
 set -uo pipefail
-out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick|graphs|pdl|ksplit|same-plan|timelines|prefetch|strided]}
+out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick|graphs|pdl|ksplit|same-plan|timelines|prefetch|strided|share-first]}
 part=${2:-all}
 source "$(dirname "$0")/bundle_env.sh"
 [ -f "$profile" ] || { echo "no profile $profile"; exit 2; }
@@ -75,7 +76,8 @@ row = {"model": model, "ctx": ctx, "budget": budget, "schedule": sched, "cuda_gr
        "gemv_trigger": os.environ.get("SHARDWISE_GEMV_TRIGGER", "late"),
        "attn_decode": os.environ.get("SHARDWISE_ATTN_DECODE", "pipelined"),
        "gemv_ksplit": os.environ.get("SHARDWISE_GEMV_KSPLIT", "auto"),
-       "expert_copy": os.environ.get("SHARDWISE_EXPERT_COPY", "split"),
+       "expert_copy": os.environ.get("SHARDWISE_EXPERT_COPY", "strided"),  # (binaries before 2026-12-02: split)
+       "share_first": os.environ.get("SHARDWISE_SHARE_FIRST", "1") != "0",
        "timeline": len(sys.argv) > 7 and sys.argv[7] == "timeline", "run_args": os.environ.get("RUN_ARGS", ""), "run": r,
        # The run's own table's prediction (a forced schedule plans a table of its own, whose layout may
        # differ from the planner's mix); the mixed table's for runs of binaries before it was recorded.
@@ -119,9 +121,16 @@ case $part in
         one qwen30b "${c%%:*}" "${c##*:}" "$s"; RUN_ARGS="--next-layer-hits off" one qwen30b "${c%%:*}" "${c##*:}" "$s"
       done
     done ;;
-  strided)  # each streamed expert as one strided copy (SHARDWISE_EXPERT_COPY=strided) against three (split):
-            # qwen30b gpu-only and auto at 1K/2G and 1K/4G, alternating, twice
+  share-first)  # a split layer's CPU share started before the host enqueues its copies and GPU share (the
+                # default) against after (SHARDWISE_SHARE_FIRST=0): qwen30b auto at 1K/4G, 1K/2G and 4K/4G, alternating, twice
     for rep in 1 2; do
+      for c in 1024:4G 1024:2G 4096:4G; do
+        one qwen30b "${c%%:*}" "${c##*:}" auto; SHARDWISE_SHARE_FIRST=0 one qwen30b "${c%%:*}" "${c##*:}" auto
+      done
+    done ;;
+  strided)  # each streamed expert as one strided copy (SHARDWISE_EXPERT_COPY=strided) against three (split):
+            # qwen30b gpu-only and auto at 1K/2G and 1K/4G, alternating, twice (STRIDED_REPS)
+    for rep in $(seq "${STRIDED_REPS:-2}"); do
       for c in 1024:2G 1024:4G; do
         for sch in gpu-only auto; do
           SHARDWISE_EXPERT_COPY=split one qwen30b "${c%%:*}" "${c##*:}" "$sch"

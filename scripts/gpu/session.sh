@@ -38,6 +38,7 @@
 #   session.sh OUT split-probes  steady decode steps of Dynamic's uncapped split layers in the protocol's 1K
 #                            cells, measured beside the simulated ones, with and without the prefetch, ~3 min
 #   session.sh OUT measure   GPU suite, then strided and split-probes, ~8 min
+#   session.sh OUT measure2  GPU suite, then share-first and split-probes, ~5 min
 #   session.sh OUT ab        this bundle's shardwise against an older one (build-gpu/shardwise_<rev>.xz from
 #                            scripts/gpu/old_binary.sh REV, carried too), alternating: qwen30b's 512-token
 #                            GPU-only prefill and the 1K/4G decode, ~3 min -> ab.tgz
@@ -54,8 +55,8 @@
 #                            each weight prefetch distance (SHARDWISE_GEMV_PREFETCH), ~2 min, then the GPU
 #                            suite -> cpu_prefetch.tgz
 set -uo pipefail
-out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|strided|measure [MODEL] [PREVIOUS.jsonl]}
-stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|strided|measure [MODEL] [PREVIOUS.jsonl]}
+out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|strided|measure|measure2 [MODEL] [PREVIOUS.jsonl]}
+stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|strided|measure|measure2 [MODEL] [PREVIOUS.jsonl]}
 mkdir -p "$out"
 root=/tmp/shardwise-bundle
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
@@ -201,6 +202,14 @@ case $stage in
       "$q 2G 1024 16 none gpu-only"
     mkdir -p "$out/split" && tar -C "$out/split" -xzf "$out/nopf/probe.tgz" && tar -C "$out/split" -xzf "$out/pf/probe.tgz"
     tar -C "$out" -czf "$out/probe_split_steady.tgz" split && rm -rf "$out/split" "$out/nopf" "$out/pf"
+    ;;
+  measure2)  # the GPU suite, then share-first (executor_bench.sh share-first -> share_first.tgz) and
+             # split-probes (-> probe_split_steady.tgz), ~5 min
+    gpu_suite
+    timeout 150 bash scripts/gpu/executor_bench.sh "$out/share_first" share-first
+    tar -C "$out" -czf "$out/share_first.tgz" share_first && rm -rf "$out/share_first"
+    left=$(( 580 - ($(date +%s) - t0) ))
+    if [ "$left" -gt 100 ]; then timeout "$left" bash "$0" "$out" split-probes; else echo "== split-probes skipped: ${left} s left"; fi
     ;;
   measure)  # the GPU suite, then strided (without its suite) and split-probes in one call, ~8 min -> strided.tgz,
             # probe_split_steady.tgz

@@ -483,7 +483,7 @@ TEST_CASE("cli: a malformed SHARDWISE_GEMV_PREFETCH is one error line, before an
   CHECK(run_command(str_cat("SHARDWISE_GEMV_PREFETCH=0 ", quote(bin()), " info nemo8b"), &out) == 0);
 }
 
-TEST_CASE("cli: an unknown SHARDWISE_EXPERT_COPY is one error line; strided and split both give the CPU path's tokens", "[cli]") {
+TEST_CASE("cli: an unknown SHARDWISE_EXPERT_COPY is one error line, strided and split copies both give the CPU path's tokens", "[cli]") {
   const std::string moe = fixture("hf/qwen3moe_nonorm");
   const std::string common = str_cat(" ", quote(bin()), " run --model ", quote(moe), " --tokens 1,2,3,4,5 -n 4 --greedy --threads 2 --json");
   std::string cpu_out;
@@ -508,6 +508,27 @@ TEST_CASE("cli: an unknown SHARDWISE_EXPERT_COPY is one error line; strided and 
     REQUIRE(run_command(str_cat("SHARDWISE_EXPERT_COPY=", v, args, " 2>/dev/null"), &out) == 0);
     CHECK(nlohmann::json::parse(out)["generated_ids"] == cpu_ids);
   }
+  // `plan` times the copies `run` makes: a streamed decode FFN of a synthetic qwen30b (8 experts and
+  // the norm) is 25 copies split, 9 strided (the default); longer steps' FFNs copy more experts.
+  std::map<std::string, std::set<int>> copies;
+  for (const char* v : {"split", "strided", ""}) {
+    const std::string saved = temp_path(str_cat("plan_copies_", v, ".json"));
+    std::string out;
+    REQUIRE(run_command(str_cat(*v ? str_cat("SHARDWISE_EXPERT_COPY=", v, " ") : std::string(), quote(bin()),
+                                " plan --model 'synthetic:qwen30b?dtype=q4_0' --hw h200-host --vram-budget 2G --ctx 1024",
+                                " --threads 16 --only gpu-only --save ", quote(saved), " 2>/dev/null"),
+                        &out) == 0);
+    const auto table = nlohmann::json::parse(read_file(saved));
+    for (const auto& t : table["tiers"])
+      for (const auto& p : t["candidates"])
+        for (const auto& a : p["actions"])
+          if (a["kind"] == "copy_weights" && a["copies"].get<int>() > 1) copies[v].insert(a["copies"].get<int>());
+  }
+  CHECK(copies["split"].count(25) == 1);
+  CHECK(copies["split"].count(9) == 0);
+  CHECK(copies["strided"].count(9) == 1);
+  CHECK(copies["strided"].count(25) == 0);
+  CHECK(copies[""] == copies["strided"]);
 }
 
 TEST_CASE("cli: plan --kv-layers keeps the first N layers' KV in VRAM", "[cli]") {
@@ -696,7 +717,7 @@ TEST_CASE("cli: run runs decode steps of a device-resident plan as CUDA graphs b
   CHECK(both.err.find("give one of --cuda-graphs and --no-cuda-graphs") != std::string::npos);
 }
 
-TEST_CASE("cli: run --profiler-runs brackets plan runs [A, B) with the device's profiler range", "[cli][runtime]") {
+TEST_CASE("cli: run --profiler-runs A:B brackets plan runs A to B-1 with the device's profiler range", "[cli][runtime]") {
   const std::string moe = fixture("hf/qwen3moe_nonorm");
   const std::string base = "run --model " + quote(moe) + " --tokens 1,2,3,4,5 -n 4 --greedy --threads 2 --device emu --vram-budget 3M";
   const Result r = shardwise_cli(base + " --profiler-runs 1:3");

@@ -3,8 +3,10 @@
 // dropped dependency shows up as a wrong result; bad plans are refused.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <map>
+#include <utility>
 
 #include "core/error.h"
 #include "core/hardware_spec.h"
@@ -506,6 +508,55 @@ TEST_CASE("runtime: an MoE layer's experts split between CPU and GPU (Dynamic) m
     CHECK(test::max_rel_error(run_steps(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
     CHECK(rt.memory().arena_peak_bytes <= cfg.budget_bytes);
   }
+  // With a pool of two, a split layer's CPU share starts before the host enqueues the layer's routed
+  // expert copy and GPU share (it enqueues them while the other thread computes); with one thread, or
+  // SHARDWISE_SHARE_FIRST=0, it enqueues them first. Exact either way.
+  for (const auto& [threads, env] : std::vector<std::pair<int, const char*>>{{2, nullptr}, {1, nullptr}, {2, "0"}}) {
+    const bool first = threads > 1 && !env;
+    if (env) setenv("SHARDWISE_SHARE_FIRST", env, 1);
+    ThreadPool p(threads);
+    auto dev = make_emu_device({29, 40, 0});
+    RuntimeOptions o;
+    o.schedule = Schedule::Dynamic;
+    o.timeline_runs = 1000;
+    Runtime rt(*src, w, *dev, p, table, o);
+    unsetenv("SHARDWISE_SHARE_FIRST");
+    INFO(threads << " thread(s), SHARDWISE_SHARE_FIRST " << (env ? env : "unset"));
+    CHECK(test::max_rel_error(run_steps(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
+    struct Layer {
+      double share_start = -1, first_enqueue = 1e300, last_enqueue_end = -1;
+    };
+    std::map<std::pair<int, std::string>, Layer> layers;  // (run, shard) of every split layer
+    for (const TimelineEntry& t : rt.timeline()) {
+      const std::string shard = t.label.substr(0, t.label.find(' '));
+      const bool routed = t.label.find("moe_gpu_share") != std::string::npos ||
+                          (t.resource == Resource::H2D && t.label.find("guessed") == std::string::npos &&
+                           (t.label.find("weights") != std::string::npos || t.label.find("missed") != std::string::npos));
+      Layer& l = layers[{t.run, shard}];
+      if (t.label.find("moe_cpu_share") != std::string::npos) l.share_start = t.start_ms;
+      if (routed) {
+        l.first_enqueue = std::min(l.first_enqueue, t.enqueue_start_ms);
+        l.last_enqueue_end = std::max(l.last_enqueue_end, t.enqueue_end_ms);
+      }
+    }
+    int split = 0, beside = 0, before = 0;
+    for (const auto& [key, l] : layers) {
+      if (l.share_start < 0 || l.last_enqueue_end < 0) continue;
+      ++split;
+      beside += l.first_enqueue >= l.share_start;
+      before += l.last_enqueue_end <= l.share_start;
+    }
+    REQUIRE(split > 0);
+    CHECK((first ? beside : before) == split);
+  }
+  setenv("SHARDWISE_SHARE_FIRST", "yes", 1);
+  {
+    auto dev = make_emu_device({1, 0, 0});
+    RuntimeOptions o;
+    o.schedule = Schedule::Dynamic;
+    CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, table, o), Contains("SHARDWISE_SHARE_FIRST=yes: give 1"));
+  }
+  unsetenv("SHARDWISE_SHARE_FIRST");
   // A plan that splits a dense model's FFN, or names a share of all top_k, is refused at load.
   PlanTable bad = table;
   for (auto& t : bad.tiers)
@@ -738,6 +789,30 @@ TEST_CASE("runtime: strided expert copies keep every step exact (one copy per ex
   CHECK_THROWS_WITH(dev->copy_h2d_batch(&overlap, 1), Contains("would overlap its own rows"));
 }
 
+TEST_CASE("expert_copies_of: the copies a streamed expert takes, for the planner, as the runtime makes them", "[runtime][moe]") {
+  // Synthetic weights (gate, up, down tensors in that order): one strided copy, whether counted on the
+  // weights or on the spec alone (the sweep plans synthetic models before making them); three split.
+  for (DType dt : {DType::F16, DType::Q8_0}) {
+    const ModelSpec spec = test_model("qwen3_moe", dt);
+    ThreadPool pool(2);
+    auto src = make_synthetic_weights(spec, 5, &pool);
+    INFO(dtype_name(dt));
+    CHECK(expert_copies_of(*src, true) == 1);
+    CHECK(synthetic_expert_copies(spec, true) == 1);
+    CHECK(expert_copies_of(*src, false) == 3);
+    CHECK(synthetic_expert_copies(spec, false) == 3);
+  }
+  // llama.cpp's files (down, gate, up): gate and up as one copy, down alone.
+  for (const char* f : {"qwen3moe_small.f16.gguf", "qwen3moe_small.q8_0.gguf"}) {
+    auto src = open_weights(test::fixtures_dir() + "/llamacpp/gguf/" + f);
+    INFO(f);
+    CHECK(expert_copies_of(*src, true) == 2);
+  }
+  // A dense model has no experts to copy.
+  const ModelSpec dense = test_model("llama", DType::F16);
+  CHECK(synthetic_expert_copies(dense, true) == 3);
+}
+
 TEST_CASE("push_expert_copies: an expert's slices as few strided copies as their host distances allow", "[runtime][moe]") {
   // A place of gate, up, down (128-byte slices, 128 apart) and three host tensors of 8 experts each; the
   // expert's slices where the tensors lie in a synthetic model's order, llama.cpp's, or apart.
@@ -859,7 +934,7 @@ TEST_CASE("runtime: switching schedules between steps keeps every step exact (th
   CHECK(rt.steps().back().schedule != Schedule::CpuMoe);
 }
 
-TEST_CASE("runtime: pinned weights survive tier switches; bad plans are refused", "[runtime]") {
+TEST_CASE("runtime: pinned weights survive tier switches, and bad plans are refused", "[runtime]") {
   const ModelSpec spec = test_model("qwen3", DType::F16);
   ThreadPool pool(2);
   auto src = make_synthetic_weights(spec, 2, &pool);

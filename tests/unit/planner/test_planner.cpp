@@ -432,7 +432,7 @@ TEST_CASE("a GPU attention block is costed as the GPU runs it: fused Q/K/V GEMV,
   CHECK(action_ms(a, spec, S, *cost, st) == Approx(c).epsilon(1e-12));
 }
 
-TEST_CASE("a split MoE layer's shares each pay the block's fixed part once; the partial's add is an f32 add", "[planner]") {
+TEST_CASE("a split MoE layer's shares each pay the block's fixed part once, and the partial's add is an f32 add", "[planner]") {
   // The share of c of k experts is not c/k of the block: the block's launches (GPU) or the pool's
   // dispatch (CPU) run once per share whatever its experts. The fixed part comes from the block's 1- and
   // 4-token times (their experts carry ~1 token each); the analytic model's is its launch overheads.
@@ -640,51 +640,70 @@ class SlowerCopies : public CostModel {
 };
 }  // namespace
 
-TEST_CASE("simulation: the host enqueues a routed MoE layer's expert copies and GPU share before its CPU share",
-          "[planner][simulate]") {
+TEST_CASE("simulation: the host enqueues a split layer's expert copies and GPU share beside its CPU share, or with one "
+          "thread before it", "[planner][simulate]") {
   // runtime.cpp's issue order: once a layer's routing is on the host, the host thread enqueues the GPU
-  // share's expert copies one by one (the first starts once it is enqueued) and its kernels, then computes
-  // the CPU share.
+  // share's expert copies one by one (the first starts once it is enqueued) and its kernels — with one
+  // thread, then it computes the CPU share; with more, while the pool's other threads compute it
+  // (ThreadPool::set_caller_work), the share longer by that work over the threads.
   const ModelSpec spec = builtin_spec("qwen30b");
   auto base = make_analytic_cost_model(builtin_hardware("h200-host"));
-  PlannerConfig cfg = config(4 * GiB, 4096, 16);
-  cfg.tiers = {1};
-  const ShardSet S = make_shards(spec, cfg.ctx, cfg.kv_dtype);
-  const PlanTable t = build_plan_table(spec, *base, cfg);
-  const Plan* dy = t.find_tier(1)->find(Schedule::Dynamic);
-  REQUIRE(dy->feasible);
-  StepShape step;
-  step.tokens = 1;
-  step.keys = cfg.ctx;
-  step.threads = cfg.threads;
-  const double issue = 0.01;  // 10 us a copy: large, to see it
-  const double launch = base->launch_ms();  // the datasheet's kernel launch
-  REQUIRE(launch > 0);
-  const SlowerCopies issuing(*base, 1.0, 1.0, issue), free_issue(*base, 1.0, 1.0, 0.0);
-  Plan with = *dy, without = *dy;
-  const double t_with = simulate(with, spec, S, issuing, step), t_without = simulate(without, spec, S, free_issue, step);
-  int shares = 0;
-  for (const Action& a : with.actions) {
-    if (a.part != ComputePart::MoeCpuShare) continue;
-    const Action* copy = nullptr;
-    for (const Action& b : with.actions)
-      if (b.kind == ActionKind::CopyWeights && b.layer == a.layer) copy = &b;
-    REQUIRE(copy != nullptr);
-    double routed = 0;  // when the copy's dependencies (the routing) were done
-    for (int d : copy->deps) routed = std::max(routed, with.actions[static_cast<size_t>(d)].end_ms);
-    const Action& gpu = with.actions[static_cast<size_t>(a.id) - 1];  // enqueued just before the CPU share
-    REQUIRE(gpu.part == ComputePart::MoeGpuShare);
-    CHECK(copy->copies > 1);
-    CHECK(a.start_ms >= routed + copy->copies * issue + 2 * launch - 1e-9);  // the GPU share's kernels issued first
-    CHECK(gpu.start_ms >= routed + copy->copies * issue + launch - 1e-9);
-    CHECK(copy->start_ms >= routed + issue - 1e-9);
-    CHECK(copy->start_ms < routed + copy->copies * issue - 1e-9);
-    ++shares;
+  for (int threads : {1, 16}) {
+    INFO(threads << " thread(s)");
+    PlannerConfig cfg = config(4 * GiB, 4096, threads);
+    cfg.tiers = {1};
+    const ShardSet S = make_shards(spec, cfg.ctx, cfg.kv_dtype);
+    const PlanTable t = build_plan_table(spec, *base, cfg);
+    const Plan* dy = t.find_tier(1)->find(Schedule::Dynamic);
+    REQUIRE(dy->feasible);
+    StepShape step;
+    step.tokens = 1;
+    step.keys = cfg.ctx;
+    step.threads = cfg.threads;
+    const double issue = 0.01;  // 10 us a copy: large, to see it
+    const double launch = base->launch_ms();  // the datasheet's kernel launch
+    REQUIRE(launch > 0);
+    const SlowerCopies issuing(*base, 1.0, 1.0, issue), free_issue(*base, 1.0, 1.0, 0.0);
+    Plan with = *dy, without = *dy;
+    const double t_with = simulate(with, spec, S, issuing, step), t_without = simulate(without, spec, S, free_issue, step);
+    int shares = 0;
+    for (const Action& a : with.actions) {
+      if (a.part != ComputePart::MoeCpuShare) continue;
+      const Action* copy = nullptr;
+      for (const Action& b : with.actions)
+        if (b.kind == ActionKind::CopyWeights && b.layer == a.layer) copy = &b;
+      REQUIRE(copy != nullptr);
+      double routed = 0;  // when the copy's dependencies (the routing) were done
+      for (int d : copy->deps) routed = std::max(routed, with.actions[static_cast<size_t>(d)].end_ms);
+      double share_ready = 0;
+      for (int d : a.deps) share_ready = std::max(share_ready, with.actions[static_cast<size_t>(d)].end_ms);
+      const Action& gpu = with.actions[static_cast<size_t>(a.id) - 1];  // enqueued just before the CPU share
+      REQUIRE(gpu.part == ComputePart::MoeGpuShare);
+      CHECK(copy->copies > 1);
+      const double work = copy->copies * issue + 4 * launch;  // simulator.cpp kGpuShareLaunches
+      const Action& alone = without.actions[static_cast<size_t>(a.id)];
+      if (threads == 1) {
+        CHECK(a.start_ms >= routed + copy->copies * issue + 2 * launch - 1e-9);  // the GPU share's kernels issued first
+        CHECK(gpu.start_ms >= routed + copy->copies * issue + launch - 1e-9);
+        CHECK(copy->start_ms >= routed + issue - 1e-9);
+        CHECK(copy->start_ms < routed + copy->copies * issue - 1e-9);
+      } else {
+        CHECK(a.start_ms < routed + copy->copies * issue);  // not held back by the enqueues
+        // Enqueued beside it, from the routing (the share's x arrives a few us later: not waited for here).
+        CHECK(copy->start_ms >= routed + issue - 1e-9);
+        CHECK(copy->start_ms < a.start_ms + 2 * issue);
+        CHECK(gpu.start_ms >= routed + copy->copies * issue + launch - 1e-9);
+        // The share took the host's enqueue work over the threads longer than it does with none (give
+        // or take the DRAM contention of copies that moved).
+        CHECK(a.end_ms - a.start_ms == Approx(alone.end_ms - alone.start_ms + work / threads).margin(0.1 * work / threads));
+      }
+      ++shares;
+    }
+    CHECK(shares > 0);
+    CHECK(t_with > t_without);
+    // With no copy issue time the schedule is the planner's own.
+    CHECK(t_without == Approx(dy->predicted_ms).epsilon(1e-9));
   }
-  CHECK(shares > 0);
-  CHECK(t_with > t_without);
-  // With no copy issue time the schedule is the planner's own.
-  CHECK(t_without == Approx(dy->predicted_ms).epsilon(1e-9));
 }
 
 TEST_CASE("simulation: copies beside CPU work take the cost model's slowdown", "[planner][simulate]") {
@@ -760,7 +779,7 @@ TEST_CASE("simulation: the two host-to-device queues share the link", "[planner]
   CHECK(simulate(p, spec, S, *cost, step) == Approx(alone + cost->transfer_ms(big / 2, Direction::HostToDevice)).epsilon(1e-9));
 }
 
-TEST_CASE("repredict: a plan simulated again gives its prediction; with slower CPU work, slower", "[planner][simulate]") {
+TEST_CASE("repredict: a plan simulated again gives its prediction, and with slower CPU work a slower one", "[planner][simulate]") {
   int scaled_up = 0;
   for (const char* model : {"nemo8b", "qwen30b"}) {
     const ModelSpec spec = builtin_spec(model);
@@ -1066,6 +1085,18 @@ TEST_CASE("measured MoE routing: the curve, and what a step streams and costs", 
   CHECK(ffn_copies(p_uni) == std::vector<int>{1 + static_cast<int>(std::llround(3 * expected_distinct_experts(512, 8, 128)))});
   const Plan d1 = build_plan(moe, *cost, uni, Schedule::GpuOnly, 1);
   CHECK(ffn_copies(d1) == std::vector<int>{1 + 3 * 8});
+  // With strided copies the runtime makes fewer per expert (PlannerConfig::expert_copies): the plan
+  // says so; 0 or 4 copies an expert is refused.
+  for (int per : {1, 2}) {
+    PlannerConfig fewer = uni;
+    fewer.expert_copies = per;
+    CHECK(ffn_copies(build_plan(moe, *cost, fewer, Schedule::GpuOnly, 1)) == std::vector<int>{1 + per * 8});
+  }
+  for (int bad : {0, 4}) {
+    PlannerConfig b = uni;
+    b.expert_copies = bad;
+    CHECK_THROWS_WITH(build_plan_table(moe, *cost, b), Contains("expert copies"));
+  }
   const SlowerCopies slow(*cost, 1.0, 2.0);  // bursts twice their bytes as one copy
   Plan d1_slow = d1;
   StepShape shape;
