@@ -1177,7 +1177,8 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
   // device actions are enqueued as early as their dependencies allow — before a long CPU shard that
   // precedes them in the list — keeping each queue in list order: weight copies for later layers
   // then run while the CPU computes. Work that needs the host to know a layer's routing is only
-  // enqueued once that routing has arrived (or when nothing else can proceed).
+  // enqueued once that routing has arrived (or when nothing else can proceed); a split layer's routed
+  // work is enqueued beside its CPU share once that share can start (start_share below).
   const size_t N = plan.actions.size();
   std::vector<std::vector<int>> order(kNumResources);
   for (const Action& a : plan.actions) order[static_cast<size_t>(a.resource)].push_back(a.id);
