@@ -7,7 +7,8 @@
 #   executor_bench.sh OUT [part]   part: all (default) | nemo8b | qwen30b | full | quick | graphs | pdl | same-plan | timelines
 #   | prefetch (qwen30b auto and gpu-only with and without speculative expert prefetch) | strided (one strided
 #   copy per streamed expert against three) | share-first (a split layer's CPU share started before the
-#   host enqueues its copies, against after)
+#   host enqueues its copies, against after) | host-fence (the work after a CPU share enqueued before it
+#   ends, against after)
 #   (CELLS="1024:2G 4096:4G" limits all/nemo8b/qwen30b to those ctx:budget cells; HOST_KV_ATTENTION=split|staged
 #   plans and runs every row with that attention over host KV caches, default choose)
 # graphs: the whole model on the GPU, decode kernel by kernel (--no-cuda-graphs) and as CUDA graphs (the
@@ -15,7 +16,7 @@
 # timelines: auto/static/dynamic at 1K/4G with the measured timeline of their first 6 runs
 # (its summary says when the host had enqueued the last device action); their TPS is not a peer row's.
 set -uo pipefail
-out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick|graphs|pdl|ksplit|same-plan|timelines|prefetch|strided|share-first]}
+out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick|graphs|pdl|ksplit|same-plan|timelines|prefetch|strided|share-first|host-fence]}
 part=${2:-all}
 source "$(dirname "$0")/bundle_env.sh"
 [ -f "$profile" ] || { echo "no profile $profile"; exit 2; }
@@ -78,6 +79,7 @@ row = {"model": model, "ctx": ctx, "budget": budget, "schedule": sched, "cuda_gr
        "gemv_ksplit": os.environ.get("SHARDWISE_GEMV_KSPLIT", "auto"),
        "expert_copy": os.environ.get("SHARDWISE_EXPERT_COPY", "strided"),  # (binaries before 2026-12-02: split)
        "share_first": os.environ.get("SHARDWISE_SHARE_FIRST", "1") != "0",
+       "host_fence": os.environ.get("SHARDWISE_HOST_FENCE", "0") == "1",
        "timeline": len(sys.argv) > 7 and sys.argv[7] == "timeline", "run_args": os.environ.get("RUN_ARGS", ""), "run": r,
        # The run's own table's prediction (a forced schedule plans a table of its own, whose layout may
        # differ from the planner's mix); the mixed table's for runs of binaries before it was recorded.
@@ -126,6 +128,13 @@ case $part in
     for rep in 1 2; do
       for c in 1024:4G 1024:2G 4096:4G; do
         one qwen30b "${c%%:*}" "${c##*:}" auto; SHARDWISE_SHARE_FIRST=0 one qwen30b "${c%%:*}" "${c##*:}" auto
+      done
+    done ;;
+  host-fence)  # the work after a split layer's CPU share enqueued before it ends, behind a host fence
+               # (SHARDWISE_HOST_FENCE=1), against after it (0, the default): qwen30b auto, alternating, twice
+    for rep in 1 2; do
+      for c in 1024:4G 1024:2G 4096:4G; do
+        SHARDWISE_HOST_FENCE=1 one qwen30b "${c%%:*}" "${c##*:}" auto; one qwen30b "${c%%:*}" "${c##*:}" auto
       done
     done ;;
   strided)  # each streamed expert as one strided copy (SHARDWISE_EXPERT_COPY=strided) against three (split):

@@ -39,6 +39,7 @@
 #                            cells, measured beside the simulated ones, with and without the prefetch, ~3 min
 #   session.sh OUT measure   GPU suite, then strided and split-probes, ~8 min
 #   session.sh OUT measure2  GPU suite, then share-first and split-probes, ~5 min
+#   session.sh OUT fence     GPU suite, then host fences against none and split-probes with them, ~6 min
 #   session.sh OUT ab        this bundle's shardwise against an older one (build-gpu/shardwise_<rev>.xz from
 #                            scripts/gpu/old_binary.sh REV, carried too), alternating: qwen30b's 512-token
 #                            GPU-only prefill and the 1K/4G decode, ~3 min -> ab.tgz
@@ -55,8 +56,8 @@
 #                            each weight prefetch distance (SHARDWISE_GEMV_PREFETCH), ~2 min, then the GPU
 #                            suite -> cpu_prefetch.tgz
 set -uo pipefail
-out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|strided|measure|measure2 [MODEL] [PREVIOUS.jsonl]}
-stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|strided|measure|measure2 [MODEL] [PREVIOUS.jsonl]}
+out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|strided|measure|measure2|fence [MODEL] [PREVIOUS.jsonl]}
+stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|strided|measure|measure2|fence [MODEL] [PREVIOUS.jsonl]}
 mkdir -p "$out"
 root=/tmp/shardwise-bundle
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
@@ -210,6 +211,14 @@ case $stage in
     tar -C "$out" -czf "$out/share_first.tgz" share_first && rm -rf "$out/share_first"
     left=$(( 580 - ($(date +%s) - t0) ))
     if [ "$left" -gt 100 ]; then timeout "$left" bash "$0" "$out" split-probes; else echo "== split-probes skipped: ${left} s left"; fi
+    ;;
+  fence)  # the GPU suite (its host-fence cases), then host fences against none (executor_bench.sh host-fence ->
+          # host_fence.tgz), then split-probes with fences (SHARDWISE_HOST_FENCE=1) in the minutes left, ~6 min
+    gpu_suite
+    timeout 150 bash scripts/gpu/executor_bench.sh "$out/host_fence" host-fence
+    tar -C "$out" -czf "$out/host_fence.tgz" host_fence && rm -rf "$out/host_fence"
+    left=$(( 580 - ($(date +%s) - t0) ))
+    if [ "$left" -gt 100 ]; then SHARDWISE_HOST_FENCE=1 timeout "$left" bash "$0" "$out" split-probes; else echo "== split-probes skipped: ${left} s left"; fi
     ;;
   measure)  # the GPU suite, then strided (without its suite) and split-probes in one call, ~8 min -> strided.tgz,
             # probe_split_steady.tgz
