@@ -623,22 +623,16 @@ TEST_CASE("runtime: an MoE layer's experts split between CPU and GPU (Dynamic) m
     }
   }
   unsetenv("SHARDWISE_HOST_FENCE");
-  setenv("SHARDWISE_HOST_FENCE", "2", 1);
-  {
+  // A bad value of either switch is refused when the runtime is made, naming it.
+  for (const auto& [var, value] : std::vector<std::pair<const char*, const char*>>{{"SHARDWISE_HOST_FENCE", "2"},
+                                                                                  {"SHARDWISE_SHARE_FIRST", "yes"}}) {
+    setenv(var, value, 1);
     auto dev = make_emu_device({1, 0, 0});
     RuntimeOptions o;
     o.schedule = Schedule::Dynamic;
-    CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, table, o), Contains("SHARDWISE_HOST_FENCE=2: give 1"));
+    CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, table, o), Contains(std::string(var) + "=" + value + ": give 1"));
+    unsetenv(var);
   }
-  unsetenv("SHARDWISE_HOST_FENCE");
-  setenv("SHARDWISE_SHARE_FIRST", "yes", 1);
-  {
-    auto dev = make_emu_device({1, 0, 0});
-    RuntimeOptions o;
-    o.schedule = Schedule::Dynamic;
-    CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, table, o), Contains("SHARDWISE_SHARE_FIRST=yes: give 1"));
-  }
-  unsetenv("SHARDWISE_SHARE_FIRST");
   // A plan that splits a dense model's FFN, or names a share of all top_k, is refused at load.
   PlanTable bad = table;
   for (auto& t : bad.tiers)
