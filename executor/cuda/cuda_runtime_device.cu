@@ -3,7 +3,10 @@
 // pool recycled at each synchronize(); host weights are registered (pinned) so copies run at PCIe
 // speed; a PCIe cap paces copies in chunks of 4 MiB or more with waiting kernels on the copy's stream
 // (the two host-to-device streams share one pacer: the cap is the link's; copies under 64 KiB are
-// charged, not held). The blocks' kernels live in
+// charged, not held). Activation uploads (Queue::H2DAct) of up to 1 MiB from pinned memory are read by
+// a kernel over the mapped host memory instead of the copy engine, which runs host-to-device copies one
+// after another whatever their streams: behind a weight copy, the upload waited for all of it (below,
+// act_pull). The blocks' kernels live in
 // cuda_kernels.h and are warmed up (loaded, cuBLAS set up) when created, before the arena; cuBLAS
 // gets its workspace from the plan's scratch, never its own allocation.
 #include <cublas_v2.h>
@@ -95,6 +98,14 @@ __global__ void host_fence_kernel(const volatile unsigned long long* raised, uns
   while (*raised < seq) __nanosleep(200);
 }
 
+// An activation upload read by the SMs from mapped pinned host memory (CudaDevice::copy, act_pull):
+// `ld.cv` fetches every line again, never a cached copy of what the host rewrote since.
+template <typename T>
+__global__ void pull_kernel(T* dst, const T* src, uint64_t n) {
+  const uint64_t step = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) dst[i] = __ldcv(src + i);
+}
+
 // Forwards the blocks, giving cuBLAS the first part of the workspace.
 class WorkspaceSplitKernels : public DeviceKernels {
  public:
@@ -130,6 +141,15 @@ class WorkspaceSplitKernels : public DeviceKernels {
 // as soon as it is enqueued.
 cuda::Switch g_copy_batch([] { return cuda::env_is("SHARDWISE_COPY_BATCH", "1") ? 1 : 0; });
 
+// Activation uploads (Queue::H2DAct) of at most kPullMaxBytes from pinned host memory run as a kernel that
+// reads the mapped host memory (pull_kernel), on the SMs. The copy engine runs host-to-device copies in the
+// order they reach it, whatever their streams, so an upload issued behind a weight copy waited for all of it:
+// nemo8b 4G/4K Dynamic, a CPU FFN's output 2.9-5.1 ms behind a 283 MB streamed FFN, three or four times a
+// step (results/executor/ctx_probes_2806f34/). SHARDWISE_ACT_PULL=0 (or cuda_set_act_pull) copies them on
+// the engine again. Under a PCIe cap a pull is charged to the pacer, as copies under 64 KiB are.
+cuda::Switch g_act_pull([] { return cuda::env_is("SHARDWISE_ACT_PULL", "0") ? 0 : 1; });
+constexpr uint64_t kPullMaxBytes = 1ull << 20;
+
 class CudaDevice : public Device {
  public:
   explicit CudaDevice(int ordinal) : ordinal_(ordinal) {
@@ -141,6 +161,12 @@ class CudaDevice : public Device {
     check(cudaGetDeviceProperties(&p, ordinal), "cudaGetDeviceProperties");
     name_ = p.name;
     if (p.memPitch > 0) max_pitch_ = static_cast<uint64_t>(p.memPitch);
+    int host_ptr = 0;  // registered host memory readable by kernels at its host address (act_pull)
+    if (cudaDeviceGetAttribute(&host_ptr, cudaDevAttrCanUseHostPointerForRegisteredMem, ordinal) != cudaSuccess) {
+      cudaGetLastError();
+      host_ptr = 0;
+    }
+    host_ptr_reads_ = host_ptr != 0 && p.unifiedAddressing != 0;
     // The copy queues get the higher priority: a pacing kernel on them must find an SM between the
     // compute queue's blocks, not after them.
     int least = 0, greatest = 0;
@@ -526,6 +552,11 @@ class CudaDevice : public Device {
   // from one registered range (or unregistered memory) into another.
   void copy(int q, void* dst, const void* src, uint64_t bytes, cudaMemcpyKind kind) {
     const uint64_t host = reinterpret_cast<uint64_t>(kind == cudaMemcpyHostToDevice ? src : dst);
+    if (q == static_cast<int>(Queue::H2DAct) && kind == cudaMemcpyHostToDevice && bytes > 0 && bytes <= kPullMaxBytes &&
+        host_ptr_reads_ && g_act_pull.get() == 1 && pinned_.pinned(host) && pinned_.run_from(host, bytes) >= bytes) {
+      pull(q, static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), bytes);
+      return;
+    }
     uint64_t done = 0;
     while (done < bytes) {
       const uint64_t at = host + done;
@@ -561,6 +592,21 @@ class CudaDevice : public Device {
       }
       tail_pending_[q] = true;
     }
+  }
+
+  // An activation upload as a kernel on queue q reading the pinned host range (act_pull above): 16-byte
+  // loads where both sides and the size allow, else 4-byte, else bytes. Charged to the pacer under a cap.
+  void pull(int q, uint8_t* dst, const uint8_t* src, uint64_t bytes) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | static_cast<uintptr_t>(bytes);
+    const int width = (a & 15u) == 0 ? 16 : (a & 3u) == 0 ? 4 : 1;
+    const uint64_t n = bytes / static_cast<uint64_t>(width);
+    const unsigned threads = 256, blocks = static_cast<unsigned>(std::min<uint64_t>((n + threads - 1) / threads, 256));
+    cudaStream_t s = streams_[q];
+    if (width == 16) pull_kernel<<<blocks, threads, 0, s>>>(reinterpret_cast<uint4*>(dst), reinterpret_cast<const uint4*>(src), n);
+    else if (width == 4) pull_kernel<<<blocks, threads, 0, s>>>(reinterpret_cast<unsigned int*>(dst), reinterpret_cast<const unsigned int*>(src), n);
+    else pull_kernel<<<blocks, threads, 0, s>>>(reinterpret_cast<unsigned char*>(dst), reinterpret_cast<const unsigned char*>(src), n);
+    check(cudaGetLastError(), "the activation upload kernel launch");
+    if (pacers_[0].cap.load() > 0) pacers_[0].owed.fetch_add(bytes);
   }
 
   // Whatever is enqueued on queue q next (an event, a timeline stamp) waits until q's paced copies would
@@ -602,11 +648,13 @@ class CudaDevice : public Device {
   std::vector<size_t> batch_size_;
   uint64_t graph_launches_ = 0;
   uint64_t max_pitch_ = (1ull << 31) - 1;  // cudaDevAttrMaxPitch, read at set-up
+  bool host_ptr_reads_ = false;  // kernels may read registered host memory at its host address (act_pull)
 };
 
 }  // namespace
 
 std::unique_ptr<Device> make_cuda_device(int ordinal) { return std::make_unique<CudaDevice>(ordinal); }
 void cuda_set_copy_batch(bool on) { g_copy_batch.set(on ? 1 : 0); }
+void cuda_set_act_pull(bool on) { g_act_pull.set(on ? 1 : 0); }
 
 }  // namespace shardwise

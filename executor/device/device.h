@@ -205,5 +205,8 @@ std::unique_ptr<Device> make_cuda_device(int ordinal = 0);
 // CUDA devices' copy_h2d_batch as one cudaMemcpyBatchAsync (on) or one call per copy (off, the
 // default; SHARDWISE_COPY_BATCH=1 turns it on). Process-wide, for tests and measurements.
 void cuda_set_copy_batch(bool on);
+// CUDA: activation uploads (Queue::H2DAct, up to 1 MiB, pinned) read by a kernel (the default) or copied by
+// the copy engine (SHARDWISE_ACT_PULL=0); the GPU suite runs both. No-op in a build without CUDA.
+void cuda_set_act_pull(bool on);
 
 }  // namespace shardwise

@@ -8,7 +8,7 @@
 #   | prefetch (qwen30b auto and gpu-only with and without speculative expert prefetch) | strided (one strided
 #   copy per streamed expert against three) | share-first (a split layer's CPU share started before the
 #   host enqueues its copies, against after) | host-fence (the work after a CPU share enqueued before it
-#   ends, against after)
+#   ends, against after) | act-pull (activation uploads read by a kernel against copied by the copy engine)
 #   (CELLS="1024:2G 4096:4G" limits all/nemo8b/qwen30b to those ctx:budget cells; HOST_KV_ATTENTION=split|staged
 #   plans and runs every row with that attention over host KV caches, default choose)
 # graphs: the whole model on the GPU, decode kernel by kernel (--no-cuda-graphs) and as CUDA graphs (the
@@ -16,7 +16,7 @@
 # timelines: auto/static/dynamic at 1K/4G with the measured timeline of their first 6 runs
 # (its summary says when the host had enqueued the last device action); their TPS is not a peer row's.
 set -uo pipefail
-out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick|graphs|pdl|ksplit|same-plan|timelines|prefetch|strided|share-first|host-fence]}
+out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick|graphs|pdl|ksplit|same-plan|timelines|prefetch|strided|share-first|host-fence|act-pull]}
 part=${2:-all}
 source "$(dirname "$0")/bundle_env.sh"
 [ -f "$profile" ] || { echo "no profile $profile"; exit 2; }
@@ -80,6 +80,7 @@ row = {"model": model, "ctx": ctx, "budget": budget, "schedule": sched, "cuda_gr
        "expert_copy": os.environ.get("SHARDWISE_EXPERT_COPY", "strided"),  # (binaries before 2026-12-02: split)
        "share_first": os.environ.get("SHARDWISE_SHARE_FIRST", "1") != "0",
        "host_fence": os.environ.get("SHARDWISE_HOST_FENCE", "0") == "1",
+       "act_pull": os.environ.get("SHARDWISE_ACT_PULL", "1") != "0",  # (binaries before 2026-12-02: false)
        "timeline": len(sys.argv) > 7 and sys.argv[7] == "timeline", "run_args": os.environ.get("RUN_ARGS", ""), "run": r,
        # The run's own table's prediction (a forced schedule plans a table of its own, whose layout may
        # differ from the planner's mix); the mixed table's for runs of binaries before it was recorded.
@@ -128,6 +129,14 @@ case $part in
     for rep in 1 2; do
       for c in 1024:4G 1024:2G 4096:4G; do
         one qwen30b "${c%%:*}" "${c##*:}" auto; SHARDWISE_SHARE_FIRST=0 one qwen30b "${c%%:*}" "${c##*:}" auto
+      done
+    done ;;
+  act-pull)  # activation uploads read by a kernel (the default) against the copy engine (SHARDWISE_ACT_PULL=0),
+             # which runs them behind any weight copy issued before: nemo8b and qwen30b auto, alternating, twice
+    for rep in 1 2; do
+      for c in nemo8b:1024:4G nemo8b:4096:4G qwen30b:1024:4G qwen30b:1024:2G; do
+        IFS=: read -r m x b <<< "$c"
+        one "$m" "$x" "$b" auto; SHARDWISE_ACT_PULL=0 one "$m" "$x" "$b" auto
       done
     done ;;
   host-fence)  # the work after a split layer's CPU share enqueued before it ends, behind a host fence

@@ -39,7 +39,13 @@
 #                            cells, measured beside the simulated ones, with and without the prefetch, ~3 min
 #   session.sh OUT measure   GPU suite, then strided and split-probes, ~8 min
 #   session.sh OUT measure2  GPU suite, then share-first and split-probes, ~5 min
-#   session.sh OUT fence     GPU suite, then host fences against none and split-probes with them, ~6 min
+#   session.sh OUT fence     GPU suite, then host fences against none, static-probes, split-probes with fences, ~9 min
+#   session.sh OUT ctx-probes  the study's CPU-heavy rows (Static, Dynamic) at their 4K and 16K contexts, decode
+#                            steps measured beside the simulated ones after a prompt that fills the cache, ~5 min
+#   session.sh OUT act-pull  GPU suite, then activation uploads by kernel against by the copy engine (auto rows,
+#                            alternating) and nemo8b 4G/4K Dynamic's timeline each way, ~7 min -> act_pull.tgz
+#   session.sh OUT static-probes  Static's steady decode steps measured beside the simulated ones (nemo8b 8G at 16
+#                            and 1 threads, qwen30b 2G at 16), ~3 min -> probe_static.tgz
 #   session.sh OUT ab        this bundle's shardwise against an older one (build-gpu/shardwise_<rev>.xz from
 #                            scripts/gpu/old_binary.sh REV, carried too), alternating: qwen30b's 512-token
 #                            GPU-only prefill and the 1K/4G decode, ~3 min -> ab.tgz
@@ -56,8 +62,8 @@
 #                            each weight prefetch distance (SHARDWISE_GEMV_PREFETCH), ~2 min, then the GPU
 #                            suite -> cpu_prefetch.tgz
 set -uo pipefail
-out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|strided|measure|measure2|fence [MODEL] [PREVIOUS.jsonl]}
-stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|strided|measure|measure2|fence [MODEL] [PREVIOUS.jsonl]}
+out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|static-probes|ctx-probes|act-pull|strided|measure|measure2|fence [MODEL] [PREVIOUS.jsonl]}
+stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|static-probes|ctx-probes|act-pull|strided|measure|measure2|fence [MODEL] [PREVIOUS.jsonl]}
 mkdir -p "$out"
 root=/tmp/shardwise-bundle
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
@@ -213,12 +219,52 @@ case $stage in
     if [ "$left" -gt 100 ]; then timeout "$left" bash "$0" "$out" split-probes; else echo "== split-probes skipped: ${left} s left"; fi
     ;;
   fence)  # the GPU suite (its host-fence cases), then host fences against none (executor_bench.sh host-fence ->
-          # host_fence.tgz), then split-probes with fences (SHARDWISE_HOST_FENCE=1) in the minutes left, ~6 min
+          # host_fence.tgz), then static-probes, then split-probes with fences (SHARDWISE_HOST_FENCE=1), ~9 min
     gpu_suite
     timeout 150 bash scripts/gpu/executor_bench.sh "$out/host_fence" host-fence
     tar -C "$out" -czf "$out/host_fence.tgz" host_fence && rm -rf "$out/host_fence"
-    left=$(( 580 - ($(date +%s) - t0) ))
+    timeout 200 bash "$0" "$out" static-probes
+    left=$(( 585 - ($(date +%s) - t0) ))
     if [ "$left" -gt 100 ]; then SHARDWISE_HOST_FENCE=1 timeout "$left" bash "$0" "$out" split-probes; else echo "== split-probes skipped: ${left} s left"; fi
+    ;;
+  static-probes)  # Static's decode, under-predicted by a median 13.7% in study v14 (both thread counts, both models):
+                  # steady decode steps measured beside the simulated ones, nemo8b 8G and qwen30b 2G at 16 threads (a
+                  # 960-token prompt in a 1K cache, as the study's rows) and nemo8b 8G at one thread (a 48-token prompt:
+                  # a one-thread prefill of 960 would take minutes), ~3 min -> probe_static.tgz (timeline_gap.py)
+    n="synthetic:nemo8b?dtype=f16&seed=1" q="synthetic:qwen30b?dtype=q4_0&seed=1"
+    PROMPT=960 N=8 RUNS=3:8 timeout 200 bash scripts/gpu/timeline_probe.sh "$out/s16" "$n 8G 1024 16 none static" \
+      "$q 2G 1024 16 none static"
+    PROMPT=48 N=5 RUNS=2:5 timeout 100 bash scripts/gpu/timeline_probe.sh "$out/s1" "$n 8G 64 1 none static"
+    mkdir -p "$out/static" && tar -C "$out/static" -xzf "$out/s16/probe.tgz" && tar -C "$out/static" -xzf "$out/s1/probe.tgz"
+    tar -C "$out" -czf "$out/probe_static.tgz" static && rm -rf "$out/static" "$out/s16" "$out/s1"
+    ;;
+  ctx-probes)  # the study's CPU-heavy rows at their own contexts, where static-probes' 1K rows were right (0.97-1.08x)
+               # and study v14 was not: Static nemo8b 8G and 12G (16 GB/s) and qwen30b 2G at 4K (1.16-1.32x), Dynamic
+               # nemo8b 4G at 4K (1.22x) and qwen30b 2G at 16K (1.34x), 16 threads; the prompt fills the cache in
+               # 512-token steps (runs 0-7, 0-31), then decode steps recorded, ~5 min -> probe_ctx.tgz
+    n="synthetic:nemo8b?dtype=f16&seed=1" q="synthetic:qwen30b?dtype=q4_0&seed=1"
+    BATCH=512 PROMPT=4000 N=8 RUNS=9:15 timeout 300 bash scripts/gpu/timeline_probe.sh "$out/c4" "$n 8G 4096 16 none static" \
+      "$q 2G 4096 16 none static" "$n 4G 4096 16 none dynamic" "$n 12G 4096 16 16GB/s static"
+    BATCH=512 PROMPT=16000 N=8 RUNS=33:39 timeout 150 bash scripts/gpu/timeline_probe.sh "$out/c16" "$q 2G 16384 16 none dynamic"
+    mkdir -p "$out/ctx" && for d in c4 c16; do [ -f "$out/$d/probe.tgz" ] && tar -C "$out/ctx" -xzf "$out/$d/probe.tgz"; done
+    tar -C "$out" -czf "$out/probe_ctx.tgz" ctx && rm -rf "$out/ctx" "$out/c4" "$out/c16"
+    ;;
+  act-pull)  # the GPU suite (its activation-upload case), then activation uploads by kernel against by the copy
+             # engine (executor_bench.sh act-pull -> act_pull.tgz), then Dynamic nemo8b 4G/4K's timeline each way
+             # (ctx-probes' row whose uploads waited behind streamed FFNs), ~7 min
+    gpu_suite
+    timeout 300 bash scripts/gpu/executor_bench.sh "$out/act_pull" act-pull
+    n="synthetic:nemo8b?dtype=f16&seed=1"
+    left=$(( 570 - ($(date +%s) - t0) ))
+    if [ "$left" -gt 60 ]; then
+      BATCH=512 PROMPT=4000 N=8 RUNS=9:15 timeout "$left" bash scripts/gpu/timeline_probe.sh "$out/tl_pull" "$n 4G 4096 16 none dynamic"
+      left=$(( 585 - ($(date +%s) - t0) ))
+      SHARDWISE_ACT_PULL=0 BATCH=512 PROMPT=4000 N=8 RUNS=9:15 NAME_SUFFIX=_engine timeout "$left" bash scripts/gpu/timeline_probe.sh \
+        "$out/tl_engine" "$n 4G 4096 16 none dynamic"
+      for d in tl_pull tl_engine; do [ -f "$out/$d/probe.tgz" ] && tar -C "$out/act_pull" -xzf "$out/$d/probe.tgz"; done
+      rm -rf "$out/tl_pull" "$out/tl_engine"
+    fi
+    tar -C "$out" -czf "$out/act_pull.tgz" act_pull && rm -rf "$out/act_pull"
     ;;
   measure)  # the GPU suite, then strided (without its suite) and split-probes in one call, ~8 min -> strided.tgz,
             # probe_split_steady.tgz

@@ -354,6 +354,58 @@ TEST_CASE("CUDA device: under a PCIe cap, copies under 64 KiB are not held but s
   dev->set_pcie_cap(0);
 }
 
+TEST_CASE("CUDA device: activation uploads land byte for byte and do not wait behind a weight copy", "[gpu]") {
+  // Uploads on Queue::H2DAct of up to 1 MiB from pinned memory are read by a kernel (the default), or copied by
+  // the copy engine (cuda_set_act_pull(false)); from pageable memory always by the engine. Odd sizes and
+  // offsets (16-byte, 4-byte and byte pieces), rewritten between uploads from the same place, capped or not.
+  const uint64_t weights = 512ull << 20;
+  PinnedLink link(weights + (8ull << 20), weights + (4ull << 20), 0);
+  auto& dev = link.dev;
+  uint8_t* const staging = link.host.data() + weights;  // pinned: the runtime's activation staging is
+  std::vector<uint8_t> pageable(3u << 20), back(2u << 20);
+  uint8_t* const dst = link.arena + weights;
+  uint32_t salt = 1;
+  for (bool pull : {true, false})
+    for (double cap : {0.0, 16e9})
+      for (uint64_t bytes : {16384ull, 16ull, 3ull, 4100ull, 65537ull, 1ull << 20, (1ull << 20) + 16})
+        for (uint64_t off : {0ull, 4ull, 1ull})
+          for (bool pinned : {true, false}) {
+            cuda_set_act_pull(pull);
+            dev->set_pcie_cap(cap);
+            uint8_t* src = (pinned ? staging : pageable.data()) + off;
+            for (int round = 0; round < 2; ++round) {  // the second upload from the same place sees the new bytes
+              ++salt;
+              for (uint64_t i = 0; i < bytes; ++i) src[i] = static_cast<uint8_t>(i * 7 + salt * 31 + (i >> 9));
+              dev->copy_h2d(dst + off, src, bytes, Queue::H2DAct);
+              const Event up = dev->record(Queue::H2DAct);
+              dev->wait(Queue::D2H, up);
+              dev->copy_d2h(back.data(), dst + off, bytes);
+              dev->synchronize();
+              INFO("pull " << pull << " cap " << cap << " bytes " << bytes << " offset " << off << " pinned " << pinned << " round " << round);
+              CHECK(std::memcmp(back.data(), src, bytes) == 0);
+            }
+          }
+  dev->set_pcie_cap(0);
+  // Behind a 512 MiB weight copy (~10 ms at PCIe speed), a 16 KiB activation upload issued after it lands
+  // first when pulled; on the copy engine it waits for the weights (the order, not a time, is checked).
+  for (bool pull : {true, false}) {
+    cuda_set_act_pull(pull);
+    dev->synchronize();
+    dev->copy_h2d(link.arena, link.host.data(), weights, Queue::H2D);
+    const Event w = dev->record(Queue::H2D);
+    std::memset(staging, 0x5a, 16384);
+    dev->copy_h2d(dst, staging, 16384, Queue::H2DAct);
+    const Event a = dev->record(Queue::H2DAct);
+    dev->host_wait(a);
+    const bool weights_done = dev->event_done(w);
+    dev->synchronize();
+    INFO("pull " << pull);
+    if (pull) CHECK_FALSE(weights_done);
+    else WARN("copy engine: the upload landed " << (weights_done ? "after" : "before") << " the weight copy issued before it");
+  }
+  cuda_set_act_pull(true);
+}
+
 TEST_CASE("CUDA device: a capped link banks no credit while idle", "[gpu]") {
   // A copy issued after the link was idle takes its full time at the cap from its start, as on a slower
   // link. The pacer before counted up to 1 ms of idle link as already carried: a synchronised 1 MiB copy
