@@ -9,7 +9,11 @@ the layers grouped by what they hold (a split MoE layer: a CPU share beside a GP
 one on the GPU or CPU alone): the median layer period (its first action's start to the next layer's)
 measured and predicted, and per action of such a layer (its label without "L<n>.") the median start,
 relative to the layer's first action, and duration, measured and predicted — the step where the measured layer
-falls behind its prediction is the one to explain.
+falls behind its prediction is the one to explain. Last, over every recorded run (decode or not), the actions
+that ran far longer than their prediction (more than STALL_RATIO times it and STALL_US more; --runs applies): the k-th action
+of a label measured against the k-th predicted one (the runtime and the simulator run one action list), e.g.
+an activation upload that waited behind a weight copy on the copy engine (results/executor/README.md,
+seventeenth session).
 """
 import json
 import re
@@ -68,6 +72,32 @@ def kind(actions):
     return "resident"
 
 
+STALL_RATIO = 4.0
+STALL_US = 200.0
+
+
+def stalls(runs, runs_filter=None):
+    """{label: [(run, measured us, predicted us)]} of the actions that ran more than STALL_RATIO times their
+    prediction and STALL_US longer, the k-th occurrence of a label against the k-th predicted."""
+    out = defaultdict(list)
+    for run in sorted(runs):
+        if runs_filter and not (runs_filter[0] <= run < runs_filter[1]):
+            continue
+        r = runs[run]
+        seen = defaultdict(list)
+        for e in sorted(r["predicted"], key=lambda e: e["ts"]):
+            seen[e["name"]].append(e["dur"])
+        count = defaultdict(int)
+        for e in sorted(r["measured"], key=lambda e: e["ts"]):
+            k = count[e["name"]]
+            count[e["name"]] += 1
+            pred = seen.get(e["name"], [])
+            if k < len(pred) and e["dur"] > STALL_RATIO * pred[k] and e["dur"] - pred[k] > STALL_US:
+                m = LAYER.match(e["name"])
+                out[m.group(2) if m else e["name"]].append((run, e["dur"], pred[k]))
+    return out
+
+
 def med(v):
     return statistics.median(v) if v else float("nan")
 
@@ -110,9 +140,27 @@ def report(path, runs_filter=None):
                 if a in lp[layer]:
                     s = actions[k][a]
                     s[0].append(ts - m0), s[1].append(lp[layer][a][0] - p0), s[2].append(dur), s[3].append(lp[layer][a][1])
+    stalled = stalls(runs, runs_filter)
     if not periods:
         print("(no decode runs recorded)\n")
+    else:
+        print_layers(periods, actions)
+    print(f"Actions that ran over {STALL_RATIO:g}x their prediction and {STALL_US:g} us longer (all recorded runs):\n")
+    if not stalled:
+        print("(none)\n")
         return
+    print("| action | count | runs with one | ms over the prediction, per such run (median) | measured / predicted us (median) |")
+    print("|---|---|---|---|---|")
+    for a, v in sorted(stalled.items(), key=lambda kv: -sum(m - p for _, m, p in kv[1])):
+        per_run = defaultdict(float)
+        for run, m, p in v:
+            per_run[run] += (m - p) / 1e3
+        print(f"| {a} | {len(v)} | {len(per_run)} | {med(list(per_run.values())):.2f} | "
+              f"{med([m for _, m, _ in v]):.1f} / {med([p for _, _, p in v]):.1f} |")
+    print()
+
+
+def print_layers(periods, actions):
     print("Decode layers (tier 1), medians over the recorded runs, microseconds:\n")
     print("| layers | count | period measured | period predicted | measured - predicted |\n|---|---|---|---|---|")
     for k, (m, p) in sorted(periods.items()):

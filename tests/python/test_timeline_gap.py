@@ -54,6 +54,26 @@ def test_split_layer_periods_and_actions(tmp_path):
     assert "(no decode runs recorded)" in run(p, "--runs", "1:2").stdout
 
 
+def test_actions_far_over_their_prediction_are_listed(tmp_path):
+    # Three uploads per run, matched to the predicted ones by occurrence: the second waited 3 ms (flagged), the
+    # third 150 us against 30 (5x, but only 120 us over: not flagged); the layer actions are as predicted.
+    def acts(second, third):
+        return [("L0.attention", 0, 10), ("x to gpu", 10, 30), ("L1.attention", 50, 10), ("x to gpu", 60, second),
+                ("L2.attention", 100 + second, 10), ("x to gpu", 120 + second, third)]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(trace({
+        (0, 1, "dynamic"): {"measured": acts(3000, 150), "predicted": acts(30, 30)},
+        (1, 1, "dynamic"): {"measured": acts(2030, 30), "predicted": acts(30, 30)},
+        (2, 1, "dynamic"): {"measured": acts(30, 30), "predicted": acts(30, 30)},
+    })))
+    r = run(p)
+    assert r.returncode == 0, r.stderr
+    # Two stalls in two of the runs: 2.97 and 2.00 ms over, median 2.485; measured 3000 and 2030 us, median 2515.
+    assert "| x to gpu | 2 | 2 | 2.49 | 2515.0 / 30.0 |" in r.stdout
+    # --runs limits it to the runs asked for: run 2 had none.
+    assert "(none)" in run(p, "--runs", "2:3").stdout
+
+
 def test_a_real_trace_from_the_emulated_device(tmp_path):
     bin_ = os.environ.get("SHARDWISE_BIN")
     if not bin_:
