@@ -16,7 +16,7 @@ namespace shardwise::cli {
 namespace {
 
 struct SweepArgs {
-  std::string file, out, shard = "0/1", device = "auto", routing_from;
+  std::string file, out, shard = "0/1", device = "auto", routing_from, timelines;
   std::string machine_check = "auto", machine_probe = "auto";
   bool resume = false, predict = false, no_progress = false;
   double max_minutes = 0, machine_tolerance = 0.2, calm = 0.3;
@@ -32,6 +32,8 @@ void run_sweep_verb(const SweepArgs& a) {
   o.max_minutes = a.max_minutes;
   o.predict_only = a.predict;
   o.routing_from = a.routing_from;
+  if (a.predict && !a.timelines.empty()) fail("--timelines records measured rows: not with --predict, which runs nothing");
+  o.timelines_dir = a.timelines;
   o.progress = !a.no_progress;
   if (a.device == "auto") {
     o.device = cuda_device_count() > 0 ? "cuda" : "emu";
@@ -117,6 +119,10 @@ void register_sweep(CLI::App& app) {
   sub->add_option("--routing-from", a->routing_from,
                   "MoE models: plan with the routing a results file of this experiment recorded (as --resume does) "
                   "instead of measuring it");
+  sub->add_option("--timelines", a->timelines,
+                  "Directory: after each measured row, one more step of it recorded as a Chrome trace, measured beside "
+                  "the planner's simulated timeline (DIR/<config_id>_t<tier>_<schedule>.json; "
+                  "scripts/analysis/timeline_gap.py reads them)");
   sub->add_flag("--no-progress", a->no_progress, "No progress bar");
   sub->add_option("--machine-check", a->machine_check,
                   "auto|on|off: measure a few of the experiment's profile rows again first and refuse a machine that "

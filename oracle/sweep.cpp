@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -32,6 +33,7 @@
 #include "executor/device/device.h"
 #include "executor/model/cpu_model.h"
 #include "executor/model/model_weights.h"
+#include "executor/runtime/timeline_trace.h"
 #include "executor/runtime/runtime.h"
 #include "oracle/results.h"
 #include "planner/planner.h"
@@ -346,13 +348,18 @@ MeasureSettings round_share(const MeasureSettings& m, int rounds) {
 }
 
 // One step of `tier` new tokens over a cache filled to ctx: set_n_past(ctx - tier), then step.
+// One step of `tier` tokens over a cache filled to ctx (the row's unit of measurement).
+const RuntimeStep& step_at(Runtime& rt, int64_t ctx, int64_t tier, const std::vector<int32_t>& tokens, std::vector<float>& logits) {
+  rt.set_n_past(ctx - tier);
+  rt.step(tokens.data(), tier, logits.data());
+  return rt.steps().back();
+}
+
 Measurement measure_row(Runtime& rt, int64_t ctx, int64_t tier, const std::vector<int32_t>& tokens, const MeasureSettings& m,
                         std::vector<float>& logits) {
   Measurement r;
   auto once = [&] {
-    rt.set_n_past(ctx - tier);
-    rt.step(tokens.data(), tier, logits.data());
-    const RuntimeStep& s = rt.steps().back();
+    const RuntimeStep& s = step_at(rt, ctx, tier, tokens, logits);
     r.plan_tier = s.tier;
     r.chunks = s.chunks;
     return s.ms;
@@ -530,6 +537,13 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
     fail(o.routing_from, ": no such file (--routing-from: a results file of `shardwise sweep` of this experiment)");
   if (o.predict_only && !o.out_path.empty() && std::ifstream(o.out_path).good())
     fail(o.out_path, " exists: --predict writes a new file of predictions, choose another --out");
+  if (!o.predict_only && !o.timelines_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.timelines_dir, ec);
+    if (ec || !std::filesystem::is_directory(o.timelines_dir))
+      fail("--timelines ", o.timelines_dir, ": cannot create the directory (", ec ? ec.message() : "a file is in the way",
+           "): give a directory the traces can go to");
+  }
   if (!o.predict_only) {
     existing = read_results(o.out_path);
     const bool has_content = !existing.rows.empty() || !existing.sweeps.empty() || existing.bad_lines > 0;
@@ -999,6 +1013,14 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
               j["uploaded_bytes"] = mem.uploaded_bytes;
               if (m.plan_tier != r->tier)
                 log_warn(c.config_id, ": ", schedule_name(s), " at tier ", r->tier, " ran the plan of tier ", m.plan_tier);
+              if (!o.timelines_dir.empty()) {  // one more step, recorded (not a sample)
+                const std::string name = str_cat(c.config_id, "_t", r->tier, "_", schedule_name(s), ".json");
+                rt->record_timeline(static_cast<int>(std::max<int64_t>(1, m.chunks)));
+                step_at(*rt, c.ctx, r->tier, tokens, logits);
+                log_info(c.config_id, ": ", write_timeline_trace(*rt, o.timelines_dir + "/" + name, "--timelines"));
+                rt->record_timeline(0);
+                j["timeline"] = name;
+              }
               ++res.rows_measured;
             }
           } catch (const std::exception& err) {

@@ -55,6 +55,11 @@ struct SweepOptions {
   double calm_slowdown = 0;
   int calm_retries = 3;
   double calm_pause_s = 15;
+  // `--timelines DIR`: after each measured row's repeats, one more step of it with its timeline recorded
+  // (Runtime::record_timeline; not a sample: recording costs timestamps), written as a Chrome trace to
+  // DIR/<config_id>_t<tier>_<schedule>.json (scripts/analysis/timeline_gap.py reads it) and named in the
+  // row's `timeline`. Shows where a study's step went in the sweep's own process. Created if missing.
+  std::string timelines_dir;
 };
 
 struct SweepResult {

@@ -334,6 +334,13 @@ const float* Runtime::test_guess(const float* g, int64_t n, std::vector<float>& 
   return out.data();
 }
 
+void Runtime::record_timeline(int runs) {
+  SW_CHECK(runs >= 0, "runtime: record_timeline of ", runs, " runs");
+  timeline_.clear();
+  options_.timeline_first = plan_runs_;
+  options_.timeline_runs = runs;
+}
+
 void Runtime::set_n_past(int64_t n) {
   SW_CHECK(n >= 0 && n <= table_.ctx, "position ", n, " outside the context of ", table_.ctx);
   n_past_ = n;

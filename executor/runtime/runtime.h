@@ -128,6 +128,10 @@ class Runtime : public StepEngine {
   // cache instead of DRAM (CPU attention over a 16K context read ~2x faster than it runs). Device
   // caches need no fill (the arena is backed memory). Does not move n_past.
   void fill_host_cache(int64_t n, uint64_t seed);
+  // Records the timelines of the next `runs` plan runs (as RuntimeOptions::timeline_runs, from the next run
+  // on), dropping what was recorded before; 0 stops recording. `sweep --timelines` records one step per row
+  // this way, after the row's measured repeats (recording costs timestamps the measured steps must not pay).
+  void record_timeline(int runs);
 
   // Runs `schedule` at every tier from the next step on (nullopt: the table's choice per tier), as
   // RuntimeOptions::schedule does from the start: the oracle measures every candidate of a

@@ -10,7 +10,9 @@
 #               when it exists; copy each call's OUT/oracle.jsonl there so the next call carries it)
 #     MINUTES   --max-minutes for this call (default 9)
 #   SWEEP_ARGS="..." adds options to the sweep (e.g. --machine-check off: measure even where the machine
-#   check refuses the profile; the rows' sweep header records that no check ran)
+#   check refuses the profile; the rows' sweep header records that no check ran; --timelines OUT/timelines:
+#   each measured row's step recorded as a trace, brought back as OUT/timelines.tgz — for the targeted
+#   experiments: a trace is 0.1-1 MB)
 set -uo pipefail
 out=${1:?usage: oracle_study.sh OUT [PREVIOUS.jsonl] [MINUTES] [EXPERIMENT.yaml]}
 prev=${2:-experiments/results/planner_accuracy/oracle.jsonl}
@@ -56,6 +58,8 @@ for r in rows:
     if r["status"] == "error":
         print("ERROR", r["model"], r["budget"], r["ctx"], r["threads"], r["pcie_cap"], r["tier"], r["schedule"], r["reason"][:200])
 PY
+# At most 8 files come back from a device call: traces of --timelines travel as one archive.
+if [ -d "$out/timelines" ]; then tar -C "$out" -czf "$out/timelines.tgz" timelines && rm -rf "$out/timelines"; fi
 if grep -q '"complete":true' "$out/summary_$n.json"; then
   echo "STUDY COMPLETE: copy $results to experiments/results/planner_accuracy/oracle.jsonl and run"
   echo "  shardwise report experiments/results/planner_accuracy/oracle.jsonl --out experiments/results/planner_accuracy"

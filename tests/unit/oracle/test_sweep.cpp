@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <fstream>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -512,4 +513,56 @@ TEST_CASE("sweep: a configuration probed on a disturbed machine waits for it to 
       for (size_t i = 0; i < order.size(); ++i) CHECK(probes[order[i]] == std::vector<double>{script[i]});
     }
   }
+}
+
+TEST_CASE("sweep: --timelines records one more step of each measured row, measured beside its prediction", "[oracle][sweep]") {
+  // Every measured row names its trace; the trace holds that row's plan run, measured and predicted, with the
+  // same actions; the recorded step is not one of the row's samples. A file where the directory should be,
+  // and --timelines with --predict, are one-line errors.
+  const std::string yaml = small_yaml("timelines", "schedules: [gpu-only, static, dynamic]\n");
+  const std::string out = test::temp_path("timelines.jsonl"), dir = test::temp_path("timelines_traces");
+  std::remove(out.c_str());
+  std::filesystem::remove_all(dir);
+  const json s = summary(run({"sweep", yaml, "--device", "emu", "--out", out, "--no-progress", "--timelines", dir}));
+  REQUIRE(s["complete"] == true);
+  int measured = 0;
+  for (const json& r : read_rows(out).rows) {
+    if (r["status"] != "measured") {
+      CHECK_FALSE(r.contains("timeline"));
+      continue;
+    }
+    ++measured;
+    const std::string name = r["timeline"].get<std::string>();
+    INFO(name);
+    CHECK(name == r["config_id"].get<std::string>() + "_t" + std::to_string(r["tier"].get<int64_t>()) + "_" +
+                      r["schedule"].get<std::string>() + ".json");
+    CHECK(r["samples_ms"].size() == r["repeats"].get<size_t>());
+    const json t = json::parse(test::read_file(dir + "/" + name));
+    std::map<std::string, std::multiset<std::string>> actions;  // "(measured)" / "(predicted)" -> labels
+    std::map<int, std::string> kind;
+    const std::string what = "tier " + std::to_string(r["plan_tier"].get<int64_t>()) + ", " + r["schedule"].get<std::string>() + " (";
+    for (const json& e : t["traceEvents"])
+      if (e["name"] == "process_name") {
+        const std::string n = e["args"]["name"].get<std::string>();
+        CHECK(n.find(what) != std::string::npos);
+        kind[e["pid"].get<int>()] = n.substr(n.find('('));
+      }
+    for (const json& e : t["traceEvents"])
+      if (e["ph"] == "X") actions[kind.at(e["pid"].get<int>())].insert(e["name"].get<std::string>());
+    CHECK(actions.size() == 2);
+    CHECK(!actions["(measured)"].empty());
+    CHECK(actions["(measured)"] == actions["(predicted)"]);
+  }
+  CHECK(measured > 0);
+
+  const std::string file = test::temp_path("timelines_a_file");
+  test::write_file(file, "x");
+  const std::string out2 = test::temp_path("timelines2.jsonl");
+  std::remove(out2.c_str());
+  Child c = run({"sweep", yaml, "--device", "emu", "--out", out2, "--no-progress", "--timelines", file});
+  CHECK(c.rc == 1);
+  CHECK(c.err.find("--timelines " + file + ": cannot create the directory") != std::string::npos);
+  c = run({"sweep", yaml, "--device", "emu", "--predict", "--timelines", dir});
+  CHECK(c.rc == 1);
+  CHECK(c.err.find("--timelines records measured rows: not with --predict") != std::string::npos);
 }
