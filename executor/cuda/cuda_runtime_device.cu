@@ -144,7 +144,7 @@ cuda::Switch g_copy_batch([] { return cuda::env_is("SHARDWISE_COPY_BATCH", "1") 
 // Activation uploads (Queue::H2DAct) of at most kPullMaxBytes from pinned host memory run as a kernel that
 // reads the mapped host memory (pull_kernel), on the SMs. The copy engine runs host-to-device copies in the
 // order they reach it, whatever their streams, so an upload issued behind a weight copy waited for all of it:
-// nemo8b 4G/4K Dynamic, a CPU FFN's output 2.9-5.1 ms behind a 283 MB streamed FFN, three or four times a
+// nemo8b 4G/4K Dynamic, a CPU FFN's output 0.5-5.1 ms behind a 283 MB streamed FFN, three to five times a
 // step (results/executor/ctx_probes_2806f34/). SHARDWISE_ACT_PULL=0 (or cuda_set_act_pull) copies them on
 // the engine again. Under a PCIe cap a pull is charged to the pacer, as copies under 64 KiB are.
 cuda::Switch g_act_pull([] { return cuda::env_is("SHARDWISE_ACT_PULL", "0") ? 0 : 1; });
