@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <chrono>
 #include <cstdio>
-#include <map>
 
 #include "cli/common.h"
 #include "core/error.h"
