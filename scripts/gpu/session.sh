@@ -44,6 +44,10 @@
 #                            steps measured beside the simulated ones after a prompt that fills the cache, ~5 min
 #   session.sh OUT act-pull  GPU suite, then activation uploads by kernel against by the copy engine (auto rows,
 #                            alternating) and nemo8b 4G/4K Dynamic's timeline each way, ~7 min -> act_pull.tgz
+#   session.sh OUT sweep-timelines  GPU suite, then experiments/static_timelines.yaml (Static, GPU-only, Dynamic
+#                            decode, both models, 4G/12G, 4K/16K, 1/16 threads, 16 GB/s and none) swept with
+#                            every row's step recorded (`sweep --timelines`), then one of its cells run alone
+#                            (nemo8b 12G/4K 16 GB/s Static, timeline_probe.sh), ~8 min -> sweep_timelines.tgz
 #   session.sh OUT static-probes  Static's steady decode steps measured beside the simulated ones (nemo8b 8G at 16
 #                            and 1 threads, qwen30b 2G at 16), ~3 min -> probe_static.tgz
 #   session.sh OUT ab        this bundle's shardwise against an older one (build-gpu/shardwise_<rev>.xz from
@@ -62,8 +66,8 @@
 #                            each weight prefetch distance (SHARDWISE_GEMV_PREFETCH), ~2 min, then the GPU
 #                            suite -> cpu_prefetch.tgz
 set -uo pipefail
-out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|static-probes|ctx-probes|act-pull|strided|measure|measure2|fence [MODEL] [PREVIOUS.jsonl]}
-stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|static-probes|ctx-probes|act-pull|strided|measure|measure2|fence [MODEL] [PREVIOUS.jsonl]}
+out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|static-probes|sweep-timelines|ctx-probes|act-pull|strided|measure|measure2|fence [MODEL] [PREVIOUS.jsonl]}
+stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|static-probes|sweep-timelines|ctx-probes|act-pull|strided|measure|measure2|fence [MODEL] [PREVIOUS.jsonl]}
 mkdir -p "$out"
 root=/tmp/shardwise-bundle
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
@@ -226,6 +230,24 @@ case $stage in
     timeout 200 bash "$0" "$out" static-probes
     left=$(( 585 - ($(date +%s) - t0) ))
     if [ "$left" -gt 100 ]; then SHARDWISE_HOST_FENCE=1 timeout "$left" bash "$0" "$out" split-probes; else echo "== split-probes skipped: ${left} s left"; fi
+    ;;
+  sweep-timelines)  # Static's decode inside the sweep's process: study v14 under-predicted it by a median 13.7% where
+                    # the same cells run alone matched (static_probes_2806f34, ctx_probes_2806f34); every row of
+                    # experiments/static_timelines.yaml with its step's trace, then nemo8b 12G/4K 16 GB/s Static alone
+                    # on the same lease (ctx-probes' row: study 1.32x, alone 1.0x), ~8 min -> sweep_timelines.tgz
+    gpu_suite
+    mkdir -p "$out/sweep_timelines"
+    left=$(( 450 - ($(date +%s) - t0) ))
+    SWEEP_ARGS="--timelines $out/sweep_timelines/timelines" bash scripts/gpu/oracle_study.sh "$out/sweep_timelines" none \
+      "$(awk "BEGIN {print $left / 60}")" experiments/static_timelines.yaml
+    left=$(( 585 - ($(date +%s) - t0) ))
+    if [ "$left" -gt 60 ]; then
+      n="synthetic:nemo8b?dtype=f16&seed=1"
+      BATCH=512 PROMPT=4000 N=8 RUNS=9:15 timeout "$left" bash scripts/gpu/timeline_probe.sh "$out/alone" "$n 12G 4096 16 16GB/s static"
+      [ -f "$out/alone/probe.tgz" ] && tar -C "$out/sweep_timelines" -xzf "$out/alone/probe.tgz"; rm -rf "$out/alone"
+    fi
+    mv "$out/test_gpu.log" "$out/sweep_timelines/" 2>/dev/null
+    tar -C "$out" -czf "$out/sweep_timelines.tgz" sweep_timelines && rm -rf "$out/sweep_timelines"
     ;;
   static-probes)  # Static's decode, under-predicted by a median 13.7% in study v14 (both thread counts, both models):
                   # steady decode steps measured beside the simulated ones, nemo8b 8G and qwen30b 2G at 16 threads (a
