@@ -48,6 +48,9 @@
 #                            decode, both models, 4G/12G, 4K/16K, 1/16 threads, 16 GB/s and none) swept with
 #                            every row's step recorded (`sweep --timelines`), then one of its cells run alone
 #                            (nemo8b 12G/4K 16 GB/s Static, timeline_probe.sh), ~8 min -> sweep_timelines.tgz
+#   session.sh OUT reprofile-static  the profile and its validation (profile.sh, ~5 min), then
+#                            static_timelines.yaml's qwen30b rows planned from that profile, with their traces
+#                            -> profile.tgz, sweep_timelines.tgz
 #   session.sh OUT static-probes  Static's steady decode steps measured beside the simulated ones (nemo8b 8G at 16
 #                            and 1 threads, qwen30b 2G at 16), ~3 min -> probe_static.tgz
 #   session.sh OUT ab        this bundle's shardwise against an older one (build-gpu/shardwise_<rev>.xz from
@@ -66,8 +69,8 @@
 #                            each weight prefetch distance (SHARDWISE_GEMV_PREFETCH), ~2 min, then the GPU
 #                            suite -> cpu_prefetch.tgz
 set -uo pipefail
-out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|static-probes|sweep-timelines|ctx-probes|act-pull|strided|measure|measure2|fence [MODEL] [PREVIOUS.jsonl]}
-stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|static-probes|sweep-timelines|ctx-probes|act-pull|strided|measure|measure2|fence [MODEL] [PREVIOUS.jsonl]}
+out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|static-probes|sweep-timelines|reprofile-static|ctx-probes|act-pull|strided|measure|measure2|fence [MODEL] [PREVIOUS.jsonl]}
+stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|static-probes|sweep-timelines|reprofile-static|ctx-probes|act-pull|strided|measure|measure2|fence [MODEL] [PREVIOUS.jsonl]}
 mkdir -p "$out"
 root=/tmp/shardwise-bundle
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
@@ -248,6 +251,21 @@ case $stage in
     fi
     mv "$out/test_gpu.log" "$out/sweep_timelines/" 2>/dev/null
     tar -C "$out" -czf "$out/sweep_timelines.tgz" sweep_timelines && rm -rf "$out/sweep_timelines"
+    ;;
+  reprofile-static)  # after a change to how the profile measures (e.g. the CPU MoE block's experts from DRAM): the
+                     # profile and its validation, then the qwen30b rows of experiments/static_timelines.yaml planned
+                     # from that profile (a copy of the experiment beside it), each with its trace, ~9 min
+    PROFILE_TIMEOUT=260 VALIDATE_TIMEOUT=130 bash scripts/gpu/profile.sh "$out/profile"
+    if [ -f "$out/profile/h200-host.profile.json" ]; then
+      exp=/tmp/shardwise-static && rm -rf "$exp" && mkdir -p "$exp/results/profile"
+      sed '/- name: nemo8b/,+1d' experiments/static_timelines.yaml > "$exp/static_timelines.yaml"
+      cp "$out/profile/h200-host.profile.json" "$exp/results/profile/"
+      mkdir -p "$out/sweep_timelines"
+      left=$(( 570 - ($(date +%s) - t0) ))
+      [ "$left" -gt 40 ] && SWEEP_ARGS="--timelines $out/sweep_timelines/timelines" bash scripts/gpu/oracle_study.sh \
+        "$out/sweep_timelines" none "$(awk "BEGIN {print $left / 60}")" "$exp/static_timelines.yaml"
+      tar -C "$out" -czf "$out/sweep_timelines.tgz" sweep_timelines && rm -rf "$out/sweep_timelines"
+    fi
     ;;
   static-probes)  # Static's decode, under-predicted by a median 13.7% in study v14 (both thread counts, both models):
                   # steady decode steps measured beside the simulated ones, nemo8b 8G and qwen30b 2G at 16 threads (a

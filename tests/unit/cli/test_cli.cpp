@@ -2,9 +2,11 @@
 // and bad input, which must end with a non-zero exit and exactly one stderr line "error: ..."
 // (no stack trace, no abort, no sanitizer report).
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <random>
 #include <set>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -17,6 +19,7 @@
 #include "core/gguf.h"
 #include "core/npy.h"
 #include "core/size.h"
+#include "microbench/bench_data.h"
 #include "microbench/profiler.h"
 #include "test_util.h"
 
@@ -813,6 +816,49 @@ TEST_CASE("profile: a first run over the point limit is run again before it deci
   calls = 0;
   CHECK(shardwise::first_run_ms(once, 60.0) == 5.0);
   CHECK(calls == 1);
+}
+
+TEST_CASE("profile: an ExpertDeck reads each expert once per pass and keeps the random routing's shape", "[profile]") {
+  // The profiler times the CPU MoE block on experts that must come from DRAM: runs on one replica of
+  // the layer take the experts of a shuffled order in turn, so that none is read again before every
+  // expert has been (random labels re-read experts still in the L3).
+  for (const int64_t tokens : {int64_t{1}, int64_t{3}, int64_t{16}}) {
+    const int64_t n = 128, k = 8;
+    shardwise::ExpertDeck deck(n, 7);
+    std::mt19937_64 rng(static_cast<uint64_t>(tokens));
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<int> reads(static_cast<size_t>(n), 0);
+    int64_t read_total = 0;
+    for (int run = 0; run < 40; ++run) {
+      std::vector<float> logits(static_cast<size_t>(tokens * n));
+      for (auto& l : logits) l = u(rng);
+      const std::vector<float> drawn_logits = logits;
+      const shardwise::MoeRouting drawn = shardwise::route_tokens(drawn_logits.data(), tokens, n, k, true);
+      const shardwise::MoeRouting r = deck.next(logits.data(), tokens, k);
+      // The same routing under other labels: each token's weights in order, the experts per token
+      // distinct, as many experts in use, and the logits a permutation of the drawn ones.
+      REQUIRE(r.expert_ids.size() == drawn.expert_ids.size());
+      REQUIRE(r.weights.size() == drawn.weights.size());
+      for (size_t i = 0; i < r.weights.size(); ++i)  // the softmax sums in another order: rounding only
+        CHECK(r.weights[i] == Approx(drawn.weights[i]).epsilon(1e-5));
+      CHECK(r.n_active_experts == drawn.n_active_experts);
+      for (int64_t t = 0; t < tokens; ++t) {
+        std::vector<float> a(drawn_logits.begin() + t * n, drawn_logits.begin() + (t + 1) * n);
+        std::vector<float> b(logits.begin() + t * n, logits.begin() + (t + 1) * n);
+        std::sort(a.begin(), a.end());
+        std::sort(b.begin(), b.end());
+        CHECK(a == b);
+      }
+      std::set<int32_t> used(r.expert_ids.begin(), r.expert_ids.end());
+      CHECK(static_cast<int64_t>(used.size()) == drawn.n_active_experts);
+      // No expert is read twice before every expert has been read once more.
+      for (int32_t e : used) ++reads[static_cast<size_t>(e)];
+      read_total += static_cast<int64_t>(used.size());
+      const auto [lo, hi] = std::minmax_element(reads.begin(), reads.end());
+      CHECK(*hi - *lo <= 1);
+      CHECK(*lo == read_total / n);
+    }
+  }
 }
 
 TEST_CASE("cli: profile bad input", "[cli][profile][bad_input]") {
