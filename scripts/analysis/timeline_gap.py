@@ -6,7 +6,7 @@
 
 For each trace: every recorded run's makespan, measured / predicted; then, over the decode runs (tier 1),
 the layers grouped by what they hold (a split MoE layer: a CPU share beside a GPU share; a streamed FFN;
-one on the GPU or CPU alone): the median layer period (its first action's start to the next layer's)
+a resident one, by what of it runs on the CPU lane): the median layer period (its first action's start to the next layer's)
 measured and predicted, and per action of such a layer (its label without "L<n>.") the median start,
 relative to the layer's first action, and duration, measured and predicted — the step where the measured layer
 falls behind its prediction is the one to explain. Last, over every recorded run (decode or not), the actions
@@ -37,39 +37,44 @@ def runs_of(trace):
                                        all(isinstance(e.get(k), (int, float)) for k in ("ts", "dur"))):
             raise ValueError(f"traceEvents[{i}]: a complete event needs a name, ts and dur")
     names = {e.get("pid"): e.get("args", {}).get("name", "") for e in events if e.get("name") == "process_name"}
+    lanes = {(e.get("pid"), e.get("tid")): e.get("args", {}).get("name", "") for e in events if e.get("name") == "thread_name"}
     out = {}
     for pid, name in names.items():
         m = re.match(r"run (\d+): tier (\d+), (\S+) \((measured|predicted)\)", str(name))
         if not m:
             continue
         r = out.setdefault(int(m.group(1)), {"tier": int(m.group(2)), "schedule": m.group(3), "measured": [], "predicted": []})
-        r[m.group(4)] = [e for e in events if e.get("ph") == "X" and e.get("pid") == pid]
+        r[m.group(4)] = [dict(e, lane=lanes.get((pid, e.get("tid")), "")) for e in events
+                         if e.get("ph") == "X" and e.get("pid") == pid]
     if not out:
         raise ValueError("no recorded runs ('run N: tier T, SCHEDULE (measured)' processes)")
     return out
 
 
 def by_layer(events):
-    """{layer: {action: (start us, dur us)}}; the first of a label if it repeats."""
+    """{layer: {action: (start us, dur us, lane)}}; the first of a label if it repeats."""
     layers = defaultdict(dict)
     for e in events:
         m = LAYER.match(e["name"])
         if m:
-            layers[int(m.group(1))].setdefault(m.group(2), (e["ts"], e["dur"]))
+            layers[int(m.group(1))].setdefault(m.group(2), (e["ts"], e["dur"], e.get("lane", "")))
     return layers
 
 
 def start(actions):
     """A layer's start: its first action's (its attention's, or the copy of its streamed attention)."""
-    return min(ts for ts, _ in actions.values())
+    return min(ts for ts, _, _ in actions.values())
 
 
 def kind(actions):
+    """What a layer holds. A resident layer with work on the CPU lane is told apart by that work (a Static
+    step's CPU FFN layers beside its GPU ones: a median over both would hide the CPU's)."""
     if any("moe_cpu_share" in a for a in actions):
         return "split MoE layer"
     if any(a.endswith("weights") or a.endswith("guessed experts") for a in actions):
         return "streamed FFN"
-    return "resident"
+    on_cpu = sorted({a.split()[0] for a, (_, _, lane) in actions.items() if lane == "cpu"})
+    return "resident, CPU " + " and ".join(on_cpu) if on_cpu else "resident"
 
 
 STALL_RATIO = 4.0
@@ -136,7 +141,7 @@ def report(path, runs_filter=None):
             if nxt in lm and nxt in lp:
                 periods[k][0].append(start(lm[nxt]) - m0)
                 periods[k][1].append(start(lp[nxt]) - p0)
-            for a, (ts, dur) in lm[layer].items():
+            for a, (ts, dur, _) in lm[layer].items():
                 if a in lp[layer]:
                     s = actions[k][a]
                     s[0].append(ts - m0), s[1].append(lp[layer][a][0] - p0), s[2].append(dur), s[3].append(lp[layer][a][1])

@@ -74,6 +74,32 @@ def test_actions_far_over_their_prediction_are_listed(tmp_path):
     assert "(none)" in run(p, "--runs", "2:3").stdout
 
 
+def test_resident_layers_are_told_apart_by_their_cpu_work(tmp_path):
+    # A Static step: L0 and L2 with their FFN on the CPU lane (tid 3, named "cpu" as the runtime's traces name
+    # it), L1 and L3 all on the GPU lane; the CPU FFNs ran 300 us against 200 predicted, which a median over
+    # all four layers would hide.
+    def acts(cpu_ffn):
+        out, t = [], 0
+        for l in range(4):
+            cpu = l % 2 == 0
+            out += [(f"L{l}.attn", t, 10, 0), (f"L{l}.ffn", t + 10, cpu_ffn if cpu else 20, 3 if cpu else 0)]
+            t += 10 + (cpu_ffn if cpu else 20)
+        return out
+    events = []
+    for pid, kind, ffn in ((1, "measured", 300), (2, "predicted", 200)):
+        events.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": f"run 5: tier 1, static ({kind})"}})
+        events += [{"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": n}} for t, n in ((0, "gpu"), (3, "cpu"))]
+        events += [{"name": a, "ph": "X", "pid": pid, "tid": tid, "ts": ts, "dur": dur} for a, ts, dur, tid in acts(ffn)]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    r = run(p)
+    assert r.returncode == 0, r.stderr
+    # Periods: L0 -> L1 and L2 -> L3 (CPU FFN layers) 310 against 210; L1 -> L2 (GPU) 30 against 30.
+    assert "| resident, CPU ffn | 2 | 310.0 | 210.0 | +100.0 |" in r.stdout
+    assert "| resident | 1 | 30.0 | 30.0 | +0.0 |" in r.stdout
+    assert "| ffn | 10.0 / 10.0 | 300.0 / 200.0 |" in r.stdout
+
+
 def test_a_real_trace_from_the_emulated_device(tmp_path):
     bin_ = os.environ.get("SHARDWISE_BIN")
     if not bin_:
