@@ -256,7 +256,7 @@ case $stage in
                      # profile and its validation, then the qwen30b rows of experiments/static_timelines.yaml planned
                      # from that profile (a copy of the experiment beside it), each with its trace, ~9 min (STAGE_S:
                      # the seconds the stage may take, 570)
-    PROFILE_TIMEOUT=260 VALIDATE_TIMEOUT=130 bash scripts/gpu/profile.sh "$out/profile"
+    PROFILE_TIMEOUT=260 VALIDATE_TIMEOUT=${VALIDATE_TIMEOUT:-130} bash scripts/gpu/profile.sh "$out/profile"
     if [ -f "$out/profile/h200-host.profile.json" ]; then
       exp=/tmp/shardwise-static && rm -rf "$exp" && mkdir -p "$exp/results/profile"
       sed '/- name: nemo8b/,+1d' experiments/static_timelines.yaml > "$exp/static_timelines.yaml"
