@@ -2,7 +2,12 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <exception>
+
+#include "core/error.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -14,6 +19,27 @@
 namespace shardwise {
 
 int hardware_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
+
+int64_t parse_pool_spin_us(const char* text) {
+  if (text == nullptr) return -1;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || v < 0 || v > 1000000) return -2;
+  return static_cast<int64_t>(v);
+}
+
+namespace {
+int64_t pool_spin_us() {
+  static const int64_t v = parse_pool_spin_us(std::getenv("SHARDWISE_POOL_SPIN_US"));
+  return v;
+}
+}  // namespace
+
+void check_thread_pool_env() {
+  SW_CHECK(pool_spin_us() != -2, "SHARDWISE_POOL_SPIN_US=", std::getenv("SHARDWISE_POOL_SPIN_US"),
+           ": expected microseconds from 0 to 1000000 (or leave it unset: 20000 pauses)");
+}
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads > 0 ? n_threads : hardware_threads()) {
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
@@ -33,10 +59,19 @@ void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
     // Spin for a short while: consecutive loops of a decode step arrive microseconds apart.
-    int spins = 0;
-    while (epoch_.load(std::memory_order_acquire) == seen && spins < 20000) {
-      SW_PAUSE();
-      ++spins;
+    const int64_t spin_us = pool_spin_us();
+    if (spin_us < 0) {
+      int spins = 0;
+      while (epoch_.load(std::memory_order_acquire) == seen && spins < 20000) {
+        SW_PAUSE();
+        ++spins;
+      }
+    } else if (spin_us > 0) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+      for (int spins = 1; epoch_.load(std::memory_order_acquire) == seen; ++spins) {
+        SW_PAUSE();
+        if (spins % 64 == 0 && std::chrono::steady_clock::now() >= until) break;
+      }
     }
     if (epoch_.load(std::memory_order_acquire) == seen) {
       std::unique_lock<std::mutex> lock(mu_);

@@ -1,6 +1,9 @@
 // core/thread_pool.h — a persistent pool of worker threads for data-parallel loops.
 // Decode steps issue hundreds of short parallel loops per token, so dispatch must cost
-// microseconds: workers spin briefly on an epoch counter before sleeping on a condition variable.
+// microseconds: workers spin briefly on an epoch counter before sleeping on a condition variable
+// (20000 pauses; SHARDWISE_POOL_SPIN_US=N spins N microseconds instead, 0 sleeps at once — a knob to
+// measure whether a loop waits for workers to wake, e.g. a Dynamic step's CPU shares some hundred
+// microseconds apart). Every loop waits until each worker has taken part.
 // The calling thread takes part as worker 0. Not re-entrant: a task must not call parallel_for on
 // the same pool.
 #pragma once
@@ -57,5 +60,12 @@ class ThreadPool {
 
 // Number of hardware threads (>= 1).
 int hardware_threads();
+
+// SHARDWISE_POOL_SPIN_US read from `text`: microseconds (0 to 1000000), -1 when text is null (unset),
+// -2 when malformed or out of range.
+int64_t parse_pool_spin_us(const char* text);
+// Throws Error for a malformed SHARDWISE_POOL_SPIN_US (the CLI calls it before any verb runs: a
+// pool made later would otherwise ignore it silently).
+void check_thread_pool_env();
 
 }  // namespace shardwise

@@ -486,6 +486,31 @@ TEST_CASE("cli: a malformed SHARDWISE_GEMV_PREFETCH is one error line, before an
   CHECK(run_command(str_cat("SHARDWISE_GEMV_PREFETCH=0 ", quote(bin()), " info nemo8b"), &out) == 0);
 }
 
+TEST_CASE("cli: SHARDWISE_POOL_SPIN_US: malformed is one error line; any spin gives the same tokens", "[cli]") {
+  for (const char* v : {"abc", "-1", "2000000", "5us"}) {
+    const std::string err_path = temp_path("cli_spin_env.txt");
+    std::string out;
+    const int rc = run_command(str_cat("(SHARDWISE_POOL_SPIN_US='", v, "' ", quote(bin()), " info nemo8b 2>", quote(err_path), ")"), &out);
+    const std::string err = read_file(err_path);
+    INFO("SHARDWISE_POOL_SPIN_US=" << v << "\nexit " << rc << "\nstderr: " << err);
+    CHECK(rc == 1);
+    CHECK(out.empty());
+    const auto ls = lines(err);
+    REQUIRE(ls.size() == 1);
+    CHECK_THAT(ls[0], StartsWith("error: SHARDWISE_POOL_SPIN_US="));
+  }
+  // Workers that sleep at once (0) or spin 2 ms between loops: the CPU path's tokens either way.
+  const std::string moe = fixture("hf/qwen3moe_nonorm");
+  const std::string args = " run --model " + quote(moe) + " --tokens 1,2,3,4,5 -n 6 --greedy --threads 3 --json --device emu --vram-budget 3M";
+  const Result ref = shardwise_cli(args.substr(1));
+  REQUIRE(ref.rc == 0);
+  for (const char* v : {"0", "2000"}) {
+    std::string out;
+    REQUIRE(run_command(str_cat("(SHARDWISE_POOL_SPIN_US=", v, " ", quote(bin()), args, " 2>/dev/null)"), &out) == 0);
+    CHECK(nlohmann::json::parse(out)["generated_ids"] == nlohmann::json::parse(ref.out)["generated_ids"]);
+  }
+}
+
 TEST_CASE("cli: an unknown SHARDWISE_EXPERT_COPY is one error line, strided and split copies both give the CPU path's tokens", "[cli]") {
   const std::string moe = fixture("hf/qwen3moe_nonorm");
   const std::string common = str_cat(" ", quote(bin()), " run --model ", quote(moe), " --tokens 1,2,3,4,5 -n 4 --greedy --threads 2 --json");
