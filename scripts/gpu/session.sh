@@ -255,11 +255,12 @@ case $stage in
   reprofile-static)  # after a change to how the profile measures (e.g. the CPU MoE block's experts from DRAM): the
                      # profile and its validation, then the qwen30b rows of experiments/static_timelines.yaml planned
                      # from that profile (a copy of the experiment beside it), each with its trace, ~9 min (STAGE_S:
-                     # the seconds the stage may take, 570)
+                     # the seconds the stage may take, 570; STATIC_THREADS: the thread counts, "1, 16")
     PROFILE_TIMEOUT=260 VALIDATE_TIMEOUT=${VALIDATE_TIMEOUT:-130} bash scripts/gpu/profile.sh "$out/profile"
     if [ -f "$out/profile/h200-host.profile.json" ]; then
       exp=/tmp/shardwise-static && rm -rf "$exp" && mkdir -p "$exp/results/profile"
-      sed '/- name: nemo8b/,+1d' experiments/static_timelines.yaml > "$exp/static_timelines.yaml"
+      sed -e '/- name: nemo8b/,+1d' -e "s/^threads: .*/threads: [${STATIC_THREADS:-1, 16}]/" experiments/static_timelines.yaml \
+        > "$exp/static_timelines.yaml"
       cp "$out/profile/h200-host.profile.json" "$exp/results/profile/"
       mkdir -p "$out/sweep_timelines"
       left=$(( ${STAGE_S:-570} - ($(date +%s) - t0) ))
