@@ -491,7 +491,7 @@ TEST_CASE("cli: a malformed SHARDWISE_GEMV_PREFETCH is one error line, before an
   CHECK(run_command(str_cat("SHARDWISE_GEMV_PREFETCH=0 ", quote(bin()), " info nemo8b"), &out) == 0);
 }
 
-TEST_CASE("cli: SHARDWISE_POOL_SPIN_US: malformed is one error line; any spin gives the same tokens", "[cli]") {
+TEST_CASE("cli: SHARDWISE_POOL_SPIN_US: malformed is one error line, and any spin gives the same tokens", "[cli]") {
   require_env_error("SHARDWISE_POOL_SPIN_US", {"abc", "-1", "2000000", "5us"});
   // Workers that sleep at once (0) or spin 2 ms between loops: the CPU path's tokens either way.
   const std::string moe = fixture("hf/qwen3moe_nonorm");
