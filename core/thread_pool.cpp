@@ -2,12 +2,12 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <exception>
 
 #include "core/error.h"
+#include "core/size.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -20,14 +20,7 @@ namespace shardwise {
 
 int hardware_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
 
-int64_t parse_pool_spin_us(const char* text) {
-  if (text == nullptr) return -1;
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text, &end, 10);
-  if (errno != 0 || end == text || *end != '\0' || v < 0 || v > 1000000) return -2;
-  return static_cast<int64_t>(v);
-}
+int64_t parse_pool_spin_us(const char* text) { return parse_env_count(text, 1000000); }
 
 namespace {
 int64_t pool_spin_us() {
@@ -57,9 +50,9 @@ ThreadPool::~ThreadPool() {
 
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
+  const int64_t spin_us = pool_spin_us();
   for (;;) {
     // Spin for a short while: consecutive loops of a decode step arrive microseconds apart.
-    const int64_t spin_us = pool_spin_us();
     if (spin_us < 0) {
       int spins = 0;
       while (epoch_.load(std::memory_order_acquire) == seen && spins < 20000) {

@@ -2,12 +2,12 @@
 // SIMD levels are compared with. Plain loops with f32 accumulation. Also the level dispatcher and the
 // GEMV prefetch distance's setting (kernels.h).
 #include <atomic>
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <vector>
 
 #include "core/error.h"
+#include "core/size.h"
 #include "executor/cpu/kernels.h"
 
 namespace shardwise {
@@ -106,15 +106,7 @@ const CpuKernels* scalar_kernels() { return &kScalar; }
 namespace {
 
 // SHARDWISE_GEMV_PREFETCH as bytes, -1 when unset, -2 when malformed or out of range.
-int64_t prefetch_env() {
-  const char* e = std::getenv("SHARDWISE_GEMV_PREFETCH");
-  if (e == nullptr) return -1;
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(e, &end, 10);
-  if (errno != 0 || end == e || *end != '\0' || v < 0 || v > kGemvPrefetchMax) return -2;
-  return static_cast<int64_t>(v);
-}
+int64_t prefetch_env() { return parse_env_count(std::getenv("SHARDWISE_GEMV_PREFETCH"), kGemvPrefetchMax); }
 
 std::atomic<int64_t> g_prefetch_override{-1};
 
