@@ -23,10 +23,7 @@ int hardware_threads() { return std::max(1u, std::thread::hardware_concurrency()
 int64_t parse_pool_spin_us(const char* text) { return parse_env_count(text, 1000000); }
 
 namespace {
-int64_t pool_spin_us() {
-  static const int64_t v = parse_pool_spin_us(std::getenv("SHARDWISE_POOL_SPIN_US"));
-  return v;
-}
+int64_t pool_spin_us() { return parse_pool_spin_us(std::getenv("SHARDWISE_POOL_SPIN_US")); }
 }  // namespace
 
 void check_thread_pool_env() {
@@ -34,7 +31,8 @@ void check_thread_pool_env() {
            ": expected microseconds from 0 to 1000000 (or leave it unset: 20000 pauses)");
 }
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads > 0 ? n_threads : hardware_threads()) {
+ThreadPool::ThreadPool(int n_threads)
+    : n_threads_(n_threads > 0 ? n_threads : hardware_threads()), spin_us_(std::max<int64_t>(-1, pool_spin_us())) {
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
@@ -50,7 +48,8 @@ ThreadPool::~ThreadPool() {
 
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
-  const int64_t spin_us = pool_spin_us();
+  uint64_t ran = 0;  // the last run_on_all job this worker ran
+  const int64_t spin_us = spin_us_;
   for (;;) {
     // Spin for a short while: consecutive loops of a decode step arrive microseconds apart.
     if (spin_us < 0) {
@@ -74,8 +73,46 @@ void ThreadPool::worker_loop(int index) {
     }
     seen = epoch_.load(std::memory_order_acquire);
     if (stop_.load()) return;
-    (*task_)(index);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    // Count in, then look: either the caller, closing the job, sees this worker inside and waits for
+    // it, or this worker sees the job closed (or the next one open, whose fields are then set).
+    inside_.fetch_add(1, std::memory_order_seq_cst);
+    if (open_.load(std::memory_order_seq_cst)) {
+      if (all_fn_ != nullptr) {
+        if (ran != job_) {
+          ran = job_;
+          try {
+            (*all_fn_)(index);
+          } catch (...) {
+            record_failure();
+          }
+          done_.fetch_add(1, std::memory_order_acq_rel);
+        }
+      } else {
+        take_chunks(index);
+      }
+    }
+    inside_.fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
+void ThreadPool::record_failure() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!failed_) failed_ = std::current_exception();
+}
+
+void ThreadPool::take_chunks(int index) {
+  const auto& fn = *for_fn_;
+  const int64_t n = for_n_, chunk = for_chunk_;
+  for (;;) {
+    const int64_t begin = next_.fetch_add(chunk, std::memory_order_relaxed);
+    if (begin >= n) return;
+    const int64_t end = std::min(n, begin + chunk);
+    try {
+      fn(begin, end, index);
+    } catch (...) {
+      record_failure();
+    }
+    done_.fetch_add(end - begin, std::memory_order_acq_rel);
   }
 }
 
@@ -88,29 +125,50 @@ void ThreadPool::run_caller_work() {
   work();
 }
 
+void ThreadPool::run_job(int64_t target, const std::function<void()>& share) {
+  ++job_;
+  open_.store(true, std::memory_order_seq_cst);  // publishes the job's fields
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    epoch_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  if (sleepers_.load() > 0) cv_.notify_all();
+  std::exception_ptr caller_failed;  // the workers use the job until it is closed: rethrown after that
+  try {
+    run_caller_work();
+  } catch (...) {
+    caller_failed = std::current_exception();
+  }
+  try {
+    share();
+  } catch (...) {
+    record_failure();
+  }
+  while (done_.load(std::memory_order_acquire) < target) SW_PAUSE();
+  open_.store(false, std::memory_order_seq_cst);
+  while (inside_.load(std::memory_order_seq_cst) != 0) SW_PAUSE();
+  all_fn_ = nullptr;
+  for_fn_ = nullptr;
+  std::exception_ptr failed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    failed = failed_;
+    failed_ = nullptr;
+  }
+  if (caller_failed) std::rethrow_exception(caller_failed);
+  if (failed) std::rethrow_exception(failed);
+}
+
 void ThreadPool::run_on_all(const std::function<void(int)>& fn) {
   if (n_threads_ == 1) {
     run_caller_work();
     fn(0);
     return;
   }
-  task_ = &fn;
-  pending_.store(n_threads_ - 1, std::memory_order_release);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    epoch_.fetch_add(1, std::memory_order_acq_rel);
-  }
-  if (sleepers_.load() > 0) cv_.notify_all();
-  std::exception_ptr failed;  // the workers use fn until they are done: rethrown only after that
-  try {
-    run_caller_work();
-  } catch (...) {
-    failed = std::current_exception();
-  }
-  fn(0);
-  while (pending_.load(std::memory_order_acquire) != 0) SW_PAUSE();
-  task_ = nullptr;
-  if (failed) std::rethrow_exception(failed);
+  all_fn_ = &fn;
+  for_fn_ = nullptr;
+  done_.store(0, std::memory_order_relaxed);
+  run_job(n_threads_ - 1, [&] { fn(0); });
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn) {
@@ -122,15 +180,13 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
     return;
   }
   // Chunks: about 4 per thread for balance, never smaller than grain.
-  const int64_t chunk = std::max(grain, (n + 4 * n_threads_ - 1) / (4 * n_threads_));
-  std::atomic<int64_t> next{0};
-  run_on_all([&](int t) {
-    for (;;) {
-      int64_t begin = next.fetch_add(chunk, std::memory_order_relaxed);
-      if (begin >= n) break;
-      fn(begin, std::min(n, begin + chunk), t);
-    }
-  });
+  all_fn_ = nullptr;
+  for_fn_ = &fn;
+  for_n_ = n;
+  for_chunk_ = std::max(grain, (n + 4 * n_threads_ - 1) / (4 * n_threads_));
+  next_.store(0, std::memory_order_relaxed);
+  done_.store(0, std::memory_order_relaxed);
+  run_job(n, [&] { take_chunks(0); });
 }
 
 }  // namespace shardwise

@@ -1,7 +1,14 @@
-// core/thread_pool: parallel loops cover their range once, and host work handed to the next loop
-// (set_caller_work) runs once, on the calling thread, beside the workers.
+// core/thread_pool: parallel loops cover their range once, a loop never waits for a worker that has not
+// started, run_on_all runs once on every thread, exceptions come back to the caller, and host work
+// handed to the next loop (set_caller_work) runs once, on the calling thread, beside the workers.
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
+
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -21,6 +28,106 @@ TEST_CASE("thread pool: parallel_for covers 0 to n-1 exactly once, for every poo
       for (auto& h : hits) CHECK(h.load() == 1);
     }
   }
+}
+
+namespace {
+// A worker held by a signal: its handler waits (nanosleep is async-signal-safe) until released —
+// a thread the host does not run, as a descheduled vCPU or a worker slow to wake would be.
+std::atomic<int> g_held{0};
+std::atomic<bool> g_release{false};
+extern "C" void hold_worker(int) {
+  g_held.fetch_add(1);
+  while (!g_release.load()) {
+    timespec ts{0, 1000000};
+    nanosleep(&ts, nullptr);
+  }
+}
+}  // namespace
+
+TEST_CASE("thread pool: a loop does not wait for a worker that has not started", "[core][pool]") {
+  // Workers spin up to a second between loops, so the held one is caught spinning, holding no lock.
+  setenv("SHARDWISE_POOL_SPIN_US", "1000000", 1);
+  ThreadPool pool(3);
+  std::vector<pthread_t> ids(3);
+  pool.run_on_all([&](int t) { ids[static_cast<size_t>(t)] = pthread_self(); });
+  struct sigaction sa {}, old{};
+  sa.sa_handler = hold_worker;
+  sigemptyset(&sa.sa_mask);
+  REQUIRE(sigaction(SIGUSR2, &sa, &old) == 0);
+  g_release = false;
+  g_held = 0;
+  REQUIRE(pthread_kill(ids[2], SIGUSR2) == 0);
+  for (int i = 0; i < 10000 && g_held.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(g_held.load() == 1);
+
+  // A pool that waited for every worker would finish no loop until the watchdog lets worker 2 go.
+  std::atomic<bool> loops_done{false}, watchdog_fired{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 1000 && !loops_done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!loops_done.load()) watchdog_fired = true;
+    g_release = true;
+  });
+  std::vector<std::atomic<int>> hits(1000);
+  std::vector<std::atomic<int64_t>> by_thread(3);
+  for (int loop = 0; loop < 50; ++loop) {
+    pool.parallel_for(1000, 1, [&](int64_t b, int64_t e, int t) {
+      for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+      by_thread[static_cast<size_t>(t)].fetch_add(e - b);
+    });
+  }
+  loops_done = true;
+  g_release = true;
+  watchdog.join();
+  sigaction(SIGUSR2, &old, nullptr);
+  CHECK_FALSE(watchdog_fired.load());
+  CHECK(by_thread[2].load() == 0);
+  CHECK(by_thread[0].load() + by_thread[1].load() == 50 * 1000);
+  for (auto& h : hits) CHECK(h.load() == 50);
+
+  // Released, the worker takes part again: run_on_all runs on each thread once.
+  std::vector<std::atomic<int>> ran(3);
+  pool.run_on_all([&](int t) { ran[static_cast<size_t>(t)].fetch_add(1); });
+  for (auto& r : ran) CHECK(r.load() == 1);
+  unsetenv("SHARDWISE_POOL_SPIN_US");
+}
+
+TEST_CASE("thread pool: run_on_all runs once on every thread, between loops that late workers miss", "[core][pool]") {
+  ThreadPool pool(4);
+  std::vector<std::atomic<int>> ran(4);
+  std::vector<std::thread::id> who(4);
+  std::atomic<int64_t> covered{0};
+  for (int r = 0; r < 300; ++r) {
+    pool.parallel_for(8, 1, [&](int64_t b, int64_t e, int) { covered.fetch_add(e - b); });
+    pool.run_on_all([&](int t) {
+      ran[static_cast<size_t>(t)].fetch_add(1);
+      who[static_cast<size_t>(t)] = std::this_thread::get_id();
+    });
+  }
+  CHECK(covered.load() == 300 * 8);
+  for (auto& x : ran) CHECK(x.load() == 300);
+  for (size_t a = 0; a < who.size(); ++a)
+    for (size_t b = a + 1; b < who.size(); ++b) CHECK(who[a] != who[b]);  // four threads, not one twice
+}
+
+TEST_CASE("thread pool: an exception in any chunk comes back to the caller once the loop is done", "[core][pool]") {
+  ThreadPool pool(3);
+  for (int r = 0; r < 20; ++r) {
+    std::vector<std::atomic<int>> hits(1000);
+    CHECK_THROWS_WITH(pool.parallel_for(1000, 1,
+                                        [&](int64_t b, int64_t e, int) {
+                                          for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+                                          if (b <= 500 && 500 < e) throw std::runtime_error("chunk failed");
+                                        }),
+                      "chunk failed");
+    for (auto& h : hits) CHECK(h.load() == 1);  // the other chunks all ran, once
+  }
+  CHECK_THROWS_WITH(pool.run_on_all([](int t) {
+    if (t == 2) throw std::runtime_error("thread 2 failed");
+  }),
+                    "thread 2 failed");
+  std::atomic<int64_t> covered{0};  // the pool still works
+  pool.parallel_for(100, 1, [&](int64_t b, int64_t e, int) { covered.fetch_add(e - b); });
+  CHECK(covered.load() == 100);
 }
 
 TEST_CASE("thread pool: caller work runs once, on the caller, while the workers take the loop", "[core][pool]") {
