@@ -8,6 +8,8 @@
 // from sleep — finds the loop done and takes nothing, so one late thread of sixteen costs a loop
 // nothing rather than the time until the host runs it again. A loop waits only for the chunks taken.
 // run_on_all is the exception: it runs its function once on every thread and waits for each.
+// SHARDWISE_POOL_WAIT_ALL=1 makes a parallel_for wait for every worker too (each takes part, as the
+// pool did before): a knob to measure what waiting for late workers costs, not a mode to run in.
 // The calling thread takes part as thread 0. Not re-entrant: a task must not call parallel_for on
 // the same pool, and only one thread at a time may start loops on a pool.
 #pragma once
@@ -62,6 +64,7 @@ class ThreadPool {
 
   int n_threads_;
   int64_t spin_us_;  // SHARDWISE_POOL_SPIN_US when the pool was made; -1: 20000 pauses
+  bool wait_all_;    // SHARDWISE_POOL_WAIT_ALL=1 when the pool was made
   std::vector<std::thread> workers_;
   // The open job: its kind and fields are written by the caller before `open_` turns true and read
   // by a worker only after it has counted itself in `inside_` and seen `open_` true; the caller closes
@@ -89,8 +92,10 @@ int hardware_threads();
 // SHARDWISE_POOL_SPIN_US read from `text`: microseconds (0 to 1000000), -1 when text is null (unset),
 // -2 when malformed or out of range.
 int64_t parse_pool_spin_us(const char* text);
-// Throws Error for a malformed SHARDWISE_POOL_SPIN_US (the CLI calls it before any verb runs: a
-// pool made later would otherwise ignore it silently).
+// SHARDWISE_POOL_WAIT_ALL read from `text`: 0 or 1, -1 when unset, -2 when malformed.
+int64_t parse_pool_wait_all(const char* text);
+// Throws Error for a malformed SHARDWISE_POOL_SPIN_US or SHARDWISE_POOL_WAIT_ALL (the CLI calls it
+// before any verb runs: a pool made later would otherwise ignore it silently).
 void check_thread_pool_env();
 
 }  // namespace shardwise

@@ -109,6 +109,32 @@ TEST_CASE("thread pool: run_on_all runs once on every thread, between loops that
     for (size_t b = a + 1; b < who.size(); ++b) CHECK(who[a] != who[b]);  // four threads, not one twice
 }
 
+TEST_CASE("thread pool: SHARDWISE_POOL_WAIT_ALL=1 waits for every worker and covers each index once", "[core][pool]") {
+  CHECK(shardwise::parse_pool_wait_all(nullptr) == -1);
+  CHECK(shardwise::parse_pool_wait_all("0") == 0);
+  CHECK(shardwise::parse_pool_wait_all("1") == 1);
+  for (const char* bad : {"", "2", "yes", "-1"}) {
+    INFO(bad);
+    CHECK(shardwise::parse_pool_wait_all(bad) == -2);
+  }
+  setenv("SHARDWISE_POOL_WAIT_ALL", "1", 1);
+  ThreadPool pool(4);
+  unsetenv("SHARDWISE_POOL_WAIT_ALL");
+  std::vector<std::atomic<int>> ran(4);
+  for (int r = 0; r < 100; ++r) {
+    std::vector<std::atomic<int>> hits(257);
+    std::vector<std::atomic<int>> took(4);
+    // grain 64: five chunks among four threads
+    pool.parallel_for(257, 64, [&](int64_t b, int64_t e, int t) {
+      for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+      took[static_cast<size_t>(t)].fetch_add(1);
+    });
+    for (auto& h : hits) CHECK(h.load() == 1);
+    pool.run_on_all([&](int t) { ran[static_cast<size_t>(t)].fetch_add(1); });
+  }
+  for (auto& x : ran) CHECK(x.load() == 100);
+}
+
 TEST_CASE("thread pool: an exception in any chunk comes back to the caller once the loop is done", "[core][pool]") {
   ThreadPool pool(3);
   for (int r = 0; r < 20; ++r) {
