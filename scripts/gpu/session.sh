@@ -51,6 +51,9 @@
 #   session.sh OUT reprofile-static  the profile and its validation (profile.sh, ~5 min), then
 #                            static_timelines.yaml's qwen30b rows planned from that profile, with their traces
 #                            -> profile.tgz, sweep_timelines.tgz
+#   session.sh OUT pool-ab   loops waiting for their chunks (the pool now) against waiting for every worker
+#                            (SHARDWISE_POOL_WAIT_ALL=1), alternating: the GPU suite, the 16-thread CPU MoE block,
+#                            a profile, qwen30b's 16-thread Static/Dynamic rows with traces, ~9.5 min -> pool_ab.tgz
 #   session.sh OUT static-probes  Static's steady decode steps measured beside the simulated ones (nemo8b 8G at 16
 #                            and 1 threads, qwen30b 2G at 16), ~3 min -> probe_static.tgz
 #   session.sh OUT ab        this bundle's shardwise against an older one (build-gpu/shardwise_<rev>.xz from
@@ -69,8 +72,8 @@
 #                            each weight prefetch distance (SHARDWISE_GEMV_PREFETCH), ~2 min, then the GPU
 #                            suite -> cpu_prefetch.tgz
 set -uo pipefail
-out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|static-probes|sweep-timelines|reprofile-static|ctx-probes|act-pull|strided|measure|measure2|fence [MODEL] [PREVIOUS.jsonl]}
-stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|static-probes|sweep-timelines|reprofile-static|ctx-probes|act-pull|strided|measure|measure2|fence [MODEL] [PREVIOUS.jsonl]}
+out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|static-probes|pool-ab|sweep-timelines|reprofile-static|ctx-probes|act-pull|strided|measure|measure2|fence [MODEL] [PREVIOUS.jsonl]}
+stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|static-probes|pool-ab|sweep-timelines|reprofile-static|ctx-probes|act-pull|strided|measure|measure2|fence [MODEL] [PREVIOUS.jsonl]}
 mkdir -p "$out"
 root=/tmp/shardwise-bundle
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
@@ -268,6 +271,38 @@ case $stage in
         "$out/sweep_timelines" none "$(awk "BEGIN {print $left / 60}")" "$exp/static_timelines.yaml"
       tar -C "$out" -czf "$out/sweep_timelines.tgz" sweep_timelines && rm -rf "$out/sweep_timelines"
     fi
+    ;;
+  pool-ab)  # loops that wait only for the chunks taken (this bundle's pool) against loops that wait for every
+            # worker (SHARDWISE_POOL_WAIT_ALL=1, the pool before it), alternating on one lease: the GPU suite, the
+            # 16-thread CPU MoE block and split-layer shares (shardwise_bench_cpu), then the profile and its
+            # validation (new pool), then static_timelines.yaml's qwen30b 16-thread rows planned from it in each
+            # mode with their traces, ~9.5 min -> pool_ab.tgz (profile/ inside it)
+    gpu_suite
+    ab=$out/pool_ab && mkdir -p "$ab"
+    for round in 1 2; do
+      for w in 0 1; do
+        SHARDWISE_POOL_WAIT_ALL=$w SHARDWISE_BENCH_THREADS=16 SHARDWISE_BENCH_HUGEPAGES=1 timeout 60 "$root/bin/shardwise_bench_cpu" \
+          --benchmark_filter='moe_(decode|share).*threads:16' --benchmark_min_time=0.3 --benchmark_repetitions=3 \
+          --benchmark_out="$ab/bench_wait${w}_$round.json" --benchmark_out_format=json > "$ab/bench_wait${w}_$round.log" 2>&1
+        echo "== bench wait_all=$w round $round (rc=$?)"; grep -E "_median" "$ab/bench_wait${w}_$round.log" | awk '{print $1, $2, $3}'
+      done
+    done
+    PROFILE_TIMEOUT=240 VALIDATE_TIMEOUT=${VALIDATE_TIMEOUT:-110} bash scripts/gpu/profile.sh "$ab/profile"
+    if [ -f "$ab/profile/h200-host.profile.json" ]; then
+      exp=/tmp/shardwise-static && rm -rf "$exp" && mkdir -p "$exp/results/profile"
+      sed -e '/- name: nemo8b/,+1d' -e "s/^threads: .*/threads: [16]/" experiments/static_timelines.yaml > "$exp/static_timelines.yaml"
+      cp "$ab/profile/h200-host.profile.json" "$exp/results/profile/"
+      for w in 0 1 0; do
+        left=$(( ${STAGE_S:-575} - ($(date +%s) - t0) ))
+        [ "$left" -gt 45 ] || { echo "== rows wait_all=$w skipped: ${left} s left"; continue; }
+        d=$ab/rows_wait$w && [ -d "$d" ] && d=${d}_again
+        mkdir -p "$d"
+        SHARDWISE_POOL_WAIT_ALL=$w SWEEP_ARGS="--timelines $d/timelines" bash scripts/gpu/oracle_study.sh "$d" none \
+          "$(awk "BEGIN {print ($left - 5) / 60}")" "$exp/static_timelines.yaml" | tail -4
+      done
+    fi
+    mv "$out/test_gpu.log" "$ab/" 2>/dev/null
+    tar -C "$out" -czf "$out/pool_ab.tgz" pool_ab && rm -rf "$ab"
     ;;
   static-probes)  # Static's decode, under-predicted by a median 13.7% in study v14 (both thread counts, both models):
                   # steady decode steps measured beside the simulated ones, nemo8b 8G and qwen30b 2G at 16 threads (a
