@@ -67,10 +67,31 @@ void run_sweep_verb(const SweepArgs& a) {
   if (check) {
     const MachineCheck mc = check_machine(*db, a.machine_tolerance);
     o.machine_check_json = machine_check_json(mc, e.profile, a.machine_tolerance).dump();
-    require_same_machine(mc, e.profile, a.machine_tolerance,
-                         "its predictions would not describe this machine; profile it (shardwise profile) and point the "
-                         "experiment at that profile, or pass --machine-check off to measure anyway");
+    // Off at some of the experiment's thread counts and within at others: the same machine drifting
+    // (its one-thread speed, planner_accuracy_v15), so those thread counts are deferred (SweepOptions::
+    // deferred_threads). Off at all of them: another machine, refused.
+    bool some_within = false;
+    for (int t : e.threads) {
+      const auto it = mc.slowdown_by_threads.find(t);
+      if (it == mc.slowdown_by_threads.end()) continue;
+      const double g = it->second;
+      if (g > 1 + a.machine_tolerance || g < 1 / (1 + a.machine_tolerance))
+        o.deferred_threads[t] = g;
+      else
+        some_within = true;
+    }
+    if (!some_within || o.deferred_threads.empty()) {
+      o.deferred_threads.clear();
+      require_same_machine(mc, e.profile, a.machine_tolerance,
+                           "its predictions would not describe this machine; profile it (shardwise profile) and point the "
+                           "experiment at that profile, or pass --machine-check off to measure anyway");
+    }
+    o.defer_tolerance = a.machine_tolerance;
     std::fputs(mc.text().c_str(), stderr);
+    for (const auto& [t, g] : o.deferred_threads)
+      std::fprintf(stderr, "warning: the machine is %.3gx its profile at %d thread%s (tolerance %g%%): those configurations "
+                   "are deferred unless a probe finds it back within the tolerance; run again with --resume\n",
+                   g, t, t == 1 ? "" : "s", a.machine_tolerance * 100);
   }
   std::unique_ptr<MachineProbe> prober;
   if (probe) {
@@ -86,6 +107,9 @@ void run_sweep_verb(const SweepArgs& a) {
                    r.elapsed_seconds / 60.0, r.rows_total - r.rows_present - r.rows_written);
     else if (r.complete)
       std::fprintf(stderr, "sweep complete: %d rows in %s\n", r.rows_total, o.out_path.c_str());
+    if (r.rows_deferred > 0)
+      std::fprintf(stderr, "%d rows deferred: the machine was off its profile at their thread count; run again with --resume\n",
+                   r.rows_deferred);
   }
   print_json({{"experiment", e.name},
               {"configurations", r.configurations},
@@ -96,6 +120,7 @@ void run_sweep_verb(const SweepArgs& a) {
               {"rows_left", r.rows_total - r.rows_present - r.rows_written},
               {"complete", r.complete},
               {"stopped_by_time", r.stopped_by_time},
+              {"rows_deferred", r.rows_deferred},
               {"predicted_s", r.predicted_seconds},
               {"elapsed_s", r.elapsed_seconds},
               {"device", o.device}});
@@ -126,7 +151,8 @@ void register_sweep(CLI::App& app) {
   sub->add_flag("--no-progress", a->no_progress, "No progress bar");
   sub->add_option("--machine-check", a->machine_check,
                   "auto|on|off: measure a few of the experiment's profile rows again first and refuse a machine that "
-                  "differs (auto: on with --device cuda)");
+                  "differs at every thread count of the experiment; thread counts off while another is within are "
+                  "deferred (measured only where the probe finds the machine back; --resume later) (auto: on with --device cuda)");
   sub->add_option("--machine-probe", a->machine_probe,
                   "auto|on|off: before each configuration, measure how much slower the machine is than the profile at "
                   "its thread count (about a second; rows' machine_slowdown; auto: on with --device cuda)");

@@ -737,6 +737,8 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
       routing_record[c.model_name] = {{"tokens", r.tokens}, {"experts", r.experts}, {"measured_on_tokens", r.measured_on},
                                       {"next_layer_hits", r.next_layer_hits}};
     }
+  json deferred_json = json::object();  // thread count -> the machine check's slowdown there
+  for (const auto& [t, g] : o.deferred_threads) deferred_json[std::to_string(t)] = g;
   const std::string machine = machine_fingerprint(o.device);
   const std::string gpu_name = o.device == "cuda" ? cuda_device_info(0).name : "emulated device";
   ResultsWriter out(o.out_path);
@@ -758,7 +760,8 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
                   {"predicted_s", res.predicted_seconds},
                   {"dropped", res.dropped},
                   {"routing", routing_record},
-                  {"machine_check", o.machine_check_json.empty() ? json(nullptr) : json::parse(o.machine_check_json)}});
+                  {"machine_check", o.machine_check_json.empty() ? json(nullptr) : json::parse(o.machine_check_json)},
+                  {"deferred_threads", deferred_json}});
 
   Progress progress("sweep", static_cast<uint64_t>(std::max(1.0, res.predicted_seconds * 1000.0)), o.progress);
   // Observed / predicted time of the work done so far; corrects the estimate used by --max-minutes.
@@ -810,6 +813,24 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
     // Rows that are not run are written at once.
     bool any_to_measure = false;
     for (const RowPlan* r : todo) any_to_measure |= r->feasible && !r->skip;
+
+    // A deferred thread count: measured only if a probe finds the machine back within the tolerance.
+    if (any_to_measure && o.deferred_threads.count(c.threads)) {
+      double now = 0;
+      if (o.probe_machine) {
+        if (out_of_time(probe_s)) break;
+        now = o.probe_machine(c.threads);
+      }
+      const double tol = 1 + o.defer_tolerance;
+      if (!(now > 0 && now <= tol && now >= 1 / tol)) {
+        log_info(c.config_id, ": deferred (", c.threads, " thread", c.threads == 1 ? "" : "s", ": the machine check read ",
+                 o.deferred_threads.at(c.threads), "x the profile", now > 0 ? str_cat(", the probe now ", now, "x") : std::string(),
+                 "); run again with --resume");
+        res.rows_deferred += static_cast<int>(todo.size());
+        continue;
+      }
+      log_info(c.config_id, ": the machine is back within its profile at ", c.threads, " thread(s) (", now, "x): measured");
+    }
 
     PlanTable table;
     std::unique_ptr<ThreadPool> pool;
@@ -1060,6 +1081,7 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
                   {"rows_left", res.rows_total - present},
                   {"complete", res.complete},
                   {"stopped_by_time", res.stopped_by_time},
+                  {"rows_deferred", res.rows_deferred},
                   {"elapsed_s", res.elapsed_seconds},
                   {"ended", utc_now()}});
   return res;

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,14 @@ struct SweepOptions {
   double calm_slowdown = 0;
   int calm_retries = 3;
   double calm_pause_s = 15;
+  // Thread counts the machine check found outside its tolerance while another of the experiment's was
+  // within it (cli: sweep), with the check's slowdown: their configurations are deferred — left for a
+  // later --resume call — unless probe_machine, just before one of them, finds the machine back within
+  // a factor of 1 + defer_tolerance of the profile at that thread count. The GPU host's one-thread speed
+  // moves by 1.3x within minutes (planner_accuracy_v15: a call refused for it ten minutes after one that
+  // passed) while its sixteen-thread rows can still be measured.
+  std::map<int, double> deferred_threads;
+  double defer_tolerance = 0.2;
   // `--timelines DIR`: after each measured row's repeats, one more step of it with its timeline recorded
   // (Runtime::record_timeline; not a sample: recording costs timestamps), written as a Chrome trace to
   // DIR/<config_id>_t<tier>_<schedule>.json (scripts/analysis/timeline_gap.py reads it) and named in the
@@ -70,6 +79,7 @@ struct SweepResult {
   int rows_measured = 0;        // ... of which were run on the device
   bool complete = false;        // every row of the shard is in the file
   bool stopped_by_time = false; // --max-minutes ended the call
+  int rows_deferred = 0;        // rows of configurations deferred (SweepOptions::deferred_threads)
   double predicted_seconds = 0; // the rows left, predicted before starting
   double elapsed_seconds = 0;
   std::vector<std::string> dropped;  // configurations removed by exclusions/filters, and why

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <random>
@@ -417,6 +418,55 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
     require_clean_error("sweep " + quote(exp) + " --device emu --machine-check on --no-progress --out " + quote(rows),
                         {"machine check: this machine is", "--machine-check off"});
     CHECK_FALSE(std::ifstream(rows).good());
+    // Off at one thread only (the profile's one-thread rows 1000x fast, its two-thread rows as measured):
+    // the same machine drifting, not another. The one-thread configurations are deferred — with the
+    // probe on too, which finds the machine still off there — the two-thread ones measured; a later
+    // --resume (here with the check off) measures the rest.
+    {
+      auto fast1 = nlohmann::json::parse(text);
+      for (auto& d : fast1["dram"])
+        if (d["threads"] == 1) d["gbps"] = d["gbps"].get<double>() * 1000;
+      for (auto& op : fast1["ops"])
+        if (op["backend"] == "cpu" && op["kind"] == "matmul" && op["threads"] == 1)
+          for (auto& pt : op["points"]) pt[3] = pt[3].get<double>() / 1000;
+      std::ofstream(temp_path("fast1.profile.json")) << fast1.dump();
+      std::string y1 = y;
+      y1.replace(y1.find("profile: fast.profile.json"), std::string("profile: fast.profile.json").size(), "profile: fast1.profile.json");
+      const std::string exp1 = temp_path("fast1_experiment.yaml"), rows1 = temp_path("fast1_rows.jsonl");
+      std::ofstream(exp1) << y1;
+      auto count_rows = [&](int threads) {
+        int n = 0;
+        std::ifstream in(rows1);
+        for (std::string line; std::getline(in, line);) {
+          const auto j = nlohmann::json::parse(line);
+          n += j.value("record", "") == "row" && j["threads"] == threads;
+        }
+        return n;
+      };
+      for (const char* probe : {"off", "on"}) {
+        std::remove(rows1.c_str());
+        const Result d = shardwise_cli("sweep " + quote(exp1) + " --device emu --machine-check on --machine-probe " + probe +
+                                       " --machine-tolerance 9.9 --no-progress --out " + quote(rows1));
+        INFO(probe << ": " << d.err);
+        REQUIRE(d.rc == 0);
+        const auto sj = nlohmann::json::parse(d.out);
+        CHECK(sj["complete"] == false);
+        CHECK(sj["rows_deferred"].get<int>() > 0);
+        CHECK_THAT(d.err, Contains("deferred"));
+        CHECK(count_rows(1) == 0);
+        CHECK(count_rows(2) > 0);
+        CHECK(count_rows(2) + sj["rows_deferred"].get<int>() == sj["rows_total"].get<int>());
+        std::ifstream in(rows1);
+        std::string header;
+        std::getline(in, header);
+        CHECK(nlohmann::json::parse(header)["deferred_threads"].contains("1"));
+      }
+      const Result later = shardwise_cli("sweep " + quote(exp1) + " --device emu --machine-check off --resume --no-progress --out " + quote(rows1));
+      INFO(later.err);
+      REQUIRE(later.rc == 0);
+      CHECK(nlohmann::json::parse(later.out)["complete"] == true);
+      CHECK(count_rows(1) > 0);
+    }
     // With the check off and the probe on, each configuration's measured rows record how much slower
     // the machine was than that profile at their thread count just before (about 1000x, give or take
     // how loaded the machine was while the profile above was measured and now: a busy 2-core CI machine
