@@ -116,8 +116,11 @@ def speedups_plot(summary, path):
         labels = [f"{r.model}\n{r.baseline} {r.metric}" for r in summary.itertuples()]
         x = np.arange(len(summary))
         ax.bar(x, summary["geomean"], color=[SCHEDULE_COLORS.get(b) for b in summary["baseline"]])
-        ax.errorbar(x, summary["geomean"], yerr=[summary["geomean"] - summary["min"], summary["max"] - summary["geomean"]],
-                    fmt="none", ecolor="k", lw=0.8)
+        # A geometric mean of equal values can land a rounding error outside them (exp(log(x)) != x):
+        # the bars' error ranges are clipped at 0, which matplotlib requires.
+        low = np.maximum(summary["geomean"] - summary["min"], 0)
+        high = np.maximum(summary["max"] - summary["geomean"], 0)
+        ax.errorbar(x, summary["geomean"], yerr=[low, high], fmt="none", ecolor="k", lw=0.8)
         ax.set_xticks(x)
         ax.set_xticklabels(labels, fontsize=7)
     ax.axhline(1, color="k", lw=0.6)

@@ -136,3 +136,18 @@ def test_report_says_which_rows_were_measured_in_rounds(tmp_path):
     # Rows of one round (or of binaries before rounds existed): nothing said.
     p.write_text("".join(json.dumps(r) + "\n" for r in [row("D", 1, "gpu-only", 100, 100, 0.5, chosen=True)]))
     assert "measured in rounds" not in open(build_report(load_results(p), str(tmp_path / "s"))).read()
+
+
+def test_speedups_plot_draws_a_geomean_a_rounding_error_outside_its_range(tmp_path):
+    # One decision per bar: the geometric mean exp(log(x)) can differ from x in the last bit
+    # (study v15's partial report failed on it: "'yerr' must not contain negative values").
+    import pandas as pd
+    from shardwise import plots
+    import numpy as np
+    x = 1.2345678901234567
+    summary = pd.DataFrame({"model": ["m", "m"], "baseline": ["layer-split", "cpu-moe"], "metric": ["tps", "ttft"],
+                            "tier": [1, 1], "decisions": [1, 1],
+                            "geomean": [np.nextafter(x, 2.0), np.nextafter(x, 0.0)], "min": [x, x], "max": [x, x]})
+    out = tmp_path / "speedups.png"
+    plots.speedups_plot(summary, str(out))
+    assert out.stat().st_size > 0
