@@ -186,8 +186,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
     return;
   }
   // Chunks: about 4 per thread for balance, never smaller than grain.
-  const std::function<void(int)> each = [this](int t) { take_chunks(t); };
-  all_fn_ = wait_all_ ? &each : nullptr;  // waiting for all: each worker takes part (and counts 1 more)
+  all_fn_ = wait_all_ ? &take_chunks_on_each_ : nullptr;  // waiting for all: each worker takes part (and counts 1 more)
   for_fn_ = &fn;
   for_n_ = n;
   for_chunk_ = std::max(grain, (n + 4 * n_threads_ - 1) / (4 * n_threads_));

@@ -65,6 +65,8 @@ class ThreadPool {
   int n_threads_;
   int64_t spin_us_;  // SHARDWISE_POOL_SPIN_US when the pool was made; -1: 20000 pauses
   bool wait_all_;    // SHARDWISE_POOL_WAIT_ALL=1 when the pool was made
+  // A parallel_for's job when it waits for every worker (made once, not per loop).
+  const std::function<void(int)> take_chunks_on_each_ = [this](int t) { take_chunks(t); };
   std::vector<std::thread> workers_;
   // The open job: its kind and fields are written by the caller before `open_` turns true and read
   // by a worker only after it has counted itself in `inside_` and seen `open_` true; the caller closes

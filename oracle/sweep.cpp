@@ -814,12 +814,16 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
     bool any_to_measure = false;
     for (const RowPlan* r : todo) any_to_measure |= r->feasible && !r->skip;
 
-    // A deferred thread count: measured only if a probe finds the machine back within the tolerance.
+    // A deferred thread count: measured only if a probe finds the machine back within the tolerance
+    // (that probe is then the configuration's, below).
+    double deferral_probe = 0;
     if (any_to_measure && o.deferred_threads.count(c.threads)) {
       double now = 0;
       if (o.probe_machine) {
         if (out_of_time(probe_s)) break;
+        const auto t_probe = Clock::now();
         now = o.probe_machine(c.threads);
+        probe_s = seconds_since(t_probe);
       }
       const double tol = 1 + o.defer_tolerance;
       if (!(now > 0 && now <= tol && now >= 1 / tol)) {
@@ -830,6 +834,7 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
         continue;
       }
       log_info(c.config_id, ": the machine is back within its profile at ", c.threads, " thread(s) (", now, "x): measured");
+      deferral_probe = now;
     }
 
     PlanTable table;
@@ -873,10 +878,14 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
     std::unique_ptr<CostModel> at_probe;
     PlannerConfig at_probe_cfg;
     if (any_to_measure && o.probe_machine) {
-      if (out_of_time(probe_s)) break;
-      const auto t_probe = Clock::now();
-      machine_slowdown = o.probe_machine(c.threads);
-      probe_s = seconds_since(t_probe);
+      if (deferral_probe > 0) {
+        machine_slowdown = deferral_probe;
+      } else {
+        if (out_of_time(probe_s)) break;
+        const auto t_probe = Clock::now();
+        machine_slowdown = o.probe_machine(c.threads);
+        probe_s = seconds_since(t_probe);
+      }
       machine_probes.push_back(machine_slowdown);
       for (int retry = 0; o.calm_slowdown > 0 && machine_slowdown > 1 + o.calm_slowdown && retry < o.calm_retries; ++retry) {
         if (seconds_since(t_start) + o.calm_pause_s + probe_s >= limit_s) break;  // no time to wait: measured as it is
