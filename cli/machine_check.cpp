@@ -27,12 +27,15 @@ nlohmann::json machine_check_json(const MachineCheck& mc, const std::string& pro
           {"max_slowdown", mc.max_slowdown},
           {"min_slowdown", mc.min_slowdown},
           {"tolerance", tolerance},
+          {"hardware_difference", mc.hardware_difference.empty() ? nlohmann::json(nullptr) : nlohmann::json(mc.hardware_difference)},
           {"same_machine", mc.within(tolerance)}};
 }
 
 void require_same_machine(const MachineCheck& mc, const std::string& profile_path, double tolerance,
                           const std::string& what_to_do) {
   if (mc.within(tolerance)) return;
+  if (!mc.hardware_difference.empty())
+    fail("machine check: ", profile_path, " describes another machine (", mc.hardware_difference, "): ", what_to_do);
   int threads = 0;
   double f = 1;
   for (const auto& [t, g] : mc.slowdown_by_threads)

@@ -12,8 +12,9 @@ namespace shardwise::cli {
 
 nlohmann::json machine_check_json(const MachineCheck& mc, const std::string& profile_path, double tolerance);
 
-// Fails (one line: the row furthest off, the factor, the tolerance and what to do) unless every row
-// is within a factor of 1 + tolerance of the profile. `what_to_do` ends the message.
+// Fails (one line and what to do) on another machine by name (the check's hardware_difference), and
+// unless every row is within a factor of 1 + tolerance of the profile (naming the row furthest off, the
+// factor and the tolerance). `what_to_do` ends the message.
 void require_same_machine(const MachineCheck& mc, const std::string& profile_path, double tolerance,
                           const std::string& what_to_do);
 

@@ -94,7 +94,7 @@ void run_profile_verb(const ProfileArgs& a) {
     if (!a.validate.empty() || !a.out.empty()) fail("--check runs alone: drop --validate and --out");
     if (!(a.tolerance > 0 && a.tolerance < 10)) fail("--tolerance ", a.tolerance, " must be in (0, 10)");
     const ProfileDB db = load_profile(a.check);
-    const MachineCheck mc = check_machine(db, a.tolerance);
+    const MachineCheck mc = check_machine(db, a.tolerance, /*compare_gpu=*/true);  // when this machine has one
     require_same_machine(mc, a.check, a.tolerance, "profile this machine (shardwise profile --out FILE)");
     std::fputs(mc.text().c_str(), stderr);
     print_json(machine_check_json(mc, a.check, a.tolerance));

@@ -16,14 +16,15 @@ namespace shardwise::cli {
 namespace {
 
 struct SweepArgs {
-  std::string file, out, shard = "0/1", device = "auto", routing_from, timelines;
+  std::string file, out, shard = "0/1", device = "auto", routing_from, timelines, profile;
   std::string machine_check = "auto", machine_probe = "auto";
   bool resume = false, predict = false, no_progress = false;
   double max_minutes = 0, machine_tolerance = 0.2, calm = 0.3;
 };
 
 void run_sweep_verb(const SweepArgs& a) {
-  const Experiment e = load_experiment(a.file);
+  Experiment e = load_experiment(a.file);
+  if (!a.profile.empty()) use_profile(e, a.profile);
   SweepOptions o;
   o.out_path = a.out;
   o.resume = a.resume;
@@ -65,11 +66,12 @@ void run_sweep_verb(const SweepArgs& a) {
   std::unique_ptr<ProfileDB> db;
   if (check || probe) db = std::make_unique<ProfileDB>(load_profile(e.profile_path));
   if (check) {
-    const MachineCheck mc = check_machine(*db, a.machine_tolerance);
+    // On the GPU the profile's GPU is compared by name too: the rows below measure only the CPU.
+    const MachineCheck mc = check_machine(*db, a.machine_tolerance, o.device == "cuda");
     o.machine_check_json = machine_check_json(mc, e.profile, a.machine_tolerance).dump();
     // Off at some of the experiment's thread counts and within at others: the same machine drifting
     // (its one-thread speed, planner_accuracy_v15), so those thread counts are deferred (SweepOptions::
-    // deferred_threads). Off at all of them: another machine, refused.
+    // deferred_threads). Off at all of them, or other hardware by name: another machine, refused.
     bool some_within = false;
     for (int t : e.threads) {
       const auto it = mc.slowdown_by_threads.find(t);
@@ -80,7 +82,7 @@ void run_sweep_verb(const SweepArgs& a) {
       else
         some_within = true;
     }
-    if (!some_within || o.deferred_threads.empty()) {
+    if (!some_within || o.deferred_threads.empty() || !mc.hardware_difference.empty()) {
       o.deferred_threads.clear();
       require_same_machine(mc, e.profile, a.machine_tolerance,
                            "its predictions would not describe this machine; profile it (shardwise profile) and point the "
@@ -134,6 +136,9 @@ void register_sweep(CLI::App& app) {
       "sweep", "Run every candidate schedule of an experiment for real and record predicted vs measured (the oracle)");
   sub->add_option("FILE", a->file, "Experiment YAML (experiments/*.yaml)")->required();
   sub->add_option("--out", a->out, "Results file (JSON lines, appended crash-safely)");
+  sub->add_option("--profile", a->profile,
+                  "Plan from this measured profile instead of the experiment's own (the same study on another machine: "
+                  "profile it with `shardwise profile`); recorded as the experiment's profile in the results");
   sub->add_flag("--resume", a->resume, "Continue an existing results file: rows already there are skipped");
   sub->add_option("--shard", a->shard, "Run only shard i of n (i/n, numbered from 0): configurations with index % n == i");
   sub->add_option("--max-minutes", a->max_minutes, "Stop cleanly between rows before this many minutes pass (0 = no limit)");

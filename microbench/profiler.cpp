@@ -577,13 +577,37 @@ std::string utc_now() {
   return buf;
 }
 
-MachineFingerprint fingerprint(GpuBench* gpu) {
+}  // namespace
+
+MachineFingerprint this_machine(bool with_gpu) {
   MachineFingerprint m;
   m.cpu_model = read_first("/proc/cpuinfo", "model name");
   if (m.cpu_model.empty()) m.cpu_model = "unknown CPU";
   m.cpu_cores = static_cast<int>(std::thread::hardware_concurrency());
   m.isa = isa_name(active_isa());
   m.dram_bytes = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
+  if (with_gpu && cuda_device_count() > 0) {
+    const CudaDeviceInfo info = cuda_device_info(0);
+    m.gpu_name = info.name;
+    m.gpu_driver = info.driver_version;
+    m.vram_bytes = info.total_bytes;
+  }
+  return m;
+}
+
+std::string hardware_difference(const MachineFingerprint& profile, const MachineFingerprint& here) {
+  std::string d;
+  if (profile.cpu_model != here.cpu_model)
+    d = str_cat("CPU '", here.cpu_model, "' here, '", profile.cpu_model, "' in the profile");
+  if (!profile.gpu_name.empty() && !here.gpu_name.empty() && profile.gpu_name != here.gpu_name)
+    d += str_cat(d.empty() ? "" : "; ", "GPU '", here.gpu_name, "' here, '", profile.gpu_name, "' in the profile");
+  return d;
+}
+
+namespace {
+
+MachineFingerprint fingerprint(GpuBench* gpu) {
+  MachineFingerprint m = this_machine(false);
   if (gpu) {
     m.gpu_name = gpu->name();
     m.gpu_driver = gpu->driver_version();
@@ -849,12 +873,13 @@ double MachineCheckRow::slowdown() const {
 }
 
 bool MachineCheck::within(double tolerance) const {
-  return max_slowdown <= 1 + tolerance && min_slowdown >= 1 / (1 + tolerance);
+  return hardware_difference.empty() && max_slowdown <= 1 + tolerance && min_slowdown >= 1 / (1 + tolerance);
 }
 
 std::string MachineCheck::text() const {
   std::ostringstream os;
   os << "machine check against the profile (this machine / the profile's; > 1: slower here):\n";
+  if (!hardware_difference.empty()) os << "  another machine: " << hardware_difference << "\n";
   for (const auto& [t, g] : slowdown_by_threads) {
     char head[96];
     std::snprintf(head, sizeof head, "  %d thread%s: %.3fx (geometric mean of its rows)", t, t == 1 ? "" : "s", g);
@@ -917,7 +942,7 @@ double geometric_slowdown(const std::vector<MachineCheckRow>& rows) {
 
 }  // namespace
 
-MachineCheck check_machine(const ProfileDB& db, double tolerance) {
+MachineCheck check_machine(const ProfileDB& db, double tolerance, bool compare_gpu) {
   SW_CHECK(!db.threads.empty(), "machine check: the profile ", db.origin, " names no thread counts");
   const Grid g = make_grid(db.quick);
   const int max_threads = *std::max_element(db.threads.begin(), db.threads.end());
@@ -925,6 +950,7 @@ MachineCheck check_machine(const ProfileDB& db, double tolerance) {
   CpuRunner cpu(g.cpu_weight_set, max_threads);
   const Policy pol = db.quick ? Policy{2, 6, 5} : Policy{3, 12, 12};
   MachineCheck mc;
+  mc.hardware_difference = hardware_difference(db.machine, this_machine(compare_gpu));
   std::map<int, std::vector<MachineCheckRow>> by_threads;
   for (int t : db.threads) {
     std::vector<MachineCheckRow> rows = check_rows(db, g, cpu, pol, t);

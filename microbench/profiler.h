@@ -101,7 +101,12 @@ struct MachineCheck {
   // that first mean; their rows and slowdown_by_threads hold the second measurement.
   std::map<int, double> first_slowdown_by_threads;
   double max_slowdown = 1, min_slowdown = 1;
-  // Every thread count's mean within a factor of (1 + tolerance) of the profile, either way.
+  // Where the profile's machine and this one differ by name (hardware_difference below); empty when
+  // they match. The rows measure the CPU alone: two GPU machines whose CPUs run alike can carry
+  // different GPUs (an H100 and an H200 host), which only the names tell apart.
+  std::string hardware_difference;
+  // Same hardware by name, and every thread count's mean within a factor of (1 + tolerance) of the
+  // profile, either way.
   bool within(double tolerance) const;
   std::string text() const;
 };
@@ -109,7 +114,18 @@ struct MachineCheck {
 // by that second measurement: on the profile's own machine one row ran 1.53x slow a minute after the
 // profile and within 10% ten minutes later (results/profile/README.md, run_c1d949b), where a
 // different machine differs both times. tolerance <= 0: one measurement.
-MachineCheck check_machine(const ProfileDB& db, double tolerance = 0);
+// compare_gpu: also compare the profile's GPU with this machine's first (the sweep on the GPU).
+MachineCheck check_machine(const ProfileDB& db, double tolerance = 0, bool compare_gpu = false);
+
+// This machine by name, as a profile records it (CPU model, cores, ISA, DRAM; with `with_gpu` and a
+// GPU present, the first GPU's name, driver and memory). Measures nothing.
+MachineFingerprint this_machine(bool with_gpu);
+
+// What differs by name between a profile's machine and `here`: the CPU model, and the GPU's name when
+// both name one (a profile without a GPU, or a check without one, compares the CPU alone). Empty when
+// nothing does; else one phrase naming both sides ("GPU 'NVIDIA H100 80GB HBM3' here, 'NVIDIA H200' in
+// the profile").
+std::string hardware_difference(const MachineFingerprint& profile, const MachineFingerprint& here);
 
 // The check's rows at one thread count, measured once with fewer repeats (about a second), by a
 // runner kept between calls: the oracle probes the machine before each configuration, because the

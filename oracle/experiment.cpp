@@ -431,6 +431,17 @@ Experiment parse_experiment_text(const std::string& text, const std::string& pat
 
 Experiment load_experiment(const std::string& path) { return parse_experiment_text(read_text_file(path), path); }
 
+void use_profile(Experiment& e, const std::string& path) {
+  if (path.empty()) fail("--profile: give a ProfileDB file (from `shardwise profile`)");
+  if (!file_exists(path)) fail("--profile ", path, ": cannot open it (give a ProfileDB file from `shardwise profile`)");
+  const ProfileDB db = load_profile(path);
+  if (!db.has_gpu() && e.hardware.empty())
+    fail("--profile ", path, ": it has no GPU rows (measured on a machine without a GPU) and ", e.path,
+         " names no `hardware:` to stand in for the GPU: use a GPU profile");
+  e.profile = path;
+  e.profile_path = path;
+}
+
 std::string Experiment::effective_json() const {
   nlohmann::ordered_json j;
   j["name"] = name;

@@ -128,6 +128,12 @@ struct Configuration {
 Experiment parse_experiment_text(const std::string& text, const std::string& path);
 Experiment load_experiment(const std::string& path);
 
+// Plans `e` from another measured profile than its own (the same experiment on another machine:
+// `shardwise sweep --profile`). `path` is taken from the working directory and replaces `profile`
+// in the effective config, so the experiment's hash and every results file say which one was used.
+// Throws Error (one line) if it cannot be read, or has no GPU rows and `e` names no hardware.
+void use_profile(Experiment& e, const std::string& path);
+
 // The spec of a model's weights without materialising them (synthetic specs are computed; files are
 // opened and validated). `weights` as in ExperimentModel.
 ModelSpec experiment_model_spec(const std::string& weights);

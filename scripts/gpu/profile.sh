@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine with the bundle from scripts/gpu/bundle.sh: the full profile of the machine
 # (`shardwise profile`, threads 1 and 16, PCIe uncapped and capped at 16 GB/s), then its validation on
-# cases the grid never saw (`shardwise profile --validate`). Writes into OUT: h200-host.profile.json,
-# profile.log, validation.txt, validation.json, validation.log (each case as it ends), machine.txt.
+# cases the grid never saw (`shardwise profile --validate`). Writes into OUT: h200-host.profile.json
+# (PROFILE_NAME=h100-host: h100-host.profile.json), profile.log, validation.txt, validation.json,
+# validation.log (each case as it ends), machine.txt. VALIDATE=0 skips the validation.
 #   profile.sh OUT
 set -uo pipefail
 out=${1:?usage: profile.sh OUT}
@@ -23,13 +24,14 @@ bin="$root/bin/shardwise"
 cat "$out/machine.txt"
 echo "== profile"
 start=$(date +%s)
-timeout ${PROFILE_TIMEOUT:-420} "$bin" profile --out "$out/h200-host.profile.json" --threads 1,16 --pcie-cap none,16GB/s --device cuda \
+timeout ${PROFILE_TIMEOUT:-420} "$bin" profile --out "$out/${PROFILE_NAME:-h200-host}.profile.json" --threads 1,16 --pcie-cap none,16GB/s --device cuda \
   > "$out/profile_summary.json" 2> "$out/profile.log"
 echo "rc=$? in $(( $(date +%s) - start )) s"; tail -3 "$out/profile.log"; cat "$out/profile_summary.json"
-ls -la "$out/h200-host.profile.json"
+ls -la "$out/${PROFILE_NAME:-h200-host}.profile.json"
+[ "${VALIDATE:-1}" = 0 ] && { echo "== validation skipped (VALIDATE=0)"; exit 0; }
 echo "== validation"
 start=$(date +%s)
-timeout ${VALIDATE_TIMEOUT:-300} "$bin" profile --validate "$out/h200-host.profile.json" --json-out "$out/validation.json" --no-progress \
+timeout ${VALIDATE_TIMEOUT:-300} "$bin" profile --validate "$out/${PROFILE_NAME:-h200-host}.profile.json" --json-out "$out/validation.json" --no-progress \
   > "$out/validation.txt" 2> "$out/validation.log"
 echo "rc=$? in $(( $(date +%s) - start )) s"
 grep -v "^  \(cpu\|gpu\|contention\) " "$out/validation.txt" | head -40

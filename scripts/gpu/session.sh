@@ -9,6 +9,17 @@
 #   session.sh OUT fast      GPU suite, then `profile --check` of the committed profile: on the machine it
 #                            describes, the planner-accuracy study starts at once with it (OUT/study/);
 #                            on another machine, as `check` (re-profile, then the study's first minutes)
+#   session.sh OUT machine-study [PREVIOUS.jsonl]
+#                            whichever GPU the call landed on (H100 or H200 hosts are lent alike): the GPU
+#                            suite, then `profile --check` of this GPU kind's committed profile
+#                            (experiments/results/profile/<kind>-host.profile.json; the check compares the GPU
+#                            by name too): where it describes this machine the planner-accuracy study starts
+#                            with it (with PREVIOUS: continues it, no check but the sweep's own); with no
+#                            profile of this kind, or one that fails the check, this machine is profiled (no validation), the
+#                            profile put at that path, and a new study starts with the minutes left. The
+#                            study is planned from that file (`sweep --profile`; the yaml's own for the H200).
+#                            -> OUT/profile/ (when profiled), OUT/study/; commit the profile at that path.
+#                            SUITE=0 skips the suite (later calls of one study).
 #   session.sh OUT profile   the profile and its validation only, then executor_bench.sh quick with
 #                            the new profile for the minutes left
 #   session.sh OUT study [PREVIOUS.jsonl]
@@ -72,8 +83,8 @@
 #                            each weight prefetch distance (SHARDWISE_GEMV_PREFETCH), ~2 min, then the GPU
 #                            suite -> cpu_prefetch.tgz
 set -uo pipefail
-out=${1:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|static-probes|pool-ab|sweep-timelines|reprofile-static|ctx-probes|act-pull|strided|measure|measure2|fence [MODEL] [PREVIOUS.jsonl]}
-stage=${2:?usage: session.sh OUT check|fast|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|static-probes|pool-ab|sweep-timelines|reprofile-static|ctx-probes|act-pull|strided|measure|measure2|fence [MODEL] [PREVIOUS.jsonl]}
+out=${1:?usage: session.sh OUT check|fast|machine-study|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|static-probes|pool-ab|sweep-timelines|reprofile-static|ctx-probes|act-pull|strided|measure|measure2|fence [MODEL] [PREVIOUS.jsonl]}
+stage=${2:?usage: session.sh OUT check|fast|machine-study|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|static-probes|pool-ab|sweep-timelines|reprofile-static|ctx-probes|act-pull|strided|measure|measure2|fence [MODEL] [PREVIOUS.jsonl]}
 mkdir -p "$out"
 root=/tmp/shardwise-bundle
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
@@ -102,6 +113,35 @@ case $stage in
   check)
     gpu_suite
     profile_then_study
+    ;;
+  machine-study)
+    gpu_suite
+    kind=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o -i 'h[0-9][0-9][0-9]' | head -1 | tr 'A-Z' 'a-z')
+    kind=${kind:-gpu}
+    prof=experiments/results/profile/$kind-host.profile.json
+    prev=${3:-none}
+    # The experiment's own profile is the H200 host's (same path, same experiment hash); others by --profile.
+    [ "$kind" = h200 ] && study_args="" || study_args="--profile $prof"
+    if [ -f "$prof" ] && [ "$prev" != none ]; then
+      echo "== continuing $prev with $prof (the sweep's machine check defers or refuses)"
+    elif [ -f "$prof" ] && "$root/bin/shardwise" profile --check "$prof" > "$out/machine_check.json" 2> "$out/machine_check.txt"; then
+      echo "== $prof describes this machine: $(head -3 "$out/machine_check.txt" | tr '\n' ' ')"
+    else
+      echo "== no profile of this machine ($kind): $(tail -1 "$out/machine_check.txt" 2>/dev/null); profiling it"
+      PROFILE_NAME=$kind-host VALIDATE=0 PROFILE_TIMEOUT=300 bash scripts/gpu/profile.sh "$out/profile"
+      [ -f "$out/profile/$kind-host.profile.json" ] || { echo "no profile: no study"; exit 1; }
+      mkdir -p experiments/results/profile && cp "$out/profile/$kind-host.profile.json" "$prof"
+      prev=none  # a new profile is a new study
+    fi
+    left=$(( 575 - ($(date +%s) - t0) ))
+    if [ "$left" -gt 90 ]; then
+      SWEEP_ARGS="$study_args ${SWEEP_ARGS:-}" bash scripts/gpu/oracle_study.sh "$out/study" "$prev" "$(awk "BEGIN {print ($left - 35) / 60}")"
+    else
+      echo "no time left for the study"
+    fi
+    # At most 8 files come back: the results and the profile as they are, every log in one archive.
+    (cd "$out" && find . -type f ! -name '*.jsonl' ! -name '*.profile.json' ! -name '*.tgz' | sed 's|^\./||' > /tmp/logs.txt &&
+      tar -czf logs.tgz -T /tmp/logs.txt && xargs rm -f < /tmp/logs.txt)
     ;;
   fast)
     gpu_suite

@@ -467,6 +467,56 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
       CHECK(nlohmann::json::parse(later.out)["complete"] == true);
       CHECK(count_rows(1) > 0);
     }
+    // Another machine by name: rates as measured here (a tolerance no rate misses), but the profile names
+    // another CPU. The rows measure only the CPU, so a GPU machine of another kind with the same CPU
+    // passes on rates alone; the names refuse it (the profile's GPU is compared the same way on the GPU).
+    {
+      auto other = nlohmann::json::parse(text);
+      other["machine"]["cpu_model"] = "Another CPU 9000";
+      const std::string odb = temp_path("other.profile.json");
+      std::ofstream(odb) << other.dump();
+      const MachineCheck omc = check_machine(load_profile(odb), 9.9);
+      CHECK_THAT(omc.hardware_difference, Contains("'Another CPU 9000' in the profile"));
+      CHECK_FALSE(omc.within(9.9));
+      require_clean_error("profile --check " + quote(odb) + " --tolerance 9.9",
+                          {"describes another machine", "Another CPU 9000", "shardwise profile"});
+      // The same experiment planned from that profile (--profile: the study on another machine) is refused
+      // by the names, before anything is written.
+      const std::string rowso = temp_path("other_rows.jsonl");
+      require_clean_error("sweep " + quote(exp) + " --profile " + quote(odb) +
+                              " --device emu --machine-check on --machine-tolerance 9.9 --no-progress --out " + quote(rowso),
+                          {"describes another machine", "Another CPU 9000", "--machine-check off"});
+      CHECK_FALSE(std::ifstream(rowso).good());
+      // Planned from this machine's own profile (--profile db) it measures, and the results record the
+      // profile used as the experiment's.
+      const std::string rowsd = temp_path("own_profile_rows.jsonl");
+      const Result own = shardwise_cli("sweep " + quote(exp) + " --profile " + quote(db) +
+                                       " --device emu --machine-check off --no-progress --max-minutes 0.02 --out " + quote(rowsd));
+      INFO(own.err);
+      REQUIRE(own.rc == 0);
+      {
+        std::ifstream in(rowsd);
+        std::string header;
+        std::getline(in, header);
+        CHECK(nlohmann::json::parse(header)["effective_config"]["profile"] == db);
+      }
+      require_clean_error("sweep " + quote(exp) + " --profile " + quote(temp_path("missing.profile.json")) + " --device emu --out " +
+                              quote(temp_path("never.jsonl")),
+                          {"--profile", "missing.profile.json", "cannot open"});
+      // The comparison itself: GPUs by name where both sides name one.
+      MachineFingerprint h200, h100;
+      h200.cpu_model = h100.cpu_model = "Xeon";
+      h200.gpu_name = "NVIDIA H200";
+      h100.gpu_name = "NVIDIA H100 80GB HBM3";
+      CHECK(hardware_difference(h200, h200).empty());
+      CHECK(hardware_difference(h200, h100) == "GPU 'NVIDIA H100 80GB HBM3' here, 'NVIDIA H200' in the profile");
+      MachineFingerprint no_gpu = h100;
+      no_gpu.gpu_name.clear();
+      CHECK(hardware_difference(h200, no_gpu).empty());  // a check without the GPU compares the CPU alone
+      CHECK(hardware_difference(no_gpu, h200).empty());  // a CPU-only profile names no GPU
+      no_gpu.cpu_model = "Epyc";
+      CHECK(hardware_difference(h200, no_gpu) == "CPU 'Epyc' here, 'Xeon' in the profile");
+    }
     // With the check off and the probe on, each configuration's measured rows record how much slower
     // the machine was than that profile at their thread count just before (about 1000x, give or take
     // how loaded the machine was while the profile above was measured and now: a busy 2-core CI machine
