@@ -645,6 +645,90 @@ TEST_CASE("CUDA GEMVs with rows split among a block's warps (k-split) and withou
     }
 }
 
+// The blocks' input norms inside their decode GEMVs (the default) or the norm kernel first, for the guard's
+// lifetime.
+struct GemvNormFused {
+  explicit GemvNormFused(bool on) { cuda_set_gemv_norm(on); }
+  ~GemvNormFused() { cuda_set_gemv_norm(true); }
+};
+
+TEST_CASE("CUDA GEMVs that RMS-norm their input match the normed rows' double dot products", "[gpu][kernels]") {
+  // Every dtype, odd shapes, 1..8 tokens whose rows differ in scale by 1e6 (the norm takes it out), stored and
+  // accumulated; the fast kernel (x 16-byte aligned) and the generic one (x one float off), k-split forced both
+  // ways. The reference norms the rows in double and rounds them to f32, as the norm kernel's output is.
+  Gpu& g = gpu();
+  DevMem mem;
+  const uint64_t ws_bytes = 16ull << 20;
+  uint8_t* ws = mem.alloc(ws_bytes);
+  KernelCtx kc(ws, ws_bytes);
+  const MatShape shapes[] = {{1, 32}, {37, 96}, {300, 256}, {129, 4096}, {3, 5120}};
+  const float eps = 1e-5f;
+  for (int mode : {2, 0}) {
+    const GemvKsplit split(mode);
+    for (DType dt : kDtypes)
+      for (const MatShape& sh : shapes) {
+        if (sh.cols % dtype_block_elems(dt) != 0) continue;
+        const int64_t rows = sh.rows, cols = sh.cols, ldx = cols + 4;
+        const std::vector<uint8_t> w = random_weights(dt, rows, cols, 0.5f);
+        const uint8_t* dw = mem.upload(w.data(), w.size());
+        const std::vector<float> nw = fresh(static_cast<size_t>(cols), 0.5f, 1.5f);
+        const float* dnw = mem.upload(nw);
+        for (int64_t n : {1, 3, 8})
+          for (int64_t off : {0, 1})
+            for (bool accumulate : {false, true}) {
+              std::vector<float> x = fresh(static_cast<size_t>(n * ldx), -2.0f, 2.0f);
+              if (n >= 3) {
+                for (int64_t c = 0; c < cols; ++c) x[ldx + c] *= 1.0e3f;
+                for (int64_t c = 0; c < cols; ++c) x[2 * ldx + c] *= 1.0e-3f;
+              }
+              std::vector<float> xn(x.size(), 0.0f);
+              for (int64_t t = 0; t < n; ++t) {
+                double ss = 0;
+                for (int64_t c = 0; c < cols; ++c) ss += static_cast<double>(x[t * ldx + c]) * x[t * ldx + c];
+                const double scale = 1.0 / std::sqrt(ss / static_cast<double>(cols) + eps);
+                for (int64_t c = 0; c < cols; ++c)
+                  xn[t * ldx + c] = static_cast<float>(x[t * ldx + c] * scale * nw[static_cast<size_t>(c)]);
+              }
+              const std::vector<float> y0 = fresh(static_cast<size_t>(n * rows));
+              const MatmulRef ref = ref_matmul(dt, w, rows, cols, xn, ldx, n, accumulate ? &y0 : nullptr);
+              std::vector<float> xo(static_cast<size_t>(off), 0.0f);
+              xo.insert(xo.end(), x.begin(), x.end());
+              const float* dx = mem.upload(xo) + off;
+              float* dy = mem.floats(ref.size());
+              if (accumulate) put(dy, y0);
+              else poison(dy, ref.size());
+              cuda::GemvTask t;
+              t.w0 = dw;
+              t.x = dx;
+              t.ldx = ldx;
+              t.y = dy;
+              t.ldy = rows;
+              t.rows = static_cast<int32_t>(rows);
+              t.cols = static_cast<int32_t>(cols);
+              t.nt = static_cast<int32_t>(n);
+              const cuda::GemvNorm norm{dnw, eps};
+              cuda::gemv(kc.ctx, dt, accumulate ? cuda::GemvMode::Accumulate : cuda::GemvMode::Store, &t, 1, &norm);
+              ck(cudaStreamSynchronize(g.stream), "gemv with norm");
+              INFO((mode == 2 ? "k-split " : "no k-split ") << dtype_name(dt) << " " << rows << "x" << cols << " n=" << n
+                                                            << (off ? " x misaligned" : "") << (accumulate ? " accumulate" : " store"));
+              REQUIRE(dot_error(get(dy, ref.size()), ref) <= kDotTol);
+            }
+      }
+  }
+  // The blocks with the norm kernel first (the fusion off) still match the CPU blocks; with it on, the
+  // "CUDA blocks match the CPU blocks" case checks them.
+  const GemvNormFused off(false);
+  ThreadPool pool(2);
+  for (const ModelCase& mc : kModels)
+    for (DType dt : {DType::F16, DType::Q4_0}) {
+      const ModelSpec spec = spec_of(mc, dt);
+      DevMem wmem;
+      std::unique_ptr<LayerPair> lp = make_layer(wmem, spec, pool);
+      for (const StepCase& s : kSteps)
+        if (s.n <= 32) check_blocks(spec, *lp, RopeStyle::Neox, s, ws, ws_bytes, pool, where(mc, dt, RopeStyle::Neox, s) + " (norm kernel first)");
+    }
+}
+
 TEST_CASE("CUDA blocks go through long steps in chunks when the workspace is small", "[gpu][kernels]") {
   DevMem mem;
   ThreadPool pool(2);
