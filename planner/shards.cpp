@@ -203,10 +203,10 @@ AttentionOps attention_ops(const ModelSpec& s, const ShardSet&, int, int64_t n, 
   a.pre.push_back(matmul(dv, n, KVD, H));
   if (s.has_qk_norm()) a.pre.push_back(simple(OpKind::Norm, n, n * (QD + KVD)));
   a.pre.push_back(simple(OpKind::Rope, n, n * (QD + KVD)));
-  if (n <= kGpuFusedQkvTokens && dq == dk && dq == dv) {  // the norm inside the GEMV
+  a.pre_gpu.push_back(simple(OpKind::Norm, n, n * H));
+  if (n <= kGpuFusedQkvTokens && dq == dk && dq == dv) {
     a.pre_gpu.push_back(matmul(dq, n, QD + 2 * KVD, H));
   } else {
-    a.pre_gpu.push_back(simple(OpKind::Norm, n, n * H));
     a.pre_gpu.push_back(matmul(dq, n, QD, H));
     a.pre_gpu.push_back(matmul(dk, n, KVD, H));
     a.pre_gpu.push_back(matmul(dv, n, KVD, H));
@@ -230,17 +230,10 @@ AttentionOps attention_ops(const ModelSpec& s, const ShardSet&, int, int64_t n, 
   return a;
 }
 
-bool gpu_ffn_fuses_norm(const ModelSpec& s, int64_t n) {
-  if (s.is_moe()) return false;
-  const DType dg = dtype_of(s, TensorKind::FfnGate, {s.intermediate_size, s.hidden_size}),
-              du = dtype_of(s, TensorKind::FfnUp, {s.intermediate_size, s.hidden_size});
-  return dg == du && (n <= kGpuFusedQkvTokens || (dtype_is_quantized(dg) && n <= 4 * kGpuFusedQkvTokens));
-}
-
-std::vector<Op> ffn_ops(const ModelSpec& s, const ShardSet&, int, int64_t n, double active_experts, bool gpu) {
+std::vector<Op> ffn_ops(const ModelSpec& s, const ShardSet&, int, int64_t n, double active_experts) {
   std::vector<Op> ops;
   const int64_t H = s.hidden_size;
-  if (!s.is_moe() && !(gpu && gpu_ffn_fuses_norm(s, n))) ops.push_back(simple(OpKind::Norm, n, n * H));
+  if (!s.is_moe()) ops.push_back(simple(OpKind::Norm, n, n * H));
   if (s.is_moe()) {
     Op e;
     e.kind = OpKind::MoeExperts;

@@ -76,7 +76,7 @@ std::vector<ShardLayout> shard_layouts(const ModelSpec& spec, const ShardSet& se
 // router), `core` (scores, softmax, values over the cache) and `post` (O projection, residual).
 // pre_gpu is `pre` as the GPU runs it: q/k norms and RoPE (with the K/V cache write) are one kernel,
 // and a step of at most kGpuFusedQkvTokens tokens projects Q, K and V in one batched GEMV when their
-// dtypes agree, the input norm computed inside it (executor/cuda). The CPU computes them one by one.
+// dtypes agree (executor/cuda). The CPU computes them one by one.
 struct AttentionOps {
   std::vector<Op> pre, pre_gpu, core, post;
 };
@@ -84,11 +84,7 @@ constexpr int64_t kGpuFusedQkvTokens = 8;
 AttentionOps attention_ops(const ModelSpec& spec, const ShardSet& set, int layer, int64_t n, int64_t keys,
                            DType kv_dtype);
 // active_experts: MoE distinct experts per layer the step touches (0 = the uniform expectation).
-// gpu: as the GPU runs it — a dense FFN's decode GEMV of gate and up computes the input norm itself
-// (gpu_ffn_fuses_norm: the same dtype, at most 8 tokens, or 32 for quantised weights; executor/cuda).
-std::vector<Op> ffn_ops(const ModelSpec& spec, const ShardSet& set, int layer, int64_t n, double active_experts = 0,
-                        bool gpu = false);
-bool gpu_ffn_fuses_norm(const ModelSpec& spec, int64_t n);
+std::vector<Op> ffn_ops(const ModelSpec& spec, const ShardSet& set, int layer, int64_t n, double active_experts = 0);
 // Bytes of an FFN shard a step of n tokens actually reads: MoE steps touch only the routed experts
 // (min(E, n·k) at most; expected: active_experts where the routing was measured, else
 // E·(1−(1−k/E)^n)); dense steps read the whole shard.

@@ -38,7 +38,7 @@ double moe_fixed_ms(const Op& moe, const CostModel& cost, const ExecEnv& env) {
 // The ops of every compute kind of one step, built once per simulation (shapes do not depend on
 // the layer), so that timing an action is arithmetic only.
 struct StepOps {
-  std::vector<Op> embed, attn_pre, attn_pre_gpu, attn_core, attn_post, ffn, ffn_gpu, output, output_norm, output_head;
+  std::vector<Op> embed, attn_pre, attn_pre_gpu, attn_core, attn_post, ffn, output, output_norm, output_head;
   std::vector<Op> router;  // MoE: the FFN norm and the router (the end of attn_post; alone: router_next)
   Op share_add;  // a split MoE layer's GPU share adds the CPU's partial: one f32 add over the step's rows
   double moe_fixed[2] = {0, 0};  // moe_fixed_ms of the step's MoE block on the CPU, on the GPU (alone)
@@ -57,7 +57,6 @@ struct StepOps {
       attn_post = std::move(a.post);
       if (spec.is_moe() && attn_post.size() >= 2) router.assign(attn_post.end() - 2, attn_post.end());
       ffn = ffn_ops(spec, shards, layer, step.tokens, step.active_experts);
-      ffn_gpu = ffn_ops(spec, shards, layer, step.tokens, step.active_experts, /*gpu=*/true);
     }
     output = output_ops(spec, shards);
     output_norm = {output.front()};
@@ -108,8 +107,7 @@ double timed(const Action& a, const StepOps& ops, const ShardSet& shards, const 
     }
     case ShardKind::Ffn: {
       if (a.part == ComputePart::MoeShareAdd) return cost.op_ms(ops.share_add, env);  // the CPU's partial added
-      if (a.part != ComputePart::MoeCpuShare && a.part != ComputePart::MoeGpuShare)
-        return ops_ms(env.backend == Backend::Gpu ? ops.ffn_gpu : ops.ffn, cost, env);
+      if (a.part != ComputePart::MoeCpuShare && a.part != ComputePart::MoeGpuShare) return ops_ms(ops.ffn, cost, env);
       // A share of an MoE layer split between CPU and GPU: the block's fixed part whole (each share runs
       // the block's kernels or loops once; launches and dispatch, timed without contention) and its part
       // of the experts' work (one token's k experts are k equal sets of three matmuls).

@@ -206,7 +206,8 @@ class CudaKernels : public DeviceKernels {
     float* attn = ws_.take<float>(static_cast<uint64_t>(chunk * QD), "attention: output");
     for (int64_t c0 = 0; c0 < n; c0 += chunk) {
       const int64_t m = std::min(chunk, n - c0);
-      norm_project_qkv(p, w, x + c0 * H, xn, m, qkv);
+      rms_norm(ctx_, x + c0 * H, H, w.attn_norm, eps_, xn, H, m, H);
+      project_qkv(p, xn, m, qkv);
       rope_qk(w, qkv, c0, m, k_cache, v_cache);
       AttnArgs a;
       a.q = qkv;
@@ -235,7 +236,8 @@ class CudaKernels : public DeviceKernels {
     float* xn = ws_.take<float>(static_cast<uint64_t>(chunk * H), "attention_pre: normed x");
     for (int64_t c0 = 0; c0 < n; c0 += chunk) {
       const int64_t m = std::min(chunk, n - c0);
-      norm_project_qkv(p, w, x + c0 * H, xn, m, qkv + c0 * W);
+      rms_norm(ctx_, x + c0 * H, H, w.attn_norm, eps_, xn, H, m, H);
+      project_qkv(p, xn, m, qkv + c0 * W);
       rope_qk(w, qkv + c0 * W, c0, m, nullptr, nullptr);
     }
   }
@@ -458,20 +460,16 @@ class CudaKernels : public DeviceKernels {
     return p;
   }
 
-  // q, k, v of m rows of x, attn-normed, into qkv rows [q | k | v]: decode-sized steps in one GEMV
-  // launch that norms x itself (unless SHARDWISE_GEMV_NORM=0), others after the norm kernel into xn.
-  void norm_project_qkv(const Proj& p, const DevLayer& w, const float* x, float* xn, int64_t m, float* qkv) {
+  // q, k, v of m normed rows into qkv rows [q | k | v]: one GEMV launch for decode-sized steps.
+  void project_qkv(const Proj& p, const float* xn, int64_t m, float* qkv) {
     const int64_t H = spec_.hidden_size, QD = spec_.q_dim(), KVD = spec_.kv_dim(), W = QD + 2 * KVD;
-    const bool one_gemv = m <= kGemvMaxTokens && p.q.dtype == p.k.dtype && p.q.dtype == p.v.dtype;
-    const bool fuse = one_gemv && gemv_fuses_norm();
-    if (!fuse) rms_norm(ctx_, x, H, w.attn_norm, eps_, xn, H, m, H);
-    if (one_gemv) {
+    if (m <= kGemvMaxTokens && p.q.dtype == p.k.dtype && p.q.dtype == p.v.dtype) {
       GemvTask t[3];
       const MatRef* mats[3] = {&p.q, &p.k, &p.v};
       const int64_t offs[3] = {0, QD, QD + KVD};
       for (int i = 0; i < 3; ++i) {
         t[i].w0 = mats[i]->data;
-        t[i].x = fuse ? x : xn;
+        t[i].x = xn;
         t[i].ldx = H;
         t[i].y = qkv + offs[i];
         t[i].ldy = W;
@@ -479,8 +477,7 @@ class CudaKernels : public DeviceKernels {
         t[i].cols = static_cast<int32_t>(H);
         t[i].nt = static_cast<int32_t>(m);
       }
-      const GemvNorm norm{w.attn_norm, eps_};
-      gemv(ctx_, p.q.dtype, GemvMode::Store, t, 3, fuse ? &norm : nullptr);
+      gemv(ctx_, p.q.dtype, GemvMode::Store, t, 3);
       return;
     }
     matmul(ctx_, p.q, xn, H, m, qkv, W, false);
@@ -531,15 +528,12 @@ class CudaKernels : public DeviceKernels {
     float* u = ws_.take<float>(static_cast<uint64_t>(chunk * F), "FFN: up");
     for (int64_t c0 = 0; c0 < n; c0 += chunk) {
       const int64_t m = std::min(chunk, n - c0);
-      if (gate.dtype == up.dtype && gemv_suits(gate.dtype, m)) {  // norm, gate, up and SwiGLU in one pass
-        const bool fuse = gemv_fuses_norm();
-        if (!fuse) rms_norm(ctx_, x + c0 * H, H, w.ffn_norm, eps_, xn, H, m, H);
+      rms_norm(ctx_, x + c0 * H, H, w.ffn_norm, eps_, xn, H, m, H);
+      if (gate.dtype == up.dtype && gemv_suits(gate.dtype, m)) {  // gate, up and SwiGLU in one pass
         std::vector<GemvTask> tasks;
-        add_tasks(&tasks, gate.data, up.data, fuse ? x + c0 * H : xn, H, g, F, m, F, H);
-        const GemvNorm norm{w.ffn_norm, eps_};
-        gemv(ctx_, gate.dtype, GemvMode::SwiGLU, tasks.data(), static_cast<int>(tasks.size()), fuse ? &norm : nullptr);
+        add_tasks(&tasks, gate.data, up.data, xn, H, g, F, m, F, H);
+        gemv(ctx_, gate.dtype, GemvMode::SwiGLU, tasks.data(), static_cast<int>(tasks.size()));
       } else {
-        rms_norm(ctx_, x + c0 * H, H, w.ffn_norm, eps_, xn, H, m, H);
         matmul(ctx_, gate, xn, H, m, g, F, false);
         matmul(ctx_, up, xn, H, m, u, F, false);
         swiglu(ctx_, g, u, m, F, F);
@@ -1314,7 +1308,6 @@ uint64_t cuda_kernels_workspace_bytes(const ModelSpec& s, int64_t n) {
 
 void cuda_set_quant_gemm_f16(bool on) { cuda::set_quant_gemm_f16(on); }
 void cuda_set_gemv_ksplit(int mode) { cuda::set_gemv_ksplit(mode); }
-void cuda_set_gemv_norm(bool on) { cuda::set_gemv_norm(on); }
 
 void cuda_matmul(const DevMat& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy, bool accumulate,
                  uint8_t* workspace, uint64_t workspace_bytes, cudaStream_t stream, cublasHandle_t blas) {

@@ -76,9 +76,6 @@ void cuda_set_quant_gemm_f16(bool on);
 // each row's columns among a block's 4 warps: 0 never, 1 such launches (the default), 2 every launch
 // (tests). Process-wide; SHARDWISE_GEMV_KSPLIT=0 / always sets the default.
 void cuda_set_gemv_ksplit(int mode);
-// The attention's and the dense FFN's input RMSNorm computed inside their decode GEMVs (true, the
-// default) or by the norm kernel first (false). Process-wide; SHARDWISE_GEMV_NORM=0 sets the default off.
-void cuda_set_gemv_norm(bool on);
 
 // Attention over a KV cache (the kernel the attention block uses), for profilers and tests: q
 // [n, n_heads * head_dim] (row stride n_heads * head_dim), caches with rows 0 .. pos_first + n - 1 of

@@ -9,10 +9,6 @@
 // A launch with few rows for the GPU (fewer warps than half its slots) splits each row pair's columns
 // among the block's warps instead (k-split), each warp's partial sums added in warp order through shared
 // memory: 4x the weight bytes in flight per row, for o and down projections of 4096 rows.
-// A launch may also take the RMSNorm in front of it (GemvNorm: the attention's and the dense FFN's
-// input norms): each warp sums the squares of the x elements it multiplies anyway and multiplies them
-// by the norm weight as it loads them, and the sums end up scaled by 1/sqrt(mean(x^2) + eps) — the
-// same arithmetic as the norm kernel's, in another order, and one kernel fewer per block.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -45,8 +41,6 @@ struct Batch {
   int32_t early;  // load the first weight pieces before waiting for the previous kernel (see gemv_kernel)
   int32_t late;   // let the next kernel be scheduled after the weight loop, not at the start
   int32_t ksplit; // the block's warps share its kRows rows (per matrix), each a quarter of the columns
-  float norm_eps;
-  const float* norm_w;  // set: every task's x rows are RMS-normed with these weights (see the top)
   int32_t block_begin[kGemvMaxTasks + 1];
   TaskDev task[kGemvMaxTasks];
 };
@@ -229,7 +223,7 @@ __device__ __forceinline__ void load_pieces(P (&pc)[U][M][kRows], const uint8_t*
 // Fast path: rows 16-byte aligned for f32/f16/bf16 (cols a multiple of 4/8), 2-byte aligned blocks
 // for q8_0/q4_0, x rows 16-byte aligned. Each step issues the weight loads of kUnroll pieces per row
 // (clamped to the row, so always valid) before any arithmetic, to keep enough bytes in flight.
-template <DType T, int NT, int M, bool NORM>
+template <DType T, int NT, int M>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const __grid_constant__ Batch b) {
   using P = Piece<T>;
   constexpr int E = P::kElems;
@@ -275,9 +269,6 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const __grid_constant
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
       for (int t = 0; t < NT; ++t) acc[m][r][t] = 0.0f;
-  float ss[NT];  // NORM: the sum of squares of the x elements this lane multiplied
-#pragma unroll
-  for (int t = 0; t < NT; ++t) ss[t] = 0.0f;
 
   const int units = tk.cols / E;
   P pc[kUnroll][M][kRows];
@@ -295,20 +286,11 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const __grid_constant
       for (int m = 0; m < M; ++m)
 #pragma unroll
         for (int r = 0; r < kRows; ++r) pc[i][m][r].unpack(w[m][r], d[m][r]);
-      float gv[NORM ? E : 1];
-      if constexpr (NORM) load_x<T>(b.norm_w, u, gv);
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         if (t < nt) {
           float xv[E];
           load_x<T>(xr[t], u, xv);
-          if constexpr (NORM) {
-#pragma unroll
-            for (int e = 0; e < E; ++e) {
-              ss[t] = fmaf(xv[e], xv[e], ss[t]);
-              xv[e] *= gv[e];
-            }
-          }
 #pragma unroll
           for (int m = 0; m < M; ++m)
 #pragma unroll
@@ -335,24 +317,15 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const __grid_constant
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
       for (int t = 0; t < NT; ++t) acc[m][r][t] = warp_sum(acc[m][r][t]);
-  if constexpr (NORM) {
-#pragma unroll
-    for (int t = 0; t < NT; ++t) ss[t] = warp_sum(ss[t]);
-  }
   if (ks) {  // the warps' partial sums, added in warp order (the same result on every run)
     __shared__ float part[kWarps][M][kRows][NT];
-    __shared__ float part_ss[kWarps][NT];
-    if (lane == 0) {
+    if (lane == 0)
 #pragma unroll
       for (int m = 0; m < M; ++m)
 #pragma unroll
         for (int r = 0; r < kRows; ++r)
 #pragma unroll
           for (int t = 0; t < NT; ++t) part[warp][m][r][t] = acc[m][r][t];
-      if constexpr (NORM)
-#pragma unroll
-        for (int t = 0; t < NT; ++t) part_ss[warp][t] = ss[t];
-    }
     __syncthreads();
     if (warp != 0) return;
 #pragma unroll
@@ -366,24 +339,6 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const __grid_constant
           for (int w = 1; w < kWarps; ++w) s += part[w][m][r][t];
           acc[m][r][t] = s;
         }
-    if constexpr (NORM)
-#pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        float s = part_ss[0][t];
-#pragma unroll
-        for (int w = 1; w < kWarps; ++w) s += part_ss[w][t];
-        ss[t] = s;
-      }
-  }
-  if constexpr (NORM) {  // the norm's scale, as the norm kernel computes it
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      const float scale = 1.0f / sqrtf(ss[t] / static_cast<float>(tk.cols) + b.norm_eps);
-#pragma unroll
-      for (int m = 0; m < M; ++m)
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) acc[m][r][t] *= scale;
-    }
   }
   if (lane == 0) {
 #pragma unroll
@@ -412,22 +367,16 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_generic_kernel(const __grid_
   const uint8_t* r0 = mw0 + static_cast<int64_t>(row) * tk.row_bytes;
   const uint8_t* r1 = two ? mw1 + static_cast<int64_t>(row) * tk.row_bytes : r0;
   const int nt = tk.nt;
-  const float* g = b.norm_w;
-  float acc0[kGemvMaxTokens], acc1[kGemvMaxTokens], ss[kGemvMaxTokens];
+  float acc0[kGemvMaxTokens], acc1[kGemvMaxTokens];
 #pragma unroll
-  for (int t = 0; t < kGemvMaxTokens; ++t) acc0[t] = acc1[t] = ss[t] = 0.0f;
+  for (int t = 0; t < kGemvMaxTokens; ++t) acc0[t] = acc1[t] = 0.0f;
   for (int c = lane; c < tk.cols; c += 32) {
     const float w0 = load_weight(T, r0, c);
     const float w1 = two ? load_weight(T, r1, c) : 0.0f;
-    const float gc = g != nullptr ? g[c] : 1.0f;
 #pragma unroll
     for (int t = 0; t < kGemvMaxTokens; ++t) {
       if (t < nt) {
-        float xv = tk.x[static_cast<int64_t>(tk.tok[t]) * tk.ldx + c];
-        if (g != nullptr) {
-          ss[t] = fmaf(xv, xv, ss[t]);
-          xv *= gc;
-        }
+        const float xv = tk.x[static_cast<int64_t>(tk.tok[t]) * tk.ldx + c];
         acc0[t] = fmaf(w0, xv, acc0[t]);
         acc1[t] = fmaf(w1, xv, acc1[t]);
       }
@@ -436,30 +385,20 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_generic_kernel(const __grid_
 #pragma unroll
   for (int t = 0; t < kGemvMaxTokens; ++t) {
     if (t < nt) {
-      float a0 = warp_sum(acc0[t]);
-      float a1 = two ? warp_sum(acc1[t]) : 0.0f;
-      if (g != nullptr) {
-        const float scale = 1.0f / sqrtf(warp_sum(ss[t]) / static_cast<float>(tk.cols) + b.norm_eps);
-        a0 *= scale;
-        a1 *= scale;
-      }
+      const float a0 = warp_sum(acc0[t]);
+      const float a1 = two ? warp_sum(acc1[t]) : 0.0f;
       if (lane == 0) store_out(b.mode, tk.y + static_cast<int64_t>(t) * tk.ldy + row, a0, a1);
     }
   }
 }
 
-template <DType T, int M, bool NORM>
-void launch_fast_n(int nt_max, const Batch& b, int blocks, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>(blocks)), block(kWarps * 32);
-  if (nt_max <= 1) launch_kernel("GEMV kernel", gemv_kernel<T, 1, M, NORM>, grid, block, 0, s, b);
-  else if (nt_max <= 2) launch_kernel("GEMV kernel", gemv_kernel<T, 2, M, NORM>, grid, block, 0, s, b);
-  else if (nt_max <= 4) launch_kernel("GEMV kernel", gemv_kernel<T, 4, M, NORM>, grid, block, 0, s, b);
-  else launch_kernel("GEMV kernel", gemv_kernel<T, 8, M, NORM>, grid, block, 0, s, b);
-}
 template <DType T, int M>
 void launch_fast(int nt_max, const Batch& b, int blocks, cudaStream_t s) {
-  if (b.norm_w != nullptr) launch_fast_n<T, M, true>(nt_max, b, blocks, s);
-  else launch_fast_n<T, M, false>(nt_max, b, blocks, s);
+  const dim3 grid(static_cast<unsigned>(blocks)), block(kWarps * 32);
+  if (nt_max <= 1) launch_kernel("GEMV kernel", gemv_kernel<T, 1, M>, grid, block, 0, s, b);
+  else if (nt_max <= 2) launch_kernel("GEMV kernel", gemv_kernel<T, 2, M>, grid, block, 0, s, b);
+  else if (nt_max <= 4) launch_kernel("GEMV kernel", gemv_kernel<T, 4, M>, grid, block, 0, s, b);
+  else launch_kernel("GEMV kernel", gemv_kernel<T, 8, M>, grid, block, 0, s, b);
 }
 
 template <DType T>
@@ -508,10 +447,6 @@ bool late_trigger() {
 // SHARDWISE_GEMV_KSPLIT=0 / always, or cuda_set_gemv_ksplit.
 Switch g_gemv_ksplit([] { return env_is("SHARDWISE_GEMV_KSPLIT", "0") ? 0 : env_is("SHARDWISE_GEMV_KSPLIT", "always") ? 2 : 1; });
 
-// Whether the blocks hand their input RMSNorm to the decode GEMV after it (1, the default) or run the
-// norm kernel first (0: SHARDWISE_GEMV_NORM=0, or set_gemv_norm).
-Switch g_gemv_norm([] { return env_is("SHARDWISE_GEMV_NORM", "0") ? 0 : 1; });
-
 // Elements per lane piece of the fast path.
 int piece_elems(DType dtype) {
   switch (dtype) {
@@ -527,12 +462,9 @@ int piece_elems(DType dtype) {
 }  // namespace
 
 void set_gemv_ksplit(int mode) { g_gemv_ksplit.set(mode < 0 ? 0 : mode > 2 ? 2 : mode); }
-void set_gemv_norm(bool on) { g_gemv_norm.set(on ? 1 : 0); }
-bool gemv_fuses_norm() { return g_gemv_norm.get() != 0; }
 
-void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int count, const GemvNorm* norm) {
+void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int count) {
   const bool two = mode == GemvMode::SwiGLU;
-  SW_CHECK(norm == nullptr || (norm->w != nullptr && norm->eps >= 0), "CUDA gemv: a norm without its weights");
   for (int i0 = 0; i0 < count; i0 += kGemvMaxTasks) {
     const int cnt = std::min(kGemvMaxTasks, count - i0);
     bool fast = true;
@@ -544,7 +476,7 @@ void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int
                "CUDA gemv: a task is missing its matrix or vectors");
       SW_CHECK(t.rows >= 0 && t.cols > 0 && t.cols % dtype_block_elems(dtype) == 0, "CUDA gemv: ", t.cols,
                " columns do not hold whole ", dtype_name(dtype), " blocks");
-      fast = fast && fast_path_ok(dtype, t, two) && (norm == nullptr || aligned16(norm->w));
+      fast = fast && fast_path_ok(dtype, t, two);
       nt_max = std::max(nt_max, static_cast<int>(t.nt));
     }
     Batch b{};
@@ -552,8 +484,6 @@ void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int
     b.mode = static_cast<int32_t>(mode);
     b.early = early_weight_loads() ? 1 : 0;
     b.late = late_trigger() ? 1 : 0;
-    b.norm_w = norm != nullptr ? norm->w : nullptr;
-    b.norm_eps = norm != nullptr ? norm->eps : 0.0f;
     if (fast) {
       const int ks_mode = g_gemv_ksplit.get();
       int64_t warps = 0, min_units = INT64_MAX;

@@ -39,20 +39,8 @@ struct GemvTask {
   bool sel_fast = false;
 };
 
-// The RMSNorm in front of a GEMV: every task's x rows (its cols elements) are taken as
-// x / sqrt(mean(x^2) + eps) * w, w of cols floats, without writing them anywhere.
-struct GemvNorm {
-  const float* w = nullptr;
-  float eps = 0;
-};
-
-// Runs `count` tasks of one dtype (any count; launches kGemvMaxTasks at a time), with norm: of the
-// normed x rows.
-void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int count, const GemvNorm* norm = nullptr);
-// Whether the blocks fuse their input norms into their decode GEMVs: on unless SHARDWISE_GEMV_NORM=0 or
-// set_gemv_norm(false) (cuda_set_gemv_norm, cuda_kernels.h).
-bool gemv_fuses_norm();
-void set_gemv_norm(bool on);
+// Runs `count` tasks of one dtype (any count; launches kGemvMaxTasks at a time).
+void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int count);
 // Where launches split rows' columns among a block's warps: 0 never, 1 launches with few rows (the
 // default), 2 always; cuda_set_gemv_ksplit (cuda_kernels.h).
 void set_gemv_ksplit(int mode);

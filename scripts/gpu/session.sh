@@ -79,9 +79,6 @@
 #                            -> kprof.tgz (kernel_profile.sh)
 #   session.sh OUT ksplit    decode GEMVs of few rows split among a block's warps or not: GPU suite, kernel
 #                            benchmarks, whole-model decode each way, three times (~5 min) -> ksplit.tgz
-#   session.sh OUT normfuse  input RMSNorms inside the decode GEMVs or the norm kernel first: GPU suite, kernel
-#                            benchmarks, whole-model decode each way, three times (~5 min) -> normfuse.tgz; with
-#                            NEMO_CELLS="ctx:budget ...", then those nemo8b protocol cells -> protocol.tgz
 #   session.sh OUT cpu       the CPU decode GEMVs and MoE block (shardwise_bench_cpu, 1 and 16 threads) at
 #                            each weight prefetch distance (SHARDWISE_GEMV_PREFETCH), ~2 min, then the GPU
 #                            suite -> cpu_prefetch.tgz
@@ -472,29 +469,6 @@ for l in open(sys.argv[1]):
           "median step %.3f ms" % (st[len(st) // 2] if st else 0), "tokens", (run.get("generated_ids") or [])[:3])
 PY
     tar -C "$out" -czf "$out/ksplit.tgz" ksplit && rm -rf "$out/ksplit"
-    ;;
-  normfuse)  # the attention's and dense FFN's input RMSNorm inside their decode GEMVs (default) or the norm kernel
-             # first (SHARDWISE_GEMV_NORM=0): the GPU suite (its fused-norm case), the kernel benchmarks, the whole
-             # model decoding each way, alternating, three times (~5 min) -> normfuse.tgz; then, with NEMO_CELLS
-             # set, those cells of the peer protocol (executor_bench.sh nemo8b) for the minutes left
-    gpu_suite
-    mkdir -p "$out/normfuse"
-    timeout 150 "$root/bin/test_gpu" "[bench]" > "$out/normfuse/kernel_bench.log" 2>&1; echo "kernel bench rc=$?"
-    timeout 300 bash scripts/gpu/executor_bench.sh "$out/normfuse" normfuse
-    python3 - "$out/normfuse/executor_runs.jsonl" <<'PY'
-import json, sys
-for l in open(sys.argv[1]):
-    r = json.loads(l); run = r.get("run") or {}
-    st = sorted(s["ms"] for s in run.get("steps", []) if s.get("tokens") == 1)
-    print(r["model"], "norm fused", r.get("gemv_norm"), "TPS %.1f" % run.get("decode_tokens_per_s", 0),
-          "median step %.3f ms" % (st[len(st) // 2] if st else 0), "tokens", (run.get("generated_ids") or [])[:3])
-PY
-    tar -C "$out" -czf "$out/normfuse.tgz" normfuse && rm -rf "$out/normfuse"
-    if [ -n "${NEMO_CELLS:-}" ]; then
-      mkdir -p "$out/protocol"
-      CELLS="$NEMO_CELLS" timeout $(( 580 - ($(date +%s) - t0) )) bash scripts/gpu/executor_bench.sh "$out/protocol" nemo8b
-      tar -C "$out" -czf "$out/protocol.tgz" protocol && rm -rf "$out/protocol"
-    fi
     ;;
   cpu)  # weight prefetch distance of the CPU GEMV kernels (kernels_avx2.cpp): decode GEMVs from DRAM and the
         # MoE decode block at 1 and 16 threads, each distance in its own process (0 = no software prefetch)

@@ -390,9 +390,9 @@ TEST_CASE("KV in VRAM for layers whose attention is not pinned: GPU-only and Dyn
   CHECK_THROWS_WITH(build_plan_table(spec, *cost, bad), Contains("out of range"));
 }
 
-TEST_CASE("a GPU attention block is costed as the GPU runs it: fused norm + Q/K/V GEMV, q/k norms inside RoPE", "[planner]") {
+TEST_CASE("a GPU attention block is costed as the GPU runs it: fused Q/K/V GEMV, q/k norms inside RoPE", "[planner]") {
   // The CUDA blocks project Q, K and V in one batched GEMV for steps of up to kGpuFusedQkvTokens
-  // tokens (same dtype) that computes the input norm itself, and apply the q/k norms in the RoPE kernel: costing them as 5-6 launches
+  // tokens (same dtype) and apply the q/k norms in the RoPE kernel: costing them as 5-6 launches
   // predicted qwen30b's decode attention block at 94 us where it ran in 75 (executor README, sixth
   // session). The CPU runs them one by one.
   const ModelSpec spec = builtin_spec("qwen30b");
@@ -401,14 +401,13 @@ TEST_CASE("a GPU attention block is costed as the GPU runs it: fused norm + Q/K/
   const AttentionOps one = attention_ops(spec, S, 0, 1, 1024, DType::F32);
   REQUIRE(spec.has_qk_norm());
   CHECK(one.pre.size() == 6);  // norm, q, k, v, q/k norms, RoPE
-  REQUIRE(one.pre_gpu.size() == 2);  // norm + q|k|v, q/k norms + RoPE
-  CHECK(one.pre_gpu[0].kind == OpKind::Matmul);
-  CHECK(one.pre_gpu[0].rows == QD + 2 * KVD);
-  CHECK(one.pre_gpu[0].cols == H);
-  CHECK(one.pre_gpu[1].kind == OpKind::Rope);
+  REQUIRE(one.pre_gpu.size() == 3);  // norm, q|k|v, q/k norms + RoPE
+  CHECK(one.pre_gpu[1].kind == OpKind::Matmul);
+  CHECK(one.pre_gpu[1].rows == QD + 2 * KVD);
+  CHECK(one.pre_gpu[1].cols == H);
+  CHECK(one.pre_gpu[2].kind == OpKind::Rope);
   const AttentionOps many = attention_ops(spec, S, 0, kGpuFusedQkvTokens + 1, 1024, DType::F32);
-  REQUIRE(many.pre_gpu.size() == 5);  // the norm kernel, then GEMMs one by one; the q/k norms still inside RoPE
-  CHECK(many.pre_gpu[0].kind == OpKind::Norm);
+  CHECK(many.pre_gpu.size() == 5);  // GEMMs one by one; the norms still inside RoPE
   // The simulator times a GPU attention action from pre_gpu, a CPU one from pre.
   auto cost = make_analytic_cost_model(builtin_hardware("h200-host"));
   StepShape st;
@@ -431,27 +430,6 @@ TEST_CASE("a GPU attention block is costed as the GPU runs it: fused norm + Q/K/
   CHECK(action_ms(a, spec, S, *cost, st) == Approx(g).epsilon(1e-12));
   a.resource = Resource::Cpu;
   CHECK(action_ms(a, spec, S, *cost, st) == Approx(c).epsilon(1e-12));
-}
-
-TEST_CASE("a GPU dense FFN's decode is costed without the norm kernel its GEMV replaces", "[planner]") {
-  // The CUDA dense FFN runs gate, up and SwiGLU as one GEMV that norms x itself for up to 8 tokens (32
-  // for quantised weights); larger steps run the norm kernel. The CPU always runs the norm.
-  for (DType dt : {DType::F16, DType::Q4_0}) {
-    ModelSpec spec = builtin_spec("nemo8b");
-    spec.dtype = dt;
-    const ShardSet S = make_shards(spec, 1024, DType::F32);
-    auto has_norm = [](const std::vector<Op>& ops) {
-      return std::any_of(ops.begin(), ops.end(), [](const Op& o) { return o.kind == OpKind::Norm; });
-    };
-    for (int64_t n : {int64_t(1), int64_t(8), int64_t(9), int64_t(32), int64_t(33), int64_t(512)}) {
-      INFO(dtype_name(dt) << " n=" << n);
-      const bool fused = n <= 8 || (dt == DType::Q4_0 && n <= 32);
-      CHECK(gpu_ffn_fuses_norm(spec, n) == fused);
-      CHECK(has_norm(ffn_ops(spec, S, 0, n, 0, /*gpu=*/true)) == !fused);
-      CHECK(has_norm(ffn_ops(spec, S, 0, n, 0, /*gpu=*/false)));
-    }
-  }
-  CHECK_FALSE(gpu_ffn_fuses_norm(builtin_spec("qwen30b"), 1));  // MoE: the norm belongs to the router
 }
 
 TEST_CASE("a split MoE layer's shares each pay the block's fixed part once, and the partial's add is an f32 add", "[planner]") {
