@@ -645,6 +645,79 @@ TEST_CASE("CUDA GEMVs with rows split among a block's warps (k-split) and withou
     }
 }
 
+// Weights prefetched into L2 in decode steps (0 none, 1 the output projection: the default, 2 more) for the
+// guard's lifetime.
+struct L2PrefetchMode {
+  explicit L2PrefetchMode(int mode) { cuda_set_l2_prefetch(mode); }
+  ~L2PrefetchMode() { cuda_set_l2_prefetch(1); }
+};
+
+TEST_CASE("CUDA L2 prefetches change no result and keep a reader after its writer", "[gpu][kernels]") {
+  Gpu& g = gpu();
+  DevMem mem;
+  const uint64_t ws_bytes = 64ull << 20;
+  uint8_t* ws = mem.alloc(ws_bytes);
+  KernelCtx kc(ws, ws_bytes);
+  // A prefetch kernel between a long GEMV that writes y and a norm that reads it: the norm still sees every
+  // row of y (the prefetch ends only after the GEMV). Odd ranges (unaligned, shorter than 16 bytes, null,
+  // more than the kernel takes) are trimmed or skipped.
+  const int64_t rows = 4096, cols = 11520;
+  const std::vector<uint8_t> w = random_weights(DType::F16, rows, cols, 0.5f);
+  const uint8_t* dw = mem.upload(w.data(), w.size());
+  const std::vector<float> x = fresh(static_cast<size_t>(cols));
+  const std::vector<float> nw = fresh(static_cast<size_t>(rows), 0.5f, 1.5f);
+  const float* dx = mem.upload(x);
+  const float* dnw = mem.upload(nw);
+  float* dy = mem.floats(static_cast<size_t>(rows));
+  float* dz = mem.floats(static_cast<size_t>(rows));
+  std::vector<float> first;
+  for (int rep = 0; rep < 3; ++rep) {
+    poison(dy, static_cast<size_t>(rows));
+    poison(dz, static_cast<size_t>(rows));
+    ck(cudaDeviceSynchronize(), "sync");
+    cuda::GemvTask t;
+    t.w0 = dw;
+    t.x = dx;
+    t.ldx = cols;
+    t.y = dy;
+    t.ldy = rows;
+    t.rows = static_cast<int32_t>(rows);
+    t.cols = static_cast<int32_t>(cols);
+    t.nt = 1;
+    cuda::gemv(kc.ctx, DType::F16, cuda::GemvMode::Store, &t, 1);
+    const cuda::L2Range ranges[] = {{dw + 3, w.size() - 3}, {dw + 1, 7}, {nullptr, 4096}, {dw, 1 << 20}, {dw, 4096}, {dx, 64}};
+    cuda::l2_prefetch(kc.ctx, ranges, rep == 0 ? 6 : 1);
+    cuda::rms_norm(kc.ctx, dy, rows, dnw, 1e-5f, dz, rows, 1, rows);
+    ck(cudaStreamSynchronize(g.stream), "gemv, prefetch, norm");
+    const std::vector<float> y = get(dy, static_cast<size_t>(rows)), z = get(dz, static_cast<size_t>(rows));
+    std::vector<float> zr(static_cast<size_t>(rows));
+    rms_norm(y.data(), nw.data(), 1e-5f, zr.data(), 1, rows);
+    INFO("round " << rep);
+    for (int64_t r = 0; r < rows; ++r) {
+      REQUIRE(std::isfinite(z[static_cast<size_t>(r)]));
+      REQUIRE(std::fabs(z[static_cast<size_t>(r)] - zr[static_cast<size_t>(r)]) <= 1e-5f * (1.0f + std::fabs(zr[static_cast<size_t>(r)])));
+    }
+    if (rep == 0) first = z;
+    else CHECK(z == first);
+  }
+  // The blocks give the same numbers with no prefetch and with every prefetch (the default's are checked by
+  // "CUDA blocks match the CPU blocks").
+  ThreadPool pool(2);
+  for (int mode : {0, 2}) {
+    const L2PrefetchMode pf(mode);
+    for (const ModelCase& mc : kModels)
+      for (DType dt : {DType::F16, DType::Q4_0}) {
+        const ModelSpec spec = spec_of(mc, dt);
+        DevMem wmem;
+        std::unique_ptr<LayerPair> lp = make_layer(wmem, spec, pool);
+        for (const StepCase& s : kSteps)
+          if (s.n <= 8)
+            check_blocks(spec, *lp, RopeStyle::Neox, s, ws, ws_bytes, pool,
+                         where(mc, dt, RopeStyle::Neox, s) + " (L2 prefetch " + std::to_string(mode) + ")");
+      }
+  }
+}
+
 TEST_CASE("CUDA blocks go through long steps in chunks when the workspace is small", "[gpu][kernels]") {
   DevMem mem;
   ThreadPool pool(2);
