@@ -11,7 +11,6 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
-#include <initializer_list>
 #include <utility>
 #include <vector>
 
@@ -205,13 +204,10 @@ class CudaKernels : public DeviceKernels {
     float* xn = ws_.take<float>(static_cast<uint64_t>(chunk * H), "attention: normed x");
     float* qkv = ws_.take<float>(static_cast<uint64_t>(chunk * W), "attention: q, k, v");
     float* attn = ws_.take<float>(static_cast<uint64_t>(chunk * QD), "attention: output");
-    const bool decode = n <= kGemvMaxTokens;
     for (int64_t c0 = 0; c0 < n; c0 += chunk) {
       const int64_t m = std::min(chunk, n - c0);
-      if (decode && l2_prefetch_mode() >= 2) prefetch_l2({&p.q, &p.k, &p.v}, kL2PrefetchBeforeNorm);
       rms_norm(ctx_, x + c0 * H, H, w.attn_norm, eps_, xn, H, m, H);
       project_qkv(p, xn, m, qkv);
-      if (decode && l2_prefetch_mode() >= 1) prefetch_l2({&wo}, kL2PrefetchBeforeAttention);
       rope_qk(w, qkv, c0, m, k_cache, v_cache);
       AttnArgs a;
       a.q = qkv;
@@ -464,23 +460,6 @@ class CudaKernels : public DeviceKernels {
     return p;
   }
 
-  // Budgets of the L2 prefetches (the H200's L2 holds 50 MB): what the HBM moves during the short kernels
-  // before a GEMV — RoPE and the attention before the output projection (~15 us), a norm (~3 us).
-  static constexpr uint64_t kL2PrefetchBeforeAttention = 32ull << 20, kL2PrefetchBeforeNorm = 12ull << 20;
-  // The first bytes of each matrix, the budget shared evenly.
-  void prefetch_l2(std::initializer_list<const MatRef*> mats, uint64_t budget) {
-    L2Range r[kL2MaxRanges];
-    int k = 0;
-    const uint64_t each = budget / std::max<size_t>(1, mats.size());
-    for (const MatRef* m : mats) {
-      if (k == kL2MaxRanges) break;
-      r[k].p = m->data;
-      r[k].bytes = std::min<uint64_t>(each, dtype_row_bytes(m->dtype, m->cols) * static_cast<uint64_t>(m->rows));
-      ++k;
-    }
-    l2_prefetch(ctx_, r, k);
-  }
-
   // q, k, v of m normed rows into qkv rows [q | k | v]: one GEMV launch for decode-sized steps.
   void project_qkv(const Proj& p, const float* xn, int64_t m, float* qkv) {
     const int64_t H = spec_.hidden_size, QD = spec_.q_dim(), KVD = spec_.kv_dim(), W = QD + 2 * KVD;
@@ -549,7 +528,6 @@ class CudaKernels : public DeviceKernels {
     float* u = ws_.take<float>(static_cast<uint64_t>(chunk * F), "FFN: up");
     for (int64_t c0 = 0; c0 < n; c0 += chunk) {
       const int64_t m = std::min(chunk, n - c0);
-      if (m <= kGemvMaxTokens && l2_prefetch_mode() >= 2) prefetch_l2({&gate, &up}, kL2PrefetchBeforeNorm);
       rms_norm(ctx_, x + c0 * H, H, w.ffn_norm, eps_, xn, H, m, H);
       if (gate.dtype == up.dtype && gemv_suits(gate.dtype, m)) {  // gate, up and SwiGLU in one pass
         std::vector<GemvTask> tasks;
@@ -1330,7 +1308,6 @@ uint64_t cuda_kernels_workspace_bytes(const ModelSpec& s, int64_t n) {
 
 void cuda_set_quant_gemm_f16(bool on) { cuda::set_quant_gemm_f16(on); }
 void cuda_set_gemv_ksplit(int mode) { cuda::set_gemv_ksplit(mode); }
-void cuda_set_l2_prefetch(int mode) { cuda::set_l2_prefetch(mode); }
 
 void cuda_matmul(const DevMat& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy, bool accumulate,
                  uint8_t* workspace, uint64_t workspace_bytes, cudaStream_t stream, cublasHandle_t blas) {

@@ -76,10 +76,6 @@ void cuda_set_quant_gemm_f16(bool on);
 // each row's columns among a block's 4 warps: 0 never, 1 such launches (the default), 2 every launch
 // (tests). Process-wide; SHARDWISE_GEMV_KSPLIT=0 / always sets the default.
 void cuda_set_gemv_ksplit(int mode);
-// Weights prefetched into L2 during decode steps' short kernels: 0 none, 1 the attention's output projection
-// (the default), 2 also the first bytes of Q/K/V and gate/up. Process-wide; SHARDWISE_L2_PREFETCH=0 / o / all
-// sets the default. Results do not change.
-void cuda_set_l2_prefetch(int mode);
 
 // Attention over a KV cache (the kernel the attention block uses), for profilers and tests: q
 // [n, n_heads * head_dim] (row stride n_heads * head_dim), caches with rows 0 .. pos_first + n - 1 of

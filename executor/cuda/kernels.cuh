@@ -94,26 +94,6 @@ struct QkRopeArgs {
 };
 void qk_norm_rope(const Ctx& ctx, const QkRopeArgs& a);
 
-// Starts moving these weight bytes into the L2 cache and lets the next kernel be scheduled; ends after the
-// kernel before it (a hint for the GEMV that reads them next; no result changes). Ranges are trimmed to
-// whole 16-byte pieces; at most kL2MaxRanges.
-struct L2Range {
-  const void* p = nullptr;
-  uint64_t bytes = 0;
-};
-constexpr int kL2MaxRanges = 4;
-struct L2Ranges {
-  const uint8_t* p[kL2MaxRanges];
-  uint64_t bytes[kL2MaxRanges];
-  int32_t count;
-};
-void l2_prefetch(const Ctx& ctx, const L2Range* ranges, int count);
-// Which weights the blocks prefetch into L2 during decode steps: 0 none, 1 the attention's output projection
-// while RoPE and the attention run (default), 2 also the first bytes of Q/K/V and gate/up during the norm
-// before them. SHARDWISE_L2_PREFETCH=0 / o / all, or set_l2_prefetch (cuda_set_l2_prefetch, cuda_kernels.h).
-int l2_prefetch_mode();
-void set_l2_prefetch(int mode);
-
 // x[i] += y[i] for i < n.
 void add(const Ctx& ctx, float* x, const float* y, int64_t n);
 // gate[i] = silu(gate[i]) * up[i] for rows x width (rows `ld` apart).

@@ -1,5 +1,5 @@
 // executor/cuda/norm_rope.cu — RMSNorm, per-head q/k RMSNorm + RoPE (+ K/V cache rows), SwiGLU, row
-// gathers, the deterministic MoE combine, and L2 prefetches of weights. Each mirrors the CPU op's arithmetic (executor/cpu/ops.cpp):
+// gathers and the deterministic MoE combine. Each mirrors the CPU op's arithmetic (executor/cpu/ops.cpp):
 // x * scale * w in that order, RoPE's products and differences rounded separately (no FMA
 // contraction) with the host's angle table, expert outputs summed in ascending expert order before
 // the residual add. Only sums of squares differ in order from the CPU's SIMD dot.
@@ -251,30 +251,6 @@ __global__ void __launch_bounds__(32) moe_topk_kernel(const MoeTopkArgs a) {
   if (t == a.n - 1) a.off[a.n] = a.n * K;
 }
 
-// Weights into L2 ahead of the GEMV that reads them, while the short kernels before it leave the HBM idle.
-// The prefetches are issued before waiting for the kernel before this one (weights: no kernel writes
-// them), then the next kernel may start; this kernel ends only after the one before it has, so that the
-// next one's wait still covers it. A hint: it changes no result.
-constexpr uint64_t kL2Chunk = 16384;
-__global__ void l2_prefetch_kernel(const __grid_constant__ L2Ranges r) {
-  const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const uint64_t threads = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  for (int i = 0; i < r.count; ++i) {
-    const uint64_t chunks = (r.bytes[i] + kL2Chunk - 1) / kL2Chunk;
-    for (uint64_t c = tid; c < chunks; c += threads) {
-      const uint8_t* p = r.p[i] + c * kL2Chunk;
-      const uint32_t size = static_cast<uint32_t>(min(kL2Chunk, r.bytes[i] - c * kL2Chunk));
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(size) : "memory");
-#else
-      for (uint32_t o = 0; o < size; o += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
-#endif
-    }
-  }
-  pdl_trigger();
-  pdl_wait();
-}
-
 dim3 rows_grid(int64_t rows, int64_t width, int threads) {
   SW_CHECK(rows < 65536, "CUDA kernels: ", rows, " rows in one launch (at most 65535)");
   const int64_t bx = std::max<int64_t>(1, std::min<int64_t>(ceil_div(width, threads), 1024));
@@ -307,34 +283,6 @@ void rms_norm(const Ctx& ctx, const float* x, int64_t ldx, const float* w, float
   const int threads = static_cast<int>(std::min<int64_t>(1024, std::max<int64_t>(128, (dim + per_pass - 1) / per_pass + 31) / 32 * 32));
   launch_kernel("rms_norm kernel", rms_norm_kernel, dim3(static_cast<unsigned>(n)), dim3(threads), 0, ctx.stream, x, ldx, w,
                 eps, y, ldy, static_cast<int>(dim));
-}
-
-// 0 off, 1 the attention's output projection, 2 also the first bytes of Q/K/V and of the FFN's gate/up
-// (SHARDWISE_L2_PREFETCH=0 / o / all; the default 1).
-Switch g_l2_prefetch([] {
-  return env_is("SHARDWISE_L2_PREFETCH", "0") ? 0 : env_is("SHARDWISE_L2_PREFETCH", "all") ? 2 : 1;
-});
-int l2_prefetch_mode() { return g_l2_prefetch.get(); }
-void set_l2_prefetch(int mode) { g_l2_prefetch.set(mode < 0 ? 0 : mode > 2 ? 2 : mode); }
-
-void l2_prefetch(const Ctx& ctx, const L2Range* ranges, int count) {
-  L2Ranges r{};
-  uint64_t chunks = 0;
-  for (int i = 0; i < count && r.count < kL2MaxRanges; ++i) {
-    // 16-byte aligned start, whole 16-byte pieces (the bulk prefetch's rule; the edges are left out)
-    const uintptr_t a = reinterpret_cast<uintptr_t>(ranges[i].p), b = a + ranges[i].bytes;
-    const uintptr_t a16 = (a + 15) & ~uintptr_t(15), b16 = b & ~uintptr_t(15);
-    if (ranges[i].p == nullptr || b16 <= a16) continue;
-    r.p[r.count] = reinterpret_cast<const uint8_t*>(a16);
-    r.bytes[r.count] = b16 - a16;
-    chunks += (r.bytes[r.count] + kL2Chunk - 1) / kL2Chunk;
-    ++r.count;
-  }
-  if (r.count == 0) return;
-  const int threads = 128;
-  const int blocks = static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(64, (chunks + threads - 1) / threads)));
-  launch_kernel("L2 prefetch kernel", l2_prefetch_kernel, dim3(blocks), dim3(threads), 0, ctx.stream, r);
-  check_launch("L2 prefetch kernel");
 }
 
 void qk_norm_rope(const Ctx& ctx, const QkRopeArgs& a) {

@@ -16,7 +16,7 @@
 # timelines: auto/static/dynamic at 1K/4G with the measured timeline of their first 6 runs
 # (its summary says when the host had enqueued the last device action); their TPS is not a peer row's.
 set -uo pipefail
-out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick|graphs|pdl|ksplit|l2pf|same-plan|timelines|prefetch|strided|share-first|host-fence|act-pull]}
+out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick|graphs|pdl|ksplit|same-plan|timelines|prefetch|strided|share-first|host-fence|act-pull]}
 part=${2:-all}
 source "$(dirname "$0")/bundle_env.sh"
 [ -f "$profile" ] || { echo "no profile $profile"; exit 2; }
@@ -77,7 +77,6 @@ row = {"model": model, "ctx": ctx, "budget": budget, "schedule": sched, "cuda_gr
        "gemv_trigger": os.environ.get("SHARDWISE_GEMV_TRIGGER", "late"),
        "attn_decode": os.environ.get("SHARDWISE_ATTN_DECODE", "pipelined"),
        "gemv_ksplit": os.environ.get("SHARDWISE_GEMV_KSPLIT", "auto"),
-       "l2_prefetch": os.environ.get("SHARDWISE_L2_PREFETCH", "o"),  # (binaries before 2026-12-02: none)
        "expert_copy": os.environ.get("SHARDWISE_EXPERT_COPY", "strided"),  # (binaries before 2026-12-02: split)
        "share_first": os.environ.get("SHARDWISE_SHARE_FIRST", "1") != "0",
        "host_fence": os.environ.get("SHARDWISE_HOST_FENCE", "0") == "1",
@@ -111,14 +110,6 @@ case $part in
   ksplit)  # decode GEMVs of few rows split among a block's warps (the default) or not, alternating, three times
     for rep in 1 2 3; do
       for m in nemo8b qwen30b; do one "$m" 1024 40G auto graphs; SHARDWISE_GEMV_KSPLIT=0 one "$m" 1024 40G auto graphs; done
-    done ;;
-  l2pf)  # decode weights prefetched into L2 during the short kernels: the output projection (the default), none,
-         # and also the first bytes of Q/K/V and gate/up; the whole model, alternating, three times
-    for rep in 1 2 3; do
-      for m in nemo8b qwen30b; do
-        one "$m" 1024 40G auto graphs; SHARDWISE_L2_PREFETCH=0 one "$m" 1024 40G auto graphs
-        SHARDWISE_L2_PREFETCH=all one "$m" 1024 40G auto graphs
-      done
     done ;;
   same-plan)  # qwen30b 1K/2G: auto decoded with Static at 23.8 ms per token where --schedule static ran the
               # same plan at 20.9 (seventh session): each twice, alternating, then both with timelines

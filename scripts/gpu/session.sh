@@ -79,9 +79,6 @@
 #                            -> kprof.tgz (kernel_profile.sh)
 #   session.sh OUT ksplit    decode GEMVs of few rows split among a block's warps or not: GPU suite, kernel
 #                            benchmarks, whole-model decode each way, three times (~5 min) -> ksplit.tgz
-#   session.sh OUT l2pf      decode weights prefetched into L2 during the short kernels (output projection, none,
-#                            more): GPU suite, whole-model decode each way, three times (~5 min)
-#                            -> l2pf.tgz; with NEMO_CELLS="ctx:budget ...", then those nemo8b protocol cells
 #   session.sh OUT cpu       the CPU decode GEMVs and MoE block (shardwise_bench_cpu, 1 and 16 threads) at
 #                            each weight prefetch distance (SHARDWISE_GEMV_PREFETCH), ~2 min, then the GPU
 #                            suite -> cpu_prefetch.tgz
@@ -472,27 +469,6 @@ for l in open(sys.argv[1]):
           "median step %.3f ms" % (st[len(st) // 2] if st else 0), "tokens", (run.get("generated_ids") or [])[:3])
 PY
     tar -C "$out" -czf "$out/ksplit.tgz" ksplit && rm -rf "$out/ksplit"
-    ;;
-  l2pf)  # decode weights prefetched into L2 while the short kernels run (SHARDWISE_L2_PREFETCH o / 0 / all): the GPU
-         # suite (its prefetch case), the whole model each way, alternating, three times
-         # (~5 min) -> l2pf.tgz; then, with NEMO_CELLS set, those nemo8b protocol cells (-> protocol.tgz)
-    gpu_suite
-    mkdir -p "$out/l2pf"
-    timeout 330 bash scripts/gpu/executor_bench.sh "$out/l2pf" l2pf
-    python3 - "$out/l2pf/executor_runs.jsonl" <<'PY'
-import json, sys
-for l in open(sys.argv[1]):
-    r = json.loads(l); run = r.get("run") or {}
-    st = sorted(s["ms"] for s in run.get("steps", []) if s.get("tokens") == 1)
-    print(r["model"], "l2 prefetch", r.get("l2_prefetch"), "TPS %.1f" % run.get("decode_tokens_per_s", 0),
-          "median step %.3f ms" % (st[len(st) // 2] if st else 0))
-PY
-    tar -C "$out" -czf "$out/l2pf.tgz" l2pf && rm -rf "$out/l2pf"
-    if [ -n "${NEMO_CELLS:-}" ]; then
-      mkdir -p "$out/protocol"
-      CELLS="$NEMO_CELLS" timeout $(( 580 - ($(date +%s) - t0) )) bash scripts/gpu/executor_bench.sh "$out/protocol" nemo8b
-      tar -C "$out" -czf "$out/protocol.tgz" protocol && rm -rf "$out/protocol"
-    fi
     ;;
   cpu)  # weight prefetch distance of the CPU GEMV kernels (kernels_avx2.cpp): decode GEMVs from DRAM and the
         # MoE decode block at 1 and 16 threads, each distance in its own process (0 = no software prefetch)
