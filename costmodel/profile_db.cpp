@@ -128,6 +128,7 @@ std::string canonical_json(const ProfileDB& db, bool with_created) {
   settings["threads"] = threads;
   settings["pcie_caps_gbps"] = caps;
   settings["sync_ms"] = round4(db.sync_ms);
+  if (db.copy_traffic != "both") settings["copy_traffic"] = db.copy_traffic;  // (absent: both ways, older profiles)
   settings["launch_ms"] = round4(db.launch_ms);
   if (db.copy_issue_ms > 0) settings["copy_issue_ms"] = round4(db.copy_issue_ms);  // (absent: not measured)
   if (db.paced_copy_issue_ms > 0) settings["paced_copy_issue_ms"] = round4(db.paced_copy_issue_ms);
@@ -452,7 +453,8 @@ ProfileDB profile_from_json(const std::string& text, const std::string& origin) 
           "): re-run `shardwise profile` with this build");
   r.check_keys(root, "",
                {"format", "version", "device", "created", "git_rev", "quick", "machine", "threads", "pcie_caps_gbps",
-                "sync_ms", "launch_ms", "copy_issue_ms", "paced_copy_issue_ms", "ops", "transfers", "dram", "fits"});
+                "sync_ms", "launch_ms", "copy_issue_ms", "paced_copy_issue_ms", "copy_traffic", "ops", "transfers", "dram",
+                "fits"});
 
   ProfileDB db;
   db.origin = origin;
@@ -492,6 +494,11 @@ ProfileDB profile_from_json(const std::string& text, const std::string& origin) 
     db.pcie_caps_gbps.push_back(c);
   }
   db.sync_ms = r.number(r.get(root, "sync_ms", ""), "sync_ms", 0, kMaxMs);
+  if (root.contains("copy_traffic")) {  // optional: profiles before it copied both ways
+    db.copy_traffic = r.str(root.at("copy_traffic"), "copy_traffic");
+    if (db.copy_traffic != "h2d" && db.copy_traffic != "both") r.bad("copy_traffic", "'", db.copy_traffic, "' must be h2d or both");
+    if (!db.has_gpu()) r.bad("copy_traffic", "copy traffic in a profile whose device is cpu");
+  }
   db.launch_ms = r.number(r.get(root, "launch_ms", ""), "launch_ms", 0, kMaxMs);
   for (auto [key, value] : {std::pair<const char*, double*>{"copy_issue_ms", &db.copy_issue_ms},
                             std::pair<const char*, double*>{"paced_copy_issue_ms", &db.paced_copy_issue_ms}})

@@ -60,10 +60,10 @@ struct MachineFingerprint {
 struct OpSample {
   Backend backend = Backend::Cpu;
   int threads = 1;
-  // CPU: measured while the copy engines moved pinned data both ways; GPU: while the CPU pool
-  // streamed DRAM.
+  // CPU: measured while the copy engines moved pinned data (ProfileDB::copy_traffic); GPU: while the CPU
+  // pool streamed DRAM.
   bool contention = false;
-  double concurrent_gbps = 0;  // CPU contention rows: PCIe rate achieved meanwhile (H2D + D2H)
+  double concurrent_gbps = 0;  // CPU contention rows: PCIe rate achieved meanwhile (all directions together)
   Op op;
   double ms = 0;       // median of the repeats
   double spread = 0;   // (max - min) / median of the repeats
@@ -116,6 +116,10 @@ struct ProfileDB {
   std::vector<int> threads;         // the CPU thread counts measured
   std::vector<double> pcie_caps_gbps;  // the PCIe caps measured (0 = none)
   double sync_ms = 0;               // one host-device synchronisation (GPU profiles)
+  // The copy traffic beside the contention rows: "h2d" (host to device, as weights stream) or "both" (equal
+  // bytes each way: profiles that do not say, made before 2026-12-03). The cost model reads the rows as
+  // measured either way: DRAM total = the CPU's rate + the copies'.
+  std::string copy_traffic = "both";
   double launch_ms = 0;             // one empty kernel launch (GPU profiles)
   // Host time per pinned 1 MiB host-to-device copy when a burst of them is enqueued through the
   // runtime's path (Device::copy_h2d_batch: one call per copy), uncapped and under a PCIe cap (each paced

@@ -773,6 +773,7 @@ ProfileDB run_profile(const ProfileOptions& o) {
   db.created = utc_now();
   db.git_rev = o.git_rev;
   db.quick = o.quick;
+  if (gpu) db.copy_traffic = "h2d";
   db.threads = threads;
   for (double c : caps) db.pcie_caps_gbps.push_back(c / 1e9);
 

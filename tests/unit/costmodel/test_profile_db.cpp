@@ -310,6 +310,17 @@ TEST_CASE("profile db: the JSON round trip is lossless and the full GPU-machine 
   CHECK(make_measured_cost_model(issued_back, mo)->copy_issue_ms() == Approx(0.0045));
   CHECK(make_measured_cost_model(back, mo)->copy_issue_ms() == 0);
 
+  // The copy traffic beside the contention rows: absent in profiles made with traffic both ways (their text
+  // and hash as before), "h2d" written and read back where the profiler streamed host to device only.
+  CHECK(back.copy_traffic == "both");
+  CHECK(text.find("copy_traffic") == std::string::npos);
+  ProfileDB one_way = back;
+  one_way.copy_traffic = "h2d";
+  const std::string one_way_text = profile_to_json(one_way);
+  CHECK(one_way_text.find("\"copy_traffic\":\"h2d\"") != std::string::npos);
+  CHECK(profile_from_json(one_way_text, "p.json").copy_traffic == "h2d");
+  CHECK(profile_hash(one_way) != profile_hash(back));
+
   // Saved atomically (no temporary left behind) and loaded back.
   const std::string dir = temp_dir();
   const std::string path = dir + "/machine.profile.json";
@@ -374,6 +385,13 @@ TEST_CASE("profile db: bad files give one clear line naming the file and the fie
   expect(edited([](nlohmann::json& j) { j["sync_ms"] = std::numeric_limits<double>::infinity(); }), {"field sync_ms"});
   expect(edited([](nlohmann::json& j) { j["copy_issue_ms"] = -1; }), {"field copy_issue_ms"});
   expect(edited([](nlohmann::json& j) { j["paced_copy_issue_ms"] = "fast"; }), {"field paced_copy_issue_ms"});
+  expect(edited([](nlohmann::json& j) { j["copy_traffic"] = "d2h"; }), {"field copy_traffic", "'d2h' must be h2d or both"});
+  expect(edited([](nlohmann::json& j) { j["copy_traffic"] = 1; }), {"field copy_traffic"});
+  {
+    nlohmann::json cpu = nlohmann::json::parse(profile_to_json(synthetic_profile(false, 0.03, 3)));
+    cpu["copy_traffic"] = "h2d";
+    expect(err(cpu.dump()), {"field copy_traffic", "device is cpu"});
+  }
   // A quantised matmul whose width is not whole blocks would break the byte arithmetic later.
   expect(edited([](nlohmann::json& j) {
            for (auto& g : j["ops"])
