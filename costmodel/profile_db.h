@@ -117,7 +117,7 @@ struct ProfileDB {
   std::vector<double> pcie_caps_gbps;  // the PCIe caps measured (0 = none)
   double sync_ms = 0;               // one host-device synchronisation (GPU profiles)
   // The copy traffic beside the contention rows: "h2d" (host to device, as weights stream) or "both" (equal
-  // bytes each way: profiles that do not say, made before 2026-12-03). The cost model reads the rows as
+  // bytes each way: profiles that do not say, made before c6cd8c7). The cost model reads the rows as
   // measured either way: DRAM total = the CPU's rate + the copies'.
   std::string copy_traffic = "both";
   double launch_ms = 0;             // one empty kernel launch (GPU profiles)

@@ -185,7 +185,7 @@ class CudaBench final : public GpuBench {
       // Host to device only, two streams back to back: what the executor's weight streaming does (a D2H
       // copy writes host DRAM where the streaming reads it: traffic both ways let the CPU read 98 GB/s beside
       // 87 GB/s of copies, a DRAM total the one-way streaming never reaches — its CPU FFNs ran 1.25x their
-      // prediction, results/executor/timelines_probe_bb799de/).
+      // prediction, results/executor/timelines_probe_b19d6e1/).
       while (!stop_.load()) {
         cudaMemcpyAsync(tr_dev_, tr_host_, chunk, cudaMemcpyHostToDevice, tr_s_[0]);
         cudaMemcpyAsync(static_cast<uint8_t*>(tr_dev_) + chunk, static_cast<uint8_t*>(tr_host_) + chunk, chunk,

@@ -47,8 +47,8 @@ class GpuBench {
   virtual double copy_issue_ms(double cap_bytes_per_s, int count) = 0;
 
   // Background copies of pinned buffers host to device (as the executor streams weights), continuously,
-  // until stop; stop returns the rate achieved meanwhile (GB/s). Profiles before 2026-12-03 copied both
-  // ways (ProfileDB::copy_traffic).
+  // until stop; stop returns the rate achieved meanwhile (GB/s). Profiles before c6cd8c7 copied both ways
+  // (ProfileDB::copy_traffic).
   virtual void start_copy_traffic() = 0;
   virtual double stop_copy_traffic() = 0;
 };
