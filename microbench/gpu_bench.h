@@ -51,6 +51,9 @@ class GpuBench {
   // (ProfileDB::copy_traffic).
   virtual void start_copy_traffic() = 0;
   virtual double stop_copy_traffic() = 0;
+  // The traffic's directions, as ProfileDB::copy_traffic records them: "h2d", or "both" with
+  // SHARDWISE_PROFILE_TRAFFIC=both (equal chunks each way, as before c6cd8c7).
+  virtual std::string copy_traffic() const = 0;
 };
 
 }  // namespace shardwise

@@ -79,6 +79,9 @@
 #                            -> kprof.tgz (kernel_profile.sh)
 #   session.sh OUT ksplit    decode GEMVs of few rows split among a block's warps or not: GPU suite, kernel
 #                            benchmarks, whole-model decode each way, three times (~5 min) -> ksplit.tgz
+#   session.sh OUT traffic-ab  the profile with host-to-device copy traffic (default) and both ways on one lease,
+#                            then experiments/planner_accuracy_decode16.yaml for the minutes left, ~9.5 min
+#                            -> traffic_ab.tgz (re-predict its rows with each profile offline)
 #   session.sh OUT cpu       the CPU decode GEMVs and MoE block (shardwise_bench_cpu, 1 and 16 threads) at
 #                            each weight prefetch distance (SHARDWISE_GEMV_PREFETCH), ~2 min, then the GPU
 #                            suite -> cpu_prefetch.tgz
@@ -194,6 +197,23 @@ case $stage in
     timeout 180 "$root/bin/test_gpu" "[bench]" > "$out/graphs/kernel_bench.log" 2>&1; echo "kernel bench rc=$?"
     grep -E "attention decode|GEMV" "$out/graphs/kernel_bench.log" | head -40
     tar -C "$out" -czf "$out/graphs.tgz" graphs && rm -rf "$out/graphs"
+    ;;
+  traffic-ab)  # the profile's contention rows beside host-to-device copies (the default since c6cd8c7) against copies
+              # both ways (SHARDWISE_PROFILE_TRAFFIC=both, as before), both profiled on this lease (~3 min each),
+              # then experiments/planner_accuracy_decode16.yaml measured (planned from the h2d one) for the minutes
+              # left. Offline: `sweep --predict --profile` each profile, then scripts/analysis/repredict.py the
+              # rows with each -> traffic_ab.tgz
+    mkdir -p "$out/traffic_ab"
+    PROFILE_NAME=h2d VALIDATE=0 PROFILE_TIMEOUT=240 bash scripts/gpu/profile.sh "$out/traffic_ab/h2d" > "$out/traffic_ab/h2d.log" 2>&1
+    SHARDWISE_PROFILE_TRAFFIC=both PROFILE_NAME=both VALIDATE=0 PROFILE_TIMEOUT=240 \
+      bash scripts/gpu/profile.sh "$out/traffic_ab/both" > "$out/traffic_ab/both.log" 2>&1
+    tail -4 "$out/traffic_ab/h2d.log" "$out/traffic_ab/both.log"
+    left=$(( 560 - ($(date +%s) - t0) ))
+    if [ "$left" -gt 90 ] && [ -f "$out/traffic_ab/h2d/h2d.profile.json" ]; then
+      SWEEP_ARGS="--profile $out/traffic_ab/h2d/h2d.profile.json" bash scripts/gpu/oracle_study.sh "$out/traffic_ab/decode16" none \
+        "$(awk "BEGIN {print ($left - 40) / 60}")" experiments/planner_accuracy_decode16.yaml
+    fi
+    tar -C "$out" -czf "$out/traffic_ab.tgz" traffic_ab && rm -rf "$out/traffic_ab"
     ;;
   targeted)  # the targeted re-runs of the study's most-missed decisions, ~3.5 min; one archive back
     bash scripts/gpu/oracle_study.sh "$out/targeted/decode16" none 1.7 experiments/planner_accuracy_decode16.yaml
