@@ -1,13 +1,15 @@
 // executor/cuda/attention.cu — causal GQA attention over f32 KV caches, f32 throughout (no tensor
 // cores: TF32 or f16 scores would break the 1e-4 logits contract). The score matrix is never
 // materialised: both kernels keep a running max, sum and output per query row (online softmax).
-//  - Decode (n <= 8): one warp per (key range, kv head, group of <= 4 query rows); lanes hold a
-//    contiguous slice of head_dim, so K and V rows are read with coalesced vector loads, and the
-//    keys of a long context are split across many warps (split-K) whose partial (max, sum, output)
-//    a second kernel combines (a block per query row: threads over splits, then over head_dim). The
-//    pipelined variant (the default) issues the loads of a warp's next keys before the math of the
-//    current ones: a warp's loop is a chain of DRAM round trips otherwise (at 1K context, 16 of them of
-//    ~1 us for 22 us per call, whatever the split).
+//  - Decode (n <= 8): lanes hold a contiguous slice of head_dim, so K and V rows are read with
+//    coalesced vector loads; a warp takes a group of <= 4 query rows of one kv head over a range of
+//    keys, and the keys of a long context are split (split-K) into ranges whose partial (max, sum,
+//    output) a second kernel combines (a block per query row: threads over splits, then over
+//    head_dim). Three kernels: a warp per split, its keys loaded then used (plain) or the next keys'
+//    loads issued before the current ones' math (pipelined: a warp's loop is a chain of DRAM round
+//    trips otherwise, at 1K context 16 of ~1 us); or (the default) a block of 8 pipelined warps per
+//    split, each over 1/8 of its keys, their states merged in shared memory, so that a warp's chain is
+//    ~2 steps long and there are fewer partials to combine.
 //  - Prefill: 64 query rows (tokens x heads of one kv group) per block of 256 threads; K (transposed)
 //    and V tiles in shared memory; each thread owns a 4 x 4 (or 4 x 2) tile of scores and a 4 x D/16
 //    tile of the output. Long contexts with few query tiles are split over keys as above.
@@ -156,25 +158,13 @@ __device__ __forceinline__ void store_decode_rows(const KArgs& a, int split, int
   }
 }
 
-template <int D, int RB, bool FULL, bool PIPE>
-__global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KArgs a) {
-  pdl_begin();
-  constexpr int C = D / 32;          // head_dim elements per lane (of the padded D)
-  // Keys per step. 8 (4 at head_dim 256) measured slower than this: 56 vs 44 us at 4K context, n = 1
-  // (results/executor/kernel_bench_ecc5548.log).
-  constexpr int U = C >= 8 ? 2 : 4;
-  const int hd = FULL ? D : a.hd;
-  const bool vec4 = a.vec4 != 0;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int d0 = lane * C;           // this lane's first element
-  const int split = blockIdx.x * kDecodeWarps + warp;
-  if (split >= a.n_splits) return;
-  const int g = blockIdx.y;
+// A decode warp's query rows (RB of kv group g from row i0): positions (-1 past the last row), row ids,
+// token and head of each, the lane's slice of each q row; returns the largest position.
+template <int D, int RB, bool FULL>
+__device__ __forceinline__ int load_decode_rows(const KArgs& a, int g, int i0, int d0, int hd, bool vec4, float (&q)[RB][D / 32],
+                                                int (&pos)[RB], int (&row_id)[RB], int (&t_of)[RB], int (&h_of)[RB]) {
+  constexpr int C = D / 32;
   const int rows_g = a.n * a.group;
-  const int i0 = blockIdx.z * RB;
-
-  float q[RB][C];
-  int pos[RB], row_id[RB], t_of[RB], h_of[RB];
   int max_pos = -1;
 #pragma unroll
   for (int r = 0; r < RB; ++r) {
@@ -193,11 +183,22 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KA
     }
     max_pos = max(max_pos, pos[r]);
   }
-  const int j_begin = split * a.keys_per_split;
-  const int j_end = min(j_begin + a.keys_per_split, max_pos + 1);
+  return max_pos;
+}
 
-  float m[RB], l[RB], o[RB][C];
-  init_decode_state<RB, C>(m, l, o);
+// Keys per step of a decode warp. 8 (4 at head_dim 256) measured slower than this: 56 vs 44 us at 4K
+// context, n = 1 (results/executor/kernel_bench_ecc5548.log).
+template <int D>
+__host__ __device__ constexpr int decode_keys_per_step() { return D / 32 >= 8 ? 2 : 4; }
+
+// One warp's keys j_begin .. j_end - 1 of kv group g folded into its rows' running max m, sum l and
+// output slice o (online softmax). PIPE: the next step's K/V loads are issued before this step's math.
+template <int D, int RB, bool FULL, bool PIPE>
+__device__ __forceinline__ void decode_warp_keys(const KArgs& a, int g, int d0, int hd, bool vec4, int j_begin, int j_end,
+                                                 const float (&q)[RB][D / 32], const int (&pos)[RB], float (&m)[RB],
+                                                 float (&l)[RB], float (&o)[RB][D / 32]) {
+  constexpr int C = D / 32;
+  constexpr int U = decode_keys_per_step<D>();
   const float* kb = a.k + static_cast<int64_t>(g) * hd + d0;
   const float* vb = a.v + static_cast<int64_t>(g) * hd + d0;
   // K and V rows of keys j .. j + U - 1 (past j_end: the last key again, never used).
@@ -255,7 +256,102 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KA
         }
     }
   }
+}
+
+// Warp kernels (decode kernels 1 and 2): each warp is one split.
+template <int D, int RB, bool FULL, bool PIPE>
+__global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KArgs a) {
+  pdl_begin();
+  constexpr int C = D / 32;          // head_dim elements per lane (of the padded D)
+  const int hd = FULL ? D : a.hd;
+  const bool vec4 = a.vec4 != 0;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int d0 = lane * C;           // this lane's first element
+  const int split = blockIdx.x * kDecodeWarps + warp;
+  if (split >= a.n_splits) return;
+  const int g = blockIdx.y;
+
+  float q[RB][C];
+  int pos[RB], row_id[RB], t_of[RB], h_of[RB];
+  const int max_pos = load_decode_rows<D, RB, FULL>(a, g, blockIdx.z * RB, d0, hd, vec4, q, pos, row_id, t_of, h_of);
+  const int j_begin = split * a.keys_per_split;
+  const int j_end = min(j_begin + a.keys_per_split, max_pos + 1);
+  float m[RB], l[RB], o[RB][C];
+  init_decode_state<RB, C>(m, l, o);
+  decode_warp_keys<D, RB, FULL, PIPE>(a, g, d0, hd, vec4, j_begin, j_end, q, pos, m, l, o);
   store_decode_rows<RB, C, FULL>(a, split, lane, d0, hd, pos, t_of, h_of, row_id, m, l, o);
+}
+
+// Block kernel (decode kernel 3, the default): a block of kBlockWarps warps is one split; its warps take
+// consecutive key ranges of keys_per_split / kBlockWarps each (pipelined), and their states are merged in
+// shared memory (in warp order) before the split's partial (or, with one split, the output) is written.
+// A split's keys are then read by 8 warps at once, ~2 steps of keys each: a warp's chain of DRAM round
+// trips is 2 long where the warp kernels' is ~sqrt(context) / 4, and the combine has fewer splits.
+constexpr int kBlockWarps = 8;
+
+template <int D, int RB, bool FULL>
+__global__ void __launch_bounds__(kBlockWarps * 32) attn_decode_block_kernel(const KArgs a) {
+  pdl_begin();
+  constexpr int C = D / 32;
+  __shared__ float sh_o[kBlockWarps][RB][D];
+  __shared__ float sh_m[kBlockWarps][RB], sh_l[kBlockWarps][RB];
+  const int hd = FULL ? D : a.hd;
+  const bool vec4 = a.vec4 != 0;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int d0 = lane * C;
+  const int split = blockIdx.x, g = blockIdx.y, i0 = blockIdx.z * RB;
+
+  float q[RB][C];
+  int pos[RB], row_id[RB], t_of[RB], h_of[RB];
+  const int max_pos = load_decode_rows<D, RB, FULL>(a, g, i0, d0, hd, vec4, q, pos, row_id, t_of, h_of);
+  const int per_warp = a.keys_per_split / kBlockWarps;  // a multiple of the keys per step (host side)
+  const int j_begin = split * a.keys_per_split + warp * per_warp;
+  const int j_end = min(j_begin + per_warp, max_pos + 1);
+  float m[RB], l[RB], o[RB][C];
+  init_decode_state<RB, C>(m, l, o);
+  decode_warp_keys<D, RB, FULL, true>(a, g, d0, hd, vec4, j_begin, j_end, q, pos, m, l, o);
+#pragma unroll
+  for (int r = 0; r < RB; ++r) {
+#pragma unroll
+    for (int c = 0; c < C; ++c) sh_o[warp][r][d0 + c] = o[r][c];
+    if (lane == 0) {
+      sh_m[warp][r] = m[r];
+      sh_l[warp][r] = l[r];
+    }
+  }
+  __syncthreads();
+  const int rows_all = a.n * a.n_heads;
+  const int rows_g = a.n * a.group;
+  for (int e = threadIdx.x; e < RB * D; e += kBlockWarps * 32) {
+    const int r = e / D, d = e % D;
+    if (i0 + r >= rows_g || d >= hd) continue;
+    float mx = kNegInf;
+#pragma unroll
+    for (int w = 0; w < kBlockWarps; ++w) mx = fmaxf(mx, sh_m[w][r]);
+    float sum = 0.0f, acc = 0.0f;
+    if (mx != kNegInf) {
+#pragma unroll
+      for (int w = 0; w < kBlockWarps; ++w) {
+        const float mw = sh_m[w][r];
+        if (mw == kNegInf) continue;  // a warp that saw no key of this row adds nothing
+        const float f = expf(mw - mx);
+        sum = fmaf(sh_l[w][r], f, sum);
+        acc = fmaf(sh_o[w][r][d], f, acc);
+      }
+    }
+    int t, h;
+    row_of(a, g, i0 + r, t, h);
+    if (a.n_splits == 1) {
+      a.out[static_cast<int64_t>(t) * a.out_stride + static_cast<int64_t>(h) * hd + d] = acc * (1.0f / sum);
+    } else {
+      const int64_t pr = static_cast<int64_t>(split) * rows_all + t * a.n_heads + h;
+      a.part_o[pr * hd + d] = acc;
+      if (d == 0) {
+        a.part_ml[pr * 2] = mx;
+        a.part_ml[pr * 2 + 1] = sum;
+      }
+    }
+  }
 }
 
 template <int D>
@@ -513,19 +609,31 @@ void launch_decode(const KArgs& k, int row_groups, cudaStream_t s) {
   launch_kernel("attention decode kernel", attn_decode_kernel<D, RB, FULL, PIPE>, grid, dim3(kDecodeWarps * 32), 0, s, k);
 }
 
-template <int D, bool FULL, bool PIPE>
-void decode_rb(int rb, const KArgs& k, int row_groups, cudaStream_t s) {
-  if (rb == 1) launch_decode<D, 1, FULL, PIPE>(k, row_groups, s);
-  else if (rb == 2) launch_decode<D, 2, FULL, PIPE>(k, row_groups, s);
-  else launch_decode<D, 4, FULL, PIPE>(k, row_groups, s);
+template <int D, int RB, bool FULL>
+void launch_decode_block(const KArgs& k, int row_groups, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>(k.n_splits), static_cast<unsigned>(k.n_kv_heads), static_cast<unsigned>(row_groups));
+  launch_kernel("attention decode kernel", attn_decode_block_kernel<D, RB, FULL>, grid, dim3(kBlockWarps * 32), 0, s, k);
+}
+
+// Decode kernel 1 (plain), 2 (pipelined) or 3 (block).
+template <int D, bool FULL>
+void decode_rb(int kernel, int rb, const KArgs& k, int row_groups, cudaStream_t s) {
+  if (kernel == 3) {
+    if (rb == 1) launch_decode_block<D, 1, FULL>(k, row_groups, s);
+    else if (rb == 2) launch_decode_block<D, 2, FULL>(k, row_groups, s);
+    else launch_decode_block<D, 4, FULL>(k, row_groups, s);
+    return;
+  }
+  const bool pipe = kernel == 2;
+  if (rb == 1) pipe ? launch_decode<D, 1, FULL, true>(k, row_groups, s) : launch_decode<D, 1, FULL, false>(k, row_groups, s);
+  else if (rb == 2) pipe ? launch_decode<D, 2, FULL, true>(k, row_groups, s) : launch_decode<D, 2, FULL, false>(k, row_groups, s);
+  else pipe ? launch_decode<D, 4, FULL, true>(k, row_groups, s) : launch_decode<D, 4, FULL, false>(k, row_groups, s);
 }
 
 template <int D>
-void decode_d(bool full, bool pipe, int rb, const KArgs& k, int row_groups, cudaStream_t s) {
-  if (full && pipe) decode_rb<D, true, true>(rb, k, row_groups, s);
-  else if (full) decode_rb<D, true, false>(rb, k, row_groups, s);
-  else if (pipe) decode_rb<D, false, true>(rb, k, row_groups, s);
-  else decode_rb<D, false, false>(rb, k, row_groups, s);
+void decode_d(bool full, int kernel, int rb, const KArgs& k, int row_groups, cudaStream_t s) {
+  if (full) decode_rb<D, true>(kernel, rb, k, row_groups, s);
+  else decode_rb<D, false>(kernel, rb, k, row_groups, s);
 }
 
 template <int D, bool FULL>
@@ -561,9 +669,9 @@ int padded_head_dim(int hd) { return hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 128 ?
 
 bool attention_head_dim_supported(int64_t hd) { return hd >= 1 && hd <= kMaxAttentionHeadDim; }
 
-bool decode_pipelined_default() {
-  static const bool on = !env_is("SHARDWISE_ATTN_DECODE", "plain");
-  return on;
+int decode_kernel_default() {
+  static const int kernel = env_is("SHARDWISE_ATTN_DECODE", "plain") ? 1 : env_is("SHARDWISE_ATTN_DECODE", "pipelined") ? 2 : 3;
+  return kernel;
 }
 
 void attention(const Ctx& ctx, const AttnArgs& a) {
@@ -599,39 +707,61 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
   k.vec4 = (!full && hd % 4 == 0 && rows16) ? 1 : 0;
   k.scale = 1.0f / sqrtf(static_cast<float>(hd));  // as the CPU: 1 / sqrt(float(head_dim))
 
-  SW_CHECK(a.decode_kernel >= 0 && a.decode_kernel <= 2, "CUDA attention: decode kernel ", a.decode_kernel, " (0, 1 or 2)");
+  SW_CHECK(a.decode_kernel >= 0 && a.decode_kernel <= 3, "CUDA attention: decode kernel ", a.decode_kernel, " (0 to 3)");
   const bool decode = a.n <= kGemvMaxTokens;
-  const bool pipe = a.decode_kernel == 2 || (a.decode_kernel == 0 && decode_pipelined_default());
+  const int kernel = a.decode_kernel != 0 ? a.decode_kernel : decode_kernel_default();
   const int64_t rows_g = static_cast<int64_t>(a.n) * k.group;
   const int64_t rows_all = static_cast<int64_t>(a.n) * a.n_heads;
-  int rb = 4;
-  int64_t row_groups = 0, base_units = 0, min_keys = 0;
-  if (decode) {
-    rb = rows_g >= 4 ? 4 : (rows_g >= 2 ? 2 : 1);
-    row_groups = ceil_div(rows_g, rb);
-    base_units = static_cast<int64_t>(a.n_kv_heads) * row_groups;  // warps per split
-    // A warp's loop grows with its keys and the combine with the splits (keys x splits = context):
-    // about sqrt(context) of each. Measured with the pipelined kernel: 32 keys best at 1K (18 us; 21
-    // at 64), 64 at 4K (34 us; 43 at 32, 39 at 128): results/executor/kernels_f0fc0a5/.
-    min_keys = a.decode_min_keys > 0 ? a.decode_min_keys
-                                     : std::max<int64_t>(16, static_cast<int64_t>(std::sqrt(static_cast<double>(kv_len))));
-  } else {
-    base_units = ceil_div(rows_g, Prefill<64>::MQ) * a.n_kv_heads;  // blocks per split
-    min_keys = 256;
-  }
-  const int64_t target = decode ? static_cast<int64_t>(ctx.sm_count) * 16 : static_cast<int64_t>(ctx.sm_count) * 2;
-  int64_t splits = std::max<int64_t>(1, std::min(ceil_div(target, base_units), ceil_div(kv_len, min_keys)));
-  splits = std::min<int64_t>(splits, 65535);
+  const uint64_t per_split = static_cast<uint64_t>(rows_all) * static_cast<uint64_t>(hd + 2) * 4 + 512;
   Workspace& ws = *ctx.ws;
   WorkspaceScope scope(ws);
-  if (splits > 1) {
-    const uint64_t per_split = static_cast<uint64_t>(rows_all) * static_cast<uint64_t>(hd + 2) * 4 + 512;
-    splits = std::min<int64_t>(splits, static_cast<int64_t>(ws.available() / per_split));
+  int rb = 4;
+  int64_t row_groups = 0, splits = 1, kps = kv_len;
+  if (decode && kernel == 3) {
+    rb = rows_g >= 4 ? 4 : (rows_g >= 2 ? 2 : 1);
+    row_groups = ceil_div(rows_g, rb);
+    // Blocks (splits x kv heads x row groups) up to two per SM, each warp at least two steps of keys
+    // (decode_min_keys, when set, instead); fewer splits where the workspace cannot hold their partials.
+    const int64_t step = D >= 256 ? 2 : 4;  // decode_keys_per_step
+    const int64_t want = std::max<int64_t>(1, ceil_div(static_cast<int64_t>(ctx.sm_count) * 2, a.n_kv_heads * row_groups));
+    int64_t per_warp = std::max<int64_t>(a.decode_min_keys > 0 ? a.decode_min_keys : 2 * step,
+                                         ceil_div(kv_len, want * kBlockWarps));
+    per_warp = ceil_div(per_warp, step) * step;
+    splits = ceil_div(kv_len, per_warp * kBlockWarps);
+    if (splits > 1) {
+      const int64_t fit = std::max<int64_t>(1, static_cast<int64_t>(ws.available() / per_split));
+      if (splits > fit) {
+        per_warp = ceil_div(ceil_div(kv_len, fit * kBlockWarps), step) * step;
+        splits = ceil_div(kv_len, per_warp * kBlockWarps);
+      }
+    }
+    SW_CHECK(per_warp * kBlockWarps < (int64_t(1) << 31), "CUDA attention: too many keys per split");
+    kps = per_warp * kBlockWarps;
+  } else {
+    int64_t base_units = 0, min_keys = 0;
+    if (decode) {
+      rb = rows_g >= 4 ? 4 : (rows_g >= 2 ? 2 : 1);
+      row_groups = ceil_div(rows_g, rb);
+      base_units = static_cast<int64_t>(a.n_kv_heads) * row_groups;  // warps per split
+      // A warp's loop grows with its keys and the combine with the splits (keys x splits = context):
+      // about sqrt(context) of each. Measured with the pipelined kernel: 32 keys best at 1K (18 us; 21
+      // at 64), 64 at 4K (34 us; 43 at 32, 39 at 128): results/executor/kernels_f0fc0a5/.
+      min_keys = a.decode_min_keys > 0 ? a.decode_min_keys
+                                       : std::max<int64_t>(16, static_cast<int64_t>(std::sqrt(static_cast<double>(kv_len))));
+    } else {
+      base_units = ceil_div(rows_g, Prefill<64>::MQ) * a.n_kv_heads;  // blocks per split
+      min_keys = 256;
+    }
+    const int64_t target = decode ? static_cast<int64_t>(ctx.sm_count) * 16 : static_cast<int64_t>(ctx.sm_count) * 2;
+    splits = std::max<int64_t>(1, std::min(ceil_div(target, base_units), ceil_div(kv_len, min_keys)));
+    splits = std::min<int64_t>(splits, 65535);
+    if (splits > 1) splits = std::min<int64_t>(splits, static_cast<int64_t>(ws.available() / per_split));
+    if (splits < 1) splits = 1;
+    const int64_t step = decode ? 4 : 64;
+    kps = ceil_div(ceil_div(kv_len, splits), step) * step;
+    splits = ceil_div(kv_len, kps);
   }
-  if (splits < 1) splits = 1;
-  const int64_t step = decode ? 4 : 64;
-  int64_t kps = ceil_div(ceil_div(kv_len, splits), step) * step;
-  splits = ceil_div(kv_len, kps);
+  SW_CHECK(splits <= 65535, "CUDA attention: too many splits");
   k.n_splits = static_cast<int32_t>(splits);
   k.keys_per_split = static_cast<int32_t>(kps);
   if (splits > 1) {
@@ -641,10 +771,10 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
   SW_CHECK(a.n_kv_heads < 65536 && row_groups < 65536, "CUDA attention: too many heads or rows for one launch");
   if (decode) {
     switch (D) {
-      case 32: decode_d<32>(full, pipe, rb, k, static_cast<int>(row_groups), ctx.stream); break;
-      case 64: decode_d<64>(full, pipe, rb, k, static_cast<int>(row_groups), ctx.stream); break;
-      case 128: decode_d<128>(full, pipe, rb, k, static_cast<int>(row_groups), ctx.stream); break;
-      default: decode_d<256>(full, pipe, rb, k, static_cast<int>(row_groups), ctx.stream); break;
+      case 32: decode_d<32>(full, kernel, rb, k, static_cast<int>(row_groups), ctx.stream); break;
+      case 64: decode_d<64>(full, kernel, rb, k, static_cast<int>(row_groups), ctx.stream); break;
+      case 128: decode_d<128>(full, kernel, rb, k, static_cast<int>(row_groups), ctx.stream); break;
+      default: decode_d<256>(full, kernel, rb, k, static_cast<int>(row_groups), ctx.stream); break;
     }
     check_launch("attention decode kernel");
   } else {

@@ -160,19 +160,21 @@ struct AttnArgs {
   int64_t out_stride = 0;
   int32_t n = 0, pos_first = 0;
   int32_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
-  // Decode (n <= 8): the fewest keys one warp of the split-K kernel takes (0: the default, about
-  // sqrt(context)). The kernel benchmark sweeps it; the blocks leave it at 0.
+  // Decode (n <= 8): the fewest keys one warp of a split-K decode kernel takes (0: the kernel's default:
+  // about sqrt(context) for kernels 1 and 2, two steps of keys for kernel 3). The kernel benchmark
+  // sweeps it; the blocks leave it at 0.
   int32_t decode_min_keys = 0;
-  // Decode kernel: 0 the default (2; SHARDWISE_ATTN_DECODE=plain selects 1), 1 each step's keys loaded
-  // then used, 2 pipelined (the next step's keys loaded before this step's math). The GPU suite checks
-  // both; the kernel benchmark times both.
+  // Decode kernel: 0 the default (3; SHARDWISE_ATTN_DECODE=plain selects 1, =pipelined 2), 1 each
+  // step's keys loaded then used, 2 pipelined (the next step's keys loaded before this step's math),
+  // both a warp per split; 3 a block of 8 pipelined warps per split, merged in shared memory. The GPU
+  // suite checks all three; the kernel benchmark times them.
   int32_t decode_kernel = 0;
 };
 void attention(const Ctx& ctx, const AttnArgs& a);
 // Whether attention runs this head_dim (1 .. kMaxAttentionHeadDim).
 bool attention_head_dim_supported(int64_t head_dim);
-// decode_kernel 0 means the pipelined decode kernel (SHARDWISE_ATTN_DECODE=plain: the other).
-bool decode_pipelined_default();
+// The decode kernel that decode_kernel 0 means: 3, or SHARDWISE_ATTN_DECODE=plain (1) / pipelined (2).
+int decode_kernel_default();
 
 }  // namespace cuda
 }  // namespace shardwise

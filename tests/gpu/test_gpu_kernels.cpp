@@ -422,6 +422,10 @@ struct KernelCtx {
   }
 };
 
+const char* kernel_name(int decode_kernel) {
+  return decode_kernel == 1 ? "plain" : decode_kernel == 2 ? "pipelined" : "block";
+}
+
 cuda::AttnArgs attn_args(const float* q, const float* kc, const float* vc, float* out, int64_t n, int64_t pos0,
                          int heads, int kv_heads, int hd) {
   cuda::AttnArgs a;
@@ -684,7 +688,7 @@ TEST_CASE("CUDA attention matches the CPU at long contexts (deep split-K, tiled 
     float* dk = mem.upload(k);
     float* dv = mem.upload(v);
     float* dout = mem.floats(ref.size());
-    for (int kernel : {1, 2}) {  // both decode kernels (prefill steps ignore the choice)
+    for (int kernel : {1, 2, 3}) {  // the decode kernels (prefill steps ignore the choice)
       poison(dout, ref.size());
       cuda::AttnArgs a = attn_args(dq, dk, dv, dout, c.n, c.pos0, c.heads, c.kv_heads, c.hd);
       a.decode_kernel = kernel;
@@ -709,7 +713,7 @@ TEST_CASE("CUDA attention matches the CPU at long contexts (deep split-K, tiled 
     float* dq = mem.upload(q);
     float* dk = mem.upload(k);
     float* dv = mem.upload(v);
-    for (int kernel : {1, 2}) {
+    for (int kernel : {1, 2, 3}) {
       poison(dout, ref.size());
       cuda::AttnArgs a = attn_args(dq, dk, dv, dout, n, pos0, heads, kv_heads, hd);
       a.decode_kernel = kernel;
@@ -718,8 +722,20 @@ TEST_CASE("CUDA attention matches the CPU at long contexts (deep split-K, tiled 
       INFO("many splits: hd " << hd << " decode kernel " << kernel);
       CHECK(test::max_rel_error(get(dout, ref.size()), ref, hd) <= kBlockTol);
     }
+    // A workspace with room for the partials of ~10 splits only: the kernels take fewer, longer splits.
+    const uint64_t small_bytes = 10 * (static_cast<uint64_t>(n * heads) * (hd + 2) * 4 + 512);
+    KernelCtx small(mem.alloc(small_bytes), small_bytes);
+    for (int kernel : {2, 3}) {
+      poison(dout, ref.size());
+      cuda::AttnArgs a = attn_args(dq, dk, dv, dout, n, pos0, heads, kv_heads, hd);
+      a.decode_kernel = kernel;
+      cuda::attention(small.ctx, a);
+      INFO("small workspace: hd " << hd << " decode kernel " << kernel);
+      CHECK(test::max_rel_error(get(dout, ref.size()), ref, hd) <= kBlockTol);
+    }
   }
-  // Short contexts (one split, partial steps of keys) at every full head size, both decode kernels.
+  // Short contexts (one split, partial steps of keys, warps of a block with no key) at every full head
+  // size, each decode kernel.
   for (int hd : {32, 64, 128, 256})
   for (int64_t kv_len : {int64_t(1), int64_t(31), int64_t(33), int64_t(100)})
     for (int n : {1, 3, 8}) {
@@ -734,7 +750,7 @@ TEST_CASE("CUDA attention matches the CPU at long contexts (deep split-K, tiled 
       std::vector<float> ref(static_cast<size_t>(n * QD));
       shardwise::attention(q.data(), n, pos.data(), k.data(), v.data(), kv_len, {heads, kv_heads, hd}, ref.data(), pool);
       float* dout = mem.floats(ref.size());
-      for (int kernel : {1, 2})
+      for (int kernel : {1, 2, 3})
       for (int keys : {0, 32}) {
         poison(dout, ref.size());
         cuda::AttnArgs a = attn_args(mem.upload(q), mem.upload(k), mem.upload(v), dout, n, pos0, heads, kv_heads, hd);
@@ -805,7 +821,7 @@ TEST_CASE("CUDA attention matches the CPU for any head_dim (padded kernels, unal
     float* dv = mem.upload(hv);
     const size_t out_floats = static_cast<size_t>(c.off + c.n * qs);
     float* dout = mem.floats(out_floats);
-    for (int kernel : {1, 2}) {  // both decode kernels (plain, pipelined)
+    for (int kernel : {1, 2, 3}) {  // the decode kernels (plain, pipelined, block)
       poison(dout, out_floats);
       cuda::AttnArgs a = attn_args(dq + c.off, dk + c.off, dv + c.off, dout + c.off, c.n, c.pos0, c.heads, c.kv_heads, c.hd);
       a.q_stride = qs;
@@ -1029,7 +1045,7 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
       // Decode at the peer protocol's 1K and at 4K context by the split-K kernel's keys per warp:
       // fewer keys, more warps (at 1K and 64 keys, 16 splits x 8 kv heads = 32 blocks on 132 SMs)
       // against a longer combine.
-      for (int kernel : {1, 2})
+      for (int kernel : {1, 2, 3})
       for (int64_t context : {int64_t(1024), int64_t(4096)})
         for (int32_t keys : {0, 16, 32, 64, 128}) {  // 0: the default (about sqrt(context))
           float* q = mem.floats(static_cast<size_t>(spec.q_dim()));
@@ -1040,19 +1056,19 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
           a.decode_kernel = kernel;
           const double ms = time_ms([&] { cuda::attention(kctx.ctx, a); }, 20);
           std::printf("attention decode (%s) context %5lld, >= %3s keys per warp: %8.4f ms  %6.0f GB/s of KV\n",
-                      kernel == 1 ? "plain" : "pipelined", static_cast<long long>(context),
+                      kernel_name(kernel), static_cast<long long>(context),
                       keys == 0 ? "dft" : std::to_string(keys).c_str(), ms,
                       2.0 * static_cast<double>(context) * static_cast<double>(KVD) * 4 / (ms * 1e-3) / 1e9);
         }
-      // 8 tokens (speculative-decoding-sized steps) at 4K context, both kernels.
-      for (int kernel : {1, 2}) {
+      // 8 tokens (speculative-decoding-sized steps) at 4K context, each kernel.
+      for (int kernel : {1, 2, 3}) {
         float* q = mem.floats(static_cast<size_t>(8 * spec.q_dim()));
         float* out = mem.floats(static_cast<size_t>(8 * spec.q_dim()));
         put(q, fresh(static_cast<size_t>(8 * spec.q_dim())));
         cuda::AttnArgs a = attn_args(q, kc, vc, out, 8, 4088, heads, kvh, hd);
         a.decode_kernel = kernel;
         const double ms = time_ms([&] { cuda::attention(kctx.ctx, a); }, 20);
-        std::printf("attention decode (%s) n=8 context 4096: %8.4f ms\n", kernel == 1 ? "plain" : "pipelined", ms);
+        std::printf("attention decode (%s) n=8 context 4096: %8.4f ms\n", kernel_name(kernel), ms);
       }
     }
     std::unique_ptr<DeviceKernels> k = make_cuda_kernels(spec, RopeStyle::Neox, g.stream, g.blas);
