@@ -7,9 +7,10 @@
 //    output) a second kernel combines (a block per query row: threads over splits, then over
 //    head_dim). Three kernels: a warp per split, its keys loaded then used (plain) or the next keys'
 //    loads issued before the current ones' math (pipelined: a warp's loop is a chain of DRAM round
-//    trips otherwise, at 1K context 16 of ~1 us); or (the default) a block of 8 pipelined warps per
-//    split, each over 1/8 of its keys, their states merged in shared memory, so that a warp's chain is
-//    ~2 steps long and there are fewer partials to combine.
+//    trips otherwise, at 1K context 16 of ~1 us); or a block of 8 pipelined warps per split, each over
+//    1/8 of its keys, their states merged in shared memory, so that a warp's chain is ~2 steps long and
+//    there are fewer partials to combine; or (the default) those blocks in thread block clusters that
+//    merge their states through distributed shared memory, so that up to ~16 splits need no combine.
 //  - Prefill: 64 query rows (tokens x heads of one kv group) per block of 256 threads; K (transposed)
 //    and V tiles in shared memory; each thread owns a 4 x 4 (or 4 x 2) tile of scores and a 4 x D/16
 //    tile of the output. Long contexts with few query tiles are split over keys as above.
@@ -23,6 +24,8 @@
 #include <cmath>
 #include <atomic>
 #include <limits>
+
+#include <cooperative_groups.h>
 
 #include "executor/cuda/cuda_kernels.h"
 #include "executor/cuda/kernels.cuh"
@@ -45,7 +48,9 @@ struct KArgs {
   float* part_o;   // [splits][n * n_heads][hd]    (split-K only)
   float* part_ml;  // [splits][n * n_heads][2]: running max, sum
   int32_t n, pos_first, n_heads, n_kv_heads, group;
-  int32_t n_splits, keys_per_split;
+  int32_t n_splits;        // partials the combine kernel merges (block kernels: blocks / cluster)
+  int32_t keys_per_split;  // keys per warp (warp kernels) or per block (block kernels)
+  int32_t cluster;  // block kernel: blocks per thread block cluster (1: none)
   int32_t hd;    // the real head_dim (<= the kernel's D)
   int32_t vec4;  // non-FULL variant: hd % 4 == 0 and q/k/v rows 16-byte aligned (float4 pieces)
   float scale;
@@ -282,31 +287,39 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KA
   store_decode_rows<RB, C, FULL>(a, split, lane, d0, hd, pos, t_of, h_of, row_id, m, l, o);
 }
 
-// Block kernel (decode kernel 3, the default): a block of kBlockWarps warps is one split; its warps take
-// consecutive key ranges of keys_per_split / kBlockWarps each (pipelined), and their states are merged in
-// shared memory (in warp order) before the split's partial (or, with one split, the output) is written.
-// A split's keys are then read by 8 warps at once, ~2 steps of keys each: a warp's chain of DRAM round
-// trips is 2 long where the warp kernels' is ~sqrt(context) / 4, and the combine has fewer splits.
+// Block kernels (decode kernels 3 and 4): a block of kBlockWarps warps is one key range; its warps take
+// consecutive ranges of keys_per_split / kBlockWarps keys each (pipelined), and their states are merged
+// in shared memory (in warp order). A range's keys are then read by 8 warps at once, ~2 steps of keys
+// each: a warp's chain of DRAM round trips is ~2 long where the warp kernels' is ~sqrt(context) / 4.
+// Kernel 3 writes each block's partial (or, with one block, the output) for the combine kernel. Kernel 4
+// (the default) launches the blocks of a kv group in thread block clusters of a.cluster blocks (up to 16
+// where the GPU can run them, else 8): the cluster's blocks merge their states through distributed shared
+// memory (in block order), each taking a share of the output elements, so that one cluster per kv group
+// writes the output itself and the combine kernel is left out (longer contexts: one partial per cluster).
 constexpr int kBlockWarps = 8;
 
 template <int D, int RB, bool FULL>
 __global__ void __launch_bounds__(kBlockWarps * 32) attn_decode_block_kernel(const KArgs a) {
   pdl_begin();
   constexpr int C = D / 32;
+  constexpr int kThreads = kBlockWarps * 32;
   __shared__ float sh_o[kBlockWarps][RB][D];
   __shared__ float sh_m[kBlockWarps][RB], sh_l[kBlockWarps][RB];
+  __shared__ float blk_o[RB][D];  // clusters: the block's merged state, read by the cluster's blocks
+  __shared__ float blk_m[RB], blk_l[RB];
   const int hd = FULL ? D : a.hd;
   const bool vec4 = a.vec4 != 0;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int d0 = lane * C;
   const int split = blockIdx.x, g = blockIdx.y, i0 = blockIdx.z * RB;
+  const int cs = a.cluster;  // blocks per cluster (1: no cluster); blockIdx.x / cs is the partial's index
 
   float q[RB][C];
   int pos[RB], row_id[RB], t_of[RB], h_of[RB];
   const int max_pos = load_decode_rows<D, RB, FULL>(a, g, i0, d0, hd, vec4, q, pos, row_id, t_of, h_of);
   const int per_warp = a.keys_per_split / kBlockWarps;  // a multiple of the keys per step (host side)
   const int j_begin = split * a.keys_per_split + warp * per_warp;
-  const int j_end = min(j_begin + per_warp, max_pos + 1);
+  const int j_end = min(j_begin + per_warp, max_pos + 1);  // a padding block of a cluster: no keys
   float m[RB], l[RB], o[RB][C];
   init_decode_state<RB, C>(m, l, o);
   decode_warp_keys<D, RB, FULL, true>(a, g, d0, hd, vec4, j_begin, j_end, q, pos, m, l, o);
@@ -322,7 +335,23 @@ __global__ void __launch_bounds__(kBlockWarps * 32) attn_decode_block_kernel(con
   __syncthreads();
   const int rows_all = a.n * a.n_heads;
   const int rows_g = a.n * a.group;
-  for (int e = threadIdx.x; e < RB * D; e += kBlockWarps * 32) {
+  // The merged (acc, sum, max) of element (r, d) written as the output (one partial), a partial, or (cs > 1)
+  // into blk_* for the cluster.
+  auto emit = [&](int r, int d, int part, float mx, float sum, float acc) {
+    int t, h;
+    row_of(a, g, i0 + r, t, h);
+    if (a.n_splits == 1) {
+      a.out[static_cast<int64_t>(t) * a.out_stride + static_cast<int64_t>(h) * hd + d] = acc * (1.0f / sum);
+    } else {
+      const int64_t pr = static_cast<int64_t>(part) * rows_all + t * a.n_heads + h;
+      a.part_o[pr * hd + d] = acc;
+      if (d == 0) {
+        a.part_ml[pr * 2] = mx;
+        a.part_ml[pr * 2 + 1] = sum;
+      }
+    }
+  };
+  for (int e = threadIdx.x; e < RB * D; e += kThreads) {
     const int r = e / D, d = e % D;
     if (i0 + r >= rows_g || d >= hd) continue;
     float mx = kNegInf;
@@ -339,19 +368,39 @@ __global__ void __launch_bounds__(kBlockWarps * 32) attn_decode_block_kernel(con
         acc = fmaf(sh_o[w][r][d], f, acc);
       }
     }
-    int t, h;
-    row_of(a, g, i0 + r, t, h);
-    if (a.n_splits == 1) {
-      a.out[static_cast<int64_t>(t) * a.out_stride + static_cast<int64_t>(h) * hd + d] = acc * (1.0f / sum);
+    if (cs == 1) {
+      emit(r, d, split, mx, sum, acc);
     } else {
-      const int64_t pr = static_cast<int64_t>(split) * rows_all + t * a.n_heads + h;
-      a.part_o[pr * hd + d] = acc;
+      blk_o[r][d] = acc;
       if (d == 0) {
-        a.part_ml[pr * 2] = mx;
-        a.part_ml[pr * 2 + 1] = sum;
+        blk_m[r] = mx;
+        blk_l[r] = sum;
       }
     }
   }
+  if (cs == 1) return;
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every block's blk_* written
+  const int rank = static_cast<int>(cluster.block_rank());
+  for (int e = rank * kThreads + threadIdx.x; e < RB * D; e += cs * kThreads) {
+    const int r = e / D, d = e % D;
+    if (i0 + r >= rows_g || d >= hd) continue;
+    float mx = kNegInf;
+    for (int c = 0; c < cs; ++c) mx = fmaxf(mx, *cluster.map_shared_rank(&blk_m[r], c));
+    float sum = 0.0f, acc = 0.0f;
+    if (mx != kNegInf) {
+      for (int c = 0; c < cs; ++c) {
+        const float mc = *cluster.map_shared_rank(&blk_m[r], c);
+        if (mc == kNegInf) continue;  // a block that saw no key of this row adds nothing
+        const float f = expf(mc - mx);
+        sum = fmaf(*cluster.map_shared_rank(&blk_l[r], c), f, sum);
+        acc = fmaf(*cluster.map_shared_rank(&blk_o[r][d], c), f, acc);
+      }
+    }
+    emit(r, d, split / cs, mx, sum, acc);
+  }
+  cluster.sync();  // no block leaves while another reads its shared memory
 }
 
 template <int D>
@@ -611,14 +660,47 @@ void launch_decode(const KArgs& k, int row_groups, cudaStream_t s) {
 
 template <int D, int RB, bool FULL>
 void launch_decode_block(const KArgs& k, int row_groups, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>(k.n_splits), static_cast<unsigned>(k.n_kv_heads), static_cast<unsigned>(row_groups));
-  launch_kernel("attention decode kernel", attn_decode_block_kernel<D, RB, FULL>, grid, dim3(kBlockWarps * 32), 0, s, k);
+  const dim3 grid(static_cast<unsigned>(k.n_splits) * static_cast<unsigned>(k.cluster), static_cast<unsigned>(k.n_kv_heads),
+                  static_cast<unsigned>(row_groups));
+  launch_kernel_clusters("attention decode kernel", attn_decode_block_kernel<D, RB, FULL>, grid, dim3(kBlockWarps * 32), 0,
+                         s, static_cast<unsigned>(k.cluster), k);
 }
 
-// Decode kernel 1 (plain), 2 (pipelined) or 3 (block).
+// The largest cluster of the block kernel this device runs well: 16 blocks (a non-portable size) where at
+// least 8 such clusters can be resident at once, else 8 (the portable size). Asked once per device.
+template <int D, int RB, bool FULL>
+int block_cluster_max() {
+  static std::atomic<int> known[64] = {};
+  int dev = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  if (dev < 0 || dev >= 64) return 8;
+  int v = known[dev].load(std::memory_order_acquire);
+  if (v != 0) return v;
+  v = 8;
+  auto kern = attn_decode_block_kernel<D, RB, FULL>;
+  if (cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(16);
+    cfg.blockDim = dim3(kBlockWarps * 32);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 16;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kern, &cfg) == cudaSuccess && clusters >= 8) v = 16;
+  }
+  (void)cudaGetLastError();  // a refused attribute or query is not an error of a later launch
+  known[dev].store(v, std::memory_order_release);
+  return v;
+}
+
+// Decode kernel 1 (plain), 2 (pipelined), 3 (block) or 4 (block, clusters).
 template <int D, bool FULL>
 void decode_rb(int kernel, int rb, const KArgs& k, int row_groups, cudaStream_t s) {
-  if (kernel == 3) {
+  if (kernel >= 3) {
     if (rb == 1) launch_decode_block<D, 1, FULL>(k, row_groups, s);
     else if (rb == 2) launch_decode_block<D, 2, FULL>(k, row_groups, s);
     else launch_decode_block<D, 4, FULL>(k, row_groups, s);
@@ -628,6 +710,21 @@ void decode_rb(int kernel, int rb, const KArgs& k, int row_groups, cudaStream_t 
   if (rb == 1) pipe ? launch_decode<D, 1, FULL, true>(k, row_groups, s) : launch_decode<D, 1, FULL, false>(k, row_groups, s);
   else if (rb == 2) pipe ? launch_decode<D, 2, FULL, true>(k, row_groups, s) : launch_decode<D, 2, FULL, false>(k, row_groups, s);
   else pipe ? launch_decode<D, 4, FULL, true>(k, row_groups, s) : launch_decode<D, 4, FULL, false>(k, row_groups, s);
+}
+
+template <int D, bool FULL>
+int cluster_max_rb(int rb) {
+  return rb == 1 ? block_cluster_max<D, 1, FULL>() : rb == 2 ? block_cluster_max<D, 2, FULL>() : block_cluster_max<D, 4, FULL>();
+}
+
+// block_cluster_max of the instance that runs head size D (full or not) with rb rows per warp.
+int cluster_max(int D, bool full, int rb) {
+  switch (D) {
+    case 32: return full ? cluster_max_rb<32, true>(rb) : cluster_max_rb<32, false>(rb);
+    case 64: return full ? cluster_max_rb<64, true>(rb) : cluster_max_rb<64, false>(rb);
+    case 128: return full ? cluster_max_rb<128, true>(rb) : cluster_max_rb<128, false>(rb);
+    default: return full ? cluster_max_rb<256, true>(rb) : cluster_max_rb<256, false>(rb);
+  }
 }
 
 template <int D>
@@ -670,7 +767,10 @@ int padded_head_dim(int hd) { return hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 128 ?
 bool attention_head_dim_supported(int64_t hd) { return hd >= 1 && hd <= kMaxAttentionHeadDim; }
 
 int decode_kernel_default() {
-  static const int kernel = env_is("SHARDWISE_ATTN_DECODE", "plain") ? 1 : env_is("SHARDWISE_ATTN_DECODE", "pipelined") ? 2 : 3;
+  static const int kernel = env_is("SHARDWISE_ATTN_DECODE", "plain")       ? 1
+                            : env_is("SHARDWISE_ATTN_DECODE", "pipelined") ? 2
+                            : env_is("SHARDWISE_ATTN_DECODE", "block")     ? 3
+                                                                           : 4;
   return kernel;
 }
 
@@ -707,41 +807,59 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
   k.vec4 = (!full && hd % 4 == 0 && rows16) ? 1 : 0;
   k.scale = 1.0f / sqrtf(static_cast<float>(hd));  // as the CPU: 1 / sqrt(float(head_dim))
 
-  SW_CHECK(a.decode_kernel >= 0 && a.decode_kernel <= 3, "CUDA attention: decode kernel ", a.decode_kernel, " (0 to 3)");
+  SW_CHECK(a.decode_kernel >= 0 && a.decode_kernel <= 4, "CUDA attention: decode kernel ", a.decode_kernel, " (0 to 4)");
   const bool decode = a.n <= kGemvMaxTokens;
-  const int kernel = a.decode_kernel != 0 ? a.decode_kernel : decode_kernel_default();
+  int kernel = a.decode_kernel != 0 ? a.decode_kernel : decode_kernel_default();
   const int64_t rows_g = static_cast<int64_t>(a.n) * k.group;
   const int64_t rows_all = static_cast<int64_t>(a.n) * a.n_heads;
   const uint64_t per_split = static_cast<uint64_t>(rows_all) * static_cast<uint64_t>(hd + 2) * 4 + 512;
   Workspace& ws = *ctx.ws;
   WorkspaceScope scope(ws);
   int rb = 4;
-  int64_t row_groups = 0, splits = 1, kps = kv_len;
-  if (decode && kernel == 3) {
+  int64_t row_groups = 0, splits = 1, kps = kv_len, cluster = 1;
+  if (decode) {
     rb = rows_g >= 4 ? 4 : (rows_g >= 2 ? 2 : 1);
     row_groups = ceil_div(rows_g, rb);
-    // Blocks (splits x kv heads x row groups) up to two per SM, each warp at least two steps of keys
-    // (decode_min_keys, when set, instead); fewer splits where the workspace cannot hold their partials.
+    // More than two row groups (tokens x group > 8): the block kernels measured slower than the
+    // pipelined one (n = 8 at 4K context: 89 against 81 us, results/executor/attn_7e3e282/).
+    if (a.decode_kernel == 0 && kernel >= 3 && row_groups > 2) kernel = 2;
+  }
+  if (decode && kernel >= 3) {
+    // Blocks (key ranges x kv heads x row groups) up to two per SM, each warp at least two steps of
+    // keys (decode_min_keys, when set, instead). Kernel 4: where one cluster per kv group can take the
+    // context with at most 8 steps per warp, that (no combine kernel); else clusters of the largest size,
+    // one partial each. Fewer, longer ranges where the workspace cannot hold the partials.
     const int64_t step = D >= 256 ? 2 : 4;  // decode_keys_per_step
     const int64_t want = std::max<int64_t>(1, ceil_div(static_cast<int64_t>(ctx.sm_count) * 2, a.n_kv_heads * row_groups));
-    int64_t per_warp = std::max<int64_t>(a.decode_min_keys > 0 ? a.decode_min_keys : 2 * step,
-                                         ceil_div(kv_len, want * kBlockWarps));
-    per_warp = ceil_div(per_warp, step) * step;
-    splits = ceil_div(kv_len, per_warp * kBlockWarps);
+    auto round_step = [&](int64_t keys) { return ceil_div(keys, step) * step; };
+    int64_t per_warp = round_step(std::max<int64_t>(a.decode_min_keys > 0 ? a.decode_min_keys : 2 * step,
+                                                    ceil_div(kv_len, want * kBlockWarps)));
+    const int64_t cmax = kernel == 4 ? cluster_max(D, full, rb) : 1;
+    if (cmax > 1) {
+      const int64_t one = round_step(ceil_div(kv_len, cmax * kBlockWarps));
+      if (one > per_warp && one <= std::max<int64_t>(per_warp, 8 * step)) per_warp = one;
+    }
+    int64_t blocks = 0;
+    auto layout = [&] {
+      blocks = ceil_div(kv_len, per_warp * kBlockWarps);
+      cluster = std::min(blocks, cmax);
+      splits = ceil_div(blocks, cluster);        // partials
+      cluster = ceil_div(blocks, splits);        // balanced clusters (the last blocks may have no keys)
+    };
+    layout();
     if (splits > 1) {
       const int64_t fit = std::max<int64_t>(1, static_cast<int64_t>(ws.available() / per_split));
       if (splits > fit) {
-        per_warp = ceil_div(ceil_div(kv_len, fit * kBlockWarps), step) * step;
-        splits = ceil_div(kv_len, per_warp * kBlockWarps);
+        per_warp = round_step(ceil_div(kv_len, fit * cmax * kBlockWarps));
+        layout();
       }
     }
-    SW_CHECK(per_warp * kBlockWarps < (int64_t(1) << 31), "CUDA attention: too many keys per split");
+    SW_CHECK(splits * cluster * per_warp * kBlockWarps < (int64_t(1) << 31) && splits * cluster <= 65535, "CUDA attention: ", kv_len,
+             " keys are too many for the decode kernel's launch");
     kps = per_warp * kBlockWarps;
   } else {
     int64_t base_units = 0, min_keys = 0;
     if (decode) {
-      rb = rows_g >= 4 ? 4 : (rows_g >= 2 ? 2 : 1);
-      row_groups = ceil_div(rows_g, rb);
       base_units = static_cast<int64_t>(a.n_kv_heads) * row_groups;  // warps per split
       // A warp's loop grows with its keys and the combine with the splits (keys x splits = context):
       // about sqrt(context) of each. Measured with the pipelined kernel: 32 keys best at 1K (18 us; 21
@@ -764,6 +882,7 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
   SW_CHECK(splits <= 65535, "CUDA attention: too many splits");
   k.n_splits = static_cast<int32_t>(splits);
   k.keys_per_split = static_cast<int32_t>(kps);
+  k.cluster = static_cast<int32_t>(cluster);
   if (splits > 1) {
     k.part_o = ws.take<float>(static_cast<uint64_t>(splits * rows_all * hd), "attention split partials");
     k.part_ml = ws.take<float>(static_cast<uint64_t>(splits * rows_all * 2), "attention split partials");

@@ -75,7 +75,7 @@ row = {"model": model, "ctx": ctx, "budget": budget, "schedule": sched, "cuda_gr
        "pdl": os.environ.get("SHARDWISE_PDL", "1") != "0",
        "gemv_early": os.environ.get("SHARDWISE_GEMV_EARLY", "1") != "0",
        "gemv_trigger": os.environ.get("SHARDWISE_GEMV_TRIGGER", "late"),
-       "attn_decode": os.environ.get("SHARDWISE_ATTN_DECODE", "block"),  # (binaries before 2026-12-03: pipelined)
+       "attn_decode": os.environ.get("SHARDWISE_ATTN_DECODE", "cluster"),  # (binaries before 2026-12-03: pipelined)
        "gemv_ksplit": os.environ.get("SHARDWISE_GEMV_KSPLIT", "auto"),
        "expert_copy": os.environ.get("SHARDWISE_EXPERT_COPY", "strided"),  # (binaries before 2026-12-02: split)
        "share_first": os.environ.get("SHARDWISE_SHARE_FIRST", "1") != "0",
@@ -111,12 +111,16 @@ case $part in
     for rep in 1 2 3; do
       for m in nemo8b qwen30b; do one "$m" 1024 40G auto graphs; SHARDWISE_GEMV_KSPLIT=0 one "$m" 1024 40G auto graphs; done
     done ;;
-  attn)  # the decode attention's block kernel (the default) against the pipelined warp kernel
-         # (SHARDWISE_ATTN_DECODE=pipelined), the whole model decoding each way, alternating: twice at 1K
-         # context, once at 4K, a third time at 1K
+  attn)  # the decode attention's cluster kernel (the default) against the block kernel without clusters
+         # (SHARDWISE_ATTN_DECODE=block) and the pipelined warp kernel (=pipelined), the whole model decoding
+         # each way, alternating: twice at 1K context, once at 4K, a third time at 1K
     for rep in 1 2 4K 3; do
       ctx=1024; [ "$rep" = 4K ] && ctx=4096
-      for m in nemo8b qwen30b; do one "$m" $ctx 40G auto graphs; SHARDWISE_ATTN_DECODE=pipelined one "$m" $ctx 40G auto graphs; done
+      for m in nemo8b qwen30b; do
+        one "$m" $ctx 40G auto graphs
+        SHARDWISE_ATTN_DECODE=block one "$m" $ctx 40G auto graphs
+        SHARDWISE_ATTN_DECODE=pipelined one "$m" $ctx 40G auto graphs
+      done
     done ;;
   same-plan)  # qwen30b 1K/2G: auto decoded with Static at 23.8 ms per token where --schedule static ran the
               # same plan at 20.9 (seventh session): each twice, alternating, then both with timelines

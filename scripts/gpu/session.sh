@@ -82,9 +82,9 @@
 #   session.sh OUT traffic-ab  the profile with host-to-device copy traffic (default) and both ways on one lease,
 #                            then experiments/planner_accuracy_decode16.yaml for the minutes left, ~9.5 min
 #                            -> traffic_ab.tgz (re-predict its rows with each profile offline)
-#   session.sh OUT attn      the decode attention's block kernel or the pipelined warp kernel: GPU suite, kernel
-#                            benchmarks, whole-model decode each way, three times at 1K, once at 4K (~7 min)
-#                            -> attn.tgz
+#   session.sh OUT attn      the decode attention's cluster kernel, block kernel or pipelined warp kernel: GPU
+#                            suite, kernel benchmarks, whole-model decode each way, three times at 1K, once at
+#                            4K (~4 min) -> attn.tgz
 #   session.sh OUT cpu       the CPU decode GEMVs and MoE block (shardwise_bench_cpu, 1 and 16 threads) at
 #                            each weight prefetch distance (SHARDWISE_GEMV_PREFETCH), ~2 min, then the GPU
 #                            suite -> cpu_prefetch.tgz
@@ -493,10 +493,10 @@ for l in open(sys.argv[1]):
 PY
     tar -C "$out" -czf "$out/ksplit.tgz" ksplit && rm -rf "$out/ksplit"
     ;;
-  attn)  # the decode attention's block kernel (default) against the pipelined warp kernel
-         # (SHARDWISE_ATTN_DECODE=pipelined): the GPU suite (every decode kernel on the attention cases), the
-         # kernel benchmarks (decode attention by kernel and keys per warp), the whole model decoding each way,
-         # alternating, three times at 1K and once at 4K (~7 min) -> attn.tgz
+  attn)  # the decode attention's cluster kernel (default) against the block kernel without clusters and the
+         # pipelined warp kernel (SHARDWISE_ATTN_DECODE=block|pipelined): the GPU suite (every decode kernel on
+         # the attention cases), the kernel benchmarks (decode attention by kernel and keys per warp), the whole
+         # model decoding each way, alternating, three times at 1K and once at 4K (~4 min) -> attn.tgz
     gpu_suite
     mkdir -p "$out/attn"
     timeout 150 "$root/bin/test_gpu" "[bench]" > "$out/attn/kernel_bench.log" 2>&1; echo "kernel bench rc=$?"
