@@ -7,10 +7,9 @@
 //    output) a second kernel combines (a block per query row: threads over splits, then over
 //    head_dim). Three kernels: a warp per split, its keys loaded then used (plain) or the next keys'
 //    loads issued before the current ones' math (pipelined: a warp's loop is a chain of DRAM round
-//    trips otherwise, at 1K context 16 of ~1 us); or a block of 8 pipelined warps per split, each over
-//    1/8 of its keys, their states merged in shared memory, so that a warp's chain is ~2 steps long and
-//    there are fewer partials to combine; or (the default) those blocks in thread block clusters that
-//    merge their states through distributed shared memory, so that up to ~16 splits need no combine.
+//    trips otherwise, at 1K context 16 of ~1 us); or (the default) a block of 8 pipelined warps per
+//    split, each over 1/8 of its keys, their states merged in shared memory, so that a warp's chain is
+//    ~2 steps long and there are fewer partials to combine.
 //  - Prefill: 64 query rows (tokens x heads of one kv group) per block of 256 threads; K (transposed)
 //    and V tiles in shared memory; each thread owns a 4 x 4 (or 4 x 2) tile of scores and a 4 x D/16
 //    tile of the output. Long contexts with few query tiles are split over keys as above.
@@ -24,8 +23,6 @@
 #include <cmath>
 #include <atomic>
 #include <limits>
-
-#include <cooperative_groups.h>
 
 #include "executor/cuda/cuda_kernels.h"
 #include "executor/cuda/kernels.cuh"
@@ -48,9 +45,8 @@ struct KArgs {
   float* part_o;   // [splits][n * n_heads][hd]    (split-K only)
   float* part_ml;  // [splits][n * n_heads][2]: running max, sum
   int32_t n, pos_first, n_heads, n_kv_heads, group;
-  int32_t n_splits;        // partials the combine kernel merges (block kernels: blocks / cluster)
-  int32_t keys_per_split;  // keys per warp (warp kernels) or per block (block kernels)
-  int32_t cluster;  // block kernel: blocks per thread block cluster (1: none)
+  int32_t n_splits, keys_per_split;
+  int32_t early;  // block kernel: first keys loaded before waiting for the kernel before (see there)
   int32_t hd;    // the real head_dim (<= the kernel's D)
   int32_t vec4;  // non-FULL variant: hd % 4 == 0 and q/k/v rows 16-byte aligned (float4 pieces)
   float scale;
@@ -196,33 +192,42 @@ __device__ __forceinline__ int load_decode_rows(const KArgs& a, int g, int i0, i
 template <int D>
 __host__ __device__ constexpr int decode_keys_per_step() { return D / 32 >= 8 ? 2 : 4; }
 
-// One warp's keys j_begin .. j_end - 1 of kv group g folded into its rows' running max m, sum l and
-// output slice o (online softmax). PIPE: the next step's K/V loads are issued before this step's math.
-template <int D, int RB, bool FULL, bool PIPE>
-__device__ __forceinline__ void decode_warp_keys(const KArgs& a, int g, int d0, int hd, bool vec4, int j_begin, int j_end,
-                                                 const float (&q)[RB][D / 32], const int (&pos)[RB], float (&m)[RB],
-                                                 float (&l)[RB], float (&o)[RB][D / 32]) {
+// K and V rows (this lane's slice) of keys j .. j + U - 1 of kv group g; past j_end the last key again
+// (loaded, never used).
+template <int D, bool FULL>
+__device__ __forceinline__ void load_key_rows(const KArgs& a, int g, int d0, int hd, bool vec4, int j, int j_end,
+                                              float (&kr)[decode_keys_per_step<D>()][D / 32],
+                                              float (&vr)[decode_keys_per_step<D>()][D / 32]) {
   constexpr int C = D / 32;
   constexpr int U = decode_keys_per_step<D>();
   const float* kb = a.k + static_cast<int64_t>(g) * hd + d0;
   const float* vb = a.v + static_cast<int64_t>(g) * hd + d0;
-  // K and V rows of keys j .. j + U - 1 (past j_end: the last key again, never used).
-  auto load_keys = [&](int j, float (&kr)[U][C], float (&vr)[U][C]) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t jj = min(j + u, j_end - 1);
-      load_head<C, FULL>(kb + jj * a.kv_stride, d0, hd, vec4, kr[u]);
-      load_head<C, FULL>(vb + jj * a.kv_stride, d0, hd, vec4, vr[u]);
-    }
-  };
-  float kr[U][C], vr[U][C];
+  for (int u = 0; u < U; ++u) {
+    const int64_t jj = min(j + u, j_end - 1);
+    load_head<C, FULL>(kb + jj * a.kv_stride, d0, hd, vec4, kr[u]);
+    load_head<C, FULL>(vb + jj * a.kv_stride, d0, hd, vec4, vr[u]);
+  }
+}
+
+// One warp's keys j_begin .. j_end - 1 of kv group g folded into its rows' running max m, sum l and
+// output slice o (online softmax). PIPE: the next step's K/V loads are issued before this step's math,
+// and kr/vr hold the first step's keys on entry when first_loaded (else they are loaded here).
+template <int D, int RB, bool FULL, bool PIPE>
+__device__ __forceinline__ void decode_warp_keys(const KArgs& a, int g, int d0, int hd, bool vec4, int j_begin, int j_end,
+                                                 const float (&q)[RB][D / 32], const int (&pos)[RB], float (&m)[RB],
+                                                 float (&l)[RB], float (&o)[RB][D / 32],
+                                                 float (&kr)[decode_keys_per_step<D>()][D / 32],
+                                                 float (&vr)[decode_keys_per_step<D>()][D / 32], bool first_loaded) {
+  constexpr int C = D / 32;
+  constexpr int U = decode_keys_per_step<D>();
   if constexpr (PIPE) {
-    if (j_begin < j_end) load_keys(j_begin, kr, vr);
+    if (!first_loaded && j_begin < j_end) load_key_rows<D, FULL>(a, g, d0, hd, vec4, j_begin, j_end, kr, vr);
   }
   for (int j = j_begin; j < j_end; j += U) {
     float kn[U][C], vn[U][C];  // PIPE: the next keys, in flight during this step's math
-    if constexpr (PIPE) load_keys(j + U < j_end ? j + U : j, kn, vn);
-    else load_keys(j, kr, vr);
+    if constexpr (PIPE) load_key_rows<D, FULL>(a, g, d0, hd, vec4, j + U < j_end ? j + U : j, j_end, kn, vn);
+    else load_key_rows<D, FULL>(a, g, d0, hd, vec4, j, j_end, kr, vr);
 #pragma unroll
     for (int r = 0; r < RB; ++r) {
       float s[U];
@@ -283,46 +288,50 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KA
   const int j_end = min(j_begin + a.keys_per_split, max_pos + 1);
   float m[RB], l[RB], o[RB][C];
   init_decode_state<RB, C>(m, l, o);
-  decode_warp_keys<D, RB, FULL, PIPE>(a, g, d0, hd, vec4, j_begin, j_end, q, pos, m, l, o);
+  float kr[decode_keys_per_step<D>()][C], vr[decode_keys_per_step<D>()][C];
+  decode_warp_keys<D, RB, FULL, PIPE>(a, g, d0, hd, vec4, j_begin, j_end, q, pos, m, l, o, kr, vr, false);
   store_decode_rows<RB, C, FULL>(a, split, lane, d0, hd, pos, t_of, h_of, row_id, m, l, o);
 }
 
-// Block kernels (decode kernels 3 and 4): a block of kBlockWarps warps is one key range; its warps take
-// consecutive ranges of keys_per_split / kBlockWarps keys each (pipelined), and their states are merged
-// in shared memory (in warp order). A range's keys are then read by 8 warps at once, ~2 steps of keys
-// each: a warp's chain of DRAM round trips is ~2 long where the warp kernels' is ~sqrt(context) / 4.
-// Kernel 3 writes each block's partial (or, with one block, the output) for the combine kernel. Kernel 4
-// (the default) launches the blocks of a kv group in thread block clusters of a.cluster blocks (up to 16
-// where the GPU can run them, else 8): the cluster's blocks merge their states through distributed shared
-// memory (in block order), each taking a share of the output elements, so that one cluster per kv group
-// writes the output itself and the combine kernel is left out (longer contexts: one partial per cluster).
+// Block kernel (decode kernel 3, the default): a block of kBlockWarps warps is one split; its warps take
+// consecutive key ranges of keys_per_split / kBlockWarps each (pipelined), and their states are merged in
+// shared memory (in warp order) before the split's partial (or, with one split, the output) is written.
+// A split's keys are then read by 8 warps at once, ~2 steps of keys each: a warp's chain of DRAM round
+// trips is 2 long where the warp kernels' is ~sqrt(context) / 4, and the combine has fewer splits.
 constexpr int kBlockWarps = 8;
 
 template <int D, int RB, bool FULL>
 __global__ void __launch_bounds__(kBlockWarps * 32) attn_decode_block_kernel(const KArgs a) {
-  pdl_begin();
   constexpr int C = D / 32;
-  constexpr int kThreads = kBlockWarps * 32;
+  constexpr int U = decode_keys_per_step<D>();
   __shared__ float sh_o[kBlockWarps][RB][D];
   __shared__ float sh_m[kBlockWarps][RB], sh_l[kBlockWarps][RB];
-  __shared__ float blk_o[RB][D];  // clusters: the block's merged state, read by the cluster's blocks
-  __shared__ float blk_m[RB], blk_l[RB];
   const int hd = FULL ? D : a.hd;
   const bool vec4 = a.vec4 != 0;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int d0 = lane * C;
   const int split = blockIdx.x, g = blockIdx.y, i0 = blockIdx.z * RB;
-  const int cs = a.cluster;  // blocks per cluster (1: no cluster); blockIdx.x / cs is the partial's index
+  const int rows_g = a.n * a.group;
+  // The last position this block's rows see (its last row's token), from the arguments alone.
+  const int max_pos = a.pos_first + (min(i0 + RB, rows_g) - 1) / a.group;
+  const int per_warp = a.keys_per_split / kBlockWarps;  // a multiple of the keys per step (host side)
+  const int j_begin = split * a.keys_per_split + warp * per_warp;
+  const int j_end = min(j_begin + per_warp, max_pos + 1);
+  // Early loads (a.early): the first step's keys, when all of them precede this step's tokens, are cache
+  // rows no kernel of this step writes (the kernel before this one, RoPE, appends rows pos_first ..), so
+  // they are loaded before waiting for that kernel (programmatic dependent launch): their DRAM round trip
+  // overlaps its run instead of following it.
+  float kr[U][C], vr[U][C];
+  const bool early = a.early != 0 && j_begin < j_end && j_begin + U <= a.pos_first;
+  if (early) load_key_rows<D, FULL>(a, g, d0, hd, vec4, j_begin, j_end, kr, vr);
+  pdl_begin();
 
   float q[RB][C];
   int pos[RB], row_id[RB], t_of[RB], h_of[RB];
-  const int max_pos = load_decode_rows<D, RB, FULL>(a, g, i0, d0, hd, vec4, q, pos, row_id, t_of, h_of);
-  const int per_warp = a.keys_per_split / kBlockWarps;  // a multiple of the keys per step (host side)
-  const int j_begin = split * a.keys_per_split + warp * per_warp;
-  const int j_end = min(j_begin + per_warp, max_pos + 1);  // a padding block of a cluster: no keys
+  load_decode_rows<D, RB, FULL>(a, g, i0, d0, hd, vec4, q, pos, row_id, t_of, h_of);
   float m[RB], l[RB], o[RB][C];
   init_decode_state<RB, C>(m, l, o);
-  decode_warp_keys<D, RB, FULL, true>(a, g, d0, hd, vec4, j_begin, j_end, q, pos, m, l, o);
+  decode_warp_keys<D, RB, FULL, true>(a, g, d0, hd, vec4, j_begin, j_end, q, pos, m, l, o, kr, vr, early);
 #pragma unroll
   for (int r = 0; r < RB; ++r) {
 #pragma unroll
@@ -334,24 +343,7 @@ __global__ void __launch_bounds__(kBlockWarps * 32) attn_decode_block_kernel(con
   }
   __syncthreads();
   const int rows_all = a.n * a.n_heads;
-  const int rows_g = a.n * a.group;
-  // The merged (acc, sum, max) of element (r, d) written as the output (one partial), a partial, or (cs > 1)
-  // into blk_* for the cluster.
-  auto emit = [&](int r, int d, int part, float mx, float sum, float acc) {
-    int t, h;
-    row_of(a, g, i0 + r, t, h);
-    if (a.n_splits == 1) {
-      a.out[static_cast<int64_t>(t) * a.out_stride + static_cast<int64_t>(h) * hd + d] = acc * (1.0f / sum);
-    } else {
-      const int64_t pr = static_cast<int64_t>(part) * rows_all + t * a.n_heads + h;
-      a.part_o[pr * hd + d] = acc;
-      if (d == 0) {
-        a.part_ml[pr * 2] = mx;
-        a.part_ml[pr * 2 + 1] = sum;
-      }
-    }
-  };
-  for (int e = threadIdx.x; e < RB * D; e += kThreads) {
+  for (int e = threadIdx.x; e < RB * D; e += kBlockWarps * 32) {
     const int r = e / D, d = e % D;
     if (i0 + r >= rows_g || d >= hd) continue;
     float mx = kNegInf;
@@ -368,39 +360,19 @@ __global__ void __launch_bounds__(kBlockWarps * 32) attn_decode_block_kernel(con
         acc = fmaf(sh_o[w][r][d], f, acc);
       }
     }
-    if (cs == 1) {
-      emit(r, d, split, mx, sum, acc);
+    int t, h;
+    row_of(a, g, i0 + r, t, h);
+    if (a.n_splits == 1) {
+      a.out[static_cast<int64_t>(t) * a.out_stride + static_cast<int64_t>(h) * hd + d] = acc * (1.0f / sum);
     } else {
-      blk_o[r][d] = acc;
+      const int64_t pr = static_cast<int64_t>(split) * rows_all + t * a.n_heads + h;
+      a.part_o[pr * hd + d] = acc;
       if (d == 0) {
-        blk_m[r] = mx;
-        blk_l[r] = sum;
+        a.part_ml[pr * 2] = mx;
+        a.part_ml[pr * 2 + 1] = sum;
       }
     }
   }
-  if (cs == 1) return;
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();  // every block's blk_* written
-  const int rank = static_cast<int>(cluster.block_rank());
-  for (int e = rank * kThreads + threadIdx.x; e < RB * D; e += cs * kThreads) {
-    const int r = e / D, d = e % D;
-    if (i0 + r >= rows_g || d >= hd) continue;
-    float mx = kNegInf;
-    for (int c = 0; c < cs; ++c) mx = fmaxf(mx, *cluster.map_shared_rank(&blk_m[r], c));
-    float sum = 0.0f, acc = 0.0f;
-    if (mx != kNegInf) {
-      for (int c = 0; c < cs; ++c) {
-        const float mc = *cluster.map_shared_rank(&blk_m[r], c);
-        if (mc == kNegInf) continue;  // a block that saw no key of this row adds nothing
-        const float f = expf(mc - mx);
-        sum = fmaf(*cluster.map_shared_rank(&blk_l[r], c), f, sum);
-        acc = fmaf(*cluster.map_shared_rank(&blk_o[r][d], c), f, acc);
-      }
-    }
-    emit(r, d, split / cs, mx, sum, acc);
-  }
-  cluster.sync();  // no block leaves while another reads its shared memory
 }
 
 template <int D>
@@ -660,47 +632,14 @@ void launch_decode(const KArgs& k, int row_groups, cudaStream_t s) {
 
 template <int D, int RB, bool FULL>
 void launch_decode_block(const KArgs& k, int row_groups, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>(k.n_splits) * static_cast<unsigned>(k.cluster), static_cast<unsigned>(k.n_kv_heads),
-                  static_cast<unsigned>(row_groups));
-  launch_kernel_clusters("attention decode kernel", attn_decode_block_kernel<D, RB, FULL>, grid, dim3(kBlockWarps * 32), 0,
-                         s, static_cast<unsigned>(k.cluster), k);
+  const dim3 grid(static_cast<unsigned>(k.n_splits), static_cast<unsigned>(k.n_kv_heads), static_cast<unsigned>(row_groups));
+  launch_kernel("attention decode kernel", attn_decode_block_kernel<D, RB, FULL>, grid, dim3(kBlockWarps * 32), 0, s, k);
 }
 
-// The largest cluster of the block kernel this device runs well: 16 blocks (a non-portable size) where at
-// least 8 such clusters can be resident at once, else 8 (the portable size). Asked once per device.
-template <int D, int RB, bool FULL>
-int block_cluster_max() {
-  static std::atomic<int> known[64] = {};
-  int dev = 0;
-  check(cudaGetDevice(&dev), "cudaGetDevice");
-  if (dev < 0 || dev >= 64) return 8;
-  int v = known[dev].load(std::memory_order_acquire);
-  if (v != 0) return v;
-  v = 8;
-  auto kern = attn_decode_block_kernel<D, RB, FULL>;
-  if (cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(16);
-    cfg.blockDim = dim3(kBlockWarps * 32);
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 16;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, kern, &cfg) == cudaSuccess && clusters >= 8) v = 16;
-  }
-  (void)cudaGetLastError();  // a refused attribute or query is not an error of a later launch
-  known[dev].store(v, std::memory_order_release);
-  return v;
-}
-
-// Decode kernel 1 (plain), 2 (pipelined), 3 (block) or 4 (block, clusters).
+// Decode kernel 1 (plain), 2 (pipelined) or 3 (block).
 template <int D, bool FULL>
 void decode_rb(int kernel, int rb, const KArgs& k, int row_groups, cudaStream_t s) {
-  if (kernel >= 3) {
+  if (kernel == 3) {
     if (rb == 1) launch_decode_block<D, 1, FULL>(k, row_groups, s);
     else if (rb == 2) launch_decode_block<D, 2, FULL>(k, row_groups, s);
     else launch_decode_block<D, 4, FULL>(k, row_groups, s);
@@ -710,21 +649,6 @@ void decode_rb(int kernel, int rb, const KArgs& k, int row_groups, cudaStream_t 
   if (rb == 1) pipe ? launch_decode<D, 1, FULL, true>(k, row_groups, s) : launch_decode<D, 1, FULL, false>(k, row_groups, s);
   else if (rb == 2) pipe ? launch_decode<D, 2, FULL, true>(k, row_groups, s) : launch_decode<D, 2, FULL, false>(k, row_groups, s);
   else pipe ? launch_decode<D, 4, FULL, true>(k, row_groups, s) : launch_decode<D, 4, FULL, false>(k, row_groups, s);
-}
-
-template <int D, bool FULL>
-int cluster_max_rb(int rb) {
-  return rb == 1 ? block_cluster_max<D, 1, FULL>() : rb == 2 ? block_cluster_max<D, 2, FULL>() : block_cluster_max<D, 4, FULL>();
-}
-
-// block_cluster_max of the instance that runs head size D (full or not) with rb rows per warp.
-int cluster_max(int D, bool full, int rb) {
-  switch (D) {
-    case 32: return full ? cluster_max_rb<32, true>(rb) : cluster_max_rb<32, false>(rb);
-    case 64: return full ? cluster_max_rb<64, true>(rb) : cluster_max_rb<64, false>(rb);
-    case 128: return full ? cluster_max_rb<128, true>(rb) : cluster_max_rb<128, false>(rb);
-    default: return full ? cluster_max_rb<256, true>(rb) : cluster_max_rb<256, false>(rb);
-  }
 }
 
 template <int D>
@@ -766,11 +690,14 @@ int padded_head_dim(int hd) { return hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 128 ?
 
 bool attention_head_dim_supported(int64_t hd) { return hd >= 1 && hd <= kMaxAttentionHeadDim; }
 
+// SHARDWISE_ATTN_EARLY=0: the block kernel loads nothing before waiting for the kernel before it.
+bool attn_early_loads() {
+  static const bool on = !env_is("SHARDWISE_ATTN_EARLY", "0");
+  return on;
+}
+
 int decode_kernel_default() {
-  static const int kernel = env_is("SHARDWISE_ATTN_DECODE", "plain")       ? 1
-                            : env_is("SHARDWISE_ATTN_DECODE", "pipelined") ? 2
-                            : env_is("SHARDWISE_ATTN_DECODE", "block")     ? 3
-                                                                           : 4;
+  static const int kernel = env_is("SHARDWISE_ATTN_DECODE", "plain") ? 1 : env_is("SHARDWISE_ATTN_DECODE", "pipelined") ? 2 : 3;
   return kernel;
 }
 
@@ -807,7 +734,7 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
   k.vec4 = (!full && hd % 4 == 0 && rows16) ? 1 : 0;
   k.scale = 1.0f / sqrtf(static_cast<float>(hd));  // as the CPU: 1 / sqrt(float(head_dim))
 
-  SW_CHECK(a.decode_kernel >= 0 && a.decode_kernel <= 4, "CUDA attention: decode kernel ", a.decode_kernel, " (0 to 4)");
+  SW_CHECK(a.decode_kernel >= 0 && a.decode_kernel <= 3, "CUDA attention: decode kernel ", a.decode_kernel, " (0 to 3)");
   const bool decode = a.n <= kGemvMaxTokens;
   int kernel = a.decode_kernel != 0 ? a.decode_kernel : decode_kernel_default();
   const int64_t rows_g = static_cast<int64_t>(a.n) * k.group;
@@ -816,46 +743,31 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
   Workspace& ws = *ctx.ws;
   WorkspaceScope scope(ws);
   int rb = 4;
-  int64_t row_groups = 0, splits = 1, kps = kv_len, cluster = 1;
+  int64_t row_groups = 0, splits = 1, kps = kv_len;
   if (decode) {
     rb = rows_g >= 4 ? 4 : (rows_g >= 2 ? 2 : 1);
     row_groups = ceil_div(rows_g, rb);
-    // More than two row groups (tokens x group > 8): the block kernels measured slower than the
+    // More than two row groups (tokens x group > 8): the block kernel measured slower than the
     // pipelined one (n = 8 at 4K context: 89 against 81 us, results/executor/attn_7e3e282/).
-    if (a.decode_kernel == 0 && kernel >= 3 && row_groups > 2) kernel = 2;
+    if (a.decode_kernel == 0 && kernel == 3 && row_groups > 2) kernel = 2;
   }
-  if (decode && kernel >= 3) {
-    // Blocks (key ranges x kv heads x row groups) up to two per SM, each warp at least two steps of
-    // keys (decode_min_keys, when set, instead). Kernel 4: where one cluster per kv group can take the
-    // context with at most 8 steps per warp, that (no combine kernel); else clusters of the largest size,
-    // one partial each. Fewer, longer ranges where the workspace cannot hold the partials.
+  if (decode && kernel == 3) {
+    // Blocks (splits x kv heads x row groups) up to two per SM, each warp at least two steps of keys
+    // (decode_min_keys, when set, instead); fewer splits where the workspace cannot hold their partials.
     const int64_t step = D >= 256 ? 2 : 4;  // decode_keys_per_step
     const int64_t want = std::max<int64_t>(1, ceil_div(static_cast<int64_t>(ctx.sm_count) * 2, a.n_kv_heads * row_groups));
-    auto round_step = [&](int64_t keys) { return ceil_div(keys, step) * step; };
-    int64_t per_warp = round_step(std::max<int64_t>(a.decode_min_keys > 0 ? a.decode_min_keys : 2 * step,
-                                                    ceil_div(kv_len, want * kBlockWarps)));
-    const int64_t cmax = kernel == 4 ? cluster_max(D, full, rb) : 1;
-    if (cmax > 1) {
-      const int64_t one = round_step(ceil_div(kv_len, cmax * kBlockWarps));
-      if (one > per_warp && one <= std::max<int64_t>(per_warp, 8 * step)) per_warp = one;
-    }
-    int64_t blocks = 0;
-    auto layout = [&] {
-      blocks = ceil_div(kv_len, per_warp * kBlockWarps);
-      cluster = std::min(blocks, cmax);
-      splits = ceil_div(blocks, cluster);        // partials
-      cluster = ceil_div(blocks, splits);        // balanced clusters (the last blocks may have no keys)
-    };
-    layout();
+    int64_t per_warp = std::max<int64_t>(a.decode_min_keys > 0 ? a.decode_min_keys : 2 * step,
+                                         ceil_div(kv_len, want * kBlockWarps));
+    per_warp = ceil_div(per_warp, step) * step;
+    splits = ceil_div(kv_len, per_warp * kBlockWarps);
     if (splits > 1) {
       const int64_t fit = std::max<int64_t>(1, static_cast<int64_t>(ws.available() / per_split));
       if (splits > fit) {
-        per_warp = round_step(ceil_div(kv_len, fit * cmax * kBlockWarps));
-        layout();
+        per_warp = ceil_div(ceil_div(kv_len, fit * kBlockWarps), step) * step;
+        splits = ceil_div(kv_len, per_warp * kBlockWarps);
       }
     }
-    SW_CHECK(splits * cluster * per_warp * kBlockWarps < (int64_t(1) << 31) && splits * cluster <= 65535, "CUDA attention: ", kv_len,
-             " keys are too many for the decode kernel's launch");
+    SW_CHECK(per_warp * kBlockWarps < (int64_t(1) << 31), "CUDA attention: too many keys per split");
     kps = per_warp * kBlockWarps;
   } else {
     int64_t base_units = 0, min_keys = 0;
@@ -882,7 +794,7 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
   SW_CHECK(splits <= 65535, "CUDA attention: too many splits");
   k.n_splits = static_cast<int32_t>(splits);
   k.keys_per_split = static_cast<int32_t>(kps);
-  k.cluster = static_cast<int32_t>(cluster);
+  k.early = attn_early_loads() ? 1 : 0;
   if (splits > 1) {
     k.part_o = ws.take<float>(static_cast<uint64_t>(splits * rows_all * hd), "attention split partials");
     k.part_ml = ws.take<float>(static_cast<uint64_t>(splits * rows_all * 2), "attention split partials");

@@ -164,19 +164,20 @@ struct AttnArgs {
   // about sqrt(context) for kernels 1 and 2, two steps of keys for kernel 3). The kernel benchmark
   // sweeps it; the blocks leave it at 0.
   int32_t decode_min_keys = 0;
-  // Decode kernel: 0 the default (4, or 2 past two groups of 4 query rows per kv head;
-  // SHARDWISE_ATTN_DECODE=plain selects 1, =pipelined 2, =block 3), 1 each step's keys loaded then used,
-  // 2 pipelined (the next step's keys loaded before this step's math), both a warp per key range; 3 a
-  // block of 8 pipelined warps per key range, merged in shared memory; 4 as 3, the blocks of a kv group
-  // in thread block clusters merged through distributed shared memory (no combine kernel up to ~16
-  // ranges). The GPU suite checks all four; the kernel benchmark times them.
+  // Decode kernel: 0 the default (3, or 2 past two groups of 4 query rows per kv head;
+  // SHARDWISE_ATTN_DECODE=plain selects 1, =pipelined 2), 1 each
+  // step's keys loaded then used, 2 pipelined (the next step's keys loaded before this step's math),
+  // both a warp per split; 3 a block of 8 pipelined warps per split, merged in shared memory. The GPU
+  // suite checks all three; the kernel benchmark times them. Kernel 3 loads cache rows before pos_first
+  // before it waits for the kernel launched just before it (programmatic dependent launch; off with
+  // SHARDWISE_ATTN_EARLY=0): that kernel must not write those rows (the attention block's RoPE, the
+  // kernel before, appends rows pos_first ..).
   int32_t decode_kernel = 0;
 };
 void attention(const Ctx& ctx, const AttnArgs& a);
 // Whether attention runs this head_dim (1 .. kMaxAttentionHeadDim).
 bool attention_head_dim_supported(int64_t head_dim);
-// The decode kernel that decode_kernel 0 means (before the row-group rule above): 4, or
-// SHARDWISE_ATTN_DECODE=plain (1) / pipelined (2) / block (3).
+// The decode kernel that decode_kernel 0 means: 3, or SHARDWISE_ATTN_DECODE=plain (1) / pipelined (2).
 int decode_kernel_default();
 
 }  // namespace cuda

@@ -16,7 +16,7 @@
 # timelines: auto/static/dynamic at 1K/4G with the measured timeline of their first 6 runs
 # (its summary says when the host had enqueued the last device action); their TPS is not a peer row's.
 set -uo pipefail
-out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick|graphs|pdl|ksplit|attn|same-plan|timelines|prefetch|strided|share-first|host-fence|act-pull]}
+out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick|graphs|pdl|ksplit|attn|whole-timeline|same-plan|timelines|prefetch|strided|share-first|host-fence|act-pull]}
 part=${2:-all}
 source "$(dirname "$0")/bundle_env.sh"
 [ -f "$profile" ] || { echo "no profile $profile"; exit 2; }
@@ -75,7 +75,8 @@ row = {"model": model, "ctx": ctx, "budget": budget, "schedule": sched, "cuda_gr
        "pdl": os.environ.get("SHARDWISE_PDL", "1") != "0",
        "gemv_early": os.environ.get("SHARDWISE_GEMV_EARLY", "1") != "0",
        "gemv_trigger": os.environ.get("SHARDWISE_GEMV_TRIGGER", "late"),
-       "attn_decode": os.environ.get("SHARDWISE_ATTN_DECODE", "cluster"),  # (binaries before 2026-12-03: pipelined)
+       "attn_decode": os.environ.get("SHARDWISE_ATTN_DECODE", "block"),  # (binaries before 2026-12-03: pipelined)
+       "attn_early": os.environ.get("SHARDWISE_ATTN_EARLY", "1") != "0",  # (binaries before 2026-12-03: false)
        "gemv_ksplit": os.environ.get("SHARDWISE_GEMV_KSPLIT", "auto"),
        "expert_copy": os.environ.get("SHARDWISE_EXPERT_COPY", "strided"),  # (binaries before 2026-12-02: split)
        "share_first": os.environ.get("SHARDWISE_SHARE_FIRST", "1") != "0",
@@ -111,14 +112,14 @@ case $part in
     for rep in 1 2 3; do
       for m in nemo8b qwen30b; do one "$m" 1024 40G auto graphs; SHARDWISE_GEMV_KSPLIT=0 one "$m" 1024 40G auto graphs; done
     done ;;
-  attn)  # the decode attention's cluster kernel (the default) against the block kernel without clusters
-         # (SHARDWISE_ATTN_DECODE=block) and the pipelined warp kernel (=pipelined), the whole model decoding
-         # each way, alternating: twice at 1K context, once at 4K, a third time at 1K
+  attn)  # the decode attention's block kernel with its first keys loaded early (the default), without
+         # (SHARDWISE_ATTN_EARLY=0) and the pipelined warp kernel (SHARDWISE_ATTN_DECODE=pipelined), the whole
+         # model decoding each way, alternating: twice at 1K context, once at 4K, a third time at 1K
     for rep in 1 2 4K 3; do
       ctx=1024; [ "$rep" = 4K ] && ctx=4096
       for m in nemo8b qwen30b; do
         one "$m" $ctx 40G auto graphs
-        SHARDWISE_ATTN_DECODE=block one "$m" $ctx 40G auto graphs
+        SHARDWISE_ATTN_EARLY=0 one "$m" $ctx 40G auto graphs
         SHARDWISE_ATTN_DECODE=pipelined one "$m" $ctx 40G auto graphs
       done
     done ;;
@@ -126,6 +127,8 @@ case $part in
               # same plan at 20.9 (seventh session): each twice, alternating, then both with timelines
     for rep in 1 2; do one qwen30b 1024 2G auto; one qwen30b 1024 2G static; done
     one qwen30b 1024 2G auto timeline; one qwen30b 1024 2G static timeline ;;
+  whole-timeline)  # the whole model at 1K on a 40G budget with its measured timeline (host time around the device's)
+    for m in ${QUICK_MODELS:-nemo8b qwen30b}; do one "$m" 1024 40G auto timeline; done ;;
   timelines)  # the measured timelines of auto, static and dynamic at 1K/4G (these rows' TPS are perturbed)
     for m in ${QUICK_MODELS:-nemo8b qwen30b}; do for s in auto static dynamic; do one "$m" 1024 4G "$s" timeline; done; done ;;
   prefetch)  # speculative expert prefetch (run --next-layer-hits auto, the default) against none (off): qwen30b's

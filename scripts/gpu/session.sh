@@ -82,9 +82,9 @@
 #   session.sh OUT traffic-ab  the profile with host-to-device copy traffic (default) and both ways on one lease,
 #                            then experiments/planner_accuracy_decode16.yaml for the minutes left, ~9.5 min
 #                            -> traffic_ab.tgz (re-predict its rows with each profile offline)
-#   session.sh OUT attn      the decode attention's cluster kernel, block kernel or pipelined warp kernel: GPU
-#                            suite, kernel benchmarks, whole-model decode each way, three times at 1K, once at
-#                            4K (~4 min) -> attn.tgz
+#   session.sh OUT attn      the decode attention's block kernel with and without early loads, or the pipelined
+#                            warp kernel: GPU suite, kernel benchmarks, whole-model decode each way, three times at
+#                            1K, once at 4K, and a nemo8b timeline (~5 min) -> attn.tgz
 #   session.sh OUT cpu       the CPU decode GEMVs and MoE block (shardwise_bench_cpu, 1 and 16 threads) at
 #                            each weight prefetch distance (SHARDWISE_GEMV_PREFETCH), ~2 min, then the GPU
 #                            suite -> cpu_prefetch.tgz
@@ -493,21 +493,23 @@ for l in open(sys.argv[1]):
 PY
     tar -C "$out" -czf "$out/ksplit.tgz" ksplit && rm -rf "$out/ksplit"
     ;;
-  attn)  # the decode attention's cluster kernel (default) against the block kernel without clusters and the
-         # pipelined warp kernel (SHARDWISE_ATTN_DECODE=block|pipelined): the GPU suite (every decode kernel on
-         # the attention cases), the kernel benchmarks (decode attention by kernel and keys per warp), the whole
-         # model decoding each way, alternating, three times at 1K and once at 4K (~4 min) -> attn.tgz
+  attn)  # the decode attention's block kernel with early loads (default), without (SHARDWISE_ATTN_EARLY=0) and the
+         # pipelined warp kernel (SHARDWISE_ATTN_DECODE=pipelined): the GPU suite (every decode kernel on the
+         # attention cases), the kernel benchmarks (decode attention by kernel and keys per warp), the whole model
+         # decoding each way, alternating, three times at 1K and once at 4K, then one nemo8b 1K run with its
+         # timeline (host time around the device's) (~4 min) -> attn.tgz
     gpu_suite
     mkdir -p "$out/attn"
     timeout 150 "$root/bin/test_gpu" "[bench]" > "$out/attn/kernel_bench.log" 2>&1; echo "kernel bench rc=$?"
     grep -E "attention decode|attention block" "$out/attn/kernel_bench.log" | head -40
-    timeout $(( 570 - ($(date +%s) - t0) )) bash scripts/gpu/executor_bench.sh "$out/attn" attn
+    timeout $(( 500 - ($(date +%s) - t0) )) bash scripts/gpu/executor_bench.sh "$out/attn" attn
+    QUICK_MODELS=nemo8b timeout $(( 570 - ($(date +%s) - t0) )) bash scripts/gpu/executor_bench.sh "$out/attn/timeline" whole-timeline
     python3 - "$out/attn/executor_runs.jsonl" <<'PY'
 import json, sys
 for l in open(sys.argv[1]):
     r = json.loads(l); run = r.get("run") or {}
     st = sorted(s["ms"] for s in run.get("steps", []) if s.get("tokens") == 1)
-    print(r["model"], r["ctx"], "attention", r.get("attn_decode"), "TPS %.1f" % run.get("decode_tokens_per_s", 0),
+    print(r["model"], r["ctx"], "attention", r.get("attn_decode"), "early", r.get("attn_early"), "TPS %.1f" % run.get("decode_tokens_per_s", 0),
           "median step %.3f ms" % (st[len(st) // 2] if st else 0), "tokens", (run.get("generated_ids") or [])[:3])
 PY
     tar -C "$out" -czf "$out/attn.tgz" attn && rm -rf "$out/attn"

@@ -1,6 +1,10 @@
 // Tests for the session pieces: sampling, and the byte-level fallback and GGUF SentencePiece vocabularies.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <limits>
+#include <random>
+
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "executor/session/sampling.h"
@@ -9,6 +13,40 @@
 
 using namespace shardwise;
 using Catch::Matchers::Contains;
+
+TEST_CASE("argmax: the first largest value, NaN skipped, as one compare loop", "[sampling]") {
+  auto reference = [](const std::vector<float>& x) {
+    size_t best = 0;
+    for (size_t i = 1; i < x.size(); ++i)
+      if (x[i] > x[best]) best = i;
+    return static_cast<int32_t>(best);
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> small(0, 5);  // few distinct values: many ties
+  int checked = 0;
+  for (int64_t n : {int64_t(1), int64_t(2), int64_t(7), int64_t(8), int64_t(9), int64_t(2047), int64_t(2048),
+                    int64_t(2049), int64_t(4096), int64_t(131072), int64_t(151936)})
+    for (int pattern = 0; pattern < 7; ++pattern) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (float& v : x) v = pattern == 0 ? static_cast<float>(small(rng)) : std::ldexp(static_cast<float>(rng() % 100000), -7) - 300.0f;
+      if (pattern == 2)  // NaNs at block starts and elsewhere, the maximum right after one
+        for (size_t i = 0; i < x.size(); i += 2048) {
+          x[i] = nan;
+          if (i + 1 < x.size()) x[i + 1] = 1e9f;
+        }
+      if (pattern == 3) x[0] = nan;  // then 0, whatever follows
+      if (pattern == 4) std::fill(x.begin(), x.end(), -inf);
+      if (pattern == 5) x[x.size() - 1] = inf;  // the very last element
+      if (pattern == 6) std::fill(x.begin(), x.end(), 3.0f);
+      INFO("n " << n << " pattern " << pattern);
+      CHECK(argmax(x.data(), n) == reference(x));
+      ++checked;
+    }
+  CHECK(checked == 77);
+  std::vector<float> t = {1.0f, nan, 5.0f, 5.0f};
+  CHECK(argmax(t.data(), 4) == 2);
+}
 
 TEST_CASE("sampling: greedy, seeded reproducibility, filters", "[sampling]") {
   std::vector<float> logits = {0.1f, 2.0f, 1.9f, -1.0f, 2.0f};
