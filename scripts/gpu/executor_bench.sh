@@ -43,7 +43,7 @@ one() {  # model ctx budget schedule [graphs|nographs|timeline]
   [ "$graphs" = nographs ] && tl=(--no-cuda-graphs)
   if [ "$graphs" = timeline ]; then
     mkdir -p "$out/timelines"
-    tl+=(--timeline "$out/timelines/${model}_${ctx}_${budget}_${sched}.json" --timeline-runs 6)
+    tl+=(--timeline "$out/timelines/${model}_${ctx}_${budget}_${sched}.json" --timeline-runs "${TIMELINE_RUNS:-6}")
   fi
   res=$("$bin" run --model "synthetic:$model" --tokens "$toks" -n 64 --greedy --threads 16 --ctx "$ctx" \
         --device cuda --vram-budget "$budget" --schedule "$sched" --profile "$profile" --json "${tl[@]}" \
@@ -128,7 +128,7 @@ case $part in
     for rep in 1 2; do one qwen30b 1024 2G auto; one qwen30b 1024 2G static; done
     one qwen30b 1024 2G auto timeline; one qwen30b 1024 2G static timeline ;;
   whole-timeline)  # the whole model at 1K on a 40G budget with its measured timeline (host time around the device's)
-    for m in ${QUICK_MODELS:-nemo8b qwen30b}; do one "$m" 1024 40G auto timeline; done ;;
+    for m in ${QUICK_MODELS:-nemo8b qwen30b}; do TIMELINE_RUNS=${TIMELINE_RUNS:-30:36} one "$m" 1024 40G auto timeline; done ;;
   timelines)  # the measured timelines of auto, static and dynamic at 1K/4G (these rows' TPS are perturbed)
     for m in ${QUICK_MODELS:-nemo8b qwen30b}; do for s in auto static dynamic; do one "$m" 1024 4G "$s" timeline; done; done ;;
   prefetch)  # speculative expert prefetch (run --next-layer-hits auto, the default) against none (off): qwen30b's
