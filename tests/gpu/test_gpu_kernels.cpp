@@ -1042,9 +1042,10 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
                     static_cast<long long>(n), static_cast<long long>(pos0 + n), ms, kv_bytes / (ms * 1e-3) / 1e9,
                     flops / (ms * 1e-3) / 1e12);
       }
-      // Decode at the peer protocol's 1K and at 4K context by the split-K kernel's keys per warp:
-      // fewer keys, more warps (at 1K and 64 keys, 16 splits x 8 kv heads = 32 blocks on 132 SMs)
-      // against a longer combine.
+      // Decode at the peer protocol's 1K and at 4K context by each kernel's keys per warp: fewer keys,
+      // more warps against a longer combine (warp kernels at 1K and 64 keys: 16 splits x 8 kv heads = 32
+      // blocks of 4 warps on 132 SMs; the block kernel at 1K and 8 keys: 16 splits x 8 kv heads = 128
+      // blocks of 8 warps).
       for (int kernel : {1, 2, 3})
       for (int64_t context : {int64_t(1024), int64_t(4096)})
         for (int32_t keys : {0, 16, 32, 64, 128}) {  // 0: the default (about sqrt(context))
