@@ -82,7 +82,9 @@ void cuda_set_gemv_ksplit(int mode);
 // n_kv_heads * head_dim f32 each, out [n, n_heads * head_dim]; query t at position pos_first + t
 // attends cache rows 0 .. pos_first + t (causal GQA, scale 1/sqrt(head_dim)); head_dim 1 .. 256.
 // Temporaries (split-K partials) from [workspace, + workspace_bytes): less room only means fewer key
-// splits (none with 0 bytes). Enqueued on stream; nothing waits.
+// splits (none with 0 bytes). Enqueued on stream; nothing waits. Cache rows before pos_first may be
+// read before the kernel enqueued just before this one ends (programmatic dependent launch, kernels.cuh
+// AttnArgs): that kernel must not write them.
 void cuda_attention(const float* q, const float* k_cache, const float* v_cache, float* out, int64_t n,
                     int64_t pos_first, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, uint8_t* workspace,
                     uint64_t workspace_bytes, cudaStream_t stream);
