@@ -189,8 +189,9 @@ __device__ __forceinline__ int load_decode_rows(const KArgs& a, int g, int i0, i
 
 // Keys per step of a decode warp. 8 (4 at head_dim 256) measured slower than this: 56 vs 44 us at 4K
 // context, n = 1 (results/executor/kernel_bench_ecc5548.log).
+__host__ __device__ constexpr int keys_per_step(int d) { return d / 32 >= 8 ? 2 : 4; }
 template <int D>
-__host__ __device__ constexpr int decode_keys_per_step() { return D / 32 >= 8 ? 2 : 4; }
+__host__ __device__ constexpr int decode_keys_per_step() { return keys_per_step(D); }
 
 // K and V rows (this lane's slice) of keys j .. j + U - 1 of kv group g; past j_end the last key again
 // (loaded, never used).
@@ -754,7 +755,7 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
   if (decode && kernel == 3) {
     // Blocks (splits x kv heads x row groups) up to two per SM, each warp at least two steps of keys
     // (decode_min_keys, when set, instead); fewer splits where the workspace cannot hold their partials.
-    const int64_t step = D >= 256 ? 2 : 4;  // decode_keys_per_step
+    const int64_t step = keys_per_step(D);
     const int64_t want = std::max<int64_t>(1, ceil_div(static_cast<int64_t>(ctx.sm_count) * 2, a.n_kv_heads * row_groups));
     int64_t per_warp = std::max<int64_t>(a.decode_min_keys > 0 ? a.decode_min_keys : 2 * step,
                                          ceil_div(kv_len, want * kBlockWarps));
