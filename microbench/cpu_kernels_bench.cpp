@@ -8,7 +8,9 @@
 // same kind of weight set, the bound for decode_gemv; (d) attention() decode and prefill with T threads
 // (FLOPS and kv_bytes: K and V bytes of the cache read per call); (e) the MoE FFN block of one decode
 // token (qwen30b: 8 of 128 experts of 768x2048, q4_0) through CpuBlocks::ffn, weight bytes of the
-// routed experts per second, to read against decode_gemv's rate.
+// routed experts per second, to read against decode_gemv's rate; (f) greedy sampling of one token's
+// logits (Sampler::sample, a vocabulary of nemo8b's and of qwen30b's size), checked against a plain
+// first-maximum loop.
 //
 // Environment (the effective values are printed in the run's context):
 //   SHARDWISE_BENCH_THREADS        thread counts for (a) and (b), comma-separated; default "1,<hw threads>"
@@ -28,6 +30,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -47,6 +50,7 @@
 #include "executor/cpu/matmul.h"
 #include "executor/model/cpu_blocks.h"
 #include "executor/model/moe_routing.h"
+#include "executor/session/sampling.h"
 #include "microbench/bench_data.h"
 
 extern "C" char* openblas_get_corename(void);
@@ -589,7 +593,36 @@ void bm_moe_decode(benchmark::State& state, const std::string& key, int threads,
   state.counters["experts"] = static_cast<double>(k);
 }
 
+// (f) Greedy sampling (no penalty) of a vocabulary of `vocab` logits, normal-distributed, the maximum
+// somewhere in the middle.
+void bm_greedy_sample(benchmark::State& state, int64_t vocab) {
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist;
+  for (float& v : logits) v = dist(rng);
+  logits[static_cast<size_t>(vocab / 2 + 17)] = 100.0f;
+  size_t first = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[first]) first = i;
+  sw::SamplingParams p;
+  p.greedy = true;
+  sw::Sampler sampler(p);
+  const std::vector<int32_t> history;
+  if (sampler.sample(logits.data(), vocab, history) != static_cast<int32_t>(first)) {
+    state.SkipWithError("greedy sampling picked another token than the first maximum");
+    return;
+  }
+  for (auto _ : state) benchmark::DoNotOptimize(sampler.sample(logits.data(), vocab, history));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * vocab * static_cast<int64_t>(sizeof(float)));
+}
+
 void register_all() {
+  // (f) greedy sampling
+  for (int64_t vocab : {int64_t(131072), int64_t(151936)}) {
+    const std::string name = sw::str_cat("greedy_sample/vocab:", vocab);
+    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { bm_greedy_sample(st, vocab); })
+        ->Unit(benchmark::kMicrosecond);
+  }
   // (e) the MoE decode block
   for (int threads : g_cfg.threads) {
     const std::string name = sw::str_cat("moe_decode/q4_0/128x768x2048_top8/tokens:1/threads:", threads);
