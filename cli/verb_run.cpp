@@ -5,11 +5,14 @@
 #include <cstdlib>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 
 #include "cli/common.h"
 #include "core/error.h"
 #include "core/file_util.h"
+#include "core/log.h"
 #include "core/thread_pool.h"
+#include "core/watchdog.h"
 #include <fstream>
 #include <sstream>
 
@@ -56,6 +59,8 @@ struct RunArgs {
   bool cuda_graphs = false;     // --cuda-graphs given
   bool no_cuda_graphs = false;  // --no-cuda-graphs given
   bool hw_given = false;  // --hw on the command line (not the default): may stand in for a CPU-only profile's GPU
+  bool no_pin_weights = false;  // --no-pin-weights
+  double wait_timeout_s = 600;  // --wait-timeout
 };
 
 // --next-layer-hits: the fraction of each token's experts a layer's router picks from the layer before's
@@ -73,6 +78,7 @@ double next_layer_guess(const std::string& mode, const ModelWeights& w, ThreadPo
     return f;
   }
   if (prompt.empty()) return 0;
+  const Phase phase("measuring how well routers guess the next layer's experts");
   constexpr size_t kProbeTokens = 4;  // ~k·4 experts per layer read once on the CPU: ~0.1 s for qwen30b
   const std::vector<int32_t> probe(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(std::min(prompt.size(), kProbeTokens)));
   const double f = measure_next_layer_routing(w, pool, probe);
@@ -120,9 +126,11 @@ void run_run(RunArgs a) {
   if (a.chat && !a.tokens.empty()) fail("--chat needs the user message as --prompt TEXT, not --tokens");
   if (!a.system.empty() && !a.chat) fail("--system needs --chat");
 
+  set_wait_limit_s(a.wait_timeout_s);
   const auto t_load = std::chrono::steady_clock::now();
   OpenOptions oo;
   oo.threads = threads;
+  std::optional<Phase> loading(std::in_place, "loading " + a.model);
   auto src = open_weights(a.model, oo);
   const ModelSpec& spec = src->spec();
   // With --tokens a model whose vocabulary we cannot read still runs; its output is printed as ids.
@@ -157,6 +165,7 @@ void run_run(RunArgs a) {
          " more (need ", needed, ")");
   ThreadPool pool(threads);
   ModelWeights weights = ModelWeights::from_source(*src);
+  loading.reset();
   double next_layer_hits = 0;  // what the planner was told of guessing each layer's experts a layer early
   std::unique_ptr<Device> dev;  // declared first: the runtime (in engine) synchronises it when destroyed
   std::unique_ptr<StepEngine> engine;
@@ -208,7 +217,10 @@ void run_run(RunArgs a) {
       cfg.moe_cpu_experts = a.moe_split;
       if (a.next_layer_hits != "auto") next_layer_hits = next_layer_guess(a.next_layer_hits, weights, pool, prompt);
       cfg.next_layer_hits = next_layer_hits;
-      table = build_plan_table(spec, *cost, cfg);
+      {
+        const Phase phase("planning");
+        table = build_plan_table(spec, *cost, cfg);
+      }
       // auto: where some plan streams an MoE layer's experts, measure the guess and plan again with it.
       bool streams_experts = false;
       const ShardSet shards = make_shards(spec, ctx, DType::F32);
@@ -219,7 +231,10 @@ void run_run(RunArgs a) {
       if (a.next_layer_hits == "auto" && streams_experts) {
         next_layer_hits = next_layer_guess("auto", weights, pool, prompt);
         cfg.next_layer_hits = next_layer_hits;
-        if (next_layer_hits > 0) table = build_plan_table(spec, *cost, cfg);
+        if (next_layer_hits > 0) {
+          const Phase phase("planning again with the measured guesses");
+          table = build_plan_table(spec, *cost, cfg);
+        }
       }
     }
     RuntimeOptions ro;
@@ -245,6 +260,7 @@ void run_run(RunArgs a) {
       ro.timeline_runs = static_cast<int>(end - first);
     }
     ro.cuda_graphs = !a.no_cuda_graphs;
+    ro.pin_host_weights = !a.no_pin_weights;
     if (!a.profiler_runs.empty()) {
       const auto colon = a.profiler_runs.find(':');
       int64_t first = -1, end = -1;
@@ -447,6 +463,13 @@ void register_run(CLI::App& app) {
                 "Run each decode step (<= 8 tokens) of a device-resident plan (whole model and KV in VRAM) as CUDA graphs "
                 "of up to 8 blocks: one launch instead of one per kernel (not the --timeline runs); the default on a device");
   sub->add_flag("--no-cuda-graphs", a->no_cuda_graphs, "Launch every kernel of a decode step on its own (no CUDA graphs)");
+  sub->add_flag("--no-pin-weights", a->no_pin_weights,
+                "Leave the host weights pageable instead of pinning them: streamed copies run several times slower "
+                "(for systems where pinning fails or hangs)");
+  sub->add_option("--wait-timeout", a->wait_timeout_s,
+                  "Seconds any one wait (on the GPU, on worker threads) may last before the run stops with an error "
+                  "naming it; 0 = no limit")
+      ->capture_default_str();
   CLI::Option* hw = sub->add_option("--hw", a->hw, "Machine the planner's cost model describes (builtin or .yaml)")->capture_default_str();
   sub->add_option("--profile", a->profile,
                   "Measured ProfileDB (`shardwise profile`) the planner's cost model answers from; takes precedence over --hw");

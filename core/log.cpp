@@ -1,6 +1,8 @@
 // core/log.cpp — stderr logger.
 #include "core/log.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -20,7 +22,22 @@ LogLevel initial_level() {
 }
 std::atomic<int> g_level{static_cast<int>(initial_level())};
 std::mutex g_mu;
+std::string g_status;  // the status line on the terminal ("" = none), guarded by g_mu
+
+bool status_lines() { return stderr_is_terminal() && log_level() <= LogLevel::Info; }
+
+// Replaces the status line (g_mu held).
+void draw_status(const std::string& text) {
+  std::fprintf(stderr, "\r\033[K%s", text.c_str());
+  std::fflush(stderr);
+  g_status = text;
+}
 }  // namespace
+
+bool stderr_is_terminal() {
+  static const bool tty = ::isatty(2) == 1;
+  return tty;
+}
 
 void set_log_level(LogLevel level) { g_level.store(static_cast<int>(level)); }
 LogLevel log_level() { return static_cast<LogLevel>(g_level.load()); }
@@ -28,7 +45,36 @@ LogLevel log_level() { return static_cast<LogLevel>(g_level.load()); }
 void log_message(LogLevel level, const std::string& message) {
   static const char* kPrefix[] = {"debug: ", "", "warning: ", "error: ", ""};
   std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_status.empty()) std::fprintf(stderr, "\r\033[K");
   std::fprintf(stderr, "%s%s\n", kPrefix[static_cast<int>(level)], message.c_str());
+  if (!g_status.empty()) draw_status(g_status);
+}
+
+Phase::Phase(std::string name) : name_(std::move(name)), start_(std::chrono::steady_clock::now()) {
+  log_debug("phase: ", name_);
+  if (!status_lines()) return;
+  std::lock_guard<std::mutex> lock(g_mu);
+  draw_status(name_ + " ...");
+}
+
+Phase::~Phase() {
+  if (status_lines()) {
+    std::lock_guard<std::mutex> lock(g_mu);
+    draw_status("");
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", seconds());
+  log_debug("phase: ", name_, ": done in ", buf, " s");
+}
+
+void Phase::note(const std::string& detail) {
+  if (!status_lines()) return;
+  std::lock_guard<std::mutex> lock(g_mu);
+  draw_status(name_ + " ... " + detail);
+}
+
+double Phase::seconds() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
 }  // namespace shardwise

@@ -28,7 +28,12 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
   }
   size_ = static_cast<uint64_t>(st.st_size);
   if (size_ > 0) {
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    // Shared, not private: the device pins model weights in place for full-speed copies, and a
+    // long-term read-only pin of a private (copy-on-write) file mapping makes the kernel unshare
+    // every page first; on some kernels (seen on 6.18) that never completes and the pinning call
+    // spins in the kernel for ever. A shared read-only mapping is pinned where the page cache holds
+    // it, with no copy. For a file nobody writes the two read the same bytes.
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
       int e = errno;
       ::close(fd);

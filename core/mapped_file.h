@@ -1,4 +1,4 @@
-// core/mapped_file.h — a read-only memory map of a whole file (RAII).
+// core/mapped_file.h — a read-only, shared memory map of a whole file (RAII).
 #pragma once
 
 #include <cstdint>

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/size.h"
+#include "core/watchdog.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -25,6 +26,20 @@ int64_t parse_pool_spin_us(const char* text) { return parse_env_count(text, 1000
 int64_t parse_pool_wait_all(const char* text) { return parse_env_count(text, 1); }
 
 namespace {
+// Spins until done(); a wait that lasts past a few milliseconds runs under a StallGuard naming it (a
+// worker stuck in its chunk must not hang the run silently). Short waits cost no guard.
+template <class Done>
+void spin_until(Done&& done, const char* what) {
+  for (uint32_t spins = 0; !done(); ++spins) {
+    if (spins == (1u << 16)) {
+      const StallGuard guard(what, 0, "a worker thread stopped making progress; --wait-timeout raises the limit");
+      while (!done()) SW_PAUSE();
+      return;
+    }
+    SW_PAUSE();
+  }
+}
+
 int64_t pool_spin_us() { return parse_pool_spin_us(std::getenv("SHARDWISE_POOL_SPIN_US")); }
 bool pool_wait_all() { return parse_pool_wait_all(std::getenv("SHARDWISE_POOL_WAIT_ALL")) == 1; }
 }  // namespace
@@ -150,9 +165,9 @@ void ThreadPool::run_job(int64_t target, const std::function<void()>& share) {
   } catch (...) {
     record_failure();
   }
-  while (done_.load(std::memory_order_acquire) < target) SW_PAUSE();
+  spin_until([&] { return done_.load(std::memory_order_acquire) >= target; }, "a parallel loop's worker threads");
   open_.store(false, std::memory_order_seq_cst);
-  while (inside_.load(std::memory_order_seq_cst) != 0) SW_PAUSE();
+  spin_until([&] { return inside_.load(std::memory_order_seq_cst) == 0; }, "a parallel loop's worker threads");
   all_fn_ = nullptr;
   for_fn_ = nullptr;
   std::exception_ptr failed;

@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/size.h"
+#include "core/watchdog.h"
 #include "executor/cuda/cuda_common.cuh"
 #include "executor/cuda/cuda_device.h"
 #include "executor/cuda/cuda_kernels.h"
@@ -34,6 +35,8 @@
 namespace shardwise {
 
 namespace {
+
+constexpr const char* kStallHint = "--wait-timeout raises the limit for very long steps";
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail("CUDA: ", what, ": ", cudaGetErrorString(e));
@@ -240,8 +243,8 @@ class CudaDevice : public Device {
     return arena_;
   }
 
-  void pin_host(const void* ptr, uint64_t bytes) override {
-    pinned_.add(ptr, bytes, [this](uint64_t begin, uint64_t end) { return register_range(begin, end); });
+  void pin_host(const void* ptr, uint64_t bytes, HostAccess access) override {
+    pinned_.add(ptr, bytes, [&](uint64_t begin, uint64_t end) { return register_range(begin, end, access); });
   }
 
   void unpin_host(const void* ptr, uint64_t bytes) override {
@@ -393,6 +396,7 @@ class CudaDevice : public Device {
       SW_CHECK(fence_raised(e.seq), "CUDA: the host waits for a host fence it has not raised (it never would be)");
       return;
     }
+    const StallGuard guard("a wait for the GPU (an event of its queues)", 0, kStallHint);
     check(cudaEventSynchronize(events_.at(e.seq)), "cudaEventSynchronize");
   }
   bool event_done(const Event& e) override {
@@ -476,6 +480,7 @@ class CudaDevice : public Device {
 
   void synchronize() override {
     for (int q = 0; q < kNumQueues; ++q) hold_tail(q);
+    const StallGuard guard("a wait for the GPU's queues to finish", 0, kStallHint);
     for (auto& s : streams_) check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
     check(cudaGetLastError(), "a kernel launch");
     next_event_ = 0;  // every recorded event is complete: recycle the pool
@@ -514,13 +519,14 @@ class CudaDevice : public Device {
   }
 
  private:
-  bool register_range(uint64_t begin, uint64_t end) {
+  bool register_range(uint64_t begin, uint64_t end, HostAccess access) {
     void* p = reinterpret_cast<void*>(begin);
-    cudaError_t e = cudaHostRegister(p, end - begin, cudaHostRegisterDefault);
-    if (e != cudaSuccess) {
+    // Read-only mappings (weights mapped from a file) need the read-only flag; a GPU without it may
+    // still register read-only memory that happens to be writable (the synthetic source's).
+    cudaError_t e = cudaHostRegister(p, end - begin, access == HostAccess::ReadOnly ? cudaHostRegisterReadOnly : cudaHostRegisterDefault);
+    if (e != cudaSuccess && access == HostAccess::ReadOnly) {
       cudaGetLastError();
-      // Read-only mappings (weights mmapped from a file) need the read-only flag.
-      e = cudaHostRegister(p, end - begin, cudaHostRegisterReadOnly);
+      e = cudaHostRegister(p, end - begin, cudaHostRegisterDefault);
     }
     if (e != cudaSuccess) {
       cudaGetLastError();

@@ -84,6 +84,8 @@ class DeviceKernels {
   virtual void kv_layout(const float* src, float* dst, int64_t capacity, int64_t p0, int64_t p1, bool to_positions) = 0;
 };
 
+enum class HostAccess { ReadWrite, ReadOnly };
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -93,7 +95,8 @@ class Device {
   // The arena: exactly `bytes` of device memory, allocated once. Throws Error when unavailable.
   virtual uint8_t* allocate_arena(uint64_t bytes) = 0;
   // Pins host memory for full-speed asynchronous copies; on failure warns and copies still work.
-  virtual void pin_host(const void* ptr, uint64_t bytes) = 0;
+  // ReadOnly memory (weights mapped from a file) is only ever a copy's source.
+  virtual void pin_host(const void* ptr, uint64_t bytes, HostAccess access = HostAccess::ReadWrite) = 0;
   // Waits for every queue, then unpins what pin_host pinned inside [ptr, ptr + bytes). Memory that is
   // freed while pinned must be unpinned first: the driver would keep copying to its old pages.
   virtual void unpin_host(const void* ptr, uint64_t bytes) = 0;

@@ -254,7 +254,7 @@ class EmuDevice : public Device {
     return arena_.data();
   }
   // Nothing to pin in host memory; the ranges are only recorded, like CUDA's registrations.
-  void pin_host(const void* ptr, uint64_t bytes) override {
+  void pin_host(const void* ptr, uint64_t bytes, HostAccess) override {
     pinned_.add(ptr, bytes, [](uint64_t, uint64_t) { return true; });
   }
   void unpin_host(const void* ptr, uint64_t bytes) override {

@@ -5,12 +5,14 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "core/error.h"
 #include "core/host_buffer.h"
 #include "core/log.h"
 #include "core/size.h"
 #include "core/thread_pool.h"
+#include "core/watchdog.h"
 #include "executor/cpu/ops.h"
 #include "executor/session/kv_cache.h"
 
@@ -172,6 +174,43 @@ int synthetic_expert_copies(const ModelSpec& spec, bool strided) {
   return count_expert_copies(spec, nullptr, v[0], v[1], v[2], strided);
 }
 
+namespace {
+
+// Host weights stay where the source keeps them (a file mapping, the synthetic source's memory); they
+// are pinned in place so copies run at full PCIe speed. Tensors are merged into maximal contiguous page
+// ranges (one registration per run of tensors, not per tensor), registered in pieces of at most 1 GiB:
+// each piece is one bounded wait (a driver call that never returns ends the run with an error naming
+// it) and one step of the progress shown on a terminal.
+void pin_host_weights(const WeightSource& source, Device& device) {
+  constexpr uint64_t kPage = 4096, kPiece = 1ull << 30;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (const auto& kv : source.tensors()) {
+    const uint64_t b = reinterpret_cast<uint64_t>(kv.second.data);
+    ranges.push_back({b / kPage * kPage, (b + kv.second.nbytes + kPage - 1) / kPage * kPage});
+  }
+  std::sort(ranges.begin(), ranges.end());
+  std::vector<std::pair<uint64_t, uint64_t>> merged;
+  for (const auto& r : ranges) {
+    if (!merged.empty() && r.first <= merged.back().second) merged.back().second = std::max(merged.back().second, r.second);
+    else merged.push_back(r);
+  }
+  uint64_t total = 0;
+  for (const auto& r : merged) total += r.second - r.first;
+  Phase phase(str_cat("pinning ", format_bytes(total), " of host weights"));
+  uint64_t done = 0;
+  for (const auto& r : merged)
+    for (uint64_t at = r.first; at < r.second; at += kPiece) {
+      const uint64_t bytes = std::min(kPiece, r.second - at);
+      const StallGuard guard(str_cat("pinning ", format_bytes(bytes), " of host weights of ", source.origin()), 120,
+                             "if pinning hangs on this system, give --no-pin-weights: copies then run from pageable memory");
+      device.pin_host(reinterpret_cast<const void*>(at), bytes, HostAccess::ReadOnly);
+      done += bytes;
+      phase.note(str_cat(format_bytes(done), " of ", format_bytes(total)));
+    }
+}
+
+}  // namespace
+
 Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device& device, ThreadPool& pool,
                  PlanTable table, const RuntimeOptions& options)
     : source_(source), weights_(weights), device_(device), pool_(pool), table_(std::move(table)), options_(options),
@@ -196,26 +235,7 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
       validate_plan(p);
     }
   if (options_.schedule) require_feasible(*options_.schedule);
-  // Host weights stay where the source keeps them; pin them so copies run at full PCIe speed.
-  // Merged into maximal contiguous ranges first: one registration per buffer, not per tensor.
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  for (const auto& kv : source.tensors()) {
-    const uint64_t b = reinterpret_cast<uint64_t>(kv.second.data);
-    ranges.push_back({b, b + kv.second.nbytes});
-  }
-  std::sort(ranges.begin(), ranges.end());
-  // SHARDWISE_PIN_HOST=0 leaves the host weights pageable (a diagnostic: pinning may change how
-  // the kernel maps them, and with it the CPU's read rate).
-  const char* pin_env = std::getenv("SHARDWISE_PIN_HOST");
-  if (pin_env && std::string(pin_env) == "0") ranges.clear();
-  const uint64_t page = 4096;
-  for (size_t i = 0; i < ranges.size();) {
-    uint64_t b = ranges[i].first / page * page, e = ranges[i].second;
-    size_t j = i + 1;
-    while (j < ranges.size() && ranges[j].first / page * page <= (e + page - 1) / page * page) e = std::max(e, ranges[j++].second);
-    device_.pin_host(reinterpret_cast<const void*>(b), e - b);
-    i = j;
-  }
+  if (options_.pin_host_weights) pin_host_weights(source, device_);
   // The activations' host staging, pinned like the weights (before the arena: pinning costs the
   // driver device memory for page tables).
   {
@@ -273,8 +293,16 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
   device_.set_pcie_cap(options_.pcie_cap_bytes_per_s);
   // The kernels' host staging is part of the set-up (pinned host memory costs the driver device
   // page tables); after the arena nothing else may take device memory.
-  kernels_ = &device_.kernels(spec_, source.rope_style());
-  arena_ = device_.allocate_arena(table_.budget_bytes);
+  {
+    const Phase phase("setting up the device's kernels");
+    const StallGuard guard("setting up the device's kernels (module loads, cuBLAS)", 300);
+    kernels_ = &device_.kernels(spec_, source.rope_style());
+  }
+  {
+    const Phase phase(str_cat("allocating the ", format_bytes(table_.budget_bytes), " arena"));
+    const StallGuard guard(str_cat("allocating the ", format_bytes(table_.budget_bytes), " arena on the device"), 120);
+    arena_ = device_.allocate_arena(table_.budget_bytes);
+  }
   cpu_.set_kv_capacity(host_kv_->capacity());  // the CPU blocks here only see host caches
   buf_->routing.resize(static_cast<size_t>(spec_.num_hidden_layers));
   buf_->split.resize(static_cast<size_t>(spec_.num_hidden_layers));
@@ -445,6 +473,8 @@ void Runtime::step(const int32_t* tokens, int64_t n, float* last_logits) {
     SW_CHECK(tokens[i] >= 0 && tokens[i] < spec_.vocab_size, "token id ", tokens[i], " is out of range [0, ",
              spec_.vocab_size, ")");
   const auto t0 = std::chrono::steady_clock::now();
+  std::optional<Phase> first;  // the first step uploads the pinned shards: a phase of the set-up
+  if (steps_.empty()) first.emplace(str_cat("the first step (", n, " tokens)"));
   int64_t chunk = 0;
   const Plan& plan = plan_for(n, &chunk);
   int64_t chunks = 0;

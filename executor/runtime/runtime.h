@@ -57,6 +57,10 @@ struct RuntimeOptions {
   // SHARDWISE_EXPERT_COPY=strided or split overrides it (expert_copies_strided); the planner times the
   // copies it makes (PlannerConfig::expert_copies from expert_copies_of).
   bool strided_expert_copies = true;
+  // Pin the host weights in place (Device::pin_host) so that streamed copies run at PCIe speed; off
+  // leaves them pageable, where copies run several times slower (`run --no-pin-weights`, for systems
+  // where pinning fails or hangs).
+  bool pin_host_weights = true;
 };
 constexpr int kGraphMaxActions = 8;
 

@@ -18,6 +18,8 @@
 
 #include "core/hardware_spec.h"
 #include "core/host_buffer.h"
+#include "core/mapped_file.h"
+#include "core/watchdog.h"
 #include "core/thread_pool.h"
 #include "core/weight_source.h"
 #include "core/model_spec.h"
@@ -160,6 +162,31 @@ TEST_CASE("CUDA device: copies, events and the arena", "[gpu]") {
   CHECK(std::memcmp(x.data(), y.data(), x.size() * 4) == 0);
   CHECK(dev->device_peak_bytes() >= (64u << 20));
   CHECK(dev->context_bytes() > 0);
+}
+
+// Weights read from a file are a read-only shared mapping (core/mapped_file.h): the device pins it in
+// place (a private mapping's pin never returned on the GPU machine's kernel; the watchdog would end
+// this test with an error naming the pin) and copies from it at pinned speed, byte for byte.
+TEST_CASE("CUDA device: a file mapping is pinned read-only in place and copied from", "[gpu]") {
+  const std::string path = test::temp_path("pinned_file.bin");
+  std::vector<uint8_t> bytes(48u << 20);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
+  test::write_file(path, std::string(bytes.begin(), bytes.end()));
+  const MappedFile file(path);
+  auto dev = make_cuda_device(0);
+  uint8_t* arena = dev->allocate_arena(64u << 20);
+  const StallGuard guard("pinning a 48 MiB file mapping", 60);
+  dev->pin_host(file.data(), file.size(), HostAccess::ReadOnly);
+  CHECK(dev->pinned_host_bytes() >= file.size());
+  std::vector<uint8_t> back(bytes.size(), 0);
+  dev->pin_host(back.data(), back.size());
+  dev->copy_h2d(arena, file.data(), file.size());
+  dev->wait(Queue::D2H, dev->record(Queue::H2D));
+  dev->copy_d2h(back.data(), arena, back.size());
+  dev->synchronize();
+  CHECK(back == bytes);
+  dev->unpin_host(back.data(), back.size());
+  dev->unpin_host(file.data(), file.size());
 }
 
 TEST_CASE("CUDA device: work behind a host fence waits until the host raises it", "[gpu]") {

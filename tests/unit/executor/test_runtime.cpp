@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <sstream>
 #include <thread>
 #include <utility>
 
@@ -686,7 +687,7 @@ class CopyWaitCounter : public Device {
   std::string kind() const override { return d_.kind(); }
   std::string name() const override { return d_.name(); }
   uint8_t* allocate_arena(uint64_t bytes) override { return d_.allocate_arena(bytes); }
-  void pin_host(const void* ptr, uint64_t bytes) override { d_.pin_host(ptr, bytes); }
+  void pin_host(const void* ptr, uint64_t bytes, HostAccess access) override { d_.pin_host(ptr, bytes, access); }
   void unpin_host(const void* ptr, uint64_t bytes) override { d_.unpin_host(ptr, bytes); }
   uint64_t pinned_host_bytes() const override { return d_.pinned_host_bytes(); }
   void set_pcie_cap(double bytes_per_s) override { d_.set_pcie_cap(bytes_per_s); }
@@ -1348,4 +1349,42 @@ TEST_CASE("runtime: fill_host_cache gives the host caches data that a step over 
   CHECK(test::max_rel_error(a, unfilled, spec.vocab_size) > 1e-3);  // the step read the filled rows
   CHECK(test::max_rel_error(a, other, spec.vocab_size) > 1e-3);
   for (float x : a) CHECK(std::isfinite(x));
+}
+
+// Weights read from a file are pinned in place like in-memory ones: every tensor's bytes are pinned
+// while the runtime lives (read-only), and --no-pin-weights (pin_host_weights = false) leaves them
+// pageable, pinning only the activation staging. The file is mapped shared: the kernel pins a private
+// file mapping only after unsharing its pages, which never finished on the GPU machine's kernel.
+TEST_CASE("runtime: weights mapped from a GGUF file are pinned in place, or left pageable when asked", "[runtime]") {
+  const ModelSpec spec = test_model("qwen3_moe", DType::Q8_0);
+  ThreadPool pool(2);
+  auto synth = make_synthetic_weights(spec, 5, &pool);
+  const std::string path = test::temp_path("pinned_weights.gguf");
+  write_gguf(*synth, path, DType::Q8_0, &pool);
+  auto src = open_weights(path);
+  ModelWeights w = ModelWeights::from_source(*src);
+  const PlanTable table = table_for(*src, 64u << 20, 64, {1, 4, 16});
+  uint64_t pinned[2] = {0, 0};
+  for (bool pin : {true, false}) {
+    INFO("pin_host_weights " << pin);
+    auto dev = make_emu_device({3, 10, 0});
+    RuntimeOptions o;
+    o.pin_host_weights = pin;
+    Runtime rt(*src, w, *dev, pool, table, o);
+    pinned[pin ? 1 : 0] = dev->pinned_host_bytes();
+    const auto toks = token_seq(5, spec.vocab_size, 3);
+    std::vector<float> logits(static_cast<size_t>(spec.vocab_size));
+    rt.step(toks.data(), 4, logits.data());
+    rt.step(toks.data() + 4, 1, logits.data());
+    CHECK(std::isfinite(logits[0]));
+  }
+  // Pinning adds every tensor's bytes (whole pages: at least the weights, at most a page more per tensor).
+  const uint64_t weights = src->weight_bytes();
+  CHECK(pinned[1] - pinned[0] >= weights);
+  CHECK(pinned[1] - pinned[0] <= weights + 4096 * (src->tensors().size() + 1));
+  std::string maps = test::read_file("/proc/self/maps"), line;
+  bool shared = false;
+  for (std::istringstream in(maps); std::getline(in, line);)
+    if (line.find("pinned_weights.gguf") != std::string::npos) shared = shared || line.find(" r--s ") != std::string::npos;
+  CHECK(shared);
 }
