@@ -8,7 +8,7 @@ DataFrames with the planner-accuracy metrics and plots (pure Python: ``results``
     t = shardwise.plan("nemo8b", budget="4G", profile="h200.profile.json")   # measured cost model
     p = shardwise.load_profile("h200.profile.json")   # fingerprint, counts, fits, ops (lists of dicts)
     shardwise.plans.predictions(t)          # tier x schedule predicted ms
-    df = shardwise.load_results("experiments/results/planner_accuracy/oracle.jsonl")
+    df = shardwise.load_results("results/planner_accuracy/oracle.jsonl")
     shardwise.metrics.summarize(df)
 """
 from . import metrics, results

@@ -6,7 +6,7 @@ relative error on all shapes but one, predict the one left out. Prints median an
 error per backend for both forms. Used to decide that GPU matmul fits carry the row-length term
 (costmodel/measured_cost_model.cpp, TokenFit).
 
-    /usr/bin/python3 scripts/analysis/token_fit_cv.py experiments/results/profile/h200-host.profile.json
+    /usr/bin/python3 scripts/analysis/token_fit_cv.py configs/profiles/h200-host.profile.json
 """
 import json
 import sys
@@ -69,4 +69,4 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "experiments/results/profile/h200-host.profile.json")
+    main(sys.argv[1] if len(sys.argv) > 1 else "configs/profiles/h200-host.profile.json")

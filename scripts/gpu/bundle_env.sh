@@ -7,4 +7,4 @@ if [ ! -x "$root/bin/shardwise" ]; then
 fi
 export LD_LIBRARY_PATH="$root/lib:${LD_LIBRARY_PATH:-}"
 bin="$root/bin/shardwise"
-profile=${PROFILE:-experiments/results/profile/h200-host.profile.json}
+profile=${PROFILE:-configs/profiles/h200-host.profile.json}

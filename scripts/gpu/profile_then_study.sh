@@ -10,7 +10,7 @@ t0=$(date +%s)
 PROFILE_TIMEOUT=300 VALIDATE_TIMEOUT=150 bash scripts/gpu/profile.sh "$out/profile"
 if [ -f "$out/profile/h200-host.profile.json" ]; then
   mkdir -p experiments/results/profile
-  cp "$out/profile/h200-host.profile.json" experiments/results/profile/h200-host.profile.json
+  cp "$out/profile/h200-host.profile.json" configs/profiles/h200-host.profile.json
   left=$(( (budget - ($(date +%s) - t0)) / 60 ))
   if [ "$left" -ge 1 ]; then
     echo "== study for $left min"

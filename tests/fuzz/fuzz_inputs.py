@@ -255,7 +255,7 @@ def main():
     base_plan = os.path.join(work, "plan.json")
     subprocess.run([cli, "plan", "--model", ggufs[0], "--hw", "h200-host", "--vram-budget", "2M", "--ctx", "64", "--save", base_plan],
                    capture_output=True, check=True)
-    base_profile = os.path.join(REPO, "experiments", "results", "profile", "h200-host.profile.json")
+    base_profile = os.path.join(REPO, "configs", "profiles", "h200-host.profile.json")
     experiment = os.path.join(REPO, "experiments", "smoke.yaml")
     shutil.copytree(os.path.join(REPO, "experiments", "models"), os.path.join(work, "models"))
     model_yamls = sorted(os.path.join(work, "models", f) for f in os.listdir(os.path.join(work, "models"))
