@@ -27,11 +27,11 @@
 #include "executor/runtime/timeline_trace.h"
 #include "planner/planner.h"
 #include "planner/shards.h"
-#include "executor/session/chat_template.h"
+#include "text/chat_template.h"
 #include "executor/session/generator.h"
 #include "executor/session/kv_cache.h"
-#include "executor/session/tokenizer.h"
-#include "executor/tokenizer/text_stream.h"
+#include "text/tokenizer.h"
+#include "text/text_stream.h"
 
 namespace shardwise::cli {
 namespace {

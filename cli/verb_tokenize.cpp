@@ -3,8 +3,8 @@
 
 #include "cli/common.h"
 #include "core/error.h"
-#include "executor/session/tokenizer.h"
-#include "executor/tokenizer/unicode.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
 
 namespace shardwise::cli {
 namespace {

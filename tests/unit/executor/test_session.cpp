@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "executor/session/sampling.h"
-#include "executor/session/tokenizer.h"
+#include "text/tokenizer.h"
 #include "test_util.h"
 
 using namespace shardwise;

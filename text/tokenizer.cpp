@@ -1,12 +1,12 @@
-// executor/session/tokenizer.cpp — picks the vocabulary a model file carries (see tokenizer.h).
-#include "executor/session/tokenizer.h"
+// text/tokenizer.cpp — picks the vocabulary a model file carries (see tokenizer.h).
+#include "text/tokenizer.h"
 
 #include <algorithm>
 #include <cstdio>
 
 #include "core/error.h"
-#include "executor/tokenizer/pipeline.h"
-#include "executor/tokenizer/sources.h"
+#include "text/pipeline.h"
+#include "text/sources.h"
 
 namespace shardwise {
 namespace {

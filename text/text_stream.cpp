@@ -1,9 +1,9 @@
-// executor/tokenizer/text_stream.cpp — streaming text with UTF-8 and stop-string hold-back.
-#include "executor/tokenizer/text_stream.h"
+// text/text_stream.cpp — streaming text with UTF-8 and stop-string hold-back.
+#include "text/text_stream.h"
 
 #include <algorithm>
 
-#include "executor/tokenizer/unicode.h"
+#include "text/unicode.h"
 
 namespace shardwise::tok {
 

@@ -1,7 +1,7 @@
-// executor/tokenizer/pipeline.cpp — the tokenizer engine (see pipeline.h). The stages follow HF
+// text/pipeline.cpp — the tokenizer engine (see pipeline.h). The stages follow HF
 // `tokenizers` (normalizers, pre_tokenizers, models/bpe, decoders); the SentencePiece-style model
 // follows llama.cpp's llm_tokenizer_spm (merge the best-scoring adjacent pair, then byte fallback).
-#include "executor/tokenizer/pipeline.h"
+#include "text/pipeline.h"
 
 #include <algorithm>
 #include <queue>

@@ -1,4 +1,4 @@
-// executor/tokenizer/unicode.h — the Unicode pieces tokenizers need: UTF-8 checks and code points,
+// text/unicode.h — the Unicode pieces tokenizers need: UTF-8 checks and code points,
 // GPT-2's byte <-> printable-character map, normalisation forms (utf8proc) and PCRE2 regexes with
 // Unicode properties. Pure functions on strings; no tokenizer state.
 #pragma once

@@ -1,4 +1,4 @@
-// executor/tokenizer/text_stream.h — turning token pieces into printable text as they arrive.
+// text/text_stream.h — turning token pieces into printable text as they arrive.
 // Bytes that end in an incomplete UTF-8 sequence are held back until it completes (as llama.cpp
 // does), and so is any tail that could be the start of a stop string: a stop string is never
 // printed, and nothing after it is. What is returned is always valid UTF-8.

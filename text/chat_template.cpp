@@ -1,8 +1,8 @@
-// executor/session/chat_template.cpp — the three built-in chat formats (see chat_template.h).
-#include "executor/session/chat_template.h"
+// text/chat_template.cpp — the three built-in chat formats (see chat_template.h).
+#include "text/chat_template.h"
 
 #include "core/error.h"
-#include "executor/session/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace shardwise {
 

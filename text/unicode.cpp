@@ -1,5 +1,5 @@
-// executor/tokenizer/unicode.cpp — UTF-8, byte-level alphabet, utf8proc normalisation, PCRE2.
-#include "executor/tokenizer/unicode.h"
+// text/unicode.cpp — UTF-8, byte-level alphabet, utf8proc normalisation, PCRE2.
+#include "text/unicode.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>

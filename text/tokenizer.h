@@ -1,4 +1,4 @@
-// executor/session/tokenizer.h — text <-> token ids for a model, from whatever vocabulary its file
+// text/tokenizer.h — text <-> token ids for a model, from whatever vocabulary its file
 // carries:
 //   - GGUF tokenizer.ggml.model "gpt2": byte-level BPE, merges by rank, the pre-tokeniser regexes
 //     that tokenizer.ggml.pre names (llama.cpp's list); "llama": SentencePiece-style BPE by score
@@ -8,7 +8,7 @@
 //     added tokens and post-processor it declares (HF `tokenizers` semantics).
 //   - No vocabulary (synthetic models, HF directories without tokenizer.json): a byte-level
 //     vocabulary, <unk> <s> </s> then one token per byte; the ids past 258 decode to nothing.
-// The pipelines live in executor/tokenizer/; this class picks one and adds the model's special ids.
+// The pipelines live in text/; this class picks one and adds the model's special ids.
 #pragma once
 
 #include <cstdint>

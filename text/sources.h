@@ -1,4 +1,4 @@
-// executor/tokenizer/sources.h — building a Pipeline from what a model file carries: a GGUF
+// text/sources.h — building a Pipeline from what a model file carries: a GGUF
 // vocabulary (tokenizer.ggml.*, read the way llama.cpp reads it) or an HF tokenizer.json (read the
 // way HF `tokenizers` reads it). Unsupported kinds are one-line errors naming the file and the kind.
 #pragma once
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/weight_source.h"
-#include "executor/tokenizer/pipeline.h"
+#include "text/pipeline.h"
 
 namespace shardwise::tok {
 

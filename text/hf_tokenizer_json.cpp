@@ -1,4 +1,4 @@
-// executor/tokenizer/hf_tokenizer_json.cpp — an HF tokenizer.json as a Pipeline. Reads the parts
+// text/hf_tokenizer_json.cpp — an HF tokenizer.json as a Pipeline. Reads the parts
 // that causal LMs use (model BPE; the normalisers, pre-tokenisers, decoders and post-processors
 // listed in pipeline.h); anything else is an error naming the file and the component type.
 #include <fstream>
@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/file_util.h"
-#include "executor/tokenizer/sources.h"
+#include "text/sources.h"
 
 namespace shardwise::tok {
 namespace {

@@ -15,11 +15,11 @@
 #include "core/gguf.h"
 #include "core/thread_pool.h"
 #include "core/weight_source.h"
-#include "executor/session/chat_template.h"
+#include "text/chat_template.h"
 #include "executor/session/sampling.h"
-#include "executor/session/tokenizer.h"
-#include "executor/tokenizer/text_stream.h"
-#include "executor/tokenizer/unicode.h"
+#include "text/tokenizer.h"
+#include "text/text_stream.h"
+#include "text/unicode.h"
 #include "test_util.h"
 
 using namespace shardwise;

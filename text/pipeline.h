@@ -1,4 +1,4 @@
-// executor/tokenizer/pipeline.h — a tokenizer as plain data plus the engine that runs it.
+// text/pipeline.h — a tokenizer as plain data plus the engine that runs it.
 // Both vocabulary sources are turned into one Pipeline (HF `tokenizers`' stages):
 //   added tokens (matched whole) -> normalisers -> pre-tokenisers -> model (BPE by merge rank, or
 //   SentencePiece-style BPE by score) -> ids;   ids -> decoders -> bytes.
@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "executor/tokenizer/unicode.h"
+#include "text/unicode.h"
 
 namespace shardwise::tok {
 

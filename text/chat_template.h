@@ -1,4 +1,4 @@
-// executor/session/chat_template.h — chat prompts for the families we run, without a Jinja engine.
+// text/chat_template.h — chat prompts for the families we run, without a Jinja engine.
 // A file's template is recognised by its markers ("<|im_start|>" -> ChatML, "<|start_header_id|>"
 // -> Llama-3, "[INST]" -> Mistral); with no template, or one we do not recognise, a built-in one is
 // chosen by family (Llama-3 for llama models with a Llama-3 vocabulary, ChatML for qwen3 and

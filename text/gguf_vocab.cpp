@@ -1,10 +1,10 @@
-// executor/tokenizer/gguf_vocab.cpp — a GGUF vocabulary as a Pipeline, with llama.cpp's
+// text/gguf_vocab.cpp — a GGUF vocabulary as a Pipeline, with llama.cpp's
 // conventions: control/user-defined tokens matched whole, the `pre` regexes, ignore_merges and BOS
 // for Llama-3 vocabularies, the SentencePiece dummy prefix, <0xXX> byte tokens.
 #include <algorithm>
 
 #include "core/error.h"
-#include "executor/tokenizer/sources.h"
+#include "text/sources.h"
 
 namespace shardwise::tok {
 namespace {
