@@ -21,6 +21,7 @@
 #include "core/host_buffer.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
+#include "core/watchdog.h"
 #include "executor/device/device.h"
 #include "executor/cpu/ops.h"
 #include "executor/device/pinned_ranges.h"
@@ -74,6 +75,7 @@ class EmuQueue {
     return submitted_;
   }
   void wait_done(uint64_t seq) {
+    const StallGuard guard("a wait for the emulated device's queue", 0, "--wait-timeout raises the limit for very long steps");
     std::unique_lock<std::mutex> lock(mu_);
     done_cv_.wait(lock, [&] { return completed_ >= seq; });
   }
