@@ -17,7 +17,7 @@ bm=""
 [ -f "$stage/bin/shardwise_bench_cpu" ] && bm=$(ldd "$stage/bin/shardwise_bench_cpu" 2>/dev/null | awk '/libbenchmark/ {print $3}')
 if [ -n "$bm" ]; then cp "$bm" "$stage/lib/"; fi
 # The device machine gets the working tree without git: record the revision the binaries come from.
-{ git rev-parse HEAD; git status --porcelain | grep -q . && echo "(with uncommitted changes)"; } > "$stage/REVISION" || true
+{ git rev-parse HEAD; git status --porcelain --untracked-files=no | grep -q . && echo "(with uncommitted changes)"; } > "$stage/REVISION" || true
 tar -C "$stage" -cf - bin lib REVISION | xz -9 -T2 > build-gpu/bundle.tar.xz
 rm -rf "$stage"
 ls -la build-gpu/bundle.tar.xz
