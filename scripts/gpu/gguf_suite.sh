@@ -19,6 +19,8 @@ limit=${LIMIT_S:-180}
 work=${WORK:-/tmp/gguf}
 dir="$out/gguf_suite"
 mkdir -p "$work" "$dir"
+cat "$(dirname "$bin")/../REVISION" > "$dir/REVISION" 2>/dev/null
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; uname -r; } > "$dir/machine.txt"
 threads=16
 fails=0
 
