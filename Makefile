@@ -1,13 +1,14 @@
 # shardwise — the two entry points a newcomer needs (README.md):
-#   make demo   install what is missing, build, plan-free CPU generation on a synthetic model
+#   make demo   install what is missing, build the binary, generate on a synthetic model, plan, profile
 #   make test   install what is missing, build (CUDA when nvcc exists) + a sanitizer build, run every test
 JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 GPU_BUILD ?= build-gpu
 CMAKE_FLAGS ?=
+PREFIX ?= /usr/local
 
-.PHONY: all deps build build-asan test test-fast demo gpu-build clean
+.PHONY: all deps build build-asan test test-fast demo install gpu-build clean
 
 all: build
 
@@ -35,8 +36,15 @@ test: build build-asan
 test-fast: build
 	@cd $(BUILD) && ctest -j $(JOBS) --output-on-failure
 
-demo: build
-	@./scripts/demo.sh $(BUILD)
+# Installs bin/shardwise and the Python package (lib/python3.X/dist-packages) under PREFIX.
+install: build
+	@cmake --install $(BUILD) --prefix $(PREFIX) > $(BUILD).install.log 2>&1 || (cat $(BUILD).install.log; exit 1)
+	@echo "installed $(PREFIX)/bin/shardwise and the Python package under $(PREFIX)/$$(sed -n 's/^SHARDWISE_PYTHON_INSTALL_DIR:STRING=//p' $(BUILD)/CMakeCache.txt)"
+
+# The demo builds only the shardwise binary (no tests, benchmarks or Python; CUDA only where a GPU is).
+DEMO_BUILD ?= build-demo
+demo: deps
+	@./scripts/demo.sh $(DEMO_BUILD) $(JOBS)
 
 # Portable binaries for the GPU machine (static OpenBLAS/yaml-cpp/libstdc++, sm_90), see DEVICE.md.
 gpu-build: deps
@@ -44,4 +52,4 @@ gpu-build: deps
 	@cmake --build $(GPU_BUILD) -j $(JOBS)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(GPU_BUILD) *.configure.log *.build.log
+	rm -rf $(BUILD) $(ASAN_BUILD) $(GPU_BUILD) $(DEMO_BUILD) *.configure.log *.build.log *.install.log

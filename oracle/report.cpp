@@ -25,9 +25,26 @@ bool exists(const std::string& p) {
 
 }  // namespace
 
+// The folder holding the package an installed binary came with: <prefix>/bin/shardwise ->
+// <prefix>/<SHARDWISE_PYTHON_INSTALL_DIR>.
+std::string installed_python_path() {
+#ifdef SHARDWISE_PYTHON_INSTALL_DIR
+  char exe[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return "";
+  std::string dir(exe, static_cast<size_t>(n));
+  for (int up = 0; up < 2 && dir.find('/') != std::string::npos; ++up) dir = dir.substr(0, dir.rfind('/'));
+  return dir + "/" + SHARDWISE_PYTHON_INSTALL_DIR;
+#else
+  return "";
+#endif
+}
+
 std::string report_python_path() {
   const char* env = std::getenv("SHARDWISE_PYTHONPATH");
   if (env && *env) return env;
+  const std::string installed = installed_python_path();
+  if (!installed.empty() && exists(installed + "/shardwise/report.py")) return installed;
 #ifdef SHARDWISE_PYTHON_BUILD_DIR
   if (exists(std::string(SHARDWISE_PYTHON_BUILD_DIR) + "/shardwise/report.py")) return SHARDWISE_PYTHON_BUILD_DIR;
 #endif

@@ -20,8 +20,14 @@ if [ ${#missing[@]} -eq 0 ]; then
   echo "install_deps: all ${#PKGS[@]} packages present"
   exit 0
 fi
-echo "install_deps: installing ${missing[*]}"
+log=${TMPDIR:-/tmp}/shardwise-install-deps.log
+echo "install_deps: installing ${#missing[@]} Debian packages (${missing[*]}); log: $log"
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+start=$(date +%s)
+if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"; } > "$log" 2>&1; then
+  tail -20 "$log"
+  echo "install_deps: apt-get failed (log: $log)"
+  exit 1
+fi
+echo "install_deps: done in $(( $(date +%s) - start )) s"

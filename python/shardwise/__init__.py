@@ -29,8 +29,10 @@ except ImportError as _e:  # the pure-Python half (results, metrics, report) wor
     _native_error = _e
 
     def __getattr__(name):
-        raise ImportError(
+        # AttributeError, not ImportError: `from shardwise import plots` asks for the attribute first and
+        # imports the submodule only when it is missing.
+        raise AttributeError(
             f"shardwise.{name} needs the compiled module shardwise._native ({_native_error}); build with "
-            "-DSHARDWISE_PYTHON=ON and put <build>/python on PYTHONPATH")
+            "`make` (or -DSHARDWISE_PYTHON=ON) and put <build>/python on PYTHONPATH, or `make install`")
 
 __all__ = ["load_results", "load_sweeps", "metrics", "results", "HAVE_NATIVE"]
