@@ -39,11 +39,12 @@ struct GemvTask {
   bool sel_fast = false;
 };
 
+// Where a launch splits each row pair's columns among a block's warps (k-split, gemv.cu): Auto where the
+// launch has few rows for the GPU (what the blocks use); Never and Always force one way (tests, benchmarks).
+enum class GemvSplit { Auto, Never, Always };
+
 // Runs `count` tasks of one dtype (any count; launches kGemvMaxTasks at a time).
-void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int count);
-// Where launches split rows' columns among a block's warps: 0 never, 1 launches with few rows (the
-// default), 2 always; cuda_set_gemv_ksplit (cuda_kernels.h).
-void set_gemv_ksplit(int mode);
+void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int count, GemvSplit split = GemvSplit::Auto);
 
 // ---- matmul dispatch (gemm.cu) ----------------------------------------------------------------
 struct MatRef {

@@ -485,6 +485,105 @@ void check_matmul(Gpu& g, DevMem& mem, const DevMat& dm, const std::vector<uint8
   REQUIRE(dot_error(get(dy, ref.size()), ref) <= kDotTol);
 }
 
+// One GEMV launch of n <= 8 tokens through the internal launcher, its k-split as given (cuda_matmul
+// launches the same task with GemvSplit::Auto).
+void gemv_launch(const DevMat& dm, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy, bool accumulate,
+                 cuda::GemvSplit split) {
+  KernelCtx kc(nullptr, 0);  // a GEMV takes no workspace
+  cuda::GemvTask t;
+  t.w0 = dm.data;
+  t.x = x;
+  t.ldx = ldx;
+  t.y = y;
+  t.ldy = ldy;
+  t.rows = static_cast<int32_t>(dm.rows);
+  t.cols = static_cast<int32_t>(dm.cols);
+  t.nt = static_cast<int32_t>(n);
+  cuda::gemv(kc.ctx, dm.dtype, accumulate ? cuda::GemvMode::Accumulate : cuda::GemvMode::Store, &t, 1, split);
+}
+
+// check_matmul's case through gemv_launch with the k-split forced.
+void check_gemv(DevMem& mem, const DevMat& dm, const std::vector<uint8_t>& w, int64_t ldx, int64_t n, bool accumulate,
+                cuda::GemvSplit split, const std::string& label) {
+  const std::vector<float> x = fresh(static_cast<size_t>(n * ldx), -2.0f, 2.0f);
+  const std::vector<float> y0 = fresh(static_cast<size_t>(n * dm.rows));
+  const MatmulRef ref = ref_matmul(dm.dtype, w, dm.rows, dm.cols, x, ldx, n, accumulate ? &y0 : nullptr);
+  float* dx = mem.upload(x);
+  float* dy = mem.floats(ref.size());
+  if (accumulate) put(dy, y0);
+  else poison(dy, ref.size());
+  gemv_launch(dm, dx, ldx, n, dy, dm.rows, accumulate, split);
+  INFO(label << " n=" << n << " ldx=" << ldx << (accumulate ? " accumulate" : " store"));
+  REQUIRE(dot_error(get(dy, ref.size()), ref) <= kDotTol);
+}
+
+// silu(g) * u of two references (the fused gate/up pass), with the scale of its rounding error: the
+// terms' magnitudes of g and u carried through the product (silu' stays below 1.1).
+MatmulRef ref_swiglu(const MatmulRef& g, const MatmulRef& u) {
+  MatmulRef r;
+  r.y.resize(g.size());
+  r.mag.resize(g.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double gi = g.y[i], ui = u.y[i], s = gi / (1.0 + std::exp(-gi));
+    r.y[i] = static_cast<float>(s * ui);
+    r.mag[i] = 1.1 * std::fabs(ui) * g.mag[i] + std::fabs(s) * u.mag[i];
+  }
+  return r;
+}
+
+// The GEMV tasks the MoE blocks launch, with the k-split as given: one SwiGLU launch of a task with its
+// own gate and up matrices and a task whose matrices a device selector picks from pointer tables, then a
+// store whose matrix a selector picks from matrices laid out evenly (sel_stride).
+void check_gemv_tasks(DevMem& mem, DType dt, const MatShape& sh, int64_t n, cuda::GemvSplit split, const std::string& label) {
+  const uint64_t mat_bytes = dtype_row_bytes(dt, sh.cols) * static_cast<uint64_t>(sh.rows);
+  uint8_t* dw = mem.alloc(3 * mat_bytes);  // matrices 0, 1, 2 back to back
+  std::vector<uint8_t> w[3];
+  for (int i = 0; i < 3; ++i) {
+    w[i] = random_weights(dt, sh.rows, sh.cols, 0.5f);
+    ck(cudaMemcpy(dw + i * mat_bytes, w[i].data(), mat_bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  }
+  const std::vector<float> x = fresh(static_cast<size_t>(n * sh.cols), -2.0f, 2.0f);
+  const float* dx = mem.upload(x);
+  std::vector<MatmulRef> r;
+  for (int i = 0; i < 3; ++i) r.push_back(ref_matmul(dt, w[i], sh.rows, sh.cols, x, sh.cols, n, nullptr));
+  const uint8_t* gates[2] = {dw + 2 * mat_bytes, dw};         // entry 1: matrix 0
+  const uint8_t* ups[2] = {dw + mat_bytes, dw + 2 * mat_bytes};  // entry 1: matrix 2
+  const int32_t picks[3] = {0, 1, 2};
+  const uint8_t* const* d_gates = mem.upload(gates, 2);
+  const uint8_t* const* d_ups = mem.upload(ups, 2);
+  const int32_t* d_picks = mem.upload(picks, 3);
+  const size_t out = static_cast<size_t>(n * sh.rows);
+  float* y[3] = {mem.floats(out), mem.floats(out), mem.floats(out)};
+  cuda::GemvTask t[3];
+  for (int i = 0; i < 3; ++i) {
+    poison(y[i], out);
+    t[i].x = dx;
+    t[i].ldx = sh.cols;
+    t[i].y = y[i];
+    t[i].ldy = sh.rows;
+    t[i].rows = static_cast<int32_t>(sh.rows);
+    t[i].cols = static_cast<int32_t>(sh.cols);
+    t[i].nt = static_cast<int32_t>(n);
+  }
+  t[0].w0 = dw;  // gate: matrix 0, up: matrix 1
+  t[0].w1 = dw + mat_bytes;
+  t[1].w0 = reinterpret_cast<const uint8_t*>(d_gates);  // entry 1 of the tables
+  t[1].w1 = reinterpret_cast<const uint8_t*>(d_ups);
+  t[1].sel = d_picks + 1;
+  t[1].sel_fast = true;
+  t[2].w0 = dw;  // matrix 2 at 2 * mat_bytes
+  t[2].sel = d_picks + 2;
+  t[2].sel_stride = static_cast<int64_t>(mat_bytes);
+  t[2].sel_fast = true;
+  KernelCtx kc(nullptr, 0);
+  cuda::gemv(kc.ctx, dt, cuda::GemvMode::SwiGLU, t, 2, split);
+  cuda::gemv(kc.ctx, dt, cuda::GemvMode::Store, t + 2, 1, split);
+  INFO(label << " n=" << n);
+  CHECK(dot_error(get(y[0], out), ref_swiglu(r[0], r[1])) <= kDotTol);
+  CHECK(dot_error(get(y[1], out), ref_swiglu(r[0], r[2])) <= kDotTol);
+  CHECK(dot_error(get(y[2], out), r[2]) <= kDotTol);
+}
+
 }  // namespace
 
 TEST_CASE("CUDA matmul (GEMV and exact GEMM) matches dequantised double dot products", "[gpu][kernels]") {
@@ -608,45 +707,29 @@ TEST_CASE("CUDA blocks match the CPU blocks (every dtype, RoPE style, step shape
   }
 }
 
-// Decode GEMVs split each row's columns among a block's warps in every launch (2), or never (0), for the
-// guard's lifetime; the default (1) splits launches of few rows only.
-struct GemvKsplit {
-  explicit GemvKsplit(int mode) { cuda_set_gemv_ksplit(mode); }
-  ~GemvKsplit() { cuda_set_gemv_ksplit(1); }
-};
-
 TEST_CASE("CUDA GEMVs with rows split among a block's warps (k-split) and without match", "[gpu][kernels]") {
   // Forced both ways, every dtype, odd shapes (rows shorter than a warp's step: warps with nothing to add),
-  // 1..8 tokens; then the blocks (fused gate/up, MoE experts by selector) with every launch split.
-  Gpu& g = gpu();
+  // 1..8 tokens; then the tasks of the MoE blocks (fused gate/up, matrices picked by a device selector).
   DevMem mem;
-  const uint64_t ws_bytes = 64ull << 20;
-  uint8_t* ws = mem.alloc(ws_bytes);
   const MatShape shapes[] = {{1, 32}, {37, 96}, {300, 256}, {129, 4096}, {3, 11520}, {1000, 544}};
-  for (int mode : {2, 0}) {
-    const GemvKsplit split(mode);
+  for (cuda::GemvSplit split : {cuda::GemvSplit::Always, cuda::GemvSplit::Never}) {
+    const std::string way = split == cuda::GemvSplit::Always ? "k-split " : "no k-split ";
     for (DType dt : kDtypes)
       for (const MatShape& sh : shapes) {
         if (sh.cols % dtype_block_elems(dt) != 0) continue;
         const std::vector<uint8_t> w = random_weights(dt, sh.rows, sh.cols, 0.5f);
         DevMat dm{dt, sh.rows, sh.cols, mem.upload(w.data(), w.size())};
+        const std::string label = way + dtype_name(dt) + " " + std::to_string(sh.rows) + "x" + std::to_string(sh.cols);
         for (int64_t n : {1, 2, 3, 5, 8})
-          for (bool accumulate : {false, true})
-            check_matmul(g, mem, dm, w, sh.cols + (n == 3 ? 4 : 0), n, accumulate, false, ws, ws_bytes,
-                         std::string(mode == 2 ? "k-split " : "no k-split ") + dtype_name(dt) + " " +
-                             std::to_string(sh.rows) + "x" + std::to_string(sh.cols));
+          for (bool accumulate : {false, true}) check_gemv(mem, dm, w, sh.cols + (n == 3 ? 4 : 0), n, accumulate, split, label);
+      }
+    for (DType dt : kDtypes)
+      for (const MatShape& sh : {MatShape{37, 96}, MatShape{129, 4096}, MatShape{3, 11520}}) {
+        if (sh.cols % dtype_block_elems(dt) != 0) continue;
+        for (int64_t n : {1, 3, 8})
+          check_gemv_tasks(mem, dt, sh, n, split, way + "tasks " + dtype_name(dt) + " " + std::to_string(sh.rows) + "x" + std::to_string(sh.cols));
       }
   }
-  const GemvKsplit split(2);
-  ThreadPool pool(2);
-  for (const ModelCase& mc : kModels)
-    for (DType dt : {DType::F16, DType::Q4_0}) {
-      const ModelSpec spec = spec_of(mc, dt);
-      DevMem wmem;
-      std::unique_ptr<LayerPair> lp = make_layer(wmem, spec, pool);
-      for (const StepCase& s : kSteps)
-        if (s.n <= 8) check_blocks(spec, *lp, RopeStyle::Neox, s, ws, ws_bytes, pool, where(mc, dt, RopeStyle::Neox, s) + " (k-split)");
-    }
 }
 
 TEST_CASE("CUDA blocks go through long steps in chunks when the workspace is small", "[gpu][kernels]") {
@@ -968,17 +1051,13 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
       const MatmulRef ref = ref_matmul(dt, w, m.rows, m.cols, x, m.cols, 1, nullptr);
       cuda_matmul(mats[0], dx, m.cols, 1, dy, m.rows, false, ws, ws_bytes, g.stream, g.blas);
       CHECK(dot_error(get(dy, ref.size()), ref) <= kDotTol);
-      for (int ks : {1, 0}) {
-        if (ks == 0 && m.rows > 4096) continue;
-        const GemvKsplit split(ks);
+      for (cuda::GemvSplit split : {cuda::GemvSplit::Auto, cuda::GemvSplit::Never}) {
+        const bool ks = split == cuda::GemvSplit::Auto;
+        if (!ks && m.rows > 4096) continue;
         for (int64_t n : {1, 4, 8}) {
           int it = 0;
           const double ms = time_ms(
-              [&] {
-                cuda_matmul(mats[static_cast<size_t>(it++ % copies)], dx, m.cols, n, dy, m.rows, false, ws, ws_bytes,
-                            g.stream, g.blas);
-              },
-              40);
+              [&] { gemv_launch(mats[static_cast<size_t>(it++ % copies)], dx, m.cols, n, dy, m.rows, false, split); }, 40);
           const double gbps = static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
           std::printf("GEMV %-5s %6lld x %-6lld n=%lld%s: %8.1f us  %7.0f GB/s  (%4.1f%% of HBM)\n", dtype_name(dt),
                       static_cast<long long>(m.rows), static_cast<long long>(m.cols), static_cast<long long>(n),
