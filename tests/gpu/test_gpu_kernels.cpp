@@ -422,9 +422,12 @@ struct KernelCtx {
   }
 };
 
-const char* kernel_name(int decode_kernel) {
-  return decode_kernel == 1 ? "plain" : decode_kernel == 2 ? "pipelined" : "block";
+const char* kernel_name(cuda::DecodeAttn kernel) {
+  return kernel == cuda::DecodeAttn::Warps ? "warps" : kernel == cuda::DecodeAttn::Block ? "block" : "auto";
 }
+
+// The decode kernels (prefill steps ignore the choice).
+constexpr cuda::DecodeAttn kDecodeKernels[] = {cuda::DecodeAttn::Warps, cuda::DecodeAttn::Block};
 
 cuda::AttnArgs attn_args(const float* q, const float* kc, const float* vc, float* out, int64_t n, int64_t pos0,
                          int heads, int kv_heads, int hd) {
@@ -771,13 +774,13 @@ TEST_CASE("CUDA attention matches the CPU at long contexts (deep split-K, tiled 
     float* dk = mem.upload(k);
     float* dv = mem.upload(v);
     float* dout = mem.floats(ref.size());
-    for (int kernel : {1, 2, 3}) {  // the decode kernels (prefill steps ignore the choice)
+    for (cuda::DecodeAttn kernel : kDecodeKernels) {
       poison(dout, ref.size());
       cuda::AttnArgs a = attn_args(dq, dk, dv, dout, c.n, c.pos0, c.heads, c.kv_heads, c.hd);
       a.decode_kernel = kernel;
       cuda::attention(kc.ctx, a);
       INFO("heads " << c.heads << "/" << c.kv_heads << " hd " << c.hd << " n=" << c.n << " pos0=" << c.pos0 << " decode kernel "
-                    << kernel);
+                    << kernel_name(kernel));
       CHECK(test::max_rel_error(get(dout, ref.size()), ref, c.hd) <= kBlockTol);
     }
   }
@@ -796,24 +799,24 @@ TEST_CASE("CUDA attention matches the CPU at long contexts (deep split-K, tiled 
     float* dq = mem.upload(q);
     float* dk = mem.upload(k);
     float* dv = mem.upload(v);
-    for (int kernel : {1, 2, 3}) {
+    for (cuda::DecodeAttn kernel : kDecodeKernels) {
       poison(dout, ref.size());
       cuda::AttnArgs a = attn_args(dq, dk, dv, dout, n, pos0, heads, kv_heads, hd);
       a.decode_kernel = kernel;
       a.decode_min_keys = 16;
       cuda::attention(kc.ctx, a);
-      INFO("many splits: hd " << hd << " decode kernel " << kernel);
+      INFO("many splits: hd " << hd << " decode kernel " << kernel_name(kernel));
       CHECK(test::max_rel_error(get(dout, ref.size()), ref, hd) <= kBlockTol);
     }
     // A workspace with room for the partials of ~10 splits only: the kernels take fewer, longer splits.
     const uint64_t small_bytes = 10 * (static_cast<uint64_t>(n * heads) * (hd + 2) * 4 + 512);
     KernelCtx small(mem.alloc(small_bytes), small_bytes);
-    for (int kernel : {2, 3}) {
+    for (cuda::DecodeAttn kernel : kDecodeKernels) {
       poison(dout, ref.size());
       cuda::AttnArgs a = attn_args(dq, dk, dv, dout, n, pos0, heads, kv_heads, hd);
       a.decode_kernel = kernel;
       cuda::attention(small.ctx, a);
-      INFO("small workspace: hd " << hd << " decode kernel " << kernel);
+      INFO("small workspace: hd " << hd << " decode kernel " << kernel_name(kernel));
       CHECK(test::max_rel_error(get(dout, ref.size()), ref, hd) <= kBlockTol);
     }
   }
@@ -833,14 +836,14 @@ TEST_CASE("CUDA attention matches the CPU at long contexts (deep split-K, tiled 
       std::vector<float> ref(static_cast<size_t>(n * QD));
       shardwise::attention(q.data(), n, pos.data(), k.data(), v.data(), kv_len, {heads, kv_heads, hd}, ref.data(), pool);
       float* dout = mem.floats(ref.size());
-      for (int kernel : {1, 2, 3})
+      for (cuda::DecodeAttn kernel : kDecodeKernels)
       for (int keys : {0, 32}) {
         poison(dout, ref.size());
         cuda::AttnArgs a = attn_args(mem.upload(q), mem.upload(k), mem.upload(v), dout, n, pos0, heads, kv_heads, hd);
         a.decode_kernel = kernel;
         a.decode_min_keys = keys;
         cuda::attention(kc.ctx, a);
-        INFO("decode kernel " << kernel << ": hd " << hd << " kv_len " << kv_len << " n=" << n << " min keys " << keys);
+        INFO("decode kernel " << kernel_name(kernel) << ": hd " << hd << " kv_len " << kv_len << " n=" << n << " min keys " << keys);
         CHECK(test::max_rel_error(get(dout, ref.size()), ref, hd) <= kBlockTol);
       }
     }
@@ -904,7 +907,7 @@ TEST_CASE("CUDA attention matches the CPU for any head_dim (padded kernels, unal
     float* dv = mem.upload(hv);
     const size_t out_floats = static_cast<size_t>(c.off + c.n * qs);
     float* dout = mem.floats(out_floats);
-    for (int kernel : {1, 2, 3}) {  // the decode kernels (plain, pipelined, block)
+    for (cuda::DecodeAttn kernel : kDecodeKernels) {
       poison(dout, out_floats);
       cuda::AttnArgs a = attn_args(dq + c.off, dk + c.off, dv + c.off, dout + c.off, c.n, c.pos0, c.heads, c.kv_heads, c.hd);
       a.q_stride = qs;
@@ -926,7 +929,7 @@ TEST_CASE("CUDA attention matches the CPU for any head_dim (padded kernels, unal
         }
       }
       INFO("heads " << c.heads << "/" << c.kv_heads << " hd " << c.hd << " n=" << c.n << " pos0=" << c.pos0
-                    << " offset " << c.off << " pad " << c.pad << " decode kernel " << kernel);
+                    << " offset " << c.off << " pad " << c.pad << " decode kernel " << kernel_name(kernel));
       // Per head (as the long-context cases); heads of 1 or 2 elements per token row, where one output
       // can be near 0 by cancellation.
       CHECK(test::max_rel_error(got, ref, c.hd >= 8 ? c.hd : QD) <= kBlockTol);
@@ -1122,10 +1125,10 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
                     flops / (ms * 1e-3) / 1e12);
       }
       // Decode at the peer protocol's 1K and at 4K context by each kernel's keys per warp: fewer keys,
-      // more warps against a longer combine (warp kernels at 1K and 64 keys: 16 splits x 8 kv heads = 32
+      // more warps against a longer combine (the warp kernel at 1K and 64 keys: 16 splits x 8 kv heads = 32
       // blocks of 4 warps on 132 SMs; the block kernel at 1K and 8 keys: 16 splits x 8 kv heads = 128
       // blocks of 8 warps).
-      for (int kernel : {1, 2, 3})
+      for (cuda::DecodeAttn kernel : kDecodeKernels)
       for (int64_t context : {int64_t(1024), int64_t(4096)})
         for (int32_t keys : {0, 16, 32, 64, 128}) {  // 0: the default (about sqrt(context))
           float* q = mem.floats(static_cast<size_t>(spec.q_dim()));
@@ -1141,7 +1144,7 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
                       2.0 * static_cast<double>(context) * static_cast<double>(KVD) * 4 / (ms * 1e-3) / 1e9);
         }
       // 8 tokens (speculative-decoding-sized steps) at 4K context, each kernel.
-      for (int kernel : {1, 2, 3}) {
+      for (cuda::DecodeAttn kernel : kDecodeKernels) {
         float* q = mem.floats(static_cast<size_t>(8 * spec.q_dim()));
         float* out = mem.floats(static_cast<size_t>(8 * spec.q_dim()));
         put(q, fresh(static_cast<size_t>(8 * spec.q_dim())));
