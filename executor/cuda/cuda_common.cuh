@@ -35,8 +35,8 @@ inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel)
 // kernel before it in the stream still runs; it waits (pdl_wait) before it touches memory, so it sees
 // everything that kernel wrote, and that kernel never sees its writes. What overlaps is the launch
 // and the block scheduling of one kernel with the tail of the last: decode steps run hundreds of
-// small kernels back to back. Other dependencies (events, copies) are unchanged. SHARDWISE_PDL=0, or a
-// device below sm_90, launches them as plain launches.
+// small kernels back to back. Other dependencies (events, copies) are unchanged. A device below sm_90
+// launches them as plain launches.
 bool pdl_enabled();
 
 template <typename... Params, typename... Args>
