@@ -68,8 +68,6 @@ uint64_t matmul_fixed_bytes(DType dtype, int64_t rows, int64_t cols);
 // narrower tiles make cuBLAS take split-K kernels for each, ~1.5x the time of one wide GEMM (qwen30b's
 // experts at 192 rows: results/executor/kprof_feb1d50/). Same as matmul_fixed_bytes for float weights.
 uint64_t matmul_tile_bytes(DType dtype, int64_t rows, int64_t cols);
-// cuda_set_quant_gemm_f16 (cuda_kernels.h).
-void set_quant_gemm_f16(bool on);
 
 // ---- norms, RoPE, element-wise, MoE helpers (norm_rope.cu) -------------------------------------
 // y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w for n rows of dim; y may alias x.

@@ -630,70 +630,6 @@ TEST_CASE("CUDA matmul (GEMV and exact GEMM) matches dequantised double dot prod
   }
 }
 
-// Quantised GEMMs through tensor cores for the guard's lifetime (also when a REQUIRE ends the test).
-struct QuantGemmF16 {
-  QuantGemmF16() { cuda_set_quant_gemm_f16(true); }
-  ~QuantGemmF16() { cuda_set_quant_gemm_f16(false); }
-};
-
-TEST_CASE("CUDA quantised GEMMs through tensor cores (f16 parts) match dequantised double dot products", "[gpu][kernels]") {
-  // cuda_set_quant_gemm_f16: q8_0/q4_0 above 32 tokens as three f16 GEMMs of split weights and activations.
-  // Scales from tiny to beyond f16's range (the tile is scaled into it), odd shapes, tiles and chunks.
-  Gpu& g = gpu();
-  DevMem mem;
-  const uint64_t ws_bytes = 256ull << 20;
-  uint8_t* ws = mem.alloc(ws_bytes);
-  const QuantGemmF16 f16_parts;
-  const MatShape shapes[] = {{37, 96}, {300, 256}, {129, 4096}, {1000, 544}, {4096, 160}};
-  for (DType dt : {DType::Q8_0, DType::Q4_0}) {
-    for (float scale : {0.5f, 2.0e-5f, 3.0e4f}) {
-      for (const MatShape& sh : shapes) {
-        const std::vector<uint8_t> w = random_weights(dt, sh.rows, sh.cols, scale);
-        DevMat dm{dt, sh.rows, sh.cols, mem.upload(w.data(), w.size())};
-        for (int64_t n : {33, 64, 200}) {
-          if (n == 200 && sh.rows * sh.cols > 300 * 256) continue;
-          for (bool accumulate : {false, true})
-            check_matmul(g, mem, dm, w, sh.cols + (n == 64 ? 4 : 0), n, accumulate, true, ws, ws_bytes,
-                         std::string(dtype_name(dt)) + " scale " + std::to_string(scale) + " " + std::to_string(sh.rows) +
-                             "x" + std::to_string(sh.cols));
-        }
-      }
-    }
-    // Workspaces that force row tiles and token chunks (64-row tiles, 33-token chunks), and one too
-    // small for even those (the f32 path, then GEMV passes): the same numbers.
-    const int64_t rows = 1000, cols = 544, n = 200;
-    const std::vector<uint8_t> w = random_weights(dt, rows, cols, 0.5f);
-    DevMat dm{dt, rows, cols, mem.upload(w.data(), w.size())};
-    const std::vector<float> x = fresh(static_cast<size_t>(n * cols));
-    const MatmulRef ref = ref_matmul(dt, w, rows, cols, x, cols, n, nullptr);
-    float* dx = mem.upload(x);
-    for (uint64_t small : {uint64_t(1) << 20, uint64_t(300) << 10, uint64_t(64) << 10}) {
-      float* dy = mem.floats(ref.size());
-      poison(dy, ref.size());
-      cuda_matmul(dm, dx, cols, n, dy, rows, false, ws, small, g.stream, g.blas);
-      INFO(dtype_name(dt) << " with a " << small << "-byte workspace");
-      REQUIRE(dot_error(get(dy, ref.size()), ref) <= kDotTol);
-    }
-  }
-}
-
-TEST_CASE("CUDA blocks with quantised GEMMs through tensor cores match the CPU blocks", "[gpu][kernels]") {
-  DevMem mem;
-  const uint64_t ws_bytes = 128ull << 20;
-  uint8_t* ws = mem.alloc(ws_bytes);
-  ThreadPool pool(2);
-  const QuantGemmF16 f16_parts;
-  for (const ModelCase& mc : kModels) {
-    for (DType dt : {DType::Q8_0, DType::Q4_0}) {
-      const ModelSpec spec = spec_of(mc, dt);
-      DevMem wmem;
-      std::unique_ptr<LayerPair> lp = make_layer(wmem, spec, pool);
-      for (const StepCase& s : kSteps)
-        check_blocks(spec, *lp, RopeStyle::Neox, s, ws, ws_bytes, pool, where(mc, dt, RopeStyle::Neox, s) + " (f16 parts)");
-    }
-  }
-}
-
 TEST_CASE("CUDA blocks match the CPU blocks (every dtype, RoPE style, step shape)", "[gpu][kernels]") {
   DevMem mem;
   const uint64_t ws_bytes = 128ull << 20;
@@ -1082,13 +1018,6 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
       const double tflops = 2.0 * static_cast<double>(n * rows * cols) / (ms * 1e-3) / 1e12;
       std::printf("GEMM %-5s %lld x %lld x %lld tokens: %8.3f ms  %6.1f TFLOP/s\n", dtype_name(dt),
                   static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(n), ms, tflops);
-      if (dtype_is_quantized(dt)) {  // the same through tensor cores (cuda_set_quant_gemm_f16)
-        const QuantGemmF16 f16_parts;
-        const double ms16 = time_ms([&] { cuda_matmul(dm, dx, cols, n, dy, rows, false, ws, ws_bytes, g.stream, g.blas); }, 10);
-        std::printf("GEMM %-5s %lld x %lld x %lld tokens, f16 parts: %8.3f ms  %6.1f TFLOP/s\n", dtype_name(dt),
-                    static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(n), ms16,
-                    2.0 * static_cast<double>(n * rows * cols) / (ms16 * 1e-3) / 1e12);
-      }
     }
   }
   // Attention (nemo8b shape: 32 heads, 8 kv heads, head_dim 128): decode at 4K context, prefill of 512.
