@@ -108,8 +108,7 @@ class Device {
   // On Queue::H2D, or Queue::H2DAct for activations (both draw on the one PCIe cap).
   virtual void copy_h2d(uint8_t* dev, const void* host, uint64_t bytes, Queue q = Queue::H2D) = 0;
   // Several host-to-device copies on q (a layer's routed experts), with the same effect as copy_h2d on
-  // each, in order. CUDA issues them one call per copy, or, with SHARDWISE_COPY_BATCH=1, as one batched
-  // call with one pacing step under a PCIe cap (measured slower on the H200 host; kept to re-measure).
+  // each, in order. CUDA issues them one call per copy (one batched call decoded slower).
   // A copy of `rows` rows of `bytes` each: row i from host + i * host_pitch to dev + i * dev_pitch (both
   // pitches at least `bytes` when rows > 1) — e.g. an expert's gate, up and down slices, which lie at one
   // distance from each other in three same-sized tensors, as one strided copy (CUDA: cudaMemcpy2DAsync where
@@ -205,11 +204,5 @@ struct EmuOptions {
 std::unique_ptr<Device> make_emu_device(const EmuOptions& options = {});
 // Throws Error when the build has no CUDA or the machine no GPU.
 std::unique_ptr<Device> make_cuda_device(int ordinal = 0);
-// CUDA devices' copy_h2d_batch as one cudaMemcpyBatchAsync (on) or one call per copy (off, the
-// default; SHARDWISE_COPY_BATCH=1 turns it on). Process-wide, for tests and measurements.
-void cuda_set_copy_batch(bool on);
-// CUDA: activation uploads (Queue::H2DAct, up to 1 MiB, pinned) read by a kernel (the default) or copied by
-// the copy engine (SHARDWISE_ACT_PULL=0); the GPU suite runs both. No-op in a build without CUDA.
-void cuda_set_act_pull(bool on);
 
 }  // namespace shardwise
