@@ -94,12 +94,6 @@ __global__ void pace_tail_kernel(const unsigned long long* tail) {
   while (global_ns() < until) __nanosleep(1000);
 }
 
-// Holds the stream until the host has raised fence `seq` (Device::host_fence): `raised` is mapped
-// pinned host memory the host writes.
-__global__ void host_fence_kernel(const volatile unsigned long long* raised, unsigned long long seq) {
-  while (*raised < seq) __nanosleep(200);
-}
-
 // An activation upload read by the SMs from mapped pinned host memory (CudaDevice::copy, pull):
 // `ld.cv` fetches every line again, never a cached copy of what the host rewrote since.
 template <typename T>
@@ -173,13 +167,6 @@ class CudaDevice : public Device {
     pacers_[0].credit = static_cast<unsigned long long*>(credits);
     pacers_[1].credit = pacers_[0].credit + 1;
     tails_ = pacers_[0].credit + 2;
-    void* fence = nullptr;  // host fences: the last one raised, in mapped pinned host memory
-    check(cudaHostAlloc(&fence, 64, cudaHostAllocMapped), "cudaHostAlloc (host fences)");
-    fence_host_ = static_cast<unsigned long long*>(fence);
-    *fence_host_ = 0;
-    void* fence_dev = nullptr;
-    check(cudaHostGetDevicePointer(&fence_dev, fence, 0), "cudaHostGetDevicePointer (host fences)");
-    fence_dev_ = static_cast<const unsigned long long*>(fence_dev);
     if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) fail("cuBLAS: cublasCreate failed");
     if (cublasSetStream(blas_, streams_[0]) != CUBLAS_STATUS_SUCCESS) fail("cuBLAS: cublasSetStream failed");
     // No TF32 or other reduced-precision modes: results must match the f32 reference.
@@ -193,9 +180,7 @@ class CudaDevice : public Device {
     min_free_ = free_b;
   }
   ~CudaDevice() override {
-    if (fence_host_) __atomic_store_n(fence_host_, static_cast<unsigned long long>(fences_made_), __ATOMIC_RELEASE);  // never hang here
     cudaDeviceSynchronize();
-    if (fence_host_) cudaFreeHost(fence_host_);
     kernels_.reset();
     for (auto& g : graphs_) cudaGraphExecDestroy(g.second);
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
@@ -312,35 +297,17 @@ class CudaDevice : public Device {
     ev.seq = i;
     return ev;
   }
-  Event host_fence() override { return Event{kHostFenceQueue, ++fences_made_}; }
-  void raise_fence(const Event& fence) override {
-    if (!fence.valid()) return;
-    SW_CHECK(fence.queue == kHostFenceQueue, "CUDA: raise_fence on an event that is not a host fence");
-    // After the host's writes the fenced work reads (release), as the device's queues will read them.
-    if (__atomic_load_n(fence_host_, __ATOMIC_ACQUIRE) < fence.seq) __atomic_store_n(fence_host_, static_cast<unsigned long long>(fence.seq), __ATOMIC_RELEASE);
-  }
-  bool fence_raised(uint64_t seq) const { return __atomic_load_n(fence_host_, __ATOMIC_ACQUIRE) >= seq; }
   void wait(Queue q, const Event& e) override {
-    if (e.valid() && e.queue == kHostFenceQueue) {
-      host_fence_kernel<<<1, 1, 0, streams_[static_cast<int>(q)]>>>(fence_dev_, static_cast<unsigned long long>(e.seq));
-      check(cudaGetLastError(), "the host fence kernel launch");
-      return;
-    }
     if (!e.valid() || e.queue == static_cast<int>(q)) return;
     check(cudaStreamWaitEvent(streams_[static_cast<int>(q)], events_.at(e.seq), 0), "cudaStreamWaitEvent");
   }
   void host_wait(const Event& e) override {
     if (!e.valid()) return;
-    if (e.queue == kHostFenceQueue) {
-      SW_CHECK(fence_raised(e.seq), "CUDA: the host waits for a host fence it has not raised (it never would be)");
-      return;
-    }
     const StallGuard guard("a wait for the GPU (an event of its queues)", 0, kStallHint);
     check(cudaEventSynchronize(events_.at(e.seq)), "cudaEventSynchronize");
   }
   bool event_done(const Event& e) override {
     if (!e.valid()) return true;
-    if (e.queue == kHostFenceQueue) return fence_raised(e.seq);
     const cudaError_t r = cudaEventQuery(events_.at(e.seq));
     if (r == cudaErrorNotReady) {
       cudaGetLastError();
@@ -571,9 +538,6 @@ class CudaDevice : public Device {
   std::string name_;
   cudaStream_t streams_[kNumQueues] = {};
   unsigned long long* tails_ = nullptr;         // device: per queue, the end of its last link reservation
-  unsigned long long* fence_host_ = nullptr;    // the last host fence raised (mapped pinned host memory)
-  const unsigned long long* fence_dev_ = nullptr;  // the same, as the device reads it
-  uint64_t fences_made_ = 0;
   std::atomic<bool> tail_pending_[kNumQueues] = {};  // a paced copy since the queue's last tail kernel
   cublasHandle_t blas_ = nullptr;
   std::vector<cudaEvent_t> events_;

@@ -29,8 +29,6 @@ struct Event {
   uint64_t seq = 0;
   bool valid() const { return queue >= 0; }
 };
-// Event::queue of a host fence (Device::host_fence): a point the host raises, not a queue's.
-constexpr int kHostFenceQueue = 1 << 20;
 
 // A weight matrix in device memory: rows x cols of dtype, rows contiguous.
 struct DevMat {
@@ -142,15 +140,6 @@ class Device {
   virtual bool event_done(const Event& e) = 0;  // non-blocking: has e completed?
   virtual void synchronize() = 0;
 
-  // Host fences: device work that depends on host work can be enqueued before that work ends.
-  // host_fence() makes a fence (queue kHostFenceQueue); wait(q, fence) makes q's later work wait until
-  // the host calls raise_fence(fence); host_wait and event_done on a fence ask whether it is raised.
-  // Fences are raised in the order they were made (raising one raises those made before it), and every
-  // fence made must be raised, or the queues waiting on it never finish. A device without fences
-  // returns an invalid Event: the caller then enqueues the dependent work after the host work.
-  virtual Event host_fence() { return {}; }
-  virtual void raise_fence(const Event& fence) { (void)fence; }
-
   // Measured step timelines (`run --timeline`): begin_timeline() sets time 0 (call it with every
   // queue idle); timestamp(q) is a point on queue q, reached once the queue gets there (it is not an
   // event to wait on); timestamp_ms() reads it after synchronize(), in ms since time 0, on a clock
@@ -199,7 +188,6 @@ struct EmuOptions {
   // items ahead of another, which equal random delays rarely do (that is how a slot reused too early
   // shows up). {1, 1, 1} = equal.
   double queue_scale[kNumQueues] = {1, 1, 1, 1};
-  bool host_fences = true;  // false: host_fence() returns an invalid Event, as a device without them
 };
 std::unique_ptr<Device> make_emu_device(const EmuOptions& options = {});
 // Throws Error when the build has no CUDA or the machine no GPU.

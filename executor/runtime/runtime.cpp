@@ -314,13 +314,6 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
              ": give 1 (a split layer's CPU share starts, the host enqueues beside it; the default) or 0 (enqueues first)");
     share_first_ = v == "1";
   }
-  if (const char* hf = std::getenv("SHARDWISE_HOST_FENCE")) {  // opt-in until measured on the GPU
-    const std::string v = hf;
-    SW_CHECK(v == "0" || v == "1", "SHARDWISE_HOST_FENCE=", v,
-             ": give 1 (the device work after a split layer's CPU share is enqueued before the share ends, behind a "
-             "host fence) or 0 (after it; the default)");
-    host_fences_ = v == "1";
-  }
   strided_expert_copies_ = expert_copies_strided(options_.strided_expert_copies);
   // Load time, not the first step: upload what the decode plan pins (other tiers' plans pin a prefix
   // of the same canonical order, or are baselines with their own layout).
@@ -1283,29 +1276,14 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
   // A split layer's CPU share, once its dependencies are in, starts at once; the host enqueues the
   // device work that is ready (the layer's routed expert copy and GPU share among it) while the pool's
   // other threads compute (ThreadPool::set_caller_work). Enqueued first, a layer's copies and GPU-share
-  // kernels held its CPU share back by ~70 us (qwen30b 4G/1K decode, the sixteenth session). One thread
-  // enqueues first, then computes.
-  //
-  // With host fences (SHARDWISE_HOST_FENCE=1, where the device has them) the share is settled before it
-  // runs: its event is a fence the host raises once the share is computed, so the device work after it
-  // (the partial's copy and add, the next layer's attention and router) is enqueued beside it too and
-  // starts when the share ends instead of when the host has launched it (~40 us of launches per split
-  // layer, the sixteenth session's timelines).
+  // kernels held its CPU share back by ~70 us (qwen30b 4G/1K decode). One thread enqueues first, then
+  // computes.
   auto start_share = [&]() {
     const Action* c = next_share();
     if (!c) return false;
     for (int d : c->deps)
       if (!settled[static_cast<size_t>(d)]) return false;
     end_capture();
-    struct RaiseOnExit {  // every fence made is raised, also when the share fails
-      Device& device;
-      Event fence;
-      ~RaiseOnExit() { device.raise_fence(fence); }
-    } raise{device_, host_fences_ ? device_.host_fence() : Event{}};
-    if (raise.fence.valid()) {
-      ev[static_cast<size_t>(c->id)] = raise.fence;
-      settled[static_cast<size_t>(c->id)] = 1;
-    }
     pool_.set_caller_work([&] { issue_ready(false); });
     try {
       execute(*c);
@@ -1314,7 +1292,6 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
       throw;
     }
     pool_.run_caller_work();
-    device_.raise_fence(raise.fence);
     settled[static_cast<size_t>(c->id)] = 1;
     ++finished;
     ++next[static_cast<size_t>(Resource::Cpu)];

@@ -189,33 +189,6 @@ TEST_CASE("CUDA device: a file mapping is pinned read-only in place and copied f
   dev->unpin_host(file.data(), file.size());
 }
 
-TEST_CASE("CUDA device: work behind a host fence waits until the host raises it", "[gpu]") {
-  auto dev = make_cuda_device(0);
-  uint8_t* arena = dev->allocate_arena(16u << 20);
-  std::vector<float> x(1 << 16, 2.5f), y(x.size(), 0.0f);
-  dev->pin_host(x.data(), x.size() * 4);
-  const Event f = dev->host_fence();
-  REQUIRE(f.valid());
-  dev->wait(Queue::H2DAct, f);
-  dev->copy_h2d(arena, x.data(), x.size() * 4, Queue::H2DAct);
-  const Event copied = dev->record(Queue::H2DAct);
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  CHECK_FALSE(dev->event_done(copied));  // held by the fence
-  CHECK_FALSE(dev->event_done(f));
-  std::fill(x.begin(), x.end(), 7.0f);  // written before the raise: the copy must see it
-  dev->raise_fence(f);
-  CHECK(dev->event_done(f));
-  dev->wait(Queue::D2H, copied);
-  dev->copy_d2h(y.data(), arena, y.size() * 4);
-  dev->synchronize();
-  CHECK(y == x);
-  dev->unpin_host(x.data(), x.size() * 4);
-  // A fence never raised does not hang the device's teardown.
-  auto other = make_cuda_device(0);
-  other->allocate_arena(1u << 20);
-  other->wait(Queue::H2D, other->host_fence());
-}
-
 TEST_CASE("CUDA device: a batch of copies lands as its copies one by one, capped at the cap's rate", "[gpu]") {
   // 24 copies of odd sizes from a pinned buffer and, in a second batch, one from pageable memory among
   // them, to scattered places; read back.
@@ -591,18 +564,12 @@ TEST_CASE("CUDA runtime: MoE experts split between CPU and GPU (Dynamic) reprodu
           for (const Action& a : p->actions) shares += a.part == ComputePart::MoeGpuShare;
       INFO(dtype_name(dt) << " share " << share << ": " << shares << " split layers in the table");
       REQUIRE(shares > 0);
-      // Without and with host fences (the work after each CPU share enqueued before it ends).
-      for (const char* fence : {"0", "1"}) {
-        setenv("SHARDWISE_HOST_FENCE", fence, 1);
-        auto dev = make_cuda_device(0);
-        RuntimeOptions o;
-        o.schedule = Schedule::Dynamic;
-        Runtime rt(*src, w, *dev, pool, table, o);
-        unsetenv("SHARDWISE_HOST_FENCE");
-        INFO("SHARDWISE_HOST_FENCE=" << fence);
-        CHECK(test::max_rel_error(steps_of(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
-        check_device_peak(rt.memory(), cfg.budget_bytes);
-      }
+      auto dev = make_cuda_device(0);
+      RuntimeOptions o;
+      o.schedule = Schedule::Dynamic;
+      Runtime rt(*src, w, *dev, pool, table, o);
+      CHECK(test::max_rel_error(steps_of(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
+      check_device_peak(rt.memory(), cfg.budget_bytes);
       ++split_runs;
     }
     CHECK(split_runs == spec.num_experts_per_tok - 1);
