@@ -308,12 +308,6 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
   buf_->split.resize(static_cast<size_t>(spec_.num_hidden_layers));
   buf_->expert_ptrs.resize(static_cast<size_t>(spec_.num_hidden_layers));
   trace_ = std::getenv("SHARDWISE_TRACE_ACTIONS") != nullptr;
-  if (const char* sf = std::getenv("SHARDWISE_SHARE_FIRST")) {  // for measuring what starting the share first gains
-    const std::string v = sf;
-    SW_CHECK(v == "0" || v == "1", "SHARDWISE_SHARE_FIRST=", v,
-             ": give 1 (a split layer's CPU share starts, the host enqueues beside it; the default) or 0 (enqueues first)");
-    share_first_ = v == "1";
-  }
   strided_expert_copies_ = expert_copies_strided(options_.strided_expert_copies);
   // Load time, not the first step: upload what the decode plan pins (other tiers' plans pin a prefix
   // of the same canonical order, or are baselines with their own layout).
@@ -1239,7 +1233,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
   auto next_share = [&]() -> const Action* {
     const size_t ci = next[static_cast<size_t>(Resource::Cpu)];
     const auto& cq = order[static_cast<size_t>(Resource::Cpu)];
-    if (!share_first_ || pool_.size() <= 1 || ci >= cq.size()) return nullptr;
+    if (pool_.size() <= 1 || ci >= cq.size()) return nullptr;
     const Action& c = plan.actions[static_cast<size_t>(cq[ci])];
     return c.part == ComputePart::MoeCpuShare ? &c : nullptr;
   };

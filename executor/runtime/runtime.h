@@ -192,7 +192,6 @@ class Runtime : public StepEngine {
   std::vector<bool> kv_on_gpu_;
   bool kv_fixed_ = false;
   bool trace_ = false;  // SHARDWISE_TRACE_ACTIONS: log each action before it runs
-  bool share_first_ = true;  // SHARDWISE_SHARE_FIRST=0: a split layer's host enqueues before its CPU share (A/B)
   bool strided_expert_copies_ = false;  // options_ or SHARDWISE_EXPERT_COPY
   int64_t n_past_ = 0;
   uint64_t arena_peak_ = 0, uploaded_ = 0;

@@ -512,19 +512,17 @@ TEST_CASE("runtime: an MoE layer's experts split between CPU and GPU (Dynamic) m
     CHECK(rt.memory().arena_peak_bytes <= cfg.budget_bytes);
   }
   // With a pool of two, a split layer's CPU share starts before the host enqueues the layer's routed
-  // expert copy and GPU share (it enqueues them while the other thread computes); with one thread, or
-  // SHARDWISE_SHARE_FIRST=0, it enqueues them first. Exact either way.
-  for (const auto& [threads, env] : std::vector<std::pair<int, const char*>>{{2, nullptr}, {1, nullptr}, {2, "0"}}) {
-    const bool first = threads > 1 && !env;
-    if (env) setenv("SHARDWISE_SHARE_FIRST", env, 1);
+  // expert copy and GPU share (it enqueues them while the other thread computes); with one thread it
+  // enqueues them first. Exact either way.
+  for (int threads : {2, 1}) {
+    const bool first = threads > 1;
     ThreadPool p(threads);
     auto dev = make_emu_device({29, 40, 0});
     RuntimeOptions o;
     o.schedule = Schedule::Dynamic;
     o.timeline_runs = 1000;
     Runtime rt(*src, w, *dev, p, table, o);
-    unsetenv("SHARDWISE_SHARE_FIRST");
-    INFO(threads << " thread(s), SHARDWISE_SHARE_FIRST " << (env ? env : "unset"));
+    INFO(threads << " thread(s)");
     CHECK(test::max_rel_error(run_steps(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
     struct Layer {
       double share_start = -1, first_enqueue = 1e300, last_enqueue_end = -1;
@@ -578,15 +576,6 @@ TEST_CASE("runtime: an MoE layer's experts split between CPU and GPU (Dynamic) m
       CHECK(partial_enqueued[key] >= end);
       CHECK(partial_start[key] >= end - 0.05);  // never before the share is computed
     }
-  }
-  // A bad value of the switch is refused when the runtime is made, naming it.
-  for (const auto& [var, value] : std::vector<std::pair<const char*, const char*>>{{"SHARDWISE_SHARE_FIRST", "yes"}}) {
-    setenv(var, value, 1);
-    auto dev = make_emu_device({1, 0, 0});
-    RuntimeOptions o;
-    o.schedule = Schedule::Dynamic;
-    CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, table, o), Contains(std::string(var) + "=" + value + ": give 1"));
-    unsetenv(var);
   }
   // A plan that splits a dense model's FFN, or names a share of all top_k, is refused at load.
   PlanTable bad = table;
