@@ -83,7 +83,7 @@ Queue queue_of(Resource r) {
 }  // namespace
 
 void push_expert_copies(std::vector<Device::HostCopy>& out, uint8_t* blk, const ShardLayout& L, const TensorView& g,
-                        const TensorView& u, const TensorView& d, bool strided) {
+                        const TensorView& u, const TensorView& d) {
   struct Part {
     uint8_t* dev;
     const void* host;
@@ -91,10 +91,6 @@ void push_expert_copies(std::vector<Device::HostCopy>& out, uint8_t* blk, const 
   };
   Part p[3] = {{blk, g.data, g.nbytes}, {blk + L.expert_up_offset, u.data, u.nbytes}, {blk + L.expert_down_offset, d.data, d.nbytes}};
   auto single = [&](int i) { out.push_back({p[i].dev, p[i].host, p[i].bytes}); };
-  if (!strided) {
-    for (int i = 0; i < 3; ++i) single(i);
-    return;
-  }
   std::sort(p, p + 3, [](const Part& a, const Part& b) { return a.dev < b.dev; });
   auto at = [](const void* q) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(q)); };
   // Parts i..j (consecutive in the place) as one strided copy: one size, one host and one place distance,
@@ -125,40 +121,31 @@ void push_expert_copies(std::vector<Device::HostCopy>& out, uint8_t* blk, const 
   }
 }
 
-bool expert_copies_strided(bool preferred) {
-  const char* ec = std::getenv("SHARDWISE_EXPERT_COPY");
-  if (!ec) return preferred;
-  const std::string v = ec;
-  SW_CHECK(v == "strided" || v == "split", "SHARDWISE_EXPERT_COPY=", v,
-           ": give strided (an expert's slices as one strided copy where they allow) or split (three copies)");
-  return v == "strided";
-}
-
 namespace {
 // push_expert_copies of layer 0's expert 0, whose merged gate, up and down tensors are g, u and d (their
 // data only located, never read), into the planner's layout of that layer's FFN.
 int count_expert_copies(const ModelSpec& spec, const TensorDtypes* dtypes, const TensorView& g, const TensorView& u,
-                        const TensorView& d, bool strided) {
+                        const TensorView& d) {
   const ShardSet shards = make_shards(spec, 1, DType::F32, dtypes);
   const std::vector<ShardLayout> layouts = shard_layouts(spec, shards, dtypes);
   if (shards.ffn.empty()) return 3;
   std::vector<Device::HostCopy> copies;
   uint8_t* place = reinterpret_cast<uint8_t*>(uintptr_t{1} << 40);  // a place, never written
-  push_expert_copies(copies, place, layouts.at(static_cast<size_t>(shards.ffn[0])), g.slice(0), u.slice(0), d.slice(0), strided);
+  push_expert_copies(copies, place, layouts.at(static_cast<size_t>(shards.ffn[0])), g.slice(0), u.slice(0), d.slice(0));
   return static_cast<int>(copies.size());
 }
 }  // namespace
 
-int expert_copies_of(const WeightSource& source, bool strided) {
+int expert_copies_of(const WeightSource& source) {
   const ModelSpec& spec = source.spec();
-  if (!spec.is_moe() || !strided) return 3;
+  if (!spec.is_moe()) return 3;
   const TensorDtypes dtypes = tensor_dtypes_of(source);
   return count_expert_copies(spec, &dtypes, source.tensor("blk.0.ffn_gate_exps.weight"), source.tensor("blk.0.ffn_up_exps.weight"),
-                             source.tensor("blk.0.ffn_down_exps.weight"), strided);
+                             source.tensor("blk.0.ffn_down_exps.weight"));
 }
 
-int synthetic_expert_copies(const ModelSpec& spec, bool strided) {
-  if (!spec.is_moe() || !strided) return 3;
+int synthetic_expert_copies(const ModelSpec& spec) {
+  if (!spec.is_moe()) return 3;
   const std::map<std::string, uint64_t> at = synthetic_tensor_offsets(spec);
   TensorView v[3];
   const char* names[3] = {"blk.0.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight", "blk.0.ffn_down_exps.weight"};
@@ -171,7 +158,7 @@ int synthetic_expert_copies(const ModelSpec& spec, bool strided) {
         v[i].data = reinterpret_cast<const void*>((uintptr_t{1} << 44) + at.at(t.name));  // located, never read
       }
   for (const TensorView& t : v) SW_CHECK(t.data != nullptr, "synthetic_expert_copies: ", spec.name, " has no layer-0 experts");
-  return count_expert_copies(spec, nullptr, v[0], v[1], v[2], strided);
+  return count_expert_copies(spec, nullptr, v[0], v[1], v[2]);
 }
 
 namespace {
@@ -308,7 +295,6 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
   buf_->split.resize(static_cast<size_t>(spec_.num_hidden_layers));
   buf_->expert_ptrs.resize(static_cast<size_t>(spec_.num_hidden_layers));
   trace_ = std::getenv("SHARDWISE_TRACE_ACTIONS") != nullptr;
-  strided_expert_copies_ = expert_copies_strided(options_.strided_expert_copies);
   // Load time, not the first step: upload what the decode plan pins (other tiers' plans pin a prefix
   // of the same canonical order, or are baselines with their own layout).
   int64_t chunk = 0;
@@ -1058,7 +1044,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
             SW_CHECK(place < places, "runtime: the routed experts of layer ", layer, " do not fit the stream slot (", cap, " bytes)");
             taken[static_cast<size_t>(place)] = 1;
             uint8_t* blk = dst + L.expert_base + place * L.expert_stride;
-            push_expert_copies(copies, blk, L, g.slice(e), u.slice(e), dn.slice(e), strided_expert_copies_);
+            push_expert_copies(copies, blk, L, g.slice(e), u.slice(e), dn.slice(e));
             ptrs[static_cast<size_t>(e)] = blk;
           }
           if (!copies.empty()) device_.copy_h2d_batch(copies.data(), copies.size());

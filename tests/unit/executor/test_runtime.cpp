@@ -764,9 +764,9 @@ TEST_CASE("runtime: experts prefetched on the layer before's guess match the CPU
 }
 
 TEST_CASE("runtime: strided expert copies keep every step exact (one copy per expert in a synthetic model)", "[runtime][moe]") {
-  // RuntimeOptions::strided_expert_copies: a streamed routed expert's gate, up and down slices go as
-  // strided copies (Device::HostCopy rows) where their host distances allow. A synthetic model stores a
-  // layer's gate, up and down expert tensors back to back: one copy of three rows per expert.
+  // A streamed routed expert's gate, up and down slices go as strided copies (Device::HostCopy rows) where
+  // their host distances allow. A synthetic model stores a layer's gate, up and down expert tensors back
+  // to back: one copy of three rows per expert.
   const ModelSpec spec = test_model("qwen3_moe", DType::F16);
   ThreadPool pool(2);
   auto src = make_synthetic_weights(spec, 43, &pool);
@@ -778,28 +778,20 @@ TEST_CASE("runtime: strided expert copies keep every step exact (one copy per ex
   const PlanTable table = table_for(*src, min_budget_for(*src, ctx) + spec.total_bytes() / 4, ctx, {1, 4, 16});  // experts streamed
   for (Schedule s : {Schedule::GpuOnly, Schedule::Dynamic}) {
     if (!feasible_at_some_tier(table, s)) continue;
-    for (bool strided : {false, true}) {
-      INFO(schedule_name(s) << (strided ? " strided" : " split"));
-      EmuOptions eo;
-      eo.seed = 47;
-      eo.max_delay_us = 40;
-      eo.queue_scale[static_cast<int>(Queue::H2D)] = 4;  // copies slow: a row landing late reads old experts
-      auto emu = make_emu_device(eo);
-      CopyWaitCounter dev(*emu);
-      RuntimeOptions o;
-      o.schedule = s;
-      o.strided_expert_copies = strided;
-      Runtime rt(*src, w, dev, pool, table, o);
-      CHECK(test::max_rel_error(run_steps(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
-      const auto& by_rows = dev.batch_copies_by_rows;
-      if (strided) {
-        CHECK(by_rows.count(3));  // the experts, one copy each
-        CHECK(!by_rows.count(2));
-      } else {
-        CHECK(by_rows.count(1));
-        CHECK(by_rows.size() == 1);
-      }
-    }
+    INFO(schedule_name(s));
+    EmuOptions eo;
+    eo.seed = 47;
+    eo.max_delay_us = 40;
+    eo.queue_scale[static_cast<int>(Queue::H2D)] = 4;  // copies slow: a row landing late reads old experts
+    auto emu = make_emu_device(eo);
+    CopyWaitCounter dev(*emu);
+    RuntimeOptions o;
+    o.schedule = s;
+    Runtime rt(*src, w, dev, pool, table, o);
+    CHECK(test::max_rel_error(run_steps(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
+    const auto& by_rows = dev.batch_copies_by_rows;
+    CHECK(by_rows.count(3));  // the experts, one copy each
+    CHECK(!by_rows.count(2));
   }
   // A strided copy whose rows would overlap is refused with one line.
   auto dev = make_emu_device({1, 0, 0});
@@ -811,26 +803,24 @@ TEST_CASE("runtime: strided expert copies keep every step exact (one copy per ex
 
 TEST_CASE("expert_copies_of: the copies a streamed expert takes, for the planner, as the runtime makes them", "[runtime][moe]") {
   // Synthetic weights (gate, up, down tensors in that order): one strided copy, whether counted on the
-  // weights or on the spec alone (the sweep plans synthetic models before making them); three split.
+  // weights or on the spec alone (the sweep plans synthetic models before making them).
   for (DType dt : {DType::F16, DType::Q8_0}) {
     const ModelSpec spec = test_model("qwen3_moe", dt);
     ThreadPool pool(2);
     auto src = make_synthetic_weights(spec, 5, &pool);
     INFO(dtype_name(dt));
-    CHECK(expert_copies_of(*src, true) == 1);
-    CHECK(synthetic_expert_copies(spec, true) == 1);
-    CHECK(expert_copies_of(*src, false) == 3);
-    CHECK(synthetic_expert_copies(spec, false) == 3);
+    CHECK(expert_copies_of(*src) == 1);
+    CHECK(synthetic_expert_copies(spec) == 1);
   }
   // llama.cpp's files (down, gate, up): gate and up as one copy, down alone.
   for (const char* f : {"qwen3moe_small.f16.gguf", "qwen3moe_small.q8_0.gguf"}) {
     auto src = open_weights(test::fixtures_dir() + "/llamacpp/gguf/" + f);
     INFO(f);
-    CHECK(expert_copies_of(*src, true) == 2);
+    CHECK(expert_copies_of(*src) == 2);
   }
   // A dense model has no experts to copy.
   const ModelSpec dense = test_model("llama", DType::F16);
-  CHECK(synthetic_expert_copies(dense, true) == 3);
+  CHECK(synthetic_expert_copies(dense) == 3);
 }
 
 TEST_CASE("push_expert_copies: an expert's slices as few strided copies as their host distances allow", "[runtime][moe]") {
@@ -847,19 +837,17 @@ TEST_CASE("push_expert_copies: an expert's slices as few strided copies as their
     v.nbytes = bytes;
     return v;
   };
-  auto copies = [&](uint64_t g, uint64_t u, uint64_t d, bool strided, uint64_t bytes_d = 128) {
+  auto copies = [&](uint64_t g, uint64_t u, uint64_t d, uint64_t bytes_d = 128) {
     std::vector<Device::HostCopy> out;
-    push_expert_copies(out, place.data(), L, view(g), view(u), view(d, bytes_d), strided);
+    push_expert_copies(out, place.data(), L, view(g), view(u), view(d, bytes_d));
     uint64_t bytes = 0;
     for (const auto& c : out) bytes += c.bytes * c.rows;
     CHECK(bytes == 256 + bytes_d);  // every byte once
     return out;
   };
   const uint64_t e = 3 * 128;  // expert 3's slices
-  // Split: three copies whatever the layout.
-  CHECK(copies(e, T + e, 2 * T + e, false).size() == 3);
   // gate, up, down back to back: one copy of three rows, T apart on the host, 128 in the place.
-  auto one = copies(e, T + e, 2 * T + e, true);
+  auto one = copies(e, T + e, 2 * T + e);
   REQUIRE(one.size() == 1);
   CHECK(one[0].rows == 3);
   CHECK(one[0].host_pitch == T);
@@ -867,7 +855,7 @@ TEST_CASE("push_expert_copies: an expert's slices as few strided copies as their
   CHECK(one[0].dev == place.data());
   CHECK(one[0].host == host.data() + e);
   // llama.cpp's down, gate, up: gate and up as one copy of two rows, down alone.
-  auto two = copies(T + e, 2 * T + e, e, true);
+  auto two = copies(T + e, 2 * T + e, e);
   REQUIRE(two.size() == 2);
   CHECK(two[0].rows == 2);
   CHECK(two[0].dev == place.data());
@@ -876,17 +864,17 @@ TEST_CASE("push_expert_copies: an expert's slices as few strided copies as their
   CHECK(two[1].dev == place.data() + 256);
   CHECK(two[1].host == host.data() + e);
   // up, down back to back after a gate elsewhere: gate alone, then up and down as one.
-  auto tail = copies(5 * T + e, e, T + e, true);
+  auto tail = copies(5 * T + e, e, T + e);
   REQUIRE(tail.size() == 2);
   CHECK(tail[0].rows == 1);
   CHECK(tail[1].rows == 2);
   // Unequal distances: the pair at one distance as one copy, the third alone.
-  CHECK(copies(e, T + e, 3 * T + e, true).size() == 2);
-  CHECK(copies(e, T + e, 2 * T + e, true, 64).size() == 2);  // down of another size alone
+  CHECK(copies(e, T + e, 3 * T + e).size() == 2);
+  CHECK(copies(e, T + e, 2 * T + e, 64).size() == 2);  // down of another size alone
   // Host addresses falling in the place's order (no row after the one before), or rows closer than their
   // size: three copies.
-  CHECK(copies(2 * T + e, T + e, e, true).size() == 3);
-  CHECK(copies(e, e + 64, e + 128, true).size() == 3);
+  CHECK(copies(2 * T + e, T + e, e).size() == 3);
+  CHECK(copies(e, e + 64, e + 128).size() == 3);
 }
 
 TEST_CASE("runtime: switching schedules between steps keeps every step exact (the oracle's one set-up)", "[runtime]") {
