@@ -5,7 +5,6 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "executor/cpu/blas_env.h"
-#include "executor/cpu/kernels.h"
 
 int main(int argc, char** argv) {
   shardwise::ensure_fast_blas(argv);
@@ -22,7 +21,6 @@ int main(int argc, char** argv) {
   shardwise::cli::register_report(app);
   shardwise::cli::register_profile(app);
   try {
-    shardwise::check_cpu_kernel_env();
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

@@ -569,28 +569,6 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
                       {"cases[0]", "measured_ms"});
 }
 
-// `shardwise info nemo8b` with VAR=value: exit 1, nothing on stdout, one error line naming VAR.
-void require_env_error(const std::string& var, const std::vector<std::string>& values) {
-  for (const std::string& v : values) {
-    const std::string err_path = temp_path("cli_env_error.txt");
-    std::string out;
-    const int rc = run_command(str_cat("(", var, "='", v, "' ", quote(bin()), " info nemo8b 2>", quote(err_path), ")"), &out);
-    const std::string err = read_file(err_path);
-    INFO(var << "=" << v << "\nexit " << rc << "\nstdout: " << out << "\nstderr: " << err);
-    CHECK(rc == 1);
-    CHECK(out.empty());
-    const auto ls = lines(err);
-    REQUIRE(ls.size() == 1);
-    CHECK_THAT(ls[0], StartsWith("error: " + var + "="));
-  }
-}
-
-TEST_CASE("cli: a malformed SHARDWISE_GEMV_PREFETCH is one error line, before any verb runs", "[cli]") {
-  require_env_error("SHARDWISE_GEMV_PREFETCH", {"abc", "-1", "99999999", "12k"});
-  std::string out;
-  CHECK(run_command(str_cat("SHARDWISE_GEMV_PREFETCH=0 ", quote(bin()), " info nemo8b"), &out) == 0);
-}
-
 TEST_CASE("cli: streamed experts as strided copies give the CPU path's tokens, and plan times those copies", "[cli]") {
   const std::string moe = fixture("hf/qwen3moe_nonorm");
   const std::string common = str_cat(" ", quote(bin()), " run --model ", quote(moe), " --tokens 1,2,3,4,5 -n 4 --greedy --threads 2 --json");
