@@ -4,9 +4,7 @@
 
 #include "cli/common.h"
 #include "core/error.h"
-#include "core/thread_pool.h"
 #include "executor/cpu/blas_env.h"
-#include "executor/cpu/kernels.h"
 
 int main(int argc, char** argv) {
   shardwise::ensure_fast_blas(argv);
@@ -23,8 +21,6 @@ int main(int argc, char** argv) {
   shardwise::cli::register_report(app);
   shardwise::cli::register_profile(app);
   try {
-    shardwise::check_cpu_kernel_env();
-    shardwise::check_thread_pool_env();
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

@@ -209,7 +209,7 @@ void run_run(RunArgs a) {
       cfg.threads = threads;
       cfg.model_name = src->origin();
       cfg.tensor_dtypes = tensor_dtypes_of(*src);
-      cfg.expert_copies = expert_copies_of(*src, expert_copies_strided(RuntimeOptions{}.strided_expert_copies));
+      cfg.expert_copies = expert_copies_of(*src);
       // A forced schedule gets a table of its own: the layout (KV in VRAM, the LM head's place) best
       // for it, not the one best for the planner's mix of schedules, in which it may not fit at all.
       if (a.schedule != "auto") cfg.schedules = {parse_schedule(a.schedule)};

@@ -2,7 +2,6 @@
 #include "core/size.h"
 
 #include <cctype>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -79,15 +78,6 @@ int64_t parse_token_count(const std::string& text, const std::string& what) {
   else if (!n.unit.empty()) fail(what, ": '", text, "' must be a count such as 512 or 4K");
   double v = n.value * mult;
   if (v < 1 || v > 1e9 || v != std::floor(v)) fail(what, ": '", text, "' must be a whole count between 1 and 1e9");
-  return static_cast<int64_t>(v);
-}
-
-int64_t parse_env_count(const char* text, int64_t max) {
-  if (text == nullptr) return -1;
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text, &end, 10);
-  if (errno != 0 || end == text || *end != '\0' || v < 0 || v > max) return -2;
   return static_cast<int64_t>(v);
 }
 

@@ -16,10 +16,6 @@ double parse_bandwidth(const std::string& text, const std::string& what = "bandw
 // Token counts: "512", "1K" (=1024), "16K".
 int64_t parse_token_count(const std::string& text, const std::string& what = "token count");
 
-// A whole number from 0 to max in an environment variable's text (decimal digits, nothing else): -1
-// when text is null (the variable is unset), -2 when malformed or out of range.
-int64_t parse_env_count(const char* text, int64_t max);
-
 // Human-readable binary size: "15.7 GiB", "512.0 MiB", "34 B".
 std::string format_bytes(uint64_t bytes);
 

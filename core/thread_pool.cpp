@@ -21,10 +21,6 @@ namespace shardwise {
 
 int hardware_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
 
-int64_t parse_pool_spin_us(const char* text) { return parse_env_count(text, 1000000); }
-
-int64_t parse_pool_wait_all(const char* text) { return parse_env_count(text, 1); }
-
 namespace {
 // Spins until done(); a wait that lasts past a few milliseconds runs under a StallGuard naming it (a
 // worker stuck in its chunk must not hang the run silently). Short waits cost no guard.
@@ -40,20 +36,10 @@ void spin_until(Done&& done, const char* what) {
   }
 }
 
-int64_t pool_spin_us() { return parse_pool_spin_us(std::getenv("SHARDWISE_POOL_SPIN_US")); }
-bool pool_wait_all() { return parse_pool_wait_all(std::getenv("SHARDWISE_POOL_WAIT_ALL")) == 1; }
 }  // namespace
 
-void check_thread_pool_env() {
-  SW_CHECK(pool_spin_us() != -2, "SHARDWISE_POOL_SPIN_US=", std::getenv("SHARDWISE_POOL_SPIN_US"),
-           ": expected microseconds from 0 to 1000000 (or leave it unset: 20000 pauses)");
-  SW_CHECK(parse_pool_wait_all(std::getenv("SHARDWISE_POOL_WAIT_ALL")) != -2, "SHARDWISE_POOL_WAIT_ALL=",
-           std::getenv("SHARDWISE_POOL_WAIT_ALL"), ": expected 0 or 1 (or leave it unset: 0)");
-}
-
-ThreadPool::ThreadPool(int n_threads)
-    : n_threads_(n_threads > 0 ? n_threads : hardware_threads()), spin_us_(std::max<int64_t>(-1, pool_spin_us())),
-      wait_all_(pool_wait_all()) {
+ThreadPool::ThreadPool(int n_threads, int64_t spin_us)
+    : n_threads_(n_threads > 0 ? n_threads : hardware_threads()), spin_us_(std::max<int64_t>(-1, spin_us)) {
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
@@ -79,7 +65,7 @@ void ThreadPool::worker_loop(int index) {
         SW_PAUSE();
         ++spins;
       }
-    } else if (spin_us > 0) {
+    } else {
       const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
       for (int spins = 1; epoch_.load(std::memory_order_acquire) == seen; ++spins) {
         SW_PAUSE();
@@ -201,13 +187,13 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
     return;
   }
   // Chunks: about 4 per thread for balance, never smaller than grain.
-  all_fn_ = wait_all_ ? &take_chunks_on_each_ : nullptr;  // waiting for all: each worker takes part (and counts 1 more)
+  all_fn_ = nullptr;
   for_fn_ = &fn;
   for_n_ = n;
   for_chunk_ = std::max(grain, (n + 4 * n_threads_ - 1) / (4 * n_threads_));
   next_.store(0, std::memory_order_relaxed);
   done_.store(0, std::memory_order_relaxed);
-  run_job(wait_all_ ? n + n_threads_ - 1 : n, [&] { take_chunks(0); });
+  run_job(n, [&] { take_chunks(0); });
 }
 
 }  // namespace shardwise

@@ -1,15 +1,12 @@
 // core/thread_pool.h — a persistent pool of worker threads for data-parallel loops.
 // Decode steps issue hundreds of short parallel loops per token, so dispatch must cost
-// microseconds: workers spin briefly on an epoch counter before sleeping on a condition variable
-// (20000 pauses; SHARDWISE_POOL_SPIN_US=N, read when a pool is made, spins N microseconds instead, 0
-// sleeps at once).
+// microseconds: workers spin briefly on an epoch counter (20000 pauses) before sleeping on a condition
+// variable.
 // A parallel_for never waits for a worker that has not started: its chunks go to whichever threads
 // arrive (the caller first), and a worker that wakes late — descheduled by the host, or slow to wake
 // from sleep — finds the loop done and takes nothing, so one late thread of sixteen costs a loop
 // nothing rather than the time until the host runs it again. A loop waits only for the chunks taken.
 // run_on_all is the exception: it runs its function once on every thread and waits for each.
-// SHARDWISE_POOL_WAIT_ALL=1 makes a parallel_for wait for every worker too (each takes part, as the
-// pool did before): a knob to measure what waiting for late workers costs, not a mode to run in.
 // The calling thread takes part as thread 0. Not re-entrant: a task must not call parallel_for on
 // the same pool, and only one thread at a time may start loops on a pool.
 #pragma once
@@ -27,8 +24,10 @@ namespace shardwise {
 
 class ThreadPool {
  public:
-  // n_threads total including the caller; 0 = hardware concurrency.
-  explicit ThreadPool(int n_threads = 0);
+  // n_threads total including the caller; 0 = hardware concurrency. spin_us: how long an idle worker
+  // spins before it sleeps, in microseconds; -1 (the default) 20000 pauses. Tests that must find a worker
+  // spinning, holding no lock, give it a long one.
+  explicit ThreadPool(int n_threads = 0, int64_t spin_us = -1);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -63,10 +62,7 @@ class ThreadPool {
   void record_failure();
 
   int n_threads_;
-  int64_t spin_us_;  // SHARDWISE_POOL_SPIN_US when the pool was made; -1: 20000 pauses
-  bool wait_all_;    // SHARDWISE_POOL_WAIT_ALL=1 when the pool was made
-  // A parallel_for's job when it waits for every worker (made once, not per loop).
-  const std::function<void(int)> take_chunks_on_each_ = [this](int t) { take_chunks(t); };
+  int64_t spin_us_;  // -1: 20000 pauses
   std::vector<std::thread> workers_;
   // The open job: its kind and fields are written by the caller before `open_` turns true and read
   // by a worker only after it has counted itself in `inside_` and seen `open_` true; the caller closes
@@ -90,14 +86,5 @@ class ThreadPool {
 
 // Number of hardware threads (>= 1).
 int hardware_threads();
-
-// SHARDWISE_POOL_SPIN_US read from `text`: microseconds (0 to 1000000), -1 when text is null (unset),
-// -2 when malformed or out of range.
-int64_t parse_pool_spin_us(const char* text);
-// SHARDWISE_POOL_WAIT_ALL read from `text`: 0 or 1, -1 when unset, -2 when malformed.
-int64_t parse_pool_wait_all(const char* text);
-// Throws Error for a malformed SHARDWISE_POOL_SPIN_US or SHARDWISE_POOL_WAIT_ALL (the CLI calls it
-// before any verb runs: a pool made later would otherwise ignore it silently).
-void check_thread_pool_env();
 
 }  // namespace shardwise

@@ -12,12 +12,15 @@
 // logits (Sampler::sample, a vocabulary of nemo8b's and of qwen30b's size), checked against a plain
 // first-maximum loop.
 //
-// Environment (the effective values are printed in the run's context):
-//   SHARDWISE_BENCH_THREADS        thread counts for (a) and (b), comma-separated; default "1,<hw threads>"
-//   SHARDWISE_BENCH_WEIGHT_SET_MB  size of the rotated weight set of (a) and (b) in MiB; default 640
-//                                  (the GPU host's L3 is 300 MB: smaller sets measure the cache)
-//   SHARDWISE_BENCH_HUGEPAGES      1: madvise(MADV_HUGEPAGE) on the weight set (as the executor's weight
-//                                  buffers do); default 0
+// Flags of this binary, beside Google Benchmark's --benchmark_* (the effective values are printed in the
+// run's context):
+//   --threads=LIST         thread counts for (a) and (b), comma-separated; default "1,<hw threads>"
+//   --weight-set-mb=N      size of the rotated weight set of (a) and (b) in MiB; default 640
+//                          (the GPU host's L3 is 300 MB: smaller sets measure the cache)
+//   --hugepages            madvise(MADV_HUGEPAGE) on the weight set (as the executor's weight buffers do)
+//   --gemv-prefetch=BYTES  how far ahead the GEMV kernels prefetch weights (0 = none; default
+//                          kGemvPrefetchBytes), to find a machine's best distance
+// Environment:
 //   SHARDWISE_ISA                  scalar|avx2|avx512: caps the level matmul() dispatches to in (a), (b)
 //   OPENBLAS_CORETYPE              (OpenBLAS's own) the sgemm kernel set of (b). OpenBLAS 0.3.21 does not
 //                                  recognise the GPU host's Xeon and falls back to "Prescott" (SSE3); like
@@ -31,6 +34,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -69,20 +73,49 @@ struct Config {
 };
 Config g_cfg;
 
-Config read_config() {
+[[noreturn]] void bad_flag(const std::string& arg, const char* expected) {
+  std::fprintf(stderr, "error: %s: expected %s\n", arg.c_str(), expected);
+  std::exit(2);
+}
+
+// A whole number from lo to hi (decimal digits, nothing else) after a flag's '='.
+int64_t flag_count(const std::string& arg, size_t at, int64_t lo, int64_t hi, const char* expected) {
+  const std::string v = arg.substr(at);
+  if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string::npos) bad_flag(arg, expected);
+  const int64_t n = std::stoll(v);
+  if (n < lo || n > hi) bad_flag(arg, expected);
+  return n;
+}
+
+// This binary's flags (see the top), taken out of argv; the rest is Google Benchmark's.
+Config read_config(int* argc, char** argv) {
   Config c;
-  if (const char* e = std::getenv("SHARDWISE_BENCH_THREADS")) {
-    std::stringstream ss(e);
-    std::string item;
-    while (std::getline(ss, item, ','))
-      if (!item.empty()) c.threads.push_back(std::max(1, std::atoi(item.c_str())));
+  int kept = 1;
+  for (int i = 1; i < *argc; ++i) {
+    const std::string a = argv[i];
+    auto is = [&](const char* flag) { return a.rfind(flag, 0) == 0; };
+    if (is("--threads=")) {
+      std::stringstream ss(a.substr(10));
+      std::string item;
+      while (std::getline(ss, item, ','))
+        c.threads.push_back(static_cast<int>(flag_count("--threads=" + item, 10, 1, 4096, "thread counts, comma-separated")));
+      if (c.threads.empty()) bad_flag(a, "thread counts, comma-separated");
+    } else if (is("--weight-set-mb=")) {
+      c.weight_set_mb = flag_count(a, 16, 1, int64_t(1) << 20, "MiB from 1 to 1048576");
+    } else if (a == "--hugepages") {
+      c.hugepages = true;
+    } else if (is("--gemv-prefetch=")) {
+      sw::set_gemv_prefetch_bytes(flag_count(a, 16, 0, sw::kGemvPrefetchMax, "bytes from 0 to 1048576"));
+    } else {
+      argv[kept++] = argv[i];
+    }
   }
+  *argc = kept;
+  argv[kept] = nullptr;
   if (c.threads.empty()) {
     c.threads = {1};
     if (sw::hardware_threads() > 1) c.threads.push_back(sw::hardware_threads());
   }
-  if (const char* e = std::getenv("SHARDWISE_BENCH_WEIGHT_SET_MB")) c.weight_set_mb = std::max(1L, std::atol(e));
-  if (const char* e = std::getenv("SHARDWISE_BENCH_HUGEPAGES")) c.hugepages = std::atoi(e) != 0;
   return c;
 }
 
@@ -157,7 +190,7 @@ sw::ThreadPool& pool_of(int threads) {
   return *pool;
 }
 
-// n matrices of one dtype and shape, >= SHARDWISE_BENCH_WEIGHT_SET_MB together, filled in parallel
+// n matrices of one dtype and shape, >= --weight-set-mb together, filled in parallel
 // (first touch by many threads). Benchmarks are registered grouped by (dtype, shape), so a set is
 // built once per group and the previous one is freed first.
 struct WeightSet {
@@ -727,12 +760,13 @@ void register_all() {
 
 int main(int argc, char** argv) {
   sw::ensure_fast_blas(argv);
-  g_cfg = read_config();
+  g_cfg = read_config(&argc, argv);
   std::string threads;
   for (int t : g_cfg.threads) threads += (threads.empty() ? "" : ",") + std::to_string(t);
   benchmark::AddCustomContext("shardwise_bench_threads", threads);
   benchmark::AddCustomContext("shardwise_weight_set_mb", std::to_string(g_cfg.weight_set_mb));
   benchmark::AddCustomContext("shardwise_hugepages", g_cfg.hugepages ? "1" : "0");
+  benchmark::AddCustomContext("shardwise_gemv_prefetch_bytes", std::to_string(sw::gemv_prefetch_bytes()));
   benchmark::AddCustomContext("shardwise_cpu_max_isa", sw::isa_name(sw::cpu_max_isa()));
   benchmark::AddCustomContext("shardwise_matmul_isa", sw::isa_name(sw::cpu_kernels().isa));
   benchmark::AddCustomContext("shardwise_gemm_threshold_tokens", std::to_string(sw::matmul_gemm_threshold()));

@@ -183,19 +183,14 @@ class CudaBench final : public GpuBench {
       for (auto& e : done) ck(cudaEventCreateWithFlags(&e, cudaEventBlockingSync | cudaEventDisableTiming), "cudaEventCreate");
       const auto t0 = Clock::now();
       uint64_t moved = 0;
-      // Host to device only, two streams back to back: what the executor's weight streaming does (a D2H
+      // Host to device only, two streams back to back: what the executor's weight streaming does. (A D2H
       // copy writes host DRAM where the streaming reads it: traffic both ways let the CPU read 98 GB/s beside
-      // 87 GB/s of copies, a DRAM total the one-way streaming never reaches — its CPU FFNs ran 1.25x their
-      // prediction, results/executor/timelines_probe_b19d6e1/). SHARDWISE_PROFILE_TRAFFIC=both copies the
-      // second stream's chunk back to the host, as profiles before c6cd8c7 did (to compare the two on a lease).
+      // 87 GB/s of copies, a DRAM total the one-way streaming never reaches, and CPU FFNs planned from such a
+      // profile ran 1.25x their prediction.)
       while (!stop_.load()) {
         cudaMemcpyAsync(tr_dev_, tr_host_, chunk, cudaMemcpyHostToDevice, tr_s_[0]);
-        if (both_ways_)
-          cudaMemcpyAsync(static_cast<uint8_t*>(tr_host_) + chunk, static_cast<uint8_t*>(tr_dev_) + chunk, chunk,
-                          cudaMemcpyDeviceToHost, tr_s_[1]);
-        else
-          cudaMemcpyAsync(static_cast<uint8_t*>(tr_dev_) + chunk, static_cast<uint8_t*>(tr_host_) + chunk, chunk,
-                          cudaMemcpyHostToDevice, tr_s_[1]);
+        cudaMemcpyAsync(static_cast<uint8_t*>(tr_dev_) + chunk, static_cast<uint8_t*>(tr_host_) + chunk, chunk,
+                        cudaMemcpyHostToDevice, tr_s_[1]);
         cudaEventRecord(done[0], tr_s_[0]);
         cudaEventRecord(done[1], tr_s_[1]);
         cudaEventSynchronize(done[0]);
@@ -208,8 +203,6 @@ class CudaBench final : public GpuBench {
     });
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the engines are busy before timing starts
   }
-
-  std::string copy_traffic() const override { return both_ways_ ? "both" : "h2d"; }
 
   double stop_copy_traffic() override {
     if (!traffic_.joinable()) return 0;
@@ -401,10 +394,6 @@ class CudaBench final : public GpuBench {
   uint64_t copy_bytes_ = 0;
   HostBuffer pinned_, pageable_;
   // background traffic
-  const bool both_ways_ = [] {
-    const char* v = std::getenv("SHARDWISE_PROFILE_TRAFFIC");
-    return v != nullptr && std::strcmp(v, "both") == 0;
-  }();
   void* tr_host_ = nullptr;
   uint8_t* tr_dev_ = nullptr;
   cudaStream_t tr_s_[2]{};

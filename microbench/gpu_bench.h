@@ -47,13 +47,10 @@ class GpuBench {
   virtual double copy_issue_ms(double cap_bytes_per_s, int count) = 0;
 
   // Background copies of pinned buffers host to device (as the executor streams weights), continuously,
-  // until stop; stop returns the rate achieved meanwhile (GB/s). Profiles before c6cd8c7 copied both ways
-  // (ProfileDB::copy_traffic).
+  // until stop; stop returns the rate achieved meanwhile (GB/s). The profile records them as "h2d"
+  // (ProfileDB::copy_traffic; older profiles copied both ways).
   virtual void start_copy_traffic() = 0;
   virtual double stop_copy_traffic() = 0;
-  // The traffic's directions, as ProfileDB::copy_traffic records them: "h2d", or "both" with
-  // SHARDWISE_PROFILE_TRAFFIC=both (equal chunks each way, as before c6cd8c7).
-  virtual std::string copy_traffic() const = 0;
 };
 
 }  // namespace shardwise

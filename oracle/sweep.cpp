@@ -568,7 +568,6 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
   const auto t_plan = Clock::now();
   std::map<int, ModelSpec> specs;
   std::map<int, FileFacts> plan_files;
-  const bool strided = expert_copies_strided(RuntimeOptions{}.strided_expert_copies);
   std::map<int, std::unique_ptr<WeightSource>> opened;  // file models opened for planning, reused to run
   std::map<int, Routing> routing;                        // MoE models: measured before planning
   std::vector<ConfigPlan> plans;
@@ -578,11 +577,11 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
     if (!specs.count(c.model)) {
       if (is_synthetic(c.open_path)) {
         specs[c.model] = experiment_model_spec(c.open_path);
-        plan_files[c.model].expert_copies = synthetic_expert_copies(specs[c.model], strided);
+        plan_files[c.model].expert_copies = synthetic_expert_copies(specs[c.model]);
       } else {
         auto src = open_weights(c.open_path);
         specs[c.model] = src->spec();
-        plan_files[c.model] = {tensor_dtypes_of(*src), expert_copies_of(*src, strided)};
+        plan_files[c.model] = {tensor_dtypes_of(*src), expert_copies_of(*src)};
         opened[c.model] = std::move(src);
       }
       // How many experts a step's tokens really touch decides what streaming costs: measure it on the
@@ -853,7 +852,7 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
           model.source = open_weights(c.open_path, oo);
         }
         model.weights = std::make_unique<ModelWeights>(ModelWeights::from_source(*model.source));
-        model.file = {tensor_dtypes_of(*model.source), expert_copies_of(*model.source, strided)};
+        model.file = {tensor_dtypes_of(*model.source), expert_copies_of(*model.source)};
         model.index = c.model;
         model.load_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
         const double predicted = static_cast<double>(specs[c.model].total_bytes()) / kLoadBytesPerS;

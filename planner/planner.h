@@ -57,7 +57,7 @@ struct PlannerConfig {
   // makes every Dynamic plan split with that share (tests, studies).
   int moe_cpu_experts = -1;
   // MoE: the copies the runtime makes of each streamed routed expert, each timed with its per-copy cost:
-  // its gate, up and down (3), or fewer as strided copies (executor runtime.h expert_copies_of).
+  // its gate, up and down as 1 to 3 strided copies (executor runtime.h expert_copies_of; 3 unless told).
   int expert_copies = 3;
 };
 

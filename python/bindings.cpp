@@ -312,7 +312,7 @@ PYBIND11_MODULE(_native, m) {
         cfg.host_kv_attention = parse_host_kv_attention(host_kv_attention);
         cfg.next_layer_hits = next_layer_hits;
         // A streamed expert's copies as `shardwise run` makes them of synthetic weights of this spec.
-        if (spec.is_moe()) cfg.expert_copies = synthetic_expert_copies(spec, expert_copies_strided(RuntimeOptions{}.strided_expert_copies));
+        if (spec.is_moe()) cfg.expert_copies = synthetic_expert_copies(spec);
         PlanTable t = build_plan_table(spec, *cost, cfg);
         t.pcie_cap_gbps = cap / 1e9;
         return t;

@@ -21,16 +21,13 @@ using GemvFn = void (*)(const void* w, uint64_t row_bytes, int64_t cols, int64_t
 constexpr int kGemvMaxTokens = 4;
 
 // How far ahead of their reads the GEMV kernels prefetch weights, in bytes of the order they read
-// them (kernels_avx2.cpp says how). kGemvPrefetchBytes unless SHARDWISE_GEMV_PREFETCH=N (bytes, 0 =
-// none, at most kGemvPrefetchMax) says otherwise, for measuring a machine; set_gemv_prefetch_bytes
-// overrides both (tests, benchmarks; a negative value goes back to them) and returns the old value.
-// check_cpu_kernel_env() throws Error for a malformed SHARDWISE_GEMV_PREFETCH (the kernels, which may
-// run on pool threads, never throw: they use the default then).
+// them (kernels_avx2.cpp says how): kGemvPrefetchBytes, unless set_gemv_prefetch_bytes (tests, and the
+// CPU benchmark's --gemv-prefetch for measuring a machine) sets another distance (0 = none, at most
+// kGemvPrefetchMax; a negative value goes back to the default); it returns the old value.
 constexpr int64_t kGemvPrefetchBytes = 8192;
 constexpr int64_t kGemvPrefetchMax = 1 << 20;
 int64_t gemv_prefetch_bytes();
 int64_t set_gemv_prefetch_bytes(int64_t bytes);
-void check_cpu_kernel_env();
 
 // Attention tile kernel (attention.cpp drives it; kernels_attention.h implements it). Online softmax of
 // nr (<= kAttnMaxRows) query rows that share one KV head over keys [j_begin, j_end), in tiles of

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/size.h"
 #include "executor/cpu/kernels.h"
 
 namespace shardwise {
@@ -105,18 +104,13 @@ const CpuKernels* scalar_kernels() { return &kScalar; }
 
 namespace {
 
-// SHARDWISE_GEMV_PREFETCH as bytes, -1 when unset, -2 when malformed or out of range.
-int64_t prefetch_env() { return parse_env_count(std::getenv("SHARDWISE_GEMV_PREFETCH"), kGemvPrefetchMax); }
-
 std::atomic<int64_t> g_prefetch_override{-1};
 
 }  // namespace
 
 int64_t gemv_prefetch_bytes() {
   const int64_t set = g_prefetch_override.load(std::memory_order_relaxed);
-  if (set >= 0) return set;
-  static const int64_t env = prefetch_env();
-  return env >= 0 ? env : kGemvPrefetchBytes;
+  return set >= 0 ? set : kGemvPrefetchBytes;
 }
 
 int64_t set_gemv_prefetch_bytes(int64_t bytes) {
@@ -124,11 +118,6 @@ int64_t set_gemv_prefetch_bytes(int64_t bytes) {
   const int64_t old = gemv_prefetch_bytes();
   g_prefetch_override.store(bytes < 0 ? -1 : bytes, std::memory_order_relaxed);
   return old;
-}
-
-void check_cpu_kernel_env() {
-  SW_CHECK(prefetch_env() != -2, "SHARDWISE_GEMV_PREFETCH=", std::getenv("SHARDWISE_GEMV_PREFETCH"),
-           ": expected a byte count from 0 to ", kGemvPrefetchMax, " (or leave it unset for ", kGemvPrefetchBytes, ")");
 }
 
 const CpuKernels* cpu_kernels_for(Isa isa) {

@@ -5,11 +5,11 @@
 //    coalesced vector loads; a warp takes a group of <= 4 query rows of one kv head over a range of
 //    keys, and the keys of a long context are split (split-K) into ranges whose partial (max, sum,
 //    output) a second kernel combines (a block per query row: threads over splits, then over
-//    head_dim). Three kernels: a warp per split, its keys loaded then used (plain) or the next keys'
-//    loads issued before the current ones' math (pipelined: a warp's loop is a chain of DRAM round
-//    trips otherwise, at 1K context 16 of ~1 us); or (the default) a block of 8 pipelined warps per
-//    split, each over 1/8 of its keys, their states merged in shared memory, so that a warp's chain is
-//    ~2 steps long and there are fewer partials to combine.
+//    head_dim). Two kernels, both pipelined (the next keys' loads issued before the current ones' math:
+//    a warp's loop is otherwise a chain of DRAM round trips, at 1K context 16 of ~1 us): a block of 8
+//    warps per split, each over 1/8 of its keys, their states merged in shared memory, so that a warp's
+//    chain is ~2 steps long and there are fewer partials to combine; and, for steps of more than two
+//    groups of 4 query rows per kv head, a warp per split.
 //  - Prefill: 64 query rows (tokens x heads of one kv group) per block of 256 threads; K (transposed)
 //    and V tiles in shared memory; each thread owns a 4 x 4 (or 4 x 2) tile of scores and a 4 x D/16
 //    tile of the output. Long contexts with few query tiles are split over keys as above.
@@ -46,7 +46,6 @@ struct KArgs {
   float* part_ml;  // [splits][n * n_heads][2]: running max, sum
   int32_t n, pos_first, n_heads, n_kv_heads, group;
   int32_t n_splits, keys_per_split;
-  int32_t early;  // block kernel: first keys loaded before waiting for the kernel before (see there)
   int32_t hd;    // the real head_dim (<= the kernel's D)
   int32_t vec4;  // non-FULL variant: hd % 4 == 0 and q/k/v rows 16-byte aligned (float4 pieces)
   float scale;
@@ -212,9 +211,9 @@ __device__ __forceinline__ void load_key_rows(const KArgs& a, int g, int d0, int
 }
 
 // One warp's keys j_begin .. j_end - 1 of kv group g folded into its rows' running max m, sum l and
-// output slice o (online softmax). PIPE: the next step's K/V loads are issued before this step's math,
-// and kr/vr hold the first step's keys on entry when first_loaded (else they are loaded here).
-template <int D, int RB, bool FULL, bool PIPE>
+// output slice o (online softmax). The next step's K/V loads are issued before this step's math, and
+// kr/vr hold the first step's keys on entry when first_loaded (else they are loaded here).
+template <int D, int RB, bool FULL>
 __device__ __forceinline__ void decode_warp_keys(const KArgs& a, int g, int d0, int hd, bool vec4, int j_begin, int j_end,
                                                  const float (&q)[RB][D / 32], const int (&pos)[RB], float (&m)[RB],
                                                  float (&l)[RB], float (&o)[RB][D / 32],
@@ -222,13 +221,10 @@ __device__ __forceinline__ void decode_warp_keys(const KArgs& a, int g, int d0, 
                                                  float (&vr)[decode_keys_per_step<D>()][D / 32], bool first_loaded) {
   constexpr int C = D / 32;
   constexpr int U = decode_keys_per_step<D>();
-  if constexpr (PIPE) {
-    if (!first_loaded && j_begin < j_end) load_key_rows<D, FULL>(a, g, d0, hd, vec4, j_begin, j_end, kr, vr);
-  }
+  if (!first_loaded && j_begin < j_end) load_key_rows<D, FULL>(a, g, d0, hd, vec4, j_begin, j_end, kr, vr);
   for (int j = j_begin; j < j_end; j += U) {
-    float kn[U][C], vn[U][C];  // PIPE: the next keys, in flight during this step's math
-    if constexpr (PIPE) load_key_rows<D, FULL>(a, g, d0, hd, vec4, j + U < j_end ? j + U : j, j_end, kn, vn);
-    else load_key_rows<D, FULL>(a, g, d0, hd, vec4, j, j_end, kr, vr);
+    float kn[U][C], vn[U][C];  // the next keys, in flight during this step's math
+    load_key_rows<D, FULL>(a, g, d0, hd, vec4, j + U < j_end ? j + U : j, j_end, kn, vn);
 #pragma unroll
     for (int r = 0; r < RB; ++r) {
       float s[U];
@@ -257,20 +253,18 @@ __device__ __forceinline__ void decode_warp_keys(const KArgs& a, int g, int d0, 
       l[r] = l[r] * corr + psum;
       m[r] = mx;
     }
-    if constexpr (PIPE) {
 #pragma unroll
-      for (int u = 0; u < U; ++u)
+    for (int u = 0; u < U; ++u)
 #pragma unroll
-        for (int c = 0; c < C; ++c) {
-          kr[u][c] = kn[u][c];
-          vr[u][c] = vn[u][c];
-        }
-    }
+      for (int c = 0; c < C; ++c) {
+        kr[u][c] = kn[u][c];
+        vr[u][c] = vn[u][c];
+      }
   }
 }
 
-// Warp kernels (decode kernels 1 and 2): each warp is one split.
-template <int D, int RB, bool FULL, bool PIPE>
+// Warp kernel (DecodeAttn::Warps): each warp is one split.
+template <int D, int RB, bool FULL>
 __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KArgs a) {
   pdl_begin();
   constexpr int C = D / 32;          // head_dim elements per lane (of the padded D)
@@ -290,11 +284,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KA
   float m[RB], l[RB], o[RB][C];
   init_decode_state<RB, C>(m, l, o);
   float kr[decode_keys_per_step<D>()][C], vr[decode_keys_per_step<D>()][C];
-  decode_warp_keys<D, RB, FULL, PIPE>(a, g, d0, hd, vec4, j_begin, j_end, q, pos, m, l, o, kr, vr, false);
+  decode_warp_keys<D, RB, FULL>(a, g, d0, hd, vec4, j_begin, j_end, q, pos, m, l, o, kr, vr, false);
   store_decode_rows<RB, C, FULL>(a, split, lane, d0, hd, pos, t_of, h_of, row_id, m, l, o);
 }
 
-// Block kernel (decode kernel 3, the default): a block of kBlockWarps warps is one split; its warps take
+// Block kernel (DecodeAttn::Block): a block of kBlockWarps warps is one split; its warps take
 // consecutive key ranges of keys_per_split / kBlockWarps each (pipelined), and their states are merged in
 // shared memory (in warp order) before the split's partial (or, with one split, the output) is written.
 // A split's keys are then read by 8 warps at once, ~2 steps of keys each: a warp's chain of DRAM round
@@ -318,12 +312,12 @@ __global__ void __launch_bounds__(kBlockWarps * 32) attn_decode_block_kernel(con
   const int per_warp = a.keys_per_split / kBlockWarps;  // a multiple of the keys per step (host side)
   const int j_begin = split * a.keys_per_split + warp * per_warp;
   const int j_end = min(j_begin + per_warp, max_pos + 1);
-  // Early loads (a.early): the first step's keys, when all of them precede this step's tokens, are cache
-  // rows no kernel of this step writes (the kernel before this one, RoPE, appends rows pos_first ..), so
-  // they are loaded before waiting for that kernel (programmatic dependent launch): their DRAM round trip
+  // Early loads: the first step's keys, when all of them precede this step's tokens, are cache rows no
+  // kernel of this step writes (the kernel before this one, RoPE, appends rows pos_first ..), so they
+  // are loaded before waiting for that kernel (programmatic dependent launch): their DRAM round trip
   // overlaps its run instead of following it.
   float kr[U][C], vr[U][C];
-  const bool early = a.early != 0 && j_begin < j_end && j_begin + U <= a.pos_first;
+  const bool early = j_begin < j_end && j_begin + U <= a.pos_first;
   if (early) load_key_rows<D, FULL>(a, g, d0, hd, vec4, j_begin, j_end, kr, vr);
   pdl_begin();
 
@@ -332,7 +326,7 @@ __global__ void __launch_bounds__(kBlockWarps * 32) attn_decode_block_kernel(con
   load_decode_rows<D, RB, FULL>(a, g, i0, d0, hd, vec4, q, pos, row_id, t_of, h_of);
   float m[RB], l[RB], o[RB][C];
   init_decode_state<RB, C>(m, l, o);
-  decode_warp_keys<D, RB, FULL, true>(a, g, d0, hd, vec4, j_begin, j_end, q, pos, m, l, o, kr, vr, early);
+  decode_warp_keys<D, RB, FULL>(a, g, d0, hd, vec4, j_begin, j_end, q, pos, m, l, o, kr, vr, early);
 #pragma unroll
   for (int r = 0; r < RB; ++r) {
 #pragma unroll
@@ -624,11 +618,11 @@ __global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(const KAr
   }
 }
 
-template <int D, int RB, bool FULL, bool PIPE>
+template <int D, int RB, bool FULL>
 void launch_decode(const KArgs& k, int row_groups, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(ceil_div(k.n_splits, kDecodeWarps)), static_cast<unsigned>(k.n_kv_heads),
                   static_cast<unsigned>(row_groups));
-  launch_kernel("attention decode kernel", attn_decode_kernel<D, RB, FULL, PIPE>, grid, dim3(kDecodeWarps * 32), 0, s, k);
+  launch_kernel("attention decode kernel", attn_decode_kernel<D, RB, FULL>, grid, dim3(kDecodeWarps * 32), 0, s, k);
 }
 
 template <int D, int RB, bool FULL>
@@ -637,23 +631,22 @@ void launch_decode_block(const KArgs& k, int row_groups, cudaStream_t s) {
   launch_kernel("attention decode kernel", attn_decode_block_kernel<D, RB, FULL>, grid, dim3(kBlockWarps * 32), 0, s, k);
 }
 
-// Decode kernel 1 (plain), 2 (pipelined) or 3 (block).
+// The block kernel or the warp kernel, with rb query rows per group.
 template <int D, bool FULL>
-void decode_rb(int kernel, int rb, const KArgs& k, int row_groups, cudaStream_t s) {
-  if (kernel == 3) {
+void decode_rb(DecodeAttn kernel, int rb, const KArgs& k, int row_groups, cudaStream_t s) {
+  if (kernel == DecodeAttn::Block) {
     if (rb == 1) launch_decode_block<D, 1, FULL>(k, row_groups, s);
     else if (rb == 2) launch_decode_block<D, 2, FULL>(k, row_groups, s);
     else launch_decode_block<D, 4, FULL>(k, row_groups, s);
     return;
   }
-  const bool pipe = kernel == 2;
-  if (rb == 1) pipe ? launch_decode<D, 1, FULL, true>(k, row_groups, s) : launch_decode<D, 1, FULL, false>(k, row_groups, s);
-  else if (rb == 2) pipe ? launch_decode<D, 2, FULL, true>(k, row_groups, s) : launch_decode<D, 2, FULL, false>(k, row_groups, s);
-  else pipe ? launch_decode<D, 4, FULL, true>(k, row_groups, s) : launch_decode<D, 4, FULL, false>(k, row_groups, s);
+  if (rb == 1) launch_decode<D, 1, FULL>(k, row_groups, s);
+  else if (rb == 2) launch_decode<D, 2, FULL>(k, row_groups, s);
+  else launch_decode<D, 4, FULL>(k, row_groups, s);
 }
 
 template <int D>
-void decode_d(bool full, int kernel, int rb, const KArgs& k, int row_groups, cudaStream_t s) {
+void decode_d(bool full, DecodeAttn kernel, int rb, const KArgs& k, int row_groups, cudaStream_t s) {
   if (full) decode_rb<D, true>(kernel, rb, k, row_groups, s);
   else decode_rb<D, false>(kernel, rb, k, row_groups, s);
 }
@@ -691,17 +684,6 @@ int padded_head_dim(int hd) { return hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 128 ?
 
 bool attention_head_dim_supported(int64_t hd) { return hd >= 1 && hd <= kMaxAttentionHeadDim; }
 
-// SHARDWISE_ATTN_EARLY=0: the block kernel loads nothing before waiting for the kernel before it.
-bool attn_early_loads() {
-  static const bool on = !env_is("SHARDWISE_ATTN_EARLY", "0");
-  return on;
-}
-
-int decode_kernel_default() {
-  static const int kernel = env_is("SHARDWISE_ATTN_DECODE", "plain") ? 1 : env_is("SHARDWISE_ATTN_DECODE", "pipelined") ? 2 : 3;
-  return kernel;
-}
-
 void attention(const Ctx& ctx, const AttnArgs& a) {
   if (a.n <= 0) return;
   const int hd = a.head_dim;
@@ -735,9 +717,8 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
   k.vec4 = (!full && hd % 4 == 0 && rows16) ? 1 : 0;
   k.scale = 1.0f / sqrtf(static_cast<float>(hd));  // as the CPU: 1 / sqrt(float(head_dim))
 
-  SW_CHECK(a.decode_kernel >= 0 && a.decode_kernel <= 3, "CUDA attention: decode kernel ", a.decode_kernel, " (0 to 3)");
   const bool decode = a.n <= kGemvMaxTokens;
-  int kernel = a.decode_kernel != 0 ? a.decode_kernel : decode_kernel_default();
+  DecodeAttn kernel = a.decode_kernel == DecodeAttn::Auto ? DecodeAttn::Block : a.decode_kernel;
   const int64_t rows_g = static_cast<int64_t>(a.n) * k.group;
   const int64_t rows_all = static_cast<int64_t>(a.n) * a.n_heads;
   const uint64_t per_split = static_cast<uint64_t>(rows_all) * static_cast<uint64_t>(hd + 2) * 4 + 512;
@@ -748,11 +729,11 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
   if (decode) {
     rb = rows_g >= 4 ? 4 : (rows_g >= 2 ? 2 : 1);
     row_groups = ceil_div(rows_g, rb);
-    // More than two row groups (tokens x group > 8): the block kernel measured slower than the
-    // pipelined one (n = 8 at 4K context: 89 against 81 us, results/executor/attn_7e3e282/).
-    if (a.decode_kernel == 0 && kernel == 3 && row_groups > 2) kernel = 2;
+    // More than two row groups (tokens x group > 8): the block kernel is slower than the warp kernel
+    // there (n = 8 at 4K context: 89 against 81 us).
+    if (a.decode_kernel == DecodeAttn::Auto && row_groups > 2) kernel = DecodeAttn::Warps;
   }
-  if (decode && kernel == 3) {
+  if (decode && kernel == DecodeAttn::Block) {
     // Blocks (splits x kv heads x row groups) up to two per SM, each warp at least two steps of keys
     // (decode_min_keys, when set, instead); fewer splits where the workspace cannot hold their partials.
     const int64_t step = keys_per_step(D);
@@ -775,8 +756,8 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
     if (decode) {
       base_units = static_cast<int64_t>(a.n_kv_heads) * row_groups;  // warps per split
       // A warp's loop grows with its keys and the combine with the splits (keys x splits = context):
-      // about sqrt(context) of each. Measured with the pipelined kernel: 32 keys best at 1K (18 us; 21
-      // at 64), 64 at 4K (34 us; 43 at 32, 39 at 128): results/executor/kernels_f0fc0a5/.
+      // about sqrt(context) of each (the warp kernel: 32 keys best at 1K, 18 us against 21 at 64; 64 at
+      // 4K, 34 us against 43 at 32 and 39 at 128).
       min_keys = a.decode_min_keys > 0 ? a.decode_min_keys
                                        : std::max<int64_t>(16, static_cast<int64_t>(std::sqrt(static_cast<double>(kv_len))));
     } else {
@@ -795,7 +776,6 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
   SW_CHECK(splits <= 65535, "CUDA attention: too many splits");
   k.n_splits = static_cast<int32_t>(splits);
   k.keys_per_split = static_cast<int32_t>(kps);
-  k.early = attn_early_loads() ? 1 : 0;
   if (splits > 1) {
     k.part_o = ws.take<float>(static_cast<uint64_t>(splits * rows_all * hd), "attention split partials");
     k.part_ml = ws.take<float>(static_cast<uint64_t>(splits * rows_all * 2), "attention split partials");

@@ -1306,8 +1306,6 @@ uint64_t cuda_kernels_workspace_bytes(const ModelSpec& s, int64_t n) {
   return rope + std::max(attn, ffn) + fixed + partials;
 }
 
-void cuda_set_quant_gemm_f16(bool on) { cuda::set_quant_gemm_f16(on); }
-void cuda_set_gemv_ksplit(int mode) { cuda::set_gemv_ksplit(mode); }
 
 void cuda_matmul(const DevMat& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy, bool accumulate,
                  uint8_t* workspace, uint64_t workspace_bytes, cudaStream_t stream, cublasHandle_t blas) {

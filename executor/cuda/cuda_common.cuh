@@ -10,10 +10,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <utility>
 
 #include "core/dtype.h"
@@ -35,8 +32,8 @@ inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel)
 // kernel before it in the stream still runs; it waits (pdl_wait) before it touches memory, so it sees
 // everything that kernel wrote, and that kernel never sees its writes. What overlaps is the launch
 // and the block scheduling of one kernel with the tail of the last: decode steps run hundreds of
-// small kernels back to back. Other dependencies (events, copies) are unchanged. SHARDWISE_PDL=0, or a
-// device below sm_90, launches them as plain launches.
+// small kernels back to back. Other dependencies (events, copies) are unchanged. A device below sm_90
+// launches them as plain launches.
 bool pdl_enabled();
 
 template <typename... Params, typename... Args>
@@ -54,33 +51,6 @@ void launch_kernel(const char* what, void (*kernel)(Params...), dim3 grid, dim3 
   cfg.numAttrs = pdl_enabled() ? 1 : 0;
   check(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), what);
 }
-
-// Whether the environment variable `name` is set to `value` (the kernels' measuring switches, read
-// once each by their callers).
-inline bool env_is(const char* name, const char* value) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::strcmp(v, value) == 0;
-}
-
-// A process-wide switch of the kernels that tests and measurements may set: the environment's value
-// (from_env, read on first use) until set() is called.
-class Switch {
- public:
-  constexpr explicit Switch(int (*from_env)()) : from_env_(from_env) {}
-  int get() {
-    int v = v_.load(std::memory_order_relaxed);
-    if (v < 0) {
-      v = from_env_();
-      v_.store(v, std::memory_order_relaxed);
-    }
-    return v;
-  }
-  void set(int v) { v_.store(v, std::memory_order_relaxed); }
-
- private:
-  std::atomic<int> v_{-1};
-  int (*from_env_)();
-};
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline uint64_t align_up(uint64_t x, uint64_t a = 256) { return (x + a - 1) / a * a; }

@@ -68,14 +68,6 @@ uint64_t cuda_kernels_workspace_bytes(const ModelSpec& spec, int64_t n_tokens);
 // for t < n (GEMV for n <= 8, exact cuBLAS GEMMs above), temporaries from [workspace, + bytes).
 void cuda_matmul(const DevMat& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy, bool accumulate,
                  uint8_t* workspace, uint64_t workspace_bytes, cudaStream_t stream, cublasHandle_t blas);
-// Quantised (q8_0/q4_0) GEMMs of more than 32 tokens through tensor cores — dequantised tiles and
-// activations each split into two f16 parts, three f16 GEMMs with f32 accumulation — instead of f32
-// tiles through SGEMM. Process-wide; the default is SHARDWISE_QUANT_GEMM=f16 (on) or not (off).
-void cuda_set_quant_gemm_f16(bool on);
-// Decode GEMVs of few rows (o and down projections: fewer row pairs than half the GPU's warp slots) split
-// each row's columns among a block's 4 warps: 0 never, 1 such launches (the default), 2 every launch
-// (tests). Process-wide; SHARDWISE_GEMV_KSPLIT=0 / always sets the default.
-void cuda_set_gemv_ksplit(int mode);
 
 // Attention over a KV cache (the kernel the attention block uses), for profilers and tests: q
 // [n, n_heads * head_dim] (row stride n_heads * head_dim), caches with rows 0 .. pos_first + n - 1 of

@@ -5,10 +5,9 @@
 // (the two host-to-device streams share one pacer: the cap is the link's; copies under 64 KiB are
 // charged, not held). Activation uploads (Queue::H2DAct) of up to 1 MiB from pinned memory are read by
 // a kernel over the mapped host memory instead of the copy engine, which runs host-to-device copies one
-// after another whatever their streams: behind a weight copy, the upload waited for all of it (below,
-// act_pull). The blocks' kernels live in
-// cuda_kernels.h and are warmed up (loaded, cuBLAS set up) when created, before the arena; cuBLAS
-// gets its workspace from the plan's scratch, never its own allocation.
+// after another whatever their streams: behind a weight copy, the upload waited for all of it (pull
+// below). The blocks' kernels live in cuda_kernels.h and are warmed up (loaded, cuBLAS set up) when
+// created, before the arena; cuBLAS gets its workspace from the plan's scratch, never its own allocation.
 #include <cublas_v2.h>
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
@@ -95,13 +94,7 @@ __global__ void pace_tail_kernel(const unsigned long long* tail) {
   while (global_ns() < until) __nanosleep(1000);
 }
 
-// Holds the stream until the host has raised fence `seq` (Device::host_fence): `raised` is mapped
-// pinned host memory the host writes.
-__global__ void host_fence_kernel(const volatile unsigned long long* raised, unsigned long long seq) {
-  while (*raised < seq) __nanosleep(200);
-}
-
-// An activation upload read by the SMs from mapped pinned host memory (CudaDevice::copy, act_pull):
+// An activation upload read by the SMs from mapped pinned host memory (CudaDevice::copy, pull):
 // `ld.cv` fetches every line again, never a cached copy of what the host rewrote since.
 template <typename T>
 __global__ void pull_kernel(T* dst, const T* src, uint64_t n) {
@@ -138,19 +131,11 @@ class WorkspaceSplitKernels : public DeviceKernels {
   cublasHandle_t blas_;
 };
 
-// copy_h2d_batch as one cudaMemcpyBatchAsync, or one call per copy (the default): on the H200 host a
-// layer's experts in one batched call decoded slower (1K/4G Dynamic at 16 GB/s: 18.9 / 19.3 ms per step
-// against 16.6 / 18.3 copy by copy, results/executor/qgemm_118cca5/), and one by one the first copy starts
-// as soon as it is enqueued.
-cuda::Switch g_copy_batch([] { return cuda::env_is("SHARDWISE_COPY_BATCH", "1") ? 1 : 0; });
-
 // Activation uploads (Queue::H2DAct) of at most kPullMaxBytes from pinned host memory run as a kernel that
 // reads the mapped host memory (pull_kernel), on the SMs. The copy engine runs host-to-device copies in the
-// order they reach it, whatever their streams, so an upload issued behind a weight copy waited for all of it:
-// nemo8b 4G/4K Dynamic, a CPU FFN's output 0.5-5.1 ms behind a 283 MB streamed FFN, three to five times a
-// step (results/executor/ctx_probes_2806f34/). SHARDWISE_ACT_PULL=0 (or cuda_set_act_pull) copies them on
-// the engine again. Under a PCIe cap a pull is charged to the pacer, as copies under 64 KiB are.
-cuda::Switch g_act_pull([] { return cuda::env_is("SHARDWISE_ACT_PULL", "0") ? 0 : 1; });
+// order they reach it, whatever their streams, so an upload issued behind a weight copy waited for all of it
+// (nemo8b 4G/4K Dynamic: a CPU FFN's output 0.5-5.1 ms behind a 283 MB streamed FFN, three to five times a
+// step). Under a PCIe cap a pull is charged to the pacer, as copies under 64 KiB are.
 constexpr uint64_t kPullMaxBytes = 1ull << 20;
 
 class CudaDevice : public Device {
@@ -164,7 +149,7 @@ class CudaDevice : public Device {
     check(cudaGetDeviceProperties(&p, ordinal), "cudaGetDeviceProperties");
     name_ = p.name;
     if (p.memPitch > 0) max_pitch_ = static_cast<uint64_t>(p.memPitch);
-    int host_ptr = 0;  // registered host memory readable by kernels at its host address (act_pull)
+    int host_ptr = 0;  // registered host memory readable by kernels at its host address (pull)
     if (cudaDeviceGetAttribute(&host_ptr, cudaDevAttrCanUseHostPointerForRegisteredMem, ordinal) != cudaSuccess) {
       cudaGetLastError();
       host_ptr = 0;
@@ -182,13 +167,6 @@ class CudaDevice : public Device {
     pacers_[0].credit = static_cast<unsigned long long*>(credits);
     pacers_[1].credit = pacers_[0].credit + 1;
     tails_ = pacers_[0].credit + 2;
-    void* fence = nullptr;  // host fences: the last one raised, in mapped pinned host memory
-    check(cudaHostAlloc(&fence, 64, cudaHostAllocMapped), "cudaHostAlloc (host fences)");
-    fence_host_ = static_cast<unsigned long long*>(fence);
-    *fence_host_ = 0;
-    void* fence_dev = nullptr;
-    check(cudaHostGetDevicePointer(&fence_dev, fence, 0), "cudaHostGetDevicePointer (host fences)");
-    fence_dev_ = static_cast<const unsigned long long*>(fence_dev);
     if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) fail("cuBLAS: cublasCreate failed");
     if (cublasSetStream(blas_, streams_[0]) != CUBLAS_STATUS_SUCCESS) fail("cuBLAS: cublasSetStream failed");
     // No TF32 or other reduced-precision modes: results must match the f32 reference.
@@ -202,9 +180,7 @@ class CudaDevice : public Device {
     min_free_ = free_b;
   }
   ~CudaDevice() override {
-    if (fence_host_) __atomic_store_n(fence_host_, static_cast<unsigned long long>(fences_made_), __ATOMIC_RELEASE);  // never hang here
     cudaDeviceSynchronize();
-    if (fence_host_) cudaFreeHost(fence_host_);
     kernels_.reset();
     for (auto& g : graphs_) cudaGraphExecDestroy(g.second);
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
@@ -266,69 +242,17 @@ class CudaDevice : public Device {
     SW_CHECK(q == Queue::H2D || q == Queue::H2DAct, "CUDA: copy_h2d on a queue that does not copy to the device");
     copy(static_cast<int>(q), dev, host, bytes, cudaMemcpyHostToDevice);
   }
-  // One call per copy, as copy_h2d (the default). With SHARDWISE_COPY_BATCH=1 (cuda_set_copy_batch): one
-  // cudaMemcpyBatchAsync for the whole batch when every piece is pinned (else, or where the batched call is
-  // refused, one copy at a time); under a cap one pacing step reserves the link for the batch's bytes, as
-  // one copy of that size would.
+  // One call per copy, as copy_h2d: the first starts as soon as it is enqueued. (One cudaMemcpyBatchAsync
+  // per layer's experts decoded slower: 1K/4G Dynamic at 16 GB/s 18.9 / 19.3 ms a step against 16.6 / 18.3.)
   void copy_h2d_batch(const HostCopy* copies, size_t count, Queue q) override {
     SW_CHECK(q == Queue::H2D || q == Queue::H2DAct, "CUDA: copy_h2d_batch on a queue that does not copy to the device");
     const int qi = static_cast<int>(q);
     for (size_t i = 0; i < count; ++i) check_rows(copies[i]);
-    if (g_copy_batch.get() != 1 || !batch_pinned_pieces(copies, count)) {
-      for (size_t i = 0; i < count; ++i) {
-        const HostCopy& c = copies[i];
-        if (c.rows == 1) copy(qi, c.dev, c.host, c.bytes, cudaMemcpyHostToDevice);
-        else copy_rows(qi, c);
-      }
-      return;
+    for (size_t i = 0; i < count; ++i) {
+      const HostCopy& c = copies[i];
+      if (c.rows == 1) copy(qi, c.dev, c.host, c.bytes, cudaMemcpyHostToDevice);
+      else copy_rows(qi, c);
     }
-    uint64_t total = 0;
-    for (size_t b : batch_size_) total += b;
-    Pacer& pacer = pacers_[0];
-    if (pacer.cap.load() > 0) {
-      if (total >= kPacedMinBytes) {
-        const double ns = static_cast<double>(total + pacer.owed.exchange(0)) / pacer.cap.load() * 1e9;
-        pace_reserve_kernel<<<1, 1, 0, streams_[qi]>>>(pacer.credit, tails_ + qi, static_cast<unsigned long long>(ns));
-        check(cudaGetLastError(), "the pacing kernel launch");
-        tail_pending_[qi] = true;
-      } else {
-        pacer.owed.fetch_add(total);
-      }
-    }
-    cudaMemcpyAttributes attr{};
-    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-    size_t first = 0;
-    const size_t n = batch_size_.size();
-    if (cudaMemcpyBatchAsync(batch_dst_.data(), batch_src_.data(), batch_size_.data(), n, &attr, &first, 1, streams_[qi]) ==
-        cudaSuccess)
-      return;
-    cudaGetLastError();  // a driver without batched copies: the same pieces one at a time
-    for (size_t i = 0; i < n; ++i) {
-      const cudaError_t e = cudaMemcpyAsync(batch_dst_[i], batch_src_[i], batch_size_[i], cudaMemcpyHostToDevice, streams_[qi]);
-      if (e != cudaSuccess) copy_failed(e, batch_dst_[i], batch_src_[i], batch_size_[i], cudaMemcpyHostToDevice);
-    }
-  }
-  // The batch's pieces (split where pinned runs end) into batch_dst_/src_/size_: false when a piece is not
-  // pinned or there is only one (then the batch goes copy by copy).
-  bool batch_pinned_pieces(const HostCopy* copies, size_t count) {
-    batch_dst_.clear();
-    batch_src_.clear();
-    batch_size_.clear();
-    for (size_t i = 0; i < count; ++i)
-      for (uint64_t r = 0; r < copies[i].rows; ++r) {  // a strided copy's rows as pieces of their own
-        uint8_t* dev = copies[i].dev + r * copies[i].dev_pitch;
-        const uint8_t* host = static_cast<const uint8_t*>(copies[i].host) + r * copies[i].host_pitch;
-        for (uint64_t done = 0; done < copies[i].bytes;) {
-          const uint64_t at = reinterpret_cast<uint64_t>(host) + done;
-          if (!pinned_.pinned(at)) return false;
-          const uint64_t piece = pinned_.run_from(at, copies[i].bytes - done);
-          batch_dst_.push_back(dev + done);
-          batch_src_.push_back(host + done);
-          batch_size_.push_back(piece);
-          done += piece;
-        }
-      }
-    return batch_size_.size() >= 2;
   }
   // A strided copy: one cudaMemcpy2DAsync where its rows' whole host range is one pinned run, no cap paces
   // the link (the pacer reserves the link per contiguous chunk) and its pitches are within the device's
@@ -373,35 +297,17 @@ class CudaDevice : public Device {
     ev.seq = i;
     return ev;
   }
-  Event host_fence() override { return Event{kHostFenceQueue, ++fences_made_}; }
-  void raise_fence(const Event& fence) override {
-    if (!fence.valid()) return;
-    SW_CHECK(fence.queue == kHostFenceQueue, "CUDA: raise_fence on an event that is not a host fence");
-    // After the host's writes the fenced work reads (release), as the device's queues will read them.
-    if (__atomic_load_n(fence_host_, __ATOMIC_ACQUIRE) < fence.seq) __atomic_store_n(fence_host_, static_cast<unsigned long long>(fence.seq), __ATOMIC_RELEASE);
-  }
-  bool fence_raised(uint64_t seq) const { return __atomic_load_n(fence_host_, __ATOMIC_ACQUIRE) >= seq; }
   void wait(Queue q, const Event& e) override {
-    if (e.valid() && e.queue == kHostFenceQueue) {
-      host_fence_kernel<<<1, 1, 0, streams_[static_cast<int>(q)]>>>(fence_dev_, static_cast<unsigned long long>(e.seq));
-      check(cudaGetLastError(), "the host fence kernel launch");
-      return;
-    }
     if (!e.valid() || e.queue == static_cast<int>(q)) return;
     check(cudaStreamWaitEvent(streams_[static_cast<int>(q)], events_.at(e.seq), 0), "cudaStreamWaitEvent");
   }
   void host_wait(const Event& e) override {
     if (!e.valid()) return;
-    if (e.queue == kHostFenceQueue) {
-      SW_CHECK(fence_raised(e.seq), "CUDA: the host waits for a host fence it has not raised (it never would be)");
-      return;
-    }
     const StallGuard guard("a wait for the GPU (an event of its queues)", 0, kStallHint);
     check(cudaEventSynchronize(events_.at(e.seq)), "cudaEventSynchronize");
   }
   bool event_done(const Event& e) override {
     if (!e.valid()) return true;
-    if (e.queue == kHostFenceQueue) return fence_raised(e.seq);
     const cudaError_t r = cudaEventQuery(events_.at(e.seq));
     if (r == cudaErrorNotReady) {
       cudaGetLastError();
@@ -559,7 +465,7 @@ class CudaDevice : public Device {
   void copy(int q, void* dst, const void* src, uint64_t bytes, cudaMemcpyKind kind) {
     const uint64_t host = reinterpret_cast<uint64_t>(kind == cudaMemcpyHostToDevice ? src : dst);
     if (q == static_cast<int>(Queue::H2DAct) && kind == cudaMemcpyHostToDevice && bytes > 0 && bytes <= kPullMaxBytes &&
-        host_ptr_reads_ && g_act_pull.get() == 1 && pinned_.pinned(host) && pinned_.run_from(host, bytes) >= bytes) {
+        host_ptr_reads_ && pinned_.pinned(host) && pinned_.run_from(host, bytes) >= bytes) {
       pull(q, static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), bytes);
       return;
     }
@@ -600,7 +506,7 @@ class CudaDevice : public Device {
     }
   }
 
-  // An activation upload as a kernel on queue q reading the pinned host range (act_pull above): 16-byte
+  // An activation upload as a kernel on queue q reading the pinned host range (kPullMaxBytes above): 16-byte
   // loads where both sides and the size allow, else 4-byte, else bytes. Charged to the pacer under a cap.
   void pull(int q, uint8_t* dst, const uint8_t* src, uint64_t bytes) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | static_cast<uintptr_t>(bytes);
@@ -632,9 +538,6 @@ class CudaDevice : public Device {
   std::string name_;
   cudaStream_t streams_[kNumQueues] = {};
   unsigned long long* tails_ = nullptr;         // device: per queue, the end of its last link reservation
-  unsigned long long* fence_host_ = nullptr;    // the last host fence raised (mapped pinned host memory)
-  const unsigned long long* fence_dev_ = nullptr;  // the same, as the device reads it
-  uint64_t fences_made_ = 0;
   std::atomic<bool> tail_pending_[kNumQueues] = {};  // a paced copy since the queue's last tail kernel
   cublasHandle_t blas_ = nullptr;
   std::vector<cudaEvent_t> events_;
@@ -649,18 +552,13 @@ class CudaDevice : public Device {
   bool warned_pin_ = false;
   Pacer pacers_[2];
   std::map<uint64_t, cudaGraphExec_t> graphs_;  // end_capture's executables by the runtime's key
-  std::vector<void*> batch_dst_;  // copy_h2d_batch's pieces (kept: no allocation per layer)
-  std::vector<const void*> batch_src_;
-  std::vector<size_t> batch_size_;
   uint64_t graph_launches_ = 0;
   uint64_t max_pitch_ = (1ull << 31) - 1;  // cudaDevAttrMaxPitch, read at set-up
-  bool host_ptr_reads_ = false;  // kernels may read registered host memory at its host address (act_pull)
+  bool host_ptr_reads_ = false;  // kernels may read registered host memory at its host address (pull)
 };
 
 }  // namespace
 
 std::unique_ptr<Device> make_cuda_device(int ordinal) { return std::make_unique<CudaDevice>(ordinal); }
-void cuda_set_copy_batch(bool on) { g_copy_batch.set(on ? 1 : 0); }
-void cuda_set_act_pull(bool on) { g_act_pull.set(on ? 1 : 0); }
 
 }  // namespace shardwise

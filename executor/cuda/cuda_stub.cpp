@@ -11,8 +11,6 @@ CudaDeviceInfo cuda_device_info(int) { fail("this build has no CUDA backend (con
 std::unique_ptr<Device> make_cuda_device(int) {
   fail("--device cuda: this build has no CUDA backend (configure with SHARDWISE_CUDA=ON on a machine with nvcc)");
 }
-void cuda_set_copy_batch(bool) {}
-void cuda_set_act_pull(bool) {}
 void cuda_dequantize(DType, const void*, float*, int64_t) {
   fail("this build has no CUDA backend (configure with SHARDWISE_CUDA=ON)");
 }

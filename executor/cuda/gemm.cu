@@ -4,11 +4,9 @@
 // on the device from max|x|, so neither part overflows or drowns in subnormals; the split error is
 // ~2^-22 relative, the products are exact and summed in f32), bf16 weights a three-part bf16 split
 // (bf16 has f32's range, so no scaling), f32 weights plain SGEMM, q8_0/q4_0 tiles of rows
-// dequantised to f32 (exactly) and SGEMM — or, with SHARDWISE_QUANT_GEMM=f16, the tile split into two
-// f16 parts like x and three f16 GEMMs (quant_matmul_f16). Scales reach cuBLAS as device-side alphas, so
-// nothing here waits for the GPU.
+// dequantised to f32 (exactly) and SGEMM. Scales reach cuBLAS as device-side alphas, so nothing here
+// waits for the GPU.
 #include <algorithm>
-#include <atomic>
 #include <vector>
 
 #include "executor/cuda/kernels.cuh"
@@ -93,59 +91,6 @@ __global__ void dequant_rows_kernel(const uint8_t* __restrict__ w, int64_t row_b
     out[r * cols + c] = load_weight(T, row, c);
 }
 
-// Largest |scale| (as float bits) of the blocks of rows [0, rows) of a q8_0/q4_0 matrix: with the largest
-// code it bounds every weight, so the f16 split below can scale the tile into f16's range.
-template <DType T>
-__global__ void scale_absmax_kernel(const uint8_t* __restrict__ w, int64_t row_bytes, int64_t blocks_per_row,
-                                    int64_t rows, unsigned* out) {
-  constexpr int64_t kBlockBytes = T == DType::Q8_0 ? 34 : 18;
-  const int64_t total = rows * blocks_per_row;
-  unsigned bits = 0;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const uint8_t* blk = w + (i / blocks_per_row) * row_bytes + (i % blocks_per_row) * kBlockBytes;
-    bits = max(bits, __float_as_uint(fabsf(f16_bits_to_float(ld_u16(blk)))));
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) bits = max(bits, __shfl_xor_sync(0xffffffffu, bits, o));
-  if ((threadIdx.x & 31) == 0) atomicMax(out, bits);
-}
-
-// Power of two s with |w| * s < 2^15 for every weight of the tile (largest scale x largest code), so
-// that its f16 parts neither overflow nor, for the largest weights, lose bits.
-__device__ __forceinline__ float weight_scale(unsigned max_scale_bits, float max_code) {
-  const float m = __uint_as_float(max_scale_bits) * max_code;
-  if (!(m > 0.0f) || isinf(m) || isnan(m)) return 1.0f;
-  int e = 0;
-  frexpf(m, &e);  // m < 2^e
-  return ldexpf(1.0f, min(max(15 - e, -100), 100));
-}
-
-// Rows of a q8_0/q4_0 tile as two f16 parts: w * s = hi + lo / 2^12 (w * s = scale x code has at most 18
-// significant bits; hi keeps 11, the rest fits lo's 11 — exactly, but where w * s is below f16's normal
-// range, 2^-29 of the tile's largest weight, and lo then misses at most 2^-36 of it), s from
-// weight_scale. Also the tile's GEMM scalars from the activations' (split_f16_kernel): alphas_out[0] =
-// 1 / (s_x s), [1] = 1 / (s_x s 2^12).
-template <DType T>
-__global__ void dequant_split_kernel(const uint8_t* __restrict__ w, int64_t row_bytes, int64_t cols,
-                                     const unsigned* max_scale_bits, float max_code, __half* hi, __half* lo, int64_t ldh,
-                                     const float* alphas_x, float* alphas_out) {
-  const float s = weight_scale(*max_scale_bits, max_code);
-  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
-    alphas_out[0] = alphas_x[0] / s;  // exact: s is a power of two
-    alphas_out[1] = alphas_x[1] / s;
-  }
-  const int64_t r = blockIdx.y;
-  const uint8_t* row = w + r * row_bytes;
-  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
-       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float v = load_weight(T, row, c) * s;  // exact
-    const __half h = __float2half_rn(v);
-    hi[r * ldh + c] = h;
-    lo[r * ldh + c] = __float2half_rn((v - __half2float(h)) * kLoScale);  // exact
-  }
-}
-
 dim3 row_grid(int64_t rows, int64_t cols, int threads) {
   const int64_t bx = std::min<int64_t>(ceil_div(cols, threads), 64);
   SW_CHECK(rows < 65536, "CUDA matmul: row chunk of ", rows, " is too large for one launch");
@@ -199,89 +144,11 @@ void gemv_passes(const Ctx& ctx, const MatRef& w, const float* x, int64_t ldx, i
   gemv(ctx, w.dtype, accumulate ? GemvMode::Accumulate : GemvMode::Store, tasks.data(), static_cast<int>(tasks.size()));
 }
 
-// Quantised GEMMs through tensor cores (SHARDWISE_QUANT_GEMM=f16, or cuda_set_quant_gemm_f16): the
-// dequantised tile and the activations each split into two f16 parts, three f16 GEMMs with f32
-// accumulation (hi.hi, lo.hi, hi.lo; lo.lo is below 2^-22 of the product). Off by default until measured
-// on the GPU machine against the f32 path (dequantised f32 tiles through SGEMM).
-Switch g_quant_gemm_f16([] { return env_is("SHARDWISE_QUANT_GEMM", "f16") ? 1 : 0; });
-bool quant_gemm_f16() { return g_quant_gemm_f16.get() == 1; }
-
-// The f16x3 path for n > kQuantGemvMaxTokens tokens; false (nothing done) when the workspace cannot hold
-// a 64-row tile and 33 tokens' split.
-bool quant_matmul_f16(const Ctx& ctx, const MatRef& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
-                      bool accumulate) {
-  Workspace& ws = *ctx.ws;
-  WorkspaceScope scope(ws);
-  const int64_t K = w.cols;
-  const int64_t ldp = static_cast<int64_t>(align_up(static_cast<uint64_t>(K), 8));
-  float* scalars = ws.take<float>(8, "matmul scalars");  // [0] x max bits, [1..2] x alphas, [3] scale max bits, [4..5] tile alphas
-  const uint64_t per_token = 2 * static_cast<uint64_t>(ldp) * 2 + 512, per_row = 2 * static_cast<uint64_t>(ldp) * 2 + 512;
-  int64_t tile = std::min<int64_t>(w.rows, kMaxDequantTileRows), chunk = std::min<int64_t>(n, 65535);
-  auto fits = [&] { return static_cast<uint64_t>(tile) * per_row + static_cast<uint64_t>(chunk) * per_token + 1024 <= ws.available(); };
-  while (!fits()) {
-    if (chunk > 256) chunk = (chunk + 1) / 2;           // token chunks down to 256 first (the tile is reused by each)
-    else if (tile > 64) tile = std::max<int64_t>(64, tile / 2 / 64 * 64);
-    else if (chunk > kQuantGemvMaxTokens + 1) chunk = std::max<int64_t>(kQuantGemvMaxTokens + 1, chunk / 2);
-    else break;
-  }
-  if (!fits()) return false;
-  __half* xh = ws.take<__half>(static_cast<uint64_t>(chunk * ldp), "f16 split of the activations");
-  __half* xl = ws.take<__half>(static_cast<uint64_t>(chunk * ldp), "f16 split of the activations");
-  __half* wh = ws.take<__half>(static_cast<uint64_t>(tile * ldp), "f16 split of a dequantised tile");
-  __half* wl = ws.take<__half>(static_cast<uint64_t>(tile * ldp), "f16 split of a dequantised tile");
-  unsigned* xmax = reinterpret_cast<unsigned*>(scalars);
-  unsigned* dmax = reinterpret_cast<unsigned*>(scalars + 3);
-  const float* zero = ctx.dev_zero_one;
-  const float* one = ctx.dev_zero_one + 1;
-  const uint64_t row_bytes = dtype_row_bytes(w.dtype, K);
-  const int64_t blocks_per_row = K / dtype_block_elems(w.dtype);
-  const float max_code = w.dtype == DType::Q8_0 ? 128.0f : 8.0f;
-  for (int64_t t0 = 0; t0 < n; t0 += chunk) {
-    const int64_t m = std::min(chunk, n - t0);
-    const float* xc = x + t0 * ldx;
-    float* yc = y + t0 * ldy;
-    const dim3 xgrid = row_grid(m, K, 256);
-    check(cudaMemsetAsync(xmax, 0, sizeof(unsigned), ctx.stream), "cudaMemsetAsync");
-    absmax_kernel<<<xgrid, 256, 0, ctx.stream>>>(xc, ldx, K, xmax);
-    check_launch("absmax kernel");
-    split_f16_kernel<<<xgrid, 256, 0, ctx.stream>>>(xc, ldx, K, xmax, xh, xl, ldp, scalars + 1);
-    check_launch("f16 split kernel");
-    for (int64_t r0 = 0; r0 < w.rows; r0 += tile) {
-      const int64_t tr = std::min(tile, w.rows - r0);
-      const uint8_t* wt = w.data + r0 * static_cast<int64_t>(row_bytes);
-      const int64_t scales = tr * blocks_per_row;
-      const unsigned sblocks = static_cast<unsigned>(std::min<int64_t>(1024, ceil_div(scales, 256)));
-      check(cudaMemsetAsync(dmax, 0, sizeof(unsigned), ctx.stream), "cudaMemsetAsync");
-      const dim3 wgrid = row_grid(tr, K, 256);
-      if (w.dtype == DType::Q8_0) {
-        scale_absmax_kernel<DType::Q8_0><<<sblocks, 256, 0, ctx.stream>>>(wt, row_bytes, blocks_per_row, tr, dmax);
-        dequant_split_kernel<DType::Q8_0><<<wgrid, 256, 0, ctx.stream>>>(wt, row_bytes, K, dmax, max_code, wh, wl, ldp,
-                                                                         scalars + 1, scalars + 4);
-      } else {
-        scale_absmax_kernel<DType::Q4_0><<<sblocks, 256, 0, ctx.stream>>>(wt, row_bytes, blocks_per_row, tr, dmax);
-        dequant_split_kernel<DType::Q4_0><<<wgrid, 256, 0, ctx.stream>>>(wt, row_bytes, K, dmax, max_code, wh, wl, ldp,
-                                                                         scalars + 1, scalars + 4);
-      }
-      check_launch("dequantise-and-split kernels");
-      blas_begin(ctx);
-      gemm_tn(ctx, tr, m, K, scalars + 4, wh, CUDA_R_16F, ldp, xh, CUDA_R_16F, ldp, accumulate ? one : zero, yc + r0, ldy);
-      gemm_tn(ctx, tr, m, K, scalars + 5, wh, CUDA_R_16F, ldp, xl, CUDA_R_16F, ldp, one, yc + r0, ldy);
-      gemm_tn(ctx, tr, m, K, scalars + 5, wl, CUDA_R_16F, ldp, xh, CUDA_R_16F, ldp, one, yc + r0, ldy);
-      blas_end(ctx);
-    }
-  }
-  return true;
-}
-
 }  // namespace
-
-void set_quant_gemm_f16(bool on) { g_quant_gemm_f16.set(on ? 1 : 0); }
 
 uint64_t matmul_bytes_per_token(DType dtype, int64_t cols) {
   const uint64_t ld = align_up(static_cast<uint64_t>(cols), 8);
   switch (dtype) {
-    case DType::Q8_0:
-    case DType::Q4_0: return quant_gemm_f16() ? 2 * ld * 2 + 512 : 0;  // the activations' f16 split
     case DType::F16: return 2 * ld * 2 + 512;
     case DType::BF16: return 3 * ld * 2 + 768;
     default: return 0;
@@ -295,9 +162,9 @@ uint64_t matmul_fixed_bytes(DType dtype, int64_t rows, int64_t cols) {
 
 uint64_t matmul_tile_bytes(DType dtype, int64_t rows, int64_t cols) {
   if (!dtype_is_quantized(dtype)) return matmul_fixed_bytes(dtype, rows, cols);
-  // Per row: the f32 tile's cols * 4 + 256 (matmul: available / that), the f16 parts' align_up(cols, 8) *
-  // 4 + 512 (quant_matmul_f16); after the scalars (256 bytes with alignment).
-  const uint64_t per_row = quant_gemm_f16() ? align_up(static_cast<uint64_t>(cols), 8) * 4 + 512 : static_cast<uint64_t>(cols) * 4 + 256;
+  // Per row: the f32 tile's cols * 4 + 256 (matmul: available / that); after the scalars (256 bytes with
+  // alignment).
+  const uint64_t per_row = static_cast<uint64_t>(cols) * 4 + 256;
   return 1024 + static_cast<uint64_t>(std::min(rows, kMaxDequantTileRows)) * per_row;
 }
 
@@ -378,9 +245,6 @@ void matmul(const Ctx& ctx, const MatRef& w, const float* x, int64_t ldx, int64_
     }
     case DType::Q8_0:
     case DType::Q4_0: {
-      if (quant_gemm_f16()) {
-        if (quant_matmul_f16(ctx, w, x, ldx, n, y, ldy, accumulate)) return;
-      }
       const uint64_t row_floats = static_cast<uint64_t>(K);
       int64_t tile = std::min<int64_t>(w.rows, static_cast<int64_t>(ws.available() / (row_floats * 4 + 256)));
       tile = std::min<int64_t>(tile, kMaxDequantTileRows);

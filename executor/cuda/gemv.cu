@@ -10,7 +10,6 @@
 // among the block's warps instead (k-split), each warp's partial sums added in warp order through shared
 // memory: 4x the weight bytes in flight per row, for o and down projections of 4096 rows.
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 
 #include "executor/cuda/kernels.cuh"
@@ -38,8 +37,6 @@ struct TaskDev {
 
 struct Batch {
   int32_t count, mode;
-  int32_t early;  // load the first weight pieces before waiting for the previous kernel (see gemv_kernel)
-  int32_t late;   // let the next kernel be scheduled after the weight loop, not at the start
   int32_t ksplit; // the block's warps share its kRows rows (per matrix), each a quarter of the columns
   int32_t block_begin[kGemvMaxTasks + 1];
   TaskDev task[kGemvMaxTasks];
@@ -247,7 +244,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const __grid_constant
   const int nt = tk.nt;
   // Weights named directly are loaded before waiting for the kernel before this one (programmatic
   // dependent launch), so the first loads overlap its tail; a selector is that kernel's output.
-  const bool early = b.early != 0 && tk.sel == nullptr;
+  const bool early = tk.sel == nullptr;
   if (!early) pdl_wait();
 
   const uint8_t *mw0, *mw1;
@@ -274,7 +271,6 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const __grid_constant
   P pc[kUnroll][M][kRows];
   if (units > 0) load_pieces<P, kUnroll, M>(pc, wr, first, units);  // the first step's weights
   if (early) pdl_wait();
-  if (!b.late) pdl_trigger();
   for (int u0 = first; u0 < units; u0 += stride) {
     if (u0 != first) load_pieces<P, kUnroll, M>(pc, wr, u0, units);
 #pragma unroll
@@ -310,7 +306,9 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const __grid_constant
     }
   }
 
-  if (b.late) pdl_trigger();
+  // The next kernel is scheduled only now: triggered at the start, its blocks took SM slots while this
+  // loop still ran (a 4096 x 11520 f16 GEMV back to back 36.7 us against 28.1 triggered here).
+  pdl_trigger();
 #pragma unroll
   for (int m = 0; m < M; ++m)
 #pragma unroll
@@ -427,26 +425,6 @@ bool fast_path_ok(DType dtype, const GemvTask& t, bool two) {
   return false;
 }
 
-// SHARDWISE_GEMV_EARLY=0: the fast GEMV waits for the previous kernel before its first weight loads (a
-// diagnostic beside SHARDWISE_PDL=0).
-bool early_weight_loads() {
-  static const bool on = !env_is("SHARDWISE_GEMV_EARLY", "0");
-  return on;
-}
-// The fast GEMV lets the next kernel be scheduled after its weight loop (SHARDWISE_GEMV_TRIGGER=start: at
-// its start). Triggered at the start, the next kernel's blocks took SM slots while the loop still ran: the
-// 4096 x 11520 f16 GEMV back to back 36.7 us against 28.1 us triggered late, 11520 x 4096 27.7 against
-// 28.6 us (results/executor/pdl_33c0ce1/, eighth session).
-bool late_trigger() {
-  static const bool on = !env_is("SHARDWISE_GEMV_TRIGGER", "start");
-  return on;
-}
-
-// k-split (see the top): 0 never, 1 where a launch has fewer row-pair warps than half the GPU's warp slots
-// (32 per SM) and rows long enough for every warp of a block to have a step of pieces, 2 always (tests).
-// SHARDWISE_GEMV_KSPLIT=0 / always, or cuda_set_gemv_ksplit.
-Switch g_gemv_ksplit([] { return env_is("SHARDWISE_GEMV_KSPLIT", "0") ? 0 : env_is("SHARDWISE_GEMV_KSPLIT", "always") ? 2 : 1; });
-
 // Elements per lane piece of the fast path.
 int piece_elems(DType dtype) {
   switch (dtype) {
@@ -461,9 +439,7 @@ int piece_elems(DType dtype) {
 
 }  // namespace
 
-void set_gemv_ksplit(int mode) { g_gemv_ksplit.set(mode < 0 ? 0 : mode > 2 ? 2 : mode); }
-
-void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int count) {
+void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int count, GemvSplit split) {
   const bool two = mode == GemvMode::SwiGLU;
   for (int i0 = 0; i0 < count; i0 += kGemvMaxTasks) {
     const int cnt = std::min(kGemvMaxTasks, count - i0);
@@ -482,18 +458,18 @@ void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int
     Batch b{};
     b.count = cnt;
     b.mode = static_cast<int32_t>(mode);
-    b.early = early_weight_loads() ? 1 : 0;
-    b.late = late_trigger() ? 1 : 0;
     if (fast) {
-      const int ks_mode = g_gemv_ksplit.get();
       int64_t warps = 0, min_units = INT64_MAX;
       for (int i = 0; i < cnt; ++i) {
         warps += ceil_div(tasks[i0 + i].rows, kRows);
         min_units = std::min<int64_t>(min_units, tasks[i0 + i].cols / piece_elems(dtype));
       }
       const int unroll = gemv_unroll(nt_max, two ? 2 : 1);  // as the kernel's (nt_max <= its NT, same side of 2)
-      b.ksplit = ks_mode == 2 || (ks_mode == 1 && warps < static_cast<int64_t>(ctx.sm_count) * 32 &&
-                                  min_units >= static_cast<int64_t>(kWarps) * 32 * unroll);
+      // Auto: launches with fewer row-pair warps than half the GPU's warp slots (32 per SM) and rows long
+      // enough for every warp of a block to have a step of pieces.
+      b.ksplit = split == GemvSplit::Always ||
+                 (split == GemvSplit::Auto && warps < static_cast<int64_t>(ctx.sm_count) * 32 &&
+                  min_units >= static_cast<int64_t>(kWarps) * 32 * unroll);
     }
     const int rows_per_block = !fast ? kGenericRowsPerBlock : b.ksplit ? kRows : kFastRowsPerBlock;
     int64_t blocks = 0;

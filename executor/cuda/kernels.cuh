@@ -39,11 +39,12 @@ struct GemvTask {
   bool sel_fast = false;
 };
 
+// Where a launch splits each row pair's columns among a block's warps (k-split, gemv.cu): Auto where the
+// launch has few rows for the GPU (what the blocks use); Never and Always force one way (tests, benchmarks).
+enum class GemvSplit { Auto, Never, Always };
+
 // Runs `count` tasks of one dtype (any count; launches kGemvMaxTasks at a time).
-void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int count);
-// Where launches split rows' columns among a block's warps: 0 never, 1 launches with few rows (the
-// default), 2 always; cuda_set_gemv_ksplit (cuda_kernels.h).
-void set_gemv_ksplit(int mode);
+void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int count, GemvSplit split = GemvSplit::Auto);
 
 // ---- matmul dispatch (gemm.cu) ----------------------------------------------------------------
 struct MatRef {
@@ -67,8 +68,6 @@ uint64_t matmul_fixed_bytes(DType dtype, int64_t rows, int64_t cols);
 // narrower tiles make cuBLAS take split-K kernels for each, ~1.5x the time of one wide GEMM (qwen30b's
 // experts at 192 rows: results/executor/kprof_feb1d50/). Same as matmul_fixed_bytes for float weights.
 uint64_t matmul_tile_bytes(DType dtype, int64_t rows, int64_t cols);
-// cuda_set_quant_gemm_f16 (cuda_kernels.h).
-void set_quant_gemm_f16(bool on);
 
 // ---- norms, RoPE, element-wise, MoE helpers (norm_rope.cu) -------------------------------------
 // y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w for n rows of dim; y may alias x.
@@ -150,6 +149,10 @@ void moe_topk(const Ctx& ctx, const MoeTopkArgs& a);
 // with zeros); any pointer alignment and stride (16-byte aligned rows with head_dim in {32, 64, 128,
 // 256} take the vectorised loads, head_dim % 4 == 0 with aligned rows float4 pieces, else scalars).
 constexpr int kMaxAttentionHeadDim = 256;
+// The split-K decode kernel (attention.cu): Block, a block of 8 pipelined warps per split, merged in shared
+// memory; Warps, a pipelined warp per split. Auto (what the blocks use) takes Block, or Warps past two groups
+// of 4 query rows per kv head, where it is faster.
+enum class DecodeAttn : int32_t { Auto, Block, Warps };
 struct AttnArgs {
   const float* q = nullptr;  // query t, head h at q + t * q_stride + h * head_dim
   int64_t q_stride = 0;
@@ -161,24 +164,18 @@ struct AttnArgs {
   int32_t n = 0, pos_first = 0;
   int32_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
   // Decode (n <= 8): the fewest keys one warp of a split-K decode kernel takes (0: the kernel's default:
-  // about sqrt(context) for kernels 1 and 2, two steps of keys for kernel 3). The kernel benchmark
-  // sweeps it; the blocks leave it at 0.
+  // about sqrt(context) for Warps, two steps of keys for Block). The kernel benchmark sweeps it; the
+  // blocks leave it at 0.
   int32_t decode_min_keys = 0;
-  // Decode kernel: 0 the default (3, or 2 past two groups of 4 query rows per kv head;
-  // SHARDWISE_ATTN_DECODE=plain selects 1, =pipelined 2), 1 each
-  // step's keys loaded then used, 2 pipelined (the next step's keys loaded before this step's math),
-  // both a warp per split; 3 a block of 8 pipelined warps per split, merged in shared memory. The GPU
-  // suite checks all three; the kernel benchmark times them. Kernel 3 loads cache rows before pos_first
-  // before it waits for the kernel launched just before it (programmatic dependent launch; off with
-  // SHARDWISE_ATTN_EARLY=0): that kernel must not write those rows (the attention block's RoPE, the
-  // kernel before, appends rows pos_first ..).
-  int32_t decode_kernel = 0;
+  // Decode kernel: Auto, or one forced (the GPU suite checks both, the kernel benchmark times them). The
+  // block kernel loads cache rows before pos_first before it waits for the kernel launched just before it
+  // (programmatic dependent launch): that kernel must not write those rows (the attention block's RoPE,
+  // the kernel before, appends rows pos_first ..). Prefill steps ignore it.
+  DecodeAttn decode_kernel = DecodeAttn::Auto;
 };
 void attention(const Ctx& ctx, const AttnArgs& a);
 // Whether attention runs this head_dim (1 .. kMaxAttentionHeadDim).
 bool attention_head_dim_supported(int64_t head_dim);
-// The decode kernel that decode_kernel 0 means: 3, or SHARDWISE_ATTN_DECODE=plain (1) / pipelined (2).
-int decode_kernel_default();
 
 }  // namespace cuda
 }  // namespace shardwise

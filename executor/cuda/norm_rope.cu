@@ -261,7 +261,6 @@ dim3 rows_grid(int64_t rows, int64_t width, int threads) {
 
 bool pdl_enabled() {
   static const bool enabled = [] {
-    if (env_is("SHARDWISE_PDL", "0")) return false;
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {

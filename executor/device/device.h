@@ -29,8 +29,6 @@ struct Event {
   uint64_t seq = 0;
   bool valid() const { return queue >= 0; }
 };
-// Event::queue of a host fence (Device::host_fence): a point the host raises, not a queue's.
-constexpr int kHostFenceQueue = 1 << 20;
 
 // A weight matrix in device memory: rows x cols of dtype, rows contiguous.
 struct DevMat {
@@ -108,8 +106,7 @@ class Device {
   // On Queue::H2D, or Queue::H2DAct for activations (both draw on the one PCIe cap).
   virtual void copy_h2d(uint8_t* dev, const void* host, uint64_t bytes, Queue q = Queue::H2D) = 0;
   // Several host-to-device copies on q (a layer's routed experts), with the same effect as copy_h2d on
-  // each, in order. CUDA issues them one call per copy, or, with SHARDWISE_COPY_BATCH=1, as one batched
-  // call with one pacing step under a PCIe cap (measured slower on the H200 host; kept to re-measure).
+  // each, in order. CUDA issues them one call per copy (one batched call decoded slower).
   // A copy of `rows` rows of `bytes` each: row i from host + i * host_pitch to dev + i * dev_pitch (both
   // pitches at least `bytes` when rows > 1) — e.g. an expert's gate, up and down slices, which lie at one
   // distance from each other in three same-sized tensors, as one strided copy (CUDA: cudaMemcpy2DAsync where
@@ -142,15 +139,6 @@ class Device {
   virtual void host_wait(const Event& e) = 0;
   virtual bool event_done(const Event& e) = 0;  // non-blocking: has e completed?
   virtual void synchronize() = 0;
-
-  // Host fences: device work that depends on host work can be enqueued before that work ends.
-  // host_fence() makes a fence (queue kHostFenceQueue); wait(q, fence) makes q's later work wait until
-  // the host calls raise_fence(fence); host_wait and event_done on a fence ask whether it is raised.
-  // Fences are raised in the order they were made (raising one raises those made before it), and every
-  // fence made must be raised, or the queues waiting on it never finish. A device without fences
-  // returns an invalid Event: the caller then enqueues the dependent work after the host work.
-  virtual Event host_fence() { return {}; }
-  virtual void raise_fence(const Event& fence) { (void)fence; }
 
   // Measured step timelines (`run --timeline`): begin_timeline() sets time 0 (call it with every
   // queue idle); timestamp(q) is a point on queue q, reached once the queue gets there (it is not an
@@ -200,16 +188,9 @@ struct EmuOptions {
   // items ahead of another, which equal random delays rarely do (that is how a slot reused too early
   // shows up). {1, 1, 1} = equal.
   double queue_scale[kNumQueues] = {1, 1, 1, 1};
-  bool host_fences = true;  // false: host_fence() returns an invalid Event, as a device without them
 };
 std::unique_ptr<Device> make_emu_device(const EmuOptions& options = {});
 // Throws Error when the build has no CUDA or the machine no GPU.
 std::unique_ptr<Device> make_cuda_device(int ordinal = 0);
-// CUDA devices' copy_h2d_batch as one cudaMemcpyBatchAsync (on) or one call per copy (off, the
-// default; SHARDWISE_COPY_BATCH=1 turns it on). Process-wide, for tests and measurements.
-void cuda_set_copy_batch(bool on);
-// CUDA: activation uploads (Queue::H2DAct, up to 1 MiB, pinned) read by a kernel (the default) or copied by
-// the copy engine (SHARDWISE_ACT_PULL=0); the GPU suite runs both. No-op in a build without CUDA.
-void cuda_set_act_pull(bool on);
 
 }  // namespace shardwise

@@ -244,7 +244,6 @@ class EmuDevice : public Device {
                                               static_cast<int>(o.max_delay_us * std::max(0.0, o.queue_scale[i])));
   }
   ~EmuDevice() override {
-    raise_fence(Event{kHostFenceQueue, fences_made_});  // (the contract says the caller did; never hang here)
     for (auto& q : queues_) q->wait_done(q->submitted());
   }
   std::string kind() const override { return "emu"; }
@@ -288,26 +287,7 @@ class EmuDevice : public Device {
     e.seq = queues_[static_cast<int>(q)]->capturing() ? kCapturedEvent : queues_[static_cast<int>(q)]->submitted();
     return e;
   }
-  Event host_fence() override {
-    if (!opt_.host_fences) return {};
-    return Event{kHostFenceQueue, ++fences_made_};
-  }
-  void raise_fence(const Event& fence) override {
-    if (!fence.valid()) return;
-    SW_CHECK(fence.queue == kHostFenceQueue, "emu: raise_fence on an event that is not a host fence");
-    {
-      std::lock_guard<std::mutex> lock(fence_mu_);
-      fences_raised_ = std::max(fences_raised_, fence.seq);
-    }
-    fence_cv_.notify_all();
-  }
   void wait(Queue q, const Event& e) override {
-    if (e.valid() && e.queue == kHostFenceQueue) {
-      SW_CHECK(!queues_[static_cast<int>(q)]->capturing(), "emu: a queue waits for a host fence during a graph capture");
-      const uint64_t seq = e.seq;
-      push(q, [this, seq] { wait_fence(seq); });
-      return;
-    }
     if (!e.valid() || e.queue == static_cast<int>(q)) return;  // same queue: already ordered
     check_waitable(e);
     // As CUDA: a capturing queue may not wait for another queue's work recorded outside the capture.
@@ -320,17 +300,12 @@ class EmuDevice : public Device {
   }
   void host_wait(const Event& e) override {
     if (!e.valid()) return;
-    if (e.queue == kHostFenceQueue) {
-      SW_CHECK(fence_raised(e.seq), "emu: the host waits for a host fence it has not raised (it never would be)");
-      return;
-    }
     check_waitable(e);
     queues_[e.queue]->wait_done(e.seq);
     rethrow();
   }
   bool event_done(const Event& e) override {
     if (!e.valid()) return true;
-    if (e.queue == kHostFenceQueue) return fence_raised(e.seq);
     check_waitable(e);
     return queues_[e.queue]->done(e.seq);
   }
@@ -412,14 +387,6 @@ class EmuDevice : public Device {
       std::this_thread::sleep_until(due);
     }
   }
-  bool fence_raised(uint64_t seq) {
-    std::lock_guard<std::mutex> lock(fence_mu_);
-    return fences_raised_ >= seq;
-  }
-  void wait_fence(uint64_t seq) {  // on a queue's thread
-    std::unique_lock<std::mutex> lock(fence_mu_);
-    fence_cv_.wait(lock, [&] { return fences_raised_ >= seq; });
-  }
   void rethrow() {
     for (auto& q : queues_)
       if (std::exception_ptr e = q->take_error()) std::rethrow_exception(e);
@@ -433,10 +400,6 @@ class EmuDevice : public Device {
   double cap_ = 0;
   int waits_ = 0;
   uint64_t graph_launches_ = 0;
-  uint64_t fences_made_ = 0;
-  uint64_t fences_raised_ = 0;  // every fence up to this one is raised
-  std::mutex fence_mu_;
-  std::condition_variable fence_cv_;
   bool profiling_ = false;
   std::mutex stamp_mu_;
   std::deque<double> stamps_;

@@ -83,7 +83,7 @@ Queue queue_of(Resource r) {
 }  // namespace
 
 void push_expert_copies(std::vector<Device::HostCopy>& out, uint8_t* blk, const ShardLayout& L, const TensorView& g,
-                        const TensorView& u, const TensorView& d, bool strided) {
+                        const TensorView& u, const TensorView& d) {
   struct Part {
     uint8_t* dev;
     const void* host;
@@ -91,10 +91,6 @@ void push_expert_copies(std::vector<Device::HostCopy>& out, uint8_t* blk, const 
   };
   Part p[3] = {{blk, g.data, g.nbytes}, {blk + L.expert_up_offset, u.data, u.nbytes}, {blk + L.expert_down_offset, d.data, d.nbytes}};
   auto single = [&](int i) { out.push_back({p[i].dev, p[i].host, p[i].bytes}); };
-  if (!strided) {
-    for (int i = 0; i < 3; ++i) single(i);
-    return;
-  }
   std::sort(p, p + 3, [](const Part& a, const Part& b) { return a.dev < b.dev; });
   auto at = [](const void* q) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(q)); };
   // Parts i..j (consecutive in the place) as one strided copy: one size, one host and one place distance,
@@ -125,40 +121,31 @@ void push_expert_copies(std::vector<Device::HostCopy>& out, uint8_t* blk, const 
   }
 }
 
-bool expert_copies_strided(bool preferred) {
-  const char* ec = std::getenv("SHARDWISE_EXPERT_COPY");
-  if (!ec) return preferred;
-  const std::string v = ec;
-  SW_CHECK(v == "strided" || v == "split", "SHARDWISE_EXPERT_COPY=", v,
-           ": give strided (an expert's slices as one strided copy where they allow) or split (three copies)");
-  return v == "strided";
-}
-
 namespace {
 // push_expert_copies of layer 0's expert 0, whose merged gate, up and down tensors are g, u and d (their
 // data only located, never read), into the planner's layout of that layer's FFN.
 int count_expert_copies(const ModelSpec& spec, const TensorDtypes* dtypes, const TensorView& g, const TensorView& u,
-                        const TensorView& d, bool strided) {
+                        const TensorView& d) {
   const ShardSet shards = make_shards(spec, 1, DType::F32, dtypes);
   const std::vector<ShardLayout> layouts = shard_layouts(spec, shards, dtypes);
   if (shards.ffn.empty()) return 3;
   std::vector<Device::HostCopy> copies;
   uint8_t* place = reinterpret_cast<uint8_t*>(uintptr_t{1} << 40);  // a place, never written
-  push_expert_copies(copies, place, layouts.at(static_cast<size_t>(shards.ffn[0])), g.slice(0), u.slice(0), d.slice(0), strided);
+  push_expert_copies(copies, place, layouts.at(static_cast<size_t>(shards.ffn[0])), g.slice(0), u.slice(0), d.slice(0));
   return static_cast<int>(copies.size());
 }
 }  // namespace
 
-int expert_copies_of(const WeightSource& source, bool strided) {
+int expert_copies_of(const WeightSource& source) {
   const ModelSpec& spec = source.spec();
-  if (!spec.is_moe() || !strided) return 3;
+  if (!spec.is_moe()) return 3;
   const TensorDtypes dtypes = tensor_dtypes_of(source);
   return count_expert_copies(spec, &dtypes, source.tensor("blk.0.ffn_gate_exps.weight"), source.tensor("blk.0.ffn_up_exps.weight"),
-                             source.tensor("blk.0.ffn_down_exps.weight"), strided);
+                             source.tensor("blk.0.ffn_down_exps.weight"));
 }
 
-int synthetic_expert_copies(const ModelSpec& spec, bool strided) {
-  if (!spec.is_moe() || !strided) return 3;
+int synthetic_expert_copies(const ModelSpec& spec) {
+  if (!spec.is_moe()) return 3;
   const std::map<std::string, uint64_t> at = synthetic_tensor_offsets(spec);
   TensorView v[3];
   const char* names[3] = {"blk.0.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight", "blk.0.ffn_down_exps.weight"};
@@ -171,7 +158,7 @@ int synthetic_expert_copies(const ModelSpec& spec, bool strided) {
         v[i].data = reinterpret_cast<const void*>((uintptr_t{1} << 44) + at.at(t.name));  // located, never read
       }
   for (const TensorView& t : v) SW_CHECK(t.data != nullptr, "synthetic_expert_copies: ", spec.name, " has no layer-0 experts");
-  return count_expert_copies(spec, nullptr, v[0], v[1], v[2], strided);
+  return count_expert_copies(spec, nullptr, v[0], v[1], v[2]);
 }
 
 namespace {
@@ -308,20 +295,6 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
   buf_->split.resize(static_cast<size_t>(spec_.num_hidden_layers));
   buf_->expert_ptrs.resize(static_cast<size_t>(spec_.num_hidden_layers));
   trace_ = std::getenv("SHARDWISE_TRACE_ACTIONS") != nullptr;
-  if (const char* sf = std::getenv("SHARDWISE_SHARE_FIRST")) {  // for measuring what starting the share first gains
-    const std::string v = sf;
-    SW_CHECK(v == "0" || v == "1", "SHARDWISE_SHARE_FIRST=", v,
-             ": give 1 (a split layer's CPU share starts, the host enqueues beside it; the default) or 0 (enqueues first)");
-    share_first_ = v == "1";
-  }
-  if (const char* hf = std::getenv("SHARDWISE_HOST_FENCE")) {  // opt-in until measured on the GPU
-    const std::string v = hf;
-    SW_CHECK(v == "0" || v == "1", "SHARDWISE_HOST_FENCE=", v,
-             ": give 1 (the device work after a split layer's CPU share is enqueued before the share ends, behind a "
-             "host fence) or 0 (after it; the default)");
-    host_fences_ = v == "1";
-  }
-  strided_expert_copies_ = expert_copies_strided(options_.strided_expert_copies);
   // Load time, not the first step: upload what the decode plan pins (other tiers' plans pin a prefix
   // of the same canonical order, or are baselines with their own layout).
   int64_t chunk = 0;
@@ -1071,7 +1044,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
             SW_CHECK(place < places, "runtime: the routed experts of layer ", layer, " do not fit the stream slot (", cap, " bytes)");
             taken[static_cast<size_t>(place)] = 1;
             uint8_t* blk = dst + L.expert_base + place * L.expert_stride;
-            push_expert_copies(copies, blk, L, g.slice(e), u.slice(e), dn.slice(e), strided_expert_copies_);
+            push_expert_copies(copies, blk, L, g.slice(e), u.slice(e), dn.slice(e));
             ptrs[static_cast<size_t>(e)] = blk;
           }
           if (!copies.empty()) device_.copy_h2d_batch(copies.data(), copies.size());
@@ -1246,7 +1219,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
   auto next_share = [&]() -> const Action* {
     const size_t ci = next[static_cast<size_t>(Resource::Cpu)];
     const auto& cq = order[static_cast<size_t>(Resource::Cpu)];
-    if (!share_first_ || pool_.size() <= 1 || ci >= cq.size()) return nullptr;
+    if (pool_.size() <= 1 || ci >= cq.size()) return nullptr;
     const Action& c = plan.actions[static_cast<size_t>(cq[ci])];
     return c.part == ComputePart::MoeCpuShare ? &c : nullptr;
   };
@@ -1283,29 +1256,14 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
   // A split layer's CPU share, once its dependencies are in, starts at once; the host enqueues the
   // device work that is ready (the layer's routed expert copy and GPU share among it) while the pool's
   // other threads compute (ThreadPool::set_caller_work). Enqueued first, a layer's copies and GPU-share
-  // kernels held its CPU share back by ~70 us (qwen30b 4G/1K decode, the sixteenth session). One thread
-  // enqueues first, then computes.
-  //
-  // With host fences (SHARDWISE_HOST_FENCE=1, where the device has them) the share is settled before it
-  // runs: its event is a fence the host raises once the share is computed, so the device work after it
-  // (the partial's copy and add, the next layer's attention and router) is enqueued beside it too and
-  // starts when the share ends instead of when the host has launched it (~40 us of launches per split
-  // layer, the sixteenth session's timelines).
+  // kernels held its CPU share back by ~70 us (qwen30b 4G/1K decode). One thread enqueues first, then
+  // computes.
   auto start_share = [&]() {
     const Action* c = next_share();
     if (!c) return false;
     for (int d : c->deps)
       if (!settled[static_cast<size_t>(d)]) return false;
     end_capture();
-    struct RaiseOnExit {  // every fence made is raised, also when the share fails
-      Device& device;
-      Event fence;
-      ~RaiseOnExit() { device.raise_fence(fence); }
-    } raise{device_, host_fences_ ? device_.host_fence() : Event{}};
-    if (raise.fence.valid()) {
-      ev[static_cast<size_t>(c->id)] = raise.fence;
-      settled[static_cast<size_t>(c->id)] = 1;
-    }
     pool_.set_caller_work([&] { issue_ready(false); });
     try {
       execute(*c);
@@ -1314,7 +1272,6 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
       throw;
     }
     pool_.run_caller_work();
-    device_.raise_fence(raise.fence);
     settled[static_cast<size_t>(c->id)] = 1;
     ++finished;
     ++next[static_cast<size_t>(Resource::Cpu)];

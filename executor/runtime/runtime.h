@@ -51,12 +51,6 @@ struct RuntimeOptions {
   // with the lowest (Mixed: hits and misses in one layer), instead of the router's top_k.
   enum class GuessTest { Router, Lowest, Mixed };
   GuessTest guess_test = GuessTest::Router;
-  // Each streamed routed expert's gate, up and down slices as few strided copies as their host distances
-  // allow (one in a synthetic model, two in llama.cpp's files; Device::HostCopy rows) instead of three:
-  // on the H200 host GPU-only decode 10-13% faster, Dynamic's 2G cell 24% (the sixteenth session).
-  // SHARDWISE_EXPERT_COPY=strided or split overrides it (expert_copies_strided); the planner times the
-  // copies it makes (PlannerConfig::expert_copies from expert_copies_of).
-  bool strided_expert_copies = true;
   // Pin the host weights in place (Device::pin_host) so that streamed copies run at PCIe speed; off
   // leaves them pageable, where copies run several times slower (`run --no-pin-weights`, for systems
   // where pinning fails or hangs).
@@ -65,12 +59,13 @@ struct RuntimeOptions {
 constexpr int kGraphMaxActions = 8;
 
 // A routed expert's gate, up and down slices (g, u, d: the expert's slices of its layer's host tensors)
-// into its place `blk` in a stream slot laid out as L: three copies, or with `strided` as few strided
-// copies (Device::HostCopy rows) as their distances allow — slices of one size at one distance from each
-// other on the host and in the place go as one. A synthetic model's storage (gate, up, down back to back)
-// gives one; llama.cpp's files (down, gate, up) give two (gate and up, then down).
+// into its place `blk` in a stream slot laid out as L, as few strided copies (Device::HostCopy rows) as
+// their distances allow — slices of one size at one distance from each other on the host and in the place
+// go as one — instead of three (fewer copies decoded GPU-only 10-13% faster, Dynamic at 2G 24%). A
+// synthetic model's storage (gate, up, down back to back) gives one; llama.cpp's files (down, gate, up)
+// give two (gate and up, then down).
 void push_expert_copies(std::vector<Device::HostCopy>& out, uint8_t* blk, const ShardLayout& L, const TensorView& g,
-                        const TensorView& u, const TensorView& d, bool strided);
+                        const TensorView& u, const TensorView& d);
 
 // One action of one plan run, measured: ms since the run began.
 struct TimelineEntry {
@@ -192,9 +187,6 @@ class Runtime : public StepEngine {
   std::vector<bool> kv_on_gpu_;
   bool kv_fixed_ = false;
   bool trace_ = false;  // SHARDWISE_TRACE_ACTIONS: log each action before it runs
-  bool share_first_ = true;  // SHARDWISE_SHARE_FIRST=0: a split layer's host enqueues before its CPU share (A/B)
-  bool host_fences_ = false;  // SHARDWISE_HOST_FENCE=1: work after a CPU share enqueued before it ends (opt-in)
-  bool strided_expert_copies_ = false;  // options_ or SHARDWISE_EXPERT_COPY
   int64_t n_past_ = 0;
   uint64_t arena_peak_ = 0, uploaded_ = 0;
   std::vector<RuntimeStep> steps_;
@@ -206,15 +198,12 @@ class Runtime : public StepEngine {
 // The actual storage dtypes of a source's tensors (for planning the real file).
 TensorDtypes tensor_dtypes_of(const WeightSource& source);
 
-// Whether streamed experts go as strided copies: `preferred` (RuntimeOptions::strided_expert_copies)
-// unless SHARDWISE_EXPERT_COPY is strided or split; any other value is one error line.
-bool expert_copies_strided(bool preferred);
 // How many copies the runtime makes of one streamed routed expert (push_expert_copies of layer 0's
-// expert 0 into the planner's layout of its FFN): 3, or fewer when `strided`; 3 for a model without
-// experts. For PlannerConfig::expert_copies, so that the plan times the copies the runtime makes.
-int expert_copies_of(const WeightSource& source, bool strided);
+// expert 0 into the planner's layout of its FFN): 1 to 3; 3 for a model without experts. For
+// PlannerConfig::expert_copies, so that the plan times the copies the runtime makes.
+int expert_copies_of(const WeightSource& source);
 // The same for synthetic:SPEC weights without making them (their tensors where make_synthetic_weights
 // puts them).
-int synthetic_expert_copies(const ModelSpec& spec, bool strided);
+int synthetic_expert_copies(const ModelSpec& spec);
 
 }  // namespace shardwise

@@ -4,19 +4,16 @@
 # 4032-token prompts, 64 generated tokens, budgets 2G/4G/8G, every schedule, the baselines and auto;
 # plus the whole model on the GPU. Writes one JSON line per run (run --json + the plan's prediction)
 # into OUT/executor_runs.jsonl and a summary table to stdout.
-#   executor_bench.sh OUT [part]   part: all (default) | nemo8b | qwen30b | full | quick | graphs | pdl | same-plan | timelines
-#   | prefetch (qwen30b auto and gpu-only with and without speculative expert prefetch) | strided (one strided
-#   copy per streamed expert against three) | share-first (a split layer's CPU share started before the
-#   host enqueues its copies, against after) | host-fence (the work after a CPU share enqueued before it
-#   ends, against after) | act-pull (activation uploads read by a kernel against copied by the copy engine)
+#   executor_bench.sh OUT [part]   part: all (default) | nemo8b | qwen30b | full | quick | graphs | same-plan | timelines
+#   | whole-timeline | prefetch (qwen30b auto and gpu-only with and without speculative expert prefetch)
 #   (CELLS="1024:2G 4096:4G" limits all/nemo8b/qwen30b to those ctx:budget cells; HOST_KV_ATTENTION=split|staged
 #   plans and runs every row with that attention over host KV caches, default choose)
 # graphs: the whole model on the GPU, decode kernel by kernel (--no-cuda-graphs) and as CUDA graphs (the
-# default), and as graphs without programmatic dependent launch (SHARDWISE_PDL=0; rows record "pdl").
+# default).
 # timelines: auto/static/dynamic at 1K/4G with the measured timeline of their first 6 runs
 # (its summary says when the host had enqueued the last device action); their TPS is not a peer row's.
 set -uo pipefail
-out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick|graphs|pdl|ksplit|attn|whole-timeline|same-plan|timelines|prefetch|strided|share-first|host-fence|act-pull]}
+out=${1:?usage: executor_bench.sh OUT [all|nemo8b|qwen30b|full|quick|graphs|whole-timeline|same-plan|timelines|prefetch]}
 part=${2:-all}
 source "$(dirname "$0")/bundle_env.sh"
 [ -f "$profile" ] || { echo "no profile $profile"; exit 2; }
@@ -72,16 +69,6 @@ for t in p.get("tiers", []):
 r.pop("generated_ids", None); r.pop("text", None)
 row = {"model": model, "ctx": ctx, "budget": budget, "schedule": sched, "cuda_graphs": graphs,
        "host_kv_attention": os.environ.get("HOST_KV_ATTENTION", "choose"),
-       "pdl": os.environ.get("SHARDWISE_PDL", "1") != "0",
-       "gemv_early": os.environ.get("SHARDWISE_GEMV_EARLY", "1") != "0",
-       "gemv_trigger": os.environ.get("SHARDWISE_GEMV_TRIGGER", "late"),
-       "attn_decode": os.environ.get("SHARDWISE_ATTN_DECODE", "block"),  # (binaries before 2026-12-03: pipelined)
-       "attn_early": os.environ.get("SHARDWISE_ATTN_EARLY", "1") != "0",  # (binaries before 2026-12-03: false)
-       "gemv_ksplit": os.environ.get("SHARDWISE_GEMV_KSPLIT", "auto"),
-       "expert_copy": os.environ.get("SHARDWISE_EXPERT_COPY", "strided"),  # (binaries before 2026-12-02: split)
-       "share_first": os.environ.get("SHARDWISE_SHARE_FIRST", "1") != "0",
-       "host_fence": os.environ.get("SHARDWISE_HOST_FENCE", "0") == "1",
-       "act_pull": os.environ.get("SHARDWISE_ACT_PULL", "1") != "0",  # (binaries before 2026-12-02: false)
        "timeline": len(sys.argv) > 7 and sys.argv[7] == "timeline", "run_args": os.environ.get("RUN_ARGS", ""), "run": r,
        # The run's own table's prediction (a forced schedule plans a table of its own, whose layout may
        # differ from the planner's mix); the mixed table's for runs of binaries before it was recorded.
@@ -100,28 +87,6 @@ case $part in
   graphs)
     for m in nemo8b qwen30b; do
       one "$m" 1024 40G auto nographs; one "$m" 1024 40G auto graphs
-      SHARDWISE_PDL=0 one "$m" 1024 40G auto graphs  # without programmatic dependent launch
-    done ;;
-  pdl)  # programmatic dependent launch on and off, alternating, with and without graphs, twice
-    for rep in 1 2; do
-      for m in nemo8b qwen30b; do
-        for g in graphs nographs; do one "$m" 1024 40G auto $g; SHARDWISE_PDL=0 one "$m" 1024 40G auto $g; done
-      done
-    done ;;
-  ksplit)  # decode GEMVs of few rows split among a block's warps (the default) or not, alternating, three times
-    for rep in 1 2 3; do
-      for m in nemo8b qwen30b; do one "$m" 1024 40G auto graphs; SHARDWISE_GEMV_KSPLIT=0 one "$m" 1024 40G auto graphs; done
-    done ;;
-  attn)  # the decode attention's block kernel with its first keys loaded early (the default), without
-         # (SHARDWISE_ATTN_EARLY=0) and the pipelined warp kernel (SHARDWISE_ATTN_DECODE=pipelined), the whole
-         # model decoding each way, alternating: twice at 1K context, once at 4K, a third time at 1K
-    for rep in 1 2 4K 3; do
-      ctx=1024; [ "$rep" = 4K ] && ctx=4096
-      for m in nemo8b qwen30b; do
-        one "$m" $ctx 40G auto graphs
-        SHARDWISE_ATTN_EARLY=0 one "$m" $ctx 40G auto graphs
-        SHARDWISE_ATTN_DECODE=pipelined one "$m" $ctx 40G auto graphs
-      done
     done ;;
   same-plan)  # qwen30b 1K/2G: auto decoded with Static at 23.8 ms per token where --schedule static ran the
               # same plan at 20.9 (seventh session): each twice, alternating, then both with timelines
@@ -136,38 +101,6 @@ case $part in
     for c in ${PREFETCH_CELLS:-1024:2G 1024:4G 1024:8G 4096:4G 1024:2G 1024:2G}; do
       for s in auto gpu-only; do
         one qwen30b "${c%%:*}" "${c##*:}" "$s"; RUN_ARGS="--next-layer-hits off" one qwen30b "${c%%:*}" "${c##*:}" "$s"
-      done
-    done ;;
-  share-first)  # a split layer's CPU share started before the host enqueues its copies and GPU share (the
-                # default) against after (SHARDWISE_SHARE_FIRST=0): qwen30b auto at 1K/4G, 1K/2G and 4K/4G, alternating, twice
-    for rep in 1 2; do
-      for c in 1024:4G 1024:2G 4096:4G; do
-        one qwen30b "${c%%:*}" "${c##*:}" auto; SHARDWISE_SHARE_FIRST=0 one qwen30b "${c%%:*}" "${c##*:}" auto
-      done
-    done ;;
-  act-pull)  # activation uploads read by a kernel (the default) against the copy engine (SHARDWISE_ACT_PULL=0),
-             # which runs them behind any weight copy issued before: nemo8b and qwen30b auto, alternating, twice
-    for rep in 1 2; do
-      for c in nemo8b:1024:4G nemo8b:4096:4G qwen30b:1024:4G qwen30b:1024:2G; do
-        IFS=: read -r m x b <<< "$c"
-        one "$m" "$x" "$b" auto; SHARDWISE_ACT_PULL=0 one "$m" "$x" "$b" auto
-      done
-    done ;;
-  host-fence)  # the work after a split layer's CPU share enqueued before it ends, behind a host fence
-               # (SHARDWISE_HOST_FENCE=1), against after it (0, the default): qwen30b auto, alternating, twice
-    for rep in 1 2; do
-      for c in 1024:4G 1024:2G 4096:4G; do
-        SHARDWISE_HOST_FENCE=1 one qwen30b "${c%%:*}" "${c##*:}" auto; one qwen30b "${c%%:*}" "${c##*:}" auto
-      done
-    done ;;
-  strided)  # each streamed expert as one strided copy (SHARDWISE_EXPERT_COPY=strided) against three (split):
-            # qwen30b gpu-only and auto at 1K/2G and 1K/4G, alternating, twice (STRIDED_REPS)
-    for rep in $(seq "${STRIDED_REPS:-2}"); do
-      for c in 1024:2G 1024:4G; do
-        for sch in gpu-only auto; do
-          SHARDWISE_EXPERT_COPY=split one qwen30b "${c%%:*}" "${c##*:}" "$sch"
-          SHARDWISE_EXPERT_COPY=strided one qwen30b "${c%%:*}" "${c##*:}" "$sch"
-        done
       done
     done ;;
   quick)  # one budget, the main schedules and the llama.cpp-style baseline, plus the whole model on the GPU
@@ -219,9 +152,8 @@ for line in open(sys.argv[1]):
     peers = PEERS.get((r["model"], r["ctx"], r["budget"]), [])
     vs_tps = f"{tps / max(p[1] for p in peers):.2f}x" if peers and tps else ""
     vs_ttft = ("ahead" if x["ttft_ms"] / 1000 <= min(p[0] for p in peers) else "behind") if peers else ""
-    sched = r['schedule'] + ("" if r.get("cuda_graphs", True) else "-graphs") + ("" if r.get("pdl", True) else "-pdl") \
-        + ("-nopf" if "--next-layer-hits off" in r.get("run_args", "") else "") \
-        + ("-strided" if r.get("expert_copy") == "strided" else "")
+    sched = r['schedule'] + ("" if r.get("cuda_graphs", True) else "-graphs") \
+        + ("-nopf" if "--next-layer-hits off" in r.get("run_args", "") else "")
     print(f"{r['model']:8} {r['ctx']:>5} {r['budget']:>6} {sched:12} {x['ttft_ms']/1000:8.2f} {tps:8.2f} {med_tps:8.2f} "
           f"{x.get('arena_peak_bytes',0)/2**30:7.2f}G {x.get('device_peak_bytes',0)/2**30:8.2f}G {ratio:>16} {vs_tps:>13} {vs_ttft:>12}"
           + (f"  guessed {x.get('guess_hits', 0)}/{x.get('guessed_experts', 0)} (hits {x.get('next_layer_hits', 0):.2f})"

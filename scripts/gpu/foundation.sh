@@ -39,7 +39,7 @@ fi
 
 if want bench; then
 echo "== CPU kernel benchmarks (1 and 16 threads)"
-SHARDWISE_BENCH_THREADS=1,16 SHARDWISE_BENCH_HUGEPAGES=1 "$bin/shardwise_bench_cpu" --benchmark_format=console \
+"$bin/shardwise_bench_cpu" --threads=1,16 --hugepages --benchmark_format=console \
   --benchmark_out="$out/bench_cpu.json" --benchmark_out_format=json > "$out/logs/bench_cpu.log" 2>&1 || status=1
 grep -E "decode|prefill|stream" "$out/logs/bench_cpu.log" | grep -v "^-" | head -40
 fi

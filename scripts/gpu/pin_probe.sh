@@ -11,8 +11,9 @@ d="$out/pin" && mkdir -p "$d"
   awk '/^Node/ {z=$4} /present/ {print z, $0}' /proc/zoneinfo; } > "$d/machine.txt" 2>&1
 toks=$(python3 -c "import random; random.seed(256); print(','.join(str(random.randrange(3, 32000)) for _ in range(256)))")
 for pin in 1 0; do
-  n="static_pin$pin"
-  SHARDWISE_PIN_HOST=$pin "$bin" run --model "synthetic:nemo8b?dtype=f16&seed=1" --tokens "$toks" -n 24 --greedy --threads 16 \
+  n="static_pin$pin" nopin=()
+  [ "$pin" = 0 ] && nopin=(--no-pin-weights)
+  "$bin" run "${nopin[@]}" --model "synthetic:nemo8b?dtype=f16&seed=1" --tokens "$toks" -n 24 --greedy --threads 16 \
     --ctx 4096 --device cuda --vram-budget 8G --pcie-cap 16GB/s --schedule static --profile "$profile" --json \
     --timeline "$d/$n.json" --timeline-runs 4 > "$d/$n.run.json" 2> "$d/$n.err" &
   pid=$!

@@ -29,9 +29,6 @@
 #   session.sh OUT graphs    the whole model decoding kernel by kernel and as CUDA graphs, ~1 min
 #                            (executor_bench.sh graphs), then the CUDA kernel benchmarks -> graphs.tgz
 #   session.sh OUT kernels   GPU suite, then the graphs stage (after a change to the CUDA kernels), ~5 min
-#   session.sh OUT pdl       kernel benchmarks and whole-model decode by where the GEMV lets the next
-#                            kernel start (programmatic dependent launch), then qwen30b 1K/2G auto vs
-#                            static (executor_bench.sh same-plan), ~6 min -> pdl.tgz
 #   session.sh OUT targeted  experiments/planner_accuracy_decode16.yaml and _cpu_attention.yaml, the
 #                            study's most-missed decisions re-measured (~3.5 min) -> targeted.tgz
 #   session.sh OUT peers MODEL...  the peer protocol of each MODEL (executor_bench.sh MODEL) -> protocol.tgz
@@ -45,16 +42,10 @@
 #   session.sh OUT probes    measured timelines beside the simulated ones (timeline_probe.sh) of the split decode
 #                            steps study v11 under-predicted and of qwen30b's 512-token GPU-only step, ~4 min
 #                            -> probe.tgz (experiments/results/executor/timelines_probe_<rev>/)
-#   session.sh OUT strided   GPU suite, then streamed experts as one strided copy each against three, ~4 min
 #   session.sh OUT split-probes  steady decode steps of Dynamic's uncapped split layers in the protocol's 1K
 #                            cells, measured beside the simulated ones, with and without the prefetch, ~3 min
-#   session.sh OUT measure   GPU suite, then strided and split-probes, ~8 min
-#   session.sh OUT measure2  GPU suite, then share-first and split-probes, ~5 min
-#   session.sh OUT fence     GPU suite, then host fences against none, static-probes, split-probes with fences, ~9 min
 #   session.sh OUT ctx-probes  the study's CPU-heavy rows (Static, Dynamic) at their 4K and 16K contexts, decode
 #                            steps measured beside the simulated ones after a prompt that fills the cache, ~5 min
-#   session.sh OUT act-pull  GPU suite, then activation uploads by kernel against by the copy engine (auto rows,
-#                            alternating) and nemo8b 4G/4K Dynamic's timeline each way, ~7 min -> act_pull.tgz
 #   session.sh OUT sweep-timelines  GPU suite, then experiments/static_timelines.yaml (Static, GPU-only, Dynamic
 #                            decode, both models, 4G/12G, 4K/16K, 1/16 threads, 16 GB/s and none) swept with
 #                            every row's step recorded (`sweep --timelines`), then one of its cells run alone
@@ -62,35 +53,21 @@
 #   session.sh OUT reprofile-static  the profile and its validation (profile.sh, ~5 min), then
 #                            static_timelines.yaml's qwen30b rows planned from that profile, with their traces
 #                            -> profile.tgz, sweep_timelines.tgz
-#   session.sh OUT pool-ab   loops waiting for their chunks (the pool now) against waiting for every worker
-#                            (SHARDWISE_POOL_WAIT_ALL=1), alternating: the GPU suite, the 16-thread CPU MoE block,
-#                            a profile, qwen30b's 16-thread Static/Dynamic rows with traces, ~9.5 min -> pool_ab.tgz
 #   session.sh OUT static-probes  Static's steady decode steps measured beside the simulated ones (nemo8b 8G at 16
 #                            and 1 threads, qwen30b 2G at 16), ~3 min -> probe_static.tgz
 #   session.sh OUT ab        this bundle's shardwise against an older one (build-gpu/shardwise_<rev>.xz from
 #                            scripts/gpu/old_binary.sh REV, carried too), alternating: qwen30b's 512-token
 #                            GPU-only prefill and the 1K/4G decode, ~3 min -> ab.tgz
 #   session.sh OUT diagnose  probes, then ab in the minutes left
-#   session.sh OUT qgemm     quantised GEMMs through tensor cores against the f32 path: suite, kernel benchmarks,
-#                            qwen30b 512-token steps and the 1K/4G cell by mode; then batched expert copies
-#                            against one call per copy (1K/4G Dynamic at 16 GB/s), ~7 min -> qgemm.tgz
 #   session.sh OUT kprof     per-kernel GPU time (Nsight Compute) of qwen30b's 512-token GPU-only step under this
 #                            binary's plan table and an older binary's, and of nemo8b's whole-model decode, ~5 min
 #                            -> kprof.tgz (kernel_profile.sh)
-#   session.sh OUT ksplit    decode GEMVs of few rows split among a block's warps or not: GPU suite, kernel
-#                            benchmarks, whole-model decode each way, three times (~5 min) -> ksplit.tgz
-#   session.sh OUT traffic-ab  the profile with host-to-device copy traffic (default) and both ways on one lease,
-#                            then experiments/planner_accuracy_decode16.yaml for the minutes left, ~9.5 min
-#                            -> traffic_ab.tgz (re-predict its rows with each profile offline)
-#   session.sh OUT attn      the decode attention's block kernel with and without early loads, or the pipelined
-#                            warp kernel: GPU suite, kernel benchmarks, whole-model decode each way, three times at
-#                            1K, once at 4K, and a nemo8b timeline (~5 min) -> attn.tgz
 #   session.sh OUT cpu       the CPU decode GEMVs and MoE block (shardwise_bench_cpu, 1 and 16 threads) at
-#                            each weight prefetch distance (SHARDWISE_GEMV_PREFETCH), ~2 min, then the GPU
+#                            each weight prefetch distance (--gemv-prefetch), ~2 min, then the GPU
 #                            suite -> cpu_prefetch.tgz
 set -uo pipefail
-out=${1:?usage: session.sh OUT check|fast|machine-study|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|static-probes|pool-ab|sweep-timelines|reprofile-static|ctx-probes|act-pull|strided|measure|measure2|fence [MODEL] [PREVIOUS.jsonl]}
-stage=${2:?usage: session.sh OUT check|fast|machine-study|profile|study|bench|kernels|pdl|graphs|targeted|cpu|probes|ab|diagnose|qgemm|kprof|ksplit|peers|peers-study|fast-prefetch|prefetch-study|split-probes|static-probes|pool-ab|sweep-timelines|reprofile-static|ctx-probes|act-pull|strided|measure|measure2|fence [MODEL] [PREVIOUS.jsonl]}
+out=${1:?usage: session.sh OUT check|fast|machine-study|profile|study|bench|kernels|graphs|targeted|cpu|probes|ab|diagnose|kprof|peers|peers-study|fast-prefetch|prefetch-study|split-probes|static-probes|sweep-timelines|reprofile-static|ctx-probes [MODEL] [PREVIOUS.jsonl]}
+stage=${2:?usage: session.sh OUT check|fast|machine-study|profile|study|bench|kernels|graphs|targeted|cpu|probes|ab|diagnose|kprof|peers|peers-study|fast-prefetch|prefetch-study|split-probes|static-probes|sweep-timelines|reprofile-static|ctx-probes [MODEL] [PREVIOUS.jsonl]}
 mkdir -p "$out"
 root=/tmp/shardwise-bundle
 rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build-gpu/bundle.tar.xz || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
@@ -174,49 +151,18 @@ case $stage in
   bench)
     timeout 560 bash scripts/gpu/executor_bench.sh "$out" all
     ;;
-  kernels)  # after a change to the CUDA kernels: the GPU suite, then the graphs stage below, and the whole
-            # model again with the plain decode attention kernel (SHARDWISE_ATTN_DECODE=plain)
+  kernels)  # after a change to the CUDA kernels: the GPU suite, then the graphs stage below
     gpu_suite
     timeout 300 bash scripts/gpu/executor_bench.sh "$out/graphs" graphs
-    SHARDWISE_ATTN_DECODE=plain timeout 150 bash scripts/gpu/executor_bench.sh "$out/graphs/plain" graphs
     timeout 180 "$root/bin/test_gpu" "[bench]" > "$out/graphs/kernel_bench.log" 2>&1; echo "kernel bench rc=$?"
     grep -E "attention decode|GEMV" "$out/graphs/kernel_bench.log" | head -40
     tar -C "$out" -czf "$out/graphs.tgz" graphs && rm -rf "$out/graphs"
-    ;;
-  pdl)  # where the GEMV lets the next kernel start (programmatic dependent launch), ~5 min: the kernel
-        # benchmarks with the trigger at the GEMV's start and after its weight loop (default); the whole
-        # model decoding with the late trigger, PDL on and off (executor_bench.sh pdl); then qwen30b 1K/2G
-        # auto against --schedule static (executor_bench.sh same-plan)
-    mkdir -p "$out/pdl"
-    SHARDWISE_GEMV_TRIGGER=start timeout 80 "$root/bin/test_gpu" "[bench]" > "$out/pdl/kernel_bench_start.log" 2>&1
-    timeout 80 "$root/bin/test_gpu" "[bench]" > "$out/pdl/kernel_bench_late.log" 2>&1
-    for v in start late; do echo "$v"; grep -E "(f16|q4_0) .*n=1|FFN block n=1" "$out/pdl/kernel_bench_$v.log"; done
-    timeout 200 bash scripts/gpu/executor_bench.sh "$out/pdl/late" pdl
-    timeout 150 bash scripts/gpu/executor_bench.sh "$out/pdl/same-plan" same-plan
-    tar -C "$out" -czf "$out/pdl.tgz" pdl && rm -rf "$out/pdl"
     ;;
   graphs)  # + the CUDA kernel benchmarks (test_gpu [bench]: GEMV rates, decode attention by keys per warp)
     timeout 300 bash scripts/gpu/executor_bench.sh "$out/graphs" graphs
     timeout 180 "$root/bin/test_gpu" "[bench]" > "$out/graphs/kernel_bench.log" 2>&1; echo "kernel bench rc=$?"
     grep -E "attention decode|GEMV" "$out/graphs/kernel_bench.log" | head -40
     tar -C "$out" -czf "$out/graphs.tgz" graphs && rm -rf "$out/graphs"
-    ;;
-  traffic-ab)  # the profile's contention rows beside host-to-device copies (the default since c6cd8c7) against copies
-              # both ways (SHARDWISE_PROFILE_TRAFFIC=both, as before), both profiled on this lease (~3 min each),
-              # then experiments/planner_accuracy_decode16.yaml measured (planned from the h2d one) for the minutes
-              # left. Offline: `sweep --predict --profile` each profile, then scripts/analysis/repredict.py the
-              # rows with each -> traffic_ab.tgz
-    mkdir -p "$out/traffic_ab"
-    PROFILE_NAME=h2d VALIDATE=0 PROFILE_TIMEOUT=240 bash scripts/gpu/profile.sh "$out/traffic_ab/h2d" > "$out/traffic_ab/h2d.log" 2>&1
-    SHARDWISE_PROFILE_TRAFFIC=both PROFILE_NAME=both VALIDATE=0 PROFILE_TIMEOUT=240 \
-      bash scripts/gpu/profile.sh "$out/traffic_ab/both" > "$out/traffic_ab/both.log" 2>&1
-    tail -4 "$out/traffic_ab/h2d.log" "$out/traffic_ab/both.log"
-    left=$(( 560 - ($(date +%s) - t0) ))
-    if [ "$left" -gt 90 ] && [ -f "$out/traffic_ab/h2d/h2d.profile.json" ]; then
-      SWEEP_ARGS="--profile $out/traffic_ab/h2d/h2d.profile.json" bash scripts/gpu/oracle_study.sh "$out/traffic_ab/decode16" none \
-        "$(awk "BEGIN {print ($left - 40) / 60}")" experiments/planner_accuracy_decode16.yaml
-    fi
-    tar -C "$out" -czf "$out/traffic_ab.tgz" traffic_ab && rm -rf "$out/traffic_ab"
     ;;
   targeted)  # the targeted re-runs of the study's most-missed decisions, ~3.5 min; one archive back
     bash scripts/gpu/oracle_study.sh "$out/targeted/decode16" none 1.7 experiments/planner_accuracy_decode16.yaml
@@ -263,12 +209,6 @@ case $stage in
     BATCH=512 PROMPT=1024 timeout 150 bash scripts/gpu/timeline_probe.sh "$out" "$q 4G 4096 16 none gpu-only"
     mv "$out/probe.tgz" "$out/probe_prefill.tgz"
     ;;
-  strided)  # the GPU suite (its strided-copy case), then each streamed expert as one strided copy against three
-            # (executor_bench.sh strided: qwen30b gpu-only and auto, 1K/2G and 1K/4G, twice), ~4 min -> strided.tgz
-    gpu_suite
-    timeout 300 bash scripts/gpu/executor_bench.sh "$out/strided" strided
-    tar -C "$out" -czf "$out/strided.tgz" strided && rm -rf "$out/strided"
-    ;;
   split-probes)  # Dynamic's split decode, uncapped, where studies v12/v13 and the protocol measured 60-110 us per split
                  # layer more than predicted: the protocol's 1K cells (a 960-token prompt fills the cache as the
                  # prediction assumes), steady decode steps (runs 6-11 of 14 tokens) recorded beside the simulated
@@ -282,23 +222,6 @@ case $stage in
       "$q 2G 1024 16 none gpu-only"
     mkdir -p "$out/split" && tar -C "$out/split" -xzf "$out/nopf/probe.tgz" && tar -C "$out/split" -xzf "$out/pf/probe.tgz"
     tar -C "$out" -czf "$out/probe_split_steady.tgz" split && rm -rf "$out/split" "$out/nopf" "$out/pf"
-    ;;
-  measure2)  # the GPU suite, then share-first (executor_bench.sh share-first -> share_first.tgz) and
-             # split-probes (-> probe_split_steady.tgz), ~5 min
-    gpu_suite
-    timeout 150 bash scripts/gpu/executor_bench.sh "$out/share_first" share-first
-    tar -C "$out" -czf "$out/share_first.tgz" share_first && rm -rf "$out/share_first"
-    left=$(( 580 - ($(date +%s) - t0) ))
-    if [ "$left" -gt 100 ]; then timeout "$left" bash "$0" "$out" split-probes; else echo "== split-probes skipped: ${left} s left"; fi
-    ;;
-  fence)  # the GPU suite (its host-fence cases), then host fences against none (executor_bench.sh host-fence ->
-          # host_fence.tgz), then static-probes, then split-probes with fences (SHARDWISE_HOST_FENCE=1), ~9 min
-    gpu_suite
-    timeout 150 bash scripts/gpu/executor_bench.sh "$out/host_fence" host-fence
-    tar -C "$out" -czf "$out/host_fence.tgz" host_fence && rm -rf "$out/host_fence"
-    timeout 200 bash "$0" "$out" static-probes
-    left=$(( 585 - ($(date +%s) - t0) ))
-    if [ "$left" -gt 100 ]; then SHARDWISE_HOST_FENCE=1 timeout "$left" bash "$0" "$out" split-probes; else echo "== split-probes skipped: ${left} s left"; fi
     ;;
   sweep-timelines)  # Static's decode inside the sweep's process: study v14 under-predicted it by a median 13.7% where
                     # the same cells run alone matched (static_probes_2806f34, ctx_probes_2806f34); every row of
@@ -335,38 +258,6 @@ case $stage in
       tar -C "$out" -czf "$out/sweep_timelines.tgz" sweep_timelines && rm -rf "$out/sweep_timelines"
     fi
     ;;
-  pool-ab)  # loops that wait only for the chunks taken (this bundle's pool) against loops that wait for every
-            # worker (SHARDWISE_POOL_WAIT_ALL=1, the pool before it), alternating on one lease: the GPU suite, the
-            # 16-thread CPU MoE block and split-layer shares (shardwise_bench_cpu), then the profile and its
-            # validation (new pool), then static_timelines.yaml's qwen30b 16-thread rows planned from it in each
-            # mode with their traces, ~9.5 min -> pool_ab.tgz (profile/ inside it)
-    gpu_suite
-    ab=$out/pool_ab && mkdir -p "$ab"
-    for round in 1 2; do
-      for w in 0 1; do
-        SHARDWISE_POOL_WAIT_ALL=$w SHARDWISE_BENCH_THREADS=16 SHARDWISE_BENCH_HUGEPAGES=1 timeout 60 "$root/bin/shardwise_bench_cpu" \
-          --benchmark_filter='moe_(decode|share).*threads:16' --benchmark_min_time=0.3 --benchmark_repetitions=3 \
-          --benchmark_out="$ab/bench_wait${w}_$round.json" --benchmark_out_format=json > "$ab/bench_wait${w}_$round.log" 2>&1
-        echo "== bench wait_all=$w round $round (rc=$?)"; grep -E "_median" "$ab/bench_wait${w}_$round.log" | awk '{print $1, $2, $3}'
-      done
-    done
-    PROFILE_TIMEOUT=240 VALIDATE_TIMEOUT=${VALIDATE_TIMEOUT:-110} bash scripts/gpu/profile.sh "$ab/profile"
-    if [ -f "$ab/profile/h200-host.profile.json" ]; then
-      exp=/tmp/shardwise-static && rm -rf "$exp" && mkdir -p "$exp/results/profile"
-      sed -e '/- name: nemo8b/,+1d' -e "s/^threads: .*/threads: [16]/" experiments/static_timelines.yaml > "$exp/static_timelines.yaml"
-      cp "$ab/profile/h200-host.profile.json" "$exp/results/profile/"
-      for w in 0 1 0; do
-        left=$(( ${STAGE_S:-575} - ($(date +%s) - t0) ))
-        [ "$left" -gt 45 ] || { echo "== rows wait_all=$w skipped: ${left} s left"; continue; }
-        d=$ab/rows_wait$w && [ -d "$d" ] && d=${d}_again
-        mkdir -p "$d"
-        SHARDWISE_POOL_WAIT_ALL=$w SWEEP_ARGS="--timelines $d/timelines" bash scripts/gpu/oracle_study.sh "$d" none \
-          "$(awk "BEGIN {print ($left - 5) / 60}")" "$exp/static_timelines.yaml" | tail -4
-      done
-    fi
-    mv "$out/test_gpu.log" "$ab/" 2>/dev/null
-    tar -C "$out" -czf "$out/pool_ab.tgz" pool_ab && rm -rf "$ab"
-    ;;
   static-probes)  # Static's decode, under-predicted by a median 13.7% in study v14 (both thread counts, both models):
                   # steady decode steps measured beside the simulated ones, nemo8b 8G and qwen30b 2G at 16 threads (a
                   # 960-token prompt in a 1K cache, as the study's rows) and nemo8b 8G at one thread (a 48-token prompt:
@@ -389,30 +280,6 @@ case $stage in
     mkdir -p "$out/ctx" && for d in c4 c16; do [ -f "$out/$d/probe.tgz" ] && tar -C "$out/ctx" -xzf "$out/$d/probe.tgz"; done
     tar -C "$out" -czf "$out/probe_ctx.tgz" ctx && rm -rf "$out/ctx" "$out/c4" "$out/c16"
     ;;
-  act-pull)  # the GPU suite (its activation-upload case), then activation uploads by kernel against by the copy
-             # engine (executor_bench.sh act-pull -> act_pull.tgz), then Dynamic nemo8b 4G/4K's timeline each way
-             # (ctx-probes' row whose uploads waited behind streamed FFNs), ~7 min
-    gpu_suite
-    timeout 300 bash scripts/gpu/executor_bench.sh "$out/act_pull" act-pull
-    n="synthetic:nemo8b?dtype=f16&seed=1"
-    left=$(( 570 - ($(date +%s) - t0) ))
-    if [ "$left" -gt 60 ]; then
-      BATCH=512 PROMPT=4000 N=8 RUNS=9:15 timeout "$left" bash scripts/gpu/timeline_probe.sh "$out/tl_pull" "$n 4G 4096 16 none dynamic"
-      left=$(( 585 - ($(date +%s) - t0) ))
-      SHARDWISE_ACT_PULL=0 BATCH=512 PROMPT=4000 N=8 RUNS=9:15 NAME_SUFFIX=_engine timeout "$left" bash scripts/gpu/timeline_probe.sh \
-        "$out/tl_engine" "$n 4G 4096 16 none dynamic"
-      for d in tl_pull tl_engine; do [ -f "$out/$d/probe.tgz" ] && tar -C "$out/act_pull" -xzf "$out/$d/probe.tgz"; done
-      rm -rf "$out/tl_pull" "$out/tl_engine"
-    fi
-    tar -C "$out" -czf "$out/act_pull.tgz" act_pull && rm -rf "$out/act_pull"
-    ;;
-  measure)  # the GPU suite, then strided (without its suite) and split-probes in one call, ~8 min -> strided.tgz,
-            # probe_split_steady.tgz
-    gpu_suite
-    SUITE=0 timeout 270 bash "$0" "$out" strided
-    left=$(( 580 - ($(date +%s) - t0) ))
-    if [ "$left" -gt 120 ]; then timeout "$left" bash "$0" "$out" split-probes; else echo "== split-probes skipped: ${left} s left"; fi
-    ;;
   diagnose)  # probes, then ab with the minutes left (one call instead of two)
     bash "$0" "$out" probes
     left=$(( 570 - ($(date +%s) - t0) ))
@@ -427,99 +294,14 @@ case $stage in
       "$q --vram-budget 4G --ctx 4096 --schedule gpu-only --batch 512" "$q --vram-budget 4G --ctx 2048"
     tar -C "$out" -czf "$out/ab.tgz" ab && rm -rf "$out/ab"
     ;;
-  qgemm)  # quantised GEMMs through tensor cores (SHARDWISE_QUANT_GEMM=f16) against the f32 path: the GPU suite
-          # (its f16-part cases), kernel benchmarks, then qwen30b's 512-token GPU-only steps and the 1K/4G cell's
-          # TTFT and decode, each mode alternating, twice (~5 min) -> qgemm.tgz
-    gpu_suite
-    mkdir -p "$out/qgemm"
-    timeout 150 "$root/bin/test_gpu" "[bench]" > "$out/qgemm/kernel_bench.log" 2>&1; grep "GEMM q" "$out/qgemm/kernel_bench.log"
-    p1024=$(python3 -c "import random; random.seed(1024); print(','.join(str(random.randrange(3, 32000)) for _ in range(1024)))")
-    p960=$(python3 -c "import random; random.seed(960); print(','.join(str(random.randrange(3, 32000)) for _ in range(960)))")
-    prof=experiments/results/profile/h200-host.profile.json
-    for round in 1 2; do
-      for mode in f32 f16; do
-        SHARDWISE_QUANT_GEMM=$mode timeout 120 "$root/bin/shardwise" run --model "synthetic:qwen30b?dtype=q4_0&seed=1" --threads 16 \
-          --device cuda --vram-budget 4G --ctx 4096 --schedule gpu-only --batch 512 --tokens "$p1024" -n 8 --greedy --json \
-          --profile "$prof" > "$out/qgemm/step512_${mode}_$round.json" 2> "$out/qgemm/err.txt"
-        SHARDWISE_QUANT_GEMM=$mode timeout 120 "$root/bin/shardwise" run --model "synthetic:qwen30b?dtype=q4_0&seed=1" --threads 16 \
-          --device cuda --vram-budget 4G --ctx 1024 --tokens "$p960" -n 64 --greedy --json \
-          --profile "$prof" > "$out/qgemm/cell_1k4g_${mode}_$round.json" 2>> "$out/qgemm/err.txt"
-        python3 - "$mode" "$round" "$out/qgemm/step512_${mode}_$round.json" "$out/qgemm/cell_1k4g_${mode}_$round.json" <<'PY'
-import json, sys
-mode, rnd, a, b = sys.argv[1:5]
-try:
-    s = json.load(open(a)); c = json.load(open(b))
-    print(mode, rnd, "512-token steps ms", [round(x["ms"], 1) for x in s["steps"] if x["tokens"] == 512],
-          "| 1K/4G TTFT", round(c["ttft_ms"] / 1000, 3), "s, TPS", round(c["decode_tokens_per_s"], 2), "tokens", c["generated_ids"][:4])
-except Exception as e:
-    print(mode, rnd, "failed:", e)
-PY
-      done
-    done
-    # Batched expert copies (Device::copy_h2d_batch) against one call per copy (SHARDWISE_COPY_BATCH=0): the
-    # 1K/4G cell's Dynamic decode (split layers) under a 16 GB/s cap, where a paced copy cost the host 8.1 us
-    for round in 1 2; do
-      for batch in 1 0; do
-        SHARDWISE_COPY_BATCH=$batch timeout 120 "$root/bin/shardwise" run --model "synthetic:qwen30b?dtype=q4_0&seed=1" \
-          --threads 16 --device cuda --vram-budget 4G --ctx 1024 --pcie-cap 16GB/s --schedule dynamic --tokens "$p960" -n 64 \
-          --greedy --json --profile "$prof" > "$out/qgemm/copybatch_${batch}_$round.json" 2>> "$out/qgemm/err.txt"
-        python3 -c "
-import json, sys
-r = json.load(open(sys.argv[1])); st = sorted(s['ms'] for s in r['steps'] if s['tokens'] == 1)
-print('copy batch', sys.argv[2], 'round', sys.argv[3], 'TPS %.2f, median step %.2f ms' % (r['decode_tokens_per_s'], st[len(st) // 2]))
-" "$out/qgemm/copybatch_${batch}_$round.json" "$batch" "$round" || echo "copy batch $batch round $round failed"
-      done
-    done
-    tar -C "$out" -czf "$out/qgemm.tgz" qgemm && rm -rf "$out/qgemm"
-    ;;
   kprof)  # per-kernel GPU time under Nsight Compute (kernel_profile.sh)
     bash scripts/gpu/kernel_profile.sh "$out"
-    ;;
-  ksplit)  # decode GEMVs of few rows with each row's columns split among a block's warps (default) or not
-           # (SHARDWISE_GEMV_KSPLIT=0): the GPU suite (its k-split case), the kernel benchmarks (GEMV rows with
-           # and without), the whole model decoding each way, alternating, three times (~5 min) -> ksplit.tgz
-    gpu_suite
-    mkdir -p "$out/ksplit"
-    timeout 150 "$root/bin/test_gpu" "[bench]" > "$out/ksplit/kernel_bench.log" 2>&1; echo "kernel bench rc=$?"
-    grep -E "^GEMV .*(4096 x 4096|4096 x 11520)" "$out/ksplit/kernel_bench.log" | head -40
-    timeout 300 bash scripts/gpu/executor_bench.sh "$out/ksplit" ksplit
-    python3 - "$out/ksplit/executor_runs.jsonl" <<'PY'
-import json, sys
-for l in open(sys.argv[1]):
-    r = json.loads(l); run = r.get("run") or {}
-    st = sorted(s["ms"] for s in run.get("steps", []) if s.get("tokens") == 1)
-    print(r["model"], "ksplit", r.get("gemv_ksplit"), "TPS %.1f" % run.get("decode_tokens_per_s", 0),
-          "median step %.3f ms" % (st[len(st) // 2] if st else 0), "tokens", (run.get("generated_ids") or [])[:3])
-PY
-    tar -C "$out" -czf "$out/ksplit.tgz" ksplit && rm -rf "$out/ksplit"
-    ;;
-  attn)  # the decode attention's block kernel with early loads (default), without (SHARDWISE_ATTN_EARLY=0) and the
-         # pipelined warp kernel (SHARDWISE_ATTN_DECODE=pipelined): the GPU suite (every decode kernel on the
-         # attention cases), the kernel benchmarks (decode attention by kernel and keys per warp), the whole model
-         # decoding each way, alternating, three times at 1K and once at 4K, then one nemo8b 1K run with its
-         # timeline (host time around the device's) (~4 min) -> attn.tgz
-    gpu_suite
-    mkdir -p "$out/attn"
-    timeout 150 "$root/bin/test_gpu" "[bench]" > "$out/attn/kernel_bench.log" 2>&1; echo "kernel bench rc=$?"
-    grep -E "attention decode|attention block" "$out/attn/kernel_bench.log" | head -40
-    timeout $(( 500 - ($(date +%s) - t0) )) bash scripts/gpu/executor_bench.sh "$out/attn" attn
-    QUICK_MODELS=nemo8b timeout $(( 570 - ($(date +%s) - t0) )) bash scripts/gpu/executor_bench.sh "$out/attn/timeline" whole-timeline
-    python3 - "$out/attn/executor_runs.jsonl" <<'PY'
-import json, sys
-for l in open(sys.argv[1]):
-    r = json.loads(l); run = r.get("run") or {}
-    st = sorted(s["ms"] for s in run.get("steps", []) if s.get("tokens") == 1)
-    print(r["model"], r["ctx"], "attention", r.get("attn_decode"), "early", r.get("attn_early"), "TPS %.1f" % run.get("decode_tokens_per_s", 0),
-          "median step %.3f ms" % (st[len(st) // 2] if st else 0), "tokens", (run.get("generated_ids") or [])[:3])
-PY
-    tar -C "$out" -czf "$out/attn.tgz" attn && rm -rf "$out/attn"
     ;;
   cpu)  # weight prefetch distance of the CPU GEMV kernels (kernels_avx2.cpp): decode GEMVs from DRAM and the
         # MoE decode block at 1 and 16 threads, each distance in its own process (0 = no software prefetch)
     mkdir -p "$out/cpu_prefetch"
     for d in 0 1024 2048 4096 8192 16384 32768; do
-      SHARDWISE_GEMV_PREFETCH=$d SHARDWISE_BENCH_THREADS=1,16 SHARDWISE_BENCH_HUGEPAGES=1 timeout 100 \
-        "$root/bin/shardwise_bench_cpu" --benchmark_filter='moe_decode|decode_gemv/(q4_0|q8_0|f16|bf16)/.*tokens:1/|roofline' \
+      timeout 100 "$root/bin/shardwise_bench_cpu" --gemv-prefetch=$d --threads=1,16 --hugepages --benchmark_filter='moe_decode|decode_gemv/(q4_0|q8_0|f16|bf16)/.*tokens:1/|roofline' \
         --benchmark_min_time=0.2 --benchmark_out="$out/cpu_prefetch/bench_$d.json" --benchmark_out_format=json \
         > "$out/cpu_prefetch/bench_$d.log" 2>&1
       echo "== prefetch $d bytes (rc=$?)"; grep -E "^(moe|decode|roofline)" "$out/cpu_prefetch/bench_$d.log" | awk '{print $1, $2, $3, $8}'

@@ -422,9 +422,12 @@ struct KernelCtx {
   }
 };
 
-const char* kernel_name(int decode_kernel) {
-  return decode_kernel == 1 ? "plain" : decode_kernel == 2 ? "pipelined" : "block";
+const char* kernel_name(cuda::DecodeAttn kernel) {
+  return kernel == cuda::DecodeAttn::Warps ? "warps" : kernel == cuda::DecodeAttn::Block ? "block" : "auto";
 }
+
+// The decode kernels (prefill steps ignore the choice).
+constexpr cuda::DecodeAttn kDecodeKernels[] = {cuda::DecodeAttn::Warps, cuda::DecodeAttn::Block};
 
 cuda::AttnArgs attn_args(const float* q, const float* kc, const float* vc, float* out, int64_t n, int64_t pos0,
                          int heads, int kv_heads, int hd) {
@@ -485,6 +488,105 @@ void check_matmul(Gpu& g, DevMem& mem, const DevMat& dm, const std::vector<uint8
   REQUIRE(dot_error(get(dy, ref.size()), ref) <= kDotTol);
 }
 
+// One GEMV launch of n <= 8 tokens through the internal launcher, its k-split as given (cuda_matmul
+// launches the same task with GemvSplit::Auto).
+void gemv_launch(const DevMat& dm, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy, bool accumulate,
+                 cuda::GemvSplit split) {
+  KernelCtx kc(nullptr, 0);  // a GEMV takes no workspace
+  cuda::GemvTask t;
+  t.w0 = dm.data;
+  t.x = x;
+  t.ldx = ldx;
+  t.y = y;
+  t.ldy = ldy;
+  t.rows = static_cast<int32_t>(dm.rows);
+  t.cols = static_cast<int32_t>(dm.cols);
+  t.nt = static_cast<int32_t>(n);
+  cuda::gemv(kc.ctx, dm.dtype, accumulate ? cuda::GemvMode::Accumulate : cuda::GemvMode::Store, &t, 1, split);
+}
+
+// check_matmul's case through gemv_launch with the k-split forced.
+void check_gemv(DevMem& mem, const DevMat& dm, const std::vector<uint8_t>& w, int64_t ldx, int64_t n, bool accumulate,
+                cuda::GemvSplit split, const std::string& label) {
+  const std::vector<float> x = fresh(static_cast<size_t>(n * ldx), -2.0f, 2.0f);
+  const std::vector<float> y0 = fresh(static_cast<size_t>(n * dm.rows));
+  const MatmulRef ref = ref_matmul(dm.dtype, w, dm.rows, dm.cols, x, ldx, n, accumulate ? &y0 : nullptr);
+  float* dx = mem.upload(x);
+  float* dy = mem.floats(ref.size());
+  if (accumulate) put(dy, y0);
+  else poison(dy, ref.size());
+  gemv_launch(dm, dx, ldx, n, dy, dm.rows, accumulate, split);
+  INFO(label << " n=" << n << " ldx=" << ldx << (accumulate ? " accumulate" : " store"));
+  REQUIRE(dot_error(get(dy, ref.size()), ref) <= kDotTol);
+}
+
+// silu(g) * u of two references (the fused gate/up pass), with the scale of its rounding error: the
+// terms' magnitudes of g and u carried through the product (silu' stays below 1.1).
+MatmulRef ref_swiglu(const MatmulRef& g, const MatmulRef& u) {
+  MatmulRef r;
+  r.y.resize(g.size());
+  r.mag.resize(g.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double gi = g.y[i], ui = u.y[i], s = gi / (1.0 + std::exp(-gi));
+    r.y[i] = static_cast<float>(s * ui);
+    r.mag[i] = 1.1 * std::fabs(ui) * g.mag[i] + std::fabs(s) * u.mag[i];
+  }
+  return r;
+}
+
+// The GEMV tasks the MoE blocks launch, with the k-split as given: one SwiGLU launch of a task with its
+// own gate and up matrices and a task whose matrices a device selector picks from pointer tables, then a
+// store whose matrix a selector picks from matrices laid out evenly (sel_stride).
+void check_gemv_tasks(DevMem& mem, DType dt, const MatShape& sh, int64_t n, cuda::GemvSplit split, const std::string& label) {
+  const uint64_t mat_bytes = dtype_row_bytes(dt, sh.cols) * static_cast<uint64_t>(sh.rows);
+  uint8_t* dw = mem.alloc(3 * mat_bytes);  // matrices 0, 1, 2 back to back
+  std::vector<uint8_t> w[3];
+  for (int i = 0; i < 3; ++i) {
+    w[i] = random_weights(dt, sh.rows, sh.cols, 0.5f);
+    ck(cudaMemcpy(dw + i * mat_bytes, w[i].data(), mat_bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  }
+  const std::vector<float> x = fresh(static_cast<size_t>(n * sh.cols), -2.0f, 2.0f);
+  const float* dx = mem.upload(x);
+  std::vector<MatmulRef> r;
+  for (int i = 0; i < 3; ++i) r.push_back(ref_matmul(dt, w[i], sh.rows, sh.cols, x, sh.cols, n, nullptr));
+  const uint8_t* gates[2] = {dw + 2 * mat_bytes, dw};         // entry 1: matrix 0
+  const uint8_t* ups[2] = {dw + mat_bytes, dw + 2 * mat_bytes};  // entry 1: matrix 2
+  const int32_t picks[3] = {0, 1, 2};
+  const uint8_t* const* d_gates = mem.upload(gates, 2);
+  const uint8_t* const* d_ups = mem.upload(ups, 2);
+  const int32_t* d_picks = mem.upload(picks, 3);
+  const size_t out = static_cast<size_t>(n * sh.rows);
+  float* y[3] = {mem.floats(out), mem.floats(out), mem.floats(out)};
+  cuda::GemvTask t[3];
+  for (int i = 0; i < 3; ++i) {
+    poison(y[i], out);
+    t[i].x = dx;
+    t[i].ldx = sh.cols;
+    t[i].y = y[i];
+    t[i].ldy = sh.rows;
+    t[i].rows = static_cast<int32_t>(sh.rows);
+    t[i].cols = static_cast<int32_t>(sh.cols);
+    t[i].nt = static_cast<int32_t>(n);
+  }
+  t[0].w0 = dw;  // gate: matrix 0, up: matrix 1
+  t[0].w1 = dw + mat_bytes;
+  t[1].w0 = reinterpret_cast<const uint8_t*>(d_gates);  // entry 1 of the tables
+  t[1].w1 = reinterpret_cast<const uint8_t*>(d_ups);
+  t[1].sel = d_picks + 1;
+  t[1].sel_fast = true;
+  t[2].w0 = dw;  // matrix 2 at 2 * mat_bytes
+  t[2].sel = d_picks + 2;
+  t[2].sel_stride = static_cast<int64_t>(mat_bytes);
+  t[2].sel_fast = true;
+  KernelCtx kc(nullptr, 0);
+  cuda::gemv(kc.ctx, dt, cuda::GemvMode::SwiGLU, t, 2, split);
+  cuda::gemv(kc.ctx, dt, cuda::GemvMode::Store, t + 2, 1, split);
+  INFO(label << " n=" << n);
+  CHECK(dot_error(get(y[0], out), ref_swiglu(r[0], r[1])) <= kDotTol);
+  CHECK(dot_error(get(y[1], out), ref_swiglu(r[0], r[2])) <= kDotTol);
+  CHECK(dot_error(get(y[2], out), r[2]) <= kDotTol);
+}
+
 }  // namespace
 
 TEST_CASE("CUDA matmul (GEMV and exact GEMM) matches dequantised double dot products", "[gpu][kernels]") {
@@ -528,70 +630,6 @@ TEST_CASE("CUDA matmul (GEMV and exact GEMM) matches dequantised double dot prod
   }
 }
 
-// Quantised GEMMs through tensor cores for the guard's lifetime (also when a REQUIRE ends the test).
-struct QuantGemmF16 {
-  QuantGemmF16() { cuda_set_quant_gemm_f16(true); }
-  ~QuantGemmF16() { cuda_set_quant_gemm_f16(false); }
-};
-
-TEST_CASE("CUDA quantised GEMMs through tensor cores (f16 parts) match dequantised double dot products", "[gpu][kernels]") {
-  // cuda_set_quant_gemm_f16: q8_0/q4_0 above 32 tokens as three f16 GEMMs of split weights and activations.
-  // Scales from tiny to beyond f16's range (the tile is scaled into it), odd shapes, tiles and chunks.
-  Gpu& g = gpu();
-  DevMem mem;
-  const uint64_t ws_bytes = 256ull << 20;
-  uint8_t* ws = mem.alloc(ws_bytes);
-  const QuantGemmF16 f16_parts;
-  const MatShape shapes[] = {{37, 96}, {300, 256}, {129, 4096}, {1000, 544}, {4096, 160}};
-  for (DType dt : {DType::Q8_0, DType::Q4_0}) {
-    for (float scale : {0.5f, 2.0e-5f, 3.0e4f}) {
-      for (const MatShape& sh : shapes) {
-        const std::vector<uint8_t> w = random_weights(dt, sh.rows, sh.cols, scale);
-        DevMat dm{dt, sh.rows, sh.cols, mem.upload(w.data(), w.size())};
-        for (int64_t n : {33, 64, 200}) {
-          if (n == 200 && sh.rows * sh.cols > 300 * 256) continue;
-          for (bool accumulate : {false, true})
-            check_matmul(g, mem, dm, w, sh.cols + (n == 64 ? 4 : 0), n, accumulate, true, ws, ws_bytes,
-                         std::string(dtype_name(dt)) + " scale " + std::to_string(scale) + " " + std::to_string(sh.rows) +
-                             "x" + std::to_string(sh.cols));
-        }
-      }
-    }
-    // Workspaces that force row tiles and token chunks (64-row tiles, 33-token chunks), and one too
-    // small for even those (the f32 path, then GEMV passes): the same numbers.
-    const int64_t rows = 1000, cols = 544, n = 200;
-    const std::vector<uint8_t> w = random_weights(dt, rows, cols, 0.5f);
-    DevMat dm{dt, rows, cols, mem.upload(w.data(), w.size())};
-    const std::vector<float> x = fresh(static_cast<size_t>(n * cols));
-    const MatmulRef ref = ref_matmul(dt, w, rows, cols, x, cols, n, nullptr);
-    float* dx = mem.upload(x);
-    for (uint64_t small : {uint64_t(1) << 20, uint64_t(300) << 10, uint64_t(64) << 10}) {
-      float* dy = mem.floats(ref.size());
-      poison(dy, ref.size());
-      cuda_matmul(dm, dx, cols, n, dy, rows, false, ws, small, g.stream, g.blas);
-      INFO(dtype_name(dt) << " with a " << small << "-byte workspace");
-      REQUIRE(dot_error(get(dy, ref.size()), ref) <= kDotTol);
-    }
-  }
-}
-
-TEST_CASE("CUDA blocks with quantised GEMMs through tensor cores match the CPU blocks", "[gpu][kernels]") {
-  DevMem mem;
-  const uint64_t ws_bytes = 128ull << 20;
-  uint8_t* ws = mem.alloc(ws_bytes);
-  ThreadPool pool(2);
-  const QuantGemmF16 f16_parts;
-  for (const ModelCase& mc : kModels) {
-    for (DType dt : {DType::Q8_0, DType::Q4_0}) {
-      const ModelSpec spec = spec_of(mc, dt);
-      DevMem wmem;
-      std::unique_ptr<LayerPair> lp = make_layer(wmem, spec, pool);
-      for (const StepCase& s : kSteps)
-        check_blocks(spec, *lp, RopeStyle::Neox, s, ws, ws_bytes, pool, where(mc, dt, RopeStyle::Neox, s) + " (f16 parts)");
-    }
-  }
-}
-
 TEST_CASE("CUDA blocks match the CPU blocks (every dtype, RoPE style, step shape)", "[gpu][kernels]") {
   DevMem mem;
   const uint64_t ws_bytes = 128ull << 20;
@@ -608,45 +646,29 @@ TEST_CASE("CUDA blocks match the CPU blocks (every dtype, RoPE style, step shape
   }
 }
 
-// Decode GEMVs split each row's columns among a block's warps in every launch (2), or never (0), for the
-// guard's lifetime; the default (1) splits launches of few rows only.
-struct GemvKsplit {
-  explicit GemvKsplit(int mode) { cuda_set_gemv_ksplit(mode); }
-  ~GemvKsplit() { cuda_set_gemv_ksplit(1); }
-};
-
 TEST_CASE("CUDA GEMVs with rows split among a block's warps (k-split) and without match", "[gpu][kernels]") {
   // Forced both ways, every dtype, odd shapes (rows shorter than a warp's step: warps with nothing to add),
-  // 1..8 tokens; then the blocks (fused gate/up, MoE experts by selector) with every launch split.
-  Gpu& g = gpu();
+  // 1..8 tokens; then the tasks of the MoE blocks (fused gate/up, matrices picked by a device selector).
   DevMem mem;
-  const uint64_t ws_bytes = 64ull << 20;
-  uint8_t* ws = mem.alloc(ws_bytes);
   const MatShape shapes[] = {{1, 32}, {37, 96}, {300, 256}, {129, 4096}, {3, 11520}, {1000, 544}};
-  for (int mode : {2, 0}) {
-    const GemvKsplit split(mode);
+  for (cuda::GemvSplit split : {cuda::GemvSplit::Always, cuda::GemvSplit::Never}) {
+    const std::string way = split == cuda::GemvSplit::Always ? "k-split " : "no k-split ";
     for (DType dt : kDtypes)
       for (const MatShape& sh : shapes) {
         if (sh.cols % dtype_block_elems(dt) != 0) continue;
         const std::vector<uint8_t> w = random_weights(dt, sh.rows, sh.cols, 0.5f);
         DevMat dm{dt, sh.rows, sh.cols, mem.upload(w.data(), w.size())};
+        const std::string label = way + dtype_name(dt) + " " + std::to_string(sh.rows) + "x" + std::to_string(sh.cols);
         for (int64_t n : {1, 2, 3, 5, 8})
-          for (bool accumulate : {false, true})
-            check_matmul(g, mem, dm, w, sh.cols + (n == 3 ? 4 : 0), n, accumulate, false, ws, ws_bytes,
-                         std::string(mode == 2 ? "k-split " : "no k-split ") + dtype_name(dt) + " " +
-                             std::to_string(sh.rows) + "x" + std::to_string(sh.cols));
+          for (bool accumulate : {false, true}) check_gemv(mem, dm, w, sh.cols + (n == 3 ? 4 : 0), n, accumulate, split, label);
+      }
+    for (DType dt : kDtypes)
+      for (const MatShape& sh : {MatShape{37, 96}, MatShape{129, 4096}, MatShape{3, 11520}}) {
+        if (sh.cols % dtype_block_elems(dt) != 0) continue;
+        for (int64_t n : {1, 3, 8})
+          check_gemv_tasks(mem, dt, sh, n, split, way + "tasks " + dtype_name(dt) + " " + std::to_string(sh.rows) + "x" + std::to_string(sh.cols));
       }
   }
-  const GemvKsplit split(2);
-  ThreadPool pool(2);
-  for (const ModelCase& mc : kModels)
-    for (DType dt : {DType::F16, DType::Q4_0}) {
-      const ModelSpec spec = spec_of(mc, dt);
-      DevMem wmem;
-      std::unique_ptr<LayerPair> lp = make_layer(wmem, spec, pool);
-      for (const StepCase& s : kSteps)
-        if (s.n <= 8) check_blocks(spec, *lp, RopeStyle::Neox, s, ws, ws_bytes, pool, where(mc, dt, RopeStyle::Neox, s) + " (k-split)");
-    }
 }
 
 TEST_CASE("CUDA blocks go through long steps in chunks when the workspace is small", "[gpu][kernels]") {
@@ -688,13 +710,13 @@ TEST_CASE("CUDA attention matches the CPU at long contexts (deep split-K, tiled 
     float* dk = mem.upload(k);
     float* dv = mem.upload(v);
     float* dout = mem.floats(ref.size());
-    for (int kernel : {1, 2, 3}) {  // the decode kernels (prefill steps ignore the choice)
+    for (cuda::DecodeAttn kernel : kDecodeKernels) {
       poison(dout, ref.size());
       cuda::AttnArgs a = attn_args(dq, dk, dv, dout, c.n, c.pos0, c.heads, c.kv_heads, c.hd);
       a.decode_kernel = kernel;
       cuda::attention(kc.ctx, a);
       INFO("heads " << c.heads << "/" << c.kv_heads << " hd " << c.hd << " n=" << c.n << " pos0=" << c.pos0 << " decode kernel "
-                    << kernel);
+                    << kernel_name(kernel));
       CHECK(test::max_rel_error(get(dout, ref.size()), ref, c.hd) <= kBlockTol);
     }
   }
@@ -713,24 +735,24 @@ TEST_CASE("CUDA attention matches the CPU at long contexts (deep split-K, tiled 
     float* dq = mem.upload(q);
     float* dk = mem.upload(k);
     float* dv = mem.upload(v);
-    for (int kernel : {1, 2, 3}) {
+    for (cuda::DecodeAttn kernel : kDecodeKernels) {
       poison(dout, ref.size());
       cuda::AttnArgs a = attn_args(dq, dk, dv, dout, n, pos0, heads, kv_heads, hd);
       a.decode_kernel = kernel;
       a.decode_min_keys = 16;
       cuda::attention(kc.ctx, a);
-      INFO("many splits: hd " << hd << " decode kernel " << kernel);
+      INFO("many splits: hd " << hd << " decode kernel " << kernel_name(kernel));
       CHECK(test::max_rel_error(get(dout, ref.size()), ref, hd) <= kBlockTol);
     }
     // A workspace with room for the partials of ~10 splits only: the kernels take fewer, longer splits.
     const uint64_t small_bytes = 10 * (static_cast<uint64_t>(n * heads) * (hd + 2) * 4 + 512);
     KernelCtx small(mem.alloc(small_bytes), small_bytes);
-    for (int kernel : {2, 3}) {
+    for (cuda::DecodeAttn kernel : kDecodeKernels) {
       poison(dout, ref.size());
       cuda::AttnArgs a = attn_args(dq, dk, dv, dout, n, pos0, heads, kv_heads, hd);
       a.decode_kernel = kernel;
       cuda::attention(small.ctx, a);
-      INFO("small workspace: hd " << hd << " decode kernel " << kernel);
+      INFO("small workspace: hd " << hd << " decode kernel " << kernel_name(kernel));
       CHECK(test::max_rel_error(get(dout, ref.size()), ref, hd) <= kBlockTol);
     }
   }
@@ -750,14 +772,14 @@ TEST_CASE("CUDA attention matches the CPU at long contexts (deep split-K, tiled 
       std::vector<float> ref(static_cast<size_t>(n * QD));
       shardwise::attention(q.data(), n, pos.data(), k.data(), v.data(), kv_len, {heads, kv_heads, hd}, ref.data(), pool);
       float* dout = mem.floats(ref.size());
-      for (int kernel : {1, 2, 3})
+      for (cuda::DecodeAttn kernel : kDecodeKernels)
       for (int keys : {0, 32}) {
         poison(dout, ref.size());
         cuda::AttnArgs a = attn_args(mem.upload(q), mem.upload(k), mem.upload(v), dout, n, pos0, heads, kv_heads, hd);
         a.decode_kernel = kernel;
         a.decode_min_keys = keys;
         cuda::attention(kc.ctx, a);
-        INFO("decode kernel " << kernel << ": hd " << hd << " kv_len " << kv_len << " n=" << n << " min keys " << keys);
+        INFO("decode kernel " << kernel_name(kernel) << ": hd " << hd << " kv_len " << kv_len << " n=" << n << " min keys " << keys);
         CHECK(test::max_rel_error(get(dout, ref.size()), ref, hd) <= kBlockTol);
       }
     }
@@ -821,7 +843,7 @@ TEST_CASE("CUDA attention matches the CPU for any head_dim (padded kernels, unal
     float* dv = mem.upload(hv);
     const size_t out_floats = static_cast<size_t>(c.off + c.n * qs);
     float* dout = mem.floats(out_floats);
-    for (int kernel : {1, 2, 3}) {  // the decode kernels (plain, pipelined, block)
+    for (cuda::DecodeAttn kernel : kDecodeKernels) {
       poison(dout, out_floats);
       cuda::AttnArgs a = attn_args(dq + c.off, dk + c.off, dv + c.off, dout + c.off, c.n, c.pos0, c.heads, c.kv_heads, c.hd);
       a.q_stride = qs;
@@ -843,7 +865,7 @@ TEST_CASE("CUDA attention matches the CPU for any head_dim (padded kernels, unal
         }
       }
       INFO("heads " << c.heads << "/" << c.kv_heads << " hd " << c.hd << " n=" << c.n << " pos0=" << c.pos0
-                    << " offset " << c.off << " pad " << c.pad << " decode kernel " << kernel);
+                    << " offset " << c.off << " pad " << c.pad << " decode kernel " << kernel_name(kernel));
       // Per head (as the long-context cases); heads of 1 or 2 elements per token row, where one output
       // can be near 0 by cancellation.
       CHECK(test::max_rel_error(got, ref, c.hd >= 8 ? c.hd : QD) <= kBlockTol);
@@ -968,17 +990,13 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
       const MatmulRef ref = ref_matmul(dt, w, m.rows, m.cols, x, m.cols, 1, nullptr);
       cuda_matmul(mats[0], dx, m.cols, 1, dy, m.rows, false, ws, ws_bytes, g.stream, g.blas);
       CHECK(dot_error(get(dy, ref.size()), ref) <= kDotTol);
-      for (int ks : {1, 0}) {
-        if (ks == 0 && m.rows > 4096) continue;
-        const GemvKsplit split(ks);
+      for (cuda::GemvSplit split : {cuda::GemvSplit::Auto, cuda::GemvSplit::Never}) {
+        const bool ks = split == cuda::GemvSplit::Auto;
+        if (!ks && m.rows > 4096) continue;
         for (int64_t n : {1, 4, 8}) {
           int it = 0;
           const double ms = time_ms(
-              [&] {
-                cuda_matmul(mats[static_cast<size_t>(it++ % copies)], dx, m.cols, n, dy, m.rows, false, ws, ws_bytes,
-                            g.stream, g.blas);
-              },
-              40);
+              [&] { gemv_launch(mats[static_cast<size_t>(it++ % copies)], dx, m.cols, n, dy, m.rows, false, split); }, 40);
           const double gbps = static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
           std::printf("GEMV %-5s %6lld x %-6lld n=%lld%s: %8.1f us  %7.0f GB/s  (%4.1f%% of HBM)\n", dtype_name(dt),
                       static_cast<long long>(m.rows), static_cast<long long>(m.cols), static_cast<long long>(n),
@@ -1000,13 +1018,6 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
       const double tflops = 2.0 * static_cast<double>(n * rows * cols) / (ms * 1e-3) / 1e12;
       std::printf("GEMM %-5s %lld x %lld x %lld tokens: %8.3f ms  %6.1f TFLOP/s\n", dtype_name(dt),
                   static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(n), ms, tflops);
-      if (dtype_is_quantized(dt)) {  // the same through tensor cores (cuda_set_quant_gemm_f16)
-        const QuantGemmF16 f16_parts;
-        const double ms16 = time_ms([&] { cuda_matmul(dm, dx, cols, n, dy, rows, false, ws, ws_bytes, g.stream, g.blas); }, 10);
-        std::printf("GEMM %-5s %lld x %lld x %lld tokens, f16 parts: %8.3f ms  %6.1f TFLOP/s\n", dtype_name(dt),
-                    static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(n), ms16,
-                    2.0 * static_cast<double>(n * rows * cols) / (ms16 * 1e-3) / 1e12);
-      }
     }
   }
   // Attention (nemo8b shape: 32 heads, 8 kv heads, head_dim 128): decode at 4K context, prefill of 512.
@@ -1043,10 +1054,10 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
                     flops / (ms * 1e-3) / 1e12);
       }
       // Decode at the peer protocol's 1K and at 4K context by each kernel's keys per warp: fewer keys,
-      // more warps against a longer combine (warp kernels at 1K and 64 keys: 16 splits x 8 kv heads = 32
+      // more warps against a longer combine (the warp kernel at 1K and 64 keys: 16 splits x 8 kv heads = 32
       // blocks of 4 warps on 132 SMs; the block kernel at 1K and 8 keys: 16 splits x 8 kv heads = 128
       // blocks of 8 warps).
-      for (int kernel : {1, 2, 3})
+      for (cuda::DecodeAttn kernel : kDecodeKernels)
       for (int64_t context : {int64_t(1024), int64_t(4096)})
         for (int32_t keys : {0, 16, 32, 64, 128}) {  // 0: the default (about sqrt(context))
           float* q = mem.floats(static_cast<size_t>(spec.q_dim()));
@@ -1062,7 +1073,7 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
                       2.0 * static_cast<double>(context) * static_cast<double>(KVD) * 4 / (ms * 1e-3) / 1e9);
         }
       // 8 tokens (speculative-decoding-sized steps) at 4K context, each kernel.
-      for (int kernel : {1, 2, 3}) {
+      for (cuda::DecodeAttn kernel : kDecodeKernels) {
         float* q = mem.floats(static_cast<size_t>(8 * spec.q_dim()));
         float* out = mem.floats(static_cast<size_t>(8 * spec.q_dim()));
         put(q, fresh(static_cast<size_t>(8 * spec.q_dim())));

@@ -189,47 +189,17 @@ TEST_CASE("CUDA device: a file mapping is pinned read-only in place and copied f
   dev->unpin_host(file.data(), file.size());
 }
 
-TEST_CASE("CUDA device: work behind a host fence waits until the host raises it", "[gpu]") {
-  auto dev = make_cuda_device(0);
-  uint8_t* arena = dev->allocate_arena(16u << 20);
-  std::vector<float> x(1 << 16, 2.5f), y(x.size(), 0.0f);
-  dev->pin_host(x.data(), x.size() * 4);
-  const Event f = dev->host_fence();
-  REQUIRE(f.valid());
-  dev->wait(Queue::H2DAct, f);
-  dev->copy_h2d(arena, x.data(), x.size() * 4, Queue::H2DAct);
-  const Event copied = dev->record(Queue::H2DAct);
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  CHECK_FALSE(dev->event_done(copied));  // held by the fence
-  CHECK_FALSE(dev->event_done(f));
-  std::fill(x.begin(), x.end(), 7.0f);  // written before the raise: the copy must see it
-  dev->raise_fence(f);
-  CHECK(dev->event_done(f));
-  dev->wait(Queue::D2H, copied);
-  dev->copy_d2h(y.data(), arena, y.size() * 4);
-  dev->synchronize();
-  CHECK(y == x);
-  dev->unpin_host(x.data(), x.size() * 4);
-  // A fence never raised does not hang the device's teardown.
-  auto other = make_cuda_device(0);
-  other->allocate_arena(1u << 20);
-  other->wait(Queue::H2D, other->host_fence());
-}
-
 TEST_CASE("CUDA device: a batch of copies lands as its copies one by one, capped at the cap's rate", "[gpu]") {
   // 24 copies of odd sizes from a pinned buffer and, in a second batch, one from pageable memory among
-  // them, to scattered places; read back. Both ways of issuing them: one call per copy (the default)
-  // and one batched call (cuda_set_copy_batch; a batch with pageable memory goes copy by copy).
+  // them, to scattered places; read back.
   const uint64_t host_bytes = 96ull << 20;
   PinnedLink link(256ull << 20, host_bytes, 0);
   auto& dev = link.dev;
   for (uint64_t i = 0; i < host_bytes; ++i) link.host.data()[i] = static_cast<uint8_t>(i * 131 + (i >> 11));
   std::vector<uint8_t> pageable(3 << 20);
   for (size_t i = 0; i < pageable.size(); ++i) pageable[i] = static_cast<uint8_t>(i * 7 + 1);
-  for (bool batched : {false, true})
   for (double cap : {0.0, 16e9}) {
     for (bool with_pageable : {false, true}) {
-      cuda_set_copy_batch(batched);
       dev->set_pcie_cap(cap);
       std::vector<Device::HostCopy> copies;
       uint64_t src = 0, dst = 0, total = 0;
@@ -253,38 +223,34 @@ TEST_CASE("CUDA device: a batch of copies lands as its copies one by one, capped
         back.resize(c.bytes);
         dev->copy_d2h(back.data(), c.dev, c.bytes);
         dev->synchronize();
-        INFO("batched " << batched << " cap " << cap << " pageable " << with_pageable);
+        INFO("cap " << cap << " pageable " << with_pageable);
         CHECK(std::memcmp(back.data(), c.host, c.bytes) == 0);
       }
       if (cap > 0) {  // the batch's bytes arrive no faster than the cap allows, and not much slower
         const double rate = static_cast<double>(total) / s;
-        WARN((batched ? "one batched call" : "one call per copy") << ", 24 copies at a " << cap / 1e9
-             << " GB/s cap: " << rate / 1e9 << " GB/s");
+        WARN("24 copies at a " << cap / 1e9 << " GB/s cap: " << rate / 1e9 << " GB/s");
         CHECK(rate <= cap * 1.05);
         CHECK(rate >= cap * 0.8);
       }
     }
   }
-  cuda_set_copy_batch(false);
   dev->set_pcie_cap(0);
 }
 
 TEST_CASE("CUDA device: strided copies (an expert's slices as rows) land row by row, pinned or pageable, capped or not",
           "[gpu]") {
   // Device::HostCopy rows: row i from host + i * host_pitch to dev + i * dev_pitch. One cudaMemcpy2DAsync
-  // where the rows' host range is pinned and uncapped; row by row under a cap, from pageable memory, and
-  // in the batched mode (cuda_set_copy_batch). Odd widths and pitches, three and two rows, beside plain
-  // copies in one batch; read back row by row against the host.
+  // where the rows' host range is pinned and uncapped; row by row under a cap and from pageable memory.
+  // Odd widths and pitches, three and two rows, beside plain copies in one batch; read back row by row
+  // against the host.
   const uint64_t host_bytes = 64ull << 20;
   PinnedLink link(128ull << 20, host_bytes, 0);
   auto& dev = link.dev;
   for (uint64_t i = 0; i < host_bytes; ++i) link.host.data()[i] = static_cast<uint8_t>(i * 29 + (i >> 13));
   std::vector<uint8_t> pageable(12 << 20);
   for (size_t i = 0; i < pageable.size(); ++i) pageable[i] = static_cast<uint8_t>(i * 11 + 5);
-  for (bool batched : {false, true})
-    for (double cap : {0.0, 16e9})
+  for (double cap : {0.0, 16e9})
       for (bool from_pageable : {false, true}) {
-        cuda_set_copy_batch(batched);
         dev->set_pcie_cap(cap);
         std::vector<Device::HostCopy> copies;
         uint64_t dst = 0;
@@ -307,11 +273,10 @@ TEST_CASE("CUDA device: strided copies (an expert's slices as rows) land row by 
             std::vector<uint8_t> back(c.bytes);
             dev->copy_d2h(back.data(), c.dev + r * c.dev_pitch, c.bytes);
             dev->synchronize();
-            INFO("batched " << batched << " cap " << cap << " pageable " << from_pageable << " rows " << c.rows << " row " << r);
+            INFO("cap " << cap << " pageable " << from_pageable << " rows " << c.rows << " row " << r);
             CHECK(std::memcmp(back.data(), static_cast<const uint8_t*>(c.host) + r * c.host_pitch, c.bytes) == 0);
           }
       }
-  cuda_set_copy_batch(false);
   dev->set_pcie_cap(0);
 }
 
@@ -382,9 +347,9 @@ TEST_CASE("CUDA device: under a PCIe cap, copies under 64 KiB are not held but s
 }
 
 TEST_CASE("CUDA device: activation uploads land byte for byte and do not wait behind a weight copy", "[gpu]") {
-  // Uploads on Queue::H2DAct of up to 1 MiB from pinned memory are read by a kernel (the default), or copied by
-  // the copy engine (cuda_set_act_pull(false)); from pageable memory always by the engine. Odd sizes and
-  // offsets (16-byte, 4-byte and byte pieces), rewritten between uploads from the same place, capped or not.
+  // Uploads on Queue::H2DAct of up to 1 MiB from pinned memory are read by a kernel; larger ones and those
+  // from pageable memory by the copy engine. Odd sizes and offsets (16-byte, 4-byte and byte pieces),
+  // rewritten between uploads from the same place, capped or not.
   const uint64_t weights = 512ull << 20;
   PinnedLink link(weights + (8ull << 20), weights + (4ull << 20), 0);
   auto& dev = link.dev;
@@ -392,12 +357,10 @@ TEST_CASE("CUDA device: activation uploads land byte for byte and do not wait be
   std::vector<uint8_t> pageable(3u << 20), back(2u << 20);
   uint8_t* const dst = link.arena + weights;
   uint32_t salt = 1;
-  for (bool pull : {true, false})
-    for (double cap : {0.0, 16e9})
+  for (double cap : {0.0, 16e9})
       for (uint64_t bytes : {16384ull, 16ull, 3ull, 4100ull, 65537ull, 1ull << 20, (1ull << 20) + 16})
         for (uint64_t off : {0ull, 4ull, 1ull})
           for (bool pinned : {true, false}) {
-            cuda_set_act_pull(pull);
             dev->set_pcie_cap(cap);
             uint8_t* src = (pinned ? staging : pageable.data()) + off;
             for (int round = 0; round < 2; ++round) {  // the second upload from the same place sees the new bytes
@@ -408,29 +371,23 @@ TEST_CASE("CUDA device: activation uploads land byte for byte and do not wait be
               dev->wait(Queue::D2H, up);
               dev->copy_d2h(back.data(), dst + off, bytes);
               dev->synchronize();
-              INFO("pull " << pull << " cap " << cap << " bytes " << bytes << " offset " << off << " pinned " << pinned << " round " << round);
+              INFO("cap " << cap << " bytes " << bytes << " offset " << off << " pinned " << pinned << " round " << round);
               CHECK(std::memcmp(back.data(), src, bytes) == 0);
             }
           }
   dev->set_pcie_cap(0);
   // Behind a 512 MiB weight copy (~10 ms at PCIe speed), a 16 KiB activation upload issued after it lands
-  // first when pulled; on the copy engine it waits for the weights (the order, not a time, is checked).
-  for (bool pull : {true, false}) {
-    cuda_set_act_pull(pull);
-    dev->synchronize();
-    dev->copy_h2d(link.arena, link.host.data(), weights, Queue::H2D);
-    const Event w = dev->record(Queue::H2D);
-    std::memset(staging, 0x5a, 16384);
-    dev->copy_h2d(dst, staging, 16384, Queue::H2DAct);
-    const Event a = dev->record(Queue::H2DAct);
-    dev->host_wait(a);
-    const bool weights_done = dev->event_done(w);
-    dev->synchronize();
-    INFO("pull " << pull);
-    if (pull) CHECK_FALSE(weights_done);
-    else WARN("copy engine: the upload landed " << (weights_done ? "after" : "before") << " the weight copy issued before it");
-  }
-  cuda_set_act_pull(true);
+  // first (the order, not a time, is checked).
+  dev->synchronize();
+  dev->copy_h2d(link.arena, link.host.data(), weights, Queue::H2D);
+  const Event w = dev->record(Queue::H2D);
+  std::memset(staging, 0x5a, 16384);
+  dev->copy_h2d(dst, staging, 16384, Queue::H2DAct);
+  const Event a = dev->record(Queue::H2DAct);
+  dev->host_wait(a);
+  const bool weights_done = dev->event_done(w);
+  dev->synchronize();
+  CHECK_FALSE(weights_done);
 }
 
 TEST_CASE("CUDA device: a capped link banks no credit while idle", "[gpu]") {
@@ -607,18 +564,12 @@ TEST_CASE("CUDA runtime: MoE experts split between CPU and GPU (Dynamic) reprodu
           for (const Action& a : p->actions) shares += a.part == ComputePart::MoeGpuShare;
       INFO(dtype_name(dt) << " share " << share << ": " << shares << " split layers in the table");
       REQUIRE(shares > 0);
-      // Without and with host fences (the work after each CPU share enqueued before it ends).
-      for (const char* fence : {"0", "1"}) {
-        setenv("SHARDWISE_HOST_FENCE", fence, 1);
-        auto dev = make_cuda_device(0);
-        RuntimeOptions o;
-        o.schedule = Schedule::Dynamic;
-        Runtime rt(*src, w, *dev, pool, table, o);
-        unsetenv("SHARDWISE_HOST_FENCE");
-        INFO("SHARDWISE_HOST_FENCE=" << fence);
-        CHECK(test::max_rel_error(steps_of(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
-        check_device_peak(rt.memory(), cfg.budget_bytes);
-      }
+      auto dev = make_cuda_device(0);
+      RuntimeOptions o;
+      o.schedule = Schedule::Dynamic;
+      Runtime rt(*src, w, *dev, pool, table, o);
+      CHECK(test::max_rel_error(steps_of(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
+      check_device_peak(rt.memory(), cfg.budget_bytes);
       ++split_runs;
     }
     CHECK(split_runs == spec.num_experts_per_tok - 1);

@@ -8,7 +8,6 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
-#include <cstdlib>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -46,8 +45,7 @@ extern "C" void hold_worker(int) {
 
 TEST_CASE("thread pool: a loop does not wait for a worker that has not started", "[core][pool]") {
   // Workers spin up to a second between loops, so the held one is caught spinning, holding no lock.
-  setenv("SHARDWISE_POOL_SPIN_US", "1000000", 1);
-  ThreadPool pool(3);
+  ThreadPool pool(3, 1000000);
   std::vector<pthread_t> ids(3);
   pool.run_on_all([&](int t) { ids[static_cast<size_t>(t)] = pthread_self(); });
   struct sigaction sa {}, old{};
@@ -88,7 +86,6 @@ TEST_CASE("thread pool: a loop does not wait for a worker that has not started",
   std::vector<std::atomic<int>> ran(3);
   pool.run_on_all([&](int t) { ran[static_cast<size_t>(t)].fetch_add(1); });
   for (auto& r : ran) CHECK(r.load() == 1);
-  unsetenv("SHARDWISE_POOL_SPIN_US");
 }
 
 TEST_CASE("thread pool: run_on_all runs once on every thread, between loops that late workers miss", "[core][pool]") {
@@ -107,32 +104,6 @@ TEST_CASE("thread pool: run_on_all runs once on every thread, between loops that
   for (auto& x : ran) CHECK(x.load() == 300);
   for (size_t a = 0; a < who.size(); ++a)
     for (size_t b = a + 1; b < who.size(); ++b) CHECK(who[a] != who[b]);  // four threads, not one twice
-}
-
-TEST_CASE("thread pool: SHARDWISE_POOL_WAIT_ALL=1 waits for every worker and covers each index once", "[core][pool]") {
-  CHECK(shardwise::parse_pool_wait_all(nullptr) == -1);
-  CHECK(shardwise::parse_pool_wait_all("0") == 0);
-  CHECK(shardwise::parse_pool_wait_all("1") == 1);
-  for (const char* bad : {"", "2", "yes", "-1"}) {
-    INFO(bad);
-    CHECK(shardwise::parse_pool_wait_all(bad) == -2);
-  }
-  setenv("SHARDWISE_POOL_WAIT_ALL", "1", 1);
-  ThreadPool pool(4);
-  unsetenv("SHARDWISE_POOL_WAIT_ALL");
-  std::vector<std::atomic<int>> ran(4);
-  for (int r = 0; r < 100; ++r) {
-    std::vector<std::atomic<int>> hits(257);
-    std::vector<std::atomic<int>> took(4);
-    // grain 64: five chunks among four threads
-    pool.parallel_for(257, 64, [&](int64_t b, int64_t e, int t) {
-      for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
-      took[static_cast<size_t>(t)].fetch_add(1);
-    });
-    for (auto& h : hits) CHECK(h.load() == 1);
-    pool.run_on_all([&](int t) { ran[static_cast<size_t>(t)].fetch_add(1); });
-  }
-  for (auto& x : ran) CHECK(x.load() == 100);
 }
 
 TEST_CASE("thread pool: an exception in any chunk comes back to the caller once the loop is done", "[core][pool]") {
@@ -212,16 +183,5 @@ TEST_CASE("thread pool: caller work runs once, on the caller, while the workers 
     pool.parallel_for(10, 1, [&](int64_t b, int64_t e, int) { covered.fetch_add(e - b); });
     CHECK(covered.load() == 10);
     CHECK_NOTHROW(pool.run_caller_work());
-  }
-}
-
-TEST_CASE("thread pool: SHARDWISE_POOL_SPIN_US is microseconds from 0 to 1000000", "[core][pool]") {
-  CHECK(shardwise::parse_pool_spin_us(nullptr) == -1);
-  CHECK(shardwise::parse_pool_spin_us("0") == 0);
-  CHECK(shardwise::parse_pool_spin_us("2500") == 2500);
-  CHECK(shardwise::parse_pool_spin_us("1000000") == 1000000);
-  for (const char* bad : {"", "x", "-1", "1000001", "12 ", "3us", "99999999999999999999"}) {
-    INFO(bad);
-    CHECK(shardwise::parse_pool_spin_us(bad) == -2);
   }
 }

@@ -267,8 +267,8 @@ TEST_CASE("gemv results do not depend on the weight prefetch distance", "[cpu_ke
     int64_t was = set_gemv_prefetch_bytes(-1);
     ~Restore() { set_gemv_prefetch_bytes(was); }
   } restore;
-  CHECK(gemv_prefetch_bytes() >= 0);
-  CHECK(set_gemv_prefetch_bytes(64) >= 0);
+  CHECK(gemv_prefetch_bytes() == kGemvPrefetchBytes);
+  CHECK(set_gemv_prefetch_bytes(64) == kGemvPrefetchBytes);
   CHECK(gemv_prefetch_bytes() == 64);
   CHECK_THROWS_AS(set_gemv_prefetch_bytes(kGemvPrefetchMax + 1), Error);
   CHECK(gemv_prefetch_bytes() == 64);

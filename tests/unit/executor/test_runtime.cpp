@@ -461,44 +461,6 @@ TEST_CASE("runtime: attention staged over a host KV cache matches the CPU refere
   }
 }
 
-TEST_CASE("emulated device: work behind a host fence waits until the host raises it", "[runtime][device]") {
-  auto dev = make_emu_device({5, 20, 0});
-  uint8_t* arena = dev->allocate_arena(4096);
-  std::vector<uint8_t> host(64, 7), back(64, 0);
-  const Event f1 = dev->host_fence(), f2 = dev->host_fence();
-  REQUIRE(f1.valid());
-  CHECK(f1.queue == kHostFenceQueue);
-  CHECK_FALSE(dev->event_done(f1));
-  dev->wait(Queue::H2DAct, f2);
-  dev->copy_h2d(arena, host.data(), 64, Queue::H2DAct);  // behind fence 2
-  const Event copied = dev->record(Queue::H2DAct);
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  CHECK_FALSE(dev->event_done(copied));  // held
-  CHECK_THROWS_WITH(dev->host_wait(f1), Contains("has not raised"));  // would never return
-  dev->raise_fence(f1);
-  CHECK(dev->event_done(f1));
-  CHECK_FALSE(dev->event_done(f2));
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  CHECK_FALSE(dev->event_done(copied));  // fence 1 raised, not 2
-  dev->raise_fence(f2);
-  dev->host_wait(copied);
-  dev->copy_d2h(back.data(), arena, 64);
-  dev->synchronize();
-  CHECK(back == host);
-  // Raising a later fence raises the ones before it; a device without fences gives an invalid one.
-  const Event f3 = dev->host_fence(), f4 = dev->host_fence();
-  dev->raise_fence(f4);
-  CHECK(dev->event_done(f3));
-  EmuOptions none;
-  none.host_fences = false;
-  CHECK_FALSE(make_emu_device(none)->host_fence().valid());
-  // A fence made and never raised does not hang the device's teardown.
-  auto other = make_emu_device({6, 0, 0});
-  uint8_t* a2 = other->allocate_arena(4096);
-  other->wait(Queue::H2D, other->host_fence());
-  other->copy_h2d(a2, host.data(), 64);
-}
-
 TEST_CASE("runtime: an MoE layer's experts split between CPU and GPU (Dynamic) match the CPU reference", "[runtime][moe]") {
   // Every CPU FFN layer of the Dynamic plans split with share c: the CPU computes c of each token's 2
   // experts from host memory while the GPU's are copied and run, then adds the CPU's partial — decode
@@ -550,19 +512,17 @@ TEST_CASE("runtime: an MoE layer's experts split between CPU and GPU (Dynamic) m
     CHECK(rt.memory().arena_peak_bytes <= cfg.budget_bytes);
   }
   // With a pool of two, a split layer's CPU share starts before the host enqueues the layer's routed
-  // expert copy and GPU share (it enqueues them while the other thread computes); with one thread, or
-  // SHARDWISE_SHARE_FIRST=0, it enqueues them first. Exact either way.
-  for (const auto& [threads, env] : std::vector<std::pair<int, const char*>>{{2, nullptr}, {1, nullptr}, {2, "0"}}) {
-    const bool first = threads > 1 && !env;
-    if (env) setenv("SHARDWISE_SHARE_FIRST", env, 1);
+  // expert copy and GPU share (it enqueues them while the other thread computes); with one thread it
+  // enqueues them first. Exact either way.
+  for (int threads : {2, 1}) {
+    const bool first = threads > 1;
     ThreadPool p(threads);
     auto dev = make_emu_device({29, 40, 0});
     RuntimeOptions o;
     o.schedule = Schedule::Dynamic;
     o.timeline_runs = 1000;
     Runtime rt(*src, w, *dev, p, table, o);
-    unsetenv("SHARDWISE_SHARE_FIRST");
-    INFO(threads << " thread(s), SHARDWISE_SHARE_FIRST " << (env ? env : "unset"));
+    INFO(threads << " thread(s)");
     CHECK(test::max_rel_error(run_steps(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
     struct Layer {
       double share_start = -1, first_enqueue = 1e300, last_enqueue_end = -1;
@@ -590,49 +550,32 @@ TEST_CASE("runtime: an MoE layer's experts split between CPU and GPU (Dynamic) m
     REQUIRE(split > 0);
     CHECK((first ? beside : before) == split);
   }
-  // With host fences (SHARDWISE_HOST_FENCE=1) the work after a split layer's CPU share — its partial's
-  // copy up — is enqueued before the share ends, and runs after it; exact under random queue delays.
-  for (const char* fence : {"1", "0"}) {
-    setenv("SHARDWISE_HOST_FENCE", fence, 1);
-    for (uint64_t seed : {41u, 42u}) {
-      ThreadPool p(2);
-      auto dev = make_emu_device({seed, 60, 0});
-      RuntimeOptions o;
-      o.schedule = Schedule::Dynamic;
-      o.timeline_runs = 1000;
-      Runtime rt(*src, w, *dev, p, table, o);
-      INFO("SHARDWISE_HOST_FENCE=" << fence << ", seed " << seed);
-      CHECK(test::max_rel_error(run_steps(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
-      std::map<std::pair<int, std::string>, double> share_end, partial_enqueued, partial_start;
-      for (const TimelineEntry& t : rt.timeline()) {
-        const std::pair<int, std::string> key{t.run, t.label.substr(0, t.label.find(' '))};
-        if (t.label.find("moe_cpu_share") != std::string::npos) share_end[key] = t.end_ms;
-        if (t.resource == Resource::H2DAct && t.label.find("cpu share") != std::string::npos) {
-          partial_enqueued[key] = t.enqueue_start_ms;
-          partial_start[key] = t.start_ms;
-        }
-      }
-      REQUIRE(!share_end.empty());
-      int ahead = 0;
-      for (const auto& [key, end] : share_end) {
-        REQUIRE(partial_enqueued.count(key));
-        ahead += partial_enqueued[key] < end;
-        CHECK(partial_start[key] >= end - 0.05);  // never before the share is computed
-      }
-      if (std::string(fence) == "1") CHECK(ahead == static_cast<int>(share_end.size()));
-      else CHECK(ahead == 0);
-    }
-  }
-  unsetenv("SHARDWISE_HOST_FENCE");
-  // A bad value of either switch is refused when the runtime is made, naming it.
-  for (const auto& [var, value] : std::vector<std::pair<const char*, const char*>>{{"SHARDWISE_HOST_FENCE", "2"},
-                                                                                  {"SHARDWISE_SHARE_FIRST", "yes"}}) {
-    setenv(var, value, 1);
-    auto dev = make_emu_device({1, 0, 0});
+  // The work after a split layer's CPU share — its partial's copy up — is enqueued once the share is
+  // computed, and runs after it; exact under random queue delays.
+  for (uint64_t seed : {41u, 42u}) {
+    ThreadPool p(2);
+    auto dev = make_emu_device({seed, 60, 0});
     RuntimeOptions o;
     o.schedule = Schedule::Dynamic;
-    CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, table, o), Contains(std::string(var) + "=" + value + ": give 1"));
-    unsetenv(var);
+    o.timeline_runs = 1000;
+    Runtime rt(*src, w, *dev, p, table, o);
+    INFO("seed " << seed);
+    CHECK(test::max_rel_error(run_steps(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
+    std::map<std::pair<int, std::string>, double> share_end, partial_enqueued, partial_start;
+    for (const TimelineEntry& t : rt.timeline()) {
+      const std::pair<int, std::string> key{t.run, t.label.substr(0, t.label.find(' '))};
+      if (t.label.find("moe_cpu_share") != std::string::npos) share_end[key] = t.end_ms;
+      if (t.resource == Resource::H2DAct && t.label.find("cpu share") != std::string::npos) {
+        partial_enqueued[key] = t.enqueue_start_ms;
+        partial_start[key] = t.start_ms;
+      }
+    }
+    REQUIRE(!share_end.empty());
+    for (const auto& [key, end] : share_end) {
+      REQUIRE(partial_enqueued.count(key));
+      CHECK(partial_enqueued[key] >= end);
+      CHECK(partial_start[key] >= end - 0.05);  // never before the share is computed
+    }
   }
   // A plan that splits a dense model's FFN, or names a share of all top_k, is refused at load.
   PlanTable bad = table;
@@ -821,9 +764,9 @@ TEST_CASE("runtime: experts prefetched on the layer before's guess match the CPU
 }
 
 TEST_CASE("runtime: strided expert copies keep every step exact (one copy per expert in a synthetic model)", "[runtime][moe]") {
-  // RuntimeOptions::strided_expert_copies: a streamed routed expert's gate, up and down slices go as
-  // strided copies (Device::HostCopy rows) where their host distances allow. A synthetic model stores a
-  // layer's gate, up and down expert tensors back to back: one copy of three rows per expert.
+  // A streamed routed expert's gate, up and down slices go as strided copies (Device::HostCopy rows) where
+  // their host distances allow. A synthetic model stores a layer's gate, up and down expert tensors back
+  // to back: one copy of three rows per expert.
   const ModelSpec spec = test_model("qwen3_moe", DType::F16);
   ThreadPool pool(2);
   auto src = make_synthetic_weights(spec, 43, &pool);
@@ -835,28 +778,20 @@ TEST_CASE("runtime: strided expert copies keep every step exact (one copy per ex
   const PlanTable table = table_for(*src, min_budget_for(*src, ctx) + spec.total_bytes() / 4, ctx, {1, 4, 16});  // experts streamed
   for (Schedule s : {Schedule::GpuOnly, Schedule::Dynamic}) {
     if (!feasible_at_some_tier(table, s)) continue;
-    for (bool strided : {false, true}) {
-      INFO(schedule_name(s) << (strided ? " strided" : " split"));
-      EmuOptions eo;
-      eo.seed = 47;
-      eo.max_delay_us = 40;
-      eo.queue_scale[static_cast<int>(Queue::H2D)] = 4;  // copies slow: a row landing late reads old experts
-      auto emu = make_emu_device(eo);
-      CopyWaitCounter dev(*emu);
-      RuntimeOptions o;
-      o.schedule = s;
-      o.strided_expert_copies = strided;
-      Runtime rt(*src, w, dev, pool, table, o);
-      CHECK(test::max_rel_error(run_steps(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
-      const auto& by_rows = dev.batch_copies_by_rows;
-      if (strided) {
-        CHECK(by_rows.count(3));  // the experts, one copy each
-        CHECK(!by_rows.count(2));
-      } else {
-        CHECK(by_rows.count(1));
-        CHECK(by_rows.size() == 1);
-      }
-    }
+    INFO(schedule_name(s));
+    EmuOptions eo;
+    eo.seed = 47;
+    eo.max_delay_us = 40;
+    eo.queue_scale[static_cast<int>(Queue::H2D)] = 4;  // copies slow: a row landing late reads old experts
+    auto emu = make_emu_device(eo);
+    CopyWaitCounter dev(*emu);
+    RuntimeOptions o;
+    o.schedule = s;
+    Runtime rt(*src, w, dev, pool, table, o);
+    CHECK(test::max_rel_error(run_steps(rt, toks, steps), ref, spec.vocab_size) <= 1e-4);
+    const auto& by_rows = dev.batch_copies_by_rows;
+    CHECK(by_rows.count(3));  // the experts, one copy each
+    CHECK(!by_rows.count(2));
   }
   // A strided copy whose rows would overlap is refused with one line.
   auto dev = make_emu_device({1, 0, 0});
@@ -868,26 +803,24 @@ TEST_CASE("runtime: strided expert copies keep every step exact (one copy per ex
 
 TEST_CASE("expert_copies_of: the copies a streamed expert takes, for the planner, as the runtime makes them", "[runtime][moe]") {
   // Synthetic weights (gate, up, down tensors in that order): one strided copy, whether counted on the
-  // weights or on the spec alone (the sweep plans synthetic models before making them); three split.
+  // weights or on the spec alone (the sweep plans synthetic models before making them).
   for (DType dt : {DType::F16, DType::Q8_0}) {
     const ModelSpec spec = test_model("qwen3_moe", dt);
     ThreadPool pool(2);
     auto src = make_synthetic_weights(spec, 5, &pool);
     INFO(dtype_name(dt));
-    CHECK(expert_copies_of(*src, true) == 1);
-    CHECK(synthetic_expert_copies(spec, true) == 1);
-    CHECK(expert_copies_of(*src, false) == 3);
-    CHECK(synthetic_expert_copies(spec, false) == 3);
+    CHECK(expert_copies_of(*src) == 1);
+    CHECK(synthetic_expert_copies(spec) == 1);
   }
   // llama.cpp's files (down, gate, up): gate and up as one copy, down alone.
   for (const char* f : {"qwen3moe_small.f16.gguf", "qwen3moe_small.q8_0.gguf"}) {
     auto src = open_weights(test::fixtures_dir() + "/llamacpp/gguf/" + f);
     INFO(f);
-    CHECK(expert_copies_of(*src, true) == 2);
+    CHECK(expert_copies_of(*src) == 2);
   }
   // A dense model has no experts to copy.
   const ModelSpec dense = test_model("llama", DType::F16);
-  CHECK(synthetic_expert_copies(dense, true) == 3);
+  CHECK(synthetic_expert_copies(dense) == 3);
 }
 
 TEST_CASE("push_expert_copies: an expert's slices as few strided copies as their host distances allow", "[runtime][moe]") {
@@ -904,19 +837,17 @@ TEST_CASE("push_expert_copies: an expert's slices as few strided copies as their
     v.nbytes = bytes;
     return v;
   };
-  auto copies = [&](uint64_t g, uint64_t u, uint64_t d, bool strided, uint64_t bytes_d = 128) {
+  auto copies = [&](uint64_t g, uint64_t u, uint64_t d, uint64_t bytes_d = 128) {
     std::vector<Device::HostCopy> out;
-    push_expert_copies(out, place.data(), L, view(g), view(u), view(d, bytes_d), strided);
+    push_expert_copies(out, place.data(), L, view(g), view(u), view(d, bytes_d));
     uint64_t bytes = 0;
     for (const auto& c : out) bytes += c.bytes * c.rows;
     CHECK(bytes == 256 + bytes_d);  // every byte once
     return out;
   };
   const uint64_t e = 3 * 128;  // expert 3's slices
-  // Split: three copies whatever the layout.
-  CHECK(copies(e, T + e, 2 * T + e, false).size() == 3);
   // gate, up, down back to back: one copy of three rows, T apart on the host, 128 in the place.
-  auto one = copies(e, T + e, 2 * T + e, true);
+  auto one = copies(e, T + e, 2 * T + e);
   REQUIRE(one.size() == 1);
   CHECK(one[0].rows == 3);
   CHECK(one[0].host_pitch == T);
@@ -924,7 +855,7 @@ TEST_CASE("push_expert_copies: an expert's slices as few strided copies as their
   CHECK(one[0].dev == place.data());
   CHECK(one[0].host == host.data() + e);
   // llama.cpp's down, gate, up: gate and up as one copy of two rows, down alone.
-  auto two = copies(T + e, 2 * T + e, e, true);
+  auto two = copies(T + e, 2 * T + e, e);
   REQUIRE(two.size() == 2);
   CHECK(two[0].rows == 2);
   CHECK(two[0].dev == place.data());
@@ -933,17 +864,17 @@ TEST_CASE("push_expert_copies: an expert's slices as few strided copies as their
   CHECK(two[1].dev == place.data() + 256);
   CHECK(two[1].host == host.data() + e);
   // up, down back to back after a gate elsewhere: gate alone, then up and down as one.
-  auto tail = copies(5 * T + e, e, T + e, true);
+  auto tail = copies(5 * T + e, e, T + e);
   REQUIRE(tail.size() == 2);
   CHECK(tail[0].rows == 1);
   CHECK(tail[1].rows == 2);
   // Unequal distances: the pair at one distance as one copy, the third alone.
-  CHECK(copies(e, T + e, 3 * T + e, true).size() == 2);
-  CHECK(copies(e, T + e, 2 * T + e, true, 64).size() == 2);  // down of another size alone
+  CHECK(copies(e, T + e, 3 * T + e).size() == 2);
+  CHECK(copies(e, T + e, 2 * T + e, 64).size() == 2);  // down of another size alone
   // Host addresses falling in the place's order (no row after the one before), or rows closer than their
   // size: three copies.
-  CHECK(copies(2 * T + e, T + e, e, true).size() == 3);
-  CHECK(copies(e, e + 64, e + 128, true).size() == 3);
+  CHECK(copies(2 * T + e, T + e, e).size() == 3);
+  CHECK(copies(e, e + 64, e + 128).size() == 3);
 }
 
 TEST_CASE("runtime: switching schedules between steps keeps every step exact (the oracle's one set-up)", "[runtime]") {
