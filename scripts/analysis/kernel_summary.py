@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where a run's GPU time went, by kernel: a table from scripts/gpu/kernel_profile.sh's output.
+"""Where a run's GPU time went, by kernel: a table from scripts/gpu/kernels.sh's output (kprof.tgz).
 
     /usr/bin/python3 scripts/analysis/kernel_summary.py RUN.kernels.csv [OTHER.kernels.csv] [--by-grid] [--top N]
 
@@ -22,7 +22,7 @@ def load(path, by_grid):
         need = {"kernel", "grid", "duration_us"}
         if not reader.fieldnames or not need <= set(reader.fieldnames):
             sys.exit(f"{path}: not a kernel table (columns {', '.join(sorted(need))} expected): give a *.kernels.csv "
-                     "of scripts/gpu/kernel_profile.sh")
+                     "of scripts/gpu/kernels.sh")
         for n, row in enumerate(reader, 2):
             try:
                 us = float(row["duration_us"])

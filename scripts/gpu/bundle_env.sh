@@ -1,10 +1,17 @@
-# Sourced by the GPU machine's scripts: unpacks build-gpu/bundle.tar.xz (scripts/gpu/bundle.sh) into
-# /tmp/shardwise-bundle unless it is there already, and sets LD_LIBRARY_PATH, `bin` (the shardwise
-# binary) and `profile` (the planner's cost model: the machine's profile, or PROFILE=FILE).
+# Sourced by the GPU machine's scripts: unpacks the bundle (scripts/gpu/bundle.sh; BUNDLE=path, default
+# build-gpu/bundle.tar.xz) into /tmp/shardwise-bundle, always anew (a warm machine may hold an older
+# one), and sets LD_LIBRARY_PATH, `bin` (the shardwise binary), `bindir` and `profile` (the planner's
+# cost model: PROFILE=FILE, default the committed H200-host profile).
 root=/tmp/shardwise-bundle
-if [ ! -x "$root/bin/shardwise" ]; then
-  rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf "${BUNDLE:-build-gpu/bundle.tar.xz}" || { echo "no build-gpu/bundle.tar.xz"; exit 2; }
-fi
+rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf "${BUNDLE:-build-gpu/bundle.tar.xz}" ||
+  { echo "no bundle at ${BUNDLE:-build-gpu/bundle.tar.xz}: run scripts/gpu/bundle.sh and carry it"; exit 2; }
 export LD_LIBRARY_PATH="$root/lib:${LD_LIBRARY_PATH:-}"
-bin="$root/bin/shardwise"
+bindir="$root/bin"
+bin="$bindir/shardwise"
 profile=${PROFILE:-configs/profiles/h200-host.profile.json}
+# machine_facts FILE: what ran where (revision, CPU, GPU, kernel, date), beside every result.
+machine_facts() {
+  { echo "date: $(date -u +%FT%TZ)"; echo "revision: $(tr '\n' ' ' < "$root/REVISION" 2>/dev/null || echo unknown)"
+    lscpu | grep -E "Model name|^CPU\(s\)"; uname -r
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; } > "$1" 2>&1
+}
