@@ -108,7 +108,7 @@ Slot& this_thread_slot() {
 
 void copy_text(char* dst, size_t cap, std::string_view src) {
   const size_t n = std::min(cap - 1, src.size());
-  std::memcpy(dst, src.data(), n);
+  if (n > 0) std::memcpy(dst, src.data(), n);  // an empty view may hold no pointer at all
   dst[n] = '\0';
 }
 
