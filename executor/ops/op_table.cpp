@@ -265,4 +265,129 @@ std::vector<OpCase> check_cases(OpId op) {
   return {};
 }
 
+// ---- model-derived shapes ------------------------------------------------------------------------------
+
+std::vector<MatrixShape> layer_matrices(const ModelSpec& s, bool with_experts) {
+  std::vector<MatrixShape> m = {
+      {"q", s.q_dim(), s.hidden_size}, {"kv", s.kv_dim(), s.hidden_size}, {"o", s.hidden_size, s.q_dim()}};
+  if (s.is_moe()) {
+    if (with_experts) {
+      m.push_back({"expert_gate_up", s.moe_intermediate_size, s.hidden_size});
+      m.push_back({"expert_down", s.hidden_size, s.moe_intermediate_size});
+      m.push_back({"router", s.num_experts, s.hidden_size});
+    }
+  } else {
+    m.push_back({"gate_up", s.intermediate_size, s.hidden_size});
+    m.push_back({"down", s.hidden_size, s.intermediate_size});
+  }
+  return m;
+}
+
+MatrixShape layer_matrix(const ModelSpec& spec, const std::string& role) {
+  for (const MatrixShape& m : layer_matrices(spec))
+    if (m.role == role) return m;
+  fail("op table: ", spec.name, " has no ", role, " matrix");
+}
+
+AttentionLayout attention_layout(const ModelSpec& s) {
+  return {s.num_attention_heads, s.num_key_value_heads, s.head_dim};
+}
+
+MoeShape moe_shape(const ModelSpec& s) {
+  SW_CHECK(s.is_moe(), "op table: ", s.name, " has no experts");
+  return {s.num_experts, s.num_experts_per_tok, s.moe_intermediate_size, s.hidden_size};
+}
+
+ModelSpec perf_dense_model() {
+  return builtin_spec("nemo8b");
+}
+ModelSpec perf_moe_model() {
+  return builtin_spec("qwen30b");
+}
+
+namespace {
+
+// Appends the shapes of `add` whose (rows, cols) `to` does not have yet, in order.
+void add_distinct(std::vector<MatrixShape>& to, const std::vector<MatrixShape>& add) {
+  for (const MatrixShape& m : add)
+    if (std::none_of(to.begin(), to.end(), [&](const MatrixShape& t) { return t.rows == m.rows && t.cols == m.cols; }))
+      to.push_back(m);
+}
+
+PerfGrid quick_grid() {
+  PerfGrid g;
+  g.matrices = {{"small", 256, 512}, {"small", 512, 256}, {"small", 1024, 512}, {"small", 128, 1024}};
+  g.cpu_tokens = g.gpu_tokens = {1, 4, 16, 64};
+  g.attention = {{8, 2, 64}, {8, 8, 32}};
+  g.attention_tokens = {1, 16};
+  g.contexts = {256, 1024};
+  g.moe = {{16, 4, 128, 256}};
+  g.moe_tokens = g.gpu_moe_tokens = {1, 16};
+  g.elems = {4096, 65536, 1 << 20};
+  g.contention_matrices = {{"small", 1024, 512}};
+  g.contention_tokens = {1, 16};
+  return g;
+}
+
+PerfGrid full_grid() {
+  const ModelSpec dense = perf_dense_model(), moe = perf_moe_model();
+  PerfGrid g;
+  add_distinct(g.matrices, layer_matrices(dense));
+  add_distinct(g.matrices, layer_matrices(moe));
+  add_distinct(g.matrices, {{"lm_head_rows", 32768, moe.hidden_size}});  // rows beyond any layer's: LM heads
+  g.cpu_tokens = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048};
+  g.gpu_tokens = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192};
+  g.attention = {attention_layout(dense), attention_layout(moe), {16, 16, 128}, {32, 32, 64}};  // and two MHA layouts
+  g.attention_tokens = {1, 4, 16, 64, 256, 1024};
+  g.contexts = {512, 2048, 8192, 32768, 65536};
+  g.moe = {moe_shape(moe), {64, 4, 1024, 2048}, {32, 2, 2048, 1024}, {128, 8, 1024, 4096}, {64, 6, 2048, 2560}};
+  g.moe_tokens = {1, 4, 16, 64, 256, 1024};
+  // The GPU runs MoE prefills whose routers send hundreds of tokens to each expert (the synthetic
+  // qwen30b sends ~430 of 512 tokens x 8 to each of ~10 experts; a real one 256 per expert at a 4K
+  // chunk): uniform rows up to 8192 tokens (512 per expert of 128) cover them.
+  g.gpu_moe_tokens = {1, 4, 16, 64, 256, 1024, 4096, 8192};
+  g.elems = {4096, 65536, 1 << 20, 1 << 23};
+  g.contention_matrices = {layer_matrix(dense, "q"), layer_matrix(dense, "gate_up"),
+                           layer_matrix(moe, "expert_gate_up"), layer_matrix(moe, "kv")};
+  g.contention_tokens = {1, 4, 16, 64, 256, 1024};
+  return g;
+}
+
+}  // namespace
+
+PerfGrid profile_grid(bool quick) {
+  PerfGrid g = quick ? quick_grid() : full_grid();
+  // CPU matmuls switch from the GEMV kernels to dequantise + sgemm at matmul_gemm_threshold() tokens,
+  // ~3x slower at the switch on the GPU host (16 threads, f16 4096x4096: 16 tokens 0.78 ms by GEMV, 32
+  // tokens 2.26 ms by sgemm): the last GEMV count is measured too, so that counts between the grid's
+  // powers of two interpolate on the kernel that runs them, never across the switch.
+  const int64_t last_gemv = matmul_gemm_threshold() - 1;
+  std::vector<int64_t>& t = g.cpu_tokens;
+  if (last_gemv > t.front() && last_gemv < t.back() && !std::binary_search(t.begin(), t.end(), last_gemv))
+    t.insert(std::lower_bound(t.begin(), t.end(), last_gemv), last_gemv);
+  return g;
+}
+
+ValidationGrid validation_grid(bool quick) {
+  ValidationGrid v;
+  if (quick) {
+    v.matrices = {{"small", 384, 512}, {"small", 768, 256}};
+    v.tokens = {3, 24};
+    v.attention = {{8, 4, 64}};
+    v.context = 600;
+    v.moe = {{16, 4, 192, 256}};
+    v.dtypes = {DType::F16, DType::Q4_0};
+    return v;
+  }
+  const ModelSpec nemo4b = builtin_spec("nemo4b"), qwen235b = builtin_spec("qwen235b");
+  add_distinct(v.matrices, layer_matrices(nemo4b));
+  add_distinct(v.matrices, layer_matrices(qwen235b, false));
+  v.tokens = {3, 24, 96, 768, 3000};
+  v.attention = {attention_layout(nemo4b), attention_layout(qwen235b)};
+  v.context = 24576;
+  v.moe = {moe_shape(qwen235b)};
+  v.dtypes = {DType::F16, DType::Q8_0, DType::Q4_0};
+  return v;
+}
+
 }  // namespace shardwise

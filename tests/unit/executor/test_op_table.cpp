@@ -1,7 +1,10 @@
 // tests/unit/executor/test_op_table.cpp — the op table itself (executor/ops/op_table.h): its cases are
-// well formed and keep the coverage the kernel tests had.
+// well formed and keep the coverage the kernel tests had, and the shapes it gives the profiler are
+// the grid `shardwise profile` measures (pinned here: a change to a builtin model must not move the
+// grid unnoticed).
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -12,6 +15,24 @@ namespace shardwise {
 namespace {
 
 using Dims = std::pair<int64_t, int64_t>;
+
+std::vector<Dims> dims_of(const std::vector<MatrixShape>& m) {
+  std::vector<Dims> d;
+  for (const MatrixShape& s : m) d.emplace_back(s.rows, s.cols);
+  return d;
+}
+
+std::vector<std::tuple<int64_t, int64_t, int64_t>> layouts_of(const std::vector<AttentionLayout>& l) {
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> out;
+  for (const AttentionLayout& a : l) out.emplace_back(a.heads, a.kv_heads, a.head_dim);
+  return out;
+}
+
+std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> moes_of(const std::vector<MoeShape>& m) {
+  std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> out;
+  for (const MoeShape& s : m) out.emplace_back(s.experts, s.top_k, s.ffn, s.hidden);
+  return out;
+}
 
 bool has_matmul(DType dt, int64_t rows, int64_t cols, int64_t tokens) {
   for (const OpCase& c : check_cases(OpId::Matmul))
@@ -83,6 +104,65 @@ TEST_CASE("op table: the matmul cases keep the shapes and token counts the kerne
   for (DType dt : {DType::F32, DType::F16, DType::BF16})
     for (int64_t cols : {1, 7, 9, 17, 33, 1001})
       for (int64_t t = 1; t <= 4; ++t) CHECK(has_matmul(dt, 9, cols, t));
+}
+
+TEST_CASE("op table: the full profile grid is the dense and MoE models' layers", "[op_table]") {
+  const PerfGrid g = profile_grid(false);
+  CHECK(dims_of(g.matrices) == std::vector<Dims>{{4096, 4096},
+                                                 {1024, 4096},
+                                                 {11520, 4096},
+                                                 {4096, 11520},
+                                                 {4096, 2048},
+                                                 {512, 2048},
+                                                 {2048, 4096},
+                                                 {768, 2048},
+                                                 {2048, 768},
+                                                 {128, 2048},
+                                                 {32768, 2048}});
+  const int64_t last_gemv = matmul_gemm_threshold() - 1;
+  std::vector<int64_t> cpu = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048};
+  if (!std::binary_search(cpu.begin(), cpu.end(), last_gemv))
+    cpu.insert(std::lower_bound(cpu.begin(), cpu.end(), last_gemv), last_gemv);
+  CHECK(g.cpu_tokens == cpu);
+  CHECK(g.gpu_tokens == std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192});
+  CHECK(layouts_of(g.attention) ==
+        std::vector<std::tuple<int64_t, int64_t, int64_t>>{{32, 8, 128}, {32, 4, 128}, {16, 16, 128}, {32, 32, 64}});
+  CHECK(g.attention_tokens == std::vector<int64_t>{1, 4, 16, 64, 256, 1024});
+  CHECK(g.contexts == std::vector<int64_t>{512, 2048, 8192, 32768, 65536});
+  CHECK(moes_of(g.moe) ==
+        std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>{
+            {128, 8, 768, 2048}, {64, 4, 1024, 2048}, {32, 2, 2048, 1024}, {128, 8, 1024, 4096}, {64, 6, 2048, 2560}});
+  CHECK(g.moe_tokens == std::vector<int64_t>{1, 4, 16, 64, 256, 1024});
+  CHECK(g.gpu_moe_tokens == std::vector<int64_t>{1, 4, 16, 64, 256, 1024, 4096, 8192});
+  CHECK(g.elems == std::vector<int64_t>{4096, 65536, 1 << 20, 1 << 23});
+  CHECK(dims_of(g.contention_matrices) == std::vector<Dims>{{4096, 4096}, {11520, 4096}, {768, 2048}, {512, 2048}});
+  CHECK(g.contention_tokens == std::vector<int64_t>{1, 4, 16, 64, 256, 1024});
+}
+
+TEST_CASE("op table: the validation cases are other models' layers, never in the profile grid", "[op_table]") {
+  for (bool quick : {false, true}) {
+    INFO((quick ? "quick" : "full"));
+    const PerfGrid g = profile_grid(quick);
+    const ValidationGrid v = validation_grid(quick);
+    if (!quick) {
+      CHECK(dims_of(v.matrices) == std::vector<Dims>{{4096, 3072},
+                                                     {1024, 3072},
+                                                     {3072, 4096},
+                                                     {9216, 3072},
+                                                     {3072, 9216},
+                                                     {8192, 4096},
+                                                     {512, 4096},
+                                                     {4096, 8192}});
+      CHECK(layouts_of(v.attention) == std::vector<std::tuple<int64_t, int64_t, int64_t>>{{32, 8, 128}, {64, 4, 128}});
+      CHECK(moes_of(v.moe) == std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>{{128, 8, 1536, 4096}});
+      CHECK(v.tokens == std::vector<int64_t>{3, 24, 96, 768, 3000});
+      CHECK(v.context == 24576);
+    }
+    const std::vector<Dims> grid = dims_of(g.matrices);
+    for (Dims d : dims_of(v.matrices)) CHECK(std::find(grid.begin(), grid.end(), d) == grid.end());
+    for (int64_t t : v.tokens) CHECK(std::find(g.cpu_tokens.begin(), g.cpu_tokens.end(), t) == g.cpu_tokens.end());
+    CHECK(std::find(g.contexts.begin(), g.contexts.end(), v.context) == g.contexts.end());
+  }
 }
 
 }  // namespace shardwise
