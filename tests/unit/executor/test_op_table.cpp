@@ -4,6 +4,7 @@
 // grid unnoticed).
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <set>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -35,9 +36,12 @@ std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> moes_of(const std::v
 }
 
 bool has_matmul(DType dt, int64_t rows, int64_t cols, int64_t tokens) {
-  for (const OpCase& c : check_cases(OpId::Matmul))
-    if (c.dtype == dt && c.rows == rows && c.cols == cols && c.tokens == tokens) return true;
-  return false;
+  static const std::set<std::tuple<int, int64_t, int64_t, int64_t>> cases = [] {
+    std::set<std::tuple<int, int64_t, int64_t, int64_t>> s;
+    for (const OpCase& c : check_cases(OpId::Matmul)) s.emplace(static_cast<int>(c.dtype), c.rows, c.cols, c.tokens);
+    return s;
+  }();
+  return cases.count({static_cast<int>(dt), rows, cols, tokens}) > 0;
 }
 
 }  // namespace
