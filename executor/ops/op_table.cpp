@@ -181,10 +181,8 @@ std::vector<OpCase> attention_cases() {
   out.push_back(attn(4, 1, 24, 100, 129, 300, 4));  // many token blocks; a cache longer than used
   out.push_back(attn(32, 8, 128, 70, 1000, 0, 3));  // nemo8b's heads
   out.push_back(attn(3, 3, 16, 9, 4000, 0, 1));     // a short chunk over a long cache: keys split
-  for (int threads : {1, 2, 5, 16}) {
-    out.push_back(attn(32, 8, 128, 1, 4999, 0, threads));
-    out.push_back(attn(7, 1, 40, 2, 9000, 9100, threads));
-  }
+  for (int threads : {1, 2, 5, 16}) out.push_back(attn(32, 8, 128, 1, 4999, 0, threads));
+  for (int threads : {1, 2, 5, 16}) out.push_back(attn(7, 1, 40, 2, 9000, 9100, threads));
   out.push_back(attn(2, 2, 8, 1, 20000, 0, 3));
   out.push_back(attn(8, 1, 128, 1, 511, 0, 4));  // exactly one split chunk
   out.push_back(attn(8, 1, 128, 1, 512, 0, 4));  // one key into the second chunk

@@ -477,28 +477,48 @@ TEST_CASE("op table: rope cases match the reference in both pairings", "[cpu_ker
 
 namespace {
 
-// attention() at every ISA level on the case's threads against the reference. Cache rows at and
+// A case's inputs and reference, kept while cases differ only in their threads. Cache rows at and
 // beyond the last query's position are NaN: they must never be read into a result.
-void check_attention(const OpCase& c) {
+struct AttnData {
+  OpCase shape;
+  std::vector<float> q, k, v;
+  std::vector<int32_t> pos;
+  OpReference ref;
+};
+
+bool same_attention(const OpCase& a, const OpCase& b) {
+  return a.heads == b.heads && a.kv_heads == b.kv_heads && a.head_dim == b.head_dim && a.tokens == b.tokens &&
+         a.pos0 == b.pos0 && a.kv_len == b.kv_len;
+}
+
+void make_attention_data(const OpCase& c, AttnData* d) {
   const int64_t hd = c.head_dim, kvs = c.kv_heads * hd;
-  std::vector<float> q = random_values(c.tokens * c.heads * hd);
-  for (float& x : q) x *= 2.0f;  // sharper softmax
-  std::vector<float> k = random_values(c.kv_len * kvs), v = random_values(c.kv_len * kvs);
-  std::vector<int32_t> pos(static_cast<size_t>(c.tokens));
-  for (int64_t t = 0; t < c.tokens; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(c.pos0 + t);
+  d->shape = c;
+  d->q = random_values(c.tokens * c.heads * hd);
+  for (float& x : d->q) x *= 2.0f;  // sharper softmax
+  d->k = random_values(c.kv_len * kvs);
+  d->v = random_values(c.kv_len * kvs);
+  d->pos.resize(static_cast<size_t>(c.tokens));
+  for (int64_t t = 0; t < c.tokens; ++t) d->pos[static_cast<size_t>(t)] = static_cast<int32_t>(c.pos0 + t);
   for (int64_t j = c.pos0 + c.tokens; j < c.kv_len; ++j)
-    for (int64_t e = 0; e < kvs; ++e) k[static_cast<size_t>(j * kvs + e)] = v[static_cast<size_t>(j * kvs + e)] = kNaN;
-  const AttentionShape shape{c.heads, c.kv_heads, hd};
-  const OpReference ref = reference_attention(q.data(), c.tokens, pos.data(), k.data(), v.data(), shape);
+    for (int64_t e = 0; e < kvs; ++e)
+      d->k[static_cast<size_t>(j * kvs + e)] = d->v[static_cast<size_t>(j * kvs + e)] = kNaN;
+  d->ref =
+      reference_attention(d->q.data(), c.tokens, d->pos.data(), d->k.data(), d->v.data(), {c.heads, c.kv_heads, hd});
+}
+
+// attention() at every ISA level on the case's threads against the reference.
+void check_attention(const OpCase& c, const AttnData& d) {
+  const AttentionShape shape{c.heads, c.kv_heads, c.head_dim};
   ThreadPool pool(c.threads > 0 ? c.threads : 2);
   IsaCapGuard guard;
   for (const CpuKernels* kern : levels_under_test()) {
     set_isa_cap(kern->isa);
-    std::vector<float> out(q.size(), kNaN);
-    attention(q.data(), c.tokens, pos.data(), k.data(), v.data(), c.kv_len, shape, out.data(), pool);
-    const RefCheck rc = compare_to_reference(out.data(), ref, c.tol);
+    std::vector<float> out(d.q.size(), kNaN);
+    attention(d.q.data(), c.tokens, d.pos.data(), d.k.data(), d.v.data(), c.kv_len, shape, out.data(), pool);
+    const RefCheck rc = compare_to_reference(out.data(), d.ref, c.tol);
     INFO(isa_name(kern->isa) << " " << c.label() << " on " << pool.size()
-                             << " threads: " << describe(rc, out.data(), ref, c.tol));
+                             << " threads: " << describe(rc, out.data(), d.ref, c.tol));
     CHECK(rc.ok());
   }
 }
@@ -506,7 +526,11 @@ void check_attention(const OpCase& c) {
 }  // namespace
 
 TEST_CASE("op table: attention cases match the reference at every ISA level", "[cpu_kernels][attention]") {
-  for (const OpCase& c : check_cases(OpId::Attention)) check_attention(c);
+  AttnData d;
+  for (const OpCase& c : check_cases(OpId::Attention)) {
+    if (d.q.empty() || !same_attention(d.shape, c)) make_attention_data(c, &d);
+    check_attention(c, d);
+  }
 }
 
 TEST_CASE("attention results do not depend on the thread count", "[cpu_kernels][attention]") {
