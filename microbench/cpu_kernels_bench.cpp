@@ -1,16 +1,18 @@
-// microbench/cpu_kernels_bench.cpp — throughput of the CPU matmul path (executor/cpu): (a) decode
-// GEMV (1 token) and (b) prefill GEMM (512 tokens) through matmul() with T threads on the nemo8b FFN
+// microbench/cpu_kernels_bench.cpp — throughput of the CPU matmul path (executor/cpu) on the shapes of
+// the op table's timed models (executor/ops/op_table.h: nemo8b dense, qwen30b MoE): (a) decode GEMV (1
+// token) and (b) prefill GEMM (kPrefillTokens) through matmul() with T threads on the dense model's FFN
 // shapes, rotating over a weight set larger than L3 so that (a) measures DRAM bandwidth; (c) each
 // single-threaded GEMV and dequant kernel at every ISA level on an L2-resident row set. Every
-// benchmark checks its result against the scalar kernel before timing and fails if it is wrong.
+// benchmark checks its result before timing (against the op's f64 reference, op_reference.h, within
+// the op table's tolerance; the MoE block against the scalar kernels) and fails if it is wrong.
 // Reported: weight bytes/s (bytes_per_second in binary units, weight_bytes in SI units: 90G/s is
 // 90 GB/s), FLOP/s ("FLOPS"), threads used; roofline_stream_read is the plain streaming read of the
 // same kind of weight set, the bound for decode_gemv; (d) attention() decode and prefill with T threads
-// (FLOPS and kv_bytes: K and V bytes of the cache read per call); (e) the MoE FFN block of one decode
-// token (qwen30b: 8 of 128 experts of 768x2048, q4_0) through CpuBlocks::ffn, weight bytes of the
-// routed experts per second, to read against decode_gemv's rate; (f) greedy sampling of one token's
-// logits (Sampler::sample, a vocabulary of nemo8b's and of qwen30b's size), checked against a plain
-// first-maximum loop.
+// (the dense model's heads; FLOPS and kv_bytes: K and V bytes of the cache read per call); (e) the MoE FFN
+// block of one decode token (the MoE model's experts and dtype: qwen30b's 8 of 128 experts of 768x2048,
+// q4_0) through CpuBlocks::ffn, weight bytes of the routed experts per second, to read against
+// decode_gemv's rate; (f) greedy sampling of one token's logits (Sampler::sample, a vocabulary of each
+// model's size), checked against a plain first-maximum loop.
 //
 // Flags of this binary, beside Google Benchmark's --benchmark_* (the effective values are printed in the
 // run's context):
@@ -54,6 +56,8 @@
 #include "executor/cpu/matmul.h"
 #include "executor/model/cpu_blocks.h"
 #include "executor/model/moe_routing.h"
+#include "executor/ops/op_table.h"
+#include "executor/reference/op_reference.h"
 #include "executor/session/sampling.h"
 #include "microbench/bench_data.h"
 
@@ -231,27 +235,22 @@ WeightSet& weight_set(DType t, int64_t rows, int64_t cols) {
 
 // ---- check before timing -----------------------------------------------------------------------------
 
-// Compares y (tokens `check_tokens`, rows sampled evenly, at most 64) with the scalar kernel; the
-// tolerance is relative to sum |w * x| (f32 accumulation). Returns "" or a description of the error.
-std::string check_against_scalar(DType t, const uint8_t* w, uint64_t row_bytes, int64_t rows, int64_t cols,
-                                 const float* x, int64_t ldx, const float* y, int64_t ldy,
-                                 const std::vector<int64_t>& check_tokens) {
-  const sw::GemvFn ref = sw::scalar_kernels()->gemv[sw::kernel_slot(t)];
-  std::vector<float> wrow(static_cast<size_t>(cols)), expect(static_cast<size_t>(rows));
+// Compares y (tokens `check_tokens`, rows sampled evenly, at most 64) with the f64 reference within the
+// op table's matmul tolerance. Returns "" or a description of the error.
+std::string check_against_reference(DType t, const uint8_t* w, uint64_t row_bytes, int64_t rows, int64_t cols,
+                                    const float* x, int64_t ldx, const float* y, int64_t ldy,
+                                    const std::vector<int64_t>& check_tokens) {
+  const sw::Tolerance tol = sw::tolerance(sw::OpId::Matmul);
   std::set<int64_t> sample;
   for (int64_t i = 0; i < 64; ++i) sample.insert(rows > 1 ? i * (rows - 1) / 63 : 0);
   for (int64_t r : sample) {
-    sw::dequantize_row(t, w + static_cast<uint64_t>(r) * row_bytes, wrow.data(), cols);
     for (int64_t tok : check_tokens) {
-      const float* xt = x + tok * ldx;
-      ref(w, row_bytes, cols, r, r + 1, xt, ldx, 1, expect.data(), rows);
-      double mag = 0.0;
-      for (int64_t c = 0; c < cols; ++c) mag += std::fabs(static_cast<double>(wrow[c]) * xt[c]);
+      const sw::OpReference ref =
+          sw::reference_matmul(t, w + static_cast<uint64_t>(r) * row_bytes, row_bytes, 1, cols, x + tok * ldx, ldx, 1);
       const float got = y[tok * ldy + r];
-      const double tol = 1e-6 + 1e-5 * mag;
-      if (!(std::fabs(static_cast<double>(got) - expect[r]) <= tol))
-        return sw::str_cat(sw::dtype_name(t), " row ", r, " token ", tok, ": got ", got, ", scalar kernel ", expect[r],
-                           " (tolerance ", tol, ")");
+      if (!(sw::excess(got, ref.y[0], ref.mag[0], tol) <= 1.0))
+        return sw::str_cat(sw::dtype_name(t), " row ", r, " token ", tok, ": got ", got, ", reference ", ref.y[0],
+                           " (tolerance ", tol.bound(ref.mag[0]), ")");
     }
   }
   return "";
@@ -275,16 +274,13 @@ void set_counters(benchmark::State& state, uint64_t weight_bytes, double flops, 
 
 // ---- (a) decode GEMV and (b) prefill GEMM through matmul() ---------------------------------------------
 
-struct FfnShape {
-  const char* name;
-  int64_t rows, cols;
-};
-// nemo8b (hidden 4096, FFN 11520): gate/up are {11520, 4096}, down is {4096, 11520}.
-const FfnShape kFfnShapes[] = {{"gate_up", 11520, 4096}, {"down", 4096, 11520}};
-const DType kDTypes[] = {DType::F16, DType::Q8_0, DType::Q4_0, DType::BF16, DType::F32};
-constexpr int64_t kPrefillTokens = 512;
+// The dense model's FFN matrices (nemo8b, hidden 4096, FFN 11520: gate/up {11520, 4096}, down {4096, 11520}).
+std::vector<sw::MatrixShape> ffn_shapes() {
+  const sw::ModelSpec dense = sw::perf_dense_model();
+  return {sw::layer_matrix(dense, "gate_up"), sw::layer_matrix(dense, "down")};
+}
 
-void bm_matmul(benchmark::State& state, const std::string& key, DType t, FfnShape shape, int64_t n_tokens,
+void bm_matmul(benchmark::State& state, const std::string& key, DType t, sw::MatrixShape shape, int64_t n_tokens,
                int threads) {
   WeightSet& ws = weight_set(t, shape.rows, shape.cols);
   sw::ThreadPool& pool = pool_of(threads);
@@ -294,10 +290,10 @@ void bm_matmul(benchmark::State& state, const std::string& key, DType t, FfnShap
     sw::matmul_raw(t, ws.matrix(0), shape.rows, shape.cols, x.data(), shape.cols, n_tokens, y.data(), shape.rows, pool);
     std::vector<int64_t> tokens = {0};
     if (n_tokens > 1) tokens.insert(tokens.end(), {n_tokens / 2, n_tokens - 1});
-    const std::string err = check_against_scalar(t, ws.matrix(0), ws.row_bytes, shape.rows, shape.cols, x.data(),
-                                                 shape.cols, y.data(), shape.rows, tokens);
+    const std::string err = check_against_reference(t, ws.matrix(0), ws.row_bytes, shape.rows, shape.cols, x.data(),
+                                                    shape.cols, y.data(), shape.rows, tokens);
     if (!err.empty()) {
-      state.SkipWithError(("matmul result differs from the scalar kernel: " + err).c_str());
+      state.SkipWithError(("matmul result differs from the reference: " + err).c_str());
       return;
     }
   }
@@ -314,7 +310,8 @@ void bm_matmul(benchmark::State& state, const std::string& key, DType t, FfnShap
 // Roofline for (a): a plain AVX2 streaming read of the same weight set, each thread one contiguous
 // part, so that decode_gemv bytes/s can be read as a fraction of what this machine's DRAM delivers.
 void bm_stream_read(benchmark::State& state, int threads) {
-  WeightSet& ws = weight_set(DType::F32, kFfnShapes[0].rows, kFfnShapes[0].cols);
+  const sw::MatrixShape gate_up = ffn_shapes().front();
+  WeightSet& ws = weight_set(DType::F32, gate_up.rows, gate_up.cols);
   sw::ThreadPool& pool = pool_of(threads);
   std::vector<float> sums(static_cast<size_t>(threads) * 16);
   int i = 0;
@@ -350,24 +347,28 @@ void bm_stream_read(benchmark::State& state, int threads) {
 
 // ---- (c) single-thread kernels per ISA level, L2-resident ------------------------------------------------
 
-constexpr int64_t kKernelCols = 4096;
+// Rows of the dense model's hidden size (nemo8b: 4096).
+int64_t kernel_cols() {
+  static const int64_t cols = sw::perf_dense_model().hidden_size;
+  return cols;
+}
 constexpr uint64_t kL2SetBytes = 1 << 20;  // weights per kernel benchmark (the Xeon's L2 is 2 MB per core)
 
 int64_t l2_rows(DType t) {
-  const uint64_t rb = sw::dtype_row_bytes(t, kKernelCols);
+  const uint64_t rb = sw::dtype_row_bytes(t, kernel_cols());
   return std::max<int64_t>(4, static_cast<int64_t>(kL2SetBytes / rb) / 4 * 4);
 }
 
 std::vector<uint8_t> l2_weights(DType t, int64_t rows) {
-  const uint64_t rb = sw::dtype_row_bytes(t, kKernelCols);
+  const uint64_t rb = sw::dtype_row_bytes(t, kernel_cols());
   std::vector<uint8_t> w(rb * static_cast<uint64_t>(rows));
-  for (int64_t r = 0; r < rows; ++r) fill_row(t, w.data() + r * rb, kKernelCols, 1000 + static_cast<uint64_t>(r));
+  for (int64_t r = 0; r < rows; ++r) fill_row(t, w.data() + r * rb, kernel_cols(), 1000 + static_cast<uint64_t>(r));
   return w;
 }
 
 void bm_kernel_gemv(benchmark::State& state, const std::string& key, sw::Isa isa, DType t, int nt) {
   const sw::CpuKernels* k = sw::cpu_kernels_for(isa);
-  const int64_t rows = l2_rows(t), cols = kKernelCols;
+  const int64_t rows = l2_rows(t), cols = kernel_cols();
   const uint64_t rb = sw::dtype_row_bytes(t, cols);
   const std::vector<uint8_t> w = l2_weights(t, rows);
   const std::vector<float> x = random_activations(nt * cols, 11);
@@ -377,9 +378,9 @@ void bm_kernel_gemv(benchmark::State& state, const std::string& key, sw::Isa isa
     gemv(w.data(), rb, cols, 0, rows, x.data(), cols, nt, y.data(), rows);
     std::vector<int64_t> tokens;
     for (int tok = 0; tok < nt; ++tok) tokens.push_back(tok);
-    const std::string err = check_against_scalar(t, w.data(), rb, rows, cols, x.data(), cols, y.data(), rows, tokens);
+    const std::string err = check_against_reference(t, w.data(), rb, rows, cols, x.data(), cols, y.data(), rows, tokens);
     if (!err.empty()) {
-      state.SkipWithError((std::string(sw::isa_name(isa)) + " gemv differs from the scalar kernel: " + err).c_str());
+      state.SkipWithError((std::string(sw::isa_name(isa)) + " gemv differs from the reference: " + err).c_str());
       return;
     }
   }
@@ -394,7 +395,7 @@ void bm_kernel_gemv(benchmark::State& state, const std::string& key, sw::Isa isa
 // decode_gemv with every core busy (all-core clocks), to set against roofline_stream_read.
 void bm_kernel_gemv_allcores(benchmark::State& state, const std::string& key, sw::Isa isa, DType t, int threads) {
   const sw::CpuKernels* k = sw::cpu_kernels_for(isa);
-  const int64_t rows = l2_rows(t), cols = kKernelCols;
+  const int64_t rows = l2_rows(t), cols = kernel_cols();
   const uint64_t rb = sw::dtype_row_bytes(t, cols);
   std::vector<std::vector<uint8_t>> w;
   std::vector<std::vector<float>> y;
@@ -408,9 +409,9 @@ void bm_kernel_gemv_allcores(benchmark::State& state, const std::string& key, sw
   if (first_entry(key)) {
     gemv(w[0].data(), rb, cols, 0, rows, x.data(), cols, 1, y[0].data(), rows);
     const std::string err =
-        check_against_scalar(t, w[0].data(), rb, rows, cols, x.data(), cols, y[0].data(), rows, {0});
+        check_against_reference(t, w[0].data(), rb, rows, cols, x.data(), cols, y[0].data(), rows, {0});
     if (!err.empty()) {
-      state.SkipWithError((std::string(sw::isa_name(isa)) + " gemv differs from the scalar kernel: " + err).c_str());
+      state.SkipWithError((std::string(sw::isa_name(isa)) + " gemv differs from the reference: " + err).c_str());
       return;
     }
   }
@@ -424,17 +425,16 @@ void bm_kernel_gemv_allcores(benchmark::State& state, const std::string& key, sw
 
 void bm_kernel_dequant(benchmark::State& state, const std::string& key, sw::Isa isa, DType t) {
   const sw::CpuKernels* k = sw::cpu_kernels_for(isa);
-  const int64_t rows = 64, cols = kKernelCols;  // one matmul tile (64 rows) of f32 output: 1 MiB
+  const int64_t rows = 64, cols = kernel_cols();  // one matmul tile (64 rows) of f32 output: 1 MiB
   const uint64_t rb = sw::dtype_row_bytes(t, cols);
   const std::vector<uint8_t> w = l2_weights(t, rows);
   std::vector<float> out(static_cast<size_t>(rows * cols), std::nanf(""));
   const sw::DequantFn deq = k->dequant[sw::kernel_slot(t)];
   if (first_entry(key)) {
-    std::vector<float> ref(static_cast<size_t>(cols));
     for (int64_t r = 0; r < rows; ++r) {
       deq(w.data() + r * rb, out.data() + r * cols, cols);
-      sw::dequantize_row(t, w.data() + r * rb, ref.data(), cols);
-      if (std::memcmp(ref.data(), out.data() + r * cols, static_cast<size_t>(cols) * 4) != 0) {
+      const sw::OpReference ref = sw::reference_dequant(t, w.data() + r * rb, cols);
+      if (!sw::compare_to_reference(out.data() + r * cols, ref, sw::tolerance(sw::OpId::Dequant)).ok()) {
         state.SkipWithError(
             sw::str_cat(sw::isa_name(isa), " dequant ", sw::dtype_name(t), " row ", r, " is not bit-exact").c_str());
         return;
@@ -451,48 +451,22 @@ void bm_kernel_dequant(benchmark::State& state, const std::string& key, sw::Isa 
 }
 
 // ---- (d) attention (executor/cpu/attention.h) ------------------------------------------------------------
-// nemo8b-like heads (32 query heads, 8 KV heads, head_dim 128). decode: 1 query at the end of a ctx-row
-// cache; prefill: 512 new queries at positions ctx-512..ctx-1 (causal). FLOPS counts 4 * head_dim per
-// (query head, attended key) (QK^T and PV); kv_bytes is the K and V rows read once per KV head.
+// The dense model's heads (nemo8b: 32 query heads, 8 KV heads, head_dim 128). decode: 1 query at the end
+// of a ctx-row cache; prefill: kPrefillTokens new queries at the cache's last positions (causal). FLOPS
+// counts 4 * head_dim per (query head, attended key) (QK^T and PV); kv_bytes is the K and V rows read
+// once per KV head.
 
 struct AttnCase {
   const char* name;
   int64_t n_tokens, ctx;
 };
-const AttnCase kAttnCases[] = {{"decode", 1, 4096}, {"decode", 1, 32768}, {"prefill", 512, 4096}};
-constexpr int64_t kAttnHeads = 32, kAttnKvHeads = 8, kAttnHeadDim = 128;
-
-// Double-precision attention of query t, head h (the reference of the check before timing); K and V in
-// the layout of `s` (strides set).
-void attention_ref_row(const float* q, const int32_t* pos, const float* k, const float* v, int64_t t, int64_t h,
-                       const sw::AttentionShape& shape, double* out) {
-  const int64_t hd = kAttnHeadDim, g = h / (kAttnHeads / kAttnKvHeads), kvs = shape.kv_row_stride;
-  k += g * shape.kv_head_stride;
-  v += g * shape.kv_head_stride;
-  const float* qv = q + t * kAttnHeads * hd + h * hd;
-  const int64_t n = pos[t] + 1;
-  std::vector<double> s(static_cast<size_t>(n));
-  double m = -INFINITY;
-  for (int64_t j = 0; j < n; ++j) {
-    double d = 0;
-    for (int64_t c = 0; c < hd; ++c) d += static_cast<double>(qv[c]) * k[j * kvs + c];
-    s[j] = d / std::sqrt(static_cast<double>(hd));
-    m = std::max(m, s[j]);
-  }
-  double l = 0;
-  for (int64_t c = 0; c < hd; ++c) out[c] = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    const double p = std::exp(s[j] - m);
-    l += p;
-    for (int64_t c = 0; c < hd; ++c) out[c] += p * v[j * kvs + c];
-  }
-  for (int64_t c = 0; c < hd; ++c) out[c] /= l;
-}
+const AttnCase kAttnCases[] = {{"decode", 1, 4096}, {"decode", 1, 32768}, {"prefill", sw::kPrefillTokens, 4096}};
 
 void bm_attention(benchmark::State& state, const std::string& key, AttnCase c, int threads) {
-  const int64_t hd = kAttnHeadDim, kvs = kAttnKvHeads * hd;
+  const sw::AttentionLayout l = sw::attention_layout(sw::perf_dense_model());
+  const int64_t hd = l.head_dim, kvs = l.kv_heads * hd, qd = l.heads * hd;
   sw::ThreadPool& pool = pool_of(threads);
-  const std::vector<float> q = random_activations(c.n_tokens * kAttnHeads * hd, 21);
+  const std::vector<float> q = random_activations(c.n_tokens * qd, 21);
   const std::vector<float> k = random_activations(c.ctx * kvs, 22);
   const std::vector<float> v = random_activations(c.ctx * kvs, 23);
   std::vector<int32_t> pos(static_cast<size_t>(c.n_tokens));
@@ -502,21 +476,17 @@ void bm_attention(benchmark::State& state, const std::string& key, AttnCase c, i
     keys += pos[t] + 1.0;
   }
   std::vector<float> out(q.size(), std::nanf(""));
-  const sw::AttentionShape shape = sw::head_major({kAttnHeads, kAttnKvHeads, hd}, c.ctx);  // as the host KV cache
-  if (first_entry(key)) {
+  const sw::AttentionShape shape = sw::head_major({l.heads, l.kv_heads, hd}, c.ctx);  // as the host KV cache
+  if (first_entry(key)) {  // every head of the first and the last query against the reference
     sw::attention(q.data(), c.n_tokens, pos.data(), k.data(), v.data(), c.ctx, shape, out.data(), pool);
-    std::vector<double> ref(static_cast<size_t>(hd));
+    const sw::Tolerance tol = sw::tolerance(sw::OpId::Attention);
     for (int64_t t : {int64_t{0}, c.n_tokens - 1}) {
-      for (int64_t h : {int64_t{0}, int64_t{13}, kAttnHeads - 1}) {
-        attention_ref_row(q.data(), pos.data(), k.data(), v.data(), t, h, shape, ref.data());
-        for (int64_t d = 0; d < hd; ++d) {
-          const float got = out[(t * kAttnHeads + h) * hd + d];
-          if (!(std::fabs(got - ref[d]) <= 1e-5)) {
-            state.SkipWithError(sw::str_cat("attention token ", t, " head ", h, " dim ", d, ": got ", got,
-                                            ", reference ", ref[d]).c_str());
-            return;
-          }
-        }
+      const sw::OpReference ref = sw::reference_attention(q.data() + t * qd, 1, &pos[t], k.data(), v.data(), shape);
+      const sw::RefCheck rc = sw::compare_to_reference(out.data() + t * qd, ref, tol);
+      if (!rc.ok()) {
+        state.SkipWithError(
+            sw::str_cat("attention token ", t, ": ", sw::describe(rc, out.data() + t * qd, ref, tol)).c_str());
+        return;
       }
     }
   }
@@ -528,23 +498,31 @@ void bm_attention(benchmark::State& state, const std::string& key, AttnCase c, i
   const double kv_bytes = 2.0 * static_cast<double>(c.ctx) * kvs * 4;
   state.SetBytesProcessed(static_cast<int64_t>(it * kv_bytes));
   state.counters["kv_bytes"] = benchmark::Counter(it * kv_bytes, benchmark::Counter::kIsRate);
-  state.counters["FLOPS"] = benchmark::Counter(it * 4.0 * kAttnHeads * hd * keys, benchmark::Counter::kIsRate);
+  state.counters["FLOPS"] = benchmark::Counter(it * 4.0 * l.heads * hd * keys, benchmark::Counter::kIsRate);
   state.counters["threads"] = threads;
 }
 
-// (e) One decode token through the MoE FFN block: 8 of 128 experts (qwen30b's shapes, q4_0), a
-// fresh random routing each iteration over the next of five replicas of the layer, its experts
-// labelled by the replica's ExpertDeck (the experts of a step come from DRAM, as in a real step: a
-// single 340 MB set stays largely in the GPU host's 300 MB L3).
-void bm_moe_decode(benchmark::State& state, const std::string& key, int threads, int cpu_experts = 0) {
+// The MoE model's FFN block as a profiler op (qwen30b: 8 of 128 experts of 768x2048, q4_0), one token.
+sw::Op moe_decode_op() {
+  const sw::ModelSpec moe = sw::perf_moe_model();
+  const sw::MoeShape m = sw::moe_shape(moe);
   sw::Op op;
   op.kind = sw::OpKind::MoeExperts;
-  op.dtype = DType::Q4_0;
-  op.rows = 768;
-  op.cols = 2048;
-  op.n_experts = 128;
-  op.top_k = 8;
+  op.dtype = moe.dtype;
+  op.rows = m.ffn;
+  op.cols = m.hidden;
+  op.n_experts = m.experts;
+  op.top_k = m.top_k;
   op.tokens = 1;
+  return op;
+}
+
+// (e) One decode token through the MoE FFN block of the MoE model, a fresh random routing each
+// iteration over the next of five replicas of the layer, its experts labelled by the replica's
+// ExpertDeck (the experts of a step come from DRAM, as in a real step: a single 340 MB set of qwen30b's
+// stays largely in the GPU host's 300 MB L3).
+void bm_moe_decode(benchmark::State& state, const std::string& key, int threads, int cpu_experts = 0) {
+  const sw::Op op = moe_decode_op();
   const sw::ModelSpec spec = sw::moe_block_spec(op);
   sw::ThreadPool& pool = pool_of(threads);
   const uint64_t one = static_cast<uint64_t>(op.rows) * sw::dtype_row_bytes(op.dtype, op.cols);
@@ -649,42 +627,76 @@ void bm_greedy_sample(benchmark::State& state, int64_t vocab) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * vocab * static_cast<int64_t>(sizeof(float)));
 }
 
-void register_all() {
-  // (f) greedy sampling
-  for (int64_t vocab : {int64_t(131072), int64_t(151936)}) {
+// SwiGLU at one level over n values, checked against the reference before timing.
+void bm_kernel_swiglu(benchmark::State& state, const std::string& key, sw::Isa isa, int64_t n) {
+  const sw::CpuKernels* k = sw::cpu_kernels_for(isa);
+  std::vector<float> g(static_cast<size_t>(n)), u(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    g[static_cast<size_t>(i)] = static_cast<float>((i * 7919) % 2001 - 1000) / 250.0f;
+    u[static_cast<size_t>(i)] = 1.0f;
+  }
+  if (first_entry(key)) {
+    std::vector<float> once(g);
+    k->swiglu(once.data(), u.data(), n);
+    const sw::OpReference ref = sw::reference_swiglu(g.data(), u.data(), n);
+    const sw::Tolerance tol = sw::tolerance(sw::OpId::Swiglu);
+    const sw::RefCheck rc = sw::compare_to_reference(once.data(), ref, tol);
+    if (!rc.ok()) {
+      state.SkipWithError(sw::str_cat(sw::isa_name(isa), " swiglu: ", sw::describe(rc, once.data(), ref, tol)).c_str());
+      return;
+    }
+  }
+  for (auto _ : state) {
+    k->swiglu(g.data(), u.data(), n);  // silu is a contraction towards [-0.28, x]: values stay finite
+    benchmark::DoNotOptimize(g.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+
+// (f) greedy sampling at each model's vocabulary; (e) the MoE model's decode block and a split layer's
+// CPU shares.
+void register_sampling_and_moe() {
+  for (const sw::ModelSpec& spec : {sw::perf_dense_model(), sw::perf_moe_model()}) {
+    const int64_t vocab = spec.vocab_size;
     const std::string name = sw::str_cat("greedy_sample/vocab:", vocab);
     benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { bm_greedy_sample(st, vocab); })
         ->Unit(benchmark::kMicrosecond);
   }
-  // (e) the MoE decode block
+  const sw::Op op = moe_decode_op();
+  const std::string shape = sw::str_cat(sw::dtype_name(op.dtype), "/", op.n_experts, "x", op.rows, "x", op.cols, "_top", op.top_k);
   for (int threads : g_cfg.threads) {
-    const std::string name = sw::str_cat("moe_decode/q4_0/128x768x2048_top8/tokens:1/threads:", threads);
+    const std::string name = sw::str_cat("moe_decode/", shape, "/tokens:1/threads:", threads);
     benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { bm_moe_decode(st, name, threads); })
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
     // A split layer's CPU share (Dynamic decode): 1, 2 and 5 of the token's 8 experts.
     for (int c : {1, 2, 5}) {
-      const std::string share = sw::str_cat("moe_share/q4_0/128x768x2048_top8/tokens:1/cpu_experts:", c, "/threads:", threads);
+      const std::string share = sw::str_cat("moe_share/", shape, "/tokens:1/cpu_experts:", c, "/threads:", threads);
       benchmark::RegisterBenchmark(share.c_str(), [=](benchmark::State& st) { bm_moe_decode(st, share, threads, c); })
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
     }
   }
-  // (d) attention
+}
+
+// (d) attention; (a) and (b), grouped by (dtype, shape) so each weight set is built once (the roofline
+// reads the f32 gate_up set, so it runs in that group).
+void register_attention_and_matmul() {
+  const sw::AttentionLayout l = sw::attention_layout(sw::perf_dense_model());
   for (const AttnCase& c : kAttnCases) {
     for (int threads : g_cfg.threads) {
-      const std::string name = sw::str_cat("attention/", c.name, "/heads:", kAttnHeads, "x", kAttnKvHeads, "x",
-                                           kAttnHeadDim, "/tokens:", c.n_tokens, "/ctx:", c.ctx, "/threads:", threads);
+      const std::string name = sw::str_cat("attention/", c.name, "/heads:", l.heads, "x", l.kv_heads, "x", l.head_dim,
+                                           "/tokens:", c.n_tokens, "/ctx:", c.ctx, "/threads:", threads);
       benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { bm_attention(st, name, c, threads); })
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
     }
   }
-  // (a) and (b), grouped by (dtype, shape) so each weight set is built once; the roofline reads
-  // the f32 gate_up set, so it runs in that group.
-  for (DType t : kDTypes) {
-    for (const FfnShape& s : kFfnShapes) {
-      if (t == DType::F32 && &s == &kFfnShapes[0]) {
+  const std::vector<sw::MatrixShape> shapes = ffn_shapes();
+  for (DType t : sw::weight_dtypes()) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const sw::MatrixShape s = shapes[i];
+      if (t == DType::F32 && i == 0) {
         for (int threads : g_cfg.threads) {
           const std::string name = sw::str_cat("roofline_stream_read/threads:", threads);
           benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { bm_stream_read(st, threads); })
@@ -692,10 +704,10 @@ void register_all() {
               ->Unit(benchmark::kMillisecond);
         }
       }
-      for (int64_t n_tokens : {int64_t{1}, kPrefillTokens}) {
+      for (int64_t n_tokens : {int64_t{1}, sw::kPrefillTokens}) {
         for (int threads : g_cfg.threads) {
           const std::string name =
-              sw::str_cat(n_tokens == 1 ? "decode_gemv/" : "prefill_gemm/", sw::dtype_name(t), "/", s.name, "_", s.rows,
+              sw::str_cat(n_tokens == 1 ? "decode_gemv/" : "prefill_gemm/", sw::dtype_name(t), "/", s.role, "_", s.rows,
                           "x", s.cols, "/tokens:", n_tokens, "/threads:", threads);
           benchmark::RegisterBenchmark(name.c_str(),
                                        [=](benchmark::State& st) { bm_matmul(st, name, t, s, n_tokens, threads); })
@@ -705,55 +717,56 @@ void register_all() {
       }
     }
   }
-  // (c) every level this CPU and build offer.
+}
+
+// (c) every level this CPU and build offer.
+void register_kernels() {
+  const sw::MoeShape moe = sw::moe_shape(sw::perf_moe_model());
+  const int64_t dense_ffn = sw::perf_dense_model().intermediate_size;
+  const int max_threads = *std::max_element(g_cfg.threads.begin(), g_cfg.threads.end());
   for (sw::Isa isa : {sw::Isa::Scalar, sw::Isa::Avx2, sw::Isa::Avx512}) {
     if (!sw::cpu_kernels_for(isa)) continue;
-    for (DType t : kDTypes) {
+    for (DType t : sw::weight_dtypes()) {
       for (int nt : {1, sw::kGemvMaxTokens}) {
         const std::string name =
-            sw::str_cat("kernel_gemv/", sw::isa_name(isa), "/", sw::dtype_name(t), "/", kKernelCols, "cols/nt:", nt);
+            sw::str_cat("kernel_gemv/", sw::isa_name(isa), "/", sw::dtype_name(t), "/", kernel_cols(), "cols/nt:", nt);
         benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
           bm_kernel_gemv(st, name, isa, t, nt);
         })->Unit(benchmark::kMicrosecond);
       }
     }
-    const int max_threads = *std::max_element(g_cfg.threads.begin(), g_cfg.threads.end());
     if (isa != sw::Isa::Scalar && max_threads > 1) {
-      for (DType t : kDTypes) {
+      for (DType t : sw::weight_dtypes()) {
         const std::string name = sw::str_cat("kernel_gemv_allcores/", sw::isa_name(isa), "/", sw::dtype_name(t), "/",
-                                             kKernelCols, "cols/nt:1/threads:", max_threads);
+                                             kernel_cols(), "cols/nt:1/threads:", max_threads);
         benchmark::RegisterBenchmark(
             name.c_str(), [=](benchmark::State& st) { bm_kernel_gemv_allcores(st, name, isa, t, max_threads); })
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }
     }
-    // SwiGLU of one decode token's FFN (nemo8b: 11520) and of qwen30b's 8 routed experts (8 x 768).
-    for (int64_t n : {int64_t(6144), int64_t(11520)}) {
+    // SwiGLU of the MoE model's routed experts (qwen30b: 8 x 768) and of one decode token's dense FFN
+    // (nemo8b: 11520).
+    for (int64_t n : {moe.top_k * moe.ffn, dense_ffn}) {
       const std::string name = sw::str_cat("kernel_swiglu/", sw::isa_name(isa), "/", n);
-      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
-        const sw::CpuKernels* k = sw::cpu_kernels_for(isa);
-        std::vector<float> g(static_cast<size_t>(n)), u(static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) {
-          g[static_cast<size_t>(i)] = static_cast<float>((i * 7919) % 2001 - 1000) / 250.0f;
-          u[static_cast<size_t>(i)] = 1.0f;
-        }
-        for (auto _ : st) {
-          k->swiglu(g.data(), u.data(), n);  // silu is a contraction towards [-0.28, x]: values stay finite
-          benchmark::DoNotOptimize(g.data());
-        }
-        st.SetItemsProcessed(st.iterations() * n);
-      })->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { bm_kernel_swiglu(st, name, isa, n); })
+          ->Unit(benchmark::kMicrosecond);
     }
-    for (DType t : kDTypes) {
+    for (DType t : sw::weight_dtypes()) {
       if (t == DType::F32) continue;  // a memcpy
       const std::string name =
-          sw::str_cat("kernel_dequant/", sw::isa_name(isa), "/", sw::dtype_name(t), "/64x", kKernelCols);
+          sw::str_cat("kernel_dequant/", sw::isa_name(isa), "/", sw::dtype_name(t), "/64x", kernel_cols());
       benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
         bm_kernel_dequant(st, name, isa, t);
       })->Unit(benchmark::kMicrosecond);
     }
   }
+}
+
+void register_all() {
+  register_sampling_and_moe();
+  register_attention_and_matmul();
+  register_kernels();
 }
 
 }  // namespace

@@ -33,6 +33,7 @@
 #include "executor/cuda/cuda_device.h"
 #include "executor/model/cpu_blocks.h"
 #include "executor/model/moe_routing.h"
+#include "executor/ops/op_table.h"
 #include "microbench/gpu_bench.h"
 #include "microbench/bench_data.h"
 
@@ -413,17 +414,7 @@ class CpuRunner {
 
 // ---- the grid ----------------------------------------------------------------------------------------
 
-struct MatShape {
-  int64_t rows, cols;
-};
-struct AttnLayout {
-  int64_t heads, kv_heads, head_dim;
-};
-struct MoeShape {
-  int64_t experts, top_k, ffn, hidden;
-};
-
-Op matmul_op(DType dt, int64_t tokens, MatShape s) {
+Op matmul_op(DType dt, int64_t tokens, const MatrixShape& s) {
   Op op;
   op.kind = OpKind::Matmul;
   op.dtype = dt;
@@ -432,7 +423,7 @@ Op matmul_op(DType dt, int64_t tokens, MatShape s) {
   op.cols = s.cols;
   return op;
 }
-Op attention_op(int64_t tokens, int64_t ctx, AttnLayout l) {
+Op attention_op(int64_t tokens, int64_t ctx, const AttentionLayout& l) {
   Op op;
   op.kind = OpKind::Attention;
   op.dtype = DType::F32;
@@ -443,7 +434,7 @@ Op attention_op(int64_t tokens, int64_t ctx, AttnLayout l) {
   op.head_dim = l.head_dim;
   return op;
 }
-Op moe_op(DType dt, int64_t tokens, MoeShape m) {
+Op moe_op(DType dt, int64_t tokens, const MoeShape& m) {
   Op op;
   op.kind = OpKind::MoeExperts;
   op.dtype = dt;
@@ -482,75 +473,31 @@ Op simple_op(OpKind k, int64_t elems) {
   return op;
 }
 
-const std::vector<DType> kDtypes = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
-
-struct Grid {
-  std::vector<MatShape> mat;
-  std::vector<int64_t> cpu_tokens, gpu_tokens;
-  std::vector<AttnLayout> attn;
-  std::vector<int64_t> attn_tokens, ctxs;
-  std::vector<MoeShape> moe;
-  std::vector<int64_t> moe_tokens, gpu_moe_tokens;
-  std::vector<int64_t> elems;
+// The grid: the op table's timed shapes (executor/ops/op_table.h: the layers of the dense and the MoE
+// model, or the quick grid's small shapes) and what the profiler measures them with.
+struct Grid : PerfGrid {
   std::vector<uint64_t> copy_sizes;
   std::vector<uint64_t> burst_sizes;  // h2d bursts of kBurstCopies back-to-back copies (the routed experts' copies)
   uint64_t cpu_weight_set = 0, gpu_weight_set = 0;
-  double point_limit_ms = 0;       // a shape's larger token counts are skipped past this
-  std::vector<MatShape> contention_mat;
-  std::vector<int64_t> contention_tokens;
+  double point_limit_ms = 0;  // a shape's larger token counts are skipped past this
 };
 
-// Shapes of the builtin families' tensors (nemo8b, qwen30b); nemo4b and qwen235b are kept for
-// validation and must not appear here.
 Grid make_grid(bool quick) {
   Grid g;
+  static_cast<PerfGrid&>(g) = profile_grid(quick);
   if (quick) {
-    g.mat = {{256, 512}, {512, 256}, {1024, 512}, {128, 1024}};
-    g.cpu_tokens = g.gpu_tokens = {1, 4, 16, 64};
-    g.attn = {{8, 2, 64}, {8, 8, 32}};
-    g.attn_tokens = {1, 16};
-    g.ctxs = {256, 1024};
-    g.moe = {{16, 4, 128, 256}};
-    g.moe_tokens = g.gpu_moe_tokens = {1, 16};
-    g.elems = {4096, 65536, 1 << 20};
     g.copy_sizes = {1 << 16, 1 << 20, 1 << 24};
     g.burst_sizes = {1 << 20};
     g.cpu_weight_set = 48ull << 20;
     g.gpu_weight_set = 256ull << 20;
     g.point_limit_ms = 20;
-    g.contention_mat = {{1024, 512}};
-    g.contention_tokens = {1, 16};
   } else {
-    g.mat = {{4096, 4096}, {1024, 4096}, {11520, 4096}, {4096, 11520}, {4096, 2048}, {512, 2048},
-             {2048, 4096}, {768, 2048},  {2048, 768},   {128, 2048},   {32768, 2048}};
-    g.cpu_tokens = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048};
-    g.gpu_tokens = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192};
-    g.attn = {{32, 8, 128}, {32, 4, 128}, {16, 16, 128}, {32, 32, 64}};
-    g.attn_tokens = {1, 4, 16, 64, 256, 1024};
-    g.ctxs = {512, 2048, 8192, 32768, 65536};
-    g.moe = {{128, 8, 768, 2048}, {64, 4, 1024, 2048}, {32, 2, 2048, 1024}, {128, 8, 1024, 4096}, {64, 6, 2048, 2560}};
-    g.moe_tokens = {1, 4, 16, 64, 256, 1024};
-    // The GPU runs MoE prefills whose routers send hundreds of tokens to each expert (the synthetic
-    // qwen30b sends ~430 of 512 tokens x 8 to each of ~10 experts; a real one 256 per expert at a
-    // 4K chunk): uniform rows up to 8192 tokens (512 per expert of 128) cover them.
-    g.gpu_moe_tokens = {1, 4, 16, 64, 256, 1024, 4096, 8192};
-    g.elems = {4096, 65536, 1 << 20, 1 << 23};
     g.copy_sizes = {1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1ull << 30};
     g.burst_sizes = {1 << 16, 1 << 18, 1 << 20, 1 << 22};
     g.cpu_weight_set = 768ull << 20;  // > 2x the GPU host's 300 MB L3
     g.gpu_weight_set = 2ull << 30;    // > 30x the H200's L2
-    g.point_limit_ms = 40;  // the first full profile took 311 s at 60 ms (target: 3 min)
-    g.contention_mat = {{4096, 4096}, {11520, 4096}, {768, 2048}, {512, 2048}};
-    g.contention_tokens = {1, 4, 16, 64, 256, 1024};
+    g.point_limit_ms = 40;  // keeps a full profile near its 3-minute target
   }
-  // CPU matmuls switch from the GEMV kernels to dequantise+sgemm at matmul_gemm_threshold() tokens,
-  // ~3x slower at the switch on the GPU host (16 threads, f16 4096x4096: 16 tokens 0.78 ms by GEMV,
-  // 32 tokens 2.26 ms by sgemm): measure the last GEMV count too, so that counts between the grid's
-  // powers of two interpolate on the kernel that runs them, never across the switch.
-  const int64_t last_gemv = matmul_gemm_threshold() - 1;
-  if (last_gemv > g.cpu_tokens.front() && last_gemv < g.cpu_tokens.back() &&
-      !std::binary_search(g.cpu_tokens.begin(), g.cpu_tokens.end(), last_gemv))
-    g.cpu_tokens.insert(std::lower_bound(g.cpu_tokens.begin(), g.cpu_tokens.end(), last_gemv), last_gemv);
   return g;
 }
 
@@ -713,16 +660,16 @@ std::string series_key(const Op& op) {
 
 void op_lists(const Grid& g, Backend b, std::vector<Op>* ops) {
   const auto& toks = b == Backend::Cpu ? g.cpu_tokens : g.gpu_tokens;
-  for (DType dt : kDtypes)
-    for (const MatShape& s : g.mat)
+  for (DType dt : weight_dtypes())
+    for (const MatrixShape& s : g.matrices)
       for (int64_t t : toks) ops->push_back(matmul_op(dt, t, s));
-  for (const AttnLayout& l : g.attn)
-    for (int64_t t : g.attn_tokens)
-      for (int64_t c : g.ctxs) {
+  for (const AttentionLayout& l : g.attention)
+    for (int64_t t : g.attention_tokens)
+      for (int64_t c : g.contexts) {
         if (l.heads == l.kv_heads && c > 16384) continue;  // MHA caches of 64K positions: GBs, no new information
         ops->push_back(attention_op(t, c, l));
       }
-  for (DType dt : kDtypes)
+  for (DType dt : weight_dtypes())
     for (const MoeShape& m : g.moe)
       for (int64_t t : b == Backend::Cpu ? cpu_moe_tokens(g.moe_tokens, m) : g.gpu_moe_tokens) ops->push_back(moe_op(dt, t, m));
   for (OpKind k : {OpKind::Norm, OpKind::Elementwise})
@@ -734,14 +681,14 @@ void op_lists(const Grid& g, Backend b, std::vector<Op>* ops) {
 
 std::vector<Op> contention_ops(const Grid& g) {
   std::vector<Op> ops;
-  for (DType dt : kDtypes)
-    for (const MatShape& s : g.contention_mat)
+  for (DType dt : weight_dtypes())
+    for (const MatrixShape& s : g.contention_matrices)
       for (int64_t t : g.contention_tokens) ops.push_back(matmul_op(dt, t, s));
   for (DType dt : {DType::F16, DType::Q4_0})
     for (int64_t t : cpu_moe_tokens(g.moe_tokens, g.moe.front())) ops.push_back(moe_op(dt, t, g.moe.front()));
-  for (int64_t t : g.attn_tokens)
-    for (int64_t c : g.ctxs)
-      if (c <= 8192) ops.push_back(attention_op(t, c, g.attn.front()));
+  for (int64_t t : g.attention_tokens)
+    for (int64_t c : g.contexts)
+      if (c <= 8192) ops.push_back(attention_op(t, c, g.attention.front()));
   return ops;
 }
 
@@ -784,7 +731,7 @@ ProfileDB run_profile(const ProfileOptions& o) {
   std::vector<Op> gpu_cont;  // GPU kernels while the CPU streams DRAM: decode and a prefill size
   if (gpu)
     for (DType dt : {DType::F16, DType::Q4_0})
-      for (const MatShape& s : g.contention_mat)
+      for (const MatrixShape& s : g.contention_matrices)
         for (int64_t t : {int64_t(1), int64_t(256)}) gpu_cont.push_back(matmul_op(dt, t, s));
   const uint64_t copies = gpu ? static_cast<uint64_t>(g.copy_sizes.size() * (2 + 2 * caps.size()) + g.burst_sizes.size()) : 0;
   const uint64_t total = static_cast<uint64_t>(cpu_ops.size() * threads.size() + (gpu ? cont.size() * threads.size() : 0) +
@@ -1088,28 +1035,18 @@ std::string ValidationReport::text() const {
 }
 
 ValidationReport validate_profile(const ProfileDB& db, const ProfileOptions& o) {
-  // nemo4b and qwen235b shapes (configs/models), token counts and a context the grid never has.
-  const std::vector<MatShape> mats = o.quick ? std::vector<MatShape>{{384, 512}, {768, 256}}
-                                             : std::vector<MatShape>{{4096, 3072}, {1024, 3072}, {3072, 4096}, {9216, 3072},
-                                                                     {3072, 9216}, {8192, 4096}, {512, 4096}, {4096, 8192}};
-  const std::vector<int64_t> toks = o.quick ? std::vector<int64_t>{3, 24} : std::vector<int64_t>{3, 24, 96, 768, 3000};
-  const std::vector<AttnLayout> layouts = o.quick ? std::vector<AttnLayout>{{8, 4, 64}}
-                                                  : std::vector<AttnLayout>{{32, 8, 128}, {64, 4, 128}};
-  const int64_t ctx = o.quick ? 600 : 24576;
-  const std::vector<MoeShape> moes = o.quick ? std::vector<MoeShape>{{16, 4, 192, 256}} : std::vector<MoeShape>{{128, 8, 1536, 4096}};
-  const std::vector<DType> dts = o.quick ? std::vector<DType>{DType::F16, DType::Q4_0}
-                                         : std::vector<DType>{DType::F16, DType::Q8_0, DType::Q4_0};
-
+  // Other models' layers (nemo4b, qwen235b), token counts and a context the grid never has.
+  const ValidationGrid v = validation_grid(o.quick);
   std::vector<Op> ops;
-  for (DType dt : dts)
-    for (const MatShape& s : mats)
-      for (int64_t t : toks) ops.push_back(matmul_op(dt, t, s));
-  for (const AttnLayout& l : layouts)
-    for (int64_t t : toks)
-      if (t <= 768) ops.push_back(attention_op(t, ctx, l));
+  for (DType dt : v.dtypes)
+    for (const MatrixShape& s : v.matrices)
+      for (int64_t t : v.tokens) ops.push_back(matmul_op(dt, t, s));
+  for (const AttentionLayout& l : v.attention)
+    for (int64_t t : v.tokens)
+      if (t <= 768) ops.push_back(attention_op(t, v.context, l));
   for (DType dt : {DType::F16, DType::Q4_0})
-    for (const MoeShape& m : moes)
-      for (int64_t t : toks)
+    for (const MoeShape& m : v.moe)
+      for (int64_t t : v.tokens)
         if (t <= 768) ops.push_back(moe_op(dt, t, m));
   for (const Op& op : ops)
     for (const OpSample& s : db.ops)

@@ -2,11 +2,14 @@
 // where this build has no CUDA or the machine has no GPU.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
 #include "core/dtype.h"
 #include "executor/cuda/cuda_device.h"
+#include "executor/ops/op_table.h"
+#include "executor/reference/op_reference.h"
 #include "test_util.h"
 
 using namespace shardwise;
@@ -20,18 +23,18 @@ TEST_CASE("CUDA device is visible and described", "[gpu]") {
   CHECK(info.free_bytes <= info.total_bytes);
 }
 
-TEST_CASE("GPU dequantisation is bit-exact with the CPU reference", "[gpu]") {
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0}) {
-    for (int64_t n : {32, 4128, 32 * 1001}) {
-      const auto x = test::random_floats(static_cast<size_t>(n), static_cast<uint32_t>(n + int(t)), -4.0f, 4.0f);
-      std::vector<uint8_t> q(dtype_row_bytes(t, n));
-      quantize_row(t, x.data(), q.data(), n);
-      std::vector<float> cpu(static_cast<size_t>(n)), gpu(static_cast<size_t>(n), std::nanf(""));
-      dequantize_row(t, q.data(), cpu.data(), n);
-      cuda_dequantize(t, q.data(), gpu.data(), n);
-      INFO(dtype_name(t) << " n=" << n);
-      REQUIRE(std::memcmp(cpu.data(), gpu.data(), cpu.size() * 4) == 0);
-    }
+TEST_CASE("op table: dequant cases on the GPU are bit-exact with the reference", "[gpu]") {
+  for (const OpCase& c : check_cases(OpId::Dequant)) {
+    const int64_t n = c.cols;
+    const auto x = test::random_floats(static_cast<size_t>(n), static_cast<uint32_t>(n + int(c.dtype)), -4.0f, 4.0f);
+    std::vector<uint8_t> q(dtype_row_bytes(c.dtype, n));
+    quantize_row(c.dtype, x.data(), q.data(), n);
+    std::vector<float> gpu(static_cast<size_t>(n), std::nanf(""));
+    cuda_dequantize(c.dtype, q.data(), gpu.data(), n);
+    const OpReference ref = reference_dequant(c.dtype, q.data(), n);
+    const RefCheck rc = compare_to_reference(gpu.data(), ref, c.tol);
+    INFO(c.label() << ": " << describe(rc, gpu.data(), ref, c.tol));
+    REQUIRE(rc.ok());
   }
 }
 

@@ -1,10 +1,14 @@
-// GPU suite, kernel part: every CUDA block (cuda_kernels.h) against the CPU blocks on the same
-// inputs, and the matmul (GEMV + exact cuBLAS GEMMs) against dequantize_row + double dot products,
-// over a table of odd shapes, every dtype, both RoPE styles, q/k norm on and off, dense and MoE,
-// decode and prefill token counts, fresh pos0 = 0 and a filled cache (pos0 = 300). Inputs are
-// fresh random numbers per check; outputs are poisoned with NaN first; cache rows the step must not
-// read are NaN too. Ends with a micro-benchmark printout (GEMV GB/s, GEMM TFLOP/s, attention).
-// Built only with CUDA (it uses the CUDA headers); runs on the GPU machine (see test_gpu.cpp).
+// GPU suite, kernel part: every case of the op table (executor/ops/op_table.h) that has a CUDA kernel
+// (matmul through GEMV and exact cuBLAS GEMMs, the GEMV k-split forced both ways, attention with each
+// decode kernel, RMSNorm, SwiGLU) against the f64 references (executor/reference/op_reference.h)
+// within the case's tolerance, and against the CPU kernels where the test did so before; then every
+// CUDA block (cuda_kernels.h) against the CPU blocks on the same inputs over a table of odd model
+// shapes, every dtype, both RoPE styles, q/k norm on and off, dense and MoE, decode and prefill token
+// counts, fresh pos0 = 0 and a filled cache (pos0 = 300). Inputs are fresh random numbers per check;
+// outputs are poisoned with NaN first; cache rows the step must not read are NaN too. Ends with a
+// micro-benchmark printout (GEMV GB/s, GEMM TFLOP/s, attention) of the timed models' shapes, each
+// checked before it is timed. Built only with CUDA (it uses the CUDA headers); runs on the GPU machine
+// (see test_gpu.cpp).
 #include <catch2/catch.hpp>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -30,6 +34,8 @@
 #include "executor/model/cpu_blocks.h"
 #include "executor/model/model_weights.h"
 #include "executor/model/moe_routing.h"
+#include "executor/ops/op_table.h"
+#include "executor/reference/op_reference.h"
 #include "test_util.h"
 
 using namespace shardwise;
@@ -37,10 +43,6 @@ using namespace shardwise;
 namespace {
 
 constexpr double kBlockTol = 1e-5;  // max|gpu - cpu| / max|cpu| per row (f32 accumulation both sides)
-// Matmul outputs: max over outputs of |gpu - ref| / (sum_c |W[r, c] x[c]| (+ |y0|)), the scale of an f32
-// dot product's rounding error (a per-output or per-row relative error is ill-conditioned when the
-// terms cancel, e.g. a 1-row matrix, or y0 + Wx near 0 when accumulating).
-constexpr double kDotTol = 1e-5;
 
 void ck(cudaError_t e, const char* what) {
   if (e != cudaSuccess) FAIL(what << ": " << cudaGetErrorString(e));
@@ -150,8 +152,6 @@ const ModelCase kModels[] = {
      "num_key_value_heads: 2\nhead_dim: 10\nintermediate_size: 64\nvocab_size: 77\nrope_theta: 10000.0\n"
      "rms_norm_eps: 1.0e-05\nmax_position_embeddings: 1024\n"},
 };
-
-const DType kDtypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
 
 ModelSpec spec_of(const ModelCase& mc, DType dt) {
   std::string yaml = mc.yaml;
@@ -364,47 +364,26 @@ std::vector<uint8_t> random_weights(DType dt, int64_t rows, int64_t cols, float 
   return w;
 }
 
-// y[t, r] = sum_c deq(W[r])[c] * x[t, c] in double (+ y0 when accumulating), and beside it the sum of
-// the terms' magnitudes, mag[t, r] = sum_c |deq(W[r])[c] * x[t, c]| (+ |y0|).
-struct MatmulRef {
-  std::vector<float> y;
-  std::vector<double> mag;
-  size_t size() const { return y.size(); }
-};
-MatmulRef ref_matmul(DType dt, const std::vector<uint8_t>& w, int64_t rows, int64_t cols, const std::vector<float>& x,
-                     int64_t ldx, int64_t n, const std::vector<float>* y0) {
-  std::vector<float> deq(static_cast<size_t>(rows * cols));
-  for (int64_t r = 0; r < rows; ++r) dequantize_row(dt, w.data() + r * dtype_row_bytes(dt, cols), deq.data() + r * cols, cols);
-  MatmulRef ref;
-  ref.y.resize(static_cast<size_t>(n * rows));
-  ref.mag.resize(static_cast<size_t>(n * rows));
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t r = 0; r < rows; ++r) {
-      double acc = 0, mag = 0;
-      for (int64_t c = 0; c < cols; ++c) {
-        const double term = static_cast<double>(deq[r * cols + c]) * x[t * ldx + c];
-        acc += term;
-        mag += std::fabs(term);
-      }
-      const double add = y0 ? static_cast<double>((*y0)[t * rows + r]) : 0.0;
-      ref.y[t * rows + r] = static_cast<float>(acc + add);
-      ref.mag[t * rows + r] = mag + std::fabs(add);
+// The f64 reference of y[t, r] = sum_c deq(W[r])[c] * x[t * ldx + c] (+ y0 when accumulating: the sum of
+// the terms' magnitudes, which the tolerance scales, grows by |y0| too).
+OpReference ref_matmul(DType dt, const std::vector<uint8_t>& w, int64_t rows, int64_t cols, const std::vector<float>& x,
+                       int64_t ldx, int64_t n, const std::vector<float>* y0) {
+  OpReference ref = reference_matmul(dt, w.data(), dtype_row_bytes(dt, cols), rows, cols, x.data(), ldx, n);
+  if (y0)
+    for (size_t i = 0; i < ref.y.size(); ++i) {
+      ref.y[i] += (*y0)[i];
+      ref.mag[i] += std::fabs(static_cast<double>((*y0)[i]));
     }
   return ref;
 }
 
-// max over outputs of |got - ref| / mag (see kDotTol); NaN or a wrong zero-magnitude output is inf.
-double dot_error(const std::vector<float>& got, const MatmulRef& ref) {
-  if (got.size() != ref.y.size()) return INFINITY;
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(got[i])) return INFINITY;
-    const double d = std::fabs(static_cast<double>(got[i]) - ref.y[i]);
-    if (d == 0) continue;
-    if (!(ref.mag[i] > 0)) return INFINITY;
-    worst = std::max(worst, d / ref.mag[i]);
-  }
-  return worst;
+// A matmul result against its reference under the matmul tolerance (a per-output or per-row relative
+// error is ill-conditioned when the terms cancel, e.g. a 1-row matrix, or y0 + Wx near 0 when
+// accumulating; the terms' magnitudes are not). Empty when it passes, else what failed.
+std::string matmul_mismatch(const std::vector<float>& got, const OpReference& ref, const Tolerance& tol) {
+  if (got.size() != ref.y.size()) return "wrong size";
+  const RefCheck rc = compare_to_reference(got.data(), ref, tol);
+  return rc.ok() ? std::string() : describe(rc, got.data(), ref, tol);
 }
 
 // A context for the internal kernel launchers (kernels.cuh).
@@ -464,11 +443,11 @@ double time_ms(const std::function<void()>& fn, int iters) {
   return ms / iters;
 }
 
-struct MatShape {  // a matrix of the matmul cases
+struct MatShape {  // a matrix of the GEMV task cases
   int64_t rows, cols;
 };
 
-// One matmul against the double reference: n tokens of x (row stride ldx; `wide`: rows 0 and 1 scaled by
+// One matmul against the f64 reference: n tokens of x (row stride ldx; `wide`: rows 0 and 1 scaled by
 // 1e5 and 1e-4, a dynamic range that exercises the f16 splits' scaling), stored or accumulated.
 void check_matmul(Gpu& g, DevMem& mem, const DevMat& dm, const std::vector<uint8_t>& w, int64_t ldx, int64_t n,
                   bool accumulate, bool wide, uint8_t* ws, uint64_t ws_bytes, const std::string& label) {
@@ -478,14 +457,15 @@ void check_matmul(Gpu& g, DevMem& mem, const DevMat& dm, const std::vector<uint8
     for (int64_t c = 0; c < dm.cols; ++c) x[ldx + c] *= 1.0e-4f;
   }
   const std::vector<float> y0 = fresh(static_cast<size_t>(n * dm.rows));
-  const MatmulRef ref = ref_matmul(dm.dtype, w, dm.rows, dm.cols, x, ldx, n, accumulate ? &y0 : nullptr);
+  const OpReference ref = ref_matmul(dm.dtype, w, dm.rows, dm.cols, x, ldx, n, accumulate ? &y0 : nullptr);
   float* dx = mem.upload(x);
-  float* dy = mem.floats(ref.size());
+  float* dy = mem.floats(ref.y.size());
   if (accumulate) put(dy, y0);
-  else poison(dy, ref.size());
+  else poison(dy, ref.y.size());
   cuda_matmul(dm, dx, ldx, n, dy, dm.rows, accumulate, ws, ws_bytes, g.stream, g.blas);
-  INFO(label << " n=" << n << " ldx=" << ldx << (accumulate ? " accumulate" : " store"));
-  REQUIRE(dot_error(get(dy, ref.size()), ref) <= kDotTol);
+  const std::string bad = matmul_mismatch(get(dy, ref.y.size()), ref, tolerance(OpId::Matmul));
+  INFO(label << " ldx=" << ldx << (accumulate ? " accumulate" : " store") << (wide ? " wide" : "") << ": " << bad);
+  REQUIRE(bad.empty());
 }
 
 // One GEMV launch of n <= 8 tokens through the internal launcher, its k-split as given (cuda_matmul
@@ -510,25 +490,26 @@ void check_gemv(DevMem& mem, const DevMat& dm, const std::vector<uint8_t>& w, in
                 cuda::GemvSplit split, const std::string& label) {
   const std::vector<float> x = fresh(static_cast<size_t>(n * ldx), -2.0f, 2.0f);
   const std::vector<float> y0 = fresh(static_cast<size_t>(n * dm.rows));
-  const MatmulRef ref = ref_matmul(dm.dtype, w, dm.rows, dm.cols, x, ldx, n, accumulate ? &y0 : nullptr);
+  const OpReference ref = ref_matmul(dm.dtype, w, dm.rows, dm.cols, x, ldx, n, accumulate ? &y0 : nullptr);
   float* dx = mem.upload(x);
-  float* dy = mem.floats(ref.size());
+  float* dy = mem.floats(ref.y.size());
   if (accumulate) put(dy, y0);
-  else poison(dy, ref.size());
+  else poison(dy, ref.y.size());
   gemv_launch(dm, dx, ldx, n, dy, dm.rows, accumulate, split);
-  INFO(label << " n=" << n << " ldx=" << ldx << (accumulate ? " accumulate" : " store"));
-  REQUIRE(dot_error(get(dy, ref.size()), ref) <= kDotTol);
+  const std::string bad = matmul_mismatch(get(dy, ref.y.size()), ref, tolerance(OpId::Matmul));
+  INFO(label << " ldx=" << ldx << (accumulate ? " accumulate" : " store") << ": " << bad);
+  REQUIRE(bad.empty());
 }
 
 // silu(g) * u of two references (the fused gate/up pass), with the scale of its rounding error: the
 // terms' magnitudes of g and u carried through the product (silu' stays below 1.1).
-MatmulRef ref_swiglu(const MatmulRef& g, const MatmulRef& u) {
-  MatmulRef r;
-  r.y.resize(g.size());
-  r.mag.resize(g.size());
-  for (size_t i = 0; i < g.size(); ++i) {
+OpReference ref_swiglu(const OpReference& g, const OpReference& u) {
+  OpReference r;
+  r.y.resize(g.y.size());
+  r.mag.resize(g.y.size());
+  for (size_t i = 0; i < g.y.size(); ++i) {
     const double gi = g.y[i], ui = u.y[i], s = gi / (1.0 + std::exp(-gi));
-    r.y[i] = static_cast<float>(s * ui);
+    r.y[i] = s * ui;
     r.mag[i] = 1.1 * std::fabs(ui) * g.mag[i] + std::fabs(s) * u.mag[i];
   }
   return r;
@@ -547,7 +528,7 @@ void check_gemv_tasks(DevMem& mem, DType dt, const MatShape& sh, int64_t n, cuda
   }
   const std::vector<float> x = fresh(static_cast<size_t>(n * sh.cols), -2.0f, 2.0f);
   const float* dx = mem.upload(x);
-  std::vector<MatmulRef> r;
+  std::vector<OpReference> r;
   for (int i = 0; i < 3; ++i) r.push_back(ref_matmul(dt, w[i], sh.rows, sh.cols, x, sh.cols, n, nullptr));
   const uint8_t* gates[2] = {dw + 2 * mat_bytes, dw};         // entry 1: matrix 0
   const uint8_t* ups[2] = {dw + mat_bytes, dw + 2 * mat_bytes};  // entry 1: matrix 2
@@ -582,51 +563,48 @@ void check_gemv_tasks(DevMem& mem, DType dt, const MatShape& sh, int64_t n, cuda
   cuda::gemv(kc.ctx, dt, cuda::GemvMode::SwiGLU, t, 2, split);
   cuda::gemv(kc.ctx, dt, cuda::GemvMode::Store, t + 2, 1, split);
   INFO(label << " n=" << n);
-  CHECK(dot_error(get(y[0], out), ref_swiglu(r[0], r[1])) <= kDotTol);
-  CHECK(dot_error(get(y[1], out), ref_swiglu(r[0], r[2])) <= kDotTol);
-  CHECK(dot_error(get(y[2], out), r[2]) <= kDotTol);
+  const Tolerance tol = tolerance(OpId::Matmul);
+  CHECK(matmul_mismatch(get(y[0], out), ref_swiglu(r[0], r[1]), tol) == "");
+  CHECK(matmul_mismatch(get(y[1], out), ref_swiglu(r[0], r[2]), tol) == "");
+  CHECK(matmul_mismatch(get(y[2], out), r[2], tol) == "");
 }
 
 }  // namespace
 
-TEST_CASE("CUDA matmul (GEMV and exact GEMM) matches dequantised double dot products", "[gpu][kernels]") {
+TEST_CASE("op table: matmul cases through cuda_matmul (GEMV and exact GEMM) match the f64 reference", "[gpu][kernels]") {
   Gpu& g = gpu();
   DevMem mem;
   const uint64_t ws_bytes = 256ull << 20;
   uint8_t* ws = mem.alloc(ws_bytes);
-  const MatShape shapes[] = {{1, 32}, {37, 96}, {64, 100}, {300, 256}, {129, 4096}, {1000, 544}, {4096, 160}};
-  for (DType dt : kDtypes) {
-    for (const MatShape& sh : shapes) {
-      if (sh.cols % dtype_block_elems(dt) != 0) continue;
-      const std::vector<uint8_t> w = random_weights(dt, sh.rows, sh.cols, 0.5f);
-      DevMat dm;
-      dm.dtype = dt;
-      dm.rows = sh.rows;
-      dm.cols = sh.cols;
-      dm.data = mem.upload(w.data(), w.size());
-      for (int64_t n : {1, 2, 3, 5, 8, 9, 33, 64, 200}) {
-        if (n == 200 && sh.rows * sh.cols > 300 * 256) continue;  // keeps the double reference quick
-        for (bool accumulate : {false, true}) {
-          for (int64_t pad : {int64_t(0), int64_t(4)})
-            check_matmul(g, mem, dm, w, sh.cols + pad, n, accumulate, n > 8 && pad == 0, ws, ws_bytes,
-                         std::string(dtype_name(dt)) + " " + std::to_string(sh.rows) + "x" + std::to_string(sh.cols));
-        }
-      }
+  std::unique_ptr<DevMem> wmem;  // the current shape's weights (cases come grouped by dtype and shape)
+  std::vector<uint8_t> w;
+  DevMat dm;
+  for (const OpCase& c : check_cases(OpId::Matmul)) {
+    if (!wmem || dm.dtype != c.dtype || dm.rows != c.rows || dm.cols != c.cols) {
+      wmem = std::make_unique<DevMem>();
+      w = random_weights(c.dtype, c.rows, c.cols, 0.5f);
+      dm = DevMat{c.dtype, c.rows, c.cols, wmem->upload(w.data(), w.size())};
     }
+    DevMem act;  // this case's activations
+    for (bool accumulate : {false, true})
+      for (int64_t pad : {int64_t(0), int64_t(4)})
+        check_matmul(g, act, dm, w, c.cols + pad, c.tokens, accumulate, c.tokens > cuda::kGemvMaxTokens && pad == 0, ws,
+                     ws_bytes, c.label());
   }
   // A workspace too small for the split falls back to GEMV passes: same numbers.
   const int64_t rows = 300, cols = 256, n = 40;
-  for (DType dt : kDtypes) {
-    const std::vector<uint8_t> w = random_weights(dt, rows, cols, 0.5f);
-    DevMat dm{dt, rows, cols, mem.upload(w.data(), w.size())};
+  for (DType dt : weight_dtypes()) {
+    const std::vector<uint8_t> wt = random_weights(dt, rows, cols, 0.5f);
+    DevMat small{dt, rows, cols, mem.upload(wt.data(), wt.size())};
     const std::vector<float> x = fresh(static_cast<size_t>(n * cols));
-    const MatmulRef ref = ref_matmul(dt, w, rows, cols, x, cols, n, nullptr);
+    const OpReference ref = ref_matmul(dt, wt, rows, cols, x, cols, n, nullptr);
     float* dx = mem.upload(x);
-    float* dy = mem.floats(ref.size());
-    poison(dy, ref.size());
-    cuda_matmul(dm, dx, cols, n, dy, rows, false, ws, 4096, g.stream, g.blas);
-    INFO(dtype_name(dt) << " with a 4 KiB workspace");
-    REQUIRE(dot_error(get(dy, ref.size()), ref) <= kDotTol);
+    float* dy = mem.floats(ref.y.size());
+    poison(dy, ref.y.size());
+    cuda_matmul(small, dx, cols, n, dy, rows, false, ws, 4096, g.stream, g.blas);
+    const std::string bad = matmul_mismatch(get(dy, ref.y.size()), ref, tolerance(OpId::Matmul));
+    INFO(dtype_name(dt) << " with a 4 KiB workspace: " << bad);
+    REQUIRE(bad.empty());
   }
 }
 
@@ -636,7 +614,7 @@ TEST_CASE("CUDA blocks match the CPU blocks (every dtype, RoPE style, step shape
   uint8_t* ws = mem.alloc(ws_bytes);
   ThreadPool pool(2);
   for (const ModelCase& mc : kModels) {
-    for (DType dt : kDtypes) {
+    for (DType dt : weight_dtypes()) {
       const ModelSpec spec = spec_of(mc, dt);
       DevMem wmem;
       std::unique_ptr<LayerPair> lp = make_layer(wmem, spec, pool);
@@ -646,23 +624,29 @@ TEST_CASE("CUDA blocks match the CPU blocks (every dtype, RoPE style, step shape
   }
 }
 
-TEST_CASE("CUDA GEMVs with rows split among a block's warps (k-split) and without match", "[gpu][kernels]") {
-  // Forced both ways, every dtype, odd shapes (rows shorter than a warp's step: warps with nothing to add),
-  // 1..8 tokens; then the tasks of the MoE blocks (fused gate/up, matrices picked by a device selector).
-  DevMem mem;
-  const MatShape shapes[] = {{1, 32}, {37, 96}, {300, 256}, {129, 4096}, {3, 11520}, {1000, 544}};
+TEST_CASE("op table: matmul cases of up to 8 tokens through the GEMVs with rows split among a block's warps (k-split) and without",
+          "[gpu][kernels]") {
+  // Forced both ways, every dtype and shape of the table (rows shorter than a warp's step: warps with
+  // nothing to add), the GEMV's token counts; then the tasks of the MoE blocks (fused gate/up, matrices
+  // picked by a device selector).
   for (cuda::GemvSplit split : {cuda::GemvSplit::Always, cuda::GemvSplit::Never}) {
     const std::string way = split == cuda::GemvSplit::Always ? "k-split " : "no k-split ";
-    for (DType dt : kDtypes)
-      for (const MatShape& sh : shapes) {
-        if (sh.cols % dtype_block_elems(dt) != 0) continue;
-        const std::vector<uint8_t> w = random_weights(dt, sh.rows, sh.cols, 0.5f);
-        DevMat dm{dt, sh.rows, sh.cols, mem.upload(w.data(), w.size())};
-        const std::string label = way + dtype_name(dt) + " " + std::to_string(sh.rows) + "x" + std::to_string(sh.cols);
-        for (int64_t n : {1, 2, 3, 5, 8})
-          for (bool accumulate : {false, true}) check_gemv(mem, dm, w, sh.cols + (n == 3 ? 4 : 0), n, accumulate, split, label);
+    std::unique_ptr<DevMem> wmem;
+    std::vector<uint8_t> w;
+    DevMat dm;
+    for (const OpCase& c : check_cases(OpId::Matmul)) {
+      if (c.tokens > cuda::kGemvMaxTokens) continue;
+      if (!wmem || dm.dtype != c.dtype || dm.rows != c.rows || dm.cols != c.cols) {
+        wmem = std::make_unique<DevMem>();
+        w = random_weights(c.dtype, c.rows, c.cols, 0.5f);
+        dm = DevMat{c.dtype, c.rows, c.cols, wmem->upload(w.data(), w.size())};
       }
-    for (DType dt : kDtypes)
+      DevMem act;
+      for (bool accumulate : {false, true})
+        check_gemv(act, dm, w, c.cols + (c.tokens == 3 ? 4 : 0), c.tokens, accumulate, split, way + c.label());
+    }
+    DevMem mem;
+    for (DType dt : weight_dtypes())
       for (const MatShape& sh : {MatShape{37, 96}, MatShape{129, 4096}, MatShape{3, 11520}}) {
         if (sh.cols % dtype_block_elems(dt) != 0) continue;
         for (int64_t n : {1, 3, 8})
@@ -686,40 +670,55 @@ TEST_CASE("CUDA blocks go through long steps in chunks when the workspace is sma
   }
 }
 
-TEST_CASE("CUDA attention matches the CPU at long contexts (deep split-K, tiled prefill)", "[gpu][kernels]") {
+TEST_CASE("op table: attention cases match the f64 reference and the CPU with each decode kernel", "[gpu][kernels]") {
+  // Every case with the warp and the block decode kernel (prefill steps ignore the choice), at the
+  // default keys per split and at 32 (more splits); cache rows past the step's last query are NaN.
   DevMem mem;
   ThreadPool pool(0);
   const uint64_t ws_bytes = 256ull << 20;
   KernelCtx kc(mem.alloc(ws_bytes), ws_bytes);
-  struct Case {
-    int heads, kv_heads, hd;
-    int64_t n, pos0;
-  };
-  const Case cases[] = {{8, 2, 128, 1, 4095}, {8, 2, 128, 5, 4000}, {8, 8, 64, 1, 2999}, {8, 2, 128, 100, 3996},
-                        {4, 1, 32, 300, 0},   {2, 1, 256, 70, 1000}, {16, 4, 64, 8, 5000}};
-  for (const Case& c : cases) {
-    const int64_t kv_len = c.pos0 + c.n, QD = static_cast<int64_t>(c.heads) * c.hd, KVD = static_cast<int64_t>(c.kv_heads) * c.hd;
-    const std::vector<float> q = fresh(static_cast<size_t>(c.n * QD), -2.0f, 2.0f);
-    const std::vector<float> k = fresh(static_cast<size_t>(kv_len * KVD), -2.0f, 2.0f);
-    const std::vector<float> v = fresh(static_cast<size_t>(kv_len * KVD));
-    std::vector<int32_t> pos(static_cast<size_t>(c.n));
-    for (int64_t t = 0; t < c.n; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(c.pos0 + t);
-    std::vector<float> ref(static_cast<size_t>(c.n * QD));
-    shardwise::attention(q.data(), c.n, pos.data(), k.data(), v.data(), kv_len, {c.heads, c.kv_heads, c.hd}, ref.data(), pool);
-    float* dq = mem.upload(q);
-    float* dk = mem.upload(k);
-    float* dv = mem.upload(v);
-    float* dout = mem.floats(ref.size());
-    for (cuda::DecodeAttn kernel : kDecodeKernels) {
-      poison(dout, ref.size());
-      cuda::AttnArgs a = attn_args(dq, dk, dv, dout, c.n, c.pos0, c.heads, c.kv_heads, c.hd);
-      a.decode_kernel = kernel;
-      cuda::attention(kc.ctx, a);
-      INFO("heads " << c.heads << "/" << c.kv_heads << " hd " << c.hd << " n=" << c.n << " pos0=" << c.pos0 << " decode kernel "
-                    << kernel_name(kernel));
-      CHECK(test::max_rel_error(get(dout, ref.size()), ref, c.hd) <= kBlockTol);
-    }
+  for (const OpCase& c : check_cases(OpId::Attention)) {
+    const int64_t QD = c.heads * c.head_dim, KVD = c.kv_heads * c.head_dim, last = c.pos0 + c.tokens;
+    const std::vector<float> q = fresh(static_cast<size_t>(c.tokens * QD), -2.0f, 2.0f);
+    std::vector<float> k = fresh(static_cast<size_t>(c.kv_len * KVD), -2.0f, 2.0f);
+    std::vector<float> v = fresh(static_cast<size_t>(c.kv_len * KVD));
+    for (size_t i = static_cast<size_t>(last * KVD); i < k.size(); ++i) k[i] = v[i] = std::nanf("");
+    std::vector<int32_t> pos(static_cast<size_t>(c.tokens));
+    for (int64_t t = 0; t < c.tokens; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(c.pos0 + t);
+    const AttentionShape shape{c.heads, c.kv_heads, c.head_dim};
+    const OpReference ref = reference_attention(q.data(), c.tokens, pos.data(), k.data(), v.data(), shape);
+    std::vector<float> cpu(static_cast<size_t>(c.tokens * QD));
+    shardwise::attention(q.data(), c.tokens, pos.data(), k.data(), v.data(), c.kv_len, shape, cpu.data(), pool);
+    DevMem act;
+    float* dq = act.upload(q);
+    float* dk = act.upload(k);
+    float* dv = act.upload(v);
+    float* dout = act.floats(cpu.size());
+    for (cuda::DecodeAttn kernel : kDecodeKernels)
+      for (int keys : {0, 32}) {
+        poison(dout, cpu.size());
+        cuda::AttnArgs a = attn_args(dq, dk, dv, dout, c.tokens, c.pos0, static_cast<int>(c.heads),
+                                     static_cast<int>(c.kv_heads), static_cast<int>(c.head_dim));
+        a.decode_kernel = kernel;
+        a.decode_min_keys = keys;
+        cuda::attention(kc.ctx, a);
+        const std::vector<float> got = get(dout, cpu.size());
+        const RefCheck rc = compare_to_reference(got.data(), ref, c.tol);
+        INFO(c.label() << " decode kernel " << kernel_name(kernel) << " min keys " << keys << ": "
+                       << describe(rc, got.data(), ref, c.tol));
+        CHECK(rc.ok());
+        // Per head; heads of 1 or 2 elements per token row, where one output can be near 0 by
+        // cancellation, per row.
+        CHECK(test::max_rel_error(got, cpu, c.head_dim >= 8 ? c.head_dim : QD) <= kBlockTol);
+      }
   }
+}
+
+TEST_CASE("CUDA attention with more key splits than one combine takes, and with room for few splits", "[gpu][kernels]") {
+  DevMem mem;
+  ThreadPool pool(0);
+  const uint64_t ws_bytes = 256ull << 20;
+  KernelCtx kc(mem.alloc(ws_bytes), ws_bytes);
   // More splits than the combine kernel takes at a time (128): one kv head, 16 keys per warp over 20K
   // keys (about 1000 splits), a partial last chunk; head_dim 256 (two output elements per combine thread) and 80.
   for (int hd : {256, 80}) {
@@ -756,36 +755,10 @@ TEST_CASE("CUDA attention matches the CPU at long contexts (deep split-K, tiled 
       CHECK(test::max_rel_error(get(dout, ref.size()), ref, hd) <= kBlockTol);
     }
   }
-  // Short contexts (one split, partial steps of keys, warps of a block with no key) at every full head
-  // size, each decode kernel.
-  for (int hd : {32, 64, 128, 256})
-  for (int64_t kv_len : {int64_t(1), int64_t(31), int64_t(33), int64_t(100)})
-    for (int n : {1, 3, 8}) {
-      const int heads = 8, kv_heads = 2;
-      if (kv_len < n) continue;
-      const int64_t pos0 = kv_len - n, QD = heads * hd, KVD = kv_heads * hd;
-      const std::vector<float> q = fresh(static_cast<size_t>(n * QD), -2.0f, 2.0f);
-      const std::vector<float> k = fresh(static_cast<size_t>(kv_len * KVD), -2.0f, 2.0f);
-      const std::vector<float> v = fresh(static_cast<size_t>(kv_len * KVD));
-      std::vector<int32_t> pos(static_cast<size_t>(n));
-      for (int t = 0; t < n; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(pos0 + t);
-      std::vector<float> ref(static_cast<size_t>(n * QD));
-      shardwise::attention(q.data(), n, pos.data(), k.data(), v.data(), kv_len, {heads, kv_heads, hd}, ref.data(), pool);
-      float* dout = mem.floats(ref.size());
-      for (cuda::DecodeAttn kernel : kDecodeKernels)
-      for (int keys : {0, 32}) {
-        poison(dout, ref.size());
-        cuda::AttnArgs a = attn_args(mem.upload(q), mem.upload(k), mem.upload(v), dout, n, pos0, heads, kv_heads, hd);
-        a.decode_kernel = kernel;
-        a.decode_min_keys = keys;
-        cuda::attention(kc.ctx, a);
-        INFO("decode kernel " << kernel_name(kernel) << ": hd " << hd << " kv_len " << kv_len << " n=" << n << " min keys " << keys);
-        CHECK(test::max_rel_error(get(dout, ref.size()), ref, hd) <= kBlockTol);
-      }
-    }
 }
 
-TEST_CASE("CUDA attention matches the CPU for any head_dim (padded kernels, unaligned rows)", "[gpu][kernels]") {
+TEST_CASE("CUDA attention over offset and padded rows matches the CPU and leaves the padding untouched", "[gpu][kernels]") {
+  // The op table's attention cases run on dense rows; here the rows' layout varies.
   DevMem mem;
   ThreadPool pool(0);
   const uint64_t ws_bytes = 64ull << 20;
@@ -799,20 +772,6 @@ TEST_CASE("CUDA attention matches the CPU for any head_dim (padded kernels, unal
     int off = 0, pad = 0;
   };
   std::vector<Case> cases;
-  for (int hd : {8, 24, 48, 80, 96}) {
-    cases.push_back({4, 4, hd, 1, 37});     // decode, GQA 1
-    cases.push_back({6, 2, hd, 3, 100});    // decode, GQA 3, odd n
-    cases.push_back({8, 2, hd, 5, 1500});   // decode, deep split-K
-    cases.push_back({4, 1, hd, 77, 0});     // prefill, GQA 4, odd n, fresh cache
-    cases.push_back({3, 3, hd, 33, 300});   // prefill, GQA 1, filled cache
-    cases.push_back({4, 2, hd, 129, 2000}); // prefill over a long context (split over keys)
-  }
-  // head_dim % 4 != 0 (element-wise loads), the other padded sizes, the edges of each kernel size.
-  for (int hd : {1, 2, 6, 10, 30, 33, 62, 100, 130, 200, 254, 256}) {
-    cases.push_back({4, 2, hd, 1, 300});
-    cases.push_back({2, 1, hd, 3, 0});
-    cases.push_back({4, 2, hd, 21, 250});
-  }
   // Unaligned or padded rows at the vectorised sizes and at hd % 4 == 0 fall back to guarded loads.
   for (int hd : {32, 64, 128, 256, 48}) {
     cases.push_back({4, 2, hd, 1, 500, 1, 0});
@@ -866,7 +825,7 @@ TEST_CASE("CUDA attention matches the CPU for any head_dim (padded kernels, unal
       }
       INFO("heads " << c.heads << "/" << c.kv_heads << " hd " << c.hd << " n=" << c.n << " pos0=" << c.pos0
                     << " offset " << c.off << " pad " << c.pad << " decode kernel " << kernel_name(kernel));
-      // Per head (as the long-context cases); heads of 1 or 2 elements per token row, where one output
+      // Per head (as the op table's cases); heads of 1 or 2 elements per token row, where one output
       // can be near 0 by cancellation.
       CHECK(test::max_rel_error(got, ref, c.hd >= 8 ? c.hd : QD) <= kBlockTol);
       CHECK(untouched);
@@ -874,7 +833,7 @@ TEST_CASE("CUDA attention matches the CPU for any head_dim (padded kernels, unal
   }
 }
 
-TEST_CASE("CUDA exported kernels for profilers: cuda_attention, cuda_rms_norm, cuda_swiglu", "[gpu][kernels]") {
+TEST_CASE("CUDA exported attention for profilers: cuda_attention with and without room for split-K partials", "[gpu][kernels]") {
   Gpu& g = gpu();
   DevMem mem;
   ThreadPool pool(0);
@@ -908,31 +867,46 @@ TEST_CASE("CUDA exported kernels for profilers: cuda_attention, cuda_rms_norm, c
       CHECK(test::max_rel_error(get(dout, ref.size()), ref, c.hd) <= kBlockTol);
     }
   }
-  for (int64_t dim : {int64_t(1), int64_t(96), int64_t(1000), int64_t(4096)}) {  // RMSNorm, out of place and in place
-    const int64_t n = 7;
-    const std::vector<float> x = fresh(static_cast<size_t>(n * dim), -3.0f, 3.0f), w = fresh(static_cast<size_t>(dim));
-    std::vector<float> ref(x.size());
-    rms_norm(x.data(), w.data(), 1e-5f, ref.data(), n, dim);
+  g.sync();
+}
+
+TEST_CASE("op table: rms_norm and swiglu cases on cuda_rms_norm and cuda_swiglu match the f64 reference and the CPU",
+          "[gpu][kernels]") {
+  Gpu& g = gpu();
+  for (const OpCase& c : check_cases(OpId::RmsNorm)) {  // out of place and in place
+    DevMem mem;
+    const std::vector<float> x = fresh(static_cast<size_t>(c.rows * c.cols), -3.0f, 3.0f), w = fresh(static_cast<size_t>(c.cols));
+    const OpReference ref = reference_rms_norm(x.data(), w.data(), 1e-5f, c.rows, c.cols);
+    std::vector<float> cpu(x.size());
+    rms_norm(x.data(), w.data(), 1e-5f, cpu.data(), c.rows, c.cols);
     float* dx = mem.upload(x);
     float* dw = mem.upload(w);
     float* dy = mem.floats(x.size());
     poison(dy, x.size());
-    cuda_rms_norm(dx, dw, 1e-5f, dy, n, dim, g.stream);
-    INFO("cuda_rms_norm dim " << dim);
-    CHECK(test::max_rel_error(get(dy, ref.size()), ref, dim) <= kBlockTol);
-    cuda_rms_norm(dx, dw, 1e-5f, dx, n, dim, g.stream);
-    CHECK(test::max_rel_error(get(dx, ref.size()), ref, dim) <= kBlockTol);
+    cuda_rms_norm(dx, dw, 1e-5f, dy, c.rows, c.cols, g.stream);
+    cuda_rms_norm(dx, dw, 1e-5f, dx, c.rows, c.cols, g.stream);
+    for (const float* d : {dy, dx}) {
+      const std::vector<float> got = get(d, x.size());
+      const RefCheck rc = compare_to_reference(got.data(), ref, c.tol);
+      INFO("cuda_rms_norm " << c.label() << (d == dx ? " in place: " : ": ") << describe(rc, got.data(), ref, c.tol));
+      CHECK(rc.ok());
+      CHECK(test::max_rel_error(got, cpu, c.cols) <= kBlockTol);
+    }
   }
-  for (int64_t width : {int64_t(1), int64_t(333), int64_t(11520)}) {  // SwiGLU
-    const int64_t n = 5;
-    std::vector<float> gate = fresh(static_cast<size_t>(n * width), -6.0f, 6.0f);
-    const std::vector<float> up = fresh(static_cast<size_t>(n * width));
+  for (const OpCase& c : check_cases(OpId::Swiglu)) {
+    DevMem mem;
+    std::vector<float> gate = fresh(static_cast<size_t>(c.rows * c.cols), -6.0f, 6.0f);
+    const std::vector<float> up = fresh(static_cast<size_t>(c.rows * c.cols));
+    const OpReference ref = reference_swiglu(gate.data(), up.data(), c.rows * c.cols);
     float* dg = mem.upload(gate);
     float* du = mem.upload(up);
-    swiglu(gate.data(), up.data(), n * width);
-    cuda_swiglu(dg, du, n, width, g.stream);
-    INFO("cuda_swiglu width " << width);
-    CHECK(test::max_rel_error(get(dg, gate.size()), gate, width) <= kBlockTol);
+    swiglu(gate.data(), up.data(), c.rows * c.cols);
+    cuda_swiglu(dg, du, c.rows, c.cols, g.stream);
+    const std::vector<float> got = get(dg, gate.size());
+    const RefCheck rc = compare_to_reference(got.data(), ref, c.tol);
+    INFO("cuda_swiglu " << c.label() << ": " << describe(rc, got.data(), ref, c.tol));
+    CHECK(rc.ok());
+    CHECK(test::max_rel_error(got, gate, c.cols) <= kBlockTol);
   }
   g.sync();
 }
@@ -971,13 +945,13 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
   const double hbm_gbps = 4300.0;
   std::printf("\n== CUDA kernel micro-benchmarks (roofline: ~%.0f GB/s HBM, cuBLAS f16 ~770 TFLOP/s, f32 FFMA ~60 TFLOP/s)\n",
               hbm_gbps);
+  // The dense model the benchmarks time (op_table.h); its attention with one layer and a small vocabulary.
+  const ModelSpec dense = perf_dense_model();
   // Decode GEMV: copies rotate so that the 60 MB L2 holds none of the next matrix.
-  struct Mat {
-    int64_t rows, cols;
-  };
   // Few-row matrices (4096 rows: o and down) also without the k-split ("no ks"), to see what it does.
-  for (const Mat& m : {Mat{11520, 4096}, Mat{4096, 11520}, Mat{4096, 4096}}) {
-    for (DType dt : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::F32}) {
+  for (const char* role : {"gate_up", "down", "o"}) {
+    const MatrixShape m = layer_matrix(dense, role);
+    for (DType dt : weight_dtypes()) {
       const uint64_t bytes = dtype_row_bytes(dt, m.cols) * static_cast<uint64_t>(m.rows);
       const int copies = static_cast<int>(std::max<uint64_t>(2, (400ull << 20) / bytes));
       const std::vector<uint8_t> w = random_weights(dt, m.rows, m.cols, 0.1f);
@@ -987,9 +961,9 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
       const std::vector<float> x = fresh(static_cast<size_t>(8 * m.cols));
       float* dx = mem.upload(x);
       float* dy = mem.floats(static_cast<size_t>(8 * m.rows));
-      const MatmulRef ref = ref_matmul(dt, w, m.rows, m.cols, x, m.cols, 1, nullptr);
+      const OpReference ref = ref_matmul(dt, w, m.rows, m.cols, x, m.cols, 1, nullptr);
       cuda_matmul(mats[0], dx, m.cols, 1, dy, m.rows, false, ws, ws_bytes, g.stream, g.blas);
-      CHECK(dot_error(get(dy, ref.size()), ref) <= kDotTol);
+      CHECK(matmul_mismatch(get(dy, ref.y.size()), ref, tolerance(OpId::Matmul)) == "");
       for (cuda::GemvSplit split : {cuda::GemvSplit::Auto, cuda::GemvSplit::Never}) {
         const bool ks = split == cuda::GemvSplit::Auto;
         if (!ks && m.rows > 4096) continue;
@@ -1005,36 +979,49 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
       }
     }
   }
-  // Prefill GEMM at 512 tokens (exact paths).
+  // Prefill GEMM (exact paths), checked on every 512th row before it is timed.
   {
-    const int64_t rows = 11520, cols = 4096, n = 512;
+    const MatrixShape m = layer_matrix(dense, "gate_up");
+    const int64_t rows = m.rows, cols = m.cols, n = kPrefillTokens;
     const std::vector<float> x = fresh(static_cast<size_t>(n * cols));
     float* dx = mem.upload(x);
     float* dy = mem.floats(static_cast<size_t>(n * rows));
-    for (DType dt : {DType::F16, DType::BF16, DType::F32, DType::Q8_0, DType::Q4_0}) {
+    for (DType dt : weight_dtypes()) {
       const std::vector<uint8_t> w = random_weights(dt, rows, cols, 0.1f);
       DevMat dm{dt, rows, cols, mem.upload(w.data(), w.size())};
+      cuda_matmul(dm, dx, cols, n, dy, rows, false, ws, ws_bytes, g.stream, g.blas);
+      const std::vector<float> y = get(dy, static_cast<size_t>(n * rows));
+      const uint64_t rb = dtype_row_bytes(dt, cols);
+      for (int64_t r = 0; r < rows; r += 512) {
+        const OpReference ref = reference_matmul(dt, w.data() + static_cast<uint64_t>(r) * rb, rb, 1, cols, x.data(), cols, n);
+        std::vector<float> got(static_cast<size_t>(n));
+        for (int64_t t = 0; t < n; ++t) got[static_cast<size_t>(t)] = y[static_cast<size_t>(t * rows + r)];
+        const std::string bad = matmul_mismatch(got, ref, tolerance(OpId::Matmul));
+        INFO("GEMM " << dtype_name(dt) << " row " << r << ": " << bad);
+        CHECK(bad.empty());
+      }
       const double ms = time_ms([&] { cuda_matmul(dm, dx, cols, n, dy, rows, false, ws, ws_bytes, g.stream, g.blas); }, 10);
       const double tflops = 2.0 * static_cast<double>(n * rows * cols) / (ms * 1e-3) / 1e12;
       std::printf("GEMM %-5s %lld x %lld x %lld tokens: %8.3f ms  %6.1f TFLOP/s\n", dtype_name(dt),
                   static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(n), ms, tflops);
     }
   }
-  // Attention (nemo8b shape: 32 heads, 8 kv heads, head_dim 128): decode at 4K context, prefill of 512.
+  // Attention of the dense model (nemo8b: 32 heads, 8 kv heads, head_dim 128): decode at 4K context, prefill of 512.
   {
-    const char* yaml =
-        "name: bench\nfamily: llama\ndtype: f16\nhidden_size: 4096\nnum_hidden_layers: 1\nnum_attention_heads: 32\n"
-        "num_key_value_heads: 8\nhead_dim: 128\nintermediate_size: 11520\nvocab_size: 1000\nrope_theta: 1000000.0\n"
-        "rms_norm_eps: 1.0e-05\nmax_position_embeddings: 8192\n";
-    const ModelSpec spec = parse_spec_yaml_text(yaml, "bench");
+    ModelSpec spec = dense;
+    spec.dtype = DType::F16;
+    spec.num_hidden_layers = 1;
+    spec.vocab_size = 1000;
+    spec.max_position_embeddings = 8192;
     ThreadPool pool(16);
     DevMem wmem;
     std::unique_ptr<LayerPair> lp = make_layer(wmem, spec, pool);
     const int64_t H = spec.hidden_size, KVD = spec.kv_dim(), cap = 4608;
     float* kc = mem.floats(static_cast<size_t>(cap * KVD));
     float* vc = mem.floats(static_cast<size_t>(cap * KVD));
-    put(kc, fresh(static_cast<size_t>(cap * KVD)));
-    put(vc, fresh(static_cast<size_t>(cap * KVD)));
+    const std::vector<float> hk = fresh(static_cast<size_t>(cap * KVD)), hv = fresh(static_cast<size_t>(cap * KVD));
+    put(kc, hk);
+    put(vc, hv);
     {
       KernelCtx kctx(ws, ws_bytes);
       const int heads = static_cast<int>(spec.num_attention_heads), kvh = static_cast<int>(spec.num_key_value_heads);
@@ -1043,8 +1030,19 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
         const int64_t pos0 = 4096 - std::min<int64_t>(n, 4096);
         float* q = mem.floats(static_cast<size_t>(n * spec.q_dim()));
         float* out = mem.floats(static_cast<size_t>(n * spec.q_dim()));
-        put(q, fresh(static_cast<size_t>(n * spec.q_dim())));
+        const std::vector<float> hq = fresh(static_cast<size_t>(n * spec.q_dim()));
+        put(q, hq);
         const cuda::AttnArgs a = attn_args(q, kc, vc, out, n, pos0, heads, kvh, hd);
+        cuda::attention(kctx.ctx, a);  // checked (the first and the last query) before it is timed
+        const std::vector<float> got = get(out, hq.size());
+        for (int64_t t : {int64_t(0), n - 1}) {
+          const int32_t p = static_cast<int32_t>(pos0 + t);
+          const OpReference ref = reference_attention(hq.data() + t * spec.q_dim(), 1, &p, hk.data(), hv.data(),
+                                                      {spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim});
+          const RefCheck rc = compare_to_reference(got.data() + t * spec.q_dim(), ref, tolerance(OpId::Attention));
+          INFO("attention kernel n=" << n << " query " << t << ": " << describe(rc, got.data() + t * spec.q_dim(), ref, tolerance(OpId::Attention)));
+          CHECK(rc.ok());
+        }
         const double ms = time_ms([&] { cuda::attention(kctx.ctx, a); }, 10);
         const double kv_bytes = 2.0 * static_cast<double>(pos0 + n) * static_cast<double>(KVD) * 4;
         double flops = 0;  // scores and weighted sum: 4 * head_dim per (query, visible key, head)

@@ -1,7 +1,9 @@
-// tests/unit/executor/test_cpu_kernels.cpp — every CPU kernel (kernels.h) at every ISA level this
-// host and build offer, and the threaded matmul() driver, against double-precision references
-// computed from core's dequantize_row (the reference path). A level the host lacks is reported
-// with a WARN line ("... not tested"); SHARDWISE_ISA caps the levels tested, as it caps dispatch.
+// tests/unit/executor/test_cpu_kernels.cpp — every case of the op table (executor/ops/op_table.h) on
+// the CPU kernels (kernels.h) at every ISA level this host and build offer, and on the threaded
+// matmul() driver, against the f64 references (executor/reference/op_reference.h); then what is not an
+// op x shape sweep: the prefetch distance, every f16/bf16 bit pattern, thread-count and cache-layout
+// independence of attention, ISA dispatch. A level the host lacks is reported with a WARN line
+// ("... not tested"); SHARDWISE_ISA caps the levels tested, as it caps dispatch.
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -21,21 +24,18 @@
 #include "executor/cpu/attention.h"
 #include "executor/cpu/cpu_features.h"
 #include "executor/cpu/kernels.h"
-#include "executor/cpu/ops.h"
 #include "executor/cpu/matmul.h"
+#include "executor/cpu/ops.h"
+#include "executor/ops/op_table.h"
+#include "executor/reference/op_reference.h"
 #include "test_util.h"
 
 namespace shardwise {
 namespace {
 
-const DType kDTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
 const Isa kIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512};
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-// f32 accumulation of exactly-converted weights: rounding grows with the magnitudes summed, so the
-// bound is relative to sum |w * x|, not to the (possibly cancelling) result.
-constexpr double kRtol = 1e-5;
-constexpr double kAtol = 1e-6;
+constexpr double kRopeTheta = 1e6;  // nemo8b's and qwen3's
 
 // SHARDWISE_ISA as cpu_features.cpp reads it (unset or unknown = no cap).
 Isa env_isa_cap() {
@@ -126,20 +126,23 @@ struct Weights {
   int64_t rows, cols;
   uint64_t row_bytes;
   std::vector<uint8_t> storage;
-  std::vector<float> deq;                                     // (rows, cols), from core's dequantize_row
   const uint8_t* data() const { return storage.data() + 4; }  // deliberately not 32-byte aligned
 };
 
 Weights make_weights(DType t, int64_t rows, int64_t cols, uint64_t pad_bytes) {
-  Weights w{t, rows, cols, dtype_row_bytes(t, cols) + pad_bytes, {}, {}};
+  Weights w{t, rows, cols, dtype_row_bytes(t, cols) + pad_bytes, {}};
   w.storage.assign(4 + static_cast<size_t>(rows) * w.row_bytes + 64, 0xFF);
-  w.deq.resize(static_cast<size_t>(rows * cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    uint8_t* row = w.storage.data() + 4 + r * w.row_bytes;
-    random_row(t, cols, row);
-    dequantize_row(t, row, w.deq.data() + r * cols, cols);
-  }
+  for (int64_t r = 0; r < rows; ++r) random_row(t, cols, w.storage.data() + 4 + r * w.row_bytes);
   return w;
+}
+
+// The same rows without the gaps (as matmul() reads a TensorView).
+Weights contiguous(const Weights& w) {
+  Weights c{w.dtype, w.rows, w.cols, dtype_row_bytes(w.dtype, w.cols), {}};
+  c.storage.assign(4 + static_cast<size_t>(w.rows) * c.row_bytes + 64, 0xFF);
+  for (int64_t r = 0; r < w.rows; ++r)
+    std::memcpy(c.storage.data() + 4 + r * c.row_bytes, w.data() + r * w.row_bytes, c.row_bytes);
+  return c;
 }
 
 // Activations: n_tokens rows of `cols` values, row stride ldx > cols; the gap holds NaN.
@@ -152,48 +155,58 @@ std::vector<float> make_x(int64_t n_tokens, int64_t cols, int64_t ldx) {
   return x;  // data starts at x.data() + 1 (not vector-aligned)
 }
 
-// Compares y (row stride ldy) with the double reference for rows [r0, r1) and checks that every
-// other element of y is still NaN. Returns the number of mismatches; describes the first one.
-int64_t compare_with_reference(const Weights& w, const float* x, int64_t ldx, int64_t n_tokens, int64_t r0, int64_t r1,
-                               const std::vector<float>& y, int64_t ldy, std::string* first) {
+// Compares y (row stride ldy) with the reference for rows [r0, r1) and checks that every other element
+// of y is still NaN. Returns the number of mismatches; describes the first one.
+int64_t compare_rows(const OpCase& c, const OpReference& ref, int64_t r0, int64_t r1, const std::vector<float>& y,
+                     int64_t ldy, std::string* first) {
   int64_t bad = 0;
-  for (int64_t t = 0; t < n_tokens; ++t) {
+  for (int64_t t = 0; t < c.tokens; ++t) {
     for (int64_t r = 0; r < ldy; ++r) {
       const float got = y[static_cast<size_t>(t * ldy + r)];
       if (r < r0 || r >= r1) {
-        if (!std::isnan(got)) {
-          if (bad++ == 0) *first = str_cat("wrote outside its range: y[", t, "][", r, "] = ", got);
-        }
+        if (!std::isnan(got) && bad++ == 0) *first = str_cat("wrote outside its range: y[", t, "][", r, "] = ", got);
         continue;
       }
-      const float* wr = w.deq.data() + r * w.cols;
-      const float* xt = x + t * ldx;
-      double ref = 0.0, mag = 0.0;
-      for (int64_t c = 0; c < w.cols; ++c) {
-        const double p = static_cast<double>(wr[c]) * static_cast<double>(xt[c]);
-        ref += p;
-        mag += std::fabs(p);
-      }
-      const double tol = kAtol + kRtol * mag;
-      if (!(std::fabs(static_cast<double>(got) - ref) <= tol)) {
-        if (bad++ == 0) *first = str_cat("y[", t, "][", r, "] = ", got, ", reference ", ref, " (tolerance ", tol, ")");
-      }
+      const size_t i = static_cast<size_t>(t * c.rows + r);
+      if (!(excess(got, ref.y[i], ref.mag[i], c.tol) <= 1.0) && bad++ == 0)
+        *first = str_cat("y[", t, "][", r, "] = ", got, ", reference ", ref.y[i], " (tolerance ",
+                         c.tol.bound(ref.mag[i]), ")");
     }
   }
   return bad;
 }
 
-// One gemv call with fresh activations, poisoned output and strides larger than needed.
-void check_gemv(const CpuKernels& k, const Weights& w, int nt, int64_t r0, int64_t r1) {
-  const int64_t ldx = w.cols + 13, ldy = w.rows + 5;
-  const std::vector<float> xbuf = make_x(nt, w.cols, ldx);
-  const float* x = xbuf.data() + 1;
-  std::vector<float> y(static_cast<size_t>(nt * ldy), kNaN);
-  k.gemv[kernel_slot(w.dtype)](w.data(), w.row_bytes, w.cols, r0, r1, x, ldx, nt, y.data(), ldy);
+// One GEMV kernel call over rows [r0, r1), into poisoned output with strides larger than needed.
+void check_gemv(const CpuKernels& k, const OpCase& c, const Weights& w, const float* x, int64_t ldx,
+                const OpReference& ref, int64_t r0, int64_t r1) {
+  const int64_t ldy = w.rows + 5;
+  std::vector<float> y(static_cast<size_t>(c.tokens * ldy), kNaN);
+  k.gemv[kernel_slot(w.dtype)](w.data(), w.row_bytes, w.cols, r0, r1, x, ldx, static_cast<int>(c.tokens), y.data(),
+                               ldy);
   std::string first;
-  const int64_t bad = compare_with_reference(w, x, ldx, nt, r0, r1, y, ldy, &first);
-  INFO(isa_name(k.isa) << " gemv " << dtype_name(w.dtype) << " rows " << w.rows << " cols " << w.cols << " row_bytes "
-                       << w.row_bytes << " nt " << nt << " range [" << r0 << ", " << r1 << "): " << first);
+  const int64_t bad = compare_rows(c, ref, r0, r1, y, ldy, &first);
+  INFO(isa_name(k.isa) << " gemv " << c.label() << " row_bytes " << w.row_bytes << " range [" << r0 << ", " << r1
+                       << "): " << first);
+  CHECK(bad == 0);
+}
+
+// matmul() with the ISA capped at k's level (GEMV below matmul_gemm_threshold() tokens, GEMM from it on).
+void check_matmul_driver(const CpuKernels& k, const OpCase& c, const Weights& w, const float* x, int64_t ldx,
+                         const OpReference& ref, ThreadPool& pool) {
+  REQUIRE(set_isa_cap(k.isa) == k.isa);
+  REQUIRE(cpu_kernels().isa == k.isa);
+  TensorView view;
+  view.dtype = w.dtype;
+  view.shape = {w.rows, w.cols};
+  view.data = w.data();
+  view.nbytes = static_cast<uint64_t>(w.rows) * w.row_bytes;
+  const int64_t ldy = w.rows + 3;
+  std::vector<float> y(static_cast<size_t>(c.tokens * ldy), kNaN);
+  matmul(view, x, ldx, c.tokens, y.data(), ldy, pool);
+  std::string first;
+  const int64_t bad = compare_rows(c, ref, 0, w.rows, y, ldy, &first);
+  INFO(isa_name(k.isa) << " matmul() " << c.label()
+                       << (c.tokens < matmul_gemm_threshold() ? " (gemv path): " : " (gemm path): ") << first);
   CHECK(bad == 0);
 }
 
@@ -207,57 +220,74 @@ std::string hex_bits(const float* v, int64_t n) {
   return s;
 }
 
-// Dequantised values must equal core's bit for bit (NaNs only need to stay NaN) and nothing past n
-// may be written.
+// Dequantised values must equal the reference (core's) bit for bit (NaNs only need to stay NaN) and
+// nothing past n may be written.
 void check_dequant(const CpuKernels& k, DType t, const uint8_t* src, int64_t n) {
-  std::vector<float> ref(static_cast<size_t>(n));
-  dequantize_row(t, src, ref.data(), n);
+  const OpReference ref = reference_dequant(t, src, n);
   std::vector<float> got(static_cast<size_t>(n + 8), kNaN);
   k.dequant[kernel_slot(t)](src, got.data(), n);
-  int64_t bad = 0, first = -1;
-  for (int64_t i = 0; i < n; ++i) {
-    const bool same = std::isnan(ref[i]) ? std::isnan(got[i]) : std::memcmp(&ref[i], &got[i], 4) == 0;
-    if (!same && bad++ == 0) first = i;
-  }
-  for (int64_t i = n; i < n + 8; ++i)
-    if (!std::isnan(got[i]) && bad++ == 0) first = i;
-  INFO(isa_name(k.isa) << " dequant " << dtype_name(t) << " n " << n << " first mismatch at " << first
-                       << (first >= 0 && first < n
-                               ? " got " + hex_bits(&got[first], 1) + "want " + hex_bits(&ref[first], 1)
-                               : std::string()));
-  CHECK(bad == 0);
+  const Tolerance exact{0, 0, true};
+  const RefCheck rc = compare_to_reference(got.data(), ref, exact);
+  int64_t past = 0;
+  for (int64_t i = n; i < n + 8; ++i) past += std::isnan(got[static_cast<size_t>(i)]) ? 0 : 1;
+  const std::vector<float> want(ref.y.begin(), ref.y.end());
+  INFO(isa_name(k.isa) << " dequant " << dtype_name(t) << " n " << n << " first mismatch at " << rc.first
+                       << (rc.first >= 0 ? " got " + hex_bits(&got[static_cast<size_t>(rc.first)], 1) + "want " +
+                                               hex_bits(&want[static_cast<size_t>(rc.first)], 1)
+                                         : std::string())
+                       << "; " << past << " written past the end");
+  CHECK(rc.bad == 0);
+  CHECK(past == 0);
+}
+
+// The rows' padding of a matmul case's weights: short float rows of any length get 6 bytes (rows only
+// 2-byte aligned), small matrices and 7-row ones three blocks; the rest are contiguous, as matmul()
+// passes them.
+uint64_t row_padding(const OpCase& c) {
+  if (c.cols % 32 != 0) return 6;
+  if (c.cols <= 96 || c.rows == 7) return 3 * static_cast<uint64_t>(dtype_block_bytes(c.dtype));
+  return 0;
 }
 
 }  // namespace
 
-TEST_CASE("gemv kernels match the double reference at every ISA level", "[cpu_kernels][gemv]") {
+TEST_CASE("op table: matmul cases on the GEMV kernels at every ISA level and through matmul()",
+          "[cpu_kernels][matmul]") {
+  IsaCapGuard guard;
   const std::vector<const CpuKernels*> levels = levels_under_test();
-  const int64_t kCols[] = {32, 96, 4096 + 32, 11520};
-  const int64_t kRows[] = {1, 7, 111, 500};
-  for (DType t : kDTypes) {
-    for (int64_t cols : kCols) {
-      for (int64_t rows : kRows) {
-        // Padded row strides on some shapes (contiguous on the rest, as matmul() passes them).
-        const uint64_t pad = (cols <= 96 || rows == 7) ? 3 * static_cast<uint64_t>(dtype_block_bytes(t)) : 0;
-        const Weights w = make_weights(t, rows, cols, pad);
-        for (const CpuKernels* k : levels) {
-          for (int nt = 1; nt <= kGemvMaxTokens; ++nt) {
-            check_gemv(*k, w, nt, 0, rows);
-            if (rows > 2) check_gemv(*k, w, nt, rows / 3, rows - 1);  // r0 > 0, r1 < rows
-          }
-        }
-      }
+  ThreadPool pool(2);
+  const std::vector<OpCase> cases = check_cases(OpId::Matmul);
+  // Cases come grouped by dtype and shape: one weight matrix per group, and activations and their
+  // reference for the group's largest token count, whose first rows serve the smaller counts.
+  std::unique_ptr<Weights> w, flat;
+  std::vector<float> xbuf;
+  OpReference ref;
+  const int64_t ldx_pad = 13;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const OpCase& c = cases[i];
+    if (!w || w->dtype != c.dtype || w->rows != c.rows || w->cols != c.cols) {
+      w = std::make_unique<Weights>(make_weights(c.dtype, c.rows, c.cols, row_padding(c)));
+      flat = std::make_unique<Weights>(contiguous(*w));
+      int64_t most = c.tokens;
+      for (size_t j = i;
+           j < cases.size() && cases[j].dtype == c.dtype && cases[j].rows == c.rows && cases[j].cols == c.cols; ++j)
+        most = std::max(most, cases[j].tokens);
+      xbuf = make_x(most, c.cols, c.cols + ldx_pad);
+      ref = reference_matmul(c.dtype, w->data(), w->row_bytes, c.rows, c.cols, xbuf.data() + 1, c.cols + ldx_pad, most);
     }
-  }
-}
-
-TEST_CASE("gemv handles float rows whose length is not a multiple of the vector width", "[cpu_kernels][gemv]") {
-  const std::vector<const CpuKernels*> levels = levels_under_test();
-  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
-    for (int64_t cols : {1, 7, 9, 17, 33, 1001}) {
-      const Weights w = make_weights(t, 9, cols, 6);
-      for (const CpuKernels* k : levels)
-        for (int nt = 1; nt <= kGemvMaxTokens; ++nt) check_gemv(*k, w, nt, 1, 9);
+    const float* x = xbuf.data() + 1;
+    const int64_t ldx = c.cols + ldx_pad;
+    for (const CpuKernels* k : levels) {
+      if (c.tokens <= kGemvMaxTokens) {  // the kernel itself: the whole matrix and row ranges inside it
+        check_gemv(*k, c, *w, x, ldx, ref, 0, c.rows);
+        if (c.rows > 1) check_gemv(*k, c, *w, x, ldx, ref, 1, c.rows);               // r0 > 0
+        if (c.rows > 2) check_gemv(*k, c, *w, x, ldx, ref, c.rows / 3, c.rows - 1);  // r0 > 0, r1 < rows
+      }
+      // matmul() differs between levels only in the kernels it calls, which the lines above test on
+      // every shape: it runs at every level on matrices of up to 2^18 weights, on the rest at the
+      // highest level.
+      if (c.rows * c.cols <= (int64_t{1} << 18) || k == levels.back())
+        check_matmul_driver(*k, c, *flat, x, ldx, ref, pool);
     }
   }
 }
@@ -273,7 +303,7 @@ TEST_CASE("gemv results do not depend on the weight prefetch distance", "[cpu_ke
   CHECK_THROWS_AS(set_gemv_prefetch_bytes(kGemvPrefetchMax + 1), Error);
   CHECK(gemv_prefetch_bytes() == 64);
   const std::vector<const CpuKernels*> levels = levels_under_test();
-  for (DType t : kDTypes) {
+  for (DType t : weight_dtypes()) {
     // Short rows (the distance wraps into the next group at once) and long ones; a row range that
     // ends before the matrix does, so prefetches run past the rows the call reads.
     for (int64_t cols : {int64_t{64}, int64_t{4096 + 32}}) {
@@ -282,6 +312,14 @@ TEST_CASE("gemv results do not depend on the weight prefetch distance", "[cpu_ke
       for (int nt : {1, kGemvMaxTokens}) {
         const std::vector<float> xbuf = make_x(nt, cols, ldx);
         const float* x = xbuf.data() + 1;
+        OpCase c;
+        c.op = OpId::Matmul;
+        c.dtype = t;
+        c.rows = w.rows;
+        c.cols = cols;
+        c.tokens = nt;
+        c.tol = tolerance(OpId::Matmul);
+        const OpReference ref = reference_matmul(t, w.data(), w.row_bytes, w.rows, cols, x, ldx, nt);
         for (const CpuKernels* k : levels) {
           std::vector<float> base;
           for (int64_t d : {int64_t{0}, int64_t{64}, kGemvPrefetchBytes, kGemvPrefetchMax}) {
@@ -290,9 +328,11 @@ TEST_CASE("gemv results do not depend on the weight prefetch distance", "[cpu_ke
             k->gemv[kernel_slot(t)](w.data(), w.row_bytes, cols, 3, 30, x, ldx, nt, y.data(), ldy);
             std::string first;
             INFO(isa_name(k->isa) << " " << dtype_name(t) << " cols " << cols << " nt " << nt << " distance " << d);
-            CHECK(compare_with_reference(w, x, ldx, nt, 3, 30, y, ldy, &first) == 0);
-            if (base.empty()) base = y;
-            else CHECK(std::memcmp(base.data(), y.data(), y.size() * sizeof(float)) == 0);
+            CHECK(compare_rows(c, ref, 3, 30, y, ldy, &first) == 0);
+            if (base.empty())
+              base = y;
+            else
+              CHECK(std::memcmp(base.data(), y.data(), y.size() * sizeof(float)) == 0);
           }
         }
       }
@@ -300,26 +340,15 @@ TEST_CASE("gemv results do not depend on the weight prefetch distance", "[cpu_ke
   }
 }
 
-TEST_CASE("dequant kernels are bit-exact with core's dequantize_row", "[cpu_kernels][dequant]") {
+TEST_CASE("op table: dequant cases are bit-exact with the reference at every ISA level", "[cpu_kernels][dequant]") {
   const std::vector<const CpuKernels*> levels = levels_under_test();
-  for (DType t : kDTypes) {
-    for (int64_t n : {32, 96, 4096 + 32, 11520}) {
-      // Fresh data per level, not vector-aligned (2-byte aligned: core's reference reads f16 scales and
-      // values as uint16_t).
-      std::vector<uint8_t> src(dtype_row_bytes(t, n) + 2);
-      for (const CpuKernels* k : levels) {
-        random_row(t, n, src.data() + 2);
-        check_dequant(*k, t, src.data() + 2, n);
-      }
-    }
-    if (!dtype_is_quantized(t)) {
-      for (int64_t n : {1, 7, 9, 31, 33, 1001}) {
-        std::vector<uint8_t> src(dtype_row_bytes(t, n) + 2);
-        for (const CpuKernels* k : levels) {
-          random_row(t, n, src.data() + 2);
-          check_dequant(*k, t, src.data() + 2, n);
-        }
-      }
+  for (const OpCase& c : check_cases(OpId::Dequant)) {
+    // Fresh data per level, not vector-aligned (2-byte aligned: core's reference reads f16 scales and
+    // values as uint16_t).
+    std::vector<uint8_t> src(dtype_row_bytes(c.dtype, c.cols) + 2);
+    for (const CpuKernels* k : levels) {
+      random_row(c.dtype, c.cols, src.data() + 2);
+      check_dequant(*k, c.dtype, src.data() + 2, c.cols);
     }
   }
 }
@@ -334,43 +363,44 @@ TEST_CASE("f16 and bf16 dequant are exact for every bit pattern", "[cpu_kernels]
   }
 }
 
-TEST_CASE("axpy and dot_f32 match the double reference", "[cpu_kernels][f32]") {
+TEST_CASE("op table: axpy and dot_f32 cases match the reference at every ISA level", "[cpu_kernels][f32]") {
   const std::vector<const CpuKernels*> levels = levels_under_test();
-  for (const CpuKernels* k : levels) {
-    for (int64_t n : {1, 7, 8, 31, 33, 4097, 11520}) {
+  for (const OpCase& c : check_cases(OpId::Axpy)) {
+    const int64_t n = c.cols;
+    for (const CpuKernels* k : levels) {
       const std::vector<float> x = random_values(n + 1), y0 = random_values(n + 1);
       const float a = uniform(-2.0f, 2.0f);
       std::vector<float> y(y0.begin(), y0.end());
       y.push_back(kNaN);  // guard: must not be touched
       k->axpy(a, x.data() + 1, y.data() + 1, n);
-      int64_t bad = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        const double ref = static_cast<double>(y0[i + 1]) + static_cast<double>(a) * x[i + 1];
-        const double tol = 1e-6 * (std::fabs(static_cast<double>(a) * x[i + 1]) + std::fabs(y0[i + 1]));
-        if (!(std::fabs(y[i + 1] - ref) <= tol)) ++bad;
-      }
-      INFO(isa_name(k->isa) << " axpy n " << n);
-      CHECK(bad == 0);
+      const OpReference ref = reference_axpy(a, x.data() + 1, y0.data() + 1, n);
+      const RefCheck rc = compare_to_reference(y.data() + 1, ref, c.tol);
+      INFO(isa_name(k->isa) << " " << c.label() << ": " << describe(rc, y.data() + 1, ref, c.tol));
+      CHECK(rc.ok());
       CHECK(y[0] == y0[0]);
-      CHECK(std::isnan(y[n + 1]));
-
-      const std::vector<float> b = random_values(n + 1);
-      double ref = 0.0, mag = 0.0;
-      for (int64_t i = 0; i < n; ++i) {
-        ref += static_cast<double>(x[i + 1]) * b[i + 1];
-        mag += std::fabs(static_cast<double>(x[i + 1]) * b[i + 1]);
-      }
-      const float got = k->dot_f32(x.data() + 1, b.data() + 1, n);
-      INFO(isa_name(k->isa) << " dot_f32 n " << n << " got " << got << " reference " << ref);
-      CHECK(std::fabs(got - ref) <= kAtol + kRtol * mag);
+      CHECK(std::isnan(y[static_cast<size_t>(n + 1)]));
+    }
+  }
+  for (const OpCase& c : check_cases(OpId::Dot)) {
+    const int64_t n = c.cols;
+    for (const CpuKernels* k : levels) {
+      const std::vector<float> a = random_values(n + 1), b = random_values(n + 1);
+      const float got = k->dot_f32(a.data() + 1, b.data() + 1, n);
+      const OpReference ref = reference_dot(a.data() + 1, b.data() + 1, n);
+      INFO(isa_name(k->isa) << " " << c.label() << " got " << got << " reference " << ref.y[0]);
+      CHECK(compare_to_reference(&got, ref, c.tol).ok());
     }
   }
 }
 
-TEST_CASE("swiglu matches the double reference at every ISA level, tails and large |gate| included", "[cpu_kernels][f32]") {
+TEST_CASE("op table: swiglu cases match the reference at every ISA level, tails and large |gate| included",
+          "[cpu_kernels][f32]") {
   for (const CpuKernels* k : levels_under_test()) {
-    for (int64_t n : {1, 7, 8, 15, 16, 17, 33, 4097, 11520}) {
-      std::vector<float> g0 = random_values(n + 1), u = random_values(n + 1);
+    for (const OpCase& c : check_cases(OpId::Swiglu)) {
+      // Rows side by side behind a leading guard, the kernel called per row (its tails at the row's
+      // length), a NaN guard after the last row.
+      const int64_t n = c.cols, total = c.rows * n;
+      std::vector<float> g0 = random_values(total + 1), u = random_values(total + 1);
       for (auto& v : g0) v *= 12.0f;  // sigmoid's both tails
       if (n > 8) {
         g0[1] = 95.0f;  // exp(-g) below the f32 range / exp(g) above it
@@ -379,18 +409,14 @@ TEST_CASE("swiglu matches the double reference at every ISA level, tails and lar
         g0[4] = -0.0f;
       }
       std::vector<float> g(g0);
-      g.push_back(kNaN);  // guard: must not be touched
-      k->swiglu(g.data() + 1, u.data() + 1, n);
-      int64_t bad = 0;
-      for (int64_t i = 1; i <= n; ++i) {
-        const double x = g0[static_cast<size_t>(i)];
-        const double ref = x / (1.0 + std::exp(-x)) * u[static_cast<size_t>(i)];
-        if (!(std::fabs(g[static_cast<size_t>(i)] - ref) <= 1e-6 * std::fabs(ref) + 1e-30)) ++bad;
-      }
-      INFO(isa_name(k->isa) << " swiglu n " << n);
-      CHECK(bad == 0);
+      g.push_back(kNaN);
+      for (int64_t r = 0; r < c.rows; ++r) k->swiglu(g.data() + 1 + r * n, u.data() + 1 + r * n, n);
+      const OpReference ref = reference_swiglu(g0.data() + 1, u.data() + 1, total);
+      const RefCheck rc = compare_to_reference(g.data() + 1, ref, c.tol);
+      INFO(isa_name(k->isa) << " " << c.label() << ": " << describe(rc, g.data() + 1, ref, c.tol));
+      CHECK(rc.ok());
       CHECK(g[0] == g0[0]);
-      CHECK(std::isnan(g[static_cast<size_t>(n + 1)]));
+      CHECK(std::isnan(g[static_cast<size_t>(total + 1)]));
     }
   }
   // The pool form splits long rows and gives the same values.
@@ -402,169 +428,122 @@ TEST_CASE("swiglu matches the double reference at every ISA level, tails and lar
   CHECK(a == b);
 }
 
-TEST_CASE("matmul() matches the reference on the GEMV and GEMM paths", "[cpu_kernels][matmul]") {
+TEST_CASE("op table: rms_norm cases match the reference at every ISA level", "[cpu_kernels][f32]") {
   IsaCapGuard guard;
-  const std::vector<const CpuKernels*> levels = levels_under_test();
-  ThreadPool pool(2);
-  const int64_t thr = matmul_gemm_threshold();
-  REQUIRE(thr > 1);
-  // GEMV below the threshold (several kGemvMaxTokens chunks included), GEMM from it on.
-  const std::vector<int64_t> tokens = {1, 2, 3, 4, 5, thr - 1, thr, thr + 1, 33, 130};
-  struct Shape2 {
-    int64_t rows, cols;
-  };
-  for (const CpuKernels* k : levels) {
+  for (const CpuKernels* k : levels_under_test()) {
     REQUIRE(set_isa_cap(k->isa) == k->isa);
-    REQUIRE(cpu_kernels().isa == k->isa);
-    for (DType t : kDTypes) {
-      for (Shape2 s : {Shape2{131, 1056}, Shape2{500, 96}}) {
-        const Weights w = make_weights(t, s.rows, s.cols, 0);
-        TensorView view;
-        view.dtype = t;
-        view.shape = {s.rows, s.cols};
-        view.data = w.data();
-        view.nbytes = static_cast<uint64_t>(s.rows) * w.row_bytes;
-        for (int64_t nt : tokens) {
-          const int64_t ldx = s.cols + 5, ldy = s.rows + 3;
-          const std::vector<float> xbuf = make_x(nt, s.cols, ldx);
-          const float* x = xbuf.data() + 1;
-          std::vector<float> y(static_cast<size_t>(nt * ldy), kNaN);
-          matmul(view, x, ldx, nt, y.data(), ldy, pool);
-          std::string first;
-          const int64_t bad = compare_with_reference(w, x, ldx, nt, 0, s.rows, y, ldy, &first);
-          INFO(isa_name(k->isa) << " matmul " << dtype_name(t) << " rows " << s.rows << " cols " << s.cols << " tokens "
-                                << nt << (nt < thr ? " (gemv path): " : " (gemm path): ") << first);
-          CHECK(bad == 0);
-        }
-      }
+    for (const OpCase& c : check_cases(OpId::RmsNorm)) {
+      const std::vector<float> x = random_values(c.rows * c.cols), w = random_values(c.cols);
+      std::vector<float> y(x.size() + 1, kNaN), inplace(x);
+      rms_norm(x.data(), w.data(), 1e-5f, y.data(), c.rows, c.cols);
+      rms_norm(inplace.data(), w.data(), 1e-5f, inplace.data(), c.rows, c.cols);  // y may alias x
+      const OpReference ref = reference_rms_norm(x.data(), w.data(), 1e-5f, c.rows, c.cols);
+      const RefCheck rc = compare_to_reference(y.data(), ref, c.tol);
+      INFO(isa_name(k->isa) << " " << c.label() << ": " << describe(rc, y.data(), ref, c.tol));
+      CHECK(rc.ok());
+      CHECK(std::isnan(y.back()));
+      CHECK(std::memcmp(inplace.data(), y.data(), x.size() * sizeof(float)) == 0);
     }
   }
 }
 
-// ---- attention() (executor/cpu/attention.h) against a double-precision reference ----------------------
-
-struct AttnCase {
-  int64_t heads, kv_heads, hd, n_tokens, pos0, kv_len;  // queries at pos0 .. pos0 + n_tokens - 1
-};
-
-// f64 softmax(q k^T / sqrt(hd)) v for every (token, head), plus the magnitude that f32 rounding is
-// relative to: sum_j p_j |v_j[d]| / l (the weighted sum) times 1 + max_j sum_e |q_e k_j[e]| / sqrt(hd)
-// (a score's rounding, relative to its magnitude, scales p_j by 1 + that error).
-void attention_ref(const AttnCase& c, const std::vector<float>& q, const std::vector<int32_t>& pos,
-                   const std::vector<float>& k, const std::vector<float>& v, std::vector<double>& out,
-                   std::vector<double>& mag) {
-  const int64_t hd = c.hd, group = c.heads / c.kv_heads, kvs = c.kv_heads * hd;
-  out.assign(static_cast<size_t>(c.n_tokens * c.heads * hd), 0.0);
-  mag = out;
-  for (int64_t t = 0; t < c.n_tokens; ++t)
-    for (int64_t h = 0; h < c.heads; ++h) {
-      const int64_t g = h / group, n = pos[t] + 1;
-      const float* qv = &q[(t * c.heads + h) * hd];
-      std::vector<double> sc(static_cast<size_t>(n));
-      double m = -INFINITY, l = 0.0, smag = 0.0;
-      for (int64_t j = 0; j < n; ++j) {
-        double d = 0.0, a = 0.0;
-        for (int64_t e = 0; e < hd; ++e) {
-          d += static_cast<double>(qv[e]) * k[j * kvs + g * hd + e];
-          a += std::fabs(static_cast<double>(qv[e]) * k[j * kvs + g * hd + e]);
-        }
-        sc[j] = d / std::sqrt(static_cast<double>(hd));
-        smag = std::max(smag, a / std::sqrt(static_cast<double>(hd)));
-        m = std::max(m, sc[j]);
+TEST_CASE("op table: rope cases match the reference in both pairings", "[cpu_kernels][f32]") {
+  for (const OpCase& c : check_cases(OpId::Rope)) {
+    for (RopeStyle style : {RopeStyle::Neox, RopeStyle::Normal}) {
+      const int64_t width = c.heads * c.head_dim, stride = width + 3;  // rows of the fused qkv: wider than the heads
+      const std::vector<float> x = random_values(c.tokens * width);
+      std::vector<float> rows(static_cast<size_t>(c.tokens * stride), kNaN);
+      for (int64_t t = 0; t < c.tokens; ++t)
+        std::copy(x.begin() + t * width, x.begin() + (t + 1) * width, rows.begin() + t * stride);
+      std::vector<int32_t> pos(static_cast<size_t>(c.tokens));
+      for (int64_t t = 0; t < c.tokens; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(c.pos0 + t);
+      RopeAngles angles;
+      angles.compute(pos.data(), c.tokens, c.head_dim, kRopeTheta);
+      rope(rows.data(), c.tokens, c.heads, c.head_dim, angles, style, stride);
+      std::vector<float> got(x.size());
+      bool gap_untouched = true;
+      for (int64_t t = 0; t < c.tokens; ++t) {
+        std::copy(rows.begin() + t * stride, rows.begin() + t * stride + width, got.begin() + t * width);
+        for (int64_t i = width; i < stride; ++i) gap_untouched &= std::isnan(rows[static_cast<size_t>(t * stride + i)]);
       }
-      double* o = &out[(t * c.heads + h) * hd];
-      double* mg = &mag[(t * c.heads + h) * hd];
-      for (int64_t j = 0; j < n; ++j) {
-        const double p = std::exp(sc[j] - m);
-        l += p;
-        for (int64_t e = 0; e < hd; ++e) {
-          o[e] += p * v[j * kvs + g * hd + e];
-          mg[e] += p * std::fabs(v[j * kvs + g * hd + e]);
-        }
-      }
-      for (int64_t e = 0; e < hd; ++e) {
-        o[e] /= l;
-        mg[e] *= (1.0 + smag) / l;
-      }
+      const OpReference ref = reference_rope(x.data(), pos.data(), c.tokens, c.heads, c.head_dim, kRopeTheta, style);
+      const RefCheck rc = compare_to_reference(got.data(), ref, c.tol);
+      INFO(c.label() << (style == RopeStyle::Neox ? " neox: " : " normal: ") << describe(rc, got.data(), ref, c.tol));
+      CHECK(rc.ok());
+      CHECK(gap_untouched);
     }
+  }
 }
 
-// Runs attention() at every ISA level on `threads` threads and compares with the reference.
-// Cache rows at and beyond the last query's position are NaN: they must never be read into a result.
-void check_attention(const AttnCase& c, int threads) {
-  const int64_t hd = c.hd, kvs = c.kv_heads * hd;
-  std::vector<float> q = random_values(c.n_tokens * c.heads * hd);
-  for (float& x : q) x *= 2.0f;  // sharper softmax
-  std::vector<float> k = random_values(c.kv_len * kvs), v = random_values(c.kv_len * kvs);
-  std::vector<int32_t> pos(static_cast<size_t>(c.n_tokens));
-  for (int64_t t = 0; t < c.n_tokens; ++t) pos[t] = static_cast<int32_t>(c.pos0 + t);
-  for (int64_t j = c.pos0 + c.n_tokens; j < c.kv_len; ++j)
-    for (int64_t e = 0; e < kvs; ++e) k[j * kvs + e] = v[j * kvs + e] = kNaN;
-  std::vector<double> ref, mag;
-  attention_ref(c, q, pos, k, v, ref, mag);
-  ThreadPool pool(threads);
+namespace {
+
+// A case's inputs and reference, kept while cases differ only in their threads. Cache rows at and
+// beyond the last query's position are NaN: they must never be read into a result.
+struct AttnData {
+  OpCase shape;
+  std::vector<float> q, k, v;
+  std::vector<int32_t> pos;
+  OpReference ref;
+};
+
+bool same_attention(const OpCase& a, const OpCase& b) {
+  return a.heads == b.heads && a.kv_heads == b.kv_heads && a.head_dim == b.head_dim && a.tokens == b.tokens &&
+         a.pos0 == b.pos0 && a.kv_len == b.kv_len;
+}
+
+void make_attention_data(const OpCase& c, AttnData* d) {
+  const int64_t hd = c.head_dim, kvs = c.kv_heads * hd;
+  d->shape = c;
+  d->q = random_values(c.tokens * c.heads * hd);
+  for (float& x : d->q) x *= 2.0f;  // sharper softmax
+  d->k = random_values(c.kv_len * kvs);
+  d->v = random_values(c.kv_len * kvs);
+  d->pos.resize(static_cast<size_t>(c.tokens));
+  for (int64_t t = 0; t < c.tokens; ++t) d->pos[static_cast<size_t>(t)] = static_cast<int32_t>(c.pos0 + t);
+  for (int64_t j = c.pos0 + c.tokens; j < c.kv_len; ++j)
+    for (int64_t e = 0; e < kvs; ++e)
+      d->k[static_cast<size_t>(j * kvs + e)] = d->v[static_cast<size_t>(j * kvs + e)] = kNaN;
+  d->ref =
+      reference_attention(d->q.data(), c.tokens, d->pos.data(), d->k.data(), d->v.data(), {c.heads, c.kv_heads, hd});
+}
+
+// attention() at every ISA level on the case's threads against the reference.
+void check_attention(const OpCase& c, const AttnData& d) {
+  const AttentionShape shape{c.heads, c.kv_heads, c.head_dim};
+  ThreadPool pool(c.threads > 0 ? c.threads : 2);
   IsaCapGuard guard;
   for (const CpuKernels* kern : levels_under_test()) {
     set_isa_cap(kern->isa);
-    std::vector<float> out(q.size(), kNaN);
-    attention(q.data(), c.n_tokens, pos.data(), k.data(), v.data(), c.kv_len, {c.heads, c.kv_heads, hd}, out.data(),
-              pool);
-    double worst = 0.0;
-    size_t worst_i = 0;
-    for (size_t i = 0; i < out.size(); ++i) {
-      const double err = std::fabs(out[i] - ref[i]) / (kRtol * mag[i] + kAtol);
-      if (!(err <= worst)) {
-        worst = err;
-        worst_i = i;
-      }
-    }
-    INFO(isa_name(kern->isa) << " heads " << c.heads << "/" << c.kv_heads << " head_dim " << hd << " tokens "
-                             << c.n_tokens << " at " << c.pos0 << " kv_len " << c.kv_len << " threads " << threads
-                             << ": element " << worst_i << " got " << out[worst_i] << " reference " << ref[worst_i]
-                             << " (error / tolerance " << worst << ")");
-    CHECK(worst <= 1.0);
+    std::vector<float> out(d.q.size(), kNaN);
+    attention(d.q.data(), c.tokens, d.pos.data(), d.k.data(), d.v.data(), c.kv_len, shape, out.data(), pool);
+    const RefCheck rc = compare_to_reference(out.data(), d.ref, c.tol);
+    INFO(isa_name(kern->isa) << " " << c.label() << " on " << pool.size()
+                             << " threads: " << describe(rc, out.data(), d.ref, c.tol));
+    CHECK(rc.ok());
   }
 }
 
-TEST_CASE("attention matches the double reference for every head_dim and GQA group", "[cpu_kernels][attention]") {
-  // head_dim 8 .. 128 (below, at and between vector widths); groups 1..8 (and odd head counts).
-  const int64_t hds[] = {8, 16, 24, 32, 40, 48, 64, 128};
-  const int64_t groups[][2] = {{1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 5}, {6, 2}, {7, 1}, {8, 1}, {12, 3}};
-  for (int64_t hd : hds)
-    for (const auto& g : groups) check_attention({g[0], g[1], hd, 3, 0, 3}, 2);
-}
+}  // namespace
 
-TEST_CASE("attention: prefill chunks at positions not starting at 0", "[cpu_kernels][attention]") {
-  check_attention({8, 2, 64, 37, 0, 37}, 3);       // prompt, causal inside one chunk
-  check_attention({6, 3, 48, 21, 50, 71}, 2);      // second chunk over a cached prefix
-  check_attention({4, 1, 24, 100, 129, 300}, 4);   // many token blocks; cache longer than used
-  check_attention({32, 8, 128, 70, 1000, 1070}, 3);  // nemo8b-like heads
-  check_attention({3, 3, 16, 9, 4000, 4009}, 1);   // short chunk over a long cache: key range split
-}
-
-TEST_CASE("attention: decode over long contexts with many threads", "[cpu_kernels][attention]") {
-  for (int threads : {1, 2, 5, 16}) {
-    check_attention({32, 8, 128, 1, 4999, 5000}, threads);
-    check_attention({7, 1, 40, 2, 9000, 9100}, threads);
+TEST_CASE("op table: attention cases match the reference at every ISA level", "[cpu_kernels][attention]") {
+  AttnData d;
+  for (const OpCase& c : check_cases(OpId::Attention)) {
+    if (d.q.empty() || !same_attention(d.shape, c)) make_attention_data(c, &d);
+    check_attention(c, d);
   }
-  check_attention({2, 2, 8, 1, 20000, 20001}, 3);
-  check_attention({8, 1, 128, 1, 511, 512}, 4);  // exactly one split chunk
-  check_attention({8, 1, 128, 1, 512, 513}, 4);  // one key into the second chunk
 }
 
 TEST_CASE("attention results do not depend on the thread count", "[cpu_kernels][attention]") {
-  const AttnCase c{8, 2, 64, 5, 3000, 3005};
-  const int64_t hd = c.hd, kvs = c.kv_heads * hd;
-  const std::vector<float> q = random_values(c.n_tokens * c.heads * hd), k = random_values(c.kv_len * kvs),
-                           v = random_values(c.kv_len * kvs);
-  std::vector<int32_t> pos(static_cast<size_t>(c.n_tokens));
-  for (int64_t t = 0; t < c.n_tokens; ++t) pos[t] = static_cast<int32_t>(c.pos0 + t);
+  const int64_t heads = 8, kv_heads = 2, hd = 64, n = 5, pos0 = 3000, kv_len = 3005, kvs = kv_heads * hd;
+  const std::vector<float> q = random_values(n * heads * hd), k = random_values(kv_len * kvs),
+                           v = random_values(kv_len * kvs);
+  std::vector<int32_t> pos(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(pos0 + t);
   std::vector<float> first;
   for (int threads : {1, 2, 3, 8}) {
     ThreadPool pool(threads);
     std::vector<float> out(q.size(), kNaN);
-    attention(q.data(), c.n_tokens, pos.data(), k.data(), v.data(), c.kv_len, {c.heads, c.kv_heads, hd}, out.data(),
-              pool);
+    attention(q.data(), n, pos.data(), k.data(), v.data(), kv_len, {heads, kv_heads, hd}, out.data(), pool);
     if (first.empty())
       first = out;
     else
@@ -600,9 +579,14 @@ TEST_CASE("attention: head-major caches give the same results as rows of all hea
     attention(q.data(), c.n_tokens, pos.data(), k.data(), v.data(), kv_len, shape, side.data(), pool);
     attention(q.data(), c.n_tokens, pos.data(), kh.data(), vh.data(), kv_len, head_major(shape, c.capacity),
               major.data(), pool);
-    INFO("heads " << c.heads << "/" << c.kv_heads << " head_dim " << hd << " tokens " << c.n_tokens << " at " << c.pos0);
+    INFO("heads " << c.heads << "/" << c.kv_heads << " head_dim " << hd << " tokens " << c.n_tokens << " at "
+                  << c.pos0);
     CHECK(std::all_of(side.begin(), side.end(), [](float x) { return std::isfinite(x); }));
     CHECK(std::memcmp(side.data(), major.data(), side.size() * sizeof(float)) == 0);
+    // The reference reads the head-major layout too.
+    const OpReference ref =
+        reference_attention(q.data(), c.n_tokens, pos.data(), kh.data(), vh.data(), head_major(shape, c.capacity));
+    CHECK(compare_to_reference(major.data(), ref, tolerance(OpId::Attention)).ok());
   }
 }
 
