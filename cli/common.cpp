@@ -31,8 +31,12 @@ std::vector<int32_t> parse_token_list(const std::string& text) {
   return ids;
 }
 
+const char* const kThreadsHelp = "CPU threads (0 = all cores; at most 4 x the hardware threads, and 1024)";
+
 int resolve_threads(int threads) {
-  if (threads < 0 || threads > 4096) fail("--threads ", threads, " is out of range (0 = all cores)");
+  if (threads < 0 || threads > max_cli_threads())
+    fail("--threads ", threads, " is out of range: 0 (all cores) to ", max_cli_threads(), " (4 x the ", hardware_threads(),
+         " hardware threads, at most ", kMaxPoolThreads, ")");
   return threads == 0 ? hardware_threads() : threads;
 }
 

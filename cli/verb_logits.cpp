@@ -55,7 +55,7 @@ void register_logits(CLI::App& app) {
   sub->add_option("--tokens", a->tokens, "Comma-separated token ids, used as given (no BOS added)")->required();
   sub->add_option("--out", a->out, "Output .npy path (float32 [n_tokens, vocab])")->required();
   sub->add_option("--device", a->device, "auto|cuda|emu|cpu (only cpu so far)");
-  sub->add_option("--threads", a->threads, "CPU threads (0 = all cores)");
+  sub->add_option("--threads", a->threads, kThreadsHelp);
   sub->add_option("--path", a->path, "fast (the CPU fast path) or reference (the readable f64 reference)");
   sub->callback([a] { run_logits(*a); });
 }

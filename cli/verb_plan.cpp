@@ -97,7 +97,8 @@ void run_plan(const PlanArgs& a) {
   cfg.budget_bytes = parse_size(a.budget, "--vram-budget");
   cfg.ctx = a.ctx;
   cfg.threads = a.threads == 0 ? cost->max_threads() : a.threads;
-  if (cfg.threads < 1 || cfg.threads > 4096) fail("--threads ", a.threads, " is out of range");
+  if (cfg.threads < 1 || cfg.threads > kMaxPoolThreads)
+    fail("--threads ", a.threads, " is out of range: 0 (the machine's cores) or 1 to ", kMaxPoolThreads);
   cfg.kv_dtype = parse_dtype(a.kv_dtype);
   cfg.kv_layers = a.kv_layers;
   cfg.host_kv_attention = parse_host_kv_attention(a.host_kv_attention);
@@ -246,7 +247,7 @@ void register_plan(CLI::App& app) {
                   "that stands in for the missing GPU rows");
   sub->add_option("--profile", a->profile, "Measured ProfileDB from `shardwise profile` (takes precedence over --hw)");
   sub->add_option("--vram-budget", a->budget, "VRAM budget for everything the model allocates, e.g. 4G")->required();
-  sub->add_option("--threads", a->threads, "CPU threads (0 = the machine's cores)");
+  sub->add_option("--threads", a->threads, "CPU threads of the planned machine (0 = its cores; at most 1024)");
   sub->add_option("--ctx", a->ctx, "KV capacity in tokens (steps are planned with the cache full)");
   sub->add_option("--pcie-cap", a->pcie_cap, "PCIe bandwidth cap, e.g. 16GB/s, or none");
   sub->add_option("--kv-dtype", a->kv_dtype, "KV cache element type (f32 = exact; f16 halves its size)");

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/size.h"
+#include "core/thread_pool.h"
 #include "costmodel/profile_db.h"
 #include "microbench/profiler.h"
 #include "oracle/sweep.h"
@@ -47,7 +48,8 @@ ProfileOptions options_of(const ProfileArgs& a) {
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used != t.size() || v < 1) fail("--threads '", a.threads, "': give thread counts like 1,16");
+    if (used != t.size() || v < 1 || v > max_cli_threads())
+      fail("--threads '", a.threads, "': give thread counts like 1,16, each 1 to ", max_cli_threads(), " (4 x the hardware threads)");
     o.threads.push_back(v);
   }
   o.pcie_caps_bytes_per_s.clear();
@@ -167,7 +169,7 @@ void register_profile(CLI::App& app) {
   auto* c = app.add_subcommand("profile", "measure this machine's kernels, copies and contention into a ProfileDB");
   auto a = std::make_shared<ProfileArgs>();
   c->add_option("--out", a->out, "ProfileDB file to write");
-  c->add_option("--threads", a->threads, "CPU thread counts, e.g. 1,16 (default: 1 and all hardware threads)");
+  c->add_option("--threads", a->threads, "CPU thread counts, e.g. 1,16 (default: 1 and all hardware threads; each at most 4 x the hardware threads)");
   c->add_option("--pcie-cap", a->caps, "PCIe caps to measure copies under, e.g. none,16GB/s");
   c->add_option("--device", a->device, "auto | cuda | cpu (cpu: a profile without GPU rows)");
   c->add_flag("--quick", a->quick, "small grid (~30 s): for tests and CPU-only demos");

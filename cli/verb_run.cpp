@@ -394,7 +394,7 @@ void register_run(CLI::App& app) {
   sub->add_option("-p,--prompt", a->prompt, "Prompt text (tokenised with the model's vocabulary; BOS per the model)");
   sub->add_option("--tokens", a->tokens, "Prompt as comma-separated token ids, used as given (no BOS added)");
   sub->add_option("-n,--n-predict", a->n_predict, "Tokens to generate");
-  sub->add_option("--threads", a->threads, "CPU threads (0 = all cores)");
+  sub->add_option("--threads", a->threads, kThreadsHelp);
   sub->add_option("--ctx", a->ctx, "KV capacity in tokens (default: max(4096, prompt + n))");
   sub->add_option("--batch", a->batch, "Prompt tokens per prefill step (0: 512 on the CPU; on a device, the plan table's tiers)");
   sub->add_option("--device", a->device, "auto|cuda|emu|cpu (auto: the GPU when there is one, else the CPU)");

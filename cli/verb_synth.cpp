@@ -39,7 +39,7 @@ void register_synth(CLI::App& app) {
   sub->add_option("--dtype", a->dtype, "Weight type: f32, f16, bf16, q8_0, q4_0 (default: the spec's)");
   sub->add_option("--seed", a->seed, "Random seed (same seed, same weights)");
   sub->add_option("-o,--out", a->out, "Output .gguf path")->required();
-  sub->add_option("--threads", a->threads, "Threads (0 = all cores)");
+  sub->add_option("--threads", a->threads, kThreadsHelp);
   sub->add_option("--layers", a->layers, "Override the number of layers (0 = the spec's)");
   sub->callback([a] { run_synth(*a); });
 }

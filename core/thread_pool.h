@@ -25,9 +25,13 @@
 
 namespace shardwise {
 
+// The most threads a pool takes (the CLI allows fewer: max_cli_threads()).
+constexpr int kMaxPoolThreads = 1024;
+
 class ThreadPool {
  public:
-  // n_threads total including the caller; 0 = hardware concurrency.
+  // n_threads total including the caller; 0 = hardware concurrency; at most kMaxPoolThreads. Throws
+  // Error when a thread cannot be started (the threads started are stopped and joined first).
   explicit ThreadPool(int n_threads = 0);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -55,6 +59,7 @@ class ThreadPool {
 
  private:
   void worker_loop(int index);
+  void stop_workers();  // wakes every worker with stop_ set and joins it
   // Opens a job to the workers (fields set by the caller beforehand), runs the caller work and
   // `share` on the caller, waits until `done_` reaches `target`, then closes the job and waits until
   // no worker is inside it. Rethrows the caller work's exception, else the job's first one.
@@ -90,6 +95,9 @@ class ThreadPool {
 
 // Number of hardware threads (>= 1).
 int hardware_threads();
+// The most threads a --threads flag may ask for: 4 x the hardware threads, at most kMaxPoolThreads
+// (more only time-slices the cores: 4096 threads took 64 s for 3 tokens of a 2 MB model on 2 cores).
+int max_cli_threads();
 
 // SHARDWISE_POOL_SPIN_US read from `text`: microseconds (0 to 1000000), -1 when text is null (unset),
 // -2 when malformed or out of range.

@@ -17,6 +17,7 @@
 #include "core/file_util.h"
 #include "core/hardware_spec.h"
 #include "core/size.h"
+#include "core/thread_pool.h"
 #include "core/weight_source.h"
 #include "costmodel/profile_db.h"
 
@@ -309,7 +310,7 @@ Experiment parse_experiment_text(const std::string& text, const std::string& pat
     e.ctxs.push_back(v);
   }
   for (const auto& [field, n] : items(c, need("threads"), "threads")) {
-    const int v = static_cast<int>(as_int(c, n, field, 1, 4096));
+    const int v = static_cast<int>(as_int(c, n, field, 1, kMaxPoolThreads));
     if (std::find(e.threads.begin(), e.threads.end(), v) != e.threads.end()) c.fail_at(field, v, " appears twice");
     e.threads.push_back(v);
   }
@@ -399,7 +400,7 @@ Experiment parse_experiment_text(const std::string& text, const std::string& pat
         }
       if (r["threads"])
         for (const auto& [f, n] : items(c, r["threads"], where + ".threads")) {
-          const int v = static_cast<int>(as_int(c, n, f, 1, 4096));
+          const int v = static_cast<int>(as_int(c, n, f, 1, kMaxPoolThreads));
           if (std::find(e.threads.begin(), e.threads.end(), v) == e.threads.end()) c.fail_at(f, v, " is not one of the thread counts");
           rule.threads.push_back(v);
         }
