@@ -1110,14 +1110,16 @@ PlannerConfig::HostKvAttention parse_host_kv_attention(const std::string& text) 
 }
 
 uint64_t minimum_budget(const ModelSpec& spec, const CostModel& cost, const PlannerConfig& config) {
-  uint64_t lo = 1 << 20, hi = 1ull << 50;
+  // Bisection down to the arena's alignment (~42 plannings): every region is a multiple of it, so the
+  // smallest feasible budget is one too. lo is infeasible, hi feasible throughout.
+  uint64_t lo = 0, hi = kMaxVramBudget;
   if (!decode_feasible(spec, cost, config, hi)) fail("no budget makes this model plannable");
-  while (hi - lo > (1 << 20)) {
-    const uint64_t mid = lo + (hi - lo) / 2;
+  while (hi - lo > kAlign) {
+    const uint64_t mid = (lo + (hi - lo) / 2) / kAlign * kAlign;
     if (decode_feasible(spec, cost, config, mid)) hi = mid;
     else lo = mid;
   }
-  return (hi + (1 << 20) - 1) / (1 << 20) * (1 << 20);
+  return hi;
 }
 
 Plan build_plan(const ModelSpec& spec, const CostModel& cost, const PlannerConfig& cfg, Schedule s, int64_t tier) {

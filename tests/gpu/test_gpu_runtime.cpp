@@ -75,7 +75,7 @@ PlanTable test_table(const WeightSource& src, double frac, PlannerConfig* cfg_ou
   cfg.tiers = {1, 4, 16, 32};
   cfg.tensor_dtypes = tensor_dtypes_of(src);
   cfg.budget_bytes = 1;
-  const uint64_t min_b = minimum_budget(src.spec(), *cost, cfg);
+  const uint64_t min_b = (minimum_budget(src.spec(), *cost, cfg) + (1 << 20) - 1) / (1 << 20) * (1 << 20);  // as written for 1 MiB steps
   cfg.budget_bytes = std::max<uint64_t>(min_b + (256u << 10), static_cast<uint64_t>(frac * static_cast<double>(src.weight_bytes()))) + extra_bytes;
   *cfg_out = cfg;
   return build_plan_table(src.spec(), *cost, cfg);

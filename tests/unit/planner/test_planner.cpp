@@ -819,6 +819,21 @@ TEST_CASE("an impossible budget names the smallest budget that works", "[planner
   CHECK_NOTHROW(build_plan_table(spec, *cost, config(min_b, 4096, 16)));
 }
 
+TEST_CASE("the smallest budget named is exact to the arena's alignment of 256 bytes", "[planner]") {
+  // A bisection stopped at 1 MiB named a budget up to 1 MiB above the smallest one that works.
+  auto cost = make_analytic_cost_model(builtin_hardware("cli3"));
+  for (const auto& [model, ctx] : {std::pair<const char*, int64_t>{"tiny_llama", 256}, {"tiny_moe", 1024}, {"nemo4b", 4096}}) {
+    const ModelSpec spec = builtin_spec(model);
+    const PlannerConfig cfg = config(1 << 30, ctx, 8);
+    const uint64_t min_b = minimum_budget(spec, *cost, cfg);
+    INFO(model << ": " << min_b);
+    CHECK(min_b % 256 == 0);
+    CHECK_NOTHROW(build_plan_table(spec, *cost, config(min_b, ctx, 8)));
+    CHECK_THROWS_WITH(build_plan_table(spec, *cost, config(min_b - 256, ctx, 8)),
+                      Contains("the smallest budget that works is") && Contains("(" + std::to_string(min_b) + " bytes)"));
+  }
+}
+
 namespace {
 
 // Checks the contract of every feasible plan of a table.
@@ -1160,7 +1175,7 @@ struct Verified {
 
 // A table whose chosen plans stream weights through both slots (budget: a third of the weights).
 // `extra`: budget beyond the smallest that plans (0: the weights stream; large: everything fits).
-Verified streaming_table(const std::string& model, Schedule s, uint64_t extra = 256 << 10) {
+Verified streaming_table(const std::string& model, Schedule s, uint64_t extra = 1 << 20) {
   Verified v;
   v.spec = builtin_spec(model);
   auto cost = make_analytic_cost_model(builtin_hardware("cli3"));
