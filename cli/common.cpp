@@ -1,11 +1,13 @@
 // cli/common.cpp — shared verb helpers.
 #include "cli/common.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <sys/stat.h>
 
 #include "core/error.h"
+#include "core/size.h"
 #include "core/thread_pool.h"
 #include "executor/cuda/cuda_device.h"
 
@@ -29,6 +31,22 @@ std::vector<int32_t> parse_token_list(const std::string& text) {
   }
   if (ids.empty()) fail("--tokens: no token ids given");
   return ids;
+}
+
+const CLI::Validator kUnsignedInteger(
+    [](const std::string& text) -> std::string {
+      errno = 0;
+      char* end = nullptr;
+      const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+      (void)v;
+      if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || errno == ERANGE || *end != '\0')
+        return "'" + text + "' must be a whole number from 0 to 18446744073709551615";
+      return "";
+    },
+    "UINT64");
+
+void check_token_flag(const char* flag, int64_t value) {
+  if (value < 0 || value > kMaxContext) fail(flag, " ", value, " is out of range: 0 (the default) or 1 to ", kMaxContext, " tokens");
 }
 
 const char* const kThreadsHelp = "CPU threads (0 = all cores; at most 4 x the hardware threads, and 1024)";

@@ -19,6 +19,13 @@ std::vector<int32_t> parse_token_list(const std::string& text);
 int resolve_threads(int threads);
 extern const char* const kThreadsHelp;  // --threads' help text, with its limits
 
+// For unsigned options (seeds): decimal digits only, at most 2^64 - 1. CLI11 alone wraps "-1" and
+// saturates larger numbers.
+extern const CLI::Validator kUnsignedInteger;
+
+// --ctx of run: 0 (the default) or 1 to kMaxContext tokens; --batch: 0 or 1 to kMaxContext.
+void check_token_flag(const char* flag, int64_t value);
+
 // Checks --device for verbs that run on the CPU only so far: auto/cpu pass, cuda/emu error.
 std::string resolve_cpu_device(const std::string& device);
 // --device auto|cuda|emu|cpu -> "cuda", "emu" or "cpu" (auto = cuda when this build has CUDA and the

@@ -27,7 +27,13 @@ int main(int argc, char** argv) {
     shardwise::check_thread_pool_env();
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // A bad flag or value is bad input like any other: one line, exit 1.
+    std::string msg = e.what();
+    for (char& ch : msg)
+      if (ch == '\n') ch = ' ';
+    std::fprintf(stderr, "error: %s (--help lists the options)\n", msg.c_str());
+    return 1;
   } catch (const shardwise::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

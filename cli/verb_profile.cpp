@@ -53,7 +53,7 @@ ProfileOptions options_of(const ProfileArgs& a) {
     o.threads.push_back(v);
   }
   o.pcie_caps_bytes_per_s.clear();
-  for (const std::string& c : split_list(a.caps)) o.pcie_caps_bytes_per_s.push_back(parse_bandwidth(c, "--pcie-cap"));
+  for (const std::string& c : split_list(a.caps)) o.pcie_caps_bytes_per_s.push_back(parse_pcie_cap(c, "--pcie-cap"));
   if (o.pcie_caps_bytes_per_s.empty()) o.pcie_caps_bytes_per_s = {0};
   return o;
 }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iomanip>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -223,6 +224,19 @@ ModelSpec experiment_model_spec(const std::string& weights) {
   return s;
 }
 
+// The product of the lists, refused before anything is expanded: 10^9 configurations fit in a 20 KB
+// file and would fill memory; each row also takes a plan per tier.
+void check_expansion(const Ctx& c, const Experiment& e) {
+  const double n = static_cast<double>(e.models.size()) * static_cast<double>(e.budgets.size()) *
+                   static_cast<double>(e.ctxs.size()) * static_cast<double>(e.threads.size()) * static_cast<double>(e.caps.size());
+  if (n > static_cast<double>(kMaxConfigurations))
+    fail(c.file, ": the experiment expands to ", str_cat(std::fixed, std::setprecision(0), n), " configurations (models ",
+         e.models.size(), " x budgets ", e.budgets.size(), " x ctx ", e.ctxs.size(), " x threads ", e.threads.size(),
+         " x pcie_caps ", e.caps.size(), "), more than ", kMaxConfigurations,
+         ": split its lists over several experiment files (--shard i/n divides a sweep between runs, but each run expands all of it)");
+  if (e.tiers.size() > kMaxTiers) c.fail_at("tiers", e.tiers.size(), " tiers: at most ", kMaxTiers);
+}
+
 Experiment parse_experiment_text(const std::string& text, const std::string& path) {
   const Ctx c{path};
   YAML::Node root;
@@ -292,8 +306,7 @@ Experiment parse_experiment_text(const std::string& text, const std::string& pat
     if (!b.text.empty() && b.text.back() == '%') {
       b.fraction = as_double(c, YAML::Node(b.text.substr(0, b.text.size() - 1)), field, 1e-6, 1e6) / 100.0;
     } else {
-      b.bytes = wrap(c, field, [&] { return parse_size(b.text, "budget"); });
-      if (b.bytes == 0) c.fail_at(field, "a budget must be positive");
+      b.bytes = wrap(c, field, [&] { return parse_vram_budget(b.text, "budget"); });
     }
     if (!budget_texts.insert(b.text).second) c.fail_at(field, "'", b.text, "' appears twice");
     e.budgets.push_back(b);
@@ -306,6 +319,7 @@ Experiment parse_experiment_text(const std::string& text, const std::string& pat
   // Contexts, threads, caps, tiers.
   for (const auto& [field, n] : items(c, need("ctx"), "ctx")) {
     const int64_t v = wrap(c, field, [&] { return parse_token_count(scalar(c, n, field), "ctx"); });
+    if (v > kMaxContext) c.fail_at(field, v, " is more than ", kMaxContext, " tokens");
     if (std::find(e.ctxs.begin(), e.ctxs.end(), v) != e.ctxs.end()) c.fail_at(field, v, " appears twice");
     e.ctxs.push_back(v);
   }
@@ -317,7 +331,7 @@ Experiment parse_experiment_text(const std::string& text, const std::string& pat
   for (const auto& [field, n] : items(c, need("pcie_caps"), "pcie_caps")) {
     ExperimentCap cap;
     cap.text = scalar(c, n, field);
-    cap.bytes_per_s = wrap(c, field, [&] { return parse_bandwidth(cap.text, "PCIe cap"); });
+    cap.bytes_per_s = wrap(c, field, [&] { return parse_pcie_cap(cap.text, "PCIe cap"); });
     for (const auto& o : e.caps)
       if (o.bytes_per_s == cap.bytes_per_s) c.fail_at(field, "'", cap.text, "' is the same cap as '", o.text, "'");
     e.caps.push_back(cap);
@@ -330,6 +344,7 @@ Experiment parse_experiment_text(const std::string& text, const std::string& pat
     e.tiers.push_back(v);
   }
   std::sort(e.tiers.begin(), e.tiers.end());
+  check_expansion(c, e);
 
   // Schedules (default: the three candidates and the two baselines as reference rows).
   if (root["schedules"]) {
