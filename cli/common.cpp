@@ -72,11 +72,7 @@ ModelSpec resolve_model_spec(const std::string& model, std::string* origin, DTyp
   struct stat st;
   *has_weights = false;
   if (model.compare(0, synth.size(), synth) == 0) {
-    std::string rest = model.substr(synth.size());
-    std::string name = rest.substr(0, rest.find('?'));
-    ModelSpec s = resolve_spec(name);
-    auto p = rest.find("dtype=");
-    if (p != std::string::npos) s.dtype = parse_dtype(rest.substr(p + 6, rest.find('&', p) - p - 6));
+    const ModelSpec s = parse_synthetic(model.substr(synth.size())).spec;  // all its options, checked
     *origin = model;
     *dtype_out = s.dtype;
     return s;

@@ -1,4 +1,5 @@
 // core/model_spec.cpp — ModelSpec: validation, tensor list, and loading from YAML / HF config.json.
+#include "core/yaml_util.h"
 #include "core/model_spec.h"
 
 #include <yaml-cpp/yaml.h>
@@ -17,7 +18,6 @@ namespace shardwise {
 namespace {
 
 constexpr int64_t kMaxDim = int64_t(1) << 24;       // 16M: far above any real width
-constexpr int64_t kMaxLayers = 4096;
 constexpr int64_t kMaxExperts = 65536;
 
 
@@ -200,19 +200,10 @@ const char* kKnownYamlKeys[] = {
 }  // namespace
 
 ModelSpec parse_spec_yaml_text(const std::string& text, const std::string& ctx) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    fail(ctx, ": malformed YAML at line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg);
-  }
+  const YAML::Node root = load_yaml(text, ctx);  // duplicate and non-scalar keys refused there
   if (!root.IsMap()) fail(ctx, ": expected a mapping of model fields at the top level");
-  std::vector<std::string> seen;
   for (auto it = root.begin(); it != root.end(); ++it) {
-    std::string key = it->first.as<std::string>();
-    for (const auto& k : seen)
-      if (k == key) fail(ctx, ": duplicate field '", key, "'");
-    seen.push_back(key);
+    const std::string key = it->first.Scalar();
     bool known = false;
     for (const char* k : kKnownYamlKeys) known = known || key == k;
     if (!known) fail(ctx, ": unknown field '", key, "' (fields mirror HF config.json; see configs/models/)");

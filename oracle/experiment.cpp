@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/yaml_util.h"
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/hardware_spec.h"
@@ -205,23 +206,7 @@ bool Configuration::row_excluded(int64_t tier, Schedule s) const {
 ModelSpec experiment_model_spec(const std::string& weights) {
   const std::string synth = "synthetic:";
   if (weights.compare(0, synth.size(), synth) != 0) return open_weights(weights)->spec();
-  const std::string rest = weights.substr(synth.size());
-  const auto q = rest.find('?');
-  ModelSpec s = resolve_spec(rest.substr(0, q));
-  if (q != std::string::npos) {
-    std::stringstream query(rest.substr(q + 1));
-    std::string kv;
-    while (std::getline(query, kv, '&')) {
-      const auto eq = kv.find('=');
-      if (eq == std::string::npos) fail(weights, ": option '", kv, "' must be key=value");
-      const std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
-      if (key == "dtype") s.dtype = parse_dtype(value);
-      else if (key == "layers") s.num_hidden_layers = std::stoll(value);
-      else if (key != "seed") fail(weights, ": unknown option '", key, "' (known: dtype, seed, layers)");
-    }
-  }
-  s.validate(weights);
-  return s;
+  return parse_synthetic(weights.substr(synth.size())).spec;
 }
 
 // The product of the lists, refused before anything is expanded: 10^9 configurations fit in a 20 KB
@@ -239,12 +224,7 @@ void check_expansion(const Ctx& c, const Experiment& e) {
 
 Experiment parse_experiment_text(const std::string& text, const std::string& path) {
   const Ctx c{path};
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    fail(path, ": malformed YAML at line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg);
-  }
+  const YAML::Node root = load_yaml(text, path);
   if (!root.IsMap()) fail(path, ": expected a mapping at the top level (name, hardware, models, budgets, ...)");
   check_keys(c, root, "", kTopKeys);
   auto need = [&](const char* key) {

@@ -243,7 +243,14 @@ TEST_CASE("bad input: synthetic: strings", "[bad_input][synthetic]") {
                     Contains("synthetic:tiny_llama?layers=0") && Contains("layers '0'"));
   CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?layers=-3"), Contains("layers '-3'"));
   CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?layers=2x"), Contains("layers '2x'"));
-  CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?layers=100000"), Contains("num_hidden_layers"));
+  CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?layers=100000"), Contains("layers '100000'") && Contains("1 to 4096"));
+  // Numbers past 2^64 saturated (a silent seed of 2^64 - 1); every reader of the text parses it alike.
+  CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?seed=99999999999999999999999"),
+                    Contains("seed '99999999999999999999999' must be a whole number from 0 to 18446744073709551615"));
+  CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?seed=-1"), Contains("seed '-1'"));
+  CHECK(parse_synthetic("tiny_llama?seed=18446744073709551615&layers=2").seed == UINT64_MAX);
+  CHECK(parse_synthetic("tiny_llama?seed=18446744073709551615&layers=2").spec.num_hidden_layers == 2);
+  CHECK_THROWS_WITH(parse_synthetic("tiny_llama?layers=abc"), Contains("synthetic:tiny_llama?layers=abc: layers 'abc'"));
   CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?foo=1"),
                     Contains("synthetic:tiny_llama?foo=1") && Contains("unknown option 'foo'"));
   CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?dtype"), Contains("'dtype'") && Contains("key=value"));

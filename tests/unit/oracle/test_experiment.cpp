@@ -278,3 +278,11 @@ TEST_CASE("experiment: budgets, contexts and PCIe caps are bounded", "[oracle]")
   CHECK_THAT(error_of(with("pcie_caps", "[5TB/s]")), Contains("pcie_caps[0]"));
   CHECK_THAT(error_of(with("ctx", "[64, 8000K]")), Contains("exp.yaml: ctx[1]: 8192000 is more than 4194304"));
 }
+
+TEST_CASE("experiment: a key given twice is refused, not read as its first value", "[oracle]") {
+  CHECK_THAT(error_of(std::string(kBase) + "hardware: cli2\n"), Contains("exp.yaml: line ") && Contains("duplicate key 'hardware'"));
+  CHECK_THAT(error_of(with("measure", "{warmup: 1, warmup: 3}")), Contains("duplicate key 'measure.warmup'"));
+  std::string twice = kBase;
+  twice.replace(twice.find("  - name: a\n"), 12, "  - name: a\n    name: c\n");
+  CHECK_THAT(error_of(twice), Contains("duplicate key 'models[0].name'"));
+}
