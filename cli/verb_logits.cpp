@@ -3,6 +3,7 @@
 
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/file_util.h"
 #include "core/npy.h"
 #include "core/thread_pool.h"
 #include "executor/model/cpu_model.h"
@@ -20,6 +21,7 @@ struct LogitsArgs {
 
 void run_logits(const LogitsArgs& a) {
   resolve_cpu_device(a.device);
+  check_output_path(a.out, "--out");
   std::vector<int32_t> ids = parse_token_list(a.tokens);
   OpenOptions oo;
   oo.threads = resolve_threads(a.threads);

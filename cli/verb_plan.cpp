@@ -9,6 +9,7 @@
 
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/file_util.h"
 #include "core/hardware_spec.h"
 #include "core/size.h"
 #include "core/log.h"
@@ -86,6 +87,8 @@ std::unique_ptr<CostModel> make_cost_model(const PlanArgs& a, double cap, std::s
 void run_plan(const PlanArgs& a) {
   if (a.hw.empty() && a.profile.empty()) fail("give --hw NAME|FILE (builtin: cli1, cli2, cli3, h200-host) or --profile FILE");
   if (a.budget.empty()) fail("give --vram-budget (e.g. 4G)");
+  for (const auto& out : {std::make_pair("--save", &a.save), std::make_pair("--trace", &a.trace)})
+    if (!out.second->empty()) check_output_path(*out.second, out.first);
   std::string origin;
   DType dt;
   bool has_weights;

@@ -91,6 +91,8 @@ ProfileOptions::Recorded recorded_validation(const std::string& path) {
 
 void run_profile_verb(const ProfileArgs& a) {
   ProfileOptions o = options_of(a);
+  for (const auto& out : {std::make_pair("--out", &a.out), std::make_pair("--json-out", &a.json_out)})
+    if (!out.second->empty()) check_output_path(*out.second, out.first);  // before minutes of measuring
   if (!a.rescore.empty() && a.validate.empty()) fail("--rescore needs --validate FILE (the profile to predict from)");
   if (!a.check.empty()) {
     if (!a.validate.empty() || !a.out.empty()) fail("--check runs alone: drop --validate and --out");

@@ -3,6 +3,7 @@
 
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/file_util.h"
 #include "core/size.h"
 #include "core/thread_pool.h"
 
@@ -19,6 +20,8 @@ struct SynthArgs {
 };
 
 void run_synth(const SynthArgs& a) {
+  check_output_path(a.out, "-o");  // before the minutes a large model takes to synthesise
+  if (a.layers < 0) fail("--layers ", a.layers, ": give a positive layer count (or 0 for the spec's)");
   ModelSpec spec = resolve_spec(a.spec);
   if (!a.dtype.empty()) spec.dtype = parse_dtype(a.dtype);
   if (a.layers > 0) spec.num_hidden_layers = a.layers;
