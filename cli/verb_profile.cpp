@@ -9,6 +9,7 @@
 #include "cli/common.h"
 #include "cli/machine_check.h"
 #include "core/error.h"
+#include "core/json_util.h"
 #include "core/file_util.h"
 #include "core/size.h"
 #include "core/thread_pool.h"
@@ -61,8 +62,10 @@ ProfileOptions options_of(const ProfileArgs& a) {
 // The measured times of an earlier `--validate --json-out` file, for --rescore.
 ProfileOptions::Recorded recorded_validation(const std::string& path) {
   nlohmann::json j;
+  const std::string text = read_text_file(path);
+  check_json_depth(text, path);
   try {
-    j = nlohmann::json::parse(read_text_file(path));
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail(path, ": not JSON (", e.what(), "); give a file written by `profile --validate ... --json-out`");
   }

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/json_util.h"
 
 namespace shardwise {
 
@@ -76,6 +77,10 @@ ExistingResults read_results(const std::string& path) {
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     nlohmann::json j;
+    if (json_nesting_depth(line.data(), line.data() + line.size()) > kMaxJsonDepth) {  // no line we write nests so
+      ++r.bad_lines;
+      continue;
+    }
     try {
       j = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception&) {

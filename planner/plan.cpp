@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "core/json_util.h"
 
 namespace shardwise {
 
@@ -225,7 +226,7 @@ T as(const json& v, const At& at) {
   else if constexpr (std::is_unsigned_v<T>) ok = v.is_number_unsigned() && v.get<uint64_t>() <= std::numeric_limits<T>::max();
   else ok = v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<T>::max())) &&
             v.get<int64_t>() >= std::numeric_limits<T>::min() && v.get<int64_t>() <= std::numeric_limits<T>::max();
-  if (!ok) at.fail_at("must be ", type_name<T>(), ", got ", v.is_object() ? "an object" : v.is_array() ? "an array" : v.dump().substr(0, 40));
+  if (!ok) at.fail_at("must be ", type_name<T>(), ", got ", json_brief(v));
   return v.get<T>();
 }
 
@@ -347,6 +348,7 @@ Plan from_json(const json& j, const At& at) {
 }
 
 json parse_json(const std::string& text, const std::string& ctx) {
+  check_json_depth(text, ctx);
   try {
     return json::parse(text);
   } catch (const json::parse_error& e) {

@@ -294,6 +294,24 @@ TEST_CASE("bad input table: errors name the file or flag and the field", "[cli][
     check(r);
 }
 
+TEST_CASE("bad input table: JSON nested deep", "[cli][bad_table]") {
+  // A config.json value nested 200000 deep crashed (its error message dumped it); a plan table alike.
+  const std::string dir = hf_with_tokenizer("deep_cfg", small_tokenizer(""));
+  std::string cfg = read_file(dir + "/config.json");
+  const auto at = cfg.find("\"hidden_size\":");
+  REQUIRE(at != std::string::npos);
+  cfg = cfg.substr(0, at) + "\"hidden_size\": " + std::string(200000, '[') + "1" + std::string(200000, ']') + cfg.substr(cfg.find_first_of(",}", at));
+  write_file(dir + "/config.json", cfg);
+  check({"config.json value nested 200000 deep (crashed)", "info " + quote(dir), {"config.json: JSON nested 200001 deep, more than 256 levels"}});
+  json plan = plan_of_model();
+  plan["machine"] = "@@";
+  std::string text = plan.dump();
+  text.replace(text.find("\"@@\""), 4, std::string(100000, '{') + std::string(100000, '}'));
+  check({"plan table field nested 100000 deep",
+         "run --model " + quote(model()) + " --device emu --tokens 1 -n 1 --plan " + quote(write("deep_plan.json", text)),
+         {"deep_plan.json: JSON nested 100001 deep"}});
+}
+
 TEST_CASE("bad input table: the smallest budget that works", "[cli][bad_table]") {
   check({"a budget below the smallest", "plan --model tiny_llama --hw cli3 --vram-budget 1K --ctx 256", {"the smallest budget that works is", "bytes)"}});
 }
