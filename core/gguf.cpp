@@ -277,12 +277,19 @@ GgufFile::GgufFile(const std::string& path) : file_(std::make_unique<MappedFile>
     tensor_index_[t.name] = tensors_.size();
     tensors_.push_back(std::move(t));
   }
-  data_offset_ = align_up(c.pos(), alignment_);
+  check_data_section(c.pos(), n_tensors);
+}
+
+// The data section after the tensor infos (which end at infos_end): zero padding up to its aligned
+// start, every tensor inside it, none overlapping, and the tensors tiling it.
+void GgufFile::check_data_section(uint64_t infos_end, uint64_t n_tensors) {
+  const std::string& path = file_->path();
+  data_offset_ = align_up(infos_end, alignment_);
   if (data_offset_ > file_->size() && !tensors_.empty())
-    fail(path, ": offset ", c.pos(), ": the tensor data section starts past the end of the file (truncated)");
+    fail(path, ": offset ", infos_end, ": the tensor data section starts past the end of the file (truncated)");
   // What lies between the last tensor info and the data is zero padding (fewer bytes than the
   // alignment): a tensor count one short leaves the last tensor's info there instead.
-  for (uint64_t i = c.pos(); i < std::min<uint64_t>(data_offset_, file_->size()); ++i)
+  for (uint64_t i = infos_end; i < std::min<uint64_t>(data_offset_, file_->size()); ++i)
     if (file_->data()[i] != 0)
       fail(path, ": offset ", i, ": byte ", static_cast<int>(file_->data()[i]), " between the tensor infos and the tensor data, where only zero "
            "padding belongs (is the tensor count of ", n_tensors, " too small? the file is corrupt)");
