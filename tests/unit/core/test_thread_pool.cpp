@@ -232,6 +232,7 @@ TEST_CASE("thread pool: SHARDWISE_POOL_SPIN_US is microseconds from 0 to 1000000
   }
 }
 
+#if !defined(__SANITIZE_ADDRESS__)
 namespace {
 // Bytes of address space this process maps now (/proc/self/statm, first field, in pages).
 uint64_t mapped_bytes() {
@@ -271,6 +272,7 @@ int pool_in_limited_child(uint64_t spare, int threads) {
   return WEXITSTATUS(status);
 }
 }  // namespace
+#endif
 
 TEST_CASE("thread pool: a thread that cannot be started is one error, once the started ones are joined", "[core][pool]") {
 #if defined(__SANITIZE_ADDRESS__)
