@@ -288,7 +288,7 @@ TEST_CASE("thread pool: a thread that cannot be started is one error, once the s
 #endif
 }
 
-TEST_CASE("thread pool: at most kMaxPoolThreads threads; the CLI's limit is 4 x the hardware threads", "[core][pool]") {
+TEST_CASE("thread pool: at most kMaxPoolThreads threads, and the CLI allows 4 x the hardware threads", "[core][pool]") {
   CHECK_THROWS_AS(ThreadPool(kMaxPoolThreads + 1), Error);
   CHECK(max_cli_threads() == std::min(kMaxPoolThreads, 4 * hardware_threads()));
   CHECK(max_cli_threads() >= 4);

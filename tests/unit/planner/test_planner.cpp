@@ -1304,7 +1304,7 @@ TEST_CASE("plan verifier: KV caches and pinned weights stay in their regions, ap
   CHECK_THAT(verify_error(v, p), Contains("kv_on_gpu says the opposite"));
 }
 
-TEST_CASE("plan verifier: a table's KV layout is one across its chosen plans; budgets and contexts bounded", "[planner][verify]") {
+TEST_CASE("plan verifier: a table's KV layout is one across its chosen plans, and budgets and contexts are bounded", "[planner][verify]") {
   Verified v = streaming_table("tiny_llama", Schedule::GpuOnly, 64 << 20);  // every cache in VRAM
   REQUIRE(v.table.tiers.size() > 1);
   PlanTable t = v.table;
@@ -1332,7 +1332,7 @@ TEST_CASE("plan verifier: a table's KV layout is one across its chosen plans; bu
   CHECK_THROWS_WITH(verify_plan_table(t, v.spec, v.shards, "t.json"), Contains("t.json: tiers[0]: chunk_tokens 7"));
 }
 
-TEST_CASE("plan table JSON: errors name the file and the field; unknown fields are refused", "[planner][verify]") {
+TEST_CASE("plan table JSON: errors name the file and the field, and unknown fields are refused", "[planner][verify]") {
   const Verified v = streaming_table("tiny_llama", Schedule::Static);
   const std::string good = plan_table_to_json(v.table);
   auto error_of = [](const std::string& text) {
