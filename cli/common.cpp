@@ -1,11 +1,13 @@
 // cli/common.cpp — shared verb helpers.
 #include "cli/common.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <sys/stat.h>
 
 #include "core/error.h"
+#include "core/size.h"
 #include "core/thread_pool.h"
 #include "executor/cuda/cuda_device.h"
 
@@ -31,8 +33,28 @@ std::vector<int32_t> parse_token_list(const std::string& text) {
   return ids;
 }
 
+const CLI::Validator kUnsignedInteger(
+    [](const std::string& text) -> std::string {
+      errno = 0;
+      char* end = nullptr;
+      const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+      (void)v;
+      if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || errno == ERANGE || *end != '\0')
+        return "'" + text + "' must be a whole number from 0 to 18446744073709551615";
+      return "";
+    },
+    "UINT64");
+
+void check_token_flag(const char* flag, int64_t value) {
+  if (value < 0 || value > kMaxContext) fail(flag, " ", value, " is out of range: 0 (the default) or 1 to ", kMaxContext, " tokens");
+}
+
+const char* const kThreadsHelp = "CPU threads (0 = all cores; at most 4 x the hardware threads, and 1024)";
+
 int resolve_threads(int threads) {
-  if (threads < 0 || threads > 4096) fail("--threads ", threads, " is out of range (0 = all cores)");
+  if (threads < 0 || threads > max_cli_threads())
+    fail("--threads ", threads, " is out of range: 0 (all cores) to ", max_cli_threads(), " (4 x the ", hardware_threads(),
+         " hardware threads, at most ", kMaxPoolThreads, ")");
   return threads == 0 ? hardware_threads() : threads;
 }
 
@@ -50,11 +72,7 @@ ModelSpec resolve_model_spec(const std::string& model, std::string* origin, DTyp
   struct stat st;
   *has_weights = false;
   if (model.compare(0, synth.size(), synth) == 0) {
-    std::string rest = model.substr(synth.size());
-    std::string name = rest.substr(0, rest.find('?'));
-    ModelSpec s = resolve_spec(name);
-    auto p = rest.find("dtype=");
-    if (p != std::string::npos) s.dtype = parse_dtype(rest.substr(p + 6, rest.find('&', p) - p - 6));
+    const ModelSpec s = parse_synthetic(model.substr(synth.size())).spec;  // all its options, checked
     *origin = model;
     *dtype_out = s.dtype;
     return s;

@@ -15,8 +15,16 @@ namespace shardwise::cli {
 // "1,2,3" -> ids; throws Error on anything but comma-separated non-negative integers.
 std::vector<int32_t> parse_token_list(const std::string& text);
 
-// Thread count flag: 0 = all hardware threads.
+// Thread count flag: 0 = all hardware threads; at most max_cli_threads() (core/thread_pool.h).
 int resolve_threads(int threads);
+extern const char* const kThreadsHelp;  // --threads' help text, with its limits
+
+// For unsigned options (seeds): decimal digits only, at most 2^64 - 1. CLI11 alone wraps "-1" and
+// saturates larger numbers.
+extern const CLI::Validator kUnsignedInteger;
+
+// --ctx of run: 0 (the default) or 1 to kMaxContext tokens; --batch: 0 or 1 to kMaxContext.
+void check_token_flag(const char* flag, int64_t value);
 
 // Checks --device for verbs that run on the CPU only so far: auto/cpu pass, cuda/emu error.
 std::string resolve_cpu_device(const std::string& device);

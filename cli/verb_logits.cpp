@@ -3,11 +3,13 @@
 
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/file_util.h"
 #include "core/npy.h"
 #include "core/thread_pool.h"
 #include "executor/model/cpu_model.h"
 #include "executor/reference/reference_model.h"
 #include "executor/session/kv_cache.h"
+#include "executor/session/sampling.h"
 
 namespace shardwise::cli {
 namespace {
@@ -19,6 +21,7 @@ struct LogitsArgs {
 
 void run_logits(const LogitsArgs& a) {
   resolve_cpu_device(a.device);
+  check_output_path(a.out, "--out");
   std::vector<int32_t> ids = parse_token_list(a.tokens);
   OpenOptions oo;
   oo.threads = resolve_threads(a.threads);
@@ -43,6 +46,12 @@ void run_logits(const LogitsArgs& a) {
     fail("--path '", a.path, "' is unknown (fast, reference)");
   }
   write_npy_f32(a.out, logits.data(), {n, spec.vocab_size});
+  for (int64_t i = 0; i < n; ++i) {  // written as computed, then reported: a NaN row is no result
+    const int64_t bad = first_non_finite(logits.data() + i * spec.vocab_size, spec.vocab_size);
+    if (bad >= 0)
+      fail(a.out, ": the logits of position ", i, " hold ", logits[static_cast<size_t>(i * spec.vocab_size + bad)], " at token id ", bad,
+           " (written as computed): the model's weights or activations are not finite");
+  }
   std::fprintf(stderr, "wrote %s: float32 [%lld, %lld]\n", a.out.c_str(), (long long)n, (long long)spec.vocab_size);
 }
 
@@ -55,7 +64,7 @@ void register_logits(CLI::App& app) {
   sub->add_option("--tokens", a->tokens, "Comma-separated token ids, used as given (no BOS added)")->required();
   sub->add_option("--out", a->out, "Output .npy path (float32 [n_tokens, vocab])")->required();
   sub->add_option("--device", a->device, "auto|cuda|emu|cpu (only cpu so far)");
-  sub->add_option("--threads", a->threads, "CPU threads (0 = all cores)");
+  sub->add_option("--threads", a->threads, kThreadsHelp);
   sub->add_option("--path", a->path, "fast (the CPU fast path) or reference (the readable f64 reference)");
   sub->callback([a] { run_logits(*a); });
 }

@@ -9,6 +9,7 @@
 
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/file_util.h"
 #include "core/hardware_spec.h"
 #include "core/size.h"
 #include "core/log.h"
@@ -86,18 +87,21 @@ std::unique_ptr<CostModel> make_cost_model(const PlanArgs& a, double cap, std::s
 void run_plan(const PlanArgs& a) {
   if (a.hw.empty() && a.profile.empty()) fail("give --hw NAME|FILE (builtin: cli1, cli2, cli3, h200-host) or --profile FILE");
   if (a.budget.empty()) fail("give --vram-budget (e.g. 4G)");
+  for (const auto& out : {std::make_pair("--save", &a.save), std::make_pair("--trace", &a.trace)})
+    if (!out.second->empty()) check_output_path(*out.second, out.first);
   std::string origin;
   DType dt;
   bool has_weights;
   const ModelSpec spec = resolve_model_spec(a.model, &origin, &dt, &has_weights);
-  const double cap = parse_bandwidth(a.pcie_cap, "--pcie-cap");
+  const double cap = parse_pcie_cap(a.pcie_cap, "--pcie-cap");
   std::string machine_label;
   auto cost = make_cost_model(a, cap, &machine_label);
   PlannerConfig cfg;
-  cfg.budget_bytes = parse_size(a.budget, "--vram-budget");
+  cfg.budget_bytes = parse_vram_budget(a.budget, "--vram-budget");
   cfg.ctx = a.ctx;
   cfg.threads = a.threads == 0 ? cost->max_threads() : a.threads;
-  if (cfg.threads < 1 || cfg.threads > 4096) fail("--threads ", a.threads, " is out of range");
+  if (cfg.threads < 1 || cfg.threads > kMaxPoolThreads)
+    fail("--threads ", a.threads, " is out of range: 0 (the machine's cores) or 1 to ", kMaxPoolThreads);
   cfg.kv_dtype = parse_dtype(a.kv_dtype);
   cfg.kv_layers = a.kv_layers;
   cfg.host_kv_attention = parse_host_kv_attention(a.host_kv_attention);
@@ -242,10 +246,10 @@ void register_plan(CLI::App& app) {
                   "Machine: builtin (cli1, cli2, cli3, h200-host) or a hardware .yaml; with a CPU-only --profile, the GPU "
                   "that stands in for the missing GPU rows");
   sub->add_option("--profile", a->profile, "Measured ProfileDB from `shardwise profile` (takes precedence over --hw)");
-  sub->add_option("--vram-budget", a->budget, "VRAM budget for everything the model allocates, e.g. 4G")->required();
-  sub->add_option("--threads", a->threads, "CPU threads (0 = the machine's cores)");
-  sub->add_option("--ctx", a->ctx, "KV capacity in tokens (steps are planned with the cache full)");
-  sub->add_option("--pcie-cap", a->pcie_cap, "PCIe bandwidth cap, e.g. 16GB/s, or none");
+  sub->add_option("--vram-budget", a->budget, "VRAM budget for everything the model allocates, e.g. 4G (at most 1024T = 1 PiB)")->required();
+  sub->add_option("--threads", a->threads, "CPU threads of the planned machine (0 = its cores; at most 1024)");
+  sub->add_option("--ctx", a->ctx, "KV capacity in tokens, 1 to 4194304 (steps are planned with the cache full)");
+  sub->add_option("--pcie-cap", a->pcie_cap, "PCIe bandwidth cap, 100MB/s to 1TB/s, e.g. 16GB/s, or none");
   sub->add_option("--kv-dtype", a->kv_dtype, "KV cache element type (f32 = exact; f16 halves its size)");
   sub->add_option("--kv-layers", a->kv_layers,
                   "Layers whose KV stays in VRAM (the first N; their attention is streamed where not pinned); "
@@ -262,7 +266,7 @@ void register_plan(CLI::App& app) {
   sub->add_option("--next-layer-hits", a->next_layer_hits,
                   "MoE: the fraction of each layer's experts its router guesses a layer early (what --routing-tokens "
                   "measures): plans may copy streamed experts on that guess; 0 never guesses");
-  sub->add_option("--token-seed", a->token_seed, "Seed of the --routing-tokens tokens (as the oracle's token_seed)");
+  sub->add_option("--token-seed", a->token_seed, "Seed of the --routing-tokens tokens (as the oracle's token_seed)")->check(kUnsignedInteger);
   sub->add_flag("--json", a->json, "Print one JSON object");
   sub->add_flag("--brief", a->brief, "One line: predicted decode tokens/s and TTFT, chosen schedules, the layer-split baseline");
   sub->add_flag("--explain", a->explain, "List the shards of one plan (--tier, --schedule) with placement and why");

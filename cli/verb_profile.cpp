@@ -9,8 +9,10 @@
 #include "cli/common.h"
 #include "cli/machine_check.h"
 #include "core/error.h"
+#include "core/json_util.h"
 #include "core/file_util.h"
 #include "core/size.h"
+#include "core/thread_pool.h"
 #include "costmodel/profile_db.h"
 #include "microbench/profiler.h"
 #include "oracle/sweep.h"
@@ -47,11 +49,12 @@ ProfileOptions options_of(const ProfileArgs& a) {
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used != t.size() || v < 1) fail("--threads '", a.threads, "': give thread counts like 1,16");
+    if (used != t.size() || v < 1 || v > max_cli_threads())
+      fail("--threads '", a.threads, "': give thread counts like 1,16, each 1 to ", max_cli_threads(), " (4 x the hardware threads)");
     o.threads.push_back(v);
   }
   o.pcie_caps_bytes_per_s.clear();
-  for (const std::string& c : split_list(a.caps)) o.pcie_caps_bytes_per_s.push_back(parse_bandwidth(c, "--pcie-cap"));
+  for (const std::string& c : split_list(a.caps)) o.pcie_caps_bytes_per_s.push_back(parse_pcie_cap(c, "--pcie-cap"));
   if (o.pcie_caps_bytes_per_s.empty()) o.pcie_caps_bytes_per_s = {0};
   return o;
 }
@@ -59,8 +62,10 @@ ProfileOptions options_of(const ProfileArgs& a) {
 // The measured times of an earlier `--validate --json-out` file, for --rescore.
 ProfileOptions::Recorded recorded_validation(const std::string& path) {
   nlohmann::json j;
+  const std::string text = read_text_file(path);
+  check_json_depth(text, path);
   try {
-    j = nlohmann::json::parse(read_text_file(path));
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail(path, ": not JSON (", e.what(), "); give a file written by `profile --validate ... --json-out`");
   }
@@ -89,6 +94,8 @@ ProfileOptions::Recorded recorded_validation(const std::string& path) {
 
 void run_profile_verb(const ProfileArgs& a) {
   ProfileOptions o = options_of(a);
+  for (const auto& out : {std::make_pair("--out", &a.out), std::make_pair("--json-out", &a.json_out)})
+    if (!out.second->empty()) check_output_path(*out.second, out.first);  // before minutes of measuring
   if (!a.rescore.empty() && a.validate.empty()) fail("--rescore needs --validate FILE (the profile to predict from)");
   if (!a.check.empty()) {
     if (!a.validate.empty() || !a.out.empty()) fail("--check runs alone: drop --validate and --out");
@@ -167,7 +174,7 @@ void register_profile(CLI::App& app) {
   auto* c = app.add_subcommand("profile", "measure this machine's kernels, copies and contention into a ProfileDB");
   auto a = std::make_shared<ProfileArgs>();
   c->add_option("--out", a->out, "ProfileDB file to write");
-  c->add_option("--threads", a->threads, "CPU thread counts, e.g. 1,16 (default: 1 and all hardware threads)");
+  c->add_option("--threads", a->threads, "CPU thread counts, e.g. 1,16 (default: 1 and all hardware threads; each at most 4 x the hardware threads)");
   c->add_option("--pcie-cap", a->caps, "PCIe caps to measure copies under, e.g. none,16GB/s");
   c->add_option("--device", a->device, "auto | cuda | cpu (cpu: a profile without GPU rows)");
   c->add_flag("--quick", a->quick, "small grid (~30 s): for tests and CPU-only demos");

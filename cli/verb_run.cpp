@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "core/hardware_spec.h"
+#include "core/log.h"
 #include "core/size.h"
 #include "costmodel/cost_model.h"
 #include "costmodel/profile_db.h"
@@ -120,6 +121,8 @@ void run_run(RunArgs a) {
   parse_host_kv_attention(a.host_kv_attention);  // one line for a bad value, whatever plans the run
   if (a.prompt.empty() == a.tokens.empty()) fail("give exactly one of --prompt TEXT or --tokens IDS");
   if (a.n_predict < 0 || a.n_predict > (1 << 24)) fail("-n ", a.n_predict, " is out of range");
+  check_token_flag("--ctx", a.ctx);
+  check_token_flag("--batch", a.batch);
   const int threads = resolve_threads(a.threads);
   a.sampling.validate();
   for (auto& s : a.stop) s = process_escapes(s);
@@ -181,14 +184,16 @@ void run_run(RunArgs a) {
     } else {
       uint64_t budget = 0;
       if (!a.vram_budget.empty()) {
-        budget = parse_size(a.vram_budget, "--vram-budget");
+        budget = parse_vram_budget(a.vram_budget, "--vram-budget");
+        if (device == "cuda" && budget > cuda_device_info(0).total_bytes)
+          log_warn("--vram-budget ", a.vram_budget, " is more than the GPU's ", format_bytes(cuda_device_info(0).total_bytes));
       } else {
         const CudaDeviceInfo info = cuda_device_info(0);
         const uint64_t reserve = 1ull << 30;  // context, modules and headroom
         if (info.free_bytes <= reserve) fail("the GPU has too little free memory; give --vram-budget");
         budget = info.free_bytes - reserve;
       }
-      const double cap = parse_bandwidth(a.pcie_cap, "--pcie-cap");
+      const double cap = parse_pcie_cap(a.pcie_cap, "--pcie-cap");
       std::unique_ptr<CostModel> cost;
       if (a.profile.empty()) {
         cost = make_analytic_cost_model(resolve_hardware(a.hw), cap);
@@ -239,7 +244,7 @@ void run_run(RunArgs a) {
     }
     RuntimeOptions ro;
     if (a.schedule != "auto") ro.schedule = parse_schedule(a.schedule);
-    ro.pcie_cap_bytes_per_s = parse_bandwidth(a.pcie_cap, "--pcie-cap");
+    ro.pcie_cap_bytes_per_s = parse_pcie_cap(a.pcie_cap, "--pcie-cap");
     auto parse_int = [](const std::string& t, int64_t* v) {
       char* e = nullptr;
       errno = 0;
@@ -410,9 +415,10 @@ void register_run(CLI::App& app) {
   sub->add_option("-p,--prompt", a->prompt, "Prompt text (tokenised with the model's vocabulary; BOS per the model)");
   sub->add_option("--tokens", a->tokens, "Prompt as comma-separated token ids, used as given (no BOS added)");
   sub->add_option("-n,--n-predict", a->n_predict, "Tokens to generate");
-  sub->add_option("--threads", a->threads, "CPU threads (0 = all cores)");
-  sub->add_option("--ctx", a->ctx, "KV capacity in tokens (default: max(4096, prompt + n))");
-  sub->add_option("--batch", a->batch, "Prompt tokens per prefill step (0: 512 on the CPU; on a device, the plan table's tiers)");
+  sub->add_option("--threads", a->threads, kThreadsHelp);
+  sub->add_option("--ctx", a->ctx, "KV capacity in tokens, at most 4194304 (default: max(4096, prompt + n))");
+  sub->add_option("--batch", a->batch,
+                  "Prompt tokens per prefill step, at most 4194304 (0: 512 on the CPU; on a device, the plan table's tiers)");
   sub->add_option("--device", a->device, "auto|cuda|emu|cpu (auto: the GPU when there is one, else the CPU)");
   sub->add_flag("--greedy", a->sampling.greedy, "Greedy decoding (argmax)");
   sub->add_option("--temp", a->sampling.temp, "Sampling temperature (<= 0: greedy)")->capture_default_str();
@@ -420,7 +426,7 @@ void register_run(CLI::App& app) {
   sub->add_option("--top-p", a->sampling.top_p, "Top-p (1: off)")->capture_default_str();
   sub->add_option("--min-p", a->sampling.min_p, "Min-p (0: off)")->capture_default_str();
   sub->add_option("--repeat-penalty", a->sampling.repeat_penalty, "Repeat penalty (1: off)")->capture_default_str();
-  sub->add_option("--seed", a->sampling.seed, "Sampling seed (same seed, same tokens)");
+  sub->add_option("--seed", a->sampling.seed, "Sampling seed (same seed, same tokens), 0 to 2^64-1")->check(kUnsignedInteger);
   sub->add_option("--repeat-last-n", a->sampling.repeat_last_n, "Tokens the repeat penalty looks back over (0: off, -1: all)")->capture_default_str();
   sub->add_option("--stop", a->stop,
                   "Stop when this text appears (it is not printed); may be given several times; \\n, \\t and \\\\ are escapes")
@@ -432,11 +438,12 @@ void register_run(CLI::App& app) {
   sub->add_flag("--no-display-prompt", a->no_display_prompt, "Text mode: do not print the prompt before the generated text");
   sub->add_flag("--json", a->json, "Print one JSON object at the end instead of streaming text");
   sub->add_option("--vram-budget", a->vram_budget,
-                  "Everything the model allocates on the device (weights, KV, scratch, slots, workspaces), e.g. 4G; "
-                  "default on CUDA: free memory minus 1 GiB");
+                  "Everything the model allocates on the device (weights, KV, scratch, slots, workspaces), e.g. 4G, at most "
+                  "1024T (1 PiB); default on CUDA: free memory minus 1 GiB");
   sub->add_option("--schedule", a->schedule, "auto (the planner's pick per tier) or gpu-only|static|dynamic|layer-split|cpu-moe")
       ->capture_default_str();
-  sub->add_option("--pcie-cap", a->pcie_cap, "Throttle host-device copies to this rate, e.g. 16GB/s, or none")->capture_default_str();
+  sub->add_option("--pcie-cap", a->pcie_cap, "Throttle host-device copies to this rate, 100MB/s to 1TB/s, e.g. 16GB/s, or none")
+      ->capture_default_str();
   sub->add_option("--host-kv-attention", a->host_kv_attention,
                   "GPU attention of layers whose KV is on the host: choose (the faster), split (core on the CPU) or "
                   "staged (the cache copied to the GPU)")

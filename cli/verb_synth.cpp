@@ -3,6 +3,7 @@
 
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/file_util.h"
 #include "core/size.h"
 #include "core/thread_pool.h"
 
@@ -19,6 +20,8 @@ struct SynthArgs {
 };
 
 void run_synth(const SynthArgs& a) {
+  check_output_path(a.out, "-o");  // before the minutes a large model takes to synthesise
+  if (a.layers < 0) fail("--layers ", a.layers, ": give a positive layer count (or 0 for the spec's)");
   ModelSpec spec = resolve_spec(a.spec);
   if (!a.dtype.empty()) spec.dtype = parse_dtype(a.dtype);
   if (a.layers > 0) spec.num_hidden_layers = a.layers;
@@ -37,9 +40,9 @@ void register_synth(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("synth", "Write a seeded random model (any builtin or YAML spec) as GGUF");
   sub->add_option("--spec", a->spec, "Builtin spec name (e.g. nemo8b, qwen30b) or a model .yaml / config.json")->required();
   sub->add_option("--dtype", a->dtype, "Weight type: f32, f16, bf16, q8_0, q4_0 (default: the spec's)");
-  sub->add_option("--seed", a->seed, "Random seed (same seed, same weights)");
+  sub->add_option("--seed", a->seed, "Random seed (same seed, same weights), 0 to 2^64-1")->check(kUnsignedInteger);
   sub->add_option("-o,--out", a->out, "Output .gguf path")->required();
-  sub->add_option("--threads", a->threads, "Threads (0 = all cores)");
+  sub->add_option("--threads", a->threads, kThreadsHelp);
   sub->add_option("--layers", a->layers, "Override the number of layers (0 = the spec's)");
   sub->callback([a] { run_synth(*a); });
 }

@@ -3,6 +3,7 @@
 
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/file_util.h"
 #include "text/tokenizer.h"
 #include "text/unicode.h"
 
@@ -24,15 +25,13 @@ class SpecOnlySource : public WeightSource {
   }
 };
 
-std::string read_text_file(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) fail("--file ", path, ": cannot open");
-  std::string s;
-  char buf[65536];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-  std::fclose(f);
-  return s;
+// --file's text (a directory, or a file that cannot be read, is an error, not an empty text).
+std::string read_prompt_file(const std::string& path) {
+  try {
+    return read_text_file(path);
+  } catch (const Error& e) {
+    fail("--file ", e.what());
+  }
 }
 
 // A piece for display: control tokens by name, bytes as text (a lone byte of a UTF-8 sequence as \xNN).
@@ -51,7 +50,7 @@ std::string display_piece(const Tokenizer& tok, int32_t id) {
 
 void run_tokenize(const TokenizeArgs& a) {
   if (a.has_text == a.has_file) fail("give exactly one of --text TEXT or --file PATH");
-  const std::string text = a.file.empty() ? a.text : read_text_file(a.file);
+  const std::string text = a.file.empty() ? a.text : read_prompt_file(a.file);
   std::unique_ptr<WeightSource> src;
   if (a.model.compare(0, 10, "synthetic:") == 0) {
     std::string origin;

@@ -277,9 +277,22 @@ GgufFile::GgufFile(const std::string& path) : file_(std::make_unique<MappedFile>
     tensor_index_[t.name] = tensors_.size();
     tensors_.push_back(std::move(t));
   }
-  data_offset_ = align_up(c.pos(), alignment_);
+  check_data_section(c.pos(), n_tensors);
+}
+
+// The data section after the tensor infos (which end at infos_end): zero padding up to its aligned
+// start, every tensor inside it, none overlapping, and the tensors tiling it.
+void GgufFile::check_data_section(uint64_t infos_end, uint64_t n_tensors) {
+  const std::string& path = file_->path();
+  data_offset_ = align_up(infos_end, alignment_);
   if (data_offset_ > file_->size() && !tensors_.empty())
-    fail(path, ": offset ", c.pos(), ": the tensor data section starts past the end of the file (truncated)");
+    fail(path, ": offset ", infos_end, ": the tensor data section starts past the end of the file (truncated)");
+  // What lies between the last tensor info and the data is zero padding (fewer bytes than the
+  // alignment): a tensor count one short leaves the last tensor's info there instead.
+  for (uint64_t i = infos_end; i < std::min<uint64_t>(data_offset_, file_->size()); ++i)
+    if (file_->data()[i] != 0)
+      fail(path, ": offset ", i, ": byte ", static_cast<int>(file_->data()[i]), " between the tensor infos and the tensor data, where only zero "
+           "padding belongs (is the tensor count of ", n_tensors, " too small? the file is corrupt)");
   const uint64_t data_size = file_->size() > data_offset_ ? file_->size() - data_offset_ : 0;
 
   // Every tensor inside the data section, and no two overlapping.
@@ -301,6 +314,25 @@ GgufFile::GgufFile(const std::string& path) : file_(std::make_unique<MappedFile>
            cur->offset + cur->nbytes, ") overlaps tensor '", prev->name, "' [", prev->offset, ", ",
            prev->offset + prev->nbytes, ") (offsets relative to the data section; the file is corrupt)");
   }
+  check_tiling(by_offset, data_size);
+}
+
+// The tensors tile the data section as GGUF writers lay it out: the first at 0, each next one at the
+// aligned end of the one before, the file ending at the last one's end (padded to the alignment or
+// not). A gap or trailing bytes mean the offsets, the count or the length are not what was written.
+void GgufFile::check_tiling(const std::vector<const GgufTensorInfo*>& by_offset, uint64_t data_size) const {
+  const std::string& path = file_->path();
+  uint64_t end = 0;
+  for (const GgufTensorInfo* t : by_offset) {
+    if (t->offset != align_up(end, alignment_))
+      fail(path, ": offset ", t->info_offset, ": tensor '", t->name, "': data at ", t->offset, " leaves a gap after the ",
+           end == 0 ? "start of the data section" : "tensor before it, which ends at " + std::to_string(end),
+           " (GGUF tensors follow one another at the alignment of ", alignment_, "; the file is corrupt)");
+    end = t->offset + t->nbytes;
+  }
+  if (data_size > align_up(end, alignment_))
+    fail(path, ": offset ", data_offset_ + end, ": ", data_size - end, " bytes after the last tensor's data belong to no tensor ",
+         "(is the tensor count too small? the file is corrupt)");
 }
 
 const GgufValue* GgufFile::find(const std::string& key) const {

@@ -80,6 +80,8 @@ class GgufFile {
   const uint8_t* tensor_data(const GgufTensorInfo& t) const { return file_->data() + data_offset_ + t.offset; }
 
  private:
+  void check_data_section(uint64_t infos_end, uint64_t n_tensors);
+  void check_tiling(const std::vector<const GgufTensorInfo*>& by_offset, uint64_t data_size) const;
   std::unique_ptr<MappedFile> file_;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;

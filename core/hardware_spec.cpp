@@ -1,4 +1,5 @@
 // core/hardware_spec.cpp — HardwareSpec loading and table lookups.
+#include "core/yaml_util.h"
 #include "core/hardware_spec.h"
 
 #include <yaml-cpp/yaml.h>
@@ -122,12 +123,7 @@ std::map<DType, double> dtype_map(const YAML::Node& n, const std::string& field,
 }  // namespace
 
 HardwareSpec parse_hardware_yaml_text(const std::string& text, const std::string& ctx) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    fail(ctx, ": malformed YAML at line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg);
-  }
+  const YAML::Node root = load_yaml(text, ctx);
   if (!root.IsMap()) fail(ctx, ": expected a mapping at the top level");
   check_keys(root, "", {"name", "description", "approximate", "cpu", "pcie", "gpu"}, ctx);
   HardwareSpec h;

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_util.h"
 #include "core/file_util.h"
 #include "core/host_buffer.h"
 #include "core/safetensors.h"
@@ -64,8 +65,10 @@ class HfWeights : public WeightSource {
       return std::string();
     };
     auto parse = [&](const std::string& path) -> nlohmann::json {
+      const std::string text = read_text_file(path);
+      check_json_depth(text, path);
       try {
-        return nlohmann::json::parse(read_text_file(path));
+        return nlohmann::json::parse(text);
       } catch (const nlohmann::json::exception& e) {
         fail(path, ": not valid JSON: ", e.what());
       }

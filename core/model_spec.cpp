@@ -1,4 +1,6 @@
 // core/model_spec.cpp — ModelSpec: validation, tensor list, and loading from YAML / HF config.json.
+#include "core/json_util.h"
+#include "core/yaml_util.h"
 #include "core/model_spec.h"
 
 #include <yaml-cpp/yaml.h>
@@ -17,7 +19,6 @@ namespace shardwise {
 namespace {
 
 constexpr int64_t kMaxDim = int64_t(1) << 24;       // 16M: far above any real width
-constexpr int64_t kMaxLayers = 4096;
 constexpr int64_t kMaxExperts = 65536;
 
 
@@ -200,19 +201,10 @@ const char* kKnownYamlKeys[] = {
 }  // namespace
 
 ModelSpec parse_spec_yaml_text(const std::string& text, const std::string& ctx) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    fail(ctx, ": malformed YAML at line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg);
-  }
+  const YAML::Node root = load_yaml(text, ctx);  // duplicate and non-scalar keys refused there
   if (!root.IsMap()) fail(ctx, ": expected a mapping of model fields at the top level");
-  std::vector<std::string> seen;
   for (auto it = root.begin(); it != root.end(); ++it) {
-    std::string key = it->first.as<std::string>();
-    for (const auto& k : seen)
-      if (k == key) fail(ctx, ": duplicate field '", key, "'");
-    seen.push_back(key);
+    const std::string key = it->first.Scalar();
     bool known = false;
     for (const char* k : kKnownYamlKeys) known = known || key == k;
     if (!known) fail(ctx, ": unknown field '", key, "' (fields mirror HF config.json; see configs/models/)");
@@ -282,6 +274,7 @@ std::string spec_to_yaml(const ModelSpec& s) {
 ModelSpec spec_from_hf_config_json(const std::string& text, const std::string& ctx) {
   using nlohmann::json;
   json j;
+  check_json_depth(text, ctx);
   try {
     j = json::parse(text);
   } catch (const json::parse_error& e) {
@@ -295,25 +288,25 @@ ModelSpec spec_from_hf_config_json(const std::string& text, const std::string& c
       if (required) fail(ctx, ": missing required field '", key, "'");
       return fallback;
     }
-    if (!it->is_number_integer()) fail(ctx, ": field '", key, "' must be an integer, got ", it->dump());
+    if (!it->is_number_integer()) fail(ctx, ": field '", key, "' must be an integer, got ", json_brief(*it));
     return it->get<int64_t>();
   };
   auto get_num = [&](const json& obj, const char* key, double fallback) -> double {
     auto it = obj.find(key);
     if (it == obj.end() || it->is_null()) return fallback;
-    if (!it->is_number()) fail(ctx, ": field '", key, "' must be a number, got ", it->dump());
+    if (!it->is_number()) fail(ctx, ": field '", key, "' must be a number, got ", json_brief(*it));
     return it->get<double>();
   };
   auto get_str = [&](const nlohmann::json& obj, const char* key, const std::string& fallback) -> std::string {
     auto it = obj.find(key);
     if (it == obj.end() || it->is_null()) return fallback;
-    if (!it->is_string()) fail(ctx, ": field '", key, "' must be a string, got ", it->dump());
+    if (!it->is_string()) fail(ctx, ": field '", key, "' must be a string, got ", json_brief(*it));
     return it->get<std::string>();
   };
   auto get_bool = [&](const char* key, bool fallback) -> bool {
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) return fallback;
-    if (!it->is_boolean()) fail(ctx, ": field '", key, "' must be true or false, got ", it->dump());
+    if (!it->is_boolean()) fail(ctx, ": field '", key, "' must be true or false, got ", json_brief(*it));
     return it->get<bool>();
   };
   std::string model_type = get_str(j, "model_type", "");
@@ -363,7 +356,7 @@ ModelSpec spec_from_hf_config_json(const std::string& text, const std::string& c
   if (layer_types != j.end() && layer_types->is_array())
     for (const auto& t : *layer_types)
       if (!t.is_string() || t.get<std::string>() != "full_attention")
-        fail(ctx, ": layer_types contains ", t.dump(), " (only full attention is supported, no sliding window)");
+        fail(ctx, ": layer_types contains ", json_brief(t), " (only full attention is supported, no sliding window)");
   s.dtype = torch_dtype == "bfloat16" ? DType::BF16 : torch_dtype == "float16" ? DType::F16 : DType::F32;
   s.validate(ctx);
   return s;

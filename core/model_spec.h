@@ -46,6 +46,9 @@ struct TensorDesc {
   double flops_per_token;
 };
 
+// The most layers a spec may have (validate() refuses more: far above any real model).
+constexpr int64_t kMaxLayers = 4096;
+
 struct ModelSpec {
   std::string name = "model";
   Family family = Family::Llama;

@@ -8,8 +8,8 @@
 namespace shardwise {
 
 Progress::Progress(std::string label, uint64_t total, bool enabled)
-    : label_(std::move(label)), total_(total == 0 ? 1 : total), enabled_(enabled),
-      tty_(isatty(STDERR_FILENO) != 0), start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
+    : label_(std::move(label)), total_(total == 0 ? 1 : total), enabled_(enabled && isatty(STDERR_FILENO) != 0),
+      start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
 
 Progress::~Progress() { finish(); }
 
@@ -19,7 +19,7 @@ void Progress::add(uint64_t n) {
   auto now = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
   if (!lock.owns_lock()) return;
-  if (tty_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
+  if (now - last_draw_ < std::chrono::milliseconds(100)) return;
   last_draw_ = now;
   draw(false);
 }
@@ -37,20 +37,12 @@ void Progress::draw(bool final) {
   if (frac > 1) frac = 1;
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   double eta = frac > 0 ? elapsed * (1 - frac) / frac : 0;
-  if (tty_) {
-    const int width = 30;
-    int filled = static_cast<int>(frac * width);
-    std::string bar(static_cast<size_t>(filled), '#');
-    bar.resize(width, '.');
-    std::fprintf(stderr, "\r%s [%s] %5.1f%%  %.1fs elapsed, ETA %.1fs%s", label_.c_str(), bar.c_str(), 100 * frac,
-                 elapsed, eta, final ? "\n" : "");
-  } else {
-    int decile = static_cast<int>(frac * 4);
-    if (decile == last_decile_ && !final) return;
-    last_decile_ = decile;
-    if (final) std::fprintf(stderr, "%s: done in %.1fs\n", label_.c_str(), elapsed);
-    else std::fprintf(stderr, "%s: %3.0f%%, ETA %.1fs\n", label_.c_str(), 100 * frac, eta);
-  }
+  const int width = 30;
+  int filled = static_cast<int>(frac * width);
+  std::string bar(static_cast<size_t>(filled), '#');
+  bar.resize(width, '.');
+  std::fprintf(stderr, "\r%s [%s] %5.1f%%  %.1fs elapsed, ETA %.1fs%s", label_.c_str(), bar.c_str(), 100 * frac, elapsed, eta,
+               final ? "\n" : "");
   std::fflush(stderr);
 }
 

@@ -1,5 +1,6 @@
 // core/progress.h — a progress bar with ETA on stderr for long work (synth, profile, sweep).
-// Draws only when stderr is a terminal, or prints a few plain lines otherwise; thread-safe add().
+// Draws only when stderr is a terminal: in a pipe or a log, stderr carries what the command reports
+// and, on failure, its one error line, never progress. Thread-safe add().
 #pragma once
 
 #include <atomic>
@@ -22,10 +23,8 @@ class Progress {
   std::string label_;
   uint64_t total_;
   std::atomic<uint64_t> done_{0};
-  bool enabled_;
-  bool tty_;
+  bool enabled_;  // asked for, and stderr is a terminal
   bool finished_ = false;
-  int last_decile_ = -1;
   std::chrono::steady_clock::time_point start_, last_draw_;
   std::mutex mu_;
 };

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_util.h"
 #include "core/file_util.h"
 
 namespace shardwise {
@@ -53,6 +54,7 @@ SafetensorsSet::SafetensorsSet(const std::string& path_in) {
   if (path.size() > suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0) {
     const std::string text = read_text_file(path);
     nlohmann::json j;
+    check_json_depth(text, path);
     try {
       j = nlohmann::json::parse(text);
     } catch (const nlohmann::json::parse_error& e) {
@@ -100,6 +102,7 @@ void SafetensorsSet::load_file(const std::string& path) {
   if (n > kMaxHeaderBytes)
     fail(path, ": offset 0: header length ", n, " exceeds the limit of ", kMaxHeaderBytes, " bytes (corrupt file?)");
   nlohmann::json h;
+  check_json_depth(reinterpret_cast<const char*>(f.data()) + 8, reinterpret_cast<const char*>(f.data()) + 8 + n, path + ": header");
   try {
     h = nlohmann::json::parse(f.data() + 8, f.data() + 8 + n);
   } catch (const nlohmann::json::parse_error& e) {

@@ -71,6 +71,19 @@ double parse_bandwidth(const std::string& text, const std::string& what) {
   return bps;
 }
 
+uint64_t parse_vram_budget(const std::string& text, const std::string& what) {
+  const uint64_t b = parse_size(text, what);
+  if (b == 0 || b > kMaxVramBudget) fail(what, ": '", text, "' must be from 1 byte to 1 PiB");
+  return b;
+}
+
+double parse_pcie_cap(const std::string& text, const std::string& what) {
+  const double bps = parse_bandwidth(text, what);
+  if (bps != 0 && (bps < kMinPcieCap || bps > kMaxPcieCap))
+    fail(what, ": '", text, "' must be from 100MB/s to 1TB/s (or 'none')");
+  return bps;
+}
+
 int64_t parse_token_count(const std::string& text, const std::string& what) {
   Number n = split_number(text, what);
   double mult = 1.0;

@@ -21,6 +21,8 @@ namespace shardwise {
 
 int hardware_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
 
+int max_cli_threads() { return std::min(kMaxPoolThreads, 4 * hardware_threads()); }
+
 namespace {
 // Spins until done(); a wait that lasts past a few milliseconds runs under a StallGuard naming it (a
 // worker stuck in its chunk must not hang the run silently). Short waits cost no guard.
@@ -40,10 +42,21 @@ void spin_until(Done&& done, const char* what) {
 
 ThreadPool::ThreadPool(int n_threads, int64_t spin_us)
     : n_threads_(n_threads > 0 ? n_threads : hardware_threads()), spin_us_(std::max<int64_t>(-1, spin_us)) {
-  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  SW_CHECK(n_threads_ <= kMaxPoolThreads, "a thread pool of ", n_threads_, " threads: at most ", kMaxPoolThreads);
+  workers_.reserve(static_cast<size_t>(n_threads_ - 1));
+  try {
+    for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  } catch (const std::exception& e) {
+    // The workers already started wait on cv_: stop and join them before the members go (destroying
+    // a condition variable that threads wait on blocks forever).
+    const size_t started = workers_.size();
+    stop_workers();
+    fail("cannot start thread ", started + 1, " of ", n_threads_, " (", e.what(),
+         "): the process or container limits threads or address space; give fewer threads");
+  }
 }
 
-ThreadPool::~ThreadPool() {
+void ThreadPool::stop_workers() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_.store(true);
@@ -51,7 +64,10 @@ ThreadPool::~ThreadPool() {
   }
   cv_.notify_all();
   for (auto& t : workers_) t.join();
+  workers_.clear();
 }
+
+ThreadPool::~ThreadPool() { stop_workers(); }
 
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;

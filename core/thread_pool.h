@@ -22,11 +22,15 @@
 
 namespace shardwise {
 
+// The most threads a pool takes (the CLI allows fewer: max_cli_threads()).
+constexpr int kMaxPoolThreads = 1024;
+
 class ThreadPool {
  public:
-  // n_threads total including the caller; 0 = hardware concurrency. spin_us: how long an idle worker
-  // spins before it sleeps, in microseconds; -1 (the default) 20000 pauses. Tests that must find a worker
-  // spinning, holding no lock, give it a long one.
+  // n_threads total including the caller; 0 = hardware concurrency; at most kMaxPoolThreads. spin_us: how
+  // long an idle worker spins before it sleeps, in microseconds; -1 (the default) 20000 pauses. Tests that
+  // must find a worker spinning, holding no lock, give it a long one. Throws Error when a thread cannot be
+  // started (the threads started are stopped and joined first).
   explicit ThreadPool(int n_threads = 0, int64_t spin_us = -1);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -54,6 +58,7 @@ class ThreadPool {
 
  private:
   void worker_loop(int index);
+  void stop_workers();  // wakes every worker with stop_ set and joins it
   // Opens a job to the workers (fields set by the caller beforehand), runs the caller work and
   // `share` on the caller, waits until `done_` reaches `target`, then closes the job and waits until
   // no worker is inside it. Rethrows the caller work's exception, else the job's first one.
@@ -86,5 +91,8 @@ class ThreadPool {
 
 // Number of hardware threads (>= 1).
 int hardware_threads();
+// The most threads a --threads flag may ask for: 4 x the hardware threads, at most kMaxPoolThreads
+// (more only time-slices the cores: 4096 threads took 64 s for 3 tokens of a 2 MB model on 2 cores).
+int max_cli_threads();
 
 }  // namespace shardwise

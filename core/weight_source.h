@@ -88,7 +88,15 @@ std::unique_ptr<WeightSource> make_synthetic_weights(const ModelSpec& spec, uint
 // Where make_synthetic_weights puts each tensor of `spec`: byte offsets into its one storage block, in
 // the spec's tensor order (no weights are made).
 std::map<std::string, uint64_t> synthetic_tensor_offsets(const ModelSpec& spec);
-// Parses the text after "synthetic:".
+// "SPEC[?dtype=D&seed=S&layers=L]", the text after "synthetic:": the spec with its options applied and
+// the seed. Every reader of such text (open_weights, the CLI's model specs, experiments) parses it here.
+// Throws Error naming the text and the option (seed: decimal 0 to 2^64-1; layers: 1 to the spec limit).
+struct SyntheticModel {
+  ModelSpec spec;
+  uint64_t seed = 1;
+};
+SyntheticModel parse_synthetic(const std::string& text);
+// Parses the text after "synthetic:" and materialises the weights.
 std::unique_ptr<WeightSource> open_synthetic_weights(const std::string& text, const OpenOptions& options);
 
 // Writes a model as a GGUF file that llama.cpp can load, following its converter's conventions:

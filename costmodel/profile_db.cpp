@@ -26,6 +26,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/json_util.h"
 #include "core/file_util.h"
 #include "costmodel/profile_db.h"
 
@@ -436,6 +437,7 @@ std::string profile_to_json(const ProfileDB& db) { return canonical_json(db, tru
 ProfileDB profile_from_json(const std::string& text, const std::string& origin) {
   const Reader r{origin.empty() ? std::string("profile") : origin};
   json root;
+  check_json_depth(text, r.origin);
   try {
     root = json::parse(text);
   } catch (const json::exception& e) {
@@ -449,7 +451,7 @@ ProfileDB profile_from_json(const std::string& text, const std::string& origin) 
   const json& ver = r.get(root, "version", "");
   if (!ver.is_number_integer()) r.bad("version", "must be an integer");
   if (ver.get<int64_t>() != kProfileFormatVersion)
-    r.bad("version", "format version ", ver.dump(), " is not supported by this build (it reads version ", kProfileFormatVersion,
+    r.bad("version", "format version ", json_brief(ver), " is not supported by this build (it reads version ", kProfileFormatVersion,
           "): re-run `shardwise profile` with this build");
   r.check_keys(root, "",
                {"format", "version", "device", "created", "git_rev", "quick", "machine", "threads", "pcie_caps_gbps",

@@ -8,15 +8,18 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iomanip>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
+#include "core/yaml_util.h"
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/hardware_spec.h"
 #include "core/size.h"
+#include "core/thread_pool.h"
 #include "core/weight_source.h"
 #include "costmodel/profile_db.h"
 
@@ -203,33 +206,25 @@ bool Configuration::row_excluded(int64_t tier, Schedule s) const {
 ModelSpec experiment_model_spec(const std::string& weights) {
   const std::string synth = "synthetic:";
   if (weights.compare(0, synth.size(), synth) != 0) return open_weights(weights)->spec();
-  const std::string rest = weights.substr(synth.size());
-  const auto q = rest.find('?');
-  ModelSpec s = resolve_spec(rest.substr(0, q));
-  if (q != std::string::npos) {
-    std::stringstream query(rest.substr(q + 1));
-    std::string kv;
-    while (std::getline(query, kv, '&')) {
-      const auto eq = kv.find('=');
-      if (eq == std::string::npos) fail(weights, ": option '", kv, "' must be key=value");
-      const std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
-      if (key == "dtype") s.dtype = parse_dtype(value);
-      else if (key == "layers") s.num_hidden_layers = std::stoll(value);
-      else if (key != "seed") fail(weights, ": unknown option '", key, "' (known: dtype, seed, layers)");
-    }
-  }
-  s.validate(weights);
-  return s;
+  return parse_synthetic(weights.substr(synth.size())).spec;
+}
+
+// The product of the lists, refused before anything is expanded: 10^9 configurations fit in a 20 KB
+// file and would fill memory; each row also takes a plan per tier.
+void check_expansion(const Ctx& c, const Experiment& e) {
+  const double n = static_cast<double>(e.models.size()) * static_cast<double>(e.budgets.size()) *
+                   static_cast<double>(e.ctxs.size()) * static_cast<double>(e.threads.size()) * static_cast<double>(e.caps.size());
+  if (n > static_cast<double>(kMaxConfigurations))
+    fail(c.file, ": the experiment expands to ", str_cat(std::fixed, std::setprecision(0), n), " configurations (models ",
+         e.models.size(), " x budgets ", e.budgets.size(), " x ctx ", e.ctxs.size(), " x threads ", e.threads.size(),
+         " x pcie_caps ", e.caps.size(), "), more than ", kMaxConfigurations,
+         ": split its lists over several experiment files (--shard i/n divides a sweep between runs, but each run expands all of it)");
+  if (e.tiers.size() > kMaxTiers) c.fail_at("tiers", e.tiers.size(), " tiers: at most ", kMaxTiers);
 }
 
 Experiment parse_experiment_text(const std::string& text, const std::string& path) {
   const Ctx c{path};
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    fail(path, ": malformed YAML at line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg);
-  }
+  const YAML::Node root = load_yaml(text, path);
   if (!root.IsMap()) fail(path, ": expected a mapping at the top level (name, hardware, models, budgets, ...)");
   check_keys(c, root, "", kTopKeys);
   auto need = [&](const char* key) {
@@ -291,8 +286,7 @@ Experiment parse_experiment_text(const std::string& text, const std::string& pat
     if (!b.text.empty() && b.text.back() == '%') {
       b.fraction = as_double(c, YAML::Node(b.text.substr(0, b.text.size() - 1)), field, 1e-6, 1e6) / 100.0;
     } else {
-      b.bytes = wrap(c, field, [&] { return parse_size(b.text, "budget"); });
-      if (b.bytes == 0) c.fail_at(field, "a budget must be positive");
+      b.bytes = wrap(c, field, [&] { return parse_vram_budget(b.text, "budget"); });
     }
     if (!budget_texts.insert(b.text).second) c.fail_at(field, "'", b.text, "' appears twice");
     e.budgets.push_back(b);
@@ -305,18 +299,19 @@ Experiment parse_experiment_text(const std::string& text, const std::string& pat
   // Contexts, threads, caps, tiers.
   for (const auto& [field, n] : items(c, need("ctx"), "ctx")) {
     const int64_t v = wrap(c, field, [&] { return parse_token_count(scalar(c, n, field), "ctx"); });
+    if (v > kMaxContext) c.fail_at(field, v, " is more than ", kMaxContext, " tokens");
     if (std::find(e.ctxs.begin(), e.ctxs.end(), v) != e.ctxs.end()) c.fail_at(field, v, " appears twice");
     e.ctxs.push_back(v);
   }
   for (const auto& [field, n] : items(c, need("threads"), "threads")) {
-    const int v = static_cast<int>(as_int(c, n, field, 1, 4096));
+    const int v = static_cast<int>(as_int(c, n, field, 1, kMaxPoolThreads));
     if (std::find(e.threads.begin(), e.threads.end(), v) != e.threads.end()) c.fail_at(field, v, " appears twice");
     e.threads.push_back(v);
   }
   for (const auto& [field, n] : items(c, need("pcie_caps"), "pcie_caps")) {
     ExperimentCap cap;
     cap.text = scalar(c, n, field);
-    cap.bytes_per_s = wrap(c, field, [&] { return parse_bandwidth(cap.text, "PCIe cap"); });
+    cap.bytes_per_s = wrap(c, field, [&] { return parse_pcie_cap(cap.text, "PCIe cap"); });
     for (const auto& o : e.caps)
       if (o.bytes_per_s == cap.bytes_per_s) c.fail_at(field, "'", cap.text, "' is the same cap as '", o.text, "'");
     e.caps.push_back(cap);
@@ -329,6 +324,7 @@ Experiment parse_experiment_text(const std::string& text, const std::string& pat
     e.tiers.push_back(v);
   }
   std::sort(e.tiers.begin(), e.tiers.end());
+  check_expansion(c, e);
 
   // Schedules (default: the three candidates and the two baselines as reference rows).
   if (root["schedules"]) {
@@ -399,7 +395,7 @@ Experiment parse_experiment_text(const std::string& text, const std::string& pat
         }
       if (r["threads"])
         for (const auto& [f, n] : items(c, r["threads"], where + ".threads")) {
-          const int v = static_cast<int>(as_int(c, n, f, 1, 4096));
+          const int v = static_cast<int>(as_int(c, n, f, 1, kMaxPoolThreads));
           if (std::find(e.threads.begin(), e.threads.end(), v) == e.threads.end()) c.fail_at(f, v, " is not one of the thread counts");
           rule.threads.push_back(v);
         }

@@ -16,6 +16,11 @@
 
 namespace shardwise {
 
+// What an experiment may expand to (checked when it is read): the product of its lists, and the tiers
+// of each configuration.
+constexpr int64_t kMaxConfigurations = 100000;
+constexpr size_t kMaxTiers = 64;
+
 struct ExperimentModel {
   std::string name;     // the `model` field of every row
   // As written in the file (what config_id hashes, so ids do not depend on the working directory):

@@ -3,6 +3,8 @@
 // only whole lines (or, at worst, one torn last line, which readers skip and writers terminate).
 // Lines carry "record": "row" (one per configuration × tier × schedule, DESIGN.md §6 keys), "sweep"
 // (one per invocation: the effective experiment, revision, machine, shard) or "sweep_end".
+// One writer at a time: the writer holds an exclusive flock on the file and a second one is refused
+// (shards may share a file one after the other, not at once).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +20,8 @@ namespace shardwise {
 
 class ResultsWriter {
  public:
-  // Opens (creating) `path` for appending; if the file ends in a torn line, terminates it first.
+  // Opens (creating) `path` for appending and locks it; throws Error when another writer holds it.
+  // If the file ends in a torn line, terminates it first.
   explicit ResultsWriter(const std::string& path);
   ~ResultsWriter();
   ResultsWriter(const ResultsWriter&) = delete;
@@ -40,7 +43,8 @@ struct ExistingResults {
   std::vector<nlohmann::json> sweeps;  // "sweep" records
   std::set<RowKey> keys;
   int duplicate_rows = 0;  // rows whose key appeared before (never written by a correct sweep)
-  int bad_lines = 0;       // torn or unparsable lines (skipped)
+  int bad_lines = 0;       // torn, unparsable or incomplete lines (skipped): a row lacking a key field,
+                           // git_rev, device or profile_hash (as strings), a sweep lacking experiment_hash
 };
 
 // Reads a results file; a missing file gives an empty result.

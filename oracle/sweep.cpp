@@ -544,7 +544,10 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
       fail("--timelines ", o.timelines_dir, ": cannot create the directory (", ec ? ec.message() : "a file is in the way",
            "): give a directory the traces can go to");
   }
+  // The output's lock first, then what it holds: a second sweep on the file is refused before any work.
+  std::unique_ptr<ResultsWriter> writer;
   if (!o.predict_only) {
+    writer = std::make_unique<ResultsWriter>(o.out_path);
     existing = read_results(o.out_path);
     const bool has_content = !existing.rows.empty() || !existing.sweeps.empty() || existing.bad_lines > 0;
     if (has_content && !o.resume)
@@ -561,7 +564,8 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
       if (r.value("device", "") != o.device)
         fail(o.out_path, ": rows were measured on device ", r.value("device", "?"), ", this call uses --device ", o.device);
     }
-    if (existing.bad_lines > 0) log_warn(o.out_path, ": skipped ", existing.bad_lines, " torn or unparsable line(s)");
+    if (existing.bad_lines > 0)
+      log_warn(o.out_path, ": skipped ", existing.bad_lines, " torn, unparsable or incomplete line(s); their rows are measured again");
   }
 
   // Plan every configuration first: the predictions, the rows and the running-time estimate.
@@ -740,7 +744,7 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
   for (const auto& [t, g] : o.deferred_threads) deferred_json[std::to_string(t)] = g;
   const std::string machine = machine_fingerprint(o.device);
   const std::string gpu_name = o.device == "cuda" ? cuda_device_info(0).name : "emulated device";
-  ResultsWriter out(o.out_path);
+  ResultsWriter& out = *writer;
   out.append(json{{"record", "sweep"},
                   {"experiment", e.name},
                   {"experiment_path", e.path},

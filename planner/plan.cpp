@@ -1,9 +1,14 @@
 // planner/plan.cpp — names, lookup and the JSON round trip of Plan / PlanTable.
 #include "planner/plan.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "core/error.h"
+#include "core/json_util.h"
 
 namespace shardwise {
 
@@ -122,34 +127,31 @@ const TierEntry& PlanTable::lookup(int64_t n) const {
 
 namespace {
 
+// A name among an enum's names (the message lists them).
 template <typename E>
-E enum_from(const json& j, const char* field, E (*parse)(const std::string&), const std::string& ctx) {
-  if (!j.contains(field) || !j[field].is_string()) fail(ctx, ": field '", field, "' must be a string");
-  return parse(j[field].get<std::string>());
+E parse_enum(const std::string& s, const char* what, std::initializer_list<E> all, const char* (*name)(E)) {
+  std::string names;
+  for (E e : all) {
+    if (s == name(e)) return e;
+    names += (names.empty() ? "" : ", ") + std::string(name(e));
+  }
+  fail("unknown ", what, " '", s, "' (one of ", names, ")");
 }
-
 Resource parse_resource(const std::string& s) {
-  for (Resource r : {Resource::GpuCompute, Resource::H2D, Resource::D2H, Resource::Cpu, Resource::H2DAct})
-    if (s == resource_name(r)) return r;
-  fail("unknown resource '", s, "'");
+  return parse_enum(s, "resource", {Resource::GpuCompute, Resource::H2D, Resource::D2H, Resource::Cpu, Resource::H2DAct}, resource_name);
 }
 ActionKind parse_action_kind(const std::string& s) {
-  for (ActionKind k : {ActionKind::Embed, ActionKind::Compute, ActionKind::CopyWeights, ActionKind::CopyActivations,
-                       ActionKind::CopyLogits})
-    if (s == action_kind_name(k)) return k;
-  fail("unknown action kind '", s, "'");
+  return parse_enum(s, "action kind", {ActionKind::Embed, ActionKind::Compute, ActionKind::CopyWeights, ActionKind::CopyActivations,
+                                       ActionKind::CopyLogits}, action_kind_name);
 }
 Payload parse_payload(const std::string& s) {
-  for (Payload p : {Payload::None, Payload::Residual, Payload::Qkv, Payload::AttnOut, Payload::RouterLogits, Payload::KvPast,
-                    Payload::KvNew, Payload::MoePartial, Payload::RouterGuess})
-    if (s == payload_name(p)) return p;
-  fail("unknown payload '", s, "'");
+  return parse_enum(s, "payload", {Payload::None, Payload::Residual, Payload::Qkv, Payload::AttnOut, Payload::RouterLogits, Payload::KvPast,
+                                   Payload::KvNew, Payload::MoePartial, Payload::RouterGuess}, payload_name);
 }
 ComputePart parse_part(const std::string& s) {
-  for (ComputePart p : {ComputePart::Full, ComputePart::AttnPre, ComputePart::AttnCore, ComputePart::AttnPost, ComputePart::AttnStaged,
-                        ComputePart::MoeCpuShare, ComputePart::MoeGpuShare, ComputePart::MoeShareAdd, ComputePart::RouterNext})
-    if (s == compute_part_name(p)) return p;
-  fail("unknown compute part '", s, "'");
+  return parse_enum(s, "compute part", {ComputePart::Full, ComputePart::AttnPre, ComputePart::AttnCore, ComputePart::AttnPost,
+                                        ComputePart::AttnStaged, ComputePart::MoeCpuShare, ComputePart::MoeGpuShare,
+                                        ComputePart::MoeShareAdd, ComputePart::RouterNext}, compute_part_name);
 }
 
 json to_json(const Plan& p) {
@@ -185,101 +187,179 @@ json to_json(const Plan& p) {
   return j;
 }
 
+// Where a value sits: the file and the JSON path inside it ("tiers[2].candidates[0].actions[17]").
+struct At {
+  std::string file, path;
+  std::string name(const char* key) const { return path.empty() ? key : path + "." + key; }
+  At operator()(const char* key) const { return {file, name(key)}; }
+  At operator()(const char* key, size_t i) const { return {file, str_cat(name(key), "[", i, "]")}; }
+  template <typename... Args>
+  [[noreturn]] void fail_at(const Args&... args) const {
+    fail(file, ": ", path.empty() ? std::string("(top level)") : path, ": ", args...);
+  }
+};
+
+// Every key of an object is one this version reads (plan.h lists which are only informational).
+void check_keys(const json& j, const At& at, std::initializer_list<const char*> known) {
+  if (!j.is_object()) at.fail_at("must be a JSON object");
+  for (const auto& kv : j.items())
+    if (std::none_of(known.begin(), known.end(), [&](const char* k) { return kv.key() == k; }))
+      at.fail_at("unknown field '", kv.key(), "' (a plan of another version? the fields are those plan_to_json writes)");
+}
+
 template <typename T>
-T field(const json& j, const char* name, const std::string& ctx) {
-  if (!j.contains(name)) fail(ctx, ": missing field '", name, "'");
+const char* type_name() {
+  if constexpr (std::is_same_v<T, bool>) return "true or false";
+  else if constexpr (std::is_same_v<T, std::string>) return "a string";
+  else if constexpr (std::is_floating_point_v<T>) return "a number";
+  else if constexpr (std::is_unsigned_v<T>) return "a non-negative integer";
+  else return "an integer";
+}
+
+// One value of type T: present, of that type, an integer in T's range.
+template <typename T>
+T as(const json& v, const At& at) {
+  bool ok = false;
+  if constexpr (std::is_same_v<T, bool>) ok = v.is_boolean();
+  else if constexpr (std::is_same_v<T, std::string>) ok = v.is_string();
+  else if constexpr (std::is_floating_point_v<T>) ok = v.is_number() && std::isfinite(v.get<double>());
+  else if constexpr (std::is_unsigned_v<T>) ok = v.is_number_unsigned() && v.get<uint64_t>() <= std::numeric_limits<T>::max();
+  else ok = v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<T>::max())) &&
+            v.get<int64_t>() >= std::numeric_limits<T>::min() && v.get<int64_t>() <= std::numeric_limits<T>::max();
+  if (!ok) at.fail_at("must be ", type_name<T>(), ", got ", json_brief(v));
+  return v.get<T>();
+}
+
+template <typename T>
+T field(const json& j, const char* name, const At& at) {
+  if (!j.contains(name)) at.fail_at("missing field '", name, "'");
+  return as<T>(j.at(name), at(name));
+}
+
+template <typename T>
+std::vector<T> list(const json& j, const char* name, const At& at) {
+  if (!j.contains(name)) at.fail_at("missing field '", name, "'");
+  const json& a = j.at(name);
+  if (!a.is_array()) at(name).fail_at("must be an array");
+  std::vector<T> out;
+  out.reserve(a.size());
+  for (size_t i = 0; i < a.size(); ++i) out.push_back(as<T>(a[i], at(name, i)));
+  return out;
+}
+
+const json& array_field(const json& j, const char* name, const At& at) {
+  if (!j.contains(name)) at.fail_at("missing field '", name, "'");
+  if (!j.at(name).is_array()) at(name).fail_at("must be an array");
+  return j.at(name);
+}
+
+template <typename E>
+E enum_from(const json& j, const char* name, E (*parse)(const std::string&), const At& at) {
+  const std::string s = field<std::string>(j, name, at);
   try {
-    return j.at(name).get<T>();
-  } catch (const json::exception&) {
-    fail(ctx, ": field '", name, "' has the wrong type");
+    return parse(s);
+  } catch (const Error& e) {
+    at(name).fail_at(e.what());
   }
 }
 
-Plan from_json(const json& j, const std::string& ctx) {
-  if (!j.is_object()) fail(ctx, ": a plan must be a JSON object");
+ShardPlacement placement_from_json(const json& s, const At& at) {
+  check_keys(s, at, {"shard", "name", "home", "exec", "streamed", "arena_offset", "bytes"});
+  ShardPlacement sp;
+  sp.shard = field<int>(s, "shard", at);
+  sp.name = field<std::string>(s, "name", at);
+  const std::string home = field<std::string>(s, "home", at);
+  const std::string exec = field<std::string>(s, "exec", at);
+  if (home != "pinned" && home != "host") at("home").fail_at("'", home, "' must be pinned or host");
+  if (exec != "gpu" && exec != "cpu") at("exec").fail_at("'", exec, "' must be gpu or cpu");
+  sp.home = home == "pinned" ? WeightHome::Pinned : WeightHome::Host;
+  sp.exec = exec == "gpu" ? ExecDevice::Gpu : ExecDevice::Cpu;
+  sp.streamed = field<bool>(s, "streamed", at);
+  sp.arena_offset = field<int64_t>(s, "arena_offset", at);
+  sp.bytes = field<uint64_t>(s, "bytes", at);
+  return sp;
+}
+
+Action action_from_json(const json& a, const At& at, int index) {
+  check_keys(a, at, {"id", "resource", "kind", "part", "payload", "shard", "layer", "slot", "row_begin", "row_end", "bytes", "copies",
+                     "cpu_experts", "speculative", "flops", "deps", "label", "start_ms", "end_ms"});
+  Action x;
+  x.id = field<int>(a, "id", at);
+  if (x.id != index) at("id").fail_at("ids must be 0, 1, 2, ... in order (got ", x.id, ")");
+  x.resource = enum_from<Resource>(a, "resource", parse_resource, at);
+  x.kind = enum_from<ActionKind>(a, "kind", parse_action_kind, at);
+  x.part = enum_from<ComputePart>(a, "part", parse_part, at);
+  x.payload = enum_from<Payload>(a, "payload", parse_payload, at);
+  x.shard = field<int>(a, "shard", at);
+  x.layer = field<int>(a, "layer", at);
+  x.slot = field<int>(a, "slot", at);
+  x.row_begin = field<int64_t>(a, "row_begin", at);
+  x.row_end = field<int64_t>(a, "row_end", at);
+  if (x.row_begin < 0 || x.row_end < x.row_begin) at.fail_at("row range [", x.row_begin, ", ", x.row_end, ") is invalid");
+  x.bytes = field<uint64_t>(a, "bytes", at);
+  if (a.contains("copies")) {  // plans saved before it: one copy
+    x.copies = field<int>(a, "copies", at);
+    if (x.copies < 1 || x.copies > (1 << 20)) at("copies").fail_at(x.copies, " must be in [1, 1048576]");
+  }
+  if (a.contains("cpu_experts")) {  // plans saved before it: no split
+    x.cpu_experts = field<int>(a, "cpu_experts", at);
+    if (x.cpu_experts < 0 || x.cpu_experts > 4096) at("cpu_experts").fail_at(x.cpu_experts, " must be in [0, 4096]");
+  }
+  if (a.contains("speculative")) x.speculative = field<bool>(a, "speculative", at);  // plans saved before it: none
+  if (x.speculative && x.kind != ActionKind::CopyWeights) at("speculative").fail_at("only a weight copy can be speculative");
+  x.flops = field<double>(a, "flops", at);
+  x.deps = list<int>(a, "deps", at);
+  for (size_t i = 0; i < x.deps.size(); ++i)
+    if (x.deps[i] < 0 || x.deps[i] >= x.id) at("deps", i).fail_at("dependency ", x.deps[i], " must name an earlier action");
+  x.label = field<std::string>(a, "label", at);
+  x.start_ms = field<double>(a, "start_ms", at);
+  x.end_ms = field<double>(a, "end_ms", at);
+  return x;
+}
+
+Plan from_json(const json& j, const At& at) {
+  check_keys(j, at, {"version", "schedule", "tier", "feasible", "infeasible_reason", "budget_bytes", "vram_bytes", "predicted_ms",
+                     "pinned_prefix", "notes", "kv_on_gpu", "placements", "arena", "actions"});
   Plan p;
-  p.version = field<int>(j, "version", ctx);
+  p.version = field<int>(j, "version", at);
   if (p.version != kPlanFormatVersion)
-    fail(ctx, ": plan format version ", p.version, " is not supported (this build reads version ", kPlanFormatVersion, ")");
-  p.schedule = enum_from<Schedule>(j, "schedule", parse_schedule, ctx);
-  p.tier = field<int64_t>(j, "tier", ctx);
-  p.feasible = field<bool>(j, "feasible", ctx);
-  if (!p.feasible && j.contains("infeasible_reason")) p.infeasible_reason = field<std::string>(j, "infeasible_reason", ctx);
-  p.budget_bytes = field<uint64_t>(j, "budget_bytes", ctx);
-  p.vram_bytes = field<uint64_t>(j, "vram_bytes", ctx);
-  p.predicted_ms = field<double>(j, "predicted_ms", ctx);
-  p.pinned_prefix = field<int64_t>(j, "pinned_prefix", ctx);
-  p.notes = field<std::string>(j, "notes", ctx);
-  p.kv_on_gpu = field<std::vector<bool>>(j, "kv_on_gpu", ctx);
-  for (const auto& s : field<json>(j, "placements", ctx)) {
-    ShardPlacement sp;
-    sp.shard = field<int>(s, "shard", ctx + " placement");
-    sp.name = field<std::string>(s, "name", ctx + " placement");
-    const std::string home = field<std::string>(s, "home", ctx + " placement");
-    const std::string exec = field<std::string>(s, "exec", ctx + " placement");
-    if (home != "pinned" && home != "host") fail(ctx, ": placement home '", home, "' must be pinned or host");
-    if (exec != "gpu" && exec != "cpu") fail(ctx, ": placement exec '", exec, "' must be gpu or cpu");
-    sp.home = home == "pinned" ? WeightHome::Pinned : WeightHome::Host;
-    sp.exec = exec == "gpu" ? ExecDevice::Gpu : ExecDevice::Cpu;
-    sp.streamed = field<bool>(s, "streamed", ctx + " placement");
-    sp.arena_offset = field<int64_t>(s, "arena_offset", ctx + " placement");
-    sp.bytes = field<uint64_t>(s, "bytes", ctx + " placement");
-    p.placements.push_back(sp);
+    at("version").fail_at("plan format version ", p.version, " is not supported (this build reads version ", kPlanFormatVersion, ")");
+  p.schedule = enum_from<Schedule>(j, "schedule", parse_schedule, at);
+  p.tier = field<int64_t>(j, "tier", at);
+  p.feasible = field<bool>(j, "feasible", at);
+  if (!p.feasible && j.contains("infeasible_reason")) p.infeasible_reason = field<std::string>(j, "infeasible_reason", at);
+  p.budget_bytes = field<uint64_t>(j, "budget_bytes", at);
+  p.vram_bytes = field<uint64_t>(j, "vram_bytes", at);
+  p.predicted_ms = field<double>(j, "predicted_ms", at);
+  p.pinned_prefix = field<int64_t>(j, "pinned_prefix", at);
+  p.notes = field<std::string>(j, "notes", at);
+  p.kv_on_gpu = list<bool>(j, "kv_on_gpu", at);
+  const json& pl = array_field(j, "placements", at);
+  for (size_t i = 0; i < pl.size(); ++i) p.placements.push_back(placement_from_json(pl[i], at("placements", i)));
+  const json& ar = array_field(j, "arena", at);
+  for (size_t i = 0; i < ar.size(); ++i) {
+    const At r = at("arena", i);
+    check_keys(ar[i], r, {"name", "offset", "bytes"});
+    p.arena.push_back({field<std::string>(ar[i], "name", r), field<uint64_t>(ar[i], "offset", r), field<uint64_t>(ar[i], "bytes", r)});
   }
-  for (const auto& r : field<json>(j, "arena", ctx))
-    p.arena.push_back({field<std::string>(r, "name", ctx + " arena"), field<uint64_t>(r, "offset", ctx + " arena"),
-                       field<uint64_t>(r, "bytes", ctx + " arena")});
-  for (const auto& a : field<json>(j, "actions", ctx)) {
-    Action x;
-    const std::string actx = ctx + " action";
-    x.id = field<int>(a, "id", actx);
-    x.resource = enum_from<Resource>(a, "resource", parse_resource, actx);
-    x.kind = enum_from<ActionKind>(a, "kind", parse_action_kind, actx);
-    x.part = enum_from<ComputePart>(a, "part", parse_part, actx);
-    x.payload = enum_from<Payload>(a, "payload", parse_payload, actx);
-    x.shard = field<int>(a, "shard", actx);
-    x.layer = field<int>(a, "layer", actx);
-    x.slot = field<int>(a, "slot", actx);
-    x.row_begin = field<int64_t>(a, "row_begin", actx);
-    x.row_end = field<int64_t>(a, "row_end", actx);
-    if (x.row_begin < 0 || x.row_end < x.row_begin) fail(actx, " ", x.id, ": row range [", x.row_begin, ", ", x.row_end, ") is invalid");
-    x.bytes = field<uint64_t>(a, "bytes", actx);
-    if (a.contains("copies")) {  // plans saved before it: one copy
-      x.copies = field<int>(a, "copies", actx);
-      if (x.copies < 1 || x.copies > (1 << 20)) fail(actx, " ", x.id, ": copies ", x.copies, " must be in [1, 1048576]");
-    }
-    if (a.contains("cpu_experts")) {  // plans saved before it: no split
-      x.cpu_experts = field<int>(a, "cpu_experts", actx);
-      if (x.cpu_experts < 0 || x.cpu_experts > 4096) fail(actx, " ", x.id, ": cpu_experts ", x.cpu_experts, " must be in [0, 4096]");
-    }
-    if (a.contains("speculative")) x.speculative = field<bool>(a, "speculative", actx);  // plans saved before it: none
-    if (x.speculative && x.kind != ActionKind::CopyWeights) fail(actx, " ", x.id, ": only a weight copy can be speculative");
-    x.flops = field<double>(a, "flops", actx);
-    x.deps = field<std::vector<int>>(a, "deps", actx);
-    x.label = field<std::string>(a, "label", actx);
-    x.start_ms = field<double>(a, "start_ms", actx);
-    x.end_ms = field<double>(a, "end_ms", actx);
-    if (x.id != static_cast<int>(p.actions.size())) fail(actx, ": ids must be 0, 1, 2, ... in order (got ", x.id, ")");
-    for (int d : x.deps)
-      if (d < 0 || d >= x.id) fail(actx, " ", x.id, ": dependency ", d, " must name an earlier action");
-    p.actions.push_back(std::move(x));
-  }
+  const json& acts = array_field(j, "actions", at);
+  for (size_t i = 0; i < acts.size(); ++i) p.actions.push_back(action_from_json(acts[i], at("actions", i), static_cast<int>(i)));
   return p;
 }
 
 json parse_json(const std::string& text, const std::string& ctx) {
+  check_json_depth(text, ctx);
   try {
     return json::parse(text);
   } catch (const json::parse_error& e) {
     fail(ctx, ": malformed JSON at byte ", e.byte);
   }
 }
-
 }  // namespace
 
 std::string plan_to_json(const Plan& plan, int indent) { return to_json(plan).dump(indent); }
 
-Plan plan_from_json(const std::string& text, const std::string& ctx) { return from_json(parse_json(text, ctx), ctx); }
+Plan plan_from_json(const std::string& text, const std::string& ctx) { return from_json(parse_json(text, ctx), At{ctx, ""}); }
 
 std::string plan_table_to_json(const PlanTable& t, int indent) {
   json j;
@@ -307,30 +387,38 @@ std::string plan_table_to_json(const PlanTable& t, int indent) {
 }
 
 PlanTable plan_table_from_json(const std::string& text, const std::string& ctx) {
-  json j = parse_json(text, ctx);
-  if (!j.is_object()) fail(ctx, ": a plan table must be a JSON object");
+  const json j = parse_json(text, ctx);
+  const At at{ctx, ""};
+  check_keys(j, at, {"version", "model", "machine", "device", "budget_bytes", "ctx", "threads", "pcie_cap_gbps", "kv_dtype",
+                     "canonical_order", "canonical_offsets", "kv_on_gpu", "tiers"});
   PlanTable t;
-  t.version = field<int>(j, "version", ctx);
+  t.origin = ctx;
+  t.version = field<int>(j, "version", at);
   if (t.version != kPlanFormatVersion)
-    fail(ctx, ": plan format version ", t.version, " is not supported (this build reads version ", kPlanFormatVersion, ")");
-  t.model = field<std::string>(j, "model", ctx);
-  t.machine = field<std::string>(j, "machine", ctx);
-  t.device = field<std::string>(j, "device", ctx);
-  t.budget_bytes = field<uint64_t>(j, "budget_bytes", ctx);
-  t.ctx = field<int64_t>(j, "ctx", ctx);
-  t.threads = field<int>(j, "threads", ctx);
-  t.pcie_cap_gbps = field<double>(j, "pcie_cap_gbps", ctx);
-  t.kv_dtype = field<std::string>(j, "kv_dtype", ctx);
-  t.canonical_order = field<std::vector<int64_t>>(j, "canonical_order", ctx);
-  t.canonical_offsets = field<std::vector<uint64_t>>(j, "canonical_offsets", ctx);
-  t.kv_on_gpu = field<std::vector<bool>>(j, "kv_on_gpu", ctx);
-  for (const auto& te : field<json>(j, "tiers", ctx)) {
+    at("version").fail_at("plan format version ", t.version, " is not supported (this build reads version ", kPlanFormatVersion, ")");
+  t.model = field<std::string>(j, "model", at);
+  t.machine = field<std::string>(j, "machine", at);
+  t.device = field<std::string>(j, "device", at);
+  t.budget_bytes = field<uint64_t>(j, "budget_bytes", at);
+  t.ctx = field<int64_t>(j, "ctx", at);
+  t.threads = field<int>(j, "threads", at);
+  t.pcie_cap_gbps = field<double>(j, "pcie_cap_gbps", at);
+  t.kv_dtype = field<std::string>(j, "kv_dtype", at);
+  t.canonical_order = list<int64_t>(j, "canonical_order", at);
+  t.canonical_offsets = list<uint64_t>(j, "canonical_offsets", at);
+  t.kv_on_gpu = list<bool>(j, "kv_on_gpu", at);
+  const json& tiers = array_field(j, "tiers", at);
+  for (size_t i = 0; i < tiers.size(); ++i) {
+    const At ta = at("tiers", i);
+    const json& te = tiers[i];
+    check_keys(te, ta, {"tokens", "chosen", "feasible", "chunk_tokens", "candidates"});
     TierEntry e;
-    e.tokens = field<int64_t>(te, "tokens", ctx + " tier");
-    e.chosen = enum_from<Schedule>(te, "chosen", parse_schedule, ctx + " tier");
-    e.feasible = field<bool>(te, "feasible", ctx + " tier");
-    e.chunk_tokens = field<int64_t>(te, "chunk_tokens", ctx + " tier");
-    for (const auto& c : field<json>(te, "candidates", ctx + " tier")) e.candidates.push_back(from_json(c, ctx + " tier"));
+    e.tokens = field<int64_t>(te, "tokens", ta);
+    e.chosen = enum_from<Schedule>(te, "chosen", parse_schedule, ta);
+    e.feasible = field<bool>(te, "feasible", ta);
+    e.chunk_tokens = field<int64_t>(te, "chunk_tokens", ta);
+    const json& cands = array_field(te, "candidates", ta);
+    for (size_t k = 0; k < cands.size(); ++k) e.candidates.push_back(from_json(cands[k], ta("candidates", k)));
     t.tiers.push_back(std::move(e));
   }
   return t;

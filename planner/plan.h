@@ -146,8 +146,15 @@ struct TierEntry {
   const Plan& chosen_plan() const;
 };
 
+// JSON fields the executor reads: budget_bytes, ctx, kv_dtype, kv_on_gpu and the tiers (tokens,
+// chosen, feasible, chunk_tokens, candidates); of a plan everything but the informational ones. Read,
+// checked for type, and otherwise informational (the executor never acts on them): the table's model,
+// machine, device, threads, pcie_cap_gbps, canonical_order and canonical_offsets; a plan's
+// infeasible_reason, predicted_ms, pinned_prefix and notes; an action's label, flops, start_ms and
+// end_ms. A field this version does not know is refused (planner/verify.h: what a plan must keep).
 struct PlanTable {
   int version = kPlanFormatVersion;
+  std::string origin;  // where the table was read from (not saved): named in errors
   std::string model;
   std::string machine;  // cost model description
   std::string device = "planned";  // plans are predictions: no device ran them

@@ -9,6 +9,8 @@
 
 #include "core/error.h"
 #include "core/size.h"
+#include "core/thread_pool.h"
+#include "planner/verify.h"
 
 namespace shardwise {
 
@@ -1064,9 +1066,10 @@ Layout choose_layout(const ModelSpec& spec, const CostModel& cost, const Planner
 
 void check_config(const ModelSpec& spec, const PlannerConfig& cfg) {
   spec.validate(cfg.model_name.empty() ? spec.name : cfg.model_name);
-  if (cfg.budget_bytes == 0) fail("--vram-budget must be positive");
-  if (cfg.ctx < 1 || cfg.ctx > (int64_t(1) << 24)) fail("--ctx ", cfg.ctx, " is out of range");
-  if (cfg.threads < 1 || cfg.threads > 4096) fail("--threads ", cfg.threads, " is out of range");
+  if (cfg.budget_bytes == 0 || cfg.budget_bytes > kMaxVramBudget)
+    fail("--vram-budget ", cfg.budget_bytes, " bytes is out of range (1 byte to 1 PiB)");
+  if (cfg.ctx < 1 || cfg.ctx > kMaxContext) fail("--ctx ", cfg.ctx, " is out of range (1 to ", kMaxContext, ")");
+  if (cfg.threads < 1 || cfg.threads > kMaxPoolThreads) fail("--threads ", cfg.threads, " is out of range (1 to ", kMaxPoolThreads, ")");
   if (cfg.tiers.empty()) fail("no tiers to plan");
   if (cfg.lm_head_piece_bytes < 4096) fail("LM head piece of ", cfg.lm_head_piece_bytes, " bytes: at least 4096");
   if (cfg.kv_layers < -1 || cfg.kv_layers > spec.num_hidden_layers)
@@ -1107,14 +1110,16 @@ PlannerConfig::HostKvAttention parse_host_kv_attention(const std::string& text) 
 }
 
 uint64_t minimum_budget(const ModelSpec& spec, const CostModel& cost, const PlannerConfig& config) {
-  uint64_t lo = 1 << 20, hi = 1ull << 50;
+  // Bisection down to the arena's alignment (~42 plannings): every region is a multiple of it, so the
+  // smallest feasible budget is one too. lo is infeasible, hi feasible throughout.
+  uint64_t lo = 0, hi = kMaxVramBudget;
   if (!decode_feasible(spec, cost, config, hi)) fail("no budget makes this model plannable");
-  while (hi - lo > (1 << 20)) {
-    const uint64_t mid = lo + (hi - lo) / 2;
+  while (hi - lo > kAlign) {
+    const uint64_t mid = (lo + (hi - lo) / 2) / kAlign * kAlign;
     if (decode_feasible(spec, cost, config, mid)) hi = mid;
     else lo = mid;
   }
-  return (hi + (1 << 20) - 1) / (1 << 20) * (1 << 20);
+  return hi;
 }
 
 Plan build_plan(const ModelSpec& spec, const CostModel& cost, const PlannerConfig& cfg, Schedule s, int64_t tier) {
@@ -1188,6 +1193,9 @@ PlanTable build_plan_table(const ModelSpec& spec, const CostModel& cost, const P
     fail("no plan for ", t.tiers.front().tokens, " tokens of ", t.model, " under a VRAM budget of ",
          format_bytes(cfg.budget_bytes), " at --ctx ", cfg.ctx, " (", why, ")");
   }
+  // The rules the executor relies on, kept by construction: a break is a planner bug, caught here
+  // rather than as wrong tokens.
+  verify_plan_table(t, spec, L.shards, "planner (internal error): the plan table for " + t.model);
   return t;
 }
 

@@ -73,8 +73,8 @@ double routing_experts_for(const ModelSpec& spec, const PlannerConfig& cfg, int6
 // the decode tier.
 PlanTable build_plan_table(const ModelSpec& spec, const CostModel& cost, const PlannerConfig& config);
 
-// The smallest budget (bytes, rounded up to 1 MiB) for which some candidate schedule is feasible at
-// the decode tier.
+// The smallest budget (bytes, a multiple of the arena's 256-byte alignment) for which some candidate
+// schedule is feasible at the decode tier.
 uint64_t minimum_budget(const ModelSpec& spec, const CostModel& cost, const PlannerConfig& config);
 
 // One plan (the table's fixed layout decisions are recomputed for the given config).

@@ -134,6 +134,18 @@ Engine::Engine(Pipeline p) : p_(std::move(p)) {
     int b = 0;
     if (parse_byte_token(p_.tokens[id], &b) && byte_tokens_[b] < 0) byte_tokens_[b] = static_cast<int32_t>(id);
   }
+  for (const auto* ids : {&p_.prefix_ids, &p_.suffix_ids})
+    for (int32_t id : *ids)
+      SW_CHECK(id >= 0 && static_cast<size_t>(id) < n, p_.origin, ": special token id ", id,
+               " that every encoding with specials adds is outside the vocabulary of ", n, " tokens");
+  // Byte-level BPE spells every byte as one symbol of GPT-2's alphabet; a vocabulary lacking one,
+  // with no <unk>, would drop that byte's text without a word.
+  const bool byte_level = std::any_of(p_.pre_tokenizers.begin(), p_.pre_tokenizers.end(),
+                                      [](const PreStep& s) { return s.kind == PreStep::ByteLevel; });
+  for (int b = 0; byte_level && p_.unk_id < 0 && b < 256; ++b)
+    SW_CHECK(lookup_.count(byte_level_encode(std::string(1, static_cast<char>(b)))), p_.origin,
+             ": the byte-level vocabulary has no token for byte 0x", std::hex, b,
+             " (and no unk_token): text with that byte would be dropped");
   is_added_.assign(n, false);
   is_special_.assign(n, false);
   for (const auto& a : p_.added) {

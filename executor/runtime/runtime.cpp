@@ -15,6 +15,7 @@
 #include "core/watchdog.h"
 #include "executor/cpu/ops.h"
 #include "executor/session/kv_cache.h"
+#include "planner/verify.h"
 
 namespace shardwise {
 
@@ -209,18 +210,12 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
   SW_CHECK(kv_dtype == DType::F32, "the executor keeps the KV cache in f32 (plan table says ", table_.kv_dtype, ")");
   shards_ = make_shards(spec_, table_.ctx, kv_dtype, &dtypes_);
   layouts_ = shard_layouts(spec_, shards_, &dtypes_);
-  // The table must describe this model's shards.
+  // The table must describe this model's shards and keep the planner's rules (a file may not), then
+  // what this executor needs of each plan.
+  verify_plan_table(table_, spec_, shards_, plan_origin());
   for (const auto& tier : table_.tiers)
-    for (const Plan& p : tier.candidates) {
-      if (!p.feasible) continue;
-      SW_CHECK(p.placements.size() == shards_.shards.size(), "plan table: ", p.placements.size(),
-               " shard placements, but this model has ", shards_.shards.size(), " shards (a plan for another model?)");
-      for (const auto& sp : p.placements)
-        SW_CHECK(sp.bytes == shards_.at(sp.shard).bytes, "plan table: shard ", sp.name, " has ", sp.bytes,
-                 " bytes in the plan but ", shards_.at(sp.shard).bytes, " in this model (a plan for another file?)");
-      SW_CHECK(p.vram_bytes <= table_.budget_bytes, "plan table: a plan uses more than the budget");
-      validate_plan(p);
-    }
+    for (const Plan& p : tier.candidates)
+      if (p.feasible) validate_plan(p);
   if (options_.schedule) require_feasible(*options_.schedule);
   if (options_.pin_host_weights) pin_host_weights(source, device_);
   // The activations' host staging, pinned like the weights (before the arena: pinning costs the
@@ -469,7 +464,7 @@ void Runtime::step(const int32_t* tokens, int64_t n, float* last_logits) {
 // (a plan file is input: a row range, offset or slot out of range must be an error, not a read
 // outside the arena). The JSON reader has checked ids, dependency order and field types.
 void Runtime::validate_plan(const Plan& p) const {
-  const std::string where = str_cat("plan table: the ", schedule_name(p.schedule), " plan of tier ", p.tier);
+  const std::string where = str_cat(plan_origin(), ": the ", schedule_name(p.schedule), " plan of tier ", p.tier);
   const uint64_t budget = table_.budget_bytes;
   auto inside = [budget](uint64_t off, uint64_t bytes) { return off <= budget && bytes <= budget - off; };
   const int64_t n_shards = static_cast<int64_t>(shards_.shards.size()), L = spec_.num_hidden_layers;

@@ -163,6 +163,8 @@ class Runtime : public StepEngine {
   void copy_shard(const Shard& s, uint8_t* dst, int64_t row0, int64_t row1);
   void copy_shard_tensors(const Shard& s, uint8_t* dst, int64_t row0, int64_t row1);
   void validate_plan(const Plan& p) const;
+  // The table's file in messages, or "plan table" for one made in memory.
+  std::string plan_origin() const { return table_.origin.empty() ? "plan table" : table_.origin; }
   void require_feasible(Schedule s) const;
   // Where the plans of `schedule` (nullopt: the table's choices) keep each layer's KV cache.
   const std::vector<bool>& kv_placement(std::optional<Schedule> schedule) const;

@@ -5,12 +5,24 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "executor/session/sampling.h"
 #include "executor/session/step_engine.h"
 
 namespace shardwise {
 namespace {
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The row a token is about to be sampled from must be finite: a NaN row makes greedy pick token 0
+// forever (and the chain sample garbage), a silent wrong answer. `token` counts generated tokens from 1
+// (step 1 samples from the prompt's last logits).
+void check_logits(const float* logits, int64_t vocab, int64_t token, int64_t position) {
+  const int64_t bad = first_non_finite(logits, vocab);
+  if (bad >= 0)
+    fail("step ", token, " of the generation (the logits at position ", position, "): token id ", bad, " has logit ",
+         logits[bad], ": the model's weights or activations are not finite (a corrupt file, or a tensor stored as another "
+         "type than it says)");
 }
 }  // namespace
 
@@ -40,6 +52,7 @@ GenerateResult generate(StepEngine& model, const std::vector<int32_t>& prompt,
   }
   r.prefill_ms = ms_since(t0);
   if (opt.n_predict <= 0) return r;
+  check_logits(logits.data(), vocab, 1, model.n_past() - 1);
   int32_t next = sampler.sample(logits.data(), vocab, history);
   r.ttft_ms = ms_since(t0);
   const auto t_first = std::chrono::steady_clock::now();
@@ -53,6 +66,7 @@ GenerateResult generate(StepEngine& model, const std::vector<int32_t>& prompt,
     const auto ts = std::chrono::steady_clock::now();
     model.step(&next, 1, logits.data());
     r.steps.push_back({1, ms_since(ts)});
+    check_logits(logits.data(), vocab, static_cast<int64_t>(r.generated.size()) + 1, model.n_past() - 1);
     next = sampler.sample(logits.data(), vocab, history);
   }
   r.decode_ms = ms_since(t_first);

@@ -3,12 +3,27 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <unordered_set>
 
 #include "core/error.h"
 
 namespace shardwise {
+
+int64_t first_non_finite(const float* x, int64_t n) {
+  // A float is NaN or infinite exactly when its bits without the sign are >= those of infinity.
+  uint32_t largest = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof bits);
+    largest = std::max(largest, bits & 0x7fffffffu);
+  }
+  if (largest < 0x7f800000u) return -1;
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return i;
+  return -1;
+}
 
 int32_t argmax(const float* x, int64_t n) {
   // The first index of the largest value, NaN never chosen unless x[0] is NaN (then 0): what one pass of

@@ -9,10 +9,17 @@ code. Build the CLI with `-DSHARDWISE_SANITIZE=address` (or any build) and run
 
     /usr/bin/python3 tests/fuzz/fuzz_inputs.py --cli BUILD/cli/shardwise --cases 300 --out /tmp/fuzz
 
-CTest runs it with a few cases per target (test `cli_fuzz_inputs`; under the ASan build too).
+CTest runs one bounded smoke run per kind (tests `cli_fuzz_<kind>`; under the ASan build too).
+
+Besides random edits, each kind gets the structures that once crashed, hung or answered wrong: JSON
+nested tens of thousands deep (a tokenizer.json Sequence, any plan or profile field), a GGUF tensor or
+metadata count one off, plan tables with overlapping regions or actions removed, YAML with duplicate
+keys, aliases, keys that are lists and deep nesting, experiments whose lists multiply past the limit.
+--seconds bounds a run's time (CTest gives each kind a few seconds, under both builds).
 
 Every violating input is kept under --out with the command that showed it (`repro.sh`). Exit status 1
-when any case violated the contract. Deterministic for a given --seed.
+when any case violated the contract. Deterministic for a given --seed (and --cases, when --seconds
+does not cut the run short).
 """
 import argparse
 import json
@@ -23,6 +30,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIX = os.path.join(REPO, "tests", "fixtures")
@@ -61,6 +69,105 @@ def truncate(data, rng):
     return data[:rng.randrange(len(data))]
 
 
+DEPTHS = [65, 2000, 100000]  # past the tokenizer's 64, yaml-cpp's 2000 guard, and a stack's worth
+
+
+def nest_text(value_text, depth, rng):
+    """value_text wrapped `depth` deep in arrays or objects, as text (json.dumps would recurse)."""
+    if rng.random() < 0.5:
+        return "[" * depth + value_text + "]" * depth
+    return '{"k": ' * depth + value_text + "}" * depth
+
+
+def deepen_json(obj, rng):
+    """The document as text with one value (any path) replaced by a deep nest of itself."""
+    paths = [p for p, _ in json_paths(obj)][1:] or [()]
+    path = rng.choice(paths)
+    marker = "@@deep@@"
+    old = obj
+    for k in path:
+        old = old[k]
+    inner = json.dumps(old)
+    text = json.dumps(set_path(obj, path, marker))
+    return text.replace(json.dumps(marker), nest_text(inner, rng.choice(DEPTHS), rng), 1)
+
+
+def count_off_by_one(data, rng):
+    """A GGUF's tensor count (bytes 8..16) or metadata count (16..24) one more or one less."""
+    b = bytearray(data)
+    at = rng.choice([8, 16])
+    n = struct.unpack_from("<Q", b, at)[0]
+    struct.pack_into("<Q", b, at, max(0, n + rng.choice([-1, 1])))
+    return bytes(b)
+
+
+def nested_tokenizer(obj, rng):
+    """A normalizer, pre-tokenizer, decoder or post-processor Sequence nested deep, or a type of
+    another JSON type (the readers once recursed copying each level, and skipped wrong types)."""
+    field, key, leaf = rng.choice([("normalizer", "normalizers", '{"type": "NFC"}'),
+                                   ("pre_tokenizer", "pretokenizers", '{"type": "Digits"}'),
+                                   ("decoder", "decoders", '{"type": "Fuse"}'),
+                                   ("post_processor", "processors", '{"type": "ByteLevel"}')])
+    if rng.random() < 0.3:
+        obj[field] = {"type": rng.choice([5, None, [], {}, True])}
+        return json.dumps(obj)
+    depth = rng.choice([1, 64] + DEPTHS)
+    marker = "@@seq@@"
+    obj[field] = marker
+    return json.dumps(obj).replace(json.dumps(marker), '{"type": "Sequence", "%s": [' % key * depth + leaf + "]}" * depth, 1)
+
+
+def hostile_plan(obj, rng):
+    """A plan table whose arena regions overlap, or whose actions of one kind are gone (ids renumbered)."""
+    for tier in obj.get("tiers", []):
+        for c in tier.get("candidates", []):
+            if rng.random() < 0.5:
+                for r in c.get("arena", []):
+                    r["offset"] = 0
+                continue
+            kind = rng.choice(["compute", "copy_weights", "copy_activations", "copy_logits"])
+            kept = [a for a in c.get("actions", []) if a.get("kind") != kind]
+            ids = {a["id"]: i for i, a in enumerate(kept)}
+            for a in kept:
+                a["deps"] = [ids[d] for d in a.get("deps", []) if d in ids]
+                a["id"] = ids[a["id"]]
+            c["actions"] = kept
+    return json.dumps(obj)
+
+
+def hostile_yaml(text, rng):
+    """A key given twice, an alias, a key that is a list, or a value nested deep."""
+    lines = text.split("\n")
+    keyed = [i for i, l in enumerate(lines) if ":" in l and not l.lstrip().startswith(("#", "-"))] or [0]
+    i = rng.choice(keyed)
+    r = rng.random()
+    if r < 0.3:
+        lines.insert(i + 1, lines[i])
+    elif r < 0.5:
+        lines[i] = lines[i].split(":")[0] + ": &anchor " + (lines[i].partition(":")[2].strip() or "x")
+        lines.append("alias_user: *anchor")
+    elif r < 0.7:
+        lines.insert(i, "[a, b]: 1")
+    else:
+        d = rng.choice(DEPTHS)
+        lines[i] = lines[i].split(":")[0] + ": " + "[" * d + "1" + "]" * d
+    return "\n".join(lines)
+
+
+def multiplied_lists(text, rng):
+    """An experiment whose ctx, threads and budgets lists multiply to far more configurations."""
+    out = []
+    for line in text.split("\n"):
+        if line.startswith("ctx:"):
+            line = "ctx: [" + ", ".join(str(64 * (i + 1)) for i in range(60)) + "]"
+        elif line.startswith("threads:"):
+            line = "threads: [" + ", ".join(str(i + 1) for i in range(60)) + "]"
+        elif line.startswith("budgets:"):
+            line = "budgets: [" + ", ".join("%dM" % (i + 2) for i in range(60)) + "]"
+        out.append(line)
+    return "\n".join(out)
+
+
 def gguf_header_end(data):
     """Bytes of the GGUF header, metadata and tensor infos (where parsing decisions live): the
     offset of the first tensor's data is at least this; a rough bound is fine for fuzzing."""
@@ -70,6 +177,8 @@ def gguf_header_end(data):
 def mutate_gguf(data, rng):
     r = rng.random()
     head = gguf_header_end(data)
+    if r < 0.1:
+        return count_off_by_one(data, rng)
     if r < 0.45:
         return flip_bytes(data, rng, (0, head))
     if r < 0.8:
@@ -128,9 +237,14 @@ def mutate_json_obj(obj, rng):
     return set_path(obj, path, rand_json_value(rng))
 
 
-def mutate_json_text(text, rng):
-    if rng.random() < 0.15:
+def mutate_json_text(text, rng, hostile=None):
+    r = rng.random()
+    if r < 0.15:
         return flip_bytes(text.encode(), rng).decode("latin-1")
+    if r < 0.25:
+        return deepen_json(json.loads(text), rng)
+    if hostile and r < 0.45:
+        return hostile(json.loads(text), rng)
     obj = json.loads(text)
     for _ in range(rng.randint(1, 3)):
         obj = mutate_json_obj(obj, rng)
@@ -172,7 +286,11 @@ def mutate_safetensors(data, rng):
     return struct.pack("<Q", len(hb)) + hb + rest
 
 
-def mutate_text(text, rng):
+def mutate_text(text, rng, hostile=None):
+    if rng.random() < 0.25:
+        return hostile_yaml(text, rng)
+    if hostile and rng.random() < 0.1:
+        return hostile(text, rng)
     lines = text.split("\n")
     r = rng.random()
     i = rng.randrange(len(lines))
@@ -238,6 +356,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--targets", default="gguf,hf_config,safetensors,tokenizer,text,plan,profile,experiment,model_yaml")
     ap.add_argument("--timeout", type=float, default=20.0)
+    ap.add_argument("--seconds", type=float, default=0, help="stop making cases after this long (0: run all --cases)")
     ap.add_argument("--verbose", action="store_true", help="also print every rejection's error line")
     a = ap.parse_args()
     rng = random.Random(a.seed)
@@ -248,7 +367,8 @@ def main():
     gguf_dir = os.path.join(FIX, "llamacpp", "gguf")
     ggufs = sorted(os.path.join(gguf_dir, f) for f in os.listdir(gguf_dir) if f.endswith(".gguf"))
     hf_dirs = [os.path.join(FIX, "hf", d) for d in ("llama", "qwen3moe_norm")]
-    toks = [os.path.join(FIX, "tokenizers", "reference", d, "tokenizer.json") for d in ("bbpe_qwen2", "spm_legacy")]
+    toks = [os.path.join(FIX, "tokenizers", "reference", d, "tokenizer.json")
+            for d in ("bbpe_qwen2", "spm_legacy", "bbpe_nfkc", "spm_metaspace")]  # Sequence normaliser, template
     toks = [t for t in toks if os.path.exists(t)]
 
     # Valid inputs made by the CLI itself: a plan table, a profile.
@@ -337,7 +457,7 @@ def main():
                 files = {}
                 with open(os.path.join(src, "tokenizer.json"), encoding="utf-8") as s:
                     orig = s.read()
-                files[os.path.join(src, "tokenizer.json")] = mutate_json_text(orig, rng).encode("utf-8", "replace")
+                files[os.path.join(src, "tokenizer.json")] = mutate_json_text(orig, rng, nested_tokenizer).encode("utf-8", "replace")
                 yield Case("tokenizer", files, ["tokenize", "--model", src, "--text", "Hello, world! 123 ÄÖ <|im_start|>"])
                 with open(os.path.join(src, "tokenizer.json"), "w", encoding="utf-8") as s:
                     s.write(orig)
@@ -351,7 +471,7 @@ def main():
             if "plan" in names:
                 f = os.path.join(work, "p.json")
                 with open(base_plan) as s:
-                    txt = mutate_json_text(s.read(), rng)
+                    txt = mutate_json_text(s.read(), rng, hostile_plan)
                 yield Case("plan", {f: txt.encode("latin-1")},
                            ["run", "--model", ggufs[0], "--device", "emu", "--plan", f, "--tokens", "1,2", "-n", "2",
                             "--greedy"])
@@ -364,7 +484,7 @@ def main():
             if "experiment" in names:
                 f = os.path.join(work, "e.yaml")
                 with open(experiment) as s:
-                    txt = mutate_text(s.read(), rng)
+                    txt = mutate_text(s.read(), rng, multiplied_lists)
                 yield Case("experiment", {f: txt.encode("latin-1")},
                            ["sweep", f, "--predict", "--out", os.path.join(work, "sweep.jsonl")])
             if "model_yaml" in names:
@@ -378,7 +498,10 @@ def main():
                                         "--tokens", "1,2", "-n", "2", "--greedy"]]))
 
     counts, bad = {}, 0
+    t_start = time.monotonic()
     for n, c in enumerate(targets()):
+        if a.seconds > 0 and time.monotonic() - t_start > a.seconds:
+            break
         for path, data in c.files.items():
             with open(path, "wb") as f:
                 f.write(data)

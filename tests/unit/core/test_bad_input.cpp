@@ -4,12 +4,14 @@
 // bad values would size (the sanitizer build would abort on an absurd one).
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "core/gguf.h"
+#include "core/json_util.h"
 #include "core/model_spec.h"
 #include "core/npy.h"
 #include "core/weight_source.h"
@@ -243,7 +245,14 @@ TEST_CASE("bad input: synthetic: strings", "[bad_input][synthetic]") {
                     Contains("synthetic:tiny_llama?layers=0") && Contains("layers '0'"));
   CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?layers=-3"), Contains("layers '-3'"));
   CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?layers=2x"), Contains("layers '2x'"));
-  CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?layers=100000"), Contains("num_hidden_layers"));
+  CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?layers=100000"), Contains("layers '100000'") && Contains("1 to 4096"));
+  // Numbers past 2^64 saturated (a silent seed of 2^64 - 1); every reader of the text parses it alike.
+  CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?seed=99999999999999999999999"),
+                    Contains("seed '99999999999999999999999' must be a whole number from 0 to 18446744073709551615"));
+  CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?seed=-1"), Contains("seed '-1'"));
+  CHECK(parse_synthetic("tiny_llama?seed=18446744073709551615&layers=2").seed == UINT64_MAX);
+  CHECK(parse_synthetic("tiny_llama?seed=18446744073709551615&layers=2").spec.num_hidden_layers == 2);
+  CHECK_THROWS_WITH(parse_synthetic("tiny_llama?layers=abc"), Contains("synthetic:tiny_llama?layers=abc: layers 'abc'"));
   CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?foo=1"),
                     Contains("synthetic:tiny_llama?foo=1") && Contains("unknown option 'foo'"));
   CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?dtype"), Contains("'dtype'") && Contains("key=value"));
@@ -407,4 +416,38 @@ TEST_CASE("bad input: .npy files", "[bad_input][npy]") {
              Contains("tuple"));
   CHECK_THAT(npy_error("truncated", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", f8)),
              Contains("truncated"));
+}
+
+TEST_CASE("bad input: JSON nested past 256 levels is refused before anything recurses through it", "[bad_input][json]") {
+  // A value nested 200000 deep (a 400 KB config.json) overflowed the stack when its error message
+  // dumped it; 100 deep is read, and refused for its type, naming the field.
+  const std::string src = fixtures_dir() + "/hf/llama";
+  const std::string cfg = read_file(src + "/config.json");
+  const auto at = cfg.find("\"hidden_size\":");
+  REQUIRE(at != std::string::npos);
+  const auto value_end = cfg.find_first_of(",}", at);
+  for (int depth : {100, 257, 200000}) {
+    INFO("depth " << depth);
+    const std::string dir = temp_path("deep_cfg_" + std::to_string(depth));
+    std::string out;
+    REQUIRE(run_command("mkdir -p '" + dir + "' && cp '" + src + "/model.safetensors' '" + dir + "/'", &out) == 0);
+    write_file(dir + "/config.json", cfg.substr(0, at) + "\"hidden_size\": " + std::string(depth, '[') + "1" + std::string(depth, ']') +
+                                         cfg.substr(value_end));
+    if (depth <= 256) require_open_error(dir, {"config.json", "field 'hidden_size' must be an integer, got an array"});
+    else require_open_error(dir, {"config.json: JSON nested " + std::to_string(depth + 1) + " deep, more than 256 levels"});
+  }
+  // A safetensors header alike.
+  const std::string st = read_file(src + "/model.safetensors");
+  uint64_t n = 0;
+  std::memcpy(&n, st.data(), 8);
+  std::string header = st.substr(8, n);
+  header.insert(header.rfind('}'), ", \"__metadata__\": {\"x\": " + std::string(5000, '[') + std::string(5000, ']') + "}");
+  const std::string dir = temp_path("deep_st");
+  std::string out;
+  REQUIRE(run_command("mkdir -p '" + dir + "' && cp '" + src + "/config.json' '" + dir + "/'", &out) == 0);
+  const uint64_t m = header.size();
+  write_file(dir + "/model.safetensors", std::string(reinterpret_cast<const char*>(&m), 8) + header + st.substr(8 + n));
+  require_open_error(dir, {"model.safetensors: header: JSON nested 5002 deep"});
+  const std::string tricky = "{\"a\": \"[[[[\\\"[\", \"b\": [1, {\"c\": []}]}";
+  CHECK(json_nesting_depth(tricky.data(), tricky.data() + tricky.size()) == 4);  // strings and escapes skipped
 }

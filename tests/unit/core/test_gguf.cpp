@@ -723,6 +723,76 @@ TEST_CASE("gguf: tensor infos are validated", "[gguf]") {
   }
 }
 
+// The tensor count (a u64 at byte 8) lowered by one: the last tensor's info is left where padding
+// belongs, and every tensor would be read from the wrong place.
+std::string one_tensor_short(std::string bytes) {
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data() + 8, 8);
+  REQUIRE(n > 0);
+  --n;
+  std::memcpy(&bytes[8], &n, 8);
+  return bytes;
+}
+
+TEST_CASE("gguf: a tensor count one short is refused, not read as other tensors", "[gguf]") {
+  // Hand-made files of 2, 3 and 5 tensors, then real files of llama.cpp's converter.
+  for (int n : {2, 3, 5}) {
+    RawGguf g = small_valid();
+    for (int i = 2; i < n; ++i) g.tensors.push_back({"t" + std::to_string(i) + ".weight", {8, 2}, 0, -1, ""});
+    CHECK(open_error(g.build()) == "");
+    const std::string msg = open_error(one_tensor_short(g.build()));
+    INFO(n << " tensors: " << msg);
+    CHECK((msg.find("tensor count") != std::string::npos || msg.find("belong to no tensor") != std::string::npos));
+  }
+  for (const char* f : {"llamacpp/gguf/llama_small.f16.gguf", "llamacpp/gguf/qwen3moe_small.q8_0.gguf"}) {
+    std::string path;
+    const std::string msg = open_error(one_tensor_short(read_file(fixtures_dir() + "/" + f)), &path);
+    INFO(f << ": " << msg);
+    CHECK_THAT(msg, Contains(path) && Contains("the file is corrupt"));
+  }
+}
+
+TEST_CASE("gguf: tensors tile the data section: no gap, no trailing bytes, zero padding", "[gguf]") {
+  SECTION("a gap between two tensors") {
+    RawGguf g = small_valid();
+    g.tensors[1].offset = 64;
+    g.data_size = 96;
+    require_error(g, {"'b.weight'", "data at 64 leaves a gap", "ends at 32"});
+    g = small_valid();
+    g.tensors[0].offset = 32;  // the first tensor not at the start
+    g.tensors[1].offset = 64;
+    g.data_size = 96;
+    require_error(g, {"'a.weight'", "leaves a gap after the start of the data section"});
+  }
+  SECTION("bytes after the last tensor") {
+    RawGguf g = small_valid();
+    g.tensors.push_back({"c.weight", {2}, 0, -1, ""});  // f32: 8 bytes at 64, padded to 96
+    g.data_size = 96;
+    CHECK(open_error(g.build()) == "");
+    g.data_size = 97;
+    require_error(g, {"25 bytes after the last tensor's data belong to no tensor"});
+    g = small_valid();  // its last tensor ends at 64, a multiple of the alignment: no padding
+    g.data_size = 64 + 32;
+    require_error(g, {"32 bytes after"});
+    g.data_size = 64 + 4096;
+    require_error(g, {"4096 bytes after"});
+  }
+  SECTION("a padding byte that is not zero") {
+    RawGguf g = small_valid();
+    std::string bytes = g.build();
+    // The infos end before the aligned data start: the byte just before the data is padding.
+    const size_t data_start = bytes.size() - 64;
+    REQUIRE(data_start % 32 == 0);
+    size_t info_end = data_start;
+    while (info_end > 0 && bytes[info_end - 1] == '\0') --info_end;
+    REQUIRE(info_end < data_start);
+    bytes[data_start - 1] = 7;
+    std::string path;
+    const std::string msg = open_error(bytes, &path);
+    CHECK_THAT(msg, Contains(path) && Contains("offset " + std::to_string(data_start - 1)) && Contains("zero padding"));
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Model-level: types and architectures we cannot run
 

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/error.h"
+#include "core/hardware_spec.h"
 #include "core/model_spec.h"
 #include "test_util.h"
 
@@ -122,4 +123,30 @@ TEST_CASE("model YAML: round trip and clear errors", "[spec]") {
   CHECK_THROWS_WITH(parse_spec_yaml_text(base + "intermediate_size: 1099511627776\n", "m.yaml"),
                     Contains("out of range"));
   CHECK_THROWS_WITH(parse_spec_yaml_text(base + "intermediate_size: abc\n", "m.yaml"), Contains("intermediate_size"));
+}
+
+TEST_CASE("YAML files: duplicate keys, keys that are lists and aliases are refused with the file and line", "[spec]") {
+  const std::string base = spec_to_yaml(builtin_spec("tiny_llama"));
+  auto spec_error = [](const std::string& text) {
+    try {
+      parse_spec_yaml_text(text, "m.yaml");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  REQUIRE(spec_error(base) == "");
+  // A second value of a key: yaml-cpp kept the first one without a word.
+  CHECK_THAT(spec_error(base + "hidden_size: 64\n"), Contains("m.yaml: line ") && Contains("duplicate key 'hidden_size'"));
+  CHECK_THAT(spec_error("vocab_size: 1\n" + base), Contains("duplicate key 'vocab_size'"));
+  // A key that is a list: yaml-cpp threw "bad conversion" naming no file.
+  CHECK_THAT(spec_error("[a, b]: 1\n" + base), Contains("m.yaml: line 1: a key of the top level is a list or mapping"));
+  CHECK_THAT(spec_error(base + "description: &d x\nother: *d\n"), Contains("aliases (*name) are not supported"));
+  // Machines read the same way.
+  try {
+    parse_hardware_yaml_text("name: m\nname: n\n", "hw.yaml");
+    FAIL("a duplicate key was accepted");
+  } catch (const Error& e) {
+    CHECK_THAT(std::string(e.what()), Contains("hw.yaml: line 2: duplicate key 'name'"));
+  }
 }

@@ -380,14 +380,14 @@ TEST_CASE("runtime suite (emulated): an MoE layer's experts split between CPU an
           a.part = ComputePart::Full;
           a.cpu_experts = 0;
         }
-  CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, bad, o), Contains("0 CPU share(s), 1 GPU share(s), 1 partial copy(ies) and 1 add(s)"));
+  CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, bad, o), Contains("moe_cpu_share) runs on cpu but its shard and part belong on the GPU"));
   // A plan saved before the GPU share ran beside the CPU's (the share added the partial itself): refused.
   bad = table;
   for (auto& t : bad.tiers)
     for (auto& p : t.candidates)
       for (auto& a : p.actions)
         if (a.part == ComputePart::MoeShareAdd) a.part = ComputePart::Full;
-  CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, bad, o), Contains("0 add(s)"));
+  CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, bad, o), Contains("layer 0's FFN is not computed exactly once"));
   bad = table;
   int copies = 0;
   for (auto& t : bad.tiers)
@@ -694,8 +694,8 @@ TEST_CASE("runtime: plans naming rows, offsets, slots or shards outside the mode
     CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, bad, {}), Contains(says));
   };
   const size_t a = static_cast<size_t>(ai);
-  refused([&](Plan& p) { p.actions[a].row_end = int64_t(1) << 40; }, "rows [");
-  refused([&](Plan& p) { p.actions[a].row_end = spec.vocab_size + 1; }, "of the LM head's");
+  refused([&](Plan& p) { p.actions[a].row_end = int64_t(1) << 40; }, "the LM head's row pieces end at row 1099511627776");
+  refused([&](Plan& p) { p.actions[a].row_end = spec.vocab_size + 1; }, "the LM head's row pieces end at row");
   refused([&](Plan& p) { p.actions[a].slot = 2; }, "stream slot 2");
   refused([&](Plan& p) { p.actions[a].shard = 100000; }, "names shard 100000");
   refused([&](Plan& p) { p.actions[a].layer = static_cast<int>(spec.num_hidden_layers); }, "names layer");
@@ -704,7 +704,7 @@ TEST_CASE("runtime: plans naming rows, offsets, slots or shards outside the mode
   refused([&](Plan& p) {
     for (ShardPlacement& sp : p.placements)
       if (sp.arena_offset >= 0 && sp.home == WeightHome::Pinned) sp.arena_offset = static_cast<int64_t>(table.budget_bytes);
-  }, "lies outside the budget");
+  }, "lies outside the 'pinned' region");
   refused([&](Plan& p) { p.kv_on_gpu.pop_back(); }, "kv_on_gpu names");
   refused([&](Plan& p) {  // two shards of equal size (two layers' attention) named in each other's place
     for (size_t i = 0; i < p.placements.size(); ++i)

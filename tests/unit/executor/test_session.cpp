@@ -4,10 +4,13 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "executor/session/generator.h"
 #include "executor/session/sampling.h"
+#include "executor/session/step_engine.h"
 #include "text/tokenizer.h"
 #include "test_util.h"
 
@@ -103,4 +106,74 @@ TEST_CASE("tokenizer: SentencePiece-style GGUF vocabulary", "[tokenizer]") {
   auto ids = tok.encode("<t5><t7>", false);
   REQUIRE(ids.size() >= 2);
   CHECK(tok.decode({5, 7}) == "<t5><t7>");
+}
+
+namespace {
+// An engine whose logits favour token (position % vocab), and hold `bad` at token `bad_id` from step
+// `bad_step` on (steps count from 1: the prompt's is the first).
+class FakeEngine : public StepEngine {
+ public:
+  FakeEngine(int64_t bad_step, int64_t bad_id, float bad) : bad_step_(bad_step), bad_id_(bad_id), bad_(bad) {
+    spec_.vocab_size = 50;
+  }
+  const ModelSpec& spec() const override { return spec_; }
+  int64_t n_past() const override { return n_past_; }
+  int64_t capacity() const override { return 64; }
+  std::string device() const override { return "fake"; }
+  void step(const int32_t*, int64_t n, float* logits) override {
+    n_past_ += n;
+    ++steps_;
+    for (int64_t i = 0; i < spec_.vocab_size; ++i) logits[i] = i == (n_past_ - 1) % spec_.vocab_size ? 1.0f : 0.0f;
+    if (steps_ >= bad_step_) logits[bad_id_] = bad_;
+  }
+  int64_t steps_ = 0;
+
+ private:
+  ModelSpec spec_;
+  int64_t n_past_ = 0, bad_step_, bad_id_;
+  float bad_;
+};
+}  // namespace
+
+TEST_CASE("generation stops with an error naming the step when the logits are not finite", "[sampling]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (const auto& [bad_step, bad_id, bad] : {std::tuple<int64_t, int64_t, float>{1, 0, nan}, {4, 49, inf}, {2, 17, -inf}, {6, 3, -nan}}) {
+    INFO("step " << bad_step << ", id " << bad_id << ", value " << bad);
+    for (bool greedy : {true, false}) {
+      FakeEngine engine(bad_step, bad_id, bad);
+      GenerateOptions o;
+      o.n_predict = 10;
+      o.sampling.greedy = greedy;
+      std::vector<int32_t> got;
+      try {
+        generate(engine, {1, 2, 3}, o, [&](int32_t id) { got.push_back(id); });
+        FAIL("generated past non-finite logits");
+      } catch (const Error& e) {
+        const std::string msg = e.what();
+        CHECK_THAT(msg, Contains("step " + std::to_string(bad_step) + " of the generation") &&
+                            Contains("position " + std::to_string(3 + bad_step - 2)) && Contains("token id " + std::to_string(bad_id)) &&
+                            Contains("not finite"));
+      }
+      CHECK(static_cast<int64_t>(got.size()) == bad_step - 1);  // the steps before it ran
+    }
+  }
+  // Finite logits, however large, pass.
+  FakeEngine fine(1, 5, 3.0e38f);
+  GenerateOptions o;
+  o.n_predict = 5;
+  CHECK(generate(fine, {1}, o).generated.size() == 5);
+}
+
+TEST_CASE("first_non_finite finds the first NaN or infinity, -1 for finite rows", "[sampling]") {
+  std::vector<float> row(150001, 0.5f);
+  row[7] = -3.4e38f;
+  row[9] = std::numeric_limits<float>::denorm_min();
+  CHECK(first_non_finite(row.data(), static_cast<int64_t>(row.size())) == -1);
+  for (int64_t at : {int64_t(0), int64_t(8), int64_t(150000), int64_t(77777)}) {
+    std::vector<float> r = row;
+    r[static_cast<size_t>(at)] = std::numeric_limits<float>::quiet_NaN();
+    r[150000] = at == 150000 ? r[150000] : std::numeric_limits<float>::infinity();
+    CHECK(first_non_finite(r.data(), static_cast<int64_t>(r.size())) == at);
+  }
+  CHECK(first_non_finite(row.data(), 0) == -1);
 }

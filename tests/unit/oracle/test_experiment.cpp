@@ -1,6 +1,7 @@
 // Tests for the oracle's experiment files: every field error names the file and the field; the
 // cartesian product with exclusions and filters; config_id stability; the measurement statistics.
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <set>
 #include <sstream>
 
@@ -232,4 +233,56 @@ TEST_CASE("sweep helpers: median IQR repeats and shard text", "[oracle]") {
   CHECK(profile_hash("cli3", 16e9) != profile_hash("cli3", 0));
   CHECK(profile_hash("cli3", 0) != profile_hash("cli2", 0));
   CHECK_FALSE(build_git_rev().empty());
+}
+
+namespace {
+// An experiment of `n` entries in each of budgets, ctx, threads and pcie_caps, and `m` models.
+std::string product_yaml(int m, int n) {
+  std::ostringstream y;
+  y << "name: big\nhardware: cli3\nmodels:\n";
+  for (int i = 0; i < m; ++i) y << "  - name: m" << i << "\n    weights: \"synthetic:tiny_llama?dtype=f16&seed=" << i + 1 << "\"\n";
+  y << "budgets: [";
+  for (int i = 0; i < n; ++i) y << (i ? ", " : "") << (i + 2) << "M";
+  y << "]\nctx: [";
+  for (int i = 0; i < n; ++i) y << (i ? ", " : "") << 64 * (i + 1);
+  y << "]\nthreads: [";
+  for (int i = 0; i < n; ++i) y << (i ? ", " : "") << i + 1;
+  y << "]\npcie_caps: [";
+  for (int i = 0; i < n; ++i) y << (i ? ", " : "") << (i + 1) << "GB/s";
+  y << "]\ntiers: [1, 16]\n";
+  return y.str();
+}
+}  // namespace
+
+TEST_CASE("experiment: one expanding to too many configurations is refused up front, with its count", "[oracle]") {
+  // 10 x 10^4 = 100000: allowed; 11 x 10^4 and 40^5 (a file of a few KB) are not, and fail at once.
+  CHECK(parse(product_yaml(10, 10)).models.size() == 10);
+  CHECK_THAT(error_of(product_yaml(11, 10)), Contains("exp.yaml: the experiment expands to 110000 configurations (models 11 x budgets 10 x "
+                                                      "ctx 10 x threads 10 x pcie_caps 10), more than 100000"));
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string big = product_yaml(40, 40);
+  CHECK(big.size() < 20000);
+  CHECK_THAT(error_of(big), Contains("expands to 102400000 configurations") && Contains("several experiment files"));
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 5.0);
+  // More tiers than a plan table has.
+  std::string tiers = "[";
+  for (int i = 1; i <= 65; ++i) tiers += (i > 1 ? ", " : "") + std::to_string(i);
+  std::string many = with("tiers", tiers + "]");
+  many.replace(many.find("ctx: [64, 128]"), 14, "ctx: [128]");
+  CHECK_THAT(error_of(many), Contains("exp.yaml: tiers: 65 tiers: at most 64"));
+}
+
+TEST_CASE("experiment: budgets, contexts and PCIe caps are bounded", "[oracle]") {
+  CHECK_THAT(error_of(with("budgets", "[2048T]")), Contains("exp.yaml: budgets[0]") && Contains("1 PiB"));
+  CHECK_THAT(error_of(with("pcie_caps", "[1B/s]")), Contains("exp.yaml: pcie_caps[0]") && Contains("100MB/s to 1TB/s"));
+  CHECK_THAT(error_of(with("pcie_caps", "[5TB/s]")), Contains("pcie_caps[0]"));
+  CHECK_THAT(error_of(with("ctx", "[64, 8000K]")), Contains("exp.yaml: ctx[1]: 8192000 is more than 4194304"));
+}
+
+TEST_CASE("experiment: a key given twice is refused, not read as its first value", "[oracle]") {
+  CHECK_THAT(error_of(std::string(kBase) + "hardware: cli2\n"), Contains("exp.yaml: line ") && Contains("duplicate key 'hardware'"));
+  CHECK_THAT(error_of(with("measure", "{warmup: 1, warmup: 3}")), Contains("duplicate key 'measure.warmup'"));
+  std::string twice = kBase;
+  twice.replace(twice.find("  - name: a\n"), 12, "  - name: a\n    name: c\n");
+  CHECK_THAT(error_of(twice), Contains("duplicate key 'models[0].name'"));
 }

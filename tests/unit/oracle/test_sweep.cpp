@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 #include <chrono>
 #include <fstream>
 #include <filesystem>
@@ -18,6 +21,7 @@
 #include <tuple>
 
 #include "oracle/experiment.h"
+#include "oracle/results.h"
 #include "oracle/sweep.h"
 #include "test_util.h"
 
@@ -186,6 +190,72 @@ TEST_CASE("sweep: killed with SIGKILL mid-sweep, --resume leaves no duplicate an
   const json again = summary(run({"sweep", smoke_yaml(), "--device", "emu", "--out", out, "--resume", "--no-progress"}));
   CHECK(again["rows_written"] == 0);
   CHECK(read_rows(out).rows.size() == after.rows.size());
+}
+
+TEST_CASE("sweep: a second writer on one results file is refused, the first one's file untouched", "[oracle][sweep]") {
+  const std::string yaml = small_yaml("lock");
+  const std::string out = test::temp_path("lock.jsonl");
+  // Two writers in one process: the lock is per open file, so the second is refused too.
+  {
+    ResultsWriter first(out);
+    CHECK_THROWS_WITH(ResultsWriter(out), Contains(out) && Contains("another sweep is writing this file"));
+  }
+  CHECK_NOTHROW(ResultsWriter(out));  // released with its writer
+  // A sweep while another process holds the file: refused before any work, one line, nothing written.
+  const int fd = ::open(out.c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
+  const Child second = run({"sweep", yaml, "--device", "emu", "--out", out, "--resume", "--no-progress"});
+  CHECK(second.rc == 1);
+  CHECK_THAT(second.err, Contains("error: " + out + ": another sweep is writing this file"));
+  CHECK(std::count(second.err.begin(), second.err.end(), '\n') == 1);
+  CHECK(test::read_file(out).empty());
+  ::close(fd);
+  // Once it is free, the same sweep runs.
+  CHECK(summary(run({"sweep", yaml, "--device", "emu", "--out", out, "--resume", "--no-progress"}))["complete"] == true);
+}
+
+TEST_CASE("sweep: --resume skips a parseable row lacking a field like a torn line, with a warning", "[oracle][sweep]") {
+  const std::string yaml = small_yaml("incomplete");
+  for (const char* edit : {"drop git_rev", "git_rev a number", "tier a string", "drop profile_hash"}) {
+    INFO(edit);
+    const std::string out = test::temp_path("incomplete.jsonl");
+    std::remove(out.c_str());
+    REQUIRE(summary(run({"sweep", yaml, "--device", "emu", "--out", out, "--no-progress"}))["complete"] == true);
+    // Edit the third row.
+    std::vector<std::string> lines;
+    {
+      std::ifstream in(out);
+      for (std::string l; std::getline(in, l);) lines.push_back(l);
+    }
+    int rows = 0;
+    json edited;
+    for (auto& l : lines) {
+      json j = json::parse(l);
+      if (j.value("record", "") != "row" || ++rows != 3) continue;
+      const std::string e = edit;
+      if (e == "drop git_rev") j.erase("git_rev");
+      if (e == "git_rev a number") j["git_rev"] = 5;
+      if (e == "tier a string") j["tier"] = std::to_string(j["tier"].get<int64_t>());
+      if (e == "drop profile_hash") j.erase("profile_hash");
+      edited = j;
+      l = j.dump();
+    }
+    REQUIRE(!edited.is_null());
+    {
+      std::ofstream f(out, std::ios::trunc);
+      for (const auto& l : lines) f << l << "\n";
+    }
+    const Child again = run({"sweep", yaml, "--device", "emu", "--out", out, "--resume", "--no-progress"});
+    const json s = summary(again);
+    CHECK_THAT(again.err, Contains("skipped 1 torn, unparsable or incomplete line(s)"));
+    CHECK(s["complete"] == true);
+    CHECK(s["rows_written"] == 1);  // that row measured again, nothing else
+    const ExistingResults r = read_results(out);
+    CHECK(r.bad_lines == 1);
+    CHECK(r.duplicate_rows == 0);
+    CHECK(static_cast<int>(r.rows.size()) == s["rows_total"].get<int>());
+  }
 }
 
 TEST_CASE("sweep: --shard i/n splits the rows: shards are disjoint and their union is the full sweep", "[oracle][sweep]") {

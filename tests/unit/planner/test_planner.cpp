@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cmath>
 #include <regex>
 #include <iostream>
@@ -11,10 +12,12 @@
 
 #include "core/error.h"
 #include "core/hardware_spec.h"
+#include "core/size.h"
 #include "costmodel/cost_model.h"
 #include "planner/planner.h"
 #include "planner/shards.h"
 #include "planner/simulator.h"
+#include "planner/verify.h"
 
 using namespace shardwise;
 using Catch::Matchers::Contains;
@@ -816,6 +819,21 @@ TEST_CASE("an impossible budget names the smallest budget that works", "[planner
   CHECK_NOTHROW(build_plan_table(spec, *cost, config(min_b, 4096, 16)));
 }
 
+TEST_CASE("the smallest budget named is exact to the arena's alignment of 256 bytes", "[planner]") {
+  // A bisection stopped at 1 MiB named a budget up to 1 MiB above the smallest one that works.
+  auto cost = make_analytic_cost_model(builtin_hardware("cli3"));
+  for (const auto& [model, ctx] : {std::pair<const char*, int64_t>{"tiny_llama", 256}, {"tiny_moe", 1024}, {"nemo4b", 4096}}) {
+    const ModelSpec spec = builtin_spec(model);
+    const PlannerConfig cfg = config(1 << 30, ctx, 8);
+    const uint64_t min_b = minimum_budget(spec, *cost, cfg);
+    INFO(model << ": " << min_b);
+    CHECK(min_b % 256 == 0);
+    CHECK_NOTHROW(build_plan_table(spec, *cost, config(min_b, ctx, 8)));
+    CHECK_THROWS_WITH(build_plan_table(spec, *cost, config(min_b - 256, ctx, 8)),
+                      Contains("the smallest budget that works is") && Contains("(" + std::to_string(min_b) + " bytes)"));
+  }
+}
+
 namespace {
 
 // Checks the contract of every feasible plan of a table.
@@ -965,7 +983,7 @@ TEST_CASE("plan table JSON round trip and lookup", "[planner]") {
   REQUIRE(c != std::string::npos);
   const auto c_end = good.find(',', c);
   CHECK_THROWS_WITH(plan_from_json(good.substr(0, c) + "\"copies\":0" + good.substr(c_end), "p.json"),
-                    Contains("p.json") && Contains("copies 0"));
+                    Contains("p.json") && Contains("copies: 0 must be"));
   const std::string old_plan = std::regex_replace(good, std::regex("\"copies\":[0-9]+,"), "");
   REQUIRE(old_plan.find("copies") == std::string::npos);
   for (const Action& a : plan_from_json(old_plan, "old.json").actions) CHECK(a.copies == 1);
@@ -1127,4 +1145,218 @@ TEST_CASE("measured MoE routing: the curve, and what a step streams and costs", 
   const double w_uni = e.weight_bytes();
   e.active_experts = 40;
   CHECK(e.weight_bytes() == Approx(w_uni * 40.0 / expected_distinct_experts(512, 8, 128)));
+}
+
+namespace {
+// The plan without the actions `drop` selects: ids renumbered, dependencies on dropped actions removed.
+Plan without(const Plan& p, const std::function<bool(const Action&)>& drop) {
+  Plan out = p;
+  out.actions.clear();
+  std::vector<int> new_id(p.actions.size(), -1);
+  for (const Action& a : p.actions) {
+    if (drop(a)) continue;
+    Action b = a;
+    b.id = static_cast<int>(out.actions.size());
+    b.deps.clear();
+    for (int d : a.deps)
+      if (new_id[static_cast<size_t>(d)] >= 0) b.deps.push_back(new_id[static_cast<size_t>(d)]);
+    new_id[static_cast<size_t>(a.id)] = b.id;
+    out.actions.push_back(b);
+  }
+  return out;
+}
+
+struct Verified {
+  ModelSpec spec;
+  PlannerConfig cfg;
+  PlanTable table;
+  ShardSet shards;
+};
+
+// A table whose chosen plans stream weights through both slots (budget: a third of the weights).
+// `extra`: budget beyond the smallest that plans (0: the weights stream; large: everything fits).
+Verified streaming_table(const std::string& model, Schedule s, uint64_t extra = 1 << 20) {
+  Verified v;
+  v.spec = builtin_spec(model);
+  auto cost = make_analytic_cost_model(builtin_hardware("cli3"));
+  v.cfg = config(1 << 30, 1024, 8);
+  v.cfg.budget_bytes = std::max(v.spec.total_bytes() / 3, minimum_budget(v.spec, *cost, v.cfg) + extra);
+  v.cfg.schedules = {s};
+  v.table = build_plan_table(v.spec, *cost, v.cfg);
+  v.shards = make_shards(v.spec, v.cfg.ctx, v.cfg.kv_dtype);
+  return v;
+}
+
+std::string verify_error(const Verified& v, const Plan& p) {
+  try {
+    verify_plan(p, v.spec, v.shards, v.table.budget_bytes, "t.json: tiers[0]");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("plan verifier: the planner's tables keep every rule, for every schedule, model and budget", "[planner][verify]") {
+  auto cost = make_analytic_cost_model(builtin_hardware("cli3"));
+  for (const char* model : {"tiny_llama", "tiny_moe", "nemo4b", "qwen30b"}) {
+    const ModelSpec spec = builtin_spec(model);
+    for (double share : {0.2, 0.5, 1.5}) {
+      PlannerConfig cfg = config(static_cast<uint64_t>(share * static_cast<double>(spec.total_bytes())) + (64 << 20), 2048, 8);
+      cfg.schedules = {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic, Schedule::LayerSplit, Schedule::CpuMoe};
+      INFO(model << " at " << share << " of its weights");
+      PlanTable t;
+      try {
+        t = build_plan_table(spec, *cost, cfg);  // verifies its own output
+      } catch (const Error& e) {
+        CHECK_THAT(std::string(e.what()), !Contains("internal error"));
+        continue;
+      }
+      CHECK_NOTHROW(verify_plan_table(t, spec, make_shards(spec, cfg.ctx, cfg.kv_dtype), "t.json"));
+    }
+  }
+}
+
+TEST_CASE("plan verifier: plans that would run wrong are refused, naming the rule", "[planner][verify]") {
+  for (Schedule sched : {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic}) {
+    const Verified v = streaming_table("tiny_llama", sched);
+    const Plan& good = v.table.tiers.front().chosen_plan();
+    INFO(schedule_name(sched));
+    REQUIRE(verify_error(v, good) == "");
+    bool streams = false;
+    for (const Action& a : good.actions) streams = streams || a.kind == ActionKind::CopyWeights;
+    REQUIRE((streams || sched == Schedule::Static));  // Static runs what is not pinned on the CPU
+
+    Plan p = good;  // every region at offset 0
+    for (ArenaRegion& r : p.arena) r.offset = 0;
+    CHECK_THAT(verify_error(v, p), Contains("t.json: tiers[0]") && Contains("overlap"));
+
+
+    // No compute at all (tokens [0, 0, 0] before), one layer's FFN missing, one attention twice.
+    CHECK_THAT(verify_error(v, without(good, [](const Action& a) { return a.kind == ActionKind::Compute; })),
+               Contains("is not computed exactly once"));
+    const int ffn1 = v.shards.ffn[1];
+    CHECK_THAT(verify_error(v, without(good, [&](const Action& a) { return a.kind == ActionKind::Compute && a.shard == ffn1; })),
+               Contains("layer 1's FFN is not computed exactly once"));
+    p = good;
+    for (const Action& a : good.actions)
+      if (a.kind == ActionKind::Compute && a.shard == v.shards.attention[0]) {
+        Action twice = a;
+        twice.id = static_cast<int>(p.actions.size());
+        twice.deps = {a.id};
+        p.actions.push_back(twice);
+        break;
+      }
+    CHECK_THAT(verify_error(v, p), Contains("layer 0's attention is not computed exactly once"));
+
+    // The residual stream's copies between host and GPU removed.
+    CHECK_THAT(verify_error(v, without(good, [](const Action& a) { return a.payload == Payload::Residual; })),
+               Contains("residual stream") || Contains("does not wait"));
+    // The logits never come back.
+    if (std::any_of(good.actions.begin(), good.actions.end(), [](const Action& a) { return a.kind == ActionKind::CopyLogits; }))
+      CHECK_THAT(verify_error(v, without(good, [](const Action& a) { return a.kind == ActionKind::CopyLogits; })),
+                 Contains("no logits copy"));
+    if (!streams) continue;
+    // A weight copy that no longer waits for the compute reading the slot before it.
+    p = good;
+    bool cut = false;
+    for (Action& a : p.actions)
+      if (!cut && a.kind == ActionKind::CopyWeights)
+        for (size_t i = 0; i < a.deps.size() && !cut; ++i)
+          if (p.actions[static_cast<size_t>(a.deps[i])].kind == ActionKind::Compute &&
+              p.actions[static_cast<size_t>(a.deps[i])].resource == Resource::GpuCompute) {
+            a.deps.erase(a.deps.begin() + static_cast<std::ptrdiff_t>(i));
+            cut = true;
+          }
+    REQUIRE(cut);
+    CHECK_THAT(verify_error(v, p), Contains("overwrites stream slot"));
+    // A compute of a streamed shard naming the other slot.
+    p = good;
+    for (Action& a : p.actions)
+      if (a.kind == ActionKind::Compute && a.slot >= 0 && a.resource == Resource::GpuCompute) {
+        a.slot = 1 - a.slot;
+        break;
+      }
+    CHECK_THAT(verify_error(v, p), Contains("reads stream slot"));
+  }
+}
+
+TEST_CASE("plan verifier: KV caches and pinned weights stay in their regions, apart", "[planner][verify]") {
+  const Verified v = streaming_table("tiny_llama", Schedule::GpuOnly, 64 << 20);  // everything fits
+  const Plan& good = v.table.tiers.front().chosen_plan();
+  REQUIRE(verify_error(v, good) == "");
+  std::vector<size_t> kv, pinned;
+  for (size_t i = 0; i < good.placements.size(); ++i)
+    if (good.placements[i].home == WeightHome::Pinned) (v.shards.at(good.placements[i].shard).kind == ShardKind::Kv ? kv : pinned).push_back(i);
+  REQUIRE(kv.size() >= 2);
+  REQUIRE(pinned.size() >= 2);
+  Plan p = good;  // a layer's KV cache on top of pinned weights
+  p.placements[kv[1]].arena_offset = 0;
+  CHECK_THAT(verify_error(v, p), Contains("t.json: tiers[0]") && Contains("outside the 'kv' region"));
+  p = good;  // two layers' caches in one place
+  p.placements[kv[1]].arena_offset = p.placements[kv[0]].arena_offset;
+  CHECK_THAT(verify_error(v, p), Contains("overlap in the arena"));
+  p = good;  // two pinned shards in one place
+  p.placements[pinned[1]].arena_offset = p.placements[pinned[0]].arena_offset;
+  CHECK_THAT(verify_error(v, p), Contains("overlap in the arena"));
+  p = good;  // a cache the plan says is on the host
+  p.kv_on_gpu[0] = false;
+  CHECK_THAT(verify_error(v, p), Contains("kv_on_gpu says the opposite"));
+}
+
+TEST_CASE("plan verifier: a table's KV layout is one across its chosen plans, and budgets and contexts are bounded", "[planner][verify]") {
+  Verified v = streaming_table("tiny_llama", Schedule::GpuOnly, 64 << 20);  // every cache in VRAM
+  REQUIRE(v.table.tiers.size() > 1);
+  PlanTable t = v.table;
+  CHECK_NOTHROW(verify_plan_table(t, v.spec, v.shards, "t.json"));
+  // Move the KV cache of one tier's plan (within its region, still disjoint): a cache would move.
+  REQUIRE(t.tiers[1].feasible);
+  Plan& p = t.tiers[1].candidates.front();
+  bool moved = false;
+  for (ShardPlacement& sp : p.placements)
+    if (!moved && v.shards.at(sp.shard).kind == ShardKind::Kv && sp.home == WeightHome::Pinned) {
+      for (ShardPlacement& other : p.placements)
+        if (&other != &sp && v.shards.at(other.shard).kind == ShardKind::Kv && other.home == WeightHome::Pinned) {
+          std::swap(sp.arena_offset, other.arena_offset);
+          moved = true;
+          break;
+        }
+    }
+  REQUIRE(moved);
+  CHECK_THROWS_WITH(verify_plan_table(t, v.spec, v.shards, "t.json"), Contains("t.json: tiers[") && Contains("KV caches lie elsewhere"));
+  t = v.table;
+  t.budget_bytes = kMaxVramBudget + 1;
+  CHECK_THROWS_WITH(verify_plan_table(t, v.spec, v.shards, "t.json"), Contains("t.json: budget_bytes") && Contains("1 PiB"));
+  t = v.table;
+  t.tiers.front().chunk_tokens = 7;
+  CHECK_THROWS_WITH(verify_plan_table(t, v.spec, v.shards, "t.json"), Contains("t.json: tiers[0]: chunk_tokens 7"));
+}
+
+TEST_CASE("plan table JSON: errors name the file and the field, and unknown fields are refused", "[planner][verify]") {
+  const Verified v = streaming_table("tiny_llama", Schedule::Static);
+  const std::string good = plan_table_to_json(v.table);
+  auto error_of = [](const std::string& text) {
+    try {
+      plan_table_from_json(text, "t.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    const auto at = good.find(from);
+    REQUIRE(at != std::string::npos);
+    return good.substr(0, at) + to + good.substr(at + from.size());
+  };
+  CHECK(error_of(good) == "");
+  CHECK_THAT(error_of(replaced("\"kind\":\"embed\"", "\"kind\":\"teleport\"")),
+             Contains("t.json: tiers[0].candidates[0].actions[0].kind: unknown action kind 'teleport' (one of embed, compute"));
+  auto value_replaced = [&](const std::string& key, const std::string& value) {  // the first "key":number
+    return std::regex_replace(good, std::regex("\"" + key + "\":-?[0-9]+"), "\"" + key + "\":" + value, std::regex_constants::format_first_only);
+  };
+  CHECK_THAT(error_of(value_replaced("budget_bytes", "-1")), Contains("t.json: budget_bytes: must be a non-negative integer, got -1"));
+  CHECK_THAT(error_of(replaced("\"tokens\":", "\"tokenz\":1,\"tokens\":")), Contains("t.json: tiers[0]: unknown field 'tokenz'"));
+  CHECK_THAT(error_of(value_replaced("shard", "\"zero\"")), Contains("t.json: tiers[0].candidates[0].") && Contains(".shard: must be an integer, got \"zero\""));
+  CHECK_THAT(error_of(value_replaced("slot", "99999999999")), Contains("t.json: tiers[0].candidates[0].actions[0].slot: must be an integer"));
+  CHECK_THAT(error_of(value_replaced("ctx", "1e3")), Contains("t.json: ctx: must be an integer, got 1000.0"));
 }

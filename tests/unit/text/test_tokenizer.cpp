@@ -4,6 +4,7 @@
 // same vocabularies are also written into GGUF files the way llama.cpp's converter does, and must
 // give the same ids. Plus streaming decode, stop strings, chat templates, sampling and bad input.
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -582,7 +583,7 @@ TEST_CASE("tokenizer: bad input gives one clear line", "[tokenizer][bad]") {
   one_line([&] { hf(p); }, {p, "merges", "missing"});
   p = json_file("precompiled.json", {{"normalizer", {{"type", "Precompiled"}}},
                                      {"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", json::array()}}}});
-  one_line([&] { hf(p); }, {p, "normalizer type 'Precompiled'"});
+  one_line([&] { hf(p); }, {p, "normalizer: type 'Precompiled'"});
   p = json_file("badregex.json", {{"pre_tokenizer", {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}}},
                                   {"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", json::array()}}}});
   one_line([&] { hf(p); }, {p, "does not compile"});
@@ -599,6 +600,124 @@ TEST_CASE("tokenizer: bad input gives one clear line", "[tokenizer][bad]") {
 
   ModelSpec small = builtin_spec("tiny_llama");  // vocab 256 < 259: no room for byte tokens
   one_line([&] { Tokenizer(VocabSource(TokenizerInfo{}, small.vocab_size)).encode("x", false); }, {"--tokens"});
+}
+
+namespace {
+// A tokenizer.json of a three-token BPE model plus `extra` top-level members (JSON text).
+std::string small_tokenizer_json(const std::string& extra) {
+  return R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"], "unk_token": "a"})" +
+         (extra.empty() ? std::string() : ", " + extra) + "}";
+}
+
+// `depth` Sequences of `kind` ("normalizers", ...) nested in one another around `leaf`, as JSON text
+// (built as text: nesting a json value level by level copies it at each level).
+std::string nested_sequence(const std::string& kind, int depth, const std::string& leaf) {
+  std::string s;
+  s.reserve(static_cast<size_t>(depth) * (kind.size() + 30) + leaf.size());
+  for (int i = 0; i < depth; ++i) s += R"({"type": "Sequence", ")" + kind + R"(": [)";
+  s += leaf;
+  for (int i = 0; i < depth; ++i) s += "]}";
+  return s;
+}
+
+// Loads a tokenizer.json (model vocabulary 100); "" when it loads, else the one-line error.
+std::string load_error(const std::string& name, const std::string& text) {
+  const std::string path = temp_path(name);
+  write_file(path, text);
+  TokenizerInfo t;
+  t.hf_tokenizer_json = path;
+  try {
+    Tokenizer tok((VocabSource(t, 100)));
+    return "";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find('\n') == std::string::npos);
+    CHECK_THAT(msg, Contains(path));
+    return msg;
+  }
+}
+}  // namespace
+
+TEST_CASE("tokenizer: nested Sequences load up to 64 deep and are refused beyond, quickly, in every component",
+          "[tokenizer][bad]") {
+  struct Component {
+    const char* field;
+    const char* list;
+    const char* leaf;
+  };
+  const Component components[] = {{"normalizer", "normalizers", R"({"type": "NFC"})"},
+                                  {"pre_tokenizer", "pretokenizers", R"({"type": "WhitespaceSplit"})"},
+                                  {"decoder", "decoders", R"({"type": "Fuse"})"},
+                                  {"post_processor", "processors", R"({"type": "ByteLevel"})"}};
+  for (const Component& c : components) {
+    INFO(c.field);
+    auto with = [&](int depth) { return small_tokenizer_json("\"" + std::string(c.field) + "\": " + nested_sequence(c.list, depth, c.leaf)); };
+    CHECK(load_error("seq_ok.json", with(1)).empty());
+    CHECK(load_error("seq_ok.json", with(64)).empty());
+    CHECK_THAT(load_error("seq_65.json", with(65)), Contains(std::string(c.field) + ": Sequence nested more than 64 deep"));
+    // Deep enough to overflow the stack of a reader that recurses per level (and, copying each
+    // level's subtree, to take quadratic time): refused in well under a second.
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK_THAT(load_error("seq_deep.json", with(40000)), Contains("nested more than 64 deep"));
+    CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 5.0);
+  }
+}
+
+TEST_CASE("tokenizer: tokenizer.json fields of the wrong type or out of range name the field", "[tokenizer][bad]") {
+  CHECK_THAT(load_error("t5.json", small_tokenizer_json(R"("normalizer": {"type": 5})")),
+             Contains("normalizer.type: must be a string, got 5"));
+  CHECK_THAT(load_error("t5b.json", small_tokenizer_json(R"("pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Digits"}, {"type": [1]}]})")),
+             Contains("pre_tokenizer.pretokenizers[1].type: must be a string, got an array"));
+  CHECK_THAT(load_error("notype.json", small_tokenizer_json(R"("decoder": {"replacement": "x"})")), Contains("decoder: has no \"type\""));
+  CHECK_THAT(load_error("strip.json", small_tokenizer_json(R"("decoder": {"type": "Strip", "start": "x"})")),
+             Contains("decoder.start: must be an integer"));
+  CHECK_THAT(load_error("bool.json", small_tokenizer_json(R"("pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "invert": 3})")),
+             Contains("pre_tokenizer.invert: must be true or false, got 3"));
+  CHECK_THAT(load_error("vocabid.json", R"({"model": {"type": "BPE", "vocab": {"a": "zero"}, "merges": []}})"),
+             Contains("model.vocab['a']: must be a token id"));
+  CHECK_THAT(load_error("addedid.json", small_tokenizer_json(R"("added_tokens": [{"id": 3, "content": "<s>"}, {"id": "4", "content": "x"}])")),
+             Contains("added_tokens[1].id: must be an integer"));
+  // Special ids a post-processor adds must be tokens of the vocabulary (3 here).
+  CHECK_THAT(load_error("special.json", small_tokenizer_json(R"("post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}], "special_tokens": {"<s>": {"ids": [99]}}})")),
+             Contains("post_processor.special_tokens['<s>'].ids[0]: token id 99 is not in the vocabulary (ids 0 to 2)"));
+  CHECK_THAT(load_error("roberta.json", small_tokenizer_json(R"("post_processor": {"type": "RobertaProcessing", "cls": ["<s>", -1], "sep": ["</s>", 2]})")),
+             Contains("post_processor.cls[1]: token id -1 is not in the vocabulary"));
+  CHECK(load_error("special_ok.json", small_tokenizer_json(R"("post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}], "special_tokens": {"<s>": {"ids": [2]}}})")).empty());
+}
+
+TEST_CASE("tokenizer: a byte-level vocabulary lacking a byte's symbol is refused, not a silent drop", "[tokenizer][bad]") {
+  // Every byte's symbol but the one of `missing` (and no unk_token): text with that byte has no token.
+  auto vocab_without = [](int missing) {
+    json vocab = json::object();
+    int id = 0;
+    for (int b = 0; b < 256; ++b)
+      if (b != missing) vocab[tok::byte_level_encode(std::string(1, static_cast<char>(b)))] = id++;
+    return json{{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()}}},
+                {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
+                {"decoder", {{"type", "ByteLevel"}}}};
+  };
+  for (int missing : {0x41, 0xE6, 0x00}) {
+    const std::string path = temp_path("bytelevel.json");
+    write_file(path, vocab_without(missing).dump());
+    TokenizerInfo t;
+    t.hf_tokenizer_json = path;
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%x", missing);
+    try {
+      Tokenizer tok((VocabSource(t, 300)));
+      FAIL("loaded a byte-level vocabulary without byte " << hex);
+    } catch (const Error& e) {
+      CHECK_THAT(std::string(e.what()), Contains(path) && Contains(std::string("no token for byte ") + hex));
+    }
+  }
+  // All 256 present: loads, and every byte of a text comes back.
+  const std::string path = temp_path("bytelevel_full.json");
+  write_file(path, vocab_without(-1).dump());
+  TokenizerInfo t;
+  t.hf_tokenizer_json = path;
+  const Tokenizer tok((VocabSource(t, 300)));
+  const std::string text = "A\xC3\xA6 z";
+  CHECK(tok.decode(tok.encode(text, false)) == text);
 }
 
 TEST_CASE("sampling: llama.cpp semantics", "[sampling]") {
