@@ -46,9 +46,9 @@ DEMO_BUILD ?= build-demo
 demo: deps
 	@./scripts/demo.sh $(DEMO_BUILD) $(JOBS)
 
-# Portable binaries for the GPU machine (static OpenBLAS/yaml-cpp/libstdc++, sm_90), see DEVICE.md.
+# Portable binaries for the GPU machine (static OpenBLAS/yaml-cpp/libstdc++, sm_90), see docs/GPU_MACHINE.md.
 gpu-build: deps
-	@cmake -S . -B $(GPU_BUILD) -DCMAKE_BUILD_TYPE=Release -DSHARDWISE_CUDA=ON -DSHARDWISE_PORTABLE=ON -DSHARDWISE_BENCH=ON $(CMAKE_FLAGS) > $(GPU_BUILD).configure.log 2>&1 || (cat $(GPU_BUILD).configure.log; exit 1)
+	@cmake -S . -B $(GPU_BUILD) -DCMAKE_BUILD_TYPE=Release -DSHARDWISE_CUDA=ON -DSHARDWISE_CUDA_ARCHS=90 -DSHARDWISE_PORTABLE=ON -DSHARDWISE_BENCH=ON $(CMAKE_FLAGS) > $(GPU_BUILD).configure.log 2>&1 || (cat $(GPU_BUILD).configure.log; exit 1)
 	@cmake --build $(GPU_BUILD) -j $(JOBS)
 
 clean:
