@@ -2,7 +2,7 @@
 // bandwidth by thread count (alone, and lowered while the copy engines run), CPU GEMM rate per
 // thread per dtype, PCIe bandwidths, GPU memory bandwidth and matmul rate per dtype, VRAM, launch
 // and synchronisation overheads. Loaded from configs/hardware/*.yaml (builtins: cli1, cli2, cli3 from
-// the paper's table with datasheet GPU figures, h200-host from DEVICE.md measurements).
+// the paper's table with datasheet GPU figures, h200-host from measurements of the GPU machine).
 // Pure data; no timing logic beyond interpolating its own tables.
 #pragma once
 

@@ -1,6 +1,6 @@
 // core/model_spec.h — the shape of a model: family, dimensions, and every tensor it has, with
 // bytes and FLOPs per tensor (what the planner groups into shards).
-// Specs come from configs/models/*.yaml (keys mirror HF config.json, DESIGN.md §6), from an HF
+// Specs come from configs/models/*.yaml (keys mirror HF config.json, docs/DESIGN.md §6), from an HF
 // config.json (transformers 4.x and 5.x spellings) or from GGUF metadata. This header knows nothing
 // about where weights are stored; see weight_source.h.
 #pragma once

@@ -1,4 +1,4 @@
-// core/size.h — parsing and printing of sizes and bandwidths (DESIGN.md §6 "Units").
+// core/size.h — parsing and printing of sizes and bandwidths (docs/DESIGN.md §6 "Units").
 // K/M/G/T and KiB/MiB/GiB/TiB are binary (4G = 4*2^30 bytes); KB/MB/GB/TB are decimal.
 #pragma once
 

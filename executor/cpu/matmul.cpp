@@ -24,9 +24,9 @@ void init_blas_once() {
 }
 
 // Below this many tokens the GEMV kernels (weights read at their stored precision, several passes
-// of kGemvMaxTokens over L2-resident row blocks) beat dequantise-then-sgemm. The GPU host's profile
-// (experiments/results/profile/run_6862c96) at 1 thread, f16 1024x4096: 4 tokens by GEMV 1.04 ms,
-// 8 tokens by sgemm 4.9 ms, 32 tokens 8.7 ms (GEMV passes: ~8.3), 64 tokens 12.2 ms (~16.6).
+// of kGemvMaxTokens over L2-resident row blocks) beat dequantise-then-sgemm. On the GPU machine's CPU
+// at 1 thread, f16 1024x4096: 4 tokens by GEMV 1.04 ms, 8 tokens by sgemm 4.9 ms, 32 tokens 8.7 ms
+// (GEMV passes: ~8.3), 64 tokens 12.2 ms (~16.6).
 constexpr int64_t kGemmThreshold = 32;
 constexpr uint64_t kGemvBlockBytes = 256 << 10;  // weight rows per block for multi-pass GEMV (L2)
 constexpr int64_t kMaxTileRows = 64;    // weight rows dequantised per tile (64 x 4096 f32 = 1 MiB)
