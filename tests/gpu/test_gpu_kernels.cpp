@@ -67,6 +67,12 @@ Gpu& gpu() {
   return g;
 }
 
+// cudaMemcpy from pageable memory and cudaMemset run on the legacy default stream and may return
+// before the bytes land, and the kernels under test run on a non-blocking stream that does not wait for
+// that stream: without this, a kernel may read inputs still being copied (or outputs still being
+// poisoned).
+void settle() { ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+
 // Device allocations of one test, freed at its end.
 class DevMem {
  public:
@@ -87,6 +93,7 @@ class DevMem {
   T* upload(const T* host, size_t n) {
     T* d = reinterpret_cast<T*>(alloc(n * sizeof(T)));
     ck(cudaMemcpy(d, host, n * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+    settle();
     return d;
   }
   float* upload(const std::vector<float>& v) { return upload(v.data(), v.size()); }
@@ -95,9 +102,13 @@ class DevMem {
   std::vector<void*> ptrs_;
 };
 
-void poison(float* d, size_t n) { ck(cudaMemset(d, 0xFF, n * sizeof(float)), "cudaMemset"); }  // all-ones = NaN
+void poison(float* d, size_t n) {  // all-ones = NaN
+  ck(cudaMemset(d, 0xFF, n * sizeof(float)), "cudaMemset");
+  settle();
+}
 void put(float* d, const std::vector<float>& h) {
   ck(cudaMemcpy(d, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  settle();
 }
 std::vector<float> get(const float* d, size_t n) {
   std::vector<float> h(n);
