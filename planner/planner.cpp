@@ -23,6 +23,9 @@ namespace {
 
 constexpr uint64_t kAlign = 256;
 uint64_t align_up(uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+// The end of the arena's usable bytes: regions placed from the top (the KV cache) end here, so that
+// they start aligned whatever the budget (kernels read and write the cache with vector accesses).
+uint64_t arena_top(uint64_t budget) { return budget / kAlign * kAlign; }
 
 // Decisions shared by every tier of a table: the canonical pinned order with fixed offsets, and
 // which layers keep their KV cache in VRAM (the end of the arena).
@@ -612,7 +615,7 @@ Plan finish_canonical(const Ctx& c, Schedule sched, int64_t n, size_t p, uint64_
     plan.arena.push_back({"kv staging", off, staging_bytes(c)});
     off += staging_bytes(c);
   }
-  const uint64_t kv_off = c.cfg.budget_bytes - L.kv_region;
+  const uint64_t kv_off = arena_top(c.cfg.budget_bytes) - L.kv_region;
   if (L.kv_region > 0) plan.arena.push_back({"kv", kv_off, L.kv_region});
   plan.vram_bytes = off + L.kv_region;
   std::vector<int64_t> pinned_offset(S.shards.size(), -1);
@@ -894,11 +897,11 @@ Plan plan_layer_split(const Ctx& c, int64_t n) {
   }
   plan.arena.push_back({"scratch", off + slot_bytes, scratch});
   const uint64_t kv_region = align_up(static_cast<uint64_t>(N) * kv);
-  plan.arena.push_back({"kv", c.cfg.budget_bytes - kv_region, kv_region});
+  plan.arena.push_back({"kv", arena_top(c.cfg.budget_bytes) - kv_region, kv_region});
   plan.vram_bytes = off + slot_bytes + scratch + kv_region;
   std::vector<int64_t> kv_offset(static_cast<size_t>(Ln), -1);
   for (int l = first_gpu; l < Ln; ++l)
-    kv_offset[static_cast<size_t>(l)] = static_cast<int64_t>(c.cfg.budget_bytes - kv_region + static_cast<uint64_t>(l - first_gpu) * kv);
+    kv_offset[static_cast<size_t>(l)] = static_cast<int64_t>(arena_top(c.cfg.budget_bytes) - kv_region + static_cast<uint64_t>(l - first_gpu) * kv);
   plan.placements = place_shards(S, offset, exec, slot, {static_cast<int64_t>(off)}, kv_offset);
   char notes[128];
   std::snprintf(notes, sizeof notes, "-ngl %d of %d layers%s%s", N, Ln, output_gpu ? " + output" : "",
@@ -941,10 +944,10 @@ Plan plan_cpu_moe(const Ctx& c, int64_t n) {
   plan.vram_bytes = off + scratch + kv_region;
   if (plan.vram_bytes > c.cfg.budget_bytes)
     return infeasible(c, Schedule::CpuMoe, n, "attention, output and all KV need " + format_bytes(plan.vram_bytes));
-  plan.arena = {{"pinned", 0, off}, {"scratch", off, scratch}, {"kv", c.cfg.budget_bytes - kv_region, kv_region}};
+  plan.arena = {{"pinned", 0, off}, {"scratch", off, scratch}, {"kv", arena_top(c.cfg.budget_bytes) - kv_region, kv_region}};
   std::vector<int64_t> kv_offset(static_cast<size_t>(S.n_layers), -1);
   for (int l = 0; l < S.n_layers; ++l)
-    kv_offset[static_cast<size_t>(l)] = static_cast<int64_t>(c.cfg.budget_bytes - kv_region + static_cast<uint64_t>(l) * c.L.kv_layer_bytes);
+    kv_offset[static_cast<size_t>(l)] = static_cast<int64_t>(arena_top(c.cfg.budget_bytes) - kv_region + static_cast<uint64_t>(l) * c.L.kv_layer_bytes);
   plan.placements = place_shards(S, offset, exec, slot, {}, kv_offset);
   plan.notes = "experts on the CPU, the rest on the GPU";
   Builder(spec, S, plan, n, routing_experts_for(spec, c.cfg, n)).expert_copies(c.cfg.expert_copies).build(exec, slot, plan.kv_on_gpu, 2);

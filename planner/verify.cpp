@@ -73,6 +73,10 @@ const ArenaRegion* region(const Plan& p, const char* name) {
   return nullptr;
 }
 
+// Every region and every shard in the arena starts on this boundary: kernels access weights, caches
+// and activations with vector loads and stores.
+constexpr uint64_t kArenaAlign = 256;
+
 bool overlap(uint64_t a, uint64_t an, uint64_t b, uint64_t bn) { return an > 0 && bn > 0 && a < b + bn && b < a + an; }
 
 void check_arena(const Ctx& c) {
@@ -82,6 +86,8 @@ void check_arena(const Ctx& c) {
     const ArenaRegion& r = c.p.arena[i];
     if (std::find(std::begin(kNames), std::end(kNames), r.name) == std::end(kNames))
       c.fail_at("arena[", i, "]: region name '", r.name, "' is not one of pinned, slot0, slot1, scratch, kv staging, kv");
+    if (r.offset % kArenaAlign != 0)
+      c.fail_at("arena region '", r.name, "' starts at offset ", r.offset, ", not a multiple of ", kArenaAlign, " bytes");
     if (r.offset > c.budget || r.bytes > c.budget - r.offset)
       c.fail_at("arena region '", r.name, "' [", r.offset, ", +", r.bytes, ") lies outside the budget of ", c.budget, " bytes");
     for (size_t j = 0; j < i; ++j) {
