@@ -109,7 +109,8 @@ void run_plan(const PlanArgs& a) {
   cfg.model_name = origin;
   // The copies `run` would make of a streamed expert: as the file lays its experts out, or (a synthetic
   // or builtin spec) as synthetic weights do.
-  if (spec.is_moe()) cfg.expert_copies = has_weights ? expert_copies_of(*open_weights(a.model)) : synthetic_expert_copies(spec);
+  cfg.executor = executor_traits(spec);
+  if (spec.is_moe()) cfg.executor.expert_copies = has_weights ? expert_copies_of(*open_weights(a.model)) : synthetic_expert_copies(spec);
   // One schedule's own table, as `run --schedule S` plans it (its best layout, not the mix's).
   if (!a.only.empty()) cfg.schedules = {parse_schedule(a.only)};
   if (a.routing_tokens != 0) {

@@ -27,7 +27,7 @@
 #include "executor/runtime/runtime.h"
 #include "executor/runtime/timeline_trace.h"
 #include "planner/planner.h"
-#include "planner/shards.h"
+#include "planner/shard_layout.h"
 #include "text/chat_template.h"
 #include "executor/session/generator.h"
 #include "executor/session/kv_cache.h"
@@ -214,7 +214,7 @@ void run_run(RunArgs a) {
       cfg.threads = threads;
       cfg.model_name = src->origin();
       cfg.tensor_dtypes = tensor_dtypes_of(*src);
-      cfg.expert_copies = expert_copies_of(*src);
+      cfg.executor = executor_traits(spec, expert_copies_of(*src));
       // A forced schedule gets a table of its own: the layout (KV in VRAM, the LM head's place) best
       // for it, not the one best for the planner's mix of schedules, in which it may not fit at all.
       if (a.schedule != "auto") cfg.schedules = {parse_schedule(a.schedule)};

@@ -179,7 +179,7 @@ struct FileFacts {
   int expert_copies = 3;
 };
 
-PlannerConfig planner_config(const Experiment& e, const Configuration& c, const FileFacts& file,
+PlannerConfig planner_config(const Experiment& e, const Configuration& c, const ModelSpec& spec, const FileFacts& file,
                              const Routing* routing = nullptr) {
   PlannerConfig cfg;
   if (routing) {
@@ -196,7 +196,7 @@ PlannerConfig planner_config(const Experiment& e, const Configuration& c, const 
   cfg.schedules = {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic, Schedule::LayerSplit, Schedule::CpuMoe};
   cfg.model_name = c.weights;
   cfg.tensor_dtypes = file.dtypes;
-  cfg.expert_copies = file.expert_copies;
+  cfg.executor = executor_traits(spec, file.expert_copies);
   return cfg;
 }
 
@@ -259,7 +259,7 @@ ConfigPlan plan_config(const Experiment& e, const Configuration& c, const ModelS
   p.machine = cost.describe();
   PlanTable table;
   try {
-    const PlannerConfig cfg = planner_config(e, c, file, routing);
+    const PlannerConfig cfg = planner_config(e, c, spec, file, routing);
     if (spec.is_moe())
       for (int64_t t : c.tiers) {
         const double d = routing_experts_for(spec, cfg, t);
@@ -899,7 +899,7 @@ SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
         machine_probes.push_back(machine_slowdown);
       }
       if (machine_slowdown > 0 && p.plannable) {
-        at_probe_cfg = planner_config(e, c, model.file, routing.count(c.model) ? &routing[c.model] : nullptr);
+        at_probe_cfg = planner_config(e, c, model.source->spec(), model.file, routing.count(c.model) ? &routing[c.model] : nullptr);
         at_probe = make_cpu_scaled_cost_model(cost_source.make(c.pcie_cap_bytes_per_s), machine_slowdown);
       }
       done_predicted_s += kProbeSeconds;

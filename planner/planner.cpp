@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/size.h"
 #include "core/thread_pool.h"
+#include "planner/shard_ops.h"
 #include "planner/verify.h"
 
 namespace shardwise {
@@ -22,10 +23,14 @@ const std::vector<int64_t>& default_tiers() {
 namespace {
 
 constexpr uint64_t kAlign = 256;
-uint64_t align_up(uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+uint64_t align_up(uint64_t x) {
+  return (x + kAlign - 1) / kAlign * kAlign;
+}
 // The end of the arena's usable bytes: regions placed from the top (the KV cache) end here, so that
 // they start aligned whatever the budget (kernels read and write the cache with vector accesses).
-uint64_t arena_top(uint64_t budget) { return budget / kAlign * kAlign; }
+uint64_t arena_top(uint64_t budget) {
+  return budget / kAlign * kAlign;
+}
 
 // Decisions shared by every tier of a table: the canonical pinned order with fixed offsets, and
 // which layers keep their KV cache in VRAM (the end of the arena).
@@ -36,17 +41,19 @@ struct Layout {
   std::vector<uint64_t> prefix_end;  // prefix_end[p] = arena bytes of the first p canonical shards
   std::vector<bool> kv_gpu;          // per layer
   uint64_t kv_layer_bytes = 0;
-  uint64_t kv_region = 0;            // aligned bytes at the end of the arena
+  uint64_t kv_region = 0;  // aligned bytes at the end of the arena
 };
 
 // The slot size needed to stream these shards whole (the LM head only needs a piece).
-uint64_t largest_streamed(const ModelSpec& spec, const PlannerConfig& cfg, const ShardSet& set, const std::vector<int>& ids,
-                          int64_t n) {
+uint64_t largest_streamed(const ModelSpec& spec, const PlannerConfig& cfg, const ShardSet& set,
+                          const std::vector<int>& ids, int64_t n) {
   uint64_t m = 0;
   for (int id : ids) {
     const Shard& s = set.at(id);
-    if (s.kind == ShardKind::Output) m = std::max(m, std::min(s.bytes, cfg.lm_head_piece_bytes));
-    else m = std::max(m, s.kind == ShardKind::Ffn ? ffn_bytes_touched(spec, s, n, true) : s.bytes);
+    if (s.kind == ShardKind::Output)
+      m = std::max(m, std::min(s.bytes, cfg.lm_head_piece_bytes));
+    else
+      m = std::max(m, s.kind == ShardKind::Ffn ? ffn_bytes_touched(spec, s, n, true) : s.bytes);
   }
   return align_up(m);
 }
@@ -84,22 +91,24 @@ Layout make_layout(const ModelSpec& spec, const PlannerConfig& cfg, int kv_layer
 // KV layers with their attention streamed where not pinned (a prefill step's scratch and two slots
 // of the largest streamed shard beside them): GPU-only and Dynamic steps stream such a layer's
 // attention into a slot, Static cannot run them.
-void kv_layer_bounds(const ModelSpec& spec, const PlannerConfig& cfg, int* priority_k, int* max_k, int* max_k_streamed) {
+void kv_layer_bounds(const ModelSpec& spec, const PlannerConfig& cfg, int* priority_k, int* max_k,
+                     int* max_k_streamed) {
   const Layout L = make_layout(spec, cfg, 0);
   const ShardSet& S = L.shards;
   const int64_t ref_tier = 512;
   std::vector<int> ffns(S.ffn.begin(), S.ffn.end());
-  const uint64_t scratch = align_up(gpu_scratch_bytes(spec, ref_tier));
+  const uint64_t scratch = align_up(cfg.executor.scratch_bytes(ref_tier));
   const uint64_t reserve = scratch + 2 * largest_streamed(spec, cfg, S, ffns, ref_tier);
   const uint64_t attn_all = L.prefix_end[static_cast<size_t>(S.n_layers)];
   const uint64_t kv = std::max<uint64_t>(1, L.kv_layer_bytes);
   *priority_k = 0;
   if (attn_all + reserve <= cfg.budget_bytes)
-    *priority_k = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(S.n_layers), (cfg.budget_bytes - attn_all - reserve) / kv));
+    *priority_k = static_cast<int>(
+        std::min<uint64_t>(static_cast<uint64_t>(S.n_layers), (cfg.budget_bytes - attn_all - reserve) / kv));
   *max_k = 0;
-  while (*max_k < S.n_layers &&
-         L.prefix_end[static_cast<size_t>(*max_k + 1)] + align_up(static_cast<uint64_t>(*max_k + 1) * L.kv_layer_bytes) + scratch <=
-             cfg.budget_bytes)
+  while (*max_k < S.n_layers && L.prefix_end[static_cast<size_t>(*max_k + 1)] +
+                                        align_up(static_cast<uint64_t>(*max_k + 1) * L.kv_layer_bytes) + scratch <=
+                                    cfg.budget_bytes)
     ++*max_k;
   std::vector<int> weights(S.ffn.begin(), S.ffn.end());
   weights.insert(weights.end(), S.attention.begin(), S.attention.end());
@@ -113,19 +122,14 @@ void kv_layer_bounds(const ModelSpec& spec, const PlannerConfig& cfg, int* prior
 // Emits the action list of one step for given per-shard decisions (see plan.h for the vocabulary).
 class Builder {
  public:
-  Builder(const ModelSpec& spec, const ShardSet& set, Plan& plan, int64_t n, double experts)
-      : spec_(spec), set_(set), plan_(plan), n_(n), experts_(experts) {}
+  Builder(const ModelSpec& spec, const ExecutorTraits& traits, const ShardSet& set, Plan& plan, int64_t n,
+          double experts)
+      : spec_(spec), traits_(traits), set_(set), plan_(plan), n_(n), experts_(experts) {}
 
   // MoE FFN shards (by id) whose routed experts are split: the CPU computes share[id] of each token's
   // top_k from host memory while the rest are copied into the shard's stream slot and run on the GPU
   // (plan.h moe_cpu_share / moe_gpu_share). Such a shard is executed on the GPU with a slot.
   void split_experts(std::vector<int> share) { share_ = std::move(share); }
-
-  // The copies the runtime makes of each streamed routed expert (PlannerConfig::expert_copies).
-  Builder& expert_copies(int per_expert) {
-    per_expert_ = per_expert;
-    return *this;
-  }
 
   // GPU attention of layers whose KV is on the host runs over the layer's cache staged in the arena
   // (`past_tokens` cached positions go up, the step's rows come back), not split with a CPU core.
@@ -158,6 +162,52 @@ class Builder {
       order.push_back(set_.ffn[l]);
     }
     order.push_back(set_.output);
+    plan_streams(order, slot, slot_bytes);
+    start(exec, slot, prefetch);
+
+    last_x_ = add(Resource::Cpu, ActionKind::Embed, -1, -1, residual_bytes(spec_, n_), "embed");
+    on_gpu_ = false;
+    emit_ready_copies();
+    for (int id : order) {
+      const Shard& s = set_.at(id);
+      const ExecDevice e = exec[id];
+      const int k = stream_index(id);
+      if (k >= 0) force_copy(k);
+      if (k >= 0 && streamed_[static_cast<size_t>(k)].row1 > 0) {  // LM head in pieces
+        emit_head_pieces(id, k);
+        continue;
+      }
+      int slot_user = -1;  // the compute after which the shard's stream slot is free (default: its last)
+      if (s.kind == ShardKind::Attention) {
+        const bool kvg = kv_gpu[static_cast<size_t>(s.layer)];
+        SW_CHECK(!(kvg && e == ExecDevice::Cpu), "plan: attention of layer ", s.layer,
+                 " on the CPU with its KV in VRAM");
+        if (e == ExecDevice::Gpu) {
+          emit_gpu_attention(s, k, kvg);
+          emit_routing(s);
+          emit_next_guess(s);
+        } else {
+          to_host();
+          last_x_ = compute(Resource::Cpu, id, ComputePart::Full, {last_x_});
+          if (spec_.is_moe()) routing_[static_cast<size_t>(s.layer)] = last_x_;
+        }
+      } else {  // FFN or output
+        slot_user = emit_ffn_or_output(s, e, k);
+      }
+      if (k >= 0) compute_done_[k] = slot_user >= 0 ? slot_user : last_x_;
+      emit_ready_copies();
+    }
+  }
+
+ private:
+  struct Piece {
+    int shard;
+    int64_t row0, row1;  // 0, 0 = the whole shard
+    uint64_t bytes;
+  };
+
+  // The streamed shards in execution order; a streamed LM head larger than a slot in row pieces.
+  void plan_streams(const std::vector<int>& order, const std::vector<int>& slot, uint64_t slot_bytes) {
     for (int id : order) {
       if (slot[id] < 0) continue;
       const Shard& s = set_.at(id);
@@ -173,8 +223,13 @@ class Builder {
         streamed_.push_back({id, 0, 0, s.kind == ShardKind::Ffn ? share_bytes(s, false) : s.bytes});
       }
     }
+  }
+
+  // The emitter's state for a step, and the layers whose experts are guessed (speculate()).
+  void start(const std::vector<ExecDevice>& exec, const std::vector<int>& slot, int prefetch) {
     first_piece_.assign(set_.shards.size(), -1);
-    for (size_t k = streamed_.size(); k-- > 0;) first_piece_[static_cast<size_t>(streamed_[k].shard)] = static_cast<int>(k);
+    for (size_t k = streamed_.size(); k-- > 0;)
+      first_piece_[static_cast<size_t>(streamed_[k].shard)] = static_cast<int>(k);
     copy_action_.assign(streamed_.size(), -1);
     guess_copy_.assign(streamed_.size(), -1);
     compute_done_.assign(streamed_.size(), -1);
@@ -184,142 +239,146 @@ class Builder {
     for (int l = 1; hit_ > 0 && spec_.is_moe() && l < set_.n_layers; ++l) {
       const int f = set_.ffn[static_cast<size_t>(l)], at = set_.attention[static_cast<size_t>(l)];
       wants_guess_[static_cast<size_t>(l)] = slot[f] >= 0 && exec[f] == ExecDevice::Gpu && slot[at] < 0 &&
-                                             exec[at] == ExecDevice::Gpu && exec[set_.attention[static_cast<size_t>(l - 1)]] == ExecDevice::Gpu;
+                                             exec[at] == ExecDevice::Gpu &&
+                                             exec[set_.attention[static_cast<size_t>(l - 1)]] == ExecDevice::Gpu;
     }
     prefetch_ = prefetch;
     slot_ = &slot;
+    exec_ = &exec;
+  }
 
-    last_x_ = add(Resource::Cpu, ActionKind::Embed, -1, -1, residual_bytes(spec_, n_), "embed");
-    on_gpu_ = false;
-    emit_ready_copies();
-    for (int id : order) {
-      const Shard& s = set_.at(id);
-      const ExecDevice e = exec[id];
-      const int k = stream_index(id);
-      if (k >= 0) force_copy(k);
-      if (k >= 0 && streamed_[static_cast<size_t>(k)].row1 > 0) {  // LM head in pieces
-        to_gpu();
-        const int x = last_x_;
-        int last = -1;
-        for (size_t j = static_cast<size_t>(k); j < streamed_.size() && streamed_[j].shard == id; ++j) {
-          force_copy(static_cast<int>(j));
-          last = compute(Resource::GpuCompute, id, ComputePart::Full, {x, copy_action_[j]});
-          plan_.actions.back().row_begin = streamed_[j].row0;
-          plan_.actions.back().row_end = streamed_[j].row1;
-          plan_.actions.back().slot = static_cast<int>(j % 2);
-          plan_.actions.back().bytes = streamed_[j].bytes;
-          plan_.actions.back().label += "[" + std::to_string(streamed_[j].row0) + ":" + std::to_string(streamed_[j].row1) + "]";
-          compute_done_[j] = last;
-          emit_ready_copies();
-        }
-        last_x_ = add(Resource::D2H, ActionKind::CopyLogits, id, -1, logits_bytes(spec_), "logits", {last});
-        continue;
-      }
-      int slot_user = -1;  // the compute after which the shard's stream slot is free (default: its last)
-      if (s.kind == ShardKind::Attention) {
-        const bool kvg = kv_gpu[static_cast<size_t>(s.layer)];
-        SW_CHECK(!(kvg && e == ExecDevice::Cpu), "plan: attention of layer ", s.layer, " on the CPU with its KV in VRAM");
-        if (e == ExecDevice::Gpu) {
-          to_gpu();
-          std::vector<int> deps = {last_x_};
-          if (k >= 0) deps.push_back(copy_action_[k]);
-          if (kvg) {
-            last_x_ = compute(Resource::GpuCompute, id, ComputePart::Full, deps);
-          } else if (stage_) {
-            const uint64_t row = 2 * static_cast<uint64_t>(spec_.kv_dim()) * 4;  // K and V of one position, f32
-            const int up = add(Resource::H2DAct, ActionKind::CopyActivations, id, s.layer, static_cast<uint64_t>(past_tokens_) * row,
-                               s.name() + " kv past", {last_staged_});
-            plan_.actions.back().payload = Payload::KvPast;
-            deps.push_back(up);
-            last_x_ = compute(Resource::GpuCompute, id, ComputePart::AttnStaged, deps);
-            last_staged_ = add(Resource::D2H, ActionKind::CopyActivations, id, s.layer, static_cast<uint64_t>(n_) * row,
-                               s.name() + " kv new", {last_x_});
-            plan_.actions.back().payload = Payload::KvNew;
-          } else {
-            const int pre = compute(Resource::GpuCompute, id, ComputePart::AttnPre, deps);
-            const int d2h = add(Resource::D2H, ActionKind::CopyActivations, id, s.layer, qkv_bytes(spec_, n_),
-                                s.name() + " q,k,v", {pre});
-            plan_.actions.back().payload = Payload::Qkv;
-            const int core = compute(Resource::Cpu, id, ComputePart::AttnCore, {d2h});
-            const int h2d = add(Resource::H2DAct, ActionKind::CopyActivations, id, s.layer, attn_out_bytes(spec_, n_),
-                                s.name() + " attn out", {core});
-            plan_.actions.back().payload = Payload::AttnOut;
-            last_x_ = compute(Resource::GpuCompute, id, ComputePart::AttnPost, {h2d, pre});
-          }
-          const int f = set_.ffn[static_cast<size_t>(s.layer)];
-          if (spec_.is_moe() && exec[f] == ExecDevice::Gpu && slot[f] < 0 && n_ <= kDeviceRoutingMaxTokens) {
-            routing_[static_cast<size_t>(s.layer)] = last_x_;  // the GPU routes from its own logits
-          } else if (spec_.is_moe()) {  // router logits to the host, which routes (same code on every device)
-            routing_[static_cast<size_t>(s.layer)] =
-                add(Resource::D2H, ActionKind::CopyActivations, id, s.layer,
-                    static_cast<uint64_t>(n_ * spec_.num_experts) * 4, s.name() + " router logits", {last_x_});
-            plan_.actions.back().payload = Payload::RouterLogits;
-          }
-          // The next layer's routing guessed from x as it is now, with that layer's router.
-          if (s.layer + 1 < set_.n_layers && wants_guess_[static_cast<size_t>(s.layer + 1)]) {
-            const int next = set_.attention[static_cast<size_t>(s.layer + 1)];
-            const int g = compute(Resource::GpuCompute, next, ComputePart::RouterNext, {last_x_});
-            plan_.actions.back().bytes = router_bytes();
-            guess_[static_cast<size_t>(s.layer + 1)] =
-                add(Resource::D2H, ActionKind::CopyActivations, next, s.layer + 1,
-                    static_cast<uint64_t>(n_ * spec_.num_experts) * 4, set_.at(next).name() + " router guess", {g});
-            plan_.actions.back().payload = Payload::RouterGuess;
-          }
-        } else {
-          to_host();
-          last_x_ = compute(Resource::Cpu, id, ComputePart::Full, {last_x_});
-          if (spec_.is_moe()) routing_[static_cast<size_t>(s.layer)] = last_x_;
-        }
-      } else {  // FFN or output
-        // An MoE FFN needs its layer's routing on the host (the router logits copy, or the CPU router).
-        const int routing = s.kind == ShardKind::Ffn && spec_.is_moe() ? routing_[static_cast<size_t>(s.layer)] : -1;
-        if (e == ExecDevice::Gpu && share_of(id) > 0) {  // experts split: the CPU's share beside the GPU's
-          to_gpu();
-          const int c = share_of(id);
-          const int xh = add(Resource::D2H, ActionKind::CopyActivations, id, s.layer, residual_bytes(spec_, n_),
-                             s.name() + " x for the cpu share", {last_x_});
-          plan_.actions.back().payload = Payload::Residual;
-          // The GPU's experts into x, after x went down for the CPU's share, enqueued before the host
-          // computes that share so that the two run at once; the CPU's partial is added after both.
-          std::vector<int> deps = {last_x_, routing, xh};
-          if (k >= 0) deps.push_back(copy_action_[k]);
-          const int gpu = compute(Resource::GpuCompute, id, ComputePart::MoeGpuShare, deps);
-          plan_.actions.back().cpu_experts = c;
-          const int cpu = compute(Resource::Cpu, id, ComputePart::MoeCpuShare, {xh, routing});
-          plan_.actions.back().cpu_experts = c;
-          plan_.actions.back().slot = -1;
-          plan_.actions.back().bytes = share_bytes(s, true);
-          const int up = add(Resource::H2DAct, ActionKind::CopyActivations, id, s.layer, residual_bytes(spec_, n_),
-                             s.name() + " cpu share", {cpu});
-          plan_.actions.back().payload = Payload::MoePartial;
-          last_x_ = compute(Resource::GpuCompute, id, ComputePart::MoeShareAdd, {gpu, up});
-          plan_.actions.back().cpu_experts = c;
-          plan_.actions.back().slot = -1;
-          plan_.actions.back().bytes = 0;
-          slot_user = gpu;  // the stream slot is free once the GPU's experts ran
-        } else if (e == ExecDevice::Gpu) {
-          to_gpu();
-          std::vector<int> deps = {last_x_, routing};
-          if (k >= 0) deps.push_back(copy_action_[k]);
-          last_x_ = compute(Resource::GpuCompute, id, ComputePart::Full, deps);
-        } else {
-          to_host();
-          last_x_ = compute(Resource::Cpu, id, ComputePart::Full, {last_x_, routing});
-        }
-        if (s.kind == ShardKind::Output && e == ExecDevice::Gpu)
-          last_x_ = add(Resource::D2H, ActionKind::CopyLogits, id, -1, logits_bytes(spec_), "logits", {last_x_});
-      }
-      if (k >= 0) compute_done_[k] = slot_user >= 0 ? slot_user : last_x_;
+  // A streamed LM head larger than a slot: piece by piece, each computed from its own slot.
+  void emit_head_pieces(int id, int k) {
+    to_gpu();
+    const int x = last_x_;
+    int last = -1;
+    for (size_t j = static_cast<size_t>(k); j < streamed_.size() && streamed_[j].shard == id; ++j) {
+      force_copy(static_cast<int>(j));
+      last = compute(Resource::GpuCompute, id, ComputePart::Full, {x, copy_action_[j]});
+      plan_.actions.back().row_begin = streamed_[j].row0;
+      plan_.actions.back().row_end = streamed_[j].row1;
+      plan_.actions.back().slot = static_cast<int>(j % 2);
+      plan_.actions.back().bytes = streamed_[j].bytes;
+      plan_.actions.back().label +=
+          "[" + std::to_string(streamed_[j].row0) + ":" + std::to_string(streamed_[j].row1) + "]";
+      compute_done_[j] = last;
       emit_ready_copies();
+    }
+    last_x_ = add(Resource::D2H, ActionKind::CopyLogits, id, -1, logits_bytes(spec_), "logits", {last});
+  }
+
+  // A layer's attention on the GPU: whole over its KV in VRAM, over its host cache staged in the arena,
+  // or split around a CPU core over the host cache.
+  void emit_gpu_attention(const Shard& s, int k, bool kvg) {
+    const int id = s.id;
+    to_gpu();
+    std::vector<int> deps = {last_x_};
+    if (k >= 0) deps.push_back(copy_action_[k]);
+    if (kvg) {
+      last_x_ = compute(Resource::GpuCompute, id, ComputePart::Full, deps);
+    } else if (stage_) {
+      const uint64_t row = 2 * static_cast<uint64_t>(spec_.kv_dim()) * 4;  // K and V of one position, f32
+      const int up = add(Resource::H2DAct, ActionKind::CopyActivations, id, s.layer,
+                         static_cast<uint64_t>(past_tokens_) * row, s.name() + " kv past", {last_staged_});
+      plan_.actions.back().payload = Payload::KvPast;
+      deps.push_back(up);
+      last_x_ = compute(Resource::GpuCompute, id, ComputePart::AttnStaged, deps);
+      last_staged_ = add(Resource::D2H, ActionKind::CopyActivations, id, s.layer, static_cast<uint64_t>(n_) * row,
+                         s.name() + " kv new", {last_x_});
+      plan_.actions.back().payload = Payload::KvNew;
+    } else {
+      const int pre = compute(Resource::GpuCompute, id, ComputePart::AttnPre, deps);
+      const int d2h = add(Resource::D2H, ActionKind::CopyActivations, id, s.layer, qkv_bytes(spec_, n_),
+                          s.name() + " q,k,v", {pre});
+      plan_.actions.back().payload = Payload::Qkv;
+      const int core = compute(Resource::Cpu, id, ComputePart::AttnCore, {d2h});
+      const int h2d = add(Resource::H2DAct, ActionKind::CopyActivations, id, s.layer, attn_out_bytes(spec_, n_),
+                          s.name() + " attn out", {core});
+      plan_.actions.back().payload = Payload::AttnOut;
+      last_x_ = compute(Resource::GpuCompute, id, ComputePart::AttnPost, {h2d, pre});
     }
   }
 
- private:
-  struct Piece {
-    int shard;
-    int64_t row0, row1;  // 0, 0 = the whole shard
-    uint64_t bytes;
-  };
+  // Where an MoE layer whose attention ran on the GPU is routed: on the GPU from its own logits (a
+  // resident FFN there, a small step: ExecutorTraits::device_routing_max_tokens), else on the host from
+  // the router logits copied down (same code on every device).
+  void emit_routing(const Shard& s) {
+    const std::vector<ExecDevice>& exec = *exec_;
+    const std::vector<int>& slot = *slot_;
+    const int f = set_.ffn[static_cast<size_t>(s.layer)];
+    if (spec_.is_moe() && exec[f] == ExecDevice::Gpu && slot[f] < 0 && n_ <= traits_.device_routing_max_tokens) {
+      routing_[static_cast<size_t>(s.layer)] = last_x_;  // the GPU routes from its own logits
+    } else if (spec_.is_moe()) {  // router logits to the host, which routes (same code on every device)
+      routing_[static_cast<size_t>(s.layer)] =
+          add(Resource::D2H, ActionKind::CopyActivations, s.id, s.layer,
+              static_cast<uint64_t>(n_ * spec_.num_experts) * 4, s.name() + " router logits", {last_x_});
+      plan_.actions.back().payload = Payload::RouterLogits;
+    }
+  }
+
+  // The next layer's routing guessed from x as it is now, with that layer's router.
+  void emit_next_guess(const Shard& s) {
+    if (s.layer + 1 >= set_.n_layers || !wants_guess_[static_cast<size_t>(s.layer + 1)]) return;
+    const int next = set_.attention[static_cast<size_t>(s.layer + 1)];
+    const int g = compute(Resource::GpuCompute, next, ComputePart::RouterNext, {last_x_});
+    plan_.actions.back().bytes = router_bytes();
+    guess_[static_cast<size_t>(s.layer + 1)] =
+        add(Resource::D2H, ActionKind::CopyActivations, next, s.layer + 1,
+            static_cast<uint64_t>(n_ * spec_.num_experts) * 4, set_.at(next).name() + " router guess", {g});
+    plan_.actions.back().payload = Payload::RouterGuess;
+  }
+
+  // An FFN or the LM head where it runs; returns the compute after which its stream slot is free (-1:
+  // its last).
+  int emit_ffn_or_output(const Shard& s, ExecDevice e, int k) {
+    const int id = s.id;
+    // An MoE FFN needs its layer's routing on the host (the router logits copy, or the CPU router).
+    const int routing = s.kind == ShardKind::Ffn && spec_.is_moe() ? routing_[static_cast<size_t>(s.layer)] : -1;
+    int slot_user = -1;
+    if (e == ExecDevice::Gpu && share_of(id) > 0) {  // experts split: the CPU's share beside the GPU's
+      slot_user = emit_split_ffn(s, k, routing);
+    } else if (e == ExecDevice::Gpu) {
+      to_gpu();
+      std::vector<int> deps = {last_x_, routing};
+      if (k >= 0) deps.push_back(copy_action_[k]);
+      last_x_ = compute(Resource::GpuCompute, id, ComputePart::Full, deps);
+    } else {
+      to_host();
+      last_x_ = compute(Resource::Cpu, id, ComputePart::Full, {last_x_, routing});
+    }
+    if (s.kind == ShardKind::Output && e == ExecDevice::Gpu)
+      last_x_ = add(Resource::D2H, ActionKind::CopyLogits, id, -1, logits_bytes(spec_), "logits", {last_x_});
+    return slot_user;
+  }
+
+  // An MoE FFN whose experts are split: the CPU's share beside the GPU's. Returns the GPU's share, after
+  // which the stream slot is free.
+  int emit_split_ffn(const Shard& s, int k, int routing) {
+    const int id = s.id;
+    to_gpu();
+    const int c = share_of(id);
+    const int xh = add(Resource::D2H, ActionKind::CopyActivations, id, s.layer, residual_bytes(spec_, n_),
+                       s.name() + " x for the cpu share", {last_x_});
+    plan_.actions.back().payload = Payload::Residual;
+    // The GPU's experts into x, after x went down for the CPU's share, enqueued before the host
+    // computes that share so that the two run at once; the CPU's partial is added after both.
+    std::vector<int> deps = {last_x_, routing, xh};
+    if (k >= 0) deps.push_back(copy_action_[k]);
+    const int gpu = compute(Resource::GpuCompute, id, ComputePart::MoeGpuShare, deps);
+    plan_.actions.back().cpu_experts = c;
+    const int cpu = compute(Resource::Cpu, id, ComputePart::MoeCpuShare, {xh, routing});
+    plan_.actions.back().cpu_experts = c;
+    plan_.actions.back().slot = -1;
+    plan_.actions.back().bytes = share_bytes(s, true);
+    const int up = add(Resource::H2DAct, ActionKind::CopyActivations, id, s.layer, residual_bytes(spec_, n_),
+                       s.name() + " cpu share", {cpu});
+    plan_.actions.back().payload = Payload::MoePartial;
+    last_x_ = compute(Resource::GpuCompute, id, ComputePart::MoeShareAdd, {gpu, up});
+    plan_.actions.back().cpu_experts = c;
+    plan_.actions.back().slot = -1;
+    plan_.actions.back().bytes = 0;
+    return gpu;
+  }
 
   int stream_index(int id) const { return first_piece_[static_cast<size_t>(id)]; }
   int share_of(int id) const { return static_cast<size_t>(id) < share_.size() ? share_[static_cast<size_t>(id)] : 0; }
@@ -331,10 +390,12 @@ class Builder {
     if (c <= 0 || !spec_.is_moe()) return all;
     const double k = static_cast<double>(std::max<int64_t>(1, spec_.num_experts_per_tok));
     const double experts = static_cast<double>(all - s.expert_base);
-    return cpu ? static_cast<uint64_t>(experts * c / k + 0.5) : s.expert_base + static_cast<uint64_t>(experts * (k - c) / k + 0.5);
+    return cpu ? static_cast<uint64_t>(experts * c / k + 0.5)
+               : s.expert_base + static_cast<uint64_t>(experts * (k - c) / k + 0.5);
   }
 
-  int add(Resource r, ActionKind kind, int shard, int layer, uint64_t bytes, std::string label, std::vector<int> deps = {}) {
+  int add(Resource r, ActionKind kind, int shard, int layer, uint64_t bytes, std::string label,
+          std::vector<int> deps = {}) {
     Action a;
     a.id = static_cast<int>(plan_.actions.size());
     a.resource = r;
@@ -354,7 +415,8 @@ class Builder {
     std::string label = s.name();
     if (part != ComputePart::Full) label += std::string(" ") + compute_part_name(part);
     const uint64_t bytes = s.kind == ShardKind::Ffn ? share_bytes(s, false) : s.bytes;
-    const int id = add(r, ActionKind::Compute, shard, s.layer, part == ComputePart::AttnCore ? 0 : bytes, label, std::move(deps));
+    const int id =
+        add(r, ActionKind::Compute, shard, s.layer, part == ComputePart::AttnCore ? 0 : bytes, label, std::move(deps));
     plan_.actions.back().part = part;
     const int k = stream_index(shard);
     plan_.actions.back().slot = k >= 0 ? k % std::max(1, prefetch_) : -1;
@@ -363,13 +425,15 @@ class Builder {
 
   void to_gpu() {
     if (on_gpu_) return;
-    last_x_ = add(Resource::H2DAct, ActionKind::CopyActivations, -1, -1, residual_bytes(spec_, n_), "x to gpu", {last_x_});
+    last_x_ =
+        add(Resource::H2DAct, ActionKind::CopyActivations, -1, -1, residual_bytes(spec_, n_), "x to gpu", {last_x_});
     plan_.actions.back().payload = Payload::Residual;
     on_gpu_ = true;
   }
   void to_host() {
     if (!on_gpu_) return;
-    last_x_ = add(Resource::D2H, ActionKind::CopyActivations, -1, -1, residual_bytes(spec_, n_), "x to host", {last_x_});
+    last_x_ =
+        add(Resource::D2H, ActionKind::CopyActivations, -1, -1, residual_bytes(spec_, n_), "x to host", {last_x_});
     plan_.actions.back().payload = Payload::Residual;
     on_gpu_ = false;
   }
@@ -377,7 +441,9 @@ class Builder {
   // A copy may be issued once its slot's previous user has been issued (and, for experts, once the
   // layer's routing is known); copies are issued in order. A layer whose experts are guessed first
   // copies the guess once the guess is known, then what it missed once the routing is.
-  bool slot_free(size_t k) const { return k < static_cast<size_t>(prefetch_) || compute_done_[k - static_cast<size_t>(prefetch_)] >= 0; }
+  bool slot_free(size_t k) const {
+    return k < static_cast<size_t>(prefetch_) || compute_done_[k - static_cast<size_t>(prefetch_)] >= 0;
+  }
   int layer_of(size_t k) const { return set_.at(streamed_[k].shard).layer; }
   bool guessed(size_t k) const {
     const Shard& s = set_.at(streamed_[k].shard);
@@ -416,7 +482,8 @@ class Builder {
     return routed_experts() * (k - share_of(s.id)) / k;
   }
   uint64_t router_bytes() const {
-    return static_cast<uint64_t>(spec_.num_experts * spec_.hidden_size) * 4 + static_cast<uint64_t>(spec_.hidden_size) * 4;
+    return static_cast<uint64_t>(spec_.num_experts * spec_.hidden_size) * 4 +
+           static_cast<uint64_t>(spec_.hidden_size) * 4;
   }
   void emit_guess(size_t k) {
     const Piece& piece = streamed_[k];
@@ -425,11 +492,12 @@ class Builder {
     if (k >= static_cast<size_t>(prefetch_)) deps.push_back(compute_done_[k - static_cast<size_t>(prefetch_)]);
     // As many experts as the routing will pick (the guess picks top_k per token too; of a split layer,
     // the GPU's share of them), and the norm.
-    guess_copy_[k] = add(Resource::H2D, ActionKind::CopyWeights, s.id, s.layer, piece.bytes, s.name() + " guessed experts", deps);
+    guess_copy_[k] =
+        add(Resource::H2D, ActionKind::CopyWeights, s.id, s.layer, piece.bytes, s.name() + " guessed experts", deps);
     Action& a = plan_.actions.back();
     a.speculative = true;
     a.cpu_experts = share_of(s.id);
-    a.copies = 1 + static_cast<int>(std::llround(per_expert_ * std::max(1.0, gpu_experts(s))));
+    a.copies = 1 + static_cast<int>(std::llround(traits_.expert_copies * std::max(1.0, gpu_experts(s))));
     a.slot = static_cast<int>(k % static_cast<size_t>(std::max(1, prefetch_)));
   }
   void emit_copy(size_t k) {
@@ -444,13 +512,17 @@ class Builder {
     if (piece.row1 > 0) label += "[" + std::to_string(piece.row0) + ":" + std::to_string(piece.row1) + "]";
     // After a guess: the routed experts it missed (1 - hit of them), no norm.
     const double miss = after_guess ? 1.0 - hit_ : 1.0;
-    const uint64_t bytes = after_guess ? static_cast<uint64_t>(static_cast<double>(piece.bytes - s.expert_base) * miss + 0.5) : piece.bytes;
+    const uint64_t bytes = after_guess
+                               ? static_cast<uint64_t>(static_cast<double>(piece.bytes - s.expert_base) * miss + 0.5)
+                               : piece.bytes;
     copy_action_[k] = add(Resource::H2D, ActionKind::CopyWeights, s.id, s.layer, bytes, label, deps);
-    if (spec_.is_moe() && s.kind == ShardKind::Ffn) {  // the runtime copies each routed expert's gate, up, down and the norm
+    if (spec_.is_moe() &&
+        s.kind == ShardKind::Ffn) {  // the runtime copies each routed expert's gate, up, down and the norm
       // (a split layer the GPU's share of them)
-      const int per = per_expert_;
-      plan_.actions.back().copies = after_guess ? std::max(1, static_cast<int>(std::llround(per * gpu_experts(s) * miss)))
-                                                : 1 + static_cast<int>(std::llround(per * std::max(1.0, gpu_experts(s))));
+      const int per = traits_.expert_copies;
+      plan_.actions.back().copies = after_guess
+                                        ? std::max(1, static_cast<int>(std::llround(per * gpu_experts(s) * miss)))
+                                        : 1 + static_cast<int>(std::llround(per * std::max(1.0, gpu_experts(s))));
       plan_.actions.back().cpu_experts = share_of(s.id);
     }
     plan_.actions.back().slot = static_cast<int>(k % static_cast<size_t>(std::max(1, prefetch_)));
@@ -459,13 +531,14 @@ class Builder {
   }
 
   const ModelSpec& spec_;
+  const ExecutorTraits& traits_;  // the executor's copies per expert and device routing limit
   const ShardSet& set_;
-  int per_expert_ = 3;
   Plan& plan_;
   int64_t n_;
-  double experts_;  // measured distinct experts per layer for n_ tokens (0 = uniform routing)
-  std::vector<int> share_;  // split_experts
-  const std::vector<int>* slot_ = nullptr;
+  double experts_;                          // measured distinct experts per layer for n_ tokens (0 = uniform routing)
+  std::vector<int> share_;                  // split_experts
+  const std::vector<int>* slot_ = nullptr;  // build's slot and exec, while it runs
+  const std::vector<ExecDevice>* exec_ = nullptr;
   std::vector<Piece> streamed_;
   std::vector<int> first_piece_, copy_action_, compute_done_, routing_;
   double hit_ = 0;                 // speculate()
@@ -476,9 +549,9 @@ class Builder {
   int prefetch_ = 2;
   int last_x_ = -1;
   bool on_gpu_ = false;
-  bool stage_ = false;        // attention of host-KV layers on the GPU runs staged (attn_staged)
-  int64_t past_tokens_ = 0;   // cached positions a staged layer uploads (the cache planned full)
-  int last_staged_ = -1;      // the last staged layer's kv_new copy: the staging is free after it
+  bool stage_ = false;       // attention of host-KV layers on the GPU runs staged (attn_staged)
+  int64_t past_tokens_ = 0;  // cached positions a staged layer uploads (the cache planned full)
+  int last_staged_ = -1;     // the last staged layer's kv_new copy: the staging is free after it
 };
 
 }  // namespace
@@ -487,10 +560,12 @@ double routing_experts_for(const ModelSpec& spec, const PlannerConfig& cfg, int6
   if (!spec.is_moe() || cfg.routing_tokens.empty() || n < 1) return 0;
   const auto& T = cfg.routing_tokens;
   const auto& E = cfg.routing_experts;
-  if (T.size() != E.size()) fail("planner: the routing curve has ", T.size(), " token counts and ", E.size(), " expert counts");
+  if (T.size() != E.size())
+    fail("planner: the routing curve has ", T.size(), " token counts and ", E.size(), " expert counts");
   for (size_t i = 0; i < T.size(); ++i) {
     if (T[i] < 1 || !(E[i] > 0) || !std::isfinite(E[i]) || (i > 0 && T[i] <= T[i - 1]))
-      fail("planner: the routing curve must have ascending token counts >= 1 and positive expert counts (entry ", i, ")");
+      fail("planner: the routing curve must have ascending token counts >= 1 and positive expert counts (entry ", i,
+           ")");
   }
   double e;
   if (n <= T.front()) {
@@ -526,9 +601,13 @@ struct Ctx {
 
 // The "kv staging" region: one layer's K and V as the device attends to them (position-major) and as
 // they cross PCIe (head-major, like the host cache).
-uint64_t staging_bytes(const Ctx& c) { return c.stage ? 2 * align_up(c.L.kv_layer_bytes) : 0; }
+uint64_t staging_bytes(const Ctx& c) {
+  return c.stage ? 2 * align_up(c.L.kv_layer_bytes) : 0;
+}
 
-bool has_host_kv(const Layout& L) { return std::find(L.kv_gpu.begin(), L.kv_gpu.end(), false) != L.kv_gpu.end(); }
+bool has_host_kv(const Layout& L) {
+  return std::find(L.kv_gpu.begin(), L.kv_gpu.end(), false) != L.kv_gpu.end();
+}
 
 // The shape of a step of n new tokens over a full cache, as the config plans it.
 StepShape step_shape(const ModelSpec& spec, const PlannerConfig& cfg, int64_t n) {
@@ -538,10 +617,13 @@ StepShape step_shape(const ModelSpec& spec, const PlannerConfig& cfg, int64_t n)
   st.keys = cfg.ctx;
   st.kv_dtype = cfg.kv_dtype;
   st.threads = cfg.threads;
+  st.gpu_fused_qkv_max_tokens = cfg.executor.gpu_fused_qkv_max_tokens;
   return st;
 }
 
-StepShape step_of(const Ctx& c, int64_t n) { return step_shape(c.spec, c.cfg, n); }
+StepShape step_of(const Ctx& c, int64_t n) {
+  return step_shape(c.spec, c.cfg, n);
+}
 
 Plan infeasible(const Ctx& c, Schedule s, int64_t n, const std::string& why) {
   Plan p;
@@ -558,7 +640,8 @@ Plan infeasible(const Ctx& c, Schedule s, int64_t n, const std::string& why) {
 // streamed (into slot_offset[slot]), and each layer's KV cache in VRAM at kv_offset (or -1 = host).
 std::vector<ShardPlacement> place_shards(const ShardSet& S, const std::vector<int64_t>& pinned_offset,
                                          const std::vector<ExecDevice>& exec, const std::vector<int>& slot,
-                                         const std::vector<int64_t>& slot_offset, const std::vector<int64_t>& kv_offset) {
+                                         const std::vector<int64_t>& slot_offset,
+                                         const std::vector<int64_t>& kv_offset) {
   std::vector<ShardPlacement> out;
   for (const Shard& s : S.shards) {
     ShardPlacement sp;
@@ -579,7 +662,8 @@ std::vector<ShardPlacement> place_shards(const ShardSet& S, const std::vector<in
       sp.exec = exec[i];
       sp.streamed = slot[i] >= 0;
       sp.arena_offset = sp.home == WeightHome::Pinned ? pinned_offset[i]
-                        : sp.streamed ? slot_offset.at(static_cast<size_t>(slot[i])) : -1;
+                        : sp.streamed                 ? slot_offset.at(static_cast<size_t>(slot[i]))
+                                                      : -1;
     }
     out.push_back(sp);
   }
@@ -599,7 +683,7 @@ Plan finish_canonical(const Ctx& c, Schedule sched, int64_t n, size_t p, uint64_
   plan.kv_on_gpu = L.kv_gpu;
   plan.pinned_prefix = static_cast<int64_t>(p);
   plan.notes = notes;
-  const uint64_t scratch = align_up(gpu_scratch_bytes(c.spec, n));
+  const uint64_t scratch = align_up(c.cfg.executor.scratch_bytes(n));
   const uint64_t pinned = L.prefix_end[p];
   uint64_t off = 0;
   plan.arena.push_back({"pinned", off, pinned});
@@ -619,10 +703,12 @@ Plan finish_canonical(const Ctx& c, Schedule sched, int64_t n, size_t p, uint64_
   if (L.kv_region > 0) plan.arena.push_back({"kv", kv_off, L.kv_region});
   plan.vram_bytes = off + L.kv_region;
   std::vector<int64_t> pinned_offset(S.shards.size(), -1);
-  for (size_t i = 0; i < p; ++i) pinned_offset[static_cast<size_t>(L.canonical[i])] = static_cast<int64_t>(L.prefix_end[i]);
+  for (size_t i = 0; i < p; ++i)
+    pinned_offset[static_cast<size_t>(L.canonical[i])] = static_cast<int64_t>(L.prefix_end[i]);
   std::vector<int64_t> kv_offset(static_cast<size_t>(S.n_layers), -1);
   for (int l = 0; l < S.n_layers; ++l)
-    if (L.kv_gpu[static_cast<size_t>(l)]) kv_offset[static_cast<size_t>(l)] = static_cast<int64_t>(kv_off + static_cast<uint64_t>(l) * L.kv_layer_bytes);
+    if (L.kv_gpu[static_cast<size_t>(l)])
+      kv_offset[static_cast<size_t>(l)] = static_cast<int64_t>(kv_off + static_cast<uint64_t>(l) * L.kv_layer_bytes);
   const std::vector<int64_t> slot_offset = {static_cast<int64_t>(pinned), static_cast<int64_t>(pinned + slot_bytes)};
   plan.placements = place_shards(S, pinned_offset, exec, slot, slot_offset, kv_offset);
   if (plan.vram_bytes > c.cfg.budget_bytes) {
@@ -632,8 +718,7 @@ Plan finish_canonical(const Ctx& c, Schedule sched, int64_t n, size_t p, uint64_
   }
   const Plan laid_out = plan;
   auto build = [&](Plan& p, double hit) {
-    Builder builder(c.spec, S, p, n, routing_experts_for(c.spec, c.cfg, n));
-    builder.expert_copies(c.cfg.expert_copies);
+    Builder builder(c.spec, c.cfg.executor, S, p, n, routing_experts_for(c.spec, c.cfg, n));
     if (c.stage) builder.stage_host_kv(std::max<int64_t>(0, c.cfg.ctx - n));
     if (!share.empty()) builder.split_experts(share);
     builder.speculate(hit);
@@ -648,8 +733,9 @@ Plan finish_canonical(const Ctx& c, Schedule sched, int64_t n, size_t p, uint64_
   if (hit > 0 && c.spec.is_moe()) {  // with speculative expert prefetch where it applies; the faster is kept
     Plan guessed = laid_out;
     if (build(guessed, hit) && (guessed.predicted_ms < plan.predicted_ms || c.cfg.always_speculate)) {
-      guessed.notes += (guessed.notes.empty() ? "" : "; ") + str_cat("experts prefetched on the layer before's guess (",
-                                                                       static_cast<int>(std::lround(hit * 100)), "% hits)");
+      guessed.notes +=
+          (guessed.notes.empty() ? "" : "; ") + str_cat("experts prefetched on the layer before's guess (",
+                                                        static_cast<int>(std::lround(hit * 100)), "% hits)");
       return guessed;
     }
   }
@@ -658,7 +744,7 @@ Plan finish_canonical(const Ctx& c, Schedule sched, int64_t n, size_t p, uint64_
 
 // Room for the pinned prefix and stream slots in a tier.
 bool room_for(const Ctx& c, int64_t n, uint64_t* room) {
-  const uint64_t fixed = c.L.kv_region + align_up(gpu_scratch_bytes(c.spec, n)) + staging_bytes(c);
+  const uint64_t fixed = c.L.kv_region + align_up(c.cfg.executor.scratch_bytes(n)) + staging_bytes(c);
   if (fixed > c.cfg.budget_bytes) return false;
   *room = c.cfg.budget_bytes - fixed;
   return true;
@@ -717,7 +803,9 @@ Plan plan_hybrid(const Ctx& c, int64_t n, Schedule sched, uint64_t slot_bytes, c
   }
   for (int l = 0; l < S.n_layers; ++l)
     if (L.kv_gpu[static_cast<size_t>(l)] && exec[static_cast<size_t>(S.attention[l])] != ExecDevice::Gpu)
-      return infeasible(c, sched, n, "layer " + std::to_string(l) + " keeps its KV in VRAM but its attention is neither pinned nor streamed");
+      return infeasible(
+          c, sched, n,
+          "layer " + std::to_string(l) + " keeps its KV in VRAM but its attention is neither pinned nor streamed");
   return finish_canonical(c, sched, n, p, slot_bytes, exec, slot, 2, notes, share);
 }
 
@@ -735,6 +823,100 @@ int exec_rank(const ShardSet& S, int id) {
   const Shard& s = S.at(id);
   if (s.kind == ShardKind::Output) return 2 * S.n_layers;
   return 2 * s.layer + (s.kind == ShardKind::Ffn ? 1 : 0);
+}
+
+// The shards a Dynamic plan with stream slots of slot_bytes streams beside the pinned prefix `p` that
+// leaves room for the two slots.
+struct DynamicChoice {
+  size_t p = 0;
+  std::vector<int> forced;      // attention of KV-in-VRAM layers that is not pinned
+  std::vector<int> candidates;  // CPU shards that fit the slot, in execution order
+};
+
+// False where an attention shard that must be streamed does not fit the slot.
+bool dynamic_choice(const Ctx& c, int64_t n, uint64_t slot_bytes, uint64_t room, DynamicChoice* d) {
+  const Layout& L = c.L;
+  const ShardSet& S = L.shards;
+  const size_t p = longest_prefix(L, room - 2 * slot_bytes);
+  d->p = p;
+  auto pinned_at = [&](int id) {
+    return std::find(L.canonical.begin(), L.canonical.begin() + static_cast<std::ptrdiff_t>(p), id) !=
+           L.canonical.begin() + static_cast<std::ptrdiff_t>(p);
+  };
+  bool fits = true;
+  for (int l = 0; l < S.n_layers; ++l) {
+    const int id = S.attention[l];
+    if (!L.kv_gpu[static_cast<size_t>(l)] || pinned_at(id)) continue;
+    d->forced.push_back(id);
+    std::vector<int> one = {id};
+    fits = fits && largest_streamed(c.spec, c.cfg, S, one, n) <= slot_bytes;
+  }
+  if (!fits) return false;
+  for (int l = 0; l < S.n_layers; ++l) {
+    const int id = S.ffn[l];
+    std::vector<int> one = {id};
+    if (!pinned_at(id) && largest_streamed(c.spec, c.cfg, S, one, n) <= slot_bytes) d->candidates.push_back(id);
+  }
+  if (!pinned_at(S.output)) d->candidates.push_back(S.output);  // the LM head fits any slot in row pieces
+  return true;
+}
+
+void keep_faster(Plan& best, Plan plan) {
+  if (plan.feasible && (!best.feasible || plan.predicted_ms < best.predicted_ms)) best = std::move(plan);
+}
+
+// Streaming m of the candidates, spread evenly over the layers: every count up to 8, then about 12%
+// apart, and all of them (none, where attention shards must be streamed anyway).
+void dynamic_streamed(const Ctx& c, int64_t n, uint64_t slot_bytes, const DynamicChoice& d, Plan& best) {
+  const ShardSet& S = c.L.shards;
+  const size_t U = d.candidates.size();
+  std::vector<size_t> counts;
+  if (!d.forced.empty()) counts.push_back(0);
+  for (size_t m = 1; m <= U; m = m < 8 ? m + 1 : std::max(m + 1, m * 9 / 8)) counts.push_back(m);
+  if (U > 0 && counts.back() != U) counts.push_back(U);
+  for (size_t m : counts) {
+    if (c.cfg.moe_cpu_experts > 0) break;  // a share given: only the split plans
+    std::vector<int> pick;
+    for (size_t i = 0; i < m; ++i) pick.push_back(d.candidates[std::min(U - 1, (2 * i + 1) * U / (2 * m))]);
+    pick.erase(std::unique(pick.begin(), pick.end()), pick.end());
+    const size_t optional = pick.size();
+    pick.insert(pick.end(), d.forced.begin(), d.forced.end());
+    std::sort(pick.begin(), pick.end(), [&](int a, int b) { return exec_rank(S, a) < exec_rank(S, b); });
+    char notes[200];
+    std::snprintf(notes, sizeof notes, "%zu of %zu shards pinned, %zu of %zu CPU shards streamed%s (slot %s)", d.p,
+                  c.L.canonical.size(), optional, U,
+                  d.forced.empty()
+                      ? ""
+                      : (", attention of " + std::to_string(d.forced.size()) + " KV-in-VRAM layers streamed").c_str(),
+                  format_bytes(slot_bytes).c_str());
+    keep_faster(best, plan_hybrid(c, n, Schedule::Dynamic, slot_bytes, pick, d.p, notes));
+  }
+}
+
+// MoE: every CPU FFN layer's routed experts split, c of each token's k computed by the CPU from host
+// memory while the others are copied and run on the GPU (a layer's copy cannot start before its routing
+// is known, so streaming a whole layer never overlaps the CPU's work on it; splitting it does).
+void dynamic_split(const Ctx& c, int64_t n, uint64_t slot_bytes, const DynamicChoice& d, Plan& best) {
+  const ShardSet& S = c.L.shards;
+  const int64_t K = c.spec.is_moe() ? c.spec.num_experts_per_tok : 0;
+  std::vector<int> ffns;
+  for (int id : d.candidates)
+    if (S.at(id).kind == ShardKind::Ffn) ffns.push_back(id);
+  const int64_t want = c.cfg.moe_cpu_experts;
+  for (int64_t share = 1; share < K && !ffns.empty() && want != 0; ++share) {
+    if (want > 0 && share != want) continue;
+    std::vector<int> pick = ffns, split(S.shards.size(), 0);
+    for (int id : ffns) split[static_cast<size_t>(id)] = static_cast<int>(share);
+    pick.insert(pick.end(), d.forced.begin(), d.forced.end());
+    std::sort(pick.begin(), pick.end(), [&](int a, int b) { return exec_rank(S, a) < exec_rank(S, b); });
+    char notes[200];
+    std::snprintf(notes, sizeof notes,
+                  "%zu of %zu shards pinned, the experts of %zu CPU FFN layers split: %lld of %lld per token on the "
+                  "CPU (slot %s)",
+                  d.p, c.L.canonical.size(), ffns.size(), static_cast<long long>(share), static_cast<long long>(K),
+                  format_bytes(slot_bytes).c_str());
+    keep_faster(best, plan_hybrid(c, n, Schedule::Dynamic, slot_bytes, pick, d.p, notes, split));
+  }
 }
 
 // Dynamic: for each slot size (the distinct sizes of streamable shards), the pinned prefix that
@@ -759,73 +941,10 @@ Plan plan_dynamic(const Ctx& c, int64_t n) {
   Plan best = infeasible(c, Schedule::Dynamic, n, "no CPU shard can be streamed within the budget");
   for (uint64_t slot_bytes : sizes) {
     if (2 * slot_bytes > room) continue;
-    const size_t p = longest_prefix(L, room - 2 * slot_bytes);
-    auto pinned_at = [&](int id) {
-      return std::find(L.canonical.begin(), L.canonical.begin() + static_cast<std::ptrdiff_t>(p), id) !=
-             L.canonical.begin() + static_cast<std::ptrdiff_t>(p);
-    };
-    std::vector<int> forced;  // attention of KV-in-VRAM layers that is not pinned
-    bool fits = true;
-    for (int l = 0; l < S.n_layers; ++l) {
-      const int id = S.attention[l];
-      if (!L.kv_gpu[static_cast<size_t>(l)] || pinned_at(id)) continue;
-      forced.push_back(id);
-      std::vector<int> one = {id};
-      fits = fits && largest_streamed(c.spec, c.cfg, S, one, n) <= slot_bytes;
-    }
-    if (!fits) continue;
-    std::vector<int> candidates;  // CPU shards that fit the slot, in execution order
-    for (int l = 0; l < S.n_layers; ++l) {
-      const int id = S.ffn[l];
-      std::vector<int> one = {id};
-      if (!pinned_at(id) && largest_streamed(c.spec, c.cfg, S, one, n) <= slot_bytes) candidates.push_back(id);
-    }
-    if (!pinned_at(S.output)) candidates.push_back(S.output);  // the LM head fits any slot in row pieces
-    const size_t U = candidates.size();
-    // How many to stream: every count up to 8, then about 12% apart, and all of them (none, where
-    // attention shards must be streamed anyway).
-    std::vector<size_t> counts;
-    if (!forced.empty()) counts.push_back(0);
-    for (size_t m = 1; m <= U; m = m < 8 ? m + 1 : std::max(m + 1, m * 9 / 8)) counts.push_back(m);
-    if (U > 0 && counts.back() != U) counts.push_back(U);
-    for (size_t m : counts) {
-      if (c.cfg.moe_cpu_experts > 0) break;  // a share given: only the split plans below
-      std::vector<int> pick;
-      for (size_t i = 0; i < m; ++i) pick.push_back(candidates[std::min(U - 1, (2 * i + 1) * U / (2 * m))]);
-      pick.erase(std::unique(pick.begin(), pick.end()), pick.end());
-      const size_t optional = pick.size();
-      pick.insert(pick.end(), forced.begin(), forced.end());
-      std::sort(pick.begin(), pick.end(), [&](int a, int b) { return exec_rank(S, a) < exec_rank(S, b); });
-      char notes[200];
-      std::snprintf(notes, sizeof notes, "%zu of %zu shards pinned, %zu of %zu CPU shards streamed%s (slot %s)", p,
-                    L.canonical.size(), optional, U,
-                    forced.empty() ? "" : (", attention of " + std::to_string(forced.size()) + " KV-in-VRAM layers streamed").c_str(),
-                    format_bytes(slot_bytes).c_str());
-      Plan plan = plan_hybrid(c, n, Schedule::Dynamic, slot_bytes, pick, p, notes);
-      if (plan.feasible && (!best.feasible || plan.predicted_ms < best.predicted_ms)) best = std::move(plan);
-    }
-    // MoE: every CPU FFN layer's routed experts split, c of each token's k computed by the CPU from
-    // host memory while the others are copied and run on the GPU (a layer's copy cannot start before
-    // its routing is known, so streaming a whole layer never overlaps the CPU's work on it; splitting
-    // it does).
-    const int64_t K = c.spec.is_moe() ? c.spec.num_experts_per_tok : 0;
-    std::vector<int> ffns;
-    for (int id : candidates)
-      if (S.at(id).kind == ShardKind::Ffn) ffns.push_back(id);
-    const int64_t want = c.cfg.moe_cpu_experts;
-    for (int64_t share = 1; share < K && !ffns.empty() && want != 0; ++share) {
-      if (want > 0 && share != want) continue;
-      std::vector<int> pick = ffns, split(S.shards.size(), 0);
-      for (int id : ffns) split[static_cast<size_t>(id)] = static_cast<int>(share);
-      pick.insert(pick.end(), forced.begin(), forced.end());
-      std::sort(pick.begin(), pick.end(), [&](int a, int b) { return exec_rank(S, a) < exec_rank(S, b); });
-      char notes[200];
-      std::snprintf(notes, sizeof notes, "%zu of %zu shards pinned, the experts of %zu CPU FFN layers split: %lld of %lld per token on the CPU (slot %s)",
-                    p, L.canonical.size(), ffns.size(), static_cast<long long>(share), static_cast<long long>(K),
-                    format_bytes(slot_bytes).c_str());
-      Plan plan = plan_hybrid(c, n, Schedule::Dynamic, slot_bytes, pick, p, notes, split);
-      if (plan.feasible && (!best.feasible || plan.predicted_ms < best.predicted_ms)) best = std::move(plan);
-    }
+    DynamicChoice d;
+    if (!dynamic_choice(c, n, slot_bytes, room, &d)) continue;
+    dynamic_streamed(c, n, slot_bytes, d, best);
+    dynamic_split(c, n, slot_bytes, d, best);
   }
   return best;
 }
@@ -836,9 +955,36 @@ Plan plan_dynamic(const Ctx& c, int64_t n) {
 // llama.cpp's default micro-batch: larger steps run as several of these.
 constexpr int64_t kBaselineMicroBatch = 512;
 
+// -ngl N for the budget: the most trailing whole layers (weights and KV; the LM head too once all of
+// them fit) that fit beside the compute buffer and, when some layers stay on the CPU, a slot for their
+// weights; -1 where not even the buffer fits.
+int layer_split_layers(const Ctx& c, uint64_t scratch, uint64_t max_weight, bool* output_gpu) {
+  const ShardSet& S = c.L.shards;
+  const int Ln = S.n_layers;
+  const uint64_t kv = c.L.kv_layer_bytes;
+  int N = Ln;
+  bool out_gpu = true;
+  auto need = [&](int layers, bool out) {
+    uint64_t b = scratch + (layers < Ln ? align_up(max_weight) : 0);
+    for (int l = Ln - layers; l < Ln; ++l)
+      b += align_up(S.at(S.attention[l]).bytes) + align_up(S.at(S.ffn[l]).bytes) + align_up(kv);
+    if (out) b += align_up(S.at(S.output).bytes);
+    return b;
+  };
+  while (N >= 0 && need(N, out_gpu && N == Ln) > c.cfg.budget_bytes) {
+    if (out_gpu && N == Ln)
+      out_gpu = false;
+    else
+      --N;
+  }
+  *output_gpu = out_gpu && N == Ln;
+  return N;
+}
+
 Plan plan_layer_split(const Ctx& c, int64_t n) {
   if (n > kBaselineMicroBatch)
-    return infeasible(c, Schedule::LayerSplit, n, "llama.cpp runs steps above its 512-token micro-batch as several micro-batches");
+    return infeasible(c, Schedule::LayerSplit, n,
+                      "llama.cpp runs steps above its 512-token micro-batch as several micro-batches");
   const ModelSpec& spec = c.spec;
   const ShardSet& S = c.L.shards;
   const int Ln = S.n_layers;
@@ -847,21 +993,10 @@ Plan plan_layer_split(const Ctx& c, int64_t n) {
   uint64_t max_weight = 0;
   for (int l = 0; l < Ln; ++l) max_weight = std::max({max_weight, S.at(S.attention[l]).bytes, S.at(S.ffn[l]).bytes});
   // llama.cpp sizes its compute buffer for its micro-batch at load time.
-  const uint64_t scratch = align_up(gpu_scratch_bytes(spec, kBaselineMicroBatch));
-  int N = Ln;
-  bool output_gpu = true;
-  auto need = [&](int layers, bool out) {
-    uint64_t b = scratch + (layers < Ln ? align_up(max_weight) : 0);
-    for (int l = Ln - layers; l < Ln; ++l) b += align_up(S.at(S.attention[l]).bytes) + align_up(S.at(S.ffn[l]).bytes) + align_up(kv);
-    if (out) b += align_up(S.at(S.output).bytes);
-    return b;
-  };
-  while (N >= 0 && need(N, output_gpu && N == Ln) > c.cfg.budget_bytes) {
-    if (output_gpu && N == Ln) output_gpu = false;
-    else --N;
-  }
+  const uint64_t scratch = align_up(c.cfg.executor.scratch_bytes(kBaselineMicroBatch));
+  bool output_gpu = false;
+  const int N = layer_split_layers(c, scratch, max_weight, &output_gpu);
   if (N < 0) return infeasible(c, Schedule::LayerSplit, n, "the compute buffer alone exceeds the budget");
-  output_gpu = output_gpu && N == Ln;
   const int first_gpu = Ln - N;
   Plan plan;
   plan.schedule = Schedule::LayerSplit;
@@ -901,14 +1036,15 @@ Plan plan_layer_split(const Ctx& c, int64_t n) {
   plan.vram_bytes = off + slot_bytes + scratch + kv_region;
   std::vector<int64_t> kv_offset(static_cast<size_t>(Ln), -1);
   for (int l = first_gpu; l < Ln; ++l)
-    kv_offset[static_cast<size_t>(l)] = static_cast<int64_t>(arena_top(c.cfg.budget_bytes) - kv_region + static_cast<uint64_t>(l - first_gpu) * kv);
+    kv_offset[static_cast<size_t>(l)] =
+        static_cast<int64_t>(arena_top(c.cfg.budget_bytes) - kv_region + static_cast<uint64_t>(l - first_gpu) * kv);
   plan.placements = place_shards(S, offset, exec, slot, {static_cast<int64_t>(off)}, kv_offset);
   char notes[128];
   std::snprintf(notes, sizeof notes, "-ngl %d of %d layers%s%s", N, Ln, output_gpu ? " + output" : "",
                 offload_batches && N < Ln ? "; CPU layers' weights copied to the GPU for this batch" : "");
   plan.notes = notes;
   plan.pinned_prefix = 0;
-  Builder(spec, S, plan, n, routing_experts_for(spec, c.cfg, n)).expert_copies(c.cfg.expert_copies).build(exec, slot, plan.kv_on_gpu, 1);
+  Builder(spec, c.cfg.executor, S, plan, n, routing_experts_for(spec, c.cfg, n)).build(exec, slot, plan.kv_on_gpu, 1);
   plan.predicted_ms = simulate(plan, spec, S, c.cost, step_of(c, n));
   plan.feasible = true;
   return plan;
@@ -921,7 +1057,8 @@ Plan plan_cpu_moe(const Ctx& c, int64_t n) {
   const ShardSet& S = c.L.shards;
   if (!spec.is_moe()) return infeasible(c, Schedule::CpuMoe, n, "the model has no experts");
   if (n > kBaselineMicroBatch)
-    return infeasible(c, Schedule::CpuMoe, n, "llama.cpp runs steps above its 512-token micro-batch as several micro-batches");
+    return infeasible(c, Schedule::CpuMoe, n,
+                      "llama.cpp runs steps above its 512-token micro-batch as several micro-batches");
   Plan plan;
   plan.schedule = Schedule::CpuMoe;
   plan.tier = n;
@@ -939,7 +1076,7 @@ Plan plan_cpu_moe(const Ctx& c, int64_t n) {
   exec[static_cast<size_t>(S.output)] = ExecDevice::Gpu;
   offset[static_cast<size_t>(S.output)] = static_cast<int64_t>(off);
   off += align_up(S.at(S.output).bytes);
-  const uint64_t scratch = align_up(gpu_scratch_bytes(spec, kBaselineMicroBatch));
+  const uint64_t scratch = align_up(c.cfg.executor.scratch_bytes(kBaselineMicroBatch));
   const uint64_t kv_region = align_up(static_cast<uint64_t>(S.n_layers) * c.L.kv_layer_bytes);
   plan.vram_bytes = off + scratch + kv_region;
   if (plan.vram_bytes > c.cfg.budget_bytes)
@@ -947,10 +1084,11 @@ Plan plan_cpu_moe(const Ctx& c, int64_t n) {
   plan.arena = {{"pinned", 0, off}, {"scratch", off, scratch}, {"kv", arena_top(c.cfg.budget_bytes) - kv_region, kv_region}};
   std::vector<int64_t> kv_offset(static_cast<size_t>(S.n_layers), -1);
   for (int l = 0; l < S.n_layers; ++l)
-    kv_offset[static_cast<size_t>(l)] = static_cast<int64_t>(arena_top(c.cfg.budget_bytes) - kv_region + static_cast<uint64_t>(l) * c.L.kv_layer_bytes);
+    kv_offset[static_cast<size_t>(l)] =
+        static_cast<int64_t>(arena_top(c.cfg.budget_bytes) - kv_region + static_cast<uint64_t>(l) * c.L.kv_layer_bytes);
   plan.placements = place_shards(S, offset, exec, slot, {}, kv_offset);
   plan.notes = "experts on the CPU, the rest on the GPU";
-  Builder(spec, S, plan, n, routing_experts_for(spec, c.cfg, n)).expert_copies(c.cfg.expert_copies).build(exec, slot, plan.kv_on_gpu, 2);
+  Builder(spec, c.cfg.executor, S, plan, n, routing_experts_for(spec, c.cfg, n)).build(exec, slot, plan.kv_on_gpu, 2);
   plan.predicted_ms = simulate(plan, spec, S, c.cost, step_of(c, n));
   plan.feasible = true;
   return plan;
@@ -958,10 +1096,14 @@ Plan plan_cpu_moe(const Ctx& c, int64_t n) {
 
 Plan plan_candidate(const Ctx& c, Schedule s, int64_t n) {
   switch (s) {
-    case Schedule::GpuOnly: return plan_gpu_only(c, n);
-    case Schedule::Static: return plan_static(c, n);
-    case Schedule::Dynamic: return plan_dynamic(c, n);
-    default: fail("plan_candidate: ", schedule_name(s), " is a baseline");
+    case Schedule::GpuOnly:
+      return plan_gpu_only(c, n);
+    case Schedule::Static:
+      return plan_static(c, n);
+    case Schedule::Dynamic:
+      return plan_dynamic(c, n);
+    default:
+      fail("plan_candidate: ", schedule_name(s), " is a baseline");
   }
 }
 
@@ -985,8 +1127,10 @@ Plan plan_one(const Ctx& c, Schedule s, int64_t n) {
         return st;
       return split;
     }
-    case Schedule::LayerSplit: return plan_layer_split(c, n);
-    case Schedule::CpuMoe: return plan_cpu_moe(c, n);
+    case Schedule::LayerSplit:
+      return plan_layer_split(c, n);
+    case Schedule::CpuMoe:
+      return plan_cpu_moe(c, n);
   }
   fail("unknown schedule");
 }
@@ -1001,8 +1145,8 @@ Plan plan_one(const Ctx& c, Schedule s, int64_t n) {
 Layout choose_layout(const ModelSpec& spec, const CostModel& cost, const PlannerConfig& cfg) {
   int priority_k = 0, max_k = 0, max_k_streamed = 0;
   kv_layer_bounds(spec, cfg, &priority_k, &max_k, &max_k_streamed);
-  std::vector<int> ks = {priority_k, 0, max_k, max_k / 4, max_k / 2, (3 * max_k) / 4, max_k_streamed,
-                         (max_k + max_k_streamed) / 2};
+  std::vector<int> ks = {
+      priority_k, 0, max_k, max_k / 4, max_k / 2, (3 * max_k) / 4, max_k_streamed, (max_k + max_k_streamed) / 2};
   if (cfg.kv_layers >= 0) {  // given: only the LM head's place is chosen
     priority_k = static_cast<int>(std::min<int64_t>(cfg.kv_layers, spec.num_hidden_layers));
     ks = {priority_k};
@@ -1037,7 +1181,8 @@ Layout choose_layout(const ModelSpec& spec, const CostModel& cost, const Planner
         const Plan p = plan_one(c, s, t);
         if (p.feasible) fastest = std::min(fastest, p.predicted_ms);
       }
-      if (std::isfinite(fastest)) prefill = std::min(prefill, std::ceil(static_cast<double>(cfg.ctx) / static_cast<double>(t)) * fastest);
+      if (std::isfinite(fastest))
+        prefill = std::min(prefill, std::ceil(static_cast<double>(cfg.ctx) / static_cast<double>(t)) * fastest);
     }
     if (!std::isfinite(prefill)) prefill = fastest_decode * static_cast<double>(cfg.ctx);
     return prefill + 64.0 * fastest_decode;
@@ -1067,24 +1212,35 @@ Layout choose_layout(const ModelSpec& spec, const CostModel& cost, const Planner
   return best;
 }
 
+// Plans are sized and priced by the executor's facts: without them no plan would fit it.
+void require_executor(const PlannerConfig& cfg) {
+  if (!cfg.executor.set())
+    fail("planner: no executor traits given (PlannerConfig::executor: executor_traits gives them)");
+}
+
 void check_config(const ModelSpec& spec, const PlannerConfig& cfg) {
   spec.validate(cfg.model_name.empty() ? spec.name : cfg.model_name);
   if (cfg.budget_bytes == 0 || cfg.budget_bytes > kMaxVramBudget)
     fail("--vram-budget ", cfg.budget_bytes, " bytes is out of range (1 byte to 1 PiB)");
   if (cfg.ctx < 1 || cfg.ctx > kMaxContext) fail("--ctx ", cfg.ctx, " is out of range (1 to ", kMaxContext, ")");
-  if (cfg.threads < 1 || cfg.threads > kMaxPoolThreads) fail("--threads ", cfg.threads, " is out of range (1 to ", kMaxPoolThreads, ")");
+  if (cfg.threads < 1 || cfg.threads > kMaxPoolThreads)
+    fail("--threads ", cfg.threads, " is out of range (1 to ", kMaxPoolThreads, ")");
   if (cfg.tiers.empty()) fail("no tiers to plan");
   if (cfg.lm_head_piece_bytes < 4096) fail("LM head piece of ", cfg.lm_head_piece_bytes, " bytes: at least 4096");
   if (cfg.kv_layers < -1 || cfg.kv_layers > spec.num_hidden_layers)
     fail("KV layers in VRAM: ", cfg.kv_layers, " is out of range (0..", spec.num_hidden_layers, ", or -1 to choose)");
   for (size_t i = 0; i < cfg.tiers.size(); ++i)
     if (cfg.tiers[i] < 1 || (i && cfg.tiers[i] <= cfg.tiers[i - 1])) fail("tiers must be positive and ascending");
-  if (cfg.moe_cpu_experts < -1 || (cfg.moe_cpu_experts > 0 && (!spec.is_moe() || cfg.moe_cpu_experts >= spec.num_experts_per_tok)))
+  if (cfg.moe_cpu_experts < -1 ||
+      (cfg.moe_cpu_experts > 0 && (!spec.is_moe() || cfg.moe_cpu_experts >= spec.num_experts_per_tok)))
     fail("--moe-split ", cfg.moe_cpu_experts, ": ",
-         spec.is_moe() ? str_cat("1 .. ", spec.num_experts_per_tok - 1, " experts per token on the CPU, 0 (never) or -1 (choose)")
-                       : std::string("the model has no experts (use 0 or -1)"));
-  if (cfg.expert_copies < 1 || cfg.expert_copies > 3)
-    fail("expert copies ", cfg.expert_copies, ": each routed expert is copied as 1 to 3 copies (gate, up, down)");
+         spec.is_moe()
+             ? str_cat("1 .. ", spec.num_experts_per_tok - 1, " experts per token on the CPU, 0 (never) or -1 (choose)")
+             : std::string("the model has no experts (use 0 or -1)"));
+  require_executor(cfg);
+  if (cfg.executor.expert_copies < 1 || cfg.executor.expert_copies > 3)
+    fail("expert copies ", cfg.executor.expert_copies,
+         ": each routed expert is copied as 1 to 3 copies (gate, up, down)");
 }
 
 bool decode_feasible(const ModelSpec& spec, const CostModel& cost, PlannerConfig cfg, uint64_t budget) {
@@ -1115,12 +1271,15 @@ PlannerConfig::HostKvAttention parse_host_kv_attention(const std::string& text) 
 uint64_t minimum_budget(const ModelSpec& spec, const CostModel& cost, const PlannerConfig& config) {
   // Bisection down to the arena's alignment (~42 plannings): every region is a multiple of it, so the
   // smallest feasible budget is one too. lo is infeasible, hi feasible throughout.
+  require_executor(config);
   uint64_t lo = 0, hi = kMaxVramBudget;
   if (!decode_feasible(spec, cost, config, hi)) fail("no budget makes this model plannable");
   while (hi - lo > kAlign) {
     const uint64_t mid = (lo + (hi - lo) / 2) / kAlign * kAlign;
-    if (decode_feasible(spec, cost, config, mid)) hi = mid;
-    else lo = mid;
+    if (decode_feasible(spec, cost, config, mid))
+      hi = mid;
+    else
+      lo = mid;
   }
   return hi;
 }
@@ -1173,7 +1332,8 @@ PlanTable build_plan_table(const ModelSpec& spec, const CostModel& cost, const P
     for (size_t j = 0; j < i; ++j) {
       const TierEntry& s = t.tiers[j];
       if (!s.feasible) continue;
-      const double chunks = std::ceil(static_cast<double>(e.tokens) / static_cast<double>(s.tokens)) * s.chosen_plan().predicted_ms;
+      const double chunks =
+          std::ceil(static_cast<double>(e.tokens) / static_cast<double>(s.tokens)) * s.chosen_plan().predicted_ms;
       if (chunks < best * 0.999) {
         best = chunks;
         e.chunk_tokens = s.tokens;
@@ -1203,9 +1363,12 @@ PlanTable build_plan_table(const ModelSpec& spec, const CostModel& cost, const P
 }
 
 double repredict(const Plan& plan, const ModelSpec& spec, const CostModel& cost, const PlannerConfig& cfg) {
-  SW_CHECK(plan.feasible, "repredict: the ", schedule_name(plan.schedule), " plan for ", plan.tier, " tokens is infeasible");
+  SW_CHECK(plan.feasible, "repredict: the ", schedule_name(plan.schedule), " plan for ", plan.tier,
+           " tokens is infeasible");
+  require_executor(cfg);
   Plan copy = plan;
-  return simulate(copy, spec, make_shards(spec, cfg.ctx, cfg.kv_dtype, &cfg.tensor_dtypes), cost, step_shape(spec, cfg, plan.tier));
+  return simulate(copy, spec, make_shards(spec, cfg.ctx, cfg.kv_dtype, &cfg.tensor_dtypes), cost,
+                  step_shape(spec, cfg, plan.tier));
 }
 
 namespace {
@@ -1242,15 +1405,21 @@ std::string explain_plan(const Plan& plan, const ModelSpec& spec, const CostMode
   for (const ShardPlacement& sp : plan.placements) {
     const Shard& s = S.at(sp.shard);
     std::string why;
-    if (s.kind == ShardKind::Embedding) why = "embedding rows are gathered on the host";
-    else if (s.kind == ShardKind::Kv) why = sp.exec == ExecDevice::Gpu ? "KV in VRAM (fixed for the table: the split that simulated a prefill + 64 decode steps fastest)"
-                                                                      : "KV on the host: attention core runs on the CPU";
-    else if (sp.home == WeightHome::Pinned) why = "pinned: inside the canonical prefix that fits";
+    if (s.kind == ShardKind::Embedding)
+      why = "embedding rows are gathered on the host";
+    else if (s.kind == ShardKind::Kv)
+      why = sp.exec == ExecDevice::Gpu
+                ? "KV in VRAM (fixed for the table: the split that simulated a prefill + 64 decode steps fastest)"
+                : "KV on the host: attention core runs on the CPU";
+    else if (sp.home == WeightHome::Pinned)
+      why = "pinned: inside the canonical prefix that fits";
     else if (split_share(plan, sp.shard) > 0)
       why = str_cat("experts split: ", split_share(plan, sp.shard), " of ", spec.num_experts_per_tok,
                     " per token on the CPU from host memory, the rest streamed");
-    else if (sp.streamed) why = "streamed into a slot; the copy overlaps other work";
-    else why = "host weights, CPU compute (no VRAM left)";
+    else if (sp.streamed)
+      why = "streamed into a slot; the copy overlaps other work";
+    else
+      why = "host weights, CPU compute (no VRAM left)";
     std::snprintf(buf, sizeof buf, "  %-12s %-7s %-4s %-9s %10s %10.3f  %s\n", sp.name.c_str(),
                   sp.home == WeightHome::Pinned ? "vram" : "host", sp.exec == ExecDevice::Gpu ? "gpu" : "cpu",
                   sp.streamed ? "yes" : "-", format_bytes(sp.bytes).c_str(), shard_ms[static_cast<size_t>(sp.shard)],

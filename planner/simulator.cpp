@@ -40,7 +40,7 @@ double moe_fixed_ms(const Op& moe, const CostModel& cost, const ExecEnv& env) {
 struct StepOps {
   std::vector<Op> embed, attn_pre, attn_pre_gpu, attn_core, attn_post, ffn, output, output_norm, output_head;
   std::vector<Op> router;  // MoE: the FFN norm and the router (the end of attn_post; alone: router_next)
-  Op share_add;  // a split MoE layer's GPU share adds the CPU's partial: one f32 add over the step's rows
+  Op share_add;            // a split MoE layer's GPU share adds the CPU's partial: one f32 add over the step's rows
   double moe_fixed[2] = {0, 0};  // moe_fixed_ms of the step's MoE block on the CPU, on the GPU (alone)
   StepOps(const ModelSpec& spec, const ShardSet& shards, const StepShape& step, const CostModel& cost) {
     share_add.kind = OpKind::Elementwise;
@@ -50,7 +50,8 @@ struct StepOps {
     embed = embed_ops(spec, step.tokens);
     const int layer = shards.n_layers > 0 ? 0 : -1;
     if (layer >= 0) {
-      AttentionOps a = attention_ops(spec, shards, layer, step.tokens, step.keys, step.kv_dtype);
+      AttentionOps a =
+          attention_ops(spec, shards, layer, step.tokens, step.keys, step.kv_dtype, step.gpu_fused_qkv_max_tokens);
       attn_pre = std::move(a.pre);
       attn_pre_gpu = std::move(a.pre_gpu);
       attn_core = std::move(a.core);
@@ -79,13 +80,15 @@ double timed(const Action& a, const StepOps& ops, const ShardSet& shards, const 
   env.threads = step.threads;
   env.concurrent_pcie_gbps = concurrent;
   switch (a.kind) {
-    case ActionKind::Embed: return ops_ms(ops.embed, cost, env);
+    case ActionKind::Embed:
+      return ops_ms(ops.embed, cost, env);
     case ActionKind::CopyWeights:  // a routed MoE FFN goes as several copies; transfer_burst_ms of one is transfer_ms
       return cost.transfer_burst_ms(a.bytes, a.copies, Direction::HostToDevice);
     case ActionKind::CopyActivations:
     case ActionKind::CopyLogits:
       return cost.transfer_ms(a.bytes, a.resource == Resource::D2H ? Direction::DeviceToHost : Direction::HostToDevice);
-    case ActionKind::Compute: break;
+    case ActionKind::Compute:
+      break;
   }
   const Shard& s = shards.at(a.shard);
   switch (s.kind) {
@@ -95,13 +98,18 @@ double timed(const Action& a, const StepOps& ops, const ShardSet& shards, const 
         case ComputePart::Full:
         case ComputePart::AttnStaged:  // (its layout conversions move the staged K, V once: HBM, negligible)
           return ops_ms(pre, cost, env) + ops_ms(ops.attn_core, cost, env) + ops_ms(ops.attn_post, cost, env);
-        case ComputePart::AttnPre: return ops_ms(pre, cost, env);
-        case ComputePart::AttnCore: return ops_ms(ops.attn_core, cost, env);
-        case ComputePart::AttnPost: return ops_ms(ops.attn_post, cost, env);
-        case ComputePart::RouterNext: return ops_ms(ops.router, cost, env);
+        case ComputePart::AttnPre:
+          return ops_ms(pre, cost, env);
+        case ComputePart::AttnCore:
+          return ops_ms(ops.attn_core, cost, env);
+        case ComputePart::AttnPost:
+          return ops_ms(ops.attn_post, cost, env);
+        case ComputePart::RouterNext:
+          return ops_ms(ops.router, cost, env);
         case ComputePart::MoeCpuShare:
         case ComputePart::MoeGpuShare:
-        case ComputePart::MoeShareAdd: fail("simulate: ", s.name(), " is attention, not an MoE FFN to share");
+        case ComputePart::MoeShareAdd:
+          fail("simulate: ", s.name(), " is attention, not an MoE FFN to share");
       }
       return 0;
     }
@@ -131,7 +139,8 @@ double timed(const Action& a, const StepOps& ops, const ShardSet& shards, const 
       head.rows = a.row_end - a.row_begin;
       return cost.op_ms(head, env) + (a.row_begin == 0 ? ops_ms(ops.output_norm, cost, env) : 0.0);
     }
-    default: fail("simulate: shard ", s.name(), " has no compute");
+    default:
+      fail("simulate: shard ", s.name(), " has no compute");
   }
 }
 
@@ -154,9 +163,183 @@ double busy_fraction(const std::vector<Action>& acts, const std::vector<size_t>&
   if (e <= s) return 0;
   double busy = 0;
   auto it = std::partition_point(ids.begin(), ids.end(), [&](size_t i) { return acts[i].end_ms <= s; });
-  for (; it != ids.end() && acts[*it].start_ms < e; ++it) busy += std::max(0.0, std::min(e, acts[*it].end_ms) - std::max(s, acts[*it].start_ms));
+  for (; it != ids.end() && acts[*it].start_ms < e; ++it)
+    busy += std::max(0.0, std::min(e, acts[*it].end_ms) - std::max(s, acts[*it].start_ms));
   return std::min(1.0, busy / (e - s));
 }
+
+// Kernels of a split layer's GPU share as the CUDA MoE block runs a decode step (executor/cuda/blocks.cu
+// moe_decode: the norm, the experts' gate/up and down GEMVs, the weighted combine); longer steps launch
+// more, and this stays their lower bound.
+constexpr int kGpuShareLaunches = 4;
+
+// One simulation of a plan's step: the actions' durations alone, then passes over the list that place
+// each action on its resource after its dependencies, the later passes with the DRAM contention of the
+// pass before.
+class Simulation {
+ public:
+  Simulation(std::vector<Action>& acts, const StepOps& ops, const ShardSet& shards, const CostModel& cost,
+             const StepShape& step)
+      : acts_(acts),
+        ops_(ops),
+        shards_(shards),
+        cost_(cost),
+        step_(step),
+        n_(acts.size()),
+        dur_(n_),
+        dur_alone_(n_),
+        issue_ms_(cost.copy_issue_ms()),
+        launch_ms_(cost.launch_ms()),
+        host_beside_share_(step.threads > 1) {
+    for (size_t i = 0; i < n_; ++i) {
+      SW_CHECK(acts_[i].id == static_cast<int>(i), "simulate: action ids must be their positions");
+      dur_[i] = dur_alone_[i] = timed(acts_[i], ops_, shards_, cost_, step_, 0);
+      if (acts_[i].resource == Resource::H2D) copies_[0].push_back(i);
+      if (acts_[i].resource == Resource::D2H) copies_[1].push_back(i);
+      if (acts_[i].resource == Resource::H2DAct) copies_[2].push_back(i);
+      if (acts_[i].resource == Resource::Cpu && acts_[i].kind == ActionKind::Compute) cpu_work_.push_back(i);
+    }
+    for (const Action& a : acts_)
+      if (a.part == ComputePart::MoeCpuShare && a.resource == Resource::Cpu && a.layer >= 0) {
+        if (share_of_layer_.size() <= static_cast<size_t>(a.layer))
+          share_of_layer_.resize(static_cast<size_t>(a.layer) + 1, -1);
+        share_of_layer_[static_cast<size_t>(a.layer)] = a.id;
+      }
+  }
+
+  // One pass over the list; returns the makespan.
+  double pass() {
+    for (double& f : free_at_) f = 0;
+    caller_free_ = 0;
+    caller_work_.assign(n_, 0);
+    double makespan = 0;
+    for (size_t i = 0; i < n_; ++i) {
+      Action& a = acts_[i];
+      double ready = 0;
+      for (int d : a.deps) {
+        SW_CHECK(d >= 0 && d < a.id, "simulate: action ", a.id, " depends on a later action ", d);
+        ready = std::max(ready, acts_[static_cast<size_t>(d)].end_ms);
+      }
+      const double start = host_enqueue(a, ready, std::max(free_at_[static_cast<int>(a.resource)], ready));
+      double d_i = dur_[i];
+      if (host_beside_share_ && a.part == ComputePart::MoeCpuShare && a.resource == Resource::Cpu)
+        d_i += caller_work_[i] / step_.threads;  // the caller joins late
+      a.start_ms = start;
+      a.end_ms = start + d_i;
+      free_at_[static_cast<int>(a.resource)] = a.end_ms;
+      makespan = std::max(makespan, a.end_ms);
+    }
+    return makespan;
+  }
+
+  // The durations of the next pass from this one's overlaps. Copy traffic overlapping each CPU action
+  // lowers its DRAM bandwidth. CPU work reading DRAM beside each copy slows the copy. The two
+  // host-to-device queues (weights, activations and staged KV) share the link: while the other runs,
+  // each gets half of it, so a copy whose window the other queue filled for a fraction f takes
+  // 1 / (1 - f/2) times as long.
+  void contend() {
+    for (size_t i : cpu_work_) {
+      const double s = acts_[i].start_ms, e = acts_[i].end_ms;
+      if (e <= s) continue;
+      double moved_gb = 0;
+      for (const auto& engine : copies_) moved_gb += overlap_gb(acts_, engine, s, e);
+      dur_[i] = timed(acts_[i], ops_, shards_, cost_, step_, moved_gb / ((e - s) / 1e3));
+    }
+    for (int q = 0; q < 3; ++q)
+      for (size_t c : copies_[q]) {
+        const double s = acts_[c].start_ms, e = acts_[c].end_ms;
+        if (e <= s) continue;
+        const double read_gb = overlap_gb(acts_, cpu_work_, s, e);
+        const Direction dir = q == 1 ? Direction::DeviceToHost : Direction::HostToDevice;
+        const double shared = q == 1 ? 0.0 : busy_fraction(acts_, copies_[q == 0 ? 2 : 0], s, e);
+        dur_[c] = dur_alone_[c] * cost_.copy_slowdown(dir, read_gb / ((e - s) / 1e3)) / (1.0 - 0.5 * shared);
+      }
+  }
+
+ private:
+  int share_of(const Action& a) const {
+    return a.layer >= 0 && static_cast<size_t>(a.layer) < share_of_layer_.size()
+               ? share_of_layer_[static_cast<size_t>(a.layer)]
+               : -1;
+  }
+
+  // When the host thread enqueues an action that would start at `start`: the start after the host's
+  // enqueue, where the host's time matters (expert copies, a split layer's GPU share).
+  double host_enqueue(const Action& a, double ready, double start) {
+    // This layer's CPU share, when the host enqueues this action beside it: the layer's routed expert
+    // copies (before the share in the list, all its dependencies earlier still) and its GPU share.
+    int beside = -1;
+    if (host_beside_share_ && a.cpu_experts > 0 && !a.speculative &&
+        (a.kind == ActionKind::CopyWeights || a.part == ComputePart::MoeGpuShare)) {
+      beside = share_of(a);
+    }
+    if (beside >= 0) {
+      start = enqueue_beside_share(a, beside, start);
+    } else if (issue_ms_ > 0 && a.kind == ActionKind::CopyWeights && a.copies > 1) {
+      // A routed MoE layer's expert copies: the host thread enqueues them itself once their routing
+      // is known (and it is done with the CPU work before), computing nothing meanwhile, one by one
+      // (Device::copy_h2d_batch); the first starts after its own enqueue (runtime.cpp's issue order),
+      // the copy engine then keeps ahead of the host's issue.
+      const double host = std::max(free_at_[static_cast<int>(Resource::Cpu)], ready);
+      free_at_[static_cast<int>(Resource::Cpu)] = host + a.copies * issue_ms_;
+      start = std::max(start, host + issue_ms_);
+    }
+    if (beside < 0 && launch_ms_ > 0 && a.part == ComputePart::MoeGpuShare) {
+      // A split layer's GPU share: the host enqueues its kernels once the routing is on the host (the
+      // device waits for the rest), before it computes the CPU's share (runtime.cpp's issue order).
+      double routed = 0;
+      for (int d : a.deps) {
+        const Action& b = acts_[static_cast<size_t>(d)];
+        if (b.payload == Payload::RouterLogits || b.resource == Resource::Cpu) routed = std::max(routed, b.end_ms);
+      }
+      const double host = std::max(free_at_[static_cast<int>(Resource::Cpu)], routed);
+      free_at_[static_cast<int>(Resource::Cpu)] = host + kGpuShareLaunches * launch_ms_;
+      start = std::max(start, host + launch_ms_);
+    }
+    return start;
+  }
+
+  // With a pool of more than one thread, a split layer's CPU share starts before the host enqueues the
+  // layer's routed expert copies and GPU share: the host thread enqueues them while the pool's other
+  // threads compute (runtime.cpp, ThreadPool::set_caller_work), so that work lengthens the share by its
+  // time over the threads instead of delaying it. One thread enqueues first, then computes.
+  double enqueue_beside_share(const Action& a, int beside, double start) {
+    const Action& share = acts_[static_cast<size_t>(beside)];
+    double share_start = share.start_ms;
+    if (beside > a.id) {  // the share comes later in the list: when its dependencies so far are done
+      share_start = free_at_[static_cast<int>(Resource::Cpu)];  // (routing and x, copied down beside each other)
+      for (int d : share.deps)
+        if (d < a.id) share_start = std::max(share_start, acts_[static_cast<size_t>(d)].end_ms);
+      for (int d : a.deps) {
+        const Action& b = acts_[static_cast<size_t>(d)];
+        if (b.payload == Payload::RouterLogits || b.resource == Resource::Cpu)
+          share_start = std::max(share_start, b.end_ms);
+      }
+    }
+    const double host = std::max(caller_free_, share_start);
+    const double work = a.kind == ActionKind::CopyWeights ? a.copies * issue_ms_ : kGpuShareLaunches * launch_ms_;
+    caller_free_ = host + work;
+    if (a.kind == ActionKind::CopyWeights || beside > a.id) caller_work_[static_cast<size_t>(beside)] += work;
+    return std::max(start, host + (a.kind == ActionKind::CopyWeights ? issue_ms_ : launch_ms_));
+  }
+
+  std::vector<Action>& acts_;
+  const StepOps& ops_;
+  const ShardSet& shards_;
+  const CostModel& cost_;
+  const StepShape& step_;
+  const size_t n_;
+  std::vector<double> dur_, dur_alone_;
+  std::vector<size_t> cpu_work_;
+  std::vector<size_t>
+      copies_[3];  // per copy queue (weights, activations to the GPU, to the host), in list order = time order
+  std::vector<int> share_of_layer_;  // a layer's MoeCpuShare action, -1 if none
+  const double issue_ms_, launch_ms_;
+  const bool host_beside_share_;
+  double free_at_[kNumResources] = {};
+  double caller_free_ = 0;           // the host thread, enqueuing beside a CPU share
+  std::vector<double> caller_work_;  // per CPU share: the host's enqueue work beside it, ms
+};
 
 }  // namespace
 
@@ -165,131 +348,14 @@ double action_ms(const Action& a, const ModelSpec& spec, const ShardSet& shards,
   return timed(a, StepOps(spec, shards, step, cost), shards, cost, step, concurrent);
 }
 
-double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const CostModel& cost,
-                const StepShape& step, int passes) {
-  std::vector<Action>& acts = plan.actions;
-  const size_t n = acts.size();
+double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const CostModel& cost, const StepShape& step,
+                int passes) {
   const StepOps ops(spec, shards, step, cost);
-  std::vector<double> dur(n), dur_alone(n);
-  std::vector<size_t> cpu_work;
-  std::vector<size_t> copies[3];  // per copy queue (weights, activations to the GPU, to the host), in list order = time order
-  for (size_t i = 0; i < n; ++i) {
-    SW_CHECK(acts[i].id == static_cast<int>(i), "simulate: action ids must be their positions");
-    dur[i] = dur_alone[i] = timed(acts[i], ops, shards, cost, step, 0);
-    if (acts[i].resource == Resource::H2D) copies[0].push_back(i);
-    if (acts[i].resource == Resource::D2H) copies[1].push_back(i);
-    if (acts[i].resource == Resource::H2DAct) copies[2].push_back(i);
-    if (acts[i].resource == Resource::Cpu && acts[i].kind == ActionKind::Compute) cpu_work.push_back(i);
-  }
-  const double issue_ms = cost.copy_issue_ms(), launch_ms = cost.launch_ms();
-  // Kernels of a split layer's GPU share as the CUDA MoE block runs a decode step (executor/cuda/blocks.cu
-  // moe_decode: the norm, the experts' gate/up and down GEMVs, the weighted combine); longer steps launch
-  // more, and this stays their lower bound.
-  constexpr int kGpuShareLaunches = 4;
-  // With a pool of more than one thread, a split layer's CPU share starts before the host enqueues the
-  // layer's routed expert copies and GPU share: the host thread enqueues them while the pool's other
-  // threads compute (runtime.cpp, ThreadPool::set_caller_work), so that work lengthens the share by its
-  // time over the threads instead of delaying it. One thread enqueues first, then computes.
-  const bool host_beside_share = step.threads > 1;
-  std::vector<int> share_of_layer;  // a layer's MoeCpuShare action, -1 if none
-  for (const Action& a : acts)
-    if (a.part == ComputePart::MoeCpuShare && a.resource == Resource::Cpu && a.layer >= 0) {
-      if (share_of_layer.size() <= static_cast<size_t>(a.layer)) share_of_layer.resize(static_cast<size_t>(a.layer) + 1, -1);
-      share_of_layer[static_cast<size_t>(a.layer)] = a.id;
-    }
-  auto share_of = [&](const Action& a) {
-    return a.layer >= 0 && static_cast<size_t>(a.layer) < share_of_layer.size() ? share_of_layer[static_cast<size_t>(a.layer)] : -1;
-  };
+  Simulation sim(plan.actions, ops, shards, cost, step);
   double makespan = 0;
   for (int pass = 0; pass < std::max(1, passes); ++pass) {
-    if (pass > 0) {
-      // Copy traffic overlapping each CPU action in the previous pass lowers its DRAM bandwidth.
-      for (size_t i : cpu_work) {
-        const double s = acts[i].start_ms, e = acts[i].end_ms;
-        if (e <= s) continue;
-        double moved_gb = 0;
-        for (const auto& engine : copies) moved_gb += overlap_gb(acts, engine, s, e);
-        dur[i] = timed(acts[i], ops, shards, cost, step, moved_gb / ((e - s) / 1e3));
-      }
-      // CPU work reading DRAM beside each copy in the previous pass slows the copy. The two
-      // host-to-device queues (weights, activations and staged KV) share the link: while the other
-      // runs, each gets half of it, so a copy whose window the other queue filled for a fraction f
-      // takes 1 / (1 - f/2) times as long.
-      for (int q = 0; q < 3; ++q)
-        for (size_t c : copies[q]) {
-          const double s = acts[c].start_ms, e = acts[c].end_ms;
-          if (e <= s) continue;
-          const double read_gb = overlap_gb(acts, cpu_work, s, e);
-          const Direction dir = q == 1 ? Direction::DeviceToHost : Direction::HostToDevice;
-          const double shared = q == 1 ? 0.0 : busy_fraction(acts, copies[q == 0 ? 2 : 0], s, e);
-          dur[c] = dur_alone[c] * cost.copy_slowdown(dir, read_gb / ((e - s) / 1e3)) / (1.0 - 0.5 * shared);
-        }
-    }
-    double free_at[kNumResources] = {};
-    double caller_free = 0;                // the host thread, enqueuing beside a CPU share
-    std::vector<double> caller_work(n, 0);  // per CPU share: the host's enqueue work beside it, ms
-    makespan = 0;
-    for (size_t i = 0; i < n; ++i) {
-      Action& a = acts[i];
-      double ready = 0;
-      for (int d : a.deps) {
-        SW_CHECK(d >= 0 && d < a.id, "simulate: action ", a.id, " depends on a later action ", d);
-        ready = std::max(ready, acts[static_cast<size_t>(d)].end_ms);
-      }
-      double start = std::max(free_at[static_cast<int>(a.resource)], ready);
-      // This layer's CPU share, when the host enqueues this action beside it: the layer's routed expert
-      // copies (before the share in the list, all its dependencies earlier still) and its GPU share.
-      int beside = -1;
-      if (host_beside_share && a.cpu_experts > 0 && !a.speculative &&
-          (a.kind == ActionKind::CopyWeights || a.part == ComputePart::MoeGpuShare)) {
-        beside = share_of(a);
-      }
-      if (beside >= 0) {
-        const Action& share = acts[static_cast<size_t>(beside)];
-        double share_start = share.start_ms;
-        if (beside > a.id) {  // the share comes later in the list: when its dependencies so far are done
-          share_start = free_at[static_cast<int>(Resource::Cpu)];  // (routing and x, copied down beside each other)
-          for (int d : share.deps)
-            if (d < a.id) share_start = std::max(share_start, acts[static_cast<size_t>(d)].end_ms);
-          for (int d : a.deps) {
-            const Action& b = acts[static_cast<size_t>(d)];
-            if (b.payload == Payload::RouterLogits || b.resource == Resource::Cpu) share_start = std::max(share_start, b.end_ms);
-          }
-        }
-        const double host = std::max(caller_free, share_start);
-        const double work = a.kind == ActionKind::CopyWeights ? a.copies * issue_ms : kGpuShareLaunches * launch_ms;
-        caller_free = host + work;
-        if (a.kind == ActionKind::CopyWeights || beside > a.id) caller_work[static_cast<size_t>(beside)] += work;
-        start = std::max(start, host + (a.kind == ActionKind::CopyWeights ? issue_ms : launch_ms));
-      } else if (issue_ms > 0 && a.kind == ActionKind::CopyWeights && a.copies > 1) {
-        // A routed MoE layer's expert copies: the host thread enqueues them itself once their routing
-        // is known (and it is done with the CPU work before), computing nothing meanwhile, one by one
-        // (Device::copy_h2d_batch); the first starts after its own enqueue (runtime.cpp's issue order),
-        // the copy engine then keeps ahead of the host's issue.
-        const double host = std::max(free_at[static_cast<int>(Resource::Cpu)], ready);
-        free_at[static_cast<int>(Resource::Cpu)] = host + a.copies * issue_ms;
-        start = std::max(start, host + issue_ms);
-      }
-      if (beside < 0 && launch_ms > 0 && a.part == ComputePart::MoeGpuShare) {
-        // A split layer's GPU share: the host enqueues its kernels once the routing is on the host (the
-        // device waits for the rest), before it computes the CPU's share (runtime.cpp's issue order).
-        double routed = 0;
-        for (int d : a.deps) {
-          const Action& b = acts[static_cast<size_t>(d)];
-          if (b.payload == Payload::RouterLogits || b.resource == Resource::Cpu) routed = std::max(routed, b.end_ms);
-        }
-        const double host = std::max(free_at[static_cast<int>(Resource::Cpu)], routed);
-        free_at[static_cast<int>(Resource::Cpu)] = host + kGpuShareLaunches * launch_ms;
-        start = std::max(start, host + launch_ms);
-      }
-      double d_i = dur[i];
-      if (host_beside_share && a.part == ComputePart::MoeCpuShare && a.resource == Resource::Cpu)
-        d_i += caller_work[i] / step.threads;  // the caller joins late
-      a.start_ms = start;
-      a.end_ms = start + d_i;
-      free_at[static_cast<int>(a.resource)] = a.end_ms;
-      makespan = std::max(makespan, a.end_ms);
-    }
+    if (pass > 0) sim.contend();
+    makespan = sim.pass();
   }
   return makespan;
 }
@@ -297,7 +363,10 @@ double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const
 std::string chrome_trace_json(const Plan& plan, const std::string& title) {
   nlohmann::json events = nlohmann::json::array();
   for (int r = 0; r < kNumResources; ++r)
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", r},
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", 0},
+                      {"tid", r},
                       {"args", {{"name", resource_name(static_cast<Resource>(r))}}}});
   events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 0}, {"args", {{"name", title}}}});
   for (const Action& a : plan.actions) {

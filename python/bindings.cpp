@@ -173,9 +173,10 @@ py::dict profile_dict(const std::string& path) {
   return d;
 }
 
-PlannerConfig planner_config(int64_t budget, int64_t ctx, int threads, const std::vector<int64_t>& tiers,
+PlannerConfig planner_config(const ModelSpec& spec, int64_t budget, int64_t ctx, int threads, const std::vector<int64_t>& tiers,
                              const std::string& kv_dtype, const std::string& name, int kv_layers = -1) {
   PlannerConfig c;
+  c.executor = executor_traits(spec);
   c.kv_layers = kv_layers;
   c.budget_bytes = static_cast<uint64_t>(budget);
   c.ctx = ctx;
@@ -307,12 +308,12 @@ PYBIND11_MODULE(_native, m) {
         const ModelSpec spec = spec_arg(model);
         const double cap = bandwidth_arg(pcie_cap, "pcie_cap");
         auto cost = cost_arg(hardware, profile, cap);
-        PlannerConfig cfg = planner_config(static_cast<int64_t>(size_arg(budget, "budget")), ctx,
+        PlannerConfig cfg = planner_config(spec, static_cast<int64_t>(size_arg(budget, "budget")), ctx,
                                            threads > 0 ? threads : cost->max_threads(), tiers, kv_dtype, spec.name, kv_layers);
         cfg.host_kv_attention = parse_host_kv_attention(host_kv_attention);
         cfg.next_layer_hits = next_layer_hits;
         // A streamed expert's copies as `shardwise run` makes them of synthetic weights of this spec.
-        if (spec.is_moe()) cfg.expert_copies = synthetic_expert_copies(spec);
+        if (spec.is_moe()) cfg.executor.expert_copies = synthetic_expert_copies(spec);
         PlanTable t = build_plan_table(spec, *cost, cfg);
         t.pcie_cap_gbps = cap / 1e9;
         return t;
@@ -332,7 +333,8 @@ PYBIND11_MODULE(_native, m) {
       [](const py::object& model, const py::object& hardware, int64_t ctx, int threads, const py::object& pcie_cap,
          const py::object& profile) {
         auto cost = cost_arg(hardware, profile, bandwidth_arg(pcie_cap, "pcie_cap"));
-        return minimum_budget(spec_arg(model), *cost, planner_config(1, ctx, threads > 0 ? threads : cost->max_threads(), {}, "f32", ""));
+        const ModelSpec spec = spec_arg(model);
+        return minimum_budget(spec, *cost, planner_config(spec, 1, ctx, threads > 0 ? threads : cost->max_threads(), {}, "f32", ""));
       },
       py::arg("model"), py::arg("hardware") = py::none(), py::arg("ctx") = 4096, py::arg("threads") = 0, py::arg("pcie_cap") = py::none(),
       py::arg("profile") = py::none(),

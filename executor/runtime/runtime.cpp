@@ -33,10 +33,11 @@ struct Runtime::Buffers {
   HostBuffer staging;
   int64_t max_tokens = 0;
   float *x = nullptr, *qkv = nullptr, *attn = nullptr, *logits = nullptr;
-  float* partial = nullptr;  // an MoE layer's CPU share [max_tokens, hidden] (plan.h moe_cpu_share)
+  float* partial = nullptr;       // an MoE layer's CPU share [max_tokens, hidden] (plan.h moe_cpu_share)
   float* out_norm_f32 = nullptr;  // the output norm's weights, uploaded for a device LM head
-  std::vector<float*> router;  // per layer [max_tokens, experts] (MoE only)
-  std::vector<float*> guess;   // per layer [max_tokens, experts]: its guessed router logits (router_guess), if any plan has them
+  std::vector<float*> router;     // per layer [max_tokens, experts] (MoE only)
+  std::vector<float*>
+      guess;  // per layer [max_tokens, experts]: its guessed router logits (router_guess), if any plan has them
   Device* pinned_by = nullptr;  // unpins the staging before it is unmapped (also when set-up throws)
   // The host KV cache, pinned when a plan stages it on the device (attn_staged); unpinned here, before
   // the cache is unmapped (buf_ is the runtime's last member: destroyed before host_kv_).
@@ -50,19 +51,21 @@ struct Runtime::Buffers {
     } catch (...) {
     }
   }
-  std::vector<std::unique_ptr<MoeRouting>> routing;  // per layer, filled when the routing is known
-  std::vector<std::unique_ptr<MoeSplit>> split;       // per layer: its routing split CPU / GPU (moe shares)
+  std::vector<std::unique_ptr<MoeRouting>> routing;      // per layer, filled when the routing is known
+  std::vector<std::unique_ptr<MoeSplit>> split;          // per layer: its routing split CPU / GPU (moe shares)
   std::vector<std::vector<const uint8_t*>> expert_ptrs;  // per layer: streamed experts' device blocks
-  std::vector<Device::HostCopy> expert_copies;            // a layer's batch of expert copies (reused)
-  std::vector<char> taken;                                 // a stream slot's expert places in use (reused)
-  std::vector<float> inverted;                             // RuntimeOptions::guess_test (reused)
-  RuntimeGuesses guesses;                                  // speculative expert prefetch so far
+  std::vector<Device::HostCopy> expert_copies;           // a layer's batch of expert copies (reused)
+  std::vector<char> taken;                               // a stream slot's expert places in use (reused)
+  std::vector<float> inverted;                           // RuntimeOptions::guess_test (reused)
+  RuntimeGuesses guesses;                                // speculative expert prefetch so far
 };
 
 namespace {
 
 constexpr uint64_t kAlign = 256;
-uint64_t align_up(uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+uint64_t align_up(uint64_t x) {
+  return (x + kAlign - 1) / kAlign * kAlign;
+}
 
 const ArenaRegion* region(const Plan& p, const char* name) {
   for (const auto& r : p.arena)
@@ -72,11 +75,16 @@ const ArenaRegion* region(const Plan& p, const char* name) {
 
 Queue queue_of(Resource r) {
   switch (r) {
-    case Resource::GpuCompute: return Queue::Compute;
-    case Resource::H2D: return Queue::H2D;
-    case Resource::D2H: return Queue::D2H;
-    case Resource::H2DAct: return Queue::H2DAct;
-    case Resource::Cpu: break;
+    case Resource::GpuCompute:
+      return Queue::Compute;
+    case Resource::H2D:
+      return Queue::H2D;
+    case Resource::D2H:
+      return Queue::D2H;
+    case Resource::H2DAct:
+      return Queue::H2DAct;
+    case Resource::Cpu:
+      break;
   }
   return Queue::Compute;
 }
@@ -90,7 +98,9 @@ void push_expert_copies(std::vector<Device::HostCopy>& out, uint8_t* blk, const 
     const void* host;
     uint64_t bytes;
   };
-  Part p[3] = {{blk, g.data, g.nbytes}, {blk + L.expert_up_offset, u.data, u.nbytes}, {blk + L.expert_down_offset, d.data, d.nbytes}};
+  Part p[3] = {{blk, g.data, g.nbytes},
+               {blk + L.expert_up_offset, u.data, u.nbytes},
+               {blk + L.expert_down_offset, d.data, d.nbytes}};
   auto single = [&](int i) { out.push_back({p[i].dev, p[i].host, p[i].bytes}); };
   std::sort(p, p + 3, [](const Part& a, const Part& b) { return a.dev < b.dev; });
   auto at = [](const void* q) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(q)); };
@@ -101,13 +111,15 @@ void push_expert_copies(std::vector<Device::HostCopy>& out, uint8_t* blk, const 
     const int64_t hp = at(p[i + 1].host) - at(p[i].host), dp = p[i + 1].dev - p[i].dev;
     if (hp < w || dp < w) return false;
     for (int k = i + 1; k <= j; ++k)
-      if (static_cast<int64_t>(p[k].bytes) != w || at(p[k].host) - at(p[k - 1].host) != hp || p[k].dev - p[k - 1].dev != dp)
+      if (static_cast<int64_t>(p[k].bytes) != w || at(p[k].host) - at(p[k - 1].host) != hp ||
+          p[k].dev - p[k - 1].dev != dp)
         return false;
     return true;
   };
   auto rows = [&](int i, int j) {
     out.push_back({p[i].dev, p[i].host, p[i].bytes, static_cast<uint64_t>(j - i + 1),
-                   static_cast<uint64_t>(at(p[i + 1].host) - at(p[i].host)), static_cast<uint64_t>(p[i + 1].dev - p[i].dev)});
+                   static_cast<uint64_t>(at(p[i + 1].host) - at(p[i].host)),
+                   static_cast<uint64_t>(p[i + 1].dev - p[i].dev)});
   };
   if (joins(0, 2)) {
     rows(0, 2);
@@ -141,8 +153,8 @@ int expert_copies_of(const WeightSource& source) {
   const ModelSpec& spec = source.spec();
   if (!spec.is_moe()) return 3;
   const TensorDtypes dtypes = tensor_dtypes_of(source);
-  return count_expert_copies(spec, &dtypes, source.tensor("blk.0.ffn_gate_exps.weight"), source.tensor("blk.0.ffn_up_exps.weight"),
-                             source.tensor("blk.0.ffn_down_exps.weight"));
+  return count_expert_copies(spec, &dtypes, source.tensor("blk.0.ffn_gate_exps.weight"),
+                             source.tensor("blk.0.ffn_up_exps.weight"), source.tensor("blk.0.ffn_down_exps.weight"));
 }
 
 int synthetic_expert_copies(const ModelSpec& spec) {
@@ -158,7 +170,8 @@ int synthetic_expert_copies(const ModelSpec& spec) {
         v[i].nbytes = t.bytes;
         v[i].data = reinterpret_cast<const void*>((uintptr_t{1} << 44) + at.at(t.name));  // located, never read
       }
-  for (const TensorView& t : v) SW_CHECK(t.data != nullptr, "synthetic_expert_copies: ", spec.name, " has no layer-0 experts");
+  for (const TensorView& t : v)
+    SW_CHECK(t.data != nullptr, "synthetic_expert_copies: ", spec.name, " has no layer-0 experts");
   return count_expert_copies(spec, nullptr, v[0], v[1], v[2]);
 }
 
@@ -179,8 +192,10 @@ void pin_host_weights(const WeightSource& source, Device& device) {
   std::sort(ranges.begin(), ranges.end());
   std::vector<std::pair<uint64_t, uint64_t>> merged;
   for (const auto& r : ranges) {
-    if (!merged.empty() && r.first <= merged.back().second) merged.back().second = std::max(merged.back().second, r.second);
-    else merged.push_back(r);
+    if (!merged.empty() && r.first <= merged.back().second)
+      merged.back().second = std::max(merged.back().second, r.second);
+    else
+      merged.push_back(r);
   }
   uint64_t total = 0;
   for (const auto& r : merged) total += r.second - r.first;
@@ -189,8 +204,9 @@ void pin_host_weights(const WeightSource& source, Device& device) {
   for (const auto& r : merged)
     for (uint64_t at = r.first; at < r.second; at += kPiece) {
       const uint64_t bytes = std::min(kPiece, r.second - at);
-      const StallGuard guard(str_cat("pinning ", format_bytes(bytes), " of host weights of ", source.origin()), 120,
-                             "if pinning hangs on this system, give --no-pin-weights: copies then run from pageable memory");
+      const StallGuard guard(
+          str_cat("pinning ", format_bytes(bytes), " of host weights of ", source.origin()), 120,
+          "if pinning hangs on this system, give --no-pin-weights: copies then run from pageable memory");
       device.pin_host(reinterpret_cast<const void*>(at), bytes, HostAccess::ReadOnly);
       done += bytes;
       phase.note(str_cat(format_bytes(done), " of ", format_bytes(total)));
@@ -199,10 +215,74 @@ void pin_host_weights(const WeightSource& source, Device& device) {
 
 }  // namespace
 
+// The activations' host staging (Buffers), sized for the largest tier and pinned, and the host KV cache,
+// pinned too where a plan copies its rows.
+void Runtime::set_up_host_staging() {
+  Buffers& b = *buf_;
+  for (const auto& t : table_.tiers) b.max_tokens = std::max(b.max_tokens, t.tokens);
+  b.max_tokens = std::max<int64_t>(1, b.max_tokens);
+  const int64_t n = b.max_tokens, L = spec_.num_hidden_layers, E = spec_.is_moe() ? spec_.num_experts : 0;
+  const uint64_t sizes[6] = {static_cast<uint64_t>(n * spec_.hidden_size),
+                             static_cast<uint64_t>(n * (spec_.q_dim() + 2 * spec_.kv_dim())),
+                             static_cast<uint64_t>(n * spec_.q_dim()),
+                             static_cast<uint64_t>(spec_.vocab_size),
+                             static_cast<uint64_t>(weights_.output_norm.size()),
+                             static_cast<uint64_t>(E > 0 ? n * spec_.hidden_size : 0)};
+  auto floats = [](uint64_t count) { return (count + 63) / 64 * 64; };  // 256-byte aligned parts
+  bool guesses = false;  // a plan prefetches experts on a guess (plan.h router_next)
+  for (const auto& t : table_.tiers)
+    for (const auto& p : t.candidates)
+      if (p.feasible)
+        for (const Action& a : p.actions) guesses = guesses || a.payload == Payload::RouterGuess;
+  uint64_t total = 0;
+  for (uint64_t c : sizes) total += floats(c);
+  total += static_cast<uint64_t>(guesses ? 2 * L : L) * floats(static_cast<uint64_t>(n * E));
+  b.staging = HostBuffer(total * sizeof(float));
+  float* p = reinterpret_cast<float*>(b.staging.data());
+  float** parts[6] = {&b.x, &b.qkv, &b.attn, &b.logits, &b.out_norm_f32, &b.partial};
+  for (int i = 0; i < 6; ++i) {
+    *parts[i] = p;
+    p += floats(sizes[i]);
+  }
+  b.router.assign(static_cast<size_t>(L), nullptr);
+  b.guess.assign(static_cast<size_t>(L), nullptr);
+  for (int64_t l = 0; E > 0 && l < L; ++l) {
+    b.router[static_cast<size_t>(l)] = p;
+    p += floats(static_cast<uint64_t>(n * E));
+    if (guesses) {
+      b.guess[static_cast<size_t>(l)] = p;
+      p += floats(static_cast<uint64_t>(n * E));
+    }
+  }
+  std::copy(weights_.output_norm.begin(), weights_.output_norm.end(), b.out_norm_f32);
+  device_.pin_host(b.staging.data(), b.staging.size());
+  b.pinned_by = &device_;
+  // The host KV cache: pinned too where a plan copies its rows (a staged attention).
+  host_kv_ = std::make_unique<KvCache>(spec_, table_.ctx);
+  bool stages = false;
+  for (const auto& t : table_.tiers)
+    for (const auto& p : t.candidates)
+      if (p.feasible)
+        for (const Action& a : p.actions)
+          stages = stages || a.payload == Payload::KvPast || a.payload == Payload::KvNew;
+  if (stages && host_kv_->bytes() > 0) {
+    device_.pin_host(host_kv_->k(0), host_kv_->bytes());
+    b.kv_pinned = host_kv_->k(0);
+    b.kv_pinned_bytes = host_kv_->bytes();
+  }
+}
+
 Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device& device, ThreadPool& pool,
                  PlanTable table, const RuntimeOptions& options)
-    : source_(source), weights_(weights), device_(device), pool_(pool), table_(std::move(table)), options_(options),
-      spec_(source.spec()), cpu_(source.spec(), source.rope_style(), pool), buf_(std::make_unique<Buffers>()) {
+    : source_(source),
+      weights_(weights),
+      device_(device),
+      pool_(pool),
+      table_(std::move(table)),
+      options_(options),
+      spec_(source.spec()),
+      cpu_(source.spec(), source.rope_style(), pool),
+      buf_(std::make_unique<Buffers>()) {
   SW_CHECK(table_.version == kPlanFormatVersion, "plan table version ", table_.version, " is not supported");
   SW_CHECK(!table_.tiers.empty(), "the plan table has no tiers");
   dtypes_ = tensor_dtypes_of(source);
@@ -220,58 +300,7 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
   if (options_.pin_host_weights) pin_host_weights(source, device_);
   // The activations' host staging, pinned like the weights (before the arena: pinning costs the
   // driver device memory for page tables).
-  {
-    Buffers& b = *buf_;
-    for (const auto& t : table_.tiers) b.max_tokens = std::max(b.max_tokens, t.tokens);
-    b.max_tokens = std::max<int64_t>(1, b.max_tokens);
-    const int64_t n = b.max_tokens, L = spec_.num_hidden_layers, E = spec_.is_moe() ? spec_.num_experts : 0;
-    const uint64_t sizes[6] = {static_cast<uint64_t>(n * spec_.hidden_size),
-                               static_cast<uint64_t>(n * (spec_.q_dim() + 2 * spec_.kv_dim())),
-                               static_cast<uint64_t>(n * spec_.q_dim()), static_cast<uint64_t>(spec_.vocab_size),
-                               static_cast<uint64_t>(weights_.output_norm.size()),
-                               static_cast<uint64_t>(E > 0 ? n * spec_.hidden_size : 0)};
-    auto floats = [](uint64_t count) { return (count + 63) / 64 * 64; };  // 256-byte aligned parts
-    bool guesses = false;  // a plan prefetches experts on a guess (plan.h router_next)
-    for (const auto& t : table_.tiers)
-      for (const auto& p : t.candidates)
-        if (p.feasible)
-          for (const Action& a : p.actions) guesses = guesses || a.payload == Payload::RouterGuess;
-    uint64_t total = 0;
-    for (uint64_t c : sizes) total += floats(c);
-    total += static_cast<uint64_t>(guesses ? 2 * L : L) * floats(static_cast<uint64_t>(n * E));
-    b.staging = HostBuffer(total * sizeof(float));
-    float* p = reinterpret_cast<float*>(b.staging.data());
-    float** parts[6] = {&b.x, &b.qkv, &b.attn, &b.logits, &b.out_norm_f32, &b.partial};
-    for (int i = 0; i < 6; ++i) {
-      *parts[i] = p;
-      p += floats(sizes[i]);
-    }
-    b.router.assign(static_cast<size_t>(L), nullptr);
-    b.guess.assign(static_cast<size_t>(L), nullptr);
-    for (int64_t l = 0; E > 0 && l < L; ++l) {
-      b.router[static_cast<size_t>(l)] = p;
-      p += floats(static_cast<uint64_t>(n * E));
-      if (guesses) {
-        b.guess[static_cast<size_t>(l)] = p;
-        p += floats(static_cast<uint64_t>(n * E));
-      }
-    }
-    std::copy(weights_.output_norm.begin(), weights_.output_norm.end(), b.out_norm_f32);
-    device_.pin_host(b.staging.data(), b.staging.size());
-    b.pinned_by = &device_;
-    // The host KV cache: pinned too where a plan copies its rows (a staged attention).
-    host_kv_ = std::make_unique<KvCache>(spec_, table_.ctx);
-    bool stages = false;
-    for (const auto& t : table_.tiers)
-      for (const auto& p : t.candidates)
-        if (p.feasible)
-          for (const Action& a : p.actions) stages = stages || a.payload == Payload::KvPast || a.payload == Payload::KvNew;
-    if (stages && host_kv_->bytes() > 0) {
-      device_.pin_host(host_kv_->k(0), host_kv_->bytes());
-      b.kv_pinned = host_kv_->k(0);
-      b.kv_pinned_bytes = host_kv_->bytes();
-    }
-  }
+  set_up_host_staging();
   device_.set_pcie_cap(options_.pcie_cap_bytes_per_s);
   // The kernels' host staging is part of the set-up (pinned host memory costs the driver device
   // page tables); after the arena nothing else may take device memory.
@@ -307,7 +336,9 @@ Runtime::~Runtime() {
   }
 }
 
-RuntimeGuesses Runtime::guesses() const { return buf_->guesses; }
+RuntimeGuesses Runtime::guesses() const {
+  return buf_->guesses;
+}
 
 // RuntimeOptions::guess_test: logits [n, experts] whose top_k per token are the lowest of `g` (Lowest), or
 // the first half of g's top_k and the rest of its lowest (Mixed), written into `out`.
@@ -321,7 +352,8 @@ const float* Runtime::test_guess(const float* g, int64_t n, std::vector<float>& 
   for (int64_t t = 0; t < n; ++t) {
     float* row = out.data() + t * E;
     int64_t placed = 0;
-    for (int64_t j = 0; j < from_top; ++j) row[top.expert_ids[static_cast<size_t>(t * k + j)]] = 1e3f - static_cast<float>(placed++);
+    for (int64_t j = 0; j < from_top; ++j)
+      row[top.expert_ids[static_cast<size_t>(t * k + j)]] = 1e3f - static_cast<float>(placed++);
     for (int64_t j = 0; placed < k && j < k; ++j) {
       float& v = row[low.expert_ids[static_cast<size_t>(t * k + j)]];
       if (v < 0) v = 1e3f - static_cast<float>(placed++);
@@ -406,7 +438,8 @@ bool Runtime::keeps_kv_as(std::optional<Schedule> schedule) const {
 
 void Runtime::set_schedule(std::optional<Schedule> schedule) {
   if (schedule) require_feasible(*schedule);
-  SW_CHECK(keeps_kv_as(schedule), "runtime: the ", schedule ? schedule_name(*schedule) : "table's", " plans keep the KV "
+  SW_CHECK(keeps_kv_as(schedule), "runtime: the ", schedule ? schedule_name(*schedule) : "table's",
+           " plans keep the KV "
            "cache elsewhere than this runtime does; set up another runtime for them");
   options_.schedule = schedule;
   arena_peak_ = 0;
@@ -460,22 +493,24 @@ void Runtime::step(const int32_t* tokens, int64_t n, float* last_logits) {
   steps_.push_back(s);
 }
 
-// Everything a plan indexes or sizes is checked against this model and budget before any step runs
-// (a plan file is input: a row range, offset or slot out of range must be an error, not a read
-// outside the arena). The JSON reader has checked ids, dependency order and field types.
-void Runtime::validate_plan(const Plan& p) const {
-  const std::string where = str_cat(plan_origin(), ": the ", schedule_name(p.schedule), " plan of tier ", p.tier);
-  const uint64_t budget = table_.budget_bytes;
-  auto inside = [budget](uint64_t off, uint64_t bytes) { return off <= budget && bytes <= budget - off; };
-  const int64_t n_shards = static_cast<int64_t>(shards_.shards.size()), L = spec_.num_hidden_layers;
-  const ArenaRegion* slot_region[2] = {nullptr, nullptr};
+namespace {
+
+// The stream slots and the host caches' staging region of a plan, where it has them.
+struct PlanRegions {
+  const ArenaRegion* slot[2] = {nullptr, nullptr};
   const ArenaRegion* staging = nullptr;
+};
+
+// Every arena region and every placement in VRAM lies inside the budget; a streamed shard names a slot.
+PlanRegions check_placements(const Plan& p, const std::string& where, uint64_t budget, int64_t n_shards) {
+  auto inside = [budget](uint64_t off, uint64_t bytes) { return off <= budget && bytes <= budget - off; };
+  PlanRegions regions;
   for (const ArenaRegion& r : p.arena) {
     SW_CHECK(inside(r.offset, r.bytes), where, ": arena region '", r.name, "' at ", r.offset, " (", r.bytes,
              " bytes) lies outside the budget of ", budget, " bytes");
-    if (r.name == "slot0") slot_region[0] = &r;
-    if (r.name == "slot1") slot_region[1] = &r;
-    if (r.name == "kv staging") staging = &r;
+    if (r.name == "slot0") regions.slot[0] = &r;
+    if (r.name == "slot1") regions.slot[1] = &r;
+    if (r.name == "kv staging") regions.staging = &r;
   }
   for (size_t i = 0; i < p.placements.size(); ++i) {
     const ShardPlacement& sp = p.placements[i];
@@ -483,81 +518,49 @@ void Runtime::validate_plan(const Plan& p) const {
              " (placements are listed by shard id, this model has ", n_shards, ")");
     if (sp.arena_offset < 0) continue;
     if (sp.home == WeightHome::Pinned) {  // pinned weights, or a layer's KV cache in VRAM
-      SW_CHECK(inside(static_cast<uint64_t>(sp.arena_offset), sp.bytes), where, ": shard ", sp.name, " at arena offset ",
-               sp.arena_offset, " (", sp.bytes, " bytes) lies outside the budget of ", budget, " bytes");
+      SW_CHECK(inside(static_cast<uint64_t>(sp.arena_offset), sp.bytes), where, ": shard ", sp.name,
+               " at arena offset ", sp.arena_offset, " (", sp.bytes, " bytes) lies outside the budget of ", budget,
+               " bytes");
     } else if (sp.streamed) {
       // Copied into a stream slot: its offset is the slot's. Its bytes may exceed the slot (the LM head
       // goes in row pieces, a routed MoE FFN copies only the experts it touches); each copy is checked.
       const ArenaRegion* slot = nullptr;
-      for (const ArenaRegion* r : slot_region)
+      for (const ArenaRegion* r : regions.slot)
         if (r && static_cast<uint64_t>(sp.arena_offset) == r->offset) slot = r;
       SW_CHECK(slot != nullptr, where, ": streamed shard ", sp.name, " names arena offset ", sp.arena_offset,
                ", which is no stream slot's");
     }
   }
-  SW_CHECK(static_cast<int64_t>(p.kv_on_gpu.size()) == L, where, ": kv_on_gpu names ", p.kv_on_gpu.size(),
-           " layers, this model has ", L);
-  const TensorView& head = source_.tensor(spec_.tie_word_embeddings ? "token_embd.weight" : "output.weight");
-  for (const Action& a : p.actions) {
-    const std::string act = str_cat(where, ": action ", a.id, " (", a.label, ")");
-    SW_CHECK(a.shard >= -1 && a.shard < n_shards, act, " names shard ", a.shard, " of ", n_shards);
-    SW_CHECK(a.layer >= -1 && a.layer < L, act, " names layer ", a.layer, " of ", L);
-    SW_CHECK(a.slot >= -1 && a.slot <= 1, act, " names stream slot ", a.slot, " (0 or 1)");
-    const bool stages = a.part == ComputePart::AttnStaged || a.payload == Payload::KvPast || a.payload == Payload::KvNew;
-    if (stages) {  // a host cache staged on the device: its layer's KV on the host, the region for K and V twice
-      SW_CHECK(a.layer >= 0 && !p.kv_on_gpu[static_cast<size_t>(a.layer)], act, " stages the host cache of layer ", a.layer,
-               ", which the plan keeps in VRAM");
-      const uint64_t need = 4 * static_cast<uint64_t>(table_.ctx) * static_cast<uint64_t>(spec_.kv_dim()) * 4;
-      SW_CHECK(staging && staging->bytes >= need, act, " stages a host cache, but the plan's 'kv staging' region has ",
-               staging ? staging->bytes : 0, " of the ", need, " bytes it needs");
-    }
-    const bool share = a.part == ComputePart::MoeCpuShare || a.part == ComputePart::MoeGpuShare ||
-                       a.part == ComputePart::MoeShareAdd;
-    if (share || a.cpu_experts > 0) {  // an MoE layer split between CPU and GPU
-      SW_CHECK(spec_.is_moe() && a.shard >= 0 && shards_.at(a.shard).kind == ShardKind::Ffn, act,
-               " splits experts of a shard that is no MoE FFN");
-      SW_CHECK(a.cpu_experts >= 1 && a.cpu_experts < spec_.num_experts_per_tok, act, ": cpu_experts ", a.cpu_experts,
-               " must be 1 .. ", spec_.num_experts_per_tok - 1, " (of the model's ", spec_.num_experts_per_tok, " per token)");
-      SW_CHECK(a.part != ComputePart::MoeCpuShare || a.resource == Resource::Cpu, act, ": a CPU share runs on the CPU");
-      SW_CHECK(a.part != ComputePart::MoeGpuShare || a.resource == Resource::GpuCompute, act, ": a GPU share runs on the GPU");
-      SW_CHECK(a.part != ComputePart::MoeShareAdd || a.resource == Resource::GpuCompute, act, ": a CPU share is added on the GPU");
-    }
-    SW_CHECK(a.payload != Payload::MoePartial || (spec_.is_moe() && (a.resource == Resource::H2DAct || a.resource == Resource::H2D)),
-             act, ": an MoE share goes up to the GPU, in a model with experts");
-    if (a.part == ComputePart::RouterNext)
-      SW_CHECK(spec_.is_moe() && a.kind == ActionKind::Compute && a.resource == Resource::GpuCompute && a.shard >= 0 &&
-                   shards_.at(a.shard).kind == ShardKind::Attention && a.layer == shards_.at(a.shard).layer,
-               act, ": a guess at a layer's routing runs on the GPU with that layer's attention shard (its router), in a model with experts");
-    if (a.payload == Payload::RouterGuess)
-      SW_CHECK(spec_.is_moe() && a.resource == Resource::D2H && a.layer >= 0, act, ": guessed router logits go to the host");
-    if (a.speculative) {  // the guessed experts (of a split layer, the GPU's share of them), after the layer's guess
-      SW_CHECK(a.kind == ActionKind::CopyWeights && spec_.is_moe() && a.shard >= 0 && shards_.at(a.shard).kind == ShardKind::Ffn,
-               act, ": only an MoE FFN's experts are copied on a guess");
-      bool guessed = false;
-      for (int d : a.deps) {
-        const Action& g = p.actions[static_cast<size_t>(d)];
-        guessed = guessed || (g.payload == Payload::RouterGuess && g.layer == a.layer);
-      }
-      SW_CHECK(guessed, act, ": a speculative copy depends on its layer's guessed router logits (router_guess)");
-      // The layer's own copy follows into the same slot and waits for this one (it fills in the misses).
-      int own = 0;
-      for (const Action& b : p.actions)
-        if (b.id > a.id && b.kind == ActionKind::CopyWeights && !b.speculative && b.shard == a.shard &&
-            std::find(b.deps.begin(), b.deps.end(), a.id) != b.deps.end())
-          own += b.slot == a.slot ? 1 : 1000;
-      SW_CHECK(own == 1, act, ": a speculative copy is followed by exactly one copy of the same shard into the same slot "
-                              "that depends on it (the routed experts it missed)");
-    }
-    if (a.row_end > a.row_begin) {  // a piece of the LM head, in a stream slot
-      SW_CHECK(a.shard >= 0 && shards_.at(a.shard).kind == ShardKind::Output && a.row_end <= spec_.vocab_size, act,
-               " streams rows [", a.row_begin, ", ", a.row_end, ") of the LM head's ", spec_.vocab_size);
-      const uint64_t piece = static_cast<uint64_t>(a.row_end - a.row_begin) * head.row_bytes();
-      SW_CHECK(a.slot >= 0 && slot_region[a.slot] && piece <= slot_region[a.slot]->bytes, act, ": its ", piece,
-               " bytes of LM head rows do not fit a stream slot of the plan");
-    }
+  return regions;
+}
+
+// A speculative copy (the guessed experts of a layer; of a split layer, the GPU's share of them) follows
+// its layer's guess, and the layer's own copy follows it.
+void check_speculative(const Plan& p, const Action& a, const std::string& act, const ModelSpec& spec,
+                       const ShardSet& shards) {
+  SW_CHECK(
+      a.kind == ActionKind::CopyWeights && spec.is_moe() && a.shard >= 0 && shards.at(a.shard).kind == ShardKind::Ffn,
+      act, ": only an MoE FFN's experts are copied on a guess");
+  bool guessed = false;
+  for (int d : a.deps) {
+    const Action& g = p.actions[static_cast<size_t>(d)];
+    guessed = guessed || (g.payload == Payload::RouterGuess && g.layer == a.layer);
   }
-  // An MoE layer split between CPU and GPU: one CPU share, one GPU share, one partial copied up and added,
-  // all of the same c, as its experts' copy (else experts would be computed twice or not at all).
+  SW_CHECK(guessed, act, ": a speculative copy depends on its layer's guessed router logits (router_guess)");
+  // The layer's own copy follows into the same slot and waits for this one (it fills in the misses).
+  int own = 0;
+  for (const Action& b : p.actions)
+    if (b.id > a.id && b.kind == ActionKind::CopyWeights && !b.speculative && b.shard == a.shard &&
+        std::find(b.deps.begin(), b.deps.end(), a.id) != b.deps.end())
+      own += b.slot == a.slot ? 1 : 1000;
+  SW_CHECK(own == 1, act,
+           ": a speculative copy is followed by exactly one copy of the same shard into the same slot "
+           "that depends on it (the routed experts it missed)");
+}
+
+// An MoE layer split between CPU and GPU: one CPU share, one GPU share, one partial copied up and added,
+// all of the same c, as its experts' copy (else experts would be computed twice or not at all).
+void check_splits(const Plan& p, const std::string& where, const ShardSet& shards, int64_t L) {
   struct Split {
     int cpu = 0, gpu = 0, partial = 0, add = 0, c = -1;  // c: the cpu_experts its shares and expert copy name
     bool same_c = true;
@@ -570,8 +573,10 @@ void Runtime::validate_plan(const Plan& p) const {
     sp.gpu += a.part == ComputePart::MoeGpuShare;
     sp.partial += a.payload == Payload::MoePartial;
     sp.add += a.part == ComputePart::MoeShareAdd;
-    const bool names_c = a.part == ComputePart::MoeCpuShare || a.part == ComputePart::MoeGpuShare || a.part == ComputePart::MoeShareAdd ||
-                         (a.kind == ActionKind::CopyWeights && a.shard >= 0 && shards_.at(a.shard).kind == ShardKind::Ffn);
+    const bool names_c =
+        a.part == ComputePart::MoeCpuShare || a.part == ComputePart::MoeGpuShare ||
+        a.part == ComputePart::MoeShareAdd ||
+        (a.kind == ActionKind::CopyWeights && a.shard >= 0 && shards.at(a.shard).kind == ShardKind::Ffn);
     if (!names_c) continue;
     if (sp.c < 0) sp.c = a.cpu_experts;
     sp.same_c = sp.same_c && a.cpu_experts == sp.c;
@@ -579,10 +584,80 @@ void Runtime::validate_plan(const Plan& p) const {
   for (int64_t l = 0; l < L; ++l) {
     const Split& sp = splits[static_cast<size_t>(l)];
     if (sp.cpu + sp.gpu + sp.partial + sp.add == 0) continue;
-    SW_CHECK(sp.cpu == 1 && sp.gpu == 1 && sp.partial == 1 && sp.add == 1, where, ": layer ", l, " splits its experts with ",
-             sp.cpu, " CPU share(s), ", sp.gpu, " GPU share(s), ", sp.partial, " partial copy(ies) and ", sp.add,
-             " add(s): a split layer has one of each (a plan saved before the GPU share ran beside the CPU's: plan again)");
-    SW_CHECK(sp.same_c, where, ": layer ", l, "'s shares and expert copy name different cpu_experts: they must split the same way");
+    SW_CHECK(
+        sp.cpu == 1 && sp.gpu == 1 && sp.partial == 1 && sp.add == 1, where, ": layer ", l, " splits its experts with ",
+        sp.cpu, " CPU share(s), ", sp.gpu, " GPU share(s), ", sp.partial, " partial copy(ies) and ", sp.add,
+        " add(s): a split layer has one of each (a plan saved before the GPU share ran beside the CPU's: plan again)");
+    SW_CHECK(sp.same_c, where, ": layer ", l,
+             "'s shares and expert copy name different cpu_experts: they must split the same way");
+  }
+}
+
+}  // namespace
+
+// Everything a plan indexes or sizes is checked against this model and budget before any step runs
+// (a plan file is input: a row range, offset or slot out of range must be an error, not a read
+// outside the arena). The JSON reader has checked ids, dependency order and field types.
+void Runtime::validate_plan(const Plan& p) const {
+  const std::string where = str_cat(plan_origin(), ": the ", schedule_name(p.schedule), " plan of tier ", p.tier);
+  const int64_t n_shards = static_cast<int64_t>(shards_.shards.size()), L = spec_.num_hidden_layers;
+  const PlanRegions regions = check_placements(p, where, table_.budget_bytes, n_shards);
+  SW_CHECK(static_cast<int64_t>(p.kv_on_gpu.size()) == L, where, ": kv_on_gpu names ", p.kv_on_gpu.size(),
+           " layers, this model has ", L);
+  const TensorView& head = source_.tensor(spec_.tie_word_embeddings ? "token_embd.weight" : "output.weight");
+  for (const Action& a : p.actions) validate_action(p, a, where, regions.slot, regions.staging, head);
+  check_splits(p, where, shards_, L);
+}
+
+void Runtime::validate_action(const Plan& p, const Action& a, const std::string& where,
+                              const ArenaRegion* const slot_region[2], const ArenaRegion* staging,
+                              const TensorView& head) const {
+  const int64_t n_shards = static_cast<int64_t>(shards_.shards.size()), L = spec_.num_hidden_layers;
+  const std::string act = str_cat(where, ": action ", a.id, " (", a.label, ")");
+  SW_CHECK(a.shard >= -1 && a.shard < n_shards, act, " names shard ", a.shard, " of ", n_shards);
+  SW_CHECK(a.layer >= -1 && a.layer < L, act, " names layer ", a.layer, " of ", L);
+  SW_CHECK(a.slot >= -1 && a.slot <= 1, act, " names stream slot ", a.slot, " (0 or 1)");
+  const bool stages = a.part == ComputePart::AttnStaged || a.payload == Payload::KvPast || a.payload == Payload::KvNew;
+  if (stages) {  // a host cache staged on the device: its layer's KV on the host, the region for K and V twice
+    SW_CHECK(a.layer >= 0 && !p.kv_on_gpu[static_cast<size_t>(a.layer)], act, " stages the host cache of layer ",
+             a.layer, ", which the plan keeps in VRAM");
+    const uint64_t need = 4 * static_cast<uint64_t>(table_.ctx) * static_cast<uint64_t>(spec_.kv_dim()) * 4;
+    SW_CHECK(staging && staging->bytes >= need, act, " stages a host cache, but the plan's 'kv staging' region has ",
+             staging ? staging->bytes : 0, " of the ", need, " bytes it needs");
+  }
+  const bool share =
+      a.part == ComputePart::MoeCpuShare || a.part == ComputePart::MoeGpuShare || a.part == ComputePart::MoeShareAdd;
+  if (share || a.cpu_experts > 0) {  // an MoE layer split between CPU and GPU
+    SW_CHECK(spec_.is_moe() && a.shard >= 0 && shards_.at(a.shard).kind == ShardKind::Ffn, act,
+             " splits experts of a shard that is no MoE FFN");
+    SW_CHECK(a.cpu_experts >= 1 && a.cpu_experts < spec_.num_experts_per_tok, act, ": cpu_experts ", a.cpu_experts,
+             " must be 1 .. ", spec_.num_experts_per_tok - 1, " (of the model's ", spec_.num_experts_per_tok,
+             " per token)");
+    SW_CHECK(a.part != ComputePart::MoeCpuShare || a.resource == Resource::Cpu, act, ": a CPU share runs on the CPU");
+    SW_CHECK(a.part != ComputePart::MoeGpuShare || a.resource == Resource::GpuCompute, act,
+             ": a GPU share runs on the GPU");
+    SW_CHECK(a.part != ComputePart::MoeShareAdd || a.resource == Resource::GpuCompute, act,
+             ": a CPU share is added on the GPU");
+  }
+  SW_CHECK(a.payload != Payload::MoePartial ||
+               (spec_.is_moe() && (a.resource == Resource::H2DAct || a.resource == Resource::H2D)),
+           act, ": an MoE share goes up to the GPU, in a model with experts");
+  if (a.part == ComputePart::RouterNext)
+    SW_CHECK(spec_.is_moe() && a.kind == ActionKind::Compute && a.resource == Resource::GpuCompute && a.shard >= 0 &&
+                 shards_.at(a.shard).kind == ShardKind::Attention && a.layer == shards_.at(a.shard).layer,
+             act,
+             ": a guess at a layer's routing runs on the GPU with that layer's attention shard (its router), in a "
+             "model with experts");
+  if (a.payload == Payload::RouterGuess)
+    SW_CHECK(spec_.is_moe() && a.resource == Resource::D2H && a.layer >= 0, act,
+             ": guessed router logits go to the host");
+  if (a.speculative) check_speculative(p, a, act, spec_, shards_);
+  if (a.row_end > a.row_begin) {  // a piece of the LM head, in a stream slot
+    SW_CHECK(a.shard >= 0 && shards_.at(a.shard).kind == ShardKind::Output && a.row_end <= spec_.vocab_size, act,
+             " streams rows [", a.row_begin, ", ", a.row_end, ") of the LM head's ", spec_.vocab_size);
+    const uint64_t piece = static_cast<uint64_t>(a.row_end - a.row_begin) * head.row_bytes();
+    SW_CHECK(a.slot >= 0 && slot_region[a.slot] && piece <= slot_region[a.slot]->bytes, act, ": its ", piece,
+             " bytes of LM head rows do not fit a stream slot of the plan");
   }
 }
 
@@ -616,14 +691,19 @@ void Runtime::copy_shard_tensors(const Shard& s, uint8_t* dst, int64_t row0, int
       // Norm vectors: the f32 copies arranged at load time.
       const float* f = nullptr;
       const std::string& n = t.name;
-      if (n == "output_norm.weight") f = weights_.output_norm.data();
+      if (n == "output_norm.weight")
+        f = weights_.output_norm.data();
       else {
         const int layer = s.layer;
         const LayerWeights& lw = weights_.layers.at(static_cast<size_t>(layer));
-        if (n.find("attn_norm") != std::string::npos) f = lw.attn_norm.data();
-        else if (n.find("attn_q_norm") != std::string::npos) f = lw.q_norm.data();
-        else if (n.find("attn_k_norm") != std::string::npos) f = lw.k_norm.data();
-        else if (n.find("ffn_norm") != std::string::npos) f = lw.ffn_norm.data();
+        if (n.find("attn_norm") != std::string::npos)
+          f = lw.attn_norm.data();
+        else if (n.find("attn_q_norm") != std::string::npos)
+          f = lw.q_norm.data();
+        else if (n.find("attn_k_norm") != std::string::npos)
+          f = lw.k_norm.data();
+        else if (n.find("ffn_norm") != std::string::npos)
+          f = lw.ffn_norm.data();
       }
       SW_CHECK(f != nullptr, "runtime: no f32 copy of ", n);
       device_.copy_h2d(dst + t.offset, f, t.bytes);
@@ -636,7 +716,8 @@ void Runtime::copy_shard_tensors(const Shard& s, uint8_t* dst, int64_t row0, int
       }
       continue;
     }
-    SW_CHECK(src.nbytes == t.bytes, "runtime: tensor ", t.name, " has ", src.nbytes, " bytes, the layout expects ", t.bytes);
+    SW_CHECK(src.nbytes == t.bytes, "runtime: tensor ", t.name, " has ", src.nbytes, " bytes, the layout expects ",
+             t.bytes);
     device_.copy_h2d(dst + t.offset, src.data, t.bytes);
   }
   if (L.n_experts > 0 && row1 <= row0) {  // all experts (pinned MoE FFN): expert by expert
@@ -660,8 +741,10 @@ void Runtime::ensure_resident(const Plan& plan) {
     if (r.name == "pinned" || r.name == "kv") continue;
     for (auto it = resident_.begin(); it != resident_.end();) {
       const uint64_t off = static_cast<uint64_t>(it->second), end = off + shards_.at(it->first).bytes;
-      if (off < r.offset + r.bytes && r.offset < end) it = resident_.erase(it);
-      else ++it;
+      if (off < r.offset + r.bytes && r.offset < end)
+        it = resident_.erase(it);
+      else
+        ++it;
     }
   }
   bool uploaded = false;
@@ -752,6 +835,768 @@ DevLayer Runtime::device_layer(int layer, ShardKind kind, const Plan& plan, cons
   return w;
 }
 
+// One run of a plan (a step, or one chunk of a longer one): the step's device buffers carved from the
+// plan's scratch, where each shard's weights are for this run, the events of its actions and their
+// issue order. Each action kind is issued by a member of its own; run() orders them. Set-up, issue and
+// wait keep the order of device calls, events and waits of a single pass over the plan.
+class Runtime::StepRun {
+ public:
+  StepRun(Runtime& rt, const Plan& plan, const int32_t* tokens, int64_t n);
+  // Issues every action (device work enqueued, CPU work done), then waits for the device.
+  void run();
+  // The measured timeline of this run, when it is recorded (RuntimeOptions::timeline_runs).
+  void record_timeline();
+
+ private:
+  // Set-up.
+  void carve_scratch();
+  void locate_weights();
+  void start_timeline();
+  bool graphs_fit() const;
+  // The device's copy of layer's KV cache in VRAM (v: its V half).
+  float* kv_dev(int layer, bool v);
+  // A host cache staged for a layer's attention on the GPU (attn_staged): K then V, position-major as
+  // the device attends to them, then K then V head-major as they cross PCIe (kv_cache.h's layout).
+  float* staged(int part);  // 0, 1: K, V position-major; 2, 3: K, V head-major
+  // Rows [p0, p1) of every head between a host cache and the head-major half of the staging.
+  void copy_heads(int layer, bool up, int64_t p0, int64_t p1, Queue q);
+  const MoeRouting& route(int layer);
+  const MoeSplit& split(int layer, int cpu_experts);
+  double host_ms() const;
+  // CUDA graphs (options_.cuda_graphs): consecutive GPU compute actions are captured as one graph,
+  // launched when anything else comes next; their events are then the one recorded after the graph.
+  void end_capture();
+
+  // One action, as its kind says.
+  void execute(const Action& a);
+  void copy_activations(const Action& a, int layer);
+  void copy_weights(const Action& a, const Shard& sh, int layer);
+  void copy_routed_experts(const Action& a, const Shard& sh, int layer, uint8_t* dst, uint64_t cap);
+  std::unique_ptr<MoeRouting> guessed_routing(const Action& a, int layer);
+  void compute_gpu(const Action& a, const Shard& sh, int layer);
+  void gpu_attention(const Action& a, const Shard& sh, int layer);
+  void gpu_ffn(const Action& a, const Shard& sh, int layer);
+  void gpu_output(const Action& a, const Shard& sh);
+  void compute_cpu(const Action& a, const Shard& sh, int layer);
+
+  // Issue order.
+  bool needs_routing(const Action& a) const;
+  bool routing_arrived(const Action& a);
+  const Action* next_share() const;
+  void issue_ready(bool hold);
+  void wait_routing(const Action& a);
+  bool start_share();
+  void settle(const Action& a);
+
+  Runtime& rt_;
+  Device& device_;
+  DeviceKernels* const kernels_;
+  ThreadPool& pool_;
+  CpuBlocks& cpu_;
+  const ModelSpec& spec_;
+  const ShardSet& shards_;
+  const std::vector<ShardLayout>& layouts_;
+  const ModelWeights& weights_;
+  const WeightSource& source_;
+  const RuntimeOptions& options_;
+  KvCache* const host_kv_;
+  uint8_t* const arena_;
+  const std::vector<bool>& kv_on_gpu_;
+  Buffers& b_;
+  const Plan& plan_;
+  const int32_t* const tokens_;
+  const int64_t n_, pos0_, ctx_;
+  const int64_t H_, QD_, KVD_, W_, V_, E_;
+
+  // The step's device buffers at the start of the plan's scratch region (the rest is the kernels'
+  // workspace); partial_d_ and guess_d_ only where the plan splits a layer or guesses its routing.
+  float *x_d_ = nullptr, *qkv_d_ = nullptr, *attn_d_ = nullptr, *router_d_ = nullptr, *logits_d_ = nullptr,
+        *out_norm_d_ = nullptr, *partial_d_ = nullptr, *guess_d_ = nullptr;
+  std::vector<uint8_t*> base_;  // where each shard's weights are on the device (slots are filled by copies)
+  const ArenaRegion* slots_[2] = {nullptr, nullptr};
+  const ArenaRegion* staging_ = nullptr;
+  bool out_norm_uploaded_ = false;
+  int logits_on_device_ = -1;  // the layer whose router logits router_d_ holds
+  std::vector<Event> ev_;
+
+  // The measured timeline (options_.timeline_runs): queue timestamps around device actions, host clock
+  // around CPU ones, both from time 0 at the start (every queue idle after the last run).
+  bool timed_ = false;
+  std::vector<Event> t_start_, t_end_;
+  std::vector<double> h_start_, h_end_;
+  std::chrono::steady_clock::time_point host0_;
+
+  bool graph_plan_ = false;
+  bool capturing_ = false;
+  std::vector<int> captured_;  // actions inside the open capture
+
+  std::vector<std::vector<int>> order_;  // per resource: its actions in list order
+  std::vector<size_t> next_;             // per resource: its next action not yet settled
+  std::vector<char> settled_;            // device action enqueued, or CPU action finished
+  size_t finished_ = 0;
+};
+
+Runtime::StepRun::StepRun(Runtime& rt, const Plan& plan, const int32_t* tokens, int64_t n)
+    : rt_(rt),
+      device_(rt.device_),
+      kernels_(rt.kernels_),
+      pool_(rt.pool_),
+      cpu_(rt.cpu_),
+      spec_(rt.spec_),
+      shards_(rt.shards_),
+      layouts_(rt.layouts_),
+      weights_(rt.weights_),
+      source_(rt.source_),
+      options_(rt.options_),
+      host_kv_(rt.host_kv_.get()),
+      arena_(rt.arena_),
+      kv_on_gpu_(rt.kv_on_gpu_),
+      b_(*rt.buf_),
+      plan_(plan),
+      tokens_(tokens),
+      n_(n),
+      pos0_(rt.n_past_),
+      ctx_(rt.table_.ctx),
+      H_(spec_.hidden_size),
+      QD_(spec_.q_dim()),
+      KVD_(spec_.kv_dim()),
+      W_(QD_ + 2 * KVD_),
+      V_(spec_.vocab_size),
+      E_(spec_.is_moe() ? spec_.num_experts : 0) {
+  SW_CHECK(n_ <= b_.max_tokens, "runtime: ", n_, " tokens exceed the host staging's ", b_.max_tokens);
+  for (auto& r : b_.routing) r.reset();
+  for (auto& r : b_.split) r.reset();
+  for (auto& e : b_.expert_ptrs) e.clear();
+  carve_scratch();
+  rt_.arena_peak_ = std::max(rt_.arena_peak_, plan_.vram_bytes);
+  rt_.ensure_resident(plan_);
+  locate_weights();
+  kernels_->prepare_step(pos0_, n_);
+  cpu_.prepare_step(pos0_, n_);
+  ev_.resize(plan_.actions.size());
+  start_timeline();
+  graph_plan_ = graphs_fit();
+  order_.resize(kNumResources);
+  for (const Action& a : plan_.actions) order_[static_cast<size_t>(a.resource)].push_back(a.id);
+  next_.assign(kNumResources, 0);
+  settled_.assign(plan_.actions.size(), 0);
+}
+
+void Runtime::StepRun::carve_scratch() {
+  const ArenaRegion* scratch = region(plan_, "scratch");
+  SW_CHECK(scratch != nullptr, "runtime: the plan has no scratch region");
+  uint8_t* s = arena_ + scratch->offset;
+  auto take = [&](uint64_t bytes) {
+    uint8_t* p = s;
+    s += align_up(bytes);
+    return p;
+  };
+  x_d_ = reinterpret_cast<float*>(take(static_cast<uint64_t>(n_ * H_) * 4));
+  qkv_d_ = reinterpret_cast<float*>(take(static_cast<uint64_t>(n_ * W_) * 4));
+  attn_d_ = reinterpret_cast<float*>(take(static_cast<uint64_t>(n_ * QD_) * 4));
+  router_d_ = reinterpret_cast<float*>(take(static_cast<uint64_t>(std::max<int64_t>(1, n_ * E_)) * 4));
+  logits_d_ = reinterpret_cast<float*>(take(static_cast<uint64_t>(V_) * 4));
+  out_norm_d_ = reinterpret_cast<float*>(take(static_cast<uint64_t>(H_) * 4));
+  bool shares = false;  // an MoE layer split between CPU and GPU: the CPU share's device copy
+  for (const Action& a : plan_.actions) shares = shares || a.payload == Payload::MoePartial;
+  partial_d_ = shares ? reinterpret_cast<float*>(take(static_cast<uint64_t>(n_ * H_) * 4)) : nullptr;
+  bool guesses = false;  // router_next: the next layer's guessed router logits
+  for (const Action& a : plan_.actions) guesses = guesses || a.part == ComputePart::RouterNext;
+  guess_d_ =
+      guesses ? reinterpret_cast<float*>(take(static_cast<uint64_t>(std::max<int64_t>(1, n_ * E_)) * 4)) : nullptr;
+  const uint64_t used = static_cast<uint64_t>(s - (arena_ + scratch->offset));
+  SW_CHECK(used <= scratch->bytes, "runtime: the step's activations (", used, " bytes) exceed the plan's scratch (",
+           scratch->bytes, " bytes)");
+  kernels_->set_workspace(s, scratch->bytes - used);
+}
+
+void Runtime::StepRun::locate_weights() {
+  base_.assign(shards_.shards.size(), nullptr);
+  for (const auto& p : plan_.placements)
+    if (p.home == WeightHome::Pinned && p.arena_offset >= 0 && shards_.at(p.shard).kind != ShardKind::Kv)
+      base_[static_cast<size_t>(p.shard)] = arena_ + p.arena_offset;
+  slots_[0] = region(plan_, "slot0");
+  slots_[1] = region(plan_, "slot1");
+  staging_ = region(plan_, "kv staging");
+}
+
+void Runtime::StepRun::start_timeline() {
+  timed_ =
+      rt_.plan_runs_ >= options_.timeline_first && rt_.plan_runs_ < options_.timeline_first + options_.timeline_runs;
+  if (rt_.plan_runs_ == options_.profiler_runs_begin) device_.profiler_range(true);
+  if (!timed_) return;
+  device_.begin_timeline();
+  host0_ = std::chrono::steady_clock::now();
+  t_start_.resize(plan_.actions.size());
+  t_end_.resize(plan_.actions.size());
+  h_start_.assign(plan_.actions.size(), 0);
+  h_end_.assign(plan_.actions.size(), 0);
+}
+
+double Runtime::StepRun::host_ms() const {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host0_).count();
+}
+
+// A step is captured as graphs when it is small enough to route on the device, is not timed, and has no
+// CPU work but the embedding rows, no weight copies and no router logits to the host.
+bool Runtime::StepRun::graphs_fit() const {
+  bool fit = options_.cuda_graphs && !timed_ && n_ <= kDeviceRoutingMaxTokens;
+  for (const Action& a : plan_.actions) {
+    if (!fit) break;
+    const bool cpu_work = a.resource == Resource::Cpu && a.kind != ActionKind::Embed;
+    fit = !cpu_work && a.kind != ActionKind::CopyWeights && a.payload != Payload::RouterLogits;
+  }
+  return fit;
+}
+
+float* Runtime::StepRun::kv_dev(int layer, bool v) {
+  const auto& p = plan_.placements[static_cast<size_t>(shards_.kv[static_cast<size_t>(layer)])];
+  SW_CHECK(p.arena_offset >= 0, "runtime: layer ", layer, " keeps its KV in VRAM but the plan gives no offset");
+  uint8_t* k = arena_ + p.arena_offset;
+  rt_.check_region(k, 2ull * static_cast<uint64_t>(ctx_ * KVD_) * 4, "a KV cache");
+  return reinterpret_cast<float*>(k) + (v ? ctx_ * KVD_ : 0);
+}
+
+float* Runtime::StepRun::staged(int part) {
+  SW_CHECK(staging_ != nullptr, "runtime: the plan stages a host cache but has no 'kv staging' region");
+  const uint64_t one = static_cast<uint64_t>(ctx_ * KVD_) * 4;
+  SW_CHECK(4 * one <= staging_->bytes, "runtime: the plan's 'kv staging' region (", staging_->bytes,
+           " bytes) holds no ", "layer's K and V twice (", 4 * one, ")");
+  return reinterpret_cast<float*>(arena_ + staging_->offset + static_cast<uint64_t>(part) * one);
+}
+
+void Runtime::StepRun::copy_heads(int layer, bool up, int64_t p0, int64_t p1, Queue q) {
+  if (p1 <= p0) return;
+  const int64_t hd = spec_.head_dim, kv_heads = spec_.num_key_value_heads;
+  for (int which = 0; which < 2; ++which) {
+    float* host = which == 0 ? host_kv_->k(layer) : host_kv_->v(layer);
+    float* dev = staged(2 + which);
+    for (int64_t h = 0; h < kv_heads; ++h) {
+      const int64_t at = (h * ctx_ + p0) * hd;
+      const uint64_t bytes = static_cast<uint64_t>((p1 - p0) * hd) * 4;
+      if (up)
+        device_.copy_h2d(reinterpret_cast<uint8_t*>(dev + at), host + at, bytes, q);
+      else
+        device_.copy_d2h(host + at, reinterpret_cast<uint8_t*>(dev + at), bytes);
+    }
+  }
+}
+
+const MoeRouting& Runtime::StepRun::route(int layer) {
+  auto& r = b_.routing[static_cast<size_t>(layer)];
+  if (!r)
+    r = std::make_unique<MoeRouting>(
+        route_tokens(b_.router[static_cast<size_t>(layer)], n_, E_, spec_.num_experts_per_tok, spec_.norm_topk_prob));
+  return *r;
+}
+
+const MoeSplit& Runtime::StepRun::split(int layer, int cpu_experts) {
+  auto& s = b_.split[static_cast<size_t>(layer)];
+  if (!s) s = std::make_unique<MoeSplit>(split_routing(route(layer), cpu_experts, spec_.num_experts_per_tok));
+  return *s;
+}
+
+void Runtime::StepRun::end_capture() {
+  if (!capturing_) return;
+  device_.end_capture(Queue::Compute, (static_cast<uint64_t>(reinterpret_cast<uintptr_t>(&plan_)) << 12) ^
+                                          static_cast<uint64_t>(captured_.front()));
+  const Event g = device_.record(Queue::Compute);
+  for (int id : captured_) ev_[static_cast<size_t>(id)] = g;
+  captured_.clear();
+  capturing_ = false;
+}
+
+void Runtime::StepRun::execute(const Action& a) {
+  const bool on_device = a.resource != Resource::Cpu;
+  if (rt_.trace_)
+    log_message(LogLevel::Info, str_cat("action ", a.id, " ", resource_name(a.resource), " ", action_kind_name(a.kind),
+                                        " ", a.label, " bytes=", a.bytes, " slot=", a.slot));
+  // A capture holds only GPU compute actions that wait for nothing outside it.
+  const bool graphable = graph_plan_ && a.resource == Resource::GpuCompute && a.kind == ActionKind::Compute;
+  if (capturing_) {
+    bool outside_dep = false;
+    for (int d : a.deps) {
+      const Event& e = ev_[static_cast<size_t>(d)];
+      outside_dep = outside_dep || (e.valid() && e.queue != static_cast<int>(Queue::Compute));
+    }
+    if (!graphable || outside_dep || captured_.size() >= static_cast<size_t>(kGraphMaxActions)) end_capture();
+  }
+  // Dependencies: device work waits on other queues' events; CPU work waits on the host.
+  for (int d : a.deps) {
+    const Event& e = ev_[static_cast<size_t>(d)];
+    if (!e.valid()) continue;  // CPU actions are done in program order
+    if (on_device)
+      device_.wait(queue_of(a.resource), e);
+    else
+      device_.host_wait(e);
+  }
+  if (graphable && !capturing_) capturing_ = device_.begin_capture(Queue::Compute);
+  const Shard* sh = a.shard >= 0 ? &shards_.at(a.shard) : nullptr;
+  const int layer = sh ? sh->layer : -1;
+  if (timed_) {  // the host clock first: the queue may pass its timestamp before the host reads a clock
+    h_start_[static_cast<size_t>(a.id)] = host_ms();
+    if (on_device) t_start_[static_cast<size_t>(a.id)] = device_.timestamp(queue_of(a.resource));
+  }
+  switch (a.kind) {
+    case ActionKind::Embed:
+      embed_rows(weights_.token_embd, tokens_, n_, b_.x);
+      break;
+    case ActionKind::CopyActivations:
+      copy_activations(a, layer);
+      break;
+    case ActionKind::CopyWeights:
+      SW_CHECK(sh && a.slot >= 0 && a.slot < 2 && slots_[a.slot], "runtime: action ", a.id, " (", a.label,
+               ") names no stream slot of the plan");
+      copy_weights(a, *sh, layer);
+      break;
+    case ActionKind::Compute:
+      SW_CHECK(sh != nullptr, "runtime: compute action ", a.id, " names no shard");
+      if (a.resource == Resource::GpuCompute)
+        compute_gpu(a, *sh, layer);
+      else
+        compute_cpu(a, *sh, layer);
+      break;
+    case ActionKind::CopyLogits:
+      device_.copy_d2h(b_.logits, reinterpret_cast<uint8_t*>(logits_d_), static_cast<uint64_t>(V_) * 4);
+      break;
+  }
+  if (timed_) {
+    h_end_[static_cast<size_t>(a.id)] = host_ms();
+    if (on_device) t_end_[static_cast<size_t>(a.id)] = device_.timestamp(queue_of(a.resource));
+  }
+  if (capturing_ && graphable)
+    captured_.push_back(a.id);
+  else if (on_device)
+    ev_[static_cast<size_t>(a.id)] = device_.record(queue_of(a.resource));
+}
+
+void Runtime::StepRun::copy_activations(const Action& a, int layer) {
+  const bool h2d = a.resource == Resource::H2D || a.resource == Resource::H2DAct;
+  const Queue up = queue_of(a.resource);
+  switch (a.payload) {
+    case Payload::Residual:
+      if (h2d)
+        device_.copy_h2d(reinterpret_cast<uint8_t*>(x_d_), b_.x, static_cast<uint64_t>(n_ * H_) * 4, up);
+      else
+        device_.copy_d2h(b_.x, reinterpret_cast<uint8_t*>(x_d_), static_cast<uint64_t>(n_ * H_) * 4);
+      break;
+    case Payload::Qkv:
+      SW_CHECK(!h2d, "runtime: q,k,v only go to the host");
+      device_.copy_d2h(b_.qkv, reinterpret_cast<uint8_t*>(qkv_d_), static_cast<uint64_t>(n_ * W_) * 4);
+      break;
+    case Payload::AttnOut:
+      SW_CHECK(h2d, "runtime: the attention output only goes to the device");
+      device_.copy_h2d(reinterpret_cast<uint8_t*>(attn_d_), b_.attn, static_cast<uint64_t>(n_ * QD_) * 4, up);
+      break;
+    case Payload::RouterLogits: {
+      device_.copy_d2h(b_.router[static_cast<size_t>(layer)], reinterpret_cast<uint8_t*>(router_d_),
+                       static_cast<uint64_t>(n_ * E_) * 4);
+      break;
+    }
+    case Payload::KvPast:  // the cached rows [0, pos0) of the layer's host cache, into the staging
+      SW_CHECK(h2d && !kv_on_gpu_[static_cast<size_t>(layer)], "runtime: ", a.label,
+               " stages a cache that is not on the host");
+      copy_heads(layer, true, 0, pos0_, up);
+      break;
+    case Payload::RouterGuess:  // a layer's guessed router logits (router_next), down to the host
+      SW_CHECK(!h2d && guess_d_ && b_.guess[static_cast<size_t>(a.layer)], "runtime: action ", a.id, " (", a.label,
+               ") copies guessed router logits no router_next computed");
+      device_.copy_d2h(b_.guess[static_cast<size_t>(a.layer)], reinterpret_cast<uint8_t*>(guess_d_),
+                       static_cast<uint64_t>(n_ * E_) * 4);
+      break;
+    case Payload::MoePartial:  // an MoE layer's CPU share of the experts' outputs, up to the GPU
+      SW_CHECK(h2d && partial_d_, "runtime: action ", a.id, " (", a.label, ") moves an MoE share the wrong way");
+      device_.copy_h2d(reinterpret_cast<uint8_t*>(partial_d_), b_.partial, static_cast<uint64_t>(n_ * H_) * 4, up);
+      break;
+    case Payload::KvNew:  // the step's rows back into the layer's host cache
+      SW_CHECK(!h2d && !kv_on_gpu_[static_cast<size_t>(layer)], "runtime: ", a.label,
+               " returns rows of a cache not on the host");
+      copy_heads(layer, false, pos0_, pos0_ + n_, Queue::D2H);
+      break;
+    case Payload::None:
+      fail("runtime: action ", a.id, " (", a.label, ") copies no known activation");
+  }
+}
+
+void Runtime::StepRun::copy_weights(const Action& a, const Shard& sh, int layer) {
+  uint8_t* dst = arena_ + slots_[a.slot]->offset;
+  const uint64_t cap = slots_[a.slot]->bytes;
+  if (sh.kind == ShardKind::Ffn && spec_.is_moe()) {
+    copy_routed_experts(a, sh, layer, dst, cap);
+  } else {
+    const uint64_t need = a.row_end > a.row_begin ? a.bytes : sh.bytes;
+    SW_CHECK(need <= cap, "runtime: shard ", sh.name(), " (", need, " bytes) does not fit its stream slot (", cap, ")");
+    rt_.check_region(dst, need, "a stream slot");
+    rt_.copy_shard(sh, dst, a.row_begin, a.row_end);
+  }
+  base_[static_cast<size_t>(sh.id)] = dst;
+}
+
+// A speculative copy's routing: the top_k of its layer's guessed router logits (of a split layer, the
+// GPU's share of them); nullptr for any other copy.
+std::unique_ptr<MoeRouting> Runtime::StepRun::guessed_routing(const Action& a, int layer) {
+  std::unique_ptr<MoeRouting> guess;
+  if (!a.speculative) return guess;
+  const float* g = b_.guess[static_cast<size_t>(layer)];
+  SW_CHECK(g != nullptr, "runtime: ", a.label, " has no guessed router logits");
+  if (options_.guess_test != RuntimeOptions::GuessTest::Router) g = rt_.test_guess(g, n_, b_.inverted);
+  guess = std::make_unique<MoeRouting>(route_tokens(g, n_, E_, spec_.num_experts_per_tok, spec_.norm_topk_prob));
+  if (a.cpu_experts > 0)  // a split layer: the GPU's share of the guess
+    guess = std::make_unique<MoeRouting>(split_routing(*guess, a.cpu_experts, spec_.num_experts_per_tok).gpu);
+  return guess;
+}
+
+// Only the routed experts; the routing must be on the host now (the slot's previous user is waited for
+// on the device, like any dependency). Without a guess they are packed in ascending order. A speculative
+// copy packs the experts its layer's guessed logits pick; the layer's own copy after it only the routed
+// experts the guess missed, into the places of the guesses not routed (so after a guess the places are
+// in no order; expert_ptrs says which is where).
+void Runtime::StepRun::copy_routed_experts(const Action& a, const Shard& sh, int layer, uint8_t* dst, uint64_t cap) {
+  bool after_guess = false;
+  for (int d : a.deps) {
+    const Action& dep = plan_.actions[static_cast<size_t>(d)];
+    if (dep.payload == Payload::RouterLogits || dep.payload == Payload::RouterGuess)
+      device_.host_wait(ev_[static_cast<size_t>(d)]);
+    after_guess = after_guess || (dep.speculative && dep.shard == a.shard);
+  }
+  const std::unique_ptr<MoeRouting> guess = guessed_routing(a, layer);
+  // A layer split between CPU and GPU copies only the GPU's share of the routed experts.
+  const MoeRouting& r = guess ? *guess : a.cpu_experts > 0 ? split(layer, a.cpu_experts).gpu : route(layer);
+  const ShardLayout& L = layouts_[static_cast<size_t>(sh.id)];
+  const std::string p = "blk." + std::to_string(layer) + ".";
+  const TensorView& g = source_.tensor(p + "ffn_gate_exps.weight");
+  const TensorView& u = source_.tensor(p + "ffn_up_exps.weight");
+  const TensorView& dn = source_.tensor(p + "ffn_down_exps.weight");
+  auto& ptrs = b_.expert_ptrs[static_cast<size_t>(layer)];
+  // The FFN norm sits at its layout offset (before the experts); the experts follow, packed.
+  // All of it goes through Device::copy_h2d_batch.
+  std::vector<Device::HostCopy>& copies = b_.expert_copies;
+  copies.clear();
+  const uint64_t places = cap > L.expert_base && L.expert_stride > 0 ? (cap - L.expert_base) / L.expert_stride : 0;
+  std::vector<char>& taken = b_.taken;
+  taken.assign(static_cast<size_t>(places), 0);
+  auto routed = [&](int64_t e) { return !r.tokens_of_expert[static_cast<size_t>(e)].empty(); };
+  if (after_guess && ptrs.size() == static_cast<size_t>(E_)) {  // keep the guesses that were right
+    for (int64_t e = 0; e < E_; ++e) {
+      const uint8_t*& q = ptrs[static_cast<size_t>(e)];
+      if (!q) continue;
+      b_.guesses.guessed += 1;
+      if (!routed(e)) {
+        q = nullptr;
+        continue;
+      }
+      b_.guesses.hits += 1;
+      taken[static_cast<size_t>((q - dst - L.expert_base) / L.expert_stride)] = 1;
+    }
+  } else {
+    ptrs.assign(static_cast<size_t>(E_), nullptr);
+    for (const ShardTensorPlace& t : L.tensors) {
+      SW_CHECK(t.shape.size() == 1, "runtime: unexpected tensor ", t.name, " in an MoE FFN shard");
+      copies.push_back({dst + t.offset, weights_.layers[static_cast<size_t>(layer)].ffn_norm.data(), t.bytes});
+    }
+  }
+  if (after_guess)
+    for (int64_t e = 0; e < E_; ++e) b_.guesses.routed += routed(e) ? 1 : 0;
+  uint64_t place = 0;
+  for (int64_t e = 0; e < E_; ++e) {
+    if (!routed(e) || ptrs[static_cast<size_t>(e)]) continue;
+    while (place < places && taken[static_cast<size_t>(place)]) ++place;
+    SW_CHECK(place < places, "runtime: the routed experts of layer ", layer, " do not fit the stream slot (", cap,
+             " bytes)");
+    taken[static_cast<size_t>(place)] = 1;
+    uint8_t* blk = dst + L.expert_base + place * L.expert_stride;
+    push_expert_copies(copies, blk, L, g.slice(e), u.slice(e), dn.slice(e));
+    ptrs[static_cast<size_t>(e)] = blk;
+  }
+  if (!copies.empty()) device_.copy_h2d_batch(copies.data(), copies.size());
+}
+
+void Runtime::StepRun::compute_gpu(const Action& a, const Shard& sh, int layer) {
+  if (a.part == ComputePart::RouterNext) {  // this layer's router on x as the layer before left it: a guess
+    const DevLayer w = rt_.device_layer(layer, ShardKind::Attention, plan_, base_);
+    SW_CHECK(w.router.data && w.ffn_norm && guess_d_, "runtime: the router of ", sh.name(), " is not on the device");
+    kernels_->router(w, x_d_, n_, guess_d_);
+  } else if (sh.kind == ShardKind::Attention) {
+    gpu_attention(a, sh, layer);
+  } else if (sh.kind == ShardKind::Ffn) {
+    gpu_ffn(a, sh, layer);
+  } else if (sh.kind == ShardKind::Output) {
+    gpu_output(a, sh);
+  }
+}
+
+void Runtime::StepRun::gpu_attention(const Action& a, const Shard& sh, int layer) {
+  const DevLayer w = rt_.device_layer(layer, ShardKind::Attention, plan_, base_);
+  SW_CHECK(w.wq.data, "runtime: the weights of ", sh.name(), " are not on the device");
+  switch (a.part) {
+    case ComputePart::Full:
+      SW_CHECK(kv_on_gpu_[static_cast<size_t>(layer)], "runtime: ", sh.name(),
+               " runs whole on the GPU but its KV is on the host");
+      kernels_->attention(w, x_d_, n_, kv_dev(layer, false), kv_dev(layer, true));
+      break;
+    case ComputePart::AttnPre:
+      kernels_->attention_pre(w, x_d_, n_, qkv_d_);
+      break;
+    case ComputePart::AttnPost:
+      kernels_->attention_post(w, x_d_, attn_d_, n_);
+      break;
+    case ComputePart::AttnCore:
+      fail("runtime: the attention core over a host cache runs on the CPU");
+    case ComputePart::MoeCpuShare:
+    case ComputePart::MoeGpuShare:
+    case ComputePart::MoeShareAdd:
+      fail("runtime: ", sh.name(), " is attention, not an MoE FFN to share");
+    case ComputePart::RouterNext:
+      break;                       // (compute_gpu)
+    case ComputePart::AttnStaged:  // over the host cache staged on the device, its new rows back
+      SW_CHECK(!kv_on_gpu_[static_cast<size_t>(layer)], "runtime: ", sh.name(), " stages a cache that is in VRAM");
+      kernels_->kv_layout(staged(2), staged(0), ctx_, 0, pos0_, true);
+      kernels_->kv_layout(staged(3), staged(1), ctx_, 0, pos0_, true);
+      kernels_->attention(w, x_d_, n_, staged(0), staged(1));
+      kernels_->kv_layout(staged(0), staged(2), ctx_, pos0_, pos0_ + n_, false);
+      kernels_->kv_layout(staged(1), staged(3), ctx_, pos0_, pos0_ + n_, false);
+      break;
+  }
+  if (spec_.is_moe() && a.part != ComputePart::AttnPre) {
+    kernels_->router(w, x_d_, n_, router_d_);
+    logits_on_device_ = layer;
+  }
+}
+
+// MoE: routed on the device when the plan copies no router logits for this FFN and this layer's logits
+// are the last the GPU computed (kDeviceRoutingMaxTokens, traits.h); else the host routes, once its copy
+// of the logits (or the CPU's router) is there.
+void Runtime::StepRun::gpu_ffn(const Action& a, const Shard& sh, int layer) {
+  bool host_copy = false;
+  if (spec_.is_moe())
+    for (int d : a.deps)
+      if (plan_.actions[static_cast<size_t>(d)].payload == Payload::RouterLogits) {
+        device_.host_wait(ev_[static_cast<size_t>(d)]);
+        host_copy = true;
+      }
+  const DevLayer w = rt_.device_layer(layer, ShardKind::Ffn, plan_, base_);
+  SW_CHECK(w.ffn_norm, "runtime: the weights of ", sh.name(), " are not on the device");
+  if (a.part == ComputePart::MoeGpuShare) {  // the GPU's experts into x, while the CPU computes its share
+    // (the routing is the host's: its router logits copied, or the CPU's attention routed)
+    SW_CHECK(spec_.is_moe() && a.cpu_experts > 0, "runtime: ", sh.name(), " runs a GPU share of no experts");
+    kernels_->ffn(w, x_d_, n_, &split(layer, a.cpu_experts).gpu);
+  } else if (a.part == ComputePart::MoeShareAdd) {  // then the CPU's share added
+    SW_CHECK(spec_.is_moe() && a.cpu_experts > 0 && partial_d_, "runtime: ", sh.name(),
+             " adds a CPU share of its experts that was never computed");
+    kernels_->add(x_d_, partial_d_, n_ * H_);
+  } else if (spec_.is_moe() && !host_copy && logits_on_device_ == layer) {
+    SW_CHECK(n_ <= kDeviceRoutingMaxTokens, "runtime: ", sh.name(), " routes on the device for ", n_,
+             " tokens (at most ", kDeviceRoutingMaxTokens, ")");
+    kernels_->ffn_routed(w, x_d_, n_, router_d_);
+  } else {
+    const MoeRouting* r = spec_.is_moe() ? &route(layer) : nullptr;
+    kernels_->ffn(w, x_d_, n_, r);
+  }
+}
+
+void Runtime::StepRun::gpu_output(const Action& a, const Shard& sh) {
+  const ShardLayout& L = layouts_[static_cast<size_t>(sh.id)];
+  const ShardTensorPlace* head = L.find(spec_.tie_word_embeddings ? "token_embd.weight" : "output.weight");
+  const ShardTensorPlace* norm = L.find("output_norm.weight");
+  SW_CHECK(head && norm && base_[static_cast<size_t>(sh.id)], "runtime: the LM head is not on the device");
+  const float* norm_d = nullptr;
+  DevMat m;
+  m.dtype = head->dtype;
+  m.cols = H_;
+  int64_t r0 = 0;
+  if (a.row_end > a.row_begin) {  // a streamed piece: rows at the start of the slot
+    if (!out_norm_uploaded_) {
+      device_.copy_h2d(reinterpret_cast<uint8_t*>(out_norm_d_), b_.out_norm_f32, static_cast<uint64_t>(H_) * 4);
+      device_.wait(Queue::Compute, device_.record(Queue::H2D));
+      out_norm_uploaded_ = true;
+    }
+    norm_d = out_norm_d_;
+    m.rows = a.row_end - a.row_begin;
+    // This piece's own slot: the copy of the next piece, into the other slot, may have been issued
+    // before this compute (base_ names the slot the shard was copied into last).
+    SW_CHECK(a.slot >= 0 && a.slot < 2 && slots_[a.slot], "runtime: action ", a.id, " (", a.label,
+             ") names no stream slot of the plan");
+    m.data = arena_ + slots_[a.slot]->offset;
+    r0 = a.row_begin;
+  } else {
+    norm_d = reinterpret_cast<const float*>(base_[static_cast<size_t>(sh.id)] + norm->offset);
+    m.rows = V_;
+    m.data = base_[static_cast<size_t>(sh.id)] + head->offset;
+  }
+  kernels_->output(norm_d, m, x_d_ + (n_ - 1) * H_, logits_d_ + r0);
+}
+
+void Runtime::StepRun::compute_cpu(const Action& a, const Shard& sh, int layer) {
+  if (sh.kind == ShardKind::Attention) {
+    const LayerWeights& lw = weights_.layers[static_cast<size_t>(layer)];
+    if (a.part == ComputePart::AttnCore) {
+      cpu_.attention_core(b_.qkv, n_, host_kv_->k(layer), host_kv_->v(layer), b_.attn);
+    } else {
+      SW_CHECK(a.part == ComputePart::Full, "runtime: ", sh.name(), " part ", compute_part_name(a.part),
+               " runs on the GPU, not the CPU");
+      SW_CHECK(!kv_on_gpu_[static_cast<size_t>(layer)], "runtime: ", sh.name(),
+               " runs on the CPU but its KV is on the GPU");
+      cpu_.attention(lw, b_.x, n_, host_kv_->k(layer), host_kv_->v(layer));
+      if (spec_.is_moe()) {
+        cpu_.router(lw, b_.x, n_, b_.router[static_cast<size_t>(layer)]);
+      }
+    }
+  } else if (sh.kind == ShardKind::Ffn && a.part == ComputePart::MoeCpuShare) {
+    SW_CHECK(spec_.is_moe() && a.cpu_experts > 0, "runtime: ", sh.name(), " runs a CPU share of no experts");
+    cpu_.moe_share(weights_.layers[static_cast<size_t>(layer)], b_.x, n_, split(layer, a.cpu_experts).cpu, b_.partial);
+  } else if (sh.kind == ShardKind::Ffn) {
+    const MoeRouting* r = spec_.is_moe() ? &route(layer) : nullptr;
+    cpu_.ffn(weights_.layers[static_cast<size_t>(layer)], b_.x, n_, r);
+  } else if (sh.kind == ShardKind::Output) {
+    cpu_.output(weights_.output_norm, weights_.output, b_.x + (n_ - 1) * H_, b_.logits, 0, V_);
+  }
+}
+
+bool Runtime::StepRun::needs_routing(const Action& a) const {
+  if (!spec_.is_moe() || a.shard < 0 || shards_.at(a.shard).kind != ShardKind::Ffn) return false;
+  return a.kind == ActionKind::CopyWeights || (a.kind == ActionKind::Compute && a.resource == Resource::GpuCompute);
+}
+
+bool Runtime::StepRun::routing_arrived(const Action& a) {
+  for (int d : a.deps)
+    if ((plan_.actions[static_cast<size_t>(d)].payload == Payload::RouterLogits ||
+         plan_.actions[static_cast<size_t>(d)].payload == Payload::RouterGuess) &&
+        !device_.event_done(ev_[static_cast<size_t>(d)]))
+      return false;
+  return true;
+}
+
+// The CPU's next action when it is a split layer's share and the pool has other threads to start it on
+// (start_share); nullptr otherwise.
+const Action* Runtime::StepRun::next_share() const {
+  const size_t ci = next_[static_cast<size_t>(Resource::Cpu)];
+  const auto& cq = order_[static_cast<size_t>(Resource::Cpu)];
+  if (pool_.size() <= 1 || ci >= cq.size()) return nullptr;
+  const Action& c = plan_.actions[static_cast<size_t>(cq[ci])];
+  return c.part == ComputePart::MoeCpuShare ? &c : nullptr;
+}
+
+// Every device action whose dependencies are enqueued (and routing arrived); with `hold`, not the routed
+// work of the layer whose CPU share comes next (it is enqueued beside that share; a copy on the layer's
+// guess is not held: it was to be in flight before the routing).
+void Runtime::StepRun::issue_ready(bool hold) {
+  const Action* share = hold ? next_share() : nullptr;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (Resource r : {Resource::GpuCompute, Resource::H2D, Resource::D2H, Resource::H2DAct}) {
+      auto& q = order_[static_cast<size_t>(r)];
+      size_t& i = next_[static_cast<size_t>(r)];
+      while (i < q.size()) {
+        const Action& a = plan_.actions[static_cast<size_t>(q[i])];
+        bool ready = true;
+        for (int d : a.deps) ready = ready && settled_[static_cast<size_t>(d)];
+        if (!ready ||
+            (needs_routing(a) && (!routing_arrived(a) || (share && !a.speculative && a.layer == share->layer))))
+          break;
+        execute(a);
+        settled_[static_cast<size_t>(a.id)] = 1;
+        ++finished_;
+        ++i;
+        progress = true;
+      }
+    }
+  }
+}
+
+void Runtime::StepRun::wait_routing(const Action& a) {  // the host waits for a device action's routing only
+  for (int d : a.deps) {
+    const Payload p = plan_.actions[static_cast<size_t>(d)].payload;
+    if (p == Payload::RouterLogits || p == Payload::RouterGuess) device_.host_wait(ev_[static_cast<size_t>(d)]);
+  }
+}
+
+// A split layer's CPU share, once its dependencies are in, starts at once; the host enqueues the device
+// work that is ready (the layer's routed expert copy and GPU share among it) while the pool's other
+// threads compute (ThreadPool::set_caller_work). Enqueued first, a layer's copies and GPU-share kernels
+// held its CPU share back by ~70 us (qwen30b 4G/1K decode). One thread enqueues first, then computes.
+bool Runtime::StepRun::start_share() {
+  const Action* c = next_share();
+  if (!c) return false;
+  for (int d : c->deps)
+    if (!settled_[static_cast<size_t>(d)]) return false;
+  end_capture();
+  pool_.set_caller_work([this] { issue_ready(false); });
+  try {
+    execute(*c);
+  } catch (...) {
+    pool_.set_caller_work(nullptr);  // it names this run's state
+    throw;
+  }
+  pool_.run_caller_work();
+  settle(*c);
+  return true;
+}
+
+void Runtime::StepRun::settle(const Action& a) {
+  settled_[static_cast<size_t>(a.id)] = 1;
+  ++finished_;
+  ++next_[static_cast<size_t>(a.resource)];
+}
+
+// Issue order. The host thread is both the CPU worker and the one that enqueues device work, so device
+// actions are enqueued as early as their dependencies allow — before a long CPU shard that precedes them
+// in the list — keeping each queue in list order: weight copies for later layers then run while the CPU
+// computes. Work that needs the host to know a layer's routing is only enqueued once that routing has
+// arrived (or when nothing else can proceed); a split layer's routed work is enqueued beside its CPU
+// share once that share can start (start_share).
+void Runtime::StepRun::run() {
+  const size_t N = plan_.actions.size();
+  while (finished_ < N) {
+    issue_ready(true);
+    if (start_share()) continue;
+    // The earliest action not yet settled: a CPU action (its dependencies are all settled), or a
+    // device action waiting only for its routing to reach the host.
+    int earliest = -1;
+    for (int r = 0; r < kNumResources; ++r)
+      if (next_[static_cast<size_t>(r)] < order_[static_cast<size_t>(r)].size()) {
+        const int id = order_[static_cast<size_t>(r)][next_[static_cast<size_t>(r)]];
+        if (earliest < 0 || id < earliest) earliest = id;
+      }
+    if (earliest < 0) break;
+    end_capture();  // the host is about to wait or compute: what was captured must be running
+    // A device action waits on the host for its routing only: its other dependencies are enqueued and
+    // execute() makes its queue wait for them. Waiting here for all of them blocked the host on device
+    // work: a speculative layer's miss copy on its guessed experts' copy (the whole layer's bytes), so
+    // the next layer's guess was enqueued only after it, with the host's wake-up between every layer's
+    // copies (GPU-only decode with the prefetch measured 3-50% slower than without).
+    const Action& a = plan_.actions[static_cast<size_t>(earliest)];
+    if (a.resource != Resource::Cpu) {
+      wait_routing(a);
+    }
+    execute(a);
+    settle(a);
+  }
+  end_capture();
+  device_.synchronize();
+}
+
+void Runtime::StepRun::record_timeline() {
+  if (!timed_) return;
+  for (const Action& a : plan_.actions) {
+    const size_t i = static_cast<size_t>(a.id);
+    TimelineEntry t;
+    t.run = rt_.plan_runs_;
+    t.tier = plan_.tier;
+    t.schedule = plan_.schedule;
+    t.action = a.id;
+    t.resource = a.resource;
+    t.label = a.label;
+    const bool dev = a.resource != Resource::Cpu;
+    t.start_ms = dev ? device_.timestamp_ms(t_start_[i]) : h_start_[i];
+    t.end_ms = dev ? device_.timestamp_ms(t_end_[i]) : h_end_[i];
+    if (dev) {
+      t.enqueue_start_ms = h_start_[i];
+      t.enqueue_end_ms = h_end_[i];
+    }
+    rt_.timeline_.push_back(std::move(t));
+  }
+}
+
 void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float* logits_out) {
   SW_CHECK(plan.feasible, "runtime: the ", schedule_name(plan.schedule), " plan for ", plan.tier,
            " tokens is infeasible (", plan.infeasible_reason, ")");
@@ -760,569 +1605,15 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
     kv_on_gpu_ = plan.kv_on_gpu;
     kv_fixed_ = true;
   }
-  SW_CHECK(plan.kv_on_gpu == kv_on_gpu_, "runtime: this plan keeps the KV cache elsewhere than earlier steps (plans "
-                                         "of one table must share the KV placement)");
-  const ModelSpec& sp = spec_;
-  const int64_t H = sp.hidden_size, QD = sp.q_dim(), KVD = sp.kv_dim(), W = QD + 2 * KVD, V = sp.vocab_size;
-  const int64_t E = sp.is_moe() ? sp.num_experts : 0;
-  const int64_t pos0 = n_past_;
-  Buffers& b = *buf_;
-  SW_CHECK(n <= b.max_tokens, "runtime: ", n, " tokens exceed the host staging's ", b.max_tokens);
-  for (auto& r : b.routing) r.reset();
-  for (auto& r : b.split) r.reset();
-  for (auto& e : b.expert_ptrs) e.clear();
-
-  // Device buffers at the start of the plan's scratch region; the rest is the kernels' workspace.
-  const ArenaRegion* scratch = region(plan, "scratch");
-  SW_CHECK(scratch != nullptr, "runtime: the plan has no scratch region");
-  uint8_t* s = arena_ + scratch->offset;
-  auto take = [&](uint64_t bytes) {
-    uint8_t* p = s;
-    s += align_up(bytes);
-    return p;
-  };
-  float* x_d = reinterpret_cast<float*>(take(static_cast<uint64_t>(n * H) * 4));
-  float* qkv_d = reinterpret_cast<float*>(take(static_cast<uint64_t>(n * W) * 4));
-  float* attn_d = reinterpret_cast<float*>(take(static_cast<uint64_t>(n * QD) * 4));
-  float* router_d = reinterpret_cast<float*>(take(static_cast<uint64_t>(std::max<int64_t>(1, n * E)) * 4));
-  float* logits_d = reinterpret_cast<float*>(take(static_cast<uint64_t>(V) * 4));
-  float* out_norm_d = reinterpret_cast<float*>(take(static_cast<uint64_t>(H) * 4));
-  bool shares = false;  // an MoE layer split between CPU and GPU: the CPU share's device copy
-  for (const Action& a : plan.actions) shares = shares || a.payload == Payload::MoePartial;
-  float* partial_d = shares ? reinterpret_cast<float*>(take(static_cast<uint64_t>(n * H) * 4)) : nullptr;
-  bool guesses = false;  // router_next: the next layer's guessed router logits
-  for (const Action& a : plan.actions) guesses = guesses || a.part == ComputePart::RouterNext;
-  float* guess_d = guesses ? reinterpret_cast<float*>(take(static_cast<uint64_t>(std::max<int64_t>(1, n * E)) * 4)) : nullptr;
-  const uint64_t used = static_cast<uint64_t>(s - (arena_ + scratch->offset));
-  SW_CHECK(used <= scratch->bytes, "runtime: the step's activations (", used, " bytes) exceed the plan's scratch (",
-           scratch->bytes, " bytes)");
-  kernels_->set_workspace(s, scratch->bytes - used);
-  arena_peak_ = std::max(arena_peak_, plan.vram_bytes);
-
-  ensure_resident(plan);
-  // Where each shard's weights are on the device for this step (slots are filled by copies).
-  std::vector<uint8_t*> base(shards_.shards.size(), nullptr);
-  for (const auto& p : plan.placements)
-    if (p.home == WeightHome::Pinned && p.arena_offset >= 0 && shards_.at(p.shard).kind != ShardKind::Kv)
-      base[static_cast<size_t>(p.shard)] = arena_ + p.arena_offset;
-  const ArenaRegion* slots[2] = {region(plan, "slot0"), region(plan, "slot1")};
-  auto kv_dev = [&](int layer, bool v) -> float* {
-    const auto& p = plan.placements[static_cast<size_t>(shards_.kv[static_cast<size_t>(layer)])];
-    SW_CHECK(p.arena_offset >= 0, "runtime: layer ", layer, " keeps its KV in VRAM but the plan gives no offset");
-    uint8_t* k = arena_ + p.arena_offset;
-    check_region(k, 2ull * static_cast<uint64_t>(table_.ctx * KVD) * 4, "a KV cache");
-    return reinterpret_cast<float*>(k) + (v ? table_.ctx * KVD : 0);
-  };
-
-  // A host cache staged for a layer's attention on the GPU (attn_staged): K then V, position-major as
-  // the device attends to them, then K then V head-major as they cross PCIe (kv_cache.h's layout).
-  const ArenaRegion* staging = region(plan, "kv staging");
-  const int64_t cap = table_.ctx, hd = sp.head_dim, kv_heads = sp.num_key_value_heads;
-  auto staged = [&](int part) -> float* {  // 0, 1: K, V position-major; 2, 3: K, V head-major
-    SW_CHECK(staging != nullptr, "runtime: the plan stages a host cache but has no 'kv staging' region");
-    const uint64_t one = static_cast<uint64_t>(cap * KVD) * 4;
-    SW_CHECK(4 * one <= staging->bytes, "runtime: the plan's 'kv staging' region (", staging->bytes, " bytes) holds no ",
-             "layer's K and V twice (", 4 * one, ")");
-    return reinterpret_cast<float*>(arena_ + staging->offset + static_cast<uint64_t>(part) * one);
-  };
-  // Rows [p0, p1) of every head between a host cache and the head-major half of the staging.
-  auto copy_heads = [&](int layer, bool up, int64_t p0, int64_t p1, Queue q) {
-    if (p1 <= p0) return;
-    for (int which = 0; which < 2; ++which) {
-      float* host = which == 0 ? host_kv_->k(layer) : host_kv_->v(layer);
-      float* dev = staged(2 + which);
-      for (int64_t h = 0; h < kv_heads; ++h) {
-        const int64_t at = (h * cap + p0) * hd;
-        const uint64_t bytes = static_cast<uint64_t>((p1 - p0) * hd) * 4;
-        if (up) device_.copy_h2d(reinterpret_cast<uint8_t*>(dev + at), host + at, bytes, q);
-        else device_.copy_d2h(host + at, reinterpret_cast<uint8_t*>(dev + at), bytes);
-      }
-    }
-  };
-
-  kernels_->prepare_step(pos0, n);
-  cpu_.prepare_step(pos0, n);
-  bool out_norm_uploaded = false;
-  int logits_on_device = -1;  // the layer whose router logits router_d holds
-  std::vector<Event> ev(plan.actions.size());
-  auto route = [&](int layer) -> const MoeRouting& {
-    auto& r = b.routing[static_cast<size_t>(layer)];
-    if (!r) r = std::make_unique<MoeRouting>(route_tokens(b.router[static_cast<size_t>(layer)], n, E,
-                                                           sp.num_experts_per_tok, sp.norm_topk_prob));
-    return *r;
-  };
-  auto split = [&](int layer, int cpu_experts) -> const MoeSplit& {
-    auto& sp_ = b.split[static_cast<size_t>(layer)];
-    if (!sp_) sp_ = std::make_unique<MoeSplit>(split_routing(route(layer), cpu_experts, sp.num_experts_per_tok));
-    return *sp_;
-  };
-
-  // The measured timeline of this run (options_.timeline_runs): queue timestamps around device
-  // actions, host clock around CPU ones, both from time 0 here (every queue idle after the last run).
-  const bool timed = plan_runs_ >= options_.timeline_first && plan_runs_ < options_.timeline_first + options_.timeline_runs;
-  if (plan_runs_ == options_.profiler_runs_begin) device_.profiler_range(true);
-  std::vector<Event> t_start, t_end;
-  std::vector<double> h_start, h_end;
-  std::chrono::steady_clock::time_point host0;
-  if (timed) {
-    device_.begin_timeline();
-    host0 = std::chrono::steady_clock::now();
-    t_start.resize(plan.actions.size());
-    t_end.resize(plan.actions.size());
-    h_start.assign(plan.actions.size(), 0);
-    h_end.assign(plan.actions.size(), 0);
-  }
-  auto host_ms = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host0).count(); };
-
-  // CUDA graphs (options_.cuda_graphs): consecutive GPU compute actions are captured as one graph,
-  // launched when anything else comes next; their events are then the one recorded after the graph.
-  bool graph_plan = options_.cuda_graphs && !timed && n <= kDeviceRoutingMaxTokens;
-  for (const Action& a : plan.actions) {
-    if (!graph_plan) break;
-    const bool cpu_work = a.resource == Resource::Cpu && a.kind != ActionKind::Embed;
-    graph_plan = !cpu_work && a.kind != ActionKind::CopyWeights && a.payload != Payload::RouterLogits;
-  }
-  bool capturing = false;
-  std::vector<int> captured;  // actions inside the open capture
-  auto end_capture = [&] {
-    if (!capturing) return;
-    device_.end_capture(Queue::Compute, (static_cast<uint64_t>(reinterpret_cast<uintptr_t>(&plan)) << 12) ^
-                                            static_cast<uint64_t>(captured.front()));
-    const Event g = device_.record(Queue::Compute);
-    for (int id : captured) ev[static_cast<size_t>(id)] = g;
-    captured.clear();
-    capturing = false;
-  };
-  auto execute = [&](const Action& a) {
-    const bool on_device = a.resource != Resource::Cpu;
-    if (trace_)
-      log_message(LogLevel::Info, str_cat("action ", a.id, " ", resource_name(a.resource), " ", action_kind_name(a.kind), " ",
-                                          a.label, " bytes=", a.bytes, " slot=", a.slot));
-    // A capture holds only GPU compute actions that wait for nothing outside it.
-    const bool graphable = graph_plan && a.resource == Resource::GpuCompute && a.kind == ActionKind::Compute;
-    if (capturing) {
-      bool outside_dep = false;
-      for (int d : a.deps) {
-        const Event& e = ev[static_cast<size_t>(d)];
-        outside_dep = outside_dep || (e.valid() && e.queue != static_cast<int>(Queue::Compute));
-      }
-      if (!graphable || outside_dep || captured.size() >= static_cast<size_t>(kGraphMaxActions)) end_capture();
-    }
-    // Dependencies: device work waits on other queues' events; CPU work waits on the host.
-    for (int d : a.deps) {
-      const Event& e = ev[static_cast<size_t>(d)];
-      if (!e.valid()) continue;  // CPU actions are done in program order
-      if (on_device) device_.wait(queue_of(a.resource), e);
-      else device_.host_wait(e);
-    }
-    if (graphable && !capturing) capturing = device_.begin_capture(Queue::Compute);
-    const Shard* sh = a.shard >= 0 ? &shards_.at(a.shard) : nullptr;
-    const int layer = sh ? sh->layer : -1;
-    if (timed) {  // the host clock first: the queue may pass its timestamp before the host reads a clock
-      h_start[static_cast<size_t>(a.id)] = host_ms();
-      if (on_device) t_start[static_cast<size_t>(a.id)] = device_.timestamp(queue_of(a.resource));
-    }
-    switch (a.kind) {
-      case ActionKind::Embed:
-        embed_rows(weights_.token_embd, tokens, n, b.x);
-        break;
-      case ActionKind::CopyActivations: {
-        const bool h2d = a.resource == Resource::H2D || a.resource == Resource::H2DAct;
-        const Queue up = queue_of(a.resource);
-        switch (a.payload) {
-          case Payload::Residual:
-            if (h2d) device_.copy_h2d(reinterpret_cast<uint8_t*>(x_d), b.x, static_cast<uint64_t>(n * H) * 4, up);
-            else device_.copy_d2h(b.x, reinterpret_cast<uint8_t*>(x_d), static_cast<uint64_t>(n * H) * 4);
-            break;
-          case Payload::Qkv:
-            SW_CHECK(!h2d, "runtime: q,k,v only go to the host");
-            device_.copy_d2h(b.qkv, reinterpret_cast<uint8_t*>(qkv_d), static_cast<uint64_t>(n * W) * 4);
-            break;
-          case Payload::AttnOut:
-            SW_CHECK(h2d, "runtime: the attention output only goes to the device");
-            device_.copy_h2d(reinterpret_cast<uint8_t*>(attn_d), b.attn, static_cast<uint64_t>(n * QD) * 4, up);
-            break;
-          case Payload::RouterLogits: {
-            device_.copy_d2h(b.router[static_cast<size_t>(layer)], reinterpret_cast<uint8_t*>(router_d),
-                             static_cast<uint64_t>(n * E) * 4);
-            break;
-          }
-          case Payload::KvPast:  // the cached rows [0, pos0) of the layer's host cache, into the staging
-            SW_CHECK(h2d && !kv_on_gpu_[static_cast<size_t>(layer)], "runtime: ", a.label, " stages a cache that is not on the host");
-            copy_heads(layer, true, 0, pos0, up);
-            break;
-          case Payload::RouterGuess:  // a layer's guessed router logits (router_next), down to the host
-            SW_CHECK(!h2d && guess_d && b.guess[static_cast<size_t>(a.layer)], "runtime: action ", a.id, " (", a.label,
-                     ") copies guessed router logits no router_next computed");
-            device_.copy_d2h(b.guess[static_cast<size_t>(a.layer)], reinterpret_cast<uint8_t*>(guess_d), static_cast<uint64_t>(n * E) * 4);
-            break;
-          case Payload::MoePartial:  // an MoE layer's CPU share of the experts' outputs, up to the GPU
-            SW_CHECK(h2d && partial_d, "runtime: action ", a.id, " (", a.label, ") moves an MoE share the wrong way");
-            device_.copy_h2d(reinterpret_cast<uint8_t*>(partial_d), b.partial, static_cast<uint64_t>(n * H) * 4, up);
-            break;
-          case Payload::KvNew:  // the step's rows back into the layer's host cache
-            SW_CHECK(!h2d && !kv_on_gpu_[static_cast<size_t>(layer)], "runtime: ", a.label, " returns rows of a cache not on the host");
-            copy_heads(layer, false, pos0, pos0 + n, Queue::D2H);
-            break;
-          case Payload::None:
-            fail("runtime: action ", a.id, " (", a.label, ") copies no known activation");
-        }
-        break;
-      }
-      case ActionKind::CopyWeights: {
-        SW_CHECK(sh && a.slot >= 0 && a.slot < 2 && slots[a.slot], "runtime: action ", a.id, " (", a.label,
-                 ") names no stream slot of the plan");
-        uint8_t* dst = arena_ + slots[a.slot]->offset;
-        const uint64_t cap = slots[a.slot]->bytes;
-        if (sh->kind == ShardKind::Ffn && sp.is_moe()) {
-          // Only the routed experts; the routing must be on the host now (the slot's previous user is
-          // waited for on the device, like any dependency). Without a guess they are packed in ascending
-          // order. A speculative copy packs the experts its layer's guessed logits pick; the layer's own
-          // copy after it only the routed experts the guess missed, into the places of the guesses not
-          // routed (so after a guess the places are in no order; expert_ptrs says which is where).
-          bool after_guess = false;
-          for (int d : a.deps) {
-            const Action& dep = plan.actions[static_cast<size_t>(d)];
-            if (dep.payload == Payload::RouterLogits || dep.payload == Payload::RouterGuess) device_.host_wait(ev[static_cast<size_t>(d)]);
-            after_guess = after_guess || (dep.speculative && dep.shard == a.shard);
-          }
-          std::unique_ptr<MoeRouting> guess;
-          if (a.speculative) {
-            const float* g = b.guess[static_cast<size_t>(layer)];
-            SW_CHECK(g != nullptr, "runtime: ", a.label, " has no guessed router logits");
-            if (options_.guess_test != RuntimeOptions::GuessTest::Router) g = test_guess(g, n, b.inverted);
-            guess = std::make_unique<MoeRouting>(route_tokens(g, n, E, sp.num_experts_per_tok, sp.norm_topk_prob));
-            if (a.cpu_experts > 0)  // a split layer: the GPU's share of the guess
-              guess = std::make_unique<MoeRouting>(split_routing(*guess, a.cpu_experts, sp.num_experts_per_tok).gpu);
-          }
-          // A layer split between CPU and GPU copies only the GPU's share of the routed experts.
-          const MoeRouting& r = guess ? *guess : a.cpu_experts > 0 ? split(layer, a.cpu_experts).gpu : route(layer);
-          const ShardLayout& L = layouts_[static_cast<size_t>(sh->id)];
-          const std::string p = "blk." + std::to_string(layer) + ".";
-          const TensorView& g = source_.tensor(p + "ffn_gate_exps.weight");
-          const TensorView& u = source_.tensor(p + "ffn_up_exps.weight");
-          const TensorView& dn = source_.tensor(p + "ffn_down_exps.weight");
-          auto& ptrs = b.expert_ptrs[static_cast<size_t>(layer)];
-          // The FFN norm sits at its layout offset (before the experts); the experts follow, packed.
-          // All of it goes through Device::copy_h2d_batch.
-          std::vector<Device::HostCopy>& copies = b.expert_copies;
-          copies.clear();
-          const uint64_t places = cap > L.expert_base && L.expert_stride > 0 ? (cap - L.expert_base) / L.expert_stride : 0;
-          std::vector<char>& taken = b.taken;
-          taken.assign(static_cast<size_t>(places), 0);
-          auto routed = [&](int64_t e) { return !r.tokens_of_expert[static_cast<size_t>(e)].empty(); };
-          if (after_guess && ptrs.size() == static_cast<size_t>(E)) {  // keep the guesses that were right
-            for (int64_t e = 0; e < E; ++e) {
-              const uint8_t*& q = ptrs[static_cast<size_t>(e)];
-              if (!q) continue;
-              b.guesses.guessed += 1;
-              if (!routed(e)) {
-                q = nullptr;
-                continue;
-              }
-              b.guesses.hits += 1;
-              taken[static_cast<size_t>((q - dst - L.expert_base) / L.expert_stride)] = 1;
-            }
-          } else {
-            ptrs.assign(static_cast<size_t>(E), nullptr);
-            for (const ShardTensorPlace& t : L.tensors) {
-              SW_CHECK(t.shape.size() == 1, "runtime: unexpected tensor ", t.name, " in an MoE FFN shard");
-              copies.push_back({dst + t.offset, weights_.layers[static_cast<size_t>(layer)].ffn_norm.data(), t.bytes});
-            }
-          }
-          if (after_guess)
-            for (int64_t e = 0; e < E; ++e) b.guesses.routed += routed(e) ? 1 : 0;
-          uint64_t place = 0;
-          for (int64_t e = 0; e < E; ++e) {
-            if (!routed(e) || ptrs[static_cast<size_t>(e)]) continue;
-            while (place < places && taken[static_cast<size_t>(place)]) ++place;
-            SW_CHECK(place < places, "runtime: the routed experts of layer ", layer, " do not fit the stream slot (", cap, " bytes)");
-            taken[static_cast<size_t>(place)] = 1;
-            uint8_t* blk = dst + L.expert_base + place * L.expert_stride;
-            push_expert_copies(copies, blk, L, g.slice(e), u.slice(e), dn.slice(e));
-            ptrs[static_cast<size_t>(e)] = blk;
-          }
-          if (!copies.empty()) device_.copy_h2d_batch(copies.data(), copies.size());
-        } else {
-          const uint64_t need = a.row_end > a.row_begin ? a.bytes : sh->bytes;
-          SW_CHECK(need <= cap, "runtime: shard ", sh->name(), " (", need, " bytes) does not fit its stream slot (", cap, ")");
-          check_region(dst, need, "a stream slot");
-          copy_shard(*sh, dst, a.row_begin, a.row_end);
-        }
-        base[static_cast<size_t>(sh->id)] = dst;
-        break;
-      }
-      case ActionKind::Compute: {
-        SW_CHECK(sh != nullptr, "runtime: compute action ", a.id, " names no shard");
-        if (a.resource == Resource::GpuCompute) {
-          if (a.part == ComputePart::RouterNext) {  // this layer's router on x as the layer before left it: a guess
-            const DevLayer w = device_layer(layer, ShardKind::Attention, plan, base);
-            SW_CHECK(w.router.data && w.ffn_norm && guess_d, "runtime: the router of ", sh->name(), " is not on the device");
-            kernels_->router(w, x_d, n, guess_d);
-          } else if (sh->kind == ShardKind::Attention) {
-            const DevLayer w = device_layer(layer, ShardKind::Attention, plan, base);
-            SW_CHECK(w.wq.data, "runtime: the weights of ", sh->name(), " are not on the device");
-            switch (a.part) {
-              case ComputePart::Full:
-                SW_CHECK(kv_on_gpu_[static_cast<size_t>(layer)], "runtime: ", sh->name(), " runs whole on the GPU but its KV is on the host");
-                kernels_->attention(w, x_d, n, kv_dev(layer, false), kv_dev(layer, true));
-                break;
-              case ComputePart::AttnPre: kernels_->attention_pre(w, x_d, n, qkv_d); break;
-              case ComputePart::AttnPost: kernels_->attention_post(w, x_d, attn_d, n); break;
-              case ComputePart::AttnCore: fail("runtime: the attention core over a host cache runs on the CPU");
-              case ComputePart::MoeCpuShare:
-              case ComputePart::MoeGpuShare:
-              case ComputePart::MoeShareAdd: fail("runtime: ", sh->name(), " is attention, not an MoE FFN to share");
-              case ComputePart::RouterNext: break;  // (above)
-              case ComputePart::AttnStaged:  // over the host cache staged on the device, its new rows back
-                SW_CHECK(!kv_on_gpu_[static_cast<size_t>(layer)], "runtime: ", sh->name(), " stages a cache that is in VRAM");
-                kernels_->kv_layout(staged(2), staged(0), cap, 0, pos0, true);
-                kernels_->kv_layout(staged(3), staged(1), cap, 0, pos0, true);
-                kernels_->attention(w, x_d, n, staged(0), staged(1));
-                kernels_->kv_layout(staged(0), staged(2), cap, pos0, pos0 + n, false);
-                kernels_->kv_layout(staged(1), staged(3), cap, pos0, pos0 + n, false);
-                break;
-            }
-            if (sp.is_moe() && a.part != ComputePart::AttnPre) {
-              kernels_->router(w, x_d, n, router_d);
-              logits_on_device = layer;
-            }
-          } else if (sh->kind == ShardKind::Ffn) {
-            // MoE: routed on the device when the plan copies no router logits for this FFN and this
-            // layer's logits are the last the GPU computed (planner kDeviceRoutingMaxTokens); else the
-            // host routes, once its copy of the logits (or the CPU's router) is there.
-            bool host_copy = false;
-            if (sp.is_moe())
-              for (int d : a.deps)
-                if (plan.actions[static_cast<size_t>(d)].payload == Payload::RouterLogits) {
-                  device_.host_wait(ev[static_cast<size_t>(d)]);
-                  host_copy = true;
-                }
-            const DevLayer w = device_layer(layer, ShardKind::Ffn, plan, base);
-            SW_CHECK(w.ffn_norm, "runtime: the weights of ", sh->name(), " are not on the device");
-            if (a.part == ComputePart::MoeGpuShare) {  // the GPU's experts into x, while the CPU computes its share
-              // (the routing is the host's: its router logits copied, or the CPU's attention routed)
-              SW_CHECK(sp.is_moe() && a.cpu_experts > 0, "runtime: ", sh->name(), " runs a GPU share of no experts");
-              kernels_->ffn(w, x_d, n, &split(layer, a.cpu_experts).gpu);
-            } else if (a.part == ComputePart::MoeShareAdd) {  // then the CPU's share added
-              SW_CHECK(sp.is_moe() && a.cpu_experts > 0 && partial_d, "runtime: ", sh->name(),
-                       " adds a CPU share of its experts that was never computed");
-              kernels_->add(x_d, partial_d, n * H);
-            } else if (sp.is_moe() && !host_copy && logits_on_device == layer) {
-              SW_CHECK(n <= kDeviceRoutingMaxTokens, "runtime: ", sh->name(), " routes on the device for ", n,
-                       " tokens (at most ", kDeviceRoutingMaxTokens, ")");
-              kernels_->ffn_routed(w, x_d, n, router_d);
-            } else {
-              const MoeRouting* r = sp.is_moe() ? &route(layer) : nullptr;
-              kernels_->ffn(w, x_d, n, r);
-            }
-          } else if (sh->kind == ShardKind::Output) {
-            const ShardLayout& L = layouts_[static_cast<size_t>(sh->id)];
-            const ShardTensorPlace* head = L.find(sp.tie_word_embeddings ? "token_embd.weight" : "output.weight");
-            const ShardTensorPlace* norm = L.find("output_norm.weight");
-            SW_CHECK(head && norm && base[static_cast<size_t>(sh->id)], "runtime: the LM head is not on the device");
-            const float* norm_d = nullptr;
-            DevMat m;
-            m.dtype = head->dtype;
-            m.cols = H;
-            int64_t r0 = 0;
-            if (a.row_end > a.row_begin) {  // a streamed piece: rows at the start of the slot
-              if (!out_norm_uploaded) {
-                device_.copy_h2d(reinterpret_cast<uint8_t*>(out_norm_d), b.out_norm_f32, static_cast<uint64_t>(H) * 4);
-                device_.wait(Queue::Compute, device_.record(Queue::H2D));
-                out_norm_uploaded = true;
-              }
-              norm_d = out_norm_d;
-              m.rows = a.row_end - a.row_begin;
-              // This piece's own slot: the copy of the next piece, into the other slot, may have been
-              // issued before this compute (base[] names the slot the shard was copied into last).
-              SW_CHECK(a.slot >= 0 && a.slot < 2 && slots[a.slot], "runtime: action ", a.id, " (", a.label,
-                       ") names no stream slot of the plan");
-              m.data = arena_ + slots[a.slot]->offset;
-              r0 = a.row_begin;
-            } else {
-              norm_d = reinterpret_cast<const float*>(base[static_cast<size_t>(sh->id)] + norm->offset);
-              m.rows = V;
-              m.data = base[static_cast<size_t>(sh->id)] + head->offset;
-            }
-            kernels_->output(norm_d, m, x_d + (n - 1) * H, logits_d + r0);
-          }
-        } else {  // CPU
-          if (sh->kind == ShardKind::Attention) {
-            const LayerWeights& lw = weights_.layers[static_cast<size_t>(layer)];
-            if (a.part == ComputePart::AttnCore) {
-              cpu_.attention_core(b.qkv, n, host_kv_->k(layer), host_kv_->v(layer), b.attn);
-            } else {
-              SW_CHECK(a.part == ComputePart::Full, "runtime: ", sh->name(), " part ", compute_part_name(a.part),
-                       " runs on the GPU, not the CPU");
-              SW_CHECK(!kv_on_gpu_[static_cast<size_t>(layer)], "runtime: ", sh->name(), " runs on the CPU but its KV is on the GPU");
-              cpu_.attention(lw, b.x, n, host_kv_->k(layer), host_kv_->v(layer));
-              if (sp.is_moe()) {
-                cpu_.router(lw, b.x, n, b.router[static_cast<size_t>(layer)]);
-              }
-            }
-          } else if (sh->kind == ShardKind::Ffn && a.part == ComputePart::MoeCpuShare) {
-            SW_CHECK(sp.is_moe() && a.cpu_experts > 0, "runtime: ", sh->name(), " runs a CPU share of no experts");
-            cpu_.moe_share(weights_.layers[static_cast<size_t>(layer)], b.x, n, split(layer, a.cpu_experts).cpu, b.partial);
-          } else if (sh->kind == ShardKind::Ffn) {
-            const MoeRouting* r = sp.is_moe() ? &route(layer) : nullptr;
-            cpu_.ffn(weights_.layers[static_cast<size_t>(layer)], b.x, n, r);
-          } else if (sh->kind == ShardKind::Output) {
-            cpu_.output(weights_.output_norm, weights_.output, b.x + (n - 1) * H, b.logits, 0, V);
-          }
-        }
-        break;
-      }
-      case ActionKind::CopyLogits:
-        device_.copy_d2h(b.logits, reinterpret_cast<uint8_t*>(logits_d), static_cast<uint64_t>(V) * 4);
-        break;
-    }
-    if (timed) {
-      h_end[static_cast<size_t>(a.id)] = host_ms();
-      if (on_device) t_end[static_cast<size_t>(a.id)] = device_.timestamp(queue_of(a.resource));
-    }
-    if (capturing && graphable) captured.push_back(a.id);
-    else if (on_device) ev[static_cast<size_t>(a.id)] = device_.record(queue_of(a.resource));
-  };
-
-  // Issue order. The host thread is both the CPU worker and the one that enqueues device work, so
-  // device actions are enqueued as early as their dependencies allow — before a long CPU shard that
-  // precedes them in the list — keeping each queue in list order: weight copies for later layers
-  // then run while the CPU computes. Work that needs the host to know a layer's routing is only
-  // enqueued once that routing has arrived (or when nothing else can proceed); a split layer's routed
-  // work is enqueued beside its CPU share once that share can start (start_share below).
-  const size_t N = plan.actions.size();
-  std::vector<std::vector<int>> order(kNumResources);
-  for (const Action& a : plan.actions) order[static_cast<size_t>(a.resource)].push_back(a.id);
-  std::vector<size_t> next(kNumResources, 0);
-  std::vector<char> settled(N, 0);  // device action enqueued, or CPU action finished
-  auto needs_routing = [&](const Action& a) {
-    if (!sp.is_moe() || a.shard < 0 || shards_.at(a.shard).kind != ShardKind::Ffn) return false;
-    return a.kind == ActionKind::CopyWeights || (a.kind == ActionKind::Compute && a.resource == Resource::GpuCompute);
-  };
-  auto routing_arrived = [&](const Action& a) {
-    for (int d : a.deps)
-      if ((plan.actions[static_cast<size_t>(d)].payload == Payload::RouterLogits ||
-           plan.actions[static_cast<size_t>(d)].payload == Payload::RouterGuess) &&
-          !device_.event_done(ev[static_cast<size_t>(d)]))
-        return false;
-    return true;
-  };
-  size_t finished = 0;
-  // The CPU's next action when it is a split layer's share and the pool has other threads to start it
-  // on (below); nullptr otherwise.
-  auto next_share = [&]() -> const Action* {
-    const size_t ci = next[static_cast<size_t>(Resource::Cpu)];
-    const auto& cq = order[static_cast<size_t>(Resource::Cpu)];
-    if (pool_.size() <= 1 || ci >= cq.size()) return nullptr;
-    const Action& c = plan.actions[static_cast<size_t>(cq[ci])];
-    return c.part == ComputePart::MoeCpuShare ? &c : nullptr;
-  };
-  // Every device action whose dependencies are enqueued (and routing arrived); with `hold`, not the
-  // routed work of the layer whose CPU share comes next (it is enqueued beside that share; a copy on
-  // the layer's guess is not held: it was to be in flight before the routing).
-  auto issue_ready = [&](bool hold) {
-    const Action* share = hold ? next_share() : nullptr;
-    for (bool progress = true; progress;) {
-      progress = false;
-      for (Resource r : {Resource::GpuCompute, Resource::H2D, Resource::D2H, Resource::H2DAct}) {
-        auto& q = order[static_cast<size_t>(r)];
-        size_t& i = next[static_cast<size_t>(r)];
-        while (i < q.size()) {
-          const Action& a = plan.actions[static_cast<size_t>(q[i])];
-          bool ready = true;
-          for (int d : a.deps) ready = ready && settled[static_cast<size_t>(d)];
-          if (!ready || (needs_routing(a) && (!routing_arrived(a) || (share && !a.speculative && a.layer == share->layer)))) break;
-          execute(a);
-          settled[static_cast<size_t>(a.id)] = 1;
-          ++finished;
-          ++i;
-          progress = true;
-        }
-      }
-    }
-  };
-  auto wait_routing = [&](const Action& a) {  // the host waits for a device action's routing only
-    for (int d : a.deps) {
-      const Payload p = plan.actions[static_cast<size_t>(d)].payload;
-      if (p == Payload::RouterLogits || p == Payload::RouterGuess) device_.host_wait(ev[static_cast<size_t>(d)]);
-    }
-  };
-  // A split layer's CPU share, once its dependencies are in, starts at once; the host enqueues the
-  // device work that is ready (the layer's routed expert copy and GPU share among it) while the pool's
-  // other threads compute (ThreadPool::set_caller_work). Enqueued first, a layer's copies and GPU-share
-  // kernels held its CPU share back by ~70 us (qwen30b 4G/1K decode). One thread enqueues first, then
-  // computes.
-  auto start_share = [&]() {
-    const Action* c = next_share();
-    if (!c) return false;
-    for (int d : c->deps)
-      if (!settled[static_cast<size_t>(d)]) return false;
-    end_capture();
-    pool_.set_caller_work([&] { issue_ready(false); });
-    try {
-      execute(*c);
-    } catch (...) {
-      pool_.set_caller_work(nullptr);  // it names this step's locals
-      throw;
-    }
-    pool_.run_caller_work();
-    settled[static_cast<size_t>(c->id)] = 1;
-    ++finished;
-    ++next[static_cast<size_t>(Resource::Cpu)];
-    return true;
-  };
-  while (finished < N) {
-    issue_ready(true);
-    if (start_share()) continue;
-    // The earliest action not yet settled: a CPU action (its dependencies are all settled), or a
-    // device action waiting only for its routing to reach the host.
-    int earliest = -1;
-    for (int r = 0; r < kNumResources; ++r)
-      if (next[static_cast<size_t>(r)] < order[static_cast<size_t>(r)].size()) {
-        const int id = order[static_cast<size_t>(r)][next[static_cast<size_t>(r)]];
-        if (earliest < 0 || id < earliest) earliest = id;
-      }
-    if (earliest < 0) break;
-    end_capture();  // the host is about to wait or compute: what was captured must be running
-    // A device action waits on the host for its routing only: its other dependencies are enqueued and
-    // execute() makes its queue wait for them. Waiting here for all of them blocked the host on device
-    // work — a speculative layer's miss copy on its guessed experts' copy (the whole layer's bytes), so
-    // the next layer's guess was enqueued only after it, with the host's wake-up between every layer's
-    // copies (GPU-only decode with the prefetch measured 3-50% slower than without, the fifteenth session).
-    const Action& a = plan.actions[static_cast<size_t>(earliest)];
-    if (a.resource != Resource::Cpu) {
-      wait_routing(a);
-    }
-    execute(a);
-    settled[static_cast<size_t>(a.id)] = 1;
-    ++finished;
-    ++next[static_cast<size_t>(a.resource)];
-  }
-  end_capture();
-  device_.synchronize();
-  if (timed)
-    for (const Action& a : plan.actions) {
-      const size_t i = static_cast<size_t>(a.id);
-      TimelineEntry t;
-      t.run = plan_runs_;
-      t.tier = plan.tier;
-      t.schedule = plan.schedule;
-      t.action = a.id;
-      t.resource = a.resource;
-      t.label = a.label;
-      const bool dev = a.resource != Resource::Cpu;
-      t.start_ms = dev ? device_.timestamp_ms(t_start[i]) : h_start[i];
-      t.end_ms = dev ? device_.timestamp_ms(t_end[i]) : h_end[i];
-      if (dev) {
-        t.enqueue_start_ms = h_start[i];
-        t.enqueue_end_ms = h_end[i];
-      }
-      timeline_.push_back(std::move(t));
-    }
+  SW_CHECK(plan.kv_on_gpu == kv_on_gpu_,
+           "runtime: this plan keeps the KV cache elsewhere than earlier steps (plans "
+           "of one table must share the KV placement)");
+  StepRun run(*this, plan, tokens, n);
+  run.run();
+  run.record_timeline();
   ++plan_runs_;
   if (plan_runs_ == options_.profiler_runs_end) device_.profiler_range(false);
-  std::memcpy(logits_out, b.logits, static_cast<size_t>(V) * sizeof(float));
+  std::memcpy(logits_out, buf_->logits, static_cast<size_t>(spec_.vocab_size) * sizeof(float));
   n_past_ += n;
 }
 

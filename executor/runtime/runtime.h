@@ -19,8 +19,9 @@
 #include "executor/model/cpu_blocks.h"
 #include "executor/model/model_weights.h"
 #include "executor/session/step_engine.h"
+#include "executor/traits.h"
 #include "planner/plan.h"
-#include "planner/shards.h"
+#include "planner/shard_layout.h"
 
 namespace shardwise {
 
@@ -72,7 +73,7 @@ struct TimelineEntry {
   int run = 0;       // plan runs counted from the first step (a chunked step runs its plan several times)
   int64_t tier = 0;  // the plan's tier and schedule
   Schedule schedule = Schedule::Static;
-  int action = 0;    // the action's id in that plan
+  int action = 0;  // the action's id in that plan
   Resource resource = Resource::Cpu;
   std::string label;
   double start_ms = 0, end_ms = 0;
@@ -82,9 +83,9 @@ struct TimelineEntry {
 };
 
 struct RuntimeStep {
-  int64_t tokens = 0;     // new tokens of the step
-  int64_t tier = 0;       // the plan's tier
-  int64_t chunks = 1;     // how many runs of that plan the step took
+  int64_t tokens = 0;  // new tokens of the step
+  int64_t tier = 0;    // the plan's tier
+  int64_t chunks = 1;  // how many runs of that plan the step took
   Schedule schedule = Schedule::Static;
   double ms = 0;
 };
@@ -107,8 +108,8 @@ class Runtime : public StepEngine {
  public:
   // `weights` must be arranged from `source`; the plan table must have been built for this model
   // (shard layout and dtypes are checked).
-  Runtime(const WeightSource& source, const ModelWeights& weights, Device& device, ThreadPool& pool,
-          PlanTable table, const RuntimeOptions& options);
+  Runtime(const WeightSource& source, const ModelWeights& weights, Device& device, ThreadPool& pool, PlanTable table,
+          const RuntimeOptions& options);
   ~Runtime() override;
 
   const ModelSpec& spec() const override { return spec_; }
@@ -155,6 +156,8 @@ class Runtime : public StepEngine {
 
  private:
   struct Buffers;
+  class StepRun;  // one run of a plan (runtime.cpp)
+  void set_up_host_staging();
   void run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float* logits);
   void ensure_resident(const Plan& plan);
   // The device weights a compute of layer's `kind` shard reads: only that shard's own tensors.
@@ -163,6 +166,9 @@ class Runtime : public StepEngine {
   void copy_shard(const Shard& s, uint8_t* dst, int64_t row0, int64_t row1);
   void copy_shard_tensors(const Shard& s, uint8_t* dst, int64_t row0, int64_t row1);
   void validate_plan(const Plan& p) const;
+  void validate_action(const Plan& p, const Action& a, const std::string& where,
+                       const ArenaRegion* const slot_region[2], const ArenaRegion* staging,
+                       const TensorView& head) const;
   // The table's file in messages, or "plan table" for one made in memory.
   std::string plan_origin() const { return table_.origin.empty() ? "plan table" : table_.origin; }
   void require_feasible(Schedule s) const;
@@ -202,7 +208,7 @@ TensorDtypes tensor_dtypes_of(const WeightSource& source);
 
 // How many copies the runtime makes of one streamed routed expert (push_expert_copies of layer 0's
 // expert 0 into the planner's layout of its FFN): 1 to 3; 3 for a model without experts. For
-// PlannerConfig::expert_copies, so that the plan times the copies the runtime makes.
+// executor_traits (traits.h), so that the plan times the copies the runtime makes.
 int expert_copies_of(const WeightSource& source);
 // The same for synthetic:SPEC weights without making them (their tensors where make_synthetic_weights
 // puts them).
