@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/gguf.h"
-#include "executor/tokenizer/unicode.h"
+#include "text/unicode.h"
 #include "test_util.h"
 
 using namespace shardwise;

@@ -193,17 +193,6 @@ TEST_CASE("thread pool: caller work runs once, on the caller, while the workers 
   }
 }
 
-TEST_CASE("thread pool: SHARDWISE_POOL_SPIN_US is microseconds from 0 to 1000000", "[core][pool]") {
-  CHECK(shardwise::parse_pool_spin_us(nullptr) == -1);
-  CHECK(shardwise::parse_pool_spin_us("0") == 0);
-  CHECK(shardwise::parse_pool_spin_us("2500") == 2500);
-  CHECK(shardwise::parse_pool_spin_us("1000000") == 1000000);
-  for (const char* bad : {"", "x", "-1", "1000001", "12 ", "3us", "99999999999999999999"}) {
-    INFO(bad);
-    CHECK(shardwise::parse_pool_spin_us(bad) == -2);
-  }
-}
-
 #if !defined(__SANITIZE_ADDRESS__)
 namespace {
 // Bytes of address space this process maps now (/proc/self/statm, first field, in pages).
