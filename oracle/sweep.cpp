@@ -401,18 +401,6 @@ std::string fmt_minutes(double s) {
 
 }  // namespace
 
-std::vector<int32_t> step_tokens(int64_t n, int64_t vocab, uint64_t seed) {
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& v : t) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    v = static_cast<int32_t>(x % static_cast<uint64_t>(vocab));
-  }
-  return t;
-}
-
 double median_of(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
