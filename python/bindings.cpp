@@ -73,6 +73,69 @@ py::dict fingerprint_dict(const MachineFingerprint& m) {
   return d;
 }
 
+py::dict op_dict(const OpSample& s) {
+  py::dict o;
+  o["backend"] = backend_name(s.backend);
+  o["threads"] = s.threads;
+  o["contention"] = s.contention;
+  o["concurrent_gbps"] = s.concurrent_gbps;
+  o["kind"] = op_kind_name(s.op.kind);
+  o["dtype"] = dtype_name(s.op.dtype);
+  o["tokens"] = s.op.tokens;
+  o["rows"] = s.op.rows;
+  o["cols"] = s.op.cols;
+  o["n_experts"] = s.op.n_experts;
+  o["top_k"] = s.op.top_k;
+  o["ctx"] = s.op.ctx;
+  o["n_heads"] = s.op.n_heads;
+  o["n_kv_heads"] = s.op.n_kv_heads;
+  o["head_dim"] = s.op.head_dim;
+  o["elems"] = s.op.elems;
+  o["bytes"] = s.op.weight_bytes() + s.op.activation_bytes();
+  o["flops"] = s.op.flops();
+  o["ms"] = s.ms;
+  o["spread"] = s.spread;
+  o["repeats"] = s.repeats;
+  return o;
+}
+
+py::dict transfer_dict(const TransferSample& t) {
+  py::dict x;
+  x["dir"] = t.dir == Direction::HostToDevice ? "h2d" : "d2h";
+  x["pinned"] = t.pinned;
+  x["cap_gbps"] = t.cap_gbps;
+  x["bytes"] = t.bytes;
+  x["ms"] = t.ms;
+  x["spread"] = t.spread;
+  x["repeats"] = t.repeats;
+  x["burst"] = t.burst;  // > 1: ms per copy of that many issued back to back
+  return x;
+}
+
+py::dict dram_dict(const DramSample& s) {
+  py::dict x;
+  x["threads"] = s.threads;
+  x["contention"] = s.contention;
+  x["concurrent_gbps"] = s.concurrent_gbps;
+  x["gbps"] = s.gbps;
+  return x;
+}
+
+py::dict fit_dict(const RooflineFit& f) {
+  py::dict x;
+  x["backend"] = backend_name(f.backend);
+  x["kind"] = op_kind_name(f.kind);
+  x["dtype"] = dtype_name(f.dtype);
+  x["threads"] = f.threads;
+  x["contention"] = f.contention;
+  x["peak_gflops"] = f.peak_gflops;
+  x["bw_gbps"] = f.bw_gbps;
+  x["overhead_ms"] = f.overhead_ms;
+  x["points"] = f.points;
+  x["median_rel_err"] = f.median_rel_err;
+  return x;
+}
+
 // A ProfileDB as plain Python data (lists of dicts, ready for pandas.DataFrame).
 py::dict profile_dict(const std::string& path) {
   const ProfileDB db = load_profile(path);
@@ -93,33 +156,11 @@ py::dict profile_dict(const std::string& path) {
   d["paced_copy_issue_ms"] = db.paced_copy_issue_ms;
   py::dict counts;
   int64_t cpu = 0, gpu = 0, contention = 0;
-  py::list ops;
+  py::list ops, transfers, dram, fits;
   for (const OpSample& s : db.ops) {
     (s.backend == Backend::Cpu ? cpu : gpu) += 1;
     contention += s.contention ? 1 : 0;
-    py::dict o;
-    o["backend"] = backend_name(s.backend);
-    o["threads"] = s.threads;
-    o["contention"] = s.contention;
-    o["concurrent_gbps"] = s.concurrent_gbps;
-    o["kind"] = op_kind_name(s.op.kind);
-    o["dtype"] = dtype_name(s.op.dtype);
-    o["tokens"] = s.op.tokens;
-    o["rows"] = s.op.rows;
-    o["cols"] = s.op.cols;
-    o["n_experts"] = s.op.n_experts;
-    o["top_k"] = s.op.top_k;
-    o["ctx"] = s.op.ctx;
-    o["n_heads"] = s.op.n_heads;
-    o["n_kv_heads"] = s.op.n_kv_heads;
-    o["head_dim"] = s.op.head_dim;
-    o["elems"] = s.op.elems;
-    o["bytes"] = s.op.weight_bytes() + s.op.activation_bytes();
-    o["flops"] = s.op.flops();
-    o["ms"] = s.ms;
-    o["spread"] = s.spread;
-    o["repeats"] = s.repeats;
-    ops.append(o);
+    ops.append(op_dict(s));
   }
   counts["ops"] = db.ops.size();
   counts["cpu_ops"] = cpu;
@@ -130,41 +171,9 @@ py::dict profile_dict(const std::string& path) {
   counts["fits"] = db.fits.size();
   d["counts"] = counts;
   d["ops"] = ops;
-  py::list transfers, dram, fits;
-  for (const TransferSample& t : db.transfers) {
-    py::dict x;
-    x["dir"] = t.dir == Direction::HostToDevice ? "h2d" : "d2h";
-    x["pinned"] = t.pinned;
-    x["cap_gbps"] = t.cap_gbps;
-    x["bytes"] = t.bytes;
-    x["ms"] = t.ms;
-    x["spread"] = t.spread;
-    x["repeats"] = t.repeats;
-    x["burst"] = t.burst;  // > 1: ms per copy of that many issued back to back
-    transfers.append(x);
-  }
-  for (const DramSample& s : db.dram) {
-    py::dict x;
-    x["threads"] = s.threads;
-    x["contention"] = s.contention;
-    x["concurrent_gbps"] = s.concurrent_gbps;
-    x["gbps"] = s.gbps;
-    dram.append(x);
-  }
-  for (const RooflineFit& f : db.fits) {
-    py::dict x;
-    x["backend"] = backend_name(f.backend);
-    x["kind"] = op_kind_name(f.kind);
-    x["dtype"] = dtype_name(f.dtype);
-    x["threads"] = f.threads;
-    x["contention"] = f.contention;
-    x["peak_gflops"] = f.peak_gflops;
-    x["bw_gbps"] = f.bw_gbps;
-    x["overhead_ms"] = f.overhead_ms;
-    x["points"] = f.points;
-    x["median_rel_err"] = f.median_rel_err;
-    fits.append(x);
-  }
+  for (const TransferSample& t : db.transfers) transfers.append(transfer_dict(t));
+  for (const DramSample& s : db.dram) dram.append(dram_dict(s));
+  for (const RooflineFit& f : db.fits) fits.append(fit_dict(f));
   d["transfers"] = transfers;
   d["dram"] = dram;
   d["fits"] = fits;
