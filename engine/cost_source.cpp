@@ -18,8 +18,9 @@ CostSource::CostSource(const MachineChoice& choice) : profile_path_(choice.profi
   db_ = load_profile(choice.profile);
   if (!has_hw) return;
   if (db_->has_gpu()) {
-    note_ = str_cat(choice.hw_option, " ", choice.hw_spec ? choice.hw_spec->name : choice.hw, " is not used: the profile ",
-                    choice.profile, " has GPU rows (", choice.profile_option, " takes precedence)");
+    note_ =
+        str_cat(choice.hw_option, " ", choice.hw_spec ? choice.hw_spec->name : choice.hw, " is not used: the profile ",
+                choice.profile, " has GPU rows (", choice.profile_option, " takes precedence)");
   } else {
     hw_ = datasheet();  // stands in for the GPU the profile did not measure
   }

@@ -16,9 +16,9 @@
 namespace shardwise {
 
 struct MachineChoice {
-  std::string hw;                       // builtin machine or hardware .yaml; empty: none given
-  std::optional<HardwareSpec> hw_spec;  // a datasheet already read (Python passes objects), instead of `hw`
-  std::string profile;                  // a ProfileDB file (`shardwise profile`); empty: none
+  std::string hw;                            // builtin machine or hardware .yaml; empty: none given
+  std::optional<HardwareSpec> hw_spec;       // a datasheet already read (Python passes objects), instead of `hw`
+  std::string profile;                       // a ProfileDB file (`shardwise profile`); empty: none
   std::string hw_option = "--hw";            // how the caller names the datasheet, for the note
   std::string profile_option = "--profile";  // ... and the profile
 };
