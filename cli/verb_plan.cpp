@@ -248,7 +248,7 @@ void run_plan(const PlanArgs& a) {
   const uint64_t budget = f.budget_bytes();
   PlannerChoices choices = f.choices(planner_threads(f.threads, cost, "--threads"));
   choices.budget_bytes = budget;
-  PlannerConfig cfg = planner_config(choices, plan_facts(a.model, r.model));
+  PlannerConfig cfg = planner_config(r.model.spec, choices, plan_facts(a.model, r.model));
   if (f.routing_tokens != 0) measure_plan_routing(a, r.model, cfg);
   const auto t0 = std::chrono::steady_clock::now();
   r.planned = plan_table(r.model.spec, cost, cfg, choices.next_layer_hits, cap);

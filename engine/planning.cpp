@@ -10,7 +10,8 @@
 #include "core/log.h"
 #include "executor/model/cpu_model.h"
 #include "executor/runtime/runtime.h"
-#include "planner/shards.h"
+#include "executor/traits.h"
+#include "planner/shard_layout.h"
 
 namespace shardwise {
 
@@ -52,7 +53,7 @@ ModelFacts facts_of_spec(const ModelSpec& spec, const std::string& name) {
   return f;
 }
 
-PlannerConfig planner_config(const PlannerChoices& c, const ModelFacts& facts) {
+PlannerConfig planner_config(const ModelSpec& spec, const PlannerChoices& c, const ModelFacts& facts) {
   PlannerConfig cfg;
   cfg.budget_bytes = c.budget_bytes;
   cfg.ctx = c.ctx;
@@ -65,7 +66,7 @@ PlannerConfig planner_config(const PlannerChoices& c, const ModelFacts& facts) {
   if (!c.tiers.empty()) cfg.tiers = c.tiers;
   cfg.model_name = facts.name;
   cfg.tensor_dtypes = facts.tensor_dtypes;
-  cfg.expert_copies = facts.expert_copies;
+  cfg.executor = executor_traits(spec, facts.expert_copies);
   return cfg;
 }
 

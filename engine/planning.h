@@ -52,15 +52,16 @@ int planner_threads(int requested, const CostModel& cost, const char* flag);
 struct ModelFacts {
   std::string name;            // the plan table's model
   TensorDtypes tensor_dtypes;  // storage dtypes where the file differs from the spec's rule
-  int expert_copies = 3;       // copies the runtime makes of a streamed expert (runtime.h expert_copies_of)
+  int expert_copies = 3;       // copies the runtime makes of a streamed expert (ExecutorTraits::expert_copies)
 };
 // A weight file, or weights already made.
 ModelFacts facts_of(const WeightSource& source, const std::string& name);
 // A spec without weights (a builtin, a .yaml, synthetic:SPEC not made): as synthetic weights lay it out.
 ModelFacts facts_of_spec(const ModelSpec& spec, const std::string& name);
 
-// The planner's config. next_layer_hits is set by plan_table (the policy below), not here.
-PlannerConfig planner_config(const PlannerChoices& choices, const ModelFacts& facts);
+// The planner's config, with the executor's traits for `spec` (the one place a plan's executor facts
+// are filled in). next_layer_hits is set by plan_table (the policy below), not here.
+PlannerConfig planner_config(const ModelSpec& spec, const PlannerChoices& choices, const ModelFacts& facts);
 
 // An MoE model's routing measured on its weights (a CPU pass over `measured_on` step tokens).
 struct MeasuredRouting {

@@ -41,7 +41,7 @@ PlanTable RunSetup::plan(LoadedModel& model, const RunSetupOptions& options, con
   PlannerChoices choices = options.planner;
   choices.ctx = options.ctx;
   choices.threads = model.pool.size();
-  const PlannerConfig cfg = planner_config(choices, facts_of(model.source, model.source.origin()));
+  const PlannerConfig cfg = planner_config(model.weights.spec, choices, facts_of(model.source, model.source.origin()));
   PlannedTable planned =
       plan_table(model.weights.spec, cost, cfg, choices.next_layer_hits, options.pcie_cap_bytes_per_s,
                  [&] { return measure_guess_on_prompt(model.weights, model.pool, prompt); });

@@ -177,8 +177,8 @@ std::optional<MeasuredRouting> recorded_routing(const std::vector<json>& sweeps,
 
 // The configuration's planner config: the experiment's choices, every schedule (so `chosen` is the
 // planner's real pick whatever the experiment measures), the model's facts and its measured routing.
-PlannerConfig planner_config(const Experiment& e, const Configuration& c, const ModelFacts& facts,
-                             const MeasuredRouting* routing = nullptr) {
+PlannerConfig planner_config(const Experiment& e, const Configuration& c, const ModelSpec& spec,
+                             const ModelFacts& facts, const MeasuredRouting* routing = nullptr) {
   PlannerChoices choices;
   choices.budget_bytes = c.budget_bytes;
   choices.ctx = c.ctx;
@@ -187,7 +187,7 @@ PlannerConfig planner_config(const Experiment& e, const Configuration& c, const 
   choices.tiers = c.tiers;
   ModelFacts named = facts;
   named.name = c.weights;
-  PlannerConfig cfg = planner_config(choices, named);
+  PlannerConfig cfg = planner_config(spec, choices, named);
   if (routing) use_routing(cfg, *routing);
   return cfg;
 }
@@ -227,7 +227,7 @@ ConfigPlan plan_config(const Experiment& e, const Configuration& c, const ModelS
   p.machine = cost.describe();
   PlanTable table;
   try {
-    const PlannerConfig cfg = planner_config(e, c, file, routing);
+    const PlannerConfig cfg = planner_config(e, c, spec, file, routing);
     if (spec.is_moe())
       for (int64_t t : c.tiers) {
         const double d = routing_experts_for(spec, cfg, t);
@@ -1004,7 +1004,7 @@ class Sweep {
       run.machine_probes.push_back(run.machine_slowdown);
     }
     if (run.machine_slowdown > 0 && run.plan->plannable) {
-      run.at_probe_cfg = planner_config(e_, c, model_.file, routing_of(c.model));
+      run.at_probe_cfg = planner_config(e_, c, model_.source->spec(), model_.file, routing_of(c.model));
       run.at_probe = make_cpu_scaled_cost_model(cost_.make(c.pcie_cap_bytes_per_s), run.machine_slowdown);
     }
     account(kProbeSeconds, probe_s_);

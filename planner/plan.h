@@ -23,10 +23,6 @@ constexpr int kPlanFormatVersion = 1;
 enum class Resource { GpuCompute = 0, H2D = 1, D2H = 2, Cpu = 3, H2DAct = 4 };
 constexpr int kNumResources = 5;
 
-// Steps of at most this many tokens route an MoE layer on the GPU when its attention (which computes
-// the router logits) and its FFN run there with every expert resident: no router-logits copy and no
-// host round trip. Larger steps, streamed experts and CPU FFNs route on the host.
-constexpr int64_t kDeviceRoutingMaxTokens = 8;
 const char* resource_name(Resource r);
 
 enum class Schedule { GpuOnly, Static, Dynamic, LayerSplit, CpuMoe };

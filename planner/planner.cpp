@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/size.h"
 #include "core/thread_pool.h"
+#include "planner/shard_ops.h"
 #include "planner/verify.h"
 
 namespace shardwise {
@@ -86,7 +87,7 @@ void kv_layer_bounds(const ModelSpec& spec, const PlannerConfig& cfg, int* prior
   const ShardSet& S = L.shards;
   const int64_t ref_tier = 512;
   std::vector<int> ffns(S.ffn.begin(), S.ffn.end());
-  const uint64_t scratch = align_up(gpu_scratch_bytes(spec, ref_tier));
+  const uint64_t scratch = align_up(cfg.executor.scratch_bytes(ref_tier));
   const uint64_t reserve = scratch + 2 * largest_streamed(spec, cfg, S, ffns, ref_tier);
   const uint64_t attn_all = L.prefix_end[static_cast<size_t>(S.n_layers)];
   const uint64_t kv = std::max<uint64_t>(1, L.kv_layer_bytes);
@@ -110,19 +111,13 @@ void kv_layer_bounds(const ModelSpec& spec, const PlannerConfig& cfg, int* prior
 // Emits the action list of one step for given per-shard decisions (see plan.h for the vocabulary).
 class Builder {
  public:
-  Builder(const ModelSpec& spec, const ShardSet& set, Plan& plan, int64_t n, double experts)
-      : spec_(spec), set_(set), plan_(plan), n_(n), experts_(experts) {}
+  Builder(const ModelSpec& spec, const ExecutorTraits& traits, const ShardSet& set, Plan& plan, int64_t n, double experts)
+      : spec_(spec), traits_(traits), set_(set), plan_(plan), n_(n), experts_(experts) {}
 
   // MoE FFN shards (by id) whose routed experts are split: the CPU computes share[id] of each token's
   // top_k from host memory while the rest are copied into the shard's stream slot and run on the GPU
   // (plan.h moe_cpu_share / moe_gpu_share). Such a shard is executed on the GPU with a slot.
   void split_experts(std::vector<int> share) { share_ = std::move(share); }
-
-  // The copies the runtime makes of each streamed routed expert (PlannerConfig::expert_copies).
-  Builder& expert_copies(int per_expert) {
-    per_expert_ = per_expert;
-    return *this;
-  }
 
   // GPU attention of layers whose KV is on the host runs over the layer's cache staged in the arena
   // (`past_tokens` cached positions go up, the step's rows come back), not split with a CPU core.
@@ -244,7 +239,7 @@ class Builder {
             last_x_ = compute(Resource::GpuCompute, id, ComputePart::AttnPost, {h2d, pre});
           }
           const int f = set_.ffn[static_cast<size_t>(s.layer)];
-          if (spec_.is_moe() && exec[f] == ExecDevice::Gpu && slot[f] < 0 && n_ <= kDeviceRoutingMaxTokens) {
+          if (spec_.is_moe() && exec[f] == ExecDevice::Gpu && slot[f] < 0 && n_ <= traits_.device_routing_max_tokens) {
             routing_[static_cast<size_t>(s.layer)] = last_x_;  // the GPU routes from its own logits
           } else if (spec_.is_moe()) {  // router logits to the host, which routes (same code on every device)
             routing_[static_cast<size_t>(s.layer)] =
@@ -426,7 +421,7 @@ class Builder {
     Action& a = plan_.actions.back();
     a.speculative = true;
     a.cpu_experts = share_of(s.id);
-    a.copies = 1 + static_cast<int>(std::llround(per_expert_ * std::max(1.0, gpu_experts(s))));
+    a.copies = 1 + static_cast<int>(std::llround(traits_.expert_copies * std::max(1.0, gpu_experts(s))));
     a.slot = static_cast<int>(k % static_cast<size_t>(std::max(1, prefetch_)));
   }
   void emit_copy(size_t k) {
@@ -445,7 +440,7 @@ class Builder {
     copy_action_[k] = add(Resource::H2D, ActionKind::CopyWeights, s.id, s.layer, bytes, label, deps);
     if (spec_.is_moe() && s.kind == ShardKind::Ffn) {  // the runtime copies each routed expert's gate, up, down and the norm
       // (a split layer the GPU's share of them)
-      const int per = per_expert_;
+      const int per = traits_.expert_copies;
       plan_.actions.back().copies = after_guess ? std::max(1, static_cast<int>(std::llround(per * gpu_experts(s) * miss)))
                                                 : 1 + static_cast<int>(std::llround(per * std::max(1.0, gpu_experts(s))));
       plan_.actions.back().cpu_experts = share_of(s.id);
@@ -456,8 +451,8 @@ class Builder {
   }
 
   const ModelSpec& spec_;
+  const ExecutorTraits& traits_;  // the executor's copies per expert and device routing limit
   const ShardSet& set_;
-  int per_expert_ = 3;
   Plan& plan_;
   int64_t n_;
   double experts_;  // measured distinct experts per layer for n_ tokens (0 = uniform routing)
@@ -535,6 +530,7 @@ StepShape step_shape(const ModelSpec& spec, const PlannerConfig& cfg, int64_t n)
   st.keys = cfg.ctx;
   st.kv_dtype = cfg.kv_dtype;
   st.threads = cfg.threads;
+  st.gpu_fused_qkv_max_tokens = cfg.executor.gpu_fused_qkv_max_tokens;
   return st;
 }
 
@@ -596,7 +592,7 @@ Plan finish_canonical(const Ctx& c, Schedule sched, int64_t n, size_t p, uint64_
   plan.kv_on_gpu = L.kv_gpu;
   plan.pinned_prefix = static_cast<int64_t>(p);
   plan.notes = notes;
-  const uint64_t scratch = align_up(gpu_scratch_bytes(c.spec, n));
+  const uint64_t scratch = align_up(c.cfg.executor.scratch_bytes(n));
   const uint64_t pinned = L.prefix_end[p];
   uint64_t off = 0;
   plan.arena.push_back({"pinned", off, pinned});
@@ -629,8 +625,7 @@ Plan finish_canonical(const Ctx& c, Schedule sched, int64_t n, size_t p, uint64_
   }
   const Plan laid_out = plan;
   auto build = [&](Plan& p, double hit) {
-    Builder builder(c.spec, S, p, n, routing_experts_for(c.spec, c.cfg, n));
-    builder.expert_copies(c.cfg.expert_copies);
+    Builder builder(c.spec, c.cfg.executor, S, p, n, routing_experts_for(c.spec, c.cfg, n));
     if (c.stage) builder.stage_host_kv(std::max<int64_t>(0, c.cfg.ctx - n));
     if (!share.empty()) builder.split_experts(share);
     builder.speculate(hit);
@@ -655,7 +650,7 @@ Plan finish_canonical(const Ctx& c, Schedule sched, int64_t n, size_t p, uint64_
 
 // Room for the pinned prefix and stream slots in a tier.
 bool room_for(const Ctx& c, int64_t n, uint64_t* room) {
-  const uint64_t fixed = c.L.kv_region + align_up(gpu_scratch_bytes(c.spec, n)) + staging_bytes(c);
+  const uint64_t fixed = c.L.kv_region + align_up(c.cfg.executor.scratch_bytes(n)) + staging_bytes(c);
   if (fixed > c.cfg.budget_bytes) return false;
   *room = c.cfg.budget_bytes - fixed;
   return true;
@@ -844,7 +839,7 @@ Plan plan_layer_split(const Ctx& c, int64_t n) {
   uint64_t max_weight = 0;
   for (int l = 0; l < Ln; ++l) max_weight = std::max({max_weight, S.at(S.attention[l]).bytes, S.at(S.ffn[l]).bytes});
   // llama.cpp sizes its compute buffer for its micro-batch at load time.
-  const uint64_t scratch = align_up(gpu_scratch_bytes(spec, kBaselineMicroBatch));
+  const uint64_t scratch = align_up(c.cfg.executor.scratch_bytes(kBaselineMicroBatch));
   int N = Ln;
   bool output_gpu = true;
   auto need = [&](int layers, bool out) {
@@ -905,7 +900,7 @@ Plan plan_layer_split(const Ctx& c, int64_t n) {
                 offload_batches && N < Ln ? "; CPU layers' weights copied to the GPU for this batch" : "");
   plan.notes = notes;
   plan.pinned_prefix = 0;
-  Builder(spec, S, plan, n, routing_experts_for(spec, c.cfg, n)).expert_copies(c.cfg.expert_copies).build(exec, slot, plan.kv_on_gpu, 1);
+  Builder(spec, c.cfg.executor, S, plan, n, routing_experts_for(spec, c.cfg, n)).build(exec, slot, plan.kv_on_gpu, 1);
   plan.predicted_ms = simulate(plan, spec, S, c.cost, step_of(c, n));
   plan.feasible = true;
   return plan;
@@ -936,7 +931,7 @@ Plan plan_cpu_moe(const Ctx& c, int64_t n) {
   exec[static_cast<size_t>(S.output)] = ExecDevice::Gpu;
   offset[static_cast<size_t>(S.output)] = static_cast<int64_t>(off);
   off += align_up(S.at(S.output).bytes);
-  const uint64_t scratch = align_up(gpu_scratch_bytes(spec, kBaselineMicroBatch));
+  const uint64_t scratch = align_up(c.cfg.executor.scratch_bytes(kBaselineMicroBatch));
   const uint64_t kv_region = align_up(static_cast<uint64_t>(S.n_layers) * c.L.kv_layer_bytes);
   plan.vram_bytes = off + scratch + kv_region;
   if (plan.vram_bytes > c.cfg.budget_bytes)
@@ -947,7 +942,7 @@ Plan plan_cpu_moe(const Ctx& c, int64_t n) {
     kv_offset[static_cast<size_t>(l)] = static_cast<int64_t>(c.cfg.budget_bytes - kv_region + static_cast<uint64_t>(l) * c.L.kv_layer_bytes);
   plan.placements = place_shards(S, offset, exec, slot, {}, kv_offset);
   plan.notes = "experts on the CPU, the rest on the GPU";
-  Builder(spec, S, plan, n, routing_experts_for(spec, c.cfg, n)).expert_copies(c.cfg.expert_copies).build(exec, slot, plan.kv_on_gpu, 2);
+  Builder(spec, c.cfg.executor, S, plan, n, routing_experts_for(spec, c.cfg, n)).build(exec, slot, plan.kv_on_gpu, 2);
   plan.predicted_ms = simulate(plan, spec, S, c.cost, step_of(c, n));
   plan.feasible = true;
   return plan;
@@ -1064,6 +1059,11 @@ Layout choose_layout(const ModelSpec& spec, const CostModel& cost, const Planner
   return best;
 }
 
+// Plans are sized and priced by the executor's facts: without them no plan would fit it.
+void require_executor(const PlannerConfig& cfg) {
+  if (!cfg.executor.set()) fail("planner: no executor traits given (PlannerConfig::executor: executor_traits gives them)");
+}
+
 void check_config(const ModelSpec& spec, const PlannerConfig& cfg) {
   spec.validate(cfg.model_name.empty() ? spec.name : cfg.model_name);
   if (cfg.budget_bytes == 0 || cfg.budget_bytes > kMaxVramBudget)
@@ -1080,8 +1080,9 @@ void check_config(const ModelSpec& spec, const PlannerConfig& cfg) {
     fail("--moe-split ", cfg.moe_cpu_experts, ": ",
          spec.is_moe() ? str_cat("1 .. ", spec.num_experts_per_tok - 1, " experts per token on the CPU, 0 (never) or -1 (choose)")
                        : std::string("the model has no experts (use 0 or -1)"));
-  if (cfg.expert_copies < 1 || cfg.expert_copies > 3)
-    fail("expert copies ", cfg.expert_copies, ": each routed expert is copied as 1 to 3 copies (gate, up, down)");
+  require_executor(cfg);
+  if (cfg.executor.expert_copies < 1 || cfg.executor.expert_copies > 3)
+    fail("expert copies ", cfg.executor.expert_copies, ": each routed expert is copied as 1 to 3 copies (gate, up, down)");
 }
 
 bool decode_feasible(const ModelSpec& spec, const CostModel& cost, PlannerConfig cfg, uint64_t budget) {
@@ -1112,6 +1113,7 @@ PlannerConfig::HostKvAttention parse_host_kv_attention(const std::string& text) 
 uint64_t minimum_budget(const ModelSpec& spec, const CostModel& cost, const PlannerConfig& config) {
   // Bisection down to the arena's alignment (~42 plannings): every region is a multiple of it, so the
   // smallest feasible budget is one too. lo is infeasible, hi feasible throughout.
+  require_executor(config);
   uint64_t lo = 0, hi = kMaxVramBudget;
   if (!decode_feasible(spec, cost, config, hi)) fail("no budget makes this model plannable");
   while (hi - lo > kAlign) {
@@ -1201,6 +1203,7 @@ PlanTable build_plan_table(const ModelSpec& spec, const CostModel& cost, const P
 
 double repredict(const Plan& plan, const ModelSpec& spec, const CostModel& cost, const PlannerConfig& cfg) {
   SW_CHECK(plan.feasible, "repredict: the ", schedule_name(plan.schedule), " plan for ", plan.tier, " tokens is infeasible");
+  require_executor(cfg);
   Plan copy = plan;
   return simulate(copy, spec, make_shards(spec, cfg.ctx, cfg.kv_dtype, &cfg.tensor_dtypes), cost, step_shape(spec, cfg, plan.tier));
 }

@@ -10,7 +10,8 @@
 
 #include "costmodel/cost_model.h"
 #include "planner/plan.h"
-#include "planner/shards.h"
+#include "planner/executor_traits.h"
+#include "planner/shard_layout.h"
 #include "planner/simulator.h"
 
 namespace shardwise {
@@ -56,9 +57,10 @@ struct PlannerConfig {
   // planner try every share of the top_k per token with the CPU; 0 never splits; N (1 .. top_k - 1)
   // makes every Dynamic plan split with that share (tests, studies).
   int moe_cpu_experts = -1;
-  // MoE: the copies the runtime makes of each streamed routed expert, each timed with its per-copy cost:
-  // its gate, up and down as 1 to 3 strided copies (executor runtime.h expert_copies_of; 3 unless told).
-  int expert_copies = 3;
+  // The executor's facts the plans depend on (executor/traits.h: executor_traits gives them for a
+  // model): its scratch per step, the token limits of its fused Q/K/V and of device routing, the copies
+  // of a streamed expert. Required: a table planned without them would not fit the executor.
+  ExecutorTraits executor;
 };
 
 // "choose" | "split" | "staged" (the CLI's --host-kv-attention); errors on anything else.

@@ -50,7 +50,7 @@ struct StepOps {
     embed = embed_ops(spec, step.tokens);
     const int layer = shards.n_layers > 0 ? 0 : -1;
     if (layer >= 0) {
-      AttentionOps a = attention_ops(spec, shards, layer, step.tokens, step.keys, step.kv_dtype);
+      AttentionOps a = attention_ops(spec, shards, layer, step.tokens, step.keys, step.kv_dtype, step.gpu_fused_qkv_max_tokens);
       attn_pre = std::move(a.pre);
       attn_pre_gpu = std::move(a.pre_gpu);
       attn_core = std::move(a.core);

@@ -18,7 +18,7 @@
 
 #include "costmodel/cost_model.h"
 #include "planner/plan.h"
-#include "planner/shards.h"
+#include "planner/shard_ops.h"
 
 namespace shardwise {
 
@@ -28,6 +28,9 @@ struct StepShape {
   DType kv_dtype = DType::F32;
   int threads = 1;
   double active_experts = 0;  // MoE: distinct experts per layer the step touches (0 = uniform routing)
+  // The executor's ExecutorTraits::gpu_fused_qkv_max_tokens: GPU attention of steps up to this many
+  // tokens projects Q, K and V as one matmul (0: never).
+  int64_t gpu_fused_qkv_max_tokens = 0;
 };
 
 // Fills start_ms/end_ms of every action and returns the step's makespan in ms.

@@ -29,7 +29,7 @@
 
 #include "core/model_spec.h"
 #include "planner/plan.h"
-#include "planner/shards.h"
+#include "planner/shard_layout.h"
 
 namespace shardwise {
 

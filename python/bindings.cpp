@@ -203,7 +203,7 @@ PlanTable plan_fn(const py::object& model, const py::object& hardware, const py:
   PlannerChoices c = planner_choices(size_arg(budget, "budget"), ctx, threads, cost, tiers, kv_dtype, kv_layers);
   c.host_kv_attention = parse_host_kv_attention(host_kv_attention);
   // A streamed expert's copies as `shardwise run` makes them of synthetic weights of this spec.
-  const PlannerConfig cfg = planner_config(c, facts_of_spec(spec, spec.name));
+  const PlannerConfig cfg = planner_config(spec, c, facts_of_spec(spec, spec.name));
   return plan_table(spec, cost, cfg, NextLayerHits::given(next_layer_hits), cap).table;
 }
 
@@ -211,8 +211,9 @@ uint64_t minimum_budget_fn(const py::object& model, const py::object& hardware, 
                            const py::object& pcie_cap, const py::object& profile) {
   const CostSource source(machine_arg(hardware, profile));
   const CostModel& cost = source.at_cap(bandwidth_arg(pcie_cap, "pcie_cap"));
-  return minimum_budget(spec_arg(model), cost,
-                        planner_config(planner_choices(1, ctx, threads, cost, {}, "f32", -1), ModelFacts{}));
+  const ModelSpec spec = spec_arg(model);
+  return minimum_budget(spec, cost,
+                        planner_config(spec, planner_choices(1, ctx, threads, cost, {}, "f32", -1), ModelFacts{}));
 }
 
 py::list expand_experiment_fn(const std::string& path) {

@@ -10,7 +10,7 @@
 #include "core/hardware_spec.h"
 #include "costmodel/cost_model.h"
 #include "executor/model/cpu_model.h"
-#include "planner/shards.h"
+#include "planner/shard_layout.h"
 #include "test_util.h"
 
 namespace shardwise::test {
@@ -77,6 +77,7 @@ PlannerConfig planner_config(const RuntimeTarget& t, const WeightSource& src, ui
   cfg.threads = t.threads;
   cfg.tiers = t.tiers;
   cfg.tensor_dtypes = tensor_dtypes_of(src);
+  cfg.executor = executor_traits(src.spec());
   return cfg;
 }
 

@@ -17,7 +17,7 @@
 #include "executor/cpu/ops.h"
 #include "executor/cuda/cuda_kernels.h"
 #include "executor/cuda/kernels.cuh"
-#include "planner/shards.h"
+#include "executor/traits.h"
 
 namespace shardwise {
 
@@ -117,8 +117,8 @@ MatRef mat(const DevMat& m, int64_t rows, int64_t cols, const char* name) {
 // Workspace that one token of a block wants: its own buffers plus the matmul's split of x.
 uint64_t split_bytes(DType dtype, int64_t cols) { return matmul_bytes_per_token(dtype, cols); }
 
-// The planner costs a GPU step's attention as this file runs it (planner/shards.h: attention_ops).
-static_assert(kGemvMaxTokens == kGpuFusedQkvTokens, "Q, K, V run as one batched GEMV up to this many tokens");
+// The executor's traits tell the planner how this file runs a GPU step's attention (traits.h).
+static_assert(kGemvMaxTokens == kGpuFusedQkvMaxTokens, "Q, K, V run as one batched GEMV up to this many tokens");
 
 class WarmUp;
 

@@ -68,7 +68,7 @@ class DeviceKernels {
   virtual void ffn(const DevLayer& w, float* x, int64_t n, const MoeRouting* routing) = 0;
   // MoE FFN routed on the device from router logits already there ([n, experts], from router()):
   // the same top-k as moe_routing.h, then as ffn(). Every expert of the layer must be resident, and
-  // n <= kDeviceRoutingMaxTokens (planner/plan.h): decode steps skip the host round trip per layer.
+  // n <= kDeviceRoutingMaxTokens (executor/traits.h): decode steps skip the host round trip per layer.
   virtual void ffn_routed(const DevLayer& w, float* x, int64_t n, const float* router_logits) = 0;
   // x[i] += y[i], i < count (an MoE layer's CPU share added to the GPU's, plan.h moe_gpu_share).
   virtual void add(float* x, const float* y, int64_t count) = 0;

@@ -1089,7 +1089,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
             }
           } else if (sh->kind == ShardKind::Ffn) {
             // MoE: routed on the device when the plan copies no router logits for this FFN and this
-            // layer's logits are the last the GPU computed (planner kDeviceRoutingMaxTokens); else the
+            // layer's logits are the last the GPU computed (kDeviceRoutingMaxTokens, traits.h); else the
             // host routes, once its copy of the logits (or the CPU's router) is there.
             bool host_copy = false;
             if (sp.is_moe())

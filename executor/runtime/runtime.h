@@ -19,8 +19,9 @@
 #include "executor/model/cpu_blocks.h"
 #include "executor/model/model_weights.h"
 #include "executor/session/step_engine.h"
+#include "executor/traits.h"
 #include "planner/plan.h"
-#include "planner/shards.h"
+#include "planner/shard_layout.h"
 
 namespace shardwise {
 
@@ -202,7 +203,7 @@ TensorDtypes tensor_dtypes_of(const WeightSource& source);
 
 // How many copies the runtime makes of one streamed routed expert (push_expert_copies of layer 0's
 // expert 0 into the planner's layout of its FFN): 1 to 3; 3 for a model without experts. For
-// PlannerConfig::expert_copies, so that the plan times the copies the runtime makes.
+// executor_traits (traits.h), so that the plan times the copies the runtime makes.
 int expert_copies_of(const WeightSource& source);
 // The same for synthetic:SPEC weights without making them (their tensors where make_synthetic_weights
 // puts them).

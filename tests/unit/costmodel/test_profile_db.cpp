@@ -21,8 +21,9 @@
 #include "core/hardware_spec.h"
 #include "core/model_spec.h"
 #include "costmodel/profile_db.h"
+#include "executor/traits.h"
 #include "planner/planner.h"
-#include "planner/shards.h"
+#include "planner/shard_ops.h"
 #include "planner/simulator.h"
 
 using namespace shardwise;
@@ -831,6 +832,7 @@ TEST_CASE("profile model: plans a model, fast enough for the planner", "[profile
   cfg.budget_bytes = 6ull << 30;
   cfg.ctx = 4096;
   cfg.threads = 16;
+  cfg.executor = executor_traits(resolve_spec("nemo8b"));
   const PlanTable t = build_plan_table(resolve_spec("nemo8b"), *model, cfg);
   CHECK_THAT(t.machine, Contains("profile Test GPU H1"));
   for (const TierEntry& e : t.tiers) {

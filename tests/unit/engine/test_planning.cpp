@@ -9,7 +9,9 @@
 #include "core/model_spec.h"
 #include "engine/planning.h"
 #include "engine/run_setup.h"
+#include "executor/runtime/runtime.h"
 #include "executor/session/generator.h"
+#include "executor/traits.h"
 #include "planner/plan.h"
 #include "test_util.h"
 
@@ -38,7 +40,7 @@ struct Qwen30b {
     c.threads = 16;
     c.tiers = {1};
     c.only = Schedule::GpuOnly;
-    return planner_config(c, facts_of_spec(spec, "qwen30b"));
+    return planner_config(spec, c, facts_of_spec(spec, "qwen30b"));
   }
   const Plan& decode(const PlannedTable& t) const { return *t.table.lookup(1).find(Schedule::GpuOnly); }
 };
@@ -86,7 +88,7 @@ TEST_CASE("engine planning: threads and the planner's config from the user's cho
   c.only = Schedule::Dynamic;
   c.tiers = {1, 64};
   ModelFacts facts{"m", {{"blk.0.ffn_gate_exps.weight", DType::Q8_0}}, 1};
-  const PlannerConfig cfg = planner_config(c, facts);
+  const PlannerConfig cfg = planner_config(q.spec, c, facts);
   CHECK(cfg.budget_bytes == c.budget_bytes);
   CHECK(cfg.ctx == 2048);
   CHECK(cfg.threads == 3);
@@ -98,12 +100,19 @@ TEST_CASE("engine planning: threads and the planner's config from the user's cho
   CHECK(cfg.tiers == std::vector<int64_t>{1, 64});
   CHECK(cfg.model_name == "m");
   CHECK(cfg.tensor_dtypes == facts.tensor_dtypes);
-  CHECK(cfg.expert_copies == 1);
+  // The executor's traits for the model, with the facts' copies per streamed expert.
+  const ExecutorTraits traits = executor_traits(q.spec, 1);
+  CHECK(cfg.executor.set());
+  CHECK(cfg.executor.expert_copies == 1);
+  CHECK(cfg.executor.scratch_fixed_bytes == traits.scratch_fixed_bytes);
+  CHECK(cfg.executor.scratch_bytes_per_token == traits.scratch_bytes_per_token);
+  CHECK(cfg.executor.gpu_fused_qkv_max_tokens == traits.gpu_fused_qkv_max_tokens);
+  CHECK(cfg.executor.device_routing_max_tokens == traits.device_routing_max_tokens);
   // Unset choices keep the planner's defaults: every schedule, the default tiers.
-  const PlannerConfig plain = planner_config(PlannerChoices{}, facts_of_spec(q.spec, "q"));
+  const PlannerConfig plain = planner_config(q.spec, PlannerChoices{}, facts_of_spec(q.spec, "q"));
   CHECK(plain.schedules == PlannerConfig{}.schedules);
   CHECK(plain.tiers == default_tiers());
-  CHECK(plain.expert_copies == synthetic_expert_copies(q.spec));
+  CHECK(plain.executor.expert_copies == synthetic_expert_copies(q.spec));
 }
 
 TEST_CASE("engine planning: auto measures the guess where a plan streams experts and plans again with it",
@@ -175,7 +184,7 @@ TEST_CASE("engine planning: no guess is measured where no plan streams experts, 
   c.ctx = 1024;
   c.threads = 16;
   c.tiers = {1};
-  const PlannedTable d = plan_table(dense, *q.cost, planner_config(c, facts_of_spec(dense, "nemo8b")),
+  const PlannedTable d = plan_table(dense, *q.cost, planner_config(dense, c, facts_of_spec(dense, "nemo8b")),
                                     NextLayerHits::given(0.5), 0, guess);
   CHECK(calls == 0);
   CHECK(d.config.next_layer_hits == 0);

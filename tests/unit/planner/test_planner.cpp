@@ -15,7 +15,8 @@
 #include "core/size.h"
 #include "costmodel/cost_model.h"
 #include "planner/planner.h"
-#include "planner/shards.h"
+#include "executor/traits.h"
+#include "planner/shard_ops.h"
 #include "planner/simulator.h"
 #include "planner/verify.h"
 
@@ -47,8 +48,10 @@ HardwareSpec hand_machine() {
       "hand");
 }
 
-PlannerConfig config(uint64_t budget, int64_t ctx, int threads) {
+// Plans for `spec` as the CLI makes them: with the executor's traits for the model.
+PlannerConfig config(const ModelSpec& spec, uint64_t budget, int64_t ctx, int threads) {
   PlannerConfig c;
+  c.executor = executor_traits(spec);
   c.budget_bytes = budget;
   c.ctx = ctx;
   c.threads = threads;
@@ -87,7 +90,7 @@ TEST_CASE("hand-checkable: decode reads FFNs on the CPU, prefill streams them", 
     // attention shards and one FFN (160 MiB); the second FFN (96 MiB) and the LM head (4 MiB) run
     // on the CPU, which reads them at 10 GB/s: 10.5 ms (the GPU is infinitely fast, the residual's
     // PCIe hops take microseconds). GPU-only must stream ~260 MiB at 1 GB/s: 272 ms.
-    const PlanTable t = build_plan_table(spec, *cost, config(256 * MiB, 64, 1));
+    const PlanTable t = build_plan_table(spec, *cost, config(spec, 256 * MiB, 64, 1));
     const TierEntry& decode = *t.find_tier(1);
     REQUIRE(decode.feasible);
     const Plan* st = decode.find(Schedule::Static);
@@ -121,7 +124,7 @@ TEST_CASE("hand-checkable: decode reads FFNs on the CPU, prefill streams them", 
   {
     // 300 MiB at 512 tokens: Static keeps one FFN on the CPU: 2·512·3·8192·2048 FLOPs at
     // 100 GFLOP/s · 512/518 = 0.52 s; GPU-only streams everything (~260 MiB at 1 GB/s = 0.27 s).
-    PlannerConfig cfg = config(300 * MiB, 64, 1);
+    PlannerConfig cfg = config(spec, 300 * MiB, 64, 1);
     cfg.tiers = {1, 512};
     const PlanTable t = build_plan_table(spec, *cost, cfg);
     const TierEntry& prefill = *t.find_tier(512);
@@ -139,7 +142,7 @@ TEST_CASE("hand-checkable: decode reads FFNs on the CPU, prefill streams them", 
 TEST_CASE("a budget that holds everything gives an all-resident plan without streaming", "[planner]") {
   const ModelSpec spec = hand_model();
   auto cost = make_analytic_cost_model(hand_machine());
-  const PlanTable t = build_plan_table(spec, *cost, config(4 * GiB, 256, 1));
+  const PlanTable t = build_plan_table(spec, *cost, config(spec, 4 * GiB, 256, 1));
   for (const auto& e : t.tiers) {
     const Plan* go = e.find(Schedule::GpuOnly);
     INFO("tier " << e.tokens << ": " << go->infeasible_reason);
@@ -156,7 +159,7 @@ TEST_CASE("the LM head is pinned before MoE experts, whose decode reads a small 
   // The table's layout pins it right after the attention shards, and its decode is predicted faster.
   const ModelSpec moe = builtin_spec("qwen30b");
   auto cost = make_analytic_cost_model(builtin_hardware("h200-host"));
-  PlannerConfig cfg = config(4 * GiB, 1024, 16);
+  PlannerConfig cfg = config(moe, 4 * GiB, 1024, 16);
   cfg.tiers = {1, 512};
   const PlanTable t = build_plan_table(moe, *cost, cfg);
   const ShardSet S = make_shards(moe, cfg.ctx, cfg.kv_dtype);
@@ -168,7 +171,7 @@ TEST_CASE("the LM head is pinned before MoE experts, whose decode reads a small 
   CHECK(st->placements[static_cast<size_t>(S.output)].exec == ExecDevice::Gpu);
   // A dense model's decode reads every FFN byte as it reads the LM head's: nemo8b at 2G keeps the
   // paper's order (its 1 GiB f16 LM head pinned early would only displace as many FFN bytes).
-  const PlanTable dense = build_plan_table(builtin_spec("nemo8b"), *cost, config(2 * GiB, 1024, 16));
+  const PlanTable dense = build_plan_table(builtin_spec("nemo8b"), *cost, config(builtin_spec("nemo8b"), 2 * GiB, 1024, 16));
   const ShardSet D = make_shards(builtin_spec("nemo8b"), 1024, cfg.kv_dtype);
   CHECK(dense.canonical_order.back() == D.output);
 }
@@ -179,7 +182,7 @@ TEST_CASE("Dynamic splits an MoE layer's experts between CPU and GPU where that 
   // overlaps the CPU's work, while c experts on the CPU beside 8 - c copied and run on the GPU do.
   const ModelSpec moe = builtin_spec("qwen30b");
   auto cost = make_analytic_cost_model(builtin_hardware("h200-host"));
-  PlannerConfig cfg = config(4 * GiB, 4096, 16);
+  PlannerConfig cfg = config(moe, 4 * GiB, 4096, 16);
   cfg.tiers = {1};
   const ShardSet S = make_shards(moe, cfg.ctx, cfg.kv_dtype);
   auto shares = [&](const Plan& p, int* c) {
@@ -265,7 +268,7 @@ TEST_CASE("speculative expert prefetch: a streamed MoE layer's experts are copie
   // experts are copied while the layer before runs, then only the misses: the copy engine stays busy.
   const ModelSpec moe = builtin_spec("qwen30b");
   auto cost = make_analytic_cost_model(builtin_hardware("h200-host"));
-  PlannerConfig cfg = config(4 * GiB, 1024, 16);
+  PlannerConfig cfg = config(moe, 4 * GiB, 1024, 16);
   cfg.tiers = {1};
   cfg.schedules = {Schedule::GpuOnly};
   const ShardSet S = make_shards(moe, cfg.ctx, cfg.kv_dtype);
@@ -356,7 +359,7 @@ TEST_CASE("KV in VRAM for layers whose attention is not pinned: GPU-only and Dyn
   // all attention to the GPU, and decode streams the attention of the layers that are not pinned.
   const ModelSpec spec = builtin_spec("nemo8b");
   auto cost = make_analytic_cost_model(builtin_hardware("h200-host"));
-  PlannerConfig cfg = config(2 * GiB, 1024, 16);
+  PlannerConfig cfg = config(spec, 2 * GiB, 1024, 16);
   cfg.tiers = {1, 512, 1024};
   const PlanTable all = [&] {
     PlannerConfig c = cfg;
@@ -394,14 +397,16 @@ TEST_CASE("KV in VRAM for layers whose attention is not pinned: GPU-only and Dyn
 }
 
 TEST_CASE("a GPU attention block is costed as the GPU runs it: fused Q/K/V GEMV, q/k norms inside RoPE", "[planner]") {
-  // The CUDA blocks project Q, K and V in one batched GEMV for steps of up to kGpuFusedQkvTokens
+  // The CUDA blocks project Q, K and V in one batched GEMV for steps of up to gpu_fused_qkv_max_tokens
   // tokens (same dtype) and apply the q/k norms in the RoPE kernel: costing them as 5-6 launches
   // predicted qwen30b's decode attention block at 94 us where it ran in 75 (executor README, sixth
   // session). The CPU runs them one by one.
   const ModelSpec spec = builtin_spec("qwen30b");
   const ShardSet S = make_shards(spec, 1024, DType::F32);
   const int64_t QD = spec.q_dim(), KVD = spec.kv_dim(), H = spec.hidden_size;
-  const AttentionOps one = attention_ops(spec, S, 0, 1, 1024, DType::F32);
+  const int64_t fused = executor_traits(spec).gpu_fused_qkv_max_tokens;
+  REQUIRE(fused >= 1);
+  const AttentionOps one = attention_ops(spec, S, 0, 1, 1024, DType::F32, fused);
   REQUIRE(spec.has_qk_norm());
   CHECK(one.pre.size() == 6);  // norm, q, k, v, q/k norms, RoPE
   REQUIRE(one.pre_gpu.size() == 3);  // norm, q|k|v, q/k norms + RoPE
@@ -409,7 +414,8 @@ TEST_CASE("a GPU attention block is costed as the GPU runs it: fused Q/K/V GEMV,
   CHECK(one.pre_gpu[1].rows == QD + 2 * KVD);
   CHECK(one.pre_gpu[1].cols == H);
   CHECK(one.pre_gpu[2].kind == OpKind::Rope);
-  const AttentionOps many = attention_ops(spec, S, 0, kGpuFusedQkvTokens + 1, 1024, DType::F32);
+  CHECK(attention_ops(spec, S, 0, fused, 1024, DType::F32, fused).pre_gpu.size() == 3);
+  const AttentionOps many = attention_ops(spec, S, 0, fused + 1, 1024, DType::F32, fused);
   CHECK(many.pre_gpu.size() == 5);  // GEMMs one by one; the norms still inside RoPE
   // The simulator times a GPU attention action from pre_gpu, a CPU one from pre.
   auto cost = make_analytic_cost_model(builtin_hardware("h200-host"));
@@ -417,6 +423,7 @@ TEST_CASE("a GPU attention block is costed as the GPU runs it: fused Q/K/V GEMV,
   st.tokens = 1;
   st.keys = 1024;
   st.threads = 16;
+  st.gpu_fused_qkv_max_tokens = fused;
   Action a;
   a.kind = ActionKind::Compute;
   a.shard = S.attention[0];
@@ -496,7 +503,7 @@ TEST_CASE("GPU attention over a host KV cache runs staged where that is faster",
   // arena, attends on the GPU and copies the step's rows back.
   const ModelSpec spec = builtin_spec("nemo8b");
   auto cost = make_analytic_cost_model(builtin_hardware("h200-host"));
-  PlannerConfig cfg = config(2 * GiB, 1024, 16);
+  PlannerConfig cfg = config(spec, 2 * GiB, 1024, 16);
   cfg.tiers = {1, 512, 1024};
   cfg.kv_layers = 10;
   PlannerConfig split_cfg = cfg;
@@ -569,7 +576,7 @@ TEST_CASE("a table of one schedule takes the layout best for it (run --schedule 
   // in: the layers whose attention is not pinned keep their KV on the host (CPU attention).
   const ModelSpec spec = builtin_spec("nemo8b");
   auto cost = make_analytic_cost_model(builtin_hardware("h200-host"));
-  PlannerConfig cfg = config(2 * GiB, 1024, 16);
+  PlannerConfig cfg = config(spec, 2 * GiB, 1024, 16);
   cfg.tiers = {1, 512, 1024};
   cfg.host_kv_attention = PlannerConfig::HostKvAttention::Split;  // the layout of the test above
   const PlanTable mixed = build_plan_table(spec, *cost, cfg);
@@ -592,7 +599,7 @@ TEST_CASE("a table of baselines alone picks among them (run --schedule layer-spl
   // pick it, or every tier is infeasible and the error names a 'smallest budget' below the budget given.
   const ModelSpec spec = builtin_spec("nemo8b");
   auto cost = make_analytic_cost_model(builtin_hardware("h200-host"));
-  PlannerConfig cfg = config(2 * GiB, 1024, 16);
+  PlannerConfig cfg = config(spec, 2 * GiB, 1024, 16);
   cfg.tiers = {1, 512, 1024};
   cfg.schedules = {Schedule::LayerSplit};
   const PlanTable t = build_plan_table(spec, *cost, cfg);
@@ -653,7 +660,7 @@ TEST_CASE("simulation: the host enqueues a split layer's expert copies and GPU s
   auto base = make_analytic_cost_model(builtin_hardware("h200-host"));
   for (int threads : {1, 16}) {
     INFO(threads << " thread(s)");
-    PlannerConfig cfg = config(4 * GiB, 4096, threads);
+    PlannerConfig cfg = config(spec, 4 * GiB, 4096, threads);
     cfg.tiers = {1};
     const ShardSet S = make_shards(spec, cfg.ctx, cfg.kv_dtype);
     const PlanTable t = build_plan_table(spec, *base, cfg);
@@ -663,6 +670,7 @@ TEST_CASE("simulation: the host enqueues a split layer's expert copies and GPU s
     step.tokens = 1;
     step.keys = cfg.ctx;
     step.threads = cfg.threads;
+    step.gpu_fused_qkv_max_tokens = cfg.executor.gpu_fused_qkv_max_tokens;
     const double issue = 0.01;  // 10 us a copy: large, to see it
     const double launch = base->launch_ms();  // the datasheet's kernel launch
     REQUIRE(launch > 0);
@@ -713,7 +721,7 @@ TEST_CASE("simulation: copies beside CPU work take the cost model's slowdown", "
   const ModelSpec spec = builtin_spec("nemo8b");
   auto base = make_analytic_cost_model(builtin_hardware("h200-host"));
   const SlowerCopies slow(*base, 1.25, 1.0);  // 25% slower beside CPU work
-  PlannerConfig cfg = config(4 * GiB, 1024, 16);
+  PlannerConfig cfg = config(spec, 4 * GiB, 1024, 16);
   cfg.tiers = {1};
   cfg.kv_layers = 0;
   const Plan d0 = build_plan(spec, *base, cfg, Schedule::Dynamic, 1);
@@ -725,6 +733,7 @@ TEST_CASE("simulation: copies beside CPU work take the cost model's slowdown", "
   step.tokens = 1;
   step.keys = cfg.ctx;
   step.threads = cfg.threads;
+  step.gpu_fused_qkv_max_tokens = cfg.executor.gpu_fused_qkv_max_tokens;
   const ShardSet S = make_shards(spec, cfg.ctx, cfg.kv_dtype);
   const double slow_ms = simulate(d1, spec, S, slow, step);
   Plan again = d0;
@@ -789,7 +798,7 @@ TEST_CASE("repredict: a plan simulated again gives its prediction, and with slow
     auto base = make_analytic_cost_model(builtin_hardware("h200-host"), 16e9);
     const auto slow = make_cpu_scaled_cost_model(*base, 2.0);
     for (uint64_t budget : {2 * GiB, 8 * GiB}) {
-      PlannerConfig cfg = config(budget, 4096, 16);
+      PlannerConfig cfg = config(spec, budget, 4096, 16);
       cfg.tiers = {1, 512};
       const PlanTable t = build_plan_table(spec, *base, cfg);
       for (const auto& e : t.tiers)
@@ -812,11 +821,11 @@ TEST_CASE("repredict: a plan simulated again gives its prediction, and with slow
 TEST_CASE("an impossible budget names the smallest budget that works", "[planner]") {
   const ModelSpec spec = builtin_spec("nemo8b");
   auto cost = make_analytic_cost_model(builtin_hardware("cli3"));
-  const PlannerConfig cfg = config(16 * MiB, 4096, 16);
+  const PlannerConfig cfg = config(spec, 16 * MiB, 4096, 16);
   const uint64_t min_b = minimum_budget(spec, *cost, cfg);
   CHECK(min_b > 16 * MiB);
   CHECK_THROWS_WITH(build_plan_table(spec, *cost, cfg), Contains("smallest budget") && Contains(std::to_string(min_b)));
-  CHECK_NOTHROW(build_plan_table(spec, *cost, config(min_b, 4096, 16)));
+  CHECK_NOTHROW(build_plan_table(spec, *cost, config(spec, min_b, 4096, 16)));
 }
 
 TEST_CASE("the smallest budget named is exact to the arena's alignment of 256 bytes", "[planner]") {
@@ -824,12 +833,12 @@ TEST_CASE("the smallest budget named is exact to the arena's alignment of 256 by
   auto cost = make_analytic_cost_model(builtin_hardware("cli3"));
   for (const auto& [model, ctx] : {std::pair<const char*, int64_t>{"tiny_llama", 256}, {"tiny_moe", 1024}, {"nemo4b", 4096}}) {
     const ModelSpec spec = builtin_spec(model);
-    const PlannerConfig cfg = config(1 << 30, ctx, 8);
+    const PlannerConfig cfg = config(spec, 1 << 30, ctx, 8);
     const uint64_t min_b = minimum_budget(spec, *cost, cfg);
     INFO(model << ": " << min_b);
     CHECK(min_b % 256 == 0);
-    CHECK_NOTHROW(build_plan_table(spec, *cost, config(min_b, ctx, 8)));
-    CHECK_THROWS_WITH(build_plan_table(spec, *cost, config(min_b - 256, ctx, 8)),
+    CHECK_NOTHROW(build_plan_table(spec, *cost, config(spec, min_b, ctx, 8)));
+    CHECK_THROWS_WITH(build_plan_table(spec, *cost, config(spec, min_b - 256, ctx, 8)),
                       Contains("the smallest budget that works is") && Contains("(" + std::to_string(min_b) + " bytes)"));
   }
 }
@@ -914,7 +923,7 @@ TEST_CASE("invariants over models, machines, budgets, threads and PCIe caps", "[
         double prev_decode = INFINITY, prev_prefill = INFINITY;
         for (uint64_t budget : {2 * GiB, 4 * GiB, 8 * GiB, 16 * GiB, 40 * GiB}) {
           auto cost = make_analytic_cost_model(hw);
-          PlannerConfig cfg = config(budget, ctx, 16);
+          PlannerConfig cfg = config(spec, budget, ctx, 16);
           cfg.tiers = {1, 16, 512, 4096};
           INFO(model << " " << hw_name << " ctx " << ctx << " budget " << budget);
           const PlanTable t = build_plan_table(spec, *cost, cfg);
@@ -959,7 +968,7 @@ TEST_CASE("invariants over models, machines, budgets, threads and PCIe caps", "[
 TEST_CASE("plan table JSON round trip and lookup", "[planner]") {
   const ModelSpec spec = builtin_spec("qwen30b");
   auto cost = make_analytic_cost_model(builtin_hardware("cli2"));
-  PlanTable t = build_plan_table(spec, *cost, config(4 * GiB, 4096, 8));
+  PlanTable t = build_plan_table(spec, *cost, config(spec, 4 * GiB, 4096, 8));
   const std::string j = plan_table_to_json(t);
   const PlanTable back = plan_table_from_json(j, "table.json");
   CHECK(plan_table_to_json(back) == j);
@@ -993,7 +1002,7 @@ TEST_CASE("planning every tier of qwen235b is fast", "[planner]") {
   const ModelSpec spec = builtin_spec("qwen235b");
   auto cost = make_analytic_cost_model(builtin_hardware("cli3"));
   const auto t0 = std::chrono::steady_clock::now();
-  const PlanTable t = build_plan_table(spec, *cost, config(4 * GiB, 16384, 16));
+  const PlanTable t = build_plan_table(spec, *cost, config(spec, 4 * GiB, 16384, 16));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   WARN("qwen235b, 11 tiers x 5 schedules planned in " << s << " s");
   CHECK(s < 10.0);  // well under a second in a release build; sanitizer builds are slower
@@ -1011,7 +1020,7 @@ TEST_CASE("winner shares over the paper's configuration space (reported)", "[pla
           for (int64_t ctx : {4096, 16384})
             for (uint64_t budget : {2 * GiB, 4 * GiB, 8 * GiB, 16 * GiB}) {
               auto cost = make_analytic_cost_model(builtin_hardware(hw_name), cap);
-              PlannerConfig cfg = config(budget, ctx, threads);
+              PlannerConfig cfg = config(spec, budget, ctx, threads);
               cfg.tiers = {1, 512};
               const PlanTable t = build_plan_table(spec, *cost, cfg);
               for (const auto& e : t.tiers)
@@ -1037,7 +1046,7 @@ TEST_CASE("winner shares over the paper's configuration space (reported)", "[pla
 
 TEST_CASE("measured MoE routing: the curve, and what a step streams and costs", "[planner][routing]") {
   const ModelSpec moe = builtin_spec("qwen30b");  // 128 experts, top-8
-  PlannerConfig cfg = config(4 * GiB, 4096, 16);
+  PlannerConfig cfg = config(moe, 4 * GiB, 4096, 16);
   cfg.tiers = {1, 512};
   CHECK(routing_experts_for(moe, cfg, 512) == 0);  // not measured: the uniform expectation applies
   cfg.routing_tokens = {1, 16, 512};
@@ -1103,18 +1112,23 @@ TEST_CASE("measured MoE routing: the curve, and what a step streams and costs", 
   CHECK(ffn_copies(p_uni) == std::vector<int>{1 + static_cast<int>(std::llround(3 * expected_distinct_experts(512, 8, 128)))});
   const Plan d1 = build_plan(moe, *cost, uni, Schedule::GpuOnly, 1);
   CHECK(ffn_copies(d1) == std::vector<int>{1 + 3 * 8});
-  // With strided copies the runtime makes fewer per expert (PlannerConfig::expert_copies): the plan
+  // With strided copies the runtime makes fewer per expert (ExecutorTraits::expert_copies): the plan
   // says so; 0 or 4 copies an expert is refused.
   for (int per : {1, 2}) {
     PlannerConfig fewer = uni;
-    fewer.expert_copies = per;
+    fewer.executor.expert_copies = per;
     CHECK(ffn_copies(build_plan(moe, *cost, fewer, Schedule::GpuOnly, 1)) == std::vector<int>{1 + per * 8});
   }
   for (int bad : {0, 4}) {
     PlannerConfig b = uni;
-    b.expert_copies = bad;
+    b.executor.expert_copies = bad;
     CHECK_THROWS_WITH(build_plan_table(moe, *cost, b), Contains("expert copies"));
   }
+  // Without the executor's traits nothing is planned (no scratch size, no token limits).
+  PlannerConfig none = uni;
+  none.executor = ExecutorTraits{};
+  CHECK_THROWS_WITH(build_plan_table(moe, *cost, none), Contains("no executor traits"));
+  CHECK_THROWS_WITH(minimum_budget(moe, *cost, none), Contains("no executor traits"));
   const SlowerCopies slow(*cost, 1.0, 2.0);  // bursts twice their bytes as one copy
   Plan d1_slow = d1;
   StepShape shape;
@@ -1122,6 +1136,7 @@ TEST_CASE("measured MoE routing: the curve, and what a step streams and costs", 
   shape.keys = uni.ctx;
   shape.threads = uni.threads;
   shape.kv_dtype = uni.kv_dtype;
+  shape.gpu_fused_qkv_max_tokens = uni.executor.gpu_fused_qkv_max_tokens;
   const double fast_ms = simulate(d1_slow, moe, S, *cost, shape);
   const double slow_ms = simulate(d1_slow, moe, S, slow, shape);
   int bursts = 0;
@@ -1179,7 +1194,7 @@ Verified streaming_table(const std::string& model, Schedule s, uint64_t extra = 
   Verified v;
   v.spec = builtin_spec(model);
   auto cost = make_analytic_cost_model(builtin_hardware("cli3"));
-  v.cfg = config(1 << 30, 1024, 8);
+  v.cfg = config(v.spec, 1 << 30, 1024, 8);
   v.cfg.budget_bytes = std::max(v.spec.total_bytes() / 3, minimum_budget(v.spec, *cost, v.cfg) + extra);
   v.cfg.schedules = {s};
   v.table = build_plan_table(v.spec, *cost, v.cfg);
@@ -1202,7 +1217,7 @@ TEST_CASE("plan verifier: the planner's tables keep every rule, for every schedu
   for (const char* model : {"tiny_llama", "tiny_moe", "nemo4b", "qwen30b"}) {
     const ModelSpec spec = builtin_spec(model);
     for (double share : {0.2, 0.5, 1.5}) {
-      PlannerConfig cfg = config(static_cast<uint64_t>(share * static_cast<double>(spec.total_bytes())) + (64 << 20), 2048, 8);
+      PlannerConfig cfg = config(spec, static_cast<uint64_t>(share * static_cast<double>(spec.total_bytes())) + (64 << 20), 2048, 8);
       cfg.schedules = {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic, Schedule::LayerSplit, Schedule::CpuMoe};
       INFO(model << " at " << share << " of its weights");
       PlanTable t;

@@ -1,9 +1,11 @@
-// planner/shards.h — a model cut into sub-layer shards of uniform arithmetic intensity
-// (DESIGN.md §2): per layer an attention shard (attention norm, Q/K/V/O, q/k norms and, for MoE,
-// the FFN norm and the router, so a step knows which experts it needs before fetching them), an FFN shard (FFN norm and gate/up/down, or all experts of the layer) and a KV shard
-// (the layer's cache at the context capacity); plus the output shard (final norm + LM head) and the
-// embedding table (always on the host). Also the ops each shard runs for a step of n tokens, which
-// the cost model times.
+// planner/shard_layout.h — the layout contract between planner and executor (DESIGN.md §4): a model
+// cut into sub-layer shards of uniform arithmetic intensity (DESIGN.md §2) — per layer an attention
+// shard (attention norm, Q/K/V/O, q/k norms and, for MoE, the FFN norm and the router, so a step knows
+// which experts it needs before fetching them), an FFN shard (FFN norm and gate/up/down, or all experts
+// of the layer) and a KV shard (the layer's cache at the context capacity); plus the output shard
+// (final norm + LM head) and the embedding table (always on the host) — and where each tensor of a
+// shard sits in the shard's region of VRAM. Plain data over core only: the executor lays weights out by
+// it; what the planner prices shards by is in planner/shard_ops.h.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +14,6 @@
 #include <vector>
 
 #include "core/model_spec.h"
-#include "costmodel/cost_model.h"
 
 namespace shardwise {
 
@@ -70,36 +71,5 @@ struct ShardLayout {
 };
 // Every shard's layout, indexed by shard id (KV shards: empty).
 std::vector<ShardLayout> shard_layouts(const ModelSpec& spec, const ShardSet& set, const TensorDtypes* dtypes = nullptr);
-
-// Ops of one step of n new tokens attending over `keys` cached keys (including the new ones).
-// Attention is split where the cache may live elsewhere: `pre` (norm, Q/K/V, q/k norms, RoPE,
-// router), `core` (scores, softmax, values over the cache) and `post` (O projection, residual).
-// pre_gpu is `pre` as the GPU runs it: q/k norms and RoPE (with the K/V cache write) are one kernel,
-// and a step of at most kGpuFusedQkvTokens tokens projects Q, K and V in one batched GEMV when their
-// dtypes agree (executor/cuda). The CPU computes them one by one.
-struct AttentionOps {
-  std::vector<Op> pre, pre_gpu, core, post;
-};
-constexpr int64_t kGpuFusedQkvTokens = 8;
-AttentionOps attention_ops(const ModelSpec& spec, const ShardSet& set, int layer, int64_t n, int64_t keys,
-                           DType kv_dtype);
-// active_experts: MoE distinct experts per layer the step touches (0 = the uniform expectation).
-std::vector<Op> ffn_ops(const ModelSpec& spec, const ShardSet& set, int layer, int64_t n, double active_experts = 0);
-// Bytes of an FFN shard a step of n tokens actually reads: MoE steps touch only the routed experts
-// (min(E, n·k) at most; expected: active_experts where the routing was measured, else
-// E·(1−(1−k/E)^n)); dense steps read the whole shard.
-uint64_t ffn_bytes_touched(const ModelSpec& spec, const Shard& ffn, int64_t n, bool worst_case, double active_experts = 0);
-// The LM head runs for the last token only (a step returns one row of logits).
-std::vector<Op> output_ops(const ModelSpec& spec, const ShardSet& set);
-std::vector<Op> embed_ops(const ModelSpec& spec, int64_t n);
-
-// Bytes of the f32 activations exchanged between devices.
-uint64_t residual_bytes(const ModelSpec& spec, int64_t n);        // x: n x hidden
-uint64_t qkv_bytes(const ModelSpec& spec, int64_t n);             // q, k, v of n tokens
-uint64_t attn_out_bytes(const ModelSpec& spec, int64_t n);        // n x q_dim
-uint64_t logits_bytes(const ModelSpec& spec);                     // one row of vocab
-// GPU working memory for a step of n tokens (activations, one layer at a time, attention tiles,
-// library workspace).
-uint64_t gpu_scratch_bytes(const ModelSpec& spec, int64_t n);
 
 }  // namespace shardwise
