@@ -5,8 +5,8 @@
 
 #include "cli/common.h"
 #include "cli/machine_check.h"
-#include "costmodel/profile_db.h"
 #include "core/error.h"
+#include "costmodel/profile_db.h"
 #include "executor/cuda/cuda_device.h"
 #include "microbench/profiler.h"
 #include "oracle/experiment.h"
@@ -22,9 +22,20 @@ struct SweepArgs {
   double max_minutes = 0, machine_tolerance = 0.2, calm = 0.3;
 };
 
-void run_sweep_verb(const SweepArgs& a) {
-  Experiment e = load_experiment(a.file);
-  if (!a.profile.empty()) use_profile(e, a.profile);
+// --device auto|cuda|emu for the oracle (auto: the GPU when there is one, else the emulated device).
+std::string sweep_device(const SweepArgs& a) {
+  if (a.device == "auto") {
+    const std::string device = cuda_device_count() > 0 ? "cuda" : "emu";
+    if (device == "emu") std::fprintf(stderr, "note: no GPU here: --device auto runs the emulated device\n");
+    return device;
+  }
+  // Clear errors without CUDA or a GPU (predicting the GPU machine's running time needs neither).
+  if (a.device == "cuda") return a.predict ? "cuda" : resolve_device("cuda");
+  if (a.device == "emu") return "emu";
+  fail("--device '", a.device, "': the oracle runs on cuda or emu (or auto)");
+}
+
+SweepOptions sweep_options(const SweepArgs& a) {
   SweepOptions o;
   o.out_path = a.out;
   o.resume = a.resume;
@@ -33,76 +44,61 @@ void run_sweep_verb(const SweepArgs& a) {
   o.max_minutes = a.max_minutes;
   o.predict_only = a.predict;
   o.routing_from = a.routing_from;
-  if (a.predict && !a.timelines.empty()) fail("--timelines records measured rows: not with --predict, which runs nothing");
+  if (a.predict && !a.timelines.empty())
+    fail("--timelines records measured rows: not with --predict, which runs nothing");
   o.timelines_dir = a.timelines;
   o.progress = !a.no_progress;
-  if (a.device == "auto") {
-    o.device = cuda_device_count() > 0 ? "cuda" : "emu";
-    if (o.device == "emu") std::fprintf(stderr, "note: no GPU here: --device auto runs the emulated device\n");
-  } else if (a.device == "cuda") {
-    // Clear errors without CUDA or a GPU (predicting the GPU machine's running time needs neither).
-    o.device = a.predict ? "cuda" : resolve_device("cuda");
-  } else if (a.device == "emu") {
-    o.device = "emu";
-  } else {
-    fail("--device '", a.device, "': the oracle runs on cuda or emu (or auto)");
+  o.device = sweep_device(a);
+  if (!o.predict_only && o.out_path.empty())
+    fail("give --out F.jsonl (or --predict to only print the predicted running time)");
+  return o;
+}
+
+// An auto|on|off option that measures the machine against the experiment's profile (auto: on with the GPU).
+bool machine_option(const SweepArgs& a, const Experiment& e, const SweepOptions& o, const std::string& value,
+                    const char* flag, const char* needs) {
+  if (value != "auto" && value != "on" && value != "off") fail(flag, " '", value, "': give auto, on or off");
+  if (value == "on" && e.profile_path.empty()) fail(flag, " on: ", a.file, " names no profile ", needs);
+  return !o.predict_only && !e.profile_path.empty() && (value == "on" || (value == "auto" && o.device == "cuda"));
+}
+
+// Rows measured on a machine other than the profile's test that machine, not the planner: on the GPU
+// (where a study's calls may land on different machines of one kind) a few of the profile's rows are
+// measured again first, and the sweep refuses a machine that differs.
+void check_sweep_machine(const SweepArgs& a, const Experiment& e, const ProfileDB& db, SweepOptions& o) {
+  // On the GPU the profile's GPU is compared by name too: the rows below measure only the CPU.
+  const MachineCheck mc = check_machine(db, a.machine_tolerance, o.device == "cuda");
+  o.machine_check_json = machine_check_json(mc, e.profile, a.machine_tolerance).dump();
+  // Off at some of the experiment's thread counts and within at others: the same machine drifting
+  // (its one-thread speed), so those thread counts are deferred (SweepOptions::deferred_threads). Off
+  // at all of them, or other hardware by name: another machine, refused.
+  bool some_within = false;
+  for (int t : e.threads) {
+    const auto it = mc.slowdown_by_threads.find(t);
+    if (it == mc.slowdown_by_threads.end()) continue;
+    const double g = it->second;
+    if (g > 1 + a.machine_tolerance || g < 1 / (1 + a.machine_tolerance))
+      o.deferred_threads[t] = g;
+    else
+      some_within = true;
   }
-  if (!o.predict_only && o.out_path.empty()) fail("give --out F.jsonl (or --predict to only print the predicted running time)");
-  // auto|on|off options that measure the machine against the experiment's profile (auto: on with the GPU).
-  auto machine_option = [&](const std::string& value, const char* flag, const char* needs) {
-    if (value != "auto" && value != "on" && value != "off") fail(flag, " '", value, "': give auto, on or off");
-    if (value == "on" && e.profile_path.empty()) fail(flag, " on: ", a.file, " names no profile ", needs);
-    return !o.predict_only && !e.profile_path.empty() && (value == "on" || (value == "auto" && o.device == "cuda"));
-  };
-  // Rows measured on a machine other than the profile's test that machine, not the planner: on the
-  // GPU (where a study's calls may land on different machines of one kind) a few of the profile's
-  // rows are measured again first, and the sweep refuses a machine that differs.
-  const bool check = machine_option(a.machine_check, "--machine-check", "to check against");
-  // The machine drifts within minutes (one-thread CPU speed by 1.2-1.5x between a study's calls and
-  // within them): each configuration's rows record the machine's state just before they were measured.
-  const bool probe = machine_option(a.machine_probe, "--machine-probe", "to compare the machine with");
-  if (!(a.machine_tolerance > 0 && a.machine_tolerance < 10))
-    fail("--machine-tolerance ", a.machine_tolerance, " must be in (0, 10)");
-  std::unique_ptr<ProfileDB> db;
-  if (check || probe) db = std::make_unique<ProfileDB>(load_profile(e.profile_path));
-  if (check) {
-    // On the GPU the profile's GPU is compared by name too: the rows below measure only the CPU.
-    const MachineCheck mc = check_machine(*db, a.machine_tolerance, o.device == "cuda");
-    o.machine_check_json = machine_check_json(mc, e.profile, a.machine_tolerance).dump();
-    // Off at some of the experiment's thread counts and within at others: the same machine drifting
-    // (its one-thread speed, planner_accuracy_v15), so those thread counts are deferred (SweepOptions::
-    // deferred_threads). Off at all of them, or other hardware by name: another machine, refused.
-    bool some_within = false;
-    for (int t : e.threads) {
-      const auto it = mc.slowdown_by_threads.find(t);
-      if (it == mc.slowdown_by_threads.end()) continue;
-      const double g = it->second;
-      if (g > 1 + a.machine_tolerance || g < 1 / (1 + a.machine_tolerance))
-        o.deferred_threads[t] = g;
-      else
-        some_within = true;
-    }
-    if (!some_within || o.deferred_threads.empty() || !mc.hardware_difference.empty()) {
-      o.deferred_threads.clear();
-      require_same_machine(mc, e.profile, a.machine_tolerance,
-                           "its predictions would not describe this machine; profile it (shardwise profile) and point the "
-                           "experiment at that profile, or pass --machine-check off to measure anyway");
-    }
-    o.defer_tolerance = a.machine_tolerance;
-    std::fputs(mc.text().c_str(), stderr);
-    for (const auto& [t, g] : o.deferred_threads)
-      std::fprintf(stderr, "warning: the machine is %.3gx its profile at %d thread%s (tolerance %g%%): those configurations "
-                   "are deferred unless a probe finds it back within the tolerance; run again with --resume\n",
-                   g, t, t == 1 ? "" : "s", a.machine_tolerance * 100);
+  if (!some_within || o.deferred_threads.empty() || !mc.hardware_difference.empty()) {
+    o.deferred_threads.clear();
+    require_same_machine(
+        mc, e.profile, a.machine_tolerance,
+        "its predictions would not describe this machine; profile it (shardwise profile) and point the "
+        "experiment at that profile, or pass --machine-check off to measure anyway");
   }
-  std::unique_ptr<MachineProbe> prober;
-  if (probe) {
-    prober = std::make_unique<MachineProbe>(*db);
-    o.probe_machine = [&prober](int threads) { return prober->slowdown(threads); };
-  }
-  if (!(a.calm >= 0 && a.calm < 10)) fail("--calm ", a.calm, " must be in [0, 10) (0: never wait)");
-  o.calm_slowdown = a.calm;
-  const SweepResult r = run_sweep(e, o);
+  o.defer_tolerance = a.machine_tolerance;
+  std::fputs(mc.text().c_str(), stderr);
+  for (const auto& [t, g] : o.deferred_threads)
+    std::fprintf(stderr,
+                 "warning: the machine is %.3gx its profile at %d thread%s (tolerance %g%%): those configurations "
+                 "are deferred unless a probe finds it back within the tolerance; run again with --resume\n",
+                 g, t, t == 1 ? "" : "s", a.machine_tolerance * 100);
+}
+
+void print_sweep_result(const Experiment& e, const SweepOptions& o, const SweepResult& r) {
   if (!o.predict_only) {
     if (r.stopped_by_time)
       std::fprintf(stderr, "stopped by --max-minutes after %.1f min: %d rows left; run again with --resume\n",
@@ -110,7 +106,8 @@ void run_sweep_verb(const SweepArgs& a) {
     else if (r.complete)
       std::fprintf(stderr, "sweep complete: %d rows in %s\n", r.rows_total, o.out_path.c_str());
     if (r.rows_deferred > 0)
-      std::fprintf(stderr, "%d rows deferred: the machine was off its profile at their thread count; run again with --resume\n",
+      std::fprintf(stderr,
+                   "%d rows deferred: the machine was off its profile at their thread count; run again with --resume\n",
                    r.rows_deferred);
   }
   print_json({{"experiment", e.name},
@@ -128,6 +125,29 @@ void run_sweep_verb(const SweepArgs& a) {
               {"device", o.device}});
 }
 
+void run_sweep_verb(const SweepArgs& a) {
+  Experiment e = load_experiment(a.file);
+  if (!a.profile.empty()) use_profile(e, a.profile);
+  SweepOptions o = sweep_options(a);
+  const bool check = machine_option(a, e, o, a.machine_check, "--machine-check", "to check against");
+  // The machine drifts within minutes (one-thread CPU speed by 1.2-1.5x between a study's calls and
+  // within them): each configuration's rows record the machine's state just before they were measured.
+  const bool probe = machine_option(a, e, o, a.machine_probe, "--machine-probe", "to compare the machine with");
+  if (!(a.machine_tolerance > 0 && a.machine_tolerance < 10))
+    fail("--machine-tolerance ", a.machine_tolerance, " must be in (0, 10)");
+  std::unique_ptr<ProfileDB> db;
+  if (check || probe) db = std::make_unique<ProfileDB>(load_profile(e.profile_path));
+  if (check) check_sweep_machine(a, e, *db, o);
+  std::unique_ptr<MachineProbe> prober;
+  if (probe) {
+    prober = std::make_unique<MachineProbe>(*db);
+    o.probe_machine = [&prober](int threads) { return prober->slowdown(threads); };
+  }
+  if (!(a.calm >= 0 && a.calm < 10)) fail("--calm ", a.calm, " must be in [0, 10) (0: never wait)");
+  o.calm_slowdown = a.calm;
+  print_sweep_result(e, o, run_sweep(e, o));
+}
+
 }  // namespace
 
 void register_sweep(CLI::App& app) {
@@ -140,9 +160,12 @@ void register_sweep(CLI::App& app) {
                   "Plan from this measured profile instead of the experiment's own (the same study on another machine: "
                   "profile it with `shardwise profile`); recorded as the experiment's profile in the results");
   sub->add_flag("--resume", a->resume, "Continue an existing results file: rows already there are skipped");
-  sub->add_option("--shard", a->shard, "Run only shard i of n (i/n, numbered from 0): configurations with index % n == i");
-  sub->add_option("--max-minutes", a->max_minutes, "Stop cleanly between rows before this many minutes pass (0 = no limit)");
-  sub->add_option("--device", a->device, "auto|cuda|emu (emu: the host-emulated device; its timings are not GPU numbers)");
+  sub->add_option("--shard", a->shard,
+                  "Run only shard i of n (i/n, numbered from 0): configurations with index % n == i");
+  sub->add_option("--max-minutes", a->max_minutes,
+                  "Stop cleanly between rows before this many minutes pass (0 = no limit)");
+  sub->add_option("--device", a->device,
+                  "auto|cuda|emu (emu: the host-emulated device; its timings are not GPU numbers)");
   sub->add_flag("--predict", a->predict,
                 "Plan every configuration and print the predicted running time; run nothing. With --out: write each "
                 "row's prediction to that new file (re-predict a study: scripts/analysis/repredict.py)");
@@ -154,10 +177,11 @@ void register_sweep(CLI::App& app) {
                   "the planner's simulated timeline (DIR/<config_id>_t<tier>_<schedule>.json; "
                   "scripts/analysis/timeline_gap.py reads them)");
   sub->add_flag("--no-progress", a->no_progress, "No progress bar");
-  sub->add_option("--machine-check", a->machine_check,
-                  "auto|on|off: measure a few of the experiment's profile rows again first and refuse a machine that "
-                  "differs at every thread count of the experiment; thread counts off while another is within are "
-                  "deferred (measured only where the probe finds the machine back; --resume later) (auto: on with --device cuda)");
+  sub->add_option(
+      "--machine-check", a->machine_check,
+      "auto|on|off: measure a few of the experiment's profile rows again first and refuse a machine that "
+      "differs at every thread count of the experiment; thread counts off while another is within are "
+      "deferred (measured only where the probe finds the machine back; --resume later) (auto: on with --device cuda)");
   sub->add_option("--machine-probe", a->machine_probe,
                   "auto|on|off: before each configuration, measure how much slower the machine is than the profile at "
                   "its thread count (about a second; rows' machine_slowdown; auto: on with --device cuda)");

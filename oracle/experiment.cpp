@@ -14,22 +14,22 @@
 #include <set>
 #include <sstream>
 
-#include "core/yaml_util.h"
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/hardware_spec.h"
 #include "core/size.h"
 #include "core/thread_pool.h"
 #include "core/weight_source.h"
+#include "core/yaml_util.h"
 #include "costmodel/profile_db.h"
 
 namespace shardwise {
 namespace {
 
-const std::vector<std::string> kTopKeys = {"name",   "description", "hardware", "profile",   "models",
-                                           "budgets", "ctx",        "threads",  "pcie_caps", "tiers",
-                                           "schedules", "kv_dtype", "token_seed", "measure", "filters", "exclude"};
-const std::vector<std::string> kMeasureKeys = {"warmup",     "min_repeats", "max_repeats",      "target_spread",
+const std::vector<std::string> kTopKeys = {"name",       "description", "hardware",  "profile", "models",    "budgets",
+                                           "ctx",        "threads",     "pcie_caps", "tiers",   "schedules", "kv_dtype",
+                                           "token_seed", "measure",     "filters",   "exclude"};
+const std::vector<std::string> kMeasureKeys = {"warmup",      "min_repeats",       "max_repeats", "target_spread",
                                                "row_seconds", "expensive_repeats", "max_step_ms", "rounds"};
 const std::vector<std::string> kFilterKeys = {"budget_below_model", "plannable"};
 const std::vector<std::string> kRuleKeys = {"model", "budget", "ctx", "threads", "pcie_cap", "tier", "schedule"};
@@ -148,7 +148,8 @@ std::string resolve_relative(const std::string& p, const std::string& file) {
 }
 
 bool is_yaml_path(const std::string& s) {
-  return (s.size() > 5 && s.compare(s.size() - 5, 5, ".yaml") == 0) || (s.size() > 4 && s.compare(s.size() - 4, 4, ".yml") == 0);
+  return (s.size() > 5 && s.compare(s.size() - 5, 5, ".yaml") == 0) ||
+         (s.size() > 4 && s.compare(s.size() - 4, 4, ".yml") == 0);
 }
 
 // Files named by a model entry (a .gguf, an HF directory, or the spec .yaml of synthetic:SPEC) are
@@ -213,32 +214,28 @@ ModelSpec experiment_model_spec(const std::string& weights) {
 // file and would fill memory; each row also takes a plan per tier.
 void check_expansion(const Ctx& c, const Experiment& e) {
   const double n = static_cast<double>(e.models.size()) * static_cast<double>(e.budgets.size()) *
-                   static_cast<double>(e.ctxs.size()) * static_cast<double>(e.threads.size()) * static_cast<double>(e.caps.size());
+                   static_cast<double>(e.ctxs.size()) * static_cast<double>(e.threads.size()) *
+                   static_cast<double>(e.caps.size());
   if (n > static_cast<double>(kMaxConfigurations))
-    fail(c.file, ": the experiment expands to ", str_cat(std::fixed, std::setprecision(0), n), " configurations (models ",
-         e.models.size(), " x budgets ", e.budgets.size(), " x ctx ", e.ctxs.size(), " x threads ", e.threads.size(),
-         " x pcie_caps ", e.caps.size(), "), more than ", kMaxConfigurations,
-         ": split its lists over several experiment files (--shard i/n divides a sweep between runs, but each run expands all of it)");
+    fail(c.file, ": the experiment expands to ", str_cat(std::fixed, std::setprecision(0), n),
+         " configurations (models ", e.models.size(), " x budgets ", e.budgets.size(), " x ctx ", e.ctxs.size(),
+         " x threads ", e.threads.size(), " x pcie_caps ", e.caps.size(), "), more than ", kMaxConfigurations,
+         ": split its lists over several experiment files (--shard i/n divides a sweep between runs, but each run "
+         "expands all of it)");
   if (e.tiers.size() > kMaxTiers) c.fail_at("tiers", e.tiers.size(), " tiers: at most ", kMaxTiers);
 }
 
-Experiment parse_experiment_text(const std::string& text, const std::string& path) {
-  const Ctx c{path};
-  const YAML::Node root = load_yaml(text, path);
-  if (!root.IsMap()) fail(path, ": expected a mapping at the top level (name, hardware, models, budgets, ...)");
-  check_keys(c, root, "", kTopKeys);
-  auto need = [&](const char* key) {
-    if (!root[key] || root[key].IsNull()) c.fail_at(key, "missing (required)");
-    return root[key];
-  };
-  Experiment e;
-  e.path = path;
-  e.text = text;
-  e.name = root["name"] ? scalar(c, root["name"], "name") : default_model_name(path);
-  if (e.name.size() > 5 && is_yaml_path(e.name)) e.name = e.name.substr(0, e.name.rfind('.'));
-  if (root["description"]) e.description = scalar(c, root["description"], "description");
+namespace {
 
-  // Cost model: a measured profile, else (or, for a CPU-only profile, also) a hardware datasheet.
+// A required key's node.
+YAML::Node need(const Ctx& c, const YAML::Node& root, const char* key) {
+  if (!root[key] || root[key].IsNull()) c.fail_at(key, "missing (required)");
+  return root[key];
+}
+
+// Cost model: a measured profile, else (or, for a CPU-only profile, also) a hardware datasheet.
+void parse_machine(const Ctx& c, const YAML::Node& root, Experiment& e) {
+  const std::string& path = c.file;
   if (root["profile"] && !root["profile"].IsNull()) {
     e.profile = scalar(c, root["profile"], "profile");
     if (e.profile.empty()) c.fail_at("profile", "must name a ProfileDB file (from `shardwise profile`)");
@@ -247,7 +244,7 @@ Experiment parse_experiment_text(const std::string& text, const std::string& pat
       c.fail_at("profile", "cannot open ", e.profile, " (looked from the working directory and next to ", path, ")");
   }
   if (e.profile.empty() || (root["hardware"] && !root["hardware"].IsNull())) {
-    e.hardware = scalar(c, need("hardware"), "hardware");
+    e.hardware = scalar(c, need(c, root, "hardware"), "hardware");
     e.hardware_path = is_yaml_path(e.hardware) ? resolve_relative(e.hardware, path) : e.hardware;
     wrap(c, "hardware", [&] { return resolve_hardware(e.hardware_path); });
   }
@@ -255,32 +252,38 @@ Experiment parse_experiment_text(const std::string& text, const std::string& pat
     const ProfileDB db = wrap(c, "profile", [&] { return load_profile(e.profile_path); });
     if (!db.has_gpu() && e.hardware.empty())
       c.fail_at("profile", "the profile ", e.profile_path,
-                " has no GPU rows (measured on a machine without a GPU): add `hardware: NAME` to stand in for the GPU, or use a "
+                " has no GPU rows (measured on a machine without a GPU): add `hardware: NAME` to stand in for the GPU, "
+                "or use a "
                 "GPU profile");
   }
+}
 
-  // Models.
+void parse_models(const Ctx& c, const YAML::Node& root, Experiment& e) {
+  const std::string& path = c.file;
   std::set<std::string> names;
-  for (const auto& [field, n] : items(c, need("models"), "models")) {
+  for (const auto& [field, n] : items(c, need(c, root, "models"), "models")) {
     ExperimentModel m;
     if (n.IsScalar()) {
       m.weights = n.as<std::string>();
     } else {
       check_keys(c, n, field, {"name", "weights"});
-      if (!n["weights"]) c.fail_at(field + ".weights", "missing (e.g. synthetic:nemo8b?dtype=f16&seed=1 or a .gguf path)");
+      if (!n["weights"])
+        c.fail_at(field + ".weights", "missing (e.g. synthetic:nemo8b?dtype=f16&seed=1 or a .gguf path)");
       m.weights = scalar(c, n["weights"], field + ".weights");
       if (n["name"]) m.name = scalar(c, n["name"], field + ".name");
     }
     m.open_path = resolve_weights_path(m.weights, path);
     if (m.name.empty()) m.name = default_model_name(m.weights);
-    if (!names.insert(m.name).second) c.fail_at(field + ".name", "'", m.name, "' appears twice (give each model a distinct name)");
+    if (!names.insert(m.name).second)
+      c.fail_at(field + ".name", "'", m.name, "' appears twice (give each model a distinct name)");
     wrap(c, field + ".weights", [&] { return experiment_model_spec(m.open_path); });
     e.models.push_back(m);
   }
+}
 
-  // Budgets.
+void parse_budgets(const Ctx& c, const YAML::Node& root, Experiment& e) {
   std::set<std::string> budget_texts;
-  for (const auto& [field, n] : items(c, need("budgets"), "budgets")) {
+  for (const auto& [field, n] : items(c, need(c, root, "budgets"), "budgets")) {
     ExperimentBudget b;
     b.text = scalar(c, n, field);
     if (!b.text.empty() && b.text.back() == '%') {
@@ -294,21 +297,24 @@ Experiment parse_experiment_text(const std::string& text, const std::string& pat
   for (size_t i = 0; i < e.budgets.size(); ++i)
     for (size_t j = 0; j < i; ++j)
       if (e.budgets[i].bytes && e.budgets[i].bytes == e.budgets[j].bytes)
-        c.fail_at("budgets[" + std::to_string(i) + "]", "'", e.budgets[i].text, "' is the same budget as '", e.budgets[j].text, "'");
+        c.fail_at("budgets[" + std::to_string(i) + "]", "'", e.budgets[i].text, "' is the same budget as '",
+                  e.budgets[j].text, "'");
+}
 
-  // Contexts, threads, caps, tiers.
-  for (const auto& [field, n] : items(c, need("ctx"), "ctx")) {
+// Contexts, threads, caps, tiers.
+void parse_axes(const Ctx& c, const YAML::Node& root, Experiment& e) {
+  for (const auto& [field, n] : items(c, need(c, root, "ctx"), "ctx")) {
     const int64_t v = wrap(c, field, [&] { return parse_token_count(scalar(c, n, field), "ctx"); });
     if (v > kMaxContext) c.fail_at(field, v, " is more than ", kMaxContext, " tokens");
     if (std::find(e.ctxs.begin(), e.ctxs.end(), v) != e.ctxs.end()) c.fail_at(field, v, " appears twice");
     e.ctxs.push_back(v);
   }
-  for (const auto& [field, n] : items(c, need("threads"), "threads")) {
+  for (const auto& [field, n] : items(c, need(c, root, "threads"), "threads")) {
     const int v = static_cast<int>(as_int(c, n, field, 1, kMaxPoolThreads));
     if (std::find(e.threads.begin(), e.threads.end(), v) != e.threads.end()) c.fail_at(field, v, " appears twice");
     e.threads.push_back(v);
   }
-  for (const auto& [field, n] : items(c, need("pcie_caps"), "pcie_caps")) {
+  for (const auto& [field, n] : items(c, need(c, root, "pcie_caps"), "pcie_caps")) {
     ExperimentCap cap;
     cap.text = scalar(c, n, field);
     cap.bytes_per_s = wrap(c, field, [&] { return parse_pcie_cap(cap.text, "PCIe cap"); });
@@ -316,17 +322,21 @@ Experiment parse_experiment_text(const std::string& text, const std::string& pat
       if (o.bytes_per_s == cap.bytes_per_s) c.fail_at(field, "'", cap.text, "' is the same cap as '", o.text, "'");
     e.caps.push_back(cap);
   }
-  for (const auto& [field, n] : items(c, need("tiers"), "tiers")) {
+  for (const auto& [field, n] : items(c, need(c, root, "tiers"), "tiers")) {
     const int64_t v = wrap(c, field, [&] { return parse_token_count(scalar(c, n, field), "tier"); });
     if (std::find(e.tiers.begin(), e.tiers.end(), v) != e.tiers.end()) c.fail_at(field, v, " appears twice");
     for (int64_t ctx : e.ctxs)
-      if (v > ctx) c.fail_at(field, v, " exceeds ctx ", ctx, " (a step of `tier` new tokens over a cache filled to ctx needs tier <= ctx)");
+      if (v > ctx)
+        c.fail_at(field, v, " exceeds ctx ", ctx,
+                  " (a step of `tier` new tokens over a cache filled to ctx needs tier <= ctx)");
     e.tiers.push_back(v);
   }
   std::sort(e.tiers.begin(), e.tiers.end());
   check_expansion(c, e);
+}
 
-  // Schedules (default: the three candidates and the two baselines as reference rows).
+// Schedules (default: the three candidates and the two baselines as reference rows), KV dtype, seed.
+void parse_schedules(const Ctx& c, const YAML::Node& root, Experiment& e) {
   if (root["schedules"]) {
     for (const auto& [field, n] : items(c, root["schedules"], "schedules")) {
       const Schedule s = wrap(c, field, [&] { return parse_schedule(scalar(c, n, field)); });
@@ -340,11 +350,14 @@ Experiment parse_experiment_text(const std::string& text, const std::string& pat
   if (root["kv_dtype"]) {
     e.kv_dtype = scalar(c, root["kv_dtype"], "kv_dtype");
     const DType kv = wrap(c, "kv_dtype", [&] { return parse_dtype(e.kv_dtype); });
-    if (kv != DType::F32) c.fail_at("kv_dtype", "the executor keeps the KV cache in f32 ('", e.kv_dtype, "' cannot be measured)");
+    if (kv != DType::F32)
+      c.fail_at("kv_dtype", "the executor keeps the KV cache in f32 ('", e.kv_dtype, "' cannot be measured)");
   }
-  if (root["token_seed"]) e.token_seed = static_cast<uint64_t>(as_int(c, root["token_seed"], "token_seed", 0, INT64_MAX));
+  if (root["token_seed"])
+    e.token_seed = static_cast<uint64_t>(as_int(c, root["token_seed"], "token_seed", 0, INT64_MAX));
+}
 
-  // Measurement.
+void parse_measure(const Ctx& c, const YAML::Node& root, Experiment& e) {
   if (const YAML::Node m = root["measure"]) {
     check_keys(c, m, "measure", kMeasureKeys);
     MeasureSettings& s = e.measure;
@@ -360,72 +373,114 @@ Experiment parse_experiment_text(const std::string& text, const std::string& pat
     if (s.max_repeats < s.min_repeats)
       c.fail_at("measure.max_repeats", s.max_repeats, " is below measure.min_repeats (", s.min_repeats, ")");
     if (s.expensive_repeats > s.min_repeats)
-      c.fail_at("measure.expensive_repeats", s.expensive_repeats, " is above measure.min_repeats (", s.min_repeats, ")");
+      c.fail_at("measure.expensive_repeats", s.expensive_repeats, " is above measure.min_repeats (", s.min_repeats,
+                ")");
   }
+}
+
+void parse_filters(const Ctx& c, const YAML::Node& root, Experiment& e) {
   if (const YAML::Node f = root["filters"]) {
     check_keys(c, f, "filters", kFilterKeys);
-    if (f["budget_below_model"]) e.filters.budget_below_model = as_bool(c, f["budget_below_model"], "filters.budget_below_model");
+    if (f["budget_below_model"])
+      e.filters.budget_below_model = as_bool(c, f["budget_below_model"], "filters.budget_below_model");
     if (f["plannable"]) e.filters.plannable = as_bool(c, f["plannable"], "filters.plannable");
   }
+}
 
-  // Exclusions: every value must be one the product can produce, so a typo cannot silently exclude nothing.
-  if (root["exclude"]) {
-    for (const auto& [where, r] : items(c, root["exclude"], "exclude", true)) {
-      check_keys(c, r, where, kRuleKeys);
-      if (r.size() == 0) c.fail_at(where, "an exclusion must name at least one field");
-      ExclusionRule rule;
-      rule.where = where;
-      if (r["model"])
-        for (const auto& [f, n] : items(c, r["model"], where + ".model")) {
-          const std::string v = scalar(c, n, f);
-          if (!names.count(v)) c.fail_at(f, "'", v, "' is not one of the models (", join({names.begin(), names.end()}), ")");
-          rule.models.push_back(v);
-        }
-      if (r["budget"])
-        for (const auto& [f, n] : items(c, r["budget"], where + ".budget")) {
-          const std::string v = scalar(c, n, f);
-          if (!budget_texts.count(v)) c.fail_at(f, "'", v, "' is not one of the budgets (", join({budget_texts.begin(), budget_texts.end()}), ")");
-          rule.budgets.push_back(v);
-        }
-      if (r["ctx"])
-        for (const auto& [f, n] : items(c, r["ctx"], where + ".ctx")) {
-          const int64_t v = wrap(c, f, [&] { return parse_token_count(scalar(c, n, f), "ctx"); });
-          if (std::find(e.ctxs.begin(), e.ctxs.end(), v) == e.ctxs.end()) c.fail_at(f, v, " is not one of the ctx values");
-          rule.ctxs.push_back(v);
-        }
-      if (r["threads"])
-        for (const auto& [f, n] : items(c, r["threads"], where + ".threads")) {
-          const int v = static_cast<int>(as_int(c, n, f, 1, kMaxPoolThreads));
-          if (std::find(e.threads.begin(), e.threads.end(), v) == e.threads.end()) c.fail_at(f, v, " is not one of the thread counts");
-          rule.threads.push_back(v);
-        }
-      if (r["pcie_cap"])
-        for (const auto& [f, n] : items(c, r["pcie_cap"], where + ".pcie_cap")) {
-          const double v = wrap(c, f, [&] { return parse_bandwidth(scalar(c, n, f), "PCIe cap"); });
-          if (std::none_of(e.caps.begin(), e.caps.end(), [&](const ExperimentCap& x) { return x.bytes_per_s == v; }))
-            c.fail_at(f, "'", scalar(c, n, f), "' is not one of the PCIe caps");
-          rule.caps.push_back(v);
-        }
-      if (r["tier"])
-        for (const auto& [f, n] : items(c, r["tier"], where + ".tier")) {
-          const int64_t v = wrap(c, f, [&] { return parse_token_count(scalar(c, n, f), "tier"); });
-          if (std::find(e.tiers.begin(), e.tiers.end(), v) == e.tiers.end()) c.fail_at(f, v, " is not one of the tiers");
-          rule.tiers.push_back(v);
-        }
-      if (r["schedule"])
-        for (const auto& [f, n] : items(c, r["schedule"], where + ".schedule")) {
-          const Schedule v = wrap(c, f, [&] { return parse_schedule(scalar(c, n, f)); });
-          if (std::find(e.schedules.begin(), e.schedules.end(), v) == e.schedules.end())
-            c.fail_at(f, schedule_name(v), " is not one of the schedules");
-          rule.schedules.push_back(v);
-        }
-      e.exclude.push_back(rule);
+// One exclusion rule: every value must be one the product can produce, so a typo cannot silently
+// exclude nothing.
+ExclusionRule parse_exclusion(const Ctx& c, const YAML::Node& r, const std::string& where, const Experiment& e) {
+  std::set<std::string> names, budget_texts;
+  for (const auto& m : e.models) names.insert(m.name);
+  for (const auto& b : e.budgets) budget_texts.insert(b.text);
+  ExclusionRule rule;
+  rule.where = where;
+  if (r["model"])
+    for (const auto& [f, n] : items(c, r["model"], where + ".model")) {
+      const std::string v = scalar(c, n, f);
+      if (!names.count(v))
+        c.fail_at(f, "'", v, "' is not one of the models (", join({names.begin(), names.end()}), ")");
+      rule.models.push_back(v);
     }
+  if (r["budget"])
+    for (const auto& [f, n] : items(c, r["budget"], where + ".budget")) {
+      const std::string v = scalar(c, n, f);
+      if (!budget_texts.count(v))
+        c.fail_at(f, "'", v, "' is not one of the budgets (", join({budget_texts.begin(), budget_texts.end()}), ")");
+      rule.budgets.push_back(v);
+    }
+  if (r["ctx"])
+    for (const auto& [f, n] : items(c, r["ctx"], where + ".ctx")) {
+      const int64_t v = wrap(c, f, [&] { return parse_token_count(scalar(c, n, f), "ctx"); });
+      if (std::find(e.ctxs.begin(), e.ctxs.end(), v) == e.ctxs.end()) c.fail_at(f, v, " is not one of the ctx values");
+      rule.ctxs.push_back(v);
+    }
+  if (r["threads"])
+    for (const auto& [f, n] : items(c, r["threads"], where + ".threads")) {
+      const int v = static_cast<int>(as_int(c, n, f, 1, kMaxPoolThreads));
+      if (std::find(e.threads.begin(), e.threads.end(), v) == e.threads.end())
+        c.fail_at(f, v, " is not one of the thread counts");
+      rule.threads.push_back(v);
+    }
+  if (r["pcie_cap"])
+    for (const auto& [f, n] : items(c, r["pcie_cap"], where + ".pcie_cap")) {
+      const double v = wrap(c, f, [&] { return parse_bandwidth(scalar(c, n, f), "PCIe cap"); });
+      if (std::none_of(e.caps.begin(), e.caps.end(), [&](const ExperimentCap& x) { return x.bytes_per_s == v; }))
+        c.fail_at(f, "'", scalar(c, n, f), "' is not one of the PCIe caps");
+      rule.caps.push_back(v);
+    }
+  if (r["tier"])
+    for (const auto& [f, n] : items(c, r["tier"], where + ".tier")) {
+      const int64_t v = wrap(c, f, [&] { return parse_token_count(scalar(c, n, f), "tier"); });
+      if (std::find(e.tiers.begin(), e.tiers.end(), v) == e.tiers.end()) c.fail_at(f, v, " is not one of the tiers");
+      rule.tiers.push_back(v);
+    }
+  if (r["schedule"])
+    for (const auto& [f, n] : items(c, r["schedule"], where + ".schedule")) {
+      const Schedule v = wrap(c, f, [&] { return parse_schedule(scalar(c, n, f)); });
+      if (std::find(e.schedules.begin(), e.schedules.end(), v) == e.schedules.end())
+        c.fail_at(f, schedule_name(v), " is not one of the schedules");
+      rule.schedules.push_back(v);
+    }
+  return rule;
+}
+
+void parse_exclusions(const Ctx& c, const YAML::Node& root, Experiment& e) {
+  if (!root["exclude"]) return;
+  for (const auto& [where, r] : items(c, root["exclude"], "exclude", true)) {
+    check_keys(c, r, where, kRuleKeys);
+    if (r.size() == 0) c.fail_at(where, "an exclusion must name at least one field");
+    e.exclude.push_back(parse_exclusion(c, r, where, e));
   }
+}
+
+}  // namespace
+
+Experiment parse_experiment_text(const std::string& text, const std::string& path) {
+  const Ctx c{path};
+  const YAML::Node root = load_yaml(text, path);
+  if (!root.IsMap()) fail(path, ": expected a mapping at the top level (name, hardware, models, budgets, ...)");
+  check_keys(c, root, "", kTopKeys);
+  Experiment e;
+  e.path = path;
+  e.text = text;
+  e.name = root["name"] ? scalar(c, root["name"], "name") : default_model_name(path);
+  if (e.name.size() > 5 && is_yaml_path(e.name)) e.name = e.name.substr(0, e.name.rfind('.'));
+  if (root["description"]) e.description = scalar(c, root["description"], "description");
+  parse_machine(c, root, e);
+  parse_models(c, root, e);
+  parse_budgets(c, root, e);
+  parse_axes(c, root, e);
+  parse_schedules(c, root, e);
+  parse_measure(c, root, e);
+  parse_filters(c, root, e);
+  parse_exclusions(c, root, e);
   return e;
 }
 
-Experiment load_experiment(const std::string& path) { return parse_experiment_text(read_text_file(path), path); }
+Experiment load_experiment(const std::string& path) {
+  return parse_experiment_text(read_text_file(path), path);
+}
 
 void use_profile(Experiment& e, const std::string& path) {
   if (path.empty()) fail("--profile: give a ProfileDB file (from `shardwise profile`)");
@@ -445,7 +500,8 @@ std::string Experiment::effective_json() const {
   j["hardware"] = hardware;
   if (!profile.empty()) j["profile"] = profile;  // absent for datasheet experiments (their hash is unchanged)
   nlohmann::ordered_json ms = nlohmann::ordered_json::array();
-  for (const auto& m : models) ms.push_back({{"name", m.name}, {"weights", m.weights}});  // as written: no paths of this machine
+  for (const auto& m : models)
+    ms.push_back({{"name", m.name}, {"weights", m.weights}});  // as written: no paths of this machine
   j["models"] = ms;
   std::vector<std::string> b, caps_text, sched;
   for (const auto& x : budgets) b.push_back(x.text);
@@ -459,12 +515,9 @@ std::string Experiment::effective_json() const {
   j["schedules"] = sched;
   j["kv_dtype"] = kv_dtype;
   j["token_seed"] = token_seed;
-  j["measure"] = {{"warmup", measure.warmup},
-                  {"min_repeats", measure.min_repeats},
-                  {"max_repeats", measure.max_repeats},
-                  {"target_spread", measure.target_spread},
-                  {"row_seconds", measure.row_seconds},
-                  {"expensive_repeats", measure.expensive_repeats},
+  j["measure"] = {{"warmup", measure.warmup},           {"min_repeats", measure.min_repeats},
+                  {"max_repeats", measure.max_repeats}, {"target_spread", measure.target_spread},
+                  {"row_seconds", measure.row_seconds}, {"expensive_repeats", measure.expensive_repeats},
                   {"max_step_ms", measure.max_step_ms}};
   if (measure.rounds != 1) j["measure"]["rounds"] = measure.rounds;  // (absent: one, as before it existed)
   j["filters"] = {{"budget_below_model", filters.budget_below_model}, {"plannable", filters.plannable}};
@@ -488,7 +541,9 @@ std::string Experiment::effective_json() const {
   return j.dump();
 }
 
-std::string Experiment::hash() const { return fnv1a_hex(effective_json()); }
+std::string Experiment::hash() const {
+  return fnv1a_hex(effective_json());
+}
 
 std::vector<Configuration> expand_configurations(const Experiment& e, std::vector<std::string>* dropped) {
   std::vector<Configuration> out;
@@ -521,8 +576,11 @@ std::vector<Configuration> expand_configurations(const Experiment& e, std::vecto
             c.tiers = e.tiers;
             c.schedules = e.schedules;
             c.config_id = make_config_id(c.weights, c.budget_bytes, c.ctx, c.threads, c.pcie_cap_bytes_per_s);
-            const std::string label = str_cat(m.name, " budget ", b.text, " ctx ", ctx, " threads ", threads, " cap ", cap.text);
-            auto in = [](const auto& list, const auto& v) { return list.empty() || std::find(list.begin(), list.end(), v) != list.end(); };
+            const std::string label =
+                str_cat(m.name, " budget ", b.text, " ctx ", ctx, " threads ", threads, " cap ", cap.text);
+            auto in = [](const auto& list, const auto& v) {
+              return list.empty() || std::find(list.begin(), list.end(), v) != list.end();
+            };
             bool excluded = false;
             for (const auto& r : e.exclude) {
               const bool config_match = in(r.models, m.name) && in(r.budgets, b.text) && in(r.ctxs, ctx) &&
@@ -539,7 +597,8 @@ std::vector<Configuration> expand_configurations(const Experiment& e, std::vecto
             }
             if (excluded) continue;
             if (e.filters.budget_below_model && bytes >= model_bytes) {
-              note(str_cat(label, ": filtered (budget_below_model: the budget holds all ", format_bytes(model_bytes), " of weights)"));
+              note(str_cat(label, ": filtered (budget_below_model: the budget holds all ", format_bytes(model_bytes),
+                           " of weights)"));
               continue;
             }
             if (c.excluded_rows.size() == c.tiers.size() * c.schedules.size()) {
@@ -556,8 +615,8 @@ std::vector<Configuration> expand_configurations(const Experiment& e, std::vecto
   for (size_t i = 0; i < out.size(); ++i) {
     auto [it, fresh] = seen.emplace(out[i].config_id, i);
     if (!fresh)
-      fail(e.path, ": budgets: '", out[i].budget_text, "' and '", out[it->second].budget_text, "' give the same budget (",
-           out[i].budget_bytes, " bytes) for ", out[i].model_name);
+      fail(e.path, ": budgets: '", out[i].budget_text, "' and '", out[it->second].budget_text,
+           "' give the same budget (", out[i].budget_bytes, " bytes) for ", out[i].model_name);
   }
   return out;
 }

@@ -12,9 +12,9 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
@@ -29,12 +29,15 @@
 #include "core/weight_source.h"
 #include "costmodel/cost_model.h"
 #include "costmodel/profile_db.h"
+#include "engine/cost_source.h"
+#include "engine/planning.h"
+#include "engine/run_setup.h"
 #include "executor/cuda/cuda_device.h"
 #include "executor/device/device.h"
 #include "executor/model/cpu_model.h"
 #include "executor/model/model_weights.h"
-#include "executor/runtime/timeline_trace.h"
 #include "executor/runtime/runtime.h"
+#include "executor/runtime/timeline_trace.h"
 #include "oracle/results.h"
 #include "planner/planner.h"
 
@@ -47,7 +50,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 std::string utc_now() {
   const std::time_t t = std::time(nullptr);
@@ -58,8 +63,9 @@ std::string utc_now() {
   return buf;
 }
 
-
-bool is_synthetic(const std::string& weights) { return weights.compare(0, 10, "synthetic:") == 0; }
+bool is_synthetic(const std::string& weights) {
+  return weights.compare(0, 10, "synthetic:") == 0;
+}
 
 // Assumptions behind the running-time prediction where no plan says anything: host weights are
 // synthesised (or read) at ~2 GB/s, and each CUDA device set-up (context, arena, registering the
@@ -79,13 +85,13 @@ constexpr double kDeviceSetupS = 0.3;
 std::string plan_signature(const Plan& plan) {
   std::ostringstream s;
   for (const ShardPlacement& p : plan.placements)
-    s << 'p' << p.shard << ',' << static_cast<int>(p.home) << ',' << static_cast<int>(p.exec) << ',' << p.streamed << ','
-      << p.arena_offset << ',' << p.bytes << ';';
+    s << 'p' << p.shard << ',' << static_cast<int>(p.home) << ',' << static_cast<int>(p.exec) << ',' << p.streamed
+      << ',' << p.arena_offset << ',' << p.bytes << ';';
   for (bool kv : plan.kv_on_gpu) s << (kv ? 'G' : 'H');
   for (const Action& a : plan.actions) {
-    s << "\na" << a.id << ',' << static_cast<int>(a.resource) << ',' << static_cast<int>(a.kind) << ',' << static_cast<int>(a.part)
-      << ',' << static_cast<int>(a.payload) << ',' << a.shard << ',' << a.layer << ',' << a.slot << ',' << a.row_begin << ','
-      << a.row_end << ',' << a.bytes << ':';
+    s << "\na" << a.id << ',' << static_cast<int>(a.resource) << ',' << static_cast<int>(a.kind) << ','
+      << static_cast<int>(a.part) << ',' << static_cast<int>(a.payload) << ',' << a.shard << ',' << a.layer << ','
+      << a.slot << ',' << a.row_begin << ',' << a.row_end << ',' << a.bytes << ':';
     for (int d : a.deps) s << d << ',';
   }
   return fnv1a_hex(s.str());
@@ -96,7 +102,7 @@ struct RowPlan {
   int64_t tier = 0;
   Schedule schedule = Schedule::Static;
   bool feasible = false;
-  std::string reason;        // why infeasible / skipped
+  std::string reason;  // why infeasible / skipped
   double predicted_ms = 0;
   uint64_t vram_bytes = 0;
   std::string plan_signature;  // what the executor runs, whatever the schedule's name (plan_signature())
@@ -112,44 +118,40 @@ struct ConfigPlan {
   std::string error;
   std::vector<RowPlan> rows;  // excluded rows omitted
   uint64_t model_bytes = 0;
-  std::string machine;        // cost model description
+  std::string machine;                          // cost model description
   std::map<int64_t, double> experts_per_layer;  // MoE: distinct experts per layer the plan assumed, per tier
 };
 
-// An MoE model's measured routing (executor: measure_experts_touched): distinct experts per layer
-// that n consecutive tokens are routed to, at the experiment's tiers.
-struct Routing {
-  std::vector<int64_t> tokens;
-  std::vector<double> experts;
-  int64_t measured_on = 0;  // the step tokens it was measured on
-  // The fraction of each token's experts a layer's router picks from the layer before's MoE input
-  // (measure_next_layer_routing, on the first kNextLayerTokens of those tokens): what speculative expert
-  // prefetch gets right. 0 in records of binaries before it: no speculation.
-  double next_layer_hits = 0;
-};
+// An MoE model's measured routing (engine: measure_routing) at the experiment's tiers, on the step
+// tokens; its guess rate on the first kNextLayerTokens of them (0 in records of binaries before it: no
+// speculation).
 constexpr int64_t kNextLayerTokens = 64;
 
 // The routing an earlier call of this results file (`path`) recorded for a model (same weights and
 // tokens: the experiment hash is checked before), if it was measured on the same token counts. A count
 // no routing of this model can have (n tokens touch between top_k and min(experts, n·top_k) distinct
 // experts) is refused: the file is not this model's, or was edited.
-std::optional<Routing> recorded_routing(const std::vector<json>& sweeps, const std::string& model,
-                                        const std::string& weights, uint64_t token_seed, const std::vector<int64_t>& tokens,
-                                        int64_t measured_on, const ModelSpec& spec, const std::string& path) {
+std::optional<MeasuredRouting> recorded_routing(const std::vector<json>& sweeps, const std::string& model,
+                                                const std::string& weights, uint64_t token_seed,
+                                                const std::vector<int64_t>& tokens, int64_t measured_on,
+                                                const ModelSpec& spec, const std::string& path) {
   for (auto it = sweeps.rbegin(); it != sweeps.rend(); ++it) {
-    Routing got;
+    MeasuredRouting got;
     try {  // a header of another shape (an older binary, an edited file) is passed over
       // Measured on the same weights and tokens (another experiment may name other weights alike).
       const json& cfg = it->at("effective_config");
       if (cfg.at("token_seed").get<uint64_t>() != token_seed) continue;
       bool same_weights = false;
       for (const json& m : cfg.at("models"))
-        same_weights = same_weights || (m.at("name").get<std::string>() == model && m.at("weights").get<std::string>() == weights);
+        same_weights =
+            same_weights || (m.at("name").get<std::string>() == model && m.at("weights").get<std::string>() == weights);
       if (!same_weights) continue;
       const json& r = it->at("routing").at(model);
       if (r.at("measured_on_tokens").get<int64_t>() != measured_on) continue;
-      got = Routing{r.at("tokens").get<std::vector<int64_t>>(), r.at("experts").get<std::vector<double>>(), measured_on,
-                    r.contains("next_layer_hits") ? r.at("next_layer_hits").get<double>() : 0.0};
+      got.tokens = r.at("tokens").get<std::vector<int64_t>>();
+      got.experts = r.at("experts").get<std::vector<double>>();
+      got.measured_on = measured_on;
+      got.next_layer_hits = r.contains("next_layer_hits") ? r.at("next_layer_hits").get<double>() : 0.0;
     } catch (const std::exception&) {
       continue;
     }
@@ -162,7 +164,8 @@ std::optional<Routing> recorded_routing(const std::vector<json>& sweeps, const s
     const int64_t k = std::min(spec.num_experts_per_tok, spec.num_experts);
     for (size_t i = 0; i < got.tokens.size(); ++i) {
       const double most = static_cast<double>(std::min<int64_t>(spec.num_experts, got.tokens[i] * k));
-      SW_CHECK(std::isfinite(got.experts[i]) && got.experts[i] >= static_cast<double>(k) - 1e-9 && got.experts[i] <= most + 1e-9,
+      SW_CHECK(std::isfinite(got.experts[i]) && got.experts[i] >= static_cast<double>(k) - 1e-9 &&
+                   got.experts[i] <= most + 1e-9,
                path, ": the routing recorded for ", model, " has ", got.experts[i], " distinct experts per layer at ",
                got.tokens[i], " tokens, which no routing of this model has (", k, " .. ", most,
                "): give the results file of a sweep of this experiment");
@@ -172,86 +175,51 @@ std::optional<Routing> recorded_routing(const std::vector<json>& sweeps, const s
   return std::nullopt;
 }
 
-// What the planner needs of a model's file beyond its spec: its tensors' storage dtypes and how many
-// copies the runtime makes of a streamed expert.
-struct FileFacts {
-  TensorDtypes dtypes;
-  int expert_copies = 3;
-};
-
-PlannerConfig planner_config(const Experiment& e, const Configuration& c, const ModelSpec& spec, const FileFacts& file,
-                             const Routing* routing = nullptr) {
-  PlannerConfig cfg;
-  if (routing) {
-    cfg.routing_tokens = routing->tokens;
-    cfg.routing_experts = routing->experts;
-    cfg.next_layer_hits = routing->next_layer_hits;
-  }
-  cfg.budget_bytes = c.budget_bytes;
-  cfg.ctx = c.ctx;
-  cfg.threads = c.threads;
-  cfg.kv_dtype = parse_dtype(e.kv_dtype);
-  cfg.tiers = c.tiers;
-  // All five, so `chosen` is the planner's real pick whatever the experiment measures.
-  cfg.schedules = {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic, Schedule::LayerSplit, Schedule::CpuMoe};
-  cfg.model_name = c.weights;
-  cfg.tensor_dtypes = file.dtypes;
-  cfg.executor = executor_traits(spec, file.expert_copies);
+// The configuration's planner config: the experiment's choices, every schedule (so `chosen` is the
+// planner's real pick whatever the experiment measures), the model's facts and its measured routing.
+PlannerConfig planner_config(const Experiment& e, const Configuration& c, const ModelSpec& spec,
+                             const ModelFacts& facts, const MeasuredRouting* routing = nullptr) {
+  PlannerChoices choices;
+  choices.budget_bytes = c.budget_bytes;
+  choices.ctx = c.ctx;
+  choices.threads = c.threads;
+  choices.kv_dtype = parse_dtype(e.kv_dtype);
+  choices.tiers = c.tiers;
+  ModelFacts named = facts;
+  named.name = c.weights;
+  PlannerConfig cfg = planner_config(spec, choices, named);
+  if (routing) use_routing(cfg, *routing);
   return cfg;
 }
 
-// The experiment's cost model: a measured profile (with the hardware datasheet standing in for the
-// GPU of a CPU-only profile), or the hardware datasheet.
-struct CostSource {
-  bool measured = false;
-  HardwareSpec hw;  // the datasheet (measured: only when the experiment names one)
-  bool has_hw = false;
-  ProfileDB db;
+// The experiment's cost model (engine: a measured profile, with the hardware datasheet standing in for
+// the GPU of a CPU-only profile, or the hardware datasheet), and what rows record of it.
+struct SweepCost {
+  CostSource source;
   std::string name;  // for messages
 
-  explicit CostSource(const Experiment& e) {
-    has_hw = !e.hardware_path.empty();
-    if (has_hw) hw = resolve_hardware(e.hardware_path);
-    measured = !e.profile_path.empty();
-    if (measured) {
-      db = load_profile(e.profile_path);
-      db_hash = profile_hash(db);
-    }
-    name = measured ? str_cat("profile ", e.profile) : hw.name;
+  explicit SweepCost(const Experiment& e) : source(MachineChoice{e.hardware_path, std::nullopt, e.profile_path}) {
+    name = source.measured() ? str_cat("profile ", e.profile) : source.datasheet()->name;
+    if (source.measured()) db_hash_ = profile_hash(*source.profile());
   }
-  // One cost model per PCIe cap, built on first use (a measured one indexes and fits the whole
-  // profile: rebuilding it for each of a study's configurations was a fifth of the planning).
-  const CostModel& make(double pcie_cap_bytes_per_s) const {
-    std::unique_ptr<CostModel>& m = models_[std::llround(pcie_cap_bytes_per_s)];
-    if (m) return *m;
-    if (!measured) {
-      m = make_analytic_cost_model(hw, pcie_cap_bytes_per_s);
-    } else {
-      MeasuredOptions mo;
-      mo.pcie_cap_bytes_per_s = pcie_cap_bytes_per_s;
-      if (!db.has_gpu() && has_hw) mo.gpu_fallback = &hw;
-      m = make_measured_cost_model(db, mo);
-    }
-    return *m;
-  }
+  const CostModel& make(double pcie_cap_bytes_per_s) const { return source.at_cap(pcie_cap_bytes_per_s); }
   // The identity of the cost model's inputs for rows (see sweep.h): the datasheet path is unchanged;
   // a profile is its content hash (plus the datasheet standing in for a missing GPU) and the cap.
   std::string hash(const Experiment& e, double pcie_cap_bytes_per_s) const {
-    if (!measured) return profile_hash(e.hardware_path, pcie_cap_bytes_per_s);
-    std::string text = "profile:" + db_hash;
-    if (!db.has_gpu() && has_hw) text += "\ngpu_fallback:" + profile_hash(e.hardware_path, 0);
+    if (!source.measured()) return profile_hash(e.hardware_path, pcie_cap_bytes_per_s);
+    std::string text = "profile:" + db_hash_;
+    if (source.datasheet()) text += "\ngpu_fallback:" + profile_hash(e.hardware_path, 0);
     return fnv1a_hex(str_cat(text, "\npcie_cap_bytes_per_s=", std::llround(pcie_cap_bytes_per_s)));
   }
   // Uncapped host-to-device rate (GB/s), for the running-time estimate.
-  double pcie_h2d_gbps() const { return measured ? make(0).pcie_gbps(Direction::HostToDevice) : hw.pcie_h2d_gbps; }
+  double pcie_h2d_gbps() const { return make(0).pcie_gbps(Direction::HostToDevice); }
 
  private:
-  std::string db_hash;
-  mutable std::map<long long, std::unique_ptr<CostModel>> models_;
+  std::string db_hash_;
 };
 
-ConfigPlan plan_config(const Experiment& e, const Configuration& c, const ModelSpec& spec, const FileFacts& file,
-                       const CostSource& source, const Routing* routing, PlanTable* table_out = nullptr) {
+ConfigPlan plan_config(const Experiment& e, const Configuration& c, const ModelSpec& spec, const ModelFacts& file,
+                       const SweepCost& source, const MeasuredRouting* routing, PlanTable* table_out = nullptr) {
   ConfigPlan p;
   p.config = c;
   p.model_bytes = spec.total_bytes();
@@ -265,12 +233,12 @@ ConfigPlan plan_config(const Experiment& e, const Configuration& c, const ModelS
         const double d = routing_experts_for(spec, cfg, t);
         p.experts_per_layer[t] = d > 0 ? d : expected_distinct_experts(t, spec.num_experts_per_tok, spec.num_experts);
       }
-    table = build_plan_table(spec, cost, cfg);
+    table = plan_table(spec, cost, cfg, NextLayerHits{}, c.pcie_cap_bytes_per_s).table;
   } catch (const Error& err) {
     p.plannable = false;
     p.error = err.what();
+    table.pcie_cap_gbps = c.pcie_cap_bytes_per_s / 1e9;
   }
-  table.pcie_cap_gbps = c.pcie_cap_bytes_per_s / 1e9;
   for (int64_t tier : c.tiers) {
     const TierEntry* entry = p.plannable ? table.find_tier(tier) : nullptr;
     for (Schedule s : c.schedules) {
@@ -297,8 +265,8 @@ ConfigPlan plan_config(const Experiment& e, const Configuration& c, const ModelS
         if (r.feasible && e.measure.max_step_ms > 0 && r.predicted_ms > e.measure.max_step_ms) {
           r.skip = true;
           char buf[160];
-          std::snprintf(buf, sizeof buf, "predicted %.0f ms per step exceeds measure.max_step_ms (%.0f ms)", r.predicted_ms,
-                        e.measure.max_step_ms);
+          std::snprintf(buf, sizeof buf, "predicted %.0f ms per step exceeds measure.max_step_ms (%.0f ms)",
+                        r.predicted_ms, e.measure.max_step_ms);
           r.reason = buf;
         }
       }
@@ -349,14 +317,15 @@ MeasureSettings round_share(const MeasureSettings& m, int rounds) {
 
 // One step of `tier` new tokens over a cache filled to ctx: set_n_past(ctx - tier), then step.
 // One step of `tier` tokens over a cache filled to ctx (the row's unit of measurement).
-const RuntimeStep& step_at(Runtime& rt, int64_t ctx, int64_t tier, const std::vector<int32_t>& tokens, std::vector<float>& logits) {
+const RuntimeStep& step_at(Runtime& rt, int64_t ctx, int64_t tier, const std::vector<int32_t>& tokens,
+                           std::vector<float>& logits) {
   rt.set_n_past(ctx - tier);
   rt.step(tokens.data(), tier, logits.data());
   return rt.steps().back();
 }
 
-Measurement measure_row(Runtime& rt, int64_t ctx, int64_t tier, const std::vector<int32_t>& tokens, const MeasureSettings& m,
-                        std::vector<float>& logits) {
+Measurement measure_row(Runtime& rt, int64_t ctx, int64_t tier, const std::vector<int32_t>& tokens,
+                        const MeasureSettings& m, std::vector<float>& logits) {
   Measurement r;
   auto once = [&] {
     const RuntimeStep& s = step_at(rt, ctx, tier, tokens, logits);
@@ -383,35 +352,26 @@ Measurement measure_row(Runtime& rt, int64_t ctx, int64_t tier, const std::vecto
   return r;
 }
 
-
-struct LoadedModel {
+// A model loaded to measure its configurations (once per sweep: configurations are ordered model by
+// model).
+struct SweepModel {
   int index = -1;
   std::unique_ptr<WeightSource> source;
   std::unique_ptr<ModelWeights> weights;
-  FileFacts file;
+  ModelFacts file;
   double load_ms = 0;
 };
 
 std::string fmt_minutes(double s) {
   char buf[64];
-  if (s < 120) std::snprintf(buf, sizeof buf, "%.0f s", s);
-  else std::snprintf(buf, sizeof buf, "%.1f min", s / 60.0);
+  if (s < 120)
+    std::snprintf(buf, sizeof buf, "%.0f s", s);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f min", s / 60.0);
   return buf;
 }
 
 }  // namespace
-
-std::vector<int32_t> step_tokens(int64_t n, int64_t vocab, uint64_t seed) {
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& v : t) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    v = static_cast<int32_t>(x % static_cast<uint64_t>(vocab));
-  }
-  return t;
-}
 
 double median_of(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -517,586 +477,743 @@ json planned_keys(const Experiment& e, const ConfigPlan& p, const RowPlan& r, co
 
 }  // namespace
 
-SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
-  const auto t_start = Clock::now();
-  SweepResult res;
-  if (o.device != "cuda" && o.device != "emu") fail("--device '", o.device, "': the oracle runs on cuda or emu");
-  if (o.shard_count < 1 || o.shard_index < 0 || o.shard_index >= o.shard_count) fail("--shard: bad shard ", o.shard_index, "/", o.shard_count);
-  const std::string git_rev = build_git_rev();
-  const CostSource cost_source(e);
+namespace {
 
-  // The configurations of this shard.
-  std::vector<Configuration> all = expand_configurations(e, &res.dropped);
-  std::vector<Configuration> mine;
-  for (const auto& c : all)
-    if (c.index % o.shard_count == o.shard_index) mine.push_back(c);
-
-  // Existing rows (resume) and the checks that keep one file to one experiment and one revision.
-  ExistingResults existing;
-  if (!o.routing_from.empty() && !std::ifstream(o.routing_from).good())
-    fail(o.routing_from, ": no such file (--routing-from: a results file of `shardwise sweep` of this experiment)");
-  if (o.predict_only && !o.out_path.empty() && std::ifstream(o.out_path).good())
-    fail(o.out_path, " exists: --predict writes a new file of predictions, choose another --out");
-  if (!o.predict_only && !o.timelines_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(o.timelines_dir, ec);
-    if (ec || !std::filesystem::is_directory(o.timelines_dir))
-      fail("--timelines ", o.timelines_dir, ": cannot create the directory (", ec ? ec.message() : "a file is in the way",
-           "): give a directory the traces can go to");
-  }
-  // The output's lock first, then what it holds: a second sweep on the file is refused before any work.
-  std::unique_ptr<ResultsWriter> writer;
-  if (!o.predict_only) {
-    writer = std::make_unique<ResultsWriter>(o.out_path);
-    existing = read_results(o.out_path);
-    const bool has_content = !existing.rows.empty() || !existing.sweeps.empty() || existing.bad_lines > 0;
-    if (has_content && !o.resume)
-      fail(o.out_path, " already holds results: pass --resume to continue it, or choose another --out");
-    for (const auto& s : existing.sweeps)
-      if (s.value("experiment_hash", "") != e.hash())
-        fail(o.out_path, ": written by a different experiment (", s.value("experiment", "?"), ", hash ",
-             s.value("experiment_hash", "?"), "; this one is ", e.name, ", hash ", e.hash(),
-             "): a changed experiment needs a new --out");
-    for (const auto& r : existing.rows) {
-      if (r.value("git_rev", "") != git_rev)
-        fail(o.out_path, ": rows were measured by revision ", r.value("git_rev", "?"), " and this binary is ", git_rev,
-             ": a changed cost model or executor means re-running the sweep into a new --out");
-      if (r.value("device", "") != o.device)
-        fail(o.out_path, ": rows were measured on device ", r.value("device", "?"), ", this call uses --device ", o.device);
-    }
-    if (existing.bad_lines > 0)
-      log_warn(o.out_path, ": skipped ", existing.bad_lines, " torn, unparsable or incomplete line(s); their rows are measured again");
-  }
-
-  // Plan every configuration first: the predictions, the rows and the running-time estimate.
-  const auto t_plan = Clock::now();
-  std::map<int, ModelSpec> specs;
-  std::map<int, FileFacts> plan_files;
-  std::map<int, std::unique_ptr<WeightSource>> opened;  // file models opened for planning, reused to run
-  std::map<int, Routing> routing;                        // MoE models: measured before planning
-  std::vector<ConfigPlan> plans;
-  std::map<std::string, std::string> config_profile;
-  std::unique_ptr<ExistingResults> routing_source;       // o.routing_from, read once
-  for (const auto& c : mine) {
-    if (!specs.count(c.model)) {
-      if (is_synthetic(c.open_path)) {
-        specs[c.model] = experiment_model_spec(c.open_path);
-        plan_files[c.model].expert_copies = synthetic_expert_copies(specs[c.model]);
-      } else {
-        auto src = open_weights(c.open_path);
-        specs[c.model] = src->spec();
-        plan_files[c.model] = {tensor_dtypes_of(*src), expert_copies_of(*src)};
-        opened[c.model] = std::move(src);
-      }
-      // How many experts a step's tokens really touch decides what streaming costs: measure it on the
-      // weights (one CPU pass over the steps' own tokens), rather than assume uniform routing.
-      // An earlier call of this file recorded what it measured: reuse it rather than spend the
-      // seconds again.
-      int64_t n = 64;
-      for (int64_t t : c.tiers) n = std::max(n, t);
-      n = std::min<int64_t>(n, 1024);
-      std::vector<int64_t> curve_tokens = c.tiers;
-      std::sort(curve_tokens.begin(), curve_tokens.end());
-      std::optional<Routing> recorded;
-      if (specs[c.model].is_moe() && !o.routing_from.empty()) {
-        if (!routing_source) routing_source = std::make_unique<ExistingResults>(read_results(o.routing_from));
-        recorded = recorded_routing(routing_source->sweeps, c.model_name, c.weights, e.token_seed, curve_tokens, n, specs[c.model],
-                                    o.routing_from);
-        if (!recorded)
-          fail(o.routing_from, ": no sweep record holds ", c.model_name, "'s routing measured on ", n,
-               " tokens of token_seed ", e.token_seed, " for this experiment's tiers and weights (", c.weights,
-               "): give the results file of a sweep of this experiment");
-      }
-      if (specs[c.model].is_moe() && !o.predict_only && !recorded)
-        recorded = recorded_routing(existing.sweeps, c.model_name, c.weights, e.token_seed, curve_tokens, n, specs[c.model], o.out_path);
-      if (recorded) {
-        log_info(c.model_name, ": routing as measured by an earlier call of ",
-                 o.routing_from.empty() ? o.out_path : o.routing_from);
-        routing[c.model] = *recorded;
-      } else if (specs[c.model].is_moe() && !o.predict_only) {
-        const auto t0 = Clock::now();
-        OpenOptions oo;
-        oo.threads = 0;
-        std::unique_ptr<WeightSource> tmp;
-        const WeightSource* src = opened.count(c.model) ? opened[c.model].get() : (tmp = open_weights(c.open_path, oo)).get();
-        const ModelWeights w = ModelWeights::from_source(*src);
-        ThreadPool pool(0);
-        Routing r;
-        r.tokens = curve_tokens;
-        r.measured_on = n;
-        const std::vector<int32_t> toks = step_tokens(n, w.spec.vocab_size, e.token_seed);
-        r.experts = measure_experts_touched(w, pool, toks, r.tokens);
-        const double next = measure_next_layer_routing(
-            w, pool, std::vector<int32_t>(toks.begin(), toks.begin() + std::min<std::ptrdiff_t>(kNextLayerTokens, static_cast<std::ptrdiff_t>(toks.size()))));
-        r.next_layer_hits = std::isfinite(next) ? next : 0;
-        std::string curve;
-        for (size_t i = 0; i < r.tokens.size(); ++i) curve += str_cat(i ? ", " : "", r.tokens[i], ": ", r.experts[i]);
-        log_info(c.model_name, ": routing measured on ", n, " tokens in ",
-                 std::chrono::duration<double>(Clock::now() - t0).count(), " s — distinct experts per layer by step tokens {",
-                 curve, "} of ", w.spec.num_experts, "; the next layer's experts guessed at ", 100 * r.next_layer_hits, "%");
-        routing[c.model] = std::move(r);
-      }
-    }
-    ConfigPlan p = plan_config(e, c, specs[c.model], plan_files[c.model], cost_source,
-                               routing.count(c.model) ? &routing[c.model] : nullptr);
-    if (!p.plannable && e.filters.plannable) {
-      res.dropped.push_back(str_cat(c.model_name, " budget ", c.budget_text, " ctx ", c.ctx, " threads ", c.threads, " cap ",
-                                    c.pcie_cap_text, ": filtered (plannable: ", p.error, ")"));
-      continue;
-    }
-    config_profile[c.config_id] = cost_source.hash(e, c.pcie_cap_bytes_per_s);
-    plans.push_back(std::move(p));
-  }
-  const double plan_s = seconds_since(t_plan);
-  for (const auto& r : existing.rows) {
-    auto it = config_profile.find(r.value("config_id", ""));
-    if (it != config_profile.end() && r.value("profile_hash", "") != it->second)
-      fail(o.out_path, ": rows of configuration ", it->first, " were predicted with profile ", r.value("profile_hash", "?"),
-           " and the cost model now gives ", it->second, ": a changed profile means re-running the sweep into a new --out");
-  }
-
-  // What is left, and how long it should take.
-  res.configurations = static_cast<int>(plans.size());
-  double load_s = 0, setup_s = 0, steps_s = 0, probe_total_s = 0;
-  int measured_left = 0;
-  std::map<int, bool> model_needed;
-  auto row_done = [&](const Configuration& c, const RowPlan& r) {
-    return existing.keys.count(RowKey{c.config_id, r.tier, schedule_name(r.schedule)}) != 0;
-  };
-  // Predicted seconds of a schedule's runtime set-up and of a row (used for the ETA and --max-minutes).
-  const double cap_min_gbps = cost_source.pcie_h2d_gbps();
-  // One device and runtime per configuration (its candidates share the set-up); each schedule's first
-  // step uploads what its plans pin.
-  auto setup_seconds = [&](const ConfigPlan& p) {
-    return o.device == "cuda" ? kDeviceSetupS + static_cast<double>(p.model_bytes) / kRegisterBytesPerS : 0.01;
-  };
-  auto upload_seconds = [&](const ConfigPlan& p, const RowPlan& r) {
-    const double pcie = p.config.pcie_cap_bytes_per_s > 0 ? std::min(p.config.pcie_cap_bytes_per_s, cap_min_gbps * 1e9) : cap_min_gbps * 1e9;
-    return static_cast<double>(r.vram_bytes) / pcie;
-  };
-  for (const auto& p : plans) {
-    std::map<Schedule, bool> runtime_counted;
-    bool setup_counted = false;
-    for (const auto& r : p.rows) {
-      ++res.rows_total;
-      if (row_done(p.config, r)) {
-        ++res.rows_present;
-        continue;
-      }
-      if (!r.feasible || r.skip) continue;
-      ++measured_left;
-      model_needed[p.config.model] = true;
-      if (!setup_counted) {
-        setup_counted = true;
-        setup_s += setup_seconds(p);
-        if (o.probe_machine) probe_total_s += kProbeSeconds;
-      }
-      // A candidate runs in measure.rounds rounds, each warming up after its schedule's uploads.
-      const int rounds = row_rounds(e.measure, r);
-      if (!runtime_counted[r.schedule]) {
-        runtime_counted[r.schedule] = true;
-        setup_s += (schedule_is_candidate(r.schedule) ? std::max(1, e.measure.rounds) : 1) * upload_seconds(p, r);
-      }
-      steps_s += rounds * predicted_row_seconds(round_share(e.measure, rounds), r.predicted_ms);
-    }
-  }
-  for (const auto& m : model_needed) load_s += static_cast<double>(specs[m.first].total_bytes()) / kLoadBytesPerS;
-  res.predicted_seconds = load_s + setup_s + steps_s + probe_total_s;
-  const int rows_left = res.rows_total - res.rows_present;
-  std::fprintf(stderr,
-               "sweep %s: %d configurations%s (%zu dropped), %d rows: %d present, %d to write (%d to measure)\n"
-               "  predicted running time %s on %s: model loads %s, device set-up %s, steps %s%s (planning took %.1f s)\n",
-               e.name.c_str(), res.configurations,
-               o.shard_count > 1 ? str_cat(" in shard ", o.shard_index, "/", o.shard_count).c_str() : "", res.dropped.size(),
-               res.rows_total, res.rows_present, rows_left, measured_left, fmt_minutes(res.predicted_seconds).c_str(),
-               cost_source.name.c_str(), fmt_minutes(load_s).c_str(), fmt_minutes(setup_s).c_str(), fmt_minutes(steps_s).c_str(),
-               probe_total_s > 0 ? str_cat(", machine probes ", fmt_minutes(probe_total_s)).c_str() : "", plan_s);
-  if (o.device == "emu")
-    std::fprintf(stderr, "  device emu: the emulated device runs on the CPU; its timings are not GPU numbers\n");
-  for (const auto& d : res.dropped) log_info("dropped ", d);
-  if (o.predict_only && !o.out_path.empty()) {  // one prediction record per row, a new file
-    ResultsWriter pred(o.out_path);
-    for (const auto& p : plans)
-      for (const auto& r : p.rows) {
-        json j = planned_keys(e, p, r, config_profile[p.config.config_id], git_rev);
-        j["record"] = "prediction";
-        pred.append(j);
-        ++res.rows_written;
-      }
-    std::fprintf(stderr, "%d predictions written to %s\n", res.rows_written, o.out_path.c_str());
-  }
-  if (o.predict_only || rows_left == 0) {
-    res.complete = rows_left == 0;
-    res.elapsed_seconds = seconds_since(t_start);
-    return res;
-  }
-
-  // Run.
-  // The routing each MoE model was planned with, by model name (a later --resume call reuses it).
-  json routing_record = json::object();
-  for (const auto& c : mine)
-    if (routing.count(c.model) && !routing_record.contains(c.model_name)) {
-      const Routing& r = routing[c.model];
-      routing_record[c.model_name] = {{"tokens", r.tokens}, {"experts", r.experts}, {"measured_on_tokens", r.measured_on},
-                                      {"next_layer_hits", r.next_layer_hits}};
-    }
-  json deferred_json = json::object();  // thread count -> the machine check's slowdown there
-  for (const auto& [t, g] : o.deferred_threads) deferred_json[std::to_string(t)] = g;
-  const std::string machine = machine_fingerprint(o.device);
-  const std::string gpu_name = o.device == "cuda" ? cuda_device_info(0).name : "emulated device";
-  ResultsWriter& out = *writer;
-  out.append(json{{"record", "sweep"},
-                  {"experiment", e.name},
-                  {"experiment_path", e.path},
-                  {"experiment_hash", e.hash()},
-                  {"effective_config", json::parse(e.effective_json())},
-                  {"yaml", e.text},
-                  {"git_rev", git_rev},
-                  {"machine", machine},
-                  {"device", o.device},
-                  {"shard", str_cat(o.shard_index, "/", o.shard_count)},
-                  {"max_minutes", o.max_minutes},
-                  {"started", utc_now()},
-                  {"configurations", res.configurations},
-                  {"rows_total", res.rows_total},
-                  {"rows_present", res.rows_present},
-                  {"predicted_s", res.predicted_seconds},
-                  {"dropped", res.dropped},
-                  {"routing", routing_record},
-                  {"machine_check", o.machine_check_json.empty() ? json(nullptr) : json::parse(o.machine_check_json)},
-                  {"deferred_threads", deferred_json}});
-
-  Progress progress("sweep", static_cast<uint64_t>(std::max(1.0, res.predicted_seconds * 1000.0)), o.progress);
-  // Observed / predicted time of the work done so far; corrects the estimate used by --max-minutes.
-  double done_predicted_s = 0, done_actual_s = 0;
-  auto calibrated = [&](double predicted_s) {
-    const double ratio = done_predicted_s > 1e-3 ? done_actual_s / done_predicted_s : 1.0;
-    return predicted_s * std::max(ratio, 0.05);
-  };
-  const double limit_s = o.max_minutes > 0 ? o.max_minutes * 60.0 : INFINITY;
-  bool did_work = false;
-  auto out_of_time = [&](double predicted_s) {
-    const double need = calibrated(predicted_s);
-    if (seconds_since(t_start) + need <= limit_s) return false;
-    if (!did_work) {
-      log_warn("the next step is predicted to take ", fmt_minutes(need), ", past --max-minutes; running it anyway");
-      return false;
-    }
-    res.stopped_by_time = true;
-    return true;
-  };
-
-  LoadedModel model;
-  auto base_row = [&](const ConfigPlan& p, const RowPlan& r) {
-    json j = planned_keys(e, p, r, config_profile[p.config.config_id], git_rev);
-    j["record"] = "row";
-    j["measured_ms"] = nullptr;
-    j["measured_spread_ms"] = nullptr;
-    j["machine"] = machine;
-    j["device"] = o.device;
-    j["gpu"] = gpu_name;
-    j["shard"] = str_cat(o.shard_index, "/", o.shard_count);
-    return j;
-  };
-  auto write_row = [&](json j) {
-    j["time"] = utc_now();
-    out.append(j);
-    ++res.rows_written;
-  };
-
-  double probe_s = kProbeSeconds;  // the last machine probe's duration (the guess before the first)
-  for (const auto& p : plans) {
-    const Configuration& c = p.config;
-    std::vector<const RowPlan*> todo;
-    for (const auto& r : p.rows)
-      if (!row_done(c, r)) todo.push_back(&r);
-    if (todo.empty()) continue;
-    if (res.stopped_by_time) break;
-
-    // Rows that are not run are written at once.
-    bool any_to_measure = false;
-    for (const RowPlan* r : todo) any_to_measure |= r->feasible && !r->skip;
-
-    // A deferred thread count: measured only if a probe finds the machine back within the tolerance
-    // (that probe is then the configuration's, below).
-    double deferral_probe = 0;
-    if (any_to_measure && o.deferred_threads.count(c.threads)) {
-      double now = 0;
-      if (o.probe_machine) {
-        if (out_of_time(probe_s)) break;
-        const auto t_probe = Clock::now();
-        now = o.probe_machine(c.threads);
-        probe_s = seconds_since(t_probe);
-      }
-      const double tol = 1 + o.defer_tolerance;
-      if (!(now > 0 && now <= tol && now >= 1 / tol)) {
-        log_info(c.config_id, ": deferred (", c.threads, " thread", c.threads == 1 ? "" : "s", ": the machine check read ",
-                 o.deferred_threads.at(c.threads), "x the profile", now > 0 ? str_cat(", the probe now ", now, "x") : std::string(),
-                 "); run again with --resume");
-        res.rows_deferred += static_cast<int>(todo.size());
-        continue;
-      }
-      log_info(c.config_id, ": the machine is back within its profile at ", c.threads, " thread(s) (", now, "x): measured");
-      deferral_probe = now;
-    }
-
-    PlanTable table;
-    std::unique_ptr<ThreadPool> pool;
-    if (any_to_measure) {
-      // Load the model once per sweep (configurations are ordered model by model).
-      if (model.index != c.model) {
-        if (out_of_time(static_cast<double>(specs[c.model].total_bytes()) / kLoadBytesPerS)) break;
-        const auto t0 = Clock::now();
-        model = LoadedModel{};
-        if (opened.count(c.model)) {
-          model.source = std::move(opened[c.model]);
-        } else {
-          OpenOptions oo;
-          oo.threads = 0;
-          model.source = open_weights(c.open_path, oo);
-        }
-        model.weights = std::make_unique<ModelWeights>(ModelWeights::from_source(*model.source));
-        model.file = {tensor_dtypes_of(*model.source), expert_copies_of(*model.source)};
-        model.index = c.model;
-        model.load_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-        const double predicted = static_cast<double>(specs[c.model].total_bytes()) / kLoadBytesPerS;
-        done_predicted_s += predicted;
-        done_actual_s += model.load_ms / 1000.0;
-        progress.add(static_cast<uint64_t>(predicted * 1000.0));
-        log_info("loaded ", c.model_name, " (", c.weights, ") in ", model.load_ms / 1000.0, " s");
-      }
-      // Re-plan with the loaded file's dtypes; the predictions must be those announced.
-      const ConfigPlan again = plan_config(e, c, model.source->spec(), model.file, cost_source,
-                                           routing.count(c.model) ? &routing[c.model] : nullptr, &table);
-      for (size_t i = 0; i < again.rows.size() && i < p.rows.size(); ++i)
-        if (again.rows[i].feasible != p.rows[i].feasible || std::fabs(again.rows[i].predicted_ms - p.rows[i].predicted_ms) > 1e-6 * (1 + p.rows[i].predicted_ms))
-          log_warn(c.config_id, ": re-planning with the loaded weights changed the prediction of ", schedule_name(p.rows[i].schedule),
-                   " at tier ", p.rows[i].tier, " (", p.rows[i].predicted_ms, " -> ", again.rows[i].predicted_ms, " ms)");
-      pool = std::make_unique<ThreadPool>(c.threads);
-    }
-    double machine_slowdown = 0;  // 0: not probed
-    std::vector<double> machine_probes;  // every probe of this configuration, the last one's is machine_slowdown
-    // The configuration's cost model with its CPU work scaled by the probe: each row's plan predicted
-    // again for the machine as it ran (predicted_ms_at_probe), to tell its drift from the model's error.
-    std::unique_ptr<CostModel> at_probe;
-    PlannerConfig at_probe_cfg;
-    if (any_to_measure && o.probe_machine) {
-      if (deferral_probe > 0) {
-        machine_slowdown = deferral_probe;
-      } else {
-        if (out_of_time(probe_s)) break;
-        const auto t_probe = Clock::now();
-        machine_slowdown = o.probe_machine(c.threads);
-        probe_s = seconds_since(t_probe);
-      }
-      machine_probes.push_back(machine_slowdown);
-      for (int retry = 0; o.calm_slowdown > 0 && machine_slowdown > 1 + o.calm_slowdown && retry < o.calm_retries; ++retry) {
-        if (seconds_since(t_start) + o.calm_pause_s + probe_s >= limit_s) break;  // no time to wait: measured as it is
-        log_info(c.config_id, ": the machine is ", machine_slowdown, "x slower than its profile at ", c.threads,
-                 " thread(s); waiting ", o.calm_pause_s, " s for it to calm (", retry + 1, " of ", o.calm_retries, ")");
-        std::this_thread::sleep_for(std::chrono::duration<double>(o.calm_pause_s));
-        machine_slowdown = o.probe_machine(c.threads);
-        machine_probes.push_back(machine_slowdown);
-      }
-      if (machine_slowdown > 0 && p.plannable) {
-        at_probe_cfg = planner_config(e, c, model.source->spec(), model.file, routing.count(c.model) ? &routing[c.model] : nullptr);
-        at_probe = make_cpu_scaled_cost_model(cost_source.make(c.pcie_cap_bytes_per_s), machine_slowdown);
-      }
-      done_predicted_s += kProbeSeconds;
-      done_actual_s += probe_s;
-      progress.add(static_cast<uint64_t>(kProbeSeconds * 1000.0));
-    }
-
-    std::unique_ptr<Device> device;
-    std::unique_ptr<Runtime> rt;
-    std::string setup_error;
-    double setup_ms = 0;
-    // Passes over the schedules: the candidates measure.rounds times, each of their rows in its rounds
-    // (row_rounds) with its share of the repeats, then the baselines once. A row is written after its
-    // last round (a call stopped in between measures it again on --resume).
-    struct Pass {
-      Schedule schedule;
-      int round;
-    };
-    std::vector<Pass> passes;
-    for (int k = 0; k < std::max(1, e.measure.rounds); ++k)
-      for (Schedule s : c.schedules)
-        if (schedule_is_candidate(s)) passes.push_back({s, k});
-    for (Schedule s : c.schedules)
-      if (!schedule_is_candidate(s)) passes.push_back({s, 0});
-    std::map<const RowPlan*, Measurement> earlier;  // rows' measurements of the rounds before
-    std::set<const RowPlan*> written;
-    for (const Pass& pass : passes) {
-      const Schedule s = pass.schedule;
-      std::string schedule_error;
-      std::vector<const RowPlan*> rows;
-      for (const RowPlan* r : todo)
-        if (r->schedule == s && !written.count(r) && pass.round < row_rounds(e.measure, *r)) rows.push_back(r);
-      if (rows.empty()) continue;
-      std::vector<const RowPlan*> runnable;
-      for (const RowPlan* r : rows) {
-        if (r->feasible && !r->skip) {
-          runnable.push_back(r);
-          continue;
-        }
-        json j = base_row(p, *r);
-        j["status"] = !r->feasible ? "infeasible" : "skipped";
-        j["reason"] = r->reason;
-        write_row(j);
-        written.insert(r);
-      }
-      if (runnable.empty() || res.stopped_by_time) continue;
-      const RowPlan& first = *runnable.front();
-      const double first_row_s =
-          upload_seconds(p, first) + predicted_row_seconds(round_share(e.measure, row_rounds(e.measure, first)), first.predicted_ms);
-      if (out_of_time((device ? 0.0 : setup_seconds(p)) + first_row_s)) break;
-
-      // One device and one runtime for the configuration, set up for its first schedule with rows to
-      // measure; the later schedules switch it (Runtime::set_schedule). Candidates measured in one
-      // set-up: separate set-ups had measured one plan under two names up to ~6% apart
-      // (results/planner_accuracy_v6/README.md). A baseline keeping the KV cache elsewhere than the
-      // candidates (layer-split) gets a set-up of its own.
-      if (rt && !rt->keeps_kv_as(s)) {
-        rt.reset();
-        device.reset();
-      }
-      if (!device && setup_error.empty()) {
-        const auto t_setup = Clock::now();
-        try {
-          if (o.device == "cuda") {
-            device = make_cuda_device(0);
-          } else {
-            EmuOptions eo;
-            eo.max_delay_us = 0;
-            device = make_emu_device(eo);
-          }
-          RuntimeOptions ro;
-          ro.schedule = s;
-          ro.pcie_cap_bytes_per_s = c.pcie_cap_bytes_per_s;
-          rt = std::make_unique<Runtime>(*model.source, *model.weights, *device, *pool, table, ro);
-          // The rows step over a cache filled to ctx without a prefill: give the host caches data.
-          rt->fill_host_cache(c.ctx, e.token_seed);
-        } catch (const std::exception& err) {
-          setup_error = err.what();
-        }
-        setup_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_setup).count();
-        const double predicted = setup_seconds(p);
-        done_predicted_s += predicted;
-        done_actual_s += setup_ms / 1000.0;
-        progress.add(static_cast<uint64_t>(predicted * 1000.0));
-      } else if (rt) {
-        try {
-          rt->set_schedule(s);
-        } catch (const std::exception& err) {
-          schedule_error = err.what();
-        }
-      }
-      {  // this schedule's uploads of what its plans pin (made by its first row's warm-up)
-        const double predicted = upload_seconds(p, *runnable.front());
-        done_predicted_s += predicted;
-        progress.add(static_cast<uint64_t>(predicted * 1000.0));
-      }
-      std::vector<float> logits(static_cast<size_t>(model.source->spec().vocab_size));
-      for (size_t i = 0; i < runnable.size(); ++i) {
-        const RowPlan* r = runnable[i];
-        const int r_rounds = row_rounds(e.measure, *r);
-        const bool last_round = pass.round == r_rounds - 1;
-        const MeasureSettings ms = round_share(e.measure, r_rounds);
-        const double predicted_s = predicted_row_seconds(ms, r->predicted_ms);
-        if (i > 0 && out_of_time(predicted_s)) break;
-        json j = base_row(p, *r);
-        j["machine_slowdown"] = machine_slowdown > 0 ? json(machine_slowdown) : json(nullptr);
-        j["machine_probes"] = machine_probes;
-        j["predicted_ms_at_probe"] = nullptr;
-        if (at_probe)
-          if (const TierEntry* te = table.find_tier(r->tier))
-            if (const Plan* pl = te->find(r->schedule); pl && pl->feasible)
-              j["predicted_ms_at_probe"] = repredict(*pl, model.source->spec(), *at_probe, at_probe_cfg);
-        j["setup_ms"] = setup_ms;
-        j["model_load_ms"] = model.load_ms;
-        j["rounds"] = r_rounds;
-        const auto t_row = Clock::now();
-        bool write = true;
-        if (!setup_error.empty() || !schedule_error.empty()) {
-          j["status"] = "error";
-          j["reason"] = setup_error.empty() ? schedule_error : setup_error;
-        } else {
-          try {
-            const auto tokens = step_tokens(r->tier, model.source->spec().vocab_size, e.token_seed);
-            Measurement& m = earlier[r];
-            m.add(measure_row(*rt, c.ctx, r->tier, tokens, ms, logits));
-            write = last_round;
-            if (write) {
-              const RuntimeMemory mem = rt->memory();
-              j["status"] = "measured";
-              j["reason"] = "";
-              j["measured_ms"] = m.median_ms;
-              j["measured_spread_ms"] = m.spread_ms;
-              j["measured_min_ms"] = *std::min_element(m.samples_ms.begin(), m.samples_ms.end());
-              j["measured_max_ms"] = *std::max_element(m.samples_ms.begin(), m.samples_ms.end());
-              j["samples_ms"] = m.samples_ms;
-              j["warmup_ms"] = m.warmup_ms;
-              j["repeats"] = m.samples_ms.size();
-              j["plan_tier"] = m.plan_tier;
-              j["chunk_tokens"] = m.chunk_tokens;
-              j["chunks"] = m.chunks;
-              j["arena_peak_bytes"] = mem.arena_peak_bytes;
-              j["device_peak_bytes"] = mem.device_peak_bytes;
-              j["context_bytes"] = mem.context_bytes;
-              j["uploaded_bytes"] = mem.uploaded_bytes;
-              if (m.plan_tier != r->tier)
-                log_warn(c.config_id, ": ", schedule_name(s), " at tier ", r->tier, " ran the plan of tier ", m.plan_tier);
-              if (!o.timelines_dir.empty()) {  // one more step, recorded (not a sample)
-                const std::string name = str_cat(c.config_id, "_t", r->tier, "_", schedule_name(s), ".json");
-                rt->record_timeline(static_cast<int>(std::max<int64_t>(1, m.chunks)));
-                step_at(*rt, c.ctx, r->tier, tokens, logits);
-                log_info(c.config_id, ": ", write_timeline_trace(*rt, o.timelines_dir + "/" + name, "--timelines"));
-                rt->record_timeline(0);
-                j["timeline"] = name;
-              }
-              ++res.rows_measured;
-            }
-          } catch (const std::exception& err) {
-            j["status"] = "error";
-            j["reason"] = err.what();
-            write = true;
-          }
-        }
-        if (write) {
-          write_row(j);
-          written.insert(r);
-        }
-        did_work = true;
-        done_predicted_s += predicted_s;
-        done_actual_s += seconds_since(t_row);
-        progress.add(static_cast<uint64_t>(predicted_s * 1000.0));
-      }
-      if (res.stopped_by_time) break;
-    }
+// A configuration's measurement: its rows left, the plan table and pool it runs with, the machine
+// probes, and one device and runtime for its candidates (switched from schedule to schedule).
+struct ConfigRun {
+  const ConfigPlan* plan = nullptr;
+  std::vector<const RowPlan*> todo;
+  PlanTable table;
+  std::unique_ptr<ThreadPool> pool;
+  double machine_slowdown = 0;         // 0: not probed
+  std::vector<double> machine_probes;  // every probe of this configuration, the last one's is machine_slowdown
+  // The configuration's cost model with its CPU work scaled by the probe: each row's plan predicted
+  // again for the machine as it ran (predicted_ms_at_probe), to tell its drift from the model's error.
+  std::unique_ptr<CostModel> at_probe;
+  PlannerConfig at_probe_cfg;
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Runtime> rt;
+  std::string setup_error;
+  double setup_ms = 0;
+  std::map<const RowPlan*, Measurement> earlier;  // rows' measurements of the rounds before
+  std::set<const RowPlan*> written;
+  ~ConfigRun() {
     rt.reset();  // before the device it runs on
     device.reset();
   }
-  progress.finish();
+};
+
+// A pass over one schedule's rows: the candidates measure.rounds times, the baselines once.
+struct Pass {
+  Schedule schedule;
+  int round;
+};
+
+std::vector<Pass> passes_of(const Experiment& e, const Configuration& c) {
+  std::vector<Pass> passes;
+  for (int k = 0; k < std::max(1, e.measure.rounds); ++k)
+    for (Schedule s : c.schedules)
+      if (schedule_is_candidate(s)) passes.push_back({s, k});
+  for (Schedule s : c.schedules)
+    if (!schedule_is_candidate(s)) passes.push_back({s, 0});
+  return passes;
+}
+
+void check_sweep_options(const SweepOptions& o) {
+  if (o.device != "cuda" && o.device != "emu") fail("--device '", o.device, "': the oracle runs on cuda or emu");
+  if (o.shard_count < 1 || o.shard_index < 0 || o.shard_index >= o.shard_count)
+    fail("--shard: bad shard ", o.shard_index, "/", o.shard_count);
+}
+
+// The measured keys of a row from its measurement and the runtime's memory.
+void add_measurement(json& j, const Measurement& m, const RuntimeMemory& mem) {
+  j["status"] = "measured";
+  j["reason"] = "";
+  j["measured_ms"] = m.median_ms;
+  j["measured_spread_ms"] = m.spread_ms;
+  j["measured_min_ms"] = *std::min_element(m.samples_ms.begin(), m.samples_ms.end());
+  j["measured_max_ms"] = *std::max_element(m.samples_ms.begin(), m.samples_ms.end());
+  j["samples_ms"] = m.samples_ms;
+  j["warmup_ms"] = m.warmup_ms;
+  j["repeats"] = m.samples_ms.size();
+  j["plan_tier"] = m.plan_tier;
+  j["chunk_tokens"] = m.chunk_tokens;
+  j["chunks"] = m.chunks;
+  j["arena_peak_bytes"] = mem.arena_peak_bytes;
+  j["device_peak_bytes"] = mem.device_peak_bytes;
+  j["context_bytes"] = mem.context_bytes;
+  j["uploaded_bytes"] = mem.uploaded_bytes;
+}
+
+// One sweep call: plan every configuration of this shard, predict the running time, then measure the
+// rows left, configuration by configuration.
+class Sweep {
+ public:
+  Sweep(const Experiment& e, const SweepOptions& o)
+      : e_(e), o_(o), t_start_(Clock::now()), git_rev_(build_git_rev()), cost_(e) {}
+
+  SweepResult run() {
+    select_configurations();
+    check_outputs();
+    if (!o_.predict_only) open_results();
+    plan_all();
+    check_profile_hashes();
+    predict_running_time();
+    print_prediction();
+    if (o_.predict_only && !o_.out_path.empty()) write_predictions();
+    const int rows_left = res_.rows_total - res_.rows_present;
+    if (o_.predict_only || rows_left == 0) {
+      res_.complete = rows_left == 0;
+      res_.elapsed_seconds = seconds_since(t_start_);
+      return res_;
+    }
+    write_header();
+    progress_ = std::make_unique<Progress>(
+        "sweep", static_cast<uint64_t>(std::max(1.0, res_.predicted_seconds * 1000.0)), o_.progress);
+    for (const auto& p : plans_) {
+      measure_configuration(p);
+      if (res_.stopped_by_time) break;
+    }
+    progress_->finish();
+    finish();
+    return res_;
+  }
+
+ private:
+  // --- before planning ---
+
+  void select_configurations() {
+    for (const auto& c : expand_configurations(e_, &res_.dropped))
+      if (c.index % o_.shard_count == o_.shard_index) mine_.push_back(c);
+  }
+
+  void check_outputs() {
+    if (!o_.routing_from.empty() && !std::ifstream(o_.routing_from).good())
+      fail(o_.routing_from, ": no such file (--routing-from: a results file of `shardwise sweep` of this experiment)");
+    if (o_.predict_only && !o_.out_path.empty() && std::ifstream(o_.out_path).good())
+      fail(o_.out_path, " exists: --predict writes a new file of predictions, choose another --out");
+    if (!o_.predict_only && !o_.timelines_dir.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(o_.timelines_dir, ec);
+      if (ec || !std::filesystem::is_directory(o_.timelines_dir))
+        fail("--timelines ", o_.timelines_dir, ": cannot create the directory (",
+             ec ? ec.message() : "a file is in the way", "): give a directory the traces can go to");
+    }
+  }
+
+  // The output's lock first, then what it holds: a second sweep on the file is refused before any work.
+  // Existing rows (resume) and the checks that keep one file to one experiment and one revision.
+  void open_results() {
+    writer_ = std::make_unique<ResultsWriter>(o_.out_path);
+    existing_ = read_results(o_.out_path);
+    const bool has_content = !existing_.rows.empty() || !existing_.sweeps.empty() || existing_.bad_lines > 0;
+    if (has_content && !o_.resume)
+      fail(o_.out_path, " already holds results: pass --resume to continue it, or choose another --out");
+    for (const auto& s : existing_.sweeps)
+      if (s.value("experiment_hash", "") != e_.hash())
+        fail(o_.out_path, ": written by a different experiment (", s.value("experiment", "?"), ", hash ",
+             s.value("experiment_hash", "?"), "; this one is ", e_.name, ", hash ", e_.hash(),
+             "): a changed experiment needs a new --out");
+    for (const auto& r : existing_.rows) {
+      if (r.value("git_rev", "") != git_rev_)
+        fail(o_.out_path, ": rows were measured by revision ", r.value("git_rev", "?"), " and this binary is ",
+             git_rev_, ": a changed cost model or executor means re-running the sweep into a new --out");
+      if (r.value("device", "") != o_.device)
+        fail(o_.out_path, ": rows were measured on device ", r.value("device", "?"), ", this call uses --device ",
+             o_.device);
+    }
+    if (existing_.bad_lines > 0)
+      log_warn(o_.out_path, ": skipped ", existing_.bad_lines,
+               " torn, unparsable or incomplete line(s); their rows are measured again");
+  }
+
+  // --- planning ---
+
+  // Plan every configuration first: the predictions, the rows and the running-time estimate.
+  void plan_all() {
+    const auto t_plan = Clock::now();
+    for (const auto& c : mine_) {
+      if (!specs_.count(c.model)) prepare_model(c);
+      ConfigPlan p = plan_config(e_, c, specs_[c.model], facts_[c.model], cost_, routing_of(c.model));
+      if (!p.plannable && e_.filters.plannable) {
+        res_.dropped.push_back(str_cat(c.model_name, " budget ", c.budget_text, " ctx ", c.ctx, " threads ", c.threads,
+                                       " cap ", c.pcie_cap_text, ": filtered (plannable: ", p.error, ")"));
+        continue;
+      }
+      config_profile_[c.config_id] = cost_.hash(e_, c.pcie_cap_bytes_per_s);
+      plans_.push_back(std::move(p));
+    }
+    plan_s_ = seconds_since(t_plan);
+  }
+
+  const MeasuredRouting* routing_of(int model) const {
+    const auto it = routing_.find(model);
+    return it == routing_.end() ? nullptr : &it->second;
+  }
+
+  // A model's spec and facts (a file is opened once, for planning, and reused to run), and an MoE
+  // model's routing.
+  void prepare_model(const Configuration& c) {
+    if (is_synthetic(c.open_path)) {
+      specs_[c.model] = experiment_model_spec(c.open_path);
+      facts_[c.model] = facts_of_spec(specs_[c.model], c.weights);
+    } else {
+      auto src = open_weights(c.open_path);
+      specs_[c.model] = src->spec();
+      facts_[c.model] = facts_of(*src, c.weights);
+      opened_[c.model] = std::move(src);
+    }
+    if (specs_[c.model].is_moe()) prepare_routing(c);
+  }
+
+  // How many experts a step's tokens really touch decides what streaming costs: measure it on the
+  // weights (one CPU pass over the steps' own tokens), rather than assume uniform routing. An earlier
+  // call of this file recorded what it measured: reuse it rather than spend the seconds again.
+  void prepare_routing(const Configuration& c) {
+    int64_t n = 64;
+    for (int64_t t : c.tiers) n = std::max(n, t);
+    n = std::min<int64_t>(n, 1024);
+    std::vector<int64_t> curve_tokens = c.tiers;
+    std::sort(curve_tokens.begin(), curve_tokens.end());
+    if (std::optional<MeasuredRouting> recorded = routing_recorded(c, curve_tokens, n)) {
+      log_info(c.model_name, ": routing as measured by an earlier call of ",
+               o_.routing_from.empty() ? o_.out_path : o_.routing_from);
+      routing_[c.model] = std::move(*recorded);
+    } else if (!o_.predict_only) {
+      routing_[c.model] = measure_model_routing(c, curve_tokens, n);
+    }
+  }
+
+  // The routing --routing-from recorded (which must hold it), or an earlier call of this file.
+  std::optional<MeasuredRouting> routing_recorded(const Configuration& c, const std::vector<int64_t>& curve_tokens,
+                                                  int64_t n) {
+    const ModelSpec& spec = specs_[c.model];
+    if (!o_.routing_from.empty()) {
+      if (!routing_source_) routing_source_ = std::make_unique<ExistingResults>(read_results(o_.routing_from));
+      auto recorded = recorded_routing(routing_source_->sweeps, c.model_name, c.weights, e_.token_seed, curve_tokens, n,
+                                       spec, o_.routing_from);
+      if (!recorded)
+        fail(o_.routing_from, ": no sweep record holds ", c.model_name, "'s routing measured on ", n,
+             " tokens of token_seed ", e_.token_seed, " for this experiment's tiers and weights (", c.weights,
+             "): give the results file of a sweep of this experiment");
+      return recorded;
+    }
+    if (o_.predict_only) return std::nullopt;
+    return recorded_routing(existing_.sweeps, c.model_name, c.weights, e_.token_seed, curve_tokens, n, spec,
+                            o_.out_path);
+  }
+
+  MeasuredRouting measure_model_routing(const Configuration& c, const std::vector<int64_t>& curve_tokens, int64_t n) {
+    const auto t0 = Clock::now();
+    OpenOptions oo;
+    oo.threads = 0;
+    std::unique_ptr<WeightSource> tmp;
+    const WeightSource* src =
+        opened_.count(c.model) ? opened_[c.model].get() : (tmp = open_weights(c.open_path, oo)).get();
+    const ModelWeights w = ModelWeights::from_source(*src);
+    ThreadPool pool(0);
+    const MeasuredRouting r =
+        measure_routing(w, pool, step_tokens(n, w.spec.vocab_size, e_.token_seed), curve_tokens, kNextLayerTokens);
+    std::string curve;
+    for (size_t i = 0; i < r.tokens.size(); ++i) curve += str_cat(i ? ", " : "", r.tokens[i], ": ", r.experts[i]);
+    log_info(c.model_name, ": routing measured on ", n, " tokens in ", seconds_since(t0),
+             " s — distinct experts per layer by step tokens {", curve, "} of ", w.spec.num_experts,
+             "; the next layer's experts guessed at ", 100 * r.next_layer_hits, "%");
+    return r;
+  }
+
+  void check_profile_hashes() const {
+    for (const auto& r : existing_.rows) {
+      auto it = config_profile_.find(r.value("config_id", ""));
+      if (it != config_profile_.end() && r.value("profile_hash", "") != it->second)
+        fail(o_.out_path, ": rows of configuration ", it->first, " were predicted with profile ",
+             r.value("profile_hash", "?"), " and the cost model now gives ", it->second,
+             ": a changed profile means re-running the sweep into a new --out");
+    }
+  }
+
+  // --- the running-time prediction ---
+
+  bool row_done(const Configuration& c, const RowPlan& r) const {
+    return existing_.keys.count(RowKey{c.config_id, r.tier, schedule_name(r.schedule)}) != 0;
+  }
+
+  // Predicted seconds of a configuration's device and runtime set-up (its candidates share it).
+  double setup_seconds(const ConfigPlan& p) const {
+    return o_.device == "cuda" ? kDeviceSetupS + static_cast<double>(p.model_bytes) / kRegisterBytesPerS : 0.01;
+  }
+  // Predicted seconds of a schedule's first step's uploads of what its plans pin.
+  double upload_seconds(const ConfigPlan& p, const RowPlan& r) const {
+    const double uncapped = cost_.pcie_h2d_gbps() * 1e9;
+    const double pcie =
+        p.config.pcie_cap_bytes_per_s > 0 ? std::min(p.config.pcie_cap_bytes_per_s, uncapped) : uncapped;
+    return static_cast<double>(r.vram_bytes) / pcie;
+  }
+
+  // What is left, and how long it should take (the ETA and --max-minutes use it).
+  void predict_running_time() {
+    res_.configurations = static_cast<int>(plans_.size());
+    std::map<int, bool> model_needed;
+    for (const auto& p : plans_) {
+      std::map<Schedule, bool> runtime_counted;
+      bool setup_counted = false;
+      for (const auto& r : p.rows) {
+        ++res_.rows_total;
+        if (row_done(p.config, r)) {
+          ++res_.rows_present;
+          continue;
+        }
+        if (!r.feasible || r.skip) continue;
+        ++measured_left_;
+        model_needed[p.config.model] = true;
+        if (!setup_counted) {
+          setup_counted = true;
+          setup_s_ += setup_seconds(p);
+          if (o_.probe_machine) probe_total_s_ += kProbeSeconds;
+        }
+        // A candidate runs in measure.rounds rounds, each warming up after its schedule's uploads.
+        const int rounds = row_rounds(e_.measure, r);
+        if (!runtime_counted[r.schedule]) {
+          runtime_counted[r.schedule] = true;
+          setup_s_ += (schedule_is_candidate(r.schedule) ? std::max(1, e_.measure.rounds) : 1) * upload_seconds(p, r);
+        }
+        steps_s_ += rounds * predicted_row_seconds(round_share(e_.measure, rounds), r.predicted_ms);
+      }
+    }
+    for (const auto& m : model_needed) load_s_ += static_cast<double>(specs_[m.first].total_bytes()) / kLoadBytesPerS;
+    res_.predicted_seconds = load_s_ + setup_s_ + steps_s_ + probe_total_s_;
+  }
+
+  void print_prediction() const {
+    const int rows_left = res_.rows_total - res_.rows_present;
+    std::fprintf(
+        stderr,
+        "sweep %s: %d configurations%s (%zu dropped), %d rows: %d present, %d to write (%d to measure)\n"
+        "  predicted running time %s on %s: model loads %s, device set-up %s, steps %s%s (planning took %.1f s)\n",
+        e_.name.c_str(), res_.configurations,
+        o_.shard_count > 1 ? str_cat(" in shard ", o_.shard_index, "/", o_.shard_count).c_str() : "",
+        res_.dropped.size(), res_.rows_total, res_.rows_present, rows_left, measured_left_,
+        fmt_minutes(res_.predicted_seconds).c_str(), cost_.name.c_str(), fmt_minutes(load_s_).c_str(),
+        fmt_minutes(setup_s_).c_str(), fmt_minutes(steps_s_).c_str(),
+        probe_total_s_ > 0 ? str_cat(", machine probes ", fmt_minutes(probe_total_s_)).c_str() : "", plan_s_);
+    if (o_.device == "emu")
+      std::fprintf(stderr, "  device emu: the emulated device runs on the CPU; its timings are not GPU numbers\n");
+    for (const auto& d : res_.dropped) log_info("dropped ", d);
+  }
+
+  // One prediction record per row, a new file.
+  void write_predictions() {
+    ResultsWriter pred(o_.out_path);
+    for (const auto& p : plans_)
+      for (const auto& r : p.rows) {
+        json j = planned_keys(e_, p, r, config_profile_[p.config.config_id], git_rev_);
+        j["record"] = "prediction";
+        pred.append(j);
+        ++res_.rows_written;
+      }
+    std::fprintf(stderr, "%d predictions written to %s\n", res_.rows_written, o_.out_path.c_str());
+  }
+
+  // --- measuring ---
+
+  // The sweep's header record, with the routing each MoE model was planned with, by model name (a
+  // later --resume call reuses it).
+  void write_header() {
+    json routing_record = json::object();
+    for (const auto& c : mine_)
+      if (routing_.count(c.model) && !routing_record.contains(c.model_name)) {
+        const MeasuredRouting& r = routing_.at(c.model);
+        routing_record[c.model_name] = {{"tokens", r.tokens},
+                                        {"experts", r.experts},
+                                        {"measured_on_tokens", r.measured_on},
+                                        {"next_layer_hits", r.next_layer_hits}};
+      }
+    json deferred_json = json::object();  // thread count -> the machine check's slowdown there
+    for (const auto& [t, g] : o_.deferred_threads) deferred_json[std::to_string(t)] = g;
+    machine_ = machine_fingerprint(o_.device);
+    gpu_name_ = o_.device == "cuda" ? cuda_device_info(0).name : "emulated device";
+    writer_->append(
+        json{{"record", "sweep"},
+             {"experiment", e_.name},
+             {"experiment_path", e_.path},
+             {"experiment_hash", e_.hash()},
+             {"effective_config", json::parse(e_.effective_json())},
+             {"yaml", e_.text},
+             {"git_rev", git_rev_},
+             {"machine", machine_},
+             {"device", o_.device},
+             {"shard", str_cat(o_.shard_index, "/", o_.shard_count)},
+             {"max_minutes", o_.max_minutes},
+             {"started", utc_now()},
+             {"configurations", res_.configurations},
+             {"rows_total", res_.rows_total},
+             {"rows_present", res_.rows_present},
+             {"predicted_s", res_.predicted_seconds},
+             {"dropped", res_.dropped},
+             {"routing", routing_record},
+             {"machine_check", o_.machine_check_json.empty() ? json(nullptr) : json::parse(o_.machine_check_json)},
+             {"deferred_threads", deferred_json}});
+  }
+
+  // Work done: its predicted and actual seconds correct the estimate used by --max-minutes.
+  void account(double predicted_s, double actual_s) {
+    done_predicted_s_ += predicted_s;
+    done_actual_s_ += actual_s;
+    progress_->add(static_cast<uint64_t>(predicted_s * 1000.0));
+  }
+
+  // Whether the next piece of work, predicted to take predicted_s, would end past --max-minutes (then
+  // the sweep stops; the first piece runs anyway).
+  bool out_of_time(double predicted_s) {
+    const double ratio = done_predicted_s_ > 1e-3 ? done_actual_s_ / done_predicted_s_ : 1.0;
+    const double need = predicted_s * std::max(ratio, 0.05);
+    const double limit_s = o_.max_minutes > 0 ? o_.max_minutes * 60.0 : INFINITY;
+    if (seconds_since(t_start_) + need <= limit_s) return false;
+    if (!did_work_) {
+      log_warn("the next step is predicted to take ", fmt_minutes(need), ", past --max-minutes; running it anyway");
+      return false;
+    }
+    res_.stopped_by_time = true;
+    return true;
+  }
+
+  json base_row(const ConfigPlan& p, const RowPlan& r) {
+    json j = planned_keys(e_, p, r, config_profile_[p.config.config_id], git_rev_);
+    j["record"] = "row";
+    j["measured_ms"] = nullptr;
+    j["measured_spread_ms"] = nullptr;
+    j["machine"] = machine_;
+    j["device"] = o_.device;
+    j["gpu"] = gpu_name_;
+    j["shard"] = str_cat(o_.shard_index, "/", o_.shard_count);
+    return j;
+  }
+
+  void write_row(json j) {
+    j["time"] = utc_now();
+    writer_->append(j);
+    ++res_.rows_written;
+  }
+
+  void measure_configuration(const ConfigPlan& p) {
+    const Configuration& c = p.config;
+    ConfigRun run;
+    run.plan = &p;
+    for (const auto& r : p.rows)
+      if (!row_done(c, r)) run.todo.push_back(&r);
+    if (run.todo.empty()) return;
+    bool any_to_measure = false;  // rows that are not run are written at once
+    for (const RowPlan* r : run.todo) any_to_measure |= r->feasible && !r->skip;
+    double deferral_probe = 0;
+    if (any_to_measure && o_.deferred_threads.count(c.threads) && !back_within_profile(run, &deferral_probe)) return;
+    if (any_to_measure && !load_and_replan(run)) return;
+    if (any_to_measure && o_.probe_machine && !probe_machine(run, deferral_probe)) return;
+    for (const Pass& pass : passes_of(e_, c)) {
+      measure_pass(run, pass);
+      if (res_.stopped_by_time) break;
+    }
+  }
+
+  // A deferred thread count: measured only if a probe finds the machine back within the tolerance (that
+  // probe is then the configuration's, `probe`). False: deferred, or out of time.
+  bool back_within_profile(const ConfigRun& run, double* probe) {
+    const Configuration& c = run.plan->config;
+    double now = 0;
+    if (o_.probe_machine) {
+      if (out_of_time(probe_s_)) return false;
+      const auto t_probe = Clock::now();
+      now = o_.probe_machine(c.threads);
+      probe_s_ = seconds_since(t_probe);
+    }
+    const double tol = 1 + o_.defer_tolerance;
+    if (!(now > 0 && now <= tol && now >= 1 / tol)) {
+      log_info(c.config_id, ": deferred (", c.threads, " thread", c.threads == 1 ? "" : "s",
+               ": the machine check read ", o_.deferred_threads.at(c.threads), "x the profile",
+               now > 0 ? str_cat(", the probe now ", now, "x") : std::string(), "); run again with --resume");
+      res_.rows_deferred += static_cast<int>(run.todo.size());
+      return false;
+    }
+    log_info(c.config_id, ": the machine is back within its profile at ", c.threads, " thread(s) (", now,
+             "x): measured");
+    *probe = now;
+    return true;
+  }
+
+  // Loads the configuration's model where the one loaded is another. False: out of time.
+  bool load_model(const Configuration& c) {
+    if (model_.index == c.model) return true;
+    const double predicted = static_cast<double>(specs_[c.model].total_bytes()) / kLoadBytesPerS;
+    if (out_of_time(predicted)) return false;
+    const auto t0 = Clock::now();
+    model_ = SweepModel{};
+    if (opened_.count(c.model)) {
+      model_.source = std::move(opened_[c.model]);
+    } else {
+      OpenOptions oo;
+      oo.threads = 0;
+      model_.source = open_weights(c.open_path, oo);
+    }
+    model_.weights = std::make_unique<ModelWeights>(ModelWeights::from_source(*model_.source));
+    model_.file = facts_of(*model_.source, c.weights);
+    model_.index = c.model;
+    model_.load_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    account(predicted, model_.load_ms / 1000.0);
+    log_info("loaded ", c.model_name, " (", c.weights, ") in ", model_.load_ms / 1000.0, " s");
+    return true;
+  }
+
+  // Re-plans with the loaded file's facts (the predictions must be those announced) and makes the pool.
+  bool load_and_replan(ConfigRun& run) {
+    const ConfigPlan& p = *run.plan;
+    const Configuration& c = p.config;
+    if (!load_model(c)) return false;
+    const ConfigPlan again =
+        plan_config(e_, c, model_.source->spec(), model_.file, cost_, routing_of(c.model), &run.table);
+    for (size_t i = 0; i < again.rows.size() && i < p.rows.size(); ++i)
+      if (again.rows[i].feasible != p.rows[i].feasible ||
+          std::fabs(again.rows[i].predicted_ms - p.rows[i].predicted_ms) > 1e-6 * (1 + p.rows[i].predicted_ms))
+        log_warn(c.config_id, ": re-planning with the loaded weights changed the prediction of ",
+                 schedule_name(p.rows[i].schedule), " at tier ", p.rows[i].tier, " (", p.rows[i].predicted_ms, " -> ",
+                 again.rows[i].predicted_ms, " ms)");
+    run.pool = std::make_unique<ThreadPool>(c.threads);
+    return true;
+  }
+
+  // How much slower the machine is now than its profile, waiting for a neighbour's burst to pass
+  // (SweepOptions::calm_slowdown). False: out of time.
+  bool probe_machine(ConfigRun& run, double deferral_probe) {
+    const Configuration& c = run.plan->config;
+    if (deferral_probe > 0) {
+      run.machine_slowdown = deferral_probe;
+    } else {
+      if (out_of_time(probe_s_)) return false;
+      const auto t_probe = Clock::now();
+      run.machine_slowdown = o_.probe_machine(c.threads);
+      probe_s_ = seconds_since(t_probe);
+    }
+    run.machine_probes.push_back(run.machine_slowdown);
+    for (int retry = 0; o_.calm_slowdown > 0 && run.machine_slowdown > 1 + o_.calm_slowdown && retry < o_.calm_retries;
+         ++retry) {
+      const double limit_s = o_.max_minutes > 0 ? o_.max_minutes * 60.0 : INFINITY;
+      if (seconds_since(t_start_) + o_.calm_pause_s + probe_s_ >= limit_s) break;  // no time to wait: measured as it is
+      log_info(c.config_id, ": the machine is ", run.machine_slowdown, "x slower than its profile at ", c.threads,
+               " thread(s); waiting ", o_.calm_pause_s, " s for it to calm (", retry + 1, " of ", o_.calm_retries, ")");
+      std::this_thread::sleep_for(std::chrono::duration<double>(o_.calm_pause_s));
+      run.machine_slowdown = o_.probe_machine(c.threads);
+      run.machine_probes.push_back(run.machine_slowdown);
+    }
+    if (run.machine_slowdown > 0 && run.plan->plannable) {
+      run.at_probe_cfg = planner_config(e_, c, model_.source->spec(), model_.file, routing_of(c.model));
+      run.at_probe = make_cpu_scaled_cost_model(cost_.make(c.pcie_cap_bytes_per_s), run.machine_slowdown);
+    }
+    account(kProbeSeconds, probe_s_);
+    return true;
+  }
+
+  // The pass's rows; those that are not run (infeasible, skipped) written at once, the runnable returned.
+  std::vector<const RowPlan*> runnable_rows(ConfigRun& run, const Pass& pass) {
+    std::vector<const RowPlan*> runnable;
+    for (const RowPlan* r : run.todo) {
+      if (r->schedule != pass.schedule || run.written.count(r) || pass.round >= row_rounds(e_.measure, *r)) continue;
+      if (r->feasible && !r->skip) {
+        runnable.push_back(r);
+        continue;
+      }
+      json j = base_row(*run.plan, *r);
+      j["status"] = !r->feasible ? "infeasible" : "skipped";
+      j["reason"] = r->reason;
+      write_row(j);
+      run.written.insert(r);
+    }
+    return runnable;
+  }
+
+  // A row is written after its last round (a call stopped in between measures it again on --resume).
+  void measure_pass(ConfigRun& run, const Pass& pass) {
+    const ConfigPlan& p = *run.plan;
+    const std::vector<const RowPlan*> runnable = runnable_rows(run, pass);
+    if (runnable.empty() || res_.stopped_by_time) return;
+    const RowPlan& first = *runnable.front();
+    const double first_row_s =
+        upload_seconds(p, first) +
+        predicted_row_seconds(round_share(e_.measure, row_rounds(e_.measure, first)), first.predicted_ms);
+    if (out_of_time((run.device ? 0.0 : setup_seconds(p)) + first_row_s)) return;
+    const std::string schedule_error = set_up_for(run, pass.schedule);
+    // This schedule's uploads of what its plans pin (made by its first row's warm-up).
+    const double predicted = upload_seconds(p, first);
+    done_predicted_s_ += predicted;
+    progress_->add(static_cast<uint64_t>(predicted * 1000.0));
+    std::vector<float> logits(static_cast<size_t>(model_.source->spec().vocab_size));
+    for (size_t i = 0; i < runnable.size(); ++i) {
+      const MeasureSettings ms = round_share(e_.measure, row_rounds(e_.measure, *runnable[i]));
+      const double predicted_s = predicted_row_seconds(ms, runnable[i]->predicted_ms);
+      if (i > 0 && out_of_time(predicted_s)) break;
+      const auto t_row = Clock::now();
+      measure_one(run, *runnable[i], pass, schedule_error, logits);
+      did_work_ = true;
+      account(predicted_s, seconds_since(t_row));
+    }
+  }
+
+  // One device and one runtime for the configuration, set up for its first schedule with rows to
+  // measure; the later schedules switch it (Runtime::set_schedule). Candidates measured in one set-up:
+  // separate set-ups had measured one plan under two names up to ~6% apart. A baseline keeping the KV
+  // cache elsewhere than the candidates (layer-split) gets a set-up of its own. Returns the error of
+  // switching to `s` (empty: none).
+  std::string set_up_for(ConfigRun& run, Schedule s) {
+    if (run.rt && !run.rt->keeps_kv_as(s)) {
+      run.rt.reset();
+      run.device.reset();
+    }
+    if (!run.device && run.setup_error.empty()) {
+      set_up_runtime(run, s);
+    } else if (run.rt) {
+      try {
+        run.rt->set_schedule(s);
+      } catch (const std::exception& err) {
+        return err.what();
+      }
+    }
+    return "";
+  }
+
+  void set_up_runtime(ConfigRun& run, Schedule s) {
+    const Configuration& c = run.plan->config;
+    const auto t_setup = Clock::now();
+    try {
+      run.device = make_run_device(o_.device);
+      RuntimeOptions ro;
+      ro.schedule = s;
+      ro.pcie_cap_bytes_per_s = c.pcie_cap_bytes_per_s;
+      run.rt = std::make_unique<Runtime>(*model_.source, *model_.weights, *run.device, *run.pool, run.table, ro);
+      // The rows step over a cache filled to ctx without a prefill: give the host caches data.
+      run.rt->fill_host_cache(c.ctx, e_.token_seed);
+    } catch (const std::exception& err) {
+      run.setup_error = err.what();
+    }
+    run.setup_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_setup).count();
+    account(setup_seconds(*run.plan), run.setup_ms / 1000.0);
+  }
+
+  // A row's keys before its measurement: the probes, the prediction at the probe, the set-up.
+  json row_keys(const ConfigRun& run, const RowPlan& r) {
+    json j = base_row(*run.plan, r);
+    j["machine_slowdown"] = run.machine_slowdown > 0 ? json(run.machine_slowdown) : json(nullptr);
+    j["machine_probes"] = run.machine_probes;
+    j["predicted_ms_at_probe"] = nullptr;
+    if (run.at_probe)
+      if (const TierEntry* te = run.table.find_tier(r.tier))
+        if (const Plan* pl = te->find(r.schedule); pl && pl->feasible)
+          j["predicted_ms_at_probe"] = repredict(*pl, model_.source->spec(), *run.at_probe, run.at_probe_cfg);
+    j["setup_ms"] = run.setup_ms;
+    j["model_load_ms"] = model_.load_ms;
+    j["rounds"] = row_rounds(e_.measure, r);
+    return j;
+  }
+
+  // One round of a row; the row written after its last round, or on an error.
+  void measure_one(ConfigRun& run, const RowPlan& r, const Pass& pass, const std::string& schedule_error,
+                   std::vector<float>& logits) {
+    json j = row_keys(run, r);
+    bool write = true;
+    if (!run.setup_error.empty() || !schedule_error.empty()) {
+      j["status"] = "error";
+      j["reason"] = run.setup_error.empty() ? schedule_error : run.setup_error;
+    } else {
+      try {
+        write = measure_round(run, r, pass, logits, j);
+      } catch (const std::exception& err) {
+        j["status"] = "error";
+        j["reason"] = err.what();
+        write = true;
+      }
+    }
+    if (write) {
+      write_row(j);
+      run.written.insert(&r);
+    }
+  }
+
+  // Measures one round; after the last, fills the row (and records its timeline). Returns whether the
+  // row is complete.
+  bool measure_round(ConfigRun& run, const RowPlan& r, const Pass& pass, std::vector<float>& logits, json& j) {
+    const Configuration& c = run.plan->config;
+    const int rounds = row_rounds(e_.measure, r);
+    const auto tokens = step_tokens(r.tier, model_.source->spec().vocab_size, e_.token_seed);
+    Measurement& m = run.earlier[&r];
+    m.add(measure_row(*run.rt, c.ctx, r.tier, tokens, round_share(e_.measure, rounds), logits));
+    if (pass.round != rounds - 1) return false;
+    add_measurement(j, m, run.rt->memory());
+    if (m.plan_tier != r.tier)
+      log_warn(c.config_id, ": ", schedule_name(r.schedule), " at tier ", r.tier, " ran the plan of tier ",
+               m.plan_tier);
+    if (!o_.timelines_dir.empty()) {  // one more step, recorded (not a sample)
+      const std::string name = str_cat(c.config_id, "_t", r.tier, "_", schedule_name(r.schedule), ".json");
+      run.rt->record_timeline(static_cast<int>(std::max<int64_t>(1, m.chunks)));
+      step_at(*run.rt, c.ctx, r.tier, tokens, logits);
+      log_info(c.config_id, ": ", write_timeline_trace(*run.rt, o_.timelines_dir + "/" + name, "--timelines"));
+      run.rt->record_timeline(0);
+      j["timeline"] = name;
+    }
+    ++res_.rows_measured;
+    return true;
+  }
 
   // Complete when every row of the shard is in the file now.
-  const ExistingResults now = read_results(o.out_path);
-  int present = 0;
-  for (const auto& p : plans)
-    for (const auto& r : p.rows) present += now.keys.count(RowKey{p.config.config_id, r.tier, schedule_name(r.schedule)}) != 0;
-  res.complete = present == res.rows_total;
-  res.elapsed_seconds = seconds_since(t_start);
-  out.append(json{{"record", "sweep_end"},
-                  {"experiment", e.name},
-                  {"shard", str_cat(o.shard_index, "/", o.shard_count)},
-                  {"rows_written", res.rows_written},
-                  {"rows_measured", res.rows_measured},
-                  {"rows_left", res.rows_total - present},
-                  {"complete", res.complete},
-                  {"stopped_by_time", res.stopped_by_time},
-                  {"rows_deferred", res.rows_deferred},
-                  {"elapsed_s", res.elapsed_seconds},
-                  {"ended", utc_now()}});
-  return res;
+  void finish() {
+    const ExistingResults now = read_results(o_.out_path);
+    int present = 0;
+    for (const auto& p : plans_)
+      for (const auto& r : p.rows)
+        present += now.keys.count(RowKey{p.config.config_id, r.tier, schedule_name(r.schedule)}) != 0;
+    res_.complete = present == res_.rows_total;
+    res_.elapsed_seconds = seconds_since(t_start_);
+    writer_->append(json{{"record", "sweep_end"},
+                         {"experiment", e_.name},
+                         {"shard", str_cat(o_.shard_index, "/", o_.shard_count)},
+                         {"rows_written", res_.rows_written},
+                         {"rows_measured", res_.rows_measured},
+                         {"rows_left", res_.rows_total - present},
+                         {"complete", res_.complete},
+                         {"stopped_by_time", res_.stopped_by_time},
+                         {"rows_deferred", res_.rows_deferred},
+                         {"elapsed_s", res_.elapsed_seconds},
+                         {"ended", utc_now()}});
+  }
+
+  const Experiment& e_;
+  const SweepOptions& o_;
+  const Clock::time_point t_start_;
+  const std::string git_rev_;
+  const SweepCost cost_;
+  SweepResult res_;
+  std::vector<Configuration> mine_;  // the configurations of this shard
+  ExistingResults existing_;
+  std::unique_ptr<ResultsWriter> writer_;
+  std::map<int, ModelSpec> specs_;
+  std::map<int, ModelFacts> facts_;
+  std::map<int, std::unique_ptr<WeightSource>> opened_;  // file models opened for planning, reused to run
+  std::map<int, MeasuredRouting> routing_;               // MoE models: measured before planning
+  std::unique_ptr<ExistingResults> routing_source_;      // o.routing_from, read once
+  std::vector<ConfigPlan> plans_;
+  std::map<std::string, std::string> config_profile_;
+  double plan_s_ = 0, load_s_ = 0, setup_s_ = 0, steps_s_ = 0, probe_total_s_ = 0;
+  int measured_left_ = 0;
+  std::string machine_, gpu_name_;
+  std::unique_ptr<Progress> progress_;
+  double done_predicted_s_ = 0, done_actual_s_ = 0;  // work done so far: observed / predicted corrects the ETA
+  bool did_work_ = false;
+  double probe_s_ = kProbeSeconds;  // the last machine probe's duration (the guess before the first)
+  SweepModel model_;
+};
+
+}  // namespace
+
+SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
+  check_sweep_options(o);
+  Sweep sweep(e, o);
+  return sweep.run();
 }
 
 }  // namespace shardwise

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/planning.h"  // step_tokens: the tokens of a measured step
 #include "oracle/experiment.h"
 
 namespace shardwise {
@@ -92,10 +93,6 @@ SweepResult run_sweep(const Experiment& experiment, const SweepOptions& options)
 // hashes the HardwareSpec (the builtin's embedded YAML text, or the file's text) and the PCIe cap;
 // the profiler issue replaces it with the ProfileDB's hash.
 std::string profile_hash(const std::string& hardware, double pcie_cap_bytes_per_s);
-
-// The tokens of a measured step of n tokens (seeded, the same in every sweep); also the tokens the
-// sweep measures an MoE model's routing on.
-std::vector<int32_t> step_tokens(int64_t n, int64_t vocab, uint64_t seed);
 
 // The revision the binary was built from ("<sha>" or "<sha>-dirty"), $SHARDWISE_GIT_REV when set,
 // else "unknown".

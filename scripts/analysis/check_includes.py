@@ -25,7 +25,8 @@ RULES = {
     "text": {"core"},
     "executor": {"core", "plan"},
     "microbench": {"core", "costmodel", "plan", "executor"},
-    "oracle": {"core", "costmodel", "plan", "planner", "executor", "text"},
+    "engine": {"core", "costmodel", "plan", "planner", "executor"},
+    "oracle": {"core", "costmodel", "plan", "planner", "executor", "engine", "text"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 

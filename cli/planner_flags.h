@@ -1,0 +1,50 @@
+// cli/planner_flags.h — the planner's flags, declared once for every verb that plans (`run`, `plan`):
+// the machine (--hw, --profile), the budget, context, threads, PCIe cap, KV and MoE choices, the guess
+// rate, and the schedule choice. Each verb keeps its own help text where its meaning differs (run's
+// --ctx defaults to the prompt's needs, run's --threads are this machine's); the values come back
+// typed as the engine's options.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "costmodel/cost_model.h"
+#include "engine/cost_source.h"
+#include "engine/planning.h"
+
+namespace shardwise::cli {
+
+enum class PlannerVerb { Run, Plan };
+
+// The flags' text as given (CLI11 binds them); the accessors check and convert them.
+struct PlannerFlags {
+  PlannerVerb verb = PlannerVerb::Plan;
+  std::string hw, profile, budget, pcie_cap = "none", kv_dtype = "f32", host_kv_attention = "choose";
+  std::string next_layer_hits = "auto";
+  std::string only;               // plan --only S
+  std::string schedule = "auto";  // run --schedule S
+  int threads = 0, kv_layers = -1, moe_split = -1;
+  int64_t ctx = 4096;          // run: 0 (the prompt's needs)
+  int64_t routing_tokens = 0;  // plan --routing-tokens
+  uint64_t token_seed = 1;     // plan --token-seed
+  CLI::Option* hw_option = nullptr;
+
+  // The cost model's machine: --profile, and --hw where it is used (run's default --hw is the machine
+  // only without a profile; given beside one, it may stand in for a CPU-only profile's GPU).
+  MachineChoice machine() const;
+  double pcie_cap_bytes_per_s() const;
+  uint64_t budget_bytes() const;  // --vram-budget, checked
+  NextLayerHits hits() const;
+  // The schedule whose own table is planned (plan --only, run --schedule other than auto).
+  std::optional<Schedule> only_schedule() const;
+  // The typed choices; threads as resolved by the caller (run: this machine's; plan: the cost model's).
+  PlannerChoices choices(int resolved_threads) const;
+};
+
+// Declares the planner's flags on `sub` with their names and help as `verb` has them.
+std::shared_ptr<PlannerFlags> add_planner_flags(CLI::App* sub, PlannerVerb verb);
+
+}  // namespace shardwise::cli

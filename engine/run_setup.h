@@ -1,0 +1,68 @@
+// engine/run_setup.h — a model made ready to generate: its weights loaded with the CPU pool that runs
+// them, then on a device the plan table (planned, or a saved one), the device and the Runtime that
+// executes the table, or on the CPU the CPU engine. `run` uses it; the sweep makes its devices here.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "core/weight_source.h"
+#include "engine/cost_source.h"
+#include "engine/planning.h"
+#include "executor/device/device.h"
+#include "executor/model/model_weights.h"
+#include "executor/runtime/runtime.h"
+#include "executor/session/step_engine.h"
+
+namespace shardwise {
+
+// "cuda" (GPU 0) or "emu" (the emulated device, without the artificial delays its tests use).
+std::unique_ptr<Device> make_run_device(const std::string& device);
+
+// A model's weights as the kernels read them (the source, mapped, must outlive it), and the pool.
+struct LoadedModel {
+  LoadedModel(const WeightSource& source, int threads);
+  const WeightSource& source;
+  ThreadPool pool;
+  ModelWeights weights;
+};
+
+struct RunSetupOptions {
+  std::string device = "cpu";      // "cuda", "emu" or "cpu"
+  int64_t ctx = 0;                 // the KV capacity
+  std::optional<PlanTable> table;  // a saved table to execute instead of planning (a device run)
+  MachineChoice machine;           // the planner's cost model
+  double pcie_cap_bytes_per_s = 0;
+  // The planner's choices; ctx and threads are the run's (the model's pool).
+  PlannerChoices planner;
+  RuntimeOptions runtime;
+};
+
+class RunSetup {
+ public:
+  // On the CPU: the CPU engine. On a device: the table (options.table, or planned from the model's
+  // facts with the routing policy, the guess measured on `prompt`), the device, the Runtime.
+  RunSetup(LoadedModel& model, const RunSetupOptions& options, const std::vector<int32_t>& prompt);
+  ~RunSetup();
+  RunSetup(const RunSetup&) = delete;
+  RunSetup& operator=(const RunSetup&) = delete;
+
+  StepEngine& engine() { return *engine_; }
+  Runtime* runtime() const { return runtime_; }  // null on the CPU
+  const Device* device() const { return device_.get(); }
+  double next_layer_hits() const { return next_layer_hits_; }  // what the plans were told (0: no guesses)
+
+ private:
+  PlanTable plan(LoadedModel& model, const RunSetupOptions& options, const std::vector<int32_t>& prompt);
+
+  std::unique_ptr<Device> device_;  // declared first: the runtime synchronises it when destroyed
+  std::unique_ptr<StepEngine> engine_;
+  Runtime* runtime_ = nullptr;
+  double next_layer_hits_ = 0;
+};
+
+}  // namespace shardwise
