@@ -187,7 +187,7 @@ __device__ __forceinline__ int load_decode_rows(const KArgs& a, int g, int i0, i
 }
 
 // Keys per step of a decode warp. 8 (4 at head_dim 256) measured slower than this: 56 vs 44 us at 4K
-// context, n = 1 (results/executor/kernel_bench_ecc5548.log).
+// context, n = 1, on the H200.
 __host__ __device__ constexpr int keys_per_step(int d) { return d / 32 >= 8 ? 2 : 4; }
 template <int D>
 __host__ __device__ constexpr int decode_keys_per_step() { return keys_per_step(D); }
