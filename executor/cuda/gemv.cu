@@ -229,40 +229,6 @@ __device__ __forceinline__ void weight_rows(const TaskDev& tk, int row0, const u
       wr[m][r] = (m == 0 ? mw0 : mw1) + static_cast<int64_t>(min(row0 + r, tk.rows - 1)) * tk.row_bytes;
 }
 
-// acc += the loaded piece u of every row times the x elements it multiplies, for each of the nt tokens.
-template <DType T, int NT, int M>
-__device__ __forceinline__ void gemv_piece(const Piece<T> (&pc)[M][kRows], const float* const (&xr)[NT], int nt, int u,
-                                           float (&acc)[M][kRows][NT]) {
-  using P = Piece<T>;
-  constexpr int E = P::kElems;
-  float w[M][kRows][E], d[M][kRows];
-#pragma unroll
-  for (int m = 0; m < M; ++m)
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) pc[m][r].unpack(w[m][r], d[m][r]);
-#pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    if (t < nt) {
-      float xv[E];
-      load_x<T>(xr[t], u, xv);
-#pragma unroll
-      for (int m = 0; m < M; ++m)
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          if constexpr (P::kScaled) {  // block sum first, then its scale
-            float s = w[m][r][0] * xv[0];
-#pragma unroll
-            for (int e = 1; e < E; ++e) s = fmaf(w[m][r][e], xv[e], s);
-            acc[m][r][t] = fmaf(d[m][r], s, acc[m][r][t]);
-          } else {
-#pragma unroll
-            for (int e = 0; e < E; ++e) acc[m][r][t] = fmaf(w[m][r][e], xv[e], acc[m][r][t]);
-          }
-        }
-    }
-  }
-}
-
 // k-split: lane 0 of each warp puts the warp's sums in `part`, visible to the block after the barrier.
 template <int NT, int M>
 __device__ __forceinline__ void stash_warp_sums(float (&part)[kWarps][M][kRows][NT], int warp, int lane,
@@ -356,13 +322,40 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const __grid_constant
   P pc[kUnroll][M][kRows];
   if (units > 0) load_pieces<P, kUnroll, M>(pc, wr, first, units);  // the first step's weights
   if (early) pdl_wait();
+  // Unpack and multiply inline: as a helper, ptxas scheduled six instances differently (bf16, one token,
+  // one matrix: 1000 instructions instead of 1016).
   for (int u0 = first; u0 < units; u0 += stride) {
     if (u0 != first) load_pieces<P, kUnroll, M>(pc, wr, u0, units);
 #pragma unroll
     for (int i = 0; i < kUnroll; ++i) {
       const int u = u0 + 32 * i;
       if (u >= units) break;
-      gemv_piece<T, NT, M>(pc[i], xr, nt, u, acc);
+      float w[M][kRows][E], d[M][kRows];
+#pragma unroll
+      for (int m = 0; m < M; ++m)
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) pc[i][m][r].unpack(w[m][r], d[m][r]);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        if (t < nt) {
+          float xv[E];
+          load_x<T>(xr[t], u, xv);
+#pragma unroll
+          for (int m = 0; m < M; ++m)
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+              if constexpr (P::kScaled) {  // block sum first, then its scale
+                float s = w[m][r][0] * xv[0];
+#pragma unroll
+                for (int e = 1; e < E; ++e) s = fmaf(w[m][r][e], xv[e], s);
+                acc[m][r][t] = fmaf(d[m][r], s, acc[m][r][t]);
+              } else {
+#pragma unroll
+                for (int e = 0; e < E; ++e) acc[m][r][t] = fmaf(w[m][r][e], xv[e], acc[m][r][t]);
+              }
+            }
+        }
+      }
     }
   }
 
