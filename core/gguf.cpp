@@ -124,6 +124,45 @@ GgufValue read_value(Cursor& c, GgufType type, int depth, const std::string& key
 
 uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
+// One tensor info at the cursor: name, dimensions, type and data offset, each checked against the
+// limits and the file's alignment.
+GgufTensorInfo read_tensor_info(Cursor& c, uint64_t alignment) {
+  GgufTensorInfo t;
+  t.info_offset = c.pos();
+  t.name = c.read_string("tensor name");
+  uint64_t dat = c.pos();
+  uint32_t n_dims = c.read<uint32_t>("tensor dimension count");
+  if (n_dims == 0 || n_dims > kMaxDims)
+    c.error_at(dat, "tensor '", t.name, "': ", n_dims, " dimensions (must be 1..", kMaxDims, ")");
+  uint64_t elems = 1;
+  for (uint32_t d = 0; d < n_dims; ++d) {
+    const uint64_t nat = c.pos();
+    uint64_t n = c.read<uint64_t>("tensor dimension");
+    if (n == 0 || n > kMaxDimValue)
+      c.error_at(nat, "tensor '", t.name, "': dimension ", d, " (ne[", d, "]) = ", n, " is out of range (1..",
+                 kMaxDimValue, ")");
+    if (elems > (uint64_t(1) << 50) / n)
+      c.error_at(nat, "tensor '", t.name, "': element count exceeds 2^50 (the file is corrupt)");
+    elems *= n;
+    t.ne.push_back(n);
+  }
+  uint64_t tyat = c.pos();
+  t.type_id = c.read<uint32_t>("tensor type");
+  uint32_t be = 0, bb = 0;
+  if (!ggml_type_block(t.type_id, &be, &bb))
+    c.error_at(tyat, "tensor '", t.name, "': unknown tensor type id ", t.type_id);
+  if (t.ne[0] % be != 0)
+    c.error_at(dat, "tensor '", t.name, "': row of ", t.ne[0], " elements is not a multiple of the ",
+               ggml_type_name(t.type_id), " block size ", be);
+  t.nbytes = elems / be * bb;
+  uint64_t oat = c.pos();
+  t.offset = c.read<uint64_t>("tensor data offset");
+  if (t.offset % alignment != 0)
+    c.error_at(oat, "tensor '", t.name, "': data offset ", t.offset, " is not a multiple of the alignment ", alignment);
+  t.shape.assign(t.ne.rbegin(), t.ne.rend());  // every ne <= 2^40, so the int64 shape is exact
+  return t;
+}
+
 }  // namespace
 
 const char* gguf_type_name(GgufType t) {
@@ -239,40 +278,7 @@ GgufFile::GgufFile(const std::string& path) : file_(std::make_unique<MappedFile>
 
   tensors_.reserve(static_cast<size_t>(std::min(n_tensors, kReserveCap)));
   for (uint64_t ti = 0; ti < n_tensors; ++ti) {
-    GgufTensorInfo t;
-    t.info_offset = c.pos();
-    t.name = c.read_string("tensor name");
-    uint64_t dat = c.pos();
-    uint32_t n_dims = c.read<uint32_t>("tensor dimension count");
-    if (n_dims == 0 || n_dims > kMaxDims)
-      c.error_at(dat, "tensor '", t.name, "': ", n_dims, " dimensions (must be 1..", kMaxDims, ")");
-    uint64_t elems = 1;
-    for (uint32_t d = 0; d < n_dims; ++d) {
-      const uint64_t nat = c.pos();
-      uint64_t n = c.read<uint64_t>("tensor dimension");
-      if (n == 0 || n > kMaxDimValue)
-        c.error_at(nat, "tensor '", t.name, "': dimension ", d, " (ne[", d, "]) = ", n, " is out of range (1..",
-                   kMaxDimValue, ")");
-      if (elems > (uint64_t(1) << 50) / n)
-        c.error_at(nat, "tensor '", t.name, "': element count exceeds 2^50 (the file is corrupt)");
-      elems *= n;
-      t.ne.push_back(n);
-    }
-    uint64_t tyat = c.pos();
-    t.type_id = c.read<uint32_t>("tensor type");
-    uint32_t be = 0, bb = 0;
-    if (!ggml_type_block(t.type_id, &be, &bb))
-      c.error_at(tyat, "tensor '", t.name, "': unknown tensor type id ", t.type_id);
-    if (t.ne[0] % be != 0)
-      c.error_at(dat, "tensor '", t.name, "': row of ", t.ne[0], " elements is not a multiple of the ",
-                 ggml_type_name(t.type_id), " block size ", be);
-    t.nbytes = elems / be * bb;
-    uint64_t oat = c.pos();
-    t.offset = c.read<uint64_t>("tensor data offset");
-    if (t.offset % alignment_ != 0)
-      c.error_at(oat, "tensor '", t.name, "': data offset ", t.offset, " is not a multiple of the alignment ",
-                 alignment_);
-    t.shape.assign(t.ne.rbegin(), t.ne.rend());  // every ne <= 2^40, so the int64 shape is exact
+    GgufTensorInfo t = read_tensor_info(c, alignment_);
     if (tensor_index_.count(t.name)) c.error_at(t.info_offset, "duplicate tensor name '", t.name, "'");
     tensor_index_[t.name] = tensors_.size();
     tensors_.push_back(std::move(t));

@@ -100,6 +100,38 @@ class GgufWeights : public WeightSource {
   GgufFile file_;
 };
 
+// validate() speaks in config.json field names: the GGUF keys that set the fields `msg` names, listed
+// as "<arch>.<key>, ..." (empty: none).
+std::string gguf_keys_named(const std::string& msg, const std::string& arch) {
+  static const std::pair<const char*, const char*> kKeys[] = {
+      {"hidden_size", "embedding_length"},
+      {"num_hidden_layers", "block_count"},
+      {"num_attention_heads", "attention.head_count"},
+      {"num_key_value_heads", "attention.head_count_kv"},
+      {"head_dim", "attention.key_length"},
+      {"intermediate_size", "feed_forward_length"},
+      {"vocab_size", "vocab_size"},
+      {"num_experts", "expert_count"},
+      {"num_experts_per_tok", "expert_used_count"},
+      {"moe_intermediate_size", "expert_feed_forward_length"},
+      {"rope_theta", "rope.freq_base"},
+      {"rms_norm_eps", "attention.layer_norm_rms_epsilon"},
+  };
+  auto is_word = [](char c) { return (c >= 'a' && c <= 'z') || c == '_'; };
+  std::string keys;
+  for (const auto& k : kKeys) {
+    const std::string field = k.first;
+    for (size_t p = msg.find(field); p != std::string::npos; p = msg.find(field, p + 1)) {
+      const size_t end = p + field.size();
+      if ((p == 0 || !is_word(msg[p - 1])) && (end == msg.size() || !is_word(msg[end]))) {
+        keys += (keys.empty() ? "" : ", ") + arch + "." + k.second;
+        break;
+      }
+    }
+  }
+  return keys;
+}
+
 }  // namespace
 
 ModelSpec spec_from_gguf(const GgufFile& f) {
@@ -163,34 +195,8 @@ ModelSpec spec_from_gguf(const GgufFile& f) {
   try {
     s.validate(ctx);
   } catch (const Error& e) {
-    // validate() speaks in config.json field names; point at the GGUF key that set the field.
-    static const std::pair<const char*, const char*> kKeys[] = {
-        {"hidden_size", "embedding_length"},
-        {"num_hidden_layers", "block_count"},
-        {"num_attention_heads", "attention.head_count"},
-        {"num_key_value_heads", "attention.head_count_kv"},
-        {"head_dim", "attention.key_length"},
-        {"intermediate_size", "feed_forward_length"},
-        {"vocab_size", "vocab_size"},
-        {"num_experts", "expert_count"},
-        {"num_experts_per_tok", "expert_used_count"},
-        {"moe_intermediate_size", "expert_feed_forward_length"},
-        {"rope_theta", "rope.freq_base"},
-        {"rms_norm_eps", "attention.layer_norm_rms_epsilon"},
-    };
     const std::string msg = e.what();
-    auto is_word = [](char c) { return (c >= 'a' && c <= 'z') || c == '_'; };
-    std::string keys;
-    for (const auto& k : kKeys) {
-      const std::string field = k.first;
-      for (size_t p = msg.find(field); p != std::string::npos; p = msg.find(field, p + 1)) {
-        const size_t end = p + field.size();
-        if ((p == 0 || !is_word(msg[p - 1])) && (end == msg.size() || !is_word(msg[end]))) {
-          keys += (keys.empty() ? "" : ", ") + arch + "." + k.second;
-          break;
-        }
-      }
-    }
+    const std::string keys = gguf_keys_named(msg, arch);
     if (keys.empty()) throw;
     fail(msg, " (GGUF metadata ", keys, ")");
   }

@@ -271,6 +271,72 @@ std::string spec_to_yaml(const ModelSpec& s) {
 // ---------------------------------------------------------------------------------------------
 // HF config.json
 
+namespace {
+
+// Typed fields of a parsed config.json; every message names the file (ctx) and the field.
+struct HfConfig {
+  const nlohmann::json& j;
+  const std::string& ctx;
+
+  int64_t get_int(const char* key, bool required, int64_t fallback) const {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) {
+      if (required) fail(ctx, ": missing required field '", key, "'");
+      return fallback;
+    }
+    if (!it->is_number_integer()) fail(ctx, ": field '", key, "' must be an integer, got ", json_brief(*it));
+    return it->get<int64_t>();
+  }
+  double get_num(const nlohmann::json& obj, const char* key, double fallback) const {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return fallback;
+    if (!it->is_number()) fail(ctx, ": field '", key, "' must be a number, got ", json_brief(*it));
+    return it->get<double>();
+  }
+  std::string get_str(const nlohmann::json& obj, const char* key, const std::string& fallback) const {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return fallback;
+    if (!it->is_string()) fail(ctx, ": field '", key, "' must be a string, got ", json_brief(*it));
+    return it->get<std::string>();
+  }
+  bool get_bool(const char* key, bool fallback) const {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return fallback;
+    if (!it->is_boolean()) fail(ctx, ": field '", key, "' must be true or false, got ", json_brief(*it));
+    return it->get<bool>();
+  }
+};
+
+// The experts of an MoE config; every layer must be an MoE layer.
+void read_hf_moe(const HfConfig& c, ModelSpec& s) {
+  s.num_experts = c.get_int("num_experts", false, 0);
+  if (s.num_experts == 0) s.num_experts = c.get_int("num_local_experts", true, 0);
+  s.num_experts_per_tok = c.get_int("num_experts_per_tok", true, 0);
+  s.moe_intermediate_size = c.get_int("moe_intermediate_size", true, 0);
+  s.norm_topk_prob = c.get_bool("norm_topk_prob", false);  // HF's Qwen3MoeConfig default is false
+  if (c.get_int("decoder_sparse_step", false, 1) != 1)
+    fail(c.ctx, ": decoder_sparse_step != 1 (dense layers between MoE layers) is not supported");
+  auto mlp_only = c.j.find("mlp_only_layers");
+  if (mlp_only != c.j.end() && mlp_only->is_array() && !mlp_only->empty())
+    fail(c.ctx, ": mlp_only_layers (dense layers in an MoE model) is not supported");
+}
+
+// rope_theta; only default RoPE. transformers 4.x: rope_theta + rope_scaling; 5.x: rope_parameters
+// {rope_theta, rope_type}.
+void read_hf_rope(const HfConfig& c, ModelSpec& s) {
+  s.rope_theta = c.get_num(c.j, "rope_theta", 10000.0);
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    auto it = c.j.find(key);
+    if (it == c.j.end() || it->is_null()) continue;
+    if (!it->is_object()) fail(c.ctx, ": field '", key, "' must be an object");
+    s.rope_theta = c.get_num(*it, "rope_theta", s.rope_theta);
+    std::string type = c.get_str(*it, "rope_type", c.get_str(*it, "type", "default"));
+    if (type != "default") fail(c.ctx, ": ", key, ".rope_type '", type, "' is not supported (only default RoPE)");
+  }
+}
+
+}  // namespace
+
 ModelSpec spec_from_hf_config_json(const std::string& text, const std::string& ctx) {
   using nlohmann::json;
   json j;
@@ -282,76 +348,29 @@ ModelSpec spec_from_hf_config_json(const std::string& text, const std::string& c
   }
   if (!j.is_object()) fail(ctx, ": expected a JSON object");
   // Multimodal configs nest the language model; not supported yet.
-  auto get_int = [&](const char* key, bool required, int64_t fallback) -> int64_t {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) {
-      if (required) fail(ctx, ": missing required field '", key, "'");
-      return fallback;
-    }
-    if (!it->is_number_integer()) fail(ctx, ": field '", key, "' must be an integer, got ", json_brief(*it));
-    return it->get<int64_t>();
-  };
-  auto get_num = [&](const json& obj, const char* key, double fallback) -> double {
-    auto it = obj.find(key);
-    if (it == obj.end() || it->is_null()) return fallback;
-    if (!it->is_number()) fail(ctx, ": field '", key, "' must be a number, got ", json_brief(*it));
-    return it->get<double>();
-  };
-  auto get_str = [&](const nlohmann::json& obj, const char* key, const std::string& fallback) -> std::string {
-    auto it = obj.find(key);
-    if (it == obj.end() || it->is_null()) return fallback;
-    if (!it->is_string()) fail(ctx, ": field '", key, "' must be a string, got ", json_brief(*it));
-    return it->get<std::string>();
-  };
-  auto get_bool = [&](const char* key, bool fallback) -> bool {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return fallback;
-    if (!it->is_boolean()) fail(ctx, ": field '", key, "' must be true or false, got ", json_brief(*it));
-    return it->get<bool>();
-  };
-  std::string model_type = get_str(j, "model_type", "");
+  const HfConfig c{j, ctx};
+  std::string model_type = c.get_str(j, "model_type", "");
   if (model_type.empty()) fail(ctx, ": missing field 'model_type'");
   ModelSpec s;
   s.family = parse_family(model_type, ctx + ": field 'model_type'");
   s.name = model_type;
-  s.hidden_size = get_int("hidden_size", true, 0);
-  s.num_hidden_layers = get_int("num_hidden_layers", true, 0);
-  s.num_attention_heads = get_int("num_attention_heads", true, 0);
-  s.num_key_value_heads = get_int("num_key_value_heads", false, s.num_attention_heads);
-  s.head_dim = get_int("head_dim", false, s.num_attention_heads > 0 ? s.hidden_size / s.num_attention_heads : 0);
-  s.vocab_size = get_int("vocab_size", true, 0);
-  s.intermediate_size = get_int("intermediate_size", s.family != Family::Qwen3Moe, 0);
-  s.max_position_embeddings = get_int("max_position_embeddings", false, 0);
-  if (s.is_moe()) {
-    s.num_experts = get_int("num_experts", false, 0);
-    if (s.num_experts == 0) s.num_experts = get_int("num_local_experts", true, 0);
-    s.num_experts_per_tok = get_int("num_experts_per_tok", true, 0);
-    s.moe_intermediate_size = get_int("moe_intermediate_size", true, 0);
-    s.norm_topk_prob = get_bool("norm_topk_prob", false);  // HF's Qwen3MoeConfig default is false
-    if (get_int("decoder_sparse_step", false, 1) != 1)
-      fail(ctx, ": decoder_sparse_step != 1 (dense layers between MoE layers) is not supported");
-    auto mlp_only = j.find("mlp_only_layers");
-    if (mlp_only != j.end() && mlp_only->is_array() && !mlp_only->empty())
-      fail(ctx, ": mlp_only_layers (dense layers in an MoE model) is not supported");
-  }
-  s.rms_norm_eps = get_num(j, "rms_norm_eps", 1e-6);
-  // transformers 4.x: rope_theta + rope_scaling; 5.x: rope_parameters {rope_theta, rope_type}.
-  s.rope_theta = get_num(j, "rope_theta", 10000.0);
-  for (const char* key : {"rope_parameters", "rope_scaling"}) {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) continue;
-    if (!it->is_object()) fail(ctx, ": field '", key, "' must be an object");
-    s.rope_theta = get_num(*it, "rope_theta", s.rope_theta);
-    std::string type = get_str(*it, "rope_type", get_str(*it, "type", "default"));
-    if (type != "default")
-      fail(ctx, ": ", key, ".rope_type '", type, "' is not supported (only default RoPE)");
-  }
-  s.tie_word_embeddings = get_bool("tie_word_embeddings", false);
-  if (get_bool("attention_bias", false)) fail(ctx, ": attention_bias = true is not supported for ", model_type);
-  if (get_bool("mlp_bias", false)) fail(ctx, ": mlp_bias = true is not supported for ", model_type);
-  std::string act = get_str(j, "hidden_act", "silu");
+  s.hidden_size = c.get_int("hidden_size", true, 0);
+  s.num_hidden_layers = c.get_int("num_hidden_layers", true, 0);
+  s.num_attention_heads = c.get_int("num_attention_heads", true, 0);
+  s.num_key_value_heads = c.get_int("num_key_value_heads", false, s.num_attention_heads);
+  s.head_dim = c.get_int("head_dim", false, s.num_attention_heads > 0 ? s.hidden_size / s.num_attention_heads : 0);
+  s.vocab_size = c.get_int("vocab_size", true, 0);
+  s.intermediate_size = c.get_int("intermediate_size", s.family != Family::Qwen3Moe, 0);
+  s.max_position_embeddings = c.get_int("max_position_embeddings", false, 0);
+  if (s.is_moe()) read_hf_moe(c, s);
+  s.rms_norm_eps = c.get_num(j, "rms_norm_eps", 1e-6);
+  read_hf_rope(c, s);
+  s.tie_word_embeddings = c.get_bool("tie_word_embeddings", false);
+  if (c.get_bool("attention_bias", false)) fail(ctx, ": attention_bias = true is not supported for ", model_type);
+  if (c.get_bool("mlp_bias", false)) fail(ctx, ": mlp_bias = true is not supported for ", model_type);
+  std::string act = c.get_str(j, "hidden_act", "silu");
   if (act != "silu") fail(ctx, ": hidden_act '", act, "' is not supported (only silu)");
-  std::string torch_dtype = get_str(j, "torch_dtype", get_str(j, "dtype", "float32"));
+  std::string torch_dtype = c.get_str(j, "torch_dtype", c.get_str(j, "dtype", "float32"));
   auto layer_types = j.find("layer_types");
   if (layer_types != j.end() && layer_types->is_array())
     for (const auto& t : *layer_types)

@@ -111,13 +111,9 @@ TokenizerInfo placeholder_tokenizer(int64_t vocab) {
   return t;
 }
 
-}  // namespace
-
-void write_gguf(const WeightSource& src, const std::string& path, DType dtype, ThreadPool* pool, bool show_progress) {
-  ModelSpec spec = src.spec();
-  spec.dtype = dtype;
+// The model's hyperparameters under the architecture's GGUF keys.
+void set_model_metadata(GgufWriter& w, const ModelSpec& spec, DType dtype) {
   const std::string a = gguf_arch(spec.family);
-  GgufWriter w;
   w.set("general.architecture", GgufValue::of_string(a));
   w.set("general.name", GgufValue::of_string(spec.name));
   w.set("general.file_type", GgufValue::of_u32(gguf_file_type(dtype)));
@@ -141,6 +137,10 @@ void write_gguf(const WeightSource& src, const std::string& path, DType dtype, T
     w.set(a + ".expert_feed_forward_length", GgufValue::of_u32(static_cast<uint32_t>(spec.moe_intermediate_size)));
     w.set(a + ".expert_weights_norm", GgufValue::of_bool(spec.norm_topk_prob));
   }
+}
+
+// The source's vocabulary, or a placeholder where it has none that matches the model.
+void set_tokenizer_metadata(GgufWriter& w, const WeightSource& src, const ModelSpec& spec) {
   TokenizerInfo tok = src.tokenizer();
   if (tok.tokens.empty() || static_cast<int64_t>(tok.tokens.size()) != spec.vocab_size) tok = placeholder_tokenizer(spec.vocab_size);
   w.set("tokenizer.ggml.model", GgufValue::of_string(tok.model));
@@ -152,6 +152,44 @@ void write_gguf(const WeightSource& src, const std::string& path, DType dtype, T
   if (tok.bos_id >= 0) w.set("tokenizer.ggml.bos_token_id", GgufValue::of_u32(static_cast<uint32_t>(tok.bos_id)));
   if (tok.eos_id >= 0) w.set("tokenizer.ggml.eos_token_id", GgufValue::of_u32(static_cast<uint32_t>(tok.eos_id)));
   w.set("tokenizer.ggml.add_bos_token", GgufValue::of_bool(tok.add_bos));
+}
+
+// Tensor `in` converted row by row into `out` (d's dtype), its rows reordered for llama.cpp's RoPE
+// pairing when `permute`.
+void convert_rows(const TensorView& in, const TensorDesc& d, bool permute, int64_t head_dim, uint8_t* out,
+                  ThreadPool& tp) {
+  const int64_t rows = in.rows(), cols = in.cols();
+  const uint64_t out_row_bytes = dtype_row_bytes(d.dtype, cols);
+  tp.parallel_for(rows, 16, [&](int64_t r0, int64_t r1, int) {
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t src_row = r;
+      if (permute) {
+        // llama.cpp's converter reorders each head's rows from (first half, second half) pairs
+        // to adjacent pairs: new row 2i+j of a head takes old row j*D/2+i.
+        const int64_t hd = head_dim, half = hd / 2;
+        const int64_t head = r / hd, in_head = r % hd;
+        src_row = head * hd + (in_head % 2) * half + in_head / 2;
+      }
+      uint8_t* dst = out + static_cast<uint64_t>(r) * out_row_bytes;
+      if (in.dtype == d.dtype) {  // a pure row permutation: copy bytes, never requantise
+        std::memcpy(dst, in.row(src_row), out_row_bytes);
+        continue;
+      }
+      dequantize_row(in.dtype, in.row(src_row), row.data(), cols);
+      quantize_row(d.dtype, row.data(), dst, cols);
+    }
+  });
+}
+
+}  // namespace
+
+void write_gguf(const WeightSource& src, const std::string& path, DType dtype, ThreadPool* pool, bool show_progress) {
+  ModelSpec spec = src.spec();
+  spec.dtype = dtype;
+  GgufWriter w;
+  set_model_metadata(w, spec, dtype);
+  set_tokenizer_metadata(w, src, spec);
 
   const bool permute_qk = spec.family == Family::Llama && src.rope_style() == RopeStyle::Neox;
   std::vector<TensorDesc> descs = spec.tensors();
@@ -172,28 +210,7 @@ void write_gguf(const WeightSource& src, const std::string& path, DType dtype, T
     }
     converted[ti] = HostBuffer(d.bytes);
     uint8_t* out = converted[ti].data();
-    const int64_t rows = in.rows(), cols = in.cols();
-    const uint64_t out_row_bytes = dtype_row_bytes(d.dtype, cols);
-    tp.parallel_for(rows, 16, [&](int64_t r0, int64_t r1, int) {
-      std::vector<float> row(static_cast<size_t>(cols));
-      for (int64_t r = r0; r < r1; ++r) {
-        int64_t src_row = r;
-        if (permute) {
-          // llama.cpp's converter reorders each head's rows from (first half, second half) pairs
-          // to adjacent pairs: new row 2i+j of a head takes old row j*D/2+i.
-          const int64_t hd = spec.head_dim, half = hd / 2;
-          const int64_t head = r / hd, in_head = r % hd;
-          src_row = head * hd + (in_head % 2) * half + in_head / 2;
-        }
-        uint8_t* dst = out + static_cast<uint64_t>(r) * out_row_bytes;
-        if (in.dtype == d.dtype) {  // a pure row permutation: copy bytes, never requantise
-          std::memcpy(dst, in.row(src_row), out_row_bytes);
-          continue;
-        }
-        dequantize_row(in.dtype, in.row(src_row), row.data(), cols);
-        quantize_row(d.dtype, row.data(), dst, cols);
-      }
-    });
+    convert_rows(in, d, permute, spec.head_dim, out, tp);
     TensorView v;
     v.dtype = d.dtype;
     v.shape = d.shape;

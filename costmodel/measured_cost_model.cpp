@@ -309,7 +309,7 @@ class MeasuredCostModel : public CostModel {
   // transfer included, the synchronisation's latency not), and never faster than all the bytes as one
   // copy (which also holds them to a cap). Without burst rows: one copy of all the bytes. (qwen30b's
   // routed experts go as 24 copies of ~0.9 MB per layer: 470 us measured where one 21 MB copy takes
-  // 403: executor/timelines_ab76b14.)
+  // 403.)
   double transfer_burst_ms(uint64_t bytes, int copies, Direction dir) const override {
     const double whole = transfer_ms(bytes, dir, true);
     const CopyCurve& b = bursts_[dir == Direction::HostToDevice ? 0 : 1];
@@ -327,7 +327,7 @@ class MeasuredCostModel : public CostModel {
   // s (H200 host: 98.1 -> 83.0 GB/s, s = 15%) while the pool read B_c (54.1 GB/s). A copy beside CPU
   // work reading b GB/s runs at its uncapped rate times 1 - s·min(1, b / B_c); a cap below that still
   // holds. (A Dynamic nemo8b decode's FFN copies ran at 0.91x their prediction beside CPU FFNs reading
-  // ~39 GB/s: executor/timelines_72883f4.)
+  // ~39 GB/s.)
   double copy_slowdown(Direction dir, double cpu_dram_gbps) const override {
     if (!has_gpu_ || copy_drop_ <= 0 || copy_drop_cpu_gbps_ <= 0 || !(cpu_dram_gbps > 0)) return 1.0;
     const double f = 1.0 - copy_drop_ * std::min(1.0, cpu_dram_gbps / copy_drop_cpu_gbps_);
@@ -445,7 +445,7 @@ class MeasuredCostModel : public CostModel {
   // B_c = bytes / t_c while copies moved g_c beside it, so the DRAM served C = B_c + g_c; with g of
   // copies the op gets C - g: t(g) = max(t_alone, bytes / (C - g)), the contention row at g = g_c.
   // (A blend linear in g put a decode FFN under one-way streaming at 68 GB/s on the H200 host where
-  // the executor's timeline measured 94: executor/timelines_d9df277, C ~ 148 GB/s both times.)
+  // the executor's timeline measured 94, C ~ 148 GB/s both times.)
   double cpu_ms(const Op& op, DType dt, int threads, double concurrent_gbps) const {
     const double alone = find_class(Backend::Cpu, op.kind, dt, threads, false).ms(op);
     if (concurrent_gbps <= 0) return alone;

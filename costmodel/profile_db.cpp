@@ -96,10 +96,8 @@ std::string list_text(const std::vector<std::string>& items) {
   return s + "]";
 }
 
-// The canonical text; `with_created` = false gives the text that is hashed.
-std::string canonical_json(const ProfileDB& db, bool with_created) {
-  if (db.version != kProfileFormatVersion)
-    fail("profile: cannot write format version ", db.version, " (this build writes version ", kProfileFormatVersion, ")");
+// The header fields, without the closing brace.
+std::string head_text(const ProfileDB& db, bool with_created) {
   ojson head;
   head["format"] = kFormatName;
   head["version"] = db.version;
@@ -109,7 +107,11 @@ std::string canonical_json(const ProfileDB& db, bool with_created) {
   head["quick"] = db.quick;
   std::string text = head.dump();
   text.pop_back();
+  return text;
+}
 
+// `"machine":{…}` and the measurement settings, as members to append after a comma.
+std::string machine_and_settings_text(const ProfileDB& db) {
   ojson m;
   m["cpu_model"] = db.machine.cpu_model;
   m["cpu_cores"] = db.machine.cpu_cores;
@@ -134,9 +136,37 @@ std::string canonical_json(const ProfileDB& db, bool with_created) {
   if (db.copy_issue_ms > 0) settings["copy_issue_ms"] = round4(db.copy_issue_ms);  // (absent: not measured)
   if (db.paced_copy_issue_ms > 0) settings["paced_copy_issue_ms"] = round4(db.paced_copy_issue_ms);
   std::string s = settings.dump();
-  text += ",\n\"machine\":" + m.dump() + ",\n" + s.substr(1, s.size() - 2);
+  return "\"machine\":" + m.dump() + ",\n" + s.substr(1, s.size() - 2);
+}
 
-  // Ops, grouped and sorted.
+// One op group's rows (all share the group's kind and contention), sorted by shape, tokens, then values.
+std::vector<ojson> op_points(const std::vector<const OpSample*>& rows, bool contention) {
+  std::vector<std::pair<std::vector<double>, ojson>> pts;  // (sort key, row)
+  for (const OpSample* o : rows) {
+    ojson p = ojson::array();
+    std::vector<double> sort_key;
+    for (int64_t v : shape_values(o->op)) sort_key.push_back(static_cast<double>(v));
+    sort_key.push_back(static_cast<double>(o->op.tokens));
+    p.push_back(o->op.tokens);
+    for (int64_t v : shape_values(o->op)) p.push_back(v);
+    if (contention) p.push_back(round4(o->concurrent_gbps));
+    p.push_back(round4(o->ms));
+    p.push_back(round4(o->spread));
+    p.push_back(o->repeats);
+    sort_key.push_back(round4(o->concurrent_gbps));
+    sort_key.push_back(round4(o->ms));
+    sort_key.push_back(round4(o->spread));
+    sort_key.push_back(o->repeats);
+    pts.emplace_back(std::move(sort_key), std::move(p));
+  }
+  std::stable_sort(pts.begin(), pts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<ojson> plain;
+  for (auto& p : pts) plain.push_back(std::move(p.second));
+  return plain;
+}
+
+// The `ops` list: grouped by backend, threads, contention, kind and dtype, in that order.
+std::string ops_text(const ProfileDB& db) {
   std::map<OpGroupKey, std::vector<const OpSample*>> groups;
   for (const OpSample& o : db.ops)
     groups[{static_cast<int>(o.backend), o.threads, o.contention, static_cast<int>(o.op.kind), static_cast<int>(o.op.dtype)}]
@@ -151,32 +181,13 @@ std::string canonical_json(const ProfileDB& db, bool with_created) {
     h["kind"] = op_kind_name(f.op.kind);
     h["dtype"] = dtype_name(f.op.dtype);
     h["columns"] = op_columns(f.op.kind, f.contention);
-    std::vector<std::pair<std::vector<double>, ojson>> pts;  // (sort key, row)
-    for (const OpSample* o : rows) {
-      ojson p = ojson::array();
-      std::vector<double> sort_key;
-      for (int64_t v : shape_values(o->op)) sort_key.push_back(static_cast<double>(v));
-      sort_key.push_back(static_cast<double>(o->op.tokens));
-      p.push_back(o->op.tokens);
-      for (int64_t v : shape_values(o->op)) p.push_back(v);
-      if (f.contention) p.push_back(round4(o->concurrent_gbps));
-      p.push_back(round4(o->ms));
-      p.push_back(round4(o->spread));
-      p.push_back(o->repeats);
-      sort_key.push_back(round4(o->concurrent_gbps));
-      sort_key.push_back(round4(o->ms));
-      sort_key.push_back(round4(o->spread));
-      sort_key.push_back(o->repeats);
-      pts.emplace_back(std::move(sort_key), std::move(p));
-    }
-    std::stable_sort(pts.begin(), pts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    std::vector<ojson> plain;
-    for (auto& p : pts) plain.push_back(std::move(p.second));
-    op_groups.push_back(points_text(h, plain));
+    op_groups.push_back(points_text(h, op_points(rows, f.contention)));
   }
-  text += ",\n\"ops\":" + list_text(op_groups);
+  return list_text(op_groups);
+}
 
-  // Transfers.
+// The `transfers` list: grouped by direction, pinned first, cap and burst.
+std::string transfers_text(const ProfileDB& db) {
   std::map<std::tuple<int, bool, double, int>, std::vector<const TransferSample*>> tgroups;
   for (const TransferSample& t : db.transfers) tgroups[{static_cast<int>(t.dir), !t.pinned, t.cap_gbps, t.burst}].push_back(&t);
   std::vector<std::string> t_groups;
@@ -197,8 +208,10 @@ std::string canonical_json(const ProfileDB& db, bool with_created) {
     for (const TransferSample* t : sorted) plain.push_back(ojson::array({t->bytes, round4(t->ms), round4(t->spread), t->repeats}));
     t_groups.push_back(points_text(h, plain));
   }
-  text += ",\n\"transfers\":" + list_text(t_groups);
+  return list_text(t_groups);
+}
 
+std::string dram_text(const ProfileDB& db) {
   std::vector<DramSample> dram = db.dram;
   std::stable_sort(dram.begin(), dram.end(), [](const DramSample& a, const DramSample& b) {
     return std::make_tuple(a.threads, a.contention, round4(a.concurrent_gbps), round4(a.gbps)) <
@@ -213,8 +226,10 @@ std::string canonical_json(const ProfileDB& db, bool with_created) {
     r["gbps"] = round4(d.gbps);
     d_rows.push_back(r.dump());
   }
-  text += ",\n\"dram\":" + list_text(d_rows);
+  return list_text(d_rows);
+}
 
+std::string fits_text(const ProfileDB& db) {
   std::vector<RooflineFit> fits = db.fits;
   std::stable_sort(fits.begin(), fits.end(), [](const RooflineFit& a, const RooflineFit& b) {
     return std::make_tuple(static_cast<int>(a.backend), static_cast<int>(a.kind), static_cast<int>(a.dtype), a.threads, a.contention) <
@@ -235,7 +250,20 @@ std::string canonical_json(const ProfileDB& db, bool with_created) {
     r["median_rel_err"] = round4(f.median_rel_err);
     f_rows.push_back(r.dump());
   }
-  text += ",\n\"fits\":" + list_text(f_rows) + "}\n";
+  return list_text(f_rows);
+}
+
+// The canonical text; `with_created` = false gives the text that is hashed.
+std::string canonical_json(const ProfileDB& db, bool with_created) {
+  if (db.version != kProfileFormatVersion)
+    fail("profile: cannot write format version ", db.version, " (this build writes version ", kProfileFormatVersion,
+         ")");
+  std::string text = head_text(db, with_created);
+  text += ",\n" + machine_and_settings_text(db);
+  text += ",\n\"ops\":" + ops_text(db);
+  text += ",\n\"transfers\":" + transfers_text(db);
+  text += ",\n\"dram\":" + dram_text(db);
+  text += ",\n\"fits\":" + fits_text(db) + "}\n";
   return text;
 }
 
@@ -430,12 +458,8 @@ void read_transfer_group(const Reader& r, const json& g, const std::string& wher
   }
 }
 
-}  // namespace
-
-std::string profile_to_json(const ProfileDB& db) { return canonical_json(db, true); }
-
-ProfileDB profile_from_json(const std::string& text, const std::string& origin) {
-  const Reader r{origin.empty() ? std::string("profile") : origin};
+// Parses `text` and checks format and version first: a newer file may differ in every other field.
+json parse_profile_root(const Reader& r, const std::string& text) {
   json root;
   check_json_depth(text, r.origin);
   try {
@@ -444,7 +468,6 @@ ProfileDB profile_from_json(const std::string& text, const std::string& origin) 
     fail(r.origin, ": not valid JSON (truncated or corrupt file?): ", e.what());
   }
   if (!root.is_object()) fail(r.origin, ": not a shardwise profile (expected a JSON object)");
-  // Format and version first: a newer file may differ in every other field.
   const auto fmt = root.find("format");
   if (fmt == root.end() || !fmt->is_string() || fmt->get<std::string>() != kFormatName)
     r.bad("format", "must be \"", kFormatName, "\" (this is not a profile written by `shardwise profile`)");
@@ -457,17 +480,10 @@ ProfileDB profile_from_json(const std::string& text, const std::string& origin) 
                {"format", "version", "device", "created", "git_rev", "quick", "machine", "threads", "pcie_caps_gbps",
                 "sync_ms", "launch_ms", "copy_issue_ms", "paced_copy_issue_ms", "copy_traffic", "ops", "transfers", "dram",
                 "fits"});
+  return root;
+}
 
-  ProfileDB db;
-  db.origin = origin;
-  db.version = kProfileFormatVersion;
-  db.device = r.str(r.get(root, "device", ""), "device");
-  if (db.device != "cuda" && db.device != "cpu") r.bad("device", "'", db.device, "' must be cuda or cpu");
-  db.created = r.str(r.get(root, "created", ""), "created");
-  db.git_rev = r.str(r.get(root, "git_rev", ""), "git_rev");
-  db.quick = r.boolean(r.get(root, "quick", ""), "quick");
-
-  const json& m = r.get(root, "machine", "");
+void read_machine(const Reader& r, const json& m, ProfileDB& db) {
   r.check_keys(m, "machine", {"cpu_model", "cpu_cores", "isa", "dram_bytes", "gpu_name", "gpu_driver", "vram_bytes"});
   db.machine.cpu_model = r.str(r.get(m, "cpu_model", "machine"), "machine.cpu_model");
   db.machine.cpu_cores = static_cast<int>(r.integer(r.get(m, "cpu_cores", "machine"), "machine.cpu_cores", 0, 1 << 20));
@@ -479,7 +495,10 @@ ProfileDB profile_from_json(const std::string& text, const std::string& origin) 
   db.machine.gpu_driver = static_cast<int>(r.integer(r.get(m, "gpu_driver", "machine"), "machine.gpu_driver", 0, INT32_MAX));
   db.machine.vram_bytes = r.unsigned_int(r.get(m, "vram_bytes", "machine"), "machine.vram_bytes", 0, UINT64_MAX);
   if (db.has_gpu() && db.machine.gpu_name.empty()) r.bad("machine.gpu_name", "must name the GPU of a cuda profile");
+}
 
+// threads, pcie_caps_gbps, sync_ms, copy_traffic, launch_ms and the copy issue times.
+void read_settings(const Reader& r, const json& root, ProfileDB& db) {
   const json& th = r.array(r.get(root, "threads", ""), "threads");
   if (th.empty()) r.bad("threads", "must list the CPU thread counts measured");
   for (size_t i = 0; i < th.size(); ++i) {
@@ -508,45 +527,68 @@ ProfileDB profile_from_json(const std::string& text, const std::string& origin) 
       *value = r.number(root.at(key), key, 0, kMaxMs);
       if (!db.has_gpu() && *value > 0) r.bad(key, "a copy's issue time in a profile whose device is cpu");
     }
+}
+
+DramSample read_dram_row(const Reader& r, const json& row, const std::string& w) {
+  r.check_keys(row, w, {"threads", "contention", "concurrent_gbps", "gbps"});
+  DramSample d;
+  d.threads = static_cast<int>(r.integer(r.get(row, "threads", w), w + ".threads", 1, kMaxThreads));
+  d.contention = r.boolean(r.get(row, "contention", w), w + ".contention");
+  d.concurrent_gbps = r.number(r.get(row, "concurrent_gbps", w), w + ".concurrent_gbps", 0, kMaxGbps);
+  d.gbps = r.number(r.get(row, "gbps", w), w + ".gbps", 0, kMaxGbps, true);
+  return d;
+}
+
+RooflineFit read_fit(const Reader& r, const json& f, const std::string& w) {
+  r.check_keys(f, w,
+               {"backend", "kind", "dtype", "threads", "contention", "peak_gflops", "bw_gbps", "overhead_ms", "points",
+                "median_rel_err"});
+  RooflineFit x;
+  x.backend = r.backend(r.get(f, "backend", w), w + ".backend");
+  x.kind = r.kind(r.get(f, "kind", w), w + ".kind");
+  x.dtype = r.dtype(r.get(f, "dtype", w), w + ".dtype");
+  const bool gpu = x.backend == Backend::Gpu;
+  x.threads = static_cast<int>(r.integer(r.get(f, "threads", w), w + ".threads", gpu ? 0 : 1, gpu ? 0 : kMaxThreads));
+  x.contention = r.boolean(r.get(f, "contention", w), w + ".contention");
+  x.peak_gflops = r.number(r.get(f, "peak_gflops", w), w + ".peak_gflops", 0, 1e15, true);
+  x.bw_gbps = r.number(r.get(f, "bw_gbps", w), w + ".bw_gbps", 0, 1e12, true);
+  x.overhead_ms = r.number(r.get(f, "overhead_ms", w), w + ".overhead_ms", 0, kMaxMs);
+  x.points = static_cast<int>(r.integer(r.get(f, "points", w), w + ".points", 1, 1 << 30));
+  x.median_rel_err = r.number(r.get(f, "median_rel_err", w), w + ".median_rel_err", 0, 1e9);
+  return x;
+}
+
+}  // namespace
+
+std::string profile_to_json(const ProfileDB& db) {
+  return canonical_json(db, true);
+}
+
+ProfileDB profile_from_json(const std::string& text, const std::string& origin) {
+  const Reader r{origin.empty() ? std::string("profile") : origin};
+  const json root = parse_profile_root(r, text);
+
+  ProfileDB db;
+  db.origin = origin;
+  db.version = kProfileFormatVersion;
+  db.device = r.str(r.get(root, "device", ""), "device");
+  if (db.device != "cuda" && db.device != "cpu") r.bad("device", "'", db.device, "' must be cuda or cpu");
+  db.created = r.str(r.get(root, "created", ""), "created");
+  db.git_rev = r.str(r.get(root, "git_rev", ""), "git_rev");
+  db.quick = r.boolean(r.get(root, "quick", ""), "quick");
+  read_machine(r, r.get(root, "machine", ""), db);
+  read_settings(r, root, db);
 
   const json& ops = r.array(r.get(root, "ops", ""), "ops");
   for (size_t i = 0; i < ops.size(); ++i) read_op_group(r, ops[i], "ops[" + std::to_string(i) + "]", db);
   const json& tr = r.array(r.get(root, "transfers", ""), "transfers");
   if (!db.has_gpu() && !tr.empty()) r.bad("transfers", "copies in a profile whose device is cpu");
   for (size_t i = 0; i < tr.size(); ++i) read_transfer_group(r, tr[i], "transfers[" + std::to_string(i) + "]", db);
-
   const json& dram = r.array(r.get(root, "dram", ""), "dram");
-  for (size_t i = 0; i < dram.size(); ++i) {
-    const std::string w = "dram[" + std::to_string(i) + "]";
-    r.check_keys(dram[i], w, {"threads", "contention", "concurrent_gbps", "gbps"});
-    DramSample d;
-    d.threads = static_cast<int>(r.integer(r.get(dram[i], "threads", w), w + ".threads", 1, kMaxThreads));
-    d.contention = r.boolean(r.get(dram[i], "contention", w), w + ".contention");
-    d.concurrent_gbps = r.number(r.get(dram[i], "concurrent_gbps", w), w + ".concurrent_gbps", 0, kMaxGbps);
-    d.gbps = r.number(r.get(dram[i], "gbps", w), w + ".gbps", 0, kMaxGbps, true);
-    db.dram.push_back(d);
-  }
-
+  for (size_t i = 0; i < dram.size(); ++i)
+    db.dram.push_back(read_dram_row(r, dram[i], "dram[" + std::to_string(i) + "]"));
   const json& fits = r.array(r.get(root, "fits", ""), "fits");
-  for (size_t i = 0; i < fits.size(); ++i) {
-    const std::string w = "fits[" + std::to_string(i) + "]";
-    const json& f = fits[i];
-    r.check_keys(f, w, {"backend", "kind", "dtype", "threads", "contention", "peak_gflops", "bw_gbps", "overhead_ms", "points",
-                        "median_rel_err"});
-    RooflineFit x;
-    x.backend = r.backend(r.get(f, "backend", w), w + ".backend");
-    x.kind = r.kind(r.get(f, "kind", w), w + ".kind");
-    x.dtype = r.dtype(r.get(f, "dtype", w), w + ".dtype");
-    const bool gpu = x.backend == Backend::Gpu;
-    x.threads = static_cast<int>(r.integer(r.get(f, "threads", w), w + ".threads", gpu ? 0 : 1, gpu ? 0 : kMaxThreads));
-    x.contention = r.boolean(r.get(f, "contention", w), w + ".contention");
-    x.peak_gflops = r.number(r.get(f, "peak_gflops", w), w + ".peak_gflops", 0, 1e15, true);
-    x.bw_gbps = r.number(r.get(f, "bw_gbps", w), w + ".bw_gbps", 0, 1e12, true);
-    x.overhead_ms = r.number(r.get(f, "overhead_ms", w), w + ".overhead_ms", 0, kMaxMs);
-    x.points = static_cast<int>(r.integer(r.get(f, "points", w), w + ".points", 1, 1 << 30));
-    x.median_rel_err = r.number(r.get(f, "median_rel_err", w), w + ".median_rel_err", 0, 1e9);
-    db.fits.push_back(x);
-  }
+  for (size_t i = 0; i < fits.size(); ++i) db.fits.push_back(read_fit(r, fits[i], "fits[" + std::to_string(i) + "]"));
   return db;
 }
 

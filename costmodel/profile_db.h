@@ -117,7 +117,7 @@ struct ProfileDB {
   std::vector<double> pcie_caps_gbps;  // the PCIe caps measured (0 = none)
   double sync_ms = 0;               // one host-device synchronisation (GPU profiles)
   // The copy traffic beside the contention rows: "h2d" (host to device, as weights stream) or "both" (equal
-  // bytes each way: profiles that do not say, made before c6cd8c7). The cost model reads the rows as
+  // bytes each way: profiles that do not say). The cost model reads the rows as
   // measured either way: DRAM total = the CPU's rate + the copies'.
   std::string copy_traffic = "both";
   double launch_ms = 0;             // one empty kernel launch (GPU profiles)
@@ -125,7 +125,7 @@ struct ProfileDB {
   // runtime's path (Device::copy_h2d_batch: one call per copy), uncapped and under a PCIe cap (each paced
   // copy also launches its pacing kernel): what the host spends issuing an MoE layer's expert copies once
   // their routing is known. GPU profiles; 0 = not measured (profiles before it), the cost model then
-  // charges nothing. run_27782a7 measured 2.5 us, paced 8.1 us.
+  // charges nothing. Measured on the H200 host: 2.5 us, paced 8.1 us.
   double copy_issue_ms = 0, paced_copy_issue_ms = 0;
   std::vector<OpSample> ops;
   std::vector<TransferSample> transfers;

@@ -139,6 +139,25 @@ double median_relative_error(const std::vector<FitPoint>& pts, const RooflinePar
   return n % 2 ? e[n / 2] : (e[n / 2 - 1] + e[n / 2]) / 2;
 }
 
+// Terms the data never binds: the ridge at the most extreme measured intensity.
+void bind_unbound_terms(const std::vector<FitPoint>& pts, RooflineParams& q) {
+  constexpr double kTinyX = 1.0 / (1e9 * 1e6), kTinyY = 1.0 / (1e12 * 1e6);  // 1e9 GB/s, 1e12 GFLOP/s
+  if (!(q.x > kTinyX) && !(q.y > kTinyY)) {
+    q.x = kTinyX;
+    q.y = kTinyY;
+  } else if (!(q.y > kTinyY)) {
+    q.y = INFINITY;
+    for (const FitPoint& p : pts)
+      if (p.flops > 0) q.y = std::min(q.y, p.bytes * q.x / p.flops);
+    if (!std::isfinite(q.y) || q.y < kTinyY) q.y = kTinyY;
+  } else if (!(q.x > kTinyX)) {
+    q.x = INFINITY;
+    for (const FitPoint& p : pts)
+      if (p.bytes > 0) q.x = std::min(q.x, p.flops * q.y / p.bytes);
+    if (!std::isfinite(q.x) || q.x < kTinyX) q.x = kTinyX;
+  }
+}
+
 }  // namespace
 
 RooflineParams fit_roofline(std::vector<FitPoint> pts) {
@@ -209,23 +228,8 @@ RooflineParams fit_roofline(std::vector<FitPoint> pts) {
     if (!(best.rel_sse < before * (1 - 1e-9))) break;
   }
 
-  // Terms the data never binds: the ridge at the most extreme measured intensity.
   RooflineParams q = best;
-  constexpr double kTinyX = 1.0 / (1e9 * 1e6), kTinyY = 1.0 / (1e12 * 1e6);  // 1e9 GB/s, 1e12 GFLOP/s
-  if (!(q.x > kTinyX) && !(q.y > kTinyY)) {
-    q.x = kTinyX;
-    q.y = kTinyY;
-  } else if (!(q.y > kTinyY)) {
-    q.y = INFINITY;
-    for (const FitPoint& p : pts)
-      if (p.flops > 0) q.y = std::min(q.y, p.bytes * q.x / p.flops);
-    if (!std::isfinite(q.y) || q.y < kTinyY) q.y = kTinyY;
-  } else if (!(q.x > kTinyX)) {
-    q.x = INFINITY;
-    for (const FitPoint& p : pts)
-      if (p.bytes > 0) q.x = std::min(q.x, p.flops * q.y / p.bytes);
-    if (!std::isfinite(q.x) || q.x < kTinyX) q.x = kTinyX;
-  }
+  bind_unbound_terms(pts, q);
   q.o = std::max(0.0, q.o);
   q.rel_sse = relative_sse(pts, q);
   return q;

@@ -79,7 +79,7 @@ inline ModelSpec moe_block_spec(const Op& op) {
 // experts (qwen30b's decode: 8 of 128, 21 MB of a 340 MB set at q4_0): with labels drawn at random, a
 // run re-reads experts that the runs before it on the same weights left in the last level cache — the
 // GPU host's 300 MB L3 held enough of them that the profile timed the CPU MoE block 1.05-1.22x faster
-// than the study's steps ran it (experiments/results/static_timelines_70dac9c/README.md). The deck relabels a
+// than the model's steps ran it. The deck relabels a
 // random routing instead: the distinct experts the run routes to become the next ones of a fixed
 // shuffled order of the n experts, so every expert is read once per pass over the order (with R
 // replicas of the layer visited in turn, R x the set's bytes pass between two reads of one expert),

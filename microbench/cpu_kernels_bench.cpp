@@ -517,6 +517,24 @@ sw::Op moe_decode_op() {
   return op;
 }
 
+// The MoE block on this ISA against the scalar kernels for one routing: empty when they agree.
+std::string moe_block_vs_scalar(sw::CpuBlocks& blocks, const sw::LayerWeights& w, const std::vector<float>& x,
+                                const sw::MoeRouting& r) {
+  std::vector<float> a(x), b(x);
+  blocks.ffn(w, a.data(), 1, &r);
+  const sw::Isa was = sw::active_isa();
+  sw::set_isa_cap(sw::Isa::Scalar);
+  blocks.ffn(w, b.data(), 1, &r);
+  sw::set_isa_cap(was);
+  double err = 0, mag = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    err = std::max(err, std::fabs(static_cast<double>(a[i]) - b[i]));
+    mag = std::max(mag, std::fabs(static_cast<double>(b[i])));
+  }
+  if (err <= 1e-4 * mag + 1e-6) return "";
+  return sw::str_cat("MoE block differs from the scalar kernels: max |diff| ", err, " of ", mag);
+}
+
 // (e) One decode token through the MoE FFN block of the MoE model, a fresh random routing each
 // iteration over the next of five replicas of the layer, its experts labelled by the replica's
 // ExpertDeck (the experts of a step come from DRAM, as in a real step: a single 340 MB set of qwen30b's
@@ -566,20 +584,9 @@ void bm_moe_decode(benchmark::State& state, const std::string& key, int threads,
   };
   if (first_entry(key)) {  // the block on this ISA against the scalar kernels
     const sw::MoeRouting r = routing();
-    const sw::LayerWeights& w = layers[replica];
-    std::vector<float> a(x), b(x);
-    blocks.ffn(w, a.data(), 1, &r);
-    const sw::Isa was = sw::active_isa();
-    sw::set_isa_cap(sw::Isa::Scalar);
-    blocks.ffn(w, b.data(), 1, &r);
-    sw::set_isa_cap(was);
-    double err = 0, mag = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      err = std::max(err, std::fabs(static_cast<double>(a[i]) - b[i]));
-      mag = std::max(mag, std::fabs(static_cast<double>(b[i])));
-    }
-    if (!(err <= 1e-4 * mag + 1e-6)) {
-      state.SkipWithError(sw::str_cat("MoE block differs from the scalar kernels: max |diff| ", err, " of ", mag).c_str());
+    const std::string diff = moe_block_vs_scalar(blocks, layers[replica], x, r);
+    if (!diff.empty()) {
+      state.SkipWithError(diff.c_str());
       return;
     }
   }

@@ -698,6 +698,88 @@ std::vector<std::string> keys_of(const std::vector<Op>& ops) {
   return k;
 }
 
+// DRAM bandwidth for each thread count, alone and (with a GPU) under copy traffic.
+void measure_dram(ProfileDB& db, CpuRunner& cpu, GpuBench* gpu, const std::vector<int>& threads, Progress& progress) {
+  for (int t : threads) {
+    db.dram.push_back({t, false, 0, cpu.dram_gbps(t)});
+    progress.add(1);
+    if (gpu) {
+      gpu->start_copy_traffic();
+      const double bw = cpu.dram_gbps(t);
+      const double rate = gpu->stop_copy_traffic();
+      db.dram.push_back({t, true, rate, bw});
+    }
+    progress.add(1);
+  }
+}
+
+// CPU ops alone at every thread count, then (with a GPU) the contention subset under copy traffic.
+void measure_cpu_ops(ProfileDB& db, Measurer& m, GpuBench* gpu, const std::vector<int>& threads,
+                     const std::vector<Op>& cpu_ops, const std::vector<Op>& cont) {
+  const auto cpu_keys = keys_of(cpu_ops), cont_keys = keys_of(cont);
+  for (int t : threads) m.run(db.ops, cpu_ops, cpu_keys, Backend::Cpu, t, false, 0);
+  if (gpu)
+    for (int t : threads) {
+      // The traffic's rate is measured over the whole block; rows carry it.
+      std::vector<OpSample> rows;
+      gpu->start_copy_traffic();
+      m.run(rows, cont, cont_keys, Backend::Cpu, t, true, 0);
+      const double rate = gpu->stop_copy_traffic();
+      for (auto& r : rows) r.concurrent_gbps = rate;
+      db.ops.insert(db.ops.end(), rows.begin(), rows.end());
+    }
+}
+
+// GPU kernels alone, then while all CPU threads stream DRAM; then sync, launch and copy-issue times.
+void measure_gpu_ops(ProfileDB& db, Measurer& m, CpuRunner& cpu, GpuBench& gpu, int max_threads,
+                     const std::vector<Op>& gpu_ops, const std::vector<Op>& gpu_cont, const std::vector<double>& caps) {
+  m.run(db.ops, gpu_ops, keys_of(gpu_ops), Backend::Gpu, 0, false, 0);
+  std::atomic<bool> stop{false};
+  std::thread reader([&] {
+    while (!stop.load()) cpu.dram_gbps(max_threads);
+  });
+  std::vector<OpSample> rows;
+  m.run(rows, gpu_cont, keys_of(gpu_cont), Backend::Gpu, 0, true, 0);
+  stop.store(true);
+  reader.join();
+  db.ops.insert(db.ops.end(), rows.begin(), rows.end());
+  db.sync_ms = measure([&] { return gpu.sync_ms(); }, {5, 50, 1}).ms;
+  db.launch_ms = measure([&] { return gpu.launch_ms(); }, {5, 50, 1}).ms;
+  // What the host spends enqueueing an MoE layer's expert copies as the runtime does (uncapped, and
+  // paced under the smallest cap measured).
+  db.copy_issue_ms = measure([&] { return gpu.copy_issue_ms(0, kBurstCopies); }, {5, 20, 1}).ms;
+  for (double cap : caps)
+    if (cap > 0 && db.paced_copy_issue_ms == 0)
+      db.paced_copy_issue_ms = measure([&] { return gpu.copy_issue_ms(cap, kBurstCopies); }, {5, 20, 1}).ms;
+}
+
+// Copies: pinned at every cap, pageable uncapped, both directions; then bursts of back-to-back copies.
+void measure_copies(ProfileDB& db, GpuBench& gpu, const Grid& g, const std::vector<double>& caps, Progress& progress) {
+  const auto copies0 = Clock::now();
+  for (Direction d : {Direction::HostToDevice, Direction::DeviceToHost}) {
+    for (double cap : caps)
+      for (uint64_t bytes : g.copy_sizes) {
+        const Stat s = measure([&] { return gpu.time_copy(d, true, bytes, cap); }, {3, 10, 30});
+        db.transfers.push_back({d, true, cap / 1e9, bytes, s.ms, s.spread, s.repeats});
+        progress.add(1);
+      }
+    for (uint64_t bytes : g.copy_sizes) {
+      const Stat s = measure([&] { return gpu.time_copy(d, false, bytes, 0); }, {3, 10, 30});
+      db.transfers.push_back({d, false, 0, bytes, s.ms, s.spread, s.repeats});
+      progress.add(1);
+    }
+  }
+  for (uint64_t bytes : g.burst_sizes) {
+    const Stat s =
+        measure([&] { return gpu.time_copy_burst(Direction::HostToDevice, bytes, kBurstCopies); }, {3, 10, 30});
+    TransferSample t{Direction::HostToDevice, true, 0, bytes, s.ms, s.spread, s.repeats};
+    t.burst = kBurstCopies;
+    db.transfers.push_back(t);
+    progress.add(1);
+  }
+  log_message(LogLevel::Info, str_cat("profile: copies in ", ms_since(copies0) / 1e3, " s"));
+}
+
 }  // namespace
 
 double first_run_ms(const std::function<double()>& once, double limit_ms) {
@@ -739,74 +821,11 @@ ProfileDB run_profile(const ProfileOptions& o) {
   Progress progress(o.quick ? "profile (quick)" : "profile", total, o.progress);
   Measurer m{&cpu, gpu.get(), &progress, g.point_limit_ms, o.quick ? Policy{2, 6, 5} : Policy{3, 12, 12}};
 
-  // DRAM bandwidth, alone and (with a GPU) under copy traffic.
-  for (int t : threads) {
-    db.dram.push_back({t, false, 0, cpu.dram_gbps(t)});
-    progress.add(1);
-    if (gpu) {
-      gpu->start_copy_traffic();
-      const double bw = cpu.dram_gbps(t);
-      const double rate = gpu->stop_copy_traffic();
-      db.dram.push_back({t, true, rate, bw});
-    }
-    progress.add(1);
-  }
-  // CPU ops alone, then a subset under copy traffic.
-  const auto cpu_keys = keys_of(cpu_ops), cont_keys = keys_of(cont);
-  for (int t : threads) m.run(db.ops, cpu_ops, cpu_keys, Backend::Cpu, t, false, 0);
-  if (gpu)
-    for (int t : threads) {
-      // The traffic's rate is measured over the whole block; rows carry it.
-      std::vector<OpSample> rows;
-      gpu->start_copy_traffic();
-      m.run(rows, cont, cont_keys, Backend::Cpu, t, true, 0);
-      const double rate = gpu->stop_copy_traffic();
-      for (auto& r : rows) r.concurrent_gbps = rate;
-      db.ops.insert(db.ops.end(), rows.begin(), rows.end());
-    }
+  measure_dram(db, cpu, gpu.get(), threads, progress);
+  measure_cpu_ops(db, m, gpu.get(), threads, cpu_ops, cont);
   if (gpu) {
-    m.run(db.ops, gpu_ops, keys_of(gpu_ops), Backend::Gpu, 0, false, 0);
-    // GPU kernels while all CPU threads stream DRAM.
-    std::atomic<bool> stop{false};
-    std::thread reader([&] {
-      while (!stop.load()) cpu.dram_gbps(max_threads);
-    });
-    std::vector<OpSample> rows;
-    m.run(rows, gpu_cont, keys_of(gpu_cont), Backend::Gpu, 0, true, 0);
-    stop.store(true);
-    reader.join();
-    db.ops.insert(db.ops.end(), rows.begin(), rows.end());
-    db.sync_ms = measure([&] { return gpu->sync_ms(); }, {5, 50, 1}).ms;
-    db.launch_ms = measure([&] { return gpu->launch_ms(); }, {5, 50, 1}).ms;
-    // What the host spends enqueueing an MoE layer's expert copies as the runtime does (uncapped, and
-    // paced under the smallest cap measured).
-    db.copy_issue_ms = measure([&] { return gpu->copy_issue_ms(0, kBurstCopies); }, {5, 20, 1}).ms;
-    for (double cap : caps)
-      if (cap > 0 && db.paced_copy_issue_ms == 0)
-        db.paced_copy_issue_ms = measure([&] { return gpu->copy_issue_ms(cap, kBurstCopies); }, {5, 20, 1}).ms;
-    // Copies: pinned at every cap, pageable uncapped, both directions.
-    const auto copies0 = Clock::now();
-    for (Direction d : {Direction::HostToDevice, Direction::DeviceToHost}) {
-      for (double cap : caps)
-        for (uint64_t bytes : g.copy_sizes) {
-          const Stat s = measure([&] { return gpu->time_copy(d, true, bytes, cap); }, {3, 10, 30});
-          db.transfers.push_back({d, true, cap / 1e9, bytes, s.ms, s.spread, s.repeats});
-          progress.add(1);
-        }
-      for (uint64_t bytes : g.copy_sizes) {
-        const Stat s = measure([&] { return gpu->time_copy(d, false, bytes, 0); }, {3, 10, 30});
-        db.transfers.push_back({d, false, 0, bytes, s.ms, s.spread, s.repeats});
-        progress.add(1);
-      }
-    }
-    for (uint64_t bytes : g.burst_sizes) {
-      const Stat s = measure([&] { return gpu->time_copy_burst(Direction::HostToDevice, bytes, kBurstCopies); }, {3, 10, 30});
-      TransferSample t{Direction::HostToDevice, true, 0, bytes, s.ms, s.spread, s.repeats};
-      t.burst = kBurstCopies;
-      db.transfers.push_back(t);
-      progress.add(1);
-    }
-    log_message(LogLevel::Info, str_cat("profile: copies in ", ms_since(copies0) / 1e3, " s"));
+    measure_gpu_ops(db, m, cpu, *gpu, max_threads, gpu_ops, gpu_cont, caps);
+    measure_copies(db, *gpu, g, caps, progress);
   }
   progress.finish();
   fit_profile(db);
@@ -1034,9 +1053,11 @@ std::string ValidationReport::text() const {
   return s.str();
 }
 
-ValidationReport validate_profile(const ProfileDB& db, const ProfileOptions& o) {
-  // Other models' layers (nemo4b, qwen235b), token counts and a context the grid never has.
-  const ValidationGrid v = validation_grid(o.quick);
+namespace {
+
+// Other models' layers (nemo4b, qwen235b), token counts and a context the grid never has.
+std::vector<Op> validation_ops(const ProfileDB& db, bool quick) {
+  const ValidationGrid v = validation_grid(quick);
   std::vector<Op> ops;
   for (DType dt : v.dtypes)
     for (const MatrixShape& s : v.matrices)
@@ -1051,31 +1072,28 @@ ValidationReport validate_profile(const ProfileDB& db, const ProfileOptions& o) 
   for (const Op& op : ops)
     for (const OpSample& s : db.ops)
       if (same_shape(op, s.op)) fail("validation case ", label_of(op), " is in the profile's grid: it would not test anything");
+  return ops;
+}
 
-  const Grid g = make_grid(o.quick);
-  const ProfileOptions::Recorded* rec = o.recorded ? &*o.recorded : nullptr;
-  // --device cpu validates the CPU rows only (e.g. a GPU profile on a machine without its GPU).
-  // Rescoring measures nothing: no runner, and GPU cases wherever the recorded run had them.
-  auto gpu = !rec && db.has_gpu() && o.device != "cpu" ? open_gpu("cuda", g.gpu_weight_set) : nullptr;
-  const bool with_gpu = rec ? db.has_gpu() && o.device != "cpu" : gpu != nullptr;
-  std::unique_ptr<CpuRunner> cpu_runner =
-      rec ? nullptr : std::make_unique<CpuRunner>(o.quick ? (64ull << 20) : (768ull << 20), db.threads.back());
-  MeasuredOptions mo;
-  auto model = make_measured_cost_model(db, mo);
-  mo.use_contention = false;
-  auto model_nc = make_measured_cost_model(db, mo);
-  const Policy pol = o.quick ? Policy{2, 5, 5} : Policy{3, 8, 20};
-  const double limit = o.quick ? 40 : 400;  // skip cases predicted to take longer than this per run
+// One validation: the models' predictions against cases measured here, or (rescoring) recorded.
+struct ValidationRun {
+  const ProfileOptions& o;
+  const ProfileOptions::Recorded* rec;
+  GpuBench* gpu;
+  CpuRunner* cpu_runner;
+  const CostModel& model;     // with contention data
+  const CostModel& model_nc;  // without
+  Policy pol;
+  double limit;  // skip cases predicted to take longer than this per run
+  Progress& progress;
+  ValidationReport& r;
 
-  ValidationReport r;
-  const size_t n_total = ops.size() * (db.threads.size() + (with_gpu ? 1 : 0)) + (with_gpu ? ops.size() / 3 : 0);
-  Progress progress("validate", n_total, o.progress && !rec);
-  auto run_case = [&](Backend b, int threads, const Op& op) {
+  void run_case(Backend b, int threads, const Op& op) {
     progress.add(1);
     ExecEnv env;
     env.backend = b;
     env.threads = threads;
-    const double pred = model->op_ms(op, env);
+    const double pred = model.op_ms(op, env);
     std::string cls = std::string(backend_name(b)) + " " + op_kind_name(op.kind);
     if (b == Backend::Cpu) cls += " t" + std::to_string(threads);
     double ms = 0;
@@ -1090,15 +1108,11 @@ ValidationReport validate_profile(const ProfileDB& db, const ProfileOptions& o) 
     r.cases.push_back({cls, label_of(op), pred, ms});
     if (!o.progress && !rec)  // a log of each case as it ends: what was measured survives a failure later on
       std::fprintf(stderr, "validate: %s %s predicted %.4f ms measured %.4f ms\n", cls.c_str(), label_of(op).c_str(), pred, ms);
-  };
-  for (int t : db.threads)
-    for (const Op& op : ops) run_case(Backend::Cpu, t, op);
-  if (with_gpu)
-    for (const Op& op : ops) run_case(Backend::Gpu, 0, op);
-  if (!o.progress && gpu) std::fprintf(stderr, "validate: CPU work under copy traffic\n");
-  // Hybrid condition: CPU matmuls and experts while the copy engines stream weights.
-  if (with_gpu && (!rec || !rec->contention.empty())) {
-    const int t = db.threads.back();
+  }
+
+  // Hybrid condition: CPU matmuls and experts at the most threads while the copy engines stream weights,
+  // predicted with and without the contention data.
+  void run_contention(const std::vector<Op>& ops, int t) {
     std::vector<Op> hyb;
     for (const Op& op : ops)
       if ((op.kind == OpKind::Matmul || op.kind == OpKind::MoeExperts) && op.tokens <= 96) hyb.push_back(op);
@@ -1112,7 +1126,7 @@ ValidationReport validate_profile(const ProfileDB& db, const ProfileOptions& o) 
         if (it != rec->contention.end()) measured.emplace_back(op, Stat{it->second, 0, 0});
         continue;
       }
-      if (model_nc->op_ms(op, env) > limit) continue;
+      if (model_nc.op_ms(op, env) > limit) continue;
       measured.emplace_back(op, measure([&] { return cpu_runner->once(op, t); }, pol));
       if (!o.progress)
         std::fprintf(stderr, "validate: under copy traffic %s measured %.4f ms\n", label_of(op).c_str(), measured.back().second.ms);
@@ -1123,27 +1137,67 @@ ValidationReport validate_profile(const ProfileDB& db, const ProfileOptions& o) 
     for (auto& [op, st] : measured) {
       ExecEnv env{Backend::Cpu, t, rate};
       const std::string cls = "cpu " + std::string(op_kind_name(op.kind)) + " t" + std::to_string(t);
-      r.contention_with.push_back({cls, label_of(op), model->op_ms(op, env), st.ms});
-      r.contention_without.push_back({cls, label_of(op), model_nc->op_ms(op, env), st.ms});
+      r.contention_with.push_back({cls, label_of(op), model.op_ms(op, env), st.ms});
+      r.contention_without.push_back({cls, label_of(op), model_nc.op_ms(op, env), st.ms});
       ew.push_back(r.contention_with.back().rel_error());
       en.push_back(r.contention_without.back().rel_error());
     }
     r.contention_median_with = percentile(ew, 0.5);
     r.contention_median_without = percentile(en, 0.5);
   }
-  progress.finish();
+};
+
+// The errors per op class, and over all CPU and all GPU cases.
+void summarize_cases(ValidationReport& r) {
   std::map<std::string, std::vector<const ValidationCase*>> by;
   std::vector<const ValidationCase*> cpu_all, gpu_all;
   for (const auto& c : r.cases) {
-    const std::string base = c.op_class.substr(0, c.op_class.rfind(" t") == std::string::npos ? c.op_class.size()
-                                                                                               : c.op_class.rfind(" t"));
     by[c.op_class].push_back(&c);
     (c.op_class.rfind("cpu", 0) == 0 ? cpu_all : gpu_all).push_back(&c);
-    (void)base;
   }
   for (auto& [k, v] : by) r.classes.push_back(summarize(k, v));
   r.all_cpu = summarize("all cpu", cpu_all);
   r.all_gpu = summarize("all gpu", gpu_all);
+}
+
+}  // namespace
+
+ValidationReport validate_profile(const ProfileDB& db, const ProfileOptions& o) {
+  const std::vector<Op> ops = validation_ops(db, o.quick);
+  const Grid g = make_grid(o.quick);
+  const ProfileOptions::Recorded* rec = o.recorded ? &*o.recorded : nullptr;
+  // --device cpu validates the CPU rows only (e.g. a GPU profile on a machine without its GPU).
+  // Rescoring measures nothing: no runner, and GPU cases wherever the recorded run had them.
+  auto gpu = !rec && db.has_gpu() && o.device != "cpu" ? open_gpu("cuda", g.gpu_weight_set) : nullptr;
+  const bool with_gpu = rec ? db.has_gpu() && o.device != "cpu" : gpu != nullptr;
+  std::unique_ptr<CpuRunner> cpu_runner =
+      rec ? nullptr : std::make_unique<CpuRunner>(o.quick ? (64ull << 20) : (768ull << 20), db.threads.back());
+  MeasuredOptions mo;
+  auto model = make_measured_cost_model(db, mo);
+  mo.use_contention = false;
+  auto model_nc = make_measured_cost_model(db, mo);
+
+  ValidationReport r;
+  const size_t n_total = ops.size() * (db.threads.size() + (with_gpu ? 1 : 0)) + (with_gpu ? ops.size() / 3 : 0);
+  Progress progress("validate", n_total, o.progress && !rec);
+  ValidationRun run{o,
+                    rec,
+                    gpu.get(),
+                    cpu_runner.get(),
+                    *model,
+                    *model_nc,
+                    o.quick ? Policy{2, 5, 5} : Policy{3, 8, 20},
+                    o.quick ? 40.0 : 400.0,
+                    progress,
+                    r};
+  for (int t : db.threads)
+    for (const Op& op : ops) run.run_case(Backend::Cpu, t, op);
+  if (with_gpu)
+    for (const Op& op : ops) run.run_case(Backend::Gpu, 0, op);
+  if (!o.progress && gpu) std::fprintf(stderr, "validate: CPU work under copy traffic\n");
+  if (with_gpu && (!rec || !rec->contention.empty())) run.run_contention(ops, db.threads.back());
+  progress.finish();
+  summarize_cases(r);
   return r;
 }
 

@@ -80,7 +80,7 @@ ValidationReport validate_profile(const ProfileDB& db, const ProfileOptions& opt
 // policy, a few of the profile's rows: DRAM read bandwidth and, per thread count, the f16 matmul at
 // one token over the largest matrix (DRAM-bound) and at the largest token count measured in under
 // 300 ms (compute-bound). A few seconds. Two GPU machines of one kind can differ (the planner-accuracy
-// study of 48a78b2 ran its CPU work 1.3-1.9x slower than the profile's machine, rows of the same
+// study once ran its CPU work 1.3-1.9x slower than the profile's machine, rows of the same
 // configurations measured on the profile's machine did not): rows measured on another machine test
 // the machine, not the planner.
 struct MachineCheckRow {
@@ -94,7 +94,7 @@ struct MachineCheckRow {
 struct MachineCheck {
   std::vector<MachineCheckRow> rows;
   // Per thread count, the geometric mean of its rows' slowdowns (one row can be off on the profile's
-  // own machine: run_badb9e5's one-thread matmul grid sat 17-40% from its validation a minute later);
+  // own machine: a one-thread matmul grid sat 17-40% from its validation a minute later);
   // the largest and smallest of those means.
   std::map<int, double> slowdown_by_threads;
   // Thread counts measured a second time because their first mean was outside the tolerance, with
@@ -112,7 +112,7 @@ struct MachineCheck {
 };
 // A thread count whose mean is outside the tolerance is measured once more after a pause and judged
 // by that second measurement: on the profile's own machine one row ran 1.53x slow a minute after the
-// profile and within 10% ten minutes later (results/profile/README.md, run_c1d949b), where a
+// profile and within 10% ten minutes later, where a
 // different machine differs both times. tolerance <= 0: one measurement.
 // compare_gpu: also compare the profile's GPU with this machine's first (the sweep on the GPU).
 MachineCheck check_machine(const ProfileDB& db, double tolerance = 0, bool compare_gpu = false);
@@ -129,7 +129,7 @@ std::string hardware_difference(const MachineFingerprint& profile, const Machine
 
 // The check's rows at one thread count, measured once with fewer repeats (about a second), by a
 // runner kept between calls: the oracle probes the machine before each configuration, because the
-// machine's CPU speed drifts within minutes (results/profile/README.md, run_0991d3e). `db` must
+// machine's CPU speed drifts within minutes. `db` must
 // outlive the probe.
 class MachineProbe {
  public:

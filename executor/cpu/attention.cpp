@@ -50,6 +50,141 @@ std::vector<float>& partials() {
   return p;
 }
 
+// An item: query heads h0 .. h0 + nh - 1 (of KV head g) x tokens t0 .. t0 + nt - 1.
+struct Item {
+  int64_t g, h0, nh, t0, nt;
+};
+
+// The partition of one call: strides, items and key chunks (shapes only, never the thread count).
+struct Plan {
+  int64_t hd, group, q_stride, kv_stride, head_stride;
+  float scale;
+  int64_t n_tokens, hb, n_hblocks, tb, n_tblocks, n_items;
+  int64_t max_keys, n_chunks, chunk_keys;
+  int64_t row_floats;  // partial record: m, l, acc[hd]
+  int64_t item_rows;
+  float* part = nullptr;  // partial records [item][chunk][row] when n_chunks > 1
+
+  Item item_of(int64_t i) const {
+    const int64_t tbi = i % n_tblocks, rest = i / n_tblocks;
+    const int64_t hbi = rest % n_hblocks, g = rest / n_hblocks;
+    Item it;
+    it.g = g;
+    it.h0 = g * group + hbi * hb;
+    it.nh = std::min(hb, group - hbi * hb);
+    it.t0 = tbi * tb;
+    it.nt = std::min(tb, n_tokens - it.t0);
+    return it;
+  }
+};
+
+Plan plan_attention(int64_t n_tokens, const int32_t* positions, const AttentionShape& s) {
+  Plan pl;
+  pl.hd = s.head_dim;
+  pl.group = s.n_heads / s.n_kv_heads;
+  pl.q_stride = s.n_heads * pl.hd;
+  pl.kv_stride = s.kv_row_stride > 0 ? s.kv_row_stride : s.n_kv_heads * pl.hd;
+  pl.head_stride = s.kv_head_stride > 0 ? s.kv_head_stride : pl.hd;
+  pl.scale = 1.0f / std::sqrt(static_cast<float>(pl.hd));
+  pl.n_tokens = n_tokens;
+  // Rows of an item: hb heads (of one group) x tb tokens.
+  pl.hb = std::min<int64_t>(pl.group, kAttnMaxRows);
+  pl.n_hblocks = (pl.group + pl.hb - 1) / pl.hb;
+  pl.tb = std::max<int64_t>(1, kAttnMaxRows / pl.hb);
+  pl.n_tblocks = (n_tokens + pl.tb - 1) / pl.tb;
+  pl.n_items = s.n_kv_heads * pl.n_hblocks * pl.n_tblocks;
+  pl.max_keys = 0;
+  for (int64_t t = 0; t < n_tokens; ++t) pl.max_keys = std::max<int64_t>(pl.max_keys, positions[t] + 1);
+  pl.n_chunks = pl.n_items < kSplitBelowItems ? std::max<int64_t>(1, (pl.max_keys + kKvChunk - 1) / kKvChunk) : 1;
+  pl.chunk_keys = pl.n_chunks == 1 ? pl.max_keys : kKvChunk;
+  pl.row_floats = pl.hd + 2;
+  pl.item_rows = std::min(pl.tb, n_tokens) * pl.hb;
+  if (pl.n_chunks > 1) {
+    std::vector<float>& p = partials();
+    const size_t need = static_cast<size_t>(pl.n_items * pl.n_chunks * pl.item_rows * pl.row_floats);
+    if (p.size() < need) p.resize(need);
+    pl.part = p.data();
+  }
+  return pl;
+}
+
+// One task: an item's rows over one key chunk through the tile kernel, written normalised to out (one
+// chunk) or as partial records.
+void run_task(const Plan& pl, int64_t task, const float* q, const int32_t* positions, const float* k, const float* v,
+              float* out, Scratch& sc, const CpuKernels& kern) {
+  const int64_t hd = pl.hd;
+  const int64_t item = task / pl.n_chunks, chunk = task % pl.n_chunks;
+  const Item it = pl.item_of(item);
+  const int nr = static_cast<int>(it.nt * it.nh);
+  for (int64_t tl = 0; tl < it.nt; ++tl)
+    for (int64_t hh = 0; hh < it.nh; ++hh) {
+      const int64_t r = tl * it.nh + hh, t = it.t0 + tl;
+      sc.q[r] = q + t * pl.q_stride + (it.h0 + hh) * hd;
+      sc.limit[r] = positions[t] + 1;
+    }
+  std::fill(sc.m.begin(), sc.m.begin() + nr, -INFINITY);
+  std::fill(sc.l.begin(), sc.l.begin() + nr, 0.0f);
+  std::fill(sc.acc.begin(), sc.acc.begin() + nr * hd, 0.0f);
+  AttnArgs a;
+  a.q = sc.q.data();
+  a.limit = sc.limit.data();
+  a.nr = nr;
+  a.k = k + it.g * pl.head_stride;
+  a.v = v + it.g * pl.head_stride;
+  a.ld = pl.kv_stride;
+  a.j_begin = chunk * pl.chunk_keys;
+  a.j_end = std::min(pl.max_keys, a.j_begin + pl.chunk_keys);
+  a.hd = hd;
+  a.scale = pl.scale;
+  a.m = sc.m.data();
+  a.l = sc.l.data();
+  a.acc = sc.acc.data();
+  a.scratch = sc.s.data();
+  kern.attn(a);
+  if (pl.n_chunks == 1) {
+    for (int r = 0; r < nr; ++r) {
+      const int64_t tl = r / it.nh, hh = r % it.nh;
+      float* o = out + (it.t0 + tl) * pl.q_stride + (it.h0 + hh) * hd;
+      const float* ac = sc.acc.data() + r * hd;
+      const float inv = 1.0f / sc.l[r];
+      for (int64_t d = 0; d < hd; ++d) o[d] = ac[d] * inv;
+    }
+  } else {
+    float* p = pl.part + task * pl.item_rows * pl.row_floats;
+    for (int r = 0; r < nr; ++r) {
+      float* pr = p + r * pl.row_floats;
+      pr[0] = sc.m[r];
+      pr[1] = sc.l[r];
+      std::copy(sc.acc.data() + r * hd, sc.acc.data() + (r + 1) * hd, pr + 2);
+    }
+  }
+}
+
+// Combines the chunks of an item: out = sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c.
+void combine_item(const Plan& pl, int64_t item, float* out) {
+  const int64_t hd = pl.hd, n_chunks = pl.n_chunks, item_rows = pl.item_rows, row_floats = pl.row_floats;
+  const Item it = pl.item_of(item);
+  const int nr = static_cast<int>(it.nt * it.nh);
+  const float* p = pl.part + item * n_chunks * item_rows * row_floats;
+  for (int r = 0; r < nr; ++r) {
+    const int64_t tl = r / it.nh, hh = r % it.nh;
+    float* o = out + (it.t0 + tl) * pl.q_stride + (it.h0 + hh) * hd;
+    float mx = -INFINITY;
+    for (int64_t c = 0; c < n_chunks; ++c) mx = std::max(mx, p[(c * item_rows + r) * row_floats]);
+    float l = 0.0f;
+    std::fill(o, o + hd, 0.0f);
+    for (int64_t c = 0; c < n_chunks; ++c) {
+      const float* pr = p + (c * item_rows + r) * row_floats;
+      if (pr[0] == -INFINITY) continue;  // no key of this chunk is visible to the row
+      const float w = std::exp(pr[0] - mx);
+      l += w * pr[1];
+      for (int64_t d = 0; d < hd; ++d) o[d] += w * pr[2 + d];
+    }
+    const float inv = 1.0f / l;
+    for (int64_t d = 0; d < hd; ++d) o[d] *= inv;
+  }
+}
+
 }  // namespace
 
 AttentionShape head_major(AttentionShape s, int64_t capacity) {
@@ -60,130 +195,20 @@ AttentionShape head_major(AttentionShape s, int64_t capacity) {
 
 void attention(const float* q, int64_t n_tokens, const int32_t* positions, const float* k, const float* v,
                int64_t kv_len, const AttentionShape& s, float* out, ThreadPool& pool) {
-  const int64_t hd = s.head_dim, group = s.n_heads / s.n_kv_heads;
-  const int64_t q_stride = s.n_heads * hd;
-  const int64_t kv_stride = s.kv_row_stride > 0 ? s.kv_row_stride : s.n_kv_heads * hd;
-  const int64_t head_stride = s.kv_head_stride > 0 ? s.kv_head_stride : hd;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (int64_t t = 0; t < n_tokens; ++t)
     SW_CHECK(positions[t] >= 0 && positions[t] < kv_len, "attention: position ", positions[t],
              " outside the cache (", kv_len, " rows)");
   if (n_tokens <= 0) return;
   const CpuKernels& kern = cpu_kernels();
-
-  // Rows of an item: hb heads (of one group) x tb tokens.
-  const int64_t hb = std::min<int64_t>(group, kAttnMaxRows);
-  const int64_t n_hblocks = (group + hb - 1) / hb;
-  const int64_t tb = std::max<int64_t>(1, kAttnMaxRows / hb);
-  const int64_t n_tblocks = (n_tokens + tb - 1) / tb;
-  const int64_t n_items = s.n_kv_heads * n_hblocks * n_tblocks;
-  int64_t max_keys = 0;
-  for (int64_t t = 0; t < n_tokens; ++t) max_keys = std::max<int64_t>(max_keys, positions[t] + 1);
-  const int64_t n_chunks =
-      n_items < kSplitBelowItems ? std::max<int64_t>(1, (max_keys + kKvChunk - 1) / kKvChunk) : 1;
-  const int64_t chunk_keys = n_chunks == 1 ? max_keys : kKvChunk;
-  const int64_t row_floats = hd + 2;  // partial record: m, l, acc[hd]
-  const int64_t item_rows = std::min(tb, n_tokens) * hb;
-  float* part = nullptr;
-  if (n_chunks > 1) {
-    std::vector<float>& p = partials();
-    const size_t need = static_cast<size_t>(n_items * n_chunks * item_rows * row_floats);
-    if (p.size() < need) p.resize(need);
-    part = p.data();
-  }
-
-  struct Item {
-    int64_t g, h0, nh, t0, nt;
-  };
-  auto item_of = [&](int64_t i) {
-    const int64_t tbi = i % n_tblocks, rest = i / n_tblocks;
-    const int64_t hbi = rest % n_hblocks, g = rest / n_hblocks;
-    Item it;
-    it.g = g;
-    it.h0 = g * group + hbi * hb;
-    it.nh = std::min(hb, group - hbi * hb);
-    it.t0 = tbi * tb;
-    it.nt = std::min(tb, n_tokens - it.t0);
-    return it;
-  };
-
-  pool.parallel_for(n_items * n_chunks, 1, [&](int64_t i0, int64_t i1, int) {
+  const Plan pl = plan_attention(n_tokens, positions, s);
+  pool.parallel_for(pl.n_items * pl.n_chunks, 1, [&](int64_t i0, int64_t i1, int) {
     Scratch& sc = thread_scratch();
-    sc.reserve(kAttnMaxRows, hd);
-    for (int64_t task = i0; task < i1; ++task) {
-      const int64_t item = task / n_chunks, chunk = task % n_chunks;
-      const Item it = item_of(item);
-      const int nr = static_cast<int>(it.nt * it.nh);
-      for (int64_t tl = 0; tl < it.nt; ++tl)
-        for (int64_t hh = 0; hh < it.nh; ++hh) {
-          const int64_t r = tl * it.nh + hh, t = it.t0 + tl;
-          sc.q[r] = q + t * q_stride + (it.h0 + hh) * hd;
-          sc.limit[r] = positions[t] + 1;
-        }
-      std::fill(sc.m.begin(), sc.m.begin() + nr, -INFINITY);
-      std::fill(sc.l.begin(), sc.l.begin() + nr, 0.0f);
-      std::fill(sc.acc.begin(), sc.acc.begin() + nr * hd, 0.0f);
-      AttnArgs a;
-      a.q = sc.q.data();
-      a.limit = sc.limit.data();
-      a.nr = nr;
-      a.k = k + it.g * head_stride;
-      a.v = v + it.g * head_stride;
-      a.ld = kv_stride;
-      a.j_begin = chunk * chunk_keys;
-      a.j_end = std::min(max_keys, a.j_begin + chunk_keys);
-      a.hd = hd;
-      a.scale = scale;
-      a.m = sc.m.data();
-      a.l = sc.l.data();
-      a.acc = sc.acc.data();
-      a.scratch = sc.s.data();
-      kern.attn(a);
-      if (n_chunks == 1) {
-        for (int r = 0; r < nr; ++r) {
-          const int64_t tl = r / it.nh, hh = r % it.nh;
-          float* o = out + (it.t0 + tl) * q_stride + (it.h0 + hh) * hd;
-          const float* ac = sc.acc.data() + r * hd;
-          const float inv = 1.0f / sc.l[r];
-          for (int64_t d = 0; d < hd; ++d) o[d] = ac[d] * inv;
-        }
-      } else {
-        float* p = part + task * item_rows * row_floats;
-        for (int r = 0; r < nr; ++r) {
-          float* pr = p + r * row_floats;
-          pr[0] = sc.m[r];
-          pr[1] = sc.l[r];
-          std::copy(sc.acc.data() + r * hd, sc.acc.data() + (r + 1) * hd, pr + 2);
-        }
-      }
-    }
+    sc.reserve(kAttnMaxRows, pl.hd);
+    for (int64_t task = i0; task < i1; ++task) run_task(pl, task, q, positions, k, v, out, sc, kern);
   });
-  if (n_chunks == 1) return;
-
-  // Combine the chunks of each item: out = sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c.
-  pool.parallel_for(n_items, 1, [&](int64_t i0, int64_t i1, int) {
-    for (int64_t item = i0; item < i1; ++item) {
-      const Item it = item_of(item);
-      const int nr = static_cast<int>(it.nt * it.nh);
-      const float* p = part + item * n_chunks * item_rows * row_floats;
-      for (int r = 0; r < nr; ++r) {
-        const int64_t tl = r / it.nh, hh = r % it.nh;
-        float* o = out + (it.t0 + tl) * q_stride + (it.h0 + hh) * hd;
-        float mx = -INFINITY;
-        for (int64_t c = 0; c < n_chunks; ++c) mx = std::max(mx, p[(c * item_rows + r) * row_floats]);
-        float l = 0.0f;
-        std::fill(o, o + hd, 0.0f);
-        for (int64_t c = 0; c < n_chunks; ++c) {
-          const float* pr = p + (c * item_rows + r) * row_floats;
-          if (pr[0] == -INFINITY) continue;  // no key of this chunk is visible to the row
-          const float w = std::exp(pr[0] - mx);
-          l += w * pr[1];
-          for (int64_t d = 0; d < hd; ++d) o[d] += w * pr[2 + d];
-        }
-        const float inv = 1.0f / l;
-        for (int64_t d = 0; d < hd; ++d) o[d] *= inv;
-      }
-    }
+  if (pl.n_chunks == 1) return;
+  pool.parallel_for(pl.n_items, 1, [&](int64_t i0, int64_t i1, int) {
+    for (int64_t item = i0; item < i1; ++item) combine_item(pl, item, out);
   });
 }
 

@@ -187,7 +187,7 @@ __device__ __forceinline__ int load_decode_rows(const KArgs& a, int g, int i0, i
 }
 
 // Keys per step of a decode warp. 8 (4 at head_dim 256) measured slower than this: 56 vs 44 us at 4K
-// context, n = 1 (results/executor/kernel_bench_ecc5548.log).
+// context, n = 1, on the H200.
 __host__ __device__ constexpr int keys_per_step(int d) { return d / 32 >= 8 ? 2 : 4; }
 template <int D>
 __host__ __device__ constexpr int decode_keys_per_step() { return keys_per_step(D); }
@@ -384,6 +384,118 @@ struct Prefill {
   __device__ static int col(int tx, int c) { return DC >= 4 ? (c / 4) * 64 + tx * 4 + (c % 4) : tx * DC + c; }
 };
 
+// The block's 64 query rows, transposed into Qs [D][MQP]; rows past the step's end read as 0.
+template <int D, bool FULL>
+__device__ __forceinline__ void stage_prefill_queries(const KArgs& a, int g, int i_base, int hd, bool vec4, int tid,
+                                                      float* Qs) {
+  using P = Prefill<D>;
+  const int rows_g = a.n * a.group;
+  for (int e = tid; e < P::MQ * (D / 4); e += 256) {
+    const int i = e % P::MQ, d4 = e / P::MQ, gi = i_base + i;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (gi < rows_g) {
+      int t, h;
+      row_of(a, g, gi, t, h);
+      v = load4<FULL>(a.q + static_cast<int64_t>(t) * a.q_stride + static_cast<int64_t>(h) * hd + 4 * d4, 4 * d4, hd, vec4);
+    }
+    Qs[(4 * d4 + 0) * P::MQP + i] = v.x;
+    Qs[(4 * d4 + 1) * P::MQP + i] = v.y;
+    Qs[(4 * d4 + 2) * P::MQP + i] = v.z;
+    Qs[(4 * d4 + 3) * P::MQP + i] = v.w;
+  }
+}
+
+// The positions of the thread's 4 query rows (-1 past the step's rows).
+__device__ __forceinline__ void prefill_row_positions(const KArgs& a, int i_base, int ty, int (&pos)[4]) {
+  const int rows_g = a.n * a.group;
+#pragma unroll
+  for (int ii = 0; ii < 4; ++ii) {
+    const int gi = i_base + ty * 4 + ii;
+    pos[ii] = gi < rows_g ? a.pos_first + gi / a.group : -1;
+  }
+}
+
+// The key tile kt .. kt + BK - 1 into Ks (transposed) and Vs; keys from k_end on read as 0.
+template <int D, bool FULL>
+__device__ __forceinline__ void stage_prefill_kv(const KArgs& a, const float* kg, const float* vg, int kt, int k_end,
+                                                 int hd, bool vec4, int tid, float* Ks, float* Vs) {
+  using P = Prefill<D>;
+  // K tile, transposed. A warp reads 16 keys x 32 bytes (full sectors) and stores 16 consecutive
+  // keys for two rows of d, 16 banks apart: conflict-free.
+  for (int e = tid; e < P::BK * D / 4; e += 256) {
+    const int lane5 = e & 31, hi = e >> 5;
+    const int j = (lane5 & 15) + 16 * (hi % (P::BK / 16));
+    const int d4 = (lane5 >> 4) + 2 * (hi / (P::BK / 16));
+    const int key = kt + j;
+    float4 kv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (key < k_end) kv = load4<FULL>(kg + static_cast<int64_t>(key) * a.kv_stride + 4 * d4, 4 * d4, hd, vec4);
+    Ks[(4 * d4 + 0) * P::BKP + j] = kv.x;
+    Ks[(4 * d4 + 1) * P::BKP + j] = kv.y;
+    Ks[(4 * d4 + 2) * P::BKP + j] = kv.z;
+    Ks[(4 * d4 + 3) * P::BKP + j] = kv.w;
+  }
+  for (int e = tid; e < P::BK * D / 4; e += 256) {
+    const int j = e / (D / 4), d4 = e % (D / 4);
+    const int key = kt + j;
+    float4 vv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (key < k_end) vv = load4<FULL>(vg + static_cast<int64_t>(key) * a.kv_stride + 4 * d4, 4 * d4, hd, vec4);
+    *reinterpret_cast<float4*>(Vs + j * D + 4 * d4) = vv;
+  }
+}
+
+// The thread's 4 x KC tile of raw scores q . k over the staged tiles.
+template <int D>
+__device__ __forceinline__ void prefill_scores(const float* Qs, const float* Ks, int tx, int ty,
+                                               float (&s)[4][Prefill<D>::KC]) {
+  using P = Prefill<D>;
+#pragma unroll
+  for (int ii = 0; ii < 4; ++ii)
+#pragma unroll
+    for (int jj = 0; jj < P::KC; ++jj) s[ii][jj] = 0.0f;
+#pragma unroll 8
+  for (int d = 0; d < D; ++d) {
+    const float4 qv = *reinterpret_cast<const float4*>(Qs + d * P::MQP + ty * 4);
+    const float qa[4] = {qv.x, qv.y, qv.z, qv.w};
+    float kk[P::KC];
+    load_vec<P::KC>(Ks + d * P::BKP + tx * P::KC, kk);
+#pragma unroll
+    for (int ii = 0; ii < 4; ++ii)
+#pragma unroll
+      for (int jj = 0; jj < P::KC; ++jj) s[ii][jj] = fmaf(qa[ii], kk[jj], s[ii][jj]);
+  }
+}
+
+template <int D, bool FULL>
+__device__ __forceinline__ void store_prefill_rows(const KArgs& a, int g, int split, int i_base, int tx, int ty, int hd,
+                                                   const int (&pos)[4], const float (&m)[4], const float (&l)[4],
+                                                   const float (&o)[4][Prefill<D>::DC]) {
+  using P = Prefill<D>;
+  const int rows_all = a.n * a.n_heads;
+#pragma unroll
+  for (int ii = 0; ii < 4; ++ii) {
+    if (pos[ii] < 0) continue;
+    int t, h;
+    row_of(a, g, i_base + ty * 4 + ii, t, h);
+    if (a.n_splits == 1) {
+      const float inv = 1.0f / l[ii];
+      float* op = a.out + static_cast<int64_t>(t) * a.out_stride + static_cast<int64_t>(h) * hd;
+#pragma unroll
+      for (int c = 0; c < P::DC; ++c)
+        if (FULL || P::col(tx, c) < hd) op[P::col(tx, c)] = o[ii][c] * inv;
+    } else {
+      const int64_t pr = static_cast<int64_t>(split) * rows_all + t * a.n_heads + h;
+      float* op = a.part_o + pr * hd;
+#pragma unroll
+      for (int c = 0; c < P::DC; ++c)
+        if (FULL || P::col(tx, c) < hd) op[P::col(tx, c)] = o[ii][c];
+      if (tx == 0) {
+        a.part_ml[pr * 2] = m[ii];
+        a.part_ml[pr * 2 + 1] = l[ii];
+      }
+    }
+  }
+}
+
 template <int D, bool FULL>
 __global__ void __launch_bounds__(256) attn_prefill_kernel(const KArgs a) {
   pdl_begin();
@@ -398,28 +510,11 @@ __global__ void __launch_bounds__(256) attn_prefill_kernel(const KArgs a) {
   const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
   const int g = blockIdx.y, split = blockIdx.z;
   const int rows_g = a.n * a.group;
-  const int rows_all = a.n * a.n_heads;
   const int i_base = blockIdx.x * P::MQ;
 
-  for (int e = tid; e < P::MQ * (D / 4); e += 256) {
-    const int i = e % P::MQ, d4 = e / P::MQ, gi = i_base + i;
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (gi < rows_g) {
-      int t, h;
-      row_of(a, g, gi, t, h);
-      v = load4<FULL>(a.q + static_cast<int64_t>(t) * a.q_stride + static_cast<int64_t>(h) * hd + 4 * d4, 4 * d4, hd, vec4);
-    }
-    Qs[(4 * d4 + 0) * P::MQP + i] = v.x;
-    Qs[(4 * d4 + 1) * P::MQP + i] = v.y;
-    Qs[(4 * d4 + 2) * P::MQP + i] = v.z;
-    Qs[(4 * d4 + 3) * P::MQP + i] = v.w;
-  }
+  stage_prefill_queries<D, FULL>(a, g, i_base, hd, vec4, tid, Qs);
   int pos[4];
-#pragma unroll
-  for (int ii = 0; ii < 4; ++ii) {
-    const int gi = i_base + ty * 4 + ii;
-    pos[ii] = gi < rows_g ? a.pos_first + gi / a.group : -1;
-  }
+  prefill_row_positions(a, i_base, ty, pos);
   const int last_row = min(i_base + P::MQ, rows_g) - 1;
   const int max_pos = a.pos_first + last_row / a.group;
   const int k_begin = split * a.keys_per_split;
@@ -438,46 +533,13 @@ __global__ void __launch_bounds__(256) attn_prefill_kernel(const KArgs a) {
   __syncthreads();
 
   for (int kt = k_begin; kt < k_end; kt += P::BK) {
-    // K tile, transposed. A warp reads 16 keys x 32 bytes (full sectors) and stores 16 consecutive
-    // keys for two rows of d, 16 banks apart: conflict-free.
-    for (int e = tid; e < P::BK * D / 4; e += 256) {
-      const int lane5 = e & 31, hi = e >> 5;
-      const int j = (lane5 & 15) + 16 * (hi % (P::BK / 16));
-      const int d4 = (lane5 >> 4) + 2 * (hi / (P::BK / 16));
-      const int key = kt + j;
-      float4 kv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (key < k_end) kv = load4<FULL>(kg + static_cast<int64_t>(key) * a.kv_stride + 4 * d4, 4 * d4, hd, vec4);
-      Ks[(4 * d4 + 0) * P::BKP + j] = kv.x;
-      Ks[(4 * d4 + 1) * P::BKP + j] = kv.y;
-      Ks[(4 * d4 + 2) * P::BKP + j] = kv.z;
-      Ks[(4 * d4 + 3) * P::BKP + j] = kv.w;
-    }
-    for (int e = tid; e < P::BK * D / 4; e += 256) {
-      const int j = e / (D / 4), d4 = e % (D / 4);
-      const int key = kt + j;
-      float4 vv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (key < k_end) vv = load4<FULL>(vg + static_cast<int64_t>(key) * a.kv_stride + 4 * d4, 4 * d4, hd, vec4);
-      *reinterpret_cast<float4*>(Vs + j * D + 4 * d4) = vv;
-    }
+    stage_prefill_kv<D, FULL>(a, kg, vg, kt, k_end, hd, vec4, tid, Ks, Vs);
     __syncthreads();
-
     float s[4][P::KC];
-#pragma unroll
-    for (int ii = 0; ii < 4; ++ii)
-#pragma unroll
-      for (int jj = 0; jj < P::KC; ++jj) s[ii][jj] = 0.0f;
-#pragma unroll 8
-    for (int d = 0; d < D; ++d) {
-      const float4 qv = *reinterpret_cast<const float4*>(Qs + d * P::MQP + ty * 4);
-      const float qa[4] = {qv.x, qv.y, qv.z, qv.w};
-      float kk[P::KC];
-      load_vec<P::KC>(Ks + d * P::BKP + tx * P::KC, kk);
-#pragma unroll
-      for (int ii = 0; ii < 4; ++ii)
-#pragma unroll
-        for (int jj = 0; jj < P::KC; ++jj) s[ii][jj] = fmaf(qa[ii], kk[jj], s[ii][jj]);
-    }
-
+    prefill_scores<D>(Qs, Ks, tx, ty, s);
+    // Online softmax over the tile: mask and scale the scores, update each row's max and sum (over its 16
+    // threads), rescale o, write P transposed to Ps. Inline, as is P V below: as helpers, D = 256 took 137
+    // registers instead of 130.
 #pragma unroll
     for (int ii = 0; ii < 4; ++ii) {
       float tmax = kNegInf;
@@ -512,7 +574,7 @@ __global__ void __launch_bounds__(256) attn_prefill_kernel(const KArgs a) {
       for (int jj = 0; jj < P::KC; ++jj) Ps[(tx * P::KC + jj) * P::MQP + ty * 4 + ii] = p[jj];
     }
     __syncthreads();
-
+    // o += P V: the thread's 4 rows times its DC output columns.
 #pragma unroll 4
     for (int j = 0; j < P::BK; ++j) {
       const float4 pv = *reinterpret_cast<const float4*>(Ps + j * P::MQP + ty * 4);
@@ -531,30 +593,7 @@ __global__ void __launch_bounds__(256) attn_prefill_kernel(const KArgs a) {
     }
     __syncthreads();
   }
-
-#pragma unroll
-  for (int ii = 0; ii < 4; ++ii) {
-    if (pos[ii] < 0) continue;
-    int t, h;
-    row_of(a, g, i_base + ty * 4 + ii, t, h);
-    if (a.n_splits == 1) {
-      const float inv = 1.0f / l[ii];
-      float* op = a.out + static_cast<int64_t>(t) * a.out_stride + static_cast<int64_t>(h) * hd;
-#pragma unroll
-      for (int c = 0; c < P::DC; ++c)
-        if (FULL || P::col(tx, c) < hd) op[P::col(tx, c)] = o[ii][c] * inv;
-    } else {
-      const int64_t pr = static_cast<int64_t>(split) * rows_all + t * a.n_heads + h;
-      float* op = a.part_o + pr * hd;
-#pragma unroll
-      for (int c = 0; c < P::DC; ++c)
-        if (FULL || P::col(tx, c) < hd) op[P::col(tx, c)] = o[ii][c];
-      if (tx == 0) {
-        a.part_ml[pr * 2] = m[ii];
-        a.part_ml[pr * 2 + 1] = l[ii];
-      }
-    }
-  }
+  store_prefill_rows<D, FULL>(a, g, split, i_base, tx, ty, hd, pos, m, l, o);
 }
 
 // One block per (token, head): merges the splits' partial maxima, sums and outputs. Threads go over the
@@ -680,26 +719,8 @@ void prefill_d(bool full, const KArgs& k, cudaStream_t s) {
 // The kernels' padded head size for a head_dim of 1 .. 256.
 int padded_head_dim(int hd) { return hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 128 ? 128 : 256; }
 
-}  // namespace
-
-bool attention_head_dim_supported(int64_t hd) { return hd >= 1 && hd <= kMaxAttentionHeadDim; }
-
-void attention(const Ctx& ctx, const AttnArgs& a) {
-  if (a.n <= 0) return;
-  const int hd = a.head_dim;
-  SW_CHECK(attention_head_dim_supported(hd), "CUDA attention: head_dim ", hd, " is not supported (1 to ",
-           kMaxAttentionHeadDim, ")");
-  SW_CHECK(a.n_heads > 0 && a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0, "CUDA attention: ", a.n_heads,
-           " heads are not a multiple of ", a.n_kv_heads, " kv heads");
-  SW_CHECK(a.q != nullptr && a.k != nullptr && a.v != nullptr && a.out != nullptr, "CUDA attention: a null pointer");
-  const int D = padded_head_dim(hd);
-  // Vector loads need 16-byte aligned q/k/v rows and per-head offsets (h * hd, hd % 4 == 0); outputs
-  // are stored element by element (no alignment needed). Anything else takes the guarded loads.
-  const bool rows16 = aligned16(a.q) && aligned16(a.k) && aligned16(a.v) && a.q_stride % 4 == 0 && a.kv_stride % 4 == 0;
-  const bool full = hd == D && rows16;
-  const int64_t kv_len = static_cast<int64_t>(a.pos_first) + a.n;
-  SW_CHECK(kv_len < (int64_t(1) << 31) && static_cast<int64_t>(a.n) * a.n_heads < (int64_t(1) << 31),
-           "CUDA attention: too many positions");
+// The kernels' arguments before the split: pointers, strides, shape, load variant and scale.
+KArgs kernel_args(const AttnArgs& a, int hd, bool full, bool rows16) {
   KArgs k{};
   k.q = a.q;
   k.q_stride = a.q_stride;
@@ -716,71 +737,67 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
   k.hd = hd;
   k.vec4 = (!full && hd % 4 == 0 && rows16) ? 1 : 0;
   k.scale = 1.0f / sqrtf(static_cast<float>(hd));  // as the CPU: 1 / sqrt(float(head_dim))
+  return k;
+}
 
-  const bool decode = a.n <= kGemvMaxTokens;
-  DecodeAttn kernel = a.decode_kernel == DecodeAttn::Auto ? DecodeAttn::Block : a.decode_kernel;
-  const int64_t rows_g = static_cast<int64_t>(a.n) * k.group;
-  const int64_t rows_all = static_cast<int64_t>(a.n) * a.n_heads;
-  const uint64_t per_split = static_cast<uint64_t>(rows_all) * static_cast<uint64_t>(hd + 2) * 4 + 512;
-  Workspace& ws = *ctx.ws;
-  WorkspaceScope scope(ws);
-  int rb = 4;
-  int64_t row_groups = 0, splits = 1, kps = kv_len;
-  if (decode) {
-    rb = rows_g >= 4 ? 4 : (rows_g >= 2 ? 2 : 1);
-    row_groups = ceil_div(rows_g, rb);
-    // More than two row groups (tokens x group > 8): the block kernel is slower than the warp kernel
-    // there (n = 8 at 4K context: 89 against 81 us).
-    if (a.decode_kernel == DecodeAttn::Auto && row_groups > 2) kernel = DecodeAttn::Warps;
-  }
-  if (decode && kernel == DecodeAttn::Block) {
-    // Blocks (splits x kv heads x row groups) up to two per SM, each warp at least two steps of keys
-    // (decode_min_keys, when set, instead); fewer splits where the workspace cannot hold their partials.
-    const int64_t step = keys_per_step(D);
-    const int64_t want = std::max<int64_t>(1, ceil_div(static_cast<int64_t>(ctx.sm_count) * 2, a.n_kv_heads * row_groups));
-    int64_t per_warp = std::max<int64_t>(a.decode_min_keys > 0 ? a.decode_min_keys : 2 * step,
-                                         ceil_div(kv_len, want * kBlockWarps));
-    per_warp = ceil_div(per_warp, step) * step;
-    splits = ceil_div(kv_len, per_warp * kBlockWarps);
-    if (splits > 1) {
-      const int64_t fit = std::max<int64_t>(1, static_cast<int64_t>(ws.available() / per_split));
-      if (splits > fit) {
-        per_warp = ceil_div(ceil_div(kv_len, fit * kBlockWarps), step) * step;
-        splits = ceil_div(kv_len, per_warp * kBlockWarps);
-      }
-    }
-    SW_CHECK(per_warp * kBlockWarps < (int64_t(1) << 31), "CUDA attention: too many keys per split");
-    kps = per_warp * kBlockWarps;
-  } else {
-    int64_t base_units = 0, min_keys = 0;
-    if (decode) {
-      base_units = static_cast<int64_t>(a.n_kv_heads) * row_groups;  // warps per split
-      // A warp's loop grows with its keys and the combine with the splits (keys x splits = context):
-      // about sqrt(context) of each (the warp kernel: 32 keys best at 1K, 18 us against 21 at 64; 64 at
-      // 4K, 34 us against 43 at 32 and 39 at 128).
-      min_keys = a.decode_min_keys > 0 ? a.decode_min_keys
-                                       : std::max<int64_t>(16, static_cast<int64_t>(std::sqrt(static_cast<double>(kv_len))));
-    } else {
-      base_units = ceil_div(rows_g, Prefill<64>::MQ) * a.n_kv_heads;  // blocks per split
-      min_keys = 256;
-    }
-    const int64_t target = decode ? static_cast<int64_t>(ctx.sm_count) * 16 : static_cast<int64_t>(ctx.sm_count) * 2;
-    splits = std::max<int64_t>(1, std::min(ceil_div(target, base_units), ceil_div(kv_len, min_keys)));
-    splits = std::min<int64_t>(splits, 65535);
-    if (splits > 1) splits = std::min<int64_t>(splits, static_cast<int64_t>(ws.available() / per_split));
-    if (splits < 1) splits = 1;
-    const int64_t step = decode ? 4 : 64;
-    kps = ceil_div(ceil_div(kv_len, splits), step) * step;
-    splits = ceil_div(kv_len, kps);
-  }
-  SW_CHECK(splits <= 65535, "CUDA attention: too many splits");
-  k.n_splits = static_cast<int32_t>(splits);
-  k.keys_per_split = static_cast<int32_t>(kps);
+// How the keys are split: the number of splits and the keys of each.
+struct KeySplit {
+  int64_t splits = 1, keys_per_split = 0;
+};
+
+// The block decode kernel: blocks (splits x kv heads x row groups) up to two per SM, each warp at least
+// two steps of keys (decode_min_keys, when set, instead); fewer splits where the workspace cannot hold
+// their partials (`fit` splits of `per_split` bytes).
+KeySplit block_decode_split(const Ctx& ctx, const AttnArgs& a, int D, int64_t kv_len, int64_t row_groups,
+                            uint64_t available, uint64_t per_split) {
+  const int64_t step = keys_per_step(D);
+  const int64_t want =
+      std::max<int64_t>(1, ceil_div(static_cast<int64_t>(ctx.sm_count) * 2, a.n_kv_heads * row_groups));
+  int64_t per_warp =
+      std::max<int64_t>(a.decode_min_keys > 0 ? a.decode_min_keys : 2 * step, ceil_div(kv_len, want * kBlockWarps));
+  per_warp = ceil_div(per_warp, step) * step;
+  int64_t splits = ceil_div(kv_len, per_warp * kBlockWarps);
   if (splits > 1) {
-    k.part_o = ws.take<float>(static_cast<uint64_t>(splits * rows_all * hd), "attention split partials");
-    k.part_ml = ws.take<float>(static_cast<uint64_t>(splits * rows_all * 2), "attention split partials");
+    const int64_t fit = std::max<int64_t>(1, static_cast<int64_t>(available / per_split));
+    if (splits > fit) {
+      per_warp = ceil_div(ceil_div(kv_len, fit * kBlockWarps), step) * step;
+      splits = ceil_div(kv_len, per_warp * kBlockWarps);
+    }
   }
-  SW_CHECK(a.n_kv_heads < 65536 && row_groups < 65536, "CUDA attention: too many heads or rows for one launch");
+  SW_CHECK(per_warp * kBlockWarps < (int64_t(1) << 31), "CUDA attention: too many keys per split");
+  return {splits, per_warp * kBlockWarps};
+}
+
+// The warp decode kernel and prefill: enough warps (decode) or blocks (prefill) to fill the GPU, each
+// split at least min_keys keys, as many splits as the workspace holds.
+KeySplit grid_split(const Ctx& ctx, const AttnArgs& a, bool decode, int64_t kv_len, int64_t rows_g, int64_t row_groups,
+                    uint64_t available, uint64_t per_split) {
+  int64_t base_units = 0, min_keys = 0;
+  if (decode) {
+    base_units = static_cast<int64_t>(a.n_kv_heads) * row_groups;  // warps per split
+    // A warp's loop grows with its keys and the combine with the splits (keys x splits = context):
+    // about sqrt(context) of each (the warp kernel: 32 keys best at 1K, 18 us against 21 at 64; 64 at
+    // 4K, 34 us against 43 at 32 and 39 at 128).
+    min_keys = a.decode_min_keys > 0
+                   ? a.decode_min_keys
+                   : std::max<int64_t>(16, static_cast<int64_t>(std::sqrt(static_cast<double>(kv_len))));
+  } else {
+    base_units = ceil_div(rows_g, Prefill<64>::MQ) * a.n_kv_heads;  // blocks per split
+    min_keys = 256;
+  }
+  const int64_t target = decode ? static_cast<int64_t>(ctx.sm_count) * 16 : static_cast<int64_t>(ctx.sm_count) * 2;
+  int64_t splits = std::max<int64_t>(1, std::min(ceil_div(target, base_units), ceil_div(kv_len, min_keys)));
+  splits = std::min<int64_t>(splits, 65535);
+  if (splits > 1) splits = std::min<int64_t>(splits, static_cast<int64_t>(available / per_split));
+  if (splits < 1) splits = 1;
+  const int64_t step = decode ? 4 : 64;
+  const int64_t kps = ceil_div(ceil_div(kv_len, splits), step) * step;
+  return {ceil_div(kv_len, kps), kps};
+}
+
+// The decode or prefill kernel for head size D, then (split keys only) the combine kernel.
+void launch_attention(const Ctx& ctx, const KArgs& k, int D, bool full, bool decode, DecodeAttn kernel, int rb,
+                      int64_t row_groups, int64_t rows_all) {
   if (decode) {
     switch (D) {
       case 32: decode_d<32>(full, kernel, rb, k, static_cast<int>(row_groups), ctx.stream); break;
@@ -798,11 +815,65 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
     }
     check_launch("attention prefill kernel");
   }
-  if (splits > 1) {
+  if (k.n_splits > 1) {
     SW_CHECK(rows_all < (int64_t(1) << 31), "CUDA attention: too many rows");
     launch_kernel("attention combine kernel", attn_combine_kernel, dim3(static_cast<unsigned>(rows_all)),
                   dim3(kCombineThreads), 0, ctx.stream, k);
   }
+}
+
+}  // namespace
+
+bool attention_head_dim_supported(int64_t hd) {
+  return hd >= 1 && hd <= kMaxAttentionHeadDim;
+}
+
+void attention(const Ctx& ctx, const AttnArgs& a) {
+  if (a.n <= 0) return;
+  const int hd = a.head_dim;
+  SW_CHECK(attention_head_dim_supported(hd), "CUDA attention: head_dim ", hd, " is not supported (1 to ",
+           kMaxAttentionHeadDim, ")");
+  SW_CHECK(a.n_heads > 0 && a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0, "CUDA attention: ", a.n_heads,
+           " heads are not a multiple of ", a.n_kv_heads, " kv heads");
+  SW_CHECK(a.q != nullptr && a.k != nullptr && a.v != nullptr && a.out != nullptr, "CUDA attention: a null pointer");
+  const int D = padded_head_dim(hd);
+  // Vector loads need 16-byte aligned q/k/v rows and per-head offsets (h * hd, hd % 4 == 0); outputs
+  // are stored element by element (no alignment needed). Anything else takes the guarded loads.
+  const bool rows16 = aligned16(a.q) && aligned16(a.k) && aligned16(a.v) && a.q_stride % 4 == 0 && a.kv_stride % 4 == 0;
+  const bool full = hd == D && rows16;
+  const int64_t kv_len = static_cast<int64_t>(a.pos_first) + a.n;
+  SW_CHECK(kv_len < (int64_t(1) << 31) && static_cast<int64_t>(a.n) * a.n_heads < (int64_t(1) << 31),
+           "CUDA attention: too many positions");
+  KArgs k = kernel_args(a, hd, full, rows16);
+
+  const bool decode = a.n <= kGemvMaxTokens;
+  DecodeAttn kernel = a.decode_kernel == DecodeAttn::Auto ? DecodeAttn::Block : a.decode_kernel;
+  const int64_t rows_g = static_cast<int64_t>(a.n) * k.group;
+  const int64_t rows_all = static_cast<int64_t>(a.n) * a.n_heads;
+  const uint64_t per_split = static_cast<uint64_t>(rows_all) * static_cast<uint64_t>(hd + 2) * 4 + 512;
+  Workspace& ws = *ctx.ws;
+  WorkspaceScope scope(ws);
+  int rb = 4;
+  int64_t row_groups = 0;
+  if (decode) {
+    rb = rows_g >= 4 ? 4 : (rows_g >= 2 ? 2 : 1);
+    row_groups = ceil_div(rows_g, rb);
+    // More than two row groups (tokens x group > 8): the block kernel is slower than the warp kernel
+    // there (n = 8 at 4K context: 89 against 81 us).
+    if (a.decode_kernel == DecodeAttn::Auto && row_groups > 2) kernel = DecodeAttn::Warps;
+  }
+  const KeySplit ks = decode && kernel == DecodeAttn::Block
+                          ? block_decode_split(ctx, a, D, kv_len, row_groups, ws.available(), per_split)
+                          : grid_split(ctx, a, decode, kv_len, rows_g, row_groups, ws.available(), per_split);
+  SW_CHECK(ks.splits <= 65535, "CUDA attention: too many splits");
+  k.n_splits = static_cast<int32_t>(ks.splits);
+  k.keys_per_split = static_cast<int32_t>(ks.keys_per_split);
+  if (ks.splits > 1) {
+    k.part_o = ws.take<float>(static_cast<uint64_t>(ks.splits * rows_all * hd), "attention split partials");
+    k.part_ml = ws.take<float>(static_cast<uint64_t>(ks.splits * rows_all * 2), "attention split partials");
+  }
+  SW_CHECK(a.n_kv_heads < 65536 && row_groups < 65536, "CUDA attention: too many heads or rows for one launch");
+  launch_attention(ctx, k, D, full, decode, kernel, rb, row_groups, rows_all);
 }
 
 }  // namespace cuda

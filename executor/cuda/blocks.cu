@@ -275,15 +275,18 @@ class CudaKernels : public DeviceKernels {
     }
   }
 
-  // Decode-sized MoE step routed on the device: top-k from the logits the router left there, then
-  // gate/up (+SwiGLU) and down as GEMV tasks whose expert matrices the kernels find from the chosen
-  // ids — at base + id * stride when the experts lie evenly (a pinned shard), else in pointer tables
-  // uploaded through pinned staging — then the combine with the device-written table. Nothing
-  // waits for the host.
-  void ffn_routed(const DevLayer& w, float* x, int64_t n, const float* logits) override {
-    if (n <= 0) return;
-    const int64_t H = spec_.hidden_size, F = spec_.moe_intermediate_size, E = spec_.num_experts,
-                  K = spec_.num_experts_per_tok;
+  // Where the routed kernels find expert e's matrices: at t* + e * s* when every matrix of a kind lies
+  // evenly (s* > 0), else entry e of the pointer table t*; and whether every expert's matrix of a kind
+  // can take the GEMV fast path.
+  struct ExpertLookup {
+    bool fast_gate = true, fast_up = true, fast_down = true, even = false;
+    int64_t sg = 0, su = 0, sd = 0;
+    const uint8_t *tg = nullptr, *tu = nullptr, *td = nullptr;
+  };
+
+  // The checks of device routing, and which experts' matrices are aligned for the fast path.
+  void check_routed(const DevLayer& w, int64_t n, const float* logits, ExpertLookup& lk) const {
+    const int64_t E = spec_.num_experts, K = spec_.num_experts_per_tok;
     SW_CHECK(spec_.is_moe(), "CUDA: device routing for a dense FFN");
     SW_CHECK(n <= kGemvMaxTokens, "CUDA MoE: device routing of ", n, " tokens (at most ", kGemvMaxTokens, ")");
     SW_CHECK(K >= 1 && K <= kMoeTopkMaxK && K <= E, "CUDA MoE: top-", K, " of ", E, " experts on the device");
@@ -294,17 +297,20 @@ class CudaKernels : public DeviceKernels {
     auto entry_fast = [](DType t, const uint8_t* p) {
       return dtype_is_quantized(t) ? (reinterpret_cast<uintptr_t>(p) & 1u) == 0 : aligned16(p);
     };
-    bool fast_gate = true, fast_up = true, fast_down = true;
     for (int64_t e = 0; e < E; ++e) {
       const size_t i = static_cast<size_t>(e);
       SW_CHECK(w.gate_exp[i] && w.up_exp[i] && w.down_exp[i], "CUDA MoE: expert ", e,
                " is not resident (device routing needs every expert)");
-      fast_gate = fast_gate && entry_fast(w.gate_dtype, w.gate_exp[i]);
-      fast_up = fast_up && entry_fast(w.up_dtype, w.up_exp[i]);
-      fast_down = fast_down && entry_fast(w.down_dtype, w.down_exp[i]);
+      lk.fast_gate = lk.fast_gate && entry_fast(w.gate_dtype, w.gate_exp[i]);
+      lk.fast_up = lk.fast_up && entry_fast(w.up_dtype, w.up_exp[i]);
+      lk.fast_down = lk.fast_down && entry_fast(w.down_dtype, w.down_exp[i]);
     }
-    WorkspaceScope scope(ws_);
-    const int64_t S = n * K;  // one slot per (token, chosen expert)
+  }
+
+  // The experts' strides, or (not evenly laid out) their pointer tables, uploaded through pinned staging
+  // into the workspace.
+  void expert_tables(const DevLayer& w, ExpertLookup& lk) {
+    const int64_t E = spec_.num_experts;
     // Evenly laid out experts: matrix e at v[0] + e * stride.
     auto stride_of = [&](const std::vector<const uint8_t*>& v) -> int64_t {
       if (E == 1) return 1;
@@ -314,24 +320,92 @@ class CudaKernels : public DeviceKernels {
         if (v[static_cast<size_t>(e)] - v[0] != e * s) return 0;
       return s;
     };
-    const int64_t sg = stride_of(w.gate_exp), su = stride_of(w.up_exp), sd = stride_of(w.down_exp);
-    const bool even = sg > 0 && su > 0 && sd > 0 && (sg == su || w.gate_dtype != w.up_dtype);
-    const uint8_t *tg = w.gate_exp[0], *tu = w.up_exp[0], *td = w.down_exp[0];
-    if (!even) {  // pointer tables
-      const uint64_t tbytes = 3 * static_cast<uint64_t>(E) * sizeof(const uint8_t*);
-      uint8_t* dtab = ws_.take<uint8_t>(tbytes, "MoE: expert tables");
-      auto* host = static_cast<const uint8_t**>(staging_.acquire(tbytes, ctx_.stream));
-      for (int64_t e = 0; e < E; ++e) {
-        host[e] = w.gate_exp[static_cast<size_t>(e)];
-        host[E + e] = w.up_exp[static_cast<size_t>(e)];
-        host[2 * E + e] = w.down_exp[static_cast<size_t>(e)];
-      }
-      check(cudaMemcpyAsync(dtab, host, tbytes, cudaMemcpyHostToDevice, ctx_.stream), "cudaMemcpyAsync(MoE expert tables)");
-      staging_.submitted(ctx_.stream);
-      tg = dtab;
-      tu = tg + E * sizeof(const uint8_t*);
-      td = tg + 2 * E * sizeof(const uint8_t*);
+    lk.sg = stride_of(w.gate_exp), lk.su = stride_of(w.up_exp), lk.sd = stride_of(w.down_exp);
+    lk.even = lk.sg > 0 && lk.su > 0 && lk.sd > 0 && (lk.sg == lk.su || w.gate_dtype != w.up_dtype);
+    lk.tg = w.gate_exp[0], lk.tu = w.up_exp[0], lk.td = w.down_exp[0];
+    if (lk.even) return;
+    const uint64_t tbytes = 3 * static_cast<uint64_t>(E) * sizeof(const uint8_t*);
+    uint8_t* dtab = ws_.take<uint8_t>(tbytes, "MoE: expert tables");
+    auto* host = static_cast<const uint8_t**>(staging_.acquire(tbytes, ctx_.stream));
+    for (int64_t e = 0; e < E; ++e) {
+      host[e] = w.gate_exp[static_cast<size_t>(e)];
+      host[E + e] = w.up_exp[static_cast<size_t>(e)];
+      host[2 * E + e] = w.down_exp[static_cast<size_t>(e)];
     }
+    check(cudaMemcpyAsync(dtab, host, tbytes, cudaMemcpyHostToDevice, ctx_.stream),
+          "cudaMemcpyAsync(MoE expert tables)");
+    staging_.submitted(ctx_.stream);
+    lk.tg = dtab;
+    lk.tu = lk.tg + E * sizeof(const uint8_t*);
+    lk.td = lk.tg + 2 * E * sizeof(const uint8_t*);
+  }
+
+  // The routed GEMV tasks, one per (token, chosen expert) slot i: gate (with up when fused) from xn into
+  // h (and u), down from h into o, each finding its expert from ids[i].
+  struct RoutedTasks {
+    std::vector<GemvTask> gate, up, down;
+  };
+  RoutedTasks routed_tasks(const ExpertLookup& lk, bool fused, int64_t n, const int32_t* ids, const float* xn, float* h,
+                           float* u, float* o) const {
+    const int64_t H = spec_.hidden_size, F = spec_.moe_intermediate_size, K = spec_.num_experts_per_tok;
+    RoutedTasks rt;
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t j = 0; j < K; ++j) {
+        const int64_t i = t * K + j;
+        GemvTask g;
+        g.x = xn;
+        g.ldx = H;
+        g.rows = static_cast<int32_t>(F);
+        g.cols = static_cast<int32_t>(H);
+        g.nt = 1;
+        g.tok[0] = static_cast<int32_t>(t);
+        g.y = h + i * F;
+        g.ldy = F;
+        g.sel = ids + i;
+        g.sel_stride = lk.even ? lk.sg : 0;
+        g.w0 = lk.tg;
+        g.w1 = fused ? lk.tu : nullptr;
+        g.sel_fast = fused ? lk.fast_gate && lk.fast_up : lk.fast_gate;
+        rt.gate.push_back(g);
+        if (!fused) {
+          GemvTask q = g;
+          q.w0 = lk.tu;
+          q.sel_stride = lk.even ? lk.su : 0;
+          q.y = u + i * F;
+          q.sel_fast = lk.fast_up;
+          rt.up.push_back(q);
+        }
+        GemvTask d;
+        d.x = h + i * F;
+        d.ldx = F;
+        d.rows = static_cast<int32_t>(H);
+        d.cols = static_cast<int32_t>(F);
+        d.nt = 1;
+        d.y = o + i * H;
+        d.ldy = H;
+        d.sel = ids + i;
+        d.sel_stride = lk.even ? lk.sd : 0;
+        d.w0 = lk.td;
+        d.sel_fast = lk.fast_down;
+        rt.down.push_back(d);
+      }
+    return rt;
+  }
+
+  // Decode-sized MoE step routed on the device: top-k from the logits the router left there, then
+  // gate/up (+SwiGLU) and down as GEMV tasks whose expert matrices the kernels find from the chosen
+  // ids — at base + id * stride when the experts lie evenly (a pinned shard), else in pointer tables
+  // uploaded through pinned staging — then the combine with the device-written table. Nothing
+  // waits for the host.
+  void ffn_routed(const DevLayer& w, float* x, int64_t n, const float* logits) override {
+    if (n <= 0) return;
+    const int64_t H = spec_.hidden_size, F = spec_.moe_intermediate_size, E = spec_.num_experts,
+                  K = spec_.num_experts_per_tok;
+    ExpertLookup lk;
+    check_routed(w, n, logits, lk);
+    WorkspaceScope scope(ws_);
+    const int64_t S = n * K;  // one slot per (token, chosen expert)
+    expert_tables(w, lk);
     int32_t* ids = ws_.take<int32_t>(static_cast<uint64_t>(S), "MoE: routed experts");
     float* wts = ws_.take<float>(static_cast<uint64_t>(S), "MoE: routing weights");
     int32_t* off = ws_.take<int32_t>(static_cast<uint64_t>(n + 1), "MoE: combine offsets");
@@ -353,55 +427,15 @@ class CudaKernels : public DeviceKernels {
     ta.off = off;
     ta.slot = slot;
     moe_topk(ctx_, ta);
-    std::vector<GemvTask> gate_tasks, up_tasks, down_tasks;
-    for (int64_t t = 0; t < n; ++t)
-      for (int64_t j = 0; j < K; ++j) {
-        const int64_t i = t * K + j;
-        GemvTask g;
-        g.x = xn;
-        g.ldx = H;
-        g.rows = static_cast<int32_t>(F);
-        g.cols = static_cast<int32_t>(H);
-        g.nt = 1;
-        g.tok[0] = static_cast<int32_t>(t);
-        g.y = h + i * F;
-        g.ldy = F;
-        g.sel = ids + i;
-        g.sel_stride = even ? sg : 0;
-        g.w0 = tg;
-        g.w1 = fused ? tu : nullptr;
-        g.sel_fast = fused ? fast_gate && fast_up : fast_gate;
-        gate_tasks.push_back(g);
-        if (!fused) {
-          GemvTask q = g;
-          q.w0 = tu;
-          q.sel_stride = even ? su : 0;
-          q.y = u + i * F;
-          q.sel_fast = fast_up;
-          up_tasks.push_back(q);
-        }
-        GemvTask d;
-        d.x = h + i * F;
-        d.ldx = F;
-        d.rows = static_cast<int32_t>(H);
-        d.cols = static_cast<int32_t>(F);
-        d.nt = 1;
-        d.y = o + i * H;
-        d.ldy = H;
-        d.sel = ids + i;
-        d.sel_stride = even ? sd : 0;
-        d.w0 = td;
-        d.sel_fast = fast_down;
-        down_tasks.push_back(d);
-      }
+    RoutedTasks rt = routed_tasks(lk, fused, n, ids, xn, h, u, o);
     if (fused) {
-      gemv(ctx_, w.gate_dtype, GemvMode::SwiGLU, gate_tasks.data(), static_cast<int>(gate_tasks.size()));
+      gemv(ctx_, w.gate_dtype, GemvMode::SwiGLU, rt.gate.data(), static_cast<int>(rt.gate.size()));
     } else {
-      gemv(ctx_, w.gate_dtype, GemvMode::Store, gate_tasks.data(), static_cast<int>(gate_tasks.size()));
-      gemv(ctx_, w.up_dtype, GemvMode::Store, up_tasks.data(), static_cast<int>(up_tasks.size()));
+      gemv(ctx_, w.gate_dtype, GemvMode::Store, rt.gate.data(), static_cast<int>(rt.gate.size()));
+      gemv(ctx_, w.up_dtype, GemvMode::Store, rt.up.data(), static_cast<int>(rt.up.size()));
       swiglu(ctx_, h, u, S, F, F);
     }
-    gemv(ctx_, w.down_dtype, GemvMode::Store, down_tasks.data(), static_cast<int>(down_tasks.size()));
+    gemv(ctx_, w.down_dtype, GemvMode::Store, rt.down.data(), static_cast<int>(rt.down.size()));
     combine_from_table(x, o, n, off, slot, wts);
   }
 
@@ -668,12 +702,11 @@ class CudaKernels : public DeviceKernels {
     moe_combine(ctx_, c);
   }
 
-  // Any step: tokens in chunks; per chunk the routed rows are gathered per expert (token lists
-  // uploaded through pinned staging), each expert's gate/up/down run as matmuls over its rows, and
-  // the weighted outputs are added to x in ascending expert order.
-  void moe_chunked(const DevLayer& w, float* x, int64_t n, const MoeRouting& r) {
-    const int64_t H = spec_.hidden_size, F = spec_.moe_intermediate_size, K = std::max<int64_t>(1, spec_.num_experts_per_tok);
-    WorkspaceScope scope(ws_);
+  // Tokens per chunk of moe_chunked: as many as the workspace holds with every matrix's split and tile
+  // buffers, and at most 65535 routed rows per launch.
+  int64_t moe_chunk_tokens(const DevLayer& w, int64_t n, const MoeRouting& r) {
+    const int64_t H = spec_.hidden_size, F = spec_.moe_intermediate_size,
+                  K = std::max<int64_t>(1, spec_.num_experts_per_tok);
     const uint64_t per_token = 4 * static_cast<uint64_t>(H) + 1024 +
                                static_cast<uint64_t>(K) * (8 * static_cast<uint64_t>(H + F) + 16) +
                                std::max({split_bytes(w.gate_dtype, H), split_bytes(w.up_dtype, H), split_bytes(w.down_dtype, F)});
@@ -689,88 +722,119 @@ class CudaKernels : public DeviceKernels {
         for (const auto& t : toks) max_per_token = std::max<int64_t>(max_per_token, ++count[static_cast<size_t>(t.token)]);
     }
     const uint64_t per_token_real = per_token + static_cast<uint64_t>(max_per_token - K) * (8 * static_cast<uint64_t>(H + F) + 16);
-    const int64_t chunk = std::min<int64_t>(pick_chunk(n, per_token_real, fixed, "MoE FFN", tile), 65535 / max_per_token);
+    return std::min<int64_t>(pick_chunk(n, per_token_real, fixed, "MoE FFN", tile), 65535 / max_per_token);
+  }
+
+  // A chunk's routing on the device: gather index per slot, then per token its offset, slots and
+  // weights in ascending expert order (see MoeCombineArgs).
+  struct ChunkTables {
+    int64_t slots = 0;
+    const int32_t *gather = nullptr, *off = nullptr, *slot = nullptr;
+    const float* weight = nullptr;
+  };
+
+  // Builds the chunk t0 .. t0 + m's tables on the host and uploads them through pinned staging.
+  ChunkTables upload_chunk_tables(const MoeRouting& r, const std::vector<ExpertRun>& runs, int64_t t0, int64_t m) {
+    int64_t slots = 0;
+    for (const auto& run : runs) slots += run.m;
+    std::vector<std::vector<std::pair<int32_t, float>>> per_token_entries(static_cast<size_t>(m));
+    std::vector<int32_t> table(static_cast<size_t>(slots + (m + 1) + slots), 0);
+    std::vector<float> weights(static_cast<size_t>(slots), 0.0f);
+    int32_t* gather_idx = table.data();
+    for (const auto& run : runs) {
+      const auto& toks = r.tokens_of_expert[static_cast<size_t>(run.expert)];
+      const auto lo =
+          std::lower_bound(toks.begin(), toks.end(), t0, [](const RoutedToken& a, int64_t t) { return a.token < t; });
+      for (int64_t i = 0; i < run.m; ++i) {
+        const RoutedToken& rt = *(lo + i);
+        gather_idx[run.slot + i] = static_cast<int32_t>(rt.token - t0);
+        per_token_entries[static_cast<size_t>(rt.token - t0)].push_back(
+            {static_cast<int32_t>(run.slot + i), rt.weight});
+      }
+    }
+    int32_t* off = table.data() + slots;
+    int32_t* slot_of = off + (m + 1);
+    int32_t k = 0;
+    for (int64_t t = 0; t < m; ++t) {
+      off[t] = k;
+      for (const auto& e : per_token_entries[static_cast<size_t>(t)]) {
+        slot_of[k] = e.first;
+        weights[static_cast<size_t>(k)] = e.second;
+        ++k;
+      }
+    }
+    off[m] = k;
+    const uint64_t table_bytes = table.size() * sizeof(int32_t), weight_bytes = weights.size() * sizeof(float);
+    uint8_t* dev_table = ws_.take<uint8_t>(align_up(table_bytes) + weight_bytes + 16, "MoE: routing tables");
+    auto* host = static_cast<uint8_t*>(staging_.acquire(align_up(table_bytes) + weight_bytes + 16, ctx_.stream));
+    std::memcpy(host, table.data(), table_bytes);
+    if (weight_bytes) std::memcpy(host + align_up(table_bytes), weights.data(), weight_bytes);
+    check(cudaMemcpyAsync(dev_table, host, align_up(table_bytes) + weight_bytes, cudaMemcpyHostToDevice, ctx_.stream),
+          "cudaMemcpyAsync(MoE tables)");
+    staging_.submitted(ctx_.stream);
+    ChunkTables ct;
+    ct.slots = slots;
+    ct.gather = reinterpret_cast<const int32_t*>(dev_table);
+    ct.off = ct.gather + slots;
+    ct.slot = ct.off + (m + 1);
+    ct.weight = reinterpret_cast<const float*>(dev_table + align_up(table_bytes));
+    return ct;
+  }
+
+  // Each expert's gate/up (+SwiGLU) into g and down into o over its gathered rows xe. Experts with few
+  // rows go as 8-row GEMV tasks, many per launch (gate/up fused with SwiGLU); the others as matmuls of
+  // their own.
+  void run_chunk_experts(const DevLayer& w, const std::vector<ExpertRun>& runs, const float* xe, float* g, float* u,
+                         float* o) {
+    const int64_t H = spec_.hidden_size, F = spec_.moe_intermediate_size;
+    const bool fuse = w.gate_dtype == w.up_dtype;
+    std::vector<GemvTask> gate_up_tasks, down_tasks;
+    for (const auto& run : runs) {
+      if (fuse && gemv_suits(w.gate_dtype, run.m)) {
+        add_tasks(&gate_up_tasks, run.gate, run.up, xe + run.slot * H, H, g + run.slot * F, F, run.m, F, H);
+        continue;
+      }
+      const MatRef gm{w.gate_dtype, run.gate, F, H}, um{w.up_dtype, run.up, F, H};
+      matmul(ctx_, gm, xe + run.slot * H, H, run.m, g + run.slot * F, F, false);
+      matmul(ctx_, um, xe + run.slot * H, H, run.m, u + run.slot * F, F, false);
+      swiglu(ctx_, g + run.slot * F, u + run.slot * F, run.m, F, F);
+    }
+    if (!gate_up_tasks.empty())
+      gemv(ctx_, w.gate_dtype, GemvMode::SwiGLU, gate_up_tasks.data(), static_cast<int>(gate_up_tasks.size()));
+    for (const auto& run : runs) {
+      if (gemv_suits(w.down_dtype, run.m)) {
+        add_tasks(&down_tasks, run.down, nullptr, g + run.slot * F, F, o + run.slot * H, H, run.m, H, F);
+        continue;
+      }
+      const MatRef dm{w.down_dtype, run.down, H, F};
+      matmul(ctx_, dm, g + run.slot * F, F, run.m, o + run.slot * H, H, false);
+    }
+    if (!down_tasks.empty())
+      gemv(ctx_, w.down_dtype, GemvMode::Store, down_tasks.data(), static_cast<int>(down_tasks.size()));
+  }
+
+  // Any step: tokens in chunks; per chunk the routed rows are gathered per expert (token lists
+  // uploaded through pinned staging), each expert's gate/up/down run as matmuls over its rows, and
+  // the weighted outputs are added to x in ascending expert order.
+  void moe_chunked(const DevLayer& w, float* x, int64_t n, const MoeRouting& r) {
+    const int64_t H = spec_.hidden_size, F = spec_.moe_intermediate_size;
+    WorkspaceScope scope(ws_);
+    const int64_t chunk = moe_chunk_tokens(w, n, r);
     for (int64_t t0 = 0; t0 < n; t0 += chunk) {
       const int64_t t1 = std::min(n, t0 + chunk), m = t1 - t0;
       WorkspaceScope chunk_scope(ws_);
       const std::vector<ExpertRun> runs = expert_runs(w, r, n, t0, t1);
-      int64_t slots = 0;
-      for (const auto& run : runs) slots += run.m;
-      // Host tables: gather index per slot, then per token its (slot, weight) in ascending expert order.
-      std::vector<std::vector<std::pair<int32_t, float>>> per_token_entries(static_cast<size_t>(m));
-      std::vector<int32_t> table(static_cast<size_t>(slots + (m + 1) + slots), 0);
-      std::vector<float> weights(static_cast<size_t>(slots), 0.0f);
-      int32_t* gather_idx = table.data();
-      for (const auto& run : runs) {
-        const auto& toks = r.tokens_of_expert[static_cast<size_t>(run.expert)];
-        const auto lo = std::lower_bound(toks.begin(), toks.end(), t0,
-                                         [](const RoutedToken& a, int64_t t) { return a.token < t; });
-        for (int64_t i = 0; i < run.m; ++i) {
-          const RoutedToken& rt = *(lo + i);
-          gather_idx[run.slot + i] = static_cast<int32_t>(rt.token - t0);
-          per_token_entries[static_cast<size_t>(rt.token - t0)].push_back({static_cast<int32_t>(run.slot + i), rt.weight});
-        }
-      }
-      int32_t* off = table.data() + slots;
-      int32_t* slot_of = off + (m + 1);
-      int32_t k = 0;
-      for (int64_t t = 0; t < m; ++t) {
-        off[t] = k;
-        for (const auto& e : per_token_entries[static_cast<size_t>(t)]) {
-          slot_of[k] = e.first;
-          weights[static_cast<size_t>(k)] = e.second;
-          ++k;
-        }
-      }
-      off[m] = k;
-      const uint64_t table_bytes = table.size() * sizeof(int32_t), weight_bytes = weights.size() * sizeof(float);
-      uint8_t* dev_table = ws_.take<uint8_t>(align_up(table_bytes) + weight_bytes + 16, "MoE: routing tables");
-      auto* host = static_cast<uint8_t*>(staging_.acquire(align_up(table_bytes) + weight_bytes + 16, ctx_.stream));
-      std::memcpy(host, table.data(), table_bytes);
-      if (weight_bytes) std::memcpy(host + align_up(table_bytes), weights.data(), weight_bytes);
-      check(cudaMemcpyAsync(dev_table, host, align_up(table_bytes) + weight_bytes, cudaMemcpyHostToDevice, ctx_.stream),
-            "cudaMemcpyAsync(MoE tables)");
-      staging_.submitted(ctx_.stream);
-      const int32_t* d_gather = reinterpret_cast<const int32_t*>(dev_table);
-      const int32_t* d_off = d_gather + slots;
-      const int32_t* d_slot = d_off + (m + 1);
-      const float* d_weight = reinterpret_cast<const float*>(dev_table + align_up(table_bytes));
-
+      const ChunkTables ct = upload_chunk_tables(r, runs, t0, m);
       float* xn = ws_.take<float>(static_cast<uint64_t>(m * H), "MoE: normed x");
-      const uint64_t s1 = static_cast<uint64_t>(std::max<int64_t>(slots, 1));
+      const uint64_t s1 = static_cast<uint64_t>(std::max<int64_t>(ct.slots, 1));
       float* xe = ws_.take<float>(s1 * H, "MoE: gathered rows");
       float* g = ws_.take<float>(s1 * F, "MoE: expert gate");
       float* u = ws_.take<float>(s1 * F, "MoE: expert up");
       float* o = ws_.take<float>(s1 * H, "MoE: expert outputs");
       rms_norm(ctx_, x + t0 * H, H, w.ffn_norm, eps_, xn, H, m, H);
-      if (slots > 0) gather_rows(ctx_, xn, H, d_gather, slots, H, xe, H);
-      // Experts with few rows go as 8-row GEMV tasks, many per launch (gate/up fused with SwiGLU);
-      // the others as matmuls of their own.
-      const bool fuse = w.gate_dtype == w.up_dtype;
-      std::vector<GemvTask> gate_up_tasks, down_tasks;
-      for (const auto& run : runs) {
-        if (fuse && gemv_suits(w.gate_dtype, run.m)) {
-          add_tasks(&gate_up_tasks, run.gate, run.up, xe + run.slot * H, H, g + run.slot * F, F, run.m, F, H);
-          continue;
-        }
-        const MatRef gm{w.gate_dtype, run.gate, F, H}, um{w.up_dtype, run.up, F, H};
-        matmul(ctx_, gm, xe + run.slot * H, H, run.m, g + run.slot * F, F, false);
-        matmul(ctx_, um, xe + run.slot * H, H, run.m, u + run.slot * F, F, false);
-        swiglu(ctx_, g + run.slot * F, u + run.slot * F, run.m, F, F);
-      }
-      if (!gate_up_tasks.empty())
-        gemv(ctx_, w.gate_dtype, GemvMode::SwiGLU, gate_up_tasks.data(), static_cast<int>(gate_up_tasks.size()));
-      for (const auto& run : runs) {
-        if (gemv_suits(w.down_dtype, run.m)) {
-          add_tasks(&down_tasks, run.down, nullptr, g + run.slot * F, F, o + run.slot * H, H, run.m, H, F);
-          continue;
-        }
-        const MatRef dm{w.down_dtype, run.down, H, F};
-        matmul(ctx_, dm, g + run.slot * F, F, run.m, o + run.slot * H, H, false);
-      }
-      if (!down_tasks.empty())
-        gemv(ctx_, w.down_dtype, GemvMode::Store, down_tasks.data(), static_cast<int>(down_tasks.size()));
-      combine_from_table(x + t0 * H, o, m, d_off, d_slot, d_weight);
+      if (ct.slots > 0) gather_rows(ctx_, xn, H, ct.gather, ct.slots, H, xe, H);
+      run_chunk_experts(w, runs, xe, g, u, o);
+      combine_from_table(x + t0 * H, o, m, ct.off, ct.slot, ct.weight);
     }
   }
 
@@ -1134,8 +1198,14 @@ class WarmUp {
   void sweep_launchers() {
     k_.set_workspace(ws_, ws_bytes_);
     const Ctx& c = k_.ctx_;
-    // GEMV: every dtype, the fast kernels for each token bucket, plain and fused SwiGLU, and the
-    // generic kernel (x not 16-byte aligned).
+    sweep_gemv(c);
+    if (attention_ok()) sweep_attention(c);
+    sweep_elementwise(c);
+  }
+
+  // GEMV: every dtype, the fast kernels for each token bucket, plain and fused SwiGLU, and the
+  // generic kernel (x not 16-byte aligned).
+  void sweep_gemv(const Ctx& c) {
     for (DType t : kAllDtypes) {
       GemvTask g;
       g.w0 = pool_;
@@ -1158,35 +1228,39 @@ class WarmUp {
       gemv(c, t, GemvMode::Store, &g, 1);
       ++st_->launches;
     }
-    // Attention for the model's head_dim: decode with 1, 2 and 4 query rows per warp (one head, so
-    // rows = tokens) past 64 keys (split keys, then the combine kernel) by the decode kernel the blocks
-    // use, prefill; with aligned rows
-    // (the unguarded kernels when head_dim is 32/64/128/256) and with q off by one float (guarded).
-    if (attention_ok()) {
-      const int64_t hd = s_.head_dim;
-      const bool padded = !(hd == 32 || hd == 64 || hd == 128 || hd == 256);
-      for (int misalign : {0, 1}) {
-        if (misalign && padded) break;  // padded head_dims only have the guarded kernels
-        for (int n : {1, 2, 4, 9}) {
-          AttnArgs a;
-          a.q = aq_ + misalign;
-          a.q_stride = hd;
-          a.k = ak_;
-          a.v = av_;
-          a.kv_stride = hd;
-          a.out = ao_;
-          a.out_stride = hd;
-          a.n = n;
-          a.pos_first = n <= kGemvMaxTokens ? 100 : 0;
-          a.n_heads = 1;
-          a.n_kv_heads = 1;
-          a.head_dim = static_cast<int32_t>(hd);
-          attention(c, a);
-          ++st_->launches;
-        }
+  }
+
+  // Attention for the model's head_dim: decode with 1, 2 and 4 query rows per warp (one head, so
+  // rows = tokens) past 64 keys (split keys, then the combine kernel) by the decode kernel the blocks
+  // use, prefill; with aligned rows (the unguarded kernels when head_dim is 32/64/128/256) and with q
+  // off by one float (guarded).
+  void sweep_attention(const Ctx& c) {
+    const int64_t hd = s_.head_dim;
+    const bool padded = !(hd == 32 || hd == 64 || hd == 128 || hd == 256);
+    for (int misalign : {0, 1}) {
+      if (misalign && padded) break;  // padded head_dims only have the guarded kernels
+      for (int n : {1, 2, 4, 9}) {
+        AttnArgs a;
+        a.q = aq_ + misalign;
+        a.q_stride = hd;
+        a.k = ak_;
+        a.v = av_;
+        a.kv_stride = hd;
+        a.out = ao_;
+        a.out_stride = hd;
+        a.n = n;
+        a.pos_first = n <= kGemvMaxTokens ? 100 : 0;
+        a.n_heads = 1;
+        a.n_kv_heads = 1;
+        a.head_dim = static_cast<int32_t>(hd);
+        attention(c, a);
+        ++st_->launches;
       }
     }
-    // The element-wise kernels (the blocks use them too; here regardless of the composition).
+  }
+
+  // The element-wise kernels (the blocks use them too; here regardless of the composition).
+  void sweep_elementwise(const Ctx& c) {
     const int64_t H = s_.hidden_size;
     rms_norm(c, sx_, H, norm_, k_.eps_, sy_, H, 1, H);
     if (rope_ok()) {

@@ -47,13 +47,11 @@ void check(cudaError_t e, const char* what) {
 // link) or now if it is idle, and holds the stream until the reservation starts; the copy then runs at
 // the real link's speed, and whatever lets others see it arrive (an event, a timeline stamp, a
 // synchronisation) is held by a second kernel until the reservation's end. An idle link banks no credit:
-// a copy issued after the link was idle takes its full time at the cap from its start. (The pacer before
-// this one waited after each chunk from the last reservation's end or up to 1 ms in the past, so copies
-// issued after a gap — qwen30b's routed experts, each layer's issued once its router's result is back —
-// arrived as if the link had carried them during the gap: 62.4 ms measured per decode step where the
-// link alone needs 62.4 ms and the step's GPU work between the copies another 6.3: results/
-// planner_accuracy_v8/README.md. Before that, host callbacks slept between chunks and woke late when the
-// cores were busy: executor/timelines_probe_b750698.)
+// a copy issued after the link was idle takes its full time at the cap from its start. (Pacing from a
+// point in the past would let copies issued after a gap — qwen30b's routed experts, each layer's issued
+// once its router's result is back — arrive as if the link had carried them during the gap: 62.4 ms per
+// decode step where the link alone needs 62.4 ms and the step's GPU work between the copies another
+// 6.3. Host callbacks sleeping between chunks wake late when the cores are busy.)
 struct Pacer {
   std::atomic<double> cap{0};       // bytes per second, 0 = none
   std::atomic<uint64_t> owed{0};    // bytes of unpaced small copies, charged to the next paced chunk

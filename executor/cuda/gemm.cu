@@ -168,6 +168,101 @@ uint64_t matmul_tile_bytes(DType dtype, int64_t rows, int64_t cols) {
   return 1024 + static_cast<uint64_t>(std::min(rows, kMaxDequantTileRows)) * per_row;
 }
 
+namespace {
+
+// f16/bf16 weights: the activations split into f16 (hi + lo, scaled by their absolute maximum) or bf16
+// (three parts) pieces, one cuBLAS GEMM per piece, in chunks of tokens the workspace holds; GEMV passes
+// where fewer than 9 tokens fit.
+void matmul_split(const Ctx& ctx, const MatRef& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
+                  bool accumulate, WorkspaceScope& scope) {
+  Workspace& ws = *ctx.ws;
+  const float* zero = ctx.dev_zero_one;
+  const float* one = ctx.dev_zero_one + 1;
+  const int64_t K = w.cols;
+  const bool f16 = w.dtype == DType::F16;
+  const int64_t ldp = static_cast<int64_t>(align_up(static_cast<uint64_t>(K), 8));
+  float* scalars = ws.take<float>(4, "matmul scalars");  // [0] max bits, [1..2] alphas
+  const uint64_t avail = ws.available();
+  const uint64_t per_token = (f16 ? 2 : 3) * static_cast<uint64_t>(ldp) * 2 + 512;
+  int64_t chunk = std::min<int64_t>(n, static_cast<int64_t>(avail / per_token));
+  if (chunk <= kGemvMaxTokens) {  // no room to split: GEMV passes need no workspace
+    ws.release(scope.saved);
+    gemv_passes(ctx, w, x, ldx, n, y, ldy, accumulate);
+    return;
+  }
+  chunk = std::min<int64_t>(chunk, 65535);
+  __half* hi = nullptr;
+  __half* lo = nullptr;
+  __nv_bfloat16* p[3] = {nullptr, nullptr, nullptr};
+  if (f16) {
+    hi = ws.take<__half>(static_cast<uint64_t>(chunk * ldp), "f16 split of the activations");
+    lo = ws.take<__half>(static_cast<uint64_t>(chunk * ldp), "f16 split of the activations");
+  } else {
+    for (auto& q : p) q = ws.take<__nv_bfloat16>(static_cast<uint64_t>(chunk * ldp), "bf16 split of the activations");
+  }
+  unsigned* maxbits = reinterpret_cast<unsigned*>(scalars);
+  const float* alphas = scalars + 1;
+  for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+    const int64_t m = std::min(chunk, n - t0);
+    const float* xc = x + t0 * ldx;
+    float* yc = y + t0 * ldy;
+    const dim3 grid = row_grid(m, K, 256);
+    if (f16) {
+      check(cudaMemsetAsync(maxbits, 0, sizeof(unsigned), ctx.stream), "cudaMemsetAsync");
+      absmax_kernel<<<grid, 256, 0, ctx.stream>>>(xc, ldx, K, maxbits);
+      check_launch("absmax kernel");
+      split_f16_kernel<<<grid, 256, 0, ctx.stream>>>(xc, ldx, K, maxbits, hi, lo, ldp, scalars + 1);
+      check_launch("f16 split kernel");
+      blas_begin(ctx);
+      gemm_tn(ctx, w.rows, m, K, alphas, w.data, CUDA_R_16F, K, hi, CUDA_R_16F, ldp, accumulate ? one : zero, yc, ldy);
+      gemm_tn(ctx, w.rows, m, K, alphas + 1, w.data, CUDA_R_16F, K, lo, CUDA_R_16F, ldp, one, yc, ldy);
+      blas_end(ctx);
+    } else {
+      split_bf16_kernel<<<grid, 256, 0, ctx.stream>>>(xc, ldx, K, p[0], p[1], p[2], ldp);
+      check_launch("bf16 split kernel");
+      blas_begin(ctx);
+      gemm_tn(ctx, w.rows, m, K, one, w.data, CUDA_R_16BF, K, p[0], CUDA_R_16BF, ldp, accumulate ? one : zero, yc, ldy);
+      gemm_tn(ctx, w.rows, m, K, one, w.data, CUDA_R_16BF, K, p[1], CUDA_R_16BF, ldp, one, yc, ldy);
+      gemm_tn(ctx, w.rows, m, K, one, w.data, CUDA_R_16BF, K, p[2], CUDA_R_16BF, ldp, one, yc, ldy);
+      blas_end(ctx);
+    }
+  }
+}
+
+// q8_0/q4_0 weights: tiles of rows dequantised to f32 in the workspace, one f32 GEMM per tile; GEMV
+// passes where too few rows fit.
+void matmul_dequant(const Ctx& ctx, const MatRef& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
+                    bool accumulate) {
+  Workspace& ws = *ctx.ws;
+  const float* zero = ctx.dev_zero_one;
+  const float* one = ctx.dev_zero_one + 1;
+  const int64_t K = w.cols;
+  const uint64_t row_floats = static_cast<uint64_t>(K);
+  int64_t tile = std::min<int64_t>(w.rows, static_cast<int64_t>(ws.available() / (row_floats * 4 + 256)));
+  tile = std::min<int64_t>(tile, kMaxDequantTileRows);
+  if (tile < std::min<int64_t>(w.rows, kMinDequantTileRows)) {
+    gemv_passes(ctx, w, x, ldx, n, y, ldy, accumulate);
+    return;
+  }
+  if (tile >= 64 && tile < w.rows) tile = tile / 64 * 64;
+  float* deq = ws.take<float>(static_cast<uint64_t>(tile) * row_floats, "dequantised weight tile");
+  const uint64_t row_bytes = dtype_row_bytes(w.dtype, K);
+  for (int64_t r0 = 0; r0 < w.rows; r0 += tile) {
+    const int64_t tr = std::min(tile, w.rows - r0);
+    const dim3 grid = row_grid(tr, K, 256);
+    if (w.dtype == DType::Q8_0)
+      dequant_rows_kernel<DType::Q8_0><<<grid, 256, 0, ctx.stream>>>(w.data + r0 * row_bytes, row_bytes, K, deq);
+    else
+      dequant_rows_kernel<DType::Q4_0><<<grid, 256, 0, ctx.stream>>>(w.data + r0 * row_bytes, row_bytes, K, deq);
+    check_launch("dequantise kernel");
+    blas_begin(ctx);
+    gemm_tn(ctx, tr, n, K, one, deq, CUDA_R_32F, K, x, CUDA_R_32F, ldx, accumulate ? one : zero, y + r0, ldy);
+    blas_end(ctx);
+  }
+}
+
+}  // namespace
+
 void matmul(const Ctx& ctx, const MatRef& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
             bool accumulate) {
   if (n <= 0 || w.rows <= 0) return;
@@ -179,96 +274,25 @@ void matmul(const Ctx& ctx, const MatRef& w, const float* x, int64_t ldx, int64_
     gemv_passes(ctx, w, x, ldx, n, y, ldy, accumulate);
     return;
   }
-  Workspace& ws = *ctx.ws;
-  WorkspaceScope scope(ws);
-  const float* zero = ctx.dev_zero_one;
-  const float* one = ctx.dev_zero_one + 1;
-  const int64_t K = w.cols;
+  WorkspaceScope scope(*ctx.ws);
   switch (w.dtype) {
     case DType::F32: {
+      const float* zero = ctx.dev_zero_one;
+      const float* one = ctx.dev_zero_one + 1;
       blas_begin(ctx);
-      gemm_tn(ctx, w.rows, n, K, one, w.data, CUDA_R_32F, K, x, CUDA_R_32F, ldx, accumulate ? one : zero, y, ldy);
+      gemm_tn(ctx, w.rows, n, w.cols, one, w.data, CUDA_R_32F, w.cols, x, CUDA_R_32F, ldx, accumulate ? one : zero, y,
+              ldy);
       blas_end(ctx);
       return;
     }
     case DType::F16:
-    case DType::BF16: {
-      const bool f16 = w.dtype == DType::F16;
-      const int64_t ldp = static_cast<int64_t>(align_up(static_cast<uint64_t>(K), 8));
-      float* scalars = ws.take<float>(4, "matmul scalars");  // [0] max bits, [1..2] alphas
-      const uint64_t avail = ws.available();
-      const uint64_t per_token = (f16 ? 2 : 3) * static_cast<uint64_t>(ldp) * 2 + 512;
-      int64_t chunk = std::min<int64_t>(n, static_cast<int64_t>(avail / per_token));
-      if (chunk <= kGemvMaxTokens) {  // no room to split: GEMV passes need no workspace
-        ws.release(scope.saved);
-        gemv_passes(ctx, w, x, ldx, n, y, ldy, accumulate);
-        return;
-      }
-      chunk = std::min<int64_t>(chunk, 65535);
-      __half* hi = nullptr;
-      __half* lo = nullptr;
-      __nv_bfloat16* p[3] = {nullptr, nullptr, nullptr};
-      if (f16) {
-        hi = ws.take<__half>(static_cast<uint64_t>(chunk * ldp), "f16 split of the activations");
-        lo = ws.take<__half>(static_cast<uint64_t>(chunk * ldp), "f16 split of the activations");
-      } else {
-        for (auto& q : p) q = ws.take<__nv_bfloat16>(static_cast<uint64_t>(chunk * ldp), "bf16 split of the activations");
-      }
-      unsigned* maxbits = reinterpret_cast<unsigned*>(scalars);
-      const float* alphas = scalars + 1;
-      for (int64_t t0 = 0; t0 < n; t0 += chunk) {
-        const int64_t m = std::min(chunk, n - t0);
-        const float* xc = x + t0 * ldx;
-        float* yc = y + t0 * ldy;
-        const dim3 grid = row_grid(m, K, 256);
-        if (f16) {
-          check(cudaMemsetAsync(maxbits, 0, sizeof(unsigned), ctx.stream), "cudaMemsetAsync");
-          absmax_kernel<<<grid, 256, 0, ctx.stream>>>(xc, ldx, K, maxbits);
-          check_launch("absmax kernel");
-          split_f16_kernel<<<grid, 256, 0, ctx.stream>>>(xc, ldx, K, maxbits, hi, lo, ldp, scalars + 1);
-          check_launch("f16 split kernel");
-          blas_begin(ctx);
-          gemm_tn(ctx, w.rows, m, K, alphas, w.data, CUDA_R_16F, K, hi, CUDA_R_16F, ldp, accumulate ? one : zero, yc, ldy);
-          gemm_tn(ctx, w.rows, m, K, alphas + 1, w.data, CUDA_R_16F, K, lo, CUDA_R_16F, ldp, one, yc, ldy);
-          blas_end(ctx);
-        } else {
-          split_bf16_kernel<<<grid, 256, 0, ctx.stream>>>(xc, ldx, K, p[0], p[1], p[2], ldp);
-          check_launch("bf16 split kernel");
-          blas_begin(ctx);
-          gemm_tn(ctx, w.rows, m, K, one, w.data, CUDA_R_16BF, K, p[0], CUDA_R_16BF, ldp, accumulate ? one : zero, yc, ldy);
-          gemm_tn(ctx, w.rows, m, K, one, w.data, CUDA_R_16BF, K, p[1], CUDA_R_16BF, ldp, one, yc, ldy);
-          gemm_tn(ctx, w.rows, m, K, one, w.data, CUDA_R_16BF, K, p[2], CUDA_R_16BF, ldp, one, yc, ldy);
-          blas_end(ctx);
-        }
-      }
+    case DType::BF16:
+      matmul_split(ctx, w, x, ldx, n, y, ldy, accumulate, scope);
       return;
-    }
     case DType::Q8_0:
-    case DType::Q4_0: {
-      const uint64_t row_floats = static_cast<uint64_t>(K);
-      int64_t tile = std::min<int64_t>(w.rows, static_cast<int64_t>(ws.available() / (row_floats * 4 + 256)));
-      tile = std::min<int64_t>(tile, kMaxDequantTileRows);
-      if (tile < std::min<int64_t>(w.rows, kMinDequantTileRows)) {
-        gemv_passes(ctx, w, x, ldx, n, y, ldy, accumulate);
-        return;
-      }
-      if (tile >= 64 && tile < w.rows) tile = tile / 64 * 64;
-      float* deq = ws.take<float>(static_cast<uint64_t>(tile) * row_floats, "dequantised weight tile");
-      const uint64_t row_bytes = dtype_row_bytes(w.dtype, K);
-      for (int64_t r0 = 0; r0 < w.rows; r0 += tile) {
-        const int64_t tr = std::min(tile, w.rows - r0);
-        const dim3 grid = row_grid(tr, K, 256);
-        if (w.dtype == DType::Q8_0)
-          dequant_rows_kernel<DType::Q8_0><<<grid, 256, 0, ctx.stream>>>(w.data + r0 * row_bytes, row_bytes, K, deq);
-        else
-          dequant_rows_kernel<DType::Q4_0><<<grid, 256, 0, ctx.stream>>>(w.data + r0 * row_bytes, row_bytes, K, deq);
-        check_launch("dequantise kernel");
-        blas_begin(ctx);
-        gemm_tn(ctx, tr, n, K, one, deq, CUDA_R_32F, K, x, CUDA_R_32F, ldx, accumulate ? one : zero, y + r0, ldy);
-        blas_end(ctx);
-      }
+    case DType::Q4_0:
+      matmul_dequant(ctx, w, x, ldx, n, y, ldy, accumulate);
       return;
-    }
   }
 }
 

@@ -217,6 +217,64 @@ __device__ __forceinline__ void load_pieces(P (&pc)[U][M][kRows], const uint8_t*
   }
 }
 
+// The weight rows of the warp's kRows rows of each matrix (rows past the end repeat the last row).
+template <int M>
+__device__ __forceinline__ void weight_rows(const TaskDev& tk, int row0, const uint8_t* (&wr)[M][kRows]) {
+  const uint8_t *mw0, *mw1;
+  task_matrices(tk, &mw0, &mw1);
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      wr[m][r] = (m == 0 ? mw0 : mw1) + static_cast<int64_t>(min(row0 + r, tk.rows - 1)) * tk.row_bytes;
+}
+
+// k-split: lane 0 of each warp puts the warp's sums in `part`, visible to the block after the barrier.
+template <int NT, int M>
+__device__ __forceinline__ void stash_warp_sums(float (&part)[kWarps][M][kRows][NT], int warp, int lane,
+                                                const float (&acc)[M][kRows][NT]) {
+  if (lane == 0)
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) part[warp][m][r][t] = acc[m][r][t];
+  __syncthreads();
+}
+
+// k-split: the warps' partial sums, added in warp order (the same result on every run).
+template <int NT, int M>
+__device__ __forceinline__ void add_warp_sums(const float (&part)[kWarps][M][kRows][NT], float (&acc)[M][kRows][NT]) {
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        float s = part[0][m][r][t];
+#pragma unroll
+        for (int w = 1; w < kWarps; ++w) s += part[w][m][r][t];
+        acc[m][r][t] = s;
+      }
+}
+
+// Lane 0 writes the rows that exist for the nt tokens (the mode decides store, add or SwiGLU).
+template <int NT, int M>
+__device__ __forceinline__ void store_gemv_rows(const Batch& b, const TaskDev& tk, int row0, int nt, int lane,
+                                                const float (&acc)[M][kRows][NT]) {
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int row = row0 + r;
+      if (row >= tk.rows) break;
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+        if (t < nt) store_out(b.mode, tk.y + static_cast<int64_t>(t) * tk.ldy + row, acc[0][r][t], acc[M - 1][r][t]);
+    }
+  }
+}
+
 // Fast path: rows 16-byte aligned for f32/f16/bf16 (cols a multiple of 4/8), 2-byte aligned blocks
 // for q8_0/q4_0, x rows 16-byte aligned. Each step issues the weight loads of kUnroll pieces per row
 // (clamped to the row, so always valid) before any arithmetic, to keep enough bytes in flight.
@@ -225,7 +283,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const __grid_constant
   using P = Piece<T>;
   constexpr int E = P::kElems;
   // Pieces per row in flight. 8 for one vector through one matrix measured slower in the whole model
-  // (nemo8b 170-173 against 175-179 tokens/s, qwen30b 250-252 against 263-270: results/executor/decode_5fc4a62/).
+  // (nemo8b 170-173 against 175-179 tokens/s, qwen30b 250-252 against 263-270).
   constexpr int kUnroll = gemv_unroll(NT, M);
   const int ti = find_task(b);
   const TaskDev& tk = b.task[ti];
@@ -247,18 +305,11 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const __grid_constant
   const bool early = tk.sel == nullptr;
   if (!early) pdl_wait();
 
-  const uint8_t *mw0, *mw1;
-  task_matrices(tk, &mw0, &mw1);
   const uint8_t* wr[M][kRows];
-#pragma unroll
-  for (int m = 0; m < M; ++m)
-#pragma unroll
-    for (int r = 0; r < kRows; ++r)
-      wr[m][r] = (m == 0 ? mw0 : mw1) + static_cast<int64_t>(min(row0 + r, tk.rows - 1)) * tk.row_bytes;
-  const float* xr[NT];
+  weight_rows<M>(tk, row0, wr);
+  const float* xr[NT];  // tokens past nt repeat the first
 #pragma unroll
   for (int t = 0; t < NT; ++t) xr[t] = tk.x + static_cast<int64_t>(tk.tok[t < nt ? t : 0]) * tk.ldx;
-
   float acc[M][kRows][NT];
 #pragma unroll
   for (int m = 0; m < M; ++m)
@@ -271,6 +322,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const __grid_constant
   P pc[kUnroll][M][kRows];
   if (units > 0) load_pieces<P, kUnroll, M>(pc, wr, first, units);  // the first step's weights
   if (early) pdl_wait();
+  // Unpack and multiply inline: as a helper, ptxas scheduled six instances differently (bf16, one token,
+  // one matrix: 1000 instructions instead of 1016).
   for (int u0 = first; u0 < units; u0 += stride) {
     if (u0 != first) load_pieces<P, kUnroll, M>(pc, wr, u0, units);
 #pragma unroll
@@ -315,39 +368,13 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const __grid_constant
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
       for (int t = 0; t < NT; ++t) acc[m][r][t] = warp_sum(acc[m][r][t]);
-  if (ks) {  // the warps' partial sums, added in warp order (the same result on every run)
+  if (ks) {
     __shared__ float part[kWarps][M][kRows][NT];
-    if (lane == 0)
-#pragma unroll
-      for (int m = 0; m < M; ++m)
-#pragma unroll
-        for (int r = 0; r < kRows; ++r)
-#pragma unroll
-          for (int t = 0; t < NT; ++t) part[warp][m][r][t] = acc[m][r][t];
-    __syncthreads();
+    stash_warp_sums<NT, M>(part, warp, lane, acc);
     if (warp != 0) return;
-#pragma unroll
-    for (int m = 0; m < M; ++m)
-#pragma unroll
-      for (int r = 0; r < kRows; ++r)
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          float s = part[0][m][r][t];
-#pragma unroll
-          for (int w = 1; w < kWarps; ++w) s += part[w][m][r][t];
-          acc[m][r][t] = s;
-        }
+    add_warp_sums<NT, M>(part, acc);
   }
-  if (lane == 0) {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int row = row0 + r;
-      if (row >= tk.rows) break;
-#pragma unroll
-      for (int t = 0; t < NT; ++t)
-        if (t < nt) store_out(b.mode, tk.y + static_cast<int64_t>(t) * tk.ldy + row, acc[0][r][t], acc[M - 1][r][t]);
-    }
-  }
+  store_gemv_rows<NT, M>(b, tk, row0, nt, lane, acc);
 }
 
 // Any dtype, any alignment (odd shapes): one row per warp, element loads, tokens at run time.

@@ -66,7 +66,7 @@ uint64_t matmul_bytes_per_token(DType dtype, int64_t cols);
 uint64_t matmul_fixed_bytes(DType dtype, int64_t rows, int64_t cols);
 // Workspace bytes with which matmul dequantises the whole matrix at once (its rows up to its tile cap):
 // narrower tiles make cuBLAS take split-K kernels for each, ~1.5x the time of one wide GEMM (qwen30b's
-// experts at 192 rows: results/executor/kprof_feb1d50/). Same as matmul_fixed_bytes for float weights.
+// experts at 192 rows, Nsight Compute on the H200). Same as matmul_fixed_bytes for float weights.
 uint64_t matmul_tile_bytes(DType dtype, int64_t rows, int64_t cols);
 
 // ---- norms, RoPE, element-wise, MoE helpers (norm_rope.cu) -------------------------------------

@@ -28,7 +28,7 @@ __device__ float block_sum(float v, float* scratch /* [32] */) {
 // One block per row. Rows whose float4s fit kNormUnroll per thread (the launcher sizes the block so)
 // are read once into registers, x and w together, so a thread's loads are all in flight at once: a
 // decode step's norm is one row, and a loop of dependent loads made it ~11 us of DRAM round trips on
-// the H200 (Nsight Compute, results/executor/kprof_feb1d50/). Other rows (odd sizes, misaligned,
+// the H200 (Nsight Compute). Other rows (odd sizes, misaligned,
 // very wide) take the general loop.
 constexpr int kNormUnroll = 4;
 

@@ -69,13 +69,105 @@ Vec swiglu_ffn(const TensorView& gate, const TensorView& up, const TensorView& d
   return matvec(down, g, slice);
 }
 
+// Layer prefix p's attention block, added to the residual stream x: project every position, then let
+// each attend to positions <= itself.
+void attention_block(const WeightSource& src, const std::string& p, std::vector<Vec>& x) {
+  const ModelSpec& sp = src.spec();
+  const int64_t n = static_cast<int64_t>(x.size()), H = sp.hidden_size, hd = sp.head_dim;
+  const int64_t n_heads = sp.num_attention_heads, n_kv = sp.num_key_value_heads, group = n_heads / n_kv;
+  const double eps = sp.rms_norm_eps;
+  auto T = [&](const std::string& name) -> const TensorView& { return src.tensor(name); };
+  const Vec attn_norm = to_vec(T(p + "attn_norm.weight"));
+  std::vector<Vec> q(n), k(n), v(n);
+  for (int64_t t = 0; t < n; ++t) {
+    Vec xn = rms_norm(x[t], attn_norm, eps);
+    q[t] = matvec(T(p + "attn_q.weight"), xn);
+    k[t] = matvec(T(p + "attn_k.weight"), xn);
+    v[t] = matvec(T(p + "attn_v.weight"), xn);
+    if (sp.has_qk_norm()) {
+      const Vec qn = to_vec(T(p + "attn_q_norm.weight")), kn = to_vec(T(p + "attn_k_norm.weight"));
+      for (int64_t h = 0; h < n_heads; ++h) {
+        Vec r = rms_norm(q[t], qn, eps, static_cast<size_t>(h * hd), static_cast<size_t>(hd));
+        std::copy(r.begin(), r.end(), q[t].begin() + h * hd);
+      }
+      for (int64_t h = 0; h < n_kv; ++h) {
+        Vec r = rms_norm(k[t], kn, eps, static_cast<size_t>(h * hd), static_cast<size_t>(hd));
+        std::copy(r.begin(), r.end(), k[t].begin() + h * hd);
+      }
+    }
+    apply_rope(q[t], n_heads, hd, t, sp.rope_theta, src.rope_style());
+    apply_rope(k[t], n_kv, hd, t, sp.rope_theta, src.rope_style());
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    Vec attn(static_cast<size_t>(n_heads * hd), 0.0);
+    for (int64_t h = 0; h < n_heads; ++h) {
+      const int64_t g = h / group;
+      Vec scores(static_cast<size_t>(t + 1));
+      for (int64_t j = 0; j <= t; ++j) {
+        double s = 0;
+        for (int64_t d = 0; d < hd; ++d) s += q[t][h * hd + d] * k[j][g * hd + d];
+        scores[j] = s / std::sqrt(static_cast<double>(hd));
+      }
+      const double m = *std::max_element(scores.begin(), scores.end());
+      double sum = 0;
+      for (double& s : scores) sum += (s = std::exp(s - m));
+      for (int64_t j = 0; j <= t; ++j)
+        for (int64_t d = 0; d < hd; ++d) attn[h * hd + d] += scores[j] / sum * v[j][g * hd + d];
+    }
+    Vec o = matvec(T(p + "attn_output.weight"), attn);
+    for (int64_t i = 0; i < H; ++i) x[t][i] += o[i];
+  }
+}
+
+// The softmax-routed experts of layer prefix p for one normed row xn: the top-k experts' SwiGLU outputs,
+// weighted by their probabilities (renormalised over the top k when the model says so).
+Vec moe_ffn(const WeightSource& src, const std::string& p, const Vec& xn) {
+  const ModelSpec& sp = src.spec();
+  auto T = [&](const std::string& name) -> const TensorView& { return src.tensor(name); };
+  Vec out(static_cast<size_t>(sp.hidden_size), 0.0);
+  Vec logits = matvec(T(p + "ffn_gate_inp.weight"), xn);
+  const double m = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (double& z : logits) sum += (z = std::exp(z - m));
+  for (double& z : logits) z /= sum;
+  std::vector<int64_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
+  order.resize(static_cast<size_t>(sp.num_experts_per_tok));
+  double top_sum = 0;
+  for (int64_t e : order) top_sum += logits[e];
+  for (int64_t e : order) {
+    const double w = sp.norm_topk_prob ? logits[e] / top_sum : logits[e];
+    Vec y =
+        swiglu_ffn(T(p + "ffn_gate_exps.weight"), T(p + "ffn_up_exps.weight"), T(p + "ffn_down_exps.weight"), xn, e);
+    for (int64_t i = 0; i < sp.hidden_size; ++i) out[i] += w * y[i];
+  }
+  return out;
+}
+
+// Layer prefix p's FFN block (dense SwiGLU, or softmax-routed experts), added to x.
+void ffn_block(const WeightSource& src, const std::string& p, std::vector<Vec>& x) {
+  const ModelSpec& sp = src.spec();
+  const int64_t H = sp.hidden_size;
+  auto T = [&](const std::string& name) -> const TensorView& { return src.tensor(name); };
+  const Vec ffn_norm = to_vec(T(p + "ffn_norm.weight"));
+  for (size_t t = 0; t < x.size(); ++t) {
+    Vec xn = rms_norm(x[t], ffn_norm, sp.rms_norm_eps);
+    Vec out(static_cast<size_t>(H), 0.0);
+    if (!sp.is_moe()) {
+      out = swiglu_ffn(T(p + "ffn_gate.weight"), T(p + "ffn_up.weight"), T(p + "ffn_down.weight"), xn, -1);
+    } else {
+      out = moe_ffn(src, p, xn);
+    }
+    for (int64_t i = 0; i < H; ++i) x[t][i] += out[i];
+  }
+}
+
 }  // namespace
 
 std::vector<float> reference_logits(const WeightSource& src, const std::vector<int32_t>& tokens) {
   const ModelSpec& sp = src.spec();
-  const int64_t n = static_cast<int64_t>(tokens.size()), H = sp.hidden_size, hd = sp.head_dim;
-  const int64_t n_heads = sp.num_attention_heads, n_kv = sp.num_key_value_heads, group = n_heads / n_kv;
-  const double eps = sp.rms_norm_eps;
+  const int64_t n = static_cast<int64_t>(tokens.size()), H = sp.hidden_size;
   auto T = [&](const std::string& name) -> const TensorView& { return src.tensor(name); };
 
   // Residual stream per position, starting from the embedding rows.
@@ -87,85 +179,17 @@ std::vector<float> reference_logits(const WeightSource& src, const std::vector<i
     dequantize_row(emb.dtype, emb.row(tokens[t]), row.data(), H);
     x[t] = Vec(row.begin(), row.end());
   }
-
   for (int64_t l = 0; l < sp.num_hidden_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    // Attention: project every position, then let each attend to positions <= itself.
-    const Vec attn_norm = to_vec(T(p + "attn_norm.weight"));
-    std::vector<Vec> q(n), k(n), v(n);
-    for (int64_t t = 0; t < n; ++t) {
-      Vec xn = rms_norm(x[t], attn_norm, eps);
-      q[t] = matvec(T(p + "attn_q.weight"), xn);
-      k[t] = matvec(T(p + "attn_k.weight"), xn);
-      v[t] = matvec(T(p + "attn_v.weight"), xn);
-      if (sp.has_qk_norm()) {
-        const Vec qn = to_vec(T(p + "attn_q_norm.weight")), kn = to_vec(T(p + "attn_k_norm.weight"));
-        for (int64_t h = 0; h < n_heads; ++h) {
-          Vec r = rms_norm(q[t], qn, eps, static_cast<size_t>(h * hd), static_cast<size_t>(hd));
-          std::copy(r.begin(), r.end(), q[t].begin() + h * hd);
-        }
-        for (int64_t h = 0; h < n_kv; ++h) {
-          Vec r = rms_norm(k[t], kn, eps, static_cast<size_t>(h * hd), static_cast<size_t>(hd));
-          std::copy(r.begin(), r.end(), k[t].begin() + h * hd);
-        }
-      }
-      apply_rope(q[t], n_heads, hd, t, sp.rope_theta, src.rope_style());
-      apply_rope(k[t], n_kv, hd, t, sp.rope_theta, src.rope_style());
-    }
-    for (int64_t t = 0; t < n; ++t) {
-      Vec attn(static_cast<size_t>(n_heads * hd), 0.0);
-      for (int64_t h = 0; h < n_heads; ++h) {
-        const int64_t g = h / group;
-        Vec scores(static_cast<size_t>(t + 1));
-        for (int64_t j = 0; j <= t; ++j) {
-          double s = 0;
-          for (int64_t d = 0; d < hd; ++d) s += q[t][h * hd + d] * k[j][g * hd + d];
-          scores[j] = s / std::sqrt(static_cast<double>(hd));
-        }
-        const double m = *std::max_element(scores.begin(), scores.end());
-        double sum = 0;
-        for (double& s : scores) sum += (s = std::exp(s - m));
-        for (int64_t j = 0; j <= t; ++j)
-          for (int64_t d = 0; d < hd; ++d) attn[h * hd + d] += scores[j] / sum * v[j][g * hd + d];
-      }
-      Vec o = matvec(T(p + "attn_output.weight"), attn);
-      for (int64_t i = 0; i < H; ++i) x[t][i] += o[i];
-    }
-    // FFN (dense SwiGLU, or softmax-routed experts).
-    const Vec ffn_norm = to_vec(T(p + "ffn_norm.weight"));
-    for (int64_t t = 0; t < n; ++t) {
-      Vec xn = rms_norm(x[t], ffn_norm, eps);
-      Vec out(static_cast<size_t>(H), 0.0);
-      if (!sp.is_moe()) {
-        out = swiglu_ffn(T(p + "ffn_gate.weight"), T(p + "ffn_up.weight"), T(p + "ffn_down.weight"), xn, -1);
-      } else {
-        Vec logits = matvec(T(p + "ffn_gate_inp.weight"), xn);
-        const double m = *std::max_element(logits.begin(), logits.end());
-        double sum = 0;
-        for (double& z : logits) sum += (z = std::exp(z - m));
-        for (double& z : logits) z /= sum;
-        std::vector<int64_t> order(logits.size());
-        std::iota(order.begin(), order.end(), 0);
-        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
-        order.resize(static_cast<size_t>(sp.num_experts_per_tok));
-        double top_sum = 0;
-        for (int64_t e : order) top_sum += logits[e];
-        for (int64_t e : order) {
-          const double w = sp.norm_topk_prob ? logits[e] / top_sum : logits[e];
-          Vec y = swiglu_ffn(T(p + "ffn_gate_exps.weight"), T(p + "ffn_up_exps.weight"),
-                             T(p + "ffn_down_exps.weight"), xn, e);
-          for (int64_t i = 0; i < H; ++i) out[i] += w * y[i];
-        }
-      }
-      for (int64_t i = 0; i < H; ++i) x[t][i] += out[i];
-    }
+    attention_block(src, p, x);
+    ffn_block(src, p, x);
   }
 
   const Vec out_norm = to_vec(T("output_norm.weight"));
   const TensorView& head = sp.tie_word_embeddings ? emb : T("output.weight");
   std::vector<float> logits(static_cast<size_t>(n * sp.vocab_size));
   for (int64_t t = 0; t < n; ++t) {
-    Vec y = matvec(head, rms_norm(x[t], out_norm, eps));
+    Vec y = matvec(head, rms_norm(x[t], out_norm, sp.rms_norm_eps));
     for (int64_t i = 0; i < sp.vocab_size; ++i) logits[t * sp.vocab_size + i] = static_cast<float>(y[i]);
   }
   return logits;
