@@ -8,7 +8,8 @@
 #   all: both models' cells and the whole model; quick: 1K/4G with the main schedules, and the whole
 #   model; whole: the whole model kernel by kernel and as CUDA graphs; whole-timeline: the whole
 #   model with the measured timeline of decode runs TIMELINE_RUNS (30:36) -> OUT/timelines.tgz.
-#   Env: CELLS ("1024:2G 1024:4G 1024:8G 4096:4G"), MODELS, HOST_KV_ATTENTION, RUN_ARGS, BUNDLE, PROFILE.
+#   Env: CELLS ("1024:2G 1024:4G 1024:8G 4096:4G"), MODELS, HOST_KV_ATTENTION, RUN_ARGS, BUNDLE, PROFILE,
+#   SYNTH (options appended to the synthetic model, e.g. "&routing=concentrated").
 set -uo pipefail
 out=${1:?usage: bench.sh OUT [all|nemo8b|qwen30b|quick|whole|whole-timeline]}
 part=${2:-all}
@@ -33,7 +34,7 @@ one() {  # model ctx budget schedule [graphs|nographs|timeline]
     extra=(--timeline "$out/timelines/${model}_${ctx}_${budget}_${sched}.json" --timeline-runs "${TIMELINE_RUNS:-30:36}")
   fi
   rm -f "$out/run.json"
-  "$bin" run --model "synthetic:$model" --tokens "$toks" -n 64 --greedy --threads 16 --ctx "$ctx" --device cuda \
+  "$bin" run --model "synthetic:$model${SYNTH:-}" --tokens "$toks" -n 64 --greedy --threads 16 --ctx "$ctx" --device cuda \
     --vram-budget "$budget" --schedule "$sched" --profile "$profile" --json --host-kv-attention "${HOST_KV_ATTENTION:-choose}" \
     "${extra[@]}" ${RUN_ARGS:-} > "$out/run.json" 2> "$out/err.txt"
   "$bin" plan --model "$model" --profile "$profile" --vram-budget "$budget" --ctx "$ctx" --threads 16 --json \
