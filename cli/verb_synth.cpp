@@ -17,6 +17,7 @@ struct SynthArgs {
   std::string out;
   int threads = 0;
   int64_t layers = 0;
+  std::string routing = "balanced";
 };
 
 void run_synth(const SynthArgs& a) {
@@ -26,8 +27,9 @@ void run_synth(const SynthArgs& a) {
   if (!a.dtype.empty()) spec.dtype = parse_dtype(a.dtype);
   if (a.layers > 0) spec.num_hidden_layers = a.layers;
   spec.validate("--spec " + a.spec);
+  const SyntheticRouting routing = parse_synthetic_routing(a.routing);
   ThreadPool pool(resolve_threads(a.threads));
-  auto src = make_synthetic_weights(spec, a.seed, &pool, true);
+  auto src = make_synthetic_weights(spec, a.seed, &pool, true, routing);
   write_gguf(*src, a.out, spec.dtype, &pool, true);
   std::fprintf(stderr, "wrote %s: %s %s, %s\n", a.out.c_str(), spec.name.c_str(), dtype_name(spec.dtype),
                format_bytes(spec.total_bytes()).c_str());
@@ -44,6 +46,10 @@ void register_synth(CLI::App& app) {
   sub->add_option("-o,--out", a->out, "Output .gguf path")->required();
   sub->add_option("--threads", a->threads, kThreadsHelp);
   sub->add_option("--layers", a->layers, "Override the number of layers (0 = the spec's)");
+  sub->add_option("--routing", a->routing,
+                  "MoE routing of the weights: balanced (tokens spread over the experts as under a trained router) "
+                  "or concentrated (a prompt reaches few experts per layer; for studies)")
+      ->capture_default_str();
   sub->callback([a] { run_synth(*a); });
 }
 

@@ -78,9 +78,21 @@ void fill_float(DType dt, uint8_t* out, int64_t e0, int64_t e1, uint64_t key, Te
   }
 }
 
+// Q4_0 codes are nibbles c with the value c - 8, so uniform random nibbles have the mean -0.5 (of a
+// spread of 4.6). A matrix whose values share a mean sums any common component of its input coherently
+// (n * mean against sqrt(n) * spread), and layer after layer every token's hidden state turns towards
+// one direction: the router then sends all tokens to the same few experts. Nibble 0 becomes 8 (the
+// value 0): values -7..7, symmetric, mean 0.
+inline uint64_t zero_mean_nibbles(uint64_t q) {
+  const uint64_t any = (q | (q >> 1) | (q >> 2) | (q >> 3)) & 0x1111111111111111ull;
+  return q | ((~any & 0x1111111111111111ull) << 3);
+}
+
 // Fills blocks [b0, b1) of a quantised tensor with random codes and scales such that the values
-// have the recipe's spread.
-void fill_quant(DType dt, uint8_t* out, int64_t b0, int64_t b1, uint64_t key, TensorRecipe r) {
+// have the recipe's spread and mean 0, like the symmetric weights of a trained layer. Zero-mean
+// values keep the hidden states of different tokens apart, so a model's router spreads them over
+// its experts as a trained, load-balanced router does.
+void fill_quant(DType dt, uint8_t* out, int64_t b0, int64_t b1, uint64_t key, TensorRecipe r, bool balanced) {
   for (int64_t b = b0; b < b1; ++b) {
     uint64_t h = splitmix64(key ^ (static_cast<uint64_t>(b) * 0x100000001B3ull));
     const float jitter = 0.75f + 0.25f * unit(static_cast<uint32_t>(h >> 32));
@@ -90,14 +102,19 @@ void fill_quant(DType dt, uint8_t* out, int64_t b0, int64_t b1, uint64_t key, Te
       for (int j = 0; j < kQK8_0; j += 8) {
         uint64_t q = splitmix64(h + static_cast<uint64_t>(j));
         for (int k = 0; k < 8; ++k) {
-          int v = static_cast<int>(static_cast<uint8_t>(q >> (8 * k))) - 128;
-          blk->qs[j + k] = static_cast<int8_t>(v < -127 ? -127 : v);
+          const int v = static_cast<int>(static_cast<uint8_t>(q >> (8 * k))) - 128;
+          // Balanced: -127..127, symmetric, mean 0. Concentrated: -128 read as -127, mean -0.5.
+          blk->qs[j + k] = static_cast<int8_t>(v == -128 ? (balanced ? 0 : -127) : v);
         }
       }
     } else {
       auto* blk = reinterpret_cast<BlockQ4_0*>(out) + b;
       blk->d = f32_to_f16(r.amplitude * jitter / 8.0f);
       uint64_t q0 = splitmix64(h + 1), q1 = splitmix64(h + 2);
+      if (balanced) {
+        q0 = zero_mean_nibbles(q0);
+        q1 = zero_mean_nibbles(q1);
+      }
       std::memcpy(blk->qs, &q0, 8);
       std::memcpy(blk->qs + 8, &q1, 8);
     }
@@ -120,11 +137,13 @@ namespace {
 
 class SyntheticWeights : public WeightSource {
  public:
-  SyntheticWeights(const ModelSpec& spec, uint64_t seed, ThreadPool* pool, bool show_progress) {
+  SyntheticWeights(const ModelSpec& spec, uint64_t seed, ThreadPool* pool, bool show_progress, SyntheticRouting routing) {
     spec_ = spec;
     spec_.validate("synthetic:" + spec.name);
     rope_style_ = RopeStyle::Neox;
     origin_ = "synthetic:" + spec.name + "?dtype=" + dtype_name(spec.dtype) + "&seed=" + std::to_string(seed);
+    if (routing != SyntheticRouting::Balanced) origin_ += std::string("&routing=") + synthetic_routing_name(routing);
+    const bool balanced = routing == SyntheticRouting::Balanced;
     const std::vector<TensorDesc> descs = spec_.tensors();
     const std::map<std::string, uint64_t> at = synthetic_tensor_offsets(spec_);
     uint64_t total = 0;
@@ -142,7 +161,7 @@ class SyntheticWeights : public WeightSource {
       const int64_t grain = 1 << 16;
       const double bytes_per_unit = static_cast<double>(d.bytes) / static_cast<double>(units);
       tp.parallel_for(units, grain, [&](int64_t u0, int64_t u1, int) {
-        if (quant) fill_quant(d.dtype, out, u0, u1, key, r);
+        if (quant) fill_quant(d.dtype, out, u0, u1, key, r, balanced);
         else fill_float(d.dtype, out, u0, u1, key, r);
         progress.add(static_cast<uint64_t>(bytes_per_unit * static_cast<double>(u1 - u0)));
       });
@@ -164,8 +183,18 @@ class SyntheticWeights : public WeightSource {
 }  // namespace
 
 std::unique_ptr<WeightSource> make_synthetic_weights(const ModelSpec& spec, uint64_t seed, ThreadPool* pool,
-                                                     bool show_progress) {
-  return std::make_unique<SyntheticWeights>(spec, seed, pool, show_progress);
+                                                     bool show_progress, SyntheticRouting routing) {
+  return std::make_unique<SyntheticWeights>(spec, seed, pool, show_progress, routing);
+}
+
+const char* synthetic_routing_name(SyntheticRouting r) {
+  return r == SyntheticRouting::Concentrated ? "concentrated" : "balanced";
+}
+
+SyntheticRouting parse_synthetic_routing(const std::string& name) {
+  if (name == "balanced") return SyntheticRouting::Balanced;
+  if (name == "concentrated") return SyntheticRouting::Concentrated;
+  fail("routing '", name, "' is not balanced or concentrated");
 }
 
 namespace {
@@ -209,8 +238,14 @@ SyntheticModel parse_synthetic(const std::string& text) {
       m.seed = checked_number(ctx, key, value, 0, UINT64_MAX);
     } else if (key == "layers") {
       spec.num_hidden_layers = static_cast<int64_t>(checked_number(ctx, key, value, 1, static_cast<uint64_t>(kMaxLayers)));
+    } else if (key == "routing") {
+      try {
+        m.routing = parse_synthetic_routing(value);
+      } catch (const Error& e) {
+        fail(ctx, ": option routing: ", e.what());
+      }
     } else {
-      fail(ctx, ": unknown option '", key, "' (known: dtype, seed, layers)");
+      fail(ctx, ": unknown option '", key, "' (known: dtype, seed, layers, routing)");
     }
   }
   spec.validate(ctx);
@@ -220,7 +255,7 @@ SyntheticModel parse_synthetic(const std::string& text) {
 std::unique_ptr<WeightSource> open_synthetic_weights(const std::string& text, const OpenOptions& options) {
   const SyntheticModel m = parse_synthetic(text);
   ThreadPool pool(options.threads);
-  return make_synthetic_weights(m.spec, m.seed, &pool, false);
+  return make_synthetic_weights(m.spec, m.seed, &pool, false, m.routing);
 }
 
 }  // namespace shardwise

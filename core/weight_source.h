@@ -82,18 +82,29 @@ std::unique_ptr<WeightSource> open_weights(const std::string& model, const OpenO
 
 std::unique_ptr<WeightSource> open_gguf_weights(const std::string& path);
 std::unique_ptr<WeightSource> open_hf_weights(const std::string& dir);
-// Synthetic weights: deterministic in (spec, dtype, seed) and independent of the thread count.
+// How synthetic MoE weights route. Balanced (the default): quantised values have mean 0, like a
+// trained layer's, and tokens spread over the experts as under a trained, load-balanced router.
+// Concentrated: quantised codes drawn uniformly (mean -0.5 of a code), which turns every token's hidden
+// state towards one direction so that a prompt reaches only a few experts per layer; for studies of
+// that case (and to reproduce weights made before balanced routing), never a default.
+enum class SyntheticRouting { Balanced, Concentrated };
+const char* synthetic_routing_name(SyntheticRouting r);
+SyntheticRouting parse_synthetic_routing(const std::string& name);  // Error on anything else
+
+// Synthetic weights: deterministic in (spec, dtype, seed, routing) and independent of the thread count.
 std::unique_ptr<WeightSource> make_synthetic_weights(const ModelSpec& spec, uint64_t seed, ThreadPool* pool,
-                                                     bool show_progress = false);
+                                                     bool show_progress = false,
+                                                     SyntheticRouting routing = SyntheticRouting::Balanced);
 // Where make_synthetic_weights puts each tensor of `spec`: byte offsets into its one storage block, in
 // the spec's tensor order (no weights are made).
 std::map<std::string, uint64_t> synthetic_tensor_offsets(const ModelSpec& spec);
-// "SPEC[?dtype=D&seed=S&layers=L]", the text after "synthetic:": the spec with its options applied and
+// "SPEC[?dtype=D&seed=S&layers=L&routing=R]", the text after "synthetic:": the spec with its options applied and
 // the seed. Every reader of such text (open_weights, the CLI's model specs, experiments) parses it here.
 // Throws Error naming the text and the option (seed: decimal 0 to 2^64-1; layers: 1 to the spec limit).
 struct SyntheticModel {
   ModelSpec spec;
   uint64_t seed = 1;
+  SyntheticRouting routing = SyntheticRouting::Balanced;
 };
 SyntheticModel parse_synthetic(const std::string& text);
 // Parses the text after "synthetic:" and materialises the weights.

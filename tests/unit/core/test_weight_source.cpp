@@ -1,6 +1,7 @@
 // Tests for core/weight_source: synthetic weights, HF directories, and the GGUF export following
 // llama.cpp's conventions (checked by the logits of the written file against HF transformers).
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -50,6 +51,65 @@ TEST_CASE("synthetic: model strings", "[weights]") {
   CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?dtype=q4_K"), Contains("q4_K"));
   CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?colour=red"), Contains("colour"));
   CHECK_THROWS_WITH(open_weights("synthetic:nosuch"), Contains("nosuch"));
+  CHECK_THROWS_WITH(open_weights("synthetic:tiny_moe?routing=even"), Contains("routing 'even'"));
+  auto conc = open_weights("synthetic:tiny_moe?dtype=q4_0&seed=3&routing=concentrated");
+  CHECK(conc->origin() == "synthetic:tiny_moe?dtype=q4_0&seed=3&routing=concentrated");
+  CHECK(open_weights("synthetic:tiny_moe?dtype=q4_0&seed=3&routing=balanced")->origin() ==
+        "synthetic:tiny_moe?dtype=q4_0&seed=3");
+}
+
+// Balanced weights (the default) have quantised values of mean 0: q4_0 nibbles 1..15 (value -7..7),
+// q8_0 codes -127..127. Concentrated ones keep the uniform draw (nibble 0, code -127 twice as often)
+// and differ only in the quantised tensors.
+TEST_CASE("synthetic: balanced quantised values have mean 0; concentrated ones are the uniform draw", "[weights]") {
+  ModelSpec s = builtin_spec("tiny_moe");
+  ThreadPool pool(2);
+  for (DType dt : {DType::Q4_0, DType::Q8_0, DType::F16}) {
+    s.dtype = dt;
+    CAPTURE(dtype_name(dt));
+    auto bal = make_synthetic_weights(s, 5, &pool);
+    auto conc = make_synthetic_weights(s, 5, &pool, false, SyntheticRouting::Concentrated);
+    const TensorView& b = bal->tensor("blk.0.ffn_down_exps.weight");
+    const TensorView& c = conc->tensor("blk.0.ffn_down_exps.weight");
+    REQUIRE(b.nbytes == c.nbytes);
+    if (dt == DType::F16) {
+      CHECK(std::memcmp(b.data, c.data, b.nbytes) == 0);
+      continue;
+    }
+    auto code_sum = [&](const TensorView& t, int64_t* zeros) {
+      int64_t sum = 0, n = 0;
+      *zeros = 0;
+      const auto* p = static_cast<const uint8_t*>(t.data);
+      const uint64_t blocks = t.nbytes / (dt == DType::Q4_0 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0));
+      for (uint64_t i = 0; i < blocks; ++i) {
+        if (dt == DType::Q4_0) {
+          const auto* blk = reinterpret_cast<const BlockQ4_0*>(p) + i;
+          for (uint8_t byte : blk->qs)
+            for (int nib : {byte & 15, byte >> 4}) {
+              sum += nib - 8;
+              *zeros += nib == 0;
+              ++n;
+            }
+        } else {
+          const auto* blk = reinterpret_cast<const BlockQ8_0*>(p) + i;
+          for (int8_t q : blk->qs) {
+            sum += q;
+            *zeros += q == -128;
+            ++n;
+          }
+        }
+      }
+      return static_cast<double>(sum) / static_cast<double>(n);
+    };
+    int64_t zb = 0, zc = 0;
+    const double mb = code_sum(b, &zb), mc = code_sum(c, &zc);
+    CHECK(zb == 0);  // never the code that breaks the symmetry
+    CHECK(std::abs(mb) < 0.05);
+    if (dt == DType::Q4_0) {
+      CHECK(zc > 0);
+      CHECK(mc < -0.4);  // the uniform draw's -0.5
+    }
+  }
 }
 
 TEST_CASE("HF directories: canonical names, merged experts, tied embeddings", "[weights]") {

@@ -137,6 +137,63 @@ TEST_CASE("measured MoE routing: distinct experts per layer by token count", "[f
   CHECK(std::isnan(measure_next_layer_routing(ModelWeights::from_source(*dsrc), pool, toks)));
 }
 
+// A trained MoE router is load-balanced: n tokens touch about as many distinct experts per layer as
+// tokens picking uniformly would, E(n) = E * (1 - (1 - k/E)^n), and over many tokens every expert takes
+// a share near the mean. Synthetic weights must route so too (in every dtype), or a benchmark on them
+// streams far fewer experts than a user's model would.
+TEST_CASE("synthetic MoE weights route like a trained, load-balanced router", "[forward][routing]") {
+  ModelSpec s = builtin_spec("qwen30b");  // 128 experts, top-8, at a size a unit test can run
+  s.name = "qwen30b_small";
+  s.hidden_size = 256;
+  s.num_hidden_layers = 4;
+  s.num_attention_heads = 4;
+  s.num_key_value_heads = 2;
+  s.head_dim = 64;
+  s.moe_intermediate_size = 32;
+  s.vocab_size = 2048;
+  const int64_t E = s.num_experts, k = s.num_experts_per_tok, n = 512;
+  const std::vector<int32_t> toks = some_tokens(s.vocab_size, static_cast<int>(n), 11);
+  for (DType dt : {DType::Q4_0, DType::Q8_0, DType::F16}) {
+    s.dtype = dt;
+    CAPTURE(dtype_name(dt));
+    ThreadPool pool(2);
+    auto src = make_synthetic_weights(s, 1, &pool);
+    const ModelWeights w = ModelWeights::from_source(*src);
+    CpuModel m(w, pool);
+    KvCache kv(s, n);
+    std::vector<std::vector<int32_t>> ids(static_cast<size_t>(s.num_hidden_layers));
+    m.set_routing_observer([&](int64_t l, const MoeRouting& r) { ids[static_cast<size_t>(l)] = r.expert_ids; });
+    std::vector<float> logits(static_cast<size_t>(s.vocab_size));
+    m.forward(toks.data(), n, kv, logits.data(), false);
+    for (int64_t l = 0; l < s.num_hidden_layers; ++l) {
+      CAPTURE(l);
+      const std::vector<int32_t>& id = ids[static_cast<size_t>(l)];
+      REQUIRE(static_cast<int64_t>(id.size()) == n * k);
+      for (int64_t window : {4, 16, 64, 512}) {  // distinct experts per window of tokens, averaged
+        double sum = 0;
+        for (int64_t t0 = 0; t0 < n; t0 += window) sum += static_cast<double>(std::set<int32_t>(id.begin() + t0 * k, id.begin() + (t0 + window) * k).size());
+        const double measured = sum / static_cast<double>(n / window);
+        const double uniform = static_cast<double>(E) * (1.0 - std::pow(1.0 - static_cast<double>(k) / static_cast<double>(E), static_cast<double>(window)));
+        CAPTURE(window, measured, uniform);
+        CHECK(std::abs(measured - uniform) <= 0.1 * uniform);
+      }
+      std::vector<int64_t> load(static_cast<size_t>(E), 0);  // decode: each token's top-k, over all tokens
+      for (int32_t e : id) ++load[static_cast<size_t>(e)];
+      const double mean = static_cast<double>(n * k) / static_cast<double>(E);
+      CHECK(static_cast<double>(*std::max_element(load.begin(), load.end())) <= 2.0 * mean);
+      CHECK(static_cast<double>(*std::min_element(load.begin(), load.end())) >= 0.25 * mean);
+    }
+  }
+  // The named alternative for studies: q4_0 codes drawn uniformly send a prompt to few experts.
+  s.dtype = DType::Q4_0;
+  ThreadPool pool(2);
+  auto conc = make_synthetic_weights(s, 1, &pool, false, SyntheticRouting::Concentrated);
+  const double uniform = static_cast<double>(E) * (1.0 - std::pow(1.0 - static_cast<double>(k) / static_cast<double>(E), 64.0));
+  const std::vector<double> d = measure_experts_touched(ModelWeights::from_source(*conc), pool, toks, {64});
+  REQUIRE(d.size() == 1);
+  CHECK(d[0] < 0.75 * uniform);
+}
+
 TEST_CASE("measured MoE routing: the next layer's experts guessed from this layer's MoE input", "[forward][routing]") {
   ThreadPool pool(2);
   auto src = open_weights(test::fixtures_dir() + "/hf/qwen3moe_nonorm");
