@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PKGS=(
-  build-essential cmake make git pkg-config
+  build-essential cmake make git pkg-config ccache clang-format
   libeigen3-dev libopenblas-dev libyaml-cpp-dev catch2 libbenchmark-dev nlohmann-json3-dev libcli11-dev
   libgfortran-12-dev
   libpcre2-dev libutf8proc-dev
