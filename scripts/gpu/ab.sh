@@ -16,6 +16,7 @@ for r in $(seq 1 "$rounds"); do
   for side in $order; do
     bundle=$BUNDLE_A synth=${SYNTH_A:-}
     [ "$side" = B ] && bundle=$BUNDLE_B synth=${SYNTH_B:-}
+    mkdir -p "$out/$side"
     echo "== round $r, $side ($(date -u +%T))"
     BUNDLE=$bundle SYNTH=$synth bash "$(dirname "$0")/bench.sh" "$out/$side/r$r" "$part" > "$out/$side/r$r.log" 2>&1 ||
       echo "bench.sh failed: $out/$side/r$r.log"

@@ -9,7 +9,7 @@
 #   model; whole: the whole model kernel by kernel and as CUDA graphs; whole-timeline: the whole
 #   model with the measured timeline of decode runs TIMELINE_RUNS (30:36) -> OUT/timelines.tgz.
 #   Env: CELLS ("1024:2G 1024:4G 1024:8G 4096:4G"), MODELS, HOST_KV_ATTENTION, RUN_ARGS, BUNDLE, PROFILE,
-#   SYNTH (options appended to the synthetic model, e.g. "&routing=concentrated").
+#   SYNTH (options of the synthetic model, e.g. "?routing=concentrated"), SCHEDS (the schedules of a cell).
 set -uo pipefail
 out=${1:?usage: bench.sh OUT [all|nemo8b|qwen30b|quick|whole|whole-timeline]}
 part=${2:-all}
@@ -57,6 +57,7 @@ esac
 for m in "${models[@]}"; do
   scheds="auto gpu-only static dynamic layer-split"
   [ "$m" = qwen30b ] && scheds="$scheds cpu-moe"
+  scheds=${SCHEDS:-$scheds}
   for c in ${CELLS:-1024:2G 1024:4G 1024:8G 4096:4G}; do for s in $scheds; do one "$m" "${c%%:*}" "${c##*:}" "$s"; done; done
 done
 if [ $whole -eq 1 ]; then for m in ${MODELS:-nemo8b qwen30b}; do one "$m" 1024 40G auto; done; fi
