@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the portable binaries for the GPU machine (DEVICE.md) and packs them, stripped, into
+# Builds the portable binaries for the GPU machine (docs/GPU_MACHINE.md) and packs them, stripped, into
 # build-gpu/bundle.tar.xz (xz shares the statically linked OpenBLAS between binaries, so the
 # bundle stays a few MB). Pass the bundle to the device call's `carry`. BINS="cli/shardwise ..." packs
 # only those binaries (a smaller bundle for calls that need no tests).
