@@ -14,7 +14,9 @@ using namespace shardwise;
 using Catch::Matchers::Contains;
 
 namespace {
-std::string hf(const std::string& name) { return test::fixtures_dir() + "/hf/" + name; }
+std::string hf(const std::string& name) {
+  return test::fixtures_dir() + "/hf/" + name;
+}
 }  // namespace
 
 TEST_CASE("synthetic weights are deterministic and independent of the thread count", "[weights]") {
@@ -61,7 +63,7 @@ TEST_CASE("synthetic: model strings", "[weights]") {
 // Balanced weights (the default) have quantised values of mean 0: q4_0 nibbles 1..15 (value -7..7),
 // q8_0 codes -127..127. Concentrated ones keep the uniform draw (nibble 0, code -127 twice as often)
 // and differ only in the quantised tensors.
-TEST_CASE("synthetic: balanced quantised values have mean 0; concentrated ones are the uniform draw", "[weights]") {
+TEST_CASE("synthetic: balanced quantised values have mean 0, concentrated ones are the uniform draw", "[weights]") {
   ModelSpec s = builtin_spec("tiny_moe");
   ThreadPool pool(2);
   for (DType dt : {DType::Q4_0, DType::Q8_0, DType::F16}) {
