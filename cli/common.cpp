@@ -1,10 +1,11 @@
 // cli/common.cpp — shared verb helpers.
 #include "cli/common.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <sys/stat.h>
 
 #include "core/error.h"
 #include "core/size.h"
@@ -46,15 +47,16 @@ const CLI::Validator kUnsignedInteger(
     "UINT64");
 
 void check_token_flag(const char* flag, int64_t value) {
-  if (value < 0 || value > kMaxContext) fail(flag, " ", value, " is out of range: 0 (the default) or 1 to ", kMaxContext, " tokens");
+  if (value < 0 || value > kMaxContext)
+    fail(flag, " ", value, " is out of range: 0 (the default) or 1 to ", kMaxContext, " tokens");
 }
 
 const char* const kThreadsHelp = "CPU threads (0 = all cores; at most 4 x the hardware threads, and 1024)";
 
 int resolve_threads(int threads) {
   if (threads < 0 || threads > max_cli_threads())
-    fail("--threads ", threads, " is out of range: 0 (all cores) to ", max_cli_threads(), " (4 x the ", hardware_threads(),
-         " hardware threads, at most ", kMaxPoolThreads, ")");
+    fail("--threads ", threads, " is out of range: 0 (all cores) to ", max_cli_threads(), " (4 x the ",
+         hardware_threads(), " hardware threads, at most ", kMaxPoolThreads, ")");
   return threads == 0 ? hardware_threads() : threads;
 }
 
@@ -77,20 +79,21 @@ ModelSpec resolve_model_spec(const std::string& model, std::string* origin, DTyp
     *dtype_out = s.dtype;
     return s;
   }
-  if (::stat(model.c_str(), &st) == 0 && !(model.size() > 5 && (model.rfind(".yaml") == model.size() - 5 ||
-                                                                 model.rfind(".json") == model.size() - 5))) {
+  if (::stat(model.c_str(), &st) == 0 &&
+      !(model.size() > 5 && (model.rfind(".yaml") == model.size() - 5 || model.rfind(".json") == model.size() - 5))) {
     auto src = open_weights(model);
     *origin = src->origin();
     *dtype_out = src->spec().dtype;
     *has_weights = true;
     return src->spec();
   }
-  const bool looks_like_path = model.find('/') != std::string::npos ||
-                               (model.size() > 5 && (model.compare(model.size() - 5, 5, ".gguf") == 0 ||
-                                                     model.compare(model.size() - 5, 5, ".json") == 0 ||
-                                                     model.compare(model.size() - 5, 5, ".yaml") == 0));
+  const bool looks_like_path =
+      model.find('/') != std::string::npos || (model.size() > 5 && (model.compare(model.size() - 5, 5, ".gguf") == 0 ||
+                                                                    model.compare(model.size() - 5, 5, ".json") == 0 ||
+                                                                    model.compare(model.size() - 5, 5, ".yaml") == 0));
   if (looks_like_path && ::stat(model.c_str(), &st) != 0)
-    fail(model, ": no such file or directory (MODEL is a .gguf file, an HF directory, synthetic:SPEC or a builtin spec)");
+    fail(model,
+         ": no such file or directory (MODEL is a .gguf file, an HF directory, synthetic:SPEC or a builtin spec)");
   ModelSpec s = resolve_spec(model);
   *origin = model;
   *dtype_out = s.dtype;
@@ -100,8 +103,10 @@ ModelSpec resolve_model_spec(const std::string& model, std::string* origin, DTyp
 std::string resolve_device(const std::string& device) {
   if (device == "auto") return cuda_device_count() > 0 ? "cuda" : "cpu";
   if (device == "cuda") {
-    if (!cuda_built()) fail("--device cuda: this build has no CUDA backend (build with nvcc present, SHARDWISE_CUDA=ON)");
-    if (cuda_device_count() == 0) fail("--device cuda: no CUDA device is visible on this machine (try --device emu or cpu)");
+    if (!cuda_built())
+      fail("--device cuda: this build has no CUDA backend (build with nvcc present, SHARDWISE_CUDA=ON)");
+    if (cuda_device_count() == 0)
+      fail("--device cuda: no CUDA device is visible on this machine (try --device emu or cpu)");
     return device;
   }
   if (device == "emu" || device == "cpu") return device;

@@ -27,7 +27,8 @@ nlohmann::json machine_check_json(const MachineCheck& mc, const std::string& pro
           {"max_slowdown", mc.max_slowdown},
           {"min_slowdown", mc.min_slowdown},
           {"tolerance", tolerance},
-          {"hardware_difference", mc.hardware_difference.empty() ? nlohmann::json(nullptr) : nlohmann::json(mc.hardware_difference)},
+          {"hardware_difference",
+           mc.hardware_difference.empty() ? nlohmann::json(nullptr) : nlohmann::json(mc.hardware_difference)},
           {"same_machine", mc.within(tolerance)}};
 }
 
@@ -44,9 +45,11 @@ void require_same_machine(const MachineCheck& mc, const std::string& profile_pat
   for (const MachineCheckRow& r : mc.rows)
     if (r.threads == threads) rows += str_cat(rows.empty() ? "" : ", ", r.what, " ", r.slowdown(), "x");
   const auto first = mc.first_slowdown_by_threads.find(threads);
-  const std::string twice = first == mc.first_slowdown_by_threads.end() ? "" : str_cat(", and ", first->second, "x when first measured");
-  fail("machine check: this machine is ", f >= 1 ? f : 1 / f, "x ", f >= 1 ? "slower" : "faster", " than ", profile_path,
-       "'s at ", threads, " thread", threads == 1 ? "" : "s", " (", rows, twice, "; tolerance ", tolerance * 100, "%): ", what_to_do);
+  const std::string twice =
+      first == mc.first_slowdown_by_threads.end() ? "" : str_cat(", and ", first->second, "x when first measured");
+  fail("machine check: this machine is ", f >= 1 ? f : 1 / f, "x ", f >= 1 ? "slower" : "faster", " than ",
+       profile_path, "'s at ", threads, " thread", threads == 1 ? "" : "s", " (", rows, twice, "; tolerance ",
+       tolerance * 100, "%): ", what_to_do);
 }
 
 }  // namespace shardwise::cli

@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    if (e.get_exit_code() == 0) return app.exit(e);                           // --help, --version
     return fail_with(std::string(e.what()) + " (--help lists the options)");  // bad input like any other
   } catch (const shardwise::Error& e) {
     return fail_with(e.what());

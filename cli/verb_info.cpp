@@ -1,7 +1,8 @@
 // cli/verb_info.cpp — `shardwise info MODEL`: the model's shape, parameters and bytes per tensor kind.
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <map>
-#include <sys/stat.h>
 
 #include "cli/common.h"
 #include "core/error.h"
@@ -91,7 +92,8 @@ void run_info(const InfoArgs& a) {
 void register_info(CLI::App& app) {
   auto a = std::make_shared<InfoArgs>();
   CLI::App* sub = app.add_subcommand("info", "Show a model's shape, parameters and bytes per tensor kind");
-  sub->add_option("model", a->model, "A .gguf file, an HF directory, synthetic:SPEC, or a builtin spec name")->required();
+  sub->add_option("model", a->model, "A .gguf file, an HF directory, synthetic:SPEC, or a builtin spec name")
+      ->required();
   sub->add_flag("--json", a->json, "Print one JSON object");
   sub->callback([a] { run_info(*a); });
 }

@@ -49,8 +49,8 @@ void run_logits(const LogitsArgs& a) {
   for (int64_t i = 0; i < n; ++i) {  // written as computed, then reported: a NaN row is no result
     const int64_t bad = first_non_finite(logits.data() + i * spec.vocab_size, spec.vocab_size);
     if (bad >= 0)
-      fail(a.out, ": the logits of position ", i, " hold ", logits[static_cast<size_t>(i * spec.vocab_size + bad)], " at token id ", bad,
-           " (written as computed): the model's weights or activations are not finite");
+      fail(a.out, ": the logits of position ", i, " hold ", logits[static_cast<size_t>(i * spec.vocab_size + bad)],
+           " at token id ", bad, " (written as computed): the model's weights or activations are not finite");
   }
   std::fprintf(stderr, "wrote %s: float32 [%lld, %lld]\n", a.out.c_str(), (long long)n, (long long)spec.vocab_size);
 }

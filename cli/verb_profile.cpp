@@ -9,8 +9,8 @@
 #include "cli/common.h"
 #include "cli/machine_check.h"
 #include "core/error.h"
-#include "core/json_util.h"
 #include "core/file_util.h"
+#include "core/json_util.h"
 #include "core/size.h"
 #include "core/thread_pool.h"
 #include "costmodel/profile_db.h"
@@ -50,7 +50,8 @@ ProfileOptions options_of(const ProfileArgs& a) {
       used = 0;
     }
     if (used != t.size() || v < 1 || v > max_cli_threads())
-      fail("--threads '", a.threads, "': give thread counts like 1,16, each 1 to ", max_cli_threads(), " (4 x the hardware threads)");
+      fail("--threads '", a.threads, "': give thread counts like 1,16, each 1 to ", max_cli_threads(),
+           " (4 x the hardware threads)");
     o.threads.push_back(v);
   }
   o.pcie_caps_bytes_per_s.clear();
@@ -72,11 +73,13 @@ ProfileOptions::Recorded recorded_validation(const std::string& path) {
   if (!j.is_object() || !j.contains("cases") || !j["cases"].is_array())
     fail(path, ": field 'cases' is missing; give a file written by `profile --validate ... --json-out`");
   ProfileOptions::Recorded r;
-  auto take = [&](const nlohmann::json& list, const char* field, std::map<std::pair<std::string, std::string>, double>* out) {
+  auto take = [&](const nlohmann::json& list, const char* field,
+                  std::map<std::pair<std::string, std::string>, double>* out) {
     size_t i = 0;
     for (const auto& c : list) {
-      if (!c.is_object() || !c.contains("class") || !c["class"].is_string() || !c.contains("case") || !c["case"].is_string() ||
-          !c.contains("measured_ms") || !c["measured_ms"].is_number() || !(c["measured_ms"].get<double>() > 0))
+      if (!c.is_object() || !c.contains("class") || !c["class"].is_string() || !c.contains("case") ||
+          !c["case"].is_string() || !c.contains("measured_ms") || !c["measured_ms"].is_number() ||
+          !(c["measured_ms"].get<double>() > 0))
         fail(path, ": ", field, "[", i, "] needs 'class', 'case' and a positive 'measured_ms'");
       (*out)[{c["class"].get<std::string>(), c["case"].get<std::string>()}] = c["measured_ms"].get<double>();
       ++i;
@@ -84,7 +87,8 @@ ProfileOptions::Recorded recorded_validation(const std::string& path) {
   };
   take(j["cases"], "cases", &r.cases);
   if (j.contains("contention") && j["contention"].is_array() && !j["contention"].empty()) {
-    if (!j.contains("contention_gbps") || !j["contention_gbps"].is_number() || !(j["contention_gbps"].get<double>() > 0))
+    if (!j.contains("contention_gbps") || !j["contention_gbps"].is_number() ||
+        !(j["contention_gbps"].get<double>() > 0))
       fail(path, ": field 'contention_gbps' must be the positive copy rate the contention cases ran under");
     take(j["contention"], "contention", &r.contention);
     r.contention_gbps = j["contention_gbps"].get<double>();
@@ -122,21 +126,29 @@ void run_profile_verb(const ProfileArgs& a) {
       j["profile_hash"] = profile_hash(db);
       auto cases = nlohmann::json::array();
       for (const auto& c : r.cases)
-        cases.push_back({{"class", c.op_class}, {"case", c.label}, {"predicted_ms", c.predicted_ms}, {"measured_ms", c.measured_ms}});
+        cases.push_back({{"class", c.op_class},
+                         {"case", c.label},
+                         {"predicted_ms", c.predicted_ms},
+                         {"measured_ms", c.measured_ms}});
       j["cases"] = cases;
       auto classes = nlohmann::json::array();
       for (const auto& c : r.classes)
-        classes.push_back({{"class", c.op_class}, {"cases", c.cases}, {"median_error", c.median_error}, {"p90_error", c.p90_error}});
+        classes.push_back(
+            {{"class", c.op_class}, {"cases", c.cases}, {"median_error", c.median_error}, {"p90_error", c.p90_error}});
       j["classes"] = classes;
-      j["cpu"] = {{"cases", r.all_cpu.cases}, {"median_error", r.all_cpu.median_error}, {"p90_error", r.all_cpu.p90_error}};
-      j["gpu"] = {{"cases", r.all_gpu.cases}, {"median_error", r.all_gpu.median_error}, {"p90_error", r.all_gpu.p90_error}};
+      j["cpu"] = {
+          {"cases", r.all_cpu.cases}, {"median_error", r.all_cpu.median_error}, {"p90_error", r.all_cpu.p90_error}};
+      j["gpu"] = {
+          {"cases", r.all_gpu.cases}, {"median_error", r.all_gpu.median_error}, {"p90_error", r.all_gpu.p90_error}};
       const bool any = !r.contention_with.empty();
       j["contention_median_error_with"] = any ? nlohmann::json(r.contention_median_with) : nlohmann::json(nullptr);
-      j["contention_median_error_without"] = any ? nlohmann::json(r.contention_median_without) : nlohmann::json(nullptr);
+      j["contention_median_error_without"] =
+          any ? nlohmann::json(r.contention_median_without) : nlohmann::json(nullptr);
       j["contention_gbps"] = r.contention_gbps;
       auto cont = nlohmann::json::array();
       for (size_t i = 0; i < r.contention_with.size(); ++i)
-        cont.push_back({{"class", r.contention_with[i].op_class}, {"case", r.contention_with[i].label},
+        cont.push_back({{"class", r.contention_with[i].op_class},
+                        {"case", r.contention_with[i].label},
                         {"measured_ms", r.contention_with[i].measured_ms},
                         {"predicted_with_ms", r.contention_with[i].predicted_ms},
                         {"predicted_without_ms", r.contention_without[i].predicted_ms}});
@@ -174,7 +186,9 @@ void register_profile(CLI::App& app) {
   auto* c = app.add_subcommand("profile", "measure this machine's kernels, copies and contention into a ProfileDB");
   auto a = std::make_shared<ProfileArgs>();
   c->add_option("--out", a->out, "ProfileDB file to write");
-  c->add_option("--threads", a->threads, "CPU thread counts, e.g. 1,16 (default: 1 and all hardware threads; each at most 4 x the hardware threads)");
+  c->add_option(
+      "--threads", a->threads,
+      "CPU thread counts, e.g. 1,16 (default: 1 and all hardware threads; each at most 4 x the hardware threads)");
   c->add_option("--pcie-cap", a->caps, "PCIe caps to measure copies under, e.g. none,16GB/s");
   c->add_option("--device", a->device, "auto | cuda | cpu (cpu: a profile without GPU rows)");
   c->add_flag("--quick", a->quick, "small grid (~30 s): for tests and CPU-only demos");

@@ -16,7 +16,8 @@ struct ReportArgs {
 
 void register_report(CLI::App& app) {
   auto a = std::make_shared<ReportArgs>();
-  CLI::App* sub = app.add_subcommand("report", "Write the planner-accuracy report (Markdown + PNG) of a sweep's results");
+  CLI::App* sub =
+      app.add_subcommand("report", "Write the planner-accuracy report (Markdown + PNG) of a sweep's results");
   sub->add_option("RESULTS", a->results, "Results file written by `shardwise sweep` (JSON lines)")->required();
   sub->add_option("--out", a->out, "Folder for report.md and the plots")->required();
   sub->callback([a] {

@@ -40,7 +40,8 @@ void run_synth(const SynthArgs& a) {
 void register_synth(CLI::App& app) {
   auto a = std::make_shared<SynthArgs>();
   CLI::App* sub = app.add_subcommand("synth", "Write a seeded random model (any builtin or YAML spec) as GGUF");
-  sub->add_option("--spec", a->spec, "Builtin spec name (e.g. nemo8b, qwen30b) or a model .yaml / config.json")->required();
+  sub->add_option("--spec", a->spec, "Builtin spec name (e.g. nemo8b, qwen30b) or a model .yaml / config.json")
+      ->required();
   sub->add_option("--dtype", a->dtype, "Weight type: f32, f16, bf16, q8_0, q4_0 (default: the spec's)");
   sub->add_option("--seed", a->seed, "Random seed (same seed, same weights), 0 to 2^64-1")->check(kUnsignedInteger);
   sub->add_option("-o,--out", a->out, "Output .gguf path")->required();

@@ -100,7 +100,8 @@ void register_tokenize(CLI::App& app) {
   sub->add_flag("--no-parse-special", a->no_parse_special,
                 "Tokenise control-token text such as <|im_start|> as plain text instead of as that token");
   sub->add_flag("--ids", a->ids_only, "Print only the ids, as [1, 2, 3]");
-  sub->add_flag("--json", a->json, "Print {\"ids\": [...], \"pieces\": [...]} (pieces: the tokens' vocabulary strings)");
+  sub->add_flag("--json", a->json,
+                "Print {\"ids\": [...], \"pieces\": [...]} (pieces: the tokens' vocabulary strings)");
   sub->callback([a, text, file] {
     a->has_text = text->count() > 0;
     a->has_file = file->count() > 0;

@@ -7,9 +7,9 @@ struct BuiltinYamlText {
   const char* name;
   const char* yaml;
 };
-extern const BuiltinYamlText kBuiltinSpecs[];      // configs/models/*.yaml
+extern const BuiltinYamlText kBuiltinSpecs[];  // configs/models/*.yaml
 extern const int kBuiltinSpecsCount;
-extern const BuiltinYamlText kBuiltinHardware[];   // configs/hardware/*.yaml
+extern const BuiltinYamlText kBuiltinHardware[];  // configs/hardware/*.yaml
 extern const int kBuiltinHardwareCount;
 
 }  // namespace shardwise

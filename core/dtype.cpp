@@ -30,14 +30,14 @@ struct GgmlTypeName {
 };
 // All GGML type ids as of the GGUF v3 spec (ids 4, 5 and 31-33 are retired or unassigned).
 const GgmlTypeName kGgmlTypes[] = {
-    {0, "f32", 1, 4},        {1, "f16", 1, 2},         {2, "q4_0", 32, 18},     {3, "q4_1", 32, 20},
-    {6, "q5_0", 32, 22},     {7, "q5_1", 32, 24},      {8, "q8_0", 32, 34},     {9, "q8_1", 32, 36},
-    {10, "q2_K", 256, 84},   {11, "q3_K", 256, 110},   {12, "q4_K", 256, 144},  {13, "q5_K", 256, 176},
-    {14, "q6_K", 256, 210},  {15, "q8_K", 256, 292},   {16, "iq2_xxs", 256, 66}, {17, "iq2_xs", 256, 74},
-    {18, "iq3_xxs", 256, 98}, {19, "iq1_s", 256, 50},  {20, "iq4_nl", 32, 18},  {21, "iq3_s", 256, 110},
-    {22, "iq2_s", 256, 82},  {23, "iq4_xs", 256, 136}, {24, "i8", 1, 1},        {25, "i16", 1, 2},
-    {26, "i32", 1, 4},       {27, "i64", 1, 8},        {28, "f64", 1, 8},       {29, "iq1_m", 256, 56},
-    {30, "bf16", 1, 2},      {34, "tq1_0", 256, 54},   {35, "tq2_0", 256, 66},  {39, "mxfp4", 32, 17},
+    {0, "f32", 1, 4},         {1, "f16", 1, 2},         {2, "q4_0", 32, 18},      {3, "q4_1", 32, 20},
+    {6, "q5_0", 32, 22},      {7, "q5_1", 32, 24},      {8, "q8_0", 32, 34},      {9, "q8_1", 32, 36},
+    {10, "q2_K", 256, 84},    {11, "q3_K", 256, 110},   {12, "q4_K", 256, 144},   {13, "q5_K", 256, 176},
+    {14, "q6_K", 256, 210},   {15, "q8_K", 256, 292},   {16, "iq2_xxs", 256, 66}, {17, "iq2_xs", 256, 74},
+    {18, "iq3_xxs", 256, 98}, {19, "iq1_s", 256, 50},   {20, "iq4_nl", 32, 18},   {21, "iq3_s", 256, 110},
+    {22, "iq2_s", 256, 82},   {23, "iq4_xs", 256, 136}, {24, "i8", 1, 1},         {25, "i16", 1, 2},
+    {26, "i32", 1, 4},        {27, "i64", 1, 8},        {28, "f64", 1, 8},        {29, "iq1_m", 256, 56},
+    {30, "bf16", 1, 2},       {34, "tq1_0", 256, 54},   {35, "tq2_0", 256, 66},   {39, "mxfp4", 32, 17},
 };
 
 }  // namespace
@@ -61,7 +61,9 @@ bool ggml_type_block(uint32_t type_id, uint32_t* block_elems, uint32_t* block_by
   return false;
 }
 
-bool is_supported_dtype(uint32_t id) { return id == 0 || id == 1 || id == 2 || id == 8 || id == 30; }
+bool is_supported_dtype(uint32_t id) {
+  return id == 0 || id == 1 || id == 2 || id == 8 || id == 30;
+}
 
 DType dtype_from_ggml(uint32_t id, const std::string& context) {
   if (!is_supported_dtype(id))
@@ -73,11 +75,16 @@ DType dtype_from_ggml(uint32_t id, const std::string& context) {
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::F32: return "f32";
-    case DType::F16: return "f16";
-    case DType::BF16: return "bf16";
-    case DType::Q8_0: return "q8_0";
-    case DType::Q4_0: return "q4_0";
+    case DType::F32:
+      return "f32";
+    case DType::F16:
+      return "f16";
+    case DType::BF16:
+      return "bf16";
+    case DType::Q8_0:
+      return "q8_0";
+    case DType::Q4_0:
+      return "q4_0";
   }
   return "?";
 }
@@ -93,20 +100,29 @@ DType parse_dtype(const std::string& name) {
   fail("unknown dtype '", name, "' (use f32, f16, bf16, q8_0 or q4_0)");
 }
 
-int64_t dtype_block_elems(DType t) { return dtype_is_quantized(t) ? 32 : 1; }
+int64_t dtype_block_elems(DType t) {
+  return dtype_is_quantized(t) ? 32 : 1;
+}
 
 int64_t dtype_block_bytes(DType t) {
   switch (t) {
-    case DType::F32: return 4;
-    case DType::F16: return 2;
-    case DType::BF16: return 2;
-    case DType::Q8_0: return sizeof(BlockQ8_0);
-    case DType::Q4_0: return sizeof(BlockQ4_0);
+    case DType::F32:
+      return 4;
+    case DType::F16:
+      return 2;
+    case DType::BF16:
+      return 2;
+    case DType::Q8_0:
+      return sizeof(BlockQ8_0);
+    case DType::Q4_0:
+      return sizeof(BlockQ4_0);
   }
   return 0;
 }
 
-bool dtype_is_quantized(DType t) { return t == DType::Q8_0 || t == DType::Q4_0; }
+bool dtype_is_quantized(DType t) {
+  return t == DType::Q8_0 || t == DType::Q4_0;
+}
 
 uint64_t dtype_row_bytes(DType t, int64_t n) {
   int64_t be = dtype_block_elems(t);
@@ -153,7 +169,9 @@ uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
 }
 
-float bf16_to_f32(uint16_t h) { return bits_f32(static_cast<uint32_t>(h) << 16); }
+float bf16_to_f32(uint16_t h) {
+  return bits_f32(static_cast<uint32_t>(h) << 16);
+}
 
 uint16_t f32_to_bf16(float f) {
   uint32_t u = f32_bits(f);

@@ -47,7 +47,7 @@ bool is_supported_dtype(uint32_t type_id);
 // Throws Error("<context>: tensor type q4_K is not supported ...") for unsupported ids.
 DType dtype_from_ggml(uint32_t type_id, const std::string& context);
 
-const char* dtype_name(DType t);            // "f32", "f16", "bf16", "q8_0", "q4_0"
+const char* dtype_name(DType t);             // "f32", "f16", "bf16", "q8_0", "q4_0"
 DType parse_dtype(const std::string& name);  // accepts the names above, case-insensitive
 int64_t dtype_block_elems(DType t);          // 1 for float types, 32 for the quantised ones
 int64_t dtype_block_bytes(DType t);          // bytes per block

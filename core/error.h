@@ -28,9 +28,9 @@ template <typename... Args>
 }
 
 // Checks a condition on untrusted input; the message is only built on failure.
-#define SW_CHECK(cond, ...)                              \
-  do {                                                   \
-    if (!(cond)) ::shardwise::fail(__VA_ARGS__);         \
+#define SW_CHECK(cond, ...)                      \
+  do {                                           \
+    if (!(cond)) ::shardwise::fail(__VA_ARGS__); \
   } while (0)
 
 }  // namespace shardwise

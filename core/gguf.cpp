@@ -1,11 +1,12 @@
 // core/gguf.cpp — GGUF v3 reader and writer (see gguf.h for the validation contract).
 #include "core/gguf.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <unistd.h>
 
 #include "core/error.h"
 
@@ -66,32 +67,67 @@ class Cursor {
 
 uint64_t min_encoded_size(GgufType t) {
   switch (t) {
-    case GgufType::U8: case GgufType::I8: case GgufType::BOOL: return 1;
-    case GgufType::U16: case GgufType::I16: return 2;
-    case GgufType::U32: case GgufType::I32: case GgufType::F32: return 4;
-    case GgufType::U64: case GgufType::I64: case GgufType::F64: return 8;
-    case GgufType::STRING: return 8;
-    case GgufType::ARRAY: return 12;
+    case GgufType::U8:
+    case GgufType::I8:
+    case GgufType::BOOL:
+      return 1;
+    case GgufType::U16:
+    case GgufType::I16:
+      return 2;
+    case GgufType::U32:
+    case GgufType::I32:
+    case GgufType::F32:
+      return 4;
+    case GgufType::U64:
+    case GgufType::I64:
+    case GgufType::F64:
+      return 8;
+    case GgufType::STRING:
+      return 8;
+    case GgufType::ARRAY:
+      return 12;
   }
   return 1;
 }
 
-bool valid_type(uint32_t t) { return t <= 12; }
+bool valid_type(uint32_t t) {
+  return t <= 12;
+}
 
 GgufValue read_value(Cursor& c, GgufType type, int depth, const std::string& key, uint64_t* elems_left) {
   GgufValue v;
   v.type = type;
   switch (type) {
-    case GgufType::U8: v.u = c.read<uint8_t>("u8 value"); break;
-    case GgufType::I8: v.i = c.read<int8_t>("i8 value"); break;
-    case GgufType::U16: v.u = c.read<uint16_t>("u16 value"); break;
-    case GgufType::I16: v.i = c.read<int16_t>("i16 value"); break;
-    case GgufType::U32: v.u = c.read<uint32_t>("u32 value"); break;
-    case GgufType::I32: v.i = c.read<int32_t>("i32 value"); break;
-    case GgufType::U64: v.u = c.read<uint64_t>("u64 value"); break;
-    case GgufType::I64: v.i = c.read<int64_t>("i64 value"); break;
-    case GgufType::F32: v.f = c.read<float>("f32 value"); break;
-    case GgufType::F64: v.f = c.read<double>("f64 value"); break;
+    case GgufType::U8:
+      v.u = c.read<uint8_t>("u8 value");
+      break;
+    case GgufType::I8:
+      v.i = c.read<int8_t>("i8 value");
+      break;
+    case GgufType::U16:
+      v.u = c.read<uint16_t>("u16 value");
+      break;
+    case GgufType::I16:
+      v.i = c.read<int16_t>("i16 value");
+      break;
+    case GgufType::U32:
+      v.u = c.read<uint32_t>("u32 value");
+      break;
+    case GgufType::I32:
+      v.i = c.read<int32_t>("i32 value");
+      break;
+    case GgufType::U64:
+      v.u = c.read<uint64_t>("u64 value");
+      break;
+    case GgufType::I64:
+      v.i = c.read<int64_t>("i64 value");
+      break;
+    case GgufType::F32:
+      v.f = c.read<float>("f32 value");
+      break;
+    case GgufType::F64:
+      v.f = c.read<double>("f64 value");
+      break;
     case GgufType::BOOL: {
       uint64_t at = c.pos();
       uint8_t b = c.read<uint8_t>("bool value");
@@ -99,7 +135,9 @@ GgufValue read_value(Cursor& c, GgufType type, int depth, const std::string& key
       v.u = b;
       break;
     }
-    case GgufType::STRING: v.s = c.read_string("string value"); break;
+    case GgufType::STRING:
+      v.s = c.read_string("string value");
+      break;
     case GgufType::ARRAY: {
       uint64_t at = c.pos();
       if (depth >= kMaxArrayDepth) c.error_at(at, "metadata '", key, "': arrays nested deeper than ", kMaxArrayDepth);
@@ -122,7 +160,9 @@ GgufValue read_value(Cursor& c, GgufType type, int depth, const std::string& key
   return v;
 }
 
-uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+uint64_t align_up(uint64_t x, uint64_t a) {
+  return (x + a - 1) / a * a;
+}
 
 // One tensor info at the cursor: name, dimensions, type and data offset, each checked against the
 // limits and the file's alignment.
@@ -166,27 +206,43 @@ GgufTensorInfo read_tensor_info(Cursor& c, uint64_t alignment) {
 }  // namespace
 
 const char* gguf_type_name(GgufType t) {
-  static const char* kNames[] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array",
-                                 "u64", "i64", "f64"};
+  static const char* kNames[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
+                                 "bool", "string", "array", "u64", "i64", "f64"};
   uint32_t i = static_cast<uint32_t>(t);
   return i <= 12 ? kNames[i] : "?";
 }
 
 bool GgufValue::is_integer() const {
   switch (type) {
-    case GgufType::U8: case GgufType::I8: case GgufType::U16: case GgufType::I16: case GgufType::U32:
-    case GgufType::I32: case GgufType::U64: case GgufType::I64: return true;
-    default: return false;
+    case GgufType::U8:
+    case GgufType::I8:
+    case GgufType::U16:
+    case GgufType::I16:
+    case GgufType::U32:
+    case GgufType::I32:
+    case GgufType::U64:
+    case GgufType::I64:
+      return true;
+    default:
+      return false;
   }
 }
 
 int64_t GgufValue::as_int(const std::string& ctx) const {
   switch (type) {
-    case GgufType::U8: case GgufType::U16: case GgufType::U32: case GgufType::U64:
+    case GgufType::U8:
+    case GgufType::U16:
+    case GgufType::U32:
+    case GgufType::U64:
       if (u > static_cast<uint64_t>(INT64_MAX)) fail(ctx, ": value ", u, " is too large");
       return static_cast<int64_t>(u);
-    case GgufType::I8: case GgufType::I16: case GgufType::I32: case GgufType::I64: return i;
-    default: fail(ctx, ": expected an integer, found ", gguf_type_name(type));
+    case GgufType::I8:
+    case GgufType::I16:
+    case GgufType::I32:
+    case GgufType::I64:
+      return i;
+    default:
+      fail(ctx, ": expected an integer, found ", gguf_type_name(type));
   }
 }
 double GgufValue::as_double(const std::string& ctx) const {
@@ -204,12 +260,42 @@ bool GgufValue::as_bool(const std::string& ctx) const {
   fail(ctx, ": expected a bool, found ", gguf_type_name(type));
 }
 
-GgufValue GgufValue::of_u32(uint32_t x) { GgufValue v; v.type = GgufType::U32; v.u = x; return v; }
-GgufValue GgufValue::of_i32(int32_t x) { GgufValue v; v.type = GgufType::I32; v.i = x; return v; }
-GgufValue GgufValue::of_u64(uint64_t x) { GgufValue v; v.type = GgufType::U64; v.u = x; return v; }
-GgufValue GgufValue::of_f32(float x) { GgufValue v; v.type = GgufType::F32; v.f = x; return v; }
-GgufValue GgufValue::of_bool(bool x) { GgufValue v; v.type = GgufType::BOOL; v.u = x ? 1 : 0; return v; }
-GgufValue GgufValue::of_string(std::string x) { GgufValue v; v.type = GgufType::STRING; v.s = std::move(x); return v; }
+GgufValue GgufValue::of_u32(uint32_t x) {
+  GgufValue v;
+  v.type = GgufType::U32;
+  v.u = x;
+  return v;
+}
+GgufValue GgufValue::of_i32(int32_t x) {
+  GgufValue v;
+  v.type = GgufType::I32;
+  v.i = x;
+  return v;
+}
+GgufValue GgufValue::of_u64(uint64_t x) {
+  GgufValue v;
+  v.type = GgufType::U64;
+  v.u = x;
+  return v;
+}
+GgufValue GgufValue::of_f32(float x) {
+  GgufValue v;
+  v.type = GgufType::F32;
+  v.f = x;
+  return v;
+}
+GgufValue GgufValue::of_bool(bool x) {
+  GgufValue v;
+  v.type = GgufType::BOOL;
+  v.u = x ? 1 : 0;
+  return v;
+}
+GgufValue GgufValue::of_string(std::string x) {
+  GgufValue v;
+  v.type = GgufType::STRING;
+  v.s = std::move(x);
+  return v;
+}
 GgufValue GgufValue::of_strings(const std::vector<std::string>& xs) {
   GgufValue v;
   v.type = GgufType::ARRAY;
@@ -240,8 +326,7 @@ GgufFile::GgufFile(const std::string& path) : file_(std::make_unique<MappedFile>
   if (magic != kGgufMagic) c.error_at(0, "bad magic (not a GGUF file)");
   uint64_t at = c.pos();
   version_ = c.read<uint32_t>("version");
-  if (version_ == 0x03000000 || version_ == 0x02000000)
-    c.error_at(at, "big-endian GGUF files are not supported");
+  if (version_ == 0x03000000 || version_ == 0x02000000) c.error_at(at, "big-endian GGUF files are not supported");
   if (version_ != 2 && version_ != 3)
     c.error_at(at, "GGUF version ", version_, " is not supported (need version 3; re-convert the model)");
   at = c.pos();
@@ -297,17 +382,18 @@ void GgufFile::check_data_section(uint64_t infos_end, uint64_t n_tensors) {
   // alignment): a tensor count one short leaves the last tensor's info there instead.
   for (uint64_t i = infos_end; i < std::min<uint64_t>(data_offset_, file_->size()); ++i)
     if (file_->data()[i] != 0)
-      fail(path, ": offset ", i, ": byte ", static_cast<int>(file_->data()[i]), " between the tensor infos and the tensor data, where only zero "
-           "padding belongs (is the tensor count of ", n_tensors, " too small? the file is corrupt)");
+      fail(path, ": offset ", i, ": byte ", static_cast<int>(file_->data()[i]),
+           " between the tensor infos and the tensor data, where only zero "
+           "padding belongs (is the tensor count of ",
+           n_tensors, " too small? the file is corrupt)");
   const uint64_t data_size = file_->size() > data_offset_ ? file_->size() - data_offset_ : 0;
 
   // Every tensor inside the data section, and no two overlapping.
   std::vector<const GgufTensorInfo*> by_offset;
   for (const auto& t : tensors_) {
     if (t.offset > data_size || t.nbytes > data_size - t.offset)
-      fail(path, ": offset ", t.info_offset, ": tensor '", t.name, "': data [", t.offset, ", ",
-           t.offset + t.nbytes, ") runs past the end of the data section (", data_size,
-           " bytes; the file is truncated or corrupt)");
+      fail(path, ": offset ", t.info_offset, ": tensor '", t.name, "': data [", t.offset, ", ", t.offset + t.nbytes,
+           ") runs past the end of the data section (", data_size, " bytes; the file is truncated or corrupt)");
     by_offset.push_back(&t);
   }
   std::sort(by_offset.begin(), by_offset.end(),
@@ -331,13 +417,15 @@ void GgufFile::check_tiling(const std::vector<const GgufTensorInfo*>& by_offset,
   uint64_t end = 0;
   for (const GgufTensorInfo* t : by_offset) {
     if (t->offset != align_up(end, alignment_))
-      fail(path, ": offset ", t->info_offset, ": tensor '", t->name, "': data at ", t->offset, " leaves a gap after the ",
+      fail(path, ": offset ", t->info_offset, ": tensor '", t->name, "': data at ", t->offset,
+           " leaves a gap after the ",
            end == 0 ? "start of the data section" : "tensor before it, which ends at " + std::to_string(end),
            " (GGUF tensors follow one another at the alignment of ", alignment_, "; the file is corrupt)");
     end = t->offset + t->nbytes;
   }
   if (data_size > align_up(end, alignment_))
-    fail(path, ": offset ", data_offset_ + end, ": ", data_size - end, " bytes after the last tensor's data belong to no tensor ",
+    fail(path, ": offset ", data_offset_ + end, ": ", data_size - end,
+         " bytes after the last tensor's data belong to no tensor ",
          "(is the tensor count too small? the file is corrupt)");
 }
 
@@ -408,18 +496,42 @@ class FileOut {
 
 void write_value(FileOut& out, const GgufValue& v, const std::string& key) {
   switch (v.type) {
-    case GgufType::U8: out.put<uint8_t>(static_cast<uint8_t>(v.u)); break;
-    case GgufType::I8: out.put<int8_t>(static_cast<int8_t>(v.i)); break;
-    case GgufType::U16: out.put<uint16_t>(static_cast<uint16_t>(v.u)); break;
-    case GgufType::I16: out.put<int16_t>(static_cast<int16_t>(v.i)); break;
-    case GgufType::U32: out.put<uint32_t>(static_cast<uint32_t>(v.u)); break;
-    case GgufType::I32: out.put<int32_t>(static_cast<int32_t>(v.i)); break;
-    case GgufType::U64: out.put<uint64_t>(v.u); break;
-    case GgufType::I64: out.put<int64_t>(v.i); break;
-    case GgufType::F32: out.put<float>(static_cast<float>(v.f)); break;
-    case GgufType::F64: out.put<double>(v.f); break;
-    case GgufType::BOOL: out.put<uint8_t>(v.u ? 1 : 0); break;
-    case GgufType::STRING: out.str(v.s); break;
+    case GgufType::U8:
+      out.put<uint8_t>(static_cast<uint8_t>(v.u));
+      break;
+    case GgufType::I8:
+      out.put<int8_t>(static_cast<int8_t>(v.i));
+      break;
+    case GgufType::U16:
+      out.put<uint16_t>(static_cast<uint16_t>(v.u));
+      break;
+    case GgufType::I16:
+      out.put<int16_t>(static_cast<int16_t>(v.i));
+      break;
+    case GgufType::U32:
+      out.put<uint32_t>(static_cast<uint32_t>(v.u));
+      break;
+    case GgufType::I32:
+      out.put<int32_t>(static_cast<int32_t>(v.i));
+      break;
+    case GgufType::U64:
+      out.put<uint64_t>(v.u);
+      break;
+    case GgufType::I64:
+      out.put<int64_t>(v.i);
+      break;
+    case GgufType::F32:
+      out.put<float>(static_cast<float>(v.f));
+      break;
+    case GgufType::F64:
+      out.put<double>(v.f);
+      break;
+    case GgufType::BOOL:
+      out.put<uint8_t>(v.u ? 1 : 0);
+      break;
+    case GgufType::STRING:
+      out.str(v.s);
+      break;
     case GgufType::ARRAY:
       SW_CHECK(static_cast<uint32_t>(v.array_type) <= 12, "gguf writer: metadata '", key,
                "': invalid array element type ", static_cast<uint32_t>(v.array_type));
@@ -454,8 +566,8 @@ void GgufWriter::add_tensor(const std::string& name, const TensorView& view) {
   for (int64_t d : view.shape)
     SW_CHECK(d >= 1 && static_cast<uint64_t>(d) <= kMaxDimValue, "gguf writer: tensor '", name, "' has shape ",
              shape_str(view.shape), " (every dimension must be 1..", kMaxDimValue, ")");
-  SW_CHECK(view.nbytes == tensor_bytes(view.dtype, view.shape), "gguf writer: tensor '", name,
-           "' has ", view.nbytes, " bytes but its shape needs ", tensor_bytes(view.dtype, view.shape));
+  SW_CHECK(view.nbytes == tensor_bytes(view.dtype, view.shape), "gguf writer: tensor '", name, "' has ", view.nbytes,
+           " bytes but its shape needs ", tensor_bytes(view.dtype, view.shape));
   for (const auto& t : tensors_) SW_CHECK(t.first != name, "gguf writer: duplicate tensor '", name, "'");
   tensors_.emplace_back(name, view);
 }
@@ -465,9 +577,10 @@ void GgufWriter::write(const std::string& path) const {
            ": gguf writer: alignment ", alignment_, " must be a power of two up to 65536");
   for (const auto& kv : kv_) {
     if (kv.first != "general.alignment") continue;
-    SW_CHECK(kv.second.is_integer() && kv.second.as_int(path + ": general.alignment") == static_cast<int64_t>(alignment_),
-             path, ": gguf writer: metadata general.alignment must equal the writer's alignment ", alignment_,
-             " (pass the alignment to the GgufWriter constructor)");
+    SW_CHECK(
+        kv.second.is_integer() && kv.second.as_int(path + ": general.alignment") == static_cast<int64_t>(alignment_),
+        path, ": gguf writer: metadata general.alignment must equal the writer's alignment ", alignment_,
+        " (pass the alignment to the GgufWriter constructor)");
   }
   for (const auto& kv : kv_) {
     SW_CHECK(static_cast<uint32_t>(kv.second.type) <= 12, path, ": gguf writer: metadata '", kv.first,

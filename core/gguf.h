@@ -19,8 +19,19 @@
 namespace shardwise {
 
 enum class GgufType : uint32_t {
-  U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7, STRING = 8, ARRAY = 9,
-  U64 = 10, I64 = 11, F64 = 12,
+  U8 = 0,
+  I8 = 1,
+  U16 = 2,
+  I16 = 3,
+  U32 = 4,
+  I32 = 5,
+  F32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  U64 = 10,
+  I64 = 11,
+  F64 = 12,
 };
 const char* gguf_type_name(GgufType t);
 
@@ -35,8 +46,8 @@ struct GgufValue {
 
   bool is_integer() const;
   bool is_number() const { return is_integer() || type == GgufType::F32 || type == GgufType::F64; }
-  int64_t as_int(const std::string& context) const;     // any integer type; throws otherwise
-  double as_double(const std::string& context) const;   // any number
+  int64_t as_int(const std::string& context) const;    // any integer type; throws otherwise
+  double as_double(const std::string& context) const;  // any number
   const std::string& as_string(const std::string& context) const;
   bool as_bool(const std::string& context) const;
 

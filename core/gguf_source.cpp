@@ -40,11 +40,13 @@ class GgufWeights : public WeightSource {
     }
     if (const GgufValue* v = file_.find("tokenizer.ggml.scores")) {
       if (v->type == GgufType::ARRAY)
-        for (const auto& e : v->array) tokenizer_.scores.push_back(static_cast<float>(e.as_double(ctx + " tokenizer.ggml.scores")));
+        for (const auto& e : v->array)
+          tokenizer_.scores.push_back(static_cast<float>(e.as_double(ctx + " tokenizer.ggml.scores")));
     }
     if (const GgufValue* v = file_.find("tokenizer.ggml.token_type")) {
       if (v->type == GgufType::ARRAY)
-        for (const auto& e : v->array) tokenizer_.token_types.push_back(static_cast<int32_t>(e.as_int(ctx + " tokenizer.ggml.token_type")));
+        for (const auto& e : v->array)
+          tokenizer_.token_types.push_back(static_cast<int32_t>(e.as_int(ctx + " tokenizer.ggml.token_type")));
     }
     if (const GgufValue* v = file_.find("tokenizer.ggml.merges")) {
       if (v->type == GgufType::ARRAY)
@@ -181,8 +183,10 @@ ModelSpec spec_from_gguf(const GgufFile& f) {
     s.num_experts = req_int("expert_count");
     s.num_experts_per_tok = req_int("expert_used_count");
     s.moe_intermediate_size = req_int("expert_feed_forward_length");
-    if (const GgufValue* v = get("expert_weights_norm")) s.norm_topk_prob = v->as_bool(ctx + " expert_weights_norm");
-    else s.norm_topk_prob = true;  // llama.cpp's qwen3moe always renormalises
+    if (const GgufValue* v = get("expert_weights_norm"))
+      s.norm_topk_prob = v->as_bool(ctx + " expert_weights_norm");
+    else
+      s.norm_topk_prob = true;  // llama.cpp's qwen3moe always renormalises
   }
   // Vocabulary: explicit key, else the embedding table's rows.
   s.vocab_size = opt_int("vocab_size", 0);
@@ -203,6 +207,8 @@ ModelSpec spec_from_gguf(const GgufFile& f) {
   return s;
 }
 
-std::unique_ptr<WeightSource> open_gguf_weights(const std::string& path) { return std::make_unique<GgufWeights>(path); }
+std::unique_ptr<WeightSource> open_gguf_weights(const std::string& path) {
+  return std::make_unique<GgufWeights>(path);
+}
 
 }  // namespace shardwise

@@ -1,5 +1,4 @@
 // core/hardware_spec.cpp — HardwareSpec loading and table lookups.
-#include "core/yaml_util.h"
 #include "core/hardware_spec.h"
 
 #include <yaml-cpp/yaml.h>
@@ -12,6 +11,7 @@
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/size.h"
+#include "core/yaml_util.h"
 
 namespace shardwise {
 
@@ -29,7 +29,8 @@ double interpolate(const std::vector<std::pair<double, double>>& t, double x) {
 }
 
 double HardwareSpec::dram_gbps(double threads, double pcie_gbps) const {
-  return interpolate(dram_read_gbps, threads) * (dram_contention.empty() ? 1.0 : interpolate(dram_contention, pcie_gbps));
+  return interpolate(dram_read_gbps, threads) *
+         (dram_contention.empty() ? 1.0 : interpolate(dram_contention, pcie_gbps));
 }
 
 double HardwareSpec::cpu_matmul_gflops(DType t) const {
@@ -54,12 +55,14 @@ void HardwareSpec::validate(const std::string& ctx) const {
   if (dram_read_gbps.empty()) fail(ctx, ": cpu.dram_read_gbps needs at least one (threads: GB/s) entry");
   for (size_t i = 0; i < dram_read_gbps.size(); ++i) {
     positive("cpu.dram_read_gbps", dram_read_gbps[i].second);
-    if (i && dram_read_gbps[i].first <= dram_read_gbps[i - 1].first) fail(ctx, ": cpu.dram_read_gbps thread counts must ascend");
+    if (i && dram_read_gbps[i].first <= dram_read_gbps[i - 1].first)
+      fail(ctx, ": cpu.dram_read_gbps thread counts must ascend");
   }
   for (size_t i = 0; i < dram_contention.size(); ++i) {
     if (!(dram_contention[i].second > 0 && dram_contention[i].second <= 1))
       fail(ctx, ": cpu.dram_contention multipliers must be in (0, 1]");
-    if (i && dram_contention[i].first <= dram_contention[i - 1].first) fail(ctx, ": cpu.dram_contention GB/s must ascend");
+    if (i && dram_contention[i].first <= dram_contention[i - 1].first)
+      fail(ctx, ": cpu.dram_contention GB/s must ascend");
   }
   for (const auto& kv : cpu_matmul_gflops_per_thread) positive("cpu.matmul_gflops_per_thread", kv.second);
   for (const auto& kv : gpu_matmul_tflops) positive("gpu.matmul_tflops", kv.second);
@@ -132,10 +135,13 @@ HardwareSpec parse_hardware_yaml_text(const std::string& text, const std::string
   h.approximate = get<bool>(root, "approximate", "", ctx, true);
   const YAML::Node cpu = root["cpu"], pcie = root["pcie"], gpu = root["gpu"];
   if (!cpu || !pcie || !gpu) fail(ctx, ": needs the sections cpu, pcie and gpu");
-  check_keys(cpu, "cpu", {"cores", "dram_read_gbps", "dram_contention", "matmul_gflops_per_thread",
-                          "attention_gflops_per_thread", "op_overhead_us"}, ctx);
+  check_keys(cpu, "cpu",
+             {"cores", "dram_read_gbps", "dram_contention", "matmul_gflops_per_thread", "attention_gflops_per_thread",
+              "op_overhead_us"},
+             ctx);
   check_keys(pcie, "pcie", {"h2d_gbps", "d2h_gbps", "pageable_gbps", "latency_us"}, ctx);
-  check_keys(gpu, "gpu", {"name", "vram", "mem_gbps", "matmul_tflops", "attention_tflops", "launch_us", "sync_us"}, ctx);
+  check_keys(gpu, "gpu", {"name", "vram", "mem_gbps", "matmul_tflops", "attention_tflops", "launch_us", "sync_us"},
+             ctx);
   h.cpu_cores = get<int>(cpu, "cores", "cpu", ctx, 1, true);
   const YAML::Node bw = cpu["dram_read_gbps"];
   if (!bw || !bw.IsMap()) fail(ctx, ": 'cpu.dram_read_gbps' must map thread counts to GB/s");
@@ -179,7 +185,9 @@ HardwareSpec parse_hardware_yaml_text(const std::string& text, const std::string
   return h;
 }
 
-HardwareSpec load_hardware_yaml(const std::string& path) { return parse_hardware_yaml_text(read_text_file(path), path); }
+HardwareSpec load_hardware_yaml(const std::string& path) {
+  return parse_hardware_yaml_text(read_text_file(path), path);
+}
 
 std::vector<std::string> builtin_hardware_names() {
   std::vector<std::string> v;
@@ -198,7 +206,8 @@ HardwareSpec builtin_hardware(const std::string& name) {
 
 HardwareSpec resolve_hardware(const std::string& name_or_path) {
   const std::string& s = name_or_path;
-  if ((s.size() > 5 && s.compare(s.size() - 5, 5, ".yaml") == 0) || (s.size() > 4 && s.compare(s.size() - 4, 4, ".yml") == 0))
+  if ((s.size() > 5 && s.compare(s.size() - 5, 5, ".yaml") == 0) ||
+      (s.size() > 4 && s.compare(s.size() - 4, 4, ".yml") == 0))
     return load_hardware_yaml(s);
   return builtin_hardware(s);
 }

@@ -47,7 +47,7 @@ struct HardwareSpec {
   // CPU DRAM read GB/s with `threads` threads while `pcie_gbps` of copies run (interpolated,
   // flat beyond the table's ends).
   double dram_gbps(double threads, double pcie_gbps = 0) const;
-  double cpu_matmul_gflops(DType t) const;   // per thread
+  double cpu_matmul_gflops(DType t) const;  // per thread
   double gpu_matmul_tflops_for(DType t) const;
   void validate(const std::string& context) const;
 };

@@ -13,15 +13,14 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "core/json_util.h"
 #include "core/file_util.h"
 #include "core/host_buffer.h"
+#include "core/json_util.h"
 #include "core/safetensors.h"
 #include "core/weight_source.h"
 
 namespace shardwise {
 namespace {
-
 
 bool file_exists(const std::string& p) {
   struct stat st;
@@ -57,8 +56,10 @@ class HfWeights : public WeightSource {
   // flags and ids transformers keeps beside it (tokenizer_config.json, generation_config.json,
   // config.json, chat_template.jinja). A malformed side file is an error naming it.
   void read_tokenizer_metadata(const std::string& dir) {
-    if (file_exists(dir + "/tokenizer.json")) tokenizer_.hf_tokenizer_json = dir + "/tokenizer.json";
-    else if (file_exists(dir + "/tokenizer.model")) tokenizer_.hf_tokenizer_model = dir + "/tokenizer.model";
+    if (file_exists(dir + "/tokenizer.json"))
+      tokenizer_.hf_tokenizer_json = dir + "/tokenizer.json";
+    else if (file_exists(dir + "/tokenizer.model"))
+      tokenizer_.hf_tokenizer_model = dir + "/tokenizer.model";
     auto token_text = [](const nlohmann::json& v) -> std::string {
       if (v.is_string()) return v.get<std::string>();
       if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
@@ -81,7 +82,8 @@ class HfWeights : public WeightSource {
           tokenizer_.add_bos = j["add_bos_token"].get<bool>();
           tokenizer_.add_bos_explicit = true;
         }
-        if (j.contains("add_eos_token") && j["add_eos_token"].is_boolean()) tokenizer_.add_eos = j["add_eos_token"].get<bool>();
+        if (j.contains("add_eos_token") && j["add_eos_token"].is_boolean())
+          tokenizer_.add_eos = j["add_eos_token"].get<bool>();
         if (j.contains("bos_token")) tokenizer_.bos_token = token_text(j["bos_token"]);
         if (j.contains("eos_token")) tokenizer_.eos_token = token_text(j["eos_token"]);
         if (j.contains("chat_template")) {
@@ -90,7 +92,8 @@ class HfWeights : public WeightSource {
             tokenizer_.chat_template = t.get<std::string>();
           } else if (t.is_array()) {  // [{"name": "default", "template": "..."}, ...]
             for (const auto& e : t)
-              if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
+              if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
+                  e["template"].is_string())
                 tokenizer_.chat_template = e["template"].get<std::string>();
           }
         }
@@ -161,12 +164,12 @@ class HfWeights : public WeightSource {
       take("lm_head.weight", "output.weight");
     }
     static const std::pair<const char*, const char*> kLayerMap[] = {
-        {"input_layernorm.weight", "attn_norm"},        {"self_attn.q_proj.weight", "attn_q"},
-        {"self_attn.k_proj.weight", "attn_k"},          {"self_attn.v_proj.weight", "attn_v"},
-        {"self_attn.o_proj.weight", "attn_output"},     {"self_attn.q_norm.weight", "attn_q_norm"},
-        {"self_attn.k_norm.weight", "attn_k_norm"},     {"post_attention_layernorm.weight", "ffn_norm"},
-        {"mlp.gate_proj.weight", "ffn_gate"},           {"mlp.up_proj.weight", "ffn_up"},
-        {"mlp.down_proj.weight", "ffn_down"},           {"mlp.gate.weight", "ffn_gate_inp"},
+        {"input_layernorm.weight", "attn_norm"},    {"self_attn.q_proj.weight", "attn_q"},
+        {"self_attn.k_proj.weight", "attn_k"},      {"self_attn.v_proj.weight", "attn_v"},
+        {"self_attn.o_proj.weight", "attn_output"}, {"self_attn.q_norm.weight", "attn_q_norm"},
+        {"self_attn.k_norm.weight", "attn_k_norm"}, {"post_attention_layernorm.weight", "ffn_norm"},
+        {"mlp.gate_proj.weight", "ffn_gate"},       {"mlp.up_proj.weight", "ffn_up"},
+        {"mlp.down_proj.weight", "ffn_down"},       {"mlp.gate.weight", "ffn_gate_inp"},
     };
     for (int64_t l = 0; l < spec_.num_hidden_layers; ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
@@ -190,8 +193,12 @@ class HfWeights : public WeightSource {
     if (fused || fused_down) {
       if (!fused || !fused_down) fail(ctx, ": ", p, "mlp.experts needs both gate_up_proj and down_proj");
       TensorView gu = st_.view(*fused), dn = st_.view(*fused_down);
-      if (gu.shape != Shape{E, 2 * F, H}) fail(ctx, ": tensor '", fused->name, "' has shape ", shape_str(gu.shape), ", expected ", shape_str({E, 2 * F, H}));
-      if (dn.shape != Shape{E, H, F}) fail(ctx, ": tensor '", fused_down->name, "' has shape ", shape_str(dn.shape), ", expected ", shape_str({E, H, F}));
+      if (gu.shape != Shape{E, 2 * F, H})
+        fail(ctx, ": tensor '", fused->name, "' has shape ", shape_str(gu.shape), ", expected ",
+             shape_str({E, 2 * F, H}));
+      if (dn.shape != Shape{E, H, F})
+        fail(ctx, ": tensor '", fused_down->name, "' has shape ", shape_str(dn.shape), ", expected ",
+             shape_str({E, H, F}));
       const uint64_t half = tensor_bytes(gu.dtype, {F, H});
       TensorView g = alloc(gu.dtype, {E, F, H}), u = alloc(gu.dtype, {E, F, H});
       for (int64_t e = 0; e < E; ++e) {
@@ -227,7 +234,8 @@ class HfWeights : public WeightSource {
         TensorView v = st_.view(*t);
         if (v.dtype != v0.dtype || v.shape != v0.shape)
           fail(ctx, ": tensor '", name, "' differs in dtype or shape from expert 0");
-        std::memcpy(const_cast<uint8_t*>(static_cast<const uint8_t*>(out.data)) + static_cast<uint64_t>(e) * v.nbytes, v.data, v.nbytes);
+        std::memcpy(const_cast<uint8_t*>(static_cast<const uint8_t*>(out.data)) + static_cast<uint64_t>(e) * v.nbytes,
+                    v.data, v.nbytes);
         used.insert(name);
       }
       tensors_[c + proj.second + ".weight"] = out;
@@ -250,6 +258,8 @@ class HfWeights : public WeightSource {
 
 }  // namespace
 
-std::unique_ptr<WeightSource> open_hf_weights(const std::string& dir) { return std::make_unique<HfWeights>(dir); }
+std::unique_ptr<WeightSource> open_hf_weights(const std::string& dir) {
+  return std::make_unique<HfWeights>(dir);
+}
 
 }  // namespace shardwise

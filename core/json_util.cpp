@@ -13,8 +13,10 @@ size_t json_nesting_depth(const char* begin, const char* end) {
   for (const char* p = begin; p < end; ++p) {
     const char c = *p;
     if (in_string) {
-      if (c == '\\') ++p;  // the escaped character, whatever it is
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++p;  // the escaped character, whatever it is
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
@@ -28,7 +30,8 @@ size_t json_nesting_depth(const char* begin, const char* end) {
 
 void check_json_depth(const char* begin, const char* end, const std::string& ctx) {
   const size_t d = json_nesting_depth(begin, end);
-  if (d > kMaxJsonDepth) fail(ctx, ": JSON nested ", d, " deep, more than ", kMaxJsonDepth, " levels (the file is corrupt)");
+  if (d > kMaxJsonDepth)
+    fail(ctx, ": JSON nested ", d, " deep, more than ", kMaxJsonDepth, " levels (the file is corrupt)");
 }
 
 std::string json_brief(const nlohmann::json& v) {

@@ -24,7 +24,9 @@ std::atomic<int> g_level{static_cast<int>(initial_level())};
 std::mutex g_mu;
 std::string g_status;  // the status line on the terminal ("" = none), guarded by g_mu
 
-bool status_lines() { return stderr_is_terminal() && log_level() <= LogLevel::Info; }
+bool status_lines() {
+  return stderr_is_terminal() && log_level() <= LogLevel::Info;
+}
 
 // Replaces the status line (g_mu held).
 void draw_status(const std::string& text) {
@@ -39,8 +41,12 @@ bool stderr_is_terminal() {
   return tty;
 }
 
-void set_log_level(LogLevel level) { g_level.store(static_cast<int>(level)); }
-LogLevel log_level() { return static_cast<LogLevel>(g_level.load()); }
+void set_log_level(LogLevel level) {
+  g_level.store(static_cast<int>(level));
+}
+LogLevel log_level() {
+  return static_cast<LogLevel>(g_level.load());
+}
 
 void log_message(LogLevel level, const std::string& message) {
   static const char* kPrefix[] = {"debug: ", "", "warning: ", "error: ", ""};

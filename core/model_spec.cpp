@@ -1,6 +1,4 @@
 // core/model_spec.cpp — ModelSpec: validation, tensor list, and loading from YAML / HF config.json.
-#include "core/json_util.h"
-#include "core/yaml_util.h"
 #include "core/model_spec.h"
 
 #include <yaml-cpp/yaml.h>
@@ -12,15 +10,15 @@
 #include "core/builtin_yaml.h"
 #include "core/error.h"
 #include "core/file_util.h"
+#include "core/json_util.h"
+#include "core/yaml_util.h"
 
 namespace shardwise {
 
-
 namespace {
 
-constexpr int64_t kMaxDim = int64_t(1) << 24;       // 16M: far above any real width
+constexpr int64_t kMaxDim = int64_t(1) << 24;  // 16M: far above any real width
 constexpr int64_t kMaxExperts = 65536;
-
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -30,9 +28,12 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 const char* family_name(Family f) {
   switch (f) {
-    case Family::Llama: return "llama";
-    case Family::Qwen3: return "qwen3";
-    case Family::Qwen3Moe: return "qwen3_moe";
+    case Family::Llama:
+      return "llama";
+    case Family::Qwen3:
+      return "qwen3";
+    case Family::Qwen3Moe:
+      return "qwen3_moe";
   }
   return "?";
 }
@@ -41,30 +42,47 @@ Family parse_family(const std::string& name, const std::string& context) {
   if (name == "llama" || name == "mistral") return Family::Llama;
   if (name == "qwen3") return Family::Qwen3;
   if (name == "qwen3_moe" || name == "qwen3moe") return Family::Qwen3Moe;
-  fail(context, ": unknown model family/architecture '", name,
-       "' (supported: llama (also mistral), qwen3, qwen3_moe)");
+  fail(context, ": unknown model family/architecture '", name, "' (supported: llama (also mistral), qwen3, qwen3_moe)");
 }
 
 const char* tensor_kind_name(TensorKind k) {
   switch (k) {
-    case TensorKind::TokenEmbd: return "token_embd";
-    case TensorKind::OutputNorm: return "output_norm";
-    case TensorKind::Output: return "output";
-    case TensorKind::AttnNorm: return "attn_norm";
-    case TensorKind::AttnQ: return "attn_q";
-    case TensorKind::AttnK: return "attn_k";
-    case TensorKind::AttnV: return "attn_v";
-    case TensorKind::AttnOut: return "attn_output";
-    case TensorKind::AttnQNorm: return "attn_q_norm";
-    case TensorKind::AttnKNorm: return "attn_k_norm";
-    case TensorKind::FfnNorm: return "ffn_norm";
-    case TensorKind::FfnGate: return "ffn_gate";
-    case TensorKind::FfnUp: return "ffn_up";
-    case TensorKind::FfnDown: return "ffn_down";
-    case TensorKind::MoeRouter: return "ffn_gate_inp";
-    case TensorKind::MoeGate: return "ffn_gate_exps";
-    case TensorKind::MoeUp: return "ffn_up_exps";
-    case TensorKind::MoeDown: return "ffn_down_exps";
+    case TensorKind::TokenEmbd:
+      return "token_embd";
+    case TensorKind::OutputNorm:
+      return "output_norm";
+    case TensorKind::Output:
+      return "output";
+    case TensorKind::AttnNorm:
+      return "attn_norm";
+    case TensorKind::AttnQ:
+      return "attn_q";
+    case TensorKind::AttnK:
+      return "attn_k";
+    case TensorKind::AttnV:
+      return "attn_v";
+    case TensorKind::AttnOut:
+      return "attn_output";
+    case TensorKind::AttnQNorm:
+      return "attn_q_norm";
+    case TensorKind::AttnKNorm:
+      return "attn_k_norm";
+    case TensorKind::FfnNorm:
+      return "ffn_norm";
+    case TensorKind::FfnGate:
+      return "ffn_gate";
+    case TensorKind::FfnUp:
+      return "ffn_up";
+    case TensorKind::FfnDown:
+      return "ffn_down";
+    case TensorKind::MoeRouter:
+      return "ffn_gate_inp";
+    case TensorKind::MoeGate:
+      return "ffn_gate_exps";
+    case TensorKind::MoeUp:
+      return "ffn_up_exps";
+    case TensorKind::MoeDown:
+      return "ffn_down_exps";
   }
   return "?";
 }
@@ -192,10 +210,26 @@ T yaml_get(const YAML::Node& root, const char* key, const std::string& ctx, bool
 }
 
 const char* kKnownYamlKeys[] = {
-    "name", "family", "dtype", "hidden_size", "num_hidden_layers", "num_attention_heads",
-    "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size", "num_experts",
-    "num_local_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob", "rope_theta",
-    "rms_norm_eps", "tie_word_embeddings", "max_position_embeddings", "description",
+    "name",
+    "family",
+    "dtype",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "num_experts",
+    "num_local_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "norm_topk_prob",
+    "rope_theta",
+    "rms_norm_eps",
+    "tie_word_embeddings",
+    "max_position_embeddings",
+    "description",
 };
 
 }  // namespace
@@ -241,7 +275,9 @@ ModelSpec parse_spec_yaml_text(const std::string& text, const std::string& ctx) 
   return s;
 }
 
-ModelSpec load_spec_yaml(const std::string& path) { return parse_spec_yaml_text(read_text_file(path), path); }
+ModelSpec load_spec_yaml(const std::string& path) {
+  return parse_spec_yaml_text(read_text_file(path), path);
+}
 
 std::string spec_to_yaml(const ModelSpec& s) {
   std::ostringstream os;
@@ -401,8 +437,7 @@ ModelSpec builtin_spec(const std::string& name) {
 
 ModelSpec resolve_spec(const std::string& name_or_path) {
   if (ends_with(name_or_path, ".yaml") || ends_with(name_or_path, ".yml")) return load_spec_yaml(name_or_path);
-  if (ends_with(name_or_path, ".json"))
-    return spec_from_hf_config_json(read_text_file(name_or_path), name_or_path);
+  if (ends_with(name_or_path, ".json")) return spec_from_hf_config_json(read_text_file(name_or_path), name_or_path);
   return builtin_spec(name_or_path);
 }
 

@@ -27,10 +27,24 @@ Family parse_family(const std::string& name, const std::string& context);
 enum class RopeStyle { Normal, Neox };
 
 enum class TensorKind {
-  TokenEmbd, OutputNorm, Output,
-  AttnNorm, AttnQ, AttnK, AttnV, AttnOut, AttnQNorm, AttnKNorm,
-  FfnNorm, FfnGate, FfnUp, FfnDown,
-  MoeRouter, MoeGate, MoeUp, MoeDown,  // MoeGate/Up/Down: experts merged, shape {E, out, in}
+  TokenEmbd,
+  OutputNorm,
+  Output,
+  AttnNorm,
+  AttnQ,
+  AttnK,
+  AttnV,
+  AttnOut,
+  AttnQNorm,
+  AttnKNorm,
+  FfnNorm,
+  FfnGate,
+  FfnUp,
+  FfnDown,
+  MoeRouter,
+  MoeGate,
+  MoeUp,
+  MoeDown,  // MoeGate/Up/Down: experts merged, shape {E, out, in}
 };
 const char* tensor_kind_name(TensorKind k);
 
@@ -59,10 +73,10 @@ struct ModelSpec {
   int64_t head_dim = 0;           // may differ from hidden_size / num_attention_heads
   int64_t intermediate_size = 0;  // dense FFN width (unused by MoE layers)
   int64_t vocab_size = 0;
-  int64_t num_experts = 0;             // MoE only
-  int64_t num_experts_per_tok = 0;     // MoE only (top-k)
-  int64_t moe_intermediate_size = 0;   // MoE only: FFN width of one expert
-  bool norm_topk_prob = true;          // MoE only: renormalise the top-k routing weights
+  int64_t num_experts = 0;            // MoE only
+  int64_t num_experts_per_tok = 0;    // MoE only (top-k)
+  int64_t moe_intermediate_size = 0;  // MoE only: FFN width of one expert
+  bool norm_topk_prob = true;         // MoE only: renormalise the top-k routing weights
   double rope_theta = 10000.0;
   double rms_norm_eps = 1e-5;
   bool tie_word_embeddings = false;

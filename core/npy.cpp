@@ -96,10 +96,23 @@ NpyArray read_npy(const std::string& path) {
   a.values.resize(static_cast<size_t>(n));
   const uint8_t* p = d + data_start;
   for (uint64_t i = 0; i < n; ++i) {
-    if (descr == "<f4") { float v; std::memcpy(&v, p + i * 4, 4); a.values[i] = v; }
-    else if (descr == "<f8") { double v; std::memcpy(&v, p + i * 8, 8); a.values[i] = v; }
-    else if (descr == "<i4") { int32_t v; std::memcpy(&v, p + i * 4, 4); a.values[i] = v; }
-    else { int64_t v; std::memcpy(&v, p + i * 8, 8); a.values[i] = static_cast<double>(v); }
+    if (descr == "<f4") {
+      float v;
+      std::memcpy(&v, p + i * 4, 4);
+      a.values[i] = v;
+    } else if (descr == "<f8") {
+      double v;
+      std::memcpy(&v, p + i * 8, 8);
+      a.values[i] = v;
+    } else if (descr == "<i4") {
+      int32_t v;
+      std::memcpy(&v, p + i * 4, 4);
+      a.values[i] = v;
+    } else {
+      int64_t v;
+      std::memcpy(&v, p + i * 8, 8);
+      a.values[i] = static_cast<double>(v);
+    }
   }
   return a;
 }

@@ -8,10 +8,15 @@
 namespace shardwise {
 
 Progress::Progress(std::string label, uint64_t total, bool enabled)
-    : label_(std::move(label)), total_(total == 0 ? 1 : total), enabled_(enabled && isatty(STDERR_FILENO) != 0),
-      start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
+    : label_(std::move(label)),
+      total_(total == 0 ? 1 : total),
+      enabled_(enabled && isatty(STDERR_FILENO) != 0),
+      start_(std::chrono::steady_clock::now()),
+      last_draw_(start_) {}
 
-Progress::~Progress() { finish(); }
+Progress::~Progress() {
+  finish();
+}
 
 void Progress::add(uint64_t n) {
   done_.fetch_add(n);
@@ -41,8 +46,8 @@ void Progress::draw(bool final) {
   int filled = static_cast<int>(frac * width);
   std::string bar(static_cast<size_t>(filled), '#');
   bar.resize(width, '.');
-  std::fprintf(stderr, "\r%s [%s] %5.1f%%  %.1fs elapsed, ETA %.1fs%s", label_.c_str(), bar.c_str(), 100 * frac, elapsed, eta,
-               final ? "\n" : "");
+  std::fprintf(stderr, "\r%s [%s] %5.1f%%  %.1fs elapsed, ETA %.1fs%s", label_.c_str(), bar.c_str(), 100 * frac,
+               elapsed, eta, final ? "\n" : "");
   std::fflush(stderr);
 }
 

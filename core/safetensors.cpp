@@ -11,8 +11,8 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "core/json_util.h"
 #include "core/file_util.h"
+#include "core/json_util.h"
 
 namespace shardwise {
 namespace {
@@ -34,7 +34,7 @@ std::string dirname_of(const std::string& p) {
 
 uint64_t element_size(const std::string& dt) {
   static const std::pair<const char*, uint64_t> kSizes[] = {
-      {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4}, {"I16", 2}, {"I8", 1},
+      {"F64", 8}, {"F32", 4},  {"F16", 2},     {"BF16", 2},    {"I64", 8}, {"I32", 4}, {"I16", 2}, {"I8", 1},
       {"U8", 1},  {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"U16", 2}, {"U32", 4}, {"U64", 8}};
   for (const auto& s : kSizes)
     if (dt == s.first) return s.second;
@@ -46,9 +46,12 @@ uint64_t element_size(const std::string& dt) {
 SafetensorsSet::SafetensorsSet(const std::string& path_in) {
   std::string path = path_in;
   if (is_dir(path)) {
-    if (exists(path + "/model.safetensors.index.json")) path += "/model.safetensors.index.json";
-    else if (exists(path + "/model.safetensors")) path += "/model.safetensors";
-    else fail(path_in, ": no model.safetensors or model.safetensors.index.json in this directory");
+    if (exists(path + "/model.safetensors.index.json"))
+      path += "/model.safetensors.index.json";
+    else if (exists(path + "/model.safetensors"))
+      path += "/model.safetensors";
+    else
+      fail(path_in, ": no model.safetensors or model.safetensors.index.json in this directory");
   }
   const std::string suffix = ".json";
   if (path.size() > suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0) {
@@ -102,7 +105,8 @@ void SafetensorsSet::load_file(const std::string& path) {
   if (n > kMaxHeaderBytes)
     fail(path, ": offset 0: header length ", n, " exceeds the limit of ", kMaxHeaderBytes, " bytes (corrupt file?)");
   nlohmann::json h;
-  check_json_depth(reinterpret_cast<const char*>(f.data()) + 8, reinterpret_cast<const char*>(f.data()) + 8 + n, path + ": header");
+  check_json_depth(reinterpret_cast<const char*>(f.data()) + 8, reinterpret_cast<const char*>(f.data()) + 8 + n,
+                   path + ": header");
   try {
     h = nlohmann::json::parse(f.data() + 8, f.data() + 8 + n);
   } catch (const nlohmann::json::parse_error& e) {
@@ -166,15 +170,18 @@ const SafetensorsTensor* SafetensorsSet::find(const std::string& name) const {
 
 TensorView SafetensorsSet::view(const SafetensorsTensor& t) const {
   TensorView v;
-  if (t.dtype_name == "F32") v.dtype = DType::F32;
-  else if (t.dtype_name == "F16") v.dtype = DType::F16;
-  else if (t.dtype_name == "BF16") v.dtype = DType::BF16;
-  else fail(t.file, ": tensor '", t.name, "': dtype ", t.dtype_name, " is not supported for weights (F32, F16, BF16)");
+  if (t.dtype_name == "F32")
+    v.dtype = DType::F32;
+  else if (t.dtype_name == "F16")
+    v.dtype = DType::F16;
+  else if (t.dtype_name == "BF16")
+    v.dtype = DType::BF16;
+  else
+    fail(t.file, ": tensor '", t.name, "': dtype ", t.dtype_name, " is not supported for weights (F32, F16, BF16)");
   v.shape = t.shape;
   v.data = t.data;
   v.nbytes = t.nbytes;
   return v;  // may be misaligned when the header length is odd; weight sources copy such tensors
-
 }
 
 }  // namespace shardwise

@@ -25,8 +25,7 @@ Number split_number(const std::string& text, const std::string& what) {
   std::string num = text.substr(start, i - start);
   char* end = nullptr;
   double v = std::strtod(num.c_str(), &end);
-  if (end == nullptr || *end != '\0' || !std::isfinite(v))
-    fail(what, ": '", text, "' is not a valid number");
+  if (end == nullptr || *end != '\0' || !std::isfinite(v)) fail(what, ": '", text, "' is not a valid number");
   while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
   std::string unit = text.substr(i);
   while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.back()))) unit.pop_back();
@@ -39,10 +38,10 @@ double unit_multiplier(const std::string& unit, const std::string& text, const s
     const char* name;
     double mult;
   } kUnits[] = {
-      {"K", 1024.0}, {"M", 1048576.0}, {"G", 1073741824.0}, {"T", 1099511627776.0},
+      {"K", 1024.0},   {"M", 1048576.0},   {"G", 1073741824.0},   {"T", 1099511627776.0},
       {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
-      {"k", 1024.0}, {"m", 1048576.0}, {"g", 1073741824.0},
-      {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"kB", 1e3},
+      {"k", 1024.0},   {"m", 1048576.0},   {"g", 1073741824.0},   {"KB", 1e3},
+      {"MB", 1e6},     {"GB", 1e9},        {"TB", 1e12},          {"kB", 1e3},
   };
   for (const auto& u : kUnits)
     if (unit == u.name) return u.mult;
@@ -87,8 +86,10 @@ double parse_pcie_cap(const std::string& text, const std::string& what) {
 int64_t parse_token_count(const std::string& text, const std::string& what) {
   Number n = split_number(text, what);
   double mult = 1.0;
-  if (n.unit == "K" || n.unit == "k") mult = 1024.0;
-  else if (!n.unit.empty()) fail(what, ": '", text, "' must be a count such as 512 or 4K");
+  if (n.unit == "K" || n.unit == "k")
+    mult = 1024.0;
+  else if (!n.unit.empty())
+    fail(what, ": '", text, "' must be a count such as 512 or 4K");
   double v = n.value * mult;
   if (v < 1 || v > 1e9 || v != std::floor(v)) fail(what, ": '", text, "' must be a whole count between 1 and 1e9");
   return static_cast<int64_t>(v);
@@ -103,8 +104,10 @@ std::string format_bytes(uint64_t bytes) {
     v /= 1024.0;
     ++u;
   }
-  if (u == 0) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
-  else std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
   return buf;
 }
 

@@ -3,8 +3,8 @@
 // thread count. Quantised tensors are generated as random blocks directly (random scale and
 // codes), which is how a real quantised model looks to a kernel, and ~10x faster than quantising.
 #include <cerrno>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -37,7 +37,9 @@ uint64_t hash_name(const std::string& s) {
 }
 
 // Uniform in [-1, 1) from 32 random bits.
-inline float unit(uint32_t bits) { return static_cast<float>(static_cast<int32_t>(bits)) * (1.0f / 2147483648.0f); }
+inline float unit(uint32_t bits) {
+  return static_cast<float>(static_cast<int32_t>(bits)) * (1.0f / 2147483648.0f);
+}
 
 struct TensorRecipe {
   float center;  // values are center + amplitude * U[-1, 1)
@@ -46,8 +48,11 @@ struct TensorRecipe {
 
 TensorRecipe recipe_for(const TensorDesc& d, const ModelSpec& s) {
   switch (d.kind) {
-    case TensorKind::AttnNorm: case TensorKind::FfnNorm: case TensorKind::OutputNorm:
-    case TensorKind::AttnQNorm: case TensorKind::AttnKNorm:
+    case TensorKind::AttnNorm:
+    case TensorKind::FfnNorm:
+    case TensorKind::OutputNorm:
+    case TensorKind::AttnQNorm:
+    case TensorKind::AttnKNorm:
       return {1.0f, 0.1f};
     case TensorKind::TokenEmbd:
       return {0.0f, 1.0f};
@@ -64,7 +69,9 @@ void fill_float(DType dt, uint8_t* out, int64_t e0, int64_t e1, uint64_t key, Te
     const uint64_t h = splitmix64(key ^ static_cast<uint64_t>(e >> 1));
     const float v = r.center + r.amplitude * unit(static_cast<uint32_t>((e & 1) ? (h >> 32) : h));
     switch (dt) {
-      case DType::F32: reinterpret_cast<float*>(out)[e] = v; break;
+      case DType::F32:
+        reinterpret_cast<float*>(out)[e] = v;
+        break;
       case DType::F16:
 #if defined(__F16C__)
         reinterpret_cast<uint16_t*>(out)[e] = _cvtss_sh(v, 0);
@@ -72,8 +79,11 @@ void fill_float(DType dt, uint8_t* out, int64_t e0, int64_t e1, uint64_t key, Te
         reinterpret_cast<uint16_t*>(out)[e] = f32_to_f16(v);
 #endif
         break;
-      case DType::BF16: reinterpret_cast<uint16_t*>(out)[e] = f32_to_bf16(v); break;
-      default: break;
+      case DType::BF16:
+        reinterpret_cast<uint16_t*>(out)[e] = f32_to_bf16(v);
+        break;
+      default:
+        break;
     }
   }
 }
@@ -137,7 +147,8 @@ namespace {
 
 class SyntheticWeights : public WeightSource {
  public:
-  SyntheticWeights(const ModelSpec& spec, uint64_t seed, ThreadPool* pool, bool show_progress, SyntheticRouting routing) {
+  SyntheticWeights(const ModelSpec& spec, uint64_t seed, ThreadPool* pool, bool show_progress,
+                   SyntheticRouting routing) {
     spec_ = spec;
     spec_.validate("synthetic:" + spec.name);
     rope_style_ = RopeStyle::Neox;
@@ -161,8 +172,10 @@ class SyntheticWeights : public WeightSource {
       const int64_t grain = 1 << 16;
       const double bytes_per_unit = static_cast<double>(d.bytes) / static_cast<double>(units);
       tp.parallel_for(units, grain, [&](int64_t u0, int64_t u1, int) {
-        if (quant) fill_quant(d.dtype, out, u0, u1, key, r, balanced);
-        else fill_float(d.dtype, out, u0, u1, key, r);
+        if (quant)
+          fill_quant(d.dtype, out, u0, u1, key, r, balanced);
+        else
+          fill_float(d.dtype, out, u0, u1, key, r);
         progress.add(static_cast<uint64_t>(bytes_per_unit * static_cast<double>(u1 - u0)));
       });
       TensorView v;
@@ -199,11 +212,13 @@ SyntheticRouting parse_synthetic_routing(const std::string& name) {
 
 namespace {
 // A whole decimal number from lo to hi, else an Error naming the option.
-uint64_t checked_number(const std::string& ctx, const std::string& key, const std::string& value, uint64_t lo, uint64_t hi) {
+uint64_t checked_number(const std::string& ctx, const std::string& key, const std::string& value, uint64_t lo,
+                        uint64_t hi) {
   errno = 0;
   char* end = nullptr;
   const unsigned long long v = std::strtoull(value.c_str(), &end, 10);
-  if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos || errno == ERANGE || *end != '\0' || v < lo || v > hi)
+  if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos || errno == ERANGE || *end != '\0' ||
+      v < lo || v > hi)
     fail(ctx, ": ", key, " '", value, "' must be a whole number from ", lo, " to ", hi);
   return v;
 }
@@ -237,7 +252,8 @@ SyntheticModel parse_synthetic(const std::string& text) {
     } else if (key == "seed") {
       m.seed = checked_number(ctx, key, value, 0, UINT64_MAX);
     } else if (key == "layers") {
-      spec.num_hidden_layers = static_cast<int64_t>(checked_number(ctx, key, value, 1, static_cast<uint64_t>(kMaxLayers)));
+      spec.num_hidden_layers =
+          static_cast<int64_t>(checked_number(ctx, key, value, 1, static_cast<uint64_t>(kMaxLayers)));
     } else if (key == "routing") {
       try {
         m.routing = parse_synthetic_routing(value);

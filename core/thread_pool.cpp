@@ -19,9 +19,13 @@
 
 namespace shardwise {
 
-int hardware_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
+int hardware_threads() {
+  return std::max(1u, std::thread::hardware_concurrency());
+}
 
-int max_cli_threads() { return std::min(kMaxPoolThreads, 4 * hardware_threads()); }
+int max_cli_threads() {
+  return std::min(kMaxPoolThreads, 4 * hardware_threads());
+}
 
 namespace {
 // Spins until done(); a wait that lasts past a few milliseconds runs under a StallGuard naming it (a
@@ -67,7 +71,9 @@ void ThreadPool::stop_workers() {
   workers_.clear();
 }
 
-ThreadPool::~ThreadPool() { stop_workers(); }
+ThreadPool::~ThreadPool() {
+  stop_workers();
+}
 
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
@@ -139,7 +145,9 @@ void ThreadPool::take_chunks(int index) {
   }
 }
 
-void ThreadPool::set_caller_work(std::function<void()> work) { caller_work_ = std::move(work); }
+void ThreadPool::set_caller_work(std::function<void()> work) {
+  caller_work_ = std::move(work);
+}
 
 void ThreadPool::run_caller_work() {
   if (!caller_work_) return;

@@ -75,7 +75,7 @@ class ThreadPool {
   const std::function<void(int)>* all_fn_ = nullptr;
   const std::function<void(int64_t, int64_t, int)>* for_fn_ = nullptr;
   int64_t for_n_ = 0, for_chunk_ = 1;
-  uint64_t job_ = 0;  // numbers run_on_all jobs, so a worker runs each once
+  uint64_t job_ = 0;           // numbers run_on_all jobs, so a worker runs each once
   std::exception_ptr failed_;  // under mu_
   std::function<void()> caller_work_;
   alignas(64) std::atomic<uint64_t> epoch_{0};  // bumped per job: what idle workers watch

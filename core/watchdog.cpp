@@ -23,7 +23,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+double now_s() {
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
 
 std::atomic<double> g_limit_s{600.0};
 
@@ -56,7 +58,8 @@ Registry& registry() {
 
 [[noreturn]] void report(const Slot::Entry& e) {
   // On a terminal the line first clears a status line (log.h Phase).
-  const std::string line = std::string(stderr_is_terminal() ? "\r\033[K" : "") + "error: " + stall_message(e.what, e.limit, e.hint) + "\n";
+  const std::string line =
+      std::string(stderr_is_terminal() ? "\r\033[K" : "") + "error: " + stall_message(e.what, e.limit, e.hint) + "\n";
   // One write: the line is not interleaved with other threads' output.
   (void)!::write(2, line.data(), line.size());
   std::_Exit(1);
@@ -124,7 +127,9 @@ void set_wait_limit_s(double seconds) {
   SW_CHECK(std::isfinite(seconds) && seconds >= 0, "wait limit ", seconds, " s: give a number of seconds >= 0");
   g_limit_s.store(seconds);
 }
-double wait_limit_s() { return g_limit_s.load(); }
+double wait_limit_s() {
+  return g_limit_s.load();
+}
 
 std::string stall_message(const std::string& what, double limit_s, const std::string& hint) {
   std::string m = what + " did not finish within " + seconds_text(limit_s) + " s";

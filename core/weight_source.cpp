@@ -63,20 +63,28 @@ namespace {
 
 const char* gguf_arch(Family f) {
   switch (f) {
-    case Family::Llama: return "llama";
-    case Family::Qwen3: return "qwen3";
-    case Family::Qwen3Moe: return "qwen3moe";
+    case Family::Llama:
+      return "llama";
+    case Family::Qwen3:
+      return "qwen3";
+    case Family::Qwen3Moe:
+      return "qwen3moe";
   }
   return "?";
 }
 
 uint32_t gguf_file_type(DType d) {
   switch (d) {
-    case DType::F32: return 0;
-    case DType::F16: return 1;
-    case DType::Q4_0: return 2;
-    case DType::Q8_0: return 7;
-    case DType::BF16: return 32;
+    case DType::F32:
+      return 0;
+    case DType::F16:
+      return 1;
+    case DType::Q4_0:
+      return 2;
+    case DType::Q8_0:
+      return 7;
+    case DType::BF16:
+      return 32;
   }
   return 0;
 }
@@ -90,10 +98,16 @@ TokenizerInfo placeholder_tokenizer(int64_t vocab) {
   for (int64_t i = 0; i < vocab; ++i) {
     std::string s;
     int32_t type = 1;
-    if (i == 0) { s = "<unk>"; type = 2; }
-    else if (i == 1) { s = "<s>"; type = 3; }
-    else if (i == 2) { s = "</s>"; type = 3; }
-    else if (i < 3 + 256) {
+    if (i == 0) {
+      s = "<unk>";
+      type = 2;
+    } else if (i == 1) {
+      s = "<s>";
+      type = 3;
+    } else if (i == 2) {
+      s = "</s>";
+      type = 3;
+    } else if (i < 3 + 256) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "<0x%02X>", static_cast<unsigned>(i - 3));
       s = buf;
@@ -119,8 +133,9 @@ void set_model_metadata(GgufWriter& w, const ModelSpec& spec, DType dtype) {
   w.set("general.file_type", GgufValue::of_u32(gguf_file_type(dtype)));
   w.set("general.quantization_version", GgufValue::of_u32(2));
   w.set(a + ".block_count", GgufValue::of_u32(static_cast<uint32_t>(spec.num_hidden_layers)));
-  w.set(a + ".context_length",
-        GgufValue::of_u32(static_cast<uint32_t>(spec.max_position_embeddings > 0 ? spec.max_position_embeddings : 4096)));
+  w.set(
+      a + ".context_length",
+      GgufValue::of_u32(static_cast<uint32_t>(spec.max_position_embeddings > 0 ? spec.max_position_embeddings : 4096)));
   w.set(a + ".embedding_length", GgufValue::of_u32(static_cast<uint32_t>(spec.hidden_size)));
   w.set(a + ".feed_forward_length", GgufValue::of_u32(static_cast<uint32_t>(spec.intermediate_size)));
   w.set(a + ".attention.head_count", GgufValue::of_u32(static_cast<uint32_t>(spec.num_attention_heads)));
@@ -142,12 +157,14 @@ void set_model_metadata(GgufWriter& w, const ModelSpec& spec, DType dtype) {
 // The source's vocabulary, or a placeholder where it has none that matches the model.
 void set_tokenizer_metadata(GgufWriter& w, const WeightSource& src, const ModelSpec& spec) {
   TokenizerInfo tok = src.tokenizer();
-  if (tok.tokens.empty() || static_cast<int64_t>(tok.tokens.size()) != spec.vocab_size) tok = placeholder_tokenizer(spec.vocab_size);
+  if (tok.tokens.empty() || static_cast<int64_t>(tok.tokens.size()) != spec.vocab_size)
+    tok = placeholder_tokenizer(spec.vocab_size);
   w.set("tokenizer.ggml.model", GgufValue::of_string(tok.model));
   w.set("tokenizer.ggml.pre", GgufValue::of_string(tok.pre.empty() ? "default" : tok.pre));
   w.set("tokenizer.ggml.tokens", GgufValue::of_strings(tok.tokens));
   if (tok.scores.size() == tok.tokens.size()) w.set("tokenizer.ggml.scores", GgufValue::of_f32s(tok.scores));
-  if (tok.token_types.size() == tok.tokens.size()) w.set("tokenizer.ggml.token_type", GgufValue::of_i32s(tok.token_types));
+  if (tok.token_types.size() == tok.tokens.size())
+    w.set("tokenizer.ggml.token_type", GgufValue::of_i32s(tok.token_types));
   if (!tok.merges.empty()) w.set("tokenizer.ggml.merges", GgufValue::of_strings(tok.merges));
   if (tok.bos_id >= 0) w.set("tokenizer.ggml.bos_token_id", GgufValue::of_u32(static_cast<uint32_t>(tok.bos_id)));
   if (tok.eos_id >= 0) w.set("tokenizer.ggml.eos_token_id", GgufValue::of_u32(static_cast<uint32_t>(tok.eos_id)));

@@ -31,19 +31,19 @@ struct TokenizerInfo {
   std::vector<std::string> merges;
   int64_t bos_id = -1;
   int64_t eos_id = -1;
-  int64_t unk_id = -1;  // tokenizer.ggml.unknown_token_id
-  int64_t pad_id = -1;  // tokenizer.ggml.padding_token_id
-  int64_t eot_id = -1;  // tokenizer.ggml.eot_token_id (end of turn)
-  int64_t eom_id = -1;  // tokenizer.ggml.eom_token_id (end of message)
+  int64_t unk_id = -1;           // tokenizer.ggml.unknown_token_id
+  int64_t pad_id = -1;           // tokenizer.ggml.padding_token_id
+  int64_t eot_id = -1;           // tokenizer.ggml.eot_token_id (end of turn)
+  int64_t eom_id = -1;           // tokenizer.ggml.eom_token_id (end of message)
   std::vector<int64_t> eog_ids;  // more end-of-generation ids (HF generation_config.json eos_token_id)
   bool add_bos = false;
   bool add_bos_explicit = false;  // the file states add_bos (else add_bos is a default)
   bool add_eos = false;
-  int add_space_prefix = -1;      // tokenizer.ggml.add_space_prefix: -1 = not stated
-  std::string chat_template;      // tokenizer.chat_template / tokenizer_config.json chat_template ("" = none)
+  int add_space_prefix = -1;         // tokenizer.ggml.add_space_prefix: -1 = not stated
+  std::string chat_template;         // tokenizer.chat_template / tokenizer_config.json chat_template ("" = none)
   std::string bos_token, eos_token;  // HF tokenizer_config.json token texts ("" = not stated)
-  std::string hf_tokenizer_json;  // path of tokenizer.json for HF directories ("" = none)
-  std::string hf_tokenizer_model;  // path of a SentencePiece tokenizer.model when there is no tokenizer.json
+  std::string hf_tokenizer_json;     // path of tokenizer.json for HF directories ("" = none)
+  std::string hf_tokenizer_model;    // path of a SentencePiece tokenizer.model when there is no tokenizer.json
 };
 
 class WeightSource {

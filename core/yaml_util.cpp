@@ -59,7 +59,9 @@ class KeyCheck : public YAML::EventHandler {
     }
     if (o.expect_key) {
       const std::string where = o.path.empty() ? "" : o.path + ".";
-      if (collection) fail(ctx_, ": line ", mark.line + 1, ": a key of ", o.path.empty() ? "the top level" : o.path, " is a list or mapping, not a name");
+      if (collection)
+        fail(ctx_, ": line ", mark.line + 1, ": a key of ", o.path.empty() ? "the top level" : o.path,
+             " is a list or mapping, not a name");
       if (!o.keys.insert(scalar).second)
         fail(ctx_, ": line ", mark.line + 1, ": duplicate key '", where, scalar, "' (YAML would keep only the first)");
       key_path_ = where + scalar;

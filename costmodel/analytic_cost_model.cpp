@@ -7,17 +7,26 @@
 
 namespace shardwise {
 
-const char* backend_name(Backend b) { return b == Backend::Cpu ? "cpu" : "gpu"; }
+const char* backend_name(Backend b) {
+  return b == Backend::Cpu ? "cpu" : "gpu";
+}
 
 const char* op_kind_name(OpKind k) {
   switch (k) {
-    case OpKind::Matmul: return "matmul";
-    case OpKind::MoeExperts: return "moe_experts";
-    case OpKind::Attention: return "attention";
-    case OpKind::Norm: return "norm";
-    case OpKind::Rope: return "rope";
-    case OpKind::Elementwise: return "elementwise";
-    case OpKind::Embed: return "embed";
+    case OpKind::Matmul:
+      return "matmul";
+    case OpKind::MoeExperts:
+      return "moe_experts";
+    case OpKind::Attention:
+      return "attention";
+    case OpKind::Norm:
+      return "norm";
+    case OpKind::Rope:
+      return "rope";
+    case OpKind::Elementwise:
+      return "elementwise";
+    case OpKind::Embed:
+      return "embed";
   }
   return "?";
 }
@@ -35,36 +44,43 @@ double Op::experts_touched() const {
 double Op::flops() const {
   const double m = static_cast<double>(tokens);
   switch (kind) {
-    case OpKind::Matmul: return 2.0 * m * static_cast<double>(rows) * static_cast<double>(cols);
+    case OpKind::Matmul:
+      return 2.0 * m * static_cast<double>(rows) * static_cast<double>(cols);
     case OpKind::MoeExperts:
       return m * static_cast<double>(top_k) * 3.0 * 2.0 * static_cast<double>(rows) * static_cast<double>(cols);
     case OpKind::Attention:
       return 4.0 * m * static_cast<double>(ctx) * static_cast<double>(n_heads) * static_cast<double>(head_dim);
-    default: return static_cast<double>(elems) * 4.0;
+    default:
+      return static_cast<double>(elems) * 4.0;
   }
 }
 
 double Op::weight_bytes() const {
   switch (kind) {
-    case OpKind::Matmul: return static_cast<double>(rows) * static_cast<double>(dtype_row_bytes(dtype, cols));
+    case OpKind::Matmul:
+      return static_cast<double>(rows) * static_cast<double>(dtype_row_bytes(dtype, cols));
     case OpKind::MoeExperts:
-      return experts_touched() * 3.0 * static_cast<double>(rows) *
-             static_cast<double>(dtype_row_bytes(dtype, cols));
+      return experts_touched() * 3.0 * static_cast<double>(rows) * static_cast<double>(dtype_row_bytes(dtype, cols));
     case OpKind::Attention:
       // The keys and values of the cache, read once per step (tiles of queries share them).
       return 2.0 * static_cast<double>(ctx) * static_cast<double>(n_kv_heads) * static_cast<double>(head_dim) *
              dtype_bits_per_elem(dtype) / 8.0;
-    default: return 0;
+    default:
+      return 0;
   }
 }
 
 double Op::activation_bytes() const {
   const double m = static_cast<double>(tokens);
   switch (kind) {
-    case OpKind::Matmul: return 4.0 * m * static_cast<double>(rows + cols);
-    case OpKind::MoeExperts: return 4.0 * m * static_cast<double>(top_k) * static_cast<double>(2 * cols + 3 * rows);
-    case OpKind::Attention: return 4.0 * m * 2.0 * static_cast<double>(n_heads * head_dim);
-    default: return 8.0 * static_cast<double>(elems);
+    case OpKind::Matmul:
+      return 4.0 * m * static_cast<double>(rows + cols);
+    case OpKind::MoeExperts:
+      return 4.0 * m * static_cast<double>(top_k) * static_cast<double>(2 * cols + 3 * rows);
+    case OpKind::Attention:
+      return 4.0 * m * 2.0 * static_cast<double>(n_heads * head_dim);
+    default:
+      return 8.0 * static_cast<double>(elems);
   }
 }
 
@@ -117,12 +133,11 @@ class AnalyticCostModel : public CostModel {
         // The CPU runs decode-sized MoE steps as two parallel loops over all routed experts,
         // larger ones as three threaded matmuls per expert.
         const double per_launch = op.kind != OpKind::MoeExperts ? 1.0
-                                  : op.tokens <= 4 ? 2.0
-                                                   : 3.0 * op.experts_touched();
+                                  : op.tokens <= 4              ? 2.0
+                                                                : 3.0 * op.experts_touched();
         // Tokens per weight matrix decide GEMV (bandwidth) or GEMM (compute) behaviour.
         const double m = op.kind == OpKind::MoeExperts
-                             ? static_cast<double>(op.tokens * op.top_k) /
-                                   std::max(1.0, op.experts_touched())
+                             ? static_cast<double>(op.tokens * op.top_k) / std::max(1.0, op.experts_touched())
                              : static_cast<double>(op.tokens);
         // Below 8 tokens the SIMD GEMV kernels stream the weights once (no GEMM tiling to fill).
         const double rate = threads * hw_.cpu_matmul_gflops(op.dtype) * 1e9 * (m < 8 ? 1.0 : gemm_efficiency(m, 6.0));
@@ -152,8 +167,7 @@ class AnalyticCostModel : public CostModel {
       case OpKind::MoeExperts: {
         const double bytes = op.weight_bytes() + op.activation_bytes();
         const double m = op.kind == OpKind::MoeExperts
-                             ? static_cast<double>(op.tokens * op.top_k) /
-                                   std::max(1.0, op.experts_touched())
+                             ? static_cast<double>(op.tokens * op.top_k) / std::max(1.0, op.experts_touched())
                              : static_cast<double>(op.tokens);
         const double rate = hw_.gpu_matmul_tflops_for(op.dtype) * 1e12 * gemm_efficiency(m, 64.0);
         const double launches = op.kind == OpKind::MoeExperts ? 3.0 : 1.0;
@@ -193,12 +207,16 @@ class CpuScaledCostModel : public CostModel {
     const double ms = base_.op_ms(op, env);
     return env.backend == Backend::Cpu ? ms * factor_ : ms;
   }
-  double transfer_ms(uint64_t bytes, Direction dir, bool pinned) const override { return base_.transfer_ms(bytes, dir, pinned); }
+  double transfer_ms(uint64_t bytes, Direction dir, bool pinned) const override {
+    return base_.transfer_ms(bytes, dir, pinned);
+  }
   double transfer_burst_ms(uint64_t bytes, int copies, Direction dir) const override {
     return base_.transfer_burst_ms(bytes, copies, dir);
   }
   double pcie_gbps(Direction dir) const override { return base_.pcie_gbps(dir); }
-  double copy_slowdown(Direction dir, double cpu_dram_gbps) const override { return base_.copy_slowdown(dir, cpu_dram_gbps); }
+  double copy_slowdown(Direction dir, double cpu_dram_gbps) const override {
+    return base_.copy_slowdown(dir, cpu_dram_gbps);
+  }
   double sync_ms() const override { return base_.sync_ms(); }
   double copy_issue_ms() const override { return base_.copy_issue_ms(); }
   double launch_ms() const override { return base_.launch_ms(); }

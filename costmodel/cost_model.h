@@ -26,8 +26,8 @@ enum class OpKind {
   Attention,   // score/softmax/value over a KV cache (no projections)
   Norm,        // RMSNorm, per-head norms
   Rope,
-  Elementwise, // residual adds, SwiGLU
-  Embed,       // gather embedding rows (host)
+  Elementwise,  // residual adds, SwiGLU
+  Embed,        // gather embedding rows (host)
 };
 const char* op_kind_name(OpKind k);
 
@@ -46,7 +46,7 @@ struct Op {
   // was measured; 0 = tokens pick experts uniformly at random (expected_distinct_experts).
   double active_experts = 0;
 
-  double experts_touched() const;   // MoeExperts: active_experts, or the uniform expectation
+  double experts_touched() const;  // MoeExperts: active_experts, or the uniform expectation
 
   double flops() const;
   double weight_bytes() const;      // bytes of weights (or KV) that must be read
@@ -61,8 +61,8 @@ enum class Direction { HostToDevice, DeviceToHost };
 
 struct ExecEnv {
   Backend backend = Backend::Cpu;
-  int threads = 1;                 // CPU threads (ignored on the GPU)
-  double concurrent_pcie_gbps = 0; // copy traffic running meanwhile (lowers CPU DRAM bandwidth)
+  int threads = 1;                  // CPU threads (ignored on the GPU)
+  double concurrent_pcie_gbps = 0;  // copy traffic running meanwhile (lowers CPU DRAM bandwidth)
 };
 
 class CostModel {

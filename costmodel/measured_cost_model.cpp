@@ -19,8 +19,8 @@ namespace {
 using namespace profile_math;
 
 uint64_t class_key(Backend b, OpKind k, DType d, int threads, bool contention) {
-  return (static_cast<uint64_t>(b) << 60) | (static_cast<uint64_t>(contention) << 59) | (static_cast<uint64_t>(k) << 52) |
-         (static_cast<uint64_t>(d) << 32) | static_cast<uint32_t>(threads);
+  return (static_cast<uint64_t>(b) << 60) | (static_cast<uint64_t>(contention) << 59) |
+         (static_cast<uint64_t>(k) << 52) | (static_cast<uint64_t>(d) << 32) | static_cast<uint32_t>(threads);
 }
 
 // Every Op field but `tokens` that the kind uses; element-wise kinds have one curve in `elems`.
@@ -37,16 +37,21 @@ struct ShapeHash {
 };
 ShapeKey shape_key(const Op& op) {
   switch (op.kind) {
-    case OpKind::Matmul: return {op.rows, op.cols, 0, 0};
-    case OpKind::MoeExperts: return {op.rows, op.cols, op.n_experts, op.top_k};
-    case OpKind::Attention: return {op.ctx, op.n_heads, op.n_kv_heads, op.head_dim};
-    default: return {0, 0, 0, 0};
+    case OpKind::Matmul:
+      return {op.rows, op.cols, 0, 0};
+    case OpKind::MoeExperts:
+      return {op.rows, op.cols, op.n_experts, op.top_k};
+    case OpKind::Attention:
+      return {op.ctx, op.n_heads, op.n_kv_heads, op.head_dim};
+    default:
+      return {0, 0, 0, 0};
   }
 }
 
 // Routed tokens per distinct expert of an MoE step of n tokens under uniform random routing.
 double uniform_tokens_per_expert(double n, const Op& moe) {
-  return n * static_cast<double>(moe.top_k) / expected_distinct_experts(static_cast<int64_t>(n), moe.top_k, moe.n_experts);
+  return n * static_cast<double>(moe.top_k) /
+         expected_distinct_experts(static_cast<int64_t>(n), moe.top_k, moe.n_experts);
 }
 
 // Log-log interpolation between (x1, y1) and (x2, y2).
@@ -149,7 +154,8 @@ struct Class {
         if (t1 > 0 && t2 > 0 && std::isfinite(t1) && std::isfinite(t2)) return between(lo->tokens, t1, hi->tokens, t2);
       }
     }
-    if (!token_fits.empty() && n > token_fits.back().tokens) return beyond(token_fits.back().tokens, token_fits.back().at(op));
+    if (!token_fits.empty() && n > token_fits.back().tokens)
+      return beyond(token_fits.back().tokens, token_fits.back().at(op));
     return roofline_ms(fit, op_bytes(op), op.flops());
   }
 };
@@ -201,19 +207,25 @@ void sort_merge(std::vector<std::pair<double, double>>& v, std::vector<double>* 
 class MeasuredCostModel : public CostModel {
  public:
   MeasuredCostModel(const ProfileDB& db, const MeasuredOptions& o)
-      : origin_(db.origin.empty() ? std::string("(unnamed)") : db.origin), has_gpu_(db.has_gpu()), sync_ms_(db.sync_ms),
+      : origin_(db.origin.empty() ? std::string("(unnamed)") : db.origin),
+        has_gpu_(db.has_gpu()),
+        sync_ms_(db.sync_ms),
         launch_ms_(db.launch_ms),
-        issue_ms_(db.copy_issue_ms), paced_issue_ms_(db.paced_copy_issue_ms),
-        cap_gbps_(o.pcie_cap_bytes_per_s / 1e9), vram_(db.machine.vram_bytes) {
+        issue_ms_(db.copy_issue_ms),
+        paced_issue_ms_(db.paced_copy_issue_ms),
+        cap_gbps_(o.pcie_cap_bytes_per_s / 1e9),
+        vram_(db.machine.vram_bytes) {
     if (!(o.pcie_cap_bytes_per_s >= 0) || !std::isfinite(o.pcie_cap_bytes_per_s)) fail("PCIe cap must not be negative");
     for (int t : db.threads) max_threads_ = std::max(max_threads_, t);
-    describe_ = str_cat("profile ", db.machine.gpu_name.empty() || !has_gpu_ ? db.machine.cpu_model : db.machine.gpu_name, " (",
-                        profile_hash(db), ")");
+    describe_ =
+        str_cat("profile ", db.machine.gpu_name.empty() || !has_gpu_ ? db.machine.cpu_model : db.machine.gpu_name, " (",
+                profile_hash(db), ")");
     if (!has_gpu_ && o.gpu_fallback) {
       fallback_ = make_analytic_cost_model(*o.gpu_fallback, o.pcie_cap_bytes_per_s);
       vram_ = o.gpu_fallback->vram_bytes;
       describe_ += str_cat(" with the GPU of ", o.gpu_fallback->name, " (datasheet)");
-      warn_once(str_cat("the profile ", origin_, " was measured without a GPU: GPU ops and copies are predicted from the datasheet of ",
+      warn_once(str_cat("the profile ", origin_,
+                        " was measured without a GPU: GPU ops and copies are predicted from the datasheet of ",
                         o.gpu_fallback->name, " (analytic, not measured)"));
     }
     index_ops(db, o.use_contention);
@@ -230,11 +242,15 @@ class MeasuredCostModel : public CostModel {
     // H200 host's 16 threads: rows to 512 tokens = 32 per expert; a 512-token step on 9.6 measured
     // experts runs 427 per expert and was predicted 1.6x its time: planner_accuracy_v9).
     if (op.kind == OpKind::MoeExperts && op.top_k > 0 && op.n_experts > 0) {
-      const double d = op.active_experts > 0 ? op.active_experts : expected_distinct_experts(op.tokens, op.top_k, op.n_experts);
+      const double d =
+          op.active_experts > 0 ? op.active_experts : expected_distinct_experts(op.tokens, op.top_k, op.n_experts);
       const double m = std::max(1.0, static_cast<double>(op.tokens) * static_cast<double>(op.top_k) / d);
-      auto past_rows = [&](double n_last) { return n_last >= 1 && m > uniform_tokens_per_expert(n_last, op) * (1 + 1e-9); };
+      auto past_rows = [&](double n_last) {
+        return n_last >= 1 && m > uniform_tokens_per_expert(n_last, op) * (1 + 1e-9);
+      };
       int t_lo = 0, t_hi = 0;
-      if (between_thread_counts(op, env, &t_lo, &t_hi)) {  // each profiled count with its own rows, then log-log in threads
+      if (between_thread_counts(op, env, &t_lo,
+                                &t_hi)) {  // each profiled count with its own rows, then log-log in threads
         ExecEnv lo = env, hi = env;
         lo.threads = t_lo;
         hi.threads = t_hi;
@@ -390,8 +406,9 @@ class MeasuredCostModel : public CostModel {
   // profile's matmul rows of the MoE's weight dtype; 0 where the profile has none.
   double expert_matmuls_ms(const Op& moe, double m, const ExecEnv& env) const {
     const DType dt = class_dtype(moe);
-    if (env.backend == Backend::Gpu ? !has_gpu_ || !classes_.count(class_key(Backend::Gpu, OpKind::Matmul, dt, 0, false))
-                                    : !cpu_threads_.count(class_key(Backend::Cpu, OpKind::Matmul, dt, 0, false)))
+    if (env.backend == Backend::Gpu
+            ? !has_gpu_ || !classes_.count(class_key(Backend::Gpu, OpKind::Matmul, dt, 0, false))
+            : !cpu_threads_.count(class_key(Backend::Cpu, OpKind::Matmul, dt, 0, false)))
       return 0;
     auto at = [&](int64_t n) {
       Op gate;
@@ -412,7 +429,8 @@ class MeasuredCostModel : public CostModel {
 
   const CostModel& gpu_fallback() const {
     if (!fallback_)
-      fail("the profile ", origin_, " has no GPU rows (measured on a machine without a GPU): plan with --hw NAME or a GPU profile");
+      fail("the profile ", origin_,
+           " has no GPU rows (measured on a machine without a GPU): plan with --hw NAME or a GPU profile");
     return *fallback_;
   }
 
@@ -472,12 +490,14 @@ class MeasuredCostModel : public CostModel {
   void index_ops(const ProfileDB& db, bool use_contention) {
     std::map<uint64_t, std::vector<const OpSample*>> rows;
     for (const OpSample& s : db.ops) {
-      if (s.contention && (!use_contention || s.backend == Backend::Gpu)) continue;  // GPU rows under DRAM load: not modelled
+      if (s.contention && (!use_contention || s.backend == Backend::Gpu))
+        continue;  // GPU rows under DRAM load: not modelled
       if (s.backend == Backend::Gpu && !has_gpu_) continue;
       const DType dt = class_dtype(s.op);
       rows[class_key(s.backend, s.op.kind, dt, s.threads, s.contention)].push_back(&s);
       if (!s.contention) {
-        const std::string name = sized_by_elems(s.op.kind) ? op_kind_name(s.op.kind) : str_cat(op_kind_name(s.op.kind), " ", dtype_name(dt));
+        const std::string name =
+            sized_by_elems(s.op.kind) ? op_kind_name(s.op.kind) : str_cat(op_kind_name(s.op.kind), " ", dtype_name(dt));
         measured_[class_key(s.backend, s.op.kind, dt, 0, false)] = name;
       }
     }
@@ -489,7 +509,8 @@ class MeasuredCostModel : public CostModel {
     if (missing) {
       ProfileDB copy = db;
       fit_profile(copy);
-      for (const RooflineFit& f : copy.fits) fits.emplace(class_key(f.backend, f.kind, f.dtype, f.threads, f.contention), f);
+      for (const RooflineFit& f : copy.fits)
+        fits.emplace(class_key(f.backend, f.kind, f.dtype, f.threads, f.contention), f);
     }
 
     for (auto& [key, samples] : rows) {
@@ -583,7 +604,8 @@ class MeasuredCostModel : public CostModel {
         if (!capped.empty()) {
           std::vector<std::pair<double, double>> plain;
           for (const TransferSample& t : db.transfers)
-            if (t.dir == dir && t.pinned == pinned && t.cap_gbps == 0 && t.burst == 1) plain.emplace_back(static_cast<double>(t.bytes), t.ms);
+            if (t.dir == dir && t.pinned == pinned && t.cap_gbps == 0 && t.burst == 1)
+              plain.emplace_back(static_cast<double>(t.bytes), t.ms);
           if (!plain.empty()) sort_merge(plain, &unpaced_[d][p].bytes, &unpaced_[d][p].ms);
         }
       }
@@ -639,8 +661,8 @@ class MeasuredCostModel : public CostModel {
   std::unique_ptr<CostModel> fallback_;
   std::unordered_map<uint64_t, Class> classes_;
   std::unordered_map<uint64_t, std::vector<int>> cpu_threads_;  // profiled thread counts of each CPU class (alone)
-  std::map<uint64_t, std::string> measured_;                     // class (threads 0, alone) -> "matmul q4_0"
-  CopyCurve copies_[2][2];                                       // [h2d, d2h][pinned, pageable]
+  std::map<uint64_t, std::string> measured_;                    // class (threads 0, alone) -> "matmul q4_0"
+  CopyCurve copies_[2][2];                                      // [h2d, d2h][pinned, pageable]
   CopyCurve unpaced_[2][2];  // with rows measured under the cap: the uncapped rows (copies below their sizes)
   CopyCurve bursts_[2];      // [h2d, d2h]: time per copy of back-to-back copies (pinned, uncapped); may be empty
 };

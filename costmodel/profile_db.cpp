@@ -16,6 +16,8 @@
 // Op columns by kind: matmul tokens,rows,cols; moe_experts tokens,rows,cols,n_experts,top_k; attention
 // tokens,ctx,n_heads,n_kv_heads,head_dim; norm/rope/elementwise/embed tokens,elems; contention groups add
 // concurrent_gbps; then ms,spread,repeats. Groups and points are sorted, so equal content gives equal text.
+#include "costmodel/profile_db.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,9 +28,8 @@
 #include <tuple>
 
 #include "core/error.h"
-#include "core/json_util.h"
 #include "core/file_util.h"
-#include "costmodel/profile_db.h"
+#include "core/json_util.h"
 
 namespace shardwise {
 namespace {
@@ -37,8 +38,8 @@ using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
 constexpr const char* kFormatName = "shardwise-profile";
-const OpKind kAllKinds[] = {OpKind::Matmul,      OpKind::MoeExperts, OpKind::Attention, OpKind::Norm,
-                            OpKind::Rope,        OpKind::Elementwise, OpKind::Embed};
+const OpKind kAllKinds[] = {OpKind::Matmul, OpKind::MoeExperts,  OpKind::Attention, OpKind::Norm,
+                            OpKind::Rope,   OpKind::Elementwise, OpKind::Embed};
 const DType kAllDtypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
 
 // Measured numbers are stored to 4 significant digits (the repeats' spread is far larger).
@@ -49,23 +50,33 @@ double round4(double v) {
   return std::strtod(buf, nullptr);
 }
 
-const char* dir_name(Direction d) { return d == Direction::HostToDevice ? "h2d" : "d2h"; }
+const char* dir_name(Direction d) {
+  return d == Direction::HostToDevice ? "h2d" : "d2h";
+}
 
 // The shape columns of an op kind (after `tokens`).
 std::vector<const char*> shape_columns(OpKind k) {
   switch (k) {
-    case OpKind::Matmul: return {"rows", "cols"};
-    case OpKind::MoeExperts: return {"rows", "cols", "n_experts", "top_k"};
-    case OpKind::Attention: return {"ctx", "n_heads", "n_kv_heads", "head_dim"};
-    default: return {"elems"};
+    case OpKind::Matmul:
+      return {"rows", "cols"};
+    case OpKind::MoeExperts:
+      return {"rows", "cols", "n_experts", "top_k"};
+    case OpKind::Attention:
+      return {"ctx", "n_heads", "n_kv_heads", "head_dim"};
+    default:
+      return {"elems"};
   }
 }
 std::vector<int64_t> shape_values(const Op& op) {
   switch (op.kind) {
-    case OpKind::Matmul: return {op.rows, op.cols};
-    case OpKind::MoeExperts: return {op.rows, op.cols, op.n_experts, op.top_k};
-    case OpKind::Attention: return {op.ctx, op.n_heads, op.n_kv_heads, op.head_dim};
-    default: return {op.elems};
+    case OpKind::Matmul:
+      return {op.rows, op.cols};
+    case OpKind::MoeExperts:
+      return {op.rows, op.cols, op.n_experts, op.top_k};
+    case OpKind::Attention:
+      return {op.ctx, op.n_heads, op.n_kv_heads, op.head_dim};
+    default:
+      return {op.elems};
   }
 }
 std::vector<std::string> op_columns(OpKind k, bool contention) {
@@ -169,7 +180,8 @@ std::vector<ojson> op_points(const std::vector<const OpSample*>& rows, bool cont
 std::string ops_text(const ProfileDB& db) {
   std::map<OpGroupKey, std::vector<const OpSample*>> groups;
   for (const OpSample& o : db.ops)
-    groups[{static_cast<int>(o.backend), o.threads, o.contention, static_cast<int>(o.op.kind), static_cast<int>(o.op.dtype)}]
+    groups[{static_cast<int>(o.backend), o.threads, o.contention, static_cast<int>(o.op.kind),
+            static_cast<int>(o.op.dtype)}]
         .push_back(&o);
   std::vector<std::string> op_groups;
   for (auto& [key, rows] : groups) {
@@ -189,7 +201,8 @@ std::string ops_text(const ProfileDB& db) {
 // The `transfers` list: grouped by direction, pinned first, cap and burst.
 std::string transfers_text(const ProfileDB& db) {
   std::map<std::tuple<int, bool, double, int>, std::vector<const TransferSample*>> tgroups;
-  for (const TransferSample& t : db.transfers) tgroups[{static_cast<int>(t.dir), !t.pinned, t.cap_gbps, t.burst}].push_back(&t);
+  for (const TransferSample& t : db.transfers)
+    tgroups[{static_cast<int>(t.dir), !t.pinned, t.cap_gbps, t.burst}].push_back(&t);
   std::vector<std::string> t_groups;
   for (auto& [key, rows] : tgroups) {
     const TransferSample& f = *rows.front();
@@ -205,7 +218,8 @@ std::string transfers_text(const ProfileDB& db) {
              std::make_tuple(b->bytes, round4(b->ms), round4(b->spread), b->repeats);
     });
     std::vector<ojson> plain;
-    for (const TransferSample* t : sorted) plain.push_back(ojson::array({t->bytes, round4(t->ms), round4(t->spread), t->repeats}));
+    for (const TransferSample* t : sorted)
+      plain.push_back(ojson::array({t->bytes, round4(t->ms), round4(t->spread), t->repeats}));
     t_groups.push_back(points_text(h, plain));
   }
   return list_text(t_groups);
@@ -232,8 +246,9 @@ std::string dram_text(const ProfileDB& db) {
 std::string fits_text(const ProfileDB& db) {
   std::vector<RooflineFit> fits = db.fits;
   std::stable_sort(fits.begin(), fits.end(), [](const RooflineFit& a, const RooflineFit& b) {
-    return std::make_tuple(static_cast<int>(a.backend), static_cast<int>(a.kind), static_cast<int>(a.dtype), a.threads, a.contention) <
-           std::make_tuple(static_cast<int>(b.backend), static_cast<int>(b.kind), static_cast<int>(b.dtype), b.threads, b.contention);
+    return std::make_tuple(static_cast<int>(a.backend), static_cast<int>(a.kind), static_cast<int>(a.dtype), a.threads,
+                           a.contention) < std::make_tuple(static_cast<int>(b.backend), static_cast<int>(b.kind),
+                                                           static_cast<int>(b.dtype), b.threads, b.contention);
   });
   std::vector<std::string> f_rows;
   for (const RooflineFit& f : fits) {
@@ -365,7 +380,7 @@ struct Reader {
   }
 };
 
-constexpr int64_t kMaxDim = int64_t(1) << 32;      // rows, cols, ctx, ...
+constexpr int64_t kMaxDim = int64_t(1) << 32;  // rows, cols, ctx, ...
 constexpr int64_t kMaxElems = int64_t(1) << 48;
 constexpr int64_t kMaxTokens = int64_t(1) << 30;
 constexpr int kMaxThreads = 4096;
@@ -377,7 +392,8 @@ void read_op_group(const Reader& r, const json& g, const std::string& where, Pro
   OpSample base;
   base.backend = r.backend(r.get(g, "backend", where), where + ".backend");
   const bool gpu = base.backend == Backend::Gpu;
-  base.threads = static_cast<int>(r.integer(r.get(g, "threads", where), where + ".threads", gpu ? 0 : 1, gpu ? 0 : kMaxThreads));
+  base.threads =
+      static_cast<int>(r.integer(r.get(g, "threads", where), where + ".threads", gpu ? 0 : 1, gpu ? 0 : kMaxThreads));
   if (!gpu && std::find(db.threads.begin(), db.threads.end(), base.threads) == db.threads.end())
     r.bad(where + ".threads", base.threads, " is not one of the profile's `threads`");
   if (gpu && !db.has_gpu()) r.bad(where + ".backend", "a gpu group in a profile whose device is cpu");
@@ -392,7 +408,8 @@ void read_op_group(const Reader& r, const json& g, const std::string& where, Pro
   for (size_t i = 0; i < pts.size(); ++i) {
     const std::string pw = where + ".points[" + std::to_string(i) + "]";
     const json& p = r.array(pts[i], pw);
-    if (p.size() != cols.size()) r.bad(pw, "has ", p.size(), " values, expected ", cols.size(), " (", cols.size(), " columns)");
+    if (p.size() != cols.size())
+      r.bad(pw, "has ", p.size(), " values, expected ", cols.size(), " (", cols.size(), " columns)");
     auto col = [&](size_t c) { return pw + "[" + std::to_string(c) + "] (" + cols[c] + ")"; };
     OpSample s = base;
     size_t c = 0;
@@ -404,7 +421,8 @@ void read_op_group(const Reader& r, const json& g, const std::string& where, Pro
         s.op.rows = r.integer(p[c], col(c), 1, kMaxDim), ++c;
         s.op.cols = r.integer(p[c], col(c), 1, kMaxDim);
         if (quantized && s.op.cols % dtype_block_elems(s.op.dtype) != 0)
-          r.bad(col(c), s.op.cols, " is not a multiple of the ", dtype_name(s.op.dtype), " block (", dtype_block_elems(s.op.dtype), ")");
+          r.bad(col(c), s.op.cols, " is not a multiple of the ", dtype_name(s.op.dtype), " block (",
+                dtype_block_elems(s.op.dtype), ")");
         ++c;
         if (s.op.kind == OpKind::MoeExperts) {
           s.op.n_experts = r.integer(p[c], col(c), 1, 1 << 20), ++c;
@@ -432,9 +450,12 @@ void read_transfer_group(const Reader& r, const json& g, const std::string& wher
   r.check_keys(g, where, {"dir", "pinned", "cap_gbps", "burst", "columns", "points"});
   TransferSample base;
   const std::string dir = r.str(r.get(g, "dir", where), where + ".dir");
-  if (dir == "h2d") base.dir = Direction::HostToDevice;
-  else if (dir == "d2h") base.dir = Direction::DeviceToHost;
-  else r.bad(where + ".dir", "unknown direction '", dir, "' (known: h2d, d2h)");
+  if (dir == "h2d")
+    base.dir = Direction::HostToDevice;
+  else if (dir == "d2h")
+    base.dir = Direction::DeviceToHost;
+  else
+    r.bad(where + ".dir", "unknown direction '", dir, "' (known: h2d, d2h)");
   base.pinned = r.boolean(r.get(g, "pinned", where), where + ".pinned");
   base.cap_gbps = r.number(r.get(g, "cap_gbps", where), where + ".cap_gbps", 0, kMaxGbps);
   bool listed = false;
@@ -474,12 +495,12 @@ json parse_profile_root(const Reader& r, const std::string& text) {
   const json& ver = r.get(root, "version", "");
   if (!ver.is_number_integer()) r.bad("version", "must be an integer");
   if (ver.get<int64_t>() != kProfileFormatVersion)
-    r.bad("version", "format version ", json_brief(ver), " is not supported by this build (it reads version ", kProfileFormatVersion,
-          "): re-run `shardwise profile` with this build");
-  r.check_keys(root, "",
-               {"format", "version", "device", "created", "git_rev", "quick", "machine", "threads", "pcie_caps_gbps",
-                "sync_ms", "launch_ms", "copy_issue_ms", "paced_copy_issue_ms", "copy_traffic", "ops", "transfers", "dram",
-                "fits"});
+    r.bad("version", "format version ", json_brief(ver), " is not supported by this build (it reads version ",
+          kProfileFormatVersion, "): re-run `shardwise profile` with this build");
+  r.check_keys(
+      root, "",
+      {"format", "version", "device", "created", "git_rev", "quick", "machine", "threads", "pcie_caps_gbps", "sync_ms",
+       "launch_ms", "copy_issue_ms", "paced_copy_issue_ms", "copy_traffic", "ops", "transfers", "dram", "fits"});
   return root;
 }
 
@@ -492,7 +513,8 @@ void read_machine(const Reader& r, const json& m, ProfileDB& db) {
     r.bad("machine.isa", "'", db.machine.isa, "' must be scalar, avx2 or avx512");
   db.machine.dram_bytes = r.unsigned_int(r.get(m, "dram_bytes", "machine"), "machine.dram_bytes", 0, UINT64_MAX);
   db.machine.gpu_name = r.str(r.get(m, "gpu_name", "machine"), "machine.gpu_name");
-  db.machine.gpu_driver = static_cast<int>(r.integer(r.get(m, "gpu_driver", "machine"), "machine.gpu_driver", 0, INT32_MAX));
+  db.machine.gpu_driver =
+      static_cast<int>(r.integer(r.get(m, "gpu_driver", "machine"), "machine.gpu_driver", 0, INT32_MAX));
   db.machine.vram_bytes = r.unsigned_int(r.get(m, "vram_bytes", "machine"), "machine.vram_bytes", 0, UINT64_MAX);
   if (db.has_gpu() && db.machine.gpu_name.empty()) r.bad("machine.gpu_name", "must name the GPU of a cuda profile");
 }
@@ -517,7 +539,8 @@ void read_settings(const Reader& r, const json& root, ProfileDB& db) {
   db.sync_ms = r.number(r.get(root, "sync_ms", ""), "sync_ms", 0, kMaxMs);
   if (root.contains("copy_traffic")) {  // optional: profiles before it copied both ways
     db.copy_traffic = r.str(root.at("copy_traffic"), "copy_traffic");
-    if (db.copy_traffic != "h2d" && db.copy_traffic != "both") r.bad("copy_traffic", "'", db.copy_traffic, "' must be h2d or both");
+    if (db.copy_traffic != "h2d" && db.copy_traffic != "both")
+      r.bad("copy_traffic", "'", db.copy_traffic, "' must be h2d or both");
     if (!db.has_gpu()) r.bad("copy_traffic", "copy traffic in a profile whose device is cpu");
   }
   db.launch_ms = r.number(r.get(root, "launch_ms", ""), "launch_ms", 0, kMaxMs);
@@ -592,7 +615,9 @@ ProfileDB profile_from_json(const std::string& text, const std::string& origin) 
   return db;
 }
 
-ProfileDB load_profile(const std::string& path) { return profile_from_json(read_text_file(path), path); }
+ProfileDB load_profile(const std::string& path) {
+  return profile_from_json(read_text_file(path), path);
+}
 
 void save_profile(const ProfileDB& db, const std::string& path) {
   const std::string text = profile_to_json(db);
@@ -600,7 +625,8 @@ void save_profile(const ProfileDB& db, const std::string& path) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) fail(path, ": cannot create ", tmp, " (is the folder writable?)");
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
+  const bool ok =
+      std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
   if (std::fclose(f) != 0 || !ok) {
     std::remove(tmp.c_str());
     fail(path, ": write failed (disk full?)");

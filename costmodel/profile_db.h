@@ -27,9 +27,9 @@
 // copies (the routed experts of one MoE layer) at the `burst` rows' time per copy, never faster than
 // its bytes as one copy. MoE steps whose routing was measured (Op::active_experts) are d
 // experts of n·k/d tokens each, each costed as one expert of a uniform row with that many tokens
-// per expert; past the MoE rows' largest count an expert grows as its three matmuls' rows. Thread counts not profiled interpolate between the two nearest
-// profiled counts (in log threads); outside them the nearest count is used. Norm, Rope, Elementwise
-// and Embed are keyed by kind only (their size is `elems`: steps 1 and 3 in log elems), and stand in
+// per expert; past the MoE rows' largest count an expert grows as its three matmuls' rows. Thread counts not profiled
+// interpolate between the two nearest profiled counts (in log threads); outside them the nearest count is used. Norm,
+// Rope, Elementwise and Embed are keyed by kind only (their size is `elems`: steps 1 and 3 in log elems), and stand in
 // for each other when one was not measured on a backend (the profiler times rope and embed on the
 // CPU only). GPU rows measured under contention are stored but not used by the model.
 #pragma once
@@ -47,13 +47,13 @@ namespace shardwise {
 constexpr int kProfileFormatVersion = 1;
 
 struct MachineFingerprint {
-  std::string cpu_model;     // /proc/cpuinfo "model name"
-  int cpu_cores = 0;         // hardware threads the OS offers
-  std::string isa;           // highest CPU kernel level used: scalar | avx2 | avx512
+  std::string cpu_model;  // /proc/cpuinfo "model name"
+  int cpu_cores = 0;      // hardware threads the OS offers
+  std::string isa;        // highest CPU kernel level used: scalar | avx2 | avx512
   uint64_t dram_bytes = 0;
-  std::string gpu_name;      // empty without a GPU
-  int gpu_driver = 0;        // CUDA driver version (e.g. 13000)
-  uint64_t vram_bytes = 0;   // total device memory (0 without a GPU)
+  std::string gpu_name;     // empty without a GPU
+  int gpu_driver = 0;       // CUDA driver version (e.g. 13000)
+  uint64_t vram_bytes = 0;  // total device memory (0 without a GPU)
 };
 
 // One measured op. GPU rows have threads = 0.
@@ -65,8 +65,8 @@ struct OpSample {
   bool contention = false;
   double concurrent_gbps = 0;  // CPU contention rows: PCIe rate achieved meanwhile (all directions together)
   Op op;
-  double ms = 0;       // median of the repeats
-  double spread = 0;   // (max - min) / median of the repeats
+  double ms = 0;      // median of the repeats
+  double spread = 0;  // (max - min) / median of the repeats
   int repeats = 0;
 };
 
@@ -110,17 +110,17 @@ struct ProfileDB {
   int version = kProfileFormatVersion;
   std::string device;  // "cuda" (GPU rows present) or "cpu" (none)
   MachineFingerprint machine;
-  std::string created;              // UTC, ISO 8601
-  std::string git_rev;              // revision of the profiler that measured it
-  bool quick = false;               // measured with --quick (a smaller grid)
-  std::vector<int> threads;         // the CPU thread counts measured
+  std::string created;                 // UTC, ISO 8601
+  std::string git_rev;                 // revision of the profiler that measured it
+  bool quick = false;                  // measured with --quick (a smaller grid)
+  std::vector<int> threads;            // the CPU thread counts measured
   std::vector<double> pcie_caps_gbps;  // the PCIe caps measured (0 = none)
-  double sync_ms = 0;               // one host-device synchronisation (GPU profiles)
+  double sync_ms = 0;                  // one host-device synchronisation (GPU profiles)
   // The copy traffic beside the contention rows: "h2d" (host to device, as weights stream) or "both" (equal
   // bytes each way: profiles that do not say). The cost model reads the rows as
   // measured either way: DRAM total = the CPU's rate + the copies'.
   std::string copy_traffic = "both";
-  double launch_ms = 0;             // one empty kernel launch (GPU profiles)
+  double launch_ms = 0;  // one empty kernel launch (GPU profiles)
   // Host time per pinned 1 MiB host-to-device copy when a burst of them is enqueued through the
   // runtime's path (Device::copy_h2d_batch: one call per copy), uncapped and under a PCIe cap (each paced
   // copy also launches its pacing kernel): what the host spends issuing an MoE layer's expert copies once

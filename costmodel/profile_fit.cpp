@@ -95,7 +95,8 @@ Nnls nnls_design(const Eigen::MatrixXd& A, const Eigen::VectorXd& b) {
   // Larger supports first, so that a tie keeps the larger one.
   std::vector<int> masks;
   for (int mask = 1; mask < (1 << m); ++mask) masks.push_back(mask);
-  std::stable_sort(masks.begin(), masks.end(), [](int a, int c) { return __builtin_popcount(a) > __builtin_popcount(c); });
+  std::stable_sort(masks.begin(), masks.end(),
+                   [](int a, int c) { return __builtin_popcount(a) > __builtin_popcount(c); });
   for (int mask : masks) {
     std::vector<int> idx;
     for (int j = 0; j < m; ++j)
@@ -163,7 +164,8 @@ void bind_unbound_terms(const std::vector<FitPoint>& pts, RooflineParams& q) {
 RooflineParams fit_roofline(std::vector<FitPoint> pts) {
   const size_t n = pts.size();
   if (n == 0) fail("fit_roofline: no points");
-  std::sort(pts.begin(), pts.end(), [](const FitPoint& a, const FitPoint& b) { return a.flops * b.bytes < b.flops * a.bytes; });
+  std::sort(pts.begin(), pts.end(),
+            [](const FitPoint& a, const FitPoint& b) { return a.flops * b.bytes < b.flops * a.bytes; });
   double sb = 0, sf = 0;  // column scales
   for (const FitPoint& p : pts) {
     sb = std::max(sb, p.bytes);
@@ -262,7 +264,8 @@ void fit_profile(ProfileDB& db) {
   using Key = std::tuple<int, int, int, int, bool>;  // backend, kind, dtype, threads, contention
   std::map<Key, std::vector<FitPoint>> classes;
   for (const OpSample& s : db.ops)
-    classes[{static_cast<int>(s.backend), static_cast<int>(s.op.kind), static_cast<int>(class_dtype(s.op)), s.threads, s.contention}]
+    classes[{static_cast<int>(s.backend), static_cast<int>(s.op.kind), static_cast<int>(class_dtype(s.op)), s.threads,
+             s.contention}]
         .push_back({op_bytes(s.op), s.op.flops(), s.ms});
   db.fits.clear();
   for (auto& [key, pts] : classes) {

@@ -17,9 +17,13 @@ namespace shardwise::profile_math {
 inline bool sized_by_elems(OpKind k) {
   return k == OpKind::Norm || k == OpKind::Rope || k == OpKind::Elementwise || k == OpKind::Embed;
 }
-inline DType class_dtype(const Op& op) { return sized_by_elems(op.kind) ? DType::F32 : op.dtype; }
+inline DType class_dtype(const Op& op) {
+  return sized_by_elems(op.kind) ? DType::F32 : op.dtype;
+}
 
-inline double op_bytes(const Op& op) { return op.weight_bytes() + op.activation_bytes(); }
+inline double op_bytes(const Op& op) {
+  return op.weight_bytes() + op.activation_bytes();
+}
 
 // t_ms of a fitted roofline.
 inline double roofline_ms(const RooflineFit& f, double bytes, double flops) {

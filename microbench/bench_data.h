@@ -24,8 +24,8 @@ namespace shardwise {
 // previous sample under this key.
 inline std::string op_shape_key(const Op& op) {
   std::string k;
-  for (int64_t v : {static_cast<int64_t>(op.kind), static_cast<int64_t>(op.dtype), op.tokens, op.rows, op.cols, op.n_experts,
-                    op.top_k, op.ctx, op.n_heads, op.n_kv_heads, op.head_dim, op.elems})
+  for (int64_t v : {static_cast<int64_t>(op.kind), static_cast<int64_t>(op.dtype), op.tokens, op.rows, op.cols,
+                    op.n_experts, op.top_k, op.ctx, op.n_heads, op.n_kv_heads, op.head_dim, op.elems})
     k += std::to_string(v) + '/';
   return k;
 }

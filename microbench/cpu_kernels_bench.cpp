@@ -35,11 +35,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
@@ -49,9 +49,9 @@
 #include "core/error.h"
 #include "core/host_buffer.h"
 #include "core/thread_pool.h"
-#include "executor/cpu/cpu_features.h"
 #include "executor/cpu/attention.h"
 #include "executor/cpu/blas_env.h"
+#include "executor/cpu/cpu_features.h"
 #include "executor/cpu/kernels.h"
 #include "executor/cpu/matmul.h"
 #include "executor/model/cpu_blocks.h"
@@ -102,7 +102,8 @@ Config read_config(int* argc, char** argv) {
       std::stringstream ss(a.substr(10));
       std::string item;
       while (std::getline(ss, item, ','))
-        c.threads.push_back(static_cast<int>(flag_count("--threads=" + item, 10, 1, 4096, "thread counts, comma-separated")));
+        c.threads.push_back(
+            static_cast<int>(flag_count("--threads=" + item, 10, 1, 4096, "thread counts, comma-separated")));
       if (c.threads.empty()) bad_flag(a, "thread counts, comma-separated");
     } else if (is("--weight-set-mb=")) {
       c.weight_set_mb = flag_count(a, 16, 1, int64_t(1) << 20, "MiB from 1 to 1048576");
@@ -378,7 +379,8 @@ void bm_kernel_gemv(benchmark::State& state, const std::string& key, sw::Isa isa
     gemv(w.data(), rb, cols, 0, rows, x.data(), cols, nt, y.data(), rows);
     std::vector<int64_t> tokens;
     for (int tok = 0; tok < nt; ++tok) tokens.push_back(tok);
-    const std::string err = check_against_reference(t, w.data(), rb, rows, cols, x.data(), cols, y.data(), rows, tokens);
+    const std::string err =
+        check_against_reference(t, w.data(), rb, rows, cols, x.data(), cols, y.data(), rows, tokens);
     if (!err.empty()) {
       state.SkipWithError((std::string(sw::isa_name(isa)) + " gemv differs from the reference: " + err).c_str());
       return;
@@ -599,8 +601,10 @@ void bm_moe_decode(benchmark::State& state, const std::string& key, int threads,
     std::copy(x.begin(), x.end(), xi.begin());
     const sw::LayerWeights& w = layers[replica];
     state.ResumeTiming();
-    if (cpu_experts > 0) blocks.moe_share(w, xi.data(), 1, share, partial.data());
-    else blocks.ffn(w, xi.data(), 1, &r);
+    if (cpu_experts > 0)
+      blocks.moe_share(w, xi.data(), 1, share, partial.data());
+    else
+      blocks.ffn(w, xi.data(), 1, &r);
     benchmark::ClobberMemory();
   }
   const int64_t k = cpu_experts > 0 ? cpu_experts : op.top_k;
@@ -666,11 +670,13 @@ void register_sampling_and_moe() {
   for (const sw::ModelSpec& spec : {sw::perf_dense_model(), sw::perf_moe_model()}) {
     const int64_t vocab = spec.vocab_size;
     const std::string name = sw::str_cat("greedy_sample/vocab:", vocab);
-    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { bm_greedy_sample(st, vocab); })
-        ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
+      bm_greedy_sample(st, vocab);
+    })->Unit(benchmark::kMicrosecond);
   }
   const sw::Op op = moe_decode_op();
-  const std::string shape = sw::str_cat(sw::dtype_name(op.dtype), "/", op.n_experts, "x", op.rows, "x", op.cols, "_top", op.top_k);
+  const std::string shape =
+      sw::str_cat(sw::dtype_name(op.dtype), "/", op.n_experts, "x", op.rows, "x", op.cols, "_top", op.top_k);
   for (int threads : g_cfg.threads) {
     const std::string name = sw::str_cat("moe_decode/", shape, "/tokens:1/threads:", threads);
     benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { bm_moe_decode(st, name, threads); })
@@ -756,8 +762,9 @@ void register_kernels() {
     // (nemo8b: 11520).
     for (int64_t n : {moe.top_k * moe.ffn, dense_ffn}) {
       const std::string name = sw::str_cat("kernel_swiglu/", sw::isa_name(isa), "/", n);
-      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { bm_kernel_swiglu(st, name, isa, n); })
-          ->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
+        bm_kernel_swiglu(st, name, isa, n);
+      })->Unit(benchmark::kMicrosecond);
     }
     for (DType t : sw::weight_dtypes()) {
       if (t == DType::F32) continue;  // a memcpy

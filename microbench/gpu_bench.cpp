@@ -1,4 +1,6 @@
 // microbench/gpu_bench.cpp — GpuBench over CUDA (see gpu_bench.h). Built only with CUDA.
+#include "microbench/gpu_bench.h"
+
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -18,7 +20,6 @@
 #include "executor/cuda/cuda_kernels.h"
 #include "executor/device/device.h"
 #include "executor/model/moe_routing.h"
-#include "microbench/gpu_bench.h"
 #include "microbench/bench_data.h"
 
 namespace shardwise {
@@ -29,7 +30,9 @@ void ck(cudaError_t e, const char* what) {
 }
 
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
 
 class CudaBench final : public GpuBench {
  public:
@@ -59,8 +62,8 @@ class CudaBench final : public GpuBench {
     dev_.reset();
     for (cudaStream_t s : tr_s_)
       if (s) cudaStreamDestroy(s);
-    for (void* p : {static_cast<void*>(set_), static_cast<void*>(ws_), static_cast<void*>(act_), static_cast<void*>(moe_),
-                    static_cast<void*>(kv_), static_cast<void*>(tr_dev_)})
+    for (void* p : {static_cast<void*>(set_), static_cast<void*>(ws_), static_cast<void*>(act_),
+                    static_cast<void*>(moe_), static_cast<void*>(kv_), static_cast<void*>(tr_dev_)})
       if (p) cudaFree(p);
     if (tr_host_) cudaFreeHost(tr_host_);
     cudaEventDestroy(e0_);
@@ -87,12 +90,23 @@ class CudaBench final : public GpuBench {
       reps_ = static_cast<int>(std::min<double>(kMaxBurst, std::max(1.0, std::ceil(kBurstMs / prev->second))));
     double ms = 0;
     switch (op.kind) {
-      case OpKind::Matmul: ms = matmul(op); break;
-      case OpKind::Attention: ms = attention(op); break;
-      case OpKind::MoeExperts: ms = moe(op); break;
-      case OpKind::Norm: ms = norm(op); break;
-      case OpKind::Elementwise: ms = elementwise(op); break;
-      default: fail("profile: no GPU runner for ", op_kind_name(op.kind));
+      case OpKind::Matmul:
+        ms = matmul(op);
+        break;
+      case OpKind::Attention:
+        ms = attention(op);
+        break;
+      case OpKind::MoeExperts:
+        ms = moe(op);
+        break;
+      case OpKind::Norm:
+        ms = norm(op);
+        break;
+      case OpKind::Elementwise:
+        ms = elementwise(op);
+        break;
+      default:
+        fail("profile: no GPU runner for ", op_kind_name(op.kind));
     }
     last_ms_[key] = ms;
     return ms;
@@ -120,8 +134,10 @@ class CudaBench final : public GpuBench {
     dev_->set_pcie_cap(cap);
     void* host = pinned ? pinned_.data() : pageable_.data();
     const auto t0 = Clock::now();
-    if (dir == Direction::HostToDevice) dev_->copy_h2d(arena_, host, bytes);
-    else dev_->copy_d2h(host, arena_, bytes);
+    if (dir == Direction::HostToDevice)
+      dev_->copy_h2d(arena_, host, bytes);
+    else
+      dev_->copy_d2h(host, arena_, bytes);
     dev_->synchronize();
     return ms_since(t0);
   }
@@ -134,8 +150,10 @@ class CudaBench final : public GpuBench {
     const auto t0 = Clock::now();
     for (int i = 0; i < count; ++i) {
       const uint64_t off = static_cast<uint64_t>(i) * bytes;
-      if (dir == Direction::HostToDevice) dev_->copy_h2d(dev + off, host + off, bytes);
-      else dev_->copy_d2h(host + off, dev + off, bytes);
+      if (dir == Direction::HostToDevice)
+        dev_->copy_h2d(dev + off, host + off, bytes);
+      else
+        dev_->copy_d2h(host + off, dev + off, bytes);
     }
     dev_->synchronize();
     return ms_since(t0) / count;
@@ -180,7 +198,8 @@ class CudaBench final : public GpuBench {
     traffic_ = std::thread([this, chunk] {
       ck(cudaSetDevice(0), "cudaSetDevice");
       cudaEvent_t done[2];
-      for (auto& e : done) ck(cudaEventCreateWithFlags(&e, cudaEventBlockingSync | cudaEventDisableTiming), "cudaEventCreate");
+      for (auto& e : done)
+        ck(cudaEventCreateWithFlags(&e, cudaEventBlockingSync | cudaEventDisableTiming), "cudaEventCreate");
       const auto t0 = Clock::now();
       uint64_t moved = 0;
       // Host to device only, two streams back to back: what the executor's weight streaming does. (A D2H
@@ -273,12 +292,14 @@ class CudaBench final : public GpuBench {
   }
 
   double attention(const Op& op) {
-    const uint64_t kvd = static_cast<uint64_t>(op.n_kv_heads * op.head_dim), qd = static_cast<uint64_t>(op.n_heads * op.head_dim);
+    const uint64_t kvd = static_cast<uint64_t>(op.n_kv_heads * op.head_dim),
+                   qd = static_cast<uint64_t>(op.n_heads * op.head_dim);
     const uint64_t rows = static_cast<uint64_t>(op.ctx + op.tokens);
     // A step's layers each read their own cache, with weights between: rotate over K/V pairs that
     // together exceed the L2 several times (one pair reused stayed in the L2 up to a few K positions).
     const uint64_t pair = 2 * rows * kvd;
-    const uint64_t pairs = std::min<uint64_t>(64, std::max<uint64_t>(1, ((256ull << 20) / sizeof(float) + pair - 1) / pair));
+    const uint64_t pairs =
+        std::min<uint64_t>(64, std::max<uint64_t>(1, ((256ull << 20) / sizeof(float) + pair - 1) / pair));
     if (pairs * pair > kv_floats_) {
       if (kv_) cudaFree(kv_);
       kv_floats_ = pairs * pair;
@@ -289,8 +310,8 @@ class CudaBench final : public GpuBench {
     float* out = q + op.tokens * qd;
     return timed([&] {
       const float* k = kv_ + (kv_turn_++ % pairs) * pair;
-      cuda_attention(q, k, k + rows * kvd, out, op.tokens, op.ctx, op.n_heads, op.n_kv_heads, op.head_dim, ws_, ws_bytes_,
-                     stream_);
+      cuda_attention(q, k, k + rows * kvd, out, op.tokens, op.ctx, op.n_heads, op.n_kv_heads, op.head_dim, ws_,
+                     ws_bytes_, stream_);
     });
   }
 
@@ -306,7 +327,8 @@ class CudaBench final : public GpuBench {
       ck(cudaMalloc(&moe_, total + static_cast<uint64_t>(op.cols) * 4), "cudaMalloc experts");
       const std::vector<uint8_t> pat = random_pattern(op.dtype, 3000);
       for (uint64_t off = 0; off < total; off += pat.size())
-        ck(cudaMemcpy(moe_ + off, pat.data(), std::min<uint64_t>(pat.size(), total - off), cudaMemcpyHostToDevice), "experts");
+        ck(cudaMemcpy(moe_ + off, pat.data(), std::min<uint64_t>(pat.size(), total - off), cudaMemcpyHostToDevice),
+           "experts");
       std::vector<float> ones(static_cast<size_t>(op.cols), 1.0f);
       ck(cudaMemcpy(moe_ + total, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice), "ffn norm");
       const ModelSpec spec = moe_block_spec(op);
@@ -318,7 +340,8 @@ class CudaBench final : public GpuBench {
       for (int64_t e = 0; e < op.n_experts; ++e) {
         layer_.gate_exp.push_back(moe_ + static_cast<uint64_t>(e) * one);
         layer_.up_exp.push_back(moe_ + static_cast<uint64_t>(op.n_experts) * one + static_cast<uint64_t>(e) * one);
-        layer_.down_exp.push_back(moe_ + 2 * static_cast<uint64_t>(op.n_experts) * one + static_cast<uint64_t>(e) * down);
+        layer_.down_exp.push_back(moe_ + 2 * static_cast<uint64_t>(op.n_experts) * one +
+                                  static_cast<uint64_t>(e) * down);
       }
       moe_key_ = key;
     }
@@ -386,8 +409,8 @@ class CudaBench final : public GpuBench {
   uint64_t moe_turn_ = 0;
   int filled_ = -1;
   uint64_t turn_ = 0;
-  int reps_ = 1;                                     // launches in the current burst
-  std::map<std::string, double> last_ms_;            // the previous sample per op
+  int reps_ = 1;                           // launches in the current burst
+  std::map<std::string, double> last_ms_;  // the previous sample per op
   // copies through the executor's device
   std::unique_ptr<Device> dev_;
   uint8_t* arena_ = nullptr;
@@ -405,6 +428,8 @@ class CudaBench final : public GpuBench {
 
 }  // namespace
 
-std::unique_ptr<GpuBench> GpuBench::open(uint64_t weight_set_bytes) { return std::make_unique<CudaBench>(weight_set_bytes); }
+std::unique_ptr<GpuBench> GpuBench::open(uint64_t weight_set_bytes) {
+  return std::make_unique<CudaBench>(weight_set_bytes);
+}
 
 }  // namespace shardwise

@@ -34,14 +34,16 @@
 #include "executor/model/cpu_blocks.h"
 #include "executor/model/moe_routing.h"
 #include "executor/ops/op_table.h"
-#include "microbench/gpu_bench.h"
 #include "microbench/bench_data.h"
+#include "microbench/gpu_bench.h"
 
 namespace shardwise {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
 constexpr int kBurstCopies = 16;  // copies per burst row (a qwen30b layer's routed experts go as 24)
 
 // ---- repeats -------------------------------------------------------------------------------------
@@ -98,7 +100,9 @@ void fill_floats(float* v, uint64_t n, uint64_t seed) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (uint64_t i = 0; i < n; ++i) v[i] = u(rng);
 }
-void fill_floats(std::vector<float>& v, uint64_t seed) { fill_floats(v.data(), v.size(), seed); }
+void fill_floats(std::vector<float>& v, uint64_t seed) {
+  fill_floats(v.data(), v.size(), seed);
+}
 
 // A rotated weight set: copies of one matrix laid out back to back over a buffer larger than the LLC.
 class WeightSet {
@@ -159,14 +163,29 @@ class CpuRunner {
       reps_ = static_cast<int>(std::min<double>(cap, std::max(1.0, std::ceil(kBurstMs / prev->second))));
     double ms = 0;
     switch (op.kind) {
-      case OpKind::Matmul: ms = matmul(op, p); break;
-      case OpKind::Attention: ms = attention(op, p); break;
-      case OpKind::MoeExperts: ms = moe(op, p); break;
-      case OpKind::Norm: ms = norm(op); break;
-      case OpKind::Rope: ms = rope_op(op); break;
-      case OpKind::Elementwise: ms = elementwise(op); break;
-      case OpKind::Embed: ms = embed(op); break;
-      default: fail("profile: no CPU runner for ", op_kind_name(op.kind));
+      case OpKind::Matmul:
+        ms = matmul(op, p);
+        break;
+      case OpKind::Attention:
+        ms = attention(op, p);
+        break;
+      case OpKind::MoeExperts:
+        ms = moe(op, p);
+        break;
+      case OpKind::Norm:
+        ms = norm(op);
+        break;
+      case OpKind::Rope:
+        ms = rope_op(op);
+        break;
+      case OpKind::Elementwise:
+        ms = elementwise(op);
+        break;
+      case OpKind::Embed:
+        ms = embed(op);
+        break;
+      default:
+        fail("profile: no CPU runner for ", op_kind_name(op.kind));
     }
     last_ms_[key] = ms;
     return ms;
@@ -402,13 +421,13 @@ class CpuRunner {
   std::vector<float> x_, y_, k_, v_, w_;
   std::vector<int32_t> pos_;
   RopeAngles angles_;
-  HostBuffer moe_buf_;                            // the MoE layer's replicas, back to back
+  HostBuffer moe_buf_;  // the MoE layer's replicas, back to back
   std::string moe_key_;
-  std::vector<LayerWeights> moe_layers_;          // views of the replicas
-  std::vector<ExpertDeck> moe_decks_;             // which experts each replica's next run reads
+  std::vector<LayerWeights> moe_layers_;  // views of the replicas
+  std::vector<ExpertDeck> moe_decks_;     // which experts each replica's next run reads
   std::map<ThreadPool*, std::pair<std::string, std::unique_ptr<CpuBlocks>>> blocks_;
   uint64_t moe_turn_ = 0;
-  int reps_ = 1;                                  // runs in the current burst
+  int reps_ = 1;                                     // runs in the current burst
   std::unordered_map<std::string, double> last_ms_;  // the previous sample per op and thread count
 };
 
@@ -496,7 +515,7 @@ Grid make_grid(bool quick) {
     g.burst_sizes = {1 << 16, 1 << 18, 1 << 20, 1 << 22};
     g.cpu_weight_set = 768ull << 20;  // > 2x the GPU host's 300 MB L3
     g.gpu_weight_set = 2ull << 30;    // > 30x the H200's L2
-    g.point_limit_ms = 40;  // keeps a full profile near its 3-minute target
+    g.point_limit_ms = 40;            // keeps a full profile near its 3-minute target
   }
   return g;
 }
@@ -594,7 +613,7 @@ struct Measurer {
            int threads, bool contention, double concurrent_gbps) {
     std::map<std::string, bool> skip;
     std::map<std::string, int64_t> layout_limit;  // attention: token count whose smallest context was too slow
-    std::map<OpKind, double> seconds;              // where the profile's time goes, logged per block
+    std::map<OpKind, double> seconds;             // where the profile's time goes, logged per block
     const auto block0 = Clock::now();
     struct Tally {
       std::map<OpKind, double>& s;
@@ -629,17 +648,21 @@ struct Measurer {
         skip[series[i]] = true;
         // The first (smallest) context of this token count was already too slow: larger token
         // counts of the layout would be slower still.
-        if (!layout.empty() && (i == 0 || series[i - 1] != series[i]) && !layout_limit.count(layout)) layout_limit[layout] = op.tokens;
+        if (!layout.empty() && (i == 0 || series[i - 1] != series[i]) && !layout_limit.count(layout))
+          layout_limit[layout] = op.tokens;
         continue;
       }
       // GPU times (CUDA events) are stable: fewer milliseconds of repeats suffice.
-      const Stat st = measure(once, b == Backend::Gpu ? Policy{policy.min_reps, policy.max_reps, policy.min_total_ms / 4} : policy);
-      out.push_back({b, b == Backend::Cpu ? threads : 0, contention, concurrent_gbps, op, st.ms, st.spread, st.repeats});
+      const Stat st =
+          measure(once, b == Backend::Gpu ? Policy{policy.min_reps, policy.max_reps, policy.min_total_ms / 4} : policy);
+      out.push_back(
+          {b, b == Backend::Cpu ? threads : 0, contention, concurrent_gbps, op, st.ms, st.spread, st.repeats});
     }
     std::ostringstream line;
     line << "profile: " << (b == Backend::Cpu ? "cpu " : "gpu ");
     if (b == Backend::Cpu) line << threads << (threads == 1 ? " thread" : " threads");
-    line << (contention ? " under contention" : "") << ": " << ops.size() << " ops in " << ms_since(block0) / 1e3 << " s (";
+    line << (contention ? " under contention" : "") << ": " << ops.size() << " ops in " << ms_since(block0) / 1e3
+         << " s (";
     const char* sep = "";
     for (const auto& [k, sec] : seconds) {
       line << sep << op_kind_name(k) << " " << sec << " s";
@@ -671,7 +694,8 @@ void op_lists(const Grid& g, Backend b, std::vector<Op>* ops) {
       }
   for (DType dt : weight_dtypes())
     for (const MoeShape& m : g.moe)
-      for (int64_t t : b == Backend::Cpu ? cpu_moe_tokens(g.moe_tokens, m) : g.gpu_moe_tokens) ops->push_back(moe_op(dt, t, m));
+      for (int64_t t : b == Backend::Cpu ? cpu_moe_tokens(g.moe_tokens, m) : g.gpu_moe_tokens)
+        ops->push_back(moe_op(dt, t, m));
   for (OpKind k : {OpKind::Norm, OpKind::Elementwise})
     for (int64_t e : g.elems) ops->push_back(simple_op(k, e));
   if (b == Backend::Cpu)
@@ -815,9 +839,12 @@ ProfileDB run_profile(const ProfileOptions& o) {
     for (DType dt : {DType::F16, DType::Q4_0})
       for (const MatrixShape& s : g.contention_matrices)
         for (int64_t t : {int64_t(1), int64_t(256)}) gpu_cont.push_back(matmul_op(dt, t, s));
-  const uint64_t copies = gpu ? static_cast<uint64_t>(g.copy_sizes.size() * (2 + 2 * caps.size()) + g.burst_sizes.size()) : 0;
-  const uint64_t total = static_cast<uint64_t>(cpu_ops.size() * threads.size() + (gpu ? cont.size() * threads.size() : 0) +
-                                               gpu_ops.size() + gpu_cont.size()) + copies + threads.size() * 2;
+  const uint64_t copies =
+      gpu ? static_cast<uint64_t>(g.copy_sizes.size() * (2 + 2 * caps.size()) + g.burst_sizes.size()) : 0;
+  const uint64_t total =
+      static_cast<uint64_t>(cpu_ops.size() * threads.size() + (gpu ? cont.size() * threads.size() : 0) +
+                            gpu_ops.size() + gpu_cont.size()) +
+      copies + threads.size() * 2;
   Progress progress(o.quick ? "profile (quick)" : "profile", total, o.progress);
   Measurer m{&cpu, gpu.get(), &progress, g.point_limit_ms, o.quick ? Policy{2, 6, 5} : Policy{3, 12, 12}};
 
@@ -860,8 +887,9 @@ std::string MachineCheck::text() const {
   }
   char line[256];
   for (const MachineCheckRow& r : rows) {
-    std::snprintf(line, sizeof line, "  %-44s profile %10.4f %s  here %10.4f %s  %.3fx\n", r.what.c_str(), r.profile_value,
-                  r.is_rate ? "GB/s" : "ms  ", r.measured_value, r.is_rate ? "GB/s" : "ms  ", r.slowdown());
+    std::snprintf(line, sizeof line, "  %-44s profile %10.4f %s  here %10.4f %s  %.3fx\n", r.what.c_str(),
+                  r.profile_value, r.is_rate ? "GB/s" : "ms  ", r.measured_value, r.is_rate ? "GB/s" : "ms  ",
+                  r.slowdown());
     os << line;
   }
   return os.str();
@@ -889,14 +917,17 @@ std::vector<MachineCheckRow> check_rows(const ProfileDB& db, const Grid& g, CpuR
     const uint64_t act_bytes = static_cast<uint64_t>(s.op.tokens) * static_cast<uint64_t>(s.op.rows + s.op.cols) * 4;
     if (weight_bytes > g.cpu_weight_set / 2 || act_bytes > (256ull << 20)) continue;
     const uint64_t w = static_cast<uint64_t>(s.op.rows) * static_cast<uint64_t>(s.op.cols);
-    if (s.op.tokens == 1 && (!gemv || w > static_cast<uint64_t>(gemv->op.rows) * static_cast<uint64_t>(gemv->op.cols))) gemv = &s;
-    if (s.op.tokens > 1 && s.ms < 300 && (!gemm || s.op.tokens > gemm->op.tokens || (s.op.tokens == gemm->op.tokens && s.ms > gemm->ms)))
+    if (s.op.tokens == 1 && (!gemv || w > static_cast<uint64_t>(gemv->op.rows) * static_cast<uint64_t>(gemv->op.cols)))
+      gemv = &s;
+    if (s.op.tokens > 1 && s.ms < 300 &&
+        (!gemm || s.op.tokens > gemm->op.tokens || (s.op.tokens == gemm->op.tokens && s.ms > gemm->ms)))
       gemm = &s;
   }
   for (const OpSample* s : {gemv, gemm}) {
     if (!s) continue;
     const Stat st = measure([&] { return cpu.once(s->op, t); }, pol);
-    rows.push_back({str_cat("cpu matmul f16 ", s->op.rows, "x", s->op.cols, " t", t, " x", s->op.tokens), t, s->ms, st.ms, false});
+    rows.push_back(
+        {str_cat("cpu matmul f16 ", s->op.rows, "x", s->op.cols, " t", t, " x", s->op.tokens), t, s->ms, st.ms, false});
   }
   return rows;
 }
@@ -913,7 +944,8 @@ MachineCheck check_machine(const ProfileDB& db, double tolerance, bool compare_g
   SW_CHECK(!db.threads.empty(), "machine check: the profile ", db.origin, " names no thread counts");
   const Grid g = make_grid(db.quick);
   const int max_threads = *std::max_element(db.threads.begin(), db.threads.end());
-  SW_CHECK(max_threads >= 1 && max_threads <= 4096, "machine check: the profile's thread count ", max_threads, " is out of range");
+  SW_CHECK(max_threads >= 1 && max_threads <= 4096, "machine check: the profile's thread count ", max_threads,
+           " is out of range");
   CpuRunner cpu(g.cpu_weight_set, max_threads);
   const Policy pol = db.quick ? Policy{2, 6, 5} : Policy{3, 12, 12};
   MachineCheck mc;
@@ -931,7 +963,8 @@ MachineCheck check_machine(const ProfileDB& db, double tolerance, bool compare_g
     by_threads[t] = std::move(rows);
   }
   for (auto& [t, rows] : by_threads) mc.rows.insert(mc.rows.end(), rows.begin(), rows.end());
-  SW_CHECK(!mc.rows.empty(), "machine check: the profile ", db.origin, " has no DRAM or f16 CPU matmul rows to compare with");
+  SW_CHECK(!mc.rows.empty(), "machine check: the profile ", db.origin,
+           " has no DRAM or f16 CPU matmul rows to compare with");
   mc.max_slowdown = 0;
   mc.min_slowdown = 1e300;
   for (const auto& [t, rows] : by_threads) {
@@ -953,7 +986,8 @@ struct MachineProbe::Impl {
 MachineProbe::MachineProbe(const ProfileDB& db) {
   SW_CHECK(!db.threads.empty(), "machine probe: the profile ", db.origin, " names no thread counts");
   const int max_threads = *std::max_element(db.threads.begin(), db.threads.end());
-  SW_CHECK(max_threads >= 1 && max_threads <= 4096, "machine probe: the profile's thread count ", max_threads, " is out of range");
+  SW_CHECK(max_threads >= 1 && max_threads <= 4096, "machine probe: the profile's thread count ", max_threads,
+           " is out of range");
   impl_ = std::make_unique<Impl>(db, make_grid(db.quick), max_threads);
 }
 
@@ -967,7 +1001,9 @@ double MachineProbe::slowdown(int threads) {
 
 // ---- validation --------------------------------------------------------------------------------------
 
-double ValidationCase::rel_error() const { return measured_ms > 0 ? std::fabs(predicted_ms - measured_ms) / measured_ms : 0; }
+double ValidationCase::rel_error() const {
+  return measured_ms > 0 ? std::fabs(predicted_ms - measured_ms) / measured_ms : 0;
+}
 
 namespace {
 
@@ -999,7 +1035,9 @@ bool same_shape(const Op& a, const Op& b) {
 std::string label_of(const Op& op) {
   std::ostringstream s;
   switch (op.kind) {
-    case OpKind::Matmul: s << dtype_name(op.dtype) << " " << op.rows << "x" << op.cols << " t" << op.tokens; break;
+    case OpKind::Matmul:
+      s << dtype_name(op.dtype) << " " << op.rows << "x" << op.cols << " t" << op.tokens;
+      break;
     case OpKind::MoeExperts:
       s << dtype_name(op.dtype) << " E" << op.n_experts << " k" << op.top_k << " " << op.rows << "x" << op.cols << " t"
         << op.tokens;
@@ -1007,7 +1045,8 @@ std::string label_of(const Op& op) {
     case OpKind::Attention:
       s << op.n_heads << "/" << op.n_kv_heads << "x" << op.head_dim << " ctx" << op.ctx << " t" << op.tokens;
       break;
-    default: s << op.elems << " elems";
+    default:
+      s << op.elems << " elems";
   }
   return s.str();
 }
@@ -1038,16 +1077,17 @@ std::string ValidationReport::text() const {
   }
   s << "cases:\n";
   for (const auto& c : cases) {
-    std::snprintf(line, sizeof line, "  %-22s %-34s predicted %9.4f ms measured %9.4f ms  %+6.1f%%\n", c.op_class.c_str(),
-                  c.label.c_str(), c.predicted_ms, c.measured_ms, 100 * (c.predicted_ms - c.measured_ms) / c.measured_ms);
+    std::snprintf(line, sizeof line, "  %-22s %-34s predicted %9.4f ms measured %9.4f ms  %+6.1f%%\n",
+                  c.op_class.c_str(), c.label.c_str(), c.predicted_ms, c.measured_ms,
+                  100 * (c.predicted_ms - c.measured_ms) / c.measured_ms);
     s << line;
   }
   for (size_t i = 0; i < contention_with.size(); ++i) {
     const auto& w = contention_with[i];
-    std::snprintf(line, sizeof line, "  contention %-34s measured %9.4f ms  with %9.4f (%+5.1f%%)  without %9.4f (%+5.1f%%)\n",
-                  w.label.c_str(), w.measured_ms, w.predicted_ms, 100 * (w.predicted_ms - w.measured_ms) / w.measured_ms,
-                  contention_without[i].predicted_ms,
-                  100 * (contention_without[i].predicted_ms - w.measured_ms) / w.measured_ms);
+    std::snprintf(
+        line, sizeof line, "  contention %-34s measured %9.4f ms  with %9.4f (%+5.1f%%)  without %9.4f (%+5.1f%%)\n",
+        w.label.c_str(), w.measured_ms, w.predicted_ms, 100 * (w.predicted_ms - w.measured_ms) / w.measured_ms,
+        contention_without[i].predicted_ms, 100 * (contention_without[i].predicted_ms - w.measured_ms) / w.measured_ms);
     s << line;
   }
   return s.str();
@@ -1071,7 +1111,8 @@ std::vector<Op> validation_ops(const ProfileDB& db, bool quick) {
         if (t <= 768) ops.push_back(moe_op(dt, t, m));
   for (const Op& op : ops)
     for (const OpSample& s : db.ops)
-      if (same_shape(op, s.op)) fail("validation case ", label_of(op), " is in the profile's grid: it would not test anything");
+      if (same_shape(op, s.op))
+        fail("validation case ", label_of(op), " is in the profile's grid: it would not test anything");
   return ops;
 }
 
@@ -1107,7 +1148,8 @@ struct ValidationRun {
     }
     r.cases.push_back({cls, label_of(op), pred, ms});
     if (!o.progress && !rec)  // a log of each case as it ends: what was measured survives a failure later on
-      std::fprintf(stderr, "validate: %s %s predicted %.4f ms measured %.4f ms\n", cls.c_str(), label_of(op).c_str(), pred, ms);
+      std::fprintf(stderr, "validate: %s %s predicted %.4f ms measured %.4f ms\n", cls.c_str(), label_of(op).c_str(),
+                   pred, ms);
   }
 
   // Hybrid condition: CPU matmuls and experts at the most threads while the copy engines stream weights,
@@ -1122,14 +1164,16 @@ struct ValidationRun {
       progress.add(1);
       ExecEnv env{Backend::Cpu, t, 0};
       if (rec) {
-        const auto it = rec->contention.find({"cpu " + std::string(op_kind_name(op.kind)) + " t" + std::to_string(t), label_of(op)});
+        const auto it = rec->contention.find(
+            {"cpu " + std::string(op_kind_name(op.kind)) + " t" + std::to_string(t), label_of(op)});
         if (it != rec->contention.end()) measured.emplace_back(op, Stat{it->second, 0, 0});
         continue;
       }
       if (model_nc.op_ms(op, env) > limit) continue;
       measured.emplace_back(op, measure([&] { return cpu_runner->once(op, t); }, pol));
       if (!o.progress)
-        std::fprintf(stderr, "validate: under copy traffic %s measured %.4f ms\n", label_of(op).c_str(), measured.back().second.ms);
+        std::fprintf(stderr, "validate: under copy traffic %s measured %.4f ms\n", label_of(op).c_str(),
+                     measured.back().second.ms);
     }
     const double rate = gpu ? gpu->stop_copy_traffic() : rec->contention_gbps;
     r.contention_gbps = rate;

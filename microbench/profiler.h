@@ -24,12 +24,12 @@
 namespace shardwise {
 
 struct ProfileOptions {
-  std::vector<int> threads;                  // empty: {1, all hardware threads}
+  std::vector<int> threads;                         // empty: {1, all hardware threads}
   std::vector<double> pcie_caps_bytes_per_s = {0};  // 0 = none
-  bool quick = false;                        // a small grid (~30 s), for tests and CPU-only demos
-  std::string device = "auto";               // auto | cuda | cpu
-  bool progress = true;                      // bar with ETA on stderr
-  std::string git_rev;                       // recorded in the profile
+  bool quick = false;                               // a small grid (~30 s), for tests and CPU-only demos
+  std::string device = "auto";                      // auto | cuda | cpu
+  bool progress = true;                             // bar with ETA on stderr
+  std::string git_rev;                              // recorded in the profile
   // --validate --rescore: the measured times of an earlier validation, by (class, case) — and its
   // CPU cases under copy traffic with the copy rate they ran under. The predictions are made again
   // (e.g. by a changed cost model) and nothing is measured; cases without a recorded time are left out.
@@ -69,7 +69,7 @@ struct ValidationReport {
   std::vector<ValidationCase> contention_with, contention_without;
   double contention_median_with = 0, contention_median_without = 0;
   double contention_gbps = 0;  // the copy rate the contention cases ran under
-  std::string text() const;  // the printed table
+  std::string text() const;    // the printed table
 };
 
 // Measures the validation cases on this machine with the profile's thread counts and predicts them

@@ -22,7 +22,7 @@ constexpr int64_t kMaxConfigurations = 100000;
 constexpr size_t kMaxTiers = 64;
 
 struct ExperimentModel {
-  std::string name;     // the `model` field of every row
+  std::string name;  // the `model` field of every row
   // As written in the file (what config_id hashes, so ids do not depend on the working directory):
   // a .gguf, an HF directory, or synthetic:SPEC?dtype=&seed= (SPEC: builtin name or spec .yaml).
   std::string weights;
@@ -32,13 +32,13 @@ struct ExperimentModel {
 // A budget as written: absolute ("4G", "2000MB") or a share of the model's weight bytes ("25%").
 struct ExperimentBudget {
   std::string text;
-  uint64_t bytes = 0;      // absolute budgets
-  double fraction = 0;     // share budgets (0 < fraction), resolved per model
+  uint64_t bytes = 0;   // absolute budgets
+  double fraction = 0;  // share budgets (0 < fraction), resolved per model
 };
 
 struct ExperimentCap {
-  std::string text;          // "16GB/s" or "none"
-  double bytes_per_s = 0;    // 0 = no cap
+  std::string text;        // "16GB/s" or "none"
+  double bytes_per_s = 0;  // 0 = no cap
 };
 
 // How each row is measured: warm-up steps, then repeats until the spread (interquartile range /
@@ -81,8 +81,8 @@ struct ExperimentFilters {
 };
 
 struct Experiment {
-  std::string path;         // the file (messages)
-  std::string text;         // the YAML as read
+  std::string path;  // the file (messages)
+  std::string text;  // the YAML as read
   std::string name;
   std::string description;
   std::string hardware;       // cost model: builtin machine name or hardware YAML path, as written
@@ -90,17 +90,17 @@ struct Experiment {
   // Measured cost model (`profile: PATH`, a ProfileDB from `shardwise profile`): used instead of
   // `hardware` when present; `hardware` is then optional and only stands in for the GPU of a
   // CPU-only profile.
-  std::string profile;        // as written
-  std::string profile_path;   // resolved against the experiment file
+  std::string profile;       // as written
+  std::string profile_path;  // resolved against the experiment file
   std::vector<ExperimentModel> models;
   std::vector<ExperimentBudget> budgets;
   std::vector<int64_t> ctxs;
   std::vector<int> threads;
   std::vector<ExperimentCap> caps;
-  std::vector<int64_t> tiers;          // ascending
-  std::vector<Schedule> schedules;     // default: the three + the two baselines
+  std::vector<int64_t> tiers;       // ascending
+  std::vector<Schedule> schedules;  // default: the three + the two baselines
   std::string kv_dtype = "f32";
-  uint64_t token_seed = 1;             // seed of the token ids fed to each step
+  uint64_t token_seed = 1;  // seed of the token ids fed to each step
   MeasureSettings measure;
   ExperimentFilters filters;
   std::vector<ExclusionRule> exclude;
@@ -111,11 +111,11 @@ struct Experiment {
 };
 
 struct Configuration {
-  int index = 0;            // position in the expanded list (shards split by it)
+  int index = 0;  // position in the expanded list (shards split by it)
   std::string config_id;
-  int model = 0;            // index into Experiment::models
+  int model = 0;                    // index into Experiment::models
   std::string model_name, weights;  // weights as written (rows, config_id)
-  std::string open_path;             // what open_weights() is given
+  std::string open_path;            // what open_weights() is given
   std::string budget_text;
   uint64_t budget_bytes = 0;
   int64_t ctx = 0;

@@ -59,17 +59,20 @@ void write_report(const std::string& results_path, const std::string& out_dir) {
   if (!exists(results_path)) fail(results_path, ": no such file");
   const char* py_env = std::getenv("SHARDWISE_PYTHON");
   const std::string python = py_env && *py_env ? py_env : "/usr/bin/python3";
-  if (!exists(python)) fail(python, ": not found (the report needs Debian's python3 with pandas and matplotlib; set $SHARDWISE_PYTHON)");
+  if (!exists(python))
+    fail(python, ": not found (the report needs Debian's python3 with pandas and matplotlib; set $SHARDWISE_PYTHON)");
   const std::string pkg = report_python_path();
   if (!exists(pkg + "/shardwise/report.py"))
-    fail(pkg, ": the Python package shardwise is not there (set $SHARDWISE_PYTHONPATH to the repository's python/ folder)");
+    fail(pkg,
+         ": the Python package shardwise is not there (set $SHARDWISE_PYTHONPATH to the repository's python/ folder)");
 
   std::vector<std::string> env_strings;
   const char* old_pp = std::getenv("PYTHONPATH");
   env_strings.push_back("PYTHONPATH=" + pkg + (old_pp && *old_pp ? ":" + std::string(old_pp) : ""));
   env_strings.push_back("MPLBACKEND=Agg");
   for (char** e = environ; *e; ++e)
-    if (std::strncmp(*e, "PYTHONPATH=", 11) != 0 && std::strncmp(*e, "MPLBACKEND=", 11) != 0) env_strings.emplace_back(*e);
+    if (std::strncmp(*e, "PYTHONPATH=", 11) != 0 && std::strncmp(*e, "MPLBACKEND=", 11) != 0)
+      env_strings.emplace_back(*e);
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);

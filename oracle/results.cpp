@@ -25,7 +25,8 @@ ResultsWriter::ResultsWriter(const std::string& path) : path_(path) {
     ::close(fd_);
     fd_ = -1;
     if (err == EWOULDBLOCK)
-      fail(path, ": another sweep is writing this file (it holds its lock): wait for it to end, or choose another --out");
+      fail(path,
+           ": another sweep is writing this file (it holds its lock): wait for it to end, or choose another --out");
     fail(path, ": cannot lock the file (", std::strerror(err), ")");
   }
   // A sweep killed inside write() could leave a torn last line; end it so the next line is whole.
@@ -55,7 +56,8 @@ void ResultsWriter::append(const nlohmann::json& record) {
 }
 
 RowKey row_key(const nlohmann::json& row) {
-  return RowKey{row.at("config_id").get<std::string>(), row.at("tier").get<int64_t>(), row.at("schedule").get<std::string>()};
+  return RowKey{row.at("config_id").get<std::string>(), row.at("tier").get<int64_t>(),
+                row.at("schedule").get<std::string>()};
 }
 
 namespace {

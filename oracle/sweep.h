@@ -26,12 +26,12 @@
 namespace shardwise {
 
 struct SweepOptions {
-  std::string out_path;        // the JSONL file; with predict_only (optional) one prediction per row
+  std::string out_path;  // the JSONL file; with predict_only (optional) one prediction per row
   // MoE models: plan with the routing recorded in this results file's sweep records (a study's own
   // measurement), instead of measuring it again (needed with predict_only to re-predict a study).
   std::string routing_from;
-  bool resume = false;         // continue an existing file, skipping rows present
-  int shard_index = 0;         // --shard i/n: this process runs configurations with index % n == i
+  bool resume = false;  // continue an existing file, skipping rows present
+  int shard_index = 0;  // --shard i/n: this process runs configurations with index % n == i
   int shard_count = 1;
   double max_minutes = 0;      // stop cleanly between rows once the next would end past this; 0 = none
   std::string device = "emu";  // "cuda" or "emu" (the emulated device: timings are not GPU numbers)
@@ -39,7 +39,7 @@ struct SweepOptions {
   // record per row (the row's keys without measurements) — a study's rows re-predicted by this
   // binary's cost model (scripts/analysis/repredict.py compares them with the study's measurements).
   bool predict_only = false;
-  bool progress = true;        // progress bar with ETA on stderr
+  bool progress = true;  // progress bar with ETA on stderr
   // The machine check made before this call (cli: microbench's check_machine against the
   // experiment's profile), as JSON text; recorded in the sweep's header record. Empty: none made.
   std::string machine_check_json;
@@ -73,15 +73,15 @@ struct SweepOptions {
 };
 
 struct SweepResult {
-  int configurations = 0;       // in this shard, after exclusions and filters
-  int rows_total = 0;           // rows of this shard
-  int rows_present = 0;         // already in the file when the sweep started
-  int rows_written = 0;         // by this call
-  int rows_measured = 0;        // ... of which were run on the device
-  bool complete = false;        // every row of the shard is in the file
-  bool stopped_by_time = false; // --max-minutes ended the call
-  int rows_deferred = 0;        // rows of configurations deferred (SweepOptions::deferred_threads)
-  double predicted_seconds = 0; // the rows left, predicted before starting
+  int configurations = 0;        // in this shard, after exclusions and filters
+  int rows_total = 0;            // rows of this shard
+  int rows_present = 0;          // already in the file when the sweep started
+  int rows_written = 0;          // by this call
+  int rows_measured = 0;         // ... of which were run on the device
+  bool complete = false;         // every row of the shard is in the file
+  bool stopped_by_time = false;  // --max-minutes ended the call
+  int rows_deferred = 0;         // rows of configurations deferred (SweepOptions::deferred_threads)
+  double predicted_seconds = 0;  // the rows left, predicted before starting
   double elapsed_seconds = 0;
   std::vector<std::string> dropped;  // configurations removed by exclusions/filters, and why
 };

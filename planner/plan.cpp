@@ -16,22 +16,32 @@ using nlohmann::json;
 
 const char* resource_name(Resource r) {
   switch (r) {
-    case Resource::GpuCompute: return "gpu";
-    case Resource::H2D: return "h2d";
-    case Resource::D2H: return "d2h";
-    case Resource::Cpu: return "cpu";
-    case Resource::H2DAct: return "h2d_act";
+    case Resource::GpuCompute:
+      return "gpu";
+    case Resource::H2D:
+      return "h2d";
+    case Resource::D2H:
+      return "d2h";
+    case Resource::Cpu:
+      return "cpu";
+    case Resource::H2DAct:
+      return "h2d_act";
   }
   return "?";
 }
 
 const char* schedule_name(Schedule s) {
   switch (s) {
-    case Schedule::GpuOnly: return "gpu-only";
-    case Schedule::Static: return "static";
-    case Schedule::Dynamic: return "dynamic";
-    case Schedule::LayerSplit: return "layer-split";
-    case Schedule::CpuMoe: return "cpu-moe";
+    case Schedule::GpuOnly:
+      return "gpu-only";
+    case Schedule::Static:
+      return "static";
+    case Schedule::Dynamic:
+      return "dynamic";
+    case Schedule::LayerSplit:
+      return "layer-split";
+    case Schedule::CpuMoe:
+      return "cpu-moe";
   }
   return "?";
 }
@@ -48,41 +58,64 @@ bool schedule_is_candidate(Schedule s) {
 
 const char* action_kind_name(ActionKind k) {
   switch (k) {
-    case ActionKind::Embed: return "embed";
-    case ActionKind::Compute: return "compute";
-    case ActionKind::CopyWeights: return "copy_weights";
-    case ActionKind::CopyActivations: return "copy_activations";
-    case ActionKind::CopyLogits: return "copy_logits";
+    case ActionKind::Embed:
+      return "embed";
+    case ActionKind::Compute:
+      return "compute";
+    case ActionKind::CopyWeights:
+      return "copy_weights";
+    case ActionKind::CopyActivations:
+      return "copy_activations";
+    case ActionKind::CopyLogits:
+      return "copy_logits";
   }
   return "?";
 }
 
 const char* compute_part_name(ComputePart p) {
   switch (p) {
-    case ComputePart::Full: return "full";
-    case ComputePart::AttnPre: return "attn_pre";
-    case ComputePart::AttnCore: return "attn_core";
-    case ComputePart::AttnPost: return "attn_post";
-    case ComputePart::AttnStaged: return "attn_staged";
-    case ComputePart::MoeCpuShare: return "moe_cpu_share";
-    case ComputePart::MoeGpuShare: return "moe_gpu_share";
-    case ComputePart::MoeShareAdd: return "moe_share_add";
-    case ComputePart::RouterNext: return "router_next";
+    case ComputePart::Full:
+      return "full";
+    case ComputePart::AttnPre:
+      return "attn_pre";
+    case ComputePart::AttnCore:
+      return "attn_core";
+    case ComputePart::AttnPost:
+      return "attn_post";
+    case ComputePart::AttnStaged:
+      return "attn_staged";
+    case ComputePart::MoeCpuShare:
+      return "moe_cpu_share";
+    case ComputePart::MoeGpuShare:
+      return "moe_gpu_share";
+    case ComputePart::MoeShareAdd:
+      return "moe_share_add";
+    case ComputePart::RouterNext:
+      return "router_next";
   }
   return "?";
 }
 
 const char* payload_name(Payload p) {
   switch (p) {
-    case Payload::None: return "none";
-    case Payload::Residual: return "residual";
-    case Payload::Qkv: return "qkv";
-    case Payload::AttnOut: return "attn_out";
-    case Payload::RouterLogits: return "router_logits";
-    case Payload::KvPast: return "kv_past";
-    case Payload::KvNew: return "kv_new";
-    case Payload::MoePartial: return "moe_partial";
-    case Payload::RouterGuess: return "router_guess";
+    case Payload::None:
+      return "none";
+    case Payload::Residual:
+      return "residual";
+    case Payload::Qkv:
+      return "qkv";
+    case Payload::AttnOut:
+      return "attn_out";
+    case Payload::RouterLogits:
+      return "router_logits";
+    case Payload::KvPast:
+      return "kv_past";
+    case Payload::KvNew:
+      return "kv_new";
+    case Payload::MoePartial:
+      return "moe_partial";
+    case Payload::RouterGuess:
+      return "router_guess";
   }
   return "?";
 }
@@ -116,7 +149,8 @@ const TierEntry& PlanTable::lookup(int64_t n) const {
     }
   for (int hops = 0; e->chunk_tokens > 0 && hops < 64; ++hops) {
     const TierEntry* c = find_tier(e->chunk_tokens);
-    SW_CHECK(c != nullptr && c->tokens < e->tokens, "tier ", e->tokens, " runs as chunks of a missing tier ", e->chunk_tokens);
+    SW_CHECK(c != nullptr && c->tokens < e->tokens, "tier ", e->tokens, " runs as chunks of a missing tier ",
+             e->chunk_tokens);
     e = c;
   }
   SW_CHECK(e->feasible, "no tier of this plan table can run a step of ", n, " tokens");
@@ -138,20 +172,28 @@ E parse_enum(const std::string& s, const char* what, std::initializer_list<E> al
   fail("unknown ", what, " '", s, "' (one of ", names, ")");
 }
 Resource parse_resource(const std::string& s) {
-  return parse_enum(s, "resource", {Resource::GpuCompute, Resource::H2D, Resource::D2H, Resource::Cpu, Resource::H2DAct}, resource_name);
+  return parse_enum(s, "resource",
+                    {Resource::GpuCompute, Resource::H2D, Resource::D2H, Resource::Cpu, Resource::H2DAct},
+                    resource_name);
 }
 ActionKind parse_action_kind(const std::string& s) {
-  return parse_enum(s, "action kind", {ActionKind::Embed, ActionKind::Compute, ActionKind::CopyWeights, ActionKind::CopyActivations,
-                                       ActionKind::CopyLogits}, action_kind_name);
+  return parse_enum(s, "action kind",
+                    {ActionKind::Embed, ActionKind::Compute, ActionKind::CopyWeights, ActionKind::CopyActivations,
+                     ActionKind::CopyLogits},
+                    action_kind_name);
 }
 Payload parse_payload(const std::string& s) {
-  return parse_enum(s, "payload", {Payload::None, Payload::Residual, Payload::Qkv, Payload::AttnOut, Payload::RouterLogits, Payload::KvPast,
-                                   Payload::KvNew, Payload::MoePartial, Payload::RouterGuess}, payload_name);
+  return parse_enum(s, "payload",
+                    {Payload::None, Payload::Residual, Payload::Qkv, Payload::AttnOut, Payload::RouterLogits,
+                     Payload::KvPast, Payload::KvNew, Payload::MoePartial, Payload::RouterGuess},
+                    payload_name);
 }
 ComputePart parse_part(const std::string& s) {
-  return parse_enum(s, "compute part", {ComputePart::Full, ComputePart::AttnPre, ComputePart::AttnCore, ComputePart::AttnPost,
-                                        ComputePart::AttnStaged, ComputePart::MoeCpuShare, ComputePart::MoeGpuShare,
-                                        ComputePart::MoeShareAdd, ComputePart::RouterNext}, compute_part_name);
+  return parse_enum(
+      s, "compute part",
+      {ComputePart::Full, ComputePart::AttnPre, ComputePart::AttnCore, ComputePart::AttnPost, ComputePart::AttnStaged,
+       ComputePart::MoeCpuShare, ComputePart::MoeGpuShare, ComputePart::MoeShareAdd, ComputePart::RouterNext},
+      compute_part_name);
 }
 
 json to_json(const Plan& p) {
@@ -169,20 +211,38 @@ json to_json(const Plan& p) {
   j["kv_on_gpu"] = p.kv_on_gpu;
   json pl = json::array();
   for (const auto& s : p.placements)
-    pl.push_back({{"shard", s.shard}, {"name", s.name}, {"home", s.home == WeightHome::Pinned ? "pinned" : "host"},
-                  {"exec", s.exec == ExecDevice::Gpu ? "gpu" : "cpu"}, {"streamed", s.streamed},
-                  {"arena_offset", s.arena_offset}, {"bytes", s.bytes}});
+    pl.push_back({{"shard", s.shard},
+                  {"name", s.name},
+                  {"home", s.home == WeightHome::Pinned ? "pinned" : "host"},
+                  {"exec", s.exec == ExecDevice::Gpu ? "gpu" : "cpu"},
+                  {"streamed", s.streamed},
+                  {"arena_offset", s.arena_offset},
+                  {"bytes", s.bytes}});
   j["placements"] = pl;
   json ar = json::array();
   for (const auto& r : p.arena) ar.push_back({{"name", r.name}, {"offset", r.offset}, {"bytes", r.bytes}});
   j["arena"] = ar;
   json acts = json::array();
   for (const auto& a : p.actions)
-    acts.push_back({{"id", a.id}, {"resource", resource_name(a.resource)}, {"kind", action_kind_name(a.kind)},
-                    {"part", compute_part_name(a.part)}, {"payload", payload_name(a.payload)}, {"shard", a.shard}, {"layer", a.layer}, {"slot", a.slot},
-                    {"row_begin", a.row_begin}, {"row_end", a.row_end},
-                    {"bytes", a.bytes}, {"copies", a.copies}, {"cpu_experts", a.cpu_experts}, {"speculative", a.speculative}, {"flops", a.flops}, {"deps", a.deps}, {"label", a.label},
-                    {"start_ms", a.start_ms}, {"end_ms", a.end_ms}});
+    acts.push_back({{"id", a.id},
+                    {"resource", resource_name(a.resource)},
+                    {"kind", action_kind_name(a.kind)},
+                    {"part", compute_part_name(a.part)},
+                    {"payload", payload_name(a.payload)},
+                    {"shard", a.shard},
+                    {"layer", a.layer},
+                    {"slot", a.slot},
+                    {"row_begin", a.row_begin},
+                    {"row_end", a.row_end},
+                    {"bytes", a.bytes},
+                    {"copies", a.copies},
+                    {"cpu_experts", a.cpu_experts},
+                    {"speculative", a.speculative},
+                    {"flops", a.flops},
+                    {"deps", a.deps},
+                    {"label", a.label},
+                    {"start_ms", a.start_ms},
+                    {"end_ms", a.end_ms}});
   j["actions"] = acts;
   return j;
 }
@@ -204,28 +264,40 @@ void check_keys(const json& j, const At& at, std::initializer_list<const char*> 
   if (!j.is_object()) at.fail_at("must be a JSON object");
   for (const auto& kv : j.items())
     if (std::none_of(known.begin(), known.end(), [&](const char* k) { return kv.key() == k; }))
-      at.fail_at("unknown field '", kv.key(), "' (a plan of another version? the fields are those plan_to_json writes)");
+      at.fail_at("unknown field '", kv.key(),
+                 "' (a plan of another version? the fields are those plan_to_json writes)");
 }
 
 template <typename T>
 const char* type_name() {
-  if constexpr (std::is_same_v<T, bool>) return "true or false";
-  else if constexpr (std::is_same_v<T, std::string>) return "a string";
-  else if constexpr (std::is_floating_point_v<T>) return "a number";
-  else if constexpr (std::is_unsigned_v<T>) return "a non-negative integer";
-  else return "an integer";
+  if constexpr (std::is_same_v<T, bool>)
+    return "true or false";
+  else if constexpr (std::is_same_v<T, std::string>)
+    return "a string";
+  else if constexpr (std::is_floating_point_v<T>)
+    return "a number";
+  else if constexpr (std::is_unsigned_v<T>)
+    return "a non-negative integer";
+  else
+    return "an integer";
 }
 
 // One value of type T: present, of that type, an integer in T's range.
 template <typename T>
 T as(const json& v, const At& at) {
   bool ok = false;
-  if constexpr (std::is_same_v<T, bool>) ok = v.is_boolean();
-  else if constexpr (std::is_same_v<T, std::string>) ok = v.is_string();
-  else if constexpr (std::is_floating_point_v<T>) ok = v.is_number() && std::isfinite(v.get<double>());
-  else if constexpr (std::is_unsigned_v<T>) ok = v.is_number_unsigned() && v.get<uint64_t>() <= std::numeric_limits<T>::max();
-  else ok = v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<T>::max())) &&
-            v.get<int64_t>() >= std::numeric_limits<T>::min() && v.get<int64_t>() <= std::numeric_limits<T>::max();
+  if constexpr (std::is_same_v<T, bool>)
+    ok = v.is_boolean();
+  else if constexpr (std::is_same_v<T, std::string>)
+    ok = v.is_string();
+  else if constexpr (std::is_floating_point_v<T>)
+    ok = v.is_number() && std::isfinite(v.get<double>());
+  else if constexpr (std::is_unsigned_v<T>)
+    ok = v.is_number_unsigned() && v.get<uint64_t>() <= std::numeric_limits<T>::max();
+  else
+    ok = v.is_number_integer() &&
+         !(v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<T>::max())) &&
+         v.get<int64_t>() >= std::numeric_limits<T>::min() && v.get<int64_t>() <= std::numeric_limits<T>::max();
   if (!ok) at.fail_at("must be ", type_name<T>(), ", got ", json_brief(v));
   return v.get<T>();
 }
@@ -281,8 +353,9 @@ ShardPlacement placement_from_json(const json& s, const At& at) {
 }
 
 Action action_from_json(const json& a, const At& at, int index) {
-  check_keys(a, at, {"id", "resource", "kind", "part", "payload", "shard", "layer", "slot", "row_begin", "row_end", "bytes", "copies",
-                     "cpu_experts", "speculative", "flops", "deps", "label", "start_ms", "end_ms"});
+  check_keys(a, at,
+             {"id", "resource", "kind", "part", "payload", "shard", "layer", "slot", "row_begin", "row_end", "bytes",
+              "copies", "cpu_experts", "speculative", "flops", "deps", "label", "start_ms", "end_ms"});
   Action x;
   x.id = field<int>(a, "id", at);
   if (x.id != index) at("id").fail_at("ids must be 0, 1, 2, ... in order (got ", x.id, ")");
@@ -295,7 +368,8 @@ Action action_from_json(const json& a, const At& at, int index) {
   x.slot = field<int>(a, "slot", at);
   x.row_begin = field<int64_t>(a, "row_begin", at);
   x.row_end = field<int64_t>(a, "row_end", at);
-  if (x.row_begin < 0 || x.row_end < x.row_begin) at.fail_at("row range [", x.row_begin, ", ", x.row_end, ") is invalid");
+  if (x.row_begin < 0 || x.row_end < x.row_begin)
+    at.fail_at("row range [", x.row_begin, ", ", x.row_end, ") is invalid");
   x.bytes = field<uint64_t>(a, "bytes", at);
   if (a.contains("copies")) {  // plans saved before it: one copy
     x.copies = field<int>(a, "copies", at);
@@ -306,11 +380,13 @@ Action action_from_json(const json& a, const At& at, int index) {
     if (x.cpu_experts < 0 || x.cpu_experts > 4096) at("cpu_experts").fail_at(x.cpu_experts, " must be in [0, 4096]");
   }
   if (a.contains("speculative")) x.speculative = field<bool>(a, "speculative", at);  // plans saved before it: none
-  if (x.speculative && x.kind != ActionKind::CopyWeights) at("speculative").fail_at("only a weight copy can be speculative");
+  if (x.speculative && x.kind != ActionKind::CopyWeights)
+    at("speculative").fail_at("only a weight copy can be speculative");
   x.flops = field<double>(a, "flops", at);
   x.deps = list<int>(a, "deps", at);
   for (size_t i = 0; i < x.deps.size(); ++i)
-    if (x.deps[i] < 0 || x.deps[i] >= x.id) at("deps", i).fail_at("dependency ", x.deps[i], " must name an earlier action");
+    if (x.deps[i] < 0 || x.deps[i] >= x.id)
+      at("deps", i).fail_at("dependency ", x.deps[i], " must name an earlier action");
   x.label = field<std::string>(a, "label", at);
   x.start_ms = field<double>(a, "start_ms", at);
   x.end_ms = field<double>(a, "end_ms", at);
@@ -318,16 +394,19 @@ Action action_from_json(const json& a, const At& at, int index) {
 }
 
 Plan from_json(const json& j, const At& at) {
-  check_keys(j, at, {"version", "schedule", "tier", "feasible", "infeasible_reason", "budget_bytes", "vram_bytes", "predicted_ms",
-                     "pinned_prefix", "notes", "kv_on_gpu", "placements", "arena", "actions"});
+  check_keys(j, at,
+             {"version", "schedule", "tier", "feasible", "infeasible_reason", "budget_bytes", "vram_bytes",
+              "predicted_ms", "pinned_prefix", "notes", "kv_on_gpu", "placements", "arena", "actions"});
   Plan p;
   p.version = field<int>(j, "version", at);
   if (p.version != kPlanFormatVersion)
-    at("version").fail_at("plan format version ", p.version, " is not supported (this build reads version ", kPlanFormatVersion, ")");
+    at("version").fail_at("plan format version ", p.version, " is not supported (this build reads version ",
+                          kPlanFormatVersion, ")");
   p.schedule = enum_from<Schedule>(j, "schedule", parse_schedule, at);
   p.tier = field<int64_t>(j, "tier", at);
   p.feasible = field<bool>(j, "feasible", at);
-  if (!p.feasible && j.contains("infeasible_reason")) p.infeasible_reason = field<std::string>(j, "infeasible_reason", at);
+  if (!p.feasible && j.contains("infeasible_reason"))
+    p.infeasible_reason = field<std::string>(j, "infeasible_reason", at);
   p.budget_bytes = field<uint64_t>(j, "budget_bytes", at);
   p.vram_bytes = field<uint64_t>(j, "vram_bytes", at);
   p.predicted_ms = field<double>(j, "predicted_ms", at);
@@ -340,10 +419,12 @@ Plan from_json(const json& j, const At& at) {
   for (size_t i = 0; i < ar.size(); ++i) {
     const At r = at("arena", i);
     check_keys(ar[i], r, {"name", "offset", "bytes"});
-    p.arena.push_back({field<std::string>(ar[i], "name", r), field<uint64_t>(ar[i], "offset", r), field<uint64_t>(ar[i], "bytes", r)});
+    p.arena.push_back({field<std::string>(ar[i], "name", r), field<uint64_t>(ar[i], "offset", r),
+                       field<uint64_t>(ar[i], "bytes", r)});
   }
   const json& acts = array_field(j, "actions", at);
-  for (size_t i = 0; i < acts.size(); ++i) p.actions.push_back(action_from_json(acts[i], at("actions", i), static_cast<int>(i)));
+  for (size_t i = 0; i < acts.size(); ++i)
+    p.actions.push_back(action_from_json(acts[i], at("actions", i), static_cast<int>(i)));
   return p;
 }
 
@@ -357,9 +438,13 @@ json parse_json(const std::string& text, const std::string& ctx) {
 }
 }  // namespace
 
-std::string plan_to_json(const Plan& plan, int indent) { return to_json(plan).dump(indent); }
+std::string plan_to_json(const Plan& plan, int indent) {
+  return to_json(plan).dump(indent);
+}
 
-Plan plan_from_json(const std::string& text, const std::string& ctx) { return from_json(parse_json(text, ctx), At{ctx, ""}); }
+Plan plan_from_json(const std::string& text, const std::string& ctx) {
+  return from_json(parse_json(text, ctx), At{ctx, ""});
+}
 
 std::string plan_table_to_json(const PlanTable& t, int indent) {
   json j;
@@ -379,8 +464,11 @@ std::string plan_table_to_json(const PlanTable& t, int indent) {
   for (const auto& te : t.tiers) {
     json c = json::array();
     for (const auto& p : te.candidates) c.push_back(to_json(p));
-    tiers.push_back({{"tokens", te.tokens}, {"chosen", schedule_name(te.chosen)}, {"feasible", te.feasible},
-                     {"chunk_tokens", te.chunk_tokens}, {"candidates", c}});
+    tiers.push_back({{"tokens", te.tokens},
+                     {"chosen", schedule_name(te.chosen)},
+                     {"feasible", te.feasible},
+                     {"chunk_tokens", te.chunk_tokens},
+                     {"candidates", c}});
   }
   j["tiers"] = tiers;
   return j.dump(indent);
@@ -389,13 +477,15 @@ std::string plan_table_to_json(const PlanTable& t, int indent) {
 PlanTable plan_table_from_json(const std::string& text, const std::string& ctx) {
   const json j = parse_json(text, ctx);
   const At at{ctx, ""};
-  check_keys(j, at, {"version", "model", "machine", "device", "budget_bytes", "ctx", "threads", "pcie_cap_gbps", "kv_dtype",
-                     "canonical_order", "canonical_offsets", "kv_on_gpu", "tiers"});
+  check_keys(j, at,
+             {"version", "model", "machine", "device", "budget_bytes", "ctx", "threads", "pcie_cap_gbps", "kv_dtype",
+              "canonical_order", "canonical_offsets", "kv_on_gpu", "tiers"});
   PlanTable t;
   t.origin = ctx;
   t.version = field<int>(j, "version", at);
   if (t.version != kPlanFormatVersion)
-    at("version").fail_at("plan format version ", t.version, " is not supported (this build reads version ", kPlanFormatVersion, ")");
+    at("version").fail_at("plan format version ", t.version, " is not supported (this build reads version ",
+                          kPlanFormatVersion, ")");
   t.model = field<std::string>(j, "model", at);
   t.machine = field<std::string>(j, "machine", at);
   t.device = field<std::string>(j, "device", at);

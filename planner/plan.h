@@ -26,17 +26,17 @@ constexpr int kNumResources = 5;
 const char* resource_name(Resource r);
 
 enum class Schedule { GpuOnly, Static, Dynamic, LayerSplit, CpuMoe };
-const char* schedule_name(Schedule s);       // "gpu-only", "static", "dynamic", "layer-split", "cpu-moe"
+const char* schedule_name(Schedule s);             // "gpu-only", "static", "dynamic", "layer-split", "cpu-moe"
 Schedule parse_schedule(const std::string& name);  // throws Error listing the names
 // The three the planner chooses among; the two baselines are reference rows.
 bool schedule_is_candidate(Schedule s);
 
 enum class ActionKind {
-  Embed,         // CPU: gather embedding rows of the step's tokens (host activations)
-  Compute,       // run a shard's block (part: full / attn_pre / attn_core / attn_post) on GPU or CPU
-  CopyWeights,   // H2D: a shard's weights (MoE: the routed experts) into a stream slot
+  Embed,            // CPU: gather embedding rows of the step's tokens (host activations)
+  Compute,          // run a shard's block (part: full / attn_pre / attn_core / attn_post) on GPU or CPU
+  CopyWeights,      // H2D: a shard's weights (MoE: the routed experts) into a stream slot
   CopyActivations,  // H2D or D2H: activations between host and device
-  CopyLogits,    // D2H: the step's row of logits
+  CopyLogits,       // D2H: the step's row of logits
 };
 const char* action_kind_name(ActionKind k);
 
@@ -56,7 +56,17 @@ const char* action_kind_name(ActionKind k);
 // CopyWeights marked `speculative` copies layer l's guessed experts (of a split layer, the GPU's share of
 // them, with its cpu_experts) while layer l - 1 still runs; layer l's own CopyWeights then copies only the
 // routed experts the guess missed.
-enum class ComputePart { Full, AttnPre, AttnCore, AttnPost, AttnStaged, MoeCpuShare, MoeGpuShare, MoeShareAdd, RouterNext };
+enum class ComputePart {
+  Full,
+  AttnPre,
+  AttnCore,
+  AttnPost,
+  AttnStaged,
+  MoeCpuShare,
+  MoeGpuShare,
+  MoeShareAdd,
+  RouterNext
+};
 const char* compute_part_name(ComputePart p);
 
 // What a CopyActivations moves: the residual stream x [n, hidden]; q, k, v [n, q_dim + 2 kv_dim]
@@ -74,14 +84,14 @@ struct Action {
   ActionKind kind = ActionKind::Compute;
   ComputePart part = ComputePart::Full;
   Payload payload = Payload::None;  // CopyActivations only
-  int shard = -1;  // shard id, -1 for none
+  int shard = -1;                   // shard id, -1 for none
   int layer = -1;
-  int slot = -1;   // stream slot of a CopyWeights (and of the Compute that reads it)
+  int slot = -1;  // stream slot of a CopyWeights (and of the Compute that reads it)
   // A piece of a shard streamed in parts (the LM head, whose rows can exceed a slot): rows
   // [row_begin, row_end) of its matrix; 0, 0 = the whole shard.
   int64_t row_begin = 0, row_end = 0;
-  uint64_t bytes = 0;   // bytes moved (copies) or weight bytes read (compute)
-  int copies = 1;       // CopyWeights: separate copies the bytes go as (a routed MoE FFN: 3 per expert + its norm)
+  uint64_t bytes = 0;  // bytes moved (copies) or weight bytes read (compute)
+  int copies = 1;      // CopyWeights: separate copies the bytes go as (a routed MoE FFN: 3 per expert + its norm)
   // An MoE FFN split between CPU and GPU (its CopyWeights and both share computes): how many of each
   // token's top_k routed experts the CPU computes; 0 = no split.
   int cpu_experts = 0;
@@ -103,8 +113,8 @@ struct ShardPlacement {
   std::string name;
   WeightHome home = WeightHome::Host;
   ExecDevice exec = ExecDevice::Cpu;
-  bool streamed = false;     // host weights copied into a slot to run on the GPU
-  int64_t arena_offset = -1; // pinned: offset of its weights; KV on the GPU: offset of the cache
+  bool streamed = false;      // host weights copied into a slot to run on the GPU
+  int64_t arena_offset = -1;  // pinned: offset of its weights; KV on the GPU: offset of the cache
   uint64_t bytes = 0;
 };
 
@@ -152,14 +162,14 @@ struct PlanTable {
   int version = kPlanFormatVersion;
   std::string origin;  // where the table was read from (not saved): named in errors
   std::string model;
-  std::string machine;  // cost model description
+  std::string machine;             // cost model description
   std::string device = "planned";  // plans are predictions: no device ran them
   uint64_t budget_bytes = 0;
   int64_t ctx = 0;
   int threads = 1;
   double pcie_cap_gbps = 0;  // 0 = none
   std::string kv_dtype = "f32";
-  std::vector<int64_t> canonical_order;  // shard ids in pinned-prefix order
+  std::vector<int64_t> canonical_order;     // shard ids in pinned-prefix order
   std::vector<uint64_t> canonical_offsets;  // arena offset of each, in that order
   std::vector<bool> kv_on_gpu;
   std::vector<TierEntry> tiers;

@@ -1081,7 +1081,8 @@ Plan plan_cpu_moe(const Ctx& c, int64_t n) {
   plan.vram_bytes = off + scratch + kv_region;
   if (plan.vram_bytes > c.cfg.budget_bytes)
     return infeasible(c, Schedule::CpuMoe, n, "attention, output and all KV need " + format_bytes(plan.vram_bytes));
-  plan.arena = {{"pinned", 0, off}, {"scratch", off, scratch}, {"kv", arena_top(c.cfg.budget_bytes) - kv_region, kv_region}};
+  plan.arena = {
+      {"pinned", 0, off}, {"scratch", off, scratch}, {"kv", arena_top(c.cfg.budget_bytes) - kv_region, kv_region}};
   std::vector<int64_t> kv_offset(static_cast<size_t>(S.n_layers), -1);
   for (int l = 0; l < S.n_layers; ++l)
     kv_offset[static_cast<size_t>(l)] =

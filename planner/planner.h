@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "costmodel/cost_model.h"
-#include "planner/plan.h"
 #include "planner/executor_traits.h"
+#include "planner/plan.h"
 #include "planner/shard_layout.h"
 #include "planner/simulator.h"
 

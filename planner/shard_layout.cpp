@@ -9,11 +9,16 @@ namespace shardwise {
 
 const char* shard_kind_name(ShardKind k) {
   switch (k) {
-    case ShardKind::Attention: return "attn";
-    case ShardKind::Ffn: return "ffn";
-    case ShardKind::Kv: return "kv";
-    case ShardKind::Output: return "output";
-    case ShardKind::Embedding: return "embedding";
+    case ShardKind::Attention:
+      return "attn";
+    case ShardKind::Ffn:
+      return "ffn";
+    case ShardKind::Kv:
+      return "kv";
+    case ShardKind::Output:
+      return "output";
+    case ShardKind::Embedding:
+      return "embedding";
   }
   return "?";
 }
@@ -24,7 +29,9 @@ std::string Shard::name() const {
 }
 
 namespace {
-uint64_t align_shard(uint64_t x) { return (x + kShardAlign - 1) / kShardAlign * kShardAlign; }
+uint64_t align_shard(uint64_t x) {
+  return (x + kShardAlign - 1) / kShardAlign * kShardAlign;
+}
 }  // namespace
 
 const ShardTensorPlace* ShardLayout::find(const std::string& name) const {
@@ -45,7 +52,8 @@ TensorDescs descs_of(const ModelSpec& spec) {
 
 // One shard's layout over the spec's tensors indexed by name (indexed once for all shards: building
 // the index per shard was most of the planner's time).
-ShardLayout layout_from(const ModelSpec& spec, const TensorDescs& descs, const Shard& shard, const TensorDtypes* dtypes) {
+ShardLayout layout_from(const ModelSpec& spec, const TensorDescs& descs, const Shard& shard,
+                        const TensorDtypes* dtypes) {
   ShardLayout L;
   auto dtype_of = [&](const TensorDesc& d) {
     if (dtypes) {
@@ -137,11 +145,21 @@ ShardSet make_shards(const ModelSpec& spec, int64_t ctx, DType kv_dtype, const T
   for (const TensorDesc& t : spec.tensors()) {
     int id = -1;
     switch (t.kind) {
-      case TensorKind::TokenEmbd: id = set.embedding; break;
+      case TensorKind::TokenEmbd:
+        id = set.embedding;
+        break;
       case TensorKind::OutputNorm:
-      case TensorKind::Output: id = set.output; break;
-      case TensorKind::AttnNorm: case TensorKind::AttnQ: case TensorKind::AttnK: case TensorKind::AttnV:
-      case TensorKind::AttnOut: case TensorKind::AttnQNorm: case TensorKind::AttnKNorm: case TensorKind::MoeRouter:
+      case TensorKind::Output:
+        id = set.output;
+        break;
+      case TensorKind::AttnNorm:
+      case TensorKind::AttnQ:
+      case TensorKind::AttnK:
+      case TensorKind::AttnV:
+      case TensorKind::AttnOut:
+      case TensorKind::AttnQNorm:
+      case TensorKind::AttnKNorm:
+      case TensorKind::MoeRouter:
         id = set.attention[t.layer];
         break;
       case TensorKind::FfnNorm:
@@ -151,7 +169,8 @@ ShardSet make_shards(const ModelSpec& spec, int64_t ctx, DType kv_dtype, const T
         if (spec.is_moe()) set.shards[static_cast<size_t>(set.ffn[t.layer])].tensors.push_back(t.name);
         id = spec.is_moe() ? set.attention[t.layer] : set.ffn[t.layer];
         break;
-      default: id = set.ffn[t.layer];
+      default:
+        id = set.ffn[t.layer];
     }
     set.shards[id].tensors.push_back(t.name);
   }

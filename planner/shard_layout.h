@@ -23,12 +23,12 @@ const char* shard_kind_name(ShardKind k);
 struct Shard {
   int id = 0;
   ShardKind kind = ShardKind::Attention;
-  int layer = -1;            // -1 for output and embedding
-  uint64_t bytes = 0;        // weight bytes (KV: cache bytes at the context capacity)
-  uint64_t expert_base = 0;    // MoE FFN: where the experts start in the shard's region
-  uint64_t expert_stride = 0;  // MoE FFN: bytes per expert
+  int layer = -1;                    // -1 for output and embedding
+  uint64_t bytes = 0;                // weight bytes (KV: cache bytes at the context capacity)
+  uint64_t expert_base = 0;          // MoE FFN: where the experts start in the shard's region
+  uint64_t expert_stride = 0;        // MoE FFN: bytes per expert
   std::vector<std::string> tensors;  // canonical tensor names (empty for KV)
-  std::string name() const;  // "L3.attn", "L3.ffn", "L3.kv", "output", "embedding"
+  std::string name() const;          // "L3.attn", "L3.ffn", "L3.kv", "output", "embedding"
 };
 
 struct ShardSet {
@@ -60,16 +60,17 @@ struct ShardTensorPlace {
   uint64_t bytes = 0;
 };
 struct ShardLayout {
-  std::vector<ShardTensorPlace> tensors;  // non-expert tensors
-  int64_t n_experts = 0;                  // MoE FFN shards only
-  uint64_t expert_base = 0;               // offset of expert 0 (after the non-expert tensors)
-  uint64_t expert_stride = 0;             // bytes per expert (gate + up + down, aligned)
+  std::vector<ShardTensorPlace> tensors;                  // non-expert tensors
+  int64_t n_experts = 0;                                  // MoE FFN shards only
+  uint64_t expert_base = 0;                               // offset of expert 0 (after the non-expert tensors)
+  uint64_t expert_stride = 0;                             // bytes per expert (gate + up + down, aligned)
   uint64_t expert_up_offset = 0, expert_down_offset = 0;  // within one expert's block
   DType gate_dtype = DType::F32, up_dtype = DType::F32, down_dtype = DType::F32;
   uint64_t bytes = 0;  // the whole shard's region
   const ShardTensorPlace* find(const std::string& name) const;
 };
 // Every shard's layout, indexed by shard id (KV shards: empty).
-std::vector<ShardLayout> shard_layouts(const ModelSpec& spec, const ShardSet& set, const TensorDtypes* dtypes = nullptr);
+std::vector<ShardLayout> shard_layouts(const ModelSpec& spec, const ShardSet& set,
+                                       const TensorDtypes* dtypes = nullptr);
 
 }  // namespace shardwise

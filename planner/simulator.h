@@ -23,8 +23,8 @@
 namespace shardwise {
 
 struct StepShape {
-  int64_t tokens = 1;   // new tokens in the step
-  int64_t keys = 1;     // cached keys each query attends to (the KV fill)
+  int64_t tokens = 1;  // new tokens in the step
+  int64_t keys = 1;    // cached keys each query attends to (the KV fill)
   DType kv_dtype = DType::F32;
   int threads = 1;
   double active_experts = 0;  // MoE: distinct experts per layer the step touches (0 = uniform routing)
@@ -34,8 +34,8 @@ struct StepShape {
 };
 
 // Fills start_ms/end_ms of every action and returns the step's makespan in ms.
-double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const CostModel& cost,
-                const StepShape& step, int contention_passes = 3);
+double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const CostModel& cost, const StepShape& step,
+                int contention_passes = 3);
 
 // Duration of one action alone (no contention), for explanations.
 double action_ms(const Action& a, const ModelSpec& spec, const ShardSet& shards, const CostModel& cost,

@@ -34,7 +34,8 @@
 namespace shardwise {
 
 // Throws Error "<where>: <rule broken>". `budget` is the table's; `shards` made for the table's ctx.
-void verify_plan(const Plan& plan, const ModelSpec& spec, const ShardSet& shards, uint64_t budget, const std::string& where);
+void verify_plan(const Plan& plan, const ModelSpec& spec, const ShardSet& shards, uint64_t budget,
+                 const std::string& where);
 // Every feasible candidate, and the table's own rules. `where` names the table (its file).
 void verify_plan_table(const PlanTable& table, const ModelSpec& spec, const ShardSet& shards, const std::string& where);
 

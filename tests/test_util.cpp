@@ -52,7 +52,9 @@ std::string temp_dir() {
   return dir.path;
 }
 
-std::string temp_path(const std::string& name) { return temp_dir() + "/" + name; }
+std::string temp_path(const std::string& name) {
+  return temp_dir() + "/" + name;
+}
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float lo, float hi) {
   std::mt19937 rng(seed);

@@ -8,25 +8,37 @@ namespace shardwise {
 
 const char* chat_format_name(ChatFormat f) {
   switch (f) {
-    case ChatFormat::ChatML: return "ChatML";
-    case ChatFormat::Llama3: return "Llama-3";
-    case ChatFormat::Mistral: return "Mistral [INST]";
+    case ChatFormat::ChatML:
+      return "ChatML";
+    case ChatFormat::Llama3:
+      return "Llama-3";
+    case ChatFormat::Mistral:
+      return "Mistral [INST]";
   }
   return "?";
 }
 
 ChatChoice choose_chat_format(const std::string& file_template, Family family, const Tokenizer& tok) {
-  if (file_template.find("<|im_start|>") != std::string::npos) return {ChatFormat::ChatML, true, "chat template: ChatML (the file's template)"};
-  if (file_template.find("<|start_header_id|>") != std::string::npos) return {ChatFormat::Llama3, true, "chat template: Llama-3 (the file's template)"};
-  if (file_template.find("[INST]") != std::string::npos) return {ChatFormat::Mistral, true, "chat template: Mistral [INST] (the file's template)"};
+  if (file_template.find("<|im_start|>") != std::string::npos)
+    return {ChatFormat::ChatML, true, "chat template: ChatML (the file's template)"};
+  if (file_template.find("<|start_header_id|>") != std::string::npos)
+    return {ChatFormat::Llama3, true, "chat template: Llama-3 (the file's template)"};
+  if (file_template.find("[INST]") != std::string::npos)
+    return {ChatFormat::Mistral, true, "chat template: Mistral [INST] (the file's template)"};
   ChatFormat f;
-  if (family == Family::Qwen3 || family == Family::Qwen3Moe) f = ChatFormat::ChatML;
-  else if (tok.find_token("<|start_header_id|>") >= 0) f = ChatFormat::Llama3;
-  else f = ChatFormat::Mistral;
-  const std::string why = file_template.empty()
-                              ? "the file has no chat template"
-                              : "the file's chat template is not one we recognise (no <|im_start|>, <|start_header_id|> or [INST])";
-  return {f, false, str_cat("chat template: built-in ", chat_format_name(f), " for a ", family_name(family), " model (", why, ")")};
+  if (family == Family::Qwen3 || family == Family::Qwen3Moe)
+    f = ChatFormat::ChatML;
+  else if (tok.find_token("<|start_header_id|>") >= 0)
+    f = ChatFormat::Llama3;
+  else
+    f = ChatFormat::Mistral;
+  const std::string why =
+      file_template.empty()
+          ? "the file has no chat template"
+          : "the file's chat template is not one we recognise (no <|im_start|>, <|start_header_id|> or [INST])";
+  return {
+      f, false,
+      str_cat("chat template: built-in ", chat_format_name(f), " for a ", family_name(family), " model (", why, ")")};
 }
 
 std::string apply_chat_template(ChatFormat format, const std::vector<ChatMessage>& messages) {
@@ -40,7 +52,8 @@ std::string apply_chat_template(ChatFormat format, const std::vector<ChatMessage
       out += "<|im_start|>assistant\n";
       break;
     case ChatFormat::Llama3:
-      for (const auto& m : messages) out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + m.content + "<|eot_id|>";
+      for (const auto& m : messages)
+        out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + m.content + "<|eot_id|>";
       out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
       break;
     case ChatFormat::Mistral: {

@@ -26,21 +26,24 @@ bool one_of(const std::string& s, std::initializer_list<const char*> names) {
   return false;
 }
 
-bool is_llama3_pre(const std::string& pre) { return one_of(pre, {"llama3", "llama-v3", "llama-bpe", "dbrx", "smaug-bpe", "falcon3"}); }
+bool is_llama3_pre(const std::string& pre) {
+  return one_of(pre, {"llama3", "llama-v3", "llama-bpe", "dbrx", "smaug-bpe", "falcon3"});
+}
 
 }  // namespace
 
 std::vector<std::string> gguf_pre_regexes(const std::string& pre, const std::string& origin) {
-  if (pre.empty() || pre == "default")
-    return {R"([\p{P}\$\+<=>\^~\|]+)", kGpt2, R"(\p{N}+)", "[0-9][0-9][0-9]"};
+  if (pre.empty() || pre == "default") return {R"([\p{P}\$\+<=>\^~\|]+)", kGpt2, R"(\p{N}+)", "[0-9][0-9][0-9]"};
   if (one_of(pre, {"gpt-2", "gpt2", "mpt", "olmo", "jais", "phi-2", "trillion", "granite-docling"})) return {kGpt2};
   if (is_llama3_pre(pre)) return {kLlama3};
   if (one_of(pre, {"qwen2", "stablelm2", "hunyuan", "deepseek-r1-qwen", "megrez", "grok-2"})) return {kQwen2};
-  if (one_of(pre, {"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"})) return {R"(\p{N})", kGpt2};
+  if (one_of(pre, {"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"}))
+    return {R"(\p{N})", kGpt2};
   if (pre == "falcon") return {R"([\p{P}\$\+<=>\^~\|`]+)", kGpt2, "[0-9][0-9][0-9]"};
   if (pre == "tekken") return {kTekken};
   if (one_of(pre, {"gpt-4o", "minimax-m2"})) return {kGpt4o};
-  if (pre == "deepseek-coder") return {"[\r\n]", R"(\s?\p{L}+)", R"(\s?\p{P}+)", "[\u4E00-\u9FA5\u0800-\u4E00\uAC00-\uD7FF]+", R"(\p{N})"};
+  if (pre == "deepseek-coder")
+    return {"[\r\n]", R"(\s?\p{L}+)", R"(\s?\p{P}+)", "[\u4E00-\u9FA5\u0800-\u4E00\uAC00-\uD7FF]+", R"(\p{N})"};
   fail(origin, ": tokenizer.ggml.pre '", pre,
        "' is a pre-tokeniser we do not know (supported: default, gpt-2, llama-bpe/llama3, qwen2, tekken, gpt-4o, "
        "starcoder, falcon, deepseek-coder and their aliases)");

@@ -42,8 +42,12 @@ std::string brief(const json& j) {
 }
 
 // field.key (key alone at the top level), and field.key[i].
-std::string sub(const std::string& field, const char* key) { return field.empty() ? std::string(key) : field + "." + key; }
-std::string index_field(const std::string& field, const char* key, size_t i) { return str_cat(sub(field, key), "[", i, "]"); }
+std::string sub(const std::string& field, const char* key) {
+  return field.empty() ? std::string(key) : field + "." + key;
+}
+std::string index_field(const std::string& field, const char* key, size_t i) {
+  return str_cat(sub(field, key), "[", i, "]");
+}
 
 struct Ctx {
   std::string path;
@@ -75,7 +79,8 @@ struct Ctx {
     if (!v.is_boolean()) fail_at(sub(field, key), "must be true or false, got ", brief(v));
     return v.get<bool>();
   }
-  int64_t int_or(const json& j, const char* key, const std::string& field, int64_t fallback, int64_t lo, int64_t hi) const {
+  int64_t int_or(const json& j, const char* key, const std::string& field, int64_t fallback, int64_t lo,
+                 int64_t hi) const {
     const json& v = member(j, key);
     if (v.is_null()) return fallback;
     if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) ||
@@ -101,7 +106,8 @@ struct Ctx {
 };
 
 // {"String": "x"} or {"Regex": "..."}: sets literal or regex.
-void read_pattern(const Ctx& c, const json& pat, const std::string& field, std::string* literal, std::shared_ptr<Regex>* regex) {
+void read_pattern(const Ctx& c, const json& pat, const std::string& field, std::string* literal,
+                  std::shared_ptr<Regex>* regex) {
   const json& s = member(pat, "String");
   const json& r = member(pat, "Regex");
   if (s.is_string()) {
@@ -120,7 +126,8 @@ void read_normalizer(const Ctx& c, const json& j, const std::string& field, int 
   const std::string t = c.type_of(j, field);
   if (t == "Sequence") {
     const json& list = c.sequence(j, "normalizers", field, depth);
-    for (size_t i = 0; i < list.size(); ++i) read_normalizer(c, list[i], index_field(field, "normalizers", i), depth + 1, out);
+    for (size_t i = 0; i < list.size(); ++i)
+      read_normalizer(c, list[i], index_field(field, "normalizers", i), depth + 1, out);
   } else if (t == "NFC") {
     out.push_back(NormStep(NormStep::NFC));
   } else if (t == "NFD") {
@@ -159,7 +166,8 @@ PreStep::Behavior read_behavior(const Ctx& c, const json& j, const std::string& 
   if (b == "MergedWithPrevious") return PreStep::MergedWithPrevious;
   if (b == "MergedWithNext") return PreStep::MergedWithNext;
   if (b == "Contiguous") return PreStep::Contiguous;
-  c.fail_at(field + ".behavior", "'", b, "' is not one of Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous");
+  c.fail_at(field + ".behavior", "'", b,
+            "' is not one of Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous");
 }
 
 PreStep::Prepend read_prepend_scheme(const Ctx& c, const json& j, const std::string& field) {
@@ -173,7 +181,8 @@ void read_pre_tokenizer(const Ctx& c, const json& j, const std::string& field, i
   const std::string t = c.type_of(j, field);
   if (t == "Sequence") {
     const json& list = c.sequence(j, "pretokenizers", field, depth);
-    for (size_t i = 0; i < list.size(); ++i) read_pre_tokenizer(c, list[i], index_field(field, "pretokenizers", i), depth + 1, out);
+    for (size_t i = 0; i < list.size(); ++i)
+      read_pre_tokenizer(c, list[i], index_field(field, "pretokenizers", i), depth + 1, out);
   } else if (t == "Split") {
     PreStep s(PreStep::Split);
     read_pattern(c, member(j, "pattern"), field + ".pattern", &s.literal, &s.regex);
@@ -218,7 +227,8 @@ void read_decoder(const Ctx& c, const json& j, const std::string& field, int dep
   const std::string t = c.type_of(j, field);
   if (t == "Sequence") {
     const json& list = c.sequence(j, "decoders", field, depth);
-    for (size_t i = 0; i < list.size(); ++i) read_decoder(c, list[i], index_field(field, "decoders", i), depth + 1, out);
+    for (size_t i = 0; i < list.size(); ++i)
+      read_decoder(c, list[i], index_field(field, "decoders", i), depth + 1, out);
   } else if (t == "ByteLevel") {
     out.push_back(DecStep(DecStep::ByteLevel));
   } else if (t == "Metaspace") {
@@ -269,7 +279,8 @@ void read_template(const Ctx& c, const json& j, const std::string& field, PostId
   out.prefix->clear();
   out.suffix->clear();
   const json& specials = member(j, "special_tokens");
-  if (!specials.is_null() && !specials.is_object()) c.fail_at(field + ".special_tokens", "must be an object, got ", brief(specials));
+  if (!specials.is_null() && !specials.is_object())
+    c.fail_at(field + ".special_tokens", "must be an object, got ", brief(specials));
   const json& single = c.array_or_empty(j, "single", field);
   bool after = false;
   for (size_t i = 0; i < single.size(); ++i) {
@@ -294,7 +305,8 @@ void read_post_processor(const Ctx& c, const json& j, const std::string& field, 
   const std::string t = c.type_of(j, field);
   if (t == "Sequence") {
     const json& list = c.sequence(j, "processors", field, depth);
-    for (size_t i = 0; i < list.size(); ++i) read_post_processor(c, list[i], index_field(field, "processors", i), depth + 1, out);
+    for (size_t i = 0; i < list.size(); ++i)
+      read_post_processor(c, list[i], index_field(field, "processors", i), depth + 1, out);
   } else if (t == "ByteLevel") {
     // offsets only
   } else if (t == "TemplateProcessing") {
@@ -317,7 +329,8 @@ void read_vocabulary(const Ctx& c, const json& j, Pipeline& p) {
   const json& added = c.array_or_empty(j, "added_tokens", "");
   int64_t max_id = -1;
   for (const auto& kv : vocab.items()) {
-    if (!kv.value().is_number_integer() || kv.value().get<int64_t>() < 0 || kv.value().get<int64_t>() > (int64_t(1) << 24))
+    if (!kv.value().is_number_integer() || kv.value().get<int64_t>() < 0 ||
+        kv.value().get<int64_t>() > (int64_t(1) << 24))
       c.fail_at("model.vocab['" + kv.key() + "']", "must be a token id from 0 to 16777216, got ", brief(kv.value()));
     max_id = std::max<int64_t>(max_id, kv.value().get<int64_t>());
   }
@@ -368,11 +381,14 @@ void read_model(const Ctx& c, const json& j, Pipeline& p) {
   const json& m = member(j, "model");
   std::string type = c.str_or(m, "type", "model", "");
   if (type.empty()) {  // old files leave the type out: tell the models apart by their fields
-    type = m.contains("merges") ? "BPE" : member(m, "vocab").is_array() ? "Unigram"
-           : m.contains("continuing_subword_prefix") ? "WordPiece" : "WordLevel";
+    type = m.contains("merges")                      ? "BPE"
+           : member(m, "vocab").is_array()           ? "Unigram"
+           : m.contains("continuing_subword_prefix") ? "WordPiece"
+                                                     : "WordLevel";
   }
   if (type != "BPE")
-    fail(c.path, ": tokenizer model type '", type, "' is not supported (supported: BPE, byte-level or SentencePiece-style)");
+    fail(c.path, ": tokenizer model type '", type,
+         "' is not supported (supported: BPE, byte-level or SentencePiece-style)");
   if (!member(m, "vocab").is_object()) fail(c.path, ": model.vocab is missing or not an object");
   if (!member(m, "merges").is_array()) fail(c.path, ": model.merges is missing (a BPE model needs its merges)");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
@@ -399,7 +415,8 @@ Pipeline pipeline_from_tokenizer_json(const std::string& path, const TokenizerIn
   } catch (const json::exception& e) {
     fail(path, ": not valid JSON: ", e.what());
   }
-  if (!j.is_object() || !member(j, "model").is_object()) fail(path, ": no \"model\" object (is this a tokenizer.json?)");
+  if (!j.is_object() || !member(j, "model").is_object())
+    fail(path, ": no \"model\" object (is this a tokenizer.json?)");
   Pipeline p;
   p.origin = path;
   p.render_control_tokens = true;  // HF decode(skip_special_tokens=False)

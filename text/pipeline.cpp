@@ -33,14 +33,19 @@ std::string replace_all(const std::string& s, const std::string& from, const std
   return out;
 }
 
-bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+bool starts_with(const std::string& s, const std::string& p) {
+  return s.compare(0, p.size(), p) == 0;
+}
 
 bool parse_byte_token(const std::string& s, int* byte) {
   if (s.size() != 6 || s.compare(0, 3, "<0x") != 0 || s[5] != '>') return false;
   int v = 0;
   for (int i = 3; i < 5; ++i) {
     const char c = s[static_cast<size_t>(i)];
-    const int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
+    const int d = (c >= '0' && c <= '9')   ? c - '0'
+                  : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                  : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+                                           : -1;
     if (d < 0) return false;
     v = v * 16 + d;
   }
@@ -55,7 +60,8 @@ struct Piece {
 
 // Cuts `s` into pieces at the matches (matches and the gaps between them), then combines them as
 // HF's SplitDelimiterBehavior says. Returns (offset, length) of the kept pieces, empty ones dropped.
-std::vector<std::pair<size_t, size_t>> split_pieces(const std::string& s, const std::vector<std::pair<size_t, size_t>>& matches,
+std::vector<std::pair<size_t, size_t>> split_pieces(const std::string& s,
+                                                    const std::vector<std::pair<size_t, size_t>>& matches,
                                                     PreStep::Behavior behavior, bool invert) {
   std::vector<Piece> all;
   size_t pos = 0;
@@ -77,8 +83,10 @@ std::vector<std::pair<size_t, size_t>> split_pieces(const std::string& s, const 
     case PreStep::MergedWithPrevious: {
       bool prev_match = false;
       for (const auto& p : all) {
-        if (p.match && !prev_match && !out.empty()) out.back().len = p.off + p.len - out.back().off;
-        else out.push_back(p);
+        if (p.match && !prev_match && !out.empty())
+          out.back().len = p.off + p.len - out.back().off;
+        else
+          out.push_back(p);
         prev_match = p.match;
       }
       break;
@@ -100,8 +108,10 @@ std::vector<std::pair<size_t, size_t>> split_pieces(const std::string& s, const 
     case PreStep::Contiguous: {
       bool prev_match = false;
       for (const auto& p : all) {
-        if (p.match == prev_match && !out.empty()) out.back().len = p.off + p.len - out.back().off;
-        else out.push_back(p);
+        if (p.match == prev_match && !out.empty())
+          out.back().len = p.off + p.len - out.back().off;
+        else
+          out.push_back(p);
         prev_match = p.match;
       }
       break;
@@ -116,11 +126,14 @@ std::vector<std::pair<size_t, size_t>> split_pieces(const std::string& s, const 
 std::vector<std::pair<size_t, size_t>> literal_matches(const std::string& s, const std::string& lit) {
   std::vector<std::pair<size_t, size_t>> m;
   if (lit.empty()) return m;
-  for (size_t pos = s.find(lit); pos != std::string::npos; pos = s.find(lit, pos + lit.size())) m.emplace_back(pos, lit.size());
+  for (size_t pos = s.find(lit); pos != std::string::npos; pos = s.find(lit, pos + lit.size()))
+    m.emplace_back(pos, lit.size());
   return m;
 }
 
-bool is_ascii_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+bool is_ascii_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
 
 }  // namespace
 
@@ -172,7 +185,8 @@ Engine::Engine(Pipeline p) : p_(std::move(p)) {
     }
   }
   for (const auto& s : p_.pre_tokenizers)
-    if (s.kind == PreStep::ByteLevel && s.use_regex && !gpt2_regex_) gpt2_regex_ = std::make_unique<Regex>(kGpt2Regex, "GPT-2 regex");
+    if (s.kind == PreStep::ByteLevel && s.use_regex && !gpt2_regex_)
+      gpt2_regex_ = std::make_unique<Regex>(kGpt2Regex, "GPT-2 regex");
   pieces_.resize(n);
   for (size_t id = 0; id < n; ++id) {
     const TokenAttr a = p_.attrs[id];
@@ -234,13 +248,27 @@ std::string Engine::run_normalizers(const std::string& in) const {
   std::string s = in;
   for (const auto& st : p_.normalizers) {
     switch (st.kind) {
-      case NormStep::NFC: s = normalize(s, NormalForm::NFC); break;
-      case NormStep::NFD: s = normalize(s, NormalForm::NFD); break;
-      case NormStep::NFKC: s = normalize(s, NormalForm::NFKC); break;
-      case NormStep::NFKD: s = normalize(s, NormalForm::NFKD); break;
-      case NormStep::Lowercase: s = lowercase(s); break;
-      case NormStep::StripAccents: s = strip_accents(s); break;
-      case NormStep::Strip: s = strip_whitespace(s, st.left, st.right); break;
+      case NormStep::NFC:
+        s = normalize(s, NormalForm::NFC);
+        break;
+      case NormStep::NFD:
+        s = normalize(s, NormalForm::NFD);
+        break;
+      case NormStep::NFKC:
+        s = normalize(s, NormalForm::NFKC);
+        break;
+      case NormStep::NFKD:
+        s = normalize(s, NormalForm::NFKD);
+        break;
+      case NormStep::Lowercase:
+        s = lowercase(s);
+        break;
+      case NormStep::StripAccents:
+        s = strip_accents(s);
+        break;
+      case NormStep::Strip:
+        s = strip_whitespace(s, st.left, st.right);
+        break;
       case NormStep::Prepend:
         if (!s.empty()) s = st.text + s;
         break;
@@ -272,18 +300,21 @@ std::vector<std::string> Engine::run_pre_tokenizers(const std::string& text, boo
   std::vector<Split> splits{{text, at_start}};
   auto resplit = [&](const std::vector<std::pair<size_t, size_t>>& matches, const Split& sp, PreStep::Behavior b,
                      bool invert, std::vector<Split>& out) {
-    for (const auto& r : split_pieces(sp.s, matches, b, invert)) out.push_back({sp.s.substr(r.first, r.second), sp.at_start && r.first == 0});
+    for (const auto& r : split_pieces(sp.s, matches, b, invert))
+      out.push_back({sp.s.substr(r.first, r.second), sp.at_start && r.first == 0});
   };
   for (const auto& st : p_.pre_tokenizers) {
     std::vector<Split> next;
     for (auto& sp : splits) {
       switch (st.kind) {
         case PreStep::Split:
-          resplit(st.regex ? st.regex->find_all(sp.s) : literal_matches(sp.s, st.literal), sp, st.behavior, st.invert, next);
+          resplit(st.regex ? st.regex->find_all(sp.s) : literal_matches(sp.s, st.literal), sp, st.behavior, st.invert,
+                  next);
           break;
         case PreStep::Digits: {
           static const Regex digit("\\p{N}", "Digits");
-          resplit(digit.find_all(sp.s), sp, st.individual_digits ? PreStep::Isolated : PreStep::Contiguous, false, next);
+          resplit(digit.find_all(sp.s), sp, st.individual_digits ? PreStep::Isolated : PreStep::Contiguous, false,
+                  next);
           break;
         }
         case PreStep::WhitespaceSplit: {
@@ -295,8 +326,10 @@ std::vector<std::string> Engine::run_pre_tokenizers(const std::string& text, boo
           Split cur = sp;
           if (st.add_prefix_space && !starts_with(cur.s, " ")) cur.s = " " + cur.s;
           std::vector<Split> parts;
-          if (st.use_regex) resplit(gpt2_regex_->find_all(cur.s), cur, PreStep::Isolated, false, parts);
-          else parts.push_back(cur);
+          if (st.use_regex)
+            resplit(gpt2_regex_->find_all(cur.s), cur, PreStep::Isolated, false, parts);
+          else
+            parts.push_back(cur);
           for (auto& p : parts) next.push_back({byte_level_encode(p.s), p.at_start});
           break;
         }
@@ -304,8 +337,10 @@ std::vector<std::string> Engine::run_pre_tokenizers(const std::string& text, boo
           Split cur{replace_all(sp.s, " ", st.replacement), sp.at_start};
           const bool prepend = st.prepend == PreStep::Always || (st.prepend == PreStep::First && sp.at_start);
           if (prepend && !starts_with(cur.s, st.replacement)) cur.s = st.replacement + cur.s;
-          if (st.split) resplit(literal_matches(cur.s, st.replacement), cur, PreStep::MergedWithNext, false, next);
-          else next.push_back(std::move(cur));
+          if (st.split)
+            resplit(literal_matches(cur.s, st.replacement), cur, PreStep::MergedWithNext, false, next);
+          else
+            next.push_back(std::move(cur));
           break;
         }
       }
@@ -354,8 +389,10 @@ void Engine::bpe_encode(const std::string& word, std::vector<int32_t>& out) cons
     i += len;
     ids.clear();
     const int32_t id = find(ch);
-    if (id >= 0) ids.push_back(id);
-    else push_char_fallback(ch, ids);
+    if (id >= 0)
+      ids.push_back(id);
+    else
+      push_char_fallback(ch, ids);
     for (int32_t t : ids) {
       // fuse_unk: a run of unknown characters becomes one <unk>.
       if (t == p_.unk_id && id < 0 && p_.fuse_unk && !sym.empty() && sym.back().id == p_.unk_id) continue;
@@ -413,7 +450,9 @@ void Engine::spm_encode(const std::string& text, std::vector<int32_t>& out) cons
     float score;
     size_t size;
   };
-  auto worse = [](const Bigram& a, const Bigram& b) { return a.score < b.score || (a.score == b.score && a.left > b.left); };
+  auto worse = [](const Bigram& a, const Bigram& b) {
+    return a.score < b.score || (a.score == b.score && a.left > b.left);
+  };
   std::priority_queue<Bigram, std::vector<Bigram>, decltype(worse)> q(worse);
   auto try_add = [&](int l, int r) {
     if (l < 0 || r < 0) return;
@@ -450,15 +489,18 @@ void Engine::spm_encode(const std::string& text, std::vector<int32_t>& out) cons
       int32_t t = byte_tokens_[c];
       if (t < 0) t = find(std::string(1, static_cast<char>(c)));
       if (t < 0) t = p_.unk_id;
-      if (t < 0) fail(p_.origin, ": byte 0x", std::hex, static_cast<int>(c), " has no token and the vocabulary has no <unk>");
+      if (t < 0)
+        fail(p_.origin, ": byte 0x", std::hex, static_cast<int>(c), " has no token and the vocabulary has no <unk>");
       out.push_back(t);
     }
   }
 }
 
 void Engine::model_encode(const std::string& word, std::vector<int32_t>& out) const {
-  if (p_.model == Pipeline::Model::Spm) spm_encode(word, out);
-  else bpe_encode(word, out);
+  if (p_.model == Pipeline::Model::Spm)
+    spm_encode(word, out);
+  else
+    bpe_encode(word, out);
 }
 
 std::vector<int32_t> Engine::encode(const std::string& text, bool add_special, bool parse_special) const {
@@ -494,8 +536,10 @@ std::vector<std::string> Engine::run_decoders(std::vector<std::string> toks, boo
         std::string all;
         for (const auto& t : toks) {
           std::string bytes;
-          if (byte_level_decode(t, &bytes)) all += bytes;
-          else all += t;  // not byte-level text (e.g. an added token): its own bytes, as HF does
+          if (byte_level_decode(t, &bytes))
+            all += bytes;
+          else
+            all += t;  // not byte-level text (e.g. an added token): its own bytes, as HF does
         }
         toks.assign(1, std::move(all));
         fused = true;
@@ -528,8 +572,10 @@ std::vector<std::string> Engine::run_decoders(std::vector<std::string> toks, boo
         for (auto& t : toks) {
           size_t a = 0, b = t.size();
           const std::string& c = st.content;
-          for (int k = 0; k < st.strip_start && !c.empty() && t.compare(a, c.size(), c) == 0 && a + c.size() <= b; ++k) a += c.size();
-          for (int k = 0; k < st.strip_stop && !c.empty() && b >= a + c.size() && t.compare(b - c.size(), c.size(), c) == 0; ++k)
+          for (int k = 0; k < st.strip_start && !c.empty() && t.compare(a, c.size(), c) == 0 && a + c.size() <= b; ++k)
+            a += c.size();
+          for (int k = 0;
+               k < st.strip_stop && !c.empty() && b >= a + c.size() && t.compare(b - c.size(), c.size(), c) == 0; ++k)
             b -= c.size();
           t = t.substr(a, b - a);
         }
@@ -545,7 +591,8 @@ std::string Engine::decode(const std::vector<int32_t>& ids, bool skip_special) c
   for (int32_t id : ids) {
     if (id < 0 || static_cast<size_t>(id) >= p_.tokens.size()) continue;
     const TokenAttr a = p_.attrs[id];
-    const bool control = is_special_[id] || a == TokenAttr::Control || a == TokenAttr::Unknown || a == TokenAttr::Unused;
+    const bool control =
+        is_special_[id] || a == TokenAttr::Control || a == TokenAttr::Unknown || a == TokenAttr::Unused;
     if (control && (skip_special || !p_.render_control_tokens)) continue;
     toks.push_back(p_.tokens[id]);
   }

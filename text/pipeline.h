@@ -17,15 +17,23 @@
 namespace shardwise::tok {
 
 // llama.cpp's token types (GGUF tokenizer.ggml.token_type).
-enum class TokenAttr : int32_t { Undefined = 0, Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6 };
+enum class TokenAttr : int32_t {
+  Undefined = 0,
+  Normal = 1,
+  Unknown = 2,
+  Control = 3,
+  UserDefined = 4,
+  Unused = 5,
+  Byte = 6
+};
 
 // A token matched as a whole string before anything else runs (HF added_tokens; GGUF control and
 // user-defined tokens, as llama.cpp's parse_special does).
 struct AddedToken {
   int32_t id = -1;
   std::string content;
-  bool special = true;      // control token: matched only when parsing specials; skipped by skip_special
-  bool normalized = false;  // matched in normalised text instead of raw text
+  bool special = true;                  // control token: matched only when parsing specials; skipped by skip_special
+  bool normalized = false;              // matched in normalised text instead of raw text
   bool lstrip = false, rstrip = false;  // swallows whitespace on that side
   std::string match;  // filled by the Engine: content, passed through the normalisers when `normalized`
 };
@@ -46,8 +54,8 @@ struct PreStep {
   std::string literal;
   std::shared_ptr<Regex> regex;
   bool invert = false;
-  bool add_prefix_space = false;  // ByteLevel
-  bool use_regex = true;          // ByteLevel: split with the GPT-2 regex first
+  bool add_prefix_space = false;             // ByteLevel
+  bool use_regex = true;                     // ByteLevel: split with the GPT-2 regex first
   std::string replacement = "\xE2\x96\x81";  // Metaspace ("▁")
   enum Prepend { Always, Never, First } prepend = Always;
   bool split = true;               // Metaspace
@@ -68,16 +76,16 @@ struct Pipeline {
   enum class Model { Bpe, Spm } model = Model::Bpe;
   std::vector<std::string> tokens;  // id -> vocabulary string
   std::vector<TokenAttr> attrs;
-  std::vector<float> scores;                                 // Spm
-  std::vector<std::pair<std::string, std::string>> merges;   // Bpe, by rank
+  std::vector<float> scores;                                // Spm
+  std::vector<std::pair<std::string, std::string>> merges;  // Bpe, by rank
   bool byte_fallback = false, fuse_unk = false, ignore_merges = false;
   int32_t unk_id = -1;
   std::vector<AddedToken> added;
   std::vector<NormStep> normalizers;
   std::vector<PreStep> pre_tokenizers;
   std::vector<DecStep> decoders;
-  bool decoder_joins_with_space = false;  // tokenizer.json without a decoder: HF joins tokens with " "
-  bool render_control_tokens = true;      // decode() writes control tokens' text (HF); llama.cpp does not
+  bool decoder_joins_with_space = false;        // tokenizer.json without a decoder: HF joins tokens with " "
+  bool render_control_tokens = true;            // decode() writes control tokens' text (HF); llama.cpp does not
   std::vector<int32_t> prefix_ids, suffix_ids;  // added by encode(add_special)
 };
 
@@ -100,7 +108,7 @@ class Engine {
  private:
   struct Segment {
     std::string text;
-    int32_t token = -1;   // >= 0: an added token
+    int32_t token = -1;     // >= 0: an added token
     bool at_start = false;  // begins at offset 0 of the original text (Metaspace "first")
   };
   void split_added(std::vector<Segment>& segs, bool normalized_pass, bool parse_special) const;

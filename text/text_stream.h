@@ -20,7 +20,7 @@ class TextStream {
 
   bool stopped() const { return stopped_; }
   const std::string& stop_string() const { return hit_; }  // the stop string that ended it
-  const std::string& text() const { return text_; }       // everything returned so far
+  const std::string& text() const { return text_; }        // everything returned so far
 
  private:
   std::string emit(size_t n);

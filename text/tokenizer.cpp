@@ -12,8 +12,8 @@ namespace shardwise {
 namespace {
 
 // Token texts that end a turn or a document in the families people run (llama.cpp's list).
-const char* const kEndTokens[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-                                  "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>"};
+const char* const kEndTokens[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",  "<|endoftext|>",
+                                  "<|eom_id|>", "<EOT>",      "_<EOT>",  "<|end_of_text|>"};
 const char* const kEotTokens[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<EOT>", "_<EOT>"};
 
 constexpr int32_t kByteBase = 3;  // bytes vocabulary: <unk> <s> </s>, then byte b is id 3 + b
@@ -69,7 +69,8 @@ Tokenizer::Tokenizer(const WeightSource& src) {
   if (eos_ < 0) eos_ = static_cast<int32_t>(info.eos_id);
   eot_ = static_cast<int32_t>(info.eot_id);
   auto add_eog = [&](int64_t id) {
-    if (id >= 0 && id < vocab_size_ && std::find(eog_.begin(), eog_.end(), id) == eog_.end()) eog_.push_back(static_cast<int32_t>(id));
+    if (id >= 0 && id < vocab_size_ && std::find(eog_.begin(), eog_.end(), id) == eog_.end())
+      eog_.push_back(static_cast<int32_t>(id));
   };
   // Named end tokens count only as control tokens (GGUF type 3, HF special added tokens).
   auto is_ctrl = [&](size_t i) { return i < p.attrs.size() && p.attrs[i] == tok::TokenAttr::Control; };
@@ -138,7 +139,9 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
   return tok::utf8_sanitize(out);
 }
 
-bool Tokenizer::is_eog(int32_t id) const { return std::find(eog_.begin(), eog_.end(), id) != eog_.end(); }
+bool Tokenizer::is_eog(int32_t id) const {
+  return std::find(eog_.begin(), eog_.end(), id) != eog_.end();
+}
 
 bool Tokenizer::is_control(int32_t id) const {
   if (id < 0 || id >= vocab_size_) return false;

@@ -33,10 +33,14 @@ size_t decode_at(const std::string& s, size_t i, uint32_t* cp) {
   }
   size_t len;
   uint32_t v, min;
-  if (c >= 0xC2 && c <= 0xDF) len = 2, v = c & 0x1F, min = 0x80;
-  else if ((c >> 4) == 0xE) len = 3, v = c & 0x0F, min = 0x800;
-  else if (c >= 0xF0 && c <= 0xF4) len = 4, v = c & 0x07, min = 0x10000;
-  else return 0;
+  if (c >= 0xC2 && c <= 0xDF)
+    len = 2, v = c & 0x1F, min = 0x80;
+  else if ((c >> 4) == 0xE)
+    len = 3, v = c & 0x0F, min = 0x800;
+  else if (c >= 0xF0 && c <= 0xF4)
+    len = 4, v = c & 0x07, min = 0x10000;
+  else
+    return 0;
   if (i + len > s.size()) return 0;
   for (size_t k = 1; k < len; ++k) {
     if ((b(k) >> 6) != 2) return 0;
@@ -154,9 +158,13 @@ const ByteMap& byte_map() {
 }
 }  // namespace
 
-uint32_t byte_to_unicode(unsigned char b) { return byte_map().to_cp[b]; }
+uint32_t byte_to_unicode(unsigned char b) {
+  return byte_map().to_cp[b];
+}
 
-int unicode_to_byte(uint32_t cp) { return cp < 324 ? byte_map().to_byte[cp] : -1; }
+int unicode_to_byte(uint32_t cp) {
+  return cp < 324 ? byte_map().to_byte[cp] : -1;
+}
 
 std::string byte_level_encode(const std::string& bytes) {
   std::string out;
@@ -182,15 +190,23 @@ std::string normalize(const std::string& s, NormalForm form) {
   if (s.empty()) return s;
   int options = UTF8PROC_STABLE;
   switch (form) {
-    case NormalForm::NFC: options |= UTF8PROC_COMPOSE; break;
-    case NormalForm::NFD: options |= UTF8PROC_DECOMPOSE; break;
-    case NormalForm::NFKC: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
-    case NormalForm::NFKD: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+    case NormalForm::NFC:
+      options |= UTF8PROC_COMPOSE;
+      break;
+    case NormalForm::NFD:
+      options |= UTF8PROC_DECOMPOSE;
+      break;
+    case NormalForm::NFKC:
+      options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+      break;
+    case NormalForm::NFKD:
+      options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+      break;
   }
   utf8proc_uint8_t* out = nullptr;
-  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
-                                          static_cast<utf8proc_ssize_t>(s.size()), &out,
-                                          static_cast<utf8proc_option_t>(options));
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()), &out,
+                   static_cast<utf8proc_option_t>(options));
   if (n < 0) fail("text normalisation failed: ", utf8proc_errmsg(n));
   std::string r(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
   std::free(out);
@@ -200,7 +216,8 @@ std::string normalize(const std::string& s, NormalForm form) {
 std::string lowercase(const std::string& s) {
   std::string out;
   out.reserve(s.size());
-  for (uint32_t cp : utf8_codepoints(s)) utf8_append(out, static_cast<uint32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp))));
+  for (uint32_t cp : utf8_codepoints(s))
+    utf8_append(out, static_cast<uint32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp))));
   return out;
 }
 
@@ -243,7 +260,9 @@ Regex::Regex(const std::string& pattern, const std::string& context) : pattern_(
   code_ = code;
 }
 
-Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
+Regex::~Regex() {
+  pcre2_code_free(static_cast<pcre2_code*>(code_));
+}
 
 std::vector<std::pair<size_t, size_t>> Regex::find_all(const std::string& text) const {
   std::vector<std::pair<size_t, size_t>> out;

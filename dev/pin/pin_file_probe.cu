@@ -75,8 +75,7 @@ void make_file(const char* path, uint64_t bytes) {
 template <class F>
 void parallel(int threads, uint64_t n, F&& f) {
   std::vector<std::thread> ts;
-  for (int t = 0; t < threads; ++t)
-    ts.emplace_back([&, t] { f(n * t / threads, n * (t + 1) / threads); });
+  for (int t = 0; t < threads; ++t) ts.emplace_back([&, t] { f(n * t / threads, n * (t + 1) / threads); });
   for (auto& t : ts) t.join();
 }
 
@@ -215,8 +214,10 @@ void run_method(const std::string& m, const char* path, uint64_t bytes, int thre
   const double first = check_and_read(p, bytes, threads, &ok);
   const double h2d = h2d_rate(p, bytes);
   const double cpu = read_rate(p, bytes, threads);
-  std::printf("RESULT %-11s ok=%d ctx=%.2fs load=%.2fs pin=%.2fs first_read=%.1fGB/s h2d=%.1fGB/s cpu_read=%.1fGB/s rss=%ldMB\n",
-              m.c_str(), ok ? 1 : 0, t_ctx, t_load, t_pin, first, h2d, cpu, rss_mb());
+  std::printf(
+      "RESULT %-11s ok=%d ctx=%.2fs load=%.2fs pin=%.2fs first_read=%.1fGB/s h2d=%.1fGB/s cpu_read=%.1fGB/s "
+      "rss=%ldMB\n",
+      m.c_str(), ok ? 1 : 0, t_ctx, t_load, t_pin, first, h2d, cpu, rss_mb());
   std::fflush(stdout);
 }
 

@@ -29,9 +29,15 @@
 namespace {
 
 enum class Q { Q8_0, Q4_0 };
-const char* q_name(Q q) { return q == Q::Q8_0 ? "q8_0" : "q4_0"; }
-int64_t block_bytes(Q q) { return q == Q::Q8_0 ? 34 : 18; }  // per 32 weights: f16 scale, then codes
-int64_t row_bytes(Q q, int64_t cols) { return cols / 32 * block_bytes(q); }
+const char* q_name(Q q) {
+  return q == Q::Q8_0 ? "q8_0" : "q4_0";
+}
+int64_t block_bytes(Q q) {
+  return q == Q::Q8_0 ? 34 : 18;
+}  // per 32 weights: f16 scale, then codes
+int64_t row_bytes(Q q, int64_t cols) {
+  return cols / 32 * block_bytes(q);
+}
 
 constexpr int64_t kMaxTileRows = 8192;  // as the product's dequantised tiles
 constexpr float kLoScale = 4096.0f;     // 2^12: the f16 low parts are stored scaled up
@@ -57,7 +63,9 @@ float half_bits_to_float(uint16_t b) {
   r.x = b;
   return __half2float(__half(r));
 }
-uint16_t float_to_half_bits(float f) { return __half_raw(__float2half_rn(f)).x; }
+uint16_t float_to_half_bits(float f) {
+  return __half_raw(__float2half_rn(f)).x;
+}
 
 // Random codes and block scales of about `scale` / 127 (as quantising weights of magnitude `scale` gives).
 std::vector<uint8_t> random_weights(Q q, int64_t rows, int64_t cols, float scale, uint32_t seed) {
@@ -90,7 +98,8 @@ double worst_error(const std::vector<float>& deq, int64_t cols, const std::vecto
   for (const auto& [t, r] : outputs) {
     double acc = 0, mag = 0;
     for (int64_t c = 0; c < cols; ++c) {
-      const double term = static_cast<double>(deq[static_cast<size_t>(r * cols + c)]) * x[static_cast<size_t>(t * cols + c)];
+      const double term =
+          static_cast<double>(deq[static_cast<size_t>(r * cols + c)]) * x[static_cast<size_t>(t * cols + c)];
       acc += term;
       mag += std::fabs(term);
     }
@@ -120,7 +129,8 @@ __device__ __forceinline__ float load_weight(const uint8_t* row, int64_t c) {
 template <Q T>
 __global__ void dequant_rows_kernel(const uint8_t* __restrict__ w, int64_t rb, int64_t cols, float* out) {
   const int64_t r = blockIdx.y;
-  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols; c += static_cast<int64_t>(gridDim.x) * blockDim.x)
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[r * cols + c] = load_weight<T>(w + r * rb, c);
 }
 
@@ -128,7 +138,8 @@ __global__ void dequant_rows_kernel(const uint8_t* __restrict__ w, int64_t rb, i
 __global__ void absmax_kernel(const float* __restrict__ x, int64_t ldx, int64_t cols, unsigned* out) {
   const float* row = x + static_cast<int64_t>(blockIdx.y) * ldx;
   unsigned bits = 0;
-  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols; c += static_cast<int64_t>(gridDim.x) * blockDim.x)
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x)
     bits = max(bits, __float_as_uint(row[c]) & 0x7fffffffu);
   for (int o = 16; o > 0; o >>= 1) bits = max(bits, __shfl_xor_sync(0xffffffffu, bits, o));
   if ((threadIdx.x & 31) == 0) atomicMax(out, bits);
@@ -143,15 +154,16 @@ __device__ __forceinline__ float pow2_scale(float m) {
 }
 
 // x s = hi + lo / 2^12 per element; alphas[0] = 1 / s, alphas[1] = 1 / (s 2^12).
-__global__ void split_x_kernel(const float* __restrict__ x, int64_t ldx, int64_t cols, const unsigned* maxbits, __half* hi,
-                               __half* lo, int64_t ldh, float* alphas) {
+__global__ void split_x_kernel(const float* __restrict__ x, int64_t ldx, int64_t cols, const unsigned* maxbits,
+                               __half* hi, __half* lo, int64_t ldh, float* alphas) {
   const float s = pow2_scale(__uint_as_float(*maxbits));
   const int64_t t = blockIdx.y;
   if (t == 0 && blockIdx.x == 0 && threadIdx.x == 0) {
     alphas[0] = 1.0f / s;
     alphas[1] = 1.0f / (s * kLoScale);
   }
-  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols; c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float v = x[t * ldx + c] * s;
     const __half h = __float2half_rn(v);
     hi[t * ldh + c] = h;
@@ -161,7 +173,8 @@ __global__ void split_x_kernel(const float* __restrict__ x, int64_t ldx, int64_t
 
 // Largest |block scale| of rows [0, rows) as float bits: with the largest code it bounds every weight.
 template <Q T>
-__global__ void scale_absmax_kernel(const uint8_t* __restrict__ w, int64_t rb, int64_t blocks_per_row, int64_t rows, unsigned* out) {
+__global__ void scale_absmax_kernel(const uint8_t* __restrict__ w, int64_t rb, int64_t blocks_per_row, int64_t rows,
+                                    unsigned* out) {
   constexpr int64_t kBlock = T == Q::Q8_0 ? 34 : 18;
   unsigned bits = 0;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * blocks_per_row;
@@ -176,14 +189,16 @@ __global__ void scale_absmax_kernel(const uint8_t* __restrict__ w, int64_t rb, i
 // scalars from the activations': alphas_out[i] = alphas_x[i] / s.
 template <Q T>
 __global__ void split_w_kernel(const uint8_t* __restrict__ w, int64_t rb, int64_t cols, const unsigned* max_scale_bits,
-                               float max_code, __half* hi, __half* lo, int64_t ldh, const float* alphas_x, float* alphas_out) {
+                               float max_code, __half* hi, __half* lo, int64_t ldh, const float* alphas_x,
+                               float* alphas_out) {
   const float s = pow2_scale(__uint_as_float(*max_scale_bits) * max_code);
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
     alphas_out[0] = alphas_x[0] / s;
     alphas_out[1] = alphas_x[1] / s;
   }
   const int64_t r = blockIdx.y;
-  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols; c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float v = load_weight<T>(w + r * rb, c) * s;  // exact
     const __half h = __float2half_rn(v);
     hi[r * ldh + c] = h;
@@ -194,15 +209,16 @@ __global__ void split_w_kernel(const uint8_t* __restrict__ w, int64_t rb, int64_
 // ---- the two ways ---------------------------------------------------------------------------------
 
 dim3 row_grid(int64_t rows, int64_t cols) {
-  return dim3(static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((cols + 255) / 256, 64))), static_cast<unsigned>(rows));
+  return dim3(static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((cols + 255) / 256, 64))),
+              static_cast<unsigned>(rows));
 }
 
 // C[n, m] (ldc) = alpha B[n, k] . A[m, k]^T + beta C, row-major terms, scalars in device memory.
-void gemm_tn(cublasHandle_t h, int64_t m, int64_t n, int64_t k, const float* alpha, const void* a, cudaDataType at, int64_t lda,
-             const void* b, cudaDataType bt, int64_t ldb, const float* beta, float* c, int64_t ldc) {
-  blas_ok(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a, at,
-                       static_cast<int>(lda), b, bt, static_cast<int>(ldb), beta, c, CUDA_R_32F, static_cast<int>(ldc),
-                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+void gemm_tn(cublasHandle_t h, int64_t m, int64_t n, int64_t k, const float* alpha, const void* a, cudaDataType at,
+             int64_t lda, const void* b, cudaDataType bt, int64_t ldb, const float* beta, float* c, int64_t ldc) {
+  blas_ok(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+                       alpha, a, at, static_cast<int>(lda), b, bt, static_cast<int>(ldb), beta, c, CUDA_R_32F,
+                       static_cast<int>(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
           "cublasGemmEx");
 }
 
@@ -212,7 +228,7 @@ struct Work {
   float* deq = nullptr;                 // f32: [tile, cols]
   __half *xh = nullptr, *xl = nullptr;  // f16x3: [n, ldp] each
   __half *wh = nullptr, *wl = nullptr;  // f16x3: [tile, ldp] each
-  float* scalars = nullptr;             // [0] x max bits, [1..2] x alphas, [3] scale max bits, [4..5] tile alphas, [6] 0, [7] 1
+  float* scalars = nullptr;  // [0] x max bits, [1..2] x alphas, [3] scale max bits, [4..5] tile alphas, [6] 0, [7] 1
   Work(int64_t r, int64_t c, int64_t tokens) : rows(r), cols(c), n(tokens) {
     tile = std::min(rows, kMaxTileRows);
     ldp = (cols + 7) / 8 * 8;
@@ -236,9 +252,12 @@ void run_f32(cublasHandle_t h, Q q, const uint8_t* w, const float* x, float* y, 
   const int64_t rb = row_bytes(q, k.cols);
   for (int64_t r0 = 0; r0 < k.rows; r0 += k.tile) {
     const int64_t tr = std::min(k.tile, k.rows - r0);
-    if (q == Q::Q8_0) dequant_rows_kernel<Q::Q8_0><<<row_grid(tr, k.cols), 256>>>(w + r0 * rb, rb, k.cols, k.deq);
-    else dequant_rows_kernel<Q::Q4_0><<<row_grid(tr, k.cols), 256>>>(w + r0 * rb, rb, k.cols, k.deq);
-    gemm_tn(h, tr, k.n, k.cols, k.scalars + 7, k.deq, CUDA_R_32F, k.cols, x, CUDA_R_32F, k.cols, k.scalars + 6, y + r0, k.rows);
+    if (q == Q::Q8_0)
+      dequant_rows_kernel<Q::Q8_0><<<row_grid(tr, k.cols), 256>>>(w + r0 * rb, rb, k.cols, k.deq);
+    else
+      dequant_rows_kernel<Q::Q4_0><<<row_grid(tr, k.cols), 256>>>(w + r0 * rb, rb, k.cols, k.deq);
+    gemm_tn(h, tr, k.n, k.cols, k.scalars + 7, k.deq, CUDA_R_32F, k.cols, x, CUDA_R_32F, k.cols, k.scalars + 6, y + r0,
+            k.rows);
   }
 }
 
@@ -256,15 +275,20 @@ void run_f16x3(cublasHandle_t h, Q q, const uint8_t* w, const float* x, float* y
     cuda_ok(cudaMemsetAsync(dmax, 0, 4), "cudaMemsetAsync");
     if (q == Q::Q8_0) {
       scale_absmax_kernel<Q::Q8_0><<<sblocks, 256>>>(wt, rb, blocks_per_row, tr, dmax);
-      split_w_kernel<Q::Q8_0><<<row_grid(tr, k.cols), 256>>>(wt, rb, k.cols, dmax, 128.0f, k.wh, k.wl, k.ldp, k.scalars + 1, k.scalars + 4);
+      split_w_kernel<Q::Q8_0><<<row_grid(tr, k.cols), 256>>>(wt, rb, k.cols, dmax, 128.0f, k.wh, k.wl, k.ldp,
+                                                             k.scalars + 1, k.scalars + 4);
     } else {
       scale_absmax_kernel<Q::Q4_0><<<sblocks, 256>>>(wt, rb, blocks_per_row, tr, dmax);
-      split_w_kernel<Q::Q4_0><<<row_grid(tr, k.cols), 256>>>(wt, rb, k.cols, dmax, 8.0f, k.wh, k.wl, k.ldp, k.scalars + 1, k.scalars + 4);
+      split_w_kernel<Q::Q4_0>
+          <<<row_grid(tr, k.cols), 256>>>(wt, rb, k.cols, dmax, 8.0f, k.wh, k.wl, k.ldp, k.scalars + 1, k.scalars + 4);
     }
     float* yt = y + r0;
-    gemm_tn(h, tr, k.n, k.cols, k.scalars + 4, k.wh, CUDA_R_16F, k.ldp, k.xh, CUDA_R_16F, k.ldp, k.scalars + 6, yt, k.rows);
-    gemm_tn(h, tr, k.n, k.cols, k.scalars + 5, k.wh, CUDA_R_16F, k.ldp, k.xl, CUDA_R_16F, k.ldp, k.scalars + 7, yt, k.rows);
-    gemm_tn(h, tr, k.n, k.cols, k.scalars + 5, k.wl, CUDA_R_16F, k.ldp, k.xh, CUDA_R_16F, k.ldp, k.scalars + 7, yt, k.rows);
+    gemm_tn(h, tr, k.n, k.cols, k.scalars + 4, k.wh, CUDA_R_16F, k.ldp, k.xh, CUDA_R_16F, k.ldp, k.scalars + 6, yt,
+            k.rows);
+    gemm_tn(h, tr, k.n, k.cols, k.scalars + 5, k.wh, CUDA_R_16F, k.ldp, k.xl, CUDA_R_16F, k.ldp, k.scalars + 7, yt,
+            k.rows);
+    gemm_tn(h, tr, k.n, k.cols, k.scalars + 5, k.wl, CUDA_R_16F, k.ldp, k.xh, CUDA_R_16F, k.ldp, k.scalars + 7, yt,
+            k.rows);
   }
 }
 
@@ -284,13 +308,15 @@ bool one_shape(cublasHandle_t h, Q q, int64_t rows, int64_t cols, int64_t n, flo
   for (float& v : x) v = u(rng);
   std::vector<float> deq(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) deq[static_cast<size_t>(r * cols + c)] = dequant_host(q, w.data() + r * row_bytes(q, cols), c);
+    for (int64_t c = 0; c < cols; ++c)
+      deq[static_cast<size_t>(r * cols + c)] = dequant_host(q, w.data() + r * row_bytes(q, cols), c);
   std::vector<std::pair<int64_t, int64_t>> outputs;
   if (samples == 0) {
     for (int64_t t = 0; t < n; ++t)
       for (int64_t r = 0; r < rows; ++r) outputs.emplace_back(t, r);
   } else {
-    for (int i = 0; i < samples; ++i) outputs.emplace_back(static_cast<int64_t>(rng() % n), static_cast<int64_t>(rng() % rows));
+    for (int i = 0; i < samples; ++i)
+      outputs.emplace_back(static_cast<int64_t>(rng() % n), static_cast<int64_t>(rng() % rows));
   }
   uint8_t* dw = nullptr;
   float *dx = nullptr, *dy = nullptr;
@@ -346,14 +372,16 @@ int main(int argc, char** argv) {
   const int64_t cols = argc > 2 ? std::atoll(argv[2]) : 4096;
   const int64_t n = argc > 3 ? std::atoll(argv[3]) : 512;
   if (rows < 1 || cols < 32 || cols % 32 != 0 || n < 1 || rows >= 65536 || n >= 65536) {
-    std::fprintf(stderr, "usage: quant_gemm [ROWS COLS TOKENS]  (COLS a multiple of 32; ROWS and TOKENS below 65536)\n");
+    std::fprintf(stderr,
+                 "usage: quant_gemm [ROWS COLS TOKENS]  (COLS a multiple of 32; ROWS and TOKENS below 65536)\n");
     return 2;
   }
   cublasHandle_t h = nullptr;
   blas_ok(cublasCreate(&h), "cublasCreate");
   blas_ok(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_DEVICE), "cublasSetPointerMode");
   // No TF32, no reduced precision in split-K reductions: both ways must stay exact.
-  blas_ok(cublasSetMathMode(h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
+  blas_ok(cublasSetMathMode(
+              h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
           "cublasSetMathMode");
   bool ok = true;
   struct Shape {

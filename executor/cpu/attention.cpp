@@ -20,7 +20,7 @@
 namespace shardwise {
 namespace {
 
-constexpr int64_t kKvChunk = 512;     // keys per task when the key range is split
+constexpr int64_t kKvChunk = 512;         // keys per task when the key range is split
 constexpr int64_t kSplitBelowItems = 64;  // split key ranges when there are fewer work items
 
 // Per-thread scratch, grown on first use and reused by later calls.
@@ -196,8 +196,8 @@ AttentionShape head_major(AttentionShape s, int64_t capacity) {
 void attention(const float* q, int64_t n_tokens, const int32_t* positions, const float* k, const float* v,
                int64_t kv_len, const AttentionShape& s, float* out, ThreadPool& pool) {
   for (int64_t t = 0; t < n_tokens; ++t)
-    SW_CHECK(positions[t] >= 0 && positions[t] < kv_len, "attention: position ", positions[t],
-             " outside the cache (", kv_len, " rows)");
+    SW_CHECK(positions[t] >= 0 && positions[t] < kv_len, "attention: position ", positions[t], " outside the cache (",
+             kv_len, " rows)");
   if (n_tokens <= 0) return;
   const CpuKernels& kern = cpu_kernels();
   const Plan pl = plan_attention(n_tokens, positions, s);

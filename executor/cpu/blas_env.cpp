@@ -13,7 +13,9 @@ extern "C" char* openblas_get_corename(void);
 
 namespace shardwise {
 
-const char* blas_core_name() { return openblas_get_corename(); }
+const char* blas_core_name() {
+  return openblas_get_corename();
+}
 
 void ensure_fast_blas(char** argv) {
   if (std::getenv("OPENBLAS_CORETYPE") != nullptr || std::getenv("SHARDWISE_BLAS_REEXEC") != nullptr) return;
@@ -23,8 +25,8 @@ void ensure_fast_blas(char** argv) {
   std::string core = openblas_get_corename();
   for (auto& c : core) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   // The cores OpenBLAS falls back to for CPUs it does not know; anything else it chose on purpose.
-  static const char* kFallbacks[] = {"prescott", "core2", "penryn", "dunnington", "nehalem", "atom", "katmai",
-                                     "coppermine", "northwood", "banias", "unknown", "sandybridge"};
+  static const char* kFallbacks[] = {"prescott", "core2",      "penryn",    "dunnington", "nehalem", "atom",
+                                     "katmai",   "coppermine", "northwood", "banias",     "unknown", "sandybridge"};
   bool fallback = false;
   for (const char* f : kFallbacks) fallback = fallback || core == f;
   if (!fallback) return;

@@ -49,9 +49,12 @@ std::atomic<int> g_cap{static_cast<int>(Isa::Avx512)};
 
 const char* isa_name(Isa isa) {
   switch (isa) {
-    case Isa::Scalar: return "scalar";
-    case Isa::Avx2: return "avx2";
-    case Isa::Avx512: return "avx512";
+    case Isa::Scalar:
+      return "scalar";
+    case Isa::Avx2:
+      return "avx2";
+    case Isa::Avx512:
+      return "avx512";
   }
   return "?";
 }

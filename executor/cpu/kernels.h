@@ -71,11 +71,16 @@ struct CpuKernels {
 
 inline int kernel_slot(DType t) {
   switch (t) {
-    case DType::F32: return 0;
-    case DType::F16: return 1;
-    case DType::BF16: return 2;
-    case DType::Q8_0: return 3;
-    case DType::Q4_0: return 4;
+    case DType::F32:
+      return 0;
+    case DType::F16:
+      return 1;
+    case DType::BF16:
+      return 2;
+    case DType::Q8_0:
+      return 3;
+    case DType::Q4_0:
+      return 4;
   }
   return 0;
 }

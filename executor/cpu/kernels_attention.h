@@ -29,8 +29,12 @@ namespace attn_impl {
 
 constexpr int kRB = 4;  // query rows per register block
 
-inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
-inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+inline int64_t imin(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+inline int64_t imax(int64_t a, int64_t b) {
+  return a > b ? a : b;
+}
 
 // The K and V rows of the next tile are prefetched while this tile's are read (pf: that tile's offset
 // in floats, 0 for none), one prefetch per 64-byte line: consecutive keys are a whole cache row apart
@@ -38,12 +42,14 @@ inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 // pages, so without it each key's first line is a DRAM round trip (decode attention over a long host
 // cache read its KV at about half the bandwidth of a streaming read).
 inline void prefetch_line(const float* p, int64_t pf) {
-  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(pf) * 4u), 0, 3);
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(pf) * 4u), 0,
+                     3);
 }
 
 // s[i * kAttnKeyTile + kk + j] = q_i . k_{kk+j} for RB rows, KB keys.
 template <class T, int RB, int KB>
-inline void scores_block(const float* const* q, const float* k, int64_t ld, int64_t hd, float* s, int64_t kk, int64_t pf) {
+inline void scores_block(const float* const* q, const float* k, int64_t ld, int64_t hd, float* s, int64_t kk,
+                         int64_t pf) {
   using V = typename T::V;
   constexpr int W = T::kW;
   V acc[RB * KB];
@@ -87,7 +93,8 @@ inline void scores_block(const float* const* q, const float* k, int64_t ld, int6
 
 // S for RB rows over keys [0, nk) of the tile.
 template <class T, int RB>
-inline void scores_rows(const float* const* q, const float* k, int64_t ld, int64_t hd, int64_t nk, float* s, int64_t pf) {
+inline void scores_rows(const float* const* q, const float* k, int64_t ld, int64_t hd, int64_t nk, float* s,
+                        int64_t pf) {
   constexpr int KB = T::kKB;
   int64_t kk = 0;
   for (; kk + KB <= nk; kk += KB) scores_block<T, RB, KB>(q, k, ld, hd, s, kk, pf);
@@ -225,7 +232,8 @@ void attn(const AttnArgs& a) {
       if (rb == kRB)
         scores_rows<T, kRB>(a.q + r, k, ld, hd, nkb, sb, pf);
       else
-        for (int i = 0; i < rb; ++i) scores_rows<T, 1>(a.q + r + i, k, ld, hd, nkb, sb + i * kAttnKeyTile, i == 0 ? pf : 0);
+        for (int i = 0; i < rb; ++i)
+          scores_rows<T, 1>(a.q + r + i, k, ld, hd, nkb, sb + i * kAttnKeyTile, i == 0 ? pf : 0);
       for (int i = 0; i < rb; ++i) {
         const int64_t nv = imax(0, imin(nk, a.limit[r + i] - j0));
         softmax_row<T>(sb + i * kAttnKeyTile, nv, nkb, a.scale, a.m + r + i, a.l + r + i, corr + r + i);

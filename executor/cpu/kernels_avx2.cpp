@@ -31,7 +31,8 @@ template <int R>
 inline void prefetch_ahead(const uint8_t* p, int64_t off, int64_t row_bytes, int64_t d) {
   const int64_t ahead = off + d >= row_bytes ? d + (R - 1) * row_bytes : d;
   // As an address, not a pointer: the target may lie past the caller's buffer (a prefetch never faults).
-  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(ahead)), _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(ahead)),
+               _MM_HINT_T0);
 }
 
 inline float hsum(__m256 v) {

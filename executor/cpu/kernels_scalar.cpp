@@ -13,8 +13,8 @@ namespace shardwise {
 namespace {
 
 template <DType T>
-void gemv_scalar(const void* w, uint64_t row_bytes, int64_t cols, int64_t r0, int64_t r1, const float* x,
-                 int64_t ldx, int nt, float* y, int64_t ldy) {
+void gemv_scalar(const void* w, uint64_t row_bytes, int64_t cols, int64_t r0, int64_t r1, const float* x, int64_t ldx,
+                 int nt, float* y, int64_t ldy) {
   std::vector<float> row(static_cast<size_t>(cols));
   for (int64_t r = r0; r < r1; ++r) {
     dequantize_row(T, static_cast<const uint8_t*>(w) + static_cast<uint64_t>(r) * row_bytes, row.data(), cols);
@@ -90,8 +90,8 @@ const CpuKernels kScalar = {
     Isa::Scalar,
     {gemv_scalar<DType::F32>, gemv_scalar<DType::F16>, gemv_scalar<DType::BF16>, gemv_scalar<DType::Q8_0>,
      gemv_scalar<DType::Q4_0>},
-    {dequant_scalar<DType::F32>, dequant_scalar<DType::F16>, dequant_scalar<DType::BF16>,
-     dequant_scalar<DType::Q8_0>, dequant_scalar<DType::Q4_0>},
+    {dequant_scalar<DType::F32>, dequant_scalar<DType::F16>, dequant_scalar<DType::BF16>, dequant_scalar<DType::Q8_0>,
+     dequant_scalar<DType::Q4_0>},
     axpy_scalar,
     dot_scalar,
     attn_scalar,
@@ -100,7 +100,9 @@ const CpuKernels kScalar = {
 
 }  // namespace
 
-const CpuKernels* scalar_kernels() { return &kScalar; }
+const CpuKernels* scalar_kernels() {
+  return &kScalar;
+}
 
 namespace {
 
@@ -123,9 +125,12 @@ int64_t set_gemv_prefetch_bytes(int64_t bytes) {
 const CpuKernels* cpu_kernels_for(Isa isa) {
   if (static_cast<int>(isa) > static_cast<int>(cpu_max_isa())) return nullptr;
   switch (isa) {
-    case Isa::Scalar: return scalar_kernels();
-    case Isa::Avx2: return avx2_kernels();
-    case Isa::Avx512: return avx512_kernels();
+    case Isa::Scalar:
+      return scalar_kernels();
+    case Isa::Avx2:
+      return avx2_kernels();
+    case Isa::Avx512:
+      return avx512_kernels();
   }
   return nullptr;
 }

@@ -29,17 +29,19 @@ void init_blas_once() {
 // (GEMV passes: ~8.3), 64 tokens 12.2 ms (~16.6).
 constexpr int64_t kGemmThreshold = 32;
 constexpr uint64_t kGemvBlockBytes = 256 << 10;  // weight rows per block for multi-pass GEMV (L2)
-constexpr int64_t kMaxTileRows = 64;    // weight rows dequantised per tile (64 x 4096 f32 = 1 MiB)
-constexpr int64_t kTileTokens = 1024;   // tokens per sgemm call
+constexpr int64_t kMaxTileRows = 64;             // weight rows dequantised per tile (64 x 4096 f32 = 1 MiB)
+constexpr int64_t kTileTokens = 1024;            // tokens per sgemm call
 
 thread_local std::vector<float> t_tile;
 
 }  // namespace
 
-int64_t matmul_gemm_threshold() { return kGemmThreshold; }
+int64_t matmul_gemm_threshold() {
+  return kGemmThreshold;
+}
 
-void matmul_raw(DType dtype, const void* w, int64_t rows, int64_t cols, const float* x, int64_t ldx,
-                int64_t n_tokens, float* y, int64_t ldy, ThreadPool& pool) {
+void matmul_raw(DType dtype, const void* w, int64_t rows, int64_t cols, const float* x, int64_t ldx, int64_t n_tokens,
+                float* y, int64_t ldy, ThreadPool& pool) {
   if (rows == 0 || n_tokens == 0) return;
   const CpuKernels& k = cpu_kernels();
   const uint64_t row_bytes = dtype_row_bytes(dtype, cols);
@@ -50,7 +52,8 @@ void matmul_raw(DType dtype, const void* w, int64_t rows, int64_t cols, const fl
     const int64_t grain = 16;
     // More tokens than one pass takes: every pass over a block of rows small enough to stay in L2,
     // so that only the first pass reads the block from DRAM.
-    const int64_t block = n_tokens <= kGemvMaxTokens ? rows : std::max<int64_t>(1, static_cast<int64_t>(kGemvBlockBytes / row_bytes));
+    const int64_t block =
+        n_tokens <= kGemvMaxTokens ? rows : std::max<int64_t>(1, static_cast<int64_t>(kGemvBlockBytes / row_bytes));
     pool.parallel_for(rows, grain, [&](int64_t r0, int64_t r1, int) {
       for (int64_t b0 = r0; b0 < r1; b0 += block) {
         const int64_t b1 = std::min(r1, b0 + block);

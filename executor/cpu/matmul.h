@@ -18,8 +18,8 @@ void matmul(const TensorView& w, const float* x, int64_t ldx, int64_t n_tokens, 
             ThreadPool& pool);
 
 // Same, for a block of rows given by pointer (e.g. one expert of a merged tensor).
-void matmul_raw(DType dtype, const void* w, int64_t rows, int64_t cols, const float* x, int64_t ldx,
-                int64_t n_tokens, float* y, int64_t ldy, ThreadPool& pool);
+void matmul_raw(DType dtype, const void* w, int64_t rows, int64_t cols, const float* x, int64_t ldx, int64_t n_tokens,
+                float* y, int64_t ldy, ThreadPool& pool);
 
 // Token count from which the GEMM path is used (GEMV below it). Exposed for benchmarks.
 int64_t matmul_gemm_threshold();

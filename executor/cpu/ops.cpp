@@ -68,7 +68,9 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const R
   }
 }
 
-void swiglu(float* gate, const float* up, int64_t n) { cpu_kernels().swiglu(gate, up, n); }
+void swiglu(float* gate, const float* up, int64_t n) {
+  cpu_kernels().swiglu(gate, up, n);
+}
 
 void swiglu(float* gate, const float* up, int64_t n, ThreadPool& pool) {
   constexpr int64_t kGrain = 16384;  // ~5 us of work per chunk: below that one thread does it all
@@ -88,7 +90,9 @@ void softmax(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
-void add_inplace(float* y, const float* x, int64_t n) { cpu_kernels().axpy(1.0f, x, y, n); }
+void add_inplace(float* y, const float* x, int64_t n) {
+  cpu_kernels().axpy(1.0f, x, y, n);
+}
 
 void embed_rows(const TensorView& table, const int32_t* tokens, int64_t n, float* out) {
   const int64_t vocab = table.shape.at(0), dim = table.shape.at(1);

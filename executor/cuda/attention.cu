@@ -20,8 +20,8 @@
 // pieces when hd % 4 == 0 and the rows are 16-byte aligned (a uniform flag), element by element
 // otherwise (per-head offsets h * hd are then not 16-byte aligned).
 #include <algorithm>
-#include <cmath>
 #include <atomic>
+#include <cmath>
 #include <limits>
 
 #include "executor/cuda/cuda_kernels.h"
@@ -131,9 +131,10 @@ __device__ __forceinline__ void init_decode_state(float (&m)[RB], float (&l)[RB]
 // Writes a decode warp's rows (elements d0 .. d0 + C - 1 of each, those below hd): the normalised
 // output when there is one split, else the split's partial output, max and sum for the combine kernel.
 template <int RB, int C, bool FULL>
-__device__ __forceinline__ void store_decode_rows(const KArgs& a, int split, int lane, int d0, int hd, const int (&pos)[RB],
-                                                  const int (&t_of)[RB], const int (&h_of)[RB], const int (&row_id)[RB],
-                                                  const float (&m)[RB], const float (&l)[RB], const float (&o)[RB][C]) {
+__device__ __forceinline__ void store_decode_rows(const KArgs& a, int split, int lane, int d0, int hd,
+                                                  const int (&pos)[RB], const int (&t_of)[RB], const int (&h_of)[RB],
+                                                  const int (&row_id)[RB], const float (&m)[RB], const float (&l)[RB],
+                                                  const float (&o)[RB][C]) {
   const int rows_all = a.n * a.n_heads;
 #pragma unroll
   for (int r = 0; r < RB; ++r) {
@@ -161,8 +162,9 @@ __device__ __forceinline__ void store_decode_rows(const KArgs& a, int split, int
 // A decode warp's query rows (RB of kv group g from row i0): positions (-1 past the last row), row ids,
 // token and head of each, the lane's slice of each q row; returns the largest position.
 template <int D, int RB, bool FULL>
-__device__ __forceinline__ int load_decode_rows(const KArgs& a, int g, int i0, int d0, int hd, bool vec4, float (&q)[RB][D / 32],
-                                                int (&pos)[RB], int (&row_id)[RB], int (&t_of)[RB], int (&h_of)[RB]) {
+__device__ __forceinline__ int load_decode_rows(const KArgs& a, int g, int i0, int d0, int hd, bool vec4,
+                                                float (&q)[RB][D / 32], int (&pos)[RB], int (&row_id)[RB],
+                                                int (&t_of)[RB], int (&h_of)[RB]) {
   constexpr int C = D / 32;
   const int rows_g = a.n * a.group;
   int max_pos = -1;
@@ -188,9 +190,13 @@ __device__ __forceinline__ int load_decode_rows(const KArgs& a, int g, int i0, i
 
 // Keys per step of a decode warp. 8 (4 at head_dim 256) measured slower than this: 56 vs 44 us at 4K
 // context, n = 1, on the H200.
-__host__ __device__ constexpr int keys_per_step(int d) { return d / 32 >= 8 ? 2 : 4; }
+__host__ __device__ constexpr int keys_per_step(int d) {
+  return d / 32 >= 8 ? 2 : 4;
+}
 template <int D>
-__host__ __device__ constexpr int decode_keys_per_step() { return keys_per_step(D); }
+__host__ __device__ constexpr int decode_keys_per_step() {
+  return keys_per_step(D);
+}
 
 // K and V rows (this lane's slice) of keys j .. j + U - 1 of kv group g; past j_end the last key again
 // (loaded, never used).
@@ -214,9 +220,9 @@ __device__ __forceinline__ void load_key_rows(const KArgs& a, int g, int d0, int
 // output slice o (online softmax). The next step's K/V loads are issued before this step's math, and
 // kr/vr hold the first step's keys on entry when first_loaded (else they are loaded here).
 template <int D, int RB, bool FULL>
-__device__ __forceinline__ void decode_warp_keys(const KArgs& a, int g, int d0, int hd, bool vec4, int j_begin, int j_end,
-                                                 const float (&q)[RB][D / 32], const int (&pos)[RB], float (&m)[RB],
-                                                 float (&l)[RB], float (&o)[RB][D / 32],
+__device__ __forceinline__ void decode_warp_keys(const KArgs& a, int g, int d0, int hd, bool vec4, int j_begin,
+                                                 int j_end, const float (&q)[RB][D / 32], const int (&pos)[RB],
+                                                 float (&m)[RB], float (&l)[RB], float (&o)[RB][D / 32],
                                                  float (&kr)[decode_keys_per_step<D>()][D / 32],
                                                  float (&vr)[decode_keys_per_step<D>()][D / 32], bool first_loaded) {
   constexpr int C = D / 32;
@@ -238,7 +244,7 @@ __device__ __forceinline__ void decode_warp_keys(const KArgs& a, int g, int d0, 
         s[u] = (j + u < j_end && j + u <= pos[r]) ? d : kNegInf;
         mx = fmaxf(mx, s[u]);
       }
-      if (mx == kNegInf) continue;  // nothing visible to this row yet (warp-uniform)
+      if (mx == kNegInf) continue;         // nothing visible to this row yet (warp-uniform)
       const float corr = expf(m[r] - mx);  // 0 on the first keys (m = -inf)
       float psum = 0.0f;
 #pragma unroll
@@ -267,11 +273,11 @@ __device__ __forceinline__ void decode_warp_keys(const KArgs& a, int g, int d0, 
 template <int D, int RB, bool FULL>
 __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KArgs a) {
   pdl_begin();
-  constexpr int C = D / 32;          // head_dim elements per lane (of the padded D)
+  constexpr int C = D / 32;  // head_dim elements per lane (of the padded D)
   const int hd = FULL ? D : a.hd;
   const bool vec4 = a.vec4 != 0;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int d0 = lane * C;           // this lane's first element
+  const int d0 = lane * C;  // this lane's first element
   const int split = blockIdx.x * kDecodeWarps + warp;
   if (split >= a.n_splits) return;
   const int g = blockIdx.y;
@@ -372,12 +378,12 @@ __global__ void __launch_bounds__(kBlockWarps * 32) attn_decode_block_kernel(con
 
 template <int D>
 struct Prefill {
-  static constexpr int MQ = 64;                  // query rows per block
-  static constexpr int BK = D <= 64 ? 64 : 32;   // keys per tile
-  static constexpr int MQP = MQ + 4;             // padded strides (16-byte aligned rows)
+  static constexpr int MQ = 64;                 // query rows per block
+  static constexpr int BK = D <= 64 ? 64 : 32;  // keys per tile
+  static constexpr int MQP = MQ + 4;            // padded strides (16-byte aligned rows)
   static constexpr int BKP = BK + 4;
-  static constexpr int KC = BK / 16;             // keys per thread in the score tile
-  static constexpr int DC = D / 16;              // output columns per thread
+  static constexpr int KC = BK / 16;  // keys per thread in the score tile
+  static constexpr int DC = D / 16;   // output columns per thread
   static constexpr int kSmemFloats = D * MQP + D * BKP + BK * D + BK * MQP;
   // Output column c of thread tx: interleaved by 64 so that a quarter-warp's float4 reads of V are
   // conflict-free.
@@ -396,7 +402,8 @@ __device__ __forceinline__ void stage_prefill_queries(const KArgs& a, int g, int
     if (gi < rows_g) {
       int t, h;
       row_of(a, g, gi, t, h);
-      v = load4<FULL>(a.q + static_cast<int64_t>(t) * a.q_stride + static_cast<int64_t>(h) * hd + 4 * d4, 4 * d4, hd, vec4);
+      v = load4<FULL>(a.q + static_cast<int64_t>(t) * a.q_stride + static_cast<int64_t>(h) * hd + 4 * d4, 4 * d4, hd,
+                      vec4);
     }
     Qs[(4 * d4 + 0) * P::MQP + i] = v.x;
     Qs[(4 * d4 + 1) * P::MQP + i] = v.y;
@@ -666,28 +673,38 @@ void launch_decode(const KArgs& k, int row_groups, cudaStream_t s) {
 
 template <int D, int RB, bool FULL>
 void launch_decode_block(const KArgs& k, int row_groups, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>(k.n_splits), static_cast<unsigned>(k.n_kv_heads), static_cast<unsigned>(row_groups));
-  launch_kernel("attention decode kernel", attn_decode_block_kernel<D, RB, FULL>, grid, dim3(kBlockWarps * 32), 0, s, k);
+  const dim3 grid(static_cast<unsigned>(k.n_splits), static_cast<unsigned>(k.n_kv_heads),
+                  static_cast<unsigned>(row_groups));
+  launch_kernel("attention decode kernel", attn_decode_block_kernel<D, RB, FULL>, grid, dim3(kBlockWarps * 32), 0, s,
+                k);
 }
 
 // The block kernel or the warp kernel, with rb query rows per group.
 template <int D, bool FULL>
 void decode_rb(DecodeAttn kernel, int rb, const KArgs& k, int row_groups, cudaStream_t s) {
   if (kernel == DecodeAttn::Block) {
-    if (rb == 1) launch_decode_block<D, 1, FULL>(k, row_groups, s);
-    else if (rb == 2) launch_decode_block<D, 2, FULL>(k, row_groups, s);
-    else launch_decode_block<D, 4, FULL>(k, row_groups, s);
+    if (rb == 1)
+      launch_decode_block<D, 1, FULL>(k, row_groups, s);
+    else if (rb == 2)
+      launch_decode_block<D, 2, FULL>(k, row_groups, s);
+    else
+      launch_decode_block<D, 4, FULL>(k, row_groups, s);
     return;
   }
-  if (rb == 1) launch_decode<D, 1, FULL>(k, row_groups, s);
-  else if (rb == 2) launch_decode<D, 2, FULL>(k, row_groups, s);
-  else launch_decode<D, 4, FULL>(k, row_groups, s);
+  if (rb == 1)
+    launch_decode<D, 1, FULL>(k, row_groups, s);
+  else if (rb == 2)
+    launch_decode<D, 2, FULL>(k, row_groups, s);
+  else
+    launch_decode<D, 4, FULL>(k, row_groups, s);
 }
 
 template <int D>
 void decode_d(bool full, DecodeAttn kernel, int rb, const KArgs& k, int row_groups, cudaStream_t s) {
-  if (full) decode_rb<D, true>(kernel, rb, k, row_groups, s);
-  else decode_rb<D, false>(kernel, rb, k, row_groups, s);
+  if (full)
+    decode_rb<D, true>(kernel, rb, k, row_groups, s);
+  else
+    decode_rb<D, false>(kernel, rb, k, row_groups, s);
 }
 
 template <int D, bool FULL>
@@ -707,17 +724,22 @@ void launch_prefill(const KArgs& k, cudaStream_t s) {
   const int rows_g = k.n * k.group;
   const dim3 grid(static_cast<unsigned>(ceil_div(rows_g, Prefill<D>::MQ)), static_cast<unsigned>(k.n_kv_heads),
                   static_cast<unsigned>(k.n_splits));
-  launch_kernel("attention prefill kernel", attn_prefill_kernel<D, FULL>, grid, dim3(256), static_cast<size_t>(smem), s, k);
+  launch_kernel("attention prefill kernel", attn_prefill_kernel<D, FULL>, grid, dim3(256), static_cast<size_t>(smem), s,
+                k);
 }
 
 template <int D>
 void prefill_d(bool full, const KArgs& k, cudaStream_t s) {
-  if (full) launch_prefill<D, true>(k, s);
-  else launch_prefill<D, false>(k, s);
+  if (full)
+    launch_prefill<D, true>(k, s);
+  else
+    launch_prefill<D, false>(k, s);
 }
 
 // The kernels' padded head size for a head_dim of 1 .. 256.
-int padded_head_dim(int hd) { return hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 128 ? 128 : 256; }
+int padded_head_dim(int hd) {
+  return hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 128 ? 128 : 256;
+}
 
 // The kernels' arguments before the split: pointers, strides, shape, load variant and scale.
 KArgs kernel_args(const AttnArgs& a, int hd, bool full, bool rows16) {
@@ -800,18 +822,34 @@ void launch_attention(const Ctx& ctx, const KArgs& k, int D, bool full, bool dec
                       int64_t row_groups, int64_t rows_all) {
   if (decode) {
     switch (D) {
-      case 32: decode_d<32>(full, kernel, rb, k, static_cast<int>(row_groups), ctx.stream); break;
-      case 64: decode_d<64>(full, kernel, rb, k, static_cast<int>(row_groups), ctx.stream); break;
-      case 128: decode_d<128>(full, kernel, rb, k, static_cast<int>(row_groups), ctx.stream); break;
-      default: decode_d<256>(full, kernel, rb, k, static_cast<int>(row_groups), ctx.stream); break;
+      case 32:
+        decode_d<32>(full, kernel, rb, k, static_cast<int>(row_groups), ctx.stream);
+        break;
+      case 64:
+        decode_d<64>(full, kernel, rb, k, static_cast<int>(row_groups), ctx.stream);
+        break;
+      case 128:
+        decode_d<128>(full, kernel, rb, k, static_cast<int>(row_groups), ctx.stream);
+        break;
+      default:
+        decode_d<256>(full, kernel, rb, k, static_cast<int>(row_groups), ctx.stream);
+        break;
     }
     check_launch("attention decode kernel");
   } else {
     switch (D) {
-      case 32: prefill_d<32>(full, k, ctx.stream); break;
-      case 64: prefill_d<64>(full, k, ctx.stream); break;
-      case 128: prefill_d<128>(full, k, ctx.stream); break;
-      default: prefill_d<256>(full, k, ctx.stream); break;
+      case 32:
+        prefill_d<32>(full, k, ctx.stream);
+        break;
+      case 64:
+        prefill_d<64>(full, k, ctx.stream);
+        break;
+      case 128:
+        prefill_d<128>(full, k, ctx.stream);
+        break;
+      default:
+        prefill_d<256>(full, k, ctx.stream);
+        break;
     }
     check_launch("attention prefill kernel");
   }

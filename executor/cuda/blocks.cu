@@ -104,8 +104,8 @@ class PinnedRing {
 
 MatRef mat(const DevMat& m, int64_t rows, int64_t cols, const char* name) {
   SW_CHECK(m.data != nullptr, "CUDA blocks: weight ", name, " is not on the device");
-  SW_CHECK(m.rows == rows && m.cols == cols, "CUDA blocks: weight ", name, " is ", m.rows, " x ", m.cols,
-           ", expected ", rows, " x ", cols);
+  SW_CHECK(m.rows == rows && m.cols == cols, "CUDA blocks: weight ", name, " is ", m.rows, " x ", m.cols, ", expected ",
+           rows, " x ", cols);
   MatRef r;
   r.dtype = m.dtype;
   r.data = m.data;
@@ -115,7 +115,9 @@ MatRef mat(const DevMat& m, int64_t rows, int64_t cols, const char* name) {
 }
 
 // Workspace that one token of a block wants: its own buffers plus the matmul's split of x.
-uint64_t split_bytes(DType dtype, int64_t cols) { return matmul_bytes_per_token(dtype, cols); }
+uint64_t split_bytes(DType dtype, int64_t cols) {
+  return matmul_bytes_per_token(dtype, cols);
+}
 
 // The executor's traits tell the planner how this file runs a GPU step's attention (traits.h).
 static_assert(kGemvMaxTokens == kGpuFusedQkvMaxTokens, "Q, K, V run as one batched GEMV up to this many tokens");
@@ -147,8 +149,10 @@ class CudaKernels : public DeviceKernels {
     const uint64_t N = static_cast<uint64_t>(std::max<int64_t>(n, 1));
     const uint64_t K = static_cast<uint64_t>(std::max<int64_t>(1, spec_.num_experts_per_tok));
     const uint64_t rope = 2 * N * static_cast<uint64_t>(spec_.head_dim / 2) * sizeof(float);
-    const uint64_t moe = spec_.is_moe() ? align_up((2 * N * K + N + 1) * sizeof(int32_t)) + N * K * sizeof(float) + 16 : 0;
-    const uint64_t tables = spec_.is_moe() ? 3 * static_cast<uint64_t>(spec_.num_experts) * sizeof(const uint8_t*) : 0;  // ffn_routed
+    const uint64_t moe =
+        spec_.is_moe() ? align_up((2 * N * K + N + 1) * sizeof(int32_t)) + N * K * sizeof(float) + 16 : 0;
+    const uint64_t tables =
+        spec_.is_moe() ? 3 * static_cast<uint64_t>(spec_.num_experts) * sizeof(const uint8_t*) : 0;  // ffn_routed
     staging_.reserve(std::max({rope, moe, tables}));
   }
 
@@ -184,8 +188,8 @@ class CudaKernels : public DeviceKernels {
 
   void kv_layout(const float* src, float* dst, int64_t capacity, int64_t p0, int64_t p1, bool to_positions) override {
     if (p1 == p0) return;
-    cuda::kv_layout(ctx_, src, dst, capacity, static_cast<int32_t>(spec_.num_key_value_heads), static_cast<int32_t>(spec_.head_dim),
-                    p0, p1, to_positions);
+    cuda::kv_layout(ctx_, src, dst, capacity, static_cast<int32_t>(spec_.num_key_value_heads),
+                    static_cast<int32_t>(spec_.head_dim), p0, p1, to_positions);
   }
 
   void attention(const DevLayer& w, float* x, int64_t n, float* k_cache, float* v_cache) override {
@@ -232,7 +236,8 @@ class CudaKernels : public DeviceKernels {
     const int64_t H = spec_.hidden_size, W = spec_.q_dim() + 2 * spec_.kv_dim();
     const Proj p = projections(w);
     WorkspaceScope scope(ws_);
-    const int64_t chunk = pick_chunk(n, 4 * static_cast<uint64_t>(H) + 256 + p.split_bytes, p.fixed_bytes, "attention_pre", p.tile_bytes);
+    const int64_t chunk =
+        pick_chunk(n, 4 * static_cast<uint64_t>(H) + 256 + p.split_bytes, p.fixed_bytes, "attention_pre", p.tile_bytes);
     float* xn = ws_.take<float>(static_cast<uint64_t>(chunk * H), "attention_pre: normed x");
     for (int64_t c0 = 0; c0 < n; c0 += chunk) {
       const int64_t m = std::min(chunk, n - c0);
@@ -290,7 +295,8 @@ class CudaKernels : public DeviceKernels {
     SW_CHECK(spec_.is_moe(), "CUDA: device routing for a dense FFN");
     SW_CHECK(n <= kGemvMaxTokens, "CUDA MoE: device routing of ", n, " tokens (at most ", kGemvMaxTokens, ")");
     SW_CHECK(K >= 1 && K <= kMoeTopkMaxK && K <= E, "CUDA MoE: top-", K, " of ", E, " experts on the device");
-    SW_CHECK(w.ffn_norm != nullptr && logits != nullptr, "CUDA MoE: ffn_norm or the router logits are not on the device");
+    SW_CHECK(w.ffn_norm != nullptr && logits != nullptr,
+             "CUDA MoE: ffn_norm or the router logits are not on the device");
     SW_CHECK(static_cast<int64_t>(w.gate_exp.size()) == E && static_cast<int64_t>(w.up_exp.size()) == E &&
                  static_cast<int64_t>(w.down_exp.size()) == E,
              "CUDA MoE: device routing needs every expert's matrices");
@@ -440,7 +446,8 @@ class CudaKernels : public DeviceKernels {
   }
 
   // x[t] += token t's weighted expert outputs (rows of o), from a device table (see MoeCombineArgs).
-  void combine_from_table(float* x, const float* o, int64_t n, const int32_t* off, const int32_t* slot, const float* weight) {
+  void combine_from_table(float* x, const float* o, int64_t n, const int32_t* off, const int32_t* slot,
+                          const float* weight) {
     MoeCombineArgs c = combine_args(x, o, n);
     c.off = off;
     c.slot = slot;
@@ -550,12 +557,13 @@ class CudaKernels : public DeviceKernels {
                  down = mat(w.down, H, F, "ffn_down");
     SW_CHECK(w.ffn_norm != nullptr, "CUDA FFN: ffn_norm is not on the device");
     WorkspaceScope scope(ws_);
-    const uint64_t per_token = 4 * static_cast<uint64_t>(H + 2 * F) + 1024 +
-                               std::max({split_bytes(gate.dtype, H), split_bytes(up.dtype, H), split_bytes(down.dtype, F)});
+    const uint64_t per_token =
+        4 * static_cast<uint64_t>(H + 2 * F) + 1024 +
+        std::max({split_bytes(gate.dtype, H), split_bytes(up.dtype, H), split_bytes(down.dtype, F)});
     const uint64_t fixed = std::max({matmul_fixed_bytes(gate.dtype, F, H), matmul_fixed_bytes(up.dtype, F, H),
                                      matmul_fixed_bytes(down.dtype, H, F)});
-    const uint64_t tile = std::max({matmul_tile_bytes(gate.dtype, F, H), matmul_tile_bytes(up.dtype, F, H),
-                                    matmul_tile_bytes(down.dtype, H, F)});
+    const uint64_t tile = std::max(
+        {matmul_tile_bytes(gate.dtype, F, H), matmul_tile_bytes(up.dtype, F, H), matmul_tile_bytes(down.dtype, H, F)});
     const int64_t chunk = pick_chunk(n, per_token, fixed, "FFN", tile);
     float* xn = ws_.take<float>(static_cast<uint64_t>(chunk * H), "FFN: normed x");
     float* g = ws_.take<float>(static_cast<uint64_t>(chunk * F), "FFN: gate");
@@ -587,8 +595,8 @@ class CudaKernels : public DeviceKernels {
     int64_t slot = 0;
     for (int64_t e = 0; e < spec_.num_experts; ++e) {
       const auto& toks = r.tokens_of_expert[static_cast<size_t>(e)];
-      const auto lo = std::lower_bound(toks.begin(), toks.end(), t0,
-                                       [](const RoutedToken& a, int64_t t) { return a.token < t; });
+      const auto lo =
+          std::lower_bound(toks.begin(), toks.end(), t0, [](const RoutedToken& a, int64_t t) { return a.token < t; });
       const auto hi = std::lower_bound(lo, toks.end(), t1, [](const RoutedToken& a, int64_t t) { return a.token < t; });
       if (lo == hi) continue;
       auto ptr = [&](const std::vector<const uint8_t*>& v) {
@@ -621,8 +629,10 @@ class CudaKernels : public DeviceKernels {
       }
       entries += static_cast<int64_t>(toks.size());
     }
-    if (n <= kGemvMaxTokens && entries <= kMoeInlineEntries) moe_decode(w, x, n, r);
-    else moe_chunked(w, x, n, r);
+    if (n <= kGemvMaxTokens && entries <= kMoeInlineEntries)
+      moe_decode(w, x, n, r);
+    else
+      moe_chunked(w, x, n, r);
   }
 
   // Decode-sized steps: no uploads. Gate/up (+SwiGLU) of every expert in one GEMV launch, down in
@@ -707,9 +717,9 @@ class CudaKernels : public DeviceKernels {
   int64_t moe_chunk_tokens(const DevLayer& w, int64_t n, const MoeRouting& r) {
     const int64_t H = spec_.hidden_size, F = spec_.moe_intermediate_size,
                   K = std::max<int64_t>(1, spec_.num_experts_per_tok);
-    const uint64_t per_token = 4 * static_cast<uint64_t>(H) + 1024 +
-                               static_cast<uint64_t>(K) * (8 * static_cast<uint64_t>(H + F) + 16) +
-                               std::max({split_bytes(w.gate_dtype, H), split_bytes(w.up_dtype, H), split_bytes(w.down_dtype, F)});
+    const uint64_t per_token =
+        4 * static_cast<uint64_t>(H) + 1024 + static_cast<uint64_t>(K) * (8 * static_cast<uint64_t>(H + F) + 16) +
+        std::max({split_bytes(w.gate_dtype, H), split_bytes(w.up_dtype, H), split_bytes(w.down_dtype, F)});
     const uint64_t fixed = std::max({matmul_fixed_bytes(w.gate_dtype, F, H), matmul_fixed_bytes(w.up_dtype, F, H),
                                      matmul_fixed_bytes(w.down_dtype, H, F)});
     const uint64_t tile = std::max({matmul_tile_bytes(w.gate_dtype, F, H), matmul_tile_bytes(w.up_dtype, F, H),
@@ -719,9 +729,11 @@ class CudaKernels : public DeviceKernels {
     {
       std::vector<int32_t> count(static_cast<size_t>(n), 0);
       for (const auto& toks : r.tokens_of_expert)
-        for (const auto& t : toks) max_per_token = std::max<int64_t>(max_per_token, ++count[static_cast<size_t>(t.token)]);
+        for (const auto& t : toks)
+          max_per_token = std::max<int64_t>(max_per_token, ++count[static_cast<size_t>(t.token)]);
     }
-    const uint64_t per_token_real = per_token + static_cast<uint64_t>(max_per_token - K) * (8 * static_cast<uint64_t>(H + F) + 16);
+    const uint64_t per_token_real =
+        per_token + static_cast<uint64_t>(max_per_token - K) * (8 * static_cast<uint64_t>(H + F) + 16);
     return std::min<int64_t>(pick_chunk(n, per_token_real, fixed, "MoE FFN", tile), 65535 / max_per_token);
   }
 
@@ -937,7 +949,9 @@ constexpr uint64_t kWarmBlasWorkspaces[] = {2ull << 20, 256ull << 10};
 constexpr int64_t kStagingReserveTokens = 512;
 constexpr DType kAllDtypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
 
-int64_t ffn_width(const ModelSpec& s) { return s.is_moe() ? s.moe_intermediate_size : s.intermediate_size; }
+int64_t ffn_width(const ModelSpec& s) {
+  return s.is_moe() ? s.moe_intermediate_size : s.intermediate_size;
+}
 
 int64_t largest_matrix(const ModelSpec& s) {
   const int64_t H = s.hidden_size;
@@ -971,13 +985,17 @@ ModelSpec warm_spec(const ModelSpec& s, bool* exact) {
 }
 
 // A matrix of dtype t with `cols` columns, as a file can hold it (quantised blocks must divide the row).
-DType fit(DType t, int64_t cols) { return dtype_is_quantized(t) && cols % dtype_block_elems(t) != 0 ? DType::F16 : t; }
+DType fit(DType t, int64_t cols) {
+  return dtype_is_quantized(t) && cols % dtype_block_elems(t) != 0 ? DType::F16 : t;
+}
 
 class WarmUp {
   // A matmul as the blocks call it: rows x cols, output rows ldy apart from y_offset on.
   struct Gemm {
     int64_t rows, cols, ldy, y_offset;
-    bool operator==(const Gemm& o) const { return rows == o.rows && cols == o.cols && ldy == o.ldy && y_offset == o.y_offset; }
+    bool operator==(const Gemm& o) const {
+      return rows == o.rows && cols == o.cols && ldy == o.ldy && y_offset == o.y_offset;
+    }
   };
 
  public:
@@ -993,8 +1011,13 @@ class WarmUp {
     // rows x cols, and where the output goes (q, k and v into rows of qkv, W apart; every other
     // output, MoE experts' too, into rows of its own width). Inputs are always rows of cols.
     const int64_t W = QD + 2 * KVD;
-    const Gemm all[] = {{QD, H, W, 0}, {KVD, H, W, QD}, {KVD, H, W, QD + KVD}, {H, QD, H, 0},
-                        {F, H, F, 0},  {H, F, H, 0},    {s_.is_moe() ? E : F, H, s_.is_moe() ? E : F, 0}};
+    const Gemm all[] = {{QD, H, W, 0},
+                        {KVD, H, W, QD},
+                        {KVD, H, W, QD + KVD},
+                        {H, QD, H, 0},
+                        {F, H, F, 0},
+                        {H, F, H, 0},
+                        {s_.is_moe() ? E : F, H, s_.is_moe() ? E : F, 0}};
     for (const Gemm& g : all)
       if (std::find(gemms_.begin(), gemms_.end(), g) == gemms_.end()) gemms_.push_back(g);
     int64_t widest = std::max<int64_t>(256, W);  // the GEMV sweep's matrices are 8 x 256
@@ -1372,14 +1395,14 @@ uint64_t cuda_kernels_workspace_bytes(const ModelSpec& s, int64_t n) {
   const uint64_t rope = 2 * N * static_cast<uint64_t>(s.head_dim / 2) * 4 + 256;
   const uint64_t attn = N * (4 * (H + W + QD) + 1024 + split +
                              static_cast<uint64_t>(s.num_attention_heads) * static_cast<uint64_t>(s.head_dim + 2) * 4);
-  const uint64_t ffn = s.is_moe() ? N * (4 * H + 1024 + K * (8 * (H + F) + 16) + split) : N * (4 * (H + 2 * F) + 1024 + split);
+  const uint64_t ffn =
+      s.is_moe() ? N * (4 * H + 1024 + K * (8 * (H + F) + 16) + split) : N * (4 * (H + 2 * F) + 1024 + split);
   const uint64_t fixed = 1024 + 128 * widest * 4 + 8 * 256;
   // Split-K partials of decode attention for 64 key ranges (with less room it splits less).
-  const uint64_t partials =
-      64 * static_cast<uint64_t>(s.num_attention_heads) * static_cast<uint64_t>(s.head_dim + 2) * 4 * std::min<uint64_t>(N, 8);
+  const uint64_t partials = 64 * static_cast<uint64_t>(s.num_attention_heads) * static_cast<uint64_t>(s.head_dim + 2) *
+                            4 * std::min<uint64_t>(N, 8);
   return rope + std::max(attn, ffn) + fixed + partials;
 }
-
 
 void cuda_matmul(const DevMat& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy, bool accumulate,
                  uint8_t* workspace, uint64_t workspace_bytes, cudaStream_t stream, cublasHandle_t blas) {

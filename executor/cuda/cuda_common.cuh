@@ -26,7 +26,9 @@ inline void check_blas(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) fail("cuBLAS: ", what, ": ", cublasGetStatusString(s));
 }
 // After a kernel launch: reports a bad configuration (or an earlier asynchronous error) by name.
-inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
+inline void check_launch(const char* kernel) {
+  check(cudaGetLastError(), kernel);
+}
 
 // Programmatic dependent launch (sm_90+): a kernel started by launch_kernel() may be scheduled while the
 // kernel before it in the stream still runs; it waits (pdl_wait) before it touches memory, so it sees
@@ -38,7 +40,7 @@ bool pdl_enabled();
 
 template <typename... Params, typename... Args>
 void launch_kernel(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-            Args&&... args) {
+                   Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -52,9 +54,15 @@ void launch_kernel(const char* what, void (*kernel)(Params...), dim3 grid, dim3 
   check(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), what);
 }
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-inline uint64_t align_up(uint64_t x, uint64_t a = 256) { return (x + a - 1) / a * a; }
-inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+inline int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+inline uint64_t align_up(uint64_t x, uint64_t a = 256) {
+  return (x + a - 1) / a * a;
+}
+inline bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
 
 // Device temporaries of one block call, carved from the region given to set_workspace. Stack-like:
 // a scope takes buffers and gives them back when it ends. All work is ordered on one stream, so a
@@ -79,7 +87,8 @@ class Workspace {
     const uint64_t bytes = count * sizeof(T);
     SW_CHECK(base_ != nullptr, "CUDA kernels: no workspace was set (call set_workspace before the blocks)");
     SW_CHECK(start + bytes <= bytes_, "CUDA kernels: the workspace is too small for ", what, ": needs ", bytes,
-             " bytes, ", (start >= bytes_ ? 0 : bytes_ - start), " of ", bytes_, " are free (give the blocks more scratch)");
+             " bytes, ", (start >= bytes_ ? 0 : bytes_ - start), " of ", bytes_,
+             " are free (give the blocks more scratch)");
     used_ = start + bytes;
     return reinterpret_cast<T*>(base_ + start);
   }
@@ -155,7 +164,9 @@ __device__ __forceinline__ uint32_t ld_u16(const void* p) {
 __device__ __forceinline__ float f16_bits_to_float(uint32_t bits) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
 }
-__device__ __forceinline__ float bf16_bits_to_float(uint32_t bits) { return __uint_as_float(bits << 16); }
+__device__ __forceinline__ float bf16_bits_to_float(uint32_t bits) {
+  return __uint_as_float(bits << 16);
+}
 
 // Exact int -> float for a byte of a word: 2^23 + byte as a float bit pattern, minus the bias.
 // byte k (0..3) of w: __byte_perm(w, 0x4B000000, 0x7540 | k) = 0x4B0000bb.
@@ -168,9 +179,12 @@ constexpr float kMagic = 8388608.0f;  // 2^23
 // One element of a weight row of any dtype (slow paths and tests).
 __device__ __forceinline__ float load_weight(DType t, const uint8_t* row, int64_t c) {
   switch (t) {
-    case DType::F32: return reinterpret_cast<const float*>(row)[c];
-    case DType::F16: return f16_bits_to_float(ld_u16(row + 2 * c));
-    case DType::BF16: return bf16_bits_to_float(ld_u16(row + 2 * c));
+    case DType::F32:
+      return reinterpret_cast<const float*>(row)[c];
+    case DType::F16:
+      return f16_bits_to_float(ld_u16(row + 2 * c));
+    case DType::BF16:
+      return bf16_bits_to_float(ld_u16(row + 2 * c));
     case DType::Q8_0: {
       const uint8_t* blk = row + (c / 32) * 34;
       return f16_bits_to_float(ld_u16(blk)) * static_cast<float>(static_cast<int8_t>(blk[2 + c % 32]));

@@ -1,6 +1,6 @@
 // executor/cuda/cuda_device.cu — device discovery and GGUF-block dequantisation kernels.
-#include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <vector>
@@ -47,7 +47,9 @@ __global__ void dequant_q4_0(const uint8_t* src, float* dst, int64_t n) {
 
 }  // namespace
 
-bool cuda_built() { return true; }
+bool cuda_built() {
+  return true;
+}
 
 int cuda_device_count() {
   int n = 0;
@@ -90,11 +92,21 @@ void cuda_dequantize(DType dtype, const void* src, float* dst, int64_t n) {
   const unsigned blocks = static_cast<unsigned>((n + threads - 1) / threads);
   if (e == cudaSuccess) {
     switch (dtype) {
-      case DType::F32: e = cudaMemcpy(d_dst, d_src, in_bytes, cudaMemcpyDeviceToDevice); break;
-      case DType::F16: dequant_f16<<<blocks, threads>>>(static_cast<const __half*>(d_src), d_dst, n); break;
-      case DType::BF16: dequant_bf16<<<blocks, threads>>>(static_cast<const __nv_bfloat16*>(d_src), d_dst, n); break;
-      case DType::Q8_0: dequant_q8_0<<<blocks, threads>>>(static_cast<const uint8_t*>(d_src), d_dst, n); break;
-      case DType::Q4_0: dequant_q4_0<<<blocks, threads>>>(static_cast<const uint8_t*>(d_src), d_dst, n); break;
+      case DType::F32:
+        e = cudaMemcpy(d_dst, d_src, in_bytes, cudaMemcpyDeviceToDevice);
+        break;
+      case DType::F16:
+        dequant_f16<<<blocks, threads>>>(static_cast<const __half*>(d_src), d_dst, n);
+        break;
+      case DType::BF16:
+        dequant_bf16<<<blocks, threads>>>(static_cast<const __nv_bfloat16*>(d_src), d_dst, n);
+        break;
+      case DType::Q8_0:
+        dequant_q8_0<<<blocks, threads>>>(static_cast<const uint8_t*>(d_src), d_dst, n);
+        break;
+      case DType::Q4_0:
+        dequant_q4_0<<<blocks, threads>>>(static_cast<const uint8_t*>(d_src), d_dst, n);
+        break;
     }
     if (e == cudaSuccess) e = cudaGetLastError();
   }

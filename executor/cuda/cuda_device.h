@@ -20,8 +20,8 @@ struct CudaDeviceInfo {
   int runtime_version = 0;
 };
 
-bool cuda_built();             // was this binary built with the CUDA backend?
-int cuda_device_count();       // 0 when not built, no driver or no device (never throws)
+bool cuda_built();                            // was this binary built with the CUDA backend?
+int cuda_device_count();                      // 0 when not built, no driver or no device (never throws)
 CudaDeviceInfo cuda_device_info(int device);  // throws Error on failure
 
 // Dequantises n elements (a multiple of the block size) of `dtype` on the GPU: copies `src` to

@@ -4,9 +4,9 @@
 // activations, no TF32). Owns: its kernels, a small pinned staging ring for host tables (RoPE angles,
 // MoE token lists). The blocks never allocate device memory: every temporary comes from the region
 // given to set_workspace, and an Error names what did not fit (only the set-up's warm-up,
-// cuda_kernels_warm_up, takes a temporary buffer of its own, and frees it before the arena exists). Work is enqueued on the given stream in call
-// order; nothing waits for the GPU except pinned-staging reuse (and its rare growth).
-// Only .cu/.cpp files of the CUDA build include this header (it needs the CUDA headers).
+// cuda_kernels_warm_up, takes a temporary buffer of its own, and frees it before the arena exists). Work is enqueued on
+// the given stream in call order; nothing waits for the GPU except pinned-staging reuse (and its rare growth). Only
+// .cu/.cpp files of the CUDA build include this header (it needs the CUDA headers).
 #pragma once
 
 #include <cublas_v2.h>
@@ -54,8 +54,8 @@ struct CudaWarmUpStats {
 // or guarded loads, key splits) directly, and matmul's exact cuBLAS calls with the blocks' shapes,
 // strides and offsets for every token count 9..64 (and some up to 256) and the two cuBLAS workspace
 // sizes below 8 MiB (cuBLAS's kernels for other token counts or shrunk shapes may still differ).
-// Also allocates the kernels' pinned staging for steps of up to 512 tokens. Temporary device memory (a few MiB) is allocated and
-// freed here; the stream is synchronized; the cuBLAS handle is left with no workspace (set_workspace
+// Also allocates the kernels' pinned staging for steps of up to 512 tokens. Temporary device memory (a few MiB) is
+// allocated and freed here; the stream is synchronized; the cuBLAS handle is left with no workspace (set_workspace
 // gives it one). Never throws: a failure is reported in `error` (the kernels still work; first
 // launches may then take device memory after the arena).
 CudaWarmUpStats cuda_kernels_warm_up(DeviceKernels& kernels);

@@ -53,8 +53,8 @@ void check(cudaError_t e, const char* what) {
 // decode step where the link alone needs 62.4 ms and the step's GPU work between the copies another
 // 6.3. Host callbacks sleeping between chunks wake late when the cores are busy.)
 struct Pacer {
-  std::atomic<double> cap{0};       // bytes per second, 0 = none
-  std::atomic<uint64_t> owed{0};    // bytes of unpaced small copies, charged to the next paced chunk
+  std::atomic<double> cap{0};            // bytes per second, 0 = none
+  std::atomic<uint64_t> owed{0};         // bytes of unpaced small copies, charged to the next paced chunk
   unsigned long long* credit = nullptr;  // device: global-timer ns at which the link is free again
 };
 
@@ -97,25 +97,34 @@ __global__ void pace_tail_kernel(const unsigned long long* tail) {
 template <typename T>
 __global__ void pull_kernel(T* dst, const T* src, uint64_t n) {
   const uint64_t step = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) dst[i] = __ldcv(src + i);
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step)
+    dst[i] = __ldcv(src + i);
 }
 
 // Forwards the blocks, giving cuBLAS the first part of the workspace.
 class WorkspaceSplitKernels : public DeviceKernels {
  public:
-  WorkspaceSplitKernels(std::unique_ptr<DeviceKernels> inner, cublasHandle_t blas) : inner_(std::move(inner)), blas_(blas) {}
+  WorkspaceSplitKernels(std::unique_ptr<DeviceKernels> inner, cublasHandle_t blas)
+      : inner_(std::move(inner)), blas_(blas) {}
   void set_workspace(uint8_t* dev, uint64_t bytes) override {
     const uint64_t w = cuda_blas_workspace_bytes(bytes);
-    if (cublasSetWorkspace(blas_, w ? dev : nullptr, w) != CUBLAS_STATUS_SUCCESS) fail("cuBLAS: cublasSetWorkspace failed");
+    if (cublasSetWorkspace(blas_, w ? dev : nullptr, w) != CUBLAS_STATUS_SUCCESS)
+      fail("cuBLAS: cublasSetWorkspace failed");
     inner_->set_workspace(dev + w, bytes - w);
   }
   void prepare_step(int64_t pos0, int64_t n) override { inner_->prepare_step(pos0, n); }
-  void attention(const DevLayer& w, float* x, int64_t n, float* k, float* v) override { inner_->attention(w, x, n, k, v); }
+  void attention(const DevLayer& w, float* x, int64_t n, float* k, float* v) override {
+    inner_->attention(w, x, n, k, v);
+  }
   void kv_layout(const float* src, float* dst, int64_t capacity, int64_t p0, int64_t p1, bool to_positions) override {
     inner_->kv_layout(src, dst, capacity, p0, p1, to_positions);
   }
-  void attention_pre(const DevLayer& w, const float* x, int64_t n, float* qkv) override { inner_->attention_pre(w, x, n, qkv); }
-  void attention_post(const DevLayer& w, float* x, const float* attn, int64_t n) override { inner_->attention_post(w, x, attn, n); }
+  void attention_pre(const DevLayer& w, const float* x, int64_t n, float* qkv) override {
+    inner_->attention_pre(w, x, n, qkv);
+  }
+  void attention_post(const DevLayer& w, float* x, const float* attn, int64_t n) override {
+    inner_->attention_post(w, x, attn, n);
+  }
   void router(const DevLayer& w, const float* x, int64_t n, float* logits) override { inner_->router(w, x, n, logits); }
   void ffn(const DevLayer& w, float* x, int64_t n, const MoeRouting* r) override { inner_->ffn(w, x, n, r); }
   void ffn_routed(const DevLayer& w, float* x, int64_t n, const float* l) override { inner_->ffn_routed(w, x, n, l); }
@@ -158,7 +167,8 @@ class CudaDevice : public Device {
     int least = 0, greatest = 0;
     check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
     for (int q = 0; q < kNumQueues; ++q)
-      check(cudaStreamCreateWithPriority(&streams_[q], cudaStreamNonBlocking, q == 0 ? least : greatest), "cudaStreamCreate");
+      check(cudaStreamCreateWithPriority(&streams_[q], cudaStreamNonBlocking, q == 0 ? least : greatest),
+            "cudaStreamCreate");
     void* credits = nullptr;  // the two pacers' link clocks, then one reservation end per queue
     check(cudaMalloc(&credits, (2 + kNumQueues) * sizeof(unsigned long long)), "cudaMalloc (pacer)");
     check(cudaMemset(credits, 0, (2 + kNumQueues) * sizeof(unsigned long long)), "cudaMemset (pacer)");
@@ -248,8 +258,10 @@ class CudaDevice : public Device {
     for (size_t i = 0; i < count; ++i) check_rows(copies[i]);
     for (size_t i = 0; i < count; ++i) {
       const HostCopy& c = copies[i];
-      if (c.rows == 1) copy(qi, c.dev, c.host, c.bytes, cudaMemcpyHostToDevice);
-      else copy_rows(qi, c);
+      if (c.rows == 1)
+        copy(qi, c.dev, c.host, c.bytes, cudaMemcpyHostToDevice);
+      else
+        copy_rows(qi, c);
     }
   }
   // A strided copy: one cudaMemcpy2DAsync where its rows' whole host range is one pinned run, no cap paces
@@ -260,15 +272,16 @@ class CudaDevice : public Device {
     const uint64_t extent = (c.rows - 1) * c.host_pitch + c.bytes;
     auto row_by_row = [&] {
       for (uint64_t r = 0; r < c.rows; ++r)
-        copy(q, c.dev + r * c.dev_pitch, static_cast<const uint8_t*>(c.host) + r * c.host_pitch, c.bytes, cudaMemcpyHostToDevice);
+        copy(q, c.dev + r * c.dev_pitch, static_cast<const uint8_t*>(c.host) + r * c.host_pitch, c.bytes,
+             cudaMemcpyHostToDevice);
     };
     if (pacers_[0].cap.load() > 0 || !pinned_.pinned(host) || pinned_.run_from(host, extent) < extent ||
         c.host_pitch > max_pitch_ || c.dev_pitch > max_pitch_ || c.bytes > max_pitch_) {
       row_by_row();
       return;
     }
-    const cudaError_t e =
-        cudaMemcpy2DAsync(c.dev, c.dev_pitch, c.host, c.host_pitch, c.bytes, c.rows, cudaMemcpyHostToDevice, streams_[q]);
+    const cudaError_t e = cudaMemcpy2DAsync(c.dev, c.dev_pitch, c.host, c.host_pitch, c.bytes, c.rows,
+                                            cudaMemcpyHostToDevice, streams_[q]);
     if (e == cudaErrorInvalidPitchValue) {  // a pitch this device does not take after all: row by row
       cudaGetLastError();
       row_by_row();
@@ -276,7 +289,9 @@ class CudaDevice : public Device {
     }
     if (e != cudaSuccess) copy_failed(e, c.dev, c.host, extent, cudaMemcpyHostToDevice);
   }
-  void copy_d2h(void* host, const uint8_t* dev, uint64_t bytes) override { copy(2, host, dev, bytes, cudaMemcpyDeviceToHost); }
+  void copy_d2h(void* host, const uint8_t* dev, uint64_t bytes) override {
+    copy(2, host, dev, bytes, cudaMemcpyDeviceToHost);
+  }
   void copy_d2d(uint8_t* dst, const uint8_t* src, uint64_t bytes) override {
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, streams_[0]), "cudaMemcpyAsync D2D");
   }
@@ -342,7 +357,8 @@ class CudaDevice : public Device {
   }
   bool begin_capture(Queue q) override {
     // Relaxed: calls that are not stream work (a cudaGetLastError after a launch) stay legal.
-    check(cudaStreamBeginCapture(streams_[static_cast<int>(q)], cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+    check(cudaStreamBeginCapture(streams_[static_cast<int>(q)], cudaStreamCaptureModeRelaxed),
+          "cudaStreamBeginCapture");
     return true;
   }
   void end_capture(Queue q, uint64_t key) override {
@@ -380,7 +396,9 @@ class CudaDevice : public Device {
     ++graph_launches_;
   }
   uint64_t graph_launches() const override { return graph_launches_; }
-  void profiler_range(bool on) override { check(on ? cudaProfilerStart() : cudaProfilerStop(), "cudaProfilerStart/Stop"); }
+  void profiler_range(bool on) override {
+    check(on ? cudaProfilerStart() : cudaProfilerStop(), "cudaProfilerStart/Stop");
+  }
 
   void synchronize() override {
     for (int q = 0; q < kNumQueues; ++q) hold_tail(q);
@@ -399,12 +417,14 @@ class CudaDevice : public Device {
     if (!kernels_) {
       std::unique_ptr<DeviceKernels> k = make_cuda_kernels(spec, rope, streams_[0], blas_);
       if (arena_) {
-        log_warn("cuda: the model's kernels are set up after the arena: their first launches may take device memory "
-                 "beyond the budget");
+        log_warn(
+            "cuda: the model's kernels are set up after the arena: their first launches may take device memory "
+            "beyond the budget");
       } else {
         const CudaWarmUpStats st = cuda_kernels_warm_up(*k);
         if (!st.error.empty())
-          log_warn("cuda: the kernel warm-up failed (", st.error, "): kernels not loaded yet may take device memory "
+          log_warn("cuda: the kernel warm-up failed (", st.error,
+                   "): kernels not loaded yet may take device memory "
                    "after the arena");
         else
           log_debug("cuda: kernel warm-up: ", st.steps, " block steps, ", st.matmuls, " matmuls, ", st.launches,
@@ -427,7 +447,8 @@ class CudaDevice : public Device {
     void* p = reinterpret_cast<void*>(begin);
     // Read-only mappings (weights mapped from a file) need the read-only flag; a GPU without it may
     // still register read-only memory that happens to be writable (the synthetic source's).
-    cudaError_t e = cudaHostRegister(p, end - begin, access == HostAccess::ReadOnly ? cudaHostRegisterReadOnly : cudaHostRegisterDefault);
+    cudaError_t e = cudaHostRegister(
+        p, end - begin, access == HostAccess::ReadOnly ? cudaHostRegisterReadOnly : cudaHostRegisterDefault);
     if (e != cudaSuccess && access == HostAccess::ReadOnly) {
       cudaGetLastError();
       e = cudaHostRegister(p, end - begin, cudaHostRegisterDefault);
@@ -453,8 +474,8 @@ class CudaDevice : public Device {
     const bool in_arena = arena_ && d >= arena_ && d + bytes <= arena_ + arena_bytes_;
     const uint64_t h = reinterpret_cast<uint64_t>(host);
     const bool pinned = pinned_.pinned(h);
-    fail("CUDA: cudaMemcpyAsync ", kind == cudaMemcpyHostToDevice ? "H2D" : "D2H", " of ", bytes, " bytes: ",
-         cudaGetErrorString(e), " (device side ", in_arena ? "inside" : "OUTSIDE", " the arena at offset ",
+    fail("CUDA: cudaMemcpyAsync ", kind == cudaMemcpyHostToDevice ? "H2D" : "D2H", " of ", bytes,
+         " bytes: ", cudaGetErrorString(e), " (device side ", in_arena ? "inside" : "OUTSIDE", " the arena at offset ",
          static_cast<long long>(d - arena_), ", host side ", pinned ? "pinned" : "pageable", " at ", host, ")");
   }
 
@@ -494,8 +515,10 @@ class CudaDevice : public Device {
         pace_reserve_kernel<<<1, 1, 0, streams_[q]>>>(pacer.credit, tails_ + q, static_cast<unsigned long long>(ns));
         check(cudaGetLastError(), "the pacing kernel launch");
       }
-      const cudaError_t e = cudaMemcpyAsync(static_cast<uint8_t*>(dst) + off, static_cast<const uint8_t*>(src) + off, c, kind, streams_[q]);
-      if (e != cudaSuccess) copy_failed(e, static_cast<uint8_t*>(dst) + off, static_cast<const uint8_t*>(src) + off, c, kind);
+      const cudaError_t e = cudaMemcpyAsync(static_cast<uint8_t*>(dst) + off, static_cast<const uint8_t*>(src) + off, c,
+                                            kind, streams_[q]);
+      if (e != cudaSuccess)
+        copy_failed(e, static_cast<uint8_t*>(dst) + off, static_cast<const uint8_t*>(src) + off, c, kind);
       if (bytes < kPacedMinBytes) {
         pacer.owed.fetch_add(c);
         continue;
@@ -507,14 +530,20 @@ class CudaDevice : public Device {
   // An activation upload as a kernel on queue q reading the pinned host range (kPullMaxBytes above): 16-byte
   // loads where both sides and the size allow, else 4-byte, else bytes. Charged to the pacer under a cap.
   void pull(int q, uint8_t* dst, const uint8_t* src, uint64_t bytes) {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | static_cast<uintptr_t>(bytes);
+    const uintptr_t a =
+        reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | static_cast<uintptr_t>(bytes);
     const int width = (a & 15u) == 0 ? 16 : (a & 3u) == 0 ? 4 : 1;
     const uint64_t n = bytes / static_cast<uint64_t>(width);
     const unsigned threads = 256, blocks = static_cast<unsigned>(std::min<uint64_t>((n + threads - 1) / threads, 256));
     cudaStream_t s = streams_[q];
-    if (width == 16) pull_kernel<<<blocks, threads, 0, s>>>(reinterpret_cast<uint4*>(dst), reinterpret_cast<const uint4*>(src), n);
-    else if (width == 4) pull_kernel<<<blocks, threads, 0, s>>>(reinterpret_cast<unsigned int*>(dst), reinterpret_cast<const unsigned int*>(src), n);
-    else pull_kernel<<<blocks, threads, 0, s>>>(reinterpret_cast<unsigned char*>(dst), reinterpret_cast<const unsigned char*>(src), n);
+    if (width == 16)
+      pull_kernel<<<blocks, threads, 0, s>>>(reinterpret_cast<uint4*>(dst), reinterpret_cast<const uint4*>(src), n);
+    else if (width == 4)
+      pull_kernel<<<blocks, threads, 0, s>>>(reinterpret_cast<unsigned int*>(dst),
+                                             reinterpret_cast<const unsigned int*>(src), n);
+    else
+      pull_kernel<<<blocks, threads, 0, s>>>(reinterpret_cast<unsigned char*>(dst),
+                                             reinterpret_cast<const unsigned char*>(src), n);
     check(cudaGetLastError(), "the activation upload kernel launch");
     if (pacers_[0].cap.load() > 0) pacers_[0].owed.fetch_add(bytes);
   }
@@ -535,7 +564,7 @@ class CudaDevice : public Device {
   int ordinal_;
   std::string name_;
   cudaStream_t streams_[kNumQueues] = {};
-  unsigned long long* tails_ = nullptr;         // device: per queue, the end of its last link reservation
+  unsigned long long* tails_ = nullptr;              // device: per queue, the end of its last link reservation
   std::atomic<bool> tail_pending_[kNumQueues] = {};  // a paced copy since the queue's last tail kernel
   cublasHandle_t blas_ = nullptr;
   std::vector<cudaEvent_t> events_;
@@ -552,11 +581,13 @@ class CudaDevice : public Device {
   std::map<uint64_t, cudaGraphExec_t> graphs_;  // end_capture's executables by the runtime's key
   uint64_t graph_launches_ = 0;
   uint64_t max_pitch_ = (1ull << 31) - 1;  // cudaDevAttrMaxPitch, read at set-up
-  bool host_ptr_reads_ = false;  // kernels may read registered host memory at its host address (pull)
+  bool host_ptr_reads_ = false;            // kernels may read registered host memory at its host address (pull)
 };
 
 }  // namespace
 
-std::unique_ptr<Device> make_cuda_device(int ordinal) { return std::make_unique<CudaDevice>(ordinal); }
+std::unique_ptr<Device> make_cuda_device(int ordinal) {
+  return std::make_unique<CudaDevice>(ordinal);
+}
 
 }  // namespace shardwise

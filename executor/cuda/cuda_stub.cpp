@@ -5,9 +5,15 @@
 
 namespace shardwise {
 
-bool cuda_built() { return false; }
-int cuda_device_count() { return 0; }
-CudaDeviceInfo cuda_device_info(int) { fail("this build has no CUDA backend (configure with SHARDWISE_CUDA=ON)"); }
+bool cuda_built() {
+  return false;
+}
+int cuda_device_count() {
+  return 0;
+}
+CudaDeviceInfo cuda_device_info(int) {
+  fail("this build has no CUDA backend (configure with SHARDWISE_CUDA=ON)");
+}
 std::unique_ptr<Device> make_cuda_device(int) {
   fail("--device cuda: this build has no CUDA backend (configure with SHARDWISE_CUDA=ON on a machine with nvcc)");
 }

@@ -53,7 +53,7 @@ __global__ void split_f16_kernel(const float* __restrict__ x, int64_t ldx, int64
   const float s = split_scale(*maxbits);
   const int64_t t = blockIdx.y;
   if (t == 0 && blockIdx.x == 0 && threadIdx.x == 0) {
-    alphas[0] = 1.0f / s;             // exact: s is a power of two
+    alphas[0] = 1.0f / s;  // exact: s is a power of two
     alphas[1] = 1.0f / (s * kLoScale);
   }
   for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
@@ -149,9 +149,12 @@ void gemv_passes(const Ctx& ctx, const MatRef& w, const float* x, int64_t ldx, i
 uint64_t matmul_bytes_per_token(DType dtype, int64_t cols) {
   const uint64_t ld = align_up(static_cast<uint64_t>(cols), 8);
   switch (dtype) {
-    case DType::F16: return 2 * ld * 2 + 512;
-    case DType::BF16: return 3 * ld * 2 + 768;
-    default: return 0;
+    case DType::F16:
+      return 2 * ld * 2 + 512;
+    case DType::BF16:
+      return 3 * ld * 2 + 768;
+    default:
+      return 0;
   }
 }
 

@@ -37,7 +37,7 @@ struct TaskDev {
 
 struct Batch {
   int32_t count, mode;
-  int32_t ksplit; // the block's warps share its kRows rows (per matrix), each a quarter of the columns
+  int32_t ksplit;  // the block's warps share its kRows rows (per matrix), each a quarter of the columns
   int32_t block_begin[kGemvMaxTasks + 1];
   TaskDev task[kGemvMaxTasks];
 };
@@ -66,12 +66,17 @@ __device__ __forceinline__ int find_task(const Batch& b) {
   return ti;
 }
 
-__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+__device__ __forceinline__ float silu_mul(float g, float u) {
+  return g / (1.0f + expf(-g)) * u;
+}
 
 __device__ __forceinline__ void store_out(int mode, float* p, float a0, float a1) {
-  if (mode == static_cast<int>(GemvMode::Store)) *p = a0;
-  else if (mode == static_cast<int>(GemvMode::Accumulate)) *p = *p + a0;
-  else *p = silu_mul(a0, a1);
+  if (mode == static_cast<int>(GemvMode::Store))
+    *p = a0;
+  else if (mode == static_cast<int>(GemvMode::Accumulate))
+    *p = *p + a0;
+  else
+    *p = silu_mul(a0, a1);
 }
 
 __device__ __forceinline__ void unpack_f16x8(const uint4& w, float* f) {
@@ -102,7 +107,9 @@ struct Piece<DType::F16> {
   static constexpr int kElems = 8;  // 16 bytes
   static constexpr bool kScaled = false;
   uint4 raw;
-  __device__ __forceinline__ void load(const uint8_t* row, int u) { raw = ld_stream_v4(row + static_cast<int64_t>(u) * 16); }
+  __device__ __forceinline__ void load(const uint8_t* row, int u) {
+    raw = ld_stream_v4(row + static_cast<int64_t>(u) * 16);
+  }
   __device__ __forceinline__ void unpack(float* w, float& d) const {
     unpack_f16x8(raw, w);
     d = 1.0f;
@@ -113,7 +120,9 @@ struct Piece<DType::BF16> {
   static constexpr int kElems = 8;
   static constexpr bool kScaled = false;
   uint4 raw;
-  __device__ __forceinline__ void load(const uint8_t* row, int u) { raw = ld_stream_v4(row + static_cast<int64_t>(u) * 16); }
+  __device__ __forceinline__ void load(const uint8_t* row, int u) {
+    raw = ld_stream_v4(row + static_cast<int64_t>(u) * 16);
+  }
   __device__ __forceinline__ void unpack(float* w, float& d) const {
     unpack_bf16x8(raw, w);
     d = 1.0f;
@@ -124,7 +133,9 @@ struct Piece<DType::F32> {
   static constexpr int kElems = 4;
   static constexpr bool kScaled = false;
   uint4 raw;
-  __device__ __forceinline__ void load(const uint8_t* row, int u) { raw = ld_stream_v4(row + static_cast<int64_t>(u) * 16); }
+  __device__ __forceinline__ void load(const uint8_t* row, int u) {
+    raw = ld_stream_v4(row + static_cast<int64_t>(u) * 16);
+  }
   __device__ __forceinline__ void unpack(float* w, float& d) const {
     w[0] = __uint_as_float(raw.x);
     w[1] = __uint_as_float(raw.y);
@@ -202,11 +213,14 @@ __device__ __forceinline__ void load_x(const float* x, int u, float* xv) {
 }
 
 // Pieces per row in flight per step of the fast path, for NT tokens through M matrices.
-__host__ __device__ constexpr int gemv_unroll(int nt, int m) { return nt * m <= 2 ? 4 : 2; }
+__host__ __device__ constexpr int gemv_unroll(int nt, int m) {
+  return nt * m <= 2 ? 4 : 2;
+}
 
 // The weight pieces of one step of the fast path: kUnroll per row, clamped to the row (always valid).
 template <typename P, int U, int M>
-__device__ __forceinline__ void load_pieces(P (&pc)[U][M][kRows], const uint8_t* const (&wr)[M][kRows], int u0, int units) {
+__device__ __forceinline__ void load_pieces(P (&pc)[U][M][kRows], const uint8_t* const (&wr)[M][kRows], int u0,
+                                            int units) {
 #pragma unroll
   for (int i = 0; i < U; ++i) {
     const int u = min(u0 + 32 * i, units - 1);
@@ -420,17 +434,25 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_generic_kernel(const __grid_
 template <DType T, int M>
 void launch_fast(int nt_max, const Batch& b, int blocks, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(blocks)), block(kWarps * 32);
-  if (nt_max <= 1) launch_kernel("GEMV kernel", gemv_kernel<T, 1, M>, grid, block, 0, s, b);
-  else if (nt_max <= 2) launch_kernel("GEMV kernel", gemv_kernel<T, 2, M>, grid, block, 0, s, b);
-  else if (nt_max <= 4) launch_kernel("GEMV kernel", gemv_kernel<T, 4, M>, grid, block, 0, s, b);
-  else launch_kernel("GEMV kernel", gemv_kernel<T, 8, M>, grid, block, 0, s, b);
+  if (nt_max <= 1)
+    launch_kernel("GEMV kernel", gemv_kernel<T, 1, M>, grid, block, 0, s, b);
+  else if (nt_max <= 2)
+    launch_kernel("GEMV kernel", gemv_kernel<T, 2, M>, grid, block, 0, s, b);
+  else if (nt_max <= 4)
+    launch_kernel("GEMV kernel", gemv_kernel<T, 4, M>, grid, block, 0, s, b);
+  else
+    launch_kernel("GEMV kernel", gemv_kernel<T, 8, M>, grid, block, 0, s, b);
 }
 
 template <DType T>
 void launch(bool fast, bool two, int nt_max, const Batch& b, int blocks, cudaStream_t s) {
-  if (!fast) launch_kernel("GEMV kernel", gemv_generic_kernel<T>, dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), 0, s, b);
-  else if (two) launch_fast<T, 2>(nt_max, b, blocks, s);
-  else launch_fast<T, 1>(nt_max, b, blocks, s);
+  if (!fast)
+    launch_kernel("GEMV kernel", gemv_generic_kernel<T>, dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), 0, s,
+                  b);
+  else if (two)
+    launch_fast<T, 2>(nt_max, b, blocks, s);
+  else
+    launch_fast<T, 1>(nt_max, b, blocks, s);
 }
 
 bool fast_path_ok(DType dtype, const GemvTask& t, bool two) {
@@ -455,11 +477,16 @@ bool fast_path_ok(DType dtype, const GemvTask& t, bool two) {
 // Elements per lane piece of the fast path.
 int piece_elems(DType dtype) {
   switch (dtype) {
-    case DType::F16: return Piece<DType::F16>::kElems;
-    case DType::BF16: return Piece<DType::BF16>::kElems;
-    case DType::Q4_0: return Piece<DType::Q4_0>::kElems;
-    case DType::F32: return Piece<DType::F32>::kElems;
-    case DType::Q8_0: return Piece<DType::Q8_0>::kElems;
+    case DType::F16:
+      return Piece<DType::F16>::kElems;
+    case DType::BF16:
+      return Piece<DType::BF16>::kElems;
+    case DType::Q4_0:
+      return Piece<DType::Q4_0>::kElems;
+    case DType::F32:
+      return Piece<DType::F32>::kElems;
+    case DType::Q8_0:
+      return Piece<DType::Q8_0>::kElems;
   }
   return 1;
 }
@@ -494,9 +521,9 @@ void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int
       const int unroll = gemv_unroll(nt_max, two ? 2 : 1);  // as the kernel's (nt_max <= its NT, same side of 2)
       // Auto: launches with fewer row-pair warps than half the GPU's warp slots (32 per SM) and rows long
       // enough for every warp of a block to have a step of pieces.
-      b.ksplit = split == GemvSplit::Always ||
-                 (split == GemvSplit::Auto && warps < static_cast<int64_t>(ctx.sm_count) * 32 &&
-                  min_units >= static_cast<int64_t>(kWarps) * 32 * unroll);
+      b.ksplit =
+          split == GemvSplit::Always || (split == GemvSplit::Auto && warps < static_cast<int64_t>(ctx.sm_count) * 32 &&
+                                         min_units >= static_cast<int64_t>(kWarps) * 32 * unroll);
     }
     const int rows_per_block = !fast ? kGenericRowsPerBlock : b.ksplit ? kRows : kFastRowsPerBlock;
     int64_t blocks = 0;
@@ -524,11 +551,21 @@ void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int
     if (blocks == 0) continue;
     const int nb = static_cast<int>(blocks);
     switch (dtype) {
-      case DType::F32: launch<DType::F32>(fast, two, nt_max, b, nb, ctx.stream); break;
-      case DType::F16: launch<DType::F16>(fast, two, nt_max, b, nb, ctx.stream); break;
-      case DType::BF16: launch<DType::BF16>(fast, two, nt_max, b, nb, ctx.stream); break;
-      case DType::Q8_0: launch<DType::Q8_0>(fast, two, nt_max, b, nb, ctx.stream); break;
-      case DType::Q4_0: launch<DType::Q4_0>(fast, two, nt_max, b, nb, ctx.stream); break;
+      case DType::F32:
+        launch<DType::F32>(fast, two, nt_max, b, nb, ctx.stream);
+        break;
+      case DType::F16:
+        launch<DType::F16>(fast, two, nt_max, b, nb, ctx.stream);
+        break;
+      case DType::BF16:
+        launch<DType::BF16>(fast, two, nt_max, b, nb, ctx.stream);
+        break;
+      case DType::Q8_0:
+        launch<DType::Q8_0>(fast, two, nt_max, b, nb, ctx.stream);
+        break;
+      case DType::Q4_0:
+        launch<DType::Q4_0>(fast, two, nt_max, b, nb, ctx.stream);
+        break;
     }
     check_launch("gemv kernel");
   }

@@ -44,7 +44,8 @@ struct GemvTask {
 enum class GemvSplit { Auto, Never, Always };
 
 // Runs `count` tasks of one dtype (any count; launches kGemvMaxTasks at a time).
-void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int count, GemvSplit split = GemvSplit::Auto);
+void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int count,
+          GemvSplit split = GemvSplit::Auto);
 
 // ---- matmul dispatch (gemm.cu) ----------------------------------------------------------------
 struct MatRef {
@@ -71,8 +72,8 @@ uint64_t matmul_tile_bytes(DType dtype, int64_t rows, int64_t cols);
 
 // ---- norms, RoPE, element-wise, MoE helpers (norm_rope.cu) -------------------------------------
 // y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w for n rows of dim; y may alias x.
-void rms_norm(const Ctx& ctx, const float* x, int64_t ldx, const float* w, float eps, float* y, int64_t ldy,
-              int64_t n, int64_t dim);
+void rms_norm(const Ctx& ctx, const float* x, int64_t ldx, const float* w, float eps, float* y, int64_t ldy, int64_t n,
+              int64_t dim);
 
 // After the q/k/v projections: per-head RMSNorm of q and k (optional), RoPE of q and k with the
 // host-computed angle table; with a cache, k and v rows go to cache rows pos_first + t (k is then not
@@ -133,10 +134,10 @@ struct MoeTopkArgs {
   const float* logits = nullptr;  // [n, n_experts]
   int32_t n = 0, n_experts = 0, top_k = 0;
   bool renormalize = true;
-  int32_t* ids = nullptr;      // [n, top_k]
-  float* weights = nullptr;    // [n, top_k]
-  int32_t* off = nullptr;      // [n + 1]
-  int32_t* slot = nullptr;     // [n, top_k]
+  int32_t* ids = nullptr;    // [n, top_k]
+  float* weights = nullptr;  // [n, top_k]
+  int32_t* off = nullptr;    // [n + 1]
+  int32_t* slot = nullptr;   // [n, top_k]
 };
 constexpr int kMoeTopkMaxK = 32;
 void moe_topk(const Ctx& ctx, const MoeTopkArgs& a);

@@ -32,7 +32,9 @@ __device__ float block_sum(float v, float* scratch /* [32] */) {
 // very wide) take the general loop.
 constexpr int kNormUnroll = 4;
 
-__device__ __forceinline__ float sum_sq(const float4& a) { return a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w; }
+__device__ __forceinline__ float sum_sq(const float4& a) {
+  return a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+}
 
 __global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* __restrict__ w, float eps, float* y,
                                 int64_t ldy, int dim) {
@@ -41,8 +43,9 @@ __global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* __rest
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * ldx;
   float* yr = y + static_cast<int64_t>(blockIdx.x) * ldy;
   const int n4 = dim / 4, stride = static_cast<int>(blockDim.x);
-  const bool vec = dim % 4 == 0 && n4 <= kNormUnroll * stride &&
-                   ((reinterpret_cast<uintptr_t>(xr) | reinterpret_cast<uintptr_t>(yr) | reinterpret_cast<uintptr_t>(w)) & 15) == 0;
+  const bool vec =
+      dim % 4 == 0 && n4 <= kNormUnroll * stride &&
+      ((reinterpret_cast<uintptr_t>(xr) | reinterpret_cast<uintptr_t>(yr) | reinterpret_cast<uintptr_t>(w)) & 15) == 0;
   if (vec) {
     const float4* x4 = reinterpret_cast<const float4*>(xr);
     const float4* w4 = reinterpret_cast<const float4*>(w);
@@ -130,7 +133,8 @@ __global__ void __launch_bounds__(128) qk_rope_kernel(const __grid_constant__ Qk
 
 __global__ void add_kernel(float* x, const float* __restrict__ y, int64_t n) {
   pdl_begin();
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     x[i] += y[i];
 }
 
@@ -156,8 +160,8 @@ __global__ void gather_rows_kernel(const float* __restrict__ src, int64_t ld_src
 }
 
 // One thread per element of rows [p0, p1): grid (kv_dim blocks of 256, rows).
-__global__ void kv_layout_kernel(const float* __restrict__ src, float* __restrict__ dst, int64_t capacity, int32_t heads,
-                                 int32_t hd, int64_t p0, bool to_positions) {
+__global__ void kv_layout_kernel(const float* __restrict__ src, float* __restrict__ dst, int64_t capacity,
+                                 int32_t heads, int32_t hd, int64_t p0, bool to_positions) {
   pdl_begin();
   const int64_t p = p0 + blockIdx.y;
   const int64_t kvd = static_cast<int64_t>(heads) * hd;
@@ -165,8 +169,10 @@ __global__ void kv_layout_kernel(const float* __restrict__ src, float* __restric
        c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t h = c / hd, d = c % hd;
     const int64_t head_at = (h * capacity + p) * hd + d, pos_at = p * kvd + c;
-    if (to_positions) dst[pos_at] = src[head_at];
-    else dst[head_at] = src[pos_at];
+    if (to_positions)
+      dst[pos_at] = src[head_at];
+    else
+      dst[head_at] = src[pos_at];
   }
 }
 
@@ -279,9 +285,10 @@ void rms_norm(const Ctx& ctx, const float* x, int64_t ldx, const float* w, float
   SW_CHECK(n < (int64_t(1) << 31) && dim < (int64_t(1) << 31), "CUDA rms_norm: too large");
   // Enough threads that a row's float4s fit kNormUnroll per thread (up to 16384 floats), at least 128.
   const int64_t per_pass = 4 * kNormUnroll;
-  const int threads = static_cast<int>(std::min<int64_t>(1024, std::max<int64_t>(128, (dim + per_pass - 1) / per_pass + 31) / 32 * 32));
-  launch_kernel("rms_norm kernel", rms_norm_kernel, dim3(static_cast<unsigned>(n)), dim3(threads), 0, ctx.stream, x, ldx, w,
-                eps, y, ldy, static_cast<int>(dim));
+  const int threads =
+      static_cast<int>(std::min<int64_t>(1024, std::max<int64_t>(128, (dim + per_pass - 1) / per_pass + 31) / 32 * 32));
+  launch_kernel("rms_norm kernel", rms_norm_kernel, dim3(static_cast<unsigned>(n)), dim3(threads), 0, ctx.stream, x,
+                ldx, w, eps, y, ldy, static_cast<int>(dim));
 }
 
 void qk_norm_rope(const Ctx& ctx, const QkRopeArgs& a) {
@@ -321,8 +328,8 @@ void gather_rows(const Ctx& ctx, const float* src, int64_t ld_src, const int32_t
 
 void kv_layout(const Ctx& ctx, const float* src, float* dst, int64_t capacity, int32_t heads, int32_t hd, int64_t p0,
                int64_t p1, bool to_positions) {
-  SW_CHECK(0 <= p0 && p0 <= p1 && p1 <= capacity && heads > 0 && hd > 0, "kv_layout: positions [", p0, ", ", p1, ") of ",
-           capacity);
+  SW_CHECK(0 <= p0 && p0 <= p1 && p1 <= capacity && heads > 0 && hd > 0, "kv_layout: positions [", p0, ", ", p1,
+           ") of ", capacity);
   const int64_t width = static_cast<int64_t>(heads) * hd;
   for (int64_t r0 = p0; r0 < p1; r0 += 65535) {
     const int64_t m = std::min<int64_t>(65535, p1 - r0);

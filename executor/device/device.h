@@ -42,10 +42,10 @@ struct DevLayer {
   const float* attn_norm = nullptr;  // [hidden] f32
   const float* q_norm = nullptr;     // [head_dim] f32 (qwen3 families)
   const float* k_norm = nullptr;
-  const float* ffn_norm = nullptr;   // [hidden] f32
+  const float* ffn_norm = nullptr;  // [hidden] f32
   DevMat wq, wk, wv, wo;
-  DevMat gate, up, down;             // dense FFN
-  DevMat router;                     // MoE: (experts, hidden)
+  DevMat gate, up, down;  // dense FFN
+  DevMat router;          // MoE: (experts, hidden)
   // MoE: per expert, its gate/up (F x H) and down (H x F) matrices; nullptr = not on the device
   // (then no token may be routed to it).
   DType gate_dtype = DType::F32, up_dtype = DType::F32, down_dtype = DType::F32;

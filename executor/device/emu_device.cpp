@@ -22,8 +22,8 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "core/watchdog.h"
-#include "executor/device/device.h"
 #include "executor/cpu/ops.h"
+#include "executor/device/device.h"
 #include "executor/device/pinned_ranges.h"
 #include "executor/model/cpu_blocks.h"
 
@@ -75,7 +75,8 @@ class EmuQueue {
     return submitted_;
   }
   void wait_done(uint64_t seq) {
-    const StallGuard guard("a wait for the emulated device's queue", 0, "--wait-timeout raises the limit for very long steps");
+    const StallGuard guard("a wait for the emulated device's queue", 0,
+                           "--wait-timeout raises the limit for very long steps");
     std::unique_lock<std::mutex> lock(mu_);
     done_cv_.wait(lock, [&] { return completed_ >= seq; });
   }
@@ -174,7 +175,8 @@ class EmuDevice;
 
 class EmuKernels : public DeviceKernels {
  public:
-  EmuKernels(EmuQueue& q, const ModelSpec& spec, RopeStyle rope) : q_(q), spec_(spec), pool_(1), blocks_(spec, rope, pool_) {}
+  EmuKernels(EmuQueue& q, const ModelSpec& spec, RopeStyle rope)
+      : q_(q), spec_(spec), pool_(1), blocks_(spec, rope, pool_) {}
   void set_workspace(uint8_t*, uint64_t) override {}  // the CPU blocks keep their own temporaries
   void prepare_step(int64_t pos0, int64_t n) override {
     q_.push([=] { blocks_.prepare_step(pos0, n); });
@@ -187,8 +189,10 @@ class EmuKernels : public DeviceKernels {
       for (int64_t p = p0; p < p1; ++p)
         for (int64_t h = 0; h < heads; ++h) {
           const int64_t head_at = (h * capacity + p) * hd, pos_at = p * kvd + h * hd;
-          if (to_positions) std::memcpy(dst + pos_at, src + head_at, static_cast<size_t>(hd) * sizeof(float));
-          else std::memcpy(dst + head_at, src + pos_at, static_cast<size_t>(hd) * sizeof(float));
+          if (to_positions)
+            std::memcpy(dst + pos_at, src + head_at, static_cast<size_t>(hd) * sizeof(float));
+          else
+            std::memcpy(dst + head_at, src + pos_at, static_cast<size_t>(hd) * sizeof(float));
         }
     });
   }
@@ -371,13 +375,15 @@ class EmuDevice : public Device {
   void push(Queue q, std::function<void()> fn) { queues_[static_cast<int>(q)]->push(std::move(fn)); }
   static constexpr uint64_t kCapturedEvent = ~0ull;
   void check_waitable(const Event& e) {
-    SW_CHECK(e.seq != kCapturedEvent, "emu: waited for an event recorded during a graph capture (it marks no point yet)");
+    SW_CHECK(e.seq != kCapturedEvent,
+             "emu: waited for an event recorded during a graph capture (it marks no point yet)");
   }
   void check_in_arena(const void* p, uint64_t bytes, const char* what) const {
     const uint8_t* b = arena_.data();
     const uint8_t* x = static_cast<const uint8_t*>(p);
     SW_CHECK(b != nullptr && x >= b && x + bytes <= b + arena_.size(), "emu ", what, ": ", bytes,
-             " bytes at arena offset ", static_cast<long long>(x - b), " fall outside the ", arena_.size(), "-byte arena");
+             " bytes at arena offset ", static_cast<long long>(x - b), " fall outside the ", arena_.size(),
+             "-byte arena");
   }
   void throttled_copy(void* dst, const void* src, uint64_t bytes) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -408,6 +414,8 @@ class EmuDevice : public Device {
 
 }  // namespace
 
-std::unique_ptr<Device> make_emu_device(const EmuOptions& options) { return std::make_unique<EmuDevice>(options); }
+std::unique_ptr<Device> make_emu_device(const EmuOptions& options) {
+  return std::make_unique<EmuDevice>(options);
+}
 
 }  // namespace shardwise

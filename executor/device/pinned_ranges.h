@@ -40,7 +40,8 @@ class PinnedRanges {
   void remove(const void* ptr, uint64_t bytes, Unpin&& unpin) {
     if (!ptr || bytes == 0) return;
     const uint64_t end = round_up(reinterpret_cast<uint64_t>(ptr) + bytes);
-    for (auto it = ranges_.lower_bound(round_down(reinterpret_cast<uint64_t>(ptr))); it != ranges_.end() && it->first < end;) {
+    for (auto it = ranges_.lower_bound(round_down(reinterpret_cast<uint64_t>(ptr)));
+         it != ranges_.end() && it->first < end;) {
       unpin(it->first);
       it = ranges_.erase(it);
     }

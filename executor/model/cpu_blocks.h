@@ -50,8 +50,8 @@ class CpuBlocks {
   // (a CPU share of the layer, split_routing); x is not changed.
   void moe_share(const LayerWeights& w, const float* x, int64_t n, const MoeRouting& routing, float* out);
   // Final norm of one row + rows [r0, r1) of the LM head -> logits[r0 .. r1).
-  void output(const std::vector<float>& out_norm, const TensorView& head, const float* x_row, float* logits,
-              int64_t r0, int64_t r1);
+  void output(const std::vector<float>& out_norm, const TensorView& head, const float* x_row, float* logits, int64_t r0,
+              int64_t r1);
 
  private:
   void dense_ffn(const LayerWeights& w, const float* xn, int64_t n, float* out);

@@ -29,7 +29,8 @@ void CpuModel::forward(const int32_t* tokens, int64_t n, KvCache& kv, float* log
       router_logits_.resize(static_cast<size_t>(n * sp.num_experts));
       if (input_observer_) input_observer_(l, x_.data(), n);
       blocks_.router(lw, x_.data(), n, router_logits_.data());
-      const MoeRouting r = route_tokens(router_logits_.data(), n, sp.num_experts, sp.num_experts_per_tok, sp.norm_topk_prob);
+      const MoeRouting r =
+          route_tokens(router_logits_.data(), n, sp.num_experts, sp.num_experts_per_tok, sp.norm_topk_prob);
       if (observer_) observer_(l, r);
       blocks_.ffn(lw, x_.data(), n, &r);
     } else {
@@ -91,7 +92,8 @@ double measure_next_layer_routing(const ModelWeights& w, ThreadPool& pool, const
   if (!sp.is_moe() || sp.num_hidden_layers < 2) return std::nan("");
   SW_CHECK(!tokens.empty(), "measure_next_layer_routing: no tokens");
   const int64_t n = static_cast<int64_t>(tokens.size()), k = sp.num_experts_per_tok, E = sp.num_experts;
-  for (int32_t t : tokens) SW_CHECK(t >= 0 && t < sp.vocab_size, "measure_next_layer_routing: token ", t, " out of range");
+  for (int32_t t : tokens)
+    SW_CHECK(t >= 0 && t < sp.vocab_size, "measure_next_layer_routing: token ", t, " out of range");
   CpuModel model(w, pool);
   CpuBlocks next_router(sp, w.rope_style, pool);
   KvCache kv(sp, n);
@@ -123,8 +125,12 @@ double measure_next_layer_routing(const ModelWeights& w, ThreadPool& pool, const
 CpuEngine::CpuEngine(const ModelWeights& weights, ThreadPool& pool, int64_t ctx)
     : model_(weights, pool), kv_(std::make_unique<KvCache>(weights.spec, ctx)) {}
 CpuEngine::~CpuEngine() = default;
-int64_t CpuEngine::n_past() const { return kv_->n_past(); }
-int64_t CpuEngine::capacity() const { return kv_->capacity(); }
+int64_t CpuEngine::n_past() const {
+  return kv_->n_past();
+}
+int64_t CpuEngine::capacity() const {
+  return kv_->capacity();
+}
 void CpuEngine::step(const int32_t* tokens, int64_t n, float* last_logits) {
   model_.forward(tokens, n, *kv_, last_logits, false);
 }

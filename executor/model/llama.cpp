@@ -51,7 +51,8 @@ void CpuBlocks::attention_core(const float* qkv, int64_t n, float* k_cache, floa
   }
   // Gather q into a dense [n, q_dim] block for the attention kernel.
   qkv_.resize(static_cast<size_t>(n * QD));
-  for (int64_t t = 0; t < n; ++t) std::memcpy(qkv_.data() + t * QD, qkv + t * W, static_cast<size_t>(QD) * sizeof(float));
+  for (int64_t t = 0; t < n; ++t)
+    std::memcpy(qkv_.data() + t * QD, qkv + t * W, static_cast<size_t>(QD) * sizeof(float));
   shardwise::attention(qkv_.data(), n, positions_.data(), k_cache, v_cache, pos0_ + n, shape, attn, pool_);
 }
 

@@ -25,9 +25,8 @@ MoeRouting route_tokens(const float* logits, int64_t n, int64_t E, int64_t k, bo
     }
     for (int64_t e = 0; e < E; ++e) p[e] /= s;
     std::iota(idx.begin(), idx.end(), 0);
-    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
-      return p[a] > p[b] || (p[a] == p[b] && a < b);
-    });
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                      [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
     float sum = 0.0f;
     for (int64_t j = 0; j < k; ++j) sum += p[idx[j]];
     for (int64_t j = 0; j < k; ++j) {

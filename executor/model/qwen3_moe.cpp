@@ -24,12 +24,15 @@ void CpuBlocks::moe_ffn(const LayerWeights& w, const float* xn, int64_t n, const
   for (int64_t e = 0; e < E; ++e) {
     const auto& toks = routing.tokens_of_expert[static_cast<size_t>(e)];
     if (toks.empty()) continue;
-    const uint8_t* g = !w.gate_exp.empty() ? w.gate_exp[static_cast<size_t>(e)]
-                                           : static_cast<const uint8_t*>(w.gate_exps.data) + static_cast<uint64_t>(e) * gate_bytes;
-    const uint8_t* u = !w.up_exp.empty() ? w.up_exp[static_cast<size_t>(e)]
-                                         : static_cast<const uint8_t*>(w.up_exps.data) + static_cast<uint64_t>(e) * up_bytes;
-    const uint8_t* d = !w.down_exp.empty() ? w.down_exp[static_cast<size_t>(e)]
-                                           : static_cast<const uint8_t*>(w.down_exps.data) + static_cast<uint64_t>(e) * down_bytes;
+    const uint8_t* g = !w.gate_exp.empty()
+                           ? w.gate_exp[static_cast<size_t>(e)]
+                           : static_cast<const uint8_t*>(w.gate_exps.data) + static_cast<uint64_t>(e) * gate_bytes;
+    const uint8_t* u = !w.up_exp.empty()
+                           ? w.up_exp[static_cast<size_t>(e)]
+                           : static_cast<const uint8_t*>(w.up_exps.data) + static_cast<uint64_t>(e) * up_bytes;
+    const uint8_t* d = !w.down_exp.empty()
+                           ? w.down_exp[static_cast<size_t>(e)]
+                           : static_cast<const uint8_t*>(w.down_exps.data) + static_cast<uint64_t>(e) * down_bytes;
     SW_CHECK(g && u && d, "MoE: expert ", e, " is routed to but its weights are not present");
     const int64_t m = static_cast<int64_t>(toks.size());
     expert_in_.resize(static_cast<size_t>(m * H));
@@ -56,7 +59,8 @@ void CpuBlocks::moe_ffn(const LayerWeights& w, const float* xn, int64_t n, const
 // Decode-sized steps: a handful of tokens each touch k experts. One parallel loop computes the gate
 // and up rows of every active expert (SwiGLU applied row by row), a second the down rows, instead of
 // three threaded matmuls per expert: the thread pool is woken twice per layer, not 3·k times.
-void CpuBlocks::moe_ffn_decode(const LayerWeights& w, const float* xn, int64_t n, const MoeRouting& routing, float* out) {
+void CpuBlocks::moe_ffn_decode(const LayerWeights& w, const float* xn, int64_t n, const MoeRouting& routing,
+                               float* out) {
   const int64_t H = spec_.hidden_size, E = spec_.num_experts, F = spec_.moe_intermediate_size;
   const CpuKernels& k = cpu_kernels();
   const GemvFn gate_fn = k.gemv[kernel_slot(w.gate_exps.dtype)];
@@ -73,12 +77,15 @@ void CpuBlocks::moe_ffn_decode(const LayerWeights& w, const float* xn, int64_t n
   for (int64_t e = 0; e < E; ++e) {
     const auto& toks = routing.tokens_of_expert[static_cast<size_t>(e)];
     if (toks.empty()) continue;
-    const uint8_t* g = !w.gate_exp.empty() ? w.gate_exp[static_cast<size_t>(e)]
-                                           : static_cast<const uint8_t*>(w.gate_exps.data) + static_cast<uint64_t>(e) * g_row * F;
-    const uint8_t* u = !w.up_exp.empty() ? w.up_exp[static_cast<size_t>(e)]
-                                         : static_cast<const uint8_t*>(w.up_exps.data) + static_cast<uint64_t>(e) * u_row * F;
-    const uint8_t* d = !w.down_exp.empty() ? w.down_exp[static_cast<size_t>(e)]
-                                           : static_cast<const uint8_t*>(w.down_exps.data) + static_cast<uint64_t>(e) * d_row * H;
+    const uint8_t* g = !w.gate_exp.empty()
+                           ? w.gate_exp[static_cast<size_t>(e)]
+                           : static_cast<const uint8_t*>(w.gate_exps.data) + static_cast<uint64_t>(e) * g_row * F;
+    const uint8_t* u = !w.up_exp.empty()
+                           ? w.up_exp[static_cast<size_t>(e)]
+                           : static_cast<const uint8_t*>(w.up_exps.data) + static_cast<uint64_t>(e) * u_row * F;
+    const uint8_t* d = !w.down_exp.empty()
+                           ? w.down_exp[static_cast<size_t>(e)]
+                           : static_cast<const uint8_t*>(w.down_exps.data) + static_cast<uint64_t>(e) * d_row * H;
     SW_CHECK(g && u && d, "MoE: expert ", e, " is routed to but its weights are not present");
     act.push_back({e, static_cast<int64_t>(toks.size()), rows_total, g, u, d});
     rows_total += static_cast<int64_t>(toks.size());
@@ -114,7 +121,8 @@ void CpuBlocks::moe_ffn_decode(const LayerWeights& w, const float* xn, int64_t n
     for (int64_t i = i0; i < i1; ++i) {
       const Active& a = act[static_cast<size_t>(i / h_chunks)];
       const int64_t r0 = (i % h_chunks) * kRows, r1 = std::min(H, r0 + kRows);
-      down_fn(a.d, d_row, F, r0, r1, gate_.data() + a.slot * F, F, static_cast<int>(a.m), expert_out_.data() + a.slot * H, H);
+      down_fn(a.d, d_row, F, r0, r1, gate_.data() + a.slot * F, F, static_cast<int>(a.m),
+              expert_out_.data() + a.slot * H, H);
     }
   });
   // Weighted sum in ascending expert order (the same order as the general path).

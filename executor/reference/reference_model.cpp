@@ -49,7 +49,8 @@ void apply_rope(Vec& v, int64_t n_heads, int64_t hd, int64_t pos, double theta, 
   for (int64_t h = 0; h < n_heads; ++h) {
     double* x = v.data() + h * hd;
     for (int64_t i = 0; i < half; ++i) {
-      const double angle = static_cast<double>(pos) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+      const double angle =
+          static_cast<double>(pos) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
       const double c = std::cos(angle), s = std::sin(angle);
       // NeoX pairs dimension i with i + half; Normal pairs 2i with 2i + 1.
       const int64_t a = style == RopeStyle::Neox ? i : 2 * i;
@@ -61,7 +62,9 @@ void apply_rope(Vec& v, int64_t n_heads, int64_t hd, int64_t pos, double theta, 
   }
 }
 
-double silu(double g) { return g / (1.0 + std::exp(-g)); }
+double silu(double g) {
+  return g / (1.0 + std::exp(-g));
+}
 
 Vec swiglu_ffn(const TensorView& gate, const TensorView& up, const TensorView& down, const Vec& x, int64_t slice) {
   Vec g = matvec(gate, x, slice), u = matvec(up, x, slice);

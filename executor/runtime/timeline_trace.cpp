@@ -15,11 +15,14 @@ namespace shardwise {
 std::string write_timeline_trace(const Runtime& rt, const std::string& path, const std::string& option) {
   nlohmann::json events = nlohmann::json::array();
   std::map<int, std::pair<double, double>> span;  // run -> measured end, predicted end
-  std::map<int, double> enqueued;                   // run -> when the host had enqueued its last device action
+  std::map<int, double> enqueued;                 // run -> when the host had enqueued its last device action
   auto name_process = [&](int pid, const std::string& name) {
     events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", name}}}});
     for (int r = 0; r < kNumResources; ++r)
-      events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", r},
+      events.push_back({{"name", "thread_name"},
+                        {"ph", "M"},
+                        {"pid", pid},
+                        {"tid", r},
                         {"args", {{"name", resource_name(static_cast<Resource>(r))}}}});
   };
   int last_run = -1;
@@ -33,9 +36,14 @@ std::string write_timeline_trace(const Runtime& rt, const std::string& path, con
         if (tier.tokens == t.tier)
           if (const Plan* p = tier.find(t.schedule))
             for (const Action& a : p->actions) {
-              events.push_back({{"name", a.label}, {"cat", action_kind_name(a.kind)}, {"ph", "X"}, {"pid", 2 * t.run + 1},
-                                {"tid", static_cast<int>(a.resource)}, {"ts", a.start_ms * 1e3},
-                                {"dur", (a.end_ms - a.start_ms) * 1e3}, {"args", {{"id", a.id}, {"bytes", a.bytes}}}});
+              events.push_back({{"name", a.label},
+                                {"cat", action_kind_name(a.kind)},
+                                {"ph", "X"},
+                                {"pid", 2 * t.run + 1},
+                                {"tid", static_cast<int>(a.resource)},
+                                {"ts", a.start_ms * 1e3},
+                                {"dur", (a.end_ms - a.start_ms) * 1e3},
+                                {"args", {{"id", a.id}, {"bytes", a.bytes}}}});
               span[t.run].second = std::max(span[t.run].second, a.end_ms);
             }
     }
@@ -44,8 +52,13 @@ std::string write_timeline_trace(const Runtime& rt, const std::string& path, con
       args["enqueued_ms"] = {t.enqueue_start_ms, t.enqueue_end_ms};
       enqueued[t.run] = std::max(enqueued[t.run], t.enqueue_end_ms);
     }
-    events.push_back({{"name", t.label}, {"ph", "X"}, {"pid", 2 * t.run}, {"tid", static_cast<int>(t.resource)},
-                      {"ts", t.start_ms * 1e3}, {"dur", (t.end_ms - t.start_ms) * 1e3}, {"args", args}});
+    events.push_back({{"name", t.label},
+                      {"ph", "X"},
+                      {"pid", 2 * t.run},
+                      {"tid", static_cast<int>(t.resource)},
+                      {"ts", t.start_ms * 1e3},
+                      {"dur", (t.end_ms - t.start_ms) * 1e3},
+                      {"args", args}});
     span[t.run].first = std::max(span[t.run].first, t.end_ms);
   }
   nlohmann::json j;
@@ -57,7 +70,8 @@ std::string write_timeline_trace(const Runtime& rt, const std::string& path, con
   if (!out) fail(option, " ", path, ": writing failed");
   // The third figure: when the host had enqueued the run's last device action. Close to the
   // measured end, the device waited for the host (launch-bound); far before it, the device was busy.
-  std::string s = str_cat("timeline: ", span.size(), " plan runs -> ", path, " (measured / predicted / host enqueue done, ms:");
+  std::string s =
+      str_cat("timeline: ", span.size(), " plan runs -> ", path, " (measured / predicted / host enqueue done, ms:");
   char buf[96];
   for (const auto& [run, ms] : span) {
     std::snprintf(buf, sizeof buf, " %.2f/%.2f/%.2f", ms.first, ms.second, enqueued.count(run) ? enqueued[run] : 0.0);

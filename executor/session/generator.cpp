@@ -21,13 +21,14 @@ void check_logits(const float* logits, int64_t vocab, int64_t token, int64_t pos
   const int64_t bad = first_non_finite(logits, vocab);
   if (bad >= 0)
     fail("step ", token, " of the generation (the logits at position ", position, "): token id ", bad, " has logit ",
-         logits[bad], ": the model's weights or activations are not finite (a corrupt file, or a tensor stored as another "
+         logits[bad],
+         ": the model's weights or activations are not finite (a corrupt file, or a tensor stored as another "
          "type than it says)");
 }
 }  // namespace
 
-GenerateResult generate(StepEngine& model, const std::vector<int32_t>& prompt,
-                        const GenerateOptions& opt, const std::function<void(int32_t)>& on_token) {
+GenerateResult generate(StepEngine& model, const std::vector<int32_t>& prompt, const GenerateOptions& opt,
+                        const std::function<void(int32_t)>& on_token) {
   SW_CHECK(!prompt.empty(), "the prompt is empty: give at least one token");
   const int64_t vocab = model.spec().vocab_size;
   for (int32_t id : prompt)

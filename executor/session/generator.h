@@ -31,16 +31,16 @@ struct StepTiming {
 struct GenerateResult {
   std::vector<int32_t> generated;
   int64_t n_prompt = 0;
-  double prefill_ms = 0;     // all prompt steps
-  double ttft_ms = 0;        // start to first generated token (prefill + first sample)
-  double decode_ms = 0;      // after the first token, until the last one
+  double prefill_ms = 0;  // all prompt steps
+  double ttft_ms = 0;     // start to first generated token (prefill + first sample)
+  double decode_ms = 0;   // after the first token, until the last one
   double prompt_tokens_per_s = 0;
   double decode_tokens_per_s = 0;  // (generated - 1) / decode_ms
   std::vector<StepTiming> steps;
 };
 
 // `on_token` (optional) is called with each generated id as soon as it is sampled.
-GenerateResult generate(StepEngine& engine, const std::vector<int32_t>& prompt,
-                        const GenerateOptions& options, const std::function<void(int32_t)>& on_token = {});
+GenerateResult generate(StepEngine& engine, const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                        const std::function<void(int32_t)>& on_token = {});
 
 }  // namespace shardwise

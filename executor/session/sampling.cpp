@@ -73,7 +73,8 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<in
   if (greedy && !penalty) return argmax(logits, vocab);  // nothing to change: no copy
   std::vector<float> l(logits, logits + vocab);
   if (penalty) {
-    const size_t n = p_.repeat_last_n < 0 ? history.size() : std::min<size_t>(history.size(), static_cast<size_t>(p_.repeat_last_n));
+    const size_t n =
+        p_.repeat_last_n < 0 ? history.size() : std::min<size_t>(history.size(), static_cast<size_t>(p_.repeat_last_n));
     std::unordered_set<int32_t> seen(history.end() - static_cast<std::ptrdiff_t>(n), history.end());
     for (int32_t id : seen) {
       if (id < 0 || id >= vocab) continue;

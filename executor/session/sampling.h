@@ -14,7 +14,7 @@
 namespace shardwise {
 
 struct SamplingParams {
-  bool greedy = false;          // argmax (ties: lowest id); also used when temp <= 0
+  bool greedy = false;  // argmax (ties: lowest id); also used when temp <= 0
   float temp = 0.8f;
   int32_t top_k = 40;           // <= 0: off
   float top_p = 0.95f;          // >= 1: off

@@ -9,11 +9,11 @@
 // micro-benchmark printout (GEMV GB/s, GEMM TFLOP/s, attention) of the timed models' shapes, each
 // checked before it is timed. Built only with CUDA (it uses the CUDA headers); runs on the GPU machine
 // (see test_gpu.cpp).
-#include <catch2/catch.hpp>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -71,7 +71,9 @@ Gpu& gpu() {
 // before the bytes land, and the kernels under test run on a non-blocking stream that does not wait for
 // that stream: without this, a kernel may read inputs still being copied (or outputs still being
 // poisoned).
-void settle() { ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+void settle() {
+  ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
 
 // Device allocations of one test, freed at its end.
 class DevMem {
@@ -118,7 +120,9 @@ std::vector<float> get(const float* d, size_t n) {
 }
 
 uint32_t g_seed = 12345;
-std::vector<float> fresh(size_t n, float lo = -1.0f, float hi = 1.0f) { return test::random_floats(n, ++g_seed, lo, hi); }
+std::vector<float> fresh(size_t n, float lo = -1.0f, float hi = 1.0f) {
+  return test::random_floats(n, ++g_seed, lo, hi);
+}
 
 // ---- model table ----------------------------------------------------------------------------------
 struct ModelCase {
@@ -145,11 +149,13 @@ const ModelCase kModels[] = {
     {"qwen3_moe h256 hd128 kv4:1 8 experts top-3",
      "name: t4\nfamily: qwen3_moe\nhidden_size: 256\nnum_hidden_layers: 1\nnum_attention_heads: 8\n"
      "num_key_value_heads: 2\nhead_dim: 128\nnum_experts: 8\nnum_experts_per_tok: 3\nmoe_intermediate_size: 96\n"
-     "norm_topk_prob: true\nvocab_size: 250\nrope_theta: 1000000.0\nrms_norm_eps: 1.0e-06\nmax_position_embeddings: 1024\n"},
+     "norm_topk_prob: true\nvocab_size: 250\nrope_theta: 1000000.0\nrms_norm_eps: 1.0e-06\nmax_position_embeddings: "
+     "1024\n"},
     {"qwen3_moe h96 hd32 kv1:1 6 experts top-2 (no renorm)",
      "name: t5\nfamily: qwen3_moe\nhidden_size: 96\nnum_hidden_layers: 1\nnum_attention_heads: 3\n"
      "num_key_value_heads: 3\nhead_dim: 32\nnum_experts: 6\nnum_experts_per_tok: 2\nmoe_intermediate_size: 64\n"
-     "norm_topk_prob: false\nvocab_size: 100\nrope_theta: 10000.0\nrms_norm_eps: 1.0e-05\nmax_position_embeddings: 1024\n"},
+     "norm_topk_prob: false\nvocab_size: 100\nrope_theta: 10000.0\nrms_norm_eps: 1.0e-05\nmax_position_embeddings: "
+     "1024\n"},
     {"qwen3 h96 hd24 kv2:1",
      "name: t6\nfamily: qwen3\nhidden_size: 96\nnum_hidden_layers: 1\nnum_attention_heads: 4\n"
      "num_key_value_heads: 2\nhead_dim: 24\nintermediate_size: 128\nvocab_size: 130\nrope_theta: 1000000.0\n"
@@ -256,7 +262,8 @@ void check_blocks(const ModelSpec& spec, LayerPair& lp, RopeStyle rope, const St
 
   {  // attention: whole block with the cache; rows the step must not read are NaN
     std::vector<float> x = fresh(static_cast<size_t>(n * H));
-    std::vector<float> kc = fresh(static_cast<size_t>(kCapacity * KVD)), vc = fresh(static_cast<size_t>(kCapacity * KVD));
+    std::vector<float> kc = fresh(static_cast<size_t>(kCapacity * KVD)),
+                       vc = fresh(static_cast<size_t>(kCapacity * KVD));
     for (size_t i = static_cast<size_t>(s.pos0 * KVD); i < kc.size(); ++i) kc[i] = vc[i] = std::nanf("");
     float* dx = mem.upload(x);
     float* dk = mem.upload(kc);
@@ -329,7 +336,8 @@ void check_blocks(const ModelSpec& spec, LayerPair& lp, RopeStyle rope, const St
         // Expert ids 0 and 1 now name each other's matrices: swapping their logits gives the same
         // computation as the reference above.
         std::vector<float> rl_sw = rl;
-        for (int64_t t = 0; t < n; ++t) std::swap(rl_sw[static_cast<size_t>(t * E)], rl_sw[static_cast<size_t>(t * E + 1)]);
+        for (int64_t t = 0; t < n; ++t)
+          std::swap(rl_sw[static_cast<size_t>(t * E)], rl_sw[static_cast<size_t>(t * E + 1)]);
         float* drl_sw = mem.upload(rl_sw);
         float* dz2 = mem.upload(z0);
         k->ffn_routed(swapped, dz2, n, drl_sw);
@@ -471,8 +479,10 @@ void check_matmul(Gpu& g, DevMem& mem, const DevMat& dm, const std::vector<uint8
   const OpReference ref = ref_matmul(dm.dtype, w, dm.rows, dm.cols, x, ldx, n, accumulate ? &y0 : nullptr);
   float* dx = mem.upload(x);
   float* dy = mem.floats(ref.y.size());
-  if (accumulate) put(dy, y0);
-  else poison(dy, ref.y.size());
+  if (accumulate)
+    put(dy, y0);
+  else
+    poison(dy, ref.y.size());
   cuda_matmul(dm, dx, ldx, n, dy, dm.rows, accumulate, ws, ws_bytes, g.stream, g.blas);
   const std::string bad = matmul_mismatch(get(dy, ref.y.size()), ref, tolerance(OpId::Matmul));
   INFO(label << " ldx=" << ldx << (accumulate ? " accumulate" : " store") << (wide ? " wide" : "") << ": " << bad);
@@ -504,8 +514,10 @@ void check_gemv(DevMem& mem, const DevMat& dm, const std::vector<uint8_t>& w, in
   const OpReference ref = ref_matmul(dm.dtype, w, dm.rows, dm.cols, x, ldx, n, accumulate ? &y0 : nullptr);
   float* dx = mem.upload(x);
   float* dy = mem.floats(ref.y.size());
-  if (accumulate) put(dy, y0);
-  else poison(dy, ref.y.size());
+  if (accumulate)
+    put(dy, y0);
+  else
+    poison(dy, ref.y.size());
   gemv_launch(dm, dx, ldx, n, dy, dm.rows, accumulate, split);
   const std::string bad = matmul_mismatch(get(dy, ref.y.size()), ref, tolerance(OpId::Matmul));
   INFO(label << " ldx=" << ldx << (accumulate ? " accumulate" : " store") << ": " << bad);
@@ -529,7 +541,8 @@ OpReference ref_swiglu(const OpReference& g, const OpReference& u) {
 // The GEMV tasks the MoE blocks launch, with the k-split as given: one SwiGLU launch of a task with its
 // own gate and up matrices and a task whose matrices a device selector picks from pointer tables, then a
 // store whose matrix a selector picks from matrices laid out evenly (sel_stride).
-void check_gemv_tasks(DevMem& mem, DType dt, const MatShape& sh, int64_t n, cuda::GemvSplit split, const std::string& label) {
+void check_gemv_tasks(DevMem& mem, DType dt, const MatShape& sh, int64_t n, cuda::GemvSplit split,
+                      const std::string& label) {
   const uint64_t mat_bytes = dtype_row_bytes(dt, sh.cols) * static_cast<uint64_t>(sh.rows);
   uint8_t* dw = mem.alloc(3 * mat_bytes);  // matrices 0, 1, 2 back to back
   std::vector<uint8_t> w[3];
@@ -541,7 +554,7 @@ void check_gemv_tasks(DevMem& mem, DType dt, const MatShape& sh, int64_t n, cuda
   const float* dx = mem.upload(x);
   std::vector<OpReference> r;
   for (int i = 0; i < 3; ++i) r.push_back(ref_matmul(dt, w[i], sh.rows, sh.cols, x, sh.cols, n, nullptr));
-  const uint8_t* gates[2] = {dw + 2 * mat_bytes, dw};         // entry 1: matrix 0
+  const uint8_t* gates[2] = {dw + 2 * mat_bytes, dw};            // entry 1: matrix 0
   const uint8_t* ups[2] = {dw + mat_bytes, dw + 2 * mat_bytes};  // entry 1: matrix 2
   const int32_t picks[3] = {0, 1, 2};
   const uint8_t* const* d_gates = mem.upload(gates, 2);
@@ -582,7 +595,8 @@ void check_gemv_tasks(DevMem& mem, DType dt, const MatShape& sh, int64_t n, cuda
 
 }  // namespace
 
-TEST_CASE("op table: matmul cases through cuda_matmul (GEMV and exact GEMM) match the f64 reference", "[gpu][kernels]") {
+TEST_CASE("op table: matmul cases through cuda_matmul (GEMV and exact GEMM) match the f64 reference",
+          "[gpu][kernels]") {
   Gpu& g = gpu();
   DevMem mem;
   const uint64_t ws_bytes = 256ull << 20;
@@ -635,8 +649,10 @@ TEST_CASE("CUDA blocks match the CPU blocks (every dtype, RoPE style, step shape
   }
 }
 
-TEST_CASE("op table: matmul cases of up to 8 tokens through the GEMVs with rows split among a block's warps (k-split) and without",
-          "[gpu][kernels]") {
+TEST_CASE(
+    "op table: matmul cases of up to 8 tokens through the GEMVs with rows split among a block's warps (k-split) and "
+    "without",
+    "[gpu][kernels]") {
   // Forced both ways, every dtype and shape of the table (rows shorter than a warp's step: warps with
   // nothing to add), the GEMV's token counts; then the tasks of the MoE blocks (fused gate/up, matrices
   // picked by a device selector).
@@ -661,7 +677,9 @@ TEST_CASE("op table: matmul cases of up to 8 tokens through the GEMVs with rows 
       for (const MatShape& sh : {MatShape{37, 96}, MatShape{129, 4096}, MatShape{3, 11520}}) {
         if (sh.cols % dtype_block_elems(dt) != 0) continue;
         for (int64_t n : {1, 3, 8})
-          check_gemv_tasks(mem, dt, sh, n, split, way + "tasks " + dtype_name(dt) + " " + std::to_string(sh.rows) + "x" + std::to_string(sh.cols));
+          check_gemv_tasks(
+              mem, dt, sh, n, split,
+              way + "tasks " + dtype_name(dt) + " " + std::to_string(sh.rows) + "x" + std::to_string(sh.cols));
       }
   }
 }
@@ -676,7 +694,8 @@ TEST_CASE("CUDA blocks go through long steps in chunks when the workspace is sma
       std::unique_ptr<LayerPair> lp = make_layer(wmem, spec, pool);
       const uint64_t ws_bytes = cuda_kernels_workspace_bytes(spec, 1);  // 77 tokens must go in chunks
       uint8_t* ws = mem.alloc(ws_bytes);
-      check_blocks(spec, *lp, RopeStyle::Neox, {77, 300}, ws, ws_bytes, pool, where(mc, dt, RopeStyle::Neox, {77, 300}) + " small workspace");
+      check_blocks(spec, *lp, RopeStyle::Neox, {77, 300}, ws, ws_bytes, pool,
+                   where(mc, dt, RopeStyle::Neox, {77, 300}) + " small workspace");
     }
   }
 }
@@ -725,7 +744,8 @@ TEST_CASE("op table: attention cases match the f64 reference and the CPU with ea
   }
 }
 
-TEST_CASE("CUDA attention with more key splits than one combine takes, and with room for few splits", "[gpu][kernels]") {
+TEST_CASE("CUDA attention with more key splits than one combine takes, and with room for few splits",
+          "[gpu][kernels]") {
   DevMem mem;
   ThreadPool pool(0);
   const uint64_t ws_bytes = 256ull << 20;
@@ -768,7 +788,8 @@ TEST_CASE("CUDA attention with more key splits than one combine takes, and with 
   }
 }
 
-TEST_CASE("CUDA attention over offset and padded rows matches the CPU and leaves the padding untouched", "[gpu][kernels]") {
+TEST_CASE("CUDA attention over offset and padded rows matches the CPU and leaves the padding untouched",
+          "[gpu][kernels]") {
   // The op table's attention cases run on dense rows; here the rows' layout varies.
   DevMem mem;
   ThreadPool pool(0);
@@ -791,7 +812,8 @@ TEST_CASE("CUDA attention over offset and padded rows matches the CPU and leaves
   }
   cases.push_back({8, 2, 64, 3, 200, 0, 4});  // padded rows that stay 16-byte aligned: vector loads
   for (const Case& c : cases) {
-    const int64_t kv_len = c.pos0 + c.n, QD = static_cast<int64_t>(c.heads) * c.hd, KVD = static_cast<int64_t>(c.kv_heads) * c.hd;
+    const int64_t kv_len = c.pos0 + c.n, QD = static_cast<int64_t>(c.heads) * c.hd,
+                  KVD = static_cast<int64_t>(c.kv_heads) * c.hd;
     const int64_t qs = QD + c.pad, kvs = KVD + c.pad;
     const std::vector<float> q = fresh(static_cast<size_t>(c.n * QD), -2.0f, 2.0f);
     const std::vector<float> k = fresh(static_cast<size_t>(kv_len * KVD), -2.0f, 2.0f);
@@ -799,7 +821,8 @@ TEST_CASE("CUDA attention over offset and padded rows matches the CPU and leaves
     std::vector<int32_t> pos(static_cast<size_t>(c.n));
     for (int64_t t = 0; t < c.n; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(c.pos0 + t);
     std::vector<float> ref(static_cast<size_t>(c.n * QD));
-    shardwise::attention(q.data(), c.n, pos.data(), k.data(), v.data(), kv_len, {c.heads, c.kv_heads, c.hd}, ref.data(), pool);
+    shardwise::attention(q.data(), c.n, pos.data(), k.data(), v.data(), kv_len, {c.heads, c.kv_heads, c.hd}, ref.data(),
+                         pool);
     // Strided device copies (padding NaN).
     auto strided = [&](const std::vector<float>& src, int64_t rows, int64_t width, int64_t stride) {
       std::vector<float> dst(static_cast<size_t>(c.off + rows * stride), std::nanf(""));
@@ -807,7 +830,8 @@ TEST_CASE("CUDA attention over offset and padded rows matches the CPU and leaves
         std::copy(src.begin() + r * width, src.begin() + (r + 1) * width, dst.begin() + c.off + r * stride);
       return dst;
     };
-    const std::vector<float> hq = strided(q, c.n, QD, qs), hk = strided(k, kv_len, KVD, kvs), hv = strided(v, kv_len, KVD, kvs);
+    const std::vector<float> hq = strided(q, c.n, QD, qs), hk = strided(k, kv_len, KVD, kvs),
+                             hv = strided(v, kv_len, KVD, kvs);
     float* dq = mem.upload(hq);
     float* dk = mem.upload(hk);
     float* dv = mem.upload(hv);
@@ -815,7 +839,8 @@ TEST_CASE("CUDA attention over offset and padded rows matches the CPU and leaves
     float* dout = mem.floats(out_floats);
     for (cuda::DecodeAttn kernel : kDecodeKernels) {
       poison(dout, out_floats);
-      cuda::AttnArgs a = attn_args(dq + c.off, dk + c.off, dv + c.off, dout + c.off, c.n, c.pos0, c.heads, c.kv_heads, c.hd);
+      cuda::AttnArgs a =
+          attn_args(dq + c.off, dk + c.off, dv + c.off, dout + c.off, c.n, c.pos0, c.heads, c.kv_heads, c.hd);
       a.q_stride = qs;
       a.kv_stride = kvs;
       a.out_stride = qs;
@@ -844,7 +869,8 @@ TEST_CASE("CUDA attention over offset and padded rows matches the CPU and leaves
   }
 }
 
-TEST_CASE("CUDA exported attention for profilers: cuda_attention with and without room for split-K partials", "[gpu][kernels]") {
+TEST_CASE("CUDA exported attention for profilers: cuda_attention with and without room for split-K partials",
+          "[gpu][kernels]") {
   Gpu& g = gpu();
   DevMem mem;
   ThreadPool pool(0);
@@ -853,8 +879,8 @@ TEST_CASE("CUDA exported attention for profilers: cuda_attention with and withou
       int64_t heads, kv_heads, hd, n, pos0;
       uint64_t ws_bytes;
     };
-    const Case cases[] = {{8, 2, 128, 1, 3000, 16u << 20}, {8, 2, 128, 1, 3000, 0},  {4, 4, 80, 5, 700, 16u << 20},
-                          {6, 2, 48, 64, 400, 16u << 20},  {6, 2, 48, 64, 400, 0}, {4, 1, 64, 300, 0, 16u << 20}};
+    const Case cases[] = {{8, 2, 128, 1, 3000, 16u << 20}, {8, 2, 128, 1, 3000, 0}, {4, 4, 80, 5, 700, 16u << 20},
+                          {6, 2, 48, 64, 400, 16u << 20},  {6, 2, 48, 64, 400, 0},  {4, 1, 64, 300, 0, 16u << 20}};
     uint8_t* ws = mem.alloc(16u << 20);
     for (const Case& c : cases) {
       const int64_t kv_len = c.pos0 + c.n, QD = c.heads * c.hd, KVD = c.kv_heads * c.hd;
@@ -864,8 +890,8 @@ TEST_CASE("CUDA exported attention for profilers: cuda_attention with and withou
       std::vector<int32_t> pos(static_cast<size_t>(c.n));
       for (int64_t t = 0; t < c.n; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(c.pos0 + t);
       std::vector<float> ref(static_cast<size_t>(c.n * QD));
-      shardwise::attention(q.data(), c.n, pos.data(), k.data(), v.data(), kv_len, {c.heads, c.kv_heads, c.hd}, ref.data(),
-                           pool);
+      shardwise::attention(q.data(), c.n, pos.data(), k.data(), v.data(), kv_len, {c.heads, c.kv_heads, c.hd},
+                           ref.data(), pool);
       float* dq = mem.upload(q);
       float* dk = mem.upload(k);
       float* dv = mem.upload(v);
@@ -873,8 +899,8 @@ TEST_CASE("CUDA exported attention for profilers: cuda_attention with and withou
       poison(dout, ref.size());
       cuda_attention(dq, dk, dv, dout, c.n, c.pos0, c.heads, c.kv_heads, c.hd, c.ws_bytes ? ws : nullptr, c.ws_bytes,
                      g.stream);
-      INFO("cuda_attention heads " << c.heads << "/" << c.kv_heads << " hd " << c.hd << " n=" << c.n << " pos0=" << c.pos0
-                                   << " workspace " << c.ws_bytes);
+      INFO("cuda_attention heads " << c.heads << "/" << c.kv_heads << " hd " << c.hd << " n=" << c.n
+                                   << " pos0=" << c.pos0 << " workspace " << c.ws_bytes);
       CHECK(test::max_rel_error(get(dout, ref.size()), ref, c.hd) <= kBlockTol);
     }
   }
@@ -886,7 +912,8 @@ TEST_CASE("op table: rms_norm and swiglu cases on cuda_rms_norm and cuda_swiglu 
   Gpu& g = gpu();
   for (const OpCase& c : check_cases(OpId::RmsNorm)) {  // out of place and in place
     DevMem mem;
-    const std::vector<float> x = fresh(static_cast<size_t>(c.rows * c.cols), -3.0f, 3.0f), w = fresh(static_cast<size_t>(c.cols));
+    const std::vector<float> x = fresh(static_cast<size_t>(c.rows * c.cols), -3.0f, 3.0f),
+                             w = fresh(static_cast<size_t>(c.cols));
     const OpReference ref = reference_rms_norm(x.data(), w.data(), 1e-5f, c.rows, c.cols);
     std::vector<float> cpu(x.size());
     rms_norm(x.data(), w.data(), 1e-5f, cpu.data(), c.rows, c.cols);
@@ -954,8 +981,9 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
   const uint64_t ws_bytes = 512ull << 20;
   uint8_t* ws = mem.alloc(ws_bytes);
   const double hbm_gbps = 4300.0;
-  std::printf("\n== CUDA kernel micro-benchmarks (roofline: ~%.0f GB/s HBM, cuBLAS f16 ~770 TFLOP/s, f32 FFMA ~60 TFLOP/s)\n",
-              hbm_gbps);
+  std::printf(
+      "\n== CUDA kernel micro-benchmarks (roofline: ~%.0f GB/s HBM, cuBLAS f16 ~770 TFLOP/s, f32 FFMA ~60 TFLOP/s)\n",
+      hbm_gbps);
   // The dense model the benchmarks time (op_table.h); its attention with one layer and a small vocabulary.
   const ModelSpec dense = perf_dense_model();
   // Decode GEMV: copies rotate so that the 60 MB L2 holds none of the next matrix.
@@ -981,7 +1009,8 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
         for (int64_t n : {1, 4, 8}) {
           int it = 0;
           const double ms = time_ms(
-              [&] { gemv_launch(mats[static_cast<size_t>(it++ % copies)], dx, m.cols, n, dy, m.rows, false, split); }, 40);
+              [&] { gemv_launch(mats[static_cast<size_t>(it++ % copies)], dx, m.cols, n, dy, m.rows, false, split); },
+              40);
           const double gbps = static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
           std::printf("GEMV %-5s %6lld x %-6lld n=%lld%s: %8.1f us  %7.0f GB/s  (%4.1f%% of HBM)\n", dtype_name(dt),
                       static_cast<long long>(m.rows), static_cast<long long>(m.cols), static_cast<long long>(n),
@@ -1004,14 +1033,16 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
       const std::vector<float> y = get(dy, static_cast<size_t>(n * rows));
       const uint64_t rb = dtype_row_bytes(dt, cols);
       for (int64_t r = 0; r < rows; r += 512) {
-        const OpReference ref = reference_matmul(dt, w.data() + static_cast<uint64_t>(r) * rb, rb, 1, cols, x.data(), cols, n);
+        const OpReference ref =
+            reference_matmul(dt, w.data() + static_cast<uint64_t>(r) * rb, rb, 1, cols, x.data(), cols, n);
         std::vector<float> got(static_cast<size_t>(n));
         for (int64_t t = 0; t < n; ++t) got[static_cast<size_t>(t)] = y[static_cast<size_t>(t * rows + r)];
         const std::string bad = matmul_mismatch(got, ref, tolerance(OpId::Matmul));
         INFO("GEMM " << dtype_name(dt) << " row " << r << ": " << bad);
         CHECK(bad.empty());
       }
-      const double ms = time_ms([&] { cuda_matmul(dm, dx, cols, n, dy, rows, false, ws, ws_bytes, g.stream, g.blas); }, 10);
+      const double ms =
+          time_ms([&] { cuda_matmul(dm, dx, cols, n, dy, rows, false, ws, ws_bytes, g.stream, g.blas); }, 10);
       const double tflops = 2.0 * static_cast<double>(n * rows * cols) / (ms * 1e-3) / 1e12;
       std::printf("GEMM %-5s %lld x %lld x %lld tokens: %8.3f ms  %6.1f TFLOP/s\n", dtype_name(dt),
                   static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(n), ms, tflops);
@@ -1048,10 +1079,12 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
         const std::vector<float> got = get(out, hq.size());
         for (int64_t t : {int64_t(0), n - 1}) {
           const int32_t p = static_cast<int32_t>(pos0 + t);
-          const OpReference ref = reference_attention(hq.data() + t * spec.q_dim(), 1, &p, hk.data(), hv.data(),
-                                                      {spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim});
+          const OpReference ref =
+              reference_attention(hq.data() + t * spec.q_dim(), 1, &p, hk.data(), hv.data(),
+                                  {spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim});
           const RefCheck rc = compare_to_reference(got.data() + t * spec.q_dim(), ref, tolerance(OpId::Attention));
-          INFO("attention kernel n=" << n << " query " << t << ": " << describe(rc, got.data() + t * spec.q_dim(), ref, tolerance(OpId::Attention)));
+          INFO("attention kernel n=" << n << " query " << t << ": "
+                                     << describe(rc, got.data() + t * spec.q_dim(), ref, tolerance(OpId::Attention)));
           CHECK(rc.ok());
         }
         const double ms = time_ms([&] { cuda::attention(kctx.ctx, a); }, 10);
@@ -1067,20 +1100,20 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
       // blocks of 4 warps on 132 SMs; the block kernel at 1K and 8 keys: 16 splits x 8 kv heads = 128
       // blocks of 8 warps).
       for (cuda::DecodeAttn kernel : kDecodeKernels)
-      for (int64_t context : {int64_t(1024), int64_t(4096)})
-        for (int32_t keys : {0, 16, 32, 64, 128}) {  // 0: the default (about sqrt(context))
-          float* q = mem.floats(static_cast<size_t>(spec.q_dim()));
-          float* out = mem.floats(static_cast<size_t>(spec.q_dim()));
-          put(q, fresh(static_cast<size_t>(spec.q_dim())));
-          cuda::AttnArgs a = attn_args(q, kc, vc, out, 1, context - 1, heads, kvh, hd);
-          a.decode_min_keys = keys;
-          a.decode_kernel = kernel;
-          const double ms = time_ms([&] { cuda::attention(kctx.ctx, a); }, 20);
-          std::printf("attention decode (%s) context %5lld, >= %3s keys per warp: %8.4f ms  %6.0f GB/s of KV\n",
-                      kernel_name(kernel), static_cast<long long>(context),
-                      keys == 0 ? "dft" : std::to_string(keys).c_str(), ms,
-                      2.0 * static_cast<double>(context) * static_cast<double>(KVD) * 4 / (ms * 1e-3) / 1e9);
-        }
+        for (int64_t context : {int64_t(1024), int64_t(4096)})
+          for (int32_t keys : {0, 16, 32, 64, 128}) {  // 0: the default (about sqrt(context))
+            float* q = mem.floats(static_cast<size_t>(spec.q_dim()));
+            float* out = mem.floats(static_cast<size_t>(spec.q_dim()));
+            put(q, fresh(static_cast<size_t>(spec.q_dim())));
+            cuda::AttnArgs a = attn_args(q, kc, vc, out, 1, context - 1, heads, kvh, hd);
+            a.decode_min_keys = keys;
+            a.decode_kernel = kernel;
+            const double ms = time_ms([&] { cuda::attention(kctx.ctx, a); }, 20);
+            std::printf("attention decode (%s) context %5lld, >= %3s keys per warp: %8.4f ms  %6.0f GB/s of KV\n",
+                        kernel_name(kernel), static_cast<long long>(context),
+                        keys == 0 ? "dft" : std::to_string(keys).c_str(), ms,
+                        2.0 * static_cast<double>(context) * static_cast<double>(KVD) * 4 / (ms * 1e-3) / 1e9);
+          }
       // 8 tokens (speculative-decoding-sized steps) at 4K context, each kernel.
       for (cuda::DecodeAttn kernel : kDecodeKernels) {
         float* q = mem.floats(static_cast<size_t>(8 * spec.q_dim()));
@@ -1101,8 +1134,9 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
       k->prepare_step(pos0, n);
       const double ms = time_ms([&] { k->attention(lp->dev, x, n, kc, vc); }, 10);
       const double kv_gb = 2.0 * static_cast<double>(4096 * KVD) * 4 / 1e9;
-      std::printf("attention block (norm, qkv, rope, attention, o) n=%lld at context 4096: %8.3f ms  (KV read %.0f MB)\n",
-                  static_cast<long long>(n), ms, kv_gb * 1e3);
+      std::printf(
+          "attention block (norm, qkv, rope, attention, o) n=%lld at context 4096: %8.3f ms  (KV read %.0f MB)\n",
+          static_cast<long long>(n), ms, kv_gb * 1e3);
       k->prepare_step(pos0, n);
       const double fms = time_ms([&] { k->ffn(lp->dev, x, n, nullptr); }, 10);
       std::printf("FFN block n=%lld: %8.3f ms\n", static_cast<long long>(n), fms);

@@ -4,13 +4,13 @@
 // budget, in the driver's 2 MiB granules); then what CUDA alone shows: the activation staging pinned
 // and unpinned, a model's first step in a fresh process, whose kernels the set-up's warm-up must have
 // loaded, and the warm-up itself (runs on the GPU machine; see test_gpu.cpp).
-#include <catch2/catch.hpp>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -21,10 +21,10 @@
 #include "core/hardware_spec.h"
 #include "core/host_buffer.h"
 #include "core/mapped_file.h"
-#include "core/watchdog.h"
-#include "core/thread_pool.h"
-#include "core/weight_source.h"
 #include "core/model_spec.h"
+#include "core/thread_pool.h"
+#include "core/watchdog.h"
+#include "core/weight_source.h"
 #include "costmodel/cost_model.h"
 #include "executor/device/device.h"
 #include "executor/model/cpu_model.h"
@@ -61,7 +61,9 @@ RuntimeTarget cuda_target() {
   return t;
 }
 
-std::vector<int32_t> seq(int n, int64_t vocab, uint32_t seed) { return token_seq(n, vocab, seed); }
+std::vector<int32_t> seq(int n, int64_t vocab, uint32_t seed) {
+  return token_seq(n, vocab, seed);
+}
 
 // The plan table of the CUDA-only tests: the target's settings at `frac` of the weights (+ extra_bytes).
 PlanTable test_table(const WeightSource& src, double frac, PlannerConfig* cfg_out, uint64_t extra_bytes = 0) {
@@ -73,9 +75,10 @@ PlanTable test_table(const WeightSource& src, double frac, PlannerConfig* cfg_ou
 // A small MoE model whose experts outweigh the scratch (8 experts, 3 per token), in `dt`.
 ModelSpec small_moe(const char* name, DType dt) {
   ModelSpec spec = parse_spec_yaml_text(
-      std::string("name: ") + name + "\nfamily: qwen3_moe\nhidden_size: 256\nnum_hidden_layers: 4\nnum_attention_heads: 8\n"
-      "num_key_value_heads: 2\nhead_dim: 32\nvocab_size: 512\nrope_theta: 10000\nrms_norm_eps: 1e-6\n"
-      "num_experts: 8\nnum_experts_per_tok: 3\nmoe_intermediate_size: 128\nnorm_topk_prob: true\n",
+      std::string("name: ") + name +
+          "\nfamily: qwen3_moe\nhidden_size: 256\nnum_hidden_layers: 4\nnum_attention_heads: 8\n"
+          "num_key_value_heads: 2\nhead_dim: 32\nvocab_size: 512\nrope_theta: 10000\nrms_norm_eps: 1e-6\n"
+          "num_experts: 8\nnum_experts_per_tok: 3\nmoe_intermediate_size: 128\nnorm_topk_prob: true\n",
       std::string(name) + ".yaml");
   spec.dtype = dt;
   return spec;
@@ -187,8 +190,10 @@ TEST_CASE("CUDA device: a batch of copies lands as its copies one by one, capped
       for (int i = 0; i < 24; ++i) {
         const uint64_t bytes = (1ull << 20) + static_cast<uint64_t>(i) * 4099;
         const bool page = with_pageable && i == 7;
-        copies.push_back({link.arena + dst, page ? static_cast<const void*>(pageable.data())
-                                                 : static_cast<const void*>(link.host.data() + src), bytes});
+        copies.push_back(
+            {link.arena + dst,
+             page ? static_cast<const void*>(pageable.data()) : static_cast<const void*>(link.host.data() + src),
+             bytes});
         src += bytes + 12345;
         dst += bytes + 4096 * static_cast<uint64_t>(i % 5) + 2;
         total += bytes;
@@ -231,33 +236,34 @@ TEST_CASE("CUDA device: strided copies (an expert's slices as rows) land row by 
   std::vector<uint8_t> pageable(12 << 20);
   for (size_t i = 0; i < pageable.size(); ++i) pageable[i] = static_cast<uint8_t>(i * 11 + 5);
   for (double cap : {0.0, 16e9})
-      for (bool from_pageable : {false, true}) {
-        dev->set_pcie_cap(cap);
-        std::vector<Device::HostCopy> copies;
-        uint64_t dst = 0;
-        for (int i = 0; i < 6; ++i) {
-          const uint64_t width = (768ull << 10) + static_cast<uint64_t>(i) * 4099;
-          const uint64_t rows = i % 3 == 2 ? 1 : 3 - static_cast<uint64_t>(i % 2);  // 3, 2, 1, 2, 3, 1
-          const uint64_t host_pitch = rows > 1 ? (3ull << 20) + 17 * static_cast<uint64_t>(i) : 0;
-          const uint64_t dev_pitch = rows > 1 ? width + 256 * static_cast<uint64_t>(i % 3) : 0;
-          const uint8_t* base = from_pageable && i == 4 ? pageable.data() : link.host.data() + static_cast<uint64_t>(i) * (9ull << 20);
-          copies.push_back({link.arena + dst, base, width, rows, host_pitch, dev_pitch});
-          dst += (rows - 1) * dev_pitch + width + 8192;
-        }
-        const std::vector<uint8_t> zeros(dst, 0);  // the last round's rows must not pass for this one's
-        dev->copy_h2d(link.arena, zeros.data(), dst);
-        dev->synchronize();
-        dev->copy_h2d_batch(copies.data(), copies.size());
-        dev->synchronize();
-        for (const auto& c : copies)
-          for (uint64_t r = 0; r < c.rows; ++r) {
-            std::vector<uint8_t> back(c.bytes);
-            dev->copy_d2h(back.data(), c.dev + r * c.dev_pitch, c.bytes);
-            dev->synchronize();
-            INFO("cap " << cap << " pageable " << from_pageable << " rows " << c.rows << " row " << r);
-            CHECK(std::memcmp(back.data(), static_cast<const uint8_t*>(c.host) + r * c.host_pitch, c.bytes) == 0);
-          }
+    for (bool from_pageable : {false, true}) {
+      dev->set_pcie_cap(cap);
+      std::vector<Device::HostCopy> copies;
+      uint64_t dst = 0;
+      for (int i = 0; i < 6; ++i) {
+        const uint64_t width = (768ull << 10) + static_cast<uint64_t>(i) * 4099;
+        const uint64_t rows = i % 3 == 2 ? 1 : 3 - static_cast<uint64_t>(i % 2);  // 3, 2, 1, 2, 3, 1
+        const uint64_t host_pitch = rows > 1 ? (3ull << 20) + 17 * static_cast<uint64_t>(i) : 0;
+        const uint64_t dev_pitch = rows > 1 ? width + 256 * static_cast<uint64_t>(i % 3) : 0;
+        const uint8_t* base =
+            from_pageable && i == 4 ? pageable.data() : link.host.data() + static_cast<uint64_t>(i) * (9ull << 20);
+        copies.push_back({link.arena + dst, base, width, rows, host_pitch, dev_pitch});
+        dst += (rows - 1) * dev_pitch + width + 8192;
       }
+      const std::vector<uint8_t> zeros(dst, 0);  // the last round's rows must not pass for this one's
+      dev->copy_h2d(link.arena, zeros.data(), dst);
+      dev->synchronize();
+      dev->copy_h2d_batch(copies.data(), copies.size());
+      dev->synchronize();
+      for (const auto& c : copies)
+        for (uint64_t r = 0; r < c.rows; ++r) {
+          std::vector<uint8_t> back(c.bytes);
+          dev->copy_d2h(back.data(), c.dev + r * c.dev_pitch, c.bytes);
+          dev->synchronize();
+          INFO("cap " << cap << " pageable " << from_pageable << " rows " << c.rows << " row " << r);
+          CHECK(std::memcmp(back.data(), static_cast<const uint8_t*>(c.host) + r * c.host_pitch, c.bytes) == 0);
+        }
+    }
   dev->set_pcie_cap(0);
 }
 
@@ -284,7 +290,9 @@ TEST_CASE("CUDA device: the PCIe cap holds within 5% at 8, 16 and 32 GB/s", "[gp
   const auto t0 = std::chrono::steady_clock::now();
   dev->copy_h2d(arena, host.data(), bytes);
   dev->synchronize();
-  WARN("PCIe uncapped: " << static_cast<double>(bytes) / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 1e9 << " GB/s");
+  WARN("PCIe uncapped: " << static_cast<double>(bytes) /
+                                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 1e9
+                         << " GB/s");
 }
 
 TEST_CASE("CUDA device: under a PCIe cap, copies under 64 KiB are not held but still count against the cap", "[gpu]") {
@@ -321,7 +329,8 @@ TEST_CASE("CUDA device: under a PCIe cap, copies under 64 KiB are not held but s
     moved += (1u << 20) + 16 * 16384;
   }
   dev->synchronize();
-  const double rate = static_cast<double>(moved) / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double rate =
+      static_cast<double>(moved) / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   WARN("mixed copies at a 16 GB/s cap: " << rate / 1e9 << " GB/s");
   CHECK(rate <= 16e9 * 1.05);
   dev->set_pcie_cap(0);
@@ -339,23 +348,24 @@ TEST_CASE("CUDA device: activation uploads land byte for byte and do not wait be
   uint8_t* const dst = link.arena + weights;
   uint32_t salt = 1;
   for (double cap : {0.0, 16e9})
-      for (uint64_t bytes : {16384ull, 16ull, 3ull, 4100ull, 65537ull, 1ull << 20, (1ull << 20) + 16})
-        for (uint64_t off : {0ull, 4ull, 1ull})
-          for (bool pinned : {true, false}) {
-            dev->set_pcie_cap(cap);
-            uint8_t* src = (pinned ? staging : pageable.data()) + off;
-            for (int round = 0; round < 2; ++round) {  // the second upload from the same place sees the new bytes
-              ++salt;
-              for (uint64_t i = 0; i < bytes; ++i) src[i] = static_cast<uint8_t>(i * 7 + salt * 31 + (i >> 9));
-              dev->copy_h2d(dst + off, src, bytes, Queue::H2DAct);
-              const Event up = dev->record(Queue::H2DAct);
-              dev->wait(Queue::D2H, up);
-              dev->copy_d2h(back.data(), dst + off, bytes);
-              dev->synchronize();
-              INFO("cap " << cap << " bytes " << bytes << " offset " << off << " pinned " << pinned << " round " << round);
-              CHECK(std::memcmp(back.data(), src, bytes) == 0);
-            }
+    for (uint64_t bytes : {16384ull, 16ull, 3ull, 4100ull, 65537ull, 1ull << 20, (1ull << 20) + 16})
+      for (uint64_t off : {0ull, 4ull, 1ull})
+        for (bool pinned : {true, false}) {
+          dev->set_pcie_cap(cap);
+          uint8_t* src = (pinned ? staging : pageable.data()) + off;
+          for (int round = 0; round < 2; ++round) {  // the second upload from the same place sees the new bytes
+            ++salt;
+            for (uint64_t i = 0; i < bytes; ++i) src[i] = static_cast<uint8_t>(i * 7 + salt * 31 + (i >> 9));
+            dev->copy_h2d(dst + off, src, bytes, Queue::H2DAct);
+            const Event up = dev->record(Queue::H2DAct);
+            dev->wait(Queue::D2H, up);
+            dev->copy_d2h(back.data(), dst + off, bytes);
+            dev->synchronize();
+            INFO("cap " << cap << " bytes " << bytes << " offset " << off << " pinned " << pinned << " round "
+                        << round);
+            CHECK(std::memcmp(back.data(), src, bytes) == 0);
           }
+        }
   dev->set_pcie_cap(0);
   // Behind a 512 MiB weight copy (~10 ms at PCIe speed), a 16 KiB activation upload issued after it lands
   // first (the order, not a time, is checked).
@@ -397,8 +407,8 @@ TEST_CASE("CUDA device: a capped link banks no credit while idle", "[gpu]") {
   }
   dev->set_pcie_cap(0);
   const double expected_ms = static_cast<double>(bytes) / 16e9 * 1e3;
-  WARN("1 MiB after an idle link at 16 GB/s: mean " << total_ms / n << " ms, fastest " << min_ms << " ms (the cap: "
-                                                    << expected_ms << " ms)");
+  WARN("1 MiB after an idle link at 16 GB/s: mean " << total_ms / n << " ms, fastest " << min_ms
+                                                    << " ms (the cap: " << expected_ms << " ms)");
   CHECK(min_ms >= 0.97 * expected_ms);
   CHECK(total_ms / n < expected_ms + 0.1);
 }
@@ -434,8 +444,8 @@ TEST_CASE("CUDA device: paced copies neither stall the host nor slow down while 
   for (auto& t : busy) t.join();
   dev->set_pcie_cap(0);
   const double expected_ms = 2.0 * static_cast<double>(shard) / 16e9 * 1e3;
-  WARN("2 x 270 MiB at 16 GB/s with " << cores << " cores busy: enqueued in " << enqueue_ms << " ms, done in " << total_ms
-                                      << " ms (the cap: " << expected_ms << " ms)");
+  WARN("2 x 270 MiB at 16 GB/s with " << cores << " cores busy: enqueued in " << enqueue_ms << " ms, done in "
+                                      << total_ms << " ms (the cap: " << expected_ms << " ms)");
   CHECK(enqueue_ms < 5.0);
   CHECK(total_ms < 1.10 * expected_ms);
   CHECK(total_ms > 0.95 * expected_ms);
@@ -446,14 +456,20 @@ TEST_CASE("CUDA device: paced copies neither stall the host nor slow down while 
 TEST_CASE("runtime suite (cuda): every schedule and the table's choice reproduce the CPU reference", "[gpu]") {
   const RuntimeTarget t = cuda_target();
   const std::string fx = test::fixtures_dir();
-  const std::vector<std::string> models = {
-      fx + "/hf/mistral", fx + "/hf/qwen3", fx + "/hf/llama", fx + "/hf/qwen3moe_norm",
-      fx + "/llamacpp/gguf/llama_small.q8_0.gguf", fx + "/llamacpp/gguf/qwen3moe_small.f16.gguf",
-      "synthetic:tiny_llama?dtype=q4_0&seed=4", "synthetic:tiny_moe?dtype=q8_0&seed=4", "synthetic:tiny_qwen3?dtype=bf16&seed=4"};
+  const std::vector<std::string> models = {fx + "/hf/mistral",
+                                           fx + "/hf/qwen3",
+                                           fx + "/hf/llama",
+                                           fx + "/hf/qwen3moe_norm",
+                                           fx + "/llamacpp/gguf/llama_small.q8_0.gguf",
+                                           fx + "/llamacpp/gguf/qwen3moe_small.f16.gguf",
+                                           "synthetic:tiny_llama?dtype=q4_0&seed=4",
+                                           "synthetic:tiny_moe?dtype=q8_0&seed=4",
+                                           "synthetic:tiny_qwen3?dtype=bf16&seed=4"};
   ThreadPool pool(4);
   for (const auto& path : models) {  // any head_dim runs (the HF fixtures have 8, 16, 24 and 32, tiny_llama 48)
     const SuiteModel m = suite_model(open_weights(path), t.ctx, {17, 1, 1, 4, 1, 9, 1}, 7, pool);
-    for (double frac : {0.3, 3.0}) check_every_schedule(t, m, budget_at(t, *m.src, frac), all_schedules(), emu(1, 0), pool);
+    for (double frac : {0.3, 3.0})
+      check_every_schedule(t, m, budget_at(t, *m.src, frac), all_schedules(), emu(1, 0), pool);
   }
 }
 
@@ -474,7 +490,8 @@ TEST_CASE("runtime suite (cuda): attention staged over host KV caches reproduces
   CHECK(staged >= 4);
 }
 
-TEST_CASE("runtime suite (cuda): MoE experts split between CPU and GPU (Dynamic) reproduce the CPU reference", "[gpu]") {
+TEST_CASE("runtime suite (cuda): MoE experts split between CPU and GPU (Dynamic) reproduce the CPU reference",
+          "[gpu]") {
   // Every CPU FFN layer of the Dynamic plans split with each share: the GPU's experts copied and run
   // (the device MoE path with part of each token's experts), the CPU's partial uploaded and added. A
   // model whose experts outweigh the scratch, so that a small budget leaves FFN layers on the CPU.
@@ -494,7 +511,10 @@ TEST_CASE("runtime suite (cuda): MoE experts split between CPU and GPU (Dynamic)
   }
 }
 
-TEST_CASE("runtime suite (cuda): experts copied on the layer before's guess (speculative prefetch) reproduce the CPU reference", "[gpu]") {
+TEST_CASE(
+    "runtime suite (cuda): experts copied on the layer before's guess (speculative prefetch) reproduce the CPU "
+    "reference",
+    "[gpu]") {
   // GPU-only plans that guess each streamed MoE layer's experts with its router a layer early (plan.h
   // router_next): the guess's logits computed and copied down, the guessed experts copied, then the
   // misses into the unused guesses' places — with the router's guess, nearly all wrong and half wrong.
@@ -506,7 +526,8 @@ TEST_CASE("runtime suite (cuda): experts copied on the layer before's guess (spe
     const uint64_t budget = budget_at(t, *m.src, 0.0) + m.src->weight_bytes() / 3;
     const PlanTable table = speculative_table(t, m, Schedule::GpuOnly, budget);
     using G = RuntimeOptions::GuessTest;
-    for (G mode : {G::Router, G::Lowest, G::Mixed}) check_guesses(t, m, table, Schedule::GpuOnly, mode, emu(1, 0), budget, pool);
+    for (G mode : {G::Router, G::Lowest, G::Mixed})
+      check_guesses(t, m, table, Schedule::GpuOnly, mode, emu(1, 0), budget, pool);
   }
 }
 
@@ -517,9 +538,11 @@ TEST_CASE("runtime suite (cuda): decode steps as graphs give the same logits bit
   const RuntimeTarget t = cuda_target();
   const std::string fx = test::fixtures_dir();
   ThreadPool pool(4);
-  for (const std::string& path : {fx + "/hf/llama", fx + "/hf/qwen3moe_norm", std::string("synthetic:tiny_llama?dtype=q4_0&seed=4"),
-                                  std::string("synthetic:tiny_moe?dtype=q8_0&seed=4")}) {
-    const SuiteModel m = suite_model(open_weights(path), t.ctx, {17, 1, 1, 4, 1, 9, 1, 1}, 9, pool);  // 6 decode-sized steps
+  for (const std::string& path :
+       {fx + "/hf/llama", fx + "/hf/qwen3moe_norm", std::string("synthetic:tiny_llama?dtype=q4_0&seed=4"),
+        std::string("synthetic:tiny_moe?dtype=q8_0&seed=4")}) {
+    const SuiteModel m =
+        suite_model(open_weights(path), t.ctx, {17, 1, 1, 4, 1, 9, 1, 1}, 9, pool);  // 6 decode-sized steps
     // Room for everything on the device: at 3x the weights alone the fixtures' KV went to the host
     // (CPU attention), and a plan with CPU work runs no graphs.
     const GraphCount g = check_graphs(t, m, budget_at(t, *m.src, 3.0) + (64u << 20), emu(1, 0), pool);
@@ -528,9 +551,10 @@ TEST_CASE("runtime suite (cuda): decode steps as graphs give the same logits bit
   }
   for (const char* family : {"llama", "qwen3_moe"}) {  // streamed weights keep every step off graphs
     const ModelSpec spec = suite_spec(family, DType::Q8_0);
-    const SuiteModel m = suite_model(make_synthetic_weights(spec, 31, &pool), t.ctx, {13, 1, 1, 4, 1, 9, 1, 1}, 6, pool);
-    check_streaming_runs_no_graphs(t, m, static_cast<uint64_t>(0.3 * static_cast<double>(spec.total_bytes())) + (4u << 20),
-                                   emu(1, 0), pool);
+    const SuiteModel m =
+        suite_model(make_synthetic_weights(spec, 31, &pool), t.ctx, {13, 1, 1, 4, 1, 9, 1, 1}, 6, pool);
+    check_streaming_runs_no_graphs(
+        t, m, static_cast<uint64_t>(0.3 * static_cast<double>(spec.total_bytes())) + (4u << 20), emu(1, 0), pool);
   }
 }
 
@@ -546,7 +570,8 @@ TEST_CASE("runtime suite (cuda): switching schedules between steps keeps every s
   check_infeasible_schedule_refused(t, emu(1, 0), pool);
 }
 
-TEST_CASE("runtime suite (cuda): MoE decode routes on the device, Dynamic streams attention, pinned weights stay", "[gpu]") {
+TEST_CASE("runtime suite (cuda): MoE decode routes on the device, Dynamic streams attention, pinned weights stay",
+          "[gpu]") {
   const RuntimeTarget t = cuda_target();
   ThreadPool pool(4);
   {
@@ -604,10 +629,8 @@ TEST_CASE(kFreshTest, "[gpu]") {
     const std::vector<std::string> cases = {
         fx + "/llamacpp/gguf/qwen3moe_small.f16.gguf|gpu-only|3.0",  // measured 6 MiB over a 4 MiB budget before
         "synthetic:tiny_qwen3?dtype=bf16&seed=4|gpu-only|3.0",       // ditto, 6 MiB over 4 MiB (2.25 MiB budget)
-        fx + "/llamacpp/gguf/llama_small.q8_0.gguf|gpu-only|3.0",
-        fx + "/hf/mistral|gpu-only|3.0",
-        "synthetic:tiny_moe?dtype=q8_0&seed=4|dynamic|0.3",
-        "synthetic:tiny_llama?dtype=q4_0&seed=4|static|0.3",
+        fx + "/llamacpp/gguf/llama_small.q8_0.gguf|gpu-only|3.0",   fx + "/hf/mistral|gpu-only|3.0",
+        "synthetic:tiny_moe?dtype=q8_0&seed=4|dynamic|0.3",         "synthetic:tiny_llama?dtype=q4_0&seed=4|static|0.3",
     };
     for (const auto& c : cases) {
       INFO("fresh process: " << c);
@@ -666,8 +689,9 @@ TEST_CASE("CUDA kernel warm-up runs every block of a model cheaply", "[gpu]") {
   };
   std::vector<Case> cases;
   const std::string fx = test::fixtures_dir();
-  for (const std::string& m : {fx + "/hf/llama", fx + "/hf/qwen3", fx + "/hf/qwen3moe_norm",
-                              fx + "/llamacpp/gguf/qwen3moe_small.f16.gguf", std::string("synthetic:tiny_qwen3?dtype=bf16&seed=4")}) {
+  for (const std::string& m :
+       {fx + "/hf/llama", fx + "/hf/qwen3", fx + "/hf/qwen3moe_norm", fx + "/llamacpp/gguf/qwen3moe_small.f16.gguf",
+        std::string("synthetic:tiny_qwen3?dtype=bf16&seed=4")}) {
     auto src = open_weights(m);
     cases.push_back({m, src->spec(), src->rope_style()});
   }

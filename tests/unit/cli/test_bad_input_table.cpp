@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "core/gguf.h"
-#include "text/unicode.h"
 #include "test_util.h"
+#include "text/unicode.h"
 
 using namespace shardwise;
 using namespace shardwise::test;
@@ -47,7 +47,9 @@ void check(const Row& r) {
   const std::string err = temp_path("table_err_" + std::to_string(n++) + ".txt");
   const auto t0 = std::chrono::steady_clock::now();
   std::string ignored;
-  const int rc = run_command("(timeout -s KILL 30 " + quote(shardwise_bin()) + " " + r.args + " >" + quote(out) + " 2>" + quote(err) + ")", &ignored);
+  const int rc = run_command(
+      "(timeout -s KILL 30 " + quote(shardwise_bin()) + " " + r.args + " >" + quote(out) + " 2>" + quote(err) + ")",
+      &ignored);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::string o = read_file(out), e = read_file(err);
   INFO(r.what << "\nshardwise " << r.args << "\nexit " << rc << " after " << s << " s\nstdout: " << o.substr(0, 400)
@@ -106,20 +108,22 @@ const std::string& model() {
 json plan_of_model() {
   const std::string p = temp_path("table_plan.json");
   std::string out;
-  REQUIRE(run_command(quote(shardwise_bin()) + " plan --model " + quote(model()) + " --hw h200-host --vram-budget 2M --ctx 64 --save " +
-                          quote(p),
+  REQUIRE(run_command(quote(shardwise_bin()) + " plan --model " + quote(model()) +
+                          " --hw h200-host --vram-budget 2M --ctx 64 --save " + quote(p),
                       &out) == 0);
   return json::parse(read_file(p));
 }
 
 std::string run_plan(const std::string& name, const json& plan) {
-  return "run --model " + quote(model()) + " --device emu --plan " + quote(write(name, plan.dump())) + " --tokens 1,2,3 -n 3 --greedy";
+  return "run --model " + quote(model()) + " --device emu --plan " + quote(write(name, plan.dump())) +
+         " --tokens 1,2,3 -n 3 --greedy";
 }
 
 std::string experiment_yaml(int per_list) {
   std::ostringstream y;
   y << "name: big\nhardware: cli3\nmodels:\n";
-  for (int i = 0; i < per_list; ++i) y << "  - {name: m" << i << ", weights: \"synthetic:tiny_llama?seed=" << i + 1 << "\"}\n";
+  for (int i = 0; i < per_list; ++i)
+    y << "  - {name: m" << i << ", weights: \"synthetic:tiny_llama?seed=" << i + 1 << "\"}\n";
   const char* lists[4] = {"budgets", "ctx", "threads", "pcie_caps"};
   for (int l = 0; l < 4; ++l) {
     y << lists[l] << ": [";
@@ -140,37 +144,55 @@ std::string experiment_yaml(int per_list) {
 
 TEST_CASE("bad input table: tokenizer.json nesting, types and ids", "[cli][bad_table]") {
   auto tokenize = [](const std::string& dir) { return "tokenize --model " + quote(dir) + " --text 'a b'"; };
-  for (const Row& r : std::vector<Row>{
-           {"normalizer Sequence 50000 deep (crashed)",
-            tokenize(hf_with_tokenizer("t_norm", small_tokenizer("\"normalizer\": " + nested("normalizers", 50000, R"({"type": "NFC"})")))),
-            {"tokenizer.json", "normalizer: Sequence nested more than 64 deep"}},
-           {"pre_tokenizer Sequence 6000 deep (took 29 s)",
-            tokenize(hf_with_tokenizer("t_pre", small_tokenizer("\"pre_tokenizer\": " + nested("pretokenizers", 6000, R"({"type": "Digits"})")))),
-            {"pre_tokenizer: Sequence nested more than 64 deep"}},
-           {"decoder Sequence 65 deep", tokenize(hf_with_tokenizer("t_dec", small_tokenizer("\"decoder\": " + nested("decoders", 65, R"({"type": "Fuse"})")))),
-            {"decoder: Sequence nested more than 64 deep"}},
-           {"\"type\": 5", tokenize(hf_with_tokenizer("t_type", small_tokenizer(R"("normalizer": {"type": 5})"))),
-            {"tokenizer.json: normalizer.type: must be a string, got 5"}},
-           {"a decoder field of the wrong type", tokenize(hf_with_tokenizer("t_strip", small_tokenizer(R"("decoder": {"type": "Strip", "stop": [1]})"))),
-            {"decoder.stop: must be an integer"}},
-           {"post-processor special id outside the vocabulary",
-            tokenize(hf_with_tokenizer("t_special", small_tokenizer(R"("post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}], "special_tokens": {"<s>": {"ids": [150]}}})"))),
-            {"post_processor.special_tokens['<s>'].ids[0]: token id 150 is not in the vocabulary"}},
-       })
+  for (
+      const Row& r : std::vector<Row>{
+          {"normalizer Sequence 50000 deep (crashed)",
+           tokenize(hf_with_tokenizer(
+               "t_norm", small_tokenizer("\"normalizer\": " + nested("normalizers", 50000, R"({"type": "NFC"})")))),
+           {"tokenizer.json", "normalizer: Sequence nested more than 64 deep"}},
+          {"pre_tokenizer Sequence 6000 deep (took 29 s)",
+           tokenize(hf_with_tokenizer(
+               "t_pre",
+               small_tokenizer("\"pre_tokenizer\": " + nested("pretokenizers", 6000, R"({"type": "Digits"})")))),
+           {"pre_tokenizer: Sequence nested more than 64 deep"}},
+          {"decoder Sequence 65 deep",
+           tokenize(hf_with_tokenizer(
+               "t_dec", small_tokenizer("\"decoder\": " + nested("decoders", 65, R"({"type": "Fuse"})")))),
+           {"decoder: Sequence nested more than 64 deep"}},
+          {"\"type\": 5",
+           tokenize(hf_with_tokenizer("t_type", small_tokenizer(R"("normalizer": {"type": 5})"))),
+           {"tokenizer.json: normalizer.type: must be a string, got 5"}},
+          {"a decoder field of the wrong type",
+           tokenize(hf_with_tokenizer("t_strip", small_tokenizer(R"("decoder": {"type": "Strip", "stop": [1]})"))),
+           {"decoder.stop: must be an integer"}},
+          {"post-processor special id outside the vocabulary",
+           tokenize(hf_with_tokenizer(
+               "t_special",
+               small_tokenizer(
+                   R"("post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}], "special_tokens": {"<s>": {"ids": [150]}}})"))),
+           {"post_processor.special_tokens['<s>'].ids[0]: token id 150 is not in the vocabulary"}},
+      })
     check(r);
   // A byte-level vocabulary lacking byte 0x41's symbol (text with an 'A' was silently dropped).
   json vocab = json::object();
   for (int b = 0; b < 200; ++b)  // the fixture's vocabulary has 211 rows
     if (b != 0x41) vocab[tok::byte_level_encode(std::string(1, static_cast<char>(b)))] = static_cast<int>(vocab.size());
-  const json tj = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()}}}, {"pre_tokenizer", {{"type", "ByteLevel"}}}};
-  check({"byte-level vocabulary without every byte", tokenize(hf_with_tokenizer("t_bytes", tj.dump())), {"no token for byte 0x41"}});
+  const json tj = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()}}},
+                   {"pre_tokenizer", {{"type", "ByteLevel"}}}};
+  check({"byte-level vocabulary without every byte",
+         tokenize(hf_with_tokenizer("t_bytes", tj.dump())),
+         {"no token for byte 0x41"}});
 }
 
 TEST_CASE("bad input table: thread counts", "[cli][bad_table]") {
   const std::string run = "run --model " + quote(model()) + " --tokens 1,2,3 -n 2 ";
-  check({"--threads 4096 (64 s for 3 tokens on 2 cores)", run + "--threads 4096", {"--threads 4096 is out of range", "hardware threads"}});
+  check({"--threads 4096 (64 s for 3 tokens on 2 cores)",
+         run + "--threads 4096",
+         {"--threads 4096 is out of range", "hardware threads"}});
   check({"--threads -3", run + "--threads -3", {"--threads -3"}});
-  check({"profile --threads 100000", "profile --quick --device cpu --threads 1,100000 --out " + quote(temp_path("p.json")), {"--threads"}});
+  check({"profile --threads 100000",
+         "profile --quick --device cpu --threads 1,100000 --out " + quote(temp_path("p.json")),
+         {"--threads"}});
 }
 
 TEST_CASE("bad input table: GGUF files that would read wrong", "[cli][bad_table]") {
@@ -180,9 +202,11 @@ TEST_CASE("bad input table: GGUF files that would read wrong", "[cli][bad_table]
   std::string short_count = bytes;
   const uint64_t fewer = n - 1;
   std::memcpy(&short_count[8], &fewer, 8);
-  check({"tensor count one short (ran with exit 0)", "run --greedy --tokens 1,2,3 -n 2 --model " + quote(write("short.gguf", short_count)),
+  check({"tensor count one short (ran with exit 0)",
+         "run --greedy --tokens 1,2,3 -n 2 --model " + quote(write("short.gguf", short_count)),
          {"short.gguf", "the file is corrupt"}});
-  check({"bytes after the last tensor", "info " + quote(write("trailing.gguf", bytes + std::string(4096, '\0'))),
+  check({"bytes after the last tensor",
+         "info " + quote(write("trailing.gguf", bytes + std::string(4096, '\0'))),
          {"trailing.gguf", "bytes after the last tensor's data belong to no tensor"}});
 }
 
@@ -192,7 +216,9 @@ TEST_CASE("bad input table: plan tables run with --plan", "[cli][bad_table]") {
   for (auto& t : p["tiers"])
     for (auto& c : t["candidates"])
       for (auto& r : c["arena"]) r["offset"] = 0;
-  check({"every region at offset 0 (nondeterministic tokens)", run_plan("zero.json", p), {"zero.json: tiers[0].candidates[", "overlap"}});
+  check({"every region at offset 0 (nondeterministic tokens)",
+         run_plan("zero.json", p),
+         {"zero.json: tiers[0].candidates[", "overlap"}});
   p = good;
   for (auto& t : p["tiers"])
     for (auto& c : t["candidates"]) {
@@ -212,14 +238,19 @@ TEST_CASE("bad input table: plan tables run with --plan", "[cli][bad_table]") {
       }
       c["actions"] = kept;
     }
-  check({"compute actions removed (tokens [0, 0, 0])", run_plan("nocompute.json", p), {"nocompute.json", "is not computed exactly once"}});
+  check({"compute actions removed (tokens [0, 0, 0])",
+         run_plan("nocompute.json", p),
+         {"nocompute.json", "is not computed exactly once"}});
   p = good;
   p["tiers"][0]["candidates"][0]["actions"][1]["kind"] = "teleport";
-  check({"an unknown action kind", run_plan("teleport.json", p),
+  check({"an unknown action kind",
+         run_plan("teleport.json", p),
          {"teleport.json: tiers[0].candidates[0].actions[1].kind: unknown action kind 'teleport' (one of"}});
   p = good;
   p["tiers"][0]["candidates"][0]["actions"][0]["shard"] = 100000;
-  check({"a shard id out of range (leaked vector::_M_range_check)", run_plan("shard.json", p), {"shard.json", "names shard 100000"}});
+  check({"a shard id out of range (leaked vector::_M_range_check)",
+         run_plan("shard.json", p),
+         {"shard.json", "names shard 100000"}});
   p = good;
   p["tiers"][0]["colour"] = "blue";
   check({"an unknown field", run_plan("field.json", p), {"field.json: tiers[0]: unknown field 'colour'"}});
@@ -239,22 +270,28 @@ TEST_CASE("bad input table: weights that give non-finite logits", "[cli][bad_tab
     bytes[f.data_offset() + t->offset + i + 1] = 0x7E;
   }
   const std::string nan = quote(write("nan.gguf", bytes));
-  check({"NaN LM head, greedy on the CPU (token 0 forever)", "run --greedy --tokens 1,2,3 -n 4 --model " + nan,
+  check({"NaN LM head, greedy on the CPU (token 0 forever)",
+         "run --greedy --tokens 1,2,3 -n 4 --model " + nan,
          {"step 1 of the generation", "not finite"}});
-  check({"NaN LM head, sampled on the emulated device", "run --tokens 1,2,3 -n 4 --device emu --vram-budget 8M --model " + nan,
+  check({"NaN LM head, sampled on the emulated device",
+         "run --tokens 1,2,3 -n 4 --device emu --vram-budget 8M --model " + nan,
          {"step 1 of the generation", "token id 0 has logit nan"}});
-  check({"NaN LM head, logits", "logits --tokens 1,2 --model " + nan + " --out " + quote(temp_path("nan.npy")),
+  check({"NaN LM head, logits",
+         "logits --tokens 1,2 --model " + nan + " --out " + quote(temp_path("nan.npy")),
          {"nan.npy: the logits of position 0", "not finite"}});
 }
 
 TEST_CASE("bad input table: a results file another sweep is writing", "[cli][bad_table]") {
-  const std::string yaml = write("lock.yaml", "name: lock\nhardware: cli3\nmodels: [\"synthetic:tiny_llama?seed=1\"]\nbudgets: [8M]\n"
-                                              "ctx: [64]\nthreads: [1]\npcie_caps: [none]\ntiers: [1]\n");
+  const std::string yaml =
+      write("lock.yaml",
+            "name: lock\nhardware: cli3\nmodels: [\"synthetic:tiny_llama?seed=1\"]\nbudgets: [8M]\n"
+            "ctx: [64]\nthreads: [1]\npcie_caps: [none]\ntiers: [1]\n");
   const std::string out = temp_path("held.jsonl");
   const int fd = ::open(out.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   REQUIRE(fd >= 0);
   REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
-  check({"a second writer (both exited 0 with duplicate rows)", "sweep " + quote(yaml) + " --device emu --resume --no-progress --out " + quote(out),
+  check({"a second writer (both exited 0 with duplicate rows)",
+         "sweep " + quote(yaml) + " --device emu --resume --no-progress --out " + quote(out),
          {"held.jsonl: another sweep is writing this file"}});
   ::close(fd);
 }
@@ -262,13 +299,19 @@ TEST_CASE("bad input table: a results file another sweep is writing", "[cli][bad
 TEST_CASE("bad input table: sizes from outside", "[cli][bad_table]") {
   const std::string run = "run --model " + quote(model()) + " --tokens 1,2,3 -n 2 ";
   for (const Row& r : std::vector<Row>{
-           {"10^8 configurations (expanded until memory ran out)", "sweep " + quote(write("huge.yaml", experiment_yaml(40))) + " --predict",
+           {"10^8 configurations (expanded until memory ran out)",
+            "sweep " + quote(write("huge.yaml", experiment_yaml(40))) + " --predict",
             {"huge.yaml: the experiment expands to 102400000 configurations", "more than 100000"}},
-           {"--pcie-cap 1B/s (never finished)", run + "--device emu --vram-budget 8M --pcie-cap 1B/s", {"--pcie-cap", "100MB/s to 1TB/s"}},
+           {"--pcie-cap 1B/s (never finished)",
+            run + "--device emu --vram-budget 8M --pcie-cap 1B/s",
+            {"--pcie-cap", "100MB/s to 1TB/s"}},
            {"--pcie-cap 5TB/s", "plan --model nemo8b --hw cli3 --vram-budget 4G --pcie-cap 5TB/s", {"--pcie-cap"}},
-           {"--vram-budget of 9e18 bytes (16777216 TiB of host memory)", run + "--device emu --vram-budget 9000000000000000000",
+           {"--vram-budget of 9e18 bytes (16777216 TiB of host memory)",
+            run + "--device emu --vram-budget 9000000000000000000",
             {"--vram-budget", "1 PiB"}},
-           {"plan --vram-budget 2048T", "plan --model nemo8b --hw cli3 --vram-budget 2048T", {"--vram-budget", "1 PiB"}},
+           {"plan --vram-budget 2048T",
+            "plan --model nemo8b --hw cli3 --vram-budget 2048T",
+            {"--vram-budget", "1 PiB"}},
            {"--ctx 2^23", run + "--ctx 8388608", {"--ctx 8388608 is out of range"}},
            {"plan --ctx 2^23", "plan --model nemo8b --hw cli3 --vram-budget 4G --ctx 8388608", {"--ctx 8388608"}},
            {"--batch 2^23", run + "--batch 8388608", {"--batch"}},
@@ -279,17 +322,30 @@ TEST_CASE("bad input table: sizes from outside", "[cli][bad_table]") {
 TEST_CASE("bad input table: errors name the file or flag and the field", "[cli][bad_table]") {
   const std::string bad_key = write("listkey.yaml", "name: x\n[a, b]: 1\nfamily: llama\n");
   for (const Row& r : std::vector<Row>{
-           {"synthetic: layers=abc in run (error: stoll)", "run --tokens 1 -n 1 --model 'synthetic:tiny_llama?layers=abc'",
+           {"synthetic: layers=abc in run (error: stoll)",
+            "run --tokens 1 -n 1 --model 'synthetic:tiny_llama?layers=abc'",
             {"synthetic:tiny_llama?layers=abc: layers 'abc' must be a whole number"}},
            {"synthetic: layers=abc in info (ignored)", "info 'synthetic:tiny_llama?layers=abc'", {"layers 'abc'"}},
            {"synthetic: layers=abc in an experiment (error: stoll)",
-            "sweep --predict " + quote(write("stoll.yaml", "name: s\nhardware: cli3\nmodels: [\"synthetic:tiny_llama?layers=abc\"]\n"
-                                                             "budgets: [8M]\nctx: [64]\nthreads: [1]\npcie_caps: [none]\ntiers: [1]\n")),
+            "sweep --predict " +
+                quote(write("stoll.yaml",
+                            "name: s\nhardware: cli3\nmodels: [\"synthetic:tiny_llama?layers=abc\"]\n"
+                            "budgets: [8M]\nctx: [64]\nthreads: [1]\npcie_caps: [none]\ntiers: [1]\n")),
             {"stoll.yaml: models[0].weights", "layers 'abc'"}},
-           {"a model YAML key that is a list (bad conversion, no file)", "info " + quote(bad_key), {"listkey.yaml: line 2"}},
-           {"synth to a missing directory (synthesised first)", "synth --spec tiny_llama -o /nonexistent/dir/x.gguf", {"-o", "/nonexistent/dir"}},
-           {"a flag CLI11 cannot convert (two lines, exit 105)", "run --model " + quote(model()) + " --tokens 1 --ctx abc", {"--ctx"}},
-           {"a YAML key holding a control character", "info " + quote(write("ctl.yaml", "name: x\n\x1e" "bad: 1\n")), {"\\x1ebad"}},
+           {"a model YAML key that is a list (bad conversion, no file)",
+            "info " + quote(bad_key),
+            {"listkey.yaml: line 2"}},
+           {"synth to a missing directory (synthesised first)",
+            "synth --spec tiny_llama -o /nonexistent/dir/x.gguf",
+            {"-o", "/nonexistent/dir"}},
+           {"a flag CLI11 cannot convert (two lines, exit 105)",
+            "run --model " + quote(model()) + " --tokens 1 --ctx abc",
+            {"--ctx"}},
+           {"a YAML key holding a control character",
+            "info " + quote(write("ctl.yaml",
+                                  "name: x\n\x1e"
+                                  "bad: 1\n")),
+            {"\\x1ebad"}},
        })
     check(r);
 }
@@ -300,38 +356,55 @@ TEST_CASE("bad input table: JSON nested deep", "[cli][bad_table]") {
   std::string cfg = read_file(dir + "/config.json");
   const auto at = cfg.find("\"hidden_size\":");
   REQUIRE(at != std::string::npos);
-  cfg = cfg.substr(0, at) + "\"hidden_size\": " + std::string(200000, '[') + "1" + std::string(200000, ']') + cfg.substr(cfg.find_first_of(",}", at));
+  cfg = cfg.substr(0, at) + "\"hidden_size\": " + std::string(200000, '[') + "1" + std::string(200000, ']') +
+        cfg.substr(cfg.find_first_of(",}", at));
   write_file(dir + "/config.json", cfg);
-  check({"config.json value nested 200000 deep (crashed)", "info " + quote(dir), {"config.json: JSON nested 200001 deep, more than 256 levels"}});
+  check({"config.json value nested 200000 deep (crashed)",
+         "info " + quote(dir),
+         {"config.json: JSON nested 200001 deep, more than 256 levels"}});
   json plan = plan_of_model();
   plan["machine"] = "@@";
   std::string text = plan.dump();
   text.replace(text.find("\"@@\""), 4, std::string(100000, '{') + std::string(100000, '}'));
-  check({"plan table field nested 100000 deep",
-         "run --model " + quote(model()) + " --device emu --tokens 1 -n 1 --plan " + quote(write("deep_plan.json", text)),
-         {"deep_plan.json: JSON nested 100001 deep"}});
+  check(
+      {"plan table field nested 100000 deep",
+       "run --model " + quote(model()) + " --device emu --tokens 1 -n 1 --plan " + quote(write("deep_plan.json", text)),
+       {"deep_plan.json: JSON nested 100001 deep"}});
 }
 
 TEST_CASE("bad input table: the smallest budget that works", "[cli][bad_table]") {
-  check({"a budget below the smallest", "plan --model tiny_llama --hw cli3 --vram-budget 1K --ctx 256", {"the smallest budget that works is", "bytes)"}});
+  check({"a budget below the smallest",
+         "plan --model tiny_llama --hw cli3 --vram-budget 1K --ctx 256",
+         {"the smallest budget that works is", "bytes)"}});
 }
 
 TEST_CASE("bad input table: small values once accepted silently", "[cli][bad_table]") {
   const std::string run = "run --model " + quote(model()) + " --tokens 1,2,3 -n 2 ";
-  const std::string dup_exp = write("dup.yaml", "name: d\nhardware: cli3\nhardware: cli2\nmodels: [\"synthetic:tiny_llama\"]\nbudgets: [8M]\n"
-                                                "ctx: [64]\nthreads: [1]\npcie_caps: [none]\ntiers: [1]\n");
+  const std::string dup_exp =
+      write("dup.yaml",
+            "name: d\nhardware: cli3\nhardware: cli2\nmodels: [\"synthetic:tiny_llama\"]\nbudgets: [8M]\n"
+            "ctx: [64]\nthreads: [1]\npcie_caps: [none]\ntiers: [1]\n");
   const std::string dup_model = write("dupmodel.yaml", "name: x\nfamily: llama\nhidden_size: 64\nhidden_size: 128\n");
   for (const Row& r : std::vector<Row>{
            {"--ctx -1", run + "--ctx -1", {"--ctx -1"}},
            {"--batch -1", run + "--batch -1", {"--batch -1"}},
            {"--seed -1 (wrapped)", run + "--seed -1", {"--seed", "'-1'"}},
            {"--seed 2^70 (saturated)", run + "--seed 1180591620717411303424", {"--seed"}},
-           {"synth --layers -1", "synth --spec tiny_llama --layers -1 -o " + quote(temp_path("l.gguf")), {"--layers -1"}},
-           {"tokenize --file DIR (read as empty)", "tokenize --model " + quote(model()) + " --file " + quote(temp_dir()), {"--file", "is a directory"}},
-           {"seed= past 2^64 in a synthetic: spec", "run --tokens 1 -n 1 --model 'synthetic:tiny_llama?seed=99999999999999999999999'",
+           {"synth --layers -1",
+            "synth --spec tiny_llama --layers -1 -o " + quote(temp_path("l.gguf")),
+            {"--layers -1"}},
+           {"tokenize --file DIR (read as empty)",
+            "tokenize --model " + quote(model()) + " --file " + quote(temp_dir()),
+            {"--file", "is a directory"}},
+           {"seed= past 2^64 in a synthetic: spec",
+            "run --tokens 1 -n 1 --model 'synthetic:tiny_llama?seed=99999999999999999999999'",
             {"seed '99999999999999999999999'"}},
-           {"a duplicate key in an experiment (first won)", "sweep --predict " + quote(dup_exp), {"dup.yaml: line 3: duplicate key 'hardware'"}},
-           {"a duplicate key in a model YAML", "info " + quote(dup_model), {"dupmodel.yaml: line 4: duplicate key 'hidden_size'"}},
+           {"a duplicate key in an experiment (first won)",
+            "sweep --predict " + quote(dup_exp),
+            {"dup.yaml: line 3: duplicate key 'hardware'"}},
+           {"a duplicate key in a model YAML",
+            "info " + quote(dup_model),
+            {"dupmodel.yaml: line 4: duplicate key 'hidden_size'"}},
        })
     check(r);
 }

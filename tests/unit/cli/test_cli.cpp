@@ -1,25 +1,25 @@
 // Tests for the `shardwise` binary ($SHARDWISE_BIN): the verbs on fixtures and synthetic models,
 // and bad input, which must end with a non-zero exit and exactly one stderr line "error: ..."
 // (no stack trace, no abort, no sanitizer report).
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
-#include <cstdlib>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
-#include "executor/cpu/matmul.h"
 #include "core/gguf.h"
 #include "core/npy.h"
 #include "core/size.h"
+#include "executor/cpu/matmul.h"
 #include "microbench/bench_data.h"
 #include "microbench/profiler.h"
 #include "test_util.h"
@@ -43,9 +43,13 @@ std::string quote(const std::string& s) {
   return q + "'";
 }
 
-std::string bin() { return test::shardwise_bin(); }
+std::string bin() {
+  return test::shardwise_bin();
+}
 
-std::string fixture(const std::string& rel) { return fixtures_dir() + "/" + rel; }
+std::string fixture(const std::string& rel) {
+  return fixtures_dir() + "/" + rel;
+}
 
 // Runs `shardwise ARGS` (ARGS already quoted as needed); stdout and stderr apart.
 Result shardwise_cli(const std::string& args) {
@@ -275,8 +279,8 @@ TEST_CASE("cli: bad input gives exit 1 and one error line", "[cli][bad_input]") 
 
 TEST_CASE("cli: missing required flags and unknown verbs exit non-zero", "[cli][bad_input]") {
   for (const std::string& args : {std::string("run --tokens 1 -n 1"), std::string("logits --model x --tokens 1"),
-                                 std::string("synth -o x.gguf"), std::string("info"), std::string(""),
-                                 std::string("frobnicate"), std::string("run --model x --tokens 1 -n abc")}) {
+                                  std::string("synth -o x.gguf"), std::string("info"), std::string(""),
+                                  std::string("frobnicate"), std::string("run --model x --tokens 1 -n abc")}) {
     const Result r = shardwise_cli(args);
     INFO("shardwise " << args << "\nexit " << r.rc << "\nstderr: " << r.err);
     CHECK(r.rc > 0);  // CLI11's own message and code; never a signal
@@ -318,12 +322,13 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
       for (const auto& pt : op["points"]) moe_anchor |= pt[0].get<int64_t>() == gemm_from * 16 / 4;
   CHECK(moe_anchor);
   // A GPU plan from a CPU-only profile is an error naming the profile ...
-  const Result plan = shardwise_cli("plan --model nemo4b --profile " + quote(db) + " --vram-budget 2G --threads 2 --ctx 1024");
+  const Result plan =
+      shardwise_cli("plan --model nemo4b --profile " + quote(db) + " --vram-budget 2G --threads 2 --ctx 1024");
   CHECK(plan.rc == 1);
   CHECK_THAT(plan.err, Contains("no GPU rows"));
   // ... unless a datasheet answers the GPU side (with a warning).
-  const Result plan2 =
-      shardwise_cli("plan --model nemo4b --profile " + quote(db) + " --hw cli2 --vram-budget 2G --threads 2 --ctx 1024 --json");
+  const Result plan2 = shardwise_cli("plan --model nemo4b --profile " + quote(db) +
+                                     " --hw cli2 --vram-budget 2G --threads 2 --ctx 1024 --json");
   INFO(plan2.err);
   REQUIRE(plan2.rc == 0);
   CHECK(nlohmann::json::parse(plan2.out)["predicted_decode_tokens_per_s"].get<double>() > 0);
@@ -336,7 +341,8 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
   CHECK_THAT(v.out, Contains("cpu matmul t2"));
   // Rescoring those measurements with the same profile reproduces every prediction and error.
   const std::string rj = temp_path("quick.rescored.json");
-  const Result rs = shardwise_cli("profile --validate " + quote(db) + " --quick --rescore " + quote(vj) + " --json-out " + quote(rj));
+  const Result rs =
+      shardwise_cli("profile --validate " + quote(db) + " --quick --rescore " + quote(vj) + " --json-out " + quote(rj));
   INFO(rs.err);
   REQUIRE(rs.rc == 0);
   const auto a = nlohmann::json::parse(read_file(vj)), b = nlohmann::json::parse(read_file(rj));
@@ -352,7 +358,7 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
     REQUIRE(mc.rows.size() >= 4);
     for (const MachineCheckRow& row : mc.rows) CHECK((row.measured_value > 0 && row.profile_value > 0));
     CHECK(mc.max_slowdown >= mc.min_slowdown);
-    CHECK(mc.slowdown_by_threads.size() == 2);  // 1 and 2 threads
+    CHECK(mc.slowdown_by_threads.size() == 2);    // 1 and 2 threads
     CHECK(mc.first_slowdown_by_threads.empty());  // no tolerance given: measured once
     // The oracle's per-configuration probe: the same rows at one thread count, a positive factor;
     // 0 for a thread count the profile has no rows at.
@@ -431,7 +437,8 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
           for (auto& pt : op["points"]) pt[3] = pt[3].get<double>() / 1000;
       std::ofstream(temp_path("fast1.profile.json")) << fast1.dump();
       std::string y1 = y;
-      y1.replace(y1.find("profile: fast.profile.json"), std::string("profile: fast.profile.json").size(), "profile: fast1.profile.json");
+      y1.replace(y1.find("profile: fast.profile.json"), std::string("profile: fast.profile.json").size(),
+                 "profile: fast1.profile.json");
       const std::string exp1 = temp_path("fast1_experiment.yaml"), rows1 = temp_path("fast1_rows.jsonl");
       std::ofstream(exp1) << y1;
       auto count_rows = [&](int threads) {
@@ -445,8 +452,8 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
       };
       for (const char* probe : {"off", "on"}) {
         std::remove(rows1.c_str());
-        const Result d = shardwise_cli("sweep " + quote(exp1) + " --device emu --machine-check on --machine-probe " + probe +
-                                       " --machine-tolerance 9.9 --no-progress --out " + quote(rows1));
+        const Result d = shardwise_cli("sweep " + quote(exp1) + " --device emu --machine-check on --machine-probe " +
+                                       probe + " --machine-tolerance 9.9 --no-progress --out " + quote(rows1));
         INFO(probe << ": " << d.err);
         REQUIRE(d.rc == 0);
         const auto sj = nlohmann::json::parse(d.out);
@@ -461,7 +468,8 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
         std::getline(in, header);
         CHECK(nlohmann::json::parse(header)["deferred_threads"].contains("1"));
       }
-      const Result later = shardwise_cli("sweep " + quote(exp1) + " --device emu --machine-check off --resume --no-progress --out " + quote(rows1));
+      const Result later = shardwise_cli(
+          "sweep " + quote(exp1) + " --device emu --machine-check off --resume --no-progress --out " + quote(rows1));
       INFO(later.err);
       REQUIRE(later.rc == 0);
       CHECK(nlohmann::json::parse(later.out)["complete"] == true);
@@ -484,14 +492,16 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
       // by the names, before anything is written.
       const std::string rowso = temp_path("other_rows.jsonl");
       require_clean_error("sweep " + quote(exp) + " --profile " + quote(odb) +
-                              " --device emu --machine-check on --machine-tolerance 9.9 --no-progress --out " + quote(rowso),
+                              " --device emu --machine-check on --machine-tolerance 9.9 --no-progress --out " +
+                              quote(rowso),
                           {"describes another machine", "Another CPU 9000", "--machine-check off"});
       CHECK_FALSE(std::ifstream(rowso).good());
       // Planned from this machine's own profile (--profile db) it measures, and the results record the
       // profile used as the experiment's.
       const std::string rowsd = temp_path("own_profile_rows.jsonl");
-      const Result own = shardwise_cli("sweep " + quote(exp) + " --profile " + quote(db) +
-                                       " --device emu --machine-check off --no-progress --max-minutes 0.02 --out " + quote(rowsd));
+      const Result own =
+          shardwise_cli("sweep " + quote(exp) + " --profile " + quote(db) +
+                        " --device emu --machine-check off --no-progress --max-minutes 0.02 --out " + quote(rowsd));
       INFO(own.err);
       REQUIRE(own.rc == 0);
       {
@@ -500,8 +510,8 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
         std::getline(in, header);
         CHECK(nlohmann::json::parse(header)["effective_config"]["profile"] == db);
       }
-      require_clean_error("sweep " + quote(exp) + " --profile " + quote(temp_path("missing.profile.json")) + " --device emu --out " +
-                              quote(temp_path("never.jsonl")),
+      require_clean_error("sweep " + quote(exp) + " --profile " + quote(temp_path("missing.profile.json")) +
+                              " --device emu --out " + quote(temp_path("never.jsonl")),
                           {"--profile", "missing.profile.json", "cannot open"});
       // The comparison itself: GPUs by name where both sides name one.
       MachineFingerprint h200, h100;
@@ -523,8 +533,8 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
     // measured 99.6x once); without the probe, null.
     for (const char* mode : {"on", "off"}) {
       const std::string probed = temp_path(std::string("probed_") + mode + ".jsonl");
-      const Result pr = shardwise_cli("sweep " + quote(exp) + " --device emu --machine-check off --machine-probe " + mode +
-                                      " --no-progress --max-minutes 0.08 --out " + quote(probed));
+      const Result pr = shardwise_cli("sweep " + quote(exp) + " --device emu --machine-check off --machine-probe " +
+                                      mode + " --no-progress --max-minutes 0.08 --out " + quote(probed));
       INFO(mode << ": " << pr.err);
       REQUIRE(pr.rc == 0);
       int measured = 0, cpu_bound = 0;
@@ -549,37 +559,47 @@ TEST_CASE("cli: profile --quick writes a CPU profile that plan and validate use"
       CHECK(measured > 0);
       if (std::string(mode) == "on") CHECK(cpu_bound > 0);
     }
-    require_clean_error("sweep " + quote(exp) + " --device emu --machine-probe maybe --out " + quote(rows), {"--machine-probe 'maybe'"});
+    require_clean_error("sweep " + quote(exp) + " --device emu --machine-probe maybe --out " + quote(rows),
+                        {"--machine-probe 'maybe'"});
     // Bad values of the check's options, and asking for a check with no profile to check against.
     const std::string smoke = root + "/experiments/smoke.yaml";
-    require_clean_error("sweep " + quote(exp) + " --device emu --machine-check maybe --out " + quote(rows), {"--machine-check 'maybe'"});
-    require_clean_error("sweep " + quote(exp) + " --device emu --machine-tolerance 0 --out " + quote(rows), {"--machine-tolerance"});
+    require_clean_error("sweep " + quote(exp) + " --device emu --machine-check maybe --out " + quote(rows),
+                        {"--machine-check 'maybe'"});
+    require_clean_error("sweep " + quote(exp) + " --device emu --machine-tolerance 0 --out " + quote(rows),
+                        {"--machine-tolerance"});
     for (const char* calm : {"-0.1", "10", "nan"})
       require_clean_error("sweep " + quote(exp) + " --device emu --calm " + calm + " --out " + quote(rows), {"--calm"});
-    require_clean_error("sweep " + quote(smoke) + " --device emu --machine-check on --out " + quote(rows), {"names no profile"});
-    require_clean_error("sweep " + quote(smoke) + " --device emu --machine-probe on --out " + quote(rows), {"names no profile"});
+    require_clean_error("sweep " + quote(smoke) + " --device emu --machine-check on --out " + quote(rows),
+                        {"names no profile"});
+    require_clean_error("sweep " + quote(smoke) + " --device emu --machine-probe on --out " + quote(rows),
+                        {"names no profile"});
     CHECK_FALSE(std::ifstream(rows).good());
   }
   // Bad input: one line each.
   require_clean_error("profile --check " + quote(db) + " --tolerance 0", {"--tolerance"});
   require_clean_error("profile --rescore " + quote(vj), {"--rescore needs --validate"});
   require_clean_error("profile --validate " + quote(db) + " --quick --rescore " + quote(db), {"'cases' is missing"});
-  std::ofstream(temp_path("bad.validation.json")) << R"({"cases": [{"class": "cpu matmul t1", "case": "x", "measured_ms": -1}]})";
-  require_clean_error("profile --validate " + quote(db) + " --quick --rescore " + quote(temp_path("bad.validation.json")),
-                      {"cases[0]", "measured_ms"});
+  std::ofstream(temp_path("bad.validation.json"))
+      << R"({"cases": [{"class": "cpu matmul t1", "case": "x", "measured_ms": -1}]})";
+  require_clean_error(
+      "profile --validate " + quote(db) + " --quick --rescore " + quote(temp_path("bad.validation.json")),
+      {"cases[0]", "measured_ms"});
 }
 
 TEST_CASE("cli: streamed experts as strided copies give the CPU path's tokens, and plan times those copies", "[cli]") {
   const std::string moe = fixture("hf/qwen3moe_nonorm");
-  const std::string common = str_cat(" ", quote(bin()), " run --model ", quote(moe), " --tokens 1,2,3,4,5 -n 4 --greedy --threads 2 --json");
+  const std::string common =
+      str_cat(" ", quote(bin()), " run --model ", quote(moe), " --tokens 1,2,3,4,5 -n 4 --greedy --threads 2 --json");
   std::string cpu_out, out;
   REQUIRE(run_command(common + " 2>/dev/null", &cpu_out) == 0);
-  REQUIRE(run_command(common + " --device emu --vram-budget 3M --schedule gpu-only 2>/dev/null", &out) == 0);  // every expert streamed
+  REQUIRE(run_command(common + " --device emu --vram-budget 3M --schedule gpu-only 2>/dev/null", &out) ==
+          0);  // every expert streamed
   CHECK(nlohmann::json::parse(out)["generated_ids"] == nlohmann::json::parse(cpu_out)["generated_ids"]);
   // `plan` times the copies `run` makes: a streamed decode FFN of a synthetic qwen30b (8 experts, one
   // strided copy each, and the norm) is 9 copies; longer steps' FFNs copy more experts.
   const std::string saved = temp_path("plan_copies.json");
-  REQUIRE(run_command(str_cat(quote(bin()), " plan --model 'synthetic:qwen30b?dtype=q4_0' --hw h200-host --vram-budget 2G --ctx 1024",
+  REQUIRE(run_command(str_cat(quote(bin()),
+                              " plan --model 'synthetic:qwen30b?dtype=q4_0' --hw h200-host --vram-budget 2G --ctx 1024",
                               " --threads 16 --only gpu-only --save ", quote(saved), " 2>/dev/null"),
                       &out) == 0);
   std::set<int> copies;
@@ -594,13 +614,15 @@ TEST_CASE("cli: streamed experts as strided copies give the CPU path's tokens, a
 
 TEST_CASE("cli: plan --kv-layers keeps the first N layers' KV in VRAM", "[cli]") {
   for (int n : {10, 40}) {
-    const Result r = shardwise_cli("plan --model nemo8b --hw h200-host --vram-budget 2G --ctx 1024 --threads 16 --json --kv-layers " +
-                                   std::to_string(n));
+    const Result r = shardwise_cli(
+        "plan --model nemo8b --hw h200-host --vram-budget 2G --ctx 1024 --threads 16 --json --kv-layers " +
+        std::to_string(n));
     INFO(r.err);
     REQUIRE(r.rc == 0);
     CHECK(nlohmann::json::parse(r.out)["kv_layers_on_gpu"].get<int>() == n);
   }
-  require_clean_error("plan --model nemo8b --hw h200-host --vram-budget 2G --ctx 1024 --kv-layers 41", {"out of range"});
+  require_clean_error("plan --model nemo8b --hw h200-host --vram-budget 2G --ctx 1024 --kv-layers 41",
+                      {"out of range"});
 }
 
 TEST_CASE("cli: plan --brief names the schedules of the tiers its decode and TTFT come from", "[cli]") {
@@ -642,8 +664,10 @@ TEST_CASE("cli: plan --only S plans one schedule's own table, as run --schedule 
 TEST_CASE("cli: plan/run --host-kv-attention splits or stages the attention over host KV caches", "[cli]") {
   // nemo8b 2G/1K with 30 of 40 layers' KV on the host: a 1024-token GPU-only prefill is faster staged.
   auto prefill_ms = [](const std::string& how) {
-    const Result r = shardwise_cli("plan --model nemo8b --hw h200-host --vram-budget 2G --ctx 1024 --threads 16 --kv-layers 10 "
-                                   "--json --host-kv-attention " + how);
+    const Result r = shardwise_cli(
+        "plan --model nemo8b --hw h200-host --vram-budget 2G --ctx 1024 --threads 16 --kv-layers 10 "
+        "--json --host-kv-attention " +
+        how);
     INFO(r.err);
     REQUIRE(r.rc == 0);
     const auto j = nlohmann::json::parse(r.out);
@@ -657,27 +681,34 @@ TEST_CASE("cli: plan/run --host-kv-attention splits or stages the attention over
   const double split = prefill_ms("split"), staged = prefill_ms("staged"), choose = prefill_ms("choose");
   CHECK(staged < split);
   CHECK(choose == Approx(staged));
-  require_clean_error("plan --model nemo8b --hw h200-host --vram-budget 2G --host-kv-attention maybe", {"--host-kv-attention 'maybe'"});
-  require_clean_error("run --model " + quote(fixture("hf/llama")) + " --device emu --vram-budget 1G --tokens 1,2 -n 1 "
-                      "--host-kv-attention sometimes", {"--host-kv-attention 'sometimes'"});
+  require_clean_error("plan --model nemo8b --hw h200-host --vram-budget 2G --host-kv-attention maybe",
+                      {"--host-kv-attention 'maybe'"});
+  require_clean_error("run --model " + quote(fixture("hf/llama")) +
+                          " --device emu --vram-budget 1G --tokens 1,2 -n 1 "
+                          "--host-kv-attention sometimes",
+                      {"--host-kv-attention 'sometimes'"});
 }
 
 TEST_CASE("cli: plan --routing-tokens measures an MoE model's routing and plans with it", "[cli][routing]") {
   const std::string moe = fixture("hf/qwen3moe_nonorm");
-  const Result r = shardwise_cli("plan --model " + quote(moe) + " --hw cli3 --vram-budget 8M --ctx 64 --threads 2 --routing-tokens 16 --json");
+  const Result r = shardwise_cli("plan --model " + quote(moe) +
+                                 " --hw cli3 --vram-budget 8M --ctx 64 --threads 2 --routing-tokens 16 --json");
   INFO(r.err);
   REQUIRE(r.rc == 0);
   CHECK_THAT(r.err, Contains("routing measured on 16 tokens"));
   CHECK(nlohmann::json::parse(r.out)["predicted_decode_tokens_per_s"].get<double>() > 0);
-  require_clean_error("plan --model tiny_llama --hw cli3 --vram-budget 1G --routing-tokens 16", {"not a mixture-of-experts"});
+  require_clean_error("plan --model tiny_llama --hw cli3 --vram-budget 1G --routing-tokens 16",
+                      {"not a mixture-of-experts"});
   require_clean_error("plan --model qwen30b --hw cli3 --vram-budget 4G --routing-tokens 16", {"needs weights"});
-  require_clean_error("plan --model " + quote(moe) + " --hw cli3 --vram-budget 8M --routing-tokens -3", {"--routing-tokens"});
+  require_clean_error("plan --model " + quote(moe) + " --hw cli3 --vram-budget 8M --routing-tokens -3",
+                      {"--routing-tokens"});
 }
 
 TEST_CASE("cli: plan/run --next-layer-hits: experts copied on the layer before's guess", "[cli][routing]") {
   // qwen30b's GPU-only decode at 4G streams its experts; told that 98% of the guesses hit, the plan copies
   // them a layer early and is predicted faster.
-  const std::string base = "plan --model qwen30b --hw h200-host --vram-budget 4G --ctx 1024 --threads 16 --only gpu-only --json";
+  const std::string base =
+      "plan --model qwen30b --hw h200-host --vram-budget 4G --ctx 1024 --threads 16 --only gpu-only --json";
   const Result plain = shardwise_cli(base), guessed = shardwise_cli(base + " --next-layer-hits 0.98");
   INFO(plain.err << guessed.err);
   REQUIRE(plain.rc == 0);
@@ -694,7 +725,8 @@ TEST_CASE("cli: plan/run --next-layer-hits: experts copied on the layer before's
   const Result cpu = shardwise_cli(common);
   REQUIRE(cpu.rc == 0);
   for (const char* hits : {"auto", "1", "off"}) {
-    const Result r = shardwise_cli(common + "--device emu --vram-budget 3M --schedule gpu-only --next-layer-hits " + hits);
+    const Result r =
+        shardwise_cli(common + "--device emu --vram-budget 3M --schedule gpu-only --next-layer-hits " + hits);
     INFO(hits << ": " << r.err);
     REQUIRE(r.rc == 0);
     const auto j = nlohmann::json::parse(r.out);
@@ -708,13 +740,16 @@ TEST_CASE("cli: plan/run --next-layer-hits: experts copied on the layer before's
   require_clean_error(common + "--device emu --vram-budget 3M --next-layer-hits often", {"--next-layer-hits 'often'"});
 }
 
-TEST_CASE("cli: run --device emu plans under a budget, generates the CPU path tokens and exits cleanly", "[cli][runtime]") {
+TEST_CASE("cli: run --device emu plans under a budget, generates the CPU path tokens and exits cleanly",
+          "[cli][runtime]") {
   const std::string moe = fixture("hf/qwen3moe_nonorm");
-  const Result cpu = shardwise_cli("run --model " + quote(moe) + " --tokens 1,2,3,4,5 -n 6 --greedy --threads 2 --json");
+  const Result cpu =
+      shardwise_cli("run --model " + quote(moe) + " --tokens 1,2,3,4,5 -n 6 --greedy --threads 2 --json");
   REQUIRE(cpu.rc == 0);
   for (const char* budget : {"3M", "64M"}) {
-    const Result r = shardwise_cli("run --model " + quote(moe) + " --tokens 1,2,3,4,5 -n 6 --greedy --threads 2 --json --device emu --vram-budget " +
-                                   budget);
+    const Result r =
+        shardwise_cli("run --model " + quote(moe) +
+                      " --tokens 1,2,3,4,5 -n 6 --greedy --threads 2 --json --device emu --vram-budget " + budget);
     INFO(budget << ": " << r.err);
     REQUIRE(r.rc == 0);  // also: no crash when the runtime and its device are torn down
     const auto j = nlohmann::json::parse(r.out), jc = nlohmann::json::parse(cpu.out);
@@ -723,7 +758,8 @@ TEST_CASE("cli: run --device emu plans under a budget, generates the CPU path to
   }
 }
 
-TEST_CASE("cli: run --schedule X runs every step with X (candidates and baselines), the CPU path's tokens", "[cli][runtime]") {
+TEST_CASE("cli: run --schedule X runs every step with X (candidates and baselines), the CPU path's tokens",
+          "[cli][runtime]") {
   const std::string moe = fixture("hf/qwen3moe_nonorm");
   const std::string common = "run --model " + quote(moe) + " --tokens 1,2,3,4,5 -n 6 --greedy --threads 2 --json ";
   const Result cpu = shardwise_cli(common);
@@ -752,9 +788,11 @@ TEST_CASE("cli: run --schedule X runs every step with X (candidates and baseline
   }
 }
 
-TEST_CASE("cli: run runs decode steps of a device-resident plan as CUDA graphs by default, same tokens", "[cli][runtime]") {
+TEST_CASE("cli: run runs decode steps of a device-resident plan as CUDA graphs by default, same tokens",
+          "[cli][runtime]") {
   const std::string model = fixture("hf/llama");
-  const std::string base = "run --model " + quote(model) + " --tokens 1,2,3,4,5,6,7,8,9,10,11,12 -n 5 --greedy --threads 2 --json --device emu "
+  const std::string base = "run --model " + quote(model) +
+                           " --tokens 1,2,3,4,5,6,7,8,9,10,11,12 -n 5 --greedy --threads 2 --json --device emu "
                            "--vram-budget 64M";
   const Result plain = shardwise_cli(base + " --no-cuda-graphs"), graphs = shardwise_cli(base + " --cuda-graphs"),
                dflt = shardwise_cli(base);
@@ -762,7 +800,8 @@ TEST_CASE("cli: run runs decode steps of a device-resident plan as CUDA graphs b
   REQUIRE(plain.rc == 0);
   REQUIRE(graphs.rc == 0);
   REQUIRE(dflt.rc == 0);
-  const auto jp = nlohmann::json::parse(plain.out), jg = nlohmann::json::parse(graphs.out), jd = nlohmann::json::parse(dflt.out);
+  const auto jp = nlohmann::json::parse(plain.out), jg = nlohmann::json::parse(graphs.out),
+             jd = nlohmann::json::parse(dflt.out);
   CHECK(jg["generated_ids"] == jp["generated_ids"]);
   CHECK(jd["generated_ids"] == jp["generated_ids"]);
   CHECK(jp["graph_launches"].get<uint64_t>() == 0);
@@ -778,9 +817,11 @@ TEST_CASE("cli: run runs decode steps of a device-resident plan as CUDA graphs b
   CHECK(both.err.find("give one of --cuda-graphs and --no-cuda-graphs") != std::string::npos);
 }
 
-TEST_CASE("cli: run --profiler-runs A:B brackets plan runs A to B-1 with the device's profiler range", "[cli][runtime]") {
+TEST_CASE("cli: run --profiler-runs A:B brackets plan runs A to B-1 with the device's profiler range",
+          "[cli][runtime]") {
   const std::string moe = fixture("hf/qwen3moe_nonorm");
-  const std::string base = "run --model " + quote(moe) + " --tokens 1,2,3,4,5 -n 4 --greedy --threads 2 --device emu --vram-budget 3M";
+  const std::string base =
+      "run --model " + quote(moe) + " --tokens 1,2,3,4,5 -n 4 --greedy --threads 2 --device emu --vram-budget 3M";
   const Result r = shardwise_cli(base + " --profiler-runs 1:3");
   INFO(r.err);
   REQUIRE(r.rc == 0);
@@ -806,8 +847,10 @@ TEST_CASE("cli: run --profiler-runs A:B brackets plan runs A to B-1 with the dev
 TEST_CASE("cli: run --timeline writes measured and predicted timelines of the first plan runs", "[cli][runtime]") {
   const std::string moe = fixture("hf/qwen3moe_nonorm");
   const std::string path = test::temp_dir() + "/timeline.json";
-  const Result r = shardwise_cli("run --model " + quote(moe) + " --tokens 1,2,3,4,5 -n 4 --greedy --threads 2 --device emu "
-                                 "--vram-budget 3M --timeline " + quote(path) + " --timeline-runs 3");
+  const Result r = shardwise_cli("run --model " + quote(moe) +
+                                 " --tokens 1,2,3,4,5 -n 4 --greedy --threads 2 --device emu "
+                                 "--vram-budget 3M --timeline " +
+                                 quote(path) + " --timeline-runs 3");
   INFO(r.err);
   REQUIRE(r.rc == 0);
   CHECK(r.err.find("timeline: 3 plan runs") != std::string::npos);
@@ -831,8 +874,10 @@ TEST_CASE("cli: run --timeline writes measured and predicted timelines of the fi
     CHECK(spans[2 * run] == spans[2 * run + 1]);  // every action of the plan, both ways
   }
   // Runs from the third on (steady decode steps): --timeline-runs A:B records runs [A, B) only.
-  const Result later = shardwise_cli("run --model " + quote(moe) + " --tokens 1,2,3,4,5 -n 6 --greedy --threads 2 --device emu "
-                                     "--vram-budget 3M --timeline " + quote(path) + " --timeline-runs 2:5");
+  const Result later = shardwise_cli("run --model " + quote(moe) +
+                                     " --tokens 1,2,3,4,5 -n 6 --greedy --threads 2 --device emu "
+                                     "--vram-budget 3M --timeline " +
+                                     quote(path) + " --timeline-runs 2:5");
   INFO(later.err);
   REQUIRE(later.rc == 0);
   CHECK(later.err.find("timeline: 3 plan runs") != std::string::npos);
@@ -843,17 +888,21 @@ TEST_CASE("cli: run --timeline writes measured and predicted timelines of the fi
     if (e["name"] == "process_name") runs.insert(e["args"]["name"].get<std::string>().substr(0, 6));
   CHECK(runs == std::set<std::string>{"run 2:", "run 3:", "run 4:"});
   for (const char* bad : {"3:1", "0", "2:2", "a", "1:", "-1:2"}) {
-    const Result b = shardwise_cli("run --model " + quote(moe) + " --tokens 1,2 -n 2 --device emu --vram-budget 3M --timeline " +
-                                   quote(path) + " --timeline-runs " + bad);
+    const Result b =
+        shardwise_cli("run --model " + quote(moe) + " --tokens 1,2 -n 2 --device emu --vram-budget 3M --timeline " +
+                      quote(path) + " --timeline-runs " + bad);
     INFO(bad << ": " << b.err);
     CHECK(b.rc != 0);
     CHECK(b.err.find("--timeline-runs") != std::string::npos);
   }
   // Bad input: one line, non-zero exit, nothing run.
-  const Result cpu = shardwise_cli("run --model " + quote(moe) + " --tokens 1,2 -n 2 --device cpu --timeline " + quote(path));
+  const Result cpu =
+      shardwise_cli("run --model " + quote(moe) + " --tokens 1,2 -n 2 --device cpu --timeline " + quote(path));
   CHECK(cpu.rc != 0);
   CHECK(cpu.err.find("--timeline needs a device run") != std::string::npos);
-  const Result nowhere = shardwise_cli("run --model " + quote(moe) + " --tokens 1,2 -n 2 --device emu --vram-budget 3M --timeline /nonexistent-dir/t.json");
+  const Result nowhere =
+      shardwise_cli("run --model " + quote(moe) +
+                    " --tokens 1,2 -n 2 --device emu --vram-budget 3M --timeline /nonexistent-dir/t.json");
   CHECK(nowhere.rc != 0);
   CHECK(nowhere.err.find("cannot write") != std::string::npos);
 }

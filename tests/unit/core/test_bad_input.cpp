@@ -58,7 +58,8 @@ struct GgufEdit {
   }
   void drop(const std::string& prefix) {
     for (size_t i = 0; i < tensors.size(); ++i)
-      if (tensors[i].first.compare(0, prefix.size(), prefix) == 0) tensors.erase(tensors.begin() + static_cast<long>(i--));
+      if (tensors[i].first.compare(0, prefix.size(), prefix) == 0)
+        tensors.erase(tensors.begin() + static_cast<long>(i--));
   }
 };
 
@@ -82,8 +83,12 @@ std::string edited_gguf(const std::string& name, const std::function<void(GgufEd
   return path;
 }
 
-GgufValue u64(uint64_t v) { return GgufValue::of_u64(v); }
-GgufValue u32(uint32_t v) { return GgufValue::of_u32(v); }
+GgufValue u64(uint64_t v) {
+  return GgufValue::of_u64(v);
+}
+GgufValue u32(uint32_t v) {
+  return GgufValue::of_u32(v);
+}
 
 // open_weights must fail with one line containing the path and every part.
 void require_open_error(const std::string& model, const std::vector<std::string>& parts) {
@@ -151,9 +156,11 @@ TEST_CASE("bad input: GGUF metadata that disagrees with the tensors", "[bad_inpu
     require_open_error(p2, {"missing tensor 'token_embd.weight'"});
   }
   SECTION("an unexpected extra tensor") {
-    const std::string p = edited_gguf("extra", [](GgufEdit& e) { e.tensors.emplace_back("blk.0.attn_q.bias", TensorView{}); });
+    const std::string p =
+        edited_gguf("extra", [](GgufEdit& e) { e.tensors.emplace_back("blk.0.attn_q.bias", TensorView{}); });
     require_open_error(p, {"unexpected tensor 'blk.0.attn_q.bias'"});
-    const std::string p2 = edited_gguf("ropefreqs", [](GgufEdit& e) { e.tensors.emplace_back("rope_freqs.weight", TensorView{}); });
+    const std::string p2 =
+        edited_gguf("ropefreqs", [](GgufEdit& e) { e.tensors.emplace_back("rope_freqs.weight", TensorView{}); });
     require_open_error(p2, {"'rope_freqs.weight'", "not supported"});
   }
   SECTION("head_count_kv not dividing head_count") {
@@ -163,62 +170,79 @@ TEST_CASE("bad input: GGUF metadata that disagrees with the tensors", "[bad_inpu
   SECTION("head counts of zero, odd head size, value_length != key_length") {
     require_open_error(edited_gguf("heads0", [](GgufEdit& e) { e.set("llama.attention.head_count", u32(0)); }),
                        {"num_attention_heads = 0", "llama.attention.head_count"});
-    require_open_error(edited_gguf("hd15", [](GgufEdit& e) {
-                         e.set("llama.attention.key_length", u32(15));
-                         e.set("llama.attention.value_length", u32(15));
-                         e.set("llama.rope.dimension_count", u32(15));
-                       }),
+    require_open_error(edited_gguf("hd15",
+                                   [](GgufEdit& e) {
+                                     e.set("llama.attention.key_length", u32(15));
+                                     e.set("llama.attention.value_length", u32(15));
+                                     e.set("llama.rope.dimension_count", u32(15));
+                                   }),
                        {"head_dim = 15", "even", "llama.attention.key_length"});
     require_open_error(edited_gguf("vlen", [](GgufEdit& e) { e.set("llama.attention.value_length", u32(32)); }),
                        {"llama.attention.value_length"});
   }
   SECTION("absurd dimensions fail in validation, before anything is sized by them") {
-    require_open_error(edited_gguf("emb2e40", [](GgufEdit& e) { e.set("llama.embedding_length", u64(uint64_t(1) << 40)); }),
-                       {"hidden_size = 1099511627776", "out of range", "llama.embedding_length"});
-    require_open_error(edited_gguf("blocks2e40", [](GgufEdit& e) { e.set("llama.block_count", u64(uint64_t(1) << 40)); }),
-                       {"num_hidden_layers = 1099511627776", "llama.block_count"});
-    require_open_error(edited_gguf("ffn2e40", [](GgufEdit& e) { e.set("llama.feed_forward_length", u64(uint64_t(1) << 40)); }),
-                       {"intermediate_size", "llama.feed_forward_length"});
+    require_open_error(
+        edited_gguf("emb2e40", [](GgufEdit& e) { e.set("llama.embedding_length", u64(uint64_t(1) << 40)); }),
+        {"hidden_size = 1099511627776", "out of range", "llama.embedding_length"});
+    require_open_error(
+        edited_gguf("blocks2e40", [](GgufEdit& e) { e.set("llama.block_count", u64(uint64_t(1) << 40)); }),
+        {"num_hidden_layers = 1099511627776", "llama.block_count"});
+    require_open_error(
+        edited_gguf("ffn2e40", [](GgufEdit& e) { e.set("llama.feed_forward_length", u64(uint64_t(1) << 40)); }),
+        {"intermediate_size", "llama.feed_forward_length"});
     require_open_error(edited_gguf("vocab2e40", [](GgufEdit& e) { e.set("llama.vocab_size", u64(uint64_t(1) << 40)); }),
                        {"vocab_size", "llama.vocab_size"});
     require_open_error(edited_gguf("u64max", [](GgufEdit& e) { e.set("llama.block_count", u64(~uint64_t(0))); }),
                        {"llama.block_count", "too large"});
     // Each dimension plausible, their product (~10^15 parameters) not.
-    require_open_error(edited_gguf("product", [](GgufEdit& e) {
-                         e.set("llama.embedding_length", u32(1 << 20));
-                         e.set("llama.feed_forward_length", u32(1 << 22));
-                         e.set("llama.block_count", u32(4000));
-                       }),
+    require_open_error(edited_gguf("product",
+                                   [](GgufEdit& e) {
+                                     e.set("llama.embedding_length", u32(1 << 20));
+                                     e.set("llama.feed_forward_length", u32(1 << 22));
+                                     e.set("llama.block_count", u32(4000));
+                                   }),
                        {"absurd"});
   }
   SECTION("metadata of the wrong type") {
-    require_open_error(edited_gguf("blockstr", [](GgufEdit& e) { e.set("llama.block_count", GgufValue::of_string("2")); }),
-                       {"llama.block_count", "expected an integer"});
-    require_open_error(edited_gguf("perlayer", [](GgufEdit& e) { e.set("llama.attention.head_count_kv", GgufValue::of_i32s({2, 2})); }),
+    require_open_error(
+        edited_gguf("blockstr", [](GgufEdit& e) { e.set("llama.block_count", GgufValue::of_string("2")); }),
+        {"llama.block_count", "expected an integer"});
+    require_open_error(edited_gguf("perlayer",
+                                   [](GgufEdit& e) {
+                                     e.set("llama.attention.head_count_kv", GgufValue::of_i32s({2, 2}));
+                                   }),
                        {"llama.attention.head_count_kv", "per-layer array"});
     require_open_error(edited_gguf("noblocks", [](GgufEdit& e) { e.erase_key("llama.block_count"); }),
                        {"llama.block_count is missing"});
-    require_open_error(edited_gguf("eps", [](GgufEdit& e) { e.set("llama.attention.layer_norm_rms_epsilon", GgufValue::of_f32(-1)); }),
-                       {"rms_norm_eps", "llama.attention.layer_norm_rms_epsilon"});
-    require_open_error(edited_gguf("scaling", [](GgufEdit& e) { e.set("llama.rope.scaling.type", GgufValue::of_string("yarn")); }),
-                       {"rope.scaling.type", "yarn"});
+    require_open_error(
+        edited_gguf("eps", [](GgufEdit& e) { e.set("llama.attention.layer_norm_rms_epsilon", GgufValue::of_f32(-1)); }),
+        {"rms_norm_eps", "llama.attention.layer_norm_rms_epsilon"});
+    require_open_error(
+        edited_gguf("scaling", [](GgufEdit& e) { e.set("llama.rope.scaling.type", GgufValue::of_string("yarn")); }),
+        {"rope.scaling.type", "yarn"});
   }
   SECTION("tokenizer metadata inconsistent with the vocabulary") {
     require_open_error(edited_gguf("bos", [](GgufEdit& e) { e.set("tokenizer.ggml.bos_token_id", u32(1000)); }),
                        {"tokenizer.ggml.bos_token_id = 1000"});
-    require_open_error(edited_gguf("scores", [](GgufEdit& e) { e.set("tokenizer.ggml.scores", GgufValue::of_f32s({0, 0, 0})); }),
+    require_open_error(edited_gguf("scores",
+                                   [](GgufEdit& e) {
+                                     e.set("tokenizer.ggml.scores", GgufValue::of_f32s({0, 0, 0}));
+                                   }),
                        {"tokenizer.ggml.scores has 3 entries"});
-    require_open_error(edited_gguf("types", [](GgufEdit& e) { e.set("tokenizer.ggml.token_type", GgufValue::of_i32s({1})); }),
-                       {"tokenizer.ggml.token_type has 1 entries"});
-    require_open_error(edited_gguf("tokens", [](GgufEdit& e) {
-                         std::vector<std::string> t(79, "x");
-                         e.set("tokenizer.ggml.tokens", GgufValue::of_strings(t));
-                         e.erase_key("tokenizer.ggml.scores");
-                         e.erase_key("tokenizer.ggml.token_type");
-                       }),
+    require_open_error(
+        edited_gguf("types", [](GgufEdit& e) { e.set("tokenizer.ggml.token_type", GgufValue::of_i32s({1})); }),
+        {"tokenizer.ggml.token_type has 1 entries"});
+    require_open_error(edited_gguf("tokens",
+                                   [](GgufEdit& e) {
+                                     std::vector<std::string> t(79, "x");
+                                     e.set("tokenizer.ggml.tokens", GgufValue::of_strings(t));
+                                     e.erase_key("tokenizer.ggml.scores");
+                                     e.erase_key("tokenizer.ggml.token_type");
+                                   }),
                        {"tokenizer.ggml.tokens has 79 entries", "80"});
-    require_open_error(edited_gguf("tokint", [](GgufEdit& e) { e.set("tokenizer.ggml.tokens", GgufValue::of_i32s({1})); }),
-                       {"tokenizer.ggml.tokens", "array of strings"});
+    require_open_error(
+        edited_gguf("tokint", [](GgufEdit& e) { e.set("tokenizer.ggml.tokens", GgufValue::of_i32s({1})); }),
+        {"tokenizer.ggml.tokens", "array of strings"});
   }
 }
 
@@ -245,14 +269,16 @@ TEST_CASE("bad input: synthetic: strings", "[bad_input][synthetic]") {
                     Contains("synthetic:tiny_llama?layers=0") && Contains("layers '0'"));
   CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?layers=-3"), Contains("layers '-3'"));
   CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?layers=2x"), Contains("layers '2x'"));
-  CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?layers=100000"), Contains("layers '100000'") && Contains("1 to 4096"));
+  CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?layers=100000"),
+                    Contains("layers '100000'") && Contains("1 to 4096"));
   // Numbers past 2^64 saturated (a silent seed of 2^64 - 1); every reader of the text parses it alike.
   CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?seed=99999999999999999999999"),
                     Contains("seed '99999999999999999999999' must be a whole number from 0 to 18446744073709551615"));
   CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?seed=-1"), Contains("seed '-1'"));
   CHECK(parse_synthetic("tiny_llama?seed=18446744073709551615&layers=2").seed == UINT64_MAX);
   CHECK(parse_synthetic("tiny_llama?seed=18446744073709551615&layers=2").spec.num_hidden_layers == 2);
-  CHECK_THROWS_WITH(parse_synthetic("tiny_llama?layers=abc"), Contains("synthetic:tiny_llama?layers=abc: layers 'abc'"));
+  CHECK_THROWS_WITH(parse_synthetic("tiny_llama?layers=abc"),
+                    Contains("synthetic:tiny_llama?layers=abc: layers 'abc'"));
   CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?foo=1"),
                     Contains("synthetic:tiny_llama?foo=1") && Contains("unknown option 'foo'"));
   CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?dtype"), Contains("'dtype'") && Contains("key=value"));
@@ -270,7 +296,8 @@ TEST_CASE("bad input: model YAML files", "[bad_input][yaml]") {
   REQUIRE(spec_error(yaml_file("ok", kSmallLlamaYaml)).empty());
 
   SECTION("malformed YAML names the line") {
-    const std::string p = yaml_file("malformed", "family: llama\nhidden_size: 64\nnum_hidden_layers: [2, 3\nvocab_size: 10\n");
+    const std::string p =
+        yaml_file("malformed", "family: llama\nhidden_size: 64\nnum_hidden_layers: [2, 3\nvocab_size: 10\n");
     const std::string msg = spec_error(p);
     CHECK_THAT(msg, Contains(p) && Contains("malformed YAML") && Contains("line "));
     const std::string p2 = yaml_file("badindent", "family: llama\nhidden_size: 64\n  vocab_size: 10\n");
@@ -287,8 +314,9 @@ TEST_CASE("bad input: model YAML files", "[bad_input][yaml]") {
   SECTION("unknown and missing fields") {
     const std::string p = yaml_file("unknown", std::string(kSmallLlamaYaml) + "hiden_size: 64\n");
     CHECK_THAT(spec_error(p), Contains(p) && Contains("unknown field 'hiden_size'"));
-    const std::string p2 = yaml_file("missing", "family: llama\nhidden_size: 64\nnum_hidden_layers: 2\n"
-                                                "num_attention_heads: 4\nintermediate_size: 96\n");
+    const std::string p2 = yaml_file("missing",
+                                     "family: llama\nhidden_size: 64\nnum_hidden_layers: 2\n"
+                                     "num_attention_heads: 4\nintermediate_size: 96\n");
     CHECK_THAT(spec_error(p2), Contains(p2) && Contains("missing required field 'vocab_size'"));
     const std::string p3 = yaml_file("nofamily", "hidden_size: 64\n");
     CHECK_THAT(spec_error(p3), Contains("missing required field 'family'"));
@@ -298,16 +326,19 @@ TEST_CASE("bad input: model YAML files", "[bad_input][yaml]") {
     CHECK_THAT(spec_error(p6), Contains(p6) && Contains("dtype") && Contains("q5_K"));
   }
   SECTION("values of the wrong type") {
-    const std::string p = yaml_file("strdim", "family: llama\nhidden_size: abc\nnum_hidden_layers: 2\n"
-                                              "num_attention_heads: 4\nintermediate_size: 96\nvocab_size: 80\n");
+    const std::string p = yaml_file("strdim",
+                                    "family: llama\nhidden_size: abc\nnum_hidden_layers: 2\n"
+                                    "num_attention_heads: 4\nintermediate_size: 96\nvocab_size: 80\n");
     CHECK_THAT(spec_error(p), Contains(p) && Contains("'hidden_size'") && Contains("abc"));
-    const std::string p2 = yaml_file("overflow", "family: llama\nhidden_size: 99999999999999999999999\n"
-                                                 "num_hidden_layers: 2\nnum_attention_heads: 4\n"
-                                                 "intermediate_size: 96\nvocab_size: 80\n");
+    const std::string p2 = yaml_file("overflow",
+                                     "family: llama\nhidden_size: 99999999999999999999999\n"
+                                     "num_hidden_layers: 2\nnum_attention_heads: 4\n"
+                                     "intermediate_size: 96\nvocab_size: 80\n");
     CHECK_THAT(spec_error(p2), Contains("'hidden_size'"));
-    const std::string p3 = yaml_file("flowlist", "family: llama\nhidden_size: [1, 2]\n"
-                                                 "num_hidden_layers: 2\nnum_attention_heads: 4\n"
-                                                 "intermediate_size: 96\nvocab_size: 80\n");
+    const std::string p3 = yaml_file("flowlist",
+                                     "family: llama\nhidden_size: [1, 2]\n"
+                                     "num_hidden_layers: 2\nnum_attention_heads: 4\n"
+                                     "intermediate_size: 96\nvocab_size: 80\n");
     CHECK_THAT(spec_error(p3), Contains("'hidden_size'"));
   }
   SECTION("negative, zero and absurd dimensions") {
@@ -321,12 +352,12 @@ TEST_CASE("bad input: model YAML files", "[bad_input][yaml]") {
       const char* field;
       const char* value;
     };
-    for (const Case& c : {Case{"hidden_size", "-64"}, Case{"hidden_size", "0"}, Case{"hidden_size", "1099511627776"},
-                          Case{"num_hidden_layers", "0"}, Case{"num_hidden_layers", "100000"},
-                          Case{"num_attention_heads", "-4"}, Case{"num_key_value_heads", "0"},
-                          Case{"num_key_value_heads", "8"}, Case{"head_dim", "0"}, Case{"head_dim", "1"},
-                          Case{"intermediate_size", "0"}, Case{"vocab_size", "-1"},
-                          Case{"vocab_size", "1000000000000"}}) {
+    for (const Case& c :
+         {Case{"hidden_size", "-64"}, Case{"hidden_size", "0"}, Case{"hidden_size", "1099511627776"},
+          Case{"num_hidden_layers", "0"}, Case{"num_hidden_layers", "100000"}, Case{"num_attention_heads", "-4"},
+          Case{"num_key_value_heads", "0"}, Case{"num_key_value_heads", "8"}, Case{"head_dim", "0"},
+          Case{"head_dim", "1"}, Case{"intermediate_size", "0"}, Case{"vocab_size", "-1"},
+          Case{"vocab_size", "1000000000000"}}) {
       INFO(c.field << ": " << c.value);
       const std::string p = yaml_file(std::string("dim_") + c.field, with(c.field, c.value));
       const std::string msg = spec_error(p);
@@ -407,18 +438,21 @@ TEST_CASE("bad input: .npy files", "[bad_input][npy]") {
              Contains("'abc'"));
   CHECK_THAT(npy_error("shapeneg", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (-2,), }", f8)),
              Contains("'-2'"));
-  CHECK_THAT(npy_error("shapebig", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }", f8)),
-             Contains("shape entry"));
-  CHECK_THAT(npy_error("shapeprod",
-                       npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776, 1099511627776, 16), }", f8)),
-             Contains("truncated"));
+  CHECK_THAT(
+      npy_error("shapebig", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }", f8)),
+      Contains("shape entry"));
+  CHECK_THAT(
+      npy_error("shapeprod",
+                npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776, 1099511627776, 16), }", f8)),
+      Contains("truncated"));
   CHECK_THAT(npy_error("noparen", npy("{'descr': '<f4', 'fortran_order': False, 'shape': 2, }", f8)),
              Contains("tuple"));
   CHECK_THAT(npy_error("truncated", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", f8)),
              Contains("truncated"));
 }
 
-TEST_CASE("bad input: JSON nested past 256 levels is refused before anything recurses through it", "[bad_input][json]") {
+TEST_CASE("bad input: JSON nested past 256 levels is refused before anything recurses through it",
+          "[bad_input][json]") {
   // A value nested 200000 deep (a 400 KB config.json) overflowed the stack when its error message
   // dumped it; 100 deep is read, and refused for its type, naming the field.
   const std::string src = fixtures_dir() + "/hf/llama";
@@ -431,17 +465,21 @@ TEST_CASE("bad input: JSON nested past 256 levels is refused before anything rec
     const std::string dir = temp_path("deep_cfg_" + std::to_string(depth));
     std::string out;
     REQUIRE(run_command("mkdir -p '" + dir + "' && cp '" + src + "/model.safetensors' '" + dir + "/'", &out) == 0);
-    write_file(dir + "/config.json", cfg.substr(0, at) + "\"hidden_size\": " + std::string(depth, '[') + "1" + std::string(depth, ']') +
-                                         cfg.substr(value_end));
-    if (depth <= 256) require_open_error(dir, {"config.json", "field 'hidden_size' must be an integer, got an array"});
-    else require_open_error(dir, {"config.json: JSON nested " + std::to_string(depth + 1) + " deep, more than 256 levels"});
+    write_file(dir + "/config.json", cfg.substr(0, at) + "\"hidden_size\": " + std::string(depth, '[') + "1" +
+                                         std::string(depth, ']') + cfg.substr(value_end));
+    if (depth <= 256)
+      require_open_error(dir, {"config.json", "field 'hidden_size' must be an integer, got an array"});
+    else
+      require_open_error(dir,
+                         {"config.json: JSON nested " + std::to_string(depth + 1) + " deep, more than 256 levels"});
   }
   // A safetensors header alike.
   const std::string st = read_file(src + "/model.safetensors");
   uint64_t n = 0;
   std::memcpy(&n, st.data(), 8);
   std::string header = st.substr(8, n);
-  header.insert(header.rfind('}'), ", \"__metadata__\": {\"x\": " + std::string(5000, '[') + std::string(5000, ']') + "}");
+  header.insert(header.rfind('}'),
+                ", \"__metadata__\": {\"x\": " + std::string(5000, '[') + std::string(5000, ']') + "}");
   const std::string dir = temp_path("deep_st");
   std::string out;
   REQUIRE(run_command("mkdir -p '" + dir + "' && cp '" + src + "/config.json' '" + dir + "/'", &out) == 0);

@@ -73,9 +73,9 @@ TEST_CASE("Q4_0 quantises exactly like ggml's reference", "[dtype]") {
   quantize_row(DType::Q4_0, x, &b, 32);
   CHECK(f16_to_f32(b.d) == 2.0f);
   // q_j = min(15, (int8)(x_j / 2 + 8.5)); element j in the low nibble of qs[j], j+16 in the high.
-  CHECK(b.qs[0] == 0x80);  // q0 = 0, q16 = 8
-  CHECK(b.qs[1] == 0x91);  // q1 = 1, q17 = 9
-  CHECK(b.qs[15] == 0xF8); // q15 = 8, q31 = min(15, 16) = 15
+  CHECK(b.qs[0] == 0x80);   // q0 = 0, q16 = 8
+  CHECK(b.qs[1] == 0x91);   // q1 = 1, q17 = 9
+  CHECK(b.qs[15] == 0xF8);  // q15 = 8, q31 = min(15, 16) = 15
   float y[32];
   dequantize_row(DType::Q4_0, &b, y, 32);
   CHECK(y[0] == -16.0f);
@@ -90,7 +90,11 @@ TEST_CASE("quantisation round trips within the type's resolution", "[dtype]") {
     std::vector<float> y(x.size());
     quantize_row(t, x.data(), q.data(), static_cast<int64_t>(x.size()));
     dequantize_row(t, q.data(), y.data(), static_cast<int64_t>(x.size()));
-    const double tol = t == DType::F32 ? 0 : t == DType::F16 ? 2e-3 : t == DType::BF16 ? 1.6e-2 : t == DType::Q8_0 ? 1.5e-2 : 0.22;
+    const double tol = t == DType::F32    ? 0
+                       : t == DType::F16  ? 2e-3
+                       : t == DType::BF16 ? 1.6e-2
+                       : t == DType::Q8_0 ? 1.5e-2
+                                          : 0.22;
     for (size_t i = 0; i < x.size(); ++i) REQUIRE(std::fabs(y[i] - x[i]) <= tol * 3.0 + 1e-12);
   }
 }

@@ -48,17 +48,40 @@ struct Bytes {
 // bool of 2 or an unknown type id).
 void encode_value(Bytes& b, const GgufValue& v) {
   switch (v.type) {
-    case GgufType::U8: case GgufType::BOOL: b.put<uint8_t>(static_cast<uint8_t>(v.u)); break;
-    case GgufType::I8: b.put<int8_t>(static_cast<int8_t>(v.i)); break;
-    case GgufType::U16: b.put<uint16_t>(static_cast<uint16_t>(v.u)); break;
-    case GgufType::I16: b.put<int16_t>(static_cast<int16_t>(v.i)); break;
-    case GgufType::U32: b.put<uint32_t>(static_cast<uint32_t>(v.u)); break;
-    case GgufType::I32: b.put<int32_t>(static_cast<int32_t>(v.i)); break;
-    case GgufType::U64: b.put<uint64_t>(v.u); break;
-    case GgufType::I64: b.put<int64_t>(v.i); break;
-    case GgufType::F32: b.put<float>(static_cast<float>(v.f)); break;
-    case GgufType::F64: b.put<double>(v.f); break;
-    case GgufType::STRING: b.str(v.s); break;
+    case GgufType::U8:
+    case GgufType::BOOL:
+      b.put<uint8_t>(static_cast<uint8_t>(v.u));
+      break;
+    case GgufType::I8:
+      b.put<int8_t>(static_cast<int8_t>(v.i));
+      break;
+    case GgufType::U16:
+      b.put<uint16_t>(static_cast<uint16_t>(v.u));
+      break;
+    case GgufType::I16:
+      b.put<int16_t>(static_cast<int16_t>(v.i));
+      break;
+    case GgufType::U32:
+      b.put<uint32_t>(static_cast<uint32_t>(v.u));
+      break;
+    case GgufType::I32:
+      b.put<int32_t>(static_cast<int32_t>(v.i));
+      break;
+    case GgufType::U64:
+      b.put<uint64_t>(v.u);
+      break;
+    case GgufType::I64:
+      b.put<int64_t>(v.i);
+      break;
+    case GgufType::F32:
+      b.put<float>(static_cast<float>(v.f));
+      break;
+    case GgufType::F64:
+      b.put<double>(v.f);
+      break;
+    case GgufType::STRING:
+      b.str(v.s);
+      break;
     case GgufType::ARRAY:
       b.put<uint32_t>(static_cast<uint32_t>(v.array_type));
       b.put<uint64_t>(v.array.size());
@@ -77,8 +100,12 @@ RawKv kv_value(const std::string& key, const GgufValue& v) {
   encode_value(b, v);
   return {key, static_cast<uint32_t>(v.type), b.s};
 }
-RawKv kv_u32(const std::string& key, uint32_t v) { return kv_value(key, GgufValue::of_u32(v)); }
-RawKv kv_str(const std::string& key, const std::string& v) { return kv_value(key, GgufValue::of_string(v)); }
+RawKv kv_u32(const std::string& key, uint32_t v) {
+  return kv_value(key, GgufValue::of_u32(v));
+}
+RawKv kv_str(const std::string& key, const std::string& v) {
+  return kv_value(key, GgufValue::of_string(v));
+}
 
 struct RawTensor {
   std::string name;
@@ -134,8 +161,8 @@ struct RawGguf {
     for (size_t i = 0; i < tensors.size(); ++i) {
       const uint64_t n = tensor_size(tensors[i]);
       for (uint64_t j = 0; j < n && offsets[i] + j < end; ++j)
-        b.s[data_start + offsets[i] + j] = tensors[i].data.empty() ? static_cast<char>((j * 7 + i + 3) & 0xff)
-                                                                   : tensors[i].data[j];
+        b.s[data_start + offsets[i] + j] =
+            tensors[i].data.empty() ? static_cast<char>((j * 7 + i + 3) & 0xff) : tensors[i].data[j];
     }
     return b.s;
   }
@@ -231,12 +258,18 @@ RawTensor* find_raw_tensor(RawGguf& g, const std::string& name) {
 
 TEST_CASE("gguf: writer and reader round-trip every metadata type and tensor dtype", "[gguf]") {
   GgufWriter w(64);
-  auto u8 = value(GgufType::U8);   u8.u = 200;
-  auto i8 = value(GgufType::I8);   i8.i = -100;
-  auto u16 = value(GgufType::U16); u16.u = 65000;
-  auto i16 = value(GgufType::I16); i16.i = -32000;
-  auto i64 = value(GgufType::I64); i64.i = std::numeric_limits<int64_t>::min();
-  auto f64 = value(GgufType::F64); f64.f = 3.141592653589793;
+  auto u8 = value(GgufType::U8);
+  u8.u = 200;
+  auto i8 = value(GgufType::I8);
+  i8.i = -100;
+  auto u16 = value(GgufType::U16);
+  u16.u = 65000;
+  auto i16 = value(GgufType::I16);
+  i16.i = -32000;
+  auto i64 = value(GgufType::I64);
+  i64.i = std::numeric_limits<int64_t>::min();
+  auto f64 = value(GgufType::F64);
+  f64.f = 3.141592653589793;
   w.set("t.u8", u8);
   w.set("t.i8", i8);
   w.set("t.u16", u16);
@@ -270,9 +303,9 @@ TEST_CASE("gguf: writer and reader round-trip every metadata type and tensor dty
     Shape shape;
     std::vector<uint8_t> bytes;
   };
-  std::vector<Src> srcs = {{"f32.weight", DType::F32, {3, 5}, {}},     {"f16.weight", DType::F16, {2, 7}, {}},
-                           {"bf16.weight", DType::BF16, {9}, {}},      {"q8_0.weight", DType::Q8_0, {3, 64}, {}},
-                           {"q4_0.weight", DType::Q4_0, {2, 32}, {}},  {"f32_3d.weight", DType::F32, {2, 3, 4}, {}},
+  std::vector<Src> srcs = {{"f32.weight", DType::F32, {3, 5}, {}},         {"f16.weight", DType::F16, {2, 7}, {}},
+                           {"bf16.weight", DType::BF16, {9}, {}},          {"q8_0.weight", DType::Q8_0, {3, 64}, {}},
+                           {"q4_0.weight", DType::Q4_0, {2, 32}, {}},      {"f32_3d.weight", DType::F32, {2, 3, 4}, {}},
                            {"f16_4d.weight", DType::F16, {2, 1, 3, 2}, {}}};
   uint32_t seed = 1;
   for (auto& s : srcs) {
@@ -804,7 +837,7 @@ TEST_CASE("gguf: a tensor of an unsupported type names the tensor and the type",
   RawTensor* q = find_raw_tensor(g, "blk.0.attn_q.weight");
   REQUIRE(q);
   REQUIRE(q->ne == std::vector<uint64_t>{256, 16});
-  q->type = 12;                       // q4_K: 256-element blocks of 144 bytes
+  q->type = 12;  // q4_K: 256-element blocks of 144 bytes
   q->data = std::string(16 * 144, '\x11');
   const std::string path = write_temp(g.build(), "model_q4k");
   CHECK_NOTHROW(GgufFile{path});  // the file itself is well-formed

@@ -137,7 +137,8 @@ TEST_CASE("YAML files: duplicate keys, keys that are lists and aliases are refus
   };
   REQUIRE(spec_error(base) == "");
   // A second value of a key: yaml-cpp kept the first one without a word.
-  CHECK_THAT(spec_error(base + "hidden_size: 64\n"), Contains("m.yaml: line ") && Contains("duplicate key 'hidden_size'"));
+  CHECK_THAT(spec_error(base + "hidden_size: 64\n"),
+             Contains("m.yaml: line ") && Contains("duplicate key 'hidden_size'"));
   CHECK_THAT(spec_error("vocab_size: 1\n" + base), Contains("duplicate key 'vocab_size'"));
   // A key that is a list: yaml-cpp threw "bad conversion" naming no file.
   CHECK_THAT(spec_error("[a, b]: 1\n" + base), Contains("m.yaml: line 1: a key of the top level is a list or mapping"));

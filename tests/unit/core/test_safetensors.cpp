@@ -100,7 +100,9 @@ std::string fresh_dir(const std::string& name) {
   return d;
 }
 
-std::string fixture(const std::string& rel) { return fixtures_dir() + "/" + rel; }
+std::string fixture(const std::string& rel) {
+  return fixtures_dir() + "/" + rel;
+}
 
 // The HF llama fixture's tensors split over two shards (the first with unaligned data) plus the
 // index; returns the directory.
@@ -114,7 +116,8 @@ std::string write_sharded_llama(const std::string& name, nlohmann::json* index_o
   for (size_t i = 0; i < entries.size(); ++i) {
     const bool first = i % 2 == 0;
     (first ? a : b).push_back(entries[i]);
-    index["weight_map"][entries[i].name] = first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+    index["weight_map"][entries[i].name] =
+        first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
   }
   write_file(dir + "/model-00001-of-00002.safetensors", st_build(a, true));
   write_file(dir + "/model-00002-of-00002.safetensors", st_build(b));
@@ -125,8 +128,7 @@ std::string write_sharded_llama(const std::string& name, nlohmann::json* index_o
 
 // An HF directory: a config (edited by `edit_config`) and one safetensors file of `entries`.
 std::string write_hf_dir(const std::string& name, const std::string& fixture_model,
-                         const std::function<void(nlohmann::json&)>& edit_config,
-                         const std::vector<StEntry>& entries) {
+                         const std::function<void(nlohmann::json&)>& edit_config, const std::vector<StEntry>& entries) {
   const std::string dir = fresh_dir(name);
   nlohmann::json cfg = nlohmann::json::parse(read_file(fixture(fixture_model + "/config.json")));
   edit_config(cfg);
@@ -141,7 +143,9 @@ StEntry* find_entry(std::vector<StEntry>& es, const std::string& name) {
   return nullptr;
 }
 
-std::string f32_bytes(size_t n) { return std::string(n * 4, '\0'); }
+std::string f32_bytes(size_t n) {
+  return std::string(n * 4, '\0');
+}
 
 }  // namespace
 
@@ -261,8 +265,8 @@ TEST_CASE("safetensors: crafted headers fail with the file, the offset and the t
     CHECK(s.tensors().size() == 3);
   }
   SECTION("a dtype we cannot compute with fails at view time, naming the tensor") {
-    const std::string path = write_st(st_file(R"({"ids": {"dtype": "I32", "shape": [2], "data_offsets": [0, 8]}})",
-                                              f32_bytes(2)));
+    const std::string path =
+        write_st(st_file(R"({"ids": {"dtype": "I32", "shape": [2], "data_offsets": [0, 8]}})", f32_bytes(2)));
     SafetensorsSet s(path);
     REQUIRE(s.find("ids"));
     CHECK_THROWS_WITH(s.view(*s.find("ids")), Contains(path) && Contains("'ids'") && Contains("I32"));
@@ -333,8 +337,8 @@ TEST_CASE("safetensors: a broken index fails naming the index, the shard or the 
   j = index;
   j["weight_map"]["model.layers.9.mlp.up_proj.weight"] = "model-00001-of-00002.safetensors";
   msg = with_index(j);
-  CHECK_THAT(msg, Contains(index_path) && Contains("'model.layers.9.mlp.up_proj.weight'") &&
-                      Contains("missing from") && Contains("model-00001-of-00002.safetensors"));
+  CHECK_THAT(msg, Contains(index_path) && Contains("'model.layers.9.mlp.up_proj.weight'") && Contains("missing from") &&
+                      Contains("model-00001-of-00002.safetensors"));
 
   j = index;  // listed under the wrong shard
   const std::string first = index["weight_map"].begin().key();
@@ -389,19 +393,19 @@ TEST_CASE("safetensors: HF directories with a bad config or bad tensors fail cle
   }
   SECTION("unsupported model_type") {
     for (const char* type : {"gpt2", "bert", ""}) {
-      const std::string dir =
-          write_hf_dir("hf_type", "hf/llama", [&](nlohmann::json& c) { c["model_type"] = type; }, llama);
+      const std::string dir = write_hf_dir(
+          "hf_type", "hf/llama", [&](nlohmann::json& c) { c["model_type"] = type; }, llama);
       CHECK_THROWS_WITH(open_weights(dir), Contains(dir + "/config.json") && Contains("model_type"));
     }
-    const std::string dir = write_hf_dir("hf_notype", "hf/llama", [](nlohmann::json& c) { c.erase("model_type"); },
-                                         llama);
+    const std::string dir = write_hf_dir(
+        "hf_notype", "hf/llama", [](nlohmann::json& c) { c.erase("model_type"); }, llama);
     CHECK_THROWS_WITH(open_weights(dir), Contains("model_type"));
     // Fields of the wrong JSON type still name the file.
-    const std::string dir2 =
-        write_hf_dir("hf_inttype", "hf/llama", [](nlohmann::json& c) { c["model_type"] = 5; }, llama);
+    const std::string dir2 = write_hf_dir(
+        "hf_inttype", "hf/llama", [](nlohmann::json& c) { c["model_type"] = 5; }, llama);
     CHECK_THROWS_WITH(open_weights(dir2), Contains(dir2 + "/config.json"));
-    const std::string dir3 =
-        write_hf_dir("hf_intact", "hf/llama", [](nlohmann::json& c) { c["hidden_act"] = 1; }, llama);
+    const std::string dir3 = write_hf_dir(
+        "hf_intact", "hf/llama", [](nlohmann::json& c) { c["hidden_act"] = 1; }, llama);
     CHECK_THROWS_WITH(open_weights(dir3), Contains(dir3 + "/config.json"));
   }
   SECTION("config fields of the wrong type or out of range") {
@@ -415,8 +419,8 @@ TEST_CASE("safetensors: HF directories with a bad config or bad tensors fail cle
   SECTION("a tensor of the wrong shape") {
     const std::string dir = write_hf_dir(
         "hf_shape", "hf/llama", [](nlohmann::json& c) { c["intermediate_size"] = 128; }, llama);
-    CHECK_THROWS_WITH(open_weights(dir),
-                      Contains(dir) && Contains("blk.0.ffn_gate.weight") && Contains("[136, 64]") && Contains("[128, 64]"));
+    CHECK_THROWS_WITH(open_weights(dir), Contains(dir) && Contains("blk.0.ffn_gate.weight") && Contains("[136, 64]") &&
+                                             Contains("[128, 64]"));
   }
   SECTION("missing, unexpected and non-float tensors") {
     auto es = llama;

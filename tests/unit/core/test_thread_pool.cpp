@@ -55,7 +55,8 @@ TEST_CASE("thread pool: a loop does not wait for a worker that has not started",
   ThreadPool pool(3, 1000000);
   std::vector<pthread_t> ids(3);
   pool.run_on_all([&](int t) { ids[static_cast<size_t>(t)] = pthread_self(); });
-  struct sigaction sa {}, old{};
+  struct sigaction sa {
+  }, old{};
   sa.sa_handler = hold_worker;
   sigemptyset(&sa.sa_mask);
   REQUIRE(sigaction(SIGUSR2, &sa, &old) == 0);
@@ -235,7 +236,8 @@ int pool_in_limited_child(uint64_t spare, int threads) {
 }  // namespace
 #endif
 
-TEST_CASE("thread pool: a thread that cannot be started is one error, once the started ones are joined", "[core][pool]") {
+TEST_CASE("thread pool: a thread that cannot be started is one error, once the started ones are joined",
+          "[core][pool]") {
 #if defined(__SANITIZE_ADDRESS__)
   // The sanitizer's own thread bookkeeping aborts when the address space runs out, before ours runs.
   WARN("skipped under AddressSanitizer");

@@ -47,7 +47,9 @@ ChildResult in_child(Body body) {
   return r;
 }
 
-void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
+void sleep_s(double s) {
+  std::this_thread::sleep_for(std::chrono::duration<double>(s));
+}
 
 }  // namespace
 
@@ -59,7 +61,8 @@ TEST_CASE("watchdog: a wait past its limit ends the process with one error line 
   });
   CHECK(r.exit_code == 1);
   CHECK(r.seconds < 5);
-  CHECK(r.err == "error: " + stall_message("pinning 1.0 GiB of host weights of m.gguf", 0.3, "give --no-pin-weights") + "\n");
+  CHECK(r.err ==
+        "error: " + stall_message("pinning 1.0 GiB of host weights of m.gguf", 0.3, "give --no-pin-weights") + "\n");
   CHECK(r.err.find("pinning 1.0 GiB of host weights of m.gguf did not finish within 0.3 s (give --no-pin-weights)") !=
         std::string::npos);
 }

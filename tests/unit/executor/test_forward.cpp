@@ -1,7 +1,7 @@
 // Tests for the CPU fast path against the f64 reference on synthetic models of every family and
 // dtype: full prefill, chunked prefill and token-by-token decode over the KV cache must agree.
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <set>
 
@@ -124,7 +124,9 @@ TEST_CASE("measured MoE routing: distinct experts per layer by token count", "[f
   CpuModel m(w, pool);
   KvCache kv(s, 24);
   std::vector<std::set<int32_t>> seen(static_cast<size_t>(s.num_hidden_layers));
-  m.set_routing_observer([&](int64_t l, const MoeRouting& r) { seen[static_cast<size_t>(l)].insert(r.expert_ids.begin(), r.expert_ids.end()); });
+  m.set_routing_observer([&](int64_t l, const MoeRouting& r) {
+    seen[static_cast<size_t>(l)].insert(r.expert_ids.begin(), r.expert_ids.end());
+  });
   std::vector<float> logits(static_cast<size_t>(s.vocab_size));
   m.forward(toks.data(), 24, kv, logits.data(), false);
   double mean = 0;
@@ -171,9 +173,12 @@ TEST_CASE("synthetic MoE weights route like a trained, load-balanced router", "[
       REQUIRE(static_cast<int64_t>(id.size()) == n * k);
       for (int64_t window : {4, 16, 64, 512}) {  // distinct experts per window of tokens, averaged
         double sum = 0;
-        for (int64_t t0 = 0; t0 < n; t0 += window) sum += static_cast<double>(std::set<int32_t>(id.begin() + t0 * k, id.begin() + (t0 + window) * k).size());
+        for (int64_t t0 = 0; t0 < n; t0 += window)
+          sum += static_cast<double>(std::set<int32_t>(id.begin() + t0 * k, id.begin() + (t0 + window) * k).size());
         const double measured = sum / static_cast<double>(n / window);
-        const double uniform = static_cast<double>(E) * (1.0 - std::pow(1.0 - static_cast<double>(k) / static_cast<double>(E), static_cast<double>(window)));
+        const double uniform =
+            static_cast<double>(E) *
+            (1.0 - std::pow(1.0 - static_cast<double>(k) / static_cast<double>(E), static_cast<double>(window)));
         CAPTURE(window, measured, uniform);
         CHECK(std::abs(measured - uniform) <= 0.1 * uniform);
       }
@@ -188,7 +193,8 @@ TEST_CASE("synthetic MoE weights route like a trained, load-balanced router", "[
   s.dtype = DType::Q4_0;
   ThreadPool pool(2);
   auto conc = make_synthetic_weights(s, 1, &pool, false, SyntheticRouting::Concentrated);
-  const double uniform = static_cast<double>(E) * (1.0 - std::pow(1.0 - static_cast<double>(k) / static_cast<double>(E), 64.0));
+  const double uniform =
+      static_cast<double>(E) * (1.0 - std::pow(1.0 - static_cast<double>(k) / static_cast<double>(E), 64.0));
   const std::vector<double> d = measure_experts_touched(ModelWeights::from_source(*conc), pool, toks, {64});
   REQUIRE(d.size() == 1);
   CHECK(d[0] < 0.75 * uniform);

@@ -42,11 +42,13 @@ RuntimeTarget emulated() {
   return t;
 }
 
-ModelSpec test_model(const char* family, DType dt) { return suite_spec(family, dt); }
+ModelSpec test_model(const char* family, DType dt) {
+  return suite_spec(family, dt);
+}
 
 // The CPU engine's last-token logits after each step.
-std::vector<float> reference_steps(const WeightSource& src, const std::vector<int32_t>& toks, const std::vector<int>& steps,
-                                   int64_t ctx) {
+std::vector<float> reference_steps(const WeightSource& src, const std::vector<int32_t>& toks,
+                                   const std::vector<int>& steps, int64_t ctx) {
   ThreadPool pool(2);
   ModelWeights w = ModelWeights::from_source(src);
   CpuEngine cpu(w, pool, ctx);
@@ -54,7 +56,9 @@ std::vector<float> reference_steps(const WeightSource& src, const std::vector<in
 }
 
 // The smallest budget the planner accepts at ctx for the emulated target's tiers.
-uint64_t min_budget_for(const WeightSource& src, int64_t ctx) { return min_budget(emulated().with_ctx(ctx), src); }
+uint64_t min_budget_for(const WeightSource& src, int64_t ctx) {
+  return min_budget(emulated().with_ctx(ctx), src);
+}
 
 PlanTable table_for(const WeightSource& src, uint64_t budget, int64_t ctx, std::vector<int64_t> tiers,
                     PlannerConfig::HostKvAttention host_kv = PlannerConfig::HostKvAttention::Choose) {
@@ -63,20 +67,24 @@ PlanTable table_for(const WeightSource& src, uint64_t budget, int64_t ctx, std::
   return plan_table(t, src, budget, host_kv);
 }
 
-bool feasible_at_some_tier(const PlanTable& table, Schedule s) { return feasible_somewhere(table, s); }
+bool feasible_at_some_tier(const PlanTable& table, Schedule s) {
+  return feasible_somewhere(table, s);
+}
 
 }  // namespace
 
 // ---- the runtime behaviour suite on the emulated device ----------------------------------------------------
 
-TEST_CASE("runtime suite (emulated): every schedule and the table's choice match the CPU model at budgets from almost nothing to everything",
-          "[runtime]") {
+TEST_CASE(
+    "runtime suite (emulated): every schedule and the table's choice match the CPU model at budgets from almost "
+    "nothing to everything",
+    "[runtime]") {
   const RuntimeTarget t = emulated();
   for (const char* family : {"llama", "qwen3", "qwen3_moe"}) {
     for (DType dt : {DType::F16, DType::Q8_0}) {
       ThreadPool pool(2);
-      const SuiteModel m =
-          suite_model(make_synthetic_weights(test_model(family, dt), 17, &pool), t.ctx, {13, 1, 1, 5, 1, 16, 1}, 3, pool);
+      const SuiteModel m = suite_model(make_synthetic_weights(test_model(family, dt), 17, &pool), t.ctx,
+                                       {13, 1, 1, 5, 1, 16, 1}, 3, pool);
       int streamed = 0;
       for (double frac : {0.15, 0.5, 2.0})
         streamed += check_every_schedule(t, m, budget_at(t, *m.src, frac), all_schedules(), emu(7, 50), pool);
@@ -89,15 +97,17 @@ TEST_CASE("runtime suite (emulated): every schedule and the table's choice match
 TEST_CASE("runtime suite (emulated): HF and llama.cpp fixtures run every schedule", "[runtime][fixtures]") {
   const RuntimeTarget t = emulated().with_ctx(32);
   const std::string fx = test::fixtures_dir();
-  for (const std::string& path : {fx + "/hf/llama", fx + "/hf/qwen3moe_nonorm", fx + "/llamacpp/gguf/llama_small.q8_0.gguf",
-                                 fx + "/llamacpp/gguf/qwen3moe_small.f16.gguf"}) {
+  for (const std::string& path :
+       {fx + "/hf/llama", fx + "/hf/qwen3moe_nonorm", fx + "/llamacpp/gguf/llama_small.q8_0.gguf",
+        fx + "/llamacpp/gguf/qwen3moe_small.f16.gguf"}) {
     ThreadPool pool(2);
     const SuiteModel m = suite_model(open_weights(path), t.ctx, {9, 1, 1, 1}, 5, pool, 12);
     check_every_schedule(t, m, 2u << 20, {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic}, emu(3, 30), pool);
   }
 }
 
-TEST_CASE("runtime suite (emulated): MoE decode routes on the device when the layer's experts are resident", "[runtime][moe]") {
+TEST_CASE("runtime suite (emulated): MoE decode routes on the device when the layer's experts are resident",
+          "[runtime][moe]") {
   const RuntimeTarget t = emulated();
   ThreadPool pool(2);
   const SuiteModel m = suite_model(make_synthetic_weights(test_model("qwen3_moe", DType::F16), 23, &pool), t.ctx,
@@ -105,7 +115,8 @@ TEST_CASE("runtime suite (emulated): MoE decode routes on the device when the la
   check_device_routing(t, m, emu(3, 50), pool);
 }
 
-TEST_CASE("runtime suite (emulated): Dynamic streams the attention of KV-in-VRAM layers that are not pinned, exactly", "[runtime]") {
+TEST_CASE("runtime suite (emulated): Dynamic streams the attention of KV-in-VRAM layers that are not pinned, exactly",
+          "[runtime]") {
   const RuntimeTarget t = emulated();
   for (const char* family : {"llama", "qwen3_moe"}) {
     ThreadPool pool(2);
@@ -115,7 +126,8 @@ TEST_CASE("runtime suite (emulated): Dynamic streams the attention of KV-in-VRAM
   }
 }
 
-TEST_CASE("runtime suite (emulated): decode steps of device-resident plans run as graphs, exactly", "[runtime][graphs]") {
+TEST_CASE("runtime suite (emulated): decode steps of device-resident plans run as graphs, exactly",
+          "[runtime][graphs]") {
   // The emulated device holds the CUDA rules of a capture: no queue and not the host may wait for
   // work recorded inside it, nor the capturing queue for another queue — a runtime that broke them
   // fails here with an error, one that left a captured action's event unset gives wrong logits.
@@ -124,15 +136,16 @@ TEST_CASE("runtime suite (emulated): decode steps of device-resident plans run a
     const ModelSpec spec = test_model(family, DType::Q8_0);
     ThreadPool pool(2);
     // 6 decode-sized steps (<= 8 tokens)
-    const SuiteModel m = suite_model(make_synthetic_weights(spec, 31, &pool), t.ctx, {13, 1, 1, 4, 1, 9, 1, 1}, 6, pool);
+    const SuiteModel m =
+        suite_model(make_synthetic_weights(spec, 31, &pool), t.ctx, {13, 1, 1, 4, 1, 9, 1, 1}, 6, pool);
     INFO(family);
     EmuOptions slow_compute = emu(5, 60);
     slow_compute.queue_scale[0] = 3;
     const GraphCount g = check_graphs(t, m, 4 * spec.total_bytes() + (64u << 20), slow_compute, pool);
     REQUIRE(g.expected > 6);  // 9 compute actions per step: two graphs each
     CHECK(g.launches == g.expected);
-    check_streaming_runs_no_graphs(t, m, static_cast<uint64_t>(0.3 * static_cast<double>(spec.total_bytes())) + (4u << 20),
-                                   emu(6, 60), pool);
+    check_streaming_runs_no_graphs(
+        t, m, static_cast<uint64_t>(0.3 * static_cast<double>(spec.total_bytes())) + (4u << 20), emu(6, 60), pool);
   }
 }
 
@@ -151,8 +164,9 @@ TEST_CASE("runtime suite (emulated): attention staged over a host KV cache match
   }
 }
 
-TEST_CASE("runtime suite (emulated): switching schedules between steps keeps every step exact (the oracle's one set-up)",
-          "[runtime]") {
+TEST_CASE(
+    "runtime suite (emulated): switching schedules between steps keeps every step exact (the oracle's one set-up)",
+    "[runtime]") {
   // The sweep measures all candidates of a configuration with one runtime, switching its schedule
   // (Runtime::set_schedule): the plans of different schedules pin different prefixes and put their
   // stream slots over each other's pinned shards, so every switch must re-upload what the last
@@ -162,7 +176,8 @@ TEST_CASE("runtime suite (emulated): switching schedules between steps keeps eve
     ThreadPool pool(2);
     const SuiteModel m = suite_model(make_synthetic_weights(test_model(family, DType::F16), 23, &pool), t.ctx,
                                      {13, 1, 1, 5, 1, 16, 1, 1, 1, 1}, 5, pool, 41);
-    for (double frac : {0.15, 0.5}) check_schedule_switching(t, m, budget_at(t, *m.src, frac), frac < 0.2, emu(13, 50), pool);
+    for (double frac : {0.15, 0.5})
+      check_schedule_switching(t, m, budget_at(t, *m.src, frac), frac < 0.2, emu(13, 50), pool);
   }
   ThreadPool pool(2);
   check_infeasible_schedule_refused(t, emu(3, 10), pool);
@@ -176,7 +191,8 @@ TEST_CASE("runtime suite (emulated): pinned weights survive tier switches, and b
 // A streamed LM head larger than the space from its stream slot to the end of the budget is valid — it
 // goes in row pieces — and the load-time checks must accept it; each piece's GEMV must read its own
 // slot (the copy of the next piece, into the other slot, is issued before it).
-TEST_CASE("runtime suite (emulated): an LM head larger than the budget streams in row pieces, loads and runs exactly", "[runtime]") {
+TEST_CASE("runtime suite (emulated): an LM head larger than the budget streams in row pieces, loads and runs exactly",
+          "[runtime]") {
   ThreadPool pool(2);
   check_lm_head_pieces(emulated().with_ctx(32), emu(5, 50), pool);
 }
@@ -192,7 +208,8 @@ TEST_CASE("runtime: the measured timeline covers every action and respects every
     const int64_t ctx = 64;
     const auto toks = token_seq(20, spec.vocab_size, 6);
     const std::vector<int> steps = {6, 1, 1};
-    const PlanTable table = table_for(*src, static_cast<uint64_t>(0.4 * static_cast<double>(spec.total_bytes())) + (4u << 20), ctx, {1, 4, 16});
+    const PlanTable table = table_for(
+        *src, static_cast<uint64_t>(0.4 * static_cast<double>(spec.total_bytes())) + (4u << 20), ctx, {1, 4, 16});
     for (Schedule s : {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic}) {
       if (!feasible_at_some_tier(table, s)) continue;
       INFO(family << " " << schedule_name(s));
@@ -243,14 +260,16 @@ TEST_CASE("a dropped dependency shows up as a wrong result", "[runtime]") {
   // three steps (the rows a step copies back are what the next one stages: kv_new, kv_past).
   const uint64_t budget = static_cast<uint64_t>(0.3 * static_cast<double>(spec.total_bytes())) + (4u << 20);
   for (auto hk : {PlannerConfig::HostKvAttention::Split, PlannerConfig::HostKvAttention::Staged}) {
-    const std::vector<int> steps = hk == PlannerConfig::HostKvAttention::Split ? std::vector<int>{8} : std::vector<int>{5, 1, 2};
+    const std::vector<int> steps =
+        hk == PlannerConfig::HostKvAttention::Split ? std::vector<int>{8} : std::vector<int>{5, 1, 2};
     const auto ref = reference_steps(*src, toks, steps, 16);
     const PlanTable table = table_for(*src, budget, 16, {1, 16}, hk);
     RuntimeOptions o;
     o.schedule = Schedule::GpuOnly;
     if (hk == PlannerConfig::HostKvAttention::Staged) {
       bool stages = false;
-      for (const Action& a : table.find_tier(16)->find(Schedule::GpuOnly)->actions) stages = stages || a.payload == Payload::KvNew;
+      for (const Action& a : table.find_tier(16)->find(Schedule::GpuOnly)->actions)
+        stages = stages || a.payload == Payload::KvNew;
       REQUIRE(stages);  // the premise: this table's layout keeps some KV on the host
     }
     {
@@ -269,13 +288,14 @@ TEST_CASE("a dropped dependency shows up as a wrong result", "[runtime]") {
       if (!(err <= 1e-4)) ++wrong;
     }
     WARN(wrong << " of " << drops << " runs with one dropped wait were wrong ("
-                << (hk == PlannerConfig::HostKvAttention::Split ? "split" : "staged") << ")");
+               << (hk == PlannerConfig::HostKvAttention::Split ? "split" : "staged") << ")");
     CHECK(wrong >= 3);
   }
 }
 
-TEST_CASE("runtime suite (emulated): an MoE layer's experts split between CPU and GPU (Dynamic) match the CPU reference",
-          "[runtime][moe]") {
+TEST_CASE(
+    "runtime suite (emulated): an MoE layer's experts split between CPU and GPU (Dynamic) match the CPU reference",
+    "[runtime][moe]") {
   // Every CPU FFN layer of the Dynamic plans split with share c: the CPU computes c of each token's 2
   // experts from host memory while the GPU's are copied and run, then adds the CPU's partial — decode
   // and prefill steps, queues with random delays (a missing dependency would read a stale partial or x).
@@ -313,9 +333,10 @@ TEST_CASE("runtime suite (emulated): an MoE layer's experts split between CPU an
     std::map<std::pair<int, std::string>, Layer> layers;  // (run, shard) of every split layer
     for (const TimelineEntry& t : rt.timeline()) {
       const std::string shard = t.label.substr(0, t.label.find(' '));
-      const bool routed = t.label.find("moe_gpu_share") != std::string::npos ||
-                          (t.resource == Resource::H2D && t.label.find("guessed") == std::string::npos &&
-                           (t.label.find("weights") != std::string::npos || t.label.find("missed") != std::string::npos));
+      const bool routed =
+          t.label.find("moe_gpu_share") != std::string::npos ||
+          (t.resource == Resource::H2D && t.label.find("guessed") == std::string::npos &&
+           (t.label.find("weights") != std::string::npos || t.label.find("missed") != std::string::npos));
       Layer& l = layers[{t.run, shard}];
       if (t.label.find("moe_cpu_share") != std::string::npos) l.share_start = t.start_ms;
       if (routed) {
@@ -380,7 +401,8 @@ TEST_CASE("runtime suite (emulated): an MoE layer's experts split between CPU an
           a.part = ComputePart::Full;
           a.cpu_experts = 0;
         }
-  CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, bad, o), Contains("moe_cpu_share) runs on cpu but its shard and part belong on the GPU"));
+  CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, bad, o),
+                    Contains("moe_cpu_share) runs on cpu but its shard and part belong on the GPU"));
   // A plan saved before the GPU share ran beside the CPU's (the share added the partial itself): refused.
   bad = table;
   for (auto& t : bad.tiers)
@@ -444,8 +466,10 @@ class CopyWaitCounter : public Device {
 };
 }  // namespace
 
-TEST_CASE("runtime suite (emulated): experts prefetched on the layer before's guess match the CPU reference, guesses right or wrong",
-          "[runtime][moe]") {
+TEST_CASE(
+    "runtime suite (emulated): experts prefetched on the layer before's guess match the CPU reference, guesses right "
+    "or wrong",
+    "[runtime][moe]") {
   // Streamed MoE FFNs; with speculative expert prefetch (plan.h router_next) each layer's
   // guessed experts are copied into its slot while the layer before runs, and its own copy then brings
   // only the routed experts the guess missed into the places of the guesses not routed. Guessing with
@@ -467,7 +491,8 @@ TEST_CASE("runtime suite (emulated): experts prefetched on the layer before's gu
     for (G mode : {G::Router, G::Lowest, G::Mixed})
       for (uint64_t seed : {41u, 42u}) {
         EmuOptions eo = emu(seed, 60);
-        if (seed == 42u) eo.queue_scale[static_cast<int>(Queue::H2D)] = 6;  // copies slow: a missing wait reads old experts
+        if (seed == 42u)
+          eo.queue_scale[static_cast<int>(Queue::H2D)] = 6;  // copies slow: a missing wait reads old experts
         const RuntimeGuesses g = check_guesses(t, m, tt, sched, mode, eo, budget, pool);
         // 2 of 8 experts per token: the lowest logits' guesses miss most routed experts.
         if (mode == G::Lowest) CHECK(g.hits < g.routed / 2);
@@ -496,9 +521,11 @@ TEST_CASE("runtime suite (emulated): experts prefetched on the layer before's gu
   for (auto& t : bad.tiers)
     for (auto& p : t.candidates)
       for (auto& a : p.actions)
-        if (a.speculative) a.deps.erase(std::remove_if(a.deps.begin(), a.deps.end(), [&](int d) {
-                                          return p.actions[static_cast<size_t>(d)].payload == Payload::RouterGuess;
-                                        }), a.deps.end());
+        if (a.speculative)
+          a.deps.erase(
+              std::remove_if(a.deps.begin(), a.deps.end(),
+                             [&](int d) { return p.actions[static_cast<size_t>(d)].payload == Payload::RouterGuess; }),
+              a.deps.end());
   CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, bad, o), Contains("depends on its layer's guessed router logits"));
   bad = table;
   for (auto& t : bad.tiers)
@@ -506,11 +533,13 @@ TEST_CASE("runtime suite (emulated): experts prefetched on the layer before's gu
       for (size_t i = 0; i < p.actions.size(); ++i)
         if (p.actions[i].speculative)
           for (size_t j = i + 1; j < p.actions.size(); ++j)
-            if (p.actions[j].kind == ActionKind::CopyWeights && p.actions[j].shard == p.actions[i].shard) p.actions[j].slot = 1 - p.actions[j].slot;
+            if (p.actions[j].kind == ActionKind::CopyWeights && p.actions[j].shard == p.actions[i].shard)
+              p.actions[j].slot = 1 - p.actions[j].slot;
   CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, bad, o), Contains("into the same slot"));
 }
 
-TEST_CASE("runtime: strided expert copies keep every step exact (one copy per expert in a synthetic model)", "[runtime][moe]") {
+TEST_CASE("runtime: strided expert copies keep every step exact (one copy per expert in a synthetic model)",
+          "[runtime][moe]") {
   // A streamed routed expert's gate, up and down slices go as strided copies (Device::HostCopy rows) where
   // their host distances allow. A synthetic model stores a layer's gate, up and down expert tensors back
   // to back: one copy of three rows per expert.
@@ -522,7 +551,8 @@ TEST_CASE("runtime: strided expert copies keep every step exact (one copy per ex
   const std::vector<int> steps = {9, 1, 4, 1, 1};
   const auto toks = token_seq(16, spec.vocab_size, 9);
   const auto ref = reference_steps(*src, toks, steps, ctx);
-  const PlanTable table = table_for(*src, min_budget_for(*src, ctx) + spec.total_bytes() / 4, ctx, {1, 4, 16});  // experts streamed
+  const PlanTable table =
+      table_for(*src, min_budget_for(*src, ctx) + spec.total_bytes() / 4, ctx, {1, 4, 16});  // experts streamed
   for (Schedule s : {Schedule::GpuOnly, Schedule::Dynamic}) {
     if (!feasible_at_some_tier(table, s)) continue;
     INFO(schedule_name(s));
@@ -548,7 +578,8 @@ TEST_CASE("runtime: strided expert copies keep every step exact (one copy per ex
   CHECK_THROWS_WITH(dev->copy_h2d_batch(&overlap, 1), Contains("would overlap its own rows"));
 }
 
-TEST_CASE("expert_copies_of: the copies a streamed expert takes, for the planner, as the runtime makes them", "[runtime][moe]") {
+TEST_CASE("expert_copies_of: the copies a streamed expert takes, for the planner, as the runtime makes them",
+          "[runtime][moe]") {
   // Synthetic weights (gate, up, down tensors in that order): one strided copy, whether counted on the
   // weights or on the spec alone (the sweep plans synthetic models before making them).
   for (DType dt : {DType::F16, DType::Q8_0}) {
@@ -570,7 +601,8 @@ TEST_CASE("expert_copies_of: the copies a streamed expert takes, for the planner
   CHECK(synthetic_expert_copies(dense) == 3);
 }
 
-TEST_CASE("push_expert_copies: an expert's slices as few strided copies as their host distances allow", "[runtime][moe]") {
+TEST_CASE("push_expert_copies: an expert's slices as few strided copies as their host distances allow",
+          "[runtime][moe]") {
   // A place of gate, up, down (128-byte slices, 128 apart) and three host tensors of 8 experts each; the
   // expert's slices where the tensors lie in a synthetic model's order, llama.cpp's, or apart.
   ShardLayout L;
@@ -654,8 +686,10 @@ TEST_CASE("runtime: the pinned activation staging is unpinned when the runtime g
     }
     // What stays pinned is the weights (the source outlives the runtime): less than before by at
     // least the staging of 16 tokens' x, q/k/v and attention output and the logits.
-    const uint64_t staged = static_cast<uint64_t>(
-        16 * (spec.hidden_size + spec.q_dim() + 2 * spec.kv_dim() + spec.q_dim()) + spec.vocab_size) * 4;
+    const uint64_t staged =
+        static_cast<uint64_t>(16 * (spec.hidden_size + spec.q_dim() + 2 * spec.kv_dim() + spec.q_dim()) +
+                              spec.vocab_size) *
+        4;
     CHECK(dev->pinned_host_bytes() > 0);
     CHECK(dev->pinned_host_bytes() + staged <= with_runtime);
   }
@@ -694,26 +728,32 @@ TEST_CASE("runtime: plans naming rows, offsets, slots or shards outside the mode
     CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, bad, {}), Contains(says));
   };
   const size_t a = static_cast<size_t>(ai);
-  refused([&](Plan& p) { p.actions[a].row_end = int64_t(1) << 40; }, "the LM head's row pieces end at row 1099511627776");
+  refused([&](Plan& p) { p.actions[a].row_end = int64_t(1) << 40; },
+          "the LM head's row pieces end at row 1099511627776");
   refused([&](Plan& p) { p.actions[a].row_end = spec.vocab_size + 1; }, "the LM head's row pieces end at row");
   refused([&](Plan& p) { p.actions[a].slot = 2; }, "stream slot 2");
   refused([&](Plan& p) { p.actions[a].shard = 100000; }, "names shard 100000");
   refused([&](Plan& p) { p.actions[a].layer = static_cast<int>(spec.num_hidden_layers); }, "names layer");
   refused([&](Plan& p) { p.arena.back().offset = table.budget_bytes; }, "lies outside the budget");
   refused([&](Plan& p) { p.arena.back().bytes = ~uint64_t(0); }, "lies outside the budget");
-  refused([&](Plan& p) {
-    for (ShardPlacement& sp : p.placements)
-      if (sp.arena_offset >= 0 && sp.home == WeightHome::Pinned) sp.arena_offset = static_cast<int64_t>(table.budget_bytes);
-  }, "lies outside the 'pinned' region");
+  refused(
+      [&](Plan& p) {
+        for (ShardPlacement& sp : p.placements)
+          if (sp.arena_offset >= 0 && sp.home == WeightHome::Pinned)
+            sp.arena_offset = static_cast<int64_t>(table.budget_bytes);
+      },
+      "lies outside the 'pinned' region");
   refused([&](Plan& p) { p.kv_on_gpu.pop_back(); }, "kv_on_gpu names");
-  refused([&](Plan& p) {  // two shards of equal size (two layers' attention) named in each other's place
-    for (size_t i = 0; i < p.placements.size(); ++i)
-      for (size_t j = i + 1; j < p.placements.size(); ++j)
-        if (p.placements[i].bytes == p.placements[j].bytes && p.placements[i].name != p.placements[j].name) {
-          std::swap(p.placements[i].shard, p.placements[j].shard);
-          return;
-        }
-  }, "placements are listed by shard id");
+  refused(
+      [&](Plan& p) {  // two shards of equal size (two layers' attention) named in each other's place
+        for (size_t i = 0; i < p.placements.size(); ++i)
+          for (size_t j = i + 1; j < p.placements.size(); ++j)
+            if (p.placements[i].bytes == p.placements[j].bytes && p.placements[i].name != p.placements[j].name) {
+              std::swap(p.placements[i].shard, p.placements[j].shard);
+              return;
+            }
+      },
+      "placements are listed by shard id");
 }
 
 // Regression: on an MoE model, gpu-only at the smallest budget streams both shards of every layer
@@ -791,7 +831,8 @@ TEST_CASE("runtime: queues at unequal speeds keep every schedule exact", "[runti
     const uint64_t min_b = min_budget_for(*src, ctx);
     for (uint64_t budget : {min_b + (256u << 10), std::max<uint64_t>(min_b + (256u << 10), spec.total_bytes() / 2)}) {
       const PlanTable table = table_for(*src, budget, ctx, {1, 4, 16});
-      for (Schedule s : {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic, Schedule::LayerSplit, Schedule::CpuMoe}) {
+      for (Schedule s :
+           {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic, Schedule::LayerSplit, Schedule::CpuMoe}) {
         if (!feasible_at_some_tier(table, s)) continue;
         for (int k = 0; k < 3; ++k) {
           INFO(family << " budget " << budget << " schedule " << schedule_name(s) << " skew " << k);
@@ -876,7 +917,7 @@ TEST_CASE("runtime: fill_host_cache gives the host caches data that a step over 
     return logits;
   };
   const auto a = step_after(5), b = step_after(5), unfilled = step_after(-1), other = step_after(6);
-  CHECK(a == b);                                                  // deterministic by seed
+  CHECK(a == b);                                                    // deterministic by seed
   CHECK(test::max_rel_error(a, unfilled, spec.vocab_size) > 1e-3);  // the step read the filled rows
   CHECK(test::max_rel_error(a, other, spec.vocab_size) > 1e-3);
   for (float x : a) CHECK(std::isfinite(x));
@@ -916,6 +957,7 @@ TEST_CASE("runtime: weights mapped from a GGUF file are pinned in place, or left
   std::string maps = test::read_file("/proc/self/maps"), line;
   bool shared = false;
   for (std::istringstream in(maps); std::getline(in, line);)
-    if (line.find("pinned_weights.gguf") != std::string::npos) shared = shared || line.find(" r--s ") != std::string::npos;
+    if (line.find("pinned_weights.gguf") != std::string::npos)
+      shared = shared || line.find(" r--s ") != std::string::npos;
   CHECK(shared);
 }

@@ -1,6 +1,5 @@
 // Tests for the session pieces: sampling, and the byte-level fallback and GGUF SentencePiece vocabularies.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <limits>
 #include <random>
@@ -11,8 +10,8 @@
 #include "executor/session/generator.h"
 #include "executor/session/sampling.h"
 #include "executor/session/step_engine.h"
-#include "text/tokenizer.h"
 #include "test_util.h"
+#include "text/tokenizer.h"
 
 using namespace shardwise;
 using Catch::Matchers::Contains;
@@ -32,7 +31,8 @@ TEST_CASE("argmax: the first largest value, NaN skipped, as one compare loop", "
                     int64_t(2049), int64_t(4096), int64_t(131072), int64_t(151936)})
     for (int pattern = 0; pattern < 7; ++pattern) {
       std::vector<float> x(static_cast<size_t>(n));
-      for (float& v : x) v = pattern == 0 ? static_cast<float>(small(rng)) : std::ldexp(static_cast<float>(rng() % 100000), -7) - 300.0f;
+      for (float& v : x)
+        v = pattern == 0 ? static_cast<float>(small(rng)) : std::ldexp(static_cast<float>(rng() % 100000), -7) - 300.0f;
       if (pattern == 2)  // NaNs at block starts and elsewhere, the maximum right after one
         for (size_t i = 0; i < x.size(); i += 2048) {
           x[i] = nan;
@@ -137,7 +137,8 @@ class FakeEngine : public StepEngine {
 
 TEST_CASE("generation stops with an error naming the step when the logits are not finite", "[sampling]") {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-  for (const auto& [bad_step, bad_id, bad] : {std::tuple<int64_t, int64_t, float>{1, 0, nan}, {4, 49, inf}, {2, 17, -inf}, {6, 3, -nan}}) {
+  for (const auto& [bad_step, bad_id, bad] :
+       {std::tuple<int64_t, int64_t, float>{1, 0, nan}, {4, 49, inf}, {2, 17, -inf}, {6, 3, -nan}}) {
     INFO("step " << bad_step << ", id " << bad_id << ", value " << bad);
     for (bool greedy : {true, false}) {
       FakeEngine engine(bad_step, bad_id, bad);
@@ -151,8 +152,8 @@ TEST_CASE("generation stops with an error naming the step when the logits are no
       } catch (const Error& e) {
         const std::string msg = e.what();
         CHECK_THAT(msg, Contains("step " + std::to_string(bad_step) + " of the generation") &&
-                            Contains("position " + std::to_string(3 + bad_step - 2)) && Contains("token id " + std::to_string(bad_id)) &&
-                            Contains("not finite"));
+                            Contains("position " + std::to_string(3 + bad_step - 2)) &&
+                            Contains("token id " + std::to_string(bad_id)) && Contains("not finite"));
       }
       CHECK(static_cast<int64_t>(got.size()) == bad_step - 1);  // the steps before it ran
     }

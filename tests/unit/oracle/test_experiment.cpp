@@ -30,7 +30,9 @@ pcie_caps: [16GB/s, none]
 tiers: [1, 16]
 )";
 
-Experiment parse(const std::string& text) { return parse_experiment_text(text, "exp.yaml"); }
+Experiment parse(const std::string& text) {
+  return parse_experiment_text(text, "exp.yaml");
+}
 
 // The error message of parsing `text`, "" when it parses.
 std::string error_of(const std::string& text) {
@@ -60,7 +62,9 @@ std::string edit(const std::string& key, const std::string& value, bool remove =
   if (!replaced && !remove) out += key + ": " + value + "\n";
   return out;
 }
-std::string with(const std::string& key, const std::string& value) { return edit(key, value); }
+std::string with(const std::string& key, const std::string& value) {
+  return edit(key, value);
+}
 
 }  // namespace
 
@@ -163,8 +167,10 @@ TEST_CASE("experiment: the product with exclusions and filters", "[oracle]") {
   CHECK(all[16].budget_bytes % (64u << 10) == 0);
 
   // Config-level exclusions drop configurations; row-level ones drop rows.
-  const Experiment x = parse(with("exclude", "[{model: b, threads: 2}, {ctx: 128, pcie_cap: none, budget: [2M, 4M]}, "
-                                             "{schedule: cpu-moe, model: a}, {tier: 16, schedule: [static, dynamic], threads: 1}]"));
+  const Experiment x =
+      parse(with("exclude",
+                 "[{model: b, threads: 2}, {ctx: 128, pcie_cap: none, budget: [2M, 4M]}, "
+                 "{schedule: cpu-moe, model: a}, {tier: 16, schedule: [static, dynamic], threads: 1}]"));
   dropped.clear();
   const auto kept = expand_configurations(x, &dropped);
   // b with 2 threads: 12 configs; ctx 128 + no cap + {2M,4M}: 2 models x 2 budgets x 2 threads = 8, of which 2 overlap.
@@ -193,8 +199,10 @@ TEST_CASE("experiment: config_id is a stable hash of model budget ctx threads an
   CHECK(make_config_id(w, 4ull << 30, 4096, 16, 16e9) == make_config_id(w, 4ull << 30, 4096, 16, 16e9));
   CHECK(make_config_id(w, 4ull << 30, 4096, 16, 16e9) == "674ca5c8da1d4933");
   CHECK(make_config_id(w, 4ull << 30, 4096, 16, 16e9).size() == 16);
-  const std::set<std::string> ids = {make_config_id(w, 4ull << 30, 4096, 16, 16e9), make_config_id(w, 8ull << 30, 4096, 16, 16e9),
-                                     make_config_id(w, 4ull << 30, 16384, 16, 16e9), make_config_id(w, 4ull << 30, 4096, 1, 16e9),
+  const std::set<std::string> ids = {make_config_id(w, 4ull << 30, 4096, 16, 16e9),
+                                     make_config_id(w, 8ull << 30, 4096, 16, 16e9),
+                                     make_config_id(w, 4ull << 30, 16384, 16, 16e9),
+                                     make_config_id(w, 4ull << 30, 4096, 1, 16e9),
                                      make_config_id(w, 4ull << 30, 4096, 16, 0),
                                      make_config_id("synthetic:nemo8b?dtype=f16&seed=2", 4ull << 30, 4096, 16, 16e9)};
   CHECK(ids.size() == 6);
@@ -203,7 +211,8 @@ TEST_CASE("experiment: config_id is a stable hash of model budget ctx threads an
   const Experiment b = parse(with("budgets", "[4096K]"));
   CHECK(expand_configurations(a)[0].config_id == expand_configurations(b)[0].config_id);
   const Experiment c = parse(with("pcie_caps", "[16000MB/s]"));
-  CHECK(expand_configurations(c)[0].config_id == expand_configurations(parse(with("pcie_caps", "[16GB/s]")))[0].config_id);
+  CHECK(expand_configurations(c)[0].config_id ==
+        expand_configurations(parse(with("pcie_caps", "[16GB/s]")))[0].config_id);
 }
 
 TEST_CASE("sweep helpers: median IQR repeats and shard text", "[oracle]") {
@@ -217,9 +226,9 @@ TEST_CASE("sweep helpers: median IQR repeats and shard text", "[oracle]") {
   m.expensive_repeats = 2;
   m.row_seconds = 2;
   m.warmup = 1;
-  CHECK(planned_repeats(m, 10) == 3);      // cheap: min_repeats
-  CHECK(planned_repeats(m, 900) == 3);     // 3 x 0.9 s: row_seconds not yet spent after 2
-  CHECK(planned_repeats(m, 1500) == 2);    // expensive: fewer
+  CHECK(planned_repeats(m, 10) == 3);    // cheap: min_repeats
+  CHECK(planned_repeats(m, 900) == 3);   // 3 x 0.9 s: row_seconds not yet spent after 2
+  CHECK(planned_repeats(m, 1500) == 2);  // expensive: fewer
   CHECK(planned_repeats(m, 60000) == 2);
   CHECK(predicted_row_seconds(m, 1500) == Approx(3 * 1.5));
   int i = -1, n = -1;
@@ -240,7 +249,8 @@ namespace {
 std::string product_yaml(int m, int n) {
   std::ostringstream y;
   y << "name: big\nhardware: cli3\nmodels:\n";
-  for (int i = 0; i < m; ++i) y << "  - name: m" << i << "\n    weights: \"synthetic:tiny_llama?dtype=f16&seed=" << i + 1 << "\"\n";
+  for (int i = 0; i < m; ++i)
+    y << "  - name: m" << i << "\n    weights: \"synthetic:tiny_llama?dtype=f16&seed=" << i + 1 << "\"\n";
   y << "budgets: [";
   for (int i = 0; i < n; ++i) y << (i ? ", " : "") << (i + 2) << "M";
   y << "]\nctx: [";
@@ -257,8 +267,9 @@ std::string product_yaml(int m, int n) {
 TEST_CASE("experiment: one expanding to too many configurations is refused up front, with its count", "[oracle]") {
   // 10 x 10^4 = 100000: allowed; 11 x 10^4 and 40^5 (a file of a few KB) are not, and fail at once.
   CHECK(parse(product_yaml(10, 10)).models.size() == 10);
-  CHECK_THAT(error_of(product_yaml(11, 10)), Contains("exp.yaml: the experiment expands to 110000 configurations (models 11 x budgets 10 x "
-                                                      "ctx 10 x threads 10 x pcie_caps 10), more than 100000"));
+  CHECK_THAT(error_of(product_yaml(11, 10)),
+             Contains("exp.yaml: the experiment expands to 110000 configurations (models 11 x budgets 10 x "
+                      "ctx 10 x threads 10 x pcie_caps 10), more than 100000"));
   const auto t0 = std::chrono::steady_clock::now();
   const std::string big = product_yaml(40, 40);
   CHECK(big.size() < 20000);
@@ -280,7 +291,8 @@ TEST_CASE("experiment: budgets, contexts and PCIe caps are bounded", "[oracle]")
 }
 
 TEST_CASE("experiment: a key given twice is refused, not read as its first value", "[oracle]") {
-  CHECK_THAT(error_of(std::string(kBase) + "hardware: cli2\n"), Contains("exp.yaml: line ") && Contains("duplicate key 'hardware'"));
+  CHECK_THAT(error_of(std::string(kBase) + "hardware: cli2\n"),
+             Contains("exp.yaml: line ") && Contains("duplicate key 'hardware'"));
   CHECK_THAT(error_of(with("measure", "{warmup: 1, warmup: 3}")), Contains("duplicate key 'measure.warmup'"));
   std::string twice = kBase;
   twice.replace(twice.find("  - name: a\n"), 12, "  - name: a\n    name: c\n");

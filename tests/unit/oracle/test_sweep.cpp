@@ -1,17 +1,16 @@
 // Tests for `shardwise sweep` on the emulated device, run as a child process: a sweep killed with
 // SIGKILL and resumed has no duplicate and no missing row; --shard i/n partitions the rows;
 // --max-minutes stops cleanly between rows; files of another experiment or revision are refused.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
 #include <chrono>
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -31,8 +30,12 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string repo_root() { return test::fixtures_dir() + "/../.."; }
-std::string smoke_yaml() { return repo_root() + "/experiments/smoke.yaml"; }
+std::string repo_root() {
+  return test::fixtures_dir() + "/../..";
+}
+std::string smoke_yaml() {
+  return repo_root() + "/experiments/smoke.yaml";
+}
 
 struct Child {
   int rc = -1;  // exit status; -1: killed by a signal
@@ -113,7 +116,9 @@ int count_row_lines(const std::string& path) {
   return n;
 }
 
-bool no_duplicates(const Rows& r) { return std::set<std::tuple<std::string, int64_t, std::string>>(r.keys.begin(), r.keys.end()).size() == r.keys.size(); }
+bool no_duplicates(const Rows& r) {
+  return std::set<std::tuple<std::string, int64_t, std::string>>(r.keys.begin(), r.keys.end()).size() == r.keys.size();
+}
 
 json summary(const Child& c) {
   INFO("stdout: " << c.out << "\nstderr: " << c.err);
@@ -124,11 +129,13 @@ json summary(const Child& c) {
 // A small experiment: one model, 4 configurations, quick on the emulated device.
 std::string small_yaml(const std::string& name, const std::string& extra = "") {
   const std::string path = test::temp_path(name + ".yaml");
-  test::write_file(path, "name: " + name + "\nhardware: cli3\nmodels:\n  - name: smoke_llama\n    weights: \"synthetic:" + repo_root() +
-                             "/experiments/models/smoke_llama.yaml?dtype=f16&seed=1\"\n"
-                             "budgets: [\"70%\", 10M]\nctx: [64]\nthreads: [1, 2]\npcie_caps: [none]\ntiers: [1, 16]\n"
-                             "measure: {warmup: 1, min_repeats: 2, max_repeats: 3, row_seconds: 0.05, expensive_repeats: 1}\n" +
-                             extra);
+  test::write_file(
+      path, "name: " + name +
+                "\nhardware: cli3\nmodels:\n  - name: smoke_llama\n    weights: \"synthetic:" + repo_root() +
+                "/experiments/models/smoke_llama.yaml?dtype=f16&seed=1\"\n"
+                "budgets: [\"70%\", 10M]\nctx: [64]\nthreads: [1, 2]\npcie_caps: [none]\ntiers: [1, 16]\n"
+                "measure: {warmup: 1, min_repeats: 2, max_repeats: 3, row_seconds: 0.05, expensive_repeats: 1}\n" +
+                extra);
   return path;
 }
 
@@ -183,11 +190,13 @@ TEST_CASE("sweep: killed with SIGKILL mid-sweep, --resume leaves no duplicate an
   CHECK_FALSE(after.sweeps[0]["routing"].contains("smoke_llama"));  // dense: nothing to measure
   // Every §6 key in every row.
   for (const auto& r : after.rows)
-    for (const char* key : {"config_id", "model", "budget_bytes", "ctx", "threads", "pcie_cap", "tier", "schedule", "predicted_ms",
-                            "measured_ms", "measured_spread_ms", "vram_bytes", "chosen", "machine", "device", "profile_hash", "git_rev"})
+    for (const char* key :
+         {"config_id", "model", "budget_bytes", "ctx", "threads", "pcie_cap", "tier", "schedule", "predicted_ms",
+          "measured_ms", "measured_spread_ms", "vram_bytes", "chosen", "machine", "device", "profile_hash", "git_rev"})
       CHECK(r.contains(key));
   // And a third call has nothing left to do.
-  const json again = summary(run({"sweep", smoke_yaml(), "--device", "emu", "--out", out, "--resume", "--no-progress"}));
+  const json again =
+      summary(run({"sweep", smoke_yaml(), "--device", "emu", "--out", out, "--resume", "--no-progress"}));
   CHECK(again["rows_written"] == 0);
   CHECK(read_rows(out).rows.size() == after.rows.size());
 }
@@ -212,7 +221,8 @@ TEST_CASE("sweep: a second writer on one results file is refused, the first one'
   CHECK(test::read_file(out).empty());
   ::close(fd);
   // Once it is free, the same sweep runs.
-  CHECK(summary(run({"sweep", yaml, "--device", "emu", "--out", out, "--resume", "--no-progress"}))["complete"] == true);
+  CHECK(summary(run({"sweep", yaml, "--device", "emu", "--out", out, "--resume", "--no-progress"}))["complete"] ==
+        true);
 }
 
 TEST_CASE("sweep: --resume skips a parseable row lacking a field like a torn line, with a warning", "[oracle][sweep]") {
@@ -258,7 +268,8 @@ TEST_CASE("sweep: --resume skips a parseable row lacking a field like a torn lin
   }
 }
 
-TEST_CASE("sweep: --shard i/n splits the rows: shards are disjoint and their union is the full sweep", "[oracle][sweep]") {
+TEST_CASE("sweep: --shard i/n splits the rows: shards are disjoint and their union is the full sweep",
+          "[oracle][sweep]") {
   const std::string yaml = small_yaml("shards");
   const std::string full = test::temp_path("full.jsonl");
   const json sf = summary(run({"sweep", yaml, "--device", "emu", "--out", full, "--no-progress"}));
@@ -315,15 +326,17 @@ TEST_CASE("sweep: a baseline keeping the KV cache elsewhere than the candidates 
   // table chose for the candidates; switching the candidates' runtime to it was an error in every such
   // row (the study's layer-split rows of nemo8b).
   const std::string path = test::temp_path("kv_elsewhere.yaml");
-  test::write_file(path, "name: kv_elsewhere\nhardware: cli3\nmodels:\n  - name: smoke_llama\n    weights: \"synthetic:" + repo_root() +
-                             "/experiments/models/smoke_llama.yaml?dtype=f16&seed=1\"\n"
-                             "budgets: [12M, 16M, 20M]\nctx: [1024]\nthreads: [1]\npcie_caps: [none]\ntiers: [1, 16]\n"
-                             "measure: {warmup: 1, min_repeats: 2, max_repeats: 3, row_seconds: 0.05, expensive_repeats: 1}\n");
+  test::write_file(
+      path,
+      "name: kv_elsewhere\nhardware: cli3\nmodels:\n  - name: smoke_llama\n    weights: \"synthetic:" + repo_root() +
+          "/experiments/models/smoke_llama.yaml?dtype=f16&seed=1\"\n"
+          "budgets: [12M, 16M, 20M]\nctx: [1024]\nthreads: [1]\npcie_caps: [none]\ntiers: [1, 16]\n"
+          "measure: {warmup: 1, min_repeats: 2, max_repeats: 3, row_seconds: 0.05, expensive_repeats: 1}\n");
   const std::string out = test::temp_path("kv_elsewhere.jsonl");
   const json s = summary(run({"sweep", path, "--device", "emu", "--out", out, "--no-progress"}));
   CHECK(s["complete"] == true);
   const Rows all = read_rows(out);
-  std::map<std::string, std::set<int>> kv_layers;  // per configuration, over its measured rows
+  std::map<std::string, std::set<int>> kv_layers;                  // per configuration, over its measured rows
   std::map<std::string, std::map<bool, std::set<double>>> setups;  // per configuration: candidate? -> setup_ms
   int measured_layer_split = 0;
   for (const auto& r : all.rows) {
@@ -350,7 +363,8 @@ TEST_CASE("sweep: a baseline keeping the KV cache elsewhere than the candidates 
 TEST_CASE("sweep: --max-minutes stops cleanly between rows and --resume completes", "[oracle][sweep]") {
   const std::string yaml = small_yaml("timebox");
   const std::string out = test::temp_path("timebox.jsonl");
-  const json s = summary(run({"sweep", yaml, "--device", "emu", "--out", out, "--max-minutes", "0.00005", "--no-progress"}));
+  const json s =
+      summary(run({"sweep", yaml, "--device", "emu", "--out", out, "--max-minutes", "0.00005", "--no-progress"}));
   CHECK(s["stopped_by_time"] == true);
   CHECK(s["complete"] == false);
   CHECK(s["rows_written"].get<int>() >= 1);
@@ -374,7 +388,8 @@ TEST_CASE("sweep: refuses to mix experiments or revisions in one file and --pred
   Child c = run({"sweep", yaml, "--device", "emu", "--out", out, "--no-progress"});
   CHECK(c.rc == 1);
   CHECK_THAT(c.err, Contains("--resume"));
-  c = run({"sweep", yaml, "--device", "emu", "--out", out, "--resume", "--no-progress"}, {{"SHARDWISE_GIT_REV", "0123abc"}});
+  c = run({"sweep", yaml, "--device", "emu", "--out", out, "--resume", "--no-progress"},
+          {{"SHARDWISE_GIT_REV", "0123abc"}});
   CHECK(c.rc == 1);
   CHECK_THAT(c.err, Contains("revision"));
   const std::string other = small_yaml("mix", "exclude: [{threads: 2}]\n");
@@ -392,8 +407,10 @@ TEST_CASE("sweep: refuses to mix experiments or revisions in one file and --pred
   CHECK_THAT(c.err, Contains(out + " exists"));
   // Field errors reach the user as one line naming the file and field.
   const std::string bad = test::temp_path("bad.yaml");
-  test::write_file(bad, "name: x\nhardware: cli3\nmodels: [\"synthetic:tiny_llama\"]\nbudgets: [4Q]\nctx: [64]\nthreads: [1]\n"
-                        "pcie_caps: [none]\ntiers: [1]\n");
+  test::write_file(
+      bad,
+      "name: x\nhardware: cli3\nmodels: [\"synthetic:tiny_llama\"]\nbudgets: [4Q]\nctx: [64]\nthreads: [1]\n"
+      "pcie_caps: [none]\ntiers: [1]\n");
   c = run({"sweep", bad, "--device", "emu", "--out", none});
   CHECK(c.rc == 1);
   CHECK_THAT(c.err, Contains(bad + ": budgets[0]"));
@@ -408,10 +425,11 @@ TEST_CASE("sweep: refuses to mix experiments or revisions in one file and --pred
 TEST_CASE("sweep: --predict --out re-predicts a study's rows with the routing it recorded", "[oracle][sweep]") {
   // An MoE model: its plans depend on the routing the sweep measures on the weights at its start.
   const std::string yaml = test::temp_path("repredict.yaml");
-  test::write_file(yaml, "name: repredict\nhardware: cli3\nmodels:\n  - name: smoke_moe\n    weights: \"synthetic:" + repo_root() +
-                             "/experiments/models/smoke_moe.yaml?dtype=q8_0&seed=1\"\n"
-                             "budgets: [\"70%\"]\nctx: [64]\nthreads: [1]\npcie_caps: [none, 16GB/s]\ntiers: [1, 16]\n"
-                             "measure: {warmup: 1, min_repeats: 2, max_repeats: 3, row_seconds: 0.05, expensive_repeats: 1}\n");
+  test::write_file(
+      yaml, "name: repredict\nhardware: cli3\nmodels:\n  - name: smoke_moe\n    weights: \"synthetic:" + repo_root() +
+                "/experiments/models/smoke_moe.yaml?dtype=q8_0&seed=1\"\n"
+                "budgets: [\"70%\"]\nctx: [64]\nthreads: [1]\npcie_caps: [none, 16GB/s]\ntiers: [1, 16]\n"
+                "measure: {warmup: 1, min_repeats: 2, max_repeats: 3, row_seconds: 0.05, expensive_repeats: 1}\n");
   const std::string study = test::temp_path("repredict_study.jsonl"), pred = test::temp_path("repredict_pred.jsonl");
   std::remove(study.c_str());
   std::remove(pred.c_str());
@@ -436,7 +454,8 @@ TEST_CASE("sweep: --predict --out re-predicts a study's rows with the routing it
   // The same binary with the same routing predicts every row exactly as the sweep did.
   int predicted = 0;
   for (const json& r : rows.rows) {
-    const auto it = by_key.find({r["config_id"].get<std::string>(), r["tier"].get<int64_t>(), r["schedule"].get<std::string>()});
+    const auto it =
+        by_key.find({r["config_id"].get<std::string>(), r["tier"].get<int64_t>(), r["schedule"].get<std::string>()});
     REQUIRE(it != by_key.end());
     CHECK(it->second["plan_signature"] == r["plan_signature"]);
     CHECK(it->second["planner_choice"] == r["planner_choice"]);
@@ -447,7 +466,8 @@ TEST_CASE("sweep: --predict --out re-predicts a study's rows with the routing it
   }
   CHECK(predicted > 0);
   // A file that recorded no routing for the MoE model: one line naming it and the model.
-  c = run({"sweep", yaml, "--device", "emu", "--predict", "--routing-from", pred, "--out", test::temp_path("repredict_2.jsonl")});
+  c = run({"sweep", yaml, "--device", "emu", "--predict", "--routing-from", pred, "--out",
+           test::temp_path("repredict_2.jsonl")});
   CHECK(c.rc == 1);
   CHECK_THAT(c.err, Contains(pred + ": no sweep record holds smoke_moe's routing"));
   // A recorded routing no routing of the model can have (more distinct experts than it has): one line.
@@ -474,7 +494,8 @@ TEST_CASE("sweep: --predict --out re-predicts a study's rows with the routing it
     test::write_file(edited, std::regex_replace(text, hits, "\"next_layer_hits\":1.5"));
     c = run({"sweep", yaml, "--device", "emu", "--predict", "--routing-from", edited});
     CHECK(c.rc == 1);
-    CHECK_THAT(c.err, Contains(edited + ": the routing recorded for smoke_moe guesses 1.5 of the next layer's experts"));
+    CHECK_THAT(c.err,
+               Contains(edited + ": the routing recorded for smoke_moe guesses 1.5 of the next layer's experts"));
   }
   // The same model name with other weights (seed 2): the study's routing is not theirs.
   {
@@ -495,13 +516,15 @@ TEST_CASE("sweep: --predict --out re-predicts a study's rows with the routing it
   CHECK_THAT(c.err, Contains(missing + ": no such file"));
 }
 
-TEST_CASE("sweep: measure.rounds measures the candidates round by round, each row over all its rounds", "[oracle][sweep]") {
+TEST_CASE("sweep: measure.rounds measures the candidates round by round, each row over all its rounds",
+          "[oracle][sweep]") {
   const std::string yaml = small_yaml("rounds", "schedules: [gpu-only, static, dynamic, layer-split]\n");
   std::string y = test::read_file(yaml);
   const std::string m = "measure: {warmup: 1, min_repeats: 2, max_repeats: 3, row_seconds: 0.05, expensive_repeats: 1}";
   const size_t at = y.find(m);
   REQUIRE(at != std::string::npos);
-  y.replace(at, m.size(), "measure: {warmup: 1, min_repeats: 4, max_repeats: 4, row_seconds: 10, expensive_repeats: 1, rounds: 2}");
+  y.replace(at, m.size(),
+            "measure: {warmup: 1, min_repeats: 4, max_repeats: 4, row_seconds: 10, expensive_repeats: 1, rounds: 2}");
   const std::string b = "budgets: [\"70%\", 10M]";
   REQUIRE(y.find(b) != std::string::npos);
   y.replace(y.find(b), b.size(), "budgets: [15M]");  // where the layer-split baseline fits
@@ -531,7 +554,8 @@ TEST_CASE("sweep: measure.rounds measures the candidates round by round, each ro
   CHECK(baselines > 0);
 }
 
-TEST_CASE("sweep: a configuration probed on a disturbed machine waits for it to calm, then is measured", "[oracle][sweep]") {
+TEST_CASE("sweep: a configuration probed on a disturbed machine waits for it to calm, then is measured",
+          "[oracle][sweep]") {
   // The machine probe before each configuration (SweepOptions::probe_machine; here scripted): probed
   // more than calm_slowdown slower than the profile, the sweep pauses and probes again, up to
   // calm_retries times, then measures; a machine that stays slow is measured anyway. Rows record every
@@ -566,8 +590,10 @@ TEST_CASE("sweep: a configuration probed on a disturbed machine waits for it to 
       const auto p = row["machine_probes"].get<std::vector<double>>();
       REQUIRE(!p.empty());
       CHECK(row["machine_slowdown"].get<double>() == p.back());
-      if (!probes.count(id)) order.push_back(id);
-      else CHECK(probes[id] == p);  // one probe series per configuration
+      if (!probes.count(id))
+        order.push_back(id);
+      else
+        CHECK(probes[id] == p);  // one probe series per configuration
       probes[id] = p;
     }
     REQUIRE(order.size() == 4);
@@ -585,7 +611,8 @@ TEST_CASE("sweep: a configuration probed on a disturbed machine waits for it to 
   }
 }
 
-TEST_CASE("sweep: --timelines records one more step of each measured row, measured beside its prediction", "[oracle][sweep]") {
+TEST_CASE("sweep: --timelines records one more step of each measured row, measured beside its prediction",
+          "[oracle][sweep]") {
   // Every measured row names its trace; the trace holds that row's plan run, measured and predicted, with the
   // same actions; the recorded step is not one of the row's samples. A file where the directory should be,
   // and --timelines with --predict, are one-line errors.
@@ -610,7 +637,8 @@ TEST_CASE("sweep: --timelines records one more step of each measured row, measur
     const json t = json::parse(test::read_file(dir + "/" + name));
     std::map<std::string, std::multiset<std::string>> actions;  // "(measured)" / "(predicted)" -> labels
     std::map<int, std::string> kind;
-    const std::string what = "tier " + std::to_string(r["plan_tier"].get<int64_t>()) + ", " + r["schedule"].get<std::string>() + " (";
+    const std::string what =
+        "tier " + std::to_string(r["plan_tier"].get<int64_t>()) + ", " + r["schedule"].get<std::string>() + " (";
     for (const json& e : t["traceEvents"])
       if (e["name"] == "process_name") {
         const std::string n = e["args"]["name"].get<std::string>();

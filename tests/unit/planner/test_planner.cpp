@@ -1,21 +1,21 @@
 // Tests for costmodel/ and planner/: hand-checkable plans on a made-up machine, invariants over the
 // paper's configuration space, the action-list contract, JSON round trips and budget errors.
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <chrono>
-#include <functional>
 #include <cmath>
-#include <regex>
+#include <functional>
 #include <iostream>
 #include <map>
+#include <regex>
 #include <set>
 
 #include "core/error.h"
 #include "core/hardware_spec.h"
 #include "core/size.h"
 #include "costmodel/cost_model.h"
-#include "planner/planner.h"
 #include "executor/traits.h"
+#include "planner/planner.h"
 #include "planner/shard_ops.h"
 #include "planner/simulator.h"
 #include "planner/verify.h"
@@ -57,7 +57,6 @@ PlannerConfig config(const ModelSpec& spec, uint64_t budget, int64_t ctx, int th
   c.threads = threads;
   return c;
 }
-
 
 }  // namespace
 
@@ -171,12 +170,14 @@ TEST_CASE("the LM head is pinned before MoE experts, whose decode reads a small 
   CHECK(st->placements[static_cast<size_t>(S.output)].exec == ExecDevice::Gpu);
   // A dense model's decode reads every FFN byte as it reads the LM head's: nemo8b at 2G keeps the
   // paper's order (its 1 GiB f16 LM head pinned early would only displace as many FFN bytes).
-  const PlanTable dense = build_plan_table(builtin_spec("nemo8b"), *cost, config(builtin_spec("nemo8b"), 2 * GiB, 1024, 16));
+  const PlanTable dense =
+      build_plan_table(builtin_spec("nemo8b"), *cost, config(builtin_spec("nemo8b"), 2 * GiB, 1024, 16));
   const ShardSet D = make_shards(builtin_spec("nemo8b"), 1024, cfg.kv_dtype);
   CHECK(dense.canonical_order.back() == D.output);
 }
 
-TEST_CASE("Dynamic splits an MoE layer's experts between CPU and GPU where that overlaps their work", "[planner][moe]") {
+TEST_CASE("Dynamic splits an MoE layer's experts between CPU and GPU where that overlaps their work",
+          "[planner][moe]") {
   // qwen30b at 4G on the h200-host datasheet: a CPU FFN layer's 8 routed experts take the CPU ~0.3 ms;
   // copying a layer's experts takes longer (and waits for its routing), so streaming whole layers never
   // overlaps the CPU's work, while c experts on the CPU beside 8 - c copied and run on the GPU do.
@@ -262,7 +263,8 @@ TEST_CASE("Dynamic splits an MoE layer's experts between CPU and GPU where that 
   CHECK_THROWS_WITH(build_plan_table(builtin_spec("nemo8b"), *cost, cfg), Contains("no experts"));
 }
 
-TEST_CASE("speculative expert prefetch: a streamed MoE layer's experts are copied on the layer before's guess", "[planner][moe]") {
+TEST_CASE("speculative expert prefetch: a streamed MoE layer's experts are copied on the layer before's guess",
+          "[planner][moe]") {
   // qwen30b's GPU-only decode at 4G streams every layer's routed experts, and each copy waits for its
   // layer's routing. With the next layer's routing guessed (next_layer_hits), each layer's guessed
   // experts are copied while the layer before runs, then only the misses: the copy engine stays busy.
@@ -292,7 +294,8 @@ TEST_CASE("speculative expert prefetch: a streamed MoE layer's experts are copie
     if (a.part == ComputePart::RouterNext) next[a.layer] = &a;
     if (a.payload == Payload::RouterGuess) down[a.layer] = &a;
     if (a.kind == ActionKind::CopyWeights && a.speculative) spec[a.layer] = &a;
-    if (a.kind == ActionKind::CopyWeights && !a.speculative && a.shard >= 0 && S.at(a.shard).kind == ShardKind::Ffn) miss[a.layer] = &a;
+    if (a.kind == ActionKind::CopyWeights && !a.speculative && a.shard >= 0 && S.at(a.shard).kind == ShardKind::Ffn)
+      miss[a.layer] = &a;
   }
   // Every layer after the first whose FFN is streamed (its attention pinned: attention comes first in the
   // pinned order) is guessed; nothing comes before layer 0 to guess from.
@@ -317,7 +320,8 @@ TEST_CASE("speculative expert prefetch: a streamed MoE layer's experts are copie
     CHECK(sp->slot == miss.at(l)->slot);
     // The guess runs before the layer before's FFN (which changes x) on the one compute queue.
     for (const Action& a : guessed.actions)
-      if (a.resource == Resource::GpuCompute && a.layer == l - 1 && a.shard == S.ffn[static_cast<size_t>(l - 1)]) CHECK(g.id < a.id);
+      if (a.resource == Resource::GpuCompute && a.layer == l - 1 && a.shard == S.ffn[static_cast<size_t>(l - 1)])
+        CHECK(g.id < a.id);
     if (miss.count(l - 1)) {
       CHECK(miss.at(l - 1)->id < sp->id);
     }
@@ -331,7 +335,8 @@ TEST_CASE("speculative expert prefetch: a streamed MoE layer's experts are copie
   cfg.next_layer_hits = 1e-6;
   CHECK(build_plan(moe, *cost, cfg, Schedule::GpuOnly, 1).predicted_ms == Approx(plain.predicted_ms));
   cfg.next_layer_hits = 1.5;
-  CHECK_THROWS_WITH(build_plan(moe, *cost, cfg, Schedule::GpuOnly, 1), Contains("next_layer_hits 1.5 must be within [0, 1]"));
+  CHECK_THROWS_WITH(build_plan(moe, *cost, cfg, Schedule::GpuOnly, 1),
+                    Contains("next_layer_hits 1.5 must be within [0, 1]"));
   // The JSON round trip keeps what is speculative.
   const Plan back = plan_from_json(plan_to_json(guessed), "test");
   size_t n = 0;
@@ -347,12 +352,14 @@ TEST_CASE("speculative expert prefetch: a streamed MoE layer's experts are copie
   const std::regex compute_action("(\"kind\":\"compute\"[^{}]*\"speculative\":)false");
   std::smatch m;
   REQUIRE(std::regex_search(saved, m, compute_action));
-  const std::string edited = saved.substr(0, static_cast<size_t>(m.position(0))) + m[1].str() + "true" + m.suffix().str();
+  const std::string edited =
+      saved.substr(0, static_cast<size_t>(m.position(0))) + m[1].str() + "true" + m.suffix().str();
   CHECK_THROWS_WITH(plan_from_json(edited, "edited.json"),
                     Contains("edited.json") && Contains("only a weight copy can be speculative"));
 }
 
-TEST_CASE("KV in VRAM for layers whose attention is not pinned: GPU-only and Dynamic stream that attention", "[planner]") {
+TEST_CASE("KV in VRAM for layers whose attention is not pinned: GPU-only and Dynamic stream that attention",
+          "[planner]") {
   // nemo8b at 2G/1K: pinning attention for every KV-in-VRAM layer allowed KV for 15 of 40 layers, so
   // a 1024-token prefill ran 25 layers' attention on the CPU (876 ms predicted with the GPU host's
   // profile, against the paper artifact's 0.40 s). With every layer's KV in VRAM the prefill streams
@@ -408,7 +415,7 @@ TEST_CASE("a GPU attention block is costed as the GPU runs it: fused Q/K/V GEMV,
   REQUIRE(fused >= 1);
   const AttentionOps one = attention_ops(spec, S, 0, 1, 1024, DType::F32, fused);
   REQUIRE(spec.has_qk_norm());
-  CHECK(one.pre.size() == 6);  // norm, q, k, v, q/k norms, RoPE
+  CHECK(one.pre.size() == 6);        // norm, q, k, v, q/k norms, RoPE
   REQUIRE(one.pre_gpu.size() == 3);  // norm, q|k|v, q/k norms + RoPE
   CHECK(one.pre_gpu[1].kind == OpKind::Matmul);
   CHECK(one.pre_gpu[1].rows == QD + 2 * KVD);
@@ -442,7 +449,8 @@ TEST_CASE("a GPU attention block is costed as the GPU runs it: fused Q/K/V GEMV,
   CHECK(action_ms(a, spec, S, *cost, st) == Approx(c).epsilon(1e-12));
 }
 
-TEST_CASE("a split MoE layer's shares each pay the block's fixed part once, and the partial's add is an f32 add", "[planner]") {
+TEST_CASE("a split MoE layer's shares each pay the block's fixed part once, and the partial's add is an f32 add",
+          "[planner]") {
   // The share of c of k experts is not c/k of the block: the block's launches (GPU) or the pool's
   // dispatch (CPU) run once per share whatever its experts. The fixed part comes from the block's 1- and
   // 4-token times (their experts carry ~1 token each); the analytic model's is its launch overheads.
@@ -483,8 +491,10 @@ TEST_CASE("a split MoE layer's shares each pay the block's fixed part once, and 
   }
   // The GPU share extended to all k experts is the whole block; the CPU's partial is added by an action of
   // its own (one f32 add over the rows), whatever c.
-  const double g1 = t(Resource::GpuCompute, ComputePart::MoeGpuShare, 1), g2 = t(Resource::GpuCompute, ComputePart::MoeGpuShare, 2);
-  CHECK(g1 + (g1 - g2) == Approx(t(Resource::GpuCompute, ComputePart::Full, 0)).epsilon(1e-9));  // k experts: one more than c = 1
+  const double g1 = t(Resource::GpuCompute, ComputePart::MoeGpuShare, 1),
+               g2 = t(Resource::GpuCompute, ComputePart::MoeGpuShare, 2);
+  CHECK(g1 + (g1 - g2) ==
+        Approx(t(Resource::GpuCompute, ComputePart::Full, 0)).epsilon(1e-9));  // k experts: one more than c = 1
   const double add = t(Resource::GpuCompute, ComputePart::MoeShareAdd, 3);
   CHECK(add == t(Resource::GpuCompute, ComputePart::MoeShareAdd, 1));
   Op add_op;
@@ -609,7 +619,7 @@ TEST_CASE("a table of baselines alone picks among them (run --schedule layer-spl
     CHECK(t.find_tier(n)->chosen == Schedule::LayerSplit);
   }
   CHECK_FALSE(t.find_tier(1024)->find(Schedule::LayerSplit)->feasible);  // above llama.cpp's micro-batch
-  CHECK(t.find_tier(1024)->chunk_tokens == 512);  // runs as two 512-token steps
+  CHECK(t.find_tier(1024)->chunk_tokens == 512);                         // runs as two 512-token steps
   // The smallest budget is the baseline's own: the table builds there and not 2 MiB below.
   const uint64_t min_b = minimum_budget(spec, *cost, cfg);
   PlannerConfig at = cfg;
@@ -631,7 +641,9 @@ class SlowerCopies : public CostModel {
   SlowerCopies(const CostModel& base, double beside_cpu, double burst, double issue_ms = -1)
       : base_(base), beside_cpu_(beside_cpu), burst_(burst), issue_ms_(issue_ms) {}
   double op_ms(const Op& op, const ExecEnv& env) const override { return base_.op_ms(op, env); }
-  double transfer_ms(uint64_t bytes, Direction dir, bool pinned) const override { return base_.transfer_ms(bytes, dir, pinned); }
+  double transfer_ms(uint64_t bytes, Direction dir, bool pinned) const override {
+    return base_.transfer_ms(bytes, dir, pinned);
+  }
   double transfer_burst_ms(uint64_t bytes, int copies, Direction dir) const override {
     return (copies > 1 ? burst_ : 1.0) * base_.transfer_ms(bytes, dir, true);
   }
@@ -650,8 +662,10 @@ class SlowerCopies : public CostModel {
 };
 }  // namespace
 
-TEST_CASE("simulation: the host enqueues a split layer's expert copies and GPU share beside its CPU share, or with one "
-          "thread before it", "[planner][simulate]") {
+TEST_CASE(
+    "simulation: the host enqueues a split layer's expert copies and GPU share beside its CPU share, or with one "
+    "thread before it",
+    "[planner][simulate]") {
   // runtime.cpp's issue order: once a layer's routing is on the host, the host thread enqueues the GPU
   // share's expert copies one by one (the first starts once it is enqueued) and its kernels — with one
   // thread, then it computes the CPU share; with more, while the pool's other threads compute it
@@ -671,12 +685,13 @@ TEST_CASE("simulation: the host enqueues a split layer's expert copies and GPU s
     step.keys = cfg.ctx;
     step.threads = cfg.threads;
     step.gpu_fused_qkv_max_tokens = cfg.executor.gpu_fused_qkv_max_tokens;
-    const double issue = 0.01;  // 10 us a copy: large, to see it
+    const double issue = 0.01;                // 10 us a copy: large, to see it
     const double launch = base->launch_ms();  // the datasheet's kernel launch
     REQUIRE(launch > 0);
     const SlowerCopies issuing(*base, 1.0, 1.0, issue), free_issue(*base, 1.0, 1.0, 0.0);
     Plan with = *dy, without = *dy;
-    const double t_with = simulate(with, spec, S, issuing, step), t_without = simulate(without, spec, S, free_issue, step);
+    const double t_with = simulate(with, spec, S, issuing, step),
+                 t_without = simulate(without, spec, S, free_issue, step);
     int shares = 0;
     for (const Action& a : with.actions) {
       if (a.part != ComputePart::MoeCpuShare) continue;
@@ -706,7 +721,8 @@ TEST_CASE("simulation: the host enqueues a split layer's expert copies and GPU s
         CHECK(gpu.start_ms >= routed + copy->copies * issue + launch - 1e-9);
         // The share took the host's enqueue work over the threads longer than it does with none (give
         // or take the DRAM contention of copies that moved).
-        CHECK(a.end_ms - a.start_ms == Approx(alone.end_ms - alone.start_ms + work / threads).margin(0.1 * work / threads));
+        CHECK(a.end_ms - a.start_ms ==
+              Approx(alone.end_ms - alone.start_ms + work / threads).margin(0.1 * work / threads));
       }
       ++shares;
     }
@@ -788,10 +804,12 @@ TEST_CASE("simulation: the two host-to-device queues share the link", "[planner]
   p.actions[1].deps = {0};
   CHECK(simulate(p, spec, S, *cost, step) == Approx(2 * alone).epsilon(1e-9));
   p.actions[1].bytes = big / 2;
-  CHECK(simulate(p, spec, S, *cost, step) == Approx(alone + cost->transfer_ms(big / 2, Direction::HostToDevice)).epsilon(1e-9));
+  CHECK(simulate(p, spec, S, *cost, step) ==
+        Approx(alone + cost->transfer_ms(big / 2, Direction::HostToDevice)).epsilon(1e-9));
 }
 
-TEST_CASE("repredict: a plan simulated again gives its prediction, and with slower CPU work a slower one", "[planner][simulate]") {
+TEST_CASE("repredict: a plan simulated again gives its prediction, and with slower CPU work a slower one",
+          "[planner][simulate]") {
   int scaled_up = 0;
   for (const char* model : {"nemo8b", "qwen30b"}) {
     const ModelSpec spec = builtin_spec(model);
@@ -831,15 +849,17 @@ TEST_CASE("an impossible budget names the smallest budget that works", "[planner
 TEST_CASE("the smallest budget named is exact to the arena's alignment of 256 bytes", "[planner]") {
   // A bisection stopped at 1 MiB named a budget up to 1 MiB above the smallest one that works.
   auto cost = make_analytic_cost_model(builtin_hardware("cli3"));
-  for (const auto& [model, ctx] : {std::pair<const char*, int64_t>{"tiny_llama", 256}, {"tiny_moe", 1024}, {"nemo4b", 4096}}) {
+  for (const auto& [model, ctx] :
+       {std::pair<const char*, int64_t>{"tiny_llama", 256}, {"tiny_moe", 1024}, {"nemo4b", 4096}}) {
     const ModelSpec spec = builtin_spec(model);
     const PlannerConfig cfg = config(spec, 1 << 30, ctx, 8);
     const uint64_t min_b = minimum_budget(spec, *cost, cfg);
     INFO(model << ": " << min_b);
     CHECK(min_b % 256 == 0);
     CHECK_NOTHROW(build_plan_table(spec, *cost, config(spec, min_b, ctx, 8)));
-    CHECK_THROWS_WITH(build_plan_table(spec, *cost, config(spec, min_b - 256, ctx, 8)),
-                      Contains("the smallest budget that works is") && Contains("(" + std::to_string(min_b) + " bytes)"));
+    CHECK_THROWS_WITH(
+        build_plan_table(spec, *cost, config(spec, min_b - 256, ctx, 8)),
+        Contains("the smallest budget that works is") && Contains("(" + std::to_string(min_b) + " bytes)"));
   }
 }
 
@@ -874,8 +894,9 @@ void check_table(const PlanTable& t, const ModelSpec& spec) {
         if (a.kind == ActionKind::Compute && a.resource == Resource::GpuCompute && a.slot >= 0 &&
             (a.part == ComputePart::Full || a.part == ComputePart::AttnPre || a.part == ComputePart::MoeGpuShare)) {
           bool has_copy = false;
-          for (int d : a.deps) has_copy |= p.actions[static_cast<size_t>(d)].kind == ActionKind::CopyWeights &&
-                                           p.actions[static_cast<size_t>(d)].shard == a.shard;
+          for (int d : a.deps)
+            has_copy |= p.actions[static_cast<size_t>(d)].kind == ActionKind::CopyWeights &&
+                        p.actions[static_cast<size_t>(d)].shard == a.shard;
           REQUIRE(has_copy);
         }
       }
@@ -883,7 +904,8 @@ void check_table(const PlanTable& t, const ModelSpec& spec) {
       // experts are split (Dynamic, MoE) has one CPU share and one GPU share of the same split instead.
       int ffn_computes = 0, cpu_shares = 0, gpu_shares = 0;
       for (const auto& a : p.actions) {
-        if (a.kind != ActionKind::Compute || a.layer < 0 || p.placements[static_cast<size_t>(a.shard)].name.find("ffn") == std::string::npos)
+        if (a.kind != ActionKind::Compute || a.layer < 0 ||
+            p.placements[static_cast<size_t>(a.shard)].name.find("ffn") == std::string::npos)
           continue;
         ffn_computes += a.part == ComputePart::Full;
         cpu_shares += a.part == ComputePart::MoeCpuShare;
@@ -904,8 +926,10 @@ void check_table(const PlanTable& t, const ModelSpec& spec) {
       for (const auto& sp : p.placements) {
         if (sp.home != WeightHome::Pinned || sp.name.find("kv") != std::string::npos) continue;
         auto it = pinned_offset.find(sp.shard);
-        if (it == pinned_offset.end()) pinned_offset[sp.shard] = sp.arena_offset;
-        else REQUIRE(it->second == sp.arena_offset);
+        if (it == pinned_offset.end())
+          pinned_offset[sp.shard] = sp.arena_offset;
+        else
+          REQUIRE(it->second == sp.arena_offset);
       }
     }
   }
@@ -930,7 +954,8 @@ TEST_CASE("invariants over models, machines, budgets, threads and PCIe caps", "[
           check_table(t, spec);
           // A larger budget never predicts slower for the chosen plan.
           const double decode = t.lookup(1).chosen_plan().predicted_ms;
-          const double prefill = t.lookup(512).chosen_plan().predicted_ms * (512.0 / static_cast<double>(t.lookup(512).tokens));
+          const double prefill =
+              t.lookup(512).chosen_plan().predicted_ms * (512.0 / static_cast<double>(t.lookup(512).tokens));
           CHECK(decode <= prev_decode * 1.001);
           CHECK(prefill <= prev_prefill * 1.001);
           prev_decode = decode;
@@ -956,7 +981,8 @@ TEST_CASE("invariants over models, machines, budgets, threads and PCIe caps", "[
           for (int64_t tier : {1, 512}) {
             const Plan* a = t1.find_tier(tier)->find(Schedule::Static);
             const Plan* b = tu.find_tier(tier)->find(Schedule::Static);
-            if (a->feasible && b->feasible && t1.kv_on_gpu == tu.kv_on_gpu) CHECK(b->predicted_ms <= a->predicted_ms * 1.001);
+            if (a->feasible && b->feasible && t1.kv_on_gpu == tu.kv_on_gpu)
+              CHECK(b->predicted_ms <= a->predicted_ms * 1.001);
           }
         }
       }
@@ -1053,7 +1079,7 @@ TEST_CASE("measured MoE routing: the curve, and what a step streams and costs", 
   cfg.routing_experts = {8, 20, 40};
   CHECK(routing_experts_for(moe, cfg, 1) == 8);
   CHECK(routing_experts_for(moe, cfg, 512) == 40);
-  CHECK(routing_experts_for(moe, cfg, 4096) == 40);                                         // beyond: the last count
+  CHECK(routing_experts_for(moe, cfg, 4096) == 40);  // beyond: the last count
   CHECK(routing_experts_for(moe, cfg, 64) == Approx(20 * std::pow(2.0, std::log(4.0) / std::log(32.0))));  // log-log
   CHECK(routing_experts_for(moe, cfg, 2) == Approx(8 * std::pow(20.0 / 8.0, 0.25)).epsilon(1e-9));
   CHECK(routing_experts_for(hand_model(), cfg, 512) == 0);  // dense models have no routing
@@ -1109,7 +1135,8 @@ TEST_CASE("measured MoE routing: the curve, and what a step streams and costs", 
     return c;
   };
   CHECK(ffn_copies(p_meas) == std::vector<int>{1 + 3 * 40});
-  CHECK(ffn_copies(p_uni) == std::vector<int>{1 + static_cast<int>(std::llround(3 * expected_distinct_experts(512, 8, 128)))});
+  CHECK(ffn_copies(p_uni) ==
+        std::vector<int>{1 + static_cast<int>(std::llround(3 * expected_distinct_experts(512, 8, 128)))});
   const Plan d1 = build_plan(moe, *cost, uni, Schedule::GpuOnly, 1);
   CHECK(ffn_copies(d1) == std::vector<int>{1 + 3 * 8});
   // With strided copies the runtime makes fewer per expert (ExecutorTraits::expert_copies): the plan
@@ -1141,7 +1168,8 @@ TEST_CASE("measured MoE routing: the curve, and what a step streams and costs", 
   const double slow_ms = simulate(d1_slow, moe, S, slow, shape);
   int bursts = 0;
   for (const Action& a : d1_slow.actions)
-    if (a.kind == ActionKind::CopyWeights && a.copies > 1 && a.layer > 0) {  // (layer 0's may share the link with the input)
+    if (a.kind == ActionKind::CopyWeights && a.copies > 1 &&
+        a.layer > 0) {  // (layer 0's may share the link with the input)
       ++bursts;
       CHECK(a.end_ms - a.start_ms == Approx(2 * cost->transfer_ms(a.bytes, Direction::HostToDevice)).epsilon(1e-12));
     }
@@ -1212,12 +1240,14 @@ std::string verify_error(const Verified& v, const Plan& p) {
 }
 }  // namespace
 
-TEST_CASE("plan verifier: the planner's tables keep every rule, for every schedule, model and budget", "[planner][verify]") {
+TEST_CASE("plan verifier: the planner's tables keep every rule, for every schedule, model and budget",
+          "[planner][verify]") {
   auto cost = make_analytic_cost_model(builtin_hardware("cli3"));
   for (const char* model : {"tiny_llama", "tiny_moe", "nemo4b", "qwen30b"}) {
     const ModelSpec spec = builtin_spec(model);
     for (double share : {0.2, 0.5, 1.5}) {
-      PlannerConfig cfg = config(spec, static_cast<uint64_t>(share * static_cast<double>(spec.total_bytes())) + (64 << 20), 2048, 8);
+      PlannerConfig cfg =
+          config(spec, static_cast<uint64_t>(share * static_cast<double>(spec.total_bytes())) + (64 << 20), 2048, 8);
       cfg.schedules = {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic, Schedule::LayerSplit, Schedule::CpuMoe};
       INFO(model << " at " << share << " of its weights");
       PlanTable t;
@@ -1246,12 +1276,12 @@ TEST_CASE("plan verifier: plans that would run wrong are refused, naming the rul
     for (ArenaRegion& r : p.arena) r.offset = 0;
     CHECK_THAT(verify_error(v, p), Contains("t.json: tiers[0]") && Contains("overlap"));
 
-
     // No compute at all (tokens [0, 0, 0] before), one layer's FFN missing, one attention twice.
     CHECK_THAT(verify_error(v, without(good, [](const Action& a) { return a.kind == ActionKind::Compute; })),
                Contains("is not computed exactly once"));
     const int ffn1 = v.shards.ffn[1];
-    CHECK_THAT(verify_error(v, without(good, [&](const Action& a) { return a.kind == ActionKind::Compute && a.shard == ffn1; })),
+    CHECK_THAT(verify_error(
+                   v, without(good, [&](const Action& a) { return a.kind == ActionKind::Compute && a.shard == ffn1; })),
                Contains("layer 1's FFN is not computed exactly once"));
     p = good;
     for (const Action& a : good.actions)
@@ -1268,7 +1298,8 @@ TEST_CASE("plan verifier: plans that would run wrong are refused, naming the rul
     CHECK_THAT(verify_error(v, without(good, [](const Action& a) { return a.payload == Payload::Residual; })),
                Contains("residual stream") || Contains("does not wait"));
     // The logits never come back.
-    if (std::any_of(good.actions.begin(), good.actions.end(), [](const Action& a) { return a.kind == ActionKind::CopyLogits; }))
+    if (std::any_of(good.actions.begin(), good.actions.end(),
+                    [](const Action& a) { return a.kind == ActionKind::CopyLogits; }))
       CHECK_THAT(verify_error(v, without(good, [](const Action& a) { return a.kind == ActionKind::CopyLogits; })),
                  Contains("no logits copy"));
     if (!streams) continue;
@@ -1302,7 +1333,8 @@ TEST_CASE("plan verifier: KV caches and pinned weights stay in their regions, ap
   REQUIRE(verify_error(v, good) == "");
   std::vector<size_t> kv, pinned;
   for (size_t i = 0; i < good.placements.size(); ++i)
-    if (good.placements[i].home == WeightHome::Pinned) (v.shards.at(good.placements[i].shard).kind == ShardKind::Kv ? kv : pinned).push_back(i);
+    if (good.placements[i].home == WeightHome::Pinned)
+      (v.shards.at(good.placements[i].shard).kind == ShardKind::Kv ? kv : pinned).push_back(i);
   REQUIRE(kv.size() >= 2);
   REQUIRE(pinned.size() >= 2);
   Plan p = good;  // a layer's KV cache on top of pinned weights
@@ -1319,7 +1351,8 @@ TEST_CASE("plan verifier: KV caches and pinned weights stay in their regions, ap
   CHECK_THAT(verify_error(v, p), Contains("kv_on_gpu says the opposite"));
 }
 
-TEST_CASE("plan verifier: a table's KV layout is one across its chosen plans, and budgets and contexts are bounded", "[planner][verify]") {
+TEST_CASE("plan verifier: a table's KV layout is one across its chosen plans, and budgets and contexts are bounded",
+          "[planner][verify]") {
   Verified v = streaming_table("tiny_llama", Schedule::GpuOnly, 64 << 20);  // every cache in VRAM
   REQUIRE(v.table.tiers.size() > 1);
   PlanTable t = v.table;
@@ -1338,10 +1371,12 @@ TEST_CASE("plan verifier: a table's KV layout is one across its chosen plans, an
         }
     }
   REQUIRE(moved);
-  CHECK_THROWS_WITH(verify_plan_table(t, v.spec, v.shards, "t.json"), Contains("t.json: tiers[") && Contains("KV caches lie elsewhere"));
+  CHECK_THROWS_WITH(verify_plan_table(t, v.spec, v.shards, "t.json"),
+                    Contains("t.json: tiers[") && Contains("KV caches lie elsewhere"));
   t = v.table;
   t.budget_bytes = kMaxVramBudget + 1;
-  CHECK_THROWS_WITH(verify_plan_table(t, v.spec, v.shards, "t.json"), Contains("t.json: budget_bytes") && Contains("1 PiB"));
+  CHECK_THROWS_WITH(verify_plan_table(t, v.spec, v.shards, "t.json"),
+                    Contains("t.json: budget_bytes") && Contains("1 PiB"));
   t = v.table;
   t.tiers.front().chunk_tokens = 7;
   CHECK_THROWS_WITH(verify_plan_table(t, v.spec, v.shards, "t.json"), Contains("t.json: tiers[0]: chunk_tokens 7"));
@@ -1364,14 +1399,21 @@ TEST_CASE("plan table JSON: errors name the file and the field, and unknown fiel
     return good.substr(0, at) + to + good.substr(at + from.size());
   };
   CHECK(error_of(good) == "");
-  CHECK_THAT(error_of(replaced("\"kind\":\"embed\"", "\"kind\":\"teleport\"")),
-             Contains("t.json: tiers[0].candidates[0].actions[0].kind: unknown action kind 'teleport' (one of embed, compute"));
+  CHECK_THAT(
+      error_of(replaced("\"kind\":\"embed\"", "\"kind\":\"teleport\"")),
+      Contains(
+          "t.json: tiers[0].candidates[0].actions[0].kind: unknown action kind 'teleport' (one of embed, compute"));
   auto value_replaced = [&](const std::string& key, const std::string& value) {  // the first "key":number
-    return std::regex_replace(good, std::regex("\"" + key + "\":-?[0-9]+"), "\"" + key + "\":" + value, std::regex_constants::format_first_only);
+    return std::regex_replace(good, std::regex("\"" + key + "\":-?[0-9]+"), "\"" + key + "\":" + value,
+                              std::regex_constants::format_first_only);
   };
-  CHECK_THAT(error_of(value_replaced("budget_bytes", "-1")), Contains("t.json: budget_bytes: must be a non-negative integer, got -1"));
-  CHECK_THAT(error_of(replaced("\"tokens\":", "\"tokenz\":1,\"tokens\":")), Contains("t.json: tiers[0]: unknown field 'tokenz'"));
-  CHECK_THAT(error_of(value_replaced("shard", "\"zero\"")), Contains("t.json: tiers[0].candidates[0].") && Contains(".shard: must be an integer, got \"zero\""));
-  CHECK_THAT(error_of(value_replaced("slot", "99999999999")), Contains("t.json: tiers[0].candidates[0].actions[0].slot: must be an integer"));
+  CHECK_THAT(error_of(value_replaced("budget_bytes", "-1")),
+             Contains("t.json: budget_bytes: must be a non-negative integer, got -1"));
+  CHECK_THAT(error_of(replaced("\"tokens\":", "\"tokenz\":1,\"tokens\":")),
+             Contains("t.json: tiers[0]: unknown field 'tokenz'"));
+  CHECK_THAT(error_of(value_replaced("shard", "\"zero\"")),
+             Contains("t.json: tiers[0].candidates[0].") && Contains(".shard: must be an integer, got \"zero\""));
+  CHECK_THAT(error_of(value_replaced("slot", "99999999999")),
+             Contains("t.json: tiers[0].candidates[0].actions[0].slot: must be an integer"));
   CHECK_THAT(error_of(value_replaced("ctx", "1e3")), Contains("t.json: ctx: must be an integer, got 1000.0"));
 }

@@ -16,12 +16,12 @@
 #include "core/gguf.h"
 #include "core/thread_pool.h"
 #include "core/weight_source.h"
-#include "text/chat_template.h"
 #include "executor/session/sampling.h"
-#include "text/tokenizer.h"
-#include "text/text_stream.h"
-#include "text/unicode.h"
 #include "test_util.h"
+#include "text/chat_template.h"
+#include "text/text_stream.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
 
 using namespace shardwise;
 using namespace shardwise::test;
@@ -30,7 +30,9 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string tok_dir() { return fixtures_dir() + "/tokenizers"; }
+std::string tok_dir() {
+  return fixtures_dir() + "/tokenizers";
+}
 
 json load_json(const std::string& path) {
   const std::string text = read_file(path);
@@ -57,8 +59,9 @@ const Reference& reference(const std::string& name) {
   Reference r;
   r.tokenizer_json = tok_dir() + "/" + j["tokenizer_json"].get<std::string>();
   for (const auto& c : j["cases"])
-    r.cases.push_back({c["text"].get<std::string>(), c["decoded"].get<std::string>(), c["ids"].get<std::vector<int32_t>>(),
-                       c["ids_special"].get<std::vector<int32_t>>(), c["tokens"].get<std::vector<std::string>>()});
+    r.cases.push_back({c["text"].get<std::string>(), c["decoded"].get<std::string>(),
+                       c["ids"].get<std::vector<int32_t>>(), c["ids_special"].get<std::vector<int32_t>>(),
+                       c["tokens"].get<std::vector<std::string>>()});
   REQUIRE(r.cases.size() > 50);
   return cache[name] = r;
 }
@@ -127,7 +130,8 @@ TokenizerInfo gguf_info_from(const std::string& tokenizer_json, const std::strin
   }
   if (model == "gpt2") {
     for (const auto& m : j["model"]["merges"])
-      t.merges.push_back(m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>());
+      t.merges.push_back(m.is_string() ? m.get<std::string>()
+                                       : m[0].get<std::string>() + " " + m[1].get<std::string>());
     t.scores.clear();
   }
   return t;
@@ -212,14 +216,15 @@ TEST_CASE("tokenizer: GPT-2 ids equal gpt-3-encoder's JavaScript and well-known 
   }
   CHECK(tok.encode("Hello world", false) == std::vector<int32_t>{15496, 995});
   CHECK(tok.encode("<|endoftext|>", false) == std::vector<int32_t>{50256});
-  CHECK(tok.eos() < 0);  // the vocabulary alone does not say; config.json would
+  CHECK(tok.eos() < 0);      // the vocabulary alone does not say; config.json would
   CHECK(tok.is_eog(50256));  // <|endoftext|> is a special token that ends generation
 }
 
 TEST_CASE("tokenizer: byte-level BPE round-trips random Unicode", "[tokenizer]") {
-  const std::vector<uint32_t> pool = {' ', ' ', ' ', '\n', '\t', 'a', 'b', 'e', 'z', 'A', 'Q', '0', '7', '\'', '.', ',', '-',
-                                      '<', '|', '>', 0xE9, 0xDF, 0x301, 0x3B1, 0x416, 0x5D0, 0x627, 0x905, 0x3042, 0x30AB,
-                                      0x4E2D, 0xAC00, 0xA0, 0x200B, 0x3000, 0xFF21, 0x1F600, 0x1F44D, 0x1F3FD, 0x200D, 0x10348};
+  const std::vector<uint32_t> pool = {
+      ' ',    ' ',    ' ',    '\n',   '\t', 'a',    'b',    'e',    'z',     'A',     'Q',     '0',    '7',    '\'',
+      '.',    ',',    '-',    '<',    '|',  '>',    0xE9,   0xDF,   0x301,   0x3B1,   0x416,   0x5D0,  0x627,  0x905,
+      0x3042, 0x30AB, 0x4E2D, 0xAC00, 0xA0, 0x200B, 0x3000, 0xFF21, 0x1F600, 0x1F44D, 0x1F3FD, 0x200D, 0x10348};
   std::mt19937 rng(1234);
   for (const char* name : {"gpt2", "bbpe_llama3"}) {
     const Tokenizer tok = hf_tokenizer(name);
@@ -244,8 +249,9 @@ TEST_CASE("tokenizer: GGUF vocabularies give the HF tokenizer's ids", "[tokenize
     const char* pre;
     const char* spec;
   };
-  for (const Case& c : {Case{"gpt2", "gpt2", "gpt-2", "tiny_qwen3"}, Case{"bbpe_llama3", "gpt2", "llama-bpe", "tiny_llama"},
-                        Case{"bbpe_qwen2", "gpt2", "qwen2", "tiny_qwen3"}, Case{"spm_legacy", "llama", "default", "tiny_llama"}}) {
+  for (const Case& c :
+       {Case{"gpt2", "gpt2", "gpt-2", "tiny_qwen3"}, Case{"bbpe_llama3", "gpt2", "llama-bpe", "tiny_llama"},
+        Case{"bbpe_qwen2", "gpt2", "qwen2", "tiny_qwen3"}, Case{"spm_legacy", "llama", "default", "tiny_llama"}}) {
     const Reference& ref = reference(c.ref);
     TokenizerInfo info = gguf_info_from(ref.tokenizer_json, c.model, c.pre);
     if (std::string(c.ref) == "bbpe_llama3") {
@@ -429,7 +435,8 @@ TEST_CASE("tokenizer: chat templates", "[tokenizer][chat]") {
   CHECK_THAT(c.note, Contains("no chat template"));
   CHECK(choose_chat_format("", Family::Llama, llama3).format == ChatFormat::Llama3);
   CHECK(choose_chat_format("", Family::Llama, spm).format == ChatFormat::Mistral);
-  c = choose_chat_format("{{ bos_token }}{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}", Family::Qwen3, qwen);
+  c = choose_chat_format("{{ bos_token }}{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}",
+                         Family::Qwen3, qwen);
   CHECK(c.format == ChatFormat::Mistral);
   CHECK(c.from_file);
   c = choose_chat_format("{{ something else }}", Family::Llama, llama3);
@@ -440,9 +447,10 @@ TEST_CASE("tokenizer: chat templates", "[tokenizer][chat]") {
   const std::vector<ChatMessage> msgs = {{"system", "Be brief."}, {"user", "Hi"}};
   CHECK(apply_chat_template(ChatFormat::ChatML, msgs) ==
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
-  CHECK(apply_chat_template(ChatFormat::Llama3, msgs) ==
-        "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi"
-        "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  CHECK(
+      apply_chat_template(ChatFormat::Llama3, msgs) ==
+      "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi"
+      "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
   CHECK(apply_chat_template(ChatFormat::Mistral, msgs) == "[INST] Be brief.\n\nHi [/INST]");
   CHECK_THROWS_WITH(apply_chat_template(ChatFormat::ChatML, {{"tool", "x"}}), Contains("role 'tool'"));
   // The ChatML prompt tokenises with the control tokens as single ids.
@@ -451,15 +459,16 @@ TEST_CASE("tokenizer: chat templates", "[tokenizer][chat]") {
   CHECK(std::count(ids.begin(), ids.end(), qwen.find_token("<|im_end|>")) == 1);
 }
 
-TEST_CASE("tokenizer: HF directory side files (tokenizer_config, generation_config, chat template)", "[tokenizer][hf]") {
+TEST_CASE("tokenizer: HF directory side files (tokenizer_config, generation_config, chat template)",
+          "[tokenizer][hf]") {
   // The llama fixture (vocabulary 211) with a small SentencePiece-style tokenizer.json beside it.
   const std::string dir = temp_path("hf_tok_dir");
   REQUIRE(std::system(("mkdir -p '" + dir + "'").c_str()) == 0);
   for (const char* f : {"config.json", "model.safetensors"})
     write_file(dir + "/" + f, read_file(fixtures_dir() + "/hf/llama/" + f));
   json vocab = json::object();
-  const std::vector<std::string> pieces = {"<unk>", "<s>", "</s>", "<|im_end|>", "\xE2\x96\x81", "a", "b", "c", "h", "i",
-                                           "\xE2\x96\x81h", "\xE2\x96\x81hi", "ab", "abc"};
+  const std::vector<std::string> pieces = {"<unk>", "<s>", "</s>", "<|im_end|>",    "\xE2\x96\x81",   "a",  "b",
+                                           "c",     "h",   "i",    "\xE2\x96\x81h", "\xE2\x96\x81hi", "ab", "abc"};
   for (size_t i = 0; i < pieces.size(); ++i) vocab[pieces[i]] = i;
   for (int b = 0x80; b < 0x100; ++b) {  // the bytes non-ASCII text falls back to
     char buf[8];
@@ -487,7 +496,11 @@ TEST_CASE("tokenizer: HF directory side files (tokenizer_config, generation_conf
                  {{"type", "Fuse"}},
                  {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
              {"model",
-              {{"type", "BPE"}, {"unk_token", "<unk>"}, {"byte_fallback", true}, {"fuse_unk", true}, {"vocab", vocab},
+              {{"type", "BPE"},
+               {"unk_token", "<unk>"},
+               {"byte_fallback", true},
+               {"fuse_unk", true},
+               {"vocab", vocab},
                {"merges", {"\xE2\x96\x81 h", "\xE2\x96\x81h i", "a b", "ab c"}}}}};
   write_file(dir + "/tokenizer.json", tj.dump());
   write_file(dir + "/tokenizer_config.json",
@@ -524,7 +537,9 @@ TEST_CASE("tokenizer: HF directory side files (tokenizer_config, generation_conf
   write_file(dir + "/tokenizer.json", tj.dump());
   auto src2 = open_weights(dir);
   const Tokenizer tok2(*src2);
-  CHECK(tok2.encode("a\xC3\xA9\xC3\xA9" "b", false) == std::vector<int32_t>{4, 5, 0, 6});
+  CHECK(tok2.encode("a\xC3\xA9\xC3\xA9"
+                    "b",
+                    false) == std::vector<int32_t>{4, 5, 0, 6});
 
   // Only a SentencePiece tokenizer.model: a clear error, not a silent byte vocabulary.
   REQUIRE(std::remove((dir + "/tokenizer.json").c_str()) == 0);
@@ -547,14 +562,15 @@ TEST_CASE("tokenizer: bad input gives one clear line", "[tokenizer][bad]") {
   };
   const Tokenizer gpt2 = hf_tokenizer("gpt2");
   one_line([&] { gpt2.encode("ok \xFF bad", false); }, {"not valid UTF-8", "0xFF", "offset 3"});
-  one_line([&] { gpt2.encode("\xC0\xAF", false); }, {"UTF-8", "offset 0"});        // overlong
-  one_line([&] { gpt2.encode("\xED\xA0\x80", false); }, {"UTF-8", "offset 0"});    // surrogate
-  one_line([&] { gpt2.encode("abc\xE2\x96", false); }, {"UTF-8", "offset 3"});     // cut short
+  one_line([&] { gpt2.encode("\xC0\xAF", false); }, {"UTF-8", "offset 0"});      // overlong
+  one_line([&] { gpt2.encode("\xED\xA0\x80", false); }, {"UTF-8", "offset 0"});  // surrogate
+  one_line([&] { gpt2.encode("abc\xE2\x96", false); }, {"UTF-8", "offset 3"});   // cut short
 
   TokenizerInfo info;
   info.model = "bert";
   info.tokens = {"a", "b"};
-  one_line([&] { Tokenizer t(VocabSource(info, 2)); }, {"tokenizer.ggml.model 'bert'", "not supported", "llama", "gpt2"});
+  one_line([&] { Tokenizer t(VocabSource(info, 2)); },
+           {"tokenizer.ggml.model 'bert'", "not supported", "llama", "gpt2"});
   info.model = "gpt2";
   info.pre = "gpt-2";
   one_line([&] { Tokenizer t(VocabSource(info, 2)); }, {"tokenizer.ggml.merges", "missing"});
@@ -592,11 +608,13 @@ TEST_CASE("tokenizer: bad input gives one clear line", "[tokenizer][bad]") {
   one_line([&] { hf(p); }, {p, "not valid JSON"});
   one_line([&] { hf(temp_path("missing.json")); }, {"missing.json", "cannot open"});
   // More tokens than the model has rows in its embedding.
-  one_line([&] {
-    TokenizerInfo t;
-    t.hf_tokenizer_json = reference("bbpe_qwen2").tokenizer_json;
-    Tokenizer tok(VocabSource(t, 100));
-  }, {"630 tokens", "vocabulary is 100"});
+  one_line(
+      [&] {
+        TokenizerInfo t;
+        t.hf_tokenizer_json = reference("bbpe_qwen2").tokenizer_json;
+        Tokenizer tok(VocabSource(t, 100));
+      },
+      {"630 tokens", "vocabulary is 100"});
 
   ModelSpec small = builtin_spec("tiny_llama");  // vocab 256 < 259: no room for byte tokens
   one_line([&] { Tokenizer(VocabSource(TokenizerInfo{}, small.vocab_size)).encode("x", false); }, {"--tokens"});
@@ -651,10 +669,13 @@ TEST_CASE("tokenizer: nested Sequences load up to 64 deep and are refused beyond
                                   {"post_processor", "processors", R"({"type": "ByteLevel"})"}};
   for (const Component& c : components) {
     INFO(c.field);
-    auto with = [&](int depth) { return small_tokenizer_json("\"" + std::string(c.field) + "\": " + nested_sequence(c.list, depth, c.leaf)); };
+    auto with = [&](int depth) {
+      return small_tokenizer_json("\"" + std::string(c.field) + "\": " + nested_sequence(c.list, depth, c.leaf));
+    };
     CHECK(load_error("seq_ok.json", with(1)).empty());
     CHECK(load_error("seq_ok.json", with(64)).empty());
-    CHECK_THAT(load_error("seq_65.json", with(65)), Contains(std::string(c.field) + ": Sequence nested more than 64 deep"));
+    CHECK_THAT(load_error("seq_65.json", with(65)),
+               Contains(std::string(c.field) + ": Sequence nested more than 64 deep"));
     // Deep enough to overflow the stack of a reader that recurses per level (and, copying each
     // level's subtree, to take quadratic time): refused in well under a second.
     const auto t0 = std::chrono::steady_clock::now();
@@ -666,26 +687,47 @@ TEST_CASE("tokenizer: nested Sequences load up to 64 deep and are refused beyond
 TEST_CASE("tokenizer: tokenizer.json fields of the wrong type or out of range name the field", "[tokenizer][bad]") {
   CHECK_THAT(load_error("t5.json", small_tokenizer_json(R"("normalizer": {"type": 5})")),
              Contains("normalizer.type: must be a string, got 5"));
-  CHECK_THAT(load_error("t5b.json", small_tokenizer_json(R"("pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Digits"}, {"type": [1]}]})")),
-             Contains("pre_tokenizer.pretokenizers[1].type: must be a string, got an array"));
-  CHECK_THAT(load_error("notype.json", small_tokenizer_json(R"("decoder": {"replacement": "x"})")), Contains("decoder: has no \"type\""));
+  CHECK_THAT(
+      load_error("t5b.json",
+                 small_tokenizer_json(
+                     R"("pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Digits"}, {"type": [1]}]})")),
+      Contains("pre_tokenizer.pretokenizers[1].type: must be a string, got an array"));
+  CHECK_THAT(load_error("notype.json", small_tokenizer_json(R"("decoder": {"replacement": "x"})")),
+             Contains("decoder: has no \"type\""));
   CHECK_THAT(load_error("strip.json", small_tokenizer_json(R"("decoder": {"type": "Strip", "start": "x"})")),
              Contains("decoder.start: must be an integer"));
-  CHECK_THAT(load_error("bool.json", small_tokenizer_json(R"("pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "invert": 3})")),
-             Contains("pre_tokenizer.invert: must be true or false, got 3"));
+  CHECK_THAT(
+      load_error("bool.json", small_tokenizer_json(
+                                  R"("pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "invert": 3})")),
+      Contains("pre_tokenizer.invert: must be true or false, got 3"));
   CHECK_THAT(load_error("vocabid.json", R"({"model": {"type": "BPE", "vocab": {"a": "zero"}, "merges": []}})"),
              Contains("model.vocab['a']: must be a token id"));
-  CHECK_THAT(load_error("addedid.json", small_tokenizer_json(R"("added_tokens": [{"id": 3, "content": "<s>"}, {"id": "4", "content": "x"}])")),
-             Contains("added_tokens[1].id: must be an integer"));
+  CHECK_THAT(
+      load_error("addedid.json",
+                 small_tokenizer_json(R"("added_tokens": [{"id": 3, "content": "<s>"}, {"id": "4", "content": "x"}])")),
+      Contains("added_tokens[1].id: must be an integer"));
   // Special ids a post-processor adds must be tokens of the vocabulary (3 here).
-  CHECK_THAT(load_error("special.json", small_tokenizer_json(R"("post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}], "special_tokens": {"<s>": {"ids": [99]}}})")),
-             Contains("post_processor.special_tokens['<s>'].ids[0]: token id 99 is not in the vocabulary (ids 0 to 2)"));
-  CHECK_THAT(load_error("roberta.json", small_tokenizer_json(R"("post_processor": {"type": "RobertaProcessing", "cls": ["<s>", -1], "sep": ["</s>", 2]})")),
-             Contains("post_processor.cls[1]: token id -1 is not in the vocabulary"));
-  CHECK(load_error("special_ok.json", small_tokenizer_json(R"("post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}], "special_tokens": {"<s>": {"ids": [2]}}})")).empty());
+  CHECK_THAT(
+      load_error(
+          "special.json",
+          small_tokenizer_json(
+              R"("post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}], "special_tokens": {"<s>": {"ids": [99]}}})")),
+      Contains("post_processor.special_tokens['<s>'].ids[0]: token id 99 is not in the vocabulary (ids 0 to 2)"));
+  CHECK_THAT(
+      load_error("roberta.json",
+                 small_tokenizer_json(
+                     R"("post_processor": {"type": "RobertaProcessing", "cls": ["<s>", -1], "sep": ["</s>", 2]})")),
+      Contains("post_processor.cls[1]: token id -1 is not in the vocabulary"));
+  CHECK(
+      load_error(
+          "special_ok.json",
+          small_tokenizer_json(
+              R"("post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}], "special_tokens": {"<s>": {"ids": [2]}}})"))
+          .empty());
 }
 
-TEST_CASE("tokenizer: a byte-level vocabulary lacking a byte's symbol is refused, not a silent drop", "[tokenizer][bad]") {
+TEST_CASE("tokenizer: a byte-level vocabulary lacking a byte's symbol is refused, not a silent drop",
+          "[tokenizer][bad]") {
   // Every byte's symbol but the one of `missing` (and no unk_token): text with that byte has no token.
   auto vocab_without = [](int missing) {
     json vocab = json::object();
@@ -740,7 +782,7 @@ TEST_CASE("sampling: llama.cpp semantics", "[sampling]") {
     CHECK(Sampler(p).sample(l.data(), 4, {2}) == 3);     // 0.5 / 4 < 0.4
     CHECK(Sampler(p).sample(l.data(), 4, {2, 3}) == 2);  // 0.125 > 0.1
     const std::vector<float> neg = {-1.0f, -1.5f};
-    CHECK(Sampler(p).sample(neg.data(), 2, {0}) == 1);   // -1 * 4 < -1.5
+    CHECK(Sampler(p).sample(neg.data(), 2, {0}) == 1);  // -1 * 4 < -1.5
     p.repeat_last_n = 1;
     CHECK(Sampler(p).sample(l.data(), 4, {2, 3}) == 2);  // only the last token counts
   }
@@ -857,7 +899,8 @@ TEST_CASE("cli: tokenize and run with text", "[tokenizer][cli]") {
   CHECK_THAT(read_file(err), Contains(bad_file) && Contains("0xC3") && Contains("offset 16"));
 
   // run: text in, text out, with the documented JSON keys.
-  REQUIRE(run("run --model '" + model + "' --prompt 'Hello world' -n 6 --greedy --ignore-eos --json --threads 2", &out) == 0);
+  REQUIRE(run("run --model '" + model + "' --prompt 'Hello world' -n 6 --greedy --ignore-eos --json --threads 2",
+              &out) == 0);
   j = json::parse(out);
   for (const char* key : {"generated_ids", "n_prompt_tokens", "ttft_ms", "decode_tokens_per_s", "text", "stop_reason"})
     CHECK(j.contains(key));
@@ -875,8 +918,8 @@ TEST_CASE("cli: tokenize and run with text", "[tokenizer][cli]") {
   if (text.size() >= 2) {
     const std::string stop = text.substr(text.size() / 2, 1);
     if (stop != "'" && stop != "\\" && tok::utf8_invalid_offset(stop) == std::string::npos) {
-      REQUIRE(run("run --model '" + model + "' --prompt 'Hello world' -n 6 --greedy --ignore-eos --json --threads 2 --stop '" +
-                      stop + "'",
+      REQUIRE(run("run --model '" + model +
+                      "' --prompt 'Hello world' -n 6 --greedy --ignore-eos --json --threads 2 --stop '" + stop + "'",
                   &out) == 0);
       j = json::parse(out);
       CHECK(j["stop_reason"] == "stop_string");
@@ -885,8 +928,10 @@ TEST_CASE("cli: tokenize and run with text", "[tokenizer][cli]") {
   }
   // Same seed, same tokens.
   std::string a, b;
-  REQUIRE(run("run --model '" + model + "' --prompt 'Hi' -n 8 --temp 1.5 --seed 3 --ignore-eos --json --threads 2", &a) == 0);
-  REQUIRE(run("run --model '" + model + "' --prompt 'Hi' -n 8 --temp 1.5 --seed 3 --ignore-eos --json --threads 2", &b) == 0);
+  REQUIRE(run("run --model '" + model + "' --prompt 'Hi' -n 8 --temp 1.5 --seed 3 --ignore-eos --json --threads 2",
+              &a) == 0);
+  REQUIRE(run("run --model '" + model + "' --prompt 'Hi' -n 8 --temp 1.5 --seed 3 --ignore-eos --json --threads 2",
+              &b) == 0);
   CHECK(json::parse(a)["generated_ids"] == json::parse(b)["generated_ids"]);
   // --chat: the built-in ChatML for a qwen3 model without a template, said on stderr.
   REQUIRE(run("run --model '" + model + "' --chat --prompt 'Hi' -n 2 --greedy --json --threads 2", &out) == 0);
