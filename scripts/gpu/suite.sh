@@ -25,5 +25,8 @@ if [ "$part" != tests ]; then
   echo "== GGUF files through every schedule"
   BUNDLE=${BUNDLE:-build-gpu/bundle.tar.xz} bash "$(dirname "$0")/gguf_suite.sh" "$out" "nemo8b qwen30b" "${CELLS:-1024:4G}" || rc=1
 fi
+# The test logs name sources and fixtures relative to the repository (the binaries carry the build
+# machine's source paths, the fixtures this machine's), not by either machine's paths.
+for f in "$out"/test_gpu_*.log; do [ -f "$f" ] && sed -i -E 's#/[^ :]*/(tests/)#\1#g' "$f"; done
 echo "suite: $([ $rc -eq 0 ] && echo passed || echo FAILED)"
 exit $rc
