@@ -85,10 +85,17 @@ void measure_plan_routing(const PlanArgs& a, const PlanModel& m, PlannerConfig& 
   const std::vector<int32_t> toks = step_tokens(n, m.spec.vocab_size, a.planner->token_seed);
   const MeasuredRouting r = measure_routing(loaded.weights, loaded.pool, toks, cfg.tiers, toks.size());
   use_routing(cfg, r);
-  std::string curve;
-  for (size_t i = 0; i < r.tokens.size(); ++i) curve += str_cat(i ? ", " : "", r.tokens[i], ": ", r.experts[i]);
-  std::fprintf(stderr, "routing measured on %lld tokens: distinct experts per layer by step tokens {%s} of %lld\n",
-               static_cast<long long>(n), curve.c_str(), static_cast<long long>(m.spec.num_experts));
+  const double E = static_cast<double>(m.spec.num_experts), k = static_cast<double>(m.spec.num_experts_per_tok);
+  std::fprintf(stderr,
+               "routing measured on %lld tokens, distinct experts per layer of %lld (a load-balanced router: "
+               "E(N) = E (1 - (1 - k/E)^N)):\n%8s %10s %13s %8s\n",
+               static_cast<long long>(n), static_cast<long long>(m.spec.num_experts), "tokens N", "mean",
+               "fewest layer", "E(N)");
+  for (size_t i = 0; i < r.tokens.size(); ++i) {
+    const double uniform = E * (1 - std::pow(1 - k / E, static_cast<double>(std::min<int64_t>(r.tokens[i], n))));
+    std::fprintf(stderr, "%8lld %10.1f %13.1f %8.1f\n", static_cast<long long>(r.tokens[i]), r.experts[i], r.fewest[i],
+                 uniform);
+  }
   if (r.next_layer_measured)
     std::fprintf(
         stderr,

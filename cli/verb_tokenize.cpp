@@ -16,12 +16,13 @@ struct TokenizeArgs {
   bool has_text = false, has_file = false;  // --text "" is a valid (empty) text
 };
 
-// A synthetic model has no vocabulary: its spec is all the tokenizer needs, so no weights are made.
+// A synthetic model's vocabulary follows from its spec (core/weight_source.h), so no weights are made.
 class SpecOnlySource : public WeightSource {
  public:
   SpecOnlySource(const ModelSpec& spec, const std::string& origin) {
     spec_ = spec;
     origin_ = origin;
+    if (spec.vocab_size >= kCharacterVocabularySize) tokenizer_ = character_vocabulary(spec.vocab_size);
   }
 };
 

@@ -46,19 +46,37 @@ struct TensorRecipe {
   float amplitude;
 };
 
-TensorRecipe recipe_for(const TensorDesc& d, const ModelSpec& s) {
+// Attention with random q and k is nearly uniform over the prefix (a trained head attends to a few
+// tokens), so its output is almost the same for neighbouring tokens. Written back at full spread, layer
+// after layer, it becomes a component of the hidden state that consecutive tokens share, and a deep MoE
+// model then routes neighbours to the same experts (a 48-layer model's windows of 16 tokens reached
+// under half the distinct experts of a load-balanced router). Two changes keep every layer's routing
+// within a few percent of uniform up to 94 layers (tests/unit/executor/test_forward.cpp): scores four
+// times sharper (q and k, or their norms, at twice the scale), as a trained head's are, and the output
+// projection at a quarter of the other matrices' spread.
+constexpr float kQkScale = 2.0f;
+constexpr float kAttnOutScale = 0.25f;
+
+TensorRecipe recipe_for(const TensorDesc& d) {
+  // Keeps activations O(1) through the layers: std = 1/sqrt(3*fan_in).
+  const float matrix = 1.0f / std::sqrt(static_cast<float>(d.shape.back()));
   switch (d.kind) {
     case TensorKind::AttnNorm:
     case TensorKind::FfnNorm:
     case TensorKind::OutputNorm:
+      return {1.0f, 0.1f};
     case TensorKind::AttnQNorm:
     case TensorKind::AttnKNorm:
-      return {1.0f, 0.1f};
+      return {kQkScale, 0.1f * kQkScale};
+    case TensorKind::AttnQ:
+    case TensorKind::AttnK:
+      return {0.0f, kQkScale * matrix};
+    case TensorKind::AttnOut:
+      return {0.0f, kAttnOutScale * matrix};
     case TensorKind::TokenEmbd:
       return {0.0f, 1.0f};
     default:
-      // Keeps activations O(1) through the layers: std = 1/sqrt(3*fan_in).
-      return {0.0f, 1.0f / std::sqrt(static_cast<float>(d.shape.back()))};
+      return {0.0f, matrix};
   }
 }
 
@@ -152,6 +170,8 @@ class SyntheticWeights : public WeightSource {
     spec_ = spec;
     spec_.validate("synthetic:" + spec.name);
     rope_style_ = RopeStyle::Neox;
+    // Text tokenises as in the GGUF file `synth` writes of these weights (and as llama.cpp reads it).
+    if (spec.vocab_size >= kCharacterVocabularySize) tokenizer_ = character_vocabulary(spec.vocab_size);
     origin_ = "synthetic:" + spec.name + "?dtype=" + dtype_name(spec.dtype) + "&seed=" + std::to_string(seed);
     if (routing != SyntheticRouting::Balanced) origin_ += std::string("&routing=") + synthetic_routing_name(routing);
     const bool balanced = routing == SyntheticRouting::Balanced;
@@ -166,7 +186,7 @@ class SyntheticWeights : public WeightSource {
     for (const auto& d : descs) {
       uint8_t* out = storage_.data() + at.at(d.name);
       const uint64_t key = splitmix64(seed ^ hash_name(d.name));
-      const TensorRecipe r = recipe_for(d, spec_);
+      const TensorRecipe r = recipe_for(d);
       const bool quant = dtype_is_quantized(d.dtype);
       const int64_t units = quant ? shape_elems(d.shape) / dtype_block_elems(d.dtype) : shape_elems(d.shape);
       const int64_t grain = 1 << 16;

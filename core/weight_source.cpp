@@ -59,6 +59,34 @@ std::unique_ptr<WeightSource> open_weights(const std::string& model, const OpenO
 // ---------------------------------------------------------------------------------------------
 // GGUF export
 
+TokenizerInfo character_vocabulary(int64_t vocab) {
+  TokenizerInfo t;
+  t.model = "llama";
+  t.pre = "default";
+  auto add = [&](std::string s, int32_t type) {
+    if (static_cast<int64_t>(t.tokens.size()) >= vocab) return;
+    t.tokens.push_back(std::move(s));
+    t.scores.push_back(0.0f);
+    t.token_types.push_back(type);
+  };
+  add("<unk>", 2);
+  add("<s>", 3);
+  add("</s>", 3);
+  for (unsigned b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    add(buf, 6);
+  }
+  add("\xe2\x96\x81", 1);
+  for (char c = 33; c < 127; ++c) add(std::string(1, c), 1);
+  for (int64_t i = 0; static_cast<int64_t>(t.tokens.size()) < vocab; ++i) add("<F" + std::to_string(i) + ">", 1);
+  t.bos_id = vocab > 1 ? 1 : -1;
+  t.eos_id = vocab > 2 ? 2 : -1;
+  t.unk_id = vocab > 0 ? 0 : -1;
+  t.add_bos = true;
+  return t;
+}
+
 namespace {
 
 const char* gguf_arch(Family f) {
@@ -87,42 +115,6 @@ uint32_t gguf_file_type(DType d) {
       return 32;
   }
   return 0;
-}
-
-// Placeholder SentencePiece-style vocabulary for files without one: <unk> <s> </s>, the 256 byte
-// tokens, then <tN>. llama.cpp loads it and byte-falls-back any text.
-TokenizerInfo placeholder_tokenizer(int64_t vocab) {
-  TokenizerInfo t;
-  t.model = "llama";
-  t.pre = "default";
-  for (int64_t i = 0; i < vocab; ++i) {
-    std::string s;
-    int32_t type = 1;
-    if (i == 0) {
-      s = "<unk>";
-      type = 2;
-    } else if (i == 1) {
-      s = "<s>";
-      type = 3;
-    } else if (i == 2) {
-      s = "</s>";
-      type = 3;
-    } else if (i < 3 + 256) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "<0x%02X>", static_cast<unsigned>(i - 3));
-      s = buf;
-      type = 6;
-    } else {
-      s = "<t" + std::to_string(i) + ">";
-    }
-    t.tokens.push_back(s);
-    t.scores.push_back(0.0f);
-    t.token_types.push_back(type);
-  }
-  t.bos_id = vocab > 1 ? 1 : -1;
-  t.eos_id = vocab > 2 ? 2 : -1;
-  t.add_bos = true;
-  return t;
 }
 
 // The model's hyperparameters under the architecture's GGUF keys.
@@ -154,11 +146,11 @@ void set_model_metadata(GgufWriter& w, const ModelSpec& spec, DType dtype) {
   }
 }
 
-// The source's vocabulary, or a placeholder where it has none that matches the model.
+// The source's vocabulary, or the character vocabulary where it has none that matches the model.
 void set_tokenizer_metadata(GgufWriter& w, const WeightSource& src, const ModelSpec& spec) {
   TokenizerInfo tok = src.tokenizer();
   if (tok.tokens.empty() || static_cast<int64_t>(tok.tokens.size()) != spec.vocab_size)
-    tok = placeholder_tokenizer(spec.vocab_size);
+    tok = character_vocabulary(spec.vocab_size);
   w.set("tokenizer.ggml.model", GgufValue::of_string(tok.model));
   w.set("tokenizer.ggml.pre", GgufValue::of_string(tok.pre.empty() ? "default" : tok.pre));
   w.set("tokenizer.ggml.tokens", GgufValue::of_strings(tok.tokens));
@@ -168,6 +160,7 @@ void set_tokenizer_metadata(GgufWriter& w, const WeightSource& src, const ModelS
   if (!tok.merges.empty()) w.set("tokenizer.ggml.merges", GgufValue::of_strings(tok.merges));
   if (tok.bos_id >= 0) w.set("tokenizer.ggml.bos_token_id", GgufValue::of_u32(static_cast<uint32_t>(tok.bos_id)));
   if (tok.eos_id >= 0) w.set("tokenizer.ggml.eos_token_id", GgufValue::of_u32(static_cast<uint32_t>(tok.eos_id)));
+  if (tok.unk_id >= 0) w.set("tokenizer.ggml.unknown_token_id", GgufValue::of_u32(static_cast<uint32_t>(tok.unk_id)));
   w.set("tokenizer.ggml.add_bos_token", GgufValue::of_bool(tok.add_bos));
 }
 

@@ -46,6 +46,14 @@ struct TokenizerInfo {
   std::string hf_tokenizer_model;    // path of a SentencePiece tokenizer.model when there is no tokenizer.json
 };
 
+// Vocabulary for models without one (synthetic weights and the GGUF files `synth` writes): a SentencePiece
+// ("llama") layout in which any text tokenises one character per token, the same in llama.cpp and here —
+// <unk> <s> </s>, the 256 byte tokens (fallback for anything else), "\u2581" (the space), the 94 printable
+// ASCII characters, then fillers <F0>, <F1>... A vocabulary smaller than that keeps its first entries.
+TokenizerInfo character_vocabulary(int64_t vocab);
+// The size below which character_vocabulary lacks some printable character.
+constexpr int64_t kCharacterVocabularySize = 3 + 256 + 1 + 94;
+
 class WeightSource {
  public:
   virtual ~WeightSource() = default;

@@ -76,7 +76,7 @@ MeasuredRouting measure_routing(const ModelWeights& weights, ThreadPool& pool, c
   std::sort(curve_tokens.begin(), curve_tokens.end());
   r.tokens = std::move(curve_tokens);
   r.measured_on = static_cast<int64_t>(tokens.size());
-  r.experts = measure_experts_touched(weights, pool, tokens, r.tokens);
+  r.experts = measure_experts_touched(weights, pool, tokens, r.tokens, &r.fewest);
   const auto first = tokens.begin() + static_cast<std::ptrdiff_t>(std::min(next_layer_tokens, tokens.size()));
   const double next = measure_next_layer_routing(weights, pool, std::vector<int32_t>(tokens.begin(), first));
   r.next_layer_measured = std::isfinite(next);

@@ -67,6 +67,7 @@ PlannerConfig planner_config(const ModelSpec& spec, const PlannerChoices& choice
 struct MeasuredRouting {
   std::vector<int64_t> tokens;  // step sizes of the curve, ascending
   std::vector<double> experts;  // distinct experts per layer a step of that many tokens touches
+  std::vector<double> fewest;   // the same for the layer that touches the fewest
   int64_t measured_on = 0;
   // The fraction of each token's experts a layer's router picks from the layer before's MoE input:
   // what speculative expert prefetch gets right. 0 where it cannot be measured (one layer).

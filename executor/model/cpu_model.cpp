@@ -47,7 +47,7 @@ void CpuModel::forward(const int32_t* tokens, int64_t n, KvCache& kv, float* log
 }
 
 std::vector<double> measure_experts_touched(const ModelWeights& w, ThreadPool& pool, const std::vector<int32_t>& tokens,
-                                            const std::vector<int64_t>& counts) {
+                                            const std::vector<int64_t>& counts, std::vector<double>* fewest) {
   const ModelSpec& sp = w.spec;
   if (!sp.is_moe()) return {};
   SW_CHECK(!tokens.empty(), "measure_experts_touched: no tokens");
@@ -63,26 +63,27 @@ std::vector<double> measure_experts_touched(const ModelWeights& w, ThreadPool& p
   std::vector<float> logits(static_cast<size_t>(sp.vocab_size));
   model.forward(tokens.data(), n, kv, logits.data(), false);
   std::vector<double> out;
+  if (fewest) fewest->clear();
   std::vector<char> seen(static_cast<size_t>(sp.num_experts));
   for (int64_t c : counts) {
     SW_CHECK(c >= 1, "measure_experts_touched: token count ", c, " must be positive");
-    const int64_t win = std::min(c, n);
-    double sum = 0;
-    int64_t windows = 0;
+    const int64_t win = std::min(c, n), windows = n / win;
+    double sum = 0, least = static_cast<double>(sp.num_experts);
     for (const auto& v : ids) {
+      int64_t layer_sum = 0;
       for (int64_t s = 0; s + win <= n; s += win) {
         std::fill(seen.begin(), seen.end(), 0);
-        int64_t d = 0;
         for (int64_t i = s * k; i < (s + win) * k; ++i) {
           char& f = seen[static_cast<size_t>(v[static_cast<size_t>(i)])];
-          d += f == 0;
+          layer_sum += f == 0;
           f = 1;
         }
-        sum += static_cast<double>(d);
-        ++windows;
       }
+      sum += static_cast<double>(layer_sum);
+      least = std::min(least, static_cast<double>(layer_sum) / static_cast<double>(windows));
     }
-    out.push_back(windows > 0 ? sum / static_cast<double>(windows) : 0.0);
+    out.push_back(sum / static_cast<double>(windows * sp.num_hidden_layers));
+    if (fewest) fewest->push_back(least);
   }
   return out;
 }

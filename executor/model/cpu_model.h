@@ -51,9 +51,11 @@ class CpuModel {
 // to, for each n in `counts` — measured by a CPU forward pass of `tokens` (one step) through the
 // model and averaged over the layers and over the non-overlapping windows of n tokens (a count above
 // tokens.size() uses all of them). What the planner needs to know how many experts a step streams;
-// tokens picking experts uniformly would give E·(1−(1−k/E)^n). Empty for dense models.
+// tokens picking experts uniformly would give E·(1−(1−k/E)^n). Empty for dense models. `fewest`, if
+// given, receives for each n the same average of the layer whose windows touch the fewest experts.
 std::vector<double> measure_experts_touched(const ModelWeights& weights, ThreadPool& pool,
-                                            const std::vector<int32_t>& tokens, const std::vector<int64_t>& counts);
+                                            const std::vector<int32_t>& tokens, const std::vector<int64_t>& counts,
+                                            std::vector<double>* fewest = nullptr);
 
 // MoE models: how well a layer's MoE input predicts the next layer's routing — the fraction of each
 // token's top-k experts at layer l + 1 that layer l + 1's router (and FFN norm) picks from layer l's MoE

@@ -209,6 +209,8 @@ TEST_CASE("engine planning: an MoE model's routing measured on its weights", "[e
           std::min<double>(static_cast<double>(spec.num_experts), static_cast<double>(r.tokens[i]) * k) + 1e-9);
   }
   CHECK(r.experts[0] == Approx(k));  // one token: its own top-k
+  REQUIRE(r.fewest.size() == 3);
+  for (size_t i = 0; i < 3; ++i) CHECK((r.fewest[i] >= k - 1e-9 && r.fewest[i] <= r.experts[i] + 1e-9));
   CHECK(r.next_layer_measured);
   CHECK((r.next_layer_hits > 0 && r.next_layer_hits <= 1));
   PlannerConfig cfg;

@@ -363,6 +363,38 @@ TEST_CASE("tokenizer: models without a vocabulary use byte tokens", "[tokenizer]
   CHECK(tok.token_text(3 + 'A') == "<0x41>");
 }
 
+// Synthetic weights and the GGUF `synth` writes of them share a vocabulary in which text is one token per
+// character (a space as U+2581, with SentencePiece's space prefix), as llama.cpp tokenises that file: the
+// peers and shardwise then run the very same prompt tokens.
+TEST_CASE("tokenizer: synthetic models tokenise one character per token, in memory and in their GGUF", "[tokenizer]") {
+  ModelSpec s = builtin_spec("tiny_qwen3");
+  s.vocab_size = 512;
+  s.num_hidden_layers = 1;
+  s.dtype = DType::F32;
+  ThreadPool pool(2);
+  auto mem = make_synthetic_weights(s, 3, &pool);
+  const std::string path = temp_path("char_vocab.gguf");
+  write_gguf(*mem, path, DType::F32, &pool);
+  auto file = open_weights(path);
+  const std::string text = "Hi there, {x}~!";
+  std::vector<int32_t> want = {1, 3 + 256};  // <s>, then the space prefix
+  for (char c : text) want.push_back(c == ' ' ? 3 + 256 : 3 + 256 + 1 + (c - 33));
+  for (const WeightSource* src : {mem.get(), file.get()}) {
+    CAPTURE(src->origin());
+    const Tokenizer tok(*src);
+    CHECK(tok.kind() == "spm");
+    const std::vector<int32_t> ids = tok.encode(text, true);
+    CHECK(ids == want);
+    CHECK(tok.decode(ids) == text);
+    CHECK(tok.encode("\xC3\xA9", false) == std::vector<int32_t>{3 + 256, 3 + 0xC3, 3 + 0xA9});  // bytes otherwise
+    CHECK(tok.is_eog(2));
+    CHECK(tok.token_text(511) == "<F157>");
+  }
+  // A vocabulary too small for every printable character keeps byte tokens (no space prefix to miss).
+  s.vocab_size = kCharacterVocabularySize - 1;
+  CHECK(Tokenizer(*make_synthetic_weights(s, 3, &pool)).kind() == "bytes");
+}
+
 TEST_CASE("tokenizer: streaming decode holds back partial UTF-8", "[tokenizer][stream]") {
   // Byte-fallback tokens of an emoji arrive one byte at a time (spm_legacy's decoder has
   // ByteFallback; spm_metaspace's has not, so HF shows its byte tokens as "<0xF0>" text).
