@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# GPU machine: shardwise against the peers a user would run instead, on one lease, on the very same GGUF
+# file (written by `shardwise synth`: realistic routing, one token per character, so llama.cpp and shardwise
+# read the same weights and the same p1k/p4k.txt prompt tokens), interleaved (A B C D A B C D ...):
+#   llama.cpp b6097 -ngl N               the largest N whose CUDA buffers (model + KV + compute, its log) fit
+#   llama.cpp -ngl 99 --n-cpu-moe N      MoE: the smallest N that fits (the strongest hand-tuned offload)
+#   artifact -pipe-shard -mva B          the paper's implementation with its two profiles (peer_profiles.sh)
+#   shardwise run --vram-budget B        auto (the planner's choice)
+# 16 threads, flash attention on, 64 generated tokens, greedy. A cell is CTX:BUDGET (1024:4G) or `full`
+# (the whole model on the GPU). One line per run in OUT/peer_runs.tsv, logs in OUT/logs.tgz, the host
+# check (DRAM read, PCIe) in OUT/machine_check.json; scripts/analysis/peers_table.py makes the table.
+# usage: peers_bench.sh OUT MODEL CELLS...     MODEL: nemo8b (f16) or qwen30b (q4_0)
+# Env: PEERS (.carry/peers: peers_bin.tar.xz, p1k.txt, p4k.txt), PROFILES (the artifact's kept
+# concurrent_results.txt; gpu_results.txt too, else gpu_profiler runs here first), REPEATS (3),
+# DEADLINE_S (no new cell starts after this many seconds; 480), BUNDLE.
+set -uo pipefail
+out=${1:?usage: peers_bench.sh OUT MODEL CELLS...}
+model=${2:?usage: peers_bench.sh OUT MODEL CELLS...}
+shift 2
+cells=("$@")
+t_start=$(date +%s)
+source "$(dirname "$0")/bundle_env.sh"
+source "$(dirname "$0")/peer_env.sh"
+reps=${REPEATS:-3}
+deadline=${DEADLINE_S:-480}
+work=/tmp/shardwise-peers-work
+logs="$out/logs"
+mkdir -p "$work" "$logs"
+tsv="$out/peer_runs.tsv"
+[ -s "$tsv" ] || printf "model\tcell\tsystem\tconfig\trepeat\trc\tprompt_tokens\tttft_ms\tdecode_tps\tcuda_mib\n" > "$tsv"
+machine_facts "$out/machine.txt"
+"$bin" profile --check "$profile" > "$out/machine_check.json" 2> "$out/machine_check.txt"
+elapsed() { echo $(( $(date +%s) - t_start )); }
+
+# The artifact's profiles: kept ones where carried, else measured here.
+prof="$work/profiles"
+mkdir -p "$prof"
+cp -f "${PROFILES:-results/peers/profiles}"/*_results.txt "$prof/" 2>/dev/null
+if [ ! -s "$prof/gpu_results.txt" ]; then
+  scripts/gpu/peer_profiles.sh "$out/profiles" gpu 300 > /dev/null
+  cp -f "$out/profiles/gpu_results.txt" "$prof/" 2>/dev/null
+fi
+echo "artifact profiles: $(ls "$prof" | tr '\n' ' ') at $(elapsed) s"
+
+dtype=q4_0; [ "$model" = nemo8b ] && dtype=f16
+file="$work/$model.$dtype.gguf"
+[ -s "$file" ] || "$bin" synth --spec "$model" --dtype $dtype --seed 1 -o "$file" 2> "$logs/synth.err" ||
+  { echo "synth failed: $(tail -1 "$logs/synth.err")"; exit 2; }
+sync
+echo "model file $file: $(du -h "$file" | cut -f1) at $(elapsed) s"
+
+# llama-cli ARGS... > log; the common arguments of every peer run.
+llama() {  # LOG CTX PROMPT_FILE N_PREDICT ENV ARGS...
+  local log=$1 ctx=$2 pf=$3 n=$4 envs=$5; shift 5
+  (cd "$work" && env $envs timeout -k 5 150 "$peerbin/llama-cli" -m "$file" -c "$ctx" -f "$pf" -n "$n" --temp 0 \
+    --ignore-eos -no-cnv --no-display-prompt -ub 1024 -t 16 -fa "$@" < /dev/null) > "$log" 2>&1
+}
+cuda_mib() { grep -oP "CUDA\d+ (model|KV|compute) buffer size\s*=\s*\K[\d.]+" "$1" | awk '{s+=$1} END {printf "%.0f", s}'; }
+probe() {  # CTX ARGS... -> the CUDA MiB of that configuration (a one-token run)
+  local ctx=$1; shift
+  local log="$logs/probe_${ctx}_$(echo "$*" | tr -c 'a-zA-Z0-9' '_').log"
+  (cd "$work" && timeout -k 5 120 "$peerbin/llama-cli" -m "$file" -c "$ctx" -p hi -n 1 --temp 0 -no-cnv --no-warmup \
+    -ub 1024 -t 16 -fa "$@" < /dev/null) > "$log" 2>&1
+  local m=$(cuda_mib "$log")
+  echo "${m:-999999}"
+}
+layers=$("$bin" info --json "$file" | python3 -c "import json,sys; print(json.load(sys.stdin)['num_hidden_layers'])")
+fit_ngl() {  # CTX BUDGET_MIB -> the largest -ngl whose buffers fit (0..layers+1)
+  local ctx=$1 bud=$2 lo=0 hi=$((layers + 1))
+  [ "$(probe "$ctx" -ngl $hi)" -le "$bud" ] && { echo $hi; return; }
+  while [ $((hi - lo)) -gt 1 ]; do  # lo fits (or is 0), hi does not
+    local mid=$(((lo + hi) / 2))
+    if [ "$(probe "$ctx" -ngl $mid)" -le "$bud" ]; then lo=$mid; else hi=$mid; fi
+  done
+  echo $lo
+}
+fit_ncmoe() {  # CTX BUDGET_MIB -> the smallest --n-cpu-moe N with -ngl 99 that fits, or "none"
+  local ctx=$1 bud=$2 lo=0 hi=$layers
+  [ "$(probe "$ctx" -ngl 99 --n-cpu-moe $hi)" -le "$bud" ] || { echo none; return; }
+  [ "$(probe "$ctx" -ngl 99 --n-cpu-moe 0)" -le "$bud" ] && { echo 0; return; }
+  while [ $((hi - lo)) -gt 1 ]; do  # hi fits, lo does not
+    local mid=$(((lo + hi) / 2))
+    if [ "$(probe "$ctx" -ngl 99 --n-cpu-moe $mid)" -le "$bud" ]; then hi=$mid; else lo=$mid; fi
+  done
+  echo $hi
+}
+record() {  # CELL SYSTEM CONFIG REPEAT RC LOG: one TSV line from a llama-cli log
+  local log=$6
+  local pt=$(grep -oP "prompt eval time\s*=\s*[\d.]+ ms /\s*\K\d+" "$log" | tail -1)
+  local pe=$(grep -oP "prompt eval time\s*=\s*\K[\d.]+" "$log" | tail -1)
+  local tps=$(grep "eval time" "$log" | grep -v prompt | grep -oP "[\d.]+(?= tokens per second)" | tail -1)
+  printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$model" "$1" "$2" "$3" "$4" "$5" "${pt:-}" "${pe:-}" "${tps:-}" \
+    "$(cuda_mib "$log")" >> "$tsv"
+  echo "$1 $2 $3 r$4: rc $5, ${pt:-?} prompt tokens, TTFT ${pe:-?} ms, ${tps:-?} tokens/s"
+}
+
+for cell in "${cells[@]}"; do
+  [ "$(elapsed)" -lt "$deadline" ] || { echo "deadline: $cell not started"; continue; }
+  if [ "$cell" = full ]; then ctx=1024 budget=full; else ctx=${cell%%:*} budget=${cell#*:}; fi
+  pf="$PWD/${PEERS:-.carry/peers}/p$((ctx / 1024))k.txt"
+  prompt=$(cat "$pf")
+  systems=()
+  if [ "$budget" = full ]; then
+    systems=("llama|-ngl $((layers + 1))|" "shardwise||")
+  else
+    mib=$(python3 -c "import sys; s=sys.argv[1]; print(int(float(s[:-1]) * {'G': 1024, 'M': 1}[s[-1]]))" "$budget")
+    ngl=$(fit_ngl "$ctx" "$mib")
+    systems=("llama|-ngl $ngl|")
+    if [ "$model" != nemo8b ]; then
+      n=$(fit_ncmoe "$ctx" "$mib")
+      [ "$n" = none ] || systems+=("llama|-ngl 99 --n-cpu-moe $n|")
+    fi
+    systems+=("artifact|-pipe-shard -mva $mib --cpu-profile $prof/concurrent_results.txt --gpu-profile $prof/gpu_results.txt|GGML_CUDA_PIPELINE_SHARDING=1 GGML_CUDA_REGISTER_HOST=1")
+    systems+=("shardwise|--vram-budget ${mib}M|")
+    echo "$cell fitted at $(elapsed) s: ${systems[*]}"
+  fi
+  for r in $(seq 1 "$reps"); do
+    for s in "${systems[@]}"; do
+      IFS='|' read -r sys cfg envs <<< "$s"
+      tag="${cell//:/_}_${sys}_$(echo "$cfg" | awk '{print $1 $2 $3 $4}' | tr -c 'a-zA-Z0-9' '_')_r$r"
+      if [ "$sys" = shardwise ]; then
+        budget_args=($cfg)
+        timeout -k 5 240 "$bin" run --model "$file" --prompt "$prompt" -n 64 --greedy --ignore-eos --threads 16 \
+          --ctx "$ctx" --device cuda "${budget_args[@]}" --profile "$profile" --json > "$logs/$tag.json" 2> "$logs/$tag.err"
+        rc=$?
+        python3 - "$logs/$tag.json" "$model" "$cell" "${cfg:-whole}" "$r" "$rc" >> "$tsv" <<'PY'
+import json, sys
+path, model, cell, cfg, r, rc = sys.argv[1:]
+try:
+    j = json.load(open(path))
+    row = [j["n_prompt_tokens"], j["ttft_ms"], j["decode_tokens_per_s"], ""]
+except Exception:
+    row = ["", "", "", ""]
+print("\t".join(str(x) for x in [model, cell, "shardwise", cfg, r, rc] + row))
+PY
+        echo "$cell shardwise ${cfg:-whole} r$r: rc $rc, $(tail -1 "$tsv" | cut -f7-9 | tr '\t' ' ')"
+      else
+        llama "$logs/$tag.log" "$ctx" "$pf" 64 "$envs" $cfg
+        rc=$?
+        record "$cell" "$sys" "$(echo "$cfg" | sed 's/ --cpu-profile.*//')" "$r" $rc "$logs/$tag.log"
+      fi
+    done
+  done
+done
+python3 scripts/analysis/peers_table.py "$out" | tee "$out/table.md"
+tar -C "$out" -czf "$out/logs.tgz" logs && rm -rf "$logs"
+echo "done at $(elapsed) s"
