@@ -327,3 +327,122 @@ def summarize(df):
                        "met": bool(n and s["max_regret"] <= TARGETS["max_regret"])},
     }
     return s
+
+
+# --- strict agreement, ties, contests, run-to-run spread -----------------------------------------
+# Outcomes of an evaluable decision, each decision in exactly one (decision_outcomes):
+OUTCOMES = ("strict", "same_plan", "tie", "miss")
+CONTESTS = ("clear", "close", "uncontested")
+
+
+def _is_sig(v):
+    return isinstance(v, str) and v != ""
+
+
+def _runner_up(m, best):
+    """The fastest measured candidate of one decision (m: its measured candidate rows, fastest first) whose
+    plan is not the best's: another ``plan_signature`` where both rows carry one, else another schedule
+    name. A second name of the best's plan is the same computation, not an alternative the planner could
+    have picked, so it does not make a decision close. Returns (schedule, measured_ms), or (None, nan)
+    when no other plan was measured."""
+    for _, r in m.iterrows():
+        if r["schedule"] == best["schedule"]:
+            continue
+        if _is_sig(r.get("plan_signature")) and _is_sig(best.get("plan_signature")) \
+                and r["plan_signature"] == best["plan_signature"]:
+            continue
+        return r["schedule"], float(r["measured_ms"])
+    return None, float("nan")
+
+
+def decision_outcomes(df, dec=None, within=CLOSE):
+    """One row per evaluable decision with a measured best, classifying the pick against the measured
+    fastest candidate (``best``), each decision in exactly one ``outcome``:
+
+    - ``strict``: the pick's schedule name is the best's name;
+    - ``same_plan``: the names differ but both rows carry the same ``plan_signature`` (one computation);
+    - ``tie``: neither, and measured(pick) / measured(best) - 1 <= ``within`` (5%) — unlike
+      ``decisions()``'s ``tie``, which uses the repeats' interquartile range;
+    - ``miss``: the pick is more than ``within`` slower.
+
+    ``plan_known`` says whether both the pick and the best carry a signature: where it is False a
+    ``tie``/``miss`` may be a same plan that these rows cannot show. ``contest`` says how hard the
+    decision was: ``clear`` where the runner-up (the fastest *other plan*, ``_runner_up``) is more than
+    ``within`` slower than the best (``margin`` = runner_up_ms / best_ms - 1), ``close`` where it is
+    within it, ``uncontested`` where no other plan was measured (e.g. the rest skipped as too slow)."""
+    dec = decisions(df) if dec is None else dec
+    ev = dec[dec["evaluable"] & dec["best"].notna()] if len(dec) else dec
+    cand = measured(df[df["schedule"].isin(CANDIDATES)])
+    groups = {k: g.sort_values("measured_ms", kind="stable") for k, g in cand.groupby(["config_id", "tier"], sort=False)}
+    out = []
+    for _, d in ev.iterrows():
+        m = groups[(d["config_id"], d["tier"])]
+        best = m[m["schedule"] == d["best"]].iloc[0]
+        pick = m[m["schedule"] == d["pick"]].iloc[0]
+        known = _is_sig(pick.get("plan_signature")) and _is_sig(best.get("plan_signature"))
+        gap = float(pick["measured_ms"] / best["measured_ms"] - 1)
+        if d["pick"] == d["best"]:
+            outcome = "strict"
+        elif known and pick["plan_signature"] == best["plan_signature"]:
+            outcome = "same_plan"
+        else:
+            outcome = "tie" if gap <= within else "miss"
+        ru, ru_ms = _runner_up(m, best)
+        margin = ru_ms / float(best["measured_ms"]) - 1
+        contest = "uncontested" if ru is None else ("close" if margin <= within else "clear")
+        out.append({**{c: d[c] for c in CONFIG_COLS}, "tier": d["tier"], "pick": d["pick"], "best": d["best"],
+                    "runner_up": ru, "pick_ms": float(pick["measured_ms"]), "best_ms": float(best["measured_ms"]),
+                    "runner_up_ms": ru_ms, "gap": gap, "margin": margin, "plan_known": known,
+                    "outcome": outcome, "contest": contest})
+    cols = CONFIG_COLS + ["tier", "pick", "best", "runner_up", "pick_ms", "best_ms", "runner_up_ms", "gap", "margin",
+                          "plan_known", "outcome", "contest"]
+    return pd.DataFrame(out, columns=cols)
+
+
+def outcome_summary(out):
+    """Counts over ``decision_outcomes``: ``decisions``; per outcome its count (``strict``, ``same_plan``,
+    ``tie``, ``miss``); ``strict_top1`` = strict / decisions (the pick's name is the best's name);
+    ``plans_unknown``: ties and misses whose plans could not be compared (a signature missing); per contest
+    (``clear``, ``close``, ``uncontested``) its count, ``strict_top1_<contest>`` (strict share of them) and
+    ``plan_top1_<contest>`` (strict or same_plan share). Shares are nan where there is nothing to divide."""
+    n = len(out)
+    s = {"decisions": n}
+    for k in OUTCOMES:
+        s[k] = int((out["outcome"] == k).sum())
+    s["strict_top1"] = s["strict"] / n if n else float("nan")
+    s["plans_unknown"] = int((out["outcome"].isin(["tie", "miss"]) & ~out["plan_known"].astype(bool)).sum())
+    for c in CONTESTS:
+        g = out[out["contest"] == c]
+        s[c] = len(g)
+        s[f"strict_top1_{c}"] = float((g["outcome"] == "strict").mean()) if len(g) else float("nan")
+        s[f"plan_top1_{c}"] = float(g["outcome"].isin(["strict", "same_plan"]).mean()) if len(g) else float("nan")
+    return s
+
+
+def run_to_run_spread(df, schedules=CANDIDATES):
+    """How much one row's repeated measurements (its ``samples_ms``: the repeats of all its rounds) vary:
+    one row per measured row of ``schedules`` (None: every schedule) with at least two samples, ``spread``
+    = (max - min) / median of its samples. Rows without ``samples_ms`` (older sweeps) use
+    ``measured_min_ms`` / ``measured_max_ms`` / ``measured_ms`` (the median) when ``repeats`` >= 2.
+    Empty when no row was measured more than once: the spread is then not measured."""
+    cols = CONFIG_COLS + ["tier", "schedule", "repeats", "spread"]
+    m = measured(df)
+    if schedules is not None:
+        m = m[m["schedule"].isin(schedules)]
+    out = []
+    for _, r in m.iterrows():
+        s = r.get("samples_ms")
+        if isinstance(s, (list, tuple, np.ndarray)) and len(s) >= 2:
+            v = np.asarray(s, dtype=float)
+            n, lo, hi, med = len(v), v.min(), v.max(), float(np.median(v))
+        else:
+            n = pd.to_numeric(r.get("repeats"), errors="coerce")
+            lo = pd.to_numeric(r.get("measured_min_ms"), errors="coerce")
+            hi = pd.to_numeric(r.get("measured_max_ms"), errors="coerce")
+            med = r["measured_ms"]
+            if not (n >= 2 and np.isfinite(lo) and np.isfinite(hi)):
+                continue
+        if med > 0:
+            out.append({**{c: r[c] for c in CONFIG_COLS}, "tier": int(r["tier"]), "schedule": r["schedule"],
+                        "repeats": int(n), "spread": float((hi - lo) / med)})
+    return pd.DataFrame(out, columns=cols)

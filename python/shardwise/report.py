@@ -110,6 +110,40 @@ def _machine_lines(sweeps):
     return lines
 
 
+def _outcome_lines(df, dec):
+    """The "Strict agreement, ties and contests" section: each evaluable decision's outcome
+    (metrics.decision_outcomes) and how clear it was, as Markdown lines."""
+    out = metrics.decision_outcomes(df, dec)
+    o = metrics.outcome_summary(out)
+    n, pct = o["decisions"], int(metrics.CLOSE * 100)
+    L = ["## Strict agreement, ties and contests\n"]
+    if n == 0:
+        return L + ["No evaluable decision had a measured best.\n"]
+    share = lambda k: _pct(o[k] / n)  # noqa: E731
+    L.append(f"Strict top-1 (the pick's schedule name is the measured fastest's): **{o['strict']} of {n} "
+             f"({_pct(o['strict_top1'])})**. Each evaluable decision is in exactly one row:\n")
+    L.append(_table(pd.DataFrame([
+        {"outcome": "strict top-1: same schedule name", "decisions": o["strict"], "share": share("strict")},
+        {"outcome": "same plan under another name (same `plan_signature`)", "decisions": o["same_plan"], "share": share("same_plan")},
+        {"outcome": f"tie: another plan, ≤ {pct}% slower than the best", "decisions": o["tie"], "share": share("tie")},
+        {"outcome": f"miss: > {pct}% slower than the best", "decisions": o["miss"], "share": share("miss")}])))
+    if not out["plan_known"].any():
+        L.append("These rows carry no `plan_signature`, so whether a differently named pick ran the best's plan cannot be "
+                 "told: such decisions are counted as ties or misses by their times.\n")
+    elif o["plans_unknown"]:
+        L.append(f"{o['plans_unknown']} of the ties and misses lack a `plan_signature` on the pick or the best: whether "
+                 "they ran the same plan cannot be told.\n")
+    L.append(f"How clear each decision was: the runner-up is the fastest measured candidate with another plan than the "
+             f"best's (a second name of the best's plan is no alternative); clear: it is more than {pct}% slower, "
+             f"close: within {pct}%, uncontested: no other plan was measured (the others infeasible or skipped as too slow).\n")
+    by_name = int(dec[dec["evaluable"]]["close"].sum())
+    L.append(f"(\"Close contests\" below takes the next-fastest schedule name whatever its plan: {by_name} close that way.)\n")
+    L.append(_table(pd.DataFrame([
+        {"contest": c, "decisions": o[c], "strict top-1": _pct(o[f"strict_top1_{c}"]),
+         "top-1 counting same plan": _pct(o[f"plan_top1_{c}"])} for c in metrics.CONTESTS])))
+    return L
+
+
 def build_report(df, out_dir, title=None):
     """Writes out_dir/report.md and the PNGs; returns the path of report.md."""
     os.makedirs(out_dir, exist_ok=True)
@@ -182,6 +216,9 @@ def build_report(df, out_dir, title=None):
           f"({worst['schedule']}, {int(worst['rows'])} rows).\n")
     if emu and missed:
         w("_Targets are judged on emulated timings here, which the cost model does not describe; misses are expected._\n")
+
+    for line in _outcome_lines(df, dec):
+        w(line)
 
     # Top-1.
     w("## Top-1 agreement\n")
@@ -277,6 +314,16 @@ def build_report(df, out_dir, title=None):
                  f"has no regret: its two measurements differ by the measurement's resolution (\"Measurement resolution\"), "
                  f"up to {_pct(raw)} here.")
     w(text + "\n")
+    # Next to regret, how much one row's own repeats vary: a regret below it is within the measurements' noise.
+    rr = metrics.run_to_run_spread(df)
+    if len(rr):
+        q = rr["spread"].quantile([0.5, 0.9]).tolist()
+        spread = (f"median **{_pct(q[0])}** (p90 {_pct(q[1])}) over {len(rr)} candidate rows measured "
+                  f"{int(rr['repeats'].min())}-{int(rr['repeats'].max())} times")
+    else:
+        spread = "not measured (no candidate row was measured more than once)"
+    w(_table(pd.DataFrame([{"figure": "regret, mean / max", "value": f"{_pct(s['mean_regret'])} / {_pct(s['max_regret'])}"},
+                           {"figure": "run-to-run spread: (max − min) / median of a row's repeats", "value": spread}])))
     w(f"![regret]({rel['regret']})\n")
     w("## Rank correlation\n")
     w(f"Predicted vs measured step times, pooled over all measured rows: Spearman **{_num(s['spearman'])}**, "

@@ -141,3 +141,88 @@ def test_machine_drift_per_configuration(tmp_path):
     dec = metrics.decisions(df).set_index(["config_id", "tier"])
     assert dec.loc[("D", 512), "machine_slowdown"] == 1.25
     assert np.isnan(dec.loc[("E", 1), "machine_slowdown"])
+
+
+def outcome_rows():
+    """Hand-made decisions, one per outcome / contest; their classification is worked out in
+    test_decision_outcomes_by_hand (and used by test_report)."""
+    from conftest import row
+    return [
+        # S: gpu-only picked and fastest; static 20% slower: strict, clear.
+        row("S", 1, "gpu-only", 10, 10, chosen=True, plan_signature="s1"), row("S", 1, "static", 11, 12, plan_signature="s2"),
+        # P: gpu-only picked (10.2), dynamic fastest (10.0) with gpu-only's plan; static, another plan, 30% slower:
+        # same_plan, and clear (the 2% twin is no runner-up).
+        row("P", 1, "gpu-only", 10, 10.2, chosen=True, plan_signature="p1"), row("P", 1, "dynamic", 10, 10.0, plan_signature="p1"),
+        row("P", 1, "static", 12, 13, plan_signature="p2"),
+        # T: dynamic picked 4% slower than static, another plan: tie, close.
+        row("T", 1, "dynamic", 9, 10.4, chosen=True, plan_signature="t1"), row("T", 1, "static", 10, 10.0, plan_signature="t2"),
+        # M: static picked 10% slower than gpu-only: miss, clear (runner-up 10%).
+        row("M", 1, "static", 9, 11, chosen=True, plan_signature="m1"), row("M", 1, "gpu-only", 10, 10, plan_signature="m2"),
+        # U: static picked and fastest, dynamic skipped (predicted 10x), gpu-only infeasible: strict, uncontested.
+        row("U", 1, "static", 10, 10, chosen=True, plan_signature="u1"),
+        row("U", 1, "dynamic", 100, None, status="skipped", plan_signature="u2"), row("U", 1, "gpu-only", None, None),
+        # N: no signatures: gpu-only picked 2% slower than dynamic: a tie whose plans cannot be compared; the
+        # runner-up falls back to the next name (gpu-only): close.
+        row("N", 1, "gpu-only", 10, 10.2, chosen=True), row("N", 1, "dynamic", 10, 10.0),
+        # X: the pick failed to run: not evaluable, so in no outcome.
+        row("X", 1, "static", 10, None, chosen=True, status="error", plan_signature="x1"),
+        row("X", 1, "gpu-only", 12, 12, plan_signature="x2"),
+    ]
+
+
+def test_decision_outcomes_by_hand(tmp_path):
+    p = tmp_path / "out.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in outcome_rows()))
+    out = metrics.decision_outcomes(load_results(p)).set_index("config_id")
+    assert sorted(out.index) == ["M", "N", "P", "S", "T", "U"]  # X is not evaluable
+    assert dict(out["outcome"]) == {"S": "strict", "P": "same_plan", "T": "tie", "M": "miss", "U": "strict", "N": "tie"}
+    assert dict(out["contest"]) == {"S": "clear", "P": "clear", "T": "close", "M": "clear", "U": "uncontested", "N": "close"}
+    assert out.loc["P", "runner_up"] == "static" and out.loc["P", "margin"] == pytest.approx(0.3)
+    assert out.loc["T", "gap"] == pytest.approx(0.04) and out.loc["M", "gap"] == pytest.approx(0.1)
+    assert out.loc["N", "runner_up"] == "gpu-only" and not out.loc["N", "plan_known"] and out.loc["P", "plan_known"]
+    assert out.loc["U", "runner_up"] is None and np.isnan(out.loc["U", "margin"])
+    s = metrics.outcome_summary(out.reset_index())
+    assert (s["decisions"], s["strict"], s["same_plan"], s["tie"], s["miss"]) == (6, 2, 1, 2, 1)
+    assert s["strict_top1"] == pytest.approx(2 / 6) and s["plans_unknown"] == 1
+    assert (s["clear"], s["close"], s["uncontested"]) == (3, 2, 1)
+    assert s["strict_top1_clear"] == pytest.approx(1 / 3) and s["plan_top1_clear"] == pytest.approx(2 / 3)
+    assert s["strict_top1_close"] == 0 and s["strict_top1_uncontested"] == 1
+
+
+def test_outcomes_tie_threshold_is_five_percent(tmp_path):
+    """6% slower is a miss, 4.9% a tie, whatever the repeats' spread (decisions()'s IQR tie would call a
+    pick 6% slower within a 1 ms spread a tie)."""
+    from conftest import row
+    rows = [row("A", 1, "static", 9, 10.6, 1.0, chosen=True, plan_signature="a"), row("A", 1, "dynamic", 10, 10.0, 1.0, plan_signature="b"),
+            row("B", 1, "static", 9, 10.49, 0.0, chosen=True, plan_signature="c"), row("B", 1, "dynamic", 10, 10.0, 0.0, plan_signature="d")]
+    p = tmp_path / "t.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    df = load_results(p)
+    out = metrics.decision_outcomes(df).set_index("config_id")
+    assert out.loc["A", "outcome"] == "miss" and out.loc["A", "contest"] == "clear"
+    assert out.loc["B", "outcome"] == "tie" and out.loc["B", "contest"] == "close"
+    assert metrics.decisions(df).set_index("config_id").loc["A", "tie"]  # the IQR tie, unlike the outcome
+    assert len(metrics.decision_outcomes(load_results(tmp_path / "t.jsonl").iloc[0:0])) == 0
+
+
+def test_run_to_run_spread(tmp_path):
+    from conftest import row
+    rows = [row("A", 1, "static", 10, 11, chosen=True, samples_ms=[10, 11, 15], repeats=3),   # 5 / 11 (the median, not the mean)
+            row("A", 1, "dynamic", 10, 102, samples_ms=[100, 104], repeats=2),                # 4 / 102
+            row("A", 1, "gpu-only", 10, 50, samples_ms=[50], repeats=1),                      # one sample: none
+            row("A", 1, "layer-split", 10, 20, samples_ms=[10, 30], repeats=2),               # a baseline: 20 / 20
+            # An older row without samples: min / max / median (measured_ms) of its repeats: 3 / 30.
+            row("B", 1, "static", 10, 30, chosen=True, repeats=4, measured_min_ms=29, measured_max_ms=32)]
+    p = tmp_path / "s.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    df = load_results(p)
+    sp = metrics.run_to_run_spread(df).set_index(["config_id", "schedule"])
+    assert sorted(sp.index) == [("A", "dynamic"), ("A", "static"), ("B", "static")]
+    assert sp.loc[("A", "static"), "spread"] == pytest.approx(5 / 11)
+    assert sp.loc[("A", "dynamic"), "spread"] == pytest.approx(4 / 102) and sp.loc[("A", "dynamic"), "repeats"] == 2
+    assert sp.loc[("B", "static"), "spread"] == pytest.approx(0.1)
+    assert metrics.run_to_run_spread(df, None).set_index("schedule").loc["layer-split", "spread"] == pytest.approx(1.0)
+    # Measured once each: no spread.
+    q = tmp_path / "once.jsonl"
+    q.write_text("".join(json.dumps(r) + "\n" for r in [row("C", 1, "static", 10, 10, chosen=True)]))
+    assert len(metrics.run_to_run_spread(load_results(q))) == 0

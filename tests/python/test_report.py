@@ -151,3 +151,30 @@ def test_speedups_plot_draws_a_geomean_a_rounding_error_outside_its_range(tmp_pa
     out = tmp_path / "speedups.png"
     plots.speedups_plot(summary, str(out))
     assert out.stat().st_size > 0
+
+
+def test_report_states_strict_agreement_ties_and_contests(tmp_path):
+    from test_metrics import outcome_rows
+    rows = outcome_rows()
+    rows[0]["samples_ms"], rows[0]["repeats"] = [9.5, 10, 10.5], 3  # S's pick: spread 10%
+    rows[1]["samples_ms"], rows[1]["repeats"] = [11.7, 12.3], 2  # S's static: 0.6 / 12 = 5%
+    p = tmp_path / "o.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    md = open(build_report(load_results(p), str(tmp_path / "r"))).read()
+    assert "## Strict agreement, ties and contests" in md and "**2 of 6 (33.3%)**" in md
+    assert "| strict top-1: same schedule name | 2 | 33.3% |" in md
+    assert "| same plan under another name (same `plan_signature`) | 1 | 16.7% |" in md
+    assert "| tie: another plan, ≤ 5% slower than the best | 2 | 33.3% |" in md
+    assert "| miss: > 5% slower than the best | 1 | 16.7% |" in md
+    assert "1 of the ties and misses lack a `plan_signature`" in md  # N
+    assert "| clear | 3 | 33.3% | 66.7% |" in md and "| close | 2 | 0.0% | 0.0% |" in md
+    assert "| uncontested | 1 | 100.0% | 100.0% |" in md
+    # Next to regret: the median of 10% and 5% over the two rows measured more than once.
+    assert "| run-to-run spread: (max − min) / median of a row's repeats | median **7.5%**" in md
+    assert "over 2 candidate rows measured 2-3 times" in md
+
+
+def test_report_says_when_plans_and_spread_are_not_known(tmp_path, known_jsonl):
+    md = open(build_report(load_results(known_jsonl), str(tmp_path / "r"))).read()
+    assert "These rows carry no `plan_signature`, so whether a differently named pick ran the best's plan cannot be told" in md
+    assert "not measured (no candidate row was measured more than once)" in md
