@@ -11,7 +11,8 @@
 # check (DRAM read, PCIe) in OUT/machine_check.json; scripts/analysis/peers_table.py makes the table.
 # usage: peers_bench.sh OUT MODEL CELLS...     MODEL: nemo8b (f16) or qwen30b (q4_0)
 # Env: PEERS (.carry/peers: peers_bin.tar.xz, p1k.txt, p4k.txt), PROFILES (the artifact's kept
-# concurrent_results.txt; gpu_results.txt too, else gpu_profiler runs here first), REPEATS (3),
+# concurrent_results.txt; gpu_results.txt too, else gpu_profiler runs here first, unless GPU_PROFILER=skip:
+# the artifact then plans from its CPU profile only), REPEATS (3),
 # DEADLINE_S (no new cell starts after this many seconds; 480), BUNDLE.
 set -uo pipefail
 out=${1:?usage: peers_bench.sh OUT MODEL CELLS...}
@@ -36,7 +37,7 @@ elapsed() { echo $(( $(date +%s) - t_start )); }
 prof="$work/profiles"
 mkdir -p "$prof"
 cp -f "${PROFILES:-results/peers/profiles}"/*_results.txt "$prof/" 2>/dev/null
-if [ ! -s "$prof/gpu_results.txt" ]; then
+if [ ! -s "$prof/gpu_results.txt" ] && [ "${GPU_PROFILER:-run}" != skip ]; then
   scripts/gpu/peer_profiles.sh "$out/profiles" gpu 300 > /dev/null
   cp -f "$out/profiles/gpu_results.txt" "$prof/" 2>/dev/null
 fi
