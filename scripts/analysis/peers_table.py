@@ -89,15 +89,32 @@ def cell_table(model, cell, runs):
     return out
 
 
+def host_profile_rates(folder):
+    """DRAM read (1 and 16 threads, alone) and pinned H2D at the largest size of a quick host profile."""
+    try:
+        j = json.load(open(os.path.join(folder, "host_profile.json")))
+    except (OSError, ValueError):
+        return None
+    rates = [f"DRAM read ({d['threads']} threads) {d['gbps']:.1f} GB/s" for d in j.get("dram", [])
+             if not d.get("contention") and d.get("threads") in (1, 16)]
+    for t in j.get("transfers", []):
+        if t.get("dir") == "h2d" and t.get("pinned") and not t.get("cap_gbps") and t.get("points"):
+            size, ms = t["points"][-1][0], t["points"][-1][1]
+            rates.append(f"pinned H2D {size / ms / 1e6:.1f} GB/s at {size >> 20} MiB")
+    return rates
+
+
 def host_check(folder):
     path = os.path.join(folder, "machine_check.json")
+    name = os.path.basename(os.path.normpath(folder))
     try:
         j = json.load(open(path))
     except (OSError, ValueError):
-        return [f"- {os.path.basename(os.path.normpath(folder))}: no host check"]
+        rates = host_profile_rates(folder)
+        return [f"- {name}: " + ("; ".join(rates) + " (quick profile)" if rates else "no host check")]
     rates = [f"{r['what']} ({r['threads']} threads) {r['here']:.1f} GB/s" for r in j.get("rows", [])
              if r.get("unit") == "GB/s" and r.get("threads") in (1, 16)]
-    return [f"- {os.path.basename(os.path.normpath(folder))}: " + "; ".join(rates)]
+    return [f"- {name}: " + "; ".join(rates)]
 
 
 def main(argv):
