@@ -22,7 +22,7 @@ class SpecOnlySource : public WeightSource {
   SpecOnlySource(const ModelSpec& spec, const std::string& origin) {
     spec_ = spec;
     origin_ = origin;
-    if (spec.vocab_size >= kCharacterVocabularySize) tokenizer_ = character_vocabulary(spec.vocab_size);
+    tokenizer_ = synthetic_vocabulary(spec.vocab_size);
   }
 };
 

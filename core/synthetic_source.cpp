@@ -49,8 +49,8 @@ struct TensorRecipe {
 // Attention with random q and k is nearly uniform over the prefix (a trained head attends to a few
 // tokens), so its output is almost the same for neighbouring tokens. Written back at full spread, layer
 // after layer, it becomes a component of the hidden state that consecutive tokens share, and a deep MoE
-// model then routes neighbours to the same experts (a 48-layer model's windows of 16 tokens reached
-// under half the distinct experts of a load-balanced router). Two changes keep every layer's routing
+// model then routes neighbours to the same experts (at full spread, a 48-layer model's windows of 16
+// tokens reach under half the distinct experts of a load-balanced router). Two changes keep every layer's routing
 // within a few percent of uniform up to 94 layers (tests/unit/executor/test_forward.cpp): scores four
 // times sharper (q and k, or their norms, at twice the scale), as a trained head's are, and the output
 // projection at a quarter of the other matrices' spread.
@@ -171,7 +171,7 @@ class SyntheticWeights : public WeightSource {
     spec_.validate("synthetic:" + spec.name);
     rope_style_ = RopeStyle::Neox;
     // Text tokenises as in the GGUF file `synth` writes of these weights (and as llama.cpp reads it).
-    if (spec.vocab_size >= kCharacterVocabularySize) tokenizer_ = character_vocabulary(spec.vocab_size);
+    tokenizer_ = synthetic_vocabulary(spec.vocab_size);
     origin_ = "synthetic:" + spec.name + "?dtype=" + dtype_name(spec.dtype) + "&seed=" + std::to_string(seed);
     if (routing != SyntheticRouting::Balanced) origin_ += std::string("&routing=") + synthetic_routing_name(routing);
     const bool balanced = routing == SyntheticRouting::Balanced;

@@ -87,6 +87,10 @@ TokenizerInfo character_vocabulary(int64_t vocab) {
   return t;
 }
 
+TokenizerInfo synthetic_vocabulary(int64_t vocab) {
+  return vocab >= kCharacterVocabularySize ? character_vocabulary(vocab) : TokenizerInfo{};
+}
+
 namespace {
 
 const char* gguf_arch(Family f) {

@@ -53,6 +53,9 @@ struct TokenizerInfo {
 TokenizerInfo character_vocabulary(int64_t vocab);
 // The size below which character_vocabulary lacks some printable character.
 constexpr int64_t kCharacterVocabularySize = 3 + 256 + 1 + 94;
+// The vocabulary of a synthetic model of that many tokens: character_vocabulary where it holds every
+// printable character, else none (the tokenizer then uses byte tokens).
+TokenizerInfo synthetic_vocabulary(int64_t vocab);
 
 class WeightSource {
  public:
