@@ -203,8 +203,7 @@ class CudaKernels : public DeviceKernels {
                                std::max(p.split_bytes, split_bytes(wo.dtype, QD)) +
                                static_cast<uint64_t>(spec_.num_attention_heads) * (spec_.head_dim + 2) * 4;
     const uint64_t fixed = std::max(p.fixed_bytes, matmul_fixed_bytes(wo.dtype, wo.rows, wo.cols));
-    const uint64_t tile = std::max(p.tile_bytes, matmul_tile_bytes(wo.dtype, wo.rows, wo.cols));
-    const int64_t chunk = pick_chunk(n, per_token, fixed, "attention", tile);
+    const int64_t chunk = pick_chunk(n, per_token, fixed, "attention");
     float* xn = ws_.take<float>(static_cast<uint64_t>(chunk * H), "attention: normed x");
     float* qkv = ws_.take<float>(static_cast<uint64_t>(chunk * W), "attention: q, k, v");
     float* attn = ws_.take<float>(static_cast<uint64_t>(chunk * QD), "attention: output");
@@ -237,7 +236,7 @@ class CudaKernels : public DeviceKernels {
     const Proj p = projections(w);
     WorkspaceScope scope(ws_);
     const int64_t chunk =
-        pick_chunk(n, 4 * static_cast<uint64_t>(H) + 256 + p.split_bytes, p.fixed_bytes, "attention_pre", p.tile_bytes);
+        pick_chunk(n, 4 * static_cast<uint64_t>(H) + 256 + p.split_bytes, p.fixed_bytes, "attention_pre");
     float* xn = ws_.take<float>(static_cast<uint64_t>(chunk * H), "attention_pre: normed x");
     for (int64_t c0 = 0; c0 < n; c0 += chunk) {
       const int64_t m = std::min(chunk, n - c0);
@@ -260,8 +259,7 @@ class CudaKernels : public DeviceKernels {
     const MatRef wr = mat(w.router, E, H, "ffn_gate_inp (router)");
     WorkspaceScope scope(ws_);
     const int64_t chunk = pick_chunk(n, 4 * static_cast<uint64_t>(H) + 256 + split_bytes(wr.dtype, H),
-                                     matmul_fixed_bytes(wr.dtype, wr.rows, wr.cols), "router",
-                                     matmul_tile_bytes(wr.dtype, wr.rows, wr.cols));
+                                     matmul_fixed_bytes(wr.dtype, wr.rows, wr.cols), "router");
     float* xn = ws_.take<float>(static_cast<uint64_t>(chunk * H), "router: normed x");
     for (int64_t c0 = 0; c0 < n; c0 += chunk) {
       const int64_t m = std::min(chunk, n - c0);
@@ -483,7 +481,7 @@ class CudaKernels : public DeviceKernels {
  private:
   struct Proj {
     MatRef q, k, v;
-    uint64_t split_bytes = 0, fixed_bytes = 0, tile_bytes = 0;
+    uint64_t split_bytes = 0, fixed_bytes = 0;
   };
 
   Proj projections(const DevLayer& w) const {
@@ -496,7 +494,6 @@ class CudaKernels : public DeviceKernels {
     for (const MatRef* m : {&p.q, &p.k, &p.v}) {
       p.split_bytes = std::max(p.split_bytes, split_bytes(m->dtype, H));
       p.fixed_bytes = std::max(p.fixed_bytes, matmul_fixed_bytes(m->dtype, m->rows, m->cols));
-      p.tile_bytes = std::max(p.tile_bytes, matmul_tile_bytes(m->dtype, m->rows, m->cols));
     }
     return p;
   }
@@ -562,16 +559,14 @@ class CudaKernels : public DeviceKernels {
         std::max({split_bytes(gate.dtype, H), split_bytes(up.dtype, H), split_bytes(down.dtype, F)});
     const uint64_t fixed = std::max({matmul_fixed_bytes(gate.dtype, F, H), matmul_fixed_bytes(up.dtype, F, H),
                                      matmul_fixed_bytes(down.dtype, H, F)});
-    const uint64_t tile = std::max(
-        {matmul_tile_bytes(gate.dtype, F, H), matmul_tile_bytes(up.dtype, F, H), matmul_tile_bytes(down.dtype, H, F)});
-    const int64_t chunk = pick_chunk(n, per_token, fixed, "FFN", tile);
+    const int64_t chunk = pick_chunk(n, per_token, fixed, "FFN");
     float* xn = ws_.take<float>(static_cast<uint64_t>(chunk * H), "FFN: normed x");
     float* g = ws_.take<float>(static_cast<uint64_t>(chunk * F), "FFN: gate");
     float* u = ws_.take<float>(static_cast<uint64_t>(chunk * F), "FFN: up");
     for (int64_t c0 = 0; c0 < n; c0 += chunk) {
       const int64_t m = std::min(chunk, n - c0);
       rms_norm(ctx_, x + c0 * H, H, w.ffn_norm, eps_, xn, H, m, H);
-      if (gate.dtype == up.dtype && gemv_suits(gate.dtype, m)) {  // gate, up and SwiGLU in one pass
+      if (gate.dtype == up.dtype && gemv_suits(m)) {  // gate, up and SwiGLU in one pass
         std::vector<GemvTask> tasks;
         add_tasks(&tasks, gate.data, up.data, xn, H, g, F, m, F, H);
         gemv(ctx_, gate.dtype, GemvMode::SwiGLU, tasks.data(), static_cast<int>(tasks.size()));
@@ -712,18 +707,12 @@ class CudaKernels : public DeviceKernels {
     moe_combine(ctx_, c);
   }
 
-  // Tokens per chunk of moe_chunked: as many as the workspace holds with every matrix's split and tile
-  // buffers, and at most 65535 routed rows per launch.
+  // Tokens per chunk of moe_chunked: as many as the workspace holds with every matrix's split (per
+  // routed row where the experts run grouped, see run_chunk_experts), and at most 65535 routed rows per
+  // launch.
   int64_t moe_chunk_tokens(const DevLayer& w, int64_t n, const MoeRouting& r) {
     const int64_t H = spec_.hidden_size, F = spec_.moe_intermediate_size,
                   K = std::max<int64_t>(1, spec_.num_experts_per_tok);
-    const uint64_t per_token =
-        4 * static_cast<uint64_t>(H) + 1024 + static_cast<uint64_t>(K) * (8 * static_cast<uint64_t>(H + F) + 16) +
-        std::max({split_bytes(w.gate_dtype, H), split_bytes(w.up_dtype, H), split_bytes(w.down_dtype, F)});
-    const uint64_t fixed = std::max({matmul_fixed_bytes(w.gate_dtype, F, H), matmul_fixed_bytes(w.up_dtype, F, H),
-                                     matmul_fixed_bytes(w.down_dtype, H, F)});
-    const uint64_t tile = std::max({matmul_tile_bytes(w.gate_dtype, F, H), matmul_tile_bytes(w.up_dtype, F, H),
-                                    matmul_tile_bytes(w.down_dtype, H, F)});
     // Tokens may be routed to more than top-k experts only by a foreign routing; size by the real count.
     int64_t max_per_token = K;
     {
@@ -732,9 +721,17 @@ class CudaKernels : public DeviceKernels {
         for (const auto& t : toks)
           max_per_token = std::max<int64_t>(max_per_token, ++count[static_cast<size_t>(t.token)]);
     }
-    const uint64_t per_token_real =
-        per_token + static_cast<uint64_t>(max_per_token - K) * (8 * static_cast<uint64_t>(H + F) + 16);
-    return std::min<int64_t>(pick_chunk(n, per_token_real, fixed, "MoE FFN", tile), 65535 / max_per_token);
+    const uint64_t slots = static_cast<uint64_t>(max_per_token);
+    const uint64_t split =
+        grouped_experts(w)
+            ? slots * matmul_bytes_per_token(w.down_dtype, std::max(H, F))
+            : std::max({split_bytes(w.gate_dtype, H), split_bytes(w.up_dtype, H), split_bytes(w.down_dtype, F)});
+    const uint64_t per_token =
+        4 * static_cast<uint64_t>(H) + 1024 + slots * (8 * static_cast<uint64_t>(H + F) + 16) + split;
+    const uint64_t fixed = std::max({matmul_fixed_bytes(w.gate_dtype, F, H), matmul_fixed_bytes(w.up_dtype, F, H),
+                                     matmul_fixed_bytes(w.down_dtype, H, F)}) +
+                           4096;
+    return std::min<int64_t>(pick_chunk(n, per_token, fixed, "MoE FFN"), 65535 / max_per_token);
   }
 
   // A chunk's routing on the device: gather index per slot, then per token its offset, slots and
@@ -793,16 +790,77 @@ class CudaKernels : public DeviceKernels {
     return ct;
   }
 
-  // Each expert's gate/up (+SwiGLU) into g and down into o over its gathered rows xe. Experts with few
-  // rows go as 8-row GEMV tasks, many per launch (gate/up fused with SwiGLU); the others as matmuls of
-  // their own.
-  void run_chunk_experts(const DevLayer& w, const std::vector<ExpertRun>& runs, const float* xe, float* g, float* u,
-                         float* o) {
+  // Whether a layer's experts run grouped: every expert matrix q8_0/q4_0, each kind in one quant_gemm launch.
+  static bool grouped_experts(const DevLayer& w) {
+    auto q = [](DType t) { return t == DType::Q8_0 || t == DType::Q4_0; };
+    return q(w.gate_dtype) && q(w.up_dtype) && q(w.down_dtype);
+  }
+
+  // Each expert's gate/up (+SwiGLU) into g and down into o over its gathered rows xe (`slots` rows).
+  void run_chunk_experts(const DevLayer& w, const std::vector<ExpertRun>& runs, int64_t slots, const float* xe,
+                         float* g, float* u, float* o) {
+    if (grouped_experts(w))
+      run_chunk_experts_grouped(w, runs, slots, xe, g, u, o);
+    else
+      run_chunk_experts_each(w, runs, xe, g, u, o);
+  }
+
+  // Quantised experts: experts with more than 8 rows as tasks of one tensor-core launch per matrix kind
+  // over the chunk's split rows, the others as 8-row GEMV tasks; one SwiGLU over every row between.
+  void run_chunk_experts_grouped(const DevLayer& w, const std::vector<ExpertRun>& runs, int64_t slots, const float* xe,
+                                 float* g, float* u, float* o) {
+    const int64_t H = spec_.hidden_size, F = spec_.moe_intermediate_size;
+    std::vector<QuantGemmTask> gate, up, down;
+    std::vector<GemvTask> gate_v, up_v, down_v;
+    auto task = [](const uint8_t* m, int64_t slot, int64_t rows, float* y, int64_t ldy, int64_t m_rows) {
+      QuantGemmTask t;
+      t.w = m;
+      t.x_row = slot;
+      t.y = y + slot * ldy;
+      t.ldy = ldy;
+      t.rows = static_cast<int32_t>(rows);
+      t.m = static_cast<int32_t>(m_rows);
+      return t;
+    };
+    for (const auto& run : runs) {
+      if (run.m <= kGemvMaxTokens) {
+        add_tasks(&gate_v, run.gate, nullptr, xe + run.slot * H, H, g + run.slot * F, F, run.m, F, H);
+        add_tasks(&up_v, run.up, nullptr, xe + run.slot * H, H, u + run.slot * F, F, run.m, F, H);
+        add_tasks(&down_v, run.down, nullptr, g + run.slot * F, F, o + run.slot * H, H, run.m, H, F);
+        continue;
+      }
+      gate.push_back(task(run.gate, run.slot, F, g, F, run.m));
+      up.push_back(task(run.up, run.slot, F, u, F, run.m));
+      down.push_back(task(run.down, run.slot, H, o, H, run.m));
+    }
+    if (!gate.empty()) {
+      WorkspaceScope scope(ws_);
+      const SplitRows xs = split_rows(ctx_, xe, H, slots, H);
+      quant_gemm(ctx_, w.gate_dtype, xs, H, gate.data(), static_cast<int>(gate.size()), false);
+      quant_gemm(ctx_, w.up_dtype, xs, H, up.data(), static_cast<int>(up.size()), false);
+    }
+    if (!gate_v.empty()) {
+      gemv(ctx_, w.gate_dtype, GemvMode::Store, gate_v.data(), static_cast<int>(gate_v.size()));
+      gemv(ctx_, w.up_dtype, GemvMode::Store, up_v.data(), static_cast<int>(up_v.size()));
+    }
+    swiglu(ctx_, g, u, slots, F, F);
+    if (!down.empty()) {
+      WorkspaceScope scope(ws_);
+      const SplitRows gs = split_rows(ctx_, g, F, slots, F);
+      quant_gemm(ctx_, w.down_dtype, gs, F, down.data(), static_cast<int>(down.size()), false);
+    }
+    if (!down_v.empty()) gemv(ctx_, w.down_dtype, GemvMode::Store, down_v.data(), static_cast<int>(down_v.size()));
+  }
+
+  // Float experts: those with few rows as 8-row GEMV tasks, many per launch (gate/up fused with SwiGLU);
+  // the others as matmuls of their own.
+  void run_chunk_experts_each(const DevLayer& w, const std::vector<ExpertRun>& runs, const float* xe, float* g,
+                              float* u, float* o) {
     const int64_t H = spec_.hidden_size, F = spec_.moe_intermediate_size;
     const bool fuse = w.gate_dtype == w.up_dtype;
     std::vector<GemvTask> gate_up_tasks, down_tasks;
     for (const auto& run : runs) {
-      if (fuse && gemv_suits(w.gate_dtype, run.m)) {
+      if (fuse && gemv_suits(run.m)) {
         add_tasks(&gate_up_tasks, run.gate, run.up, xe + run.slot * H, H, g + run.slot * F, F, run.m, F, H);
         continue;
       }
@@ -814,7 +872,7 @@ class CudaKernels : public DeviceKernels {
     if (!gate_up_tasks.empty())
       gemv(ctx_, w.gate_dtype, GemvMode::SwiGLU, gate_up_tasks.data(), static_cast<int>(gate_up_tasks.size()));
     for (const auto& run : runs) {
-      if (gemv_suits(w.down_dtype, run.m)) {
+      if (gemv_suits(run.m)) {
         add_tasks(&down_tasks, run.down, nullptr, g + run.slot * F, F, o + run.slot * H, H, run.m, H, F);
         continue;
       }
@@ -845,15 +903,13 @@ class CudaKernels : public DeviceKernels {
       float* o = ws_.take<float>(s1 * H, "MoE: expert outputs");
       rms_norm(ctx_, x + t0 * H, H, w.ffn_norm, eps_, xn, H, m, H);
       if (ct.slots > 0) gather_rows(ctx_, xn, H, ct.gather, ct.slots, H, xe, H);
-      run_chunk_experts(w, runs, xe, g, u, o);
+      run_chunk_experts(w, runs, ct.slots, xe, g, u, o);
       combine_from_table(x + t0 * H, o, m, ct.off, ct.slot, ct.weight);
     }
   }
 
-  // Whether m rows through this dtype are cheaper as GEMV passes than as a GEMM (as matmul decides).
-  static bool gemv_suits(DType dtype, int64_t m) {
-    return m <= kGemvMaxTokens || (dtype_is_quantized(dtype) && m <= 4 * kGemvMaxTokens);
-  }
+  // Whether m rows are cheaper as GEMV passes than as a GEMM (as matmul decides).
+  static bool gemv_suits(int64_t m) { return m <= kGemvMaxTokens; }
   // GEMV tasks of at most 8 consecutive rows of x (ldx) into rows of y (ldy).
   static void add_tasks(std::vector<GemvTask>* tasks, const uint8_t* w0, const uint8_t* w1, const float* x, int64_t ldx,
                         float* y, int64_t ldy, int64_t m, int64_t rows, int64_t cols) {
@@ -877,15 +933,12 @@ class CudaKernels : public DeviceKernels {
     SW_CHECK(n >= 1 && n <= n_step_, "CUDA ", block, ": ", n, " tokens but the step was prepared for ", n_step_);
   }
 
-  // Tokens per chunk such that the chunk's buffers (per_token each) leave `fixed` bytes free — or
-  // `preferred` (whole dequantised matrices, matmul_tile_bytes) where that still leaves room for
-  // min(n, 64) tokens. Chunks short of n are balanced (equal, multiples of 64 where over 64), so a step
-  // is not one big chunk and a small remainder that runs every matrix again.
-  int64_t pick_chunk(int64_t n, uint64_t per_token, uint64_t fixed, const char* block, uint64_t preferred = 0) const {
+  // Tokens per chunk such that the chunk's buffers (per_token each) leave `fixed` bytes free. Chunks short
+  // of n are balanced (equal, multiples of 64 where over 64), so a step is not one big chunk and a small
+  // remainder that runs every matrix again.
+  int64_t pick_chunk(int64_t n, uint64_t per_token, uint64_t fixed, const char* block) const {
     const uint64_t avail = ws_.available();
     const uint64_t align = 8 * 256;  // alignment of the buffers
-    if (preferred > fixed && avail >= preferred + align + per_token * static_cast<uint64_t>(std::min<int64_t>(n, 64)))
-      fixed = preferred;
     const uint64_t reserve = fixed + align;
     SW_CHECK(avail >= reserve + per_token, "CUDA ", block, ": the workspace is too small: one token needs ",
              reserve + per_token, " bytes, ", avail, " are free (give the blocks more scratch)");
@@ -1031,11 +1084,10 @@ class WarmUp {
       if (n <= sweep_tokens_) ladder_.push_back(n);
 
     // Temporary workspace of the blocks: a step of kWarmMaxStep tokens in one chunk, and the matmul
-    // sweep in one chunk (split activations for the largest token count, a dequantised tile of all rows).
+    // sweep in one chunk (split activations for the largest token count).
     uint64_t sweep_ws = 0;
     for (const Gemm& g : gemms_)
-      sweep_ws = std::max({sweep_ws, matmul_bytes_per_token(DType::BF16, g.cols) * static_cast<uint64_t>(sweep_tokens_),
-                           static_cast<uint64_t>(g.rows) * (static_cast<uint64_t>(g.cols) * 4 + 256)});
+      sweep_ws = std::max(sweep_ws, matmul_bytes_per_token(DType::BF16, g.cols) * static_cast<uint64_t>(sweep_tokens_));
     ws_bytes_ = align_up(std::max(cuda_kernels_workspace_bytes(s_, kWarmMaxStep), sweep_ws + 4096) + (256u << 10));
     const uint64_t T = kWarmMaxStep, f = sizeof(float);
     uint64_t total = 0;
@@ -1196,15 +1248,14 @@ class WarmUp {
   }
 
   // matmul's cuBLAS paths on every matrix shape of the model, for every float dtype and a ladder of
-  // token counts (quantised weights take SGEMMs of the same shapes on a dequantised tile: their
-  // dequantise kernels once each).
+  // token counts; the quantised kernels (one code path for every count above 8) once each.
   void sweep_matmuls() {
     k_.set_workspace(ws_, ws_bytes_);
     for (const Gemm& g : gemms_) {
       for (DType t : {DType::F32, DType::F16, DType::BF16})
         for (int64_t n : ladder_) mm(t, g, n);
       for (DType t : {DType::Q8_0, DType::Q4_0})
-        if (g.cols % dtype_block_elems(t) == 0) mm(t, g, 4 * kGemvMaxTokens + 1);
+        if (g.cols % dtype_block_elems(t) == 0) mm(t, g, kGemvMaxTokens + 1);
     }
   }
   void mm(DType t, const Gemm& g, int64_t n) {

@@ -3,9 +3,9 @@
 // TF32: f16 weights multiply a two-part f16 split of x (x*s = hi + lo/2^12, s a power of two chosen
 // on the device from max|x|, so neither part overflows or drowns in subnormals; the split error is
 // ~2^-22 relative, the products are exact and summed in f32), bf16 weights a three-part bf16 split
-// (bf16 has f32's range, so no scaling), f32 weights plain SGEMM, q8_0/q4_0 tiles of rows
-// dequantised to f32 (exactly) and SGEMM. Scales reach cuBLAS as device-side alphas, so nothing here
-// waits for the GPU.
+// (bf16 has f32's range, so no scaling), f32 weights plain SGEMM, q8_0/q4_0 weights the tensor-core
+// kernel of quant_gemm.cu over a per-row f16 split of x. Scales reach cuBLAS as device-side alphas, so
+// nothing here waits for the GPU.
 #include <algorithm>
 #include <vector>
 
@@ -15,9 +15,6 @@ namespace shardwise {
 namespace cuda {
 namespace {
 
-constexpr int64_t kQuantGemvMaxTokens = 32;  // q8_0/q4_0: up to 4 GEMV passes beat dequant + SGEMM
-constexpr int64_t kMinDequantTileRows = 16;
-constexpr int64_t kMaxDequantTileRows = 8192;
 constexpr float kLoScale = 4096.0f;  // 2^12: the f16 low part is stored scaled up
 
 __global__ void absmax_kernel(const float* __restrict__ x, int64_t ldx, int64_t cols, unsigned* out) {
@@ -82,15 +79,6 @@ __global__ void split_bf16_kernel(const float* __restrict__ x, int64_t ldx, int6
   }
 }
 
-template <DType T>
-__global__ void dequant_rows_kernel(const uint8_t* __restrict__ w, int64_t row_bytes, int64_t cols, float* out) {
-  const int64_t r = blockIdx.y;
-  const uint8_t* row = w + r * row_bytes;
-  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
-       c += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[r * cols + c] = load_weight(T, row, c);
-}
-
 dim3 row_grid(int64_t rows, int64_t cols, int threads) {
   const int64_t bx = std::min<int64_t>(ceil_div(cols, threads), 64);
   SW_CHECK(rows < 65536, "CUDA matmul: row chunk of ", rows, " is too large for one launch");
@@ -150,6 +138,8 @@ uint64_t matmul_bytes_per_token(DType dtype, int64_t cols) {
   const uint64_t ld = align_up(static_cast<uint64_t>(cols), 8);
   switch (dtype) {
     case DType::F16:
+    case DType::Q8_0:
+    case DType::Q4_0:  // hi and lo (f16) and the row's scale
       return 2 * ld * 2 + 512;
     case DType::BF16:
       return 3 * ld * 2 + 768;
@@ -158,17 +148,8 @@ uint64_t matmul_bytes_per_token(DType dtype, int64_t cols) {
   }
 }
 
-uint64_t matmul_fixed_bytes(DType dtype, int64_t rows, int64_t cols) {
-  if (!dtype_is_quantized(dtype)) return 1024;
-  return 1024 + align_up(static_cast<uint64_t>(std::min<int64_t>(rows, 128) * cols) * 4);
-}
-
-uint64_t matmul_tile_bytes(DType dtype, int64_t rows, int64_t cols) {
-  if (!dtype_is_quantized(dtype)) return matmul_fixed_bytes(dtype, rows, cols);
-  // Per row: the f32 tile's cols * 4 + 256 (matmul: available / that); after the scalars (256 bytes with
-  // alignment).
-  const uint64_t per_row = static_cast<uint64_t>(cols) * 4 + 256;
-  return 1024 + static_cast<uint64_t>(std::min(rows, kMaxDequantTileRows)) * per_row;
+uint64_t matmul_fixed_bytes(DType, int64_t, int64_t) {
+  return 1024;
 }
 
 namespace {
@@ -232,35 +213,31 @@ void matmul_split(const Ctx& ctx, const MatRef& w, const float* x, int64_t ldx, 
   }
 }
 
-// q8_0/q4_0 weights: tiles of rows dequantised to f32 in the workspace, one f32 GEMM per tile; GEMV
-// passes where too few rows fit.
-void matmul_dequant(const Ctx& ctx, const MatRef& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
-                    bool accumulate) {
+// q8_0/q4_0 weights: x split per row (hi + lo f16, in chunks of tokens the workspace holds) and the
+// tensor-core kernel; GEMV passes where fewer than 9 tokens fit.
+void matmul_quant(const Ctx& ctx, const MatRef& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
+                  bool accumulate) {
   Workspace& ws = *ctx.ws;
-  const float* zero = ctx.dev_zero_one;
-  const float* one = ctx.dev_zero_one + 1;
   const int64_t K = w.cols;
-  const uint64_t row_floats = static_cast<uint64_t>(K);
-  int64_t tile = std::min<int64_t>(w.rows, static_cast<int64_t>(ws.available() / (row_floats * 4 + 256)));
-  tile = std::min<int64_t>(tile, kMaxDequantTileRows);
-  if (tile < std::min<int64_t>(w.rows, kMinDequantTileRows)) {
+  const uint64_t avail = ws.available();
+  const uint64_t per_token = matmul_bytes_per_token(w.dtype, K);
+  int64_t chunk = std::min<int64_t>(n, avail > 1024 ? static_cast<int64_t>((avail - 1024) / per_token) : 0);
+  if (chunk <= kGemvMaxTokens) {
     gemv_passes(ctx, w, x, ldx, n, y, ldy, accumulate);
     return;
   }
-  if (tile >= 64 && tile < w.rows) tile = tile / 64 * 64;
-  float* deq = ws.take<float>(static_cast<uint64_t>(tile) * row_floats, "dequantised weight tile");
-  const uint64_t row_bytes = dtype_row_bytes(w.dtype, K);
-  for (int64_t r0 = 0; r0 < w.rows; r0 += tile) {
-    const int64_t tr = std::min(tile, w.rows - r0);
-    const dim3 grid = row_grid(tr, K, 256);
-    if (w.dtype == DType::Q8_0)
-      dequant_rows_kernel<DType::Q8_0><<<grid, 256, 0, ctx.stream>>>(w.data + r0 * row_bytes, row_bytes, K, deq);
-    else
-      dequant_rows_kernel<DType::Q4_0><<<grid, 256, 0, ctx.stream>>>(w.data + r0 * row_bytes, row_bytes, K, deq);
-    check_launch("dequantise kernel");
-    blas_begin(ctx);
-    gemm_tn(ctx, tr, n, K, one, deq, CUDA_R_32F, K, x, CUDA_R_32F, ldx, accumulate ? one : zero, y + r0, ldy);
-    blas_end(ctx);
+  chunk = std::min<int64_t>(chunk, 65535);
+  for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+    WorkspaceScope scope(ws);
+    const int64_t m = std::min(chunk, n - t0);
+    const SplitRows xs = split_rows(ctx, x + t0 * ldx, ldx, m, K);
+    QuantGemmTask t;
+    t.w = w.data;
+    t.y = y + t0 * ldy;
+    t.ldy = ldy;
+    t.rows = static_cast<int32_t>(w.rows);
+    t.m = static_cast<int32_t>(m);
+    quant_gemm(ctx, w.dtype, xs, K, &t, 1, accumulate);
   }
 }
 
@@ -273,7 +250,7 @@ void matmul(const Ctx& ctx, const MatRef& w, const float* x, int64_t ldx, int64_
   SW_CHECK(w.cols > 0 && w.cols % dtype_block_elems(w.dtype) == 0 && w.rows < (int64_t(1) << 31) &&
                w.cols < (int64_t(1) << 31),
            "CUDA matmul: bad weight shape ", w.rows, " x ", w.cols, " for ", dtype_name(w.dtype));
-  if (n <= kGemvMaxTokens || (dtype_is_quantized(w.dtype) && n <= kQuantGemvMaxTokens)) {
+  if (n <= kGemvMaxTokens) {
     gemv_passes(ctx, w, x, ldx, n, y, ldy, accumulate);
     return;
   }
@@ -294,7 +271,7 @@ void matmul(const Ctx& ctx, const MatRef& w, const float* x, int64_t ldx, int64_
       return;
     case DType::Q8_0:
     case DType::Q4_0:
-      matmul_dequant(ctx, w, x, ldx, n, y, ldy, accumulate);
+      matmul_quant(ctx, w, x, ldx, n, y, ldy, accumulate);
       return;
   }
 }

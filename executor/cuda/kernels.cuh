@@ -47,6 +47,33 @@ enum class GemvSplit { Auto, Never, Always };
 void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int count,
           GemvSplit split = GemvSplit::Auto);
 
+// ---- quantised GEMM on tensor cores (quant_gemm.cu) ---------------------------------------------
+// Activations as quant_gemm reads them: row t of x as x[t] * s_t = hi + lo, two f16 rows (s_t a power of
+// two that puts the row's largest |value| just below 2^15; lo the remainder of hi, rounded: ~2^-22
+// relative), and 1 / s_t. Taken from ctx.ws (split_rows_bytes).
+struct SplitRows {
+  __half* hi = nullptr;
+  __half* lo = nullptr;
+  float* inv_scale = nullptr;
+  int64_t ld = 0;  // halves between rows (the columns, a multiple of 32)
+  int64_t rows = 0;
+};
+uint64_t split_rows_bytes(int64_t rows, int64_t cols);
+SplitRows split_rows(const Ctx& ctx, const float* x, int64_t ldx, int64_t rows, int64_t cols);
+
+// One matrix of a quant_gemm launch: y[t * ldy + r] (+)= sum_c W[r, c] * x[x_row + t, c] for t < m, r < rows.
+struct QuantGemmTask {
+  const uint8_t* w = nullptr;  // rows x cols of the launch's dtype (q8_0 or q4_0)
+  int64_t x_row = 0;
+  float* y = nullptr;
+  int64_t ldy = 0;
+  int32_t rows = 0, m = 0;
+};
+// Every task's product, exact (f32 error, see quant_gemm.cu), in one launch per 64 tasks; tasks share the
+// dtype, the columns and the split activations.
+void quant_gemm(const Ctx& ctx, DType dtype, const SplitRows& x, int64_t cols, const QuantGemmTask* tasks, int count,
+                bool accumulate);
+
 // ---- matmul dispatch (gemm.cu) ----------------------------------------------------------------
 struct MatRef {
   DType dtype = DType::F32;
@@ -54,21 +81,17 @@ struct MatRef {
   int64_t rows = 0, cols = 0;
 };
 
-// y[t * ldy + r] (+)= sum_c W[r, c] * x[t * ldx + c] for t < n. n <= 8: GEMV. Larger n: cuBLAS with
-// exact arithmetic — f32 weights: SGEMM (no TF32); f16: x split into two scaled f16 parts, two
-// tensor-core GEMMs with f32 accumulation; bf16: x split into three bf16 parts, three GEMMs;
-// q8_0/q4_0: tiles of weight rows dequantised to f32 + SGEMM (or GEMV passes for few tokens). Falls
-// back to GEMV passes of 8 tokens when the workspace has no room for the split activations.
+// y[t * ldy + r] (+)= sum_c W[r, c] * x[t * ldx + c] for t < n. n <= 8: GEMV. Larger n, exact arithmetic:
+// f32 weights: cuBLAS SGEMM (no TF32); f16: x split into two scaled f16 parts, two cuBLAS tensor-core
+// GEMMs with f32 accumulation; bf16: x split into three bf16 parts, three GEMMs; q8_0/q4_0: x split
+// (split_rows) and quant_gemm. Falls back to GEMV passes of 8 tokens when the workspace has no room for
+// the split activations.
 void matmul(const Ctx& ctx, const MatRef& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
             bool accumulate);
-// Workspace bytes per token that the cuBLAS path of matmul wants for the split of x (0 for f32).
+// Workspace bytes per token that matmul wants for the split of x (0 for f32).
 uint64_t matmul_bytes_per_token(DType dtype, int64_t cols);
-// Workspace bytes matmul wants besides the per-token part (dequantised weight tiles, scalars).
+// Workspace bytes matmul wants besides the per-token part (scalars).
 uint64_t matmul_fixed_bytes(DType dtype, int64_t rows, int64_t cols);
-// Workspace bytes with which matmul dequantises the whole matrix at once (its rows up to its tile cap):
-// narrower tiles make cuBLAS take split-K kernels for each, ~1.5x the time of one wide GEMM (qwen30b's
-// experts at 192 rows, Nsight Compute on the H200). Same as matmul_fixed_bytes for float weights.
-uint64_t matmul_tile_bytes(DType dtype, int64_t rows, int64_t cols);
 
 // ---- norms, RoPE, element-wise, MoE helpers (norm_rope.cu) -------------------------------------
 // y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w for n rows of dim; y may alias x.

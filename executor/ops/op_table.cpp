@@ -108,8 +108,8 @@ std::vector<Dims> matmul_shapes() {
 }
 
 // 1..5: the CPU GEMV kernels' token groups (kGemvMaxTokens) and one past them; 8, 9: either side of the
-// CUDA GEMV / GEMM switch; the CPU's GEMM switch (matmul_gemm_threshold) and either side of it, which
-// is also where CUDA's quantised GEMV ends; 64, 130, 200: GEMMs of several tiles.
+// CUDA GEMV / GEMM switch; the CPU's GEMM switch (matmul_gemm_threshold) and either side of it; 64, 130,
+// 200: GEMMs of several tiles.
 std::vector<int64_t> matmul_tokens() {
   const int64_t thr = matmul_gemm_threshold();
   std::vector<int64_t> t = {1, 2, 3, 4, 5, 8, 9, thr - 1, thr, thr + 1, 64, 130, 200};

@@ -684,6 +684,62 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("quantised GEMM: more tasks than one launch takes, odd shapes, rows of any scale, stored and accumulated",
+          "[gpu][kernels]") {
+  // 70 matrices (two launches of at most 64 tasks), 96 columns (a stage with one quantised block), rows 1 to
+  // 130 and 1 to 75 activation rows per matrix (partial tiles both ways, two token tiles), activation rows
+  // scaled from 1e-4 to 1e4 (each row is split with its own scale).
+  constexpr int kTasks = 70;
+  const int64_t cols = 96;
+  DevMem mem;
+  uint8_t* ws = mem.alloc(64ull << 20);
+  for (DType dt : {DType::Q8_0, DType::Q4_0})
+    for (bool accumulate : {false, true}) {
+      std::vector<int64_t> rows(kTasks), m(kTasks), first(kTasks);
+      int64_t slots = 0;
+      for (int i = 0; i < kTasks; ++i) {
+        rows[i] = 1 + (i * 37) % 130;
+        m[i] = 1 + (i * 13) % 75;
+        first[i] = slots;
+        slots += m[i];
+      }
+      std::vector<float> x = fresh(static_cast<size_t>(slots * cols));
+      for (int64_t t = 0; t < slots; ++t)
+        for (int64_t c = 0; c < cols; ++c) x[static_cast<size_t>(t * cols + c)] *= std::pow(10.0f, float(t % 9) - 4.0f);
+      const float* dx = mem.upload(x);
+      KernelCtx kc(ws, 64ull << 20);
+      const cuda::SplitRows xs = cuda::split_rows(kc.ctx, dx, cols, slots, cols);
+      std::vector<cuda::QuantGemmTask> tasks(kTasks);
+      std::vector<std::vector<uint8_t>> w(kTasks);
+      std::vector<std::vector<float>> y0(kTasks);
+      std::vector<float*> dy(kTasks);
+      for (int i = 0; i < kTasks; ++i) {
+        w[i] = random_weights(dt, rows[i], cols, 0.5f);
+        y0[i] = fresh(static_cast<size_t>(m[i] * rows[i]));
+        dy[i] = mem.floats(y0[i].size());
+        if (accumulate)
+          put(dy[i], y0[i]);
+        else
+          poison(dy[i], y0[i].size());
+        tasks[i].w = mem.upload(w[i].data(), w[i].size());
+        tasks[i].x_row = first[i];
+        tasks[i].y = dy[i];
+        tasks[i].ldy = rows[i];
+        tasks[i].rows = static_cast<int32_t>(rows[i]);
+        tasks[i].m = static_cast<int32_t>(m[i]);
+      }
+      cuda::quant_gemm(kc.ctx, dt, xs, cols, tasks.data(), kTasks, accumulate);
+      for (int i = 0; i < kTasks; ++i) {
+        const std::vector<float> xi(x.begin() + first[i] * cols, x.begin() + (first[i] + m[i]) * cols);
+        const OpReference ref = ref_matmul(dt, w[i], rows[i], cols, xi, cols, m[i], accumulate ? &y0[i] : nullptr);
+        const std::string bad = matmul_mismatch(get(dy[i], ref.y.size()), ref, tolerance(OpId::Matmul));
+        INFO(dtype_name(dt) << (accumulate ? " accumulated" : " stored") << " task " << i << " (" << rows[i]
+                            << " rows, " << m[i] << " activation rows): " << bad);
+        REQUIRE(bad.empty());
+      }
+    }
+}
+
 TEST_CASE("CUDA blocks go through long steps in chunks when the workspace is small", "[gpu][kernels]") {
   DevMem mem;
   ThreadPool pool(2);

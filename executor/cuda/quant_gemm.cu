@@ -1,0 +1,364 @@
+// executor/cuda/quant_gemm.cu — prefill GEMMs of q8_0/q4_0 weights on tensor cores, exact, and many
+// matrices (a layer's routed experts) in one launch.
+//
+// Why it is exact: a weight is d * q, d its block's f16 scale and q a small integer (q4_0: -8..7, q8_0:
+// -128..127), which f16 holds exactly. Each activation row t is split once as x[t] * s_t = hi + lo (two
+// f16 values; s_t a power of two that puts the row's largest |value| just below 2^15; lo is what hi
+// left, itself rounded: ~2^-22 relative). The tensor cores multiply q by hi and by lo — products exact,
+// summed in f32 over the block's 32 columns — then the block's sum is scaled by d in f32 and added to
+// the output's f32 accumulator, and the output is scaled back by 1 / s_t (exact). So the error is that
+// of an f32 dot product, as in the f32 reference, and no weight is ever widened to f32 in memory.
+//
+// Tiles: 64 weight rows x 64 activation rows per block of 4 warps (each 32 x 32, as 2 x 4 mma.sync
+// m16n8k16 tiles), 64 columns (two quantised blocks) per stage, the next stage's global loads in
+// registers while the tensor cores work on the current one. Tasks (matrix, its activation rows, its
+// output) are flattened into one grid; a block finds its task by binary search.
+#include <algorithm>
+#include <cstring>
+
+#include "executor/cuda/kernels.cuh"
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#error "shardwise's CUDA kernels need sm_80 or newer (mma.sync m16n8k16 with f16 inputs)"
+#endif
+
+namespace shardwise {
+namespace cuda {
+namespace {
+
+constexpr int kBM = 64;        // weight rows per block
+constexpr int kBN = 64;        // activation rows (tokens) per block
+constexpr int kBK = 64;        // columns per stage: two quantised blocks
+constexpr int kLds = kBK + 8;  // halves per shared row: 36 words, so a fragment load hits 32 banks
+constexpr int kThreads = 128;  // 4 warps: 2 (rows) x 2 (tokens)
+constexpr int kMaxTasks = 64;  // tasks per launch (kernel parameters are limited to 4 KB)
+
+struct TaskDev {
+  const uint8_t* w;
+  float* y;
+  int64_t x_row, ldy;
+  int32_t rows, m;
+};
+
+struct Batch {
+  int32_t count, accumulate;
+  int64_t cols, row_bytes, ld;
+  const __half* hi;
+  const __half* lo;
+  const float* inv_scale;
+  int32_t tile_begin[kMaxTasks + 1];
+  TaskDev task[kMaxTasks];
+};
+static_assert(sizeof(Batch) < 4000, "quantised GEMM batch must fit the 4 KB kernel parameter space");
+
+__device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two codes as an f16 pair: 1024 + code is exact in f16 (its ulp there is 1), minus the bias.
+__device__ __forceinline__ uint32_t codes_to_half2(uint32_t c0, uint32_t c1, float bias) {
+  const uint32_t bits = 0x64006400u | c0 | (c1 << 16);
+  __half2 h = *reinterpret_cast<const __half2*>(&bits);
+  h = __hsub2(h, __float2half2_rn(1024.0f + bias));
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// One thread's share of a stage's weights: row tid / 2 of the tile, quantised block tid % 2 of the
+// stage (its scale bits and its 16 or 32 code bytes as 2-byte loads: blocks are only 2-byte aligned).
+template <DType T>
+struct WeightShare {
+  static constexpr int kWords = T == DType::Q4_0 ? 8 : 16;  // 16-bit loads of the codes
+  uint32_t d = 0;
+  uint32_t v[kWords];
+  __device__ __forceinline__ void load(const uint8_t* blk, bool valid) {
+    if (!valid) {
+      d = 0;
+#pragma unroll
+      for (int i = 0; i < kWords; ++i) v[i] = T == DType::Q4_0 ? 0x8888u : 0u;  // codes of 0
+      return;
+    }
+    d = ld_u16(blk);
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) v[i] = ld_u16(blk + 2 + 2 * i);
+  }
+  // Writes the block's 32 codes as f16 into a shared row, and its scale (applied after the block's sum).
+  __device__ __forceinline__ void store(__half* row, float* d_out) const {
+    uint32_t* r = reinterpret_cast<uint32_t*>(row);
+    if (T == DType::Q4_0) {
+      // Byte j (j < 16): element j in its low nibble, element j + 16 in its high one.
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const uint32_t w = v[i];  // bytes 2i, 2i + 1
+        r[i] = codes_to_half2(w & 0xFu, (w >> 8) & 0xFu, 8.0f);
+        r[8 + i] = codes_to_half2((w >> 4) & 0xFu, (w >> 12) & 0xFu, 8.0f);
+      }
+    } else {
+      // int8 codes, offset by 128 so that they are 0..255.
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const uint32_t w = v[i] ^ 0x8080u;
+        r[i] = codes_to_half2(w & 0xFFu, (w >> 8) & 0xFFu, 128.0f);
+      }
+    }
+    *d_out = f16_bits_to_float(d);
+  }
+};
+
+// One thread's share of a stage's activations: row tid / 2, columns 32 * (tid % 2) .. + 32, hi and lo.
+struct XShare {
+  uint4 hi[4], lo[4];
+  __device__ __forceinline__ void load(const __half* h, const __half* l, bool valid) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      hi[i] = valid ? *reinterpret_cast<const uint4*>(h + 8 * i) : make_uint4(0, 0, 0, 0);
+      lo[i] = valid ? *reinterpret_cast<const uint4*>(l + 8 * i) : make_uint4(0, 0, 0, 0);
+    }
+  }
+  __device__ __forceinline__ void store(__half* h, __half* l) const {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      *reinterpret_cast<uint4*>(h + 8 * i) = hi[i];
+      *reinterpret_cast<uint4*>(l + 8 * i) = lo[i];
+    }
+  }
+};
+
+__device__ __forceinline__ int find_task(const Batch& b) {
+  int lo = 0, hi = b.count - 1;
+  const int blk = static_cast<int>(blockIdx.x);
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (b.tile_begin[mid] <= blk)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+// One quantised block of the stage in shared memory (columns k_base .. + 32): the warp's sums of codes
+// times hi and times lo on the tensor cores, then times the rows' scales d into acc.
+__device__ __forceinline__ void mma_block(const __half* a_s, const __half* xh_s, const __half* xl_s, const float* d,
+                                          int k_base, int wm, int wn, int g, int tig, float (&acc)[2][4][4]) {
+  float blk[2][4][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) blk[i][j][k] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < 2; ++ks) {
+    const int k0 = k_base + ks * 16 + 2 * tig;
+    uint32_t a[2][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+      const __half* p = a_s + (wm + mi * 16 + g) * kLds + k0;
+      a[mi][0] = *reinterpret_cast<const uint32_t*>(p);
+      a[mi][1] = *reinterpret_cast<const uint32_t*>(p + 8 * kLds);
+      a[mi][2] = *reinterpret_cast<const uint32_t*>(p + 8);
+      a[mi][3] = *reinterpret_cast<const uint32_t*>(p + 8 * kLds + 8);
+    }
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni) {
+      const int off = (wn + ni * 8 + g) * kLds + k0;
+      const uint32_t h0 = *reinterpret_cast<const uint32_t*>(xh_s + off);
+      const uint32_t h1 = *reinterpret_cast<const uint32_t*>(xh_s + off + 8);
+      const uint32_t l0 = *reinterpret_cast<const uint32_t*>(xl_s + off);
+      const uint32_t l1 = *reinterpret_cast<const uint32_t*>(xl_s + off + 8);
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        mma16816(blk[mi][ni], a[mi], h0, h1);
+        mma16816(blk[mi][ni], a[mi], l0, l1);
+      }
+    }
+  }
+  // Accumulator rows g and g + 8 of each 16-row tile are weight rows: their scales.
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+    const float d0 = d[wm + mi * 16 + g], d1 = d[wm + mi * 16 + g + 8];
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni) {
+      acc[mi][ni][0] = fmaf(d0, blk[mi][ni][0], acc[mi][ni][0]);
+      acc[mi][ni][1] = fmaf(d0, blk[mi][ni][1], acc[mi][ni][1]);
+      acc[mi][ni][2] = fmaf(d1, blk[mi][ni][2], acc[mi][ni][2]);
+      acc[mi][ni][3] = fmaf(d1, blk[mi][ni][3], acc[mi][ni][3]);
+    }
+  }
+}
+
+template <DType T>
+__global__ void __launch_bounds__(kThreads) quant_gemm_kernel(const Batch b) {
+  __shared__ __align__(16) __half a_s[kBM * kLds];
+  __shared__ __align__(16) __half xh_s[kBN * kLds];
+  __shared__ __align__(16) __half xl_s[kBN * kLds];
+  __shared__ float d_s[2][kBM];
+  pdl_begin();
+
+  const int ti = find_task(b);
+  const TaskDev& tk = b.task[ti];
+  const int row_tiles = (tk.rows + kBM - 1) / kBM;
+  const int local = static_cast<int>(blockIdx.x) - b.tile_begin[ti];
+  const int r0 = (local % row_tiles) * kBM, t0 = (local / row_tiles) * kBN;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, tig = lane & 3;
+  const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;
+  const int64_t nblk = b.cols / 32;
+
+  // The thread's rows for loads: weight row r0 + tid / 2, activation row t0 + tid / 2.
+  const int lr = tid >> 1, half = tid & 1;
+  const bool w_row_ok = r0 + lr < tk.rows, x_row_ok = t0 + lr < tk.m;
+  const uint8_t* wrow = tk.w + static_cast<int64_t>(w_row_ok ? r0 + lr : 0) * b.row_bytes;
+  const int64_t xoff = (tk.x_row + (x_row_ok ? t0 + lr : 0)) * b.ld + 32 * half;
+
+  WeightShare<T> ws;
+  XShare xs;
+  constexpr int kBlockBytes = T == DType::Q4_0 ? 18 : 34;
+  auto load_stage = [&](int64_t s) {
+    const int64_t blk = 2 * s + half;
+    const bool ok = blk < nblk;
+    ws.load(wrow + blk * kBlockBytes, w_row_ok && ok);
+    xs.load(b.hi + xoff + s * kBK, b.lo + xoff + s * kBK, x_row_ok && ok);
+  };
+
+  float acc[2][4][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) acc[i][j][k] = 0.0f;
+
+  const int64_t stages = (nblk + 1) / 2;
+  load_stage(0);
+  for (int64_t s = 0; s < stages; ++s) {
+    __syncthreads();  // the last stage's fragments are read
+    ws.store(a_s + lr * kLds + 32 * half, &d_s[half][lr]);
+    xs.store(xh_s + lr * kLds + 32 * half, xl_s + lr * kLds + 32 * half);
+    __syncthreads();
+    if (s + 1 < stages) load_stage(s + 1);  // in flight while the tensor cores work
+#pragma unroll
+    for (int qb = 0; qb < 2; ++qb) mma_block(a_s, xh_s, xl_s, d_s[qb], qb * 32, wm, wn, g, tig, acc);
+  }
+
+  // Accumulator element (i, j): weight row g (+8 for j >= 2), activation row 2 tig + (j & 1).
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = r0 + wm + mi * 16 + g + (j >= 2 ? 8 : 0);
+        const int t = t0 + wn + ni * 8 + 2 * tig + (j & 1);
+        if (r >= tk.rows || t >= tk.m) continue;
+        float* out = tk.y + static_cast<int64_t>(t) * tk.ldy + r;
+        const float v = acc[mi][ni][j] * b.inv_scale[tk.x_row + t];
+        *out = b.accumulate ? *out + v : v;
+      }
+}
+
+// Row t: s = 2^(15 - e) with max|x[t]| < 2^e (1 for a zero or non-finite maximum), hi = f16(x s),
+// lo = f16(x s - hi), inv_scale = 1 / s.
+__global__ void split_rows_kernel(const float* __restrict__ x, int64_t ldx, int64_t cols, __half* hi, __half* lo,
+                                  int64_t ld, float* inv_scale) {
+  pdl_begin();
+  const float* row = x + static_cast<int64_t>(blockIdx.x) * ldx;
+  float m = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, fabsf(row[c]));
+  __shared__ float part[32];
+  m = warp_max(m);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = m;
+  __syncthreads();
+  m = 0.0f;
+  for (int i = 0; i < static_cast<int>(blockDim.x >> 5); ++i) m = fmaxf(m, part[i]);
+  float s = 1.0f;
+  if (m > 0.0f && !isinf(m) && !isnan(m)) {
+    int e = 0;
+    frexpf(m, &e);
+    s = ldexpf(1.0f, min(max(15 - e, -100), 100));
+  }
+  __half* h = hi + static_cast<int64_t>(blockIdx.x) * ld;
+  __half* l = lo + static_cast<int64_t>(blockIdx.x) * ld;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float v = row[c] * s;
+    const __half a = __float2half_rn(v);
+    h[c] = a;
+    l[c] = __float2half_rn(v - __half2float(a));  // v - a is exact
+  }
+  if (threadIdx.x == 0) inv_scale[blockIdx.x] = 1.0f / s;
+}
+
+}  // namespace
+
+uint64_t split_rows_bytes(int64_t rows, int64_t cols) {
+  const uint64_t r = static_cast<uint64_t>(std::max<int64_t>(rows, 1));
+  return 2 * align_up(r * static_cast<uint64_t>(cols) * 2) + align_up(r * 4) + 3 * 256;
+}
+
+SplitRows split_rows(const Ctx& ctx, const float* x, int64_t ldx, int64_t rows, int64_t cols) {
+  SW_CHECK(cols > 0 && cols % 32 == 0 && rows >= 1 && rows < (int64_t(1) << 31), "CUDA quantised GEMM: cannot split ",
+           rows, " rows of ", cols, " columns");
+  SplitRows s;
+  s.rows = rows;
+  s.ld = cols;
+  const uint64_t elems = static_cast<uint64_t>(rows) * static_cast<uint64_t>(cols);
+  s.hi = ctx.ws->take<__half>(elems, "split activations (hi)");
+  s.lo = ctx.ws->take<__half>(elems, "split activations (lo)");
+  s.inv_scale = ctx.ws->take<float>(static_cast<uint64_t>(rows), "split activations (scales)");
+  launch_kernel("split rows kernel", split_rows_kernel, dim3(static_cast<unsigned>(rows)), dim3(256), 0, ctx.stream, x,
+                ldx, cols, s.hi, s.lo, s.ld, s.inv_scale);
+  return s;
+}
+
+void quant_gemm(const Ctx& ctx, DType dtype, const SplitRows& x, int64_t cols, const QuantGemmTask* tasks, int count,
+                bool accumulate) {
+  SW_CHECK(dtype == DType::Q4_0 || dtype == DType::Q8_0, "CUDA quantised GEMM: ", dtype_name(dtype),
+           " weights are not q4_0/q8_0");
+  SW_CHECK(cols > 0 && cols % 32 == 0 && cols == x.ld, "CUDA quantised GEMM: ", cols,
+           " columns against split activations of ", x.ld);
+  for (int i0 = 0; i0 < count; i0 += kMaxTasks) {
+    Batch b;
+    std::memset(&b, 0, sizeof b);
+    b.accumulate = accumulate ? 1 : 0;
+    b.cols = cols;
+    b.row_bytes = static_cast<int64_t>(dtype_row_bytes(dtype, cols));
+    b.ld = x.ld;
+    b.hi = x.hi;
+    b.lo = x.lo;
+    b.inv_scale = x.inv_scale;
+    int64_t tiles = 0;
+    for (int i = i0; i < std::min(count, i0 + kMaxTasks); ++i) {
+      const QuantGemmTask& t = tasks[i];
+      if (t.rows <= 0 || t.m <= 0) continue;
+      SW_CHECK(t.w && t.y && t.x_row >= 0 && t.x_row + t.m <= x.rows && t.ldy >= t.rows,
+               "CUDA quantised GEMM: a task outside its activations or output");
+      TaskDev& d = b.task[b.count];
+      d.w = t.w;
+      d.y = t.y;
+      d.x_row = t.x_row;
+      d.ldy = t.ldy;
+      d.rows = t.rows;
+      d.m = t.m;
+      b.tile_begin[b.count] = static_cast<int32_t>(tiles);
+      tiles += ceil_div(t.rows, kBM) * ceil_div(t.m, kBN);
+      SW_CHECK(tiles < (int64_t(1) << 31), "CUDA quantised GEMM: too many tiles for one launch");
+      ++b.count;
+    }
+    if (b.count == 0) continue;
+    b.tile_begin[b.count] = static_cast<int32_t>(tiles);
+    const dim3 grid(static_cast<unsigned>(tiles));
+    if (dtype == DType::Q4_0)
+      launch_kernel("quantised GEMM kernel (q4_0)", quant_gemm_kernel<DType::Q4_0>, grid, dim3(kThreads), 0, ctx.stream,
+                    b);
+    else
+      launch_kernel("quantised GEMM kernel (q8_0)", quant_gemm_kernel<DType::Q8_0>, grid, dim3(kThreads), 0, ctx.stream,
+                    b);
+  }
+}
+
+}  // namespace cuda
+}  // namespace shardwise
