@@ -19,8 +19,9 @@ const char* const kMoeSplitHelp =
 void add_run_flags(CLI::App* sub, PlannerFlags& f) {
   f.ctx = 0;
   f.hw = "h200-host";
-  sub->add_option("--threads", f.threads, kThreadsHelp);
-  sub->add_option("--ctx", f.ctx, "KV capacity in tokens, at most 4194304 (default: max(4096, prompt + n))");
+  sub->add_option("-t,--threads", f.threads, kThreadsHelp);
+  sub->add_option("-c,--ctx,--ctx-size", f.ctx,
+                  "KV capacity in tokens, at most 4194304 (default: max(4096, prompt + n))");
   sub->add_option(
       "--vram-budget", f.budget,
       "Everything the model allocates on the device (weights, KV, scratch, slots, workspaces), e.g. 4G, at most "
@@ -53,10 +54,13 @@ void add_plan_flags(CLI::App* sub, PlannerFlags& f) {
   sub->add_option("--vram-budget", f.budget,
                   "VRAM budget for everything the model allocates, e.g. 4G (at most 1024T = 1 PiB)")
       ->required();
-  sub->add_option("--threads", f.threads, "CPU threads of the planned machine (0 = its cores; at most 1024)");
-  sub->add_option("--ctx", f.ctx, "KV capacity in tokens, 1 to 4194304 (steps are planned with the cache full)");
+  sub->add_option("-t,--threads", f.threads, "CPU threads of the planned machine (0 = its cores; at most 1024)");
+  sub->add_option("-c,--ctx,--ctx-size", f.ctx,
+                  "KV capacity in tokens, 1 to 4194304 (steps are planned with the cache full)");
   sub->add_option("--pcie-cap", f.pcie_cap, "PCIe bandwidth cap, 100MB/s to 1TB/s, e.g. 16GB/s, or none");
-  sub->add_option("--kv-dtype", f.kv_dtype, "KV cache element type (f32 = exact; f16 halves its size)");
+  sub->add_option("--kv-dtype", f.kv_dtype,
+                  "KV cache element type: f32, the one `run` executes (exact against an f32 reference)")
+      ->capture_default_str();
   sub->add_option("--kv-layers", f.kv_layers,
                   "Layers whose KV stays in VRAM (the first N; their attention is streamed where not pinned); "
                   "default -1: chosen by simulating a request");
@@ -75,7 +79,22 @@ void add_plan_flags(CLI::App* sub, PlannerFlags& f) {
                   "(gpu-only|static|dynamic|layer-split|cpu-moe)");
 }
 
+// llama.cpp's flags, hidden from --help (check_llama_flags answers them); -fa may carry on|off|auto.
+void add_llama_flags(CLI::App* sub, PlannerFlags& f) {
+  f.n_gpu_layers_option = sub->add_option("--n-gpu-layers,--gpu-layers", f.n_gpu_layers)->group("");
+  f.flash_attn_option = sub->add_option("--flash-attn", f.flash_attn)->expected(0, 1)->group("");
+  sub->add_option("--cache-type-k", f.cache_type_k)->group("");
+  sub->add_option("--cache-type-v", f.cache_type_v)->group("");
+}
+
 }  // namespace
+
+const char* const kRunnableKvDtypes = "f32";
+
+void check_kv_dtype(const std::string& text, const char* flag) {
+  if (text != kRunnableKvDtypes)
+    fail(flag, " ", text, ": not a KV cache type `run` executes (accepted: ", kRunnableKvDtypes, ")");
+}
 
 std::shared_ptr<PlannerFlags> add_planner_flags(CLI::App* sub, PlannerVerb verb) {
   auto f = std::make_shared<PlannerFlags>();
@@ -84,7 +103,25 @@ std::shared_ptr<PlannerFlags> add_planner_flags(CLI::App* sub, PlannerVerb verb)
     add_run_flags(sub, *f);
   else
     add_plan_flags(sub, *f);
+  add_llama_flags(sub, *f);
   return f;
+}
+
+void PlannerFlags::check_llama_flags() const {
+  const bool run = verb == PlannerVerb::Run;
+  if (n_gpu_layers_option->count() > 0)
+    fail("-ngl/--n-gpu-layers ", n_gpu_layers,
+         ": shardwise takes no layer count, it places layers under a VRAM budget: give --vram-budget SIZE (the "
+         "planner's choice), ",
+         run ? "--schedule" : "--only",
+         " layer-split --vram-budget SIZE (llama.cpp's split: as many layers as SIZE "
+         "holds)",
+         run ? " or --device cpu (-ngl 0)" : "");
+  if (flash_attn_option->count() > 0)
+    fail("-fa/--flash-attn: shardwise has no flash-attention switch (its attention kernels are fixed); drop the flag");
+  check_kv_dtype(kv_dtype, "--kv-dtype");
+  if (!cache_type_k.empty()) check_kv_dtype(cache_type_k, "-ctk/--cache-type-k");
+  if (!cache_type_v.empty()) check_kv_dtype(cache_type_v, "-ctv/--cache-type-v");
 }
 
 MachineChoice PlannerFlags::machine() const {

@@ -31,6 +31,9 @@ struct PlannerFlags {
   int64_t routing_tokens = 0;  // plan --routing-tokens
   uint64_t token_seed = 1;     // plan --token-seed
   CLI::Option* hw_option = nullptr;
+  // llama.cpp's flags (-ngl, -fa, -ctk, -ctv after cli/args.h's rewrite), kept to answer in our terms.
+  std::string n_gpu_layers, flash_attn, cache_type_k, cache_type_v;
+  CLI::Option *n_gpu_layers_option = nullptr, *flash_attn_option = nullptr;
 
   // The cost model's machine: --profile, and --hw where it is used (run's default --hw is the machine
   // only without a profile; given beside one, it may stand in for a CPU-only profile's GPU).
@@ -42,7 +45,15 @@ struct PlannerFlags {
   std::optional<Schedule> only_schedule() const;
   // The typed choices; threads as resolved by the caller (run: this machine's; plan: the cost model's).
   PlannerChoices choices(int resolved_threads) const;
+  // llama.cpp's flags: -ngl and -fa have no counterpart here (an error saying what to use instead);
+  // -ctk and -ctv name the KV cache type as --kv-dtype does. Called first by the verb.
+  void check_llama_flags() const;
 };
+
+// The KV cache types `run` executes (the executor keeps the cache in f32).
+extern const char* const kRunnableKvDtypes;
+// Checks a KV cache type given as `flag`: one `run` executes, else an error naming those.
+void check_kv_dtype(const std::string& text, const char* flag);
 
 // Declares the planner's flags on `sub` with their names and help as `verb` has them.
 std::shared_ptr<PlannerFlags> add_planner_flags(CLI::App* sub, PlannerVerb verb);

@@ -4,6 +4,7 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "core/file_util.h"
+#include "core/log.h"
 #include "core/npy.h"
 #include "core/thread_pool.h"
 #include "executor/model/cpu_model.h"
@@ -52,7 +53,7 @@ void run_logits(const LogitsArgs& a) {
       fail(a.out, ": the logits of position ", i, " hold ", logits[static_cast<size_t>(i * spec.vocab_size + bad)],
            " at token id ", bad, " (written as computed): the model's weights or activations are not finite");
   }
-  std::fprintf(stderr, "wrote %s: float32 [%lld, %lld]\n", a.out.c_str(), (long long)n, (long long)spec.vocab_size);
+  log_info("wrote ", a.out, ": float32 [", n, ", ", spec.vocab_size, "]");
 }
 
 }  // namespace
@@ -60,11 +61,11 @@ void run_logits(const LogitsArgs& a) {
 void register_logits(CLI::App& app) {
   auto a = std::make_shared<LogitsArgs>();
   CLI::App* sub = app.add_subcommand("logits", "Write the logits of every position of a token sequence as .npy");
-  sub->add_option("--model", a->model, "A .gguf file, an HF directory or synthetic:SPEC")->required();
+  sub->add_option("-m,--model", a->model, "A .gguf file, an HF directory or synthetic:SPEC")->required();
   sub->add_option("--tokens", a->tokens, "Comma-separated token ids, used as given (no BOS added)")->required();
   sub->add_option("--out", a->out, "Output .npy path (float32 [n_tokens, vocab])")->required();
   sub->add_option("--device", a->device, "auto|cuda|emu|cpu (only cpu so far)");
-  sub->add_option("--threads", a->threads, kThreadsHelp);
+  sub->add_option("-t,--threads", a->threads, kThreadsHelp);
   sub->add_option("--path", a->path, "fast (the CPU fast path) or reference (the readable f64 reference)");
   sub->callback([a] { run_logits(*a); });
 }

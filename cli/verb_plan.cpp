@@ -85,6 +85,7 @@ void measure_plan_routing(const PlanArgs& a, const PlanModel& m, PlannerConfig& 
   const std::vector<int32_t> toks = step_tokens(n, m.spec.vocab_size, a.planner->token_seed);
   const MeasuredRouting r = measure_routing(loaded.weights, loaded.pool, toks, cfg.tiers, toks.size());
   use_routing(cfg, r);
+  if (log_level() > LogLevel::Info) return;  // the table below is information (--quiet leaves it out)
   const double E = static_cast<double>(m.spec.num_experts), k = static_cast<double>(m.spec.num_experts_per_tok);
   std::fprintf(stderr,
                "routing measured on %lld tokens, distinct experts per layer of %lld (a load-balanced router: "
@@ -194,7 +195,10 @@ void print_plan_brief(const PlanResult& r, const std::string& budget_text) {
 // The table: a row per tier, a cell per schedule (the chosen one marked).
 void print_plan_tiers(const PlanTable& table) {
   std::printf("%7s", "tier");
-  for (const auto& p : table.tiers.front().candidates) std::printf(" | %-24s", schedule_name(p.schedule));
+  for (const auto& p : table.tiers.front().candidates) std::printf(" | %-30s", schedule_name(p.schedule));
+  std::printf("\n%7s", "tokens");
+  for (size_t i = 0; i < table.tiers.front().candidates.size(); ++i)
+    std::printf(" | %1s%11s %10s %6s", "", "step time", "tokens/s", "VRAM");
   std::printf("\n");
   for (const auto& e : table.tiers) {
     std::printf("%7lld", (long long)e.tokens);
@@ -207,7 +211,7 @@ void print_plan_tiers(const PlanTable& table) {
                       e.feasible && e.chunk_tokens == 0 && p.schedule == e.chosen ? "*" : " ", p.predicted_ms,
                       1000.0 * static_cast<double>(e.tokens) / p.predicted_ms,
                       static_cast<double>(p.vram_bytes) / (1u << 30));
-      std::printf(" | %-24s", cell);
+      std::printf(" | %-30s", cell);
     }
     if (e.chunk_tokens > 0) std::printf(" -> chunks of %lld", (long long)e.chunk_tokens);
     std::printf("\n");
@@ -224,6 +228,8 @@ void print_plan_text(const PlanResult& r, const std::string& pcie_cap_text) {
               (long long)r.model.spec.num_hidden_layers);
   print_plan_tiers(table);
   std::printf(
+      "tier: a step of that many new tokens; per schedule the predicted step time, tokens/s (tier / step time) "
+      "and the VRAM the plan uses\n"
       "* = chosen (fastest of gpu-only/static/dynamic; layer-split and cpu-moe are llama.cpp-style baselines);\n"
       "-> chunks of N: a step of this size runs faster as (or only fits as) steps of N tokens\n");
   std::printf(
@@ -233,6 +239,7 @@ void print_plan_text(const PlanResult& r, const std::string& pcie_cap_text) {
 
 void check_plan_args(const PlanArgs& a) {
   const PlannerFlags& f = *a.planner;
+  f.check_llama_flags();
   if (f.hw.empty() && f.profile.empty())
     fail("give --hw NAME|FILE (builtin: cli1, cli2, cli3, h200-host) or --profile FILE");
   if (f.budget.empty()) fail("give --vram-budget (e.g. 4G)");
@@ -273,7 +280,8 @@ void run_plan(const PlanArgs& a) {
 void register_plan(CLI::App& app) {
   auto a = std::make_shared<PlanArgs>();
   CLI::App* sub = app.add_subcommand("plan", "Plan every token tier under a VRAM budget and show the predictions");
-  sub->add_option("--model", a->model, "Builtin spec name, .yaml, .gguf, HF directory or synthetic:SPEC")->required();
+  sub->add_option("-m,--model", a->model, "Builtin spec name, .yaml, .gguf, HF directory or synthetic:SPEC")
+      ->required();
   a->planner = add_planner_flags(sub, PlannerVerb::Plan);
   sub->add_flag("--json", a->json, "Print one JSON object");
   sub->add_flag("--brief", a->brief,

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/json_util.h"
+#include "core/log.h"
 #include "core/size.h"
 #include "core/thread_pool.h"
 #include "costmodel/profile_db.h"
@@ -39,7 +40,7 @@ ProfileOptions options_of(const ProfileArgs& a) {
   ProfileOptions o;
   o.quick = a.quick;
   o.device = a.device;
-  o.progress = !a.no_progress;
+  o.progress = !a.no_progress && log_level() <= LogLevel::Info;
   o.git_rev = build_git_rev();
   for (const std::string& t : split_list(a.threads)) {
     size_t used = 0;
@@ -107,7 +108,7 @@ void run_profile_verb(const ProfileArgs& a) {
     const ProfileDB db = load_profile(a.check);
     const MachineCheck mc = check_machine(db, a.tolerance, /*compare_gpu=*/true);  // when this machine has one
     require_same_machine(mc, a.check, a.tolerance, "profile this machine (shardwise profile --out FILE)");
-    std::fputs(mc.text().c_str(), stderr);
+    if (log_level() <= LogLevel::Info) std::fputs(mc.text().c_str(), stderr);
     print_json(machine_check_json(mc, a.check, a.tolerance));
     return;
   }
@@ -165,8 +166,8 @@ void run_profile_verb(const ProfileArgs& a) {
   save_profile(db, a.out);
   size_t gpu_rows = 0;
   for (const auto& s : db.ops) gpu_rows += s.backend == Backend::Gpu;
-  std::fprintf(stderr, "profile: %zu op rows (%zu GPU), %zu copy rows, %zu fits -> %s\n", db.ops.size(), gpu_rows,
-               db.transfers.size(), db.fits.size(), a.out.c_str());
+  log_info("profile: ", db.ops.size(), " op rows (", gpu_rows, " GPU), ", db.transfers.size(), " copy rows, ",
+           db.fits.size(), " fits -> ", a.out);
   print_json({{"out", a.out},
               {"device", db.device},
               {"gpu", db.machine.gpu_name},
@@ -187,7 +188,7 @@ void register_profile(CLI::App& app) {
   auto a = std::make_shared<ProfileArgs>();
   c->add_option("--out", a->out, "ProfileDB file to write");
   c->add_option(
-      "--threads", a->threads,
+      "-t,--threads", a->threads,
       "CPU thread counts, e.g. 1,16 (default: 1 and all hardware threads; each at most 4 x the hardware threads)");
   c->add_option("--pcie-cap", a->caps, "PCIe caps to measure copies under, e.g. none,16GB/s");
   c->add_option("--device", a->device, "auto | cuda | cpu (cpu: a profile without GPU rows)");

@@ -1,9 +1,15 @@
 // cli/verb_report.cpp — `shardwise report`: the planner-accuracy report of an oracle results file,
 // drawn by the Python package (oracle/report.h).
+#include <sys/stat.h>
+
 #include <cstdio>
+#include <fstream>
 
 #include "cli/common.h"
+#include "core/error.h"
+#include "core/log.h"
 #include "oracle/report.h"
+#include "oracle/results.h"
 
 namespace shardwise::cli {
 namespace {
@@ -11,6 +17,23 @@ namespace {
 struct ReportArgs {
   std::string results, out;
 };
+
+// The report reads any path it is given; what is not a results file is refused here in one line
+// (Python would answer a directory or a file of other text with a traceback).
+void check_report_paths(const ReportArgs& a) {
+  const char* what = "give the JSON-lines file `shardwise sweep --out` wrote";
+  struct stat st;
+  if (::stat(a.results.c_str(), &st) != 0) fail(a.results, ": no such file (", what, ")");
+  if (S_ISDIR(st.st_mode)) fail(a.results, ": is a directory (", what, ")");
+  if (!S_ISREG(st.st_mode) || !std::ifstream(a.results)) fail(a.results, ": cannot read it (", what, ")");
+  const ExistingResults r = read_results(a.results);
+  if (r.rows.empty())
+    fail(a.results, ": holds no result rows (", r.bad_lines,
+         r.bad_lines == 1 ? " line is not a results record, " : " lines are not results records, ", r.sweeps.size(),
+         r.sweeps.size() == 1 ? " sweep header" : " sweep headers", "): ", what);
+  if (::stat(a.out.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+    fail("--out ", a.out, ": is a file; give the folder for report.md and its plots");
+}
 
 }  // namespace
 
@@ -21,8 +44,9 @@ void register_report(CLI::App& app) {
   sub->add_option("RESULTS", a->results, "Results file written by `shardwise sweep` (JSON lines)")->required();
   sub->add_option("--out", a->out, "Folder for report.md and the plots")->required();
   sub->callback([a] {
+    check_report_paths(*a);
     write_report(a->results, a->out);
-    std::fprintf(stderr, "report: %s/report.md\n", a->out.c_str());
+    log_info("report: ", a->out, "/report.md");
   });
 }
 

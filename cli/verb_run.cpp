@@ -1,14 +1,19 @@
 // cli/verb_run.cpp — `shardwise run`: generate text or tokens, on the CPU alone or through the plan
 // runtime on a device (CUDA, or the emulated device) under a VRAM budget.
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <optional>
+#include <random>
 
+#include "cli/args.h"
 #include "cli/common.h"
 #include "cli/planner_flags.h"
+#include "core/builtin_yaml.h"
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/log.h"
@@ -18,6 +23,8 @@
 #include "executor/cuda/cuda_device.h"
 #include "executor/runtime/timeline_trace.h"
 #include "executor/session/generator.h"
+#include "oracle/experiment.h"
+#include "oracle/sweep.h"
 #include "planner/planner.h"
 #include "text/chat_template.h"
 #include "text/text_stream.h"
@@ -28,6 +35,10 @@ namespace {
 
 struct RunArgs {
   std::string model, prompt, tokens, device = "auto";
+  std::string file;  // -f/--file: the prompt read from a file
+  CLI::Option* file_option = nullptr;
+  CLI::Option* seed_option = nullptr;  // without --seed a seed is drawn (and printed)
+  bool no_cnv = false;                 // llama.cpp's -no-cnv: accepted, never conversational anyway
   int64_t n_predict = 32;
   int64_t batch = 0;
   bool json = false;
@@ -82,18 +93,42 @@ void check_device_flags(const RunArgs& a, const std::string& device) {
   if (device == "emu" && f.budget.empty() && a.plan.empty()) fail("--device emu needs --vram-budget (e.g. 1G)");
 }
 
+// -f FILE's text as the prompt, without one final newline (as llama.cpp reads it).
+void read_prompt_file(RunArgs& a) {
+  try {
+    a.prompt = read_text_file(a.file);
+  } catch (const Error& e) {
+    fail("-f/--file ", e.what());
+  }
+  if (!a.prompt.empty() && a.prompt.back() == '\n') a.prompt.pop_back();
+  if (a.prompt.empty()) fail("-f/--file ", a.file, ": the file is empty (give the prompt text in it)");
+}
+
+// A seed from the system's entropy for a run given no --seed, printed so that the run can be repeated;
+// 32 bits as llama.cpp's, exact in every JSON reader (a double holds integers up to 2^53 only).
+uint64_t draw_seed() {
+  std::random_device rd;
+  return static_cast<uint32_t>(rd());
+}
+
 // Checks the flags before any work; returns the CPU threads.
 int check_run_args(RunArgs& a, const std::string& device) {
+  a.planner->check_llama_flags();
   check_device_flags(a, device);
   // One line for a bad planner choice, whatever plans the run.
   parse_host_kv_attention(a.planner->host_kv_attention);
   a.planner->hits();
-  if (a.prompt.empty() == a.tokens.empty()) fail("give exactly one of --prompt TEXT or --tokens IDS");
-  if (a.n_predict < 0 || a.n_predict > (1 << 24)) fail("-n ", a.n_predict, " is out of range");
+  const bool has_file = a.file_option->count() > 0;
+  if (!a.prompt.empty() + has_file + !a.tokens.empty() != 1)
+    fail("give exactly one of --prompt TEXT, -f/--file FILE or --tokens IDS");
+  if (has_file) read_prompt_file(a);
+  if (a.n_predict < 1 || a.n_predict > (1 << 24))
+    fail("-n ", a.n_predict, " is out of range: --n-predict must be at least 1 and at most 16777216 tokens");
   check_token_flag("--ctx", a.planner->ctx);
   check_token_flag("--batch", a.batch);
   const int threads = resolve_threads(a.planner->threads);
   a.sampling.validate();
+  if (a.seed_option->count() == 0) a.sampling.seed = draw_seed();
   for (auto& s : a.stop) s = process_escapes(s);
   if (a.chat && !a.tokens.empty()) fail("--chat needs the user message as --prompt TEXT, not --tokens");
   if (!a.system.empty() && !a.chat) fail("--system needs --chat");
@@ -144,13 +179,19 @@ RuntimeOptions runtime_options(const RunArgs& a) {
   return ro;
 }
 
+// A budget more than GPU 0 holds is refused before planning.
+void check_gpu_budget(const std::string& what, uint64_t budget) {
+  const CudaDeviceInfo info = cuda_device_info(0);
+  const std::string error = gpu_budget_error(what, budget, info.total_bytes, info.name);
+  if (!error.empty()) fail(error);
+}
+
 // --vram-budget, or on CUDA the GPU's free memory less a reserve.
 uint64_t run_budget(const RunArgs& a, const std::string& device) {
   const std::string& text = a.planner->budget;
   if (!text.empty()) {
     const uint64_t budget = a.planner->budget_bytes();
-    if (device == "cuda" && budget > cuda_device_info(0).total_bytes)
-      log_warn("--vram-budget ", text, " is more than the GPU's ", format_bytes(cuda_device_info(0).total_bytes));
+    if (device == "cuda") check_gpu_budget("--vram-budget " + text, budget);
     return budget;
   }
   const CudaDeviceInfo info = cuda_device_info(0);
@@ -166,7 +207,7 @@ std::unique_ptr<Tokenizer> run_tokenizer(const RunArgs& a, const WeightSource& s
     return std::make_unique<Tokenizer>(src);
   } catch (const Error& e) {
     if (a.tokens.empty()) throw;
-    std::fprintf(stderr, "note: %s; printing token ids instead of text\n", e.what());
+    log_info("note: ", e.what(), "; printing token ids instead of text");
   }
   return nullptr;
 }
@@ -176,7 +217,7 @@ std::vector<int32_t> prompt_tokens(const RunArgs& a, const ModelSpec& spec, cons
   std::string prompt_text = a.prompt;
   if (a.chat) {
     const ChatChoice choice = choose_chat_format(tok->chat_template(), spec.family, *tok);
-    std::fprintf(stderr, "%s\n", choice.note.c_str());
+    log_info(choice.note);
     std::vector<ChatMessage> messages;
     if (!a.system.empty()) messages.push_back({"system", a.system});
     messages.push_back({"user", a.prompt});
@@ -205,23 +246,80 @@ int64_t run_ctx(const RunArgs& a, const ModelSpec& spec, size_t prompt_tokens) {
   return ctx;
 }
 
-// What the engine sets up: on a device, the saved --plan table or the planner's choices.
-RunSetupOptions setup_options(const RunArgs& a, const std::string& device, int64_t ctx, int64_t needed) {
+// The cost model a device run plans with, as the run's JSON records it: the machine (builtin or file)
+// and the profile, each with the hash of its text, so that a run is repeated with the same inputs.
+nlohmann::json cost_model_json(const MachineChoice& m) {
+  nlohmann::json j = nlohmann::json::object();
+  if (!m.hw.empty()) {
+    std::string builtin;
+    for (int i = 0; i < kBuiltinHardwareCount; ++i)
+      if (m.hw == kBuiltinHardware[i].name) builtin = kBuiltinHardware[i].yaml;
+    j["hw"] = m.hw;
+    j["hw_builtin"] = !builtin.empty();
+    j["hw_hash"] = fnv1a_hex(builtin.empty() ? read_text_file(m.hw) : builtin);
+  }
+  if (!m.profile.empty()) {
+    j["profile"] = m.profile;
+    j["profile_hash"] = fnv1a_hex(read_text_file(m.profile));
+  }
+  return j;
+}
+
+// The saved --plan table: its context holds the run, its budget is --vram-budget's where both are
+// given, and on CUDA the GPU holds it.
+PlanTable saved_plan(const RunArgs& a, const std::string& device, int64_t needed, nlohmann::json* inputs) {
+  const std::string text = read_text_file(a.plan);
+  PlanTable table = plan_table_from_json(text, a.plan);
+  if (table.ctx < needed)
+    fail(a.plan, ": the plan table's context (", table.ctx, ") is smaller than prompt + -n (", needed, ")");
+  if (!a.planner->budget.empty() && a.planner->budget_bytes() != table.budget_bytes)
+    fail("--vram-budget ", a.planner->budget, " (", format_bytes(a.planner->budget_bytes()),
+         ") differs from the budget of the plan table ", a.plan, " (", format_bytes(table.budget_bytes),
+         "): drop --vram-budget (the table's is used) or plan again with it");
+  if (device == "cuda") check_gpu_budget(a.plan + ": the plan table's budget", table.budget_bytes);
+  *inputs = {{"plan", a.plan}, {"plan_hash", fnv1a_hex(text)}};
+  return table;
+}
+
+// On CUDA without --profile or --hw: the builtin machine whose GPU this is, else the default datasheet
+// with one warning that says how to measure this machine. Returns how the cost model was chosen.
+std::string choose_cuda_machine(const RunArgs& a, MachineChoice* m) {
+  const bool hw_given = a.planner->hw_option && a.planner->hw_option->count() > 0;
+  if (!m->profile.empty() || hw_given) return "given";
+  const std::string gpu = cuda_device_info(0).name;
+  const std::string match = builtin_machine_for_gpu(gpu);
+  if (!match.empty()) {
+    m->hw = match;
+    log_info("planning with the builtin machine ", match, " (its GPU is this one, ", gpu, ")");
+    return "builtin machine of this GPU (" + gpu + ")";
+  }
+  log_warn("planning from the ", m->hw, " datasheet: no builtin machine has this GPU (", gpu,
+           "), so predictions and the schedule choice may be off; `shardwise profile --out my.json --device cuda` "
+           "measures this machine (minutes), then run with --profile my.json");
+  return "default datasheet (no builtin machine has this GPU, " + gpu + ")";
+}
+
+// What the engine sets up: on a device, the saved --plan table or the planner's choices; `inputs`
+// receives what the plans come from (the table, or the cost model), null on the CPU.
+RunSetupOptions setup_options(const RunArgs& a, const std::string& device, int64_t ctx, int64_t needed,
+                              nlohmann::json* inputs) {
   RunSetupOptions so;
   so.device = device;
   so.ctx = ctx;
+  *inputs = nullptr;
   if (device == "cpu") return so;
   so.runtime = runtime_options(a);
   if (!a.plan.empty()) {
-    so.table = plan_table_from_json(read_text_file(a.plan), a.plan);
-    if (so.table->ctx < needed)
-      fail(a.plan, ": the plan table's context (", so.table->ctx, ") is smaller than prompt + -n (", needed, ")");
+    so.table = saved_plan(a, device, needed, inputs);
     return so;
   }
   so.machine = a.planner->machine();
+  const std::string why = device == "cuda" ? choose_cuda_machine(a, &so.machine) : "given";
   so.pcie_cap_bytes_per_s = a.planner->pcie_cap_bytes_per_s();
   so.planner = a.planner->choices(0);  // the run's threads and ctx: the engine's
   so.planner.budget_bytes = run_budget(a, device);
+  *inputs = {{"cost_model", cost_model_json(so.machine)}};
+  (*inputs)["cost_model"]["chosen"] = why;
   return so;
 }
 
@@ -236,6 +334,9 @@ struct RunState {
   std::vector<int32_t> prompt;
   std::unique_ptr<LoadedModel> model;
   std::unique_ptr<RunSetup> setup;
+  // Output as token ids: the model carries no vocabulary (its pieces would be raw bytes, NULs among them).
+  bool print_ids = false;
+  nlohmann::json plan_inputs;  // setup_options' `inputs`
 };
 
 // Opens the model, reads the prompt and sets the run up (planned on a device).
@@ -246,9 +347,11 @@ void load_run(const RunArgs& a, RunState& s) {
   std::optional<Phase> loading(std::in_place, "loading " + a.model);
   s.src = open_weights(a.model, oo);
   s.tok = run_tokenizer(a, *s.src);
+  s.print_ids = !s.tok || s.tok->kind() == "bytes";
   s.prompt = prompt_tokens(a, s.src->spec(), s.tok.get());
   s.ctx = run_ctx(a, s.src->spec(), s.prompt.size());
-  const RunSetupOptions so = setup_options(a, s.device, s.ctx, static_cast<int64_t>(s.prompt.size()) + a.n_predict);
+  const RunSetupOptions so =
+      setup_options(a, s.device, s.ctx, static_cast<int64_t>(s.prompt.size()) + a.n_predict, &s.plan_inputs);
   s.model = std::make_unique<LoadedModel>(*s.src, s.threads);
   loading.reset();
   s.setup = std::make_unique<RunSetup>(*s.model, so, s.prompt);
@@ -264,19 +367,22 @@ GenerateResult generate_run(const RunArgs& a, RunState& s, tok::TextStream& stre
   go.prefill_chunk = a.batch > 0 ? a.batch : (s.setup->runtime() ? 0 : 512);
   go.sampling = a.sampling;
   if (s.tok && !a.ignore_eos) go.stop_ids = s.tok->eog_ids();
-  auto print = [&](const std::string& text) {
+  auto print = [&](std::string text) {
     if (a.json || text.empty()) return;
+    // A NUL byte (a vocabulary's <0x00> token) is printed escaped: raw, it turns the output binary.
+    for (size_t at; (at = text.find('\0')) != std::string::npos;) text.replace(at, 1, "\\x00");
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
   };
-  if (a.tokens.empty() && !a.chat && !a.no_display_prompt) print(a.prompt);  // as llama.cpp shows it
+  if (a.tokens.empty() && !a.chat && !a.no_display_prompt && !s.print_ids) print(a.prompt);  // as llama.cpp shows it
   const Tokenizer* tok = s.tok.get();
+  bool first = true;
   const std::function<void(int32_t)> on_token = [&](int32_t id) {
-    if (!tok) {
-      print(std::to_string(id) + " ");
-      return;
-    }
-    if (!a.ignore_eos && tok->is_eog(id)) return;  // the end token itself is not text
+    if (first && s.print_ids && tok && !a.json)  // said as output begins: an error before it stays one line
+      log_info("note: ", a.model, " carries no vocabulary (its tokens are raw bytes): printing token ids, not text");
+    first = false;
+    if (tok && !a.ignore_eos && tok->is_eog(id)) return;  // the end token itself is not text
+    if (s.print_ids) return print(std::to_string(id) + " ");
     print(stream.push(tok->piece(id)));
   };
   go.stop_requested = [&] { return stream.stopped(); };
@@ -329,7 +435,44 @@ void add_runtime_json(const RunSetup& setup, nlohmann::json& j) {
   j["steps"] = steps;
 }
 
-void print_run_json(const RunState& s, const GenerateResult& r, const tok::TextStream& stream,
+// A float flag's value as it was given (0.8, not 0.800000011920929).
+double as_given(float v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.7g", static_cast<double>(v));
+  return std::strtod(text, nullptr);
+}
+
+bool greedy(const SamplingParams& p) {
+  return p.greedy || p.temp <= 0;
+}
+
+// What repeats the run beside the model and prompt: the sampling settings and seed, what the plans
+// came from (cost model and its hash, or the saved table), the schedule asked for, the revision.
+void add_reproduction_json(const RunArgs& a, const RunState& s, nlohmann::json& j) {
+  const SamplingParams& p = a.sampling;
+  j["seed"] = p.seed;
+  j["sampling"] = {{"greedy", greedy(p)},
+                   {"temperature", as_given(p.temp)},
+                   {"top_k", p.top_k},
+                   {"top_p", as_given(p.top_p)},
+                   {"min_p", as_given(p.min_p)},
+                   {"repeat_penalty", as_given(p.repeat_penalty)},
+                   {"repeat_last_n", p.repeat_last_n},
+                   {"seed", p.seed},
+                   {"seed_given", a.seed_option->count() > 0}};
+  j["prompt_ids"] = s.prompt;
+  j["n_predict"] = a.n_predict;
+  j["ignore_eos"] = a.ignore_eos;
+  j["stop"] = a.stop;
+  if (!s.plan_inputs.is_null()) {
+    j.update(s.plan_inputs);  // "cost_model", or "plan" and "plan_hash"
+    j["schedule_requested"] = a.planner->schedule;
+    j["pcie_cap"] = a.planner->pcie_cap;
+  }
+  j["revision"] = build_git_rev();
+}
+
+void print_run_json(const RunArgs& a, const RunState& s, const GenerateResult& r, const tok::TextStream& stream,
                     const char* stop_reason) {
   nlohmann::json j;
   j["model"] = s.src->origin();
@@ -338,7 +481,7 @@ void print_run_json(const RunState& s, const GenerateResult& r, const tok::TextS
   j["ctx"] = s.ctx;
   j["n_prompt_tokens"] = r.n_prompt;
   j["generated_ids"] = r.generated;
-  if (s.tok) j["text"] = stream.text();
+  if (!s.print_ids) j["text"] = stream.text();
   j["stop_reason"] = stop_reason;
   if (stream.stopped()) j["stop_string"] = stream.stop_string();
   j["ttft_ms"] = r.ttft_ms;
@@ -355,7 +498,46 @@ void print_run_json(const RunState& s, const GenerateResult& r, const tok::TextS
     for (const auto& step : r.steps) steps.push_back({{"tokens", step.n_tokens}, {"ms", step.ms}});
     j["steps"] = steps;
   }
+  add_reproduction_json(a, s, j);
   print_json(j);
+}
+
+// Per plan tier that ran: its schedule, how many steps and plan runs it took, and the median measured time
+// of one plan run beside the plan's prediction (a step of more tokens than its tier runs the tier's plan
+// once per chunk).
+void print_step_table(Runtime& runtime) {
+  struct TierRuns {
+    Schedule schedule = Schedule::Static;
+    int64_t steps = 0, runs = 0;
+    std::vector<double> ms;  // per plan run
+  };
+  std::map<int64_t, TierRuns> by_tier;
+  for (const auto& s : runtime.steps()) {
+    TierRuns& t = by_tier[s.tier];
+    t.schedule = s.schedule;
+    ++t.steps;
+    t.runs += s.chunks;
+    t.ms.push_back(s.ms / static_cast<double>(std::max<int64_t>(s.chunks, 1)));
+  }
+  if (by_tier.empty()) return;
+  std::fprintf(stderr, "      steps = %6s  %-11s %6s %6s  %12s  %12s\n", "tier", "schedule", "steps", "runs",
+               "measured ms", "predicted ms");
+  for (auto it = by_tier.rbegin(); it != by_tier.rend(); ++it) {
+    TierRuns& t = it->second;
+    std::sort(t.ms.begin(), t.ms.end());
+    const TierEntry* tier = nullptr;
+    for (const auto& e : runtime.table().tiers)
+      if (e.tokens == it->first) tier = &e;
+    const Plan* plan = tier ? tier->find(t.schedule) : nullptr;
+    char predicted[32] = "-";
+    if (plan) std::snprintf(predicted, sizeof predicted, "%.2f", plan->predicted_ms);
+    std::fprintf(stderr, "              %6lld  %-11s %6lld %6lld  %12.2f  %12s\n", static_cast<long long>(it->first),
+                 schedule_name(t.schedule), static_cast<long long>(t.steps), static_cast<long long>(t.runs),
+                 t.ms[t.ms.size() / 2], predicted);
+  }
+  std::fprintf(stderr,
+               "              (tier: the plan table's step size that ran a step; measured: median time of one plan "
+               "run; predicted: the planner's)\n");
 }
 
 // The device run's lines: memory, the schedules used, the guesses' hits.
@@ -365,14 +547,7 @@ void print_runtime_stats(const RunSetup& setup) {
   std::fprintf(stderr, "     memory = arena peak %s of a %s budget; device peak %s; context %s (outside the budget)\n",
                format_bytes(m.arena_peak_bytes).c_str(), format_bytes(m.budget_bytes).c_str(),
                format_bytes(m.device_peak_bytes).c_str(), format_bytes(m.context_bytes).c_str());
-  std::string used;
-  int64_t last_tier = -1;
-  for (const auto& s : runtime.steps())
-    if (s.tier != last_tier) {
-      used += (used.empty() ? "" : ", ") + std::to_string(s.tier) + ": " + schedule_name(s.schedule);
-      last_tier = s.tier;
-    }
-  std::fprintf(stderr, "  schedules = %s\n", used.c_str());
+  print_step_table(runtime);
   const RuntimeGuesses g = runtime.guesses();
   if (g.guessed > 0)
     std::fprintf(stderr,
@@ -383,8 +558,9 @@ void print_runtime_stats(const RunSetup& setup) {
                  static_cast<unsigned long long>(g.routed), 100.0 * setup.next_layer_hits());
 }
 
-void print_run_stats(const RunState& s, const GenerateResult& r) {
+void print_run_stats(const RunArgs& a, const RunState& s, const GenerateResult& r) {
   std::fputc('\n', stdout);
+  if (log_level() > LogLevel::Info) return;  // --quiet, --log-level warn: the text alone
   const double n_dec = static_cast<double>(r.generated.size()) - 1;
   std::fprintf(stderr, "\nload time   = %10.2f ms\n", s.load_ms);
   std::fprintf(stderr, "prompt eval = %10.2f ms / %5lld tokens (%8.2f ms per token, %8.2f tokens per second)\n",
@@ -393,6 +569,9 @@ void print_run_stats(const RunState& s, const GenerateResult& r) {
   std::fprintf(stderr, "       eval = %10.2f ms / %5.0f runs   (%8.2f ms per token, %8.2f tokens per second)\n",
                r.decode_ms, n_dec, n_dec > 0 ? r.decode_ms / n_dec : 0.0, r.decode_tokens_per_s);
   std::fprintf(stderr, "       TTFT = %10.2f ms (%s, %d threads)\n", r.ttft_ms, s.device.c_str(), s.threads);
+  if (!greedy(a.sampling))
+    std::fprintf(stderr, "       seed = %llu%s\n", static_cast<unsigned long long>(a.sampling.seed),
+                 a.seed_option->count() > 0 ? "" : " (drawn; --seed repeats the run)");
   if (s.setup->runtime()) print_runtime_stats(*s.setup);
 }
 
@@ -407,11 +586,11 @@ void run_run(RunArgs a) {
   const bool ended_by_eog = s.tok && !a.ignore_eos && !r.generated.empty() && s.tok->is_eog(r.generated.back());
   const char* stop_reason = stream.stopped() ? "stop_string" : ended_by_eog ? "eos" : "length";
   if (!a.timeline.empty() && s.setup->runtime())
-    std::fprintf(stderr, "%s\n", write_timeline_trace(*s.setup->runtime(), a.timeline, "--timeline").c_str());
+    log_info(write_timeline_trace(*s.setup->runtime(), a.timeline, "--timeline"));
   if (a.json)
-    print_run_json(s, r, stream, stop_reason);
+    print_run_json(a, s, r, stream, stop_reason);
   else
-    print_run_stats(s, r);
+    print_run_stats(a, s, r);
 }
 
 }  // namespace
@@ -419,10 +598,12 @@ void run_run(RunArgs a) {
 void register_run(CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
   CLI::App* sub = app.add_subcommand("run", "Generate from a prompt (text or token ids)");
-  sub->add_option("--model", a->model, "A .gguf file, an HF directory or synthetic:SPEC")->required();
+  sub->add_option("-m,--model", a->model, "A .gguf file, an HF directory or synthetic:SPEC")->required();
   sub->add_option("-p,--prompt", a->prompt, "Prompt text (tokenised with the model's vocabulary; BOS per the model)");
+  a->file_option =
+      sub->add_option("-f,--file", a->file, "Read the prompt text from a file (one final newline dropped)");
   sub->add_option("--tokens", a->tokens, "Prompt as comma-separated token ids, used as given (no BOS added)");
-  sub->add_option("-n,--n-predict", a->n_predict, "Tokens to generate");
+  sub->add_option("-n,--n-predict,--predict", a->n_predict, "Tokens to generate, at least 1")->capture_default_str();
   a->planner = add_planner_flags(sub, PlannerVerb::Run);
   sub->add_option(
       "--batch", a->batch,
@@ -434,8 +615,10 @@ void register_run(CLI::App& app) {
   sub->add_option("--top-p", a->sampling.top_p, "Top-p (1: off)")->capture_default_str();
   sub->add_option("--min-p", a->sampling.min_p, "Min-p (0: off)")->capture_default_str();
   sub->add_option("--repeat-penalty", a->sampling.repeat_penalty, "Repeat penalty (1: off)")->capture_default_str();
-  sub->add_option("--seed", a->sampling.seed, "Sampling seed (same seed, same tokens), 0 to 2^64-1")
-      ->check(kUnsignedInteger);
+  a->seed_option = sub->add_option("-s,--seed", a->sampling.seed,
+                                   "Sampling seed (same seed, same tokens), 0 to 2^64-1; default: drawn at random "
+                                   "(printed, and in --json)")
+                       ->check(kUnsignedInteger);
   sub->add_option("--repeat-last-n", a->sampling.repeat_last_n,
                   "Tokens the repeat penalty looks back over (0: off, -1: all)")
       ->capture_default_str();
@@ -450,7 +633,10 @@ void register_run(CLI::App& app) {
   sub->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past end-of-generation tokens");
   sub->add_flag("--no-display-prompt", a->no_display_prompt,
                 "Text mode: do not print the prompt before the generated text");
-  sub->add_flag("--json", a->json, "Print one JSON object at the end instead of streaming text");
+  sub->add_flag("--json", a->json,
+                "Print one JSON object at the end instead of streaming text (with what repeats the run: sampling "
+                "settings and seed, cost model or plan table and their hashes, schedules, revision)");
+  sub->add_flag("--no-cnv,--no-conversation", a->no_cnv)->group("");  // llama.cpp's; runs are never conversational
   sub->add_option("--plan", a->plan, "Execute this plan table (from `shardwise plan --save`) instead of planning");
   sub->add_option("--timeline", a->timeline,
                   "Write a Chrome trace of the first plan runs: each action measured (queue timestamps, host clock) "

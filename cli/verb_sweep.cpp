@@ -1,11 +1,14 @@
 // cli/verb_sweep.cpp — `shardwise sweep`: run an experiment's oracle sweep (oracle/sweep.h) and print
 // a one-line JSON summary; progress and the predicted running time go to stderr.
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <memory>
 
 #include "cli/common.h"
 #include "cli/machine_check.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "costmodel/profile_db.h"
 #include "executor/cuda/cuda_device.h"
 #include "microbench/profiler.h"
@@ -26,7 +29,7 @@ struct SweepArgs {
 std::string sweep_device(const SweepArgs& a) {
   if (a.device == "auto") {
     const std::string device = cuda_device_count() > 0 ? "cuda" : "emu";
-    if (device == "emu") std::fprintf(stderr, "note: no GPU here: --device auto runs the emulated device\n");
+    if (device == "emu") log_info("note: no GPU here: --device auto runs the emulated device");
     return device;
   }
   // Clear errors without CUDA or a GPU (predicting the GPU machine's running time needs neither).
@@ -47,7 +50,7 @@ SweepOptions sweep_options(const SweepArgs& a) {
   if (a.predict && !a.timelines.empty())
     fail("--timelines records measured rows: not with --predict, which runs nothing");
   o.timelines_dir = a.timelines;
-  o.progress = !a.no_progress;
+  o.progress = !a.no_progress && log_level() <= LogLevel::Info;
   o.device = sweep_device(a);
   if (!o.predict_only && o.out_path.empty())
     fail("give --out F.jsonl (or --predict to only print the predicted running time)");
@@ -90,16 +93,19 @@ void check_sweep_machine(const SweepArgs& a, const Experiment& e, const ProfileD
         "experiment at that profile, or pass --machine-check off to measure anyway");
   }
   o.defer_tolerance = a.machine_tolerance;
-  std::fputs(mc.text().c_str(), stderr);
-  for (const auto& [t, g] : o.deferred_threads)
-    std::fprintf(stderr,
-                 "warning: the machine is %.3gx its profile at %d thread%s (tolerance %g%%): those configurations "
-                 "are deferred unless a probe finds it back within the tolerance; run again with --resume\n",
-                 g, t, t == 1 ? "" : "s", a.machine_tolerance * 100);
+  if (log_level() <= LogLevel::Info) std::fputs(mc.text().c_str(), stderr);
+  for (const auto& [t, g] : o.deferred_threads) {
+    char factor[32];
+    std::snprintf(factor, sizeof factor, "%.3g", g);
+    log_warn("the machine is ", factor, "x its profile at ", t, t == 1 ? " thread" : " threads", " (tolerance ",
+             a.machine_tolerance * 100,
+             "%): those configurations are deferred unless a probe finds it back within "
+             "the tolerance; run again with --resume");
+  }
 }
 
 void print_sweep_result(const Experiment& e, const SweepOptions& o, const SweepResult& r) {
-  if (!o.predict_only) {
+  if (!o.predict_only && log_level() <= LogLevel::Info) {
     if (r.stopped_by_time)
       std::fprintf(stderr, "stopped by --max-minutes after %.1f min: %d rows left; run again with --resume\n",
                    r.elapsed_seconds / 60.0, r.rows_total - r.rows_present - r.rows_written);
@@ -125,9 +131,42 @@ void print_sweep_result(const Experiment& e, const SweepOptions& o, const SweepR
               {"device", o.device}});
 }
 
+// A sweep whose configurations were all dropped (exclusions, filters) has nothing to measure: an error
+// saying why, not a "complete" sweep of no rows.
+[[noreturn]] void fail_all_dropped(const SweepArgs& a, int shard_count, const std::vector<std::string>& dropped) {
+  fail(a.file, ": nothing to measure, every configuration", shard_count > 1 ? " of shard " + a.shard : std::string(),
+       " was dropped: ", dropped.front(), dropped.size() > 1 ? str_cat(" (and ", dropped.size() - 1, " more)") : "",
+       "; change the experiment's budgets, exclusions or filters");
+}
+
+// Dropped before planning: no configuration is left once exclusions and filters apply. Returns the
+// configurations left to this shard (a shard may have none where the experiment has fewer than shards).
+int check_some_configuration(const SweepArgs& a, const Experiment& e) {
+  int shard_index = 0, shard_count = 1;
+  parse_shard(a.shard, &shard_index, &shard_count);
+  std::vector<std::string> dropped;
+  const std::vector<Configuration> left = expand_configurations(e, &dropped);
+  if (left.empty() && !dropped.empty()) fail_all_dropped(a, 1, dropped);
+  int mine = 0;
+  for (const auto& c : left) mine += c.index % shard_count == shard_index;
+  return mine;
+}
+
+// run_sweep, refusing a sweep whose `selected` configurations the planner dropped, every one (the
+// plannable filter); the empty results file such a sweep opened is removed.
+SweepResult run_sweep_checked(const SweepArgs& a, const Experiment& e, const SweepOptions& o, int selected) {
+  struct stat st;
+  const bool out_existed = !o.out_path.empty() && ::stat(o.out_path.c_str(), &st) == 0;
+  SweepResult r = run_sweep(e, o);
+  if (selected == 0 || r.configurations > 0 || r.dropped.empty()) return r;
+  if (!out_existed && ::stat(o.out_path.c_str(), &st) == 0 && st.st_size == 0) std::remove(o.out_path.c_str());
+  fail_all_dropped(a, o.shard_count, r.dropped);
+}
+
 void run_sweep_verb(const SweepArgs& a) {
   Experiment e = load_experiment(a.file);
   if (!a.profile.empty()) use_profile(e, a.profile);
+  const int selected = check_some_configuration(a, e);
   SweepOptions o = sweep_options(a);
   const bool check = machine_option(a, e, o, a.machine_check, "--machine-check", "to check against");
   // The machine drifts within minutes (one-thread CPU speed by 1.2-1.5x between a study's calls and
@@ -145,7 +184,7 @@ void run_sweep_verb(const SweepArgs& a) {
   }
   if (!(a.calm >= 0 && a.calm < 10)) fail("--calm ", a.calm, " must be in [0, 10) (0: never wait)");
   o.calm_slowdown = a.calm;
-  print_sweep_result(e, o, run_sweep(e, o));
+  print_sweep_result(e, o, run_sweep_checked(a, e, o, selected));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "core/file_util.h"
+#include "core/log.h"
 #include "core/size.h"
 #include "core/thread_pool.h"
 
@@ -31,8 +32,7 @@ void run_synth(const SynthArgs& a) {
   ThreadPool pool(resolve_threads(a.threads));
   auto src = make_synthetic_weights(spec, a.seed, &pool, true, routing);
   write_gguf(*src, a.out, spec.dtype, &pool, true);
-  std::fprintf(stderr, "wrote %s: %s %s, %s\n", a.out.c_str(), spec.name.c_str(), dtype_name(spec.dtype),
-               format_bytes(spec.total_bytes()).c_str());
+  log_info("wrote ", a.out, ": ", spec.name, " ", dtype_name(spec.dtype), ", ", format_bytes(spec.total_bytes()));
 }
 
 }  // namespace
@@ -43,9 +43,9 @@ void register_synth(CLI::App& app) {
   sub->add_option("--spec", a->spec, "Builtin spec name (e.g. nemo8b, qwen30b) or a model .yaml / config.json")
       ->required();
   sub->add_option("--dtype", a->dtype, "Weight type: f32, f16, bf16, q8_0, q4_0 (default: the spec's)");
-  sub->add_option("--seed", a->seed, "Random seed (same seed, same weights), 0 to 2^64-1")->check(kUnsignedInteger);
+  sub->add_option("-s,--seed", a->seed, "Random seed (same seed, same weights), 0 to 2^64-1")->check(kUnsignedInteger);
   sub->add_option("-o,--out", a->out, "Output .gguf path")->required();
-  sub->add_option("--threads", a->threads, kThreadsHelp);
+  sub->add_option("-t,--threads", a->threads, kThreadsHelp);
   sub->add_option("--layers", a->layers, "Override the number of layers (0 = the spec's)");
   sub->add_option("--routing", a->routing,
                   "MoE routing of the weights: balanced (tokens spread over the experts as under a trained router) "

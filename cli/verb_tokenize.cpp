@@ -94,9 +94,9 @@ void run_tokenize(const TokenizeArgs& a) {
 void register_tokenize(CLI::App& app) {
   auto a = std::make_shared<TokenizeArgs>();
   CLI::App* sub = app.add_subcommand("tokenize", "Show the token ids a model sees for a text");
-  sub->add_option("--model", a->model, "A .gguf file, an HF directory or synthetic:SPEC")->required();
-  CLI::Option* text = sub->add_option("--text", a->text, "Text to tokenise (UTF-8)");
-  CLI::Option* file = sub->add_option("--file", a->file, "Read the text from a file instead of --text");
+  sub->add_option("-m,--model", a->model, "A .gguf file, an HF directory or synthetic:SPEC")->required();
+  CLI::Option* text = sub->add_option("-p,--text,--prompt", a->text, "Text to tokenise (UTF-8)");
+  CLI::Option* file = sub->add_option("-f,--file", a->file, "Read the text from a file instead of --text");
   sub->add_flag("--add-special", a->add_special, "Add BOS/EOS as the model does for a prompt");
   sub->add_flag("--no-parse-special", a->no_parse_special,
                 "Tokenise control-token text such as <|im_start|> as plain text instead of as that token");

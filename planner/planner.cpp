@@ -1379,6 +1379,76 @@ int split_share(const Plan& plan, int shard) {
     if (a.shard == shard && a.part == ComputePart::MoeCpuShare) return a.cpu_experts;
   return 0;
 }
+// Why a shard sits where the plan put it, in words.
+std::string placement_reason(const Plan& plan, const ModelSpec& spec, const Shard& s, const ShardPlacement& sp) {
+  if (s.kind == ShardKind::Embedding) return "embedding rows are gathered on the host";
+  if (s.kind == ShardKind::Kv)
+    return sp.exec == ExecDevice::Gpu
+               ? "KV in VRAM (fixed for the table: the split that simulated a prefill + 64 decode steps fastest)"
+               : "KV on the host: attention core runs on the CPU";
+  if (sp.home == WeightHome::Pinned) return "pinned: inside the canonical prefix that fits";
+  if (split_share(plan, sp.shard) > 0)
+    return str_cat("experts split: ", split_share(plan, sp.shard), " of ", spec.num_experts_per_tok,
+                   " per token on the CPU from host memory, the rest streamed");
+  if (sp.streamed) return "streamed into a slot; the copy overlaps other work";
+  return "host weights, CPU compute (no VRAM left)";
+}
+
+// A row of explain_plan: the shard's layer (-1: none) and part ("L3.ffn" -> 3, "ffn"), and its columns.
+struct ExplainRow {
+  int64_t layer = -1;
+  std::string part, columns;
+};
+ExplainRow explain_row(const std::string& name, const std::string& columns) {
+  ExplainRow r;
+  r.part = name;
+  r.columns = columns;
+  const size_t dot = name.find('.');
+  if (name.size() > 1 && name[0] == 'L' && dot != std::string::npos && dot > 1 &&
+      name.find_first_not_of("0123456789", 1) == dot) {
+    r.layer = std::stoll(name.substr(1, dot - 1));
+    r.part = name.substr(dot + 1);
+  }
+  return r;
+}
+
+// The rows with runs of consecutive layers whose rows are identical printed once, as L<a>-<b>.part.
+std::string grouped_rows(const std::vector<ExplainRow>& rows) {
+  // Blocks: one layer's consecutive rows, or a row without a layer.
+  std::vector<std::pair<size_t, size_t>> blocks;
+  for (size_t i = 0; i < rows.size();) {
+    size_t j = i + 1;
+    while (rows[i].layer >= 0 && j < rows.size() && rows[j].layer == rows[i].layer) ++j;
+    blocks.push_back({i, j});
+    i = j;
+  }
+  auto same = [&](const std::pair<size_t, size_t>& a, const std::pair<size_t, size_t>& b) {
+    if (rows[a.first].layer < 0 || rows[b.first].layer != rows[a.first].layer + 1 ||
+        a.second - a.first != b.second - b.first)
+      return false;
+    for (size_t k = 0; k < a.second - a.first; ++k)
+      if (rows[a.first + k].part != rows[b.first + k].part || rows[a.first + k].columns != rows[b.first + k].columns)
+        return false;
+    return true;
+  };
+  std::string out;
+  for (size_t b = 0; b < blocks.size();) {
+    size_t e = b + 1;
+    while (e < blocks.size() && same(blocks[e - 1], blocks[e])) ++e;
+    for (size_t k = blocks[b].first; k < blocks[b].second; ++k) {
+      const ExplainRow& r = rows[k];
+      std::string name = r.part;
+      if (r.layer >= 0)
+        name = e - b > 1 ? str_cat("L", r.layer, "-", rows[blocks[e - 1].first].layer, ".", r.part)
+                         : str_cat("L", r.layer, ".", r.part);
+      char buf[512];
+      std::snprintf(buf, sizeof buf, "  %-14s %s\n", name.c_str(), r.columns.c_str());
+      out += buf;
+    }
+    b = e;
+  }
+  return out;
+}
 }  // namespace
 
 std::string explain_plan(const Plan& plan, const ModelSpec& spec, const CostModel& cost, const PlannerConfig& cfg) {
@@ -1397,36 +1467,23 @@ std::string explain_plan(const Plan& plan, const ModelSpec& spec, const CostMode
   os << "arena:";
   for (const auto& r : plan.arena) os << "  " << r.name << " @" << r.offset << " " << format_bytes(r.bytes);
   os << "\n";
-  std::snprintf(buf, sizeof buf, "  %-12s %-7s %-4s %-9s %10s %10s  %s\n", "shard", "weights", "runs", "streamed",
+  std::snprintf(buf, sizeof buf, "  %-14s %-7s %-4s %-9s %10s %10s  %s\n", "shard", "weights", "runs", "streamed",
                 "bytes", "time ms", "why");
   os << buf;
   std::vector<double> shard_ms(S.shards.size(), 0);
   for (const Action& a : plan.actions)
     if (a.kind == ActionKind::Compute && a.shard >= 0) shard_ms[static_cast<size_t>(a.shard)] += a.end_ms - a.start_ms;
+  std::vector<ExplainRow> rows;
   for (const ShardPlacement& sp : plan.placements) {
     const Shard& s = S.at(sp.shard);
-    std::string why;
-    if (s.kind == ShardKind::Embedding)
-      why = "embedding rows are gathered on the host";
-    else if (s.kind == ShardKind::Kv)
-      why = sp.exec == ExecDevice::Gpu
-                ? "KV in VRAM (fixed for the table: the split that simulated a prefill + 64 decode steps fastest)"
-                : "KV on the host: attention core runs on the CPU";
-    else if (sp.home == WeightHome::Pinned)
-      why = "pinned: inside the canonical prefix that fits";
-    else if (split_share(plan, sp.shard) > 0)
-      why = str_cat("experts split: ", split_share(plan, sp.shard), " of ", spec.num_experts_per_tok,
-                    " per token on the CPU from host memory, the rest streamed");
-    else if (sp.streamed)
-      why = "streamed into a slot; the copy overlaps other work";
-    else
-      why = "host weights, CPU compute (no VRAM left)";
-    std::snprintf(buf, sizeof buf, "  %-12s %-7s %-4s %-9s %10s %10.3f  %s\n", sp.name.c_str(),
-                  sp.home == WeightHome::Pinned ? "vram" : "host", sp.exec == ExecDevice::Gpu ? "gpu" : "cpu",
-                  sp.streamed ? "yes" : "-", format_bytes(sp.bytes).c_str(), shard_ms[static_cast<size_t>(sp.shard)],
-                  why.c_str());
-    os << buf;
+    std::snprintf(buf, sizeof buf, "%-7s %-4s %-9s %10s %10.3f  %s", sp.home == WeightHome::Pinned ? "vram" : "host",
+                  sp.exec == ExecDevice::Gpu ? "gpu" : "cpu", sp.streamed ? "yes" : "-", format_bytes(sp.bytes).c_str(),
+                  shard_ms[static_cast<size_t>(sp.shard)], placement_reason(plan, spec, s, sp).c_str());
+    rows.push_back(explain_row(sp.name, buf));
   }
+  os << grouped_rows(rows);
+  os << "  (a row L<a>-<b>.part stands for each of layers a to b, whose rows are identical; time ms: the shard's "
+        "compute in the simulated step)\n";
   (void)cost;
   (void)st;
   return os.str();
