@@ -1,6 +1,7 @@
 // core/size.cpp — size/bandwidth text parsing (see size.h for the unit rules).
 #include "core/size.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -93,6 +94,12 @@ int64_t parse_token_count(const std::string& text, const std::string& what) {
   double v = n.value * mult;
   if (v < 1 || v > 1e9 || v != std::floor(v)) fail(what, ": '", text, "' must be a whole count between 1 and 1e9");
   return static_cast<int64_t>(v);
+}
+
+std::string format_fixed(double value, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", std::min(std::max(decimals, 0), 12), value);
+  return buf;
 }
 
 std::string format_bytes(uint64_t bytes) {

@@ -30,4 +30,7 @@ int64_t parse_token_count(const std::string& text, const std::string& what = "to
 // Human-readable binary size: "15.7 GiB", "512.0 MiB", "34 B".
 std::string format_bytes(uint64_t bytes);
 
+// A number for people to read: `decimals` digits after the point ("1.23"), as printf's %.Nf.
+std::string format_fixed(double value, int decimals);
+
 }  // namespace shardwise

@@ -14,6 +14,7 @@
 #include <ctime>
 #include <fstream>
 #include <functional>
+#include <iomanip>
 #include <map>
 #include <memory>
 #include <random>
@@ -661,6 +662,7 @@ struct Measurer {
     std::ostringstream line;
     line << "profile: " << (b == Backend::Cpu ? "cpu " : "gpu ");
     if (b == Backend::Cpu) line << threads << (threads == 1 ? " thread" : " threads");
+    line << std::fixed << std::setprecision(2);  // seconds to the hundredth: a person reads this line
     line << (contention ? " under contention" : "") << ": " << ops.size() << " ops in " << ms_since(block0) / 1e3
          << " s (";
     const char* sep = "";
@@ -801,7 +803,9 @@ void measure_copies(ProfileDB& db, GpuBench& gpu, const Grid& g, const std::vect
     db.transfers.push_back(t);
     progress.add(1);
   }
-  log_message(LogLevel::Info, str_cat("profile: copies in ", ms_since(copies0) / 1e3, " s"));
+  char line[64];
+  std::snprintf(line, sizeof line, "profile: copies in %.2f s", ms_since(copies0) / 1e3);
+  log_message(LogLevel::Info, line);
 }
 
 }  // namespace

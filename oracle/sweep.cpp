@@ -716,10 +716,11 @@ class Sweep {
     const MeasuredRouting r =
         measure_routing(w, pool, step_tokens(n, w.spec.vocab_size, e_.token_seed), curve_tokens, kNextLayerTokens);
     std::string curve;
-    for (size_t i = 0; i < r.tokens.size(); ++i) curve += str_cat(i ? ", " : "", r.tokens[i], ": ", r.experts[i]);
-    log_info(c.model_name, ": routing measured on ", n, " tokens in ", seconds_since(t0),
+    for (size_t i = 0; i < r.tokens.size(); ++i)
+      curve += str_cat(i ? ", " : "", r.tokens[i], ": ", format_fixed(r.experts[i], 1));
+    log_info(c.model_name, ": routing measured on ", n, " tokens in ", format_fixed(seconds_since(t0), 2),
              " s — distinct experts per layer by step tokens {", curve, "} of ", w.spec.num_experts,
-             "; the next layer's experts guessed at ", 100 * r.next_layer_hits, "%");
+             "; the next layer's experts guessed at ", format_fixed(100 * r.next_layer_hits, 1), "%");
     return r;
   }
 
@@ -959,7 +960,7 @@ class Sweep {
     model_.index = c.model;
     model_.load_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     account(predicted, model_.load_ms / 1000.0);
-    log_info("loaded ", c.model_name, " (", c.weights, ") in ", model_.load_ms / 1000.0, " s");
+    log_info("loaded ", c.model_name, " (", c.weights, ") in ", format_fixed(model_.load_ms / 1000.0, 2), " s");
     return true;
   }
 

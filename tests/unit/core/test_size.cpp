@@ -35,3 +35,11 @@ TEST_CASE("bandwidths and token counts", "[size]") {
   CHECK(format_bytes(1536) == "1.5 KiB");
   CHECK(format_bytes(34) == "34 B");
 }
+
+TEST_CASE("format_fixed prints a fixed number of decimals", "[size]") {
+  CHECK(format_fixed(7.82679, 2) == "7.83");
+  CHECK(format_fixed(0.0653147, 2) == "0.07");
+  CHECK(format_fixed(29.125, 1) == "29.1");
+  CHECK(format_fixed(-1.5, 0) == "-2");
+  CHECK(format_fixed(3.0, 3) == "3.000");
+}
