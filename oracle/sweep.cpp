@@ -787,6 +787,7 @@ class Sweep {
   }
 
   void print_prediction() const {
+    if (res_.configurations == 0) return;  // all dropped: the caller's one error line says why
     const int rows_left = res_.rows_total - res_.rows_present;
     std::fprintf(
         stderr,
