@@ -131,12 +131,6 @@ std::vector<std::string> verb_names(const CLI::App& app) {
   return names;
 }
 
-std::string join(const std::vector<std::string>& words) {
-  std::string text;
-  for (const auto& w : words) text += (text.empty() ? "" : ", ") + w;
-  return text;
-}
-
 // "an option of run, tokenize; " for an option other verbs have ("" when none has it).
 std::string verbs_with(const CLI::App& app, const std::string& option) {
   std::string verbs;
@@ -191,10 +185,11 @@ std::string parse_error_line(CLI::App& app, const std::vector<std::string>& args
     return prefix + "unknown option " + typed + " (" + verbs_with(app, name) + help + " lists the options)";
   }
   if (!verb) {
-    if (word.empty()) return "give a verb: " + join(verb_names(app)) + " (" + help + " describes them)";
+    if (word.empty())
+      return "give a verb: " + shardwise::comma_list(verb_names(app)) + " (" + help + " describes them)";
     const std::string near = shardwise::cli::nearest_name(word, verb_names(app));
     return "unknown verb '" + word + "'" + (near.empty() ? "" : "; did you mean " + near + "?") +
-           " (verbs: " + join(verb_names(app)) + ")";
+           " (verbs: " + shardwise::comma_list(verb_names(app)) + ")";
   }
   return prefix + cli11_message(scope, e) + " (" + help + " lists the options)";
 }

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace shardwise {
 
@@ -20,6 +21,13 @@ std::string str_cat(const Args&... args) {
   std::ostringstream os;
   (os << ... << args);
   return os.str();
+}
+
+// Items as a message lists them: "a, b, c".
+inline std::string comma_list(const std::vector<std::string>& items) {
+  std::string s;
+  for (const auto& x : items) s += (s.empty() ? "" : ", ") + x;
+  return s;
 }
 
 template <typename... Args>

@@ -34,12 +34,6 @@ const std::vector<std::string> kMeasureKeys = {"warmup",      "min_repeats",    
 const std::vector<std::string> kFilterKeys = {"budget_below_model", "plannable"};
 const std::vector<std::string> kRuleKeys = {"model", "budget", "ctx", "threads", "pcie_cap", "tier", "schedule"};
 
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
-
 // Messages all read "<file>: <field>: what".
 struct Ctx {
   std::string file;
@@ -54,7 +48,7 @@ void check_keys(const Ctx& c, const YAML::Node& node, const std::string& where, 
   for (auto it = node.begin(); it != node.end(); ++it) {
     const std::string key = it->first.as<std::string>();
     if (std::find(known.begin(), known.end(), key) == known.end())
-      c.fail_at(where.empty() ? key : where + "." + key, "unknown field (known: ", join(known), ")");
+      c.fail_at(where.empty() ? key : where + "." + key, "unknown field (known: ", comma_list(known), ")");
   }
 }
 
@@ -399,14 +393,15 @@ ExclusionRule parse_exclusion(const Ctx& c, const YAML::Node& r, const std::stri
     for (const auto& [f, n] : items(c, r["model"], where + ".model")) {
       const std::string v = scalar(c, n, f);
       if (!names.count(v))
-        c.fail_at(f, "'", v, "' is not one of the models (", join({names.begin(), names.end()}), ")");
+        c.fail_at(f, "'", v, "' is not one of the models (", comma_list({names.begin(), names.end()}), ")");
       rule.models.push_back(v);
     }
   if (r["budget"])
     for (const auto& [f, n] : items(c, r["budget"], where + ".budget")) {
       const std::string v = scalar(c, n, f);
       if (!budget_texts.count(v))
-        c.fail_at(f, "'", v, "' is not one of the budgets (", join({budget_texts.begin(), budget_texts.end()}), ")");
+        c.fail_at(f, "'", v, "' is not one of the budgets (", comma_list({budget_texts.begin(), budget_texts.end()}),
+                  ")");
       rule.budgets.push_back(v);
     }
   if (r["ctx"])
