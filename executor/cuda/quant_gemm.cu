@@ -140,17 +140,22 @@ __device__ __forceinline__ int find_task(const Batch& b) {
   return lo;
 }
 
-// One quantised block of the stage in shared memory (columns k_base .. + 32): the warp's sums of codes
-// times hi and times lo on the tensor cores, then times the rows' scales d into acc.
-__device__ __forceinline__ void mma_block(const __half* a_s, const __half* xh_s, const __half* xl_s, const float* d,
-                                          int k_base, int wm, int wn, int g, int tig, float (&acc)[2][4][4]) {
-  float blk[2][4][4];
+// A warp's accumulator tiles (2 x 4 mma tiles of 4 values per lane), zeroed.
+__device__ __forceinline__ void zero_tiles(float (&t)[2][4][4]) {
 #pragma unroll
   for (int i = 0; i < 2; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
-      for (int k = 0; k < 4; ++k) blk[i][j][k] = 0.0f;
+      for (int k = 0; k < 4; ++k) t[i][j][k] = 0.0f;
+}
+
+// One quantised block of the stage in shared memory (columns k_base .. + 32): the warp's sums of codes
+// times hi and times lo on the tensor cores, then times the rows' scales d into acc.
+__device__ __forceinline__ void mma_block(const __half* a_s, const __half* xh_s, const __half* xl_s, const float* d,
+                                          int k_base, int wm, int wn, int g, int tig, float (&acc)[2][4][4]) {
+  float blk[2][4][4];
+  zero_tiles(blk);
 #pragma unroll
   for (int ks = 0; ks < 2; ++ks) {
     const int k0 = k_base + ks * 16 + 2 * tig;
@@ -226,12 +231,7 @@ __global__ void __launch_bounds__(kThreads) quant_gemm_kernel(const Batch b) {
   };
 
   float acc[2][4][4];
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int k = 0; k < 4; ++k) acc[i][j][k] = 0.0f;
+  zero_tiles(acc);
 
   const int64_t stages = (nblk + 1) / 2;
   load_stage(0);
