@@ -45,6 +45,13 @@ std::pair<int, std::string> on_terminal(Body body) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
+// Whether the child could not test on a terminal: stderr_is_terminal() answered before the fork (warned).
+bool asked_before_fork(const std::pair<int, std::string>& r) {
+  if (r.first != kNotATerminal) return false;
+  WARN("stderr_is_terminal() answered before the fork: run this case in a process of its own (as CTest does)");
+  return true;
+}
+
 // The lines a terminal shows for out: '\r' returns to column 0, ESC[K clears to the end of the line,
 // '\n' ends a line (the pseudo-terminal writes "\r\n"), other bytes overwrite. The unfinished last line
 // is included.
@@ -137,10 +144,7 @@ TEST_CASE("progress: on a terminal log lines print on lines of their own while a
     p.finish();
     log_info("after the bar");
   });
-  if (r.first == kNotATerminal) {
-    WARN("stderr_is_terminal() answered before the fork: run this case in a process of its own (as CTest does)");
-    return;
-  }
+  if (asked_before_fork(r)) return;
   REQUIRE(r.first == 0);
   const std::vector<std::string> lines = screen_lines(r.second);
   INFO(r.second);
@@ -164,10 +168,7 @@ TEST_CASE("progress: on a terminal work under a second draws nothing", "[progres
     Progress failed("failed work", 10);
     failed.add(5);  // destroyed without finish(): an error unwinding
   });
-  if (r.first == kNotATerminal) {
-    WARN("stderr_is_terminal() answered before the fork: run this case in a process of its own (as CTest does)");
-    return;
-  }
+  if (asked_before_fork(r)) return;
   CHECK(r.first == 0);
   CHECK(r.second.empty());
 }
@@ -185,10 +186,7 @@ TEST_CASE("progress: on a terminal a bar stands in for the status of a Phase whi
     p.finish();
     std::fputs("|end", stderr);  // marks the cursor: after what the status line shows
   });
-  if (r.first == kNotATerminal) {
-    WARN("stderr_is_terminal() answered before the fork: run this case in a process of its own (as CTest does)");
-    return;
-  }
+  if (asked_before_fork(r)) return;
   REQUIRE(r.first == 0);
   const std::vector<std::string> lines = screen_lines(r.second);
   INFO(r.second);
