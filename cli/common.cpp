@@ -69,7 +69,8 @@ std::string resolve_cpu_device(const std::string& device) {
 
 // A builtin name, .yaml or config.json needs no weights; synthetic: specs are described without
 // materialising them; files and directories are opened (and validated).
-ModelSpec resolve_model_spec(const std::string& model, std::string* origin, DType* dtype_out, bool* has_weights) {
+ModelSpec resolve_model_spec(const std::string& model, std::string* origin, DType* dtype_out, bool* has_weights,
+                             std::map<std::string, DType>* file_dtypes) {
   const std::string synth = "synthetic:";
   struct stat st;
   *has_weights = false;
@@ -85,6 +86,8 @@ ModelSpec resolve_model_spec(const std::string& model, std::string* origin, DTyp
     *origin = src->origin();
     *dtype_out = src->spec().dtype;
     *has_weights = true;
+    if (file_dtypes)
+      for (const auto& kv : src->tensors()) (*file_dtypes)[kv.first] = kv.second.dtype;
     return src->spec();
   }
   const bool looks_like_path =

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -34,7 +35,8 @@ std::string resolve_device(const std::string& device);
 
 // The spec of MODEL without loading weights when possible: a builtin name, .yaml or config.json;
 // synthetic:SPEC (not materialised); .gguf files and HF directories are opened and validated.
-ModelSpec resolve_model_spec(const std::string& model, std::string* origin, DType* dtype, bool* has_weights);
+ModelSpec resolve_model_spec(const std::string& model, std::string* origin, DType* dtype, bool* has_weights,
+                             std::map<std::string, DType>* file_dtypes = nullptr);
 
 // Prints a JSON object on one line to stdout.
 void print_json(const nlohmann::json& j);

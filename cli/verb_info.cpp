@@ -20,10 +20,20 @@ void run_info(const InfoArgs& a) {
   std::string origin;
   DType dt;
   bool has_weights;
-  ModelSpec s = resolve_model_spec(a.model, &origin, &dt, &has_weights);
-  std::map<std::string, uint64_t> bytes_by_kind;
-  uint64_t attn_shard = 0, ffn_shard = 0;
-  for (const auto& t : s.tensors()) {
+  std::map<std::string, DType> file_dtypes;
+  ModelSpec s = resolve_model_spec(a.model, &origin, &dt, &has_weights, &file_dtypes);
+  std::map<std::string, uint64_t> bytes_by_kind, bytes_by_type;
+  std::map<std::string, int> tensors_by_type;
+  uint64_t attn_shard = 0, ffn_shard = 0, total = 0;
+  for (auto t : s.tensors()) {
+    const auto f = file_dtypes.find(t.name);  // a file's own types (real files mix them)
+    if (f != file_dtypes.end() && f->second != t.dtype) {
+      t.bytes = t.bytes / dtype_row_bytes(t.dtype, t.shape.back()) * dtype_row_bytes(f->second, t.shape.back());
+      t.dtype = f->second;
+    }
+    bytes_by_type[dtype_name(t.dtype)] += t.bytes;
+    ++tensors_by_type[dtype_name(t.dtype)];
+    total += t.bytes;
     bytes_by_kind[tensor_kind_name(t.kind)] += t.bytes;
     if (t.layer == 0) {
       const bool ffn = t.kind == TensorKind::FfnNorm || t.kind == TensorKind::FfnGate || t.kind == TensorKind::FfnUp ||
@@ -54,7 +64,9 @@ void run_info(const InfoArgs& a) {
     j["tie_word_embeddings"] = s.tie_word_embeddings;
     j["rope_theta"] = s.rope_theta;
     j["n_params"] = s.n_params();
-    j["total_bytes"] = s.total_bytes();
+    j["total_bytes"] = total;
+    j["bytes_by_type"] = bytes_by_type;
+    j["tensors_by_type"] = tensors_by_type;
     j["bytes_by_kind"] = bytes_by_kind;
     j["layer0_attention_bytes"] = attn_shard;
     j["layer0_ffn_bytes"] = ffn_shard;
@@ -78,7 +90,12 @@ void run_info(const InfoArgs& a) {
   const double params = static_cast<double>(s.n_params());
   std::printf("params     %.3f %s%s\n", params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M",
               s.tie_word_embeddings ? " (tied embeddings)" : "");
-  std::printf("bytes      %s (%llu)\n", format_bytes(s.total_bytes()).c_str(), (unsigned long long)s.total_bytes());
+  std::printf("bytes      %s (%llu)\n", format_bytes(total).c_str(), (unsigned long long)total);
+  std::string types;
+  for (const auto& kv : bytes_by_type)
+    types += (types.empty() ? "" : ", ") + kv.first + " " + std::to_string(tensors_by_type[kv.first]) + " tensors " +
+             format_bytes(kv.second);
+  std::printf("types      %s\n", types.c_str());
   std::printf("per layer  attention shard %s, FFN shard %s\n", format_bytes(attn_shard).c_str(),
               format_bytes(ffn_shard).c_str());
   std::printf("KV/token   %s (f32), %s (f16)\n", format_bytes(s.kv_bytes_per_token(DType::F32)).c_str(),

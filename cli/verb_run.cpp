@@ -346,6 +346,14 @@ void load_run(const RunArgs& a, RunState& s) {
   oo.threads = s.threads;
   std::optional<Phase> loading(std::in_place, "loading " + a.model);
   s.src = open_weights(a.model, oo);
+  if (a.device == "auto" && s.device == "cuda")  // a model the CUDA kernels cannot run yet runs on the CPU
+    for (const auto& kv : s.src->tensors())
+      if (!cuda_computes_dtype(kv.second.dtype)) {
+        log_warn(kv.first, " is ", dtype_name(kv.second.dtype),
+                 ", which the CUDA device does not compute with yet: ", "running on the CPU (--device cpu)");
+        s.device = "cpu";
+        break;
+      }
   s.tok = run_tokenizer(a, *s.src);
   s.print_ids = !s.tok || s.tok->kind() == "bytes";
   s.prompt = prompt_tokens(a, s.src->spec(), s.tok.get());

@@ -62,66 +62,58 @@ bool ggml_type_block(uint32_t type_id, uint32_t* block_elems, uint32_t* block_by
 }
 
 bool is_supported_dtype(uint32_t id) {
-  return id == 0 || id == 1 || id == 2 || id == 8 || id == 30;
+  for (DType t : kAllDTypes)
+    if (static_cast<uint32_t>(t) == id) return true;
+  return false;
 }
+
+namespace {
+std::string supported_list() {
+  std::string s;
+  for (DType t : kAllDTypes) s += (s.empty() ? "" : ", ") + std::string(dtype_name(t));
+  return s;
+}
+}  // namespace
 
 DType dtype_from_ggml(uint32_t id, const std::string& context) {
   if (!is_supported_dtype(id))
-    fail(context, ": tensor type ", ggml_type_name(id),
-         " is not supported (supported: f32, f16, bf16, q8_0, q4_0; requantise the model, e.g. "
-         "llama-quantize --allow-requantize IN OUT Q8_0)");
+    fail(context, ": tensor type ", ggml_type_name(id), " is not supported (supported: ", supported_list(),
+         "; requantise the model, e.g. llama-quantize --allow-requantize IN OUT Q4_K_M)");
   return static_cast<DType>(id);
 }
 
 const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::F32:
-      return "f32";
-    case DType::F16:
-      return "f16";
-    case DType::BF16:
-      return "bf16";
-    case DType::Q8_0:
-      return "q8_0";
-    case DType::Q4_0:
-      return "q4_0";
-  }
-  return "?";
+  return ggml_type_name(static_cast<uint32_t>(t));
 }
 
 DType parse_dtype(const std::string& name) {
   std::string n = name;
   std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (n == "f32" || n == "float32") return DType::F32;
-  if (n == "f16" || n == "float16") return DType::F16;
-  if (n == "bf16" || n == "bfloat16") return DType::BF16;
-  if (n == "q8_0") return DType::Q8_0;
-  if (n == "q4_0") return DType::Q4_0;
-  fail("unknown dtype '", name, "' (use f32, f16, bf16, q8_0 or q4_0)");
+  if (n == "float32") return DType::F32;
+  if (n == "float16") return DType::F16;
+  if (n == "bfloat16") return DType::BF16;
+  for (DType t : kAllDTypes) {
+    std::string tn = dtype_name(t);
+    std::transform(tn.begin(), tn.end(), tn.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (n == tn) return t;
+  }
+  fail("unknown dtype '", name, "' (use ", supported_list(), ")");
 }
 
 int64_t dtype_block_elems(DType t) {
-  return dtype_is_quantized(t) ? 32 : 1;
+  uint32_t elems = 0, bytes = 0;
+  ggml_type_block(static_cast<uint32_t>(t), &elems, &bytes);
+  return elems;
 }
 
 int64_t dtype_block_bytes(DType t) {
-  switch (t) {
-    case DType::F32:
-      return 4;
-    case DType::F16:
-      return 2;
-    case DType::BF16:
-      return 2;
-    case DType::Q8_0:
-      return sizeof(BlockQ8_0);
-    case DType::Q4_0:
-      return sizeof(BlockQ4_0);
-  }
-  return 0;
+  uint32_t elems = 0, bytes = 0;
+  ggml_type_block(static_cast<uint32_t>(t), &elems, &bytes);
+  return bytes;
 }
 
 bool dtype_is_quantized(DType t) {
-  return t == DType::Q8_0 || t == DType::Q4_0;
+  return dtype_block_elems(t) > 1;
 }
 
 uint64_t dtype_row_bytes(DType t, int64_t n) {
@@ -195,42 +187,9 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
       return;
     }
-    case DType::Q8_0: {
-      auto* y = static_cast<BlockQ8_0*>(dst);
-      for (int64_t b = 0; b < n / kQK8_0; ++b) {
-        const float* x = src + b * kQK8_0;
-        float amax = 0.0f;
-        for (int j = 0; j < kQK8_0; ++j) amax = std::max(amax, std::fabs(x[j]));
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[b].d = f32_to_f16(d);
-        for (int j = 0; j < kQK8_0; ++j) y[b].qs[j] = static_cast<int8_t>(std::roundf(x[j] * id));
-      }
-      return;
-    }
-    case DType::Q4_0: {
-      auto* y = static_cast<BlockQ4_0*>(dst);
-      for (int64_t b = 0; b < n / kQK4_0; ++b) {
-        const float* x = src + b * kQK4_0;
-        float amax = 0.0f, max = 0.0f;  // max keeps the sign of the largest magnitude
-        for (int j = 0; j < kQK4_0; ++j) {
-          if (amax < std::fabs(x[j])) {
-            amax = std::fabs(x[j]);
-            max = x[j];
-          }
-        }
-        const float d = max / -8.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[b].d = f32_to_f16(d);
-        for (int j = 0; j < kQK4_0 / 2; ++j) {
-          const float x0 = x[j] * id;
-          const float x1 = x[kQK4_0 / 2 + j] * id;
-          const uint8_t xi0 = static_cast<uint8_t>(std::min<int>(15, static_cast<int8_t>(x0 + 8.5f)));
-          const uint8_t xi1 = static_cast<uint8_t>(std::min<int>(15, static_cast<int8_t>(x1 + 8.5f)));
-          y[b].qs[j] = static_cast<uint8_t>(xi0 | (xi1 << 4));
-        }
-      }
-      return;
+    default: {
+      const int64_t be = dtype_block_elems(t), bb = dtype_block_bytes(t);
+      for (int64_t b = 0; b < n / be; ++b) quantize_block(t, src + b * be, static_cast<uint8_t*>(dst) + b * bb);
     }
   }
 }
@@ -251,24 +210,9 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
       return;
     }
-    case DType::Q8_0: {
-      auto* x = static_cast<const BlockQ8_0*>(src);
-      for (int64_t b = 0; b < n / kQK8_0; ++b) {
-        const float d = f16_to_f32(x[b].d);
-        for (int j = 0; j < kQK8_0; ++j) dst[b * kQK8_0 + j] = static_cast<float>(x[b].qs[j]) * d;
-      }
-      return;
-    }
-    case DType::Q4_0: {
-      auto* x = static_cast<const BlockQ4_0*>(src);
-      for (int64_t b = 0; b < n / kQK4_0; ++b) {
-        const float d = f16_to_f32(x[b].d);
-        for (int j = 0; j < kQK4_0 / 2; ++j) {
-          dst[b * kQK4_0 + j] = static_cast<float>((x[b].qs[j] & 0x0F) - 8) * d;
-          dst[b * kQK4_0 + j + kQK4_0 / 2] = static_cast<float>((x[b].qs[j] >> 4) - 8) * d;
-        }
-      }
-      return;
+    default: {
+      const int64_t be = dtype_block_elems(t), bb = dtype_block_bytes(t);
+      for (int64_t b = 0; b < n / be; ++b) dequantize_block(t, static_cast<const uint8_t*>(src) + b * bb, dst + b * be);
     }
   }
 }

@@ -119,10 +119,8 @@ void ModelSpec::validate(const std::string& ctx) const {
   if (params > 1e14) fail(ctx, ": the dimensions describe ", params, " parameters, which is absurd");
 }
 
-DType ModelSpec::tensor_dtype(TensorKind kind, const Shape& shape) const {
-  if (shape.size() <= 1 || kind == TensorKind::MoeRouter) return DType::F32;
-  if (dtype_is_quantized(dtype) && shape.back() % dtype_block_elems(dtype) != 0) return DType::F16;
-  return dtype;
+DType ModelSpec::tensor_dtype(TensorKind kind, int layer, const Shape& shape) const {
+  return mix_tensor_dtype(*this, mix, dtype, kind, layer, shape);
 }
 
 std::vector<TensorDesc> ModelSpec::tensors() const {
@@ -134,7 +132,7 @@ std::vector<TensorDesc> ModelSpec::tensors() const {
     d.name = layer < 0 ? std::string(tensor_kind_name(kind)) + ".weight"
                        : "blk." + std::to_string(layer) + "." + tensor_kind_name(kind) + ".weight";
     d.shape = std::move(shape);
-    d.dtype = tensor_dtype(kind, d.shape);
+    d.dtype = tensor_dtype(kind, layer, d.shape);
     d.bytes = tensor_bytes(d.dtype, d.shape);
     d.flops_per_token = flops_per_token;
     out.push_back(std::move(d));

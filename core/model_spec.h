@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/quant_mix.h"
 #include "core/tensor.h"
 
 namespace shardwise {
@@ -26,7 +27,7 @@ Family parse_family(const std::string& name, const std::string& context);
 // llama.cpp's converter reorders llama Q/K rows so that adjacent pairs (Normal) give the same result.
 enum class RopeStyle { Normal, Neox };
 
-enum class TensorKind {
+enum class TensorKind : int {
   TokenEmbd,
   OutputNorm,
   Output,
@@ -82,6 +83,7 @@ struct ModelSpec {
   bool tie_word_embeddings = false;
   int64_t max_position_embeddings = 0;  // 0 = unknown
   DType dtype = DType::F16;             // dtype of matrix weights (norms and router stay f32)
+  QuantMix mix = QuantMix::Pure;        // llama-quantize's mix of types around `dtype` (core/quant_mix.h)
 
   bool has_qk_norm() const { return family == Family::Qwen3 || family == Family::Qwen3Moe; }
   bool is_moe() const { return family == Family::Qwen3Moe; }
@@ -91,9 +93,10 @@ struct ModelSpec {
   // Throws Error("<context>: field: what is wrong") for missing, inconsistent or absurd values.
   void validate(const std::string& context) const;
 
-  // Storage dtype of a tensor under the llama.cpp rule: vectors and the MoE router are f32; matrices
-  // use `dtype`, falling back to f16 when a quantised type's block does not divide the row.
-  DType tensor_dtype(TensorKind kind, const Shape& shape) const;
+  // Storage dtype of a tensor (layer -1 outside the layers) under llama.cpp's rules: vectors and the MoE
+  // router are f32; matrices take `dtype`, or the mix's type (quant_mix.h), with llama.cpp's fallback
+  // when a block does not divide the row (f16 at the end).
+  DType tensor_dtype(TensorKind kind, int layer, const Shape& shape) const;
 
   std::vector<TensorDesc> tensors() const;
   uint64_t total_bytes() const;

@@ -80,12 +80,16 @@ TensorRecipe recipe_for(const TensorDesc& d) {
   }
 }
 
+// Element e of a tensor: half of the hash of pair e/2, so any split of a tensor gives the same values.
+float element_value(int64_t e, uint64_t key, TensorRecipe r) {
+  const uint64_t h = splitmix64(key ^ static_cast<uint64_t>(e >> 1));
+  return r.center + r.amplitude * unit(static_cast<uint32_t>((e & 1) ? (h >> 32) : h));
+}
+
 // Fills elements [e0, e1) of a float-type tensor (in units of elements).
 void fill_float(DType dt, uint8_t* out, int64_t e0, int64_t e1, uint64_t key, TensorRecipe r) {
-  // Element e takes half of the hash of pair e/2, so any split of [e0, e1) gives the same values.
   for (int64_t e = e0; e < e1; ++e) {
-    const uint64_t h = splitmix64(key ^ static_cast<uint64_t>(e >> 1));
-    const float v = r.center + r.amplitude * unit(static_cast<uint32_t>((e & 1) ? (h >> 32) : h));
+    const float v = element_value(e, key, r);
     switch (dt) {
       case DType::F32:
         reinterpret_cast<float*>(out)[e] = v;
@@ -121,6 +125,17 @@ inline uint64_t zero_mean_nibbles(uint64_t q) {
 // values keep the hidden states of different tokens apart, so a model's router spreads them over
 // its experts as a trained, load-balanced router does.
 void fill_quant(DType dt, uint8_t* out, int64_t b0, int64_t b1, uint64_t key, TensorRecipe r, bool balanced) {
+  if (dt != DType::Q8_0 && dt != DType::Q4_0) {
+    // The other block types: the float tensor's (symmetric, zero-mean) values through the reference
+    // quantiser, block by block.
+    const int64_t be = dtype_block_elems(dt), bb = dtype_block_bytes(dt);
+    float x[kQK_K];
+    for (int64_t b = b0; b < b1; ++b) {
+      for (int64_t j = 0; j < be; ++j) x[j] = element_value(b * be + j, key, r);
+      quantize_block(dt, x, out + b * bb);
+    }
+    return;
+  }
   for (int64_t b = b0; b < b1; ++b) {
     uint64_t h = splitmix64(key ^ (static_cast<uint64_t>(b) * 0x100000001B3ull));
     const float jitter = 0.75f + 0.25f * unit(static_cast<uint32_t>(h >> 32));
@@ -172,7 +187,10 @@ class SyntheticWeights : public WeightSource {
     rope_style_ = RopeStyle::Neox;
     // Text tokenises as in the GGUF file `synth` writes of these weights (and as llama.cpp reads it).
     tokenizer_ = synthetic_vocabulary(spec.vocab_size);
-    origin_ = "synthetic:" + spec.name + "?dtype=" + dtype_name(spec.dtype) + "&seed=" + std::to_string(seed);
+    origin_ = "synthetic:" + spec.name +
+              (spec.mix == QuantMix::Pure ? std::string("?dtype=") + dtype_name(spec.dtype)
+                                          : std::string("?mix=") + quant_mix_name(spec.mix)) +
+              "&seed=" + std::to_string(seed);
     if (routing != SyntheticRouting::Balanced) origin_ += std::string("&routing=") + synthetic_routing_name(routing);
     const bool balanced = routing == SyntheticRouting::Balanced;
     const std::vector<TensorDesc> descs = spec_.tensors();
@@ -269,6 +287,9 @@ SyntheticModel parse_synthetic(const std::string& text) {
       } catch (const Error& e) {
         fail(ctx, ": option dtype: ", e.what());
       }
+    } else if (key == "mix") {
+      if (!parse_quant_mix(value, &spec.mix, &spec.dtype))
+        fail(ctx, ": option mix: unknown mix '", value, "' (known: ", quant_mix_names(), ")");
     } else if (key == "seed") {
       m.seed = checked_number(ctx, key, value, 0, UINT64_MAX);
     } else if (key == "layers") {
@@ -281,7 +302,7 @@ SyntheticModel parse_synthetic(const std::string& text) {
         fail(ctx, ": option routing: ", e.what());
       }
     } else {
-      fail(ctx, ": unknown option '", key, "' (known: dtype, seed, layers, routing)");
+      fail(ctx, ": unknown option '", key, "' (known: dtype, mix, seed, layers, routing)");
     }
   }
   spec.validate(ctx);

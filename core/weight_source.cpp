@@ -105,28 +105,12 @@ const char* gguf_arch(Family f) {
   return "?";
 }
 
-uint32_t gguf_file_type(DType d) {
-  switch (d) {
-    case DType::F32:
-      return 0;
-    case DType::F16:
-      return 1;
-    case DType::Q4_0:
-      return 2;
-    case DType::Q8_0:
-      return 7;
-    case DType::BF16:
-      return 32;
-  }
-  return 0;
-}
-
 // The model's hyperparameters under the architecture's GGUF keys.
 void set_model_metadata(GgufWriter& w, const ModelSpec& spec, DType dtype) {
   const std::string a = gguf_arch(spec.family);
   w.set("general.architecture", GgufValue::of_string(a));
   w.set("general.name", GgufValue::of_string(spec.name));
-  w.set("general.file_type", GgufValue::of_u32(gguf_file_type(dtype)));
+  w.set("general.file_type", GgufValue::of_u32(quant_mix_file_type(spec.mix, dtype)));
   w.set("general.quantization_version", GgufValue::of_u32(2));
   w.set(a + ".block_count", GgufValue::of_u32(static_cast<uint32_t>(spec.num_hidden_layers)));
   w.set(
@@ -198,9 +182,11 @@ void convert_rows(const TensorView& in, const TensorDesc& d, bool permute, int64
 
 }  // namespace
 
-void write_gguf(const WeightSource& src, const std::string& path, DType dtype, ThreadPool* pool, bool show_progress) {
+void write_gguf(const WeightSource& src, const std::string& path, DType dtype, ThreadPool* pool, bool show_progress,
+                QuantMix mix) {
   ModelSpec spec = src.spec();
   spec.dtype = dtype;
+  spec.mix = mix;
   GgufWriter w;
   set_model_metadata(w, spec, dtype);
   set_tokenizer_metadata(w, src, spec);

@@ -123,9 +123,10 @@ std::unique_ptr<WeightSource> open_synthetic_weights(const std::string& text, co
 
 // Writes a model as a GGUF file that llama.cpp can load, following its converter's conventions:
 // llama-family Q/K rows reordered for its RoPE pairing, 1-D tensors and the MoE router in f32,
-// experts merged. Matrices are converted to `dtype` (exactly, or by ggml's reference quantiser).
+// experts merged. Matrices are converted to `dtype`, or to the types of llama-quantize's `mix` around it
+// (core/quant_mix.h), exactly or by ggml's reference quantisers.
 void write_gguf(const WeightSource& source, const std::string& path, DType dtype, ThreadPool* pool = nullptr,
-                bool show_progress = false);
+                bool show_progress = false, QuantMix mix = QuantMix::Pure);
 
 // ModelSpec from GGUF metadata (exposed for tests and `info`).
 class GgufFile;

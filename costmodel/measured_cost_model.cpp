@@ -233,7 +233,43 @@ class MeasuredCostModel : public CostModel {
     if (has_gpu_ && o.use_contention) index_copy_contention(db);
   }
 
+  // A weight type the profile did not measure (a block type newer than the profile, or one the GPU
+  // kernels lack) is priced as the measured type of the nearest bits per weight: decode-sized steps
+  // (kProxyBytesTokens tokens at most) read their weights once, so their time scales with the weight
+  // bytes; larger steps keep the measured type's time (their arithmetic is the same).
   double op_ms(const Op& op, const ExecEnv& env) const override {
+    const bool analytic = env.backend == Backend::Gpu && !has_gpu_;  // the datasheet model prices any type
+    if (!analytic && !sized_by_elems(op.kind) && dtype_is_quantized(op.dtype) &&
+        !measured(env.backend, op.kind, op.dtype)) {
+      const DType proxy = proxy_dtype(env.backend, op.kind, op.dtype);
+      if (proxy != op.dtype) {
+        Op p = op;
+        p.dtype = proxy;
+        const double t = measured_op_ms(p, env);
+        return op.tokens <= kProxyBytesTokens ? t * op.weight_bytes() / p.weight_bytes() : t;
+      }
+    }
+    return measured_op_ms(op, env);
+  }
+
+  static constexpr int64_t kProxyBytesTokens = 16;
+
+  bool measured(Backend b, OpKind k, DType dt) const { return measured_.count(class_key(b, k, dt, 0, false)) != 0; }
+
+  // The measured quantised type of (backend, kind) nearest in bits per weight (dt itself if none).
+  DType proxy_dtype(Backend b, OpKind k, DType dt) const {
+    DType best = dt;
+    double gap = 1e9;
+    for (DType c : kAllDTypes)
+      if (dtype_is_quantized(c) && measured(b, k, c) &&
+          std::fabs(dtype_bits_per_elem(c) - dtype_bits_per_elem(dt)) < gap) {
+        gap = std::fabs(dtype_bits_per_elem(c) - dtype_bits_per_elem(dt));
+        best = c;
+      }
+    return best;
+  }
+
+  double measured_op_ms(const Op& op, const ExecEnv& env) const {
     // Past the MoE rows' largest measured count (uniform routing, n_last tokens: d_last experts of
     // m_last tokens each), an expert's time at m tokens is the last row's per expert times how much
     // the expert's three matmuls (gate, up: rows x cols; down: cols x rows) grow from m_last to m

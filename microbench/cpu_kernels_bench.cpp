@@ -156,7 +156,9 @@ void fill_row(DType t, uint8_t* dst, int64_t cols, uint64_t seed) {
       }
       return;
     case DType::Q8_0:
-    case DType::Q4_0: {
+    case DType::Q4_0:
+    case DType::IQ4_NL:
+    case DType::Q5_0: {  // a scale, then codes: random bits
       const int64_t bb = sw::dtype_block_bytes(t);
       for (int64_t b = 0; b < cols / 32; ++b) {
         uint8_t* blk = dst + b * bb;
@@ -168,6 +170,12 @@ void fill_row(DType t, uint8_t* dst, int64_t cols, uint64_t seed) {
         const uint16_t d = static_cast<uint16_t>((u >> 63) << 15 | 8u << 10 | (u & 0x3FF));  // ±2^-7 * (1 + m)
         std::memcpy(blk, &d, 2);
       }
+      return;
+    }
+    default: {  // the other block types: random values of magnitude < 2^-3 through the reference quantiser
+      std::vector<float> v(static_cast<size_t>(cols));
+      for (float& x : v) x = static_cast<float>(static_cast<int64_t>(splitmix64(s) >> 40) - (1 << 23)) * 0x1p-26f;
+      sw::quantize_row(t, v.data(), dst, cols);
       return;
     }
   }

@@ -685,7 +685,7 @@ std::string series_key(const Op& op) {
 
 void op_lists(const Grid& g, Backend b, std::vector<Op>* ops) {
   const auto& toks = b == Backend::Cpu ? g.cpu_tokens : g.gpu_tokens;
-  for (DType dt : weight_dtypes())
+  for (DType dt : profiled_dtypes())
     for (const MatrixShape& s : g.matrices)
       for (int64_t t : toks) ops->push_back(matmul_op(dt, t, s));
   for (const AttentionLayout& l : g.attention)
@@ -694,7 +694,7 @@ void op_lists(const Grid& g, Backend b, std::vector<Op>* ops) {
         if (l.heads == l.kv_heads && c > 16384) continue;  // MHA caches of 64K positions: GBs, no new information
         ops->push_back(attention_op(t, c, l));
       }
-  for (DType dt : weight_dtypes())
+  for (DType dt : profiled_dtypes())
     for (const MoeShape& m : g.moe)
       for (int64_t t : b == Backend::Cpu ? cpu_moe_tokens(g.moe_tokens, m) : g.gpu_moe_tokens)
         ops->push_back(moe_op(dt, t, m));
@@ -707,7 +707,7 @@ void op_lists(const Grid& g, Backend b, std::vector<Op>* ops) {
 
 std::vector<Op> contention_ops(const Grid& g) {
   std::vector<Op> ops;
-  for (DType dt : weight_dtypes())
+  for (DType dt : profiled_dtypes())
     for (const MatrixShape& s : g.contention_matrices)
       for (int64_t t : g.contention_tokens) ops.push_back(matmul_op(dt, t, s));
   for (DType dt : {DType::F16, DType::Q4_0})

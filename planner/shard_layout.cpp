@@ -121,6 +121,7 @@ std::vector<ShardLayout> shard_layouts(const ModelSpec& spec, const ShardSet& se
 ShardSet make_shards(const ModelSpec& spec, int64_t ctx, DType kv_dtype, const TensorDtypes* dtypes) {
   SW_CHECK(ctx >= 1, "context must be at least 1 token");
   ShardSet set;
+  if (dtypes) set.dtypes = *dtypes;
   set.n_layers = static_cast<int>(spec.num_hidden_layers);
   set.attention.assign(set.n_layers, -1);
   set.ffn.assign(set.n_layers, -1);

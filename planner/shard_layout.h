@@ -31,17 +31,18 @@ struct Shard {
   std::string name() const;          // "L3.attn", "L3.ffn", "L3.kv", "output", "embedding"
 };
 
+// Storage dtypes of real files can differ from the spec's rule (e.g. a Q4_K_M file keeps ffn_down of some
+// layers in q6_K); this map (canonical name -> dtype) overrides the rule where given.
+using TensorDtypes = std::map<std::string, DType>;
+
 struct ShardSet {
   std::vector<Shard> shards;  // index = id
+  TensorDtypes dtypes;        // the file's storage dtypes where given (make_shards' map)
   int n_layers = 0;
   std::vector<int> attention, ffn, kv;  // shard id per layer
   int output = -1, embedding = -1;
   const Shard& at(int id) const { return shards.at(static_cast<size_t>(id)); }
 };
-
-// Storage dtypes of real files can differ from the spec's rule (e.g. a q8_0 file keeping some
-// tensors in f16); this map (canonical name -> dtype) overrides the rule where given.
-using TensorDtypes = std::map<std::string, DType>;
 
 // kv_dtype is the cache element type (f32 keeps results exact against an f32 reference).
 ShardSet make_shards(const ModelSpec& spec, int64_t ctx, DType kv_dtype, const TensorDtypes* dtypes = nullptr);

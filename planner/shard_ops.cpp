@@ -25,18 +25,27 @@ Op simple(OpKind kind, int64_t n, int64_t elems) {
   return op;
 }
 
-DType dtype_of(const ModelSpec& spec, TensorKind kind, const Shape& shape) {
-  return spec.tensor_dtype(kind, shape);
+// The storage type of a layer's tensor (layer -1: outside the layers): the file's where the shard set
+// knows it, else the spec's rule. MoE experts are priced at the up matrices' type.
+DType dtype_of(const ModelSpec& spec, const ShardSet& set, TensorKind kind, int layer, const Shape& shape) {
+  if (!set.dtypes.empty()) {
+    const std::string name = layer < 0 ? std::string(tensor_kind_name(kind)) + ".weight"
+                                       : "blk." + std::to_string(layer) + "." + tensor_kind_name(kind) + ".weight";
+    const auto it = set.dtypes.find(name);
+    if (it != set.dtypes.end()) return it->second;
+  }
+  return spec.tensor_dtype(kind, layer, shape);
 }
 
 }  // namespace
 
-AttentionOps attention_ops(const ModelSpec& s, const ShardSet&, int, int64_t n, int64_t keys, DType kv_dtype,
+AttentionOps attention_ops(const ModelSpec& s, const ShardSet& S, int layer, int64_t n, int64_t keys, DType kv_dtype,
                            int64_t fused_qkv_max_tokens) {
   AttentionOps a;
   const int64_t H = s.hidden_size, QD = s.q_dim(), KVD = s.kv_dim();
-  const DType dq = dtype_of(s, TensorKind::AttnQ, {QD, H}), dk = dtype_of(s, TensorKind::AttnK, {KVD, H}),
-              dv = dtype_of(s, TensorKind::AttnV, {KVD, H});
+  const DType dq = dtype_of(s, S, TensorKind::AttnQ, layer, {QD, H}),
+              dk = dtype_of(s, S, TensorKind::AttnK, layer, {KVD, H}),
+              dv = dtype_of(s, S, TensorKind::AttnV, layer, {KVD, H});
   a.pre.push_back(simple(OpKind::Norm, n, n * H));
   a.pre.push_back(matmul(dq, n, QD, H));
   a.pre.push_back(matmul(dk, n, KVD, H));
@@ -61,7 +70,7 @@ AttentionOps attention_ops(const ModelSpec& s, const ShardSet&, int, int64_t n, 
   core.n_kv_heads = s.num_key_value_heads;
   core.head_dim = s.head_dim;
   a.core.push_back(core);
-  a.post.push_back(matmul(dtype_of(s, TensorKind::AttnOut, {H, QD}), n, H, QD));
+  a.post.push_back(matmul(dtype_of(s, S, TensorKind::AttnOut, layer, {H, QD}), n, H, QD));
   a.post.push_back(simple(OpKind::Elementwise, n, n * H));
   if (s.is_moe()) {  // the router belongs to the attention shard (its output feeds the experts)
     a.post.push_back(simple(OpKind::Norm, n, n * H));
@@ -70,14 +79,14 @@ AttentionOps attention_ops(const ModelSpec& s, const ShardSet&, int, int64_t n, 
   return a;
 }
 
-std::vector<Op> ffn_ops(const ModelSpec& s, const ShardSet&, int, int64_t n, double active_experts) {
+std::vector<Op> ffn_ops(const ModelSpec& s, const ShardSet& S, int layer, int64_t n, double active_experts) {
   std::vector<Op> ops;
   const int64_t H = s.hidden_size;
   if (!s.is_moe()) ops.push_back(simple(OpKind::Norm, n, n * H));
   if (s.is_moe()) {
     Op e;
     e.kind = OpKind::MoeExperts;
-    e.dtype = dtype_of(s, TensorKind::MoeUp, {s.num_experts, s.moe_intermediate_size, H});
+    e.dtype = dtype_of(s, S, TensorKind::MoeUp, layer, {s.num_experts, s.moe_intermediate_size, H});
     e.tokens = n;
     e.rows = s.moe_intermediate_size;
     e.cols = H;
@@ -90,10 +99,10 @@ std::vector<Op> ffn_ops(const ModelSpec& s, const ShardSet&, int, int64_t n, dou
     ops.push_back(e);
   } else {
     const int64_t F = s.intermediate_size;
-    ops.push_back(matmul(dtype_of(s, TensorKind::FfnGate, {F, H}), n, F, H));
-    ops.push_back(matmul(dtype_of(s, TensorKind::FfnUp, {F, H}), n, F, H));
+    ops.push_back(matmul(dtype_of(s, S, TensorKind::FfnGate, layer, {F, H}), n, F, H));
+    ops.push_back(matmul(dtype_of(s, S, TensorKind::FfnUp, layer, {F, H}), n, F, H));
     ops.push_back(simple(OpKind::Elementwise, n, n * F));
-    ops.push_back(matmul(dtype_of(s, TensorKind::FfnDown, {H, F}), n, H, F));
+    ops.push_back(matmul(dtype_of(s, S, TensorKind::FfnDown, layer, {H, F}), n, H, F));
     ops.push_back(simple(OpKind::Elementwise, n, n * H));
   }
   return ops;
@@ -107,10 +116,10 @@ uint64_t ffn_bytes_touched(const ModelSpec& s, const Shard& ffn, int64_t n, bool
   return ffn.expert_base + static_cast<uint64_t>(static_cast<double>(ffn.expert_stride) * e + 0.5);
 }
 
-std::vector<Op> output_ops(const ModelSpec& s, const ShardSet&) {
+std::vector<Op> output_ops(const ModelSpec& s, const ShardSet& S) {
   const TensorKind head = s.tie_word_embeddings ? TensorKind::TokenEmbd : TensorKind::Output;
   return {simple(OpKind::Norm, 1, s.hidden_size),
-          matmul(dtype_of(s, head, {s.vocab_size, s.hidden_size}), 1, s.vocab_size, s.hidden_size)};
+          matmul(dtype_of(s, S, head, -1, {s.vocab_size, s.hidden_size}), 1, s.vocab_size, s.hidden_size)};
 }
 
 std::vector<Op> embed_ops(const ModelSpec& s, int64_t n) {

@@ -58,8 +58,8 @@ using DequantFn = void (*)(const void* src, float* dst, int64_t n);
 
 struct CpuKernels {
   Isa isa;
-  GemvFn gemv[5];        // indexed by kernel_slot(dtype)
-  DequantFn dequant[5];  // indexed by kernel_slot(dtype)
+  GemvFn gemv[kNumDTypes];        // indexed by kernel_slot(dtype)
+  DequantFn dequant[kNumDTypes];  // indexed by kernel_slot(dtype)
   // y[i] += a * x[i]
   void (*axpy)(float a, const float* x, float* y, int64_t n);
   // sum_i a[i] * b[i]
@@ -69,19 +69,10 @@ struct CpuKernels {
   void (*swiglu)(float* gate, const float* up, int64_t n);
 };
 
+// A dtype's index in kAllDTypes (core/dtype.h), which orders the kernel tables.
 inline int kernel_slot(DType t) {
-  switch (t) {
-    case DType::F32:
-      return 0;
-    case DType::F16:
-      return 1;
-    case DType::BF16:
-      return 2;
-    case DType::Q8_0:
-      return 3;
-    case DType::Q4_0:
-      return 4;
-  }
+  for (int i = 0; i < kNumDTypes; ++i)
+    if (kAllDTypes[i] == t) return i;
   return 0;
 }
 

@@ -13,6 +13,7 @@
 #include <new>
 
 #include "executor/cpu/kernels.h"
+#include "executor/cpu/kernels_blocks.h"
 
 namespace shardwise {
 namespace {
@@ -484,10 +485,35 @@ struct Avx2Attn {
   }
 };
 
+// The K-quants' GEMV (kernels_kquants.h) on 8 lanes.
+struct Avx2KQuant {
+  using V = __m256;
+  using VI = __m256i;
+  static constexpr int kW = kLanes;
+  static VI u8(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+  static VI srl(VI v, int n) { return _mm256_srl_epi32(v, _mm_cvtsi32_si128(n)); }
+  static VI shl(VI v, int n) { return _mm256_sll_epi32(v, _mm_cvtsi32_si128(n)); }
+  static VI and_(VI v, int mask) { return _mm256_and_si256(v, _mm256_set1_epi32(mask)); }
+  static VI or_(VI a, VI b) { return _mm256_or_si256(a, b); }
+  static V to_f(VI v) { return _mm256_cvtepi32_ps(v); }
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static V zero() { return _mm256_setzero_ps(); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V fmsub(V a, V b, V c) { return _mm256_fmsub_ps(a, b, c); }
+  static float hsum(V v) { return shardwise::hsum(v); }
+  static float half(const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+  }
+};
+
 }  // namespace
 }  // namespace shardwise
 
 #include "executor/cpu/kernels_attention.h"
+#include "executor/cpu/kernels_kquants.h"
 
 namespace shardwise {
 namespace {
@@ -517,9 +543,10 @@ void swiglu_avx2(float* gate, const float* up, int64_t n) {
 
 const CpuKernels kAvx2 = {
     Isa::Avx2,
-    {gemv_float<LoadF32>, gemv_float<LoadF16>, gemv_float<LoadBF16>, gemv_quant<DecodeQ8_0>, gemv_quant<DecodeQ4_0>},
-    {dequant_f32, dequant_float<LoadF16>, dequant_float<LoadBF16>, dequant_quant<DecodeQ8_0>,
-     dequant_quant<DecodeQ4_0>},
+    {gemv_float<LoadF32>, gemv_float<LoadF16>, gemv_float<LoadBF16>, gemv_quant<DecodeQ8_0>, gemv_quant<DecodeQ4_0>,
+     SHARDWISE_BLOCK_GEMVS(dot_avx2), SHARDWISE_KQUANT_GEMVS(Avx2KQuant)},
+    {dequant_f32, dequant_float<LoadF16>, dequant_float<LoadBF16>, dequant_quant<DecodeQ8_0>, dequant_quant<DecodeQ4_0>,
+     SHARDWISE_BLOCK_DEQUANTS},
     axpy_avx2,
     dot_avx2,
     attn_avx2,

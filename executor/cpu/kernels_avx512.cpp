@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "executor/cpu/kernels.h"
+#include "executor/cpu/kernels_blocks.h"
 
 namespace shardwise {
 namespace {
@@ -448,10 +449,35 @@ struct Avx512Attn {
   }
 };
 
+// The K-quants' GEMV (kernels_kquants.h) on 16 lanes.
+struct Avx512KQuant {
+  using V = __m512;
+  using VI = __m512i;
+  static constexpr int kW = kLanes;
+  static VI u8(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static VI srl(VI v, int n) { return _mm512_srl_epi32(v, _mm_cvtsi32_si128(n)); }
+  static VI shl(VI v, int n) { return _mm512_sll_epi32(v, _mm_cvtsi32_si128(n)); }
+  static VI and_(VI v, int mask) { return _mm512_and_si512(v, _mm512_set1_epi32(mask)); }
+  static VI or_(VI a, VI b) { return _mm512_or_si512(a, b); }
+  static V to_f(VI v) { return _mm512_cvtepi32_ps(v); }
+  static V set1(float x) { return _mm512_set1_ps(x); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static V zero() { return _mm512_setzero_ps(); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V fmsub(V a, V b, V c) { return _mm512_fmsub_ps(a, b, c); }
+  static float hsum(V v) { return shardwise::hsum(v); }
+  static float half(const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+  }
+};
+
 }  // namespace
 }  // namespace shardwise
 
 #include "executor/cpu/kernels_attention.h"
+#include "executor/cpu/kernels_kquants.h"
 
 namespace shardwise {
 namespace {
@@ -482,9 +508,10 @@ void swiglu_avx512(float* gate, const float* up, int64_t n) {
 
 const CpuKernels kAvx512 = {
     Isa::Avx512,
-    {gemv_float<LoadF32>, gemv_float<LoadF16>, gemv_float<LoadBF16>, gemv_quant<DecodeQ8_0>, gemv_quant<DecodeQ4_0>},
-    {dequant_f32, dequant_float<LoadF16>, dequant_float<LoadBF16>, dequant_quant<DecodeQ8_0>,
-     dequant_quant<DecodeQ4_0>},
+    {gemv_float<LoadF32>, gemv_float<LoadF16>, gemv_float<LoadBF16>, gemv_quant<DecodeQ8_0>, gemv_quant<DecodeQ4_0>,
+     SHARDWISE_BLOCK_GEMVS(dot_avx512), SHARDWISE_KQUANT_GEMVS(Avx512KQuant)},
+    {dequant_f32, dequant_float<LoadF16>, dequant_float<LoadBF16>, dequant_quant<DecodeQ8_0>, dequant_quant<DecodeQ4_0>,
+     SHARDWISE_BLOCK_DEQUANTS},
     axpy_avx512,
     dot_avx512,
     attn_avx512,

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "executor/cuda/cuda_common.cuh"
 #include "executor/cuda/cuda_device.h"
 #include "executor/device/device.h"
 
@@ -45,10 +46,20 @@ __global__ void dequant_q4_0(const uint8_t* src, float* dst, int64_t n) {
   dst[i] = __half2float(d) * static_cast<float>(q - 8);
 }
 
+// Any other block type, one thread per element, through the GEMV kernels' element decode.
+__global__ void dequant_blocks(DType t, const uint8_t* src, float* dst, int64_t n) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) dst[i] = cuda::load_weight(t, src, i);
+}
+
 }  // namespace
 
 bool cuda_built() {
   return true;
+}
+
+bool cuda_computes_dtype(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 || t == DType::Q4_0;
 }
 
 int cuda_device_count() {
@@ -106,6 +117,9 @@ void cuda_dequantize(DType dtype, const void* src, float* dst, int64_t n) {
         break;
       case DType::Q4_0:
         dequant_q4_0<<<blocks, threads>>>(static_cast<const uint8_t*>(d_src), d_dst, n);
+        break;
+      default:
+        dequant_blocks<<<blocks, threads>>>(dtype, static_cast<const uint8_t*>(d_src), d_dst, n);
         break;
     }
     if (e == cudaSuccess) e = cudaGetLastError();

@@ -11,6 +11,9 @@ bool cuda_built() {
 int cuda_device_count() {
   return 0;
 }
+bool cuda_computes_dtype(DType) {
+  return false;
+}
 CudaDeviceInfo cuda_device_info(int) {
   fail("this build has no CUDA backend (configure with SHARDWISE_CUDA=ON)");
 }

@@ -89,6 +89,12 @@ class Device {
   virtual ~Device() = default;
   virtual std::string kind() const = 0;  // "cuda" or "emu"
   virtual std::string name() const = 0;  // e.g. "NVIDIA H200" / "emulated device"
+  // Whether this device's kernels compute with weights of that type (the runtime refuses a model with a
+  // tensor of a type its device cannot use, naming the tensor).
+  virtual bool supports_dtype(DType t) const {
+    (void)t;
+    return true;
+  }
 
   // The arena: exactly `bytes` of device memory, allocated once. Throws Error when unavailable.
   virtual uint8_t* allocate_arena(uint64_t bytes) = 0;

@@ -80,6 +80,11 @@ Tolerance tolerance(OpId op) {
 }
 
 const std::vector<DType>& weight_dtypes() {
+  static const std::vector<DType> d(std::begin(kAllDTypes), std::end(kAllDTypes));
+  return d;
+}
+
+const std::vector<DType>& profiled_dtypes() {
   static const std::vector<DType> d = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
   return d;
 }
@@ -96,10 +101,14 @@ struct Dims {
 // one and 11520 (nemo8b's FFN width) columns; short float rows of any length (vector tails: quantised
 // dtypes skip them); rows shorter than a warp's step (3), f16 rows that are not 16-byte aligned (100),
 // many rows of few columns (4096x160) and blocks of 17 and 33.
-std::vector<Dims> matmul_shapes() {
+std::vector<Dims> matmul_shapes(DType dt) {
   std::vector<Dims> s;
   for (int64_t cols : {32, 96, 4096 + 32, 11520})
     for (int64_t rows : {1, 7, 111, 500}) s.push_back({rows, cols});
+  // Rows of one and three 256-element blocks for the K-quants, whose blocks few of the shapes above divide.
+  if (dtype_block_elems(dt) == kQK_K)
+    for (int64_t cols : {256, 768})
+      for (int64_t rows : {1, 7, 111, 500}) s.push_back({rows, cols});
   for (int64_t cols : {1, 7, 9, 17, 33, 1001}) s.push_back({9, cols});
   for (Dims d : {Dims{131, 1056}, Dims{37, 96}, Dims{64, 100}, Dims{300, 256}, Dims{129, 4096}, Dims{1000, 544},
                  Dims{4096, 160}, Dims{3, 11520}})
@@ -121,7 +130,7 @@ std::vector<int64_t> matmul_tokens() {
 std::vector<OpCase> matmul_cases() {
   std::vector<OpCase> out;
   for (DType dt : weight_dtypes())
-    for (Dims d : matmul_shapes()) {
+    for (Dims d : matmul_shapes(dt)) {
       if (d.cols % dtype_block_elems(dt) != 0) continue;
       for (int64_t t : matmul_tokens()) {
         if (t * d.rows * d.cols > kMaxReferenceMacs) continue;

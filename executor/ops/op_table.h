@@ -68,8 +68,11 @@ Tolerance tolerance(OpId op);
 std::vector<OpCase> check_cases(OpId op);
 constexpr int64_t kMaxReferenceMacs = 4096 * 160 * 64;
 
-// The weight dtypes every op that reads weights is checked and timed in.
+// Every weight dtype: each op that reads weights is checked in all of them, on the CPU and on CUDA.
 const std::vector<DType>& weight_dtypes();
+// The dtypes the profiler times (f32, f16, bf16, q8_0, q4_0); the other block types are priced from these
+// (the measured cost model's nearest type by bits per weight).
+const std::vector<DType>& profiled_dtypes();
 
 // ---- model-derived shapes (what is timed) ------------------------------------------------------------
 

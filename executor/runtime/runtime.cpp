@@ -286,6 +286,10 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
   SW_CHECK(table_.version == kPlanFormatVersion, "plan table version ", table_.version, " is not supported");
   SW_CHECK(!table_.tiers.empty(), "the plan table has no tiers");
   dtypes_ = tensor_dtypes_of(source);
+  for (const auto& kv : dtypes_)
+    if (!device_.supports_dtype(kv.second))
+      fail(source.origin(), ": tensor ", kv.first, " is ", dtype_name(kv.second), ", which the ", device_.kind(),
+           " device cannot compute with yet (use --device cpu, or a file of f16, q8_0 or q4_0 weights)");
   const DType kv_dtype = parse_dtype(table_.kv_dtype);
   SW_CHECK(kv_dtype == DType::F32, "the executor keeps the KV cache in f32 (plan table says ", table_.kv_dtype, ")");
   shards_ = make_shards(spec_, table_.ctx, kv_dtype, &dtypes_);

@@ -48,7 +48,7 @@ echo "artifact profiles: $(ls "$prof" | tr '\n' ' ') at $(elapsed) s"
 
 dtype=q4_0; [ "$model" = nemo8b ] && dtype=f16
 file="$work/$model.$dtype.gguf"
-[ -s "$file" ] || "$bin" synth --spec "$model" --dtype $dtype --seed 1 -o "$file" 2> "$logs/synth.err" ||
+[ -s "$file" ] || "$bin" synth --spec "$model" --dtype $dtype --pure --seed 1 -o "$file" 2> "$logs/synth.err" ||
   { echo "synth failed: $(tail -1 "$logs/synth.err")"; exit 2; }
 sync
 echo "model file $file: $(du -h "$file" | cut -f1) at $(elapsed) s"

@@ -42,7 +42,7 @@ for m in $models; do
   [[ " $parts " == *" synth "* ]] || break
   dt=q4_0; [ "$m" = nemo8b ] && dt=f16
   f="$work/${m}_synth_${dt}.gguf"
-  [ -s "$f" ] || "$bin" synth --spec "$m" --dtype $dt --seed 1 -o "$f" 2> "$dir/${m}_synth.err"
+  [ -s "$f" ] || "$bin" synth --spec "$m" --dtype $dt --pure --seed 1 -o "$f" 2> "$dir/${m}_synth.err"
   sync  # the file's writeback would otherwise compete with the first runs for the CPU and DRAM
   for r in $(seq 1 "$reps"); do
     order="file memory"; [ $((r % 2)) -eq 0 ] && order="memory file"

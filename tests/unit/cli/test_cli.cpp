@@ -265,7 +265,7 @@ TEST_CASE("cli: bad input gives exit 1 and one error line", "[cli][bad_input]") 
   SECTION("bad synthetic strings and specs") {
     require_clean_error("run --model 'synthetic:tiny_llama?layers=0' --tokens 1 -n 1", {"layers '0'"});
     require_clean_error("run --model 'synthetic:nosuchspec' --tokens 1 -n 1", {"nosuchspec"});
-    require_clean_error("info 'synthetic:tiny_llama?dtype=q5_K'", {"q5_K"});
+    require_clean_error("info 'synthetic:tiny_llama?dtype=iq2_xs'", {"iq2_xs"});
     require_clean_error("synth --spec tiny_llama --dtype q5_K -o " + quote(temp_path("q5.gguf")), {"q5_K"});
     require_clean_error("synth --spec nosuchspec -o " + quote(temp_path("n.gguf")), {"nosuchspec"});
     const std::string yaml = temp_path("cli_bad.yaml");

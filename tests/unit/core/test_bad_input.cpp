@@ -261,7 +261,7 @@ TEST_CASE("bad input: synthetic: strings", "[bad_input][synthetic]") {
   CHECK_THROWS_WITH(open_weights("synthetic:"), Contains("synthetic:") && Contains("missing spec name"));
   CHECK_THROWS_WITH(open_weights("synthetic:?dtype=f16"), Contains("missing spec name"));
   CHECK_THROWS_WITH(open_weights("synthetic:nosuchspec"), Contains("'nosuchspec'") && Contains("tiny_llama"));
-  CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?dtype=q5_K"), Contains("'q5_K'"));
+  CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?dtype=iq2_xs"), Contains("'iq2_xs'"));
   CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?seed=abc"),
                     Contains("synthetic:tiny_llama?seed=abc") && Contains("seed 'abc'"));
   CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?seed="), Contains("seed ''"));
@@ -322,8 +322,8 @@ TEST_CASE("bad input: model YAML files", "[bad_input][yaml]") {
     CHECK_THAT(spec_error(p3), Contains("missing required field 'family'"));
     const std::string p5 = yaml_file("gpt2", "family: gpt2\nhidden_size: 64\n");
     CHECK_THAT(spec_error(p5), Contains(p5) && Contains("'gpt2'"));
-    const std::string p6 = yaml_file("dtype", std::string(kSmallLlamaYaml) + "dtype: q5_K\n");
-    CHECK_THAT(spec_error(p6), Contains(p6) && Contains("dtype") && Contains("q5_K"));
+    const std::string p6 = yaml_file("dtype", std::string(kSmallLlamaYaml) + "dtype: iq2_xs\n");
+    CHECK_THAT(spec_error(p6), Contains(p6) && Contains("dtype") && Contains("iq2_xs"));
   }
   SECTION("values of the wrong type") {
     const std::string p = yaml_file("strdim",

@@ -108,11 +108,19 @@ TEST_CASE("dtype sizes, names and unsupported GGML types", "[dtype]") {
   CHECK_THROWS_WITH(dtype_row_bytes(DType::Q4_0, 33), Contains("32-element blocks"));
   CHECK(parse_dtype("Q8_0") == DType::Q8_0);
   CHECK(parse_dtype("bfloat16") == DType::BF16);
-  CHECK_THROWS_WITH(parse_dtype("q4_K"), Contains("unknown dtype"));
+  CHECK(parse_dtype("Q4_K") == DType::Q4_K);
+  CHECK(parse_dtype("iq4_nl") == DType::IQ4_NL);
+  CHECK(std::string(dtype_name(DType::Q6_K)) == "q6_K");
+  CHECK(dtype_row_bytes(DType::Q4_K, 512) == 288);
+  CHECK(dtype_bits_per_elem(DType::Q6_K) == 6.5625);
+  CHECK(dtype_bits_per_elem(DType::Q2_K) == 2.625);
+  CHECK_THROWS_WITH(dtype_row_bytes(DType::Q4_K, 4096 + 32), Contains("256-element blocks"));
+  CHECK_THROWS_WITH(parse_dtype("iq2_xs"), Contains("unknown dtype") && Contains("q4_K"));
   CHECK(std::string(ggml_type_name(12)) == "q4_K");
   CHECK(std::string(ggml_type_name(999)) == "type#999");
-  CHECK_THROWS_WITH(dtype_from_ggml(12, "model.gguf: tensor 'blk.0.attn_q.weight'"),
-                    Contains("blk.0.attn_q.weight") && Contains("q4_K"));
+  CHECK_THROWS_WITH(dtype_from_ggml(17, "model.gguf: tensor 'blk.0.attn_q.weight'"),
+                    Contains("blk.0.attn_q.weight") && Contains("iq2_xs") && Contains("not supported"));
+
   CHECK(dtype_from_ggml(30, "x") == DType::BF16);
   uint32_t be = 0, bb = 0;
   CHECK(ggml_type_block(10, &be, &bb));  // q2_K

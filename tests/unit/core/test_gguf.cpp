@@ -837,13 +837,13 @@ TEST_CASE("gguf: a tensor of an unsupported type names the tensor and the type",
   RawTensor* q = find_raw_tensor(g, "blk.0.attn_q.weight");
   REQUIRE(q);
   REQUIRE(q->ne == std::vector<uint64_t>{256, 16});
-  q->type = 12;  // q4_K: 256-element blocks of 144 bytes
-  q->data = std::string(16 * 144, '\x11');
-  const std::string path = write_temp(g.build(), "model_q4k");
+  q->type = 23;  // iq4_xs: 256-element blocks of 136 bytes, a type shardwise does not compute with
+  q->data = std::string(16 * 136, '\x11');
+  const std::string path = write_temp(g.build(), "model_iq4xs");
   CHECK_NOTHROW(GgufFile{path});  // the file itself is well-formed
-  CHECK_THROWS_WITH(open_gguf_weights(path),
-                    Contains(path) && Contains("blk.0.attn_q.weight") && Contains("q4_K") && Contains("not supported"));
-  CHECK_THROWS_WITH(open_weights(path), Contains("blk.0.attn_q.weight") && Contains("q4_K"));
+  CHECK_THROWS_WITH(open_gguf_weights(path), Contains(path) && Contains("blk.0.attn_q.weight") && Contains("iq4_xs") &&
+                                                 Contains("not supported"));
+  CHECK_THROWS_WITH(open_weights(path), Contains("blk.0.attn_q.weight") && Contains("iq4_xs"));
 }
 
 TEST_CASE("gguf: an architecture we do not know names general.architecture", "[gguf]") {

@@ -50,7 +50,7 @@ TEST_CASE("synthetic: model strings", "[weights]") {
   CHECK(w->spec().num_hidden_layers == 1);
   CHECK(w->spec().dtype == DType::Q4_0);
   CHECK(w->origin() == "synthetic:tiny_llama?dtype=q4_0&seed=3");
-  CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?dtype=q4_K"), Contains("q4_K"));
+  CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?dtype=iq2_xs"), Contains("iq2_xs"));
   CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?colour=red"), Contains("colour"));
   CHECK_THROWS_WITH(open_weights("synthetic:nosuch"), Contains("nosuch"));
   CHECK_THROWS_WITH(open_weights("synthetic:tiny_moe?routing=even"), Contains("routing 'even'"));

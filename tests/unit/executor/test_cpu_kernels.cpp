@@ -109,13 +109,28 @@ void random_row(DType t, int64_t n, uint8_t* dst) {
     quantize_row(t, v.data(), dst, n);
     return;
   }
-  const int64_t bb = dtype_block_bytes(t);
+  const int64_t be = dtype_block_elems(t), bb = dtype_block_bytes(t);
   std::uniform_int_distribution<int> byte(0, 255);
-  for (int64_t b = 0; b < n / 32; ++b) {
+  auto random_f16 = [&] { return f32_to_f16(uniform(0.001f, 0.05f) * (byte(rng()) & 1 ? 1.0f : -1.0f)); };
+  for (int64_t b = 0; b < n / be; ++b) {
     uint8_t* blk = dst + b * bb;
-    const uint16_t d = f32_to_f16(uniform(0.001f, 0.05f) * (byte(rng()) & 1 ? 1.0f : -1.0f));
+    if (be == kQK_K) {
+      // The K-quants: the reference quantiser's blocks of values at a scale of their own, so scales,
+      // minimums and codes all vary (random bytes would make NaN of the f16 scales and minimums).
+      const float a = uniform(0.05f, 2.0f);
+      std::vector<float> v(static_cast<size_t>(be));
+      for (float& x : v) x = uniform(-a, a);
+      quantize_block(t, v.data(), blk);
+      continue;
+    }
+    // The 32-element blocks: every code pattern, a scale (and for q4_1/q5_1 a minimum) of sane size.
+    for (int64_t j = 0; j < bb; ++j) blk[j] = static_cast<uint8_t>(byte(rng()));
+    const uint16_t d = random_f16();
     std::memcpy(blk, &d, 2);
-    for (int64_t j = 2; j < bb; ++j) blk[j] = static_cast<uint8_t>(byte(rng()));
+    if (t == DType::Q4_1 || t == DType::Q5_1) {
+      const uint16_t m = random_f16();
+      std::memcpy(blk + 2, &m, 2);
+    }
   }
 }
 
@@ -306,7 +321,7 @@ TEST_CASE("gemv results do not depend on the weight prefetch distance", "[cpu_ke
   for (DType t : weight_dtypes()) {
     // Short rows (the distance wraps into the next group at once) and long ones; a row range that
     // ends before the matrix does, so prefetches run past the rows the call reads.
-    for (int64_t cols : {int64_t{64}, int64_t{4096 + 32}}) {
+    for (int64_t cols : {int64_t{256}, int64_t{4096 + 256}}) {
       const Weights w = make_weights(t, 37, cols, 0);
       const int64_t ldx = cols + 5, ldy = w.rows;
       for (int nt : {1, kGemvMaxTokens}) {

@@ -244,3 +244,21 @@ TEST_CASE("measured MoE routing: the next layer's experts guessed from this laye
   // The measure follows the layers: the same weights give the same fraction.
   CHECK(measure_next_layer_routing(w, pool, toks) == real);
 }
+
+// Files that llama.cpp's llama-quantize wrote (tests/fixtures/kquants): its mixes of types per tensor
+// (q4_K with q6_K for some attn_v / ffn_down and the output, q2_K with q3_K, an 8-expert MoE with q8_0
+// attention...) and every block type alone. The f64 reference reads the same weights dequantised.
+TEST_CASE("fast path matches the reference on llama-quantize's files of every block type and mix",
+          "[forward][kquants]") {
+  const std::string dir = test::fixtures_dir() + "/kquants/";
+  for (const char* f : {"kq_llama.Q4_K_M", "kq_llama.Q5_K_M", "kq_llama.Q6_K", "kq_llama.Q2_K", "kq_llama.Q3_K_M",
+                        "kq_llama.Q4_0", "kq_llama.pure_Q4_1", "kq_llama.pure_Q5_0", "kq_llama.pure_Q5_1",
+                        "kq_llama.pure_IQ4_NL", "kq_llama.pure_Q2_K", "kq_llama.pure_Q3_K", "kq_moe.Q2_K"}) {
+    auto src = open_weights(dir + f + ".gguf");
+    const auto toks = some_tokens(src->spec().vocab_size, 13, 5);
+    const auto ref = reference_logits(*src, toks);
+    const auto fast = test::fast_logits(*src, toks);
+    INFO(f);
+    CHECK(test::max_rel_error(fast, ref, src->spec().vocab_size) <= 1e-4);
+  }
+}

@@ -86,11 +86,16 @@ TEST_CASE("op table: the matmul cases keep the shapes and token counts the kerne
   for (DType dt : weight_dtypes()) {
     INFO(dtype_name(dt));
     // The CPU GEMV kernels: every shape of their grid at 1..kGemvMaxTokens tokens.
-    for (int64_t cols : {32, 96, 4096 + 32, 11520})
+    // (the K-quants' 256-element blocks divide only 11520 of the four widths: they get 256 and 768 as well)
+    const bool k_quant = dtype_block_elems(dt) == 256;
+    std::vector<int64_t> widths = {32, 96, 4096 + 32, 11520};
+    if (k_quant) widths = {256, 768, 11520};
+    for (int64_t cols : widths)
       for (int64_t rows : {1, 7, 111, 500})
-        for (int64_t t = 1; t <= 4; ++t) CHECK(has_matmul(dt, rows, cols, t));
+        for (int64_t t = 1; t <= 4; ++t)
+          if (cols % dtype_block_elems(dt) == 0) CHECK(has_matmul(dt, rows, cols, t));
     // matmul() on both sides of its GEMM switch.
-    for (Dims d : {Dims{131, 1056}, Dims{500, 96}})
+    for (Dims d : k_quant ? std::vector<Dims>{Dims{111, 768}} : std::vector<Dims>{Dims{131, 1056}, Dims{500, 96}})
       for (int64_t t :
            {int64_t(1), int64_t(2), int64_t(3), int64_t(4), int64_t(5), thr - 1, thr, thr + 1, int64_t(130)})
         CHECK(has_matmul(dt, d.first, d.second, t));

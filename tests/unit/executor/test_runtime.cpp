@@ -106,6 +106,20 @@ TEST_CASE("runtime suite (emulated): HF and llama.cpp fixtures run every schedul
   }
 }
 
+// llama-quantize's mixes (tests/fixtures/kquants): tensors of several block types in one model, laid out,
+// streamed and computed per tensor, at a budget that holds part of the model.
+TEST_CASE("runtime suite (emulated): llama-quantize's K-quant mixes run every schedule", "[runtime][kquants]") {
+  const RuntimeTarget t = emulated().with_ctx(32);
+  const std::string fx = test::fixtures_dir() + "/kquants/";
+  for (const char* f : {"kq_llama.Q4_K_M.gguf", "kq_llama.Q3_K_M.gguf", "kq_moe.Q2_K.gguf"}) {
+    INFO(f);
+    ThreadPool pool(2);
+    const SuiteModel m = suite_model(open_weights(fx + f), t.ctx, {9, 1, 1, 1}, 5, pool, 12);
+    check_every_schedule(t, m, budget_at(t, *m.src, 0.4), {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic},
+                         emu(3, 30), pool);
+  }
+}
+
 TEST_CASE("runtime suite (emulated): MoE decode routes on the device when the layer's experts are resident",
           "[runtime][moe]") {
   const RuntimeTarget t = emulated();
