@@ -176,6 +176,66 @@ __device__ __forceinline__ float byte_magic(uint32_t w) {
 }
 constexpr float kMagic = 8388608.0f;  // 2^23
 
+static __constant__ const int8_t kIq4nlTable[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                    1,    13,   25,  38,  53,  69,  89,  113};
+
+// Element j of one block of the types below q8_0/q4_0 (core/quants.cpp has their layouts), with the
+// reference's f32 roundings (no fused multiply-add), so values equal the CPU's bit for bit.
+__device__ __forceinline__ float nibble32(const uint8_t* qs, int j) {  // j < 16 low nibbles, then high ones
+  return static_cast<float>(j < 16 ? (qs[j] & 0x0F) : (qs[j - 16] >> 4));
+}
+__device__ __forceinline__ int fifth_bit32(const uint8_t* qh, int j) {
+  return ((qh[j / 8] >> (j % 8)) & 1) << 4;
+}
+__device__ __forceinline__ void scale_min_k4(int g, const uint8_t* q, int* sc, int* m) {
+  if (g < 4) {
+    *sc = q[g] & 63;
+    *m = q[g + 4] & 63;
+  } else {
+    *sc = (q[g + 4] & 0x0F) | ((q[g - 4] >> 6) << 4);
+    *m = (q[g + 4] >> 4) | ((q[g] >> 6) << 4);
+  }
+}
+__device__ __forceinline__ float k_quant_elem(DType t, const uint8_t* blk, int e) {
+  const int h = e / 128, s = (e % 128) / 32, l = e % 32, g16 = e / 16, g32 = e / 32;
+  switch (t) {
+    case DType::Q2_K: {
+      const float d = f16_bits_to_float(ld_u16(blk + 80)), dmin = f16_bits_to_float(ld_u16(blk + 82));
+      const int sc = blk[g16];
+      const float q = static_cast<float>((blk[16 + 32 * h + l] >> (2 * s)) & 3);
+      return __fsub_rn(__fmul_rn(__fmul_rn(d, static_cast<float>(sc & 0x0F)), q),
+                       __fmul_rn(dmin, static_cast<float>(sc >> 4)));
+    }
+    case DType::Q3_K: {
+      const uint8_t* sc = blk + 96;
+      const int lo = g16 < 8 ? (sc[g16] & 0x0F) : (sc[g16 - 8] >> 4);
+      const int scale = (lo | (((sc[8 + g16 % 4] >> (2 * (g16 / 4))) & 3) << 4)) - 32;
+      const int q = ((blk[32 + 32 * h + l] >> (2 * s)) & 3) - (((blk[e % 32] >> (e / 32)) & 1) ? 0 : 4);
+      return __fmul_rn(__fmul_rn(f16_bits_to_float(ld_u16(blk + 108)), static_cast<float>(scale)),
+                       static_cast<float>(q));
+    }
+    case DType::Q4_K:
+    case DType::Q5_K: {
+      int sc, m;
+      scale_min_k4(g32, blk + 4, &sc, &m);
+      const uint8_t* qs = blk + (t == DType::Q4_K ? 16 : 48);
+      int q = (qs[32 * (g32 / 2) + l] >> (4 * (g32 % 2))) & 0x0F;
+      if (t == DType::Q5_K) q |= ((blk[16 + l] >> g32) & 1) << 4;
+      const float d = f16_bits_to_float(ld_u16(blk)), dmin = f16_bits_to_float(ld_u16(blk + 2));
+      return __fsub_rn(__fmul_rn(__fmul_rn(d, static_cast<float>(sc)), static_cast<float>(q)),
+                       __fmul_rn(dmin, static_cast<float>(m)));
+    }
+    default: {  // Q6_K
+      const int r = e % 128;
+      const int lo = (blk[64 * h + r % 64] >> (4 * (r / 64))) & 0x0F;
+      const int hi = (blk[128 + 32 * h + r % 32] >> (2 * (r / 32))) & 3;
+      const float dl =
+          __fmul_rn(f16_bits_to_float(ld_u16(blk + 208)), static_cast<float>(static_cast<int8_t>(blk[192 + g16])));
+      return __fmul_rn(dl, static_cast<float>((lo | (hi << 4)) - 32));
+    }
+  }
+}
+
 // One element of a weight row of any dtype (slow paths and tests).
 __device__ __forceinline__ float load_weight(DType t, const uint8_t* row, int64_t c) {
   switch (t) {
@@ -195,6 +255,39 @@ __device__ __forceinline__ float load_weight(DType t, const uint8_t* row, int64_
       const int q = j < 16 ? (blk[2 + j] & 0x0F) : (blk[2 + j - 16] >> 4);
       return f16_bits_to_float(ld_u16(blk)) * static_cast<float>(q - 8);
     }
+    case DType::Q4_1: {
+      const uint8_t* blk = row + (c / 32) * 20;
+      return __fadd_rn(__fmul_rn(f16_bits_to_float(ld_u16(blk)), nibble32(blk + 4, static_cast<int>(c % 32))),
+                       f16_bits_to_float(ld_u16(blk + 2)));
+    }
+    case DType::Q5_0: {
+      const uint8_t* blk = row + (c / 32) * 22;
+      const int j = static_cast<int>(c % 32);
+      const int q = static_cast<int>(nibble32(blk + 6, j)) | fifth_bit32(blk + 2, j);
+      return __fmul_rn(f16_bits_to_float(ld_u16(blk)), static_cast<float>(q - 16));
+    }
+    case DType::Q5_1: {
+      const uint8_t* blk = row + (c / 32) * 24;
+      const int j = static_cast<int>(c % 32);
+      const int q = static_cast<int>(nibble32(blk + 8, j)) | fifth_bit32(blk + 4, j);
+      return __fadd_rn(__fmul_rn(f16_bits_to_float(ld_u16(blk)), static_cast<float>(q)),
+                       f16_bits_to_float(ld_u16(blk + 2)));
+    }
+    case DType::IQ4_NL: {
+      const uint8_t* blk = row + (c / 32) * 18;
+      const int q = static_cast<int>(nibble32(blk + 2, static_cast<int>(c % 32)));
+      return __fmul_rn(f16_bits_to_float(ld_u16(blk)), static_cast<float>(kIq4nlTable[q]));
+    }
+    case DType::Q2_K:
+      return k_quant_elem(t, row + (c / 256) * 84, static_cast<int>(c % 256));
+    case DType::Q3_K:
+      return k_quant_elem(t, row + (c / 256) * 110, static_cast<int>(c % 256));
+    case DType::Q4_K:
+      return k_quant_elem(t, row + (c / 256) * 144, static_cast<int>(c % 256));
+    case DType::Q5_K:
+      return k_quant_elem(t, row + (c / 256) * 176, static_cast<int>(c % 256));
+    case DType::Q6_K:
+      return k_quant_elem(t, row + (c / 256) * 210, static_cast<int>(c % 256));
   }
   return 0.0f;
 }

@@ -273,6 +273,9 @@ void matmul(const Ctx& ctx, const MatRef& w, const float* x, int64_t ldx, int64_
     case DType::Q4_0:
       matmul_quant(ctx, w, x, ldx, n, y, ldy, accumulate);
       return;
+    default:  // the other block types: GEMV passes until they have a tensor-core kernel
+      gemv_passes(ctx, w, x, ldx, n, y, ldy, accumulate);
+      return;
   }
 }
 

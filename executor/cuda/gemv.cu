@@ -444,6 +444,12 @@ void launch_fast(int nt_max, const Batch& b, int blocks, cudaStream_t s) {
     launch_kernel("GEMV kernel", gemv_kernel<T, 8, M>, grid, block, 0, s, b);
 }
 
+// The block types without a fast kernel (q4_1, q5_0, q5_1, iq4_nl, the K-quants): the generic kernel.
+template <DType T>
+void launch_generic(const Batch& b, int blocks, cudaStream_t s) {
+  launch_kernel("GEMV kernel", gemv_generic_kernel<T>, dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), 0, s, b);
+}
+
 template <DType T>
 void launch(bool fast, bool two, int nt_max, const Batch& b, int blocks, cudaStream_t s) {
   if (!fast)
@@ -455,8 +461,13 @@ void launch(bool fast, bool two, int nt_max, const Batch& b, int blocks, cudaStr
     launch_fast<T, 1>(nt_max, b, blocks, s);
 }
 
+bool has_fast_kernel(DType dtype) {
+  return dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16 || dtype == DType::Q8_0 ||
+         dtype == DType::Q4_0;
+}
+
 bool fast_path_ok(DType dtype, const GemvTask& t, bool two) {
-  if (!aligned16(t.x) || t.ldx % 4 != 0) return false;
+  if (!has_fast_kernel(dtype) || !aligned16(t.x) || t.ldx % 4 != 0) return false;
   const uint64_t row_bytes = dtype_row_bytes(dtype, t.cols);
   if (t.sel) {  // the caller checked the tables' entries
     const bool rows_ok = dtype_is_quantized(dtype) || row_bytes % 16 == 0;
@@ -470,8 +481,9 @@ bool fast_path_ok(DType dtype, const GemvTask& t, bool two) {
     case DType::Q8_0:
     case DType::Q4_0:  // 2-byte loads: blocks are 2-byte aligned when the base is
       return (reinterpret_cast<uintptr_t>(t.w0) & 1u) == 0 && (!two || (reinterpret_cast<uintptr_t>(t.w1) & 1u) == 0);
+    default:  // no fast kernel for the other block types yet
+      return false;
   }
-  return false;
 }
 
 // Elements per lane piece of the fast path.
@@ -487,8 +499,57 @@ int piece_elems(DType dtype) {
       return Piece<DType::F32>::kElems;
     case DType::Q8_0:
       return Piece<DType::Q8_0>::kElems;
+    default:
+      return 1;
   }
-  return 1;
+}
+
+// One launch of the kernel for the dtype (fast or generic, see fast_path_ok).
+void launch_dtype(DType dtype, bool fast, bool two, int nt_max, const Batch& b, int nb, cudaStream_t s) {
+  switch (dtype) {
+    case DType::F32:
+      launch<DType::F32>(fast, two, nt_max, b, nb, s);
+      break;
+    case DType::F16:
+      launch<DType::F16>(fast, two, nt_max, b, nb, s);
+      break;
+    case DType::BF16:
+      launch<DType::BF16>(fast, two, nt_max, b, nb, s);
+      break;
+    case DType::Q8_0:
+      launch<DType::Q8_0>(fast, two, nt_max, b, nb, s);
+      break;
+    case DType::Q4_0:
+      launch<DType::Q4_0>(fast, two, nt_max, b, nb, s);
+      break;
+    case DType::Q4_1:
+      launch_generic<DType::Q4_1>(b, nb, s);
+      break;
+    case DType::Q5_0:
+      launch_generic<DType::Q5_0>(b, nb, s);
+      break;
+    case DType::Q5_1:
+      launch_generic<DType::Q5_1>(b, nb, s);
+      break;
+    case DType::IQ4_NL:
+      launch_generic<DType::IQ4_NL>(b, nb, s);
+      break;
+    case DType::Q2_K:
+      launch_generic<DType::Q2_K>(b, nb, s);
+      break;
+    case DType::Q3_K:
+      launch_generic<DType::Q3_K>(b, nb, s);
+      break;
+    case DType::Q4_K:
+      launch_generic<DType::Q4_K>(b, nb, s);
+      break;
+    case DType::Q5_K:
+      launch_generic<DType::Q5_K>(b, nb, s);
+      break;
+    case DType::Q6_K:
+      launch_generic<DType::Q6_K>(b, nb, s);
+      break;
+  }
 }
 
 }  // namespace
@@ -550,23 +611,7 @@ void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int
     SW_CHECK(blocks < (int64_t(1) << 31), "CUDA gemv: too many rows in one launch");
     if (blocks == 0) continue;
     const int nb = static_cast<int>(blocks);
-    switch (dtype) {
-      case DType::F32:
-        launch<DType::F32>(fast, two, nt_max, b, nb, ctx.stream);
-        break;
-      case DType::F16:
-        launch<DType::F16>(fast, two, nt_max, b, nb, ctx.stream);
-        break;
-      case DType::BF16:
-        launch<DType::BF16>(fast, two, nt_max, b, nb, ctx.stream);
-        break;
-      case DType::Q8_0:
-        launch<DType::Q8_0>(fast, two, nt_max, b, nb, ctx.stream);
-        break;
-      case DType::Q4_0:
-        launch<DType::Q4_0>(fast, two, nt_max, b, nb, ctx.stream);
-        break;
-    }
+    launch_dtype(dtype, fast, two, nt_max, b, nb, ctx.stream);
     check_launch("gemv kernel");
   }
 }
