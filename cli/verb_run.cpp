@@ -339,6 +339,22 @@ struct RunState {
   nlohmann::json plan_inputs;  // setup_options' `inputs`
 };
 
+// --device auto on a GPU, with a model of a type the CUDA kernels do not compute with yet: the CPU runs it
+// (with a warning), unless the run asked for the GPU's budget or a plan (an error then).
+void cpu_for_types_cuda_lacks(const RunArgs& a, RunState& s) {
+  if (a.device != "auto" || s.device != "cuda") return;
+  for (const auto& kv : s.src->tensors()) {
+    if (cuda_computes_dtype(kv.second.dtype)) continue;
+    const std::string why =
+        kv.first + " is " + dtype_name(kv.second.dtype) + ", which the CUDA device does not compute with yet";
+    if (!a.planner->budget.empty() || !a.plan.empty())
+      fail(why, ": run it on the CPU (--device cpu, without --vram-budget or --plan)");
+    log_warn(why, ": running on the CPU (--device cpu)");
+    s.device = "cpu";
+    return;
+  }
+}
+
 // Opens the model, reads the prompt and sets the run up (planned on a device).
 void load_run(const RunArgs& a, RunState& s) {
   const auto t_load = std::chrono::steady_clock::now();
@@ -346,14 +362,7 @@ void load_run(const RunArgs& a, RunState& s) {
   oo.threads = s.threads;
   std::optional<Phase> loading(std::in_place, "loading " + a.model);
   s.src = open_weights(a.model, oo);
-  if (a.device == "auto" && s.device == "cuda")  // a model the CUDA kernels cannot run yet runs on the CPU
-    for (const auto& kv : s.src->tensors())
-      if (!cuda_computes_dtype(kv.second.dtype)) {
-        log_warn(kv.first, " is ", dtype_name(kv.second.dtype),
-                 ", which the CUDA device does not compute with yet: ", "running on the CPU (--device cpu)");
-        s.device = "cpu";
-        break;
-      }
+  cpu_for_types_cuda_lacks(a, s);
   s.tok = run_tokenizer(a, *s.src);
   s.print_ids = !s.tok || s.tok->kind() == "bytes";
   s.prompt = prompt_tokens(a, s.src->spec(), s.tok.get());

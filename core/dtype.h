@@ -156,6 +156,9 @@ uint16_t f32_to_bf16(float f);
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 
+// Q4_K/Q5_K: the 6-bit scales sc[8] and minimums m[8] of the 8 groups packed into the block's 12 bytes.
+void pack_scales_k4(const uint8_t* sc, const uint8_t* m, uint8_t* packed);
+
 // One block of a quantised type (dtype_block_elems values), the reference code of the two above.
 void quantize_block(DType t, const float* x, void* block);
 void dequantize_block(DType t, const void* block, float* y);

@@ -496,18 +496,12 @@ void quant_q45_k(const float* x, int nmax, float rmin, int nstep, uint16_t* dh, 
   }
   const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
   const float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
+  uint8_t ls[8], lm[8];
   for (int j = 0; j < 8; ++j) {
-    const int ls = std::min(63, nearest_int(inv_scale * scales[j]));
-    const int lm = std::min(63, nearest_int(inv_min * mins[j]));
-    if (j < 4) {
-      packed[j] = static_cast<uint8_t>(ls);
-      packed[j + 4] = static_cast<uint8_t>(lm);
-    } else {
-      packed[j + 4] = static_cast<uint8_t>((ls & 0x0F) | ((lm & 0x0F) << 4));
-      packed[j - 4] |= static_cast<uint8_t>((ls >> 4) << 6);
-      packed[j] |= static_cast<uint8_t>((lm >> 4) << 6);
-    }
+    ls[j] = static_cast<uint8_t>(std::min(63, nearest_int(inv_scale * scales[j])));
+    lm[j] = static_cast<uint8_t>(std::min(63, nearest_int(inv_min * mins[j])));
   }
+  pack_scales_k4(ls, lm, packed);
   *dh = f32_to_f16(max_scale / 63.0f);
   *dminh = f32_to_f16(max_min / 63.0f);
   for (int j = 0; j < 8; ++j) {
@@ -592,6 +586,18 @@ void quant_q6_k(const float* x, BlockQ6_K& y) {
 }
 
 }  // namespace kq
+
+void pack_scales_k4(const uint8_t* sc, const uint8_t* m, uint8_t* packed) {
+  for (int j = 0; j < 4; ++j) {
+    packed[j] = sc[j];
+    packed[j + 4] = m[j];
+  }
+  for (int j = 4; j < 8; ++j) {
+    packed[j + 4] = static_cast<uint8_t>((sc[j] & 0x0F) | ((m[j] & 0x0F) << 4));
+    packed[j - 4] |= static_cast<uint8_t>((sc[j] >> 4) << 6);
+    packed[j] |= static_cast<uint8_t>((m[j] >> 4) << 6);
+  }
+}
 
 void quantize_block(DType t, const float* x, void* block) {
   switch (t) {

@@ -120,14 +120,87 @@ inline uint64_t zero_mean_nibbles(uint64_t q) {
   return q | ((~any & 0x1111111111111111ull) << 3);
 }
 
+// One K-quant super-block of random codes and group scales whose values have the largest magnitude
+// `amplitude` and mean 0 (a direct fill: the reference quantiser's searches would take most of an
+// hour for the largest models). Asymmetric types (q2_K, q4_K, q5_K: value = d*sc*q - dmin*m) take
+// m = sc/2 and dmin = (codes - 1) * d, which centres every group on 0; symmetric ones (q3_K, q6_K, whose
+// codes reach one step further below 0 than above) take scales of random sign, so groups cancel.
+void fill_kquant(DType dt, uint8_t* blk, uint64_t h, float amplitude) {
+  const int64_t bb = dtype_block_bytes(dt);
+  for (int64_t i = 0; i < bb; i += 8) {  // random codes everywhere; scales written over them below
+    const uint64_t v = splitmix64(h + static_cast<uint64_t>(i));
+    std::memcpy(blk + i, &v, static_cast<size_t>(std::min<int64_t>(8, bb - i)));
+  }
+  const uint64_t g = splitmix64(h ^ 0x9E3779B97F4A7C15ull);  // the group scales' bits
+  const uint64_t sign = splitmix64(g);                       // and their signs
+  auto sc_at = [&](int k, int lo, int span) { return lo + static_cast<int>((g >> (4 * (k % 16))) & 15) * span / 16; };
+  auto put_half = [&](int64_t at, float v) {
+    const uint16_t x = f32_to_f16(v);
+    std::memcpy(blk + at, &x, 2);
+  };
+  switch (dt) {
+    case DType::Q2_K: {  // codes 0..3, sc 2..14 (even), m = sc / 2, dmin = 3 d
+      const float d = amplitude / (1.5f * 8.0f);
+      for (int k = 0; k < 16; ++k) {
+        const int sc = 2 * sc_at(k, 1, 7);
+        blk[k] = static_cast<uint8_t>(sc | ((sc / 2) << 4));
+      }
+      put_half(80, d);
+      put_half(82, 3.0f * d);
+      return;
+    }
+    case DType::Q3_K: {  // codes -4..3, signed 6-bit scales of magnitude 8..30
+      std::memset(blk + 96, 0, 12);
+      for (int k = 0; k < 16; ++k) {
+        const int mag = sc_at(k, 8, 24), l = ((sign >> k) & 1 ? mag : -mag) + 32;
+        if (k < 8)
+          blk[96 + k] = static_cast<uint8_t>(l & 0x0F);
+        else
+          blk[96 + k - 8] |= static_cast<uint8_t>((l & 0x0F) << 4);
+        blk[96 + 8 + k % 4] |= static_cast<uint8_t>((l >> 4) << (2 * (k / 4)));
+      }
+      put_half(108, amplitude / (4.0f * 20.0f));
+      return;
+    }
+    case DType::Q4_K:
+    case DType::Q5_K: {  // codes 0..15 (0..31), sc 32..62 (even), m = sc / 2, dmin = 15 d (31 d)
+      const float top = dt == DType::Q4_K ? 15.0f : 31.0f;
+      uint8_t sc[8], m[8];
+      for (int k = 0; k < 8; ++k) {
+        sc[k] = static_cast<uint8_t>(2 * sc_at(k, 16, 16));
+        m[k] = static_cast<uint8_t>(sc[k] / 2);
+      }
+      pack_scales_k4(sc, m, blk + 4);
+      const float d = amplitude / (0.5f * top * 47.0f);
+      put_half(0, d);
+      put_half(2, top * d);
+      return;
+    }
+    default: {  // Q6_K: codes -32..31, int8 scales of magnitude 32..122 and random sign
+      for (int k = 0; k < 16; ++k) {
+        const int mag = sc_at(k, 32, 96);
+        blk[192 + k] = static_cast<uint8_t>(static_cast<int8_t>((sign >> k) & 1 ? mag : -mag));
+      }
+      put_half(208, amplitude / (32.0f * 80.0f));
+      return;
+    }
+  }
+}
+
 // Fills blocks [b0, b1) of a quantised tensor with random codes and scales such that the values
 // have the recipe's spread and mean 0, like the symmetric weights of a trained layer. Zero-mean
 // values keep the hidden states of different tokens apart, so a model's router spreads them over
 // its experts as a trained, load-balanced router does.
 void fill_quant(DType dt, uint8_t* out, int64_t b0, int64_t b1, uint64_t key, TensorRecipe r, bool balanced) {
+  if (dtype_block_elems(dt) == kQK_K) {
+    for (int64_t b = b0; b < b1; ++b)
+      fill_kquant(dt, out + b * dtype_block_bytes(dt), splitmix64(key ^ (static_cast<uint64_t>(b) * 0x100000001B3ull)),
+                  r.amplitude);
+    return;
+  }
   if (dt != DType::Q8_0 && dt != DType::Q4_0) {
-    // The other block types: the float tensor's (symmetric, zero-mean) values through the reference
-    // quantiser, block by block.
+    // The other 32-element types: the float tensor's (symmetric, zero-mean) values through the
+    // reference quantiser, block by block (their quantisers are cheap).
     const int64_t be = dtype_block_elems(dt), bb = dtype_block_bytes(dt);
     float x[kQK_K];
     for (int64_t b = b0; b < b1; ++b) {

@@ -40,7 +40,6 @@ using ojson = nlohmann::ordered_json;
 constexpr const char* kFormatName = "shardwise-profile";
 const OpKind kAllKinds[] = {OpKind::Matmul, OpKind::MoeExperts,  OpKind::Attention, OpKind::Norm,
                             OpKind::Rope,   OpKind::Elementwise, OpKind::Embed};
-const DType kAllDtypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
 
 // Measured numbers are stored to 4 significant digits (the repeats' spread is far larger).
 double round4(double v) {
@@ -364,7 +363,7 @@ struct Reader {
   DType dtype(const json& v, const std::string& field) const {
     const std::string s = str(v, field);
     std::string list;
-    for (DType d : kAllDtypes) {
+    for (DType d : kAllDTypes) {
       if (s == dtype_name(d)) return d;
       list += (list.empty() ? "" : ", ") + std::string(dtype_name(d));
     }

@@ -156,7 +156,7 @@ TEST_CASE("synthetic MoE weights route like a trained, load-balanced router", "[
   s.vocab_size = 2048;
   const int64_t E = s.num_experts, k = s.num_experts_per_tok, n = 512;
   const std::vector<int32_t> toks = some_tokens(s.vocab_size, static_cast<int>(n), 11);
-  for (DType dt : {DType::Q4_0, DType::Q8_0, DType::F16}) {
+  for (DType dt : {DType::Q4_0, DType::Q8_0, DType::F16, DType::Q4_K, DType::Q2_K, DType::Q6_K}) {
     s.dtype = dt;
     CAPTURE(dtype_name(dt));
     ThreadPool pool(2);
