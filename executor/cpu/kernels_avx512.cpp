@@ -463,6 +463,7 @@ struct Avx512KQuant {
   static V set1(float x) { return _mm512_set1_ps(x); }
   static V load(const float* p) { return _mm512_loadu_ps(p); }
   static V zero() { return _mm512_setzero_ps(); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V fmsub(V a, V b, V c) { return _mm512_fmsub_ps(a, b, c); }
   static float hsum(V v) { return shardwise::hsum(v); }

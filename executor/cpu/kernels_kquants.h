@@ -12,7 +12,7 @@
 //
 // S provides: V (f32 vector of kW = 8 or 16 lanes), VI (i32 vector of kW lanes), u8(p) (kW bytes
 // widened to i32), srl(v, n), shl(v, n) (shifts by a run-time count), and_(v, mask), or_(a, b), to_f(v),
-// set1, load, zero, fma(a, b, c) = a * b + c, fmsub(a, b, c) = a * b - c, hsum, half(p) (the f16 at p).
+// set1, load, zero, add, fma(a, b, c) = a * b + c, fmsub(a, b, c) = a * b - c, hsum, half(p) (the f16 at p).
 #pragma once
 
 #include <cstdint>
@@ -88,6 +88,10 @@ typename S::V run_codes(const uint8_t* blk, int k, int v) {
   }
 }
 
+// Four accumulators per token, run k adding into acc[t][k % 4]: one chain of fused multiply-adds would
+// wait on its own latency (one run every 4 cycles, half the speed).
+constexpr int kChains = 4;
+
 template <DType T, class S, int NT>
 void gemv_rows(const uint8_t* w, uint64_t row_bytes, int64_t n_super, int64_t r0, int64_t r1, const float* x,
                int64_t ldx, float* y, int64_t ldy) {
@@ -96,8 +100,9 @@ void gemv_rows(const uint8_t* w, uint64_t row_bytes, int64_t n_super, int64_t r0
   const int64_t bb = dtype_block_bytes(T);
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = w + static_cast<uint64_t>(r) * row_bytes;
-    V acc[NT];
-    for (int t = 0; t < NT; ++t) acc[t] = S::zero();
+    V acc[NT][kChains];
+    for (int t = 0; t < NT; ++t)
+      for (int c = 0; c < kChains; ++c) acc[t][c] = S::zero();
     for (int64_t b = 0; b < n_super; ++b) {
       const uint8_t* blk = row + b * bb;
       float d[16], m[16];
@@ -110,11 +115,12 @@ void gemv_rows(const uint8_t* w, uint64_t row_bytes, int64_t n_super, int64_t r0
         for (int v = 0; v < kV; ++v) {
           const V wv = S::fmsub(run_codes<T, S>(blk, k, v), dv, mv);
           const float* xv = xb + k * kRun + v * S::kW;
-          for (int t = 0; t < NT; ++t) acc[t] = S::fma(wv, S::load(xv + t * ldx), acc[t]);
+          for (int t = 0; t < NT; ++t) acc[t][k % kChains] = S::fma(wv, S::load(xv + t * ldx), acc[t][k % kChains]);
         }
       }
     }
-    for (int t = 0; t < NT; ++t) y[t * ldy + r] = S::hsum(acc[t]);
+    for (int t = 0; t < NT; ++t)
+      y[t * ldy + r] = S::hsum(S::add(S::add(acc[t][0], acc[t][1]), S::add(acc[t][2], acc[t][3])));
   }
 }
 
