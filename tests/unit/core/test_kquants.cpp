@@ -228,3 +228,27 @@ TEST_CASE("a mix needs rows its blocks divide, with llama.cpp's fallbacks", "[dt
   CHECK_FALSE(parse_quant_mix("q4_K", &m, &b));  // a block type, not a mix
   CHECK(quant_mix_file_type(QuantMix::Q4_K_M, DType::Q4_K) == 15);
 }
+
+TEST_CASE("a GGUF written at a mix holds llama-quantize's types and file type", "[dtype][kquants]") {
+  const nlohmann::json ref = reference();
+  for (const auto& file : ref["files"]) {
+    const std::string name = file["file"];
+    if (name != "kq_llama.Q4_K_M.gguf" && name != "kq_moe.Q2_K.gguf") continue;
+    const std::string model = name.substr(0, name.find('.'));
+    const std::string mix = name.substr(name.find('.') + 1, name.rfind('.') - name.find('.') - 1);
+    const auto src = open_weights("synthetic:" + kquants_dir() + "/" + model + ".yaml?mix=" + mix + "&seed=3");
+    const std::string path = test::temp_path(model + "_" + mix + "_written.gguf");
+    write_gguf(*src, path, src->spec().dtype, nullptr, false, src->spec().mix);
+    GgufFile g(path);
+    INFO(name);
+    CHECK(g.find("general.file_type")->as_int("file_type") == file["file_type"].get<int64_t>());
+    for (const auto& t : file["tensors"]) {
+      const GgufTensorInfo* info = g.find_tensor(t["name"]);
+      REQUIRE(info != nullptr);
+      CHECK(info->type_id == t["type_id"].get<uint32_t>());
+    }
+    // The file opens again with every tensor of its own type.
+    const auto back = open_weights(path);
+    CHECK(back->tensor("output.weight").dtype == DType::Q6_K);
+  }
+}
