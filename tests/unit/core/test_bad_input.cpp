@@ -262,6 +262,7 @@ TEST_CASE("bad input: synthetic: strings", "[bad_input][synthetic]") {
   CHECK_THROWS_WITH(open_weights("synthetic:?dtype=f16"), Contains("missing spec name"));
   CHECK_THROWS_WITH(open_weights("synthetic:nosuchspec"), Contains("'nosuchspec'") && Contains("tiny_llama"));
   CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?dtype=iq2_xs"), Contains("'iq2_xs'"));
+  CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?mix=q9_K_M"), Contains("'q9_K_M'") && Contains("q4_K_M"));
   CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?seed=abc"),
                     Contains("synthetic:tiny_llama?seed=abc") && Contains("seed 'abc'"));
   CHECK_THROWS_WITH(open_weights("synthetic:tiny_llama?seed="), Contains("seed ''"));
