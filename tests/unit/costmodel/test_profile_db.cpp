@@ -1048,3 +1048,26 @@ TEST_CASE("profile model: GPU matmul fits follow the row length (one warp walks 
     CHECK(model->op_ms(q, {Backend::Gpu, 1, 0}) == Approx(truth(q)).epsilon(0.01));
   }
 }
+
+// A block type the profile never timed (a real file's q4_K, q6_K, q2_K) is priced as the measured type
+// nearest in bits per weight: at its own bytes for decode-sized steps, at that type's time above them.
+TEST_CASE("profile model: an unprofiled block type is priced as the nearest profiled one", "[profile]") {
+  const ProfileDB db = stored(synthetic_profile());
+  auto model = make_measured_cost_model(db);
+  for (Backend b : {Backend::Cpu, Backend::Gpu}) {
+    const ExecEnv env{b, 16, 0};
+    const struct {
+      DType type, proxy;  // q4_K: 4.5 bits like q4_0; q6_K: 6.56, nearer q8_0's 8.5 than q4_0's 4.5
+    } cases[] = {{DType::Q4_K, DType::Q4_0}, {DType::Q6_K, DType::Q8_0}, {DType::Q2_K, DType::Q4_0}};
+    for (const auto& c : cases) {
+      INFO(backend_name(b) << " " << dtype_name(c.type));
+      const Op dec = matmul(c.type, 1, 4096, 4096), dec_proxy = matmul(c.proxy, 1, 4096, 4096);
+      CHECK(model->op_ms(dec, env) ==
+            Approx(model->op_ms(dec_proxy, env) * dec.weight_bytes() / dec_proxy.weight_bytes()));
+      const Op pre = matmul(c.type, 512, 4096, 4096), pre_proxy = matmul(c.proxy, 512, 4096, 4096);
+      CHECK(model->op_ms(pre, env) == model->op_ms(pre_proxy, env));
+      const Op ex = moe(c.type, 4, 128, 8, 1536, 4096), ex_proxy = moe(c.proxy, 4, 128, 8, 1536, 4096);
+      CHECK(model->op_ms(ex, env) == Approx(model->op_ms(ex_proxy, env) * ex.weight_bytes() / ex_proxy.weight_bytes()));
+    }
+  }
+}
