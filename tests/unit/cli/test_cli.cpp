@@ -108,6 +108,28 @@ const std::string& synth_model() {
 
 }  // namespace
 
+// `synth --dtype MIX` writes llama-quantize's mix (here Q4_K_M of the K-quant fixtures' spec: output and the
+// last layer's attn_v and ffn_down in q6_K, the other matrices q4_K), and `info` reports the file's types.
+TEST_CASE("cli: synth writes llama-quantize's mixes and info lists the types", "[cli][kquants]") {
+  const std::string spec = fixture("kquants/kq_llama.yaml"), p = temp_path("cli_kq_llama_q4_k_m.gguf");
+  Result r = shardwise_cli("synth --spec " + quote(spec) + " --dtype q4_k_m --seed 2 -o " + quote(p));
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  r = shardwise_cli("info --json " + quote(p));
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["tensors_by_type"] == nlohmann::json({{"f32", 5}, {"q4_K", 13}, {"q6_K", 3}}));
+  r = shardwise_cli("info " + quote(p));
+  CHECK(r.out.find("types      f32 5 tensors") != std::string::npos);
+  // A block type is not a mix: --pure says so.
+  require_clean_error("synth --spec " + quote(spec) + " --dtype q4_K -o " + quote(temp_path("q4k.gguf")),
+                      {"--pure", "q4_K_M"});
+  r = shardwise_cli("synth --spec " + quote(spec) + " --dtype q4_K --pure --seed 2 -o " + quote(p));
+  REQUIRE(r.rc == 0);
+  r = shardwise_cli("info --json " + quote(p));
+  CHECK(nlohmann::json::parse(r.out)["tensors_by_type"] == nlohmann::json({{"f32", 5}, {"q4_K", 16}}));
+}
+
 TEST_CASE("cli: info on a GGUF fixture, as text and as JSON", "[cli]") {
   const std::string gguf = fixture("llamacpp/gguf/llama_small.f16.gguf");
   Result r = shardwise_cli("info " + quote(gguf));
