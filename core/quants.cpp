@@ -235,15 +235,8 @@ namespace kq {
 // Symmetric codes in [-nmax, nmax) for n values with an RMSE-weighted scale search (rmse_type 1: weights
 // x^2), ggml's make_qx_quants without an importance matrix; L gets the codes + nmax.
 float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
-  if (amax < kGroupMaxEps) {
+  const float max = signed_absmax(x, n);
+  if (std::fabs(max) < kGroupMaxEps) {
     std::memset(L, 0, static_cast<size_t>(n));
     return 0.0f;
   }
@@ -280,15 +273,8 @@ float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
 
 // Q3_K's search: codes in [-nmax, nmax) refined one at a time (ggml's make_q3_quants with do_rmse).
 float make_q3_quants(int n, int nmax, const float* x, int8_t* L) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
-  if (amax < kGroupMaxEps) {
+  const float max = signed_absmax(x, n);
+  if (std::fabs(max) < kGroupMaxEps) {
     std::memset(L, 0, static_cast<size_t>(n));
     return 0.0f;
   }
