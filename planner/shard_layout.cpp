@@ -108,6 +108,49 @@ ShardLayout layout_from(const ModelSpec& spec, const TensorDescs& descs, const S
   return L;
 }
 
+// The stored type of a matrix into set.types / set.output_type.
+void record_type(const ModelSpec& spec, const TensorDesc& t, const TensorDtypes* dtypes, ShardSet& set) {
+  DType dt = t.dtype;
+  if (dtypes) {
+    const auto it = dtypes->find(t.name);
+    if (it != dtypes->end()) dt = it->second;
+  }
+  if (t.kind == TensorKind::Output || (t.kind == TensorKind::TokenEmbd && spec.tie_word_embeddings)) {
+    set.output_type = dt;
+    return;
+  }
+  if (t.layer < 0) return;
+  LayerTypes& L = set.types[static_cast<size_t>(t.layer)];
+  switch (t.kind) {
+    case TensorKind::AttnQ:
+      L.q = dt;
+      break;
+    case TensorKind::AttnK:
+      L.k = dt;
+      break;
+    case TensorKind::AttnV:
+      L.v = dt;
+      break;
+    case TensorKind::AttnOut:
+      L.o = dt;
+      break;
+    case TensorKind::FfnGate:
+    case TensorKind::MoeGate:
+      L.gate = dt;
+      break;
+    case TensorKind::FfnUp:
+    case TensorKind::MoeUp:
+      L.up = dt;
+      break;
+    case TensorKind::FfnDown:
+    case TensorKind::MoeDown:
+      L.down = dt;
+      break;
+    default:
+      break;
+  }
+}
+
 }  // namespace
 
 std::vector<ShardLayout> shard_layouts(const ModelSpec& spec, const ShardSet& set, const TensorDtypes* dtypes) {
@@ -121,8 +164,8 @@ std::vector<ShardLayout> shard_layouts(const ModelSpec& spec, const ShardSet& se
 ShardSet make_shards(const ModelSpec& spec, int64_t ctx, DType kv_dtype, const TensorDtypes* dtypes) {
   SW_CHECK(ctx >= 1, "context must be at least 1 token");
   ShardSet set;
-  if (dtypes) set.dtypes = *dtypes;
   set.n_layers = static_cast<int>(spec.num_hidden_layers);
+  set.types.assign(static_cast<size_t>(set.n_layers), LayerTypes{});
   set.attention.assign(set.n_layers, -1);
   set.ffn.assign(set.n_layers, -1);
   set.kv.assign(set.n_layers, -1);
@@ -144,6 +187,7 @@ ShardSet make_shards(const ModelSpec& spec, int64_t ctx, DType kv_dtype, const T
   set.output = add(ShardKind::Output, -1).id;
   set.embedding = add(ShardKind::Embedding, -1).id;
   for (const TensorDesc& t : spec.tensors()) {
+    record_type(spec, t, dtypes, set);
     int id = -1;
     switch (t.kind) {
       case TensorKind::TokenEmbd:

@@ -35,9 +35,17 @@ struct Shard {
 // layers in q6_K); this map (canonical name -> dtype) overrides the rule where given.
 using TensorDtypes = std::map<std::string, DType>;
 
+// A layer's matrix types as stored: the file's where the map gives them, else the spec's rule (gate, up
+// and down are the dense FFN's or the experts').
+struct LayerTypes {
+  DType q = DType::F32, k = DType::F32, v = DType::F32, o = DType::F32;
+  DType gate = DType::F32, up = DType::F32, down = DType::F32;
+};
+
 struct ShardSet {
-  std::vector<Shard> shards;  // index = id
-  TensorDtypes dtypes;        // the file's storage dtypes where given (make_shards' map)
+  std::vector<Shard> shards;       // index = id
+  std::vector<LayerTypes> types;   // per layer, what the planner prices each matrix at
+  DType output_type = DType::F32;  // the LM head's (the token embedding's when tied)
   int n_layers = 0;
   std::vector<int> attention, ffn, kv;  // shard id per layer
   int output = -1, embedding = -1;

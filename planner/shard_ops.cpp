@@ -25,16 +25,23 @@ Op simple(OpKind kind, int64_t n, int64_t elems) {
   return op;
 }
 
-// The storage type of a layer's tensor (layer -1: outside the layers): the file's where the shard set
-// knows it, else the spec's rule. MoE experts are priced at the up matrices' type.
-DType dtype_of(const ModelSpec& spec, const ShardSet& set, TensorKind kind, int layer, const Shape& shape) {
-  if (!set.dtypes.empty()) {
-    const std::string name = layer < 0 ? std::string(tensor_kind_name(kind)) + ".weight"
-                                       : "blk." + std::to_string(layer) + "." + tensor_kind_name(kind) + ".weight";
-    const auto it = set.dtypes.find(name);
-    if (it != set.dtypes.end()) return it->second;
-  }
-  return spec.tensor_dtype(kind, layer, shape);
+// The stored types of a layer's matrices (make_shards recorded them); the spec's rule for a shard set
+// made without (planner tests). MoE experts are priced at the up matrices' type.
+LayerTypes layer_types(const ModelSpec& s, const ShardSet& set, int layer) {
+  if (layer >= 0 && static_cast<size_t>(layer) < set.types.size()) return set.types[static_cast<size_t>(layer)];
+  const int64_t H = s.hidden_size, QD = s.q_dim(), KVD = s.kv_dim();
+  const int64_t F = s.is_moe() ? s.moe_intermediate_size : s.intermediate_size;
+  const Shape up = s.is_moe() ? Shape{s.num_experts, F, H} : Shape{F, H};
+  const Shape down = s.is_moe() ? Shape{s.num_experts, H, F} : Shape{H, F};
+  LayerTypes t;
+  t.q = s.tensor_dtype(TensorKind::AttnQ, layer, {QD, H});
+  t.k = s.tensor_dtype(TensorKind::AttnK, layer, {KVD, H});
+  t.v = s.tensor_dtype(TensorKind::AttnV, layer, {KVD, H});
+  t.o = s.tensor_dtype(TensorKind::AttnOut, layer, {H, QD});
+  t.gate = s.tensor_dtype(s.is_moe() ? TensorKind::MoeGate : TensorKind::FfnGate, layer, up);
+  t.up = s.tensor_dtype(s.is_moe() ? TensorKind::MoeUp : TensorKind::FfnUp, layer, up);
+  t.down = s.tensor_dtype(s.is_moe() ? TensorKind::MoeDown : TensorKind::FfnDown, layer, down);
+  return t;
 }
 
 }  // namespace
@@ -43,9 +50,8 @@ AttentionOps attention_ops(const ModelSpec& s, const ShardSet& S, int layer, int
                            int64_t fused_qkv_max_tokens) {
   AttentionOps a;
   const int64_t H = s.hidden_size, QD = s.q_dim(), KVD = s.kv_dim();
-  const DType dq = dtype_of(s, S, TensorKind::AttnQ, layer, {QD, H}),
-              dk = dtype_of(s, S, TensorKind::AttnK, layer, {KVD, H}),
-              dv = dtype_of(s, S, TensorKind::AttnV, layer, {KVD, H});
+  const LayerTypes types = layer_types(s, S, layer);
+  const DType dq = types.q, dk = types.k, dv = types.v;
   a.pre.push_back(simple(OpKind::Norm, n, n * H));
   a.pre.push_back(matmul(dq, n, QD, H));
   a.pre.push_back(matmul(dk, n, KVD, H));
@@ -70,7 +76,7 @@ AttentionOps attention_ops(const ModelSpec& s, const ShardSet& S, int layer, int
   core.n_kv_heads = s.num_key_value_heads;
   core.head_dim = s.head_dim;
   a.core.push_back(core);
-  a.post.push_back(matmul(dtype_of(s, S, TensorKind::AttnOut, layer, {H, QD}), n, H, QD));
+  a.post.push_back(matmul(types.o, n, H, QD));
   a.post.push_back(simple(OpKind::Elementwise, n, n * H));
   if (s.is_moe()) {  // the router belongs to the attention shard (its output feeds the experts)
     a.post.push_back(simple(OpKind::Norm, n, n * H));
@@ -86,7 +92,7 @@ std::vector<Op> ffn_ops(const ModelSpec& s, const ShardSet& S, int layer, int64_
   if (s.is_moe()) {
     Op e;
     e.kind = OpKind::MoeExperts;
-    e.dtype = dtype_of(s, S, TensorKind::MoeUp, layer, {s.num_experts, s.moe_intermediate_size, H});
+    e.dtype = layer_types(s, S, layer).up;
     e.tokens = n;
     e.rows = s.moe_intermediate_size;
     e.cols = H;
@@ -99,10 +105,11 @@ std::vector<Op> ffn_ops(const ModelSpec& s, const ShardSet& S, int layer, int64_
     ops.push_back(e);
   } else {
     const int64_t F = s.intermediate_size;
-    ops.push_back(matmul(dtype_of(s, S, TensorKind::FfnGate, layer, {F, H}), n, F, H));
-    ops.push_back(matmul(dtype_of(s, S, TensorKind::FfnUp, layer, {F, H}), n, F, H));
+    const LayerTypes types = layer_types(s, S, layer);
+    ops.push_back(matmul(types.gate, n, F, H));
+    ops.push_back(matmul(types.up, n, F, H));
     ops.push_back(simple(OpKind::Elementwise, n, n * F));
-    ops.push_back(matmul(dtype_of(s, S, TensorKind::FfnDown, layer, {H, F}), n, H, F));
+    ops.push_back(matmul(types.down, n, H, F));
     ops.push_back(simple(OpKind::Elementwise, n, n * H));
   }
   return ops;
@@ -118,8 +125,8 @@ uint64_t ffn_bytes_touched(const ModelSpec& s, const Shard& ffn, int64_t n, bool
 
 std::vector<Op> output_ops(const ModelSpec& s, const ShardSet& S) {
   const TensorKind head = s.tie_word_embeddings ? TensorKind::TokenEmbd : TensorKind::Output;
-  return {simple(OpKind::Norm, 1, s.hidden_size),
-          matmul(dtype_of(s, S, head, -1, {s.vocab_size, s.hidden_size}), 1, s.vocab_size, s.hidden_size)};
+  const DType dt = !S.types.empty() ? S.output_type : s.tensor_dtype(head, -1, {s.vocab_size, s.hidden_size});
+  return {simple(OpKind::Norm, 1, s.hidden_size), matmul(dt, 1, s.vocab_size, s.hidden_size)};
 }
 
 std::vector<Op> embed_ops(const ModelSpec& s, int64_t n) {

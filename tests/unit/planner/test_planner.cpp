@@ -403,6 +403,30 @@ TEST_CASE("KV in VRAM for layers whose attention is not pinned: GPU-only and Dyn
   CHECK_THROWS_WITH(build_plan_table(spec, *cost, bad), Contains("out of range"));
 }
 
+// Real files mix types per tensor (a Q4_K_M file keeps some layers' attn_v and ffn_down, and the output, in
+// q6_K): every op is priced at its own tensor's stored type, the spec's rule elsewhere.
+TEST_CASE("ops are priced at each tensor's stored type", "[planner]") {
+  ModelSpec spec = builtin_spec("tiny_llama");
+  spec.dtype = DType::Q8_0;
+  const TensorDtypes file = {
+      {"blk.1.attn_v.weight", DType::F16}, {"blk.1.ffn_down.weight", DType::BF16}, {"output.weight", DType::F16}};
+  const ShardSet S = make_shards(spec, 64, DType::F32, &file);
+  auto matmul_types = [](const std::vector<Op>& ops) {
+    std::vector<DType> t;
+    for (const Op& op : ops)
+      if (op.kind == OpKind::Matmul) t.push_back(op.dtype);
+    return t;
+  };
+  using V = std::vector<DType>;
+  CHECK(matmul_types(attention_ops(spec, S, 0, 1, 64, DType::F32, 0).pre) == V{DType::Q8_0, DType::Q8_0, DType::Q8_0});
+  CHECK(matmul_types(attention_ops(spec, S, 1, 1, 64, DType::F32, 0).pre) == V{DType::Q8_0, DType::Q8_0, DType::F16});
+  CHECK(matmul_types(ffn_ops(spec, S, 0, 1)) == V{DType::Q8_0, DType::Q8_0, DType::Q8_0});
+  CHECK(matmul_types(ffn_ops(spec, S, 1, 1)) == V{DType::Q8_0, DType::Q8_0, DType::BF16});
+  CHECK(matmul_types(output_ops(spec, S)) == V{DType::F16});
+  // A shard set made without a file prices at the spec's rule.
+  CHECK(matmul_types(output_ops(spec, make_shards(spec, 64, DType::F32))) == V{DType::Q8_0});
+}
+
 TEST_CASE("a GPU attention block is costed as the GPU runs it: fused Q/K/V GEMV, q/k norms inside RoPE", "[planner]") {
   // The CUDA blocks project Q, K and V in one batched GEMV for steps of up to gpu_fused_qkv_max_tokens
   // tokens (same dtype) and apply the q/k norms in the RoPE kernel: costing them as 5-6 launches
