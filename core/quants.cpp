@@ -421,15 +421,8 @@ void quant_q2_k(const float* x, BlockQ2_K& y) {
 void quant_q3_k(const float* x, BlockQ3_K& y) {
   int8_t L[kQK_K];
   float scales[16];
-  float max_scale = 0, amax = 0;
-  for (int j = 0; j < 16; ++j) {
-    scales[j] = make_q3_quants(16, 4, x + 16 * j, L + 16 * j);
-    const float scale = std::fabs(scales[j]);
-    if (scale > amax) {
-      amax = scale;
-      max_scale = scales[j];
-    }
-  }
+  for (int j = 0; j < 16; ++j) scales[j] = make_q3_quants(16, 4, x + 16 * j, L + 16 * j);
+  const float max_scale = signed_absmax(scales, 16);
   std::memset(y.scales, 0, sizeof y.scales);
   y.d = f32_to_f16(0.0f);
   if (max_scale != 0.0f) {
@@ -535,16 +528,9 @@ void quant_q5_k(const float* x, BlockQ5_K& y) {
 void quant_q6_k(const float* x, BlockQ6_K& y) {
   int8_t L[kQK_K];
   float scales[16];
-  float max_scale = 0, max_abs_scale = 0;
-  for (int ib = 0; ib < 16; ++ib) {
-    scales[ib] = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib);
-    const float abs_scale = std::fabs(scales[ib]);
-    if (abs_scale > max_abs_scale) {
-      max_abs_scale = abs_scale;
-      max_scale = scales[ib];
-    }
-  }
-  if (max_abs_scale < kGroupMaxEps) {
+  for (int ib = 0; ib < 16; ++ib) scales[ib] = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib);
+  const float max_scale = signed_absmax(scales, 16);
+  if (std::fabs(max_scale) < kGroupMaxEps) {
     std::memset(&y, 0, sizeof y);
     y.d = f32_to_f16(0.0f);
     return;
