@@ -251,6 +251,9 @@ class EmuDevice : public Device {
     for (auto& q : queues_) q->wait_done(q->submitted());
   }
   std::string kind() const override { return "emu"; }
+  bool supports_dtype(DType t) const override {
+    return opt_.dtypes.empty() || std::find(opt_.dtypes.begin(), opt_.dtypes.end(), t) != opt_.dtypes.end();
+  }
   std::string name() const override { return "emulated device (host memory, randomised queue delays)"; }
 
   uint8_t* allocate_arena(uint64_t bytes) override {

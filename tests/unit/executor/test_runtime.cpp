@@ -213,6 +213,21 @@ TEST_CASE("runtime suite (emulated): an LM head larger than the budget streams i
 
 // ---- what the emulated device alone shows -------------------------------------------------------------------
 
+TEST_CASE("runtime: a device refuses a model with a weight type its kernels lack and names the tensor", "[runtime]") {
+  ThreadPool pool(2);
+  auto src = open_weights(test::fixtures_dir() + "/kquants/kq_llama.Q4_K_M.gguf");
+  ModelWeights w = ModelWeights::from_source(*src);
+  const PlanTable table = table_for(*src, budget_at(emulated(), *src, 1.0), 32, {1, 4});
+  EmuOptions cuda_like;
+  cuda_like.dtypes = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
+  auto dev = make_emu_device(cuda_like);
+  CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, table, RuntimeOptions{}),
+                    Contains("q4_K") && Contains(".weight") && Contains("emu device cannot compute"));
+  EmuOptions all;
+  auto dev_all = make_emu_device(all);
+  CHECK_NOTHROW(Runtime(*src, w, *dev_all, pool, table, RuntimeOptions{}));
+}
+
 TEST_CASE("runtime: the measured timeline covers every action and respects every dependency", "[runtime][timeline]") {
   for (const char* family : {"llama", "qwen3_moe"}) {
     const ModelSpec spec = test_model(family, DType::F16);
