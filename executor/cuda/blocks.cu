@@ -298,9 +298,7 @@ class CudaKernels : public DeviceKernels {
     SW_CHECK(static_cast<int64_t>(w.gate_exp.size()) == E && static_cast<int64_t>(w.up_exp.size()) == E &&
                  static_cast<int64_t>(w.down_exp.size()) == E,
              "CUDA MoE: device routing needs every expert's matrices");
-    auto entry_fast = [](DType t, const uint8_t* p) {
-      return dtype_is_quantized(t) ? (reinterpret_cast<uintptr_t>(p) & 1u) == 0 : aligned16(p);
-    };
+    auto entry_fast = [](DType t, const uint8_t* p) { return gemv_fast_aligned(t, p); };
     for (int64_t e = 0; e < E; ++e) {
       const size_t i = static_cast<size_t>(e);
       SW_CHECK(w.gate_exp[i] && w.up_exp[i] && w.down_exp[i], "CUDA MoE: expert ", e,
@@ -1000,7 +998,6 @@ constexpr uint64_t kBlasWorkspaces[] = {8ull << 20, 2ull << 20, 256ull << 10};  
 constexpr uint64_t kWarmBlasWorkspaces[] = {2ull << 20, 256ull << 10};
 // Steps up to this many tokens find their pinned staging allocated at set-up.
 constexpr int64_t kStagingReserveTokens = 512;
-constexpr DType kAllDtypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
 
 int64_t ffn_width(const ModelSpec& s) {
   return s.is_moe() ? s.moe_intermediate_size : s.intermediate_size;
@@ -1014,8 +1011,8 @@ int64_t largest_matrix(const ModelSpec& s) {
 }
 
 // The one-layer model the warm-up runs: the model's own shapes when its largest matrix has at most
-// kWarmMaxElems elements; else hidden and FFN widths above 384 become 128 + width % 256 (which keeps
-// their divisibility by the 32-element quantised blocks and the 16-byte alignment of rows), at most 64
+// kWarmMaxElems elements; else hidden and FFN widths above 384 become 256 + width % 256 (which keeps
+// their divisibility by the 32- and 256-element quantised blocks and the 16-byte alignment of rows), at most 64
 // experts, and if still too large one kv head (and at most 2 query heads). head_dim, top-k, family,
 // eps and RoPE are always the model's: the kernels are instantiated per head_dim bucket and dtype.
 ModelSpec warm_spec(const ModelSpec& s, bool* exact) {
@@ -1023,7 +1020,7 @@ ModelSpec warm_spec(const ModelSpec& s, bool* exact) {
   w.num_hidden_layers = 1;
   *exact = largest_matrix(s) <= kWarmMaxElems;
   if (*exact) return w;
-  auto shrink = [](int64_t d) { return d <= 384 ? d : 128 + d % 256; };
+  auto shrink = [](int64_t d) { return d <= 384 ? d : 256 + d % 256; };
   w.hidden_size = shrink(s.hidden_size);
   w.intermediate_size = shrink(s.intermediate_size);
   w.moe_intermediate_size = shrink(s.moe_intermediate_size);
@@ -1154,7 +1151,7 @@ class WarmUp {
     sweep_launchers();
     for (uint64_t blas_ws : kWarmBlasWorkspaces) {
       check_blas(cublasSetWorkspace(k_.ctx_.blas, blas_ws_, blas_ws), "cublasSetWorkspace(warm-up)");
-      for (DType t : kAllDtypes) run_blocks(t);
+      for (DType t : kAllDTypes) run_blocks(t);
       sweep_matmuls();
     }
     check(cudaStreamSynchronize(k_.ctx_.stream), "cudaStreamSynchronize(warm-up)");
@@ -1280,7 +1277,7 @@ class WarmUp {
   // GEMV: every dtype, the fast kernels for each token bucket, plain and fused SwiGLU, and the
   // generic kernel (x not 16-byte aligned).
   void sweep_gemv(const Ctx& c) {
-    for (DType t : kAllDtypes) {
+    for (DType t : kAllDTypes) {
       GemvTask g;
       g.w0 = pool_;
       g.x = sx_;

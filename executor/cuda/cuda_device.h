@@ -24,9 +24,8 @@ bool cuda_built();                            // was this binary built with the 
 int cuda_device_count();                      // 0 when not built, no driver or no device (never throws)
 CudaDeviceInfo cuda_device_info(int device);  // throws Error on failure
 
-// Whether the CUDA executor computes with weights of that type: f32, f16, bf16, q8_0 and q4_0. The
-// other block types have CUDA kernels that the GPU suite has yet to pass; until then the runtime refuses
-// them on CUDA (and `--device auto` picks the CPU for a model that has them). False without CUDA.
+// Whether the CUDA executor computes with weights of that type (the runtime refuses a model with a
+// tensor it cannot, and `--device auto` then picks the CPU). False without CUDA.
 bool cuda_computes_dtype(DType dtype);
 
 // Dequantises n elements (a multiple of the block size) of `dtype` on the GPU: copies `src` to

@@ -47,6 +47,10 @@ enum class GemvSplit { Auto, Never, Always };
 void gemv(const Ctx& ctx, DType dtype, GemvMode mode, const GemvTask* tasks, int count,
           GemvSplit split = GemvSplit::Auto);
 
+// Whether a matrix of this dtype at w meets the fast GEMV kernel's alignment (false: the dtype has no
+// fast kernel, and its GEMVs take the generic one).
+bool gemv_fast_aligned(DType dtype, const void* w);
+
 // ---- quantised GEMM on tensor cores (quant_gemm.cu) ---------------------------------------------
 // Activations as quant_gemm reads them: row t of x as x[t] * s_t = hi + lo, two f16 rows (s_t a power of
 // two that puts the row's largest |value| just below 2^15; lo the remainder of hi, rounded: ~2^-22

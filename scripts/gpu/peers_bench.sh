@@ -9,11 +9,11 @@
 # 16 threads, flash attention on, 64 generated tokens, greedy. A cell is CTX:BUDGET (1024:4G) or `full`
 # (the whole model on the GPU). One line per run in OUT/peer_runs.tsv, logs in OUT/logs.tgz, the host
 # check (DRAM read, PCIe) in OUT/machine_check.json; scripts/analysis/peers_table.py makes the table.
-# usage: peers_bench.sh OUT MODEL CELLS...     MODEL: nemo8b (f16) or qwen30b (q4_0)
+# usage: peers_bench.sh OUT MODEL CELLS...     MODEL: nemo8b (f16) or qwen30b (q4_0), or either at MIX
 # Env: PEERS (.carry/peers: peers_bin.tar.xz, p1k.txt, p4k.txt), PROFILES (the artifact's kept
 # concurrent_results.txt; gpu_results.txt too, else gpu_profiler runs here first, unless GPU_PROFILER=skip:
 # the artifact then plans from its CPU profile only), REPEATS (3),
-# DEADLINE_S (no new cell starts after this many seconds; 480), BUNDLE.
+# DEADLINE_S (no new cell starts after this many seconds; 480), BUNDLE, MIX (the file's quantisation mix).
 set -uo pipefail
 out=${1:?usage: peers_bench.sh OUT MODEL CELLS...}
 model=${2:?usage: peers_bench.sh OUT MODEL CELLS...}
@@ -46,9 +46,12 @@ if [ ! -s "$prof/gpu_results.txt" ] && [ "${GPU_PROFILER:-run}" != skip ]; then
 fi
 echo "artifact profiles: $(ls "$prof" | tr '\n' ' ') at $(elapsed) s"
 
-dtype=q4_0; [ "$model" = nemo8b ] && dtype=f16
+# MIX (a llama-quantize mix, e.g. q4_K_M) writes that mix; without it nemo8b is f16 and qwen30b q4_0 throughout.
+if [ -n "${MIX:-}" ]; then dtype=$MIX; pure=""; else dtype=q4_0; [ "$model" = nemo8b ] && dtype=f16; pure=--pure; fi
 file="$work/$model.$dtype.gguf"
-[ -s "$file" ] || "$bin" synth --spec "$model" --dtype $dtype --pure --seed 1 -o "$file" 2> "$logs/synth.err" ||
+label=$model  # the model column of the runs
+[ -n "${MIX:-}" ] && label="$model $dtype"
+[ -s "$file" ] || "$bin" synth --spec "$model" --dtype "$dtype" $pure --seed 1 -o "$file" 2> "$logs/synth.err" ||
   { echo "synth failed: $(tail -1 "$logs/synth.err")"; exit 2; }
 sync
 echo "model file $file: $(du -h "$file" | cut -f1) at $(elapsed) s"
@@ -93,7 +96,7 @@ record() {  # CELL SYSTEM CONFIG REPEAT RC LOG: one TSV line from a llama-cli lo
   local pt=$(grep -oP "prompt eval time\s*=\s*[\d.]+ ms /\s*\K\d+" "$log" | tail -1)
   local pe=$(grep -oP "prompt eval time\s*=\s*\K[\d.]+" "$log" | tail -1)
   local tps=$(grep "eval time" "$log" | grep -v prompt | grep -oP "[\d.]+(?= tokens per second)" | tail -1)
-  printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$model" "$1" "$2" "$3" "$4" "$5" "${pt:-}" "${pe:-}" "${tps:-}" \
+  printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$label" "$1" "$2" "$3" "$4" "$5" "${pt:-}" "${pe:-}" "${tps:-}" \
     "$(cuda_mib "$log")" >> "$tsv"
   echo "$1 $2 $3 r$4: rc $5, ${pt:-?} prompt tokens, TTFT ${pe:-?} ms, ${tps:-?} tokens/s"
 }
@@ -127,7 +130,7 @@ for cell in "${cells[@]}"; do
         timeout -k 5 240 "$bin" run --model "$file" --prompt "$prompt" -n 64 --greedy --ignore-eos --threads 16 \
           --ctx "$ctx" --device cuda "${budget_args[@]}" --profile "$profile" --json > "$logs/$tag.json" 2> "$logs/$tag.err"
         rc=$?
-        python3 - "$logs/$tag.json" "$model" "$cell" "${cfg:-whole}" "$r" "$rc" >> "$tsv" <<'PY'
+        python3 - "$logs/$tag.json" "$label" "$cell" "${cfg:-whole}" "$r" "$rc" >> "$tsv" <<'PY'
 import json, sys
 path, model, cell, cfg, r, rc = sys.argv[1:]
 try:

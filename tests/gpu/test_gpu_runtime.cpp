@@ -473,6 +473,23 @@ TEST_CASE("runtime suite (cuda): every schedule and the table's choice reproduce
   }
 }
 
+// llama-quantize's files (tests/fixtures/kquants): every block type, alone and in llama.cpp's mixes, laid
+// out, streamed and computed per tensor by the CUDA kernels, at a budget holding part of the model and all.
+TEST_CASE("runtime suite (cuda): llama-quantize's K-quant files run every schedule", "[gpu][kquants]") {
+  const RuntimeTarget t = cuda_target();
+  const std::string fx = test::fixtures_dir() + "/kquants/";
+  ThreadPool pool(4);
+  for (const char* f :
+       {"kq_llama.Q4_K_M.gguf", "kq_llama.Q5_K_M.gguf", "kq_llama.Q6_K.gguf", "kq_llama.Q3_K_M.gguf",
+        "kq_llama.Q2_K.gguf", "kq_llama.Q4_0.gguf", "kq_llama.pure_Q4_1.gguf", "kq_llama.pure_Q5_0.gguf",
+        "kq_llama.pure_Q5_1.gguf", "kq_llama.pure_IQ4_NL.gguf", "kq_moe.Q2_K.gguf"}) {
+    INFO(f);
+    const SuiteModel m = suite_model(open_weights(fx + f), t.ctx, {17, 1, 1, 4, 1, 9, 1}, 7, pool);
+    for (double frac : {0.3, 3.0})
+      check_every_schedule(t, m, budget_at(t, *m.src, frac), all_schedules(), emu(1, 0), pool);
+  }
+}
+
 // Attention over a host KV cache staged in the arena (attn_staged): the cached rows go up per head,
 // the kv_layout kernel lays them out for the device, the step's rows go back — on every head_dim the
 // fixtures have, dense and MoE, from an empty cache and over a filled one.
