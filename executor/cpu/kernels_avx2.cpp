@@ -490,6 +490,7 @@ struct Avx2KQuant {
   using V = __m256;
   using VI = __m256i;
   static constexpr int kW = kLanes;
+  static constexpr bool kTable16 = false;  // table16: a 16-entry lookup
   static VI u8(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
   static VI srl(VI v, int n) { return _mm256_srl_epi32(v, _mm_cvtsi32_si128(n)); }
   static VI shl(VI v, int n) { return _mm256_sll_epi32(v, _mm_cvtsi32_si128(n)); }
@@ -500,6 +501,9 @@ struct Avx2KQuant {
   static V load(const float* p) { return _mm256_loadu_ps(p); }
   static V zero() { return _mm256_setzero_ps(); }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
   static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static V fmsub(V a, V b, V c) { return _mm256_fmsub_ps(a, b, c); }
   static float hsum(V v) { return shardwise::hsum(v); }

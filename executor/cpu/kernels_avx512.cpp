@@ -454,6 +454,8 @@ struct Avx512KQuant {
   using V = __m512;
   using VI = __m512i;
   static constexpr int kW = kLanes;
+  static constexpr bool kTable16 = true;  // table16: a 16-entry lookup
+  static V table16(V table, VI idx) { return _mm512_permutexvar_ps(idx, table); }
   static VI u8(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static VI srl(VI v, int n) { return _mm512_srl_epi32(v, _mm_cvtsi32_si128(n)); }
   static VI shl(VI v, int n) { return _mm512_sll_epi32(v, _mm_cvtsi32_si128(n)); }
@@ -464,6 +466,9 @@ struct Avx512KQuant {
   static V load(const float* p) { return _mm512_loadu_ps(p); }
   static V zero() { return _mm512_setzero_ps(); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V fmsub(V a, V b, V c) { return _mm512_fmsub_ps(a, b, c); }
   static float hsum(V v) { return shardwise::hsum(v); }

@@ -3,16 +3,17 @@
 // traits. Everything is in an anonymous namespace (each file compiles its own copy with its flags).
 //
 // A 256-element super-block is 16 runs of 16 elements, each run under one group scale d and one offset m
-// (value = d * code - m; groups of 32 span two runs). Per super-block the 16 (d, m) pairs are decoded
-// once, in scalar code; per run the codes are widened from their bytes to 32-bit lanes, shifted and
-// masked into place, converted to floats, turned into weights by one fused multiply-subtract and
-// multiplied into every token's accumulator. The weights differ from the reference's dequantisation
-// only by that fused rounding (exactly none for q3_K and q6_K, whose offsets are multiples of d); sums
+// (value = d * code - m; groups of 32 span two runs). Per super-block the (d, m) pairs are decoded once
+// (the packed bytes unpacked by word operations, converted and scaled as vectors); per run the codes are widened from
+// their bytes to 32-bit lanes, shifted and masked into place, converted to floats, turned into weights by one fused
+// multiply-subtract and multiplied into every token's accumulator. The weights differ from the reference's
+// dequantisation only by that fused rounding (exactly none for q3_K and q6_K, whose offsets are multiples of d); sums
 // are f32, as in every GEMV.
 //
 // S provides: V (f32 vector of kW = 8 or 16 lanes), VI (i32 vector of kW lanes), u8(p) (kW bytes
 // widened to i32), srl(v, n), shl(v, n) (shifts by a run-time count), and_(v, mask), or_(a, b), to_f(v),
-// set1, load, zero, add, fma(a, b, c) = a * b + c, fmsub(a, b, c) = a * b - c, hsum, half(p) (the f16 at p).
+// set1, load, store, zero, add, sub, mul, fma(a, b, c) = a * b + c, fmsub(a, b, c) = a * b - c, hsum,
+// half(p) (the f16 at p).
 #pragma once
 
 #include <cstdint>
@@ -28,40 +29,67 @@ namespace kquant_impl {
 
 constexpr int kRun = 16;  // elements under one (d, m)
 
-// The 16 runs' scales d and offsets m of one super-block (straight-line code: no branches per group).
+// 16 small integers (bytes, minus `bias`) times f, as floats: kW lanes at a time.
+template <class S>
+void scale_bytes(const uint8_t* b, float bias, float f, float* out) {
+  for (int i = 0; i < 16; i += S::kW)
+    S::store(out + i, S::mul(S::sub(S::to_f(S::u8(b + i)), S::set1(bias)), S::set1(f)));
+}
+
+// Where run k finds its scale in d and its offset in m (run_scales' layout).
+template <DType T>
+constexpr int d_index(int k) {
+  return T == DType::Q4_K || T == DType::Q5_K ? k / 2 : k;  // one scale per group of 32
+}
+template <DType T>
+constexpr int m_index(int k) {
+  return T == DType::Q4_K || T == DType::Q5_K ? 8 + k / 2 : k;  // the mins follow the 8 scales
+}
+
+// One super-block's scales into d and offsets into m (value = d * code - m), at d_index/m_index of each
+// run: the packed bytes unpacked with word operations, then converted and scaled as vectors.
 template <DType T, class S>
 void run_scales(const uint8_t* blk, float* d, float* m) {
+  uint8_t b[16];
   if constexpr (T == DType::Q4_K || T == DType::Q5_K) {
-    const float dd = S::half(blk), dmin = S::half(blk + 2);
-    const uint8_t* q = blk + 4;  // groups g < 4: q[g], q[g + 4]; g >= 4 also the top bits of q[g - 4], q[g]
-    for (int g = 0; g < 4; ++g) {
-      d[2 * g] = d[2 * g + 1] = dd * static_cast<float>(q[g] & 63);
-      m[2 * g] = m[2 * g + 1] = dmin * static_cast<float>(q[g + 4] & 63);
-    }
-    for (int g = 4; g < 8; ++g) {
-      d[2 * g] = d[2 * g + 1] = dd * static_cast<float>((q[g + 4] & 0x0F) | ((q[g - 4] >> 6) << 4));
-      m[2 * g] = m[2 * g + 1] = dmin * static_cast<float>((q[g + 4] >> 4) | ((q[g] >> 6) << 4));
-    }
-  } else if constexpr (T == DType::Q6_K) {  // codes 0..63 stand for code - 32
-    const float dd = S::half(blk + 208);
-    for (int k = 0; k < 16; ++k) {
-      d[k] = dd * static_cast<float>(static_cast<int8_t>(blk[192 + k]));
-      m[k] = 32.0f * d[k];
-    }
-  } else if constexpr (T == DType::Q2_K) {
-    const float dd = S::half(blk + 80), dmin = S::half(blk + 82);
-    for (int k = 0; k < 16; ++k) {
-      d[k] = dd * static_cast<float>(blk[k] & 0x0F);
-      m[k] = dmin * static_cast<float>(blk[k] >> 4);
-    }
-  } else {  // Q3_K: codes 0..7 stand for code - 4
-    const float dd = S::half(blk + 108);
-    const uint8_t* s = blk + 96;
-    for (int k = 0; k < 16; ++k) {
-      const int lo = k < 8 ? (s[k] & 0x0F) : (s[k - 8] >> 4);
-      d[k] = dd * static_cast<float>((lo | (((s[8 + k % 4] >> (2 * (k / 4))) & 3) << 4)) - 32);
-      m[k] = 4.0f * d[k];
-    }
+    // 6-bit scales of groups 0..3 in the low bits of bytes 0..3, their mins in bytes 4..7; groups 4..7
+    // have their low four bits in the nibbles of bytes 8..11 and their top two in the top bits of 0..7.
+    uint32_t u[4];
+    std::memcpy(u, blk + 4, 12);
+    const uint32_t m6 = 0x3F3F3F3Fu, m4 = 0x0F0F0F0Fu, m2 = 0x03030303u;
+    const uint32_t sc[2] = {u[0] & m6, (u[2] & m4) | (((u[0] >> 6) & m2) << 4)};
+    const uint32_t mn[2] = {u[1] & m6, ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4)};
+    std::memcpy(b, sc, 8);
+    std::memcpy(b + 8, mn, 8);
+    scale_bytes<S>(b, 0.0f, S::half(blk), d);      // d[0..7]: the groups' scales
+    scale_bytes<S>(b, 0.0f, S::half(blk + 2), m);  // m[8..15]: their mins
+  } else if constexpr (T == DType::Q6_K) {         // signed scales; codes 0..63 stand for code - 32
+    uint64_t u[2];
+    std::memcpy(u, blk + 192, 16);
+    u[0] ^= 0x8080808080808080ull, u[1] ^= 0x8080808080808080ull;  // + 128
+    std::memcpy(b, u, 16);
+    scale_bytes<S>(b, 128.0f, S::half(blk + 208), d);
+    for (int k = 0; k < 16; k += S::kW) S::store(m + k, S::mul(S::load(d + k), S::set1(32.0f)));
+  } else if constexpr (T == DType::Q2_K) {  // scale in the low nibble, min in the high one
+    uint64_t u[2], lo[2], hi[2];
+    std::memcpy(u, blk, 16);
+    for (int i = 0; i < 2; ++i) lo[i] = u[i] & 0x0F0F0F0F0F0F0F0Full, hi[i] = (u[i] >> 4) & 0x0F0F0F0F0F0F0F0Full;
+    std::memcpy(b, lo, 16);
+    scale_bytes<S>(b, 0.0f, S::half(blk + 80), d);
+    std::memcpy(b, hi, 16);
+    scale_bytes<S>(b, 0.0f, S::half(blk + 82), m);
+  } else {  // Q3_K: 6-bit scales biased by 32 (low nibbles in bytes 0..7, top bits in 8..11); codes 0..7 stand for code
+            // - 4
+    uint32_t u[3], o[4];
+    std::memcpy(u, blk + 96, 12);
+    const uint32_t m4 = 0x0F0F0F0Fu, m2 = 0x03030303u;
+    o[0] = (u[0] & m4) | ((u[2] & m2) << 4);
+    o[1] = (u[1] & m4) | (((u[2] >> 2) & m2) << 4);
+    o[2] = ((u[0] >> 4) & m4) | (((u[2] >> 4) & m2) << 4);
+    o[3] = ((u[1] >> 4) & m4) | (((u[2] >> 6) & m2) << 4);
+    std::memcpy(b, o, 16);
+    scale_bytes<S>(b, 32.0f, S::half(blk + 108), d);
+    for (int k = 0; k < 16; k += S::kW) S::store(m + k, S::mul(S::load(d + k), S::set1(4.0f)));
   }
 }
 
@@ -88,6 +116,30 @@ typename S::V run_codes(const uint8_t* blk, int k, int v) {
   }
 }
 
+// Where S looks up 16-entry tables (AVX-512's permute), q4_K and q2_K take each run's weights from a table
+// of its 16 possible values, d * code - m, indexed by the code's bits: one permute in place of a mask, a
+// convert and a fused multiply-subtract (the same values: the table is made by that multiply-subtract).
+template <DType T, class S>
+constexpr bool use_table() {
+  return S::kTable16 && (T == DType::Q4_K || T == DType::Q2_K);
+}
+// The codes the table entries stand for: the low 4 bits of the index (q2_K: its low 2).
+template <DType T, class S>
+typename S::V table_codes() {
+  alignas(64) static constexpr float kNibble[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  alignas(64) static constexpr float kCrumb[16] = {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3};
+  return S::load(T == DType::Q4_K ? kNibble : kCrumb);
+}
+// The index vector of run k, piece v: the code in its low bits, other bits above (the lookup ignores them).
+template <DType T, class S>
+typename S::VI run_index(const uint8_t* blk, int k, int v) {
+  const int o = v * S::kW, h = k / 8, s = (k % 8) / 2, u = k % 2, g = k / 2;
+  if constexpr (T == DType::Q4_K)
+    return S::srl(S::u8(blk + 16 + 32 * (g / 2) + 16 * u + o), 4 * (g % 2));
+  else
+    return S::srl(S::u8(blk + 16 + 32 * h + 16 * u + o), 2 * s);
+}
+
 // Four accumulators per token, run k adding into acc[t][k % 4]: one chain of fused multiply-adds would
 // wait on its own latency (one run every 4 cycles, half the speed).
 constexpr int kChains = 4;
@@ -110,10 +162,16 @@ void gemv_rows(const uint8_t* w, uint64_t row_bytes, int64_t n_super, int64_t r0
       const float* xb = x + b * kQK_K;
 #pragma GCC unroll 16
       for (int k = 0; k < 16; ++k) {
-        const V dv = S::set1(d[k]), mv = S::set1(m[k]);
+        const V dv = S::set1(d[d_index<T>(k)]), mv = S::set1(m[m_index<T>(k)]);
+        V table = dv;
+        if constexpr (use_table<T, S>()) table = S::fmsub(table_codes<T, S>(), dv, mv);
 #pragma GCC unroll 2
         for (int v = 0; v < kV; ++v) {
-          const V wv = S::fmsub(run_codes<T, S>(blk, k, v), dv, mv);
+          V wv;
+          if constexpr (use_table<T, S>())
+            wv = S::table16(table, run_index<T, S>(blk, k, v));
+          else
+            wv = S::fmsub(run_codes<T, S>(blk, k, v), dv, mv);
           const float* xv = xb + k * kRun + v * S::kW;
           for (int t = 0; t < NT; ++t) acc[t][k % kChains] = S::fma(wv, S::load(xv + t * ldx), acc[t][k % kChains]);
         }

@@ -196,7 +196,7 @@ struct EmuOptions {
   double queue_scale[kNumQueues] = {1, 1, 1, 1};
   // The weight types the device computes with (empty: every type), to stand in for a device whose
   // kernels lack some.
-  std::vector<DType> dtypes;
+  std::vector<DType> dtypes = {};
 };
 std::unique_ptr<Device> make_emu_device(const EmuOptions& options = {});
 // Throws Error when the build has no CUDA or the machine no GPU.
