@@ -788,10 +788,10 @@ class CudaKernels : public DeviceKernels {
     return ct;
   }
 
-  // Whether a layer's experts run grouped: every expert matrix q8_0/q4_0, each kind in one quant_gemm launch.
+  // Whether a layer's experts run grouped: every expert matrix of a type quant_gemm computes, each kind in
+  // one launch.
   static bool grouped_experts(const DevLayer& w) {
-    auto q = [](DType t) { return t == DType::Q8_0 || t == DType::Q4_0; };
-    return q(w.gate_dtype) && q(w.up_dtype) && q(w.down_dtype);
+    return quant_gemm_computes(w.gate_dtype) && quant_gemm_computes(w.up_dtype) && quant_gemm_computes(w.down_dtype);
   }
 
   // Each expert's gate/up (+SwiGLU) into g and down into o over its gathered rows xe (`slots` rows).

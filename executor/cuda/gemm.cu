@@ -3,8 +3,8 @@
 // TF32: f16 weights multiply a two-part f16 split of x (x*s = hi + lo/2^12, s a power of two chosen
 // on the device from max|x|, so neither part overflows or drowns in subnormals; the split error is
 // ~2^-22 relative, the products are exact and summed in f32), bf16 weights a three-part bf16 split
-// (bf16 has f32's range, so no scaling), f32 weights plain SGEMM, q8_0/q4_0 weights the tensor-core
-// kernel of quant_gemm.cu over a per-row f16 split of x. Scales reach cuBLAS as device-side alphas, so
+// (bf16 has f32's range, so no scaling), f32 weights plain SGEMM, q8_0/q4_0 and the K-quants the
+// tensor-core kernel of quant_gemm.cu over a per-row f16 split of x. Scales reach cuBLAS as device-side alphas, so
 // nothing here waits for the GPU.
 #include <algorithm>
 #include <vector>
@@ -143,8 +143,8 @@ uint64_t matmul_bytes_per_token(DType dtype, int64_t cols) {
       return 2 * ld * 2 + 512;
     case DType::BF16:
       return 3 * ld * 2 + 768;
-    default:
-      return 0;
+    default:  // quant_gemm's other types as q8_0/q4_0; none for the GEMV passes of the rest
+      return quant_gemm_computes(dtype) ? 2 * ld * 2 + 512 : 0;
   }
 }
 
@@ -213,8 +213,8 @@ void matmul_split(const Ctx& ctx, const MatRef& w, const float* x, int64_t ldx, 
   }
 }
 
-// q8_0/q4_0 weights: x split per row (hi + lo f16, in chunks of tokens the workspace holds) and the
-// tensor-core kernel; GEMV passes where fewer than 9 tokens fit.
+// Weights of the types quant_gemm computes: x split per row (hi + lo f16, in chunks of tokens the workspace holds) and
+// the tensor-core kernel; GEMV passes where fewer than 9 tokens fit.
 void matmul_quant(const Ctx& ctx, const MatRef& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
                   bool accumulate) {
   Workspace& ws = *ctx.ws;
@@ -269,12 +269,11 @@ void matmul(const Ctx& ctx, const MatRef& w, const float* x, int64_t ldx, int64_
     case DType::BF16:
       matmul_split(ctx, w, x, ldx, n, y, ldy, accumulate, scope);
       return;
-    case DType::Q8_0:
-    case DType::Q4_0:
-      matmul_quant(ctx, w, x, ldx, n, y, ldy, accumulate);
-      return;
-    default:  // the other block types: GEMV passes until they have a tensor-core kernel
-      gemv_passes(ctx, w, x, ldx, n, y, ldy, accumulate);
+    default:  // quant_gemm's types; the others (q4_1, q5_0, q5_1, iq4_nl) GEMV passes
+      if (quant_gemm_computes(w.dtype))
+        matmul_quant(ctx, w, x, ldx, n, y, ldy, accumulate);
+      else
+        gemv_passes(ctx, w, x, ldx, n, y, ldy, accumulate);
       return;
   }
 }

@@ -75,6 +75,8 @@ struct QuantGemmTask {
 };
 // Every task's product, exact (f32 error, see quant_gemm.cu), in one launch per 64 tasks; tasks share the
 // dtype, the columns and the split activations.
+// Whether quant_gemm has a kernel for the dtype (q8_0, q4_0 and the K-quants).
+bool quant_gemm_computes(DType dtype);
 void quant_gemm(const Ctx& ctx, DType dtype, const SplitRows& x, int64_t cols, const QuantGemmTask* tasks, int count,
                 bool accumulate);
 

@@ -1,5 +1,5 @@
-// executor/cuda/quant_gemm.cu — prefill GEMMs of q8_0/q4_0 weights on tensor cores, exact, and many
-// matrices (a layer's routed experts) in one launch.
+// executor/cuda/quant_gemm.cu — prefill GEMMs of quantised weights (q8_0, q4_0 and the K-quants) on tensor
+// cores, exact, and many matrices (a layer's routed experts) in one launch.
 //
 // Why it is exact: a weight is d * q, d its block's f16 scale and q a small integer (q4_0: -8..7, q8_0:
 // -128..127), which f16 holds exactly. Each activation row t is split once as x[t] * s_t = hi + lo (two
@@ -8,6 +8,9 @@
 // summed in f32 over the block's 32 columns — then the block's sum is scaled by d in f32 and added to
 // the output's f32 accumulator, and the output is scaled back by 1 / s_t (exact). So the error is that
 // of an f32 dot product, as in the f32 reference, and no weight is ever widened to f32 in memory.
+// The K-quants are the same with runs of 16 or 32 columns under one scale d (q2_K, q3_K, q6_K: 16; q4_K,
+// q5_K: 32) and, for q2_K, q4_K and q5_K, a min m (weight d * q - m): per run the block sum is scaled by
+// d, and m times the run's sum of hi + lo (each token's, summed once per stage) is taken off.
 //
 // Tiles: 64 weight rows x 64 activation rows per block of 4 warps (each 32 x 32, as 2 x 4 mma.sync
 // m16n8k16 tiles), 64 columns (two quantised blocks) per stage, the next stage's global loads in
@@ -71,10 +74,15 @@ __device__ __forceinline__ uint32_t codes_to_half2(uint32_t c0, uint32_t c1, flo
 // stage (its scale bits and its 16 or 32 code bytes as 2-byte loads: blocks are only 2-byte aligned).
 template <DType T>
 struct WeightShare {
+  static constexpr int kRunLen = 32;  // columns under one scale
+  static constexpr bool kMins = false;
   static constexpr int kWords = T == DType::Q4_0 ? 8 : 16;  // 16-bit loads of the codes
+  static constexpr int kBlockBytes = T == DType::Q4_0 ? 18 : 34;
   uint32_t d = 0;
   uint32_t v[kWords];
-  __device__ __forceinline__ void load(const uint8_t* blk, bool valid) {
+  // Stage s's block `half` of the weight row.
+  __device__ __forceinline__ void load(const uint8_t* wrow, int64_t s, int half, bool valid) {
+    const uint8_t* blk = wrow + (2 * s + half) * kBlockBytes;
     if (!valid) {
       d = 0;
 #pragma unroll
@@ -85,8 +93,9 @@ struct WeightShare {
 #pragma unroll
     for (int i = 0; i < kWords; ++i) v[i] = ld_u16(blk + 2 + 2 * i);
   }
-  // Writes the block's 32 codes as f16 into a shared row, and its scale (applied after the block's sum).
-  __device__ __forceinline__ void store(__half* row, float* d_out) const {
+  // Writes the block's 32 codes as f16 into a shared row, and its scale (applied after the block's sum) as
+  // run `half` of the stage's row lr.
+  __device__ __forceinline__ void store(__half* row, float (*d_s)[kBM], float (*)[kBM], int lr, int half) const {
     uint32_t* r = reinterpret_cast<uint32_t*>(row);
     if (T == DType::Q4_0) {
       // Byte j (j < 16): element j in its low nibble, element j + 16 in its high one.
@@ -104,9 +113,176 @@ struct WeightShare {
         r[i] = codes_to_half2(w & 0xFFu, (w >> 8) & 0xFFu, 128.0f);
       }
     }
-    *d_out = f16_bits_to_float(d);
+    d_s[half][lr] = f16_bits_to_float(d);
   }
 };
+// N 16-bit words at p into the low halves of w: 16-byte loads where p is 16-byte aligned (q4_K and q5_K
+// blocks in an aligned row), 4-byte loads where it is 4-byte aligned (q2_K), else 2-byte loads.
+template <int N>
+__device__ __forceinline__ void load_words(const uint8_t* p, uint32_t* w) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  if (N % 8 == 0 && (at & 15) == 0) {
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(p) + j);
+      const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) w[8 * j + 2 * k] = u[k] & 0xFFFF, w[8 * j + 2 * k + 1] = u[k] >> 16;
+    }
+  } else if (N % 2 == 0 && (at & 3) == 0) {
+#pragma unroll
+    for (int j = 0; j < N / 2; ++j) {
+      const uint32_t u = __ldg(reinterpret_cast<const uint32_t*>(p) + j);
+      w[2 * j] = u & 0xFFFF, w[2 * j + 1] = u >> 16;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) w[i] = ld_u16(p + 2 * i);
+  }
+}
+
+// The K-quants: stage s covers columns 64 (s % 4) .. + 64 of super-block s / 4, and a thread's half its
+// 32-column group g = 2 (s % 4) + half. Raw bytes are loaded as 16-bit words (the blocks of q6_K and q3_K
+// are only 2-byte aligned; load_words uses wider loads where it can): `a` the codes' low bits, `b` their high bits
+// (q5_K, q6_K, q3_K), `h` the group's scale bytes and the super-block's d (and dmin).
+template <DType T>
+struct KShare {
+  static constexpr bool kGroupScales = T == DType::Q4_K || T == DType::Q5_K;  // else one per 16 columns
+  static constexpr int kRunLen = kGroupScales ? 32 : 16;
+  static constexpr bool kMins = T == DType::Q4_K || T == DType::Q5_K || T == DType::Q2_K;
+  static constexpr bool kHigh = T == DType::Q5_K || T == DType::Q6_K || T == DType::Q3_K;
+  static constexpr int kBlockBytes = T == DType::Q2_K   ? 84
+                                     : T == DType::Q3_K ? 110
+                                     : T == DType::Q4_K ? 144
+                                     : T == DType::Q5_K ? 176
+                                                        : 210;
+  static constexpr int kHead = T == DType::Q2_K ? 3 : T == DType::Q6_K ? 2 : 8;  // 16-bit words of h
+  uint32_t a[16], b[kHigh ? 16 : 1], h[kHead];
+  int g = 0;
+
+  // Byte offsets of the group's code bytes (low bits, high bits) and of its scale words.
+  __device__ __forceinline__ static int low_offset(int g) {
+    const int half = g / 4;  // 128-column half of the super-block (q2_K, q3_K, q6_K)
+    if constexpr (T == DType::Q4_K) return 16 + 32 * (g / 2);
+    if constexpr (T == DType::Q5_K) return 48 + 32 * (g / 2);
+    if constexpr (T == DType::Q6_K) return 64 * half + 32 * (g % 2);
+    if constexpr (T == DType::Q2_K) return 16 + 32 * half;
+    return 32 + 32 * half;  // Q3_K
+  }
+  __device__ __forceinline__ static int high_offset(int g) {
+    if constexpr (T == DType::Q5_K) return 16;
+    if constexpr (T == DType::Q6_K) return 128 + 32 * (g / 4);
+    return 0;  // Q3_K: the high-bit masks
+  }
+  __device__ __forceinline__ void load(const uint8_t* wrow, int64_t s, int half, bool valid) {
+    g = static_cast<int>(2 * (s & 3)) + half;
+    if (!valid) {  // codes and scales of 0
+#pragma unroll
+      for (int i = 0; i < 16; ++i) a[i] = 0;
+#pragma unroll
+      for (int i = 0; i < (kHigh ? 16 : 1); ++i) b[i] = T == DType::Q3_K ? 0xFFFFu : 0u;  // q3_K: bit set = no -4
+#pragma unroll
+      for (int i = 0; i < kHead; ++i) h[i] = 0;
+      return;
+    }
+    const uint8_t* blk = wrow + (s >> 2) * kBlockBytes;
+    load_words<16>(blk + low_offset(g), a);
+    if constexpr (kHigh) load_words<16>(blk + high_offset(g), b);
+    if constexpr (kGroupScales) {  // d, dmin, 12 scale bytes
+      load_words<8>(blk, h);
+    } else if constexpr (T == DType::Q6_K) {  // the two runs' signed scales, d
+      h[0] = ld_u16(blk + 192 + 2 * g);
+      h[1] = ld_u16(blk + 208);
+    } else if constexpr (T == DType::Q2_K) {  // the two runs' scale/min bytes, d, dmin
+      h[0] = ld_u16(blk + 2 * g);
+      h[1] = ld_u16(blk + 80);
+      h[2] = ld_u16(blk + 82);
+    } else {  // Q3_K: 12 packed scale bytes, d
+#pragma unroll
+      for (int i = 0; i < 6; ++i) h[i] = ld_u16(blk + 96 + 2 * i);
+      h[6] = ld_u16(blk + 108);
+    }
+  }
+  // Byte i of the head words from word `first` on.
+  __device__ __forceinline__ uint32_t head_byte(int first, int i) const {
+    return (h[first + i / 2] >> (8 * (i % 2))) & 0xFF;
+  }
+  // Code pair i of the group (elements 2i, 2i + 1) and its bias, as the reference decodes them.
+  __device__ __forceinline__ uint32_t codes(int i) const {
+    const uint32_t lo = a[i];
+    if constexpr (T == DType::Q4_K || T == DType::Q5_K) {
+      const int sh = 4 * (g % 2);
+      uint32_t c0 = (lo >> sh) & 0xF, c1 = (lo >> (8 + sh)) & 0xF;
+      if constexpr (T == DType::Q5_K) c0 |= ((b[i] >> g) & 1) << 4, c1 |= ((b[i] >> (8 + g)) & 1) << 4;
+      return codes_to_half2(c0, c1, 0.0f);
+    } else if constexpr (T == DType::Q6_K) {  // low nibble of 64 columns, top two bits of 32
+      const int sl = 4 * ((g % 4) / 2), shh = 2 * (g % 4);
+      const uint32_t c0 = ((lo >> sl) & 0xF) | (((b[i] >> shh) & 3) << 4);
+      const uint32_t c1 = ((lo >> (8 + sl)) & 0xF) | (((b[i] >> (8 + shh)) & 3) << 4);
+      return codes_to_half2(c0, c1, 32.0f);
+    } else if constexpr (T == DType::Q2_K) {
+      const int sh = 2 * (g % 4);
+      return codes_to_half2((lo >> sh) & 3, (lo >> (8 + sh)) & 3, 0.0f);
+    } else {  // Q3_K: 2 low bits, and the mask bit g that cancels the -4
+      const int sh = 2 * (g % 4);
+      const uint32_t c0 = ((lo >> sh) & 3) | (((b[i] >> g) & 1) << 2);
+      const uint32_t c1 = ((lo >> (8 + sh)) & 3) | (((b[i] >> (8 + g)) & 1) << 2);
+      return codes_to_half2(c0, c1, 4.0f);
+    }
+  }
+  // The scale (and min) of the group's run r (r < 32 / kRunLen), with the reference's f32 roundings.
+  __device__ __forceinline__ void run_scale(int r, float* d, float* m) const {
+    if constexpr (kGroupScales) {  // get_scale_min_k4 over the 12 bytes after d and dmin
+      uint32_t sc, mn;
+      if (g < 4) {
+        sc = head_byte(2, g) & 63;
+        mn = head_byte(2, g + 4) & 63;
+      } else {
+        sc = (head_byte(2, g + 4) & 0xF) | ((head_byte(2, g - 4) >> 6) << 4);
+        mn = (head_byte(2, g + 4) >> 4) | ((head_byte(2, g) >> 6) << 4);
+      }
+      *d = f16_bits_to_float(h[0]) * static_cast<float>(sc);
+      *m = f16_bits_to_float(h[1]) * static_cast<float>(mn);
+    } else if constexpr (T == DType::Q6_K) {
+      *d = f16_bits_to_float(h[1]) * static_cast<float>(static_cast<int8_t>(head_byte(0, r)));
+      *m = 0.0f;
+    } else if constexpr (T == DType::Q2_K) {
+      const uint32_t sb = head_byte(0, r);
+      *d = f16_bits_to_float(h[1]) * static_cast<float>(sb & 0xF);
+      *m = f16_bits_to_float(h[2]) * static_cast<float>(sb >> 4);
+    } else {  // Q3_K: run k = 2g + r of the super-block
+      const int k = 2 * g + r;
+      const uint32_t low = k < 8 ? (head_byte(0, k) & 0xF) : (head_byte(0, k - 8) >> 4);
+      const uint32_t top = (head_byte(0, 8 + k % 4) >> (2 * (k / 4))) & 3;
+      *d = f16_bits_to_float(h[6]) * static_cast<float>(static_cast<int>(low | (top << 4)) - 32);
+      *m = 0.0f;
+    }
+  }
+  // The group's 32 codes as f16 into a shared row; its runs' scales (and mins) at runs 32 / kRunLen * half...
+  __device__ __forceinline__ void store(__half* row, float (*d_s)[kBM], float (*m_s)[kBM], int lr, int half) const {
+    uint32_t* out = reinterpret_cast<uint32_t*>(row);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) out[i] = codes(i);
+    constexpr int kRuns = 32 / kRunLen;
+#pragma unroll
+    for (int r = 0; r < kRuns; ++r) {
+      float d, m;
+      run_scale(r, &d, &m);
+      d_s[kRuns * half + r][lr] = d;
+      if constexpr (kMins) m_s[kRuns * half + r][lr] = m;
+    }
+  }
+};
+template <>
+struct WeightShare<DType::Q2_K> : KShare<DType::Q2_K> {};
+template <>
+struct WeightShare<DType::Q3_K> : KShare<DType::Q3_K> {};
+template <>
+struct WeightShare<DType::Q4_K> : KShare<DType::Q4_K> {};
+template <>
+struct WeightShare<DType::Q5_K> : KShare<DType::Q5_K> {};
+template <>
+struct WeightShare<DType::Q6_K> : KShare<DType::Q6_K> {};
 
 // One thread's share of a stage's activations: row tid / 2, columns 32 * (tid % 2) .. + 32, hi and lo.
 struct XShare {
@@ -123,6 +299,27 @@ struct XShare {
     for (int i = 0; i < 4; ++i) {
       *reinterpret_cast<uint4*>(h + 8 * i) = hi[i];
       *reinterpret_cast<uint4*>(l + 8 * i) = lo[i];
+    }
+  }
+  // The sums of hi + lo over runs of RunLen of the share's 32 columns, as runs 32 / RunLen * half... of
+  // activation row lr (for the mins of the K-quants).
+  template <int RunLen>
+  __device__ __forceinline__ void store_sums(float (*xsum_s)[kBN], int lr, int half) const {
+    constexpr int kRuns = 32 / RunLen, kVecs = 4 / kRuns;  // uint4 pieces (8 halves) per run
+#pragma unroll
+    for (int r = 0; r < kRuns; ++r) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int i = r * kVecs; i < (r + 1) * kVecs; ++i) {
+        const uint32_t hw[4] = {hi[i].x, hi[i].y, hi[i].z, hi[i].w}, lw[4] = {lo[i].x, lo[i].y, lo[i].z, lo[i].w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&hw[k]));
+          const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&lw[k]));
+          sum += (a.x + b.x) + (a.y + b.y);
+        }
+      }
+      xsum_s[kRuns * half + r][lr] = sum;
     }
   }
 };
@@ -150,48 +347,64 @@ __device__ __forceinline__ void zero_tiles(float (&t)[2][4][4]) {
       for (int k = 0; k < 4; ++k) t[i][j][k] = 0.0f;
 }
 
-// One quantised block of the stage in shared memory (columns k_base .. + 32): the warp's sums of codes
-// times hi and times lo on the tensor cores, then times the rows' scales d into acc.
-__device__ __forceinline__ void mma_block(const __half* a_s, const __half* xh_s, const __half* xl_s, const float* d,
-                                          int k_base, int wm, int wn, int g, int tig, float (&acc)[2][4][4]) {
-  float blk[2][4][4];
-  zero_tiles(blk);
+// The stage in shared memory (64 columns), run by run (RunLen columns under one scale): the warp's sums of
+// codes times hi and times lo on the tensor cores, then times the rows' scales d into acc, less the rows'
+// mins m times the tokens' sums of hi + lo over the run (Mins).
+template <int RunLen, bool Mins>
+__device__ __forceinline__ void mma_stage(const __half* a_s, const __half* xh_s, const __half* xl_s,
+                                          const float (*d_s)[kBM], const float (*m_s)[kBM], const float (*xsum_s)[kBN],
+                                          int wm, int wn, int g, int tig, float (&acc)[2][4][4]) {
 #pragma unroll
-  for (int ks = 0; ks < 2; ++ks) {
-    const int k0 = k_base + ks * 16 + 2 * tig;
-    uint32_t a[2][4];
+  for (int run = 0; run < kBK / RunLen; ++run) {
+    float blk[2][4][4];
+    zero_tiles(blk);
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {
-      const __half* p = a_s + (wm + mi * 16 + g) * kLds + k0;
-      a[mi][0] = *reinterpret_cast<const uint32_t*>(p);
-      a[mi][1] = *reinterpret_cast<const uint32_t*>(p + 8 * kLds);
-      a[mi][2] = *reinterpret_cast<const uint32_t*>(p + 8);
-      a[mi][3] = *reinterpret_cast<const uint32_t*>(p + 8 * kLds + 8);
-    }
-#pragma unroll
-    for (int ni = 0; ni < 4; ++ni) {
-      const int off = (wn + ni * 8 + g) * kLds + k0;
-      const uint32_t h0 = *reinterpret_cast<const uint32_t*>(xh_s + off);
-      const uint32_t h1 = *reinterpret_cast<const uint32_t*>(xh_s + off + 8);
-      const uint32_t l0 = *reinterpret_cast<const uint32_t*>(xl_s + off);
-      const uint32_t l1 = *reinterpret_cast<const uint32_t*>(xl_s + off + 8);
+    for (int ks = 0; ks < RunLen / 16; ++ks) {
+      const int k0 = run * RunLen + ks * 16 + 2 * tig;
+      uint32_t a[2][4];
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
-        mma16816(blk[mi][ni], a[mi], h0, h1);
-        mma16816(blk[mi][ni], a[mi], l0, l1);
+        const __half* p = a_s + (wm + mi * 16 + g) * kLds + k0;
+        a[mi][0] = *reinterpret_cast<const uint32_t*>(p);
+        a[mi][1] = *reinterpret_cast<const uint32_t*>(p + 8 * kLds);
+        a[mi][2] = *reinterpret_cast<const uint32_t*>(p + 8);
+        a[mi][3] = *reinterpret_cast<const uint32_t*>(p + 8 * kLds + 8);
+      }
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni) {
+        const int off = (wn + ni * 8 + g) * kLds + k0;
+        const uint32_t h0 = *reinterpret_cast<const uint32_t*>(xh_s + off);
+        const uint32_t h1 = *reinterpret_cast<const uint32_t*>(xh_s + off + 8);
+        const uint32_t l0 = *reinterpret_cast<const uint32_t*>(xl_s + off);
+        const uint32_t l1 = *reinterpret_cast<const uint32_t*>(xl_s + off + 8);
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          mma16816(blk[mi][ni], a[mi], h0, h1);
+          mma16816(blk[mi][ni], a[mi], l0, l1);
+        }
       }
     }
-  }
-  // Accumulator rows g and g + 8 of each 16-row tile are weight rows: their scales.
+    // Accumulator rows g and g + 8 of each 16-row tile are weight rows: their scales; columns 2 tig and
+    // 2 tig + 1 of each 8-column tile are tokens.
 #pragma unroll
-  for (int mi = 0; mi < 2; ++mi) {
-    const float d0 = d[wm + mi * 16 + g], d1 = d[wm + mi * 16 + g + 8];
+    for (int mi = 0; mi < 2; ++mi) {
+      const int r = wm + mi * 16 + g;
+      const float d0 = d_s[run][r], d1 = d_s[run][r + 8];
 #pragma unroll
-    for (int ni = 0; ni < 4; ++ni) {
-      acc[mi][ni][0] = fmaf(d0, blk[mi][ni][0], acc[mi][ni][0]);
-      acc[mi][ni][1] = fmaf(d0, blk[mi][ni][1], acc[mi][ni][1]);
-      acc[mi][ni][2] = fmaf(d1, blk[mi][ni][2], acc[mi][ni][2]);
-      acc[mi][ni][3] = fmaf(d1, blk[mi][ni][3], acc[mi][ni][3]);
+      for (int ni = 0; ni < 4; ++ni) {
+        acc[mi][ni][0] = fmaf(d0, blk[mi][ni][0], acc[mi][ni][0]);
+        acc[mi][ni][1] = fmaf(d0, blk[mi][ni][1], acc[mi][ni][1]);
+        acc[mi][ni][2] = fmaf(d1, blk[mi][ni][2], acc[mi][ni][2]);
+        acc[mi][ni][3] = fmaf(d1, blk[mi][ni][3], acc[mi][ni][3]);
+        if constexpr (Mins) {
+          const int t = wn + ni * 8 + 2 * tig;
+          const float m0 = m_s[run][r], m1 = m_s[run][r + 8], s0 = xsum_s[run][t], s1 = xsum_s[run][t + 1];
+          acc[mi][ni][0] = fmaf(-m0, s0, acc[mi][ni][0]);
+          acc[mi][ni][1] = fmaf(-m0, s1, acc[mi][ni][1]);
+          acc[mi][ni][2] = fmaf(-m1, s0, acc[mi][ni][2]);
+          acc[mi][ni][3] = fmaf(-m1, s1, acc[mi][ni][3]);
+        }
+      }
     }
   }
 }
@@ -201,7 +414,8 @@ __global__ void __launch_bounds__(kThreads) quant_gemm_kernel(const Batch b) {
   __shared__ __align__(16) __half a_s[kBM * kLds];
   __shared__ __align__(16) __half xh_s[kBN * kLds];
   __shared__ __align__(16) __half xl_s[kBN * kLds];
-  __shared__ float d_s[2][kBM];
+  __shared__ float d_s[4][kBM], m_s[4][kBM];  // per run of the stage (2 of 32 columns, or 4 of 16)
+  __shared__ float xsum_s[4][kBN];
   pdl_begin();
 
   const int ti = find_task(b);
@@ -220,13 +434,12 @@ __global__ void __launch_bounds__(kThreads) quant_gemm_kernel(const Batch b) {
   const uint8_t* wrow = tk.w + static_cast<int64_t>(w_row_ok ? r0 + lr : 0) * b.row_bytes;
   const int64_t xoff = (tk.x_row + (x_row_ok ? t0 + lr : 0)) * b.ld + 32 * half;
 
-  WeightShare<T> ws;
+  using W = WeightShare<T>;
+  W ws;
   XShare xs;
-  constexpr int kBlockBytes = T == DType::Q4_0 ? 18 : 34;
   auto load_stage = [&](int64_t s) {
-    const int64_t blk = 2 * s + half;
-    const bool ok = blk < nblk;
-    ws.load(wrow + blk * kBlockBytes, w_row_ok && ok);
+    const bool ok = 2 * s + half < nblk;
+    ws.load(wrow, s, half, w_row_ok && ok);
     xs.load(b.hi + xoff + s * kBK, b.lo + xoff + s * kBK, x_row_ok && ok);
   };
 
@@ -237,12 +450,12 @@ __global__ void __launch_bounds__(kThreads) quant_gemm_kernel(const Batch b) {
   load_stage(0);
   for (int64_t s = 0; s < stages; ++s) {
     __syncthreads();  // the last stage's fragments are read
-    ws.store(a_s + lr * kLds + 32 * half, &d_s[half][lr]);
+    ws.store(a_s + lr * kLds + 32 * half, d_s, m_s, lr, half);
     xs.store(xh_s + lr * kLds + 32 * half, xl_s + lr * kLds + 32 * half);
+    if constexpr (W::kMins) xs.store_sums<W::kRunLen>(xsum_s, lr, half);
     __syncthreads();
     if (s + 1 < stages) load_stage(s + 1);  // in flight while the tensor cores work
-#pragma unroll
-    for (int qb = 0; qb < 2; ++qb) mma_block(a_s, xh_s, xl_s, d_s[qb], qb * 32, wm, wn, g, tig, acc);
+    mma_stage<W::kRunLen, W::kMins>(a_s, xh_s, xl_s, d_s, m_s, xsum_s, wm, wn, g, tig, acc);
   }
 
   // Accumulator element (i, j): weight row g (+8 for j >= 2), activation row 2 tig + (j & 1).
@@ -292,7 +505,27 @@ __global__ void split_rows_kernel(const float* __restrict__ x, int64_t ldx, int6
   if (threadIdx.x == 0) inv_scale[blockIdx.x] = 1.0f / s;
 }
 
+// The kernel of the dtype (I walks the types quant_gemm computes).
+constexpr DType kQuantGemmTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q2_K, DType::Q3_K,
+                                     DType::Q4_K, DType::Q5_K, DType::Q6_K};
+template <int I = 0>
+void launch_for(DType dtype, dim3 grid, const Batch& b, cudaStream_t stream) {
+  if constexpr (I < static_cast<int>(sizeof(kQuantGemmTypes) / sizeof(kQuantGemmTypes[0]))) {
+    constexpr DType T = kQuantGemmTypes[I];
+    if (dtype == T)
+      launch_kernel("quantised GEMM kernel", quant_gemm_kernel<T>, grid, dim3(kThreads), 0, stream, b);
+    else
+      launch_for<I + 1>(dtype, grid, b, stream);
+  }
+}
+
 }  // namespace
+
+bool quant_gemm_computes(DType dtype) {
+  for (DType t : kQuantGemmTypes)
+    if (t == dtype) return true;
+  return false;
+}
 
 uint64_t split_rows_bytes(int64_t rows, int64_t cols) {
   const uint64_t r = static_cast<uint64_t>(std::max<int64_t>(rows, 1));
@@ -316,9 +549,8 @@ SplitRows split_rows(const Ctx& ctx, const float* x, int64_t ldx, int64_t rows, 
 
 void quant_gemm(const Ctx& ctx, DType dtype, const SplitRows& x, int64_t cols, const QuantGemmTask* tasks, int count,
                 bool accumulate) {
-  SW_CHECK(dtype == DType::Q4_0 || dtype == DType::Q8_0, "CUDA quantised GEMM: ", dtype_name(dtype),
-           " weights are not q4_0/q8_0");
-  SW_CHECK(cols > 0 && cols % 32 == 0 && cols == x.ld, "CUDA quantised GEMM: ", cols,
+  SW_CHECK(quant_gemm_computes(dtype), "CUDA quantised GEMM: no kernel for ", dtype_name(dtype), " weights");
+  SW_CHECK(cols > 0 && cols % dtype_block_elems(dtype) == 0 && cols == x.ld, "CUDA quantised GEMM: ", cols,
            " columns against split activations of ", x.ld);
   for (int i0 = 0; i0 < count; i0 += kMaxTasks) {
     Batch b;
@@ -350,13 +582,7 @@ void quant_gemm(const Ctx& ctx, DType dtype, const SplitRows& x, int64_t cols, c
     }
     if (b.count == 0) continue;
     b.tile_begin[b.count] = static_cast<int32_t>(tiles);
-    const dim3 grid(static_cast<unsigned>(tiles));
-    if (dtype == DType::Q4_0)
-      launch_kernel("quantised GEMM kernel (q4_0)", quant_gemm_kernel<DType::Q4_0>, grid, dim3(kThreads), 0, ctx.stream,
-                    b);
-    else
-      launch_kernel("quantised GEMM kernel (q8_0)", quant_gemm_kernel<DType::Q8_0>, grid, dim3(kThreads), 0, ctx.stream,
-                    b);
+    launch_for(dtype, dim3(static_cast<unsigned>(tiles)), b, ctx.stream);
   }
 }
 

@@ -686,14 +686,18 @@ TEST_CASE(
 
 TEST_CASE("quantised GEMM: more tasks than one launch takes, odd shapes, rows of any scale, stored and accumulated",
           "[gpu][kernels]") {
-  // 70 matrices (two launches of at most 64 tasks), 96 columns (a stage with one quantised block), rows 1 to
-  // 130 and 1 to 75 activation rows per matrix (partial tiles both ways, two token tiles), activation rows
-  // scaled from 1e-4 to 1e4 (each row is split with its own scale).
+  // Every type the kernel computes: 70 matrices (two launches of at most 64 tasks), 96 columns (a stage with
+  // one quantised block; the K-quants: three super-blocks, 12 stages), rows 1 to 130 and 1 to 75 activation
+  // rows per matrix (partial tiles both ways, two token tiles), activation rows scaled from 1e-4 to 1e4 (each
+  // row is split with its own scale).
   constexpr int kTasks = 70;
-  const int64_t cols = 96;
   DevMem mem;
   uint8_t* ws = mem.alloc(64ull << 20);
-  for (DType dt : {DType::Q8_0, DType::Q4_0})
+  int types = 0;
+  for (DType dt : weight_dtypes()) {
+    if (!cuda::quant_gemm_computes(dt)) continue;
+    ++types;
+    const int64_t cols = dtype_block_elems(dt) == 256 ? 768 : 96;
     for (bool accumulate : {false, true}) {
       std::vector<int64_t> rows(kTasks), m(kTasks), first(kTasks);
       int64_t slots = 0;
@@ -738,6 +742,8 @@ TEST_CASE("quantised GEMM: more tasks than one launch takes, odd shapes, rows of
         REQUIRE(bad.empty());
       }
     }
+  }
+  CHECK(types == 7);  // q8_0, q4_0 and the five K-quants
 }
 
 TEST_CASE("CUDA blocks go through long steps in chunks when the workspace is small", "[gpu][kernels]") {
