@@ -1136,6 +1136,20 @@ Plan plan_one(const Ctx& c, Schedule s, int64_t n) {
   fail("unknown schedule");
 }
 
+// fn(i) for i in [0, n) on up to cfg.threads threads (the candidates of one planning decision are
+// independent; the caller picks among the results in order, so the choice is the sequential one).
+void for_each_candidate(const PlannerConfig& cfg, int64_t n, const std::function<void(int64_t)>& fn) {
+  const int threads = static_cast<int>(std::min<int64_t>(std::max(cfg.threads, 1), n));
+  if (threads <= 1) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  ThreadPool pool(threads);
+  pool.parallel_for(n, 1, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) fn(i);
+  });
+}
+
 // KV placement and the LM head's place in the pinned order are fixed for the whole table, so they
 // are chosen once: among the priority rule's choice (attention > KV > FFN > output) and a spread of
 // alternatives — KV layers up to the most that fit with their attention pinned, and up to the most
@@ -1193,9 +1207,7 @@ Layout choose_layout(const ModelSpec& spec, const CostModel& cost, const Planner
   bool have = false;
   int best_k = priority_k;
   const ShardSet shards = make_shards(spec, cfg.ctx, cfg.kv_dtype, &cfg.tensor_dtypes);
-  auto consider = [&](int k, bool early) {
-    Layout L = make_layout(spec, cfg, k, early, &shards);
-    const double request = request_ms(L);
+  auto consider = [&](int k, bool early, Layout L, double request) {
     if (!std::isfinite(request)) return;
     // Prefer the priority rule's choice on ties (within 0.5%).
     if (!have || request < best_cost * (k == priority_k && !early ? 1.005 : 0.995)) {
@@ -1205,10 +1217,18 @@ Layout choose_layout(const ModelSpec& spec, const CostModel& cost, const Planner
       have = true;
     }
   };
-  // The KV split with the LM head last, then the LM head early with the split chosen (planning cost:
-  // each layout plans every schedule at three tiers).
-  for (int k : ks) consider(k, false);
-  consider(best_k, true);
+  // The KV split with the LM head last (each split's layout priced on its own thread), then the LM head
+  // early with the split chosen (planning cost: each layout plans every schedule at three tiers).
+  std::vector<Layout> layouts(ks.size());
+  std::vector<double> requests(ks.size());
+  for_each_candidate(cfg, static_cast<int64_t>(ks.size()), [&](int64_t i) {
+    layouts[static_cast<size_t>(i)] = make_layout(spec, cfg, ks[static_cast<size_t>(i)], false, &shards);
+    requests[static_cast<size_t>(i)] = request_ms(layouts[static_cast<size_t>(i)]);
+  });
+  for (size_t i = 0; i < ks.size(); ++i) consider(ks[i], false, std::move(layouts[i]), requests[i]);
+  Layout early = make_layout(spec, cfg, best_k, true, &shards);
+  const double early_request = request_ms(early);
+  consider(best_k, true, std::move(early), early_request);
   if (!have) return make_layout(spec, cfg, priority_k, false, &shards);
   return best;
 }
@@ -1311,12 +1331,21 @@ PlanTable build_plan_table(const ModelSpec& spec, const CostModel& cost, const P
   // A table of baselines alone (`run --schedule layer-split`) picks among them; otherwise they are
   // reference rows, never picked.
   const bool baselines_only = std::none_of(cfg.schedules.begin(), cfg.schedules.end(), schedule_is_candidate);
-  for (int64_t n : cfg.tiers) {
+  // Every tier's plan of every schedule, each on its own thread; then each tier's pick, in order.
+  const size_t n_s = cfg.schedules.size();
+  std::vector<Plan> plans(cfg.tiers.size() * n_s);
+  for_each_candidate(cfg, static_cast<int64_t>(plans.size()), [&](int64_t i) {
+    const size_t k = static_cast<size_t>(i);
+    plans[k] = plan_one(c, cfg.schedules[k % n_s], cfg.tiers[k / n_s]);
+  });
+  for (size_t ti = 0; ti < cfg.tiers.size(); ++ti) {
+    const int64_t n = cfg.tiers[ti];
     TierEntry e;
     e.tokens = n;
     double best = 0;
-    for (Schedule s : cfg.schedules) {
-      Plan p = plan_one(c, s, n);
+    for (size_t si = 0; si < n_s; ++si) {
+      const Schedule s = cfg.schedules[si];
+      Plan p = std::move(plans[ti * n_s + si]);
       if (p.feasible && (baselines_only || schedule_is_candidate(s)) && (!e.feasible || p.predicted_ms < best)) {
         e.feasible = true;
         e.chosen = s;
