@@ -56,8 +56,10 @@ build-asan: deps
 # A failed ctest run shows everything but the lines of the tests that passed (failures with their output,
 # then the summary); the whole run is in the log.
 CTEST_FAILURES = grep -Ev '^ *(Start +[0-9]+:|[0-9]+/[0-9]+ Test +\#[0-9]+: .* Passed)'
-# The last line that counts tests ("100% tests passed, 0 tests failed out of 312").
-CTEST_SUMMARY = sed -n 's/^\([0-9]*% tests passed.*\)/    \1/p'
+# The last line that counts tests ("100% tests passed, 0 tests failed out of 312"), and one line per
+# test skipped (no GPU, no node), with the reason the test printed where it gave one.
+CTEST_SUMMARY = sed -n -e 's/^\([0-9]*% tests passed.*\)/    \1/p' -e 's/^.*: skipped: /    skipped: /p' \
+  -e 's/^[[:space:]]*[0-9]* - \(.*\) (Skipped)$$/    skipped: \1/p'
 
 test: build build-asan
 	@$(STEP_FN) FAIL_FILTER="$(CTEST_FAILURES)"; \

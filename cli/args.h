@@ -23,7 +23,7 @@ struct LlamaFlag {
 };
 inline constexpr LlamaFlag kLlamaFlags[] = {
     {"-ngl", "--n-gpu-layers"}, {"-no-cnv", "--no-cnv"},    {"-fa", "--flash-attn"},
-    {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},
+    {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-np", "--parallel"},
 };
 
 // `args` (without the program name) with each of those flags in its long form; "--" ends the options,

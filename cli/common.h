@@ -51,5 +51,7 @@ void register_plan(CLI::App& app);
 void register_sweep(CLI::App& app);
 void register_report(CLI::App& app);
 void register_profile(CLI::App& app);
+void register_serve(CLI::App& app);
+void register_loadgen(CLI::App& app);
 
 }  // namespace shardwise::cli

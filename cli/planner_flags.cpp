@@ -21,7 +21,10 @@ void add_run_flags(CLI::App* sub, PlannerFlags& f) {
   f.hw = "h200-host";
   sub->add_option("-t,--threads", f.threads, kThreadsHelp);
   sub->add_option("-c,--ctx,--ctx-size", f.ctx,
-                  "KV capacity in tokens, at most 4194304 (default: max(4096, prompt + n))");
+                  f.verb == PlannerVerb::Serve
+                      ? "KV capacity in tokens, at most 4194304: a request's prompt and reply together (default: 4096, "
+                        "or the model's positions where fewer)"
+                      : "KV capacity in tokens, at most 4194304 (default: max(4096, prompt + n))");
   sub->add_option(
       "--vram-budget", f.budget,
       "Everything the model allocates on the device (weights, KV, scratch, slots, workspaces), e.g. 4G, at most "
@@ -99,7 +102,7 @@ void check_kv_dtype(const std::string& text, const char* flag) {
 std::shared_ptr<PlannerFlags> add_planner_flags(CLI::App* sub, PlannerVerb verb) {
   auto f = std::make_shared<PlannerFlags>();
   f->verb = verb;
-  if (verb == PlannerVerb::Run)
+  if (verb != PlannerVerb::Plan)
     add_run_flags(sub, *f);
   else
     add_plan_flags(sub, *f);
@@ -108,7 +111,7 @@ std::shared_ptr<PlannerFlags> add_planner_flags(CLI::App* sub, PlannerVerb verb)
 }
 
 void PlannerFlags::check_llama_flags() const {
-  const bool run = verb == PlannerVerb::Run;
+  const bool run = verb != PlannerVerb::Plan;
   if (n_gpu_layers_option->count() > 0)
     fail("-ngl/--n-gpu-layers ", n_gpu_layers,
          ": shardwise takes no layer count, it places layers under a VRAM budget: give --vram-budget SIZE (the "
@@ -145,7 +148,7 @@ NextLayerHits PlannerFlags::hits() const {
 }
 
 std::optional<Schedule> PlannerFlags::only_schedule() const {
-  if (verb == PlannerVerb::Run) {
+  if (verb != PlannerVerb::Plan) {
     if (schedule == "auto") return std::nullopt;
     return parse_schedule(schedule);
   }

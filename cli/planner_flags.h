@@ -17,7 +17,8 @@
 
 namespace shardwise::cli {
 
-enum class PlannerVerb { Run, Plan };
+// Run and Serve execute on this machine (they take the same flags; --ctx's default differs); Plan plans for one.
+enum class PlannerVerb { Run, Serve, Plan };
 
 // The flags' text as given (CLI11 binds them); the accessors check and convert them.
 struct PlannerFlags {

@@ -1,29 +1,21 @@
 // cli/verb_run.cpp — `shardwise run`: generate text or tokens, on the CPU alone or through the plan
 // runtime on a device (CUDA, or the emulated device) under a VRAM budget.
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
-#include <optional>
 #include <random>
 
-#include "cli/args.h"
 #include "cli/common.h"
-#include "cli/planner_flags.h"
-#include "core/builtin_yaml.h"
+#include "cli/model_setup.h"
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/log.h"
 #include "core/size.h"
 #include "core/watchdog.h"
-#include "engine/run_setup.h"
-#include "executor/cuda/cuda_device.h"
 #include "executor/runtime/timeline_trace.h"
 #include "executor/session/generator.h"
-#include "oracle/experiment.h"
 #include "oracle/sweep.h"
 #include "planner/planner.h"
 #include "text/chat_template.h"
@@ -33,30 +25,19 @@
 namespace shardwise::cli {
 namespace {
 
-struct RunArgs {
-  std::string model, prompt, tokens, device = "auto";
+// `run`'s flags beside the model's (model_setup.h).
+struct RunArgs : ModelFlags {
+  std::string prompt, tokens;
   std::string file;  // -f/--file: the prompt read from a file
   CLI::Option* file_option = nullptr;
   CLI::Option* seed_option = nullptr;  // without --seed a seed is drawn (and printed)
   bool no_cnv = false;                 // llama.cpp's -no-cnv: accepted, never conversational anyway
   int64_t n_predict = 32;
-  int64_t batch = 0;
   bool json = false;
   SamplingParams sampling;
   std::vector<std::string> stop;  // --stop: generation ends where one appears; it is not printed
   bool chat = false, ignore_eos = false, no_display_prompt = false;
   std::string system;
-  std::string plan;
-  std::string timeline;             // --timeline FILE: Chrome trace of the first plan runs, measured and predicted
-  std::string timeline_runs = "4";  // --timeline-runs N (the first N) or A:B (runs [A, B))
-  std::string profiler_runs;        // --profiler-runs A:B: plan runs [A, B) inside the device's profiler range
-  // Decode steps of device-resident plans as CUDA graphs: on by default on a device (measured on the
-  // GPU machine: whole-model decode +4.5% nemo8b, +8.5% qwen30b); --no-cuda-graphs turns them off.
-  bool cuda_graphs = false;               // --cuda-graphs given
-  bool no_cuda_graphs = false;            // --no-cuda-graphs given
-  bool no_pin_weights = false;            // --no-pin-weights
-  double wait_timeout_s = 600;            // --wait-timeout
-  std::shared_ptr<PlannerFlags> planner;  // --threads, --ctx, --vram-budget, --schedule, --hw, ...
 };
 
 // "\n", "\t", "\\" in --stop become newline, tab, backslash (llama.cpp's --escape).
@@ -74,23 +55,6 @@ std::string process_escapes(const std::string& s) {
     out += s[i];
   }
   return out;
-}
-
-// The flags that need a device, or each other.
-void check_device_flags(const RunArgs& a, const std::string& device) {
-  const PlannerFlags& f = *a.planner;
-  if (!a.timeline.empty()) {  // before any work: a run that cannot write its timeline is refused
-    if (device == "cpu") fail("--timeline needs a device run (--device cuda or emu): the CPU path has no plan");
-    std::ofstream probe(a.timeline);
-    if (!probe) fail("--timeline ", a.timeline, ": cannot write the file (check the directory and permissions)");
-  }
-  if (device == "cpu")
-    for (const auto& gpu_flag : {std::make_pair("--vram-budget", &f.budget), std::make_pair("--plan", &a.plan)})
-      if (!gpu_flag.second->empty()) fail(gpu_flag.first, " needs a device: add --device cuda (or emu)");
-  if (device == "cpu" && f.schedule != "auto") fail("--schedule needs a device: add --device cuda (or emu)");
-  if (device == "cpu" && a.cuda_graphs) fail("--cuda-graphs needs a device: add --device cuda (or emu)");
-  if (a.cuda_graphs && a.no_cuda_graphs) fail("give one of --cuda-graphs and --no-cuda-graphs");
-  if (device == "emu" && f.budget.empty() && a.plan.empty()) fail("--device emu needs --vram-budget (e.g. 1G)");
 }
 
 // -f FILE's text as the prompt, without one final newline (as llama.cpp reads it).
@@ -113,103 +77,20 @@ uint64_t draw_seed() {
 
 // Checks the flags before any work; returns the CPU threads.
 int check_run_args(RunArgs& a, const std::string& device) {
-  a.planner->check_llama_flags();
-  check_device_flags(a, device);
-  // One line for a bad planner choice, whatever plans the run.
-  parse_host_kv_attention(a.planner->host_kv_attention);
-  a.planner->hits();
+  check_model_flags(a, device);
   const bool has_file = a.file_option->count() > 0;
   if (!a.prompt.empty() + has_file + !a.tokens.empty() != 1)
     fail("give exactly one of --prompt TEXT, -f/--file FILE or --tokens IDS");
   if (has_file) read_prompt_file(a);
   if (a.n_predict < 1 || a.n_predict > (1 << 24))
     fail("-n ", a.n_predict, " is out of range: --n-predict must be at least 1 and at most 16777216 tokens");
-  check_token_flag("--ctx", a.planner->ctx);
-  check_token_flag("--batch", a.batch);
-  const int threads = resolve_threads(a.planner->threads);
+  const int threads = check_model_sizes(a);
   a.sampling.validate();
   if (a.seed_option->count() == 0) a.sampling.seed = draw_seed();
   for (auto& s : a.stop) s = process_escapes(s);
   if (a.chat && !a.tokens.empty()) fail("--chat needs the user message as --prompt TEXT, not --tokens");
   if (!a.system.empty() && !a.chat) fail("--system needs --chat");
   return threads;
-}
-
-bool parse_int(const std::string& t, int64_t* v) {
-  char* e = nullptr;
-  errno = 0;
-  const long long x = std::strtoll(t.c_str(), &e, 10);
-  if (t.empty() || errno != 0 || *e != '\0') return false;
-  *v = x;
-  return true;
-}
-
-// --timeline-runs: N (the first N) or A:B (runs [A, B)).
-void parse_timeline_runs(const std::string& text, RuntimeOptions& ro) {
-  const auto colon = text.find(':');
-  int64_t first = 0, end = -1;
-  const bool ok = colon == std::string::npos
-                      ? parse_int(text, &end)
-                      : parse_int(text.substr(0, colon), &first) && parse_int(text.substr(colon + 1), &end);
-  SW_CHECK(ok && first >= 0 && end > first && end - first <= 1000 && end <= 1000000, "--timeline-runs '", text,
-           "': expected N (the first N plan runs) or A:B (runs [A, B)), at most 1000 runs");
-  ro.timeline_first = static_cast<int>(first);
-  ro.timeline_runs = static_cast<int>(end - first);
-}
-
-// --profiler-runs A:B.
-void parse_profiler_runs(const std::string& text, RuntimeOptions& ro) {
-  const auto colon = text.find(':');
-  int64_t first = -1, end = -1;
-  const bool ok = colon != std::string::npos && parse_int(text.substr(0, colon), &first) &&
-                  parse_int(text.substr(colon + 1), &end) && first >= 0 && end > first && end <= 1000000;
-  SW_CHECK(ok, "--profiler-runs '", text, "': expected A:B with 0 <= A < B (plan runs [A, B), e.g. 3:5)");
-  ro.profiler_runs_begin = static_cast<int>(first);
-  ro.profiler_runs_end = static_cast<int>(end);
-}
-
-RuntimeOptions runtime_options(const RunArgs& a) {
-  RuntimeOptions ro;
-  if (const auto s = a.planner->only_schedule()) ro.schedule = *s;
-  ro.pcie_cap_bytes_per_s = a.planner->pcie_cap_bytes_per_s();
-  if (!a.timeline.empty()) parse_timeline_runs(a.timeline_runs, ro);
-  ro.cuda_graphs = !a.no_cuda_graphs;
-  ro.pin_host_weights = !a.no_pin_weights;
-  if (!a.profiler_runs.empty()) parse_profiler_runs(a.profiler_runs, ro);
-  return ro;
-}
-
-// A budget more than GPU 0 holds is refused before planning.
-void check_gpu_budget(const std::string& what, uint64_t budget) {
-  const CudaDeviceInfo info = cuda_device_info(0);
-  const std::string error = gpu_budget_error(what, budget, info.total_bytes, info.name);
-  if (!error.empty()) fail(error);
-}
-
-// --vram-budget, or on CUDA the GPU's free memory less a reserve.
-uint64_t run_budget(const RunArgs& a, const std::string& device) {
-  const std::string& text = a.planner->budget;
-  if (!text.empty()) {
-    const uint64_t budget = a.planner->budget_bytes();
-    if (device == "cuda") check_gpu_budget("--vram-budget " + text, budget);
-    return budget;
-  }
-  const CudaDeviceInfo info = cuda_device_info(0);
-  const uint64_t reserve = 1ull << 30;  // context, modules and headroom
-  if (info.free_bytes <= reserve) fail("the GPU has too little free memory; give --vram-budget");
-  return info.free_bytes - reserve;
-}
-
-// The model's tokenizer. With --tokens a model whose vocabulary we cannot read still runs; its output
-// is printed as ids (null).
-std::unique_ptr<Tokenizer> run_tokenizer(const RunArgs& a, const WeightSource& src) {
-  try {
-    return std::make_unique<Tokenizer>(src);
-  } catch (const Error& e) {
-    if (a.tokens.empty()) throw;
-    log_info("note: ", e.what(), "; printing token ids instead of text");
-  }
-  return nullptr;
 }
 
 // The prompt's tokens: --tokens as given, or --prompt (in the chat template with --chat) encoded.
@@ -246,133 +127,20 @@ int64_t run_ctx(const RunArgs& a, const ModelSpec& spec, size_t prompt_tokens) {
   return ctx;
 }
 
-// The cost model a device run plans with, as the run's JSON records it: the machine (builtin or file)
-// and the profile, each with the hash of its text, so that a run is repeated with the same inputs.
-nlohmann::json cost_model_json(const MachineChoice& m) {
-  nlohmann::json j = nlohmann::json::object();
-  if (!m.hw.empty()) {
-    std::string builtin;
-    for (int i = 0; i < kBuiltinHardwareCount; ++i)
-      if (m.hw == kBuiltinHardware[i].name) builtin = kBuiltinHardware[i].yaml;
-    j["hw"] = m.hw;
-    j["hw_builtin"] = !builtin.empty();
-    j["hw_hash"] = fnv1a_hex(builtin.empty() ? read_text_file(m.hw) : builtin);
-  }
-  if (!m.profile.empty()) {
-    j["profile"] = m.profile;
-    j["profile_hash"] = fnv1a_hex(read_text_file(m.profile));
-  }
-  return j;
-}
-
-// The saved --plan table: its context holds the run, its budget is --vram-budget's where both are
-// given, and on CUDA the GPU holds it.
-PlanTable saved_plan(const RunArgs& a, const std::string& device, int64_t needed, nlohmann::json* inputs) {
-  const std::string text = read_text_file(a.plan);
-  PlanTable table = plan_table_from_json(text, a.plan);
-  if (table.ctx < needed)
-    fail(a.plan, ": the plan table's context (", table.ctx, ") is smaller than prompt + -n (", needed, ")");
-  if (!a.planner->budget.empty() && a.planner->budget_bytes() != table.budget_bytes)
-    fail("--vram-budget ", a.planner->budget, " (", format_bytes(a.planner->budget_bytes()),
-         ") differs from the budget of the plan table ", a.plan, " (", format_bytes(table.budget_bytes),
-         "): drop --vram-budget (the table's is used) or plan again with it");
-  if (device == "cuda") check_gpu_budget(a.plan + ": the plan table's budget", table.budget_bytes);
-  *inputs = {{"plan", a.plan}, {"plan_hash", fnv1a_hex(text)}};
-  return table;
-}
-
-// On CUDA without --profile or --hw: the builtin machine whose GPU this is, else the default datasheet
-// with one warning that says how to measure this machine. Returns how the cost model was chosen.
-std::string choose_cuda_machine(const RunArgs& a, MachineChoice* m) {
-  const bool hw_given = a.planner->hw_option && a.planner->hw_option->count() > 0;
-  if (!m->profile.empty() || hw_given) return "given";
-  const std::string gpu = cuda_device_info(0).name;
-  const std::string match = builtin_machine_for_gpu(gpu);
-  if (!match.empty()) {
-    m->hw = match;
-    log_info("planning with the builtin machine ", match, " (its GPU is this one, ", gpu, ")");
-    return "builtin machine of this GPU (" + gpu + ")";
-  }
-  log_warn("planning from the ", m->hw, " datasheet: no builtin machine has this GPU (", gpu,
-           "), so predictions and the schedule choice may be off; `shardwise profile --out my.json --device cuda` "
-           "measures this machine (minutes), then run with --profile my.json");
-  return "default datasheet (no builtin machine has this GPU, " + gpu + ")";
-}
-
-// What the engine sets up: on a device, the saved --plan table or the planner's choices; `inputs`
-// receives what the plans come from (the table, or the cost model), null on the CPU.
-RunSetupOptions setup_options(const RunArgs& a, const std::string& device, int64_t ctx, int64_t needed,
-                              nlohmann::json* inputs) {
-  RunSetupOptions so;
-  so.device = device;
-  so.ctx = ctx;
-  *inputs = nullptr;
-  if (device == "cpu") return so;
-  so.runtime = runtime_options(a);
-  if (!a.plan.empty()) {
-    so.table = saved_plan(a, device, needed, inputs);
-    return so;
-  }
-  so.machine = a.planner->machine();
-  const std::string why = device == "cuda" ? choose_cuda_machine(a, &so.machine) : "given";
-  so.pcie_cap_bytes_per_s = a.planner->pcie_cap_bytes_per_s();
-  so.planner = a.planner->choices(0);  // the run's threads and ctx: the engine's
-  so.planner.budget_bytes = run_budget(a, device);
-  *inputs = {{"cost_model", cost_model_json(so.machine)}};
-  (*inputs)["cost_model"]["chosen"] = why;
-  return so;
-}
-
 // A run: the model, its prompt, and what generated from it.
-struct RunState {
-  std::string device;
-  int threads = 0;
-  int64_t ctx = 0;
-  double load_ms = 0;
-  std::unique_ptr<WeightSource> src;
-  std::unique_ptr<Tokenizer> tok;
+struct RunState : ModelRun {
   std::vector<int32_t> prompt;
-  std::unique_ptr<LoadedModel> model;
-  std::unique_ptr<RunSetup> setup;
   // Output as token ids: the model carries no vocabulary (its pieces would be raw bytes, NULs among them).
   bool print_ids = false;
-  nlohmann::json plan_inputs;  // setup_options' `inputs`
 };
-
-// --device auto on a GPU, with a model of a type the CUDA kernels do not compute with yet: the CPU runs it
-// (with a warning), unless the run asked for the GPU's budget or a plan (an error then).
-void cpu_for_types_cuda_lacks(const RunArgs& a, RunState& s) {
-  if (a.device != "auto" || s.device != "cuda") return;
-  for (const auto& kv : s.src->tensors()) {
-    if (cuda_computes_dtype(kv.second.dtype)) continue;
-    const std::string why =
-        kv.first + " is " + dtype_name(kv.second.dtype) + ", which the CUDA device does not compute with yet";
-    if (!a.planner->budget.empty() || !a.plan.empty())
-      fail(why, ": run it on the CPU (--device cpu, without --vram-budget or --plan)");
-    log_warn(why, ": running on the CPU (--device cpu)");
-    s.device = "cpu";
-    return;
-  }
-}
 
 // Opens the model, reads the prompt and sets the run up (planned on a device).
 void load_run(const RunArgs& a, RunState& s) {
-  const auto t_load = std::chrono::steady_clock::now();
-  OpenOptions oo;
-  oo.threads = s.threads;
-  std::optional<Phase> loading(std::in_place, "loading " + a.model);
-  s.src = open_weights(a.model, oo);
-  cpu_for_types_cuda_lacks(a, s);
-  s.tok = run_tokenizer(a, *s.src);
+  open_model(a, s, !a.tokens.empty());  // with --tokens, a model without a vocabulary runs on ids
   s.print_ids = !s.tok || s.tok->kind() == "bytes";
   s.prompt = prompt_tokens(a, s.src->spec(), s.tok.get());
   s.ctx = run_ctx(a, s.src->spec(), s.prompt.size());
-  const RunSetupOptions so =
-      setup_options(a, s.device, s.ctx, static_cast<int64_t>(s.prompt.size()) + a.n_predict, &s.plan_inputs);
-  s.model = std::make_unique<LoadedModel>(*s.src, s.threads);
-  loading.reset();
-  s.setup = std::make_unique<RunSetup>(*s.model, so, s.prompt);
-  s.load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count();
+  set_up_model(a, s, static_cast<int64_t>(s.prompt.size()) + a.n_predict, "prompt + -n", s.prompt);
 }
 
 // Generates, streaming text as it comes (holding back an incomplete UTF-8 sequence and anything that
@@ -380,8 +148,7 @@ void load_run(const RunArgs& a, RunState& s) {
 GenerateResult generate_run(const RunArgs& a, RunState& s, tok::TextStream& stream) {
   GenerateOptions go;
   go.n_predict = a.n_predict;
-  // On a device the plan table decides how a long prompt is cut (its tiers); --batch caps a step.
-  go.prefill_chunk = a.batch > 0 ? a.batch : (s.setup->runtime() ? 0 : 512);
+  go.prefill_chunk = prefill_chunk(a, s);
   go.sampling = a.sampling;
   if (s.tok && !a.ignore_eos) go.stop_ids = s.tok->eog_ids();
   auto print = [&](std::string text) {
@@ -621,11 +388,7 @@ void register_run(CLI::App& app) {
       sub->add_option("-f,--file", a->file, "Read the prompt text from a file (one final newline dropped)");
   sub->add_option("--tokens", a->tokens, "Prompt as comma-separated token ids, used as given (no BOS added)");
   sub->add_option("-n,--n-predict,--predict", a->n_predict, "Tokens to generate, at least 1")->capture_default_str();
-  a->planner = add_planner_flags(sub, PlannerVerb::Run);
-  sub->add_option(
-      "--batch", a->batch,
-      "Prompt tokens per prefill step, at most 4194304 (0: 512 on the CPU; on a device, the plan table's tiers)");
-  sub->add_option("--device", a->device, "auto|cuda|emu|cpu (auto: the GPU when there is one, else the CPU)");
+  add_model_flags(sub, *a, PlannerVerb::Run);
   sub->add_flag("--greedy", a->sampling.greedy, "Greedy decoding (argmax)");
   sub->add_option("--temp", a->sampling.temp, "Sampling temperature (<= 0: greedy)")->capture_default_str();
   sub->add_option("--top-k", a->sampling.top_k, "Top-k (0: off)")->capture_default_str();
@@ -654,7 +417,6 @@ void register_run(CLI::App& app) {
                 "Print one JSON object at the end instead of streaming text (with what repeats the run: sampling "
                 "settings and seed, cost model or plan table and their hashes, schedules, revision)");
   sub->add_flag("--no-cnv,--no-conversation", a->no_cnv)->group("");  // llama.cpp's; runs are never conversational
-  sub->add_option("--plan", a->plan, "Execute this plan table (from `shardwise plan --save`) instead of planning");
   sub->add_option("--timeline", a->timeline,
                   "Write a Chrome trace of the first plan runs: each action measured (queue timestamps, host clock) "
                   "next to the planner's simulated timeline of the same plan");
@@ -665,19 +427,7 @@ void register_run(CLI::App& app) {
   sub->add_option("--profiler-runs", a->profiler_runs,
                   "A:B: plan runs [A, B) (a chunked prefill counts each chunk) run between cudaProfilerStart and "
                   "cudaProfilerStop, for a profiler started with its recording off (ncu --profile-from-start off)");
-  sub->add_flag(
-      "--cuda-graphs", a->cuda_graphs,
-      "Run each decode step (<= 8 tokens) of a device-resident plan (whole model and KV in VRAM) as CUDA graphs "
-      "of up to 8 blocks: one launch instead of one per kernel (not the --timeline runs); the default on a device");
-  sub->add_flag("--no-cuda-graphs", a->no_cuda_graphs,
-                "Launch every kernel of a decode step on its own (no CUDA graphs)");
-  sub->add_flag("--no-pin-weights", a->no_pin_weights,
-                "Leave the host weights pageable instead of pinning them: streamed copies run several times slower "
-                "(for systems where pinning fails or hangs)");
-  sub->add_option("--wait-timeout", a->wait_timeout_s,
-                  "Seconds any one wait (on the GPU, on worker threads) may last before the run stops with an error "
-                  "naming it; 0 = no limit")
-      ->capture_default_str();
+  add_device_run_flags(sub, *a);
   sub->callback([a] { run_run(*a); });
 }
 

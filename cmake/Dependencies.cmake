@@ -2,6 +2,8 @@
 find_package(Threads REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(Eigen3 3.3 REQUIRED NO_MODULE)
+# Boost.Beast/Asio for the HTTP server (serve/): header-only.
+find_package(Boost 1.74 REQUIRED)
 
 # yaml-cpp: 0.7 exports `yaml-cpp`, 0.8 `yaml-cpp::yaml-cpp`.
 find_package(yaml-cpp CONFIG REQUIRED)

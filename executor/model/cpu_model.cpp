@@ -135,5 +135,10 @@ int64_t CpuEngine::capacity() const {
 void CpuEngine::step(const int32_t* tokens, int64_t n, float* last_logits) {
   model_.forward(tokens, n, *kv_, last_logits, false);
 }
+void CpuEngine::truncate(int64_t n_past) {
+  SW_CHECK(n_past >= 0 && n_past <= kv_->n_past(), "truncate: position ", n_past, " outside the ", kv_->n_past(),
+           " cached positions");
+  kv_->set_n_past(n_past);
+}
 
 }  // namespace shardwise

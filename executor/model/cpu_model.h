@@ -73,6 +73,7 @@ class CpuEngine : public StepEngine {
   int64_t n_past() const override;
   int64_t capacity() const override;
   void step(const int32_t* tokens, int64_t n, float* last_logits) override;
+  void truncate(int64_t n_past) override;
   std::string device() const override { return "cpu"; }
 
  private:

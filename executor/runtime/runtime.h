@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/weight_source.h"
 #include "executor/device/device.h"
 #include "executor/model/cpu_blocks.h"
@@ -116,6 +117,12 @@ class Runtime : public StepEngine {
   int64_t n_past() const override { return n_past_; }
   int64_t capacity() const override { return table_.ctx; }
   void step(const int32_t* tokens, int64_t n, float* last_logits) override;
+  // The caches (host and device) are indexed by position: dropping a suffix is moving n_past back.
+  void truncate(int64_t n_past) override {
+    SW_CHECK(n_past >= 0 && n_past <= n_past_, "truncate: position ", n_past, " outside the ", n_past_,
+             " cached positions");
+    n_past_ = n_past;
+  }
   std::string device() const override { return device_.kind(); }
 
   // Drops the cache (positions restart at 0) without freeing anything.
@@ -147,6 +154,11 @@ class Runtime : public StepEngine {
 
   const PlanTable& table() const { return table_; }
   const std::vector<RuntimeStep>& steps() const { return steps_; }
+  // Forgets the records of the steps after the first (a server steps without end, and the list would
+  // grow by one entry per token); the first stays, so a later step is not taken for the first.
+  void forget_steps() {
+    if (steps_.size() > 1) steps_.resize(1);
+  }
   const std::vector<TimelineEntry>& timeline() const { return timeline_; }
   RuntimeMemory memory();
   uint64_t graph_launches() const { return device_.graph_launches(); }

@@ -33,20 +33,28 @@ GenerateResult generate(StepEngine& model, const std::vector<int32_t>& prompt, c
   const int64_t vocab = model.spec().vocab_size;
   for (int32_t id : prompt)
     SW_CHECK(id >= 0 && id < vocab, "token id ", id, " is out of range for this model (vocabulary of ", vocab, ")");
-  const int64_t total = model.n_past() + static_cast<int64_t>(prompt.size()) + std::max<int64_t>(0, opt.n_predict - 1);
+  const int64_t cached = opt.cached_prompt;
+  SW_CHECK(cached >= 0 && cached < static_cast<int64_t>(prompt.size()) && (cached == 0 || model.n_past() == cached),
+           "generate: ", cached, " cached prompt tokens for a prompt of ", prompt.size(), " and a cache of ",
+           model.n_past(), " positions");
+  const int64_t total =
+      model.n_past() - cached + static_cast<int64_t>(prompt.size()) + std::max<int64_t>(0, opt.n_predict - 1);
   SW_CHECK(total <= model.capacity(), "the prompt (", prompt.size(), " tokens) plus ", opt.n_predict,
            " generated tokens need a context of ", total, " but --ctx is ", model.capacity());
 
   GenerateResult r;
   r.n_prompt = static_cast<int64_t>(prompt.size());
+  r.n_cached = cached;
   Sampler sampler(opt.sampling);
   std::vector<int32_t> history = prompt;
   std::vector<float> logits(static_cast<size_t>(vocab));
   const auto t0 = std::chrono::steady_clock::now();
   // 0 = hand the whole prompt to the engine (the plan runtime chunks it by its plan table).
-  const int64_t chunk = opt.prefill_chunk > 0 ? opt.prefill_chunk : static_cast<int64_t>(prompt.size());
-  for (size_t i = 0; i < prompt.size(); i += static_cast<size_t>(chunk)) {
-    const int64_t n = std::min<int64_t>(chunk, static_cast<int64_t>(prompt.size() - i));
+  const int64_t rest = static_cast<int64_t>(prompt.size()) - cached;
+  const int64_t chunk = opt.prefill_chunk > 0 ? opt.prefill_chunk : rest;
+  for (int64_t i = cached; i < static_cast<int64_t>(prompt.size()); i += chunk) {
+    if (i > cached && opt.stop_requested && opt.stop_requested()) return r;  // abandoned during the prefill
+    const int64_t n = std::min<int64_t>(chunk, static_cast<int64_t>(prompt.size()) - i);
     const auto ts = std::chrono::steady_clock::now();
     model.step(prompt.data() + i, n, logits.data());
     r.steps.push_back({n, ms_since(ts)});
@@ -71,7 +79,7 @@ GenerateResult generate(StepEngine& model, const std::vector<int32_t>& prompt, c
     next = sampler.sample(logits.data(), vocab, history);
   }
   r.decode_ms = ms_since(t_first);
-  r.prompt_tokens_per_s = r.prefill_ms > 0 ? 1000.0 * static_cast<double>(r.n_prompt) / r.prefill_ms : 0;
+  r.prompt_tokens_per_s = r.prefill_ms > 0 ? 1000.0 * static_cast<double>(rest) / r.prefill_ms : 0;
   const double n_dec = static_cast<double>(r.generated.size()) - 1;
   r.decode_tokens_per_s = (n_dec > 0 && r.decode_ms > 0) ? 1000.0 * n_dec / r.decode_ms : 0;
   return r;

@@ -27,6 +27,7 @@ RULES = {
     "microbench": {"core", "costmodel", "plan", "executor"},
     "engine": {"core", "costmodel", "plan", "planner", "executor"},
     "oracle": {"core", "costmodel", "plan", "planner", "executor", "engine", "text"},
+    "serve": {"core", "plan", "executor", "text"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 

@@ -120,6 +120,7 @@ class FakeEngine : public StepEngine {
   int64_t n_past() const override { return n_past_; }
   int64_t capacity() const override { return 64; }
   std::string device() const override { return "fake"; }
+  void truncate(int64_t n) override { n_past_ = n; }
   void step(const int32_t*, int64_t n, float* logits) override {
     n_past_ += n;
     ++steps_;

@@ -1,0 +1,140 @@
+// cli/verb_serve.cpp — `shardwise serve`: the model behind an OpenAI-compatible HTTP server (serve/),
+// loaded and set up exactly as `run` does it (cli/model_setup.h), until SIGINT or SIGTERM.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+
+#include "cli/common.h"
+#include "cli/model_setup.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/size.h"
+#include "core/watchdog.h"
+#include "engine/planning.h"
+#include "serve/server.h"
+#include "text/chat_template.h"
+
+namespace shardwise::cli {
+namespace {
+
+struct ServeArgs : ModelFlags {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int parallel = 1;
+  std::string api_key;
+  int64_t queue_limit = 64;
+  double timeout_s = 600;
+  int64_t n_predict = -1;
+  std::string max_body = "1M";
+};
+
+constexpr int64_t kMaxQueueLimit = 1000000;
+
+void check_serve_args(const ServeArgs& a) {
+  if (a.parallel != 1)
+    fail("--parallel ", a.parallel,
+         ": batched execution of several sequences is not implemented yet, so the server runs one request at a "
+         "time (give --parallel 1)");
+  if (a.port < 0 || a.port > 65535) fail("--port ", a.port, " is out of range: 0 (a free port) to 65535");
+  if (a.queue_limit < 0 || a.queue_limit > kMaxQueueLimit)
+    fail("--queue-limit ", a.queue_limit, " is out of range: 0 to ", kMaxQueueLimit);
+  if (!(a.timeout_s >= 0) || !std::isfinite(a.timeout_s) || a.timeout_s > 1e7)
+    fail("--timeout ", a.timeout_s, " is out of range: 0 (none) to 10000000 seconds");
+  if (a.n_predict != -1 && (a.n_predict < 1 || a.n_predict > (1 << 24)))
+    fail("-n ", a.n_predict, " is out of range: -1 (up to the context) or 1 to 16777216 tokens");
+  const uint64_t body = parse_size(a.max_body, "--max-body");
+  if (body < 1024 || body > (uint64_t(1) << 30)) fail("--max-body ", a.max_body, " is out of range: 1K to 1G");
+}
+
+// The id GET /v1/models gives: the file (or directory) name; a synthetic: spec as given.
+std::string model_id(std::string model) {
+  if (model.rfind("synthetic:", 0) == 0) return model;
+  while (model.size() > 1 && model.back() == '/') model.pop_back();
+  const size_t slash = model.find_last_of('/');
+  return slash == std::string::npos ? model : model.substr(slash + 1);
+}
+
+// --ctx-size, or 4096 within the model's positions.
+int64_t serve_ctx(const ServeArgs& a, const ModelSpec& spec) {
+  if (a.planner->ctx > 0) return a.planner->ctx;
+  return std::min<int64_t>(4096, spec.max_position_embeddings > 0 ? spec.max_position_embeddings : 4096);
+}
+
+serve::ServedModel served_model(const ServeArgs& a, const ModelRun& s) {
+  serve::ServedModel m;
+  m.id = model_id(a.model);
+  m.tokenizer = s.tok.get();
+  const ChatChoice choice = choose_chat_format(s.tok->chat_template(), s.src->spec().family, *s.tok);
+  log_info(choice.note);
+  m.chat_format = choice.format;
+  m.context = s.setup->engine().capacity();
+  m.vocab_size = s.src->spec().vocab_size;
+  m.n_predict = a.n_predict;
+  m.created = static_cast<int64_t>(std::time(nullptr));
+  return m;
+}
+
+void run_serve(ServeArgs a) {
+  ModelRun s;
+  s.device = resolve_device(a.device);
+  check_model_flags(a, s.device);
+  check_serve_args(a);
+  s.threads = check_model_sizes(a);
+  set_wait_limit_s(a.wait_timeout_s);
+  open_model(a, s, false);
+  s.ctx = serve_ctx(a, s.src->spec());
+  // No prompt yet: an MoE model's routing guess is measured on seeded tokens.
+  set_up_model(a, s, s.ctx, "--ctx-size", step_tokens(16, s.src->spec().vocab_size, 1));
+  serve::ServerOptions so;
+  so.host = a.host;
+  so.port = static_cast<uint16_t>(a.port);
+  so.api_key = a.api_key;
+  so.parallel = a.parallel;
+  so.queue_limit = a.queue_limit;
+  so.timeout_s = a.timeout_s;
+  so.max_body_bytes = parse_size(a.max_body, "--max-body");
+  so.prefill_chunk = prefill_chunk(a, s);
+  serve::Server server(s.setup->engine(), served_model(a, s), so, s.setup->runtime());
+  server.stop_on_signals();
+  server.start();
+  std::printf("listening on %s\n", server.url().c_str());
+  std::fflush(stdout);
+  log_info("serving ", a.model, " (", s.device, ", context ", server.model().context, " tokens); Ctrl-C stops");
+  server.wait();
+  log_info("stopping");
+  server.stop();
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  CLI::App* sub = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
+  sub->add_option("-m,--model", a->model, "A .gguf file, an HF directory or synthetic:SPEC")->required();
+  sub->add_option("--host", a->host, "Address to listen on (0.0.0.0: every interface)")->capture_default_str();
+  sub->add_option("--port", a->port, "Port to listen on (0: a free one; the line printed at start names it)")
+      ->capture_default_str();
+  sub->add_option("--parallel", a->parallel,
+                  "Requests generated at once; only 1 until batched execution exists (others wait in the queue)")
+      ->capture_default_str();
+  sub->add_option("--api-key", a->api_key, "Require 'Authorization: Bearer KEY' on every /v1 request (else 401)");
+  sub->add_option("--queue-limit", a->queue_limit,
+                  "Requests that may wait for the model beyond the running one; more get 429")
+      ->capture_default_str();
+  sub->add_option("--timeout", a->timeout_s,
+                  "Seconds a request may take from its arrival (0: no limit): a generation still running then ends "
+                  "with the text so far and finish_reason \"length\"; one still queued gets 503")
+      ->capture_default_str();
+  sub->add_option("-n,--n-predict", a->n_predict,
+                  "The most tokens one request may generate (-1: up to the context); a larger max_tokens is capped "
+                  "to it, not refused, and a request without max_tokens gets it")
+      ->capture_default_str();
+  sub->add_option("--max-body", a->max_body, "Largest request body, e.g. 1M; larger ones get 413")
+      ->capture_default_str();
+  add_model_flags(sub, *a, PlannerVerb::Serve);
+  add_device_run_flags(sub, *a);
+  sub->callback([a] { run_serve(*a); });
+}
+
+}  // namespace shardwise::cli
