@@ -80,6 +80,7 @@ void run_serve(ServeArgs a) {
   s.device = resolve_device(a.device);
   check_model_flags(a, s.device);
   check_serve_args(a);
+  serve::check_listen_address(a.host, static_cast<uint16_t>(a.port));
   s.threads = check_model_sizes(a);
   set_wait_limit_s(a.wait_timeout_s);
   open_model(a, s, false);

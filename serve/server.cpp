@@ -517,17 +517,34 @@ Server::Impl::Impl(StepEngine& engine, ServedModel served, const ServerOptions& 
   scheduler = std::make_unique<Scheduler>(engine, *model.tokenizer, metrics, so);
 }
 
-void Server::Impl::listen() {
+namespace {
+
+// Opens `acceptor` listening on host:port; one error line naming the flags when it cannot.
+void open_listener(net::io_context& ioc, tcp::acceptor& acceptor, const std::string& host, uint16_t port) {
   beast::error_code ec;
   tcp::resolver resolver(ioc);
-  const auto found = resolver.resolve(opt.host, std::to_string(opt.port), tcp::resolver::passive, ec);
-  if (ec || found.empty()) fail("--host ", opt.host, ": cannot resolve it (", ec.message(), ")");
+  const auto found = resolver.resolve(host, std::to_string(port), tcp::resolver::passive, ec);
+  if (ec || found.empty()) fail("--host ", host, ": cannot resolve it (", ec.message(), ")");
   const tcp::endpoint at = found.begin()->endpoint();
   acceptor.open(at.protocol(), ec);
   if (!ec) acceptor.set_option(net::socket_base::reuse_address(true), ec);
   if (!ec) acceptor.bind(at, ec);
   if (!ec) acceptor.listen(net::socket_base::max_listen_connections, ec);
-  if (ec) fail("cannot listen on ", opt.host, " port ", opt.port, ": ", ec.message(), " (--host, --port)");
+  if (ec) fail("cannot listen on ", host, " port ", port, ": ", ec.message(), " (--host, --port)");
+}
+
+}  // namespace
+
+void check_listen_address(const std::string& host, uint16_t port) {
+  net::io_context ioc;
+  tcp::acceptor acceptor(ioc);
+  open_listener(ioc, acceptor, host, port);
+  beast::error_code ignored;
+  acceptor.close(ignored);
+}
+
+void Server::Impl::listen() {
+  open_listener(ioc, acceptor, opt.host, opt.port);
   port = acceptor.local_endpoint().port();
   const net::ip::address a = acceptor.local_endpoint().address();
   url = "http://" + (a.is_v6() ? "[" + a.to_string() + "]" : a.to_string()) + ":" + std::to_string(port);

@@ -33,6 +33,11 @@ struct ServerOptions {
   double idle_timeout_s = 60;  // a connection silent this long between requests, or not reading, is closed
 };
 
+// Listens on host:port and closes again: `serve` checks its address this way before it loads the model,
+// so that a port in use or a host that does not resolve is one error line at once, not after the load.
+// Throws Error as the Server would.
+void check_listen_address(const std::string& host, uint16_t port);
+
 class Server {
  public:
   // Binds host:port and starts the scheduler on `engine` (which must outlive the server). `runtime`,

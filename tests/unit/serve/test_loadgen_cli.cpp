@@ -146,6 +146,20 @@ TEST_CASE("serve: the binary listens on a free port, generates run's tokens and 
   CHECK(c.wait_exit() == 0);
 }
 
+TEST_CASE("serve: a port in use is one error line before the model is read", "[serve][cli]") {
+  // The port is taken by a server of this test; the model file does not exist: the error must name the
+  // address, which only a check before the load reports.
+  TestServer busy;
+  std::string out;
+  const std::string missing = test::temp_path("no_such_model.gguf");
+  const int rc = test::run_command(
+      "'" + test::shardwise_bin() + "' serve -m '" + missing + "' --port " + std::to_string(busy.server->port()), &out);
+  INFO(out);
+  CHECK(rc == 1);
+  CHECK(out.rfind("error: cannot listen on 127.0.0.1 port " + std::to_string(busy.server->port()), 0) == 0);
+  CHECK(std::count(out.begin(), out.end(), '\n') == 1);
+}
+
 TEST_CASE("serve: the binary refuses --parallel 2 and a bad port with one error line", "[serve][cli]") {
   for (const std::string& args : {std::string("--parallel 2"), std::string("-np 3"), std::string("--port 70000"),
                                   std::string("--queue-limit -1"), std::string("-n 0")}) {
