@@ -277,7 +277,7 @@ class Builder {
     if (kvg) {
       last_x_ = compute(Resource::GpuCompute, id, ComputePart::Full, deps);
     } else if (stage_) {
-      const uint64_t row = 2 * static_cast<uint64_t>(spec_.kv_dim()) * 4;  // K and V of one position, f32
+      const uint64_t row = 2 * dtype_row_bytes(set_.kv_dtype, spec_.kv_dim());  // K and V of one position
       const int up = add(Resource::H2DAct, ActionKind::CopyActivations, id, s.layer,
                          static_cast<uint64_t>(past_tokens_) * row, s.name() + " kv past", {last_staged_});
       plan_.actions.back().payload = Payload::KvPast;

@@ -165,6 +165,7 @@ ShardSet make_shards(const ModelSpec& spec, int64_t ctx, DType kv_dtype, const T
   SW_CHECK(ctx >= 1, "context must be at least 1 token");
   ShardSet set;
   set.n_layers = static_cast<int>(spec.num_hidden_layers);
+  set.kv_dtype = kv_dtype;
   set.types.assign(static_cast<size_t>(set.n_layers), LayerTypes{});
   set.attention.assign(set.n_layers, -1);
   set.ffn.assign(set.n_layers, -1);

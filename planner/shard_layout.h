@@ -46,6 +46,7 @@ struct ShardSet {
   std::vector<Shard> shards;       // index = id
   std::vector<LayerTypes> types;   // per layer, what the planner prices each matrix at
   DType output_type = DType::F32;  // the LM head's (the token embedding's when tied)
+  DType kv_dtype = DType::F32;     // the KV cache's element type
   int n_layers = 0;
   std::vector<int> attention, ffn, kv;  // shard id per layer
   int output = -1, embedding = -1;

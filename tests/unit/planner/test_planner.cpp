@@ -566,7 +566,7 @@ TEST_CASE("GPU attention over a host KV cache runs staged where that is faster",
   for (const ArenaRegion& r : sp->arena) CHECK(r.name != "kv staging");
   // Each staged layer: its cached rows up (none at tier 1024: the step fills the 1024-token cache),
   // the compute after them, the step's rows back; the next layer's upload waits for that copy back.
-  const uint64_t row = 2 * static_cast<uint64_t>(spec.kv_dim()) * 4;
+  const uint64_t row = 2 * dtype_row_bytes(cfg.kv_dtype, spec.kv_dim());
   int last_new = -1, staged_layers = 0;
   for (const Action& a : st->actions) {
     if (a.payload == Payload::KvPast) {
@@ -586,9 +586,20 @@ TEST_CASE("GPU attention over a host KV cache runs staged where that is faster",
     }
   }
   CHECK(staged_layers == 30);
-  // At tier 512 the other 512 cached positions go up.
+  // At tier 512 the other 512 cached positions go up; with an f16 cache, half the bytes.
   for (const Action& a : chosen.find_tier(512)->find(Schedule::GpuOnly)->actions)
     if (a.payload == Payload::KvPast) CHECK(a.bytes == 512 * row);
+  PlannerConfig f16_cfg = cfg;
+  f16_cfg.kv_dtype = DType::F16;
+  f16_cfg.host_kv_attention = PlannerConfig::HostKvAttention::Staged;
+  int f16_staged = 0;
+  const PlanTable f16_table = build_plan_table(spec, *cost, f16_cfg);
+  for (const Action& a : f16_table.find_tier(512)->find(Schedule::GpuOnly)->actions)
+    if (a.payload == Payload::KvPast && a.bytes > 0) {
+      CHECK(a.bytes == 512 * 2 * dtype_row_bytes(DType::F16, spec.kv_dim()));
+      ++f16_staged;
+    }
+  CHECK(f16_staged > 0);
   // Forced staged, the decode tier stages too; and the plans survive the JSON round trip.
   PlannerConfig staged_cfg = cfg;
   staged_cfg.host_kv_attention = PlannerConfig::HostKvAttention::Staged;
