@@ -130,8 +130,9 @@ void Scheduler::run_one(Job& job, Slot& slot) {
   slot.last_used = ++uses_;
   ++metrics_.in_flight;
   metrics_.batch_size = 1;
+  std::optional<Event> last;
   try {
-    generate_on(job, slot, reuse);
+    last = generate_on(job, slot, reuse);
   } catch (const std::exception& e) {
     // The cache may hold part of a step: forget it all.
     {
@@ -144,13 +145,15 @@ void Scheduler::run_one(Job& job, Slot& slot) {
     }
     ++metrics_.requests_failed;
     log_warn("serve: a generation failed: ", e.what());
-    job.out->push(failed(500, "server_error", "internal_error", e.what()));
+    last = failed(500, "server_error", "internal_error", e.what());
   }
+  // The request stops counting as running before its client can read the end (and then /metrics).
   metrics_.batch_size = 0;
   --metrics_.in_flight;
+  if (last) job.out->push(std::move(*last));
 }
 
-void Scheduler::generate_on(Job& job, Slot& slot, int64_t reuse) {
+std::optional<Event> Scheduler::generate_on(Job& job, Slot& slot, int64_t reuse) {
   const GenerationRequest& rq = job.request;
   Channel& out = *job.out;
   {
@@ -191,12 +194,11 @@ void Scheduler::generate_on(Job& job, Slot& slot, int64_t reuse) {
   metrics_.generated_tokens += r.generated.size();
   if (out.cancelled()) {
     ++metrics_.requests_cancelled;
-    return;
+    return std::nullopt;
   }
   if (stopping_) {
     ++metrics_.requests_failed;
-    out.push(shutting_down());
-    return;
+    return shutting_down();
   }
   Event tail;
   tail.text = stream.finish();
@@ -210,7 +212,7 @@ void Scheduler::generate_on(Job& job, Slot& slot, int64_t reuse) {
   metrics_.last_tokens_per_s = r.decode_tokens_per_s;
   ++metrics_.requests_done;
   if (done.timed_out) ++metrics_.requests_timed_out;
-  out.push(std::move(done));
+  return done;
 }
 
 }  // namespace shardwise::serve

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -71,7 +72,9 @@ class Scheduler {
   void loop();
   size_t pick_slot(const std::vector<int32_t>& prompt) const;
   void run_one(Job& job, Slot& slot);
-  void generate_on(Job& job, Slot& slot, int64_t reuse);
+  // Runs the generation, streaming its tokens; returns the event that ends it (none when cancelled),
+  // which run_one sends once the metrics no longer count the request as running.
+  std::optional<Event> generate_on(Job& job, Slot& slot, int64_t reuse);
 
   StepEngine& engine_;
   const Tokenizer& tok_;
