@@ -172,9 +172,11 @@ RunSetupOptions setup_options(const ModelFlags& a, const std::string& device, in
   RunSetupOptions so;
   so.device = device;
   so.ctx = ctx;
+  so.runtime.slots = a.sequences;
   *inputs = nullptr;
   if (device == "cpu") return so;
   so.runtime = runtime_options(a);
+  so.runtime.slots = a.sequences;
   if (!a.plan.empty()) {
     so.table = saved_plan(a, device, needed, needed_what, inputs);
     return so;
@@ -184,6 +186,7 @@ RunSetupOptions setup_options(const ModelFlags& a, const std::string& device, in
   so.pcie_cap_bytes_per_s = a.planner->pcie_cap_bytes_per_s();
   so.planner = a.planner->choices(0);  // the run's threads and ctx: the engine's
   so.planner.budget_bytes = run_budget(a, device);
+  so.planner.sequences = a.sequences;
   *inputs = {{"cost_model", cost_model_json(so.machine)}};
   (*inputs)["cost_model"]["chosen"] = why;
   return so;

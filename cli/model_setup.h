@@ -35,6 +35,7 @@ struct ModelFlags {
   bool no_cuda_graphs = false;            // --no-cuda-graphs given
   bool no_pin_weights = false;            // --no-pin-weights
   double wait_timeout_s = 600;            // --wait-timeout
+  int sequences = 1;                      // sequences stepped at once (`serve --parallel`): the KV cache's slots
   std::shared_ptr<PlannerFlags> planner;  // --threads, --ctx, --vram-budget, --schedule, --hw, ...
 };
 

@@ -30,12 +30,11 @@ struct ServeArgs : ModelFlags {
 };
 
 constexpr int64_t kMaxQueueLimit = 1000000;
+constexpr int kMaxParallel = 256;
 
 void check_serve_args(const ServeArgs& a) {
-  if (a.parallel != 1)
-    fail("--parallel ", a.parallel,
-         ": batched execution of several sequences is not implemented yet, so the server runs one request at a "
-         "time (give --parallel 1)");
+  if (a.parallel < 1 || a.parallel > kMaxParallel)
+    fail("--parallel ", a.parallel, " is out of range: 1 to ", kMaxParallel);
   if (a.port < 0 || a.port > 65535) fail("--port ", a.port, " is out of range: 0 (a free port) to 65535");
   if (a.queue_limit < 0 || a.queue_limit > kMaxQueueLimit)
     fail("--queue-limit ", a.queue_limit, " is out of range: 0 to ", kMaxQueueLimit);
@@ -55,10 +54,15 @@ std::string model_id(std::string model) {
   return slash == std::string::npos ? model : model.substr(slash + 1);
 }
 
-// --ctx-size, or 4096 within the model's positions.
+// --ctx-size (shared by the slots, as llama-server's -c), or 4096 positions per slot within the model's.
 int64_t serve_ctx(const ServeArgs& a, const ModelSpec& spec) {
-  if (a.planner->ctx > 0) return a.planner->ctx;
-  return std::min<int64_t>(4096, spec.max_position_embeddings > 0 ? spec.max_position_embeddings : 4096);
+  if (a.planner->ctx > 0) {
+    if (a.planner->ctx < a.parallel)
+      fail("--ctx-size ", a.planner->ctx, " is shared by --parallel ", a.parallel, " slots: give at least ", a.parallel,
+           " positions");
+    return a.planner->ctx;
+  }
+  return a.parallel * std::min<int64_t>(4096, spec.max_position_embeddings > 0 ? spec.max_position_embeddings : 4096);
 }
 
 serve::ServedModel served_model(const ServeArgs& a, const ModelRun& s) {
@@ -83,6 +87,7 @@ void run_serve(ServeArgs a) {
   serve::check_listen_address(a.host, static_cast<uint16_t>(a.port));
   s.threads = check_model_sizes(a);
   set_wait_limit_s(a.wait_timeout_s);
+  a.sequences = a.parallel;
   open_model(a, s, false);
   s.ctx = serve_ctx(a, s.src->spec());
   // No prompt yet: an MoE model's routing guess is measured on seeded tokens.
@@ -101,7 +106,8 @@ void run_serve(ServeArgs a) {
   server.start();
   std::printf("listening on %s\n", server.url().c_str());
   std::fflush(stdout);
-  log_info("serving ", a.model, " (", s.device, ", context ", server.model().context, " tokens); Ctrl-C stops");
+  log_info("serving ", a.model, " (", s.device, ", ", a.parallel, a.parallel == 1 ? " slot" : " slots", " of ",
+           server.model().context, " tokens); Ctrl-C stops");
   server.wait();
   log_info("stopping");
   server.stop();
@@ -117,7 +123,8 @@ void register_serve(CLI::App& app) {
   sub->add_option("--port", a->port, "Port to listen on (0: a free one; the line printed at start names it)")
       ->capture_default_str();
   sub->add_option("--parallel", a->parallel,
-                  "Requests generated at once; only 1 until batched execution exists (others wait in the queue)")
+                  "Requests generated at once (-np), stepped together (continuous batching); each gets a slot of "
+                  "--ctx-size / N positions. More requests wait in the queue")
       ->capture_default_str();
   sub->add_option("--api-key", a->api_key, "Require 'Authorization: Bearer KEY' on every /v1 request (else 401)");
   sub->add_option("--queue-limit", a->queue_limit,

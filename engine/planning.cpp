@@ -66,7 +66,7 @@ PlannerConfig planner_config(const ModelSpec& spec, const PlannerChoices& c, con
   if (!c.tiers.empty()) cfg.tiers = c.tiers;
   cfg.model_name = facts.name;
   cfg.tensor_dtypes = facts.tensor_dtypes;
-  cfg.executor = executor_traits(spec, facts.expert_copies);
+  cfg.executor = executor_traits(spec, facts.expert_copies, c.sequences);
   return cfg;
 }
 

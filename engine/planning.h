@@ -43,6 +43,7 @@ struct PlannerChoices {
   std::optional<Schedule> only;
   std::vector<int64_t> tiers;  // empty: default_tiers()
   NextLayerHits next_layer_hits;
+  int sequences = 1;  // sequences a step may run at once (`serve --parallel`): their logits rows in the scratch
 };
 
 // 0: the cost model's machine's cores; else 1 to kMaxPoolThreads. Errors name `flag`.

@@ -19,7 +19,7 @@ LoadedModel::LoadedModel(const WeightSource& src, int threads)
 
 RunSetup::RunSetup(LoadedModel& model, const RunSetupOptions& options, const std::vector<int32_t>& prompt) {
   if (options.device == "cpu") {
-    engine_ = std::make_unique<CpuEngine>(model.weights, model.pool, options.ctx);
+    engine_ = std::make_unique<CpuEngine>(model.weights, model.pool, options.ctx, options.runtime.slots);
     return;
   }
   PlanTable table = options.table ? *options.table : plan(model, options, prompt);
@@ -41,6 +41,7 @@ PlanTable RunSetup::plan(LoadedModel& model, const RunSetupOptions& options, con
   PlannerChoices choices = options.planner;
   choices.ctx = options.ctx;
   choices.threads = model.pool.size();
+  choices.sequences = options.runtime.slots;
   const PlannerConfig cfg = planner_config(model.weights.spec, choices, facts_of(model.source, model.source.origin()));
   PlannedTable planned =
       plan_table(model.weights.spec, cost, cfg, choices.next_layer_hits, options.pcie_cap_bytes_per_s,

@@ -39,7 +39,7 @@ struct RunSetupOptions {
   double pcie_cap_bytes_per_s = 0;
   // The planner's choices; ctx and threads are the run's (the model's pool).
   PlannerChoices planner;
-  RuntimeOptions runtime;
+  RuntimeOptions runtime;  // runtime.slots: sequences at once, on the CPU too (ctx shared by them)
 };
 
 class RunSetup {

@@ -38,7 +38,7 @@ Scratch scratch_of(const ModelSpec& s) {
 
 }  // namespace
 
-ExecutorTraits executor_traits(const ModelSpec& spec, int expert_copies) {
+ExecutorTraits executor_traits(const ModelSpec& spec, int expert_copies, int sequences) {
   ExecutorTraits t;
   t.gpu_fused_qkv_max_tokens = kGpuFusedQkvMaxTokens;
   t.device_routing_max_tokens = kDeviceRoutingMaxTokens;
@@ -46,6 +46,8 @@ ExecutorTraits executor_traits(const ModelSpec& spec, int expert_copies) {
   t.scratch_bytes_per_token = s.floats_per_token * 4;
   t.scratch_fixed_bytes = s.fixed_floats * 4 + s.workspace_bytes + 16 * 256;  // + alignment of the runtime's buffers
   t.expert_copies = expert_copies;
+  t.output_rows = std::max(1, sequences);
+  t.output_row_bytes = static_cast<uint64_t>(spec.vocab_size) * 4;
   return t;
 }
 

@@ -19,6 +19,7 @@ constexpr int64_t kDeviceRoutingMaxTokens = 8;
 
 // The traits of this executor for `spec`'s model. expert_copies: the copies one streamed routed expert
 // takes as the weights lie (runtime.h: expert_copies_of, synthetic_expert_copies); 3 without experts.
-ExecutorTraits executor_traits(const ModelSpec& spec, int expert_copies = 3);
+// sequences: the most sequences one step runs (RuntimeOptions::slots).
+ExecutorTraits executor_traits(const ModelSpec& spec, int expert_copies = 3, int sequences = 1);
 
 }  // namespace shardwise

@@ -5,6 +5,7 @@
 // small, a step routed on the device beyond its limit).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 namespace shardwise {
@@ -23,9 +24,15 @@ struct ExecutorTraits {
   uint64_t scratch_bytes_per_token = 0;
   // Copies one streamed routed MoE expert takes: its gate, up and down as 1 to 3 (strided) copies.
   int expert_copies = 3;
+  // Sequences a step may run at once (a batched engine's slots): each one ending in a step gets a row
+  // of logits in the scratch, one row of which scratch_fixed_bytes holds.
+  int64_t output_rows = 1;
+  uint64_t output_row_bytes = 0;
 
   uint64_t scratch_bytes(int64_t n) const {
-    return scratch_fixed_bytes + static_cast<uint64_t>(n) * scratch_bytes_per_token;
+    const int64_t extra_rows = std::max<int64_t>(0, std::min(n, output_rows) - 1);
+    return scratch_fixed_bytes + static_cast<uint64_t>(n) * scratch_bytes_per_token +
+           static_cast<uint64_t>(extra_rows) * output_row_bytes;
   }
   // Unset traits (a default-constructed struct) describe no executor: the planner refuses them.
   bool set() const { return scratch_fixed_bytes > 0; }

@@ -2,10 +2,11 @@
 #include "serve/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/error.h"
 #include "core/log.h"
-#include "executor/session/generator.h"
+#include "executor/session/sampling.h"
 #include "text/text_stream.h"
 
 namespace shardwise::serve {
@@ -29,16 +30,46 @@ size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
   return i;
 }
 
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
 }  // namespace
+
+// A request on a slot: its prompt read so far, its sampler and text, the tokens it generated.
+struct Scheduler::Running {
+  Running(Job j, int64_t reuse)
+      : job(std::move(j)),
+        sampler(job.request.sampling),
+        stream(job.request.stop),
+        history(job.request.prompt),
+        next_prompt(reuse),
+        cached(reuse),
+        t0(Clock::now()) {}
+  bool prefilling() const { return next_prompt < static_cast<int64_t>(job.request.prompt.size()); }
+
+  Job job;
+  Sampler sampler;
+  tok::TextStream stream;
+  std::vector<int32_t> history;  // prompt, then the generated tokens
+  std::vector<int32_t> generated;
+  int64_t next_prompt = 0;  // the first prompt token not yet in the cache
+  int64_t cached = 0;       // prompt tokens whose KV was reused
+  int32_t next = -1;        // the last token sampled: the next step's input
+  bool timed_out = false;
+  Clock::time_point t0, first;
+  double ttft_ms = 0;
+};
 
 Scheduler::Scheduler(StepEngine& engine, const Tokenizer& tokenizer, Metrics& metrics, SchedulerOptions options)
     : engine_(engine), tok_(tokenizer), metrics_(metrics), options_(std::move(options)) {
-  SW_CHECK(options_.parallel == 1, "--parallel ", options_.parallel,
-           ": batched execution of several sequences is not implemented yet (give --parallel 1)");
+  SW_CHECK(options_.parallel >= 1 && options_.parallel <= engine_.slots(), "--parallel ", options_.parallel,
+           " is out of range: 1 to the engine's ", engine_.slots(), " slots");
   SW_CHECK(options_.queue_limit >= 0, "--queue-limit ", options_.queue_limit, " is negative");
   slots_.resize(static_cast<size_t>(options_.parallel));
-  // Whatever the engine holds is unknown to us: start from an empty cache.
-  engine_.truncate(0);
+  // Whatever the engine holds is unknown to us: start from empty caches.
+  for (int s = 0; s < options_.parallel; ++s) engine_.truncate_slot(s, 0);
+  logits_.resize(static_cast<size_t>(options_.parallel) * static_cast<size_t>(engine_.spec().vocab_size));
   worker_ = std::thread([this] { loop(); });
 }
 
@@ -72,44 +103,59 @@ void Scheduler::stop() {
   if (worker_.joinable()) worker_.join();
 }
 
-std::vector<int32_t> Scheduler::cached_tokens() const {
+std::vector<int32_t> Scheduler::cached_tokens(int slot) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return slots_[0].cached;
+  return slots_.at(static_cast<size_t>(slot)).cached;
+}
+
+size_t Scheduler::busy() const {
+  size_t n = 0;
+  for (const Slot& s : slots_) n += s.run != nullptr;
+  return n;
 }
 
 void Scheduler::loop() {
-  for (;;) {
-    Job job;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (stopping_) return;
-      job = std::move(queue_.front());
-      queue_.pop_front();
-      metrics_.queued = static_cast<int64_t>(queue_.size());
-    }
+  while (admit()) {
     try {
-      run_one(job, slots_[pick_slot(job.request.prompt)]);
-      if (options_.after_request) options_.after_request();
-    } catch (const std::exception& e) {  // out of memory while reporting: the next request may fare better
+      step_all();
+    } catch (const std::exception& e) {  // out of memory while reporting: the next step may fare better
       log_warn("serve: ", e.what());
     }
   }
 }
 
+bool Scheduler::admit() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || busy() > 0; });
+  if (stopping_) return busy() > 0;  // the next step ends the running ones
+  while (!queue_.empty() && busy() < slots_.size()) {
+    Job job = std::move(queue_.front());
+    queue_.pop_front();
+    metrics_.queued = static_cast<int64_t>(queue_.size());
+    const size_t slot = pick_slot(job.request.prompt);
+    lock.unlock();
+    start(std::move(job), slot);
+    lock.lock();
+  }
+  return true;
+}
+
 size_t Scheduler::pick_slot(const std::vector<int32_t>& prompt) const {
-  size_t best = 0, best_prefix = 0;
+  size_t best = slots_.size(), best_prefix = 0;
   for (size_t i = 0; i < slots_.size(); ++i) {
+    if (slots_[i].run) continue;
     const size_t p = common_prefix(slots_[i].cached, prompt);
-    if (p > best_prefix || (p == best_prefix && slots_[i].last_used < slots_[best].last_used)) {
+    if (best == slots_.size() || p > best_prefix ||
+        (p == best_prefix && slots_[i].last_used < slots_[best].last_used)) {
       best = i;
       best_prefix = p;
     }
   }
+  SW_CHECK(best < slots_.size(), "serve: no free slot");
   return best;
 }
 
-void Scheduler::run_one(Job& job, Slot& slot) {
+void Scheduler::start(Job job, size_t slot) {
   const GenerationRequest& rq = job.request;
   if (job.out->cancelled()) {  // the client left while it waited
     ++metrics_.requests_cancelled;
@@ -121,98 +167,166 @@ void Scheduler::run_one(Job& job, Slot& slot) {
                          "the request waited in the queue past its --timeout without starting"));
     return;
   }
+  Slot& s = slots_[slot];
   // The prefix this prompt shares with the slot's cache, less its last token: that one is always
   // computed, for the logits it gives.
   int64_t reuse = 0;
   if (rq.cache_prompt)
-    reuse = std::min<int64_t>(static_cast<int64_t>(common_prefix(slot.cached, rq.prompt)),
+    reuse = std::min<int64_t>(static_cast<int64_t>(common_prefix(s.cached, rq.prompt)),
                               static_cast<int64_t>(rq.prompt.size()) - 1);
-  slot.last_used = ++uses_;
-  ++metrics_.in_flight;
-  metrics_.batch_size = 1;
-  std::optional<Event> last;
-  try {
-    last = generate_on(job, slot, reuse);
-  } catch (const std::exception& e) {
-    // The cache may hold part of a step: forget it all.
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      slot.cached.clear();
-    }
-    try {
-      engine_.truncate(0);
-    } catch (const std::exception&) {
-    }
-    ++metrics_.requests_failed;
-    log_warn("serve: a generation failed: ", e.what());
-    last = failed(500, "server_error", "internal_error", e.what());
-  }
-  // The request stops counting as running before its client can read the end (and then /metrics).
-  metrics_.batch_size = 0;
-  --metrics_.in_flight;
-  if (last) job.out->push(std::move(*last));
-}
-
-std::optional<Event> Scheduler::generate_on(Job& job, Slot& slot, int64_t reuse) {
-  const GenerationRequest& rq = job.request;
-  Channel& out = *job.out;
+  s.last_used = ++uses_;
+  engine_.truncate_slot(static_cast<int>(slot), reuse);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    engine_.truncate(reuse);
-    slot.cached.resize(static_cast<size_t>(reuse));
+    s.cached.resize(static_cast<size_t>(reuse));
   }
   Event started;
   started.kind = Event::Kind::Started;
-  out.push(std::move(started));
-  GenerateOptions go;
-  go.n_predict = rq.max_tokens;
-  go.prefill_chunk = options_.prefill_chunk;
-  go.sampling = rq.sampling;
-  go.cached_prompt = reuse;
-  if (!rq.ignore_eos) go.stop_ids = tok_.eog_ids();
-  tok::TextStream stream(rq.stop);
-  bool timed_out = false;
-  go.stop_requested = [&] {
-    if (rq.deadline && Clock::now() >= *rq.deadline) timed_out = true;
-    return stream.stopped() || out.cancelled() || timed_out || stopping_;
-  };
-  const auto on_token = [&](int32_t id) {
+  job.out->push(std::move(started));
+  s.run = std::make_unique<Running>(std::move(job), reuse);
+  ++metrics_.in_flight;
+}
+
+void Scheduler::end_stopped() {
+  const auto now = Clock::now();
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Running* r = slots_[i].run.get();
+    if (!r) continue;
+    if (r->job.out->cancelled()) {
+      ++metrics_.requests_cancelled;
+      finish(i, std::nullopt);
+    } else if (stopping_) {
+      ++metrics_.requests_failed;
+      finish(i, shutting_down());
+    } else if (r->job.request.deadline && now >= *r->job.request.deadline) {
+      r->timed_out = true;
+      finish(i, done_event(*r));
+    }
+  }
+}
+
+void Scheduler::step_all() {
+  end_stopped();
+  // Decode tokens first (one per generating request), then prompt chunks in turn within the budget.
+  const int64_t budget = options_.prefill_chunk > 0 ? options_.prefill_chunk : std::numeric_limits<int64_t>::max();
+  const int64_t V = engine_.spec().vocab_size;
+  std::vector<SeqStep> seqs;
+  int64_t used = 0;
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (slots_[i].run && !slots_[i].run->prefilling()) {
+      seqs.push_back({static_cast<int>(i), &slots_[i].run->next, 1, nullptr});
+      ++used;
+    }
+  for (size_t k = 0; k < slots_.size(); ++k) {
+    const size_t i = (prefill_turn_ + k) % slots_.size();
+    Running* r = slots_[i].run.get();
+    if (!r || !r->prefilling()) continue;
+    const int64_t rest = static_cast<int64_t>(r->job.request.prompt.size()) - r->next_prompt;
+    int64_t take = std::min(rest, budget - used);
+    if (take <= 0 && seqs.empty()) take = std::min(rest, budget);
+    if (take <= 0) continue;
+    seqs.push_back({static_cast<int>(i), r->job.request.prompt.data() + r->next_prompt, take, nullptr});
+    used += take;
+  }
+  prefill_turn_ = (prefill_turn_ + 1) % slots_.size();
+  if (seqs.empty()) return;
+  for (size_t k = 0; k < seqs.size(); ++k) seqs[k].logits = logits_.data() + k * static_cast<size_t>(V);
+  metrics_.batch_size = static_cast<int64_t>(seqs.size());
+  try {
+    engine_.step_batch(seqs);
+  } catch (const std::exception& e) {  // the caches may hold part of the step: its sequences start over
+    for (const SeqStep& q : seqs) fail_request(static_cast<size_t>(q.slot), e);
+    return;
+  }
+  for (size_t k = 0; k < seqs.size(); ++k) advance(static_cast<size_t>(seqs[k].slot), seqs[k].n, seqs[k].logits);
+}
+
+void Scheduler::advance(size_t slot, int64_t n, const float* logits) {
+  Running& r = *slots_[slot].run;
+  if (r.prefilling()) {
+    r.next_prompt += n;
+    if (r.prefilling()) return;
+  }
+  try {
+    const int64_t V = engine_.spec().vocab_size;
+    const int64_t bad = first_non_finite(logits, V);
+    if (bad >= 0)
+      fail("token id ", bad, " has logit ", logits[bad], " at position ", engine_.n_past_of(static_cast<int>(slot)) - 1,
+           ": the model's weights or activations are not finite");
+    const int32_t id = r.sampler.sample(logits, V, r.history);
+    if (r.generated.empty()) {
+      r.first = Clock::now();
+      r.ttft_ms = ms_between(r.t0, r.first);
+    }
+    r.generated.push_back(id);
+    r.history.push_back(id);
+    r.next = id;
+    const GenerationRequest& rq = r.job.request;
     Event e;
     e.tokens.push_back(id);
-    if (rq.ignore_eos || !tok_.is_eog(id)) e.text = stream.push(tok_.piece(id));  // the end token is not text
-    out.push(std::move(e));
-  };
-  const GenerateResult r = generate(engine_, rq.prompt, go, on_token);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    slot.cached = rq.prompt;
-    slot.cached.insert(slot.cached.end(), r.generated.begin(), r.generated.end());
-    slot.cached.resize(static_cast<size_t>(engine_.n_past()));  // the last token sampled was never stepped
+    if (rq.ignore_eos || !tok_.is_eog(id)) e.text = r.stream.push(tok_.piece(id));  // the end token is not text
+    r.job.out->push(std::move(e));
+    const bool eog = !rq.ignore_eos && tok_.is_eog(id);
+    if (static_cast<int64_t>(r.generated.size()) >= rq.max_tokens || eog || r.stream.stopped())
+      finish(slot, done_event(r));
+  } catch (const std::exception& e) {
+    fail_request(slot, e);
   }
-  metrics_.prompt_tokens += static_cast<uint64_t>(r.n_prompt);
-  metrics_.cached_prompt_tokens += static_cast<uint64_t>(r.n_cached);
-  metrics_.generated_tokens += r.generated.size();
-  if (out.cancelled()) {
-    ++metrics_.requests_cancelled;
-    return std::nullopt;
-  }
-  if (stopping_) {
-    ++metrics_.requests_failed;
-    return shutting_down();
-  }
+}
+
+Event Scheduler::done_event(Running& r) {
+  const GenerationRequest& rq = r.job.request;
   Event tail;
-  tail.text = stream.finish();
-  if (!tail.text.empty()) out.push(std::move(tail));
+  tail.text = r.stream.finish();
+  if (!tail.text.empty()) r.job.out->push(std::move(tail));
   const bool eog = !rq.ignore_eos && !r.generated.empty() && tok_.is_eog(r.generated.back());
+  const double decode_ms = r.generated.size() > 1 ? ms_between(r.first, Clock::now()) : 0;
+  const double tps = decode_ms > 0 ? 1000.0 * static_cast<double>(r.generated.size() - 1) / decode_ms : 0;
   Event done;
   done.kind = Event::Kind::Done;
-  done.finish = stream.stopped() || eog ? Finish::Stop : Finish::Length;
-  done.timed_out = timed_out && done.finish == Finish::Length;
-  done.usage = {r.n_prompt, r.n_cached, static_cast<int64_t>(r.generated.size()), r.ttft_ms, r.decode_tokens_per_s};
-  metrics_.last_tokens_per_s = r.decode_tokens_per_s;
+  done.finish = r.stream.stopped() || eog ? Finish::Stop : Finish::Length;
+  done.timed_out = r.timed_out && done.finish == Finish::Length;
+  done.usage = {static_cast<int64_t>(rq.prompt.size()), r.cached, static_cast<int64_t>(r.generated.size()), r.ttft_ms,
+                tps};
+  metrics_.last_tokens_per_s = tps;
   ++metrics_.requests_done;
   if (done.timed_out) ++metrics_.requests_timed_out;
   return done;
+}
+
+void Scheduler::fail_request(size_t slot, const std::exception& e) {
+  try {
+    engine_.truncate_slot(static_cast<int>(slot), 0);  // the cache may hold part of a step: forget it all
+  } catch (const std::exception&) {
+  }
+  ++metrics_.requests_failed;
+  log_warn("serve: a generation failed: ", e.what());
+  finish(slot, failed(500, "server_error", "internal_error", e.what()));
+}
+
+void Scheduler::finish(size_t slot, std::optional<Event> last) {
+  Slot& s = slots_[slot];
+  const Running& r = *s.run;
+  metrics_.prompt_tokens += r.job.request.prompt.size();
+  metrics_.cached_prompt_tokens += static_cast<uint64_t>(r.cached);
+  metrics_.generated_tokens += r.generated.size();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // The tokens stepped: the history's prefix the cache holds (the last token sampled never was).
+    s.cached = r.history;
+    s.cached.resize(std::min(s.cached.size(), static_cast<size_t>(engine_.n_past_of(static_cast<int>(slot)))));
+  }
+  const std::shared_ptr<Channel> out = r.job.out;
+  s.run.reset();
+  // The request stops counting as running before its client can read the end (and then /metrics).
+  --metrics_.in_flight;
+  if (busy() == 0) metrics_.batch_size = 0;
+  if (last) out->push(std::move(*last));
+  try {
+    if (options_.after_request) options_.after_request();
+  } catch (const std::exception& e) {
+    log_warn("serve: ", e.what());
+  }
 }
 
 }  // namespace shardwise::serve

@@ -1,15 +1,14 @@
-// serve/scheduler.h — the one model's generations: a worker thread, the only user of the StepEngine
-// while it runs, takes requests from a bounded queue and runs each on a slot, sending its text and end
-// through the request's Channel.
+// serve/scheduler.h — the one model's generations with continuous batching: a worker thread, the only
+// user of the StepEngine while it runs, takes requests from a bounded queue onto the engine's slots and
+// steps every running one together, sending each one's text and end through its request's Channel.
 //
-// A slot is one sequence of the engine's KV cache, with the tokens it holds. A request goes to the idle
-// slot whose cached tokens share the longest prefix with its prompt (else the least recently used);
-// the slot's cache is cut back to that prefix (StepEngine::truncate) and only the rest of the prompt is
-// computed, as llama-server does. The engine runs one sequence per step today, so there is one slot and
-// a request runs from prefill to its last token before the next starts. Batched execution plugs in
-// here: a slot per sequence of a batched engine, and the worker's loop stepping every busy slot by one
-// token per engine step instead of running one request to its end (run_one); the queue, the slots'
-// prefix reuse, the channels and the HTTP side stay as they are.
+// A slot is one sequence of the engine's KV cache, with the tokens it holds. A request goes to the free
+// slot whose cached tokens share the longest prefix with its prompt (else the least recently used); the
+// slot's cache is cut back to that prefix (StepEngine::truncate_slot) and only the rest of the prompt is
+// computed, as llama-server does. Each engine step carries one new token of every decoding request and
+// chunks of the prompts being read (at most prefill_chunk tokens in all, decode tokens first), so a long
+// prompt never stalls the others' tokens for more than one chunk; the engine picks its plan by the
+// step's total. A request joins at the next step after a slot frees, and leaves as soon as it ends.
 #pragma once
 
 #include <atomic>
@@ -31,17 +30,17 @@
 namespace shardwise::serve {
 
 struct SchedulerOptions {
-  int parallel = 1;             // slots: sequences run at once (1 until the engine batches)
+  int parallel = 1;             // slots: sequences run at once (at most the engine's slots)
   int64_t queue_limit = 64;     // requests waiting for a slot beyond which submit refuses
-  int64_t prefill_chunk = 512;  // prompt tokens per step (0: the whole rest of the prompt; the runtime cuts it)
-  // Runs on the worker after each request, while the engine is idle (reads the device's counters).
+  int64_t prefill_chunk = 512;  // new tokens per step, all sequences together (0: whole prompts)
+  // Runs on the worker after each request ends, between steps (reads the device's counters).
   std::function<void()> after_request;
 };
 
 class Scheduler {
  public:
   // The engine and tokenizer must outlive the scheduler; nothing else may step the engine meanwhile.
-  // Refuses parallel other than 1 (the engine runs one sequence at a time).
+  // Refuses a parallel outside 1 .. engine.slots().
   Scheduler(StepEngine& engine, const Tokenizer& tokenizer, Metrics& metrics, SchedulerOptions options);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
@@ -52,29 +51,42 @@ class Scheduler {
   // Failed); QueueFull when queue_limit requests already wait.
   Admit submit(GenerationRequest request, std::shared_ptr<Channel> out);
 
-  // Stops taking requests, fails those waiting (503), ends the running one at its next token, joins the
-  // worker. Idempotent.
+  // Stops taking requests, fails those waiting (503), ends the running ones at their next step, joins
+  // the worker. Idempotent.
   void stop();
 
-  // The tokens slot 0's KV cache holds now (for tests; locks out the worker while it copies).
-  std::vector<int32_t> cached_tokens() const;
+  // The tokens a slot's KV cache holds now (for tests; locks out the worker while it copies).
+  std::vector<int32_t> cached_tokens(int slot = 0) const;
 
  private:
   struct Job {
     GenerationRequest request;
     std::shared_ptr<Channel> out;
   };
+  struct Running;  // a request on a slot (scheduler.cpp)
   struct Slot {
-    std::vector<int32_t> cached;  // the tokens at positions 0 .. engine.n_past()-1
+    std::vector<int32_t> cached;  // the tokens at the slot's positions 0 .. engine.n_past_of(slot)-1
     uint64_t last_used = 0;
+    std::unique_ptr<Running> run;  // the request running on it, if any
   };
 
   void loop();
+  // Moves queued requests onto free slots; false when nothing runs and the scheduler stops.
+  bool admit();
   size_t pick_slot(const std::vector<int32_t>& prompt) const;
-  void run_one(Job& job, Slot& slot);
-  // Runs the generation, streaming its tokens; returns the event that ends it (none when cancelled),
-  // which run_one sends once the metrics no longer count the request as running.
-  std::optional<Event> generate_on(Job& job, Slot& slot, int64_t reuse);
+  void start(Job job, size_t slot);
+  // One engine step of every running request; ends those that finish.
+  void step_all();
+  // After a step: the request's prompt progress, or its next token sampled and sent.
+  void advance(size_t slot, int64_t n, const float* logits);
+  // Ends a request: `last` goes to its client once the metrics no longer count it (none when cancelled).
+  void finish(size_t slot, std::optional<Event> last);
+  void fail_request(size_t slot, const std::exception& e);
+  // Ends the running requests that were cancelled, timed out or stopped (checked before each step).
+  void end_stopped();
+  // Sends what the request's text held back, counts the request as answered; its Done event.
+  Event done_event(Running& r);
+  size_t busy() const;  // slots running a request
 
   StepEngine& engine_;
   const Tokenizer& tok_;
@@ -85,7 +97,9 @@ class Scheduler {
   std::deque<Job> queue_;
   std::vector<Slot> slots_;
   uint64_t uses_ = 0;
-  std::atomic<bool> stopping_{false};  // read by the generation at every token
+  size_t prefill_turn_ = 0;    // the slot whose prompt goes first when prompts share a step's tokens
+  std::vector<float> logits_;  // a step's logits, a row per sequence
+  std::atomic<bool> stopping_{false};
   std::thread worker_;
 };
 

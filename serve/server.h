@@ -23,7 +23,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8080;               // 0: a free port (Server::port() says which)
   std::string api_key;                // non-empty: every /v1 request needs "Authorization: Bearer KEY" (else 401)
-  int parallel = 1;                   // scheduler slots (1 until the engine batches)
+  int parallel = 1;                   // scheduler slots: requests stepped together (at most the engine's slots)
   int64_t queue_limit = 64;           // generations waiting beyond it are refused with 429
   double timeout_s = 600;             // per generation, from its arrival (0: none); see Scheduler
   uint64_t max_body_bytes = 1 << 20;  // larger bodies are refused with 413 before they are read
@@ -42,7 +42,7 @@ class Server {
  public:
   // Binds host:port and starts the scheduler on `engine` (which must outlive the server). `runtime`,
   // where the run has one, gives the device metrics. Throws Error for an address it cannot listen on and
-  // for --parallel other than 1.
+  // for a --parallel the engine has no slots for.
   Server(StepEngine& engine, ServedModel model, const ServerOptions& options, Runtime* runtime = nullptr);
   ~Server();  // stop()
   Server(const Server&) = delete;

@@ -162,10 +162,11 @@ class CudaKernels : public DeviceKernels {
     step_base_ = 0;
   }
 
-  void prepare_step(int64_t pos0, int64_t n) override {
-    SW_CHECK(pos0 >= 0 && n >= 1 && pos0 + n <= (int64_t(1) << 30), "step positions out of range");
+  void prepare_segments(const std::vector<StepSegment>& segments) override {
+    const int64_t n = segments_tokens(segments);
     std::vector<int32_t> positions(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) positions[static_cast<size_t>(i)] = static_cast<int32_t>(pos0 + i);
+    for (const StepSegment& g : segments)
+      for (int64_t i = 0; i < g.n; ++i) positions[static_cast<size_t>(g.t0 + i)] = static_cast<int32_t>(g.pos0 + i);
     // The CPU's own angle table (double-precision angles rounded to f32), so RoPE is bit-identical.
     RopeAngles angles;
     angles.compute(positions.data(), n, spec_.head_dim, spec_.rope_theta);
@@ -180,7 +181,7 @@ class CudaKernels : public DeviceKernels {
     staging_.submitted(ctx_.stream);
     rope_cos_ = table;
     rope_sin_ = table + n * half;
-    pos0_ = pos0;
+    segments_ = segments;
     n_step_ = n;
     step_base_ = ws_.mark();
     step_ready_ = true;
@@ -212,20 +213,23 @@ class CudaKernels : public DeviceKernels {
       rms_norm(ctx_, x + c0 * H, H, w.attn_norm, eps_, xn, H, m, H);
       project_qkv(p, xn, m, qkv);
       rope_qk(w, qkv, c0, m, k_cache, v_cache);
-      AttnArgs a;
-      a.q = qkv;
-      a.q_stride = W;
-      a.k = k_cache;
-      a.v = v_cache;
-      a.kv_stride = KVD;
-      a.out = attn;
-      a.out_stride = QD;
-      a.n = static_cast<int32_t>(m);
-      a.pos_first = static_cast<int32_t>(pos0_ + c0);
-      a.n_heads = static_cast<int32_t>(spec_.num_attention_heads);
-      a.n_kv_heads = static_cast<int32_t>(spec_.num_key_value_heads);
-      a.head_dim = static_cast<int32_t>(spec_.head_dim);
-      cuda::attention(ctx_, a);
+      // Each sequence's tokens over its own rows of the caches.
+      for_pieces(c0, m, [&](int64_t t, int64_t len, int64_t pos, int64_t row0) {
+        AttnArgs a;
+        a.q = qkv + (t - c0) * W;
+        a.q_stride = W;
+        a.k = k_cache + row0 * KVD;
+        a.v = v_cache + row0 * KVD;
+        a.kv_stride = KVD;
+        a.out = attn + (t - c0) * QD;
+        a.out_stride = QD;
+        a.n = static_cast<int32_t>(len);
+        a.pos_first = static_cast<int32_t>(pos);
+        a.n_heads = static_cast<int32_t>(spec_.num_attention_heads);
+        a.n_kv_heads = static_cast<int32_t>(spec_.num_key_value_heads);
+        a.head_dim = static_cast<int32_t>(spec_.head_dim);
+        cuda::attention(ctx_, a);
+      });
       matmul(ctx_, wo, attn, QD, m, x + c0 * H, H, /*accumulate=*/true);
     }
   }
@@ -466,14 +470,17 @@ class CudaKernels : public DeviceKernels {
 
   void add(float* x, const float* y, int64_t count) override { cuda::add(ctx_, x, y, count); }
 
-  void output(const float* out_norm, const DevMat& head, const float* x_row, float* logits) override {
-    const int64_t H = spec_.hidden_size;
+  void output_rows(const float* out_norm, const DevMat& head, const float* x, const std::vector<int64_t>& rows,
+                   float* logits, int64_t ld) override {
+    const int64_t H = spec_.hidden_size, count = static_cast<int64_t>(rows.size());
     SW_CHECK(head.cols == H && head.rows >= 1, "CUDA output: the LM head piece is ", head.rows, " x ", head.cols);
+    SW_CHECK(count >= 1 && ld >= head.rows, "CUDA output: ", count, " rows of logits ", ld, " apart");
     const MatRef hm = mat(head, head.rows, H, "output");
     WorkspaceScope scope(ws_);
-    float* xn = ws_.take<float>(static_cast<uint64_t>(H), "output: normed row");
-    rms_norm(ctx_, x_row, H, out_norm, eps_, xn, H, 1, H);
-    matmul(ctx_, hm, xn, H, 1, logits, hm.rows, /*accumulate=*/false);
+    float* xn = ws_.take<float>(static_cast<uint64_t>(count * H), "output: normed rows");
+    for (int64_t i = 0; i < count; ++i)
+      rms_norm(ctx_, x + rows[static_cast<size_t>(i)] * H, H, out_norm, eps_, xn + i * H, H, 1, H);
+    matmul(ctx_, hm, xn, H, count, logits, ld, /*accumulate=*/false);
   }
 
  private:
@@ -521,13 +528,22 @@ class CudaKernels : public DeviceKernels {
     matmul(ctx_, p.v, xn, H, m, qkv + QD + KVD, W, false);
   }
 
-  // Tokens c0 .. c0 + m - 1 of the step.
+  // fn(t, len, pos, row0) for each sequence's part of the step's tokens [c0, c0 + m): tokens t .. t +
+  // len - 1 at the sequence's positions pos .. , its cache rows from row0.
+  template <typename Fn>
+  void for_pieces(int64_t c0, int64_t m, Fn&& fn) const {
+    for (const StepSegment& g : segments_) {
+      const int64_t a = std::max(g.t0, c0), b = std::min(g.t0 + g.n, c0 + m);
+      if (a < b) fn(a, b - a, g.pos0 + (a - g.t0), g.row0);
+    }
+  }
+
+  // Tokens c0 .. c0 + m - 1 of the step (qkv holds their rows): q and k normed and roped, k and v
+  // appended to the caches (when given) at each sequence's rows.
   void rope_qk(const DevLayer& w, float* qkv, int64_t c0, int64_t m, float* k_cache, float* v_cache) {
-    const int64_t half = spec_.head_dim / 2;
+    const int64_t half = spec_.head_dim / 2, W = spec_.q_dim() + 2 * spec_.kv_dim(), KVD = spec_.kv_dim();
     QkRopeArgs r;
-    r.qkv = qkv;
-    r.stride = spec_.q_dim() + 2 * spec_.kv_dim();
-    r.n = static_cast<int32_t>(m);
+    r.stride = W;
     r.n_heads = static_cast<int32_t>(spec_.num_attention_heads);
     r.n_kv_heads = static_cast<int32_t>(spec_.num_key_value_heads);
     r.head_dim = static_cast<int32_t>(spec_.head_dim);
@@ -537,13 +553,17 @@ class CudaKernels : public DeviceKernels {
       r.k_norm = w.k_norm;
     }
     r.eps = eps_;
-    r.cos = rope_cos_ + c0 * half;
-    r.sin = rope_sin_ + c0 * half;
     r.neox = rope_ == RopeStyle::Neox;
-    r.k_cache = k_cache;
-    r.v_cache = v_cache;
-    r.pos_first = static_cast<int32_t>(pos0_ + c0);
-    qk_norm_rope(ctx_, r);
+    for_pieces(c0, m, [&](int64_t t, int64_t len, int64_t pos, int64_t row0) {
+      r.qkv = qkv + (t - c0) * W;
+      r.n = static_cast<int32_t>(len);
+      r.cos = rope_cos_ + t * half;
+      r.sin = rope_sin_ + t * half;
+      r.k_cache = k_cache ? k_cache + row0 * KVD : nullptr;
+      r.v_cache = v_cache ? v_cache + row0 * KVD : nullptr;
+      r.pos_first = static_cast<int32_t>(pos);
+      qk_norm_rope(ctx_, r);
+    });
   }
 
   void dense_ffn(const DevLayer& w, float* x, int64_t n) {
@@ -963,7 +983,8 @@ class CudaKernels : public DeviceKernels {
   PinnedRing staging_;
   bool step_ready_ = false;
   uint64_t step_base_ = 0;
-  int64_t pos0_ = 0, n_step_ = 0;
+  std::vector<StepSegment> segments_;
+  int64_t n_step_ = 0;
   const float* rope_cos_ = nullptr;
   const float* rope_sin_ = nullptr;
 };

@@ -112,7 +112,7 @@ class WorkspaceSplitKernels : public DeviceKernels {
       fail("cuBLAS: cublasSetWorkspace failed");
     inner_->set_workspace(dev + w, bytes - w);
   }
-  void prepare_step(int64_t pos0, int64_t n) override { inner_->prepare_step(pos0, n); }
+  void prepare_segments(const std::vector<StepSegment>& segments) override { inner_->prepare_segments(segments); }
   void attention(const DevLayer& w, float* x, int64_t n, float* k, float* v) override {
     inner_->attention(w, x, n, k, v);
   }
@@ -129,8 +129,9 @@ class WorkspaceSplitKernels : public DeviceKernels {
   void ffn(const DevLayer& w, float* x, int64_t n, const MoeRouting* r) override { inner_->ffn(w, x, n, r); }
   void ffn_routed(const DevLayer& w, float* x, int64_t n, const float* l) override { inner_->ffn_routed(w, x, n, l); }
   void add(float* x, const float* y, int64_t count) override { inner_->add(x, y, count); }
-  void output(const float* norm, const DevMat& head, const float* x_row, float* logits) override {
-    inner_->output(norm, head, x_row, logits);
+  void output_rows(const float* norm, const DevMat& head, const float* x, const std::vector<int64_t>& rows,
+                   float* logits, int64_t ld) override {
+    inner_->output_rows(norm, head, x, rows, logits, ld);
   }
 
  private:

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/model_spec.h"
 #include "executor/model/moe_routing.h"
+#include "executor/session/step_engine.h"
 
 namespace shardwise {
 
@@ -60,7 +61,11 @@ class DeviceKernels {
   virtual ~DeviceKernels() = default;
   // Device temporaries for the blocks come from this region (part of the plan's scratch).
   virtual void set_workspace(uint8_t* dev, uint64_t bytes) = 0;
-  virtual void prepare_step(int64_t pos0, int64_t n) = 0;
+  // The step's sequences (step_engine.h): each segment's tokens at its positions, its cache rows from
+  // its row0 (the caches the blocks are given hold every slot).
+  virtual void prepare_segments(const std::vector<StepSegment>& segments) = 0;
+  // One sequence at positions pos0 .. pos0 + n - 1.
+  void prepare_step(int64_t pos0, int64_t n) { prepare_segments({StepSegment{0, n, pos0, 0}}); }
   virtual void attention(const DevLayer& w, float* x, int64_t n, float* k_cache, float* v_cache) = 0;
   virtual void attention_pre(const DevLayer& w, const float* x, int64_t n, float* qkv) = 0;
   virtual void attention_post(const DevLayer& w, float* x, const float* attn, int64_t n) = 0;
@@ -72,9 +77,14 @@ class DeviceKernels {
   virtual void ffn_routed(const DevLayer& w, float* x, int64_t n, const float* router_logits) = 0;
   // x[i] += y[i], i < count (an MoE layer's CPU share added to the GPU's, plan.h moe_gpu_share).
   virtual void add(float* x, const float* y, int64_t count) = 0;
-  // Final norm of x_row, then head rows [0, head.rows) into logits[0 ..) (the caller offsets both
-  // for a piece of the LM head).
-  virtual void output(const float* out_norm, const DevMat& head, const float* x_row, float* logits) = 0;
+  // Final norm of x's rows `rows` ([n, hidden]), then head rows [0, head.rows) into row i of logits
+  // (logits + i * ld; the caller offsets logits for a piece of the LM head): one pass over the head.
+  virtual void output_rows(const float* out_norm, const DevMat& head, const float* x, const std::vector<int64_t>& rows,
+                           float* logits, int64_t ld) = 0;
+  // One row: x_row's logits into logits[0 .. head.rows).
+  void output(const float* out_norm, const DevMat& head, const float* x_row, float* logits) {
+    output_rows(out_norm, head, x_row, {0}, logits, head.rows);
+  }
   // Positions [p0, p1) of one K or V cache of `capacity` positions between the host's head-major
   // layout [kv_heads, capacity, head_dim] (kv_cache.h) and the device's position-major one
   // [capacity, kv_dim]: to_positions copies head-major src into position-major dst, else the reverse.

@@ -178,8 +178,8 @@ class EmuKernels : public DeviceKernels {
   EmuKernels(EmuQueue& q, const ModelSpec& spec, RopeStyle rope)
       : q_(q), spec_(spec), pool_(1), blocks_(spec, rope, pool_) {}
   void set_workspace(uint8_t*, uint64_t) override {}  // the CPU blocks keep their own temporaries
-  void prepare_step(int64_t pos0, int64_t n) override {
-    q_.push([=] { blocks_.prepare_step(pos0, n); });
+  void prepare_segments(const std::vector<StepSegment>& segments) override {
+    q_.push([this, segments] { blocks_.prepare_step(segments); });
   }
   void kv_layout(const float* src, float* dst, int64_t capacity, int64_t p0, int64_t p1, bool to_positions) override {
     const int64_t hd = spec_.head_dim, heads = spec_.num_key_value_heads, kvd = heads * hd;
@@ -221,7 +221,8 @@ class EmuKernels : public DeviceKernels {
   void add(float* x, const float* y, int64_t count) override {
     q_.push([=] { add_inplace(x, y, count); });
   }
-  void output(const float* out_norm, const DevMat& head, const float* x_row, float* logits) override {
+  void output_rows(const float* out_norm, const DevMat& head, const float* x, const std::vector<int64_t>& rows,
+                   float* logits, int64_t ld) override {
     q_.push([=] {
       const std::vector<float> norm(out_norm, out_norm + spec_.hidden_size);
       TensorView h;
@@ -229,7 +230,9 @@ class EmuKernels : public DeviceKernels {
       h.shape = {head.rows, head.cols};
       h.data = head.data;
       h.nbytes = tensor_bytes(head.dtype, h.shape);
-      blocks_.output(norm, h, x_row, logits, 0, head.rows);
+      // Rows of the head [0, rows) written at logits - r0 + r0: the caller's logits already point at
+      // this piece's first column.
+      blocks_.output_rows(norm, h, x, rows.data(), static_cast<int64_t>(rows.size()), logits, ld, 0, head.rows);
     });
   }
 

@@ -11,10 +11,15 @@ CpuBlocks::CpuBlocks(const ModelSpec& spec, RopeStyle rope_style, ThreadPool& po
     : spec_(spec), rope_(rope_style), pool_(pool) {}
 
 void CpuBlocks::prepare_step(int64_t pos0, int64_t n) {
-  SW_CHECK(pos0 >= 0 && n >= 1 && pos0 + n <= (int64_t(1) << 30), "step positions out of range");
-  pos0_ = pos0;
+  prepare_step({StepSegment{0, n, pos0, 0}});
+}
+
+void CpuBlocks::prepare_step(const std::vector<StepSegment>& segments) {
+  const int64_t n = segments_tokens(segments);
+  segments_ = segments;
   positions_.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) positions_[i] = static_cast<int32_t>(pos0 + i);
+  for (const StepSegment& s : segments)
+    for (int64_t i = 0; i < s.n; ++i) positions_[static_cast<size_t>(s.t0 + i)] = static_cast<int32_t>(s.pos0 + i);
   angles_.compute(positions_.data(), n, spec_.head_dim, spec_.rope_theta);
 }
 
@@ -54,6 +59,16 @@ void CpuBlocks::output(const std::vector<float>& out_norm, const TensorView& hea
   norm_.resize(static_cast<size_t>(H));
   rms_norm(x_row, out_norm.data(), static_cast<float>(spec_.rms_norm_eps), norm_.data(), 1, H);
   matmul_raw(head.dtype, head.row(r0), r1 - r0, H, norm_.data(), H, 1, logits + r0, r1 - r0, pool_);
+}
+
+void CpuBlocks::output_rows(const std::vector<float>& out_norm, const TensorView& head, const float* x,
+                            const int64_t* rows, int64_t count, float* logits, int64_t ld, int64_t r0, int64_t r1) {
+  const int64_t H = spec_.hidden_size;
+  SW_CHECK(r0 >= 0 && r1 <= head.shape.at(0) && r0 < r1 && count >= 1, "output rows [", r0, ", ", r1, ") out of range");
+  norm_.resize(static_cast<size_t>(count * H));
+  for (int64_t i = 0; i < count; ++i)
+    rms_norm(x + rows[i] * H, out_norm.data(), static_cast<float>(spec_.rms_norm_eps), norm_.data() + i * H, 1, H);
+  matmul_raw(head.dtype, head.row(r0), r1 - r0, H, norm_.data(), H, count, logits + r0, ld, pool_);
 }
 
 }  // namespace shardwise

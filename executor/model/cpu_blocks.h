@@ -12,6 +12,7 @@
 #include "executor/cpu/ops.h"
 #include "executor/model/model_weights.h"
 #include "executor/model/moe_routing.h"
+#include "executor/session/step_engine.h"
 
 namespace shardwise {
 
@@ -26,15 +27,17 @@ class CpuBlocks {
 
   // The step's tokens sit at positions pos0 .. pos0 + n - 1 (computes the RoPE angles once).
   void prepare_step(int64_t pos0, int64_t n);
+  // A batched step: each segment's tokens at its sequence's positions, its cache rows from its row0.
+  void prepare_step(const std::vector<StepSegment>& segments);
 
   // The caches' layout: capacity > 0: each KV head's rows contiguous, [n_kv_heads, capacity,
   // head_dim] (host caches: KvCache); 0 (the default): [capacity, kv_dim], the heads of a position
   // side by side (as the device caches).
   void set_kv_capacity(int64_t capacity) { kv_capacity_ = capacity; }
 
-  // x [n, hidden] is the residual stream, updated in place. Caches hold position j at row j (of each
-  // head, or of all heads: set_kv_capacity); the step writes positions pos0 .. pos0 + n - 1 and
-  // attends to positions 0 .. pos.
+  // x [n, hidden] is the residual stream, updated in place. Caches hold a segment's position j at row
+  // row0 + j (of each head, or of all heads: set_kv_capacity); the step writes each segment's new
+  // positions and each token attends to its own sequence's positions 0 .. pos.
   void attention(const LayerWeights& w, float* x, int64_t n, float* k_cache, float* v_cache);
   // The same, split: pre writes qkv [n, q_dim + 2 kv_dim] (normed, roped); core stores k, v in the
   // cache and writes attn [n, q_dim]; post adds the output projection to x.
@@ -52,6 +55,10 @@ class CpuBlocks {
   // Final norm of one row + rows [r0, r1) of the LM head -> logits[r0 .. r1).
   void output(const std::vector<float>& out_norm, const TensorView& head, const float* x_row, float* logits, int64_t r0,
               int64_t r1);
+  // The same for `count` rows of x ([n, hidden]): x rows rows[i] -> logits + i * ld (one pass over the
+  // head for all of them).
+  void output_rows(const std::vector<float>& out_norm, const TensorView& head, const float* x, const int64_t* rows,
+                   int64_t count, float* logits, int64_t ld, int64_t r0, int64_t r1);
 
  private:
   void dense_ffn(const LayerWeights& w, const float* xn, int64_t n, float* out);
@@ -61,7 +68,7 @@ class CpuBlocks {
   ModelSpec spec_;
   RopeStyle rope_;
   ThreadPool& pool_;
-  int64_t pos0_ = 0;
+  std::vector<StepSegment> segments_;
   int64_t kv_capacity_ = 0;  // > 0: head-major caches of this many positions
   std::vector<int32_t> positions_;
   RopeAngles angles_;

@@ -1,6 +1,7 @@
 // executor/model/cpu_model.cpp — the CPU-only step driver (see cpu_model.h).
 #include "executor/model/cpu_model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -16,11 +17,35 @@ void CpuModel::forward(const int32_t* tokens, int64_t n, KvCache& kv, float* log
   SW_CHECK(n >= 1, "forward: empty step");
   SW_CHECK(kv.n_past() + n <= kv.capacity(), "the context is full: ", kv.n_past(), " + ", n,
            " tokens exceed the KV capacity of ", kv.capacity(), " (raise --ctx)");
+  run_layers(tokens, {StepSegment{0, n, kv.n_past(), 0}}, kv);
+  kv.set_n_past(kv.n_past() + n);
+  const int64_t H = w_.spec.hidden_size, V = w_.spec.vocab_size;
+  if (all_logits) {
+    for (int64_t t = 0; t < n; ++t) blocks_.output(w_.output_norm, w_.output, x_.data() + t * H, logits + t * V, 0, V);
+  } else {
+    blocks_.output(w_.output_norm, w_.output, x_.data() + (n - 1) * H, logits, 0, V);
+  }
+}
+
+void CpuModel::forward_batch(const int32_t* tokens, const std::vector<StepSegment>& segments, KvCache& kv,
+                             float* logits) {
+  for (const StepSegment& s : segments)
+    SW_CHECK(s.row0 + s.pos0 + s.n <= kv.capacity(), "forward: rows up to ", s.row0 + s.pos0 + s.n,
+             " exceed the KV capacity of ", kv.capacity());
+  run_layers(tokens, segments, kv);
+  std::vector<int64_t> last;
+  for (const StepSegment& s : segments) last.push_back(s.t0 + s.n - 1);
+  const int64_t V = w_.spec.vocab_size;
+  blocks_.output_rows(w_.output_norm, w_.output, x_.data(), last.data(), static_cast<int64_t>(last.size()), logits, V,
+                      0, V);
+}
+
+void CpuModel::run_layers(const int32_t* tokens, const std::vector<StepSegment>& segments, KvCache& kv) {
   const ModelSpec& sp = w_.spec;
-  const int64_t H = sp.hidden_size;
+  const int64_t H = sp.hidden_size, n = segments.back().t0 + segments.back().n;
   x_.resize(static_cast<size_t>(n * H));
   embed_rows(w_.token_embd, tokens, n, x_.data());
-  blocks_.prepare_step(kv.n_past(), n);
+  blocks_.prepare_step(segments);
   blocks_.set_kv_capacity(kv.capacity());  // KvCache is head-major
   for (int64_t l = 0; l < sp.num_hidden_layers; ++l) {
     const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
@@ -36,13 +61,6 @@ void CpuModel::forward(const int32_t* tokens, int64_t n, KvCache& kv, float* log
     } else {
       blocks_.ffn(lw, x_.data(), n, nullptr);
     }
-  }
-  kv.set_n_past(kv.n_past() + n);
-  const int64_t V = sp.vocab_size;
-  if (all_logits) {
-    for (int64_t t = 0; t < n; ++t) blocks_.output(w_.output_norm, w_.output, x_.data() + t * H, logits + t * V, 0, V);
-  } else {
-    blocks_.output(w_.output_norm, w_.output, x_.data() + (n - 1) * H, logits, 0, V);
   }
 }
 
@@ -123,22 +141,34 @@ double measure_next_layer_routing(const ModelWeights& w, ThreadPool& pool, const
   return hits / total;
 }
 
-CpuEngine::CpuEngine(const ModelWeights& weights, ThreadPool& pool, int64_t ctx)
-    : model_(weights, pool), kv_(std::make_unique<KvCache>(weights.spec, ctx)) {}
+CpuEngine::CpuEngine(const ModelWeights& weights, ThreadPool& pool, int64_t ctx, int slots)
+    : model_(weights, pool), slots_(slots), capacity_(slots > 0 ? ctx / slots : 0) {
+  SW_CHECK(slots >= 1 && capacity_ >= 1, "a context of ", ctx, " tokens cannot be shared by ", slots, " slots");
+  kv_ = std::make_unique<KvCache>(weights.spec, capacity_ * slots);
+  n_past_.assign(static_cast<size_t>(slots), 0);
+}
 CpuEngine::~CpuEngine() = default;
-int64_t CpuEngine::n_past() const {
-  return kv_->n_past();
+int64_t CpuEngine::n_past_of(int slot) const {
+  SW_CHECK(slot >= 0 && slot < slots_, "slot ", slot, " is outside the engine's ", slots_, " slots");
+  return n_past_[static_cast<size_t>(slot)];
 }
-int64_t CpuEngine::capacity() const {
-  return kv_->capacity();
+void CpuEngine::step_batch(const std::vector<SeqStep>& seqs) {
+  const std::vector<StepSegment> segs = step_segments(seqs, slots_, capacity_, n_past_, spec().vocab_size);
+  std::vector<int32_t> tokens;
+  for (const SeqStep& s : seqs) tokens.insert(tokens.end(), s.tokens, s.tokens + s.n);
+  const int64_t V = spec().vocab_size;
+  logits_.resize(static_cast<size_t>(seqs.size()) * static_cast<size_t>(V));
+  model_.forward_batch(tokens.data(), segs, *kv_, logits_.data());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    std::copy(logits_.begin() + static_cast<int64_t>(i) * V, logits_.begin() + static_cast<int64_t>(i + 1) * V,
+              seqs[i].logits);
+    n_past_[static_cast<size_t>(seqs[i].slot)] += seqs[i].n;
+  }
 }
-void CpuEngine::step(const int32_t* tokens, int64_t n, float* last_logits) {
-  model_.forward(tokens, n, *kv_, last_logits, false);
-}
-void CpuEngine::truncate(int64_t n_past) {
-  SW_CHECK(n_past >= 0 && n_past <= kv_->n_past(), "truncate: position ", n_past, " outside the ", kv_->n_past(),
+void CpuEngine::truncate_slot(int slot, int64_t n_past) {
+  SW_CHECK(n_past >= 0 && n_past <= n_past_of(slot), "truncate: position ", n_past, " outside the ", n_past_of(slot),
            " cached positions");
-  kv_->set_n_past(n_past);
+  n_past_[static_cast<size_t>(slot)] = n_past;
 }
 
 }  // namespace shardwise

@@ -27,6 +27,10 @@ class CpuModel {
   // One step: tokens [n] at positions kv.n_past() .. +n-1. Writes logits [n, vocab] when
   // all_logits, else only the last token's [1, vocab]. Advances kv.n_past() by n.
   void forward(const int32_t* tokens, int64_t n, KvCache& kv, float* logits, bool all_logits);
+  // A batched step: tokens of every segment (each a sequence in its rows of kv, step_engine.h); writes
+  // each segment's last logits, logits [segments, vocab]. Leaves kv.n_past() alone (the caller keeps
+  // each sequence's positions).
+  void forward_batch(const int32_t* tokens, const std::vector<StepSegment>& segments, KvCache& kv, float* logits);
 
   // MoE models: called with each layer's routing of each step (for statistics; must not throw).
   void set_routing_observer(std::function<void(int64_t layer, const MoeRouting&)> observer) {
@@ -39,6 +43,9 @@ class CpuModel {
   }
 
  private:
+  // Embeds the step's tokens into x_ and runs every layer over them.
+  void run_layers(const int32_t* tokens, const std::vector<StepSegment>& segments, KvCache& kv);
+
   const ModelWeights& w_;
   ThreadPool& pool_;
   CpuBlocks blocks_;
@@ -64,21 +71,27 @@ std::vector<double> measure_experts_touched(const ModelWeights& weights, ThreadP
 // residual stream does not change between the layers' routers. NaN for dense or one-layer models.
 double measure_next_layer_routing(const ModelWeights& weights, ThreadPool& pool, const std::vector<int32_t>& tokens);
 
-// A CpuModel with its own KV cache, as a StepEngine for the generation loop.
+// A CpuModel with its own KV cache, as a StepEngine for the generation loop: `slots` sequences share
+// the ctx positions (ctx / slots each, as llama-server's -c and -np).
 class CpuEngine : public StepEngine {
  public:
-  CpuEngine(const ModelWeights& weights, ThreadPool& pool, int64_t ctx);
+  CpuEngine(const ModelWeights& weights, ThreadPool& pool, int64_t ctx, int slots = 1);
   ~CpuEngine() override;
   const ModelSpec& spec() const override { return model_.spec(); }
-  int64_t n_past() const override;
-  int64_t capacity() const override;
-  void step(const int32_t* tokens, int64_t n, float* last_logits) override;
-  void truncate(int64_t n_past) override;
+  int slots() const override { return slots_; }
+  int64_t capacity() const override { return capacity_; }
+  int64_t n_past_of(int slot) const override;
+  void step_batch(const std::vector<SeqStep>& seqs) override;
+  void truncate_slot(int slot, int64_t n_past) override;
   std::string device() const override { return "cpu"; }
 
  private:
   CpuModel model_;
+  int slots_;
+  int64_t capacity_;
   std::unique_ptr<KvCache> kv_;
+  std::vector<int64_t> n_past_;
+  std::vector<float> logits_;
 };
 
 }  // namespace shardwise

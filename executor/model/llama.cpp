@@ -35,25 +35,34 @@ void CpuBlocks::attention_pre(const LayerWeights& w, const float* x, int64_t n, 
 void CpuBlocks::attention_core(const float* qkv, int64_t n, float* k_cache, float* v_cache, float* attn) {
   const int64_t QD = spec_.q_dim(), KVD = spec_.kv_dim(), W = qkv_width();
   const int64_t hd = spec_.head_dim;
+  SW_CHECK(!segments_.empty() && segments_.back().t0 + segments_.back().n == n,
+           "attention: prepare_step was not called for this step");
   AttentionShape shape{spec_.num_attention_heads, spec_.num_key_value_heads, hd, KVD, hd};  // side by side
-  if (kv_capacity_ > 0) {
-    SW_CHECK(pos0_ + n <= kv_capacity_, "attention: positions up to ", pos0_ + n, " exceed the cache's ", kv_capacity_);
-    shape = head_major(shape, kv_capacity_);
-  }
-  for (int64_t t = 0; t < n; ++t) {
-    const float* r = qkv + t * W;
-    const int64_t at = (pos0_ + t) * shape.kv_row_stride;
-    for (int64_t g = 0; g < spec_.num_key_value_heads; ++g) {
-      const int64_t off = g * shape.kv_head_stride + at;
-      std::memcpy(k_cache + off, r + QD + g * hd, static_cast<size_t>(hd) * sizeof(float));
-      std::memcpy(v_cache + off, r + QD + KVD + g * hd, static_cast<size_t>(hd) * sizeof(float));
-    }
-  }
+  if (kv_capacity_ > 0) shape = head_major(shape, kv_capacity_);
   // Gather q into a dense [n, q_dim] block for the attention kernel.
   qkv_.resize(static_cast<size_t>(n * QD));
   for (int64_t t = 0; t < n; ++t)
     std::memcpy(qkv_.data() + t * QD, qkv + t * W, static_cast<size_t>(QD) * sizeof(float));
-  shardwise::attention(qkv_.data(), n, positions_.data(), k_cache, v_cache, pos0_ + n, shape, attn, pool_);
+  // Each sequence over its own rows: its cache seen from its first row on.
+  for (const StepSegment& sg : segments_) {
+    const int64_t end = sg.pos0 + sg.n;
+    if (kv_capacity_ > 0)
+      SW_CHECK(sg.row0 + end <= kv_capacity_, "attention: positions up to ", sg.row0 + end, " exceed the cache's ",
+               kv_capacity_);
+    float* k = k_cache + sg.row0 * shape.kv_row_stride;
+    float* v = v_cache + sg.row0 * shape.kv_row_stride;
+    for (int64_t t = 0; t < sg.n; ++t) {
+      const float* r = qkv + (sg.t0 + t) * W;
+      const int64_t at = (sg.pos0 + t) * shape.kv_row_stride;
+      for (int64_t g = 0; g < spec_.num_key_value_heads; ++g) {
+        const int64_t off = g * shape.kv_head_stride + at;
+        std::memcpy(k + off, r + QD + g * hd, static_cast<size_t>(hd) * sizeof(float));
+        std::memcpy(v + off, r + QD + KVD + g * hd, static_cast<size_t>(hd) * sizeof(float));
+      }
+    }
+    shardwise::attention(qkv_.data() + sg.t0 * QD, sg.n, positions_.data() + sg.t0, k, v, end, shape, attn + sg.t0 * QD,
+                         pool_);
+  }
 }
 
 void CpuBlocks::attention_post(const LayerWeights& w, float* x, const float* attn, int64_t n) {

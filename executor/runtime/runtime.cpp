@@ -32,6 +32,7 @@ TensorDtypes tensor_dtypes_of(const WeightSource& source) {
 struct Runtime::Buffers {
   HostBuffer staging;
   int64_t max_tokens = 0;
+  int64_t max_rows = 1;  // logits rows (sequences of one step)
   float *x = nullptr, *qkv = nullptr, *attn = nullptr, *logits = nullptr;
   float* partial = nullptr;       // an MoE layer's CPU share [max_tokens, hidden] (plan.h moe_cpu_share)
   float* out_norm_f32 = nullptr;  // the output norm's weights, uploaded for a device LM head
@@ -222,10 +223,11 @@ void Runtime::set_up_host_staging() {
   for (const auto& t : table_.tiers) b.max_tokens = std::max(b.max_tokens, t.tokens);
   b.max_tokens = std::max<int64_t>(1, b.max_tokens);
   const int64_t n = b.max_tokens, L = spec_.num_hidden_layers, E = spec_.is_moe() ? spec_.num_experts : 0;
+  b.max_rows = std::min<int64_t>(n, slots_);  // logits rows: one per sequence of a step
   const uint64_t sizes[6] = {static_cast<uint64_t>(n * spec_.hidden_size),
                              static_cast<uint64_t>(n * (spec_.q_dim() + 2 * spec_.kv_dim())),
                              static_cast<uint64_t>(n * spec_.q_dim()),
-                             static_cast<uint64_t>(spec_.vocab_size),
+                             static_cast<uint64_t>(b.max_rows * spec_.vocab_size),
                              static_cast<uint64_t>(weights_.output_norm.size()),
                              static_cast<uint64_t>(E > 0 ? n * spec_.hidden_size : 0)};
   auto floats = [](uint64_t count) { return (count + 63) / 64 * 64; };  // 256-byte aligned parts
@@ -285,6 +287,11 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
       buf_(std::make_unique<Buffers>()) {
   SW_CHECK(table_.version == kPlanFormatVersion, "plan table version ", table_.version, " is not supported");
   SW_CHECK(!table_.tiers.empty(), "the plan table has no tiers");
+  slots_ = options_.slots;
+  slot_capacity_ = slots_ >= 1 ? table_.ctx / slots_ : 0;
+  SW_CHECK(slots_ >= 1 && slot_capacity_ >= 1, "a context of ", table_.ctx, " tokens cannot be shared by ", slots_,
+           " slots");
+  n_past_.assign(static_cast<size_t>(slots_), 0);
   dtypes_ = tensor_dtypes_of(source);
   for (const auto& kv : dtypes_)
     if (!device_.supports_dtype(kv.second))
@@ -374,8 +381,8 @@ void Runtime::record_timeline(int runs) {
 }
 
 void Runtime::set_n_past(int64_t n) {
-  SW_CHECK(n >= 0 && n <= table_.ctx, "position ", n, " outside the context of ", table_.ctx);
-  n_past_ = n;
+  SW_CHECK(n >= 0 && n <= slot_capacity_, "position ", n, " outside the context of ", slot_capacity_);
+  n_past_[0] = n;
 }
 
 void Runtime::fill_host_cache(int64_t n, uint64_t seed) {
@@ -471,12 +478,11 @@ const Plan& Runtime::plan_for(int64_t n, int64_t* chunk) const {
   return *p;
 }
 
-void Runtime::step(const int32_t* tokens, int64_t n, float* last_logits) {
-  SW_CHECK(n >= 1, "a step needs at least one token");
-  SW_CHECK(n_past_ + n <= table_.ctx, "the context is full: ", n_past_, " + ", n, " tokens exceed --ctx ", table_.ctx);
-  for (int64_t i = 0; i < n; ++i)
-    SW_CHECK(tokens[i] >= 0 && tokens[i] < spec_.vocab_size, "token id ", tokens[i], " is out of range [0, ",
-             spec_.vocab_size, ")");
+void Runtime::step_batch(const std::vector<SeqStep>& seqs) {
+  const std::vector<StepSegment> segs = step_segments(seqs, slots_, slot_capacity_, n_past_, spec_.vocab_size);
+  std::vector<int32_t> tokens;
+  for (const SeqStep& q : seqs) tokens.insert(tokens.end(), q.tokens, q.tokens + q.n);
+  const int64_t n = static_cast<int64_t>(tokens.size());
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<Phase> first;  // the first step uploads the pinned shards: a phase of the set-up
   if (steps_.empty()) first.emplace(str_cat("the first step (", n, " tokens)"));
@@ -485,16 +491,39 @@ void Runtime::step(const int32_t* tokens, int64_t n, float* last_logits) {
   int64_t chunks = 0;
   for (int64_t i = 0; i < n; i += chunk) {
     const int64_t m = std::min(chunk, n - i);
-    run_plan(plan, tokens + i, m, last_logits);
+    // The sequences' parts in tokens [i, i + m); a sequence whose last token is here gets its logits.
+    std::vector<StepSegment> part;
+    std::vector<float*> logits;
+    for (size_t k = 0; k < segs.size(); ++k) {
+      const StepSegment& g = segs[k];
+      const int64_t a = std::max(g.t0, i), b = std::min(g.t0 + g.n, i + m);
+      if (a >= b) continue;
+      part.push_back({a - i, b - a, g.pos0 + (a - g.t0), g.row0});
+      logits.push_back(b == g.t0 + g.n ? seqs[k].logits : nullptr);
+    }
+    run_plan(plan, tokens.data() + i, part, logits);
     ++chunks;
   }
-  RuntimeStep s;
-  s.tokens = n;
-  s.tier = plan.tier;
-  s.chunks = chunks;
-  s.schedule = plan.schedule;
-  s.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  steps_.push_back(s);
+  for (const SeqStep& q : seqs) n_past_[static_cast<size_t>(q.slot)] += q.n;
+  RuntimeStep st;
+  st.tokens = n;
+  st.tier = plan.tier;
+  st.chunks = chunks;
+  st.schedule = plan.schedule;
+  st.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  steps_.push_back(st);
+}
+
+int64_t Runtime::n_past_of(int slot) const {
+  SW_CHECK(slot >= 0 && slot < slots_, "slot ", slot, " is outside the runtime's ", slots_, " slots");
+  return n_past_[static_cast<size_t>(slot)];
+}
+
+// The caches (host and device) are indexed by position: dropping a suffix is moving n_past back.
+void Runtime::truncate_slot(int slot, int64_t n_past) {
+  SW_CHECK(n_past >= 0 && n_past <= n_past_of(slot), "truncate: position ", n_past, " outside the ", n_past_of(slot),
+           " cached positions");
+  n_past_[static_cast<size_t>(slot)] = n_past;
 }
 
 namespace {
@@ -611,6 +640,13 @@ void Runtime::validate_plan(const Plan& p) const {
   const TensorView& head = source_.tensor(spec_.tie_word_embeddings ? "token_embd.weight" : "output.weight");
   for (const Action& a : p.actions) validate_action(p, a, where, regions.slot, regions.staging, head);
   check_splits(p, where, shards_, L);
+  if (slots_ > 1 && schedule_is_candidate(p.schedule)) {  // a logits row per sequence ending in a step
+    const ArenaRegion* scratch = region(p, "scratch");
+    const uint64_t need = executor_traits(spec_, 3, slots_).scratch_bytes(p.tier);
+    SW_CHECK(scratch && scratch->bytes >= need, where, ": its scratch (", scratch ? scratch->bytes : 0,
+             " bytes) has no room for the logits of ", slots_, " sequences (", need,
+             " bytes): plan it for as many (serve --parallel)");
+  }
 }
 
 void Runtime::validate_action(const Plan& p, const Action& a, const std::string& where,
@@ -845,7 +881,10 @@ DevLayer Runtime::device_layer(int layer, ShardKind kind, const Plan& plan, cons
 // wait keep the order of device calls, events and waits of a single pass over the plan.
 class Runtime::StepRun {
  public:
-  StepRun(Runtime& rt, const Plan& plan, const int32_t* tokens, int64_t n);
+  // The run's tokens, its sequences' parts (step_engine.h) and where each part's last logits go (null:
+  // the sequence goes on in the next run).
+  StepRun(Runtime& rt, const Plan& plan, const int32_t* tokens, const std::vector<StepSegment>& segments,
+          const std::vector<float*>& logits);
   // Issues every action (device work enqueued, CPU work done), then waits for the device.
   void run();
   // The measured timeline of this run, when it is recorded (RuntimeOptions::timeline_runs).
@@ -864,6 +903,11 @@ class Runtime::StepRun {
   float* staged(int part);  // 0, 1: K, V position-major; 2, 3: K, V head-major
   // Rows [p0, p1) of every head between a host cache and the head-major half of the staging.
   void copy_heads(int layer, bool up, int64_t p0, int64_t p1, Queue q);
+  // Rows of every sequence of the run between a host cache and the staging: its cached rows (past), or
+  // this run's new ones.
+  void copy_seq_heads(int layer, bool up, bool past, Queue q);
+  // The staged caches' layout change for every sequence's past rows (to_positions) or new rows (back).
+  void stage_layout(bool past);
   const MoeRouting& route(int layer);
   const MoeSplit& split(int layer, int cpu_experts);
   double host_ms() const;
@@ -909,7 +953,9 @@ class Runtime::StepRun {
   Buffers& b_;
   const Plan& plan_;
   const int32_t* const tokens_;
-  const int64_t n_, pos0_, ctx_;
+  const std::vector<StepSegment>& segs_;
+  const int64_t n_, ctx_;
+  std::vector<int64_t> out_rows_;  // the tokens whose logits the run computes (one per ending sequence)
   const int64_t H_, QD_, KVD_, W_, V_, E_;
 
   // The step's device buffers at the start of the plan's scratch region (the rest is the kernels'
@@ -940,7 +986,8 @@ class Runtime::StepRun {
   size_t finished_ = 0;
 };
 
-Runtime::StepRun::StepRun(Runtime& rt, const Plan& plan, const int32_t* tokens, int64_t n)
+Runtime::StepRun::StepRun(Runtime& rt, const Plan& plan, const int32_t* tokens,
+                          const std::vector<StepSegment>& segments, const std::vector<float*>& logits)
     : rt_(rt),
       device_(rt.device_),
       kernels_(rt.kernels_),
@@ -958,8 +1005,8 @@ Runtime::StepRun::StepRun(Runtime& rt, const Plan& plan, const int32_t* tokens, 
       b_(*rt.buf_),
       plan_(plan),
       tokens_(tokens),
-      n_(n),
-      pos0_(rt.n_past_),
+      segs_(segments),
+      n_(segments.back().t0 + segments.back().n),
       ctx_(rt.table_.ctx),
       H_(spec_.hidden_size),
       QD_(spec_.q_dim()),
@@ -968,6 +1015,10 @@ Runtime::StepRun::StepRun(Runtime& rt, const Plan& plan, const int32_t* tokens, 
       V_(spec_.vocab_size),
       E_(spec_.is_moe() ? spec_.num_experts : 0) {
   SW_CHECK(n_ <= b_.max_tokens, "runtime: ", n_, " tokens exceed the host staging's ", b_.max_tokens);
+  for (size_t k = 0; k < segs_.size(); ++k)
+    if (logits[k]) out_rows_.push_back(segs_[k].t0 + segs_[k].n - 1);
+  SW_CHECK(static_cast<int64_t>(out_rows_.size()) <= b_.max_rows, "runtime: ", out_rows_.size(),
+           " sequences end in one run, more than the ", b_.max_rows, " logits rows it has room for");
   for (auto& r : b_.routing) r.reset();
   for (auto& r : b_.split) r.reset();
   for (auto& e : b_.expert_ptrs) e.clear();
@@ -975,8 +1026,8 @@ Runtime::StepRun::StepRun(Runtime& rt, const Plan& plan, const int32_t* tokens, 
   rt_.arena_peak_ = std::max(rt_.arena_peak_, plan_.vram_bytes);
   rt_.ensure_resident(plan_);
   locate_weights();
-  kernels_->prepare_step(pos0_, n_);
-  cpu_.prepare_step(pos0_, n_);
+  kernels_->prepare_segments(segs_);
+  cpu_.prepare_step(segs_);
   ev_.resize(plan_.actions.size());
   start_timeline();
   graph_plan_ = graphs_fit();
@@ -999,7 +1050,7 @@ void Runtime::StepRun::carve_scratch() {
   qkv_d_ = reinterpret_cast<float*>(take(static_cast<uint64_t>(n_ * W_) * 4));
   attn_d_ = reinterpret_cast<float*>(take(static_cast<uint64_t>(n_ * QD_) * 4));
   router_d_ = reinterpret_cast<float*>(take(static_cast<uint64_t>(std::max<int64_t>(1, n_ * E_)) * 4));
-  logits_d_ = reinterpret_cast<float*>(take(static_cast<uint64_t>(V_) * 4));
+  logits_d_ = reinterpret_cast<float*>(take(static_cast<uint64_t>(std::max<size_t>(1, out_rows_.size()) * V_) * 4));
   out_norm_d_ = reinterpret_cast<float*>(take(static_cast<uint64_t>(H_) * 4));
   bool shares = false;  // an MoE layer split between CPU and GPU: the CPU share's device copy
   for (const Action& a : plan_.actions) shares = shares || a.payload == Payload::MoePartial;
@@ -1067,6 +1118,21 @@ float* Runtime::StepRun::staged(int part) {
   SW_CHECK(4 * one <= staging_->bytes, "runtime: the plan's 'kv staging' region (", staging_->bytes,
            " bytes) holds no ", "layer's K and V twice (", 4 * one, ")");
   return reinterpret_cast<float*>(arena_ + staging_->offset + static_cast<uint64_t>(part) * one);
+}
+
+void Runtime::StepRun::copy_seq_heads(int layer, bool up, bool past, Queue q) {
+  for (const StepSegment& g : segs_) {
+    const int64_t p0 = g.row0 + (past ? 0 : g.pos0);
+    copy_heads(layer, up, p0, g.row0 + g.pos0 + (past ? 0 : g.n), q);
+  }
+}
+
+void Runtime::StepRun::stage_layout(bool past) {
+  for (const StepSegment& g : segs_) {
+    const int64_t p0 = g.row0 + (past ? 0 : g.pos0), p1 = g.row0 + g.pos0 + (past ? 0 : g.n);
+    kernels_->kv_layout(staged(past ? 2 : 0), staged(past ? 0 : 2), ctx_, p0, p1, past);
+    kernels_->kv_layout(staged(past ? 3 : 1), staged(past ? 1 : 3), ctx_, p0, p1, past);
+  }
 }
 
 void Runtime::StepRun::copy_heads(int layer, bool up, int64_t p0, int64_t p1, Queue q) {
@@ -1161,7 +1227,9 @@ void Runtime::StepRun::execute(const Action& a) {
         compute_cpu(a, *sh, layer);
       break;
     case ActionKind::CopyLogits:
-      device_.copy_d2h(b_.logits, reinterpret_cast<uint8_t*>(logits_d_), static_cast<uint64_t>(V_) * 4);
+      if (!out_rows_.empty())
+        device_.copy_d2h(b_.logits, reinterpret_cast<uint8_t*>(logits_d_),
+                         static_cast<uint64_t>(out_rows_.size()) * static_cast<uint64_t>(V_) * 4);
       break;
   }
   if (timed_) {
@@ -1200,7 +1268,7 @@ void Runtime::StepRun::copy_activations(const Action& a, int layer) {
     case Payload::KvPast:  // the cached rows [0, pos0) of the layer's host cache, into the staging
       SW_CHECK(h2d && !kv_on_gpu_[static_cast<size_t>(layer)], "runtime: ", a.label,
                " stages a cache that is not on the host");
-      copy_heads(layer, true, 0, pos0_, up);
+      copy_seq_heads(layer, true, true, up);
       break;
     case Payload::RouterGuess:  // a layer's guessed router logits (router_next), down to the host
       SW_CHECK(!h2d && guess_d_ && b_.guess[static_cast<size_t>(a.layer)], "runtime: action ", a.id, " (", a.label,
@@ -1215,7 +1283,7 @@ void Runtime::StepRun::copy_activations(const Action& a, int layer) {
     case Payload::KvNew:  // the step's rows back into the layer's host cache
       SW_CHECK(!h2d && !kv_on_gpu_[static_cast<size_t>(layer)], "runtime: ", a.label,
                " returns rows of a cache not on the host");
-      copy_heads(layer, false, pos0_, pos0_ + n_, Queue::D2H);
+      copy_seq_heads(layer, false, false, Queue::D2H);
       break;
     case Payload::None:
       fail("runtime: action ", a.id, " (", a.label, ") copies no known activation");
@@ -1354,11 +1422,9 @@ void Runtime::StepRun::gpu_attention(const Action& a, const Shard& sh, int layer
       break;                       // (compute_gpu)
     case ComputePart::AttnStaged:  // over the host cache staged on the device, its new rows back
       SW_CHECK(!kv_on_gpu_[static_cast<size_t>(layer)], "runtime: ", sh.name(), " stages a cache that is in VRAM");
-      kernels_->kv_layout(staged(2), staged(0), ctx_, 0, pos0_, true);
-      kernels_->kv_layout(staged(3), staged(1), ctx_, 0, pos0_, true);
+      stage_layout(true);
       kernels_->attention(w, x_d_, n_, staged(0), staged(1));
-      kernels_->kv_layout(staged(0), staged(2), ctx_, pos0_, pos0_ + n_, false);
-      kernels_->kv_layout(staged(1), staged(3), ctx_, pos0_, pos0_ + n_, false);
+      stage_layout(false);
       break;
   }
   if (spec_.is_moe() && a.part != ComputePart::AttnPre) {
@@ -1427,7 +1493,8 @@ void Runtime::StepRun::gpu_output(const Action& a, const Shard& sh) {
     m.rows = V_;
     m.data = base_[static_cast<size_t>(sh.id)] + head->offset;
   }
-  kernels_->output(norm_d, m, x_d_ + (n_ - 1) * H_, logits_d_ + r0);
+  // A chunk that ends no sequence (the first chunks of a long prompt) needs no logits.
+  if (!out_rows_.empty()) kernels_->output_rows(norm_d, m, x_d_, out_rows_, logits_d_ + r0, V_);
 }
 
 void Runtime::StepRun::compute_cpu(const Action& a, const Shard& sh, int layer) {
@@ -1452,7 +1519,9 @@ void Runtime::StepRun::compute_cpu(const Action& a, const Shard& sh, int layer) 
     const MoeRouting* r = spec_.is_moe() ? &route(layer) : nullptr;
     cpu_.ffn(weights_.layers[static_cast<size_t>(layer)], b_.x, n_, r);
   } else if (sh.kind == ShardKind::Output) {
-    cpu_.output(weights_.output_norm, weights_.output, b_.x + (n_ - 1) * H_, b_.logits, 0, V_);
+    if (!out_rows_.empty())
+      cpu_.output_rows(weights_.output_norm, weights_.output, b_.x, out_rows_.data(),
+                       static_cast<int64_t>(out_rows_.size()), b_.logits, V_, 0, V_);
   }
 }
 
@@ -1601,9 +1670,11 @@ void Runtime::StepRun::record_timeline() {
   }
 }
 
-void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float* logits_out) {
+void Runtime::run_plan(const Plan& plan, const int32_t* tokens, const std::vector<StepSegment>& segments,
+                       const std::vector<float*>& logits) {
   SW_CHECK(plan.feasible, "runtime: the ", schedule_name(plan.schedule), " plan for ", plan.tier,
            " tokens is infeasible (", plan.infeasible_reason, ")");
+  const int64_t n = segments.back().t0 + segments.back().n;
   SW_CHECK(n <= plan.tier, "runtime: ", n, " tokens exceed the plan's tier ", plan.tier);
   if (!kv_fixed_) {
     kv_on_gpu_ = plan.kv_on_gpu;
@@ -1612,13 +1683,15 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float
   SW_CHECK(plan.kv_on_gpu == kv_on_gpu_,
            "runtime: this plan keeps the KV cache elsewhere than earlier steps (plans "
            "of one table must share the KV placement)");
-  StepRun run(*this, plan, tokens, n);
+  StepRun run(*this, plan, tokens, segments, logits);
   run.run();
   run.record_timeline();
   ++plan_runs_;
   if (plan_runs_ == options_.profiler_runs_end) device_.profiler_range(false);
-  std::memcpy(logits_out, buf_->logits, static_cast<size_t>(spec_.vocab_size) * sizeof(float));
-  n_past_ += n;
+  const size_t V = static_cast<size_t>(spec_.vocab_size);
+  size_t row = 0;
+  for (float* out : logits)
+    if (out) std::memcpy(out, buf_->logits + V * row++, V * sizeof(float));
 }
 
 }  // namespace shardwise

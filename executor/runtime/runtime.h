@@ -7,6 +7,7 @@
 // placement decision of its own: it does what the plan says, or refuses it with a clear error.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -57,6 +58,10 @@ struct RuntimeOptions {
   // leaves them pageable, where copies run several times slower (`run --no-pin-weights`, for systems
   // where pinning fails or hangs).
   bool pin_host_weights = true;
+  // Sequences the KV cache holds at once (StepEngine::slots): the table's context is shared by them,
+  // ctx / slots positions each. The plans must have been made for as many (PlannerChoices::sequences:
+  // a step's logits rows live in their scratch).
+  int slots = 1;
 };
 constexpr int kGraphMaxActions = 8;
 
@@ -114,20 +119,16 @@ class Runtime : public StepEngine {
   ~Runtime() override;
 
   const ModelSpec& spec() const override { return spec_; }
-  int64_t n_past() const override { return n_past_; }
-  int64_t capacity() const override { return table_.ctx; }
-  void step(const int32_t* tokens, int64_t n, float* last_logits) override;
-  // The caches (host and device) are indexed by position: dropping a suffix is moving n_past back.
-  void truncate(int64_t n_past) override {
-    SW_CHECK(n_past >= 0 && n_past <= n_past_, "truncate: position ", n_past, " outside the ", n_past_,
-             " cached positions");
-    n_past_ = n_past;
-  }
+  int slots() const override { return slots_; }
+  int64_t capacity() const override { return slot_capacity_; }
+  int64_t n_past_of(int slot) const override;
+  void step_batch(const std::vector<SeqStep>& seqs) override;
+  void truncate_slot(int slot, int64_t n_past) override;
   std::string device() const override { return device_.kind(); }
 
-  // Drops the cache (positions restart at 0) without freeing anything.
-  void reset() { n_past_ = 0; }
-  // Positions already cached are kept as if filled (for measuring a step at a given context).
+  // Drops every slot's cache (positions restart at 0) without freeing anything.
+  void reset() { std::fill(n_past_.begin(), n_past_.end(), 0); }
+  // Slot 0's positions already cached are kept as if filled (for measuring a step at a given context).
   void set_n_past(int64_t n);
   // Writes deterministic data (|values| < 1, from `seed`) into positions [0, n) of every cache this
   // table's plans keep on the host, as a prefill would have: a step measured over set_n_past(n)
@@ -170,7 +171,8 @@ class Runtime : public StepEngine {
   struct Buffers;
   class StepRun;  // one run of a plan (runtime.cpp)
   void set_up_host_staging();
-  void run_plan(const Plan& plan, const int32_t* tokens, int64_t n, float* logits);
+  void run_plan(const Plan& plan, const int32_t* tokens, const std::vector<StepSegment>& segments,
+                const std::vector<float*>& logits);
   void ensure_resident(const Plan& plan);
   // The device weights a compute of layer's `kind` shard reads: only that shard's own tensors.
   DevLayer device_layer(int layer, ShardKind kind, const Plan& plan, const std::vector<uint8_t*>& shard_base) const;
@@ -207,7 +209,9 @@ class Runtime : public StepEngine {
   std::vector<bool> kv_on_gpu_;
   bool kv_fixed_ = false;
   bool trace_ = false;  // SHARDWISE_TRACE_ACTIONS: log each action before it runs
-  int64_t n_past_ = 0;
+  int slots_ = 1;
+  int64_t slot_capacity_ = 0;
+  std::vector<int64_t> n_past_;  // per slot
   uint64_t arena_peak_ = 0, uploaded_ = 0;
   std::vector<RuntimeStep> steps_;
   std::vector<TimelineEntry> timeline_;

@@ -490,6 +490,21 @@ TEST_CASE("runtime suite (cuda): llama-quantize's K-quant files run every schedu
   }
 }
 
+// Several sequences in one step: each one's tokens at its own positions and cache rows (RoPE, the cache
+// appends and attention run per sequence), the LM head once for every sequence ending in the step.
+TEST_CASE("runtime suite (cuda): batched steps of several sequences give each one its tokens alone", "[gpu][batch]") {
+  const RuntimeTarget t = cuda_target();
+  ThreadPool pool(4);
+  for (const char* spec : {"synthetic:tiny_llama?dtype=q4_0&seed=4", "synthetic:tiny_moe?dtype=q8_0&seed=4"}) {
+    auto src = open_weights(spec);
+    const ModelWeights w = ModelWeights::from_source(*src);
+    for (double frac : {0.3, 3.0})
+      CHECK(check_batched(t, *src, w, frac, {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic}, emu(1, 0),
+                          pool) >= 2);
+    CHECK(check_batched(t, *src, w, 0.5, {Schedule::GpuOnly, Schedule::Dynamic}, emu(1, 0), pool, true) >= 1);
+  }
+}
+
 // Attention over a host KV cache staged in the arena (attn_staged): the cached rows go up per head,
 // the kv_layout kernel lays them out for the device, the step's rows go back — on every head_dim the
 // fixtures have, dense and MoE, from an empty cache and over a filled one.

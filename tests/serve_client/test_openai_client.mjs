@@ -1,6 +1,7 @@
 // tests/serve_client/test_openai_client.mjs — `shardwise serve` spoken to by the official openai npm
 // client: models.list, chat.completions.create whole and streamed (the stream's pieces make the whole
-// reply), completions.create, and errors reaching the client as APIError with their status.
+// reply), completions.create, concurrent streams batched on the server's slots (each one's text as when
+// it ran alone), and errors reaching the client as APIError with their status.
 // usage: node test_openai_client.mjs SHARDWISE_BIN   (run.sh installs the pinned client, then runs this)
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -33,7 +34,7 @@ max_position_embeddings: 4096
 const model = `synthetic:${spec}?seed=1`;
 const key = 'test-key';
 
-const server = spawn(bin, ['serve', '-m', model, '--port', '0', '--api-key', key, '-c', '1024'], {
+const server = spawn(bin, ['serve', '-m', model, '--port', '0', '--api-key', key, '-c', '4096', '-np', '4'], {
   stdio: ['ignore', 'pipe', 'inherit'],
 });
 const exited = new Promise((resolve) => server.on('exit', (code, signal) => resolve(code ?? signal)));
@@ -99,6 +100,20 @@ async function checks() {
   assert.equal(typeof completion.choices[0].text, 'string');
   assert.equal(completion.usage.completion_tokens, 8);
   assert.equal(completion.choices[0].finish_reason, 'length');
+
+  // Four users at once, batched on the server's four slots: each one's streamed text is the text its
+  // request gets alone (greedy), whatever the others do meanwhile.
+  const asks = ['One', 'Two users at once', 'Three: a longer prompt than the others by far, to read in chunks', 'Four']
+    .map((content, i) => ({ model: 'm', messages: [{ role: 'user', content }], max_tokens: 12 + 4 * i, temperature: 0 }));
+  const alone = [];
+  for (const a of asks) alone.push((await client.chat.completions.create(a)).choices[0].message.content);
+  const together = await Promise.all(asks.map(async (a) => {
+    let t = '';
+    for await (const chunk of await client.chat.completions.create({ ...a, stream: true }))
+      for (const c of chunk.choices) t += c.delta?.content ?? '';
+    return t;
+  }));
+  assert.deepEqual(together, alone);
 
   await assert.rejects(client.chat.completions.create({ model: 'm', messages: [] }),
     (e) => e instanceof OpenAI.APIError && e.status === 400 && e.code === 'invalid_value');

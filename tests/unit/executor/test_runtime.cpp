@@ -990,3 +990,20 @@ TEST_CASE("runtime: weights mapped from a GGUF file are pinned in place, or left
       shared = shared || line.find(" r--s ") != std::string::npos;
   CHECK(shared);
 }
+
+TEST_CASE("runtime suite (emulated): batched steps of several sequences give each one its tokens alone",
+          "[runtime][batch]") {
+  const RuntimeTarget t = emulated();
+  for (const char* family : {"llama", "qwen3_moe"}) {
+    ThreadPool pool(2);
+    auto src = make_synthetic_weights(test_model(family, DType::Q8_0), 29, &pool);
+    const ModelWeights w = ModelWeights::from_source(*src);
+    for (double frac : {0.15, 2.0}) {
+      const int runs =
+          check_batched(t, *src, w, frac, {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic}, emu(5, 40), pool);
+      CHECK(runs >= 2);
+    }
+    // Host caches staged on the device: each sequence's rows go up and come back.
+    CHECK(check_batched(t, *src, w, 0.5, {Schedule::GpuOnly, Schedule::Dynamic}, emu(6, 40), pool, true) >= 1);
+  }
+}

@@ -117,12 +117,13 @@ class FakeEngine : public StepEngine {
     spec_.vocab_size = 50;
   }
   const ModelSpec& spec() const override { return spec_; }
-  int64_t n_past() const override { return n_past_; }
+  int64_t n_past_of(int) const override { return n_past_; }
   int64_t capacity() const override { return 64; }
   std::string device() const override { return "fake"; }
-  void truncate(int64_t n) override { n_past_ = n; }
-  void step(const int32_t*, int64_t n, float* logits) override {
-    n_past_ += n;
+  void truncate_slot(int, int64_t n) override { n_past_ = n; }
+  void step_batch(const std::vector<SeqStep>& seqs) override {
+    n_past_ += seqs.at(0).n;
+    float* logits = seqs[0].logits;
     ++steps_;
     for (int64_t i = 0; i < spec_.vocab_size; ++i) logits[i] = i == (n_past_ - 1) % spec_.vocab_size ? 1.0f : 0.0f;
     if (steps_ >= bad_step_) logits[bad_id_] = bad_;

@@ -80,7 +80,7 @@ Reference reference_generation(const std::vector<int32_t>& prompt, int64_t n, co
   return r;
 }
 
-void GatedEngine::step(const int32_t* tokens, int64_t n, float* logits) {
+void GatedEngine::step_batch(const std::vector<SeqStep>& seqs) {
   {
     std::unique_lock<std::mutex> lock(mutex_);
     ++waiting;
@@ -89,7 +89,8 @@ void GatedEngine::step(const int32_t* tokens, int64_t n, float* logits) {
   }
   if (delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us.load()));
   ++steps;
-  inner_.step(tokens, n, logits);
+  if (static_cast<int64_t>(seqs.size()) > max_batch) max_batch = static_cast<int64_t>(seqs.size());
+  inner_.step_batch(seqs);
 }
 
 void GatedEngine::close_gate() {

@@ -67,11 +67,13 @@ class GatedEngine : public StepEngine {
  public:
   explicit GatedEngine(StepEngine& inner) : inner_(inner) {}
   const ModelSpec& spec() const override { return inner_.spec(); }
-  int64_t n_past() const override { return inner_.n_past(); }
+  int slots() const override { return inner_.slots(); }
+  int64_t n_past_of(int slot) const override { return inner_.n_past_of(slot); }
   int64_t capacity() const override { return inner_.capacity(); }
   std::string device() const override { return inner_.device(); }
-  void truncate(int64_t n) override { inner_.truncate(n); }
-  void step(const int32_t* tokens, int64_t n, float* logits) override;
+  void truncate_slot(int slot, int64_t n) override { inner_.truncate_slot(slot, n); }
+  void step_batch(const std::vector<SeqStep>& seqs) override;
+  std::atomic<int64_t> max_batch{0};  // the most sequences one step has run
 
   void close_gate();
   void open_gate();

@@ -1,5 +1,5 @@
 // Tests for what prefix reuse stands on: StepEngine::truncate on the CPU engine and the plan runtime
-// (emulated device), generate()'s cached prompt, the scheduler's refusal of batching, and a server on the
+// (emulated device), generate()'s cached prompt, and a server on the
 // emulated device (its tokens, its device metrics).
 #include <catch2/catch.hpp>
 
@@ -90,21 +90,6 @@ TEST_CASE("generate with a cached prompt steps only the rest and gives the token
   CHECK_THROWS_AS(generate(empty, prompt, go), Error);
   go.cached_prompt = static_cast<int64_t>(prompt.size());
   CHECK_THROWS_AS(generate(engine, prompt, go), Error);
-}
-
-TEST_CASE("serve: the scheduler refuses --parallel other than 1 with one clear line", "[serve]") {
-  TestModel& m = test_model();
-  CpuEngine engine(m.served->weights, m.served->pool, 64);
-  Metrics metrics;
-  SchedulerOptions o;
-  o.parallel = 2;
-  try {
-    Scheduler s(engine, *m.tok, metrics, o);
-    FAIL("a scheduler of 2 slots was made");
-  } catch (const Error& e) {
-    CHECK_THAT(e.what(), Catch::Matchers::Contains("--parallel 2") && Catch::Matchers::Contains("batched execution") &&
-                             Catch::Matchers::Contains("not implemented yet"));
-  }
 }
 
 TEST_CASE("serve: on the emulated device the server generates the CPU path's tokens and reports device memory",

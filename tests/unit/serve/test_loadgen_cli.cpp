@@ -160,16 +160,16 @@ TEST_CASE("serve: a port in use is one error line before the model is read", "[s
   CHECK(std::count(out.begin(), out.end(), '\n') == 1);
 }
 
-TEST_CASE("serve: the binary refuses --parallel 2 and a bad port with one error line", "[serve][cli]") {
-  for (const std::string& args : {std::string("--parallel 2"), std::string("-np 3"), std::string("--port 70000"),
-                                  std::string("--queue-limit -1"), std::string("-n 0")}) {
+TEST_CASE("serve: the binary refuses a bad --parallel, port or limit with one error line", "[serve][cli]") {
+  for (const std::string& args : {std::string("--parallel 0"), std::string("-np 300"), std::string("-np 4 -c 3"),
+                                  std::string("--port 70000"), std::string("--queue-limit -1"), std::string("-n 0")}) {
     std::string out;
     const int rc = test::run_command("'" + test::shardwise_bin() + "' serve -m '" + model_name() + "' " + args, &out);
     INFO(args << ": " << out);
     CHECK(rc == 1);
     CHECK(out.rfind("error: ", 0) == 0);
     CHECK(std::count(out.begin(), out.end(), '\n') == 1);
-    if (args.find("parallel") != std::string::npos || args.find("-np") != std::string::npos)
-      CHECK_THAT(out, Catch::Matchers::Contains("batched execution") && Catch::Matchers::Contains("not implemented"));
+    if (args.find("-np") != std::string::npos || args.find("parallel") != std::string::npos)
+      CHECK_THAT(out, Catch::Matchers::Contains("--parallel") || Catch::Matchers::Contains("--ctx-size"));
   }
 }
