@@ -65,6 +65,27 @@ int64_t serve_ctx(const ServeArgs& a, const ModelSpec& spec) {
   return a.parallel * std::min<int64_t>(4096, spec.max_position_embeddings > 0 ? spec.max_position_embeddings : 4096);
 }
 
+// The run set-up as the server's budget control (POST /admin/budget), on a device.
+class SetupBudget : public serve::BudgetControl {
+ public:
+  explicit SetupBudget(RunSetup& s) : s_(s) {}
+  nlohmann::json change_budget(uint64_t bytes) override {
+    const BudgetChange c = s_.change_budget(bytes);
+    log_info("serve: VRAM budget ", format_bytes(c.previous_bytes), " -> ", format_bytes(c.budget_bytes),
+             " (planned in ", c.plan_ms, " ms, set up in ", c.setup_ms, " ms)");
+    return {{"vram_budget_bytes", c.budget_bytes},
+            {"previous_vram_budget_bytes", c.previous_bytes},
+            {"plan_ms", c.plan_ms},
+            {"setup_ms", c.setup_ms},
+            {"device_peak_bytes", c.device_peak_bytes}};
+  }
+  StepEngine& engine() override { return s_.engine(); }
+  Runtime* runtime() override { return s_.runtime(); }
+
+ private:
+  RunSetup& s_;
+};
+
 serve::ServedModel served_model(const ServeArgs& a, const ModelRun& s) {
   serve::ServedModel m;
   m.id = model_id(a.model);
@@ -101,6 +122,8 @@ void run_serve(ServeArgs a) {
   so.timeout_s = a.timeout_s;
   so.max_body_bytes = parse_size(a.max_body, "--max-body");
   so.prefill_chunk = prefill_chunk(a, s);
+  SetupBudget budget(*s.setup);
+  if (s.setup->runtime() && a.plan.empty()) so.budget = &budget;
   serve::Server server(s.setup->engine(), served_model(a, s), so, s.setup->runtime());
   server.stop_on_signals();
   server.start();

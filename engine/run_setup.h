@@ -42,6 +42,14 @@ struct RunSetupOptions {
   RuntimeOptions runtime;  // runtime.slots: sequences at once, on the CPU too (ctx shared by them)
 };
 
+// What a budget change did (RunSetup::change_budget).
+struct BudgetChange {
+  uint64_t previous_bytes = 0, budget_bytes = 0;
+  double plan_ms = 0;              // planning the new table
+  double setup_ms = 0;             // the old runtime and arena gone, the new ones set up (pinned shards uploaded)
+  uint64_t device_peak_bytes = 0;  // device memory the new arena's set-up took (the arena, and no more)
+};
+
 class RunSetup {
  public:
   // On the CPU: the CPU engine. On a device: the table (options.table, or planned from the model's
@@ -51,6 +59,13 @@ class RunSetup {
   RunSetup(const RunSetup&) = delete;
   RunSetup& operator=(const RunSetup&) = delete;
 
+  // On a device: plans the table for a new budget (every other choice as set up), then replaces the
+  // runtime: the old one and its arena go before the new arena is allocated, so device memory never
+  // holds both. The weights stay loaded and pinned; every slot's cache is empty afterwards (engine()
+  // is a new engine). Throws Error with the old budget's runtime set up again when the new budget
+  // cannot be planned or allocated, or for a saved --plan table (its budget is fixed).
+  BudgetChange change_budget(uint64_t budget);
+
   StepEngine& engine() { return *engine_; }
   Runtime* runtime() const { return runtime_; }  // null on the CPU
   const Device* device() const { return device_.get(); }
@@ -59,7 +74,12 @@ class RunSetup {
  private:
   PlanTable plan(LoadedModel& model, const RunSetupOptions& options, const std::vector<int32_t>& prompt);
 
-  std::unique_ptr<Device> device_;  // declared first: the runtime synchronises it when destroyed
+  void start_runtime(PlanTable table);
+
+  LoadedModel& model_;
+  RunSetupOptions options_;
+  std::vector<int32_t> probe_;      // the routing guess's tokens
+  std::unique_ptr<Device> device_;  // declared before the engine: the runtime synchronises it when destroyed
   std::unique_ptr<StepEngine> engine_;
   Runtime* runtime_ = nullptr;
   double next_layer_hits_ = 0;

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/json_util.h"
+#include "core/size.h"
 
 namespace shardwise::serve {
 namespace {
@@ -240,6 +241,28 @@ json usage_json(const Usage& u) {
 }
 
 }  // namespace
+
+uint64_t parse_budget_request(const std::string& body) {
+  const json j = parse_body(body);
+  const json* v = field(j, "vram_budget");
+  if (!v) bad("missing_field", "the body needs 'vram_budget', e.g. {\"vram_budget\": \"4G\"}");
+  uint64_t bytes = 0;
+  if (v->is_number_unsigned()) {
+    bytes = v->get<uint64_t>();
+  } else if (v->is_string()) {
+    try {
+      bytes = parse_size(v->get<std::string>(), "'vram_budget'");
+    } catch (const Error& e) {
+      bad("invalid_value", e.what());
+    }
+  } else {
+    bad("invalid_type", not_a("vram_budget", "a size such as \"4G\" or a number of bytes", *v));
+  }
+  constexpr uint64_t kLeast = 16ull << 20, kMost = 16ull << 40;
+  if (bytes < kLeast || bytes > kMost)
+    bad("invalid_value", str_cat("'vram_budget' ", bytes, " bytes is out of range: 16M to 16T"));
+  return bytes;
+}
 
 ApiRequest parse_request(Endpoint endpoint, const std::string& body) {
   const json j = parse_body(body);

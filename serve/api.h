@@ -55,6 +55,10 @@ constexpr size_t kMaxMessages = 100000;
 // and n other than 1.
 ApiRequest parse_request(Endpoint endpoint, const std::string& body);
 
+// The body of POST /admin/budget: {"vram_budget": "4G"} (a size as --vram-budget takes it) or a number
+// of bytes; between 16 MiB and 16 TiB. Throws ApiFailure (400) otherwise.
+uint64_t parse_budget_request(const std::string& body);
+
 // What the API side knows of the served model.
 struct ServedModel {
   std::string id;  // the file name (GET /v1/models; "model" of responses that give none)

@@ -62,14 +62,15 @@ struct Scheduler::Running {
 };
 
 Scheduler::Scheduler(StepEngine& engine, const Tokenizer& tokenizer, Metrics& metrics, SchedulerOptions options)
-    : engine_(engine), tok_(tokenizer), metrics_(metrics), options_(std::move(options)) {
-  SW_CHECK(options_.parallel >= 1 && options_.parallel <= engine_.slots(), "--parallel ", options_.parallel,
-           " is out of range: 1 to the engine's ", engine_.slots(), " slots");
+    : engine_(&engine), tok_(tokenizer), metrics_(metrics), options_(std::move(options)) {
+  SW_CHECK(!options_.change_budget || options_.engine, "serve: a budget change needs the engine's getter");
+  SW_CHECK(options_.parallel >= 1 && options_.parallel <= engine_->slots(), "--parallel ", options_.parallel,
+           " is out of range: 1 to the engine's ", engine_->slots(), " slots");
   SW_CHECK(options_.queue_limit >= 0, "--queue-limit ", options_.queue_limit, " is negative");
   slots_.resize(static_cast<size_t>(options_.parallel));
   // Whatever the engine holds is unknown to us: start from empty caches.
-  for (int s = 0; s < options_.parallel; ++s) engine_.truncate_slot(s, 0);
-  logits_.resize(static_cast<size_t>(options_.parallel) * static_cast<size_t>(engine_.spec().vocab_size));
+  for (int s = 0; s < options_.parallel; ++s) engine_->truncate_slot(s, 0);
+  logits_.resize(static_cast<size_t>(options_.parallel) * static_cast<size_t>(engine_->spec().vocab_size));
   worker_ = std::thread([this] { loop(); });
 }
 
@@ -90,16 +91,30 @@ Scheduler::Admit Scheduler::submit(GenerationRequest request, std::shared_ptr<Ch
   return Admit::Queued;
 }
 
+Scheduler::Admit Scheduler::change_budget(uint64_t bytes, std::shared_ptr<Channel> out) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return Admit::Stopping;
+    if (!options_.change_budget) return Admit::QueueFull;
+    budget_jobs_.push_back({bytes, std::move(out)});
+  }
+  wake_.notify_one();
+  return Admit::Queued;
+}
+
 void Scheduler::stop() {
   std::deque<Job> dropped;
+  std::deque<BudgetJob> budgets;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
     dropped.swap(queue_);
+    budgets.swap(budget_jobs_);
     metrics_.queued = 0;
   }
   wake_.notify_all();
   for (Job& j : dropped) j.out->push(shutting_down());
+  for (BudgetJob& b : budgets) b.out->push(shutting_down());
   if (worker_.joinable()) worker_.join();
 }
 
@@ -117,6 +132,16 @@ size_t Scheduler::busy() const {
 void Scheduler::loop() {
   while (admit()) {
     try {
+      for (;;) {  // budget changes first: between two steps, the running requests paused
+        std::optional<BudgetJob> b;
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          if (budget_jobs_.empty() || stopping_) break;
+          b = std::move(budget_jobs_.front());
+          budget_jobs_.pop_front();
+        }
+        apply_budget(*b);
+      }
       step_all();
     } catch (const std::exception& e) {  // out of memory while reporting: the next step may fare better
       log_warn("serve: ", e.what());
@@ -124,9 +149,85 @@ void Scheduler::loop() {
   }
 }
 
+void Scheduler::apply_budget(const BudgetJob& job) {
+  const auto t0 = Clock::now();
+  // What each running request's cache holds, to compute again on the new engine.
+  std::vector<std::vector<int32_t>> held(slots_.size());
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (const Running* r = slots_[i].run.get())
+      held[i].assign(r->history.begin(), r->history.begin() + engine_->n_past_of(static_cast<int>(i)));
+  nlohmann::json report;
+  std::string error;
+  try {
+    report = options_.change_budget(job.bytes);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  // A new engine (or the old budget's set up again) has empty caches; one the change never replaced (it
+  // could not even be planned) holds them still.
+  engine_ = &options_.engine();
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const size_t had = slots_[i].run ? held[i].size() : slots_[i].cached.size();
+    if (static_cast<size_t>(engine_->n_past_of(static_cast<int>(i))) == had) {
+      held[i].clear();
+      continue;
+    }
+    engine_->truncate_slot(static_cast<int>(i), 0);
+    std::lock_guard<std::mutex> lock(mutex_);
+    slots_[i].cached.clear();
+  }
+  const auto t1 = Clock::now();
+  const int64_t refilled = refill(held);
+  report["pause_ms"] = ms_between(t0, Clock::now());
+  report["refill_ms"] = ms_between(t1, Clock::now());
+  report["refilled_tokens"] = refilled;
+  report["running_requests"] = busy();
+  if (!error.empty()) {
+    job.out->push(failed(400, "invalid_request_error", "invalid_value", error));
+    return;
+  }
+  Event done;
+  done.kind = Event::Kind::Done;
+  done.text = report.dump();
+  job.out->push(std::move(done));
+  try {
+    if (options_.after_request) options_.after_request();  // the device's new counters
+  } catch (const std::exception& e) {
+    log_warn("serve: ", e.what());
+  }
+}
+
+int64_t Scheduler::refill(const std::vector<std::vector<int32_t>>& held) {
+  const int64_t chunk = options_.prefill_chunk > 0 ? options_.prefill_chunk : std::numeric_limits<int64_t>::max();
+  const int64_t V = engine_->spec().vocab_size;
+  std::vector<size_t> at(held.size(), 0);
+  int64_t total = 0;
+  for (;;) {
+    std::vector<SeqStep> seqs;
+    int64_t used = 0;
+    for (size_t i = 0; i < held.size() && used < chunk; ++i) {
+      const int64_t rest = static_cast<int64_t>(held[i].size() - at[i]);
+      if (rest <= 0 || !slots_[i].run) continue;
+      const int64_t take = std::min(rest, chunk - used);
+      seqs.push_back(
+          {static_cast<int>(i), held[i].data() + at[i], take, logits_.data() + seqs.size() * static_cast<size_t>(V)});
+      used += take;
+    }
+    if (seqs.empty()) return total;
+    try {
+      engine_->step_batch(seqs);
+    } catch (const std::exception& e) {
+      for (const SeqStep& q : seqs) fail_request(static_cast<size_t>(q.slot), e);
+      continue;
+    }
+    for (const SeqStep& q : seqs) at[static_cast<size_t>(q.slot)] += static_cast<size_t>(q.n);
+    total += used;
+  }
+}
+
 bool Scheduler::admit() {
   std::unique_lock<std::mutex> lock(mutex_);
-  wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || busy() > 0; });
+  wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || busy() > 0 || !budget_jobs_.empty(); });
   if (stopping_) return busy() > 0;  // the next step ends the running ones
   while (!queue_.empty() && busy() < slots_.size()) {
     Job job = std::move(queue_.front());
@@ -175,7 +276,7 @@ void Scheduler::start(Job job, size_t slot) {
     reuse = std::min<int64_t>(static_cast<int64_t>(common_prefix(s.cached, rq.prompt)),
                               static_cast<int64_t>(rq.prompt.size()) - 1);
   s.last_used = ++uses_;
-  engine_.truncate_slot(static_cast<int>(slot), reuse);
+  engine_->truncate_slot(static_cast<int>(slot), reuse);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     s.cached.resize(static_cast<size_t>(reuse));
@@ -209,7 +310,7 @@ void Scheduler::step_all() {
   end_stopped();
   // Decode tokens first (one per generating request), then prompt chunks in turn within the budget.
   const int64_t budget = options_.prefill_chunk > 0 ? options_.prefill_chunk : std::numeric_limits<int64_t>::max();
-  const int64_t V = engine_.spec().vocab_size;
+  const int64_t V = engine_->spec().vocab_size;
   std::vector<SeqStep> seqs;
   int64_t used = 0;
   for (size_t i = 0; i < slots_.size(); ++i)
@@ -233,7 +334,7 @@ void Scheduler::step_all() {
   for (size_t k = 0; k < seqs.size(); ++k) seqs[k].logits = logits_.data() + k * static_cast<size_t>(V);
   metrics_.batch_size = static_cast<int64_t>(seqs.size());
   try {
-    engine_.step_batch(seqs);
+    engine_->step_batch(seqs);
   } catch (const std::exception& e) {  // the caches may hold part of the step: its sequences start over
     for (const SeqStep& q : seqs) fail_request(static_cast<size_t>(q.slot), e);
     return;
@@ -248,11 +349,11 @@ void Scheduler::advance(size_t slot, int64_t n, const float* logits) {
     if (r.prefilling()) return;
   }
   try {
-    const int64_t V = engine_.spec().vocab_size;
+    const int64_t V = engine_->spec().vocab_size;
     const int64_t bad = first_non_finite(logits, V);
     if (bad >= 0)
-      fail("token id ", bad, " has logit ", logits[bad], " at position ", engine_.n_past_of(static_cast<int>(slot)) - 1,
-           ": the model's weights or activations are not finite");
+      fail("token id ", bad, " has logit ", logits[bad], " at position ",
+           engine_->n_past_of(static_cast<int>(slot)) - 1, ": the model's weights or activations are not finite");
     const int32_t id = r.sampler.sample(logits, V, r.history);
     if (r.generated.empty()) {
       r.first = Clock::now();
@@ -296,7 +397,7 @@ Event Scheduler::done_event(Running& r) {
 
 void Scheduler::fail_request(size_t slot, const std::exception& e) {
   try {
-    engine_.truncate_slot(static_cast<int>(slot), 0);  // the cache may hold part of a step: forget it all
+    engine_->truncate_slot(static_cast<int>(slot), 0);  // the cache may hold part of a step: forget it all
   } catch (const std::exception&) {
   }
   ++metrics_.requests_failed;
@@ -314,7 +415,7 @@ void Scheduler::finish(size_t slot, std::optional<Event> last) {
     std::lock_guard<std::mutex> lock(mutex_);
     // The tokens stepped: the history's prefix the cache holds (the last token sampled never was).
     s.cached = r.history;
-    s.cached.resize(std::min(s.cached.size(), static_cast<size_t>(engine_.n_past_of(static_cast<int>(slot)))));
+    s.cached.resize(std::min(s.cached.size(), static_cast<size_t>(engine_->n_past_of(static_cast<int>(slot)))));
   }
   const std::shared_ptr<Channel> out = r.job.out;
   s.run.reset();

@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -35,6 +36,11 @@ struct SchedulerOptions {
   int64_t prefill_chunk = 512;  // new tokens per step, all sequences together (0: whole prompts)
   // Runs on the worker after each request ends, between steps (reads the device's counters).
   std::function<void()> after_request;
+  // A new VRAM budget for the model (change_budget): re-plans and sets the engine up anew (the old one is
+  // gone), returns what it did as JSON; throws Error when it cannot (the engine then is the old budget's,
+  // set up again). Null: the budget is fixed (a CPU run). `engine` gives the engine to step from then on.
+  std::function<nlohmann::json(uint64_t bytes)> change_budget;
+  std::function<StepEngine&()> engine;
 };
 
 class Scheduler {
@@ -50,6 +56,14 @@ class Scheduler {
   // Queues a generation whose events go to `out` (Started when it begins, then Delta..., then Done or
   // Failed); QueueFull when queue_limit requests already wait.
   Admit submit(GenerationRequest request, std::shared_ptr<Channel> out);
+
+  // A new VRAM budget, applied by the worker between two steps: the running requests pause, and go on
+  // once their caches are computed again on the new engine (their tokens are the ones they would have
+  // had). Its report (JSON: the change's and the pause's times, the device peak) comes through `out` as a
+  // Done event whose text is the JSON, or a Failed one (400: the budget cannot be planned or allocated).
+  // Stopping when the scheduler stops; false (nothing queued) when the budget is fixed.
+  bool can_change_budget() const { return static_cast<bool>(options_.change_budget); }
+  Admit change_budget(uint64_t bytes, std::shared_ptr<Channel> out);
 
   // Stops taking requests, fails those waiting (503), ends the running ones at their next step, joins
   // the worker. Idempotent.
@@ -70,7 +84,15 @@ class Scheduler {
     std::unique_ptr<Running> run;  // the request running on it, if any
   };
 
+  struct BudgetJob {
+    uint64_t bytes = 0;
+    std::shared_ptr<Channel> out;
+  };
+
   void loop();
+  void apply_budget(const BudgetJob& job);
+  // Steps each running request's cached tokens into the (new, empty) engine; returns the tokens stepped.
+  int64_t refill(const std::vector<std::vector<int32_t>>& held);
   // Moves queued requests onto free slots; false when nothing runs and the scheduler stops.
   bool admit();
   size_t pick_slot(const std::vector<int32_t>& prompt) const;
@@ -88,13 +110,14 @@ class Scheduler {
   Event done_event(Running& r);
   size_t busy() const;  // slots running a request
 
-  StepEngine& engine_;
+  StepEngine* engine_;
   const Tokenizer& tok_;
   Metrics& metrics_;
   SchedulerOptions options_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Job> queue_;
+  std::deque<BudgetJob> budget_jobs_;
   std::vector<Slot> slots_;
   uint64_t uses_ = 0;
   size_t prefill_turn_ = 0;    // the slot whose prompt goes first when prompts share a step's tokens

@@ -131,6 +131,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void drain_more(std::shared_ptr<std::array<char, 8192>> scratch);
 
   void begin_generation(Endpoint endpoint, const Request& req);
+  void begin_budget(const Request& req);
   void notify();
   void watch_disconnect();
   void on_events();
@@ -154,6 +155,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<ResponseWriter> writer_;
   std::atomic<bool> notify_pending_{false};
   bool streaming_ = false, return_tokens_ = false, started_ = false, head_begun_ = false, ended_ = false;
+  bool admin_ = false;  // the channel carries a budget change's report, not a generation
   bool writing_ = false, last_written_ = false;
   std::string text_, out_, writing_buf_;
   std::vector<int32_t> tokens_;
@@ -233,8 +235,8 @@ void Session::route(const Request& req) {
                          After::Close);
   std::string target(req.target());
   target = target.substr(0, target.find('?'));
-  if (target.rfind("/v1/", 0) == 0 && !srv_.opt.api_key.empty() &&
-      !authorized(req[http::field::authorization], srv_.opt.api_key)) {
+  const bool guarded = target.rfind("/v1/", 0) == 0 || target.rfind("/admin/", 0) == 0;
+  if (guarded && !srv_.opt.api_key.empty() && !authorized(req[http::field::authorization], srv_.opt.api_key)) {
     srv_.metrics.reject(401);
     return respond(http::status::unauthorized,
                    error_json(api_error(401, "authentication_error", "invalid_api_key",
@@ -244,11 +246,9 @@ void Session::route(const Request& req) {
   const struct {
     const char* path;
     http::verb method;
-  } routes[] = {{"/health", http::verb::get},
-                {"/metrics", http::verb::get},
-                {"/v1/models", http::verb::get},
-                {"/v1/chat/completions", http::verb::post},
-                {"/v1/completions", http::verb::post}};
+  } routes[] = {{"/health", http::verb::get},          {"/metrics", http::verb::get},
+                {"/v1/models", http::verb::get},       {"/v1/chat/completions", http::verb::post},
+                {"/v1/completions", http::verb::post}, {"/admin/budget", http::verb::post}};
   for (const auto& r : routes) {
     if (target != r.path) continue;
     if (req.method() != r.method) {
@@ -263,11 +263,13 @@ void Session::route(const Request& req) {
     if (target == "/health") return respond(http::status::ok, "{\"status\":\"ok\"}", "application/json");
     if (target == "/metrics") return respond(http::status::ok, srv_.metrics.prometheus(), "text/plain; version=0.0.4");
     if (target == "/v1/models") return respond(http::status::ok, models_json(srv_.model), "application/json");
+    if (target == "/admin/budget") return begin_budget(req);
     return begin_generation(target == "/v1/completions" ? Endpoint::Completion : Endpoint::Chat, req);
   }
   respond_error(api_error(404, "not_found_error", "not_found",
                           "no such endpoint: " + target +
-                              " (GET /health, /metrics, /v1/models; POST /v1/chat/completions, /v1/completions)"));
+                              " (GET /health, /metrics, /v1/models; POST /v1/chat/completions, /v1/completions, "
+                              "/admin/budget)"));
 }
 
 void Session::respond(http::status status, std::string body, const char* type, After after, const char* extra_name,
@@ -361,6 +363,32 @@ void Session::begin_generation(Endpoint endpoint, const Request& req) {
   watch_disconnect();
 }
 
+// POST /admin/budget {"vram_budget": "4G" or bytes}: the scheduler changes the budget between two steps;
+// its report (or error) comes through the channel like a generation's end.
+void Session::begin_budget(const Request& req) {
+  uint64_t bytes = 0;
+  try {
+    bytes = parse_budget_request(req.body());
+  } catch (const ApiFailure& f) {
+    return respond_error(f.error);
+  }
+  if (!srv_.scheduler->can_change_budget())
+    return respond_error(api_error(400, "invalid_request_error", "unsupported",
+                                   "this server's budget cannot change (it runs on the CPU, or a saved --plan table)"));
+  std::weak_ptr<Session> weak = shared_from_this();
+  channel_ = std::make_shared<Channel>([weak] {
+    if (auto s = weak.lock()) s->notify();
+  });
+  if (srv_.scheduler->change_budget(bytes, channel_) != Scheduler::Admit::Queued) {
+    channel_.reset();
+    return respond_error(api_error(503, "unavailable_error", "shutting_down", "the server is shutting down"),
+                         After::Close);
+  }
+  admin_ = true;
+  self_ = shared_from_this();
+  ++srv_.busy;
+}
+
 // On the worker's thread: wake the session on its strand (once for any number of events).
 void Session::notify() {
   if (notify_pending_.exchange(true)) return;
@@ -410,7 +438,11 @@ void Session::apply(Event& e) {
       }
       break;
     case Event::Kind::Done:
-      if (streaming_) {
+      if (admin_) {
+        std::string body = std::move(e.text);
+        end_generation();
+        respond(http::status::ok, std::move(body), "application/json");
+      } else if (streaming_) {
         out_ += writer_->sse_end(e.finish, e.usage);
         ended_ = true;
       } else {
@@ -496,7 +528,7 @@ void Session::end_generation() {
     --srv_.busy;
   }
   writer_.reset();
-  streaming_ = return_tokens_ = started_ = head_begun_ = ended_ = last_written_ = false;
+  streaming_ = return_tokens_ = started_ = head_begun_ = ended_ = last_written_ = admin_ = false;
   text_.clear();
   out_.clear();
   tokens_.clear();
@@ -514,6 +546,20 @@ Server::Impl::Impl(StepEngine& engine, ServedModel served, const ServerOptions& 
   so.queue_limit = opt.queue_limit;
   so.prefill_chunk = opt.prefill_chunk;
   so.after_request = [this] { snapshot_device(); };
+  if (opt.budget) {
+    // On the worker: the runtime the device metrics read is the new one (or the old budget's again).
+    so.change_budget = [this](uint64_t bytes) {
+      try {
+        nlohmann::json r = opt.budget->change_budget(bytes);
+        runtime = opt.budget->runtime();
+        return r;
+      } catch (...) {
+        runtime = opt.budget->runtime();
+        throw;
+      }
+    };
+    so.engine = [this]() -> StepEngine& { return opt.budget->engine(); };
+  }
   scheduler = std::make_unique<Scheduler>(engine, *model.tokenizer, metrics, so);
 }
 

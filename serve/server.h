@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "executor/session/step_engine.h"
@@ -19,6 +20,18 @@ class Runtime;
 
 namespace shardwise::serve {
 
+// A model whose VRAM budget can change while it stays loaded (the CLI's run set-up on a device):
+// POST /admin/budget.
+class BudgetControl {
+ public:
+  virtual ~BudgetControl() = default;
+  // Re-plans for `bytes` and sets a new engine up (the old one gone first); what it did, as JSON. Throws
+  // Error when it cannot, with the old budget's engine set up again.
+  virtual nlohmann::json change_budget(uint64_t bytes) = 0;
+  virtual StepEngine& engine() = 0;
+  virtual Runtime* runtime() = 0;  // the engine's runtime (device metrics)
+};
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8080;               // 0: a free port (Server::port() says which)
@@ -29,8 +42,9 @@ struct ServerOptions {
   uint64_t max_body_bytes = 1 << 20;  // larger bodies are refused with 413 before they are read
   int64_t prefill_chunk = 512;        // prompt tokens per step (0: the runtime's tiers)
   int io_threads = 2;
-  int max_connections = 512;   // connections beyond it get 503 and are closed
-  double idle_timeout_s = 60;  // a connection silent this long between requests, or not reading, is closed
+  int max_connections = 512;        // connections beyond it get 503 and are closed
+  double idle_timeout_s = 60;       // a connection silent this long between requests, or not reading, is closed
+  BudgetControl* budget = nullptr;  // null: the budget is fixed (POST /admin/budget answers 400)
 };
 
 // Listens on host:port and closes again: `serve` checks its address this way before it loads the model,

@@ -207,7 +207,7 @@ class CudaDevice : public Device {
   std::string name() const override { return name_; }
 
   uint8_t* allocate_arena(uint64_t bytes) override {
-    SW_CHECK(arena_ == nullptr, "cuda: the arena is allocated once");
+    SW_CHECK(arena_ == nullptr, "cuda: an arena is allocated already");
     // The set-up ends here: the context, modules, the cuBLAS handle and the driver's page tables for
     // the pinned host weights (about 2 MiB of device memory per GiB pinned) are context_bytes; from
     // now on only the arena may take device memory.
@@ -227,6 +227,16 @@ class CudaDevice : public Device {
     arena_bytes_ = bytes;
     sample_free();
     return arena_;
+  }
+
+  void release_arena() override {
+    if (!arena_) return;
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    for (auto& g : graphs_) cudaGraphExecDestroy(g.second);  // they name the arena's addresses
+    graphs_.clear();
+    check(cudaFree(arena_), "cudaFree(arena)");
+    arena_ = nullptr;
+    arena_bytes_ = 0;
   }
 
   void pin_host(const void* ptr, uint64_t bytes, HostAccess access) override {

@@ -106,8 +106,12 @@ class Device {
     return true;
   }
 
-  // The arena: exactly `bytes` of device memory, allocated once. Throws Error when unavailable.
+  // The arena: exactly `bytes` of device memory, one at a time. Throws Error when unavailable.
   virtual uint8_t* allocate_arena(uint64_t bytes) = 0;
+  // Waits for every queue and frees the arena (and whatever was captured over it), so that another of
+  // a new size can be allocated: a budget changed while the model stays loaded. Pinned host memory and
+  // the kernels stay.
+  virtual void release_arena() { fail(kind(), " device: its arena cannot be released"); }
   // Pins host memory for full-speed asynchronous copies; on failure warns and copies still work.
   // ReadOnly memory (weights mapped from a file) is only ever a copy's source.
   virtual void pin_host(const void* ptr, uint64_t bytes, HostAccess access = HostAccess::ReadWrite) = 0;

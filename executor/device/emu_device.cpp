@@ -260,9 +260,13 @@ class EmuDevice : public Device {
   std::string name() const override { return "emulated device (host memory, randomised queue delays)"; }
 
   uint8_t* allocate_arena(uint64_t bytes) override {
-    SW_CHECK(arena_.size() == 0, "emu: the arena is allocated once");
+    SW_CHECK(arena_.size() == 0, "emu: an arena is allocated already");
     arena_ = HostBuffer(bytes);
     return arena_.data();
+  }
+  void release_arena() override {
+    synchronize();
+    arena_ = HostBuffer();
   }
   // Nothing to pin in host memory; the ranges are only recorded, like CUDA's registrations.
   void pin_host(const void* ptr, uint64_t bytes, HostAccess) override {

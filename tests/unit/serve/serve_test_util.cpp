@@ -80,6 +80,15 @@ Reference reference_generation(const std::vector<int32_t>& prompt, int64_t n, co
   return r;
 }
 
+GenerationRequest generation(const std::string& text, int64_t n, const SamplingParams& sampling) {
+  GenerationRequest r;
+  r.prompt = completion_prompt(text);
+  r.max_tokens = n;
+  r.sampling = sampling;
+  r.ignore_eos = true;
+  return r;
+}
+
 void GatedEngine::step_batch(const std::vector<SeqStep>& seqs) {
   {
     std::unique_lock<std::mutex> lock(mutex_);

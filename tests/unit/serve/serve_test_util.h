@@ -61,6 +61,8 @@ struct Reference {
 Reference reference_generation(const std::vector<int32_t>& prompt, int64_t n, const SamplingParams& sampling,
                                bool ignore_eos = false, int64_t context = 4096);
 SamplingParams greedy();
+// A generation of n tokens (ignore_eos: all of them) from `text` as a completion prompt.
+GenerationRequest generation(const std::string& text, int64_t n, const SamplingParams& sampling);
 
 // A StepEngine that forwards to another, and can hold every step at a gate or slow each one down.
 class GatedEngine : public StepEngine {

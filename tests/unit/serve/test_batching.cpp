@@ -41,15 +41,6 @@ SamplingParams seeded(uint64_t seed) {
   return p;
 }
 
-GenerationRequest request(const std::string& text, int64_t n, const SamplingParams& p) {
-  GenerationRequest r;
-  r.prompt = completion_prompt(text);
-  r.max_tokens = n;
-  r.sampling = p;
-  r.ignore_eos = true;
-  return r;
-}
-
 }  // namespace
 
 TEST_CASE("serve: continuous batching over 4 slots gives every request its tokens alone", "[serve][batch]") {
@@ -71,7 +62,7 @@ TEST_CASE("serve: continuous batching over 4 slots gives every request its token
       "Sixth waits too, and is sampled."};
   std::vector<GenerationRequest> reqs;
   for (size_t i = 0; i < texts.size(); ++i)
-    reqs.push_back(request(texts[i], 6 + 3 * static_cast<int64_t>(i), i % 2 ? seeded(40 + i) : greedy()));
+    reqs.push_back(generation(texts[i], 6 + 3 * static_cast<int64_t>(i), i % 2 ? seeded(40 + i) : greedy()));
   gate.close_gate();  // everything queued before the first step: the first steps hold several prompts
   std::vector<std::shared_ptr<Channel>> out;
   for (const GenerationRequest& r : reqs) {
@@ -103,8 +94,9 @@ TEST_CASE("serve: a request cancelled amid a batch leaves the others' tokens unc
   SchedulerOptions o;
   o.parallel = 3;
   Scheduler sched(gate, *m.tok, metrics, o);
-  const GenerationRequest a = request("Stays to the end.", 24, greedy()), b = request("Leaves early.", 200, seeded(7)),
-                          c = request("Joins while the others run.", 12, seeded(9));
+  const GenerationRequest a = generation("Stays to the end.", 24, greedy()),
+                          b = generation("Leaves early.", 200, seeded(7)),
+                          c = generation("Joins while the others run.", 12, seeded(9));
   auto ca = std::make_shared<Channel>(), cb = std::make_shared<Channel>(), cc = std::make_shared<Channel>();
   gate.delay_us = 2000;
   REQUIRE(sched.submit(a, ca) == Scheduler::Admit::Queued);
