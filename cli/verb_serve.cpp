@@ -122,6 +122,10 @@ void run_serve(ServeArgs a) {
   so.timeout_s = a.timeout_s;
   so.max_body_bytes = parse_size(a.max_body, "--max-body");
   so.prefill_chunk = prefill_chunk(a, s);
+  // On a device without --batch, a step carries at most the plan table's largest tier (what the runtime
+  // would cut a longer prompt into anyway), so that a long prompt holds the others' tokens one chunk.
+  if (so.prefill_chunk == 0 && s.setup->runtime())
+    for (const auto& t : s.setup->runtime()->table().tiers) so.prefill_chunk = std::max(so.prefill_chunk, t.tokens);
   SetupBudget budget(*s.setup);
   if (s.setup->runtime() && a.plan.empty()) so.budget = &budget;
   serve::Server server(s.setup->engine(), served_model(a, s), so, s.setup->runtime());
