@@ -99,13 +99,12 @@ Plan plan_attention(int64_t n_tokens, const int32_t* positions, const AttentionS
   pl.chunk_keys = pl.n_chunks == 1 ? pl.max_keys : kKvChunk;
   pl.row_floats = pl.hd + 2;
   pl.item_rows = std::min(pl.tb, n_tokens) * pl.hb;
-  if (pl.n_chunks > 1) {
-    std::vector<float>& p = partials();
-    const size_t need = static_cast<size_t>(pl.n_items * pl.n_chunks * pl.item_rows * pl.row_floats);
-    if (p.size() < need) p.resize(need);
-    pl.part = p.data();
-  }
   return pl;
+}
+
+// Floats of a plan's partial records (0 when its key ranges are not split).
+size_t partial_floats(const Plan& pl) {
+  return pl.n_chunks > 1 ? static_cast<size_t>(pl.n_items * pl.n_chunks * pl.item_rows * pl.row_floats) : 0;
 }
 
 // One task: an item's rows over one key chunk through the tile kernel, written normalised to out (one
@@ -195,20 +194,58 @@ AttentionShape head_major(AttentionShape s, int64_t capacity) {
 
 void attention(const float* q, int64_t n_tokens, const int32_t* positions, const float* k, const float* v,
                int64_t kv_len, const AttentionShape& s, float* out, ThreadPool& pool) {
-  for (int64_t t = 0; t < n_tokens; ++t)
-    SW_CHECK(positions[t] >= 0 && positions[t] < kv_len, "attention: position ", positions[t], " outside the cache (",
-             kv_len, " rows)");
   if (n_tokens <= 0) return;
+  attention_segments(q, positions, {{0, n_tokens, k, v, kv_len}}, s, out, pool);
+}
+
+void attention_segments(const float* q, const int32_t* positions, const std::vector<AttentionSegment>& segs,
+                        const AttentionShape& s, float* out, ThreadPool& pool) {
+  // Each segment is partitioned as it would be alone (so the results are the same bits), and the tasks
+  // of all of them share one pass of the pool.
+  std::vector<Plan> plans;
+  std::vector<int64_t> first_task, first_item;
+  size_t floats = 0;
+  int64_t tasks = 0, items = 0;
+  for (const AttentionSegment& g : segs) {
+    for (int64_t t = g.t0; t < g.t0 + g.n; ++t)
+      SW_CHECK(positions[t] >= 0 && positions[t] < g.kv_len, "attention: position ", positions[t],
+               " outside the cache (", g.kv_len, " rows)");
+    plans.push_back(plan_attention(g.n, positions + g.t0, s));
+    first_task.push_back(tasks);
+    first_item.push_back(items);
+    tasks += plans.back().n_items * plans.back().n_chunks;
+    items += plans.back().n_chunks > 1 ? plans.back().n_items : 0;
+    floats += partial_floats(plans.back());
+  }
+  std::vector<float>& p = partials();
+  if (p.size() < floats) p.resize(floats);
+  floats = 0;
+  for (Plan& pl : plans) {
+    pl.part = p.data() + floats;
+    floats += partial_floats(pl);
+  }
+  first_task.push_back(tasks);
+  first_item.push_back(items);
+  const auto segment_of = [](const std::vector<int64_t>& firsts, int64_t i) {
+    return static_cast<size_t>(std::upper_bound(firsts.begin(), firsts.end(), i) - firsts.begin() - 1);
+  };
   const CpuKernels& kern = cpu_kernels();
-  const Plan pl = plan_attention(n_tokens, positions, s);
-  pool.parallel_for(pl.n_items * pl.n_chunks, 1, [&](int64_t i0, int64_t i1, int) {
+  const int64_t qs = s.n_heads * s.head_dim;
+  pool.parallel_for(tasks, 1, [&](int64_t i0, int64_t i1, int) {
     Scratch& sc = thread_scratch();
-    sc.reserve(kAttnMaxRows, pl.hd);
-    for (int64_t task = i0; task < i1; ++task) run_task(pl, task, q, positions, k, v, out, sc, kern);
+    sc.reserve(kAttnMaxRows, s.head_dim);
+    for (int64_t task = i0; task < i1; ++task) {
+      const size_t k = segment_of(first_task, task);
+      const AttentionSegment& g = segs[k];
+      run_task(plans[k], task - first_task[k], q + g.t0 * qs, positions + g.t0, g.k, g.v, out + g.t0 * qs, sc, kern);
+    }
   });
-  if (pl.n_chunks == 1) return;
-  pool.parallel_for(pl.n_items, 1, [&](int64_t i0, int64_t i1, int) {
-    for (int64_t item = i0; item < i1; ++item) combine_item(pl, item, out);
+  if (items == 0) return;
+  pool.parallel_for(items, 1, [&](int64_t i0, int64_t i1, int) {
+    for (int64_t item = i0; item < i1; ++item) {
+      const size_t k = segment_of(first_item, item);
+      combine_item(plans[k], item - first_item[k], out + segs[k].t0 * qs);
+    }
   });
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace shardwise {
 
@@ -31,5 +32,18 @@ AttentionShape head_major(AttentionShape s, int64_t capacity);
 // out: [n_tokens, n_heads * head_dim]. Scale 1/sqrt(head_dim).
 void attention(const float* q, int64_t n_tokens, const int32_t* positions, const float* k, const float* v,
                int64_t kv_len, const AttentionShape& shape, float* out, ThreadPool& pool);
+
+// One sequence of a batched call: queries [t0, t0 + n) of q (at positions[t0 ..]) over its own caches
+// k, v (in the shape's layout, holding >= kv_len positions).
+struct AttentionSegment {
+  int64_t t0 = 0, n = 0;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t kv_len = 0;
+};
+// Every segment as attention() computes it alone (the same bits), in one pass of the pool: a batch of
+// decode tokens, each over its own sequence, keeps every thread busy at once.
+void attention_segments(const float* q, const int32_t* positions, const std::vector<AttentionSegment>& segments,
+                        const AttentionShape& shape, float* out, ThreadPool& pool);
 
 }  // namespace shardwise

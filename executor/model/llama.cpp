@@ -44,6 +44,7 @@ void CpuBlocks::attention_core(const float* qkv, int64_t n, float* k_cache, floa
   for (int64_t t = 0; t < n; ++t)
     std::memcpy(qkv_.data() + t * QD, qkv + t * W, static_cast<size_t>(QD) * sizeof(float));
   // Each sequence over its own rows: its cache seen from its first row on.
+  std::vector<AttentionSegment> parts;
   for (const StepSegment& sg : segments_) {
     const int64_t end = sg.pos0 + sg.n;
     if (kv_capacity_ > 0)
@@ -60,9 +61,9 @@ void CpuBlocks::attention_core(const float* qkv, int64_t n, float* k_cache, floa
         std::memcpy(v + off, r + QD + KVD + g * hd, static_cast<size_t>(hd) * sizeof(float));
       }
     }
-    shardwise::attention(qkv_.data() + sg.t0 * QD, sg.n, positions_.data() + sg.t0, k, v, end, shape, attn + sg.t0 * QD,
-                         pool_);
+    parts.push_back({sg.t0, sg.n, k, v, end});
   }
+  attention_segments(qkv_.data(), positions_.data(), parts, shape, attn, pool_);
 }
 
 void CpuBlocks::attention_post(const LayerWeights& w, float* x, const float* attn, int64_t n) {

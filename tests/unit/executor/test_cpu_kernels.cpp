@@ -566,6 +566,38 @@ TEST_CASE("attention results do not depend on the thread count", "[cpu_kernels][
   }
 }
 
+// A batch of sequences in one call (decode tokens and a prefill chunk, short and long contexts, some
+// splitting their key ranges) gives every sequence the bits it gets alone.
+TEST_CASE("attention_segments: each sequence of a batch gets the bits of attention() alone",
+          "[cpu_kernels][attention]") {
+  const int64_t heads = 8, kv_heads = 2, hd = 64, kvs = kv_heads * hd;
+  struct Seq {
+    int64_t n, pos0;
+  };
+  const std::vector<Seq> seqs = {{1, 3000}, {7, 0}, {1, 40}, {1, 1600}, {12, 900}};
+  int64_t total = 0;
+  for (const Seq& q : seqs) total += q.n;
+  const std::vector<float> q = random_values(total * heads * hd);
+  std::vector<std::vector<float>> k, v;
+  std::vector<int32_t> pos;
+  std::vector<AttentionSegment> segs;
+  for (const Seq& sq : seqs) {
+    k.push_back(random_values((sq.pos0 + sq.n) * kvs));
+    v.push_back(random_values((sq.pos0 + sq.n) * kvs));
+    segs.push_back({static_cast<int64_t>(pos.size()), sq.n, k.back().data(), v.back().data(), sq.pos0 + sq.n});
+    for (int64_t t = 0; t < sq.n; ++t) pos.push_back(static_cast<int32_t>(sq.pos0 + t));
+  }
+  const AttentionShape shape{heads, kv_heads, hd};
+  ThreadPool pool(3);
+  std::vector<float> batched(q.size(), kNaN), alone(q.size(), kNaN);
+  attention_segments(q.data(), pos.data(), segs, shape, batched.data(), pool);
+  const int64_t qs = heads * hd;
+  for (const AttentionSegment& g : segs)
+    attention(q.data() + g.t0 * qs, g.n, pos.data() + g.t0, g.k, g.v, g.kv_len, shape, alone.data() + g.t0 * qs, pool);
+  CHECK(std::all_of(alone.begin(), alone.end(), [](float x) { return std::isfinite(x); }));
+  CHECK(std::memcmp(batched.data(), alone.data(), alone.size() * sizeof(float)) == 0);
+}
+
 // The host KV cache keeps each KV head's rows contiguous (head_major) with a capacity beyond the
 // filled positions; attention over that layout must give the same bits as over rows side by side.
 TEST_CASE("attention: head-major caches give the same results as rows of all heads side by side",
