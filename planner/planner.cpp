@@ -2,9 +2,12 @@
 #include "planner/planner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <map>
+#include <memory>
 #include <sstream>
 
 #include "core/error.h"
@@ -119,12 +122,52 @@ void kv_layer_bounds(const ModelSpec& spec, const PlannerConfig& cfg, int* prior
     ++*max_k_streamed;
 }
 
+// What a thread reuses from the candidate plans it drops for the next ones it builds: an emptied
+// actions list and emptied dependency lists, with their memory (a Dynamic step builds and drops tens of
+// plans of hundreds of actions each).
+class Spares {
+ public:
+  void recycle(Plan& p) {
+    for (Action& a : p.actions)
+      if (a.deps.capacity() > 0 && deps_.size() < kMaxDeps) deps_.push_back(std::move(a.deps));
+    p.actions.clear();
+    if (p.actions.capacity() > actions_.capacity()) actions_ = std::move(p.actions);
+  }
+  // An empty actions list (with room for n, where a dropped plan left it) and an empty dependency list.
+  std::vector<Action> actions(size_t n) {
+    std::vector<Action> v = std::move(actions_);
+    actions_ = std::vector<Action>();
+    v.clear();
+    v.reserve(n);
+    return v;
+  }
+  std::vector<int> deps() {
+    if (deps_.empty()) return {};
+    std::vector<int> v = std::move(deps_.back());
+    deps_.pop_back();
+    v.clear();
+    return v;
+  }
+
+ private:
+  static constexpr size_t kMaxDeps = 1 << 14;
+  std::vector<Action> actions_;
+  std::vector<std::vector<int>> deps_;
+};
+
 // Emits the action list of one step for given per-shard decisions (see plan.h for the vocabulary).
 class Builder {
  public:
+  // spares: where the plan's lists come from (null: new ones).
   Builder(const ModelSpec& spec, const ExecutorTraits& traits, const ShardSet& set, Plan& plan, int64_t n,
-          double experts)
-      : spec_(spec), traits_(traits), set_(set), plan_(plan), n_(n), experts_(experts) {}
+          double experts, Spares* spares = nullptr)
+      : spec_(spec),
+        traits_(traits),
+        set_(set),
+        plan_(plan),
+        n_(n),
+        routed_(experts > 0 ? experts : expected_distinct_experts(n, spec.num_experts_per_tok, spec.num_experts)),
+        spares_(spares) {}
 
   // MoE FFN shards (by id) whose routed experts are split: the CPU computes share[id] of each token's
   // top_k from host memory while the rest are copied into the shard's stream slot and run on the GPU
@@ -164,8 +207,13 @@ class Builder {
     order.push_back(set_.output);
     plan_streams(order, slot, slot_bytes);
     start(exec, slot, prefetch);
+    const size_t room = 4 * order.size() + 2 * streamed_.size() + 8;  // most steps' actions, in one allocation
+    if (spares_ && plan_.actions.empty())
+      plan_.actions = spares_->actions(room);
+    else
+      plan_.actions.reserve(room);
 
-    last_x_ = add(Resource::Cpu, ActionKind::Embed, -1, -1, residual_bytes(spec_, n_), "embed");
+    last_x_ = add(Resource::Cpu, ActionKind::Embed, -1, -1, residual_bytes(spec_, n_));
     on_gpu_ = false;
     emit_ready_copies();
     for (int id : order) {
@@ -204,6 +252,20 @@ class Builder {
     int shard;
     int64_t row0, row1;  // 0, 0 = the whole shard
     uint64_t bytes;
+  };
+
+  // The dependencies an emitter gathers for one action (at most four), kept off the heap.
+  struct Deps {
+    int id[4] = {-1, -1, -1, -1};
+    size_t n = 0;
+    Deps() = default;
+    Deps(std::initializer_list<int> ids) {
+      for (int d : ids) push_back(d);
+    }
+    void push_back(int d) {
+      SW_CHECK(n < 4, "plan: an action with more than four dependencies");
+      id[n++] = d;
+    }
   };
 
   // The streamed shards in execution order; a streamed LM head larger than a slot in row pieces.
@@ -259,12 +321,10 @@ class Builder {
       plan_.actions.back().row_end = streamed_[j].row1;
       plan_.actions.back().slot = static_cast<int>(j % 2);
       plan_.actions.back().bytes = streamed_[j].bytes;
-      plan_.actions.back().label +=
-          "[" + std::to_string(streamed_[j].row0) + ":" + std::to_string(streamed_[j].row1) + "]";
       compute_done_[j] = last;
       emit_ready_copies();
     }
-    last_x_ = add(Resource::D2H, ActionKind::CopyLogits, id, -1, logits_bytes(spec_), "logits", {last});
+    last_x_ = add(Resource::D2H, ActionKind::CopyLogits, id, -1, logits_bytes(spec_), {last});
   }
 
   // A layer's attention on the GPU: whole over its KV in VRAM, over its host cache staged in the arena,
@@ -272,28 +332,27 @@ class Builder {
   void emit_gpu_attention(const Shard& s, int k, bool kvg) {
     const int id = s.id;
     to_gpu();
-    std::vector<int> deps = {last_x_};
+    Deps deps = {last_x_};
     if (k >= 0) deps.push_back(copy_action_[k]);
     if (kvg) {
       last_x_ = compute(Resource::GpuCompute, id, ComputePart::Full, deps);
     } else if (stage_) {
       const uint64_t row = 2 * dtype_row_bytes(set_.kv_dtype, spec_.kv_dim());  // K and V of one position
       const int up = add(Resource::H2DAct, ActionKind::CopyActivations, id, s.layer,
-                         static_cast<uint64_t>(past_tokens_) * row, s.name() + " kv past", {last_staged_});
+                         static_cast<uint64_t>(past_tokens_) * row, {last_staged_});
       plan_.actions.back().payload = Payload::KvPast;
       deps.push_back(up);
       last_x_ = compute(Resource::GpuCompute, id, ComputePart::AttnStaged, deps);
-      last_staged_ = add(Resource::D2H, ActionKind::CopyActivations, id, s.layer, static_cast<uint64_t>(n_) * row,
-                         s.name() + " kv new", {last_x_});
+      last_staged_ =
+          add(Resource::D2H, ActionKind::CopyActivations, id, s.layer, static_cast<uint64_t>(n_) * row, {last_x_});
       plan_.actions.back().payload = Payload::KvNew;
     } else {
       const int pre = compute(Resource::GpuCompute, id, ComputePart::AttnPre, deps);
-      const int d2h = add(Resource::D2H, ActionKind::CopyActivations, id, s.layer, qkv_bytes(spec_, n_),
-                          s.name() + " q,k,v", {pre});
+      const int d2h = add(Resource::D2H, ActionKind::CopyActivations, id, s.layer, qkv_bytes(spec_, n_), {pre});
       plan_.actions.back().payload = Payload::Qkv;
       const int core = compute(Resource::Cpu, id, ComputePart::AttnCore, {d2h});
-      const int h2d = add(Resource::H2DAct, ActionKind::CopyActivations, id, s.layer, attn_out_bytes(spec_, n_),
-                          s.name() + " attn out", {core});
+      const int h2d =
+          add(Resource::H2DAct, ActionKind::CopyActivations, id, s.layer, attn_out_bytes(spec_, n_), {core});
       plan_.actions.back().payload = Payload::AttnOut;
       last_x_ = compute(Resource::GpuCompute, id, ComputePart::AttnPost, {h2d, pre});
     }
@@ -309,9 +368,8 @@ class Builder {
     if (spec_.is_moe() && exec[f] == ExecDevice::Gpu && slot[f] < 0 && n_ <= traits_.device_routing_max_tokens) {
       routing_[static_cast<size_t>(s.layer)] = last_x_;  // the GPU routes from its own logits
     } else if (spec_.is_moe()) {  // router logits to the host, which routes (same code on every device)
-      routing_[static_cast<size_t>(s.layer)] =
-          add(Resource::D2H, ActionKind::CopyActivations, s.id, s.layer,
-              static_cast<uint64_t>(n_ * spec_.num_experts) * 4, s.name() + " router logits", {last_x_});
+      routing_[static_cast<size_t>(s.layer)] = add(Resource::D2H, ActionKind::CopyActivations, s.id, s.layer,
+                                                   static_cast<uint64_t>(n_ * spec_.num_experts) * 4, {last_x_});
       plan_.actions.back().payload = Payload::RouterLogits;
     }
   }
@@ -322,9 +380,8 @@ class Builder {
     const int next = set_.attention[static_cast<size_t>(s.layer + 1)];
     const int g = compute(Resource::GpuCompute, next, ComputePart::RouterNext, {last_x_});
     plan_.actions.back().bytes = router_bytes();
-    guess_[static_cast<size_t>(s.layer + 1)] =
-        add(Resource::D2H, ActionKind::CopyActivations, next, s.layer + 1,
-            static_cast<uint64_t>(n_ * spec_.num_experts) * 4, set_.at(next).name() + " router guess", {g});
+    guess_[static_cast<size_t>(s.layer + 1)] = add(Resource::D2H, ActionKind::CopyActivations, next, s.layer + 1,
+                                                   static_cast<uint64_t>(n_ * spec_.num_experts) * 4, {g});
     plan_.actions.back().payload = Payload::RouterGuess;
   }
 
@@ -339,7 +396,7 @@ class Builder {
       slot_user = emit_split_ffn(s, k, routing);
     } else if (e == ExecDevice::Gpu) {
       to_gpu();
-      std::vector<int> deps = {last_x_, routing};
+      Deps deps = {last_x_, routing};
       if (k >= 0) deps.push_back(copy_action_[k]);
       last_x_ = compute(Resource::GpuCompute, id, ComputePart::Full, deps);
     } else {
@@ -347,7 +404,7 @@ class Builder {
       last_x_ = compute(Resource::Cpu, id, ComputePart::Full, {last_x_, routing});
     }
     if (s.kind == ShardKind::Output && e == ExecDevice::Gpu)
-      last_x_ = add(Resource::D2H, ActionKind::CopyLogits, id, -1, logits_bytes(spec_), "logits", {last_x_});
+      last_x_ = add(Resource::D2H, ActionKind::CopyLogits, id, -1, logits_bytes(spec_), {last_x_});
     return slot_user;
   }
 
@@ -357,12 +414,11 @@ class Builder {
     const int id = s.id;
     to_gpu();
     const int c = share_of(id);
-    const int xh = add(Resource::D2H, ActionKind::CopyActivations, id, s.layer, residual_bytes(spec_, n_),
-                       s.name() + " x for the cpu share", {last_x_});
+    const int xh = add(Resource::D2H, ActionKind::CopyActivations, id, s.layer, residual_bytes(spec_, n_), {last_x_});
     plan_.actions.back().payload = Payload::Residual;
     // The GPU's experts into x, after x went down for the CPU's share, enqueued before the host
     // computes that share so that the two run at once; the CPU's partial is added after both.
-    std::vector<int> deps = {last_x_, routing, xh};
+    Deps deps = {last_x_, routing, xh};
     if (k >= 0) deps.push_back(copy_action_[k]);
     const int gpu = compute(Resource::GpuCompute, id, ComputePart::MoeGpuShare, deps);
     plan_.actions.back().cpu_experts = c;
@@ -370,8 +426,7 @@ class Builder {
     plan_.actions.back().cpu_experts = c;
     plan_.actions.back().slot = -1;
     plan_.actions.back().bytes = share_bytes(s, true);
-    const int up = add(Resource::H2DAct, ActionKind::CopyActivations, id, s.layer, residual_bytes(spec_, n_),
-                       s.name() + " cpu share", {cpu});
+    const int up = add(Resource::H2DAct, ActionKind::CopyActivations, id, s.layer, residual_bytes(spec_, n_), {cpu});
     plan_.actions.back().payload = Payload::MoePartial;
     last_x_ = compute(Resource::GpuCompute, id, ComputePart::MoeShareAdd, {gpu, up});
     plan_.actions.back().cpu_experts = c;
@@ -385,7 +440,7 @@ class Builder {
   // Bytes of an FFN shard a step reads: all it touches, or for a split MoE layer the CPU's share of
   // its experts (cpu) or the GPU's, with the norm (!cpu).
   uint64_t share_bytes(const Shard& s, bool cpu) const {
-    const uint64_t all = ffn_bytes_touched(spec_, s, n_, false, experts_);
+    const uint64_t all = ffn_bytes_touched(spec_, s, n_, false, routed_);
     const int c = share_of(s.id);
     if (c <= 0 || !spec_.is_moe()) return all;
     const double k = static_cast<double>(std::max<int64_t>(1, spec_.num_experts_per_tok));
@@ -394,46 +449,53 @@ class Builder {
                : s.expert_base + static_cast<uint64_t>(experts * (k - c) / k + 0.5);
   }
 
-  int add(Resource r, ActionKind kind, int shard, int layer, uint64_t bytes, std::string label,
-          std::vector<int> deps = {}) {
-    Action a;
-    a.id = static_cast<int>(plan_.actions.size());
+  // A new action (labelled later: label_plan) after `deps` (-1: none; each once).
+  int add(Resource r, ActionKind kind, int shard, int layer, uint64_t bytes, const int* deps, size_t n_deps) {
+    Action& a = plan_.actions.emplace_back();
+    a.id = static_cast<int>(plan_.actions.size()) - 1;
     a.resource = r;
     a.kind = kind;
     a.shard = shard;
     a.layer = layer;
     a.bytes = bytes;
-    a.label = std::move(label);
-    for (int d : deps)
-      if (d >= 0 && std::find(a.deps.begin(), a.deps.end(), d) == a.deps.end()) a.deps.push_back(d);
-    plan_.actions.push_back(std::move(a));
-    return plan_.actions.back().id;
+    if (spares_) a.deps = spares_->deps();
+    a.deps.reserve(n_deps);
+    for (size_t i = 0; i < n_deps; ++i)
+      if (deps[i] >= 0 && std::find(a.deps.begin(), a.deps.end(), deps[i]) == a.deps.end()) a.deps.push_back(deps[i]);
+    return a.id;
+  }
+  int add(Resource r, ActionKind kind, int shard, int layer, uint64_t bytes, std::initializer_list<int> deps = {}) {
+    return add(r, kind, shard, layer, bytes, deps.begin(), deps.size());
+  }
+  int add(Resource r, ActionKind kind, int shard, int layer, uint64_t bytes, const Deps& deps) {
+    return add(r, kind, shard, layer, bytes, deps.id, deps.n);
   }
 
-  int compute(Resource r, int shard, ComputePart part, std::vector<int> deps) {
+  int compute(Resource r, int shard, ComputePart part, const int* deps, size_t n_deps) {
     const Shard& s = set_.at(shard);
-    std::string label = s.name();
-    if (part != ComputePart::Full) label += std::string(" ") + compute_part_name(part);
     const uint64_t bytes = s.kind == ShardKind::Ffn ? share_bytes(s, false) : s.bytes;
-    const int id =
-        add(r, ActionKind::Compute, shard, s.layer, part == ComputePart::AttnCore ? 0 : bytes, label, std::move(deps));
+    const int id = add(r, ActionKind::Compute, shard, s.layer, part == ComputePart::AttnCore ? 0 : bytes, deps, n_deps);
     plan_.actions.back().part = part;
     const int k = stream_index(shard);
     plan_.actions.back().slot = k >= 0 ? k % std::max(1, prefetch_) : -1;
     return id;
   }
+  int compute(Resource r, int shard, ComputePart part, std::initializer_list<int> deps) {
+    return compute(r, shard, part, deps.begin(), deps.size());
+  }
+  int compute(Resource r, int shard, ComputePart part, const Deps& deps) {
+    return compute(r, shard, part, deps.id, deps.n);
+  }
 
   void to_gpu() {
     if (on_gpu_) return;
-    last_x_ =
-        add(Resource::H2DAct, ActionKind::CopyActivations, -1, -1, residual_bytes(spec_, n_), "x to gpu", {last_x_});
+    last_x_ = add(Resource::H2DAct, ActionKind::CopyActivations, -1, -1, residual_bytes(spec_, n_), {last_x_});
     plan_.actions.back().payload = Payload::Residual;
     on_gpu_ = true;
   }
   void to_host() {
     if (!on_gpu_) return;
-    last_x_ =
-        add(Resource::D2H, ActionKind::CopyActivations, -1, -1, residual_bytes(spec_, n_), "x to host", {last_x_});
+    last_x_ = add(Resource::D2H, ActionKind::CopyActivations, -1, -1, residual_bytes(spec_, n_), {last_x_});
     plan_.actions.back().payload = Payload::Residual;
     on_gpu_ = false;
   }
@@ -474,9 +536,7 @@ class Builder {
     }
   }
   // Expected distinct routed experts of an MoE FFN in this step, and the GPU's part of each token's k.
-  double routed_experts() const {
-    return experts_ > 0 ? experts_ : expected_distinct_experts(n_, spec_.num_experts_per_tok, spec_.num_experts);
-  }
+  double routed_experts() const { return routed_; }
   double gpu_experts(const Shard& s) const {
     const double k = static_cast<double>(std::max<int64_t>(1, spec_.num_experts_per_tok));
     return routed_experts() * (k - share_of(s.id)) / k;
@@ -488,12 +548,11 @@ class Builder {
   void emit_guess(size_t k) {
     const Piece& piece = streamed_[k];
     const Shard& s = set_.at(piece.shard);
-    std::vector<int> deps = {guess_[static_cast<size_t>(s.layer)]};
+    Deps deps = {guess_[static_cast<size_t>(s.layer)]};
     if (k >= static_cast<size_t>(prefetch_)) deps.push_back(compute_done_[k - static_cast<size_t>(prefetch_)]);
     // As many experts as the routing will pick (the guess picks top_k per token too; of a split layer,
     // the GPU's share of them), and the norm.
-    guess_copy_[k] =
-        add(Resource::H2D, ActionKind::CopyWeights, s.id, s.layer, piece.bytes, s.name() + " guessed experts", deps);
+    guess_copy_[k] = add(Resource::H2D, ActionKind::CopyWeights, s.id, s.layer, piece.bytes, deps);
     Action& a = plan_.actions.back();
     a.speculative = true;
     a.cpu_experts = share_of(s.id);
@@ -503,19 +562,17 @@ class Builder {
   void emit_copy(size_t k) {
     const Piece& piece = streamed_[k];
     const Shard& s = set_.at(piece.shard);
-    std::vector<int> deps;
+    Deps deps;
     if (k >= static_cast<size_t>(prefetch_)) deps.push_back(compute_done_[k - static_cast<size_t>(prefetch_)]);
     if (spec_.is_moe() && s.kind == ShardKind::Ffn) deps.push_back(routing_[static_cast<size_t>(s.layer)]);
     const bool after_guess = guess_copy_[k] >= 0;
     if (after_guess) deps.push_back(guess_copy_[k]);
-    std::string label = s.name() + (after_guess ? " missed experts" : " weights");
-    if (piece.row1 > 0) label += "[" + std::to_string(piece.row0) + ":" + std::to_string(piece.row1) + "]";
     // After a guess: the routed experts it missed (1 - hit of them), no norm.
     const double miss = after_guess ? 1.0 - hit_ : 1.0;
     const uint64_t bytes = after_guess
                                ? static_cast<uint64_t>(static_cast<double>(piece.bytes - s.expert_base) * miss + 0.5)
                                : piece.bytes;
-    copy_action_[k] = add(Resource::H2D, ActionKind::CopyWeights, s.id, s.layer, bytes, label, deps);
+    copy_action_[k] = add(Resource::H2D, ActionKind::CopyWeights, s.id, s.layer, bytes, deps);
     if (spec_.is_moe() &&
         s.kind == ShardKind::Ffn) {  // the runtime copies each routed expert's gate, up, down and the norm
       // (a split layer the GPU's share of them)
@@ -535,7 +592,8 @@ class Builder {
   const ShardSet& set_;
   Plan& plan_;
   int64_t n_;
-  double experts_;                          // measured distinct experts per layer for n_ tokens (0 = uniform routing)
+  // Distinct experts per layer a step of n_ tokens touches: as measured, else the uniform expectation.
+  double routed_;
   std::vector<int> share_;                  // split_experts
   const std::vector<int>* slot_ = nullptr;  // build's slot and exec, while it runs
   const std::vector<ExecDevice>* exec_ = nullptr;
@@ -552,7 +610,73 @@ class Builder {
   bool stage_ = false;       // attention of host-KV layers on the GPU runs staged (attn_staged)
   int64_t past_tokens_ = 0;  // cached positions a staged layer uploads (the cache planned full)
   int last_staged_ = -1;     // the last staged layer's kv_new copy: the staging is free after it
+  Spares* spares_;
 };
+
+// What an action does to which shard, in words ("L3.ffn weights", "x to gpu"), from its fields alone: the
+// Builder leaves actions unlabelled, and only the plans the planner returns are labelled (label_plan),
+// not the thousands of candidates it simulates and drops.
+std::string action_label(const Plan& plan, const Action& a, const ShardSet& set) {
+  const std::string rows =
+      a.row_end > 0 ? "[" + std::to_string(a.row_begin) + ":" + std::to_string(a.row_end) + "]" : std::string();
+  switch (a.kind) {
+    case ActionKind::Embed:
+      return "embed";
+    case ActionKind::CopyLogits:
+      return "logits";
+    case ActionKind::Compute:
+      return set.at(a.shard).name() +
+             (a.part == ComputePart::Full ? std::string() : std::string(" ") + compute_part_name(a.part)) + rows;
+    case ActionKind::CopyWeights: {
+      if (a.speculative) return set.at(a.shard).name() + " guessed experts";
+      bool after_guess = false;  // the experts its layer's speculative copy missed
+      for (int d : a.deps) {
+        const Action& b = plan.actions.at(static_cast<size_t>(d));
+        after_guess = after_guess || (b.kind == ActionKind::CopyWeights && b.speculative);
+      }
+      return set.at(a.shard).name() + (after_guess ? " missed experts" : " weights") + rows;
+    }
+    case ActionKind::CopyActivations:
+      break;
+  }
+  if (a.shard < 0) return a.resource == Resource::D2H ? "x to host" : "x to gpu";
+  const char* what = "";
+  switch (a.payload) {
+    case Payload::Residual:
+      what = " x for the cpu share";
+      break;
+    case Payload::Qkv:
+      what = " q,k,v";
+      break;
+    case Payload::AttnOut:
+      what = " attn out";
+      break;
+    case Payload::RouterLogits:
+      what = " router logits";
+      break;
+    case Payload::KvPast:
+      what = " kv past";
+      break;
+    case Payload::KvNew:
+      what = " kv new";
+      break;
+    case Payload::MoePartial:
+      what = " cpu share";
+      break;
+    case Payload::RouterGuess:
+      what = " router guess";
+      break;
+    case Payload::None:
+      break;
+  }
+  return set.at(a.shard).name() + what;
+}
+
+// The words of a plan the planner returns: its actions' labels and its placements' shard names.
+void label_plan(Plan& plan, const ShardSet& set) {
+  for (Action& a : plan.actions) a.label = action_label(plan, a, set);
+  for (ShardPlacement& sp : plan.placements) sp.name = set.at(sp.shard).name();
+}
 
 }  // namespace
 
@@ -597,6 +721,10 @@ struct Ctx {
   // Attention of host-KV layers that runs on the GPU: over a copy of the host cache staged in the
   // arena (attn_staged), instead of split with its core on the CPU. Plans are made both ways.
   bool stage = false;
+  // The durations of the step being planned and the lists of dropped plans, the thread's (Planning
+  // sets them: one step, many candidate plans).
+  StepPrices* prices = nullptr;
+  Spares* spares = nullptr;
 };
 
 // The "kv staging" region: one layer's K and V as the device attends to them (position-major) and as
@@ -621,10 +749,6 @@ StepShape step_shape(const ModelSpec& spec, const PlannerConfig& cfg, int64_t n)
   return st;
 }
 
-StepShape step_of(const Ctx& c, int64_t n) {
-  return step_shape(c.spec, c.cfg, n);
-}
-
 Plan infeasible(const Ctx& c, Schedule s, int64_t n, const std::string& why) {
   Plan p;
   p.schedule = s;
@@ -638,15 +762,16 @@ Plan infeasible(const Ctx& c, Schedule s, int64_t n, const std::string& why) {
 
 // Every shard's placement: pinned weights at pinned_offset (or -1), where each runs, which are
 // streamed (into slot_offset[slot]), and each layer's KV cache in VRAM at kv_offset (or -1 = host).
+// Unnamed, like the actions: label_plan names the placements of the plans returned.
 std::vector<ShardPlacement> place_shards(const ShardSet& S, const std::vector<int64_t>& pinned_offset,
                                          const std::vector<ExecDevice>& exec, const std::vector<int>& slot,
                                          const std::vector<int64_t>& slot_offset,
                                          const std::vector<int64_t>& kv_offset) {
   std::vector<ShardPlacement> out;
+  out.reserve(S.shards.size());
   for (const Shard& s : S.shards) {
     ShardPlacement sp;
     sp.shard = s.id;
-    sp.name = s.name();
     sp.bytes = s.bytes;
     const size_t i = static_cast<size_t>(s.id);
     if (s.kind == ShardKind::Kv) {
@@ -665,7 +790,7 @@ std::vector<ShardPlacement> place_shards(const ShardSet& S, const std::vector<in
                         : sp.streamed                 ? slot_offset.at(static_cast<size_t>(slot[i]))
                                                       : -1;
     }
-    out.push_back(sp);
+    out.push_back(std::move(sp));
   }
   return out;
 }
@@ -716,28 +841,31 @@ Plan finish_canonical(const Ctx& c, Schedule sched, int64_t n, size_t p, uint64_
     plan.infeasible_reason = "needs " + format_bytes(plan.vram_bytes) + " of VRAM";
     return plan;
   }
-  const Plan laid_out = plan;
+  const double hit = c.cfg.next_layer_hits;
+  const bool may_guess = hit > 0 && c.spec.is_moe();
+  Plan laid_out;  // the plan before its actions, for the speculative one
+  if (may_guess) laid_out = plan;
   auto build = [&](Plan& p, double hit) {
-    Builder builder(c.spec, c.cfg.executor, S, p, n, routing_experts_for(c.spec, c.cfg, n));
+    Builder builder(c.spec, c.cfg.executor, S, p, n, routing_experts_for(c.spec, c.cfg, n), c.spares);
     if (c.stage) builder.stage_host_kv(std::max<int64_t>(0, c.cfg.ctx - n));
     if (!share.empty()) builder.split_experts(share);
     builder.speculate(hit);
     builder.build(exec, slot, L.kv_gpu, prefetch, slot_bytes);
-    p.predicted_ms = simulate(p, c.spec, S, c.cost, step_of(c, n));
+    p.predicted_ms = simulate(p, *c.prices);
     p.feasible = true;
     return builder.speculates();
   };
   build(plan, 0);
-  const double hit = c.cfg.next_layer_hits;
   SW_CHECK(std::isfinite(hit) && hit >= 0 && hit <= 1, "planner: next_layer_hits ", hit, " must be within [0, 1]");
-  if (hit > 0 && c.spec.is_moe()) {  // with speculative expert prefetch where it applies; the faster is kept
-    Plan guessed = laid_out;
+  if (may_guess) {  // with speculative expert prefetch where it applies; the faster is kept
+    Plan guessed = std::move(laid_out);
     if (build(guessed, hit) && (guessed.predicted_ms < plan.predicted_ms || c.cfg.always_speculate)) {
       guessed.notes +=
           (guessed.notes.empty() ? "" : "; ") + str_cat("experts prefetched on the layer before's guess (",
                                                         static_cast<int>(std::lround(hit * 100)), "% hits)");
-      return guessed;
+      std::swap(plan, guessed);
     }
+    if (c.spares) c.spares->recycle(guessed);
   }
   return plan;
 }
@@ -861,8 +989,11 @@ bool dynamic_choice(const Ctx& c, int64_t n, uint64_t slot_bytes, uint64_t room,
   return true;
 }
 
-void keep_faster(Plan& best, Plan plan) {
-  if (plan.feasible && (!best.feasible || plan.predicted_ms < best.predicted_ms)) best = std::move(plan);
+// The faster feasible plan of the two in `best` (the earlier on a tie); the other one's lists to the
+// thread's spares.
+void keep_faster(const Ctx& c, Plan& best, Plan plan) {
+  if (plan.feasible && (!best.feasible || plan.predicted_ms < best.predicted_ms)) std::swap(best, plan);
+  if (c.spares) c.spares->recycle(plan);
 }
 
 // Streaming m of the candidates, spread evenly over the layers: every count up to 8, then about 12%
@@ -889,7 +1020,7 @@ void dynamic_streamed(const Ctx& c, int64_t n, uint64_t slot_bytes, const Dynami
                       ? ""
                       : (", attention of " + std::to_string(d.forced.size()) + " KV-in-VRAM layers streamed").c_str(),
                   format_bytes(slot_bytes).c_str());
-    keep_faster(best, plan_hybrid(c, n, Schedule::Dynamic, slot_bytes, pick, d.p, notes));
+    keep_faster(c, best, plan_hybrid(c, n, Schedule::Dynamic, slot_bytes, pick, d.p, notes));
   }
 }
 
@@ -915,7 +1046,7 @@ void dynamic_split(const Ctx& c, int64_t n, uint64_t slot_bytes, const DynamicCh
                   "CPU (slot %s)",
                   d.p, c.L.canonical.size(), ffns.size(), static_cast<long long>(share), static_cast<long long>(K),
                   format_bytes(slot_bytes).c_str());
-    keep_faster(best, plan_hybrid(c, n, Schedule::Dynamic, slot_bytes, pick, d.p, notes, split));
+    keep_faster(c, best, plan_hybrid(c, n, Schedule::Dynamic, slot_bytes, pick, d.p, notes, split));
   }
 }
 
@@ -924,11 +1055,13 @@ void dynamic_split(const Ctx& c, int64_t n, uint64_t slot_bytes, const DynamicCh
 // the layers so copies overlap the CPU work between them); the fastest simulated plan wins. An
 // attention shard runs where its layer's KV is: pinned or CPU, or, for a layer whose KV is in VRAM
 // but whose attention is not pinned, streamed (always).
-Plan plan_dynamic(const Ctx& c, int64_t n) {
+// plan_dynamic in parts (the planner plans each slot size on a thread of its own): the slot sizes it
+// tries, whose two slots fit `room` (false: scratch and KV alone exceed the budget); the fastest plan of
+// one slot size; and the plan where none is feasible, which the fastest of the slot sizes' replaces.
+bool dynamic_slots(const Ctx& c, int64_t n, std::vector<uint64_t>* slots, uint64_t* room) {
   const Layout& L = c.L;
   const ShardSet& S = L.shards;
-  uint64_t room;
-  if (!room_for(c, n, &room)) return infeasible(c, Schedule::Dynamic, n, "scratch and KV exceed the budget");
+  if (!room_for(c, n, room)) return false;
   std::vector<uint64_t> sizes;
   for (int id : L.canonical) {
     const Shard& s = S.at(id);
@@ -938,14 +1071,30 @@ Plan plan_dynamic(const Ctx& c, int64_t n) {
   }
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-  Plan best = infeasible(c, Schedule::Dynamic, n, "no CPU shard can be streamed within the budget");
-  for (uint64_t slot_bytes : sizes) {
-    if (2 * slot_bytes > room) continue;
-    DynamicChoice d;
-    if (!dynamic_choice(c, n, slot_bytes, room, &d)) continue;
+  for (uint64_t slot_bytes : sizes)
+    if (2 * slot_bytes <= *room) slots->push_back(slot_bytes);
+  return true;
+}
+Plan no_dynamic(const Ctx& c, int64_t n) {
+  return infeasible(c, Schedule::Dynamic, n, "no CPU shard can be streamed within the budget");
+}
+Plan plan_dynamic_slot(const Ctx& c, int64_t n, uint64_t slot_bytes, uint64_t room) {
+  Plan best = no_dynamic(c, n);
+  DynamicChoice d;
+  if (dynamic_choice(c, n, slot_bytes, room, &d)) {
     dynamic_streamed(c, n, slot_bytes, d, best);
     dynamic_split(c, n, slot_bytes, d, best);
   }
+  return best;
+}
+
+Plan plan_dynamic(const Ctx& c, int64_t n) {
+  std::vector<uint64_t> slots;
+  uint64_t room;
+  if (!dynamic_slots(c, n, &slots, &room))
+    return infeasible(c, Schedule::Dynamic, n, "scratch and KV exceed the budget");
+  Plan best = no_dynamic(c, n);
+  for (uint64_t slot_bytes : slots) keep_faster(c, best, plan_dynamic_slot(c, n, slot_bytes, room));
   return best;
 }
 
@@ -1045,7 +1194,7 @@ Plan plan_layer_split(const Ctx& c, int64_t n) {
   plan.notes = notes;
   plan.pinned_prefix = 0;
   Builder(spec, c.cfg.executor, S, plan, n, routing_experts_for(spec, c.cfg, n)).build(exec, slot, plan.kv_on_gpu, 1);
-  plan.predicted_ms = simulate(plan, spec, S, c.cost, step_of(c, n));
+  plan.predicted_ms = simulate(plan, *c.prices);
   plan.feasible = true;
   return plan;
 }
@@ -1090,7 +1239,7 @@ Plan plan_cpu_moe(const Ctx& c, int64_t n) {
   plan.placements = place_shards(S, offset, exec, slot, {}, kv_offset);
   plan.notes = "experts on the CPU, the rest on the GPU";
   Builder(spec, c.cfg.executor, S, plan, n, routing_experts_for(spec, c.cfg, n)).build(exec, slot, plan.kv_on_gpu, 2);
-  plan.predicted_ms = simulate(plan, spec, S, c.cost, step_of(c, n));
+  plan.predicted_ms = simulate(plan, *c.prices);
   plan.feasible = true;
   return plan;
 }
@@ -1108,56 +1257,270 @@ Plan plan_candidate(const Ctx& c, Schedule s, int64_t n) {
   }
 }
 
-Plan plan_one(const Ctx& c, Schedule s, int64_t n) {
-  switch (s) {
-    case Schedule::GpuOnly:
-    case Schedule::Static:
-    case Schedule::Dynamic: {
-      // With KV on the host, the GPU attention of those layers either splits (its core on the CPU)
-      // or runs staged; the faster plan, which a larger staged region may make infeasible.
-      using HK = PlannerConfig::HostKvAttention;
-      Plan split = plan_candidate(c, s, n);
-      if (!has_host_kv(c.L) || c.cfg.host_kv_attention == HK::Split) return split;
-      Ctx staged = c;
-      staged.stage = true;
-      Plan st = plan_candidate(staged, s, n);
-      bool stages = false;
-      for (const Action& a : st.actions) stages = stages || a.part == ComputePart::AttnStaged;
-      if (stages && st.feasible &&
-          (c.cfg.host_kv_attention == HK::Staged || !split.feasible || st.predicted_ms < split.predicted_ms))
-        return st;
-      return split;
-    }
-    case Schedule::LayerSplit:
-      return plan_layer_split(c, n);
-    case Schedule::CpuMoe:
-      return plan_cpu_moe(c, n);
-  }
-  fail("unknown schedule");
+// One piece of planning work: the plan of a step of n tokens on layout L with schedule s, the GPU
+// attention of host-KV layers split around a CPU core (stage false) or staged (true); a Dynamic plan
+// of one stream slot size (one_slot: plan_dynamic_slot) or of all.
+struct PlanJob {
+  const Layout* L = nullptr;
+  Schedule s = Schedule::Static;
+  int64_t n = 1;
+  bool stage = false;
+  bool one_slot = false;
+  uint64_t slot_bytes = 0;
+};
+
+// A plan wanted: schedule s for a step of n tokens on layout L (one or two jobs: stages_too).
+struct PlanWant {
+  const Layout* L = nullptr;
+  Schedule s = Schedule::Static;
+  int64_t n = 1;
+};
+
+// With KV on the host, the GPU attention of those layers either splits (its core on the CPU) or runs
+// staged: the candidate schedules are planned both ways (faster_variant keeps one).
+bool stages_too(const Layout& L, const PlannerConfig& cfg, Schedule s) {
+  return schedule_is_candidate(s) && has_host_kv(L) && cfg.host_kv_attention != PlannerConfig::HostKvAttention::Split;
 }
 
-// fn(i) for i in [0, n) on up to cfg.threads threads (the candidates of one planning decision are
-// independent; the caller picks among the results in order, so the choice is the sequential one).
-void for_each_candidate(const PlannerConfig& cfg, int64_t n, const std::function<void(int64_t)>& fn) {
-  const int threads = static_cast<int>(std::min<int64_t>(std::max(cfg.threads, 1), n));
-  if (threads <= 1) {
-    for (int64_t i = 0; i < n; ++i) fn(i);
-    return;
+// The split plan, or the staged one where it is faster (or forced); a larger staged region may make
+// the staged plan infeasible.
+Plan faster_variant(const PlannerConfig& cfg, Plan split, Plan staged) {
+  using HK = PlannerConfig::HostKvAttention;
+  bool stages = false;
+  for (const Action& a : staged.actions) stages = stages || a.part == ComputePart::AttnStaged;
+  if (stages && staged.feasible &&
+      (cfg.host_kv_attention == HK::Staged || !split.feasible || staged.predicted_ms < split.predicted_ms))
+    return staged;
+  return split;
+}
+
+// The planning work of one call (a table, a plan, a budget probe) on up to `threads` threads, each
+// with its own step prices by tier (StepPrices is a cache, one per thread). Every layout of a call
+// copies `shards` and a duration depends on the shards' contents only, so a thread's prices of a tier
+// serve every layout.
+class Planning {
+ public:
+  Planning(const ModelSpec& spec, const CostModel& cost, const PlannerConfig& cfg, int threads)
+      : spec(spec),
+        cost(cost),
+        cfg(cfg),
+        shards(make_shards(spec, cfg.ctx, cfg.kv_dtype, &cfg.tensor_dtypes)),
+        threads_(std::max(threads, 1)),
+        prices_(static_cast<size_t>(threads_)),
+        spares_(static_cast<size_t>(threads_)) {}
+
+  // fn(i, thread) for i in [0, n), on up to the call's threads, each thread taking the next i when it is
+  // done with one (the items differ in cost by tens of times). The caller reads the results in order, so
+  // what it picks is the sequential choice whatever the threads.
+  void for_each(int64_t n, const std::function<void(int64_t, int)>& fn) {
+    if (threads_ <= 1 || n <= 1) {
+      for (int64_t i = 0; i < n; ++i) fn(i, 0);
+      return;
+    }
+    if (!pool_) pool_ = std::make_unique<ThreadPool>(threads_);
+    std::atomic<int64_t> next{0};
+    pool_->parallel_for(std::min<int64_t>(threads_, n), 1, [&](int64_t, int64_t, int thread) {
+      for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i, thread);
+    });
   }
-  ThreadPool pool(threads);
-  pool.parallel_for(n, 1, [&](int64_t b, int64_t e, int) {
-    for (int64_t i = b; i < e; ++i) fn(i);
-  });
+
+  // The plans wanted, in order (faster_variant's choice for each), their jobs spread over the threads.
+  std::vector<Plan> plan(const std::vector<PlanWant>& want) {
+    std::vector<PlanJob> jobs;
+    std::vector<Variant> variants;  // per want, split then (stages_too) staged
+    for (const PlanWant& w : want)
+      for (bool stage : {false, true})
+        if (!stage || stages_too(*w.L, cfg, w.s)) variants.push_back(add_jobs(w, stage, jobs));
+    // Dynamic jobs (tens of candidate plans each) first, so that no thread starts one last.
+    std::vector<size_t> order(jobs.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_partition(order.begin(), order.end(), [&](size_t i) { return jobs[i].s == Schedule::Dynamic; });
+    std::vector<Plan> done(jobs.size());
+    for_each(static_cast<int64_t>(jobs.size()), [&](int64_t i, int thread) {
+      const PlanJob& j = jobs[order[static_cast<size_t>(i)]];
+      done[order[static_cast<size_t>(i)]] = run(j, prices(thread, j.n), spares_[static_cast<size_t>(thread)]);
+    });
+    std::vector<Plan> out;
+    size_t v = 0;
+    for (const PlanWant& w : want) {
+      Plan split = gather(w, variants[v++], done);
+      out.push_back(stages_too(*w.L, cfg, w.s) ? faster_variant(cfg, std::move(split), gather(w, variants[v++], done))
+                                               : std::move(split));
+    }
+    return out;
+  }
+
+  const ModelSpec& spec;
+  const CostModel& cost;
+  const PlannerConfig& cfg;
+  const ShardSet shards;  // make_shards of the config: what every layout of the call copies
+
+ private:
+  // The jobs [begin, end) of one plan wanted with attention staged or not; by_slot: a Dynamic plan in
+  // parts, one per slot size.
+  struct Variant {
+    size_t begin = 0, end = 0;
+    bool stage = false, by_slot = false;
+  };
+
+  Ctx ctx_of(const Layout& L, bool stage) const {
+    Ctx c{spec, cost, cfg, L};
+    c.stage = stage;
+    return c;
+  }
+
+  Variant add_jobs(const PlanWant& w, bool stage, std::vector<PlanJob>& jobs) const {
+    Variant v;
+    v.begin = jobs.size();
+    v.stage = stage;
+    std::vector<uint64_t> slots;
+    uint64_t room = 0;
+    if (w.s == Schedule::Dynamic && dynamic_slots(ctx_of(*w.L, stage), w.n, &slots, &room)) {
+      v.by_slot = true;
+      for (uint64_t slot_bytes : slots) jobs.push_back({w.L, w.s, w.n, stage, true, slot_bytes});
+    } else {
+      jobs.push_back({w.L, w.s, w.n, stage, false, 0});
+    }
+    v.end = jobs.size();
+    return v;
+  }
+
+  // A variant's plan from its jobs': a Dynamic plan the fastest of its slot sizes' (plan_dynamic).
+  Plan gather(const PlanWant& w, const Variant& v, std::vector<Plan>& done) const {
+    if (!v.by_slot) return std::move(done[v.begin]);
+    const Ctx c = ctx_of(*w.L, v.stage);
+    Plan best = no_dynamic(c, w.n);
+    for (size_t j = v.begin; j < v.end; ++j) keep_faster(c, best, std::move(done[j]));
+    return best;
+  }
+
+  StepPrices& prices(int thread, int64_t n) {
+    auto& p = prices_.at(static_cast<size_t>(thread))[n];
+    if (!p) p = std::make_unique<StepPrices>(spec, shards, cost, step_shape(spec, cfg, n));
+    return *p;
+  }
+
+  Plan run(const PlanJob& j, StepPrices& prices, Spares& spares) const {
+    Ctx c = ctx_of(*j.L, j.stage);
+    c.prices = &prices;
+    c.spares = &spares;
+    uint64_t room = 0;
+    if (j.one_slot) {
+      SW_CHECK(room_for(c, j.n, &room), "planner: a Dynamic slot size planned without room");
+      return plan_dynamic_slot(c, j.n, j.slot_bytes, room);
+    }
+    switch (j.s) {
+      case Schedule::GpuOnly:
+      case Schedule::Static:
+      case Schedule::Dynamic:
+        return plan_candidate(c, j.s, j.n);
+      case Schedule::LayerSplit:
+        return plan_layer_split(c, j.n);
+      case Schedule::CpuMoe:
+        return plan_cpu_moe(c, j.n);
+    }
+    fail("unknown schedule");
+  }
+
+  const int threads_;
+  std::unique_ptr<ThreadPool> pool_;                                    // started by the first parallel loop
+  std::vector<std::map<int64_t, std::unique_ptr<StepPrices>>> prices_;  // per thread, per tier
+  std::vector<Spares> spares_;                                          // per thread
+};
+
+// A layout with the plans choose_layout made on it, by schedule and tier (the table takes them).
+struct LayoutPlans {
+  Layout L;
+  std::map<std::pair<Schedule, int64_t>, Plan> plans;
+};
+
+// What choose_layout weighs a layout by.
+struct Request {
+  std::vector<Schedule> candidates;    // the schedules the table may pick
+  std::vector<int64_t> prefill_tiers;  // the prompt's steps: 512-token chunks, or one step of a larger tier
+};
+
+Request request_of(const PlannerConfig& cfg) {
+  Request r;
+  // The prompt's prefill: in chunks of 512 tokens, or in one step of the largest tier within the
+  // context (its copies of streamed weights made once instead of once per chunk), whichever is faster.
+  const int64_t chunk = std::min<int64_t>(512, cfg.ctx);
+  int64_t whole = 0;  // the largest tier within the context, above the chunk
+  for (int64_t t : cfg.tiers)
+    if (t <= cfg.ctx && t > chunk) whole = std::max(whole, t);
+  r.prefill_tiers = {chunk};
+  if (whole > 0) r.prefill_tiers.push_back(whole);
+  // The layout serves the schedules the table may pick: a table of one schedule (`run --schedule
+  // static`) gets the layout best for that one, not one in which it cannot run.
+  for (Schedule s : {Schedule::Static, Schedule::Dynamic, Schedule::GpuOnly})
+    if (std::find(cfg.schedules.begin(), cfg.schedules.end(), s) != cfg.schedules.end()) r.candidates.push_back(s);
+  if (r.candidates.empty()) r.candidates = {Schedule::Static, Schedule::Dynamic, Schedule::GpuOnly};
+  return r;
+}
+
+// The fastest feasible plan of step t on a layout among the candidate schedules (infinite: none).
+double fastest_ms(const LayoutPlans& lp, const Request& r, int64_t t) {
+  double ms = INFINITY;
+  for (Schedule s : r.candidates) {
+    const Plan& p = lp.plans.at({s, t});
+    if (p.feasible) ms = std::min(ms, p.predicted_ms);
+  }
+  return ms;
+}
+
+// The plans of steps `tiers` of the candidate schedules on each layout, all at once on the call's threads.
+void plan_steps(Planning& P, const Request& r, const std::vector<LayoutPlans*>& layouts,
+                const std::vector<int64_t>& tiers) {
+  std::vector<PlanWant> want;
+  std::vector<LayoutPlans*> of;  // want[i] is a plan of of[i]
+  for (LayoutPlans* lp : layouts)
+    for (int64_t t : tiers)
+      for (Schedule s : r.candidates) {
+        want.push_back({&lp->L, s, t});
+        of.push_back(lp);
+      }
+  std::vector<Plan> plans = P.plan(want);
+  for (size_t i = 0; i < want.size(); ++i) of[i]->plans[{want[i].s, want[i].n}] = std::move(plans[i]);
+}
+
+// Every layout's plans of the request's steps: the decode step's, then the prompt's on the layouts where
+// some schedule can decode (request_ms weighs no other).
+void plan_requests(Planning& P, const Request& r, const std::vector<LayoutPlans*>& layouts) {
+  plan_steps(P, r, layouts, {1});
+  std::vector<LayoutPlans*> decoding;
+  for (LayoutPlans* lp : layouts)
+    if (std::isfinite(fastest_ms(*lp, r, 1))) decoding.push_back(lp);
+  std::vector<int64_t> prompt;  // the prefill tiers, the decode step's plans made already
+  for (int64_t t : r.prefill_tiers)
+    if (t != 1) prompt.push_back(t);
+  plan_steps(P, r, decoding, prompt);
+}
+
+// The predicted interactive request on a layout: a prompt filling the context (in 512-token chunks
+// or one step of the largest tier within it, whichever is faster) plus 64 decode steps, each step with
+// the fastest of the candidate schedules.
+double request_ms(const LayoutPlans& lp, const Request& r, const PlannerConfig& cfg) {
+  const double fastest_decode = fastest_ms(lp, r, 1);
+  if (!std::isfinite(fastest_decode)) return INFINITY;
+  double prefill = INFINITY;
+  for (int64_t t : r.prefill_tiers) {
+    const double step = fastest_ms(lp, r, t);
+    if (std::isfinite(step))
+      prefill = std::min(prefill, std::ceil(static_cast<double>(cfg.ctx) / static_cast<double>(t)) * step);
+  }
+  if (!std::isfinite(prefill)) prefill = fastest_decode * static_cast<double>(cfg.ctx);
+  return prefill + 64.0 * fastest_decode;
 }
 
 // KV placement and the LM head's place in the pinned order are fixed for the whole table, so they
 // are chosen once: among the priority rule's choice (attention > KV > FFN > output) and a spread of
 // alternatives — KV layers up to the most that fit with their attention pinned, and up to the most
 // that fit at all (their attention streamed where not pinned); the LM head before or after the FFN
-// shards — the one whose plans give the shortest interactive request: a prompt filling the context
-// (in 512-token chunks or one step of the largest tier within it, whichever is faster) plus 64
-// decode steps, each step with the fastest of the three schedules.
-Layout choose_layout(const ModelSpec& spec, const CostModel& cost, const PlannerConfig& cfg) {
+// shards — the one whose plans give the shortest interactive request (request_ms). The layout comes
+// with the plans made on it.
+LayoutPlans choose_layout(Planning& P) {
+  const ModelSpec& spec = P.spec;
+  const PlannerConfig& cfg = P.cfg;
   int priority_k = 0, max_k = 0, max_k_streamed = 0;
   kv_layer_bounds(spec, cfg, &priority_k, &max_k, &max_k_streamed);
   std::vector<int> ks = {
@@ -1168,68 +1531,36 @@ Layout choose_layout(const ModelSpec& spec, const CostModel& cost, const Planner
   }
   std::sort(ks.begin(), ks.end());
   ks.erase(std::unique(ks.begin(), ks.end()), ks.end());
-  // The prompt's prefill: in chunks of 512 tokens, or in one step of the largest tier within the
-  // context (its copies of streamed weights made once instead of once per chunk), whichever is faster.
-  const int64_t chunk = std::min<int64_t>(512, cfg.ctx);
-  int64_t whole = 0;  // the largest tier within the context, above the chunk
-  for (int64_t t : cfg.tiers)
-    if (t <= cfg.ctx && t > chunk) whole = std::max(whole, t);
-  std::vector<int64_t> prefill_tiers = {chunk};
-  if (whole > 0) prefill_tiers.push_back(whole);
-  // The layout serves the schedules the table may pick: a table of one schedule (`run --schedule
-  // static`) gets the layout best for that one, not one in which it cannot run.
-  std::vector<Schedule> candidates;
-  for (Schedule s : {Schedule::Static, Schedule::Dynamic, Schedule::GpuOnly})
-    if (std::find(cfg.schedules.begin(), cfg.schedules.end(), s) != cfg.schedules.end()) candidates.push_back(s);
-  if (candidates.empty()) candidates = {Schedule::Static, Schedule::Dynamic, Schedule::GpuOnly};
-  auto request_ms = [&](const Layout& L) -> double {
-    const Ctx c{spec, cost, cfg, L};
-    double fastest_decode = INFINITY, prefill = INFINITY;
-    for (Schedule s : candidates) {
-      const Plan d = plan_one(c, s, 1);
-      if (d.feasible) fastest_decode = std::min(fastest_decode, d.predicted_ms);
-    }
-    if (!std::isfinite(fastest_decode)) return INFINITY;
-    for (int64_t t : prefill_tiers) {
-      double fastest = INFINITY;
-      for (Schedule s : candidates) {
-        const Plan p = plan_one(c, s, t);
-        if (p.feasible) fastest = std::min(fastest, p.predicted_ms);
-      }
-      if (std::isfinite(fastest))
-        prefill = std::min(prefill, std::ceil(static_cast<double>(cfg.ctx) / static_cast<double>(t)) * fastest);
-    }
-    if (!std::isfinite(prefill)) prefill = fastest_decode * static_cast<double>(cfg.ctx);
-    return prefill + 64.0 * fastest_decode;
-  };
-  Layout best;
+  const Request r = request_of(cfg);
+  LayoutPlans best;
   double best_cost = INFINITY;
   bool have = false;
   int best_k = priority_k;
-  const ShardSet shards = make_shards(spec, cfg.ctx, cfg.kv_dtype, &cfg.tensor_dtypes);
-  auto consider = [&](int k, bool early, Layout L, double request) {
+  auto consider = [&](int k, bool early, LayoutPlans& lp, double request) {
     if (!std::isfinite(request)) return;
     // Prefer the priority rule's choice on ties (within 0.5%).
     if (!have || request < best_cost * (k == priority_k && !early ? 1.005 : 0.995)) {
-      best = std::move(L);
+      best = std::move(lp);
       best_cost = request;
       best_k = k;
       have = true;
     }
   };
-  // The KV split with the LM head last (each split's layout priced on its own thread), then the LM head
-  // early with the split chosen (planning cost: each layout plans every schedule at three tiers).
-  std::vector<Layout> layouts(ks.size());
-  std::vector<double> requests(ks.size());
-  for_each_candidate(cfg, static_cast<int64_t>(ks.size()), [&](int64_t i) {
-    layouts[static_cast<size_t>(i)] = make_layout(spec, cfg, ks[static_cast<size_t>(i)], false, &shards);
-    requests[static_cast<size_t>(i)] = request_ms(layouts[static_cast<size_t>(i)]);
-  });
-  for (size_t i = 0; i < ks.size(); ++i) consider(ks[i], false, std::move(layouts[i]), requests[i]);
-  Layout early = make_layout(spec, cfg, best_k, true, &shards);
-  const double early_request = request_ms(early);
-  consider(best_k, true, std::move(early), early_request);
-  if (!have) return make_layout(spec, cfg, priority_k, false, &shards);
+  // The KV split with the LM head last (every split's plans at once), then the LM head early with the
+  // split chosen (planning cost: each layout plans every schedule at three tiers).
+  std::vector<LayoutPlans> layouts(ks.size());
+  std::vector<LayoutPlans*> all;
+  for (size_t i = 0; i < ks.size(); ++i) {
+    layouts[i].L = make_layout(spec, cfg, ks[i], false, &P.shards);
+    all.push_back(&layouts[i]);
+  }
+  plan_requests(P, r, all);
+  for (size_t i = 0; i < ks.size(); ++i) consider(ks[i], false, layouts[i], request_ms(layouts[i], r, cfg));
+  LayoutPlans early;
+  early.L = make_layout(spec, cfg, best_k, true, &P.shards);
+  plan_requests(P, r, {&early});
+  consider(best_k, true, early, request_ms(early, r, cfg));
+  if (!have) return {make_layout(spec, cfg, priority_k, false, &P.shards), {}};
   return best;
 }
 
@@ -1266,8 +1597,8 @@ void check_config(const ModelSpec& spec, const PlannerConfig& cfg) {
 
 bool decode_feasible(const ModelSpec& spec, const CostModel& cost, PlannerConfig cfg, uint64_t budget) {
   cfg.budget_bytes = budget;
-  const Layout L = make_layout(spec, cfg, 0);
-  const Ctx c{spec, cost, cfg, L};
+  Planning P(spec, cost, cfg, 1);
+  const Layout L = make_layout(spec, cfg, 0, false, &P.shards);
   const int64_t n = cfg.tiers.front();
   // The schedules the table may pick at its first tier (the candidates the config names; a table of
   // baselines alone picks among them); Static and GPU-only need the least VRAM of the candidates.
@@ -1276,8 +1607,35 @@ bool decode_feasible(const ModelSpec& spec, const CostModel& cost, PlannerConfig
     if (schedule_is_candidate(s)) pickable.push_back(s);
   if (pickable.empty()) pickable = cfg.schedules;
   for (Schedule s : pickable)
-    if (plan_one(c, s, n).feasible) return true;
+    if (P.plan({{&L, s, n}}).front().feasible) return true;
   return false;
+}
+
+// Every tier's plan of every schedule (tier-major, schedules in the config's order), labelled: those
+// choose_layout made taken from it, the others planned at once on the call's threads.
+std::vector<Plan> table_plans(Planning& P, LayoutPlans& chosen) {
+  const PlannerConfig& cfg = P.cfg;
+  const size_t n_s = cfg.schedules.size();
+  std::vector<Plan> plans(cfg.tiers.size() * n_s);
+  std::vector<PlanWant> want;
+  std::vector<size_t> at;  // want[i] is plans[at[i]]
+  for (size_t k = 0; k < plans.size(); ++k) {
+    const Schedule s = cfg.schedules[k % n_s];
+    const int64_t n = cfg.tiers[k / n_s];
+    auto it = chosen.plans.find({s, n});
+    if (it != chosen.plans.end()) {
+      plans[k] = std::move(it->second);
+      chosen.plans.erase(it);
+    } else {
+      want.push_back({&chosen.L, s, n});
+      at.push_back(k);
+    }
+  }
+  std::vector<Plan> made = P.plan(want);
+  for (size_t i = 0; i < made.size(); ++i) plans[at[i]] = std::move(made[i]);
+  P.for_each(static_cast<int64_t>(plans.size()),
+             [&](int64_t k, int) { label_plan(plans[static_cast<size_t>(k)], chosen.L.shards); });
+  return plans;
 }
 
 }  // namespace
@@ -1307,15 +1665,19 @@ uint64_t minimum_budget(const ModelSpec& spec, const CostModel& cost, const Plan
 
 Plan build_plan(const ModelSpec& spec, const CostModel& cost, const PlannerConfig& cfg, Schedule s, int64_t tier) {
   check_config(spec, cfg);
-  const Layout L = choose_layout(spec, cost, cfg);
-  const Ctx c{spec, cost, cfg, L};
-  return plan_one(c, s, tier);
+  Planning P(spec, cost, cfg, cfg.threads);
+  LayoutPlans chosen = choose_layout(P);
+  auto it = chosen.plans.find({s, tier});
+  Plan plan = it != chosen.plans.end() ? std::move(it->second) : std::move(P.plan({{&chosen.L, s, tier}}).front());
+  label_plan(plan, chosen.L.shards);
+  return plan;
 }
 
 PlanTable build_plan_table(const ModelSpec& spec, const CostModel& cost, const PlannerConfig& cfg) {
   check_config(spec, cfg);
-  const Layout L = choose_layout(spec, cost, cfg);
-  const Ctx c{spec, cost, cfg, L};
+  Planning P(spec, cost, cfg, cfg.threads);
+  LayoutPlans chosen = choose_layout(P);
+  const Layout& L = chosen.L;
   PlanTable t;
   t.model = cfg.model_name.empty() ? spec.name : cfg.model_name;
   t.machine = cost.describe();
@@ -1331,13 +1693,9 @@ PlanTable build_plan_table(const ModelSpec& spec, const CostModel& cost, const P
   // A table of baselines alone (`run --schedule layer-split`) picks among them; otherwise they are
   // reference rows, never picked.
   const bool baselines_only = std::none_of(cfg.schedules.begin(), cfg.schedules.end(), schedule_is_candidate);
-  // Every tier's plan of every schedule, each on its own thread; then each tier's pick, in order.
+  // Every tier's plan of every schedule; then each tier's pick, in order.
   const size_t n_s = cfg.schedules.size();
-  std::vector<Plan> plans(cfg.tiers.size() * n_s);
-  for_each_candidate(cfg, static_cast<int64_t>(plans.size()), [&](int64_t i) {
-    const size_t k = static_cast<size_t>(i);
-    plans[k] = plan_one(c, cfg.schedules[k % n_s], cfg.tiers[k / n_s]);
-  });
+  std::vector<Plan> plans = table_plans(P, chosen);
   for (size_t ti = 0; ti < cfg.tiers.size(); ++ti) {
     const int64_t n = cfg.tiers[ti];
     TierEntry e;

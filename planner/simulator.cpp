@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -144,27 +145,136 @@ double timed(const Action& a, const StepOps& ops, const ShardSet& shards, const 
   }
 }
 
-// GB that the actions of one resource (`ids`, in list order = time order: they do not overlap each
-// other) move or read within [s, e), each spread evenly over its own duration.
-double overlap_gb(const std::vector<Action>& acts, const std::vector<size_t>& ids, double s, double e) {
+// What an action's duration depends on (timed reads no other field), packed in words: its kind,
+// resource, part, shard kind (computes), split share and copies (copies), its rows, its bytes (copies),
+// and the copy traffic beside it (its bits: equal traffic, equal time).
+struct PriceKey {
+  uint64_t w[6];
+  bool operator==(const PriceKey& o) const {
+    return w[0] == o.w[0] && w[1] == o.w[1] && w[2] == o.w[2] && w[3] == o.w[3] && w[4] == o.w[4] && w[5] == o.w[5];
+  }
+  uint64_t hash() const {
+    uint64_t h = 0;
+    for (uint64_t v : w) h = (h ^ v) * 0x9E3779B97F4A7C15ull;
+    return h ^ (h >> 32);
+  }
+};
+PriceKey price_key(const Action& a, const ShardSet& shards, double concurrent) {
+  const bool compute = a.kind == ActionKind::Compute;
+  const uint64_t shard_kind = compute ? static_cast<uint64_t>(shards.at(a.shard).kind) + 1 : 0;
+  const uint64_t small = static_cast<uint64_t>(a.kind) | static_cast<uint64_t>(a.resource) << 8 |
+                         static_cast<uint64_t>(a.part) << 16 | shard_kind << 24 |
+                         static_cast<uint64_t>(static_cast<uint32_t>(compute ? 0 : a.copies)) << 32;
+  uint64_t bits = 0;
+  std::memcpy(&bits, &concurrent, sizeof bits);
+  return {{small, static_cast<uint64_t>(static_cast<uint32_t>(a.cpu_experts)), static_cast<uint64_t>(a.row_begin),
+           static_cast<uint64_t>(a.row_end), compute ? 0 : a.bytes, bits}};
+}
+
+// Durations by PriceKey: open addressing in a power-of-two table, at most half full.
+class PriceMemo {
+ public:
+  // The duration stored for k, or null.
+  const double* find(const PriceKey& k) const {
+    if (slots_.empty()) return nullptr;
+    for (size_t i = k.hash() & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (!s.used) return nullptr;
+      if (s.key == k) return &s.ms;
+    }
+  }
+  void insert(const PriceKey& k, double ms) {
+    if (2 * (size_ + 1) > slots_.size()) grow();
+    size_t i = k.hash() & mask_;
+    while (slots_[i].used) i = (i + 1) & mask_;
+    slots_[i] = {k, ms, true};
+    ++size_;
+  }
+
+ private:
+  struct Slot {
+    PriceKey key;
+    double ms;
+    bool used;
+  };
+  void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(std::max<size_t>(64, 2 * old.size()), Slot{});
+    mask_ = slots_.size() - 1;
+    size_ = 0;
+    for (const Slot& s : old)
+      if (s.used) insert(s.key, s.ms);
+  }
+  std::vector<Slot> slots_;
+  size_t mask_ = 0, size_ = 0;
+};
+
+// An action's place on the timeline, as the contention pass reads it: the actions of one resource in
+// list order (= time order: they do not overlap each other), packed apart from the actions.
+struct Span {
+  double start, end;
+  double gb;  // bytes moved or read, in GB
+};
+// The spans of `ids`; true where their ends ascend (each starts once the one before ended: durations
+// are not negative).
+bool spans_of(const std::vector<Action>& acts, const std::vector<size_t>& ids, std::vector<Span>& out) {
+  out.resize(ids.size());
+  bool ascending = true;
+  for (size_t k = 0; k < ids.size(); ++k) {
+    const Action& a = acts[ids[k]];
+    out[k] = {a.start_ms, a.end_ms, static_cast<double>(a.bytes) / 1e9};
+    ascending = ascending && (k == 0 || out[k - 1].end <= out[k].end);
+  }
+  return ascending;
+}
+
+// The first of a resource's spans that ends after s (std::partition_point's answer). Queried at
+// times that mostly ascend, over spans whose ends ascend (each starts once the one before ended), it
+// walks on from the last answer instead of searching: the spans before it ended before the last time
+// asked, so before this one too. Where the ends do not ascend (a negative duration) it searches.
+class SpanIndex {
+ public:
+  // ascending: the spans' ends ascend (spans_of says).
+  void reset(const std::vector<Span>& spans, bool ascending) {
+    spans_ = &spans;
+    at_ = 0;
+    last_ = -INFINITY;
+    ascending_ = ascending;
+  }
+  std::vector<Span>::const_iterator first_after(double s) {
+    const std::vector<Span>& v = *spans_;
+    if (!ascending_) return std::partition_point(v.begin(), v.end(), [&](const Span& a) { return a.end <= s; });
+    if (!(s >= last_)) at_ = 0;
+    while (at_ < v.size() && v[at_].end <= s) ++at_;
+    last_ = s;
+    return v.begin() + static_cast<std::ptrdiff_t>(at_);
+  }
+  const std::vector<Span>& spans() const { return *spans_; }
+
+ private:
+  const std::vector<Span>* spans_ = nullptr;
+  size_t at_ = 0;
+  double last_ = -INFINITY;
+  bool ascending_ = true;
+};
+
+// GB that the spans of one resource move or read within [s, e), each spread evenly over its own duration.
+double overlap_gb(SpanIndex& index, double s, double e) {
   double gb = 0;
-  auto it = std::partition_point(ids.begin(), ids.end(), [&](size_t i) { return acts[i].end_ms <= s; });
-  for (; it != ids.end() && acts[*it].start_ms < e; ++it) {
-    const Action& a = acts[*it];
-    if (a.end_ms <= a.start_ms) continue;
-    const double ov = std::min(e, a.end_ms) - std::max(s, a.start_ms);
-    if (ov > 0) gb += static_cast<double>(a.bytes) / 1e9 * ov / (a.end_ms - a.start_ms);
+  for (auto it = index.first_after(s); it != index.spans().end() && it->start < e; ++it) {
+    if (it->end <= it->start) continue;
+    const double ov = std::min(e, it->end) - std::max(s, it->start);
+    if (ov > 0) gb += it->gb * ov / (it->end - it->start);
   }
   return gb;
 }
 
-// Fraction of [s, e) during which the actions `ids` of one resource (in time order) are running.
-double busy_fraction(const std::vector<Action>& acts, const std::vector<size_t>& ids, double s, double e) {
+// Fraction of [s, e) during which the spans of one resource are running.
+double busy_fraction(SpanIndex& index, double s, double e) {
   if (e <= s) return 0;
   double busy = 0;
-  auto it = std::partition_point(ids.begin(), ids.end(), [&](size_t i) { return acts[i].end_ms <= s; });
-  for (; it != ids.end() && acts[*it].start_ms < e; ++it)
-    busy += std::max(0.0, std::min(e, acts[*it].end_ms) - std::max(s, acts[*it].start_ms));
+  for (auto it = index.first_after(s); it != index.spans().end() && it->start < e; ++it)
+    busy += std::max(0.0, std::min(e, it->end) - std::max(s, it->start));
   return std::min(1.0, busy / (e - s));
 }
 
@@ -173,45 +283,61 @@ double busy_fraction(const std::vector<Action>& acts, const std::vector<size_t>&
 // more, and this stays their lower bound.
 constexpr int kGpuShareLaunches = 4;
 
+// What a simulation keeps between its passes, reused from one simulation to the next (StepPrices
+// holds one: it serves one thread).
+struct SimWork {
+  std::vector<double> dur, dur_alone;
+  std::vector<size_t> cpu_work;   // CPU computes, in list order = time order
+  std::vector<size_t> copies[3];  // per copy queue (weights, activations to the GPU, to the host), likewise
+  std::vector<Span> copy_spans[3], cpu_spans;  // their places on the last pass's timeline
+  std::vector<int> share_of_layer;             // a layer's MoeCpuShare action, -1 if none
+  std::vector<double> caller_work;             // per CPU share: the host's enqueue work beside it, ms
+};
+
 // One simulation of a plan's step: the actions' durations alone, then passes over the list that place
 // each action on its resource after its dependencies, the later passes with the DRAM contention of the
 // pass before.
 class Simulation {
  public:
-  Simulation(std::vector<Action>& acts, const StepOps& ops, const ShardSet& shards, const CostModel& cost,
-             const StepShape& step)
+  Simulation(std::vector<Action>& acts, StepPrices& prices, SimWork& w)
       : acts_(acts),
-        ops_(ops),
-        shards_(shards),
-        cost_(cost),
-        step_(step),
+        prices_(prices),
+        cost_(prices.cost()),
+        step_(prices.step()),
         n_(acts.size()),
-        dur_(n_),
-        dur_alone_(n_),
-        issue_ms_(cost.copy_issue_ms()),
-        launch_ms_(cost.launch_ms()),
-        host_beside_share_(step.threads > 1) {
+        w_(w),
+        issue_ms_(cost_.copy_issue_ms()),
+        launch_ms_(cost_.launch_ms()),
+        host_beside_share_(step_.threads > 1) {
+    w_.dur.resize(n_);
+    w_.dur_alone.resize(n_);
+    w_.cpu_work.clear();
+    for (auto& q : w_.copies) q.clear();
+    w_.share_of_layer.clear();
     for (size_t i = 0; i < n_; ++i) {
       SW_CHECK(acts_[i].id == static_cast<int>(i), "simulate: action ids must be their positions");
-      dur_[i] = dur_alone_[i] = timed(acts_[i], ops_, shards_, cost_, step_, 0);
-      if (acts_[i].resource == Resource::H2D) copies_[0].push_back(i);
-      if (acts_[i].resource == Resource::D2H) copies_[1].push_back(i);
-      if (acts_[i].resource == Resource::H2DAct) copies_[2].push_back(i);
-      if (acts_[i].resource == Resource::Cpu && acts_[i].kind == ActionKind::Compute) cpu_work_.push_back(i);
+      const Action& a = acts_[i];
+      w_.dur[i] = w_.dur_alone[i] = prices_.action_ms(a, 0);
+      if (a.resource == Resource::H2D) w_.copies[0].push_back(i);
+      if (a.resource == Resource::D2H) w_.copies[1].push_back(i);
+      if (a.resource == Resource::H2DAct) w_.copies[2].push_back(i);
+      if (a.resource == Resource::Cpu && a.kind == ActionKind::Compute) w_.cpu_work.push_back(i);
     }
     for (const Action& a : acts_)
       if (a.part == ComputePart::MoeCpuShare && a.resource == Resource::Cpu && a.layer >= 0) {
-        if (share_of_layer_.size() <= static_cast<size_t>(a.layer))
-          share_of_layer_.resize(static_cast<size_t>(a.layer) + 1, -1);
-        share_of_layer_[static_cast<size_t>(a.layer)] = a.id;
+        if (w_.share_of_layer.size() <= static_cast<size_t>(a.layer))
+          w_.share_of_layer.resize(static_cast<size_t>(a.layer) + 1, -1);
+        w_.share_of_layer[static_cast<size_t>(a.layer)] = a.id;
       }
+    w_.caller_work.resize(n_);  // pass() zeroes the shares' entries, the only ones used
   }
 
   // One pass over the list; returns the makespan.
   double pass() {
     for (double& f : free_at_) f = 0;
     caller_free_ = 0;
-    caller_work_.assign(n_, 0);
+    for (int share : w_.share_of_layer)  // only the shares' entries are written
+      if (share >= 0) w_.caller_work[static_cast<size_t>(share)] = 0;
     double makespan = 0;
     for (size_t i = 0; i < n_; ++i) {
       Action& a = acts_[i];
@@ -221,9 +347,9 @@ class Simulation {
         ready = std::max(ready, acts_[static_cast<size_t>(d)].end_ms);
       }
       const double start = host_enqueue(a, ready, std::max(free_at_[static_cast<int>(a.resource)], ready));
-      double d_i = dur_[i];
+      double d_i = w_.dur[i];
       if (host_beside_share_ && a.part == ComputePart::MoeCpuShare && a.resource == Resource::Cpu)
-        d_i += caller_work_[i] / step_.threads;  // the caller joins late
+        d_i += w_.caller_work[i] / step_.threads;  // the caller joins late
       a.start_ms = start;
       a.end_ms = start + d_i;
       free_at_[static_cast<int>(a.resource)] = a.end_ms;
@@ -238,28 +364,37 @@ class Simulation {
   // each gets half of it, so a copy whose window the other queue filled for a fraction f takes
   // 1 / (1 - f/2) times as long.
   void contend() {
-    for (size_t i : cpu_work_) {
-      const double s = acts_[i].start_ms, e = acts_[i].end_ms;
+    bool ascending[3];
+    for (int q = 0; q < 3; ++q) ascending[q] = spans_of(acts_, w_.copies[q], w_.copy_spans[q]);
+    SpanIndex copy_index[3], cpu_index, other_queue[3];  // one per sequence of times asked
+    for (int q = 0; q < 3; ++q) {
+      copy_index[q].reset(w_.copy_spans[q], ascending[q]);
+      other_queue[q].reset(w_.copy_spans[q == 0 ? 2 : 0], ascending[q == 0 ? 2 : 0]);
+    }
+    cpu_index.reset(w_.cpu_spans, spans_of(acts_, w_.cpu_work, w_.cpu_spans));
+    for (size_t k = 0; k < w_.cpu_work.size(); ++k) {
+      const double s = w_.cpu_spans[k].start, e = w_.cpu_spans[k].end;
       if (e <= s) continue;
       double moved_gb = 0;
-      for (const auto& engine : copies_) moved_gb += overlap_gb(acts_, engine, s, e);
-      dur_[i] = timed(acts_[i], ops_, shards_, cost_, step_, moved_gb / ((e - s) / 1e3));
+      for (SpanIndex& engine : copy_index) moved_gb += overlap_gb(engine, s, e);
+      w_.dur[w_.cpu_work[k]] = prices_.action_ms(acts_[w_.cpu_work[k]], moved_gb / ((e - s) / 1e3));
     }
     for (int q = 0; q < 3; ++q)
-      for (size_t c : copies_[q]) {
-        const double s = acts_[c].start_ms, e = acts_[c].end_ms;
+      for (size_t k = 0; k < w_.copies[q].size(); ++k) {
+        const double s = w_.copy_spans[q][k].start, e = w_.copy_spans[q][k].end;
         if (e <= s) continue;
-        const double read_gb = overlap_gb(acts_, cpu_work_, s, e);
+        const double read_gb = overlap_gb(cpu_index, s, e);
         const Direction dir = q == 1 ? Direction::DeviceToHost : Direction::HostToDevice;
-        const double shared = q == 1 ? 0.0 : busy_fraction(acts_, copies_[q == 0 ? 2 : 0], s, e);
-        dur_[c] = dur_alone_[c] * cost_.copy_slowdown(dir, read_gb / ((e - s) / 1e3)) / (1.0 - 0.5 * shared);
+        const double shared = q == 1 ? 0.0 : busy_fraction(other_queue[q], s, e);
+        const size_t c = w_.copies[q][k];
+        w_.dur[c] = w_.dur_alone[c] * cost_.copy_slowdown(dir, read_gb / ((e - s) / 1e3)) / (1.0 - 0.5 * shared);
       }
   }
 
  private:
   int share_of(const Action& a) const {
-    return a.layer >= 0 && static_cast<size_t>(a.layer) < share_of_layer_.size()
-               ? share_of_layer_[static_cast<size_t>(a.layer)]
+    return a.layer >= 0 && static_cast<size_t>(a.layer) < w_.share_of_layer.size()
+               ? w_.share_of_layer[static_cast<size_t>(a.layer)]
                : -1;
   }
 
@@ -319,45 +454,64 @@ class Simulation {
     const double host = std::max(caller_free_, share_start);
     const double work = a.kind == ActionKind::CopyWeights ? a.copies * issue_ms_ : kGpuShareLaunches * launch_ms_;
     caller_free_ = host + work;
-    if (a.kind == ActionKind::CopyWeights || beside > a.id) caller_work_[static_cast<size_t>(beside)] += work;
+    if (a.kind == ActionKind::CopyWeights || beside > a.id) w_.caller_work[static_cast<size_t>(beside)] += work;
     return std::max(start, host + (a.kind == ActionKind::CopyWeights ? issue_ms_ : launch_ms_));
   }
 
   std::vector<Action>& acts_;
-  const StepOps& ops_;
-  const ShardSet& shards_;
+  StepPrices& prices_;
   const CostModel& cost_;
   const StepShape& step_;
   const size_t n_;
-  std::vector<double> dur_, dur_alone_;
-  std::vector<size_t> cpu_work_;
-  std::vector<size_t>
-      copies_[3];  // per copy queue (weights, activations to the GPU, to the host), in list order = time order
-  std::vector<int> share_of_layer_;  // a layer's MoeCpuShare action, -1 if none
+  SimWork& w_;
   const double issue_ms_, launch_ms_;
   const bool host_beside_share_;
   double free_at_[kNumResources] = {};
-  double caller_free_ = 0;           // the host thread, enqueuing beside a CPU share
-  std::vector<double> caller_work_;  // per CPU share: the host's enqueue work beside it, ms
+  double caller_free_ = 0;  // the host thread, enqueuing beside a CPU share
 };
 
 }  // namespace
+
+struct StepPrices::Impl {
+  StepOps ops;
+  PriceMemo memo;
+  SimWork work;
+  Impl(const ModelSpec& spec, const ShardSet& shards, const StepShape& step, const CostModel& cost)
+      : ops(spec, shards, step, cost) {}
+};
+
+StepPrices::StepPrices(const ModelSpec& spec, const ShardSet& shards, const CostModel& cost, const StepShape& step)
+    : shards_(shards), cost_(cost), step_(step), impl_(std::make_unique<Impl>(spec, shards, step, cost)) {}
+
+StepPrices::~StepPrices() = default;
+
+double StepPrices::action_ms(const Action& a, double concurrent) {
+  const PriceKey k = price_key(a, shards_, concurrent);
+  if (const double* ms = impl_->memo.find(k)) return *ms;
+  const double ms = timed(a, impl_->ops, shards_, cost_, step_, concurrent);
+  impl_->memo.insert(k, ms);
+  return ms;
+}
 
 double action_ms(const Action& a, const ModelSpec& spec, const ShardSet& shards, const CostModel& cost,
                  const StepShape& step, double concurrent) {
   return timed(a, StepOps(spec, shards, step, cost), shards, cost, step, concurrent);
 }
 
-double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const CostModel& cost, const StepShape& step,
-                int passes) {
-  const StepOps ops(spec, shards, step, cost);
-  Simulation sim(plan.actions, ops, shards, cost, step);
+double simulate(Plan& plan, StepPrices& prices, int passes) {
+  Simulation sim(plan.actions, prices, prices.impl_->work);
   double makespan = 0;
   for (int pass = 0; pass < std::max(1, passes); ++pass) {
     if (pass > 0) sim.contend();
     makespan = sim.pass();
   }
   return makespan;
+}
+
+double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const CostModel& cost, const StepShape& step,
+                int passes) {
+  StepPrices prices(spec, shards, cost, step);
+  return simulate(plan, prices, passes);
 }
 
 std::string chrome_trace_json(const Plan& plan, const std::string& title) {

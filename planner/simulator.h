@@ -14,6 +14,7 @@
 // written as a Chrome trace, so a predicted and a measured timeline can be laid side by side.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "costmodel/cost_model.h"
@@ -33,7 +34,36 @@ struct StepShape {
   int64_t gpu_fused_qkv_max_tokens = 0;
 };
 
+// The durations of one step's actions for a shard set and a cost model. A step's actions repeat a few
+// shapes (every layer's ops are layer 0's) and the copy traffic beside a CPU action takes few distinct
+// values, so each duration is asked of the cost model once and remembered by everything it depends on:
+// the action's kind, part, resource, shard kind, split share, rows, bytes and copies (copies only), and
+// the traffic beside it. The planner simulates thousands of candidate plans of one step with one of these,
+// which also keeps the simulations' working memory. Not thread-safe (a cache): one per thread. The shards
+// and the cost model must outlive it.
+class StepPrices {
+ public:
+  StepPrices(const ModelSpec& spec, const ShardSet& shards, const CostModel& cost, const StepShape& step);
+  ~StepPrices();
+  StepPrices(const StepPrices&) = delete;
+  StepPrices& operator=(const StepPrices&) = delete;
+
+  // Duration of `a` alone, or (a CPU action) while copies move concurrent_pcie_gbps beside it.
+  double action_ms(const Action& a, double concurrent_pcie_gbps);
+  const CostModel& cost() const { return cost_; }
+  const StepShape& step() const { return step_; }
+
+ private:
+  friend double simulate(Plan& plan, StepPrices& prices, int contention_passes);
+  struct Impl;
+  const ShardSet& shards_;
+  const CostModel& cost_;
+  const StepShape step_;
+  std::unique_ptr<Impl> impl_;
+};
+
 // Fills start_ms/end_ms of every action and returns the step's makespan in ms.
+double simulate(Plan& plan, StepPrices& prices, int contention_passes = 3);
 double simulate(Plan& plan, const ModelSpec& spec, const ShardSet& shards, const CostModel& cost, const StepShape& step,
                 int contention_passes = 3);
 
