@@ -156,6 +156,9 @@ void user(const LoadgenOptions& o, std::atomic<int64_t>& next, Samples& s) {
     } catch (const std::exception& e) {
       add_error(s, e.what());
     }
+    // A fresh connection per request: some servers (llama-server after a stream) close a kept-alive
+    // connection without saying so, and a POST sent on it fails; a POST is never sent twice.
+    client.close();
   }
 }
 

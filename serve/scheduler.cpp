@@ -113,6 +113,7 @@ void Scheduler::stop() {
     metrics_.queued = 0;
   }
   wake_.notify_all();
+  metrics_.requests_failed += dropped.size();  // admitted, ended by the shutdown
   for (Job& j : dropped) j.out->push(shutting_down());
   for (BudgetJob& b : budgets) b.out->push(shutting_down());
   if (worker_.joinable()) worker_.join();
