@@ -742,7 +742,9 @@ StepShape step_shape(const ModelSpec& spec, const PlannerConfig& cfg, int64_t n)
   StepShape st;
   st.tokens = n;
   st.active_experts = routing_experts_for(spec, cfg, n);
-  st.keys = cfg.ctx;
+  // Sequences sharing the cache (a batched engine's slots, ExecutorTraits::output_rows) each hold ctx /
+  // sequences positions: a token attends to its own sequence's keys only.
+  st.keys = std::max<int64_t>(1, cfg.ctx / std::max<int64_t>(1, cfg.executor.output_rows));
   st.kv_dtype = cfg.kv_dtype;
   st.threads = cfg.threads;
   st.gpu_fused_qkv_max_tokens = cfg.executor.gpu_fused_qkv_max_tokens;

@@ -1452,3 +1452,26 @@ TEST_CASE("plan table JSON: errors name the file and the field, and unknown fiel
              Contains("t.json: tiers[0].candidates[0].actions[0].slot: must be an integer"));
   CHECK_THAT(error_of(value_replaced("ctx", "1e3")), Contains("t.json: ctx: must be an integer, got 1000.0"));
 }
+
+// A batched engine's sequences share the context: a token attends to its own sequence's share of it, so
+// a table planned for 8 sequences prices each token's attention over ctx / 8 keys, and a step of 8
+// decode tokens (one per sequence) costs less than 8 tokens of one sequence at the full context.
+TEST_CASE("plans for several sequences price each token's attention over its own slot", "[planner]") {
+  const ModelSpec spec = builtin_spec("nemo8b");
+  auto cost = make_analytic_cost_model(builtin_hardware("h200-host"));
+  PlannerConfig one = config(spec, 64 * GiB, 65536, 16);
+  one.tiers = {1, 8};
+  PlannerConfig eight = one;
+  eight.executor = executor_traits(spec, 3, 8);
+  const PlanTable a = build_plan_table(spec, *cost, one), b = build_plan_table(spec, *cost, eight);
+  for (int64_t tier : {int64_t(1), int64_t(8)}) {
+    const Plan* pa = a.find_tier(tier)->find(Schedule::GpuOnly);
+    const Plan* pb = b.find_tier(tier)->find(Schedule::GpuOnly);
+    REQUIRE(pa != nullptr);
+    REQUIRE(pb != nullptr);
+    REQUIRE(pa->feasible);
+    REQUIRE(pb->feasible);
+    INFO("tier " << tier << ": " << pa->predicted_ms << " ms for one sequence, " << pb->predicted_ms << " for 8");
+    CHECK(pb->predicted_ms < pa->predicted_ms);
+  }
+}
