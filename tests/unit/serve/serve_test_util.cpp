@@ -89,6 +89,13 @@ GenerationRequest generation(const std::string& text, int64_t n, const SamplingP
   return r;
 }
 
+json SetupBudget::change_budget(uint64_t bytes) {
+  const BudgetChange c = s_.change_budget(bytes);
+  return {{"previous_vram_budget_bytes", c.previous_bytes},
+          {"vram_budget_bytes", c.budget_bytes},
+          {"device_peak_bytes", c.device_peak_bytes}};
+}
+
 void GatedEngine::step_batch(const std::vector<SeqStep>& seqs) {
   {
     std::unique_lock<std::mutex> lock(mutex_);

@@ -64,6 +64,19 @@ SamplingParams greedy();
 // A generation of n tokens (ignore_eos: all of them) from `text` as a completion prompt.
 GenerationRequest generation(const std::string& text, int64_t n, const SamplingParams& sampling);
 
+// The run set-up as a budget control (what `serve` gives its server on a device): the change's budgets
+// and device peak as JSON.
+class SetupBudget : public BudgetControl {
+ public:
+  explicit SetupBudget(RunSetup& s) : s_(s) {}
+  json change_budget(uint64_t bytes) override;
+  StepEngine& engine() override { return s_.engine(); }
+  Runtime* runtime() override { return s_.runtime(); }
+
+ private:
+  RunSetup& s_;
+};
+
 // A StepEngine that forwards to another, and can hold every step at a gate or slow each one down.
 class GatedEngine : public StepEngine {
  public:

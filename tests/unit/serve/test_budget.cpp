@@ -12,21 +12,6 @@ using namespace shardwise::test::serve;
 
 namespace {
 
-// The run set-up as a budget control (what `serve` gives its server on a device).
-class SetupBudget : public BudgetControl {
- public:
-  explicit SetupBudget(RunSetup& s) : s_(s) {}
-  json change_budget(uint64_t bytes) override {
-    const BudgetChange c = s_.change_budget(bytes);
-    return {{"vram_budget_bytes", c.budget_bytes}, {"device_peak_bytes", c.device_peak_bytes}};
-  }
-  StepEngine& engine() override { return s_.engine(); }
-  Runtime* runtime() override { return s_.runtime(); }
-
- private:
-  RunSetup& s_;
-};
-
 struct Collected {
   std::vector<int32_t> tokens;
   bool done = false, failed = false;
@@ -162,4 +147,25 @@ TEST_CASE("serve: POST /admin/budget on the emulated device answers the change a
       s.post("/v1/completions", {{"prompt", "Before the change"}, {"max_tokens", 6}, {"temperature", 0}});
   REQUIRE(after.status == 200);
   CHECK(after.body["choices"][0]["text"] == before.body["choices"][0]["text"]);
+}
+
+TEST_CASE("serve: a budget change is refused for a saved plan table and on the CPU, the engine kept",
+          "[serve][budget]") {
+  TestModel& m = test_model();
+  RunSetupOptions o;
+  o.device = "emu";
+  o.ctx = 512;
+  o.machine.hw = "h200-host";
+  o.planner.budget_bytes = 32 << 20;
+  RunSetup planned(*m.served, o, completion_prompt("probe"));
+  o.table = planned.runtime()->table();  // as `--plan TABLE.json` gives it
+  RunSetup saved(*m.served, o, completion_prompt("probe"));
+  StepEngine* before = &saved.engine();
+  CHECK_THROWS_WITH(saved.change_budget(64 << 20), Catch::Matchers::Contains("--plan"));
+  CHECK(&saved.engine() == before);
+  CHECK(saved.runtime()->memory().budget_bytes == 32u << 20);
+  RunSetupOptions cpu;
+  cpu.ctx = 512;
+  RunSetup on_cpu(*m.served, cpu, {});
+  CHECK_THROWS_WITH(on_cpu.change_budget(64 << 20), Catch::Matchers::Contains("CPU"));
 }

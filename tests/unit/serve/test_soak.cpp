@@ -73,23 +73,6 @@ const std::string kText =
     "a day, then restful for a week, and some of them never left at all. The mill wheel turned on, slow and "
     "patient, counting the water as it went by, one bucket at a time, until the evening fog came down.";
 
-// The run set-up as a budget control (what `serve` gives its server on a device).
-class SetupBudget : public BudgetControl {
- public:
-  explicit SetupBudget(RunSetup& s) : s_(s) {}
-  json change_budget(uint64_t bytes) override {
-    const BudgetChange c = s_.change_budget(bytes);
-    return {{"previous_vram_budget_bytes", c.previous_bytes},
-            {"vram_budget_bytes", c.budget_bytes},
-            {"device_peak_bytes", c.device_peak_bytes}};
-  }
-  StepEngine& engine() override { return s_.engine(); }
-  Runtime* runtime() override { return s_.runtime(); }
-
- private:
-  RunSetup& s_;
-};
-
 SamplingParams seeded(uint64_t seed) {
   SamplingParams p;
   p.temp = 0.9f;
