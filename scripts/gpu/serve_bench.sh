@@ -9,20 +9,13 @@ set -uo pipefail
 out=${1:?usage: serve_bench.sh OUT MODEL BUDGET SLOT_CTX PROMPT MAXTOK "USERS..."}
 model=$2 budget=$3 slot_ctx=$4 prompt=$5 maxtok=$6 users=$7
 source "$(dirname "$0")/bundle_env.sh"
+source "$(dirname "$0")/serve_env.sh"
 mkdir -p "$out"
 machine_facts "$out/machine.txt"
 for n in $users; do
   log="$out/serve_$n.log"
-  "$bin" serve -m "$model" --device cuda --vram-budget "$budget" --parallel "$n" -c $((n * slot_ctx)) --port 0 \
-    -t 16 > "$out/serve_$n.out" 2> "$log" &
-  pid=$!
-  url=""
-  for _ in $(seq 1 600); do
-    url=$(grep -o 'http://[^ ]*' "$out/serve_$n.out" 2> /dev/null | head -1)
-    [ -n "$url" ] && break
-    kill -0 $pid 2> /dev/null || break
-    sleep 0.5
-  done
+  start_serve "$out/serve_$n.out" "$log" -m "$model" --device cuda --vram-budget "$budget" --parallel "$n" \
+    -c $((n * slot_ctx)) -t 16
   if [ -z "$url" ]; then echo "users $n: the server did not start"; tail -5 "$log"; kill $pid 2> /dev/null; continue; fi
   req=$((2 * n)); [ $req -lt 4 ] && req=4
   timeout 240 "$bin" loadgen --url "$url" --users "$n" --requests $req --prompt-tokens "$prompt" --max-tokens "$maxtok" \

@@ -7,18 +7,11 @@ set -uo pipefail
 out=${1:?usage: serve_budget.sh OUT MODEL A B N SLOT_CTX PROMPT MAXTOK REQUESTS}
 model=$2 a=$3 b=$4 n=$5 slot_ctx=$6 prompt=$7 maxtok=$8 requests=$9
 source "$(dirname "$0")/bundle_env.sh"
+source "$(dirname "$0")/serve_env.sh"
 mkdir -p "$out"
 machine_facts "$out/machine.txt"
-"$bin" serve -m "$model" --device cuda --vram-budget "$a" --parallel "$n" -c $((n * slot_ctx)) --port 0 -t 16 \
-  > "$out/serve.out" 2> "$out/serve.log" &
-pid=$!
-url=""
-for _ in $(seq 1 600); do
-  url=$(grep -o 'http://[^ ]*' "$out/serve.out" 2> /dev/null | head -1)
-  [ -n "$url" ] && break
-  kill -0 $pid 2> /dev/null || break
-  sleep 0.5
-done
+start_serve "$out/serve.out" "$out/serve.log" -m "$model" --device cuda --vram-budget "$a" --parallel "$n" \
+  -c $((n * slot_ctx)) -t 16
 [ -n "$url" ] || { echo "the server did not start"; tail -5 "$out/serve.log"; exit 1; }
 "$bin" loadgen --url "$url" --users "$n" --requests "$requests" --prompt-tokens "$prompt" --max-tokens "$maxtok" \
   --stream --json > "$out/loadgen.json" 2> "$out/loadgen.log" &
