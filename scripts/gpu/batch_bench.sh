@@ -8,7 +8,8 @@
 #   batch_bench.sh OUT MODEL BUDGET SLOT_CTX PROMPT_WORDS MAXTOK "USERS..."
 # e.g. batch_bench.sh OUT qwen30b 16G 1024 150 64 "1 4 16 64"   (MODEL: nemo8b f16 or qwen30b q4_0)
 # Writes OUT/batch_runs.tsv (one line per run: users, system, config, repeat, tokens/s, TTFT p50/p99 ms,
-# errors), OUT/logs.tgz. Env: PEERS, BUNDLE, REPEATS (2), DEADLINE_S (no new users value after; 480).
+# errors), OUT/logs.tgz. Env: PEERS, BUNDLE, REPEATS (2), DEADLINE_S (no new users value after; 480),
+# REQ_PER_USER (requests per user, 2), PEER_CONFIGS (which llama-server offloads to run: "ngl ncmoe", or one).
 set -uo pipefail
 out=${1:?usage: batch_bench.sh OUT MODEL BUDGET SLOT_CTX PROMPT_WORDS MAXTOK "USERS..."}
 model=$2 budget=$3 slot_ctx=$4 words=$5 maxtok=$6 users=$7
@@ -46,7 +47,7 @@ serve_and_load() {
   done
   local rc=1
   if [ $ok = 1 ]; then
-    local req=$((2 * n)); [ $req -lt 4 ] && req=4
+    local req=$((${REQ_PER_USER:-2} * n)); [ $req -lt 4 ] && req=4
     timeout 300 "$bin" loadgen --url "http://127.0.0.1:$port" --users "$n" --requests $req --prompt-tokens "$words" \
       --max-tokens "$maxtok" --stream --json > "$logs/$tag.json" 2> "$logs/$tag.loadgen.err"
     rc=$?
@@ -71,9 +72,10 @@ PY
 for n in $users; do
   [ "$(elapsed)" -lt "${DEADLINE_S:-480}" ] || { echo "deadline: users $n not started"; continue; }
   ctx=$((n * slot_ctx))
-  ngl=$(fit_ngl "$ctx" "$mib")
-  configs=("-ngl $ngl")
-  if [ "$model" != nemo8b ]; then
+  configs=()
+  peer_configs=${PEER_CONFIGS:-ngl ncmoe}
+  [[ " $peer_configs " == *" ngl "* ]] && configs+=("-ngl $(fit_ngl "$ctx" "$mib")")
+  if [ "$model" != nemo8b ] && [[ " $peer_configs " == *" ncmoe "* ]]; then
     k=$(fit_ncmoe "$ctx" "$mib")
     [ "$k" = none ] || configs+=("-ngl 99 --n-cpu-moe $k")
   fi
