@@ -11,7 +11,7 @@ source "$(dirname "$0")/serve_env.sh"
 mkdir -p "$out"
 machine_facts "$out/machine.txt"
 start_serve "$out/serve.out" "$out/serve.log" -m "$model" --device cuda --vram-budget "$a" --parallel "$n" \
-  -c $((n * slot_ctx)) -t 16
+  -c $((n * slot_ctx)) -t 16 --profile "$profile"
 [ -n "$url" ] || { echo "the server did not start"; tail -5 "$out/serve.log"; exit 1; }
 "$bin" loadgen --url "$url" --users "$n" --requests "$requests" --prompt-tokens "$prompt" --max-tokens "$maxtok" \
   --stream --json > "$out/loadgen.json" 2> "$out/loadgen.log" &
