@@ -175,6 +175,8 @@ class HfWeights : public WeightSource {
       const std::string p = "model.layers." + std::to_string(l) + ".";
       const std::string c = "blk." + std::to_string(l) + ".";
       for (const auto& m : kLayerMap) take(p + m.first, c + m.second + ".weight");
+      if (spec_.has_qkv_bias())
+        for (const char* b : {"q", "k", "v"}) take(p + "self_attn." + b + "_proj.bias", c + "attn_" + b + ".bias");
       if (spec_.is_moe()) merge_experts(ctx, p, c, used);
     }
     for (const auto& kv : st_.tensors()) {

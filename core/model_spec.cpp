@@ -34,6 +34,8 @@ const char* family_name(Family f) {
       return "qwen3";
     case Family::Qwen3Moe:
       return "qwen3_moe";
+    case Family::Qwen2:
+      return "qwen2";
   }
   return "?";
 }
@@ -42,7 +44,9 @@ Family parse_family(const std::string& name, const std::string& context) {
   if (name == "llama" || name == "mistral") return Family::Llama;
   if (name == "qwen3") return Family::Qwen3;
   if (name == "qwen3_moe" || name == "qwen3moe") return Family::Qwen3Moe;
-  fail(context, ": unknown model family/architecture '", name, "' (supported: llama (also mistral), qwen3, qwen3_moe)");
+  if (name == "qwen2") return Family::Qwen2;
+  fail(context, ": unknown model family/architecture '", name,
+       "' (supported: llama (also mistral), qwen2, qwen3, qwen3_moe)");
 }
 
 const char* tensor_kind_name(TensorKind k) {
@@ -83,8 +87,23 @@ const char* tensor_kind_name(TensorKind k) {
       return "ffn_up_exps";
     case TensorKind::MoeDown:
       return "ffn_down_exps";
+    case TensorKind::AttnQBias:
+      return "attn_q_bias";
+    case TensorKind::AttnKBias:
+      return "attn_k_bias";
+    case TensorKind::AttnVBias:
+      return "attn_v_bias";
   }
   return "?";
+}
+
+std::string tensor_name(TensorKind k, int layer) {
+  std::string base = tensor_kind_name(k), suffix = ".weight";
+  if (k == TensorKind::AttnQBias || k == TensorKind::AttnKBias || k == TensorKind::AttnVBias) {
+    base.resize(base.size() - 5);  // "attn_q_bias" -> "attn_q"
+    suffix = ".bias";
+  }
+  return (layer < 0 ? "" : "blk." + std::to_string(layer) + ".") + base + suffix;
 }
 
 void ModelSpec::validate(const std::string& ctx) const {
@@ -129,8 +148,7 @@ std::vector<TensorDesc> ModelSpec::tensors() const {
     TensorDesc d;
     d.kind = kind;
     d.layer = layer;
-    d.name = layer < 0 ? std::string(tensor_kind_name(kind)) + ".weight"
-                       : "blk." + std::to_string(layer) + "." + tensor_kind_name(kind) + ".weight";
+    d.name = tensor_name(kind, layer);
     d.shape = std::move(shape);
     d.dtype = tensor_dtype(kind, layer, d.shape);
     d.bytes = tensor_bytes(d.dtype, d.shape);
@@ -145,6 +163,11 @@ std::vector<TensorDesc> ModelSpec::tensors() const {
     add(TensorKind::AttnQ, l, {q_dim(), H}, mm(q_dim(), H));
     add(TensorKind::AttnK, l, {kv_dim(), H}, mm(kv_dim(), H));
     add(TensorKind::AttnV, l, {kv_dim(), H}, mm(kv_dim(), H));
+    if (has_qkv_bias()) {
+      add(TensorKind::AttnQBias, l, {q_dim()}, 0.0);
+      add(TensorKind::AttnKBias, l, {kv_dim()}, 0.0);
+      add(TensorKind::AttnVBias, l, {kv_dim()}, 0.0);
+    }
     if (has_qk_norm()) {
       add(TensorKind::AttnQNorm, l, {head_dim}, 0.0);
       add(TensorKind::AttnKNorm, l, {head_dim}, 0.0);
@@ -400,7 +423,10 @@ ModelSpec spec_from_hf_config_json(const std::string& text, const std::string& c
   s.rms_norm_eps = c.get_num(j, "rms_norm_eps", 1e-6);
   read_hf_rope(c, s);
   s.tie_word_embeddings = c.get_bool("tie_word_embeddings", false);
+  // qwen2 always has q/k/v biases (its projections are built with them; no config key says so).
   if (c.get_bool("attention_bias", false)) fail(ctx, ": attention_bias = true is not supported for ", model_type);
+  if (c.get_bool("use_sliding_window", false))
+    fail(ctx, ": use_sliding_window = true is not supported (only full attention)");
   if (c.get_bool("mlp_bias", false)) fail(ctx, ": mlp_bias = true is not supported for ", model_type);
   std::string act = c.get_str(j, "hidden_act", "silu");
   if (act != "silu") fail(ctx, ": hidden_act '", act, "' is not supported (only silu)");

@@ -19,8 +19,9 @@ enum class Family {
   Llama,     // Llama / Mistral / Minitron: GQA attention, SwiGLU FFN
   Qwen3,     // Llama + per-head RMSNorm on q and k
   Qwen3Moe,  // Qwen3 attention + softmax-routed top-k experts
+  Qwen2,     // Llama + biases on the q, k and v projections (Qwen2 / Qwen2.5, the Qwen2.5-VL language model)
 };
-const char* family_name(Family f);  // "llama", "qwen3", "qwen3_moe"
+const char* family_name(Family f);  // "llama", "qwen3", "qwen3_moe", "qwen2"
 Family parse_family(const std::string& name, const std::string& context);
 
 // How RoPE pairs dimensions. HF checkpoints rotate halves (NeoX style) for all three families;
@@ -45,9 +46,15 @@ enum class TensorKind : int {
   MoeRouter,
   MoeGate,
   MoeUp,
-  MoeDown,  // MoeGate/Up/Down: experts merged, shape {E, out, in}
+  MoeDown,    // MoeGate/Up/Down: experts merged, shape {E, out, in}
+  AttnQBias,  // qwen2: the q, k and v projections' biases, {q_dim} / {kv_dim}
+  AttnKBias,
+  AttnVBias,
 };
 const char* tensor_kind_name(TensorKind k);
+// The canonical (llama.cpp GGUF) name of a tensor: "blk.3.attn_q.weight", "blk.3.attn_q.bias",
+// "output_norm.weight" (layer -1).
+std::string tensor_name(TensorKind k, int layer);
 
 struct TensorDesc {
   std::string name;  // canonical name = llama.cpp's GGUF name, e.g. "blk.3.attn_q.weight"
@@ -86,6 +93,7 @@ struct ModelSpec {
   QuantMix mix = QuantMix::Pure;        // llama-quantize's mix of types around `dtype` (core/quant_mix.h)
 
   bool has_qk_norm() const { return family == Family::Qwen3 || family == Family::Qwen3Moe; }
+  bool has_qkv_bias() const { return family == Family::Qwen2; }
   bool is_moe() const { return family == Family::Qwen3Moe; }
   int64_t q_dim() const { return num_attention_heads * head_dim; }
   int64_t kv_dim() const { return num_key_value_heads * head_dim; }

@@ -73,6 +73,10 @@ TensorRecipe recipe_for(const TensorDesc& d) {
       return {0.0f, kQkScale * matrix};
     case TensorKind::AttnOut:
       return {0.0f, kAttnOutScale * matrix};
+    case TensorKind::AttnQBias:
+    case TensorKind::AttnKBias:
+    case TensorKind::AttnVBias:
+      return {0.0f, 0.5f};  // trained qwen2 biases are O(1), k's often larger
     case TensorKind::TokenEmbd:
       return {0.0f, 1.0f};
     default:

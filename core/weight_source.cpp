@@ -101,6 +101,8 @@ const char* gguf_arch(Family f) {
       return "qwen3";
     case Family::Qwen3Moe:
       return "qwen3moe";
+    case Family::Qwen2:
+      return "qwen2";
   }
   return "?";
 }

@@ -205,6 +205,9 @@ ShardSet make_shards(const ModelSpec& spec, int64_t ctx, DType kv_dtype, const T
       case TensorKind::AttnOut:
       case TensorKind::AttnQNorm:
       case TensorKind::AttnKNorm:
+      case TensorKind::AttnQBias:
+      case TensorKind::AttnKBias:
+      case TensorKind::AttnVBias:
       case TensorKind::MoeRouter:
         id = set.attention[t.layer];
         break;

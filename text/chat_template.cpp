@@ -26,7 +26,7 @@ ChatChoice choose_chat_format(const std::string& file_template, Family family, c
   if (file_template.find("[INST]") != std::string::npos)
     return {ChatFormat::Mistral, true, "chat template: Mistral [INST] (the file's template)"};
   ChatFormat f;
-  if (family == Family::Qwen3 || family == Family::Qwen3Moe)
+  if (family == Family::Qwen3 || family == Family::Qwen3Moe || family == Family::Qwen2)
     f = ChatFormat::ChatML;
   else if (tok.find_token("<|start_header_id|>") >= 0)
     f = ChatFormat::Llama3;

@@ -552,6 +552,13 @@ class CudaKernels : public DeviceKernels {
       r.q_norm = w.q_norm;
       r.k_norm = w.k_norm;
     }
+    if (spec_.has_qkv_bias()) {
+      SW_CHECK(w.q_bias != nullptr && w.k_bias != nullptr && w.v_bias != nullptr,
+               "CUDA attention: the q/k/v biases are not on the device");
+      r.q_bias = w.q_bias;
+      r.k_bias = w.k_bias;
+      r.v_bias = w.v_bias;
+    }
     r.eps = eps_;
     r.neox = rope_ == RopeStyle::Neox;
     for_pieces(c0, m, [&](int64_t t, int64_t len, int64_t pos, int64_t row0) {

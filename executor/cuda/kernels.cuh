@@ -104,15 +104,18 @@ uint64_t matmul_fixed_bytes(DType dtype, int64_t rows, int64_t cols);
 void rms_norm(const Ctx& ctx, const float* x, int64_t ldx, const float* w, float eps, float* y, int64_t ldy, int64_t n,
               int64_t dim);
 
-// After the q/k/v projections: per-head RMSNorm of q and k (optional), RoPE of q and k with the
-// host-computed angle table; with a cache, k and v rows go to cache rows pos_first + t (k is then not
-// written back to qkv), else k stays in qkv.
+// After the q/k/v projections: their biases (optional), per-head RMSNorm of q and k (optional), RoPE of q
+// and k with the host-computed angle table; with a cache, k and v rows go to cache rows pos_first + t (k
+// is then not written back to qkv), else k (and v, biased) stay in qkv.
 struct QkRopeArgs {
   float* qkv = nullptr;  // [n, q_dim + 2 kv_dim], row stride `stride`
   int64_t stride = 0;
   int32_t n = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
   const float* q_norm = nullptr;  // [head_dim]; both null = no q/k norm
   const float* k_norm = nullptr;
+  const float* q_bias = nullptr;  // [q_dim], [kv_dim], [kv_dim]; all null = no biases (qwen2 has them)
+  const float* k_bias = nullptr;
+  const float* v_bias = nullptr;
   float eps = 0;
   const float* cos = nullptr;  // [n, head_dim / 2] for these tokens
   const float* sin = nullptr;

@@ -81,34 +81,38 @@ __global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* __rest
   for (int c = threadIdx.x; c < dim; c += blockDim.x) yr[c] = xr[c] * scale * w[c];
 }
 
-// Grid (tokens, head groups of 4); one warp per head: q heads, then k heads, then (with a cache) v heads.
+// Grid (tokens, head groups of 4); one warp per head: q heads, then k heads, then (with a cache or a v
+// bias) v heads.
 __global__ void __launch_bounds__(128) qk_rope_kernel(const __grid_constant__ QkRopeArgs a) {
   pdl_begin();
   __shared__ float buf[4][kMaxHeadDim];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int nh = a.n_heads, nkv = a.n_kv_heads, D = a.head_dim, half = D / 2;
-  const int total = nh + nkv + (a.k_cache ? nkv : 0);
+  const int total = nh + nkv + (a.k_cache || a.v_bias ? nkv : 0);
   const int hh = blockIdx.y * 4 + warp;
   if (hh >= total) return;
   const int64_t t = blockIdx.x;
   const int64_t qd = static_cast<int64_t>(nh) * D, kvd = static_cast<int64_t>(nkv) * D;
   float* row = a.qkv + t * a.stride;
   const int64_t cache_row = (static_cast<int64_t>(a.pos_first) + t) * kvd;
-  if (hh >= nh + nkv) {  // v head: straight into the cache
+  if (hh >= nh + nkv) {  // v head: biased, into the cache (or in place without one)
     const int g = hh - nh - nkv;
-    const float* src = row + qd + kvd + static_cast<int64_t>(g) * D;
-    float* dst = a.v_cache + cache_row + static_cast<int64_t>(g) * D;
-    for (int d = lane; d < D; d += 32) dst[d] = src[d];
+    float* src = row + qd + kvd + static_cast<int64_t>(g) * D;
+    float* dst = a.v_cache ? a.v_cache + cache_row + static_cast<int64_t>(g) * D : src;
+    const float* vb = a.v_bias ? a.v_bias + static_cast<int64_t>(g) * D : nullptr;
+    for (int d = lane; d < D; d += 32) dst[d] = vb ? __fadd_rn(src[d], vb[d]) : src[d];
     return;
   }
   const bool is_q = hh < nh;
   const int head = is_q ? hh : hh - nh;
   float* src = is_q ? row + static_cast<int64_t>(head) * D : row + qd + static_cast<int64_t>(head) * D;
   const float* nw = is_q ? a.q_norm : a.k_norm;
+  const float* bias = is_q ? a.q_bias : a.k_bias;
+  if (bias) bias += static_cast<int64_t>(head) * D;
   float* b = buf[warp];
   float ss = 0.0f;
   for (int d = lane; d < D; d += 32) {
-    const float v = src[d];
+    const float v = bias ? __fadd_rn(src[d], bias[d]) : src[d];
     b[d] = v;
     ss = fmaf(v, v, ss);
   }
@@ -298,7 +302,9 @@ void qk_norm_rope(const Ctx& ctx, const QkRopeArgs& a) {
   SW_CHECK((a.q_norm == nullptr) == (a.k_norm == nullptr), "CUDA RoPE: q_norm and k_norm must both be given");
   SW_CHECK(a.cos != nullptr && a.sin != nullptr, "CUDA RoPE: no angle table (prepare_step was not called)");
   SW_CHECK((a.k_cache == nullptr) == (a.v_cache == nullptr), "CUDA RoPE: k and v caches go together");
-  const int total = a.n_heads + a.n_kv_heads + (a.k_cache ? a.n_kv_heads : 0);
+  SW_CHECK((a.q_bias == nullptr) == (a.k_bias == nullptr) && (a.q_bias == nullptr) == (a.v_bias == nullptr),
+           "CUDA RoPE: the q, k and v biases go together");
+  const int total = a.n_heads + a.n_kv_heads + (a.k_cache || a.v_bias ? a.n_kv_heads : 0);
   const dim3 grid(static_cast<unsigned>(a.n), static_cast<unsigned>(ceil_div(total, 4)));
   launch_kernel("q/k norm + RoPE kernel", qk_rope_kernel, grid, dim3(128), 0, ctx.stream, a);
 }

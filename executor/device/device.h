@@ -43,6 +43,9 @@ struct DevLayer {
   const float* attn_norm = nullptr;  // [hidden] f32
   const float* q_norm = nullptr;     // [head_dim] f32 (qwen3 families)
   const float* k_norm = nullptr;
+  const float* q_bias = nullptr;    // [q_dim] f32 (qwen2)
+  const float* k_bias = nullptr;    // [kv_dim] f32
+  const float* v_bias = nullptr;    // [kv_dim] f32
   const float* ffn_norm = nullptr;  // [hidden] f32
   DevMat wq, wk, wv, wo;
   DevMat gate, up, down;  // dense FFN

@@ -148,6 +148,9 @@ LayerWeights host_view(const DevLayer& d, const ModelSpec& spec) {
   w.ffn_norm = vec(d.ffn_norm, spec.hidden_size);
   w.q_norm = vec(d.q_norm, spec.head_dim);
   w.k_norm = vec(d.k_norm, spec.head_dim);
+  w.q_bias = vec(d.q_bias, spec.q_dim());
+  w.k_bias = vec(d.k_bias, spec.kv_dim());
+  w.v_bias = vec(d.v_bias, spec.kv_dim());
   w.wq = mat(d.wq);
   w.wk = mat(d.wk);
   w.wv = mat(d.wv);

@@ -23,6 +23,13 @@ void CpuBlocks::attention_pre(const LayerWeights& w, const float* x, int64_t n, 
   for (int64_t t = 0; t < n; ++t) {
     float* q = qkv + t * W;
     float* k = q + QD;
+    if (spec_.has_qkv_bias()) {
+      SW_CHECK(static_cast<int64_t>(w.q_bias.size()) == QD && static_cast<int64_t>(w.v_bias.size()) == KVD,
+               "attention: the q/k/v biases are missing");
+      add_inplace(q, w.q_bias.data(), QD);
+      add_inplace(k, w.k_bias.data(), KVD);
+      add_inplace(k + KVD, w.v_bias.data(), KVD);
+    }
     if (spec_.has_qk_norm()) {
       rms_norm_heads(q, 1, spec_.num_attention_heads, spec_.head_dim, w.q_norm.data(), eps);
       rms_norm_heads(k, 1, spec_.num_key_value_heads, spec_.head_dim, w.k_norm.data(), eps);

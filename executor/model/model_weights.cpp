@@ -30,6 +30,11 @@ ModelWeights ModelWeights::from_source(const WeightSource& src) {
     lw.wk = t("attn_k");
     lw.wv = t("attn_v");
     lw.wo = t("attn_output");
+    if (m.spec.has_qkv_bias()) {
+      lw.q_bias = to_f32(src.tensor(p + "attn_q.bias"));
+      lw.k_bias = to_f32(src.tensor(p + "attn_k.bias"));
+      lw.v_bias = to_f32(src.tensor(p + "attn_v.bias"));
+    }
     if (m.spec.has_qk_norm()) {
       lw.q_norm = to_f32(t("attn_q_norm"));
       lw.k_norm = to_f32(t("attn_k_norm"));

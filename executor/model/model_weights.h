@@ -15,6 +15,9 @@ struct LayerWeights {
   TensorView wk;                  // (kv_dim, hidden)
   std::vector<float> q_norm;      // [head_dim] (qwen3 families; empty otherwise)
   std::vector<float> k_norm;      // [head_dim]
+  std::vector<float> q_bias;      // [q_dim] (qwen2; empty otherwise)
+  std::vector<float> k_bias;      // [kv_dim]
+  std::vector<float> v_bias;      // [kv_dim]
   TensorView wv;                  // (kv_dim, hidden)
   TensorView wo;                  // (hidden, q_dim)
   std::vector<float> ffn_norm;    // [hidden]

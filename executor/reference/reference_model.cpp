@@ -87,6 +87,12 @@ void attention_block(const WeightSource& src, const std::string& p, std::vector<
     q[t] = matvec(T(p + "attn_q.weight"), xn);
     k[t] = matvec(T(p + "attn_k.weight"), xn);
     v[t] = matvec(T(p + "attn_v.weight"), xn);
+    if (sp.has_qkv_bias()) {
+      const Vec qb = to_vec(T(p + "attn_q.bias")), kb = to_vec(T(p + "attn_k.bias")), vb = to_vec(T(p + "attn_v.bias"));
+      for (size_t i = 0; i < q[t].size(); ++i) q[t][i] += qb[i];
+      for (size_t i = 0; i < k[t].size(); ++i) k[t][i] += kb[i];
+      for (size_t i = 0; i < v[t].size(); ++i) v[t][i] += vb[i];
+    }
     if (sp.has_qk_norm()) {
       const Vec qn = to_vec(T(p + "attn_q_norm.weight")), kn = to_vec(T(p + "attn_k_norm.weight"));
       for (int64_t h = 0; h < n_heads; ++h) {

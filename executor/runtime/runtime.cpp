@@ -736,7 +736,13 @@ void Runtime::copy_shard_tensors(const Shard& s, uint8_t* dst, int64_t row0, int
       else {
         const int layer = s.layer;
         const LayerWeights& lw = weights_.layers.at(static_cast<size_t>(layer));
-        if (n.find("attn_norm") != std::string::npos)
+        if (n.find("attn_q.bias") != std::string::npos)
+          f = lw.q_bias.data();
+        else if (n.find("attn_k.bias") != std::string::npos)
+          f = lw.k_bias.data();
+        else if (n.find("attn_v.bias") != std::string::npos)
+          f = lw.v_bias.data();
+        else if (n.find("attn_norm") != std::string::npos)
           f = lw.attn_norm.data();
         else if (n.find("attn_q_norm") != std::string::npos)
           f = lw.q_norm.data();
@@ -835,6 +841,9 @@ DevLayer Runtime::device_layer(int layer, ShardKind kind, const Plan& plan, cons
     w.attn_norm = vec(la, ba, p + "attn_norm.weight");
     w.q_norm = vec(la, ba, p + "attn_q_norm.weight");
     w.k_norm = vec(la, ba, p + "attn_k_norm.weight");
+    w.q_bias = vec(la, ba, p + "attn_q.bias");
+    w.k_bias = vec(la, ba, p + "attn_k.bias");
+    w.v_bias = vec(la, ba, p + "attn_v.bias");
     w.wq = mat(la, ba, p + "attn_q.weight");
     w.wk = mat(la, ba, p + "attn_k.weight");
     w.wv = mat(la, ba, p + "attn_v.weight");

@@ -464,7 +464,8 @@ TEST_CASE("runtime suite (cuda): every schedule and the table's choice reproduce
                                            fx + "/llamacpp/gguf/qwen3moe_small.f16.gguf",
                                            "synthetic:tiny_llama?dtype=q4_0&seed=4",
                                            "synthetic:tiny_moe?dtype=q8_0&seed=4",
-                                           "synthetic:tiny_qwen3?dtype=bf16&seed=4"};
+                                           "synthetic:tiny_qwen3?dtype=bf16&seed=4",
+                                           "synthetic:tiny_qwen2?dtype=q8_0&seed=4"};
   ThreadPool pool(4);
   for (const auto& path : models) {  // any head_dim runs (the HF fixtures have 8, 16, 24 and 32, tiny_llama 48)
     const SuiteModel m = suite_model(open_weights(path), t.ctx, {17, 1, 1, 4, 1, 9, 1}, 7, pool);
@@ -495,7 +496,8 @@ TEST_CASE("runtime suite (cuda): llama-quantize's K-quant files run every schedu
 TEST_CASE("runtime suite (cuda): batched steps of several sequences give each one its tokens alone", "[gpu][batch]") {
   const RuntimeTarget t = cuda_target();
   ThreadPool pool(4);
-  for (const char* spec : {"synthetic:tiny_llama?dtype=q4_0&seed=4", "synthetic:tiny_moe?dtype=q8_0&seed=4"}) {
+  for (const char* spec : {"synthetic:tiny_llama?dtype=q4_0&seed=4", "synthetic:tiny_moe?dtype=q8_0&seed=4",
+                           "synthetic:tiny_qwen2?dtype=f16&seed=4"}) {
     auto src = open_weights(spec);
     const ModelWeights w = ModelWeights::from_source(*src);
     for (double frac : {0.3, 3.0})

@@ -65,6 +65,21 @@ TEST_CASE("tensor list: canonical names, shapes, dtypes, bytes and FLOPs", "[spe
   for (const auto& t : tied.tensors()) CHECK(t.name != "output.weight");
   CHECK(tied.kv_bytes_per_token(DType::F32) == uint64_t(tied.num_hidden_layers) * 2 * tied.kv_dim() * 4);
   CHECK(tied.kv_bytes_per_token(DType::F16) == uint64_t(tied.num_hidden_layers) * 2 * tied.kv_dim() * 2);
+  // qwen2: f32 biases of the q, k and v projections under llama.cpp's names, beside quantised matrices.
+  ModelSpec q2 = builtin_spec("tiny_qwen2");
+  q2.dtype = DType::Q4_0;
+  int biases = 0;
+  for (const auto& t : q2.tensors()) {
+    if (t.kind != TensorKind::AttnQBias && t.kind != TensorKind::AttnKBias && t.kind != TensorKind::AttnVBias) continue;
+    ++biases;
+    CHECK(t.dtype == DType::F32);
+    CHECK(t.name.size() > 5);
+    CHECK(t.name.substr(t.name.size() - 5) == ".bias");
+    CHECK(t.shape == Shape{t.kind == TensorKind::AttnQBias ? q2.q_dim() : q2.kv_dim()});
+  }
+  CHECK(biases == 3 * q2.num_hidden_layers);
+  CHECK(tensor_name(TensorKind::AttnKBias, 7) == "blk.7.attn_k.bias");
+  CHECK(tensor_name(TensorKind::OutputNorm, -1) == "output_norm.weight");
 }
 
 TEST_CASE("HF config.json: transformers 4.x and 5.x spellings", "[spec]") {

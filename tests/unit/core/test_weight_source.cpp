@@ -3,9 +3,12 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include "core/error.h"
 #include "core/gguf.h"
+#include "core/model_spec.h"
 #include "core/thread_pool.h"
 #include "core/weight_source.h"
 #include "test_util.h"
@@ -171,4 +174,93 @@ TEST_CASE("GGUF export of a llama.cpp file keeps its row order", "[weights][gguf
   GgufFile f(out);
   CHECK(f.find("general.architecture")->s == "llama");
   CHECK(f.find("llama.attention.key_length")->u == 16);
+}
+
+namespace {
+
+// An HF directory of `src` (f32 tensors) under transformers' qwen2 names: config.json + model.safetensors.
+void write_qwen2_hf_dir(const WeightSource& src, const std::string& dir, bool zero_biases = false) {
+  const ModelSpec& s = src.spec();
+  std::vector<std::pair<std::string, std::string>> names = {{"model.embed_tokens.weight", "token_embd.weight"},
+                                                            {"model.norm.weight", "output_norm.weight"},
+                                                            {"lm_head.weight", "output.weight"}};
+  const std::pair<const char*, const char*> layer[] = {{"input_layernorm.weight", "attn_norm.weight"},
+                                                       {"self_attn.q_proj.weight", "attn_q.weight"},
+                                                       {"self_attn.q_proj.bias", "attn_q.bias"},
+                                                       {"self_attn.k_proj.weight", "attn_k.weight"},
+                                                       {"self_attn.k_proj.bias", "attn_k.bias"},
+                                                       {"self_attn.v_proj.weight", "attn_v.weight"},
+                                                       {"self_attn.v_proj.bias", "attn_v.bias"},
+                                                       {"self_attn.o_proj.weight", "attn_output.weight"},
+                                                       {"post_attention_layernorm.weight", "ffn_norm.weight"},
+                                                       {"mlp.gate_proj.weight", "ffn_gate.weight"},
+                                                       {"mlp.up_proj.weight", "ffn_up.weight"},
+                                                       {"mlp.down_proj.weight", "ffn_down.weight"}};
+  for (int64_t l = 0; l < s.num_hidden_layers; ++l)
+    for (const auto& m : layer)
+      names.emplace_back("model.layers." + std::to_string(l) + "." + m.first,
+                         "blk." + std::to_string(l) + "." + m.second);
+  std::string header = "{", data;
+  for (const auto& n : names) {
+    const TensorView& t = src.tensor(n.second);
+    REQUIRE(t.dtype == DType::F32);
+    std::string shape;
+    for (int64_t d : t.shape) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+    header += (header.size() > 1 ? "," : "") +
+              ("\"" + n.first + "\":{\"dtype\":\"F32\",\"shape\":[" + shape + "],\"data_offsets\":[" +
+               std::to_string(data.size()) + "," + std::to_string(data.size() + t.nbytes) + "]}");
+    if (zero_biases && n.first.find(".bias") != std::string::npos)
+      data.append(t.nbytes, '\0');
+    else
+      data.append(static_cast<const char*>(t.data), t.nbytes);
+  }
+  header += "}";
+  while (header.size() % 8) header += ' ';
+  std::filesystem::create_directories(dir);
+  std::ofstream st(dir + "/model.safetensors", std::ios::binary);
+  const uint64_t n = header.size();
+  st.write(reinterpret_cast<const char*>(&n), 8);
+  st << header << data;
+  std::ofstream(dir + "/config.json")
+      << "{\"model_type\": \"qwen2\", \"architectures\": [\"Qwen2ForCausalLM\"], \"hidden_size\": " << s.hidden_size
+      << ", \"num_hidden_layers\": " << s.num_hidden_layers << ", \"num_attention_heads\": " << s.num_attention_heads
+      << ", \"num_key_value_heads\": " << s.num_key_value_heads << ", \"intermediate_size\": " << s.intermediate_size
+      << ", \"vocab_size\": " << s.vocab_size << ", \"rms_norm_eps\": " << s.rms_norm_eps
+      << ", \"rope_theta\": " << s.rope_theta << ", \"tie_word_embeddings\": false, \"use_sliding_window\": false"
+      << ", \"torch_dtype\": \"float32\"}";
+}
+
+}  // namespace
+
+TEST_CASE("qwen2: the q/k/v biases go through synthetic weights, an HF directory and a GGUF file", "[weights]") {
+  auto src = open_weights("synthetic:tiny_qwen2?seed=5");
+  REQUIRE(src->has_tensor("blk.1.attn_k.bias"));
+  CHECK(src->tensor("blk.1.attn_v.bias").shape == Shape{src->spec().kv_dim()});
+  const std::vector<int32_t> ids = {1, 17, 250, 3, 99, 42};
+  const auto ref = test::fast_logits(*src, ids);
+
+  const std::string dir = test::temp_path("qwen2_hf");
+  write_qwen2_hf_dir(*src, dir);
+  auto from_hf = open_weights(dir);
+  CHECK(from_hf->spec().family == Family::Qwen2);
+  CHECK(from_hf->rope_style() == RopeStyle::Neox);
+  CHECK(test::max_rel_error(test::fast_logits(*from_hf, ids), ref, src->spec().vocab_size) == 0.0);
+
+  const std::string path = test::temp_path("qwen2.f32.gguf");
+  write_gguf(*src, path, DType::F32);
+  auto back = open_weights(path);
+  CHECK(back->spec().family == Family::Qwen2);
+  CHECK(back->rope_style() == RopeStyle::Neox);
+  CHECK(test::max_rel_error(test::fast_logits(*back, ids), ref, src->spec().vocab_size) == 0.0);
+
+  // The biases matter: the same directory with zero biases gives other logits.
+  const std::string zero_dir = test::temp_path("qwen2_hf_zero_bias");
+  write_qwen2_hf_dir(*src, zero_dir, true);
+  CHECK(test::max_rel_error(test::fast_logits(*open_weights(zero_dir), ids), ref, src->spec().vocab_size) > 1e-2);
+  CHECK_THROWS_WITH(
+      spec_from_hf_config_json("{\"model_type\": \"qwen2\", \"hidden_size\": 64, \"num_hidden_layers\": 1, "
+                               "\"num_attention_heads\": 4, \"vocab_size\": 10, \"intermediate_size\": 8, "
+                               "\"use_sliding_window\": true}",
+                               "c.json"),
+      Contains("use_sliding_window"));
 }

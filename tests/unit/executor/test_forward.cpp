@@ -30,7 +30,7 @@ std::vector<int32_t> some_tokens(int64_t vocab, int n, uint32_t seed) {
 }  // namespace
 
 TEST_CASE("fast path matches the reference for every family and dtype", "[forward]") {
-  for (const char* spec_name : {"tiny_llama", "tiny_qwen3", "tiny_moe"}) {
+  for (const char* spec_name : {"tiny_llama", "tiny_qwen3", "tiny_moe", "tiny_qwen2"}) {
     for (const char* dt : {"f32", "f16", "bf16", "q8_0", "q4_0"}) {
       ModelSpec s = builtin_spec(spec_name);
       s.dtype = parse_dtype(dt);
@@ -46,7 +46,7 @@ TEST_CASE("fast path matches the reference for every family and dtype", "[forwar
 }
 
 TEST_CASE("KV cache: decode token by token and chunked prefill equal one prefill", "[forward]") {
-  for (const char* spec_name : {"tiny_llama", "tiny_qwen3", "tiny_moe"}) {
+  for (const char* spec_name : {"tiny_llama", "tiny_qwen3", "tiny_moe", "tiny_qwen2"}) {
     ModelSpec s = builtin_spec(spec_name);
     s.dtype = DType::Q8_0;
     ThreadPool pool(2);

@@ -80,7 +80,7 @@ TEST_CASE(
     "nothing to everything",
     "[runtime]") {
   const RuntimeTarget t = emulated();
-  for (const char* family : {"llama", "qwen3", "qwen3_moe"}) {
+  for (const char* family : {"llama", "qwen3", "qwen3_moe", "qwen2"}) {
     for (DType dt : {DType::F16, DType::Q8_0}) {
       ThreadPool pool(2);
       const SuiteModel m = suite_model(make_synthetic_weights(test_model(family, dt), 17, &pool), t.ctx,
