@@ -53,5 +53,6 @@ void register_report(CLI::App& app);
 void register_profile(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_loadgen(CLI::App& app);
+void register_vision(CLI::App& app);
 
 }  // namespace shardwise::cli

@@ -213,6 +213,7 @@ int main(int argc, char** argv) {
   shardwise::cli::register_profile(app);
   shardwise::cli::register_serve(app);
   shardwise::cli::register_loadgen(app);
+  shardwise::cli::register_vision(app);
   for (CLI::App* verb : app.get_subcommands([](CLI::App*) { return true; }))
     verb->footer("Every verb also takes --quiet and --log-level LEVEL (shardwise --help).");
   // llama.cpp's -ngl, -no-cnv, ... in their long form (CLI11 would read -ngl 10 as -n gl).

@@ -7,7 +7,7 @@ PKGS=(
   build-essential cmake make git pkg-config ccache clang-format
   libeigen3-dev libopenblas-dev libyaml-cpp-dev catch2 libbenchmark-dev nlohmann-json3-dev libcli11-dev
   libgfortran-12-dev
-  libpcre2-dev libutf8proc-dev libboost-dev
+  libpcre2-dev libutf8proc-dev libboost-dev libjpeg62-turbo-dev libpng-dev
   pybind11-dev python3-pybind11 python3-dev python3-numpy python3-matplotlib python3-pandas
   python3-yaml python3-pytest jupyter-nbconvert python3-nbclient python3-ipykernel
 )

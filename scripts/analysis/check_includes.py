@@ -24,6 +24,7 @@ RULES = {
     "planner": {"core", "costmodel", "plan"},
     "text": {"core"},
     "executor": {"core", "plan"},
+    "vision": {"core", "plan", "executor"},
     "microbench": {"core", "costmodel", "plan", "executor"},
     "engine": {"core", "costmodel", "plan", "planner", "executor"},
     "oracle": {"core", "costmodel", "plan", "planner", "executor", "engine", "text"},

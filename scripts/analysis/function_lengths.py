@@ -10,7 +10,7 @@ import os
 import re
 import sys
 
-PRODUCT = ["core", "costmodel", "planner", "executor", "text", "engine", "microbench", "oracle", "serve", "cli", "python"]
+PRODUCT = ["core", "costmodel", "planner", "executor", "vision", "text", "engine", "microbench", "oracle", "serve", "cli", "python"]
 EXTS = (".h", ".cpp", ".cu", ".cuh")
 
 

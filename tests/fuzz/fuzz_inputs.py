@@ -2,7 +2,7 @@
 """tests/fuzz/fuzz_inputs.py — mutation fuzzing of every file a user hands the `shardwise` CLI.
 
 Takes the repo's fixtures (GGUF files, HF directories, tokenizer.json, a saved plan table, a profile,
-an experiment YAML), mutates copies of them (byte flips, extreme integers in binary headers, edits of
+an experiment YAML, JPEG and PNG images, an image processor's config), mutates copies of them (byte flips, extreme integers in binary headers, edits of
 JSON / YAML values) and runs the CLI verb that reads each. The contract (the project's standards):
 bad input exits 1 with one error line; never a crash (signal, sanitizer report), a hang or another exit
 code. Build the CLI with `-DSHARDWISE_SANITIZE=address` (or any build) and run
@@ -325,6 +325,43 @@ def random_text(rng):
     return out
 
 
+def tiny_vision_model(d, rng):
+    """A Qwen2.5-VL vision tower of 2-pixel patches in `d`: config.json, preprocessor_config.json and
+    random f32 weights (safetensors), for `shardwise vision`."""
+    h, f, out, depth, c, t, p = 16, 24, 8, 2, 3, 2, 2
+    m = 4 * h
+    shapes = {"visual.patch_embed.proj.weight": [h, c, t, p, p], "visual.merger.ln_q.weight": [h],
+              "visual.merger.mlp.0.weight": [m, m], "visual.merger.mlp.0.bias": [m],
+              "visual.merger.mlp.2.weight": [out, m], "visual.merger.mlp.2.bias": [out]}
+    for i in range(depth):
+        b = "visual.blocks.%d." % i
+        shapes.update({b + "norm1.weight": [h], b + "norm2.weight": [h], b + "attn.qkv.weight": [3 * h, h],
+                       b + "attn.qkv.bias": [3 * h], b + "attn.proj.weight": [h, h], b + "attn.proj.bias": [h],
+                       b + "mlp.gate_proj.weight": [f, h], b + "mlp.gate_proj.bias": [f],
+                       b + "mlp.up_proj.weight": [f, h], b + "mlp.up_proj.bias": [f],
+                       b + "mlp.down_proj.weight": [h, f], b + "mlp.down_proj.bias": [h]})
+    header, blob = {}, b""
+    for name, shape in shapes.items():
+        n = 1
+        for x in shape:
+            n *= x
+        data = struct.pack("<%df" % n, *[rng.uniform(-0.3, 0.3) for _ in range(n)])
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(blob), len(blob) + len(data)]}
+        blob += data
+    hb = json.dumps(header).encode()
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "model.safetensors"), "wb") as s:
+        s.write(struct.pack("<Q", len(hb)) + hb + blob)
+    vc = {"depth": depth, "hidden_size": h, "intermediate_size": f, "num_heads": 2, "out_hidden_size": out,
+          "patch_size": p, "temporal_patch_size": t, "spatial_merge_size": 2, "window_size": 8,
+          "fullatt_block_indexes": [1], "hidden_act": "silu"}
+    with open(os.path.join(d, "config.json"), "w") as s:
+        json.dump({"model_type": "qwen2_5_vl", "vision_config": vc}, s)
+    with open(os.path.join(d, "preprocessor_config.json"), "w") as s:
+        json.dump({"patch_size": p, "temporal_patch_size": t, "merge_size": 2, "min_pixels": 64, "max_pixels": 4096,
+                   "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711]}, s)
+
+
 class Case:
     def __init__(self, name, files, argv):
         self.name, self.files, self.argv = name, files, argv
@@ -354,7 +391,9 @@ def main():
     ap.add_argument("--cases", type=int, default=200, help="mutated inputs per target")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--targets", default="gguf,hf_config,safetensors,tokenizer,text,plan,profile,experiment,model_yaml")
+    ap.add_argument("--targets",
+                    default="gguf,hf_config,safetensors,tokenizer,text,plan,profile,experiment,model_yaml,image,"
+                            "preprocessor,vision_config")
     ap.add_argument("--timeout", type=float, default=20.0)
     ap.add_argument("--seconds", type=float, default=0, help="stop making cases after this long (0: run all --cases)")
     ap.add_argument("--verbose", action="store_true", help="also print every rejection's error line")
@@ -417,6 +456,19 @@ def main():
             s.write(struct.pack("<Q", len(hb)) + hb + out)
         shutil.copy(t, os.path.join(d, "tokenizer.json"))
         tok_models.append(d)
+
+    vision_dir = os.path.join(work, "vision_model")
+    tiny_vision_model(vision_dir, random.Random(7))
+    processor_dir = os.path.join(work, "vision_model_processor")
+    shutil.copytree(vision_dir, processor_dir)
+    with open(os.path.join(vision_dir, "preprocessor_config.json")) as s:
+        processor_orig = s.read()
+    config_dir = os.path.join(work, "vision_model_config")
+    shutil.copytree(vision_dir, config_dir)
+    with open(os.path.join(vision_dir, "config.json")) as s:
+        config_orig = s.read()
+    img_dir = os.path.join(FIX, "vision", "images")
+    images = sorted(os.path.join(img_dir, f) for f in os.listdir(img_dir) if f.endswith((".png", ".jpg")))
 
     def targets():
         names = a.targets.split(",")
@@ -496,6 +548,21 @@ def main():
                            rng.choice([["info", f], ["plan", "--model", f, "--hw", "cli3", "--vram-budget", "4G", "--ctx", "256"],
                                        ["run", "--model", "synthetic:" + f + "?dtype=q8_0&seed=3", "--device", "cpu",
                                         "--tokens", "1,2", "-n", "2", "--greedy"]]))
+            if "image" in names:
+                src = rng.choice(images)
+                f = os.path.join(work, "img" + os.path.splitext(src)[1])
+                with open(src, "rb") as s:
+                    data = s.read()
+                data = truncate(data, rng) if rng.random() < 0.3 else flip_bytes(data, rng)
+                yield Case("image", {f: data}, ["vision", "--model", vision_dir, "--image", f, "-t", "1"])
+            if "preprocessor" in names:  # a copy of the model whose processor config is mutated
+                f = os.path.join(processor_dir, "preprocessor_config.json")
+                yield Case("preprocessor", {f: mutate_json_text(processor_orig, rng).encode("latin-1")},
+                           ["vision", "--model", processor_dir, "--image", images[0], "-t", "1"])
+            if "vision_config" in names:  # a copy of the model whose config.json (vision_config) is mutated
+                f = os.path.join(config_dir, "config.json")
+                yield Case("vision_config", {f: mutate_json_text(config_orig, rng).encode("latin-1")},
+                           ["vision", "--model", config_dir, "--image", images[0], "-t", "1"])
 
     counts, bad = {}, 0
     t_start = time.monotonic()
