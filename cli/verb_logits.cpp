@@ -11,14 +11,47 @@
 #include "executor/reference/reference_model.h"
 #include "executor/session/kv_cache.h"
 #include "executor/session/sampling.h"
+#include "vision/encoder.h"
+#include "vision/vl_prompt.h"
 
 namespace shardwise::cli {
 namespace {
 
 struct LogitsArgs {
   std::string model, tokens, out, device = "auto", path = "fast";
+  std::vector<std::string> images;
   int threads = 0;
 };
+
+// A vision-language model's logits: the images encoded, each placeholder of the ids expanded to its image
+// tokens, the language model run from the embeddings at M-RoPE positions. Returns [n expanded, vocab].
+std::vector<float> vl_logits(const LogitsArgs& a, const WeightSource& src, const std::vector<int32_t>& ids, int threads,
+                             int64_t* n_out) {
+  const ModelSpec& spec = src.spec();
+  if (!spec.vision_tower || spec.mrope_section.empty())
+    fail("--image: ", a.model, " is not a vision-language model (an HF directory of a Qwen2.5-VL model)");
+  const std::string config = a.model + "/config.json";
+  const MropeTokens tokens = vl_tokens_from_hf_config(read_text_file(config), config);
+  const VisionModel vm = load_vision_model(a.model);
+  if (vm.spec.out_hidden_size != spec.hidden_size)
+    fail(config, ": vision_config.out_hidden_size ", vm.spec.out_hidden_size,
+         " is not the language model's hidden size ", spec.hidden_size);
+  ThreadPool pool(threads);
+  const EncodedImages e = encode_image_files(vm, model_image_processor(a.model, vm.spec), a.images, pool);
+  const ModelWeights w = ModelWeights::from_source(src);
+  const VlInput in = build_vl_input(ids, e.grids, e.tokens.data(),
+                                    static_cast<int64_t>(e.tokens.size()) / spec.hidden_size, w.token_embd, tokens);
+  const int64_t n = static_cast<int64_t>(in.ids.size());
+  std::vector<int64_t> pos3;
+  for (const auto& p : in.positions.pos) pos3.insert(pos3.end(), p.begin(), p.end());
+  *n_out = n;
+  if (a.path == "reference") return reference_logits_embedded(src, in.embeddings, pos3);
+  CpuModel model(w, pool);
+  KvCache kv(spec, n);
+  std::vector<float> logits(static_cast<size_t>(n * spec.vocab_size));
+  model.forward_embedded(in.embeddings.data(), pos3.data(), n, kv, logits.data(), true);
+  return logits;
+}
 
 void run_logits(const LogitsArgs& a) {
   resolve_cpu_device(a.device);
@@ -32,19 +65,20 @@ void run_logits(const LogitsArgs& a) {
     if (ids[i] >= spec.vocab_size)
       fail("--tokens: id ", ids[i], " at position ", i, " is out of range for this model (vocabulary of ",
            spec.vocab_size, ")");
-  const int64_t n = static_cast<int64_t>(ids.size());
+  int64_t n = static_cast<int64_t>(ids.size());
   std::vector<float> logits;
-  if (a.path == "reference") {
+  if (a.path != "reference" && a.path != "fast") fail("--path '", a.path, "' is unknown (fast, reference)");
+  if (!a.images.empty()) {
+    logits = vl_logits(a, *src, ids, oo.threads, &n);
+  } else if (a.path == "reference") {
     logits = reference_logits(*src, ids);
-  } else if (a.path == "fast") {
+  } else {
     ThreadPool pool(oo.threads);
     ModelWeights w = ModelWeights::from_source(*src);
     CpuModel model(w, pool);
     KvCache kv(spec, n);
     logits.resize(static_cast<size_t>(n * spec.vocab_size));
     model.forward(ids.data(), n, kv, logits.data(), true);
-  } else {
-    fail("--path '", a.path, "' is unknown (fast, reference)");
   }
   write_npy_f32(a.out, logits.data(), {n, spec.vocab_size});
   for (int64_t i = 0; i < n; ++i) {  // written as computed, then reported: a NaN row is no result
@@ -67,6 +101,10 @@ void register_logits(CLI::App& app) {
   sub->add_option("--device", a->device, "auto|cuda|emu|cpu (only cpu so far)");
   sub->add_option("-t,--threads", a->threads, kThreadsHelp);
   sub->add_option("--path", a->path, "fast (the CPU fast path) or reference (the readable f64 reference)");
+  sub->add_option("--image", a->images,
+                  "A JPEG or PNG file for a vision-language model (Qwen2.5-VL HF directory); repeat for several. "
+                  "--tokens then holds one image_token_id per image, after a vision_start token; each is expanded "
+                  "to the image's tokens, and the output has a row per expanded position");
   sub->callback([a] { run_logits(*a); });
 }
 

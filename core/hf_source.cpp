@@ -152,9 +152,12 @@ class HfWeights : public WeightSource {
       used.insert(hf_name);
       return true;
     };
-    if (!take("model.embed_tokens.weight", "token_embd.weight"))
-      fail(ctx, ": missing tensor 'model.embed_tokens.weight'");
-    take("model.norm.weight", "output_norm.weight");
+    // A vision-language checkpoint saved by transformers 5 keeps its language model under
+    // model.language_model.; text models and the released VL checkpoints under model.
+    const std::string lm = st_.find("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
+    if (!take(lm + "embed_tokens.weight", "token_embd.weight"))
+      fail(ctx, ": missing tensor '", lm, "embed_tokens.weight'");
+    take(lm + "norm.weight", "output_norm.weight");
     bool has_head = st_.find("lm_head.weight") != nullptr;
     if (spec_.tie_word_embeddings) {
       if (has_head) used.insert("lm_head.weight");  // some exports store the tied copy too
@@ -172,7 +175,7 @@ class HfWeights : public WeightSource {
         {"mlp.down_proj.weight", "ffn_down"},       {"mlp.gate.weight", "ffn_gate_inp"},
     };
     for (int64_t l = 0; l < spec_.num_hidden_layers; ++l) {
-      const std::string p = "model.layers." + std::to_string(l) + ".";
+      const std::string p = lm + "layers." + std::to_string(l) + ".";
       const std::string c = "blk." + std::to_string(l) + ".";
       for (const auto& m : kLayerMap) take(p + m.first, c + m.second + ".weight");
       if (spec_.has_qkv_bias())
@@ -182,6 +185,8 @@ class HfWeights : public WeightSource {
     for (const auto& kv : st_.tensors()) {
       if (used.count(kv.first)) continue;
       if (kv.first.find("rotary_emb.inv_freq") != std::string::npos) continue;  // old exports carry it
+      if (spec_.vision_tower && (kv.first.rfind("visual.", 0) == 0 || kv.first.rfind("model.visual.", 0) == 0))
+        continue;  // the vision encoder's (vision/encoder.h reads them)
       fail(ctx, ": unexpected tensor '", kv.first, "' for a ", family_name(spec_.family), " model");
     }
     check_complete(ctx);

@@ -129,6 +129,12 @@ void ModelSpec::validate(const std::string& ctx) const {
     dim("intermediate_size", intermediate_size, 1, kMaxDim);
   }
   if (!(rope_theta > 0) || rope_theta > 1e12) fail(ctx, ": rope_theta = ", rope_theta, " must be positive");
+  if (!mrope_section.empty()) {
+    int64_t sum = 0;
+    for (int64_t v : mrope_section) sum += v >= 0 && v <= head_dim ? v : head_dim + 1;
+    if (mrope_section.size() != 3 || sum != head_dim / 2)
+      fail(ctx, ": mrope_section must be 3 sections adding up to head_dim / 2 = ", head_dim / 2);
+  }
   if (!(rms_norm_eps > 0) || rms_norm_eps > 1) fail(ctx, ": rms_norm_eps = ", rms_norm_eps, " must be in (0, 1]");
   // Total size guard: 2^50 bytes would be a petabyte model; anything near that is corrupt metadata.
   double params = static_cast<double>(hidden_size) * static_cast<double>(vocab_size) * 2 +
@@ -388,6 +394,17 @@ void read_hf_rope(const HfConfig& c, ModelSpec& s) {
     if (!it->is_object()) fail(c.ctx, ": field '", key, "' must be an object");
     s.rope_theta = c.get_num(*it, "rope_theta", s.rope_theta);
     std::string type = c.get_str(*it, "rope_type", c.get_str(*it, "type", "default"));
+    auto sec = it->find("mrope_section");
+    if (sec != it->end() && !sec->is_null()) {  // Qwen2-VL family: multimodal RoPE sections
+      if (!sec->is_array() || sec->size() != 3)
+        fail(c.ctx, ": ", key, ".mrope_section must be a list of 3 integers, got ", json_brief(*sec));
+      s.mrope_section.clear();
+      for (const auto& v : *sec) {
+        if (!v.is_number_integer()) fail(c.ctx, ": ", key, ".mrope_section holds ", json_brief(v), ", not an integer");
+        s.mrope_section.push_back(v.get<int64_t>());
+      }
+      if (type == "mrope") type = "default";
+    }
     if (type != "default") fail(c.ctx, ": ", key, ".rope_type '", type, "' is not supported (only default RoPE)");
   }
 }
@@ -404,12 +421,17 @@ ModelSpec spec_from_hf_config_json(const std::string& text, const std::string& c
     fail(ctx, ": malformed JSON at byte ", e.byte, ": ", e.what());
   }
   if (!j.is_object()) fail(ctx, ": expected a JSON object");
-  // Multimodal configs nest the language model; not supported yet.
-  const HfConfig c{j, ctx};
-  std::string model_type = c.get_str(j, "model_type", "");
+  std::string model_type = HfConfig{j, ctx}.get_str(j, "model_type", "");
   if (model_type.empty()) fail(ctx, ": missing field 'model_type'");
+  // Qwen2.5-VL: its language model is qwen2 with M-RoPE, its fields nested in text_config by transformers
+  // 5 and at the top level in the released checkpoints; the vision tower is vision/'s.
+  const bool vl = model_type == "qwen2_5_vl";
+  auto text_config = j.find("text_config");
+  const json& tc = vl && text_config != j.end() && text_config->is_object() ? *text_config : j;
+  const HfConfig c{tc, ctx};
   ModelSpec s;
-  s.family = parse_family(model_type, ctx + ": field 'model_type'");
+  s.family = parse_family(vl ? "qwen2" : model_type, ctx + ": field 'model_type'");
+  s.vision_tower = vl;
   s.name = model_type;
   s.hidden_size = c.get_int("hidden_size", true, 0);
   s.num_hidden_layers = c.get_int("num_hidden_layers", true, 0);
@@ -420,19 +442,20 @@ ModelSpec spec_from_hf_config_json(const std::string& text, const std::string& c
   s.intermediate_size = c.get_int("intermediate_size", s.family != Family::Qwen3Moe, 0);
   s.max_position_embeddings = c.get_int("max_position_embeddings", false, 0);
   if (s.is_moe()) read_hf_moe(c, s);
-  s.rms_norm_eps = c.get_num(j, "rms_norm_eps", 1e-6);
+  s.rms_norm_eps = c.get_num(tc, "rms_norm_eps", 1e-6);
   read_hf_rope(c, s);
-  s.tie_word_embeddings = c.get_bool("tie_word_embeddings", false);
+  s.tie_word_embeddings = c.get_bool("tie_word_embeddings", HfConfig{j, ctx}.get_bool("tie_word_embeddings", false));
   // qwen2 always has q/k/v biases (its projections are built with them; no config key says so).
   if (c.get_bool("attention_bias", false)) fail(ctx, ": attention_bias = true is not supported for ", model_type);
   if (c.get_bool("use_sliding_window", false))
     fail(ctx, ": use_sliding_window = true is not supported (only full attention)");
   if (c.get_bool("mlp_bias", false)) fail(ctx, ": mlp_bias = true is not supported for ", model_type);
-  std::string act = c.get_str(j, "hidden_act", "silu");
+  std::string act = c.get_str(tc, "hidden_act", "silu");
   if (act != "silu") fail(ctx, ": hidden_act '", act, "' is not supported (only silu)");
-  std::string torch_dtype = c.get_str(j, "torch_dtype", c.get_str(j, "dtype", "float32"));
-  auto layer_types = j.find("layer_types");
-  if (layer_types != j.end() && layer_types->is_array())
+  std::string torch_dtype = c.get_str(
+      tc, "torch_dtype", c.get_str(tc, "dtype", c.get_str(j, "torch_dtype", c.get_str(j, "dtype", "float32"))));
+  auto layer_types = tc.find("layer_types");
+  if (layer_types != tc.end() && layer_types->is_array())
     for (const auto& t : *layer_types)
       if (!t.is_string() || t.get<std::string>() != "full_attention")
         fail(ctx, ": layer_types contains ", json_brief(t), " (only full attention is supported, no sliding window)");

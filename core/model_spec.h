@@ -91,6 +91,10 @@ struct ModelSpec {
   int64_t max_position_embeddings = 0;  // 0 = unknown
   DType dtype = DType::F16;             // dtype of matrix weights (norms and router stay f32)
   QuantMix mix = QuantMix::Pure;        // llama-quantize's mix of types around `dtype` (core/quant_mix.h)
+  // Multimodal RoPE (Qwen2-VL family): the rotary pairs of a head split into sections rotated by a token's
+  // temporal, height and width positions (vision/mrope.h); empty = plain RoPE. Text alone is plain RoPE.
+  std::vector<int64_t> mrope_section;
+  bool vision_tower = false;  // the checkpoint also holds a vision encoder (read by vision/, not here)
 
   bool has_qk_norm() const { return family == Family::Qwen3 || family == Family::Qwen3Moe; }
   bool has_qkv_bias() const { return family == Family::Qwen2; }

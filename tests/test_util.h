@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace shardwise::test {
@@ -36,5 +37,7 @@ double max_rel_error(const std::vector<float>& a, const std::vector<float>& ref,
 // Reads an .npy fixture as floats / ints.
 std::vector<float> load_npy_floats(const std::string& path);
 std::vector<int32_t> load_npy_ints(const std::string& path);
+// A qwen2 layer's tensors: (transformers' name under model.layers.N., our name under blk.N.).
+const std::vector<std::pair<std::string, std::string>>& qwen2_hf_layer_names();
 
 }  // namespace shardwise::test

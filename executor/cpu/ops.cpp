@@ -41,6 +41,30 @@ void RopeAngles::compute(const int32_t* positions, int64_t n, int64_t head_dim, 
   }
 }
 
+void RopeAngles::compute_sections(const int64_t* pos3, int64_t n, int64_t head_dim, double theta,
+                                  const std::vector<int64_t>& sections) {
+  n_tokens = n;
+  half = head_dim / 2;
+  SW_CHECK(sections.size() == 3 && sections[0] >= 0 && sections[1] >= 0 && sections[2] >= 0 &&
+               sections[0] + sections[1] + sections[2] == half,
+           "M-RoPE: the sections do not split the head's ", half, " rotary pairs");
+  cos.resize(static_cast<size_t>(n * half));
+  sin.resize(static_cast<size_t>(n * half));
+  std::vector<double> inv_freq(static_cast<size_t>(half));
+  std::vector<int> section(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    inv_freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+    section[i] = i < sections[0] ? 0 : i < sections[0] + sections[1] ? 1 : 2;
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = static_cast<double>(pos3[3 * t + section[i]]) * inv_freq[i];
+      cos[t * half + i] = static_cast<float>(std::cos(angle));
+      sin[t * half + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+}
+
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const RopeAngles& angles, RopeStyle style,
           int64_t row_stride) {
   const int64_t half = head_dim / 2;

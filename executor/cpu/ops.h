@@ -25,6 +25,11 @@ struct RopeAngles {
   int64_t n_tokens = 0, half = 0;
   std::vector<float> cos, sin;  // [n_tokens, half]
   void compute(const int32_t* positions, int64_t n_tokens, int64_t head_dim, double theta);
+  // Multimodal RoPE: token t's pair i turns by its position pos3[3 t + s], s the section of pair i (the
+  // first sections[0] pairs temporal, the next sections[1] height, the rest width). Equal positions give
+  // compute()'s table bit for bit.
+  void compute_sections(const int64_t* pos3, int64_t n_tokens, int64_t head_dim, double theta,
+                        const std::vector<int64_t>& sections);
 };
 
 // In-place rotary embedding of x [n_tokens, n_heads * head_dim] with the step's angles; rows are

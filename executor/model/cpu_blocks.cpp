@@ -23,6 +23,12 @@ void CpuBlocks::prepare_step(const std::vector<StepSegment>& segments) {
   angles_.compute(positions_.data(), n, spec_.head_dim, spec_.rope_theta);
 }
 
+void CpuBlocks::prepare_step_mrope(int64_t pos0, int64_t n, const int64_t* rope_pos3) {
+  SW_CHECK(!spec_.mrope_section.empty(), "M-RoPE positions for a model without mrope_section");
+  prepare_step(pos0, n);
+  angles_.compute_sections(rope_pos3, n, spec_.head_dim, spec_.rope_theta, spec_.mrope_section);
+}
+
 void CpuBlocks::router(const LayerWeights& w, const float* x, int64_t n, float* logits) {
   const int64_t H = spec_.hidden_size;
   norm_.resize(static_cast<size_t>(n * H));

@@ -29,6 +29,9 @@ class CpuBlocks {
   void prepare_step(int64_t pos0, int64_t n);
   // A batched step: each segment's tokens at its sequence's positions, its cache rows from its row0.
   void prepare_step(const std::vector<StepSegment>& segments);
+  // One sequence at cache rows pos0 .. pos0 + n - 1 whose tokens turn by multimodal RoPE positions
+  // rope_pos3 [n, 3] (temporal, height, width; spec.mrope_section splits the rotary pairs).
+  void prepare_step_mrope(int64_t pos0, int64_t n, const int64_t* rope_pos3);
 
   // The caches' layout: capacity > 0: each KV head's rows contiguous, [n_kv_heads, capacity,
   // head_dim] (host caches: KvCache); 0 (the default): [capacity, kv_dim], the heads of a position

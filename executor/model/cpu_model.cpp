@@ -19,6 +19,23 @@ void CpuModel::forward(const int32_t* tokens, int64_t n, KvCache& kv, float* log
            " tokens exceed the KV capacity of ", kv.capacity(), " (raise --ctx)");
   run_layers(tokens, {StepSegment{0, n, kv.n_past(), 0}}, kv);
   kv.set_n_past(kv.n_past() + n);
+  write_logits(n, logits, all_logits);
+}
+
+void CpuModel::forward_embedded(const float* x, const int64_t* rope_pos3, int64_t n, KvCache& kv, float* logits,
+                                bool all_logits) {
+  SW_CHECK(n >= 1, "forward: empty step");
+  SW_CHECK(kv.n_past() + n <= kv.capacity(), "the context is full: ", kv.n_past(), " + ", n,
+           " tokens exceed the KV capacity of ", kv.capacity(), " (raise --ctx)");
+  const int64_t H = w_.spec.hidden_size;
+  x_.assign(x, x + n * H);
+  blocks_.prepare_step_mrope(kv.n_past(), n, rope_pos3);
+  run_blocks(n, kv);
+  kv.set_n_past(kv.n_past() + n);
+  write_logits(n, logits, all_logits);
+}
+
+void CpuModel::write_logits(int64_t n, float* logits, bool all_logits) {
   const int64_t H = w_.spec.hidden_size, V = w_.spec.vocab_size;
   if (all_logits) {
     for (int64_t t = 0; t < n; ++t) blocks_.output(w_.output_norm, w_.output, x_.data() + t * H, logits + t * V, 0, V);
@@ -46,6 +63,11 @@ void CpuModel::run_layers(const int32_t* tokens, const std::vector<StepSegment>&
   x_.resize(static_cast<size_t>(n * H));
   embed_rows(w_.token_embd, tokens, n, x_.data());
   blocks_.prepare_step(segments);
+  run_blocks(n, kv);
+}
+
+void CpuModel::run_blocks(int64_t n, KvCache& kv) {
+  const ModelSpec& sp = w_.spec;
   blocks_.set_kv_capacity(kv.capacity());  // KvCache is head-major
   for (int64_t l = 0; l < sp.num_hidden_layers; ++l) {
     const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];

@@ -31,6 +31,11 @@ class CpuModel {
   // each segment's last logits, logits [segments, vocab]. Leaves kv.n_past() alone (the caller keeps
   // each sequence's positions).
   void forward_batch(const int32_t* tokens, const std::vector<StepSegment>& segments, KvCache& kv, float* logits);
+  // A step from input embeddings x [n, hidden] (a vision-language prompt: text tokens' embedding rows and
+  // the vision encoder's image tokens) at multimodal RoPE positions rope_pos3 [n, 3]; otherwise as
+  // forward().
+  void forward_embedded(const float* x, const int64_t* rope_pos3, int64_t n, KvCache& kv, float* logits,
+                        bool all_logits);
 
   // MoE models: called with each layer's routing of each step (for statistics; must not throw).
   void set_routing_observer(std::function<void(int64_t layer, const MoeRouting&)> observer) {
@@ -45,6 +50,10 @@ class CpuModel {
  private:
   // Embeds the step's tokens into x_ and runs every layer over them.
   void run_layers(const int32_t* tokens, const std::vector<StepSegment>& segments, KvCache& kv);
+  // Every layer over the n rows of x_ (the step already prepared).
+  void run_blocks(int64_t n, KvCache& kv);
+  // Logits of a one-sequence step of n tokens: every row or the last.
+  void write_logits(int64_t n, float* logits, bool all_logits);
 
   const ModelWeights& w_;
   ThreadPool& pool_;

@@ -43,14 +43,17 @@ Vec rms_norm(const Vec& x, const Vec& w, double eps, size_t offset = 0, size_t d
   return y;
 }
 
-// Rotates each head of v (n_heads * head_dim) for position pos.
-void apply_rope(Vec& v, int64_t n_heads, int64_t hd, int64_t pos, double theta, RopeStyle style) {
+// Rotates each head of v (n_heads * head_dim) for a token at positions pos3 (temporal, height, width):
+// pair i turns by the position of its M-RoPE section (sections empty: plain RoPE, pos3[0]).
+void apply_rope(Vec& v, int64_t n_heads, int64_t hd, const int64_t* pos3, double theta, RopeStyle style,
+                const std::vector<int64_t>& sections) {
   const int64_t half = hd / 2;
   for (int64_t h = 0; h < n_heads; ++h) {
     double* x = v.data() + h * hd;
     for (int64_t i = 0; i < half; ++i) {
+      const int sec = sections.empty() ? 0 : i < sections[0] ? 0 : i < sections[0] + sections[1] ? 1 : 2;
       const double angle =
-          static_cast<double>(pos) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+          static_cast<double>(pos3[sec]) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
       const double c = std::cos(angle), s = std::sin(angle);
       // NeoX pairs dimension i with i + half; Normal pairs 2i with 2i + 1.
       const int64_t a = style == RopeStyle::Neox ? i : 2 * i;
@@ -74,7 +77,8 @@ Vec swiglu_ffn(const TensorView& gate, const TensorView& up, const TensorView& d
 
 // Layer prefix p's attention block, added to the residual stream x: project every position, then let
 // each attend to positions <= itself.
-void attention_block(const WeightSource& src, const std::string& p, std::vector<Vec>& x) {
+void attention_block(const WeightSource& src, const std::string& p, std::vector<Vec>& x,
+                     const std::vector<int64_t>& pos3) {
   const ModelSpec& sp = src.spec();
   const int64_t n = static_cast<int64_t>(x.size()), H = sp.hidden_size, hd = sp.head_dim;
   const int64_t n_heads = sp.num_attention_heads, n_kv = sp.num_key_value_heads, group = n_heads / n_kv;
@@ -104,8 +108,8 @@ void attention_block(const WeightSource& src, const std::string& p, std::vector<
         std::copy(r.begin(), r.end(), k[t].begin() + h * hd);
       }
     }
-    apply_rope(q[t], n_heads, hd, t, sp.rope_theta, src.rope_style());
-    apply_rope(k[t], n_kv, hd, t, sp.rope_theta, src.rope_style());
+    apply_rope(q[t], n_heads, hd, &pos3[static_cast<size_t>(3 * t)], sp.rope_theta, src.rope_style(), sp.mrope_section);
+    apply_rope(k[t], n_kv, hd, &pos3[static_cast<size_t>(3 * t)], sp.rope_theta, src.rope_style(), sp.mrope_section);
   }
   for (int64_t t = 0; t < n; ++t) {
     Vec attn(static_cast<size_t>(n_heads * hd), 0.0);
@@ -174,34 +178,55 @@ void ffn_block(const WeightSource& src, const std::string& p, std::vector<Vec>& 
 
 }  // namespace
 
-std::vector<float> reference_logits(const WeightSource& src, const std::vector<int32_t>& tokens) {
-  const ModelSpec& sp = src.spec();
-  const int64_t n = static_cast<int64_t>(tokens.size()), H = sp.hidden_size;
-  auto T = [&](const std::string& name) -> const TensorView& { return src.tensor(name); };
+namespace {
 
-  // Residual stream per position, starting from the embedding rows.
-  std::vector<Vec> x(static_cast<size_t>(n));
-  const TensorView& emb = T("token_embd.weight");
-  for (int64_t t = 0; t < n; ++t) {
-    SW_CHECK(tokens[t] >= 0 && tokens[t] < sp.vocab_size, "token id ", tokens[t], " out of range");
-    std::vector<float> row(static_cast<size_t>(H));
-    dequantize_row(emb.dtype, emb.row(tokens[t]), row.data(), H);
-    x[t] = Vec(row.begin(), row.end());
-  }
+// The layers and the LM head over residual streams x (one per position) at positions pos3 [n, 3].
+std::vector<float> reference_from(const WeightSource& src, std::vector<Vec> x, const std::vector<int64_t>& pos3) {
+  const ModelSpec& sp = src.spec();
+  const int64_t n = static_cast<int64_t>(x.size());
+  auto T = [&](const std::string& name) -> const TensorView& { return src.tensor(name); };
   for (int64_t l = 0; l < sp.num_hidden_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    attention_block(src, p, x);
+    attention_block(src, p, x, pos3);
     ffn_block(src, p, x);
   }
-
   const Vec out_norm = to_vec(T("output_norm.weight"));
-  const TensorView& head = sp.tie_word_embeddings ? emb : T("output.weight");
+  const TensorView& head = sp.tie_word_embeddings ? T("token_embd.weight") : T("output.weight");
   std::vector<float> logits(static_cast<size_t>(n * sp.vocab_size));
   for (int64_t t = 0; t < n; ++t) {
     Vec y = matvec(head, rms_norm(x[t], out_norm, sp.rms_norm_eps));
     for (int64_t i = 0; i < sp.vocab_size; ++i) logits[t * sp.vocab_size + i] = static_cast<float>(y[i]);
   }
   return logits;
+}
+
+}  // namespace
+
+std::vector<float> reference_logits(const WeightSource& src, const std::vector<int32_t>& tokens) {
+  const ModelSpec& sp = src.spec();
+  const int64_t n = static_cast<int64_t>(tokens.size()), H = sp.hidden_size;
+  // Residual stream per position, starting from the embedding rows; positions 0, 1, ...
+  std::vector<Vec> x(static_cast<size_t>(n));
+  std::vector<int64_t> pos3;
+  const TensorView& emb = src.tensor("token_embd.weight");
+  for (int64_t t = 0; t < n; ++t) {
+    SW_CHECK(tokens[t] >= 0 && tokens[t] < sp.vocab_size, "token id ", tokens[t], " out of range");
+    std::vector<float> row(static_cast<size_t>(H));
+    dequantize_row(emb.dtype, emb.row(tokens[t]), row.data(), H);
+    x[t] = Vec(row.begin(), row.end());
+    pos3.insert(pos3.end(), {t, t, t});
+  }
+  return reference_from(src, std::move(x), pos3);
+}
+
+std::vector<float> reference_logits_embedded(const WeightSource& src, const std::vector<float>& x,
+                                             const std::vector<int64_t>& pos3) {
+  const int64_t H = src.spec().hidden_size, n = static_cast<int64_t>(x.size()) / H;
+  SW_CHECK(n * H == static_cast<int64_t>(x.size()) && static_cast<int64_t>(pos3.size()) == 3 * n,
+           "reference: the inputs are not [n, hidden] rows with [n, 3] positions");
+  std::vector<Vec> rows(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) rows[t] = Vec(x.begin() + t * H, x.begin() + (t + 1) * H);
+  return reference_from(src, std::move(rows), pos3);
 }
 
 }  // namespace shardwise

@@ -179,26 +179,19 @@ TEST_CASE("GGUF export of a llama.cpp file keeps its row order", "[weights][gguf
 namespace {
 
 // An HF directory of `src` (f32 tensors) under transformers' qwen2 names: config.json + model.safetensors.
-void write_qwen2_hf_dir(const WeightSource& src, const std::string& dir, bool zero_biases = false) {
+// `lm` prefixes the language model's tensors ("model.", or "model.language_model." as transformers 5 saves
+// a vision-language model); `extra` tensors (f32 zeros of the given shape) are added as they are named.
+void write_qwen2_hf_dir(const WeightSource& src, const std::string& dir, bool zero_biases = false,
+                        const std::string& lm = "model.",
+                        const std::vector<std::pair<std::string, Shape>>& extra = {}) {
   const ModelSpec& s = src.spec();
-  std::vector<std::pair<std::string, std::string>> names = {{"model.embed_tokens.weight", "token_embd.weight"},
-                                                            {"model.norm.weight", "output_norm.weight"},
+  std::vector<std::pair<std::string, std::string>> names = {{lm + "embed_tokens.weight", "token_embd.weight"},
+                                                            {lm + "norm.weight", "output_norm.weight"},
                                                             {"lm_head.weight", "output.weight"}};
-  const std::pair<const char*, const char*> layer[] = {{"input_layernorm.weight", "attn_norm.weight"},
-                                                       {"self_attn.q_proj.weight", "attn_q.weight"},
-                                                       {"self_attn.q_proj.bias", "attn_q.bias"},
-                                                       {"self_attn.k_proj.weight", "attn_k.weight"},
-                                                       {"self_attn.k_proj.bias", "attn_k.bias"},
-                                                       {"self_attn.v_proj.weight", "attn_v.weight"},
-                                                       {"self_attn.v_proj.bias", "attn_v.bias"},
-                                                       {"self_attn.o_proj.weight", "attn_output.weight"},
-                                                       {"post_attention_layernorm.weight", "ffn_norm.weight"},
-                                                       {"mlp.gate_proj.weight", "ffn_gate.weight"},
-                                                       {"mlp.up_proj.weight", "ffn_up.weight"},
-                                                       {"mlp.down_proj.weight", "ffn_down.weight"}};
+
   for (int64_t l = 0; l < s.num_hidden_layers; ++l)
-    for (const auto& m : layer)
-      names.emplace_back("model.layers." + std::to_string(l) + "." + m.first,
+    for (const auto& m : test::qwen2_hf_layer_names())
+      names.emplace_back(lm + "layers." + std::to_string(l) + "." + m.first,
                          "blk." + std::to_string(l) + "." + m.second);
   std::string header = "{", data;
   for (const auto& n : names) {
@@ -213,6 +206,17 @@ void write_qwen2_hf_dir(const WeightSource& src, const std::string& dir, bool ze
       data.append(t.nbytes, '\0');
     else
       data.append(static_cast<const char*>(t.data), t.nbytes);
+  }
+  for (const auto& e : extra) {
+    std::string shape;
+    int64_t elems = 1;
+    for (int64_t d : e.second) {
+      shape += (shape.empty() ? "" : ",") + std::to_string(d);
+      elems *= d;
+    }
+    header += ",\"" + e.first + "\":{\"dtype\":\"F32\",\"shape\":[" + shape + "],\"data_offsets\":[" +
+              std::to_string(data.size()) + "," + std::to_string(data.size() + 4 * elems) + "]}";
+    data.append(static_cast<size_t>(4 * elems), '\0');
   }
   header += "}";
   while (header.size() % 8) header += ' ';
@@ -263,4 +267,53 @@ TEST_CASE("qwen2: the q/k/v biases go through synthetic weights, an HF directory
                                "\"use_sliding_window\": true}",
                                "c.json"),
       Contains("use_sliding_window"));
+}
+
+TEST_CASE("Qwen2.5-VL: the language model of both config layouts and both weight-name layouts", "[weights]") {
+  auto src = open_weights("synthetic:tiny_qwen2?seed=6");
+  const ModelSpec& s = src->spec();
+  const std::vector<int32_t> ids = {4, 8, 15, 16, 23, 42};
+  const auto ref = test::fast_logits(*src, ids);
+  const std::string text = "\"hidden_size\": " + std::to_string(s.hidden_size) +
+                           ", \"num_hidden_layers\": " + std::to_string(s.num_hidden_layers) +
+                           ", \"num_attention_heads\": " + std::to_string(s.num_attention_heads) +
+                           ", \"num_key_value_heads\": " + std::to_string(s.num_key_value_heads) +
+                           ", \"intermediate_size\": " + std::to_string(s.intermediate_size) +
+                           ", \"vocab_size\": " + std::to_string(s.vocab_size) + ", \"rms_norm_eps\": 1e-06";
+  const std::string flat = "{\"model_type\": \"qwen2_5_vl\", " + text +
+                           ", \"rope_theta\": 1000000.0, \"rope_scaling\": {\"type\": \"mrope\", \"mrope_section\": "
+                           "[2, 3, 3]}, \"vision_config\": {\"depth\": 1}, \"tie_word_embeddings\": false}";
+  const std::string nested = "{\"model_type\": \"qwen2_5_vl\", \"text_config\": {" + text +
+                             ", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1000000.0, "
+                             "\"mrope_section\": [2, 3, 3]}}, \"vision_config\": {\"depth\": 1}}";
+  for (const std::string* cfg : {&flat, &nested}) {
+    const ModelSpec vl = spec_from_hf_config_json(*cfg, "config.json");
+    CHECK(vl.family == Family::Qwen2);
+    CHECK(vl.vision_tower);
+    CHECK(vl.mrope_section == std::vector<int64_t>{2, 3, 3});
+    CHECK(vl.rope_theta == 1e6);
+    CHECK(vl.hidden_size == s.hidden_size);
+    CHECK(vl.num_key_value_heads == s.num_key_value_heads);
+  }
+  const std::vector<std::pair<std::string, Shape>> tower = {{"model.visual.patch_embed.proj.weight", {4, 3, 2, 2, 2}},
+                                                            {"visual.merger.mlp.0.bias", {4}}};
+  for (const char* lm : {"model.", "model.language_model."}) {
+    const std::string dir = test::temp_path(std::string("vl_") + (lm[6] == 'l' ? "t5" : "flat"));
+    write_qwen2_hf_dir(*src, dir, false, lm, tower);
+    test::write_file(dir + "/config.json", lm[6] == 'l' ? nested : flat);
+    auto from_hf = open_weights(dir);
+    INFO(lm);
+    CHECK(from_hf->spec().vision_tower);
+    // Text alone: M-RoPE's positions are equal, the logits those of the plain qwen2 model.
+    CHECK(test::max_rel_error(test::fast_logits(*from_hf, ids), ref, s.vocab_size) == 0.0);
+  }
+  // A text model's checkpoint holding vision tensors is refused, naming one.
+  const std::string dir = test::temp_path("qwen2_with_tower");
+  write_qwen2_hf_dir(*src, dir, false, "model.", tower);
+  CHECK_THROWS_WITH(open_weights(dir), Contains("unexpected tensor"));
+  CHECK_THROWS_WITH(
+      spec_from_hf_config_json("{\"model_type\": \"qwen2_5_vl\", " + text +
+                                   ", \"rope_scaling\": {\"type\": \"mrope\", \"mrope_section\": [2, 3]}}",
+                               "c.json"),
+      Contains("mrope_section"));
 }

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "executor/cpu/ops.h"
 #include "executor/model/cpu_model.h"
 #include "executor/reference/reference_model.h"
 #include "executor/session/kv_cache.h"
@@ -261,4 +262,51 @@ TEST_CASE("fast path matches the reference on llama-quantize's files of every bl
     INFO(f);
     CHECK(test::max_rel_error(fast, ref, src->spec().vocab_size) <= 1e-4);
   }
+}
+
+// A vision-language prompt's language side: input embeddings (text rows and stand-in image rows) at
+// multimodal RoPE positions, against the f64 reference; text alone is plain RoPE bit for bit.
+TEST_CASE("M-RoPE: a step from embeddings at multimodal positions matches the reference", "[forward]") {
+  ModelSpec s = builtin_spec("tiny_qwen2");
+  s.mrope_section = {2, 3, 3};  // head_dim 16: 8 rotary pairs
+  ThreadPool pool(2);
+  auto src = make_synthetic_weights(s, 9, &pool);
+  const ModelWeights w = ModelWeights::from_source(*src);
+  const int64_t H = s.hidden_size, V = s.vocab_size, n = 12;
+  const auto toks = some_tokens(V, static_cast<int>(n), 3);
+  std::vector<float> x(static_cast<size_t>(n * H));
+  embed_rows(w.token_embd, toks.data(), n, x.data());
+  const std::vector<float> image = test::random_floats(static_cast<size_t>(6 * H), 17);
+  std::copy(image.begin(), image.end(), x.begin() + 3 * H);  // rows 3..8: a 2x3 image
+  const std::vector<int64_t> pos3 = {0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3, 3, 3, 4, 3, 3, 5,
+                                     3, 4, 3, 3, 4, 4, 3, 4, 5, 6, 6, 6, 7, 7, 7, 8, 8, 8};
+  CpuModel model(w, pool);
+  KvCache kv(s, 32);
+  std::vector<float> got(static_cast<size_t>(n * V));
+  model.forward_embedded(x.data(), pos3.data(), n, kv, got.data(), true);
+  const std::vector<float> ref = reference_logits_embedded(*src, x, pos3);
+  CHECK(test::max_rel_error(got, ref, V) <= 1e-4);
+  // Decode continues at position n + delta = 9 (all three equal), cache row n.
+  std::vector<float> x1(static_cast<size_t>(H)), next(static_cast<size_t>(V));
+  const int32_t t1 = 42;
+  embed_rows(w.token_embd, &t1, 1, x1.data());
+  const std::vector<int64_t> p1 = {9, 9, 9};
+  model.forward_embedded(x1.data(), p1.data(), 1, kv, next.data(), false);
+  std::vector<float> x_all = x;
+  x_all.insert(x_all.end(), x1.begin(), x1.end());
+  std::vector<int64_t> pos_all = pos3;
+  pos_all.insert(pos_all.end(), p1.begin(), p1.end());
+  const std::vector<float> ref_all = reference_logits_embedded(*src, x_all, pos_all);
+  CHECK(test::max_rel_error(next, std::vector<float>(ref_all.end() - V, ref_all.end()), V) <= 1e-4);
+  // The sections matter: the image's rows at plain positions give other logits.
+  std::vector<int64_t> plain;
+  for (int64_t t = 0; t < n; ++t) plain.insert(plain.end(), {t, t, t});
+  CHECK(test::max_rel_error(reference_logits_embedded(*src, x, plain), ref, V) > 1e-3);
+  // Text alone: equal positions from embeddings are forward() bit for bit.
+  std::vector<float> xt(static_cast<size_t>(n * H)), a(static_cast<size_t>(n * V)), b(a.size());
+  embed_rows(w.token_embd, toks.data(), n, xt.data());
+  KvCache k1(s, 32), k2(s, 32);
+  model.forward_embedded(xt.data(), plain.data(), n, k1, a.data(), true);
+  model.forward(toks.data(), n, k2, b.data(), true);
+  CHECK(a == b);
 }

@@ -1,0 +1,205 @@
+// Tests for vision/vl_prompt and `shardwise logits --image`: a prompt's image placeholders expanded to the
+// encoder's tokens at M-RoPE positions, and a whole tiny Qwen2.5-VL directory (language model, vision
+// tower, processor) run by the CLI against the library and the f64 reference.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "core/weight_source.h"
+#include "executor/cpu/ops.h"
+#include "executor/model/model_weights.h"
+#include "executor/reference/reference_model.h"
+#include "test_util.h"
+#include "vision/vl_prompt.h"
+
+using namespace shardwise;
+using Catch::Matchers::Contains;
+using nlohmann::json;
+
+namespace {
+
+constexpr int32_t kVs = 290, kVe = 291, kImg = 292;
+
+struct Tensor {
+  std::string name;
+  Shape shape;
+  std::vector<float> values;
+};
+
+void write_f32_safetensors(const std::string& path, const std::vector<Tensor>& tensors) {
+  json h = json::object();
+  std::string data;
+  for (const Tensor& t : tensors) {
+    h[t.name] = {
+        {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + 4 * t.values.size()}}};
+    data.append(reinterpret_cast<const char*>(t.values.data()), 4 * t.values.size());
+  }
+  const std::string header = h.dump();
+  std::string out(8, '\0');
+  const uint64_t n = header.size();
+  std::memcpy(&out[0], &n, 8);
+  test::write_file(path, out + header + data);
+}
+
+std::vector<float> values_of(const TensorView& t) {
+  std::vector<float> v(static_cast<size_t>(shape_elems(t.shape)));
+  REQUIRE(t.dtype == DType::F32);
+  std::memcpy(v.data(), t.data, t.nbytes);
+  return v;
+}
+
+// The language model of synthetic:tiny_qwen2 under transformers 5's names, and a vision tower whose
+// output width is its hidden size.
+std::vector<Tensor> vl_tensors(const WeightSource& lm, const VisionSpec& vs, const VisionWeights& vw) {
+  std::vector<Tensor> t = {
+      {"model.language_model.embed_tokens.weight", {300, 64}, values_of(lm.tensor("token_embd.weight"))},
+      {"model.language_model.norm.weight", {64}, values_of(lm.tensor("output_norm.weight"))},
+      {"lm_head.weight", {300, 64}, values_of(lm.tensor("output.weight"))}};
+  for (int l = 0; l < 2; ++l)
+    for (const auto& m : test::qwen2_hf_layer_names()) {
+      const TensorView& v = lm.tensor("blk." + std::to_string(l) + "." + m.second);
+      t.push_back({"model.language_model.layers." + std::to_string(l) + "." + m.first, v.shape, values_of(v)});
+    }
+  const int64_t h = vs.hidden_size, f = vs.intermediate_size, mw = vs.merger_width();
+  const std::string p = "model.visual.";
+  t.push_back({p + "patch_embed.proj.weight", {h, 3, 2, vs.patch_size, vs.patch_size}, vw.patch_embed});
+  for (int64_t i = 0; i < vs.depth; ++i) {
+    const VisionBlockWeights& b = vw.blocks[static_cast<size_t>(i)];
+    const std::string q = p + "blocks." + std::to_string(i) + ".";
+    t.insert(t.end(), {{q + "norm1.weight", {h}, b.norm1},
+                       {q + "norm2.weight", {h}, b.norm2},
+                       {q + "attn.qkv.weight", {3 * h, h}, b.qkv_w},
+                       {q + "attn.qkv.bias", {3 * h}, b.qkv_b},
+                       {q + "attn.proj.weight", {h, h}, b.proj_w},
+                       {q + "attn.proj.bias", {h}, b.proj_b},
+                       {q + "mlp.gate_proj.weight", {f, h}, b.gate_w},
+                       {q + "mlp.gate_proj.bias", {f}, b.gate_b},
+                       {q + "mlp.up_proj.weight", {f, h}, b.up_w},
+                       {q + "mlp.up_proj.bias", {f}, b.up_b},
+                       {q + "mlp.down_proj.weight", {h, f}, b.down_w},
+                       {q + "mlp.down_proj.bias", {h}, b.down_b}});
+  }
+  t.insert(t.end(), {{p + "merger.ln_q.weight", {h}, vw.merger_norm},
+                     {p + "merger.mlp.0.weight", {mw, mw}, vw.merger_fc1_w},
+                     {p + "merger.mlp.0.bias", {mw}, vw.merger_fc1_b},
+                     {p + "merger.mlp.2.weight", {vs.out_hidden_size, mw}, vw.merger_fc2_w},
+                     {p + "merger.mlp.2.bias", {vs.out_hidden_size}, vw.merger_fc2_b}});
+  return t;
+}
+
+VisionSpec tiny_vision() {
+  VisionSpec s;
+  s.depth = 2;
+  s.hidden_size = 32;
+  s.intermediate_size = 48;
+  s.num_heads = 2;
+  s.out_hidden_size = 64;  // the language model's hidden size
+  s.patch_size = 2;
+  s.window_size = 8;
+  s.fullatt_block_indexes = {1};
+  return s;
+}
+
+std::string vl_config(const VisionSpec& s) {
+  const json vc = {{"depth", s.depth},
+                   {"hidden_size", s.hidden_size},
+                   {"intermediate_size", s.intermediate_size},
+                   {"num_heads", s.num_heads},
+                   {"out_hidden_size", s.out_hidden_size},
+                   {"patch_size", s.patch_size},
+                   {"temporal_patch_size", 2},
+                   {"spatial_merge_size", 2},
+                   {"window_size", s.window_size},
+                   {"fullatt_block_indexes", s.fullatt_block_indexes},
+                   {"hidden_act", "silu"}};
+  const json text = {
+      {"hidden_size", 64},
+      {"num_hidden_layers", 2},
+      {"num_attention_heads", 4},
+      {"num_key_value_heads", 2},
+      {"intermediate_size", 128},
+      {"vocab_size", 300},
+      {"rms_norm_eps", 1e-6},
+      {"tie_word_embeddings", false},
+      {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1e6}, {"mrope_section", {2, 3, 3}}}}};
+  return json{{"model_type", "qwen2_5_vl"}, {"text_config", text},          {"vision_config", vc},
+              {"image_token_id", kImg},     {"vision_start_token_id", kVs}, {"vision_end_token_id", kVe}}
+      .dump();
+}
+
+}  // namespace
+
+TEST_CASE("vl prompt: placeholders expand to the encoder's rows at their M-RoPE positions", "[vision]") {
+  auto lm = open_weights("synthetic:tiny_qwen2?seed=2");
+  const TensorView& emb = lm->tensor("token_embd.weight");
+  const MropeTokens tok{kImg, kVs, 2};
+  const std::vector<float> image = test::random_floats(static_cast<size_t>(7 * 64), 3);  // 1 + 6 tokens
+  const VlInput in = build_vl_input({1, kVs, kImg, kVe, kVs, kImg, kVe, 9}, {GridThw{1, 2, 2}, GridThw{1, 4, 6}},
+                                    image.data(), 7, emb, tok);
+  REQUIRE(in.ids.size() == 13);
+  CHECK(in.ids[2] == kImg);
+  CHECK(in.ids[10] == kImg);
+  CHECK(std::memcmp(in.embeddings.data() + 2 * 64, image.data(), 64 * sizeof(float)) == 0);
+  CHECK(std::memcmp(in.embeddings.data() + 5 * 64, image.data() + 64, 6 * 64 * sizeof(float)) == 0);
+  std::vector<float> row(64);
+  const int32_t nine = 9;
+  embed_rows(emb, &nine, 1, row.data());
+  CHECK(std::memcmp(in.embeddings.data() + 12 * 64, row.data(), 64 * sizeof(float)) == 0);
+  CHECK(in.positions.pos[5] == std::array<int64_t, 3>{5, 5, 5});
+  CHECK(in.positions.pos[10] == std::array<int64_t, 3>{5, 6, 7});
+  CHECK_THROWS_WITH(build_vl_input({kVs, kImg, kVe}, {}, image.data(), 7, emb, tok),
+                    Contains("more image placeholders"));
+  CHECK_THROWS_WITH(build_vl_input({kVs, kImg, kVe}, {GridThw{1, 2, 2}}, image.data(), 7, emb, tok),
+                    Contains("expand to 1"));
+  CHECK_THROWS_WITH(build_vl_input({1, 300}, {}, image.data(), 0, emb, tok), Contains("outside the vocabulary"));
+}
+
+TEST_CASE("shardwise logits --image: a tiny Qwen2.5-VL directory against the library and the reference",
+          "[vision][cli]") {
+  auto lm = open_weights("synthetic:tiny_qwen2?seed=4");
+  const VisionSpec vs = tiny_vision();
+  const VisionWeights vw = random_vision_weights(vs, 8, 0.1f);
+  const std::string dir = test::temp_path("vl_model");
+  std::filesystem::create_directories(dir);
+  write_f32_safetensors(dir + "/model.safetensors", vl_tensors(*lm, vs, vw));
+  test::write_file(dir + "/config.json", vl_config(vs));
+  test::write_file(
+      dir + "/preprocessor_config.json",
+      R"({"patch_size": 2, "temporal_patch_size": 2, "merge_size": 2, "min_pixels": 64, "max_pixels": 512})");
+  const std::string img = test::fixtures_dir() + "/vision/images/png_rgb8_37x23.png";
+  const std::string out = test::temp_path("vl_logits.npy"), out_ref = test::temp_path("vl_logits_ref.npy");
+  const std::string base = test::shardwise_bin() + " logits -m " + dir + " --image " + img + " --tokens 5,17," +
+                           std::to_string(kVs) + "," + std::to_string(kImg) + "," + std::to_string(kVe) + ",33,8";
+  std::string text;
+  REQUIRE(test::run_command(base + " --out " + out + " -t 2 2>/dev/null", &text) == 0);
+  REQUIRE(test::run_command(base + " --out " + out_ref + " --path reference 2>/dev/null", &text) == 0);
+
+  // The library: the same image through the processor and the encoder, the prompt expanded.
+  auto src = open_weights(dir);
+  ThreadPool pool(2);
+  const VisionModel vm = load_vision_model(dir);
+  const EncodedImages e = encode_image_files(vm, model_image_processor(dir, vm.spec), {img}, pool);
+  const ModelWeights w = ModelWeights::from_source(*src);
+  const VlInput in =
+      build_vl_input({5, 17, kVs, kImg, kVe, 33, 8}, e.grids, e.tokens.data(),
+                     static_cast<int64_t>(e.tokens.size()) / 64, w.token_embd, MropeTokens{kImg, kVs, 2});
+  std::vector<int64_t> pos3;
+  for (const auto& p : in.positions.pos) pos3.insert(pos3.end(), p.begin(), p.end());
+  const std::vector<float> ref = reference_logits_embedded(*src, in.embeddings, pos3);
+  const std::vector<float> got = test::load_npy_floats(out), got_ref = test::load_npy_floats(out_ref);
+  REQUIRE(got.size() == in.ids.size() * 300);
+  CHECK(in.ids.size() > 7);  // the placeholder became the image's tokens
+  CHECK(got_ref == ref);
+  CHECK(test::max_rel_error(got, ref, 300) <= 1e-4);
+  // A text model, or a prompt without the image's placeholder, is one error line.
+  for (const std::string& bad :
+       {test::shardwise_bin() + " logits -m synthetic:tiny_qwen2 --image " + img + " --tokens 1,2 --out " + out,
+        test::shardwise_bin() + " logits -m " + dir + " --image " + img + " --tokens 1,2 --out " + out}) {
+    INFO(bad);
+    CHECK(test::run_command(bad + " 2>&1", &text) != 0);
+    CHECK(std::count(text.begin(), text.end(), '\n') == 1);
+  }
+}
