@@ -271,7 +271,7 @@ void set_up_model(const ModelFlags& f, ModelRun& s, int64_t needed, const std::s
 
 int64_t prefill_chunk(const ModelFlags& f, const ModelRun& s) {
   // On a device the plan table decides how a long prompt is cut (its tiers); --batch caps a step.
-  return f.batch > 0 ? f.batch : (s.setup->runtime() ? 0 : 512);
+  return f.batch > 0 ? f.batch : (s.setup && s.setup->runtime() ? 0 : 512);
 }
 
 }  // namespace shardwise::cli

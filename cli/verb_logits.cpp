@@ -28,19 +28,12 @@ struct LogitsArgs {
 std::vector<float> vl_logits(const LogitsArgs& a, const WeightSource& src, const std::vector<int32_t>& ids, int threads,
                              int64_t* n_out) {
   const ModelSpec& spec = src.spec();
-  if (!spec.vision_tower || spec.mrope_section.empty())
-    fail("--image: ", a.model, " is not a vision-language model (an HF directory of a Qwen2.5-VL model)");
-  const std::string config = a.model + "/config.json";
-  const MropeTokens tokens = vl_tokens_from_hf_config(read_text_file(config), config);
-  const VisionModel vm = load_vision_model(a.model);
-  if (vm.spec.out_hidden_size != spec.hidden_size)
-    fail(config, ": vision_config.out_hidden_size ", vm.spec.out_hidden_size,
-         " is not the language model's hidden size ", spec.hidden_size);
+  const VlModel vm = load_vl_model(a.model, spec);
   ThreadPool pool(threads);
-  const EncodedImages e = encode_image_files(vm, model_image_processor(a.model, vm.spec), a.images, pool);
+  const EncodedImages e = encode_image_files(vm.vision, vm.processor, a.images, pool);
   const ModelWeights w = ModelWeights::from_source(src);
   const VlInput in = build_vl_input(ids, e.grids, e.tokens.data(),
-                                    static_cast<int64_t>(e.tokens.size()) / spec.hidden_size, w.token_embd, tokens);
+                                    static_cast<int64_t>(e.tokens.size()) / spec.hidden_size, w.token_embd, vm.tokens);
   const int64_t n = static_cast<int64_t>(in.ids.size());
   std::vector<int64_t> pos3;
   for (const auto& p : in.positions.pos) pos3.insert(pos3.end(), p.begin(), p.end());

@@ -21,6 +21,9 @@
 #include "text/chat_template.h"
 #include "text/text_stream.h"
 #include "text/tokenizer.h"
+#include "vision/encoder.h"
+#include "vision/vl_engine.h"
+#include "vision/vl_prompt.h"
 
 namespace shardwise::cli {
 namespace {
@@ -38,6 +41,7 @@ struct RunArgs : ModelFlags {
   std::vector<std::string> stop;  // --stop: generation ends where one appears; it is not printed
   bool chat = false, ignore_eos = false, no_display_prompt = false;
   std::string system;
+  std::vector<std::string> images;  // --image: a vision-language model's images (CPU)
 };
 
 // "\n", "\t", "\\" in --stop become newline, tab, backslash (llama.cpp's --escape).
@@ -88,9 +92,26 @@ int check_run_args(RunArgs& a, const std::string& device) {
   a.sampling.validate();
   if (a.seed_option->count() == 0) a.sampling.seed = draw_seed();
   for (auto& s : a.stop) s = process_escapes(s);
+  if (!a.images.empty()) {
+    if (device != "cpu") fail("--image runs on the CPU so far: add --device cpu");
+    if (a.tokens.empty()) a.chat = true;  // the images go into the user message of the chat template
+  }
   if (a.chat && !a.tokens.empty()) fail("--chat needs the user message as --prompt TEXT, not --tokens");
   if (!a.system.empty() && !a.chat) fail("--system needs --chat");
   return threads;
+}
+
+// The user message's image placeholders (one vision-start, image, vision-end group per --image), as the
+// Qwen2-VL chat template writes them; empty without images.
+std::string image_placeholders(const RunArgs& a, const Tokenizer& tok) {
+  if (a.images.empty()) return "";
+  const std::string config = a.model + "/config.json";
+  const MropeTokens t = vl_tokens_from_hf_config(read_text_file(config), config);
+  const int32_t end = tok.find_token("<|vision_end|>");
+  std::string one = tok.piece(t.vision_start_token_id) + tok.piece(t.image_token_id) + (end >= 0 ? tok.piece(end) : "");
+  std::string all;
+  for (size_t i = 0; i < a.images.size(); ++i) all += one;
+  return all;
 }
 
 // The prompt's tokens: --tokens as given, or --prompt (in the chat template with --chat) encoded.
@@ -100,8 +121,11 @@ std::vector<int32_t> prompt_tokens(const RunArgs& a, const ModelSpec& spec, cons
     const ChatChoice choice = choose_chat_format(tok->chat_template(), spec.family, *tok);
     log_info(choice.note);
     std::vector<ChatMessage> messages;
-    if (!a.system.empty()) messages.push_back({"system", a.system});
-    messages.push_back({"user", a.prompt});
+    if (!a.system.empty())
+      messages.push_back({"system", a.system});
+    else if (!a.images.empty())  // Qwen2-VL's template adds this system message when none is given
+      messages.push_back({"system", "You are a helpful assistant."});
+    messages.push_back({"user", image_placeholders(a, *tok) + a.prompt});
     prompt_text = apply_chat_template(choice.format, messages);
   }
   // Prompt text follows the model's add-BOS setting; control tokens written in it are parsed.
@@ -127,18 +151,48 @@ int64_t run_ctx(const RunArgs& a, const ModelSpec& spec, size_t prompt_tokens) {
   return ctx;
 }
 
+// A vision-language run on the CPU: the language model's weights, its threads and the engine over the
+// image prompt.
+struct VlRun {
+  std::unique_ptr<ModelWeights> weights;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<VlCpuEngine> engine;
+};
+
 // A run: the model, its prompt, and what generated from it.
 struct RunState : ModelRun {
+  std::unique_ptr<VlRun> vl;  // with --image, instead of the set-up's engine
   std::vector<int32_t> prompt;
   // Output as token ids: the model carries no vocabulary (its pieces would be raw bytes, NULs among them).
   bool print_ids = false;
 };
+
+// The images encoded and the prompt's placeholders expanded into them: the engine of an image run.
+void load_vl_run(const RunArgs& a, RunState& s) {
+  const ModelSpec& spec = s.src->spec();
+  const VlModel vm = load_vl_model(a.model, spec);
+  s.vl = std::make_unique<VlRun>();
+  s.vl->pool = std::make_unique<ThreadPool>(s.threads);
+  const EncodedImages e = encode_image_files(vm.vision, vm.processor, a.images, *s.vl->pool);
+  log_info("encoded ", a.images.size(), " image(s) into ", e.tokens.size() / static_cast<size_t>(spec.hidden_size),
+           " tokens in ", e.encode_ms, " ms");
+  s.vl->weights = std::make_unique<ModelWeights>(ModelWeights::from_source(*s.src));
+  VlInput in =
+      build_vl_input(s.prompt, e.grids, e.tokens.data(), static_cast<int64_t>(e.tokens.size()) / spec.hidden_size,
+                     s.vl->weights->token_embd, vm.tokens);
+  s.prompt = in.ids;
+  s.ctx = run_ctx(a, spec, s.prompt.size());
+  s.vl->engine = std::make_unique<VlCpuEngine>(*s.vl->weights, *s.vl->pool, s.ctx, std::move(in));
+  s.loading.reset();
+  s.load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s.load_start).count();
+}
 
 // Opens the model, reads the prompt and sets the run up (planned on a device).
 void load_run(const RunArgs& a, RunState& s) {
   open_model(a, s, !a.tokens.empty());  // with --tokens, a model without a vocabulary runs on ids
   s.print_ids = !s.tok || s.tok->kind() == "bytes";
   s.prompt = prompt_tokens(a, s.src->spec(), s.tok.get());
+  if (!a.images.empty()) return load_vl_run(a, s);
   s.ctx = run_ctx(a, s.src->spec(), s.prompt.size());
   set_up_model(a, s, static_cast<int64_t>(s.prompt.size()) + a.n_predict, "prompt + -n", s.prompt);
 }
@@ -170,7 +224,7 @@ GenerateResult generate_run(const RunArgs& a, RunState& s, tok::TextStream& stre
     print(stream.push(tok->piece(id)));
   };
   go.stop_requested = [&] { return stream.stopped(); };
-  GenerateResult r = generate(s.setup->engine(), s.prompt, go, on_token);
+  GenerateResult r = generate(s.vl ? *s.vl->engine : s.setup->engine(), s.prompt, go, on_token);
   print(stream.finish());
   return r;
 }
@@ -275,7 +329,7 @@ void print_run_json(const RunArgs& a, const RunState& s, const GenerateResult& r
   j["decode_tokens_per_s"] = r.decode_tokens_per_s;
   j["load_ms"] = s.load_ms;
   j["kv_cache_bytes"] = s.src->spec().kv_bytes_per_token(DType::F32) * static_cast<uint64_t>(s.ctx);
-  if (s.setup->runtime()) {
+  if (s.setup && s.setup->runtime()) {
     add_runtime_json(*s.setup, j);
   } else {
     nlohmann::json steps = nlohmann::json::array();
@@ -356,7 +410,7 @@ void print_run_stats(const RunArgs& a, const RunState& s, const GenerateResult& 
   if (!greedy(a.sampling))
     std::fprintf(stderr, "       seed = %llu%s\n", static_cast<unsigned long long>(a.sampling.seed),
                  a.seed_option->count() > 0 ? "" : " (drawn; --seed repeats the run)");
-  if (s.setup->runtime()) print_runtime_stats(*s.setup);
+  if (s.setup && s.setup->runtime()) print_runtime_stats(*s.setup);
 }
 
 void run_run(RunArgs a) {
@@ -369,7 +423,7 @@ void run_run(RunArgs a) {
   const GenerateResult r = generate_run(a, s, stream);
   const bool ended_by_eog = s.tok && !a.ignore_eos && !r.generated.empty() && s.tok->is_eog(r.generated.back());
   const char* stop_reason = stream.stopped() ? "stop_string" : ended_by_eog ? "eos" : "length";
-  if (!a.timeline.empty() && s.setup->runtime())
+  if (!a.timeline.empty() && s.setup && s.setup->runtime())
     log_info(write_timeline_trace(*s.setup->runtime(), a.timeline, "--timeline"));
   if (a.json)
     print_run_json(a, s, r, stream, stop_reason);
@@ -387,6 +441,10 @@ void register_run(CLI::App& app) {
   a->file_option =
       sub->add_option("-f,--file", a->file, "Read the prompt text from a file (one final newline dropped)");
   sub->add_option("--tokens", a->tokens, "Prompt as comma-separated token ids, used as given (no BOS added)");
+  sub->add_option("--image", a->images,
+                  "A JPEG or PNG file for a vision-language model (Qwen2.5-VL HF directory, --device cpu); repeat for "
+                  "several. With --prompt the chat template holds the images before the text; with --tokens, one "
+                  "image_token_id per image after a vision_start token");
   sub->add_option("-n,--n-predict,--predict", a->n_predict, "Tokens to generate, at least 1")->capture_default_str();
   add_model_flags(sub, *a, PlannerVerb::Run);
   sub->add_flag("--greedy", a->sampling.greedy, "Greedy decoding (argmax)");

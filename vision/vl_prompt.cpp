@@ -43,6 +43,20 @@ EncodedImages encode_image_files(const VisionModel& model, const ImageProcessorC
   return out;
 }
 
+VlModel load_vl_model(const std::string& dir, const ModelSpec& lm) {
+  if (!lm.vision_tower || lm.mrope_section.empty())
+    fail("--image: ", dir, " is not a vision-language model (an HF directory of a Qwen2.5-VL model)");
+  const std::string config = dir + "/config.json";
+  VlModel m;
+  m.tokens = vl_tokens_from_hf_config(read_text_file(config), config);
+  m.vision = load_vision_model(dir);
+  if (m.vision.spec.out_hidden_size != lm.hidden_size)
+    fail(config, ": vision_config.out_hidden_size ", m.vision.spec.out_hidden_size,
+         " is not the language model's hidden size ", lm.hidden_size);
+  m.processor = model_image_processor(dir, m.vision.spec);
+  return m;
+}
+
 MropeTokens vl_tokens_from_hf_config(const std::string& text, const std::string& ctx) {
   using nlohmann::json;
   check_json_depth(text, ctx);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/model_spec.h"
 #include "core/tensor.h"
 #include "vision/encoder.h"
 #include "vision/mrope.h"
@@ -35,6 +36,16 @@ struct EncodedImages {
 // Image files through the processor and the encoder, together.
 EncodedImages encode_image_files(const VisionModel& model, const ImageProcessorConfig& processor,
                                  const std::vector<std::string>& paths, ThreadPool& pool);
+
+// The vision side of a vision-language HF directory whose language model is `lm` (opened from the same
+// directory): its special tokens, its vision tower, its image processor. An Error says why a directory is
+// not one (a text model, an encoder whose output width is not the language model's hidden size).
+struct VlModel {
+  MropeTokens tokens;
+  VisionModel vision;
+  ImageProcessorConfig processor;
+};
+VlModel load_vl_model(const std::string& dir, const ModelSpec& lm);
 
 // The special tokens of a Qwen2-VL family config.json (top-level image_token_id, vision_start_token_id;
 // the merge size from vision_config.spatial_merge_size). Throws Error naming a missing or bad field.

@@ -527,7 +527,7 @@ TEST_CASE("shardwise vision: images to image tokens, as the library computes the
   std::string text;
   const std::string cmd = test::shardwise_bin() + " vision -m " + dir + " --image " + files[0] + " --image " +
                           files[1] + " --out " + out + " -t 2 --json";
-  REQUIRE(test::run_command(cmd + " 2>/dev/null", &text) == 0);
+  REQUIRE(test::run_command("(" + cmd + " 2>/dev/null)", &text) == 0);
   const json j = json::parse(text);
 
   // The same images through the library.

@@ -1,6 +1,7 @@
 // Tests for vision/vl_prompt and `shardwise logits --image`: a prompt's image placeholders expanded to the
 // encoder's tokens at M-RoPE positions, and a whole tiny Qwen2.5-VL directory (language model, vision
 // tower, processor) run by the CLI against the library and the f64 reference.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
@@ -194,6 +195,30 @@ TEST_CASE("shardwise logits --image: a tiny Qwen2.5-VL directory against the lib
   CHECK(in.ids.size() > 7);  // the placeholder became the image's tokens
   CHECK(got_ref == ref);
   CHECK(test::max_rel_error(got, ref, 300) <= 1e-4);
+  // run --image: greedy tokens after the image prompt, each the argmax of the reference over the prompt
+  // and the tokens before it (text tokens after the prompt at position row + delta).
+  REQUIRE(test::run_command("(" + test::shardwise_bin() + " run -m " + dir + " --device cpu --image " + img +
+                                " --tokens 5,17," + std::to_string(kVs) + "," + std::to_string(kImg) + "," +
+                                std::to_string(kVe) + ",33,8 -n 3 --greedy --json -t 2 2>/dev/null)",
+                            &text) == 0);
+  INFO(text);
+  const json run = json::parse(text);
+  CHECK(run["n_prompt_tokens"].get<size_t>() == in.ids.size());
+  std::vector<float> x = in.embeddings;
+  std::vector<int64_t> pos = pos3;
+  std::vector<int32_t> want;
+  for (int k = 0; k < 3; ++k) {
+    const std::vector<float> l = reference_logits_embedded(*src, x, pos);
+    const auto last = l.end() - 300;
+    want.push_back(static_cast<int32_t>(std::max_element(last, l.end()) - last));
+    std::vector<float> row(64);
+    embed_rows(w.token_embd, &want.back(), 1, row.data());
+    x.insert(x.end(), row.begin(), row.end());
+    const int64_t p = static_cast<int64_t>(in.ids.size()) + k + in.positions.delta;
+    pos.insert(pos.end(), {p, p, p});
+  }
+  CHECK(run["generated_ids"].get<std::vector<int32_t>>() == want);
+  CHECK(in.positions.delta < 0);  // the image's rows and columns share positions: decode continues below n
   // A text model, or a prompt without the image's placeholder, is one error line.
   for (const std::string& bad :
        {test::shardwise_bin() + " logits -m synthetic:tiny_qwen2 --image " + img + " --tokens 1,2 --out " + out,
