@@ -134,6 +134,23 @@ std::string gguf_keys_named(const std::string& msg, const std::string& arch) {
   return keys;
 }
 
+// ARCH.rope.dimension_sections: the M-RoPE sections (llama.cpp writes four, the last 0 for text models).
+std::vector<int64_t> gguf_mrope_sections(const GgufFile& f, const std::string& arch, const std::string& ctx) {
+  const std::string key = arch + ".rope.dimension_sections";
+  const GgufValue* v = f.find(key);
+  if (!v || v->type != GgufType::ARRAY || v->array.size() < 3 || v->array.size() > 4)
+    fail(ctx, " ", key, " must be an array of 3 or 4 integers");
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < v->array.size(); ++i) {
+    const int64_t x = v->array[i].as_int(ctx + " " + key);
+    if (i < 3)
+      out.push_back(x);
+    else if (x != 0)
+      fail(ctx, " ", key, "[3] = ", x, ": a fourth M-RoPE section is not supported");
+  }
+  return out;
+}
+
 }  // namespace
 
 ModelSpec spec_from_gguf(const GgufFile& f) {
@@ -142,8 +159,11 @@ ModelSpec spec_from_gguf(const GgufFile& f) {
   if (!arch_v) fail(ctx, " general.architecture is missing");
   const std::string arch = arch_v->as_string(ctx + " general.architecture");
   ModelSpec s;
-  s.family = parse_family(arch, ctx + " general.architecture");
+  // llama.cpp's Qwen2-VL / Qwen2.5-VL language model: qwen2 with M-RoPE (the vision tower is another file).
+  const bool vl = arch == "qwen2vl";
+  s.family = parse_family(vl ? "qwen2" : arch, ctx + " general.architecture");
   s.name = arch;
+  if (vl) s.mrope_section = gguf_mrope_sections(f, arch, ctx);
   if (const GgufValue* n = f.find("general.name"); n && n->type == GgufType::STRING) s.name = n->s;
   auto get = [&](const std::string& key) -> const GgufValue* {
     const GgufValue* v = f.find(arch + "." + key);

@@ -109,7 +109,8 @@ const char* gguf_arch(Family f) {
 
 // The model's hyperparameters under the architecture's GGUF keys.
 void set_model_metadata(GgufWriter& w, const ModelSpec& spec, DType dtype) {
-  const std::string a = gguf_arch(spec.family);
+  // A language model with M-RoPE is llama.cpp's qwen2vl (its sections written with a fourth, 0).
+  const std::string a = spec.mrope_section.empty() ? gguf_arch(spec.family) : "qwen2vl";
   w.set("general.architecture", GgufValue::of_string(a));
   w.set("general.name", GgufValue::of_string(spec.name));
   w.set("general.file_type", GgufValue::of_u32(quant_mix_file_type(spec.mix, dtype)));
@@ -128,6 +129,12 @@ void set_model_metadata(GgufWriter& w, const ModelSpec& spec, DType dtype) {
   w.set(a + ".rope.freq_base", GgufValue::of_f32(static_cast<float>(spec.rope_theta)));
   w.set(a + ".rope.dimension_count", GgufValue::of_u32(static_cast<uint32_t>(spec.head_dim)));
   w.set(a + ".vocab_size", GgufValue::of_u32(static_cast<uint32_t>(spec.vocab_size)));
+  if (!spec.mrope_section.empty()) {
+    std::vector<int32_t> sections;
+    for (int64_t x : spec.mrope_section) sections.push_back(static_cast<int32_t>(x));
+    sections.push_back(0);
+    w.set(a + ".rope.dimension_sections", GgufValue::of_i32s(sections));
+  }
   if (spec.is_moe()) {
     w.set(a + ".expert_count", GgufValue::of_u32(static_cast<uint32_t>(spec.num_experts)));
     w.set(a + ".expert_used_count", GgufValue::of_u32(static_cast<uint32_t>(spec.num_experts_per_tok)));

@@ -306,6 +306,14 @@ TEST_CASE("Qwen2.5-VL: the language model of both config layouts and both weight
     CHECK(from_hf->spec().vision_tower);
     // Text alone: M-RoPE's positions are equal, the logits those of the plain qwen2 model.
     CHECK(test::max_rel_error(test::fast_logits(*from_hf, ids), ref, s.vocab_size) == 0.0);
+    // As llama.cpp's qwen2vl GGUF (the language model alone): the sections survive, the tower does not.
+    const std::string path = dir + ".gguf";
+    write_gguf(*from_hf, path, DType::F32);
+    auto back = open_weights(path);
+    CHECK(back->spec().family == Family::Qwen2);
+    CHECK(back->spec().mrope_section == std::vector<int64_t>{2, 3, 3});
+    CHECK_FALSE(back->spec().vision_tower);
+    CHECK(test::max_rel_error(test::fast_logits(*back, ids), ref, s.vocab_size) == 0.0);
   }
   // A text model's checkpoint holding vision tensors is refused, naming one.
   const std::string dir = test::temp_path("qwen2_with_tower");
