@@ -183,6 +183,11 @@ void Scheduler::apply_budget(const BudgetJob& job) {
   report["refill_ms"] = ms_between(t1, Clock::now());
   report["refilled_tokens"] = refilled;
   report["running_requests"] = busy();
+  try {  // the device's new counters, in /metrics before the change is answered
+    if (options_.after_request) options_.after_request();
+  } catch (const std::exception& e) {
+    log_warn("serve: ", e.what());
+  }
   if (!error.empty()) {
     job.out->push(failed(400, "invalid_request_error", "invalid_value", error));
     return;
@@ -191,11 +196,6 @@ void Scheduler::apply_budget(const BudgetJob& job) {
   done.kind = Event::Kind::Done;
   done.text = report.dump();
   job.out->push(std::move(done));
-  try {
-    if (options_.after_request) options_.after_request();  // the device's new counters
-  } catch (const std::exception& e) {
-    log_warn("serve: ", e.what());
-  }
 }
 
 int64_t Scheduler::refill(const std::vector<std::vector<int32_t>>& held) {
