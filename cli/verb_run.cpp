@@ -174,12 +174,12 @@ void load_vl_run(const RunArgs& a, RunState& s) {
   s.vl = std::make_unique<VlRun>();
   s.vl->pool = std::make_unique<ThreadPool>(s.threads);
   const EncodedImages e = encode_image_files(vm.vision, vm.processor, a.images, *s.vl->pool);
-  log_info("encoded ", a.images.size(), " image(s) into ", e.tokens.size() / static_cast<size_t>(spec.hidden_size),
-           " tokens in ", e.encode_ms, " ms");
   s.vl->weights = std::make_unique<ModelWeights>(ModelWeights::from_source(*s.src));
   VlInput in =
       build_vl_input(s.prompt, e.grids, e.tokens.data(), static_cast<int64_t>(e.tokens.size()) / spec.hidden_size,
                      s.vl->weights->token_embd, vm.tokens);
+  log_info("encoded ", a.images.size(), " image(s) into ", e.tokens.size() / static_cast<size_t>(spec.hidden_size),
+           " tokens in ", e.encode_ms, " ms");
   s.prompt = in.ids;
   s.ctx = run_ctx(a, spec, s.prompt.size());
   s.vl->engine = std::make_unique<VlCpuEngine>(*s.vl->weights, *s.vl->pool, s.ctx, std::move(in));

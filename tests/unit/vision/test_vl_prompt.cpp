@@ -219,10 +219,12 @@ TEST_CASE("shardwise logits --image: a tiny Qwen2.5-VL directory against the lib
   }
   CHECK(run["generated_ids"].get<std::vector<int32_t>>() == want);
   CHECK(in.positions.delta < 0);  // the image's rows and columns share positions: decode continues below n
-  // A text model, or a prompt without the image's placeholder, is one error line.
+  // A text model, a prompt without the image's placeholder, or images on a device, is one error line.
   for (const std::string& bad :
        {test::shardwise_bin() + " logits -m synthetic:tiny_qwen2 --image " + img + " --tokens 1,2 --out " + out,
-        test::shardwise_bin() + " logits -m " + dir + " --image " + img + " --tokens 1,2 --out " + out}) {
+        test::shardwise_bin() + " logits -m " + dir + " --image " + img + " --tokens 1,2 --out " + out,
+        test::shardwise_bin() + " run -m " + dir + " --image " + img + " --tokens 1,2 -n 2 --device emu",
+        test::shardwise_bin() + " run -m " + dir + " --image " + img + " --tokens 1,2 -n 2 --device cpu"}) {
     INFO(bad);
     CHECK(test::run_command(bad + " 2>&1", &text) != 0);
     CHECK(std::count(text.begin(), text.end(), '\n') == 1);
