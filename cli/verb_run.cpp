@@ -108,7 +108,9 @@ std::string image_placeholders(const RunArgs& a, const Tokenizer& tok) {
   const std::string config = a.model + "/config.json";
   const MropeTokens t = vl_tokens_from_hf_config(read_text_file(config), config);
   const int32_t end = tok.find_token("<|vision_end|>");
-  std::string one = tok.piece(t.vision_start_token_id) + tok.piece(t.image_token_id) + (end >= 0 ? tok.piece(end) : "");
+  // The tokens' vocabulary strings (piece() writes control tokens as nothing).
+  std::string one = tok.token_text(t.vision_start_token_id) + tok.token_text(t.image_token_id) +
+                    (end >= 0 ? tok.token_text(end) : "");
   std::string all;
   for (size_t i = 0; i < a.images.size(); ++i) all += one;
   return all;

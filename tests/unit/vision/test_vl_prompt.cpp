@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -14,6 +15,7 @@
 #include "executor/model/model_weights.h"
 #include "executor/reference/reference_model.h"
 #include "test_util.h"
+#include "text/unicode.h"
 #include "vision/vl_prompt.h"
 
 using namespace shardwise;
@@ -131,6 +133,42 @@ std::string vl_config(const VisionSpec& s) {
       .dump();
 }
 
+// A byte-level BPE tokenizer.json for the tiny model's vocabulary: byte b is token b, ChatML's and the
+// vision tokens at the ids the config names, no merges (every byte of text is its own token).
+void write_vl_tokenizer(const std::string& dir) {
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[tok::byte_level_encode(std::string(1, static_cast<char>(b)))] = b;
+  json added = json::array();
+  for (const auto& [id, text] : std::vector<std::pair<int, std::string>>{{280, "<|im_start|>"},
+                                                                         {281, "<|im_end|>"},
+                                                                         {kVs, "<|vision_start|>"},
+                                                                         {kVe, "<|vision_end|>"},
+                                                                         {kImg, "<|image_pad|>"}})
+    added.push_back({{"id", id}, {"content", text}, {"special", true}});
+  test::write_file(dir + "/tokenizer.json",
+                   json{{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()}}},
+                        {"added_tokens", added},
+                        {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
+                        {"decoder", {{"type", "ByteLevel"}}}}
+                       .dump());
+}
+
+// The ids of ChatML text written with the tokenizer above: "<|x|>" markers as their ids, bytes as bytes.
+std::vector<int32_t> vl_chat_ids(const std::vector<std::string>& parts) {
+  const std::map<std::string, int32_t> special = {
+      {"<|im_start|>", 280}, {"<|im_end|>", 281}, {"<|vision_start|>", kVs}, {"<|vision_end|>", kVe},
+      {"<|image_pad|>", kImg}};
+  std::vector<int32_t> ids;
+  for (const std::string& p : parts) {
+    if (special.count(p)) {
+      ids.push_back(special.at(p));
+      continue;
+    }
+    for (unsigned char c : p) ids.push_back(c);
+  }
+  return ids;
+}
+
 }  // namespace
 
 TEST_CASE("vl prompt: placeholders expand to the encoder's rows at their M-RoPE positions", "[vision]") {
@@ -219,6 +257,28 @@ TEST_CASE("shardwise logits --image: a tiny Qwen2.5-VL directory against the lib
   }
   CHECK(run["generated_ids"].get<std::vector<int32_t>>() == want);
   CHECK(in.positions.delta < 0);  // the image's rows and columns share positions: decode continues below n
+  // run --image --prompt: the Qwen2-VL chat template (its default system message, the image's placeholders
+  // before the text) encoded by the directory's tokenizer generates as --tokens does with the ids that
+  // template spells.
+  write_vl_tokenizer(dir);
+  const std::vector<int32_t> chat =
+      vl_chat_ids({"<|im_start|>", "system\nYou are a helpful assistant.", "<|im_end|>", "\n", "<|im_start|>",
+                   "user\n", "<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "Say hi.", "<|im_end|>", "\n",
+                   "<|im_start|>", "assistant\n"});
+  std::string chat_list;
+  for (int32_t id : chat) chat_list += (chat_list.empty() ? "" : ",") + std::to_string(id);
+  const std::string run_image = test::shardwise_bin() + " run -m " + dir + " --device cpu --image " + img +
+                                " -n 4 --greedy --json -t 2";
+  std::string by_prompt, by_tokens;
+  const int rc_prompt = test::run_command("(" + run_image + " --prompt 'Say hi.' 2>/dev/null)", &by_prompt);
+  const int rc_tokens = test::run_command("(" + run_image + " --tokens " + chat_list + " 2>/dev/null)", &by_tokens);
+  INFO(by_prompt << by_tokens);
+  REQUIRE(rc_prompt == 0);
+  REQUIRE(rc_tokens == 0);
+  const json jp = json::parse(by_prompt), jt = json::parse(by_tokens);
+  CHECK(jp["n_prompt_tokens"].get<size_t>() == chat.size() - 1 + (in.ids.size() - 6));
+  CHECK(jp["n_prompt_tokens"] == jt["n_prompt_tokens"]);
+  CHECK(jp["generated_ids"] == jt["generated_ids"]);
   // A text model, a prompt without the image's placeholder, or images on a device, is one error line.
   for (const std::string& bad :
        {test::shardwise_bin() + " logits -m synthetic:tiny_qwen2 --image " + img + " --tokens 1,2 --out " + out,
