@@ -155,9 +155,11 @@ void write_vl_tokenizer(const std::string& dir) {
 
 // The ids of ChatML text written with the tokenizer above: "<|x|>" markers as their ids, bytes as bytes.
 std::vector<int32_t> vl_chat_ids(const std::vector<std::string>& parts) {
-  const std::map<std::string, int32_t> special = {
-      {"<|im_start|>", 280}, {"<|im_end|>", 281}, {"<|vision_start|>", kVs}, {"<|vision_end|>", kVe},
-      {"<|image_pad|>", kImg}};
+  const std::map<std::string, int32_t> special = {{"<|im_start|>", 280},
+                                                  {"<|im_end|>", 281},
+                                                  {"<|vision_start|>", kVs},
+                                                  {"<|vision_end|>", kVe},
+                                                  {"<|image_pad|>", kImg}};
   std::vector<int32_t> ids;
   for (const std::string& p : parts) {
     if (special.count(p)) {
@@ -262,13 +264,13 @@ TEST_CASE("shardwise logits --image: a tiny Qwen2.5-VL directory against the lib
   // template spells.
   write_vl_tokenizer(dir);
   const std::vector<int32_t> chat =
-      vl_chat_ids({"<|im_start|>", "system\nYou are a helpful assistant.", "<|im_end|>", "\n", "<|im_start|>",
-                   "user\n", "<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "Say hi.", "<|im_end|>", "\n",
-                   "<|im_start|>", "assistant\n"});
+      vl_chat_ids({"<|im_start|>", "system\nYou are a helpful assistant.", "<|im_end|>", "\n", "<|im_start|>", "user\n",
+                   "<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "Say hi.", "<|im_end|>", "\n", "<|im_start|>",
+                   "assistant\n"});
   std::string chat_list;
   for (int32_t id : chat) chat_list += (chat_list.empty() ? "" : ",") + std::to_string(id);
-  const std::string run_image = test::shardwise_bin() + " run -m " + dir + " --device cpu --image " + img +
-                                " -n 4 --greedy --json -t 2";
+  const std::string run_image =
+      test::shardwise_bin() + " run -m " + dir + " --device cpu --image " + img + " -n 4 --greedy --json -t 2";
   std::string by_prompt, by_tokens;
   const int rc_prompt = test::run_command("(" + run_image + " --prompt 'Say hi.' 2>/dev/null)", &by_prompt);
   const int rc_tokens = test::run_command("(" + run_image + " --tokens " + chat_list + " 2>/dev/null)", &by_tokens);
