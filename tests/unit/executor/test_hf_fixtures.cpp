@@ -47,7 +47,7 @@ size_t steps_before_near_tie(const std::vector<float>& full_logits, int64_t voca
 }  // namespace
 
 TEST_CASE("HF transformers fixtures: logits and greedy tokens", "[fixtures]") {
-  for (const char* name : {"llama", "mistral", "qwen3", "qwen3moe_norm", "qwen3moe_nonorm"}) {
+  for (const char* name : {"llama", "mistral", "qwen2", "qwen3", "qwen3moe_norm", "qwen3moe_nonorm"}) {
     const std::string dir = test::fixtures_dir() + "/hf/" + name;
     auto src = open_weights(dir);
     const int64_t V = src->spec().vocab_size;
