@@ -1,6 +1,7 @@
-// executor/cuda/attention.cu — causal GQA attention over f32 KV caches, f32 throughout (no tensor
-// cores: TF32 or f16 scores would break the 1e-4 logits contract). The score matrix is never
-// materialised: both kernels keep a running max, sum and output per query row (online softmax).
+// executor/cuda/attention.cu — causal GQA attention over f32 or f16 KV caches, computed in f32 (no
+// tensor cores: TF32 or f16 scores would break the 1e-4 logits contract; an f16 cache rounds only what
+// is stored, as the CPU's does). Every kernel is compiled for both cache types (KT: float or __half). The score matrix
+// is never materialised: both kernels keep a running max, sum and output per query row (online softmax).
 //  - Decode (n <= 8): lanes hold a contiguous slice of head_dim, so K and V rows are read with
 //    coalesced vector loads; a warp takes a group of <= 4 query rows of one kv head over a range of
 //    keys, and the keys of a long context are split (split-K) into ranges whose partial (max, sum,
@@ -18,7 +19,8 @@
 // outputs are unchanged) and outputs beyond hd never written. The FULL variant (hd == D with 16-byte
 // aligned q/k/v rows) keeps the plain vector loads; the other variant guards its loads, in float4
 // pieces when hd % 4 == 0 and the rows are 16-byte aligned (a uniform flag), element by element
-// otherwise (per-head offsets h * hd are then not 16-byte aligned).
+// otherwise (per-head offsets h * hd are then not 16-byte aligned). An f16 cache's rows are read in
+// pieces of 4 halves (8 bytes), so its rows need 8-byte alignment where f32 rows need 16.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -37,8 +39,8 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 struct KArgs {
   const float* q;
   int64_t q_stride;
-  const float* k;
-  const float* v;
+  const void* k;  // float or __half rows (the kernels' KT)
+  const void* v;
   int64_t kv_stride;
   float* out;
   int64_t out_stride;
@@ -47,7 +49,7 @@ struct KArgs {
   int32_t n, pos_first, n_heads, n_kv_heads, group;
   int32_t n_splits, keys_per_split;
   int32_t hd;    // the real head_dim (<= the kernel's D)
-  int32_t vec4;  // non-FULL variant: hd % 4 == 0 and q/k/v rows 16-byte aligned (float4 pieces)
+  int32_t vec4;  // non-FULL variant: hd % 4 == 0 and q/k/v rows aligned for 4-element pieces
   float scale;
 };
 
@@ -107,6 +109,71 @@ __device__ __forceinline__ void load_head(const float* p, int d0, int hd, bool v
   } else {
 #pragma unroll
     for (int i = 0; i < C; ++i) v[i] = d0 + i < hd ? p[i] : 0.0f;
+  }
+}
+
+// The same loads from an f16 cache: 4 halves (8 bytes) at a time, converted to f32.
+__device__ __forceinline__ float4 half4_at(const __half* p) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  __half2 lo, hi;
+  memcpy(&lo, &u.x, 4);
+  memcpy(&hi, &u.y, 4);
+  const float2 a = __half22float2(lo), b = __half22float2(hi);
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+
+template <int C>
+__device__ __forceinline__ void load_vec(const __half* p, float* v) {
+  if constexpr (C % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < C; i += 4) {
+      const float4 f = half4_at(p + i);
+      v[i] = f.x;
+      v[i + 1] = f.y;
+      v[i + 2] = f.z;
+      v[i + 3] = f.w;
+    }
+  } else if constexpr (C == 2) {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(p));
+    v[0] = f.x;
+    v[1] = f.y;
+  } else {
+#pragma unroll
+    for (int i = 0; i < C; ++i) v[i] = __half2float(p[i]);
+  }
+}
+
+template <bool FULL>
+__device__ __forceinline__ float4 load4(const __half* p, int d0, int hd, bool vec4) {
+  if constexpr (FULL) {
+    return half4_at(p);
+  } else {
+    if (vec4) return d0 < hd ? half4_at(p) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float4 r;
+    r.x = d0 < hd ? __half2float(p[0]) : 0.0f;
+    r.y = d0 + 1 < hd ? __half2float(p[1]) : 0.0f;
+    r.z = d0 + 2 < hd ? __half2float(p[2]) : 0.0f;
+    r.w = d0 + 3 < hd ? __half2float(p[3]) : 0.0f;
+    return r;
+  }
+}
+
+template <int C, bool FULL>
+__device__ __forceinline__ void load_head(const __half* p, int d0, int hd, bool vec4, float* v) {
+  if constexpr (FULL) {
+    load_vec<C>(p, v);
+  } else if constexpr (C % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < C; i += 4) {
+      const float4 f = load4<false>(p + i, d0 + i, hd, vec4);
+      v[i] = f.x;
+      v[i + 1] = f.y;
+      v[i + 2] = f.z;
+      v[i + 3] = f.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < C; ++i) v[i] = d0 + i < hd ? __half2float(p[i]) : 0.0f;
   }
 }
 
@@ -200,14 +267,14 @@ __host__ __device__ constexpr int decode_keys_per_step() {
 
 // K and V rows (this lane's slice) of keys j .. j + U - 1 of kv group g; past j_end the last key again
 // (loaded, never used).
-template <int D, bool FULL>
+template <int D, bool FULL, typename KT>
 __device__ __forceinline__ void load_key_rows(const KArgs& a, int g, int d0, int hd, bool vec4, int j, int j_end,
                                               float (&kr)[decode_keys_per_step<D>()][D / 32],
                                               float (&vr)[decode_keys_per_step<D>()][D / 32]) {
   constexpr int C = D / 32;
   constexpr int U = decode_keys_per_step<D>();
-  const float* kb = a.k + static_cast<int64_t>(g) * hd + d0;
-  const float* vb = a.v + static_cast<int64_t>(g) * hd + d0;
+  const KT* kb = static_cast<const KT*>(a.k) + static_cast<int64_t>(g) * hd + d0;
+  const KT* vb = static_cast<const KT*>(a.v) + static_cast<int64_t>(g) * hd + d0;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const int64_t jj = min(j + u, j_end - 1);
@@ -219,7 +286,7 @@ __device__ __forceinline__ void load_key_rows(const KArgs& a, int g, int d0, int
 // One warp's keys j_begin .. j_end - 1 of kv group g folded into its rows' running max m, sum l and
 // output slice o (online softmax). The next step's K/V loads are issued before this step's math, and
 // kr/vr hold the first step's keys on entry when first_loaded (else they are loaded here).
-template <int D, int RB, bool FULL>
+template <int D, int RB, bool FULL, typename KT>
 __device__ __forceinline__ void decode_warp_keys(const KArgs& a, int g, int d0, int hd, bool vec4, int j_begin,
                                                  int j_end, const float (&q)[RB][D / 32], const int (&pos)[RB],
                                                  float (&m)[RB], float (&l)[RB], float (&o)[RB][D / 32],
@@ -227,10 +294,10 @@ __device__ __forceinline__ void decode_warp_keys(const KArgs& a, int g, int d0, 
                                                  float (&vr)[decode_keys_per_step<D>()][D / 32], bool first_loaded) {
   constexpr int C = D / 32;
   constexpr int U = decode_keys_per_step<D>();
-  if (!first_loaded && j_begin < j_end) load_key_rows<D, FULL>(a, g, d0, hd, vec4, j_begin, j_end, kr, vr);
+  if (!first_loaded && j_begin < j_end) load_key_rows<D, FULL, KT>(a, g, d0, hd, vec4, j_begin, j_end, kr, vr);
   for (int j = j_begin; j < j_end; j += U) {
     float kn[U][C], vn[U][C];  // the next keys, in flight during this step's math
-    load_key_rows<D, FULL>(a, g, d0, hd, vec4, j + U < j_end ? j + U : j, j_end, kn, vn);
+    load_key_rows<D, FULL, KT>(a, g, d0, hd, vec4, j + U < j_end ? j + U : j, j_end, kn, vn);
 #pragma unroll
     for (int r = 0; r < RB; ++r) {
       float s[U];
@@ -270,7 +337,7 @@ __device__ __forceinline__ void decode_warp_keys(const KArgs& a, int g, int d0, 
 }
 
 // Warp kernel (DecodeAttn::Warps): each warp is one split.
-template <int D, int RB, bool FULL>
+template <int D, int RB, bool FULL, typename KT>
 __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KArgs a) {
   pdl_begin();
   constexpr int C = D / 32;  // head_dim elements per lane (of the padded D)
@@ -290,7 +357,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KA
   float m[RB], l[RB], o[RB][C];
   init_decode_state<RB, C>(m, l, o);
   float kr[decode_keys_per_step<D>()][C], vr[decode_keys_per_step<D>()][C];
-  decode_warp_keys<D, RB, FULL>(a, g, d0, hd, vec4, j_begin, j_end, q, pos, m, l, o, kr, vr, false);
+  decode_warp_keys<D, RB, FULL, KT>(a, g, d0, hd, vec4, j_begin, j_end, q, pos, m, l, o, kr, vr, false);
   store_decode_rows<RB, C, FULL>(a, split, lane, d0, hd, pos, t_of, h_of, row_id, m, l, o);
 }
 
@@ -301,7 +368,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(const KA
 // trips is 2 long where the warp kernels' is ~sqrt(context) / 4, and the combine has fewer splits.
 constexpr int kBlockWarps = 8;
 
-template <int D, int RB, bool FULL>
+template <int D, int RB, bool FULL, typename KT>
 __global__ void __launch_bounds__(kBlockWarps * 32) attn_decode_block_kernel(const KArgs a) {
   constexpr int C = D / 32;
   constexpr int U = decode_keys_per_step<D>();
@@ -324,7 +391,7 @@ __global__ void __launch_bounds__(kBlockWarps * 32) attn_decode_block_kernel(con
   // overlaps its run instead of following it.
   float kr[U][C], vr[U][C];
   const bool early = j_begin < j_end && j_begin + U <= a.pos_first;
-  if (early) load_key_rows<D, FULL>(a, g, d0, hd, vec4, j_begin, j_end, kr, vr);
+  if (early) load_key_rows<D, FULL, KT>(a, g, d0, hd, vec4, j_begin, j_end, kr, vr);
   pdl_begin();
 
   float q[RB][C];
@@ -332,7 +399,7 @@ __global__ void __launch_bounds__(kBlockWarps * 32) attn_decode_block_kernel(con
   load_decode_rows<D, RB, FULL>(a, g, i0, d0, hd, vec4, q, pos, row_id, t_of, h_of);
   float m[RB], l[RB], o[RB][C];
   init_decode_state<RB, C>(m, l, o);
-  decode_warp_keys<D, RB, FULL>(a, g, d0, hd, vec4, j_begin, j_end, q, pos, m, l, o, kr, vr, early);
+  decode_warp_keys<D, RB, FULL, KT>(a, g, d0, hd, vec4, j_begin, j_end, q, pos, m, l, o, kr, vr, early);
 #pragma unroll
   for (int r = 0; r < RB; ++r) {
 #pragma unroll
@@ -423,9 +490,9 @@ __device__ __forceinline__ void prefill_row_positions(const KArgs& a, int i_base
 }
 
 // The key tile kt .. kt + BK - 1 into Ks (transposed) and Vs; keys from k_end on read as 0.
-template <int D, bool FULL>
-__device__ __forceinline__ void stage_prefill_kv(const KArgs& a, const float* kg, const float* vg, int kt, int k_end,
-                                                 int hd, bool vec4, int tid, float* Ks, float* Vs) {
+template <int D, bool FULL, typename KT>
+__device__ __forceinline__ void stage_prefill_kv(const KArgs& a, const KT* kg, const KT* vg, int kt, int k_end, int hd,
+                                                 bool vec4, int tid, float* Ks, float* Vs) {
   using P = Prefill<D>;
   // K tile, transposed. A warp reads 16 keys x 32 bytes (full sectors) and stores 16 consecutive
   // keys for two rows of d, 16 banks apart: conflict-free.
@@ -503,7 +570,7 @@ __device__ __forceinline__ void store_prefill_rows(const KArgs& a, int g, int sp
   }
 }
 
-template <int D, bool FULL>
+template <int D, bool FULL, typename KT>
 __global__ void __launch_bounds__(256) attn_prefill_kernel(const KArgs a) {
   pdl_begin();
   using P = Prefill<D>;
@@ -535,12 +602,12 @@ __global__ void __launch_bounds__(256) attn_prefill_kernel(const KArgs a) {
 #pragma unroll
     for (int c = 0; c < P::DC; ++c) o[ii][c] = 0.0f;
   }
-  const float* kg = a.k + static_cast<int64_t>(g) * hd;
-  const float* vg = a.v + static_cast<int64_t>(g) * hd;
+  const KT* kg = static_cast<const KT*>(a.k) + static_cast<int64_t>(g) * hd;
+  const KT* vg = static_cast<const KT*>(a.v) + static_cast<int64_t>(g) * hd;
   __syncthreads();
 
   for (int kt = k_begin; kt < k_end; kt += P::BK) {
-    stage_prefill_kv<D, FULL>(a, kg, vg, kt, k_end, hd, vec4, tid, Ks, Vs);
+    stage_prefill_kv<D, FULL, KT>(a, kg, vg, kt, k_end, hd, vec4, tid, Ks, Vs);
     __syncthreads();
     float s[4][P::KC];
     prefill_scores<D>(Qs, Ks, tx, ty, s);
@@ -664,50 +731,50 @@ __global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(const KAr
   }
 }
 
-template <int D, int RB, bool FULL>
+template <int D, int RB, bool FULL, typename KT>
 void launch_decode(const KArgs& k, int row_groups, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(ceil_div(k.n_splits, kDecodeWarps)), static_cast<unsigned>(k.n_kv_heads),
                   static_cast<unsigned>(row_groups));
-  launch_kernel("attention decode kernel", attn_decode_kernel<D, RB, FULL>, grid, dim3(kDecodeWarps * 32), 0, s, k);
+  launch_kernel("attention decode kernel", attn_decode_kernel<D, RB, FULL, KT>, grid, dim3(kDecodeWarps * 32), 0, s, k);
 }
 
-template <int D, int RB, bool FULL>
+template <int D, int RB, bool FULL, typename KT>
 void launch_decode_block(const KArgs& k, int row_groups, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(k.n_splits), static_cast<unsigned>(k.n_kv_heads),
                   static_cast<unsigned>(row_groups));
-  launch_kernel("attention decode kernel", attn_decode_block_kernel<D, RB, FULL>, grid, dim3(kBlockWarps * 32), 0, s,
-                k);
+  launch_kernel("attention decode kernel", attn_decode_block_kernel<D, RB, FULL, KT>, grid, dim3(kBlockWarps * 32), 0,
+                s, k);
 }
 
 // The block kernel or the warp kernel, with rb query rows per group.
-template <int D, bool FULL>
+template <int D, bool FULL, typename KT>
 void decode_rb(DecodeAttn kernel, int rb, const KArgs& k, int row_groups, cudaStream_t s) {
   if (kernel == DecodeAttn::Block) {
     if (rb == 1)
-      launch_decode_block<D, 1, FULL>(k, row_groups, s);
+      launch_decode_block<D, 1, FULL, KT>(k, row_groups, s);
     else if (rb == 2)
-      launch_decode_block<D, 2, FULL>(k, row_groups, s);
+      launch_decode_block<D, 2, FULL, KT>(k, row_groups, s);
     else
-      launch_decode_block<D, 4, FULL>(k, row_groups, s);
+      launch_decode_block<D, 4, FULL, KT>(k, row_groups, s);
     return;
   }
   if (rb == 1)
-    launch_decode<D, 1, FULL>(k, row_groups, s);
+    launch_decode<D, 1, FULL, KT>(k, row_groups, s);
   else if (rb == 2)
-    launch_decode<D, 2, FULL>(k, row_groups, s);
+    launch_decode<D, 2, FULL, KT>(k, row_groups, s);
   else
-    launch_decode<D, 4, FULL>(k, row_groups, s);
+    launch_decode<D, 4, FULL, KT>(k, row_groups, s);
 }
 
-template <int D>
+template <int D, typename KT>
 void decode_d(bool full, DecodeAttn kernel, int rb, const KArgs& k, int row_groups, cudaStream_t s) {
   if (full)
-    decode_rb<D, true>(kernel, rb, k, row_groups, s);
+    decode_rb<D, true, KT>(kernel, rb, k, row_groups, s);
   else
-    decode_rb<D, false>(kernel, rb, k, row_groups, s);
+    decode_rb<D, false, KT>(kernel, rb, k, row_groups, s);
 }
 
-template <int D, bool FULL>
+template <int D, bool FULL, typename KT>
 void launch_prefill(const KArgs& k, cudaStream_t s) {
   const int smem = Prefill<D>::kSmemFloats * 4;
   // The attribute belongs to the kernel on the current device: set it once per device (per
@@ -717,23 +784,23 @@ void launch_prefill(const KArgs& k, cudaStream_t s) {
   check(cudaGetDevice(&dev), "cudaGetDevice");
   const uint64_t bit = dev >= 0 && dev < 64 ? uint64_t(1) << dev : 0;
   if (bit == 0 || (attr_set.load(std::memory_order_acquire) & bit) == 0) {
-    check(cudaFuncSetAttribute(attn_prefill_kernel<D, FULL>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+    check(cudaFuncSetAttribute(attn_prefill_kernel<D, FULL, KT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
           "cudaFuncSetAttribute(attention prefill)");
     attr_set.fetch_or(bit, std::memory_order_release);
   }
   const int rows_g = k.n * k.group;
   const dim3 grid(static_cast<unsigned>(ceil_div(rows_g, Prefill<D>::MQ)), static_cast<unsigned>(k.n_kv_heads),
                   static_cast<unsigned>(k.n_splits));
-  launch_kernel("attention prefill kernel", attn_prefill_kernel<D, FULL>, grid, dim3(256), static_cast<size_t>(smem), s,
-                k);
+  launch_kernel("attention prefill kernel", attn_prefill_kernel<D, FULL, KT>, grid, dim3(256),
+                static_cast<size_t>(smem), s, k);
 }
 
-template <int D>
+template <int D, typename KT>
 void prefill_d(bool full, const KArgs& k, cudaStream_t s) {
   if (full)
-    launch_prefill<D, true>(k, s);
+    launch_prefill<D, true, KT>(k, s);
   else
-    launch_prefill<D, false>(k, s);
+    launch_prefill<D, false, KT>(k, s);
 }
 
 // The kernels' padded head size for a head_dim of 1 .. 256.
@@ -817,38 +884,39 @@ KeySplit grid_split(const Ctx& ctx, const AttnArgs& a, bool decode, int64_t kv_l
   return {ceil_div(kv_len, kps), kps};
 }
 
-// The decode or prefill kernel for head size D, then (split keys only) the combine kernel.
+// The decode or prefill kernel for head size D and cache type KT, then (split keys only) the combine kernel.
+template <typename KT>
 void launch_attention(const Ctx& ctx, const KArgs& k, int D, bool full, bool decode, DecodeAttn kernel, int rb,
                       int64_t row_groups, int64_t rows_all) {
   if (decode) {
     switch (D) {
       case 32:
-        decode_d<32>(full, kernel, rb, k, static_cast<int>(row_groups), ctx.stream);
+        decode_d<32, KT>(full, kernel, rb, k, static_cast<int>(row_groups), ctx.stream);
         break;
       case 64:
-        decode_d<64>(full, kernel, rb, k, static_cast<int>(row_groups), ctx.stream);
+        decode_d<64, KT>(full, kernel, rb, k, static_cast<int>(row_groups), ctx.stream);
         break;
       case 128:
-        decode_d<128>(full, kernel, rb, k, static_cast<int>(row_groups), ctx.stream);
+        decode_d<128, KT>(full, kernel, rb, k, static_cast<int>(row_groups), ctx.stream);
         break;
       default:
-        decode_d<256>(full, kernel, rb, k, static_cast<int>(row_groups), ctx.stream);
+        decode_d<256, KT>(full, kernel, rb, k, static_cast<int>(row_groups), ctx.stream);
         break;
     }
     check_launch("attention decode kernel");
   } else {
     switch (D) {
       case 32:
-        prefill_d<32>(full, k, ctx.stream);
+        prefill_d<32, KT>(full, k, ctx.stream);
         break;
       case 64:
-        prefill_d<64>(full, k, ctx.stream);
+        prefill_d<64, KT>(full, k, ctx.stream);
         break;
       case 128:
-        prefill_d<128>(full, k, ctx.stream);
+        prefill_d<128, KT>(full, k, ctx.stream);
         break;
       default:
-        prefill_d<256>(full, k, ctx.stream);
+        prefill_d<256, KT>(full, k, ctx.stream);
         break;
     }
     check_launch("attention prefill kernel");
@@ -874,10 +942,16 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
   SW_CHECK(a.n_heads > 0 && a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0, "CUDA attention: ", a.n_heads,
            " heads are not a multiple of ", a.n_kv_heads, " kv heads");
   SW_CHECK(a.q != nullptr && a.k != nullptr && a.v != nullptr && a.out != nullptr, "CUDA attention: a null pointer");
+  SW_CHECK(a.kv_dtype == DType::F32 || a.kv_dtype == DType::F16, "CUDA attention: a ", dtype_name(a.kv_dtype),
+           " KV cache is not supported (f32 or f16)");
+  const bool f16 = a.kv_dtype == DType::F16;
   const int D = padded_head_dim(hd);
-  // Vector loads need 16-byte aligned q/k/v rows and per-head offsets (h * hd, hd % 4 == 0); outputs
-  // are stored element by element (no alignment needed). Anything else takes the guarded loads.
-  const bool rows16 = aligned16(a.q) && aligned16(a.k) && aligned16(a.v) && a.q_stride % 4 == 0 && a.kv_stride % 4 == 0;
+  // Vector loads need q/k/v rows aligned for 4-element pieces (16 bytes of f32, 8 of f16) and per-head
+  // offsets (h * hd, hd % 4 == 0); outputs are stored element by element (no alignment needed).
+  // Anything else takes the guarded loads.
+  const auto kv_aligned = [&](const void* p) { return reinterpret_cast<uintptr_t>(p) % (f16 ? 8 : 16) == 0; };
+  const bool rows16 =
+      aligned16(a.q) && kv_aligned(a.k) && kv_aligned(a.v) && a.q_stride % 4 == 0 && a.kv_stride % 4 == 0;
   const bool full = hd == D && rows16;
   const int64_t kv_len = static_cast<int64_t>(a.pos_first) + a.n;
   SW_CHECK(kv_len < (int64_t(1) << 31) && static_cast<int64_t>(a.n) * a.n_heads < (int64_t(1) << 31),
@@ -911,14 +985,17 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
     k.part_ml = ws.take<float>(static_cast<uint64_t>(ks.splits * rows_all * 2), "attention split partials");
   }
   SW_CHECK(a.n_kv_heads < 65536 && row_groups < 65536, "CUDA attention: too many heads or rows for one launch");
-  launch_attention(ctx, k, D, full, decode, kernel, rb, row_groups, rows_all);
+  if (f16)
+    launch_attention<__half>(ctx, k, D, full, decode, kernel, rb, row_groups, rows_all);
+  else
+    launch_attention<float>(ctx, k, D, full, decode, kernel, rb, row_groups, rows_all);
 }
 
 }  // namespace cuda
 
-void cuda_attention(const float* q, const float* k_cache, const float* v_cache, float* out, int64_t n,
-                    int64_t pos_first, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, uint8_t* workspace,
-                    uint64_t workspace_bytes, cudaStream_t stream) {
+void cuda_attention(const float* q, const void* k_cache, const void* v_cache, float* out, int64_t n, int64_t pos_first,
+                    int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, uint8_t* workspace, uint64_t workspace_bytes,
+                    cudaStream_t stream, DType kv_dtype) {
   SW_CHECK(n >= 0 && pos_first >= 0 && pos_first + n < (int64_t(1) << 31), "cuda_attention: positions ", pos_first,
            " + ", n, " out of range");
   SW_CHECK(n_heads > 0 && n_kv_heads > 0 && n_heads < 65536 && n_kv_heads < 65536 && head_dim > 0 &&
@@ -947,6 +1024,7 @@ void cuda_attention(const float* q, const float* k_cache, const float* v_cache, 
   a.n_heads = static_cast<int32_t>(n_heads);
   a.n_kv_heads = static_cast<int32_t>(n_kv_heads);
   a.head_dim = static_cast<int32_t>(head_dim);
+  a.kv_dtype = kv_dtype;
   cuda::attention(ctx, a);
 }
 

@@ -190,7 +190,7 @@ class CudaKernels : public DeviceKernels {
   void kv_layout(const float* src, float* dst, int64_t capacity, int64_t p0, int64_t p1, bool to_positions) override {
     if (p1 == p0) return;
     cuda::kv_layout(ctx_, src, dst, capacity, static_cast<int32_t>(spec_.num_key_value_heads),
-                    static_cast<int32_t>(spec_.head_dim), p0, p1, to_positions);
+                    static_cast<int32_t>(spec_.head_dim), p0, p1, to_positions, DType::F32);
   }
 
   void attention(const DevLayer& w, float* x, int64_t n, float* k_cache, float* v_cache) override {
@@ -1380,8 +1380,10 @@ class WarmUp {
     swiglu(c, sy_, sx_, 1, 64, 64);
     add(c, sy_, sx_, 64);
     gather_rows(c, sx_, 64, idx_, 1, 64, sy_, 64);
-    kv_layout(c, sx_, sy_, 2, 1, 16, 0, 2, true);  // a staged host cache's layout, both ways
-    kv_layout(c, sy_, sx_, 2, 1, 16, 0, 2, false);
+    for (DType kv : {DType::F32, DType::F16}) {  // a staged host cache's layout, both ways
+      kv_layout(c, sx_, sy_, 2, 1, 16, 0, 2, true, kv);
+      kv_layout(c, sy_, sx_, 2, 1, 16, 0, 2, false, kv);
+    }
     MoeCombineArgs m;  // inline table, then a device table (both empty: no entries)
     m.x = sy_;
     m.ldx = 64;

@@ -71,15 +71,15 @@ void cuda_matmul(const DevMat& w, const float* x, int64_t ldx, int64_t n, float*
 
 // Attention over a KV cache (the kernel the attention block uses), for profilers and tests: q
 // [n, n_heads * head_dim] (row stride n_heads * head_dim), caches with rows 0 .. pos_first + n - 1 of
-// n_kv_heads * head_dim f32 each, out [n, n_heads * head_dim]; query t at position pos_first + t
-// attends cache rows 0 .. pos_first + t (causal GQA, scale 1/sqrt(head_dim)); head_dim 1 .. 256.
+// n_kv_heads * head_dim elements of kv_dtype (f32 or f16) each, out [n, n_heads * head_dim]; query t at position
+// pos_first + t attends cache rows 0 .. pos_first + t (causal GQA, scale 1/sqrt(head_dim)); head_dim 1 .. 256.
 // Temporaries (split-K partials) from [workspace, + workspace_bytes): less room only means fewer key
 // splits (none with 0 bytes). Enqueued on stream; nothing waits. Cache rows before pos_first may be
 // read before the kernel enqueued just before this one ends (programmatic dependent launch, kernels.cuh
 // AttnArgs): that kernel must not write them.
-void cuda_attention(const float* q, const float* k_cache, const float* v_cache, float* out, int64_t n,
-                    int64_t pos_first, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, uint8_t* workspace,
-                    uint64_t workspace_bytes, cudaStream_t stream);
+void cuda_attention(const float* q, const void* k_cache, const void* v_cache, float* out, int64_t n, int64_t pos_first,
+                    int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, uint8_t* workspace, uint64_t workspace_bytes,
+                    cudaStream_t stream, DType kv_dtype = DType::F32);
 
 // The element-wise kernels of the blocks, likewise: RMSNorm of n rows of dim, y[t] = x[t] /
 // sqrt(mean(x[t]^2) + eps) * w (y may alias x), and SwiGLU gate = silu(gate) * up over n rows of

@@ -120,8 +120,9 @@ struct QkRopeArgs {
   const float* cos = nullptr;  // [n, head_dim / 2] for these tokens
   const float* sin = nullptr;
   bool neox = true;
-  float* k_cache = nullptr;  // [capacity, kv_dim] (null = no cache write)
-  float* v_cache = nullptr;
+  void* k_cache = nullptr;  // [capacity, kv_dim] of kv_dtype (null = no cache write)
+  void* v_cache = nullptr;
+  DType kv_dtype = DType::F32;  // f32, or f16 (rounded to nearest even as it is stored)
   int32_t pos_first = 0;
 };
 void qk_norm_rope(const Ctx& ctx, const QkRopeArgs& a);
@@ -131,9 +132,10 @@ void add(const Ctx& ctx, float* x, const float* y, int64_t n);
 // gate[i] = silu(gate[i]) * up[i] for rows x width (rows `ld` apart).
 void swiglu(const Ctx& ctx, float* gate, const float* up, int64_t rows, int64_t width, int64_t ld);
 // Positions [p0, p1) of a K or V cache of `capacity` positions, head-major [heads, capacity, hd] <->
-// position-major [capacity, heads * hd] (to_positions: head-major src into position-major dst).
-void kv_layout(const Ctx& ctx, const float* src, float* dst, int64_t capacity, int32_t heads, int32_t hd, int64_t p0,
-               int64_t p1, bool to_positions);
+// position-major [capacity, heads * hd] (to_positions: head-major src into position-major dst); elements
+// of `dtype` (f32 or f16), copied as they are.
+void kv_layout(const Ctx& ctx, const void* src, void* dst, int64_t capacity, int32_t heads, int32_t hd, int64_t p0,
+               int64_t p1, bool to_positions, DType dtype);
 // dst[i] = src[idx[i]] for n rows of width.
 void gather_rows(const Ctx& ctx, const float* src, int64_t ld_src, const int32_t* idx, int64_t n, int64_t width,
                  float* dst, int64_t ld_dst);
@@ -189,10 +191,11 @@ enum class DecodeAttn : int32_t { Auto, Block, Warps };
 struct AttnArgs {
   const float* q = nullptr;  // query t, head h at q + t * q_stride + h * head_dim
   int64_t q_stride = 0;
-  const float* k = nullptr;  // cache row j at k + j * kv_stride (kv head g at + g * head_dim)
-  const float* v = nullptr;
+  const void* k = nullptr;  // cache row j at k + j * kv_stride elements (kv head g at + g * head_dim)
+  const void* v = nullptr;
   int64_t kv_stride = 0;
-  float* out = nullptr;  // [n, n_heads * head_dim], row stride out_stride
+  DType kv_dtype = DType::F32;  // the cache's element type: f32 or f16
+  float* out = nullptr;         // [n, n_heads * head_dim], row stride out_stride
   int64_t out_stride = 0;
   int32_t n = 0, pos_first = 0;
   int32_t n_heads = 0, n_kv_heads = 0, head_dim = 0;

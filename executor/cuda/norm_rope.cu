@@ -81,6 +81,14 @@ __global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* __rest
   for (int c = threadIdx.x; c < dim; c += blockDim.x) yr[c] = xr[c] * scale * w[c];
 }
 
+// Element `at` of a K or V cache of f32 or f16 (rounded to nearest even).
+__device__ __forceinline__ void store_kv(void* cache, bool f16, int64_t at, float v) {
+  if (f16)
+    static_cast<__half*>(cache)[at] = __float2half_rn(v);
+  else
+    static_cast<float*>(cache)[at] = v;
+}
+
 // Grid (tokens, head groups of 4); one warp per head: q heads, then k heads, then (with a cache or a v
 // bias) v heads.
 __global__ void __launch_bounds__(128) qk_rope_kernel(const __grid_constant__ QkRopeArgs a) {
@@ -95,12 +103,19 @@ __global__ void __launch_bounds__(128) qk_rope_kernel(const __grid_constant__ Qk
   const int64_t qd = static_cast<int64_t>(nh) * D, kvd = static_cast<int64_t>(nkv) * D;
   float* row = a.qkv + t * a.stride;
   const int64_t cache_row = (static_cast<int64_t>(a.pos_first) + t) * kvd;
+  const bool f16 = a.kv_dtype == DType::F16;
   if (hh >= nh + nkv) {  // v head: biased, into the cache (or in place without one)
     const int g = hh - nh - nkv;
     float* src = row + qd + kvd + static_cast<int64_t>(g) * D;
-    float* dst = a.v_cache ? a.v_cache + cache_row + static_cast<int64_t>(g) * D : src;
+    const int64_t at = cache_row + static_cast<int64_t>(g) * D;
     const float* vb = a.v_bias ? a.v_bias + static_cast<int64_t>(g) * D : nullptr;
-    for (int d = lane; d < D; d += 32) dst[d] = vb ? __fadd_rn(src[d], vb[d]) : src[d];
+    for (int d = lane; d < D; d += 32) {
+      const float v = vb ? __fadd_rn(src[d], vb[d]) : src[d];
+      if (a.v_cache)
+        store_kv(a.v_cache, f16, at + d, v);
+      else
+        src[d] = v;
+    }
     return;
   }
   const bool is_q = hh < nh;
@@ -122,16 +137,23 @@ __global__ void __launch_bounds__(128) qk_rope_kernel(const __grid_constant__ Qk
     for (int d = lane; d < D; d += 32) b[d] = b[d] * scale * nw[d];
   }
   __syncwarp();
-  float* dst = src;
-  if (!is_q && a.k_cache != nullptr) dst = a.k_cache + cache_row + static_cast<int64_t>(head) * D;
+  const bool to_cache = !is_q && a.k_cache != nullptr;  // else in place
+  const int64_t at = cache_row + static_cast<int64_t>(head) * D;
   const float* cs = a.cos + t * half;
   const float* sn = a.sin + t * half;
   for (int p = lane; p < half; p += 32) {
     const int i0 = a.neox ? p : 2 * p;
     const int i1 = a.neox ? p + half : 2 * p + 1;
     const float x0 = b[i0], x1 = b[i1], c = cs[p], s = sn[p];
-    dst[i0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-    dst[i1] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+    const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    const float y1 = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+    if (to_cache) {
+      store_kv(a.k_cache, f16, at + i0, y0);
+      store_kv(a.k_cache, f16, at + i1, y1);
+    } else {
+      src[i0] = y0;
+      src[i1] = y1;
+    }
   }
 }
 
@@ -163,9 +185,11 @@ __global__ void gather_rows_kernel(const float* __restrict__ src, int64_t ld_src
     d[c] = s[c];
 }
 
-// One thread per element of rows [p0, p1): grid (kv_dim blocks of 256, rows).
-__global__ void kv_layout_kernel(const float* __restrict__ src, float* __restrict__ dst, int64_t capacity,
-                                 int32_t heads, int32_t hd, int64_t p0, bool to_positions) {
+// One thread per element of rows [p0, p1): grid (kv_dim blocks of 256, rows). T: the element's bits
+// (float or uint16_t for f16), copied unchanged.
+template <typename T>
+__global__ void kv_layout_kernel(const T* __restrict__ src, T* __restrict__ dst, int64_t capacity, int32_t heads,
+                                 int32_t hd, int64_t p0, bool to_positions) {
   pdl_begin();
   const int64_t p = p0 + blockIdx.y;
   const int64_t kvd = static_cast<int64_t>(heads) * hd;
@@ -332,15 +356,21 @@ void gather_rows(const Ctx& ctx, const float* src, int64_t ld_src, const int32_t
   }
 }
 
-void kv_layout(const Ctx& ctx, const float* src, float* dst, int64_t capacity, int32_t heads, int32_t hd, int64_t p0,
-               int64_t p1, bool to_positions) {
+void kv_layout(const Ctx& ctx, const void* src, void* dst, int64_t capacity, int32_t heads, int32_t hd, int64_t p0,
+               int64_t p1, bool to_positions, DType dtype) {
   SW_CHECK(0 <= p0 && p0 <= p1 && p1 <= capacity && heads > 0 && hd > 0, "kv_layout: positions [", p0, ", ", p1,
            ") of ", capacity);
+  SW_CHECK(dtype == DType::F32 || dtype == DType::F16, "kv_layout: a ", dtype_name(dtype), " cache");
   const int64_t width = static_cast<int64_t>(heads) * hd;
   for (int64_t r0 = p0; r0 < p1; r0 += 65535) {
     const int64_t m = std::min<int64_t>(65535, p1 - r0);
-    launch_kernel("kv layout kernel", kv_layout_kernel, rows_grid(m, width, 256), dim3(256), 0, ctx.stream, src, dst,
-                  capacity, heads, hd, r0, to_positions);
+    if (dtype == DType::F16)
+      launch_kernel("kv layout kernel", kv_layout_kernel<uint16_t>, rows_grid(m, width, 256), dim3(256), 0, ctx.stream,
+                    static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), capacity, heads, hd, r0,
+                    to_positions);
+    else
+      launch_kernel("kv layout kernel", kv_layout_kernel<float>, rows_grid(m, width, 256), dim3(256), 0, ctx.stream,
+                    static_cast<const float*>(src), static_cast<float*>(dst), capacity, heads, hd, r0, to_positions);
   }
 }
 

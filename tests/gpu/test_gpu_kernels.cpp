@@ -931,41 +931,64 @@ TEST_CASE("CUDA attention over offset and padded rows matches the CPU and leaves
   }
 }
 
-TEST_CASE("CUDA exported attention for profilers: cuda_attention with and without room for split-K partials",
-          "[gpu][kernels]") {
+// The cache as the device holds it: f32 as given, or f16 bits (rounded to nearest even), and the values
+// those bits hold (what the CPU attends over for the reference).
+struct CacheCopy {
+  std::vector<float> values;
+  std::vector<uint16_t> f16;
+};
+CacheCopy cache_copy(const std::vector<float>& x, DType kv) {
+  CacheCopy c{x, {}};
+  if (kv == DType::F16) {
+    c.f16.resize(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      c.f16[i] = f32_to_f16(x[i]);
+      c.values[i] = f16_to_f32(c.f16[i]);
+    }
+  }
+  return c;
+}
+
+TEST_CASE(
+    "CUDA exported attention for profilers: cuda_attention over f32 and f16 caches, with and without room "
+    "for split-K partials",
+    "[gpu][kernels]") {
   Gpu& g = gpu();
   DevMem mem;
   ThreadPool pool(0);
-  {  // attention with and without room for split-K partials
-    struct Case {
-      int64_t heads, kv_heads, hd, n, pos0;
-      uint64_t ws_bytes;
-    };
-    const Case cases[] = {{8, 2, 128, 1, 3000, 16u << 20}, {8, 2, 128, 1, 3000, 0}, {4, 4, 80, 5, 700, 16u << 20},
-                          {6, 2, 48, 64, 400, 16u << 20},  {6, 2, 48, 64, 400, 0},  {4, 1, 64, 300, 0, 16u << 20}};
-    uint8_t* ws = mem.alloc(16u << 20);
+  struct Case {
+    int64_t heads, kv_heads, hd, n, pos0;
+    uint64_t ws_bytes;
+  };
+  // Decode (split keys, and none), prefill, padded head_dims (80: 4-element pieces; 50: element by element).
+  const Case cases[] = {{8, 2, 128, 1, 3000, 16u << 20}, {8, 2, 128, 1, 3000, 0},        {4, 4, 80, 5, 700, 16u << 20},
+                        {6, 2, 48, 64, 400, 16u << 20},  {6, 2, 48, 64, 400, 0},         {4, 1, 64, 300, 0, 16u << 20},
+                        {2, 1, 50, 3, 200, 16u << 20},   {4, 2, 256, 20, 100, 16u << 20}};
+  uint8_t* ws = mem.alloc(16u << 20);
+  for (DType kv : {DType::F32, DType::F16})
     for (const Case& c : cases) {
       const int64_t kv_len = c.pos0 + c.n, QD = c.heads * c.hd, KVD = c.kv_heads * c.hd;
       const std::vector<float> q = fresh(static_cast<size_t>(c.n * QD), -2.0f, 2.0f);
-      const std::vector<float> k = fresh(static_cast<size_t>(kv_len * KVD), -2.0f, 2.0f);
-      const std::vector<float> v = fresh(static_cast<size_t>(kv_len * KVD));
+      const CacheCopy k = cache_copy(fresh(static_cast<size_t>(kv_len * KVD), -2.0f, 2.0f), kv);
+      const CacheCopy v = cache_copy(fresh(static_cast<size_t>(kv_len * KVD)), kv);
       std::vector<int32_t> pos(static_cast<size_t>(c.n));
       for (int64_t t = 0; t < c.n; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(c.pos0 + t);
       std::vector<float> ref(static_cast<size_t>(c.n * QD));
-      shardwise::attention(q.data(), c.n, pos.data(), k.data(), v.data(), kv_len, {c.heads, c.kv_heads, c.hd},
-                           ref.data(), pool);
+      shardwise::attention(q.data(), c.n, pos.data(), k.values.data(), v.values.data(), kv_len,
+                           {c.heads, c.kv_heads, c.hd}, ref.data(), pool);
       float* dq = mem.upload(q);
-      float* dk = mem.upload(k);
-      float* dv = mem.upload(v);
+      const void* dk =
+          kv == DType::F16 ? static_cast<const void*>(mem.upload(k.f16.data(), k.f16.size())) : mem.upload(k.values);
+      const void* dv =
+          kv == DType::F16 ? static_cast<const void*>(mem.upload(v.f16.data(), v.f16.size())) : mem.upload(v.values);
       float* dout = mem.floats(ref.size());
       poison(dout, ref.size());
       cuda_attention(dq, dk, dv, dout, c.n, c.pos0, c.heads, c.kv_heads, c.hd, c.ws_bytes ? ws : nullptr, c.ws_bytes,
-                     g.stream);
-      INFO("cuda_attention heads " << c.heads << "/" << c.kv_heads << " hd " << c.hd << " n=" << c.n
-                                   << " pos0=" << c.pos0 << " workspace " << c.ws_bytes);
+                     g.stream, kv);
+      INFO("cuda_attention " << dtype_name(kv) << " cache, heads " << c.heads << "/" << c.kv_heads << " hd " << c.hd
+                             << " n=" << c.n << " pos0=" << c.pos0 << " workspace " << c.ws_bytes);
       CHECK(test::max_rel_error(get(dout, ref.size()), ref, c.hd) <= kBlockTol);
     }
-  }
   g.sync();
 }
 
