@@ -404,7 +404,7 @@ void Runtime::fill_host_cache(int64_t n, uint64_t seed) {
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t half = i / pieces, piece = i % pieces, layer = half / 2;
       if (static_cast<size_t>(layer) < on_gpu.size() && on_gpu[static_cast<size_t>(layer)]) continue;
-      float* p = (half % 2 ? host_kv_->v(layer) : host_kv_->k(layer)) + piece * P;
+      float* p = static_cast<float*>(half % 2 ? host_kv_->v(layer) : host_kv_->k(layer)) + piece * P;
       // Shifted by the layer and side, so that K and V of different layers differ.
       const int64_t shift = (half * 4099) % P, len = std::min(P, floats - piece * P);
       for (int64_t j = 0; j < len;) {
@@ -1148,7 +1148,7 @@ void Runtime::StepRun::copy_heads(int layer, bool up, int64_t p0, int64_t p1, Qu
   if (p1 <= p0) return;
   const int64_t hd = spec_.head_dim, kv_heads = spec_.num_key_value_heads;
   for (int which = 0; which < 2; ++which) {
-    float* host = which == 0 ? host_kv_->k(layer) : host_kv_->v(layer);
+    float* host = static_cast<float*>(which == 0 ? host_kv_->k(layer) : host_kv_->v(layer));
     float* dev = staged(2 + which);
     for (int64_t h = 0; h < kv_heads; ++h) {
       const int64_t at = (h * ctx_ + p0) * hd;
