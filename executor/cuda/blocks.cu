@@ -187,13 +187,16 @@ class CudaKernels : public DeviceKernels {
     step_ready_ = true;
   }
 
-  void kv_layout(const float* src, float* dst, int64_t capacity, int64_t p0, int64_t p1, bool to_positions) override {
+  void kv_layout(const void* src, void* dst, int64_t capacity, int64_t p0, int64_t p1, bool to_positions) override {
     if (p1 == p0) return;
-    cuda::kv_layout(ctx_, src, dst, capacity, static_cast<int32_t>(spec_.num_key_value_heads),
-                    static_cast<int32_t>(spec_.head_dim), p0, p1, to_positions);
+    cuda::kv_layout(ctx_, static_cast<const float*>(src), static_cast<float*>(dst), capacity,
+                    static_cast<int32_t>(spec_.num_key_value_heads), static_cast<int32_t>(spec_.head_dim), p0, p1,
+                    to_positions);
   }
 
-  void attention(const DevLayer& w, float* x, int64_t n, float* k_cache, float* v_cache) override {
+  void attention(const DevLayer& w, float* x, int64_t n, void* k_kv, void* v_kv) override {
+    float* const k_cache = static_cast<float*>(k_kv);  // f32: set_kv_dtype refuses other types
+    float* const v_cache = static_cast<float*>(v_kv);
     check_step(n, "attention");
     SW_CHECK(k_cache != nullptr && v_cache != nullptr, "CUDA attention: no KV cache");
     const int64_t H = spec_.hidden_size, QD = spec_.q_dim(), KVD = spec_.kv_dim(), W = QD + 2 * KVD;

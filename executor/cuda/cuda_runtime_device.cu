@@ -113,10 +113,10 @@ class WorkspaceSplitKernels : public DeviceKernels {
     inner_->set_workspace(dev + w, bytes - w);
   }
   void prepare_segments(const std::vector<StepSegment>& segments) override { inner_->prepare_segments(segments); }
-  void attention(const DevLayer& w, float* x, int64_t n, float* k, float* v) override {
+  void attention(const DevLayer& w, float* x, int64_t n, void* k, void* v) override {
     inner_->attention(w, x, n, k, v);
   }
-  void kv_layout(const float* src, float* dst, int64_t capacity, int64_t p0, int64_t p1, bool to_positions) override {
+  void kv_layout(const void* src, void* dst, int64_t capacity, int64_t p0, int64_t p1, bool to_positions) override {
     inner_->kv_layout(src, dst, capacity, p0, p1, to_positions);
   }
   void attention_pre(const DevLayer& w, const float* x, int64_t n, float* qkv) override {

@@ -1185,6 +1185,14 @@ TEST_CASE("cli: --kv-dtype f16 runs the CPU engine over an f16 KV cache", "[cli]
   CHECK(shardwise_cli("logits -m " + m + " --tokens 1,2,3 --out " + quote(npy) + " --kv-dtype f16").rc == 0);
   const Result help = shardwise_cli("run --help");
   CHECK(help.out.find("--kv-dtype") != std::string::npos);
+  // The emulated device keeps f16 caches too: the CPU engine's greedy tokens, and the plan's type reported.
+  const std::string moe = quote(fixture("hf/qwen3moe_nonorm"));
+  const std::string greedy = "run --model " + moe + " --tokens 1,2,3,4,5 -n 6 --greedy --threads 2 --kv-dtype f16";
+  const auto cpu = run_json(greedy + " --device cpu");
+  const auto dev = run_json(greedy + " --device emu --vram-budget 3M");
+  CHECK(dev["kv_dtype"] == "f16");
+  CHECK(dev["kv_cache_bytes"] == cpu["kv_cache_bytes"]);
+  CHECK(dev["generated_ids"] == cpu["generated_ids"]);
 }
 
 TEST_CASE("cli: a model without a vocabulary prints its generated ids, never raw bytes", "[cli]") {
