@@ -173,6 +173,7 @@ RunSetupOptions setup_options(const ModelFlags& a, const std::string& device, in
   so.device = device;
   so.ctx = ctx;
   so.runtime.slots = a.sequences;
+  so.planner.kv_dtype = a.planner->kv_type();
   *inputs = nullptr;
   if (device == "cpu") return so;
   so.runtime = runtime_options(a);

@@ -1,6 +1,8 @@
 // cli/planner_flags.cpp — see planner_flags.h.
 #include "cli/planner_flags.h"
 
+#include <utility>
+
 #include "cli/common.h"
 #include "core/error.h"
 #include "core/size.h"
@@ -12,6 +14,9 @@ namespace {
 const char* const kHostKvAttentionHelp =
     "GPU attention of layers whose KV is on the host: choose (the faster), split (core on the CPU) or "
     "staged (the cache copied to the GPU)";
+const char* const kKvDtypeHelp =
+    "KV cache element type: f32 (exact against an f32 reference) or f16 (half the memory: K and V rounded to f16 as "
+    "they are stored); -ctk/-ctv, as llama.cpp spells them, name it too";
 const char* const kMoeSplitHelp =
     "MoE, Dynamic: experts per token that the CPU computes while the GPU runs the others (copied), "
     "in each CPU FFN layer: -1 chooses (default), 0 never splits, N splits with N";
@@ -61,9 +66,6 @@ void add_plan_flags(CLI::App* sub, PlannerFlags& f) {
   sub->add_option("-c,--ctx,--ctx-size", f.ctx,
                   "KV capacity in tokens, 1 to 4194304 (steps are planned with the cache full)");
   sub->add_option("--pcie-cap", f.pcie_cap, "PCIe bandwidth cap, 100MB/s to 1TB/s, e.g. 16GB/s, or none");
-  sub->add_option("--kv-dtype", f.kv_dtype,
-                  "KV cache element type: f32, the one `run` executes (exact against an f32 reference)")
-      ->capture_default_str();
   sub->add_option("--kv-layers", f.kv_layers,
                   "Layers whose KV stays in VRAM (the first N; their attention is streamed where not pinned); "
                   "default -1: chosen by simulating a request");
@@ -86,17 +88,16 @@ void add_plan_flags(CLI::App* sub, PlannerFlags& f) {
 void add_llama_flags(CLI::App* sub, PlannerFlags& f) {
   f.n_gpu_layers_option = sub->add_option("--n-gpu-layers,--gpu-layers", f.n_gpu_layers)->group("");
   f.flash_attn_option = sub->add_option("--flash-attn", f.flash_attn)->expected(0, 1)->group("");
-  sub->add_option("--cache-type-k", f.cache_type_k)->group("");
-  sub->add_option("--cache-type-v", f.cache_type_v)->group("");
 }
 
 }  // namespace
 
-const char* const kRunnableKvDtypes = "f32";
+const char* const kRunnableKvDtypes = "f32, f16";
 
-void check_kv_dtype(const std::string& text, const char* flag) {
-  if (text != kRunnableKvDtypes)
+DType check_kv_dtype(const std::string& text, const char* flag) {
+  if (text != "f32" && text != "f16")
     fail(flag, " ", text, ": not a KV cache type `run` executes (accepted: ", kRunnableKvDtypes, ")");
+  return parse_dtype(text);
 }
 
 std::shared_ptr<PlannerFlags> add_planner_flags(CLI::App* sub, PlannerVerb verb) {
@@ -107,6 +108,7 @@ std::shared_ptr<PlannerFlags> add_planner_flags(CLI::App* sub, PlannerVerb verb)
   else
     add_plan_flags(sub, *f);
   add_llama_flags(sub, *f);
+  add_kv_dtype_flags(sub, f->kv_dtype, f->cache_type_k, f->cache_type_v, &f->kv_dtype_option);
   return f;
 }
 
@@ -122,9 +124,37 @@ void PlannerFlags::check_llama_flags() const {
          run ? " or --device cpu (-ngl 0)" : "");
   if (flash_attn_option->count() > 0)
     fail("-fa/--flash-attn: shardwise has no flash-attention switch (its attention kernels are fixed); drop the flag");
-  check_kv_dtype(kv_dtype, "--kv-dtype");
-  if (!cache_type_k.empty()) check_kv_dtype(cache_type_k, "-ctk/--cache-type-k");
-  if (!cache_type_v.empty()) check_kv_dtype(cache_type_v, "-ctv/--cache-type-v");
+  kv_type();
+}
+
+DType resolve_kv_dtype(const std::string& kv_dtype, bool kv_dtype_given, const std::string& cache_type_k,
+                       const std::string& cache_type_v) {
+  DType t = check_kv_dtype(kv_dtype, "--kv-dtype");
+  std::string chosen = kv_dtype, from = "--kv-dtype";
+  bool given = kv_dtype_given;
+  const std::pair<const std::string*, const char*> aliases[] = {{&cache_type_k, "-ctk/--cache-type-k"},
+                                                                {&cache_type_v, "-ctv/--cache-type-v"}};
+  for (const auto& [text, flag] : aliases) {
+    if (text->empty()) continue;
+    t = check_kv_dtype(*text, flag);
+    if (given && *text != chosen)
+      fail(flag, " ", *text, " differs from ", from, " ", chosen, ": K and V are kept in one type (give one of them)");
+    chosen = *text;
+    from = flag;
+    given = true;
+  }
+  return t;
+}
+
+void add_kv_dtype_flags(CLI::App* sub, std::string& kv_dtype, std::string& cache_type_k, std::string& cache_type_v,
+                        CLI::Option** kv_dtype_option) {
+  *kv_dtype_option = sub->add_option("--kv-dtype", kv_dtype, kKvDtypeHelp)->capture_default_str();
+  sub->add_option("--cache-type-k", cache_type_k)->group("");
+  sub->add_option("--cache-type-v", cache_type_v)->group("");
+}
+
+DType PlannerFlags::kv_type() const {
+  return resolve_kv_dtype(kv_dtype, kv_dtype_option && kv_dtype_option->count() > 0, cache_type_k, cache_type_v);
 }
 
 MachineChoice PlannerFlags::machine() const {
@@ -160,7 +190,7 @@ PlannerChoices PlannerFlags::choices(int resolved_threads) const {
   PlannerChoices c;
   c.ctx = ctx;
   c.threads = resolved_threads;
-  c.kv_dtype = parse_dtype(kv_dtype);
+  c.kv_dtype = kv_type();
   c.kv_layers = kv_layers;
   c.host_kv_attention = parse_host_kv_attention(host_kv_attention);
   c.moe_split = moe_split;

@@ -32,6 +32,7 @@ struct PlannerFlags {
   int64_t routing_tokens = 0;  // plan --routing-tokens
   uint64_t token_seed = 1;     // plan --token-seed
   CLI::Option* hw_option = nullptr;
+  CLI::Option* kv_dtype_option = nullptr;
   // llama.cpp's flags (-ngl, -fa, -ctk, -ctv after cli/args.h's rewrite), kept to answer in our terms.
   std::string n_gpu_layers, flash_attn, cache_type_k, cache_type_v;
   CLI::Option *n_gpu_layers_option = nullptr, *flash_attn_option = nullptr;
@@ -46,15 +47,25 @@ struct PlannerFlags {
   std::optional<Schedule> only_schedule() const;
   // The typed choices; threads as resolved by the caller (run: this machine's; plan: the cost model's).
   PlannerChoices choices(int resolved_threads) const;
+  // The KV cache type: --kv-dtype, or -ctk/-ctv (llama.cpp's names for it; given together, the three
+  // must agree: K and V share one type). An error names the flag of a type `run` does not keep.
+  DType kv_type() const;
   // llama.cpp's flags: -ngl and -fa have no counterpart here (an error saying what to use instead);
   // -ctk and -ctv name the KV cache type as --kv-dtype does. Called first by the verb.
   void check_llama_flags() const;
 };
 
-// The KV cache types `run` executes (the executor keeps the cache in f32).
+// The KV cache types `run` executes (f32 and f16; the CUDA device keeps f32 only, which it says).
 extern const char* const kRunnableKvDtypes;
-// Checks a KV cache type given as `flag`: one `run` executes, else an error naming those.
-void check_kv_dtype(const std::string& text, const char* flag);
+// Checks a KV cache type given as `flag`: one `run` executes (returned), else an error naming those.
+DType check_kv_dtype(const std::string& text, const char* flag);
+// The KV cache type of --kv-dtype (kv_dtype_given: on the command line) and llama.cpp's -ctk/-ctv (empty:
+// not given); given together they must agree, K and V sharing one type. Errors name the flag.
+DType resolve_kv_dtype(const std::string& kv_dtype, bool kv_dtype_given, const std::string& cache_type_k,
+                       const std::string& cache_type_v);
+// Declares --kv-dtype (help shown) and the hidden --cache-type-k/-v that -ctk/-ctv become (cli/args.h).
+void add_kv_dtype_flags(CLI::App* sub, std::string& kv_dtype, std::string& cache_type_k, std::string& cache_type_v,
+                        CLI::Option** kv_dtype_option);
 
 // Declares the planner's flags on `sub` with their names and help as `verb` has them.
 std::shared_ptr<PlannerFlags> add_planner_flags(CLI::App* sub, PlannerVerb verb);

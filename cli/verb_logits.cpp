@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "cli/common.h"
+#include "cli/planner_flags.h"
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/log.h"
@@ -19,8 +20,12 @@ namespace {
 
 struct LogitsArgs {
   std::string model, tokens, out, device = "auto", path = "fast";
+  std::string kv_dtype = "f32", cache_type_k, cache_type_v;
+  CLI::Option* kv_dtype_option = nullptr;
   std::vector<std::string> images;
   int threads = 0;
+
+  DType kv() const { return resolve_kv_dtype(kv_dtype, kv_dtype_option->count() > 0, cache_type_k, cache_type_v); }
 };
 
 // A vision-language model's logits: the images encoded, each placeholder of the ids expanded to its image
@@ -38,9 +43,9 @@ std::vector<float> vl_logits(const LogitsArgs& a, const WeightSource& src, const
   std::vector<int64_t> pos3;
   for (const auto& p : in.positions.pos) pos3.insert(pos3.end(), p.begin(), p.end());
   *n_out = n;
-  if (a.path == "reference") return reference_logits_embedded(src, in.embeddings, pos3);
+  if (a.path == "reference") return reference_logits_embedded(src, in.embeddings, pos3, a.kv());
   CpuModel model(w, pool);
-  KvCache kv(spec, n);
+  KvCache kv(spec, n, a.kv());
   std::vector<float> logits(static_cast<size_t>(n * spec.vocab_size));
   model.forward_embedded(in.embeddings.data(), pos3.data(), n, kv, logits.data(), true);
   return logits;
@@ -48,6 +53,7 @@ std::vector<float> vl_logits(const LogitsArgs& a, const WeightSource& src, const
 
 void run_logits(const LogitsArgs& a) {
   resolve_cpu_device(a.device);
+  a.kv();
   check_output_path(a.out, "--out");
   std::vector<int32_t> ids = parse_token_list(a.tokens);
   OpenOptions oo;
@@ -64,12 +70,12 @@ void run_logits(const LogitsArgs& a) {
   if (!a.images.empty()) {
     logits = vl_logits(a, *src, ids, oo.threads, &n);
   } else if (a.path == "reference") {
-    logits = reference_logits(*src, ids);
+    logits = reference_logits(*src, ids, a.kv());
   } else {
     ThreadPool pool(oo.threads);
     ModelWeights w = ModelWeights::from_source(*src);
     CpuModel model(w, pool);
-    KvCache kv(spec, n);
+    KvCache kv(spec, n, a.kv());
     logits.resize(static_cast<size_t>(n * spec.vocab_size));
     model.forward(ids.data(), n, kv, logits.data(), true);
   }
@@ -94,6 +100,7 @@ void register_logits(CLI::App& app) {
   sub->add_option("--device", a->device, "auto|cuda|emu|cpu (only cpu so far)");
   sub->add_option("-t,--threads", a->threads, kThreadsHelp);
   sub->add_option("--path", a->path, "fast (the CPU fast path) or reference (the readable f64 reference)");
+  add_kv_dtype_flags(sub, a->kv_dtype, a->cache_type_k, a->cache_type_v, &a->kv_dtype_option);
   sub->add_option("--image", a->images,
                   "A JPEG or PNG file for a vision-language model (Qwen2.5-VL HF directory); repeat for several. "
                   "--tokens then holds one image_token_id per image, after a vision_start token; each is expanded "

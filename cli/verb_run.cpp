@@ -184,7 +184,7 @@ void load_vl_run(const RunArgs& a, RunState& s) {
            " tokens in ", e.encode_ms, " ms");
   s.prompt = in.ids;
   s.ctx = run_ctx(a, spec, s.prompt.size());
-  s.vl->engine = std::make_unique<VlCpuEngine>(*s.vl->weights, *s.vl->pool, s.ctx, std::move(in));
+  s.vl->engine = std::make_unique<VlCpuEngine>(*s.vl->weights, *s.vl->pool, s.ctx, std::move(in), a.planner->kv_type());
   s.loading.reset();
   s.load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s.load_start).count();
 }
@@ -330,7 +330,9 @@ void print_run_json(const RunArgs& a, const RunState& s, const GenerateResult& r
   j["decode_ms"] = r.decode_ms;
   j["decode_tokens_per_s"] = r.decode_tokens_per_s;
   j["load_ms"] = s.load_ms;
-  j["kv_cache_bytes"] = s.src->spec().kv_bytes_per_token(DType::F32) * static_cast<uint64_t>(s.ctx);
+  const DType kv = s.vl ? s.vl->engine->kv_dtype() : s.setup->kv_dtype();
+  j["kv_dtype"] = dtype_name(kv);
+  j["kv_cache_bytes"] = s.src->spec().kv_bytes_per_token(kv) * static_cast<uint64_t>(s.ctx);
   if (s.setup && s.setup->runtime()) {
     add_runtime_json(*s.setup, j);
   } else {

@@ -23,12 +23,17 @@ LoadedModel::LoadedModel(const WeightSource& src, int threads)
 RunSetup::RunSetup(LoadedModel& model, const RunSetupOptions& options, const std::vector<int32_t>& prompt)
     : model_(model), options_(options), probe_(prompt) {
   if (options.device == "cpu") {
-    engine_ = std::make_unique<CpuEngine>(model.weights, model.pool, options.ctx, options.runtime.slots);
+    engine_ = std::make_unique<CpuEngine>(model.weights, model.pool, options.ctx, options.runtime.slots,
+                                          options.planner.kv_dtype);
     return;
   }
   PlanTable table = options.table ? *options.table : plan(model, options, prompt);
   device_ = make_run_device(options.device);
   start_runtime(std::move(table));
+}
+
+DType RunSetup::kv_dtype() const {
+  return runtime_ ? parse_dtype(runtime_->table().kv_dtype) : options_.planner.kv_dtype;
 }
 
 void RunSetup::start_runtime(PlanTable table) {

@@ -37,7 +37,8 @@ struct RunSetupOptions {
   std::optional<PlanTable> table;  // a saved table to execute instead of planning (a device run)
   MachineChoice machine;           // the planner's cost model
   double pcie_cap_bytes_per_s = 0;
-  // The planner's choices; ctx and threads are the run's (the model's pool).
+  // The planner's choices; ctx and threads are the run's (the model's pool). planner.kv_dtype is the
+  // CPU engine's cache type too.
   PlannerChoices planner;
   RuntimeOptions runtime;  // runtime.slots: sequences at once, on the CPU too (ctx shared by them)
 };
@@ -70,6 +71,8 @@ class RunSetup {
   Runtime* runtime() const { return runtime_; }  // null on the CPU
   const Device* device() const { return device_.get(); }
   double next_layer_hits() const { return next_layer_hits_; }  // what the plans were told (0: no guesses)
+  // The KV cache's element type: the plan table's on a device, options.planner.kv_dtype on the CPU.
+  DType kv_dtype() const;
 
  private:
   PlanTable plan(LoadedModel& model, const RunSetupOptions& options, const std::vector<int32_t>& prompt);

@@ -57,13 +57,13 @@ std::vector<float> run_steps(StepEngine& engine, const std::vector<int32_t>& tok
 }
 
 SuiteModel suite_model(std::unique_ptr<WeightSource> src, int64_t ctx, const std::vector<int>& steps,
-                       uint32_t token_seed, ThreadPool& pool, int n_tokens) {
+                       uint32_t token_seed, ThreadPool& pool, int n_tokens, DType kv_dtype) {
   SuiteModel m;
   m.src = std::move(src);
   m.w = ModelWeights::from_source(*m.src);
   m.tokens = token_seq(n_tokens, m.src->spec().vocab_size, token_seed);
   m.steps = steps;
-  CpuEngine cpu(m.w, pool, ctx);
+  CpuEngine cpu(m.w, pool, ctx, 1, kv_dtype);
   m.ref = run_steps(cpu, m.tokens, m.steps);
   return m;
 }
@@ -78,6 +78,7 @@ PlannerConfig planner_config(const RuntimeTarget& t, const WeightSource& src, ui
   cfg.tiers = t.tiers;
   cfg.tensor_dtypes = tensor_dtypes_of(src);
   cfg.executor = executor_traits(src.spec());
+  cfg.kv_dtype = t.kv_dtype;
   return cfg;
 }
 

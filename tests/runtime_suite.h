@@ -39,9 +39,16 @@ struct RuntimeTarget {
   // The device takes memory in granules of this many bytes (CUDA's driver: 2 MiB): its peak may reach
   // the budget rounded up to a granule, and no more.
   uint64_t device_granule = 1;
+  // The plan tables' KV cache type (a SuiteModel's CPU engine must keep the same for an exact match).
+  DType kv_dtype = DType::F32;
   RuntimeTarget with_ctx(int64_t c) const {
     RuntimeTarget t = *this;
     t.ctx = c;
+    return t;
+  }
+  RuntimeTarget with_kv_dtype(DType kv) const {
+    RuntimeTarget t = *this;
+    t.kv_dtype = kv;
     return t;
   }
 };
@@ -57,7 +64,8 @@ std::vector<int32_t> token_seq(int n, int64_t vocab, uint32_t seed);
 // Last-token logits after each step of `steps` (token counts).
 std::vector<float> run_steps(StepEngine& engine, const std::vector<int32_t>& toks, const std::vector<int>& steps);
 
-// A model of the suite: its weights, the tokens of its steps, and the CPU engine's logits after each step.
+// A model of the suite: its weights, the tokens of its steps, and the CPU engine's logits after each step
+// (over a KV cache of kv_dtype).
 struct SuiteModel {
   std::unique_ptr<WeightSource> src;
   ModelWeights w;
@@ -67,7 +75,7 @@ struct SuiteModel {
   int64_t vocab() const { return src->spec().vocab_size; }
 };
 SuiteModel suite_model(std::unique_ptr<WeightSource> src, int64_t ctx, const std::vector<int>& steps,
-                       uint32_t token_seed, ThreadPool& pool, int n_tokens = 40);
+                       uint32_t token_seed, ThreadPool& pool, int n_tokens = 40, DType kv_dtype = DType::F32);
 
 // ---- plan tables of a target ------------------------------------------------------------------------------
 PlannerConfig planner_config(const RuntimeTarget& t, const WeightSource& src, uint64_t budget);

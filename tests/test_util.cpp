@@ -101,11 +101,12 @@ int run_command(const std::string& command, std::string* output) {
 
 namespace shardwise::test {
 
-std::vector<float> fast_logits(const WeightSource& source, const std::vector<int32_t>& tokens, int threads) {
+std::vector<float> fast_logits(const WeightSource& source, const std::vector<int32_t>& tokens, int threads,
+                               DType kv_dtype) {
   ThreadPool pool(threads);
   ModelWeights w = ModelWeights::from_source(source);
   CpuModel model(w, pool);
-  KvCache kv(source.spec(), static_cast<int64_t>(tokens.size()));
+  KvCache kv(source.spec(), static_cast<int64_t>(tokens.size()), kv_dtype);
   std::vector<float> logits(tokens.size() * static_cast<size_t>(source.spec().vocab_size));
   model.forward(tokens.data(), static_cast<int64_t>(tokens.size()), kv, logits.data(), true);
   return logits;

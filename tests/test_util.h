@@ -30,8 +30,10 @@ int run_command(const std::string& command, std::string* output);
 
 namespace shardwise::test {
 
-// Logits [tokens, vocab] of the CPU fast path (one prefill step) with `threads` threads.
-std::vector<float> fast_logits(const WeightSource& source, const std::vector<int32_t>& tokens, int threads = 2);
+// Logits [tokens, vocab] of the CPU fast path (one prefill step) with `threads` threads, over a KV cache
+// of kv_dtype.
+std::vector<float> fast_logits(const WeightSource& source, const std::vector<int32_t>& tokens, int threads = 2,
+                               DType kv_dtype = DType::F32);
 // max over rows of max|a-b| / max|ref| (the error metric), rows of `width`.
 double max_rel_error(const std::vector<float>& a, const std::vector<float>& ref, int64_t width);
 // Reads an .npy fixture as floats / ints.

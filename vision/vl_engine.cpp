@@ -8,8 +8,8 @@
 
 namespace shardwise {
 
-VlCpuEngine::VlCpuEngine(const ModelWeights& weights, ThreadPool& pool, int64_t ctx, VlInput input)
-    : w_(weights), model_(weights, pool), kv_(weights.spec, ctx), in_(std::move(input)) {
+VlCpuEngine::VlCpuEngine(const ModelWeights& weights, ThreadPool& pool, int64_t ctx, VlInput input, DType kv_dtype)
+    : w_(weights), model_(weights, pool), kv_(weights.spec, ctx, kv_dtype), in_(std::move(input)) {
   SW_CHECK(static_cast<int64_t>(in_.ids.size()) <= ctx, "the image prompt's ", in_.ids.size(),
            " tokens exceed the context of ", ctx);
 }

@@ -15,8 +15,9 @@ namespace shardwise {
 
 class VlCpuEngine : public StepEngine {
  public:
-  // ctx: the KV capacity (at least the prompt's expanded length). `weights` and `pool` must outlive it.
-  VlCpuEngine(const ModelWeights& weights, ThreadPool& pool, int64_t ctx, VlInput input);
+  // ctx: the KV capacity (at least the prompt's expanded length), kept as kv_dtype (f32 or f16).
+  // `weights` and `pool` must outlive it.
+  VlCpuEngine(const ModelWeights& weights, ThreadPool& pool, int64_t ctx, VlInput input, DType kv_dtype = DType::F32);
   const ModelSpec& spec() const override { return model_.spec(); }
   int64_t capacity() const override { return kv_.capacity(); }
   int64_t n_past_of(int slot) const override;
@@ -27,6 +28,7 @@ class VlCpuEngine : public StepEngine {
   std::string device() const override { return "cpu"; }
 
   const VlInput& input() const { return in_; }
+  DType kv_dtype() const { return kv_.dtype(); }
 
  private:
   const ModelWeights& w_;

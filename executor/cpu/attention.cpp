@@ -58,6 +58,8 @@ struct Item {
 // The partition of one call: strides, items and key chunks (shapes only, never the thread count).
 struct Plan {
   int64_t hd, group, q_stride, kv_stride, head_stride;
+  DType kv_dtype;
+  int64_t kv_bytes;  // bytes of one cache element
   float scale;
   int64_t n_tokens, hb, n_hblocks, tb, n_tblocks, n_items;
   int64_t max_keys, n_chunks, chunk_keys;
@@ -85,6 +87,8 @@ Plan plan_attention(int64_t n_tokens, const int32_t* positions, const AttentionS
   pl.q_stride = s.n_heads * pl.hd;
   pl.kv_stride = s.kv_row_stride > 0 ? s.kv_row_stride : s.n_kv_heads * pl.hd;
   pl.head_stride = s.kv_head_stride > 0 ? s.kv_head_stride : pl.hd;
+  pl.kv_dtype = s.kv_dtype;
+  pl.kv_bytes = static_cast<int64_t>(dtype_row_bytes(s.kv_dtype, 1));
   pl.scale = 1.0f / std::sqrt(static_cast<float>(pl.hd));
   pl.n_tokens = n_tokens;
   // Rows of an item: hb heads (of one group) x tb tokens.
@@ -109,7 +113,7 @@ size_t partial_floats(const Plan& pl) {
 
 // One task: an item's rows over one key chunk through the tile kernel, written normalised to out (one
 // chunk) or as partial records.
-void run_task(const Plan& pl, int64_t task, const float* q, const int32_t* positions, const float* k, const float* v,
+void run_task(const Plan& pl, int64_t task, const float* q, const int32_t* positions, const void* k, const void* v,
               float* out, Scratch& sc, const CpuKernels& kern) {
   const int64_t hd = pl.hd;
   const int64_t item = task / pl.n_chunks, chunk = task % pl.n_chunks;
@@ -128,9 +132,10 @@ void run_task(const Plan& pl, int64_t task, const float* q, const int32_t* posit
   a.q = sc.q.data();
   a.limit = sc.limit.data();
   a.nr = nr;
-  a.k = k + it.g * pl.head_stride;
-  a.v = v + it.g * pl.head_stride;
+  a.k = static_cast<const uint8_t*>(k) + it.g * pl.head_stride * pl.kv_bytes;
+  a.v = static_cast<const uint8_t*>(v) + it.g * pl.head_stride * pl.kv_bytes;
   a.ld = pl.kv_stride;
+  a.kv_dtype = pl.kv_dtype;
   a.j_begin = chunk * pl.chunk_keys;
   a.j_end = std::min(pl.max_keys, a.j_begin + pl.chunk_keys);
   a.hd = hd;
@@ -192,14 +197,16 @@ AttentionShape head_major(AttentionShape s, int64_t capacity) {
   return s;
 }
 
-void attention(const float* q, int64_t n_tokens, const int32_t* positions, const float* k, const float* v,
-               int64_t kv_len, const AttentionShape& s, float* out, ThreadPool& pool) {
+void attention(const float* q, int64_t n_tokens, const int32_t* positions, const void* k, const void* v, int64_t kv_len,
+               const AttentionShape& s, float* out, ThreadPool& pool) {
   if (n_tokens <= 0) return;
   attention_segments(q, positions, {{0, n_tokens, k, v, kv_len}}, s, out, pool);
 }
 
 void attention_segments(const float* q, const int32_t* positions, const std::vector<AttentionSegment>& segs,
                         const AttentionShape& s, float* out, ThreadPool& pool) {
+  SW_CHECK(s.kv_dtype == DType::F32 || s.kv_dtype == DType::F16, "attention: a KV cache of ", dtype_name(s.kv_dtype),
+           " is not supported (f32 or f16)");
   // Each segment is partitioned as it would be alone (so the results are the same bits), and the tasks
   // of all of them share one pass of the pool.
   std::vector<Plan> plans;

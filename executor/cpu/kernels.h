@@ -33,16 +33,18 @@ int64_t set_gemv_prefetch_bytes(int64_t bytes);
 // nr (<= kAttnMaxRows) query rows that share one KV head over keys [j_begin, j_end), in tiles of
 // kAttnKeyTile keys: row r attends keys j < limit[r] (causal), scores are (q_r . k_j) * scale, and the
 // running max m[r], sum l[r] and unnormalised output acc[r * hd ..] (f32) are updated in place
-// (start from m = -inf, l = 0, acc = 0; the result is acc / l).
+// (start from m = -inf, l = 0, acc = 0; the result is acc / l). K and V rows are stored as kv_dtype
+// (f32, or f16 widened to f32 as they are loaded); queries, scores and accumulators are f32.
 constexpr int kAttnMaxRows = 64;
 constexpr int64_t kAttnKeyTile = 64;
 struct AttnArgs {
   const float* const* q;  // nr query rows of hd floats
   const int64_t* limit;   // nr key limits
   int nr;
-  const float* k;  // key j at k + j * ld
-  const float* v;  // value j at v + j * ld
-  int64_t ld;
+  const void* k;                // key j at element j * ld of k (elements of kv_dtype)
+  const void* v;                // value j at element j * ld of v
+  int64_t ld;                   // in elements
+  DType kv_dtype = DType::F32;  // F32 or F16
   int64_t j_begin, j_end;
   int64_t hd;
   float scale;

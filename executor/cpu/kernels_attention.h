@@ -12,9 +12,11 @@
 // Each K and V row is read once per tile for all nr rows.
 //
 // Traits T provide: V (vector type), kW (lanes), kKB (keys per S block), kCH (vectors per PV block),
-// zero, load, loadm (first n < kW lanes, rest 0), store, storem, set1, add, mul, max, fma(a, b, c) =
-// a * b + c, hmax, hsum, exp (for x <= 0; large negative x gives ~0), reduce(acc, n, out) (out[i] =
-// hsum(acc[i]) for i < n).
+// zero, load, loadm (first n < kW lanes, rest 0), loadh, loadhm (the same from f16 elements, widened),
+// store, storem, set1, add, mul, max, fma(a, b, c) = a * b + c, hmax, hsum, exp (for x <= 0; large
+// negative x gives ~0), reduce(acc, n, out) (out[i] = hsum(acc[i]) for i < n).
+// K and V rows are read through a row policy R (RowsF32 / RowsF16: the cache's element type E, its
+// bytes, and load/loadm of E into f32 vectors); everything after the load is the same f32 code.
 #pragma once
 
 #include <cmath>
@@ -36,26 +38,46 @@ inline int64_t imax(int64_t a, int64_t b) {
   return a > b ? a : b;
 }
 
+// K/V rows stored as f32.
+template <class T>
+struct RowsF32 {
+  using E = float;
+  static constexpr int kBytes = 4;
+  static typename T::V load(const E* p) { return T::load(p); }
+  static typename T::V loadm(const E* p, int n) { return T::loadm(p, n); }
+};
+
+// K/V rows stored as IEEE f16 (uint16_t bits), widened to f32 on load.
+template <class T>
+struct RowsF16 {
+  using E = uint16_t;
+  static constexpr int kBytes = 2;
+  static typename T::V load(const E* p) { return T::loadh(p); }
+  static typename T::V loadm(const E* p, int n) { return T::loadhm(p, n); }
+};
+
 // The K and V rows of the next tile are prefetched while this tile's are read (pf: that tile's offset
-// in floats, 0 for none), one prefetch per 64-byte line: consecutive keys are a whole cache row apart
-// (ld floats: every KV head of a position), a stride the hardware prefetchers do not follow across
-// pages, so without it each key's first line is a DRAM round trip (decode attention over a long host
-// cache read its KV at about half the bandwidth of a streaming read).
-inline void prefetch_line(const float* p, int64_t pf) {
-  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(pf) * 4u), 0,
-                     3);
+// in elements of `bytes` bytes, 0 for none), one prefetch per 64-byte line: consecutive keys are a
+// whole cache row apart (ld elements: every KV head of a position), a stride the hardware prefetchers
+// do not follow across pages, so without it each key's first line is a DRAM round trip (decode
+// attention over a long host cache read its KV at about half the bandwidth of a streaming read).
+template <int bytes>
+inline void prefetch_line(const void* p, int64_t pf) {
+  __builtin_prefetch(
+      reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(pf) * unsigned(bytes)), 0,
+      3);
 }
 
 // s[i * kAttnKeyTile + kk + j] = q_i . k_{kk+j} for RB rows, KB keys.
-template <class T, int RB, int KB>
-inline void scores_block(const float* const* q, const float* k, int64_t ld, int64_t hd, float* s, int64_t kk,
+template <class T, class R, int RB, int KB>
+inline void scores_block(const float* const* q, const typename R::E* k, int64_t ld, int64_t hd, float* s, int64_t kk,
                          int64_t pf) {
   using V = typename T::V;
   constexpr int W = T::kW;
   V acc[RB * KB];
 #pragma GCC unroll 32
   for (int i = 0; i < RB * KB; ++i) acc[i] = T::zero();
-  const float* kr[KB];
+  const typename R::E* kr[KB];
 #pragma GCC unroll 8
   for (int j = 0; j < KB; ++j) kr[j] = k + (kk + j) * ld;
   int64_t d = 0;
@@ -65,8 +87,8 @@ inline void scores_block(const float* const* q, const float* k, int64_t ld, int6
     for (int i = 0; i < RB; ++i) qv[i] = T::load(q[i] + d);
 #pragma GCC unroll 8
     for (int j = 0; j < KB; ++j) {
-      if (pf != 0 && (d * 4) % 64 == 0) prefetch_line(kr[j] + d, pf);
-      const V kv = T::load(kr[j] + d);
+      if (pf != 0 && (d * R::kBytes) % 64 == 0) prefetch_line<R::kBytes>(kr[j] + d, pf);
+      const V kv = R::load(kr[j] + d);
 #pragma GCC unroll 8
       for (int i = 0; i < RB; ++i) acc[i * KB + j] = T::fma(qv[i], kv, acc[i * KB + j]);
     }
@@ -78,7 +100,7 @@ inline void scores_block(const float* const* q, const float* k, int64_t ld, int6
     for (int i = 0; i < RB; ++i) qv[i] = T::loadm(q[i] + d, n);
 #pragma GCC unroll 8
     for (int j = 0; j < KB; ++j) {
-      const V kv = T::loadm(kr[j] + d, n);
+      const V kv = R::loadm(kr[j] + d, n);
 #pragma GCC unroll 8
       for (int i = 0; i < RB; ++i) acc[i * KB + j] = T::fma(qv[i], kv, acc[i * KB + j]);
     }
@@ -92,18 +114,18 @@ inline void scores_block(const float* const* q, const float* k, int64_t ld, int6
 }
 
 // S for RB rows over keys [0, nk) of the tile.
-template <class T, int RB>
-inline void scores_rows(const float* const* q, const float* k, int64_t ld, int64_t hd, int64_t nk, float* s,
+template <class T, class R, int RB>
+inline void scores_rows(const float* const* q, const typename R::E* k, int64_t ld, int64_t hd, int64_t nk, float* s,
                         int64_t pf) {
   constexpr int KB = T::kKB;
   int64_t kk = 0;
-  for (; kk + KB <= nk; kk += KB) scores_block<T, RB, KB>(q, k, ld, hd, s, kk, pf);
-  for (; kk < nk; ++kk) scores_block<T, RB, 1>(q, k, ld, hd, s, kk, pf);
+  for (; kk + KB <= nk; kk += KB) scores_block<T, R, RB, KB>(q, k, ld, hd, s, kk, pf);
+  for (; kk < nk; ++kk) scores_block<T, R, RB, 1>(q, k, ld, hd, s, kk, pf);
 }
 
 // o_i[d0 .. d0 + CH*W (or n lanes of one vector)) = o_i * corr_i + sum_j p_i[j] v_j, for RB rows.
-template <class T, int RB, int CH, bool kTail>
-inline void pv_block(const float* p, const float* corr, const float* v, int64_t ld, int64_t nk, float* const* o,
+template <class T, class R, int RB, int CH, bool kTail>
+inline void pv_block(const float* p, const float* corr, const typename R::E* v, int64_t ld, int64_t nk, float* const* o,
                      int64_t d0, int n, int64_t pf) {
   using V = typename T::V;
   constexpr int W = T::kW;
@@ -119,8 +141,8 @@ inline void pv_block(const float* p, const float* corr, const float* v, int64_t 
     V vv[CH];
 #pragma GCC unroll 8
     for (int c2 = 0; c2 < CH; ++c2) {
-      if (pf != 0 && ((d0 + c2 * W) * 4) % 64 == 0) prefetch_line(v + j * ld + d0 + c2 * W, pf);
-      vv[c2] = kTail ? T::loadm(v + j * ld + d0, n) : T::load(v + j * ld + d0 + c2 * W);
+      if (pf != 0 && ((d0 + c2 * W) * R::kBytes) % 64 == 0) prefetch_line<R::kBytes>(v + j * ld + d0 + c2 * W, pf);
+      vv[c2] = kTail ? R::loadm(v + j * ld + d0, n) : R::load(v + j * ld + d0 + c2 * W);
     }
 #pragma GCC unroll 8
     for (int i = 0; i < RB; ++i) {
@@ -140,14 +162,14 @@ inline void pv_block(const float* p, const float* corr, const float* v, int64_t 
     }
 }
 
-template <class T, int RB>
-inline void pv_rows(const float* p, const float* corr, const float* v, int64_t ld, int64_t nk, int64_t hd,
+template <class T, class R, int RB>
+inline void pv_rows(const float* p, const float* corr, const typename R::E* v, int64_t ld, int64_t nk, int64_t hd,
                     float* const* o, int64_t pf) {
   constexpr int W = T::kW, CH = T::kCH;
   int64_t d = 0;
-  for (; d + CH * W <= hd; d += CH * W) pv_block<T, RB, CH, false>(p, corr, v, ld, nk, o, d, W, pf);
-  for (; d + W <= hd; d += W) pv_block<T, RB, 1, false>(p, corr, v, ld, nk, o, d, W, pf);
-  if (d < hd) pv_block<T, RB, 1, true>(p, corr, v, ld, nk, o, d, static_cast<int>(hd - d), pf);
+  for (; d + CH * W <= hd; d += CH * W) pv_block<T, R, RB, CH, false>(p, corr, v, ld, nk, o, d, W, pf);
+  for (; d + W <= hd; d += W) pv_block<T, R, RB, 1, false>(p, corr, v, ld, nk, o, d, W, pf);
+  if (d < hd) pv_block<T, R, RB, 1, true>(p, corr, v, ld, nk, o, d, static_cast<int>(hd - d), pf);
 }
 
 // Running max, correction and probabilities of one row over its nv valid keys of the tile (s holds
@@ -200,8 +222,9 @@ inline void softmax_row(float* s, int64_t nv, int64_t nk_pad, float scale, float
   for (j = nv; j < nk_pad; ++j) s[j] = 0.0f;
 }
 
-template <class T>
-void attn(const AttnArgs& a) {
+template <class T, class R>
+void attn_rows(const AttnArgs& a) {
+  using E = typename R::E;
   const int nr = a.nr;
   const int64_t hd = a.hd, ld = a.ld;
   float* const s = a.scratch;  // nr * kAttnKeyTile
@@ -213,8 +236,8 @@ void attn(const AttnArgs& a) {
   const int64_t j_end = imin(a.j_end, max_limit);
   for (int64_t j0 = a.j_begin; j0 < j_end; j0 += kAttnKeyTile) {
     const int64_t nk = imin(kAttnKeyTile, j_end - j0);
-    const float* k = a.k + j0 * ld;
-    const float* v = a.v + j0 * ld;
+    const E* k = static_cast<const E*>(a.k) + j0 * ld;
+    const E* v = static_cast<const E*>(a.v) + j0 * ld;
     // The next tile's rows, prefetched by the first row block only (the others read this tile's rows
     // again from cache).
     const int64_t pf_next = j0 + kAttnKeyTile < j_end ? kAttnKeyTile * ld : 0;
@@ -230,21 +253,30 @@ void attn(const AttnArgs& a) {
       }
       float* sb = s + r * kAttnKeyTile;
       if (rb == kRB)
-        scores_rows<T, kRB>(a.q + r, k, ld, hd, nkb, sb, pf);
+        scores_rows<T, R, kRB>(a.q + r, k, ld, hd, nkb, sb, pf);
       else
         for (int i = 0; i < rb; ++i)
-          scores_rows<T, 1>(a.q + r + i, k, ld, hd, nkb, sb + i * kAttnKeyTile, i == 0 ? pf : 0);
+          scores_rows<T, R, 1>(a.q + r + i, k, ld, hd, nkb, sb + i * kAttnKeyTile, i == 0 ? pf : 0);
       for (int i = 0; i < rb; ++i) {
         const int64_t nv = imax(0, imin(nk, a.limit[r + i] - j0));
         softmax_row<T>(sb + i * kAttnKeyTile, nv, nkb, a.scale, a.m + r + i, a.l + r + i, corr + r + i);
       }
       if (rb == kRB)
-        pv_rows<T, kRB>(sb, corr + r, v, ld, nkb, hd, o + r, pf);
+        pv_rows<T, R, kRB>(sb, corr + r, v, ld, nkb, hd, o + r, pf);
       else
         for (int i = 0; i < rb; ++i)
-          pv_rows<T, 1>(sb + i * kAttnKeyTile, corr + r + i, v, ld, nkb, hd, o + r + i, i == 0 ? pf : 0);
+          pv_rows<T, R, 1>(sb + i * kAttnKeyTile, corr + r + i, v, ld, nkb, hd, o + r + i, i == 0 ? pf : 0);
     }
   }
+}
+
+// The tile kernel over the cache's element type.
+template <class T>
+void attn(const AttnArgs& a) {
+  if (a.kv_dtype == DType::F16)
+    attn_rows<T, RowsF16<T>>(a);
+  else
+    attn_rows<T, RowsF32<T>>(a);
 }
 
 }  // namespace attn_impl

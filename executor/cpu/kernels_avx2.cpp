@@ -457,6 +457,13 @@ struct Avx2Attn {
   static V zero() { return _mm256_setzero_ps(); }
   static V load(const float* p) { return _mm256_loadu_ps(p); }
   static V loadm(const float* p, int n) { return _mm256_maskload_ps(p, lane_mask(n)); }
+  static V loadh(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  // AVX2 has no masked 16-bit load: the n halves go through a zeroed buffer (head_dim tails only).
+  static V loadhm(const uint16_t* p, int n) {
+    alignas(16) uint16_t h[kLanes] = {};
+    std::memcpy(h, p, static_cast<size_t>(n) * 2);
+    return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(h)));
+  }
   static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
   static void storem(float* p, V v, int n) { _mm256_maskstore_ps(p, lane_mask(n), v); }
   static V set1(float x) { return _mm256_set1_ps(x); }

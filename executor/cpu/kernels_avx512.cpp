@@ -408,6 +408,8 @@ struct Avx512Attn {
   static V zero() { return _mm512_setzero_ps(); }
   static V load(const float* p) { return _mm512_loadu_ps(p); }
   static V loadm(const float* p, int n) { return _mm512_maskz_loadu_ps(tail_mask(n), p); }
+  static V loadh(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static V loadhm(const uint16_t* p, int n) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(tail_mask(n), p)); }
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
   static void storem(float* p, V v, int n) { _mm512_mask_storeu_ps(p, tail_mask(n), v); }
   static V set1(float x) { return _mm512_set1_ps(x); }

@@ -49,6 +49,8 @@ struct ScalarAttn {
   static V zero() { return 0.0f; }
   static V load(const float* p) { return *p; }
   static V loadm(const float* p, int n) { return n > 0 ? *p : 0.0f; }
+  static V loadh(const uint16_t* p) { return f16_to_f32(*p); }
+  static V loadhm(const uint16_t* p, int n) { return n > 0 ? f16_to_f32(*p) : 0.0f; }
   static void store(float* p, V v) { *p = v; }
   static void storem(float* p, V v, int n) {
     if (n > 0) *p = v;
@@ -57,7 +59,9 @@ struct ScalarAttn {
   static V add(V a, V b) { return a + b; }
   static V mul(V a, V b) { return a * b; }
   static V max(V a, V b) { return a > b ? a : b; }
-  static V fma(V a, V b, V c) { return a * b + c; }
+  // Always fused: whether the compiler contracts a * b + c may differ between the f32 and f16 row
+  // instantiations, which must give the same bits for the same values.
+  static V fma(V a, V b, V c) { return std::fma(a, b, c); }
   static V exp(V x) { return std::exp(x); }
   static float exp1(float x) { return std::exp(x); }
   static float hsum(V v) { return v; }

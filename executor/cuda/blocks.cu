@@ -187,13 +187,19 @@ class CudaKernels : public DeviceKernels {
     step_ready_ = true;
   }
 
-  void kv_layout(const float* src, float* dst, int64_t capacity, int64_t p0, int64_t p1, bool to_positions) override {
+  void kv_layout(const void* src, void* dst, int64_t capacity, int64_t p0, int64_t p1, bool to_positions) override {
     if (p1 == p0) return;
     cuda::kv_layout(ctx_, src, dst, capacity, static_cast<int32_t>(spec_.num_key_value_heads),
-                    static_cast<int32_t>(spec_.head_dim), p0, p1, to_positions, DType::F32);
+                    static_cast<int32_t>(spec_.head_dim), p0, p1, to_positions, kv_dtype_);
   }
 
-  void attention(const DevLayer& w, float* x, int64_t n, float* k_cache, float* v_cache) override {
+  void set_kv_dtype(DType t) override {
+    SW_CHECK(t == DType::F32 || t == DType::F16, "the CUDA kernels keep the KV cache in f32 or f16, not ",
+             dtype_name(t));
+    kv_dtype_ = t;
+  }
+
+  void attention(const DevLayer& w, float* x, int64_t n, void* k_cache, void* v_cache) override {
     check_step(n, "attention");
     SW_CHECK(k_cache != nullptr && v_cache != nullptr, "CUDA attention: no KV cache");
     const int64_t H = spec_.hidden_size, QD = spec_.q_dim(), KVD = spec_.kv_dim(), W = QD + 2 * KVD;
@@ -218,9 +224,10 @@ class CudaKernels : public DeviceKernels {
         AttnArgs a;
         a.q = qkv + (t - c0) * W;
         a.q_stride = W;
-        a.k = k_cache + row0 * KVD;
-        a.v = v_cache + row0 * KVD;
+        a.k = kv_row(k_cache, row0);
+        a.v = kv_row(v_cache, row0);
         a.kv_stride = KVD;
+        a.kv_dtype = kv_dtype_;
         a.out = attn + (t - c0) * QD;
         a.out_stride = QD;
         a.n = static_cast<int32_t>(len);
@@ -540,9 +547,10 @@ class CudaKernels : public DeviceKernels {
 
   // Tokens c0 .. c0 + m - 1 of the step (qkv holds their rows): q and k normed and roped, k and v
   // appended to the caches (when given) at each sequence's rows.
-  void rope_qk(const DevLayer& w, float* qkv, int64_t c0, int64_t m, float* k_cache, float* v_cache) {
-    const int64_t half = spec_.head_dim / 2, W = spec_.q_dim() + 2 * spec_.kv_dim(), KVD = spec_.kv_dim();
+  void rope_qk(const DevLayer& w, float* qkv, int64_t c0, int64_t m, void* k_cache, void* v_cache) {
+    const int64_t half = spec_.head_dim / 2, W = spec_.q_dim() + 2 * spec_.kv_dim();
     QkRopeArgs r;
+    r.kv_dtype = kv_dtype_;
     r.stride = W;
     r.n_heads = static_cast<int32_t>(spec_.num_attention_heads);
     r.n_kv_heads = static_cast<int32_t>(spec_.num_key_value_heads);
@@ -566,8 +574,8 @@ class CudaKernels : public DeviceKernels {
       r.n = static_cast<int32_t>(len);
       r.cos = rope_cos_ + t * half;
       r.sin = rope_sin_ + t * half;
-      r.k_cache = k_cache ? k_cache + row0 * KVD : nullptr;
-      r.v_cache = v_cache ? v_cache + row0 * KVD : nullptr;
+      r.k_cache = k_cache ? kv_row(k_cache, row0) : nullptr;
+      r.v_cache = v_cache ? kv_row(v_cache, row0) : nullptr;
       r.pos_first = static_cast<int32_t>(pos);
       qk_norm_rope(ctx_, r);
     });
@@ -985,6 +993,12 @@ class CudaKernels : public DeviceKernels {
   ModelSpec spec_;
   RopeStyle rope_;
   float eps_ = 1e-5f;
+  DType kv_dtype_ = DType::F32;  // the KV caches' element type (set_kv_dtype)
+
+  // Row `row` of a K or V cache of kv_dtype_.
+  void* kv_row(void* cache, int64_t row) const {
+    return static_cast<uint8_t*>(cache) + row * static_cast<int64_t>(dtype_row_bytes(kv_dtype_, spec_.kv_dim()));
+  }
   Ctx ctx_;
   Workspace ws_;
   PinnedRing staging_;
@@ -1182,6 +1196,9 @@ class WarmUp {
       for (DType t : kAllDTypes) run_blocks(t);
       sweep_matmuls();
     }
+    k_.set_kv_dtype(DType::F16);  // the attention and RoPE kernels over an f16 cache
+    run_blocks(DType::F32);
+    k_.set_kv_dtype(DType::F32);
     check(cudaStreamSynchronize(k_.ctx_.stream), "cudaStreamSynchronize(warm-up)");
     check(cudaGetLastError(), "a warm-up kernel");
   }
@@ -1338,23 +1355,25 @@ class WarmUp {
     const bool padded = !(hd == 32 || hd == 64 || hd == 128 || hd == 256);
     for (int misalign : {0, 1}) {
       if (misalign && padded) break;  // padded head_dims only have the guarded kernels
-      for (int n : {1, 2, 4, 9}) {
-        AttnArgs a;
-        a.q = aq_ + misalign;
-        a.q_stride = hd;
-        a.k = ak_;
-        a.v = av_;
-        a.kv_stride = hd;
-        a.out = ao_;
-        a.out_stride = hd;
-        a.n = n;
-        a.pos_first = n <= kGemvMaxTokens ? 100 : 0;
-        a.n_heads = 1;
-        a.n_kv_heads = 1;
-        a.head_dim = static_cast<int32_t>(hd);
-        attention(c, a);
-        ++st_->launches;
-      }
+      for (int n : {1, 2, 4, 9})
+        for (DType kv : {DType::F32, DType::F16}) {
+          AttnArgs a;
+          a.q = aq_ + misalign;
+          a.q_stride = hd;
+          a.k = ak_;
+          a.v = av_;
+          a.kv_stride = hd;
+          a.out = ao_;
+          a.out_stride = hd;
+          a.n = n;
+          a.pos_first = n <= kGemvMaxTokens ? 100 : 0;
+          a.n_heads = 1;
+          a.n_kv_heads = 1;
+          a.head_dim = static_cast<int32_t>(hd);
+          a.kv_dtype = kv;
+          attention(c, a);
+          ++st_->launches;
+        }
     }
   }
 
@@ -1375,7 +1394,10 @@ class WarmUp {
       r.cos = r.sin = norm_;
       r.k_cache = kc_;
       r.v_cache = vc_;
-      qk_norm_rope(c, r);
+      for (DType kv : {DType::F32, DType::F16}) {
+        r.kv_dtype = kv;
+        qk_norm_rope(c, r);
+      }
     }
     swiglu(c, sy_, sx_, 1, 64, 64);
     add(c, sy_, sx_, 64);

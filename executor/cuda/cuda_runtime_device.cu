@@ -113,10 +113,11 @@ class WorkspaceSplitKernels : public DeviceKernels {
     inner_->set_workspace(dev + w, bytes - w);
   }
   void prepare_segments(const std::vector<StepSegment>& segments) override { inner_->prepare_segments(segments); }
-  void attention(const DevLayer& w, float* x, int64_t n, float* k, float* v) override {
+  void set_kv_dtype(DType t) override { inner_->set_kv_dtype(t); }
+  void attention(const DevLayer& w, float* x, int64_t n, void* k, void* v) override {
     inner_->attention(w, x, n, k, v);
   }
-  void kv_layout(const float* src, float* dst, int64_t capacity, int64_t p0, int64_t p1, bool to_positions) override {
+  void kv_layout(const void* src, void* dst, int64_t capacity, int64_t p0, int64_t p1, bool to_positions) override {
     inner_->kv_layout(src, dst, capacity, p0, p1, to_positions);
   }
   void attention_pre(const DevLayer& w, const float* x, int64_t n, float* qkv) override {
@@ -204,6 +205,7 @@ class CudaDevice : public Device {
 
   std::string kind() const override { return "cuda"; }
   bool supports_dtype(DType t) const override { return cuda_computes_dtype(t); }
+  bool supports_kv_dtype(DType t) const override { return t == DType::F32 || t == DType::F16; }
   std::string name() const override { return name_; }
 
   uint8_t* allocate_arena(uint64_t bytes) override {

@@ -58,10 +58,18 @@ struct DevLayer {
 
 // The blocks of cpu_blocks.h over device memory, enqueued on the compute queue in call order.
 // Host arguments (routing) are copied at call time. Buffers: x [n, hidden]; qkv [n, q_dim + 2 kv_dim];
-// attn [n, q_dim]; logits [n, experts] or [rows]; caches [capacity, kv_dim] f32.
+// attn [n, q_dim]; logits [n, experts] or [rows]; caches [capacity, kv_dim] of elements of the KV
+// dtype (set_kv_dtype; f32 unless set).
 class DeviceKernels {
  public:
   virtual ~DeviceKernels() = default;
+  // The element type of the KV caches attention() writes and reads and kv_layout() copies, set before
+  // the blocks run. Kernels keep f32 unless they override this: the default refuses anything else,
+  // naming it (the CUDA kernels keep f32 only so far).
+  virtual void set_kv_dtype(DType t) {
+    SW_CHECK(t == DType::F32, "this device's kernels keep the KV cache in f32, not ", dtype_name(t),
+             " (run with --kv-dtype f32, or --device cpu)");
+  }
   // Device temporaries for the blocks come from this region (part of the plan's scratch).
   virtual void set_workspace(uint8_t* dev, uint64_t bytes) = 0;
   // The step's sequences (step_engine.h): each segment's tokens at its positions, its cache rows from
@@ -69,7 +77,7 @@ class DeviceKernels {
   virtual void prepare_segments(const std::vector<StepSegment>& segments) = 0;
   // One sequence at positions pos0 .. pos0 + n - 1.
   void prepare_step(int64_t pos0, int64_t n) { prepare_segments({StepSegment{0, n, pos0, 0}}); }
-  virtual void attention(const DevLayer& w, float* x, int64_t n, float* k_cache, float* v_cache) = 0;
+  virtual void attention(const DevLayer& w, float* x, int64_t n, void* k_cache, void* v_cache) = 0;
   virtual void attention_pre(const DevLayer& w, const float* x, int64_t n, float* qkv) = 0;
   virtual void attention_post(const DevLayer& w, float* x, const float* attn, int64_t n) = 0;
   virtual void router(const DevLayer& w, const float* x, int64_t n, float* logits) = 0;
@@ -88,11 +96,11 @@ class DeviceKernels {
   void output(const float* out_norm, const DevMat& head, const float* x_row, float* logits) {
     output_rows(out_norm, head, x_row, {0}, logits, head.rows);
   }
-  // Positions [p0, p1) of one K or V cache of `capacity` positions between the host's head-major
-  // layout [kv_heads, capacity, head_dim] (kv_cache.h) and the device's position-major one
-  // [capacity, kv_dim]: to_positions copies head-major src into position-major dst, else the reverse.
-  // A step's attention over a host cache staged on the device (plan.h, attn_staged).
-  virtual void kv_layout(const float* src, float* dst, int64_t capacity, int64_t p0, int64_t p1, bool to_positions) = 0;
+  // Positions [p0, p1) of one K or V cache of `capacity` positions (elements of the KV dtype) between
+  // the host's head-major layout [kv_heads, capacity, head_dim] (kv_cache.h) and the device's
+  // position-major one [capacity, kv_dim]: to_positions copies head-major src into position-major dst,
+  // else the reverse. A step's attention over a host cache staged on the device (plan.h, attn_staged).
+  virtual void kv_layout(const void* src, void* dst, int64_t capacity, int64_t p0, int64_t p1, bool to_positions) = 0;
 };
 
 enum class HostAccess { ReadWrite, ReadOnly };
@@ -108,6 +116,9 @@ class Device {
     (void)t;
     return true;
   }
+  // Whether this device's kernels keep a KV cache of that element type (DeviceKernels::set_kv_dtype):
+  // f32 unless a device says more (the runtime refuses a plan table of another, before any set-up).
+  virtual bool supports_kv_dtype(DType t) const { return t == DType::F32; }
 
   // The arena: exactly `bytes` of device memory, one at a time. Throws Error when unavailable.
   virtual uint8_t* allocate_arena(uint64_t bytes) = 0;
@@ -214,6 +225,9 @@ struct EmuOptions {
   // The weight types the device computes with (empty: every type), to stand in for a device whose
   // kernels lack some.
   std::vector<DType> dtypes = {};
+  // Whether the device keeps f16 KV caches (false: f32 only), to stand in for a device whose kernels
+  // keep f32 only.
+  bool kv_f16 = true;
 };
 std::unique_ptr<Device> make_emu_device(const EmuOptions& options = {});
 // Throws Error when the build has no CUDA or the machine no GPU.

@@ -184,22 +184,32 @@ class EmuKernels : public DeviceKernels {
   void prepare_segments(const std::vector<StepSegment>& segments) override {
     q_.push([this, segments] { blocks_.prepare_step(segments); });
   }
-  void kv_layout(const float* src, float* dst, int64_t capacity, int64_t p0, int64_t p1, bool to_positions) override {
+  // The CPU blocks keep f32 or f16 caches; the type applies to the blocks queued after this call.
+  void set_kv_dtype(DType t) override {
+    SW_CHECK(t == DType::F32 || t == DType::F16, "the emulated device keeps the KV cache in f32 or f16, not ",
+             dtype_name(t));
+    kv_dtype_ = t;
+    q_.push([this, t] { blocks_.set_kv_dtype(t); });
+  }
+  void kv_layout(const void* src, void* dst, int64_t capacity, int64_t p0, int64_t p1, bool to_positions) override {
     const int64_t hd = spec_.head_dim, heads = spec_.num_key_value_heads, kvd = heads * hd;
+    const int64_t eb = static_cast<int64_t>(dtype_row_bytes(kv_dtype_, 1));
     SW_CHECK(0 <= p0 && p0 <= p1 && p1 <= capacity, "emu kv_layout: positions [", p0, ", ", p1, ") of ", capacity);
     if (p1 == p0) return;
     q_.push([=] {
+      const uint8_t* s = static_cast<const uint8_t*>(src);
+      uint8_t* d = static_cast<uint8_t*>(dst);
       for (int64_t p = p0; p < p1; ++p)
         for (int64_t h = 0; h < heads; ++h) {
-          const int64_t head_at = (h * capacity + p) * hd, pos_at = p * kvd + h * hd;
+          const int64_t head_at = ((h * capacity + p) * hd) * eb, pos_at = (p * kvd + h * hd) * eb;
           if (to_positions)
-            std::memcpy(dst + pos_at, src + head_at, static_cast<size_t>(hd) * sizeof(float));
+            std::memcpy(d + pos_at, s + head_at, static_cast<size_t>(hd * eb));
           else
-            std::memcpy(dst + head_at, src + pos_at, static_cast<size_t>(hd) * sizeof(float));
+            std::memcpy(d + head_at, s + pos_at, static_cast<size_t>(hd * eb));
         }
     });
   }
-  void attention(const DevLayer& w, float* x, int64_t n, float* k, float* v) override {
+  void attention(const DevLayer& w, float* x, int64_t n, void* k, void* v) override {
     q_.push([=] { blocks_.attention(host_view(w, spec_), x, n, k, v); });
   }
   void attention_pre(const DevLayer& w, const float* x, int64_t n, float* qkv) override {
@@ -244,6 +254,7 @@ class EmuKernels : public DeviceKernels {
   ModelSpec spec_;
   ThreadPool pool_;
   CpuBlocks blocks_;
+  DType kv_dtype_ = DType::F32;  // as the calls see it (blocks_ takes it in queue order)
 };
 
 class EmuDevice : public Device {
@@ -257,6 +268,7 @@ class EmuDevice : public Device {
     for (auto& q : queues_) q->wait_done(q->submitted());
   }
   std::string kind() const override { return "emu"; }
+  bool supports_kv_dtype(DType t) const override { return t == DType::F32 || (t == DType::F16 && opt_.kv_f16); }
   bool supports_dtype(DType t) const override {
     return opt_.dtypes.empty() || std::find(opt_.dtypes.begin(), opt_.dtypes.end(), t) != opt_.dtypes.end();
   }

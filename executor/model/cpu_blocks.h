@@ -37,15 +37,19 @@ class CpuBlocks {
   // head_dim] (host caches: KvCache); 0 (the default): [capacity, kv_dim], the heads of a position
   // side by side (as the device caches).
   void set_kv_capacity(int64_t capacity) { kv_capacity_ = capacity; }
+  // The caches' element type: F32 (the default) or F16 (K and V rows are rounded to f16, to nearest
+  // even, as they are stored; attention reads them back widened to f32).
+  void set_kv_dtype(DType dtype);
+  DType kv_dtype() const { return kv_dtype_; }
 
   // x [n, hidden] is the residual stream, updated in place. Caches hold a segment's position j at row
   // row0 + j (of each head, or of all heads: set_kv_capacity); the step writes each segment's new
   // positions and each token attends to its own sequence's positions 0 .. pos.
-  void attention(const LayerWeights& w, float* x, int64_t n, float* k_cache, float* v_cache);
+  void attention(const LayerWeights& w, float* x, int64_t n, void* k_cache, void* v_cache);
   // The same, split: pre writes qkv [n, q_dim + 2 kv_dim] (normed, roped); core stores k, v in the
   // cache and writes attn [n, q_dim]; post adds the output projection to x.
   void attention_pre(const LayerWeights& w, const float* x, int64_t n, float* qkv);
-  void attention_core(const float* qkv, int64_t n, float* k_cache, float* v_cache, float* attn);
+  void attention_core(const float* qkv, int64_t n, void* k_cache, void* v_cache, float* attn);
   void attention_post(const LayerWeights& w, float* x, const float* attn, int64_t n);
 
   // MoE: router logits [n, num_experts] of the FFN-normed x.
@@ -73,6 +77,7 @@ class CpuBlocks {
   ThreadPool& pool_;
   std::vector<StepSegment> segments_;
   int64_t kv_capacity_ = 0;  // > 0: head-major caches of this many positions
+  DType kv_dtype_ = DType::F32;
   std::vector<int32_t> positions_;
   RopeAngles angles_;
   std::vector<float> norm_, qkv_, attn_, out_, gate_, up_, expert_in_, expert_out_;

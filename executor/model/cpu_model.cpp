@@ -69,6 +69,7 @@ void CpuModel::run_layers(const int32_t* tokens, const std::vector<StepSegment>&
 void CpuModel::run_blocks(int64_t n, KvCache& kv) {
   const ModelSpec& sp = w_.spec;
   blocks_.set_kv_capacity(kv.capacity());  // KvCache is head-major
+  blocks_.set_kv_dtype(kv.dtype());
   for (int64_t l = 0; l < sp.num_hidden_layers; ++l) {
     const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
     blocks_.attention(lw, x_.data(), n, kv.k(l), kv.v(l));
@@ -163,10 +164,10 @@ double measure_next_layer_routing(const ModelWeights& w, ThreadPool& pool, const
   return hits / total;
 }
 
-CpuEngine::CpuEngine(const ModelWeights& weights, ThreadPool& pool, int64_t ctx, int slots)
+CpuEngine::CpuEngine(const ModelWeights& weights, ThreadPool& pool, int64_t ctx, int slots, DType kv_dtype)
     : model_(weights, pool), slots_(slots), capacity_(slots > 0 ? ctx / slots : 0) {
   SW_CHECK(slots >= 1 && capacity_ >= 1, "a context of ", ctx, " tokens cannot be shared by ", slots, " slots");
-  kv_ = std::make_unique<KvCache>(weights.spec, capacity_ * slots);
+  kv_ = std::make_unique<KvCache>(weights.spec, capacity_ * slots, kv_dtype);
   n_past_.assign(static_cast<size_t>(slots), 0);
 }
 CpuEngine::~CpuEngine() = default;

@@ -39,13 +39,32 @@ void CpuBlocks::attention_pre(const LayerWeights& w, const float* x, int64_t n, 
   rope(qkv + QD, n, spec_.num_key_value_heads, spec_.head_dim, angles_, rope_, W);
 }
 
-void CpuBlocks::attention_core(const float* qkv, int64_t n, float* k_cache, float* v_cache, float* attn) {
+void CpuBlocks::set_kv_dtype(DType dtype) {
+  SW_CHECK(dtype == DType::F32 || dtype == DType::F16, "the CPU keeps a KV cache in f32 or f16, not ",
+           dtype_name(dtype));
+  kv_dtype_ = dtype;
+}
+
+namespace {
+
+// Stores one KV head's row of hd values in the cache's element type.
+void store_kv_row(DType dtype, const float* src, uint8_t* dst, int64_t hd) {
+  if (dtype == DType::F32)
+    std::memcpy(dst, src, static_cast<size_t>(hd) * sizeof(float));
+  else
+    quantize_row(dtype, src, dst, hd);
+}
+
+}  // namespace
+
+void CpuBlocks::attention_core(const float* qkv, int64_t n, void* k_cache, void* v_cache, float* attn) {
   const int64_t QD = spec_.q_dim(), KVD = spec_.kv_dim(), W = qkv_width();
-  const int64_t hd = spec_.head_dim;
+  const int64_t hd = spec_.head_dim, eb = static_cast<int64_t>(dtype_row_bytes(kv_dtype_, 1));
   SW_CHECK(!segments_.empty() && segments_.back().t0 + segments_.back().n == n,
            "attention: prepare_step was not called for this step");
   AttentionShape shape{spec_.num_attention_heads, spec_.num_key_value_heads, hd, KVD, hd};  // side by side
   if (kv_capacity_ > 0) shape = head_major(shape, kv_capacity_);
+  shape.kv_dtype = kv_dtype_;
   // Gather q into a dense [n, q_dim] block for the attention kernel.
   qkv_.resize(static_cast<size_t>(n * QD));
   for (int64_t t = 0; t < n; ++t)
@@ -57,15 +76,15 @@ void CpuBlocks::attention_core(const float* qkv, int64_t n, float* k_cache, floa
     if (kv_capacity_ > 0)
       SW_CHECK(sg.row0 + end <= kv_capacity_, "attention: positions up to ", sg.row0 + end, " exceed the cache's ",
                kv_capacity_);
-    float* k = k_cache + sg.row0 * shape.kv_row_stride;
-    float* v = v_cache + sg.row0 * shape.kv_row_stride;
+    uint8_t* k = static_cast<uint8_t*>(k_cache) + sg.row0 * shape.kv_row_stride * eb;
+    uint8_t* v = static_cast<uint8_t*>(v_cache) + sg.row0 * shape.kv_row_stride * eb;
     for (int64_t t = 0; t < sg.n; ++t) {
       const float* r = qkv + (sg.t0 + t) * W;
       const int64_t at = (sg.pos0 + t) * shape.kv_row_stride;
       for (int64_t g = 0; g < spec_.num_key_value_heads; ++g) {
-        const int64_t off = g * shape.kv_head_stride + at;
-        std::memcpy(k + off, r + QD + g * hd, static_cast<size_t>(hd) * sizeof(float));
-        std::memcpy(v + off, r + QD + KVD + g * hd, static_cast<size_t>(hd) * sizeof(float));
+        const int64_t off = (g * shape.kv_head_stride + at) * eb;
+        store_kv_row(kv_dtype_, r + QD + g * hd, k + off, hd);
+        store_kv_row(kv_dtype_, r + QD + KVD + g * hd, v + off, hd);
       }
     }
     parts.push_back({sg.t0, sg.n, k, v, end});
@@ -80,7 +99,7 @@ void CpuBlocks::attention_post(const LayerWeights& w, float* x, const float* att
   add_inplace(x, out_.data(), n * H);
 }
 
-void CpuBlocks::attention(const LayerWeights& w, float* x, int64_t n, float* k_cache, float* v_cache) {
+void CpuBlocks::attention(const LayerWeights& w, float* x, int64_t n, void* k_cache, void* v_cache) {
   std::vector<float> qkv(static_cast<size_t>(n * qkv_width()));
   attn_.resize(static_cast<size_t>(n * spec_.q_dim()));
   attention_pre(w, x, n, qkv.data());

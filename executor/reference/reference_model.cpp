@@ -75,10 +75,17 @@ Vec swiglu_ffn(const TensorView& gate, const TensorView& up, const TensorView& d
   return matvec(down, g, slice);
 }
 
+// Rounds each value as a KV cache of `kv` stores it (f32 is taken as exact: the reference's own
+// precision; f16 rounds through f32 to the nearest even half, as the engines store it).
+void store_as(DType kv, Vec& v) {
+  if (kv == DType::F32) return;
+  for (double& e : v) e = static_cast<double>(f16_to_f32(f32_to_f16(static_cast<float>(e))));
+}
+
 // Layer prefix p's attention block, added to the residual stream x: project every position, then let
-// each attend to positions <= itself.
+// each attend to positions <= itself (over K and V as a cache of kv would hold them).
 void attention_block(const WeightSource& src, const std::string& p, std::vector<Vec>& x,
-                     const std::vector<int64_t>& pos3) {
+                     const std::vector<int64_t>& pos3, DType kv) {
   const ModelSpec& sp = src.spec();
   const int64_t n = static_cast<int64_t>(x.size()), H = sp.hidden_size, hd = sp.head_dim;
   const int64_t n_heads = sp.num_attention_heads, n_kv = sp.num_key_value_heads, group = n_heads / n_kv;
@@ -110,6 +117,8 @@ void attention_block(const WeightSource& src, const std::string& p, std::vector<
     }
     apply_rope(q[t], n_heads, hd, &pos3[static_cast<size_t>(3 * t)], sp.rope_theta, src.rope_style(), sp.mrope_section);
     apply_rope(k[t], n_kv, hd, &pos3[static_cast<size_t>(3 * t)], sp.rope_theta, src.rope_style(), sp.mrope_section);
+    store_as(kv, k[t]);
+    store_as(kv, v[t]);
   }
   for (int64_t t = 0; t < n; ++t) {
     Vec attn(static_cast<size_t>(n_heads * hd), 0.0);
@@ -181,13 +190,16 @@ void ffn_block(const WeightSource& src, const std::string& p, std::vector<Vec>& 
 namespace {
 
 // The layers and the LM head over residual streams x (one per position) at positions pos3 [n, 3].
-std::vector<float> reference_from(const WeightSource& src, std::vector<Vec> x, const std::vector<int64_t>& pos3) {
+std::vector<float> reference_from(const WeightSource& src, std::vector<Vec> x, const std::vector<int64_t>& pos3,
+                                  DType kv) {
+  SW_CHECK(kv == DType::F32 || kv == DType::F16, "reference: a KV cache of ", dtype_name(kv),
+           " is not supported (f32 or f16)");
   const ModelSpec& sp = src.spec();
   const int64_t n = static_cast<int64_t>(x.size());
   auto T = [&](const std::string& name) -> const TensorView& { return src.tensor(name); };
   for (int64_t l = 0; l < sp.num_hidden_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    attention_block(src, p, x, pos3);
+    attention_block(src, p, x, pos3, kv);
     ffn_block(src, p, x);
   }
   const Vec out_norm = to_vec(T("output_norm.weight"));
@@ -202,7 +214,7 @@ std::vector<float> reference_from(const WeightSource& src, std::vector<Vec> x, c
 
 }  // namespace
 
-std::vector<float> reference_logits(const WeightSource& src, const std::vector<int32_t>& tokens) {
+std::vector<float> reference_logits(const WeightSource& src, const std::vector<int32_t>& tokens, DType kv_dtype) {
   const ModelSpec& sp = src.spec();
   const int64_t n = static_cast<int64_t>(tokens.size()), H = sp.hidden_size;
   // Residual stream per position, starting from the embedding rows; positions 0, 1, ...
@@ -216,17 +228,17 @@ std::vector<float> reference_logits(const WeightSource& src, const std::vector<i
     x[t] = Vec(row.begin(), row.end());
     pos3.insert(pos3.end(), {t, t, t});
   }
-  return reference_from(src, std::move(x), pos3);
+  return reference_from(src, std::move(x), pos3, kv_dtype);
 }
 
 std::vector<float> reference_logits_embedded(const WeightSource& src, const std::vector<float>& x,
-                                             const std::vector<int64_t>& pos3) {
+                                             const std::vector<int64_t>& pos3, DType kv_dtype) {
   const int64_t H = src.spec().hidden_size, n = static_cast<int64_t>(x.size()) / H;
   SW_CHECK(n * H == static_cast<int64_t>(x.size()) && static_cast<int64_t>(pos3.size()) == 3 * n,
            "reference: the inputs are not [n, hidden] rows with [n, 3] positions");
   std::vector<Vec> rows(static_cast<size_t>(n));
   for (int64_t t = 0; t < n; ++t) rows[t] = Vec(x.begin() + t * H, x.begin() + (t + 1) * H);
-  return reference_from(src, std::move(rows), pos3);
+  return reference_from(src, std::move(rows), pos3, kv_dtype);
 }
 
 }  // namespace shardwise

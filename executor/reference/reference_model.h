@@ -7,15 +7,19 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/weight_source.h"
 
 namespace shardwise {
 
-// Logits [tokens.size(), vocab] (row-major) for the sequence starting at position 0.
-std::vector<float> reference_logits(const WeightSource& source, const std::vector<int32_t>& tokens);
+// Logits [tokens.size(), vocab] (row-major) for the sequence starting at position 0. kv_dtype: what a
+// KV cache would store — F32 (K and V kept in double) or F16 (each K row after RoPE and each V row
+// after its bias rounded to f16, as an f16 cache holds them; everything else stays in double).
+std::vector<float> reference_logits(const WeightSource& source, const std::vector<int32_t>& tokens,
+                                    DType kv_dtype = DType::F32);
 // Logits from input embeddings x [n, hidden] at positions pos3 [n, 3] (temporal, height, width: the
 // spec's mrope_section picks one per rotary pair; without sections the first is the position).
 std::vector<float> reference_logits_embedded(const WeightSource& source, const std::vector<float>& x,
-                                             const std::vector<int64_t>& pos3);
+                                             const std::vector<int64_t>& pos3, DType kv_dtype = DType::F32);
 
 }  // namespace shardwise

@@ -260,7 +260,7 @@ void Runtime::set_up_host_staging() {
   device_.pin_host(b.staging.data(), b.staging.size());
   b.pinned_by = &device_;
   // The host KV cache: pinned too where a plan copies its rows (a staged attention).
-  host_kv_ = std::make_unique<KvCache>(spec_, table_.ctx);
+  host_kv_ = std::make_unique<KvCache>(spec_, table_.ctx, kv_dtype_);
   bool stages = false;
   for (const auto& t : table_.tiers)
     for (const auto& p : t.candidates)
@@ -297,9 +297,11 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
     if (!device_.supports_dtype(kv.second))
       fail(source.origin(), ": tensor ", kv.first, " is ", dtype_name(kv.second), ", which the ", device_.kind(),
            " device cannot compute with yet (use --device cpu, or a file of f16, q8_0 or q4_0 weights)");
-  const DType kv_dtype = parse_dtype(table_.kv_dtype);
-  SW_CHECK(kv_dtype == DType::F32, "the executor keeps the KV cache in f32 (plan table says ", table_.kv_dtype, ")");
-  shards_ = make_shards(spec_, table_.ctx, kv_dtype, &dtypes_);
+  kv_dtype_ = parse_dtype(table_.kv_dtype);
+  if (!device_.supports_kv_dtype(kv_dtype_))
+    fail("the ", device_.kind(), " device keeps the KV cache in f32 only, and the plan table's is ", table_.kv_dtype,
+         " (plan with --kv-dtype f32, or run on --device cpu)");
+  shards_ = make_shards(spec_, table_.ctx, kv_dtype_, &dtypes_);
   layouts_ = shard_layouts(spec_, shards_, &dtypes_);
   // The table must describe this model's shards and keep the planner's rules (a file may not), then
   // what this executor needs of each plan.
@@ -319,6 +321,7 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
     const Phase phase("setting up the device's kernels");
     const StallGuard guard("setting up the device's kernels (module loads, cuBLAS)", 300);
     kernels_ = &device_.kernels(spec_, source.rope_style());
+    kernels_->set_kv_dtype(kv_dtype_);
   }
   {
     const Phase phase(str_cat("allocating the ", format_bytes(table_.budget_bytes), " arena"));
@@ -326,6 +329,7 @@ Runtime::Runtime(const WeightSource& source, const ModelWeights& weights, Device
     arena_ = device_.allocate_arena(table_.budget_bytes);
   }
   cpu_.set_kv_capacity(host_kv_->capacity());  // the CPU blocks here only see host caches
+  cpu_.set_kv_dtype(kv_dtype_);
   buf_->routing.resize(static_cast<size_t>(spec_.num_hidden_layers));
   buf_->split.resize(static_cast<size_t>(spec_.num_hidden_layers));
   buf_->expert_ptrs.resize(static_cast<size_t>(spec_.num_hidden_layers));
@@ -398,18 +402,22 @@ void Runtime::fill_host_cache(int64_t n, uint64_t seed) {
     x ^= x << 17;
     v = static_cast<float>(static_cast<int64_t>(x >> 40) - (int64_t(1) << 23)) / static_cast<float>(int64_t(1) << 23);
   }
-  const int64_t L = spec_.num_hidden_layers, floats = n * spec_.kv_dim();
-  const int64_t P = static_cast<int64_t>(pattern.size()), pieces = (floats + P - 1) / P;
+  // The pattern in the cache's element type.
+  const int64_t eb = static_cast<int64_t>(dtype_row_bytes(kv_dtype_, 1));
+  std::vector<uint8_t> stored(pattern.size() * static_cast<size_t>(eb));
+  quantize_row(kv_dtype_, pattern.data(), stored.data(), static_cast<int64_t>(pattern.size()));
+  const int64_t L = spec_.num_hidden_layers, elems = n * spec_.kv_dim();
+  const int64_t P = static_cast<int64_t>(pattern.size()), pieces = (elems + P - 1) / P;
   pool_.parallel_for(2 * L * pieces, 1, [&](int64_t i0, int64_t i1, int) {
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t half = i / pieces, piece = i % pieces, layer = half / 2;
       if (static_cast<size_t>(layer) < on_gpu.size() && on_gpu[static_cast<size_t>(layer)]) continue;
-      float* p = (half % 2 ? host_kv_->v(layer) : host_kv_->k(layer)) + piece * P;
+      uint8_t* p = static_cast<uint8_t*>(half % 2 ? host_kv_->v(layer) : host_kv_->k(layer)) + piece * P * eb;
       // Shifted by the layer and side, so that K and V of different layers differ.
-      const int64_t shift = (half * 4099) % P, len = std::min(P, floats - piece * P);
+      const int64_t shift = (half * 4099) % P, len = std::min(P, elems - piece * P);
       for (int64_t j = 0; j < len;) {
         const int64_t from = (shift + j) % P, run = std::min(len - j, P - from);
-        std::memcpy(p + j, pattern.data() + from, static_cast<size_t>(run) * sizeof(float));
+        std::memcpy(p + j * eb, stored.data() + from * eb, static_cast<size_t>(run * eb));
         j += run;
       }
     }
@@ -661,7 +669,7 @@ void Runtime::validate_action(const Plan& p, const Action& a, const std::string&
   if (stages) {  // a host cache staged on the device: its layer's KV on the host, the region for K and V twice
     SW_CHECK(a.layer >= 0 && !p.kv_on_gpu[static_cast<size_t>(a.layer)], act, " stages the host cache of layer ",
              a.layer, ", which the plan keeps in VRAM");
-    const uint64_t need = 4 * static_cast<uint64_t>(table_.ctx) * static_cast<uint64_t>(spec_.kv_dim()) * 4;
+    const uint64_t need = 4 * static_cast<uint64_t>(table_.ctx) * dtype_row_bytes(kv_dtype_, spec_.kv_dim());
     SW_CHECK(staging && staging->bytes >= need, act, " stages a host cache, but the plan's 'kv staging' region has ",
              staging ? staging->bytes : 0, " of the ", need, " bytes it needs");
   }
@@ -905,11 +913,11 @@ class Runtime::StepRun {
   void locate_weights();
   void start_timeline();
   bool graphs_fit() const;
-  // The device's copy of layer's KV cache in VRAM (v: its V half).
-  float* kv_dev(int layer, bool v);
+  // The device's copy of layer's KV cache in VRAM (v: its V half), elements of the KV dtype.
+  uint8_t* kv_dev(int layer, bool v);
   // A host cache staged for a layer's attention on the GPU (attn_staged): K then V, position-major as
   // the device attends to them, then K then V head-major as they cross PCIe (kv_cache.h's layout).
-  float* staged(int part);  // 0, 1: K, V position-major; 2, 3: K, V head-major
+  uint8_t* staged(int part);  // 0, 1: K, V position-major; 2, 3: K, V head-major
   // Rows [p0, p1) of every head between a host cache and the head-major half of the staging.
   void copy_heads(int layer, bool up, int64_t p0, int64_t p1, Queue q);
   // Rows of every sequence of the run between a host cache and the staging: its cached rows (past), or
@@ -1113,20 +1121,21 @@ bool Runtime::StepRun::graphs_fit() const {
   return fit;
 }
 
-float* Runtime::StepRun::kv_dev(int layer, bool v) {
+uint8_t* Runtime::StepRun::kv_dev(int layer, bool v) {
   const auto& p = plan_.placements[static_cast<size_t>(shards_.kv[static_cast<size_t>(layer)])];
   SW_CHECK(p.arena_offset >= 0, "runtime: layer ", layer, " keeps its KV in VRAM but the plan gives no offset");
   uint8_t* k = arena_ + p.arena_offset;
-  rt_.check_region(k, 2ull * static_cast<uint64_t>(ctx_ * KVD_) * 4, "a KV cache");
-  return reinterpret_cast<float*>(k) + (v ? ctx_ * KVD_ : 0);
+  const uint64_t half = static_cast<uint64_t>(ctx_) * host_kv_->row_bytes();  // K or V of ctx positions
+  rt_.check_region(k, 2 * half, "a KV cache");
+  return k + (v ? half : 0);
 }
 
-float* Runtime::StepRun::staged(int part) {
+uint8_t* Runtime::StepRun::staged(int part) {
   SW_CHECK(staging_ != nullptr, "runtime: the plan stages a host cache but has no 'kv staging' region");
-  const uint64_t one = static_cast<uint64_t>(ctx_ * KVD_) * 4;
+  const uint64_t one = static_cast<uint64_t>(ctx_) * host_kv_->row_bytes();
   SW_CHECK(4 * one <= staging_->bytes, "runtime: the plan's 'kv staging' region (", staging_->bytes,
            " bytes) holds no ", "layer's K and V twice (", 4 * one, ")");
-  return reinterpret_cast<float*>(arena_ + staging_->offset + static_cast<uint64_t>(part) * one);
+  return arena_ + staging_->offset + static_cast<uint64_t>(part) * one;
 }
 
 void Runtime::StepRun::copy_seq_heads(int layer, bool up, bool past, Queue q) {
@@ -1147,16 +1156,17 @@ void Runtime::StepRun::stage_layout(bool past) {
 void Runtime::StepRun::copy_heads(int layer, bool up, int64_t p0, int64_t p1, Queue q) {
   if (p1 <= p0) return;
   const int64_t hd = spec_.head_dim, kv_heads = spec_.num_key_value_heads;
+  const uint64_t head_row = dtype_row_bytes(host_kv_->dtype(), hd);  // one position of one head
   for (int which = 0; which < 2; ++which) {
-    float* host = which == 0 ? host_kv_->k(layer) : host_kv_->v(layer);
-    float* dev = staged(2 + which);
+    uint8_t* host = static_cast<uint8_t*>(which == 0 ? host_kv_->k(layer) : host_kv_->v(layer));
+    uint8_t* dev = staged(2 + which);
     for (int64_t h = 0; h < kv_heads; ++h) {
-      const int64_t at = (h * ctx_ + p0) * hd;
-      const uint64_t bytes = static_cast<uint64_t>((p1 - p0) * hd) * 4;
+      const uint64_t at = static_cast<uint64_t>(h * ctx_ + p0) * head_row;
+      const uint64_t bytes = static_cast<uint64_t>(p1 - p0) * head_row;
       if (up)
-        device_.copy_h2d(reinterpret_cast<uint8_t*>(dev + at), host + at, bytes, q);
+        device_.copy_h2d(dev + at, host + at, bytes, q);
       else
-        device_.copy_d2h(host + at, reinterpret_cast<uint8_t*>(dev + at), bytes);
+        device_.copy_d2h(host + at, dev + at, bytes);
     }
   }
 }

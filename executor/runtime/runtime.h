@@ -201,6 +201,7 @@ class Runtime : public StepEngine {
   ShardSet shards_;
   std::vector<ShardLayout> layouts_;
   TensorDtypes dtypes_;
+  DType kv_dtype_ = DType::F32;  // the KV caches' element type (the plan table's), host and device alike
   CpuBlocks cpu_;
   DeviceKernels* kernels_ = nullptr;
   std::unique_ptr<KvCache> host_kv_;

@@ -5,12 +5,13 @@
 
 namespace shardwise {
 
-KvCache::KvCache(const ModelSpec& spec, int64_t capacity)
-    : n_layers_(spec.num_hidden_layers), kv_dim_(spec.kv_dim()), capacity_(capacity) {
+KvCache::KvCache(const ModelSpec& spec, int64_t capacity, DType dtype)
+    : n_layers_(spec.num_hidden_layers), kv_dim_(spec.kv_dim()), capacity_(capacity), dtype_(dtype) {
   if (capacity < 1 || capacity > (int64_t(1) << 24))
     fail("context size ", capacity, " is out of range (1 .. 16M tokens)");
-  buffer_ = HostBuffer(static_cast<uint64_t>(n_layers_) * 2 * static_cast<uint64_t>(capacity_) *
-                       static_cast<uint64_t>(kv_dim_) * sizeof(float));
+  if (dtype != DType::F32 && dtype != DType::F16)
+    fail("a KV cache of ", dtype_name(dtype), " is not supported (f32 or f16)");
+  buffer_ = HostBuffer(static_cast<uint64_t>(n_layers_) * 2 * static_cast<uint64_t>(capacity_) * row_bytes());
 }
 
 void KvCache::set_n_past(int64_t n) {
@@ -18,8 +19,8 @@ void KvCache::set_n_past(int64_t n) {
   n_past_ = n;
 }
 
-float* KvCache::base(int64_t layer, int which) {
-  return reinterpret_cast<float*>(buffer_.data()) + ((layer * 2 + which) * capacity_) * kv_dim_;
+uint8_t* KvCache::base(int64_t layer, int which) {
+  return buffer_.data() + static_cast<uint64_t>((layer * 2 + which) * capacity_) * row_bytes();
 }
 
 }  // namespace shardwise

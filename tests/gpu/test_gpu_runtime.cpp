@@ -474,6 +474,30 @@ TEST_CASE("runtime suite (cuda): every schedule and the table's choice reproduce
   }
 }
 
+// An f16 KV cache on the device: RoPE stores K and V rounded to nearest even (as the CPU does), attention
+// reads the halves; every schedule, attention staged over the host's f16 cache and batched steps match
+// the CPU engine over an f16 cache. Head dims 8 to 48 (padded and not), dense, MoE and qwen2's biases.
+TEST_CASE("runtime suite (cuda): with an f16 KV cache every schedule, staged attention and batched steps match",
+          "[gpu][kv_f16]") {
+  const RuntimeTarget t = cuda_target().with_kv_dtype(DType::F16);
+  const std::string fx = test::fixtures_dir();
+  ThreadPool pool(4);
+  int staged = 0;
+  for (const std::string& path :
+       {fx + "/hf/qwen3", fx + "/hf/llama", std::string("synthetic:tiny_llama?dtype=q4_0&seed=4"),
+        std::string("synthetic:tiny_moe?dtype=q8_0&seed=4"), std::string("synthetic:tiny_qwen2?dtype=f16&seed=4")}) {
+    INFO(path);
+    const SuiteModel m = suite_model(open_weights(path), t.ctx, {17, 1, 1, 4, 1, 9, 1}, 7, pool, 40, DType::F16);
+    for (double frac : {0.3, 3.0})
+      check_every_schedule(t, m, budget_at(t, *m.src, frac), all_schedules(), emu(1, 0), pool);
+    staged += check_staged_attention(t, m, budget_at(t, *m.src, 3.0), emu(1, 0), pool);
+  }
+  CHECK(staged >= 5);
+  auto src = open_weights("synthetic:tiny_moe?dtype=q8_0&seed=4");
+  const ModelWeights w = ModelWeights::from_source(*src);
+  CHECK(check_batched(t, *src, w, 0.5, {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic}, emu(1, 0), pool) >= 2);
+}
+
 // llama-quantize's files (tests/fixtures/kquants): every block type, alone and in llama.cpp's mixes, laid
 // out, streamed and computed per tensor by the CUDA kernels, at a budget holding part of the model and all.
 TEST_CASE("runtime suite (cuda): llama-quantize's K-quant files run every schedule", "[gpu][kquants]") {

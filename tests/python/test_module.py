@@ -53,6 +53,14 @@ def test_plan_matches_the_cli():
     assert json.loads(t.to_json())["budget_bytes"] == 4 << 30
 
 
+def test_plan_kv_dtype_f16():
+    # An f16 KV cache takes half the bytes: the plan table says so, and the executor runs it.
+    spec = shardwise.load_spec("nemo8b")
+    t = shardwise.plan(spec, "cli3", "4G", ctx=4096, threads=16, kv_dtype="f16")
+    assert t.kv_dtype == "f16"
+    assert spec.kv_bytes_per_token("f16") * 2 == spec.kv_bytes_per_token("f32")
+
+
 def test_plan_kv_layers():
     # nemo8b at 2G/1K on the GPU host's datasheet: whatever the chosen layout keeps on the host, the
     # 1024-token prefill attends on the GPU (over host caches staged in the arena), never with its core

@@ -1067,10 +1067,15 @@ TEST_CASE("cli: llama.cpp's short flags mean what they mean there", "[cli][llama
       require_clean_error(verb + " " + ngl, {"-ngl/--n-gpu-layers", "--vram-budget SIZE", "layer-split"});
     require_clean_error(verb + " -fa", {"-fa/--flash-attn"});
     require_clean_error(verb + " -fa on", {"-fa/--flash-attn"});
-    require_clean_error(verb + " -ctk q8_0", {"-ctk/--cache-type-k q8_0", "accepted: f32"});
-    require_clean_error(verb + " -ctv f16", {"-ctv/--cache-type-v f16", "accepted: f32"});
+    require_clean_error(verb + " -ctk q8_0", {"-ctk/--cache-type-k q8_0", "accepted: f32, f16"});
+    require_clean_error(verb + " -ctv bf16", {"-ctv/--cache-type-v bf16", "accepted: f32, f16"});
+    require_clean_error(verb + " -ctk f16 -ctv f32", {"-ctv/--cache-type-v f32", "differs from -ctk"});
+    require_clean_error(verb + " --kv-dtype f32 -ctk f16", {"-ctk/--cache-type-k f16", "differs from --kv-dtype"});
   }
   CHECK(shardwise_cli("run -m " + m + " -p hi -n 2 -ctk f32 -ctv f32 --device cpu").rc == 0);
+  // -ctk/-ctv name the KV cache type as --kv-dtype does.
+  const auto ctk = run_json("run -m " + m + " -p hi -n 2 -ctk f16 -ctv f16 --device cpu");
+  CHECK(ctk["kv_dtype"] == "f16");
   // tokenize (llama-tokenize's -m -p -f), logits and plan take the short forms too.
   const Result t1 = shardwise_cli("tokenize -m " + m + " -p 'Hello world' --ids");
   const Result t2 = shardwise_cli("tokenize --model " + m + " --text 'Hello world' --ids");
@@ -1142,10 +1147,11 @@ TEST_CASE("cli: run refuses what it cannot do instead of doing it silently", "[c
     require_clean_error(std::string("plan -m nemo8b --hw cli3 --vram-budget 4G ") + ctx, {"--ctx -1"});
   }
   // plan accepts only the KV types run executes.
-  for (const char* kv : {"q8_0", "f16"})
+  for (const char* kv : {"q8_0", "bf16"})
     require_clean_error(std::string("plan -m nemo8b --hw cli3 --vram-budget 4G --kv-dtype ") + kv,
-                        {"--kv-dtype", kv, "accepted: f32"});
+                        {"--kv-dtype", kv, "accepted: f32, f16"});
   CHECK(shardwise_cli("plan -m nemo8b --hw cli3 --vram-budget 4G --kv-dtype f32 --brief").rc == 0);
+  CHECK(shardwise_cli("plan -m nemo8b --hw cli3 --vram-budget 4G --kv-dtype f16 --brief").rc == 0);
   // --plan FILE and a --vram-budget other than the table's.
   const std::string tiny = temp_path("llama_flags_tiny.gguf");
   REQUIRE(shardwise_cli("synth --spec tiny_llama --dtype f16 --seed 3 -o " + quote(tiny)).rc == 0);
@@ -1157,6 +1163,36 @@ TEST_CASE("cli: run refuses what it cannot do instead of doing it silently", "[c
       "run --model " + quote(tiny) + " --device emu --plan " + quote(plan) + " --tokens 1,2,3 -n 2 --greedy";
   require_clean_error(with_plan + " --vram-budget 4M", {"--vram-budget 4M", "differs from the budget", "2.0 MiB"});
   CHECK(shardwise_cli(with_plan + " --vram-budget 2M").rc == 0);  // the same budget: no conflict
+}
+
+// run/serve/logits --kv-dtype: f16 keeps K and V in half the bytes, and says so in run --json; f32 stays
+// the default; an unknown type is one error line.
+TEST_CASE("cli: --kv-dtype f16 runs the CPU engine over an f16 KV cache", "[cli][kv_f16]") {
+  const std::string m = quote(llama_gguf());
+  const std::string args = "run -m " + m + " -p 'Hello world' -n 4 -c 64 -t 1 --ignore-eos --device cpu";
+  const auto f32 = run_json(args);
+  const auto f16 = run_json(args + " --kv-dtype f16");
+  CHECK(f32["kv_dtype"] == "f32");
+  CHECK(f16["kv_dtype"] == "f16");
+  CHECK(f16["kv_cache_bytes"].get<uint64_t>() * 2 == f32["kv_cache_bytes"].get<uint64_t>());
+  CHECK(f16["generated_ids"].size() == 4);
+  for (const char* verb : {"run -p hi", "serve"})
+    require_clean_error(std::string(verb) + " -m " + m + " --device cpu --kv-dtype q9",
+                        {"--kv-dtype q9", "accepted: f32, f16"});
+  const std::string npy = temp_path("kv_f16_logits.npy");
+  require_clean_error("logits -m " + m + " --tokens 1,2 --out " + quote(npy) + " --kv-dtype q9",
+                      {"--kv-dtype q9", "accepted: f32, f16"});
+  CHECK(shardwise_cli("logits -m " + m + " --tokens 1,2,3 --out " + quote(npy) + " --kv-dtype f16").rc == 0);
+  const Result help = shardwise_cli("run --help");
+  CHECK(help.out.find("--kv-dtype") != std::string::npos);
+  // The emulated device keeps f16 caches too: the CPU engine's greedy tokens, and the plan's type reported.
+  const std::string moe = quote(fixture("hf/qwen3moe_nonorm"));
+  const std::string greedy = "run --model " + moe + " --tokens 1,2,3,4,5 -n 6 --greedy --threads 2 --kv-dtype f16";
+  const auto cpu = run_json(greedy + " --device cpu");
+  const auto dev = run_json(greedy + " --device emu --vram-budget 3M");
+  CHECK(dev["kv_dtype"] == "f16");
+  CHECK(dev["kv_cache_bytes"] == cpu["kv_cache_bytes"]);
+  CHECK(dev["generated_ids"] == cpu["generated_ids"]);
 }
 
 TEST_CASE("cli: a model without a vocabulary prints its generated ids, never raw bytes", "[cli]") {

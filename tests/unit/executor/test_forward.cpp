@@ -46,6 +46,74 @@ TEST_CASE("fast path matches the reference for every family and dtype", "[forwar
   }
 }
 
+namespace {
+
+// Greedy token (argmax) of each row of [rows, width] logits.
+std::vector<int64_t> argmax_rows(const std::vector<float>& logits, int64_t width) {
+  std::vector<int64_t> out;
+  for (size_t r = 0; r < logits.size() / static_cast<size_t>(width); ++r) {
+    const auto row = logits.begin() + static_cast<std::ptrdiff_t>(r * static_cast<size_t>(width));
+    out.push_back(std::max_element(row, row + width) - row);
+  }
+  return out;
+}
+
+}  // namespace
+
+// An f16 cache stores each K row after RoPE and each V row after its bias rounded to f16: the
+// reference rounds the same values, so only the fast path's own f32 rounding separates them. The
+// f16 logits must also differ from the f32 cache's (the cache really is f16).
+TEST_CASE("f16 KV cache: the fast path matches the f16-rounding reference", "[forward][kv_f16]") {
+  for (const char* spec_name : {"tiny_llama", "tiny_qwen3", "tiny_moe", "tiny_qwen2"}) {
+    for (DType dt : {DType::F16, DType::Q8_0}) {
+      ModelSpec s = builtin_spec(spec_name);
+      s.dtype = dt;
+      ThreadPool pool(2);
+      auto src = make_synthetic_weights(s, 7, &pool);
+      const auto toks = some_tokens(s.vocab_size, 19, 3);
+      const auto ref = reference_logits(*src, toks, DType::F16);
+      const auto fast = test::fast_logits(*src, toks, 2, DType::F16);
+      const auto fast32 = test::fast_logits(*src, toks, 2, DType::F32);
+      INFO(spec_name << " " << dtype_name(dt));
+      CHECK(test::max_rel_error(fast, ref, s.vocab_size) <= 1e-3);
+      CHECK(argmax_rows(fast, s.vocab_size) == argmax_rows(ref, s.vocab_size));
+      CHECK(fast != fast32);
+    }
+  }
+}
+
+TEST_CASE("f16 KV cache: decode token by token equals one prefill, in half the bytes of f32", "[forward][kv_f16]") {
+  for (const char* spec_name : {"tiny_llama", "tiny_moe", "tiny_qwen2"}) {
+    ModelSpec s = builtin_spec(spec_name);
+    s.dtype = DType::Q8_0;
+    ThreadPool pool(2);
+    auto src = make_synthetic_weights(s, 4, &pool);
+    ModelWeights w = ModelWeights::from_source(*src);
+    const auto toks = some_tokens(s.vocab_size, 15, 8);
+    const int64_t V = s.vocab_size, n = static_cast<int64_t>(toks.size());
+    const auto full = test::fast_logits(*src, toks, 2, DType::F16);
+    CpuModel model(w, pool);
+    KvCache kv(s, 40, DType::F16);
+    CHECK(kv.dtype() == DType::F16);
+    CHECK(kv.bytes() * 2 == KvCache(s, 40).bytes());
+    std::vector<float> chunk(static_cast<size_t>(6 * V)), got;
+    model.forward(toks.data(), 6, kv, chunk.data(), true);
+    got = chunk;
+    std::vector<float> step(static_cast<size_t>(V));
+    for (int64_t i = 6; i < n; ++i) {
+      model.forward(&toks[static_cast<size_t>(i)], 1, kv, step.data(), false);
+      got.insert(got.end(), step.begin(), step.end());
+    }
+    INFO(spec_name);
+    CHECK(test::max_rel_error(got, full, V) <= 1e-5);
+  }
+  ModelSpec s = builtin_spec("tiny_llama");
+  CHECK_THROWS_WITH(KvCache(s, 8, DType::Q8_0), Contains("q8_0") && Contains("f32 or f16"));
+  ThreadPool pool(1);
+  auto src = make_synthetic_weights(s, 1, &pool);
+  CHECK_THROWS_WITH(reference_logits(*src, {1, 2}, DType::BF16), Contains("bf16"));
+}
+
 TEST_CASE("KV cache: decode token by token and chunked prefill equal one prefill", "[forward]") {
   for (const char* spec_name : {"tiny_llama", "tiny_qwen3", "tiny_moe", "tiny_qwen2"}) {
     ModelSpec s = builtin_spec(spec_name);

@@ -94,6 +94,40 @@ TEST_CASE(
   }
 }
 
+// An f16 KV cache: the device's caches, the host's, and the staging between them hold f16 rows (half
+// the bytes); every schedule matches the CPU engine over an f16 cache as the f32 ones match f32.
+TEST_CASE("runtime suite (emulated): with an f16 KV cache every schedule matches the f16 CPU engine",
+          "[runtime][kv_f16]") {
+  const RuntimeTarget t = emulated().with_kv_dtype(DType::F16);
+  for (const char* family : {"llama", "qwen3_moe", "qwen2"}) {
+    ThreadPool pool(2);
+    const SuiteModel m = suite_model(make_synthetic_weights(test_model(family, DType::Q8_0), 17, &pool), t.ctx,
+                                     {13, 1, 1, 5, 1, 16, 1}, 3, pool, 40, DType::F16);
+    const SuiteModel m32 = suite_model(make_synthetic_weights(test_model(family, DType::Q8_0), 17, &pool), t.ctx,
+                                       {13, 1, 1, 5, 1, 16, 1}, 3, pool);
+    INFO(family);
+    CHECK(m.ref != m32.ref);  // the reference really keeps f16
+    const PlanTable table = plan_table(t, *m.src, budget_at(t, *m.src, 0.5));
+    CHECK(table.kv_dtype == "f16");
+    for (double frac : {0.15, 0.5, 2.0})
+      check_every_schedule(t, m, budget_at(t, *m.src, frac), all_schedules(), emu(7, 50), pool);
+    CHECK(check_staged_attention(t, m, budget_at(t, *m.src, 2.0), emu(19, 50), pool) > 0);
+  }
+}
+
+TEST_CASE("runtime: a device whose kernels keep f32 KV only refuses an f16 plan table in one line",
+          "[runtime][kv_f16]") {
+  const RuntimeTarget t = emulated().with_kv_dtype(DType::F16);
+  ThreadPool pool(2);
+  auto src = make_synthetic_weights(test_model("llama", DType::F16), 5, &pool);
+  const ModelWeights w = ModelWeights::from_source(*src);
+  EmuOptions o = emu(1, 0);
+  o.kv_f16 = false;
+  auto dev = make_emu_device(o);
+  CHECK_THROWS_WITH(Runtime(*src, w, *dev, pool, plan_table(t, *src, budget_at(t, *src, 0.5)), RuntimeOptions{}),
+                    Contains("keeps the KV cache in f32 only") && Contains("f16") && Contains("--kv-dtype f32"));
+}
+
 TEST_CASE("runtime suite (emulated): HF and llama.cpp fixtures run every schedule", "[runtime][fixtures]") {
   const RuntimeTarget t = emulated().with_ctx(32);
   const std::string fx = test::fixtures_dir();
