@@ -92,10 +92,7 @@ int check_run_args(RunArgs& a, const std::string& device) {
   a.sampling.validate();
   if (a.seed_option->count() == 0) a.sampling.seed = draw_seed();
   for (auto& s : a.stop) s = process_escapes(s);
-  if (!a.images.empty()) {
-    if (device != "cpu") fail("--image runs on the CPU so far: add --device cpu");
-    if (a.tokens.empty()) a.chat = true;  // the images go into the user message of the chat template
-  }
+  if (!a.images.empty() && a.tokens.empty()) a.chat = true;  // the images go into the chat template's user message
   if (a.chat && !a.tokens.empty()) fail("--chat needs the user message as --prompt TEXT, not --tokens");
   if (!a.system.empty() && !a.chat) fail("--system needs --chat");
   return threads;
@@ -153,12 +150,11 @@ int64_t run_ctx(const RunArgs& a, const ModelSpec& spec, size_t prompt_tokens) {
   return ctx;
 }
 
-// A vision-language run on the CPU: the language model's weights, its threads and the engine over the
-// image prompt.
+// A vision-language run: the language model's embedding table and the engine over the image prompt (on
+// the set-up's engine: the CPU model, or the plan runtime on a device).
 struct VlRun {
   std::unique_ptr<ModelWeights> weights;
-  std::unique_ptr<ThreadPool> pool;
-  std::unique_ptr<VlCpuEngine> engine;
+  std::unique_ptr<VlEngine> engine;
 };
 
 // A run: the model, its prompt, and what generated from it.
@@ -169,13 +165,17 @@ struct RunState : ModelRun {
   bool print_ids = false;
 };
 
-// The images encoded and the prompt's placeholders expanded into them: the engine of an image run.
+// The images encoded on the CPU and the prompt's placeholders expanded into them, then the language
+// model set up for the expanded prompt (on the CPU or planned on a device) under the image engine.
 void load_vl_run(const RunArgs& a, RunState& s) {
   const ModelSpec& spec = s.src->spec();
   const VlModel vm = load_vl_model(a.model, spec);
   s.vl = std::make_unique<VlRun>();
-  s.vl->pool = std::make_unique<ThreadPool>(s.threads);
-  const EncodedImages e = encode_image_files(vm.vision, vm.processor, a.images, *s.vl->pool);
+  EncodedImages e;
+  {
+    ThreadPool pool(s.threads);
+    e = encode_image_files(vm.vision, vm.processor, a.images, pool);
+  }
   s.vl->weights = std::make_unique<ModelWeights>(ModelWeights::from_source(*s.src));
   VlInput in =
       build_vl_input(s.prompt, e.grids, e.tokens.data(), static_cast<int64_t>(e.tokens.size()) / spec.hidden_size,
@@ -184,9 +184,8 @@ void load_vl_run(const RunArgs& a, RunState& s) {
            " tokens in ", e.encode_ms, " ms");
   s.prompt = in.ids;
   s.ctx = run_ctx(a, spec, s.prompt.size());
-  s.vl->engine = std::make_unique<VlCpuEngine>(*s.vl->weights, *s.vl->pool, s.ctx, std::move(in), a.planner->kv_type());
-  s.loading.reset();
-  s.load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s.load_start).count();
+  set_up_model(a, s, static_cast<int64_t>(s.prompt.size()) + a.n_predict, "the image prompt + -n", s.prompt);
+  s.vl->engine = std::make_unique<VlEngine>(s.setup->engine(), s.vl->weights->token_embd, std::move(in));
 }
 
 // Opens the model, reads the prompt and sets the run up (planned on a device).
@@ -330,7 +329,7 @@ void print_run_json(const RunArgs& a, const RunState& s, const GenerateResult& r
   j["decode_ms"] = r.decode_ms;
   j["decode_tokens_per_s"] = r.decode_tokens_per_s;
   j["load_ms"] = s.load_ms;
-  const DType kv = s.vl ? s.vl->engine->kv_dtype() : s.setup->kv_dtype();
+  const DType kv = s.setup->kv_dtype();
   j["kv_dtype"] = dtype_name(kv);
   j["kv_cache_bytes"] = s.src->spec().kv_bytes_per_token(kv) * static_cast<uint64_t>(s.ctx);
   if (s.setup && s.setup->runtime()) {

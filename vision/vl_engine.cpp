@@ -1,4 +1,4 @@
-// vision/vl_engine.cpp — a vision-language prompt's generation on the CPU (see vl_engine.h).
+// vision/vl_engine.cpp — a vision-language prompt's generation on any engine (see vl_engine.h).
 #include "vision/vl_engine.h"
 
 #include <cstring>
@@ -8,22 +8,24 @@
 
 namespace shardwise {
 
-VlCpuEngine::VlCpuEngine(const ModelWeights& weights, ThreadPool& pool, int64_t ctx, VlInput input, DType kv_dtype)
-    : w_(weights), model_(weights, pool), kv_(weights.spec, ctx, kv_dtype), in_(std::move(input)) {
-  SW_CHECK(static_cast<int64_t>(in_.ids.size()) <= ctx, "the image prompt's ", in_.ids.size(),
-           " tokens exceed the context of ", ctx);
+VlEngine::VlEngine(StepEngine& inner, const TensorView& token_embd, VlInput input)
+    : inner_(inner), token_embd_(token_embd), in_(std::move(input)) {
+  SW_CHECK(static_cast<int64_t>(in_.ids.size()) <= inner_.capacity(), "the image prompt's ", in_.ids.size(),
+           " tokens exceed the context of ", inner_.capacity());
+  SW_CHECK(!inner_.spec().mrope_section.empty(), "a vision-language prompt needs a model with M-RoPE sections");
 }
 
-int64_t VlCpuEngine::n_past_of(int slot) const {
+int64_t VlEngine::n_past_of(int slot) const {
   SW_CHECK(slot == 0, "a vision-language engine holds one sequence (slot 0), not slot ", slot);
-  return kv_.n_past();
+  return inner_.n_past_of(0);
 }
 
-void VlCpuEngine::step_batch(const std::vector<SeqStep>& seqs) {
+void VlEngine::step_batch(const std::vector<SeqStep>& seqs) {
   const ModelSpec& sp = spec();
-  step_segments(seqs, 1, kv_.capacity(), {kv_.n_past()}, sp.vocab_size);  // checks slot, room, ids
+  SW_CHECK(seqs.size() == 1 && seqs.front().slot == 0, "a vision-language engine steps one sequence (slot 0)");
   const SeqStep& s = seqs.front();
-  const int64_t H = sp.hidden_size, n = s.n, r0 = kv_.n_past(), prompt = static_cast<int64_t>(in_.ids.size());
+  step_segments(seqs, 1, capacity(), {n_past_of(0)}, sp.vocab_size);  // checks room and ids
+  const int64_t H = sp.hidden_size, n = s.n, r0 = n_past_of(0), prompt = static_cast<int64_t>(in_.ids.size());
   x_.resize(static_cast<size_t>(n * H));
   pos3_.resize(static_cast<size_t>(3 * n));
   for (int64_t t = 0; t < n; ++t) {
@@ -36,19 +38,19 @@ void VlCpuEngine::step_batch(const std::vector<SeqStep>& seqs) {
       for (int k = 0; k < 3; ++k)
         pos3_[static_cast<size_t>(3 * t + k)] = in_.positions.pos[static_cast<size_t>(row)][k];
     } else {
-      embed_rows(w_.token_embd, &s.tokens[t], 1, x);
+      embed_rows(token_embd_, &s.tokens[t], 1, x);
       for (int k = 0; k < 3; ++k) pos3_[static_cast<size_t>(3 * t + k)] = row + in_.positions.delta;
     }
   }
-  logits_.resize(static_cast<size_t>(sp.vocab_size));
-  model_.forward_embedded(x_.data(), pos3_.data(), n, kv_, logits_.data(), false);
-  std::memcpy(s.logits, logits_.data(), logits_.size() * sizeof(float));
+  SeqStep inner = s;
+  inner.embeddings = x_.data();
+  inner.rope_pos3 = pos3_.data();
+  inner_.step_batch({inner});
 }
 
-void VlCpuEngine::truncate_slot(int slot, int64_t n_past) {
-  SW_CHECK(slot == 0 && n_past >= 0 && n_past <= kv_.n_past(), "truncate: position ", n_past, " outside the ",
-           kv_.n_past(), " cached positions");
-  kv_.set_n_past(n_past);
+void VlEngine::truncate_slot(int slot, int64_t n_past) {
+  SW_CHECK(slot == 0, "a vision-language engine holds one sequence (slot 0), not slot ", slot);
+  inner_.truncate_slot(0, n_past);
 }
 
 }  // namespace shardwise

@@ -17,6 +17,7 @@
 #include "executor/cpu/ops.h"
 #include "executor/cuda/cuda_kernels.h"
 #include "executor/cuda/kernels.cuh"
+#include "executor/model/cpu_blocks.h"
 #include "executor/traits.h"
 
 namespace shardwise {
@@ -164,12 +165,8 @@ class CudaKernels : public DeviceKernels {
 
   void prepare_segments(const std::vector<StepSegment>& segments) override {
     const int64_t n = segments_tokens(segments);
-    std::vector<int32_t> positions(static_cast<size_t>(n));
-    for (const StepSegment& g : segments)
-      for (int64_t i = 0; i < g.n; ++i) positions[static_cast<size_t>(g.t0 + i)] = static_cast<int32_t>(g.pos0 + i);
     // The CPU's own angle table (double-precision angles rounded to f32), so RoPE is bit-identical.
-    RopeAngles angles;
-    angles.compute(positions.data(), n, spec_.head_dim, spec_.rope_theta);
+    const RopeAngles angles = step_rope_angles(spec_, segments);
     const int64_t half = spec_.head_dim / 2;
     ws_.release(0);
     float* table = ws_.take<float>(static_cast<uint64_t>(2 * n * half), "the step's RoPE angle table");

@@ -1,6 +1,8 @@
 // executor/model/cpu_blocks.cpp — step set-up, the router and the output block (see cpu_blocks.h).
 #include "executor/model/cpu_blocks.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "executor/cpu/matmul.h"
@@ -14,19 +16,54 @@ void CpuBlocks::prepare_step(int64_t pos0, int64_t n) {
   prepare_step({StepSegment{0, n, pos0, 0}});
 }
 
+RopeAngles step_rope_angles(const ModelSpec& spec, const std::vector<StepSegment>& segments) {
+  const int64_t n = segments_tokens(segments);
+  bool mrope = false;
+  for (const StepSegment& s : segments) mrope = mrope || s.rope_pos3 != nullptr;
+  RopeAngles angles;
+  if (!mrope) {
+    std::vector<int32_t> positions(static_cast<size_t>(n));
+    for (const StepSegment& s : segments)
+      for (int64_t i = 0; i < s.n; ++i) positions[static_cast<size_t>(s.t0 + i)] = static_cast<int32_t>(s.pos0 + i);
+    angles.compute(positions.data(), n, spec.head_dim, spec.rope_theta);
+    return angles;
+  }
+  SW_CHECK(!spec.mrope_section.empty(), "M-RoPE positions for a model without mrope_section");
+  std::vector<int64_t> pos3(static_cast<size_t>(3 * n));
+  for (const StepSegment& s : segments)
+    for (int64_t i = 0; i < s.n; ++i)
+      for (int64_t k = 0; k < 3; ++k)
+        pos3[static_cast<size_t>(3 * (s.t0 + i) + k)] = s.rope_pos3 ? s.rope_pos3[3 * i + k] : s.pos0 + i;
+  angles.compute_sections(pos3.data(), n, spec.head_dim, spec.rope_theta, spec.mrope_section);
+  return angles;
+}
+
+std::vector<float> step_input_rows(const std::vector<SeqStep>& seqs, const TensorView& token_embd, int64_t hidden) {
+  int64_t n = 0;
+  for (const SeqStep& s : seqs) n += s.n;
+  std::vector<float> rows(static_cast<size_t>(n * hidden));
+  float* at = rows.data();
+  for (const SeqStep& s : seqs) {
+    if (s.embeddings)
+      std::copy(s.embeddings, s.embeddings + s.n * hidden, at);
+    else
+      embed_rows(token_embd, s.tokens, s.n, at);
+    at += s.n * hidden;
+  }
+  return rows;
+}
+
 void CpuBlocks::prepare_step(const std::vector<StepSegment>& segments) {
   const int64_t n = segments_tokens(segments);
   segments_ = segments;
   positions_.resize(static_cast<size_t>(n));
   for (const StepSegment& s : segments)
     for (int64_t i = 0; i < s.n; ++i) positions_[static_cast<size_t>(s.t0 + i)] = static_cast<int32_t>(s.pos0 + i);
-  angles_.compute(positions_.data(), n, spec_.head_dim, spec_.rope_theta);
+  angles_ = step_rope_angles(spec_, segments);
 }
 
 void CpuBlocks::prepare_step_mrope(int64_t pos0, int64_t n, const int64_t* rope_pos3) {
-  SW_CHECK(!spec_.mrope_section.empty(), "M-RoPE positions for a model without mrope_section");
-  prepare_step(pos0, n);
-  angles_.compute_sections(rope_pos3, n, spec_.head_dim, spec_.rope_theta, spec_.mrope_section);
+  prepare_step({StepSegment{0, n, pos0, 0, rope_pos3}});
 }
 
 void CpuBlocks::router(const LayerWeights& w, const float* x, int64_t n, float* logits) {

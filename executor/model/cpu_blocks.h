@@ -18,6 +18,15 @@ namespace shardwise {
 
 class ThreadPool;
 
+// The RoPE angles of a step's segments: token i of a segment at position pos0 + i, or at its M-RoPE
+// positions where the segment has them (spec.mrope_section splits the rotary pairs; an Error for a
+// model without one). Computed on the host, so the CPU and the devices turn by the same table.
+RopeAngles step_rope_angles(const ModelSpec& spec, const std::vector<StepSegment>& segments);
+
+// The input rows [n, hidden] of a step some of whose sequences bring their own (SeqStep::embeddings):
+// theirs, and the token embeddings of the others, in the step's token order.
+std::vector<float> step_input_rows(const std::vector<SeqStep>& seqs, const TensorView& token_embd, int64_t hidden);
+
 class CpuBlocks {
  public:
   CpuBlocks(const ModelSpec& spec, RopeStyle rope_style, ThreadPool& pool);

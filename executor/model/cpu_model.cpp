@@ -45,11 +45,11 @@ void CpuModel::write_logits(int64_t n, float* logits, bool all_logits) {
 }
 
 void CpuModel::forward_batch(const int32_t* tokens, const std::vector<StepSegment>& segments, KvCache& kv,
-                             float* logits) {
+                             float* logits, const float* rows) {
   for (const StepSegment& s : segments)
     SW_CHECK(s.row0 + s.pos0 + s.n <= kv.capacity(), "forward: rows up to ", s.row0 + s.pos0 + s.n,
              " exceed the KV capacity of ", kv.capacity());
-  run_layers(tokens, segments, kv);
+  run_layers(tokens, segments, kv, rows);
   std::vector<int64_t> last;
   for (const StepSegment& s : segments) last.push_back(s.t0 + s.n - 1);
   const int64_t V = w_.spec.vocab_size;
@@ -57,11 +57,15 @@ void CpuModel::forward_batch(const int32_t* tokens, const std::vector<StepSegmen
                       0, V);
 }
 
-void CpuModel::run_layers(const int32_t* tokens, const std::vector<StepSegment>& segments, KvCache& kv) {
+void CpuModel::run_layers(const int32_t* tokens, const std::vector<StepSegment>& segments, KvCache& kv,
+                          const float* rows) {
   const ModelSpec& sp = w_.spec;
   const int64_t H = sp.hidden_size, n = segments.back().t0 + segments.back().n;
   x_.resize(static_cast<size_t>(n * H));
-  embed_rows(w_.token_embd, tokens, n, x_.data());
+  if (rows)
+    std::copy(rows, rows + n * H, x_.begin());
+  else
+    embed_rows(w_.token_embd, tokens, n, x_.data());
   blocks_.prepare_step(segments);
   run_blocks(n, kv);
 }
@@ -181,7 +185,9 @@ void CpuEngine::step_batch(const std::vector<SeqStep>& seqs) {
   for (const SeqStep& s : seqs) tokens.insert(tokens.end(), s.tokens, s.tokens + s.n);
   const int64_t V = spec().vocab_size;
   logits_.resize(static_cast<size_t>(seqs.size()) * static_cast<size_t>(V));
-  model_.forward_batch(tokens.data(), segs, *kv_, logits_.data());
+  std::vector<float> rows;
+  if (step_has_embeddings(seqs)) rows = step_input_rows(seqs, model_.weights().token_embd, spec().hidden_size);
+  model_.forward_batch(tokens.data(), segs, *kv_, logits_.data(), rows.empty() ? nullptr : rows.data());
   for (size_t i = 0; i < seqs.size(); ++i) {
     std::copy(logits_.begin() + static_cast<int64_t>(i) * V, logits_.begin() + static_cast<int64_t>(i + 1) * V,
               seqs[i].logits);

@@ -23,14 +23,17 @@ class CpuModel {
   CpuModel(const ModelWeights& weights, ThreadPool& pool);
 
   const ModelSpec& spec() const { return w_.spec; }
+  const ModelWeights& weights() const { return w_; }
 
   // One step: tokens [n] at positions kv.n_past() .. +n-1. Writes logits [n, vocab] when
   // all_logits, else only the last token's [1, vocab]. Advances kv.n_past() by n.
   void forward(const int32_t* tokens, int64_t n, KvCache& kv, float* logits, bool all_logits);
   // A batched step: tokens of every segment (each a sequence in its rows of kv, step_engine.h); writes
   // each segment's last logits, logits [segments, vocab]. Leaves kv.n_past() alone (the caller keeps
-  // each sequence's positions).
-  void forward_batch(const int32_t* tokens, const std::vector<StepSegment>& segments, KvCache& kv, float* logits);
+  // each sequence's positions). rows [n, hidden], when given, are the step's input rows instead of the
+  // tokens' embeddings.
+  void forward_batch(const int32_t* tokens, const std::vector<StepSegment>& segments, KvCache& kv, float* logits,
+                     const float* rows = nullptr);
   // A step from input embeddings x [n, hidden] (a vision-language prompt: text tokens' embedding rows and
   // the vision encoder's image tokens) at multimodal RoPE positions rope_pos3 [n, 3]; otherwise as
   // forward().
@@ -49,7 +52,8 @@ class CpuModel {
 
  private:
   // Embeds the step's tokens into x_ and runs every layer over them.
-  void run_layers(const int32_t* tokens, const std::vector<StepSegment>& segments, KvCache& kv);
+  void run_layers(const int32_t* tokens, const std::vector<StepSegment>& segments, KvCache& kv,
+                  const float* rows = nullptr);
   // Every layer over the n rows of x_ (the step already prepared).
   void run_blocks(int64_t n, KvCache& kv);
   // Logits of a one-sequence step of n tokens: every row or the last.

@@ -491,6 +491,8 @@ void Runtime::step_batch(const std::vector<SeqStep>& seqs) {
   std::vector<int32_t> tokens;
   for (const SeqStep& q : seqs) tokens.insert(tokens.end(), q.tokens, q.tokens + q.n);
   const int64_t n = static_cast<int64_t>(tokens.size());
+  std::vector<float> rows;  // the step's input rows, when a sequence brings its own
+  if (step_has_embeddings(seqs)) rows = step_input_rows(seqs, weights_.token_embd, spec_.hidden_size);
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<Phase> first;  // the first step uploads the pinned shards: a phase of the set-up
   if (steps_.empty()) first.emplace(str_cat("the first step (", n, " tokens)"));
@@ -506,10 +508,10 @@ void Runtime::step_batch(const std::vector<SeqStep>& seqs) {
       const StepSegment& g = segs[k];
       const int64_t a = std::max(g.t0, i), b = std::min(g.t0 + g.n, i + m);
       if (a >= b) continue;
-      part.push_back({a - i, b - a, g.pos0 + (a - g.t0), g.row0});
+      part.push_back({a - i, b - a, g.pos0 + (a - g.t0), g.row0, g.rope_pos3 ? g.rope_pos3 + 3 * (a - g.t0) : nullptr});
       logits.push_back(b == g.t0 + g.n ? seqs[k].logits : nullptr);
     }
-    run_plan(plan, tokens.data() + i, part, logits);
+    run_plan(plan, tokens.data() + i, part, logits, rows.empty() ? nullptr : rows.data() + i * spec_.hidden_size);
     ++chunks;
   }
   for (const SeqStep& q : seqs) n_past_[static_cast<size_t>(q.slot)] += q.n;
@@ -899,9 +901,10 @@ DevLayer Runtime::device_layer(int layer, ShardKind kind, const Plan& plan, cons
 class Runtime::StepRun {
  public:
   // The run's tokens, its sequences' parts (step_engine.h) and where each part's last logits go (null:
-  // the sequence goes on in the next run).
+  // the sequence goes on in the next run); rows: the run's input rows [n, hidden] instead of the
+  // tokens' embeddings (null: the tokens').
   StepRun(Runtime& rt, const Plan& plan, const int32_t* tokens, const std::vector<StepSegment>& segments,
-          const std::vector<float*>& logits);
+          const std::vector<float*>& logits, const float* rows);
   // Issues every action (device work enqueued, CPU work done), then waits for the device.
   void run();
   // The measured timeline of this run, when it is recorded (RuntimeOptions::timeline_runs).
@@ -970,6 +973,7 @@ class Runtime::StepRun {
   Buffers& b_;
   const Plan& plan_;
   const int32_t* const tokens_;
+  const float* const rows_;
   const std::vector<StepSegment>& segs_;
   const int64_t n_, ctx_;
   std::vector<int64_t> out_rows_;  // the tokens whose logits the run computes (one per ending sequence)
@@ -1004,7 +1008,8 @@ class Runtime::StepRun {
 };
 
 Runtime::StepRun::StepRun(Runtime& rt, const Plan& plan, const int32_t* tokens,
-                          const std::vector<StepSegment>& segments, const std::vector<float*>& logits)
+                          const std::vector<StepSegment>& segments, const std::vector<float*>& logits,
+                          const float* rows)
     : rt_(rt),
       device_(rt.device_),
       kernels_(rt.kernels_),
@@ -1022,6 +1027,7 @@ Runtime::StepRun::StepRun(Runtime& rt, const Plan& plan, const int32_t* tokens,
       b_(*rt.buf_),
       plan_(plan),
       tokens_(tokens),
+      rows_(rows),
       segs_(segments),
       n_(segments.back().t0 + segments.back().n),
       ctx_(rt.table_.ctx),
@@ -1228,7 +1234,10 @@ void Runtime::StepRun::execute(const Action& a) {
   }
   switch (a.kind) {
     case ActionKind::Embed:
-      embed_rows(weights_.token_embd, tokens_, n_, b_.x);
+      if (rows_)
+        std::memcpy(b_.x, rows_, static_cast<size_t>(n_ * H_) * sizeof(float));
+      else
+        embed_rows(weights_.token_embd, tokens_, n_, b_.x);
       break;
     case ActionKind::CopyActivations:
       copy_activations(a, layer);
@@ -1690,7 +1699,7 @@ void Runtime::StepRun::record_timeline() {
 }
 
 void Runtime::run_plan(const Plan& plan, const int32_t* tokens, const std::vector<StepSegment>& segments,
-                       const std::vector<float*>& logits) {
+                       const std::vector<float*>& logits, const float* rows) {
   SW_CHECK(plan.feasible, "runtime: the ", schedule_name(plan.schedule), " plan for ", plan.tier,
            " tokens is infeasible (", plan.infeasible_reason, ")");
   const int64_t n = segments.back().t0 + segments.back().n;
@@ -1702,7 +1711,7 @@ void Runtime::run_plan(const Plan& plan, const int32_t* tokens, const std::vecto
   SW_CHECK(plan.kv_on_gpu == kv_on_gpu_,
            "runtime: this plan keeps the KV cache elsewhere than earlier steps (plans "
            "of one table must share the KV placement)");
-  StepRun run(*this, plan, tokens, segments, logits);
+  StepRun run(*this, plan, tokens, segments, logits, rows);
   run.run();
   run.record_timeline();
   ++plan_runs_;

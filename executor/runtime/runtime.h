@@ -172,7 +172,7 @@ class Runtime : public StepEngine {
   class StepRun;  // one run of a plan (runtime.cpp)
   void set_up_host_staging();
   void run_plan(const Plan& plan, const int32_t* tokens, const std::vector<StepSegment>& segments,
-                const std::vector<float*>& logits);
+                const std::vector<float*>& logits, const float* rows = nullptr);
   void ensure_resident(const Plan& plan);
   // The device weights a compute of layer's `kind` shard reads: only that shard's own tensors.
   DevLayer device_layer(int layer, ShardKind kind, const Plan& plan, const std::vector<uint8_t*>& shard_base) const;

@@ -35,10 +35,16 @@ std::vector<StepSegment> step_segments(const std::vector<SeqStep>& seqs, int slo
              " positions of ", slots > 1 ? "a slot (--ctx is shared by the slots)" : "--ctx");
     for (int64_t i = 0; i < s.n; ++i)
       SW_CHECK(s.tokens[i] >= 0 && s.tokens[i] < vocab, "token id ", s.tokens[i], " is out of range [0, ", vocab, ")");
-    segs.push_back({t0, s.n, past, static_cast<int64_t>(s.slot) * capacity});
+    segs.push_back({t0, s.n, past, static_cast<int64_t>(s.slot) * capacity, s.rope_pos3});
     t0 += s.n;
   }
   return segs;
+}
+
+bool step_has_embeddings(const std::vector<SeqStep>& seqs) {
+  for (const SeqStep& s : seqs)
+    if (s.embeddings != nullptr) return true;
+  return false;
 }
 
 }  // namespace shardwise

@@ -22,6 +22,12 @@ struct SeqStep {
   const int32_t* tokens = nullptr;  // at the slot's positions n_past_of(slot) .. + n - 1
   int64_t n = 0;
   float* logits = nullptr;  // receives the last token's logits [vocab]
+  // A vision-language prompt's rows (vision/vl_engine.h): the input rows [n, hidden] instead of the
+  // tokens' embeddings (null: the tokens'), and the tokens' M-RoPE (temporal, height, width) positions
+  // [n, 3] (null: each position three times; only for a model with mrope_section). Both are read while
+  // the step runs.
+  const float* embeddings = nullptr;
+  const int64_t* rope_pos3 = nullptr;
 };
 
 // One sequence's part of a step as the blocks see it: tokens [t0, t0 + n) of the step's token list, at
@@ -29,6 +35,9 @@ struct SeqStep {
 // position p is cache row row0 + p, and it attends to rows row0 .. row0 + p).
 struct StepSegment {
   int64_t t0 = 0, n = 0, pos0 = 0, row0 = 0;
+  // The tokens' M-RoPE positions [n, 3] (SeqStep::rope_pos3), which turn RoPE instead of pos0 + i (the
+  // cache rows and the causal mask stay by position); null: pos0 + i.
+  const int64_t* rope_pos3 = nullptr;
 };
 
 class StepEngine {
@@ -62,5 +71,8 @@ int64_t segments_tokens(const std::vector<StepSegment>& segments);
 // after n_past[slot]. One clear error for the first violation.
 std::vector<StepSegment> step_segments(const std::vector<SeqStep>& seqs, int slots, int64_t capacity,
                                        const std::vector<int64_t>& n_past, int64_t vocab);
+
+// Whether any sequence of the step brings its own input rows (SeqStep::embeddings).
+bool step_has_embeddings(const std::vector<SeqStep>& seqs);
 
 }  // namespace shardwise

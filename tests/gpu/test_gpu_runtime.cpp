@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -496,6 +497,36 @@ TEST_CASE("runtime suite (cuda): with an f16 KV cache every schedule, staged att
   auto src = open_weights("synthetic:tiny_moe?dtype=q8_0&seed=4");
   const ModelWeights w = ModelWeights::from_source(*src);
   CHECK(check_batched(t, *src, w, 0.5, {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic}, emu(1, 0), pool) >= 2);
+}
+
+// A Qwen2.5-VL prompt on CUDA: the images encoded on the CPU, the language model planned on the GPU under
+// a budget holding part of it; the image rows and M-RoPE positions go through the plan runtime, and HF
+// transformers' greedy tokens come out (tests/fixtures/vl), in each schedule and with an f16 KV cache.
+TEST_CASE("runtime (cuda): a Qwen2.5-VL image prompt generates HF's greedy tokens in every schedule", "[gpu][vl]") {
+  const std::string dir = test::fixtures_dir() + "/vl/qwen2_5_vl";
+  const std::string img = dir + "/images/img_300x200/image.png";
+  // prompts/one_image with its image's run of placeholders cut to one (the form --tokens takes)
+  std::vector<int32_t> ids = test::load_npy_ints(dir + "/prompts/one_image/input_ids.npy"), tokens;
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] != 292 || i == 0 || ids[i - 1] != 292) tokens.push_back(ids[i]);
+  std::string list;
+  for (int32_t id : tokens) list += (list.empty() ? "" : ",") + std::to_string(id);
+  const std::vector<int32_t> greedy = test::load_npy_ints(dir + "/prompts/one_image/greedy_ids.npy");
+  for (const char* how : {"--vram-budget 1500K --schedule gpu-only", "--vram-budget 1500K --schedule static",
+                          "--vram-budget 1500K --schedule dynamic",
+                          "--vram-budget 1500K --schedule static --kv-dtype f16", "--vram-budget 64M"}) {
+    std::string out;
+    const int rc = test::run_command("(" + test::shardwise_bin() + " run -m " + dir + " --image " + img + " --tokens " +
+                                         list + " -n " + std::to_string(greedy.size()) +
+                                         " --greedy --ignore-eos --json --device cuda " + how + " -t 4 2>/dev/null)",
+                                     &out);
+    INFO(how << ": " << out);
+    REQUIRE(rc == 0);
+    const nlohmann::json run = nlohmann::json::parse(out);
+    CHECK(run["device"] == "cuda");
+    CHECK(run["n_prompt_tokens"].get<size_t>() == ids.size());
+    CHECK(run["generated_ids"].get<std::vector<int32_t>>() == greedy);
+  }
 }
 
 // llama-quantize's files (tests/fixtures/kquants): every block type, alone and in llama.cpp's mixes, laid

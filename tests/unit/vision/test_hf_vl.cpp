@@ -168,6 +168,24 @@ TEST_CASE("HF Qwen2.5-VL: logits --image and run --image against transformers, b
       CHECK(run["n_prompt_tokens"].get<size_t>() == ids.size());
       CHECK(run["generated_ids"].get<std::vector<int32_t>>() == greedy);
     }
+    // The language model planned on the emulated device under a budget that holds part of it, in each
+    // schedule (the image rows and M-RoPE positions go through the plan runtime), with an f16 KV cache too.
+    for (const std::string& how :
+         {std::string("--schedule gpu-only"), std::string("--schedule static"), std::string("--schedule dynamic"),
+          std::string("--schedule static --kv-dtype f16")}) {
+      INFO(name << " emu " << how);
+      std::string text;
+      REQUIRE(test::run_command("(" + test::shardwise_bin() + " run -m " + vl_dir() + image_flags(pm) + " --tokens " +
+                                    tokens + " -n " + std::to_string(greedy.size()) +
+                                    " --greedy --ignore-eos --json --device emu --vram-budget 1500K " + how +
+                                    " -t 2 2>/dev/null)",
+                                &text) == 0);
+      INFO(text);
+      const json run = json::parse(text);
+      CHECK(run["device"] == "emu");
+      CHECK(run["n_prompt_tokens"].get<size_t>() == ids.size());
+      CHECK(run["generated_ids"].get<std::vector<int32_t>>() == greedy);
+    }
     // The logits over the prompt and the greedy tokens before the last (each decode step's input).
     std::vector<int32_t> full = collapse_images(ids, image_token);
     full.insert(full.end(), greedy.begin(), greedy.end() - 1);
