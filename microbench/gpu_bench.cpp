@@ -297,21 +297,24 @@ class CudaBench final : public GpuBench {
     const uint64_t rows = static_cast<uint64_t>(op.ctx + op.tokens);
     // A step's layers each read their own cache, with weights between: rotate over K/V pairs that
     // together exceed the L2 several times (one pair reused stayed in the L2 up to a few K positions).
-    const uint64_t pair = 2 * rows * kvd;
+    // K and V of op.dtype (f32 or f16); the buffer counts floats, a pair of f16 caches takes half as many.
+    const uint64_t eb = op.dtype == DType::F16 ? 2 : 4;
+    const uint64_t pair = (2 * rows * kvd * eb + 3) / 4;
     const uint64_t pairs =
         std::min<uint64_t>(64, std::max<uint64_t>(1, ((256ull << 20) / sizeof(float) + pair - 1) / pair));
     if (pairs * pair > kv_floats_) {
       if (kv_) cudaFree(kv_);
       kv_floats_ = pairs * pair;
       ck(cudaMalloc(&kv_, kv_floats_ * sizeof(float)), "cudaMalloc KV");
-      ck(cudaMemset(kv_, 0x3c, kv_floats_ * sizeof(float)), "KV fill");  // 0.0115 everywhere: finite, non-zero
+      // 0x3c bytes: 0.0115 as f32, 1.06 as f16: finite and non-zero either way
+      ck(cudaMemset(kv_, 0x3c, kv_floats_ * sizeof(float)), "KV fill");
     }
     float* q = activations(2 * static_cast<uint64_t>(op.tokens) * qd);
     float* out = q + op.tokens * qd;
     return timed([&] {
-      const float* k = kv_ + (kv_turn_++ % pairs) * pair;
-      cuda_attention(q, k, k + rows * kvd, out, op.tokens, op.ctx, op.n_heads, op.n_kv_heads, op.head_dim, ws_,
-                     ws_bytes_, stream_);
+      const uint8_t* k = reinterpret_cast<const uint8_t*>(kv_ + (kv_turn_++ % pairs) * pair);
+      cuda_attention(q, k, k + rows * kvd * eb, out, op.tokens, op.ctx, op.n_heads, op.n_kv_heads, op.head_dim, ws_,
+                     ws_bytes_, stream_, op.dtype);
     });
   }
 

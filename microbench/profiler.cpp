@@ -226,6 +226,14 @@ class CpuRunner {
       fill_floats(v, seed);
     }
   }
+  // n cache elements of dt (f32, or f16 stored two to a float slot), random and finite.
+  void ensure_kv(std::vector<float>& v, DType dt, uint64_t n, uint64_t seed) {
+    const uint64_t floats = dt == DType::F16 ? (n + 1) / 2 : n;
+    if (v.size() >= floats && kv_filled_[seed % 2] == static_cast<int>(dt)) return;
+    v.resize(std::max<uint64_t>(v.size(), floats));
+    fill_random(dt, reinterpret_cast<uint8_t*>(v.data()), v.size() * sizeof(float), seed, fill_pool_);
+    kv_filled_[seed % 2] = static_cast<int>(dt);
+  }
 
   double matmul(const Op& op, ThreadPool& p) {
     weights_.use(op.dtype);
@@ -242,26 +250,28 @@ class CpuRunner {
   // data pass between two reads of one): K and V rotate over the weight set (> the LLC) like weights.
   // One fixed K/V pair reused rep after rep stayed in the LLC up to ~8K positions (33 MB): 1-thread
   // rows read 10 GB/s there against 5 GB/s at 32K, and a filled 16K cache in a real step ran 5 GB/s.
+  // The cache's element type is op.dtype (f32 or f16: the KV cache types the executor keeps).
   double attention(const Op& op, ThreadPool& p) {
     const int64_t kvd = op.n_kv_heads * op.head_dim, qd = op.n_heads * op.head_dim;
     const int64_t kv_len = op.ctx + op.tokens;
-    const uint64_t kv_bytes = static_cast<uint64_t>(kv_len * kvd) * sizeof(float);
+    const uint64_t kv_bytes = static_cast<uint64_t>(kv_len) * dtype_row_bytes(op.dtype, kvd);
     const bool rotate = 2 * kv_bytes <= weights_.size();
     if (rotate) {
-      weights_.use(DType::F32);
+      weights_.use(op.dtype);
     } else {  // larger than half the set: one pair already exceeds the LLC
-      ensure(k_, static_cast<uint64_t>(kv_len * kvd), 3);
-      ensure(v_, static_cast<uint64_t>(kv_len * kvd), 4);
+      ensure_kv(k_, op.dtype, static_cast<uint64_t>(kv_len * kvd), 3);
+      ensure_kv(v_, op.dtype, static_cast<uint64_t>(kv_len * kvd), 4);
     }
     ensure(x_, static_cast<uint64_t>(op.tokens * qd), 1);
     ensure(y_, static_cast<uint64_t>(op.tokens * qd), 2);
     pos_.resize(static_cast<size_t>(op.tokens));
     for (int64_t t = 0; t < op.tokens; ++t) pos_[static_cast<size_t>(t)] = static_cast<int32_t>(op.ctx + t);
-    const AttentionShape shape = head_major({op.n_heads, op.n_kv_heads, op.head_dim}, kv_len);  // as KvCache
+    AttentionShape shape = head_major({op.n_heads, op.n_kv_heads, op.head_dim}, kv_len);  // as KvCache
+    shape.kv_dtype = op.dtype;
     const auto t0 = start();
     for (int r = 0; r < reps_; ++r) {
-      const float* k = rotate ? reinterpret_cast<const float*>(weights_.next(kv_bytes)) : k_.data();
-      const float* v = rotate ? reinterpret_cast<const float*>(weights_.next(kv_bytes)) : v_.data();
+      const void* k = rotate ? static_cast<const void*>(weights_.next(kv_bytes)) : k_.data();
+      const void* v = rotate ? static_cast<const void*>(weights_.next(kv_bytes)) : v_.data();
       shardwise::attention(x_.data(), op.tokens, pos_.data(), k, v, kv_len, shape, y_.data(), p);
     }
     return per_run(t0);
@@ -420,6 +430,7 @@ class CpuRunner {
   WeightSet weights_;
   ThreadPool* cur_ = nullptr;
   std::vector<float> x_, y_, k_, v_, w_;
+  int kv_filled_[2] = {-1, -1};  // the dtype k_ (seed 3) and v_ (seed 4) hold
   std::vector<int32_t> pos_;
   RopeAngles angles_;
   HostBuffer moe_buf_;  // the MoE layer's replicas, back to back
@@ -443,10 +454,11 @@ Op matmul_op(DType dt, int64_t tokens, const MatrixShape& s) {
   op.cols = s.cols;
   return op;
 }
-Op attention_op(int64_t tokens, int64_t ctx, const AttentionLayout& l) {
+// dt: the KV cache's element type (f32 or f16).
+Op attention_op(DType dt, int64_t tokens, int64_t ctx, const AttentionLayout& l) {
   Op op;
   op.kind = OpKind::Attention;
-  op.dtype = DType::F32;
+  op.dtype = dt;
   op.tokens = tokens;
   op.ctx = ctx;
   op.n_heads = l.heads;
@@ -683,17 +695,21 @@ std::string series_key(const Op& op) {
   return s.str();
 }
 
+// The KV cache types attention is measured over (the executor's: KvCache, the CUDA kernels).
+constexpr DType kKvDtypes[] = {DType::F32, DType::F16};
+
 void op_lists(const Grid& g, Backend b, std::vector<Op>* ops) {
   const auto& toks = b == Backend::Cpu ? g.cpu_tokens : g.gpu_tokens;
   for (DType dt : profiled_dtypes())
     for (const MatrixShape& s : g.matrices)
       for (int64_t t : toks) ops->push_back(matmul_op(dt, t, s));
-  for (const AttentionLayout& l : g.attention)
-    for (int64_t t : g.attention_tokens)
-      for (int64_t c : g.contexts) {
-        if (l.heads == l.kv_heads && c > 16384) continue;  // MHA caches of 64K positions: GBs, no new information
-        ops->push_back(attention_op(t, c, l));
-      }
+  for (DType kv : kKvDtypes)
+    for (const AttentionLayout& l : g.attention)
+      for (int64_t t : g.attention_tokens)
+        for (int64_t c : g.contexts) {
+          if (l.heads == l.kv_heads && c > 16384) continue;  // MHA caches of 64K positions: GBs, no new information
+          ops->push_back(attention_op(kv, t, c, l));
+        }
   for (DType dt : profiled_dtypes())
     for (const MoeShape& m : g.moe)
       for (int64_t t : b == Backend::Cpu ? cpu_moe_tokens(g.moe_tokens, m) : g.gpu_moe_tokens)
@@ -714,7 +730,7 @@ std::vector<Op> contention_ops(const Grid& g) {
     for (int64_t t : cpu_moe_tokens(g.moe_tokens, g.moe.front())) ops.push_back(moe_op(dt, t, g.moe.front()));
   for (int64_t t : g.attention_tokens)
     for (int64_t c : g.contexts)
-      if (c <= 8192) ops.push_back(attention_op(t, c, g.attention.front()));
+      if (c <= 8192) ops.push_back(attention_op(DType::F32, t, c, g.attention.front()));
   return ops;
 }
 
@@ -1108,7 +1124,7 @@ std::vector<Op> validation_ops(const ProfileDB& db, bool quick) {
       for (int64_t t : v.tokens) ops.push_back(matmul_op(dt, t, s));
   for (const AttentionLayout& l : v.attention)
     for (int64_t t : v.tokens)
-      if (t <= 768) ops.push_back(attention_op(t, v.context, l));
+      if (t <= 768) ops.push_back(attention_op(DType::F32, t, v.context, l));
   for (DType dt : {DType::F16, DType::Q4_0})
     for (const MoeShape& m : v.moe)
       for (int64_t t : v.tokens)
