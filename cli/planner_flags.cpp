@@ -15,7 +15,7 @@ const char* const kHostKvAttentionHelp =
     "GPU attention of layers whose KV is on the host: choose (the faster), split (core on the CPU) or "
     "staged (the cache copied to the GPU)";
 const char* const kKvDtypeHelp =
-    "KV cache element type: f32 (exact against an f32 reference) or f16 (half the memory: K and V rounded to f16 as "
+    "KV cache element type: f32 (exact against an f32 reference), f16 or bf16 (half the memory: K and V rounded as "
     "they are stored); -ctk/-ctv, as llama.cpp spells them, name it too";
 const char* const kMoeSplitHelp =
     "MoE, Dynamic: experts per token that the CPU computes while the GPU runs the others (copied), "
@@ -92,10 +92,10 @@ void add_llama_flags(CLI::App* sub, PlannerFlags& f) {
 
 }  // namespace
 
-const char* const kRunnableKvDtypes = "f32, f16";
+const char* const kRunnableKvDtypes = "f32, f16, bf16";
 
 DType check_kv_dtype(const std::string& text, const char* flag) {
-  if (text != "f32" && text != "f16")
+  if (text != "f32" && text != "f16" && text != "bf16")
     fail(flag, " ", text, ": not a KV cache type `run` executes (accepted: ", kRunnableKvDtypes, ")");
   return parse_dtype(text);
 }

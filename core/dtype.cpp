@@ -116,6 +116,10 @@ bool dtype_is_quantized(DType t) {
   return dtype_block_elems(t) > 1;
 }
 
+bool is_kv_dtype(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16;
+}
+
 uint64_t dtype_row_bytes(DType t, int64_t n) {
   int64_t be = dtype_block_elems(t);
   if (n < 0 || n % be != 0)

@@ -142,6 +142,11 @@ uint64_t dtype_row_bytes(DType t, int64_t n);
 // Effective bits per weight (e.g. 4.5 for Q4_0).
 double dtype_bits_per_elem(DType t);
 
+// The KV cache element types the executors keep: f32, f16 and bf16 (rows rounded to nearest even as
+// they are stored). kKvDtypeNames lists them for messages.
+bool is_kv_dtype(DType t);
+constexpr const char* kKvDtypeNames = "f32, f16 or bf16";
+
 // IEEE half / bfloat16 conversions, round-to-nearest-even, as ggml does them.
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);

@@ -344,8 +344,9 @@ void parse_schedules(const Ctx& c, const YAML::Node& root, Experiment& e) {
   if (root["kv_dtype"]) {
     e.kv_dtype = scalar(c, root["kv_dtype"], "kv_dtype");
     const DType kv = wrap(c, "kv_dtype", [&] { return parse_dtype(e.kv_dtype); });
-    if (kv != DType::F32 && kv != DType::F16)
-      c.fail_at("kv_dtype", "the executor keeps the KV cache in f32 or f16 ('", e.kv_dtype, "' cannot be measured)");
+    if (!is_kv_dtype(kv))
+      c.fail_at("kv_dtype", "the executor keeps the KV cache in ", kKvDtypeNames, " ('", e.kv_dtype,
+                "' cannot be measured)");
   }
   if (root["token_seed"])
     e.token_seed = static_cast<uint64_t>(as_int(c, root["token_seed"], "token_seed", 0, INT64_MAX));

@@ -205,8 +205,8 @@ void attention(const float* q, int64_t n_tokens, const int32_t* positions, const
 
 void attention_segments(const float* q, const int32_t* positions, const std::vector<AttentionSegment>& segs,
                         const AttentionShape& s, float* out, ThreadPool& pool) {
-  SW_CHECK(s.kv_dtype == DType::F32 || s.kv_dtype == DType::F16, "attention: a KV cache of ", dtype_name(s.kv_dtype),
-           " is not supported (f32 or f16)");
+  SW_CHECK(is_kv_dtype(s.kv_dtype), "attention: a KV cache of ", dtype_name(s.kv_dtype), " is not supported (",
+           kKvDtypeNames, ")");
   // Each segment is partitioned as it would be alone (so the results are the same bits), and the tasks
   // of all of them share one pass of the pool.
   std::vector<Plan> plans;

@@ -56,6 +56,15 @@ struct RowsF16 {
   static typename T::V loadm(const E* p, int n) { return T::loadhm(p, n); }
 };
 
+// K/V rows stored as bfloat16 (uint16_t bits), widened to f32 on load.
+template <class T>
+struct RowsBF16 {
+  using E = uint16_t;
+  static constexpr int kBytes = 2;
+  static typename T::V load(const E* p) { return T::loadb(p); }
+  static typename T::V loadm(const E* p, int n) { return T::loadbm(p, n); }
+};
+
 // The K and V rows of the next tile are prefetched while this tile's are read (pf: that tile's offset
 // in elements of `bytes` bytes, 0 for none), one prefetch per 64-byte line: consecutive keys are a
 // whole cache row apart (ld elements: every KV head of a position), a stride the hardware prefetchers
@@ -275,6 +284,8 @@ template <class T>
 void attn(const AttnArgs& a) {
   if (a.kv_dtype == DType::F16)
     attn_rows<T, RowsF16<T>>(a);
+  else if (a.kv_dtype == DType::BF16)
+    attn_rows<T, RowsBF16<T>>(a);
   else
     attn_rows<T, RowsF32<T>>(a);
 }

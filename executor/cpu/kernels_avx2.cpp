@@ -464,6 +464,16 @@ struct Avx2Attn {
     std::memcpy(h, p, static_cast<size_t>(n) * 2);
     return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(h)));
   }
+  // bf16: the high half of an f32, widened and shifted into place (exact).
+  static V loadb(const uint16_t* p) {
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  }
+  static V loadbm(const uint16_t* p, int n) {
+    alignas(16) uint16_t h[kLanes] = {};
+    std::memcpy(h, p, static_cast<size_t>(n) * 2);
+    return loadb(h);
+  }
   static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
   static void storem(float* p, V v, int n) { _mm256_maskstore_ps(p, lane_mask(n), v); }
   static V set1(float x) { return _mm256_set1_ps(x); }

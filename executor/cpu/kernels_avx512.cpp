@@ -410,6 +410,10 @@ struct Avx512Attn {
   static V loadm(const float* p, int n) { return _mm512_maskz_loadu_ps(tail_mask(n), p); }
   static V loadh(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
   static V loadhm(const uint16_t* p, int n) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(tail_mask(n), p)); }
+  // bf16: the high half of an f32, widened and shifted into place (exact).
+  static V loadb(const uint16_t* p) { return widen_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static V loadbm(const uint16_t* p, int n) { return widen_bf16(_mm256_maskz_loadu_epi16(tail_mask(n), p)); }
+  static V widen_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
   static void storem(float* p, V v, int n) { _mm512_mask_storeu_ps(p, tail_mask(n), v); }
   static V set1(float x) { return _mm512_set1_ps(x); }

@@ -51,6 +51,8 @@ struct ScalarAttn {
   static V loadm(const float* p, int n) { return n > 0 ? *p : 0.0f; }
   static V loadh(const uint16_t* p) { return f16_to_f32(*p); }
   static V loadhm(const uint16_t* p, int n) { return n > 0 ? f16_to_f32(*p) : 0.0f; }
+  static V loadb(const uint16_t* p) { return bf16_to_f32(*p); }
+  static V loadbm(const uint16_t* p, int n) { return n > 0 ? bf16_to_f32(*p) : 0.0f; }
   static void store(float* p, V v) { *p = v; }
   static void storem(float* p, V v, int n) {
     if (n > 0) *p = v;

@@ -1,6 +1,7 @@
-// executor/cuda/attention.cu — causal GQA attention over f32 or f16 KV caches, computed in f32 (no
-// tensor cores: TF32 or f16 scores would break the 1e-4 logits contract; an f16 cache rounds only what
-// is stored, as the CPU's does). Every kernel is compiled for both cache types (KT: float or __half). The score matrix
+// executor/cuda/attention.cu — causal GQA attention over f32, f16 or bf16 KV caches, computed in f32 (no
+// tensor cores: TF32 or f16 scores would break the 1e-4 logits contract; a 16-bit cache rounds only what
+// is stored, as the CPU's does). Every kernel is compiled for each cache type (KT: float, __half or
+// __nv_bfloat16). The score matrix
 // is never materialised: both kernels keep a running max, sum and output per query row (online softmax).
 //  - Decode (n <= 8): lanes hold a contiguous slice of head_dim, so K and V rows are read with
 //    coalesced vector loads; a warp takes a group of <= 4 query rows of one kv head over a range of
@@ -19,8 +20,8 @@
 // outputs are unchanged) and outputs beyond hd never written. The FULL variant (hd == D with 16-byte
 // aligned q/k/v rows) keeps the plain vector loads; the other variant guards its loads, in float4
 // pieces when hd % 4 == 0 and the rows are 16-byte aligned (a uniform flag), element by element
-// otherwise (per-head offsets h * hd are then not 16-byte aligned). An f16 cache's rows are read in
-// pieces of 4 halves (8 bytes), so its rows need 8-byte alignment where f32 rows need 16.
+// otherwise (per-head offsets h * hd are then not 16-byte aligned). A 16-bit cache's rows are read in
+// pieces of 4 values (8 bytes), so its rows need 8-byte alignment where f32 rows need 16.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -174,6 +175,71 @@ __device__ __forceinline__ void load_head(const __half* p, int d0, int hd, bool 
   } else {
 #pragma unroll
     for (int i = 0; i < C; ++i) v[i] = d0 + i < hd ? __half2float(p[i]) : 0.0f;
+  }
+}
+
+// And from a bf16 cache (8 bytes of 4 values at a time, widened exactly).
+__device__ __forceinline__ float4 bf16x4_at(const __nv_bfloat16* p) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  __nv_bfloat162 lo, hi;
+  memcpy(&lo, &u.x, 4);
+  memcpy(&hi, &u.y, 4);
+  const float2 a = __bfloat1622float2(lo), b = __bfloat1622float2(hi);
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+
+template <int C>
+__device__ __forceinline__ void load_vec(const __nv_bfloat16* p, float* v) {
+  if constexpr (C % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < C; i += 4) {
+      const float4 f = bf16x4_at(p + i);
+      v[i] = f.x;
+      v[i + 1] = f.y;
+      v[i + 2] = f.z;
+      v[i + 3] = f.w;
+    }
+  } else if constexpr (C == 2) {
+    const float2 f = __bfloat1622float2(*reinterpret_cast<const __half2*>(p));
+    v[0] = f.x;
+    v[1] = f.y;
+  } else {
+#pragma unroll
+    for (int i = 0; i < C; ++i) v[i] = __bfloat162float(p[i]);
+  }
+}
+
+template <bool FULL>
+__device__ __forceinline__ float4 load4(const __nv_bfloat16* p, int d0, int hd, bool vec4) {
+  if constexpr (FULL) {
+    return bf16x4_at(p);
+  } else {
+    if (vec4) return d0 < hd ? bf16x4_at(p) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float4 r;
+    r.x = d0 < hd ? __bfloat162float(p[0]) : 0.0f;
+    r.y = d0 + 1 < hd ? __bfloat162float(p[1]) : 0.0f;
+    r.z = d0 + 2 < hd ? __bfloat162float(p[2]) : 0.0f;
+    r.w = d0 + 3 < hd ? __bfloat162float(p[3]) : 0.0f;
+    return r;
+  }
+}
+
+template <int C, bool FULL>
+__device__ __forceinline__ void load_head(const __nv_bfloat16* p, int d0, int hd, bool vec4, float* v) {
+  if constexpr (FULL) {
+    load_vec<C>(p, v);
+  } else if constexpr (C % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < C; i += 4) {
+      const float4 f = load4<false>(p + i, d0 + i, hd, vec4);
+      v[i] = f.x;
+      v[i + 1] = f.y;
+      v[i + 2] = f.z;
+      v[i + 3] = f.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < C; ++i) v[i] = d0 + i < hd ? __bfloat162float(p[i]) : 0.0f;
   }
 }
 
@@ -942,14 +1008,14 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
   SW_CHECK(a.n_heads > 0 && a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0, "CUDA attention: ", a.n_heads,
            " heads are not a multiple of ", a.n_kv_heads, " kv heads");
   SW_CHECK(a.q != nullptr && a.k != nullptr && a.v != nullptr && a.out != nullptr, "CUDA attention: a null pointer");
-  SW_CHECK(a.kv_dtype == DType::F32 || a.kv_dtype == DType::F16, "CUDA attention: a ", dtype_name(a.kv_dtype),
-           " KV cache is not supported (f32 or f16)");
-  const bool f16 = a.kv_dtype == DType::F16;
+  SW_CHECK(is_kv_dtype(a.kv_dtype), "CUDA attention: a ", dtype_name(a.kv_dtype), " KV cache is not supported (",
+           kKvDtypeNames, ")");
+  const bool half = a.kv_dtype != DType::F32;  // a 16-bit cache
   const int D = padded_head_dim(hd);
-  // Vector loads need q/k/v rows aligned for 4-element pieces (16 bytes of f32, 8 of f16) and per-head
+  // Vector loads need q/k/v rows aligned for 4-element pieces (16 bytes of f32, 8 of f16/bf16) and per-head
   // offsets (h * hd, hd % 4 == 0); outputs are stored element by element (no alignment needed).
   // Anything else takes the guarded loads.
-  const auto kv_aligned = [&](const void* p) { return reinterpret_cast<uintptr_t>(p) % (f16 ? 8 : 16) == 0; };
+  const auto kv_aligned = [&](const void* p) { return reinterpret_cast<uintptr_t>(p) % (half ? 8 : 16) == 0; };
   const bool rows16 =
       aligned16(a.q) && kv_aligned(a.k) && kv_aligned(a.v) && a.q_stride % 4 == 0 && a.kv_stride % 4 == 0;
   const bool full = hd == D && rows16;
@@ -985,8 +1051,10 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
     k.part_ml = ws.take<float>(static_cast<uint64_t>(ks.splits * rows_all * 2), "attention split partials");
   }
   SW_CHECK(a.n_kv_heads < 65536 && row_groups < 65536, "CUDA attention: too many heads or rows for one launch");
-  if (f16)
+  if (a.kv_dtype == DType::F16)
     launch_attention<__half>(ctx, k, D, full, decode, kernel, rb, row_groups, rows_all);
+  else if (a.kv_dtype == DType::BF16)
+    launch_attention<__nv_bfloat16>(ctx, k, D, full, decode, kernel, rb, row_groups, rows_all);
   else
     launch_attention<float>(ctx, k, D, full, decode, kernel, rb, row_groups, rows_all);
 }

@@ -191,8 +191,7 @@ class CudaKernels : public DeviceKernels {
   }
 
   void set_kv_dtype(DType t) override {
-    SW_CHECK(t == DType::F32 || t == DType::F16, "the CUDA kernels keep the KV cache in f32 or f16, not ",
-             dtype_name(t));
+    SW_CHECK(is_kv_dtype(t), "the CUDA kernels keep the KV cache in ", kKvDtypeNames, ", not ", dtype_name(t));
     kv_dtype_ = t;
   }
 
@@ -1193,8 +1192,10 @@ class WarmUp {
       for (DType t : kAllDTypes) run_blocks(t);
       sweep_matmuls();
     }
-    k_.set_kv_dtype(DType::F16);  // the attention and RoPE kernels over an f16 cache
-    run_blocks(DType::F32);
+    for (DType kv : {DType::F16, DType::BF16}) {  // the attention and RoPE kernels over 16-bit caches
+      k_.set_kv_dtype(kv);
+      run_blocks(DType::F32);
+    }
     k_.set_kv_dtype(DType::F32);
     check(cudaStreamSynchronize(k_.ctx_.stream), "cudaStreamSynchronize(warm-up)");
     check(cudaGetLastError(), "a warm-up kernel");
@@ -1353,7 +1354,7 @@ class WarmUp {
     for (int misalign : {0, 1}) {
       if (misalign && padded) break;  // padded head_dims only have the guarded kernels
       for (int n : {1, 2, 4, 9})
-        for (DType kv : {DType::F32, DType::F16}) {
+        for (DType kv : {DType::F32, DType::F16, DType::BF16}) {
           AttnArgs a;
           a.q = aq_ + misalign;
           a.q_stride = hd;
@@ -1391,7 +1392,7 @@ class WarmUp {
       r.cos = r.sin = norm_;
       r.k_cache = kc_;
       r.v_cache = vc_;
-      for (DType kv : {DType::F32, DType::F16}) {
+      for (DType kv : {DType::F32, DType::F16, DType::BF16}) {
         r.kv_dtype = kv;
         qk_norm_rope(c, r);
       }
@@ -1399,7 +1400,7 @@ class WarmUp {
     swiglu(c, sy_, sx_, 1, 64, 64);
     add(c, sy_, sx_, 64);
     gather_rows(c, sx_, 64, idx_, 1, 64, sy_, 64);
-    for (DType kv : {DType::F32, DType::F16}) {  // a staged host cache's layout, both ways
+    for (DType kv : {DType::F32, DType::F16}) {  // a staged host cache's layout, both ways (bf16: as f16)
       kv_layout(c, sx_, sy_, 2, 1, 16, 0, 2, true, kv);
       kv_layout(c, sy_, sx_, 2, 1, 16, 0, 2, false, kv);
     }

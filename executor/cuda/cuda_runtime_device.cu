@@ -205,7 +205,7 @@ class CudaDevice : public Device {
 
   std::string kind() const override { return "cuda"; }
   bool supports_dtype(DType t) const override { return cuda_computes_dtype(t); }
-  bool supports_kv_dtype(DType t) const override { return t == DType::F32 || t == DType::F16; }
+  bool supports_kv_dtype(DType t) const override { return is_kv_dtype(t); }
   std::string name() const override { return name_; }
 
   uint8_t* allocate_arena(uint64_t bytes) override {

@@ -122,7 +122,7 @@ struct QkRopeArgs {
   bool neox = true;
   void* k_cache = nullptr;  // [capacity, kv_dim] of kv_dtype (null = no cache write)
   void* v_cache = nullptr;
-  DType kv_dtype = DType::F32;  // f32, or f16 (rounded to nearest even as it is stored)
+  DType kv_dtype = DType::F32;  // f32, or f16 / bf16 (rounded to nearest even as they are stored)
   int32_t pos_first = 0;
 };
 void qk_norm_rope(const Ctx& ctx, const QkRopeArgs& a);
@@ -133,7 +133,7 @@ void add(const Ctx& ctx, float* x, const float* y, int64_t n);
 void swiglu(const Ctx& ctx, float* gate, const float* up, int64_t rows, int64_t width, int64_t ld);
 // Positions [p0, p1) of a K or V cache of `capacity` positions, head-major [heads, capacity, hd] <->
 // position-major [capacity, heads * hd] (to_positions: head-major src into position-major dst); elements
-// of `dtype` (f32 or f16), copied as they are.
+// of `dtype` (f32, f16 or bf16), copied as they are.
 void kv_layout(const Ctx& ctx, const void* src, void* dst, int64_t capacity, int32_t heads, int32_t hd, int64_t p0,
                int64_t p1, bool to_positions, DType dtype);
 // dst[i] = src[idx[i]] for n rows of width.
@@ -194,7 +194,7 @@ struct AttnArgs {
   const void* k = nullptr;  // cache row j at k + j * kv_stride elements (kv head g at + g * head_dim)
   const void* v = nullptr;
   int64_t kv_stride = 0;
-  DType kv_dtype = DType::F32;  // the cache's element type: f32 or f16
+  DType kv_dtype = DType::F32;  // the cache's element type: f32, f16 or bf16
   float* out = nullptr;         // [n, n_heads * head_dim], row stride out_stride
   int64_t out_stride = 0;
   int32_t n = 0, pos_first = 0;

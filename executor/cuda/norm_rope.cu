@@ -81,10 +81,12 @@ __global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* __rest
   for (int c = threadIdx.x; c < dim; c += blockDim.x) yr[c] = xr[c] * scale * w[c];
 }
 
-// Element `at` of a K or V cache of f32 or f16 (rounded to nearest even).
-__device__ __forceinline__ void store_kv(void* cache, bool f16, int64_t at, float v) {
-  if (f16)
+// Element `at` of a K or V cache of f32, f16 or bf16 (rounded to nearest even).
+__device__ __forceinline__ void store_kv(void* cache, DType t, int64_t at, float v) {
+  if (t == DType::F16)
     static_cast<__half*>(cache)[at] = __float2half_rn(v);
+  else if (t == DType::BF16)
+    static_cast<__nv_bfloat16*>(cache)[at] = __float2bfloat16_rn(v);
   else
     static_cast<float*>(cache)[at] = v;
 }
@@ -103,7 +105,6 @@ __global__ void __launch_bounds__(128) qk_rope_kernel(const __grid_constant__ Qk
   const int64_t qd = static_cast<int64_t>(nh) * D, kvd = static_cast<int64_t>(nkv) * D;
   float* row = a.qkv + t * a.stride;
   const int64_t cache_row = (static_cast<int64_t>(a.pos_first) + t) * kvd;
-  const bool f16 = a.kv_dtype == DType::F16;
   if (hh >= nh + nkv) {  // v head: biased, into the cache (or in place without one)
     const int g = hh - nh - nkv;
     float* src = row + qd + kvd + static_cast<int64_t>(g) * D;
@@ -112,7 +113,7 @@ __global__ void __launch_bounds__(128) qk_rope_kernel(const __grid_constant__ Qk
     for (int d = lane; d < D; d += 32) {
       const float v = vb ? __fadd_rn(src[d], vb[d]) : src[d];
       if (a.v_cache)
-        store_kv(a.v_cache, f16, at + d, v);
+        store_kv(a.v_cache, a.kv_dtype, at + d, v);
       else
         src[d] = v;
     }
@@ -148,8 +149,8 @@ __global__ void __launch_bounds__(128) qk_rope_kernel(const __grid_constant__ Qk
     const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
     const float y1 = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
     if (to_cache) {
-      store_kv(a.k_cache, f16, at + i0, y0);
-      store_kv(a.k_cache, f16, at + i1, y1);
+      store_kv(a.k_cache, a.kv_dtype, at + i0, y0);
+      store_kv(a.k_cache, a.kv_dtype, at + i1, y1);
     } else {
       src[i0] = y0;
       src[i1] = y1;
@@ -360,11 +361,11 @@ void kv_layout(const Ctx& ctx, const void* src, void* dst, int64_t capacity, int
                int64_t p1, bool to_positions, DType dtype) {
   SW_CHECK(0 <= p0 && p0 <= p1 && p1 <= capacity && heads > 0 && hd > 0, "kv_layout: positions [", p0, ", ", p1,
            ") of ", capacity);
-  SW_CHECK(dtype == DType::F32 || dtype == DType::F16, "kv_layout: a ", dtype_name(dtype), " cache");
+  SW_CHECK(is_kv_dtype(dtype), "kv_layout: a ", dtype_name(dtype), " cache");
   const int64_t width = static_cast<int64_t>(heads) * hd;
   for (int64_t r0 = p0; r0 < p1; r0 += 65535) {
     const int64_t m = std::min<int64_t>(65535, p1 - r0);
-    if (dtype == DType::F16)
+    if (dtype != DType::F32)  // 16-bit elements
       launch_kernel("kv layout kernel", kv_layout_kernel<uint16_t>, rows_grid(m, width, 256), dim3(256), 0, ctx.stream,
                     static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), capacity, heads, hd, r0,
                     to_positions);

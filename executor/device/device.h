@@ -227,7 +227,7 @@ struct EmuOptions {
   std::vector<DType> dtypes = {};
   // Whether the device keeps f16 KV caches (false: f32 only), to stand in for a device whose kernels
   // keep f32 only.
-  bool kv_f16 = true;
+  bool kv_f16 = true;  // (and bf16: the 16-bit cache types)
 };
 std::unique_ptr<Device> make_emu_device(const EmuOptions& options = {});
 // Throws Error when the build has no CUDA or the machine no GPU.

@@ -184,10 +184,9 @@ class EmuKernels : public DeviceKernels {
   void prepare_segments(const std::vector<StepSegment>& segments) override {
     q_.push([this, segments] { blocks_.prepare_step(segments); });
   }
-  // The CPU blocks keep f32 or f16 caches; the type applies to the blocks queued after this call.
+  // The CPU blocks keep f32, f16 or bf16 caches; the type applies to the blocks queued after this call.
   void set_kv_dtype(DType t) override {
-    SW_CHECK(t == DType::F32 || t == DType::F16, "the emulated device keeps the KV cache in f32 or f16, not ",
-             dtype_name(t));
+    SW_CHECK(is_kv_dtype(t), "the emulated device keeps the KV cache in ", kKvDtypeNames, ", not ", dtype_name(t));
     kv_dtype_ = t;
     q_.push([this, t] { blocks_.set_kv_dtype(t); });
   }
@@ -268,7 +267,7 @@ class EmuDevice : public Device {
     for (auto& q : queues_) q->wait_done(q->submitted());
   }
   std::string kind() const override { return "emu"; }
-  bool supports_kv_dtype(DType t) const override { return t == DType::F32 || (t == DType::F16 && opt_.kv_f16); }
+  bool supports_kv_dtype(DType t) const override { return t == DType::F32 || (is_kv_dtype(t) && opt_.kv_f16); }
   bool supports_dtype(DType t) const override {
     return opt_.dtypes.empty() || std::find(opt_.dtypes.begin(), opt_.dtypes.end(), t) != opt_.dtypes.end();
   }

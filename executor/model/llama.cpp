@@ -40,8 +40,7 @@ void CpuBlocks::attention_pre(const LayerWeights& w, const float* x, int64_t n, 
 }
 
 void CpuBlocks::set_kv_dtype(DType dtype) {
-  SW_CHECK(dtype == DType::F32 || dtype == DType::F16, "the CPU keeps a KV cache in f32 or f16, not ",
-           dtype_name(dtype));
+  SW_CHECK(is_kv_dtype(dtype), "the CPU keeps a KV cache in ", kKvDtypeNames, ", not ", dtype_name(dtype));
   kv_dtype_ = dtype;
 }
 

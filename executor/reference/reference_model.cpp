@@ -76,10 +76,12 @@ Vec swiglu_ffn(const TensorView& gate, const TensorView& up, const TensorView& d
 }
 
 // Rounds each value as a KV cache of `kv` stores it (f32 is taken as exact: the reference's own
-// precision; f16 rounds through f32 to the nearest even half, as the engines store it).
+// precision; f16 and bf16 round through f32 to the nearest even, as the engines store them).
 void store_as(DType kv, Vec& v) {
-  if (kv == DType::F32) return;
-  for (double& e : v) e = static_cast<double>(f16_to_f32(f32_to_f16(static_cast<float>(e))));
+  if (kv == DType::F16)
+    for (double& e : v) e = static_cast<double>(f16_to_f32(f32_to_f16(static_cast<float>(e))));
+  else if (kv == DType::BF16)
+    for (double& e : v) e = static_cast<double>(bf16_to_f32(f32_to_bf16(static_cast<float>(e))));
 }
 
 // Layer prefix p's attention block, added to the residual stream x: project every position, then let
@@ -192,8 +194,7 @@ namespace {
 // The layers and the LM head over residual streams x (one per position) at positions pos3 [n, 3].
 std::vector<float> reference_from(const WeightSource& src, std::vector<Vec> x, const std::vector<int64_t>& pos3,
                                   DType kv) {
-  SW_CHECK(kv == DType::F32 || kv == DType::F16, "reference: a KV cache of ", dtype_name(kv),
-           " is not supported (f32 or f16)");
+  SW_CHECK(is_kv_dtype(kv), "reference: a KV cache of ", dtype_name(kv), " is not supported (", kKvDtypeNames, ")");
   const ModelSpec& sp = src.spec();
   const int64_t n = static_cast<int64_t>(x.size());
   auto T = [&](const std::string& name) -> const TensorView& { return src.tensor(name); };

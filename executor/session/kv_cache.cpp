@@ -9,8 +9,7 @@ KvCache::KvCache(const ModelSpec& spec, int64_t capacity, DType dtype)
     : n_layers_(spec.num_hidden_layers), kv_dim_(spec.kv_dim()), capacity_(capacity), dtype_(dtype) {
   if (capacity < 1 || capacity > (int64_t(1) << 24))
     fail("context size ", capacity, " is out of range (1 .. 16M tokens)");
-  if (dtype != DType::F32 && dtype != DType::F16)
-    fail("a KV cache of ", dtype_name(dtype), " is not supported (f32 or f16)");
+  if (!is_kv_dtype(dtype)) fail("a KV cache of ", dtype_name(dtype), " is not supported (", kKvDtypeNames, ")");
   buffer_ = HostBuffer(static_cast<uint64_t>(n_layers_) * 2 * static_cast<uint64_t>(capacity_) * row_bytes());
 }
 

@@ -1077,8 +1077,8 @@ TEST_CASE("cli: llama.cpp's short flags mean what they mean there", "[cli][llama
       require_clean_error(verb + " " + ngl, {"-ngl/--n-gpu-layers", "--vram-budget SIZE", "layer-split"});
     require_clean_error(verb + " -fa", {"-fa/--flash-attn"});
     require_clean_error(verb + " -fa on", {"-fa/--flash-attn"});
-    require_clean_error(verb + " -ctk q8_0", {"-ctk/--cache-type-k q8_0", "accepted: f32, f16"});
-    require_clean_error(verb + " -ctv bf16", {"-ctv/--cache-type-v bf16", "accepted: f32, f16"});
+    require_clean_error(verb + " -ctk q8_0", {"-ctk/--cache-type-k q8_0", "accepted: f32, f16, bf16"});
+    require_clean_error(verb + " -ctv q4_0", {"-ctv/--cache-type-v q4_0", "accepted: f32, f16, bf16"});
     require_clean_error(verb + " -ctk f16 -ctv f32", {"-ctv/--cache-type-v f32", "differs from -ctk"});
     require_clean_error(verb + " --kv-dtype f32 -ctk f16", {"-ctk/--cache-type-k f16", "differs from --kv-dtype"});
   }
@@ -1157,9 +1157,9 @@ TEST_CASE("cli: run refuses what it cannot do instead of doing it silently", "[c
     require_clean_error(std::string("plan -m nemo8b --hw cli3 --vram-budget 4G ") + ctx, {"--ctx -1"});
   }
   // plan accepts only the KV types run executes.
-  for (const char* kv : {"q8_0", "bf16"})
+  for (const char* kv : {"q8_0", "q4_0"})
     require_clean_error(std::string("plan -m nemo8b --hw cli3 --vram-budget 4G --kv-dtype ") + kv,
-                        {"--kv-dtype", kv, "accepted: f32, f16"});
+                        {"--kv-dtype", kv, "accepted: f32, f16, bf16"});
   CHECK(shardwise_cli("plan -m nemo8b --hw cli3 --vram-budget 4G --kv-dtype f32 --brief").rc == 0);
   CHECK(shardwise_cli("plan -m nemo8b --hw cli3 --vram-budget 4G --kv-dtype f16 --brief").rc == 0);
   // --plan FILE and a --vram-budget other than the table's.
@@ -1186,12 +1186,15 @@ TEST_CASE("cli: --kv-dtype f16 runs the CPU engine over an f16 KV cache", "[cli]
   CHECK(f16["kv_dtype"] == "f16");
   CHECK(f16["kv_cache_bytes"].get<uint64_t>() * 2 == f32["kv_cache_bytes"].get<uint64_t>());
   CHECK(f16["generated_ids"].size() == 4);
+  const auto bf16 = run_json(args + " -ctk bf16 -ctv bf16");
+  CHECK(bf16["kv_dtype"] == "bf16");
+  CHECK(bf16["kv_cache_bytes"] == f16["kv_cache_bytes"]);
   for (const char* verb : {"run -p hi", "serve"})
     require_clean_error(std::string(verb) + " -m " + m + " --device cpu --kv-dtype q9",
-                        {"--kv-dtype q9", "accepted: f32, f16"});
+                        {"--kv-dtype q9", "accepted: f32, f16, bf16"});
   const std::string npy = temp_path("kv_f16_logits.npy");
   require_clean_error("logits -m " + m + " --tokens 1,2 --out " + quote(npy) + " --kv-dtype q9",
-                      {"--kv-dtype q9", "accepted: f32, f16"});
+                      {"--kv-dtype q9", "accepted: f32, f16, bf16"});
   CHECK(shardwise_cli("logits -m " + m + " --tokens 1,2,3 --out " + quote(npy) + " --kv-dtype f16").rc == 0);
   const Result help = shardwise_cli("run --help");
   CHECK(help.out.find("--kv-dtype") != std::string::npos);

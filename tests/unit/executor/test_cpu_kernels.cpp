@@ -637,58 +637,59 @@ TEST_CASE("attention: head-major caches give the same results as rows of all hea
   }
 }
 
-// An f16 cache's rows are widened to f32 as they are loaded and everything after is the f32 code: at
-// every ISA level, attention over f16 K and V gives the bits of attention over f32 copies of the same
-// (f16-rounded) values, in both layouts, with head_dim tails (8, 24, 40, 100) and split key ranges.
-TEST_CASE("attention: f16 caches give the bits of f32 caches holding the same values, at every ISA level",
+// A 16-bit cache's rows are widened to f32 as they are loaded and everything after is the f32 code: at
+// every ISA level, attention over f16 (or bf16) K and V gives the bits of attention over f32 copies of
+// the same rounded values, in both layouts, with head_dim tails (8, 24, 40, 100) and split key ranges.
+TEST_CASE("attention: f16 and bf16 caches give the bits of f32 caches holding the same values, at every ISA level",
           "[cpu_kernels][attention][kv_f16]") {
   struct Case {
     int64_t heads, kv_heads, hd, n_tokens, pos0, capacity;
   };
   IsaCapGuard guard;
-  for (const Case& c : {Case{8, 2, 64, 1, 1500, 0}, Case{8, 2, 40, 37, 0, 64}, Case{6, 3, 24, 5, 700, 800},
-                        Case{4, 1, 100, 3, 20, 0}, Case{4, 4, 8, 9, 600, 609}, Case{32, 8, 128, 2, 90, 128}}) {
-    const int64_t hd = c.hd, kv_len = c.pos0 + c.n_tokens;
-    const int64_t rows = c.capacity > 0 ? c.kv_heads * c.capacity : kv_len * c.kv_heads;  // KV rows of hd
-    const std::vector<float> q = random_values(c.n_tokens * c.heads * hd);
-    std::vector<float> k = random_values(rows * hd), v = random_values(rows * hd);
-    for (float& x : k) x *= 3.0f;  // sharper softmax
-    std::vector<uint16_t> kh(k.size()), vh(v.size());
-    quantize_row(DType::F16, k.data(), kh.data(), static_cast<int64_t>(k.size()));
-    quantize_row(DType::F16, v.data(), vh.data(), static_cast<int64_t>(v.size()));
-    dequantize_row(DType::F16, kh.data(), k.data(), static_cast<int64_t>(k.size()));  // the same values in f32
-    dequantize_row(DType::F16, vh.data(), v.data(), static_cast<int64_t>(v.size()));
-    std::vector<int32_t> pos(static_cast<size_t>(c.n_tokens));
-    for (int64_t t = 0; t < c.n_tokens; ++t) pos[t] = static_cast<int32_t>(c.pos0 + t);
-    AttentionShape shape{c.heads, c.kv_heads, hd};
-    if (c.capacity > 0) shape = head_major(shape, c.capacity);
-    AttentionShape half = shape;
-    half.kv_dtype = DType::F16;
-    const OpReference ref = reference_attention(q.data(), c.n_tokens, pos.data(), k.data(), v.data(), shape);
-    ThreadPool pool(2);
-    for (const CpuKernels* kern : levels_under_test()) {
-      set_isa_cap(kern->isa);
-      std::vector<float> f32(q.size(), kNaN), f16(q.size(), kNaN);
-      attention(q.data(), c.n_tokens, pos.data(), k.data(), v.data(), kv_len, shape, f32.data(), pool);
-      attention(q.data(), c.n_tokens, pos.data(), kh.data(), vh.data(), kv_len, half, f16.data(), pool);
-      INFO(isa_name(kern->isa) << " heads " << c.heads << "/" << c.kv_heads << " head_dim " << hd << " tokens "
-                               << c.n_tokens << " at " << c.pos0 << " capacity " << c.capacity);
-      CHECK(std::all_of(f16.begin(), f16.end(), [](float x) { return std::isfinite(x); }));
-      CHECK(std::memcmp(f32.data(), f16.data(), f32.size() * sizeof(float)) == 0);
-      CHECK(compare_to_reference(f16.data(), ref, tolerance(OpId::Attention)).ok());
+  for (DType kv : {DType::F16, DType::BF16})
+    for (const Case& c : {Case{8, 2, 64, 1, 1500, 0}, Case{8, 2, 40, 37, 0, 64}, Case{6, 3, 24, 5, 700, 800},
+                          Case{4, 1, 100, 3, 20, 0}, Case{4, 4, 8, 9, 600, 609}, Case{32, 8, 128, 2, 90, 128}}) {
+      const int64_t hd = c.hd, kv_len = c.pos0 + c.n_tokens;
+      const int64_t rows = c.capacity > 0 ? c.kv_heads * c.capacity : kv_len * c.kv_heads;  // KV rows of hd
+      const std::vector<float> q = random_values(c.n_tokens * c.heads * hd);
+      std::vector<float> k = random_values(rows * hd), v = random_values(rows * hd);
+      for (float& x : k) x *= 3.0f;  // sharper softmax
+      std::vector<uint16_t> kh(k.size()), vh(v.size());
+      quantize_row(kv, k.data(), kh.data(), static_cast<int64_t>(k.size()));
+      quantize_row(kv, v.data(), vh.data(), static_cast<int64_t>(v.size()));
+      dequantize_row(kv, kh.data(), k.data(), static_cast<int64_t>(k.size()));  // the same values in f32
+      dequantize_row(kv, vh.data(), v.data(), static_cast<int64_t>(v.size()));
+      std::vector<int32_t> pos(static_cast<size_t>(c.n_tokens));
+      for (int64_t t = 0; t < c.n_tokens; ++t) pos[t] = static_cast<int32_t>(c.pos0 + t);
+      AttentionShape shape{c.heads, c.kv_heads, hd};
+      if (c.capacity > 0) shape = head_major(shape, c.capacity);
+      AttentionShape half = shape;
+      half.kv_dtype = kv;
+      const OpReference ref = reference_attention(q.data(), c.n_tokens, pos.data(), k.data(), v.data(), shape);
+      ThreadPool pool(2);
+      for (const CpuKernels* kern : levels_under_test()) {
+        set_isa_cap(kern->isa);
+        std::vector<float> f32(q.size(), kNaN), f16(q.size(), kNaN);
+        attention(q.data(), c.n_tokens, pos.data(), k.data(), v.data(), kv_len, shape, f32.data(), pool);
+        attention(q.data(), c.n_tokens, pos.data(), kh.data(), vh.data(), kv_len, half, f16.data(), pool);
+        INFO(isa_name(kern->isa) << " " << dtype_name(kv) << " heads " << c.heads << "/" << c.kv_heads << " head_dim "
+                                 << hd << " tokens " << c.n_tokens << " at " << c.pos0 << " capacity " << c.capacity);
+        CHECK(std::all_of(f16.begin(), f16.end(), [](float x) { return std::isfinite(x); }));
+        CHECK(std::memcmp(f32.data(), f16.data(), f32.size() * sizeof(float)) == 0);
+        CHECK(compare_to_reference(f16.data(), ref, tolerance(OpId::Attention)).ok());
+      }
     }
-  }
 }
 
-TEST_CASE("attention: a cache type other than f32 or f16 is an error", "[cpu_kernels][attention][kv_f16]") {
+TEST_CASE("attention: a cache type other than f32, f16 or bf16 is an error", "[cpu_kernels][attention][kv_f16]") {
   const std::vector<float> q = random_values(8), kv = random_values(8);
   const int32_t pos = 0;
   std::vector<float> out(8);
   ThreadPool pool(1);
   AttentionShape shape{1, 1, 8};
-  shape.kv_dtype = DType::BF16;
+  shape.kv_dtype = DType::Q8_0;
   CHECK_THROWS_WITH(attention(q.data(), 1, &pos, kv.data(), kv.data(), 1, shape, out.data(), pool),
-                    Catch::Matchers::Contains("bf16"));
+                    Catch::Matchers::Contains("q8_0"));
   shape.kv_dtype = DType::F16;
   CHECK_THROWS_WITH(reference_attention(q.data(), 1, &pos, kv.data(), kv.data(), shape),
                     Catch::Matchers::Contains("f32"));

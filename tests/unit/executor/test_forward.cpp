@@ -60,22 +60,24 @@ std::vector<int64_t> argmax_rows(const std::vector<float>& logits, int64_t width
 
 }  // namespace
 
-// An f16 cache stores each K row after RoPE and each V row after its bias rounded to f16: the
-// reference rounds the same values, so only the fast path's own f32 rounding separates them. The
-// f16 logits must also differ from the f32 cache's (the cache really is f16).
-TEST_CASE("f16 KV cache: the fast path matches the f16-rounding reference", "[forward][kv_f16]") {
+// A 16-bit cache stores each K row after RoPE and each V row after its bias rounded to f16 (or bf16):
+// the reference rounds the same values, so only the fast path's own f32 rounding separates them (a
+// value at a rounding boundary may land one step apart: bf16's step is 8x f16's). The logits must also
+// differ from the f32 cache's (the cache really is 16-bit).
+TEST_CASE("f16 and bf16 KV caches: the fast path matches the reference rounding the same", "[forward][kv_f16]") {
   for (const char* spec_name : {"tiny_llama", "tiny_qwen3", "tiny_moe", "tiny_qwen2"}) {
-    for (DType dt : {DType::F16, DType::Q8_0}) {
+    for (const auto& [dt, kv] :
+         {std::pair{DType::F16, DType::F16}, std::pair{DType::Q8_0, DType::F16}, std::pair{DType::Q8_0, DType::BF16}}) {
       ModelSpec s = builtin_spec(spec_name);
       s.dtype = dt;
       ThreadPool pool(2);
       auto src = make_synthetic_weights(s, 7, &pool);
       const auto toks = some_tokens(s.vocab_size, 19, 3);
-      const auto ref = reference_logits(*src, toks, DType::F16);
-      const auto fast = test::fast_logits(*src, toks, 2, DType::F16);
+      const auto ref = reference_logits(*src, toks, kv);
+      const auto fast = test::fast_logits(*src, toks, 2, kv);
       const auto fast32 = test::fast_logits(*src, toks, 2, DType::F32);
-      INFO(spec_name << " " << dtype_name(dt));
-      CHECK(test::max_rel_error(fast, ref, s.vocab_size) <= 1e-3);
+      INFO(spec_name << " " << dtype_name(dt) << " weights, " << dtype_name(kv) << " cache");
+      CHECK(test::max_rel_error(fast, ref, s.vocab_size) <= (kv == DType::BF16 ? 8e-3 : 1e-3));
       CHECK(argmax_rows(fast, s.vocab_size) == argmax_rows(ref, s.vocab_size));
       CHECK(fast != fast32);
     }
@@ -108,10 +110,10 @@ TEST_CASE("f16 KV cache: decode token by token equals one prefill, in half the b
     CHECK(test::max_rel_error(got, full, V) <= 1e-5);
   }
   ModelSpec s = builtin_spec("tiny_llama");
-  CHECK_THROWS_WITH(KvCache(s, 8, DType::Q8_0), Contains("q8_0") && Contains("f32 or f16"));
+  CHECK_THROWS_WITH(KvCache(s, 8, DType::Q8_0), Contains("q8_0") && Contains("f32, f16 or bf16"));
   ThreadPool pool(1);
   auto src = make_synthetic_weights(s, 1, &pool);
-  CHECK_THROWS_WITH(reference_logits(*src, {1, 2}, DType::BF16), Contains("bf16"));
+  CHECK_THROWS_WITH(reference_logits(*src, {1, 2}, DType::Q4_0), Contains("q4_0"));
 }
 
 TEST_CASE("KV cache: decode token by token and chunked prefill equal one prefill", "[forward]") {

@@ -94,21 +94,23 @@ TEST_CASE(
   }
 }
 
-// An f16 KV cache: the device's caches, the host's, and the staging between them hold f16 rows (half
-// the bytes); every schedule matches the CPU engine over an f16 cache as the f32 ones match f32.
-TEST_CASE("runtime suite (emulated): with an f16 KV cache every schedule matches the f16 CPU engine",
+// A 16-bit KV cache: the device's caches, the host's, and the staging between them hold f16 (or bf16)
+// rows (half the bytes); every schedule matches the CPU engine over the same cache type as the f32 ones
+// match f32.
+TEST_CASE("runtime suite (emulated): with an f16 or bf16 KV cache every schedule matches the CPU engine",
           "[runtime][kv_f16]") {
-  const RuntimeTarget t = emulated().with_kv_dtype(DType::F16);
-  for (const char* family : {"llama", "qwen3_moe", "qwen2"}) {
+  for (const auto& [family, kv] : {std::pair{"llama", DType::F16}, std::pair{"qwen3_moe", DType::F16},
+                                   std::pair{"qwen2", DType::F16}, std::pair{"qwen3_moe", DType::BF16}}) {
+    const RuntimeTarget t = emulated().with_kv_dtype(kv);
     ThreadPool pool(2);
     const SuiteModel m = suite_model(make_synthetic_weights(test_model(family, DType::Q8_0), 17, &pool), t.ctx,
-                                     {13, 1, 1, 5, 1, 16, 1}, 3, pool, 40, DType::F16);
+                                     {13, 1, 1, 5, 1, 16, 1}, 3, pool, 40, kv);
     const SuiteModel m32 = suite_model(make_synthetic_weights(test_model(family, DType::Q8_0), 17, &pool), t.ctx,
                                        {13, 1, 1, 5, 1, 16, 1}, 3, pool);
-    INFO(family);
-    CHECK(m.ref != m32.ref);  // the reference really keeps f16
+    INFO(family << " " << dtype_name(kv));
+    CHECK(m.ref != m32.ref);  // the reference really keeps a 16-bit cache
     const PlanTable table = plan_table(t, *m.src, budget_at(t, *m.src, 0.5));
-    CHECK(table.kv_dtype == "f16");
+    CHECK(table.kv_dtype == dtype_name(kv));
     for (double frac : {0.15, 0.5, 2.0})
       check_every_schedule(t, m, budget_at(t, *m.src, frac), all_schedules(), emu(7, 50), pool);
     CHECK(check_staged_attention(t, m, budget_at(t, *m.src, 2.0), emu(19, 50), pool) > 0);
