@@ -33,7 +33,7 @@ EncodedPrompt ImageEncoder::encode(const std::vector<int32_t>& ids, const std::v
       const Image im = decode_image(reinterpret_cast<const uint8_t*>(b.data()), b.size(), what);
       p = preprocess_image(im, model_.processor);
     } catch (const Error& e) {
-      bad("invalid_image", str_cat("cannot read the request's ", e.what(), " (PNG or JPEG)"));
+      bad("invalid_image", str_cat("cannot read the request's ", e.what()));
     }
     length += p.n_merged_tokens();
     if (length > context)
