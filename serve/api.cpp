@@ -112,9 +112,8 @@ std::string image_url_bytes(const std::string& url, const std::string& where) {
         str_cat("'", where, "' must be a data: URL (data:image/png;base64,...): images must be ",
                 "sent inline, this server fetches nothing", head.rfind("http", 0) == 0 ? " (not an http(s) URL)" : ""));
   const size_t comma = url.find(',');
-  const std::string meta = lower(url.substr(5, comma == std::string::npos ? std::string::npos : comma - 5));
-  if (comma == std::string::npos || meta.size() > 200 || meta.rfind("image/", 0) != 0 || meta.size() < 7 ||
-      meta.compare(meta.size() - 7, 7, ";base64") != 0)
+  const std::string meta = comma == std::string::npos || comma > 205 ? "" : lower(url.substr(5, comma - 5));
+  if (meta.rfind("image/", 0) != 0 || meta.size() < 7 || meta.compare(meta.size() - 7, 7, ";base64") != 0)
     bad("invalid_image_url", str_cat("'", where, "' must be data:image/TYPE;base64,DATA (e.g. image/png, image/jpeg)"));
   const size_t b64 = url.size() - comma - 1;
   if (b64 / 4 * 3 > kMaxImageBytes + 2)
