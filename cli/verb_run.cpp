@@ -98,16 +98,13 @@ int check_run_args(RunArgs& a, const std::string& device) {
   return threads;
 }
 
-// The user message's image placeholders (one vision-start, image, vision-end group per --image), as the
-// Qwen2-VL chat template writes them; empty without images.
+// The user message's image placeholders (one per --image, as the Qwen2-VL chat template writes them);
+// empty without images.
 std::string image_placeholders(const RunArgs& a, const Tokenizer& tok) {
   if (a.images.empty()) return "";
   const std::string config = a.model + "/config.json";
   const MropeTokens t = vl_tokens_from_hf_config(read_text_file(config), config);
-  const int32_t end = tok.find_token("<|vision_end|>");
-  // The tokens' vocabulary strings (piece() writes control tokens as nothing).
-  std::string one = tok.token_text(t.vision_start_token_id) + tok.token_text(t.image_token_id) +
-                    (end >= 0 ? tok.token_text(end) : "");
+  const std::string one = vl_image_placeholder(tok, t.vision_start_token_id, t.image_token_id);
   std::string all;
   for (size_t i = 0; i < a.images.size(); ++i) all += one;
   return all;
@@ -120,11 +117,9 @@ std::vector<int32_t> prompt_tokens(const RunArgs& a, const ModelSpec& spec, cons
     const ChatChoice choice = choose_chat_format(tok->chat_template(), spec.family, *tok);
     log_info(choice.note);
     std::vector<ChatMessage> messages;
-    if (!a.system.empty())
-      messages.push_back({"system", a.system});
-    else if (!a.images.empty())  // Qwen2-VL's template adds this system message when none is given
-      messages.push_back({"system", "You are a helpful assistant."});
+    if (!a.system.empty()) messages.push_back({"system", a.system});
     messages.push_back({"user", image_placeholders(a, *tok) + a.prompt});
+    if (!a.images.empty()) add_vl_default_system(messages);
     prompt_text = apply_chat_template(choice.format, messages);
   }
   // Prompt text follows the model's add-BOS setting; control tokens written in it are parsed.

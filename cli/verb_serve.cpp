@@ -12,8 +12,10 @@
 #include "core/size.h"
 #include "core/watchdog.h"
 #include "engine/planning.h"
+#include "serve/images.h"
 #include "serve/server.h"
 #include "text/chat_template.h"
+#include "vision/vl_prompt.h"
 
 namespace shardwise::cli {
 namespace {
@@ -97,6 +99,12 @@ serve::ServedModel served_model(const ServeArgs& a, const ModelRun& s) {
   m.vocab_size = s.src->spec().vocab_size;
   m.n_predict = a.n_predict;
   m.created = static_cast<int64_t>(std::time(nullptr));
+  const ModelSpec& spec = s.src->spec();
+  if (spec.vision_tower) {  // a vision-language directory: requests may bring images
+    m.images = std::make_shared<serve::ImageEncoder>(load_vl_model(a.model, spec), s.src->tensor("token_embd.weight"),
+                                                     s.threads);
+    log_info("serve: ", a.model, " takes images (data: URLs in chat messages), encoded on the CPU");
+  }
   return m;
 }
 

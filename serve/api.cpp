@@ -1,6 +1,7 @@
 // serve/api.cpp — see api.h.
 #include "serve/api.h"
 
+#include <cctype>
 #include <cmath>
 #include <ctime>
 #include <limits>
@@ -10,8 +11,40 @@
 #include "core/error.h"
 #include "core/json_util.h"
 #include "core/size.h"
+#include "serve/images.h"
 
 namespace shardwise::serve {
+
+std::optional<std::string> decode_base64(const std::string& text, size_t max_bytes) {
+  if (text.size() % 4 != 0) return std::nullopt;
+  const size_t pad = text.empty() ? 0 : text.back() != '=' ? 0 : text[text.size() - 2] == '=' ? 2 : 1;
+  const size_t n = text.size() / 4 * 3 - pad;
+  if (n > max_bytes) return std::nullopt;  // before anything is allocated
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    return c == '+' ? 62 : c == '/' ? 63 : -1;
+  };
+  std::string out;
+  out.reserve(n);
+  const size_t data = text.size() - pad;
+  uint32_t bits = 0;
+  int have = 0;
+  for (size_t i = 0; i < data; ++i) {
+    const int v = value(text[i]);
+    if (v < 0) return std::nullopt;  // a stray '=', whitespace or another character
+    bits = (bits << 6) | static_cast<uint32_t>(v);
+    have += 6;
+    if (have >= 8) {
+      have -= 8;
+      out.push_back(static_cast<char>((bits >> have) & 0xFF));
+    }
+  }
+  if ((bits & ((1u << have) - 1)) != 0) return std::nullopt;  // the pad bits must be zero
+  return out;
+}
+
 namespace {
 
 using json = nlohmann::json;
@@ -66,26 +99,79 @@ bool bool_field(const json& body, const char* key, bool fallback) {
   return v->get<bool>();
 }
 
-// A message's content: a string, or an array of {"type": "text", "text": ...} parts (joined by newlines).
-std::string content_text(const json& c, size_t index) {
+// The bytes of an image part's URL: only a data: URL of base64 with an image/* media type (the server
+// fetches nothing).
+std::string image_url_bytes(const std::string& url, const std::string& where) {
+  auto lower = [](std::string t) {
+    for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return t;
+  };
+  const std::string head = lower(url.substr(0, std::min<size_t>(url.size(), 256)));
+  if (head.rfind("data:", 0) != 0)
+    bad("invalid_image_url",
+        str_cat("'", where, "' must be a data: URL (data:image/png;base64,...): images must be ",
+                "sent inline, this server fetches nothing", head.rfind("http", 0) == 0 ? " (not an http(s) URL)" : ""));
+  const size_t comma = url.find(',');
+  const std::string meta = comma == std::string::npos || comma > 205 ? "" : lower(url.substr(5, comma - 5));
+  if (meta.rfind("image/", 0) != 0 || meta.size() < 7 || meta.compare(meta.size() - 7, 7, ";base64") != 0)
+    bad("invalid_image_url", str_cat("'", where, "' must be data:image/TYPE;base64,DATA (e.g. image/png, image/jpeg)"));
+  const size_t b64 = url.size() - comma - 1;
+  if (b64 / 4 * 3 > kMaxImageBytes + 2)
+    bad("image_too_large", str_cat("'", where, "': the image is larger than the limit of ", kMaxImageBytes, " bytes (",
+                                   kMaxImageBytes >> 20, " MiB)"));
+  std::optional<std::string> bytes = decode_base64(url.substr(comma + 1), kMaxImageBytes);
+  if (!bytes)
+    bad("invalid_image_url",
+        str_cat("'", where, "': the data is not valid base64 (standard alphabet, '=' padding, no whitespace)",
+                " or is larger than ", kMaxImageBytes, " bytes"));
+  if (bytes->empty()) bad("invalid_image_url", str_cat("'", where, "': the image is empty"));
+  return std::move(*bytes);
+}
+
+// An "image_url" part's URL: {"url": "data:..."} (OpenAI's form), or the URL as a plain string.
+const std::string& image_part_url(const json& part, const std::string& where) {
+  const json* iu = field(part, "image_url");
+  if (iu && iu->is_object()) iu = field(*iu, "url");
+  if (!iu || !iu->is_string())
+    bad("invalid_type", str_cat("'", where, "' must be {\"type\": \"image_url\", \"image_url\": {\"url\": ",
+                                "\"data:image/...;base64,...\"}}"));
+  return iu->get_ref<const std::string&>();
+}
+
+// A message's content: a string, or an array of parts: {"type": "text", "text": ...} (consecutive text
+// parts joined by newlines) and, in user messages, {"type": "image_url", ...}, whose placeholder goes
+// where the part is (added to `images`, message `index`).
+std::string content_text(const json& c, size_t index, bool user, std::vector<ApiImage>& images) {
   if (c.is_string()) return c.get<std::string>();
   const std::string where = str_cat("messages[", index, "].content");
   if (!c.is_array())
-    bad("invalid_type", str_cat("'", where, "' must be a string or an array of text parts, not ", json_brief(c)));
+    bad("invalid_type", str_cat("'", where, "' must be a string or an array of content parts, not ", json_brief(c)));
   std::string text;
+  bool after_text = false;
   for (size_t k = 0; k < c.size(); ++k) {
     const json& part = c[k];
+    const std::string at = str_cat(where, "[", k, "]");
     const json* type = part.is_object() ? field(part, "type") : nullptr;
+    const std::string kind = type && type->is_string() ? type->get<std::string>() : "";
+    if (kind == "image_url" && user) {
+      if (images.size() >= kMaxImagesPerRequest)
+        bad("too_many_images", str_cat("the request holds more than ", kMaxImagesPerRequest, " images"));
+      images.push_back({index, text.size(), image_url_bytes(image_part_url(part, at), at)});
+      after_text = false;
+      continue;
+    }
     const json* t = part.is_object() ? field(part, "text") : nullptr;
-    if (!type || !type->is_string() || type->get<std::string>() != "text" || !t || !t->is_string())
-      bad("invalid_value",
-          str_cat("'", where, "[", k, "]' must be {\"type\": \"text\", \"text\": string} (only text is supported)"));
-    text += (k > 0 ? "\n" : "") + t->get<std::string>();
+    if (kind != "text" || !t || !t->is_string())
+      bad("invalid_value", str_cat("'", at, "' must be {\"type\": \"text\", \"text\": string}",
+                                   user ? " or {\"type\": \"image_url\", \"image_url\": {\"url\": string}}"
+                                        : " (images go in user messages)"));
+    text += (after_text ? "\n" : "") + t->get<std::string>();
+    after_text = true;
   }
   return text;
 }
 
-std::vector<ChatMessage> read_messages(const json& body) {
+std::vector<ChatMessage> read_messages(const json& body, std::vector<ApiImage>& images) {
   const json* m = field(body, "messages");
   if (!m) bad("missing_field", "'messages' is required: an array of {\"role\", \"content\"} objects");
   if (!m->is_array()) bad("invalid_type", not_a("messages", "an array", *m));
@@ -105,7 +191,7 @@ std::vector<ChatMessage> read_messages(const json& body) {
                                    " is not supported (system, user, assistant or developer)"));
     const json* content = field(msg, "content");
     if (!content && r != "assistant") bad("missing_field", str_cat("'messages[", i, "].content' is required"));
-    out.push_back({r, content ? content_text(*content, i) : std::string()});
+    out.push_back({r, content ? content_text(*content, i, r == "user", images) : std::string()});
   }
   return out;
 }
@@ -124,6 +210,9 @@ void read_prompt(const json& body, ApiRequest& rq) {
   }
   if (p->is_array() && !p->empty()) {
     for (const json& id : *p) {
+      if (id.is_object())
+        bad("invalid_value",
+            "'prompt' holds an object: images (and content parts) are taken by /v1/chat/completions only");
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > std::numeric_limits<int32_t>::max())
         bad("invalid_type", "'prompt' as an array must hold token ids (integers from 0) or one string");
       rq.prompt_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
@@ -217,6 +306,19 @@ SamplingParams sampling_of(const ApiRequest& rq) {
   return p;
 }
 
+// The chat messages with each image's placeholder at its place and Qwen2-VL's default system message.
+std::vector<ChatMessage> messages_with_images(const ApiRequest& rq, const ServedModel& m) {
+  std::vector<ChatMessage> messages = rq.messages;
+  const MropeTokens& t = m.images->tokens();
+  const std::string placeholder = vl_image_placeholder(*m.tokenizer, t.vision_start_token_id, t.image_token_id);
+  for (size_t i = rq.images.size(); i-- > 0;) {  // from the back: the earlier offsets stay valid
+    const ApiImage& im = rq.images[i];
+    messages[im.message].content.insert(im.offset, placeholder);
+  }
+  add_vl_default_system(messages);
+  return messages;
+}
+
 std::vector<int32_t> prompt_tokens(const ApiRequest& rq, const ServedModel& m) {
   if (rq.endpoint == Endpoint::Completion && rq.prompt_is_ids) {
     for (size_t i = 0; i < rq.prompt_ids.size(); ++i)
@@ -225,7 +327,9 @@ std::vector<int32_t> prompt_tokens(const ApiRequest& rq, const ServedModel& m) {
                                      " is outside the vocabulary of ", m.vocab_size, " tokens"));
     return rq.prompt_ids;
   }
-  const std::string text = rq.endpoint == Endpoint::Chat ? apply_chat_template(m.chat_format, rq.messages) : rq.prompt;
+  std::string text = rq.prompt;
+  if (rq.endpoint == Endpoint::Chat)
+    text = apply_chat_template(m.chat_format, rq.images.empty() ? rq.messages : messages_with_images(rq, m));
   try {  // as `run` encodes a prompt: BOS per the model, control tokens written in the text parsed
     return m.tokenizer->encode(text, true, true);
   } catch (const Error& e) {
@@ -273,7 +377,7 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& body) {
     rq.model = model->get<std::string>();
   }
   if (endpoint == Endpoint::Chat)
-    rq.messages = read_messages(j);
+    rq.messages = read_messages(j, rq.images);
   else
     read_prompt(j, rq);
   rq.max_tokens = integer_field(
@@ -294,7 +398,15 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& body) {
 GenerationRequest make_generation(const ApiRequest& rq, const ServedModel& m) {
   GenerationRequest g;
   g.sampling = sampling_of(rq);
+  if (!rq.images.empty() && !m.images)
+    bad("images_not_supported",
+        str_cat("the model ", m.id, " takes no images (it has no vision tower): send text only"));
   g.prompt = prompt_tokens(rq, m);
+  if (!rq.images.empty()) {
+    EncodedPrompt e = m.images->encode(g.prompt, rq.images, m.context);
+    g.prompt = std::move(e.ids);
+    g.image = std::move(e.image);
+  }
   if (g.prompt.empty())
     bad("invalid_value", "the prompt gives no tokens (and this model adds no BOS): give a non-empty prompt");
   const int64_t n_prompt = static_cast<int64_t>(g.prompt.size());

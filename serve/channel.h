@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -32,10 +33,23 @@ struct ApiError {
 enum class Finish { Stop, Length };
 const char* finish_name(Finish f);  // "stop", "length"
 
+// A prompt with images, as the language model takes it (vision/vl_prompt.h's VlInput): each prompt row's
+// input row (the encoder's at image tokens, the embedding table's elsewhere) and M-RoPE position; the
+// generated tokens' positions are row + delta (all three).
+struct ImagePrompt {
+  std::vector<float> embeddings;  // [prompt, hidden]
+  std::vector<int64_t> pos3;      // [prompt, 3]: temporal, height, width
+  int64_t delta = 0;
+  // The first image token's row. Different images share the placeholder's ids, so a slot's cache is
+  // reused only before it (and a later prompt reuses none of this one's rows from it on).
+  int64_t first_image_row = 0;
+};
+
 // One generation, as the scheduler runs it: every value already checked.
 struct GenerationRequest {
-  std::vector<int32_t> prompt;  // at least one token, each in the vocabulary; fits the context
-  int64_t max_tokens = 1;       // at least 1; prompt + max_tokens - 1 fits the context
+  std::vector<int32_t> prompt;               // at least one token, each in the vocabulary; fits the context
+  std::shared_ptr<const ImagePrompt> image;  // null: a text prompt
+  int64_t max_tokens = 1;                    // at least 1; prompt + max_tokens - 1 fits the context
   SamplingParams sampling;
   std::vector<std::string> stop;              // the text ends before the first of these to appear
   bool ignore_eos = false;                    // generate past end-of-generation tokens

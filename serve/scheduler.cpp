@@ -53,9 +53,10 @@ struct Scheduler::Running {
   tok::TextStream stream;
   std::vector<int32_t> history;  // prompt, then the generated tokens
   std::vector<int32_t> generated;
-  int64_t next_prompt = 0;  // the first prompt token not yet in the cache
-  int64_t cached = 0;       // prompt tokens whose KV was reused
-  int32_t next = -1;        // the last token sampled: the next step's input
+  int64_t next_prompt = 0;    // the first prompt token not yet in the cache
+  int64_t cached = 0;         // prompt tokens whose KV was reused
+  int32_t next = -1;          // the last token sampled: the next step's input
+  std::vector<int64_t> pos3;  // a prompt with images: the M-RoPE positions of the generated rows stepped
   bool timed_out = false;
   Clock::time_point t0, first;
   double ttft_ms = 0;
@@ -209,10 +210,10 @@ int64_t Scheduler::refill(const std::vector<std::vector<int32_t>>& held) {
     for (size_t i = 0; i < held.size() && used < chunk; ++i) {
       const int64_t rest = static_cast<int64_t>(held[i].size() - at[i]);
       if (rest <= 0 || !slots_[i].run) continue;
-      const int64_t take = std::min(rest, chunk - used);
-      seqs.push_back(
-          {static_cast<int>(i), held[i].data() + at[i], take, logits_.data() + seqs.size() * static_cast<size_t>(V)});
-      used += take;
+      SeqStep q = rows_step(i, held[i].data() + at[i], static_cast<int64_t>(at[i]), std::min(rest, chunk - used));
+      q.logits = logits_.data() + seqs.size() * static_cast<size_t>(V);
+      seqs.push_back(q);
+      used += q.n;
     }
     if (seqs.empty()) return total;
     try {
@@ -276,6 +277,7 @@ void Scheduler::start(Job job, size_t slot) {
   if (rq.cache_prompt)
     reuse = std::min<int64_t>(static_cast<int64_t>(common_prefix(s.cached, rq.prompt)),
                               static_cast<int64_t>(rq.prompt.size()) - 1);
+  if (rq.image) reuse = std::min(reuse, rq.image->first_image_row);
   s.last_used = ++uses_;
   engine_->truncate_slot(static_cast<int>(slot), reuse);
   {
@@ -316,7 +318,7 @@ void Scheduler::step_all() {
   int64_t used = 0;
   for (size_t i = 0; i < slots_.size(); ++i)
     if (slots_[i].run && !slots_[i].run->prefilling()) {
-      seqs.push_back({static_cast<int>(i), &slots_[i].run->next, 1, nullptr});
+      seqs.push_back(rows_step(i, &slots_[i].run->next, engine_->n_past_of(static_cast<int>(i)), 1));
       ++used;
     }
   for (size_t k = 0; k < slots_.size(); ++k) {
@@ -327,7 +329,7 @@ void Scheduler::step_all() {
     int64_t take = std::min(rest, budget - used);
     if (take <= 0 && seqs.empty()) take = std::min(rest, budget);
     if (take <= 0) continue;
-    seqs.push_back({static_cast<int>(i), r->job.request.prompt.data() + r->next_prompt, take, nullptr});
+    seqs.push_back(rows_step(i, r->job.request.prompt.data() + r->next_prompt, r->next_prompt, take));
     used += take;
   }
   prefill_turn_ = (prefill_turn_ + 1) % slots_.size();
@@ -341,6 +343,26 @@ void Scheduler::step_all() {
     return;
   }
   for (size_t k = 0; k < seqs.size(); ++k) advance(static_cast<size_t>(seqs[k].slot), seqs[k].n, seqs[k].logits);
+}
+
+SeqStep Scheduler::rows_step(size_t slot, const int32_t* tokens, int64_t from, int64_t n) {
+  SeqStep q{static_cast<int>(slot), tokens, n, nullptr};
+  Running& r = *slots_[slot].run;
+  const ImagePrompt* im = r.job.request.image.get();
+  if (!im) return q;
+  const int64_t prompt = static_cast<int64_t>(r.job.request.prompt.size());
+  if (from < prompt) {
+    const size_t H = static_cast<size_t>(engine_->spec().hidden_size);
+    q.n = std::min(n, prompt - from);
+    q.embeddings = im->embeddings.data() + static_cast<size_t>(from) * H;
+    q.rope_pos3 = im->pos3.data() + 3 * static_cast<size_t>(from);
+    return q;
+  }
+  r.pos3.resize(static_cast<size_t>(3 * n));
+  for (int64_t t = 0; t < n; ++t)
+    for (int k = 0; k < 3; ++k) r.pos3[static_cast<size_t>(3 * t + k)] = from + t + im->delta;
+  q.rope_pos3 = r.pos3.data();
+  return q;
 }
 
 void Scheduler::advance(size_t slot, int64_t n, const float* logits) {
@@ -417,6 +439,11 @@ void Scheduler::finish(size_t slot, std::optional<Event> last) {
     // The tokens stepped: the history's prefix the cache holds (the last token sampled never was).
     s.cached = r.history;
     s.cached.resize(std::min(s.cached.size(), static_cast<size_t>(engine_->n_past_of(static_cast<int>(slot)))));
+    // Rows from the first image on match no later prompt (ids that match nothing): another image has the
+    // same placeholder ids, and the rows after an image sit at other positions.
+    if (const ImagePrompt* im = r.job.request.image.get())
+      std::fill(s.cached.begin() + std::min<int64_t>(im->first_image_row, static_cast<int64_t>(s.cached.size())),
+                s.cached.end(), -1);
   }
   const std::shared_ptr<Channel> out = r.job.out;
   s.run.reset();

@@ -9,6 +9,8 @@
 // chunks of the prompts being read (at most prefill_chunk tokens in all, decode tokens first), so a long
 // prompt never stalls the others' tokens for more than one chunk; the engine picks its plan by the
 // step's total. A request joins at the next step after a slot frees, and leaves as soon as it ends.
+// A prompt with images (GenerationRequest::image) steps its prompt rows as the encoder's input rows at
+// their M-RoPE positions, batched with the others; its cache is reused only before its first image.
 #pragma once
 
 #include <atomic>
@@ -99,6 +101,10 @@ class Scheduler {
   void start(Job job, size_t slot);
   // One engine step of every running request; ends those that finish.
   void step_all();
+  // The step of `n` rows of the slot's request from row `from` (its history's `tokens`): for a prompt with
+  // images, the prompt rows' input rows and M-RoPE positions, or the generated rows' positions (row +
+  // delta, held by the request until the step ran); n is cut so that the rows are all of one kind.
+  SeqStep rows_step(size_t slot, const int32_t* tokens, int64_t from, int64_t n);
   // After a step: the request's prompt progress, or its next token sampled and sent.
   void advance(size_t slot, int64_t n, const float* logits);
   // Ends a request: `last` goes to its client once the metrics no longer count it (none when cancelled).

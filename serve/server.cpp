@@ -10,6 +10,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <condition_variable>
@@ -56,6 +57,9 @@ struct Server::Impl {
   net::steady_timer accept_retry{accept_strand};
   std::optional<net::signal_set> signals;
   std::unique_ptr<Scheduler> scheduler;  // before the context goes: its worker posts to it
+  // A vision-language model's image encoding: one thread, so that the encoder's work never holds an I/O
+  // thread and requests with images are encoded one at a time. Joined by stop().
+  std::unique_ptr<net::thread_pool> encoder;
   std::vector<std::thread> threads;
   std::mutex stop_mutex;
   std::condition_variable stop_cv;
@@ -85,6 +89,23 @@ ApiError api_error(int status, const char* type, const char* code, std::string m
 }
 
 const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
+// The generation a request asks for, or the error its client gets instead.
+struct Made {
+  GenerationRequest gen;
+  std::optional<ApiError> error;
+};
+Made make(const ApiRequest& api, const ServedModel& model) {
+  Made m;
+  try {
+    m.gen = make_generation(api, model);
+  } catch (const ApiFailure& f) {
+    m.error = f.error;
+  } catch (const std::exception& e) {
+    m.error = api_error(500, "server_error", "internal_error", e.what());
+  }
+  return m;
+}
 
 // What follows a response: the next request, closing, or closing after reading what the client still
 // sends (a request refused before its body was read: closing with unread bytes would reset the
@@ -131,6 +152,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void drain_more(std::shared_ptr<std::array<char, 8192>> scratch);
 
   void begin_generation(Endpoint endpoint, const Request& req);
+  void submit_generation(const ApiRequest& api, GenerationRequest gen);
   void begin_budget(const Request& req);
   void notify();
   void watch_disconnect();
@@ -325,16 +347,32 @@ void Session::close() {
 }
 
 void Session::begin_generation(Endpoint endpoint, const Request& req) {
-  ApiRequest api;
-  GenerationRequest gen;
+  auto api = std::make_shared<ApiRequest>();
   try {
-    api = parse_request(endpoint, req.body());
-    gen = make_generation(api, srv_.model);
+    *api = parse_request(endpoint, req.body());
   } catch (const ApiFailure& f) {
     return respond_error(f.error);
   } catch (const std::exception& e) {
     return respond_error(api_error(500, "server_error", "internal_error", e.what()));
   }
+  if (api->images.empty() || !srv_.encoder) {
+    Made m = make(*api, srv_.model);
+    if (m.error) return respond_error(*m.error);
+    return submit_generation(*api, std::move(m.gen));
+  }
+  // The images are encoded on the encoder's thread; the session reads nothing meanwhile, and goes on on
+  // its strand (unless it was closed: the server stops).
+  net::post(*srv_.encoder, [self = shared_from_this(), api] {
+    auto m = std::make_shared<Made>(make(*api, self->srv_.model));
+    net::post(self->stream_.get_executor(), [self, api, m] {
+      if (self->closed_) return;
+      if (m->error) return self->respond_error(*m->error);
+      self->submit_generation(*api, std::move(m->gen));
+    });
+  });
+}
+
+void Session::submit_generation(const ApiRequest& api, GenerationRequest gen) {
   if (srv_.opt.timeout_s > 0)
     gen.deadline =
         arrival_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(srv_.opt.timeout_s));
@@ -561,6 +599,7 @@ Server::Impl::Impl(StepEngine& engine, ServedModel served, const ServerOptions& 
     so.engine = [this]() -> StepEngine& { return opt.budget->engine(); };
   }
   scheduler = std::make_unique<Scheduler>(engine, *model.tokenizer, metrics, so);
+  if (model.images) encoder = std::make_unique<net::thread_pool>(1);
 }
 
 namespace {
@@ -724,6 +763,7 @@ void Server::stop() {
   s.ioc.stop();
   for (auto& t : s.threads) t.join();
   s.threads.clear();
+  if (s.encoder) s.encoder->join();  // an encoding in progress ends; what it posts is never run
 }
 
 }  // namespace shardwise::serve

@@ -75,4 +75,14 @@ std::string apply_chat_template(ChatFormat format, const std::vector<ChatMessage
   return out;
 }
 
+std::string vl_image_placeholder(const Tokenizer& tok, int32_t vision_start_token_id, int32_t image_token_id) {
+  const int32_t end = tok.find_token("<|vision_end|>");
+  return tok.token_text(vision_start_token_id) + tok.token_text(image_token_id) + (end >= 0 ? tok.token_text(end) : "");
+}
+
+void add_vl_default_system(std::vector<ChatMessage>& messages) {
+  if (messages.empty() || messages.front().role != "system")
+    messages.insert(messages.begin(), ChatMessage{"system", "You are a helpful assistant."});
+}
+
 }  // namespace shardwise

@@ -5,6 +5,7 @@
 // qwen3_moe, Mistral [INST] otherwise) and the choice says so.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -33,5 +34,13 @@ struct ChatMessage {
 // The prompt text for `messages`, ending where the assistant's reply starts. BOS is not written:
 // encode(text, add_special = true) adds it when the model asks for it.
 std::string apply_chat_template(ChatFormat format, const std::vector<ChatMessage>& messages);
+
+// Qwen2-VL's chat template for messages with images (what `run --image` and `serve` write): the text that
+// stands for one image in a message, its vision-start, image and vision-end tokens as their vocabulary
+// strings (piece() writes control tokens as nothing; the vision-end token is left out when the vocabulary
+// has no "<|vision_end|>"); the text is encoded with control tokens parsed.
+std::string vl_image_placeholder(const Tokenizer& tok, int32_t vision_start_token_id, int32_t image_token_id);
+// The system message that template adds when the conversation starts without one.
+void add_vl_default_system(std::vector<ChatMessage>& messages);
 
 }  // namespace shardwise

@@ -28,7 +28,7 @@ RULES = {
     "microbench": {"core", "costmodel", "plan", "executor"},
     "engine": {"core", "costmodel", "plan", "planner", "executor"},
     "oracle": {"core", "costmodel", "plan", "planner", "executor", "engine", "text"},
-    "serve": {"core", "plan", "executor", "text"},
+    "serve": {"core", "plan", "executor", "text", "vision"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 

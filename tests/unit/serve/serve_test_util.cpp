@@ -1,12 +1,64 @@
 // tests/unit/serve/serve_test_util.cpp — see serve_test_util.h.
 #include "serve_test_util.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <boost/asio.hpp>
 #include <sstream>
 
 #include "test_util.h"
 
+extern char** environ;
+
 namespace shardwise::test::serve {
+
+Child::Child(const std::vector<std::string>& args) {
+  static std::atomic<int> serial{0};
+  err_path = temp_path("child_stderr_" + std::to_string(++serial) + ".txt");
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+  posix_spawn_file_actions_addclose(&fa, fds[0]);
+  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<std::string> argv_s = {shardwise_bin()};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  REQUIRE(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) == 0);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fds[1]);
+  out = fds[0];
+}
+
+Child::~Child() {
+  if (pid > 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  if (out >= 0) close(out);
+}
+
+std::string Child::line() {
+  std::string l;
+  char c;
+  while (read(out, &c, 1) == 1 && c != '\n') l += c;
+  return l;
+}
+
+int Child::wait_exit() {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  pid = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
 
 std::string model_name() {
   static const std::string name = [] {
@@ -158,6 +210,14 @@ TestServer::TestServer(StepEngine& engine, ServerOptions options, int64_t contex
   server = std::make_unique<Server>(engine, served_model(context), options, runtime);
   server->start();
   client = std::make_unique<HttpClient>(parse_url(server->url()), 30);
+}
+
+TestServer::TestServer(StepEngine& engine, ServedModel model, ServerOptions options) {
+  options.host = "127.0.0.1";
+  options.port = 0;
+  server = std::make_unique<Server>(engine, std::move(model), options);
+  server->start();
+  client = std::make_unique<HttpClient>(parse_url(server->url()), 60);
 }
 
 GatedServer::GatedServer(const ServerOptions& options, int64_t context)

@@ -4,6 +4,8 @@
 // at a gate or slow down, and a client that speaks to an in-process server.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -121,6 +123,7 @@ class BackgroundRequest {
 struct TestServer {
   explicit TestServer(ServerOptions options = {}, int64_t context = 4096, int64_t n_predict = -1);
   TestServer(StepEngine& engine, ServerOptions options, int64_t context, Runtime* runtime = nullptr);
+  TestServer(StepEngine& engine, ServedModel model, ServerOptions options);
   ~TestServer();
 
   struct Reply {
@@ -165,6 +168,20 @@ std::string streamed_text(const std::vector<json>& events);
 std::string raw_http(uint16_t port, const std::string& bytes);
 // Raw bytes to 127.0.0.1:port; the connection closes, unread, once `until` holds (or after 10 s).
 void send_and_hang_up(uint16_t port, const std::string& bytes, const std::function<bool()>& until);
+
+// `shardwise ARGS...` started with its stdout on a pipe and its stderr to a file (err_path); killed at the
+// end if still there.
+struct Child {
+  explicit Child(const std::vector<std::string>& args);
+  ~Child();
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  std::string line();  // the next line of stdout ("" at its end)
+  int wait_exit();     // the exit status, or minus the signal that ended it
+  pid_t pid = -1;
+  int out = -1;
+  std::string err_path;
+};
 
 // Waits up to `seconds` for `cond`; whether it held.
 bool eventually(const std::function<bool()>& cond, double seconds = 10);

@@ -1,10 +1,6 @@
 // Tests for `shardwise loadgen` against an in-process server, and for the binary's `serve` verb: it
 // prints the address it listens on, answers as `run` generates, and exits 0 on SIGTERM.
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 
@@ -13,58 +9,8 @@
 #include "serve_test_util.h"
 #include "test_util.h"
 
-extern char** environ;
-
 using namespace shardwise;
 using namespace shardwise::test::serve;
-
-namespace {
-
-// `shardwise ARGS...` started with its stdout on a pipe (stderr to a file); killed at the end if still there.
-struct Child {
-  pid_t pid = -1;
-  int out = -1;
-  explicit Child(const std::vector<std::string>& args) {
-    int fds[2];
-    REQUIRE(pipe(fds) == 0);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    const std::string err = test::temp_path("serve_stderr.txt");
-    posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    std::vector<std::string> argv_s = {test::shardwise_bin()};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    REQUIRE(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) == 0);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fds[1]);
-    out = fds[0];
-  }
-  ~Child() {
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-    if (out >= 0) close(out);
-  }
-  std::string line() {  // the next line of stdout ("" at its end)
-    std::string l;
-    char c;
-    while (read(out, &c, 1) == 1 && c != '\n') l += c;
-    return l;
-  }
-  int wait_exit() {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    pid = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-  }
-};
-
-}  // namespace
 
 TEST_CASE("loadgen: users against the in-process server, streamed and whole", "[serve][loadgen]") {
   TestServer s;
@@ -126,7 +72,7 @@ TEST_CASE("serve: the binary listens on a free port, generates run's tokens and 
   const std::string model = model_name();
   Child c({"serve", "-m", model, "--port", "0", "-c", "512"});
   const std::string first = c.line();
-  INFO("stdout: " << first << "\nstderr: " << test::read_file(test::temp_path("serve_stderr.txt")));
+  INFO("stdout: " << first << "\nstderr: " << test::read_file(c.err_path));
   REQUIRE(first.rfind("listening on http://127.0.0.1:", 0) == 0);
   HttpClient client(parse_url(first.substr(first.find("http://"))), 30);
   const std::string text = "Hello there, how are you";

@@ -15,8 +15,8 @@
 #include "executor/model/model_weights.h"
 #include "executor/reference/reference_model.h"
 #include "test_util.h"
-#include "text/unicode.h"
 #include "vision/vl_prompt.h"
+#include "vl_test_util.h"
 
 using namespace shardwise;
 using Catch::Matchers::Contains;
@@ -24,7 +24,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr int32_t kVs = 290, kVe = 291, kImg = 292;
+constexpr int32_t kVs = test::kVlVisionStart, kVe = test::kVlVisionEnd, kImg = test::kVlImage;
 
 struct Tensor {
   std::string name;
@@ -133,30 +133,10 @@ std::string vl_config(const VisionSpec& s) {
       .dump();
 }
 
-// A byte-level BPE tokenizer.json for the tiny model's vocabulary: byte b is token b, ChatML's and the
-// vision tokens at the ids the config names, no merges (every byte of text is its own token).
-void write_vl_tokenizer(const std::string& dir) {
-  json vocab = json::object();
-  for (int b = 0; b < 256; ++b) vocab[tok::byte_level_encode(std::string(1, static_cast<char>(b)))] = b;
-  json added = json::array();
-  for (const auto& [id, text] : std::vector<std::pair<int, std::string>>{{280, "<|im_start|>"},
-                                                                         {281, "<|im_end|>"},
-                                                                         {kVs, "<|vision_start|>"},
-                                                                         {kVe, "<|vision_end|>"},
-                                                                         {kImg, "<|image_pad|>"}})
-    added.push_back({{"id", id}, {"content", text}, {"special", true}});
-  test::write_file(dir + "/tokenizer.json",
-                   json{{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()}}},
-                        {"added_tokens", added},
-                        {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
-                        {"decoder", {{"type", "ByteLevel"}}}}
-                       .dump());
-}
-
 // The ids of ChatML text written with the tokenizer above: "<|x|>" markers as their ids, bytes as bytes.
 std::vector<int32_t> vl_chat_ids(const std::vector<std::string>& parts) {
-  const std::map<std::string, int32_t> special = {{"<|im_start|>", 280},
-                                                  {"<|im_end|>", 281},
+  const std::map<std::string, int32_t> special = {{"<|im_start|>", test::kVlImStart},
+                                                  {"<|im_end|>", test::kVlImEnd},
                                                   {"<|vision_start|>", kVs},
                                                   {"<|vision_end|>", kVe},
                                                   {"<|image_pad|>", kImg}};
@@ -262,7 +242,7 @@ TEST_CASE("shardwise logits --image: a tiny Qwen2.5-VL directory against the lib
   // run --image --prompt: the Qwen2-VL chat template (its default system message, the image's placeholders
   // before the text) encoded by the directory's tokenizer generates as --tokens does with the ids that
   // template spells.
-  write_vl_tokenizer(dir);
+  test::write_vl_tokenizer(dir);
   const std::vector<int32_t> chat =
       vl_chat_ids({"<|im_start|>", "system\nYou are a helpful assistant.", "<|im_end|>", "\n", "<|im_start|>", "user\n",
                    "<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "Say hi.", "<|im_end|>", "\n", "<|im_start|>",

@@ -1,0 +1,69 @@
+// serve/images.cpp — see images.h.
+#include "serve/images.h"
+
+#include "core/error.h"
+#include "vision/encoder.h"
+#include "vision/image.h"
+#include "vision/preprocess.h"
+
+namespace shardwise::serve {
+namespace {
+
+[[noreturn]] void bad(const char* code, const std::string& message) {
+  throw ApiFailure({400, "invalid_request_error", code, message});
+}
+
+}  // namespace
+
+ImageEncoder::ImageEncoder(VlModel model, const TensorView& token_embd, int threads)
+    : model_(std::move(model)), token_embd_(token_embd), pool_(threads) {}
+
+EncodedPrompt ImageEncoder::encode(const std::vector<int32_t>& ids, const std::vector<ApiImage>& images,
+                                   int64_t context) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // The prompt's length once expanded: its ids less the placeholders, plus each image's tokens.
+  int64_t length = static_cast<int64_t>(ids.size()) - static_cast<int64_t>(images.size());
+  std::vector<float> pixels;
+  std::vector<GridThw> grids;
+  for (size_t i = 0; i < images.size(); ++i) {
+    const std::string what = str_cat("image ", i + 1);
+    PreprocessedImage p;
+    try {
+      const std::string& b = images[i].bytes;
+      const Image im = decode_image(reinterpret_cast<const uint8_t*>(b.data()), b.size(), what);
+      p = preprocess_image(im, model_.processor);
+    } catch (const Error& e) {
+      bad("invalid_image", str_cat("cannot read the request's ", e.what()));
+    }
+    length += p.n_merged_tokens();
+    if (length > context)
+      bad("context_length_exceeded", str_cat("the prompt with its images has more than ", context,
+                                             " tokens, the context (the server's --ctx-size per slot); ", what,
+                                             " alone gives ", p.n_merged_tokens()));
+    pixels.insert(pixels.end(), p.pixel_values.begin(), p.pixel_values.end());
+    grids.push_back({p.grid_t, p.grid_h, p.grid_w});
+  }
+  const std::vector<float> tokens =
+      encode_images(model_.vision.spec, model_.vision.weights, pixels.data(), grids, pool_);
+  const int64_t H = token_embd_.cols();
+  VlInput in;
+  try {
+    in = build_vl_input(ids, grids, tokens.data(), static_cast<int64_t>(tokens.size()) / H, token_embd_, model_.tokens);
+  } catch (const Error& e) {  // e.g. image tokens written in the text as well
+    bad("invalid_value", str_cat("the prompt's image placeholders do not match its images: ", e.what()));
+  }
+  auto image = std::make_shared<ImagePrompt>();
+  image->embeddings = std::move(in.embeddings);
+  image->pos3.reserve(in.positions.pos.size() * 3);
+  for (const auto& p : in.positions.pos) image->pos3.insert(image->pos3.end(), p.begin(), p.end());
+  image->delta = in.positions.delta;
+  image->first_image_row = static_cast<int64_t>(in.ids.size());
+  for (size_t r = 0; r < in.ids.size(); ++r)
+    if (in.ids[r] == model_.tokens.image_token_id) {
+      image->first_image_row = static_cast<int64_t>(r);
+      break;
+    }
+  return {std::move(in.ids), std::move(image)};
+}
+
+}  // namespace shardwise::serve

@@ -1,0 +1,264 @@
+// Images in /v1/chat/completions: the HF fixture's tiny Qwen2.5-VL (tests/fixtures/vl/qwen2_5_vl, with a
+// byte-level tokenizer) served with data: URL images generates what `run --image --prompt` generates (on
+// the CPU and the emulated device), batched with other requests, without reusing another image's cache;
+// and bad image input is one 400 JSON error, after which the server goes on serving.
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+
+#include "core/weight_source.h"
+#include "serve/images.h"
+#include "serve_test_util.h"
+#include "test_util.h"
+#include "vision/vl_prompt.h"
+#include "vl_test_util.h"
+
+using namespace shardwise;
+using namespace shardwise::test::serve;
+using Catch::Matchers::Contains;
+
+namespace {
+
+std::string image_path(const std::string& name) {
+  return test::fixtures_dir() + "/vl/qwen2_5_vl/images/" + name + "/image.png";
+}
+
+std::string base64(const std::string& bytes) {
+  static const char* abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t v = static_cast<uint8_t>(bytes[i]) << 16;
+    if (i + 1 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 1]) << 8;
+    if (i + 2 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 2]);
+    out += abc[(v >> 18) & 63];
+    out += abc[(v >> 12) & 63];
+    out += i + 1 < bytes.size() ? abc[(v >> 6) & 63] : '=';
+    out += i + 2 < bytes.size() ? abc[v & 63] : '=';
+  }
+  return out;
+}
+
+std::string data_url(const std::string& image) {
+  return "data:image/png;base64," + base64(test::read_file(image_path(image)));
+}
+
+json image_part(const std::string& url) {
+  return {{"type", "image_url"}, {"image_url", {{"url", url}}}};
+}
+
+// A greedy chat request: one user message of `parts` (a string: its text alone).
+json chat(const json& content, int64_t n) {
+  return {{"messages", json::array({{{"role", "user"}, {"content", content}}})},
+          {"max_tokens", n},
+          {"temperature", 0},
+          {"return_tokens", true}};
+}
+
+json image_chat(const std::string& image, const std::string& text, int64_t n) {
+  return chat(json::array({image_part(data_url(image)), {{"type", "text"}, {"text", text}}}), n);
+}
+
+// The fixture with a tokenizer, once per test binary.
+const std::string& vl_dir() {
+  static const std::string dir = test::vl_fixture_with_tokenizer("serve_vl_model");
+  return dir;
+}
+
+struct RunResult {
+  std::vector<int32_t> tokens;
+  std::string text;
+};
+
+// `shardwise run --image IMAGE --prompt TEXT --greedy` on `device` (no image: --chat, the text alone).
+RunResult run_reference(const std::string& image, const std::string& text, int64_t n, const std::string& device) {
+  std::string cmd = "'" + test::shardwise_bin() + "' run -m '" + vl_dir() + "' --prompt '" + text + "' --greedy -n " +
+                    std::to_string(n) + " --json --device " + device;
+  cmd += image.empty() ? " --chat" : " --image '" + image_path(image) + "'";
+  if (device == "emu") cmd += " --vram-budget 1500K";
+  std::string out;
+  const int rc = test::run_command("(" + cmd + " 2>/dev/null)", &out);
+  INFO(cmd << "\n" << out);
+  REQUIRE(rc == 0);
+  const json j = json::parse(out);
+  return {j["generated_ids"].get<std::vector<int32_t>>(), j["text"].get<std::string>()};
+}
+
+std::vector<int32_t> tokens_of(const TestServer::Reply& r) {
+  INFO(r.text);
+  REQUIRE(r.status == 200);
+  return r.body["choices"][0]["tokens"].get<std::vector<int32_t>>();
+}
+
+// The fixture model in-process: a CPU engine of `slots` slots (held at a gate the test controls) behind
+// a server whose model takes images.
+struct VlServer {
+  explicit VlServer(int slots, int64_t prefill_chunk = 0)
+      : source(open_weights(vl_dir())),
+        tok(*source),
+        model(*source, 2),
+        cpu(model.weights, model.pool, kContext * slots, slots),
+        gate(cpu) {
+    ServedModel m;
+    m.id = "vl";
+    m.tokenizer = &tok;
+    m.chat_format = choose_chat_format(tok.chat_template(), source->spec().family, tok).format;
+    m.context = kContext;
+    m.vocab_size = source->spec().vocab_size;
+    m.images =
+        std::make_shared<ImageEncoder>(load_vl_model(vl_dir(), source->spec()), source->tensor("token_embd.weight"), 2);
+    ServerOptions o;
+    o.parallel = slots;
+    o.prefill_chunk = prefill_chunk;
+    o.max_body_bytes = 8 << 20;
+    s = std::make_unique<TestServer>(gate, m, o);
+  }
+  static constexpr int64_t kContext = 256;
+  std::unique_ptr<WeightSource> source;
+  Tokenizer tok;
+  LoadedModel model;
+  CpuEngine cpu;
+  GatedEngine gate;
+  std::unique_ptr<TestServer> s;
+};
+
+}  // namespace
+
+TEST_CASE("serve images: a chat request with an image generates run --image's tokens, on cpu and emu",
+          "[serve][images][cli]") {
+  const std::string text = "What is in the picture?";
+  for (const std::string device : {"cpu", "emu"}) {
+    INFO(device);
+    std::vector<std::string> args = {"serve", "-m", vl_dir(), "--port", "0", "--device", device};
+    if (device == "emu") args.insert(args.end(), {"--vram-budget", "1500K"});
+    Child c(args);
+    const std::string first = c.line();
+    INFO("stdout: " << first << "\nstderr: " << test::read_file(c.err_path));
+    REQUIRE(first.rfind("listening on http://127.0.0.1:", 0) == 0);
+    HttpClient client(parse_url(first.substr(first.find("http://"))), 60);
+    const HttpResponse r = client.request("POST", "/v1/chat/completions", image_chat("img_56x56", text, 10).dump());
+    INFO(r.body);
+    REQUIRE(r.status == 200);
+    const json j = json::parse(r.body);
+    const RunResult want = run_reference("img_56x56", text, 10, device);
+    CHECK(j["choices"][0]["tokens"].get<std::vector<int32_t>>() == want.tokens);
+    CHECK(j["choices"][0]["message"]["content"] == want.text);
+    CHECK(j["usage"]["prompt_tokens"].get<int64_t>() > 40);  // the image's tokens, not one placeholder
+    REQUIRE(kill(c.pid, SIGTERM) == 0);
+    CHECK(c.wait_exit() == 0);
+  }
+}
+
+TEST_CASE("serve images: two image requests and a text one, batched on 3 slots, each get their tokens alone",
+          "[serve][images]") {
+  VlServer v(3, 16);  // prompts in chunks of 16 rows, beside the others' decode tokens
+  const std::string text = "Describe it.";
+  const RunResult a = run_reference("img_56x56", text, 8, "cpu"), b = run_reference("img_37x90", text, 8, "cpu"),
+                  t = run_reference("", text, 8, "cpu");
+  REQUIRE(a.tokens != b.tokens);  // the images matter
+  const std::vector<json> bodies = {image_chat("img_56x56", text, 8), image_chat("img_37x90", text, 8), chat(text, 8)};
+  v.gate.close_gate();
+  std::vector<std::vector<int32_t>> got(3);
+  std::vector<std::thread> clients;
+  const std::string url = v.s->server->url();
+  for (size_t i = 0; i < 3; ++i)
+    clients.emplace_back([&, i] {
+      HttpClient client(parse_url(url), 60);
+      const HttpResponse r = client.request("POST", "/v1/chat/completions", bodies[i].dump());
+      if (r.status == 200) got[i] = json::parse(r.body)["choices"][0]["tokens"].get<std::vector<int32_t>>();
+    });
+  // One request's step is held at the gate, the other two wait for it: then all three go on together.
+  CHECK(eventually([&] { return v.gate.waiting == 1 && v.s->server->metrics().queued == 2; }, 60));
+  v.gate.open_gate();
+  for (auto& c : clients) c.join();
+  CHECK(got[0] == a.tokens);
+  CHECK(got[1] == b.tokens);
+  CHECK(got[2] == t.tokens);
+  CHECK(v.gate.max_batch >= 3);
+}
+
+TEST_CASE("serve images: the same text with another image reuses no image row of the cache", "[serve][images]") {
+  VlServer v(1);
+  const std::string text = "Describe it.";
+  // Two images of the same grid: their prompts' ids are the same, only the image rows differ.
+  const RunResult a = run_reference("img_100x70", text, 10, "cpu"), b = run_reference("img_64x300", text, 10, "cpu");
+  REQUIRE(a.tokens != b.tokens);
+  const TestServer::Reply first = v.s->post("/v1/chat/completions", image_chat("img_100x70", text, 10));
+  CHECK(tokens_of(first) == a.tokens);
+  const TestServer::Reply second = v.s->post("/v1/chat/completions", image_chat("img_64x300", text, 10));
+  CHECK(tokens_of(second) == b.tokens);
+  CHECK(first.body["usage"]["prompt_tokens"] == second.body["usage"]["prompt_tokens"]);
+  // The cache reused the rows before the first image (the system message, the user's start), no more.
+  const std::vector<int32_t> cached = v.s->server->scheduler().cached_tokens(0);
+  const auto first_image = std::find(cached.begin(), cached.end(), -1) - cached.begin();
+  REQUIRE(first_image > 10);
+  CHECK(cached[static_cast<size_t>(first_image) - 1] == test::kVlVisionStart);
+  CHECK(second.body["usage"]["prompt_tokens_details"]["cached_tokens"] == first_image);
+  // The first image again, after the second: its own tokens, not the second's.
+  CHECK(tokens_of(v.s->post("/v1/chat/completions", image_chat("img_100x70", text, 10))) == a.tokens);
+  // The image tokens written as text, with no image, make a text prompt (with the system message an image
+  // request gets): an image request after it reuses its rows before the image token, not that token's.
+  json spelled = chat("<|vision_start|><|image_pad|><|vision_end|>" + text, 4);
+  spelled["messages"].insert(spelled["messages"].begin(),
+                             json{{"role", "system"}, {"content", "You are a helpful assistant."}});
+  CHECK(v.s->post("/v1/chat/completions", spelled).status == 200);
+  const TestServer::Reply after_text = v.s->post("/v1/chat/completions", image_chat("img_64x300", text, 10));
+  CHECK(tokens_of(after_text) == b.tokens);
+  CHECK(after_text.body["usage"]["prompt_tokens_details"]["cached_tokens"] == first_image);
+}
+
+TEST_CASE("serve images: bad image input is one 400 JSON error and the server goes on", "[serve][images]") {
+  VlServer v(1);
+  const std::string png = data_url("img_56x56");
+  auto refused = [&](const json& body, const std::string& path, const std::string& what) {
+    const TestServer::Reply r = v.s->post(path, body);
+    INFO(what << ": " << r.text);
+    CHECK(r.status == 400);
+    REQUIRE(r.body.is_object());
+    CHECK_THAT(r.body["error"]["message"].get<std::string>(), Contains(what));
+    CHECK(tokens_of(v.s->post("/v1/chat/completions", chat("hi", 2))).size() == 2);  // still serving
+  };
+  refused(chat(json::array({image_part("https://example.com/cat.png")}), 4), "/v1/chat/completions", "data: URL");
+  refused(chat(json::array({image_part("data:image/png;base64,iVBOR$w0K")}), 4), "/v1/chat/completions",
+          "not valid base64");
+  refused(chat(json::array({image_part("data:image/png;base64,iVBORw1=")}), 4), "/v1/chat/completions",
+          "not valid base64");  // nonzero pad bits
+  refused(chat(json::array({image_part("data:image/png;base64," + base64("not an image, only text"))}), 4),
+          "/v1/chat/completions", "cannot read the request's image 1");
+  refused(chat(json::array({image_part("data:text/plain;base64," + base64("hello"))}), 4), "/v1/chat/completions",
+          "data:image/TYPE;base64");
+  json nine = json::array();
+  for (int i = 0; i < 9; ++i) nine.push_back(image_part(png));
+  refused(chat(nine, 4), "/v1/chat/completions", "more than 8 images");
+  refused({{"prompt", json::array({image_part(png)})}, {"max_tokens", 4}}, "/v1/completions",
+          "/v1/chat/completions only");
+  refused({{"messages", json::array({{{"role", "system"}, {"content", json::array({image_part(png)})}}})}},
+          "/v1/chat/completions", "images go in user messages");
+  // A text model takes no images.
+  TestServer text_model;
+  const TestServer::Reply r = text_model.post("/v1/chat/completions", chat(json::array({image_part(png)}), 4));
+  CHECK(r.status == 400);
+  CHECK_THAT(r.text, Contains("takes no images"));
+  CHECK(text_model.post("/v1/chat/completions", chat("hi", 2)).status == 200);
+}
+
+TEST_CASE("serve images: content parts in order, base64 decoded strictly within its limit", "[serve][images]") {
+  const json body = chat(json::array({{{"type", "text"}, {"text", "A"}},
+                                      {{"type", "text"}, {"text", "B"}},
+                                      {{"type", "image_url"}, {"image_url", "data:image/png;base64,AAEC"}},
+                                      {{"type", "text"}, {"text", "C"}}}),
+                         4);
+  const ApiRequest rq = parse_request(Endpoint::Chat, body.dump());
+  REQUIRE(rq.images.size() == 1);
+  CHECK(rq.messages[0].content == "A\nBC");  // text parts joined by newlines, the image between B and C
+  CHECK(rq.images[0].offset == 3);
+  CHECK(rq.images[0].bytes == std::string("\0\1\2", 3));
+  CHECK(decode_base64("aGk=", 16) == std::optional<std::string>("hi"));
+  CHECK(decode_base64("aGVsbG8=", 16) == std::optional<std::string>("hello"));
+  CHECK(decode_base64("", 16) == std::optional<std::string>(""));
+  for (const char* bad : {"aGk", "aG=k", "aGk==", "a Gk", "aGl=", "====", "aGk=\n", "aGV-bG8="}) {
+    INFO(bad);
+    CHECK(!decode_base64(bad, 16));
+  }
+  CHECK(!decode_base64("aGVsbG8=", 4));  // 5 bytes over a limit of 4
+  CHECK(decode_base64("aGVsbG8=", 5));
+}

@@ -1,0 +1,21 @@
+// tests/vl_test_util.h — what the vision-language tests share: the tiny Qwen2.5-VL models' special token
+// ids (the HF fixture tests/fixtures/vl/qwen2_5_vl and the synthetic directories of test_vl_prompt use
+// the same), and a tokenizer for them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace shardwise::test {
+
+constexpr int32_t kVlImStart = 280, kVlImEnd = 281, kVlVisionStart = 290, kVlVisionEnd = 291, kVlImage = 292;
+
+// A byte-level BPE tokenizer.json in `dir` for the tiny models' vocabulary of 300: byte b is token b,
+// ChatML's and the vision tokens at the ids above, no merges (every byte of text is its own token).
+void write_vl_tokenizer(const std::string& dir);
+
+// The HF fixture's directory copied to a fresh temporary directory with write_vl_tokenizer's tokenizer
+// (the fixture has none): a model `run --prompt` and `serve` can read text for.
+std::string vl_fixture_with_tokenizer(const std::string& name);
+
+}  // namespace shardwise::test
