@@ -200,7 +200,7 @@ __device__ __forceinline__ void load_vec(const __nv_bfloat16* p, float* v) {
       v[i + 3] = f.w;
     }
   } else if constexpr (C == 2) {
-    const float2 f = __bfloat1622float2(*reinterpret_cast<const __half2*>(p));
+    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
     v[0] = f.x;
     v[1] = f.y;
   } else {

@@ -939,18 +939,18 @@ struct CacheCopy {
 };
 CacheCopy cache_copy(const std::vector<float>& x, DType kv) {
   CacheCopy c{x, {}};
-  if (kv == DType::F16) {
+  if (kv != DType::F32) {  // f16 or bf16 bits
     c.f16.resize(x.size());
     for (size_t i = 0; i < x.size(); ++i) {
-      c.f16[i] = f32_to_f16(x[i]);
-      c.values[i] = f16_to_f32(c.f16[i]);
+      c.f16[i] = kv == DType::F16 ? f32_to_f16(x[i]) : f32_to_bf16(x[i]);
+      c.values[i] = kv == DType::F16 ? f16_to_f32(c.f16[i]) : bf16_to_f32(c.f16[i]);
     }
   }
   return c;
 }
 
 TEST_CASE(
-    "CUDA exported attention for profilers: cuda_attention over f32 and f16 caches, with and without room "
+    "CUDA exported attention for profilers: cuda_attention over f32, f16 and bf16 caches, with and without room "
     "for split-K partials",
     "[gpu][kernels]") {
   Gpu& g = gpu();
@@ -965,7 +965,7 @@ TEST_CASE(
                         {6, 2, 48, 64, 400, 16u << 20},  {6, 2, 48, 64, 400, 0},         {4, 1, 64, 300, 0, 16u << 20},
                         {2, 1, 50, 3, 200, 16u << 20},   {4, 2, 256, 20, 100, 16u << 20}};
   uint8_t* ws = mem.alloc(16u << 20);
-  for (DType kv : {DType::F32, DType::F16})
+  for (DType kv : {DType::F32, DType::F16, DType::BF16})
     for (const Case& c : cases) {
       const int64_t kv_len = c.pos0 + c.n, QD = c.heads * c.hd, KVD = c.kv_heads * c.hd;
       const std::vector<float> q = fresh(static_cast<size_t>(c.n * QD), -2.0f, 2.0f);
@@ -978,9 +978,9 @@ TEST_CASE(
                            {c.heads, c.kv_heads, c.hd}, ref.data(), pool);
       float* dq = mem.upload(q);
       const void* dk =
-          kv == DType::F16 ? static_cast<const void*>(mem.upload(k.f16.data(), k.f16.size())) : mem.upload(k.values);
+          kv != DType::F32 ? static_cast<const void*>(mem.upload(k.f16.data(), k.f16.size())) : mem.upload(k.values);
       const void* dv =
-          kv == DType::F16 ? static_cast<const void*>(mem.upload(v.f16.data(), v.f16.size())) : mem.upload(v.values);
+          kv != DType::F32 ? static_cast<const void*>(mem.upload(v.f16.data(), v.f16.size())) : mem.upload(v.values);
       float* dout = mem.floats(ref.size());
       poison(dout, ref.size());
       cuda_attention(dq, dk, dv, dout, c.n, c.pos0, c.heads, c.kv_heads, c.hd, c.ws_bytes ? ws : nullptr, c.ws_bytes,

@@ -494,6 +494,13 @@ TEST_CASE("runtime suite (cuda): with an f16 KV cache every schedule, staged att
     staged += check_staged_attention(t, m, budget_at(t, *m.src, 3.0), emu(1, 0), pool);
   }
   CHECK(staged >= 5);
+  {  // bf16 likewise
+    const RuntimeTarget tb = cuda_target().with_kv_dtype(DType::BF16);
+    const SuiteModel m = suite_model(open_weights("synthetic:tiny_moe?dtype=q8_0&seed=4"), tb.ctx,
+                                     {17, 1, 1, 4, 1, 9, 1}, 7, pool, 40, DType::BF16);
+    for (double frac : {0.3, 3.0})
+      check_every_schedule(tb, m, budget_at(tb, *m.src, frac), all_schedules(), emu(1, 0), pool);
+  }
   auto src = open_weights("synthetic:tiny_moe?dtype=q8_0&seed=4");
   const ModelWeights w = ModelWeights::from_source(*src);
   CHECK(check_batched(t, *src, w, 0.5, {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic}, emu(1, 0), pool) >= 2);
