@@ -314,4 +314,24 @@ bool eventually(const std::function<bool()>& cond, double seconds) {
   return cond();
 }
 
+void collect(Channel& c, Collected& into, std::chrono::milliseconds wait) {
+  for (const shardwise::serve::Event& e : c.wait_take(wait)) {
+    into.tokens.insert(into.tokens.end(), e.tokens.begin(), e.tokens.end());
+    if (e.kind == shardwise::serve::Event::Kind::Done) {
+      into.done = true;
+      into.text = e.text;
+    }
+    if (e.kind == shardwise::serve::Event::Kind::Failed) {
+      into.failed = true;
+      into.status = e.error.status;
+    }
+  }
+}
+
+Collected finish(Channel& c, Collected got) {
+  const auto until = Clock::now() + std::chrono::seconds(120);
+  while (!got.done && !got.failed && Clock::now() < until) collect(c, got, std::chrono::milliseconds(100));
+  return got;
+}
+
 }  // namespace shardwise::test::serve

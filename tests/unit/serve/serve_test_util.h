@@ -183,6 +183,19 @@ struct Child {
   std::string err_path;
 };
 
+// What a channel brought: its tokens, whether it ended (a Done event's text: a budget report) or
+// failed (with the status).
+struct Collected {
+  std::vector<int32_t> tokens;
+  bool done = false, failed = false;
+  std::string text;
+  int status = 0;
+};
+// Takes what `c` has now (waiting up to `wait`), adding to `into`.
+void collect(Channel& c, Collected& into, std::chrono::milliseconds wait);
+// Collects until the channel ends (at most two minutes).
+Collected finish(Channel& c, Collected got = {});
+
 // Waits up to `seconds` for `cond`; whether it held.
 bool eventually(const std::function<bool()>& cond, double seconds = 10);
 

@@ -10,38 +10,6 @@
 using namespace shardwise;
 using namespace shardwise::test::serve;
 
-namespace {
-
-struct Collected {
-  std::vector<int32_t> tokens;
-  bool done = false, failed = false;
-  std::string text;  // a Done event's text (a budget report)
-  int status = 0;
-};
-
-// Takes what `c` has now (waiting up to `wait`), adding to `into`.
-void collect(Channel& c, Collected& into, std::chrono::milliseconds wait) {
-  for (const shardwise::serve::Event& e : c.wait_take(wait)) {
-    into.tokens.insert(into.tokens.end(), e.tokens.begin(), e.tokens.end());
-    if (e.kind == shardwise::serve::Event::Kind::Done) {
-      into.done = true;
-      into.text = e.text;
-    }
-    if (e.kind == shardwise::serve::Event::Kind::Failed) {
-      into.failed = true;
-      into.status = e.error.status;
-    }
-  }
-}
-
-Collected finish(Channel& c, Collected got = {}) {
-  const auto until = Clock::now() + std::chrono::seconds(120);
-  while (!got.done && !got.failed && Clock::now() < until) collect(c, got, std::chrono::milliseconds(100));
-  return got;
-}
-
-}  // namespace
-
 TEST_CASE("serve: the VRAM budget shrinks and grows under load and every request keeps its tokens", "[serve][budget]") {
   TestModel& m = test_model();
   const int slots = 3;

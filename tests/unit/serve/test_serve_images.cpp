@@ -262,3 +262,83 @@ TEST_CASE("serve images: content parts in order, base64 decoded strictly within 
   CHECK(!decode_base64("aGVsbG8=", 4));  // 5 bytes over a limit of 4
   CHECK(decode_base64("aGVsbG8=", 5));
 }
+
+// A budget change while image requests run on the emulated device: the scheduler pauses them, the new
+// runtime's caches are computed again from their image rows and M-RoPE positions (not the placeholders'
+// embeddings), and each request gets the tokens it gets with no change.
+TEST_CASE("serve images: the budget shrinks and grows under image requests and each keeps its tokens",
+          "[serve][images][budget]") {
+  auto source = open_weights(vl_dir());
+  Tokenizer tok(*source);
+  LoadedModel model(*source, 2);
+  ImageEncoder encoder(load_vl_model(vl_dir(), source->spec()), source->tensor("token_embd.weight"), 2);
+  const int32_t vs = encoder.tokens().vision_start_token_id, img = encoder.tokens().image_token_id;
+  const int32_t ve = tok.find_token("<|vision_end|>");
+  REQUIRE(ve >= 0);
+  const int slots = 2;
+  auto request = [&](const std::string& image, const std::string& text, int64_t n) {
+    std::vector<int32_t> ids = {vs, img, ve};
+    for (int32_t id : tok.encode(text, false, false)) ids.push_back(id);
+    ApiImage a;
+    a.bytes = test::read_file(image_path(image));
+    EncodedPrompt e = encoder.encode(ids, {a}, 256);
+    GenerationRequest r;
+    r.prompt = e.ids;
+    r.image = e.image;
+    r.max_tokens = n;
+    r.sampling = greedy();
+    r.ignore_eos = true;
+    return r;
+  };
+  const std::vector<GenerationRequest> reqs = {request("img_300x200", "Describe the picture.", 60),
+                                               request("img_64x300", "What is tall here?", 50)};
+  // Runs the requests on a fresh emulated set-up; `budgets`: changes made while they run.
+  auto serve_them = [&](const std::vector<uint64_t>& budgets) {
+    RunSetupOptions o;
+    o.device = "emu";
+    o.ctx = slots * 256;
+    o.machine.hw = "h200-host";
+    o.planner.budget_bytes = 64 << 20;
+    o.runtime.slots = slots;
+    RunSetup setup(model, o, reqs[0].prompt);
+    SetupBudget control(setup);
+    Metrics metrics;
+    SchedulerOptions so;
+    so.parallel = slots;
+    so.prefill_chunk = 16;
+    so.change_budget = [&](uint64_t b) { return control.change_budget(b); };
+    so.engine = [&]() -> StepEngine& { return control.engine(); };
+    Scheduler sched(setup.engine(), tok, metrics, so);
+    std::vector<std::shared_ptr<Channel>> out;
+    std::vector<Collected> got(reqs.size());
+    for (const auto& r : reqs) {
+      out.push_back(std::make_shared<Channel>());
+      REQUIRE(sched.submit(r, out.back()) == Scheduler::Admit::Queued);
+    }
+    int refilled = 0;
+    for (uint64_t b : budgets) {
+      const size_t seen = got[0].tokens.size();
+      while (got[0].tokens.size() < seen + 8 && !got[0].done)
+        for (size_t i = 0; i < reqs.size(); ++i) collect(*out[i], got[i], std::chrono::milliseconds(5));
+      auto c = std::make_shared<Channel>();
+      REQUIRE(sched.change_budget(b, c) == Scheduler::Admit::Queued);
+      const Collected change = finish(*c);
+      INFO(change.text);
+      REQUIRE(change.done);
+      refilled += json::parse(change.text)["refilled_tokens"].get<int64_t>() > 0;
+    }
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      got[i] = finish(*out[i], got[i]);
+      REQUIRE(got[i].done);
+    }
+    CHECK(refilled == static_cast<int>(budgets.size()));  // each change recomputed running caches
+    return got;
+  };
+  const std::vector<Collected> alone = serve_them({});
+  const std::vector<Collected> changed = serve_them({1500 << 10, 64 << 20});
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    INFO("request " << i);
+    CHECK(alone[i].tokens.size() == static_cast<size_t>(reqs[i].max_tokens));
+    CHECK(changed[i].tokens == alone[i].tokens);
+  }
+}
