@@ -23,7 +23,7 @@ enum class PlannerVerb { Run, Serve, Plan };
 // The flags' text as given (CLI11 binds them); the accessors check and convert them.
 struct PlannerFlags {
   PlannerVerb verb = PlannerVerb::Plan;
-  std::string hw, profile, budget, pcie_cap = "none", kv_dtype = "f32", host_kv_attention = "choose";
+  std::string hw, profile, budget, pcie_cap = "none", kv_dtype = "f16", host_kv_attention = "choose";
   std::string next_layer_hits = "auto";
   std::string only;               // plan --only S
   std::string schedule = "auto";  // run --schedule S

@@ -257,7 +257,7 @@ void bind_specs(py::module_& m) {
       .def(
           "kv_bytes_per_token",
           [](const ModelSpec& s, const std::string& dt) { return s.kv_bytes_per_token(parse_dtype(dt)); },
-          py::arg("kv_dtype") = "f32")
+          py::arg("kv_dtype") = "f16")
       .def(
           "with_dtype",
           [](ModelSpec s, const std::string& dt) {
@@ -371,7 +371,7 @@ void bind_planning(py::module_& m) {
 
   m.def("plan", &plan_fn, py::arg("model"), py::arg("hardware") = py::none(), py::arg("budget") = py::none(),
         py::arg("ctx") = 4096, py::arg("threads") = 0, py::arg("pcie_cap") = py::none(),
-        py::arg("tiers") = std::vector<int64_t>{}, py::arg("kv_dtype") = "f32", py::arg("profile") = py::none(),
+        py::arg("tiers") = std::vector<int64_t>{}, py::arg("kv_dtype") = "f16", py::arg("profile") = py::none(),
         py::arg("kv_layers") = -1, py::arg("host_kv_attention") = "choose", py::arg("next_layer_hits") = 0.0,
         "Build the plan table (every tier, every schedule) with the analytic cost model of `hardware`, or with the "
         "measured "

@@ -54,11 +54,14 @@ def test_plan_matches_the_cli():
 
 
 def test_plan_kv_dtype_f16():
-    # An f16 KV cache takes half the bytes: the plan table says so, and the executor runs it.
+    # An f16 KV cache (the default, as the CLI's) takes half the bytes: the plan table says so, and the
+    # executor runs it; f32 stays selectable.
     spec = shardwise.load_spec("nemo8b")
-    t = shardwise.plan(spec, "cli3", "4G", ctx=4096, threads=16, kv_dtype="f16")
+    t = shardwise.plan(spec, "cli3", "4G", ctx=4096, threads=16)
     assert t.kv_dtype == "f16"
+    assert shardwise.plan(spec, "cli3", "4G", ctx=4096, threads=16, kv_dtype="f32").kv_dtype == "f32"
     assert spec.kv_bytes_per_token("f16") * 2 == spec.kv_bytes_per_token("f32")
+    assert spec.kv_bytes_per_token() == spec.kv_bytes_per_token("f16")
 
 
 def test_plan_kv_layers():

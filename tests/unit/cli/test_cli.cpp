@@ -1175,13 +1175,14 @@ TEST_CASE("cli: run refuses what it cannot do instead of doing it silently", "[c
   CHECK(shardwise_cli(with_plan + " --vram-budget 2M").rc == 0);  // the same budget: no conflict
 }
 
-// run/serve/logits --kv-dtype: f16 keeps K and V in half the bytes, and says so in run --json; f32 stays
-// the default; an unknown type is one error line.
+// run/serve/logits --kv-dtype: f16 (run's and serve's default, as llama.cpp's) keeps K and V in half the
+// bytes, and says so in run --json; f32 is selectable (and logits' default); an unknown type is one error
+// line.
 TEST_CASE("cli: --kv-dtype f16 runs the CPU engine over an f16 KV cache", "[cli][kv_f16]") {
   const std::string m = quote(llama_gguf());
   const std::string args = "run -m " + m + " -p 'Hello world' -n 4 -c 64 -t 1 --ignore-eos --device cpu";
-  const auto f32 = run_json(args);
-  const auto f16 = run_json(args + " --kv-dtype f16");
+  const auto f32 = run_json(args + " --kv-dtype f32");
+  const auto f16 = run_json(args);
   CHECK(f32["kv_dtype"] == "f32");
   CHECK(f16["kv_dtype"] == "f16");
   CHECK(f16["kv_cache_bytes"].get<uint64_t>() * 2 == f32["kv_cache_bytes"].get<uint64_t>());
