@@ -158,10 +158,11 @@ TEST_CASE("HF Qwen2.5-VL: logits --image and run --image against transformers, b
                                     tokens + " --out " + out + " -t 2 2>/dev/null)",
                                 &text) == 0);
       CHECK(test::max_rel_error(test::load_npy_floats(out), test::load_npy_floats(d + "/logits.npy"), V) <= 1e-4);
-      // Greedy generation (prefill, then decode at position row + delta) gives HF's tokens.
+      // Greedy generation (prefill, then decode at position row + delta) gives HF's tokens (an f32 cache,
+      // as HF's).
       REQUIRE(test::run_command("(" + test::shardwise_bin() + " run -m " + model + image_flags(pm) + " --tokens " +
                                     tokens + " -n " + std::to_string(greedy.size()) +
-                                    " --greedy --ignore-eos --json --device cpu -t 2 2>/dev/null)",
+                                    " --greedy --ignore-eos --json --device cpu --kv-dtype f32 -t 2 2>/dev/null)",
                                 &text) == 0);
       INFO(text);
       const json run = json::parse(text);
@@ -169,10 +170,11 @@ TEST_CASE("HF Qwen2.5-VL: logits --image and run --image against transformers, b
       CHECK(run["generated_ids"].get<std::vector<int32_t>>() == greedy);
     }
     // The language model planned on the emulated device under a budget that holds part of it, in each
-    // schedule (the image rows and M-RoPE positions go through the plan runtime), with an f16 KV cache too.
+    // schedule (the image rows and M-RoPE positions go through the plan runtime), with the default f16 KV
+    // cache and with f32 and bf16 ones.
     for (const std::string& how :
          {std::string("--schedule gpu-only"), std::string("--schedule static"), std::string("--schedule dynamic"),
-          std::string("--schedule static --kv-dtype f16")}) {
+          std::string("--schedule static --kv-dtype f32"), std::string("--schedule dynamic --kv-dtype bf16")}) {
       INFO(name << " emu " << how);
       std::string text;
       REQUIRE(test::run_command("(" + test::shardwise_bin() + " run -m " + vl_dir() + image_flags(pm) + " --tokens " +
