@@ -113,54 +113,71 @@ __device__ __forceinline__ void load_head(const float* p, int d0, int hd, bool v
   }
 }
 
-// The same loads from an f16 cache: 4 halves (8 bytes) at a time, converted to f32.
-__device__ __forceinline__ float4 half4_at(const __half* p) {
+// The same loads from a 16-bit cache (f16 or bf16): 4 values (8 bytes) at a time, widened to f32. Wide<H>
+// names the type's pairs and widenings; it is empty for float, so these overloads never take f32 rows.
+template <typename H>
+struct Wide {};
+template <>
+struct Wide<__half> {
+  using H2 = __half2;
+  __device__ static float one(__half x) { return __half2float(x); }
+  __device__ static float2 two(__half2 x) { return __half22float2(x); }
+};
+template <>
+struct Wide<__nv_bfloat16> {
+  using H2 = __nv_bfloat162;
+  __device__ static float one(__nv_bfloat16 x) { return __bfloat162float(x); }
+  __device__ static float2 two(__nv_bfloat162 x) { return __bfloat1622float2(x); }
+};
+
+template <typename H, typename H2 = typename Wide<H>::H2>
+__device__ __forceinline__ float4 wide4_at(const H* p) {
   const uint2 u = *reinterpret_cast<const uint2*>(p);
-  __half2 lo, hi;
+  H2 lo, hi;
   memcpy(&lo, &u.x, 4);
   memcpy(&hi, &u.y, 4);
-  const float2 a = __half22float2(lo), b = __half22float2(hi);
+  const float2 a = Wide<H>::two(lo), b = Wide<H>::two(hi);
   return make_float4(a.x, a.y, b.x, b.y);
 }
 
-template <int C>
-__device__ __forceinline__ void load_vec(const __half* p, float* v) {
+template <int C, typename H, typename H2 = typename Wide<H>::H2>
+__device__ __forceinline__ void load_vec(const H* p, float* v) {
   if constexpr (C % 4 == 0) {
 #pragma unroll
     for (int i = 0; i < C; i += 4) {
-      const float4 f = half4_at(p + i);
+      const float4 f = wide4_at(p + i);
       v[i] = f.x;
       v[i + 1] = f.y;
       v[i + 2] = f.z;
       v[i + 3] = f.w;
     }
   } else if constexpr (C == 2) {
-    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(p));
+    const float2 f = Wide<H>::two(*reinterpret_cast<const H2*>(p));
     v[0] = f.x;
     v[1] = f.y;
   } else {
 #pragma unroll
-    for (int i = 0; i < C; ++i) v[i] = __half2float(p[i]);
+    for (int i = 0; i < C; ++i) v[i] = Wide<H>::one(p[i]);
   }
 }
 
-template <bool FULL>
-__device__ __forceinline__ float4 load4(const __half* p, int d0, int hd, bool vec4) {
+template <bool FULL, typename H, typename = typename Wide<H>::H2>
+__device__ __forceinline__ float4 load4(const H* p, int d0, int hd, bool vec4) {
   if constexpr (FULL) {
-    return half4_at(p);
+    return wide4_at(p);
   } else {
-    if (vec4) return d0 < hd ? half4_at(p) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (vec4) return d0 < hd ? wide4_at(p) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     float4 r;
-    r.x = d0 < hd ? __half2float(p[0]) : 0.0f;
-    r.y = d0 + 1 < hd ? __half2float(p[1]) : 0.0f;
-    r.z = d0 + 2 < hd ? __half2float(p[2]) : 0.0f;
-    r.w = d0 + 3 < hd ? __half2float(p[3]) : 0.0f;
+    r.x = d0 < hd ? Wide<H>::one(p[0]) : 0.0f;
+    r.y = d0 + 1 < hd ? Wide<H>::one(p[1]) : 0.0f;
+    r.z = d0 + 2 < hd ? Wide<H>::one(p[2]) : 0.0f;
+    r.w = d0 + 3 < hd ? Wide<H>::one(p[3]) : 0.0f;
     return r;
   }
 }
 
-template <int C, bool FULL>
-__device__ __forceinline__ void load_head(const __half* p, int d0, int hd, bool vec4, float* v) {
+template <int C, bool FULL, typename H, typename = typename Wide<H>::H2>
+__device__ __forceinline__ void load_head(const H* p, int d0, int hd, bool vec4, float* v) {
   if constexpr (FULL) {
     load_vec<C>(p, v);
   } else if constexpr (C % 4 == 0) {
@@ -174,72 +191,7 @@ __device__ __forceinline__ void load_head(const __half* p, int d0, int hd, bool 
     }
   } else {
 #pragma unroll
-    for (int i = 0; i < C; ++i) v[i] = d0 + i < hd ? __half2float(p[i]) : 0.0f;
-  }
-}
-
-// And from a bf16 cache (8 bytes of 4 values at a time, widened exactly).
-__device__ __forceinline__ float4 bf16x4_at(const __nv_bfloat16* p) {
-  const uint2 u = *reinterpret_cast<const uint2*>(p);
-  __nv_bfloat162 lo, hi;
-  memcpy(&lo, &u.x, 4);
-  memcpy(&hi, &u.y, 4);
-  const float2 a = __bfloat1622float2(lo), b = __bfloat1622float2(hi);
-  return make_float4(a.x, a.y, b.x, b.y);
-}
-
-template <int C>
-__device__ __forceinline__ void load_vec(const __nv_bfloat16* p, float* v) {
-  if constexpr (C % 4 == 0) {
-#pragma unroll
-    for (int i = 0; i < C; i += 4) {
-      const float4 f = bf16x4_at(p + i);
-      v[i] = f.x;
-      v[i + 1] = f.y;
-      v[i + 2] = f.z;
-      v[i + 3] = f.w;
-    }
-  } else if constexpr (C == 2) {
-    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
-    v[0] = f.x;
-    v[1] = f.y;
-  } else {
-#pragma unroll
-    for (int i = 0; i < C; ++i) v[i] = __bfloat162float(p[i]);
-  }
-}
-
-template <bool FULL>
-__device__ __forceinline__ float4 load4(const __nv_bfloat16* p, int d0, int hd, bool vec4) {
-  if constexpr (FULL) {
-    return bf16x4_at(p);
-  } else {
-    if (vec4) return d0 < hd ? bf16x4_at(p) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    float4 r;
-    r.x = d0 < hd ? __bfloat162float(p[0]) : 0.0f;
-    r.y = d0 + 1 < hd ? __bfloat162float(p[1]) : 0.0f;
-    r.z = d0 + 2 < hd ? __bfloat162float(p[2]) : 0.0f;
-    r.w = d0 + 3 < hd ? __bfloat162float(p[3]) : 0.0f;
-    return r;
-  }
-}
-
-template <int C, bool FULL>
-__device__ __forceinline__ void load_head(const __nv_bfloat16* p, int d0, int hd, bool vec4, float* v) {
-  if constexpr (FULL) {
-    load_vec<C>(p, v);
-  } else if constexpr (C % 4 == 0) {
-#pragma unroll
-    for (int i = 0; i < C; i += 4) {
-      const float4 f = load4<false>(p + i, d0 + i, hd, vec4);
-      v[i] = f.x;
-      v[i + 1] = f.y;
-      v[i + 2] = f.z;
-      v[i + 3] = f.w;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < C; ++i) v[i] = d0 + i < hd ? __bfloat162float(p[i]) : 0.0f;
+    for (int i = 0; i < C; ++i) v[i] = d0 + i < hd ? Wide<H>::one(p[i]) : 0.0f;
   }
 }
 
