@@ -20,6 +20,8 @@
 
 namespace shardwise {
 
+class VisionKernels;  // vision_kernels.h
+
 // H2DAct: small activation uploads, which must not queue behind weight copies (planner/plan.h).
 enum class Queue { Compute = 0, H2D = 1, D2H = 2, H2DAct = 3 };
 constexpr int kNumQueues = 4;
@@ -205,6 +207,14 @@ class Device {
 
   // The model's blocks; set up once per model.
   virtual DeviceKernels& kernels(const ModelSpec& spec, RopeStyle rope) = 0;
+
+  // A vision encoder's operations (vision_kernels.h) on this device's compute queue; set up (loaded and
+  // warmed up) at the first call, which must come before the arena is allocated for the same reason as
+  // kernels(). Throws Error where the device has none.
+  virtual VisionKernels& vision_kernels(int64_t head_dim) {
+    (void)head_dim;
+    fail(kind(), " device: no vision encoder kernels");
+  }
 
   // Memory accounting (DESIGN.md §6): bytes taken by the context and modules (not in the budget),
   // and the peak of device memory taken since the arena was allocated, measured from free memory.
