@@ -18,7 +18,9 @@
 #include "core/thread_pool.h"
 #include "executor/cpu/matmul.h"
 #include "executor/cpu/ops.h"
-#include "vision/vision_attention.h"
+#include "core/host_buffer.h"
+#include "executor/cpu/varlen_attention.h"
+#include "executor/device/vision_kernels.h"
 
 namespace shardwise {
 namespace {
@@ -203,188 +205,216 @@ VisionWeights random_vision_weights(const VisionSpec& spec, uint64_t seed, float
 
 namespace {
 
-// fn(begin, end) over row ranges of about 32K floats.
-void for_rows(ThreadPool& pool, int64_t n_rows, int64_t row_floats, const std::function<void(int64_t, int64_t)>& fn) {
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, row_floats));
-  pool.parallel_for(n_rows, grain, [&](int64_t a, int64_t b, int) { fn(a, b); });
-}
-
-// y [n, out_f] = x [n, in_f] · wᵀ + bias.
-void linear(const std::vector<float>& w, const std::vector<float>& bias, int64_t out_f, int64_t in_f, const float* x,
-            int64_t n, float* y, ThreadPool& pool) {
-  const TensorView view{DType::F32, {out_f, in_f}, w.data(), w.size() * sizeof(float)};
-  matmul(view, x, in_f, n, y, out_f, pool);
-  for_rows(pool, n, out_f, [&](int64_t a, int64_t b) {
-    for (int64_t r = a; r < b; ++r) add_inplace(y + r * out_f, bias.data(), out_f);
-  });
-}
-
-void norm_rows(const float* x, const std::vector<float>& w, double eps, float* y, int64_t n, int64_t dim,
-               ThreadPool& pool) {
-  for_rows(pool, n, dim, [&](int64_t a, int64_t b) {
-    rms_norm(x + a * dim, w.data(), static_cast<float>(eps), y + a * dim, b - a, dim);
-  });
-}
-
-void add_rows(float* y, const float* x, int64_t n, int64_t dim, ThreadPool& pool) {
-  for_rows(pool, n, dim, [&](int64_t a, int64_t b) { add_inplace(y + a * dim, x + a * dim, (b - a) * dim); });
-}
-
-float activation(VisionAct act, float x) {
-  switch (act) {
-    case VisionAct::Silu:
-      return x / (1.0f + std::exp(-x));
-    case VisionAct::Gelu:
-      return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
-    case VisionAct::GeluTanh:
-      return 0.5f * x * (1.0f + std::tanh(0.79788456080286536f * (x + 0.044715f * x * x * x)));
-    case VisionAct::QuickGelu:
-      return x / (1.0f + std::exp(-1.702f * x));
-  }
-  return x;
-}
-
-// gate = act(gate) * up, element-wise over n values.
-void gated_activation(VisionAct act, float* gate, const float* up, int64_t n, ThreadPool& pool) {
-  if (act == VisionAct::Silu) return swiglu(gate, up, n, pool);
-  for_rows(pool, n, 1, [&](int64_t a, int64_t b) {
-    for (int64_t i = a; i < b; ++i) gate[i] = activation(act, gate[i]) * up[i];
-  });
-}
-
 // cos and sin [n, head_dim / 2] of each patch (in window order): the first quarter of a head turns with
 // the patch's row, the second with its column, at frequencies theta^(-4i / head_dim).
-struct RotaryTable {
-  int64_t half = 0;
-  std::vector<float> cos, sin;
-};
-
-RotaryTable rotary_table(const VisionSpec& s, const std::vector<std::array<int64_t, 2>>& pos) {
-  RotaryTable t;
-  t.half = s.head_dim() / 2;
-  const int64_t quarter = t.half / 2;
-  t.cos.resize(pos.size() * static_cast<size_t>(t.half));
-  t.sin.resize(t.cos.size());
+void rotary_table(const VisionSpec& s, const std::vector<std::array<int64_t, 2>>& pos, VisionInputs& in) {
+  const int64_t half = s.head_dim() / 2, quarter = half / 2;
+  in.cos.resize(pos.size() * static_cast<size_t>(half));
+  in.sin.resize(in.cos.size());
   for (size_t p = 0; p < pos.size(); ++p)
     for (int64_t i = 0; i < quarter; ++i) {
       const double inv_freq = std::pow(s.rope_theta, -4.0 * static_cast<double>(i) / static_cast<double>(s.head_dim()));
       for (int axis = 0; axis < 2; ++axis) {
         const double angle = static_cast<double>(pos[p][axis]) * inv_freq;
-        const size_t at = p * static_cast<size_t>(t.half) + static_cast<size_t>(axis * quarter + i);
-        t.cos[at] = static_cast<float>(std::cos(angle));
-        t.sin[at] = static_cast<float>(std::sin(angle));
+        const size_t at = p * static_cast<size_t>(half) + static_cast<size_t>(axis * quarter + i);
+        in.cos[at] = static_cast<float>(std::cos(angle));
+        in.sin[at] = static_cast<float>(std::sin(angle));
       }
     }
-  return t;
 }
 
-// HF's rotate-half rotary, in place, on n rows (row_stride floats apart) of n_heads heads.
-void apply_rotary(float* x, int64_t n, int64_t row_stride, int64_t n_heads, const RotaryTable& t, ThreadPool& pool) {
-  const int64_t half = t.half;
-  for_rows(pool, n, n_heads * 2 * half, [&](int64_t a, int64_t b) {
-    for (int64_t r = a; r < b; ++r) {
-      const float* cs = t.cos.data() + r * half;
-      const float* sn = t.sin.data() + r * half;
-      for (int64_t h = 0; h < n_heads; ++h) {
-        float* v = x + r * row_stride + h * 2 * half;
-        for (int64_t i = 0; i < half; ++i) {
-          const float lo = v[i], hi = v[i + half];
-          v[i] = lo * cs[i] - hi * sn[i];
-          v[i + half] = hi * cs[i] + lo * sn[i];
-        }
-      }
-    }
-  });
+std::vector<int32_t> to_i32(const std::vector<int64_t>& v) {
+  return std::vector<int32_t>(v.begin(), v.end());  // bounded by kMaxVisionPatches
 }
 
-// The activations of one encode call, in window order: n patches.
-struct EncoderBuffers {
-  std::vector<float> x, xn, qkv, att, proj, gate, up;
-  EncoderBuffers(const VisionSpec& s, int64_t n) {
-    const auto hn = static_cast<size_t>(n * s.hidden_size), fn = static_cast<size_t>(n * s.intermediate_size);
-    x.resize(hn), xn.resize(hn), qkv.resize(3 * hn), att.resize(hn), proj.resize(hn), gate.resize(fn), up.resize(fn);
-  }
-};
-
-void block_forward(const VisionSpec& s, const VisionBlockWeights& w, const std::vector<int64_t>& cu_seqlens,
-                   const RotaryTable& rot, int64_t n, EncoderBuffers& b, ThreadPool& pool) {
-  const int64_t h = s.hidden_size, f = s.intermediate_size;
-  norm_rows(b.x.data(), w.norm1, s.rms_norm_eps, b.xn.data(), n, h, pool);
-  linear(w.qkv_w, w.qkv_b, 3 * h, h, b.xn.data(), n, b.qkv.data(), pool);
-  apply_rotary(b.qkv.data(), n, 3 * h, s.num_heads, rot, pool);      // q
-  apply_rotary(b.qkv.data() + h, n, 3 * h, s.num_heads, rot, pool);  // k
-  VarlenAttentionShape shape;
-  shape.n_heads = s.num_heads;
-  shape.head_dim = s.head_dim();
-  shape.q_stride = shape.kv_stride = 3 * h;
-  shape.out_stride = h;
-  varlen_attention(b.qkv.data(), b.qkv.data() + h, b.qkv.data() + 2 * h, b.att.data(), cu_seqlens, shape, pool);
-  linear(w.proj_w, w.proj_b, h, h, b.att.data(), n, b.proj.data(), pool);
-  add_rows(b.x.data(), b.proj.data(), n, h, pool);
-
-  norm_rows(b.x.data(), w.norm2, s.rms_norm_eps, b.xn.data(), n, h, pool);
-  linear(w.gate_w, w.gate_b, f, h, b.xn.data(), n, b.gate.data(), pool);
-  linear(w.up_w, w.up_b, f, h, b.xn.data(), n, b.up.data(), pool);
-  gated_activation(s.act(), b.gate.data(), b.up.data(), n * f, pool);
-  linear(w.down_w, w.down_b, h, f, b.gate.data(), n, b.proj.data(), pool);
-  add_rows(b.x.data(), b.proj.data(), n, h, pool);
+int64_t longest_segment(const std::vector<int64_t>& cu) {
+  int64_t m = 0;
+  for (size_t i = 0; i + 1 < cu.size(); ++i) m = std::max(m, cu[i + 1] - cu[i]);
+  return m;
 }
 
-// The merger on the window-ordered residual: RMSNorm, merge_unit patches side by side, Linear, erf GELU,
-// Linear; then each image token back to its place in the input order.
-std::vector<float> merger_forward(const VisionSpec& s, const VisionWeights& w, const std::vector<int64_t>& window_index,
-                                  int64_t n, EncoderBuffers& b, ThreadPool& pool) {
-  const int64_t h = s.hidden_size, m = s.merger_width(), out = s.out_hidden_size, tokens = n / s.merge_unit();
-  norm_rows(b.x.data(), w.merger_norm, s.rms_norm_eps, b.xn.data(), n, h, pool);
-  float* mid = b.qkv.data();  // [tokens, m]: fits in qkv's n * 3h
-  linear(w.merger_fc1_w, w.merger_fc1_b, m, m, b.xn.data(), tokens, mid, pool);
-  for_rows(pool, tokens, m, [&](int64_t a, int64_t e) {
-    for (int64_t i = a * m; i < e * m; ++i) mid[i] = activation(VisionAct::Gelu, mid[i]);
-  });
-  std::vector<float> y(static_cast<size_t>(tokens * out)), result(y.size());
-  linear(w.merger_fc2_w, w.merger_fc2_b, out, m, mid, tokens, y.data(), pool);
-  for (int64_t i = 0; i < tokens; ++i)
-    std::copy_n(y.data() + i * out, out, result.data() + window_index[static_cast<size_t>(i)] * out);
-  return result;
+constexpr uint64_t kAlign = 256;
+uint64_t aligned(uint64_t b) {
+  return (b + kAlign - 1) / kAlign * kAlign;
+}
+
+// The activation regions in order: x, xn, qkv (which also holds the pixels before the blocks and the
+// merger's output before its reorder), att, gate, up, cos, sin, tokens, then the int32 tables.
+std::array<uint64_t, 12> activation_sizes(const VisionSpec& s, int64_t n, int64_t chunk, const VisionInputs& in) {
+  const uint64_t h = static_cast<uint64_t>(s.hidden_size), f = static_cast<uint64_t>(s.intermediate_size);
+  const uint64_t un = static_cast<uint64_t>(n), tokens = un / static_cast<uint64_t>(s.merge_unit());
+  const uint64_t out = static_cast<uint64_t>(s.out_hidden_size), half = static_cast<uint64_t>(s.head_dim() / 2);
+  const uint64_t wide = std::max({3 * h * un, static_cast<uint64_t>(s.patch_dim()) * un, tokens * out});
+  const uint64_t F = sizeof(float), I = sizeof(int32_t);
+  return {F * un * h,           F * un * h,
+          F * wide,             F * un * h,
+          F * static_cast<uint64_t>(chunk) * f, F * static_cast<uint64_t>(chunk) * f,
+          F * un * half,        F * un * half,
+          F * tokens * out,     I * in.window_index.size(),
+          I * in.cu_windows.size(), I * in.cu_frames.size()};
 }
 
 }  // namespace
 
+VisionInputs vision_inputs(const VisionSpec& s, const std::vector<GridThw>& grids) {
+  validate_grids(s, grids, "encode_images");
+  VisionInputs in;
+  in.n_patches = vision_patch_count(grids);
+  const int64_t unit = s.merge_unit();
+  const VisionWindows win = vision_windows(s, grids);
+  const std::vector<int64_t> cu_frames = vision_frame_seqlens(grids);
+  const std::vector<std::array<int64_t, 2>> pos = vision_patch_positions(s, grids);
+  std::vector<std::array<int64_t, 2>> pos_win(pos.size());
+  for (size_t i = 0; i < win.window_index.size(); ++i)
+    std::copy_n(pos.begin() + win.window_index[i] * unit, unit, pos_win.begin() + static_cast<int64_t>(i) * unit);
+  rotary_table(s, pos_win, in);
+  in.window_index = to_i32(win.window_index);
+  in.cu_windows = to_i32(win.cu_window_seqlens);
+  in.cu_frames = to_i32(cu_frames);
+  in.max_window = longest_segment(win.cu_window_seqlens);
+  in.max_frame = longest_segment(cu_frames);
+  return in;
+}
+
+uint64_t vision_activation_bytes(const VisionSpec& s, const VisionInputs& in, int64_t mlp_chunk) {
+  uint64_t total = 0;
+  for (uint64_t b : activation_sizes(s, in.n_patches, mlp_chunk, in)) total += aligned(b);
+  return total;
+}
+
+VisionActivations carve_vision_activations(const VisionSpec& s, const VisionInputs& in, int64_t mlp_chunk,
+                                           uint8_t* base) {
+  const auto sizes = activation_sizes(s, in.n_patches, mlp_chunk, in);
+  uint8_t* p = base;
+  std::array<uint8_t*, 12> at{};
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    at[i] = p;
+    p += aligned(sizes[i]);
+  }
+  VisionActivations a;
+  a.n = in.n_patches;
+  a.mlp_chunk = mlp_chunk;
+  float** floats[] = {&a.x, &a.xn, &a.qkv, &a.att, &a.gate, &a.up, &a.cos, &a.sin, &a.tokens};
+  for (size_t i = 0; i < 9; ++i) *floats[i] = reinterpret_cast<float*>(at[i]);
+  a.window_index = reinterpret_cast<int32_t*>(at[9]);
+  a.cu_windows = reinterpret_cast<int32_t*>(at[10]);
+  a.cu_frames = reinterpret_cast<int32_t*>(at[11]);
+  a.n_windows = static_cast<int64_t>(in.cu_windows.size()) - 1;
+  a.n_frames = static_cast<int64_t>(in.cu_frames.size()) - 1;
+  a.max_window = in.max_window;
+  a.max_frame = in.max_frame;
+  return a;
+}
+
+void vision_embed(VisionKernels& k, const VisionSpec& s, const DevMat& patch_embed, const VisionActivations& a) {
+  const int64_t h = s.hidden_size, unit = s.merge_unit();
+  k.linear(patch_embed, nullptr, a.qkv, s.patch_dim(), a.n, a.xn, h, false);  // the Conv3d over flattened patches
+  k.permute_rows(a.xn, a.window_index, a.x, a.n / unit, unit * h, false);     // into window order
+}
+
+void vision_block(VisionKernels& k, const VisionSpec& s, const VisionBlockPtrs& w, const VisionActivations& a,
+                  bool full_attention) {
+  const int64_t h = s.hidden_size, f = s.intermediate_size, n = a.n;
+  const auto eps = static_cast<float>(s.rms_norm_eps);
+  k.rms_norm(a.x, w.norm1, eps, a.xn, n, h);
+  k.linear(w.qkv, w.qkv_b, a.xn, h, n, a.qkv, 3 * h, false);
+  k.rotary(a.qkv, a.cos, a.sin, n, s.num_heads, s.head_dim());
+  if (full_attention)
+    k.attention(a.qkv, a.att, a.cu_frames, a.n_frames, a.max_frame, s.num_heads, s.head_dim());
+  else
+    k.attention(a.qkv, a.att, a.cu_windows, a.n_windows, a.max_window, s.num_heads, s.head_dim());
+  k.linear(w.proj, w.proj_b, a.att, h, n, a.x, h, true);
+
+  k.rms_norm(a.x, w.norm2, eps, a.xn, n, h);
+  for (int64_t t0 = 0; t0 < n; t0 += a.mlp_chunk) {
+    const int64_t c = std::min(a.mlp_chunk, n - t0);
+    k.linear(w.gate, w.gate_b, a.xn + t0 * h, h, c, a.gate, f, false);
+    k.linear(w.up, w.up_b, a.xn + t0 * h, h, c, a.up, f, false);
+    k.activation(s.act(), a.gate, a.up, c * f);
+    k.linear(w.down, w.down_b, a.gate, f, c, a.x + t0 * h, h, true);
+  }
+}
+
+void vision_merger(VisionKernels& k, const VisionSpec& s, const VisionMergerPtrs& w, const VisionActivations& a) {
+  const int64_t h = s.hidden_size, m = s.merger_width(), out = s.out_hidden_size, tokens = a.n / s.merge_unit();
+  k.rms_norm(a.x, w.norm, static_cast<float>(s.rms_norm_eps), a.xn, a.n, h);
+  // merge_unit patches side by side are one row of m: the normed rows as they lie.
+  k.linear(w.fc1, w.fc1_b, a.xn, m, tokens, a.att, m, false);
+  k.activation(VisionAct::Gelu, a.att, nullptr, tokens * m);
+  k.linear(w.fc2, w.fc2_b, a.att, m, tokens, a.qkv, out, false);
+  k.permute_rows(a.qkv, a.window_index, a.tokens, tokens, out, true);  // back to the input order
+}
+
+namespace {
+
+DevMat host_mat(const std::vector<float>& v, int64_t rows, int64_t cols) {
+  return DevMat{DType::F32, rows, cols, reinterpret_cast<const uint8_t*>(v.data())};
+}
+
+}  // namespace
+
+VisionBlockPtrs vision_block_ptrs(const VisionSpec& s, const VisionBlockWeights& w) {
+  const int64_t h = s.hidden_size, f = s.intermediate_size;
+  VisionBlockPtrs p;
+  p.norm1 = w.norm1.data(), p.norm2 = w.norm2.data();
+  p.qkv = host_mat(w.qkv_w, 3 * h, h), p.qkv_b = w.qkv_b.data();
+  p.proj = host_mat(w.proj_w, h, h), p.proj_b = w.proj_b.data();
+  p.gate = host_mat(w.gate_w, f, h), p.gate_b = w.gate_b.data();
+  p.up = host_mat(w.up_w, f, h), p.up_b = w.up_b.data();
+  p.down = host_mat(w.down_w, h, f), p.down_b = w.down_b.data();
+  return p;
+}
+
+VisionMergerPtrs vision_merger_ptrs(const VisionSpec& s, const VisionWeights& w) {
+  const int64_t m = s.merger_width();
+  VisionMergerPtrs p;
+  p.norm = w.merger_norm.data();
+  p.fc1 = host_mat(w.merger_fc1_w, m, m), p.fc1_b = w.merger_fc1_b.data();
+  p.fc2 = host_mat(w.merger_fc2_w, s.out_hidden_size, m), p.fc2_b = w.merger_fc2_b.data();
+  return p;
+}
+
+DevMat vision_patch_embed_mat(const VisionSpec& s, const VisionWeights& w) {
+  return host_mat(w.patch_embed, s.hidden_size, s.patch_dim());
+}
+
+void upload_vision_inputs(const VisionInputs& in, const VisionActivations& a,
+                          const std::function<void(void*, const void*, uint64_t)>& copy) {
+  copy(a.cos, in.cos.data(), in.cos.size() * sizeof(float));
+  copy(a.sin, in.sin.data(), in.sin.size() * sizeof(float));
+  copy(a.window_index, in.window_index.data(), in.window_index.size() * sizeof(int32_t));
+  copy(a.cu_windows, in.cu_windows.data(), in.cu_windows.size() * sizeof(int32_t));
+  copy(a.cu_frames, in.cu_frames.data(), in.cu_frames.size() * sizeof(int32_t));
+}
+
 uint64_t vision_encoder_scratch_bytes(const VisionSpec& s, int64_t n_patches, int n_threads) {
-  const uint64_t n = static_cast<uint64_t>(n_patches), h = static_cast<uint64_t>(s.hidden_size);
-  const uint64_t f = static_cast<uint64_t>(s.intermediate_size), hd = static_cast<uint64_t>(s.head_dim());
-  const uint64_t tokens = n / static_cast<uint64_t>(s.merge_unit()), out = static_cast<uint64_t>(s.out_hidden_size);
-  const uint64_t floats = n * (7 * h + 2 * f) + n * hd /* rotary cos, sin */ + 2 * tokens * out;
-  const uint64_t index_bytes = 2 * n * sizeof(std::array<int64_t, 2>) + tokens * sizeof(int64_t);  // positions, order
-  return sizeof(float) * floats + index_bytes + varlen_attention_scratch_bytes(s.head_dim(), n_threads);
+  // The CPU encoder's activations with the MLP in one piece, and the attention's per-thread scratch; the
+  // tables' sizes depend on the images only through their window count, at most one window per patch.
+  VisionInputs in;
+  in.n_patches = n_patches;
+  in.window_index.resize(static_cast<size_t>(n_patches / s.merge_unit()));
+  in.cu_windows.resize(static_cast<size_t>(n_patches + 1));
+  in.cu_frames.resize(static_cast<size_t>(n_patches + 1));
+  return vision_activation_bytes(s, in, n_patches) + varlen_attention_scratch_bytes(s.head_dim(), n_threads);
 }
 
 std::vector<float> encode_images(const VisionSpec& s, const VisionWeights& w, const float* pixel_values,
                                  const std::vector<GridThw>& grids, ThreadPool& pool) {
   validate_vision_spec(s, "encode_images");
-  validate_grids(s, grids, "encode_images");
+  const VisionInputs in = vision_inputs(s, grids);
   check_vision_weights(s, w);
-  const int64_t n = vision_patch_count(grids), unit = s.merge_unit(), h = s.hidden_size;
-  const VisionWindows win = vision_windows(s, grids);
-  const std::vector<int64_t> cu_frames = vision_frame_seqlens(grids);
-  const std::vector<std::array<int64_t, 2>> pos = vision_patch_positions(s, grids);
-
-  // Patch embedding (the Conv3d as a matmul over flattened patches), then patches and their positions
-  // in window order, merge_unit patches at a time.
-  EncoderBuffers b(s, n);
-  const TensorView embed{DType::F32, {h, s.patch_dim()}, w.patch_embed.data(), w.patch_embed.size() * sizeof(float)};
-  matmul(embed, pixel_values, s.patch_dim(), n, b.xn.data(), h, pool);
-  std::vector<std::array<int64_t, 2>> pos_win(pos.size());
-  for (size_t i = 0; i < win.window_index.size(); ++i) {
-    const int64_t src = win.window_index[i] * unit, dst = static_cast<int64_t>(i) * unit;
-    std::copy_n(b.xn.data() + src * h, unit * h, b.x.data() + dst * h);
-    std::copy_n(pos.begin() + src, unit, pos_win.begin() + dst);
-  }
-  const RotaryTable rot = rotary_table(s, pos_win);
+  const int64_t n = in.n_patches;
+  HostBuffer buf(vision_activation_bytes(s, in, n));
+  const VisionActivations a = carve_vision_activations(s, in, n, buf.data());
+  upload_vision_inputs(in, a, [](void* d, const void* h, uint64_t b) { std::memcpy(d, h, b); });
+  std::memcpy(a.qkv, pixel_values, static_cast<size_t>(n * s.patch_dim()) * sizeof(float));
+  std::unique_ptr<VisionKernels> k = make_cpu_vision_kernels(pool);
+  vision_embed(*k, s, vision_patch_embed_mat(s, w), a);
   for (int64_t l = 0; l < s.depth; ++l)
-    block_forward(s, w.blocks[static_cast<size_t>(l)], s.full_attention(l) ? cu_frames : win.cu_window_seqlens, rot, n,
-                  b, pool);
-  return merger_forward(s, w, win.window_index, n, b, pool);
+    vision_block(*k, s, vision_block_ptrs(s, w.blocks[static_cast<size_t>(l)]), a, s.full_attention(l));
+  vision_merger(*k, s, vision_merger_ptrs(s, w), a);
+  const int64_t tokens = n / s.merge_unit();
+  return std::vector<float>(a.tokens, a.tokens + tokens * s.out_hidden_size);
 }
 
 }  // namespace shardwise

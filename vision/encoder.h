@@ -1,15 +1,19 @@
-// vision/encoder.h — the Qwen2.5-VL vision encoder on the CPU: its weights (f32 on the host, read from an
-// HF checkpoint or drawn at random for tests) and its forward pass from the image processor's patches to
-// the image tokens the LLM takes, in f32 with the executor's CPU matmul and the tiled attention of
-// vision_attention.h. It computes what transformers' Qwen2_5_VisionTransformerPretrainedModel computes,
-// in the same order; encoder_reference.h is the f64 reference it is tested against. It never plans and
-// never touches a GPU.
+// vision/encoder.h — the Qwen2.5-VL vision encoder: its weights (f32 on the host, read from an HF
+// checkpoint or drawn at random for tests) and its forward pass from the image processor's patches to
+// the image tokens the LLM takes, in f32, written once over the operations of VisionKernels
+// (executor/device/vision_kernels.h) so that the CPU, the emulated device and CUDA run the same steps:
+// the patch embedding, the blocks, the merger. It computes what transformers'
+// Qwen2_5_VisionTransformerPretrainedModel computes, in the same order; encoder_reference.h is the f64
+// reference it is tested against. encode_images runs it on the CPU; vision_runtime.h plans and runs it on
+// a device within a VRAM budget.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "executor/device/vision_kernels.h"
 #include "vision/vision_spec.h"
 
 namespace shardwise {
@@ -53,10 +57,66 @@ VisionModel load_vision_model(const std::string& dir);
 // The same seed gives the same values on every machine.
 VisionWeights random_vision_weights(const VisionSpec& spec, uint64_t seed, float stddev = 0.02f);
 
-// Bytes encode_images allocates for n_patches patches with n_threads threads: the activations (the
-// residual, the normed input, qkv, the attention output, a projection, the MLP's gate and up, the
-// merger's output before and after reordering), the rotary table, the patch positions and the
-// attention's scratch. The merger's wide activations reuse the blocks' buffers.
+// What the forward pass needs of a batch of images besides the pixels, computed on the host: the patch
+// count, each patch's rotary cos and sin [n, head_dim / 2] in window order, the window order of the
+// merged tokens (vision_windows' window_index) and the window and frame segments, as int32 (bounded by
+// kMaxVisionPatches), with their longest segments. Throws Error for a bad grid.
+struct VisionInputs {
+  int64_t n_patches = 0;
+  std::vector<float> cos, sin;
+  std::vector<int32_t> window_index, cu_windows, cu_frames;
+  int64_t max_window = 0, max_frame = 0;
+};
+VisionInputs vision_inputs(const VisionSpec& spec, const std::vector<GridThw>& grids);
+
+// The activations of one forward pass in one device's memory, patches in window order: the residual x
+// and the normed xn [n, hidden]; qkv [n, 3 * hidden] (wide enough to hold the pixels [n, patch_dim]
+// before the blocks and the merger's output before its reorder); the attention's output att [n, hidden]
+// (also the merger's middle [n / merge_unit, merger_width]); the MLP's gate and up [mlp_chunk,
+// intermediate] (the MLP goes through the tokens mlp_chunk at a time); the rotary tables; the result
+// tokens [n / merge_unit, out_hidden] in input order; and the int32 tables of VisionInputs.
+struct VisionActivations {
+  int64_t n = 0, mlp_chunk = 0;
+  float *x = nullptr, *xn = nullptr, *qkv = nullptr, *att = nullptr, *gate = nullptr, *up = nullptr;
+  float *cos = nullptr, *sin = nullptr, *tokens = nullptr;
+  int32_t *window_index = nullptr, *cu_windows = nullptr, *cu_frames = nullptr;
+  int64_t n_windows = 0, n_frames = 0, max_window = 0, max_frame = 0;
+};
+// Bytes of those regions (each 256-byte aligned), and the regions laid out from `base`.
+uint64_t vision_activation_bytes(const VisionSpec& spec, const VisionInputs& in, int64_t mlp_chunk);
+VisionActivations carve_vision_activations(const VisionSpec& spec, const VisionInputs& in, int64_t mlp_chunk,
+                                           uint8_t* base);
+// The tables of `in` into their regions of `a` through copy(dst, src, bytes) (a host-to-device copy).
+void upload_vision_inputs(const VisionInputs& in, const VisionActivations& a,
+                          const std::function<void(void*, const void*, uint64_t)>& copy);
+
+// One block's weights, and the merger's, in one device's memory (host memory on the CPU).
+struct VisionBlockPtrs {
+  const float *norm1 = nullptr, *norm2 = nullptr;
+  DevMat qkv, proj, gate, up, down;
+  const float *qkv_b = nullptr, *proj_b = nullptr, *gate_b = nullptr, *up_b = nullptr, *down_b = nullptr;
+};
+struct VisionMergerPtrs {
+  const float* norm = nullptr;
+  DevMat fc1, fc2;
+  const float *fc1_b = nullptr, *fc2_b = nullptr;
+};
+// The host weights seen as such (f32).
+VisionBlockPtrs vision_block_ptrs(const VisionSpec& spec, const VisionBlockWeights& w);
+VisionMergerPtrs vision_merger_ptrs(const VisionSpec& spec, const VisionWeights& w);
+DevMat vision_patch_embed_mat(const VisionSpec& spec, const VisionWeights& w);
+
+// The forward pass in three parts, enqueued on k in order: the patch embedding of the pixels in a.qkv
+// into window order in a.x; one block (full_attention: over whole frames, else within windows); the
+// merger into a.tokens.
+void vision_embed(VisionKernels& k, const VisionSpec& spec, const DevMat& patch_embed, const VisionActivations& a);
+void vision_block(VisionKernels& k, const VisionSpec& spec, const VisionBlockPtrs& w, const VisionActivations& a,
+                  bool full_attention);
+void vision_merger(VisionKernels& k, const VisionSpec& spec, const VisionMergerPtrs& w, const VisionActivations& a);
+
+// Bytes encode_images allocates for n_patches patches with n_threads threads: the activations above with
+// the MLP in one piece (for the most windows a batch of that many patches can have), and the attention's
+// per-thread scratch.
 uint64_t vision_encoder_scratch_bytes(const VisionSpec& spec, int64_t n_patches, int n_threads);
 
 // The image tokens of a batch of images: pixel_values [N, C * T * P * P] (the image processor's

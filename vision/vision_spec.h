@@ -11,15 +11,13 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "executor/device/vision_kernels.h"  // VisionAct
 
 namespace shardwise {
 
 // One image's (or video's) grid in patches: frames t (after temporal patching), rows h, columns w, as the
 // image processor reports it (image_grid_thw).
 using GridThw = std::array<int64_t, 3>;
-
-// The MLP activation of the ViT blocks (HF's ACT2FN names: silu, gelu, gelu_pytorch_tanh, quick_gelu).
-enum class VisionAct { Silu, Gelu, GeluTanh, QuickGelu };
 
 // Upper bounds on the fields, far above every released checkpoint (Qwen2.5-VL-72B: depth 32, hidden 1280,
 // out 8192), so that a hostile config cannot ask for absurd allocations.

@@ -25,6 +25,7 @@
 #include "executor/cpu/ops.h"
 #include "executor/device/device.h"
 #include "executor/device/pinned_ranges.h"
+#include "executor/device/vision_kernels.h"
 #include "executor/model/cpu_blocks.h"
 
 namespace shardwise {
@@ -256,6 +257,40 @@ class EmuKernels : public DeviceKernels {
   DType kv_dtype_ = DType::F32;  // as the calls see it (blocks_ takes it in queue order)
 };
 
+// The CPU's vision operations, each enqueued on the compute queue (one thread: the encoder's emulated
+// runs test the order of copies and compute, not speed).
+class EmuVisionKernels : public VisionKernels {
+ public:
+  explicit EmuVisionKernels(EmuQueue& q) : q_(q), pool_(1), cpu_(make_cpu_vision_kernels(pool_)) {}
+  void set_workspace(uint8_t*, uint64_t) override {}
+  void linear(const DevMat& w, const float* bias, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
+              bool accumulate) override {
+    q_.push([=] { cpu_->linear(w, bias, x, ldx, n, y, ldy, accumulate); });
+  }
+  void rms_norm(const float* x, const float* w, float eps, float* y, int64_t n, int64_t dim) override {
+    q_.push([=] { cpu_->rms_norm(x, w, eps, y, n, dim); });
+  }
+  void rotary(float* qkv, const float* cos, const float* sin, int64_t n, int64_t n_heads, int64_t head_dim) override {
+    q_.push([=] { cpu_->rotary(qkv, cos, sin, n, n_heads, head_dim); });
+  }
+  void attention(const float* qkv, float* out, const int32_t* cu_seqlens, int64_t n_segments, int64_t max_len,
+                 int64_t n_heads, int64_t head_dim) override {
+    q_.push([=] { cpu_->attention(qkv, out, cu_seqlens, n_segments, max_len, n_heads, head_dim); });
+  }
+  void activation(VisionAct act, float* gate, const float* up, int64_t count) override {
+    q_.push([=] { cpu_->activation(act, gate, up, count); });
+  }
+  void permute_rows(const float* src, const int32_t* index, float* dst, int64_t rows, int64_t width,
+                    bool scatter) override {
+    q_.push([=] { cpu_->permute_rows(src, index, dst, rows, width, scatter); });
+  }
+
+ private:
+  EmuQueue& q_;
+  ThreadPool pool_;
+  std::unique_ptr<VisionKernels> cpu_;
+};
+
 class EmuDevice : public Device {
  public:
   explicit EmuDevice(const EmuOptions& o) : opt_(o) {
@@ -392,6 +427,10 @@ class EmuDevice : public Device {
     if (!kernels_) kernels_ = std::make_unique<EmuKernels>(*queues_[0], spec, rope);
     return *kernels_;
   }
+  VisionKernels& vision_kernels(int64_t) override {
+    if (!vision_) vision_ = std::make_unique<EmuVisionKernels>(*queues_[0]);
+    return *vision_;
+  }
   uint64_t context_bytes() const override { return 0; }
   uint64_t device_peak_bytes() override { return arena_.size(); }
 
@@ -425,6 +464,7 @@ class EmuDevice : public Device {
   EmuOptions opt_;
   std::unique_ptr<EmuQueue> queues_[kNumQueues];
   std::unique_ptr<EmuKernels> kernels_;
+  std::unique_ptr<EmuVisionKernels> vision_;
   PinnedRanges pinned_{4096};
   HostBuffer arena_;
   double cap_ = 0;

@@ -19,9 +19,6 @@ class ThreadPool;
 // The MLP activation of the ViT blocks (HF's ACT2FN names: silu, gelu, gelu_pytorch_tanh, quick_gelu).
 enum class VisionAct { Silu, Gelu, GeluTanh, QuickGelu };
 
-// Queries per attention work item and keys per tile on the CPU (the executor's tile kernel's limits).
-constexpr int64_t kVisionAttentionQueryTile = 64;
-constexpr int64_t kVisionAttentionKeyTile = 64;
 // The largest head_dim the attention kernels take (every released vision tower: 80).
 constexpr int64_t kVisionMaxHeadDim = 128;
 

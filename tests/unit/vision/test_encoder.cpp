@@ -18,7 +18,7 @@
 #include "vision/encoder_reference.h"
 #include "vision/image.h"
 #include "vision/preprocess.h"
-#include "vision/vision_attention.h"
+#include "executor/cpu/varlen_attention.h"
 #include "vision/vision_spec.h"
 
 using namespace shardwise;

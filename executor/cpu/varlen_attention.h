@@ -1,4 +1,4 @@
-// vision/vision_attention.h — bidirectional multi-head attention over variable-length segments (the
+// executor/cpu/varlen_attention.h — bidirectional multi-head attention over variable-length segments (the
 // vision encoder's windows and frames: tokens attend to every token of their own segment, no mask), f32
 // on the CPU. Keys are taken in tiles with an online softmax (the executor's SIMD attention tile
 // kernel, executor/cpu/kernels.h), so no score matrix larger than one tile is ever held: memory is

@@ -1,7 +1,7 @@
-// vision/vision_attention.cpp — variable-length attention through the executor's attention tile kernel:
+// executor/cpu/varlen_attention.cpp — variable-length attention through the executor's attention tile kernel:
 // each work item is one head of up to kVisionAttentionQueryTile queries of a segment, run over the
 // segment's keys with every query's key limit at the segment's end (no mask).
-#include "vision/vision_attention.h"
+#include "executor/cpu/varlen_attention.h"
 
 #include <algorithm>
 #include <cmath>
