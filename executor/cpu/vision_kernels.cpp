@@ -1,7 +1,6 @@
 // executor/cpu/vision_kernels.cpp — the vision encoder's operations (vision_kernels.h) on the CPU, over
 // host memory, computed at the call on a thread pool: the executor's matmul, RMSNorm and varlen tile
-// attention, and element-wise loops. Each output element is computed by one thread in a fixed order, so
-// results do not depend on the number of threads.
+// attention, and element-wise loops. Only the matmul's sums may depend on the number of threads.
 #include <algorithm>
 #include <cmath>
 #include <functional>

@@ -1,0 +1,158 @@
+// Tests for the vision encoder on a device (vision_runtime.h): the plan within the budget (GPU-only,
+// streamed with and without resident blocks, the MLP in pieces, a budget too small refused), and the
+// encode on the emulated device — random delays and unequal queue speeds — equal to the CPU encoder's
+// bits in every schedule, its arena released after; dropping the copy/compute dependencies breaks it.
+#include <catch2/catch.hpp>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "executor/device/device.h"
+#include "test_util.h"
+#include "vision/encoder.h"
+#include "vision/vision_runtime.h"
+
+using namespace shardwise;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// Six blocks (two of full attention), 2-pixel patches and 8-pixel windows: several windows per image.
+VisionSpec runtime_spec() {
+  VisionSpec s;
+  s.depth = 6;
+  s.hidden_size = 64;
+  s.intermediate_size = 96;
+  s.num_heads = 4;
+  s.out_hidden_size = 48;
+  s.patch_size = 2;
+  s.window_size = 8;
+  s.fullatt_block_indexes = {2, 5};
+  return s;
+}
+
+const std::vector<GridThw> kGrids = {{1, 6, 10}, {2, 4, 4}, {1, 20, 16}};
+
+std::vector<float> pixels(const VisionSpec& s, const std::vector<GridThw>& grids) {
+  return test::random_floats(static_cast<size_t>(vision_patch_count(grids) * s.patch_dim()), 5, -2.0f, 2.0f);
+}
+
+// A budget that holds the activations (MLP piece `chunk`), the edges and `blocks` blocks.
+uint64_t budget_for(const VisionPlan& p, const VisionSpec& s, const VisionInputs& in, int64_t chunk, int64_t blocks) {
+  return vision_activation_bytes(s, in, chunk) + p.workspace_bytes + p.edge_bytes +
+         static_cast<uint64_t>(blocks) * p.block_bytes;
+}
+
+}  // namespace
+
+TEST_CASE("vision plan: GPU-only, streamed, MLP pieces, and a budget too small", "[vision][vlmopt]") {
+  const VisionSpec s = runtime_spec();
+  const VisionInputs in = vision_inputs(s, kGrids);
+  const VisionPlan big = plan_vision_encoder(s, in, uint64_t(1) << 30);
+  CHECK(big.schedule() == "gpu-only");
+  CHECK(big.resident_blocks == s.depth);
+  CHECK(big.slots == 0);
+  CHECK(big.mlp_chunk == in.n_patches);  // fewer than 4096 patches: one piece
+  CHECK(big.arena_bytes == budget_for(big, s, in, in.n_patches, s.depth));
+
+  // Room for two blocks besides everything else: every block streamed through two slots.
+  const uint64_t two = budget_for(big, s, in, in.n_patches, 2);
+  const VisionPlan streamed = plan_vision_encoder(s, in, two);
+  CHECK(streamed.schedule() == "streamed");
+  CHECK(streamed.resident_blocks == 0);
+  CHECK(streamed.slots == 2);
+  CHECK(streamed.arena_bytes <= two);
+
+  // Room for four: two resident, two slots.
+  const VisionPlan mixed = plan_vision_encoder(s, in, budget_for(big, s, in, in.n_patches, 4) + 100);
+  CHECK(mixed.resident_blocks == 2);
+  CHECK(mixed.slots == 2);
+
+  // Less than two blocks' room at the full MLP: the MLP goes in pieces of 256 tokens.
+  const uint64_t pieces = budget_for(big, s, in, 256, 2);
+  REQUIRE(pieces < two);
+  const VisionPlan small = plan_vision_encoder(s, in, pieces);
+  CHECK(small.mlp_chunk == 256);
+  CHECK(small.resident_blocks == 0);
+  CHECK(small.arena_bytes <= pieces);
+
+  CHECK_THROWS_WITH(plan_vision_encoder(s, in, pieces - 1),
+                    Contains("the vision encoder needs at least") && Contains("patches"));
+}
+
+TEST_CASE("vision encoder on the emulated device: the CPU's bits in every schedule", "[vision][vlmopt]") {
+  const VisionSpec s = runtime_spec();
+  const VisionWeights w = random_vision_weights(s, 3, 0.1f);
+  const std::vector<float> pix = pixels(s, kGrids);
+  ThreadPool pool(1);  // the emulated device's kernels run on one thread (the CPU matmul's sums depend on threads)
+  const std::vector<float> want = encode_images(s, w, pix.data(), kGrids, pool);
+  const VisionInputs in = vision_inputs(s, kGrids);
+  const VisionPlan big = plan_vision_encoder(s, in, uint64_t(1) << 30);
+
+  for (int64_t blocks : {int64_t(6), int64_t(4), int64_t(3), int64_t(2)}) {
+    for (int speeds = 0; speeds < 3; ++speeds) {
+      EmuOptions eo;
+      eo.seed = static_cast<uint64_t>(10 * blocks + speeds);
+      eo.max_delay_us = 100;
+      if (speeds == 1) eo.queue_scale[static_cast<int>(Queue::H2D)] = 10;  // copies lag
+      if (speeds == 2) eo.queue_scale[static_cast<int>(Queue::Compute)] = 10;  // compute lags
+      std::unique_ptr<Device> dev = make_emu_device(eo);
+      const uint64_t budget = budget_for(big, s, in, in.n_patches, blocks);
+      VisionRunStats st;
+      const std::vector<float> got = encode_images_on_device(*dev, s, w, pix.data(), kGrids, budget, &st);
+      INFO("blocks " << blocks << ", speeds " << speeds << ": " << st.plan.describe());
+      CHECK(st.plan.resident_blocks == (blocks == 6 ? 6 : blocks - 2));
+      CHECK(st.device_peak_bytes <= budget);
+      CHECK(got == want);
+      // The arena is released: another of any size can be allocated.
+      CHECK(dev->allocate_arena(budget + 4096) != nullptr);
+    }
+  }
+}
+
+TEST_CASE("vision encoder on the emulated device: each dependency is needed", "[vision][vlmopt]") {
+  const VisionSpec s = runtime_spec();
+  const VisionWeights w = random_vision_weights(s, 4, 0.1f);
+  const std::vector<float> pix = pixels(s, kGrids);
+  ThreadPool pool(1);
+  const std::vector<float> want = encode_images(s, w, pix.data(), kGrids, pool);
+  const VisionInputs in = vision_inputs(s, kGrids);
+  const VisionPlan big = plan_vision_encoder(s, in, uint64_t(1) << 30);
+  const uint64_t streamed = budget_for(big, s, in, in.n_patches, 2);
+  // The waits in order: compute on the inputs (1) and the edge weights (2), compute on block 0's copy
+  // (3), on block 1's (4), then block 2's copy on block 0's compute, the slot's previous user (5).
+  struct Case {
+    int drop;
+    Queue slow;
+  };
+  for (const Case c : {Case{1, Queue::H2DAct}, Case{3, Queue::H2D}, Case{5, Queue::Compute}}) {
+    bool differs = false;
+    for (uint64_t seed = 1; seed <= 3 && !differs; ++seed) {
+      EmuOptions eo;
+      eo.seed = seed;
+      eo.max_delay_us = 300;
+      for (double& q : eo.queue_scale) q = 0;
+      eo.queue_scale[static_cast<int>(c.slow)] = 10;
+      eo.drop_wait = c.drop;
+      std::unique_ptr<Device> dev = make_emu_device(eo);
+      differs = encode_images_on_device(*dev, s, w, pix.data(), kGrids, streamed) != want;
+    }
+    INFO("dropped wait " << c.drop);
+    CHECK(differs);
+  }
+}
+
+TEST_CASE("vision encoder on a device: bad inputs give one error and leave no arena", "[vision][vlmopt]") {
+  const VisionSpec s = runtime_spec();
+  const VisionWeights w = random_vision_weights(s, 4, 0.1f);
+  const std::vector<float> pix = pixels(s, kGrids);
+  std::unique_ptr<Device> dev = make_emu_device();
+  CHECK_THROWS_WITH(encode_images_on_device(*dev, s, w, pix.data(), {{1, 5, 10}}, uint64_t(1) << 30),
+                    Contains("spatial_merge_size"));
+  CHECK_THROWS_WITH(encode_images_on_device(*dev, s, w, pix.data(), kGrids, 1 << 16),
+                    Contains("needs at least"));
+  VisionWeights short_w = w;
+  short_w.blocks[1].qkv_b.pop_back();
+  CHECK_THROWS_WITH(encode_images_on_device(*dev, s, short_w, pix.data(), kGrids, uint64_t(1) << 30),
+                    Contains("blocks.1.attn.qkv.bias"));
+  CHECK(dev->allocate_arena(1 << 20) != nullptr);
+}

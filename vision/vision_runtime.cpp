@@ -1,0 +1,223 @@
+// vision/vision_runtime.cpp — see vision_runtime.h.
+#include "vision/vision_runtime.h"
+
+#include <algorithm>
+#include <chrono>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/size.h"
+
+namespace shardwise {
+namespace {
+
+constexpr uint64_t kAlign = 256;
+uint64_t aligned(uint64_t b) {
+  return (b + kAlign - 1) / kAlign * kAlign;
+}
+
+// One block's tensors in the order they lie in a slot, and the patch embedding's and the merger's.
+std::vector<const std::vector<float>*> block_tensors(const VisionBlockWeights& w) {
+  return {&w.norm1, &w.norm2, &w.qkv_w,  &w.qkv_b, &w.proj_w, &w.proj_b,
+          &w.gate_w, &w.gate_b, &w.up_w, &w.up_b,  &w.down_w, &w.down_b};
+}
+std::vector<const std::vector<float>*> edge_tensors(const VisionWeights& w) {
+  return {&w.patch_embed, &w.merger_norm, &w.merger_fc1_w, &w.merger_fc1_b, &w.merger_fc2_w, &w.merger_fc2_b};
+}
+
+uint64_t laid_out_bytes(const std::vector<const std::vector<float>*>& tensors) {
+  uint64_t b = 0;
+  for (const auto* t : tensors) b += aligned(t->size() * sizeof(float));
+  return b;
+}
+
+// Enqueues the tensors' copies to dst (laid out as laid_out_bytes counts) on the H2D queue; returns
+// each one's device address.
+std::vector<const float*> copy_tensors(Device& dev, uint8_t* dst, const std::vector<const std::vector<float>*>& ts) {
+  std::vector<const float*> at;
+  for (const auto* t : ts) {
+    const uint64_t bytes = t->size() * sizeof(float);
+    dev.copy_h2d(dst, t->data(), bytes, Queue::H2D);
+    at.push_back(reinterpret_cast<const float*>(dst));
+    dst += aligned(bytes);
+  }
+  return at;
+}
+
+DevMat dev_mat(const float* p, int64_t rows, int64_t cols) {
+  return DevMat{DType::F32, rows, cols, reinterpret_cast<const uint8_t*>(p)};
+}
+
+VisionBlockPtrs copy_block(Device& dev, uint8_t* dst, const VisionSpec& s, const VisionBlockWeights& w) {
+  const std::vector<const float*> p = copy_tensors(dev, dst, block_tensors(w));
+  const int64_t h = s.hidden_size, f = s.intermediate_size;
+  VisionBlockPtrs b;
+  b.norm1 = p[0], b.norm2 = p[1];
+  b.qkv = dev_mat(p[2], 3 * h, h), b.qkv_b = p[3];
+  b.proj = dev_mat(p[4], h, h), b.proj_b = p[5];
+  b.gate = dev_mat(p[6], f, h), b.gate_b = p[7];
+  b.up = dev_mat(p[8], f, h), b.up_b = p[9];
+  b.down = dev_mat(p[10], h, f), b.down_b = p[11];
+  return b;
+}
+
+struct EdgePtrs {
+  DevMat patch_embed;
+  VisionMergerPtrs merger;
+};
+EdgePtrs copy_edges(Device& dev, uint8_t* dst, const VisionSpec& s, const VisionWeights& w) {
+  const std::vector<const float*> p = copy_tensors(dev, dst, edge_tensors(w));
+  const int64_t m = s.merger_width();
+  EdgePtrs e;
+  e.patch_embed = dev_mat(p[0], s.hidden_size, s.patch_dim());
+  e.merger.norm = p[1];
+  e.merger.fc1 = dev_mat(p[2], m, m), e.merger.fc1_b = p[3];
+  e.merger.fc2 = dev_mat(p[4], s.out_hidden_size, m), e.merger.fc2_b = p[5];
+  return e;
+}
+
+// Releases the device's arena when the encode ends, however it ends.
+class ArenaGuard {
+ public:
+  explicit ArenaGuard(Device& d) : d_(d) {}
+  ~ArenaGuard() {
+    try {
+      d_.release_arena();
+    } catch (...) {  // a destructor must not throw; the device reports its own failure on its next use
+    }
+  }
+  ArenaGuard(const ArenaGuard&) = delete;
+  ArenaGuard& operator=(const ArenaGuard&) = delete;
+
+ private:
+  Device& d_;
+};
+
+// The blocks, each waiting for its weights; streamed blocks take turns in two slots, block b's copy
+// enqueued once block b - 1's compute is (so that a copy that holds the host up never leaves the device
+// without work) and waiting for block b - 2, the slot's previous user.
+void run_blocks(Device& dev, VisionKernels& k, const VisionSpec& s, const VisionWeights& w, const VisionPlan& plan,
+                const VisionActivations& a, uint8_t* resident, uint8_t* slots) {
+  const int64_t depth = s.depth, r = plan.resident_blocks;
+  std::vector<VisionBlockPtrs> ptrs(static_cast<size_t>(depth));
+  std::vector<Event> copied(static_cast<size_t>(depth)), done(static_cast<size_t>(depth));
+  auto copy = [&](int64_t b) {
+    uint8_t* dst = b < r ? resident + static_cast<uint64_t>(b) * plan.block_bytes
+                         : slots + static_cast<uint64_t>((b - r) % 2) * plan.block_bytes;
+    if (b >= r + 2) dev.wait(Queue::H2D, done[static_cast<size_t>(b - 2)]);
+    ptrs[static_cast<size_t>(b)] = copy_block(dev, dst, s, w.blocks[static_cast<size_t>(b)]);
+    copied[static_cast<size_t>(b)] = dev.record(Queue::H2D);
+  };
+  for (int64_t b = 0; b < std::min(depth, r + 2); ++b) copy(b);
+  for (int64_t l = 0; l < depth; ++l) {
+    dev.wait(Queue::Compute, copied[static_cast<size_t>(l)]);
+    vision_block(k, s, ptrs[static_cast<size_t>(l)], a, s.full_attention(l));
+    done[static_cast<size_t>(l)] = dev.record(Queue::Compute);
+    if (l + 1 >= r + 2 && l + 1 < depth) copy(l + 1);
+  }
+}
+
+}  // namespace
+
+uint64_t VisionPlan::weight_bytes() const {
+  return edge_bytes + static_cast<uint64_t>(depth) * block_bytes;
+}
+
+std::string VisionPlan::describe() const {
+  std::ostringstream o;
+  o << "vision encoder: " << schedule() << ", " << n_patches << " patches, " << resident_blocks << " of " << depth
+    << " blocks resident";
+  if (slots > 0) o << ", the others streamed through " << slots << " slots of " << format_bytes(block_bytes);
+  o << ", MLP in pieces of " << mlp_chunk << " tokens; arena " << format_bytes(arena_bytes) << " of "
+    << format_bytes(budget_bytes) << " (activations " << format_bytes(activation_bytes) << ", weights "
+    << format_bytes(edge_bytes + static_cast<uint64_t>(resident_blocks + slots) * block_bytes) << ")";
+  return o.str();
+}
+
+VisionPlan plan_vision_encoder(const VisionSpec& s, const VisionInputs& in, uint64_t budget) {
+  VisionPlan p;
+  p.n_patches = in.n_patches;
+  p.depth = s.depth;
+  p.budget_bytes = budget;
+  p.workspace_bytes = kVisionWorkspaceBytes;
+  // Sizes from the spec alone (the weights need not be loaded to plan), in block_tensors' and
+  // edge_tensors' order; encode_images_on_device checks them against the weights.
+  const uint64_t h = static_cast<uint64_t>(s.hidden_size), f = static_cast<uint64_t>(s.intermediate_size);
+  const uint64_t m = static_cast<uint64_t>(s.merger_width()), out = static_cast<uint64_t>(s.out_hidden_size);
+  const uint64_t F = sizeof(float);
+  p.block_bytes = 2 * aligned(F * h) + aligned(F * 3 * h * h) + aligned(F * 3 * h) + aligned(F * h * h) +
+                  aligned(F * h) + 2 * (aligned(F * f * h) + aligned(F * f)) + aligned(F * h * f) + aligned(F * h);
+  p.edge_bytes = aligned(F * h * static_cast<uint64_t>(s.patch_dim())) + aligned(F * h) + aligned(F * m * m) +
+                 aligned(F * m) + aligned(F * out * m) + aligned(F * out);
+  const int64_t n = in.n_patches;
+  uint64_t fixed = 0;
+  for (int64_t chunk : {std::min<int64_t>(n, 4096), std::min<int64_t>(n, 1024), std::min<int64_t>(n, 256)}) {
+    p.mlp_chunk = chunk;
+    p.activation_bytes = vision_activation_bytes(s, in, chunk);
+    fixed = p.activation_bytes + p.workspace_bytes + p.edge_bytes;
+    if (fixed + std::min<uint64_t>(2, static_cast<uint64_t>(s.depth)) * p.block_bytes <= budget) break;
+  }
+  const uint64_t two = std::min<uint64_t>(2, static_cast<uint64_t>(s.depth)) * p.block_bytes;
+  if (fixed + two > budget)
+    fail("the vision encoder needs at least ", format_bytes(fixed + two), " of device memory for ", n,
+         " patches (activations ", format_bytes(p.activation_bytes), ", patch embedding and merger ",
+         format_bytes(p.edge_bytes), ", two blocks ", format_bytes(two), "); the budget is ", format_bytes(budget));
+  const uint64_t all = static_cast<uint64_t>(s.depth) * p.block_bytes;
+  if (fixed + all <= budget) {
+    p.resident_blocks = s.depth;
+  } else {
+    p.slots = 2;
+    p.resident_blocks = static_cast<int64_t>((budget - fixed - 2 * p.block_bytes) / p.block_bytes);
+  }
+  p.arena_bytes = fixed + static_cast<uint64_t>(p.resident_blocks + p.slots) * p.block_bytes;
+  return p;
+}
+
+std::vector<float> encode_images_on_device(Device& dev, const VisionSpec& s, const VisionWeights& w,
+                                           const float* pixel_values, const std::vector<GridThw>& grids,
+                                           uint64_t budget, VisionRunStats* stats) {
+  validate_vision_spec(s, "encode_images");
+  const VisionInputs in = vision_inputs(s, grids);
+  check_vision_weights(s, w);
+  const VisionPlan plan = plan_vision_encoder(s, in, budget);
+  SW_CHECK(laid_out_bytes(block_tensors(w.blocks.at(0))) == plan.block_bytes &&
+               laid_out_bytes(edge_tensors(w)) == plan.edge_bytes,
+           "vision encoder: the planned weight layout differs from the weights'");
+  VisionKernels& k = dev.vision_kernels(s.head_dim());  // loaded before the arena
+  const auto t0 = std::chrono::steady_clock::now();
+  uint8_t* arena = dev.allocate_arena(plan.arena_bytes);
+  ArenaGuard guard(dev);
+  const VisionActivations a = carve_vision_activations(s, in, plan.mlp_chunk, arena);
+  uint8_t* ws = arena + plan.activation_bytes;
+  uint8_t* edges = ws + plan.workspace_bytes;
+  uint8_t* resident = edges + plan.edge_bytes;
+  uint8_t* slots = resident + static_cast<uint64_t>(plan.resident_blocks) * plan.block_bytes;
+  k.set_workspace(ws, plan.workspace_bytes);
+
+  upload_vision_inputs(in, a, [&](void* d, const void* h, uint64_t b) {
+    dev.copy_h2d(static_cast<uint8_t*>(d), h, b, Queue::H2DAct);
+  });
+  dev.copy_h2d(reinterpret_cast<uint8_t*>(a.qkv), pixel_values,
+               static_cast<uint64_t>(in.n_patches * s.patch_dim()) * sizeof(float), Queue::H2DAct);
+  const Event inputs = dev.record(Queue::H2DAct);
+  const EdgePtrs e = copy_edges(dev, edges, s, w);
+  const Event edges_copied = dev.record(Queue::H2D);
+  dev.wait(Queue::Compute, inputs);
+  dev.wait(Queue::Compute, edges_copied);
+  vision_embed(k, s, e.patch_embed, a);
+  run_blocks(dev, k, s, w, plan, a, resident, slots);
+  vision_merger(k, s, e.merger, a);
+  dev.wait(Queue::D2H, dev.record(Queue::Compute));
+  const int64_t tokens = in.n_patches / s.merge_unit();
+  std::vector<float> result(static_cast<size_t>(tokens * s.out_hidden_size));
+  dev.copy_d2h(result.data(), reinterpret_cast<const uint8_t*>(a.tokens), result.size() * sizeof(float));
+  dev.synchronize();
+  if (stats) {
+    stats->plan = plan;
+    stats->encode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    stats->device_peak_bytes = dev.device_peak_bytes();
+  }
+  return result;
+}
+
+}  // namespace shardwise

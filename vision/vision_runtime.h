@@ -1,0 +1,61 @@
+// vision/vision_runtime.h — the vision encoder on a device within a VRAM budget (the paper's VLMOpt):
+// the weights stay in host memory and go to the device as the blocks need them, the attention is tiled
+// (vision_kernels.h: memory linear in the patch count), and the encoder's arena lives only for the
+// encode — it is released before the language model's arena is laid out, so the peak is the larger of
+// the two, not their sum.
+//
+// The plan: the activations of the images (vision_activations in encoder.h, the MLP taken mlp_chunk
+// tokens at a time) and the patch embedding and merger weights are always in the arena; of the blocks,
+// as many as fit stay for the whole encode ("resident"), the rest take turns in two slots, each copied
+// while the block before it computes ("streamed"). Every block's weights cross the link once per encode
+// either way, so the schedule changes memory, not the bytes copied; with every block resident it is
+// GPU-only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "executor/device/device.h"
+#include "vision/encoder.h"
+
+namespace shardwise {
+
+struct VisionPlan {
+  int64_t n_patches = 0, depth = 0;
+  int64_t mlp_chunk = 0;        // MLP tokens per piece
+  int64_t resident_blocks = 0;  // blocks 0 .. resident_blocks - 1 stay for the whole encode
+  int64_t slots = 0;            // slots the other blocks take turns in (0 or 2)
+  uint64_t budget_bytes = 0;
+  uint64_t activation_bytes = 0;  // vision_activation_bytes
+  uint64_t workspace_bytes = 0;   // the kernels' temporaries
+  uint64_t edge_bytes = 0;        // the patch embedding and the merger's weights, as laid out
+  uint64_t block_bytes = 0;       // one block's weights, as laid out
+  uint64_t arena_bytes = 0;       // all of it: at most budget_bytes
+  uint64_t weight_bytes() const;  // copied per encode
+  std::string schedule() const { return resident_blocks == depth ? "gpu-only" : "streamed"; }
+  std::string describe() const;  // one line for logs
+};
+
+// Bytes of the kernels' workspace in the plan.
+constexpr uint64_t kVisionWorkspaceBytes = uint64_t(16) << 20;
+
+// The plan for these images' inputs under budget_bytes: the MLP piece is min(n, 4096) tokens, smaller
+// (down to 256) only where that is what fits; then as many resident blocks as the rest holds. Throws Error
+// naming the bytes needed when not even the activations, the edge weights and two slots fit.
+VisionPlan plan_vision_encoder(const VisionSpec& spec, const VisionInputs& in, uint64_t budget_bytes);
+
+struct VisionRunStats {
+  VisionPlan plan;
+  double encode_ms = 0;            // from the arena's allocation to the tokens on the host
+  uint64_t device_peak_bytes = 0;  // the device's measured peak during the encode (Device::device_peak_bytes)
+};
+
+// encode_images (encoder.h) on `device`, planned under budget_bytes: the arena is allocated for the encode
+// and released before returning (also on an error). The device must hold no arena when called. The
+// result is the CPU encoder's within f32 rounding (the same operations; CUDA sums in other orders).
+std::vector<float> encode_images_on_device(Device& device, const VisionSpec& spec, const VisionWeights& weights,
+                                           const float* pixel_values, const std::vector<GridThw>& grid_thw,
+                                           uint64_t budget_bytes, VisionRunStats* stats = nullptr);
+
+}  // namespace shardwise
