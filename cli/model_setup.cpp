@@ -86,20 +86,6 @@ void check_gpu_budget(const std::string& what, uint64_t budget) {
   if (!error.empty()) fail(error);
 }
 
-// --vram-budget, or on CUDA the GPU's free memory less a reserve.
-uint64_t run_budget(const ModelFlags& a, const std::string& device) {
-  const std::string& text = a.planner->budget;
-  if (!text.empty()) {
-    const uint64_t budget = a.planner->budget_bytes();
-    if (device == "cuda") check_gpu_budget("--vram-budget " + text, budget);
-    return budget;
-  }
-  const CudaDeviceInfo info = cuda_device_info(0);
-  const uint64_t reserve = 1ull << 30;  // context, modules and headroom
-  if (info.free_bytes <= reserve) fail("the GPU has too little free memory; give --vram-budget");
-  return info.free_bytes - reserve;
-}
-
 // The model's tokenizer; null where it is optional and cannot be read.
 std::unique_ptr<Tokenizer> model_tokenizer(const WeightSource& src, bool optional) {
   try {
@@ -210,6 +196,21 @@ void cpu_for_types_cuda_lacks(const ModelFlags& a, ModelRun& s) {
 }
 
 }  // namespace
+
+// --vram-budget, or on CUDA the GPU's free memory less a reserve.
+uint64_t run_budget(const ModelFlags& a, const std::string& device) {
+  const std::string& text = a.planner->budget;
+  if (!text.empty()) {
+    const uint64_t budget = a.planner->budget_bytes();
+    if (device == "cuda") check_gpu_budget("--vram-budget " + text, budget);
+    return budget;
+  }
+  if (device != "cuda") fail("--device ", device, " needs --vram-budget (e.g. 1G)");
+  const CudaDeviceInfo info = cuda_device_info(0);
+  const uint64_t reserve = 1ull << 30;  // context, modules and headroom
+  if (info.free_bytes <= reserve) fail("the GPU has too little free memory; give --vram-budget");
+  return info.free_bytes - reserve;
+}
 
 void add_model_flags(CLI::App* sub, ModelFlags& f, PlannerVerb verb) {
   f.planner = add_planner_flags(sub, verb);

@@ -74,6 +74,9 @@ void open_model(const ModelFlags& f, ModelRun& s, bool tokenizer_optional);
 // routing guess measured on `probe`; on the CPU, the CPU engine.
 void set_up_model(const ModelFlags& f, ModelRun& s, int64_t needed, const std::string& needed_what,
                   const std::vector<int32_t>& probe);
+// The VRAM budget on `device`: --vram-budget (checked against the GPU on CUDA), else on CUDA the GPU's
+// free memory less a reserve (an Error on emu: it has no memory of its own to measure).
+uint64_t run_budget(const ModelFlags& f, const std::string& device);
 // Prompt tokens per prefill step: --batch, else 512 on the CPU and 0 on a device (the plan table's tiers).
 int64_t prefill_chunk(const ModelFlags& f, const ModelRun& s);
 

@@ -150,7 +150,24 @@ int64_t run_ctx(const RunArgs& a, const ModelSpec& spec, size_t prompt_tokens) {
 struct VlRun {
   std::unique_ptr<ModelWeights> weights;
   std::unique_ptr<VlEngine> engine;
+  nlohmann::json encoder;  // where and how the images were encoded (--json's "vision")
 };
+
+// The encoder's report: its device and time, and on a device its plan and measured peak.
+nlohmann::json encoder_json(const EncodedImages& e) {
+  nlohmann::json j = {{"device", e.device}, {"encode_ms", e.encode_ms}};
+  if (e.device == "cpu") return j;
+  const VisionPlan& p = e.run.plan;
+  j["schedule"] = p.schedule();
+  j["patches"] = p.n_patches;
+  j["resident_blocks"] = p.resident_blocks;
+  j["blocks"] = p.depth;
+  j["mlp_chunk"] = p.mlp_chunk;
+  j["budget_bytes"] = p.budget_bytes;
+  j["arena_bytes"] = p.arena_bytes;
+  j["device_peak_bytes"] = e.run.device_peak_bytes;
+  return j;
+}
 
 // A run: the model, its prompt, and what generated from it.
 struct RunState : ModelRun {
@@ -160,8 +177,9 @@ struct RunState : ModelRun {
   bool print_ids = false;
 };
 
-// The images encoded on the CPU and the prompt's placeholders expanded into them, then the language
-// model set up for the expanded prompt (on the CPU or planned on a device) under the image engine.
+// The images encoded (on the run's device within its budget, whose encoder arena is gone before the
+// language model's is laid out; or on the CPU) and the prompt's placeholders expanded into them, then the
+// language model set up for the expanded prompt (on the CPU or planned on a device) under the image engine.
 void load_vl_run(const RunArgs& a, RunState& s) {
   const ModelSpec& spec = s.src->spec();
   const VlModel vm = load_vl_model(a.model, spec);
@@ -169,14 +187,19 @@ void load_vl_run(const RunArgs& a, RunState& s) {
   EncodedImages e;
   {
     ThreadPool pool(s.threads);
-    e = encode_image_files(vm.vision, vm.processor, a.images, pool);
+    std::unique_ptr<Device> dev;
+    if (s.device != "cpu") dev = make_run_device(s.device);
+    e = encode_image_files(vm.vision, vm.processor, a.images, pool, dev.get(), dev ? run_budget(a, s.device) : 0);
   }
+  if (e.device != "cpu")
+    log_info(e.run.plan.describe(), "; measured device peak ", format_bytes(e.run.device_peak_bytes));
+  s.vl->encoder = encoder_json(e);
   s.vl->weights = std::make_unique<ModelWeights>(ModelWeights::from_source(*s.src));
   VlInput in =
       build_vl_input(s.prompt, e.grids, e.tokens.data(), static_cast<int64_t>(e.tokens.size()) / spec.hidden_size,
                      s.vl->weights->token_embd, vm.tokens);
   log_info("encoded ", a.images.size(), " image(s) into ", e.tokens.size() / static_cast<size_t>(spec.hidden_size),
-           " tokens in ", e.encode_ms, " ms");
+           " tokens in ", e.encode_ms, " ms on ", e.device);
   s.prompt = in.ids;
   s.ctx = run_ctx(a, spec, s.prompt.size());
   set_up_model(a, s, static_cast<int64_t>(s.prompt.size()) + a.n_predict, "the image prompt + -n", s.prompt);
@@ -326,6 +349,7 @@ void print_run_json(const RunArgs& a, const RunState& s, const GenerateResult& r
   j["load_ms"] = s.load_ms;
   const DType kv = s.setup->kv_dtype();
   j["kv_dtype"] = dtype_name(kv);
+  if (s.vl) j["vision"] = s.vl->encoder;
   j["kv_cache_bytes"] = s.src->spec().kv_bytes_per_token(kv) * static_cast<uint64_t>(s.ctx);
   if (s.setup && s.setup->runtime()) {
     add_runtime_json(*s.setup, j);

@@ -1,6 +1,7 @@
-// cli/verb_vision.cpp — `shardwise vision`: a vision-language model's image processor and vision encoder
-// on the CPU. Images go in; the image tokens the language model would take come out as .npy, with each
-// image's size, patch grid and token count.
+// cli/verb_vision.cpp — `shardwise vision`: a vision-language model's image processor and vision encoder,
+// on the CPU or planned on a device within a VRAM budget (vision_runtime.h). Images go in; the image
+// tokens the language model would take come out as .npy, with each image's size, patch grid and token
+// count, and on a device the encoder's plan and measured peak.
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -13,6 +14,9 @@
 #include "executor/session/sampling.h"
 #include "vision/encoder.h"
 #include "vision/vl_prompt.h"
+#include "vision/vision_runtime.h"
+#include "engine/run_setup.h"
+#include "core/size.h"
 
 namespace shardwise::cli {
 namespace {
@@ -20,16 +24,31 @@ namespace {
 struct VisionArgs {
   std::string model, out, pixels_out;
   std::vector<std::string> images;
+  std::string device = "cpu", budget;
   int threads = 0;
   bool json = false;
 };
 
+// The encoder's plan and peak on a device, for --json.
+nlohmann::json device_json(const EncodedImages& e) {
+  const VisionPlan& p = e.run.plan;
+  return {{"device", e.device},          {"schedule", p.schedule()},        {"resident_blocks", p.resident_blocks},
+          {"blocks", p.depth},           {"mlp_chunk", p.mlp_chunk},        {"budget_bytes", p.budget_bytes},
+          {"arena_bytes", p.arena_bytes}, {"weight_bytes", p.weight_bytes()}, {"device_peak_bytes", e.run.device_peak_bytes}};
+}
+
 void run_vision(const VisionArgs& a) {
   if (!a.out.empty()) check_output_path(a.out, "--out");
   if (!a.pixels_out.empty()) check_output_path(a.pixels_out, "--pixels-out");
+  if (a.device != "cpu" && a.budget.empty()) fail("--device ", a.device, " needs --vram-budget (e.g. 2G)");
+  if (a.device == "cpu" && !a.budget.empty()) fail("--vram-budget needs a device (--device cuda or emu)");
+  const uint64_t budget = a.budget.empty() ? 0 : parse_vram_budget(a.budget, "--vram-budget");
   const VisionModel m = load_vision_model(a.model);
   ThreadPool pool(resolve_threads(a.threads));
-  const EncodedImages e = encode_image_files(m, model_image_processor(a.model, m.spec), a.images, pool);
+  std::unique_ptr<Device> dev;
+  if (a.device != "cpu") dev = make_run_device(a.device);
+  const EncodedImages e = encode_image_files(m, model_image_processor(a.model, m.spec), a.images, pool, dev.get(), budget);
+  if (dev) log_info(e.run.plan.describe(), "; measured device peak ", format_bytes(e.run.device_peak_bytes));
   const int64_t patches = vision_patch_count(e.grids), width = m.spec.out_hidden_size;
   const int64_t n = static_cast<int64_t>(e.tokens.size()) / width;
   if (!a.pixels_out.empty()) write_npy_f32(a.pixels_out, e.pixel_values.data(), {patches, m.spec.patch_dim()});
@@ -50,7 +69,10 @@ void run_vision(const VisionArgs& a) {
                       {"grid_thw", {im.grid[0], im.grid[1], im.grid[2]}},
                       {"tokens", im.tokens}});
   if (a.json) {
-    print_json({{"images", images}, {"patches", patches}, {"tokens", n}, {"width", width}, {"encode_ms", e.encode_ms}});
+    nlohmann::json j = {{"images", images}, {"patches", patches}, {"tokens", n}, {"width", width},
+                        {"encode_ms", e.encode_ms}, {"device", e.device}};
+    if (dev) j["encoder"] = device_json(e);
+    print_json(j);
     return;
   }
   for (const EncodedImage& im : e.images)
@@ -59,9 +81,9 @@ void run_vision(const VisionArgs& a) {
                 static_cast<long long>(im.resized_width), static_cast<long long>(im.resized_height),
                 static_cast<long long>(im.grid[0]), static_cast<long long>(im.grid[1]),
                 static_cast<long long>(im.grid[2]), static_cast<long long>(im.tokens));
-  std::printf("encoded %lld patches into %lld tokens of width %lld in %.1f ms%s%s\n", static_cast<long long>(patches),
-              static_cast<long long>(n), static_cast<long long>(width), e.encode_ms, a.out.empty() ? "" : "; wrote ",
-              a.out.c_str());
+  std::printf("encoded %lld patches into %lld tokens of width %lld in %.1f ms on %s%s%s\n",
+              static_cast<long long>(patches), static_cast<long long>(n), static_cast<long long>(width), e.encode_ms,
+              e.device.c_str(), a.out.empty() ? "" : "; wrote ", a.out.c_str());
 }
 
 }  // namespace
@@ -69,7 +91,7 @@ void run_vision(const VisionArgs& a) {
 void register_vision(CLI::App& app) {
   auto a = std::make_shared<VisionArgs>();
   CLI::App* sub = app.add_subcommand(
-      "vision", "Run a vision-language model's image processor and vision encoder (CPU): images to image tokens");
+      "vision", "Run a vision-language model's image processor and vision encoder: images to image tokens");
   sub->add_option("-m,--model", a->model,
                   "An HF directory of a Qwen2.5-VL model (config.json, safetensors, preprocessor_config.json)")
       ->required();
@@ -78,6 +100,11 @@ void register_vision(CLI::App& app) {
   sub->add_option("--pixels-out", a->pixels_out,
                   "Output .npy of the preprocessed patches (float32 [patches, 3 * T * P * P]), as HF's pixel_values");
   sub->add_option("-t,--threads", a->threads, kThreadsHelp);
+  sub->add_option("--device", a->device,
+                  "Where the encoder runs: cpu, or a device (cuda; emu, the emulated device) within --vram-budget, "
+                  "its weights streamed from host memory where they do not all fit")
+      ->check(CLI::IsMember({"cpu", "cuda", "emu"}));
+  sub->add_option("--vram-budget", a->budget, "Device memory the encoder may use (e.g. 2G); needs --device");
   sub->add_flag("--json", a->json, "Print one JSON object");
   sub->callback([a] { run_vision(*a); });
 }

@@ -134,12 +134,12 @@ std::string VisionPlan::describe() const {
   return o.str();
 }
 
-VisionPlan plan_vision_encoder(const VisionSpec& s, const VisionInputs& in, uint64_t budget) {
+VisionPlan plan_vision_encoder(const VisionSpec& s, const VisionInputs& in, uint64_t budget, uint64_t workspace) {
   VisionPlan p;
   p.n_patches = in.n_patches;
   p.depth = s.depth;
   p.budget_bytes = budget;
-  p.workspace_bytes = kVisionWorkspaceBytes;
+  p.workspace_bytes = aligned(workspace);
   // Sizes from the spec alone (the weights need not be loaded to plan), in block_tensors' and
   // edge_tensors' order; encode_images_on_device checks them against the weights.
   const uint64_t h = static_cast<uint64_t>(s.hidden_size), f = static_cast<uint64_t>(s.intermediate_size);
@@ -160,7 +160,8 @@ VisionPlan plan_vision_encoder(const VisionSpec& s, const VisionInputs& in, uint
   const uint64_t two = std::min<uint64_t>(2, static_cast<uint64_t>(s.depth)) * p.block_bytes;
   if (fixed + two > budget)
     fail("the vision encoder needs at least ", format_bytes(fixed + two), " of device memory for ", n,
-         " patches (activations ", format_bytes(p.activation_bytes), ", patch embedding and merger ",
+         " patches (activations ", format_bytes(p.activation_bytes), ", workspace ", format_bytes(p.workspace_bytes),
+         ", patch embedding and merger ",
          format_bytes(p.edge_bytes), ", two blocks ", format_bytes(two), "); the budget is ", format_bytes(budget));
   const uint64_t all = static_cast<uint64_t>(s.depth) * p.block_bytes;
   if (fixed + all <= budget) {
@@ -179,11 +180,11 @@ std::vector<float> encode_images_on_device(Device& dev, const VisionSpec& s, con
   validate_vision_spec(s, "encode_images");
   const VisionInputs in = vision_inputs(s, grids);
   check_vision_weights(s, w);
-  const VisionPlan plan = plan_vision_encoder(s, in, budget);
+  VisionKernels& k = dev.vision_kernels(s.head_dim());  // loaded before the arena
+  const VisionPlan plan = plan_vision_encoder(s, in, budget, k.workspace_bytes());
   SW_CHECK(laid_out_bytes(block_tensors(w.blocks.at(0))) == plan.block_bytes &&
                laid_out_bytes(edge_tensors(w)) == plan.edge_bytes,
            "vision encoder: the planned weight layout differs from the weights'");
-  VisionKernels& k = dev.vision_kernels(s.head_dim());  // loaded before the arena
   const auto t0 = std::chrono::steady_clock::now();
   uint8_t* arena = dev.allocate_arena(plan.arena_bytes);
   ArenaGuard guard(dev);

@@ -37,13 +37,12 @@ struct VisionPlan {
   std::string describe() const;  // one line for logs
 };
 
-// Bytes of the kernels' workspace in the plan.
-constexpr uint64_t kVisionWorkspaceBytes = uint64_t(16) << 20;
-
-// The plan for these images' inputs under budget_bytes: the MLP piece is min(n, 4096) tokens, smaller
+// The plan for these images' inputs under budget_bytes, with workspace_bytes for the kernels'
+// temporaries (VisionKernels::workspace_bytes): the MLP piece is min(n, 4096) tokens, smaller
 // (down to 256) only where that is what fits; then as many resident blocks as the rest holds. Throws Error
 // naming the bytes needed when not even the activations, the edge weights and two slots fit.
-VisionPlan plan_vision_encoder(const VisionSpec& spec, const VisionInputs& in, uint64_t budget_bytes);
+VisionPlan plan_vision_encoder(const VisionSpec& spec, const VisionInputs& in, uint64_t budget_bytes,
+                               uint64_t workspace_bytes = 0);
 
 struct VisionRunStats {
   VisionPlan plan;

@@ -27,7 +27,8 @@ ImageProcessorConfig model_image_processor(const std::string& dir, const VisionS
 }
 
 EncodedImages encode_image_files(const VisionModel& model, const ImageProcessorConfig& processor,
-                                 const std::vector<std::string>& paths, ThreadPool& pool) {
+                                 const std::vector<std::string>& paths, ThreadPool& pool, Device* device,
+                                 uint64_t budget_bytes) {
   EncodedImages out;
   for (const std::string& path : paths) {
     const Image im = load_image(path);
@@ -36,6 +37,13 @@ EncodedImages encode_image_files(const VisionModel& model, const ImageProcessorC
     const GridThw grid{p.grid_t, p.grid_h, p.grid_w};
     out.grids.push_back(grid);
     out.images.push_back({path, im.width, im.height, p.resized_width, p.resized_height, p.n_merged_tokens(), grid});
+  }
+  if (device) {
+    out.tokens = encode_images_on_device(*device, model.spec, model.weights, out.pixel_values.data(), out.grids,
+                                         budget_bytes, &out.run);
+    out.device = device->kind();
+    out.encode_ms = out.run.encode_ms;
+    return out;
   }
   const auto t0 = std::chrono::steady_clock::now();
   out.tokens = encode_images(model.spec, model.weights, out.pixel_values.data(), out.grids, pool);

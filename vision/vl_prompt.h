@@ -12,6 +12,7 @@
 #include "vision/encoder.h"
 #include "vision/mrope.h"
 #include "vision/preprocess.h"
+#include "vision/vision_runtime.h"
 
 namespace shardwise {
 
@@ -32,10 +33,14 @@ struct EncodedImages {
   std::vector<float> pixel_values;  // [patches, patch_dim]: every image's in turn
   std::vector<float> tokens;        // [image tokens, out_hidden_size]: every image's in turn
   double encode_ms = 0;             // the encoder's time (not the decoding or preprocessing)
+  std::string device = "cpu";       // where the encoder ran
+  VisionRunStats run;               // on a device: its plan and measured peak
 };
-// Image files through the processor and the encoder, together.
+// Image files through the processor and the encoder, together: on the CPU (device null), or on `device`
+// within budget_bytes (vision_runtime.h; the device must hold no arena, and holds none after).
 EncodedImages encode_image_files(const VisionModel& model, const ImageProcessorConfig& processor,
-                                 const std::vector<std::string>& paths, ThreadPool& pool);
+                                 const std::vector<std::string>& paths, ThreadPool& pool, Device* device = nullptr,
+                                 uint64_t budget_bytes = 0);
 
 // The vision side of a vision-language HF directory whose language model is `lm` (opened from the same
 // directory): its special tokens, its vision tower, its image processor. An Error says why a directory is

@@ -25,7 +25,9 @@ constexpr int64_t kVisionMaxHeadDim = 128;
 class VisionKernels {
  public:
   virtual ~VisionKernels() = default;
-  // Device temporaries (cuBLAS's workspace) come from this region, given before the first call.
+  // Bytes of device temporaries the operations need (0: none), and the region they come from, given
+  // before the first call.
+  virtual uint64_t workspace_bytes() const { return 0; }
   virtual void set_workspace(uint8_t* dev, uint64_t bytes) = 0;
   // y[t * ldy + r] (+)= sum_c W[r, c] x[t * ldx + c] + bias[r], for t < n and r < w.rows (bias may be
   // null; accumulate adds to y). W is f32, f16 or bf16.

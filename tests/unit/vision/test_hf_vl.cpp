@@ -171,20 +171,32 @@ TEST_CASE("HF Qwen2.5-VL: logits --image and run --image against transformers, b
     }
     // The language model planned on the emulated device under a budget that holds part of it, in each
     // schedule (the image rows and M-RoPE positions go through the plan runtime), with the default f16 KV
-    // cache and with f32 and bf16 ones.
+    // cache and with f32 and bf16 ones; the vision encoder on the same device first, within the same
+    // budget (1450K: its blocks streamed), its arena gone before the language model's.
     for (const std::string& how :
          {std::string("--schedule gpu-only"), std::string("--schedule static"), std::string("--schedule dynamic"),
-          std::string("--schedule static --kv-dtype f32"), std::string("--schedule dynamic --kv-dtype bf16")}) {
+          std::string("--schedule static --kv-dtype f32"), std::string("--schedule dynamic --kv-dtype bf16"),
+          std::string("--schedule dynamic --vram-budget 1450K")}) {
       INFO(name << " emu " << how);
       std::string text;
+      const bool small = how.find("1450K") != std::string::npos;
       REQUIRE(test::run_command("(" + test::shardwise_bin() + " run -m " + vl_dir() + image_flags(pm) + " --tokens " +
                                     tokens + " -n " + std::to_string(greedy.size()) +
-                                    " --greedy --ignore-eos --json --device emu --vram-budget 1500K " + how +
-                                    " -t 2 2>/dev/null)",
+                                    " --greedy --ignore-eos --json --device emu " +
+                                    (small ? "" : "--vram-budget 1500K ") + how + " -t 2 2>/dev/null)",
                                 &text) == 0);
       INFO(text);
       const json run = json::parse(text);
       CHECK(run["device"] == "emu");
+      if (!pm["images"].empty()) {
+        const json& v = run["vision"];
+        CHECK(v["device"] == "emu");
+        if (small) CHECK(v["schedule"] == "streamed");
+        CHECK(v["device_peak_bytes"].get<uint64_t>() <= run["budget_bytes"].get<uint64_t>());
+        // Each part alone fits; together they would not.
+        CHECK(v["arena_bytes"].get<uint64_t>() + run["arena_peak_bytes"].get<uint64_t>() >
+              run["budget_bytes"].get<uint64_t>());
+      }
       CHECK(run["n_prompt_tokens"].get<size_t>() == ids.size());
       CHECK(run["generated_ids"].get<std::vector<int32_t>>() == greedy);
     }
