@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 #include <fstream>
 
 #include "cli/common.h"
@@ -17,12 +19,14 @@
 #include "engine/planning.h"
 #include "engine/run_setup.h"
 #include "planner/planner.h"
+#include "vision/vl_prompt.h"
 
 namespace shardwise::cli {
 namespace {
 
 struct PlanArgs {
   std::string model, trace, save, schedule, tier_text;
+  std::vector<std::string> image_sizes;  // --image-size WxH: plan a vision-language model's encoder too
   bool json = false, explain = false, brief = false;
   std::shared_ptr<PlannerFlags> planner;
 };
@@ -113,6 +117,7 @@ struct PlanResult {
   double plan_ms = 0;
   double ttft_ms = 0, decode_tps = 0;
   int64_t ttft_chunk = 0;
+  std::optional<VisionPlan> vision;  // --image-size
 };
 
 // The plan of --tier and --schedule (--explain, --trace); --save and --trace written.
@@ -152,6 +157,32 @@ nlohmann::json tier_json(const TierEntry& e) {
           {"candidates", c}};
 }
 
+// The vision encoder's plan for images of the given sizes under the same budget, on CUDA (its arena lives
+// before the language model's, so each has the whole budget). Null without --image-size.
+std::optional<VisionPlan> plan_vision(const PlanArgs& a, uint64_t budget) {
+  if (a.image_sizes.empty()) return std::nullopt;
+  const std::string config = a.model + "/config.json";
+  if (!std::filesystem::is_regular_file(config))
+    fail("--image-size: ", a.model, " is not an HF directory of a vision-language model (no config.json)");
+  const VisionSpec spec = vision_spec_from_hf_config(read_text_file(config), config);
+  const ImageProcessorConfig processor = model_image_processor(a.model, spec);
+  std::vector<GridThw> grids;
+  for (const std::string& size : a.image_sizes) {
+    long long w = 0, h = 0;
+    char tail = 0;
+    if (std::sscanf(size.c_str(), "%lldx%lld%c", &w, &h, &tail) != 2)
+      fail("--image-size ", size, ": expected WIDTHxHEIGHT in pixels, e.g. 1920x1080");
+    grids.push_back(image_grid(w, h, processor));
+  }
+  return plan_vision_encoder(spec, vision_inputs(spec, grids), budget, kVisionCudaWorkspaceBytes);
+}
+
+nlohmann::json vision_plan_json(const VisionPlan& p) {
+  return {{"schedule", p.schedule()},        {"patches", p.n_patches},           {"blocks", p.depth},
+          {"resident_blocks", p.resident_blocks}, {"slots", p.slots},          {"mlp_chunk", p.mlp_chunk},
+          {"arena_bytes", p.arena_bytes},    {"activation_bytes", p.activation_bytes}, {"weight_bytes", p.weight_bytes()}};
+}
+
 void print_plan_json(const PlanResult& r) {
   const PlanTable& table = r.planned.table;
   nlohmann::json j;
@@ -168,6 +199,7 @@ void print_plan_json(const PlanResult& r) {
   j["ttft_chunk_tokens"] = r.ttft_chunk;
   j["predicted_decode_tokens_per_s"] = r.decode_tps;
   j["planning_ms"] = r.plan_ms;
+  if (r.vision) j["vision"] = vision_plan_json(*r.vision);
   nlohmann::json tiers = nlohmann::json::array();
   for (const auto& e : table.tiers) tiers.push_back(tier_json(e));
   j["tiers"] = tiers;
@@ -268,10 +300,14 @@ void run_plan(const PlanArgs& a) {
   r.planned = plan_table(r.model.spec, cost, cfg, choices.next_layer_hits, cap);
   r.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   predicted_latencies(r.planned.table, r.planned.config.ctx, &r.ttft_ms, &r.ttft_chunk, &r.decode_tps);
+  r.vision = plan_vision(a, budget);
   const Plan& focus = write_plan_files(a, r.planned.table);
   if (a.json) return print_plan_json(r);
   if (a.brief) return print_plan_brief(r, f.budget);
   print_plan_text(r, f.pcie_cap);
+  if (r.vision)
+    std::printf("%s; its arena is released before the language model's, so each part has the whole budget\n",
+                r.vision->describe().c_str());
   if (a.explain) std::printf("\n%s", explain_plan(focus, r.model.spec, cost, r.planned.config).c_str());
 }
 
@@ -291,6 +327,9 @@ void register_plan(CLI::App& app) {
   sub->add_option("--tier", a->tier_text, "Tier for --explain/--trace (default 1)");
   sub->add_option("--schedule", a->schedule, "Schedule for --explain/--trace (default: the chosen one)");
   sub->add_option("--save", a->save, "Write the full plan table (JSON) for `run --plan`");
+  sub->add_option("--image-size", a->image_sizes,
+                  "WIDTHxHEIGHT of an image (repeat for several) for a vision-language HF directory: plan its "
+                  "vision encoder too, within the same budget (on CUDA)");
   sub->callback([a] { run_plan(*a); });
 }
 

@@ -226,4 +226,20 @@ PreprocessedImage preprocess_image(const Image& image, const ImageProcessorConfi
   return out;
 }
 
+std::array<int64_t, 3> image_grid(int64_t width, int64_t height, const ImageProcessorConfig& config) {
+  const int64_t factor = config.patch_size * config.merge_size;
+  SW_CHECK(width > 0 && height > 0 && width <= kMaxImagePixels && height <= kMaxImagePixels, "image size ", width,
+           "x", height, " is not a size an image can have");
+  int64_t h = height, w = width;
+  if (config.do_resize) {
+    std::tie(h, w) = smart_resize(height, width, factor, config.min_pixels, config.max_pixels);
+    SW_CHECK(h * w <= kMaxImagePixels, "image of ", width, "x", height, ": resizing to ", w, "x", h, " exceeds ",
+             kMaxImagePixels, " pixels");
+  } else {
+    SW_CHECK(h % factor == 0 && w % factor == 0, "image of ", width, "x", height,
+             ": with do_resize false both sides must be multiples of patch_size * merge_size (", factor, ")");
+  }
+  return {1, h / config.patch_size, w / config.patch_size};
+}
+
 }  // namespace shardwise

@@ -8,6 +8,7 @@
 // merge_size x merge_size block of patches is contiguous (the rows the encoder's merger joins).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -61,5 +62,9 @@ struct PreprocessedImage {
 };
 
 PreprocessedImage preprocess_image(const Image& image, const ImageProcessorConfig& config);
+
+// The patch grid (t, h, w) preprocess_image gives an image of width x height, without the pixels (to plan
+// for an image size). Throws Error as preprocess_image does for a size it refuses.
+std::array<int64_t, 3> image_grid(int64_t width, int64_t height, const ImageProcessorConfig& config);
 
 }  // namespace shardwise

@@ -22,6 +22,9 @@ enum class VisionAct { Silu, Gelu, GeluTanh, QuickGelu };
 // The largest head_dim the attention kernels take (every released vision tower: 80).
 constexpr int64_t kVisionMaxHeadDim = 128;
 
+// The CUDA kernels' workspace (cuBLAS's 2 MiB among it): what a plan made without a device assumes.
+constexpr uint64_t kVisionCudaWorkspaceBytes = uint64_t(8) << 20;
+
 class VisionKernels {
  public:
   virtual ~VisionKernels() = default;

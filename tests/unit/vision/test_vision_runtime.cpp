@@ -10,6 +10,9 @@
 #include "test_util.h"
 #include "vision/encoder.h"
 #include "vision/vision_runtime.h"
+#include "vision/vl_prompt.h"
+#include "core/file_util.h"
+#include <nlohmann/json.hpp>
 
 using namespace shardwise;
 using Catch::Matchers::Contains;
@@ -155,4 +158,32 @@ TEST_CASE("vision encoder on a device: bad inputs give one error and leave no ar
   CHECK_THROWS_WITH(encode_images_on_device(*dev, s, short_w, pix.data(), kGrids, uint64_t(1) << 30),
                     Contains("blocks.1.attn.qkv.bias"));
   CHECK(dev->allocate_arena(1 << 20) != nullptr);
+}
+
+TEST_CASE("plan --image-size: the encoder's plan for images of those sizes within the budget", "[vision][vlmopt][cli]") {
+  const std::string dir = test::fixtures_dir() + "/vl/qwen2_5_vl";
+  const VisionSpec spec = vision_spec_from_hf_config(read_text_file(dir + "/config.json"), "config.json");
+  const ImageProcessorConfig processor = model_image_processor(dir, spec);
+  const std::vector<GridThw> grids = {image_grid(300, 200, processor), image_grid(64, 300, processor)};
+  const uint64_t budget = uint64_t(10) << 20;
+  const VisionPlan want = plan_vision_encoder(spec, vision_inputs(spec, grids), budget, kVisionCudaWorkspaceBytes);
+  std::string text;
+  REQUIRE(test::run_command("(" + test::shardwise_bin() + " plan -m " + dir +
+                                " --hw h200-host --vram-budget 10M --image-size 300x200 --image-size 64x300 --json "
+                                "2>/dev/null)",
+                            &text) == 0);
+  INFO(text);
+  const auto j = nlohmann::json::parse(text)["vision"];
+  CHECK(j["patches"] == vision_patch_count(grids));
+  CHECK(j["schedule"] == want.schedule());
+  CHECK(j["resident_blocks"] == want.resident_blocks);
+  CHECK(j["arena_bytes"] == want.arena_bytes);
+  CHECK(j["arena_bytes"].get<uint64_t>() <= budget);
+  // The grid of a size equals the processor's on an image of that size.
+  CHECK(grids[0] == GridThw{1, 6, 8});
+
+  REQUIRE(test::run_command("(" + test::shardwise_bin() + " plan -m " + dir +
+                                " --hw h200-host --vram-budget 10M --image-size 300by200 2>&1)",
+                            &text) != 0);
+  CHECK_THAT(text, Contains("expected WIDTHxHEIGHT"));
 }
