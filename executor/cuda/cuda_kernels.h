@@ -87,4 +87,19 @@ void cuda_attention(const float* q, const void* k_cache, const void* v_cache, fl
 void cuda_rms_norm(const float* x, const float* w, float eps, float* y, int64_t n, int64_t dim, cudaStream_t stream);
 void cuda_swiglu(float* gate, const float* up, int64_t n, int64_t width, cudaStream_t stream);
 
+// The vision encoder's operations (vision_kernels.h, vision.cu) enqueued on `compute`, with the blocks'
+// exact matmul for linear layers. `blas` is used on `compute` as by the blocks; set_workspace gives it
+// the first cuda_blas_workspace_bytes of the region as its workspace and matmul the rest.
+std::unique_ptr<VisionKernels> make_cuda_vision_kernels(cudaStream_t compute, cublasHandle_t blas);
+
+// Part of the set-up before the arena, as cuda_kernels_warm_up: launches every kernel the operations of
+// `k` (from make_cuda_vision_kernels) can launch for this head_dim, so that lazy module loading takes no
+// device memory after the arena: linear with f32, f16 and bf16 weights over GEMV (up to 8 tokens, each
+// token bucket, aligned and not) and GEMM token counts under the two cuBLAS workspaces below 8 MiB, the
+// bias kernel, RMSNorm, rotary, attention (aligned and not), every activation with and without up, and
+// both permutations, all on small shapes in one temporary cudaMalloc that it frees again. Synchronizes
+// the stream and leaves cuBLAS with no workspace (and `k` with none: set_workspace again before use).
+// Returns "" or what failed; never throws.
+std::string cuda_vision_warm_up(VisionKernels& k, int64_t head_dim);
+
 }  // namespace shardwise

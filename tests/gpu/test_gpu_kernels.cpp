@@ -5,10 +5,11 @@
 // CUDA block (cuda_kernels.h) against the CPU blocks on the same inputs over a table of odd model
 // shapes, every dtype, both RoPE styles, q/k norm on and off, dense and MoE, decode and prefill token
 // counts, fresh pos0 = 0 and a filled cache (pos0 = 300). Inputs are fresh random numbers per check;
-// outputs are poisoned with NaN first; cache rows the step must not read are NaN too. Ends with a
+// outputs are poisoned with NaN first; cache rows the step must not read are NaN too. Then a
 // micro-benchmark printout (GEMV GB/s, GEMM TFLOP/s, attention) of the timed models' shapes, each
-// checked before it is timed. Built only with CUDA (it uses the CUDA headers); runs on the GPU machine
-// (see test_gpu.cpp).
+// checked before it is timed. Last, the vision encoder's operations ([vision], vision_kernels.h)
+// against f64 loops, their warm-up, and a printout of vision attention's throughput. Built only with
+// CUDA (it uses the CUDA headers); runs on the GPU machine (see test_gpu.cpp).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -19,6 +20,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -31,6 +33,7 @@
 #include "executor/cpu/ops.h"
 #include "executor/cuda/cuda_kernels.h"
 #include "executor/cuda/kernels.cuh"
+#include "executor/device/vision_kernels.h"
 #include "executor/model/cpu_blocks.h"
 #include "executor/model/model_weights.h"
 #include "executor/model/moe_routing.h"
@@ -1227,5 +1230,381 @@ TEST_CASE("CUDA kernel micro-benchmarks (printout, not a timed test)", "[gpu][be
       std::printf("FFN block n=%lld: %8.3f ms\n", static_cast<long long>(n), fms);
     }
   }
+  std::fflush(stdout);
+}
+
+// ---- vision kernels (executor/device/vision_kernels.h, vision.cu) -----------------------------------
+// Each operation against a double-precision loop over the same inputs (the CPU vision kernels live
+// elsewhere). Bounds are relative to the terms' magnitudes, tight enough that a row, key or segment off by
+// one fails.
+namespace {
+
+// The vision kernels on the suite's stream with a workspace region of their own.
+struct VisionRig {
+  DevMem mem;
+  std::unique_ptr<VisionKernels> k;
+  explicit VisionRig(uint64_t ws_bytes = 64ull << 20) : k(make_cuda_vision_kernels(gpu().stream, gpu().blas)) {
+    k->set_workspace(mem.alloc(ws_bytes), ws_bytes);
+  }
+};
+
+double weight_value(DType dt, const std::vector<uint8_t>& w, size_t i) {
+  if (dt == DType::F32) {
+    float f;
+    std::memcpy(&f, w.data() + 4 * i, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, w.data() + 2 * i, 2);
+  return dt == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
+}
+
+double vision_act_ref(VisionAct act, double x) {
+  switch (act) {
+    case VisionAct::Silu:
+      return x / (1.0 + std::exp(-x));
+    case VisionAct::Gelu:
+      return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    case VisionAct::GeluTanh:
+      return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+    case VisionAct::QuickGelu:
+      return x / (1.0 + std::exp(-1.702 * x));
+  }
+  return x;
+}
+
+// y (n rows ldy apart, as read back) against y0 (+)= W x + bias in f64: "" or the worst element. Each output
+// within 1e-5 of the sum of its terms' magnitudes; the padding between rows (r >= rows) unchanged.
+std::string linear_mismatch(const std::vector<float>& got, const std::vector<double>& w, int64_t rows, int64_t cols,
+                            const std::vector<float>& x, int64_t ldx, int64_t n, const std::vector<float>& y0,
+                            int64_t ldy, const float* bias, bool accumulate) {
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t r = 0; r < ldy; ++r) {
+      const size_t at = static_cast<size_t>(t * ldy + r);
+      if (r >= rows) {
+        if (std::memcmp(&got[at], &y0[at], 4) != 0) return "padding of row " + std::to_string(t) + " was written";
+        continue;
+      }
+      double sum = 0, mag = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        const double term = w[static_cast<size_t>(r * cols + c)] * x[static_cast<size_t>(t * ldx + c)];
+        sum += term;
+        mag += std::fabs(term);
+      }
+      if (bias) sum += bias[r], mag += std::fabs(bias[r]);
+      if (accumulate) sum += y0[at], mag += std::fabs(y0[at]);
+      if (!(std::fabs(got[at] - sum) <= 1e-5 * mag + 1e-30))
+        return "y[" + std::to_string(t) + ", " + std::to_string(r) + "] = " + std::to_string(got[at]) + ", expected " +
+               std::to_string(sum);
+    }
+  return "";
+}
+
+// The f64 attention of every row of the segments of cu (fused qkv rows of 3 * heads * hd), out [rows, heads * hd].
+std::vector<double> vision_attention_ref(const std::vector<float>& qkv, const std::vector<int32_t>& cu, int64_t heads,
+                                         int64_t hd) {
+  const int64_t ld = 3 * heads * hd, width = heads * hd;
+  std::vector<double> out(static_cast<size_t>(cu.back() * width), 0.0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  std::vector<double> p;
+  for (size_t s = 0; s + 1 < cu.size(); ++s)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t t = cu[s]; t < cu[s + 1]; ++t) {
+        const float* q = &qkv[static_cast<size_t>(t * ld + h * hd)];
+        p.assign(static_cast<size_t>(cu[s + 1] - cu[s]), 0.0);
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = cu[s]; j < cu[s + 1]; ++j) {
+          const float* k = &qkv[static_cast<size_t>(j * ld + width + h * hd)];
+          double dot = 0;
+          for (int64_t d = 0; d < hd; ++d) dot += static_cast<double>(q[d]) * k[d];
+          p[static_cast<size_t>(j - cu[s])] = dot * scale;
+          mx = std::max(mx, dot * scale);
+        }
+        for (double& v : p) sum += (v = std::exp(v - mx));
+        double* o = &out[static_cast<size_t>(t * width + h * hd)];
+        for (int64_t j = cu[s]; j < cu[s + 1]; ++j) {
+          const float* v = &qkv[static_cast<size_t>(j * ld + 2 * width + h * hd)];
+          const double wj = p[static_cast<size_t>(j - cu[s])] / sum;
+          for (int64_t d = 0; d < hd; ++d) o[d] += wj * v[d];
+        }
+      }
+  return out;
+}
+
+struct VisionAttnLayout {
+  const char* name;
+  std::vector<int32_t> cu;
+};
+
+std::vector<VisionAttnLayout> vision_attn_layouts() {
+  std::vector<VisionAttnLayout> l;
+  // Segments of 0, 5, 64, 0, 131 (three query and key tiles, the last of 3 rows), 1, 64 and 129 rows.
+  l.push_back({"uneven segments with empty ones", {0, 0, 5, 69, 69, 200, 201, 265, 394}});
+  std::vector<int32_t> windows;  // the windowed layers: many 64-row windows
+  for (int32_t s = 0; s <= 48 * 64; s += 64) windows.push_back(s);
+  l.push_back({"48 windows of 64 rows", windows});
+  l.push_back({"one segment of 1100 rows", {0, 1100}});
+  l.push_back({"a leading empty segment, then 65 and 63 rows", {0, 0, 65, 128}});
+  return l;
+}
+
+}  // namespace
+
+TEST_CASE("CUDA vision linear matches f64 (f32/f16/bf16 weights, bias, accumulate, strided rows, GEMV and GEMM)",
+          "[gpu][vision]") {
+  VisionRig rig;
+  const int64_t rows = 72, cols = 136;
+  const std::vector<float> bias = fresh(static_cast<size_t>(rows));
+  const float* dbias = rig.mem.upload(bias);
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    const std::vector<uint8_t> w = random_weights(dt, rows, cols, 0.5f);
+    const DevMat dm{dt, rows, cols, rig.mem.upload(w.data(), w.size())};
+    std::vector<double> wd(static_cast<size_t>(rows * cols));
+    for (size_t i = 0; i < wd.size(); ++i) wd[i] = weight_value(dt, w, i);
+    for (int64_t n : {1, 5, 37, 300})
+      for (bool strided : {false, true})
+        for (bool with_bias : {false, true})
+          for (bool accumulate : {false, true}) {
+            const int64_t ldx = strided ? cols + 3 : cols, ldy = strided ? rows + 5 : rows;
+            DevMem act;
+            const std::vector<float> x = fresh(static_cast<size_t>(n * ldx)), y0 = fresh(static_cast<size_t>(n * ldy));
+            const float* dx = act.upload(x);
+            float* dy = act.upload(y0);
+            rig.k->linear(dm, with_bias ? dbias : nullptr, dx, ldx, n, dy, ldy, accumulate);
+            const std::string bad = linear_mismatch(get(dy, y0.size()), wd, rows, cols, x, ldx, n, y0, ldy,
+                                                    with_bias ? bias.data() : nullptr, accumulate);
+            INFO(dtype_name(dt) << " n=" << n << (strided ? " strided" : "") << (with_bias ? " bias" : "")
+                                << (accumulate ? " accumulate" : "") << ": " << bad);
+            CHECK(bad.empty());
+          }
+  }
+}
+
+TEST_CASE("CUDA vision rms_norm matches f64, out of place and in place", "[gpu][vision]") {
+  VisionRig rig;
+  for (int64_t dim : {1280, 36, 3}) {
+    const int64_t n = 37;
+    const std::vector<float> x = fresh(static_cast<size_t>(n * dim), -3.0f, 3.0f), w = fresh(static_cast<size_t>(dim));
+    DevMem mem;
+    float* dx = mem.upload(x);
+    const float* dw = mem.upload(w);
+    float* dy = mem.floats(x.size());
+    poison(dy, x.size());
+    rig.k->rms_norm(dx, dw, 1e-6f, dy, n, dim);
+    rig.k->rms_norm(dx, dw, 1e-6f, dx, n, dim);
+    for (const float* d : {static_cast<const float*>(dy), static_cast<const float*>(dx)}) {
+      const std::vector<float> got = get(d, x.size());
+      double worst = 0;
+      for (int64_t t = 0; t < n; ++t) {
+        double ss = 0;
+        for (int64_t c = 0; c < dim; ++c)
+          ss += static_cast<double>(x[static_cast<size_t>(t * dim + c)]) * x[t * dim + c];
+        const double scale = 1.0 / std::sqrt(ss / static_cast<double>(dim) + 1e-6);
+        for (int64_t c = 0; c < dim; ++c) {
+          const size_t i = static_cast<size_t>(t * dim + c);
+          const double ref = x[i] * scale * w[static_cast<size_t>(c)];
+          worst = std::max(worst, std::fabs(got[i] - ref) / (std::fabs(x[i] * scale) + 1e-30));
+          if (std::isnan(got[i])) worst = INFINITY;
+        }
+      }
+      INFO("dim " << dim << (d == dx ? " in place" : ""));
+      CHECK(worst <= 1e-5);
+    }
+  }
+}
+
+TEST_CASE("CUDA vision rotary matches f64 on the q and k heads and leaves v alone", "[gpu][vision]") {
+  VisionRig rig;
+  for (int64_t hd : {16, 80}) {
+    const int64_t n = 50, heads = 3, half = hd / 2, ld = 3 * heads * hd;
+    const std::vector<float> qkv = fresh(static_cast<size_t>(n * ld), -2.0f, 2.0f);
+    const std::vector<float> angle = fresh(static_cast<size_t>(n * half), -40.0f, 40.0f);
+    std::vector<float> cs(angle.size()), sn(angle.size());
+    for (size_t i = 0; i < angle.size(); ++i) {
+      cs[i] = std::cos(angle[i]);
+      sn[i] = std::sin(angle[i]);
+    }
+    DevMem mem;
+    float* d = mem.upload(qkv);
+    rig.k->rotary(d, mem.upload(cs), mem.upload(sn), n, heads, hd);
+    const std::vector<float> got = get(d, qkv.size());
+    double worst = 0;
+    bool v_kept = true;
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t hh = 0; hh < 3 * heads; ++hh)
+        for (int64_t p = 0; p < half; ++p) {
+          const size_t i0 = static_cast<size_t>(t * ld + hh * hd + p), i1 = i0 + static_cast<size_t>(half);
+          if (hh >= 2 * heads) {  // v
+            v_kept = v_kept && std::memcmp(&got[i0], &qkv[i0], 4) == 0 && std::memcmp(&got[i1], &qkv[i1], 4) == 0;
+            continue;
+          }
+          const double c = cs[static_cast<size_t>(t * half + p)], s = sn[static_cast<size_t>(t * half + p)];
+          const double x0 = qkv[i0], x1 = qkv[i1];
+          const double mag = std::fabs(x0) + std::fabs(x1);
+          worst = std::max(
+              {worst, std::fabs(got[i0] - (x0 * c - x1 * s)) / mag, std::fabs(got[i1] - (x1 * c + x0 * s)) / mag});
+          if (std::isnan(got[i0]) || std::isnan(got[i1])) worst = INFINITY;
+        }
+    INFO("head_dim " << hd);
+    CHECK(worst <= 1e-6);
+    CHECK(v_kept);
+  }
+}
+
+TEST_CASE("CUDA vision activations match f64 (each act, with and without up)", "[gpu][vision]") {
+  VisionRig rig;
+  const int64_t count = 10007;
+  for (VisionAct act : {VisionAct::Silu, VisionAct::Gelu, VisionAct::GeluTanh, VisionAct::QuickGelu})
+    for (bool with_up : {false, true}) {
+      const std::vector<float> gate = fresh(static_cast<size_t>(count), -6.0f, 6.0f),
+                               up = fresh(static_cast<size_t>(count), -2.0f, 2.0f);
+      DevMem mem;
+      float* dg = mem.upload(gate);
+      rig.k->activation(act, dg, with_up ? mem.upload(up) : nullptr, count);
+      const std::vector<float> got = get(dg, gate.size());
+      double worst = 0;
+      for (size_t i = 0; i < gate.size(); ++i) {
+        const double u = with_up ? up[i] : 1.0;
+        const double ref = vision_act_ref(act, gate[i]) * u;
+        worst = std::max(worst, std::fabs(got[i] - ref) / ((1.0 + std::fabs(gate[i])) * std::fabs(u) + 1e-30));
+        if (std::isnan(got[i])) worst = INFINITY;
+      }
+      INFO("act " << static_cast<int>(act) << (with_up ? " with up" : ""));
+      CHECK(worst <= 4e-6);
+    }
+}
+
+TEST_CASE("CUDA vision permute_rows gathers and scatters by an int32 permutation", "[gpu][vision]") {
+  VisionRig rig;
+  const int64_t rows = 1000;
+  std::vector<int32_t> perm(static_cast<size_t>(rows));
+  for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int32_t>(i);
+  std::mt19937 rng(7);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  for (int64_t width : {300, 37})
+    for (bool scatter : {false, true}) {
+      const std::vector<float> src = fresh(static_cast<size_t>(rows * width));
+      DevMem mem;
+      const float* ds = mem.upload(src);
+      const int32_t* di = mem.upload(perm.data(), perm.size());
+      float* dd = mem.floats(src.size());
+      poison(dd, src.size());
+      rig.k->permute_rows(ds, di, dd, rows, width, scatter);
+      const std::vector<float> got = get(dd, src.size());
+      bool same = true;
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t j = perm[static_cast<size_t>(i)];
+        const int64_t from = scatter ? i : j, to = scatter ? j : i;
+        same = same && std::memcmp(&got[static_cast<size_t>(to * width)], &src[static_cast<size_t>(from * width)],
+                                   static_cast<size_t>(width) * 4) == 0;
+      }
+      INFO("width " << width << (scatter ? " scatter" : " gather"));
+      CHECK(same);
+    }
+}
+
+TEST_CASE("CUDA vision attention matches f64 over segment layouts (head_dim 16, 80, 128; empty, windowed, long)",
+          "[gpu][vision]") {
+  VisionRig rig;
+  const int64_t heads = 3, extra_rows = 7;  // rows past the last offset: inputs that must not count, outputs kept
+  for (int64_t hd : {16, 80, 128})
+    for (const VisionAttnLayout& layout : vision_attn_layouts())
+      for (int misalign : {0, 1}) {
+        if (misalign && hd != 80) continue;  // qkv off 16-byte alignment: the scalar loads, once
+        const std::vector<int32_t>& cu = layout.cu;
+        const int64_t n = cu.back() + extra_rows, ld = 3 * heads * hd, width = heads * hd;
+        int64_t max_len = 0;
+        for (size_t s = 0; s + 1 < cu.size(); ++s) max_len = std::max<int64_t>(max_len, cu[s + 1] - cu[s]);
+        const std::vector<float> qkv = fresh(static_cast<size_t>(n * ld), -2.0f, 2.0f);
+        DevMem mem;
+        float* dqkv = mem.floats(qkv.size() + 1) + misalign;
+        put(dqkv, qkv);
+        const int32_t* dcu = mem.upload(cu.data(), cu.size());
+        float* dout = mem.floats(static_cast<size_t>(n * width));
+        poison(dout, static_cast<size_t>(n * width));
+        rig.k->attention(dqkv, dout, dcu, static_cast<int64_t>(cu.size()) - 1, max_len, heads, hd);
+        const std::vector<float> got = get(dout, static_cast<size_t>(n * width));
+        const std::vector<double> ref = vision_attention_ref(qkv, cu, heads, hd);
+        double worst = 0, scale = 0;
+        for (float v : qkv) scale = std::max(scale, static_cast<double>(std::fabs(v)));  // |out| <= max |v|
+        for (size_t i = 0; i < ref.size(); ++i) {
+          worst = std::max(worst, std::fabs(got[i] - ref[i]));
+          if (std::isnan(got[i])) worst = INFINITY;
+        }
+        bool past_end_kept = true;
+        for (size_t i = ref.size(); i < got.size(); ++i) past_end_kept = past_end_kept && std::isnan(got[i]);
+        INFO(layout.name << ", head_dim " << hd << (misalign ? ", qkv not 16-byte aligned" : "") << ": max |error| "
+                         << worst << " of scale " << scale);
+        CHECK(worst <= 2e-5 * scale);
+        CHECK(past_end_kept);
+      }
+}
+
+TEST_CASE("CUDA vision kernels refuse bad arguments", "[gpu][vision]") {
+  VisionRig rig;
+  float* buf = rig.mem.floats(4096);
+  const int32_t* cu = rig.mem.upload(std::vector<int32_t>{0, 4}.data(), 2);
+  CHECK_THROWS_AS(rig.k->attention(buf, buf + 2048, cu, 1, 4, 1, 6), Error);    // not a multiple of 4
+  CHECK_THROWS_AS(rig.k->attention(buf, buf + 2048, cu, 1, 4, 1, 132), Error);  // above kVisionMaxHeadDim
+  CHECK_THROWS_AS(rig.k->attention(buf, buf + 2048, cu, -1, 4, 1, 16), Error);
+  CHECK_THROWS_AS(rig.k->attention(buf, buf + 2048, cu, 1, -4, 1, 16), Error);
+  CHECK_THROWS_AS(rig.k->attention(buf, buf + 2048, cu, 1, 4, 0, 16), Error);
+  CHECK_THROWS_AS(rig.k->rotary(buf, buf, buf, 4, 1, 7), Error);
+  CHECK_THROWS_AS(rig.k->rotary(buf, buf, buf, -1, 1, 8), Error);
+  CHECK_THROWS_AS(rig.k->activation(VisionAct::Gelu, buf, nullptr, -1), Error);
+  CHECK_THROWS_AS(rig.k->permute_rows(buf, cu, buf, 2, 4, false), Error);  // in place
+  CHECK_THROWS_AS(rig.k->permute_rows(buf, cu, buf + 8, -2, 4, false), Error);
+  const DevMat q8{DType::Q8_0, 4, 32, reinterpret_cast<const uint8_t*>(buf)};
+  CHECK_THROWS_AS(rig.k->linear(q8, nullptr, buf, 32, 1, buf + 1024, 4, false), Error);
+  const DevMat f32{DType::F32, 4, 32, reinterpret_cast<const uint8_t*>(buf)};
+  CHECK_THROWS_AS(rig.k->linear(f32, nullptr, buf, 16, 1, buf + 1024, 4, false), Error);  // ldx < cols
+  std::unique_ptr<VisionKernels> fresh_k = make_cuda_vision_kernels(gpu().stream, gpu().blas);
+  CHECK_THROWS_AS(fresh_k->linear(f32, nullptr, buf, 32, 1, buf + 1024, 4, false), Error);  // no workspace yet
+  gpu().sync();
+}
+
+TEST_CASE("CUDA vision warm-up runs every kernel for head_dims 16, 80 and 128 and reports a bad head_dim",
+          "[gpu][vision]") {
+  std::unique_ptr<VisionKernels> k = make_cuda_vision_kernels(gpu().stream, gpu().blas);
+  for (int64_t hd : {16, 80, 128}) {
+    INFO("head_dim " << hd);
+    CHECK(cuda_vision_warm_up(*k, hd) == "");
+  }
+  CHECK(cuda_vision_warm_up(*k, 6) != "");
+  // It leaves the kernels without a workspace; with one again they work.
+  DevMem mem;
+  k->set_workspace(mem.alloc(1 << 20), 1 << 20);
+  const std::vector<float> x = fresh(64);
+  float* dx = mem.upload(x);
+  k->activation(VisionAct::Silu, dx, nullptr, 64);
+  const std::vector<float> got = get(dx, 64);
+  CHECK(std::fabs(got[5] - vision_act_ref(VisionAct::Silu, x[5])) <= 1e-6);
+}
+
+TEST_CASE("CUDA vision attention throughput at Qwen2.5-VL-7B's shapes (printout, not a timed test)",
+          "[gpu][bench][vision]") {
+  // 16 heads of 80: a full-attention layer at a 1440p image (one segment of 18,998 rows) and a windowed one
+  // (297 windows of 64 rows); inputs are random, outputs unchecked (the tests above check the kernel).
+  VisionRig rig;
+  const int64_t heads = 16, hd = 80, rows = 297 * 64 - 10;
+  DevMem mem;
+  float* qkv = mem.floats(static_cast<size_t>(rows * 3 * heads * hd));
+  put(qkv, fresh(static_cast<size_t>(rows * 3 * heads * hd)));
+  float* out = mem.floats(static_cast<size_t>(rows * heads * hd));
+  std::vector<int32_t> windows;
+  for (int64_t s = 0; s < rows; s += 64) windows.push_back(static_cast<int32_t>(s));
+  windows.push_back(static_cast<int32_t>(rows));
+  const std::vector<int32_t> full = {0, static_cast<int32_t>(rows)};
+  const int32_t* dfull = mem.upload(full.data(), full.size());
+  const int32_t* dwin = mem.upload(windows.data(), windows.size());
+  const double full_ms = time_ms([&] { rig.k->attention(qkv, out, dfull, 1, rows, heads, hd); }, 3);
+  const double win_ms =
+      time_ms([&] { rig.k->attention(qkv, out, dwin, static_cast<int64_t>(windows.size()) - 1, 64, heads, hd); }, 20);
+  const double full_flop = 4.0 * static_cast<double>(rows) * static_cast<double>(rows) * heads * hd;
+  const double win_flop = 4.0 * static_cast<double>(rows) * 64.0 * heads * hd;
+  std::printf("vision attention, 16 heads x 80, one segment of %lld rows: %8.2f ms (%.1f TFLOP/s)\n",
+              static_cast<long long>(rows), full_ms, full_flop / full_ms / 1e9);
+  std::printf("vision attention, 16 heads x 80, %lld windows of 64 rows: %8.3f ms (%.1f TFLOP/s)\n",
+              static_cast<long long>(windows.size() - 1), win_ms, win_flop / win_ms / 1e9);
   std::fflush(stdout);
 }
