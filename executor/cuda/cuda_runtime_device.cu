@@ -30,6 +30,7 @@
 #include "executor/cuda/cuda_kernels.h"
 #include "executor/device/device.h"
 #include "executor/device/pinned_ranges.h"
+#include "executor/device/vision_kernels.h"
 
 namespace shardwise {
 
@@ -192,6 +193,7 @@ class CudaDevice : public Device {
   ~CudaDevice() override {
     cudaDeviceSynchronize();
     kernels_.reset();
+    vision_.reset();
     for (auto& g : graphs_) cudaGraphExecDestroy(g.second);
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
     for (cudaEvent_t e : stamps_) cudaEventDestroy(e);
@@ -450,6 +452,24 @@ class CudaDevice : public Device {
     return *kernels_;
   }
 
+  // Warmed up for each head_dim asked (the attention kernel is a template over it) while no arena exists.
+  VisionKernels& vision_kernels(int64_t head_dim) override {
+    if (!vision_) vision_ = make_cuda_vision_kernels(streams_[0], blas_);
+    if (std::find(vision_warm_.begin(), vision_warm_.end(), head_dim) == vision_warm_.end()) {
+      vision_warm_.push_back(head_dim);
+      if (arena_) {
+        log_warn("cuda: the vision kernels are set up after the arena: their first launches may take device memory "
+                 "beyond the budget");
+      } else {
+        const std::string error = cuda_vision_warm_up(*vision_, head_dim);
+        if (!error.empty())
+          log_warn("cuda: the vision kernels' warm-up failed (", error,
+                   "): kernels not loaded yet may take device memory after the arena");
+      }
+    }
+    return *vision_;
+  }
+
   uint64_t context_bytes() const override { return context_; }
   uint64_t device_peak_bytes() override {
     sample_free();
@@ -587,6 +607,8 @@ class CudaDevice : public Device {
   cudaEvent_t origin_ = nullptr;
   size_t next_event_ = 0;
   std::unique_ptr<DeviceKernels> kernels_;
+  std::unique_ptr<VisionKernels> vision_;
+  std::vector<int64_t> vision_warm_;  // head_dims the vision kernels were warmed up for
   uint8_t* arena_ = nullptr;
   uint64_t arena_bytes_ = 0, total_ = 0, context_ = 0, free_after_setup_ = 0, min_free_ = 0;
   PinnedRanges pinned_{static_cast<uint64_t>(sysconf(_SC_PAGESIZE))};  // registered with the driver

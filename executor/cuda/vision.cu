@@ -378,6 +378,7 @@ void launch_act(float* gate, const float* up, int64_t count, cudaStream_t stream
 class CudaVisionKernels final : public VisionKernels {
  public:
   CudaVisionKernels(cudaStream_t stream, cublasHandle_t blas) : stream_(stream), blas_(blas) {}
+  uint64_t workspace_bytes() const override { return kVisionCudaWorkspaceBytes; }
 
   void set_workspace(uint8_t* dev, uint64_t bytes) override {
     SW_CHECK(dev != nullptr || bytes == 0, "CUDA vision kernels: a workspace of ", bytes, " bytes at null");
