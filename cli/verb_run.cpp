@@ -24,6 +24,7 @@
 #include "vision/encoder.h"
 #include "vision/vl_engine.h"
 #include "vision/vl_prompt.h"
+#include "vision/mmproj.h"
 
 namespace shardwise::cli {
 namespace {
@@ -41,7 +42,8 @@ struct RunArgs : ModelFlags {
   std::vector<std::string> stop;  // --stop: generation ends where one appears; it is not printed
   bool chat = false, ignore_eos = false, no_display_prompt = false;
   std::string system;
-  std::vector<std::string> images;  // --image: a vision-language model's images (CPU)
+  std::vector<std::string> images;  // --image: a vision-language model's images
+  std::string mmproj;               // --mmproj: llama.cpp's vision projector for a language model GGUF
 };
 
 // "\n", "\t", "\\" in --stop become newline, tab, backslash (llama.cpp's --escape).
@@ -92,6 +94,7 @@ int check_run_args(RunArgs& a, const std::string& device) {
   a.sampling.validate();
   if (a.seed_option->count() == 0) a.sampling.seed = draw_seed();
   for (auto& s : a.stop) s = process_escapes(s);
+  if (!a.mmproj.empty() && a.images.empty()) fail("--mmproj needs --image");
   if (!a.images.empty() && a.tokens.empty()) a.chat = true;  // the images go into the chat template's user message
   if (a.chat && !a.tokens.empty()) fail("--chat needs the user message as --prompt TEXT, not --tokens");
   if (!a.system.empty() && !a.chat) fail("--system needs --chat");
@@ -102,8 +105,14 @@ int check_run_args(RunArgs& a, const std::string& device) {
 // empty without images.
 std::string image_placeholders(const RunArgs& a, const Tokenizer& tok) {
   if (a.images.empty()) return "";
-  const std::string config = a.model + "/config.json";
-  const MropeTokens t = vl_tokens_from_hf_config(read_text_file(config), config);
+  MropeTokens t;
+  if (!a.mmproj.empty()) {
+    t.image_token_id = tok.find_token(kImagePadToken);
+    t.vision_start_token_id = tok.find_token(kVisionStartToken);
+  } else {
+    const std::string config = a.model + "/config.json";
+    t = vl_tokens_from_hf_config(read_text_file(config), config);
+  }
   const std::string one = vl_image_placeholder(tok, t.vision_start_token_id, t.image_token_id);
   std::string all;
   for (size_t i = 0; i < a.images.size(); ++i) all += one;
@@ -182,7 +191,9 @@ struct RunState : ModelRun {
 // language model set up for the expanded prompt (on the CPU or planned on a device) under the image engine.
 void load_vl_run(const RunArgs& a, RunState& s) {
   const ModelSpec& spec = s.src->spec();
-  const VlModel vm = load_vl_model(a.model, spec);
+  const VlModel vm = a.mmproj.empty() ? load_vl_model(a.model, spec)
+                                      : load_vl_model_gguf(a.mmproj, spec, s.tok ? s.tok->find_token(kImagePadToken) : -1,
+                                                           s.tok ? s.tok->find_token(kVisionStartToken) : -1);
   s.vl = std::make_unique<VlRun>();
   EncodedImages e;
   {
@@ -464,9 +475,13 @@ void register_run(CLI::App& app) {
       sub->add_option("-f,--file", a->file, "Read the prompt text from a file (one final newline dropped)");
   sub->add_option("--tokens", a->tokens, "Prompt as comma-separated token ids, used as given (no BOS added)");
   sub->add_option("--image", a->images,
-                  "A JPEG or PNG file for a vision-language model (Qwen2.5-VL HF directory, --device cpu); repeat for "
-                  "several. With --prompt the chat template holds the images before the text; with --tokens, one "
-                  "image_token_id per image after a vision_start token");
+                  "A JPEG or PNG file for a vision-language model (a Qwen2.5-VL HF directory, or a GGUF with --mmproj); "
+                  "repeat for several. With --prompt the chat template holds the images before the text; with "
+                  "--tokens, one image_token_id per image after a vision_start token. On a device the encoder runs "
+                  "there first, within --vram-budget");
+  sub->add_option("--mmproj", a->mmproj,
+                  "llama.cpp's vision projector GGUF (convert_hf_to_gguf.py --mmproj) for a Qwen2.5-VL language "
+                  "model GGUF given as -m; needs --image");
   sub->add_option("-n,--n-predict,--predict", a->n_predict, "Tokens to generate, at least 1")->capture_default_str();
   add_model_flags(sub, *a, PlannerVerb::Run);
   sub->add_flag("--greedy", a->sampling.greedy, "Greedy decoding (argmax)");

@@ -53,7 +53,8 @@ EncodedImages encode_image_files(const VisionModel& model, const ImageProcessorC
 
 VlModel load_vl_model(const std::string& dir, const ModelSpec& lm) {
   if (!lm.vision_tower || lm.mrope_section.empty())
-    fail("--image: ", dir, " is not a vision-language model (an HF directory of a Qwen2.5-VL model)");
+    fail("--image: ", dir,
+         " is not a vision-language model (an HF directory of a Qwen2.5-VL model, or a Qwen2.5-VL GGUF with --mmproj)");
   const std::string config = dir + "/config.json";
   VlModel m;
   m.tokens = vl_tokens_from_hf_config(read_text_file(config), config);
