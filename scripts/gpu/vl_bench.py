@@ -27,8 +27,9 @@ MIN_PIXELS, MAX_PIXELS = 3136, 12845056  # the released Qwen2.5-VL processor's
 VISION_START, VISION_END, IMAGE_TOKEN = 151652, 151653, 151655
 TEXT = dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
             num_attention_heads=28, num_key_value_heads=4, hidden_act="silu", max_position_embeddings=128000,
-            rms_norm_eps=1e-6, rope_theta=1000000.0, use_sliding_window=False, tie_word_embeddings=False,
-            rope_scaling={"type": "mrope", "rope_type": "default", "mrope_section": [16, 24, 24]})
+            rms_norm_eps=1e-6, use_sliding_window=False, max_window_layers=28, attention_dropout=0.0,
+            initializer_range=0.02)
+MROPE_SECTION, ROPE_THETA = [16, 24, 24], 1000000.0
 VISION = dict(depth=32, hidden_size=1280, hidden_act="silu", intermediate_size=3420, num_heads=16, in_channels=3,
               patch_size=PATCH, spatial_merge_size=MERGE, temporal_patch_size=2, tokens_per_second=2,
               window_size=112, out_hidden_size=3584, fullatt_block_indexes=[7, 15, 23, 31])
@@ -59,15 +60,16 @@ def make_image(path, width, height):
 
 def make(d):
     import torch
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    import transformers
+    from transformers import Qwen2_5_VLForConditionalGeneration
     os.makedirs(f"{d}/images", exist_ok=True)
-    ids = dict(image_token_id=IMAGE_TOKEN, video_token_id=151656, vision_start_token_id=VISION_START,
-               vision_end_token_id=VISION_END)
-    try:  # transformers 5: the text fields nested; 4: at the top
-        cfg = Qwen2_5_VLConfig(text_config=TEXT, vision_config=VISION, **ids)
-        assert cfg.get_text_config().hidden_size == TEXT["hidden_size"]
-    except (TypeError, AssertionError):
-        cfg = Qwen2_5_VLConfig(**TEXT, vision_config=VISION, **ids)
+    # The fixture maker's config builder (it follows the config layout of the installed transformers), with
+    # the 7B's sizes in place of the tiny model's.
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures"))
+    import make_vl_fixtures as fx
+    fx.TEXT, fx.VISION, fx.MROPE_SECTION, fx.ROPE_THETA = TEXT, VISION, MROPE_SECTION, ROPE_THETA
+    fx.IMAGE_TOKEN, fx.VIDEO_TOKEN, fx.VISION_START, fx.VISION_END = IMAGE_TOKEN, 151656, VISION_START, VISION_END
+    cfg = fx.build_config(transformers, {})
     torch.manual_seed(1)
     t0 = time.time()
     torch.set_default_dtype(torch.float16)
@@ -83,7 +85,10 @@ def make(d):
                 p.fill_(1.0)
             else:
                 p.normal_(0.0, 0.02)
-    model.save_pretrained(d, safe_serialization=True, max_shard_size="5GB")
+    try:
+        model.save_pretrained(d, safe_serialization=True, max_shard_size="5GB")
+    except TypeError:  # transformers 5 always writes safetensors
+        model.save_pretrained(d, max_shard_size="5GB")
     print(f"made and saved the model in {time.time() - t0:.1f} s "
           f"({sum(p.numel() for p in model.parameters()) / 1e9:.2f} B parameters)")
     json.dump({"image_processor_type": "Qwen2VLImageProcessor", "do_resize": True, "do_rescale": True,
