@@ -18,6 +18,7 @@
 #include "engine/cost_source.h"
 #include "engine/planning.h"
 #include "engine/run_setup.h"
+#include "planner/encoder_cost.h"
 #include "planner/planner.h"
 #include "vision/vl_prompt.h"
 
@@ -110,6 +111,12 @@ void measure_plan_routing(const PlanArgs& a, const PlanModel& m, PlannerConfig& 
 }
 
 // What a plan call computed, for its outputs.
+// The vision encoder's part of a plan (--image-size): its plan and predicted time.
+struct VisionPart {
+  VisionPlan plan;
+  EncoderCost cost;
+};
+
 struct PlanResult {
   PlanModel model;
   PlannedTable planned;
@@ -117,7 +124,7 @@ struct PlanResult {
   double plan_ms = 0;
   double ttft_ms = 0, decode_tps = 0;
   int64_t ttft_chunk = 0;
-  std::optional<VisionPlan> vision;  // --image-size
+  std::optional<VisionPart> vision;  // --image-size
 };
 
 // The plan of --tier and --schedule (--explain, --trace); --save and --trace written.
@@ -157,9 +164,34 @@ nlohmann::json tier_json(const TierEntry& e) {
           {"candidates", c}};
 }
 
+// Segment lengths from offsets.
+std::vector<int64_t> lengths(const std::vector<int32_t>& cu) {
+  std::vector<int64_t> l;
+  for (size_t i = 0; i + 1 < cu.size(); ++i) l.push_back(cu[i + 1] - cu[i]);
+  return l;
+}
+
+// The encoder as the planner prices it.
+EncoderShape encoder_shape(const VisionSpec& spec, const VisionInputs& in, const VisionPlan& p) {
+  EncoderShape e;
+  e.tokens = in.n_patches;
+  e.hidden = spec.hidden_size, e.intermediate = spec.intermediate_size;
+  e.heads = spec.num_heads, e.head_dim = spec.head_dim();
+  e.patch_dim = spec.patch_dim(), e.out_hidden = spec.out_hidden_size, e.merge_unit = spec.merge_unit();
+  e.mlp_chunk = p.mlp_chunk;
+  for (int64_t b = 0; b < spec.depth; ++b) e.full_attention.push_back(spec.full_attention(b));
+  e.windows = lengths(in.cu_windows);
+  e.frames = lengths(in.cu_frames);
+  e.resident_blocks = p.resident_blocks;
+  e.block_bytes = p.block_bytes;
+  e.edge_bytes = p.edge_bytes;
+  return e;
+}
+
 // The vision encoder's plan for images of the given sizes under the same budget, on CUDA (its arena lives
-// before the language model's, so each has the whole budget). Null without --image-size.
-std::optional<VisionPlan> plan_vision(const PlanArgs& a, uint64_t budget) {
+// before the language model's, so each has the whole budget), and its predicted time. Null without
+// --image-size.
+std::optional<VisionPart> plan_vision(const PlanArgs& a, uint64_t budget, const CostModel& cost) {
   if (a.image_sizes.empty()) return std::nullopt;
   const std::string config = a.model + "/config.json";
   if (!std::filesystem::is_regular_file(config))
@@ -174,11 +206,20 @@ std::optional<VisionPlan> plan_vision(const PlanArgs& a, uint64_t budget) {
       fail("--image-size ", size, ": expected WIDTHxHEIGHT in pixels, e.g. 1920x1080");
     grids.push_back(image_grid(w, h, processor));
   }
-  return plan_vision_encoder(spec, vision_inputs(spec, grids), budget, kVisionCudaWorkspaceBytes);
+  const VisionInputs in = vision_inputs(spec, grids);
+  VisionPart v;
+  v.plan = plan_vision_encoder(spec, in, budget, kVisionCudaWorkspaceBytes);
+  v.cost = predict_encoder(cost, encoder_shape(spec, in, v.plan));
+  return v;
 }
 
-nlohmann::json vision_plan_json(const VisionPlan& p) {
-  return {{"schedule", p.schedule()},        {"patches", p.n_patches},           {"blocks", p.depth},
+nlohmann::json vision_plan_json(const VisionPart& v) {
+  const VisionPlan& p = v.plan;
+  return {{"predicted_ms", v.cost.predicted_ms},
+          {"predicted_block_ms", v.cost.block_compute_ms},
+          {"predicted_full_block_ms", v.cost.full_block_compute_ms},
+          {"predicted_block_copy_ms", v.cost.copy_ms},
+          {"schedule", p.schedule()},        {"patches", p.n_patches},           {"blocks", p.depth},
           {"resident_blocks", p.resident_blocks}, {"slots", p.slots},          {"mlp_chunk", p.mlp_chunk},
           {"arena_bytes", p.arena_bytes},    {"activation_bytes", p.activation_bytes}, {"weight_bytes", p.weight_bytes()}};
 }
@@ -300,14 +341,17 @@ void run_plan(const PlanArgs& a) {
   r.planned = plan_table(r.model.spec, cost, cfg, choices.next_layer_hits, cap);
   r.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   predicted_latencies(r.planned.table, r.planned.config.ctx, &r.ttft_ms, &r.ttft_chunk, &r.decode_tps);
-  r.vision = plan_vision(a, budget);
+  r.vision = plan_vision(a, budget, cost);
   const Plan& focus = write_plan_files(a, r.planned.table);
   if (a.json) return print_plan_json(r);
   if (a.brief) return print_plan_brief(r, f.budget);
   print_plan_text(r, f.pcie_cap);
   if (r.vision)
-    std::printf("%s; its arena is released before the language model's, so each part has the whole budget\n",
-                r.vision->describe().c_str());
+    std::printf(
+        "%s; predicted encode %.1f ms (a block %.2f ms, with full attention %.2f ms, its copy %.2f ms); its arena is "
+        "released before the language model's, so each part has the whole budget\n",
+        r.vision->plan.describe().c_str(), r.vision->cost.predicted_ms, r.vision->cost.block_compute_ms,
+        r.vision->cost.full_block_compute_ms, r.vision->cost.copy_ms);
   if (a.explain) std::printf("\n%s", explain_plan(focus, r.model.spec, cost, r.planned.config).c_str());
 }
 

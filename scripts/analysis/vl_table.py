@@ -53,11 +53,13 @@ def encoder_rows(d, prompts):
             continue
         e = j["encoder"]
         ok = e["device_peak_bytes"] <= e["budget_bytes"]
-        rows.append((res, b, "%s, %d/%d blocks resident | %.0f | %s | %s" % (
-            e["schedule"], e["resident_blocks"], e["blocks"], j["encode_ms"], gib(e["arena_bytes"]),
+        plan = load(os.path.join(d, "plan_%s_%s.json" % (res, b)))
+        predicted = "%.0f" % plan["vision"]["predicted_ms"] if plan and "vision" in plan else "-"
+        rows.append((res, b, "%s, %d/%d blocks resident | %.0f | %s | %s | %s" % (
+            e["schedule"], e["resident_blocks"], e["blocks"], j["encode_ms"], predicted, gib(e["arena_bytes"]),
             gib(e["device_peak_bytes"]) + ("" if ok else " (over)"))))
-    print("| image | patches | budget | encoder plan | encode ms | arena GiB | measured peak GiB |")
-    print("|---|---|---|---|---|---|---|")
+    print("| image | patches | budget | encoder plan | encode ms | predicted ms | arena GiB | measured peak GiB |")
+    print("|---|---|---|---|---|---|---|---|")
     order = {r: i for i, r in enumerate(prompts)}
     for res, b, text in sorted(rows, key=lambda r: (order.get(r[0], 99), budget_bytes(r[1]) or 0)):
         print("| %s | %s | %s | %s |" % (res, prompts.get(res, {}).get("patches", "?"), b, text))

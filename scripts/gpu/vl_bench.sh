@@ -4,7 +4,8 @@
 #   hf        HF transformers with the whole model on the GPU (vl_bench.py hf): encoder and end-to-end
 #             latency, torch's peak memory
 #   check     the encoder on CUDA against the CPU encoder at 480p (max |difference| / max |value|)
-#   encoder   `shardwise vision --device cuda` for each image and budget: the plan, encode time, peak
+#   encoder   `shardwise vision --device cuda` for each image and budget: the plan, encode time, peak; and
+#             `shardwise plan --image-size` for the same: the planner's predicted encode time
 #   e2e       `shardwise run --image` (encode + prefill + 64 tokens) for each image and budget, REPEATS
 #             rounds interleaved (every image and budget once per round)
 # Output: OUT/vl_bench/ (JSON per run, logs, machine.txt).
@@ -54,7 +55,11 @@ fi
 
 if has encoder; then
   for res in $resolutions; do
+    size=$(python3 -c "import json; p=json.load(open('$work/prompts.json'))['$res']; print('%dx%d' % (p['width'], p['height']))")
     for b in $budgets 2G; do
+      # The planner's prediction of the same encode (on this lease's profile where PROFILE names one).
+      timeout 60 "$bin" plan -m "$work" --profile "$profile" --vram-budget "$b" --image-size "$size" --json \
+        > "$dir/plan_${res}_$b.json" 2> "$dir/plan_${res}_$b.err" || true
       timeout 120 "$bin" vision -m "$work" --image "$work/images/$res.png" --device cuda --vram-budget "$b" --json \
         > "$dir/enc_${res}_$b.json" 2> "$dir/enc_${res}_$b.err" || fails=$((fails + 1))
       echo "encoder $res $b: $(tail -c 300 "$dir/enc_${res}_$b.json" | grep -o '"encode_ms":[0-9.]*' | head -1) $(grep -o 'vision encoder: [a-z-]*, [0-9]* patches, [0-9]* of [0-9]* blocks' "$dir/enc_${res}_$b.err")"
