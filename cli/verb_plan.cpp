@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <optional>
 #include <fstream>
+#include <optional>
 
 #include "cli/common.h"
 #include "cli/planner_flags.h"
@@ -219,9 +219,15 @@ nlohmann::json vision_plan_json(const VisionPart& v) {
           {"predicted_block_ms", v.cost.block_compute_ms},
           {"predicted_full_block_ms", v.cost.full_block_compute_ms},
           {"predicted_block_copy_ms", v.cost.copy_ms},
-          {"schedule", p.schedule()},        {"patches", p.n_patches},           {"blocks", p.depth},
-          {"resident_blocks", p.resident_blocks}, {"slots", p.slots},          {"mlp_chunk", p.mlp_chunk},
-          {"arena_bytes", p.arena_bytes},    {"activation_bytes", p.activation_bytes}, {"weight_bytes", p.weight_bytes()}};
+          {"schedule", p.schedule()},
+          {"patches", p.n_patches},
+          {"blocks", p.depth},
+          {"resident_blocks", p.resident_blocks},
+          {"slots", p.slots},
+          {"mlp_chunk", p.mlp_chunk},
+          {"arena_bytes", p.arena_bytes},
+          {"activation_bytes", p.activation_bytes},
+          {"weight_bytes", p.weight_bytes()}};
 }
 
 void print_plan_json(const PlanResult& r) {

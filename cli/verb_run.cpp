@@ -22,9 +22,9 @@
 #include "text/text_stream.h"
 #include "text/tokenizer.h"
 #include "vision/encoder.h"
+#include "vision/mmproj.h"
 #include "vision/vl_engine.h"
 #include "vision/vl_prompt.h"
-#include "vision/mmproj.h"
 
 namespace shardwise::cli {
 namespace {
@@ -191,9 +191,10 @@ struct RunState : ModelRun {
 // language model set up for the expanded prompt (on the CPU or planned on a device) under the image engine.
 void load_vl_run(const RunArgs& a, RunState& s) {
   const ModelSpec& spec = s.src->spec();
-  const VlModel vm = a.mmproj.empty() ? load_vl_model(a.model, spec)
-                                      : load_vl_model_gguf(a.mmproj, spec, s.tok ? s.tok->find_token(kImagePadToken) : -1,
-                                                           s.tok ? s.tok->find_token(kVisionStartToken) : -1);
+  const VlModel vm = a.mmproj.empty()
+                         ? load_vl_model(a.model, spec)
+                         : load_vl_model_gguf(a.mmproj, spec, s.tok ? s.tok->find_token(kImagePadToken) : -1,
+                                              s.tok ? s.tok->find_token(kVisionStartToken) : -1);
   s.vl = std::make_unique<VlRun>();
   EncodedImages e;
   {
@@ -474,11 +475,12 @@ void register_run(CLI::App& app) {
   a->file_option =
       sub->add_option("-f,--file", a->file, "Read the prompt text from a file (one final newline dropped)");
   sub->add_option("--tokens", a->tokens, "Prompt as comma-separated token ids, used as given (no BOS added)");
-  sub->add_option("--image", a->images,
-                  "A JPEG or PNG file for a vision-language model (a Qwen2.5-VL HF directory, or a GGUF with --mmproj); "
-                  "repeat for several. With --prompt the chat template holds the images before the text; with "
-                  "--tokens, one image_token_id per image after a vision_start token. On a device the encoder runs "
-                  "there first, within --vram-budget");
+  sub->add_option(
+      "--image", a->images,
+      "A JPEG or PNG file for a vision-language model (a Qwen2.5-VL HF directory, or a GGUF with --mmproj); "
+      "repeat for several. With --prompt the chat template holds the images before the text; with "
+      "--tokens, one image_token_id per image after a vision_start token. On a device the encoder runs "
+      "there first, within --vram-budget");
   sub->add_option("--mmproj", a->mmproj,
                   "llama.cpp's vision projector GGUF (convert_hf_to_gguf.py --mmproj) for a Qwen2.5-VL language "
                   "model GGUF given as -m; needs --image");

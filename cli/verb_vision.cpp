@@ -10,13 +10,13 @@
 #include "core/file_util.h"
 #include "core/log.h"
 #include "core/npy.h"
+#include "core/size.h"
 #include "core/thread_pool.h"
+#include "engine/run_setup.h"
 #include "executor/session/sampling.h"
 #include "vision/encoder.h"
-#include "vision/vl_prompt.h"
 #include "vision/vision_runtime.h"
-#include "engine/run_setup.h"
-#include "core/size.h"
+#include "vision/vl_prompt.h"
 
 namespace shardwise::cli {
 namespace {
@@ -32,9 +32,15 @@ struct VisionArgs {
 // The encoder's plan and peak on a device, for --json.
 nlohmann::json device_json(const EncodedImages& e) {
   const VisionPlan& p = e.run.plan;
-  return {{"device", e.device},          {"schedule", p.schedule()},        {"resident_blocks", p.resident_blocks},
-          {"blocks", p.depth},           {"mlp_chunk", p.mlp_chunk},        {"budget_bytes", p.budget_bytes},
-          {"arena_bytes", p.arena_bytes}, {"weight_bytes", p.weight_bytes()}, {"device_peak_bytes", e.run.device_peak_bytes}};
+  return {{"device", e.device},
+          {"schedule", p.schedule()},
+          {"resident_blocks", p.resident_blocks},
+          {"blocks", p.depth},
+          {"mlp_chunk", p.mlp_chunk},
+          {"budget_bytes", p.budget_bytes},
+          {"arena_bytes", p.arena_bytes},
+          {"weight_bytes", p.weight_bytes()},
+          {"device_peak_bytes", e.run.device_peak_bytes}};
 }
 
 void run_vision(const VisionArgs& a) {
@@ -47,7 +53,8 @@ void run_vision(const VisionArgs& a) {
   ThreadPool pool(resolve_threads(a.threads));
   std::unique_ptr<Device> dev;
   if (a.device != "cpu") dev = make_run_device(a.device);
-  const EncodedImages e = encode_image_files(m, model_image_processor(a.model, m.spec), a.images, pool, dev.get(), budget);
+  const EncodedImages e =
+      encode_image_files(m, model_image_processor(a.model, m.spec), a.images, pool, dev.get(), budget);
   if (dev) log_info(e.run.plan.describe(), "; measured device peak ", format_bytes(e.run.device_peak_bytes));
   const int64_t patches = vision_patch_count(e.grids), width = m.spec.out_hidden_size;
   const int64_t n = static_cast<int64_t>(e.tokens.size()) / width;
@@ -69,8 +76,8 @@ void run_vision(const VisionArgs& a) {
                       {"grid_thw", {im.grid[0], im.grid[1], im.grid[2]}},
                       {"tokens", im.tokens}});
   if (a.json) {
-    nlohmann::json j = {{"images", images}, {"patches", patches}, {"tokens", n}, {"width", width},
-                        {"encode_ms", e.encode_ms}, {"device", e.device}};
+    nlohmann::json j = {{"images", images}, {"patches", patches},       {"tokens", n},
+                        {"width", width},   {"encode_ms", e.encode_ms}, {"device", e.device}};
     if (dev) j["encoder"] = device_json(e);
     print_json(j);
     return;

@@ -80,8 +80,8 @@ EncoderCost predict_encoder(const CostModel& c, const EncoderShape& s) {
               (s.full_attention[static_cast<size_t>(b)] ? r.full_block_compute_ms : r.block_compute_ms);
     done[static_cast<size_t>(b)] = compute;
   }
-  r.predicted_ms = compute + merger + c.transfer_ms(static_cast<uint64_t>(tokens * s.out_hidden) * 4,
-                                                    Direction::DeviceToHost);
+  r.predicted_ms =
+      compute + merger + c.transfer_ms(static_cast<uint64_t>(tokens * s.out_hidden) * 4, Direction::DeviceToHost);
   return r;
 }
 

@@ -17,10 +17,10 @@ struct EncoderShape {
   int64_t tokens = 0;  // patches
   int64_t hidden = 0, intermediate = 0, heads = 0, head_dim = 0, patch_dim = 0, out_hidden = 0, merge_unit = 4;
   int64_t mlp_chunk = 0;
-  DType dtype = DType::F32;                // the weights' on the device
-  std::vector<bool> full_attention;        // per block
-  std::vector<int64_t> windows, frames;    // segment lengths of the window and full-attention blocks
-  int64_t resident_blocks = 0;             // the first ones; the others stream through two slots
+  DType dtype = DType::F32;                  // the weights' on the device
+  std::vector<bool> full_attention;          // per block
+  std::vector<int64_t> windows, frames;      // segment lengths of the window and full-attention blocks
+  int64_t resident_blocks = 0;               // the first ones; the others stream through two slots
   uint64_t block_bytes = 0, edge_bytes = 0;  // weights copied per block, and for the patch embedding and merger
 };
 

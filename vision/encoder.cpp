@@ -13,12 +13,12 @@
 
 #include "core/error.h"
 #include "core/file_util.h"
+#include "core/host_buffer.h"
 #include "core/safetensors.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "executor/cpu/matmul.h"
 #include "executor/cpu/ops.h"
-#include "core/host_buffer.h"
 #include "executor/cpu/varlen_attention.h"
 #include "executor/device/vision_kernels.h"
 
@@ -246,12 +246,18 @@ std::array<uint64_t, 12> activation_sizes(const VisionSpec& s, int64_t n, int64_
   const uint64_t out = static_cast<uint64_t>(s.out_hidden_size), half = static_cast<uint64_t>(s.head_dim() / 2);
   const uint64_t wide = std::max({3 * h * un, static_cast<uint64_t>(s.patch_dim()) * un, tokens * out});
   const uint64_t F = sizeof(float), I = sizeof(int32_t);
-  return {F * un * h,           F * un * h,
-          F * wide,             F * un * h,
-          F * static_cast<uint64_t>(chunk) * f, F * static_cast<uint64_t>(chunk) * f,
-          F * un * half,        F * un * half,
-          F * tokens * out,     I * in.window_index.size(),
-          I * in.cu_windows.size(), I * in.cu_frames.size()};
+  return {F * un * h,
+          F * un * h,
+          F * wide,
+          F * un * h,
+          F * static_cast<uint64_t>(chunk) * f,
+          F * static_cast<uint64_t>(chunk) * f,
+          F * un * half,
+          F * un * half,
+          F * tokens * out,
+          I * in.window_index.size(),
+          I * in.cu_windows.size(),
+          I * in.cu_frames.size()};
 }
 
 }  // namespace

@@ -23,8 +23,8 @@ int64_t key_int(const GgufFile& f, const std::string& key, int64_t fallback = -1
 std::vector<float> tensor_f32(const GgufFile& f, const std::string& name, const Shape& shape) {
   const GgufTensorInfo* t = f.find_tensor(name);
   SW_CHECK(t, f.path(), ": tensor ", name, " is missing");
-  SW_CHECK(t->shape == shape, f.path(), ": tensor ", name, " has shape ", shape_str(t->shape), ", the vision spec needs ",
-           shape_str(shape));
+  SW_CHECK(t->shape == shape, f.path(), ": tensor ", name, " has shape ", shape_str(t->shape),
+           ", the vision spec needs ", shape_str(shape));
   const TensorView v = f.view(*t);
   const int64_t n = shape_elems(shape);
   std::vector<float> out(static_cast<size_t>(n));
@@ -127,8 +127,8 @@ ImageProcessorConfig mmproj_image_processor(const std::string& path, const Visio
   c.patch_size = spec.patch_size;
   c.temporal_patch_size = spec.temporal_patch_size;
   c.merge_size = spec.spatial_merge_size;
-  for (const auto& [key, dst] : {std::make_pair("clip.vision.image_mean", c.image_mean),
-                                 std::make_pair("clip.vision.image_std", c.image_std)}) {
+  for (const auto& [key, dst] :
+       {std::make_pair("clip.vision.image_mean", c.image_mean), std::make_pair("clip.vision.image_std", c.image_std)}) {
     const GgufValue* v = f.find(key);
     if (!v) continue;
     SW_CHECK(v->type == GgufType::ARRAY && v->array.size() == 3, path, ": ", key, " must hold 3 numbers");
@@ -140,8 +140,9 @@ ImageProcessorConfig mmproj_image_processor(const std::string& path, const Visio
 VlModel load_vl_model_gguf(const std::string& mmproj_path, const ModelSpec& lm, int32_t image_token_id,
                            int32_t vision_start_token_id) {
   if (lm.mrope_section.empty())
-    fail("--mmproj: the language model has no M-RoPE sections (a Qwen2-VL family GGUF, general.architecture "
-         "qwen2vl, is needed)");
+    fail(
+        "--mmproj: the language model has no M-RoPE sections (a Qwen2-VL family GGUF, general.architecture "
+        "qwen2vl, is needed)");
   VlModel m;
   m.vision = load_mmproj(mmproj_path);
   SW_CHECK(image_token_id >= 0 && vision_start_token_id >= 0, "--mmproj: the language model's vocabulary has no ",

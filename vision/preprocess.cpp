@@ -228,8 +228,8 @@ PreprocessedImage preprocess_image(const Image& image, const ImageProcessorConfi
 
 std::array<int64_t, 3> image_grid(int64_t width, int64_t height, const ImageProcessorConfig& config) {
   const int64_t factor = config.patch_size * config.merge_size;
-  SW_CHECK(width > 0 && height > 0 && width <= kMaxImagePixels && height <= kMaxImagePixels, "image size ", width,
-           "x", height, " is not a size an image can have");
+  SW_CHECK(width > 0 && height > 0 && width <= kMaxImagePixels && height <= kMaxImagePixels, "image size ", width, "x",
+           height, " is not a size an image can have");
   int64_t h = height, w = width;
   if (config.do_resize) {
     std::tie(h, w) = smart_resize(height, width, factor, config.min_pixels, config.max_pixels);

@@ -18,8 +18,8 @@ uint64_t aligned(uint64_t b) {
 
 // One block's tensors in the order they lie in a slot, and the patch embedding's and the merger's.
 std::vector<const std::vector<float>*> block_tensors(const VisionBlockWeights& w) {
-  return {&w.norm1, &w.norm2, &w.qkv_w,  &w.qkv_b, &w.proj_w, &w.proj_b,
-          &w.gate_w, &w.gate_b, &w.up_w, &w.up_b,  &w.down_w, &w.down_b};
+  return {&w.norm1,  &w.norm2,  &w.qkv_w, &w.qkv_b, &w.proj_w, &w.proj_b,
+          &w.gate_w, &w.gate_b, &w.up_w,  &w.up_b,  &w.down_w, &w.down_b};
 }
 std::vector<const std::vector<float>*> edge_tensors(const VisionWeights& w) {
   return {&w.patch_embed, &w.merger_norm, &w.merger_fc1_w, &w.merger_fc1_b, &w.merger_fc2_w, &w.merger_fc2_b};
@@ -161,8 +161,8 @@ VisionPlan plan_vision_encoder(const VisionSpec& s, const VisionInputs& in, uint
   if (fixed + two > budget)
     fail("the vision encoder needs at least ", format_bytes(fixed + two), " of device memory for ", n,
          " patches (activations ", format_bytes(p.activation_bytes), ", workspace ", format_bytes(p.workspace_bytes),
-         ", patch embedding and merger ",
-         format_bytes(p.edge_bytes), ", two blocks ", format_bytes(two), "); the budget is ", format_bytes(budget));
+         ", patch embedding and merger ", format_bytes(p.edge_bytes), ", two blocks ", format_bytes(two),
+         "); the budget is ", format_bytes(budget));
   const uint64_t all = static_cast<uint64_t>(s.depth) * p.block_bytes;
   if (fixed + all <= budget) {
     p.resident_blocks = s.depth;
@@ -195,9 +195,8 @@ std::vector<float> encode_images_on_device(Device& dev, const VisionSpec& s, con
   uint8_t* slots = resident + static_cast<uint64_t>(plan.resident_blocks) * plan.block_bytes;
   k.set_workspace(ws, plan.workspace_bytes);
 
-  upload_vision_inputs(in, a, [&](void* d, const void* h, uint64_t b) {
-    dev.copy_h2d(static_cast<uint8_t*>(d), h, b, Queue::H2DAct);
-  });
+  upload_vision_inputs(
+      in, a, [&](void* d, const void* h, uint64_t b) { dev.copy_h2d(static_cast<uint8_t*>(d), h, b, Queue::H2DAct); });
   dev.copy_h2d(reinterpret_cast<uint8_t*>(a.qkv), pixel_values,
                static_cast<uint64_t>(in.n_patches * s.patch_dim()) * sizeof(float), Queue::H2DAct);
   const Event inputs = dev.record(Queue::H2DAct);

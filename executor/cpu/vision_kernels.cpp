@@ -1,6 +1,8 @@
 // executor/cpu/vision_kernels.cpp — the vision encoder's operations (vision_kernels.h) on the CPU, over
 // host memory, computed at the call on a thread pool: the executor's matmul, RMSNorm and varlen tile
 // attention, and element-wise loops. Only the matmul's sums may depend on the number of threads.
+#include "executor/device/vision_kernels.h"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -11,7 +13,6 @@
 #include "executor/cpu/matmul.h"
 #include "executor/cpu/ops.h"
 #include "executor/cpu/varlen_attention.h"
-#include "executor/device/vision_kernels.h"
 
 namespace shardwise {
 
@@ -80,8 +81,8 @@ class CpuVisionKernels : public VisionKernels {
   void attention(const float* qkv, float* out, const int32_t* cu_seqlens, int64_t n_segments, int64_t max_len,
                  int64_t n_heads, int64_t head_dim) override {
     (void)max_len;
-    SW_CHECK(n_segments >= 0 && head_dim % 4 == 0 && head_dim <= kVisionMaxHeadDim,
-             "vision attention: ", n_segments, " segments of head_dim ", head_dim);
+    SW_CHECK(n_segments >= 0 && head_dim % 4 == 0 && head_dim <= kVisionMaxHeadDim, "vision attention: ", n_segments,
+             " segments of head_dim ", head_dim);
     const std::vector<int64_t> cu(cu_seqlens, cu_seqlens + n_segments + 1);
     VarlenAttentionShape shape;
     shape.n_heads = n_heads;

@@ -458,8 +458,9 @@ class CudaDevice : public Device {
     if (std::find(vision_warm_.begin(), vision_warm_.end(), head_dim) == vision_warm_.end()) {
       vision_warm_.push_back(head_dim);
       if (arena_) {
-        log_warn("cuda: the vision kernels are set up after the arena: their first launches may take device memory "
-                 "beyond the budget");
+        log_warn(
+            "cuda: the vision kernels are set up after the arena: their first launches may take device memory "
+            "beyond the budget");
       } else {
         const std::string error = cuda_vision_warm_up(*vision_, head_dim);
         if (!error.empty())

@@ -41,15 +41,14 @@ class VisionKernels {
   // HF's rotate-half rotary, in place, on the q and k parts of n fused qkv rows ([n, 3 * n_heads *
   // head_dim]: q, k, v in turn): for each head, v[i], v[i + half] turned by the row's cos[i], sin[i]
   // (cos, sin: [n, head_dim / 2]).
-  virtual void rotary(float* qkv, const float* cos, const float* sin, int64_t n, int64_t n_heads,
-                      int64_t head_dim) = 0;
+  virtual void rotary(float* qkv, const float* cos, const float* sin, int64_t n, int64_t n_heads, int64_t head_dim) = 0;
   // out[t, head h] = sum_j softmax_j(q_t . k_j / sqrt(head_dim)) v_j over the keys j of t's segment, q,
   // k, v from fused qkv rows as above, out [n, n_heads * head_dim]. cu_seqlens: [n_segments + 1] int32
   // row offsets in this device's memory, from 0, non-decreasing (empty segments allowed); max_len: the
   // longest segment (the caller knows it from the host copy). head_dim a multiple of 4, at most
   // kVisionMaxHeadDim. Rows past the last offset are not touched; out must not overlap qkv.
-  virtual void attention(const float* qkv, float* out, const int32_t* cu_seqlens, int64_t n_segments,
-                         int64_t max_len, int64_t n_heads, int64_t head_dim) = 0;
+  virtual void attention(const float* qkv, float* out, const int32_t* cu_seqlens, int64_t n_segments, int64_t max_len,
+                         int64_t n_heads, int64_t head_dim) = 0;
   // gate[i] = act(gate[i]) * up[i] for i < count; with up null, gate[i] = act(gate[i]).
   virtual void activation(VisionAct act, float* gate, const float* up, int64_t count) = 0;
   // Gather (scatter false): dst row i = src row index[i]; scatter: dst row index[i] = src row i; rows i

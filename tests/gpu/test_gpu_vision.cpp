@@ -47,8 +47,8 @@ TEST_CASE("CUDA vision encoder: the CPU encoder's tokens, GPU-only and streamed,
   // 1-frame images of 22 x 36 and 40 x 24 patches (several windows, uneven ones at the edges) and a 2-frame
   // one: 1,880 patches.
   const std::vector<GridThw> grids = {{1, 22, 36}, {1, 40, 24}, {2, 8, 8}};
-  const std::vector<float> pix = test::random_floats(
-      static_cast<size_t>(vision_patch_count(grids) * s.patch_dim()), 3, -2.0f, 2.0f);
+  const std::vector<float> pix =
+      test::random_floats(static_cast<size_t>(vision_patch_count(grids) * s.patch_dim()), 3, -2.0f, 2.0f);
   ThreadPool pool(4);
   const std::vector<float> want = encode_images(s, w, pix.data(), grids, pool);
   const VisionInputs in = vision_inputs(s, grids);

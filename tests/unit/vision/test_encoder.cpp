@@ -13,12 +13,12 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "executor/cpu/varlen_attention.h"
 #include "test_util.h"
 #include "vision/encoder.h"
 #include "vision/encoder_reference.h"
 #include "vision/image.h"
 #include "vision/preprocess.h"
-#include "executor/cpu/varlen_attention.h"
 #include "vision/vision_spec.h"
 
 using namespace shardwise;

@@ -9,10 +9,10 @@
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/thread_pool.h"
+#include "core/weight_source.h"
 #include "test_util.h"
 #include "vision/encoder.h"
 #include "vision/mmproj.h"
-#include "core/weight_source.h"
 
 using namespace shardwise;
 using Catch::Matchers::Contains;

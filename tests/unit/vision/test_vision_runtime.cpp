@@ -3,16 +3,16 @@
 // encode on the emulated device — random delays and unequal queue speeds — equal to the CPU encoder's
 // bits in every schedule, its arena released after; dropping the copy/compute dependencies breaks it.
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/file_util.h"
 #include "core/thread_pool.h"
 #include "executor/device/device.h"
 #include "test_util.h"
 #include "vision/encoder.h"
 #include "vision/vision_runtime.h"
 #include "vision/vl_prompt.h"
-#include "core/file_util.h"
-#include <nlohmann/json.hpp>
 
 using namespace shardwise;
 using Catch::Matchers::Contains;
@@ -96,7 +96,7 @@ TEST_CASE("vision encoder on the emulated device: the CPU's bits in every schedu
       EmuOptions eo;
       eo.seed = static_cast<uint64_t>(10 * blocks + speeds);
       eo.max_delay_us = 100;
-      if (speeds == 1) eo.queue_scale[static_cast<int>(Queue::H2D)] = 10;  // copies lag
+      if (speeds == 1) eo.queue_scale[static_cast<int>(Queue::H2D)] = 10;      // copies lag
       if (speeds == 2) eo.queue_scale[static_cast<int>(Queue::Compute)] = 10;  // compute lags
       std::unique_ptr<Device> dev = make_emu_device(eo);
       const uint64_t budget = budget_for(big, s, in, in.n_patches, blocks);
@@ -151,8 +151,7 @@ TEST_CASE("vision encoder on a device: bad inputs give one error and leave no ar
   std::unique_ptr<Device> dev = make_emu_device();
   CHECK_THROWS_WITH(encode_images_on_device(*dev, s, w, pix.data(), {{1, 5, 10}}, uint64_t(1) << 30),
                     Contains("spatial_merge_size"));
-  CHECK_THROWS_WITH(encode_images_on_device(*dev, s, w, pix.data(), kGrids, 1 << 16),
-                    Contains("needs at least"));
+  CHECK_THROWS_WITH(encode_images_on_device(*dev, s, w, pix.data(), kGrids, 1 << 16), Contains("needs at least"));
   VisionWeights short_w = w;
   short_w.blocks[1].qkv_b.pop_back();
   CHECK_THROWS_WITH(encode_images_on_device(*dev, s, short_w, pix.data(), kGrids, uint64_t(1) << 30),
@@ -160,7 +159,8 @@ TEST_CASE("vision encoder on a device: bad inputs give one error and leave no ar
   CHECK(dev->allocate_arena(1 << 20) != nullptr);
 }
 
-TEST_CASE("plan --image-size: the encoder's plan for images of those sizes within the budget", "[vision][vlmopt][cli]") {
+TEST_CASE("plan --image-size: the encoder's plan for images of those sizes within the budget",
+          "[vision][vlmopt][cli]") {
   const std::string dir = test::fixtures_dir() + "/vl/qwen2_5_vl";
   const VisionSpec spec = vision_spec_from_hf_config(read_text_file(dir + "/config.json"), "config.json");
   const ImageProcessorConfig processor = model_image_processor(dir, spec);
