@@ -7,6 +7,8 @@
                                     (DIR/images/RES.png) and DIR/prompts.json: per image the prompt as
                                     `shardwise run --tokens` takes it (one image token) and as HF takes it
                                     (the image token repeated once per merged patch).
+    vl_bench.py make-vision DIR     the same with the vision tower alone in the safetensors (what `shardwise
+                                    vision` reads): seconds instead of minutes, for encoder-only runs.
     vl_bench.py hf DIR OUT.json     HF transformers on the GPU, whole model and encoder on the device, its
                                     default attention: per image, the vision tower alone and encode + prefill
                                     + 64 greedy tokens (min_new_tokens 64), best of REPEATS (env, default 2),
@@ -58,7 +60,7 @@ def make_image(path, width, height):
     Image.fromarray(np.clip(img, 0, 255).astype(np.uint8)).save(path)
 
 
-def make(d):
+def make(d, tower_only=False):
     import torch
     import transformers
     from transformers import Qwen2_5_VLForConditionalGeneration
@@ -74,7 +76,11 @@ def make(d):
     t0 = time.time()
     torch.set_default_dtype(torch.float16)
     with torch.device("cuda"):
-        model = Qwen2_5_VLForConditionalGeneration._from_config(cfg)
+        if tower_only:
+            from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionTransformerPretrainedModel
+            model = Qwen2_5_VisionTransformerPretrainedModel._from_config(cfg.vision_config)
+        else:
+            model = Qwen2_5_VLForConditionalGeneration._from_config(cfg)
     torch.set_default_dtype(torch.float32)
     model = model.half()
     with torch.no_grad():
@@ -85,10 +91,16 @@ def make(d):
                 p.fill_(1.0)
             else:
                 p.normal_(0.0, 0.02)
-    try:
-        model.save_pretrained(d, safe_serialization=True, max_shard_size="5GB")
-    except TypeError:  # transformers 5 always writes safetensors
-        model.save_pretrained(d, max_shard_size="5GB")
+    if tower_only:
+        from safetensors.torch import save_file
+        save_file({"visual." + k: v.contiguous() for k, v in model.state_dict().items()}, f"{d}/model.safetensors",
+                  metadata={"format": "pt"})
+        cfg.to_json_file(f"{d}/config.json")
+    else:
+        try:
+            model.save_pretrained(d, safe_serialization=True, max_shard_size="5GB")
+        except TypeError:  # transformers 5 always writes safetensors
+            model.save_pretrained(d, max_shard_size="5GB")
     print(f"made and saved the model in {time.time() - t0:.1f} s "
           f"({sum(p.numel() for p in model.parameters()) / 1e9:.2f} B parameters)")
     json.dump({"image_processor_type": "Qwen2VLImageProcessor", "do_resize": True, "do_rescale": True,
@@ -162,8 +174,8 @@ def hf(d, out):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 3 and sys.argv[1] == "make":
-        make(sys.argv[2])
+    if len(sys.argv) >= 3 and sys.argv[1] in ("make", "make-vision"):
+        make(sys.argv[2], tower_only=sys.argv[1] == "make-vision")
     elif len(sys.argv) >= 4 and sys.argv[1] == "hf":
         hf(sys.argv[2], sys.argv[3])
     else:

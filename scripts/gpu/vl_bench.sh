@@ -10,7 +10,8 @@
 #             rounds interleaved (every image and budget once per round)
 # Output: OUT/vl_bench/ (JSON per run, logs, machine.txt).
 #   vl_bench.sh OUT [BUDGETS] [RESOLUTIONS]     Env: BUNDLE, WORK (/tmp/vl7b), REPEATS (1), PARTS
-#   (default "hf check encoder e2e"), THREADS (16)
+#   (default "hf check encoder e2e"), THREADS (16), MAKE (make, or make-vision: the tower alone, enough for
+#   check and encoder)
 set -uo pipefail
 out=${1:?usage: vl_bench.sh OUT [BUDGETS] [RESOLUTIONS]}
 budgets=${2:-4G 8G 14.5G}
@@ -27,7 +28,7 @@ fails=0
 has() { [[ "$parts" == *" $1 "* ]]; }
 
 if [ ! -s "$work/prompts.json" ]; then
-  timeout 300 python3 scripts/gpu/vl_bench.py make "$work" > "$dir/make.log" 2>&1 ||
+  timeout 300 python3 scripts/gpu/vl_bench.py "${MAKE:-make}" "$work" > "$dir/make.log" 2>&1 ||
     { echo "FAILED: making the model"; tail -20 "$dir/make.log"; exit 2; }
   tail -2 "$dir/make.log"
 fi
