@@ -4,11 +4,13 @@
 // locals (nothing for the jump to skip) and reports failure through its return value.
 #include "vision/image.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 
 // jpeglib.h uses FILE and size_t without including their headers, so it comes after <cstdio>.
 #include <jerror.h>
@@ -315,10 +317,17 @@ Image decode_image(const uint8_t* data, size_t size, const std::string& context)
 }
 
 Image load_image(const std::string& path) {
+  struct stat st;
+  SW_CHECK(::stat(path.c_str(), &st) == 0, path, ": cannot open the image file (", std::strerror(errno), ")");
+  SW_CHECK(S_ISREG(st.st_mode), path, ": not an image file (a directory or a device)");
+  const auto size = static_cast<uint64_t>(st.st_size);
+  SW_CHECK(size <= kMaxImageFileBytes, path, ": ", size, " bytes, more than an image file may have (",
+           kMaxImageFileBytes, ")");
   std::ifstream in(path, std::ios::binary);
   SW_CHECK(in, path, ": cannot open the image file");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  SW_CHECK(!in.bad(), path, ": error reading the image file");
+  std::vector<uint8_t> bytes(static_cast<size_t>(size));
+  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size));
+  SW_CHECK(static_cast<uint64_t>(in.gcount()) == size, path, ": error reading the image file");
   return decode_image(bytes.data(), bytes.size(), path);
 }
 

@@ -31,6 +31,8 @@ struct Image {
 // Larger images are refused before decoding (their header is read first).
 constexpr int64_t kMaxImageSide = 32768;
 constexpr int64_t kMaxImagePixels = int64_t{1} << 28;
+// The largest image file load_image reads (checked before reading: a bigger file is refused, not read).
+constexpr uint64_t kMaxImageFileBytes = uint64_t{1} << 30;
 
 // Reads and decodes a JPEG or PNG file (the format from its first bytes, not its name).
 Image load_image(const std::string& path);

@@ -168,6 +168,9 @@ TEST_CASE("decode: bad files are refused with one line naming the file", "[visio
     }
   }
   CHECK_THROWS_WITH(load_image(vision_dir() + "/no_such_file.png"), Contains("cannot open"));
+  // A directory or a device is refused by what it is, before anything is read from it.
+  CHECK_THROWS_WITH(load_image(vision_dir()), Contains("not an image file"));
+  CHECK_THROWS_WITH(load_image("/dev/zero"), Contains("/dev/zero: not an image file"));
   CHECK_THROWS_WITH(decode_image(nullptr, 0, "nothing"), Contains("nothing: the image data is empty"));
 }
 
