@@ -55,7 +55,8 @@ void run_vision(const VisionArgs& a) {
   if (a.device != "cpu") dev = make_run_device(a.device);
   const EncodedImages e =
       encode_image_files(m, model_image_processor(a.model, m.spec), a.images, pool, dev.get(), budget);
-  if (dev) log_info(e.run.plan.describe(), "; measured device peak ", format_bytes(e.run.device_peak_bytes));
+  if (e.device != "cpu")
+    log_info(e.run.plan.describe(), "; measured device peak ", format_bytes(e.run.device_peak_bytes));
   const int64_t patches = vision_patch_count(e.grids), width = m.spec.out_hidden_size;
   const int64_t n = static_cast<int64_t>(e.tokens.size()) / width;
   if (!a.pixels_out.empty()) write_npy_f32(a.pixels_out, e.pixel_values.data(), {patches, m.spec.patch_dim()});
@@ -78,7 +79,7 @@ void run_vision(const VisionArgs& a) {
   if (a.json) {
     nlohmann::json j = {{"images", images}, {"patches", patches},       {"tokens", n},
                         {"width", width},   {"encode_ms", e.encode_ms}, {"device", e.device}};
-    if (dev) j["encoder"] = device_json(e);
+    if (e.device != "cpu") j["encoder"] = device_json(e);
     print_json(j);
     return;
   }

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/json_util.h"
+#include "core/log.h"
 #include "executor/cpu/ops.h"
 #include "vision/image.h"
 
@@ -37,6 +38,18 @@ EncodedImages encode_image_files(const VisionModel& model, const ImageProcessorC
     const GridThw grid{p.grid_t, p.grid_h, p.grid_w};
     out.grids.push_back(grid);
     out.images.push_back({path, im.width, im.height, p.resized_width, p.resized_height, p.n_merged_tokens(), grid});
+  }
+  // A budget too small for these images' encoder (not even its activations and two blocks): the CPU
+  // encodes them instead, said once, rather than the run failing.
+  if (device) {
+    const VisionInputs in = vision_inputs(model.spec, out.grids);
+    const uint64_t ws = device->vision_kernels(model.spec.head_dim()).workspace_bytes();
+    try {
+      plan_vision_encoder(model.spec, in, budget_bytes, ws);
+    } catch (const Error& e) {
+      log_warn(e.what(), ": the images are encoded on the CPU");
+      device = nullptr;
+    }
   }
   if (device) {
     out.tokens = encode_images_on_device(*device, model.spec, model.weights, out.pixel_values.data(), out.grids,

@@ -187,3 +187,21 @@ TEST_CASE("plan --image-size: the encoder's plan for images of those sizes withi
                             &text) != 0);
   CHECK_THAT(text, Contains("expected WIDTHxHEIGHT"));
 }
+
+TEST_CASE("vision --device: a budget too small for the encoder falls back to the CPU, said once",
+          "[vision][vlmopt][cli]") {
+  const std::string dir = test::fixtures_dir() + "/vl/qwen2_5_vl";
+  const std::string base =
+      test::shardwise_bin() + " vision -m " + dir + " --image " + dir + "/images/img_300x200/image.png -t 1 --json";
+  std::string cpu, small, warn;
+  REQUIRE(test::run_command("(" + base + " --out " + test::temp_path("enc_cpu.npy") + " 2>/dev/null)", &cpu) == 0);
+  REQUIRE(test::run_command(
+              "(" + base + " --device emu --vram-budget 1M --out " + test::temp_path("enc_small.npy") + " 2>/dev/null)",
+              &small) == 0);
+  INFO(small);
+  CHECK(nlohmann::json::parse(small)["device"] == "cpu");
+  CHECK(test::load_npy_floats(test::temp_path("enc_small.npy")) ==
+        test::load_npy_floats(test::temp_path("enc_cpu.npy")));
+  REQUIRE(test::run_command("(" + base + " --device emu --vram-budget 1M 2>&1 >/dev/null)", &warn) == 0);
+  CHECK_THAT(warn, Contains("needs at least") && Contains("encoded on the CPU"));
+}
