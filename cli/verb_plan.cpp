@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <optional>
 
@@ -18,9 +17,8 @@
 #include "engine/cost_source.h"
 #include "engine/planning.h"
 #include "engine/run_setup.h"
-#include "planner/encoder_cost.h"
+#include "engine/vision_planning.h"
 #include "planner/planner.h"
-#include "vision/vl_prompt.h"
 
 namespace shardwise::cli {
 namespace {
@@ -111,12 +109,6 @@ void measure_plan_routing(const PlanArgs& a, const PlanModel& m, PlannerConfig& 
 }
 
 // What a plan call computed, for its outputs.
-// The vision encoder's part of a plan (--image-size): its plan and predicted time.
-struct VisionPart {
-  VisionPlan plan;
-  EncoderCost cost;
-};
-
 struct PlanResult {
   PlanModel model;
   PlannedTable planned;
@@ -164,53 +156,14 @@ nlohmann::json tier_json(const TierEntry& e) {
           {"candidates", c}};
 }
 
-// Segment lengths from offsets.
-std::vector<int64_t> lengths(const std::vector<int32_t>& cu) {
-  std::vector<int64_t> l;
-  for (size_t i = 0; i + 1 < cu.size(); ++i) l.push_back(cu[i + 1] - cu[i]);
-  return l;
-}
-
-// The encoder as the planner prices it.
-EncoderShape encoder_shape(const VisionSpec& spec, const VisionInputs& in, const VisionPlan& p) {
-  EncoderShape e;
-  e.tokens = in.n_patches;
-  e.hidden = spec.hidden_size, e.intermediate = spec.intermediate_size;
-  e.heads = spec.num_heads, e.head_dim = spec.head_dim();
-  e.patch_dim = spec.patch_dim(), e.out_hidden = spec.out_hidden_size, e.merge_unit = spec.merge_unit();
-  e.mlp_chunk = p.mlp_chunk;
-  for (int64_t b = 0; b < spec.depth; ++b) e.full_attention.push_back(spec.full_attention(b));
-  e.windows = lengths(in.cu_windows);
-  e.frames = lengths(in.cu_frames);
-  e.resident_blocks = p.resident_blocks;
-  e.block_bytes = p.block_bytes;
-  e.edge_bytes = p.edge_bytes;
-  return e;
-}
-
 // The vision encoder's plan for images of the given sizes under the same budget, on CUDA (its arena lives
 // before the language model's, so each has the whole budget), and its predicted time. Null without
 // --image-size.
 std::optional<VisionPart> plan_vision(const PlanArgs& a, uint64_t budget, const CostModel& cost) {
   if (a.image_sizes.empty()) return std::nullopt;
-  const std::string config = a.model + "/config.json";
-  if (!std::filesystem::is_regular_file(config))
-    fail("--image-size: ", a.model, " is not an HF directory of a vision-language model (no config.json)");
-  const VisionSpec spec = vision_spec_from_hf_config(read_text_file(config), config);
-  const ImageProcessorConfig processor = model_image_processor(a.model, spec);
-  std::vector<GridThw> grids;
-  for (const std::string& size : a.image_sizes) {
-    long long w = 0, h = 0;
-    char tail = 0;
-    if (std::sscanf(size.c_str(), "%lldx%lld%c", &w, &h, &tail) != 2)
-      fail("--image-size ", size, ": expected WIDTHxHEIGHT in pixels, e.g. 1920x1080");
-    grids.push_back(image_grid(w, h, processor));
-  }
-  const VisionInputs in = vision_inputs(spec, grids);
-  VisionPart v;
-  v.plan = plan_vision_encoder(spec, in, budget, kVisionCudaWorkspaceBytes);
-  v.cost = predict_encoder(cost, encoder_shape(spec, in, v.plan));
-  return v;
+  std::vector<std::array<int64_t, 2>> sizes;
+  for (const std::string& size : a.image_sizes) sizes.push_back(parse_image_size(size, "--image-size"));
+  return plan_vision_part(a.model, sizes, budget, cost);
 }
 
 nlohmann::json vision_plan_json(const VisionPart& v) {

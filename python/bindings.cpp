@@ -15,6 +15,7 @@
 #include "costmodel/profile_db.h"
 #include "engine/cost_source.h"
 #include "engine/planning.h"
+#include "engine/vision_planning.h"
 #include "oracle/experiment.h"
 #include "oracle/sweep.h"
 #include "planner/plan.h"
@@ -216,6 +217,33 @@ uint64_t minimum_budget_fn(const py::object& model, const py::object& hardware, 
                         planner_config(spec, planner_choices(1, ctx, threads, cost, {}, "f32", -1), ModelFacts{}));
 }
 
+// A vision-language model's encoder planned for images of the given "WxH" sizes (engine/vision_planning.h).
+py::dict plan_vision_fn(const std::string& model_dir, const std::vector<std::string>& image_sizes,
+                        const py::object& budget, const py::object& hardware, const py::object& pcie_cap,
+                        const py::object& profile) {
+  const CostSource source(machine_arg(hardware, profile));
+  const CostModel& cost = source.at_cap(bandwidth_arg(pcie_cap, "pcie_cap"));
+  std::vector<std::array<int64_t, 2>> sizes;
+  for (const std::string& s : image_sizes) sizes.push_back(parse_image_size(s, "image_sizes"));
+  const VisionPart v = plan_vision_part(model_dir, sizes, size_arg(budget, "budget"), cost);
+  py::dict d;
+  d["schedule"] = v.plan.schedule();
+  d["patches"] = v.plan.n_patches;
+  d["blocks"] = v.plan.depth;
+  d["resident_blocks"] = v.plan.resident_blocks;
+  d["slots"] = v.plan.slots;
+  d["mlp_chunk"] = v.plan.mlp_chunk;
+  d["arena_bytes"] = v.plan.arena_bytes;
+  d["activation_bytes"] = v.plan.activation_bytes;
+  d["weight_bytes"] = v.plan.weight_bytes();
+  d["predicted_ms"] = v.cost.predicted_ms;
+  d["predicted_block_ms"] = v.cost.block_compute_ms;
+  d["predicted_full_block_ms"] = v.cost.full_block_compute_ms;
+  d["predicted_block_copy_ms"] = v.cost.copy_ms;
+  d["description"] = v.plan.describe();
+  return d;
+}
+
 py::list expand_experiment_fn(const std::string& path) {
   const Experiment e = load_experiment(path);
   py::list out;
@@ -382,6 +410,12 @@ void bind_planning(py::module_& m) {
         "the GPU attends to a host KV cache; `next_layer_hits`: MoE, the fraction of each layer's experts its router "
         "guesses "
         "a layer early (0: no speculative expert prefetch)");
+
+  m.def("plan_vision", &plan_vision_fn, py::arg("model_dir"), py::arg("image_sizes"), py::arg("budget"),
+        py::arg("hardware") = py::none(), py::arg("pcie_cap") = py::none(), py::arg("profile") = py::none(),
+        "A vision-language model's (HF directory) vision encoder planned on the GPU for images of the given "
+        "'WIDTHxHEIGHT' sizes within `budget` (its arena lives before the language model's): the schedule, "
+        "resident blocks, arena and the cost model's predicted encode time, as `shardwise plan --image-size`");
 
   m.def("minimum_budget", &minimum_budget_fn, py::arg("model"), py::arg("hardware") = py::none(), py::arg("ctx") = 4096,
         py::arg("threads") = 0, py::arg("pcie_cap") = py::none(), py::arg("profile") = py::none(),

@@ -28,7 +28,7 @@ from .results import load_results, load_sweeps
 _NATIVE_NAMES = (
     "Error", "ModelSpec", "HardwareSpec", "Plan", "PlanTable", "TierEntry",
     "builtin_specs", "builtin_hardware", "load_spec", "weights_spec", "load_hardware", "parse_size", "parse_bandwidth",
-    "default_tiers", "plan", "minimum_budget", "experiment_config", "expand_experiment", "config_id", "profile_hash",
+    "default_tiers", "plan", "plan_vision", "minimum_budget", "experiment_config", "expand_experiment", "config_id", "profile_hash",
     "git_rev", "load_profile",
 )
 # Pure-Python submodules imported on first use (plots and report load matplotlib; report selects its

@@ -26,7 +26,7 @@ RULES = {
     "executor": {"core", "plan"},
     "vision": {"core", "plan", "executor"},
     "microbench": {"core", "costmodel", "plan", "executor"},
-    "engine": {"core", "costmodel", "plan", "planner", "executor"},
+    "engine": {"core", "costmodel", "plan", "planner", "executor", "vision"},
     "oracle": {"core", "costmodel", "plan", "planner", "executor", "engine", "text"},
     "serve": {"core", "plan", "executor", "text", "vision"},
 }

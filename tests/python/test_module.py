@@ -122,3 +122,20 @@ def test_profile_hash_matches_the_sweep(smoke_results):
     r = df.iloc[0]
     cap = 0.0 if r["pcie_cap"] == "none" else shardwise.parse_bandwidth(r["pcie_cap"])
     assert shardwise.profile_hash("cli3", cap) == r["profile_hash"]
+
+
+def test_plan_vision_matches_the_cli(repo):
+    vl = str(repo / "tests/fixtures/vl/qwen2_5_vl")
+    d = shardwise.plan_vision(vl, ["300x200", "64x300"], "10M", hardware="h200-host")
+    out = subprocess.run([os.environ["SHARDWISE_BIN"], "plan", "--model", vl, "--hw", "h200-host", "--vram-budget",
+                          "10M", "--image-size", "300x200", "--image-size", "64x300", "--json"],
+                         check=True, capture_output=True, text=True).stdout
+    cli = json.loads(out)["vision"]
+    for key in ("schedule", "patches", "resident_blocks", "arena_bytes", "mlp_chunk"):
+        assert d[key] == cli[key], key
+    assert d["predicted_ms"] == pytest.approx(cli["predicted_ms"], rel=1e-9)
+    assert 0 < d["arena_bytes"] <= 10 << 20
+    with pytest.raises(shardwise.Error, match="WIDTHxHEIGHT"):
+        shardwise.plan_vision(vl, ["300by200"], "10M", hardware="h200-host")
+    with pytest.raises(shardwise.Error, match="needs at least"):
+        shardwise.plan_vision(vl, ["300x200"], "1M", hardware="h200-host")
