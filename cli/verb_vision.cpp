@@ -15,6 +15,7 @@
 #include "engine/run_setup.h"
 #include "executor/session/sampling.h"
 #include "vision/encoder.h"
+#include "vision/mmproj.h"
 #include "vision/vision_runtime.h"
 #include "vision/vl_prompt.h"
 
@@ -49,12 +50,15 @@ void run_vision(const VisionArgs& a) {
   if (a.device != "cpu" && a.budget.empty()) fail("--device ", a.device, " needs --vram-budget (e.g. 2G)");
   if (a.device == "cpu" && !a.budget.empty()) fail("--vram-budget needs a device (--device cuda or emu)");
   const uint64_t budget = a.budget.empty() ? 0 : parse_vram_budget(a.budget, "--vram-budget");
-  const VisionModel m = load_vision_model(a.model);
+  // An HF directory, or llama.cpp's mmproj GGUF (the tower alone).
+  const bool gguf = a.model.size() > 5 && a.model.compare(a.model.size() - 5, 5, ".gguf") == 0;
+  const VisionModel m = gguf ? load_mmproj(a.model) : load_vision_model(a.model);
+  const ImageProcessorConfig processor =
+      gguf ? mmproj_image_processor(a.model, m.spec) : model_image_processor(a.model, m.spec);
   ThreadPool pool(resolve_threads(a.threads));
   std::unique_ptr<Device> dev;
   if (a.device != "cpu") dev = make_run_device(a.device);
-  const EncodedImages e =
-      encode_image_files(m, model_image_processor(a.model, m.spec), a.images, pool, dev.get(), budget);
+  const EncodedImages e = encode_image_files(m, processor, a.images, pool, dev.get(), budget);
   if (e.device != "cpu")
     log_info(e.run.plan.describe(), "; measured device peak ", format_bytes(e.run.device_peak_bytes));
   const int64_t patches = vision_patch_count(e.grids), width = m.spec.out_hidden_size;
@@ -101,7 +105,8 @@ void register_vision(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "vision", "Run a vision-language model's image processor and vision encoder: images to image tokens");
   sub->add_option("-m,--model", a->model,
-                  "An HF directory of a Qwen2.5-VL model (config.json, safetensors, preprocessor_config.json)")
+                  "An HF directory of a Qwen2.5-VL model (config.json, safetensors, preprocessor_config.json), or "
+                  "llama.cpp's mmproj .gguf of one")
       ->required();
   sub->add_option("--image", a->images, "A JPEG or PNG file; repeat for several images (encoded together)")->required();
   sub->add_option("--out", a->out, "Output .npy of the image tokens (float32 [tokens, the LLM's hidden size])");

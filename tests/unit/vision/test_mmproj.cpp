@@ -4,6 +4,7 @@
 // encodes images to the HF directory's tokens; bad files give one error naming the key or tensor.
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -187,4 +188,24 @@ TEST_CASE("run --mmproj: the pair's errors are one line each", "[vision][mmproj]
   CHECK_THAT(text, Contains("--mmproj"));
   CHECK(test::run_command("(" + run + " --mmproj " + lm + " --image " + image + " 2>&1)", &text) != 0);
   CHECK_THAT(text, Contains("clip.projector_type"));
+}
+
+TEST_CASE("vision -m MMPROJ.gguf: the tower of llama.cpp's projector file, as the library encodes it",
+          "[vision][mmproj][cli]") {
+  const VisionModel hf = load_vision_model(vl_dir());
+  const std::string proj = test::temp_path("cli.mmproj.gguf"), out = test::temp_path("mmproj_tokens.npy");
+  write_mmproj(hf, proj);
+  const std::string image = vl_dir() + "/images/img_300x200/image.png";
+  std::string text;
+  REQUIRE(test::run_command("(" + test::shardwise_bin() + " vision -m " + proj + " --image " + image + " --out " + out +
+                                " -t 1 --json 2>/dev/null)",
+                            &text) == 0);
+  INFO(text);
+  const VisionModel m = load_mmproj(proj);
+  ThreadPool pool(1);
+  const EncodedImages e = encode_image_files(m, mmproj_image_processor(proj, m.spec), {image}, pool);
+  CHECK(test::load_npy_floats(out) == e.tokens);
+  // The released checkpoints' pixel limits, not the fixture's preprocessor_config.json (which the file
+  // does not carry): 300x200 stays 308x196, 77 tokens (12 under the fixture's smaller max_pixels).
+  CHECK(nlohmann::json::parse(text)["tokens"] == 77);
 }
