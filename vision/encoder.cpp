@@ -233,11 +233,6 @@ int64_t longest_segment(const std::vector<int64_t>& cu) {
   return m;
 }
 
-constexpr uint64_t kAlign = 256;
-uint64_t aligned(uint64_t b) {
-  return (b + kAlign - 1) / kAlign * kAlign;
-}
-
 // The activation regions in order: x, xn, qkv (which also holds the pixels before the blocks and the
 // merger's output before its reorder), att, gate, up, cos, sin, tokens, then the int32 tables.
 std::array<uint64_t, 12> activation_sizes(const VisionSpec& s, int64_t n, int64_t chunk, const VisionInputs& in) {
@@ -262,6 +257,11 @@ std::array<uint64_t, 12> activation_sizes(const VisionSpec& s, int64_t n, int64_
 
 }  // namespace
 
+uint64_t vision_aligned_bytes(uint64_t b) {
+  constexpr uint64_t kAlign = 256;
+  return (b + kAlign - 1) / kAlign * kAlign;
+}
+
 VisionInputs vision_inputs(const VisionSpec& s, const std::vector<GridThw>& grids) {
   validate_grids(s, grids, "encode_images");
   VisionInputs in;
@@ -284,7 +284,7 @@ VisionInputs vision_inputs(const VisionSpec& s, const std::vector<GridThw>& grid
 
 uint64_t vision_activation_bytes(const VisionSpec& s, const VisionInputs& in, int64_t mlp_chunk) {
   uint64_t total = 0;
-  for (uint64_t b : activation_sizes(s, in.n_patches, mlp_chunk, in)) total += aligned(b);
+  for (uint64_t b : activation_sizes(s, in.n_patches, mlp_chunk, in)) total += vision_aligned_bytes(b);
   return total;
 }
 
@@ -295,7 +295,7 @@ VisionActivations carve_vision_activations(const VisionSpec& s, const VisionInpu
   std::array<uint8_t*, 12> at{};
   for (size_t i = 0; i < sizes.size(); ++i) {
     at[i] = p;
-    p += aligned(sizes[i]);
+    p += vision_aligned_bytes(sizes[i]);
   }
   VisionActivations a;
   a.n = in.n_patches;

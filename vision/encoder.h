@@ -82,6 +82,8 @@ struct VisionActivations {
   int32_t *window_index = nullptr, *cu_windows = nullptr, *cu_frames = nullptr;
   int64_t n_windows = 0, n_frames = 0, max_window = 0, max_frame = 0;
 };
+// Bytes rounded up to the 256-byte alignment of every region the encoder lays out in an arena.
+uint64_t vision_aligned_bytes(uint64_t bytes);
 // Bytes of those regions (each 256-byte aligned), and the regions laid out from `base`.
 uint64_t vision_activation_bytes(const VisionSpec& spec, const VisionInputs& in, int64_t mlp_chunk);
 VisionActivations carve_vision_activations(const VisionSpec& spec, const VisionInputs& in, int64_t mlp_chunk,

@@ -8,6 +8,20 @@
 #include "core/error.h"
 
 namespace shardwise {
+double vision_activation_reference(VisionAct act, double x) {
+  switch (act) {
+    case VisionAct::Silu:
+      return x / (1.0 + std::exp(-x));
+    case VisionAct::Gelu:
+      return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    case VisionAct::GeluTanh:
+      return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+    case VisionAct::QuickGelu:
+      return x / (1.0 + std::exp(-1.702 * x));
+  }
+  return x;
+}
+
 namespace {
 
 using Rows = std::vector<double>;  // row-major [n, width]
@@ -37,20 +51,6 @@ Rows rms_norm_ref(const Rows& x, int64_t n, int64_t dim, const std::vector<float
       y[t * dim + i] = static_cast<double>(w[static_cast<size_t>(i)]) * (x[t * dim + i] * r);
   }
   return y;
-}
-
-double act_ref(VisionAct act, double x) {
-  switch (act) {
-    case VisionAct::Silu:
-      return x / (1.0 + std::exp(-x));
-    case VisionAct::Gelu:
-      return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
-    case VisionAct::GeluTanh:
-      return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-    case VisionAct::QuickGelu:
-      return x / (1.0 + std::exp(-1.702 * x));
-  }
-  return x;
 }
 
 // rot_pos_emb, then cat((freqs, freqs)): the angle of each of head_dim channels of each patch (input
@@ -101,7 +101,7 @@ void block_ref(const VisionSpec& s, const VisionBlockWeights& w, const std::vect
   Rows gate = linear_ref(xn, n, h, w.gate_w, w.gate_b, f);
   const Rows up = linear_ref(xn, n, h, w.up_w, w.up_b, f);
   const VisionAct act = s.act();
-  for (size_t i = 0; i < gate.size(); ++i) gate[i] = act_ref(act, gate[i]) * up[i];
+  for (size_t i = 0; i < gate.size(); ++i) gate[i] = vision_activation_reference(act, gate[i]) * up[i];
   const Rows down = linear_ref(gate, n, f, w.down_w, w.down_b, h);
   for (size_t i = 0; i < x.size(); ++i) x[i] += down[i];
 }
@@ -111,7 +111,7 @@ Rows merger_ref(const VisionSpec& s, const VisionWeights& w, const Rows& x, int6
   const int64_t m = s.merger_width(), tokens = n / s.merge_unit();
   Rows mid = linear_ref(rms_norm_ref(x, n, s.hidden_size, w.merger_norm, s.rms_norm_eps), tokens, m, w.merger_fc1_w,
                         w.merger_fc1_b, m);
-  for (double& v : mid) v = act_ref(VisionAct::Gelu, v);
+  for (double& v : mid) v = vision_activation_reference(VisionAct::Gelu, v);
   return linear_ref(mid, tokens, m, w.merger_fc2_w, w.merger_fc2_b, s.out_hidden_size);
 }
 

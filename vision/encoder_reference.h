@@ -17,6 +17,9 @@ namespace shardwise {
 std::vector<double> encode_images_reference(const VisionSpec& spec, const VisionWeights& weights,
                                             const float* pixel_values, const std::vector<GridThw>& grid_thw);
 
+// The activation in f64 (HF's formulas).
+double vision_activation_reference(VisionAct act, double x);
+
 // Naive attention over segments: for each segment [cu[s], cu[s+1]), head and query, the scores against
 // every key of the segment scaled by 1/sqrt(head_dim), a max-subtracted softmax, the weighted sum of
 // the values. q, k and v rows are in_stride doubles apart, out rows out_stride.

@@ -11,11 +11,6 @@
 namespace shardwise {
 namespace {
 
-constexpr uint64_t kAlign = 256;
-uint64_t aligned(uint64_t b) {
-  return (b + kAlign - 1) / kAlign * kAlign;
-}
-
 // One block's tensors in the order they lie in a slot, and the patch embedding's and the merger's.
 std::vector<const std::vector<float>*> block_tensors(const VisionBlockWeights& w) {
   return {&w.norm1,  &w.norm2,  &w.qkv_w, &w.qkv_b, &w.proj_w, &w.proj_b,
@@ -27,7 +22,7 @@ std::vector<const std::vector<float>*> edge_tensors(const VisionWeights& w) {
 
 uint64_t laid_out_bytes(const std::vector<const std::vector<float>*>& tensors) {
   uint64_t b = 0;
-  for (const auto* t : tensors) b += aligned(t->size() * sizeof(float));
+  for (const auto* t : tensors) b += vision_aligned_bytes(t->size() * sizeof(float));
   return b;
 }
 
@@ -39,7 +34,7 @@ std::vector<const float*> copy_tensors(Device& dev, uint8_t* dst, const std::vec
     const uint64_t bytes = t->size() * sizeof(float);
     dev.copy_h2d(dst, t->data(), bytes, Queue::H2D);
     at.push_back(reinterpret_cast<const float*>(dst));
-    dst += aligned(bytes);
+    dst += vision_aligned_bytes(bytes);
   }
   return at;
 }
@@ -139,16 +134,17 @@ VisionPlan plan_vision_encoder(const VisionSpec& s, const VisionInputs& in, uint
   p.n_patches = in.n_patches;
   p.depth = s.depth;
   p.budget_bytes = budget;
-  p.workspace_bytes = aligned(workspace);
+  p.workspace_bytes = vision_aligned_bytes(workspace);
   // Sizes from the spec alone (the weights need not be loaded to plan), in block_tensors' and
   // edge_tensors' order; encode_images_on_device checks them against the weights.
   const uint64_t h = static_cast<uint64_t>(s.hidden_size), f = static_cast<uint64_t>(s.intermediate_size);
   const uint64_t m = static_cast<uint64_t>(s.merger_width()), out = static_cast<uint64_t>(s.out_hidden_size);
   const uint64_t F = sizeof(float);
-  p.block_bytes = 2 * aligned(F * h) + aligned(F * 3 * h * h) + aligned(F * 3 * h) + aligned(F * h * h) +
-                  aligned(F * h) + 2 * (aligned(F * f * h) + aligned(F * f)) + aligned(F * h * f) + aligned(F * h);
-  p.edge_bytes = aligned(F * h * static_cast<uint64_t>(s.patch_dim())) + aligned(F * h) + aligned(F * m * m) +
-                 aligned(F * m) + aligned(F * out * m) + aligned(F * out);
+  uint64_t (*const al)(uint64_t) = vision_aligned_bytes;
+  p.block_bytes = 2 * al(F * h) + al(F * 3 * h * h) + al(F * 3 * h) + al(F * h * h) + al(F * h) +
+                  2 * (al(F * f * h) + al(F * f)) + al(F * h * f) + al(F * h);
+  p.edge_bytes = al(F * h * static_cast<uint64_t>(s.patch_dim())) + al(F * h) + al(F * m * m) + al(F * m) +
+                 al(F * out * m) + al(F * out);
   const int64_t n = in.n_patches;
   uint64_t fixed = 0;
   for (int64_t chunk : {std::min<int64_t>(n, 4096), std::min<int64_t>(n, 1024), std::min<int64_t>(n, 256)}) {

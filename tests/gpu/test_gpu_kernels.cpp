@@ -40,6 +40,7 @@
 #include "executor/ops/op_table.h"
 #include "executor/reference/op_reference.h"
 #include "test_util.h"
+#include "vision/encoder_reference.h"
 
 using namespace shardwise;
 
@@ -1259,20 +1260,6 @@ double weight_value(DType dt, const std::vector<uint8_t>& w, size_t i) {
   return dt == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
 }
 
-double vision_act_ref(VisionAct act, double x) {
-  switch (act) {
-    case VisionAct::Silu:
-      return x / (1.0 + std::exp(-x));
-    case VisionAct::Gelu:
-      return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
-    case VisionAct::GeluTanh:
-      return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-    case VisionAct::QuickGelu:
-      return x / (1.0 + std::exp(-1.702 * x));
-  }
-  return x;
-}
-
 // y (n rows ldy apart, as read back) against y0 (+)= W x + bias in f64: "" or the worst element. Each output
 // within 1e-5 of the sum of its terms' magnitudes; the padding between rows (r >= rows) unchanged.
 std::string linear_mismatch(const std::vector<float>& got, const std::vector<double>& w, int64_t rows, int64_t cols,
@@ -1304,30 +1291,10 @@ std::string linear_mismatch(const std::vector<float>& got, const std::vector<dou
 std::vector<double> vision_attention_ref(const std::vector<float>& qkv, const std::vector<int32_t>& cu, int64_t heads,
                                          int64_t hd) {
   const int64_t ld = 3 * heads * hd, width = heads * hd;
+  const std::vector<double> in(qkv.begin(), qkv.end());
   std::vector<double> out(static_cast<size_t>(cu.back() * width), 0.0);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  std::vector<double> p;
-  for (size_t s = 0; s + 1 < cu.size(); ++s)
-    for (int64_t h = 0; h < heads; ++h)
-      for (int64_t t = cu[s]; t < cu[s + 1]; ++t) {
-        const float* q = &qkv[static_cast<size_t>(t * ld + h * hd)];
-        p.assign(static_cast<size_t>(cu[s + 1] - cu[s]), 0.0);
-        double mx = -INFINITY, sum = 0;
-        for (int64_t j = cu[s]; j < cu[s + 1]; ++j) {
-          const float* k = &qkv[static_cast<size_t>(j * ld + width + h * hd)];
-          double dot = 0;
-          for (int64_t d = 0; d < hd; ++d) dot += static_cast<double>(q[d]) * k[d];
-          p[static_cast<size_t>(j - cu[s])] = dot * scale;
-          mx = std::max(mx, dot * scale);
-        }
-        for (double& v : p) sum += (v = std::exp(v - mx));
-        double* o = &out[static_cast<size_t>(t * width + h * hd)];
-        for (int64_t j = cu[s]; j < cu[s + 1]; ++j) {
-          const float* v = &qkv[static_cast<size_t>(j * ld + 2 * width + h * hd)];
-          const double wj = p[static_cast<size_t>(j - cu[s])] / sum;
-          for (int64_t d = 0; d < hd; ++d) o[d] += wj * v[d];
-        }
-      }
+  varlen_attention_reference(in.data(), in.data() + width, in.data() + 2 * width, ld, out.data(), width,
+                             std::vector<int64_t>(cu.begin(), cu.end()), heads, hd);
   return out;
 }
 
@@ -1465,7 +1432,7 @@ TEST_CASE("CUDA vision activations match f64 (each act, with and without up)", "
       double worst = 0;
       for (size_t i = 0; i < gate.size(); ++i) {
         const double u = with_up ? up[i] : 1.0;
-        const double ref = vision_act_ref(act, gate[i]) * u;
+        const double ref = vision_activation_reference(act, gate[i]) * u;
         worst = std::max(worst, std::fabs(got[i] - ref) / ((1.0 + std::fabs(gate[i])) * std::fabs(u) + 1e-30));
         if (std::isnan(got[i])) worst = INFINITY;
       }
@@ -1578,7 +1545,7 @@ TEST_CASE("CUDA vision warm-up runs every kernel for head_dims 16, 80 and 128 an
   float* dx = mem.upload(x);
   k->activation(VisionAct::Silu, dx, nullptr, 64);
   const std::vector<float> got = get(dx, 64);
-  CHECK(std::fabs(got[5] - vision_act_ref(VisionAct::Silu, x[5])) <= 1e-6);
+  CHECK(std::fabs(got[5] - vision_activation_reference(VisionAct::Silu, x[5])) <= 1e-6);
 }
 
 TEST_CASE("CUDA vision attention throughput at Qwen2.5-VL-7B's shapes (printout, not a timed test)",
