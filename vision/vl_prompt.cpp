@@ -39,8 +39,14 @@ EncodedImages encode_image_files(const VisionModel& model, const ImageProcessorC
     out.grids.push_back(grid);
     out.images.push_back({path, im.width, im.height, p.resized_width, p.resized_height, p.n_merged_tokens(), grid});
   }
-  // A budget too small for these images' encoder (not even its activations and two blocks): the CPU
-  // encodes them instead, said once, rather than the run failing.
+  encode_preprocessed_images(model, out, pool, device, budget_bytes);
+  return out;
+}
+
+void encode_preprocessed_images(const VisionModel& model, EncodedImages& out, ThreadPool& pool, Device* device,
+                                uint64_t budget_bytes) {
+  // A budget too small for these images' encoder: the CPU encodes them instead, said once, rather than
+  // the run or the request failing.
   if (device) {
     const VisionInputs in = vision_inputs(model.spec, out.grids);
     const uint64_t ws = device->vision_kernels(model.spec.head_dim()).workspace_bytes();
@@ -56,12 +62,12 @@ EncodedImages encode_image_files(const VisionModel& model, const ImageProcessorC
                                          budget_bytes, &out.run);
     out.device = device->kind();
     out.encode_ms = out.run.encode_ms;
-    return out;
+    return;
   }
   const auto t0 = std::chrono::steady_clock::now();
   out.tokens = encode_images(model.spec, model.weights, out.pixel_values.data(), out.grids, pool);
   out.encode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  return out;
+  out.device = "cpu";
 }
 
 VlModel load_vl_model(const std::string& dir, const ModelSpec& lm) {

@@ -36,8 +36,13 @@ struct EncodedImages {
   std::string device = "cpu";       // where the encoder ran
   VisionRunStats run;               // on a device: its plan and measured peak
 };
-// Image files through the processor and the encoder, together: on the CPU (device null), or on `device`
-// within budget_bytes (vision_runtime.h; the device must hold no arena, and holds none after).
+// Preprocessed images (`images`' pixel_values and grids filled) through the encoder, together, filling
+// its tokens, encode_ms, device and run: on the CPU (device null), or on `device` within budget_bytes
+// (vision_runtime.h; the device must hold no arena, and holds none after). A budget too small for these
+// images' encoder (not even its activations and two blocks) encodes them on the CPU, with one warning.
+void encode_preprocessed_images(const VisionModel& model, EncodedImages& images, ThreadPool& pool,
+                                Device* device = nullptr, uint64_t budget_bytes = 0);
+// Image files through the processor, then encode_preprocessed_images.
 EncodedImages encode_image_files(const VisionModel& model, const ImageProcessorConfig& processor,
                                  const std::vector<std::string>& paths, ThreadPool& pool, Device* device = nullptr,
                                  uint64_t budget_bytes = 0);
