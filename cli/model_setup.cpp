@@ -14,6 +14,7 @@
 #include "executor/cuda/cuda_device.h"
 #include "oracle/sweep.h"
 #include "planner/planner.h"
+#include "vision/mmproj.h"
 
 namespace shardwise::cli {
 namespace {
@@ -269,6 +270,13 @@ void set_up_model(const ModelFlags& f, ModelRun& s, int64_t needed, const std::s
   s.loading.reset();
   s.setup = std::make_unique<RunSetup>(*s.model, so, probe);
   s.load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s.load_start).count();
+}
+
+VlModel load_vision_side(const ModelFlags& f, const ModelRun& s, const std::string& mmproj) {
+  const ModelSpec& spec = s.src->spec();
+  if (mmproj.empty()) return load_vl_model(f.model, spec);
+  return load_vl_model_gguf(mmproj, spec, s.tok ? s.tok->find_token(kImagePadToken) : -1,
+                            s.tok ? s.tok->find_token(kVisionStartToken) : -1);
 }
 
 int64_t prefill_chunk(const ModelFlags& f, const ModelRun& s) {

@@ -18,6 +18,7 @@
 #include "core/weight_source.h"
 #include "engine/run_setup.h"
 #include "text/tokenizer.h"
+#include "vision/vl_prompt.h"
 
 namespace shardwise::cli {
 
@@ -77,6 +78,10 @@ void set_up_model(const ModelFlags& f, ModelRun& s, int64_t needed, const std::s
 // The VRAM budget on `device`: --vram-budget (checked against the GPU on CUDA), else on CUDA the GPU's
 // free memory less a reserve (an Error on emu: it has no memory of its own to measure).
 uint64_t run_budget(const ModelFlags& f, const std::string& device);
+// The vision side of a vision-language model (vision/vl_prompt.h): with `mmproj`, llama.cpp's projector
+// GGUF beside the language model (the placeholders' ids from s.tok's vocabulary); else the HF directory's
+// own tower. An Error says why the pair or the directory is not one.
+VlModel load_vision_side(const ModelFlags& f, const ModelRun& s, const std::string& mmproj);
 // Prompt tokens per prefill step: --batch, else 512 on the CPU and 0 on a device (the plan table's tiers).
 int64_t prefill_chunk(const ModelFlags& f, const ModelRun& s);
 

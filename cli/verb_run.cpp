@@ -191,10 +191,7 @@ struct RunState : ModelRun {
 // language model set up for the expanded prompt (on the CPU or planned on a device) under the image engine.
 void load_vl_run(const RunArgs& a, RunState& s) {
   const ModelSpec& spec = s.src->spec();
-  const VlModel vm = a.mmproj.empty()
-                         ? load_vl_model(a.model, spec)
-                         : load_vl_model_gguf(a.mmproj, spec, s.tok ? s.tok->find_token(kImagePadToken) : -1,
-                                              s.tok ? s.tok->find_token(kVisionStartToken) : -1);
+  const VlModel vm = load_vision_side(a, s, a.mmproj);
   s.vl = std::make_unique<VlRun>();
   EncodedImages e;
   {
