@@ -1,10 +1,13 @@
 // tests/vl_test_util.h — what the vision-language tests share: the tiny Qwen2.5-VL models' special token
 // ids (the HF fixture tests/fixtures/vl/qwen2_5_vl and the synthetic directories of test_vl_prompt use
-// the same), and a tokenizer for them.
+// the same), a tokenizer for them, and the fixture as llama.cpp's GGUF pair (a language model GGUF and
+// an mmproj GGUF).
 #pragma once
 
 #include <cstdint>
 #include <string>
+
+#include "vision/encoder.h"
 
 namespace shardwise::test {
 
@@ -17,5 +20,14 @@ void write_vl_tokenizer(const std::string& dir);
 // The HF fixture's directory copied to a fresh temporary directory with write_vl_tokenizer's tokenizer
 // (the fixture has none): a model `run --prompt` and `serve` can read text for.
 std::string vl_fixture_with_tokenizer(const std::string& name);
+
+// The tower as llama.cpp's convert_hf_to_gguf.py --mmproj writes it (f32 apart from the patch embedding,
+// which the converter always stores as f16); `skip` leaves one tensor out.
+void write_mmproj(const VisionModel& m, const std::string& path, const std::string& skip = "");
+
+// The HF fixture's language model as a qwen2vl GGUF at `path` with write_vl_tokenizer's vocabulary
+// (byte-level BPE, the ChatML and vision tokens at their ids): a language model `run --mmproj` and
+// `serve --mmproj` can read text and find the image placeholders for.
+void write_vl_language_gguf(const std::string& path);
 
 }  // namespace shardwise::test

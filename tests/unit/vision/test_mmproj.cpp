@@ -3,7 +3,6 @@
 // v.post_ln, mm.0, mm.2) from the HF fixture's tower reads back into the same spec and weights, and
 // encodes images to the HF directory's tokens; bad files give one error naming the key or tensor.
 #include <catch2/catch.hpp>
-#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "core/dtype.h"
@@ -14,6 +13,7 @@
 #include "test_util.h"
 #include "vision/encoder.h"
 #include "vision/mmproj.h"
+#include "vl_test_util.h"
 
 using namespace shardwise;
 using Catch::Matchers::Contains;
@@ -24,93 +24,12 @@ std::string vl_dir() {
   return test::fixtures_dir() + "/vl/qwen2_5_vl";
 }
 
-// Holds the data the writer's views point at until the file is written.
-struct MmprojWriter {
-  GgufWriter w;
-  std::vector<std::vector<uint8_t>> keep;
-  void f32(const std::string& name, const float* v, const Shape& shape) {
-    const size_t n = static_cast<size_t>(shape_elems(shape));
-    keep.emplace_back(n * sizeof(float));
-    std::memcpy(keep.back().data(), v, n * sizeof(float));
-    w.add_tensor(name, TensorView{DType::F32, shape, keep.back().data(), n * sizeof(float)});
-  }
-  void f16(const std::string& name, const float* v, const Shape& shape) {
-    const size_t n = static_cast<size_t>(shape_elems(shape));
-    keep.emplace_back(n * 2);
-    for (size_t i = 0; i < n; ++i) {
-      const uint16_t h = f32_to_f16(v[i]);
-      std::memcpy(keep.back().data() + 2 * i, &h, 2);
-    }
-    w.add_tensor(name, TensorView{DType::F16, shape, keep.back().data(), n * 2});
-  }
-};
-
-// The tower as llama.cpp's convert_hf_to_gguf.py --mmproj writes it (f32 apart from the patch embedding,
-// which the converter always stores as f16); `skip` leaves one tensor out.
-void write_mmproj(const VisionModel& m, const std::string& path, const std::string& skip = "") {
-  const VisionSpec& s = m.spec;
-  const VisionWeights& w = m.weights;
-  const int64_t h = s.hidden_size, f = s.intermediate_size, mw = s.merger_width(), p = s.patch_size;
-  MmprojWriter out;
-  out.w.set("general.architecture", GgufValue::of_string("clip"));
-  out.w.set("clip.projector_type", GgufValue::of_string("qwen2.5vl"));
-  out.w.set("clip.has_vision_encoder", GgufValue::of_bool(true));
-  out.w.set("clip.use_silu", GgufValue::of_bool(true));
-  out.w.set("clip.vision.block_count", GgufValue::of_u32(static_cast<uint32_t>(s.depth)));
-  out.w.set("clip.vision.embedding_length", GgufValue::of_u32(static_cast<uint32_t>(h)));
-  out.w.set("clip.vision.feed_forward_length", GgufValue::of_u32(static_cast<uint32_t>(f)));
-  out.w.set("clip.vision.attention.head_count", GgufValue::of_u32(static_cast<uint32_t>(s.num_heads)));
-  out.w.set("clip.vision.projection_dim", GgufValue::of_u32(static_cast<uint32_t>(s.out_hidden_size)));
-  out.w.set("clip.vision.patch_size", GgufValue::of_u32(static_cast<uint32_t>(p)));
-  out.w.set("clip.vision.n_wa_pattern", GgufValue::of_u32(static_cast<uint32_t>(s.fullatt_block_indexes[0] + 1)));
-  out.w.set("clip.vision.attention.layer_norm_epsilon", GgufValue::of_f32(static_cast<float>(s.rms_norm_eps)));
-  out.w.set("clip.vision.image_mean", GgufValue::of_f32s({0.48145466f, 0.4578275f, 0.40821073f}));
-  out.w.set("clip.vision.image_std", GgufValue::of_f32s({0.26862954f, 0.26130258f, 0.27577711f}));
-  auto add = [&](const std::string& name, const std::vector<float>& v, const Shape& shape) {
-    if (name != skip) out.f32(name, v.data(), shape);
-  };
-  // The Conv3d's frames: (hidden, C, T, P, P) -> two (hidden, C, P, P).
-  std::vector<float> frame[2];
-  for (int t = 0; t < 2; ++t)
-    for (int64_t hc = 0; hc < h * s.in_chans; ++hc)
-      frame[t].insert(frame[t].end(), w.patch_embed.begin() + (hc * 2 + t) * p * p,
-                      w.patch_embed.begin() + (hc * 2 + t + 1) * p * p);
-  out.f16("v.patch_embd.weight", frame[0].data(), {h, s.in_chans, p, p});
-  out.f16("v.patch_embd.weight.1", frame[1].data(), {h, s.in_chans, p, p});
-  for (int64_t i = 0; i < s.depth; ++i) {
-    const VisionBlockWeights& b = w.blocks[static_cast<size_t>(i)];
-    const std::string n = "v.blk." + std::to_string(i) + ".";
-    const char* parts[] = {"attn_q", "attn_k", "attn_v"};
-    for (int64_t k = 0; k < 3; ++k) {
-      add(n + parts[k] + ".weight", std::vector<float>(b.qkv_w.begin() + k * h * h, b.qkv_w.begin() + (k + 1) * h * h),
-          {h, h});
-      add(n + parts[k] + ".bias", std::vector<float>(b.qkv_b.begin() + k * h, b.qkv_b.begin() + (k + 1) * h), {h});
-    }
-    add(n + "attn_out.weight", b.proj_w, {h, h});
-    add(n + "attn_out.bias", b.proj_b, {h});
-    add(n + "ln1.weight", b.norm1, {h});
-    add(n + "ln2.weight", b.norm2, {h});
-    add(n + "ffn_gate.weight", b.gate_w, {f, h});
-    add(n + "ffn_gate.bias", b.gate_b, {f});
-    add(n + "ffn_up.weight", b.up_w, {f, h});
-    add(n + "ffn_up.bias", b.up_b, {f});
-    add(n + "ffn_down.weight", b.down_w, {h, f});
-    add(n + "ffn_down.bias", b.down_b, {h});
-  }
-  add("v.post_ln.weight", w.merger_norm, {h});
-  add("mm.0.weight", w.merger_fc1_w, {mw, mw});
-  add("mm.0.bias", w.merger_fc1_b, {mw});
-  add("mm.2.weight", w.merger_fc2_w, {s.out_hidden_size, mw});
-  add("mm.2.bias", w.merger_fc2_b, {s.out_hidden_size});
-  out.w.write(path);
-}
-
 }  // namespace
 
 TEST_CASE("mmproj: llama.cpp's layout reads back into the HF tower, and encodes as it does", "[vision][mmproj]") {
   const VisionModel hf = load_vision_model(vl_dir());
   const std::string path = test::temp_path("tower.mmproj.gguf");
-  write_mmproj(hf, path);
+  test::write_mmproj(hf, path);
   const VisionModel m = load_mmproj(path);
   CHECK(m.spec.depth == hf.spec.depth);
   CHECK(m.spec.hidden_size == hf.spec.hidden_size);
@@ -152,7 +71,7 @@ TEST_CASE("mmproj: llama.cpp's layout reads back into the HF tower, and encodes 
 TEST_CASE("mmproj: bad files give one error naming the key or tensor", "[vision][mmproj]") {
   const VisionModel hf = load_vision_model(vl_dir());
   const std::string path = test::temp_path("bad.mmproj.gguf");
-  write_mmproj(hf, path, "v.blk.2.ffn_up.bias");
+  test::write_mmproj(hf, path, "v.blk.2.ffn_up.bias");
   CHECK_THROWS_WITH(load_mmproj(path), Contains("v.blk.2.ffn_up.bias") && Contains("missing"));
   // A language model GGUF is not a projector.
   GgufWriter w;
@@ -161,7 +80,7 @@ TEST_CASE("mmproj: bad files give one error naming the key or tensor", "[vision]
   CHECK_THROWS_WITH(load_mmproj(path), Contains("clip.projector_type"));
   CHECK_THROWS_WITH(load_mmproj(test::temp_path("no_such.gguf")), Contains("no_such.gguf"));
   // A projector for a language model of another width.
-  write_mmproj(hf, path);
+  test::write_mmproj(hf, path);
   ModelSpec lm;
   lm.hidden_size = hf.spec.out_hidden_size + 8;
   lm.mrope_section = {2, 3, 3};
@@ -175,7 +94,7 @@ TEST_CASE("mmproj: bad files give one error naming the key or tensor", "[vision]
 TEST_CASE("run --mmproj: the pair's errors are one line each", "[vision][mmproj][cli]") {
   const std::string lm = test::temp_path("vl_lm.gguf"), proj = test::temp_path("vl.mmproj.gguf");
   write_gguf(*open_weights(vl_dir()), lm, DType::F32);  // qwen2vl, as llama.cpp's converter names it
-  write_mmproj(load_vision_model(vl_dir()), proj);
+  test::write_mmproj(load_vision_model(vl_dir()), proj);
   const std::string image = vl_dir() + "/images/img_300x200/image.png";
   const std::string run = test::shardwise_bin() + " run -m " + lm + " --tokens 5,290,292,291,7 -n 2 --device cpu";
   std::string text;
@@ -194,7 +113,7 @@ TEST_CASE("vision -m MMPROJ.gguf: the tower of llama.cpp's projector file, as th
           "[vision][mmproj][cli]") {
   const VisionModel hf = load_vision_model(vl_dir());
   const std::string proj = test::temp_path("cli.mmproj.gguf"), out = test::temp_path("mmproj_tokens.npy");
-  write_mmproj(hf, proj);
+  test::write_mmproj(hf, proj);
   const std::string image = vl_dir() + "/images/img_300x200/image.png";
   std::string text;
   REQUIRE(test::run_command("(" + test::shardwise_bin() + " vision -m " + proj + " --image " + image + " --out " + out +
