@@ -173,7 +173,7 @@ RunSetupOptions setup_options(const ModelFlags& a, const std::string& device, in
   const std::string why = device == "cuda" ? choose_cuda_machine(a, &so.machine) : "given";
   so.pcie_cap_bytes_per_s = a.planner->pcie_cap_bytes_per_s();
   so.planner = a.planner->choices(0);  // the run's threads and ctx: the engine's
-  so.planner.budget_bytes = run_budget(a, device);
+  so.planner.budget_bytes = a.lm_budget_bytes ? a.lm_budget_bytes : run_budget(a, device);
   so.planner.sequences = a.sequences;
   *inputs = {{"cost_model", cost_model_json(so.machine)}};
   (*inputs)["cost_model"]["chosen"] = why;

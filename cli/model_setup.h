@@ -38,6 +38,9 @@ struct ModelFlags {
   double wait_timeout_s = 600;            // --wait-timeout
   int sequences = 1;                      // sequences stepped at once (`serve --parallel`): the KV cache's slots
   std::shared_ptr<PlannerFlags> planner;  // --threads, --ctx, --vram-budget, --schedule, --hw, ...
+  // Non-zero: the language model's VRAM budget, as the verb computed it from run_budget (`serve
+  // --vision-budget` sets the encoder's part apart); set_up_model plans in it instead of run_budget.
+  uint64_t lm_budget_bytes = 0;
 };
 
 // -m/--model, the planner's flags (as `verb` words them), --batch and --device.

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <optional>
 
 #include "cli/common.h"
 #include "cli/model_setup.h"
@@ -29,6 +30,8 @@ struct ServeArgs : ModelFlags {
   double timeout_s = 600;
   int64_t n_predict = -1;
   std::string max_body = "1M";
+  std::string mmproj;         // --mmproj: llama.cpp's vision projector beside a language model GGUF
+  std::string vision_budget;  // --vision-budget: the image encoder's part of the VRAM budget
 };
 
 constexpr int64_t kMaxQueueLimit = 1000000;
@@ -67,14 +70,16 @@ int64_t serve_ctx(const ServeArgs& a, const ModelSpec& spec) {
   return a.parallel * std::min<int64_t>(4096, spec.max_position_embeddings > 0 ? spec.max_position_embeddings : 4096);
 }
 
-// The run set-up as the server's budget control (POST /admin/budget), on a device.
+// The run set-up as the server's budget control (POST /admin/budget), on a device: the budget it
+// changes is the language model's; an image encoder's part (--vision-budget) stays set apart beside it.
 class SetupBudget : public serve::BudgetControl {
  public:
-  explicit SetupBudget(RunSetup& s) : s_(s) {}
+  SetupBudget(RunSetup& s, uint64_t vision_bytes) : s_(s), vision_bytes_(vision_bytes) {}
   nlohmann::json change_budget(uint64_t bytes) override {
     const BudgetChange c = s_.change_budget(bytes);
-    log_info("serve: VRAM budget ", format_bytes(c.previous_bytes), " -> ", format_bytes(c.budget_bytes),
-             " (planned in ", c.plan_ms, " ms, set up in ", c.setup_ms, " ms)");
+    log_info("serve: ", vision_bytes_ ? "the language model's " : "", "VRAM budget ", format_bytes(c.previous_bytes),
+             " -> ", format_bytes(c.budget_bytes), " (planned in ", c.plan_ms, " ms, set up in ", c.setup_ms, " ms)",
+             vision_bytes_ ? "; the image encoder keeps its " + format_bytes(vision_bytes_) : "");
     return {{"vram_budget_bytes", c.budget_bytes},
             {"previous_vram_budget_bytes", c.previous_bytes},
             {"plan_ms", c.plan_ms},
@@ -86,9 +91,61 @@ class SetupBudget : public serve::BudgetControl {
 
  private:
   RunSetup& s_;
+  uint64_t vision_bytes_;
 };
 
-serve::ServedModel served_model(const ServeArgs& a, const ModelRun& s) {
+// --vision-budget, checked before the model is read: on a device, less than the whole VRAM budget
+// (computed once here: on CUDA without --vram-budget, the GPU's free memory less a reserve), whose rest
+// becomes the language model's (a.lm_budget_bytes). Returns the encoder's bytes (0: not given).
+uint64_t split_vision_budget(ServeArgs& a, const std::string& device) {
+  if (a.vision_budget.empty()) return 0;
+  const uint64_t vision = parse_vram_budget(a.vision_budget, "--vision-budget");
+  if (device == "cpu") fail("--vision-budget needs a device: add --device cuda (or emu)");
+  if (!a.plan.empty())
+    fail("--vision-budget with --plan: the saved table fixes the language model's budget; give one of them");
+  const uint64_t total = run_budget(a, device);
+  if (vision >= total)
+    fail("--vision-budget ", a.vision_budget, " (", format_bytes(vision), ") leaves nothing of the VRAM budget (",
+         format_bytes(total), a.planner->budget.empty() ? ", the GPU's free memory less a reserve" : "",
+         ") for the language model: give a smaller one");
+  a.lm_budget_bytes = total - vision;
+  return vision;
+}
+
+// The model's vision side where it takes images: --mmproj's projector beside a GGUF, or an HF
+// directory's own tower; none for a text model (its image requests get 400).
+std::optional<VlModel> serve_vision_side(const ServeArgs& a, const ModelRun& s) {
+  if (a.mmproj.empty() && !s.src->spec().vision_tower) {
+    if (!a.vision_budget.empty())
+      fail("--vision-budget needs a vision-language model (a Qwen2.5-VL HF directory, or a GGUF with --mmproj): ",
+           a.model, " takes no images");
+    return std::nullopt;
+  }
+  if (!a.vision_budget.empty() && s.device == "cpu")  // --device auto gave a model the GPU cannot run to the CPU
+    fail("--vision-budget needs a device, and ", a.model, " runs on the CPU: drop --vision-budget");
+  return load_vision_side(a, s, a.mmproj);
+}
+
+// The image encoder: on a device of its own (made now, after the language model's set-up) within
+// vision_bytes, else on the CPU.
+std::shared_ptr<serve::ImageEncoder> image_encoder(const ServeArgs& a, const ModelRun& s, VlModel vl,
+                                                   uint64_t vision_bytes) {
+  const TensorView& embd = s.src->tensor("token_embd.weight");
+  if (vision_bytes == 0) {
+    log_info("serve: ", a.model, " takes images (data: URLs in chat messages), encoded on the CPU",
+             s.device == "cpu" ? "" : " (--vision-budget SIZE encodes them on the device)");
+    return std::make_shared<serve::ImageEncoder>(std::move(vl), embd, s.threads);
+  }
+  log_info("serve: ", a.model, " takes images (data: URLs in chat messages), encoded on the ", s.device,
+           " device within --vision-budget ", format_bytes(vision_bytes),
+           " (on the CPU where a request's images do not fit it); the language model has the rest of the VRAM "
+           "budget, ",
+           format_bytes(a.lm_budget_bytes));
+  return std::make_shared<serve::ImageEncoder>(std::move(vl), embd, s.threads, make_run_device(s.device), vision_bytes);
+}
+
+serve::ServedModel served_model(const ServeArgs& a, const ModelRun& s, std::optional<VlModel> vl,
+                                uint64_t vision_bytes) {
   serve::ServedModel m;
   m.id = model_id(a.model);
   m.tokenizer = s.tok.get();
@@ -99,12 +156,7 @@ serve::ServedModel served_model(const ServeArgs& a, const ModelRun& s) {
   m.vocab_size = s.src->spec().vocab_size;
   m.n_predict = a.n_predict;
   m.created = static_cast<int64_t>(std::time(nullptr));
-  const ModelSpec& spec = s.src->spec();
-  if (spec.vision_tower) {  // a vision-language directory: requests may bring images
-    m.images = std::make_shared<serve::ImageEncoder>(load_vl_model(a.model, spec), s.src->tensor("token_embd.weight"),
-                                                     s.threads);
-    log_info("serve: ", a.model, " takes images (data: URLs in chat messages), encoded on the CPU");
-  }
+  if (vl) m.images = image_encoder(a, s, std::move(*vl), vision_bytes);
   return m;
 }
 
@@ -113,11 +165,13 @@ void run_serve(ServeArgs a) {
   s.device = resolve_device(a.device);
   check_model_flags(a, s.device);
   check_serve_args(a);
+  const uint64_t vision_bytes = split_vision_budget(a, s.device);
   serve::check_listen_address(a.host, static_cast<uint16_t>(a.port));
   s.threads = check_model_sizes(a);
   set_wait_limit_s(a.wait_timeout_s);
   a.sequences = a.parallel;
   open_model(a, s, false);
+  std::optional<VlModel> vl = serve_vision_side(a, s);
   s.ctx = serve_ctx(a, s.src->spec());
   // No prompt yet: an MoE model's routing guess is measured on seeded tokens.
   set_up_model(a, s, s.ctx, "--ctx-size", step_tokens(16, s.src->spec().vocab_size, 1));
@@ -134,9 +188,9 @@ void run_serve(ServeArgs a) {
   // would cut a longer prompt into anyway), so that a long prompt holds the others' tokens one chunk.
   if (so.prefill_chunk == 0 && s.setup->runtime())
     for (const auto& t : s.setup->runtime()->table().tiers) so.prefill_chunk = std::max(so.prefill_chunk, t.tokens);
-  SetupBudget budget(*s.setup);
+  SetupBudget budget(*s.setup, vision_bytes);
   if (s.setup->runtime() && a.plan.empty()) so.budget = &budget;
-  serve::Server server(s.setup->engine(), served_model(a, s), so, s.setup->runtime());
+  serve::Server server(s.setup->engine(), served_model(a, s, std::move(vl), vision_bytes), so, s.setup->runtime());
   server.stop_on_signals();
   server.start();
   std::printf("listening on %s\n", server.url().c_str());
@@ -175,6 +229,14 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--max-body", a->max_body, "Largest request body, e.g. 1M; larger ones get 413")
       ->capture_default_str();
+  sub->add_option("--mmproj", a->mmproj,
+                  "llama.cpp's vision projector GGUF (convert_hf_to_gguf.py --mmproj) for a Qwen2.5-VL language "
+                  "model GGUF given as -m: requests may then bring images");
+  sub->add_option("--vision-budget", a->vision_budget,
+                  "On a device: this much of the VRAM budget (--vram-budget, or on CUDA the GPU's free memory), e.g. "
+                  "1G, set apart for the image encoder, which encodes each request's images there (on the CPU where "
+                  "they do not fit); the language model is planned in the rest, and POST /admin/budget changes that "
+                  "part alone. Without it images are encoded on the CPU");
   add_model_flags(sub, *a, PlannerVerb::Serve);
   add_device_run_flags(sub, *a);
   sub->callback([a] { run_serve(*a); });

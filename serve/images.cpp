@@ -2,7 +2,6 @@
 #include "serve/images.h"
 
 #include "core/error.h"
-#include "vision/encoder.h"
 #include "vision/image.h"
 #include "vision/preprocess.h"
 
@@ -15,16 +14,24 @@ namespace {
 
 }  // namespace
 
-ImageEncoder::ImageEncoder(VlModel model, const TensorView& token_embd, int threads)
-    : model_(std::move(model)), token_embd_(token_embd), pool_(threads) {}
+ImageEncoder::ImageEncoder(VlModel model, const TensorView& token_embd, int threads, std::unique_ptr<Device> device,
+                           uint64_t budget_bytes)
+    : model_(std::move(model)),
+      token_embd_(token_embd),
+      pool_(threads),
+      device_(std::move(device)),
+      budget_bytes_(budget_bytes) {}
+
+VisionEncodes ImageEncoder::encodes() const {
+  return {device_encodes_.load(), cpu_encodes_.load(), arena_bytes_.load()};
+}
 
 EncodedPrompt ImageEncoder::encode(const std::vector<int32_t>& ids, const std::vector<ApiImage>& images,
                                    int64_t context) {
   std::lock_guard<std::mutex> lock(mutex_);
   // The prompt's length once expanded: its ids less the placeholders, plus each image's tokens.
   int64_t length = static_cast<int64_t>(ids.size()) - static_cast<int64_t>(images.size());
-  std::vector<float> pixels;
-  std::vector<GridThw> grids;
+  EncodedImages encoded;  // pixel values and grids here, the tokens once encoded
   for (size_t i = 0; i < images.size(); ++i) {
     const std::string what = str_cat("image ", i + 1);
     PreprocessedImage p;
@@ -40,15 +47,21 @@ EncodedPrompt ImageEncoder::encode(const std::vector<int32_t>& ids, const std::v
       bad("context_length_exceeded", str_cat("the prompt with its images has more than ", context,
                                              " tokens, the context (the server's --ctx-size per slot); ", what,
                                              " alone gives ", p.n_merged_tokens()));
-    pixels.insert(pixels.end(), p.pixel_values.begin(), p.pixel_values.end());
-    grids.push_back({p.grid_t, p.grid_h, p.grid_w});
+    encoded.pixel_values.insert(encoded.pixel_values.end(), p.pixel_values.begin(), p.pixel_values.end());
+    encoded.grids.push_back({p.grid_t, p.grid_h, p.grid_w});
   }
-  const std::vector<float> tokens =
-      encode_images(model_.vision.spec, model_.vision.weights, pixels.data(), grids, pool_);
+  encode_preprocessed_images(model_.vision, encoded, pool_, device_.get(), budget_bytes_);
+  if (encoded.device == "cpu") {
+    ++cpu_encodes_;
+  } else {
+    ++device_encodes_;
+    arena_bytes_ = encoded.run.plan.arena_bytes;
+  }
   const int64_t H = token_embd_.cols();
   VlInput in;
   try {
-    in = build_vl_input(ids, grids, tokens.data(), static_cast<int64_t>(tokens.size()) / H, token_embd_, model_.tokens);
+    in = build_vl_input(ids, encoded.grids, encoded.tokens.data(), static_cast<int64_t>(encoded.tokens.size()) / H,
+                        token_embd_, model_.tokens);
   } catch (const Error& e) {  // e.g. image tokens written in the text as well
     bad("invalid_value", str_cat("the prompt's image placeholders do not match its images: ", e.what()));
   }

@@ -25,6 +25,11 @@ void Metrics::set_device(const DeviceMemory& m) {
   device_ = m;
 }
 
+void Metrics::set_vision(const VisionEncodes& v) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  vision_ = v;
+}
+
 std::string Metrics::prometheus() const {
   std::string out;
   auto u = [](const std::atomic<uint64_t>& v) { return static_cast<double>(v.load()); };
@@ -65,6 +70,16 @@ std::string Metrics::prometheus() const {
            static_cast<double>(device_->device_peak_bytes));
     metric(out, "shardwise_device_context_bytes", "gauge", "Device context and modules, outside the budget",
            static_cast<double>(device_->context_bytes));
+  }
+  if (vision_) {
+    out +=
+        "# HELP shardwise_vision_encodes_total Requests whose images were encoded, by where the encoder ran\n"
+        "# TYPE shardwise_vision_encodes_total counter\n"
+        "shardwise_vision_encodes_total{on=\"device\"} " +
+        std::to_string(vision_->device) + "\nshardwise_vision_encodes_total{on=\"cpu\"} " +
+        std::to_string(vision_->cpu) + "\n";
+    metric(out, "shardwise_vision_arena_bytes", "gauge", "The last device encode's arena (0: none yet)",
+           static_cast<double>(vision_->arena_bytes));
   }
   return out;
 }

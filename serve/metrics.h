@@ -1,6 +1,7 @@
 // serve/metrics.h — the server's counters and gauges, updated from the HTTP threads and the worker
 // without locks (atomics), and written as Prometheus text for GET /metrics. Device values (the VRAM
-// arena, the device's peak) exist only for a run with a device runtime and are omitted otherwise.
+// arena, the device's peak) exist only for a run with a device runtime, and the vision encoder's only for
+// a model that takes images; they are omitted otherwise.
 #pragma once
 
 #include <atomic>
@@ -18,6 +19,13 @@ struct DeviceMemory {
   uint64_t arena_peak_bytes = 0;   // the largest extent of the arena any plan used
   uint64_t device_peak_bytes = 0;  // device memory taken since the arena was allocated
   uint64_t context_bytes = 0;      // CUDA context and modules, outside the budget
+};
+
+// The image encodes of a vision-language model's requests (serve/images.h): one per request with images.
+struct VisionEncodes {
+  uint64_t device = 0;       // encoded on the device, within --vision-budget
+  uint64_t cpu = 0;          // encoded on the CPU (no --vision-budget, or the images did not fit it)
+  uint64_t arena_bytes = 0;  // the last device encode's arena (0: none yet)
 };
 
 class Metrics {
@@ -41,6 +49,7 @@ class Metrics {
   // A request answered with an error status (4xx, 503) before generating.
   void reject(int status);
   void set_device(const DeviceMemory& m);
+  void set_vision(const VisionEncodes& v);
 
   std::string prometheus() const;
 
@@ -49,6 +58,7 @@ class Metrics {
   mutable std::mutex mutex_;
   std::map<int, uint64_t> rejected_;  // by status
   std::optional<DeviceMemory> device_;
+  std::optional<VisionEncodes> vision_;
 };
 
 }  // namespace shardwise::serve

@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "executor/runtime/runtime.h"
+#include "serve/images.h"
 
 namespace shardwise::serve {
 
@@ -283,7 +284,10 @@ void Session::route(const Request& req) {
           "application/json", After::Next, "Allow", allow);
     }
     if (target == "/health") return respond(http::status::ok, "{\"status\":\"ok\"}", "application/json");
-    if (target == "/metrics") return respond(http::status::ok, srv_.metrics.prometheus(), "text/plain; version=0.0.4");
+    if (target == "/metrics") {
+      if (srv_.model.images) srv_.metrics.set_vision(srv_.model.images->encodes());  // the encoder's counts now
+      return respond(http::status::ok, srv_.metrics.prometheus(), "text/plain; version=0.0.4");
+    }
     if (target == "/v1/models") return respond(http::status::ok, models_json(srv_.model), "application/json");
     if (target == "/admin/budget") return begin_budget(req);
     return begin_generation(target == "/v1/completions" ? Endpoint::Completion : Endpoint::Chat, req);

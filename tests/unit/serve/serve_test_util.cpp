@@ -264,7 +264,10 @@ TestServer::Streamed TestServer::stream(const std::string& path, const json& bod
 }
 
 double TestServer::metric(const std::string& name) {
-  const std::string text = get("/metrics").text;
+  return metric_sample(get("/metrics").text, name);
+}
+
+double metric_sample(const std::string& text, const std::string& name) {
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);)
     if (line.compare(0, name.size() + 1, name + " ") == 0) return std::stod(line.substr(name.size() + 1));

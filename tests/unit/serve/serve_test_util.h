@@ -161,6 +161,10 @@ struct GatedServer {
   TestServer s;
 };
 
+// A sample of Prometheus text (`name` with its labels, as the line begins: shardwise_slots,
+// shardwise_requests_rejected_total{code="400"}); -1 when absent.
+double metric_sample(const std::string& prometheus_text, const std::string& name);
+
 // Text of a streamed chat or completion: the deltas' content (or text), concatenated.
 std::string streamed_text(const std::vector<json>& events);
 

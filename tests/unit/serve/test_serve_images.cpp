@@ -1,7 +1,9 @@
 // Images in /v1/chat/completions: the HF fixture's tiny Qwen2.5-VL (tests/fixtures/vl/qwen2_5_vl, with a
 // byte-level tokenizer) served with data: URL images generates what `run --image --prompt` generates (on
 // the CPU and the emulated device), batched with other requests, without reusing another image's cache;
-// and bad image input is one 400 JSON error, after which the server goes on serving.
+// and bad image input is one 400 JSON error, after which the server goes on serving. With --vision-budget
+// the images are encoded on the emulated device (or on the CPU where they do not fit it) to the same
+// tokens, the language model planned in the rest of the budget; --mmproj serves llama.cpp's GGUF pair.
 #include <signal.h>
 
 #include <catch2/catch.hpp>
@@ -10,6 +12,7 @@
 #include "serve/images.h"
 #include "serve_test_util.h"
 #include "test_util.h"
+#include "vision/encoder.h"
 #include "vision/vl_prompt.h"
 #include "vl_test_util.h"
 
@@ -89,6 +92,44 @@ std::vector<int32_t> tokens_of(const TestServer::Reply& r) {
   return r.body["choices"][0]["tokens"].get<std::vector<int32_t>>();
 }
 
+// `shardwise ARGS` (serve on a free port) as a child process, and a client for it; stopped (SIGTERM, exit 0)
+// by stop().
+struct ServeBinary {
+  explicit ServeBinary(const std::vector<std::string>& args) : c(with_free_port(args)) {
+    const std::string first = c.line();
+    INFO("stdout: " << first << "\nstderr: " << test::read_file(c.err_path));
+    REQUIRE(first.rfind("listening on http://127.0.0.1:", 0) == 0);
+    client = std::make_unique<HttpClient>(parse_url(first.substr(first.find("http://"))), 60);
+  }
+  json post(const std::string& path, const json& body) {
+    const HttpResponse r = client->request("POST", path, body.dump());
+    INFO(path << ": " << r.body);
+    REQUIRE(r.status == 200);
+    return json::parse(r.body);
+  }
+  double metric(const std::string& name) { return metric_sample(client->request("GET", "/metrics", "").body, name); }
+  std::string log() const { return test::read_file(c.err_path); }
+  void stop() {
+    REQUIRE(kill(c.pid, SIGTERM) == 0);
+    CHECK(c.wait_exit() == 0);
+  }
+  static std::vector<std::string> with_free_port(std::vector<std::string> args) {
+    args.insert(args.end(), {"--port", "0"});
+    return args;
+  }
+  Child c;
+  std::unique_ptr<HttpClient> client;
+};
+
+// A chat reply's tokens and text are `want`'s.
+void check_reply(const json& j, const RunResult& want) {
+  CHECK(j["choices"][0]["tokens"].get<std::vector<int32_t>>() == want.tokens);
+  CHECK(j["choices"][0]["message"]["content"] == want.text);
+}
+
+const std::string kDeviceEncodes = "shardwise_vision_encodes_total{on=\"device\"}";
+const std::string kCpuEncodes = "shardwise_vision_encodes_total{on=\"cpu\"}";
+
 // The fixture model in-process: a CPU engine of `slots` slots (held at a gate the test controls) behind
 // a server whose model takes images.
 struct VlServer {
@@ -128,23 +169,159 @@ TEST_CASE("serve images: a chat request with an image generates run --image's to
   const std::string text = "What is in the picture?";
   for (const std::string device : {"cpu", "emu"}) {
     INFO(device);
-    std::vector<std::string> args = {"serve", "-m", vl_dir(), "--port", "0", "--device", device};
+    std::vector<std::string> args = {"serve", "-m", vl_dir(), "--device", device};
     if (device == "emu") args.insert(args.end(), {"--vram-budget", "1500K"});
-    Child c(args);
-    const std::string first = c.line();
-    INFO("stdout: " << first << "\nstderr: " << test::read_file(c.err_path));
-    REQUIRE(first.rfind("listening on http://127.0.0.1:", 0) == 0);
-    HttpClient client(parse_url(first.substr(first.find("http://"))), 60);
-    const HttpResponse r = client.request("POST", "/v1/chat/completions", image_chat("img_56x56", text, 10).dump());
-    INFO(r.body);
-    REQUIRE(r.status == 200);
-    const json j = json::parse(r.body);
-    const RunResult want = run_reference("img_56x56", text, 10, device);
-    CHECK(j["choices"][0]["tokens"].get<std::vector<int32_t>>() == want.tokens);
-    CHECK(j["choices"][0]["message"]["content"] == want.text);
+    ServeBinary server(args);
+    const json j = server.post("/v1/chat/completions", image_chat("img_56x56", text, 10));
+    check_reply(j, run_reference("img_56x56", text, 10, device));
     CHECK(j["usage"]["prompt_tokens"].get<int64_t>() > 40);  // the image's tokens, not one placeholder
-    REQUIRE(kill(c.pid, SIGTERM) == 0);
-    CHECK(c.wait_exit() == 0);
+    // Without --vision-budget the CPU encodes the images, also on a device.
+    CHECK(server.metric(kCpuEncodes) == 1);
+    CHECK(server.metric(kDeviceEncodes) == 0);
+    server.stop();
+  }
+}
+
+// The fixture's encoder needs 1271 KiB for img_56x56 with its 4 blocks resident (993 KiB streamed), its
+// language model at least 1288 KiB: each server below plans the language model in 1500K, whatever part of
+// its budget it sets apart for the encoder.
+
+// The reply to an image chat of a server on the emulated device that encodes on the CPU (no
+// --vision-budget), its language model in 1500K.
+RunResult cpu_encoded_reply(const std::string& image, const std::string& text, int64_t n) {
+  ServeBinary server({"serve", "-m", vl_dir(), "--device", "emu", "--vram-budget", "1500K"});
+  const json j = server.post("/v1/chat/completions", image_chat(image, text, n));
+  REQUIRE(server.metric(kCpuEncodes) == 1);
+  server.stop();
+  return {j["choices"][0]["tokens"].get<std::vector<int32_t>>(), j["choices"][0]["message"]["content"]};
+}
+
+TEST_CASE(
+    "serve images: --vision-budget encodes on the emulated device to the CPU encoder's tokens, the language "
+    "model planned in the rest",
+    "[serve][images][cli][vision_budget]") {
+  const std::string text = "What is in the picture?";
+  const RunResult want = cpu_encoded_reply("img_56x56", text, 10);
+  // 1000K: the encoder streams its blocks through two slots.
+  ServeBinary server(
+      {"serve", "-m", vl_dir(), "--device", "emu", "--vram-budget", "2500K", "--vision-budget", "1000K"});
+  CHECK(server.metric("shardwise_vram_arena_bytes") == 1500 << 10);
+  CHECK(server.metric(kDeviceEncodes) == 0);
+  check_reply(server.post("/v1/chat/completions", image_chat("img_56x56", text, 10)), want);
+  CHECK(server.metric(kDeviceEncodes) == 1);
+  CHECK(server.metric(kCpuEncodes) == 0);
+  const double arena = server.metric("shardwise_vision_arena_bytes");
+  CHECK(arena > 900 << 10);
+  CHECK(arena <= 1000 << 10);
+  // A new budget is the language model's alone: it gets all of it, the encoder keeps its own.
+  const json change = server.post("/admin/budget", {{"vram_budget", "16M"}});
+  CHECK(change["vram_budget_bytes"] == 16u << 20);
+  CHECK(change["previous_vram_budget_bytes"] == 1500u << 10);
+  CHECK(server.metric("shardwise_vram_arena_bytes") == 16u << 20);
+  check_reply(server.post("/v1/chat/completions", image_chat("img_56x56", text, 10)), want);
+  CHECK(server.metric(kDeviceEncodes) == 2);
+  CHECK(server.metric("shardwise_vision_arena_bytes") == arena);
+  CHECK_THAT(server.log(), !Contains("encoded on the CPU"));
+  server.stop();
+}
+
+TEST_CASE(
+    "serve images: a --vision-budget too small for a request's images encodes them on the CPU to the same "
+    "tokens, with one warning",
+    "[serve][images][cli][vision_budget]") {
+  const std::string text = "What is in the picture?";
+  const RunResult want = cpu_encoded_reply("img_56x56", text, 10);
+  ServeBinary server({"serve", "-m", vl_dir(), "--device", "emu", "--vram-budget", "1600K", "--vision-budget", "100K"});
+  check_reply(server.post("/v1/chat/completions", image_chat("img_56x56", text, 10)), want);
+  CHECK(server.metric(kCpuEncodes) == 1);
+  CHECK(server.metric(kDeviceEncodes) == 0);
+  CHECK(server.metric("shardwise_vision_arena_bytes") == 0);
+  const std::string log = server.log();
+  INFO(log);
+  const size_t at = log.find("warning: the vision encoder needs at least");
+  REQUIRE(at != std::string::npos);
+  CHECK(log.find("the images are encoded on the CPU", at) != std::string::npos);
+  CHECK(log.find("warning: the vision encoder", at + 1) == std::string::npos);  // one request, one warning
+  server.stop();
+}
+
+// llama.cpp's pair: the fixture's language model as a qwen2vl GGUF with a vocabulary, its tower as an
+// mmproj GGUF in the converter's layout.
+struct GgufPair {
+  std::string lm, mmproj;
+};
+const GgufPair& gguf_pair() {
+  static const GgufPair pair = [] {
+    GgufPair p{test::temp_path("serve_vl_lm.gguf"), test::temp_path("serve_vl.mmproj.gguf")};
+    test::write_vl_language_gguf(p.lm);
+    test::write_mmproj(load_vision_model(test::fixtures_dir() + "/vl/qwen2_5_vl"), p.mmproj);
+    return p;
+  }();
+  return pair;
+}
+
+TEST_CASE(
+    "serve --mmproj: llama.cpp's GGUF pair takes images and generates run --mmproj's tokens, encoded on the "
+    "CPU and on the emulated device",
+    "[serve][images][cli][mmproj]") {
+  const GgufPair& p = gguf_pair();
+  const std::string text = "What is in the picture?";
+  const std::string cmd = "'" + test::shardwise_bin() + "' run -m '" + p.lm + "' --mmproj '" + p.mmproj +
+                          "' --image '" + image_path("img_56x56") + "' --prompt '" + text +
+                          "' --greedy -n 10 --json --device cpu";
+  std::string out;
+  INFO(cmd);
+  REQUIRE(test::run_command("(" + cmd + " 2>/dev/null)", &out) == 0);
+  const json want = json::parse(out);
+  for (const bool device : {false, true}) {
+    INFO(device);
+    std::vector<std::string> args = {"serve", "-m", p.lm, "--mmproj", p.mmproj, "--device", "cpu"};
+    if (device) {
+      args.back() = "emu";
+      args.insert(args.end(), {"--vram-budget", "2800K", "--vision-budget", "1300K"});
+    }
+    ServeBinary server(args);
+    const json j = server.post("/v1/chat/completions", image_chat("img_56x56", text, 10));
+    CHECK(j["choices"][0]["tokens"] == want["generated_ids"]);
+    CHECK(j["choices"][0]["message"]["content"] == want["text"]);
+    CHECK(j["usage"]["prompt_tokens"].get<int64_t>() > 40);
+    CHECK(server.metric(device ? kDeviceEncodes : kCpuEncodes) == 1);
+    server.stop();
+  }
+  // Without --mmproj the language model GGUF takes no images.
+  ServeBinary text_only({"serve", "-m", p.lm, "--device", "cpu"});
+  const HttpResponse r =
+      text_only.client->request("POST", "/v1/chat/completions", image_chat("img_56x56", text, 4).dump());
+  CHECK(r.status == 400);
+  CHECK_THAT(r.body, Contains("takes no images"));
+  text_only.stop();
+}
+
+TEST_CASE("serve: --vision-budget and --mmproj refuse what cannot work with one error line", "[serve][images][cli]") {
+  const GgufPair& p = gguf_pair();
+  const std::string vl = "-m '" + vl_dir() + "' ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {vl + "--device cpu --vision-budget 1M", "--vision-budget needs a device"},
+      {vl + "--device emu --vram-budget 4M --vision-budget 4M", "leaves nothing of the VRAM budget"},
+      {vl + "--device emu --vram-budget 4M --vision-budget 5M", "leaves nothing of the VRAM budget"},
+      {vl + "--device emu --vram-budget 4M --vision-budget lots", "--vision-budget"},
+      {vl + "--device emu --vram-budget 4M --vision-budget 0", "--vision-budget"},
+      {vl + "--device emu --vram-budget 4M --vision-budget 1M --plan '" + test::temp_path("no_plan.json") + "'",
+       "--vision-budget with --plan"},
+      {"-m '" + model_name() + "' --device emu --vram-budget 4M --vision-budget 1M",
+       "--vision-budget needs a vision-language model"},
+      {"-m '" + p.lm + "' --device emu --vram-budget 4M --vision-budget 1M",
+       "--vision-budget needs a vision-language model"},
+      {"-m '" + model_name() + "' --device cpu --mmproj '" + p.mmproj + "'", "no M-RoPE sections"},
+  };
+  for (const auto& [args, what] : cases) {
+    std::string out;
+    const int rc = test::run_command("'" + test::shardwise_bin() + "' serve --port 0 " + args + " 2>&1", &out);
+    INFO(args << ": " << out);
+    CHECK(rc == 1);
+    CHECK(out.rfind("error: ", 0) == 0);
+    CHECK_THAT(out, Contains(what));
+    CHECK(std::count(out.begin(), out.end(), '\n') == 1);
   }
 }
 
