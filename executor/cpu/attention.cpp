@@ -152,6 +152,7 @@ void run_task(const Plan& pl, int64_t task, const float* q, const int32_t* posit
   a.acc = sc.acc.data();
   a.scratch = sc.s.data();
   a.kv_tile = sc.kv_tile_for(pl.kv_dtype, hd);
+  a.dequant_q8_0 = kern.dequant[kernel_slot(DType::Q8_0)];
   kern.attn(a);
   if (pl.n_chunks == 1) {
     for (int r = 0; r < nr; ++r) {

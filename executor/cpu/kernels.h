@@ -38,6 +38,8 @@ int64_t set_gemv_prefetch_bytes(int64_t bytes);
 // exactly: an int8 times an f16 scale); queries, scores and accumulators are f32.
 constexpr int kAttnMaxRows = 64;
 constexpr int64_t kAttnKeyTile = 64;
+// Converts n elements (a multiple of the block size) to f32.
+using DequantFn = void (*)(const void* src, float* dst, int64_t n);
 struct AttnArgs {
   const float* const* q;  // nr query rows of hd floats
   const int64_t* limit;   // nr key limits
@@ -52,13 +54,11 @@ struct AttnArgs {
   float* m;
   float* l;
   float* acc;
-  float* scratch;            // nr * kAttnKeyTile floats
-  float* kv_tile = nullptr;  // q8_0 caches: 2 * kAttnKeyTile * hd floats (a tile's K and V rows in f32)
+  float* scratch;                    // nr * kAttnKeyTile floats
+  float* kv_tile = nullptr;          // q8_0 caches: 2 * kAttnKeyTile * hd floats (a tile's K and V rows in f32)
+  DequantFn dequant_q8_0 = nullptr;  // q8_0 caches: the ISA's Q8_0 dequantiser (CpuKernels::dequant)
 };
 using AttnFn = void (*)(const AttnArgs& a);
-
-// Converts n elements (a multiple of the block size) to f32.
-using DequantFn = void (*)(const void* src, float* dst, int64_t n);
 
 struct CpuKernels {
   Isa isa;

@@ -295,18 +295,12 @@ void attn_rows(const AttnArgs& a) {
   }
 }
 
-// Keys [j0, j0 + nk) of a q8_0 cache (key j's row of hd values at block j * ld / 32) into f32 rows of
-// hd, side by side: each value d * q, exact in f32, so the tile is read as an f32 cache would be read.
-inline void dequant_q8_tile(const void* cache, int64_t ld, int64_t hd, int64_t j0, int64_t nk, float* out) {
+// Keys [j0, j0 + nk) of a q8_0 cache (key j's row of hd values from block j * ld / 32) into f32 rows of
+// hd, side by side, by the ISA's Q8_0 dequantiser (bit-exact with dequantize_row: each value d * q,
+// exact in f32), so the tile is read as an f32 cache holding those values would be read.
+inline void dequant_q8_tile(const AttnArgs& a, const void* cache, int64_t j0, int64_t nk, float* out) {
   const auto* blocks = static_cast<const BlockQ8_0*>(cache);
-  for (int64_t j = 0; j < nk; ++j) {
-    const BlockQ8_0* b = blocks + (j0 + j) * ld / kQK8_0;
-    float* y = out + j * hd;
-    for (int64_t i = 0; i < hd / kQK8_0; ++i) {
-      const float d = f16_to_f32(b[i].d);
-      for (int e = 0; e < kQK8_0; ++e) y[i * kQK8_0 + e] = d * static_cast<float>(b[i].qs[e]);
-    }
-  }
+  for (int64_t j = 0; j < nk; ++j) a.dequant_q8_0(blocks + (j0 + j) * a.ld / kQK8_0, out + j * a.hd, a.hd);
 }
 
 // A q8_0 cache: each tile's K and V rows dequantised into a.kv_tile, then the f32 tile code over them,
@@ -321,8 +315,8 @@ void attn_rows_q8(const AttnArgs& a) {
   const int64_t j_end = keys_end(a);
   for (int64_t j0 = a.j_begin; j0 < j_end; j0 += kAttnKeyTile) {
     const int64_t nk = imin(kAttnKeyTile, j_end - j0);
-    dequant_q8_tile(a.k, a.ld, a.hd, j0, nk, kt);
-    dequant_q8_tile(a.v, a.ld, a.hd, j0, nk, vt);
+    dequant_q8_tile(a, a.k, j0, nk, kt);
+    dequant_q8_tile(a, a.v, j0, nk, vt);
     attn_tile<T, RowsF32<T>>(a, kt, vt, a.hd, j0, nk, 0, o, corr);
   }
 }
