@@ -586,12 +586,12 @@ std::vector<std::vector<float>> run_batch_script(StepEngine& engine, const std::
   return out;
 }
 
-// The same script, each sequence alone on a one-slot CPU engine.
+// The same script, each sequence alone on a one-slot CPU engine over a KV cache of kv_dtype.
 std::vector<std::vector<float>> alone_script(const ModelWeights& w, ThreadPool& pool, int64_t ctx,
-                                             const std::vector<std::vector<int32_t>>& streams) {
+                                             const std::vector<std::vector<int32_t>>& streams, DType kv_dtype) {
   std::vector<std::vector<float>> out(streams.size());
   for (size_t s = 0; s < streams.size(); ++s) {
-    CpuEngine alone(w, pool, ctx);
+    CpuEngine alone(w, pool, ctx, 1, kv_dtype);
     size_t at = 0;
     std::vector<float> logits(static_cast<size_t>(w.spec.vocab_size));
     for (const auto& step : batch_script())
@@ -617,10 +617,10 @@ int check_batched(const RuntimeTarget& t, const WeightSource& src, const ModelWe
   const int64_t V = src.spec().vocab_size;
   std::vector<std::vector<int32_t>> streams;
   for (int s = 0; s < slots; ++s) streams.push_back(token_seq(40, V, 100 + static_cast<uint32_t>(s)));
-  const auto ref = alone_script(w, pool, t.ctx, streams);
+  const auto ref = alone_script(w, pool, t.ctx, streams, t.kv_dtype);
   {
     INFO(t.name << ": the CPU engine with " << slots << " slots");
-    CpuEngine cpu(w, pool, t.ctx * slots, slots);
+    CpuEngine cpu(w, pool, t.ctx * slots, slots, t.kv_dtype);
     check_same_sequences(run_batch_script(cpu, streams), ref, V);
   }
   const RuntimeTarget shared = t.with_ctx(t.ctx * slots);

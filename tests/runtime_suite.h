@@ -165,7 +165,8 @@ namespace shardwise::test {
 // Batched steps (StepEngine::step_batch) over three slots: prefill chunks and decode tokens of several
 // sequences in one step, a sequence joining late, one cut back (truncate_slot) and continued with other
 // tokens, a step larger than the largest tier. Every sequence's logits after each of its steps equal
-// (within 1e-4, same argmax) those of a one-slot CPU engine stepped with that sequence alone. Runs the
+// (within 1e-4, same argmax) those of a one-slot CPU engine stepped with that sequence alone (both over
+// t's KV cache type). Runs the
 // CPU engine with three slots, then a runtime per feasible schedule of `schedules` at `budget` (the
 // table planned for three sequences over three times t.ctx; `staged`: one layer's KV in VRAM, the others'
 // on the host, attended on the GPU staged). Returns the runtimes run.

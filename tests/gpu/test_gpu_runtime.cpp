@@ -513,6 +513,8 @@ TEST_CASE(
     for (double frac : {0.3, 3.0})
       check_every_schedule(tq, m, budget_at(tq, *m.src, frac), all_schedules(), emu(1, 0), pool);
     staged_q8 += check_staged_attention(tq, m, budget_at(tq, *m.src, 3.0), emu(1, 0), pool);
+    CHECK(check_batched(tq, *m.src, m.w, 0.5, {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic}, emu(1, 0),
+                        pool) >= 2);
   }
   CHECK(staged_q8 >= 1);
   auto src = open_weights("synthetic:tiny_moe?dtype=q8_0&seed=4");

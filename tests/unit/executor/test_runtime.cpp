@@ -145,6 +145,8 @@ TEST_CASE("runtime suite (emulated): with an f16, bf16 or q8_0 KV cache every sc
     for (double frac : {0.15, 0.5, 2.0})
       check_every_schedule(t, m, budget_at(t, *m.src, frac), all_schedules(), emu(7, 50), pool);
     CHECK(check_staged_attention(t, m, budget_at(t, *m.src, 2.0), emu(19, 50), pool) > 0);
+    if (kv == DType::Q8_0)  // several sequences' rows in one cache, on the device and on the host (staged)
+      CHECK(check_batched(t, *m.src, m.w, 0.5, {Schedule::GpuOnly, Schedule::Dynamic}, emu(6, 40), pool, true) >= 1);
   }
 }
 
