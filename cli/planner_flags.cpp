@@ -16,7 +16,8 @@ const char* const kHostKvAttentionHelp =
     "staged (the cache copied to the GPU)";
 const char* const kKvDtypeHelp =
     "KV cache element type: f32 (exact against an f32 reference), f16 or bf16 (half the memory: K and V rounded as "
-    "they are stored); -ctk/-ctv, as llama.cpp spells them, name it too";
+    "they are stored) or q8_0 (about a quarter: ggml's 8-bit blocks of 32, head_dim a multiple of 32); -ctk/-ctv, "
+    "as llama.cpp spells them, name it too";
 const char* const kMoeSplitHelp =
     "MoE, Dynamic: experts per token that the CPU computes while the GPU runs the others (copied), "
     "in each CPU FFN layer: -1 chooses (default), 0 never splits, N splits with N";
@@ -92,10 +93,10 @@ void add_llama_flags(CLI::App* sub, PlannerFlags& f) {
 
 }  // namespace
 
-const char* const kRunnableKvDtypes = "f32, f16, bf16";
+const char* const kRunnableKvDtypes = "f32, f16, bf16, q8_0";
 
 DType check_kv_dtype(const std::string& text, const char* flag) {
-  if (text != "f32" && text != "f16" && text != "bf16")
+  if (text != "f32" && text != "f16" && text != "bf16" && text != "q8_0")
     fail(flag, " ", text, ": not a KV cache type `run` executes (accepted: ", kRunnableKvDtypes, ")");
   return parse_dtype(text);
 }

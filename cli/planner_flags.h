@@ -55,7 +55,7 @@ struct PlannerFlags {
   void check_llama_flags() const;
 };
 
-// The KV cache types `run` executes (f32 and f16; the CUDA device keeps f32 only, which it says).
+// The KV cache types `run` executes (f32, f16, bf16 and q8_0; a device that keeps f32 only says so).
 extern const char* const kRunnableKvDtypes;
 // Checks a KV cache type given as `flag`: one `run` executes (returned), else an error naming those.
 DType check_kv_dtype(const std::string& text, const char* flag);

@@ -98,8 +98,11 @@ void run_info(const InfoArgs& a) {
   std::printf("types      %s\n", types.c_str());
   std::printf("per layer  attention shard %s, FFN shard %s\n", format_bytes(attn_shard).c_str(),
               format_bytes(ffn_shard).c_str());
-  std::printf("KV/token   %s (f32), %s (f16)\n", format_bytes(s.kv_bytes_per_token(DType::F32)).c_str(),
-              format_bytes(s.kv_bytes_per_token(DType::F16)).c_str());
+  // q8_0 where the head_dim allows it (whole blocks of 32 per head).
+  const std::string q8 =
+      s.head_dim % kQK8_0 == 0 ? ", " + format_bytes(s.kv_bytes_per_token(DType::Q8_0)) + " (q8_0)" : "";
+  std::printf("KV/token   %s (f32), %s (f16)%s\n", format_bytes(s.kv_bytes_per_token(DType::F32)).c_str(),
+              format_bytes(s.kv_bytes_per_token(DType::F16)).c_str(), q8.c_str());
   std::printf("by kind:\n");
   for (const auto& kv : bytes_by_kind) std::printf("  %-16s %12s\n", kv.first.c_str(), format_bytes(kv.second).c_str());
 }

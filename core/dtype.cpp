@@ -117,7 +117,15 @@ bool dtype_is_quantized(DType t) {
 }
 
 bool is_kv_dtype(DType t) {
-  return t == DType::F32 || t == DType::F16 || t == DType::BF16;
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0;
+}
+
+void check_kv_head_dim(DType t, int64_t head_dim, const char* what) {
+  const int64_t be = dtype_block_elems(t);
+  if (head_dim % be != 0)
+    fail(what, ": a ", dtype_name(t), " KV cache needs a head_dim that is a multiple of ", be, " (each head's row is ",
+         "quantised in blocks of ", be, "), and this model's head_dim is ", head_dim,
+         " (f32, f16 and bf16 caches take any)");
 }
 
 uint64_t dtype_row_bytes(DType t, int64_t n) {

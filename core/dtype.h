@@ -143,9 +143,13 @@ uint64_t dtype_row_bytes(DType t, int64_t n);
 double dtype_bits_per_elem(DType t);
 
 // The KV cache element types the executors keep: f32, f16 and bf16 (rows rounded to nearest even as
-// they are stored). kKvDtypeNames lists them for messages.
+// they are stored) and q8_0 (each KV head's row quantised as it is stored, in blocks of 32 as
+// quantize_row does: ggml's quantize_row_q8_0_ref). kKvDtypeNames lists them for messages.
 bool is_kv_dtype(DType t);
-constexpr const char* kKvDtypeNames = "f32, f16 or bf16";
+constexpr const char* kKvDtypeNames = "f32, f16, bf16 or q8_0";
+// Throws Error unless a KV cache of t can hold rows of head_dim values: a block type's blocks must not
+// straddle two heads (q8_0: head_dim a multiple of 32). `what` starts the message.
+void check_kv_head_dim(DType t, int64_t head_dim, const char* what);
 
 // IEEE half / bfloat16 conversions, round-to-nearest-even, as ggml does them.
 float f16_to_f32(uint16_t h);

@@ -239,16 +239,23 @@ class MeasuredCostModel : public CostModel {
   // bytes; larger steps keep the measured type's time (their arithmetic is the same).
   double op_ms(const Op& op, const ExecEnv& env) const override {
     const bool analytic = env.backend == Backend::Gpu && !has_gpu_;  // the datasheet model prices any type
-    // A profile measured before attention was timed over 16-bit caches: their attention is priced as
-    // over f32 (twice the cache bytes: an upper bound for a step that streams its cache), said once.
+    // Attention over a cache type the profile did not time: a 16-bit cache's is priced as over f32
+    // (twice the cache bytes: an upper bound for a step that streams its cache); a q8_0 cache's as over
+    // f16 where the profile has f16 rows (the profiler times f32 and f16 caches only; q8_0's 34 bytes
+    // per 32 values are close to f16's 64 and it dequantises as it reads), else over f32. Said once.
     if (!analytic && op.kind == OpKind::Attention && op.dtype != DType::F32 &&
-        !measured(env.backend, op.kind, op.dtype) && measured(env.backend, op.kind, DType::F32)) {
-      warn_once(str_cat("the profile ", origin_, " has no ", backend_name(env.backend), " attention rows over a ",
-                        dtype_name(op.dtype), " KV cache: priced from its f32 rows (an upper bound; re-run `shardwise ",
-                        "profile` to measure them)"));
-      Op p = op;
-      p.dtype = DType::F32;
-      return measured_op_ms(p, env);
+        !measured(env.backend, op.kind, op.dtype)) {
+      const DType from =
+          op.dtype == DType::Q8_0 && measured(env.backend, op.kind, DType::F16) ? DType::F16 : DType::F32;
+      if (measured(env.backend, op.kind, from)) {
+        warn_once(str_cat("the profile ", origin_, " has no ", backend_name(env.backend), " attention rows over a ",
+                          dtype_name(op.dtype), " KV cache: priced from its ", dtype_name(from), " rows (",
+                          from == DType::F32 ? "an upper bound" : "an estimate", "; re-run `shardwise profile` to ",
+                          "measure them)"));
+        Op p = op;
+        p.dtype = from;
+        return measured_op_ms(p, env);
+      }
     }
     if (!analytic && !sized_by_elems(op.kind) && dtype_is_quantized(op.dtype) &&
         !measured(env.backend, op.kind, op.dtype)) {

@@ -163,6 +163,7 @@ std::vector<ShardLayout> shard_layouts(const ModelSpec& spec, const ShardSet& se
 
 ShardSet make_shards(const ModelSpec& spec, int64_t ctx, DType kv_dtype, const TensorDtypes* dtypes) {
   SW_CHECK(ctx >= 1, "context must be at least 1 token");
+  check_kv_head_dim(kv_dtype, spec.head_dim, "planner");
   ShardSet set;
   set.n_layers = static_cast<int>(spec.num_hidden_layers);
   set.kv_dtype = kv_dtype;

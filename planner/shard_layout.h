@@ -53,7 +53,9 @@ struct ShardSet {
   const Shard& at(int id) const { return shards.at(static_cast<size_t>(id)); }
 };
 
-// kv_dtype is the cache element type (f32 keeps results exact against an f32 reference).
+// kv_dtype is the cache element type (f32 keeps results exact against an f32 reference; a KV shard holds
+// ctx rows of K and V, dtype_row_bytes(kv_dtype, kv_dim) each: q8_0, (head_dim / 32) * 34 bytes per
+// head, and head_dim must be a multiple of 32).
 ShardSet make_shards(const ModelSpec& spec, int64_t ctx, DType kv_dtype, const TensorDtypes* dtypes = nullptr);
 
 // Where each tensor of a shard sits inside the shard's region of VRAM (its pinned place or a

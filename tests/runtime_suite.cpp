@@ -118,6 +118,37 @@ const std::vector<Schedule>& all_schedules() {
   return s;
 }
 
+namespace {
+
+// Each sequence's logits within 1e-4 of the reference's, with the same greedy tokens.
+void check_same_sequences(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& ref,
+                          int64_t V) {
+  REQUIRE(got.size() == ref.size());
+  for (size_t s = 0; s < got.size(); ++s) {
+    INFO("slot " << s);
+    REQUIRE(got[s].size() == ref[s].size());
+    CHECK(max_rel_error(got[s], ref[s], V) <= 1e-4);
+    for (size_t r = 0; r < ref[s].size() / static_cast<size_t>(V); ++r) {
+      const auto row = [&](const std::vector<float>& v) {
+        const auto b = v.begin() + static_cast<int64_t>(r) * V;
+        return std::max_element(b, b + V) - b;
+      };
+      CHECK(row(got[s]) == row(ref[s]));  // the greedy token
+    }
+  }
+}
+
+// A run's logits after each step against the model's CPU engine: within 1e-4, and with the same greedy
+// tokens on a target that runs the CPU's kernels.
+void check_steps(const RuntimeTarget& t, const SuiteModel& m, const std::vector<float>& got) {
+  if (t.same_tokens)
+    check_same_sequences({got}, {m.ref}, m.vocab());
+  else
+    CHECK(max_rel_error(got, m.ref, m.vocab()) <= 1e-4);
+}
+
+}  // namespace
+
 void check_memory(const RuntimeTarget& t, const RuntimeMemory& m, uint64_t budget) {
   const uint64_t g = t.device_granule;
   INFO(t.name << ": arena peak " << m.arena_peak_bytes << ", device peak " << m.device_peak_bytes << " bytes, budget "
@@ -130,7 +161,7 @@ void check_run(const RuntimeTarget& t, const SuiteModel& m, const PlanTable& tab
                const EmuOptions& dev, uint64_t budget, ThreadPool& pool) {
   auto d = t.device(dev);
   Runtime rt(*m.src, m.w, *d, pool, table, o);
-  CHECK(max_rel_error(run_steps(rt, m.tokens, m.steps), m.ref, m.vocab()) <= 1e-4);
+  check_steps(t, m, run_steps(rt, m.tokens, m.steps));
   check_memory(t, rt.memory(), budget);
 }
 
@@ -147,7 +178,7 @@ int check_every_schedule(const RuntimeTarget& t, const SuiteModel& m, uint64_t b
     RuntimeOptions o;
     o.schedule = s;
     Runtime rt(*m.src, m.w, *d, pool, table, o);
-    CHECK(max_rel_error(run_steps(rt, m.tokens, m.steps), m.ref, m.vocab()) <= 1e-4);
+    check_steps(t, m, run_steps(rt, m.tokens, m.steps));
     int64_t chunk = 0;
     for (const auto& a : rt.plan_for(1, &chunk).actions) streamed += a.kind == ActionKind::CopyWeights;
     check_memory(t, rt.memory(), budget);
@@ -555,12 +586,12 @@ std::vector<std::vector<float>> run_batch_script(StepEngine& engine, const std::
   return out;
 }
 
-// The same script, each sequence alone on a one-slot CPU engine.
+// The same script, each sequence alone on a one-slot CPU engine over a KV cache of kv_dtype.
 std::vector<std::vector<float>> alone_script(const ModelWeights& w, ThreadPool& pool, int64_t ctx,
-                                             const std::vector<std::vector<int32_t>>& streams) {
+                                             const std::vector<std::vector<int32_t>>& streams, DType kv_dtype) {
   std::vector<std::vector<float>> out(streams.size());
   for (size_t s = 0; s < streams.size(); ++s) {
-    CpuEngine alone(w, pool, ctx);
+    CpuEngine alone(w, pool, ctx, 1, kv_dtype);
     size_t at = 0;
     std::vector<float> logits(static_cast<size_t>(w.spec.vocab_size));
     for (const auto& step : batch_script())
@@ -578,23 +609,6 @@ std::vector<std::vector<float>> alone_script(const ModelWeights& w, ThreadPool& 
   return out;
 }
 
-void check_same_sequences(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& ref,
-                          int64_t V) {
-  REQUIRE(got.size() == ref.size());
-  for (size_t s = 0; s < got.size(); ++s) {
-    INFO("slot " << s);
-    REQUIRE(got[s].size() == ref[s].size());
-    CHECK(max_rel_error(got[s], ref[s], V) <= 1e-4);
-    for (size_t r = 0; r < ref[s].size() / static_cast<size_t>(V); ++r) {
-      const auto row = [&](const std::vector<float>& v) {
-        const auto b = v.begin() + static_cast<int64_t>(r) * V;
-        return std::max_element(b, b + V) - b;
-      };
-      CHECK(row(got[s]) == row(ref[s]));  // the greedy token
-    }
-  }
-}
-
 }  // namespace
 
 int check_batched(const RuntimeTarget& t, const WeightSource& src, const ModelWeights& w, double budget_frac,
@@ -603,10 +617,10 @@ int check_batched(const RuntimeTarget& t, const WeightSource& src, const ModelWe
   const int64_t V = src.spec().vocab_size;
   std::vector<std::vector<int32_t>> streams;
   for (int s = 0; s < slots; ++s) streams.push_back(token_seq(40, V, 100 + static_cast<uint32_t>(s)));
-  const auto ref = alone_script(w, pool, t.ctx, streams);
+  const auto ref = alone_script(w, pool, t.ctx, streams, t.kv_dtype);
   {
     INFO(t.name << ": the CPU engine with " << slots << " slots");
-    CpuEngine cpu(w, pool, t.ctx * slots, slots);
+    CpuEngine cpu(w, pool, t.ctx * slots, slots, t.kv_dtype);
     check_same_sequences(run_batch_script(cpu, streams), ref, V);
   }
   const RuntimeTarget shared = t.with_ctx(t.ctx * slots);

@@ -41,6 +41,9 @@ struct RuntimeTarget {
   uint64_t device_granule = 1;
   // The plan tables' KV cache type (a SuiteModel's CPU engine must keep the same for an exact match).
   DType kv_dtype = DType::F32;
+  // The device runs the CPU's own kernels (the emulated device): the schedule checks then require the
+  // CPU engine's greedy tokens as well as its logits within 1e-4.
+  bool same_tokens = false;
   RuntimeTarget with_ctx(int64_t c) const {
     RuntimeTarget t = *this;
     t.ctx = c;
@@ -89,8 +92,8 @@ bool feasible_somewhere(const PlanTable& table, Schedule s);
 const std::vector<Schedule>& all_schedules();
 // The budget contract: the arena's peak and the device's (rounded up to its granule) within the budget.
 void check_memory(const RuntimeTarget& t, const RuntimeMemory& m, uint64_t budget);
-// The model's steps through a runtime on a fresh device: the CPU engine's logits within 1e-4, memory
-// within the budget.
+// The model's steps through a runtime on a fresh device: the CPU engine's logits within 1e-4 (and its
+// greedy tokens where the target says same_tokens), memory within the budget.
 void check_run(const RuntimeTarget& t, const SuiteModel& m, const PlanTable& table, const RuntimeOptions& o,
                const EmuOptions& dev, uint64_t budget, ThreadPool& pool);
 
@@ -162,7 +165,8 @@ namespace shardwise::test {
 // Batched steps (StepEngine::step_batch) over three slots: prefill chunks and decode tokens of several
 // sequences in one step, a sequence joining late, one cut back (truncate_slot) and continued with other
 // tokens, a step larger than the largest tier. Every sequence's logits after each of its steps equal
-// (within 1e-4, same argmax) those of a one-slot CPU engine stepped with that sequence alone. Runs the
+// (within 1e-4, same argmax) those of a one-slot CPU engine stepped with that sequence alone (both over
+// t's KV cache type). Runs the
 // CPU engine with three slots, then a runtime per feasible schedule of `schedules` at `budget` (the
 // table planned for three sequences over three times t.ctx; `staged`: one layer's KV in VRAM, the others'
 // on the host, attended on the GPU staged). Returns the runtimes run.

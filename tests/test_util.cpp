@@ -157,4 +157,20 @@ const std::vector<std::pair<std::string, std::string>>& qwen2_hf_layer_names() {
   return names;
 }
 
+std::vector<uint8_t> kv_cache_of(DType kv_dtype, std::vector<float>& values, int64_t row_elems, int64_t first_unread) {
+  const int64_t n = static_cast<int64_t>(values.size()), rows = n / row_elems;
+  const uint64_t row_bytes = dtype_row_bytes(kv_dtype, row_elems);
+  for (int64_t i = first_unread * row_elems; i < n; ++i) values[static_cast<size_t>(i)] = NAN;
+  std::vector<uint8_t> bits(static_cast<size_t>(rows) * row_bytes);
+  if (kv_dtype == DType::Q8_0) {  // the read rows quantised; the others' blocks of NaN scale
+    quantize_row(kv_dtype, values.data(), bits.data(), first_unread * row_elems);
+    auto* blocks = reinterpret_cast<BlockQ8_0*>(bits.data());
+    for (int64_t b = first_unread * row_elems / kQK8_0; b < n / kQK8_0; ++b) blocks[b] = BlockQ8_0{0x7e00, {}};
+  } else {
+    quantize_row(kv_dtype, values.data(), bits.data(), n);  // (f32, f16 and bf16 keep NaN)
+  }
+  dequantize_row(kv_dtype, bits.data(), values.data(), n);
+  return bits;
+}
+
 }  // namespace shardwise::test

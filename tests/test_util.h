@@ -41,5 +41,9 @@ std::vector<float> load_npy_floats(const std::string& path);
 std::vector<int32_t> load_npy_ints(const std::string& path);
 // A qwen2 layer's tensors: (transformers' name under model.layers.N., our name under blk.N.).
 const std::vector<std::pair<std::string, std::string>>& qwen2_hf_layer_names();
+// The bytes of a KV cache of kv_dtype holding `values` (rows of row_elems values; quantize_row's
+// encoding), rows from first_unread on NaN (rows no result may read: a q8_0 block's scale is made NaN).
+// `values` becomes what the cache holds, read back in f32 (the values attention must see).
+std::vector<uint8_t> kv_cache_of(DType kv_dtype, std::vector<float>& values, int64_t row_elems, int64_t first_unread);
 
 }  // namespace shardwise::test

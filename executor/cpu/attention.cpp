@@ -25,7 +25,7 @@ constexpr int64_t kSplitBelowItems = 64;  // split key ranges when there are few
 
 // Per-thread scratch, grown on first use and reused by later calls.
 struct Scratch {
-  std::vector<float> s, m, l, acc;
+  std::vector<float> s, m, l, acc, kv_tile;
   std::vector<const float*> q;
   std::vector<int64_t> limit;
   void reserve(int64_t rows, int64_t hd) {
@@ -36,6 +36,13 @@ struct Scratch {
     acc.resize(static_cast<size_t>(rows * hd));
     q.resize(static_cast<size_t>(rows));
     limit.resize(static_cast<size_t>(rows));
+  }
+  // A q8_0 cache's tiles are dequantised here (K and V rows of one tile).
+  float* kv_tile_for(DType kv, int64_t hd) {
+    if (kv != DType::Q8_0) return nullptr;
+    if (static_cast<int64_t>(kv_tile.size()) < 2 * kAttnKeyTile * hd)
+      kv_tile.resize(static_cast<size_t>(2 * kAttnKeyTile * hd));
+    return kv_tile.data();
   }
 };
 
@@ -59,7 +66,7 @@ struct Item {
 struct Plan {
   int64_t hd, group, q_stride, kv_stride, head_stride;
   DType kv_dtype;
-  int64_t kv_bytes;  // bytes of one cache element
+  int64_t head_bytes;  // bytes from one KV head's rows to the next's (head_stride elements)
   float scale;
   int64_t n_tokens, hb, n_hblocks, tb, n_tblocks, n_items;
   int64_t max_keys, n_chunks, chunk_keys;
@@ -88,7 +95,7 @@ Plan plan_attention(int64_t n_tokens, const int32_t* positions, const AttentionS
   pl.kv_stride = s.kv_row_stride > 0 ? s.kv_row_stride : s.n_kv_heads * pl.hd;
   pl.head_stride = s.kv_head_stride > 0 ? s.kv_head_stride : pl.hd;
   pl.kv_dtype = s.kv_dtype;
-  pl.kv_bytes = static_cast<int64_t>(dtype_row_bytes(s.kv_dtype, 1));
+  pl.head_bytes = static_cast<int64_t>(dtype_row_bytes(s.kv_dtype, pl.head_stride));
   pl.scale = 1.0f / std::sqrt(static_cast<float>(pl.hd));
   pl.n_tokens = n_tokens;
   // Rows of an item: hb heads (of one group) x tb tokens.
@@ -132,8 +139,8 @@ void run_task(const Plan& pl, int64_t task, const float* q, const int32_t* posit
   a.q = sc.q.data();
   a.limit = sc.limit.data();
   a.nr = nr;
-  a.k = static_cast<const uint8_t*>(k) + it.g * pl.head_stride * pl.kv_bytes;
-  a.v = static_cast<const uint8_t*>(v) + it.g * pl.head_stride * pl.kv_bytes;
+  a.k = static_cast<const uint8_t*>(k) + it.g * pl.head_bytes;
+  a.v = static_cast<const uint8_t*>(v) + it.g * pl.head_bytes;
   a.ld = pl.kv_stride;
   a.kv_dtype = pl.kv_dtype;
   a.j_begin = chunk * pl.chunk_keys;
@@ -144,6 +151,8 @@ void run_task(const Plan& pl, int64_t task, const float* q, const int32_t* posit
   a.l = sc.l.data();
   a.acc = sc.acc.data();
   a.scratch = sc.s.data();
+  a.kv_tile = sc.kv_tile_for(pl.kv_dtype, hd);
+  a.dequant_q8_0 = kern.dequant[kernel_slot(DType::Q8_0)];
   kern.attn(a);
   if (pl.n_chunks == 1) {
     for (int r = 0; r < nr; ++r) {
@@ -207,6 +216,10 @@ void attention_segments(const float* q, const int32_t* positions, const std::vec
                         const AttentionShape& s, float* out, ThreadPool& pool) {
   SW_CHECK(is_kv_dtype(s.kv_dtype), "attention: a KV cache of ", dtype_name(s.kv_dtype), " is not supported (",
            kKvDtypeNames, ")");
+  check_kv_head_dim(s.kv_dtype, s.head_dim, "attention");
+  SW_CHECK(
+      s.kv_row_stride % dtype_block_elems(s.kv_dtype) == 0 && s.kv_head_stride % dtype_block_elems(s.kv_dtype) == 0,
+      "attention: a ", dtype_name(s.kv_dtype), " cache's strides must be whole blocks");
   // Each segment is partitioned as it would be alone (so the results are the same bits), and the tasks
   // of all of them share one pass of the pool.
   std::vector<Plan> plans;

@@ -20,7 +20,9 @@ struct AttentionShape {
   // row_stride. 0, 0: rows of all heads side by side ([kv_len, n_kv_heads * head_dim]).
   int64_t kv_row_stride = 0;
   int64_t kv_head_stride = 0;
-  // The caches' element type: F32 or F16 (K and V rows are widened to f32 as they are read).
+  // The caches' element type: F32, F16, BF16 (K and V rows are widened to f32 as they are read) or Q8_0
+  // (each head's row of head_dim, a multiple of 32, in blocks; dequantised to f32 as it is read). The
+  // strides then count elements as well (multiples of 32: a row starts a block).
   DType kv_dtype = DType::F32;
 };
 

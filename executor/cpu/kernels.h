@@ -34,29 +34,31 @@ int64_t set_gemv_prefetch_bytes(int64_t bytes);
 // kAttnKeyTile keys: row r attends keys j < limit[r] (causal), scores are (q_r . k_j) * scale, and the
 // running max m[r], sum l[r] and unnormalised output acc[r * hd ..] (f32) are updated in place
 // (start from m = -inf, l = 0, acc = 0; the result is acc / l). K and V rows are stored as kv_dtype
-// (f32, or f16 widened to f32 as they are loaded); queries, scores and accumulators are f32.
+// (f32; f16 or bf16 widened to f32 as they are loaded; q8_0 blocks dequantised to f32 a tile at a time,
+// exactly: an int8 times an f16 scale); queries, scores and accumulators are f32.
 constexpr int kAttnMaxRows = 64;
 constexpr int64_t kAttnKeyTile = 64;
+// Converts n elements (a multiple of the block size) to f32.
+using DequantFn = void (*)(const void* src, float* dst, int64_t n);
 struct AttnArgs {
   const float* const* q;  // nr query rows of hd floats
   const int64_t* limit;   // nr key limits
   int nr;
-  const void* k;                // key j at element j * ld of k (elements of kv_dtype)
+  const void* k;                // key j at element j * ld of k (elements of kv_dtype; q8_0: block j * ld / 32)
   const void* v;                // value j at element j * ld of v
-  int64_t ld;                   // in elements
-  DType kv_dtype = DType::F32;  // F32 or F16
+  int64_t ld;                   // in elements (q8_0: a multiple of 32, as hd)
+  DType kv_dtype = DType::F32;  // F32, F16, BF16 or Q8_0
   int64_t j_begin, j_end;
   int64_t hd;
   float scale;
   float* m;
   float* l;
   float* acc;
-  float* scratch;  // nr * kAttnKeyTile floats
+  float* scratch;                    // nr * kAttnKeyTile floats
+  float* kv_tile = nullptr;          // q8_0 caches: 2 * kAttnKeyTile * hd floats (a tile's K and V rows in f32)
+  DequantFn dequant_q8_0 = nullptr;  // q8_0 caches: the ISA's Q8_0 dequantiser (CpuKernels::dequant)
 };
 using AttnFn = void (*)(const AttnArgs& a);
-
-// Converts n elements (a multiple of the block size) to f32.
-using DequantFn = void (*)(const void* src, float* dst, int64_t n);
 
 struct CpuKernels {
   Isa isa;

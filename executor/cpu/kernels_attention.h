@@ -15,8 +15,9 @@
 // zero, load, loadm (first n < kW lanes, rest 0), loadh, loadhm (the same from f16 elements, widened),
 // store, storem, set1, add, mul, max, fma(a, b, c) = a * b + c, hmax, hsum, exp (for x <= 0; large
 // negative x gives ~0), reduce(acc, n, out) (out[i] = hsum(acc[i]) for i < n).
-// K and V rows are read through a row policy R (RowsF32 / RowsF16: the cache's element type E, its
-// bytes, and load/loadm of E into f32 vectors); everything after the load is the same f32 code.
+// K and V rows are read through a row policy R (RowsF32 / RowsF16 / RowsBF16: the cache's element type
+// E, its bytes, and load/loadm of E into f32 vectors); everything after the load is the same f32 code.
+// A q8_0 cache's tile is first dequantised to f32 rows (exact) and then read through RowsF32.
 #pragma once
 
 #include <cmath>
@@ -231,51 +232,92 @@ inline void softmax_row(float* s, int64_t nv, int64_t nk_pad, float scale, float
   for (j = nv; j < nk_pad; ++j) s[j] = 0.0f;
 }
 
+// One tile of keys [j0, j0 + nk) for every row: k and v point at key j0's row (keys ld elements apart),
+// pf_next is the next tile's offset to prefetch (0: none); o are the rows' accumulators and corr room
+// for their corrections. Always inlined: the f32 instance has two callers (attn_rows, attn_rows_q8), and
+// called out of line it ran a 512-token prefill ~10% slower.
+template <class T, class R>
+__attribute__((always_inline)) inline void attn_tile(const AttnArgs& a, const typename R::E* k, const typename R::E* v,
+                                                     int64_t ld, int64_t j0, int64_t nk, int64_t pf_next,
+                                                     float* const* o, float* corr) {
+  const int nr = a.nr;
+  const int64_t hd = a.hd;
+  float* const s = a.scratch;  // nr * kAttnKeyTile
+  for (int r = 0; r < nr; r += kRB) {
+    // The next tile's rows are prefetched by the first row block only (the others read this tile's
+    // rows again from cache).
+    const int64_t pf = r == 0 ? pf_next : 0;
+    const int rb = static_cast<int>(imin(kRB, nr - r));
+    int64_t nkb = 0;  // keys any row of the block attends
+    for (int i = 0; i < rb; ++i) nkb = imax(nkb, imin(nk, a.limit[r + i] - j0));
+    if (nkb <= 0) {
+      for (int i = 0; i < rb; ++i) corr[r + i] = 1.0f;
+      continue;
+    }
+    float* sb = s + r * kAttnKeyTile;
+    if (rb == kRB)
+      scores_rows<T, R, kRB>(a.q + r, k, ld, hd, nkb, sb, pf);
+    else
+      for (int i = 0; i < rb; ++i)
+        scores_rows<T, R, 1>(a.q + r + i, k, ld, hd, nkb, sb + i * kAttnKeyTile, i == 0 ? pf : 0);
+    for (int i = 0; i < rb; ++i) {
+      const int64_t nv = imax(0, imin(nk, a.limit[r + i] - j0));
+      softmax_row<T>(sb + i * kAttnKeyTile, nv, nkb, a.scale, a.m + r + i, a.l + r + i, corr + r + i);
+    }
+    if (rb == kRB)
+      pv_rows<T, R, kRB>(sb, corr + r, v, ld, nkb, hd, o + r, pf);
+    else
+      for (int i = 0; i < rb; ++i)
+        pv_rows<T, R, 1>(sb + i * kAttnKeyTile, corr + r + i, v, ld, nkb, hd, o + r + i, i == 0 ? pf : 0);
+  }
+}
+
+// The keys the rows attend: [j_begin, min(j_end, largest limit)).
+inline int64_t keys_end(const AttnArgs& a) {
+  int64_t max_limit = 0;
+  for (int r = 0; r < a.nr; ++r) max_limit = imax(max_limit, a.limit[r]);
+  return imin(a.j_end, max_limit);
+}
+
 template <class T, class R>
 void attn_rows(const AttnArgs& a) {
   using E = typename R::E;
-  const int nr = a.nr;
-  const int64_t hd = a.hd, ld = a.ld;
-  float* const s = a.scratch;  // nr * kAttnKeyTile
+  const int64_t ld = a.ld;
   float corr[kAttnMaxRows];
   float* o[kAttnMaxRows];
-  for (int r = 0; r < nr; ++r) o[r] = a.acc + r * hd;
-  int64_t max_limit = 0;
-  for (int r = 0; r < nr; ++r) max_limit = imax(max_limit, a.limit[r]);
-  const int64_t j_end = imin(a.j_end, max_limit);
+  for (int r = 0; r < a.nr; ++r) o[r] = a.acc + r * a.hd;
+  const int64_t j_end = keys_end(a);
   for (int64_t j0 = a.j_begin; j0 < j_end; j0 += kAttnKeyTile) {
     const int64_t nk = imin(kAttnKeyTile, j_end - j0);
-    const E* k = static_cast<const E*>(a.k) + j0 * ld;
-    const E* v = static_cast<const E*>(a.v) + j0 * ld;
-    // The next tile's rows, prefetched by the first row block only (the others read this tile's rows
-    // again from cache).
     const int64_t pf_next = j0 + kAttnKeyTile < j_end ? kAttnKeyTile * ld : 0;
-    int r = 0;
-    for (; r < nr; r += kRB) {
-      const int64_t pf = r == 0 ? pf_next : 0;
-      const int rb = static_cast<int>(imin(kRB, nr - r));
-      int64_t nkb = 0;  // keys any row of the block attends
-      for (int i = 0; i < rb; ++i) nkb = imax(nkb, imin(nk, a.limit[r + i] - j0));
-      if (nkb <= 0) {
-        for (int i = 0; i < rb; ++i) corr[r + i] = 1.0f;
-        continue;
-      }
-      float* sb = s + r * kAttnKeyTile;
-      if (rb == kRB)
-        scores_rows<T, R, kRB>(a.q + r, k, ld, hd, nkb, sb, pf);
-      else
-        for (int i = 0; i < rb; ++i)
-          scores_rows<T, R, 1>(a.q + r + i, k, ld, hd, nkb, sb + i * kAttnKeyTile, i == 0 ? pf : 0);
-      for (int i = 0; i < rb; ++i) {
-        const int64_t nv = imax(0, imin(nk, a.limit[r + i] - j0));
-        softmax_row<T>(sb + i * kAttnKeyTile, nv, nkb, a.scale, a.m + r + i, a.l + r + i, corr + r + i);
-      }
-      if (rb == kRB)
-        pv_rows<T, R, kRB>(sb, corr + r, v, ld, nkb, hd, o + r, pf);
-      else
-        for (int i = 0; i < rb; ++i)
-          pv_rows<T, R, 1>(sb + i * kAttnKeyTile, corr + r + i, v, ld, nkb, hd, o + r + i, i == 0 ? pf : 0);
-    }
+    attn_tile<T, R>(a, static_cast<const E*>(a.k) + j0 * ld, static_cast<const E*>(a.v) + j0 * ld, ld, j0, nk, pf_next,
+                    o, corr);
+  }
+}
+
+// Keys [j0, j0 + nk) of a q8_0 cache (key j's row of hd values from block j * ld / 32) into f32 rows of
+// hd, side by side, by the ISA's Q8_0 dequantiser (bit-exact with dequantize_row: each value d * q,
+// exact in f32), so the tile is read as an f32 cache holding those values would be read.
+inline void dequant_q8_tile(const AttnArgs& a, const void* cache, int64_t j0, int64_t nk, float* out) {
+  const auto* blocks = static_cast<const BlockQ8_0*>(cache);
+  for (int64_t j = 0; j < nk; ++j) a.dequant_q8_0(blocks + (j0 + j) * a.ld / kQK8_0, out + j * a.hd, a.hd);
+}
+
+// A q8_0 cache: each tile's K and V rows dequantised into a.kv_tile, then the f32 tile code over them,
+// so the result is the bits of attention over an f32 cache holding the dequantised values.
+template <class T>
+void attn_rows_q8(const AttnArgs& a) {
+  float corr[kAttnMaxRows];
+  float* o[kAttnMaxRows];
+  for (int r = 0; r < a.nr; ++r) o[r] = a.acc + r * a.hd;
+  float* const kt = a.kv_tile;
+  float* const vt = a.kv_tile + kAttnKeyTile * a.hd;
+  const int64_t j_end = keys_end(a);
+  for (int64_t j0 = a.j_begin; j0 < j_end; j0 += kAttnKeyTile) {
+    const int64_t nk = imin(kAttnKeyTile, j_end - j0);
+    dequant_q8_tile(a, a.k, j0, nk, kt);
+    dequant_q8_tile(a, a.v, j0, nk, vt);
+    attn_tile<T, RowsF32<T>>(a, kt, vt, a.hd, j0, nk, 0, o, corr);
   }
 }
 
@@ -286,6 +328,8 @@ void attn(const AttnArgs& a) {
     attn_rows<T, RowsF16<T>>(a);
   else if (a.kv_dtype == DType::BF16)
     attn_rows<T, RowsBF16<T>>(a);
+  else if (a.kv_dtype == DType::Q8_0)
+    attn_rows_q8<T>(a);
   else
     attn_rows<T, RowsF32<T>>(a);
 }

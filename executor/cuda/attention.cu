@@ -1,7 +1,7 @@
-// executor/cuda/attention.cu — causal GQA attention over f32, f16 or bf16 KV caches, computed in f32 (no
-// tensor cores: TF32 or f16 scores would break the 1e-4 logits contract; a 16-bit cache rounds only what
-// is stored, as the CPU's does). Every kernel is compiled for each cache type (KT: float, __half or
-// __nv_bfloat16). The score matrix
+// executor/cuda/attention.cu — causal GQA attention over f32, f16, bf16 or q8_0 KV caches, computed in f32
+// (no tensor cores: TF32 or f16 scores would break the 1e-4 logits contract; a 16-bit or q8_0 cache rounds
+// only what is stored, as the CPU's does). Every kernel is compiled for each cache type (KT: float, __half,
+// __nv_bfloat16 or BlockQ8_0, whose blocks are dequantised as they are loaded: Q8Rows). The score matrix
 // is never materialised: both kernels keep a running max, sum and output per query row (online softmax).
 //  - Decode (n <= 8): lanes hold a contiguous slice of head_dim, so K and V rows are read with
 //    coalesced vector loads; a warp takes a group of <= 4 query rows of one kv head over a range of
@@ -21,7 +21,8 @@
 // aligned q/k/v rows) keeps the plain vector loads; the other variant guards its loads, in float4
 // pieces when hd % 4 == 0 and the rows are 16-byte aligned (a uniform flag), element by element
 // otherwise (per-head offsets h * hd are then not 16-byte aligned). A 16-bit cache's rows are read in
-// pieces of 4 values (8 bytes), so its rows need 8-byte alignment where f32 rows need 16.
+// pieces of 4 values (8 bytes), so its rows need 8-byte alignment where f32 rows need 16 (q8_0 rows: 2, the
+// block's).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -40,7 +41,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 struct KArgs {
   const float* q;
   int64_t q_stride;
-  const void* k;  // float or __half rows (the kernels' KT)
+  const void* k;  // rows of the kernels' KT (KvRows<KT>)
   const void* v;
   int64_t kv_stride;
   float* out;
@@ -195,6 +196,57 @@ __device__ __forceinline__ void load_head(const H* p, int d0, int hd, bool vec4,
   }
 }
 
+// A q8_0 cache's rows: a row pointer is element e of the cache, in block e / 32 (an f16 scale d and 32
+// int8 codes q), read as d * q (exact in f32, as the CPU dequantises). Offsets (kv head g at g * hd, key
+// j at j * kv_stride, a lane's slice) count elements as for the other caches; the C <= 8 values of one
+// read never straddle a block, as they start at a multiple of C and hd and the strides are multiples
+// of 32 (the host checks). Elements at or beyond hd (padded head_dims) read as 0: hd is a multiple of
+// 4, so a read is all in or all out.
+struct Q8Rows {
+  const BlockQ8_0* base;
+  int64_t e;
+  __device__ Q8Rows operator+(int64_t n) const { return {base, e + n}; }
+};
+
+template <int C>
+__device__ __forceinline__ void load_vec(Q8Rows p, float* v) {
+  const BlockQ8_0& b = p.base[p.e / kQK8_0];
+  const float d = __half2float(__ushort_as_half(b.d));
+  const int o = static_cast<int>(p.e % kQK8_0);
+#pragma unroll
+  for (int i = 0; i < C; ++i) v[i] = __fmul_rn(d, static_cast<float>(b.qs[o + i]));
+}
+
+template <bool FULL>
+__device__ __forceinline__ float4 load4(Q8Rows p, int d0, int hd, bool) {
+  if (!FULL && d0 >= hd) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float v[4];
+  load_vec<4>(p, v);
+  return make_float4(v[0], v[1], v[2], v[3]);
+}
+
+template <int C, bool FULL>
+__device__ __forceinline__ void load_head(Q8Rows p, int d0, int hd, bool, float* v) {
+  if (FULL || d0 < hd) {
+    load_vec<C>(p, v);
+  } else {
+#pragma unroll
+    for (int i = 0; i < C; ++i) v[i] = 0.0f;
+  }
+}
+
+// The kernels' view of a cache of KT (float, __half, __nv_bfloat16: a pointer; BlockQ8_0: Q8Rows).
+template <typename KT>
+struct KvRows {
+  using Ptr = const KT*;
+  __device__ static Ptr at(const void* p) { return static_cast<Ptr>(p); }
+};
+template <>
+struct KvRows<BlockQ8_0> {
+  using Ptr = Q8Rows;
+  __device__ static Ptr at(const void* p) { return {static_cast<const BlockQ8_0*>(p), 0}; }
+};
+
 // Query row i of kv group g (rows of a group: token-major, then the group's heads).
 __device__ __forceinline__ void row_of(const KArgs& a, int g, int i, int& t, int& h) {
   t = i / a.group;
@@ -291,8 +343,8 @@ __device__ __forceinline__ void load_key_rows(const KArgs& a, int g, int d0, int
                                               float (&vr)[decode_keys_per_step<D>()][D / 32]) {
   constexpr int C = D / 32;
   constexpr int U = decode_keys_per_step<D>();
-  const KT* kb = static_cast<const KT*>(a.k) + static_cast<int64_t>(g) * hd + d0;
-  const KT* vb = static_cast<const KT*>(a.v) + static_cast<int64_t>(g) * hd + d0;
+  const typename KvRows<KT>::Ptr kb = KvRows<KT>::at(a.k) + static_cast<int64_t>(g) * hd + d0;
+  const typename KvRows<KT>::Ptr vb = KvRows<KT>::at(a.v) + static_cast<int64_t>(g) * hd + d0;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const int64_t jj = min(j + u, j_end - 1);
@@ -509,8 +561,9 @@ __device__ __forceinline__ void prefill_row_positions(const KArgs& a, int i_base
 
 // The key tile kt .. kt + BK - 1 into Ks (transposed) and Vs; keys from k_end on read as 0.
 template <int D, bool FULL, typename KT>
-__device__ __forceinline__ void stage_prefill_kv(const KArgs& a, const KT* kg, const KT* vg, int kt, int k_end, int hd,
-                                                 bool vec4, int tid, float* Ks, float* Vs) {
+__device__ __forceinline__ void stage_prefill_kv(const KArgs& a, typename KvRows<KT>::Ptr kg,
+                                                 typename KvRows<KT>::Ptr vg, int kt, int k_end, int hd, bool vec4,
+                                                 int tid, float* Ks, float* Vs) {
   using P = Prefill<D>;
   // K tile, transposed. A warp reads 16 keys x 32 bytes (full sectors) and stores 16 consecutive
   // keys for two rows of d, 16 banks apart: conflict-free.
@@ -620,8 +673,8 @@ __global__ void __launch_bounds__(256) attn_prefill_kernel(const KArgs a) {
 #pragma unroll
     for (int c = 0; c < P::DC; ++c) o[ii][c] = 0.0f;
   }
-  const KT* kg = static_cast<const KT*>(a.k) + static_cast<int64_t>(g) * hd;
-  const KT* vg = static_cast<const KT*>(a.v) + static_cast<int64_t>(g) * hd;
+  const typename KvRows<KT>::Ptr kg = KvRows<KT>::at(a.k) + static_cast<int64_t>(g) * hd;
+  const typename KvRows<KT>::Ptr vg = KvRows<KT>::at(a.v) + static_cast<int64_t>(g) * hd;
   __syncthreads();
 
   for (int kt = k_begin; kt < k_end; kt += P::BK) {
@@ -962,12 +1015,17 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
   SW_CHECK(a.q != nullptr && a.k != nullptr && a.v != nullptr && a.out != nullptr, "CUDA attention: a null pointer");
   SW_CHECK(is_kv_dtype(a.kv_dtype), "CUDA attention: a ", dtype_name(a.kv_dtype), " KV cache is not supported (",
            kKvDtypeNames, ")");
-  const bool half = a.kv_dtype != DType::F32;  // a 16-bit cache
+  check_kv_head_dim(a.kv_dtype, hd, "CUDA attention");
+  SW_CHECK(a.kv_stride % dtype_block_elems(a.kv_dtype) == 0, "CUDA attention: a ", dtype_name(a.kv_dtype),
+           " cache's rows must be whole blocks apart");
   const int D = padded_head_dim(hd);
-  // Vector loads need q/k/v rows aligned for 4-element pieces (16 bytes of f32, 8 of f16/bf16) and per-head
-  // offsets (h * hd, hd % 4 == 0); outputs are stored element by element (no alignment needed).
-  // Anything else takes the guarded loads.
-  const auto kv_aligned = [&](const void* p) { return reinterpret_cast<uintptr_t>(p) % (half ? 8 : 16) == 0; };
+  // Vector loads need q/k/v rows aligned for 4-element pieces (16 bytes of f32, 8 of f16/bf16; q8_0 blocks
+  // are read a scale and bytes at a time: 2) and per-head offsets (h * hd, hd % 4 == 0); outputs are
+  // stored element by element (no alignment needed). Anything else takes the guarded loads.
+  const uintptr_t kv_align = a.kv_dtype == DType::F32 ? 16 : a.kv_dtype == DType::Q8_0 ? 2 : 8;
+  const auto kv_aligned = [&](const void* p) { return reinterpret_cast<uintptr_t>(p) % kv_align == 0; };
+  SW_CHECK(a.kv_dtype != DType::Q8_0 || (kv_aligned(a.k) && kv_aligned(a.v)),
+           "CUDA attention: a q8_0 cache must start on a 2-byte boundary (its blocks' f16 scales)");
   const bool rows16 =
       aligned16(a.q) && kv_aligned(a.k) && kv_aligned(a.v) && a.q_stride % 4 == 0 && a.kv_stride % 4 == 0;
   const bool full = hd == D && rows16;
@@ -1007,6 +1065,8 @@ void attention(const Ctx& ctx, const AttnArgs& a) {
     launch_attention<__half>(ctx, k, D, full, decode, kernel, rb, row_groups, rows_all);
   else if (a.kv_dtype == DType::BF16)
     launch_attention<__nv_bfloat16>(ctx, k, D, full, decode, kernel, rb, row_groups, rows_all);
+  else if (a.kv_dtype == DType::Q8_0)
+    launch_attention<BlockQ8_0>(ctx, k, D, full, decode, kernel, rb, row_groups, rows_all);
   else
     launch_attention<float>(ctx, k, D, full, decode, kernel, rb, row_groups, rows_all);
 }

@@ -192,6 +192,7 @@ class CudaKernels : public DeviceKernels {
 
   void set_kv_dtype(DType t) override {
     SW_CHECK(is_kv_dtype(t), "the CUDA kernels keep the KV cache in ", kKvDtypeNames, ", not ", dtype_name(t));
+    check_kv_head_dim(t, spec_.head_dim, "the CUDA KV cache");
     kv_dtype_ = t;
   }
 
@@ -1192,7 +1193,8 @@ class WarmUp {
       for (DType t : kAllDTypes) run_blocks(t);
       sweep_matmuls();
     }
-    for (DType kv : {DType::F16, DType::BF16}) {  // the attention and RoPE kernels over 16-bit caches
+    for (DType kv : kv_dtypes()) {  // the attention and RoPE kernels over the other cache types
+      if (kv == DType::F32) continue;
       k_.set_kv_dtype(kv);
       run_blocks(DType::F32);
     }
@@ -1206,6 +1208,12 @@ class WarmUp {
   static constexpr uint64_t kAttnKeys = 112;  // and cache rows up to position 100 + 4
 
   bool rope_ok() const { return s_.head_dim % 2 == 0 && s_.head_dim <= 512; }
+  // The cache types the model's head_dim allows (q8_0: a multiple of 32).
+  std::vector<DType> kv_dtypes() const {
+    std::vector<DType> t = {DType::F32, DType::F16, DType::BF16};
+    if (s_.head_dim % kQK8_0 == 0) t.push_back(DType::Q8_0);
+    return t;
+  }
   bool attention_ok() const { return rope_ok() && attention_head_dim_supported(s_.head_dim); }
 
   DevMat matrix(DType t, int64_t rows, int64_t cols) const {
@@ -1354,7 +1362,7 @@ class WarmUp {
     for (int misalign : {0, 1}) {
       if (misalign && padded) break;  // padded head_dims only have the guarded kernels
       for (int n : {1, 2, 4, 9})
-        for (DType kv : {DType::F32, DType::F16, DType::BF16}) {
+        for (DType kv : kv_dtypes()) {
           AttnArgs a;
           a.q = aq_ + misalign;
           a.q_stride = hd;
@@ -1392,7 +1400,7 @@ class WarmUp {
       r.cos = r.sin = norm_;
       r.k_cache = kc_;
       r.v_cache = vc_;
-      for (DType kv : {DType::F32, DType::F16, DType::BF16}) {
+      for (DType kv : kv_dtypes()) {
         r.kv_dtype = kv;
         qk_norm_rope(c, r);
       }
@@ -1400,7 +1408,8 @@ class WarmUp {
     swiglu(c, sy_, sx_, 1, 64, 64);
     add(c, sy_, sx_, 64);
     gather_rows(c, sx_, 64, idx_, 1, 64, sy_, 64);
-    for (DType kv : {DType::F32, DType::F16}) {  // a staged host cache's layout, both ways (bf16: as f16)
+    // A staged host cache's layout, both ways (bf16 and q8_0 rows move as 16-bit words, as f16's).
+    for (DType kv : {DType::F32, DType::F16}) {
       kv_layout(c, sx_, sy_, 2, 1, 16, 0, 2, true, kv);
       kv_layout(c, sy_, sx_, 2, 1, 16, 0, 2, false, kv);
     }

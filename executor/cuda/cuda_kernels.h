@@ -71,8 +71,9 @@ void cuda_matmul(const DevMat& w, const float* x, int64_t ldx, int64_t n, float*
 
 // Attention over a KV cache (the kernel the attention block uses), for profilers and tests: q
 // [n, n_heads * head_dim] (row stride n_heads * head_dim), caches with rows 0 .. pos_first + n - 1 of
-// n_kv_heads * head_dim elements of kv_dtype (f32, f16 or bf16) each, out [n, n_heads * head_dim]; query t at position
-// pos_first + t attends cache rows 0 .. pos_first + t (causal GQA, scale 1/sqrt(head_dim)); head_dim 1 .. 256.
+// n_kv_heads * head_dim elements of kv_dtype (f32, f16, bf16 or q8_0) each, out [n, n_heads * head_dim]; query t at
+// position pos_first + t attends cache rows 0 .. pos_first + t (causal GQA, scale 1/sqrt(head_dim)); head_dim 1 ..
+// 256 (q8_0: a multiple of 32).
 // Temporaries (split-K partials) from [workspace, + workspace_bytes): less room only means fewer key
 // splits (none with 0 bytes). Enqueued on stream; nothing waits. Cache rows before pos_first may be
 // read before the kernel enqueued just before this one ends (programmatic dependent launch, kernels.cuh

@@ -122,7 +122,9 @@ struct QkRopeArgs {
   bool neox = true;
   void* k_cache = nullptr;  // [capacity, kv_dim] of kv_dtype (null = no cache write)
   void* v_cache = nullptr;
-  DType kv_dtype = DType::F32;  // f32, or f16 / bf16 (rounded to nearest even as they are stored)
+  // f32, or f16 / bf16 (rounded to nearest even as they are stored), or q8_0 (each head's row quantised
+  // as it is stored, head_dim a multiple of 32; the cache's element offsets count its values)
+  DType kv_dtype = DType::F32;
   int32_t pos_first = 0;
 };
 void qk_norm_rope(const Ctx& ctx, const QkRopeArgs& a);
@@ -133,7 +135,7 @@ void add(const Ctx& ctx, float* x, const float* y, int64_t n);
 void swiglu(const Ctx& ctx, float* gate, const float* up, int64_t rows, int64_t width, int64_t ld);
 // Positions [p0, p1) of a K or V cache of `capacity` positions, head-major [heads, capacity, hd] <->
 // position-major [capacity, heads * hd] (to_positions: head-major src into position-major dst); elements
-// of `dtype` (f32, f16 or bf16), copied as they are.
+// of `dtype` (f32, f16 or bf16; q8_0: hd / 32 blocks per head row), copied as they are.
 void kv_layout(const Ctx& ctx, const void* src, void* dst, int64_t capacity, int32_t heads, int32_t hd, int64_t p0,
                int64_t p1, bool to_positions, DType dtype);
 // dst[i] = src[idx[i]] for n rows of width.
@@ -178,7 +180,8 @@ void moe_topk(const Ctx& ctx, const MoeTopkArgs& a);
 
 // ---- attention (attention.cu) -----------------------------------------------------------------
 // Causal GQA attention of n queries (query t at position pos_first + t, attending cache rows
-// 0 .. pos_first + t) over f32 caches; scale 1/sqrt(head_dim); online softmax in f32. Decode-sized
+// 0 .. pos_first + t) over f32, f16, bf16 or q8_0 caches (read as f32: q8_0 blocks dequantised as they are
+// loaded, head_dim a multiple of 32); scale 1/sqrt(head_dim); online softmax in f32. Decode-sized
 // steps split the keys across warps (split-K) and combine; larger steps run flash-style tiles.
 // Any head_dim of 1 .. kMaxAttentionHeadDim (kernels for 32/64/128/256, smaller head_dims padded
 // with zeros); any pointer alignment and stride (16-byte aligned rows with head_dim in {32, 64, 128,
@@ -192,9 +195,9 @@ struct AttnArgs {
   const float* q = nullptr;  // query t, head h at q + t * q_stride + h * head_dim
   int64_t q_stride = 0;
   const void* k = nullptr;  // cache row j at k + j * kv_stride elements (kv head g at + g * head_dim)
-  const void* v = nullptr;
+  const void* v = nullptr;  // (q8_0: element e in block e / 32; k and v point at a block)
   int64_t kv_stride = 0;
-  DType kv_dtype = DType::F32;  // the cache's element type: f32, f16 or bf16
+  DType kv_dtype = DType::F32;  // the cache's element type: f32, f16, bf16 or q8_0
   float* out = nullptr;         // [n, n_heads * head_dim], row stride out_stride
   int64_t out_stride = 0;
   int32_t n = 0, pos_first = 0;

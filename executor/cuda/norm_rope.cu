@@ -81,7 +81,21 @@ __global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* __rest
   for (int c = threadIdx.x; c < dim; c += blockDim.x) yr[c] = xr[c] * scale * w[c];
 }
 
-// Element `at` of a K or V cache of f32, f16 or bf16 (rounded to nearest even).
+// Block `block` of a q8_0 K or V cache from a warp, lane l holding its value l: the scale from the
+// warp's absolute maximum, then each lane's code, with the operations of the host's quantiser
+// (core/quants.cpp, ggml's quantize_row_q8_0_ref): d = amax / 127, q = roundf(x * (1 / d)), d stored
+// as f16 rounded to nearest even. All 32 lanes must call it.
+__device__ __forceinline__ void store_q8_0_warp(void* cache, int64_t block, int lane, float x) {
+  const float amax = warp_max(fabsf(x));
+  const float d = __fdiv_rn(amax, 127.0f);
+  const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+  BlockQ8_0* b = static_cast<BlockQ8_0*>(cache) + block;
+  if (lane == 0) b->d = __half_as_ushort(__float2half_rn(d));
+  b->qs[lane] = static_cast<int8_t>(roundf(__fmul_rn(x, id)));
+}
+
+// Element `at` of a K or V cache of f32, f16 or bf16 (rounded to nearest even); q8_0 caches are written
+// a block per warp (store_q8_0_warp).
 __device__ __forceinline__ void store_kv(void* cache, DType t, int64_t at, float v) {
   if (t == DType::F16)
     static_cast<__half*>(cache)[at] = __float2half_rn(v);
@@ -92,7 +106,8 @@ __device__ __forceinline__ void store_kv(void* cache, DType t, int64_t at, float
 }
 
 // Grid (tokens, head groups of 4); one warp per head: q heads, then k heads, then (with a cache or a v
-// bias) v heads.
+// bias) v heads. A q8_0 cache's row of a head is quantised by its warp, a block of 32 at a time (head_dim
+// a multiple of 32): the roped k values are gathered in the warp's buffer first.
 __global__ void __launch_bounds__(128) qk_rope_kernel(const __grid_constant__ QkRopeArgs a) {
   pdl_begin();
   __shared__ float buf[4][kMaxHeadDim];
@@ -110,9 +125,11 @@ __global__ void __launch_bounds__(128) qk_rope_kernel(const __grid_constant__ Qk
     float* src = row + qd + kvd + static_cast<int64_t>(g) * D;
     const int64_t at = cache_row + static_cast<int64_t>(g) * D;
     const float* vb = a.v_bias ? a.v_bias + static_cast<int64_t>(g) * D : nullptr;
-    for (int d = lane; d < D; d += 32) {
+    for (int d = lane; d < D; d += 32) {  // (q8_0: d - lane starts a block, and every lane takes part)
       const float v = vb ? __fadd_rn(src[d], vb[d]) : src[d];
-      if (a.v_cache)
+      if (a.v_cache && a.kv_dtype == DType::Q8_0)
+        store_q8_0_warp(a.v_cache, (at + d) / kQK8_0, lane, v);
+      else if (a.v_cache)
         store_kv(a.v_cache, a.kv_dtype, at + d, v);
       else
         src[d] = v;
@@ -138,7 +155,8 @@ __global__ void __launch_bounds__(128) qk_rope_kernel(const __grid_constant__ Qk
     for (int d = lane; d < D; d += 32) b[d] = b[d] * scale * nw[d];
   }
   __syncwarp();
-  const bool to_cache = !is_q && a.k_cache != nullptr;  // else in place
+  const bool to_cache = !is_q && a.k_cache != nullptr;    // else in place
+  const bool q8 = to_cache && a.kv_dtype == DType::Q8_0;  // roped values back into b, then quantised
   const int64_t at = cache_row + static_cast<int64_t>(head) * D;
   const float* cs = a.cos + t * half;
   const float* sn = a.sin + t * half;
@@ -148,7 +166,10 @@ __global__ void __launch_bounds__(128) qk_rope_kernel(const __grid_constant__ Qk
     const float x0 = b[i0], x1 = b[i1], c = cs[p], s = sn[p];
     const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
     const float y1 = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
-    if (to_cache) {
+    if (q8) {  // each pair is read and written by one lane only
+      b[i0] = y0;
+      b[i1] = y1;
+    } else if (to_cache) {
       store_kv(a.k_cache, a.kv_dtype, at + i0, y0);
       store_kv(a.k_cache, a.kv_dtype, at + i1, y1);
     } else {
@@ -156,6 +177,9 @@ __global__ void __launch_bounds__(128) qk_rope_kernel(const __grid_constant__ Qk
       src[i1] = y1;
     }
   }
+  if (!q8) return;
+  __syncwarp();
+  for (int d = lane; d < D; d += 32) store_q8_0_warp(a.k_cache, (at + d) / kQK8_0, lane, b[d]);
 }
 
 __global__ void add_kernel(float* x, const float* __restrict__ y, int64_t n) {
@@ -327,6 +351,8 @@ void qk_norm_rope(const Ctx& ctx, const QkRopeArgs& a) {
   SW_CHECK((a.q_norm == nullptr) == (a.k_norm == nullptr), "CUDA RoPE: q_norm and k_norm must both be given");
   SW_CHECK(a.cos != nullptr && a.sin != nullptr, "CUDA RoPE: no angle table (prepare_step was not called)");
   SW_CHECK((a.k_cache == nullptr) == (a.v_cache == nullptr), "CUDA RoPE: k and v caches go together");
+  SW_CHECK(is_kv_dtype(a.kv_dtype), "CUDA RoPE: a ", dtype_name(a.kv_dtype), " cache");
+  if (a.k_cache != nullptr) check_kv_head_dim(a.kv_dtype, a.head_dim, "CUDA RoPE");
   SW_CHECK((a.q_bias == nullptr) == (a.k_bias == nullptr) && (a.q_bias == nullptr) == (a.v_bias == nullptr),
            "CUDA RoPE: the q, k and v biases go together");
   const int total = a.n_heads + a.n_kv_heads + (a.k_cache || a.v_bias ? a.n_kv_heads : 0);
@@ -362,12 +388,16 @@ void kv_layout(const Ctx& ctx, const void* src, void* dst, int64_t capacity, int
   SW_CHECK(0 <= p0 && p0 <= p1 && p1 <= capacity && heads > 0 && hd > 0, "kv_layout: positions [", p0, ", ", p1,
            ") of ", capacity);
   SW_CHECK(is_kv_dtype(dtype), "kv_layout: a ", dtype_name(dtype), " cache");
-  const int64_t width = static_cast<int64_t>(heads) * hd;
+  check_kv_head_dim(dtype, hd, "kv_layout");
+  // A q8_0 head row (hd / 32 blocks of 34 bytes) moves as 17 * hd / 32 16-bit words: the rows are
+  // 2-byte aligned and only copied, never read.
+  const int32_t words = dtype == DType::Q8_0 ? static_cast<int32_t>(dtype_row_bytes(dtype, hd) / 2) : hd;
+  const int64_t width = static_cast<int64_t>(heads) * words;
   for (int64_t r0 = p0; r0 < p1; r0 += 65535) {
     const int64_t m = std::min<int64_t>(65535, p1 - r0);
-    if (dtype != DType::F32)  // 16-bit elements
+    if (dtype != DType::F32)  // 16-bit elements (or words of q8_0 blocks)
       launch_kernel("kv layout kernel", kv_layout_kernel<uint16_t>, rows_grid(m, width, 256), dim3(256), 0, ctx.stream,
-                    static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), capacity, heads, hd, r0,
+                    static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), capacity, heads, words, r0,
                     to_positions);
     else
       launch_kernel("kv layout kernel", kv_layout_kernel<float>, rows_grid(m, width, 256), dim3(256), 0, ctx.stream,

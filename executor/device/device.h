@@ -235,9 +235,9 @@ struct EmuOptions {
   // The weight types the device computes with (empty: every type), to stand in for a device whose
   // kernels lack some.
   std::vector<DType> dtypes = {};
-  // Whether the device keeps f16 KV caches (false: f32 only), to stand in for a device whose kernels
-  // keep f32 only.
-  bool kv_f16 = true;  // (and bf16: the 16-bit cache types)
+  // Whether the device keeps f16 KV caches, and bf16 and q8_0 ones (false: f32 only), to stand in for
+  // a device whose kernels keep f32 only.
+  bool kv_f16 = true;
 };
 std::unique_ptr<Device> make_emu_device(const EmuOptions& options = {});
 // Throws Error when the build has no CUDA or the machine no GPU.

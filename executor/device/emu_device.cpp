@@ -185,15 +185,17 @@ class EmuKernels : public DeviceKernels {
   void prepare_segments(const std::vector<StepSegment>& segments) override {
     q_.push([this, segments] { blocks_.prepare_step(segments); });
   }
-  // The CPU blocks keep f32, f16 or bf16 caches; the type applies to the blocks queued after this call.
+  // The CPU blocks keep f32, f16, bf16 or q8_0 caches; the type applies to the blocks queued after this call.
   void set_kv_dtype(DType t) override {
     SW_CHECK(is_kv_dtype(t), "the emulated device keeps the KV cache in ", kKvDtypeNames, ", not ", dtype_name(t));
+    check_kv_head_dim(t, spec_.head_dim, "the emulated device's KV cache");
     kv_dtype_ = t;
     q_.push([this, t] { blocks_.set_kv_dtype(t); });
   }
   void kv_layout(const void* src, void* dst, int64_t capacity, int64_t p0, int64_t p1, bool to_positions) override {
-    const int64_t hd = spec_.head_dim, heads = spec_.num_key_value_heads, kvd = heads * hd;
-    const int64_t eb = static_cast<int64_t>(dtype_row_bytes(kv_dtype_, 1));
+    const int64_t heads = spec_.num_key_value_heads;
+    // One head's row of one position, in bytes (whole blocks of a q8_0 cache).
+    const int64_t row = static_cast<int64_t>(dtype_row_bytes(kv_dtype_, spec_.head_dim));
     SW_CHECK(0 <= p0 && p0 <= p1 && p1 <= capacity, "emu kv_layout: positions [", p0, ", ", p1, ") of ", capacity);
     if (p1 == p0) return;
     q_.push([=] {
@@ -201,11 +203,11 @@ class EmuKernels : public DeviceKernels {
       uint8_t* d = static_cast<uint8_t*>(dst);
       for (int64_t p = p0; p < p1; ++p)
         for (int64_t h = 0; h < heads; ++h) {
-          const int64_t head_at = ((h * capacity + p) * hd) * eb, pos_at = (p * kvd + h * hd) * eb;
+          const int64_t head_at = (h * capacity + p) * row, pos_at = (p * heads + h) * row;
           if (to_positions)
-            std::memcpy(d + pos_at, s + head_at, static_cast<size_t>(hd * eb));
+            std::memcpy(d + pos_at, s + head_at, static_cast<size_t>(row));
           else
-            std::memcpy(d + head_at, s + pos_at, static_cast<size_t>(hd * eb));
+            std::memcpy(d + head_at, s + pos_at, static_cast<size_t>(row));
         }
     });
   }

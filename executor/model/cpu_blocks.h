@@ -46,8 +46,9 @@ class CpuBlocks {
   // head_dim] (host caches: KvCache); 0 (the default): [capacity, kv_dim], the heads of a position
   // side by side (as the device caches).
   void set_kv_capacity(int64_t capacity) { kv_capacity_ = capacity; }
-  // The caches' element type: F32 (the default) or F16 (K and V rows are rounded to f16, to nearest
-  // even, as they are stored; attention reads them back widened to f32).
+  // The caches' element type: F32 (the default), F16 or BF16 (K and V rows are rounded to nearest even
+  // as they are stored; attention reads them back widened to f32) or Q8_0 (each head's row quantised
+  // as it is stored, head_dim a multiple of 32; attention reads it back dequantised).
   void set_kv_dtype(DType dtype);
   DType kv_dtype() const { return kv_dtype_; }
 

@@ -85,7 +85,7 @@ std::vector<double> measure_experts_touched(const ModelWeights& weights, ThreadP
 double measure_next_layer_routing(const ModelWeights& weights, ThreadPool& pool, const std::vector<int32_t>& tokens);
 
 // A CpuModel with its own KV cache, as a StepEngine for the generation loop: `slots` sequences share
-// the ctx positions (ctx / slots each, as llama-server's -c and -np), stored as kv_dtype (f32, f16 or bf16).
+// the ctx positions (ctx / slots each, as llama-server's -c and -np), stored as kv_dtype (f32, f16, bf16 or q8_0).
 class CpuEngine : public StepEngine {
  public:
   CpuEngine(const ModelWeights& weights, ThreadPool& pool, int64_t ctx, int slots = 1, DType kv_dtype = DType::F32);

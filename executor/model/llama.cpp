@@ -41,12 +41,14 @@ void CpuBlocks::attention_pre(const LayerWeights& w, const float* x, int64_t n, 
 
 void CpuBlocks::set_kv_dtype(DType dtype) {
   SW_CHECK(is_kv_dtype(dtype), "the CPU keeps a KV cache in ", kKvDtypeNames, ", not ", dtype_name(dtype));
+  check_kv_head_dim(dtype, spec_.head_dim, "the CPU's KV cache");
   kv_dtype_ = dtype;
 }
 
 namespace {
 
-// Stores one KV head's row of hd values in the cache's element type.
+// Stores one KV head's row of hd values in the cache's element type (q8_0: hd / 32 blocks, quantised as
+// quantize_row does).
 void store_kv_row(DType dtype, const float* src, uint8_t* dst, int64_t hd) {
   if (dtype == DType::F32)
     std::memcpy(dst, src, static_cast<size_t>(hd) * sizeof(float));
@@ -58,7 +60,9 @@ void store_kv_row(DType dtype, const float* src, uint8_t* dst, int64_t hd) {
 
 void CpuBlocks::attention_core(const float* qkv, int64_t n, void* k_cache, void* v_cache, float* attn) {
   const int64_t QD = spec_.q_dim(), KVD = spec_.kv_dim(), W = qkv_width();
-  const int64_t hd = spec_.head_dim, eb = static_cast<int64_t>(dtype_row_bytes(kv_dtype_, 1));
+  const int64_t hd = spec_.head_dim;
+  // Bytes of `elems` cache elements (whole rows of hd, so whole blocks of a q8_0 cache).
+  const auto bytes = [&](int64_t elems) { return static_cast<int64_t>(dtype_row_bytes(kv_dtype_, elems)); };
   SW_CHECK(!segments_.empty() && segments_.back().t0 + segments_.back().n == n,
            "attention: prepare_step was not called for this step");
   AttentionShape shape{spec_.num_attention_heads, spec_.num_key_value_heads, hd, KVD, hd};  // side by side
@@ -75,13 +79,13 @@ void CpuBlocks::attention_core(const float* qkv, int64_t n, void* k_cache, void*
     if (kv_capacity_ > 0)
       SW_CHECK(sg.row0 + end <= kv_capacity_, "attention: positions up to ", sg.row0 + end, " exceed the cache's ",
                kv_capacity_);
-    uint8_t* k = static_cast<uint8_t*>(k_cache) + sg.row0 * shape.kv_row_stride * eb;
-    uint8_t* v = static_cast<uint8_t*>(v_cache) + sg.row0 * shape.kv_row_stride * eb;
+    uint8_t* k = static_cast<uint8_t*>(k_cache) + bytes(sg.row0 * shape.kv_row_stride);
+    uint8_t* v = static_cast<uint8_t*>(v_cache) + bytes(sg.row0 * shape.kv_row_stride);
     for (int64_t t = 0; t < sg.n; ++t) {
       const float* r = qkv + (sg.t0 + t) * W;
       const int64_t at = (sg.pos0 + t) * shape.kv_row_stride;
       for (int64_t g = 0; g < spec_.num_key_value_heads; ++g) {
-        const int64_t off = (g * shape.kv_head_stride + at) * eb;
+        const int64_t off = bytes(g * shape.kv_head_stride + at);
         store_kv_row(kv_dtype_, r + QD + g * hd, k + off, hd);
         store_kv_row(kv_dtype_, r + QD + KVD + g * hd, v + off, hd);
       }

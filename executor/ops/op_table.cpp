@@ -43,6 +43,7 @@ std::string OpCase::label() const {
       break;
     case OpId::Attention:
       s << " " << heads << "/" << kv_heads << "x" << head_dim << " t" << tokens << " pos0 " << pos0 << " kv " << kv_len;
+      if (dtype != DType::F32) s << " " << dtype_name(dtype) << " cache";
       if (threads > 0) s << " threads " << threads;
       break;
     case OpId::Rope:
@@ -212,6 +213,14 @@ std::vector<OpCase> attention_cases() {
       out.push_back(c);
   for (int64_t hd : {1, 2, 6, 10, 30, 33, 62, 100, 130, 200, 254, 256})
     for (const OpCase& c : {attn(4, 2, hd, 1, 300), attn(2, 1, hd, 3, 0), attn(4, 2, hd, 21, 250)}) out.push_back(c);
+  // q8_0 caches (head_dims of whole blocks): decode with split keys, a prefill chunk over a cached prefix,
+  // a cache longer than used, a padded head_dim (96) decoding and prefilling, 256, short contexts.
+  for (OpCase c : {attn(8, 2, 128, 1, 4999, 0, 2), attn(6, 2, 64, 21, 50, 0, 2), attn(4, 1, 32, 100, 129, 300, 4),
+                   attn(6, 2, 96, 5, 1500), attn(4, 1, 96, 77, 0), attn(2, 1, 256, 70, 1000), attn(8, 2, 64, 3, 30),
+                   attn(8, 2, 32, 1, 0)}) {
+    c.dtype = DType::Q8_0;
+    out.push_back(c);
+  }
   return out;
 }
 

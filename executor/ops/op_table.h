@@ -46,7 +46,7 @@ struct Tolerance {
 // One case. Fields an op does not use stay 0.
 struct OpCase {
   OpId op = OpId::Matmul;
-  DType dtype = DType::F32;  // Matmul, Dequant: the weights' dtype; every activation is f32
+  DType dtype = DType::F32;  // Matmul, Dequant: the weights' dtype; Attention: the KV cache's; activations are f32
   int64_t rows = 1;          // Matmul: W {rows, cols}; RmsNorm, Swiglu: rows of `cols` elements
   int64_t cols = 0;          // Matmul: W's columns; Dequant, Axpy, Dot, RmsNorm, Swiglu: elements per row
   int64_t tokens = 1;        // Matmul: activation rows; Attention, Rope: token rows of the step

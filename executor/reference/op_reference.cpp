@@ -91,7 +91,8 @@ SW_REFERENCE_LOOP void weighted_sum(const double* p, int64_t keys, const float* 
 
 OpReference reference_attention(const float* q, int64_t n, const int32_t* positions, const float* k, const float* v,
                                 const AttentionShape& shape) {
-  SW_CHECK(shape.kv_dtype == DType::F32, "reference_attention: the caches must be f32 (widen f16 ones first)");
+  SW_CHECK(shape.kv_dtype == DType::F32,
+           "reference_attention: the caches must be f32 (widen or dequantise other types first)");
   const int64_t hd = shape.head_dim, heads = shape.n_heads, group = shape.n_heads / shape.n_kv_heads;
   const int64_t row_stride = shape.kv_row_stride > 0 ? shape.kv_row_stride : shape.n_kv_heads * hd;
   const int64_t head_stride = shape.kv_row_stride > 0 ? shape.kv_head_stride : hd;

@@ -76,12 +76,22 @@ Vec swiglu_ffn(const TensorView& gate, const TensorView& up, const TensorView& d
 }
 
 // Rounds each value as a KV cache of `kv` stores it (f32 is taken as exact: the reference's own
-// precision; f16 and bf16 round through f32 to the nearest even, as the engines store them).
+// precision; f16 and bf16 round through f32 to the nearest even, as the engines store them; q8_0
+// quantises the row through f32 in blocks of 32, which never straddle two heads (head_dim is a multiple
+// of 32), with the engines' quantiser, and reads the blocks back as they do).
 void store_as(DType kv, Vec& v) {
-  if (kv == DType::F16)
+  if (kv == DType::F16) {
     for (double& e : v) e = static_cast<double>(f16_to_f32(f32_to_f16(static_cast<float>(e))));
-  else if (kv == DType::BF16)
+  } else if (kv == DType::BF16) {
     for (double& e : v) e = static_cast<double>(bf16_to_f32(f32_to_bf16(static_cast<float>(e))));
+  } else if (kv == DType::Q8_0) {
+    const int64_t n = static_cast<int64_t>(v.size());
+    std::vector<float> f(v.begin(), v.end());
+    std::vector<BlockQ8_0> blocks(static_cast<size_t>(n / kQK8_0));
+    quantize_row(kv, f.data(), blocks.data(), n);
+    dequantize_row(kv, blocks.data(), f.data(), n);
+    std::copy(f.begin(), f.end(), v.begin());
+  }
 }
 
 // Layer prefix p's attention block, added to the residual stream x: project every position, then let
@@ -195,6 +205,7 @@ namespace {
 std::vector<float> reference_from(const WeightSource& src, std::vector<Vec> x, const std::vector<int64_t>& pos3,
                                   DType kv) {
   SW_CHECK(is_kv_dtype(kv), "reference: a KV cache of ", dtype_name(kv), " is not supported (", kKvDtypeNames, ")");
+  check_kv_head_dim(kv, src.spec().head_dim, "reference");
   const ModelSpec& sp = src.spec();
   const int64_t n = static_cast<int64_t>(x.size());
   auto T = [&](const std::string& name) -> const TensorView& { return src.tensor(name); };

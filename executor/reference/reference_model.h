@@ -13,8 +13,9 @@
 namespace shardwise {
 
 // Logits [tokens.size(), vocab] (row-major) for the sequence starting at position 0. kv_dtype: what a
-// KV cache would store — F32 (K and V kept in double) or F16 (each K row after RoPE and each V row
-// after its bias rounded to f16, as an f16 cache holds them; everything else stays in double).
+// KV cache would store — F32 (K and V kept in double), F16 or BF16 (each K row after RoPE and each V
+// row after its bias rounded, as such a cache holds them; everything else stays in double) or Q8_0 (the
+// same rows quantised in blocks of 32 and read back, as a q8_0 cache holds them).
 std::vector<float> reference_logits(const WeightSource& source, const std::vector<int32_t>& tokens,
                                     DType kv_dtype = DType::F32);
 // Logits from input embeddings x [n, hidden] at positions pos3 [n, 3] (temporal, height, width: the

@@ -402,19 +402,20 @@ void Runtime::fill_host_cache(int64_t n, uint64_t seed) {
     x ^= x << 17;
     v = static_cast<float>(static_cast<int64_t>(x >> 40) - (int64_t(1) << 23)) / static_cast<float>(int64_t(1) << 23);
   }
-  // The pattern in the cache's element type.
-  const int64_t eb = static_cast<int64_t>(dtype_row_bytes(kv_dtype_, 1));
-  std::vector<uint8_t> stored(pattern.size() * static_cast<size_t>(eb));
+  // The pattern in the cache's element type, copied in units of its blocks (elements of a float type;
+  // a q8_0 cache's rows are whole blocks): eb bytes each.
+  const int64_t be = dtype_block_elems(kv_dtype_), eb = dtype_block_bytes(kv_dtype_);
+  std::vector<uint8_t> stored(static_cast<size_t>(dtype_row_bytes(kv_dtype_, static_cast<int64_t>(pattern.size()))));
   quantize_row(kv_dtype_, pattern.data(), stored.data(), static_cast<int64_t>(pattern.size()));
-  const int64_t L = spec_.num_hidden_layers, elems = n * spec_.kv_dim();
-  const int64_t P = static_cast<int64_t>(pattern.size()), pieces = (elems + P - 1) / P;
+  const int64_t L = spec_.num_hidden_layers, units = n * spec_.kv_dim() / be;
+  const int64_t P = static_cast<int64_t>(pattern.size()) / be, pieces = (units + P - 1) / P;
   pool_.parallel_for(2 * L * pieces, 1, [&](int64_t i0, int64_t i1, int) {
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t half = i / pieces, piece = i % pieces, layer = half / 2;
       if (static_cast<size_t>(layer) < on_gpu.size() && on_gpu[static_cast<size_t>(layer)]) continue;
       uint8_t* p = static_cast<uint8_t*>(half % 2 ? host_kv_->v(layer) : host_kv_->k(layer)) + piece * P * eb;
       // Shifted by the layer and side, so that K and V of different layers differ.
-      const int64_t shift = (half * 4099) % P, len = std::min(P, elems - piece * P);
+      const int64_t shift = (half * 4099) % P, len = std::min(P, units - piece * P);
       for (int64_t j = 0; j < len;) {
         const int64_t from = (shift + j) % P, run = std::min(len - j, P - from);
         std::memcpy(p + j * eb, stored.data() + from * eb, static_cast<size_t>(run * eb));

@@ -10,6 +10,7 @@ KvCache::KvCache(const ModelSpec& spec, int64_t capacity, DType dtype)
   if (capacity < 1 || capacity > (int64_t(1) << 24))
     fail("context size ", capacity, " is out of range (1 .. 16M tokens)");
   if (!is_kv_dtype(dtype)) fail("a KV cache of ", dtype_name(dtype), " is not supported (", kKvDtypeNames, ")");
+  check_kv_head_dim(dtype, spec.head_dim, "KV cache");
   buffer_ = HostBuffer(static_cast<uint64_t>(n_layers_) * 2 * static_cast<uint64_t>(capacity_) * row_bytes());
 }
 

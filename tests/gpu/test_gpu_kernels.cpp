@@ -431,8 +431,8 @@ const char* kernel_name(cuda::DecodeAttn kernel) {
 // The decode kernels (prefill steps ignore the choice).
 constexpr cuda::DecodeAttn kDecodeKernels[] = {cuda::DecodeAttn::Warps, cuda::DecodeAttn::Block};
 
-cuda::AttnArgs attn_args(const float* q, const float* kc, const float* vc, float* out, int64_t n, int64_t pos0,
-                         int heads, int kv_heads, int hd) {
+cuda::AttnArgs attn_args(const float* q, const void* kc, const void* vc, float* out, int64_t n, int64_t pos0, int heads,
+                         int kv_heads, int hd) {
   cuda::AttnArgs a;
   a.q = q;
   a.q_stride = static_cast<int64_t>(heads) * hd;
@@ -768,7 +768,9 @@ TEST_CASE("CUDA blocks go through long steps in chunks when the workspace is sma
 
 TEST_CASE("op table: attention cases match the f64 reference and the CPU with each decode kernel", "[gpu][kernels]") {
   // Every case with the warp and the block decode kernel (prefill steps ignore the choice), at the
-  // default keys per split and at 32 (more splits); cache rows past the step's last query are NaN.
+  // default keys per split and at 32 (more splits); cache rows past the step's last query are NaN. The
+  // q8_0 cases' caches hold quantised rows: the reference attends over their dequantised values, the
+  // CPU and the GPU over the blocks.
   DevMem mem;
   ThreadPool pool(0);
   const uint64_t ws_bytes = 256ull << 20;
@@ -778,23 +780,27 @@ TEST_CASE("op table: attention cases match the f64 reference and the CPU with ea
     const std::vector<float> q = fresh(static_cast<size_t>(c.tokens * QD), -2.0f, 2.0f);
     std::vector<float> k = fresh(static_cast<size_t>(c.kv_len * KVD), -2.0f, 2.0f);
     std::vector<float> v = fresh(static_cast<size_t>(c.kv_len * KVD));
-    for (size_t i = static_cast<size_t>(last * KVD); i < k.size(); ++i) k[i] = v[i] = std::nanf("");
+    const std::vector<uint8_t> k_bits = test::kv_cache_of(c.dtype, k, KVD, last),
+                               v_bits = test::kv_cache_of(c.dtype, v, KVD, last);
     std::vector<int32_t> pos(static_cast<size_t>(c.tokens));
     for (int64_t t = 0; t < c.tokens; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(c.pos0 + t);
-    const AttentionShape shape{c.heads, c.kv_heads, c.head_dim};
+    AttentionShape shape{c.heads, c.kv_heads, c.head_dim};
     const OpReference ref = reference_attention(q.data(), c.tokens, pos.data(), k.data(), v.data(), shape);
+    shape.kv_dtype = c.dtype;
     std::vector<float> cpu(static_cast<size_t>(c.tokens * QD));
-    shardwise::attention(q.data(), c.tokens, pos.data(), k.data(), v.data(), c.kv_len, shape, cpu.data(), pool);
+    shardwise::attention(q.data(), c.tokens, pos.data(), k_bits.data(), v_bits.data(), c.kv_len, shape, cpu.data(),
+                         pool);
     DevMem act;
     float* dq = act.upload(q);
-    float* dk = act.upload(k);
-    float* dv = act.upload(v);
+    const uint8_t* dk = act.upload(k_bits.data(), k_bits.size());
+    const uint8_t* dv = act.upload(v_bits.data(), v_bits.size());
     float* dout = act.floats(cpu.size());
     for (cuda::DecodeAttn kernel : kDecodeKernels)
       for (int keys : {0, 32}) {
         poison(dout, cpu.size());
         cuda::AttnArgs a = attn_args(dq, dk, dv, dout, c.tokens, c.pos0, static_cast<int>(c.heads),
                                      static_cast<int>(c.kv_heads), static_cast<int>(c.head_dim));
+        a.kv_dtype = c.dtype;
         a.decode_kernel = kernel;
         a.decode_min_keys = keys;
         cuda::attention(kc.ctx, a);
@@ -935,27 +941,9 @@ TEST_CASE("CUDA attention over offset and padded rows matches the CPU and leaves
   }
 }
 
-// The cache as the device holds it: f32 as given, or f16 bits (rounded to nearest even), and the values
-// those bits hold (what the CPU attends over for the reference).
-struct CacheCopy {
-  std::vector<float> values;
-  std::vector<uint16_t> f16;
-};
-CacheCopy cache_copy(const std::vector<float>& x, DType kv) {
-  CacheCopy c{x, {}};
-  if (kv != DType::F32) {  // f16 or bf16 bits
-    c.f16.resize(x.size());
-    for (size_t i = 0; i < x.size(); ++i) {
-      c.f16[i] = kv == DType::F16 ? f32_to_f16(x[i]) : f32_to_bf16(x[i]);
-      c.values[i] = kv == DType::F16 ? f16_to_f32(c.f16[i]) : bf16_to_f32(c.f16[i]);
-    }
-  }
-  return c;
-}
-
 TEST_CASE(
-    "CUDA exported attention for profilers: cuda_attention over f32, f16 and bf16 caches, with and without room "
-    "for split-K partials",
+    "CUDA exported attention for profilers: cuda_attention over f32, f16, bf16 and q8_0 caches, with and without "
+    "room for split-K partials",
     "[gpu][kernels]") {
   Gpu& g = gpu();
   DevMem mem;
@@ -964,27 +952,32 @@ TEST_CASE(
     int64_t heads, kv_heads, hd, n, pos0;
     uint64_t ws_bytes;
   };
-  // Decode (split keys, and none), prefill, padded head_dims (80: 4-element pieces; 50: element by element).
-  const Case cases[] = {{8, 2, 128, 1, 3000, 16u << 20}, {8, 2, 128, 1, 3000, 0},        {4, 4, 80, 5, 700, 16u << 20},
-                        {6, 2, 48, 64, 400, 16u << 20},  {6, 2, 48, 64, 400, 0},         {4, 1, 64, 300, 0, 16u << 20},
-                        {2, 1, 50, 3, 200, 16u << 20},   {4, 2, 256, 20, 100, 16u << 20}};
+  // Decode (split keys, and none), prefill, padded head_dims (80: 4-element pieces; 50: element by element;
+  // 96: q8_0's padded one).
+  const Case cases[] = {
+      {8, 2, 128, 1, 3000, 16u << 20}, {8, 2, 128, 1, 3000, 0},         {4, 4, 80, 5, 700, 16u << 20},
+      {6, 2, 48, 64, 400, 16u << 20},  {6, 2, 48, 64, 400, 0},          {4, 1, 64, 300, 0, 16u << 20},
+      {2, 1, 50, 3, 200, 16u << 20},   {4, 2, 256, 20, 100, 16u << 20}, {6, 2, 96, 3, 500, 16u << 20}};
   uint8_t* ws = mem.alloc(16u << 20);
-  for (DType kv : {DType::F32, DType::F16, DType::BF16})
+  for (DType kv : {DType::F32, DType::F16, DType::BF16, DType::Q8_0})
     for (const Case& c : cases) {
+      if (c.hd % dtype_block_elems(kv) != 0) continue;  // q8_0: head_dims of whole blocks
       const int64_t kv_len = c.pos0 + c.n, QD = c.heads * c.hd, KVD = c.kv_heads * c.hd;
       const std::vector<float> q = fresh(static_cast<size_t>(c.n * QD), -2.0f, 2.0f);
-      const CacheCopy k = cache_copy(fresh(static_cast<size_t>(kv_len * KVD), -2.0f, 2.0f), kv);
-      const CacheCopy v = cache_copy(fresh(static_cast<size_t>(kv_len * KVD)), kv);
+      // The caches as the device holds them, and in k and v the values they hold (what the CPU attends
+      // over for the reference).
+      std::vector<float> k = fresh(static_cast<size_t>(kv_len * KVD), -2.0f, 2.0f);
+      std::vector<float> v = fresh(static_cast<size_t>(kv_len * KVD));
+      const std::vector<uint8_t> k_bits = test::kv_cache_of(kv, k, KVD, kv_len),
+                                 v_bits = test::kv_cache_of(kv, v, KVD, kv_len);
       std::vector<int32_t> pos(static_cast<size_t>(c.n));
       for (int64_t t = 0; t < c.n; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(c.pos0 + t);
       std::vector<float> ref(static_cast<size_t>(c.n * QD));
-      shardwise::attention(q.data(), c.n, pos.data(), k.values.data(), v.values.data(), kv_len,
-                           {c.heads, c.kv_heads, c.hd}, ref.data(), pool);
+      shardwise::attention(q.data(), c.n, pos.data(), k.data(), v.data(), kv_len, {c.heads, c.kv_heads, c.hd},
+                           ref.data(), pool);
       float* dq = mem.upload(q);
-      const void* dk =
-          kv != DType::F32 ? static_cast<const void*>(mem.upload(k.f16.data(), k.f16.size())) : mem.upload(k.values);
-      const void* dv =
-          kv != DType::F32 ? static_cast<const void*>(mem.upload(v.f16.data(), v.f16.size())) : mem.upload(v.values);
+      const uint8_t* dk = mem.upload(k_bits.data(), k_bits.size());
+      const uint8_t* dv = mem.upload(v_bits.data(), v_bits.size());
       float* dout = mem.floats(ref.size());
       poison(dout, ref.size());
       cuda_attention(dq, dk, dv, dout, c.n, c.pos0, c.heads, c.kv_heads, c.hd, c.ws_bytes ? ws : nullptr, c.ws_bytes,
@@ -994,6 +987,61 @@ TEST_CASE(
       CHECK(test::max_rel_error(get(dout, ref.size()), ref, c.hd) <= kBlockTol);
     }
   g.sync();
+}
+
+// The RoPE kernel stores the step's K and V rows in the cache's type as the host's quantize_row stores the
+// same values (q8_0: a warp per block of 32, ggml's rounding): turned by 0 (cos 1, sin 0) with no norms or
+// biases, the rows reach the cache unchanged, so the cache's bytes must be quantize_row's to the bit, and
+// rows before the step untouched. head_dim 32 to 256 (one to eight blocks per head), a head of zeros
+// (scale 0) and values at q8_0's rounding ties (a block whose largest is 127: scale 1, 2.5 -> 3).
+TEST_CASE("CUDA RoPE stores K and V cache rows of f16, bf16 and q8_0 as the host's quantize_row does",
+          "[gpu][kernels]") {
+  Gpu& g = gpu();
+  cuda::Ctx ctx;
+  ctx.stream = g.stream;
+  for (DType kv : {DType::F16, DType::BF16, DType::Q8_0})
+    for (int hd : {32, 64, 128, 256}) {
+      DevMem mem;
+      const int heads = 4, kv_heads = 2, n = 5, pos0 = 3;
+      const int64_t QD = heads * hd, KVD = kv_heads * hd, W = QD + 2 * KVD;
+      std::vector<float> qkv = fresh(static_cast<size_t>(n * W), -3.0f, 3.0f);
+      for (int64_t e = 0; e < hd; ++e) qkv[static_cast<size_t>(QD + e)] = 0.0f;  // token 0's first k head
+      float* tie = &qkv[static_cast<size_t>(W + QD + KVD)];                      // token 1's first v block
+      tie[0] = 127.0f;
+      tie[1] = 2.5f;
+      tie[2] = -2.5f;
+      tie[3] = 0.5f;
+      const std::vector<float> cos(static_cast<size_t>(n * hd / 2), 1.0f), sin(cos.size(), 0.0f);
+      const uint64_t row = dtype_row_bytes(kv, KVD), bytes = static_cast<uint64_t>(pos0 + n) * row;
+      const std::vector<uint8_t> before(bytes, 0x5a);
+      uint8_t* kc = mem.upload(before.data(), before.size());
+      uint8_t* vc = mem.upload(before.data(), before.size());
+      cuda::QkRopeArgs r;
+      r.qkv = mem.upload(qkv);
+      r.stride = W;
+      r.n = n;
+      r.n_heads = heads;
+      r.n_kv_heads = kv_heads;
+      r.head_dim = hd;
+      r.cos = mem.upload(cos);
+      r.sin = mem.upload(sin);
+      r.k_cache = kc;
+      r.v_cache = vc;
+      r.kv_dtype = kv;
+      r.pos_first = pos0;
+      cuda::qk_norm_rope(ctx, r);
+      g.sync();
+      std::vector<uint8_t> want = before, got_k(bytes), got_v(bytes);
+      ck(cudaMemcpy(got_k.data(), kc, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+      ck(cudaMemcpy(got_v.data(), vc, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+      INFO(dtype_name(kv) << " head_dim " << hd);
+      for (int t = 0; t < n; ++t)
+        quantize_row(kv, &qkv[static_cast<size_t>(t * W + QD)], want.data() + (pos0 + t) * row, KVD);
+      CHECK(got_k == want);
+      for (int t = 0; t < n; ++t)
+        quantize_row(kv, &qkv[static_cast<size_t>(t * W + QD + KVD)], want.data() + (pos0 + t) * row, KVD);
+      CHECK(got_v == want);
+    }
 }
 
 TEST_CASE("op table: rms_norm and swiglu cases on cuda_rms_norm and cuda_swiglu match the f64 reference and the CPU",

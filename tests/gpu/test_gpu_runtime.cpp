@@ -477,9 +477,11 @@ TEST_CASE("runtime suite (cuda): every schedule and the table's choice reproduce
 
 // An f16 KV cache on the device: RoPE stores K and V rounded to nearest even (as the CPU does), attention
 // reads the halves; every schedule, attention staged over the host's f16 cache and batched steps match
-// the CPU engine over an f16 cache. Head dims 8 to 48 (padded and not), dense, MoE and qwen2's biases.
-TEST_CASE("runtime suite (cuda): with an f16 KV cache every schedule, staged attention and batched steps match",
-          "[gpu][kv_f16]") {
+// the CPU engine over an f16 cache. Head dims 8 to 48 (padded and not), dense, MoE and qwen2's biases;
+// then bf16, and q8_0 on the models whose head_dim is whole blocks of 32.
+TEST_CASE(
+    "runtime suite (cuda): with an f16, bf16 or q8_0 KV cache every schedule, staged attention and batched steps match",
+    "[gpu][kv_f16]") {
   const RuntimeTarget t = cuda_target().with_kv_dtype(DType::F16);
   const std::string fx = test::fixtures_dir();
   ThreadPool pool(4);
@@ -501,6 +503,20 @@ TEST_CASE("runtime suite (cuda): with an f16 KV cache every schedule, staged att
     for (double frac : {0.3, 3.0})
       check_every_schedule(tb, m, budget_at(tb, *m.src, frac), all_schedules(), emu(1, 0), pool);
   }
+  // q8_0 (head_dim 32: tiny_moe and tiny_qwen3, with q/k norms): RoPE quantises each head's row a warp
+  // per block, attention dequantises as it loads, a staged host cache's blocks move as 16-bit words.
+  int staged_q8 = 0;
+  for (const char* path : {"synthetic:tiny_moe?dtype=q8_0&seed=4", "synthetic:tiny_qwen3?dtype=f16&seed=4"}) {
+    INFO(path << " q8_0 cache");
+    const RuntimeTarget tq = cuda_target().with_kv_dtype(DType::Q8_0);
+    const SuiteModel m = suite_model(open_weights(path), tq.ctx, {17, 1, 1, 4, 1, 9, 1}, 7, pool, 40, DType::Q8_0);
+    for (double frac : {0.3, 3.0})
+      check_every_schedule(tq, m, budget_at(tq, *m.src, frac), all_schedules(), emu(1, 0), pool);
+    staged_q8 += check_staged_attention(tq, m, budget_at(tq, *m.src, 3.0), emu(1, 0), pool);
+    CHECK(check_batched(tq, *m.src, m.w, 0.5, {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic}, emu(1, 0),
+                        pool) >= 2);
+  }
+  CHECK(staged_q8 >= 1);
   auto src = open_weights("synthetic:tiny_moe?dtype=q8_0&seed=4");
   const ModelWeights w = ModelWeights::from_source(*src);
   CHECK(check_batched(t, *src, w, 0.5, {Schedule::GpuOnly, Schedule::Static, Schedule::Dynamic}, emu(1, 0), pool) >= 2);

@@ -63,8 +63,8 @@ expect_error "-f on a missing file" "cannot open|no such" "$bin" run -m "$tiny" 
 # --- silent or wrong results
 expect_error "run -n 0" "n-predict" "$bin" run -m "$tiny" -p hi -n 0
 expect_error "--ctx -1" "ctx" "$bin" run -m "$tiny" -p hi --ctx -1
-expect_error "plan --kv-dtype q8_0 (nothing runs it)" "kv-dtype" "$bin" plan -m qwen30b --hw cli3 --vram-budget 4G \
-  --kv-dtype q8_0
+expect_error "plan --kv-dtype q4_0 (nothing runs it)" "kv-dtype" "$bin" plan -m qwen30b --hw cli3 --vram-budget 4G \
+  --kv-dtype q4_0
 expect_error "report on a directory" "directory" "$bin" report "$work" --out "$work/report"
 printf 'not a results file\n' > "$work/notes.txt"
 expect_error "report on a non-results file" "result" "$bin" report "$work/notes.txt" --out "$work/report"

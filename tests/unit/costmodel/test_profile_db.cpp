@@ -1070,13 +1070,14 @@ TEST_CASE("profile model: an unprofiled block type is priced as the nearest prof
 }
 
 // The synthetic profile times attention over f32 caches only (as profiles did before the 16-bit caches):
-// an f16 or bf16 cache's attention is priced from the f32 rows, never refused; a profile with rows of its
-// own type uses those.
-TEST_CASE("profile model: attention over a 16-bit cache without rows of its own is priced as over f32", "[profile]") {
+// an f16, bf16 or q8_0 cache's attention is priced from the f32 rows, never refused; a profile with rows
+// of its own type uses those, and one with f16 rows prices q8_0 (which profiles do not time) from them.
+TEST_CASE("profile model: attention over a 16-bit or q8_0 cache without rows of its own is priced as over f32 or f16",
+          "[profile]") {
   const ProfileDB db = stored(synthetic_profile());
   auto model = make_measured_cost_model(db);
   for (Backend b : {Backend::Cpu, Backend::Gpu})
-    for (DType kv : {DType::F16, DType::BF16}) {
+    for (DType kv : {DType::F16, DType::BF16, DType::Q8_0}) {
       const ExecEnv env{b, 16, 0};
       Op a = attention(1, 8192, 32, 8, 128), a16 = a;
       a16.dtype = kv;
@@ -1096,4 +1097,7 @@ TEST_CASE("profile model: attention over a 16-bit cache without rows of its own 
   a16.dtype = DType::F16;
   const ExecEnv cpu{Backend::Cpu, 16, 0};
   CHECK(measured->op_ms(a16, cpu) < 0.7 * measured->op_ms(a, cpu));
+  Op a8 = a;
+  a8.dtype = DType::Q8_0;
+  CHECK(measured->op_ms(a8, cpu) == measured->op_ms(a16, cpu));
 }

@@ -493,17 +493,19 @@ TEST_CASE("op table: rope cases match the reference in both pairings", "[cpu_ker
 namespace {
 
 // A case's inputs and reference, kept while cases differ only in their threads. Cache rows at and
-// beyond the last query's position are NaN: they must never be read into a result.
+// beyond the last query's position are NaN: they must never be read into a result. k and v are the
+// values the caches hold (a q8_0 cache's dequantised), k_bits and v_bits the caches in the case's type.
 struct AttnData {
   OpCase shape;
   std::vector<float> q, k, v;
+  std::vector<uint8_t> k_bits, v_bits;
   std::vector<int32_t> pos;
   OpReference ref;
 };
 
 bool same_attention(const OpCase& a, const OpCase& b) {
   return a.heads == b.heads && a.kv_heads == b.kv_heads && a.head_dim == b.head_dim && a.tokens == b.tokens &&
-         a.pos0 == b.pos0 && a.kv_len == b.kv_len;
+         a.pos0 == b.pos0 && a.kv_len == b.kv_len && a.dtype == b.dtype;
 }
 
 void make_attention_data(const OpCase& c, AttnData* d) {
@@ -515,22 +517,22 @@ void make_attention_data(const OpCase& c, AttnData* d) {
   d->v = random_values(c.kv_len * kvs);
   d->pos.resize(static_cast<size_t>(c.tokens));
   for (int64_t t = 0; t < c.tokens; ++t) d->pos[static_cast<size_t>(t)] = static_cast<int32_t>(c.pos0 + t);
-  for (int64_t j = c.pos0 + c.tokens; j < c.kv_len; ++j)
-    for (int64_t e = 0; e < kvs; ++e)
-      d->k[static_cast<size_t>(j * kvs + e)] = d->v[static_cast<size_t>(j * kvs + e)] = kNaN;
+  d->k_bits = test::kv_cache_of(c.dtype, d->k, kvs, c.pos0 + c.tokens);
+  d->v_bits = test::kv_cache_of(c.dtype, d->v, kvs, c.pos0 + c.tokens);
   d->ref =
       reference_attention(d->q.data(), c.tokens, d->pos.data(), d->k.data(), d->v.data(), {c.heads, c.kv_heads, hd});
 }
 
 // attention() at every ISA level on the case's threads against the reference.
 void check_attention(const OpCase& c, const AttnData& d) {
-  const AttentionShape shape{c.heads, c.kv_heads, c.head_dim};
+  AttentionShape shape{c.heads, c.kv_heads, c.head_dim};
+  shape.kv_dtype = c.dtype;
   ThreadPool pool(c.threads > 0 ? c.threads : 2);
   IsaCapGuard guard;
   for (const CpuKernels* kern : levels_under_test()) {
     set_isa_cap(kern->isa);
     std::vector<float> out(d.q.size(), kNaN);
-    attention(d.q.data(), c.tokens, d.pos.data(), d.k.data(), d.v.data(), c.kv_len, shape, out.data(), pool);
+    attention(d.q.data(), c.tokens, d.pos.data(), d.k_bits.data(), d.v_bits.data(), c.kv_len, shape, out.data(), pool);
     const RefCheck rc = compare_to_reference(out.data(), d.ref, c.tol);
     INFO(isa_name(kern->isa) << " " << c.label() << " on " << pool.size()
                              << " threads: " << describe(rc, out.data(), d.ref, c.tol));
@@ -637,28 +639,31 @@ TEST_CASE("attention: head-major caches give the same results as rows of all hea
   }
 }
 
-// A 16-bit cache's rows are widened to f32 as they are loaded and everything after is the f32 code: at
-// every ISA level, attention over f16 (or bf16) K and V gives the bits of attention over f32 copies of
-// the same rounded values, in both layouts, with head_dim tails (8, 24, 40, 100) and split key ranges.
-TEST_CASE("attention: f16 and bf16 caches give the bits of f32 caches holding the same values, at every ISA level",
-          "[cpu_kernels][attention][kv_f16]") {
+// A 16-bit cache's rows are widened to f32 as they are loaded, a q8_0 cache's tiles dequantised (exactly)
+// to f32 rows, and everything after is the f32 code: at every ISA level, attention over f16, bf16 or
+// q8_0 K and V gives the bits of attention over f32 copies of the same rounded (dequantised) values, in
+// both layouts, with head_dim tails (8, 24, 40, 100; q8_0 takes the head_dims of whole blocks, 32 to
+// 128), split key ranges and partial key tiles, and stays within the attention tolerance of the f64
+// reference over those values.
+TEST_CASE(
+    "attention: f16, bf16 and q8_0 caches give the bits of f32 caches holding the same values, at every ISA level",
+    "[cpu_kernels][attention][kv_f16]") {
   struct Case {
     int64_t heads, kv_heads, hd, n_tokens, pos0, capacity;
   };
   IsaCapGuard guard;
-  for (DType kv : {DType::F16, DType::BF16})
+  for (DType kv : {DType::F16, DType::BF16, DType::Q8_0})
     for (const Case& c : {Case{8, 2, 64, 1, 1500, 0}, Case{8, 2, 40, 37, 0, 64}, Case{6, 3, 24, 5, 700, 800},
-                          Case{4, 1, 100, 3, 20, 0}, Case{4, 4, 8, 9, 600, 609}, Case{32, 8, 128, 2, 90, 128}}) {
+                          Case{4, 1, 100, 3, 20, 0}, Case{4, 4, 8, 9, 600, 609}, Case{32, 8, 128, 2, 90, 128},
+                          Case{6, 2, 96, 21, 50, 100}, Case{4, 1, 32, 1, 700, 0}}) {
+      if (c.hd % dtype_block_elems(kv) != 0) continue;  // q8_0: head_dims of whole blocks only
       const int64_t hd = c.hd, kv_len = c.pos0 + c.n_tokens;
       const int64_t rows = c.capacity > 0 ? c.kv_heads * c.capacity : kv_len * c.kv_heads;  // KV rows of hd
       const std::vector<float> q = random_values(c.n_tokens * c.heads * hd);
       std::vector<float> k = random_values(rows * hd), v = random_values(rows * hd);
       for (float& x : k) x *= 3.0f;  // sharper softmax
-      std::vector<uint16_t> kh(k.size()), vh(v.size());
-      quantize_row(kv, k.data(), kh.data(), static_cast<int64_t>(k.size()));
-      quantize_row(kv, v.data(), vh.data(), static_cast<int64_t>(v.size()));
-      dequantize_row(kv, kh.data(), k.data(), static_cast<int64_t>(k.size()));  // the same values in f32
-      dequantize_row(kv, vh.data(), v.data(), static_cast<int64_t>(v.size()));
+      // The caches, and in k and v the same values in f32.
+      const std::vector<uint8_t> kh = test::kv_cache_of(kv, k, hd, rows), vh = test::kv_cache_of(kv, v, hd, rows);
       std::vector<int32_t> pos(static_cast<size_t>(c.n_tokens));
       for (int64_t t = 0; t < c.n_tokens; ++t) pos[t] = static_cast<int32_t>(c.pos0 + t);
       AttentionShape shape{c.heads, c.kv_heads, hd};
@@ -681,15 +686,23 @@ TEST_CASE("attention: f16 and bf16 caches give the bits of f32 caches holding th
     }
 }
 
-TEST_CASE("attention: a cache type other than f32, f16 or bf16 is an error", "[cpu_kernels][attention][kv_f16]") {
-  const std::vector<float> q = random_values(8), kv = random_values(8);
+TEST_CASE(
+    "attention: a cache type other than f32, f16, bf16 or q8_0 is an error, as a q8_0 cache of a head_dim "
+    "not a multiple of 32",
+    "[cpu_kernels][attention][kv_f16]") {
+  const std::vector<float> q = random_values(48), kv = random_values(48);
   const int32_t pos = 0;
-  std::vector<float> out(8);
+  std::vector<float> out(48);
   ThreadPool pool(1);
   AttentionShape shape{1, 1, 8};
+  shape.kv_dtype = DType::Q4_0;
+  CHECK_THROWS_WITH(attention(q.data(), 1, &pos, kv.data(), kv.data(), 1, shape, out.data(), pool),
+                    Catch::Matchers::Contains("q4_0"));
+  shape.head_dim = 48;
   shape.kv_dtype = DType::Q8_0;
   CHECK_THROWS_WITH(attention(q.data(), 1, &pos, kv.data(), kv.data(), 1, shape, out.data(), pool),
-                    Catch::Matchers::Contains("q8_0"));
+                    Catch::Matchers::Contains("q8_0") && Catch::Matchers::Contains("head_dim is 48") &&
+                        Catch::Matchers::Contains("multiple of 32"));
   shape.kv_dtype = DType::F16;
   CHECK_THROWS_WITH(reference_attention(q.data(), 1, &pos, kv.data(), kv.data(), shape),
                     Catch::Matchers::Contains("f32"));

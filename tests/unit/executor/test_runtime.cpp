@@ -39,6 +39,7 @@ RuntimeTarget emulated() {
   t.ctx = 64;
   t.threads = 2;
   t.tiers = {1, 4, 16};
+  t.same_tokens = true;
   return t;
 }
 
@@ -71,6 +72,35 @@ bool feasible_at_some_tier(const PlanTable& table, Schedule s) {
   return feasible_somewhere(table, s);
 }
 
+// A step at the last position over host caches filled by fill_host_cache (not by a prefill), on a plan
+// of t keeping some layers' KV on the host: the fill is deterministic by seed and the step reads it.
+void check_fill_host_cache(const WeightSource& src, const ModelWeights& w, const RuntimeTarget& t, ThreadPool& pool) {
+  const ModelSpec& spec = src.spec();
+  const int64_t ctx = t.ctx;
+  const PlanTable table = plan_table(t, src, min_budget(t, src) + (256u << 10));
+  CHECK(table.kv_dtype == dtype_name(t.kv_dtype));
+  int host_layers = 0;
+  for (bool g : table.kv_on_gpu) host_layers += g ? 0 : 1;
+  REQUIRE(host_layers > 0);
+  const auto toks = token_seq(1, spec.vocab_size, 9);
+  auto step_after = [&](int fill_seed) {
+    auto dev = make_emu_device({7, 50, 0});
+    Runtime rt(src, w, *dev, pool, table, {});
+    if (fill_seed >= 0) rt.fill_host_cache(ctx - 1, static_cast<uint64_t>(fill_seed));
+    CHECK(rt.n_past() == 0);
+    rt.set_n_past(ctx - 1);
+    std::vector<float> logits(static_cast<size_t>(spec.vocab_size));
+    rt.step(toks.data(), 1, logits.data());
+    CHECK_THROWS_WITH(rt.fill_host_cache(ctx + 1, 1), Contains("outside the context"));
+    return logits;
+  };
+  const auto a = step_after(5), b = step_after(5), unfilled = step_after(-1), other = step_after(6);
+  CHECK(a == b);                                                    // deterministic by seed
+  CHECK(test::max_rel_error(a, unfilled, spec.vocab_size) > 1e-3);  // the step read the filled rows
+  CHECK(test::max_rel_error(a, other, spec.vocab_size) > 1e-3);
+  for (float x : a) CHECK(std::isfinite(x));
+}
+
 }  // namespace
 
 // ---- the runtime behaviour suite on the emulated device ----------------------------------------------------
@@ -94,13 +124,14 @@ TEST_CASE(
   }
 }
 
-// A 16-bit KV cache: the device's caches, the host's, and the staging between them hold f16 (or bf16)
-// rows (half the bytes); every schedule matches the CPU engine over the same cache type as the f32 ones
-// match f32.
-TEST_CASE("runtime suite (emulated): with an f16 or bf16 KV cache every schedule matches the CPU engine",
+// A 16-bit or q8_0 KV cache: the device's caches, the host's, and the staging between them hold f16 (or
+// bf16) rows (half the bytes), or q8_0 blocks (17/64 of them); every schedule matches the CPU engine over
+// the same cache type (logits and greedy tokens) as the f32 ones match f32.
+TEST_CASE("runtime suite (emulated): with an f16, bf16 or q8_0 KV cache every schedule matches the CPU engine",
           "[runtime][kv_f16]") {
-  for (const auto& [family, kv] : {std::pair{"llama", DType::F16}, std::pair{"qwen3_moe", DType::F16},
-                                   std::pair{"qwen2", DType::F16}, std::pair{"qwen3_moe", DType::BF16}}) {
+  for (const auto& [family, kv] :
+       {std::pair{"llama", DType::F16}, std::pair{"qwen3_moe", DType::F16}, std::pair{"qwen2", DType::F16},
+        std::pair{"qwen3_moe", DType::BF16}, std::pair{"qwen3_moe", DType::Q8_0}, std::pair{"qwen2", DType::Q8_0}}) {
     const RuntimeTarget t = emulated().with_kv_dtype(kv);
     ThreadPool pool(2);
     const SuiteModel m = suite_model(make_synthetic_weights(test_model(family, DType::Q8_0), 17, &pool), t.ctx,
@@ -108,12 +139,14 @@ TEST_CASE("runtime suite (emulated): with an f16 or bf16 KV cache every schedule
     const SuiteModel m32 = suite_model(make_synthetic_weights(test_model(family, DType::Q8_0), 17, &pool), t.ctx,
                                        {13, 1, 1, 5, 1, 16, 1}, 3, pool);
     INFO(family << " " << dtype_name(kv));
-    CHECK(m.ref != m32.ref);  // the reference really keeps a 16-bit cache
+    CHECK(m.ref != m32.ref);  // the reference really keeps a 16-bit or q8_0 cache
     const PlanTable table = plan_table(t, *m.src, budget_at(t, *m.src, 0.5));
     CHECK(table.kv_dtype == dtype_name(kv));
     for (double frac : {0.15, 0.5, 2.0})
       check_every_schedule(t, m, budget_at(t, *m.src, frac), all_schedules(), emu(7, 50), pool);
     CHECK(check_staged_attention(t, m, budget_at(t, *m.src, 2.0), emu(19, 50), pool) > 0);
+    if (kv == DType::Q8_0)  // several sequences' rows in one cache, on the device and on the host (staged)
+      CHECK(check_batched(t, *m.src, m.w, 0.5, {Schedule::GpuOnly, Schedule::Dynamic}, emu(6, 40), pool, true) >= 1);
   }
 }
 
@@ -959,33 +992,17 @@ TEST_CASE("runtime: a schedule keeping the KV cache elsewhere is refused by set_
 
 TEST_CASE("runtime: fill_host_cache gives the host caches data that a step over them reads", "[runtime]") {
   // The oracle measures a step over a cache filled to ctx without a prefill; pages never written would
-  // be read as the shared zero page, from cache. The fill must reach exactly the caches on the host.
+  // be read as the shared zero page, from cache. The fill must reach exactly the caches on the host, in
+  // their type (f32 values, or q8_0 blocks).
   const ModelSpec spec = test_model("llama", DType::F16);
   ThreadPool pool(2);
   auto src = make_synthetic_weights(spec, 17, &pool);
   ModelWeights w = ModelWeights::from_source(*src);
   const int64_t ctx = 64;
-  const PlanTable table = table_for(*src, min_budget_for(*src, ctx) + (256u << 10), ctx, {1, 4, 16});
-  int host_layers = 0;
-  for (bool g : table.kv_on_gpu) host_layers += g ? 0 : 1;
-  REQUIRE(host_layers > 0);
-  const auto toks = token_seq(1, spec.vocab_size, 9);
-  auto step_after = [&](int fill_seed) {
-    auto dev = make_emu_device({7, 50, 0});
-    Runtime rt(*src, w, *dev, pool, table, {});
-    if (fill_seed >= 0) rt.fill_host_cache(ctx - 1, static_cast<uint64_t>(fill_seed));
-    CHECK(rt.n_past() == 0);
-    rt.set_n_past(ctx - 1);
-    std::vector<float> logits(static_cast<size_t>(spec.vocab_size));
-    rt.step(toks.data(), 1, logits.data());
-    CHECK_THROWS_WITH(rt.fill_host_cache(ctx + 1, 1), Contains("outside the context"));
-    return logits;
-  };
-  const auto a = step_after(5), b = step_after(5), unfilled = step_after(-1), other = step_after(6);
-  CHECK(a == b);                                                    // deterministic by seed
-  CHECK(test::max_rel_error(a, unfilled, spec.vocab_size) > 1e-3);  // the step read the filled rows
-  CHECK(test::max_rel_error(a, other, spec.vocab_size) > 1e-3);
-  for (float x : a) CHECK(std::isfinite(x));
+  for (DType kv : {DType::F32, DType::Q8_0}) {
+    INFO(dtype_name(kv));
+    check_fill_host_cache(*src, w, emulated().with_ctx(ctx).with_kv_dtype(kv), pool);
+  }
 }
 
 // Weights read from a file are pinned in place like in-memory ones: every tensor's bytes are pinned

@@ -113,7 +113,7 @@ TEST_CASE("experiment: every field error names the file and the field", "[oracle
       {with("pcie_caps", "[16GB]"), "pcie_caps[0]", "/s"},
       {with("tiers", "[1, 512]"), "tiers[1]", "exceeds ctx"},
       {with("schedules", "[static, fastest]"), "schedules[1]", "fastest"},
-      {with("kv_dtype", "q8_0"), "kv_dtype", "f32, f16 or bf16"},
+      {with("kv_dtype", "q4_0"), "kv_dtype", "f32, f16, bf16 or q8_0"},
       {with("measure", "{min_repeats: 5, max_repeats: 3}"), "measure.max_repeats", "below"},
       {with("measure", "{warmup: -1}"), "measure.warmup", "out of range"},
       {with("measure", "{repeats: 3}"), "measure.repeats", "unknown field"},

@@ -586,20 +586,40 @@ TEST_CASE("GPU attention over a host KV cache runs staged where that is faster",
     }
   }
   CHECK(staged_layers == 30);
-  // At tier 512 the other 512 cached positions go up; with an f16 cache, half the bytes.
+  // At tier 512 the other 512 cached positions go up; with an f16 cache, half the bytes; with a q8_0
+  // cache, 34 bytes per 32 values of each head (nemo8b: 8 KV heads of 128 values, 1024 a row: f32 4096
+  // bytes, f16 2048, q8_0 8 * 4 * 34 = 1088). The KV shards, the staging region, the model's bytes per
+  // token and the table's (and its JSON's) cache type say the same.
+  CHECK(row == 2 * 4096);
   for (const Action& a : chosen.find_tier(512)->find(Schedule::GpuOnly)->actions)
     if (a.payload == Payload::KvPast) CHECK(a.bytes == 512 * row);
-  PlannerConfig f16_cfg = cfg;
-  f16_cfg.kv_dtype = DType::F16;
-  f16_cfg.host_kv_attention = PlannerConfig::HostKvAttention::Staged;
-  int f16_staged = 0;
-  const PlanTable f16_table = build_plan_table(spec, *cost, f16_cfg);
-  for (const Action& a : f16_table.find_tier(512)->find(Schedule::GpuOnly)->actions)
-    if (a.payload == Payload::KvPast && a.bytes > 0) {
-      CHECK(a.bytes == 512 * 2 * dtype_row_bytes(DType::F16, spec.kv_dim()));
-      ++f16_staged;
-    }
-  CHECK(f16_staged > 0);
+  for (const auto& [kv, row_bytes] : {std::pair{DType::F16, uint64_t{2048}}, std::pair{DType::Q8_0, uint64_t{1088}}}) {
+    INFO(dtype_name(kv));
+    PlannerConfig kv_cfg = cfg;
+    kv_cfg.kv_dtype = kv;
+    kv_cfg.host_kv_attention = PlannerConfig::HostKvAttention::Staged;
+    const ShardSet K = make_shards(spec, cfg.ctx, kv);
+    CHECK(K.at(K.kv[0]).bytes == 1024 * 2 * row_bytes);
+    CHECK(spec.kv_bytes_per_token(kv) == 40 * 2 * row_bytes);
+    int staged = 0;
+    const PlanTable kv_table = build_plan_table(spec, *cost, kv_cfg);
+    CHECK(kv_table.kv_dtype == dtype_name(kv));
+    CHECK(plan_table_from_json(plan_table_to_json(kv_table), "kv.json").kv_dtype == dtype_name(kv));
+    const Plan& p512 = *kv_table.find_tier(512)->find(Schedule::GpuOnly);
+    for (const Action& a : p512.actions)
+      if (a.payload == Payload::KvPast && a.bytes > 0) {
+        CHECK(a.bytes == 512 * 2 * row_bytes);
+        ++staged;
+      }
+    CHECK(staged > 0);
+    bool staging = false;
+    for (const ArenaRegion& r : p512.arena)
+      staging = staging || (r.name == "kv staging" && r.bytes >= 4 * 1024 * row_bytes);
+    CHECK(staging);
+  }
+  // A q8_0 cache's blocks must not straddle two heads: tiny_llama's head_dim of 48 is refused, named.
+  CHECK_THROWS_WITH(make_shards(builtin_spec("tiny_llama"), 64, DType::Q8_0),
+                    Contains("planner") && Contains("q8_0") && Contains("head_dim is 48"));
   // Forced staged, the decode tier stages too; and the plans survive the JSON round trip.
   PlannerConfig staged_cfg = cfg;
   staged_cfg.host_kv_attention = PlannerConfig::HostKvAttention::Staged;
