@@ -7,7 +7,8 @@
                                     (DIR/images/RES.png) and DIR/prompts.json: per image the prompt as
                                     `shardwise run --tokens` takes it (one image token) and as HF takes it
                                     (the image token repeated once per merged patch).
-    vl_bench.py make-vision DIR     the same with the vision tower alone in the safetensors (what `shardwise
+    vl_bench.py images DIR          the test images and prompts.json alone (for GGUF files made elsewhere).
+    vl_bench.py make-vision DIR     the same as make with the vision tower alone in the safetensors (what `shardwise
                                     vision` reads): seconds instead of minutes, for encoder-only runs.
     vl_bench.py hf DIR OUT.json     HF transformers on the GPU, whole model and encoder on the device, its
                                     default attention: per image, the vision tower alone and encode + prefill
@@ -108,6 +109,12 @@ def make(d, tower_only=False):
                "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711],
                "min_pixels": MIN_PIXELS, "max_pixels": MAX_PIXELS, "patch_size": PATCH, "temporal_patch_size": 2,
                "merge_size": MERGE}, open(f"{d}/preprocessor_config.json", "w"), indent=1)
+    images(d)
+
+
+def images(d):
+    """The test images and DIR/prompts.json (no model)."""
+    os.makedirs(f"{d}/images", exist_ok=True)
     prompts = {}
     for res, (w, h) in RES.items():
         make_image(f"{d}/images/{res}.png", w, h)
@@ -176,6 +183,8 @@ def hf(d, out):
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] in ("make", "make-vision"):
         make(sys.argv[2], tower_only=sys.argv[1] == "make-vision")
+    elif len(sys.argv) >= 3 and sys.argv[1] == "images":
+        images(sys.argv[2])
     elif len(sys.argv) >= 4 and sys.argv[1] == "hf":
         hf(sys.argv[2], sys.argv[3])
     else:
