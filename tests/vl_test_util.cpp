@@ -1,7 +1,6 @@
 // tests/vl_test_util.cpp — see vl_test_util.h.
 #include "vl_test_util.h"
 
-#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -50,87 +49,13 @@ std::string vl_fixture_with_tokenizer(const std::string& name) {
   return dir;
 }
 
-namespace {
-
-// Holds the data the writer's views point at until the file is written.
-struct MmprojWriter {
+void drop_gguf_tensor(const std::string& path, const std::string& name) {
+  const GgufFile f(path);
   GgufWriter w;
-  std::vector<std::vector<uint8_t>> keep;
-  void f32(const std::string& name, const float* v, const Shape& shape) {
-    const size_t n = static_cast<size_t>(shape_elems(shape));
-    keep.emplace_back(n * sizeof(float));
-    std::memcpy(keep.back().data(), v, n * sizeof(float));
-    w.add_tensor(name, TensorView{DType::F32, shape, keep.back().data(), n * sizeof(float)});
-  }
-  void f16(const std::string& name, const float* v, const Shape& shape) {
-    const size_t n = static_cast<size_t>(shape_elems(shape));
-    keep.emplace_back(n * 2);
-    for (size_t i = 0; i < n; ++i) {
-      const uint16_t h = f32_to_f16(v[i]);
-      std::memcpy(keep.back().data() + 2 * i, &h, 2);
-    }
-    w.add_tensor(name, TensorView{DType::F16, shape, keep.back().data(), n * 2});
-  }
-};
-
-}  // namespace
-
-void write_mmproj(const VisionModel& m, const std::string& path, const std::string& skip) {
-  const VisionSpec& s = m.spec;
-  const VisionWeights& w = m.weights;
-  const int64_t h = s.hidden_size, f = s.intermediate_size, mw = s.merger_width(), p = s.patch_size;
-  MmprojWriter out;
-  out.w.set("general.architecture", GgufValue::of_string("clip"));
-  out.w.set("clip.projector_type", GgufValue::of_string("qwen2.5vl"));
-  out.w.set("clip.has_vision_encoder", GgufValue::of_bool(true));
-  out.w.set("clip.use_silu", GgufValue::of_bool(true));
-  out.w.set("clip.vision.block_count", GgufValue::of_u32(static_cast<uint32_t>(s.depth)));
-  out.w.set("clip.vision.embedding_length", GgufValue::of_u32(static_cast<uint32_t>(h)));
-  out.w.set("clip.vision.feed_forward_length", GgufValue::of_u32(static_cast<uint32_t>(f)));
-  out.w.set("clip.vision.attention.head_count", GgufValue::of_u32(static_cast<uint32_t>(s.num_heads)));
-  out.w.set("clip.vision.projection_dim", GgufValue::of_u32(static_cast<uint32_t>(s.out_hidden_size)));
-  out.w.set("clip.vision.patch_size", GgufValue::of_u32(static_cast<uint32_t>(p)));
-  out.w.set("clip.vision.n_wa_pattern", GgufValue::of_u32(static_cast<uint32_t>(s.fullatt_block_indexes[0] + 1)));
-  out.w.set("clip.vision.attention.layer_norm_epsilon", GgufValue::of_f32(static_cast<float>(s.rms_norm_eps)));
-  out.w.set("clip.vision.image_mean", GgufValue::of_f32s({0.48145466f, 0.4578275f, 0.40821073f}));
-  out.w.set("clip.vision.image_std", GgufValue::of_f32s({0.26862954f, 0.26130258f, 0.27577711f}));
-  auto add = [&](const std::string& name, const std::vector<float>& v, const Shape& shape) {
-    if (name != skip) out.f32(name, v.data(), shape);
-  };
-  // The Conv3d's frames: (hidden, C, T, P, P) -> two (hidden, C, P, P).
-  std::vector<float> frame[2];
-  for (int t = 0; t < 2; ++t)
-    for (int64_t hc = 0; hc < h * s.in_chans; ++hc)
-      frame[t].insert(frame[t].end(), w.patch_embed.begin() + (hc * 2 + t) * p * p,
-                      w.patch_embed.begin() + (hc * 2 + t + 1) * p * p);
-  out.f16("v.patch_embd.weight", frame[0].data(), {h, s.in_chans, p, p});
-  out.f16("v.patch_embd.weight.1", frame[1].data(), {h, s.in_chans, p, p});
-  for (int64_t i = 0; i < s.depth; ++i) {
-    const VisionBlockWeights& b = w.blocks[static_cast<size_t>(i)];
-    const std::string n = "v.blk." + std::to_string(i) + ".";
-    const char* parts[] = {"attn_q", "attn_k", "attn_v"};
-    for (int64_t k = 0; k < 3; ++k) {
-      add(n + parts[k] + ".weight", std::vector<float>(b.qkv_w.begin() + k * h * h, b.qkv_w.begin() + (k + 1) * h * h),
-          {h, h});
-      add(n + parts[k] + ".bias", std::vector<float>(b.qkv_b.begin() + k * h, b.qkv_b.begin() + (k + 1) * h), {h});
-    }
-    add(n + "attn_out.weight", b.proj_w, {h, h});
-    add(n + "attn_out.bias", b.proj_b, {h});
-    add(n + "ln1.weight", b.norm1, {h});
-    add(n + "ln2.weight", b.norm2, {h});
-    add(n + "ffn_gate.weight", b.gate_w, {f, h});
-    add(n + "ffn_gate.bias", b.gate_b, {f});
-    add(n + "ffn_up.weight", b.up_w, {f, h});
-    add(n + "ffn_up.bias", b.up_b, {f});
-    add(n + "ffn_down.weight", b.down_w, {h, f});
-    add(n + "ffn_down.bias", b.down_b, {h});
-  }
-  add("v.post_ln.weight", w.merger_norm, {h});
-  add("mm.0.weight", w.merger_fc1_w, {mw, mw});
-  add("mm.0.bias", w.merger_fc1_b, {mw});
-  add("mm.2.weight", w.merger_fc2_w, {s.out_hidden_size, mw});
-  add("mm.2.bias", w.merger_fc2_b, {s.out_hidden_size});
-  out.w.write(path);
+  for (const auto& [key, value] : f.metadata()) w.set(key, value);
+  for (const GgufTensorInfo& t : f.tensors())
+    if (t.name != name) w.add_tensor(t.name, f.view(t));
+  w.write(path);  // through a temporary file renamed over `path`: the mapping read here stays valid
 }
 
 namespace {

@@ -1,7 +1,7 @@
 // tests/vl_test_util.h — what the vision-language tests share: the tiny Qwen2.5-VL models' special token
 // ids (the HF fixture tests/fixtures/vl/qwen2_5_vl and the synthetic directories of test_vl_prompt use
-// the same), a tokenizer for them, and the fixture as llama.cpp's GGUF pair (a language model GGUF and
-// an mmproj GGUF).
+// the same), a tokenizer for them, the fixture's language model as a GGUF (vision/mmproj.h writes its
+// tower as an mmproj GGUF beside it), and a GGUF file's tensor left out for error tests.
 #pragma once
 
 #include <cstdint>
@@ -21,9 +21,8 @@ void write_vl_tokenizer(const std::string& dir);
 // (the fixture has none): a model `run --prompt` and `serve` can read text for.
 std::string vl_fixture_with_tokenizer(const std::string& name);
 
-// The tower as llama.cpp's convert_hf_to_gguf.py --mmproj writes it (f32 apart from the patch embedding,
-// which the converter always stores as f16); `skip` leaves one tensor out.
-void write_mmproj(const VisionModel& m, const std::string& path, const std::string& skip = "");
+// Rewrites the GGUF file at `path` without its tensor `name` (a file that lacks it, for error tests).
+void drop_gguf_tensor(const std::string& path, const std::string& name);
 
 // The HF fixture's language model as a qwen2vl GGUF at `path` with write_vl_tokenizer's vocabulary
 // (byte-level BPE, the ChatML and vision tokens at their ids): a language model `run --mmproj` and
