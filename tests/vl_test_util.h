@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "core/weight_source.h"
 #include "vision/encoder.h"
 
 namespace shardwise::test {
@@ -20,6 +22,18 @@ void write_vl_tokenizer(const std::string& dir);
 // The HF fixture's directory copied to a fresh temporary directory with write_vl_tokenizer's tokenizer
 // (the fixture has none): a model `run --prompt` and `serve` can read text for.
 std::string vl_fixture_with_tokenizer(const std::string& name);
+
+// The ids of a Qwen2.5-VL model's image placeholder and the markers around it.
+struct VlTokenIds {
+  int32_t image, vision_start, vision_end;
+};
+
+// An HF Qwen2.5-VL directory in `dir` (which must exist) in transformers 5's layout: config.json and an
+// f32 model.safetensors holding `lm`'s weights (an f32 qwen2 source) as the language model with the
+// M-RoPE sections `mrope`, and the tower `vs` with the weights `vw`. No tokenizer, no
+// preprocessor_config.json: a test writes those it needs.
+void write_vl_hf_dir(const std::string& dir, const WeightSource& lm, const std::vector<int64_t>& mrope,
+                     const VisionSpec& vs, const VisionWeights& vw, VlTokenIds ids);
 
 // Rewrites the GGUF file at `path` without its tensor `name` (a file that lacks it, for error tests).
 void drop_gguf_tensor(const std::string& path, const std::string& name);
