@@ -22,7 +22,7 @@ class SpecOnlySource : public WeightSource {
   SpecOnlySource(const ModelSpec& spec, const std::string& origin) {
     spec_ = spec;
     origin_ = origin;
-    tokenizer_ = synthetic_vocabulary(spec.vocab_size);
+    tokenizer_ = synthetic_vocabulary(spec);
   }
 };
 

@@ -134,6 +134,9 @@ void ModelSpec::validate(const std::string& ctx) const {
     for (int64_t v : mrope_section) sum += v >= 0 && v <= head_dim ? v : head_dim + 1;
     if (mrope_section.size() != 3 || sum != head_dim / 2)
       fail(ctx, ": mrope_section must be 3 sections adding up to head_dim / 2 = ", head_dim / 2);
+    // A GGUF writes M-RoPE as llama.cpp's qwen2vl architecture: qwen2's layers.
+    if (family != Family::Qwen2)
+      fail(ctx, ": mrope_section is for the qwen2 family (Qwen2-VL's language model), not ", family_name(family));
   }
   if (!(rms_norm_eps > 0) || rms_norm_eps > 1) fail(ctx, ": rms_norm_eps = ", rms_norm_eps, " must be in (0, 1]");
   // Total size guard: 2^50 bytes would be a petabyte model; anything near that is corrupt metadata.
@@ -256,8 +259,28 @@ const char* kKnownYamlKeys[] = {
     "rms_norm_eps",
     "tie_word_embeddings",
     "max_position_embeddings",
+    "mrope_section",
     "description",
 };
+
+// mrope_section: HF's rope_scaling.mrope_section (Qwen2-VL family), a list of 3 whole numbers; validate()
+// checks that they add up to head_dim / 2.
+std::vector<int64_t> yaml_mrope_section(const YAML::Node& root, const std::string& ctx) {
+  const YAML::Node n = root["mrope_section"];
+  if (!n || n.IsNull()) return {};
+  if (!n.IsSequence() || n.size() != 3) fail(ctx, ": field 'mrope_section' must be a list of 3 integers");
+  std::vector<int64_t> out;
+  for (const auto& v : n) {
+    try {
+      out.push_back(v.as<int64_t>());
+    } catch (const YAML::Exception&) {
+      YAML::Emitter e;
+      e << YAML::Flow << v;
+      fail(ctx, ": field 'mrope_section' holds '", e.c_str(), "', not an integer");
+    }
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -298,6 +321,7 @@ ModelSpec parse_spec_yaml_text(const std::string& text, const std::string& ctx) 
   s.rms_norm_eps = yaml_get<double>(root, "rms_norm_eps", ctx, false, 1e-5);
   s.tie_word_embeddings = yaml_get<bool>(root, "tie_word_embeddings", ctx, false, false);
   s.max_position_embeddings = yaml_get<int64_t>(root, "max_position_embeddings", ctx, false, 0);
+  s.mrope_section = yaml_mrope_section(root, ctx);
   s.validate(ctx);
   return s;
 }
@@ -328,6 +352,11 @@ std::string spec_to_yaml(const ModelSpec& s) {
      << "rms_norm_eps: " << s.rms_norm_eps << "\n"
      << "tie_word_embeddings: " << (s.tie_word_embeddings ? "true" : "false") << "\n";
   if (s.max_position_embeddings > 0) os << "max_position_embeddings: " << s.max_position_embeddings << "\n";
+  if (!s.mrope_section.empty()) {
+    os << "mrope_section: [";
+    for (size_t i = 0; i < s.mrope_section.size(); ++i) os << (i ? ", " : "") << s.mrope_section[i];
+    os << "]\n";
+  }
   return os.str();
 }
 

@@ -263,7 +263,7 @@ class SyntheticWeights : public WeightSource {
     spec_.validate("synthetic:" + spec.name);
     rope_style_ = RopeStyle::Neox;
     // Text tokenises as in the GGUF file `synth` writes of these weights (and as llama.cpp reads it).
-    tokenizer_ = synthetic_vocabulary(spec.vocab_size);
+    tokenizer_ = synthetic_vocabulary(spec);
     origin_ = "synthetic:" + spec.name +
               (spec.mix == QuantMix::Pure ? std::string("?dtype=") + dtype_name(spec.dtype)
                                           : std::string("?mix=") + quant_mix_name(spec.mix)) +

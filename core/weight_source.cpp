@@ -59,7 +59,26 @@ std::unique_ptr<WeightSource> open_weights(const std::string& model, const OpenO
 // ---------------------------------------------------------------------------------------------
 // GGUF export
 
-TokenizerInfo character_vocabulary(int64_t vocab) {
+const std::vector<SpecialToken>& qwen2vl_special_tokens() {
+  static const std::vector<SpecialToken> tokens = {
+      {151643, "<|endoftext|>"},        {151644, "<|im_start|>"},       {151645, "<|im_end|>"},
+      {151646, "<|object_ref_start|>"}, {151647, "<|object_ref_end|>"}, {151648, "<|box_start|>"},
+      {151649, "<|box_end|>"},          {151650, "<|quad_start|>"},     {151651, "<|quad_end|>"},
+      {151652, "<|vision_start|>"},     {151653, "<|vision_end|>"},     {151654, "<|vision_pad|>"},
+      {151655, "<|image_pad|>"},        {151656, "<|video_pad|>"}};
+  return tokens;
+}
+
+const char* const kQwen2VlChatTemplate =
+    R"({%- for message in messages -%})"
+    R"({%- if loop.first and message['role'] != 'system' -%})"
+    R"({{- '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' -}})"
+    R"({%- endif -%})"
+    R"({{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' -}})"
+    R"({%- endfor -%})"
+    R"({%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%})";
+
+TokenizerInfo character_vocabulary(int64_t vocab, const std::vector<SpecialToken>& specials) {
   TokenizerInfo t;
   t.model = "llama";
   t.pre = "default";
@@ -80,6 +99,12 @@ TokenizerInfo character_vocabulary(int64_t vocab) {
   add("\xe2\x96\x81", 1);
   for (char c = 33; c < 127; ++c) add(std::string(1, c), 1);
   for (int64_t i = 0; static_cast<int64_t>(t.tokens.size()) < vocab; ++i) add("<F" + std::to_string(i) + ">", 1);
+  for (const SpecialToken& s : specials) {
+    if (s.id < kCharacterVocabularySize || s.id >= vocab)
+      fail("special token ", s.text, " at id ", s.id, " is outside the fillers of a vocabulary of ", vocab);
+    t.tokens[static_cast<size_t>(s.id)] = s.text;  // in place of a filler: every text stays unique
+    t.token_types[static_cast<size_t>(s.id)] = 3;  // control
+  }
   t.bos_id = vocab > 1 ? 1 : -1;
   t.eos_id = vocab > 2 ? 2 : -1;
   t.unk_id = vocab > 0 ? 0 : -1;
@@ -87,8 +112,18 @@ TokenizerInfo character_vocabulary(int64_t vocab) {
   return t;
 }
 
-TokenizerInfo synthetic_vocabulary(int64_t vocab) {
-  return vocab >= kCharacterVocabularySize ? character_vocabulary(vocab) : TokenizerInfo{};
+std::vector<SpecialToken> synthetic_special_tokens(const ModelSpec& spec) {
+  const std::vector<SpecialToken>& qwen = qwen2vl_special_tokens();
+  if (spec.mrope_section.empty() || spec.vocab_size <= qwen.back().id) return {};
+  return qwen;
+}
+
+TokenizerInfo synthetic_vocabulary(const ModelSpec& spec) {
+  if (spec.vocab_size < kCharacterVocabularySize) return TokenizerInfo{};
+  const std::vector<SpecialToken> specials = synthetic_special_tokens(spec);
+  TokenizerInfo t = character_vocabulary(spec.vocab_size, specials);
+  if (!specials.empty()) t.chat_template = kQwen2VlChatTemplate;
+  return t;
 }
 
 namespace {
@@ -147,7 +182,8 @@ void set_model_metadata(GgufWriter& w, const ModelSpec& spec, DType dtype) {
 void set_tokenizer_metadata(GgufWriter& w, const WeightSource& src, const ModelSpec& spec) {
   TokenizerInfo tok = src.tokenizer();
   if (tok.tokens.empty() || static_cast<int64_t>(tok.tokens.size()) != spec.vocab_size)
-    tok = character_vocabulary(spec.vocab_size);
+    tok = spec.vocab_size >= kCharacterVocabularySize ? synthetic_vocabulary(spec)
+                                                      : character_vocabulary(spec.vocab_size);
   w.set("tokenizer.ggml.model", GgufValue::of_string(tok.model));
   w.set("tokenizer.ggml.pre", GgufValue::of_string(tok.pre.empty() ? "default" : tok.pre));
   w.set("tokenizer.ggml.tokens", GgufValue::of_strings(tok.tokens));
@@ -159,6 +195,7 @@ void set_tokenizer_metadata(GgufWriter& w, const WeightSource& src, const ModelS
   if (tok.eos_id >= 0) w.set("tokenizer.ggml.eos_token_id", GgufValue::of_u32(static_cast<uint32_t>(tok.eos_id)));
   if (tok.unk_id >= 0) w.set("tokenizer.ggml.unknown_token_id", GgufValue::of_u32(static_cast<uint32_t>(tok.unk_id)));
   w.set("tokenizer.ggml.add_bos_token", GgufValue::of_bool(tok.add_bos));
+  if (!tok.chat_template.empty()) w.set("tokenizer.chat_template", GgufValue::of_string(tok.chat_template));
 }
 
 // Tensor `in` converted row by row into `out` (d's dtype), its rows reordered for llama.cpp's RoPE

@@ -46,16 +46,40 @@ struct TokenizerInfo {
   std::string hf_tokenizer_model;    // path of a SentencePiece tokenizer.model when there is no tokenizer.json
 };
 
+// A control token at the id a model family's tokenizer gives it.
+struct SpecialToken {
+  int64_t id;
+  const char* text;
+};
+// Qwen2.5-VL's (and Qwen2-VL's) end of text, ChatML and vision tokens at their ids, 151643 to 151656:
+// <|endoftext|>, <|im_start|>, <|im_end|>, the object, box and quad markers, <|vision_start|>,
+// <|vision_end|>, <|vision_pad|>, <|image_pad|>, <|video_pad|>. llama.cpp's mtmd writes
+// "<|vision_start|>" and "<|vision_end|>" around an image and tokenises with specials parsed; shardwise
+// finds <|image_pad|> and <|vision_start|> in the vocabulary by name.
+const std::vector<SpecialToken>& qwen2vl_special_tokens();
+// A Jinja chat template that renders text messages as Qwen2.5-VL's own does: ChatML, with its default
+// system turn ("You are a helpful assistant.") when the first message is not a system one. llama.cpp's
+// llama-mtmd-cli refuses a model without a template; it (b6097) recognises this one as ChatML and applies
+// its built-in ChatML, without the default system turn; a Jinja renderer (llama-server --jinja) adds it.
+extern const char* const kQwen2VlChatTemplate;
+
 // Vocabulary for models without one (synthetic weights and the GGUF files `synth` writes): a SentencePiece
 // ("llama") layout in which any text tokenises one character per token, the same in llama.cpp and here —
 // <unk> <s> </s>, the 256 byte tokens (fallback for anything else), "\u2581" (the space), the 94 printable
-// ASCII characters, then fillers <F0>, <F1>... A vocabulary smaller than that keeps its first entries.
-TokenizerInfo character_vocabulary(int64_t vocab);
+// ASCII characters, then fillers <F0>, <F1>..., with `specials` as control tokens at their ids (past the
+// printable characters and inside the vocabulary; Error otherwise). A vocabulary smaller than that keeps
+// its first entries.
+TokenizerInfo character_vocabulary(int64_t vocab, const std::vector<SpecialToken>& specials = {});
 // The size below which character_vocabulary lacks some printable character.
 constexpr int64_t kCharacterVocabularySize = 3 + 256 + 1 + 94;
-// The vocabulary of a synthetic model of that many tokens: character_vocabulary where it holds every
-// printable character, else none (the tokenizer then uses byte tokens).
-TokenizerInfo synthetic_vocabulary(int64_t vocab);
+// The control tokens a synthetic vocabulary of `spec` holds: Qwen2-VL's (above) for a spec with M-RoPE
+// whose vocabulary reaches their ids, so that both llama.cpp's mtmd and shardwise find the image
+// placeholders; none otherwise.
+std::vector<SpecialToken> synthetic_special_tokens(const ModelSpec& spec);
+// The vocabulary of a synthetic model of `spec`: character_vocabulary with synthetic_special_tokens
+// (and, where those are Qwen2-VL's, kQwen2VlChatTemplate) where it holds every printable character, else
+// none (the tokenizer then uses byte tokens).
+TokenizerInfo synthetic_vocabulary(const ModelSpec& spec);
 
 class WeightSource {
  public:

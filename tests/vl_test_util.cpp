@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -52,85 +53,125 @@ std::string vl_fixture_with_tokenizer(const std::string& name) {
 
 namespace {
 
-// Holds the data the writer's views point at until the file is written.
-struct MmprojWriter {
-  GgufWriter w;
-  std::vector<std::vector<uint8_t>> keep;
-  void f32(const std::string& name, const float* v, const Shape& shape) {
-    const size_t n = static_cast<size_t>(shape_elems(shape));
-    keep.emplace_back(n * sizeof(float));
-    std::memcpy(keep.back().data(), v, n * sizeof(float));
-    w.add_tensor(name, TensorView{DType::F32, shape, keep.back().data(), n * sizeof(float)});
-  }
-  void f16(const std::string& name, const float* v, const Shape& shape) {
-    const size_t n = static_cast<size_t>(shape_elems(shape));
-    keep.emplace_back(n * 2);
-    for (size_t i = 0; i < n; ++i) {
-      const uint16_t h = f32_to_f16(v[i]);
-      std::memcpy(keep.back().data() + 2 * i, &h, 2);
-    }
-    w.add_tensor(name, TensorView{DType::F16, shape, keep.back().data(), n * 2});
-  }
+struct HfTensor {
+  std::string name;
+  Shape shape;
+  std::vector<float> values;
 };
+
+void write_f32_safetensors(const std::string& path, const std::vector<HfTensor>& tensors) {
+  using nlohmann::json;
+  json h = json::object();
+  std::string data;
+  for (const HfTensor& t : tensors) {
+    h[t.name] = {
+        {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + 4 * t.values.size()}}};
+    data.append(reinterpret_cast<const char*>(t.values.data()), 4 * t.values.size());
+  }
+  const std::string header = h.dump();
+  std::string out(8, '\0');
+  const uint64_t n = header.size();
+  std::memcpy(&out[0], &n, 8);
+  write_file(path, out + header + data);
+}
+
+std::vector<float> values_of(const TensorView& t) {
+  if (t.dtype != DType::F32) throw std::runtime_error("write_vl_hf_dir: the language model must be f32");
+  std::vector<float> v(static_cast<size_t>(shape_elems(t.shape)));
+  std::memcpy(v.data(), t.data, t.nbytes);
+  return v;
+}
+
+std::vector<HfTensor> vl_tensors(const WeightSource& lm, const VisionSpec& vs, const VisionWeights& vw) {
+  const ModelSpec& s = lm.spec();
+  std::vector<HfTensor> t = {
+      {"model.language_model.embed_tokens.weight",
+       {s.vocab_size, s.hidden_size},
+       values_of(lm.tensor("token_embd.weight"))},
+      {"model.language_model.norm.weight", {s.hidden_size}, values_of(lm.tensor("output_norm.weight"))},
+      {"lm_head.weight", {s.vocab_size, s.hidden_size}, values_of(lm.tensor("output.weight"))}};
+  for (int l = 0; l < s.num_hidden_layers; ++l)
+    for (const auto& m : qwen2_hf_layer_names()) {
+      const TensorView& v = lm.tensor("blk." + std::to_string(l) + "." + m.second);
+      t.push_back({"model.language_model.layers." + std::to_string(l) + "." + m.first, v.shape, values_of(v)});
+    }
+  const int64_t h = vs.hidden_size, f = vs.intermediate_size, mw = vs.merger_width();
+  const std::string p = "model.visual.";
+  t.push_back({p + "patch_embed.proj.weight",
+               {h, vs.in_chans, vs.temporal_patch_size, vs.patch_size, vs.patch_size},
+               vw.patch_embed});
+  for (int64_t i = 0; i < vs.depth; ++i) {
+    const VisionBlockWeights& b = vw.blocks[static_cast<size_t>(i)];
+    const std::string q = p + "blocks." + std::to_string(i) + ".";
+    t.insert(t.end(), {{q + "norm1.weight", {h}, b.norm1},
+                       {q + "norm2.weight", {h}, b.norm2},
+                       {q + "attn.qkv.weight", {3 * h, h}, b.qkv_w},
+                       {q + "attn.qkv.bias", {3 * h}, b.qkv_b},
+                       {q + "attn.proj.weight", {h, h}, b.proj_w},
+                       {q + "attn.proj.bias", {h}, b.proj_b},
+                       {q + "mlp.gate_proj.weight", {f, h}, b.gate_w},
+                       {q + "mlp.gate_proj.bias", {f}, b.gate_b},
+                       {q + "mlp.up_proj.weight", {f, h}, b.up_w},
+                       {q + "mlp.up_proj.bias", {f}, b.up_b},
+                       {q + "mlp.down_proj.weight", {h, f}, b.down_w},
+                       {q + "mlp.down_proj.bias", {h}, b.down_b}});
+  }
+  t.insert(t.end(), {{p + "merger.ln_q.weight", {h}, vw.merger_norm},
+                     {p + "merger.mlp.0.weight", {mw, mw}, vw.merger_fc1_w},
+                     {p + "merger.mlp.0.bias", {mw}, vw.merger_fc1_b},
+                     {p + "merger.mlp.2.weight", {vs.out_hidden_size, mw}, vw.merger_fc2_w},
+                     {p + "merger.mlp.2.bias", {vs.out_hidden_size}, vw.merger_fc2_b}});
+  return t;
+}
+
+std::string vl_config(const ModelSpec& s, const std::vector<int64_t>& mrope, const VisionSpec& vs, VlTokenIds ids) {
+  using nlohmann::json;
+  const json vc = {{"depth", vs.depth},
+                   {"hidden_size", vs.hidden_size},
+                   {"intermediate_size", vs.intermediate_size},
+                   {"num_heads", vs.num_heads},
+                   {"out_hidden_size", vs.out_hidden_size},
+                   {"patch_size", vs.patch_size},
+                   {"temporal_patch_size", vs.temporal_patch_size},
+                   {"spatial_merge_size", vs.spatial_merge_size},
+                   {"window_size", vs.window_size},
+                   {"fullatt_block_indexes", vs.fullatt_block_indexes},
+                   {"hidden_act", vs.hidden_act}};
+  const json text = {
+      {"hidden_size", s.hidden_size},
+      {"num_hidden_layers", s.num_hidden_layers},
+      {"num_attention_heads", s.num_attention_heads},
+      {"num_key_value_heads", s.num_key_value_heads},
+      {"head_dim", s.head_dim},
+      {"intermediate_size", s.intermediate_size},
+      {"vocab_size", s.vocab_size},
+      {"rms_norm_eps", s.rms_norm_eps},
+      {"tie_word_embeddings", false},
+      {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", s.rope_theta}, {"mrope_section", mrope}}}};
+  return json{{"model_type", "qwen2_5_vl"},
+              {"text_config", text},
+              {"vision_config", vc},
+              {"image_token_id", ids.image},
+              {"vision_start_token_id", ids.vision_start},
+              {"vision_end_token_id", ids.vision_end}}
+      .dump();
+}
 
 }  // namespace
 
-void write_mmproj(const VisionModel& m, const std::string& path, const std::string& skip) {
-  const VisionSpec& s = m.spec;
-  const VisionWeights& w = m.weights;
-  const int64_t h = s.hidden_size, f = s.intermediate_size, mw = s.merger_width(), p = s.patch_size;
-  MmprojWriter out;
-  out.w.set("general.architecture", GgufValue::of_string("clip"));
-  out.w.set("clip.projector_type", GgufValue::of_string("qwen2.5vl"));
-  out.w.set("clip.has_vision_encoder", GgufValue::of_bool(true));
-  out.w.set("clip.use_silu", GgufValue::of_bool(true));
-  out.w.set("clip.vision.block_count", GgufValue::of_u32(static_cast<uint32_t>(s.depth)));
-  out.w.set("clip.vision.embedding_length", GgufValue::of_u32(static_cast<uint32_t>(h)));
-  out.w.set("clip.vision.feed_forward_length", GgufValue::of_u32(static_cast<uint32_t>(f)));
-  out.w.set("clip.vision.attention.head_count", GgufValue::of_u32(static_cast<uint32_t>(s.num_heads)));
-  out.w.set("clip.vision.projection_dim", GgufValue::of_u32(static_cast<uint32_t>(s.out_hidden_size)));
-  out.w.set("clip.vision.patch_size", GgufValue::of_u32(static_cast<uint32_t>(p)));
-  out.w.set("clip.vision.n_wa_pattern", GgufValue::of_u32(static_cast<uint32_t>(s.fullatt_block_indexes[0] + 1)));
-  out.w.set("clip.vision.attention.layer_norm_epsilon", GgufValue::of_f32(static_cast<float>(s.rms_norm_eps)));
-  out.w.set("clip.vision.image_mean", GgufValue::of_f32s({0.48145466f, 0.4578275f, 0.40821073f}));
-  out.w.set("clip.vision.image_std", GgufValue::of_f32s({0.26862954f, 0.26130258f, 0.27577711f}));
-  auto add = [&](const std::string& name, const std::vector<float>& v, const Shape& shape) {
-    if (name != skip) out.f32(name, v.data(), shape);
-  };
-  // The Conv3d's frames: (hidden, C, T, P, P) -> two (hidden, C, P, P).
-  std::vector<float> frame[2];
-  for (int t = 0; t < 2; ++t)
-    for (int64_t hc = 0; hc < h * s.in_chans; ++hc)
-      frame[t].insert(frame[t].end(), w.patch_embed.begin() + (hc * 2 + t) * p * p,
-                      w.patch_embed.begin() + (hc * 2 + t + 1) * p * p);
-  out.f16("v.patch_embd.weight", frame[0].data(), {h, s.in_chans, p, p});
-  out.f16("v.patch_embd.weight.1", frame[1].data(), {h, s.in_chans, p, p});
-  for (int64_t i = 0; i < s.depth; ++i) {
-    const VisionBlockWeights& b = w.blocks[static_cast<size_t>(i)];
-    const std::string n = "v.blk." + std::to_string(i) + ".";
-    const char* parts[] = {"attn_q", "attn_k", "attn_v"};
-    for (int64_t k = 0; k < 3; ++k) {
-      add(n + parts[k] + ".weight", std::vector<float>(b.qkv_w.begin() + k * h * h, b.qkv_w.begin() + (k + 1) * h * h),
-          {h, h});
-      add(n + parts[k] + ".bias", std::vector<float>(b.qkv_b.begin() + k * h, b.qkv_b.begin() + (k + 1) * h), {h});
-    }
-    add(n + "attn_out.weight", b.proj_w, {h, h});
-    add(n + "attn_out.bias", b.proj_b, {h});
-    add(n + "ln1.weight", b.norm1, {h});
-    add(n + "ln2.weight", b.norm2, {h});
-    add(n + "ffn_gate.weight", b.gate_w, {f, h});
-    add(n + "ffn_gate.bias", b.gate_b, {f});
-    add(n + "ffn_up.weight", b.up_w, {f, h});
-    add(n + "ffn_up.bias", b.up_b, {f});
-    add(n + "ffn_down.weight", b.down_w, {h, f});
-    add(n + "ffn_down.bias", b.down_b, {h});
-  }
-  add("v.post_ln.weight", w.merger_norm, {h});
-  add("mm.0.weight", w.merger_fc1_w, {mw, mw});
-  add("mm.0.bias", w.merger_fc1_b, {mw});
-  add("mm.2.weight", w.merger_fc2_w, {s.out_hidden_size, mw});
-  add("mm.2.bias", w.merger_fc2_b, {s.out_hidden_size});
-  out.w.write(path);
+void write_vl_hf_dir(const std::string& dir, const WeightSource& lm, const std::vector<int64_t>& mrope,
+                     const VisionSpec& vs, const VisionWeights& vw, VlTokenIds ids) {
+  write_f32_safetensors(dir + "/model.safetensors", vl_tensors(lm, vs, vw));
+  write_file(dir + "/config.json", vl_config(lm.spec(), mrope, vs, ids));
+}
+
+void drop_gguf_tensor(const std::string& path, const std::string& name) {
+  const GgufFile f(path);
+  GgufWriter w;
+  for (const auto& [key, value] : f.metadata()) w.set(key, value);
+  for (const GgufTensorInfo& t : f.tensors())
+    if (t.name != name) w.add_tensor(t.name, f.view(t));
+  w.write(path);  // through a temporary file renamed over `path`: the mapping read here stays valid
 }
 
 namespace {

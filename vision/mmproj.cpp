@@ -1,10 +1,12 @@
 // vision/mmproj.cpp — see mmproj.h.
 #include "vision/mmproj.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
 #include "core/gguf.h"
+#include "core/quant_mix.h"
 #include "core/tensor.h"
 
 namespace shardwise {
@@ -35,48 +37,83 @@ std::vector<float> tensor_f32(const GgufFile& f, const std::string& name, const 
   return out;
 }
 
-// The Conv3d kernel (hidden, C, T, P, P) from its T = 2 frames, each (hidden, C, P, P).
-std::vector<float> patch_embed(const GgufFile& f, const VisionSpec& s) {
-  const int64_t h = s.hidden_size, c = s.in_chans, p2 = s.patch_size * s.patch_size;
-  const Shape frame = {h, c, s.patch_size, s.patch_size};
-  const std::vector<float> f0 = tensor_f32(f, "v.patch_embd.weight", frame);
-  const std::vector<float> f1 = tensor_f32(f, "v.patch_embd.weight.1", frame);
-  std::vector<float> out(static_cast<size_t>(h * c * 2 * p2));
-  for (int64_t hc = 0; hc < h * c; ++hc) {
-    std::memcpy(out.data() + (hc * 2) * p2, f0.data() + hc * p2, static_cast<size_t>(p2) * sizeof(float));
-    std::memcpy(out.data() + (hc * 2 + 1) * p2, f1.data() + hc * p2, static_cast<size_t>(p2) * sizeof(float));
+// Copies between the Conv3d kernel (hidden, C, T, P, P) with T = 2 and its frames, each (hidden, C, P, P)
+// (what the file stores): the frames into the kernel with `join`, the kernel into the frames without.
+void patch_embed_frames(const VisionSpec& s, std::vector<float>& kernel, std::vector<float> frames[2], bool join) {
+  const int64_t hc = s.hidden_size * s.in_chans, p2 = s.patch_size * s.patch_size;
+  const size_t bytes = static_cast<size_t>(p2) * sizeof(float);
+  const size_t n = static_cast<size_t>(hc * p2);
+  if (join) {
+    kernel.resize(2 * n);
+  } else {
+    frames[0].resize(n);
+    frames[1].resize(n);
   }
-  return out;
+  for (int64_t i = 0; i < hc; ++i)
+    for (int t = 0; t < 2; ++t) {
+      float* k = kernel.data() + (i * 2 + t) * p2;
+      float* fr = frames[t].data() + i * p2;
+      std::memcpy(join ? k : fr, join ? fr : k, bytes);
+    }
 }
 
-VisionBlockWeights block(const GgufFile& f, const VisionSpec& s, int64_t i) {
-  const int64_t h = s.hidden_size, ff = s.intermediate_size;
-  const std::string p = "v.blk." + std::to_string(i) + ".";
-  VisionBlockWeights b;
-  b.norm1 = tensor_f32(f, p + "ln1.weight", {h});
-  b.norm2 = tensor_f32(f, p + "ln2.weight", {h});
-  for (const char* part : {"attn_q", "attn_k", "attn_v"}) {
-    const std::vector<float> w = tensor_f32(f, p + part + ".weight", {h, h});
-    const std::vector<float> bias = tensor_f32(f, p + part + ".bias", {h});
-    b.qkv_w.insert(b.qkv_w.end(), w.begin(), w.end());
-    b.qkv_b.insert(b.qkv_b.end(), bias.begin(), bias.end());
+std::vector<float> patch_embed(const GgufFile& f, const VisionSpec& s) {
+  const Shape frame = {s.hidden_size, s.in_chans, s.patch_size, s.patch_size};
+  std::vector<float> frames[2] = {tensor_f32(f, "v.patch_embd.weight", frame),
+                                  tensor_f32(f, "v.patch_embd.weight.1", frame)};
+  std::vector<float> kernel;
+  patch_embed_frames(s, kernel, frames, true);
+  return kernel;
+}
+
+// One tensor of the file besides the patch embedding, and where its values sit in VisionWeights: from
+// `offset` of `vec` (q, k and v are the thirds of the fused qkv), as many as the shape holds.
+template <typename Vec>
+struct MmprojSlot {
+  std::string name;
+  Shape shape;
+  Vec* vec;
+  int64_t offset;
+};
+
+// The file's tensors in the converter's names, for the loader and the writer alike.
+template <typename Vec, typename W>
+std::vector<MmprojSlot<Vec>> mmproj_slots(const VisionSpec& s, W& w) {
+  const int64_t h = s.hidden_size, ff = s.intermediate_size, mw = s.merger_width();
+  std::vector<MmprojSlot<Vec>> out;
+  for (int64_t i = 0; i < s.depth; ++i) {
+    auto& b = w.blocks[static_cast<size_t>(i)];
+    const std::string p = "v.blk." + std::to_string(i) + ".";
+    const char* qkv[] = {"attn_q", "attn_k", "attn_v"};
+    for (int64_t k = 0; k < 3; ++k) {
+      out.push_back({p + qkv[k] + ".weight", {h, h}, &b.qkv_w, k * h * h});
+      out.push_back({p + qkv[k] + ".bias", {h}, &b.qkv_b, k * h});
+    }
+    out.push_back({p + "attn_out.weight", {h, h}, &b.proj_w, 0});
+    out.push_back({p + "attn_out.bias", {h}, &b.proj_b, 0});
+    out.push_back({p + "ln1.weight", {h}, &b.norm1, 0});
+    out.push_back({p + "ln2.weight", {h}, &b.norm2, 0});
+    out.push_back({p + "ffn_gate.weight", {ff, h}, &b.gate_w, 0});
+    out.push_back({p + "ffn_gate.bias", {ff}, &b.gate_b, 0});
+    out.push_back({p + "ffn_up.weight", {ff, h}, &b.up_w, 0});
+    out.push_back({p + "ffn_up.bias", {ff}, &b.up_b, 0});
+    out.push_back({p + "ffn_down.weight", {h, ff}, &b.down_w, 0});
+    out.push_back({p + "ffn_down.bias", {h}, &b.down_b, 0});
   }
-  b.proj_w = tensor_f32(f, p + "attn_out.weight", {h, h});
-  b.proj_b = tensor_f32(f, p + "attn_out.bias", {h});
-  b.gate_w = tensor_f32(f, p + "ffn_gate.weight", {ff, h});
-  b.gate_b = tensor_f32(f, p + "ffn_gate.bias", {ff});
-  b.up_w = tensor_f32(f, p + "ffn_up.weight", {ff, h});
-  b.up_b = tensor_f32(f, p + "ffn_up.bias", {ff});
-  b.down_w = tensor_f32(f, p + "ffn_down.weight", {h, ff});
-  b.down_b = tensor_f32(f, p + "ffn_down.bias", {h});
-  return b;
+  out.push_back({"v.post_ln.weight", {h}, &w.merger_norm, 0});
+  out.push_back({"mm.0.weight", {mw, mw}, &w.merger_fc1_w, 0});
+  out.push_back({"mm.0.bias", {mw}, &w.merger_fc1_b, 0});
+  out.push_back({"mm.2.weight", {s.out_hidden_size, mw}, &w.merger_fc2_w, 0});
+  out.push_back({"mm.2.bias", {s.out_hidden_size}, &w.merger_fc2_b, 0});
+  return out;
 }
 
 VisionSpec mmproj_spec(const GgufFile& f) {
   const GgufValue* type = f.find("clip.projector_type");
   const std::string t = type ? type->as_string(f.path() + ": clip.projector_type") : "";
-  if (t != "qwen2.5vl")
-    fail(f.path(), ": clip.projector_type is '", t, "'; only Qwen2.5-VL projectors (qwen2.5vl) are supported");
+  if (t != kQwen25VlProjector)
+    fail(f.path(), ": clip.projector_type is '", t, "'; only Qwen2.5-VL projectors (", kQwen25VlProjector,
+         ") are supported");
   const GgufValue* has = f.find("clip.has_vision_encoder");
   SW_CHECK(!has || has->as_bool(f.path() + ": clip.has_vision_encoder"), f.path(), ": the file has no vision encoder");
   VisionSpec s;
@@ -106,16 +143,14 @@ VisionModel load_mmproj(const std::string& path) {
   const GgufFile f(path);
   VisionModel m;
   m.spec = mmproj_spec(f);
-  const VisionSpec& s = m.spec;
-  const int64_t mw = s.merger_width();
-  m.weights.patch_embed = patch_embed(f, s);
-  for (int64_t i = 0; i < s.depth; ++i) m.weights.blocks.push_back(block(f, s, i));
-  m.weights.merger_norm = tensor_f32(f, "v.post_ln.weight", {s.hidden_size});
-  m.weights.merger_fc1_w = tensor_f32(f, "mm.0.weight", {mw, mw});
-  m.weights.merger_fc1_b = tensor_f32(f, "mm.0.bias", {mw});
-  m.weights.merger_fc2_w = tensor_f32(f, "mm.2.weight", {s.out_hidden_size, mw});
-  m.weights.merger_fc2_b = tensor_f32(f, "mm.2.bias", {s.out_hidden_size});
-  check_vision_weights(s, m.weights);
+  m.weights.patch_embed = patch_embed(f, m.spec);
+  m.weights.blocks.resize(static_cast<size_t>(m.spec.depth));
+  for (const auto& slot : mmproj_slots<std::vector<float>>(m.spec, m.weights)) {
+    const std::vector<float> v = tensor_f32(f, slot.name, slot.shape);
+    slot.vec->resize(std::max(slot.vec->size(), static_cast<size_t>(slot.offset) + v.size()));
+    std::copy(v.begin(), v.end(), slot.vec->begin() + slot.offset);
+  }
+  check_vision_weights(m.spec, m.weights);
   return m;
 }
 
@@ -155,6 +190,85 @@ VlModel load_vl_model_gguf(const std::string& mmproj_path, const ModelSpec& lm, 
   m.tokens.spatial_merge_size = m.vision.spec.spatial_merge_size;
   m.processor = mmproj_image_processor(mmproj_path, m.vision.spec);
   return m;
+}
+
+namespace {
+
+// Refuses a tower that the file cannot describe as llama.cpp reads it: clip.cpp fixes the temporal patch
+// at 2, the merge at 2 and the channels at 3 (the tensors' shapes follow from them); n_wa_pattern puts
+// full attention in every n-th block; use_silu is the only activation key both readers take for SiLU. The
+// window is not stored either: readers take 112 pixels whatever the tower was drawn with.
+void check_mmproj_writable(const VisionSpec& s, DType dtype, const std::string& path) {
+  validate_vision_spec(s, path);
+  SW_CHECK(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16, path, ": an mmproj's weights are ",
+           "written as f32, f16 or bf16, not ", dtype_name(dtype));
+  SW_CHECK(s.temporal_patch_size == 2 && s.spatial_merge_size == 2 && s.in_chans == 3, path,
+           ": llama.cpp's Qwen2.5-VL projector fixes the temporal patch (2), the merge (2) and the channels (3); ",
+           "this tower has ", s.temporal_patch_size, ", ", s.spatial_merge_size, " and ", s.in_chans);
+  SW_CHECK(s.act() == VisionAct::Silu, path, ": the tower's activation is ", s.hidden_act, "; the file says only silu");
+  const int64_t n = s.fullatt_block_indexes.empty() ? 0 : s.fullatt_block_indexes.front() + 1;
+  std::vector<int> every_nth;
+  for (int64_t b = n - 1; n > 0 && b < s.depth; b += n) every_nth.push_back(static_cast<int>(b));
+  SW_CHECK(n > 0 && every_nth == s.fullatt_block_indexes, path,
+           ": the blocks of full attention must be every n-th (n - 1, 2n - 1, ...) for clip.vision.n_wa_pattern");
+}
+
+void write_mmproj_metadata(GgufWriter& w, const VisionSpec& s, const ImageProcessorConfig& processor, DType dtype) {
+  auto u32 = [](int64_t v) { return GgufValue::of_u32(static_cast<uint32_t>(v)); };
+  w.set("general.architecture", GgufValue::of_string("clip"));
+  w.set("general.type", GgufValue::of_string("mmproj"));
+  w.set("general.name", GgufValue::of_string("Qwen2.5-VL vision tower"));
+  w.set("general.file_type", u32(quant_mix_file_type(QuantMix::Pure, dtype)));
+  w.set("clip.has_vision_encoder", GgufValue::of_bool(true));
+  w.set("clip.vision.projection_dim", u32(s.out_hidden_size));
+  w.set("clip.vision.image_size", u32(560));  // the converter's default for Qwen2-VL (clip.cpp then uses 1024)
+  w.set("clip.vision.patch_size", u32(s.patch_size));
+  w.set("clip.vision.embedding_length", u32(s.hidden_size));
+  w.set("clip.vision.feed_forward_length", u32(s.intermediate_size));
+  w.set("clip.vision.block_count", u32(s.depth));
+  w.set("clip.vision.attention.head_count", u32(s.num_heads));
+  w.set("clip.vision.image_mean", GgufValue::of_f32s({processor.image_mean, processor.image_mean + 3}));
+  w.set("clip.vision.image_std", GgufValue::of_f32s({processor.image_std, processor.image_std + 3}));
+  w.set("clip.projector_type", GgufValue::of_string(kQwen25VlProjector));
+  w.set("clip.use_silu", GgufValue::of_bool(true));
+  w.set("clip.vision.n_wa_pattern", u32(s.fullatt_block_indexes.front() + 1));
+  w.set("clip.vision.attention.layer_norm_epsilon", GgufValue::of_f32(static_cast<float>(s.rms_norm_eps)));
+  w.set("general.quantization_version", u32(2));
+}
+
+// The writer's tensors: f32 ones point into the model, others into their converted copies here.
+struct MmprojTensors {
+  GgufWriter w;
+  std::vector<std::vector<uint8_t>> converted;  // moving a vector keeps its buffer where the views point
+  void add(const std::string& name, const float* v, const Shape& shape, DType dtype) {
+    const int64_t n = shape_elems(shape);
+    const uint64_t bytes = tensor_bytes(dtype, shape);
+    if (dtype == DType::F32) {
+      w.add_tensor(name, TensorView{dtype, shape, v, bytes});
+      return;
+    }
+    converted.emplace_back(bytes);
+    quantize_row(dtype, v, converted.back().data(), n);
+    w.add_tensor(name, TensorView{dtype, shape, converted.back().data(), bytes});
+  }
+};
+
+}  // namespace
+
+void write_mmproj(const VisionModel& m, const ImageProcessorConfig& processor, const std::string& path, DType dtype) {
+  const VisionSpec& s = m.spec;
+  check_mmproj_writable(s, dtype, path);
+  check_vision_weights(s, m.weights);
+  MmprojTensors out;
+  write_mmproj_metadata(out.w, s, processor, dtype);
+  std::vector<float> kernel = m.weights.patch_embed, frames[2];
+  patch_embed_frames(s, kernel, frames, false);
+  const Shape frame = {s.hidden_size, s.in_chans, s.patch_size, s.patch_size};
+  out.add("v.patch_embd.weight", frames[0].data(), frame, DType::F16);  // the converter's forced type
+  out.add("v.patch_embd.weight.1", frames[1].data(), frame, DType::F16);
+  for (const auto& slot : mmproj_slots<const std::vector<float>>(s, m.weights))
+    out.add(slot.name, slot.vec->data() + slot.offset, slot.shape, slot.shape.size() == 1 ? DType::F32 : dtype);
+  out.w.write(path);
 }
 
 }  // namespace shardwise

@@ -2,7 +2,7 @@
 // convert_hf_to_gguf.py --mmproj writes beside the language model's GGUF): the vision tower's spec, its
 // weights and its image processor settings, read into the same VisionModel an HF directory gives.
 //
-// What the file holds and how it maps (llama.cpp's converter, clip.projector_type "qwen2.5vl"):
+// What the file holds and how it maps (llama.cpp's converter, clip.projector_type "qwen2.5vl_merger"):
 //   clip.vision.{block_count, embedding_length, feed_forward_length, attention.head_count, patch_size,
 //   projection_dim, attention.layer_norm_epsilon, n_wa_pattern, image_mean, image_std}, clip.use_silu;
 //   v.patch_embd.weight and v.patch_embd.weight.1 (the Conv3d's two frames, [hidden, C, P, P] each);
@@ -22,12 +22,25 @@
 
 namespace shardwise {
 
+// llama.cpp's name of the Qwen2.5-VL projector (clip.projector_type; clip.cpp's PROJECTOR_TYPE_QWEN25VL).
+constexpr const char* kQwen25VlProjector = "qwen2.5vl_merger";
+
 // The tower of an mmproj GGUF. Throws Error naming the file and the key or tensor that is missing or
 // wrong (another projector type, shapes that disagree with the spec).
 VisionModel load_mmproj(const std::string& path);
 
 // The processor settings of an mmproj GGUF (see above).
 ImageProcessorConfig mmproj_image_processor(const std::string& path, const VisionSpec& spec);
+
+// Writes `m` as llama.cpp's convert_hf_to_gguf.py --mmproj writes a Qwen2.5-VL tower (class
+// Qwen2VLVisionModel), so that load_mmproj and llama.cpp's clip.cpp both read it: general.architecture
+// "clip", general.type "mmproj", the clip.* keys above with `processor`'s mean and std and the converter's
+// clip.vision.image_size 560; the tensors in its names and layout. Matrices are stored as `dtype` (f32,
+// f16 or bf16: the converter's --outtype), the patch embedding always as f16 (the converter forces it),
+// vectors (norms, biases) as f32. Throws Error for another dtype, or for a tower the file cannot describe
+// (llama.cpp's fixed temporal patch 2, merge 2, window 112, 3 channels; full attention in every n-th
+// block; silu).
+void write_mmproj(const VisionModel& m, const ImageProcessorConfig& processor, const std::string& path, DType dtype);
 
 // The vocabulary strings of Qwen2-VL's image placeholder and vision start, which a GGUF's vocabulary
 // holds (its ids are found there: the file carries no image_token_id).

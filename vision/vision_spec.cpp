@@ -69,6 +69,55 @@ void validate_vision_spec(const VisionSpec& s, const std::string& ctx) {
 
 namespace {
 
+VisionSpec qwen25vl7b_tower() {
+  VisionSpec s;
+  s.depth = 32;
+  s.hidden_size = 1280;
+  s.intermediate_size = 3420;
+  s.num_heads = 16;
+  s.out_hidden_size = 3584;
+  s.fullatt_block_indexes = {7, 15, 23, 31};
+  return s;  // patch 14, temporal patch 2, merge 2, window 112, silu, 3 channels: VisionSpec's defaults
+}
+
+// The intermediate width differs from the hidden one: llama.cpp's clip.cpp swaps ffn_up and ffn_down of a
+// file whose ffn_down rows are hidden_size long (a legacy layout), which a square MLP would trigger.
+VisionSpec tiny_tower() {
+  VisionSpec s;
+  s.depth = 4;
+  s.hidden_size = 32;
+  s.intermediate_size = 48;
+  s.num_heads = 2;
+  s.out_hidden_size = 64;  // tiny_qwen2vl's hidden_size
+  s.fullatt_block_indexes = {1, 3};
+  return s;
+}
+
+struct BuiltinTower {
+  const char* lm_spec_name;
+  VisionSpec (*make)();
+};
+const BuiltinTower kBuiltinTowers[] = {{"qwen2vl7b", qwen25vl7b_tower}, {"tiny_qwen2vl", tiny_tower}};
+
+}  // namespace
+
+bool builtin_vision_spec(const std::string& lm_spec_name, VisionSpec* out) {
+  for (const BuiltinTower& t : kBuiltinTowers)
+    if (lm_spec_name == t.lm_spec_name) {
+      *out = t.make();
+      return true;
+    }
+  return false;
+}
+
+std::vector<std::string> builtin_vision_spec_names() {
+  std::vector<std::string> names;
+  for (const BuiltinTower& t : kBuiltinTowers) names.emplace_back(t.lm_spec_name);
+  return names;
+}
+
+namespace {
+
 using nlohmann::json;
 
 // An integer field of vision_config; `dflt` when absent and not required. Ranges are checked by

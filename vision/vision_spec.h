@@ -72,6 +72,14 @@ void validate_vision_spec(const VisionSpec& spec, const std::string& context);
 // supported yet, and every other model_type. `context` names the file in messages.
 VisionSpec vision_spec_from_hf_config(const std::string& config_json_text, const std::string& context);
 
+// The vision tower of a builtin language model spec, by the spec's name (configs/models/<name>.yaml):
+// Qwen2.5-VL-7B's tower (its config.json's vision_config) for qwen2vl7b, a tiny one for tiny_qwen2vl,
+// each emitting tokens of its language model's width. False, `out` untouched, for a name without one.
+// A table here rather than a `vision:` section of the model YAML: the tower is vision/'s, and core/, which
+// reads the YAML and must not depend on vision/, would have to carry fields it cannot check.
+bool builtin_vision_spec(const std::string& lm_spec_name, VisionSpec* out);
+std::vector<std::string> builtin_vision_spec_names();
+
 // Parameter counts of the tensors HF stores for the tower.
 uint64_t vision_patch_embed_params(const VisionSpec& spec);  // the patch embedding (hidden, C, T, P, P)
 uint64_t vision_block_params(const VisionSpec& spec);        // one block: norms, qkv, proj, MLP, with biases

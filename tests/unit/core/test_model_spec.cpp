@@ -140,6 +140,27 @@ TEST_CASE("model YAML: round trip and clear errors", "[spec]") {
   CHECK_THROWS_WITH(parse_spec_yaml_text(base + "intermediate_size: abc\n", "m.yaml"), Contains("intermediate_size"));
 }
 
+TEST_CASE("model YAML: mrope_section (Qwen2-VL's language model) read, written and checked", "[spec]") {
+  const ModelSpec vl = builtin_spec("qwen2vl7b");
+  CHECK(vl.family == Family::Qwen2);
+  CHECK(vl.mrope_section == std::vector<int64_t>{16, 24, 24});
+  CHECK(vl.hidden_size == 3584);
+  CHECK(vl.kv_dim() == 512);
+  CHECK(vl.vocab_size == 152064);
+  CHECK(vl.n_params() / 1e9 == Approx(7.62).epsilon(0.01));  // Qwen2.5-VL-7B: 8.29B with its 0.67B tower
+  CHECK(parse_spec_yaml_text(spec_to_yaml(vl), "roundtrip").mrope_section == vl.mrope_section);
+  CHECK(builtin_spec("tiny_qwen2vl").mrope_section == std::vector<int64_t>{2, 3, 3});
+  const std::string base = spec_to_yaml(builtin_spec("tiny_qwen2"));  // head_dim 16
+  CHECK(parse_spec_yaml_text(base + "mrope_section: [4, 2, 2]\n", "m.yaml").mrope_section.size() == 3);
+  CHECK_THROWS_WITH(parse_spec_yaml_text(base + "mrope_section: [2, 3, 4]\n", "m.yaml"),
+                    Contains("m.yaml") && Contains("head_dim / 2 = 8"));
+  CHECK_THROWS_WITH(parse_spec_yaml_text(base + "mrope_section: [4, 4]\n", "m.yaml"), Contains("list of 3 integers"));
+  CHECK_THROWS_WITH(parse_spec_yaml_text(base + "mrope_section: 8\n", "m.yaml"), Contains("list of 3 integers"));
+  CHECK_THROWS_WITH(parse_spec_yaml_text(base + "mrope_section: [2, x, 3]\n", "m.yaml"), Contains("'x'"));
+  const std::string llama = spec_to_yaml(builtin_spec("tiny_llama"));
+  CHECK_THROWS_WITH(parse_spec_yaml_text(llama + "mrope_section: [12, 6, 6]\n", "m.yaml"), Contains("qwen2 family"));
+}
+
 TEST_CASE("YAML files: duplicate keys, keys that are lists and aliases are refused with the file and line", "[spec]") {
   const std::string base = spec_to_yaml(builtin_spec("tiny_llama"));
   auto spec_error = [](const std::string& text) {

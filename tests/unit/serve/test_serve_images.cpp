@@ -13,6 +13,7 @@
 #include "serve_test_util.h"
 #include "test_util.h"
 #include "vision/encoder.h"
+#include "vision/mmproj.h"
 #include "vision/vl_prompt.h"
 #include "vl_test_util.h"
 
@@ -254,7 +255,8 @@ const GgufPair& gguf_pair() {
   static const GgufPair pair = [] {
     GgufPair p{test::temp_path("serve_vl_lm.gguf"), test::temp_path("serve_vl.mmproj.gguf")};
     test::write_vl_language_gguf(p.lm);
-    test::write_mmproj(load_vision_model(test::fixtures_dir() + "/vl/qwen2_5_vl"), p.mmproj);
+    write_mmproj(load_vision_model(test::fixtures_dir() + "/vl/qwen2_5_vl"), ImageProcessorConfig{}, p.mmproj,
+                 DType::F32);
     return p;
   }();
   return pair;

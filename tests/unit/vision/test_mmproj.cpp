@@ -29,7 +29,7 @@ std::string vl_dir() {
 TEST_CASE("mmproj: llama.cpp's layout reads back into the HF tower, and encodes as it does", "[vision][mmproj]") {
   const VisionModel hf = load_vision_model(vl_dir());
   const std::string path = test::temp_path("tower.mmproj.gguf");
-  test::write_mmproj(hf, path);
+  write_mmproj(hf, ImageProcessorConfig{}, path, DType::F32);
   const VisionModel m = load_mmproj(path);
   CHECK(m.spec.depth == hf.spec.depth);
   CHECK(m.spec.hidden_size == hf.spec.hidden_size);
@@ -71,7 +71,8 @@ TEST_CASE("mmproj: llama.cpp's layout reads back into the HF tower, and encodes 
 TEST_CASE("mmproj: bad files give one error naming the key or tensor", "[vision][mmproj]") {
   const VisionModel hf = load_vision_model(vl_dir());
   const std::string path = test::temp_path("bad.mmproj.gguf");
-  test::write_mmproj(hf, path, "v.blk.2.ffn_up.bias");
+  write_mmproj(hf, ImageProcessorConfig{}, path, DType::F32);
+  test::drop_gguf_tensor(path, "v.blk.2.ffn_up.bias");
   CHECK_THROWS_WITH(load_mmproj(path), Contains("v.blk.2.ffn_up.bias") && Contains("missing"));
   // A language model GGUF is not a projector.
   GgufWriter w;
@@ -80,7 +81,7 @@ TEST_CASE("mmproj: bad files give one error naming the key or tensor", "[vision]
   CHECK_THROWS_WITH(load_mmproj(path), Contains("clip.projector_type"));
   CHECK_THROWS_WITH(load_mmproj(test::temp_path("no_such.gguf")), Contains("no_such.gguf"));
   // A projector for a language model of another width.
-  test::write_mmproj(hf, path);
+  write_mmproj(hf, ImageProcessorConfig{}, path, DType::F32);
   ModelSpec lm;
   lm.hidden_size = hf.spec.out_hidden_size + 8;
   lm.mrope_section = {2, 3, 3};
@@ -94,7 +95,7 @@ TEST_CASE("mmproj: bad files give one error naming the key or tensor", "[vision]
 TEST_CASE("run --mmproj: the pair's errors are one line each", "[vision][mmproj][cli]") {
   const std::string lm = test::temp_path("vl_lm.gguf"), proj = test::temp_path("vl.mmproj.gguf");
   write_gguf(*open_weights(vl_dir()), lm, DType::F32);  // qwen2vl, as llama.cpp's converter names it
-  test::write_mmproj(load_vision_model(vl_dir()), proj);
+  write_mmproj(load_vision_model(vl_dir()), ImageProcessorConfig{}, proj, DType::F32);
   const std::string image = vl_dir() + "/images/img_300x200/image.png";
   const std::string run = test::shardwise_bin() + " run -m " + lm + " --tokens 5,290,292,291,7 -n 2 --device cpu";
   std::string text;
@@ -113,7 +114,7 @@ TEST_CASE("vision -m MMPROJ.gguf: the tower of llama.cpp's projector file, as th
           "[vision][mmproj][cli]") {
   const VisionModel hf = load_vision_model(vl_dir());
   const std::string proj = test::temp_path("cli.mmproj.gguf"), out = test::temp_path("mmproj_tokens.npy");
-  test::write_mmproj(hf, proj);
+  write_mmproj(hf, ImageProcessorConfig{}, proj, DType::F32);
   const std::string image = vl_dir() + "/images/img_300x200/image.png";
   std::string text;
   REQUIRE(test::run_command("(" + test::shardwise_bin() + " vision -m " + proj + " --image " + image + " --out " + out +

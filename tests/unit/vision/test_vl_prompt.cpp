@@ -26,73 +26,6 @@ namespace {
 
 constexpr int32_t kVs = test::kVlVisionStart, kVe = test::kVlVisionEnd, kImg = test::kVlImage;
 
-struct Tensor {
-  std::string name;
-  Shape shape;
-  std::vector<float> values;
-};
-
-void write_f32_safetensors(const std::string& path, const std::vector<Tensor>& tensors) {
-  json h = json::object();
-  std::string data;
-  for (const Tensor& t : tensors) {
-    h[t.name] = {
-        {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + 4 * t.values.size()}}};
-    data.append(reinterpret_cast<const char*>(t.values.data()), 4 * t.values.size());
-  }
-  const std::string header = h.dump();
-  std::string out(8, '\0');
-  const uint64_t n = header.size();
-  std::memcpy(&out[0], &n, 8);
-  test::write_file(path, out + header + data);
-}
-
-std::vector<float> values_of(const TensorView& t) {
-  std::vector<float> v(static_cast<size_t>(shape_elems(t.shape)));
-  REQUIRE(t.dtype == DType::F32);
-  std::memcpy(v.data(), t.data, t.nbytes);
-  return v;
-}
-
-// The language model of synthetic:tiny_qwen2 under transformers 5's names, and a vision tower whose
-// output width is its hidden size.
-std::vector<Tensor> vl_tensors(const WeightSource& lm, const VisionSpec& vs, const VisionWeights& vw) {
-  std::vector<Tensor> t = {
-      {"model.language_model.embed_tokens.weight", {300, 64}, values_of(lm.tensor("token_embd.weight"))},
-      {"model.language_model.norm.weight", {64}, values_of(lm.tensor("output_norm.weight"))},
-      {"lm_head.weight", {300, 64}, values_of(lm.tensor("output.weight"))}};
-  for (int l = 0; l < 2; ++l)
-    for (const auto& m : test::qwen2_hf_layer_names()) {
-      const TensorView& v = lm.tensor("blk." + std::to_string(l) + "." + m.second);
-      t.push_back({"model.language_model.layers." + std::to_string(l) + "." + m.first, v.shape, values_of(v)});
-    }
-  const int64_t h = vs.hidden_size, f = vs.intermediate_size, mw = vs.merger_width();
-  const std::string p = "model.visual.";
-  t.push_back({p + "patch_embed.proj.weight", {h, 3, 2, vs.patch_size, vs.patch_size}, vw.patch_embed});
-  for (int64_t i = 0; i < vs.depth; ++i) {
-    const VisionBlockWeights& b = vw.blocks[static_cast<size_t>(i)];
-    const std::string q = p + "blocks." + std::to_string(i) + ".";
-    t.insert(t.end(), {{q + "norm1.weight", {h}, b.norm1},
-                       {q + "norm2.weight", {h}, b.norm2},
-                       {q + "attn.qkv.weight", {3 * h, h}, b.qkv_w},
-                       {q + "attn.qkv.bias", {3 * h}, b.qkv_b},
-                       {q + "attn.proj.weight", {h, h}, b.proj_w},
-                       {q + "attn.proj.bias", {h}, b.proj_b},
-                       {q + "mlp.gate_proj.weight", {f, h}, b.gate_w},
-                       {q + "mlp.gate_proj.bias", {f}, b.gate_b},
-                       {q + "mlp.up_proj.weight", {f, h}, b.up_w},
-                       {q + "mlp.up_proj.bias", {f}, b.up_b},
-                       {q + "mlp.down_proj.weight", {h, f}, b.down_w},
-                       {q + "mlp.down_proj.bias", {h}, b.down_b}});
-  }
-  t.insert(t.end(), {{p + "merger.ln_q.weight", {h}, vw.merger_norm},
-                     {p + "merger.mlp.0.weight", {mw, mw}, vw.merger_fc1_w},
-                     {p + "merger.mlp.0.bias", {mw}, vw.merger_fc1_b},
-                     {p + "merger.mlp.2.weight", {vs.out_hidden_size, mw}, vw.merger_fc2_w},
-                     {p + "merger.mlp.2.bias", {vs.out_hidden_size}, vw.merger_fc2_b}});
-  return t;
-}
-
 VisionSpec tiny_vision() {
   VisionSpec s;
   s.depth = 2;
@@ -104,33 +37,6 @@ VisionSpec tiny_vision() {
   s.window_size = 8;
   s.fullatt_block_indexes = {1};
   return s;
-}
-
-std::string vl_config(const VisionSpec& s) {
-  const json vc = {{"depth", s.depth},
-                   {"hidden_size", s.hidden_size},
-                   {"intermediate_size", s.intermediate_size},
-                   {"num_heads", s.num_heads},
-                   {"out_hidden_size", s.out_hidden_size},
-                   {"patch_size", s.patch_size},
-                   {"temporal_patch_size", 2},
-                   {"spatial_merge_size", 2},
-                   {"window_size", s.window_size},
-                   {"fullatt_block_indexes", s.fullatt_block_indexes},
-                   {"hidden_act", "silu"}};
-  const json text = {
-      {"hidden_size", 64},
-      {"num_hidden_layers", 2},
-      {"num_attention_heads", 4},
-      {"num_key_value_heads", 2},
-      {"intermediate_size", 128},
-      {"vocab_size", 300},
-      {"rms_norm_eps", 1e-6},
-      {"tie_word_embeddings", false},
-      {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1e6}, {"mrope_section", {2, 3, 3}}}}};
-  return json{{"model_type", "qwen2_5_vl"}, {"text_config", text},          {"vision_config", vc},
-              {"image_token_id", kImg},     {"vision_start_token_id", kVs}, {"vision_end_token_id", kVe}}
-      .dump();
 }
 
 // The ids of ChatML text written with the tokenizer above: "<|x|>" markers as their ids, bytes as bytes.
@@ -185,8 +91,7 @@ TEST_CASE("shardwise logits --image: a tiny Qwen2.5-VL directory against the lib
   const VisionWeights vw = random_vision_weights(vs, 8, 0.1f);
   const std::string dir = test::temp_path("vl_model");
   std::filesystem::create_directories(dir);
-  write_f32_safetensors(dir + "/model.safetensors", vl_tensors(*lm, vs, vw));
-  test::write_file(dir + "/config.json", vl_config(vs));
+  test::write_vl_hf_dir(dir, *lm, {2, 3, 3}, vs, vw, {kImg, kVs, kVe});
   test::write_file(
       dir + "/preprocessor_config.json",
       R"({"patch_size": 2, "temporal_patch_size": 2, "merge_size": 2, "min_pixels": 64, "max_pixels": 512})");
