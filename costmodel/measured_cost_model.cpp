@@ -239,14 +239,14 @@ class MeasuredCostModel : public CostModel {
   // bytes; larger steps keep the measured type's time (their arithmetic is the same).
   double op_ms(const Op& op, const ExecEnv& env) const override {
     const bool analytic = env.backend == Backend::Gpu && !has_gpu_;  // the datasheet model prices any type
-    // Attention over a cache type the profile did not time: a 16-bit cache's is priced as over f32
-    // (twice the cache bytes: an upper bound for a step that streams its cache); a q8_0 cache's as over
-    // f16 where the profile has f16 rows (the profiler times f32 and f16 caches only; q8_0's 34 bytes
-    // per 32 values are close to f16's 64 and it dequantises as it reads), else over f32. Said once.
+    // Attention over a cache type the profile did not time (the profiler times f32, f16 and q8_0 caches; a
+    // profile may hold fewer): bf16 and q8_0 caches are priced as over f16 where the profile has f16 rows
+    // (bf16 reads the same bytes; q8_0 reads about half as many and dequantises as it reads: an estimate),
+    // else as over f32 (at least twice the cache bytes: an upper bound for a step that streams its cache).
+    // Said once.
     if (!analytic && op.kind == OpKind::Attention && op.dtype != DType::F32 &&
         !measured(env.backend, op.kind, op.dtype)) {
-      const DType from =
-          op.dtype == DType::Q8_0 && measured(env.backend, op.kind, DType::F16) ? DType::F16 : DType::F32;
+      const DType from = measured(env.backend, op.kind, DType::F16) ? DType::F16 : DType::F32;
       if (measured(env.backend, op.kind, from)) {
         warn_once(str_cat("the profile ", origin_, " has no ", backend_name(env.backend), " attention rows over a ",
                           dtype_name(op.dtype), " KV cache: priced from its ", dtype_name(from), " rows (",

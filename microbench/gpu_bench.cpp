@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/host_buffer.h"
 #include "core/thread_pool.h"
@@ -297,23 +298,23 @@ class CudaBench final : public GpuBench {
     const uint64_t rows = static_cast<uint64_t>(op.ctx + op.tokens);
     // A step's layers each read their own cache, with weights between: rotate over K/V pairs that
     // together exceed the L2 several times (one pair reused stayed in the L2 up to a few K positions).
-    // K and V of op.dtype (f32 or f16); the buffer counts floats, a pair of f16 caches takes half as many.
-    const uint64_t eb = op.dtype == DType::F16 ? 2 : 4;
-    const uint64_t pair = (2 * rows * kvd * eb + 3) / 4;
+    // K and V of op.dtype (f32, f16 or q8_0); the buffer counts floats, a pair of f16 caches takes half as many.
+    const uint64_t cache_bytes = dtype_row_bytes(op.dtype, static_cast<int64_t>(rows * kvd));
+    const uint64_t pair = (2 * cache_bytes + 3) / 4;
     const uint64_t pairs =
         std::min<uint64_t>(64, std::max<uint64_t>(1, ((256ull << 20) / sizeof(float) + pair - 1) / pair));
     if (pairs * pair > kv_floats_) {
       if (kv_) cudaFree(kv_);
       kv_floats_ = pairs * pair;
       ck(cudaMalloc(&kv_, kv_floats_ * sizeof(float)), "cudaMalloc KV");
-      // 0x3c bytes: 0.0115 as f32, 1.06 as f16: finite and non-zero either way
+      // 0x3c bytes: 0.0115 as f32, 1.06 as f16, q8_0 blocks of 60 x 1.06: finite and non-zero every way
       ck(cudaMemset(kv_, 0x3c, kv_floats_ * sizeof(float)), "KV fill");
     }
     float* q = activations(2 * static_cast<uint64_t>(op.tokens) * qd);
     float* out = q + op.tokens * qd;
     return timed([&] {
       const uint8_t* k = reinterpret_cast<const uint8_t*>(kv_ + (kv_turn_++ % pairs) * pair);
-      cuda_attention(q, k, k + rows * kvd * eb, out, op.tokens, op.ctx, op.n_heads, op.n_kv_heads, op.head_dim, ws_,
+      cuda_attention(q, k, k + cache_bytes, out, op.tokens, op.ctx, op.n_heads, op.n_kv_heads, op.head_dim, ws_,
                      ws_bytes_, stream_, op.dtype);
     });
   }

@@ -228,7 +228,7 @@ class CpuRunner {
   }
   // n cache elements of dt (f32, or f16 stored two to a float slot), random and finite.
   void ensure_kv(std::vector<float>& v, DType dt, uint64_t n, uint64_t seed) {
-    const uint64_t floats = dt == DType::F16 ? (n + 1) / 2 : n;
+    const uint64_t floats = (dtype_row_bytes(dt, static_cast<int64_t>(n)) + sizeof(float) - 1) / sizeof(float);
     if (v.size() >= floats && kv_filled_[seed % 2] == static_cast<int>(dt)) return;
     v.resize(std::max<uint64_t>(v.size(), floats));
     fill_random(dt, reinterpret_cast<uint8_t*>(v.data()), v.size() * sizeof(float), seed, fill_pool_);
@@ -695,8 +695,9 @@ std::string series_key(const Op& op) {
   return s.str();
 }
 
-// The KV cache types attention is measured over (the executor's: KvCache, the CUDA kernels).
-constexpr DType kKvDtypes[] = {DType::F32, DType::F16};
+// The KV cache types attention is measured over (the executor's: KvCache, the CUDA kernels; --kv-dtype's choices but
+// bf16, which reads as many bytes as f16 and widens as cheaply).
+constexpr DType kKvDtypes[] = {DType::F32, DType::F16, DType::Q8_0};
 
 void op_lists(const Grid& g, Backend b, std::vector<Op>* ops) {
   const auto& toks = b == Backend::Cpu ? g.cpu_tokens : g.gpu_tokens;

@@ -1072,7 +1072,7 @@ TEST_CASE("profile model: an unprofiled block type is priced as the nearest prof
 // The synthetic profile times attention over f32 caches only (as profiles did before the 16-bit caches):
 // an f16, bf16 or q8_0 cache's attention is priced from the f32 rows, never refused; a profile with rows
 // of its own type uses those, and one with f16 rows prices q8_0 (which profiles do not time) from them.
-TEST_CASE("profile model: attention over a 16-bit or q8_0 cache without rows of its own is priced as over f32 or f16",
+TEST_CASE("profile model: attention over a 16-bit or q8_0 cache is priced from its own rows, else as over f16 or f32",
           "[profile]") {
   const ProfileDB db = stored(synthetic_profile());
   auto model = make_measured_cost_model(db);
@@ -1097,7 +1097,20 @@ TEST_CASE("profile model: attention over a 16-bit or q8_0 cache without rows of 
   a16.dtype = DType::F16;
   const ExecEnv cpu{Backend::Cpu, 16, 0};
   CHECK(measured->op_ms(a16, cpu) < 0.7 * measured->op_ms(a, cpu));
-  Op a8 = a;
+  Op a8 = a, ab = a;
   a8.dtype = DType::Q8_0;
+  ab.dtype = DType::BF16;
   CHECK(measured->op_ms(a8, cpu) == measured->op_ms(a16, cpu));
+  CHECK(measured->op_ms(ab, cpu) == measured->op_ms(a16, cpu));
+  ProfileDB with_q8 = with_f16;  // and over q8_0, four times as fast as over f32
+  for (const OpSample& s : db.ops)
+    if (s.op.kind == OpKind::Attention) {
+      OpSample q = s;
+      q.op.dtype = DType::Q8_0;
+      q.ms = s.ms / 4;
+      with_q8.ops.push_back(q);
+    }
+  auto measured8 = make_measured_cost_model(stored(with_q8));
+  CHECK(measured8->op_ms(a8, cpu) < 0.7 * measured8->op_ms(a16, cpu));
+  CHECK(measured8->op_ms(a16, cpu) == measured->op_ms(a16, cpu));
 }
