@@ -355,7 +355,7 @@ PerfGrid full_grid() {
   g.gpu_tokens = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192};
   g.attention = {attention_layout(dense), attention_layout(moe), {16, 16, 128}, {32, 32, 64}};  // and two MHA layouts
   g.attention_tokens = {1, 4, 16, 64, 256, 1024};
-  g.contexts = {512, 2048, 8192, 32768, 65536};
+  g.contexts = {512, 2048, 8192, 32768, 65536, 131072};  // to 128K: the longest contexts the planner places
   g.moe = {moe_shape(moe), {64, 4, 1024, 2048}, {32, 2, 2048, 1024}, {128, 8, 1024, 4096}, {64, 6, 2048, 2560}};
   g.moe_tokens = {1, 4, 16, 64, 256, 1024};
   // The GPU runs MoE prefills whose routers send hundreds of tokens to each expert (the synthetic

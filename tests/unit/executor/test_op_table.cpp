@@ -137,7 +137,7 @@ TEST_CASE("op table: the full profile grid is the dense and MoE models' layers",
   CHECK(layouts_of(g.attention) ==
         std::vector<std::tuple<int64_t, int64_t, int64_t>>{{32, 8, 128}, {32, 4, 128}, {16, 16, 128}, {32, 32, 64}});
   CHECK(g.attention_tokens == std::vector<int64_t>{1, 4, 16, 64, 256, 1024});
-  CHECK(g.contexts == std::vector<int64_t>{512, 2048, 8192, 32768, 65536});
+  CHECK(g.contexts == std::vector<int64_t>{512, 2048, 8192, 32768, 65536, 131072});
   CHECK(moes_of(g.moe) ==
         std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>{
             {128, 8, 768, 2048}, {64, 4, 1024, 2048}, {32, 2, 2048, 1024}, {128, 8, 1024, 4096}, {64, 6, 2048, 2560}});
