@@ -509,7 +509,8 @@ struct Avx2KQuant {
   static constexpr int kW = kLanes;
   static constexpr bool kTable16 = false;  // table16: a 16-entry lookup
   static VI u8(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
-  static VI srl(VI v, int n) { return _mm256_srl_epi32(v, _mm_cvtsi32_si128(n)); }
+  static constexpr bool kRunOrder = true;
+  static VI bytes(const uint8_t* p, int n) { return _mm256_srl_epi32(u8(p), _mm_cvtsi32_si128(n)); }
   static VI shl(VI v, int n) { return _mm256_sll_epi32(v, _mm_cvtsi32_si128(n)); }
   static VI and_(VI v, int mask) { return _mm256_and_si256(v, _mm256_set1_epi32(mask)); }
   static VI or_(VI a, VI b) { return _mm256_or_si256(a, b); }

@@ -463,7 +463,19 @@ struct Avx512KQuant {
   static constexpr bool kTable16 = true;  // table16: a 16-entry lookup
   static V table16(V table, VI idx) { return _mm512_permutexvar_ps(idx, table); }
   static VI u8(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-  static VI srl(VI v, int n) { return _mm512_srl_epi32(v, _mm_cvtsi32_si128(n)); }
+  // A run's 16 bytes in every 128-bit quarter, and quarter q shifted by 8q more: lane 4q + i holds byte 4i + q
+  // (one load that fills the lanes, and one shift, where widening takes a shuffle).
+  static constexpr bool kRunOrder = false;
+  static VI bytes(const uint8_t* p, int n) {
+    const __m512i quarters = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m512i by = _mm512_setr_epi32(0, 0, 0, 0, 8, 8, 8, 8, 16, 16, 16, 16, 24, 24, 24, 24);
+    return _mm512_srlv_epi32(quarters, _mm512_add_epi32(by, _mm512_set1_epi32(n)));
+  }
+  // out[4q + i] = x[4i + q]: a 4 x 4 transpose, its own inverse.
+  static void permute_run(const float* x, float* out) {
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_storeu_ps(out, _mm512_permutexvar_ps(idx, _mm512_loadu_ps(x)));
+  }
   static VI shl(VI v, int n) { return _mm512_sll_epi32(v, _mm_cvtsi32_si128(n)); }
   static VI and_(VI v, int mask) { return _mm512_and_si512(v, _mm512_set1_epi32(mask)); }
   static VI or_(VI a, VI b) { return _mm512_or_si512(a, b); }

@@ -4,20 +4,23 @@
 //
 // A 256-element super-block is 16 runs of 16 elements, each run under one group scale d and one offset m
 // (value = d * code - m; groups of 32 span two runs). Per super-block the (d, m) pairs are decoded once
-// (the packed bytes unpacked by word operations, converted and scaled as vectors); per run the codes are widened from
-// their bytes to 32-bit lanes, shifted and masked into place, converted to floats, turned into weights by one fused
-// multiply-subtract and multiplied into every token's accumulator. The weights differ from the reference's
-// dequantisation only by that fused rounding (exactly none for q3_K and q6_K, whose offsets are multiples of d); sums
-// are f32, as in every GEMV.
+// (the packed bytes unpacked by word operations, converted and scaled as vectors); per run the codes are put in
+// 32-bit lanes (S::bytes), shifted and masked into place, converted to floats, turned into weights by one fused
+// multiply-subtract and multiplied into every token's accumulator. With AVX-512 the lanes come in a transposed order
+// (the activations are permuted to match, once per call) and the masks and converts are table lookups (use_table,
+// use_split_lookup). The weights differ from the reference's dequantisation only by the fused rounding (exactly none
+// for q3_K and q6_K, whose offsets are multiples of d); sums are f32, as in every GEMV.
 //
-// S provides: V (f32 vector of kW = 8 or 16 lanes), VI (i32 vector of kW lanes), u8(p) (kW bytes
-// widened to i32), srl(v, n), shl(v, n) (shifts by a run-time count), and_(v, mask), or_(a, b), to_f(v),
-// set1, load, store, zero, add, sub, mul, fma(a, b, c) = a * b + c, fmsub(a, b, c) = a * b - c, hsum,
-// half(p) (the f16 at p).
+// S provides: V (f32 vector of kW = 8 or 16 lanes), VI (i32 vector of kW lanes), u8(p) (kW bytes widened to i32, in
+// order), bytes(p, n) (kW bytes of a run from p, each shifted right by n bits, one per 32-bit lane, in S's lane order),
+// shl(v, n) (a shift by a run-time count), and_(v, mask), or_(a, b), to_f(v), set1, load, store, zero, add, sub, mul,
+// fma(a, b, c) = a * b + c, fmsub(a, b, c) = a * b - c, hsum, half(p) (the f16 at p); kRunOrder: whether bytes' lanes
+// hold a run's elements in their order (else permute_run(x, out) puts 16 activations in the lanes' order: see gemv).
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "core/dtype.h"
 #include "executor/cpu/kernels.h"
@@ -100,18 +103,18 @@ typename S::V run_codes(const uint8_t* blk, int k, int v) {
   const int h = k / 8, s = (k % 8) / 2, u = k % 2, g = k / 2;  // runs 8h + 2s + u; groups of 32: g
   if constexpr (T == DType::Q4_K || T == DType::Q5_K) {
     const uint8_t* qs = blk + (T == DType::Q4_K ? 16 : 48) + 32 * (g / 2) + 16 * u + o;
-    typename S::VI q = S::and_(S::srl(S::u8(qs), 4 * (g % 2)), 0x0F);
-    if constexpr (T == DType::Q5_K) q = S::or_(q, S::shl(S::and_(S::srl(S::u8(blk + 16 + 16 * u + o), g), 1), 4));
+    typename S::VI q = S::and_(S::bytes(qs, 4 * (g % 2)), 0x0F);
+    if constexpr (T == DType::Q5_K) q = S::or_(q, S::shl(S::and_(S::bytes(blk + 16 + 16 * u + o, g), 1), 4));
     return S::to_f(q);
   } else if constexpr (T == DType::Q6_K) {
-    const typename S::VI lo = S::and_(S::srl(S::u8(blk + 64 * h + 32 * (s % 2) + 16 * u + o), 4 * (s / 2)), 0x0F);
-    const typename S::VI hi = S::and_(S::srl(S::u8(blk + 128 + 32 * h + 16 * u + o), 2 * s), 3);
+    const typename S::VI lo = S::and_(S::bytes(blk + 64 * h + 32 * (s % 2) + 16 * u + o, 4 * (s / 2)), 0x0F);
+    const typename S::VI hi = S::and_(S::bytes(blk + 128 + 32 * h + 16 * u + o, 2 * s), 3);
     return S::to_f(S::or_(lo, S::shl(hi, 4)));
   } else if constexpr (T == DType::Q2_K) {
-    return S::to_f(S::and_(S::srl(S::u8(blk + 16 + 32 * h + 16 * u + o), 2 * s), 3));
+    return S::to_f(S::and_(S::bytes(blk + 16 + 32 * h + 16 * u + o, 2 * s), 3));
   } else {  // Q3_K: 2 low bits, and the high bit of hmask that adds 4
-    const typename S::VI lo = S::and_(S::srl(S::u8(blk + 32 + 32 * h + 16 * u + o), 2 * s), 3);
-    const typename S::VI hb = S::and_(S::srl(S::u8(blk + 16 * u + o), 4 * h + s), 1);
+    const typename S::VI lo = S::and_(S::bytes(blk + 32 + 32 * h + 16 * u + o, 2 * s), 3);
+    const typename S::VI hb = S::and_(S::bytes(blk + 16 * u + o, 4 * h + s), 1);
     return S::to_f(S::or_(lo, S::shl(hb, 2)));
   }
 }
@@ -135,9 +138,46 @@ template <DType T, class S>
 typename S::VI run_index(const uint8_t* blk, int k, int v) {
   const int o = v * S::kW, h = k / 8, s = (k % 8) / 2, u = k % 2, g = k / 2;
   if constexpr (T == DType::Q4_K)
-    return S::srl(S::u8(blk + 16 + 32 * (g / 2) + 16 * u + o), 4 * (g % 2));
+    return S::bytes(blk + 16 + 32 * (g / 2) + 16 * u + o, 4 * (g % 2));
   else
-    return S::srl(S::u8(blk + 16 + 32 * h + 16 * u + o), 2 * s);
+    return S::bytes(blk + 16 + 32 * h + 16 * u + o, 2 * s);
+}
+
+// Where S looks up 16-entry tables, q3_K, q5_K and q6_K take each code as the sum of two lookups of constant tables,
+// one indexed by its low bits and one by its high bits, each index straight from the shifted bytes (the lookup ignores
+// the bits above): two lookups and an add in place of two masks, a shift, an or and a convert. The sums are small
+// integers, exact in f32, and q3_K's and q6_K's come with their bias taken off (code - 4, code - 32), so that one
+// multiply by d gives the weight exactly as the reference does.
+template <DType T, class S>
+constexpr bool use_split_lookup() {
+  return S::kTable16 && (T == DType::Q3_K || T == DType::Q5_K || T == DType::Q6_K);
+}
+// The two tables: the low bits' values (less the bias) and the high bits' (the code's high part).
+template <DType T, class S>
+void split_tables(typename S::V* lo, typename S::V* hi) {
+  alignas(64) static constexpr float kQ6Lo[16] = {-32, -31, -30, -29, -28, -27, -26, -25,
+                                                  -24, -23, -22, -21, -20, -19, -18, -17};
+  alignas(64) static constexpr float kQ6Hi[16] = {0, 16, 32, 48, 0, 16, 32, 48, 0, 16, 32, 48, 0, 16, 32, 48};
+  alignas(64) static constexpr float kQ5Lo[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  alignas(64) static constexpr float kQ5Hi[16] = {0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16};
+  alignas(64) static constexpr float kQ3Lo[16] = {-4, -3, -2, -1, -4, -3, -2, -1, -4, -3, -2, -1, -4, -3, -2, -1};
+  alignas(64) static constexpr float kQ3Hi[16] = {0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4};
+  *lo = S::load(T == DType::Q6_K ? kQ6Lo : T == DType::Q5_K ? kQ5Lo : kQ3Lo);
+  *hi = S::load(T == DType::Q6_K ? kQ6Hi : T == DType::Q5_K ? kQ5Hi : kQ3Hi);
+}
+// Run k, piece v: the code (q6_K, q3_K: less the bias) from the two tables.
+template <DType T, class S>
+typename S::V split_code(const uint8_t* blk, int k, int v, typename S::V lo, typename S::V hi) {
+  const int o = v * S::kW, h = k / 8, s = (k % 8) / 2, u = k % 2, g = k / 2;
+  if constexpr (T == DType::Q5_K)
+    return S::add(S::table16(lo, S::bytes(blk + 48 + 32 * (g / 2) + 16 * u + o, 4 * (g % 2))),
+                  S::table16(hi, S::bytes(blk + 16 + 16 * u + o, g)));
+  else if constexpr (T == DType::Q6_K)
+    return S::add(S::table16(lo, S::bytes(blk + 64 * h + 32 * (s % 2) + 16 * u + o, 4 * (s / 2))),
+                  S::table16(hi, S::bytes(blk + 128 + 32 * h + 16 * u + o, 2 * s)));
+  else
+    return S::add(S::table16(lo, S::bytes(blk + 32 + 32 * h + 16 * u + o, 2 * s)),
+                  S::table16(hi, S::bytes(blk + 16 * u + o, 4 * h + s)));
 }
 
 // Four accumulators per token, run k adding into acc[t][k % 4]: one chain of fused multiply-adds would
@@ -155,6 +195,8 @@ void gemv_rows(const uint8_t* w, uint64_t row_bytes, int64_t n_super, int64_t r0
     V acc[NT][kChains];
     for (int t = 0; t < NT; ++t)
       for (int c = 0; c < kChains; ++c) acc[t][c] = S::zero();
+    typename S::V lo_table = S::zero(), hi_table = S::zero();
+    if constexpr (use_split_lookup<T, S>()) split_tables<T, S>(&lo_table, &hi_table);
     for (int64_t b = 0; b < n_super; ++b) {
       const uint8_t* blk = row + b * bb;
       float d[16], m[16];
@@ -170,6 +212,10 @@ void gemv_rows(const uint8_t* w, uint64_t row_bytes, int64_t n_super, int64_t r0
           V wv;
           if constexpr (use_table<T, S>())
             wv = S::table16(table, run_index<T, S>(blk, k, v));
+          else if constexpr (use_split_lookup<T, S>() && T == DType::Q5_K)
+            wv = S::fmsub(split_code<T, S>(blk, k, v, lo_table, hi_table), dv, mv);
+          else if constexpr (use_split_lookup<T, S>())
+            wv = S::mul(split_code<T, S>(blk, k, v, lo_table, hi_table), dv);
           else
             wv = S::fmsub(run_codes<T, S>(blk, k, v), dv, mv);
           const float* xv = xb + k * kRun + v * S::kW;
@@ -189,6 +235,16 @@ void gemv(const void* w, uint64_t row_bytes, int64_t cols, int64_t r0, int64_t r
   static constexpr Fn kByTokens[kGemvMaxTokens] = {gemv_rows<T, S, 1>, gemv_rows<T, S, 2>, gemv_rows<T, S, 3>,
                                                    gemv_rows<T, S, 4>};
   const auto* wb = static_cast<const uint8_t*>(w);
+  if constexpr (!S::kRunOrder) {
+    // The activations in the lanes' order, once per call: the call's rows (a chunk of matmul's) all read this
+    // copy, so that no lane is moved per weight.
+    thread_local std::vector<float> permuted;
+    if (permuted.size() < static_cast<size_t>(nt * cols)) permuted.resize(static_cast<size_t>(nt * cols));
+    for (int t = 0; t < nt; ++t)
+      for (int64_t c = 0; c < cols; c += kRun) S::permute_run(x + t * ldx + c, permuted.data() + t * cols + c);
+    x = permuted.data();
+    ldx = cols;
+  }
   for (int t0 = 0; t0 < nt; t0 += kGemvMaxTokens) {
     const int n = nt - t0 < kGemvMaxTokens ? nt - t0 : kGemvMaxTokens;
     kByTokens[n - 1](wb, row_bytes, cols / kQK_K, r0, r1, x + t0 * ldx, ldx, y + t0 * ldy, ldy);
