@@ -20,10 +20,14 @@ ImageEncoder::ImageEncoder(VlModel model, const TensorView& token_embd, int thre
       token_embd_(token_embd),
       pool_(threads),
       device_(std::move(device)),
-      budget_bytes_(budget_bytes) {}
+      budget_bytes_(budget_bytes) {
+  if (!device_) return;
+  device_->vision_kernels(model_.vision.spec.head_dim());  // set up (and warmed) before the arena
+  arena_ = device_->allocate_arena(budget_bytes_);
+}
 
 VisionEncodes ImageEncoder::encodes() const {
-  return {device_encodes_.load(), cpu_encodes_.load(), arena_bytes_.load()};
+  return {device_encodes_.load(), cpu_encodes_.load(), arena_bytes_.load(), arena_ ? budget_bytes_ : 0};
 }
 
 EncodedPrompt ImageEncoder::encode(const std::vector<int32_t>& ids, const std::vector<ApiImage>& images,
@@ -50,7 +54,7 @@ EncodedPrompt ImageEncoder::encode(const std::vector<int32_t>& ids, const std::v
     encoded.pixel_values.insert(encoded.pixel_values.end(), p.pixel_values.begin(), p.pixel_values.end());
     encoded.grids.push_back({p.grid_t, p.grid_h, p.grid_w});
   }
-  encode_preprocessed_images(model_.vision, encoded, pool_, device_.get(), budget_bytes_);
+  encode_preprocessed_images(model_.vision, encoded, pool_, device_.get(), budget_bytes_, arena_);
   if (encoded.device == "cpu") {
     ++cpu_encodes_;
   } else {

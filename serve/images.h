@@ -26,8 +26,10 @@ class ImageEncoder {
  public:
   // model: the served model's vision side; token_embd: its language model's embedding table (a view of
   // weights that outlive the encoder); threads: the encoder's CPU threads. With a device (one of the
-  // encoder's own, holding no arena), each request's images are encoded there within budget_bytes (the
-  // arena allocated per encode and released after), or on the CPU where they do not fit it.
+  // encoder's own, holding no arena), the encoder's kernels are set up and an arena of budget_bytes is
+  // allocated now and kept for the encoder's life; each request's images are encoded in it, or on the CPU
+  // where they do not fit it. Nothing is allocated or released on the device per request: that would
+  // synchronise the whole GPU while the language model's device works on it (and break its CUDA graphs).
   ImageEncoder(VlModel model, const TensorView& token_embd, int threads, std::unique_ptr<Device> device = nullptr,
                uint64_t budget_bytes = 0);
 
@@ -49,6 +51,7 @@ class ImageEncoder {
   ThreadPool pool_;
   std::unique_ptr<Device> device_;
   uint64_t budget_bytes_ = 0;
+  uint8_t* arena_ = nullptr;  // device_'s, budget_bytes_ of it
   std::atomic<uint64_t> device_encodes_{0}, cpu_encodes_{0}, arena_bytes_{0};
 };
 

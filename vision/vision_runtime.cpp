@@ -170,26 +170,49 @@ VisionPlan plan_vision_encoder(const VisionSpec& s, const VisionInputs& in, uint
   return p;
 }
 
-std::vector<float> encode_images_on_device(Device& dev, const VisionSpec& s, const VisionWeights& w,
-                                           const float* pixel_values, const std::vector<GridThw>& grids,
-                                           uint64_t budget, VisionRunStats* stats) {
-  validate_vision_spec(s, "encode_images");
-  const VisionInputs in = vision_inputs(s, grids);
-  check_vision_weights(s, w);
-  VisionKernels& k = dev.vision_kernels(s.head_dim());  // loaded before the arena
+namespace {
+
+// The plan of these images within `budget` on this device's kernels, its weight layout checked.
+VisionPlan planned_encode(Device& dev, const VisionSpec& s, const VisionWeights& w, const VisionInputs& in,
+                          uint64_t budget) {
+  VisionKernels& k = dev.vision_kernels(s.head_dim());  // loaded before any arena of this encode
   const VisionPlan plan = plan_vision_encoder(s, in, budget, k.workspace_bytes());
   SW_CHECK(laid_out_bytes(block_tensors(w.blocks.at(0))) == plan.block_bytes &&
                laid_out_bytes(edge_tensors(w)) == plan.edge_bytes,
            "vision encoder: the planned weight layout differs from the weights'");
-  const auto t0 = std::chrono::steady_clock::now();
-  uint8_t* arena = dev.allocate_arena(plan.arena_bytes);
-  ArenaGuard guard(dev);
+  return plan;
+}
+
+// Leaves the kernels without a workspace when the encode ends, however it ends: no library keeps a
+// pointer into an arena that may be released.
+class WorkspaceGuard {
+ public:
+  explicit WorkspaceGuard(VisionKernels& k) : k_(k) {}
+  ~WorkspaceGuard() {
+    try {
+      k_.set_workspace(nullptr, 0);
+    } catch (...) {  // a destructor must not throw; the device reports its own failure on its next use
+    }
+  }
+  WorkspaceGuard(const WorkspaceGuard&) = delete;
+  WorkspaceGuard& operator=(const WorkspaceGuard&) = delete;
+
+ private:
+  VisionKernels& k_;
+};
+
+// The encode itself, in `arena` (at least plan.arena_bytes), timed from t0.
+std::vector<float> encode_planned(Device& dev, const VisionSpec& s, const VisionWeights& w, const VisionPlan& plan,
+                                  const VisionInputs& in, uint8_t* arena, const float* pixel_values,
+                                  std::chrono::steady_clock::time_point t0, VisionRunStats* stats) {
+  VisionKernels& k = dev.vision_kernels(s.head_dim());
   const VisionActivations a = carve_vision_activations(s, in, plan.mlp_chunk, arena);
   uint8_t* ws = arena + plan.activation_bytes;
   uint8_t* edges = ws + plan.workspace_bytes;
   uint8_t* resident = edges + plan.edge_bytes;
   uint8_t* slots = resident + static_cast<uint64_t>(plan.resident_blocks) * plan.block_bytes;
   k.set_workspace(ws, plan.workspace_bytes);
+  WorkspaceGuard workspace(k);
 
   upload_vision_inputs(
       in, a, [&](void* d, const void* h, uint64_t b) { dev.copy_h2d(static_cast<uint8_t*>(d), h, b, Queue::H2DAct); });
@@ -214,6 +237,32 @@ std::vector<float> encode_images_on_device(Device& dev, const VisionSpec& s, con
     stats->device_peak_bytes = dev.device_peak_bytes();
   }
   return result;
+}
+
+}  // namespace
+
+std::vector<float> encode_images_on_device(Device& dev, const VisionSpec& s, const VisionWeights& w,
+                                           const float* pixel_values, const std::vector<GridThw>& grids,
+                                           uint64_t budget, VisionRunStats* stats) {
+  validate_vision_spec(s, "encode_images");
+  const VisionInputs in = vision_inputs(s, grids);
+  check_vision_weights(s, w);
+  const VisionPlan plan = planned_encode(dev, s, w, in, budget);
+  const auto t0 = std::chrono::steady_clock::now();
+  uint8_t* arena = dev.allocate_arena(plan.arena_bytes);
+  ArenaGuard guard(dev);
+  return encode_planned(dev, s, w, plan, in, arena, pixel_values, t0, stats);
+}
+
+std::vector<float> encode_images_in_arena(Device& dev, uint8_t* arena, uint64_t arena_bytes, const VisionSpec& s,
+                                          const VisionWeights& w, const float* pixel_values,
+                                          const std::vector<GridThw>& grids, VisionRunStats* stats) {
+  SW_CHECK(arena != nullptr, "encode_images_in_arena: no arena");
+  validate_vision_spec(s, "encode_images");
+  const VisionInputs in = vision_inputs(s, grids);
+  check_vision_weights(s, w);
+  const VisionPlan plan = planned_encode(dev, s, w, in, arena_bytes);
+  return encode_planned(dev, s, w, plan, in, arena, pixel_values, std::chrono::steady_clock::now(), stats);
 }
 
 }  // namespace shardwise

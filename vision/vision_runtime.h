@@ -57,4 +57,13 @@ std::vector<float> encode_images_on_device(Device& device, const VisionSpec& spe
                                            const float* pixel_values, const std::vector<GridThw>& grid_thw,
                                            uint64_t budget_bytes, VisionRunStats* stats = nullptr);
 
+// The same within an arena the caller holds on `device` (`arena_bytes` from `arena`, the budget): nothing is
+// allocated or released on the device. A server keeps its encoder's arena for its life: allocating and
+// releasing one per request would synchronise the whole GPU while the language model's own device works
+// on it, and break the CUDA graphs it captures meanwhile. The kernels for the spec's head_dim are set up
+// on first use (before the caller allocates its arena, ideally: Device::vision_kernels).
+std::vector<float> encode_images_in_arena(Device& device, uint8_t* arena, uint64_t arena_bytes, const VisionSpec& spec,
+                                          const VisionWeights& weights, const float* pixel_values,
+                                          const std::vector<GridThw>& grid_thw, VisionRunStats* stats = nullptr);
+
 }  // namespace shardwise

@@ -44,7 +44,7 @@ EncodedImages encode_image_files(const VisionModel& model, const ImageProcessorC
 }
 
 void encode_preprocessed_images(const VisionModel& model, EncodedImages& out, ThreadPool& pool, Device* device,
-                                uint64_t budget_bytes) {
+                                uint64_t budget_bytes, uint8_t* held_arena) {
   // A budget too small for these images' encoder: the CPU encodes them instead, said once, rather than
   // the run or the request failing.
   if (device) {
@@ -58,8 +58,10 @@ void encode_preprocessed_images(const VisionModel& model, EncodedImages& out, Th
     }
   }
   if (device) {
-    out.tokens = encode_images_on_device(*device, model.spec, model.weights, out.pixel_values.data(), out.grids,
-                                         budget_bytes, &out.run);
+    out.tokens = held_arena ? encode_images_in_arena(*device, held_arena, budget_bytes, model.spec, model.weights,
+                                                     out.pixel_values.data(), out.grids, &out.run)
+                            : encode_images_on_device(*device, model.spec, model.weights, out.pixel_values.data(),
+                                                      out.grids, budget_bytes, &out.run);
     out.device = device->kind();
     out.encode_ms = out.run.encode_ms;
     return;

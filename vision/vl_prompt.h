@@ -38,10 +38,11 @@ struct EncodedImages {
 };
 // Preprocessed images (`images`' pixel_values and grids filled) through the encoder, together, filling
 // its tokens, encode_ms, device and run: on the CPU (device null), or on `device` within budget_bytes
-// (vision_runtime.h; the device must hold no arena, and holds none after). A budget too small for these
+// (vision_runtime.h): in held_arena, the budget_bytes the caller holds on the device, or else in an arena
+// of the encode's own (the device must hold none then, and holds none after). A budget too small for these
 // images' encoder (not even its activations and two blocks) encodes them on the CPU, with one warning.
 void encode_preprocessed_images(const VisionModel& model, EncodedImages& images, ThreadPool& pool,
-                                Device* device = nullptr, uint64_t budget_bytes = 0);
+                                Device* device = nullptr, uint64_t budget_bytes = 0, uint8_t* held_arena = nullptr);
 // Image files through the processor, then encode_preprocessed_images.
 EncodedImages encode_image_files(const VisionModel& model, const ImageProcessorConfig& processor,
                                  const std::vector<std::string>& paths, ThreadPool& pool, Device* device = nullptr,

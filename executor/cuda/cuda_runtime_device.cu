@@ -233,9 +233,11 @@ class CudaDevice : public Device {
     return arena_;
   }
 
+  // Waits for this device's queues only: another device on the same GPU (a server's image encoder) may be
+  // capturing a CUDA graph, which a whole-device synchronisation would break.
   void release_arena() override {
     if (!arena_) return;
-    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    synchronize();
     for (auto& g : graphs_) cudaGraphExecDestroy(g.second);  // they name the arena's addresses
     graphs_.clear();
     check(cudaFree(arena_), "cudaFree(arena)");
@@ -249,7 +251,7 @@ class CudaDevice : public Device {
 
   void unpin_host(const void* ptr, uint64_t bytes) override {
     if (!ptr || bytes == 0) return;
-    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    synchronize();  // this device's copies from the range are done (release_arena says why not the whole GPU)
     pinned_.remove(ptr, bytes, [](uint64_t begin) {
       cudaHostUnregister(reinterpret_cast<void*>(begin));
       cudaGetLastError();

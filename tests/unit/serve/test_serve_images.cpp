@@ -208,6 +208,9 @@ TEST_CASE(
       {"serve", "-m", vl_dir(), "--device", "emu", "--vram-budget", "2500K", "--vision-budget", "1000K"});
   CHECK(server.metric("shardwise_vram_arena_bytes") == 1500 << 10);
   CHECK(server.metric(kDeviceEncodes) == 0);
+  // The encoder's arena is allocated once, before the first request, and kept: no device allocation or
+  // release per request (on CUDA one would synchronise the whole GPU under the language model's graphs).
+  CHECK(server.metric("shardwise_vision_held_bytes") == 1000 << 10);
   check_reply(server.post("/v1/chat/completions", image_chat("img_56x56", text, 10)), want);
   CHECK(server.metric(kDeviceEncodes) == 1);
   CHECK(server.metric(kCpuEncodes) == 0);
@@ -222,6 +225,7 @@ TEST_CASE(
   check_reply(server.post("/v1/chat/completions", image_chat("img_56x56", text, 10)), want);
   CHECK(server.metric(kDeviceEncodes) == 2);
   CHECK(server.metric("shardwise_vision_arena_bytes") == arena);
+  CHECK(server.metric("shardwise_vision_held_bytes") == 1000 << 10);
   CHECK_THAT(server.log(), !Contains("encoded on the CPU"));
   server.stop();
 }
