@@ -12,6 +12,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -35,6 +36,8 @@
 #include "test_util.h"
 #ifdef SHARDWISE_HAVE_CUDA
 #include "executor/cuda/cuda_kernels.h"
+#include "vision/encoder.h"
+#include "vision/vision_runtime.h"
 #endif
 
 extern char** environ;
@@ -669,6 +672,77 @@ TEST_CASE("runtime suite (cuda): decode steps as graphs give the same logits bit
         t, m, static_cast<uint64_t>(0.3 * static_cast<double>(spec.total_bytes())) + (4u << 20), emu(1, 0), pool);
   }
 }
+
+#ifdef SHARDWISE_HAVE_CUDA
+TEST_CASE("runtime suite (cuda): images encoded on a device of their own beside decode steps captured as graphs",
+          "[gpu][vision]") {
+  // A server's layout (serve --vision-budget): the language model's device captures and launches decode
+  // graphs on this thread while the encoder's device, on the same GPU, encodes images in the arena it holds
+  // on another. Nothing either does may synchronise the whole GPU (that invalidates a capture in progress),
+  // so both stay exact. Catch2 asserts on this thread only: the encoder's thread keeps its results.
+  const RuntimeTarget t = cuda_target();
+  ThreadPool pool(4);
+  const SuiteModel m =
+      suite_model(open_weights("synthetic:tiny_llama?dtype=q4_0&seed=4"), t.ctx, {17, 1, 1, 4, 1, 9, 1, 1}, 9, pool);
+  VisionSpec s;
+  s.depth = 2;
+  s.hidden_size = 128;  // 2 heads of 64
+  s.intermediate_size = 256;
+  s.num_heads = 2;
+  s.out_hidden_size = 128;
+  s.patch_size = 14;
+  s.window_size = 112;
+  s.fullatt_block_indexes = {1};
+  const VisionWeights w = random_vision_weights(s, 5, 0.05f);
+  const std::vector<GridThw> grids = {{1, 8, 12}};
+  const std::vector<float> pix =
+      test::random_floats(static_cast<size_t>(vision_patch_count(grids) * s.patch_dim()), 6, -2.0f, 2.0f);
+  const std::vector<float> want = encode_images(s, w, pix.data(), grids, pool);
+  std::unique_ptr<Device> vdev = make_cuda_device(0);
+  vdev->vision_kernels(s.head_dim());
+  const uint64_t held = 64u << 20;
+  uint8_t* arena = vdev->allocate_arena(held);
+  std::atomic<bool> stop{false};
+  std::atomic<int> encodes{0};
+  std::string error;
+  double worst = 0;
+  std::thread encoder([&] {
+    try {
+      while (!stop.load()) {
+        const std::vector<float> got = encode_images_in_arena(*vdev, arena, held, s, w, pix.data(), grids);
+        double err = got.size() == want.size() ? 0 : 1, scale = 1e-30;
+        for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+          err = std::max(err, static_cast<double>(std::abs(got[i] - want[i])));
+          scale = std::max(scale, static_cast<double>(std::abs(want[i])));
+        }
+        worst = std::max(worst, err / scale);
+        ++encodes;
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  struct Join {  // the encoder's thread ends however this thread's checks end
+    std::atomic<bool>& stop;
+    std::thread& th;
+    ~Join() {
+      stop = true;
+      th.join();
+    }
+  };
+  GraphCount g;
+  {
+    Join join{stop, encoder};
+    for (int round = 0; round < 20 && (round < 2 || encodes.load() < 3); ++round)
+      g = check_graphs(t, m, budget_at(t, *m.src, 3.0) + (64u << 20), emu(1, 0), pool);
+  }
+  INFO(encodes.load() << " encodes beside the graphs; " << g.launches << " graph launches");
+  CHECK(error.empty());
+  CHECK(encodes.load() >= 3);
+  CHECK(worst <= 1e-4);
+  CHECK(g.launches >= 6u);
+}
+#endif
 
 TEST_CASE("runtime suite (cuda): switching schedules between steps keeps every step exact", "[gpu]") {
   const RuntimeTarget t = cuda_target();
