@@ -506,10 +506,12 @@ TEST_CASE(
     for (double frac : {0.3, 3.0})
       check_every_schedule(tb, m, budget_at(tb, *m.src, frac), all_schedules(), emu(1, 0), pool);
   }
-  // q8_0 (head_dim 32: tiny_moe and tiny_qwen3, with q/k norms): RoPE quantises each head's row a warp
-  // per block, attention dequantises as it loads, a staged host cache's blocks move as 16-bit words.
+  // q8_0 (head_dim 32: tiny_moe and tiny_qwen3, with q/k norms; 128: two layers of small_llama, four
+  // blocks a head row): RoPE quantises each head's row a warp per block, attention dequantises as it
+  // loads, a staged host cache's blocks move as 16-bit words.
   int staged_q8 = 0;
-  for (const char* path : {"synthetic:tiny_moe?dtype=q8_0&seed=4", "synthetic:tiny_qwen3?dtype=f16&seed=4"}) {
+  for (const char* path : {"synthetic:tiny_moe?dtype=q8_0&seed=4", "synthetic:tiny_qwen3?dtype=f16&seed=4",
+                           "synthetic:small_llama?dtype=q4_0&layers=2&seed=4"}) {
     INFO(path << " q8_0 cache");
     const RuntimeTarget tq = cuda_target().with_kv_dtype(DType::Q8_0);
     const SuiteModel m = suite_model(open_weights(path), tq.ctx, {17, 1, 1, 4, 1, 9, 1}, 7, pool, 40, DType::Q8_0);
