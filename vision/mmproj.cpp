@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 #include "core/error.h"
 #include "core/gguf.h"
@@ -145,11 +146,18 @@ VisionModel load_mmproj(const std::string& path) {
   m.spec = mmproj_spec(f);
   m.weights.patch_embed = patch_embed(f, m.spec);
   m.weights.blocks.resize(static_cast<size_t>(m.spec.depth));
+  std::set<std::string> read = {"v.patch_embd.weight", "v.patch_embd.weight.1"};
   for (const auto& slot : mmproj_slots<std::vector<float>>(m.spec, m.weights)) {
     const std::vector<float> v = tensor_f32(f, slot.name, slot.shape);
     slot.vec->resize(std::max(slot.vec->size(), static_cast<size_t>(slot.offset) + v.size()));
     std::copy(v.begin(), v.end(), slot.vec->begin() + slot.offset);
+    read.insert(slot.name);
   }
+  // A tensor the tower does not read means the keys describe another tower than the tensors do (e.g. a
+  // clip.vision.block_count below the file's blocks would drop the last ones and encode garbage).
+  for (const auto& t : f.tensors())
+    SW_CHECK(read.count(t.name), path, ": unexpected tensor ", t.name, " for a Qwen2.5-VL tower of ", m.spec.depth,
+             " blocks (clip.vision.block_count)");
   check_vision_weights(m.spec, m.weights);
   return m;
 }
