@@ -2,6 +2,7 @@
 #include "vision/mmproj.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <set>
 
@@ -175,7 +176,13 @@ ImageProcessorConfig mmproj_image_processor(const std::string& path, const Visio
     const GgufValue* v = f.find(key);
     if (!v) continue;
     SW_CHECK(v->type == GgufType::ARRAY && v->array.size() == 3, path, ": ", key, " must hold 3 numbers");
-    for (size_t i = 0; i < 3; ++i) dst[i] = static_cast<float>(v->array[i].as_double(path + ": " + key));
+    const bool divisor = dst == c.image_std;  // pixels are divided by the std
+    for (size_t i = 0; i < 3; ++i) {
+      dst[i] = static_cast<float>(v->array[i].as_double(path + ": " + key));
+      // Checked here too (the processor checks again) so that the error names this file and key.
+      SW_CHECK(std::isfinite(dst[i]) && !(divisor && dst[i] == 0.0f), path, ": ", key, "[", i, "] = ", dst[i],
+               divisor ? " must be finite and non-zero" : " must be finite");
+    }
   }
   return c;
 }

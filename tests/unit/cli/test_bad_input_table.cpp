@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -142,7 +143,9 @@ std::string experiment_yaml(int per_list) {
 
 // A Qwen2.5-VL projector in llama.cpp's mmproj layout (hidden 8, 2 heads, merger width 32, output 8),
 // holding `blocks_in_file` blocks of tensors while clip.vision.block_count says `block_count`.
-std::string tiny_mmproj(const std::string& name, int block_count, int blocks_in_file) {
+// `edit` changes its metadata before it is written.
+std::string tiny_mmproj(const std::string& name, int block_count, int blocks_in_file,
+                        const std::function<void(GgufWriter&)>& edit = nullptr) {
   static const std::vector<float> values(32 * 32 * 14, 0.01f);  // enough for the largest tensor
   GgufWriter w;
   w.set("general.architecture", GgufValue::of_string("clip"));
@@ -175,6 +178,7 @@ std::string tiny_mmproj(const std::string& name, int block_count, int blocks_in_
   add("mm.0.bias", {32});
   add("mm.2.weight", {8, 32});
   add("mm.2.bias", {8});
+  if (edit) edit(w);
   const std::string path = temp_path(name);
   w.write(path);
   return path;
@@ -260,6 +264,11 @@ TEST_CASE("bad input table: mmproj files whose keys and tensors disagree", "[cli
   check({"clip.vision.block_count below the blocks of tensors (ran with exit 0)",
          "vision -m " + quote(tiny_mmproj("mm_extra_block.gguf", 1, 2)) + " --image " + image,
          {"mm_extra_block.gguf", "unexpected tensor v.blk.1.", "clip.vision.block_count"}});
+  // Normalisation values the processor refuses: the error names the file and the key, not only the value.
+  const auto std0 = [](GgufWriter& w) { w.set("clip.vision.image_std", GgufValue::of_f32s({0.5f, 0.0f, 0.5f})); };
+  check({"clip.vision.image_std of 0 (error named neither the file nor the key)",
+         "vision -m " + quote(tiny_mmproj("mm_std0.gguf", 2, 2, std0)) + " --image " + image,
+         {"mm_std0.gguf", "clip.vision.image_std[1] = 0", "non-zero"}});
 }
 
 TEST_CASE("bad input table: plan tables run with --plan", "[cli][bad_table]") {
