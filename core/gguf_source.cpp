@@ -53,6 +53,11 @@ class GgufWeights : public WeightSource {
         for (const auto& e : v->array) tokenizer_.merges.push_back(e.as_string(ctx + " tokenizer.ggml.merges"));
     }
     const int64_t n = static_cast<int64_t>(tokenizer_.tokens.size());
+    // Which tokenizer reads the vocabulary is not guessed: without one, text would be encoded as the raw
+    // bytes of a model without a vocabulary, ids that name other tokens in this one.
+    if (n > 0 && tokenizer_.model.empty())
+      fail(ctx, " tokenizer.ggml.tokens holds ", n,
+           " tokens but tokenizer.ggml.model is missing or empty (llama or gpt2 says how to use them)");
     // Per-token arrays are indexed by token id: a shorter one would be read out of bounds.
     if (!tokenizer_.scores.empty() && static_cast<int64_t>(tokenizer_.scores.size()) != n)
       fail(ctx, " tokenizer.ggml.scores has ", tokenizer_.scores.size(), " entries but tokenizer.ggml.tokens has ", n);

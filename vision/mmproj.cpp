@@ -2,7 +2,9 @@
 #include "vision/mmproj.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <set>
 
 #include "core/error.h"
 #include "core/gguf.h"
@@ -145,11 +147,18 @@ VisionModel load_mmproj(const std::string& path) {
   m.spec = mmproj_spec(f);
   m.weights.patch_embed = patch_embed(f, m.spec);
   m.weights.blocks.resize(static_cast<size_t>(m.spec.depth));
+  std::set<std::string> read = {"v.patch_embd.weight", "v.patch_embd.weight.1"};
   for (const auto& slot : mmproj_slots<std::vector<float>>(m.spec, m.weights)) {
     const std::vector<float> v = tensor_f32(f, slot.name, slot.shape);
     slot.vec->resize(std::max(slot.vec->size(), static_cast<size_t>(slot.offset) + v.size()));
     std::copy(v.begin(), v.end(), slot.vec->begin() + slot.offset);
+    read.insert(slot.name);
   }
+  // A tensor the tower does not read means the keys describe another tower than the tensors do (e.g. a
+  // clip.vision.block_count below the file's blocks would drop the last ones and encode garbage).
+  for (const auto& t : f.tensors())
+    SW_CHECK(read.count(t.name), path, ": unexpected tensor ", t.name, " for a Qwen2.5-VL tower of ", m.spec.depth,
+             " blocks (clip.vision.block_count)");
   check_vision_weights(m.spec, m.weights);
   return m;
 }
@@ -167,7 +176,13 @@ ImageProcessorConfig mmproj_image_processor(const std::string& path, const Visio
     const GgufValue* v = f.find(key);
     if (!v) continue;
     SW_CHECK(v->type == GgufType::ARRAY && v->array.size() == 3, path, ": ", key, " must hold 3 numbers");
-    for (size_t i = 0; i < 3; ++i) dst[i] = static_cast<float>(v->array[i].as_double(path + ": " + key));
+    const bool divisor = dst == c.image_std;  // pixels are divided by the std
+    for (size_t i = 0; i < 3; ++i) {
+      dst[i] = static_cast<float>(v->array[i].as_double(path + ": " + key));
+      // Checked here too (the processor checks again) so that the error names this file and key.
+      SW_CHECK(std::isfinite(dst[i]) && !(divisor && dst[i] == 0.0f), path, ": ", key, "[", i, "] = ", dst[i],
+               divisor ? " must be finite and non-zero" : " must be finite");
+    }
   }
   return c;
 }

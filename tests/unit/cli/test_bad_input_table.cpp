@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -140,6 +141,49 @@ std::string experiment_yaml(int per_list) {
   return y.str();
 }
 
+// A Qwen2.5-VL projector in llama.cpp's mmproj layout (hidden 8, 2 heads, merger width 32, output 8),
+// holding `blocks_in_file` blocks of tensors while clip.vision.block_count says `block_count`.
+// `edit` changes its metadata before it is written.
+std::string tiny_mmproj(const std::string& name, int block_count, int blocks_in_file,
+                        const std::function<void(GgufWriter&)>& edit = nullptr) {
+  static const std::vector<float> values(32 * 32 * 14, 0.01f);  // enough for the largest tensor
+  GgufWriter w;
+  w.set("general.architecture", GgufValue::of_string("clip"));
+  w.set("clip.projector_type", GgufValue::of_string("qwen2.5vl_merger"));
+  const std::pair<const char*, uint32_t> keys[] = {{"clip.vision.block_count", static_cast<uint32_t>(block_count)},
+                                                   {"clip.vision.embedding_length", 8},
+                                                   {"clip.vision.feed_forward_length", 8},
+                                                   {"clip.vision.attention.head_count", 2},
+                                                   {"clip.vision.projection_dim", 8},
+                                                   {"clip.vision.patch_size", 14},
+                                                   {"clip.vision.n_wa_pattern", 1}};
+  for (const auto& kv : keys) w.set(kv.first, GgufValue::of_u32(kv.second));
+  w.set("clip.use_silu", GgufValue::of_bool(true));
+  auto add = [&](const std::string& t, const Shape& shape) {
+    w.add_tensor(t, TensorView{DType::F32, shape, values.data(), tensor_bytes(DType::F32, shape)});
+  };
+  add("v.patch_embd.weight", {8, 3, 14, 14});
+  add("v.patch_embd.weight.1", {8, 3, 14, 14});
+  for (int b = 0; b < blocks_in_file; ++b) {
+    const std::string p = "v.blk." + std::to_string(b) + ".";
+    for (const char* m : {"attn_q", "attn_k", "attn_v", "attn_out", "ffn_gate", "ffn_up", "ffn_down"}) {
+      add(p + m + ".weight", {8, 8});
+      add(p + m + ".bias", {8});
+    }
+    add(p + "ln1.weight", {8});
+    add(p + "ln2.weight", {8});
+  }
+  add("v.post_ln.weight", {8});
+  add("mm.0.weight", {32, 32});
+  add("mm.0.bias", {32});
+  add("mm.2.weight", {8, 32});
+  add("mm.2.bias", {8});
+  if (edit) edit(w);
+  const std::string path = temp_path(name);
+  w.write(path);
+  return path;
+}
+
 }  // namespace
 
 TEST_CASE("bad input table: tokenizer.json nesting, types and ids", "[cli][bad_table]") {
@@ -208,6 +252,23 @@ TEST_CASE("bad input table: GGUF files that would read wrong", "[cli][bad_table]
   check({"bytes after the last tensor",
          "info " + quote(write("trailing.gguf", bytes + std::string(4096, '\0'))),
          {"trailing.gguf", "bytes after the last tensor's data belong to no tensor"}});
+}
+
+TEST_CASE("bad input table: mmproj files whose keys and tensors disagree", "[cli][bad_table]") {
+  const std::string image = quote(fixtures_dir() + "/vision/images/jpeg_baseline420_48x32.jpg");
+  std::string out;
+  REQUIRE(run_command(quote(shardwise_bin()) + " vision --quiet -m " + quote(tiny_mmproj("mm_ok.gguf", 2, 2)) +
+                          " --image " + image,
+                      &out) == 0);
+  // A block_count below the file's blocks would encode with the first blocks only, silently.
+  check({"clip.vision.block_count below the blocks of tensors (ran with exit 0)",
+         "vision -m " + quote(tiny_mmproj("mm_extra_block.gguf", 1, 2)) + " --image " + image,
+         {"mm_extra_block.gguf", "unexpected tensor v.blk.1.", "clip.vision.block_count"}});
+  // Normalisation values the processor refuses: the error names the file and the key, not only the value.
+  const auto std0 = [](GgufWriter& w) { w.set("clip.vision.image_std", GgufValue::of_f32s({0.5f, 0.0f, 0.5f})); };
+  check({"clip.vision.image_std of 0 (error named neither the file nor the key)",
+         "vision -m " + quote(tiny_mmproj("mm_std0.gguf", 2, 2, std0)) + " --image " + image,
+         {"mm_std0.gguf", "clip.vision.image_std[1] = 0", "non-zero"}});
 }
 
 TEST_CASE("bad input table: plan tables run with --plan", "[cli][bad_table]") {

@@ -243,6 +243,12 @@ TEST_CASE("bad input: GGUF metadata that disagrees with the tensors", "[bad_inpu
     require_open_error(
         edited_gguf("tokint", [](GgufEdit& e) { e.set("tokenizer.ggml.tokens", GgufValue::of_i32s({1})); }),
         {"tokenizer.ggml.tokens", "array of strings"});
+    // A vocabulary without the tokenizer that reads it (text would be encoded as raw byte ids instead).
+    require_open_error(edited_gguf("nomodel", [](GgufEdit& e) { e.erase_key("tokenizer.ggml.model"); }),
+                       {"tokenizer.ggml.tokens holds 80 tokens", "tokenizer.ggml.model is missing or empty"});
+    require_open_error(
+        edited_gguf("emptymodel", [](GgufEdit& e) { e.set("tokenizer.ggml.model", GgufValue::of_string("")); }),
+        {"tokenizer.ggml.model is missing or empty"});
   }
 }
 
