@@ -17,11 +17,13 @@ constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" little-endian
 constexpr int kMaxArrayDepth = 4;
 constexpr uint32_t kMaxDims = 4;  // GGML_MAX_DIMS
 constexpr uint64_t kMaxDimValue = uint64_t(1) << 40;
-// Limits far above any real file (a few hundred KVs and tensors, vocabularies of ~256K tokens) that
-// bound the memory the parsed metadata may take, whatever the counts in a corrupt file say.
+// Limits far above any real file (a few hundred KVs and tensors, vocabularies of ~256K tokens: their
+// tokens, types, scores and merges are ~0.5-1M array elements) that bound the memory the parsed metadata
+// may take, whatever the counts in a corrupt file say: a parsed element takes ~100 bytes, so a file of
+// 4 MiB of one-byte elements may take ~400 MB, and no more.
 constexpr uint64_t kMaxTensors = uint64_t(1) << 20;
 constexpr uint64_t kMaxMetadataKvs = uint64_t(1) << 20;
-constexpr uint64_t kMaxMetadataElems = uint64_t(1) << 24;  // array elements over all keys
+constexpr uint64_t kMaxMetadataElems = uint64_t(1) << 22;  // array elements over all keys
 constexpr uint64_t kReserveCap = uint64_t(1) << 16;        // grow beyond this only as data is read
 
 // Bounds-checked little-endian reader over the mapped file.

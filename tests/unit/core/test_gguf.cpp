@@ -623,22 +623,32 @@ TEST_CASE("gguf: absurd counts and lengths fail before any allocation", "[gguf]"
   g.kv.push_back({"test.huge_array", 9, a.s});
   require_error(g, {"offset", "'test.huge_array'", "1152921504606846976"});
 
-  // An array that fits in a (big, here sparse) file but exceeds the per-file limit of 2^24
+  // An array that fits in a (big, here sparse) file but exceeds the per-file limit of 2^22
   // metadata array elements is refused before anything is reserved for it.
   g = small_valid();
   Bytes many;
-  many.put<uint32_t>(0).put<uint64_t>((uint64_t(1) << 24) + 1);
+  many.put<uint32_t>(0).put<uint64_t>((uint64_t(1) << 22) + 1);
   g.kv.push_back({"test.too_many", 9, many.s});
   const std::string bytes = g.build();
   const std::string path = write_temp(bytes, "sparse");
-  std::filesystem::resize_file(path, bytes.size() + (uint64_t(1) << 24) + 64);
+  std::filesystem::resize_file(path, bytes.size() + (uint64_t(1) << 22) + 64);
   try {
     GgufFile f(path);
-    FAIL("an array of 2^24 + 1 elements was accepted");
+    FAIL("an array of 2^22 + 1 elements was accepted");
   } catch (const Error& e) {
     CHECK_THAT(e.what(), Contains(path) && Contains("'test.too_many'") && Contains("limit"));
   }
   std::filesystem::remove(path);
+  // A real vocabulary's arrays stay well within it: 2^20 elements (four times the largest vocabulary's
+  // tokens) are read.
+  g = small_valid();
+  Bytes vocab;
+  vocab.put<uint32_t>(0).put<uint64_t>(uint64_t(1) << 20);
+  vocab.s.append(size_t(1) << 20, '\0');
+  g.kv.push_back({"test.vocab_sized", 9, vocab.s});
+  const std::string ok_path = write_temp(g.build(), "vocab_sized");
+  CHECK_NOTHROW(GgufFile(ok_path));
+  std::filesystem::remove(ok_path);
 }
 
 TEST_CASE("gguf: metadata values are validated", "[gguf]") {
