@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <sstream>
+#include <utility>
 
 #include "core/error.h"
 #include "core/size.h"
@@ -71,21 +72,22 @@ EdgePtrs copy_edges(Device& dev, uint8_t* dst, const VisionSpec& s, const Vision
   return e;
 }
 
-// Releases the device's arena when the encode ends, however it ends.
-class ArenaGuard {
+// Runs `undo` (a device call) when the encode ends, however it ends.
+template <class F>
+class OnEncodeEnd {
  public:
-  explicit ArenaGuard(Device& d) : d_(d) {}
-  ~ArenaGuard() {
+  explicit OnEncodeEnd(F undo) : undo_(std::move(undo)) {}
+  ~OnEncodeEnd() {
     try {
-      d_.release_arena();
+      undo_();
     } catch (...) {  // a destructor must not throw; the device reports its own failure on its next use
     }
   }
-  ArenaGuard(const ArenaGuard&) = delete;
-  ArenaGuard& operator=(const ArenaGuard&) = delete;
+  OnEncodeEnd(const OnEncodeEnd&) = delete;
+  OnEncodeEnd& operator=(const OnEncodeEnd&) = delete;
 
  private:
-  Device& d_;
+  F undo_;
 };
 
 // The blocks, each waiting for its weights; streamed blocks take turns in two slots, block b's copy
@@ -183,24 +185,6 @@ VisionPlan planned_encode(Device& dev, const VisionSpec& s, const VisionWeights&
   return plan;
 }
 
-// Leaves the kernels without a workspace when the encode ends, however it ends: no library keeps a
-// pointer into an arena that may be released.
-class WorkspaceGuard {
- public:
-  explicit WorkspaceGuard(VisionKernels& k) : k_(k) {}
-  ~WorkspaceGuard() {
-    try {
-      k_.set_workspace(nullptr, 0);
-    } catch (...) {  // a destructor must not throw; the device reports its own failure on its next use
-    }
-  }
-  WorkspaceGuard(const WorkspaceGuard&) = delete;
-  WorkspaceGuard& operator=(const WorkspaceGuard&) = delete;
-
- private:
-  VisionKernels& k_;
-};
-
 // The encode itself, in `arena` (at least plan.arena_bytes), timed from t0.
 std::vector<float> encode_planned(Device& dev, const VisionSpec& s, const VisionWeights& w, const VisionPlan& plan,
                                   const VisionInputs& in, uint8_t* arena, const float* pixel_values,
@@ -212,7 +196,8 @@ std::vector<float> encode_planned(Device& dev, const VisionSpec& s, const Vision
   uint8_t* resident = edges + plan.edge_bytes;
   uint8_t* slots = resident + static_cast<uint64_t>(plan.resident_blocks) * plan.block_bytes;
   k.set_workspace(ws, plan.workspace_bytes);
-  WorkspaceGuard workspace(k);
+  // No library keeps a pointer into an arena that may be released after.
+  OnEncodeEnd clear_workspace([&k] { k.set_workspace(nullptr, 0); });
 
   upload_vision_inputs(
       in, a, [&](void* d, const void* h, uint64_t b) { dev.copy_h2d(static_cast<uint8_t*>(d), h, b, Queue::H2DAct); });
@@ -250,7 +235,7 @@ std::vector<float> encode_images_on_device(Device& dev, const VisionSpec& s, con
   const VisionPlan plan = planned_encode(dev, s, w, in, budget);
   const auto t0 = std::chrono::steady_clock::now();
   uint8_t* arena = dev.allocate_arena(plan.arena_bytes);
-  ArenaGuard guard(dev);
+  OnEncodeEnd release([&dev] { dev.release_arena(); });
   return encode_planned(dev, s, w, plan, in, arena, pixel_values, t0, stats);
 }
 

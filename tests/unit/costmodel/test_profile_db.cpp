@@ -1084,14 +1084,18 @@ TEST_CASE("profile model: attention over a 16-bit or q8_0 cache is priced from i
       INFO(backend_name(b) << " " << dtype_name(kv));
       CHECK(model->op_ms(a16, env) == model->op_ms(a, env));
     }
-  ProfileDB with_f16 = db;  // the same rows also measured over f16, twice as fast
-  for (const OpSample& s : db.ops)
-    if (s.op.kind == OpKind::Attention) {
-      OpSample h = s;
-      h.op.dtype = DType::F16;
-      h.ms = s.ms / 2;
-      with_f16.ops.push_back(h);
-    }
+  // `to` with the f32 attention rows of db also measured over a cache of `kv`, `speedup` times as fast.
+  auto with_rows = [&db](ProfileDB to, DType kv, double speedup) {
+    for (const OpSample& s : db.ops)
+      if (s.op.kind == OpKind::Attention) {
+        OpSample r = s;
+        r.op.dtype = kv;
+        r.ms = s.ms / speedup;
+        to.ops.push_back(r);
+      }
+    return to;
+  };
+  const ProfileDB with_f16 = with_rows(db, DType::F16, 2);
   auto measured = make_measured_cost_model(stored(with_f16));
   Op a = attention(1, 8192, 32, 8, 128), a16 = a;
   a16.dtype = DType::F16;
@@ -1102,15 +1106,7 @@ TEST_CASE("profile model: attention over a 16-bit or q8_0 cache is priced from i
   ab.dtype = DType::BF16;
   CHECK(measured->op_ms(a8, cpu) == measured->op_ms(a16, cpu));
   CHECK(measured->op_ms(ab, cpu) == measured->op_ms(a16, cpu));
-  ProfileDB with_q8 = with_f16;  // and over q8_0, four times as fast as over f32
-  for (const OpSample& s : db.ops)
-    if (s.op.kind == OpKind::Attention) {
-      OpSample q = s;
-      q.op.dtype = DType::Q8_0;
-      q.ms = s.ms / 4;
-      with_q8.ops.push_back(q);
-    }
-  auto measured8 = make_measured_cost_model(stored(with_q8));
+  auto measured8 = make_measured_cost_model(stored(with_rows(with_f16, DType::Q8_0, 4)));
   CHECK(measured8->op_ms(a8, cpu) < 0.7 * measured8->op_ms(a16, cpu));
   CHECK(measured8->op_ms(a16, cpu) == measured->op_ms(a16, cpu));
 }
