@@ -174,15 +174,23 @@ VisionPlan plan_vision_encoder(const VisionSpec& s, const VisionInputs& in, uint
 
 namespace {
 
-// The plan of these images within `budget` on this device's kernels, its weight layout checked.
-VisionPlan planned_encode(Device& dev, const VisionSpec& s, const VisionWeights& w, const VisionInputs& in,
-                          uint64_t budget) {
+struct PlannedEncode {
+  VisionInputs in;
+  VisionPlan plan;
+};
+// The checked inputs of these images and their plan within `budget` on this device's kernels, the
+// weight layout checked against it.
+PlannedEncode planned_encode(Device& dev, const VisionSpec& s, const VisionWeights& w,
+                             const std::vector<GridThw>& grids, uint64_t budget) {
+  validate_vision_spec(s, "encode_images");
+  PlannedEncode p{vision_inputs(s, grids), {}};
+  check_vision_weights(s, w);
   VisionKernels& k = dev.vision_kernels(s.head_dim());  // loaded before any arena of this encode
-  const VisionPlan plan = plan_vision_encoder(s, in, budget, k.workspace_bytes());
-  SW_CHECK(laid_out_bytes(block_tensors(w.blocks.at(0))) == plan.block_bytes &&
-               laid_out_bytes(edge_tensors(w)) == plan.edge_bytes,
+  p.plan = plan_vision_encoder(s, p.in, budget, k.workspace_bytes());
+  SW_CHECK(laid_out_bytes(block_tensors(w.blocks.at(0))) == p.plan.block_bytes &&
+               laid_out_bytes(edge_tensors(w)) == p.plan.edge_bytes,
            "vision encoder: the planned weight layout differs from the weights'");
-  return plan;
+  return p;
 }
 
 // The encode itself, in `arena` (at least plan.arena_bytes), timed from t0.
@@ -229,25 +237,19 @@ std::vector<float> encode_planned(Device& dev, const VisionSpec& s, const Vision
 std::vector<float> encode_images_on_device(Device& dev, const VisionSpec& s, const VisionWeights& w,
                                            const float* pixel_values, const std::vector<GridThw>& grids,
                                            uint64_t budget, VisionRunStats* stats) {
-  validate_vision_spec(s, "encode_images");
-  const VisionInputs in = vision_inputs(s, grids);
-  check_vision_weights(s, w);
-  const VisionPlan plan = planned_encode(dev, s, w, in, budget);
+  const PlannedEncode p = planned_encode(dev, s, w, grids, budget);
   const auto t0 = std::chrono::steady_clock::now();
-  uint8_t* arena = dev.allocate_arena(plan.arena_bytes);
+  uint8_t* arena = dev.allocate_arena(p.plan.arena_bytes);
   OnEncodeEnd release([&dev] { dev.release_arena(); });
-  return encode_planned(dev, s, w, plan, in, arena, pixel_values, t0, stats);
+  return encode_planned(dev, s, w, p.plan, p.in, arena, pixel_values, t0, stats);
 }
 
 std::vector<float> encode_images_in_arena(Device& dev, uint8_t* arena, uint64_t arena_bytes, const VisionSpec& s,
                                           const VisionWeights& w, const float* pixel_values,
                                           const std::vector<GridThw>& grids, VisionRunStats* stats) {
   SW_CHECK(arena != nullptr, "encode_images_in_arena: no arena");
-  validate_vision_spec(s, "encode_images");
-  const VisionInputs in = vision_inputs(s, grids);
-  check_vision_weights(s, w);
-  const VisionPlan plan = planned_encode(dev, s, w, in, arena_bytes);
-  return encode_planned(dev, s, w, plan, in, arena, pixel_values, std::chrono::steady_clock::now(), stats);
+  const PlannedEncode p = planned_encode(dev, s, w, grids, arena_bytes);
+  return encode_planned(dev, s, w, p.plan, p.in, arena, pixel_values, std::chrono::steady_clock::now(), stats);
 }
 
 }  // namespace shardwise
