@@ -1136,7 +1136,8 @@ class WarmUp {
     const uint64_t o_ws = carve(ws_bytes_);
     const uint64_t o_pool = carve(std::max<uint64_t>(
         {static_cast<uint64_t>(largest_matrix(s_)) * f, static_cast<uint64_t>(head_rows_ * H) * f, 64u << 10}));
-    const uint64_t o_norm = carve(static_cast<uint64_t>(std::max<int64_t>({H, hd, 512})) * f);
+    // Every norm and bias vector: the hidden width, a head, the q/k/v biases.
+    const uint64_t o_norm = carve(static_cast<uint64_t>(std::max<int64_t>({H, hd, s_.q_dim(), s_.kv_dim(), 512})) * f);
     const uint64_t o_x = carve(T * static_cast<uint64_t>(H) * f);
     const uint64_t o_qkv = carve(T * static_cast<uint64_t>(W) * f);
     const uint64_t o_attn = carve(T * static_cast<uint64_t>(QD) * f);
@@ -1226,11 +1227,12 @@ class WarmUp {
   }
 
   // Every matrix of the layer in dtype t (where its row holds whole blocks), all reading the same
-  // zeroed pool; every norm the same zeroed vector (zeros stay finite through every block).
+  // zeroed pool; every norm and bias the same zeroed vector (zeros stay finite through every block).
   DevLayer layer(DType t) const {
     const int64_t H = s_.hidden_size, QD = s_.q_dim(), KVD = s_.kv_dim(), F = ffn_width(s_);
     DevLayer w;
     w.attn_norm = w.q_norm = w.k_norm = w.ffn_norm = norm_;
+    w.q_bias = w.k_bias = w.v_bias = norm_;
     w.wq = matrix(t, QD, H);
     w.wk = matrix(t, KVD, H);
     w.wv = matrix(t, KVD, H);

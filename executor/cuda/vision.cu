@@ -506,6 +506,11 @@ class CudaVisionKernels final : public VisionKernels {
 // kWarmTokens tokens; attention over segments {0, 100, 130} (two query tiles and key tiles, an uneven end)
 // of kWarmHeads heads. Everything computes on zeros, which stay finite.
 constexpr int64_t kWarmRows = 256, kWarmCols = 256, kWarmTokens = 128, kWarmHeads = 2, kWarmAttnRows = 130;
+// Token counts of the GEMMs past kWarmTokens: an encode runs thousands of patches (or MLP pieces of up to
+// 4096) at once, for which cuBLAS picks other, larger-tile kernels; each loads at its first launch and
+// must not do so inside an encode's arena.
+constexpr int64_t kWarmGemmTokens[] = {160, 256, 512, 1024, 2048, 4096};
+constexpr int64_t kWarmMaxGemmTokens = 4096;
 // Workspace regions the linear sweep runs with: cuBLAS gets 2 MiB and 256 KiB of them
 // (cuda_blas_workspace_bytes), and picks its kernels by its workspace too.
 constexpr uint64_t kWarmRegions[] = {8ull << 20, 1ull << 20};
@@ -516,6 +521,7 @@ void CudaVisionKernels::warm_up(int64_t head_dim) {
   const uint64_t f = sizeof(float);
   const uint64_t qkv_floats = static_cast<uint64_t>(kWarmAttnRows * 3 * kWarmHeads * head_dim);
   const uint64_t act_floats = static_cast<uint64_t>(kWarmTokens * kWarmCols);
+  const uint64_t gemm_floats = static_cast<uint64_t>(kWarmMaxGemmTokens * std::max(kWarmRows, kWarmCols));
   uint64_t total = 0;
   auto carve = [&total](uint64_t bytes) {
     const uint64_t off = total;
@@ -524,8 +530,8 @@ void CudaVisionKernels::warm_up(int64_t head_dim) {
   };
   const uint64_t o_ws = carve(kWarmRegions[0]);
   const uint64_t o_w = carve(static_cast<uint64_t>(kWarmRows * kWarmCols) * f);
-  const uint64_t o_x = carve(act_floats * f);
-  const uint64_t o_y = carve(act_floats * f);
+  const uint64_t o_x = carve(gemm_floats * f);
+  const uint64_t o_y = carve(gemm_floats * f);
   const uint64_t o_vec = carve(static_cast<uint64_t>(std::max(kWarmRows, kWarmCols)) * f);
   const uint64_t o_qkv = carve(qkv_floats * f);
   const uint64_t o_out = carve(qkv_floats * f);
@@ -571,6 +577,7 @@ void CudaVisionKernels::warm_up(int64_t head_dim) {
     for (DType t : {DType::F32, DType::F16, DType::BF16}) {
       const DevMat w{t, kWarmRows, kWarmCols, base + o_w};
       for (int64_t n : {1, 2, 3, 5, 9, 17, 33, 64, 128}) linear(w, vec, x, kWarmCols, n, y, kWarmRows, false);
+      for (int64_t n : kWarmGemmTokens) linear(w, vec, x, kWarmCols, n, y, kWarmRows, false);
       linear(w, nullptr, x + 1, kWarmCols, 1, y, kWarmRows, true);
     }
   }
