@@ -62,7 +62,10 @@ TEST_CASE("CUDA vision encoder: the CPU encoder's tokens, GPU-only and streamed,
     INFO(st.plan.describe() << "; peak " << st.device_peak_bytes << " of " << budget);
     CHECK(st.plan.resident_blocks == (blocks == 6 ? 6 : blocks - 2));
     CHECK(rel_diff(got, want) <= 1e-4);
-    CHECK(st.device_peak_bytes <= budget);
+    // Device memory is taken in granules of 2 MiB: the arena of the budget rounds up to one (as the
+    // language runtime's check_memory allows), nothing else may be taken.
+    const uint64_t g = uint64_t(2) << 20;
+    CHECK(st.device_peak_bytes <= (budget + g - 1) / g * g);
   }
   // No arena is left: a new one of the whole budget can be had.
   CHECK(dev->allocate_arena(uint64_t(64) << 20) != nullptr);
