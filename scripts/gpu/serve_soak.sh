@@ -4,7 +4,8 @@
 # streamed and whole) while the VRAM budget flips between A and B every FLIP_S (20) seconds. Every 5 s
 # the server's resident memory and metrics are sampled. At the end no request may have failed or be left
 # in flight, and the arena holds the budget it was last given.
-# Writes OUT/samples.tsv (time, RSS kB, arena bytes, in flight, done, failed), OUT/loadgen_*.json,
+# Writes OUT/samples.tsv (time, RSS kB, arena bytes, in flight, done, failed, the C heap's live and kept-free
+# bytes: RSS that grows with flat live bytes is the allocator's retention, not a leak), OUT/loadgen_*.json,
 # OUT/budget_changes.jsonl, OUT/metrics_end.txt, OUT/serve.log. DEVICE=emu runs it on the emulated device.
 #   serve_soak.sh OUT MODEL A B N SLOT_CTX SECONDS
 set -uo pipefail
@@ -17,7 +18,7 @@ machine_facts "$out/machine.txt"
 start_serve "$out/serve.out" "$out/serve.log" -m "$model" --device "${DEVICE:-cuda}" --vram-budget "$a" --parallel "$n" \
   -c $((n * slot_ctx)) -t "${THREADS:-16}" --profile "$profile"
 [ -n "$url" ] || { echo "the server did not start"; tail -5 "$out/serve.log"; exit 1; }
-metric() { curl -s "$url/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
+get() { awk -v m="$1" '$1 == m {print $2}' <<< "$m"; }  # a sample of the last /metrics read
 t0=$(date +%s)
 (  # the load: rounds of loadgen until the time is up, streamed and whole in turn
   i=0
@@ -29,13 +30,15 @@ t0=$(date +%s)
   done
 ) &
 load=$!
-printf "t_s\trss_kb\tarena_bytes\tin_flight\tdone\tfailed\n" > "$out/samples.tsv"
+printf "t_s\trss_kb\tarena_bytes\tin_flight\tdone\tfailed\theap_in_use\theap_free\n" > "$out/samples.tsv"
 next_flip=${FLIP_S:-20} to=$b
 while kill -0 $load 2> /dev/null; do
   t=$(( $(date +%s) - t0 ))
-  printf "%s\t%s\t%s\t%s\t%s\t%s\n" "$t" "$(awk '/VmRSS/ {print $2}' /proc/$pid/status)" \
-    "$(metric shardwise_vram_arena_bytes)" "$(metric shardwise_requests_in_flight)" \
-    "$(metric shardwise_requests_done_total)" "$(metric shardwise_requests_failed_total)" >> "$out/samples.tsv"
+  m=$(curl -s "$url/metrics")
+  printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$t" "$(awk '/VmRSS/ {print $2}' /proc/$pid/status)" \
+    "$(get shardwise_vram_arena_bytes)" "$(get shardwise_requests_in_flight)" "$(get shardwise_requests_done_total)" \
+    "$(get shardwise_requests_failed_total)" "$(get shardwise_heap_in_use_bytes)" "$(get shardwise_heap_free_bytes)" \
+    >> "$out/samples.tsv"
   if [ "$t" -ge "$next_flip" ] && [ "$t" -lt "$seconds" ]; then
     curl -s "$url/admin/budget" -d "{\"vram_budget\": \"$to\"}" >> "$out/budget_changes.jsonl"; echo >> "$out/budget_changes.jsonl"
     [ "$to" = "$b" ] && to=$a || to=$b
@@ -54,6 +57,9 @@ print("requests", sum(r["requests"] for r in runs), "ok", sum(r["ok"] for r in r
 rows = [l.split("\t") for l in open(out + "/samples.tsv").read().split("\n")[1:] if l]
 rss = [int(r[1]) for r in rows if r[1]]
 print("rss kB first/min/max/last", rss[0], min(rss), max(rss), rss[-1])
+heap = [int(float(r[6])) // 1024 for r in rows if len(r) > 6 and r[6]]
+if heap:
+    print("heap in use kB first/min/max/last", heap[0], min(heap), max(heap), heap[-1])
 changes = [json.loads(l) for l in open(out + "/budget_changes.jsonl") if l.strip()]
 print("budget changes", len(changes), "pause ms max", max((c.get("pause_ms", 0) for c in changes), default=0),
       "errors", sum("error" in c for c in changes))

@@ -361,6 +361,10 @@ TEST_CASE("serve: /metrics counts requests and tokens", "[serve]") {
   CHECK(s.metric("shardwise_requests_in_flight") == 0);
   CHECK(s.metric("shardwise_batch_size") == 0);
   CHECK(s.metric("shardwise_slots") == 1);
+  CHECK(s.metric("shardwise_heap_free_bytes") >= 0);
+#ifndef __SANITIZE_ADDRESS__  // the sanitizer's allocator replaces the one the gauges read
+  CHECK(s.metric("shardwise_heap_in_use_bytes") > 1e5);  // the server's own tables at least
+#endif
   const double http = s.metric("shardwise_http_requests_total");
   CHECK(s.get("/nowhere").status == 404);
   CHECK(s.metric("shardwise_http_requests_total") == http + 2);  // the 404 and the previous /metrics
