@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/file_util.h"
 #include "executor/device/vision_kernels.h"
+#include "vision/encoder.h"
 #include "vision/vl_prompt.h"
 
 namespace shardwise {
@@ -57,7 +58,7 @@ VisionPart plan_vision_part(const std::string& dir, const std::vector<std::array
   for (const auto& s : sizes) grids.push_back(image_grid(s[0], s[1], processor));
   const VisionInputs in = vision_inputs(spec, grids);
   VisionPart v;
-  v.plan = plan_vision_encoder(spec, in, budget, kVisionCudaWorkspaceBytes);
+  v.plan = plan_vision_encoder(spec, in, budget, kVisionCudaWorkspaceBytes, stored_vision_matrix_dtype(spec, dir));
   v.cost = predict_encoder(cost, encoder_shape(spec, in, v.plan));
   return v;
 }

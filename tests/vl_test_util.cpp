@@ -99,27 +99,27 @@ std::vector<HfTensor> vl_tensors(const WeightSource& lm, const VisionSpec& vs, c
   const std::string p = "model.visual.";
   t.push_back({p + "patch_embed.proj.weight",
                {h, vs.in_chans, vs.temporal_patch_size, vs.patch_size, vs.patch_size},
-               vw.patch_embed});
+               vw.patch_embed.values()});
   for (int64_t i = 0; i < vs.depth; ++i) {
     const VisionBlockWeights& b = vw.blocks[static_cast<size_t>(i)];
     const std::string q = p + "blocks." + std::to_string(i) + ".";
     t.insert(t.end(), {{q + "norm1.weight", {h}, b.norm1},
                        {q + "norm2.weight", {h}, b.norm2},
-                       {q + "attn.qkv.weight", {3 * h, h}, b.qkv_w},
+                       {q + "attn.qkv.weight", {3 * h, h}, b.qkv_w.values()},
                        {q + "attn.qkv.bias", {3 * h}, b.qkv_b},
-                       {q + "attn.proj.weight", {h, h}, b.proj_w},
+                       {q + "attn.proj.weight", {h, h}, b.proj_w.values()},
                        {q + "attn.proj.bias", {h}, b.proj_b},
-                       {q + "mlp.gate_proj.weight", {f, h}, b.gate_w},
+                       {q + "mlp.gate_proj.weight", {f, h}, b.gate_w.values()},
                        {q + "mlp.gate_proj.bias", {f}, b.gate_b},
-                       {q + "mlp.up_proj.weight", {f, h}, b.up_w},
+                       {q + "mlp.up_proj.weight", {f, h}, b.up_w.values()},
                        {q + "mlp.up_proj.bias", {f}, b.up_b},
-                       {q + "mlp.down_proj.weight", {h, f}, b.down_w},
+                       {q + "mlp.down_proj.weight", {h, f}, b.down_w.values()},
                        {q + "mlp.down_proj.bias", {h}, b.down_b}});
   }
   t.insert(t.end(), {{p + "merger.ln_q.weight", {h}, vw.merger_norm},
-                     {p + "merger.mlp.0.weight", {mw, mw}, vw.merger_fc1_w},
+                     {p + "merger.mlp.0.weight", {mw, mw}, vw.merger_fc1_w.values()},
                      {p + "merger.mlp.0.bias", {mw}, vw.merger_fc1_b},
-                     {p + "merger.mlp.2.weight", {vs.out_hidden_size, mw}, vw.merger_fc2_w},
+                     {p + "merger.mlp.2.weight", {vs.out_hidden_size, mw}, vw.merger_fc2_w.values()},
                      {p + "merger.mlp.2.bias", {vs.out_hidden_size}, vw.merger_fc2_b}});
   return t;
 }

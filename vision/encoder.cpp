@@ -25,43 +25,50 @@
 namespace shardwise {
 namespace {
 
-// Each tensor of the tower: its HF name below the prefix, its shape, and where it goes (Vec is const
-// for a check of loaded weights).
-template <typename Vec>
+// Each tensor of the tower: its HF name below the prefix, its shape, and where it goes: a matrix or an
+// f32 vector (const for a check of loaded weights).
+template <bool Const>
 struct VisionTensorSlot {
+  using Vec = std::conditional_t<Const, const std::vector<float>, std::vector<float>>;
+  using Mat = std::conditional_t<Const, const VisionMatrix, VisionMatrix>;
   std::string name;
   Shape shape;
-  Vec* dst;
+  Vec* vec = nullptr;
+  Mat* mat = nullptr;
 };
 
-template <typename W,
-          typename Vec = std::conditional_t<std::is_const_v<W>, const std::vector<float>, std::vector<float>>>
-std::vector<VisionTensorSlot<Vec>> vision_tensor_slots(const VisionSpec& s, W& w) {
+template <typename W, bool Const = std::is_const_v<W>>
+std::vector<VisionTensorSlot<Const>> vision_tensor_slots(const VisionSpec& s, W& w) {
   const int64_t h = s.hidden_size, f = s.intermediate_size, m = s.merger_width(), out = s.out_hidden_size;
-  std::vector<VisionTensorSlot<Vec>> slots;
-  slots.push_back(
-      {"patch_embed.proj.weight", {h, s.in_chans, s.temporal_patch_size, s.patch_size, s.patch_size}, &w.patch_embed});
+  std::vector<VisionTensorSlot<Const>> slots;
+  auto vec = [&slots](std::string name, Shape shape, auto* v) {
+    slots.push_back({std::move(name), shape, v, nullptr});
+  };
+  auto mat = [&slots](std::string name, Shape shape, auto* v) {
+    slots.push_back({std::move(name), shape, nullptr, v});
+  };
+  mat("patch_embed.proj.weight", {h, s.in_chans, s.temporal_patch_size, s.patch_size, s.patch_size}, &w.patch_embed);
   for (int64_t i = 0; i < s.depth; ++i) {
     auto& b = w.blocks[static_cast<size_t>(i)];
     const std::string p = "blocks." + std::to_string(i) + ".";
-    slots.push_back({p + "norm1.weight", {h}, &b.norm1});
-    slots.push_back({p + "norm2.weight", {h}, &b.norm2});
-    slots.push_back({p + "attn.qkv.weight", {3 * h, h}, &b.qkv_w});
-    slots.push_back({p + "attn.qkv.bias", {3 * h}, &b.qkv_b});
-    slots.push_back({p + "attn.proj.weight", {h, h}, &b.proj_w});
-    slots.push_back({p + "attn.proj.bias", {h}, &b.proj_b});
-    slots.push_back({p + "mlp.gate_proj.weight", {f, h}, &b.gate_w});
-    slots.push_back({p + "mlp.gate_proj.bias", {f}, &b.gate_b});
-    slots.push_back({p + "mlp.up_proj.weight", {f, h}, &b.up_w});
-    slots.push_back({p + "mlp.up_proj.bias", {f}, &b.up_b});
-    slots.push_back({p + "mlp.down_proj.weight", {h, f}, &b.down_w});
-    slots.push_back({p + "mlp.down_proj.bias", {h}, &b.down_b});
+    vec(p + "norm1.weight", {h}, &b.norm1);
+    vec(p + "norm2.weight", {h}, &b.norm2);
+    mat(p + "attn.qkv.weight", {3 * h, h}, &b.qkv_w);
+    vec(p + "attn.qkv.bias", {3 * h}, &b.qkv_b);
+    mat(p + "attn.proj.weight", {h, h}, &b.proj_w);
+    vec(p + "attn.proj.bias", {h}, &b.proj_b);
+    mat(p + "mlp.gate_proj.weight", {f, h}, &b.gate_w);
+    vec(p + "mlp.gate_proj.bias", {f}, &b.gate_b);
+    mat(p + "mlp.up_proj.weight", {f, h}, &b.up_w);
+    vec(p + "mlp.up_proj.bias", {f}, &b.up_b);
+    mat(p + "mlp.down_proj.weight", {h, f}, &b.down_w);
+    vec(p + "mlp.down_proj.bias", {h}, &b.down_b);
   }
-  slots.push_back({"merger.ln_q.weight", {h}, &w.merger_norm});
-  slots.push_back({"merger.mlp.0.weight", {m, m}, &w.merger_fc1_w});
-  slots.push_back({"merger.mlp.0.bias", {m}, &w.merger_fc1_b});
-  slots.push_back({"merger.mlp.2.weight", {out, m}, &w.merger_fc2_w});
-  slots.push_back({"merger.mlp.2.bias", {out}, &w.merger_fc2_b});
+  vec("merger.ln_q.weight", {h}, &w.merger_norm);
+  mat("merger.mlp.0.weight", {m, m}, &w.merger_fc1_w);
+  vec("merger.mlp.0.bias", {m}, &w.merger_fc1_b);
+  mat("merger.mlp.2.weight", {out, m}, &w.merger_fc2_w);
+  vec("merger.mlp.2.bias", {out}, &w.merger_fc2_b);
   return slots;
 }
 
@@ -151,32 +158,109 @@ class Gaussian {
 
 }  // namespace
 
+VisionMatrix VisionMatrix::from_values(const std::vector<float>& values, DType dtype) {
+  SW_CHECK(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16, "vision weights: matrices of ",
+           dtype_name(dtype), " (f32, f16 or bf16)");
+  VisionMatrix m;
+  m.dtype = dtype;
+  m.bytes.resize(values.size() * static_cast<size_t>(dtype_block_bytes(dtype)));
+  if (!values.empty()) quantize_row(dtype, values.data(), m.bytes.data(), static_cast<int64_t>(values.size()));
+  return m;
+}
+
+std::vector<float> VisionMatrix::values() const {
+  std::vector<float> v(size());
+  if (!v.empty()) dequantize_row(dtype, bytes.data(), v.data(), static_cast<int64_t>(v.size()));
+  return v;
+}
+
 void check_vision_weights(const VisionSpec& s, const VisionWeights& w) {
   SW_CHECK(w.blocks.size() == static_cast<size_t>(s.depth), "vision weights: ", w.blocks.size(),
            " blocks, the spec has depth ", s.depth);
-  for (const auto& slot : vision_tensor_slots(s, w))
-    SW_CHECK(slot.dst->size() == static_cast<size_t>(shape_elems(slot.shape)), "vision weights: ", slot.name, " has ",
-             slot.dst->size(), " values, expected ", shape_str(slot.shape));
+  for (const auto& slot : vision_tensor_slots(s, w)) {
+    const size_t n = slot.mat ? slot.mat->size() : slot.vec->size();
+    SW_CHECK(n == static_cast<size_t>(shape_elems(slot.shape)), "vision weights: ", slot.name, " has ", n,
+             " values, expected ", shape_str(slot.shape));
+    SW_CHECK(!slot.mat || slot.mat->dtype == w.matrix_dtype, "vision weights: ", slot.name, " is ",
+             dtype_name(slot.mat->dtype), ", the other matrices ", dtype_name(w.matrix_dtype));
+  }
 }
 
-VisionWeights load_vision_weights(const VisionSpec& spec, const std::string& path) {
-  validate_vision_spec(spec, path);
-  const auto sets = open_safetensors(path);
-  std::string prefix;
+DType vision_matrix_dtype(const std::vector<DType>& stored) {
+  if (stored.empty()) return DType::F32;
+  for (DType t : {DType::F16, DType::BF16})
+    if (std::all_of(stored.begin(), stored.end(), [t](DType d) { return d == t; })) return t;
+  return DType::F32;
+}
+
+void convert_vision_matrices(VisionWeights& w, DType dtype) {
+  VisionSpec any;  // the slots' shapes are not used here
+  any.depth = static_cast<int64_t>(w.blocks.size());
+  for (const auto& slot : vision_tensor_slots(any, w))
+    if (slot.mat && slot.mat->dtype != dtype) *slot.mat = VisionMatrix::from_values(slot.mat->values(), dtype);
+  w.matrix_dtype = dtype;
+}
+
+namespace {
+
+std::string vision_prefix(const std::vector<std::unique_ptr<SafetensorsSet>>& sets, const std::string& path) {
   for (const char* p : {"visual.", "model.visual."})
-    if (prefix.empty() && find_tensor(sets, std::string(p) + "patch_embed.proj.weight").tensor) prefix = p;
-  SW_CHECK(!prefix.empty(), path,
-           ": no visual.patch_embed.proj.weight (nor model.visual.patch_embed.proj.weight): not a Qwen2.5-VL "
-           "checkpoint with its vision tower");
-  VisionWeights w;
-  w.blocks.resize(static_cast<size_t>(spec.depth));
-  for (const auto& slot : vision_tensor_slots(spec, w)) {
+    if (find_tensor(sets, std::string(p) + "patch_embed.proj.weight").tensor) return p;
+  fail(path,
+       ": no visual.patch_embed.proj.weight (nor model.visual.patch_embed.proj.weight): not a Qwen2.5-VL "
+       "checkpoint with its vision tower");
+}
+
+// The tower's tensors of `sets`, each checked against its slot's shape, with its slot.
+template <typename Slot>
+std::vector<std::pair<const Slot*, FoundTensor>> found_tensors(const std::vector<Slot>& slots,
+                                                               const std::vector<std::unique_ptr<SafetensorsSet>>& sets,
+                                                               const std::string& path) {
+  const std::string prefix = vision_prefix(sets, path);
+  std::vector<std::pair<const Slot*, FoundTensor>> out;
+  for (const auto& slot : slots) {
     const std::string name = prefix + slot.name;
     const FoundTensor t = find_tensor(sets, name);
     SW_CHECK(t.tensor, path, ": tensor ", name, " is missing");
     SW_CHECK(t.tensor->shape == slot.shape, t.tensor->file, ": tensor ", name, " has shape ",
              shape_str(t.tensor->shape), ", the vision config needs ", shape_str(slot.shape));
-    *slot.dst = tensor_to_f32(*t.set, *t.tensor);
+    out.push_back({&slot, t});
+  }
+  return out;
+}
+
+DType matrix_dtype_of(const std::vector<std::pair<const VisionTensorSlot<false>*, FoundTensor>>& found) {
+  std::vector<DType> stored;
+  for (const auto& [slot, t] : found)
+    if (slot->mat) stored.push_back(t.set->view(*t.tensor).dtype);
+  return vision_matrix_dtype(stored);
+}
+
+}  // namespace
+
+DType stored_vision_matrix_dtype(const VisionSpec& spec, const std::string& path) {
+  validate_vision_spec(spec, path);
+  const auto sets = open_safetensors(path);
+  VisionWeights w;
+  w.blocks.resize(static_cast<size_t>(spec.depth));
+  const auto slots = vision_tensor_slots(spec, w);
+  return matrix_dtype_of(found_tensors(slots, sets, path));
+}
+
+VisionWeights load_vision_weights(const VisionSpec& spec, const std::string& path) {
+  validate_vision_spec(spec, path);
+  const auto sets = open_safetensors(path);
+  VisionWeights w;
+  w.blocks.resize(static_cast<size_t>(spec.depth));
+  const auto slots = vision_tensor_slots(spec, w);
+  const auto found = found_tensors(slots, sets, path);
+  w.matrix_dtype = matrix_dtype_of(found);
+  for (const auto& [slot, t] : found) {
+    std::vector<float> v = tensor_to_f32(*t.set, *t.tensor);
+    if (slot->mat)
+      *slot->mat = VisionMatrix::from_values(v, w.matrix_dtype);  // exact: the values came from that dtype or wider
+    else
+      *slot->vec = std::move(v);
   }
   return w;
 }
@@ -190,15 +274,20 @@ VisionModel load_vision_model(const std::string& dir) {
   return m;
 }
 
-VisionWeights random_vision_weights(const VisionSpec& spec, uint64_t seed, float stddev) {
+VisionWeights random_vision_weights(const VisionSpec& spec, uint64_t seed, float stddev, DType matrix_dtype) {
   validate_vision_spec(spec, "random_vision_weights");
   VisionWeights w;
   w.blocks.resize(static_cast<size_t>(spec.depth));
   Gaussian g(seed);
+  w.matrix_dtype = matrix_dtype;
   for (const auto& slot : vision_tensor_slots(spec, w)) {
     const bool norm = slot.name.find("norm") != std::string::npos || slot.name.find("ln_q") != std::string::npos;
-    slot.dst->resize(static_cast<size_t>(shape_elems(slot.shape)));
-    for (float& x : *slot.dst) x = norm ? 1.0f + 0.1f * g() : stddev * g();
+    std::vector<float> v(static_cast<size_t>(shape_elems(slot.shape)));
+    for (float& x : v) x = norm ? 1.0f + 0.1f * g() : stddev * g();
+    if (slot.mat)
+      *slot.mat = VisionMatrix::from_values(v, matrix_dtype);
+    else
+      *slot.vec = std::move(v);
   }
   return w;
 }
@@ -353,8 +442,8 @@ void vision_merger(VisionKernels& k, const VisionSpec& s, const VisionMergerPtrs
 
 namespace {
 
-DevMat host_mat(const std::vector<float>& v, int64_t rows, int64_t cols) {
-  return DevMat{DType::F32, rows, cols, reinterpret_cast<const uint8_t*>(v.data())};
+DevMat host_mat(const VisionMatrix& m, int64_t rows, int64_t cols) {
+  return DevMat{m.dtype, rows, cols, m.bytes.data()};
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
-// vision/encoder.h — the Qwen2.5-VL vision encoder: its weights (f32 on the host, read from an HF
-// checkpoint or drawn at random for tests) and its forward pass from the image processor's patches to
-// the image tokens the LLM takes, in f32, written once over the operations of VisionKernels
+// vision/encoder.h — the Qwen2.5-VL vision encoder: its weights (on the host, read from an HF
+// checkpoint or drawn at random for tests; the matrices in the checkpoint's f32, f16 or bf16, the norms
+// and biases in f32) and its forward pass from the image processor's patches to the image tokens the LLM
+// takes, in f32, written once over the operations of VisionKernels
 // (executor/device/vision_kernels.h) so that the CPU, the emulated device and CUDA run the same steps:
 // the patch embedding, the blocks, the merger. It computes what transformers'
 // Qwen2_5_VisionTransformerPretrainedModel computes, in the same order; encoder_reference.h is the f64
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "executor/device/vision_kernels.h"
 #include "vision/vision_spec.h"
 
@@ -20,31 +22,64 @@ namespace shardwise {
 
 class ThreadPool;
 
+// A weight matrix of the tower, row-major, in f32, f16 or bf16. A 16-bit checkpoint's matrices stay
+// 16-bit: half the host memory and copies to the device, and the device's tensor-core GEMMs; every
+// kernel widens the values exactly.
+struct VisionMatrix {
+  DType dtype = DType::F32;
+  std::vector<uint8_t> bytes;
+
+  // The values rounded to dtype (to nearest even; exact for values that came from dtype).
+  static VisionMatrix from_values(const std::vector<float>& values, DType dtype);
+  std::vector<float> values() const;  // widened to f32
+  size_t size() const { return bytes.size() / static_cast<size_t>(dtype_block_bytes(dtype)); }
+  bool operator==(const VisionMatrix& o) const { return dtype == o.dtype && bytes == o.bytes; }
+};
+
 // One ViT block's tensors, row-major as HF stores them (a linear weight is (out, in)).
 struct VisionBlockWeights {
-  std::vector<float> norm1, norm2;                // (hidden) RMSNorm weights
-  std::vector<float> qkv_w, qkv_b;                // (3 * hidden, hidden), (3 * hidden): q, k, v rows in turn
-  std::vector<float> proj_w, proj_b;              // (hidden, hidden), (hidden)
-  std::vector<float> gate_w, gate_b, up_w, up_b;  // (intermediate, hidden), (intermediate)
-  std::vector<float> down_w, down_b;              // (hidden, intermediate), (hidden)
+  std::vector<float> norm1, norm2;  // (hidden) RMSNorm weights
+  VisionMatrix qkv_w;               // (3 * hidden, hidden): q, k, v rows in turn
+  std::vector<float> qkv_b;         // (3 * hidden)
+  VisionMatrix proj_w;              // (hidden, hidden)
+  std::vector<float> proj_b;        // (hidden)
+  VisionMatrix gate_w, up_w;        // (intermediate, hidden)
+  std::vector<float> gate_b, up_b;  // (intermediate)
+  VisionMatrix down_w;              // (hidden, intermediate)
+  std::vector<float> down_b;        // (hidden)
 };
 
 struct VisionWeights {
-  std::vector<float> patch_embed;  // (hidden, C * T * P * P): the Conv3d kernel, flattened as a patch is
+  DType matrix_dtype = DType::F32;  // every matrix's dtype
+  VisionMatrix patch_embed;         // (hidden, C * T * P * P): the Conv3d kernel, flattened as a patch is
   std::vector<VisionBlockWeights> blocks;
-  std::vector<float> merger_norm;                 // (hidden) ln_q
-  std::vector<float> merger_fc1_w, merger_fc1_b;  // (4 * hidden, 4 * hidden), (4 * hidden): merger.mlp.0
-  std::vector<float> merger_fc2_w, merger_fc2_b;  // (out_hidden, 4 * hidden), (out_hidden): merger.mlp.2
+  std::vector<float> merger_norm;   // (hidden) ln_q
+  VisionMatrix merger_fc1_w;        // (4 * hidden, 4 * hidden): merger.mlp.0
+  std::vector<float> merger_fc1_b;  // (4 * hidden)
+  VisionMatrix merger_fc2_w;        // (out_hidden, 4 * hidden): merger.mlp.2
+  std::vector<float> merger_fc2_b;  // (out_hidden)
 };
 
-// Throws Error naming the first tensor whose element count does not match the spec.
+// Throws Error naming the first tensor whose element count (or, for a matrix, dtype) does not match the
+// spec and matrix_dtype.
 void check_vision_weights(const VisionSpec& spec, const VisionWeights& weights);
 
+// The dtype the tower's matrices keep when their stored dtypes are `stored`: f16 or bf16 when all of them
+// are that, else f32 (an f32 or mixed checkpoint).
+DType vision_matrix_dtype(const std::vector<DType>& stored);
+
+// Every matrix of w converted to dtype (f32, f16 or bf16; rounded to nearest even where narrower).
+void convert_vision_matrices(VisionWeights& w, DType dtype);
+
 // The tower's tensors from safetensors (`path`: an HF directory, a .safetensors file or an index
-// json), named visual.* (transformers 4) or model.visual.* (transformers 5), stored as f32, f16 or bf16
-// and converted to f32. Every shape is checked against the spec; an error names the tensor. The LLM's
-// tensors in the same files are not read.
+// json), named visual.* (transformers 4) or model.visual.* (transformers 5), stored as f32, f16 or bf16:
+// the matrices kept in vision_matrix_dtype of their stored dtypes, the norms and biases converted to f32.
+// Every shape is checked against the spec; an error names the tensor. The LLM's tensors in the same files
+// are not read.
 VisionWeights load_vision_weights(const VisionSpec& spec, const std::string& path);
+
+// The dtype load_vision_weights would keep the matrices of `path` in, from the files' headers alone.
+DType stored_vision_matrix_dtype(const VisionSpec& spec, const std::string& path);
 
 struct VisionModel {
   VisionSpec spec;
@@ -53,9 +88,10 @@ struct VisionModel {
 // An HF directory's vision tower: the spec from its config.json, the weights from its safetensors.
 VisionModel load_vision_model(const std::string& dir);
 
-// Seeded random weights for tests: matrices and biases ~ N(0, stddev), norm weights ~ 1 + N(0, 0.1).
-// The same seed gives the same values on every machine.
-VisionWeights random_vision_weights(const VisionSpec& spec, uint64_t seed, float stddev = 0.02f);
+// Seeded random weights for tests: matrices and biases ~ N(0, stddev), norm weights ~ 1 + N(0, 0.1),
+// the matrices rounded to matrix_dtype. The same seed gives the same values on every machine.
+VisionWeights random_vision_weights(const VisionSpec& spec, uint64_t seed, float stddev = 0.02f,
+                                    DType matrix_dtype = DType::F32);
 
 // What the forward pass needs of a batch of images besides the pixels, computed on the host: the patch
 // count, each patch's rotary cos and sin [n, head_dim / 2] in window order, the window order of the

@@ -27,8 +27,9 @@ namespace {
 using Rows = std::vector<double>;  // row-major [n, width]
 
 // nn.Linear: y [n, out_f] = x [n, in_f] · wᵀ + bias (bias may be empty).
-Rows linear_ref(const Rows& x, int64_t n, int64_t in_f, const std::vector<float>& w, const std::vector<float>& bias,
+Rows linear_ref(const Rows& x, int64_t n, int64_t in_f, const VisionMatrix& matrix, const std::vector<float>& bias,
                 int64_t out_f) {
+  const std::vector<float> w = matrix.values();
   Rows y(static_cast<size_t>(n * out_f));
   for (int64_t t = 0; t < n; ++t)
     for (int64_t o = 0; o < out_f; ++o) {

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <set>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/gguf.h"
@@ -69,45 +71,61 @@ std::vector<float> patch_embed(const GgufFile& f, const VisionSpec& s) {
 }
 
 // One tensor of the file besides the patch embedding, and where its values sit in VisionWeights: from
-// `offset` of `vec` (q, k and v are the thirds of the fused qkv), as many as the shape holds.
-template <typename Vec>
+// `offset` of `vec` or `mat` (q, k and v are the thirds of the fused qkv), as many as the shape holds.
+template <bool Const>
 struct MmprojSlot {
+  using Vec = std::conditional_t<Const, const std::vector<float>, std::vector<float>>;
+  using Mat = std::conditional_t<Const, const VisionMatrix, VisionMatrix>;
   std::string name;
   Shape shape;
   Vec* vec;
+  Mat* mat;
   int64_t offset;
 };
 
 // The file's tensors in the converter's names, for the loader and the writer alike.
-template <typename Vec, typename W>
-std::vector<MmprojSlot<Vec>> mmproj_slots(const VisionSpec& s, W& w) {
+template <typename W, bool Const = std::is_const_v<W>>
+std::vector<MmprojSlot<Const>> mmproj_slots(const VisionSpec& s, W& w) {
   const int64_t h = s.hidden_size, ff = s.intermediate_size, mw = s.merger_width();
-  std::vector<MmprojSlot<Vec>> out;
+  std::vector<MmprojSlot<Const>> out;
+  auto vec = [&out](std::string name, Shape shape, auto* v, int64_t offset) {
+    out.push_back({std::move(name), shape, v, nullptr, offset});
+  };
+  auto mat = [&out](std::string name, Shape shape, auto* m, int64_t offset) {
+    out.push_back({std::move(name), shape, nullptr, m, offset});
+  };
   for (int64_t i = 0; i < s.depth; ++i) {
     auto& b = w.blocks[static_cast<size_t>(i)];
     const std::string p = "v.blk." + std::to_string(i) + ".";
     const char* qkv[] = {"attn_q", "attn_k", "attn_v"};
     for (int64_t k = 0; k < 3; ++k) {
-      out.push_back({p + qkv[k] + ".weight", {h, h}, &b.qkv_w, k * h * h});
-      out.push_back({p + qkv[k] + ".bias", {h}, &b.qkv_b, k * h});
+      mat(p + qkv[k] + ".weight", {h, h}, &b.qkv_w, k * h * h);
+      vec(p + qkv[k] + ".bias", {h}, &b.qkv_b, k * h);
     }
-    out.push_back({p + "attn_out.weight", {h, h}, &b.proj_w, 0});
-    out.push_back({p + "attn_out.bias", {h}, &b.proj_b, 0});
-    out.push_back({p + "ln1.weight", {h}, &b.norm1, 0});
-    out.push_back({p + "ln2.weight", {h}, &b.norm2, 0});
-    out.push_back({p + "ffn_gate.weight", {ff, h}, &b.gate_w, 0});
-    out.push_back({p + "ffn_gate.bias", {ff}, &b.gate_b, 0});
-    out.push_back({p + "ffn_up.weight", {ff, h}, &b.up_w, 0});
-    out.push_back({p + "ffn_up.bias", {ff}, &b.up_b, 0});
-    out.push_back({p + "ffn_down.weight", {h, ff}, &b.down_w, 0});
-    out.push_back({p + "ffn_down.bias", {h}, &b.down_b, 0});
+    mat(p + "attn_out.weight", {h, h}, &b.proj_w, 0);
+    vec(p + "attn_out.bias", {h}, &b.proj_b, 0);
+    vec(p + "ln1.weight", {h}, &b.norm1, 0);
+    vec(p + "ln2.weight", {h}, &b.norm2, 0);
+    mat(p + "ffn_gate.weight", {ff, h}, &b.gate_w, 0);
+    vec(p + "ffn_gate.bias", {ff}, &b.gate_b, 0);
+    mat(p + "ffn_up.weight", {ff, h}, &b.up_w, 0);
+    vec(p + "ffn_up.bias", {ff}, &b.up_b, 0);
+    mat(p + "ffn_down.weight", {h, ff}, &b.down_w, 0);
+    vec(p + "ffn_down.bias", {h}, &b.down_b, 0);
   }
-  out.push_back({"v.post_ln.weight", {h}, &w.merger_norm, 0});
-  out.push_back({"mm.0.weight", {mw, mw}, &w.merger_fc1_w, 0});
-  out.push_back({"mm.0.bias", {mw}, &w.merger_fc1_b, 0});
-  out.push_back({"mm.2.weight", {s.out_hidden_size, mw}, &w.merger_fc2_w, 0});
-  out.push_back({"mm.2.bias", {s.out_hidden_size}, &w.merger_fc2_b, 0});
+  vec("v.post_ln.weight", {h}, &w.merger_norm, 0);
+  mat("mm.0.weight", {mw, mw}, &w.merger_fc1_w, 0);
+  vec("mm.0.bias", {mw}, &w.merger_fc1_b, 0);
+  mat("mm.2.weight", {s.out_hidden_size, mw}, &w.merger_fc2_w, 0);
+  vec("mm.2.bias", {s.out_hidden_size}, &w.merger_fc2_b, 0);
   return out;
+}
+
+// The dtype of a tensor of the file (its shape checked by tensor_f32 when read).
+DType stored_dtype(const GgufFile& f, const std::string& name) {
+  const GgufTensorInfo* t = f.find_tensor(name);
+  SW_CHECK(t, f.path(), ": tensor ", name, " is missing");
+  return f.view(*t).dtype;
 }
 
 VisionSpec mmproj_spec(const GgufFile& f) {
@@ -145,15 +163,24 @@ VisionModel load_mmproj(const std::string& path) {
   const GgufFile f(path);
   VisionModel m;
   m.spec = mmproj_spec(f);
-  m.weights.patch_embed = patch_embed(f, m.spec);
   m.weights.blocks.resize(static_cast<size_t>(m.spec.depth));
+  const auto slots = mmproj_slots(m.spec, m.weights);
+  // The matrices are read as f32 (q, k and v into the thirds of one), then kept in the dtype they share.
+  std::vector<DType> stored = {stored_dtype(f, "v.patch_embd.weight"), stored_dtype(f, "v.patch_embd.weight.1")};
+  for (const auto& slot : slots)
+    if (slot.mat) stored.push_back(stored_dtype(f, slot.name));
+  m.weights.matrix_dtype = vision_matrix_dtype(stored);
+  std::map<VisionMatrix*, std::vector<float>> matrices;
   std::set<std::string> read = {"v.patch_embd.weight", "v.patch_embd.weight.1"};
-  for (const auto& slot : mmproj_slots<std::vector<float>>(m.spec, m.weights)) {
+  for (const auto& slot : slots) {
     const std::vector<float> v = tensor_f32(f, slot.name, slot.shape);
-    slot.vec->resize(std::max(slot.vec->size(), static_cast<size_t>(slot.offset) + v.size()));
-    std::copy(v.begin(), v.end(), slot.vec->begin() + slot.offset);
+    std::vector<float>& dst = slot.mat ? matrices[slot.mat] : *slot.vec;
+    dst.resize(std::max(dst.size(), static_cast<size_t>(slot.offset) + v.size()));
+    std::copy(v.begin(), v.end(), dst.begin() + slot.offset);
     read.insert(slot.name);
   }
+  m.weights.patch_embed = VisionMatrix::from_values(patch_embed(f, m.spec), m.weights.matrix_dtype);
+  for (auto& [mat, values] : matrices) *mat = VisionMatrix::from_values(values, m.weights.matrix_dtype);
   // A tensor the tower does not read means the keys describe another tower than the tensors do (e.g. a
   // clip.vision.block_count below the file's blocks would drop the last ones and encode garbage).
   for (const auto& t : f.tensors())
@@ -276,13 +303,21 @@ void write_mmproj(const VisionModel& m, const ImageProcessorConfig& processor, c
   check_vision_weights(s, m.weights);
   MmprojTensors out;
   write_mmproj_metadata(out.w, s, processor, dtype);
-  std::vector<float> kernel = m.weights.patch_embed, frames[2];
+  std::vector<float> kernel = m.weights.patch_embed.values(), frames[2];
   patch_embed_frames(s, kernel, frames, false);
   const Shape frame = {s.hidden_size, s.in_chans, s.patch_size, s.patch_size};
   out.add("v.patch_embd.weight", frames[0].data(), frame, DType::F16);  // the converter's forced type
   out.add("v.patch_embd.weight.1", frames[1].data(), frame, DType::F16);
-  for (const auto& slot : mmproj_slots<const std::vector<float>>(s, m.weights))
-    out.add(slot.name, slot.vec->data() + slot.offset, slot.shape, slot.shape.size() == 1 ? DType::F32 : dtype);
+  std::map<const VisionMatrix*, std::vector<float>> values;  // each matrix widened once
+  for (const auto& slot : mmproj_slots(s, m.weights)) {
+    const float* v = slot.vec ? slot.vec->data() : nullptr;
+    if (slot.mat) {
+      auto it = values.find(slot.mat);
+      if (it == values.end()) it = values.emplace(slot.mat, slot.mat->values()).first;
+      v = it->second.data();
+    }
+    out.add(slot.name, v + slot.offset, slot.shape, slot.shape.size() == 1 ? DType::F32 : dtype);
+  }
   out.w.write(path);
 }
 

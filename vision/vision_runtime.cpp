@@ -12,48 +12,62 @@
 namespace shardwise {
 namespace {
 
-// One block's tensors in the order they lie in a slot, and the patch embedding's and the merger's.
-std::vector<const std::vector<float>*> block_tensors(const VisionBlockWeights& w) {
-  return {&w.norm1,  &w.norm2,  &w.qkv_w, &w.qkv_b, &w.proj_w, &w.proj_b,
-          &w.gate_w, &w.gate_b, &w.up_w,  &w.up_b,  &w.down_w, &w.down_b};
+// A tensor's host bytes as it is copied to the device.
+struct HostTensor {
+  const void* data;
+  uint64_t bytes;
+};
+HostTensor host(const std::vector<float>& v) {
+  return {v.data(), v.size() * sizeof(float)};
 }
-std::vector<const std::vector<float>*> edge_tensors(const VisionWeights& w) {
-  return {&w.patch_embed, &w.merger_norm, &w.merger_fc1_w, &w.merger_fc1_b, &w.merger_fc2_w, &w.merger_fc2_b};
+HostTensor host(const VisionMatrix& m) {
+  return {m.bytes.data(), m.bytes.size()};
 }
 
-uint64_t laid_out_bytes(const std::vector<const std::vector<float>*>& tensors) {
+// One block's tensors in the order they lie in a slot, and the patch embedding's and the merger's.
+std::vector<HostTensor> block_tensors(const VisionBlockWeights& w) {
+  return {host(w.norm1),  host(w.norm2),  host(w.qkv_w), host(w.qkv_b), host(w.proj_w), host(w.proj_b),
+          host(w.gate_w), host(w.gate_b), host(w.up_w),  host(w.up_b),  host(w.down_w), host(w.down_b)};
+}
+std::vector<HostTensor> edge_tensors(const VisionWeights& w) {
+  return {host(w.patch_embed),  host(w.merger_norm),  host(w.merger_fc1_w),
+          host(w.merger_fc1_b), host(w.merger_fc2_w), host(w.merger_fc2_b)};
+}
+
+uint64_t laid_out_bytes(const std::vector<HostTensor>& tensors) {
   uint64_t b = 0;
-  for (const auto* t : tensors) b += vision_aligned_bytes(t->size() * sizeof(float));
+  for (const HostTensor& t : tensors) b += vision_aligned_bytes(t.bytes);
   return b;
 }
 
 // Enqueues the tensors' copies to dst (laid out as laid_out_bytes counts) on the H2D queue; returns
 // each one's device address.
-std::vector<const float*> copy_tensors(Device& dev, uint8_t* dst, const std::vector<const std::vector<float>*>& ts) {
-  std::vector<const float*> at;
-  for (const auto* t : ts) {
-    const uint64_t bytes = t->size() * sizeof(float);
-    dev.copy_h2d(dst, t->data(), bytes, Queue::H2D);
-    at.push_back(reinterpret_cast<const float*>(dst));
-    dst += vision_aligned_bytes(bytes);
+std::vector<const uint8_t*> copy_tensors(Device& dev, uint8_t* dst, const std::vector<HostTensor>& ts) {
+  std::vector<const uint8_t*> at;
+  for (const HostTensor& t : ts) {
+    dev.copy_h2d(dst, t.data, t.bytes, Queue::H2D);
+    at.push_back(dst);
+    dst += vision_aligned_bytes(t.bytes);
   }
   return at;
 }
 
-DevMat dev_mat(const float* p, int64_t rows, int64_t cols) {
-  return DevMat{DType::F32, rows, cols, reinterpret_cast<const uint8_t*>(p)};
+const float* dev_vec(const uint8_t* p) {
+  return reinterpret_cast<const float*>(p);
 }
 
-VisionBlockPtrs copy_block(Device& dev, uint8_t* dst, const VisionSpec& s, const VisionBlockWeights& w) {
-  const std::vector<const float*> p = copy_tensors(dev, dst, block_tensors(w));
+VisionBlockPtrs copy_block(Device& dev, uint8_t* dst, const VisionSpec& s, const VisionWeights& weights,
+                           const VisionBlockWeights& w) {
+  const std::vector<const uint8_t*> p = copy_tensors(dev, dst, block_tensors(w));
   const int64_t h = s.hidden_size, f = s.intermediate_size;
+  const DType t = weights.matrix_dtype;
   VisionBlockPtrs b;
-  b.norm1 = p[0], b.norm2 = p[1];
-  b.qkv = dev_mat(p[2], 3 * h, h), b.qkv_b = p[3];
-  b.proj = dev_mat(p[4], h, h), b.proj_b = p[5];
-  b.gate = dev_mat(p[6], f, h), b.gate_b = p[7];
-  b.up = dev_mat(p[8], f, h), b.up_b = p[9];
-  b.down = dev_mat(p[10], h, f), b.down_b = p[11];
+  b.norm1 = dev_vec(p[0]), b.norm2 = dev_vec(p[1]);
+  b.qkv = DevMat{t, 3 * h, h, p[2]}, b.qkv_b = dev_vec(p[3]);
+  b.proj = DevMat{t, h, h, p[4]}, b.proj_b = dev_vec(p[5]);
+  b.gate = DevMat{t, f, h, p[6]}, b.gate_b = dev_vec(p[7]);
+  b.up = DevMat{t, f, h, p[8]}, b.up_b = dev_vec(p[9]);
+  b.down = DevMat{t, h, f, p[10]}, b.down_b = dev_vec(p[11]);
   return b;
 }
 
@@ -62,13 +76,14 @@ struct EdgePtrs {
   VisionMergerPtrs merger;
 };
 EdgePtrs copy_edges(Device& dev, uint8_t* dst, const VisionSpec& s, const VisionWeights& w) {
-  const std::vector<const float*> p = copy_tensors(dev, dst, edge_tensors(w));
+  const std::vector<const uint8_t*> p = copy_tensors(dev, dst, edge_tensors(w));
   const int64_t m = s.merger_width();
+  const DType t = w.matrix_dtype;
   EdgePtrs e;
-  e.patch_embed = dev_mat(p[0], s.hidden_size, s.patch_dim());
-  e.merger.norm = p[1];
-  e.merger.fc1 = dev_mat(p[2], m, m), e.merger.fc1_b = p[3];
-  e.merger.fc2 = dev_mat(p[4], s.out_hidden_size, m), e.merger.fc2_b = p[5];
+  e.patch_embed = DevMat{t, s.hidden_size, s.patch_dim(), p[0]};
+  e.merger.norm = dev_vec(p[1]);
+  e.merger.fc1 = DevMat{t, m, m, p[2]}, e.merger.fc1_b = dev_vec(p[3]);
+  e.merger.fc2 = DevMat{t, s.out_hidden_size, m, p[4]}, e.merger.fc2_b = dev_vec(p[5]);
   return e;
 }
 
@@ -102,7 +117,7 @@ void run_blocks(Device& dev, VisionKernels& k, const VisionSpec& s, const Vision
     uint8_t* dst = b < r ? resident + static_cast<uint64_t>(b) * plan.block_bytes
                          : slots + static_cast<uint64_t>((b - r) % 2) * plan.block_bytes;
     if (b >= r + 2) dev.wait(Queue::H2D, done[static_cast<size_t>(b - 2)]);
-    ptrs[static_cast<size_t>(b)] = copy_block(dev, dst, s, w.blocks[static_cast<size_t>(b)]);
+    ptrs[static_cast<size_t>(b)] = copy_block(dev, dst, s, w, w.blocks[static_cast<size_t>(b)]);
     copied[static_cast<size_t>(b)] = dev.record(Queue::H2D);
   };
   for (int64_t b = 0; b < std::min(depth, r + 2); ++b) copy(b);
@@ -131,7 +146,8 @@ std::string VisionPlan::describe() const {
   return o.str();
 }
 
-VisionPlan plan_vision_encoder(const VisionSpec& s, const VisionInputs& in, uint64_t budget, uint64_t workspace) {
+VisionPlan plan_vision_encoder(const VisionSpec& s, const VisionInputs& in, uint64_t budget, uint64_t workspace,
+                               DType matrix_dtype) {
   VisionPlan p;
   p.n_patches = in.n_patches;
   p.depth = s.depth;
@@ -142,11 +158,14 @@ VisionPlan plan_vision_encoder(const VisionSpec& s, const VisionInputs& in, uint
   const uint64_t h = static_cast<uint64_t>(s.hidden_size), f = static_cast<uint64_t>(s.intermediate_size);
   const uint64_t m = static_cast<uint64_t>(s.merger_width()), out = static_cast<uint64_t>(s.out_hidden_size);
   const uint64_t F = sizeof(float);
+  SW_CHECK(matrix_dtype == DType::F32 || matrix_dtype == DType::F16 || matrix_dtype == DType::BF16,
+           "plan_vision_encoder: matrices of ", dtype_name(matrix_dtype), " (f32, f16 or bf16)");
+  const uint64_t M = static_cast<uint64_t>(dtype_block_bytes(matrix_dtype));  // a matrix element
   uint64_t (*const al)(uint64_t) = vision_aligned_bytes;
-  p.block_bytes = 2 * al(F * h) + al(F * 3 * h * h) + al(F * 3 * h) + al(F * h * h) + al(F * h) +
-                  2 * (al(F * f * h) + al(F * f)) + al(F * h * f) + al(F * h);
-  p.edge_bytes = al(F * h * static_cast<uint64_t>(s.patch_dim())) + al(F * h) + al(F * m * m) + al(F * m) +
-                 al(F * out * m) + al(F * out);
+  p.block_bytes = 2 * al(F * h) + al(M * 3 * h * h) + al(F * 3 * h) + al(M * h * h) + al(F * h) +
+                  2 * (al(M * f * h) + al(F * f)) + al(M * h * f) + al(F * h);
+  p.edge_bytes = al(M * h * static_cast<uint64_t>(s.patch_dim())) + al(F * h) + al(M * m * m) + al(F * m) +
+                 al(M * out * m) + al(F * out);
   const int64_t n = in.n_patches;
   uint64_t fixed = 0;
   for (int64_t chunk : {std::min<int64_t>(n, 4096), std::min<int64_t>(n, 1024), std::min<int64_t>(n, 256)}) {
@@ -186,7 +205,7 @@ PlannedEncode planned_encode(Device& dev, const VisionSpec& s, const VisionWeigh
   PlannedEncode p{vision_inputs(s, grids), {}};
   check_vision_weights(s, w);
   VisionKernels& k = dev.vision_kernels(s.head_dim());  // loaded before any arena of this encode
-  p.plan = plan_vision_encoder(s, p.in, budget, k.workspace_bytes());
+  p.plan = plan_vision_encoder(s, p.in, budget, k.workspace_bytes(), w.matrix_dtype);
   SW_CHECK(laid_out_bytes(block_tensors(w.blocks.at(0))) == p.plan.block_bytes &&
                laid_out_bytes(edge_tensors(w)) == p.plan.edge_bytes,
            "vision encoder: the planned weight layout differs from the weights'");

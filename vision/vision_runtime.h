@@ -38,11 +38,12 @@ struct VisionPlan {
 };
 
 // The plan for these images' inputs under budget_bytes, with workspace_bytes for the kernels'
-// temporaries (VisionKernels::workspace_bytes): the MLP piece is min(n, 4096) tokens, smaller
-// (down to 256) only where that is what fits; then as many resident blocks as the rest holds. Throws Error
-// naming the bytes needed when not even the activations, the edge weights and two slots fit.
+// temporaries (VisionKernels::workspace_bytes) and the weights' matrices in matrix_dtype
+// (VisionWeights::matrix_dtype): the MLP piece is min(n, 4096) tokens, smaller (down to 256) only where
+// that is what fits; then as many resident blocks as the rest holds. Throws Error naming the bytes needed
+// when not even the activations, the edge weights and two slots fit.
 VisionPlan plan_vision_encoder(const VisionSpec& spec, const VisionInputs& in, uint64_t budget_bytes,
-                               uint64_t workspace_bytes = 0);
+                               uint64_t workspace_bytes, DType matrix_dtype);
 
 struct VisionRunStats {
   VisionPlan plan;

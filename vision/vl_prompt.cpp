@@ -51,7 +51,7 @@ void encode_preprocessed_images(const VisionModel& model, EncodedImages& out, Th
     const VisionInputs in = vision_inputs(model.spec, out.grids);
     const uint64_t ws = device->vision_kernels(model.spec.head_dim()).workspace_bytes();
     try {
-      plan_vision_encoder(model.spec, in, budget_bytes, ws);
+      plan_vision_encoder(model.spec, in, budget_bytes, ws, model.weights.matrix_dtype);
     } catch (const Error& e) {
       log_warn(e.what(), ": the images are encoded on the CPU");
       device = nullptr;

@@ -43,29 +43,32 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST_CASE("CUDA vision encoder: the CPU encoder's tokens, GPU-only and streamed, within the budget", "[gpu][vision]") {
   const VisionSpec s = head80_spec();
-  const VisionWeights w = random_vision_weights(s, 21, 0.05f);
   // 1-frame images of 22 x 36 and 40 x 24 patches (several windows, uneven ones at the edges) and a 2-frame
   // one: 1,880 patches.
   const std::vector<GridThw> grids = {{1, 22, 36}, {1, 40, 24}, {2, 8, 8}};
   const std::vector<float> pix =
       test::random_floats(static_cast<size_t>(vision_patch_count(grids) * s.patch_dim()), 3, -2.0f, 2.0f);
   ThreadPool pool(4);
-  const std::vector<float> want = encode_images(s, w, pix.data(), grids, pool);
   const VisionInputs in = vision_inputs(s, grids);
-  const VisionPlan big = plan_vision_encoder(s, in, uint64_t(1) << 32, kVisionCudaWorkspaceBytes);
-  const uint64_t fixed = big.activation_bytes + big.workspace_bytes + big.edge_bytes;
   std::unique_ptr<Device> dev = make_cuda_device(0);
-  for (int64_t blocks : {int64_t(6), int64_t(3), int64_t(2)}) {
-    const uint64_t budget = fixed + static_cast<uint64_t>(blocks) * big.block_bytes;
-    VisionRunStats st;
-    const std::vector<float> got = encode_images_on_device(*dev, s, w, pix.data(), grids, budget, &st);
-    INFO(st.plan.describe() << "; peak " << st.device_peak_bytes << " of " << budget);
-    CHECK(st.plan.resident_blocks == (blocks == 6 ? 6 : blocks - 2));
-    CHECK(rel_diff(got, want) <= 1e-4);
-    // Device memory is taken in granules of 2 MiB: the arena of the budget rounds up to one (as the
-    // language runtime's check_memory allows), nothing else may be taken.
-    const uint64_t g = uint64_t(2) << 20;
-    CHECK(st.device_peak_bytes <= (budget + g - 1) / g * g);
+  // f32 matrices, and f16 ones as a 16-bit checkpoint keeps them (the GEMMs on tensor cores).
+  for (DType t : {DType::F32, DType::F16}) {
+    const VisionWeights w = random_vision_weights(s, 21, 0.05f, t);
+    const std::vector<float> want = encode_images(s, w, pix.data(), grids, pool);
+    const VisionPlan big = plan_vision_encoder(s, in, uint64_t(1) << 32, kVisionCudaWorkspaceBytes, t);
+    const uint64_t fixed = big.activation_bytes + big.workspace_bytes + big.edge_bytes;
+    for (int64_t blocks : {int64_t(6), int64_t(3), int64_t(2)}) {
+      const uint64_t budget = fixed + static_cast<uint64_t>(blocks) * big.block_bytes;
+      VisionRunStats st;
+      const std::vector<float> got = encode_images_on_device(*dev, s, w, pix.data(), grids, budget, &st);
+      INFO(dtype_name(t) << ": " << st.plan.describe() << "; peak " << st.device_peak_bytes << " of " << budget);
+      CHECK(st.plan.resident_blocks == (blocks == 6 ? 6 : blocks - 2));
+      CHECK(rel_diff(got, want) <= 1e-4);
+      // Device memory is taken in granules of 2 MiB: the arena of the budget rounds up to one (as the
+      // language runtime's check_memory allows), nothing else may be taken.
+      const uint64_t g = uint64_t(2) << 20;
+      CHECK(st.device_peak_bytes <= (budget + g - 1) / g * g);
+    }
   }
   // No arena is left: a new one of the whole budget can be had.
   CHECK(dev->allocate_arena(uint64_t(64) << 20) != nullptr);

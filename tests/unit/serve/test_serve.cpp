@@ -362,7 +362,7 @@ TEST_CASE("serve: /metrics counts requests and tokens", "[serve]") {
   CHECK(s.metric("shardwise_batch_size") == 0);
   CHECK(s.metric("shardwise_slots") == 1);
   CHECK(s.metric("shardwise_heap_free_bytes") >= 0);
-#ifndef __SANITIZE_ADDRESS__  // the sanitizer's allocator replaces the one the gauges read
+#ifndef __SANITIZE_ADDRESS__                             // the sanitizer's allocator replaces the one the gauges read
   CHECK(s.metric("shardwise_heap_in_use_bytes") > 1e5);  // the server's own tables at least
 #endif
   const double http = s.metric("shardwise_http_requests_total");

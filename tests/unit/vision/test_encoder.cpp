@@ -403,27 +403,27 @@ std::vector<StTensor> tower_tensors(const VisionSpec& s, const VisionWeights& w,
   t.push_back({prefix + "patch_embed.proj.weight",
                "F32",
                {h, s.in_chans, s.temporal_patch_size, s.patch_size, s.patch_size},
-               f32_bytes(w.patch_embed)});
+               f32_bytes(w.patch_embed.values())});
   for (int64_t i = 0; i < s.depth; ++i) {
     const VisionBlockWeights& b = w.blocks[static_cast<size_t>(i)];
     const std::string p = prefix + "blocks." + std::to_string(i) + ".";
     t.push_back({p + "norm1.weight", "BF16", {h}, bf16_bytes(b.norm1)});
     t.push_back({p + "norm2.weight", "BF16", {h}, bf16_bytes(b.norm2)});
-    t.push_back({p + "attn.qkv.weight", "F32", {3 * h, h}, f32_bytes(b.qkv_w)});
+    t.push_back({p + "attn.qkv.weight", "F32", {3 * h, h}, f32_bytes(b.qkv_w.values())});
     t.push_back({p + "attn.qkv.bias", "F32", {3 * h}, f32_bytes(b.qkv_b)});
-    t.push_back({p + "attn.proj.weight", "F32", {h, h}, f32_bytes(b.proj_w)});
+    t.push_back({p + "attn.proj.weight", "F32", {h, h}, f32_bytes(b.proj_w.values())});
     t.push_back({p + "attn.proj.bias", "F32", {h}, f32_bytes(b.proj_b)});
-    t.push_back({p + "mlp.gate_proj.weight", "F32", {f, h}, f32_bytes(b.gate_w)});
+    t.push_back({p + "mlp.gate_proj.weight", "F32", {f, h}, f32_bytes(b.gate_w.values())});
     t.push_back({p + "mlp.gate_proj.bias", "F32", {f}, f32_bytes(b.gate_b)});
-    t.push_back({p + "mlp.up_proj.weight", "F32", {f, h}, f32_bytes(b.up_w)});
+    t.push_back({p + "mlp.up_proj.weight", "F32", {f, h}, f32_bytes(b.up_w.values())});
     t.push_back({p + "mlp.up_proj.bias", "F32", {f}, f32_bytes(b.up_b)});
-    t.push_back({p + "mlp.down_proj.weight", "F32", {h, f}, f32_bytes(b.down_w)});
+    t.push_back({p + "mlp.down_proj.weight", "F32", {h, f}, f32_bytes(b.down_w.values())});
     t.push_back({p + "mlp.down_proj.bias", "F32", {h}, f32_bytes(b.down_b)});
   }
   t.push_back({prefix + "merger.ln_q.weight", "BF16", {h}, bf16_bytes(w.merger_norm)});
-  t.push_back({prefix + "merger.mlp.0.weight", "BF16", {m, m}, bf16_bytes(w.merger_fc1_w)});
+  t.push_back({prefix + "merger.mlp.0.weight", "BF16", {m, m}, bf16_bytes(w.merger_fc1_w.values())});
   t.push_back({prefix + "merger.mlp.0.bias", "F32", {m}, f32_bytes(w.merger_fc1_b)});
-  t.push_back({prefix + "merger.mlp.2.weight", "F32", {s.out_hidden_size, m}, f32_bytes(w.merger_fc2_w)});
+  t.push_back({prefix + "merger.mlp.2.weight", "F32", {s.out_hidden_size, m}, f32_bytes(w.merger_fc2_w.values())});
   t.push_back({prefix + "merger.mlp.2.bias", "F32", {s.out_hidden_size}, f32_bytes(w.merger_fc2_b)});
   t.push_back({"model.embed_tokens.weight", "F32", {2, 2}, f32_bytes({1, 2, 3, 4})});
   return t;
@@ -468,7 +468,7 @@ TEST_CASE("vision weights: read from safetensors under both name prefixes, shape
     CHECK(m.weights.blocks[3].down_w == w.blocks[3].down_w);
     CHECK(m.weights.blocks[0].qkv_b == w.blocks[0].qkv_b);
     CHECK(m.weights.blocks[2].norm1 == bf16_rounded(w.blocks[2].norm1));
-    CHECK(m.weights.merger_fc1_w == bf16_rounded(w.merger_fc1_w));
+    CHECK(m.weights.merger_fc1_w.values() == bf16_rounded(w.merger_fc1_w.values()));
     CHECK(m.weights.merger_fc2_b == w.merger_fc2_b);
   }
 

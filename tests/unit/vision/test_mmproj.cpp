@@ -46,15 +46,15 @@ TEST_CASE("mmproj: llama.cpp's layout reads back into the HF tower, and encodes 
     CHECK(m.weights.blocks[i].norm2 == hf.weights.blocks[i].norm2);
   }
   CHECK(m.weights.merger_fc2_w == hf.weights.merger_fc2_w);
-  std::vector<float> rounded = hf.weights.patch_embed;
+  std::vector<float> rounded = hf.weights.patch_embed.values();
   for (float& v : rounded) v = f16_to_f32(f32_to_f16(v));
-  CHECK(m.weights.patch_embed == rounded);
+  CHECK(m.weights.patch_embed.values() == rounded);
 
   // The tokens of an image equal the HF tower's with the same rounded patch embedding and llama.cpp's
   // fixed 112-pixel window (the fixture's tower has 56: the file cannot say so, and clip.cpp uses 112).
   CHECK(m.spec.window_size == 112);
   VisionWeights hf_rounded = hf.weights;
-  hf_rounded.patch_embed = rounded;
+  hf_rounded.patch_embed = VisionMatrix::from_values(rounded, hf_rounded.matrix_dtype);
   VisionSpec hf112 = hf.spec;
   hf112.window_size = 112;
   const std::vector<GridThw> grids = {{1, 6, 8}};

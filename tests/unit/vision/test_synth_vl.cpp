@@ -50,23 +50,23 @@ std::vector<float> rounded(DType t, std::vector<float> v) {
 // Every tensor of `got` equals `want`'s: matrices through `dtype`'s rounding, the patch embedding
 // through f16's, vectors exactly.
 void check_tower(const VisionWeights& got, const VisionWeights& want, DType dtype) {
-  CHECK(got.patch_embed == rounded(DType::F16, want.patch_embed));
+  CHECK(got.patch_embed.values() == rounded(DType::F16, want.patch_embed.values()));
   REQUIRE(got.blocks.size() == want.blocks.size());
   for (size_t i = 0; i < want.blocks.size(); ++i) {
     INFO("block " << i);
     const VisionBlockWeights &g = got.blocks[i], &w = want.blocks[i];
     for (auto m : {&VisionBlockWeights::qkv_w, &VisionBlockWeights::proj_w, &VisionBlockWeights::gate_w,
                    &VisionBlockWeights::up_w, &VisionBlockWeights::down_w})
-      CHECK(g.*m == rounded(dtype, w.*m));
+      CHECK((g.*m).values() == rounded(dtype, (w.*m).values()));
     for (auto v : {&VisionBlockWeights::norm1, &VisionBlockWeights::norm2, &VisionBlockWeights::qkv_b,
                    &VisionBlockWeights::proj_b, &VisionBlockWeights::gate_b, &VisionBlockWeights::up_b,
                    &VisionBlockWeights::down_b})
       CHECK(g.*v == w.*v);
   }
   CHECK(got.merger_norm == want.merger_norm);
-  CHECK(got.merger_fc1_w == rounded(dtype, want.merger_fc1_w));
+  CHECK(got.merger_fc1_w.values() == rounded(dtype, want.merger_fc1_w.values()));
   CHECK(got.merger_fc1_b == want.merger_fc1_b);
-  CHECK(got.merger_fc2_w == rounded(dtype, want.merger_fc2_w));
+  CHECK(got.merger_fc2_w.values() == rounded(dtype, want.merger_fc2_w.values()));
   CHECK(got.merger_fc2_b == want.merger_fc2_b);
 }
 

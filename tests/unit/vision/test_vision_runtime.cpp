@@ -2,7 +2,9 @@
 // streamed with and without resident blocks, the MLP in pieces, a budget too small refused), and the
 // encode on the emulated device — random delays and unequal queue speeds — equal to the CPU encoder's
 // bits in every schedule, its arena released after; dropping the copy/compute dependencies breaks it.
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -50,7 +52,7 @@ uint64_t budget_for(const VisionPlan& p, const VisionSpec& s, const VisionInputs
 TEST_CASE("vision plan: GPU-only, streamed, MLP pieces, and a budget too small", "[vision][vlmopt]") {
   const VisionSpec s = runtime_spec();
   const VisionInputs in = vision_inputs(s, kGrids);
-  const VisionPlan big = plan_vision_encoder(s, in, uint64_t(1) << 30);
+  const VisionPlan big = plan_vision_encoder(s, in, uint64_t(1) << 30, 0, DType::F32);
   CHECK(big.schedule() == "gpu-only");
   CHECK(big.resident_blocks == s.depth);
   CHECK(big.slots == 0);
@@ -59,26 +61,26 @@ TEST_CASE("vision plan: GPU-only, streamed, MLP pieces, and a budget too small",
 
   // Room for two blocks besides everything else: every block streamed through two slots.
   const uint64_t two = budget_for(big, s, in, in.n_patches, 2);
-  const VisionPlan streamed = plan_vision_encoder(s, in, two);
+  const VisionPlan streamed = plan_vision_encoder(s, in, two, 0, DType::F32);
   CHECK(streamed.schedule() == "streamed");
   CHECK(streamed.resident_blocks == 0);
   CHECK(streamed.slots == 2);
   CHECK(streamed.arena_bytes <= two);
 
   // Room for four: two resident, two slots.
-  const VisionPlan mixed = plan_vision_encoder(s, in, budget_for(big, s, in, in.n_patches, 4) + 100);
+  const VisionPlan mixed = plan_vision_encoder(s, in, budget_for(big, s, in, in.n_patches, 4) + 100, 0, DType::F32);
   CHECK(mixed.resident_blocks == 2);
   CHECK(mixed.slots == 2);
 
   // Less than two blocks' room at the full MLP: the MLP goes in pieces of 256 tokens.
   const uint64_t pieces = budget_for(big, s, in, 256, 2);
   REQUIRE(pieces < two);
-  const VisionPlan small = plan_vision_encoder(s, in, pieces);
+  const VisionPlan small = plan_vision_encoder(s, in, pieces, 0, DType::F32);
   CHECK(small.mlp_chunk == 256);
   CHECK(small.resident_blocks == 0);
   CHECK(small.arena_bytes <= pieces);
 
-  CHECK_THROWS_WITH(plan_vision_encoder(s, in, pieces - 1),
+  CHECK_THROWS_WITH(plan_vision_encoder(s, in, pieces - 1, 0, DType::F32),
                     Contains("the vision encoder needs at least") && Contains("patches"));
 }
 
@@ -89,7 +91,7 @@ TEST_CASE("vision encoder on the emulated device: the CPU's bits in every schedu
   ThreadPool pool(1);  // the emulated device's kernels run on one thread (the CPU matmul's sums depend on threads)
   const std::vector<float> want = encode_images(s, w, pix.data(), kGrids, pool);
   const VisionInputs in = vision_inputs(s, kGrids);
-  const VisionPlan big = plan_vision_encoder(s, in, uint64_t(1) << 30);
+  const VisionPlan big = plan_vision_encoder(s, in, uint64_t(1) << 30, 0, DType::F32);
 
   for (int64_t blocks : {int64_t(6), int64_t(4), int64_t(3), int64_t(2)}) {
     for (int speeds = 0; speeds < 3; ++speeds) {
@@ -112,6 +114,50 @@ TEST_CASE("vision encoder on the emulated device: the CPU's bits in every schedu
   }
 }
 
+TEST_CASE("vision encoder with 16-bit matrices: half their bytes on the device, the same encode", "[vision][vlmopt]") {
+  const VisionSpec s = runtime_spec();
+  const std::vector<float> pix = pixels(s, kGrids);
+  ThreadPool pool(1);
+  const VisionInputs in = vision_inputs(s, kGrids);
+  const VisionPlan p32 = plan_vision_encoder(s, in, uint64_t(1) << 30, 0, DType::F32);
+  for (DType t : {DType::F16, DType::BF16}) {
+    INFO(dtype_name(t));
+    const VisionWeights w = random_vision_weights(s, 3, 0.1f, t);
+    CHECK(w.matrix_dtype == t);
+    CHECK(w.blocks[2].gate_w.dtype == t);
+    CHECK(w.blocks[2].gate_w.bytes.size() == static_cast<size_t>(2 * s.intermediate_size * s.hidden_size));
+    const VisionPlan p16 = plan_vision_encoder(s, in, uint64_t(1) << 30, 0, t);
+    // A block is 4 matrices of (h, 3h), (h, h), 2 x (f, h), (h, f) and 9 vectors: the matrices' half.
+    const uint64_t h = 64, f = 96;
+    CHECK(p32.block_bytes - p16.block_bytes == 2 * (3 * h * h + h * h + 3 * f * h));
+    // The same values widened to f32 encode to the same tokens up to the sums' order; on the emulated
+    // device (CPU kernels in the device's memory) the CPU encoder's bits, streamed too.
+    VisionWeights wide = w;
+    convert_vision_matrices(wide, DType::F32);
+    CHECK(wide.blocks[2].gate_w.values() == w.blocks[2].gate_w.values());
+    const std::vector<float> want = encode_images(s, w, pix.data(), kGrids, pool);
+    const std::vector<float> f32 = encode_images(s, wide, pix.data(), kGrids, pool);
+    double err = 0, scale = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      err = std::max(err, static_cast<double>(std::fabs(want[i] - f32[i])));
+      scale = std::max(scale, static_cast<double>(std::fabs(f32[i])));
+    }
+    CHECK(err <= 1e-5 * scale);
+    for (int64_t blocks : {int64_t(6), int64_t(2)}) {
+      std::unique_ptr<Device> dev = make_emu_device();
+      const uint64_t budget = budget_for(p16, s, in, in.n_patches, blocks);
+      VisionRunStats st;
+      CHECK(encode_images_on_device(*dev, s, w, pix.data(), kGrids, budget, &st) == want);
+      CHECK(st.plan.block_bytes == p16.block_bytes);
+      CHECK(st.device_peak_bytes <= budget);
+    }
+    // Weights whose matrices disagree on their dtype are refused, naming the tensor.
+    VisionWeights mixed = w;
+    mixed.blocks[1].up_w = VisionMatrix::from_values(w.blocks[1].up_w.values(), DType::F32);
+    CHECK_THROWS_WITH(encode_images(s, mixed, pix.data(), kGrids, pool), Contains("blocks.1.mlp.up_proj.weight"));
+  }
+}
+
 TEST_CASE("vision encoder on the emulated device: each dependency is needed", "[vision][vlmopt]") {
   const VisionSpec s = runtime_spec();
   const VisionWeights w = random_vision_weights(s, 4, 0.1f);
@@ -119,7 +165,7 @@ TEST_CASE("vision encoder on the emulated device: each dependency is needed", "[
   ThreadPool pool(1);
   const std::vector<float> want = encode_images(s, w, pix.data(), kGrids, pool);
   const VisionInputs in = vision_inputs(s, kGrids);
-  const VisionPlan big = plan_vision_encoder(s, in, uint64_t(1) << 30);
+  const VisionPlan big = plan_vision_encoder(s, in, uint64_t(1) << 30, 0, DType::F32);
   const uint64_t streamed = budget_for(big, s, in, in.n_patches, 2);
   // The waits in order: compute on the inputs (1) and the edge weights (2), compute on block 0's copy
   // (3), on block 1's (4), then block 2's copy on block 0's compute, the slot's previous user (5).
@@ -166,7 +212,8 @@ TEST_CASE("plan --image-size: the encoder's plan for images of those sizes withi
   const ImageProcessorConfig processor = model_image_processor(dir, spec);
   const std::vector<GridThw> grids = {image_grid(300, 200, processor), image_grid(64, 300, processor)};
   const uint64_t budget = uint64_t(10) << 20;
-  const VisionPlan want = plan_vision_encoder(spec, vision_inputs(spec, grids), budget, kVisionCudaWorkspaceBytes);
+  const VisionPlan want = plan_vision_encoder(spec, vision_inputs(spec, grids), budget, kVisionCudaWorkspaceBytes,
+                                              stored_vision_matrix_dtype(spec, dir));
   std::string text;
   REQUIRE(test::run_command("(" + test::shardwise_bin() + " plan -m " + dir +
                                 " --hw h200-host --vram-budget 10M --image-size 300x200 --image-size 64x300 --json "
