@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "vision/image.h"
 #include "vision/preprocess.h"
+#include "vision/vision_runtime.h"
 
 namespace shardwise::serve {
 namespace {
@@ -24,6 +25,9 @@ ImageEncoder::ImageEncoder(VlModel model, const TensorView& token_embd, int thre
   if (!device_) return;
   device_->vision_kernels(model_.vision.spec.head_dim());  // set up (and warmed) before the arena
   arena_ = device_->allocate_arena(budget_bytes_);
+  // Every request copies the tower to the device: pinned once, the copies run at the link's speed.
+  // device_ is destroyed (and unpins) before model_.
+  pin_vision_matrices(*device_, model_.vision.weights);
 }
 
 VisionEncodes ImageEncoder::encodes() const {

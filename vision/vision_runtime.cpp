@@ -105,9 +105,10 @@ class OnEncodeEnd {
   F undo_;
 };
 
-// The blocks, each waiting for its weights; streamed blocks take turns in two slots, block b's copy
-// enqueued once block b - 1's compute is (so that a copy that holds the host up never leaves the device
-// without work) and waiting for block b - 2, the slot's previous user.
+// The blocks, each waiting for its weights; streamed blocks take turns in two slots, waiting for block
+// b - 2, the slot's previous user. Block b's copy is enqueued once block b - 1's compute is, resident
+// blocks' too: a copy from pageable memory holds the host until it is done, and enqueued all before the
+// first block it would keep the device idle for the whole tower's copy.
 void run_blocks(Device& dev, VisionKernels& k, const VisionSpec& s, const VisionWeights& w, const VisionPlan& plan,
                 const VisionActivations& a, uint8_t* resident, uint8_t* slots) {
   const int64_t depth = s.depth, r = plan.resident_blocks;
@@ -120,16 +121,25 @@ void run_blocks(Device& dev, VisionKernels& k, const VisionSpec& s, const Vision
     ptrs[static_cast<size_t>(b)] = copy_block(dev, dst, s, w, w.blocks[static_cast<size_t>(b)]);
     copied[static_cast<size_t>(b)] = dev.record(Queue::H2D);
   };
-  for (int64_t b = 0; b < std::min(depth, r + 2); ++b) copy(b);
+  if (depth > 0) copy(0);
   for (int64_t l = 0; l < depth; ++l) {
     dev.wait(Queue::Compute, copied[static_cast<size_t>(l)]);
     vision_block(k, s, ptrs[static_cast<size_t>(l)], a, s.full_attention(l));
     done[static_cast<size_t>(l)] = dev.record(Queue::Compute);
-    if (l + 1 >= r + 2 && l + 1 < depth) copy(l + 1);
+    if (l + 1 < depth) copy(l + 1);
   }
 }
 
 }  // namespace
+
+void pin_vision_matrices(Device& dev, const VisionWeights& w) {
+  auto pin = [&dev](const VisionMatrix& m) { dev.pin_host(m.bytes.data(), m.bytes.size(), HostAccess::ReadOnly); };
+  pin(w.patch_embed);
+  for (const VisionBlockWeights& b : w.blocks)
+    for (const VisionMatrix* m : {&b.qkv_w, &b.proj_w, &b.gate_w, &b.up_w, &b.down_w}) pin(*m);
+  pin(w.merger_fc1_w);
+  pin(w.merger_fc2_w);
+}
 
 uint64_t VisionPlan::weight_bytes() const {
   return edge_bytes + static_cast<uint64_t>(depth) * block_bytes;

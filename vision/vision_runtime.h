@@ -45,6 +45,11 @@ struct VisionPlan {
 VisionPlan plan_vision_encoder(const VisionSpec& spec, const VisionInputs& in, uint64_t budget_bytes,
                                uint64_t workspace_bytes, DType matrix_dtype);
 
+// Pins the tower's matrices in host memory (Device::pin_host) for an encoder that runs many times: its
+// copies then run at the link's speed and without holding the host. They must stay where they are, and
+// unpinned (or the device gone) before they are freed.
+void pin_vision_matrices(Device& dev, const VisionWeights& w);
+
 struct VisionRunStats {
   VisionPlan plan;
   double encode_ms = 0;            // from the arena's allocation to the tokens on the host

@@ -151,6 +151,14 @@ TEST_CASE("vision encoder with 16-bit matrices: half their bytes on the device, 
       CHECK(st.plan.block_bytes == p16.block_bytes);
       CHECK(st.device_peak_bytes <= budget);
     }
+    // Pinned for a server's many encodes: every matrix's bytes, in whole pages.
+    std::unique_ptr<Device> pinning = make_emu_device();
+    pin_vision_matrices(*pinning, w);
+    uint64_t matrices = w.patch_embed.bytes.size() + w.merger_fc1_w.bytes.size() + w.merger_fc2_w.bytes.size();
+    for (const VisionBlockWeights& b : w.blocks)
+      matrices += b.qkv_w.bytes.size() + b.proj_w.bytes.size() + b.gate_w.bytes.size() + b.up_w.bytes.size() +
+                  b.down_w.bytes.size();
+    CHECK(pinning->pinned_host_bytes() >= matrices);
     // Weights whose matrices disagree on their dtype are refused, naming the tensor.
     VisionWeights mixed = w;
     mixed.blocks[1].up_w = VisionMatrix::from_values(w.blocks[1].up_w.values(), DType::F32);
