@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """The vision-language table from scripts/gpu/vl_bench.sh's output folder (vl_bench/):
 
-    vl_table.py DIR        prints markdown: per image and budget, shardwise's encoder plan, encode time and
+    vl_table.py DIR [HF.json ...]
+                           prints markdown: per image and budget, shardwise's encoder plan, encode time and
                            measured peak, the language model's peak, end to end (encode + TTFT + 64 tokens,
                            median and min-max over the rounds) and the budget kept or not; then HF's
-                           whole-model-on-GPU baseline per image (encoder and end to end, torch's peak).
+                           whole-model-on-GPU baseline per image (encoder and end to end, the first run of a
+                           session apart from the later ones; torch's peak) from DIR/hf.json or the
+                           sessions' files given.
 """
 import glob
 import json
@@ -94,25 +97,34 @@ def e2e_rows(d, prompts):
             gib(c["vpeak"]), gib(c["lpeak"]), "yes" if within else "NO", fails))
 
 
-def hf_rows(d):
-    j = load(os.path.join(d, "hf.json"))
-    if not j:
+def hf_rows(paths):
+    """HF's runs from one or more sessions (vl_bench.py hf, each a process that loads the model once): the
+    first run of an image in a session (CUDA and kernel set-up included) apart from the later ones."""
+    runs = [j for j in (load(p) for p in paths) if j]
+    if not runs:
         print("(no HF baseline)")
         return
-    print("HF transformers, whole model on the GPU (attention: %s; weights %s GiB):" % (
-        j.get("attn_implementation"), gib(j.get("weights_bytes", 0))))
+    j = runs[0]
+    print("HF transformers, whole model on the GPU (attention: %s; weights %s GiB), %d session(s); first run"
+          " of a session, then the later ones:" % (j.get("attn_implementation"), gib(j.get("weights_bytes", 0)),
+                                                  len(runs)))
     print()
-    print("| image | encoder s | end to end s | torch peak GiB |")
-    print("|---|---|---|---|")
-    for res, r in j["images"].items():
-        if "oom" in r:
-            print("| %s | out of memory | - | %s |" % (res, gib(r["peak_bytes"])))
-        else:
-            print("| %s | %s | %s | %s |" % (res, spread(r["encode_s"]), spread(r["e2e_s"]), gib(r["peak_bytes"])))
+    print("| image | encoder s, first | encoder s, later | end to end s, first | end to end s, later | torch peak GiB |")
+    print("|---|---|---|---|---|---|")
+    for res in j["images"]:
+        rs = [r["images"][res] for r in runs if res in r["images"]]
+        if any("oom" in r for r in rs):
+            print("| %s | out of memory | - | - | - | %s |" % (res, gib(max(r["peak_bytes"] for r in rs))))
+            continue
+        first = lambda k: [r[k][0] for r in rs]
+        later = lambda k: [x for r in rs for x in r[k][1:]]
+        print("| %s | %s | %s | %s | %s | %s |" % (res, spread(first("encode_s")), spread(later("encode_s")),
+                                                   spread(first("e2e_s")), spread(later("e2e_s")),
+                                                   gib(max(r["peak_bytes"] for r in rs))))
 
 
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) < 2:
         sys.exit(__doc__)
     d = sys.argv[1]
     prompts = load(os.path.join(d, "prompts.json")) or {}
@@ -120,7 +132,7 @@ def main():
     print()
     e2e_rows(d, prompts)
     print()
-    hf_rows(d)
+    hf_rows(sys.argv[2:] or [os.path.join(d, "hf.json")])
 
 
 if __name__ == "__main__":
