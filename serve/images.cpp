@@ -31,7 +31,8 @@ ImageEncoder::ImageEncoder(VlModel model, const TensorView& token_embd, int thre
 }
 
 VisionEncodes ImageEncoder::encodes() const {
-  return {device_encodes_.load(), cpu_encodes_.load(), arena_bytes_.load(), arena_ ? budget_bytes_ : 0};
+  return {device_encodes_.load(), cpu_encodes_.load(), arena_bytes_.load(), arena_ ? budget_bytes_ : 0,
+          last_encode_ms_.load()};
 }
 
 EncodedPrompt ImageEncoder::encode(const std::vector<int32_t>& ids, const std::vector<ApiImage>& images,
@@ -65,6 +66,7 @@ EncodedPrompt ImageEncoder::encode(const std::vector<int32_t>& ids, const std::v
     ++device_encodes_;
     arena_bytes_ = encoded.run.plan.arena_bytes;
   }
+  last_encode_ms_ = encoded.encode_ms;
   const int64_t H = token_embd_.cols();
   VlInput in;
   try {

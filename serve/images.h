@@ -53,6 +53,7 @@ class ImageEncoder {
   uint64_t budget_bytes_ = 0;
   uint8_t* arena_ = nullptr;  // device_'s, budget_bytes_ of it
   std::atomic<uint64_t> device_encodes_{0}, cpu_encodes_{0}, arena_bytes_{0};
+  std::atomic<double> last_encode_ms_{0};
 };
 
 }  // namespace shardwise::serve

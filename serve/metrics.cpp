@@ -94,6 +94,9 @@ std::string Metrics::prometheus() const {
         std::to_string(vision_->cpu) + "\n";
     metric(out, "shardwise_vision_arena_bytes", "gauge", "The last device encode's arena (0: none yet)",
            static_cast<double>(vision_->arena_bytes));
+    metric(out, "shardwise_vision_last_encode_milliseconds", "gauge",
+           "The encoder's time for the last request's images, on the device or the CPU (0: none yet)",
+           vision_->last_encode_ms);
     metric(out, "shardwise_vision_held_bytes", "gauge",
            "Device memory the image encoder holds while serving (--vision-budget; 0: none)",
            static_cast<double>(vision_->held_bytes));

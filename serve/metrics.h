@@ -23,10 +23,11 @@ struct DeviceMemory {
 
 // The image encodes of a vision-language model's requests (serve/images.h): one per request with images.
 struct VisionEncodes {
-  uint64_t device = 0;       // encoded on the device, within --vision-budget
-  uint64_t cpu = 0;          // encoded on the CPU (no --vision-budget, or the images did not fit it)
-  uint64_t arena_bytes = 0;  // the last device encode's arena (0: none yet)
-  uint64_t held_bytes = 0;   // the device memory the encoder holds for its life (--vision-budget; 0: none)
+  uint64_t device = 0;        // encoded on the device, within --vision-budget
+  uint64_t cpu = 0;           // encoded on the CPU (no --vision-budget, or the images did not fit it)
+  uint64_t arena_bytes = 0;   // the last device encode's arena (0: none yet)
+  uint64_t held_bytes = 0;    // the device memory the encoder holds for its life (--vision-budget; 0: none)
+  double last_encode_ms = 0;  // the encoder's time for the last request's images (0: none yet)
 };
 
 class Metrics {

@@ -211,8 +211,10 @@ TEST_CASE(
   // The encoder's arena is allocated once, before the first request, and kept: no device allocation or
   // release per request (on CUDA one would synchronise the whole GPU under the language model's graphs).
   CHECK(server.metric("shardwise_vision_held_bytes") == 1000 << 10);
+  CHECK(server.metric("shardwise_vision_last_encode_milliseconds") == 0);
   check_reply(server.post("/v1/chat/completions", image_chat("img_56x56", text, 10)), want);
   CHECK(server.metric(kDeviceEncodes) == 1);
+  CHECK(server.metric("shardwise_vision_last_encode_milliseconds") > 0);
   CHECK(server.metric(kCpuEncodes) == 0);
   const double arena = server.metric("shardwise_vision_arena_bytes");
   CHECK(arena > 900 << 10);
