@@ -19,9 +19,12 @@ std::vector<int64_t> lengths(const std::vector<int32_t>& cu) {
   return l;
 }
 
-// The encoder as the planner prices it.
-EncoderShape encoder_shape(const VisionSpec& spec, const VisionInputs& in, const VisionPlan& p) {
+// The encoder as the planner prices it: `run --image` and `vision` copy its matrices of `dtype` from
+// pageable memory (a server pins them; plan prices the one-shot run).
+EncoderShape encoder_shape(const VisionSpec& spec, const VisionInputs& in, const VisionPlan& p, DType dtype) {
   EncoderShape e;
+  e.dtype = dtype;
+  e.pinned = false;
   e.tokens = in.n_patches;
   e.hidden = spec.hidden_size, e.intermediate = spec.intermediate_size;
   e.heads = spec.num_heads, e.head_dim = spec.head_dim();
@@ -58,8 +61,9 @@ VisionPart plan_vision_part(const std::string& dir, const std::vector<std::array
   for (const auto& s : sizes) grids.push_back(image_grid(s[0], s[1], processor));
   const VisionInputs in = vision_inputs(spec, grids);
   VisionPart v;
-  v.plan = plan_vision_encoder(spec, in, budget, kVisionCudaWorkspaceBytes, stored_vision_matrix_dtype(spec, dir));
-  v.cost = predict_encoder(cost, encoder_shape(spec, in, v.plan));
+  const DType dtype = stored_vision_matrix_dtype(spec, dir);
+  v.plan = plan_vision_encoder(spec, in, budget, kVisionCudaWorkspaceBytes, dtype);
+  v.cost = predict_encoder(cost, encoder_shape(spec, in, v.plan, dtype));
   return v;
 }
 

@@ -63,14 +63,14 @@ EncoderCost predict_encoder(const CostModel& c, const EncoderShape& s) {
   if (depth == 0 || s.tokens <= 0) return r;
   r.block_compute_ms = block_ms(c, s, false);
   r.full_block_compute_ms = block_ms(c, s, true);
-  r.copy_ms = c.transfer_ms(s.block_bytes, Direction::HostToDevice);
+  r.copy_ms = c.transfer_ms(s.block_bytes, Direction::HostToDevice, s.pinned);
   const int64_t tokens = s.tokens / s.merge_unit, m = s.hidden * s.merge_unit;
   const double embed = matmul_ms(c, s.dtype, s.tokens, s.hidden, s.patch_dim);
   const double merger = matmul_ms(c, s.dtype, tokens, m, m) + matmul_ms(c, s.dtype, tokens, s.out_hidden, m) +
                         elems_ms(c, OpKind::Norm, s.tokens * s.hidden) + elems_ms(c, OpKind::Elementwise, tokens * m);
   // The H2D queue: the edges, then the blocks in order, a streamed block's copy waiting for the compute
   // of the block two before it (its slot's previous user); compute waits for each block's copy.
-  double h2d = c.transfer_ms(s.edge_bytes, Direction::HostToDevice);
+  double h2d = c.transfer_ms(s.edge_bytes, Direction::HostToDevice, s.pinned);
   double compute = h2d + embed;
   std::vector<double> done(static_cast<size_t>(depth), 0.0);
   for (int64_t b = 0; b < depth; ++b) {

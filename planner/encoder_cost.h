@@ -22,6 +22,7 @@ struct EncoderShape {
   std::vector<int64_t> windows, frames;      // segment lengths of the window and full-attention blocks
   int64_t resident_blocks = 0;               // the first ones; the others stream through two slots
   uint64_t block_bytes = 0, edge_bytes = 0;  // weights copied per block, and for the patch embedding and merger
+  bool pinned = true;                        // the host weights pinned (else copied at the pageable rate)
 };
 
 struct EncoderCost {

@@ -46,6 +46,15 @@ TEST_CASE("encoder cost: a 7B-shaped tower at 1440p on the datasheet roofline", 
   CHECK(capped.predicted_ms >= 32 * capped.copy_ms);
   CHECK(capped.predicted_ms > streamed.predicted_ms);
 
+  // Weights copied from pageable memory (`run --image`; a server pins them): each block's copy at the
+  // pageable rate, never cheaper.
+  EncoderShape pageable = s;
+  pageable.pinned = false;
+  const EncoderCost unpinned = predict_encoder(*cost, pageable);
+  CHECK(unpinned.copy_ms > 2 * streamed.copy_ms);
+  CHECK(unpinned.predicted_ms >= streamed.predicted_ms);
+  CHECK(unpinned.predicted_ms >= 32 * unpinned.copy_ms);
+
   // A small image: far less work.
   EncoderShape small = s;
   small.tokens = 34 * 60;
