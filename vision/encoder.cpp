@@ -238,30 +238,38 @@ DType matrix_dtype_of(const std::vector<std::pair<const VisionTensorSlot<false>*
 
 }  // namespace
 
-DType stored_vision_matrix_dtype(const VisionSpec& spec, const std::string& path) {
+namespace {
+
+// Calls f with the tower's tensors found in `path`'s safetensors, paired with the slots of w (sized by
+// spec) they belong to; the files stay open for the call.
+template <class F>
+auto with_tower_tensors(const VisionSpec& spec, const std::string& path, VisionWeights& w, F&& f) {
   validate_vision_spec(spec, path);
   const auto sets = open_safetensors(path);
-  VisionWeights w;
   w.blocks.resize(static_cast<size_t>(spec.depth));
   const auto slots = vision_tensor_slots(spec, w);
-  return matrix_dtype_of(found_tensors(slots, sets, path));
+  return f(found_tensors(slots, sets, path));
+}
+
+}  // namespace
+
+DType stored_vision_matrix_dtype(const VisionSpec& spec, const std::string& path) {
+  VisionWeights w;
+  return with_tower_tensors(spec, path, w, [](const auto& found) { return matrix_dtype_of(found); });
 }
 
 VisionWeights load_vision_weights(const VisionSpec& spec, const std::string& path) {
-  validate_vision_spec(spec, path);
-  const auto sets = open_safetensors(path);
   VisionWeights w;
-  w.blocks.resize(static_cast<size_t>(spec.depth));
-  const auto slots = vision_tensor_slots(spec, w);
-  const auto found = found_tensors(slots, sets, path);
-  w.matrix_dtype = matrix_dtype_of(found);
-  for (const auto& [slot, t] : found) {
-    std::vector<float> v = tensor_to_f32(*t.set, *t.tensor);
-    if (slot->mat)
-      *slot->mat = VisionMatrix::from_values(v, w.matrix_dtype);  // exact: the values came from that dtype or wider
-    else
-      *slot->vec = std::move(v);
-  }
+  with_tower_tensors(spec, path, w, [&w](const auto& found) {
+    w.matrix_dtype = matrix_dtype_of(found);
+    for (const auto& [slot, t] : found) {
+      std::vector<float> v = tensor_to_f32(*t.set, *t.tensor);
+      if (slot->mat)
+        *slot->mat = VisionMatrix::from_values(v, w.matrix_dtype);  // exact: the values came from that dtype or wider
+      else
+        *slot->vec = std::move(v);
+    }
+  });
   return w;
 }
 
