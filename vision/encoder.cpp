@@ -135,6 +135,21 @@ std::vector<float> tensor_to_f32(const SafetensorsSet& set, const SafetensorsTen
   return out;
 }
 
+// A matrix of the file kept in dtype: its bytes as they are where the file stores that dtype, else its
+// values converted (exact where they came from dtype or a narrower type).
+VisionMatrix stored_matrix(const SafetensorsSet& set, const SafetensorsTensor& t, DType dtype) {
+  const TensorView v = set.view(t);
+  if (v.dtype != dtype) return VisionMatrix::from_values(tensor_to_f32(set, t), dtype);
+  const size_t n = static_cast<size_t>(shape_elems(v.shape));
+  SW_CHECK(v.nbytes == n * static_cast<size_t>(dtype_block_bytes(dtype)), t.file, ": tensor '", t.name, "' holds ",
+           v.nbytes, " bytes, not what its shape needs");
+  VisionMatrix m;
+  m.dtype = dtype;
+  const auto* src = static_cast<const uint8_t*>(v.data);
+  m.bytes.assign(src, src + v.nbytes);
+  return m;
+}
+
 // Seeded N(0, 1) draws from splitmix64 and Box-Muller: the same numbers on every platform, unlike
 // std::normal_distribution.
 class Gaussian {
@@ -193,11 +208,25 @@ DType vision_matrix_dtype(const std::vector<DType>& stored) {
   return DType::F32;
 }
 
+namespace {
+
+template <typename W, typename M = std::conditional_t<std::is_const_v<W>, const VisionMatrix, VisionMatrix>>
+std::vector<M*> matrices_of(W& w) {
+  std::vector<M*> m = {&w.patch_embed, &w.merger_fc1_w, &w.merger_fc2_w};
+  for (auto& b : w.blocks)
+    for (M* x : {&b.qkv_w, &b.proj_w, &b.gate_w, &b.up_w, &b.down_w}) m.push_back(x);
+  return m;
+}
+
+}  // namespace
+
+std::vector<const VisionMatrix*> vision_matrices(const VisionWeights& w) {
+  return matrices_of(w);
+}
+
 void convert_vision_matrices(VisionWeights& w, DType dtype) {
-  VisionSpec any;  // the slots' shapes are not used here
-  any.depth = static_cast<int64_t>(w.blocks.size());
-  for (const auto& slot : vision_tensor_slots(any, w))
-    if (slot.mat && slot.mat->dtype != dtype) *slot.mat = VisionMatrix::from_values(slot.mat->values(), dtype);
+  for (VisionMatrix* m : matrices_of(w))
+    if (m->dtype != dtype) *m = VisionMatrix::from_values(m->values(), dtype);
   w.matrix_dtype = dtype;
 }
 
@@ -236,10 +265,6 @@ DType matrix_dtype_of(const std::vector<std::pair<const VisionTensorSlot<false>*
   return vision_matrix_dtype(stored);
 }
 
-}  // namespace
-
-namespace {
-
 // Calls f with the tower's tensors found in `path`'s safetensors, paired with the slots of w (sized by
 // spec) they belong to; the files stay open for the call.
 template <class F>
@@ -263,11 +288,10 @@ VisionWeights load_vision_weights(const VisionSpec& spec, const std::string& pat
   with_tower_tensors(spec, path, w, [&w](const auto& found) {
     w.matrix_dtype = matrix_dtype_of(found);
     for (const auto& [slot, t] : found) {
-      std::vector<float> v = tensor_to_f32(*t.set, *t.tensor);
       if (slot->mat)
-        *slot->mat = VisionMatrix::from_values(v, w.matrix_dtype);  // exact: the values came from that dtype or wider
+        *slot->mat = stored_matrix(*t.set, *t.tensor, w.matrix_dtype);
       else
-        *slot->vec = std::move(v);
+        *slot->vec = tensor_to_f32(*t.set, *t.tensor);
     }
   });
   return w;

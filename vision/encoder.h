@@ -68,6 +68,9 @@ void check_vision_weights(const VisionSpec& spec, const VisionWeights& weights);
 // are that, else f32 (an f32 or mixed checkpoint).
 DType vision_matrix_dtype(const std::vector<DType>& stored);
 
+// Every matrix of w: the patch embedding, the merger's two and each block's five.
+std::vector<const VisionMatrix*> vision_matrices(const VisionWeights& w);
+
 // Every matrix of w converted to dtype (f32, f16 or bf16; rounded to nearest even where narrower).
 void convert_vision_matrices(VisionWeights& w, DType dtype);
 

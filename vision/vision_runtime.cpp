@@ -133,12 +133,7 @@ void run_blocks(Device& dev, VisionKernels& k, const VisionSpec& s, const Vision
 }  // namespace
 
 void pin_vision_matrices(Device& dev, const VisionWeights& w) {
-  auto pin = [&dev](const VisionMatrix& m) { dev.pin_host(m.bytes.data(), m.bytes.size(), HostAccess::ReadOnly); };
-  pin(w.patch_embed);
-  for (const VisionBlockWeights& b : w.blocks)
-    for (const VisionMatrix* m : {&b.qkv_w, &b.proj_w, &b.gate_w, &b.up_w, &b.down_w}) pin(*m);
-  pin(w.merger_fc1_w);
-  pin(w.merger_fc2_w);
+  for (const VisionMatrix* m : vision_matrices(w)) dev.pin_host(m->bytes.data(), m->bytes.size(), HostAccess::ReadOnly);
 }
 
 uint64_t VisionPlan::weight_bytes() const {
