@@ -15,11 +15,13 @@ llama() {  # LOG CTX PROMPT_FILE N_PREDICT ENV ARGS...
 cuda_mib() { grep -oP "CUDA\d+ (model|KV|compute) buffer size\s*=\s*\K[\d.]+" "$1" | awk '{s+=$1} END {printf "%.0f", s}'; }
 probe() {  # CTX ARGS... -> the CUDA MiB of that configuration (a one-token run; PROBE_ARGS added)
   local ctx=$1; shift
-  local log="$logs/probe_${ctx}_$(echo "$*" | tr -c 'a-zA-Z0-9' '_').log"
+  local log="$logs/probe_${ctx}_$(echo "${PROBE_ARGS:-} $*" | tr -c 'a-zA-Z0-9' '_').log"
+  # The same configuration probed once per call: fits for several budgets share their probes.
+  [ -s "$log.mib" ] && { cat "$log.mib"; return; }
   (cd "$work" && timeout -k 5 120 "$peerbin/llama-cli" -m "$file" -c "$ctx" -p hi -n 1 --temp 0 -no-cnv --no-warmup \
     -ub 1024 -t 16 -fa ${PROBE_ARGS:-} "$@" < /dev/null) > "$log" 2>&1
   local m=$(cuda_mib "$log")
-  echo "${m:-999999}"
+  echo "${m:-999999}" | tee "$log.mib"
 }
 layers=$("$bin" info --json "$file" | python3 -c "import json,sys; print(json.load(sys.stdin)['num_hidden_layers'])")
 fit_ngl() {  # CTX BUDGET_MIB -> the largest -ngl whose buffers fit (0..layers+1)

@@ -15,7 +15,8 @@
 # One line per run in OUT/vl_peer_runs.tsv (scripts/analysis/vl_peer_row.py reads each log), logs in
 # OUT/vl_peer_logs.tgz.
 #   vl_peers.sh OUT [BUDGETS] [RESOLUTIONS]   Env: BUNDLE, PEERS (peers_bin.tar.xz), WORK (/tmp/vlpeers),
-#   REPEATS (2), DTYPE (the language GGUF's: f16), DEADLINE_S (no new round after this; 480)
+#   REPEATS (2), DTYPE (the language GGUF's: f16), DEADLINE_S (no new round after this; 480), RUN_TIMEOUT_S
+#   (each run's limit; 300)
 set -uo pipefail
 out=${1:?usage: vl_peers.sh OUT [BUDGETS] [RESOLUTIONS]}
 budgets=${2:-4G 8G 14.5G}
@@ -26,6 +27,7 @@ source "$(dirname "$0")/peer_env.sh"
 work=${WORK:-/tmp/vlpeers}
 reps=${REPEATS:-2}
 deadline=${DEADLINE_S:-480}
+run_timeout=${RUN_TIMEOUT_S:-300}
 logs="$out/vl_peer_logs"
 mkdir -p "$work" "$logs"
 machine_facts "$out/machine.txt"
@@ -60,7 +62,7 @@ peak_run() {
 }
 mtmd() {  # LOG IMG ENV ARGS...
   local log=$1 img=$2 envs=$3; shift 3
-  peak_run "$log" env $envs timeout -k 5 300 "$peerbin/llama-mtmd-cli" -m "$file" --mmproj "$mm" --image "$img" \
+  peak_run "$log" env $envs timeout -k 5 "$run_timeout" "$peerbin/llama-mtmd-cli" -m "$file" --mmproj "$mm" --image "$img" \
     -p "$prompt" -n 64 --temp 0 --ignore-eos -c $ctx -t 16 -fa "$@"
 }
 prof="$work/profiles"
@@ -70,7 +72,7 @@ artifact_env="GGML_CUDA_PIPELINE_SHARDING=1 GGML_CUDA_REGISTER_HOST=1"
 artifact_profiles="--cpu-profile $prof/concurrent_results.txt"
 [ -s "$prof/gpu_results.txt" ] && artifact_profiles="$artifact_profiles --gpu-profile $prof/gpu_results.txt"
 sw() {  # LOG IMG BUDGET
-  peak_run "$1" timeout -k 5 300 "$bin" run -m "$file" --mmproj "$mm" --image "$2" --prompt "$prompt" -n 64 --greedy \
+  peak_run "$1" timeout -k 5 "$run_timeout" "$bin" run -m "$file" --mmproj "$mm" --image "$2" --prompt "$prompt" -n 64 --greedy \
     --ignore-eos --ctx-size $ctx --device cuda --vram-budget "$3" --threads 16 --profile "$profile" --json
 }
 mib() { python3 -c "import re,sys; m=re.fullmatch(r'([0-9.]+)G','$1'); print(int(float(m.group(1))*1024))"; }
