@@ -27,6 +27,8 @@ const char* op_kind_name(OpKind k) {
       return "elementwise";
     case OpKind::Embed:
       return "embed";
+    case OpKind::VisionAttention:
+      return "vision_attention";
   }
   return "?";
 }
@@ -49,6 +51,7 @@ double Op::flops() const {
     case OpKind::MoeExperts:
       return m * static_cast<double>(top_k) * 3.0 * 2.0 * static_cast<double>(rows) * static_cast<double>(cols);
     case OpKind::Attention:
+    case OpKind::VisionAttention:
       return 4.0 * m * static_cast<double>(ctx) * static_cast<double>(n_heads) * static_cast<double>(head_dim);
     default:
       return static_cast<double>(elems) * 4.0;
@@ -79,6 +82,8 @@ double Op::activation_bytes() const {
       return 4.0 * m * static_cast<double>(top_k) * static_cast<double>(2 * cols + 3 * rows);
     case OpKind::Attention:
       return 4.0 * m * 2.0 * static_cast<double>(n_heads * head_dim);
+    case OpKind::VisionAttention:  // the q, k, v rows read, the output written
+      return 4.0 * m * 4.0 * static_cast<double>(n_heads * head_dim);
     default:
       return 8.0 * static_cast<double>(elems);
   }
@@ -144,7 +149,8 @@ class AnalyticCostModel : public CostModel {
         t = std::max(bytes / bw, op.flops() / rate) + per_launch * overhead;
         break;
       }
-      case OpKind::Attention: {
+      case OpKind::Attention:
+      case OpKind::VisionAttention: {
         const double rate = threads * hw_.cpu_attention_gflops_per_thread * 1e9;
         t = std::max((op.weight_bytes() + op.activation_bytes()) / bw, op.flops() / rate) + overhead;
         break;
@@ -174,7 +180,8 @@ class AnalyticCostModel : public CostModel {
         t = std::max(bytes / bw, op.flops() / rate) + launches * launch;
         break;
       }
-      case OpKind::Attention: {
+      case OpKind::Attention:
+      case OpKind::VisionAttention: {
         const double rate = hw_.gpu_attention_tflops * 1e12 * gemm_efficiency(static_cast<double>(op.tokens), 16.0);
         t = std::max((op.weight_bytes() + op.activation_bytes()) / bw, op.flops() / rate) + launch;
         break;

@@ -28,6 +28,10 @@ enum class OpKind {
   Rope,
   Elementwise,  // residual adds, SwiGLU
   Embed,        // gather embedding rows (host)
+  // A vision encoder's attention (VisionKernels::attention): `tokens` patch rows in segments of `ctx`
+  // rows (windows, or whole frames), each row attending every row of its segment, no mask; q, k and v
+  // from the step's own f32 rows. The profiler times it on the GPU, where the encoder runs.
+  VisionAttention,
 };
 const char* op_kind_name(OpKind k);
 
@@ -39,6 +43,7 @@ struct Op {
   int64_t rows = 0, cols = 0;
   int64_t n_experts = 0, top_k = 0;  // MoeExperts
   // Attention: keys attended per query on average, cached keys read, and the head layout.
+  // VisionAttention: the segment's rows (n_kv_heads = n_heads).
   int64_t ctx = 0;
   int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
   int64_t elems = 0;  // Norm / Rope / Elementwise / Embed: f32 elements touched

@@ -42,6 +42,7 @@ ShapeKey shape_key(const Op& op) {
     case OpKind::MoeExperts:
       return {op.rows, op.cols, op.n_experts, op.top_k};
     case OpKind::Attention:
+    case OpKind::VisionAttention:
       return {op.ctx, op.n_heads, op.n_kv_heads, op.head_dim};
     default:
       return {0, 0, 0, 0};
@@ -256,6 +257,17 @@ class MeasuredCostModel : public CostModel {
         p.dtype = from;
         return measured_op_ms(p, env);
       }
+    }
+    // A vision encoder's attention where the profile has no rows of its kernel (profiles older than
+    // them): priced by the language model's attention rows over an f32 cache of the segment's length.
+    if (!analytic && op.kind == OpKind::VisionAttention && !measured(env.backend, op.kind, DType::F32)) {
+      warn_once(str_cat("the profile ", origin_, " has no ", backend_name(env.backend),
+                        " vision attention rows: priced from its attention rows (re-run `shardwise profile` to ",
+                        "measure them)"));
+      Op p = op;
+      p.kind = OpKind::Attention;
+      p.dtype = DType::F32;
+      return measured_op_ms(p, env);
     }
     if (!analytic && !sized_by_elems(op.kind) && dtype_is_quantized(op.dtype) &&
         !measured(env.backend, op.kind, op.dtype)) {

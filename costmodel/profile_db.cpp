@@ -39,7 +39,7 @@ using ojson = nlohmann::ordered_json;
 
 constexpr const char* kFormatName = "shardwise-profile";
 const OpKind kAllKinds[] = {OpKind::Matmul, OpKind::MoeExperts,  OpKind::Attention, OpKind::Norm,
-                            OpKind::Rope,   OpKind::Elementwise, OpKind::Embed};
+                            OpKind::Rope,   OpKind::Elementwise, OpKind::Embed,     OpKind::VisionAttention};
 
 // Measured numbers are stored to 4 significant digits (the repeats' spread is far larger).
 double round4(double v) {
@@ -61,6 +61,7 @@ std::vector<const char*> shape_columns(OpKind k) {
     case OpKind::MoeExperts:
       return {"rows", "cols", "n_experts", "top_k"};
     case OpKind::Attention:
+    case OpKind::VisionAttention:
       return {"ctx", "n_heads", "n_kv_heads", "head_dim"};
     default:
       return {"elems"};
@@ -73,6 +74,7 @@ std::vector<int64_t> shape_values(const Op& op) {
     case OpKind::MoeExperts:
       return {op.rows, op.cols, op.n_experts, op.top_k};
     case OpKind::Attention:
+    case OpKind::VisionAttention:
       return {op.ctx, op.n_heads, op.n_kv_heads, op.head_dim};
     default:
       return {op.elems};
@@ -429,6 +431,7 @@ void read_op_group(const Reader& r, const json& g, const std::string& where, Pro
         }
         break;
       case OpKind::Attention:
+      case OpKind::VisionAttention:
         s.op.ctx = r.integer(p[c], col(c), 1, kMaxDim), ++c;
         s.op.n_heads = r.integer(p[c], col(c), 1, 1 << 20), ++c;
         s.op.n_kv_heads = r.integer(p[c], col(c), 1, 1 << 20), ++c;

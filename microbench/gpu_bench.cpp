@@ -20,6 +20,7 @@
 #include "core/thread_pool.h"
 #include "executor/cuda/cuda_kernels.h"
 #include "executor/device/device.h"
+#include "executor/device/vision_kernels.h"
 #include "executor/model/moe_routing.h"
 #include "microbench/bench_data.h"
 
@@ -60,6 +61,7 @@ class CudaBench final : public GpuBench {
     // Whatever uses the stream and the cuBLAS handle goes first: the MoE blocks synchronise their
     // stream when destroyed (a destroyed stream there ended a validation run with SIGSEGV).
     kernels_.reset();
+    vision_.reset();
     dev_.reset();
     for (cudaStream_t s : tr_s_)
       if (s) cudaStreamDestroy(s);
@@ -96,6 +98,9 @@ class CudaBench final : public GpuBench {
         break;
       case OpKind::Attention:
         ms = attention(op);
+        break;
+      case OpKind::VisionAttention:
+        ms = vision_attention(op);
         break;
       case OpKind::MoeExperts:
         ms = moe(op);
@@ -319,6 +324,28 @@ class CudaBench final : public GpuBench {
     });
   }
 
+  // The vision encoder's attention kernel over `tokens` fused q/k/v rows in segments of `ctx` rows (the
+  // last one shorter where ctx does not divide tokens), as an encode runs it: the rows were just
+  // written by the qkv projection, so nothing rotates them out of the L2.
+  double vision_attention(const Op& op) {
+    SW_CHECK(op.tokens > 0 && op.ctx > 0 && op.n_heads > 0, "profile: vision attention of ", op.tokens,
+             " rows in segments of ", op.ctx);
+    if (!vision_) {
+      vision_ = make_cuda_vision_kernels(stream_, blas_);
+      vision_->set_workspace(ws_, ws_bytes_);
+    }
+    std::vector<int32_t> cu = {0};
+    while (cu.back() < op.tokens) cu.push_back(static_cast<int32_t>(std::min<int64_t>(cu.back() + op.ctx, op.tokens)));
+    const uint64_t width = static_cast<uint64_t>(op.n_heads * op.head_dim);
+    const uint64_t rows = static_cast<uint64_t>(op.tokens);
+    float* qkv = activations(4 * rows * width + cu.size());
+    float* out = qkv + 3 * rows * width;
+    int32_t* dev_cu = reinterpret_cast<int32_t*>(out + rows * width);
+    ck(cudaMemcpy(dev_cu, cu.data(), cu.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "cu_seqlens");
+    const int64_t n_segments = static_cast<int64_t>(cu.size()) - 1, max_len = std::min(op.ctx, op.tokens);
+    return timed([&] { vision_->attention(qkv, out, dev_cu, n_segments, max_len, op.n_heads, op.head_dim); });
+  }
+
   // The MoE FFN block (norm, routed experts, combine) of a qwen3_moe layer, tokens routed at random.
   double moe(const Op& op) {
     const uint64_t one = static_cast<uint64_t>(op.rows) * dtype_row_bytes(op.dtype, op.cols);
@@ -409,6 +436,7 @@ class CudaBench final : public GpuBench {
   std::string moe_key_;
   ModelSpec moe_spec_;
   std::unique_ptr<DeviceKernels> kernels_;
+  std::unique_ptr<VisionKernels> vision_;  // the vision encoder's kernels, made on first use
   DevLayer layer_;
   uint64_t moe_turn_ = 0;
   int filled_ = -1;

@@ -466,6 +466,11 @@ Op attention_op(DType dt, int64_t tokens, int64_t ctx, const AttentionLayout& l)
   op.head_dim = l.head_dim;
   return op;
 }
+Op vision_attention_op(int64_t tokens, int64_t segment, const AttentionLayout& l) {
+  Op op = attention_op(DType::F32, tokens, segment, l);
+  op.kind = OpKind::VisionAttention;
+  return op;
+}
 Op moe_op(DType dt, int64_t tokens, const MoeShape& m) {
   Op op;
   op.kind = OpKind::MoeExperts;
@@ -691,7 +696,8 @@ std::string series_key(const Op& op) {
   std::ostringstream s;
   s << static_cast<int>(op.kind) << '/' << static_cast<int>(op.dtype) << '/' << op.rows << '/' << op.cols << '/'
     << op.n_experts << '/' << op.n_heads << '/' << op.n_kv_heads << '/' << op.head_dim;
-  if (op.kind == OpKind::Attention) s << "/t" << op.tokens;  // attention series run over ctx
+  if (op.kind == OpKind::Attention) s << "/t" << op.tokens;     // attention series run over ctx
+  if (op.kind == OpKind::VisionAttention) s << "/c" << op.ctx;  // vision attention series over rows
   return s.str();
 }
 
@@ -720,6 +726,11 @@ void op_lists(const Grid& g, Backend b, std::vector<Op>* ops) {
   if (b == Backend::Cpu)
     for (OpKind k : {OpKind::Rope, OpKind::Embed})
       for (int64_t e : g.elems) ops->push_back(simple_op(k, e));
+  if (b == Backend::Gpu)  // the vision encoder runs on the GPU (its CPU encode is a fallback, not planned)
+    for (const AttentionLayout& l : g.vision_attention)
+      for (int64_t seg : g.vision_segments)
+        for (int64_t t : g.vision_tokens)
+          if (t >= seg) ops->push_back(vision_attention_op(t, seg, l));
 }
 
 std::vector<Op> contention_ops(const Grid& g) {
@@ -1066,6 +1077,9 @@ std::string label_of(const Op& op) {
     case OpKind::Attention:
       s << op.n_heads << "/" << op.n_kv_heads << "x" << op.head_dim << " ctx" << op.ctx << " t" << op.tokens;
       break;
+    case OpKind::VisionAttention:
+      s << op.n_heads << "x" << op.head_dim << " segments of " << op.ctx << " t" << op.tokens;
+      break;
     default:
       s << op.elems << " elems";
   }
@@ -1130,6 +1144,9 @@ std::vector<Op> validation_ops(const ProfileDB& db, bool quick) {
     for (const MoeShape& m : v.moe)
       for (int64_t t : v.tokens)
         if (t <= 768) ops.push_back(moe_op(dt, t, m));
+  if (db.has_gpu())
+    for (const AttentionLayout& l : v.vision_attention)
+      for (const auto& [rows, segment] : v.vision_cases) ops.push_back(vision_attention_op(rows, segment, l));
   for (const Op& op : ops)
     for (const OpSample& s : db.ops)
       if (same_shape(op, s.op))
@@ -1256,7 +1273,8 @@ ValidationReport validate_profile(const ProfileDB& db, const ProfileOptions& o) 
                     progress,
                     r};
   for (int t : db.threads)
-    for (const Op& op : ops) run.run_case(Backend::Cpu, t, op);
+    for (const Op& op : ops)
+      if (op.kind != OpKind::VisionAttention) run.run_case(Backend::Cpu, t, op);  // timed on the GPU only
   if (with_gpu)
     for (const Op& op : ops) run.run_case(Backend::Gpu, 0, op);
   if (!o.progress && gpu) std::fprintf(stderr, "validate: CPU work under copy traffic\n");

@@ -24,7 +24,9 @@ double elems_ms(const CostModel& c, OpKind k, int64_t elems) {
   return c.op_ms(op, ExecEnv{Backend::Gpu});
 }
 
-// Attention over segments of these lengths: each query attends its whole segment (ctx = length).
+// The attention kernel's one launch over segments of these lengths (each query attends its whole
+// segment), priced per segment length as that length's segments' rows: the windows of one length
+// are one row count.
 double attention_ms(const CostModel& c, const EncoderShape& s, const std::vector<int64_t>& segments) {
   std::map<int64_t, int64_t> count;
   for (int64_t l : segments)
@@ -32,13 +34,13 @@ double attention_ms(const CostModel& c, const EncoderShape& s, const std::vector
   double ms = 0;
   for (const auto& [len, n] : count) {
     Op op;
-    op.kind = OpKind::Attention;
+    op.kind = OpKind::VisionAttention;
     op.dtype = DType::F32;
-    op.tokens = len;
+    op.tokens = len * n;
     op.ctx = len;
     op.n_heads = op.n_kv_heads = s.heads;
     op.head_dim = s.head_dim;
-    ms += static_cast<double>(n) * c.op_ms(op, ExecEnv{Backend::Gpu});
+    ms += c.op_ms(op, ExecEnv{Backend::Gpu});
   }
   return ms;
 }

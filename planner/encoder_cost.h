@@ -1,6 +1,7 @@
 // planner/encoder_cost.h — the time of a vision encoder's encode on the GPU as vision/vision_runtime.h
 // runs it, priced by the cost model: each block's linear layers (Matmul rows of the weights' dtype), its
-// attention over each segment (Attention rows with every query attending the whole segment), norms,
+// attention (VisionAttention rows: the kernel's segments of each length, every query attending its whole
+// segment; a profile without them prices it from its Attention rows), norms,
 // rotary and element-wise work, and the weight copies, overlapped as the runtime overlaps them (the
 // resident blocks' copies queued at the start, streamed blocks' copies each waiting for the slot's
 // previous user). Plain shapes in, so that the planner needs nothing of vision/.

@@ -342,6 +342,9 @@ PerfGrid quick_grid() {
   g.elems = {4096, 65536, 1 << 20};
   g.contention_matrices = {{"small", 1024, 512}};
   g.contention_tokens = {1, 16};
+  g.vision_attention = {{4, 4, 16}};
+  g.vision_segments = {16, 64};
+  g.vision_tokens = {64, 256};
   return g;
 }
 
@@ -366,6 +369,11 @@ PerfGrid full_grid() {
   g.contention_matrices = {layer_matrix(dense, "q"), layer_matrix(dense, "gate_up"),
                            layer_matrix(moe, "expert_gate_up"), layer_matrix(moe, "kv")};
   g.contention_tokens = {1, 4, 16, 64, 256, 1024};
+  // Qwen2.5-VL's towers (1280 wide: 16 heads of 80): windows of up to 64 patches (fewer at a frame's
+  // edge), whole frames of 2K-19K patches from 480p to 1440p.
+  g.vision_attention = {{16, 16, 80}};
+  g.vision_segments = {16, 64, 256, 1024, 4096, 16384};
+  g.vision_tokens = {1024, 4096, 16384};
   return g;
 }
 
@@ -393,6 +401,8 @@ ValidationGrid validation_grid(bool quick) {
     v.context = 600;
     v.moe = {{16, 4, 192, 256}};
     v.dtypes = {DType::F16, DType::Q4_0};
+    v.vision_attention = {{4, 4, 16}};
+    v.vision_cases = {{96, 96}, {192, 32}};
     return v;
   }
   const ModelSpec nemo4b = builtin_spec("nemo4b"), qwen235b = builtin_spec("qwen235b");
@@ -403,6 +413,10 @@ ValidationGrid validation_grid(bool quick) {
   v.context = 24576;
   v.moe = {moe_shape(qwen235b)};
   v.dtypes = {DType::F16, DType::Q8_0, DType::Q4_0};
+  // Whole frames of a 480p and a 1080p image, and the windows of a 720p one (64 patches, and the
+  // smaller windows at a frame's edge).
+  v.vision_attention = {{16, 16, 80}};
+  v.vision_cases = {{2040, 2040}, {10764, 10764}, {4800, 64}, {4800, 40}};
   return v;
 }
 

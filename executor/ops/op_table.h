@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -108,6 +109,10 @@ struct PerfGrid {
   std::vector<int64_t> elems;                    // Norm / Rope / Elementwise / Embed: f32 elements
   std::vector<MatrixShape> contention_matrices;  // timed again under copy traffic
   std::vector<int64_t> contention_tokens;
+  // The vision encoder's attention (GPU): head layouts, segment lengths (windows and whole frames) and
+  // row counts; each row count at least its segment length.
+  std::vector<AttentionLayout> vision_attention;
+  std::vector<int64_t> vision_segments, vision_tokens;
 };
 // The full grid: the layers of the dense and the MoE model the profile is for (perf_dense_model,
 // perf_moe_model), MHA layouts and other expert shapes beside them; the quick grid: small shapes.
@@ -121,6 +126,9 @@ struct ValidationGrid {
   int64_t context = 0;
   std::vector<MoeShape> moe;
   std::vector<DType> dtypes;
+  // The vision encoder's attention: (rows, segment length) pairs of other image sizes than the grid's.
+  std::vector<AttentionLayout> vision_attention;
+  std::vector<std::pair<int64_t, int64_t>> vision_cases;
 };
 ValidationGrid validation_grid(bool quick);
 

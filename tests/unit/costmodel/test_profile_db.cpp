@@ -1110,3 +1110,45 @@ TEST_CASE("profile model: attention over a 16-bit or q8_0 cache is priced from i
   CHECK(measured8->op_ms(a8, cpu) < 0.7 * measured8->op_ms(a16, cpu));
   CHECK(measured8->op_ms(a16, cpu) == measured->op_ms(a16, cpu));
 }
+
+TEST_CASE("profile model: a vision encoder's attention is priced from its own rows, else from the attention rows",
+          "[profile][vision]") {
+  const ProfileDB db = stored(synthetic_profile());
+  // Rows of the vision kernel as the profiler's grid times them: segments of 16 .. 16K rows.
+  auto vision = [](int64_t rows, int64_t segment) {
+    Op op = attention(rows, segment, 16, 16, 80);
+    op.kind = OpKind::VisionAttention;
+    return op;
+  };
+  const ExecEnv gpu{Backend::Gpu, 0, 0};
+  auto old_model = make_measured_cost_model(db);
+  for (const auto& [rows, segment] : std::vector<std::pair<int64_t, int64_t>>{{2040, 2040}, {4800, 64}}) {
+    INFO(rows << " rows in segments of " << segment);
+    Op as_attention = vision(rows, segment);
+    as_attention.kind = OpKind::Attention;
+    CHECK(old_model->op_ms(vision(rows, segment), gpu) == old_model->op_ms(as_attention, gpu));
+  }
+  ProfileDB with = db;
+  for (int64_t segment : {16, 64, 256, 1024, 4096, 16384})
+    for (int64_t rows : {1024, 4096, 16384})
+      if (rows >= segment) {
+        const Op op = vision(rows, segment);
+        with.ops.push_back({Backend::Gpu, 0, false, 0, op, true_ms(op, Backend::Gpu, 0, false), 0.01, 20});
+      }
+  fit_profile(with);
+  const ProfileDB read = stored(with);
+  auto model = make_measured_cost_model(read);
+  CHECK(model->op_ms(vision(4096, 1024), gpu) ==
+        Approx(true_ms(vision(4096, 1024), Backend::Gpu, 0, false)).epsilon(1e-3));
+  // Other segment lengths and row counts (frames of 480p and 1080p images, windows at a frame's edge)
+  // follow the kernel's rows, not the language attention's (twice as fast here).
+  for (const auto& [rows, segment] :
+       std::vector<std::pair<int64_t, int64_t>>{{2040, 2040}, {10764, 10764}, {4800, 40}}) {
+    INFO(rows << " rows in segments of " << segment);
+    const double want = true_ms(vision(rows, segment), Backend::Gpu, 0, false);
+    CHECK(model->op_ms(vision(rows, segment), gpu) == Approx(want).epsilon(0.1));
+    Op as_attention = vision(rows, segment);
+    as_attention.kind = OpKind::Attention;
+    if (rows >= 4096) CHECK(model->op_ms(as_attention, gpu) < 0.7 * want);
+  }
+}

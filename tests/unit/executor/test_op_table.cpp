@@ -146,6 +146,10 @@ TEST_CASE("op table: the full profile grid is the dense and MoE models' layers",
   CHECK(g.elems == std::vector<int64_t>{4096, 65536, 1 << 20, 1 << 23});
   CHECK(dims_of(g.contention_matrices) == std::vector<Dims>{{4096, 4096}, {11520, 4096}, {768, 2048}, {512, 2048}});
   CHECK(g.contention_tokens == std::vector<int64_t>{1, 4, 16, 64, 256, 1024});
+  // The vision encoder's attention: Qwen2.5-VL's tower layout, windows and whole frames.
+  CHECK(layouts_of(g.vision_attention) == std::vector<std::tuple<int64_t, int64_t, int64_t>>{{16, 16, 80}});
+  CHECK(g.vision_segments == std::vector<int64_t>{16, 64, 256, 1024, 4096, 16384});
+  CHECK(g.vision_tokens == std::vector<int64_t>{1024, 4096, 16384});
 }
 
 TEST_CASE("op table: the validation cases are other models' layers, never in the profile grid", "[op_table]") {
@@ -171,6 +175,13 @@ TEST_CASE("op table: the validation cases are other models' layers, never in the
     for (Dims d : dims_of(v.matrices)) CHECK(std::find(grid.begin(), grid.end(), d) == grid.end());
     for (int64_t t : v.tokens) CHECK(std::find(g.cpu_tokens.begin(), g.cpu_tokens.end(), t) == g.cpu_tokens.end());
     CHECK(std::find(g.contexts.begin(), g.contexts.end(), v.context) == g.contexts.end());
+    // Vision attention cases: rows or segment length off the grid's (each a row count the grid never has).
+    CHECK(layouts_of(v.vision_attention) == layouts_of(g.vision_attention));
+    CHECK(!v.vision_cases.empty());
+    for (const auto& [rows, segment] : v.vision_cases) {
+      CHECK(segment <= rows);
+      CHECK(std::find(g.vision_tokens.begin(), g.vision_tokens.end(), rows) == g.vision_tokens.end());
+    }
   }
 }
 
