@@ -12,31 +12,12 @@ the spread of the ratios (median and p90 of |ratio - 1|, and the ratios' range),
 best is the same in both, and each study's regret against that spread. Decisions only the resample has
 (another model, e.g. load-balanced routing) are listed with their pick, best and regret.
 """
-import json
+import os
 import statistics
 import sys
 
-CANDIDATES = ("gpu-only", "static", "dynamic")
-KEY = ("model", "budget", "ctx", "threads", "pcie_cap", "tier")
-
-
-def load(path):
-    decisions = {}
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line.startswith("{"):
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                sys.exit(f"{path}:{n}: not a JSON line")
-            if row.get("record") != "row":
-                continue
-            if any(k not in row for k in KEY + ("schedule", "status")):
-                sys.exit(f"{path}:{n}: not a `shardwise sweep` row")
-            decisions.setdefault(tuple(row[k] for k in KEY), {})[row["schedule"]] = row
-    return decisions
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare_oracle import CANDIDATES, load  # noqa: E402  (the study files' reader, one for both scripts)
 
 
 def measured(rows):
