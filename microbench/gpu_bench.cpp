@@ -62,11 +62,13 @@ class CudaBench final : public GpuBench {
     // stream when destroyed (a destroyed stream there ended a validation run with SIGSEGV).
     kernels_.reset();
     vision_.reset();
+    if (vision_blas_) cublasDestroy(vision_blas_);
     dev_.reset();
     for (cudaStream_t s : tr_s_)
       if (s) cudaStreamDestroy(s);
-    for (void* p : {static_cast<void*>(set_), static_cast<void*>(ws_), static_cast<void*>(act_),
-                    static_cast<void*>(moe_), static_cast<void*>(kv_), static_cast<void*>(tr_dev_)})
+    for (void* p :
+         {static_cast<void*>(set_), static_cast<void*>(ws_), static_cast<void*>(vision_ws_), static_cast<void*>(act_),
+          static_cast<void*>(moe_), static_cast<void*>(kv_), static_cast<void*>(tr_dev_)})
       if (p) cudaFree(p);
     if (tr_host_) cudaFreeHost(tr_host_);
     cudaEventDestroy(e0_);
@@ -331,8 +333,12 @@ class CudaBench final : public GpuBench {
     SW_CHECK(op.tokens > 0 && op.ctx > 0 && op.n_heads > 0, "profile: vision attention of ", op.tokens,
              " rows in segments of ", op.ctx);
     if (!vision_) {
-      vision_ = make_cuda_vision_kernels(stream_, blas_);
-      vision_->set_workspace(ws_, ws_bytes_);
+      // A cuBLAS handle and workspace of their own: set_workspace points its handle's workspace into the
+      // region, which would overlap the matmul runner's use of ws_ on the shared handle.
+      if (cublasCreate(&vision_blas_) != CUBLAS_STATUS_SUCCESS) fail("profile: cublasCreate failed");
+      ck(cudaMalloc(&vision_ws_, kVisionWorkspaceBytes), "cudaMalloc vision workspace");
+      vision_ = make_cuda_vision_kernels(stream_, vision_blas_);
+      vision_->set_workspace(vision_ws_, kVisionWorkspaceBytes);
     }
     std::vector<int32_t> cu = {0};
     while (cu.back() < op.tokens) cu.push_back(static_cast<int32_t>(std::min<int64_t>(cu.back() + op.ctx, op.tokens)));
@@ -437,6 +443,9 @@ class CudaBench final : public GpuBench {
   ModelSpec moe_spec_;
   std::unique_ptr<DeviceKernels> kernels_;
   std::unique_ptr<VisionKernels> vision_;  // the vision encoder's kernels, made on first use
+  static constexpr uint64_t kVisionWorkspaceBytes = 8ull << 20;
+  cublasHandle_t vision_blas_ = nullptr;
+  uint8_t* vision_ws_ = nullptr;
   DevLayer layer_;
   uint64_t moe_turn_ = 0;
   int filled_ = -1;
