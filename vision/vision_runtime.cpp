@@ -152,7 +152,8 @@ std::string VisionPlan::describe() const {
 }
 
 VisionPlan plan_vision_encoder(const VisionSpec& s, const VisionInputs& in, uint64_t budget, uint64_t workspace,
-                               DType matrix_dtype) {
+                               DType matrix_dtype, int64_t max_resident) {
+  SW_CHECK(max_resident >= 0, "plan_vision_encoder: max_resident ", max_resident);
   VisionPlan p;
   p.n_patches = in.n_patches;
   p.depth = s.depth;
@@ -186,11 +187,12 @@ VisionPlan plan_vision_encoder(const VisionSpec& s, const VisionInputs& in, uint
          ", patch embedding and merger ", format_bytes(p.edge_bytes), ", two blocks ", format_bytes(two),
          "); the budget is ", format_bytes(budget));
   const uint64_t all = static_cast<uint64_t>(s.depth) * p.block_bytes;
-  if (fixed + all <= budget) {
+  if (fixed + all <= budget && max_resident >= s.depth) {
     p.resident_blocks = s.depth;
   } else {
-    p.slots = 2;
-    p.resident_blocks = static_cast<int64_t>((budget - fixed - 2 * p.block_bytes) / p.block_bytes);
+    const int64_t fit = static_cast<int64_t>((budget - fixed - two) / p.block_bytes);
+    p.resident_blocks = std::max<int64_t>(0, std::min({fit, max_resident, s.depth - 2}));
+    p.slots = std::min<int64_t>(2, s.depth - p.resident_blocks);
   }
   p.arena_bytes = fixed + static_cast<uint64_t>(p.resident_blocks + p.slots) * p.block_bytes;
   return p;
@@ -205,12 +207,12 @@ struct PlannedEncode {
 // The checked inputs of these images and their plan within `budget` on this device's kernels, the
 // weight layout checked against it.
 PlannedEncode planned_encode(Device& dev, const VisionSpec& s, const VisionWeights& w,
-                             const std::vector<GridThw>& grids, uint64_t budget) {
+                             const std::vector<GridThw>& grids, uint64_t budget, int64_t max_resident) {
   validate_vision_spec(s, "encode_images");
   PlannedEncode p{vision_inputs(s, grids), {}};
   check_vision_weights(s, w);
   VisionKernels& k = dev.vision_kernels(s.head_dim());  // loaded before any arena of this encode
-  p.plan = plan_vision_encoder(s, p.in, budget, k.workspace_bytes(), w.matrix_dtype);
+  p.plan = plan_vision_encoder(s, p.in, budget, k.workspace_bytes(), w.matrix_dtype, max_resident);
   SW_CHECK(laid_out_bytes(block_tensors(w.blocks.at(0))) == p.plan.block_bytes &&
                laid_out_bytes(edge_tensors(w)) == p.plan.edge_bytes,
            "vision encoder: the planned weight layout differs from the weights'");
@@ -260,8 +262,8 @@ std::vector<float> encode_planned(Device& dev, const VisionSpec& s, const Vision
 
 std::vector<float> encode_images_on_device(Device& dev, const VisionSpec& s, const VisionWeights& w,
                                            const float* pixel_values, const std::vector<GridThw>& grids,
-                                           uint64_t budget, VisionRunStats* stats) {
-  const PlannedEncode p = planned_encode(dev, s, w, grids, budget);
+                                           uint64_t budget, VisionRunStats* stats, int64_t max_resident) {
+  const PlannedEncode p = planned_encode(dev, s, w, grids, budget, max_resident);
   const auto t0 = std::chrono::steady_clock::now();
   uint8_t* arena = dev.allocate_arena(p.plan.arena_bytes);
   OnEncodeEnd release([&dev] { dev.release_arena(); });
@@ -272,7 +274,7 @@ std::vector<float> encode_images_in_arena(Device& dev, uint8_t* arena, uint64_t 
                                           const VisionWeights& w, const float* pixel_values,
                                           const std::vector<GridThw>& grids, VisionRunStats* stats) {
   SW_CHECK(arena != nullptr, "encode_images_in_arena: no arena");
-  const PlannedEncode p = planned_encode(dev, s, w, grids, arena_bytes);
+  const PlannedEncode p = planned_encode(dev, s, w, grids, arena_bytes, INT64_MAX);
   return encode_planned(dev, s, w, p.plan, p.in, arena, pixel_values, std::chrono::steady_clock::now(), stats);
 }
 

@@ -25,7 +25,7 @@ struct VisionPlan {
   int64_t n_patches = 0, depth = 0;
   int64_t mlp_chunk = 0;        // MLP tokens per piece
   int64_t resident_blocks = 0;  // blocks 0 .. resident_blocks - 1 stay for the whole encode
-  int64_t slots = 0;            // slots the other blocks take turns in (0 or 2)
+  int64_t slots = 0;            // slots the other blocks take turns in (0, or 2; 1 for a one-block tower)
   uint64_t budget_bytes = 0;
   uint64_t activation_bytes = 0;  // vision_activation_bytes
   uint64_t workspace_bytes = 0;   // the kernels' temporaries
@@ -40,10 +40,12 @@ struct VisionPlan {
 // The plan for these images' inputs under budget_bytes, with workspace_bytes for the kernels'
 // temporaries (VisionKernels::workspace_bytes) and the weights' matrices in matrix_dtype
 // (VisionWeights::matrix_dtype): the MLP piece is min(n, 4096) tokens, smaller (down to 256) only where
-// that is what fits; then as many resident blocks as the rest holds. Throws Error naming the bytes needed
-// when not even the activations, the edge weights and two slots fit.
+// that is what fits; then as many resident blocks as the rest holds, at most max_resident (the oracle
+// measures the plans with fewer; every block resident is GPU-only, any fewer stream the others through
+// two slots). Throws Error naming the bytes needed when not even the activations, the edge weights and
+// two slots fit.
 VisionPlan plan_vision_encoder(const VisionSpec& spec, const VisionInputs& in, uint64_t budget_bytes,
-                               uint64_t workspace_bytes, DType matrix_dtype);
+                               uint64_t workspace_bytes, DType matrix_dtype, int64_t max_resident = INT64_MAX);
 
 // Pins the tower's matrices in host memory (Device::pin_host) for an encoder that runs many times: its
 // copies then run at the link's speed and without holding the host. They must stay where they are, and
@@ -59,9 +61,11 @@ struct VisionRunStats {
 // encode_images (encoder.h) on `device`, planned under budget_bytes: the arena is allocated for the encode
 // and released before returning (also on an error). The device must hold no arena when called. The
 // result is the CPU encoder's within f32 rounding (the same operations; CUDA sums in other orders).
+// max_resident as in plan_vision_encoder.
 std::vector<float> encode_images_on_device(Device& device, const VisionSpec& spec, const VisionWeights& weights,
                                            const float* pixel_values, const std::vector<GridThw>& grid_thw,
-                                           uint64_t budget_bytes, VisionRunStats* stats = nullptr);
+                                           uint64_t budget_bytes, VisionRunStats* stats = nullptr,
+                                           int64_t max_resident = INT64_MAX);
 
 // The same within an arena the caller holds on `device` (`arena_bytes` from `arena`, the budget): nothing is
 // allocated or released on the device. A server keeps its encoder's arena for its life: allocating and

@@ -114,6 +114,46 @@ TEST_CASE("vision encoder on the emulated device: the CPU's bits in every schedu
   }
 }
 
+TEST_CASE("vision plan: at most max_resident blocks resident, the CPU's bits still", "[vision][vlmopt]") {
+  const VisionSpec s = runtime_spec();
+  const VisionWeights w = random_vision_weights(s, 3, 0.1f);
+  const std::vector<float> pix = pixels(s, kGrids);
+  ThreadPool pool(1);
+  const std::vector<float> want = encode_images(s, w, pix.data(), kGrids, pool);
+  const VisionInputs in = vision_inputs(s, kGrids);
+  const uint64_t budget = uint64_t(1) << 30;  // holds every block
+  for (int64_t most : {int64_t(6), int64_t(4), int64_t(1), int64_t(0)}) {
+    const VisionPlan p = plan_vision_encoder(s, in, budget, 0, DType::F32, most);
+    INFO("max_resident " << most << ": " << p.describe());
+    CHECK(p.resident_blocks == most);
+    CHECK(p.slots == (most == s.depth ? 0 : 2));
+    CHECK(p.arena_bytes <= budget);
+    std::unique_ptr<Device> dev = make_emu_device(EmuOptions{});
+    VisionRunStats st;
+    CHECK(encode_images_on_device(*dev, s, w, pix.data(), kGrids, budget, &st, most) == want);
+    CHECK(st.plan.resident_blocks == most);
+  }
+  // More than the budget holds: as many as fit beside the two slots.
+  const VisionPlan room = plan_vision_encoder(s, in, budget, 0, DType::F32);
+  const uint64_t three = room.arena_bytes - 3 * room.block_bytes;  // three blocks' room
+  CHECK(plan_vision_encoder(s, in, three, 0, DType::F32, 5).resident_blocks == 1);
+  CHECK_THROWS_WITH(plan_vision_encoder(s, in, budget, 0, DType::F32, -1), Contains("max_resident"));
+
+  // A one-block tower streamed: one slot, within the budget, the CPU's bits.
+  VisionSpec one = s;
+  one.depth = 1;
+  one.fullatt_block_indexes = {0};
+  const VisionWeights w1 = random_vision_weights(one, 4, 0.1f);
+  const std::vector<float> want1 = encode_images(one, w1, pix.data(), kGrids, pool);
+  const VisionPlan all1 = plan_vision_encoder(one, in, budget, 0, DType::F32);
+  const VisionPlan p1 = plan_vision_encoder(one, in, all1.arena_bytes, 0, DType::F32, 0);
+  CHECK(p1.resident_blocks == 0);
+  CHECK(p1.slots == 1);
+  CHECK(p1.arena_bytes <= all1.arena_bytes);
+  std::unique_ptr<Device> dev = make_emu_device(EmuOptions{});
+  CHECK(encode_images_on_device(*dev, one, w1, pix.data(), kGrids, all1.arena_bytes, nullptr, 0) == want1);
+}
+
 TEST_CASE("vision encoder with 16-bit matrices: half their bytes on the device, the same encode", "[vision][vlmopt]") {
   const VisionSpec s = runtime_spec();
   const std::vector<float> pix = pixels(s, kGrids);
