@@ -14,6 +14,7 @@
 #include "microbench/profiler.h"
 #include "oracle/experiment.h"
 #include "oracle/sweep.h"
+#include "oracle/vision_sweep.h"
 
 namespace shardwise::cli {
 namespace {
@@ -163,9 +164,24 @@ SweepResult run_sweep_checked(const SweepArgs& a, const Experiment& e, const Swe
   fail_all_dropped(a, o.shard_count, r.dropped);
 }
 
+// A vision encoder experiment (oracle/vision_sweep.h): its rows run on the device alone, so the language
+// sweep's machine check and probes of the CPU at a thread count do not apply.
+void run_vision_sweep_verb(const SweepArgs& a, const Experiment& e) {
+  if (!a.routing_from.empty()) fail("--routing-from: ", a.file, " is a vision encoder experiment (no MoE routing)");
+  if (!a.timelines.empty()) fail("--timelines: not recorded for a vision encoder experiment (", a.file, ")");
+  if (a.machine_check == "on" || a.machine_probe == "on")
+    fail("--machine-check and --machine-probe measure the CPU at the experiment's thread counts; ", a.file,
+         " is a vision encoder experiment (the device alone)");
+  std::vector<std::string> dropped;
+  if (expand_vision_configurations(e, &dropped).empty()) fail_all_dropped(a, 1, dropped);
+  const SweepOptions o = sweep_options(a);
+  print_sweep_result(e, o, run_sweep(e, o));
+}
+
 void run_sweep_verb(const SweepArgs& a) {
   Experiment e = load_experiment(a.file);
   if (!a.profile.empty()) use_profile(e, a.profile);
+  if (e.vision()) return run_vision_sweep_verb(a, e);
   const int selected = check_some_configuration(a, e);
   SweepOptions o = sweep_options(a);
   const bool check = machine_option(a, e, o, a.machine_check, "--machine-check", "to check against");

@@ -66,17 +66,11 @@ VisionSpec synth_tower(const ModelSpec& spec) {
   return tower;
 }
 
-// The projector's weight type as llama.cpp's converter writes it: the model's float type, f16 for a
-// quantised model (llama.cpp keeps projectors in f16).
-DType mmproj_dtype(DType lm) {
-  return lm == DType::F32 || lm == DType::BF16 ? lm : DType::F16;
-}
-
 void write_synth_mmproj(const SynthArgs& a, const VisionSpec& tower, DType lm_dtype) {
   VisionModel m;
   m.spec = tower;
   m.weights = random_vision_weights(tower, a.seed, 0.02f);
-  const DType dtype = mmproj_dtype(lm_dtype);
+  const DType dtype = load_vision_tower_dtype(lm_dtype);  // as llama.cpp's converter writes it
   write_mmproj(m, ImageProcessorConfig{}, a.mmproj, dtype);
   log_info("wrote ", a.mmproj, ": its vision tower (", tower.depth, " blocks, width ", tower.hidden_size, ") ",
            dtype_name(dtype), ", ", format_bytes(std::filesystem::file_size(a.mmproj)));

@@ -50,11 +50,9 @@ void run_vision(const VisionArgs& a) {
   if (a.device != "cpu" && a.budget.empty()) fail("--device ", a.device, " needs --vram-budget (e.g. 2G)");
   if (a.device == "cpu" && !a.budget.empty()) fail("--vram-budget needs a device (--device cuda or emu)");
   const uint64_t budget = a.budget.empty() ? 0 : parse_vram_budget(a.budget, "--vram-budget");
-  // An HF directory, or llama.cpp's mmproj GGUF (the tower alone).
-  const bool gguf = a.model.size() > 5 && a.model.compare(a.model.size() - 5, 5, ".gguf") == 0;
-  const VisionModel m = gguf ? load_mmproj(a.model) : load_vision_model(a.model);
-  const ImageProcessorConfig processor =
-      gguf ? mmproj_image_processor(a.model, m.spec) : model_image_processor(a.model, m.spec);
+  const VisionTower tower = load_vision_tower(a.model);  // an HF directory, or llama.cpp's mmproj GGUF
+  const VisionModel& m = tower.model;
+  const ImageProcessorConfig& processor = tower.processor;
   ThreadPool pool(resolve_threads(a.threads));
   std::unique_ptr<Device> dev;
   if (a.device != "cpu") dev = make_run_device(a.device);

@@ -59,10 +59,14 @@ VisionPart plan_vision_part(const std::string& dir, const std::vector<std::array
   const ImageProcessorConfig processor = model_image_processor(dir, spec);
   std::vector<GridThw> grids;
   for (const auto& s : sizes) grids.push_back(image_grid(s[0], s[1], processor));
-  const VisionInputs in = vision_inputs(spec, grids);
+  return plan_vision_inputs(spec, vision_inputs(spec, grids), budget, stored_vision_matrix_dtype(spec, dir),
+                            kVisionCudaWorkspaceBytes, cost);
+}
+
+VisionPart plan_vision_inputs(const VisionSpec& spec, const VisionInputs& in, uint64_t budget, DType dtype,
+                              uint64_t workspace, const CostModel& cost, int64_t max_resident) {
   VisionPart v;
-  const DType dtype = stored_vision_matrix_dtype(spec, dir);
-  v.plan = plan_vision_encoder(spec, in, budget, kVisionCudaWorkspaceBytes, dtype);
+  v.plan = plan_vision_encoder(spec, in, budget, workspace, dtype, max_resident);
   v.cost = predict_encoder(cost, encoder_shape(spec, in, v.plan, dtype));
   return v;
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,13 @@ struct VisionPart {
 
 // "WIDTHxHEIGHT" in pixels; throws Error naming `what` otherwise.
 std::array<int64_t, 2> parse_image_size(const std::string& text, const std::string& what);
+
+// The encoder's plan for these inputs under budget_bytes, its matrices of `dtype`, the kernels' workspace
+// workspace_bytes (VisionKernels::workspace_bytes), with at most max_resident resident blocks
+// (plan_vision_encoder), and its price as `run --image` runs it (weights copied from pageable memory).
+// Throws Error when nothing fits.
+VisionPart plan_vision_inputs(const VisionSpec& spec, const VisionInputs& in, uint64_t budget_bytes, DType dtype,
+                              uint64_t workspace_bytes, const CostModel& cost, int64_t max_resident = INT64_MAX);
 
 // The encoder of the HF directory `dir` for images of these (width, height) sizes, under budget_bytes.
 // Throws Error when dir is not a vision-language model's directory or nothing fits the budget.

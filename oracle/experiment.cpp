@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <map>
@@ -22,13 +23,20 @@
 #include "core/weight_source.h"
 #include "core/yaml_util.h"
 #include "costmodel/profile_db.h"
+#include "vision/mmproj.h"
+#include "vision/vision_spec.h"
 
 namespace shardwise {
 namespace {
 
 const std::vector<std::string> kTopKeys = {"name",       "description", "hardware",  "profile", "models",    "budgets",
                                            "ctx",        "threads",     "pcie_caps", "tiers",   "schedules", "kv_dtype",
-                                           "token_seed", "measure",     "filters",   "exclude"};
+                                           "token_seed", "measure",     "filters",   "exclude", "images"};
+// What a vision encoder experiment (one with `images`) has besides them.
+const std::vector<std::string> kLanguageOnlyKeys = {"ctx",       "threads",  "pcie_caps",  "tiers",
+                                                    "schedules", "kv_dtype", "token_seed", "filters"};
+constexpr size_t kMaxImages = 64;
+constexpr int64_t kMaxImageSide = 1 << 16;
 const std::vector<std::string> kMeasureKeys = {"warmup",      "min_repeats",       "max_repeats", "target_spread",
                                                "row_seconds", "expensive_repeats", "max_step_ms", "rounds"};
 const std::vector<std::string> kFilterKeys = {"budget_below_model", "plannable"};
@@ -450,6 +458,84 @@ void parse_exclusions(const Ctx& c, const YAML::Node& root, Experiment& e) {
   }
 }
 
+// A vision encoder experiment's models: HF directories of vision-language models (their config.json read
+// here) or mmproj .gguf files (read when the sweep loads them).
+void parse_vision_models(const Ctx& c, const YAML::Node& root, Experiment& e) {
+  std::set<std::string> names;
+  for (const auto& [field, n] : items(c, need(c, root, "models"), "models")) {
+    ExperimentModel m;
+    if (n.IsScalar()) {
+      m.weights = n.as<std::string>();
+    } else {
+      check_keys(c, n, field, {"name", "weights"});
+      if (!n["weights"]) c.fail_at(field + ".weights", "missing (an HF directory of a vision-language model)");
+      m.weights = scalar(c, n["weights"], field + ".weights");
+      if (n["name"]) m.name = scalar(c, n["name"], field + ".name");
+    }
+    m.open_path = resolve_weights_path(m.weights, c.file);
+    if (m.name.empty()) m.name = default_model_name(m.weights);
+    if (!names.insert(m.name).second)
+      c.fail_at(field + ".name", "'", m.name, "' appears twice (give each model a distinct name)");
+    if (m.weights.compare(0, 10, "synthetic:") == 0) {
+      SyntheticModel sm;
+      wrap(c, field + ".weights", [&] { return synthetic_tower_spec(m.open_path.substr(10), &sm); });
+      e.models.push_back(m);
+      continue;
+    }
+    const bool gguf = m.open_path.size() > 5 && m.open_path.compare(m.open_path.size() - 5, 5, ".gguf") == 0;
+    if (gguf) {
+      if (!std::filesystem::is_regular_file(m.open_path)) c.fail_at(field + ".weights", "cannot open ", m.weights);
+    } else {
+      const std::string config = m.open_path + "/config.json";
+      if (!std::filesystem::is_regular_file(config))
+        c.fail_at(field + ".weights", m.weights,
+                  " is neither an HF directory of a vision-language model (no config.json) nor an mmproj .gguf");
+      wrap(c, field + ".weights", [&] { return vision_spec_from_hf_config(read_text_file(config), config); });
+    }
+    e.models.push_back(m);
+  }
+}
+
+void parse_images(const Ctx& c, const YAML::Node& root, Experiment& e) {
+  for (const auto& [field, n] : items(c, root["images"], "images")) {
+    ExperimentImage im;
+    im.text = scalar(c, n, field);
+    long long w = 0, h = 0;
+    char tail = 0;
+    if (std::sscanf(im.text.c_str(), "%lldx%lld%c", &w, &h, &tail) != 2 || w < 1 || h < 1 || w > kMaxImageSide ||
+        h > kMaxImageSide)
+      c.fail_at(field, "'", im.text, "': expected WIDTHxHEIGHT in pixels (each 1 to ", kMaxImageSide,
+                "), e.g. 1920x1080");
+    im.width = w, im.height = h;
+    for (const auto& o : e.images)
+      if (o.width == w && o.height == h) c.fail_at(field, "'", im.text, "' appears twice");
+    e.images.push_back(im);
+  }
+  if (e.images.empty()) c.fail_at("images", "empty (give image sizes, e.g. [1280x720, 1920x1080])");
+  if (e.images.size() > kMaxImages) c.fail_at("images", e.images.size(), " image sizes: at most ", kMaxImages);
+}
+
+// An experiment with `images`: the vision encoders of its models under its budgets at its image sizes.
+Experiment parse_vision_experiment(const Ctx& c, const YAML::Node& root, Experiment e) {
+  for (const std::string& k : kLanguageOnlyKeys)
+    if (root[k]) c.fail_at(k, "does not apply to a vision encoder experiment (one with `images`)");
+  parse_vision_models(c, root, e);
+  parse_budgets(c, root, e);
+  for (size_t i = 0; i < e.budgets.size(); ++i)
+    if (e.budgets[i].fraction > 0)
+      c.fail_at("budgets[" + std::to_string(i) + "]", "'", e.budgets[i].text,
+                "': a vision encoder experiment's budgets are sizes (e.g. 4G)");
+  parse_images(c, root, e);
+  parse_measure(c, root, e);
+  if (root["exclude"])
+    for (const auto& [where, r] : items(c, root["exclude"], "exclude", true)) {
+      check_keys(c, r, where, {"model", "budget"});
+      if (r.size() == 0) c.fail_at(where, "an exclusion must name at least one field");
+      e.exclude.push_back(parse_exclusion(c, r, where, e));
+    }
+  return e;
+}
+
 }  // namespace
 
 Experiment parse_experiment_text(const std::string& text, const std::string& path) {
@@ -464,6 +550,7 @@ Experiment parse_experiment_text(const std::string& text, const std::string& pat
   if (e.name.size() > 5 && is_yaml_path(e.name)) e.name = e.name.substr(0, e.name.rfind('.'));
   if (root["description"]) e.description = scalar(c, root["description"], "description");
   parse_machine(c, root, e);
+  if (root["images"]) return parse_vision_experiment(c, root, std::move(e));
   parse_models(c, root, e);
   parse_budgets(c, root, e);
   parse_axes(c, root, e);
@@ -534,6 +621,11 @@ std::string Experiment::effective_json() const {
     ex.push_back(x);
   }
   j["exclude"] = ex;
+  if (vision()) {  // (absent from language experiments: their hash is unchanged)
+    std::vector<std::string> im;
+    for (const auto& x : images) im.push_back(x.text);
+    j["images"] = im;
+  }
   return j.dump();
 }
 

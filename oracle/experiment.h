@@ -36,6 +36,12 @@ struct ExperimentBudget {
   double fraction = 0;  // share budgets (0 < fraction), resolved per model
 };
 
+// An image size of a vision encoder experiment, as written ("1920x1080").
+struct ExperimentImage {
+  std::string text;
+  int64_t width = 0, height = 0;
+};
+
 struct ExperimentCap {
   std::string text;        // "16GB/s" or "none"
   double bytes_per_s = 0;  // 0 = no cap
@@ -104,6 +110,11 @@ struct Experiment {
   MeasureSettings measure;
   ExperimentFilters filters;
   std::vector<ExclusionRule> exclude;
+  // A vision encoder experiment (oracle/vision_sweep.h) when not empty: each model's encoder (an HF
+  // directory of a vision-language model, or an mmproj .gguf) measured at each of these image sizes under
+  // each budget; ctx, threads, pcie_caps, tiers, schedules and the language model's settings do not apply.
+  std::vector<ExperimentImage> images;
+  bool vision() const { return !images.empty(); }
 
   // The effective configuration (every field, defaults filled in) as JSON text, and its hash.
   std::string effective_json() const;

@@ -39,6 +39,8 @@
 #include "executor/runtime/runtime.h"
 #include "executor/runtime/timeline_trace.h"
 #include "oracle/results.h"
+#include "oracle/sweep_cost.h"
+#include "oracle/vision_sweep.h"
 #include "planner/planner.h"
 
 namespace shardwise {
@@ -52,15 +54,6 @@ using json = nlohmann::json;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 bool is_synthetic(const std::string& weights) {
@@ -192,32 +185,6 @@ PlannerConfig planner_config(const Experiment& e, const Configuration& c, const 
   return cfg;
 }
 
-// The experiment's cost model (engine: a measured profile, with the hardware datasheet standing in for
-// the GPU of a CPU-only profile, or the hardware datasheet), and what rows record of it.
-struct SweepCost {
-  CostSource source;
-  std::string name;  // for messages
-
-  explicit SweepCost(const Experiment& e) : source(MachineChoice{e.hardware_path, std::nullopt, e.profile_path}) {
-    name = source.measured() ? str_cat("profile ", e.profile) : source.datasheet()->name;
-    if (source.measured()) db_hash_ = profile_hash(*source.profile());
-  }
-  const CostModel& make(double pcie_cap_bytes_per_s) const { return source.at_cap(pcie_cap_bytes_per_s); }
-  // The identity of the cost model's inputs for rows (see sweep.h): the datasheet path is unchanged;
-  // a profile is its content hash (plus the datasheet standing in for a missing GPU) and the cap.
-  std::string hash(const Experiment& e, double pcie_cap_bytes_per_s) const {
-    if (!source.measured()) return profile_hash(e.hardware_path, pcie_cap_bytes_per_s);
-    std::string text = "profile:" + db_hash_;
-    if (source.datasheet()) text += "\ngpu_fallback:" + profile_hash(e.hardware_path, 0);
-    return fnv1a_hex(str_cat(text, "\npcie_cap_bytes_per_s=", std::llround(pcie_cap_bytes_per_s)));
-  }
-  // Uncapped host-to-device rate (GB/s), for the running-time estimate.
-  double pcie_h2d_gbps() const { return make(0).pcie_gbps(Direction::HostToDevice); }
-
- private:
-  std::string db_hash_;
-};
-
 ConfigPlan plan_config(const Experiment& e, const Configuration& c, const ModelSpec& spec, const ModelFacts& file,
                        const SweepCost& source, const MeasuredRouting* routing, PlanTable* table_out = nullptr) {
   ConfigPlan p;
@@ -277,22 +244,6 @@ ConfigPlan plan_config(const Experiment& e, const Configuration& c, const ModelS
   return p;
 }
 
-struct Measurement {
-  std::vector<double> warmup_ms, samples_ms;
-  double median_ms = 0, spread_ms = 0;
-  int64_t plan_tier = 0, chunk_tokens = 0, chunks = 0;
-  // Another round's measurement of the same row: its samples join these, the figures are over all.
-  void add(const Measurement& m) {
-    warmup_ms.insert(warmup_ms.end(), m.warmup_ms.begin(), m.warmup_ms.end());
-    samples_ms.insert(samples_ms.end(), m.samples_ms.begin(), m.samples_ms.end());
-    median_ms = median_of(samples_ms);
-    spread_ms = iqr_of(samples_ms);
-    plan_tier = m.plan_tier;
-    chunk_tokens = m.chunk_tokens;
-    chunks = m.chunks;
-  }
-};
-
 // Rounds a row is measured in: measure.rounds for a candidate whose repeats are not cut by row_seconds
 // (an expensive step, already measured only a few times, is measured once: another round would cost
 // another warm-up step), else one.
@@ -326,26 +277,15 @@ const RuntimeStep& step_at(Runtime& rt, int64_t ctx, int64_t tier, const std::ve
 
 Measurement measure_row(Runtime& rt, int64_t ctx, int64_t tier, const std::vector<int32_t>& tokens,
                         const MeasureSettings& m, std::vector<float>& logits) {
-  Measurement r;
-  auto once = [&] {
+  int64_t plan_tier = 0, chunks = 0;
+  Measurement r = measure_samples(m, [&] {
     const RuntimeStep& s = step_at(rt, ctx, tier, tokens, logits);
-    r.plan_tier = s.tier;
-    r.chunks = s.chunks;
+    plan_tier = s.tier;
+    chunks = s.chunks;
     return s.ms;
-  };
-  for (int i = 0; i < m.warmup; ++i) r.warmup_ms.push_back(once());
-  double spent_ms = 0;
-  for (;;) {
-    r.samples_ms.push_back(once());
-    spent_ms += r.samples_ms.back();
-    const int n = static_cast<int>(r.samples_ms.size());
-    if (n >= m.max_repeats) break;
-    const double med = median_of(r.samples_ms);
-    if (n >= m.min_repeats && med > 0 && iqr_of(r.samples_ms) / med <= m.target_spread) break;
-    if (spent_ms >= m.row_seconds * 1000.0 && n >= m.expensive_repeats) break;
-  }
-  r.median_ms = median_of(r.samples_ms);
-  r.spread_ms = iqr_of(r.samples_ms);
+  });
+  r.plan_tier = plan_tier;
+  r.chunks = chunks;
   int64_t chunk = 0;
   rt.plan_for(tier, &chunk);
   r.chunk_tokens = chunk;
@@ -372,6 +312,43 @@ std::string fmt_minutes(double s) {
 }
 
 }  // namespace
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+void Measurement::add(const Measurement& m) {
+  warmup_ms.insert(warmup_ms.end(), m.warmup_ms.begin(), m.warmup_ms.end());
+  samples_ms.insert(samples_ms.end(), m.samples_ms.begin(), m.samples_ms.end());
+  median_ms = median_of(samples_ms);
+  spread_ms = iqr_of(samples_ms);
+  plan_tier = m.plan_tier;
+  chunk_tokens = m.chunk_tokens;
+  chunks = m.chunks;
+}
+
+Measurement measure_samples(const MeasureSettings& m, const std::function<double()>& once) {
+  Measurement r;
+  for (int i = 0; i < m.warmup; ++i) r.warmup_ms.push_back(once());
+  double spent_ms = 0;
+  for (;;) {
+    r.samples_ms.push_back(once());
+    spent_ms += r.samples_ms.back();
+    const int n = static_cast<int>(r.samples_ms.size());
+    if (n >= m.max_repeats) break;
+    const double med = median_of(r.samples_ms);
+    if (n >= m.min_repeats && med > 0 && iqr_of(r.samples_ms) / med <= m.target_spread) break;
+    if (spent_ms >= m.row_seconds * 1000.0 && n >= m.expensive_repeats) break;
+  }
+  r.median_ms = median_of(r.samples_ms);
+  r.spread_ms = iqr_of(r.samples_ms);
+  return r;
+}
 
 double median_of(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -1213,6 +1190,7 @@ class Sweep {
 }  // namespace
 
 SweepResult run_sweep(const Experiment& e, const SweepOptions& o) {
+  if (e.vision()) return run_vision_sweep(e, o);
   check_sweep_options(o);
   Sweep sweep(e, o);
   return sweep.run();

@@ -86,7 +86,8 @@ struct SweepResult {
   std::vector<std::string> dropped;  // configurations removed by exclusions/filters, and why
 };
 
-// Runs (or with predict_only, plans) the sweep. Progress and messages go to stderr.
+// Runs (or with predict_only, plans) the sweep; a vision experiment's is run_vision_sweep's
+// (vision_sweep.h). Progress and messages go to stderr.
 SweepResult run_sweep(const Experiment& experiment, const SweepOptions& options);
 
 // The identity of the cost model's inputs, written into every row. Until the profiler exists this
@@ -106,6 +107,20 @@ std::string machine_fingerprint(const std::string& device);
 // warm-up.
 int planned_repeats(const MeasureSettings& m, double step_ms);
 double predicted_row_seconds(const MeasureSettings& m, double step_ms);
+
+// A row's samples: warm-up steps, then repeats until the settings' spread, count or seconds say stop
+// (MeasureSettings). `once` runs one step and returns its ms.
+struct Measurement {
+  std::vector<double> warmup_ms, samples_ms;
+  double median_ms = 0, spread_ms = 0;
+  int64_t plan_tier = 0, chunk_tokens = 0, chunks = 0;  // a language step's plan (0 elsewhere)
+  // Another round's measurement of the same row: its samples join these, the figures are over all.
+  void add(const Measurement& m);
+};
+Measurement measure_samples(const MeasureSettings& m, const std::function<double()>& once);
+
+// The time now in UTC, as rows and records write it ("2026-12-07T13:55:35Z").
+std::string utc_now();
 
 // Interquartile range (linear interpolation between order statistics, as numpy's default) and
 // median of samples.

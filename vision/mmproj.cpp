@@ -190,14 +190,20 @@ VisionModel load_mmproj(const std::string& path) {
   return m;
 }
 
-ImageProcessorConfig mmproj_image_processor(const std::string& path, const VisionSpec& spec) {
-  const GgufFile f(path);
+// The released Qwen2.5-VL checkpoints' processor for this tower: their pixel limits, the tower's patches.
+ImageProcessorConfig released_image_processor(const VisionSpec& spec) {
   ImageProcessorConfig c;
   c.min_pixels = 3136;
   c.max_pixels = 12845056;
   c.patch_size = spec.patch_size;
   c.temporal_patch_size = spec.temporal_patch_size;
   c.merge_size = spec.spatial_merge_size;
+  return c;
+}
+
+ImageProcessorConfig mmproj_image_processor(const std::string& path, const VisionSpec& spec) {
+  const GgufFile f(path);
+  ImageProcessorConfig c = released_image_processor(spec);
   for (const auto& [key, dst] :
        {std::make_pair("clip.vision.image_mean", c.image_mean), std::make_pair("clip.vision.image_std", c.image_std)}) {
     const GgufValue* v = f.find(key);
@@ -319,6 +325,38 @@ void write_mmproj(const VisionModel& m, const ImageProcessorConfig& processor, c
     out.add(slot.name, v + slot.offset, slot.shape, slot.shape.size() == 1 ? DType::F32 : dtype);
   }
   out.w.write(path);
+}
+
+VisionSpec synthetic_tower_spec(const std::string& text, SyntheticModel* model) {
+  *model = parse_synthetic(text);
+  VisionSpec spec;
+  if (!builtin_vision_spec(model->spec.name, &spec)) {
+    std::string known;
+    for (const auto& n : builtin_vision_spec_names()) known += (known.empty() ? "" : ", ") + n;
+    fail("synthetic:", text, ": the spec '", model->spec.name, "' has no vision tower (specs with one: ", known, ")");
+  }
+  return spec;
+}
+
+DType load_vision_tower_dtype(DType lm) {
+  return lm == DType::F32 || lm == DType::BF16 ? lm : DType::F16;
+}
+
+VisionTower load_vision_tower(const std::string& path) {
+  const std::string synth = "synthetic:";
+  if (path.compare(0, synth.size(), synth) == 0) {
+    SyntheticModel sm;
+    VisionTower t;
+    t.model.spec = synthetic_tower_spec(path.substr(synth.size()), &sm);
+    t.model.weights = random_vision_weights(t.model.spec, sm.seed, 0.02f, load_vision_tower_dtype(sm.spec.dtype));
+    t.processor = released_image_processor(t.model.spec);
+    return t;
+  }
+  const bool gguf = path.size() > 5 && path.compare(path.size() - 5, 5, ".gguf") == 0;
+  VisionTower t;
+  t.model = gguf ? load_mmproj(path) : load_vision_model(path);
+  t.processor = gguf ? mmproj_image_processor(path, t.model.spec) : model_image_processor(path, t.model.spec);
+  return t;
 }
 
 }  // namespace shardwise

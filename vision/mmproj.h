@@ -18,6 +18,7 @@
 
 #include <string>
 
+#include "core/weight_source.h"
 #include "vision/vl_prompt.h"
 
 namespace shardwise {
@@ -29,8 +30,30 @@ constexpr const char* kQwen25VlProjector = "qwen2.5vl_merger";
 // wrong (another projector type, shapes that disagree with the spec).
 VisionModel load_mmproj(const std::string& path);
 
+// The released Qwen2.5-VL checkpoints' processor settings (min 3136, max 12845056 pixels; HF's mean and
+// std) for this tower's patch, temporal patch and merge sizes.
+ImageProcessorConfig released_image_processor(const VisionSpec& spec);
+
 // The processor settings of an mmproj GGUF (see above).
 ImageProcessorConfig mmproj_image_processor(const std::string& path, const VisionSpec& spec);
+
+// A vision tower and its image processor: an mmproj GGUF (a path ending in .gguf), the tower of a builtin
+// spec with seeded random weights ("synthetic:qwen2vl7b?dtype=f16&seed=1": its matrices f16 unless the
+// dtype is f32 or bf16, as `synth --mmproj` writes them; released_image_processor), or else an HF
+// directory of a vision-language model.
+struct VisionTower {
+  VisionModel model;
+  ImageProcessorConfig processor;
+};
+VisionTower load_vision_tower(const std::string& path);
+
+// A synthetic tower's matrix dtype for its language model's `lm`: lm where f32 or bf16, else f16 (as llama.cpp
+// keeps projectors, and `synth --mmproj` writes them).
+DType load_vision_tower_dtype(DType lm);
+
+// The spec of a synthetic tower from the text after "synthetic:" (its options parsed into `model`); an
+// Error names the spec when it has no vision tower (builtin_vision_spec).
+VisionSpec synthetic_tower_spec(const std::string& text, SyntheticModel* model);
 
 // Writes `m` as llama.cpp's convert_hf_to_gguf.py --mmproj writes a Qwen2.5-VL tower (class
 // Qwen2VLVisionModel), so that load_mmproj and llama.cpp's clip.cpp both read it: general.architecture

@@ -27,7 +27,7 @@ RULES = {
     "vision": {"core", "plan", "executor"},
     "microbench": {"core", "costmodel", "plan", "executor"},
     "engine": {"core", "costmodel", "plan", "planner", "executor", "vision"},
-    "oracle": {"core", "costmodel", "plan", "planner", "executor", "engine", "text"},
+    "oracle": {"core", "costmodel", "plan", "planner", "executor", "engine", "text", "vision"},
     "serve": {"core", "plan", "executor", "text", "vision"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
