@@ -31,6 +31,11 @@ void check_report_paths(const ReportArgs& a) {
     fail(a.results, ": holds no result rows (", r.bad_lines,
          r.bad_lines == 1 ? " line is not a results record, " : " lines are not results records, ", r.sweeps.size(),
          r.sweeps.size() == 1 ? " sweep header" : " sweep headers", "): ", what);
+  if (r.rows.front().value("part", "") == "vision")
+    fail(a.results,
+         ": a vision encoder sweep (an experiment with images): its table is "
+         "scripts/analysis/vision_sweep_table.py ",
+         a.results);
   if (::stat(a.out.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
     fail("--out ", a.out, ": is a file; give the folder for report.md and its plots");
 }

@@ -1338,6 +1338,17 @@ TEST_CASE("cli: report and sweep refuse input that gives no result", "[cli][bad_
   REQUIRE(!ls.empty());
   CHECK_THAT(ls.back(), StartsWith("error: ") && Contains("nothing to measure") && Contains("plannable"));
   CHECK_FALSE(std::ifstream(small_rows).good());
+  // A vision encoder sweep's rows are not the report's: one line naming the table that reads them; the
+  // language sweep's CPU probes are refused for it.
+  const std::string vision = temp_path("vision_report.yaml"), vision_rows = temp_path("vision_report.jsonl");
+  write_file(vision,
+             "name: vision_report\nhardware: cli3\nmodels: [\"synthetic:tiny_qwen2vl\"]\nbudgets: [1G]\n"
+             "images: [56x56]\nmeasure: {warmup: 0, min_repeats: 1, max_repeats: 1, expensive_repeats: 1}\n");
+  require_clean_error("sweep " + quote(vision) + " --device emu --machine-probe on --out " + quote(vision_rows),
+                      {"--machine-probe", "vision encoder experiment"});
+  REQUIRE(shardwise_cli("sweep " + quote(vision) + " --device emu --no-progress --out " + quote(vision_rows)).rc == 0);
+  require_clean_error("report " + quote(vision_rows) + " --out " + out,
+                      {"a vision encoder sweep", "vision_sweep_table.py"});
 }
 
 TEST_CASE("cli: --quiet and --log-level are options of every verb, before or after it", "[cli]") {
