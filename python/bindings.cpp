@@ -18,6 +18,7 @@
 #include "engine/vision_planning.h"
 #include "oracle/experiment.h"
 #include "oracle/sweep.h"
+#include "oracle/vision_sweep.h"
 #include "planner/plan.h"
 #include "planner/planner.h"
 #include "planner/simulator.h"
@@ -244,8 +245,27 @@ py::dict plan_vision_fn(const std::string& model_dir, const std::vector<std::str
   return d;
 }
 
+// A vision encoder experiment's configurations (oracle/vision_sweep.h): model, budget and image size.
+py::list expand_vision_experiment(const Experiment& e) {
+  py::list out;
+  for (const VisionConfiguration& c : expand_vision_configurations(e)) {
+    py::dict d;
+    d["config_id"] = c.config_id;
+    d["model"] = c.model_name;
+    d["weights"] = c.weights;
+    d["budget"] = c.budget_text;
+    d["budget_bytes"] = c.budget_bytes;
+    d["image"] = c.image.text;
+    d["image_width"] = c.image.width;
+    d["image_height"] = c.image.height;
+    out.append(d);
+  }
+  return out;
+}
+
 py::list expand_experiment_fn(const std::string& path) {
   const Experiment e = load_experiment(path);
+  if (e.vision()) return expand_vision_experiment(e);
   py::list out;
   for (const Configuration& c : expand_configurations(e)) {
     py::dict d;
@@ -428,7 +448,8 @@ void bind_oracle(py::module_& m) {
       "experiment_config", [](const std::string& path) { return load_experiment(path).effective_json(); },
       py::arg("path"), "The effective configuration of an experiment YAML, as JSON text");
   m.def("expand_experiment", &expand_experiment_fn, py::arg("path"),
-        "The configurations of an experiment YAML (after exclusions and the budget filter)");
+        "The configurations of an experiment YAML (after exclusions and the budget filter); of a vision encoder "
+        "experiment (one with images): model, budget and image size");
   m.def("config_id", &make_config_id, py::arg("weights"), py::arg("budget_bytes"), py::arg("ctx"), py::arg("threads"),
         py::arg("pcie_cap_bytes_per_s"));
   m.def("profile_hash", static_cast<std::string (*)(const std::string&, double)>(&profile_hash), py::arg("hardware"),

@@ -115,6 +115,12 @@ def test_experiment_expansion(repo):
     eff = json.loads(shardwise.experiment_config(str(repo / "experiments" / "planner_accuracy.yaml")))
     assert eff["tiers"] == [1, 512] and eff["profile"].endswith("h200-host.profile.json")
     assert shardwise.git_rev()
+    # A vision encoder experiment: its configurations are images under budgets, not contexts.
+    vis = shardwise.expand_experiment(str(repo / "experiments" / "vision_encoder.yaml"))
+    eff = json.loads(shardwise.experiment_config(str(repo / "experiments" / "vision_encoder.yaml")))
+    assert len(vis) == len(eff["models"]) * len(eff["budgets"]) * len(eff["images"])
+    assert {c["image"] for c in vis} == set(eff["images"]) and "ctx" not in vis[0]
+    assert (vis[-1]["image_width"], vis[-1]["image_height"]) == tuple(int(x) for x in eff["images"][-1].split("x"))
 
 
 def test_profile_hash_matches_the_sweep(smoke_results):
