@@ -3,14 +3,18 @@
 measured encode (ms), resident blocks and the device's peak against the budget; the planner's choice
 against the measured best (regret = choice / best - 1), and the prediction's error over measured rows.
 
-    vision_sweep_table.py RESULTS.jsonl      (a results file of `shardwise sweep` of a vision experiment)
+    vision_sweep_table.py RESULTS.jsonl [PREDICTIONS.jsonl]
+
+RESULTS: a results file of `shardwise sweep` of a vision experiment. PREDICTIONS (optional): the same
+experiment's rows predicted again (`shardwise sweep --predict --out P.jsonl`, e.g. with another profile):
+their predicted_ms stand in for the rows' own.
 """
 import json
 import statistics
 import sys
 
 
-def load(path):
+def load(path, record="row"):
     rows = []
     with open(path) as f:
         for line in f:
@@ -18,7 +22,7 @@ def load(path):
                 j = json.loads(line)
             except ValueError:
                 continue  # a torn last line
-            if j.get("record") == "row" and j.get("part") == "vision":
+            if j.get("record") == record and j.get("part") == "vision":
                 rows.append(j)
     return rows
 
@@ -32,11 +36,18 @@ def cell(r):
 
 
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 3):
         sys.exit(__doc__)
     rows = load(sys.argv[1])
     if not rows:
         sys.exit(f"{sys.argv[1]}: no vision rows")
+    if len(sys.argv) == 3:
+        again = {(p["config_id"], p["schedule"]): p for p in load(sys.argv[2], "prediction")}
+        for r in rows:
+            p = again.get((r["config_id"], r["schedule"]))
+            if p is None:
+                sys.exit(f"{sys.argv[2]}: no prediction of {r['config_id']} {r['schedule']}")
+            r["predicted_ms"] = p["predicted_ms"]
     schedules = ["gpu-only", "partial", "streamed"]
     configs = {}
     for r in rows:
