@@ -39,7 +39,7 @@
 #include "executor/runtime/runtime.h"
 #include "executor/runtime/timeline_trace.h"
 #include "oracle/results.h"
-#include "oracle/sweep_cost.h"
+#include "oracle/sweep_common.h"
 #include "oracle/vision_sweep.h"
 #include "planner/planner.h"
 
@@ -322,6 +322,55 @@ std::string utc_now() {
   return buf;
 }
 
+ExistingResults open_sweep_results(const SweepOptions& o, const Experiment& e, const std::string& git_rev,
+                                   std::unique_ptr<ResultsWriter>* writer) {
+  *writer = std::make_unique<ResultsWriter>(o.out_path);
+  ExistingResults existing = read_results(o.out_path);
+  const bool has_content = !existing.rows.empty() || !existing.sweeps.empty() || existing.bad_lines > 0;
+  if (has_content && !o.resume)
+    fail(o.out_path, " already holds results: pass --resume to continue it, or choose another --out");
+  for (const auto& s : existing.sweeps)
+    if (s.value("experiment_hash", "") != e.hash())
+      fail(o.out_path, ": written by a different experiment (", s.value("experiment", "?"), ", hash ",
+           s.value("experiment_hash", "?"), "; this one is ", e.name, ", hash ", e.hash(),
+           "): a changed experiment needs a new --out");
+  for (const auto& r : existing.rows) {
+    if (r.value("git_rev", "") != git_rev)
+      fail(o.out_path, ": rows were measured by revision ", r.value("git_rev", "?"), " and this binary is ", git_rev,
+           ": a changed cost model or executor means re-running the sweep into a new --out");
+    if (r.value("device", "") != o.device)
+      fail(o.out_path, ": rows were measured on device ", r.value("device", "?"), ", this call uses --device ",
+           o.device);
+  }
+  return existing;
+}
+
+void add_samples(nlohmann::json& j, const Measurement& m) {
+  j["status"] = "measured";
+  j["reason"] = "";
+  j["measured_ms"] = m.median_ms;
+  j["measured_spread_ms"] = m.spread_ms;
+  j["measured_min_ms"] = *std::min_element(m.samples_ms.begin(), m.samples_ms.end());
+  j["measured_max_ms"] = *std::max_element(m.samples_ms.begin(), m.samples_ms.end());
+  j["samples_ms"] = m.samples_ms;
+  j["warmup_ms"] = m.warmup_ms;
+  j["repeats"] = m.samples_ms.size();
+}
+
+nlohmann::json sweep_end_record(const Experiment& e, const SweepOptions& o, const SweepResult& r, int present) {
+  return json{{"record", "sweep_end"},
+              {"experiment", e.name},
+              {"shard", str_cat(o.shard_index, "/", o.shard_count)},
+              {"rows_written", r.rows_written},
+              {"rows_measured", r.rows_measured},
+              {"rows_left", r.rows_total - present},
+              {"complete", r.complete},
+              {"stopped_by_time", r.stopped_by_time},
+              {"rows_deferred", r.rows_deferred},
+              {"elapsed_s", r.elapsed_seconds},
+              {"ended", utc_now()}};
+}
+
 void Measurement::add(const Measurement& m) {
   warmup_ms.insert(warmup_ms.end(), m.warmup_ms.begin(), m.warmup_ms.end());
   samples_ms.insert(samples_ms.end(), m.samples_ms.begin(), m.samples_ms.end());
@@ -505,15 +554,7 @@ void check_sweep_options(const SweepOptions& o) {
 
 // The measured keys of a row from its measurement and the runtime's memory.
 void add_measurement(json& j, const Measurement& m, const RuntimeMemory& mem) {
-  j["status"] = "measured";
-  j["reason"] = "";
-  j["measured_ms"] = m.median_ms;
-  j["measured_spread_ms"] = m.spread_ms;
-  j["measured_min_ms"] = *std::min_element(m.samples_ms.begin(), m.samples_ms.end());
-  j["measured_max_ms"] = *std::max_element(m.samples_ms.begin(), m.samples_ms.end());
-  j["samples_ms"] = m.samples_ms;
-  j["warmup_ms"] = m.warmup_ms;
-  j["repeats"] = m.samples_ms.size();
+  add_samples(j, m);
   j["plan_tier"] = m.plan_tier;
   j["chunk_tokens"] = m.chunk_tokens;
   j["chunks"] = m.chunks;
@@ -582,24 +623,7 @@ class Sweep {
   // The output's lock first, then what it holds: a second sweep on the file is refused before any work.
   // Existing rows (resume) and the checks that keep one file to one experiment and one revision.
   void open_results() {
-    writer_ = std::make_unique<ResultsWriter>(o_.out_path);
-    existing_ = read_results(o_.out_path);
-    const bool has_content = !existing_.rows.empty() || !existing_.sweeps.empty() || existing_.bad_lines > 0;
-    if (has_content && !o_.resume)
-      fail(o_.out_path, " already holds results: pass --resume to continue it, or choose another --out");
-    for (const auto& s : existing_.sweeps)
-      if (s.value("experiment_hash", "") != e_.hash())
-        fail(o_.out_path, ": written by a different experiment (", s.value("experiment", "?"), ", hash ",
-             s.value("experiment_hash", "?"), "; this one is ", e_.name, ", hash ", e_.hash(),
-             "): a changed experiment needs a new --out");
-    for (const auto& r : existing_.rows) {
-      if (r.value("git_rev", "") != git_rev_)
-        fail(o_.out_path, ": rows were measured by revision ", r.value("git_rev", "?"), " and this binary is ",
-             git_rev_, ": a changed cost model or executor means re-running the sweep into a new --out");
-      if (r.value("device", "") != o_.device)
-        fail(o_.out_path, ": rows were measured on device ", r.value("device", "?"), ", this call uses --device ",
-             o_.device);
-    }
+    existing_ = open_sweep_results(o_, e_, git_rev_, &writer_);
     if (existing_.bad_lines > 0)
       log_warn(o_.out_path, ": skipped ", existing_.bad_lines,
                " torn, unparsable or incomplete line(s); their rows are measured again");
@@ -1148,17 +1172,7 @@ class Sweep {
         present += now.keys.count(RowKey{p.config.config_id, r.tier, schedule_name(r.schedule)}) != 0;
     res_.complete = present == res_.rows_total;
     res_.elapsed_seconds = seconds_since(t_start_);
-    writer_->append(json{{"record", "sweep_end"},
-                         {"experiment", e_.name},
-                         {"shard", str_cat(o_.shard_index, "/", o_.shard_count)},
-                         {"rows_written", res_.rows_written},
-                         {"rows_measured", res_.rows_measured},
-                         {"rows_left", res_.rows_total - present},
-                         {"complete", res_.complete},
-                         {"stopped_by_time", res_.stopped_by_time},
-                         {"rows_deferred", res_.rows_deferred},
-                         {"elapsed_s", res_.elapsed_seconds},
-                         {"ended", utc_now()}});
+    writer_->append(sweep_end_record(e_, o_, res_, present));
   }
 
   const Experiment& e_;

@@ -21,7 +21,7 @@
 #include "executor/device/device.h"
 #include "executor/device/vision_kernels.h"
 #include "oracle/results.h"
-#include "oracle/sweep_cost.h"
+#include "oracle/sweep_common.h"
 #include "vision/encoder.h"
 #include "vision/mmproj.h"
 #include "vision/preprocess.h"
@@ -244,21 +244,7 @@ class VisionSweep {
   }
 
  private:
-  void open_results() {
-    writer_ = std::make_unique<ResultsWriter>(o_.out_path);
-    existing_ = read_results(o_.out_path);
-    const bool has_content = !existing_.rows.empty() || !existing_.sweeps.empty() || existing_.bad_lines > 0;
-    if (has_content && !o_.resume)
-      fail(o_.out_path, " already holds results: pass --resume to continue it, or choose another --out");
-    for (const auto& s : existing_.sweeps)
-      if (s.value("experiment_hash", "") != e_.hash())
-        fail(o_.out_path, ": written by a different experiment (", s.value("experiment", "?"),
-             "): a changed experiment needs a new --out");
-    for (const auto& r : existing_.rows)
-      if (r.value("git_rev", "") != git_rev_ || r.value("device", "") != o_.device)
-        fail(o_.out_path, ": rows were measured by revision ", r.value("git_rev", "?"), " on device ",
-             r.value("device", "?"), "; this call is ", git_rev_, " on ", o_.device, ": use a new --out");
-  }
+  void open_results() { existing_ = open_sweep_results(o_, e_, git_rev_, &writer_); }
 
   const LoadedTower& tower_of(const VisionConfiguration& c) {
     if (tower_.index != c.model) {
@@ -401,15 +387,7 @@ class VisionSweep {
         ran = st.plan;
         return st.encode_ms;
       });
-      j["status"] = "measured";
-      j["reason"] = "";
-      j["measured_ms"] = s.median_ms;
-      j["measured_spread_ms"] = s.spread_ms;
-      j["measured_min_ms"] = *std::min_element(s.samples_ms.begin(), s.samples_ms.end());
-      j["measured_max_ms"] = *std::max_element(s.samples_ms.begin(), s.samples_ms.end());
-      j["samples_ms"] = s.samples_ms;
-      j["warmup_ms"] = s.warmup_ms;
-      j["repeats"] = s.samples_ms.size();
+      add_samples(j, s);
       j["arena_bytes"] = ran.arena_bytes;
       j["ran_resident_blocks"] = ran.resident_blocks;
       j["device_peak_bytes"] = peak;
@@ -428,16 +406,7 @@ class VisionSweep {
       for (const VisionRow& r : p.rows) present += now.keys.count(RowKey{p.config.config_id, p.patches, r.schedule});
     res_.complete = present == res_.rows_total;
     res_.elapsed_seconds = seconds_since(t_start_);
-    writer_->append(json{{"record", "sweep_end"},
-                         {"experiment", e_.name},
-                         {"shard", str_cat(o_.shard_index, "/", o_.shard_count)},
-                         {"rows_written", res_.rows_written},
-                         {"rows_measured", res_.rows_measured},
-                         {"rows_left", res_.rows_total - present},
-                         {"complete", res_.complete},
-                         {"stopped_by_time", res_.stopped_by_time},
-                         {"elapsed_s", res_.elapsed_seconds},
-                         {"ended", utc_now()}});
+    writer_->append(sweep_end_record(e_, o_, res_, present));
   }
 
   const Experiment& e_;

@@ -1,14 +1,18 @@
-// oracle/sweep_cost.h — what the oracle's sweeps share (the language model's, sweep.h, and the vision
-// encoder's, vision_sweep.h): the experiment's cost model and what rows record of it.
+// oracle/sweep_common.h — what the oracle's sweeps share (the language model's, sweep.h, and the vision
+// encoder's, vision_sweep.h): the experiment's cost model and what rows record of it, the checks of a
+// results file before writing to it, and the record that ends a call.
 #pragma once
 
 #include <cmath>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
 #include "core/error.h"
 #include "engine/cost_source.h"
 #include "oracle/experiment.h"
+#include "oracle/results.h"
 #include "oracle/sweep.h"
 
 namespace shardwise {
@@ -38,5 +42,19 @@ struct SweepCost {
  private:
   std::string db_hash_;
 };
+
+// Opens the results file of options.out_path for appending (ResultsWriter) and reads what it holds:
+// refused (Error) when it holds results and options.resume is off, when a sweep of another experiment
+// wrote it, or when its rows come from another revision (git_rev) or device.
+ExistingResults open_sweep_results(const SweepOptions& options, const Experiment& e, const std::string& git_rev,
+                                   std::unique_ptr<ResultsWriter>* writer);
+
+// A measured row's keys from its samples: status "measured", the median, spread, min, max, the samples
+// and warm-ups and their count.
+void add_samples(nlohmann::json& j, const Measurement& m);
+
+// The "sweep_end" record of a call: its counts, whether the shard is complete (`present` of its rows are
+// in the file) and whether time stopped it.
+nlohmann::json sweep_end_record(const Experiment& e, const SweepOptions& options, const SweepResult& r, int present);
 
 }  // namespace shardwise
