@@ -223,6 +223,8 @@ class VisionSweep {
     for (const auto& c : expand_vision_configurations(e_, &res_.dropped))
       if (c.index % o_.shard_count == o_.shard_index) mine_.push_back(c);
     res_.configurations = static_cast<int>(mine_.size());
+    if (o_.predict_only && !o_.out_path.empty() && std::filesystem::exists(o_.out_path))
+      fail(o_.out_path, " exists: --predict writes a new file of predictions, choose another --out");
     if (!o_.predict_only) open_results();
     plan_all();
     if (o_.predict_only) {
@@ -283,7 +285,11 @@ class VisionSweep {
 
   void plan_all() {
     for (const auto& c : mine_) {
-      plans_.push_back(plan_vision_config(c, facts_of(c), o_.device, cost_.make(0)));
+      try {
+        plans_.push_back(plan_vision_config(c, facts_of(c), o_.device, cost_.make(0)));
+      } catch (const Error& err) {  // an image the processor refuses, a tower that cannot be read
+        fail(e_.path, ": ", c.model_name, " at ", c.image.text, ": ", err.what());
+      }
       for (const VisionRow& r : plans_.back().rows) {
         ++res_.rows_total;
         const bool present = existing_.keys.count(RowKey{c.config_id, plans_.back().patches, r.schedule}) != 0;

@@ -158,6 +158,17 @@ TEST_CASE("vision sweep on the emulated device: each schedule's plan, the choice
   CHECK_THROWS_WITH(run_vision_sweep(other, o), Contains("written by a different experiment"));
   o.resume = false;
   CHECK_THROWS_WITH(run_vision_sweep(e, o), Contains("already holds results"));
+
+  // An image the processor refuses: one error naming the file, the model and the image.
+  std::string small = vision_yaml();
+  small.replace(small.find("56x56"), 5, "20x20");
+  o.out_path = test::temp_path("vision_small.jsonl");
+  o.predict_only = true;
+  CHECK_THROWS_WITH(run_vision_sweep(parse_experiment_text(small, "v.yaml"), o),
+                    Contains("v.yaml: hf at 20x20: ") && Contains("at least 28"));
+  // --predict writes a new file.
+  o.out_path = out;
+  CHECK_THROWS_WITH(run_vision_sweep(e, o), Contains("--predict writes a new file"));
 }
 
 TEST_CASE("vision sweep: a budget between streamed and gpu-only makes partial the choice", "[oracle][vision]") {
