@@ -260,25 +260,25 @@ void parse_machine(const Ctx& c, const YAML::Node& root, Experiment& e) {
   }
 }
 
-void parse_models(const Ctx& c, const YAML::Node& root, Experiment& e) {
-  const std::string& path = c.file;
+// The models' entries (a weights string, or name and weights), each checked by `check` (field, model).
+template <class Check>
+void parse_models(const Ctx& c, const YAML::Node& root, Experiment& e, const char* example, Check check) {
   std::set<std::string> names;
   for (const auto& [field, n] : items(c, need(c, root, "models"), "models")) {
     ExperimentModel m;
     if (n.IsScalar()) {
-      m.weights = n.as<std::string>();
+      m.weights = n.template as<std::string>();
     } else {
       check_keys(c, n, field, {"name", "weights"});
-      if (!n["weights"])
-        c.fail_at(field + ".weights", "missing (e.g. synthetic:nemo8b?dtype=f16&seed=1 or a .gguf path)");
+      if (!n["weights"]) c.fail_at(field + ".weights", "missing (", example, ")");
       m.weights = scalar(c, n["weights"], field + ".weights");
       if (n["name"]) m.name = scalar(c, n["name"], field + ".name");
     }
-    m.open_path = resolve_weights_path(m.weights, path);
+    m.open_path = resolve_weights_path(m.weights, c.file);
     if (m.name.empty()) m.name = default_model_name(m.weights);
     if (!names.insert(m.name).second)
       c.fail_at(field + ".name", "'", m.name, "' appears twice (give each model a distinct name)");
-    wrap(c, field + ".weights", [&] { return experiment_model_spec(m.open_path); });
+    check(field, m);
     e.models.push_back(m);
   }
 }
@@ -458,42 +458,24 @@ void parse_exclusions(const Ctx& c, const YAML::Node& root, Experiment& e) {
   }
 }
 
-// A vision encoder experiment's models: HF directories of vision-language models (their config.json read
-// here) or mmproj .gguf files (read when the sweep loads them).
-void parse_vision_models(const Ctx& c, const YAML::Node& root, Experiment& e) {
-  std::set<std::string> names;
-  for (const auto& [field, n] : items(c, need(c, root, "models"), "models")) {
-    ExperimentModel m;
-    if (n.IsScalar()) {
-      m.weights = n.as<std::string>();
-    } else {
-      check_keys(c, n, field, {"name", "weights"});
-      if (!n["weights"]) c.fail_at(field + ".weights", "missing (an HF directory of a vision-language model)");
-      m.weights = scalar(c, n["weights"], field + ".weights");
-      if (n["name"]) m.name = scalar(c, n["name"], field + ".name");
-    }
-    m.open_path = resolve_weights_path(m.weights, c.file);
-    if (m.name.empty()) m.name = default_model_name(m.weights);
-    if (!names.insert(m.name).second)
-      c.fail_at(field + ".name", "'", m.name, "' appears twice (give each model a distinct name)");
-    if (m.weights.compare(0, 10, "synthetic:") == 0) {
-      SyntheticModel sm;
-      wrap(c, field + ".weights", [&] { return synthetic_tower_spec(m.open_path.substr(10), &sm); });
-      e.models.push_back(m);
-      continue;
-    }
-    const bool gguf = m.open_path.size() > 5 && m.open_path.compare(m.open_path.size() - 5, 5, ".gguf") == 0;
-    if (gguf) {
-      if (!std::filesystem::is_regular_file(m.open_path)) c.fail_at(field + ".weights", "cannot open ", m.weights);
-    } else {
-      const std::string config = m.open_path + "/config.json";
-      if (!std::filesystem::is_regular_file(config))
-        c.fail_at(field + ".weights", m.weights,
-                  " is neither an HF directory of a vision-language model (no config.json) nor an mmproj .gguf");
-      wrap(c, field + ".weights", [&] { return vision_spec_from_hf_config(read_text_file(config), config); });
-    }
-    e.models.push_back(m);
+// A vision encoder experiment's model: a builtin spec's tower (synthetic:), an HF directory of a
+// vision-language model (its config.json read here) or an mmproj .gguf (read when the sweep loads it).
+void check_vision_model(const Ctx& c, const std::string& field, const ExperimentModel& m) {
+  if (m.weights.compare(0, 10, "synthetic:") == 0) {
+    SyntheticModel sm;
+    wrap(c, field + ".weights", [&] { return synthetic_tower_spec(m.open_path.substr(10), &sm); });
+    return;
   }
+  const bool gguf = m.open_path.size() > 5 && m.open_path.compare(m.open_path.size() - 5, 5, ".gguf") == 0;
+  if (gguf) {
+    if (!std::filesystem::is_regular_file(m.open_path)) c.fail_at(field + ".weights", "cannot open ", m.weights);
+    return;
+  }
+  const std::string config = m.open_path + "/config.json";
+  if (!std::filesystem::is_regular_file(config))
+    c.fail_at(field + ".weights", m.weights,
+              " is neither an HF directory of a vision-language model (no config.json) nor an mmproj .gguf");
+  wrap(c, field + ".weights", [&] { return vision_spec_from_hf_config(read_text_file(config), config); });
 }
 
 void parse_images(const Ctx& c, const YAML::Node& root, Experiment& e) {
@@ -519,7 +501,8 @@ void parse_images(const Ctx& c, const YAML::Node& root, Experiment& e) {
 Experiment parse_vision_experiment(const Ctx& c, const YAML::Node& root, Experiment e) {
   for (const std::string& k : kLanguageOnlyKeys)
     if (root[k]) c.fail_at(k, "does not apply to a vision encoder experiment (one with `images`)");
-  parse_vision_models(c, root, e);
+  parse_models(c, root, e, "an HF directory of a vision-language model",
+               [&](const std::string& field, const ExperimentModel& m) { check_vision_model(c, field, m); });
   parse_budgets(c, root, e);
   for (size_t i = 0; i < e.budgets.size(); ++i)
     if (e.budgets[i].fraction > 0)
@@ -551,7 +534,10 @@ Experiment parse_experiment_text(const std::string& text, const std::string& pat
   if (root["description"]) e.description = scalar(c, root["description"], "description");
   parse_machine(c, root, e);
   if (root["images"]) return parse_vision_experiment(c, root, std::move(e));
-  parse_models(c, root, e);
+  parse_models(c, root, e, "e.g. synthetic:nemo8b?dtype=f16&seed=1 or a .gguf path",
+               [&](const std::string& field, const ExperimentModel& m) {
+                 wrap(c, field + ".weights", [&] { return experiment_model_spec(m.open_path); });
+               });
   parse_budgets(c, root, e);
   parse_axes(c, root, e);
   parse_schedules(c, root, e);
