@@ -94,6 +94,7 @@ struct TowerFacts {
   VisionSpec spec;
   ImageProcessorConfig processor;
   DType dtype = DType::F32;  // of its matrices
+  uint64_t workspace = 0;    // the sweep's device's kernels' (planning_workspace)
 };
 
 // The device's kernels' workspace (VisionKernels::workspace_bytes), as its encodes plan with it: CUDA's
@@ -103,8 +104,7 @@ uint64_t planning_workspace(const std::string& device, int64_t head_dim) {
   return make_run_device(device)->vision_kernels(head_dim).workspace_bytes();
 }
 
-VisionConfigPlan plan_vision_config(const VisionConfiguration& c, const TowerFacts& t, const std::string& device,
-                                    const CostModel& cost) {
+VisionConfigPlan plan_vision_config(const VisionConfiguration& c, const TowerFacts& t, const CostModel& cost) {
   const VisionSpec& spec = t.spec;
   VisionConfigPlan p;
   p.config = c;
@@ -115,7 +115,7 @@ VisionConfigPlan plan_vision_config(const VisionConfiguration& c, const TowerFac
   p.image_tokens = in.n_patches / spec.merge_unit();
   p.depth = spec.depth;
   const DType dtype = t.dtype;
-  const uint64_t workspace = planning_workspace(device, spec.head_dim());
+  const uint64_t workspace = t.workspace;
   const std::pair<const char*, int64_t> schedules[] = {
       {"gpu-only", spec.depth}, {"partial", std::max<int64_t>(0, spec.depth - 2)}, {"streamed", 0}};
   for (const auto& [name, max_resident] : schedules)
@@ -280,13 +280,14 @@ class VisionSweep {
       const VisionTower& t = tower_of(c).tower;
       f = TowerFacts{t.model.spec, t.processor, t.model.weights.matrix_dtype};
     }
+    f.workspace = planning_workspace(o_.device, f.spec.head_dim());
     return facts_.emplace(c.model, f).first->second;
   }
 
   void plan_all() {
     for (const auto& c : mine_) {
       try {
-        plans_.push_back(plan_vision_config(c, facts_of(c), o_.device, cost_.make(0)));
+        plans_.push_back(plan_vision_config(c, facts_of(c), cost_.make(0)));
       } catch (const Error& err) {  // an image the processor refuses, a tower that cannot be read
         fail(e_.path, ": ", c.model_name, " at ", c.image.text, ": ", err.what());
       }
