@@ -14,11 +14,12 @@
 //          compute queue's idle time inside the encode (waits for copies), the copies' time, the
 //          encode's wall time and planner/encoder_cost's whole-encode prediction.
 //
-//   bench DEVICE TOWER BUDGET ROUNDS WIDTHxHEIGHT[,WIDTHxHEIGHT...] PROFILE.json...
+//   bench DEVICE TOWER BUDGET[@MAX_RESIDENT] ROUNDS WIDTHxHEIGHT[,WIDTHxHEIGHT...] PROFILE.json...
 //   DEVICE: cuda (emu runs the same on the emulated device, to try the bench without a GPU).
 //   TOWER: an mmproj GGUF, an HF directory or synthetic:qwen2vl7b?dtype=f16&seed=1 (load_vision_tower).
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -266,14 +267,17 @@ std::map<std::string, double> priced(const std::vector<Call>& calls, const CostM
   return ms;
 }
 
-void run_size(Device& cuda, const VisionTower& t, int64_t width, int64_t height, uint64_t budget, int rounds,
+void run_size(Device& cuda, const VisionTower& t, int64_t width, int64_t height, uint64_t budget, int64_t max_resident,
+              int rounds,
               const std::vector<std::string>& profiles) {
   const VisionModel& m = t.model;
   const std::array<int64_t, 3> g = image_grid(width, height, t.processor);
   const std::vector<GridThw> grids = {{g[0], g[1], g[2]}};
   const VisionInputs in = vision_inputs(m.spec, grids);
   const std::vector<float> px = seeded_patches(in.n_patches, m.spec.patch_dim());
-  auto plain = [&] { return encode_images_on_device(cuda, m.spec, m.weights, px.data(), grids, budget); };
+  auto plain = [&] {
+    return encode_images_on_device(cuda, m.spec, m.weights, px.data(), grids, budget, nullptr, max_resident);
+  };
   StampedDevice dev(cuda);
   dev.vision_kernels(m.spec.head_dim());
   dev.stamped()->set_segments(in);
@@ -282,7 +286,7 @@ void run_size(Device& cuda, const VisionTower& t, int64_t width, int64_t height,
     dev.recorder().clear();
     dev.begin_timeline();
     const auto t0 = std::chrono::steady_clock::now();
-    std::vector<float> out = encode_images_on_device(dev, m.spec, m.weights, px.data(), grids, budget, &st);
+    std::vector<float> out = encode_images_on_device(dev, m.spec, m.weights, px.data(), grids, budget, &st, max_resident);
     const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return std::make_pair(out, wall);
   };
@@ -328,7 +332,8 @@ void run_size(Device& cuda, const VisionTower& t, int64_t width, int64_t height,
   for (size_t i = 0; i < profiles.size(); ++i) {
     const CostModel& cost = sources[i]->at_cap(0);
     const VisionPart part = plan_vision_inputs(m.spec, in, budget, m.weights.matrix_dtype,
-                                               cuda.vision_kernels(m.spec.head_dim()).workspace_bytes(), cost);
+                                               cuda.vision_kernels(m.spec.head_dim()).workspace_bytes(), cost,
+                                               max_resident);
     double sum = 0;
     for (const auto& [cls, ms] : prices[i]) sum += ms;
     std::printf("  priced[%zu] %s: calls %.1f ms; encode predicted %.1f ms (block %.2f, full block %.2f, copy %.2f)\n",
@@ -341,12 +346,16 @@ void run_size(Device& cuda, const VisionTower& t, int64_t width, int64_t height,
 
 int main(int argc, char** argv) {
   if (argc < 7) {
-    std::fprintf(stderr, "usage: %s DEVICE TOWER BUDGET ROUNDS WIDTHxHEIGHT[,...] PROFILE.json...\n", argv[0]);
+    std::fprintf(stderr, "usage: %s DEVICE TOWER BUDGET[@MAX_RESIDENT] ROUNDS WIDTHxHEIGHT[,...] PROFILE.json...\n", argv[0]);
     return 2;
   }
   try {
     const VisionTower t = load_vision_tower(argv[2]);
-    const uint64_t budget = parse_vram_budget(argv[3], "BUDGET");
+    // BUDGET[@R]: at most R blocks resident (the oracle's partial and streamed plans).
+    const std::string b = argv[3];
+    const size_t at = b.find('@');
+    const uint64_t budget = parse_vram_budget(b.substr(0, at), "BUDGET");
+    const int64_t max_resident = at == std::string::npos ? INT64_MAX : std::atoll(b.c_str() + at + 1);
     const int rounds = std::max(1, std::atoi(argv[4]));
     std::vector<std::string> profiles(argv + 6, argv + argc);
     std::unique_ptr<Device> cuda = make_run_device(argv[1]);
@@ -354,7 +363,7 @@ int main(int argc, char** argv) {
     std::stringstream sizes(argv[5]);
     for (std::string s; std::getline(sizes, s, ',');) {
       const std::array<int64_t, 2> wh = parse_image_size(s, "size");
-      run_size(*cuda, t, wh[0], wh[1], budget, rounds, profiles);
+      run_size(*cuda, t, wh[0], wh[1], budget, max_resident, rounds, profiles);
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
