@@ -14,7 +14,7 @@
 //          compute queue's idle time inside the encode (waits for copies), the copies' time, the
 //          encode's wall time and planner/encoder_cost's whole-encode prediction.
 //
-//   bench DEVICE TOWER BUDGET[@MAX_RESIDENT] ROUNDS WIDTHxHEIGHT[,WIDTHxHEIGHT...] PROFILE.json...
+//   bench DEVICE TOWER BUDGET[@MAX_RESIDENT][+WORKSPACE] ROUNDS WIDTHxHEIGHT[,WIDTHxHEIGHT...] PROFILE.json...
 //   DEVICE: cuda (emu runs the same on the emulated device, to try the bench without a GPU).
 //   TOWER: an mmproj GGUF, an HF directory or synthetic:qwen2vl7b?dtype=f16&seed=1 (load_vision_tower).
 #include <algorithm>
@@ -92,7 +92,9 @@ class StampedKernels : public VisionKernels {
     frames_ = lengths(in.cu_frames);
     max_window_ = in.max_window;
   }
-  uint64_t workspace_bytes() const override { return k_.workspace_bytes(); }
+  // The kernels' workspace as the plan reserves it: theirs, or `bytes` where set (the A/B of a larger one).
+  void set_workspace_override(uint64_t bytes) { ws_override_ = bytes; }
+  uint64_t workspace_bytes() const override { return ws_override_ ? ws_override_ : k_.workspace_bytes(); }
   void set_workspace(uint8_t* dev, uint64_t bytes) override { k_.set_workspace(dev, bytes); }
   void linear(const DevMat& w, const float* bias, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
               bool accumulate) override {
@@ -164,6 +166,7 @@ class StampedKernels : public VisionKernels {
   Recorder& rec_;
   std::vector<int64_t> windows_, frames_;
   int64_t max_window_ = -1;
+  uint64_t ws_override_ = 0;
 };
 
 // The CUDA device as it is, but for its vision kernels (stamped) and its weight copies (stamped on H2D).
@@ -268,8 +271,7 @@ std::map<std::string, double> priced(const std::vector<Call>& calls, const CostM
 }
 
 void run_size(Device& cuda, const VisionTower& t, int64_t width, int64_t height, uint64_t budget, int64_t max_resident,
-              int rounds,
-              const std::vector<std::string>& profiles) {
+              uint64_t workspace, int rounds, const std::vector<std::string>& profiles) {
   const VisionModel& m = t.model;
   const std::array<int64_t, 3> g = image_grid(width, height, t.processor);
   const std::vector<GridThw> grids = {{g[0], g[1], g[2]}};
@@ -281,12 +283,14 @@ void run_size(Device& cuda, const VisionTower& t, int64_t width, int64_t height,
   StampedDevice dev(cuda);
   dev.vision_kernels(m.spec.head_dim());
   dev.stamped()->set_segments(in);
+  dev.stamped()->set_workspace_override(workspace);
   VisionRunStats st;
   auto stamped = [&] {
     dev.recorder().clear();
     dev.begin_timeline();
     const auto t0 = std::chrono::steady_clock::now();
-    std::vector<float> out = encode_images_on_device(dev, m.spec, m.weights, px.data(), grids, budget, &st, max_resident);
+    std::vector<float> out =
+        encode_images_on_device(dev, m.spec, m.weights, px.data(), grids, budget, &st, max_resident);
     const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return std::make_pair(out, wall);
   };
@@ -301,9 +305,9 @@ void run_size(Device& cuda, const VisionTower& t, int64_t width, int64_t height,
     rs.push_back(read_round(cuda, dev.recorder().calls(), wall));
     last = dev.recorder().calls();
   }
-  std::printf("\n%lldx%lld: %lld patches (grid %lldx%lld), %s\n", static_cast<long long>(width),
+  std::printf("\n%lldx%lld: %lld patches (grid %lldx%lld), kernel workspace %s, %s\n", static_cast<long long>(width),
               static_cast<long long>(height), static_cast<long long>(in.n_patches), static_cast<long long>(g[1]),
-              static_cast<long long>(g[2]), st.plan.describe().c_str());
+              static_cast<long long>(g[2]), format_bytes(st.plan.workspace_bytes).c_str(), st.plan.describe().c_str());
   std::vector<std::unique_ptr<CostSource>> sources;
   std::vector<std::map<std::string, double>> prices;
   for (const std::string& p : profiles) {
@@ -325,15 +329,16 @@ void run_size(Device& cuda, const VisionTower& t, int64_t width, int64_t height,
     for (const Round& r : rs) v.push_back(r.*f);
     return median(v);
   };
-  std::printf("  kernels %.1f ms; compute queue from first to last kernel %.1f ms (idle %.1f); weight copies %.1f ms;"
-              " encode wall %.1f ms (stats %.1f)\n",
-              med(&Round::kernels_ms), med(&Round::span_ms), med(&Round::span_ms) - med(&Round::kernels_ms),
-              med(&Round::copies_ms), med(&Round::wall_ms), st.encode_ms);
+  std::printf(
+      "  kernels %.1f ms; compute queue from first to last kernel %.1f ms (idle %.1f); weight copies %.1f ms;"
+      " encode wall %.1f ms (stats %.1f)\n",
+      med(&Round::kernels_ms), med(&Round::span_ms), med(&Round::span_ms) - med(&Round::kernels_ms),
+      med(&Round::copies_ms), med(&Round::wall_ms), st.encode_ms);
   for (size_t i = 0; i < profiles.size(); ++i) {
     const CostModel& cost = sources[i]->at_cap(0);
-    const VisionPart part = plan_vision_inputs(m.spec, in, budget, m.weights.matrix_dtype,
-                                               cuda.vision_kernels(m.spec.head_dim()).workspace_bytes(), cost,
-                                               max_resident);
+    const VisionPart part =
+        plan_vision_inputs(m.spec, in, budget, m.weights.matrix_dtype,
+                           dev.vision_kernels(m.spec.head_dim()).workspace_bytes(), cost, max_resident);
     double sum = 0;
     for (const auto& [cls, ms] : prices[i]) sum += ms;
     std::printf("  priced[%zu] %s: calls %.1f ms; encode predicted %.1f ms (block %.2f, full block %.2f, copy %.2f)\n",
@@ -346,13 +351,21 @@ void run_size(Device& cuda, const VisionTower& t, int64_t width, int64_t height,
 
 int main(int argc, char** argv) {
   if (argc < 7) {
-    std::fprintf(stderr, "usage: %s DEVICE TOWER BUDGET[@MAX_RESIDENT] ROUNDS WIDTHxHEIGHT[,...] PROFILE.json...\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s DEVICE TOWER BUDGET[@MAX_RESIDENT][+WORKSPACE] ROUNDS WIDTHxHEIGHT[,...] PROFILE.json...\n",
+                 argv[0]);
     return 2;
   }
   try {
     const VisionTower t = load_vision_tower(argv[2]);
-    // BUDGET[@R]: at most R blocks resident (the oracle's partial and streamed plans).
-    const std::string b = argv[3];
+    // BUDGET[@R][+WS]: at most R blocks resident (the oracle's partial and streamed plans); a kernel
+    // workspace of WS instead of the device's (the linear layers split their activations in it).
+    std::string b = argv[3];
+    uint64_t workspace = 0;
+    if (const size_t plus = b.find('+'); plus != std::string::npos) {
+      workspace = parse_vram_budget(b.substr(plus + 1), "WS");
+      b = b.substr(0, plus);
+    }
     const size_t at = b.find('@');
     const uint64_t budget = parse_vram_budget(b.substr(0, at), "BUDGET");
     const int64_t max_resident = at == std::string::npos ? INT64_MAX : std::atoll(b.c_str() + at + 1);
@@ -363,7 +376,7 @@ int main(int argc, char** argv) {
     std::stringstream sizes(argv[5]);
     for (std::string s; std::getline(sizes, s, ',');) {
       const std::array<int64_t, 2> wh = parse_image_size(s, "size");
-      run_size(*cuda, t, wh[0], wh[1], budget, max_resident, rounds, profiles);
+      run_size(*cuda, t, wh[0], wh[1], budget, max_resident, workspace, rounds, profiles);
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
