@@ -14,7 +14,9 @@
 //          compute queue's idle time inside the encode (waits for copies), the copies' time, the
 //          encode's wall time and planner/encoder_cost's whole-encode prediction.
 //
-//   bench DEVICE TOWER BUDGET[@MAX_RESIDENT][+WORKSPACE] ROUNDS WIDTHxHEIGHT[,WIDTHxHEIGHT...] PROFILE.json...
+//   bench DEVICE TOWER ROUNDS CONFIG... PROFILE.json...
+//   CONFIG: BUDGET[@MAX_RESIDENT][+WORKSPACE]/WIDTHxHEIGHT[,WIDTHxHEIGHT...], e.g. 4G/854x480,2560x1440,
+//   1G@0/854x480 (every block streamed), 4G+128M/2560x1440 (the kernels' workspace 128M).
 //   DEVICE: cuda (emu runs the same on the emulated device, to try the bench without a GPU).
 //   TOWER: an mmproj GGUF, an HF directory or synthetic:qwen2vl7b?dtype=f16&seed=1 (load_vision_tower).
 #include <algorithm>
@@ -350,33 +352,43 @@ void run_size(Device& cuda, const VisionTower& t, int64_t width, int64_t height,
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 7) {
-    std::fprintf(stderr,
-                 "usage: %s DEVICE TOWER BUDGET[@MAX_RESIDENT][+WORKSPACE] ROUNDS WIDTHxHEIGHT[,...] PROFILE.json...\n",
-                 argv[0]);
+  if (argc < 5) {
+    std::fprintf(
+        stderr,
+        "usage: %s DEVICE TOWER ROUNDS BUDGET[@MAX_RESIDENT][+WORKSPACE]/WIDTHxHEIGHT[,...]... PROFILE.json...\n",
+        argv[0]);
     return 2;
   }
   try {
     const VisionTower t = load_vision_tower(argv[2]);
-    // BUDGET[@R][+WS]: at most R blocks resident (the oracle's partial and streamed plans); a kernel
-    // workspace of WS instead of the device's (the linear layers split their activations in it).
-    std::string b = argv[3];
-    uint64_t workspace = 0;
-    if (const size_t plus = b.find('+'); plus != std::string::npos) {
-      workspace = parse_vram_budget(b.substr(plus + 1), "WS");
-      b = b.substr(0, plus);
+    const int rounds = std::max(1, std::atoi(argv[3]));
+    std::vector<std::string> configs, profiles;
+    for (int i = 4; i < argc; ++i) {
+      const std::string a = argv[i];
+      (a.size() > 5 && a.compare(a.size() - 5, 5, ".json") == 0 ? profiles : configs).push_back(a);
     }
-    const size_t at = b.find('@');
-    const uint64_t budget = parse_vram_budget(b.substr(0, at), "BUDGET");
-    const int64_t max_resident = at == std::string::npos ? INT64_MAX : std::atoll(b.c_str() + at + 1);
-    const int rounds = std::max(1, std::atoi(argv[4]));
-    std::vector<std::string> profiles(argv + 6, argv + argc);
     std::unique_ptr<Device> cuda = make_run_device(argv[1]);
     std::printf("%s; tower %s\n", cuda->name().c_str(), argv[2]);
-    std::stringstream sizes(argv[5]);
-    for (std::string s; std::getline(sizes, s, ',');) {
-      const std::array<int64_t, 2> wh = parse_image_size(s, "size");
-      run_size(*cuda, t, wh[0], wh[1], budget, max_resident, workspace, rounds, profiles);
+    for (const std::string& c : configs) {
+      // BUDGET[@R][+WS]/SIZES: at most R blocks resident (the oracle's partial and streamed plans); a
+      // kernel workspace of WS instead of the device's (the linear layers split their activations in it).
+      const size_t slash = c.find('/');
+      if (slash == std::string::npos) fail(c, ": not BUDGET[@R][+WS]/WIDTHxHEIGHT[,...]");
+      std::string b = c.substr(0, slash);
+      uint64_t workspace = 0;
+      if (const size_t plus = b.find('+'); plus != std::string::npos) {
+        workspace = parse_vram_budget(b.substr(plus + 1), "WS");
+        b = b.substr(0, plus);
+      }
+      const size_t at = b.find('@');
+      const uint64_t budget = parse_vram_budget(b.substr(0, at), "BUDGET");
+      const int64_t max_resident = at == std::string::npos ? INT64_MAX : std::atoll(b.c_str() + at + 1);
+      std::printf("\n== %s\n", c.c_str());
+      std::stringstream sizes(c.substr(slash + 1));
+      for (std::string s; std::getline(sizes, s, ',');) {
+        const std::array<int64_t, 2> wh = parse_image_size(s, "size");
+        run_size(*cuda, t, wh[0], wh[1], budget, max_resident, workspace, rounds, profiles);
+      }
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

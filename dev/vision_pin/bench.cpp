@@ -9,17 +9,22 @@
 // differs). Prints per image and variant the median and range of the wall times, and the pin and
 // unpin times alone.
 //
-//   bench MMPROJ.gguf|HF_DIR BUDGET ROUNDS IMAGE...
+//   bench TOWER BUDGET ROUNDS IMAGE|WIDTHxHEIGHT...
+// TOWER: an mmproj GGUF, an HF directory or synthetic:qwen2vl7b?dtype=f16&seed=1 (load_vision_tower); a
+// size in place of an image file encodes seeded pixels of that image's patch grid (the time does not
+// depend on the values).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "core/size.h"
 #include "engine/run_setup.h"
+#include "engine/vision_planning.h"
 #include "executor/device/device.h"
 #include "vision/encoder.h"
 #include "vision/image.h"
@@ -53,19 +58,31 @@ struct Series {
   }
 };
 
+// An image file preprocessed, or seeded pixels for the patch grid of an image of a size "WxH".
+PreprocessedImage image_or_size(const std::string& arg, const VisionTower& t) {
+  const bool size = arg.find('x') != std::string::npos && arg.find_first_not_of("0123456789x") == std::string::npos;
+  if (!size) return preprocess_image(load_image(arg), t.processor);
+  const std::array<int64_t, 2> wh = parse_image_size(arg, "size");
+  const std::array<int64_t, 3> g = image_grid(wh[0], wh[1], t.processor);
+  PreprocessedImage p;
+  p.grid_t = g[0], p.grid_h = g[1], p.grid_w = g[2];
+  std::mt19937_64 rng(1);
+  std::uniform_real_distribution<float> d(-2.0f, 2.0f);
+  p.pixel_values.resize(static_cast<size_t>(g[0] * g[1] * g[2] * t.model.spec.patch_dim()));
+  for (float& x : p.pixel_values) x = d(rng);
+  return p;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    std::fprintf(stderr, "usage: %s MMPROJ.gguf|HF_DIR BUDGET ROUNDS IMAGE...\n", argv[0]);
+    std::fprintf(stderr, "usage: %s TOWER BUDGET ROUNDS IMAGE|WIDTHxHEIGHT...\n", argv[0]);
     return 2;
   }
   try {
-    const std::string model = argv[1];
-    const bool gguf = model.size() > 5 && model.compare(model.size() - 5, 5, ".gguf") == 0;
-    const VisionModel m = gguf ? load_mmproj(model) : load_vision_model(model);
-    const ImageProcessorConfig proc =
-        gguf ? mmproj_image_processor(model, m.spec) : model_image_processor(model, m.spec);
+    const VisionTower t = load_vision_tower(argv[1]);
+    const VisionModel& m = t.model;
     const uint64_t budget = parse_vram_budget(argv[2], "BUDGET");
     const int rounds = std::max(1, std::atoi(argv[3]));
     std::unique_ptr<Device> dev = make_run_device("cuda");
@@ -73,7 +90,7 @@ int main(int argc, char** argv) {
     for (const VisionMatrix* x : vision_matrices(m.weights)) tower += x->bytes.size();
     std::printf("tower matrices: %.2f GB (%s)\n", tower / 1e9, dtype_name(m.weights.matrix_dtype));
     for (int i = 4; i < argc; ++i) {
-      const PreprocessedImage p = preprocess_image(load_image(argv[i]), proc);
+      const PreprocessedImage p = image_or_size(argv[i], t);
       const std::vector<GridThw> grids = {{p.grid_t, p.grid_h, p.grid_w}};
       auto encode = [&] {
         return encode_images_on_device(*dev, m.spec, m.weights, p.pixel_values.data(), grids, budget);
