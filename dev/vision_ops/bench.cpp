@@ -333,9 +333,10 @@ void run_size(Device& cuda, const VisionTower& t, int64_t width, int64_t height,
   };
   std::printf(
       "  kernels %.1f ms; compute queue from first to last kernel %.1f ms (idle %.1f); weight copies %.1f ms;"
-      " encode wall %.1f ms (stats %.1f)\n",
+      " encode wall %.1f ms (stats %.1f); device peak %s (arena %s, budget %s)\n",
       med(&Round::kernels_ms), med(&Round::span_ms), med(&Round::span_ms) - med(&Round::kernels_ms),
-      med(&Round::copies_ms), med(&Round::wall_ms), st.encode_ms);
+      med(&Round::copies_ms), med(&Round::wall_ms), st.encode_ms, format_bytes(st.device_peak_bytes).c_str(),
+      format_bytes(st.plan.arena_bytes).c_str(), format_bytes(budget).c_str());
   for (size_t i = 0; i < profiles.size(); ++i) {
     const CostModel& cost = sources[i]->at_cap(0);
     const VisionPart part =
