@@ -94,9 +94,12 @@ class StampedKernels : public VisionKernels {
     frames_ = lengths(in.cu_frames);
     max_window_ = in.max_window;
   }
-  // The kernels' workspace as the plan reserves it: theirs, or `bytes` where set (the A/B of a larger one).
+  // The kernels' workspace as the plan reserves it: theirs, or exactly `bytes` where set (the A/B of the
+  // plan's against a fixed one).
   void set_workspace_override(uint64_t bytes) { ws_override_ = bytes; }
-  uint64_t workspace_bytes() const override { return ws_override_ ? ws_override_ : k_.workspace_bytes(); }
+  VisionWorkspace workspace(DType t) const override {
+    return ws_override_ ? VisionWorkspace{ws_override_, 0} : k_.workspace(t);
+  }
   void set_workspace(uint8_t* dev, uint64_t bytes) override { k_.set_workspace(dev, bytes); }
   void linear(const DevMat& w, const float* bias, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
               bool accumulate) override {
@@ -341,7 +344,7 @@ void run_size(Device& cuda, const VisionTower& t, int64_t width, int64_t height,
     const CostModel& cost = sources[i]->at_cap(0);
     const VisionPart part =
         plan_vision_inputs(m.spec, in, budget, m.weights.matrix_dtype,
-                           dev.vision_kernels(m.spec.head_dim()).workspace_bytes(), cost, max_resident);
+                           dev.vision_kernels(m.spec.head_dim()).workspace(m.weights.matrix_dtype), cost, max_resident);
     double sum = 0;
     for (const auto& [cls, ms] : prices[i]) sum += ms;
     std::printf("  priced[%zu] %s: calls %.1f ms; encode predicted %.1f ms (block %.2f, full block %.2f, copy %.2f)\n",
