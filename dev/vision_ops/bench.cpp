@@ -16,7 +16,8 @@
 //
 //   bench DEVICE TOWER ROUNDS CONFIG... PROFILE.json...
 //   CONFIG: BUDGET[@MAX_RESIDENT][+WORKSPACE]/WIDTHxHEIGHT[,WIDTHxHEIGHT...], e.g. 4G/854x480,2560x1440,
-//   1G@0/854x480 (every block streamed), 4G+128M/2560x1440 (the kernels' workspace 128M).
+//   1G@0/854x480 (every block streamed), 4G+8M/2560x1440 (the kernels' workspace fixed at 8 MiB in place of
+//   the plan's).
 //   DEVICE: cuda (emu runs the same on the emulated device, to try the bench without a GPU).
 //   TOWER: an mmproj GGUF, an HF directory or synthetic:qwen2vl7b?dtype=f16&seed=1 (load_vision_tower).
 #include <algorithm>
