@@ -93,7 +93,7 @@ VisionRow plan_row(const std::string& schedule, int64_t max_resident, const Visi
 struct TowerFacts {
   VisionSpec spec;
   ImageProcessorConfig processor;
-  DType dtype = DType::F32;  // of its matrices
+  DType dtype = DType::F32;   // of its matrices
   VisionWorkspace workspace;  // the sweep's device's kernels' (planning_workspace)
 };
 

@@ -35,8 +35,8 @@ uint64_t VisionWorkspace::bytes_for(int64_t rows, int64_t cols) const {
   if (split_parts == 0) return min_bytes;
   // Each part of a row is padded to 8 halves; 512 bytes a row cover the GEMM's scalars and alignment.
   const uint64_t per_row = static_cast<uint64_t>(split_parts) * ((static_cast<uint64_t>(cols) + 7) / 8 * 8) * 2 + 512;
-  SW_CHECK(static_cast<uint64_t>(rows) <= (UINT64_MAX - min_bytes) / per_row, "VisionWorkspace: ", rows,
-           " rows of ", cols, " overflow");
+  SW_CHECK(static_cast<uint64_t>(rows) <= (UINT64_MAX - min_bytes) / per_row, "VisionWorkspace: ", rows, " rows of ",
+           cols, " overflow");
   return min_bytes + static_cast<uint64_t>(rows) * per_row;
 }
 

@@ -342,8 +342,8 @@ TEST_CASE("vision plan: the largest kernel workspace that fits, before resident 
     CHECK(p.mlp_chunk == 4096);
     CHECK(p.workspace_bytes == want_ws);
     const uint64_t free = budget - rest - want_ws;
-    const int64_t resident = free >= all ? s.depth
-                                         : std::min<int64_t>(s.depth - 2, static_cast<int64_t>((free - two) / big.block_bytes));
+    const int64_t resident =
+        free >= all ? s.depth : std::min<int64_t>(s.depth - 2, static_cast<int64_t>((free - two) / big.block_bytes));
     CHECK(p.resident_blocks == resident);
     CHECK(p.arena_bytes <= budget);
   }
