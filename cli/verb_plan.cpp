@@ -180,6 +180,7 @@ nlohmann::json vision_plan_json(const VisionPart& v) {
           {"mlp_chunk", p.mlp_chunk},
           {"arena_bytes", p.arena_bytes},
           {"activation_bytes", p.activation_bytes},
+          {"workspace_bytes", p.workspace_bytes},
           {"weight_bytes", p.weight_bytes()}};
 }
 

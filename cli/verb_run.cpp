@@ -174,6 +174,7 @@ nlohmann::json encoder_json(const EncodedImages& e) {
   j["mlp_chunk"] = p.mlp_chunk;
   j["budget_bytes"] = p.budget_bytes;
   j["arena_bytes"] = p.arena_bytes;
+  j["workspace_bytes"] = p.workspace_bytes;
   j["device_peak_bytes"] = e.run.device_peak_bytes;
   return j;
 }

@@ -40,6 +40,7 @@ nlohmann::json device_json(const EncodedImages& e) {
           {"mlp_chunk", p.mlp_chunk},
           {"budget_bytes", p.budget_bytes},
           {"arena_bytes", p.arena_bytes},
+          {"workspace_bytes", p.workspace_bytes},
           {"weight_bytes", p.weight_bytes()},
           {"device_peak_bytes", e.run.device_peak_bytes}};
 }

@@ -59,12 +59,12 @@ VisionPart plan_vision_part(const std::string& dir, const std::vector<std::array
   const ImageProcessorConfig processor = model_image_processor(dir, spec);
   std::vector<GridThw> grids;
   for (const auto& s : sizes) grids.push_back(image_grid(s[0], s[1], processor));
-  return plan_vision_inputs(spec, vision_inputs(spec, grids), budget, stored_vision_matrix_dtype(spec, dir),
-                            kVisionCudaWorkspaceBytes, cost);
+  const DType dtype = stored_vision_matrix_dtype(spec, dir);
+  return plan_vision_inputs(spec, vision_inputs(spec, grids), budget, dtype, cuda_vision_workspace(dtype), cost);
 }
 
 VisionPart plan_vision_inputs(const VisionSpec& spec, const VisionInputs& in, uint64_t budget, DType dtype,
-                              uint64_t workspace, const CostModel& cost, int64_t max_resident) {
+                              const VisionWorkspace& workspace, const CostModel& cost, int64_t max_resident) {
   VisionPart v;
   v.plan = plan_vision_encoder(spec, in, budget, workspace, dtype, max_resident);
   v.cost = predict_encoder(cost, encoder_shape(spec, in, v.plan, dtype));

@@ -24,11 +24,12 @@ struct VisionPart {
 std::array<int64_t, 2> parse_image_size(const std::string& text, const std::string& what);
 
 // The encoder's plan for these inputs under budget_bytes, its matrices of `dtype`, the kernels' workspace
-// workspace_bytes (VisionKernels::workspace_bytes), with at most max_resident resident blocks
+// as `workspace` says (VisionKernels::workspace), with at most max_resident resident blocks
 // (plan_vision_encoder), and its price as `run --image` runs it (weights copied from pageable memory).
 // Throws Error when nothing fits.
 VisionPart plan_vision_inputs(const VisionSpec& spec, const VisionInputs& in, uint64_t budget_bytes, DType dtype,
-                              uint64_t workspace_bytes, const CostModel& cost, int64_t max_resident = INT64_MAX);
+                              const VisionWorkspace& workspace, const CostModel& cost,
+                              int64_t max_resident = INT64_MAX);
 
 // The encoder of the HF directory `dir` for images of these (width, height) sizes, under budget_bytes.
 // Throws Error when dir is not a vision-language model's directory or nothing fits the budget.

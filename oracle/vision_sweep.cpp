@@ -66,7 +66,7 @@ struct LoadedTower {
 
 // The schedule's plan, or why it is not one (see vision_sweep.h).
 VisionRow plan_row(const std::string& schedule, int64_t max_resident, const VisionSpec& spec, const VisionInputs& in,
-                   uint64_t budget, DType dtype, uint64_t workspace, const CostModel& cost) {
+                   uint64_t budget, DType dtype, const VisionWorkspace& workspace, const CostModel& cost) {
   VisionRow r;
   r.schedule = schedule;
   r.max_resident = max_resident;
@@ -93,15 +93,15 @@ VisionRow plan_row(const std::string& schedule, int64_t max_resident, const Visi
 struct TowerFacts {
   VisionSpec spec;
   ImageProcessorConfig processor;
-  DType dtype = DType::F32;  // of its matrices
-  uint64_t workspace = 0;    // the sweep's device's kernels' (planning_workspace)
+  DType dtype = DType::F32;   // of its matrices
+  VisionWorkspace workspace;  // the sweep's device's kernels' (planning_workspace)
 };
 
-// The device's kernels' workspace (VisionKernels::workspace_bytes), as its encodes plan with it: CUDA's
+// The device's kernels' workspace (VisionKernels::workspace), as its encodes plan with it: CUDA's
 // without a GPU at hand (--predict on another machine).
-uint64_t planning_workspace(const std::string& device, int64_t head_dim) {
-  if (device == "cuda") return kVisionCudaWorkspaceBytes;
-  return make_run_device(device)->vision_kernels(head_dim).workspace_bytes();
+VisionWorkspace planning_workspace(const std::string& device, int64_t head_dim, DType dtype) {
+  if (device == "cuda") return cuda_vision_workspace(dtype);
+  return make_run_device(device)->vision_kernels(head_dim).workspace(dtype);
 }
 
 VisionConfigPlan plan_vision_config(const VisionConfiguration& c, const TowerFacts& t, const CostModel& cost) {
@@ -115,7 +115,7 @@ VisionConfigPlan plan_vision_config(const VisionConfiguration& c, const TowerFac
   p.image_tokens = in.n_patches / spec.merge_unit();
   p.depth = spec.depth;
   const DType dtype = t.dtype;
-  const uint64_t workspace = t.workspace;
+  const VisionWorkspace workspace = t.workspace;
   const std::pair<const char*, int64_t> schedules[] = {
       {"gpu-only", spec.depth}, {"partial", std::max<int64_t>(0, spec.depth - 2)}, {"streamed", 0}};
   for (const auto& [name, max_resident] : schedules)
@@ -166,6 +166,7 @@ json planned_keys(const Experiment& e, const VisionConfigPlan& p, const VisionRo
               {"resident_blocks", r.feasible ? json(pl.resident_blocks) : json(nullptr)},
               {"mlp_chunk", r.feasible ? json(pl.mlp_chunk) : json(nullptr)},
               {"vram_bytes", r.feasible ? json(pl.arena_bytes) : json(nullptr)},
+              {"workspace_bytes", r.feasible ? json(pl.workspace_bytes) : json(nullptr)},
               {"weight_bytes", r.feasible ? json(pl.weight_bytes()) : json(nullptr)},
               {"chosen", r.chosen},
               {"planner_choice", choice.empty() ? json(nullptr) : json(choice)},
@@ -280,7 +281,7 @@ class VisionSweep {
       const VisionTower& t = tower_of(c).tower;
       f = TowerFacts{t.model.spec, t.processor, t.model.weights.matrix_dtype};
     }
-    f.workspace = planning_workspace(o_.device, f.spec.head_dim());
+    f.workspace = planning_workspace(o_.device, f.spec.head_dim(), f.dtype);
     return facts_.emplace(c.model, f).first->second;
   }
 

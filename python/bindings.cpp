@@ -236,6 +236,7 @@ py::dict plan_vision_fn(const std::string& model_dir, const std::vector<std::str
   d["mlp_chunk"] = v.plan.mlp_chunk;
   d["arena_bytes"] = v.plan.arena_bytes;
   d["activation_bytes"] = v.plan.activation_bytes;
+  d["workspace_bytes"] = v.plan.workspace_bytes;
   d["weight_bytes"] = v.plan.weight_bytes();
   d["predicted_ms"] = v.cost.predicted_ms;
   d["predicted_block_ms"] = v.cost.block_compute_ms;

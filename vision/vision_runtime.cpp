@@ -151,14 +151,38 @@ std::string VisionPlan::describe() const {
   return o.str();
 }
 
-VisionPlan plan_vision_encoder(const VisionSpec& s, const VisionInputs& in, uint64_t budget, uint64_t workspace,
-                               DType matrix_dtype, int64_t max_resident) {
+namespace {
+
+// The workspaces a plan tries, largest first: every linear layer in one GEMM; no layer in pieces smaller
+// than an MLP piece (the rows of a whole layer capped at mlp_chunk); the least.
+std::vector<uint64_t> workspace_levels(const VisionSpec& s, const VisionInputs& in, const VisionWorkspace& ws,
+                                       int64_t mlp_chunk) {
+  const int64_t n = in.n_patches, h = s.hidden_size, f = s.intermediate_size, m = s.merger_width();
+  // (rows, cols) of the encoder's linear layers: patch embedding, qkv and proj, the MLP's pieces, the merger.
+  const std::pair<int64_t, int64_t> layers[] = {
+      {n, s.patch_dim()}, {n, h}, {mlp_chunk, h}, {mlp_chunk, f}, {n / s.merge_unit(), m}};
+  uint64_t whole = ws.min_bytes, capped = ws.min_bytes;
+  for (const auto& [rows, cols] : layers) {
+    whole = std::max(whole, ws.bytes_for(rows, cols));
+    capped = std::max(capped, ws.bytes_for(std::min(rows, mlp_chunk), cols));
+  }
+  std::vector<uint64_t> levels;
+  for (uint64_t b : {whole, capped, ws.min_bytes}) {
+    b = vision_aligned_bytes(b);
+    if (levels.empty() || b < levels.back()) levels.push_back(b);
+  }
+  return levels;
+}
+
+}  // namespace
+
+VisionPlan plan_vision_encoder(const VisionSpec& s, const VisionInputs& in, uint64_t budget,
+                               const VisionWorkspace& workspace, DType matrix_dtype, int64_t max_resident) {
   SW_CHECK(max_resident >= 0, "plan_vision_encoder: max_resident ", max_resident);
   VisionPlan p;
   p.n_patches = in.n_patches;
   p.depth = s.depth;
   p.budget_bytes = budget;
-  p.workspace_bytes = vision_aligned_bytes(workspace);
   // Sizes from the spec alone (the weights need not be loaded to plan), in block_tensors' and
   // edge_tensors' order; encode_images_on_device checks them against the weights.
   const uint64_t h = static_cast<uint64_t>(s.hidden_size), f = static_cast<uint64_t>(s.intermediate_size);
@@ -173,14 +197,18 @@ VisionPlan plan_vision_encoder(const VisionSpec& s, const VisionInputs& in, uint
   p.edge_bytes = al(M * h * static_cast<uint64_t>(s.patch_dim())) + al(F * h) + al(M * m * m) + al(F * m) +
                  al(M * out * m) + al(F * out);
   const int64_t n = in.n_patches;
+  const uint64_t two = std::min<uint64_t>(2, static_cast<uint64_t>(s.depth)) * p.block_bytes;
   uint64_t fixed = 0;
   for (int64_t chunk : {std::min<int64_t>(n, 4096), std::min<int64_t>(n, 1024), std::min<int64_t>(n, 256)}) {
     p.mlp_chunk = chunk;
     p.activation_bytes = vision_activation_bytes(s, in, chunk);
-    fixed = p.activation_bytes + p.workspace_bytes + p.edge_bytes;
-    if (fixed + std::min<uint64_t>(2, static_cast<uint64_t>(s.depth)) * p.block_bytes <= budget) break;
+    for (uint64_t ws : workspace_levels(s, in, workspace, chunk)) {
+      p.workspace_bytes = ws;
+      fixed = p.activation_bytes + p.workspace_bytes + p.edge_bytes;
+      if (fixed + two <= budget) break;
+    }
+    if (fixed + two <= budget) break;
   }
-  const uint64_t two = std::min<uint64_t>(2, static_cast<uint64_t>(s.depth)) * p.block_bytes;
   if (fixed + two > budget)
     fail("the vision encoder needs at least ", format_bytes(fixed + two), " of device memory for ", n,
          " patches (activations ", format_bytes(p.activation_bytes), ", workspace ", format_bytes(p.workspace_bytes),
@@ -212,7 +240,7 @@ PlannedEncode planned_encode(Device& dev, const VisionSpec& s, const VisionWeigh
   PlannedEncode p{vision_inputs(s, grids), {}};
   check_vision_weights(s, w);
   VisionKernels& k = dev.vision_kernels(s.head_dim());  // loaded before any arena of this encode
-  p.plan = plan_vision_encoder(s, p.in, budget, k.workspace_bytes(), w.matrix_dtype, max_resident);
+  p.plan = plan_vision_encoder(s, p.in, budget, k.workspace(w.matrix_dtype), w.matrix_dtype, max_resident);
   SW_CHECK(laid_out_bytes(block_tensors(w.blocks.at(0))) == p.plan.block_bytes &&
                laid_out_bytes(edge_tensors(w)) == p.plan.edge_bytes,
            "vision encoder: the planned weight layout differs from the weights'");

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "executor/device/device.h"
+#include "executor/device/vision_kernels.h"
 #include "vision/encoder.h"
 
 namespace shardwise {
@@ -37,15 +38,18 @@ struct VisionPlan {
   std::string describe() const;  // one line for logs
 };
 
-// The plan for these images' inputs under budget_bytes, with workspace_bytes for the kernels'
-// temporaries (VisionKernels::workspace_bytes) and the weights' matrices in matrix_dtype
-// (VisionWeights::matrix_dtype): the MLP piece is min(n, 4096) tokens, smaller (down to 256) only where
-// that is what fits; then as many resident blocks as the rest holds, at most max_resident (the oracle
-// measures the plans with fewer; every block resident is GPU-only, any fewer stream the others through
-// two slots). Throws Error naming the bytes needed when not even the activations, the edge weights and
-// two slots fit.
+// The plan for these images' inputs under budget_bytes, the kernels' temporaries as `workspace` says
+// (VisionKernels::workspace) and the weights' matrices in matrix_dtype (VisionWeights::matrix_dtype): the
+// MLP piece is min(n, 4096) tokens, smaller (down to 256) only where that is what fits; at each piece, the
+// workspace in which every linear layer runs in one GEMM, else the one in which none runs in pieces
+// smaller than an MLP piece, else the least (the workspace comes before resident blocks: every block
+// crosses the link once per encode either way, while a layer cut in pieces costs launches and small GEMMs);
+// then as many resident blocks as the rest holds, at most max_resident (the oracle measures the plans with
+// fewer; every block resident is GPU-only, any fewer stream the others through two slots). Throws Error
+// naming the bytes needed when not even the activations, the least workspace, the edge weights and two
+// slots fit.
 VisionPlan plan_vision_encoder(const VisionSpec& spec, const VisionInputs& in, uint64_t budget_bytes,
-                               uint64_t workspace_bytes, DType matrix_dtype, int64_t max_resident = INT64_MAX);
+                               const VisionWorkspace& workspace, DType matrix_dtype, int64_t max_resident = INT64_MAX);
 
 // Pins the tower's matrices in host memory (Device::pin_host) for an encoder that runs many times: its
 // copies then run at the link's speed and without holding the host. They must stay where they are, and

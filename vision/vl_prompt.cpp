@@ -49,7 +49,7 @@ void encode_preprocessed_images(const VisionModel& model, EncodedImages& out, Th
   // the run or the request failing.
   if (device) {
     const VisionInputs in = vision_inputs(model.spec, out.grids);
-    const uint64_t ws = device->vision_kernels(model.spec.head_dim()).workspace_bytes();
+    const VisionWorkspace ws = device->vision_kernels(model.spec.head_dim()).workspace(model.weights.matrix_dtype);
     try {
       plan_vision_encoder(model.spec, in, budget_bytes, ws, model.weights.matrix_dtype);
     } catch (const Error& e) {

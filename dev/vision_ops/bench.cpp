@@ -7,7 +7,8 @@
 // around every weight copy. Nothing else changes: the kernels, plan and copies are the product's.
 //
 // Check, then time:
-//   check  the wrapped encode's tokens equal the plain encode's bit for bit (the stamps change nothing)
+//   check  the wrapped encode's tokens equal the plain encode's bit for bit (the stamps change nothing;
+//          with a fixed workspace, to f32 rounding)
 //   time   ROUNDS wrapped encodes after one warm-up; per op class (linear by shape, attention by
 //          segment length, norm, rotary, activation, permute) the kernel time per encode (median
 //          round), the calls, and the cost model's price of the same calls under each PROFILE; then the
@@ -16,11 +17,13 @@
 //
 //   bench DEVICE TOWER ROUNDS CONFIG... PROFILE.json...
 //   CONFIG: BUDGET[@MAX_RESIDENT][+WORKSPACE]/WIDTHxHEIGHT[,WIDTHxHEIGHT...], e.g. 4G/854x480,2560x1440,
-//   1G@0/854x480 (every block streamed), 4G+128M/2560x1440 (the kernels' workspace 128M).
+//   1G@0/854x480 (every block streamed), 4G+8M/2560x1440 (the kernels' workspace fixed at 8 MiB in place of
+//   the plan's).
 //   DEVICE: cuda (emu runs the same on the emulated device, to try the bench without a GPU).
 //   TOWER: an mmproj GGUF, an HF directory or synthetic:qwen2vl7b?dtype=f16&seed=1 (load_vision_tower).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -94,9 +97,12 @@ class StampedKernels : public VisionKernels {
     frames_ = lengths(in.cu_frames);
     max_window_ = in.max_window;
   }
-  // The kernels' workspace as the plan reserves it: theirs, or `bytes` where set (the A/B of a larger one).
+  // The kernels' workspace as the plan reserves it: theirs, or exactly `bytes` where set (the A/B of the
+  // plan's against a fixed one).
   void set_workspace_override(uint64_t bytes) { ws_override_ = bytes; }
-  uint64_t workspace_bytes() const override { return ws_override_ ? ws_override_ : k_.workspace_bytes(); }
+  VisionWorkspace workspace(DType t) const override {
+    return ws_override_ ? VisionWorkspace{ws_override_, 0} : k_.workspace(t);
+  }
   void set_workspace(uint8_t* dev, uint64_t bytes) override { k_.set_workspace(dev, bytes); }
   void linear(const DevMat& w, const float* bias, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
               bool accumulate) override {
@@ -285,7 +291,6 @@ void run_size(Device& cuda, const VisionTower& t, int64_t width, int64_t height,
   StampedDevice dev(cuda);
   dev.vision_kernels(m.spec.head_dim());
   dev.stamped()->set_segments(in);
-  dev.stamped()->set_workspace_override(workspace);
   VisionRunStats st;
   auto stamped = [&] {
     dev.recorder().clear();
@@ -296,9 +301,23 @@ void run_size(Device& cuda, const VisionTower& t, int64_t width, int64_t height,
     const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return std::make_pair(out, wall);
   };
-  // Check.
+  // Check: with the plan's own workspace the stamps change nothing (the plain encode's bits). A fixed
+  // workspace cuts the linear layers into other pieces, whose 16-bit splits of the activations are scaled
+  // per piece: the same values up to f32 rounding.
   const std::vector<float> want = plain();
   if (stamped().first != want) fail(width, "x", height, ": the stamped encode differs from the plain one");
+  if (workspace != 0) {
+    dev.stamped()->set_workspace_override(workspace);
+    const std::vector<float> got = stamped().first;
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
+      scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+    }
+    if (got.size() != want.size() || diff > 1e-4 * scale)
+      fail(width, "x", height, ": with the workspace fixed the encode differs by ", diff, " (largest value ", scale,
+           ")");
+  }
   // Time.
   std::vector<Round> rs;
   std::vector<Call> last;
@@ -341,7 +360,7 @@ void run_size(Device& cuda, const VisionTower& t, int64_t width, int64_t height,
     const CostModel& cost = sources[i]->at_cap(0);
     const VisionPart part =
         plan_vision_inputs(m.spec, in, budget, m.weights.matrix_dtype,
-                           dev.vision_kernels(m.spec.head_dim()).workspace_bytes(), cost, max_resident);
+                           dev.vision_kernels(m.spec.head_dim()).workspace(m.weights.matrix_dtype), cost, max_resident);
     double sum = 0;
     for (const auto& [cls, ms] : prices[i]) sum += ms;
     std::printf("  priced[%zu] %s: calls %.1f ms; encode predicted %.1f ms (block %.2f, full block %.2f, copy %.2f)\n",

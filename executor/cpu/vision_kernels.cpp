@@ -30,6 +30,23 @@ float vision_activation(VisionAct act, float x) {
   return x;
 }
 
+uint64_t VisionWorkspace::bytes_for(int64_t rows, int64_t cols) const {
+  SW_CHECK(rows >= 0 && cols >= 0, "VisionWorkspace: ", rows, " rows of ", cols);
+  if (split_parts == 0) return min_bytes;
+  // Each part of a row is padded to 8 halves; 512 bytes a row cover the GEMM's scalars and alignment.
+  const uint64_t per_row = static_cast<uint64_t>(split_parts) * ((static_cast<uint64_t>(cols) + 7) / 8 * 8) * 2 + 512;
+  SW_CHECK(static_cast<uint64_t>(rows) <= (UINT64_MAX - min_bytes) / per_row, "VisionWorkspace: ", rows, " rows of ",
+           cols, " overflow");
+  return min_bytes + static_cast<uint64_t>(rows) * per_row;
+}
+
+VisionWorkspace cuda_vision_workspace(DType matrix_dtype) {
+  VisionWorkspace w;
+  w.min_bytes = uint64_t(8) << 20;
+  w.split_parts = matrix_dtype == DType::F16 ? 2 : matrix_dtype == DType::BF16 ? 3 : 0;
+  return w;
+}
+
 namespace {
 
 class CpuVisionKernels : public VisionKernels {

@@ -375,10 +375,13 @@ void launch_act(float* gate, const float* up, int64_t count, cudaStream_t stream
 }
 
 // ---- the operations -----------------------------------------------------------------------------------
+// The largest cuBLAS workspace the kernels give it (the warm-up's).
+constexpr uint64_t kWarmBlasCap = uint64_t(2) << 20;
+
 class CudaVisionKernels final : public VisionKernels {
  public:
   CudaVisionKernels(cudaStream_t stream, cublasHandle_t blas) : stream_(stream), blas_(blas) {}
-  uint64_t workspace_bytes() const override { return kVisionCudaWorkspaceBytes; }
+  VisionWorkspace workspace(DType matrix_dtype) const override { return cuda_vision_workspace(matrix_dtype); }
 
   void set_workspace(uint8_t* dev, uint64_t bytes) override {
     SW_CHECK(dev != nullptr || bytes == 0, "CUDA vision kernels: a workspace of ", bytes, " bytes at null");
@@ -387,7 +390,9 @@ class CudaVisionKernels final : public VisionKernels {
     cudaStream_t current = nullptr;
     check_blas(cublasGetStream(blas_, &current), "cublasGetStream");
     if (current != stream_) check_blas(cublasSetStream(blas_, stream_), "cublasSetStream");
-    const uint64_t w = cuda_blas_workspace_bytes(bytes);
+    // cuBLAS keeps at most the workspace its kernels were warmed with (kWarmBlasCap): a larger one may
+    // pick other kernels, which would load inside an encode's arena. The rest holds the split rows.
+    const uint64_t w = std::min(cuda_blas_workspace_bytes(bytes), kWarmBlasCap);
     check_blas(cublasSetWorkspace(blas_, w ? dev : nullptr, w), "cublasSetWorkspace");
     ws_ = dev ? dev + w : nullptr;
     ws_bytes_ = bytes - w;
@@ -506,14 +511,15 @@ class CudaVisionKernels final : public VisionKernels {
 // kWarmTokens tokens; attention over segments {0, 100, 130} (two query tiles and key tiles, an uneven end)
 // of kWarmHeads heads. Everything computes on zeros, which stay finite.
 constexpr int64_t kWarmRows = 256, kWarmCols = 256, kWarmTokens = 128, kWarmHeads = 2, kWarmAttnRows = 130;
-// Token counts of the GEMMs past kWarmTokens: an encode runs thousands of patches (or MLP pieces of up to
-// 4096) at once, for which cuBLAS picks other, larger-tile kernels; each loads at its first launch and
-// must not do so inside an encode's arena.
-constexpr int64_t kWarmGemmTokens[] = {160, 256, 512, 1024, 2048, 4096};
-constexpr int64_t kWarmMaxGemmTokens = 4096;
-// Workspace regions the linear sweep runs with: cuBLAS gets 2 MiB and 256 KiB of them
-// (cuda_blas_workspace_bytes), and picks its kernels by its workspace too.
-constexpr uint64_t kWarmRegions[] = {8ull << 20, 1ull << 20};
+// Token counts of the GEMMs past kWarmTokens: an encode runs its layers over thousands of patches at once
+// (a 1440p image: 18K; MLP pieces of up to 4096), for which cuBLAS picks other, larger-tile kernels; each
+// loads at its first launch and must not do so inside an encode's arena.
+constexpr int64_t kWarmGemmTokens[] = {160, 256, 512, 1024, 2048, 4096, 8192, 16384};
+constexpr int64_t kWarmMaxGemmTokens = 16384;
+// Workspace regions the linear sweep runs with: 32 MiB takes the largest GEMMs above in one piece, as a
+// plan's workspace does; cuBLAS gets 2 MiB of 32 and 8 MiB (kWarmBlasCap) and 256 KiB of 1 MiB, and picks
+// its kernels by its workspace too.
+constexpr uint64_t kWarmRegions[] = {32ull << 20, 8ull << 20, 1ull << 20};
 
 void CudaVisionKernels::warm_up(int64_t head_dim) {
   SW_CHECK(head_dim >= 4 && head_dim <= kVisionMaxHeadDim && head_dim % 4 == 0, "vision warm-up: head_dim ", head_dim,

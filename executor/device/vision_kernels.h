@@ -22,15 +22,27 @@ enum class VisionAct { Silu, Gelu, GeluTanh, QuickGelu };
 // The largest head_dim the attention kernels take (every released vision tower: 80).
 constexpr int64_t kVisionMaxHeadDim = 128;
 
-// The CUDA kernels' workspace (cuBLAS's 2 MiB among it): what a plan made without a device assumes.
-constexpr uint64_t kVisionCudaWorkspaceBytes = uint64_t(8) << 20;
+// The device temporaries of the operations: min_bytes for any call, and for a linear layer to take its n
+// rows in one GEMM, bytes_for(n, cols): room for split_parts 16-bit copies of each activation row (f32
+// activations against f16 or bf16 matrices go through tensor cores as 2 or 3 parts). With less room a
+// layer runs in pieces of the rows that fit: the same result (each row is computed alone), more launches
+// and smaller GEMMs.
+struct VisionWorkspace {
+  uint64_t min_bytes = 0;
+  int split_parts = 0;  // 0: a layer needs no room per row
+  uint64_t bytes_for(int64_t rows, int64_t cols) const;
+};
+
+// The CUDA kernels' workspace for matrices of `matrix_dtype`: 8 MiB (cuBLAS's 2 MiB among it) and, for
+// f16 and bf16 matrices, 2 or 3 parts per row. What a plan made without a device (--predict) assumes.
+VisionWorkspace cuda_vision_workspace(DType matrix_dtype);
 
 class VisionKernels {
  public:
   virtual ~VisionKernels() = default;
-  // Bytes of device temporaries the operations need (0: none), and the region they come from, given
-  // before the first call.
-  virtual uint64_t workspace_bytes() const { return 0; }
+  // The device temporaries the operations need with matrices of `matrix_dtype` (none by default), and
+  // the region they come from, given before the first call (at least min_bytes).
+  virtual VisionWorkspace workspace(DType /*matrix_dtype*/) const { return {}; }
   virtual void set_workspace(uint8_t* dev, uint64_t bytes) = 0;
   // y[t * ldy + r] (+)= sum_c W[r, c] x[t * ldx + c] + bias[r], for t < n and r < w.rows (bias may be
   // null; accumulate adds to y). W is f32, f16 or bf16.

@@ -55,7 +55,7 @@ TEST_CASE("CUDA vision encoder: the CPU encoder's tokens, GPU-only and streamed,
   for (DType t : {DType::F32, DType::F16}) {
     const VisionWeights w = random_vision_weights(s, 21, 0.05f, t);
     const std::vector<float> want = encode_images(s, w, pix.data(), grids, pool);
-    const VisionPlan big = plan_vision_encoder(s, in, uint64_t(1) << 32, kVisionCudaWorkspaceBytes, t);
+    const VisionPlan big = plan_vision_encoder(s, in, uint64_t(1) << 32, cuda_vision_workspace(t), t);
     const uint64_t fixed = big.activation_bytes + big.workspace_bytes + big.edge_bytes;
     for (int64_t blocks : {int64_t(6), int64_t(3), int64_t(2)}) {
       const uint64_t budget = fixed + static_cast<uint64_t>(blocks) * big.block_bytes;

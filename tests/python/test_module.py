@@ -137,7 +137,7 @@ def test_plan_vision_matches_the_cli(repo):
                           "10M", "--image-size", "300x200", "--image-size", "64x300", "--json"],
                          check=True, capture_output=True, text=True).stdout
     cli = json.loads(out)["vision"]
-    for key in ("schedule", "patches", "resident_blocks", "arena_bytes", "mlp_chunk"):
+    for key in ("schedule", "patches", "resident_blocks", "arena_bytes", "mlp_chunk", "workspace_bytes"):
         assert d[key] == cli[key], key
     assert d["predicted_ms"] == pytest.approx(cli["predicted_ms"], rel=1e-9)
     assert 0 < d["arena_bytes"] <= 10 << 20

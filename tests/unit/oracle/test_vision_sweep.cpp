@@ -11,10 +11,12 @@
 #include <string>
 
 #include "core/error.h"
+#include "executor/device/vision_kernels.h"
 #include "oracle/experiment.h"
 #include "oracle/results.h"
 #include "oracle/vision_sweep.h"
 #include "test_util.h"
+#include "vision/encoder.h"
 
 using namespace shardwise;
 using Catch::Matchers::Contains;
@@ -169,6 +171,20 @@ TEST_CASE("vision sweep on the emulated device: each schedule's plan, the choice
   // --predict writes a new file.
   o.out_path = out;
   CHECK_THROWS_WITH(run_vision_sweep(e, o), Contains("--predict writes a new file"));
+  // Planned for CUDA without a GPU at hand: the CUDA kernels' workspace (f32 matrices: the least of it).
+  o.device = "cuda";
+  o.out_path = test::temp_path("vision_cuda_predict.jsonl");
+  std::filesystem::remove(o.out_path);
+  run_vision_sweep(e, o);
+  int planned = 0;
+  std::ifstream predictions(o.out_path);
+  for (std::string line; std::getline(predictions, line);) {
+    const json j = json::parse(line);
+    if (j.value("record", "") != "prediction" || j["feasible"] != true) continue;
+    ++planned;
+    CHECK(j["workspace_bytes"] == vision_aligned_bytes(cuda_vision_workspace(DType::F32).min_bytes));
+  }
+  CHECK(planned > 0);
 }
 
 TEST_CASE("vision sweep: a budget between streamed and gpu-only makes partial the choice", "[oracle][vision]") {

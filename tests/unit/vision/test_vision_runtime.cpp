@@ -52,7 +52,7 @@ uint64_t budget_for(const VisionPlan& p, const VisionSpec& s, const VisionInputs
 TEST_CASE("vision plan: GPU-only, streamed, MLP pieces, and a budget too small", "[vision][vlmopt]") {
   const VisionSpec s = runtime_spec();
   const VisionInputs in = vision_inputs(s, kGrids);
-  const VisionPlan big = plan_vision_encoder(s, in, uint64_t(1) << 30, 0, DType::F32);
+  const VisionPlan big = plan_vision_encoder(s, in, uint64_t(1) << 30, {}, DType::F32);
   CHECK(big.schedule() == "gpu-only");
   CHECK(big.resident_blocks == s.depth);
   CHECK(big.slots == 0);
@@ -61,26 +61,26 @@ TEST_CASE("vision plan: GPU-only, streamed, MLP pieces, and a budget too small",
 
   // Room for two blocks besides everything else: every block streamed through two slots.
   const uint64_t two = budget_for(big, s, in, in.n_patches, 2);
-  const VisionPlan streamed = plan_vision_encoder(s, in, two, 0, DType::F32);
+  const VisionPlan streamed = plan_vision_encoder(s, in, two, {}, DType::F32);
   CHECK(streamed.schedule() == "streamed");
   CHECK(streamed.resident_blocks == 0);
   CHECK(streamed.slots == 2);
   CHECK(streamed.arena_bytes <= two);
 
   // Room for four: two resident, two slots.
-  const VisionPlan mixed = plan_vision_encoder(s, in, budget_for(big, s, in, in.n_patches, 4) + 100, 0, DType::F32);
+  const VisionPlan mixed = plan_vision_encoder(s, in, budget_for(big, s, in, in.n_patches, 4) + 100, {}, DType::F32);
   CHECK(mixed.resident_blocks == 2);
   CHECK(mixed.slots == 2);
 
   // Less than two blocks' room at the full MLP: the MLP goes in pieces of 256 tokens.
   const uint64_t pieces = budget_for(big, s, in, 256, 2);
   REQUIRE(pieces < two);
-  const VisionPlan small = plan_vision_encoder(s, in, pieces, 0, DType::F32);
+  const VisionPlan small = plan_vision_encoder(s, in, pieces, {}, DType::F32);
   CHECK(small.mlp_chunk == 256);
   CHECK(small.resident_blocks == 0);
   CHECK(small.arena_bytes <= pieces);
 
-  CHECK_THROWS_WITH(plan_vision_encoder(s, in, pieces - 1, 0, DType::F32),
+  CHECK_THROWS_WITH(plan_vision_encoder(s, in, pieces - 1, {}, DType::F32),
                     Contains("the vision encoder needs at least") && Contains("patches"));
 }
 
@@ -91,7 +91,7 @@ TEST_CASE("vision encoder on the emulated device: the CPU's bits in every schedu
   ThreadPool pool(1);  // the emulated device's kernels run on one thread (the CPU matmul's sums depend on threads)
   const std::vector<float> want = encode_images(s, w, pix.data(), kGrids, pool);
   const VisionInputs in = vision_inputs(s, kGrids);
-  const VisionPlan big = plan_vision_encoder(s, in, uint64_t(1) << 30, 0, DType::F32);
+  const VisionPlan big = plan_vision_encoder(s, in, uint64_t(1) << 30, {}, DType::F32);
 
   for (int64_t blocks : {int64_t(6), int64_t(4), int64_t(3), int64_t(2)}) {
     for (int speeds = 0; speeds < 3; ++speeds) {
@@ -123,7 +123,7 @@ TEST_CASE("vision plan: at most max_resident blocks resident, the CPU's bits sti
   const VisionInputs in = vision_inputs(s, kGrids);
   const uint64_t budget = uint64_t(1) << 30;  // holds every block
   for (int64_t most : {int64_t(6), int64_t(4), int64_t(1), int64_t(0)}) {
-    const VisionPlan p = plan_vision_encoder(s, in, budget, 0, DType::F32, most);
+    const VisionPlan p = plan_vision_encoder(s, in, budget, {}, DType::F32, most);
     INFO("max_resident " << most << ": " << p.describe());
     CHECK(p.resident_blocks == most);
     CHECK(p.slots == (most == s.depth ? 0 : 2));
@@ -134,10 +134,10 @@ TEST_CASE("vision plan: at most max_resident blocks resident, the CPU's bits sti
     CHECK(st.plan.resident_blocks == most);
   }
   // More than the budget holds: as many as fit beside the two slots.
-  const VisionPlan room = plan_vision_encoder(s, in, budget, 0, DType::F32);
+  const VisionPlan room = plan_vision_encoder(s, in, budget, {}, DType::F32);
   const uint64_t three = room.arena_bytes - 3 * room.block_bytes;  // three blocks' room
-  CHECK(plan_vision_encoder(s, in, three, 0, DType::F32, 5).resident_blocks == 1);
-  CHECK_THROWS_WITH(plan_vision_encoder(s, in, budget, 0, DType::F32, -1), Contains("max_resident"));
+  CHECK(plan_vision_encoder(s, in, three, {}, DType::F32, 5).resident_blocks == 1);
+  CHECK_THROWS_WITH(plan_vision_encoder(s, in, budget, {}, DType::F32, -1), Contains("max_resident"));
 
   // A one-block tower streamed: one slot, within the budget, the CPU's bits.
   VisionSpec one = s;
@@ -145,8 +145,8 @@ TEST_CASE("vision plan: at most max_resident blocks resident, the CPU's bits sti
   one.fullatt_block_indexes = {0};
   const VisionWeights w1 = random_vision_weights(one, 4, 0.1f);
   const std::vector<float> want1 = encode_images(one, w1, pix.data(), kGrids, pool);
-  const VisionPlan all1 = plan_vision_encoder(one, in, budget, 0, DType::F32);
-  const VisionPlan p1 = plan_vision_encoder(one, in, all1.arena_bytes, 0, DType::F32, 0);
+  const VisionPlan all1 = plan_vision_encoder(one, in, budget, {}, DType::F32);
+  const VisionPlan p1 = plan_vision_encoder(one, in, all1.arena_bytes, {}, DType::F32, 0);
   CHECK(p1.resident_blocks == 0);
   CHECK(p1.slots == 1);
   CHECK(p1.arena_bytes <= all1.arena_bytes);
@@ -159,14 +159,14 @@ TEST_CASE("vision encoder with 16-bit matrices: half their bytes on the device, 
   const std::vector<float> pix = pixels(s, kGrids);
   ThreadPool pool(1);
   const VisionInputs in = vision_inputs(s, kGrids);
-  const VisionPlan p32 = plan_vision_encoder(s, in, uint64_t(1) << 30, 0, DType::F32);
+  const VisionPlan p32 = plan_vision_encoder(s, in, uint64_t(1) << 30, {}, DType::F32);
   for (DType t : {DType::F16, DType::BF16}) {
     INFO(dtype_name(t));
     const VisionWeights w = random_vision_weights(s, 3, 0.1f, t);
     CHECK(w.matrix_dtype == t);
     CHECK(w.blocks[2].gate_w.dtype == t);
     CHECK(w.blocks[2].gate_w.bytes.size() == static_cast<size_t>(2 * s.intermediate_size * s.hidden_size));
-    const VisionPlan p16 = plan_vision_encoder(s, in, uint64_t(1) << 30, 0, t);
+    const VisionPlan p16 = plan_vision_encoder(s, in, uint64_t(1) << 30, {}, t);
     // A block is 4 matrices of (h, 3h), (h, h), 2 x (f, h), (h, f) and 9 vectors: the matrices' half.
     const uint64_t h = 64, f = 96;
     CHECK(p32.block_bytes - p16.block_bytes == 2 * (3 * h * h + h * h + 3 * f * h));
@@ -213,7 +213,7 @@ TEST_CASE("vision encoder on the emulated device: each dependency is needed", "[
   ThreadPool pool(1);
   const std::vector<float> want = encode_images(s, w, pix.data(), kGrids, pool);
   const VisionInputs in = vision_inputs(s, kGrids);
-  const VisionPlan big = plan_vision_encoder(s, in, uint64_t(1) << 30, 0, DType::F32);
+  const VisionPlan big = plan_vision_encoder(s, in, uint64_t(1) << 30, {}, DType::F32);
   const uint64_t streamed = budget_for(big, s, in, in.n_patches, 2);
   // The waits in order: compute on the inputs (1) and the edge weights (2), compute on block 0's copy
   // (3), on block 1's (4), then block 2's copy on block 0's compute, the slot's previous user (5).
@@ -260,8 +260,9 @@ TEST_CASE("plan --image-size: the encoder's plan for images of those sizes withi
   const ImageProcessorConfig processor = model_image_processor(dir, spec);
   const std::vector<GridThw> grids = {image_grid(300, 200, processor), image_grid(64, 300, processor)};
   const uint64_t budget = uint64_t(10) << 20;
-  const VisionPlan want = plan_vision_encoder(spec, vision_inputs(spec, grids), budget, kVisionCudaWorkspaceBytes,
-                                              stored_vision_matrix_dtype(spec, dir));
+  const DType dtype = stored_vision_matrix_dtype(spec, dir);
+  const VisionPlan want =
+      plan_vision_encoder(spec, vision_inputs(spec, grids), budget, cuda_vision_workspace(dtype), dtype);
   std::string text;
   REQUIRE(test::run_command("(" + test::shardwise_bin() + " plan -m " + dir +
                                 " --hw h200-host --vram-budget 10M --image-size 300x200 --image-size 64x300 --json "
@@ -274,6 +275,7 @@ TEST_CASE("plan --image-size: the encoder's plan for images of those sizes withi
   CHECK(j["resident_blocks"] == want.resident_blocks);
   CHECK(j["arena_bytes"] == want.arena_bytes);
   CHECK(j["arena_bytes"].get<uint64_t>() <= budget);
+  CHECK(j["workspace_bytes"] == want.workspace_bytes);
   // The grid of a size equals the processor's on an image of that size.
   CHECK(grids[0] == GridThw{1, 6, 8});
 
@@ -299,4 +301,54 @@ TEST_CASE("vision --device: a budget too small for the encoder falls back to the
         test::load_npy_floats(test::temp_path("enc_cpu.npy")));
   REQUIRE(test::run_command("(" + base + " --device emu --vram-budget 1M 2>&1 >/dev/null)", &warn) == 0);
   CHECK_THAT(warn, Contains("needs at least") && Contains("encoded on the CPU"));
+}
+
+TEST_CASE("vision plan: the largest kernel workspace that fits, before resident blocks", "[vision][vlmopt]") {
+  // bytes_for: per row, the 16-bit parts of a row padded to 8 halves, and 512 bytes.
+  const VisionWorkspace f16 = cuda_vision_workspace(DType::F16), bf16 = cuda_vision_workspace(DType::BF16);
+  CHECK(cuda_vision_workspace(DType::F32).bytes_for(100000, 5120) == f16.min_bytes);
+  CHECK(f16.bytes_for(0, 1280) == f16.min_bytes);
+  CHECK(f16.bytes_for(10, 1280) == f16.min_bytes + 10 * (2 * 1280 * 2 + 512));
+  CHECK(f16.bytes_for(1, 1276) == f16.bytes_for(1, 1280));
+  CHECK(bf16.bytes_for(10, 1280) == bf16.min_bytes + 10 * (3 * 1280 * 2 + 512));
+  CHECK_THROWS_WITH(f16.bytes_for(INT64_MAX, 1280), Contains("overflow"));
+  CHECK(VisionWorkspace{}.bytes_for(5000, 64) == 0);
+
+  // 6,400 patches: MLP pieces of 4096. Every layer whole: the 6,400 rows of qkv (64 wide) are the most; no
+  // layer over a piece: the 4096 rows of the MLP's down projection (96 wide).
+  const VisionSpec s = runtime_spec();
+  const VisionInputs in = vision_inputs(s, {{1, 80, 80}});
+  REQUIRE(in.n_patches == 6400);
+  const VisionWorkspace ws{uint64_t(1) << 20, 2};
+  const uint64_t whole = vision_aligned_bytes(ws.bytes_for(6400, 64));
+  const uint64_t capped = vision_aligned_bytes(ws.bytes_for(4096, 96));
+  const uint64_t least = vision_aligned_bytes(ws.min_bytes);
+  REQUIRE(whole > capped);
+  const VisionPlan big = plan_vision_encoder(s, in, uint64_t(1) << 30, ws, DType::F16);
+  CHECK(big.workspace_bytes == whole);
+  CHECK(big.schedule() == "gpu-only");
+  CHECK(big.mlp_chunk == 4096);
+  const uint64_t rest = big.activation_bytes + big.edge_bytes, two = 2 * big.block_bytes;
+  // The workspace comes first; then as many blocks as the rest holds (all of them: GPU-only).
+  const uint64_t all = static_cast<uint64_t>(s.depth) * big.block_bytes;
+  for (const auto& [budget, want_ws] : {std::pair<uint64_t, uint64_t>{rest + whole + two + big.block_bytes, whole},
+                                        {rest + whole + two, whole},
+                                        {rest + whole + two - 1, capped},
+                                        {rest + capped + two, capped},
+                                        {rest + capped + two - 1, least},
+                                        {rest + least + two, least}}) {
+    const VisionPlan p = plan_vision_encoder(s, in, budget, ws, DType::F16);
+    INFO(p.describe() << "; workspace " << p.workspace_bytes << "; budget " << budget);
+    CHECK(p.mlp_chunk == 4096);
+    CHECK(p.workspace_bytes == want_ws);
+    const uint64_t free = budget - rest - want_ws;
+    const int64_t resident =
+        free >= all ? s.depth : std::min<int64_t>(s.depth - 2, static_cast<int64_t>((free - two) / big.block_bytes));
+    CHECK(p.resident_blocks == resident);
+    CHECK(p.arena_bytes <= budget);
+  }
+  CHECK(plan_vision_encoder(s, in, rest + whole + two, ws, DType::F16).resident_blocks == 0);
+  // Below the least workspace, the MLP pieces shrink; with none of them it is an error naming the bytes.
+  CHECK(plan_vision_encoder(s, in, rest + least + two - 1, ws, DType::F16).mlp_chunk < 4096);
+  CHECK_THROWS_WITH(plan_vision_encoder(s, in, 1 << 20, ws, DType::F16), Contains("needs at least"));
 }
