@@ -12,10 +12,12 @@
 // q5_K: 32) and, for q2_K, q4_K and q5_K, a min m (weight d * q - m): per run the block sum is scaled by
 // d, and m times the run's sum of hi + lo (each token's, summed once per stage) is taken off.
 //
-// Tiles: 64 weight rows x 64 activation rows per block of 4 warps (each 32 x 32, as 2 x 4 mma.sync
-// m16n8k16 tiles), 64 columns (two quantised blocks) per stage, the next stage's global loads in
-// registers while the tensor cores work on the current one. Tasks (matrix, its activation rows, its
-// output) are flattened into one grid; a block finds its task by binary search.
+// Tiles: 128 weight rows x 64 activation rows per block of 8 warps (4 x 2, each 32 x 32 as 2 x 4 mma.sync
+// m16n8k16 tiles, fragments read with ldmatrix), 64 columns (two quantised blocks) per stage, the next
+// stage's global loads in registers while the tensor cores work on the current one. The tile's height
+// halves the activation bytes each weight row costs (hi + lo: 4 bytes per activation, the largest
+// stream); at most 128 registers per thread keep two blocks (16 warps) on an SM. Tasks (matrix, its
+// activation rows, its output) are flattened into one grid; a block finds its task by binary search.
 #include <algorithm>
 #include <cstring>
 
@@ -29,12 +31,16 @@ namespace shardwise {
 namespace cuda {
 namespace {
 
-constexpr int kBM = 64;        // weight rows per block
-constexpr int kBN = 64;        // activation rows (tokens) per block
-constexpr int kBK = 64;        // columns per stage: two quantised blocks
-constexpr int kLds = kBK + 8;  // halves per shared row: 36 words, so a fragment load hits 32 banks
-constexpr int kThreads = 128;  // 4 warps: 2 (rows) x 2 (tokens)
+constexpr int kBM = 128;           // weight rows per block
+constexpr int kBN = 64;            // activation rows (tokens) per block
+constexpr int kBK = 64;            // columns per stage: two quantised blocks
+constexpr int kLds = kBK + 8;      // halves per shared row: 36 words, so 8 rows of 16 bytes hit 32 banks
+constexpr int kWarpsM = kBM / 32;  // warps along the weight rows (each 32 x 32)
+constexpr int kThreads = 32 * kWarpsM * (kBN / 32);
 constexpr int kMaxTasks = 64;  // tasks per launch (kernel parameters are limited to 4 KB)
+static_assert(kThreads == 2 * kBM && kThreads == 4 * kBN,
+              "a thread loads half a weight row's and a quarter of "
+              "an activation row's stage");
 
 struct TaskDev {
   const uint8_t* w;
@@ -62,6 +68,15 @@ __device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Four 8 x 8 matrices of 16-bit values from shared memory: lanes 8j..8j+7 give the addresses of matrix
+// j's rows (16 bytes each); r[j] is then the lane's pair of matrix j (row lane / 4, columns 2 (lane % 4)).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __half* p) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
 // Two codes as an f16 pair: 1024 + code is exact in f16 (its ulp there is 1), minus the bias.
 __device__ __forceinline__ uint32_t codes_to_half2(uint32_t c0, uint32_t c1, float bias) {
   const uint32_t bits = 0x64006400u | c0 | (c1 << 16);
@@ -70,38 +85,61 @@ __device__ __forceinline__ uint32_t codes_to_half2(uint32_t c0, uint32_t c1, flo
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
+// 16-bit word i of words packed two to a register (i known at compile time).
+__device__ __forceinline__ uint32_t word16(const uint32_t* w, int i) {
+  return (w[i >> 1] >> (16 * (i & 1))) & 0xFFFFu;
+}
+
+// Register i of w[N] for an i known only at run time, by selection (indexing registers at run time would
+// put the array in local memory).
+template <int N>
+__device__ __forceinline__ uint32_t select_reg(const uint32_t (&w)[N], int i) {
+  uint32_t r = 0;
+#pragma unroll
+  for (int j = 0; j < N; ++j) r = j == i ? w[j] : r;
+  return r;
+}
+
+// A row of 32 f16 codes (16 registers) into shared memory as four 16-byte stores.
+__device__ __forceinline__ void store_row32(__half* row, const uint32_t (&c)[16]) {
+  uint4* r = reinterpret_cast<uint4*>(row);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) r[i] = make_uint4(c[4 * i], c[4 * i + 1], c[4 * i + 2], c[4 * i + 3]);
+}
+
 // One thread's share of a stage's weights: row tid / 2 of the tile, quantised block tid % 2 of the
-// stage (its scale bits and its 16 or 32 code bytes as 2-byte loads: blocks are only 2-byte aligned).
+// stage (its scale bits and its 16 or 32 code bytes as 2-byte loads: blocks are only 2-byte aligned),
+// packed two 16-bit words to a register.
 template <DType T>
 struct WeightShare {
   static constexpr int kRunLen = 32;  // columns under one scale
   static constexpr bool kMins = false;
-  static constexpr int kWords = T == DType::Q4_0 ? 8 : 16;  // 16-bit loads of the codes
+  static constexpr int kWords = T == DType::Q4_0 ? 8 : 16;  // 16-bit words of codes
   static constexpr int kBlockBytes = T == DType::Q4_0 ? 18 : 34;
   uint32_t d = 0;
-  uint32_t v[kWords];
+  uint32_t v[kWords / 2];
   // Stage s's block `half` of the weight row.
   __device__ __forceinline__ void load(const uint8_t* wrow, int64_t s, int half, bool valid) {
     const uint8_t* blk = wrow + (2 * s + half) * kBlockBytes;
     if (!valid) {
       d = 0;
 #pragma unroll
-      for (int i = 0; i < kWords; ++i) v[i] = T == DType::Q4_0 ? 0x8888u : 0u;  // codes of 0
+      for (int i = 0; i < kWords / 2; ++i) v[i] = T == DType::Q4_0 ? 0x88888888u : 0u;  // codes of 0
       return;
     }
     d = ld_u16(blk);
 #pragma unroll
-    for (int i = 0; i < kWords; ++i) v[i] = ld_u16(blk + 2 + 2 * i);
+    for (int i = 0; i < kWords / 2; ++i) v[i] = ld_u16(blk + 2 + 4 * i) | (ld_u16(blk + 4 + 4 * i) << 16);
   }
   // Writes the block's 32 codes as f16 into a shared row, and its scale (applied after the block's sum) as
   // run `half` of the stage's row lr.
   __device__ __forceinline__ void store(__half* row, float (*d_s)[kBM], float (*)[kBM], int lr, int half) const {
-    uint32_t* r = reinterpret_cast<uint32_t*>(row);
+    uint32_t r[16];
     if (T == DType::Q4_0) {
       // Byte j (j < 16): element j in its low nibble, element j + 16 in its high one.
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        const uint32_t w = v[i];  // bytes 2i, 2i + 1
+        const uint32_t w = word16(v, i);  // bytes 2i, 2i + 1
         r[i] = codes_to_half2(w & 0xFu, (w >> 8) & 0xFu, 8.0f);
         r[8 + i] = codes_to_half2((w >> 4) & 0xFu, (w >> 12) & 0xFu, 8.0f);
       }
@@ -109,15 +147,16 @@ struct WeightShare {
       // int8 codes, offset by 128 so that they are 0..255.
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
-        const uint32_t w = v[i] ^ 0x8080u;
+        const uint32_t w = word16(v, i) ^ 0x8080u;
         r[i] = codes_to_half2(w & 0xFFu, (w >> 8) & 0xFFu, 128.0f);
       }
     }
+    store_row32(row, r);
     d_s[half][lr] = f16_bits_to_float(d);
   }
 };
-// N 16-bit words at p into the low halves of w: 16-byte loads where p is 16-byte aligned (q4_K and q5_K
-// blocks in an aligned row), 4-byte loads where it is 4-byte aligned (q2_K), else 2-byte loads.
+// N 16-bit words at p, packed two to a register into w[N / 2]: 16-byte loads where p is 16-byte aligned
+// (q4_K and q5_K blocks in an aligned row), 4-byte loads where it is 4-byte aligned (q2_K), else 2-byte loads.
 template <int N>
 __device__ __forceinline__ void load_words(const uint8_t* p, uint32_t* w) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(p);
@@ -125,26 +164,23 @@ __device__ __forceinline__ void load_words(const uint8_t* p, uint32_t* w) {
 #pragma unroll
     for (int j = 0; j < N / 8; ++j) {
       const uint4 v = __ldg(reinterpret_cast<const uint4*>(p) + j);
-      const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int k = 0; k < 4; ++k) w[8 * j + 2 * k] = u[k] & 0xFFFF, w[8 * j + 2 * k + 1] = u[k] >> 16;
+      w[4 * j] = v.x, w[4 * j + 1] = v.y, w[4 * j + 2] = v.z, w[4 * j + 3] = v.w;
     }
-  } else if (N % 2 == 0 && (at & 3) == 0) {
+  } else if ((at & 3) == 0) {
 #pragma unroll
-    for (int j = 0; j < N / 2; ++j) {
-      const uint32_t u = __ldg(reinterpret_cast<const uint32_t*>(p) + j);
-      w[2 * j] = u & 0xFFFF, w[2 * j + 1] = u >> 16;
-    }
+    for (int j = 0; j < N / 2; ++j) w[j] = __ldg(reinterpret_cast<const uint32_t*>(p) + j);
   } else {
 #pragma unroll
-    for (int i = 0; i < N; ++i) w[i] = ld_u16(p + 2 * i);
+    for (int j = 0; j < N / 2; ++j) w[j] = ld_u16(p + 4 * j) | (ld_u16(p + 4 * j + 2) << 16);
   }
 }
 
 // The K-quants: stage s covers columns 64 (s % 4) .. + 64 of super-block s / 4, and a thread's half its
-// 32-column group g = 2 (s % 4) + half. Raw bytes are loaded as 16-bit words (the blocks of q6_K and q3_K
-// are only 2-byte aligned; load_words uses wider loads where it can): `a` the codes' low bits, `b` their high bits
-// (q5_K, q6_K, q3_K), `h` the group's scale bytes and the super-block's d (and dmin).
+// 32-column group g = 2 (s % 4) + half. Raw bytes are loaded as packed 16-bit words (the blocks of q6_K and
+// q3_K are only 2-byte aligned; load_words uses wider loads where it can): `a` the codes' low bits, `b` their
+// high bits (q5_K, q6_K, q3_K), `h` the bytes of the scales the group needs and the super-block's d (and dmin):
+//   q4_K, q5_K: d, dmin, the 12 scale bytes   q6_K: the two runs' scales, d
+//   q2_K: the two runs' scale/min bytes, d; dmin   q3_K: the 12 scale bytes, d
 template <DType T>
 struct KShare {
   static constexpr bool kGroupScales = T == DType::Q4_K || T == DType::Q5_K;  // else one per 16 columns
@@ -156,11 +192,11 @@ struct KShare {
                                      : T == DType::Q4_K ? 144
                                      : T == DType::Q5_K ? 176
                                                         : 210;
-  static constexpr int kHead = T == DType::Q2_K ? 3 : T == DType::Q6_K ? 2 : 8;  // 16-bit words of h
-  uint32_t a[16], b[kHigh ? 16 : 1], h[kHead];
+  static constexpr int kHead = T == DType::Q6_K ? 1 : T == DType::Q2_K ? 2 : 4;  // registers of h
+  uint32_t a[8], b[kHigh ? 8 : 1], h[kHead];
   int g = 0;
 
-  // Byte offsets of the group's code bytes (low bits, high bits) and of its scale words.
+  // Byte offsets of the group's code bytes (low bits, high bits).
   __device__ __forceinline__ static int low_offset(int g) {
     const int half = g / 4;  // 128-column half of the super-block (q2_K, q3_K, q6_K)
     if constexpr (T == DType::Q4_K) return 16 + 32 * (g / 2);
@@ -178,9 +214,9 @@ struct KShare {
     g = static_cast<int>(2 * (s & 3)) + half;
     if (!valid) {  // codes and scales of 0
 #pragma unroll
-      for (int i = 0; i < 16; ++i) a[i] = 0;
+      for (int i = 0; i < 8; ++i) a[i] = 0;
 #pragma unroll
-      for (int i = 0; i < (kHigh ? 16 : 1); ++i) b[i] = T == DType::Q3_K ? 0xFFFFu : 0u;  // q3_K: bit set = no -4
+      for (int i = 0; i < (kHigh ? 8 : 1); ++i) b[i] = T == DType::Q3_K ? 0xFFFFFFFFu : 0u;  // q3_K: set = no -4
 #pragma unroll
       for (int i = 0; i < kHead; ++i) h[i] = 0;
       return;
@@ -188,45 +224,48 @@ struct KShare {
     const uint8_t* blk = wrow + (s >> 2) * kBlockBytes;
     load_words<16>(blk + low_offset(g), a);
     if constexpr (kHigh) load_words<16>(blk + high_offset(g), b);
-    if constexpr (kGroupScales) {  // d, dmin, 12 scale bytes
+    if constexpr (kGroupScales) {
       load_words<8>(blk, h);
-    } else if constexpr (T == DType::Q6_K) {  // the two runs' signed scales, d
-      h[0] = ld_u16(blk + 192 + 2 * g);
-      h[1] = ld_u16(blk + 208);
-    } else if constexpr (T == DType::Q2_K) {  // the two runs' scale/min bytes, d, dmin
-      h[0] = ld_u16(blk + 2 * g);
-      h[1] = ld_u16(blk + 80);
-      h[2] = ld_u16(blk + 82);
-    } else {  // Q3_K: 12 packed scale bytes, d
+    } else if constexpr (T == DType::Q6_K) {
+      h[0] = ld_u16(blk + 192 + 2 * g) | (ld_u16(blk + 208) << 16);
+    } else if constexpr (T == DType::Q2_K) {
+      h[0] = ld_u16(blk + 2 * g) | (ld_u16(blk + 80) << 16);
+      h[1] = ld_u16(blk + 82);
+    } else {  // Q3_K
 #pragma unroll
-      for (int i = 0; i < 6; ++i) h[i] = ld_u16(blk + 96 + 2 * i);
-      h[6] = ld_u16(blk + 108);
+      for (int i = 0; i < 3; ++i) h[i] = ld_u16(blk + 96 + 4 * i) | (ld_u16(blk + 98 + 4 * i) << 16);
+      h[3] = ld_u16(blk + 108);
     }
   }
-  // Byte i of the head words from word `first` on.
-  __device__ __forceinline__ uint32_t head_byte(int first, int i) const {
-    return (h[first + i / 2] >> (8 * (i % 2))) & 0xFF;
+  // Byte k of h (k may be known only at run time).
+  __device__ __forceinline__ uint32_t head_byte(int k) const {
+    return (select_reg(h, k >> 2) >> (8 * (k & 3))) & 0xFF;
   }
   // Code pair i of the group (elements 2i, 2i + 1) and its bias, as the reference decodes them.
   __device__ __forceinline__ uint32_t codes(int i) const {
-    const uint32_t lo = a[i];
+    const uint32_t lo = word16(a, i);
     if constexpr (T == DType::Q4_K || T == DType::Q5_K) {
       const int sh = 4 * (g % 2);
       uint32_t c0 = (lo >> sh) & 0xF, c1 = (lo >> (8 + sh)) & 0xF;
-      if constexpr (T == DType::Q5_K) c0 |= ((b[i] >> g) & 1) << 4, c1 |= ((b[i] >> (8 + g)) & 1) << 4;
+      if constexpr (T == DType::Q5_K) {
+        const uint32_t hi = word16(b, i);
+        c0 |= ((hi >> g) & 1) << 4, c1 |= ((hi >> (8 + g)) & 1) << 4;
+      }
       return codes_to_half2(c0, c1, 0.0f);
     } else if constexpr (T == DType::Q6_K) {  // low nibble of 64 columns, top two bits of 32
       const int sl = 4 * ((g % 4) / 2), shh = 2 * (g % 4);
-      const uint32_t c0 = ((lo >> sl) & 0xF) | (((b[i] >> shh) & 3) << 4);
-      const uint32_t c1 = ((lo >> (8 + sl)) & 0xF) | (((b[i] >> (8 + shh)) & 3) << 4);
+      const uint32_t hi = word16(b, i);
+      const uint32_t c0 = ((lo >> sl) & 0xF) | (((hi >> shh) & 3) << 4);
+      const uint32_t c1 = ((lo >> (8 + sl)) & 0xF) | (((hi >> (8 + shh)) & 3) << 4);
       return codes_to_half2(c0, c1, 32.0f);
     } else if constexpr (T == DType::Q2_K) {
       const int sh = 2 * (g % 4);
       return codes_to_half2((lo >> sh) & 3, (lo >> (8 + sh)) & 3, 0.0f);
     } else {  // Q3_K: 2 low bits, and the mask bit g that cancels the -4
       const int sh = 2 * (g % 4);
-      const uint32_t c0 = ((lo >> sh) & 3) | (((b[i] >> g) & 1) << 2);
-      const uint32_t c1 = ((lo >> (8 + sh)) & 3) | (((b[i] >> (8 + g)) & 1) << 2);
+      const uint32_t hi = word16(b, i);
+      const uint32_t c0 = ((lo >> sh) & 3) | (((hi >> g) & 1) << 2);
+      const uint32_t c1 = ((lo >> (8 + sh)) & 3) | (((hi >> (8 + g)) & 1) << 2);
       return codes_to_half2(c0, c1, 4.0f);
     }
   }
@@ -235,34 +274,35 @@ struct KShare {
     if constexpr (kGroupScales) {  // get_scale_min_k4 over the 12 bytes after d and dmin
       uint32_t sc, mn;
       if (g < 4) {
-        sc = head_byte(2, g) & 63;
-        mn = head_byte(2, g + 4) & 63;
+        sc = head_byte(4 + g) & 63;
+        mn = head_byte(8 + g) & 63;
       } else {
-        sc = (head_byte(2, g + 4) & 0xF) | ((head_byte(2, g - 4) >> 6) << 4);
-        mn = (head_byte(2, g + 4) >> 4) | ((head_byte(2, g) >> 6) << 4);
+        sc = (head_byte(8 + g) & 0xF) | ((head_byte(g) >> 6) << 4);
+        mn = (head_byte(8 + g) >> 4) | ((head_byte(4 + g) >> 6) << 4);
       }
-      *d = f16_bits_to_float(h[0]) * static_cast<float>(sc);
-      *m = f16_bits_to_float(h[1]) * static_cast<float>(mn);
+      *d = f16_bits_to_float(h[0] & 0xFFFF) * static_cast<float>(sc);
+      *m = f16_bits_to_float(h[0] >> 16) * static_cast<float>(mn);
     } else if constexpr (T == DType::Q6_K) {
-      *d = f16_bits_to_float(h[1]) * static_cast<float>(static_cast<int8_t>(head_byte(0, r)));
+      *d = f16_bits_to_float(h[0] >> 16) * static_cast<float>(static_cast<int8_t>(head_byte(r)));
       *m = 0.0f;
     } else if constexpr (T == DType::Q2_K) {
-      const uint32_t sb = head_byte(0, r);
-      *d = f16_bits_to_float(h[1]) * static_cast<float>(sb & 0xF);
-      *m = f16_bits_to_float(h[2]) * static_cast<float>(sb >> 4);
+      const uint32_t sb = head_byte(r);
+      *d = f16_bits_to_float(h[0] >> 16) * static_cast<float>(sb & 0xF);
+      *m = f16_bits_to_float(h[1]) * static_cast<float>(sb >> 4);
     } else {  // Q3_K: run k = 2g + r of the super-block
       const int k = 2 * g + r;
-      const uint32_t low = k < 8 ? (head_byte(0, k) & 0xF) : (head_byte(0, k - 8) >> 4);
-      const uint32_t top = (head_byte(0, 8 + k % 4) >> (2 * (k / 4))) & 3;
-      *d = f16_bits_to_float(h[6]) * static_cast<float>(static_cast<int>(low | (top << 4)) - 32);
+      const uint32_t low = k < 8 ? (head_byte(k) & 0xF) : (head_byte(k - 8) >> 4);
+      const uint32_t top = (head_byte(8 + k % 4) >> (2 * (k / 4))) & 3;
+      *d = f16_bits_to_float(h[3]) * static_cast<float>(static_cast<int>(low | (top << 4)) - 32);
       *m = 0.0f;
     }
   }
   // The group's 32 codes as f16 into a shared row; its runs' scales (and mins) at runs 32 / kRunLen * half...
   __device__ __forceinline__ void store(__half* row, float (*d_s)[kBM], float (*m_s)[kBM], int lr, int half) const {
-    uint32_t* out = reinterpret_cast<uint32_t*>(row);
+    uint32_t c[16];
 #pragma unroll
-    for (int i = 0; i < 16; ++i) out[i] = codes(i);
+    for (int i = 0; i < 16; ++i) c[i] = codes(i);
+    store_row32(row, c);
     constexpr int kRuns = 32 / kRunLen;
 #pragma unroll
     for (int r = 0; r < kRuns; ++r) {
@@ -284,42 +324,45 @@ struct WeightShare<DType::Q5_K> : KShare<DType::Q5_K> {};
 template <>
 struct WeightShare<DType::Q6_K> : KShare<DType::Q6_K> {};
 
-// One thread's share of a stage's activations: row tid / 2, columns 32 * (tid % 2) .. + 32, hi and lo.
+// One thread's share of a stage's activations: row tid / 4, columns 16 * (tid % 4) .. + 16, hi and lo.
 struct XShare {
-  uint4 hi[4], lo[4];
+  uint4 hi[2], lo[2];
   __device__ __forceinline__ void load(const __half* h, const __half* l, bool valid) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < 2; ++i) {
       hi[i] = valid ? *reinterpret_cast<const uint4*>(h + 8 * i) : make_uint4(0, 0, 0, 0);
       lo[i] = valid ? *reinterpret_cast<const uint4*>(l + 8 * i) : make_uint4(0, 0, 0, 0);
     }
   }
   __device__ __forceinline__ void store(__half* h, __half* l) const {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < 2; ++i) {
       *reinterpret_cast<uint4*>(h + 8 * i) = hi[i];
       *reinterpret_cast<uint4*>(l + 8 * i) = lo[i];
     }
   }
-  // The sums of hi + lo over runs of RunLen of the share's 32 columns, as runs 32 / RunLen * half... of
-  // activation row lr (for the mins of the K-quants).
+  // The sums of hi + lo over the runs of RunLen columns of the stage, as xsum_s[run][xr] (for the mins of the
+  // K-quants). A run of 32 columns is two quarters: the lanes tid and tid ^ 1 add their sums. Every lane of
+  // the warp calls it.
   template <int RunLen>
-  __device__ __forceinline__ void store_sums(float (*xsum_s)[kBN], int lr, int half) const {
-    constexpr int kRuns = 32 / RunLen, kVecs = 4 / kRuns;  // uint4 pieces (8 halves) per run
+  __device__ __forceinline__ void store_sums(float (*xsum_s)[kBN], int xr, int quarter) const {
+    float sum = 0.0f;
 #pragma unroll
-    for (int r = 0; r < kRuns; ++r) {
-      float sum = 0.0f;
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t hw[4] = {hi[i].x, hi[i].y, hi[i].z, hi[i].w}, lw[4] = {lo[i].x, lo[i].y, lo[i].z, lo[i].w};
 #pragma unroll
-      for (int i = r * kVecs; i < (r + 1) * kVecs; ++i) {
-        const uint32_t hw[4] = {hi[i].x, hi[i].y, hi[i].z, hi[i].w}, lw[4] = {lo[i].x, lo[i].y, lo[i].z, lo[i].w};
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&hw[k]));
-          const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&lw[k]));
-          sum += (a.x + b.x) + (a.y + b.y);
-        }
+      for (int k = 0; k < 4; ++k) {
+        const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&hw[k]));
+        const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&lw[k]));
+        sum += (a.x + b.x) + (a.y + b.y);
       }
-      xsum_s[kRuns * half + r][lr] = sum;
+    }
+    if constexpr (RunLen == 16) {
+      xsum_s[quarter][xr] = sum;
+    } else {
+      static_assert(RunLen == 32, "runs of 16 or 32 columns");
+      const float other = __shfl_xor_sync(0xffffffffu, sum, 1);
+      if ((quarter & 1) == 0) xsum_s[quarter / 2][xr] = sum + other;
     }
   }
 };
@@ -337,72 +380,63 @@ __device__ __forceinline__ int find_task(const Batch& b) {
   return lo;
 }
 
-// A warp's accumulator tiles (2 x 4 mma tiles of 4 values per lane), zeroed.
-__device__ __forceinline__ void zero_tiles(float (&t)[2][4][4]) {
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int k = 0; k < 4; ++k) t[i][j][k] = 0.0f;
-}
-
-// The stage in shared memory (64 columns), run by run (RunLen columns under one scale): the warp's sums of
-// codes times hi and times lo on the tensor cores, then times the rows' scales d into acc, less the rows'
-// mins m times the tokens' sums of hi + lo over the run (Mins).
+// The stage in shared memory (64 columns), run by run (RunLen columns under one scale): per 16 x 8 tile of
+// the warp, the sum of codes times hi and times lo over the run on the tensor cores, then times the rows'
+// scales d into acc, less the rows' mins m times the tokens' sums of hi + lo over the run (Mins).
 template <int RunLen, bool Mins>
 __device__ __forceinline__ void mma_stage(const __half* a_s, const __half* xh_s, const __half* xl_s,
                                           const float (*d_s)[kBM], const float (*m_s)[kBM], const float (*xsum_s)[kBN],
-                                          int wm, int wn, int g, int tig, float (&acc)[2][4][4]) {
-#pragma unroll
+                                          int wm, int wn, int lane, float (&acc)[2][4][4]) {
+  constexpr int kSteps = RunLen / 16;
+  const int g = lane >> 2, tig = lane & 3;
+  // ldmatrix addresses: the weight tile's rows lane % 16, columns 8 (lane / 16) on; the activations' rows
+  // lane % 8, columns 8 ((lane / 8) % 2) on, of hi (lanes 0-15) or lo (16-31).
+  const __half* a_lane = a_s + (wm + (lane & 15)) * kLds + 8 * (lane >> 4);
+  const __half* x_lane = (lane < 16 ? xh_s : xl_s) + (wn + (lane & 7)) * kLds + 8 * ((lane >> 3) & 1);
+#pragma unroll 1
   for (int run = 0; run < kBK / RunLen; ++run) {
-    float blk[2][4][4];
-    zero_tiles(blk);
+    uint32_t a[kSteps][2][4];
 #pragma unroll
-    for (int ks = 0; ks < RunLen / 16; ++ks) {
-      const int k0 = run * RunLen + ks * 16 + 2 * tig;
-      uint32_t a[2][4];
+    for (int ks = 0; ks < kSteps; ++ks)
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) ldmatrix_x4(a[ks][mi], a_lane + mi * 16 * kLds + run * RunLen + ks * 16);
+    float d[2][2], m[2][2];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        d[mi][j] = d_s[run][wm + mi * 16 + g + 8 * j];
+        m[mi][j] = Mins ? m_s[run][wm + mi * 16 + g + 8 * j] : 0.0f;
+      }
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni) {
+      uint32_t x[kSteps][4];  // hi, hi (+8 columns), lo, lo (+8 columns)
+#pragma unroll
+      for (int ks = 0; ks < kSteps; ++ks) ldmatrix_x4(x[ks], x_lane + ni * 8 * kLds + run * RunLen + ks * 16);
+      float s0 = 0.0f, s1 = 0.0f;
+      if constexpr (Mins) {
+        const int t = wn + ni * 8 + 2 * tig;
+        s0 = xsum_s[run][t], s1 = xsum_s[run][t + 1];
+      }
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
-        const __half* p = a_s + (wm + mi * 16 + g) * kLds + k0;
-        a[mi][0] = *reinterpret_cast<const uint32_t*>(p);
-        a[mi][1] = *reinterpret_cast<const uint32_t*>(p + 8 * kLds);
-        a[mi][2] = *reinterpret_cast<const uint32_t*>(p + 8);
-        a[mi][3] = *reinterpret_cast<const uint32_t*>(p + 8 * kLds + 8);
-      }
+        float blk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-      for (int ni = 0; ni < 4; ++ni) {
-        const int off = (wn + ni * 8 + g) * kLds + k0;
-        const uint32_t h0 = *reinterpret_cast<const uint32_t*>(xh_s + off);
-        const uint32_t h1 = *reinterpret_cast<const uint32_t*>(xh_s + off + 8);
-        const uint32_t l0 = *reinterpret_cast<const uint32_t*>(xl_s + off);
-        const uint32_t l1 = *reinterpret_cast<const uint32_t*>(xl_s + off + 8);
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-          mma16816(blk[mi][ni], a[mi], h0, h1);
-          mma16816(blk[mi][ni], a[mi], l0, l1);
+        for (int ks = 0; ks < kSteps; ++ks) {
+          mma16816(blk, a[ks][mi], x[ks][0], x[ks][1]);
+          mma16816(blk, a[ks][mi], x[ks][2], x[ks][3]);
         }
-      }
-    }
-    // Accumulator rows g and g + 8 of each 16-row tile are weight rows: their scales; columns 2 tig and
-    // 2 tig + 1 of each 8-column tile are tokens.
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {
-      const int r = wm + mi * 16 + g;
-      const float d0 = d_s[run][r], d1 = d_s[run][r + 8];
-#pragma unroll
-      for (int ni = 0; ni < 4; ++ni) {
-        acc[mi][ni][0] = fmaf(d0, blk[mi][ni][0], acc[mi][ni][0]);
-        acc[mi][ni][1] = fmaf(d0, blk[mi][ni][1], acc[mi][ni][1]);
-        acc[mi][ni][2] = fmaf(d1, blk[mi][ni][2], acc[mi][ni][2]);
-        acc[mi][ni][3] = fmaf(d1, blk[mi][ni][3], acc[mi][ni][3]);
+        // Accumulator rows g and g + 8 of the 16-row tile are weight rows; columns 2 tig and 2 tig + 1 tokens.
+        float* c = acc[mi][ni];
+        c[0] = fmaf(d[mi][0], blk[0], c[0]);
+        c[1] = fmaf(d[mi][0], blk[1], c[1]);
+        c[2] = fmaf(d[mi][1], blk[2], c[2]);
+        c[3] = fmaf(d[mi][1], blk[3], c[3]);
         if constexpr (Mins) {
-          const int t = wn + ni * 8 + 2 * tig;
-          const float m0 = m_s[run][r], m1 = m_s[run][r + 8], s0 = xsum_s[run][t], s1 = xsum_s[run][t + 1];
-          acc[mi][ni][0] = fmaf(-m0, s0, acc[mi][ni][0]);
-          acc[mi][ni][1] = fmaf(-m0, s1, acc[mi][ni][1]);
-          acc[mi][ni][2] = fmaf(-m1, s0, acc[mi][ni][2]);
-          acc[mi][ni][3] = fmaf(-m1, s1, acc[mi][ni][3]);
+          c[0] = fmaf(-m[mi][0], s0, c[0]);
+          c[1] = fmaf(-m[mi][0], s1, c[1]);
+          c[2] = fmaf(-m[mi][1], s0, c[2]);
+          c[3] = fmaf(-m[mi][1], s1, c[3]);
         }
       }
     }
@@ -410,7 +444,7 @@ __device__ __forceinline__ void mma_stage(const __half* a_s, const __half* xh_s,
 }
 
 template <DType T>
-__global__ void __launch_bounds__(kThreads) quant_gemm_kernel(const Batch b) {
+__global__ void __launch_bounds__(kThreads, 2) quant_gemm_kernel(const Batch b) {
   __shared__ __align__(16) __half a_s[kBM * kLds];
   __shared__ __align__(16) __half xh_s[kBN * kLds];
   __shared__ __align__(16) __half xl_s[kBN * kLds];
@@ -424,41 +458,45 @@ __global__ void __launch_bounds__(kThreads) quant_gemm_kernel(const Batch b) {
   const int local = static_cast<int>(blockIdx.x) - b.tile_begin[ti];
   const int r0 = (local % row_tiles) * kBM, t0 = (local / row_tiles) * kBN;
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  const int g = lane >> 2, tig = lane & 3;
-  const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;
+  const int wm = (warp % kWarpsM) * 32, wn = (warp / kWarpsM) * 32;
   const int64_t nblk = b.cols / 32;
 
-  // The thread's rows for loads: weight row r0 + tid / 2, activation row t0 + tid / 2.
-  const int lr = tid >> 1, half = tid & 1;
-  const bool w_row_ok = r0 + lr < tk.rows, x_row_ok = t0 + lr < tk.m;
+  // The thread's loads: half `half` of weight row r0 + lr's stage, quarter `quarter` of activation row t0 + xr's.
+  const int lr = tid >> 1, half = tid & 1, xr = tid >> 2, quarter = tid & 3;
+  const bool w_row_ok = r0 + lr < tk.rows, x_row_ok = t0 + xr < tk.m;
   const uint8_t* wrow = tk.w + static_cast<int64_t>(w_row_ok ? r0 + lr : 0) * b.row_bytes;
-  const int64_t xoff = (tk.x_row + (x_row_ok ? t0 + lr : 0)) * b.ld + 32 * half;
+  const int64_t xoff = (tk.x_row + (x_row_ok ? t0 + xr : 0)) * b.ld + 16 * quarter;
 
   using W = WeightShare<T>;
   W ws;
   XShare xs;
   auto load_stage = [&](int64_t s) {
-    const bool ok = 2 * s + half < nblk;
-    ws.load(wrow, s, half, w_row_ok && ok);
-    xs.load(b.hi + xoff + s * kBK, b.lo + xoff + s * kBK, x_row_ok && ok);
+    ws.load(wrow, s, half, w_row_ok && 2 * s + half < nblk);
+    xs.load(b.hi + xoff + s * kBK, b.lo + xoff + s * kBK, x_row_ok && 2 * s + quarter / 2 < nblk);
   };
 
   float acc[2][4][4];
-  zero_tiles(acc);
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[mi][ni][j] = 0.0f;
 
   const int64_t stages = (nblk + 1) / 2;
   load_stage(0);
   for (int64_t s = 0; s < stages; ++s) {
     __syncthreads();  // the last stage's fragments are read
     ws.store(a_s + lr * kLds + 32 * half, d_s, m_s, lr, half);
-    xs.store(xh_s + lr * kLds + 32 * half, xl_s + lr * kLds + 32 * half);
-    if constexpr (W::kMins) xs.store_sums<W::kRunLen>(xsum_s, lr, half);
+    xs.store(xh_s + xr * kLds + 16 * quarter, xl_s + xr * kLds + 16 * quarter);
+    if constexpr (W::kMins) xs.store_sums<W::kRunLen>(xsum_s, xr, quarter);
     __syncthreads();
     if (s + 1 < stages) load_stage(s + 1);  // in flight while the tensor cores work
-    mma_stage<W::kRunLen, W::kMins>(a_s, xh_s, xl_s, d_s, m_s, xsum_s, wm, wn, g, tig, acc);
+    mma_stage<W::kRunLen, W::kMins>(a_s, xh_s, xl_s, d_s, m_s, xsum_s, wm, wn, lane, acc);
   }
 
   // Accumulator element (i, j): weight row g (+8 for j >= 2), activation row 2 tig + (j & 1).
+  const int g = lane >> 2, tig = lane & 3;
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
