@@ -107,9 +107,37 @@ __device__ __forceinline__ void store_row32(__half* row, const uint32_t (&c)[16]
   for (int i = 0; i < 4; ++i) r[i] = make_uint4(c[4 * i], c[4 * i + 1], c[4 * i + 2], c[4 * i + 3]);
 }
 
+// N 16-bit words at p, packed two to a register into w[N / 2]: 16-byte loads where p is 16-byte aligned
+// (q4_K and q5_K blocks in an aligned row), 4-byte loads where it is 4-byte aligned (q2_K), else (q6_K, q3_K,
+// q4_0, q8_0: 2-byte aligned blocks) the N / 2 + 1 aligned words around the bytes joined by funnel shifts.
+// The last of those words ends 2 bytes past p + 2N, inside the aligned word that holds p + 2N - 2: the same
+// page, so never a fault, and those 2 bytes are not used.
+template <int N>
+__device__ __forceinline__ void load_words(const uint8_t* p, uint32_t* w) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  if (N % 8 == 0 && (at & 15) == 0) {
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(p) + j);
+      w[4 * j] = v.x, w[4 * j + 1] = v.y, w[4 * j + 2] = v.z, w[4 * j + 3] = v.w;
+    }
+  } else if ((at & 3) == 0) {
+#pragma unroll
+    for (int j = 0; j < N / 2; ++j) w[j] = __ldg(reinterpret_cast<const uint32_t*>(p) + j);
+  } else {
+    const uint32_t* q = reinterpret_cast<const uint32_t*>(at - 2);
+    uint32_t prev = __ldg(q);
+#pragma unroll
+    for (int j = 0; j < N / 2; ++j) {
+      const uint32_t next = __ldg(q + j + 1);
+      w[j] = __funnelshift_r(prev, next, 16);
+      prev = next;
+    }
+  }
+}
+
 // One thread's share of a stage's weights: row tid / 2 of the tile, quantised block tid % 2 of the
-// stage (its scale bits and its 16 or 32 code bytes as 2-byte loads: blocks are only 2-byte aligned),
-// packed two 16-bit words to a register.
+// stage (its scale bits and its 16 or 32 code bytes, packed two 16-bit words to a register).
 template <DType T>
 struct WeightShare {
   static constexpr int kRunLen = 32;  // columns under one scale
@@ -128,8 +156,7 @@ struct WeightShare {
       return;
     }
     d = ld_u16(blk);
-#pragma unroll
-    for (int i = 0; i < kWords / 2; ++i) v[i] = ld_u16(blk + 2 + 4 * i) | (ld_u16(blk + 4 + 4 * i) << 16);
+    load_words<kWords>(blk + 2, v);
   }
   // Writes the block's 32 codes as f16 into a shared row, and its scale (applied after the block's sum) as
   // run `half` of the stage's row lr.
@@ -155,26 +182,6 @@ struct WeightShare {
     d_s[half][lr] = f16_bits_to_float(d);
   }
 };
-// N 16-bit words at p, packed two to a register into w[N / 2]: 16-byte loads where p is 16-byte aligned
-// (q4_K and q5_K blocks in an aligned row), 4-byte loads where it is 4-byte aligned (q2_K), else 2-byte loads.
-template <int N>
-__device__ __forceinline__ void load_words(const uint8_t* p, uint32_t* w) {
-  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
-  if (N % 8 == 0 && (at & 15) == 0) {
-#pragma unroll
-    for (int j = 0; j < N / 8; ++j) {
-      const uint4 v = __ldg(reinterpret_cast<const uint4*>(p) + j);
-      w[4 * j] = v.x, w[4 * j + 1] = v.y, w[4 * j + 2] = v.z, w[4 * j + 3] = v.w;
-    }
-  } else if ((at & 3) == 0) {
-#pragma unroll
-    for (int j = 0; j < N / 2; ++j) w[j] = __ldg(reinterpret_cast<const uint32_t*>(p) + j);
-  } else {
-#pragma unroll
-    for (int j = 0; j < N / 2; ++j) w[j] = ld_u16(p + 4 * j) | (ld_u16(p + 4 * j + 2) << 16);
-  }
-}
-
 // The K-quants: stage s covers columns 64 (s % 4) .. + 64 of super-block s / 4, and a thread's half its
 // 32-column group g = 2 (s % 4) + half. Raw bytes are loaded as packed 16-bit words (the blocks of q6_K and
 // q3_K are only 2-byte aligned; load_words uses wider loads where it can): `a` the codes' low bits, `b` their
