@@ -110,8 +110,9 @@ __device__ __forceinline__ void store_row32(__half* row, const uint32_t (&c)[16]
 // N 16-bit words at p, packed two to a register into w[N / 2]: 16-byte loads where p is 16-byte aligned
 // (q4_K and q5_K blocks in an aligned row), 4-byte loads where it is 4-byte aligned (q2_K), else (q6_K, q3_K,
 // q4_0, q8_0: 2-byte aligned blocks) the N / 2 + 1 aligned words around the bytes joined by funnel shifts.
-// The last of those words ends 2 bytes past p + 2N, inside the aligned word that holds p + 2N - 2: the same
-// page, so never a fault, and those 2 bytes are not used.
+// The first of those words starts 2 bytes before p and the last ends 2 bytes past p + 2N, each an aligned
+// word that holds bytes of the range, so on the same page (never a fault); the 4 extra bytes are not used.
+// Past a matrix's last byte they fall in its allocation's padding (device allocations start 256-byte aligned).
 template <int N>
 __device__ __forceinline__ void load_words(const uint8_t* p, uint32_t* w) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(p);
