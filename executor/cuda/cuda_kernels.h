@@ -103,4 +103,12 @@ std::unique_ptr<VisionKernels> make_cuda_vision_kernels(cudaStream_t compute, cu
 // Returns "" or what failed; never throws.
 std::string cuda_vision_warm_up(VisionKernels& k, int64_t head_dim);
 
+namespace cuda {
+// One row of `cols` columns of `dtype` (a type the quantised prefill GEMM computes: q8_0, q4_0, the K-quants)
+// as that GEMM's kernels decode it, run on the host: out[c] = d * code - m from the codes, scales and mins
+// they take from each stage's blocks (executor/cuda/quant_gemm.cu). A check of their decoding against
+// dequantize_row that needs no GPU; an Error for other types or a partial block.
+void quant_gemm_decode_row(DType dtype, const uint8_t* row, int64_t cols, float* out);
+}  // namespace cuda
+
 }  // namespace shardwise

@@ -18,9 +18,13 @@
 // halves the activation bytes each weight row costs (hi + lo: 4 bytes per activation, the largest
 // stream); at most 128 registers per thread keep two blocks (16 warps) on an SM. Tasks (matrix, its
 // activation rows, its output) are flattened into one grid; a block finds its task by binary search.
+// The decoding of the weights (codes, run scales and mins) also compiles for the host: quant_gemm_decode_row,
+// which a unit test checks against dequantize_row for every type and alignment without a GPU.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
+#include "executor/cuda/cuda_kernels.h"
 #include "executor/cuda/kernels.cuh"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
@@ -77,8 +81,51 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __half* p) {
                : "r"(a));
 }
 
+// The weights' decoding below (codes, scales and mins of a share) also runs on the host, where
+// quant_gemm_decode_row checks it against the reference dequantisation without a GPU: loads through the
+// read-only cache on the device, plain loads on the host.
+#define QG_HD __host__ __device__ __forceinline__
+QG_HD uint32_t load_u16(const uint8_t* p) {
+#ifdef __CUDA_ARCH__
+  return ld_u16(p);
+#else
+  uint16_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+#endif
+}
+QG_HD uint32_t load_u32(const uint8_t* p) {  // p 4-byte aligned
+#ifdef __CUDA_ARCH__
+  return __ldg(reinterpret_cast<const uint32_t*>(p));
+#else
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+#endif
+}
+QG_HD uint4 load_u128(const uint8_t* p) {  // p 16-byte aligned
+#ifdef __CUDA_ARCH__
+  return __ldg(reinterpret_cast<const uint4*>(p));
+#else
+  uint4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+#endif
+}
+// The 4 bytes from 2 bytes into `lo` on (lo's upper half, then next's lower half).
+QG_HD uint32_t join_halves(uint32_t lo, uint32_t next) {
+#ifdef __CUDA_ARCH__
+  return __funnelshift_r(lo, next, 16);
+#else
+  return (lo >> 16) | (next << 16);
+#endif
+}
+QG_HD float half_bits_to_float(uint32_t bits) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+}
+
 // Two codes as an f16 pair: 1024 + code is exact in f16 (its ulp there is 1), minus the bias.
-__device__ __forceinline__ uint32_t codes_to_half2(uint32_t c0, uint32_t c1, float bias) {
+QG_HD uint32_t codes_to_half2(uint32_t c0, uint32_t c1, float bias) {
   const uint32_t bits = 0x64006400u | c0 | (c1 << 16);
   __half2 h = *reinterpret_cast<const __half2*>(&bits);
   h = __hsub2(h, __float2half2_rn(1024.0f + bias));
@@ -86,14 +133,14 @@ __device__ __forceinline__ uint32_t codes_to_half2(uint32_t c0, uint32_t c1, flo
 }
 
 // 16-bit word i of words packed two to a register (i known at compile time).
-__device__ __forceinline__ uint32_t word16(const uint32_t* w, int i) {
+QG_HD uint32_t word16(const uint32_t* w, int i) {
   return (w[i >> 1] >> (16 * (i & 1))) & 0xFFFFu;
 }
 
 // Register i of w[N] for an i known only at run time, by selection (indexing registers at run time would
 // put the array in local memory).
 template <int N>
-__device__ __forceinline__ uint32_t select_reg(const uint32_t (&w)[N], int i) {
+QG_HD uint32_t select_reg(const uint32_t (&w)[N], int i) {
   uint32_t r = 0;
 #pragma unroll
   for (int j = 0; j < N; ++j) r = j == i ? w[j] : r;
@@ -101,7 +148,7 @@ __device__ __forceinline__ uint32_t select_reg(const uint32_t (&w)[N], int i) {
 }
 
 // A row of 32 f16 codes (16 registers) into shared memory as four 16-byte stores.
-__device__ __forceinline__ void store_row32(__half* row, const uint32_t (&c)[16]) {
+QG_HD void store_row32(__half* row, const uint32_t (&c)[16]) {
   uint4* r = reinterpret_cast<uint4*>(row);
 #pragma unroll
   for (int i = 0; i < 4; ++i) r[i] = make_uint4(c[4 * i], c[4 * i + 1], c[4 * i + 2], c[4 * i + 3]);
@@ -114,24 +161,24 @@ __device__ __forceinline__ void store_row32(__half* row, const uint32_t (&c)[16]
 // word that holds bytes of the range, so on the same page (never a fault); the 4 extra bytes are not used.
 // Past a matrix's last byte they fall in its allocation's padding (device allocations start 256-byte aligned).
 template <int N>
-__device__ __forceinline__ void load_words(const uint8_t* p, uint32_t* w) {
+QG_HD void load_words(const uint8_t* p, uint32_t* w) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(p);
   if (N % 8 == 0 && (at & 15) == 0) {
 #pragma unroll
     for (int j = 0; j < N / 8; ++j) {
-      const uint4 v = __ldg(reinterpret_cast<const uint4*>(p) + j);
+      const uint4 v = load_u128(p + 16 * j);
       w[4 * j] = v.x, w[4 * j + 1] = v.y, w[4 * j + 2] = v.z, w[4 * j + 3] = v.w;
     }
   } else if ((at & 3) == 0) {
 #pragma unroll
-    for (int j = 0; j < N / 2; ++j) w[j] = __ldg(reinterpret_cast<const uint32_t*>(p) + j);
+    for (int j = 0; j < N / 2; ++j) w[j] = load_u32(p + 4 * j);
   } else {
-    const uint32_t* q = reinterpret_cast<const uint32_t*>(at - 2);
-    uint32_t prev = __ldg(q);
+    const uint8_t* q = p - 2;
+    uint32_t prev = load_u32(q);
 #pragma unroll
     for (int j = 0; j < N / 2; ++j) {
-      const uint32_t next = __ldg(q + j + 1);
-      w[j] = __funnelshift_r(prev, next, 16);
+      const uint32_t next = load_u32(q + 4 * (j + 1));
+      w[j] = join_halves(prev, next);
       prev = next;
     }
   }
@@ -148,7 +195,7 @@ struct WeightShare {
   uint32_t d = 0;
   uint32_t v[kWords / 2];
   // Stage s's block `half` of the weight row.
-  __device__ __forceinline__ void load(const uint8_t* wrow, int64_t s, int half, bool valid) {
+  QG_HD void load(const uint8_t* wrow, int64_t s, int half, bool valid) {
     const uint8_t* blk = wrow + (2 * s + half) * kBlockBytes;
     if (!valid) {
       d = 0;
@@ -156,12 +203,12 @@ struct WeightShare {
       for (int i = 0; i < kWords / 2; ++i) v[i] = T == DType::Q4_0 ? 0x88888888u : 0u;  // codes of 0
       return;
     }
-    d = ld_u16(blk);
+    d = load_u16(blk);
     load_words<kWords>(blk + 2, v);
   }
   // Writes the block's 32 codes as f16 into a shared row, and its scale (applied after the block's sum) as
   // run `half` of the stage's row lr.
-  __device__ __forceinline__ void store(__half* row, float (*d_s)[kBM], float (*)[kBM], int lr, int half) const {
+  QG_HD void store(__half* row, float (*d_s)[kBM], float (*)[kBM], int lr, int half) const {
     uint32_t r[16];
     if (T == DType::Q4_0) {
       // Byte j (j < 16): element j in its low nibble, element j + 16 in its high one.
@@ -180,7 +227,7 @@ struct WeightShare {
       }
     }
     store_row32(row, r);
-    d_s[half][lr] = f16_bits_to_float(d);
+    d_s[half][lr] = half_bits_to_float(d);
   }
 };
 // The K-quants: stage s covers columns 64 (s % 4) .. + 64 of super-block s / 4, and a thread's half its
@@ -205,7 +252,7 @@ struct KShare {
   int g = 0;
 
   // Byte offsets of the group's code bytes (low bits, high bits).
-  __device__ __forceinline__ static int low_offset(int g) {
+  QG_HD static int low_offset(int g) {
     const int half = g / 4;  // 128-column half of the super-block (q2_K, q3_K, q6_K)
     if constexpr (T == DType::Q4_K) return 16 + 32 * (g / 2);
     if constexpr (T == DType::Q5_K) return 48 + 32 * (g / 2);
@@ -213,12 +260,12 @@ struct KShare {
     if constexpr (T == DType::Q2_K) return 16 + 32 * half;
     return 32 + 32 * half;  // Q3_K
   }
-  __device__ __forceinline__ static int high_offset(int g) {
+  QG_HD static int high_offset(int g) {
     if constexpr (T == DType::Q5_K) return 16;
     if constexpr (T == DType::Q6_K) return 128 + 32 * (g / 4);
     return 0;  // Q3_K: the high-bit masks
   }
-  __device__ __forceinline__ void load(const uint8_t* wrow, int64_t s, int half, bool valid) {
+  QG_HD void load(const uint8_t* wrow, int64_t s, int half, bool valid) {
     g = static_cast<int>(2 * (s & 3)) + half;
     if (!valid) {  // codes and scales of 0
 #pragma unroll
@@ -235,22 +282,22 @@ struct KShare {
     if constexpr (kGroupScales) {
       load_words<8>(blk, h);
     } else if constexpr (T == DType::Q6_K) {
-      h[0] = ld_u16(blk + 192 + 2 * g) | (ld_u16(blk + 208) << 16);
+      h[0] = load_u16(blk + 192 + 2 * g) | (load_u16(blk + 208) << 16);
     } else if constexpr (T == DType::Q2_K) {
-      h[0] = ld_u16(blk + 2 * g) | (ld_u16(blk + 80) << 16);
-      h[1] = ld_u16(blk + 82);
+      h[0] = load_u16(blk + 2 * g) | (load_u16(blk + 80) << 16);
+      h[1] = load_u16(blk + 82);
     } else {  // Q3_K
 #pragma unroll
-      for (int i = 0; i < 3; ++i) h[i] = ld_u16(blk + 96 + 4 * i) | (ld_u16(blk + 98 + 4 * i) << 16);
-      h[3] = ld_u16(blk + 108);
+      for (int i = 0; i < 3; ++i) h[i] = load_u16(blk + 96 + 4 * i) | (load_u16(blk + 98 + 4 * i) << 16);
+      h[3] = load_u16(blk + 108);
     }
   }
   // Byte k of h (k may be known only at run time).
-  __device__ __forceinline__ uint32_t head_byte(int k) const {
+  QG_HD uint32_t head_byte(int k) const {
     return (select_reg(h, k >> 2) >> (8 * (k & 3))) & 0xFF;
   }
   // Code pair i of the group (elements 2i, 2i + 1) and its bias, as the reference decodes them.
-  __device__ __forceinline__ uint32_t codes(int i) const {
+  QG_HD uint32_t codes(int i) const {
     const uint32_t lo = word16(a, i);
     if constexpr (T == DType::Q4_K || T == DType::Q5_K) {
       const int sh = 4 * (g % 2);
@@ -278,7 +325,7 @@ struct KShare {
     }
   }
   // The scale (and min) of the group's run r (r < 32 / kRunLen), with the reference's f32 roundings.
-  __device__ __forceinline__ void run_scale(int r, float* d, float* m) const {
+  QG_HD void run_scale(int r, float* d, float* m) const {
     if constexpr (kGroupScales) {  // get_scale_min_k4 over the 12 bytes after d and dmin
       uint32_t sc, mn;
       if (g < 4) {
@@ -288,25 +335,25 @@ struct KShare {
         sc = (head_byte(8 + g) & 0xF) | ((head_byte(g) >> 6) << 4);
         mn = (head_byte(8 + g) >> 4) | ((head_byte(4 + g) >> 6) << 4);
       }
-      *d = f16_bits_to_float(h[0] & 0xFFFF) * static_cast<float>(sc);
-      *m = f16_bits_to_float(h[0] >> 16) * static_cast<float>(mn);
+      *d = half_bits_to_float(h[0] & 0xFFFF) * static_cast<float>(sc);
+      *m = half_bits_to_float(h[0] >> 16) * static_cast<float>(mn);
     } else if constexpr (T == DType::Q6_K) {
-      *d = f16_bits_to_float(h[0] >> 16) * static_cast<float>(static_cast<int8_t>(head_byte(r)));
+      *d = half_bits_to_float(h[0] >> 16) * static_cast<float>(static_cast<int8_t>(head_byte(r)));
       *m = 0.0f;
     } else if constexpr (T == DType::Q2_K) {
       const uint32_t sb = head_byte(r);
-      *d = f16_bits_to_float(h[0] >> 16) * static_cast<float>(sb & 0xF);
-      *m = f16_bits_to_float(h[1]) * static_cast<float>(sb >> 4);
+      *d = half_bits_to_float(h[0] >> 16) * static_cast<float>(sb & 0xF);
+      *m = half_bits_to_float(h[1]) * static_cast<float>(sb >> 4);
     } else {  // Q3_K: run k = 2g + r of the super-block
       const int k = 2 * g + r;
       const uint32_t low = k < 8 ? (head_byte(k) & 0xF) : (head_byte(k - 8) >> 4);
       const uint32_t top = (head_byte(8 + k % 4) >> (2 * (k / 4))) & 3;
-      *d = f16_bits_to_float(h[3]) * static_cast<float>(static_cast<int>(low | (top << 4)) - 32);
+      *d = half_bits_to_float(h[3]) * static_cast<float>(static_cast<int>(low | (top << 4)) - 32);
       *m = 0.0f;
     }
   }
   // The group's 32 codes as f16 into a shared row; its runs' scales (and mins) at runs 32 / kRunLen * half...
-  __device__ __forceinline__ void store(__half* row, float (*d_s)[kBM], float (*m_s)[kBM], int lr, int half) const {
+  QG_HD void store(__half* row, float (*d_s)[kBM], float (*m_s)[kBM], int lr, int half) const {
     uint32_t c[16];
 #pragma unroll
     for (int i = 0; i < 16; ++i) c[i] = codes(i);
@@ -565,7 +612,44 @@ void launch_for(DType dtype, dim3 grid, const Batch& b, cudaStream_t stream) {
   }
 }
 
+// quant_gemm_decode_row for one type: each stage's shares loaded and stored as the kernel does (as row 0 of
+// the tile), then d * code - m per column from the stored codes and run scales.
+template <DType T>
+void decode_row_as(const uint8_t* row, int64_t cols, float* out) {
+  using W = WeightShare<T>;
+  std::vector<float> scales(2 * 4 * kBM);
+  auto* d_s = reinterpret_cast<float(*)[kBM]>(scales.data());
+  auto* m_s = reinterpret_cast<float(*)[kBM]>(scales.data() + 4 * kBM);
+  __half codes[kBK];
+  const int64_t nblk = cols / 32;
+  for (int64_t s = 0; 2 * s < nblk; ++s)
+    for (int half = 0; half < 2 && 2 * s + half < nblk; ++half) {
+      W ws;
+      ws.load(row, s, half, true);
+      ws.store(codes + 32 * half, d_s, m_s, 0, half);
+      for (int c = 32 * half; c < 32 * half + 32; ++c) {
+        const int run = c / W::kRunLen;
+        out[kBK * s + c] = d_s[run][0] * __half2float(codes[c]) - (W::kMins ? m_s[run][0] : 0.0f);
+      }
+    }
+}
+template <int I = 0>
+void decode_row_for(DType dtype, const uint8_t* row, int64_t cols, float* out) {
+  if constexpr (I < static_cast<int>(sizeof(kQuantGemmTypes) / sizeof(kQuantGemmTypes[0]))) {
+    if (dtype == kQuantGemmTypes[I])
+      decode_row_as<kQuantGemmTypes[I]>(row, cols, out);
+    else
+      decode_row_for<I + 1>(dtype, row, cols, out);
+  }
+}
+
 }  // namespace
+
+void quant_gemm_decode_row(DType dtype, const uint8_t* row, int64_t cols, float* out) {
+  SW_CHECK(quant_gemm_computes(dtype) && cols > 0 && cols % dtype_block_elems(dtype) == 0,
+           "quant_gemm_decode_row: ", cols, " columns of ", dtype_name(dtype));
+  decode_row_for(dtype, row, cols, out);
+}
 
 bool quant_gemm_computes(DType dtype) {
   for (DType t : kQuantGemmTypes)
