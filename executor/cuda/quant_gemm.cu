@@ -85,32 +85,25 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __half* p) {
 // quant_gemm_decode_row checks it against the reference dequantisation without a GPU: loads through the
 // read-only cache on the device, plain loads on the host.
 #define QG_HD __host__ __device__ __forceinline__
+// A T at p (aligned for T): through the read-only cache on the device, a plain load on the host.
+template <typename T>
+QG_HD T load_as(const uint8_t* p) {
+#ifdef __CUDA_ARCH__
+  return __ldg(reinterpret_cast<const T*>(p));
+#else
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+#endif
+}
 QG_HD uint32_t load_u16(const uint8_t* p) {
-#ifdef __CUDA_ARCH__
-  return ld_u16(p);
-#else
-  uint16_t v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-#endif
+  return load_as<unsigned short>(p);
 }
-QG_HD uint32_t load_u32(const uint8_t* p) {  // p 4-byte aligned
-#ifdef __CUDA_ARCH__
-  return __ldg(reinterpret_cast<const uint32_t*>(p));
-#else
-  uint32_t v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-#endif
+QG_HD uint32_t load_u32(const uint8_t* p) {
+  return load_as<uint32_t>(p);
 }
-QG_HD uint4 load_u128(const uint8_t* p) {  // p 16-byte aligned
-#ifdef __CUDA_ARCH__
-  return __ldg(reinterpret_cast<const uint4*>(p));
-#else
-  uint4 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-#endif
+QG_HD uint4 load_u128(const uint8_t* p) {
+  return load_as<uint4>(p);
 }
 // The 4 bytes from 2 bytes into `lo` on (lo's upper half, then next's lower half).
 QG_HD uint32_t join_halves(uint32_t lo, uint32_t next) {
